@@ -1,0 +1,40 @@
+# underway — developer commands. `make demo` and `make test` work on a fresh machine:
+# each creates .venv and installs what it needs.
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-stamp
+PYTHON ?= python3
+PG      = UNDERWAY_TEST_PG="$$(scripts/ensure-postgres)"
+
+.PHONY: demo test lint unit crash bench soak clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) examples/invoice_followup/demo.py
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests bench examples
+	$(VENV)/bin/mypy
+
+test: lint
+	$(PG) $(PY) -m pytest -q
+
+unit: $(STAMP)
+	$(PY) -m pytest -q tests/unit
+
+crash: $(STAMP)
+	$(PG) $(PY) -m pytest -q tests/crash
+
+soak: $(STAMP)
+	$(PG) UNDERWAY_CRASH_KILLS=10000 $(PY) -m pytest -q tests/crash -p no:timeout
+
+bench: $(STAMP)
+	$(PG) $(PY) bench/run.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -1,0 +1,172 @@
+"""Tools, model calls and the write-ahead effect ledger's vocabulary.
+
+A :class:`Tool` wraps an async (or sync) function. A *mutating* tool gets an intent
+(``ToolStarted``) committed before it runs and its outcome after; on recovery an intent
+without an outcome is an *unknown outcome*, handled by :func:`resolution_for`: an
+idempotent tool is retried with the same idempotency key, a tool with a ``reconcile`` hook
+is asked what happened, any other tool escalates to a person. Read-only tools skip the
+intent. The idempotency key is ``{run_id}:{step}:{index}``: the same on every attempt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import inspect
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel
+
+from .events import JSON, canonical_json
+
+
+def idempotency_key(run_id: str, step: str, index: int) -> str:
+    """The deterministic key of call ``index`` in ``step`` of ``run_id``."""
+    return f"{run_id}:{step}:{index}"
+
+
+def args_hash(tool: str, args: JSON) -> str:
+    """SHA-256 of the tool name and its canonical arguments."""
+    return hashlib.sha256(tool.encode() + b"\x00" + canonical_json(args)).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class CallInfo:
+    """Handed to a tool that accepts a second parameter: who is calling, with which key."""
+
+    key: str
+    tenant_id: str
+    run_id: str
+    step: str
+    index: int
+
+
+@dataclass(frozen=True, slots=True)
+class Reconciled:
+    """What a ``reconcile(key)`` hook found out about an effect of unknown outcome.
+
+    ``happened``: the effect took place, ``result`` is its result. ``not_happened``: it
+    never took place and is safe to run. ``unknown``: nobody can tell; escalate.
+    """
+
+    outcome: Literal["happened", "not_happened", "unknown"]
+    result: JSON = None
+
+    @classmethod
+    def happened(cls, result: JSON = None) -> Reconciled:
+        """The effect took place with this result."""
+        return cls("happened", result)
+
+    @classmethod
+    def not_happened(cls) -> Reconciled:
+        """The effect never took place."""
+        return cls("not_happened")
+
+    @classmethod
+    def unknown(cls) -> Reconciled:
+        """The outside system cannot tell."""
+        return cls("unknown")
+
+
+ToolFn = Callable[..., Awaitable[Any]] | Callable[..., Any]
+ReconcileFn = Callable[[str], Awaitable[Reconciled]]
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A named effect a step performs through ``ctx.call``.
+
+    ``mutating`` tools change the world and are journaled write-ahead; ``idempotent``
+    tools may safely run again with the same key; ``reconcile`` asks the outside system
+    what happened to a key; ``timeout`` (seconds) cancels a call that runs too long.
+    """
+
+    name: str
+    fn: ToolFn
+    mutating: bool = True
+    idempotent: bool = False
+    timeout: float = 30.0
+    reconcile: ReconcileFn | None = None
+    args_model: type[BaseModel] | None = field(default=None, repr=False)
+    result_model: type[BaseModel] | None = field(default=None, repr=False)
+    wants_call_info: bool = field(default=False, repr=False)
+
+    def reconciler(self, fn: ReconcileFn) -> Tool:
+        """Return a copy of this tool with ``fn`` as its reconcile hook."""
+        return Tool(
+            self.name, self.fn, self.mutating, self.idempotent, self.timeout, fn,
+            self.args_model, self.result_model, self.wants_call_info,
+        )
+
+    async def invoke(self, args: JSON, info: CallInfo) -> JSON:
+        """Run the tool once with validated arguments; return its JSON result."""
+        value: Any = self.args_model.model_validate(args) if self.args_model else args
+        call_args = (value, info) if self.wants_call_info else (value,)
+        if inspect.iscoroutinefunction(self.fn):
+            out = await asyncio.wait_for(self.fn(*call_args), self.timeout)
+        else:
+            out = await asyncio.wait_for(asyncio.to_thread(self.fn, *call_args), self.timeout)
+        if isinstance(out, BaseModel):
+            return out.model_dump(mode="json")
+        return out
+
+
+def tool(
+    fn: ToolFn | None = None,
+    *,
+    name: str | None = None,
+    mutating: bool = True,
+    idempotent: bool = False,
+    timeout: float = 30.0,
+) -> Any:
+    """Declare a tool. Use bare (``@tool``) or with options (``@tool(mutating=False)``).
+
+    The function takes the arguments (a pydantic model when its first parameter is
+    annotated with one, else the JSON value) and, optionally, a :class:`CallInfo`.
+    """
+
+    def build(f: ToolFn) -> Tool:
+        sig = inspect.signature(f)
+        params = list(sig.parameters.values())
+        hints = inspect.get_annotations(f, eval_str=True)
+        first = hints.get(params[0].name) if params else None
+        ret = hints.get("return")
+        return Tool(
+            name=name or f.__name__,
+            fn=f,
+            mutating=mutating,
+            idempotent=idempotent,
+            timeout=timeout,
+            args_model=first if _is_model(first) else None,
+            result_model=ret if _is_model(ret) else None,
+            wants_call_info=len(params) >= 2,
+        )
+
+    return build(fn) if fn is not None else build
+
+
+def _is_model(t: object) -> bool:
+    return isinstance(t, type) and issubclass(t, BaseModel)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelReply:
+    """What a model adapter returns: the response and its usage."""
+
+    response: JSON
+    model: str
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost_usd: float = 0.0
+
+
+class Model(Protocol):
+    """A language model adapter: ``complete(request)`` returns a :class:`ModelReply`."""
+
+    name: str
+
+    async def complete(self, request: JSON) -> ModelReply:
+        """Send ``request`` to the model."""
+        ...

@@ -1,0 +1,564 @@
+"""Executing runs: load checkpoint + tail, run a step, append its events, checkpoint.
+
+One *activation* holds a run's lease and advances it until it waits, finishes or needs a
+person. Events are buffered and committed together at the points where durability
+matters: before a mutating effect runs (its intent), after a model responds, and at the
+end of each step (outcome, ``StepCompleted`` and, when due, a checkpoint), all fenced by
+the lease token.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from . import events as ev
+from . import faults
+from .clock import Clock, SystemClock
+from .codec import Codec
+from .effects import CallInfo, Model, Tool, args_hash, idempotency_key
+from .errors import (
+    ConfigurationError,
+    NonDeterminismError,
+    RunCancelledSignal,
+    RunNotFound,
+    ToolCallError,
+)
+from .events import JSON, canonical_json, genesis_hash
+from .flow import Done, Fail, Flow, Goto, Next, RunContext, Sleep, Wait
+from .jsonpatch import make_patch
+from .journal import Journal
+from .state import Recorded, RunState, apply
+from .store.base import AppendBatch, Lease, NewRun, RunUpdate, SignalRecord, Store
+
+CANCEL = "underway.cancel"
+"""Control signal: cancel the run at its next step boundary."""
+RESOLVE = "underway.resolve"
+"""Control signal: a person resolved the run's escalation."""
+
+
+class _Escalate(BaseException):  # noqa: N818 - control flow user code must not swallow
+    def __init__(self, reason: str, key: str | None, tool: str | None, index: int | None) -> None:
+        super().__init__(reason)
+        self.event = ev.Escalated(reason=reason, key=key, tool=tool, index=index)
+
+
+@dataclass
+class _Activation:
+    """A leased run being advanced: its folded state and the events not yet committed."""
+
+    engine: Engine
+    lease: Lease
+    state: RunState
+    last_hash: str
+    checkpoint_seq: int
+    pending: list[tuple[int, float, ev.Event]] = field(default_factory=list)
+    consumed: list[str] = field(default_factory=list)
+    control_pending: bool = False
+
+    def buffer(self, event: ev.Event) -> None:
+        at = self.engine.clock.now()
+        seq = self.state.seq + 1
+        apply(self.state, Recorded(seq, at, event))
+        self.pending.append((seq, at, event))
+
+    def commit(self, *, release: bool = False, force_checkpoint: bool = False) -> None:
+        if not self.pending:
+            return
+        eng, s = self.engine, self.state
+        blobs: dict[str, bytes] = {}
+        stored = eng.journal.encode(s.tenant_id, self.pending, self.last_hash, blobs)
+        checkpoint = None
+        if force_checkpoint or release or s.seq - self.checkpoint_seq >= eng.checkpoint_every:
+            checkpoint = (s.seq, eng.journal.encode_checkpoint(s, blobs))
+        fresh = eng.journal.unknown_blobs(s.tenant_id, blobs)
+        now = eng.clock.now()
+        batch = AppendBatch(
+            tenant_id=s.tenant_id,
+            run_id=s.run_id,
+            expected_seq=self.pending[0][0] - 1,
+            fence=self.lease.token,
+            events=stored,
+            now=now,
+            update=_run_update(s, now),
+            blobs=fresh,
+            checkpoint=checkpoint,
+            consumed_signals=self.consumed,
+            release=release,
+        )
+        faults.point("append.before_commit")
+        self.control_pending = eng.store.append(batch)
+        faults.point("append.after_commit")
+        eng.journal.remember(s.tenant_id, fresh)
+        self.last_hash = stored[-1].hash
+        if checkpoint is not None:
+            self.checkpoint_seq = checkpoint[0]
+        self.pending, self.consumed = [], []
+
+
+def _run_update(s: RunState, now: float) -> RunUpdate:
+    if s.status == "ready":
+        return RunUpdate("ready", s.step, now)
+    if s.status == "waiting":
+        return RunUpdate("waiting", s.step, s.wake_at, s.waiting_signal)
+    if s.status == "escalated":
+        reason = s.escalation.get("reason") if s.escalation else None
+        return RunUpdate("escalated", s.step, None, None, str(reason))
+    return RunUpdate(s.status, s.step, None, None, s.error)
+
+
+class StepExecution:
+    """The engine side of a :class:`RunContext`: memoized calls and journaled values."""
+
+    def __init__(self, act: _Activation, step: str) -> None:
+        self._act = act
+        s = act.state
+        self.run_id, self.tenant_id, self.step = s.run_id, s.tenant_id, step
+        self.attempt = s.attempt
+        self.signal = s.signal
+        self.timed_out = s.timed_out
+        self.clock = act.engine.clock.now
+        self._calls = 0
+        self._values = 0
+        self.broken: NonDeterminismError | None = None
+
+    def _record(self, index: int, kind: str, args: str) -> Any:
+        rec = self._act.state.call(index)
+        if rec is not None and rec.status != "retry" and (
+            rec.tool != kind or (rec.args_hash and args and rec.args_hash != args)
+        ):
+            self.broken = NonDeterminismError(
+                self.run_id, self.step, index, f"{rec.tool}({rec.args_hash[:12]})",
+                f"{kind}({args[:12]})",
+            )
+            raise self.broken
+        return rec
+
+    async def call(self, tool: Tool | str, args: JSON) -> JSON:
+        t = self._act.engine.tool(tool)
+        index = self._calls
+        self._calls += 1
+        try:
+            canonical_json(args)
+        except (TypeError, ValueError) as exc:
+            raise ConfigurationError(
+                f"arguments to tool {t.name!r} in step {self.step!r} are not JSON: {exc}"
+            ) from exc
+        h = args_hash(t.name, args)
+        key = idempotency_key(self.run_id, self.step, index)
+        rec = self._record(index, t.name, h)
+        if rec is not None and rec.status == "succeeded":
+            return rec.result
+        if rec is not None and rec.status == "failed":
+            raise ToolCallError(
+                t.name, rec.error_type or "Error", rec.message or "", retryable=rec.retryable
+            )
+        if rec is not None and rec.status == "started":
+            # Unknown outcome: the intent is journaled, the outcome is not.
+            if not t.idempotent:
+                if t.reconcile is None:
+                    raise _Escalate(
+                        f"outcome of non-idempotent tool {t.name!r} (key {key}) is unknown "
+                        "after a crash and it has no reconcile hook; confirm whether it "
+                        "happened",
+                        key, t.name, index,
+                    )
+                found = await t.reconcile(key)
+                if found.outcome == "happened":
+                    self._act.buffer(ev.ToolSucceeded(
+                        key=key, tool=t.name, index=index, args_hash=h, result=found.result
+                    ))
+                    return found.result
+                if found.outcome == "unknown":
+                    raise _Escalate(
+                        f"reconcile of tool {t.name!r} could not tell whether key {key} "
+                        "took effect", key, t.name, index,
+                    )
+        elif t.mutating:
+            self._act.buffer(ev.ToolStarted(
+                key=key, tool=t.name, index=index, args=args, args_hash=h
+            ))
+            self._act.commit()
+        return await self._execute(t, args, key, index, h)
+
+    async def _execute(self, t: Tool, args: JSON, key: str, index: int, h: str) -> JSON:
+        info = CallInfo(key, self.tenant_id, self.run_id, self.step, index)
+        faults.point("effect.before_run")
+        began = time.perf_counter()
+        try:
+            result = await t.invoke(args, info)
+            if t.result_model is not None:
+                result = t.result_model.model_validate(result).model_dump(mode="json")
+            canonical_json(result)
+        except ValidationError as exc:
+            where = "args" if t.args_model and _is_args_error(exc, t.args_model) else "result"
+            self._act.buffer(ev.SchemaValidationFailed(
+                key=key, tool=t.name, index=index, where=where,
+                errors=json.loads(exc.json(include_url=False)),
+            ))
+            raise ToolCallError(t.name, "SchemaValidationFailed", str(exc), retryable=False)
+        except (TypeError, ValueError) as exc:
+            self._act.buffer(ev.SchemaValidationFailed(
+                key=key, tool=t.name, index=index, where="result",
+                errors=[{"msg": f"result is not JSON: {exc}"}],
+            ))
+            raise ToolCallError(t.name, "SchemaValidationFailed", str(exc), retryable=False)
+        except TimeoutError:
+            self._act.buffer(ev.ToolTimedOut(
+                key=key, tool=t.name, index=index, args_hash=h, timeout_s=t.timeout
+            ))
+            raise ToolCallError(
+                t.name, "ToolTimedOut", f"timed out after {t.timeout}s", retryable=True
+            ) from None
+        except Exception as exc:
+            retryable = bool(getattr(exc, "retryable", False))
+            self._act.buffer(ev.ToolFailed(
+                key=key, tool=t.name, index=index, args_hash=h, error_type=type(exc).__name__,
+                message=str(exc), retryable=retryable,
+                latency_ms=(time.perf_counter() - began) * 1000,
+            ))
+            raise ToolCallError(t.name, type(exc).__name__, str(exc), retryable=retryable) from exc
+        faults.point("effect.after_run")
+        self._act.buffer(ev.ToolSucceeded(
+            key=key, tool=t.name, index=index, args_hash=h, result=result,
+            latency_ms=(time.perf_counter() - began) * 1000,
+        ))
+        return result
+
+    async def model(self, model: Model, request: JSON) -> JSON:
+        index = self._calls
+        self._calls += 1
+        rec = self._record(index, "model", "")
+        if rec is not None and rec.status == "succeeded":
+            return rec.result
+        key = idempotency_key(self.run_id, self.step, index)
+        began = time.perf_counter()
+        reply = await model.complete(request)
+        self._act.buffer(ev.ModelResponded(
+            key=key, index=index, model=reply.model, request=request, response=reply.response,
+            tokens_in=reply.tokens_in, tokens_out=reply.tokens_out, cost_usd=reply.cost_usd,
+            latency_ms=(time.perf_counter() - began) * 1000,
+        ))
+        self._act.commit()
+        return reply.response
+
+    def value(self, kind: Any, fresh: JSON) -> JSON:
+        index = self._values
+        self._values += 1
+        values = self._act.state.values
+        if index < len(values):
+            return values[index]
+        self._act.buffer(ev.ValueRecorded(kind=kind, index=index, value=fresh))
+        return fresh
+
+
+def _is_args_error(exc: ValidationError, model: type[BaseModel]) -> bool:
+    return exc.title == model.__name__
+
+
+class Engine:
+    """Runs flows against a store. Thread one engine per process; it is not a singleton.
+
+    ``checkpoint_every``: write a checkpoint at least every this many events (and always
+    when a run leaves the worker: waiting, escalated or finished).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        flows: Iterable[Flow[Any, Any]] = (),
+        tools: Iterable[Tool] = (),
+        clock: Clock | None = None,
+        codec: Codec | None = None,
+        owner: str | None = None,
+        lease_ttl: float = 30.0,
+        checkpoint_every: int = 100,
+    ) -> None:
+        self.store = store
+        self.journal = Journal(store, codec)
+        self.clock: Clock = clock or SystemClock()
+        self.flows: dict[str, Flow[Any, Any]] = {}
+        self.tools: dict[str, Tool] = {}
+        self.owner = owner or worker_identity()
+        self.lease_ttl = lease_ttl
+        self.checkpoint_every = checkpoint_every
+        for f in flows:
+            self.register(f)
+        for t in tools:
+            self.tools[t.name] = t
+
+    def register(self, flow: Flow[Any, Any]) -> None:
+        """Make ``flow`` runnable by this engine."""
+        if flow.start_step is None:
+            raise ConfigurationError(f"flow {flow.name!r} has no steps")
+        self.flows[flow.name] = flow
+
+    def tool(self, ref: Tool | str) -> Tool:
+        """Resolve a tool by object or registered name."""
+        if isinstance(ref, Tool):
+            return ref
+        try:
+            return self.tools[ref]
+        except KeyError:
+            raise ConfigurationError(
+                f"no tool named {ref!r} is registered; known tools: {sorted(self.tools)}"
+            ) from None
+
+    # -- starting and steering runs -----------------------------------------------------
+    def start(
+        self,
+        flow: Flow[Any, Any] | str,
+        input: JSON | BaseModel = None,
+        *,
+        tenant_id: str = "default",
+        idempotency_key: str | None = None,
+        run_id: str | None = None,
+        start_at: float | None = None,
+    ) -> tuple[str, bool]:
+        """Create a run (or find the one with this idempotency key): ``(run_id, created)``."""
+        f = self._flow(flow if isinstance(flow, str) else flow.name)
+        if isinstance(flow, Flow) and flow.name not in self.flows:
+            self.register(flow)
+            f = flow
+        parsed = f.parse_input(input)
+        state = f.initial_state(parsed)
+        run_id = run_id or str(uuid.uuid4())
+        now = self.clock.now()
+        event = ev.RunStarted(
+            flow=f.name, input=parsed.model_dump(mode="json"),
+            state=state.model_dump(mode="json"), first_step=str(f.start_step),
+            idempotency_key=idempotency_key,
+        )
+        blobs: dict[str, bytes] = {}
+        stored = self.journal.encode(
+            tenant_id, [(1, now, event)], genesis_hash(tenant_id, run_id), blobs
+        )
+        rec, created = self.store.create_run(NewRun(
+            tenant_id=tenant_id, run_id=run_id, flow=f.name, idempotency_key=idempotency_key,
+            first_event=stored[0], blobs=blobs, step=str(f.start_step), now=now,
+            next_wake_at=start_at if start_at is not None else now,
+        ))
+        return rec.run_id, created
+
+    def signal(
+        self,
+        run_id: str,
+        name: str,
+        payload: JSON = None,
+        *,
+        tenant_id: str = "default",
+        signal_id: str | None = None,
+        sender: str | None = None,
+    ) -> bool:
+        """Deliver a signal (once per ``signal_id``); False when it was a duplicate."""
+        if self.store.get_run(tenant_id, run_id) is None:
+            raise RunNotFound(tenant_id, run_id)
+        return self.store.send_signal(SignalRecord(
+            tenant_id, run_id, signal_id or str(uuid.uuid4()), name,
+            canonical_json(payload), sender, self.clock.now(),
+        ))
+
+    def cancel(self, run_id: str, *, by: str, reason: str = "", tenant_id: str = "default") -> None:
+        """Ask for the run to be cancelled at its next step boundary."""
+        self.signal(run_id, CANCEL, {"by": by, "reason": reason}, tenant_id=tenant_id,
+                    sender=by)
+
+    def resolve(
+        self,
+        run_id: str,
+        *,
+        resolution: str,
+        by: str,
+        result: JSON = None,
+        tenant_id: str = "default",
+    ) -> None:
+        """Resolve an escalation: the effect ``succeeded`` (with result), ``failed``, or
+        may be ``retry``-ed."""
+        if resolution not in ("succeeded", "failed", "retry"):
+            raise ConfigurationError(
+                f"resolution must be 'succeeded', 'failed' or 'retry', not {resolution!r}"
+            )
+        self.signal(run_id, RESOLVE, {"resolution": resolution, "result": result, "by": by},
+                    tenant_id=tenant_id, sender=by)
+
+    def state(self, run_id: str, *, tenant_id: str = "default") -> RunState:
+        """The run's current folded state."""
+        return self.journal.load(tenant_id, run_id)
+
+    # -- advancing runs -----------------------------------------------------------------
+    def claim(self, *, limit: int = 1, tenant_id: str | None = None,
+              run_id: str | None = None) -> list[Lease]:
+        """Lease due runs for this engine's owner identity."""
+        return self.store.claim(owner=self.owner, now=self.clock.now(), ttl=self.lease_ttl,
+                                limit=limit, tenant_id=tenant_id, run_id=run_id)
+
+    async def activate(self, lease: Lease) -> RunState:
+        """Advance a leased run until it waits, finishes or escalates; return its state."""
+        state = self.journal.load(lease.tenant_id, lease.run_id)
+        row = self.store.get_run(lease.tenant_id, lease.run_id)
+        if row is None:
+            raise RunNotFound(lease.tenant_id, lease.run_id)
+        act = _Activation(self, lease, state, row.last_hash, state.seq, control_pending=True)
+        flow = self._flow(state.flow)
+        while True:
+            if act.control_pending:
+                self._read_inbox(act)
+            s = act.state
+            if s.final or s.status == "escalated":
+                act.commit(release=True)
+                self._release_quietly(act)
+                return s
+            if s.status == "waiting":
+                if s.wake_at is None or self.clock.now() < s.wake_at:
+                    act.commit(release=True)
+                    self._release_quietly(act)
+                    return s
+                act.buffer(ev.TimerFired(timer_id=s.timer_id or ""))
+            await self._run_step(act, flow)
+            if act.state.status != "ready":
+                continue
+            act.control_pending = act.control_pending or self._lease_running_out(act)
+
+    def _lease_running_out(self, act: _Activation) -> bool:
+        now = self.clock.now()
+        if act.lease.expires_at - now > self.lease_ttl / 2:
+            return False
+        renewed = self.store.renew(act.lease, now=now, ttl=self.lease_ttl)
+        if renewed is None:
+            from .errors import FencedError
+
+            raise FencedError(f"run {act.lease.run_id}: lease lost to another worker")
+        act.lease = renewed
+        return False
+
+    def _release_quietly(self, act: _Activation) -> None:
+        self.store.release(act.lease)
+
+    def _read_inbox(self, act: _Activation) -> None:
+        s = act.state
+        for sig in self.store.pending_signals(s.tenant_id, s.run_id):
+            payload = json.loads(sig.payload)
+            if s.final:
+                break
+            if sig.name == CANCEL:
+                act.consumed.append(sig.signal_id)
+                act.buffer(ev.RunCancelled(by=str(payload.get("by", "unknown")),
+                                           reason=str(payload.get("reason", ""))))
+            elif sig.name == RESOLVE:
+                act.consumed.append(sig.signal_id)
+                if s.status == "escalated":
+                    esc = s.escalation or {}
+                    act.buffer(ev.EscalationResolved(
+                        key=esc.get("key"), resolution=payload["resolution"],
+                        result=payload.get("result"), by=str(payload.get("by", "unknown")),
+                    ))
+            elif s.waiting_signal == sig.name and s.status == "waiting":
+                act.consumed.append(sig.signal_id)
+                act.buffer(ev.SignalReceived(signal=sig.name, signal_id=sig.signal_id,
+                                             payload=payload, sender=sig.sender))
+        act.control_pending = False
+
+    async def _run_step(self, act: _Activation, flow: Flow[Any, Any]) -> None:
+        s = act.state
+        step = str(s.step)
+        act.buffer(ev.StepStarted(step=step, attempt=s.attempt + 1))
+        x = StepExecution(act, step)
+        try:
+            ctx: RunContext[Any, Any] = RunContext(
+                x, flow.state_type.model_validate(s.state), flow.input_type.model_validate(s.input)
+            )
+            faults.point("step.before_run")
+            nxt = await flow.get_step(step)(ctx)
+            if x.broken is not None:
+                raise x.broken
+            self._finish_step(act, flow, step, ctx, nxt)
+        except _Escalate as esc:
+            act.buffer(esc.event)
+        except NonDeterminismError as exc:
+            act.buffer(ev.Escalated(reason=str(exc), index=exc.index))
+        except RunCancelledSignal:
+            act.buffer(ev.RunCancelled(by="step", reason="cancelled from inside the step"))
+        except Exception as exc:
+            act.buffer(ev.RunFailed(reason=f"{type(exc).__name__}: {exc}",
+                                    error_type=type(exc).__name__, step=step))
+        act.commit(release=act.state.status != "ready")
+
+    def _finish_step(self, act: _Activation, flow: Flow[Any, Any], step: str,
+                     ctx: RunContext[Any, Any], nxt: Next) -> None:
+        if not isinstance(nxt, Goto | Sleep | Wait | Done | Fail):
+            raise ConfigurationError(
+                f"step {step!r} of flow {flow.name!r} returned {nxt!r}; return ctx.goto(), "
+                "ctx.sleep(), ctx.wait(), ctx.done() or ctx.fail()"
+            )
+        then = nxt.then if isinstance(nxt, Sleep | Wait) else (
+            nxt.step if isinstance(nxt, Goto) else None)
+        if then is not None:
+            flow.get_step(then)
+        patch = make_patch(act.state.state, ctx.state.model_dump(mode="json"))
+        act.buffer(ev.StepCompleted(step=step, next=then, patch=patch))
+        now = self.clock.now()
+        match nxt:
+            case Sleep():
+                act.buffer(ev.TimerSet(timer_id=f"timer-{act.state.seq}",
+                                       wake_at=now + nxt.seconds))
+            case Wait():
+                timer = f"timer-{act.state.seq + 1}" if nxt.timeout is not None else None
+                act.buffer(ev.SignalAwaited(signal=nxt.signal, timer_id=timer))
+                if nxt.timeout is not None:
+                    act.buffer(ev.TimerSet(timer_id=str(timer), wake_at=now + nxt.timeout))
+            case Done():
+                act.buffer(ev.RunCompleted(result=nxt.result))
+            case Fail():
+                act.buffer(ev.RunFailed(reason=nxt.reason, step=step))
+            case Goto():
+                pass
+
+    def _flow(self, name: str) -> Flow[Any, Any]:
+        try:
+            return self.flows[name]
+        except KeyError:
+            raise ConfigurationError(
+                f"flow {name!r} is not registered with this engine; known: {sorted(self.flows)}"
+            ) from None
+
+
+def worker_identity() -> str:
+    """``host:pid:start`` — unique per process, and checkable for liveness on this host."""
+    import os
+    import socket
+
+    return f"{socket.gethostname()}:{os.getpid()}:{_process_start(os.getpid())}"
+
+
+def _process_start(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except OSError:
+        return "0"
+
+
+def owner_is_dead(owner: str) -> bool:
+    """True when ``owner`` names a process on this host that no longer exists."""
+    import os
+    import socket
+
+    host, _, rest = owner.partition(":")
+    pid_s, _, start = rest.partition(":")
+    if host != socket.gethostname() or not pid_s.isdigit():
+        return False
+    pid = int(pid_s)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return start not in ("", "0") and _process_start(pid) != start

@@ -1,0 +1,95 @@
+"""The exceptions underway raises.
+
+Every error derives from :class:`UnderwayError`::
+
+    UnderwayError
+    ├── ConfigurationError      bad URL, unknown flow or step, invalid input
+    ├── RunNotFound             no run with that id in that tenant
+    ├── NonDeterminismError     a re-run issued a different call sequence
+    ├── ToolCallError           a tool call failed; raised inside the step that made it
+    ├── IntegrityError          stored data fails its hash or schema checks
+    └── StoreError              the database refused an operation
+        ├── ConflictError       another writer appended first (expected sequence moved)
+        ├── FencedError         the writer no longer holds the run's lease
+        └── MigrationError      the schema cannot be brought to the expected version
+
+:class:`RunCancelledSignal` derives from ``BaseException`` so user code that catches
+``Exception`` cannot swallow a cancellation.
+"""
+
+from __future__ import annotations
+
+
+class UnderwayError(Exception):
+    """Root of every error underway raises."""
+
+
+class ConfigurationError(UnderwayError):
+    """The runtime was given something it cannot use: say what and how to fix it."""
+
+
+class RunNotFound(UnderwayError):
+    """No run with this id exists in this tenant."""
+
+    def __init__(self, tenant_id: str, run_id: str) -> None:
+        super().__init__(f"no run {run_id!r} in tenant {tenant_id!r}")
+        self.tenant_id = tenant_id
+        self.run_id = run_id
+
+
+class NonDeterminismError(UnderwayError):
+    """A step, run again after a crash, issued a different call than the journal records.
+
+    The journal says call ``index`` of ``step`` was ``expected``; the code now asks for
+    ``actual``. Keep step code deterministic: read time, randomness and ids through
+    ``ctx.now()``, ``ctx.random()`` and ``ctx.uuid()``.
+    """
+
+    def __init__(self, run_id: str, step: str, index: int, expected: str, actual: str) -> None:
+        super().__init__(
+            f"run {run_id}: step {step!r} call #{index} is {actual}, "
+            f"but the journal records {expected}; step code must issue the same calls "
+            "in the same order when it runs again"
+        )
+        self.run_id = run_id
+        self.step = step
+        self.index = index
+
+
+class ToolCallError(UnderwayError):
+    """A tool call failed. Raised inside the step at ``await ctx.call(...)``.
+
+    ``retryable`` says whether trying again may help; ``error_type`` is the original
+    exception's class name as journaled.
+    """
+
+    def __init__(self, tool: str, error_type: str, message: str, *, retryable: bool) -> None:
+        super().__init__(f"tool {tool!r} failed: {error_type}: {message}")
+        self.tool = tool
+        self.error_type = error_type
+        self.message = message
+        self.retryable = retryable
+
+
+class IntegrityError(UnderwayError):
+    """Stored data does not match its hash, chain or schema."""
+
+
+class StoreError(UnderwayError):
+    """The store refused an operation."""
+
+
+class ConflictError(StoreError):
+    """The run's journal moved past the sequence number the writer expected."""
+
+
+class FencedError(StoreError):
+    """The writer's lease token is stale: another worker owns the run now."""
+
+
+class MigrationError(StoreError):
+    """The database schema cannot be brought to the version this code expects."""
+
+
+class RunCancelledSignal(BaseException):  # noqa: N818 - a control-flow signal, not an error
+    """Raised inside a step when its run was cancelled; not catchable as ``Exception``."""

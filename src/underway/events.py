@@ -1,0 +1,318 @@
+"""Typed journal events, their canonical encoding, upcasters and the hash chain.
+
+An event is a frozen pydantic model with a stable ``type`` name and a schema version
+(``VERSION``). On disk an event is the canonical JSON of its *envelope*::
+
+    {"at": <epoch seconds>, "data": {...}, "seq": n, "type": "StepCompleted", "v": 1}
+
+and each stored event carries ``hash = sha256(prev_hash || stored bytes)``; the first
+event of a run chains from :func:`genesis_hash`, which binds the chain to its tenant and
+run, so an event spliced in from another run or tenant breaks verification.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from .errors import IntegrityError
+
+JSON = Any
+"""A JSON-compatible value: dict, list, str, int, float, bool or None."""
+
+
+def canonical_json(value: JSON) -> bytes:
+    """Encode ``value`` as canonical JSON: sorted keys, no spaces, UTF-8, no NaN."""
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode("utf-8")
+
+
+def genesis_hash(tenant_id: str, run_id: str) -> str:
+    """The hash a run's chain starts from: bound to the tenant and the run."""
+    return hashlib.sha256(f"underway:{tenant_id}\x00{run_id}".encode()).hexdigest()
+
+
+def chain_hash(prev_hash: str, stored: bytes) -> str:
+    """``sha256(prev_hash || stored bytes)`` as hex."""
+    h = hashlib.sha256(bytes.fromhex(prev_hash))
+    h.update(stored)
+    return h.hexdigest()
+
+
+class Event(BaseModel):
+    """Base of every journal event. Subclasses set ``type`` and ``VERSION``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    VERSION: ClassVar[int] = 1
+
+
+class RunStarted(Event):
+    """A run was created: which flow, its input, its first step and initial state."""
+
+    type: Literal["RunStarted"] = "RunStarted"
+    flow: str
+    input: JSON
+    state: JSON
+    first_step: str
+    idempotency_key: str | None = None
+    deadline: float | None = None
+
+
+class StepStarted(Event):
+    """A step began executing (attempt counts re-executions after a crash)."""
+
+    type: Literal["StepStarted"] = "StepStarted"
+    step: str
+    attempt: int = 1
+
+
+class StepCompleted(Event):
+    """A step finished: where the run goes next and the RFC 6902 patch of its state."""
+
+    type: Literal["StepCompleted"] = "StepCompleted"
+    step: str
+    next: str | None
+    patch: list[JSON]
+
+
+class ToolStarted(Event):
+    """Write-ahead intent: a mutating call is about to run with this idempotency key."""
+
+    type: Literal["ToolStarted"] = "ToolStarted"
+    key: str
+    tool: str
+    index: int
+    args: JSON
+    args_hash: str
+    sandbox_profile: str | None = None
+    policy_decision: str | None = None
+
+
+class ToolSucceeded(Event):
+    """A call's result."""
+
+    type: Literal["ToolSucceeded"] = "ToolSucceeded"
+    key: str
+    tool: str
+    index: int
+    args_hash: str
+    result: JSON
+    latency_ms: float = 0.0
+
+
+class ToolFailed(Event):
+    """A call raised; ``retryable`` is the tool's own verdict."""
+
+    type: Literal["ToolFailed"] = "ToolFailed"
+    key: str
+    tool: str
+    index: int
+    args_hash: str
+    error_type: str
+    message: str
+    retryable: bool = False
+    latency_ms: float = 0.0
+
+
+class ToolTimedOut(Event):
+    """A call exceeded its timeout and was cancelled; counts as a failure."""
+
+    type: Literal["ToolTimedOut"] = "ToolTimedOut"
+    key: str
+    tool: str
+    index: int
+    args_hash: str
+    timeout_s: float
+
+
+class SchemaValidationFailed(Event):
+    """A call's arguments or result did not match the tool's schema."""
+
+    type: Literal["SchemaValidationFailed"] = "SchemaValidationFailed"
+    key: str
+    tool: str
+    index: int
+    where: Literal["args", "result"]
+    errors: list[JSON]
+
+
+class ModelResponded(Event):
+    """A model call's response with its usage; never requested twice."""
+
+    type: Literal["ModelResponded"] = "ModelResponded"
+    key: str
+    index: int
+    model: str
+    request: JSON
+    response: JSON
+    tokens_in: int
+    tokens_out: int
+    cost_usd: float
+    latency_ms: float
+
+
+class ValueRecorded(Event):
+    """A non-deterministic value (time, uuid, random) observed by a step."""
+
+    type: Literal["ValueRecorded"] = "ValueRecorded"
+    kind: Literal["now", "uuid", "random"]
+    index: int
+    value: JSON
+
+
+class TimerSet(Event):
+    """A durable timer: the run wakes at ``wake_at`` (epoch seconds)."""
+
+    type: Literal["TimerSet"] = "TimerSet"
+    timer_id: str
+    wake_at: float
+
+
+class TimerFired(Event):
+    """A timer came due (for a wait, this means the wait timed out)."""
+
+    type: Literal["TimerFired"] = "TimerFired"
+    timer_id: str
+
+
+class SignalAwaited(Event):
+    """The run waits for a named signal, optionally until a timer fires."""
+
+    type: Literal["SignalAwaited"] = "SignalAwaited"
+    signal: str
+    timer_id: str | None = None
+
+
+class SignalReceived(Event):
+    """An outside signal was delivered to the run."""
+
+    type: Literal["SignalReceived"] = "SignalReceived"
+    signal: str
+    signal_id: str
+    payload: JSON
+    sender: str | None = None
+
+
+class Escalated(Event):
+    """The run needs a person: e.g. a non-idempotent call's outcome is unknown."""
+
+    type: Literal["Escalated"] = "Escalated"
+    reason: str
+    key: str | None = None
+    tool: str | None = None
+    index: int | None = None
+
+
+class EscalationResolved(Event):
+    """A person resolved an escalation: the effect happened, did not, or may be retried."""
+
+    type: Literal["EscalationResolved"] = "EscalationResolved"
+    key: str | None
+    resolution: Literal["succeeded", "failed", "retry"]
+    result: JSON = None
+    by: str
+
+
+class RunCompleted(Event):
+    """The run finished with a result."""
+
+    type: Literal["RunCompleted"] = "RunCompleted"
+    result: JSON
+
+
+class RunFailed(Event):
+    """The run ended in failure."""
+
+    type: Literal["RunFailed"] = "RunFailed"
+    reason: str
+    error_type: str | None = None
+    step: str | None = None
+
+
+class RunCancelled(Event):
+    """The run was cancelled at a step boundary; ``by`` says who asked."""
+
+    type: Literal["RunCancelled"] = "RunCancelled"
+    by: str
+    reason: str = ""
+
+
+AnyEvent = Annotated[
+    RunStarted
+    | StepStarted
+    | StepCompleted
+    | ToolStarted
+    | ToolSucceeded
+    | ToolFailed
+    | ToolTimedOut
+    | SchemaValidationFailed
+    | ModelResponded
+    | ValueRecorded
+    | TimerSet
+    | TimerFired
+    | SignalAwaited
+    | SignalReceived
+    | Escalated
+    | EscalationResolved
+    | RunCompleted
+    | RunFailed
+    | RunCancelled,
+    Field(discriminator="type"),
+]
+"""Every event type the journal can hold, discriminated by ``type``."""
+
+_ADAPTER: TypeAdapter[AnyEvent] = TypeAdapter(AnyEvent)
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.model_fields["type"].default: cls
+    for cls in Event.__subclasses__()
+}
+
+Upcaster = Callable[[dict[str, JSON]], dict[str, JSON]]
+_UPCASTERS: dict[tuple[str, int], Upcaster] = {}
+
+
+def upcaster(event_type: str, from_version: int) -> Callable[[Upcaster], Upcaster]:
+    """Register a function turning ``event_type`` data of ``from_version`` into the next one."""
+
+    def register(fn: Upcaster) -> Upcaster:
+        _UPCASTERS[(event_type, from_version)] = fn
+        return fn
+
+    return register
+
+
+def envelope(event: Event, *, seq: int, at: float) -> dict[str, JSON]:
+    """The dict that is canonically encoded and stored for ``event``."""
+    data = event.model_dump(mode="json")
+    event_type = data.pop("type")
+    return {"at": at, "data": data, "seq": seq, "type": event_type, "v": event.VERSION}
+
+
+def from_envelope(env: dict[str, JSON]) -> Event:
+    """Rebuild an event from its stored envelope, upcasting old versions first."""
+    event_type = env.get("type")
+    cls = EVENT_TYPES.get(event_type) if isinstance(event_type, str) else None
+    if cls is None:
+        raise IntegrityError(f"unknown event type {event_type!r} at seq {env.get('seq')}")
+    version = int(env.get("v", 1))
+    data: dict[str, JSON] = dict(env["data"])
+    while version < cls.VERSION:
+        step = _UPCASTERS.get((cls.__name__, version))
+        if step is None:
+            raise IntegrityError(
+                f"no upcaster for {cls.__name__} v{version} -> v{version + 1}; "
+                "register one with @underway.events.upcaster"
+            )
+        data = step(data)
+        version += 1
+    if version > cls.VERSION:
+        raise IntegrityError(
+            f"{cls.__name__} v{version} is newer than this code (v{cls.VERSION}); upgrade underway"
+        )
+    data["type"] = cls.__name__
+    return _ADAPTER.validate_python(data)

@@ -1,0 +1,39 @@
+"""Named fault-injection points for crash tests.
+
+Set ``UNDERWAY_CRASH_AFTER=N`` and the process kills itself with SIGKILL on the N-th time
+it passes any fault point (or only points named in ``UNDERWAY_CRASH_POINTS``, comma
+separated). Unset, :func:`point` costs one attribute check.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+POINTS = (
+    "append.before_commit",
+    "append.after_commit",
+    "effect.before_run",
+    "effect.after_run",
+    "step.before_run",
+)
+"""Every fault point the engine passes."""
+
+_remaining = int(os.environ.get("UNDERWAY_CRASH_AFTER", "0") or 0)
+_only = frozenset(p for p in os.environ.get("UNDERWAY_CRASH_POINTS", "").split(",") if p)
+_hits = 0
+
+
+def point(name: str) -> None:
+    """Pass fault point ``name``; may SIGKILL the process when crash injection is on."""
+    global _hits
+    if not _remaining or (_only and name not in _only):
+        return
+    _hits += 1
+    if _hits >= _remaining:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def hits() -> int:
+    """How many armed fault points this process has passed."""
+    return _hits

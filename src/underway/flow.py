@@ -1,0 +1,252 @@
+"""Flows: named async steps over a typed state, and the context a step runs with.
+
+A step is ``async def step(ctx) -> Next``. It reads and changes ``ctx.state``, performs
+effects only through ``ctx.call`` / ``ctx.model``, and returns where to go next with
+``ctx.goto``, ``ctx.sleep``, ``ctx.wait``, ``ctx.done`` or ``ctx.fail``.
+"""
+
+from __future__ import annotations
+
+import random as _random
+import uuid as _uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from .errors import ConfigurationError
+from .events import JSON
+
+if TYPE_CHECKING:
+    from .effects import Model, Tool
+    from .engine import StepExecution
+
+S = TypeVar("S", bound=BaseModel)
+I = TypeVar("I", bound=BaseModel)  # noqa: E741 - conventional name for the input type
+
+
+@dataclass(frozen=True, slots=True)
+class Goto:
+    """Continue with ``step``."""
+
+    step: str
+
+
+@dataclass(frozen=True, slots=True)
+class Sleep:
+    """Wait ``seconds`` on a durable timer, then continue with ``then``."""
+
+    seconds: float
+    then: str
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """Wait for signal ``signal`` (at most ``timeout`` seconds), then continue with ``then``."""
+
+    signal: str
+    timeout: float | None
+    then: str
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    """Finish the run with ``result``."""
+
+    result: JSON
+
+
+@dataclass(frozen=True, slots=True)
+class Fail:
+    """Fail the run with ``reason``."""
+
+    reason: str
+
+
+Next = Goto | Sleep | Wait | Done | Fail
+"""What a step returns: where the run goes next."""
+
+StepTarget = "str | StepFn[Any, Any]"
+
+
+def _seconds(duration: float | timedelta) -> float:
+    return duration.total_seconds() if isinstance(duration, timedelta) else float(duration)
+
+
+def _step_name(target: str | Callable[..., Any]) -> str:
+    return target if isinstance(target, str) else getattr(target, "__name__", str(target))
+
+
+class RunContext(Generic[S, I]):
+    """What a step sees: the run's state and input, and the journaled ways to act."""
+
+    def __init__(self, execution: StepExecution, state: S, input: I) -> None:
+        self._x = execution
+        self.state: S = state
+        """The run's typed state; changes are journaled as a patch when the step ends."""
+        self.input: I = input
+        """The run's typed input."""
+
+    @property
+    def run_id(self) -> str:
+        """This run's id."""
+        return self._x.run_id
+
+    @property
+    def tenant_id(self) -> str:
+        """This run's tenant."""
+        return self._x.tenant_id
+
+    @property
+    def step(self) -> str:
+        """The step being executed."""
+        return self._x.step
+
+    @property
+    def attempt(self) -> int:
+        """1 on the step's first execution, higher when it runs again after a crash."""
+        return self._x.attempt
+
+    @property
+    def signal(self) -> JSON:
+        """The payload of the signal that ended the preceding ``wait``, else None."""
+        sig = self._x.signal
+        return sig["payload"] if sig else None
+
+    @property
+    def timed_out(self) -> bool:
+        """True when the preceding ``wait`` ended by timeout instead of a signal."""
+        return self._x.timed_out
+
+    async def call(self, tool: Tool | str, args: JSON | BaseModel = None) -> JSON:
+        """Perform a tool call through the effect ledger and return its result.
+
+        A call that already completed (journaled) returns its journaled result without
+        running the tool again. Raises :class:`~underway.errors.ToolCallError` when the
+        tool failed.
+        """
+        if isinstance(args, BaseModel):
+            args = args.model_dump(mode="json")
+        return await self._x.call(tool, args)
+
+    async def model(self, model: Model, request: JSON) -> JSON:
+        """Ask a model; the response is journaled and never requested twice."""
+        return await self._x.model(model, request)
+
+    def now(self) -> datetime:
+        """The current time, journaled: a re-run sees the same value."""
+        return datetime.fromtimestamp(float(self._x.value("now", self._x.clock())), UTC)
+
+    def uuid(self) -> str:
+        """A random UUID, journaled."""
+        return str(self._x.value("uuid", str(_uuid.uuid4())))
+
+    def random(self) -> float:
+        """A random float in [0, 1), journaled."""
+        return float(self._x.value("random", _random.random()))
+
+    # -- where to go next ---------------------------------------------------------------
+    def goto(self, step: str | Callable[..., Any]) -> Goto:
+        """Continue with ``step``."""
+        return Goto(_step_name(step))
+
+    def sleep(self, duration: float | timedelta, *, then: str | Callable[..., Any]) -> Sleep:
+        """Sleep on a durable timer (the run holds no worker meanwhile), then go to ``then``."""
+        return Sleep(_seconds(duration), _step_name(then))
+
+    def wait(
+        self,
+        signal: str,
+        *,
+        timeout: float | timedelta | None = None,
+        then: str | Callable[..., Any],
+    ) -> Wait:
+        """Wait for a signal (or the timeout), then go to ``then``; read ``ctx.signal`` there."""
+        return Wait(signal, None if timeout is None else _seconds(timeout), _step_name(then))
+
+    def done(self, result: JSON | BaseModel = None) -> Done:
+        """Finish the run successfully."""
+        if isinstance(result, BaseModel):
+            result = result.model_dump(mode="json")
+        return Done(result)
+
+    def fail(self, reason: str) -> Fail:
+        """Finish the run as failed."""
+        return Fail(reason)
+
+
+StepFn = Callable[[RunContext[S, I]], Awaitable[Next]]
+
+
+class _NoInput(BaseModel):
+    """Input of a flow declared without one."""
+
+
+class Flow(Generic[S, I]):
+    """A named set of steps over a typed state.
+
+    >>> flow = Flow("invoice_followup", state=FollowUp, input=Customer)
+    >>> @flow.step(start=True)
+    ... async def fetch(ctx): ...
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        state: type[S],
+        input: type[I] | None = None,
+        init: Callable[[I], S] | None = None,
+    ) -> None:
+        if not name or not name.replace("_", "").replace("-", "").replace(".", "").isalnum():
+            raise ConfigurationError(
+                f"flow name {name!r} must be non-empty letters, digits, '_', '-' or '.'"
+            )
+        self.name = name
+        self.state_type = state
+        self.input_type: type[Any] = input or _NoInput
+        self._init = init
+        self.steps: dict[str, StepFn[S, I]] = {}
+        self.start_step: str | None = None
+
+    def step(
+        self, fn: StepFn[S, I] | None = None, *, name: str | None = None, start: bool = False
+    ) -> Any:
+        """Register a step (bare ``@flow.step`` or ``@flow.step(start=True)``)."""
+
+        def register(f: StepFn[S, I]) -> StepFn[S, I]:
+            step_name = name or f.__name__
+            if step_name in self.steps:
+                raise ConfigurationError(f"flow {self.name!r} already has a step {step_name!r}")
+            self.steps[step_name] = f
+            if start or self.start_step is None:
+                self.start_step = step_name
+            return f
+
+        return register(fn) if fn is not None else register
+
+    def parse_input(self, data: JSON | BaseModel) -> I:
+        """Validate ``data`` as this flow's input; raise ConfigurationError naming the fields."""
+        if isinstance(data, self.input_type):
+            return data  # type: ignore[return-value]
+        if isinstance(data, BaseModel):
+            data = data.model_dump(mode="json")
+        try:
+            return self.input_type.model_validate(data or {})  # type: ignore[no-any-return]
+        except ValidationError as exc:
+            raise ConfigurationError(f"invalid input for flow {self.name!r}: {exc}") from exc
+
+    def initial_state(self, input: I) -> S:
+        """The state a new run starts from."""
+        return self._init(input) if self._init else self.state_type()
+
+    def get_step(self, name: str) -> StepFn[S, I]:
+        """The step function called ``name``."""
+        try:
+            return self.steps[name]
+        except KeyError:
+            raise ConfigurationError(
+                f"flow {self.name!r} has no step {name!r}; steps: {sorted(self.steps)}"
+            ) from None

@@ -1,0 +1,137 @@
+"""Reading and writing a run's journal: encoding, the hash chain, recovery, verification."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .codec import Codec
+from .errors import IntegrityError, RunNotFound
+from .events import Event, canonical_json, chain_hash, envelope, from_envelope, genesis_hash
+from .state import Recorded, RunState, apply
+from .store.base import Store, StoredEvent
+
+
+@dataclass(frozen=True, slots=True)
+class Verification:
+    """The result of verifying one run's hash chain."""
+
+    tenant_id: str
+    run_id: str
+    ok: bool
+    events: int
+    bad_seq: int | None = None
+    reason: str = ""
+
+
+class Journal:
+    """Encodes events for a store and folds them back into :class:`RunState`."""
+
+    def __init__(self, store: Store, codec: Codec | None = None) -> None:
+        self.store = store
+        self.codec = codec or Codec()
+        self._known: set[tuple[str, str]] = set()
+
+    # -- writing ------------------------------------------------------------------------
+    def encode(
+        self,
+        tenant_id: str,
+        pending: Sequence[tuple[int, float, Event]],
+        prev_hash: str,
+        blobs: dict[str, bytes],
+    ) -> list[StoredEvent]:
+        """Stored form of ``pending`` (seq, time, event), chained from ``prev_hash``."""
+        out: list[StoredEvent] = []
+        for seq, at, event in pending:
+            env = envelope(event, seq=seq, at=at)
+            env["data"] = self.codec.externalize(env["data"], blobs)
+            payload = self.codec.seal(canonical_json(env))
+            prev_hash = chain_hash(prev_hash, payload)
+            out.append(StoredEvent(seq, str(env["type"]), payload, prev_hash))
+        return out
+
+    def encode_checkpoint(self, state: RunState, blobs: dict[str, bytes]) -> bytes:
+        """Stored form of a checkpoint of ``state``."""
+        return self.codec.encode(state.to_json(), blobs)
+
+    def unknown_blobs(self, tenant_id: str, blobs: dict[str, bytes]) -> dict[str, bytes]:
+        """The subset of ``blobs`` not yet known to be stored for this tenant."""
+        return {k: v for k, v in blobs.items() if (tenant_id, k) not in self._known}
+
+    def remember(self, tenant_id: str, blobs: dict[str, bytes]) -> None:
+        """Note that ``blobs`` are committed (call only after the commit)."""
+        if len(self._known) > 200_000:
+            self._known.clear()
+        self._known.update((tenant_id, k) for k in blobs)
+
+    # -- reading ------------------------------------------------------------------------
+    def decode(self, tenant_id: str, stored: Sequence[StoredEvent]) -> list[Recorded]:
+        """Decode stored events (upcasting old versions)."""
+
+        def fetch(keys: list[str]) -> dict[str, bytes]:
+            return self.store.get_blobs(tenant_id, keys)
+
+        out = []
+        for s in stored:
+            env = self.codec.decode(s.payload, fetch)
+            if not isinstance(env, dict) or env.get("seq") != s.seq:
+                raise IntegrityError(f"event at seq {s.seq} does not carry its own seq")
+            out.append(Recorded(s.seq, float(env["at"]), from_envelope(env)))
+        return out
+
+    def load(self, tenant_id: str, run_id: str, *, use_checkpoint: bool = True) -> RunState:
+        """The run's state: latest checkpoint plus the fold of the events after it."""
+        start = RunState(tenant_id=tenant_id, run_id=run_id)
+        if use_checkpoint:
+            ckpt = self.store.load_checkpoint(tenant_id, run_id)
+            if ckpt is not None:
+                data = self.codec.decode(
+                    ckpt[1], lambda keys: self.store.get_blobs(tenant_id, keys)
+                )
+                start = RunState.from_json(data)
+        tail = self.store.load_events(tenant_id, run_id, after_seq=start.seq)
+        if start.seq == 0 and not tail:
+            raise RunNotFound(tenant_id, run_id)
+        for rec in self.decode(tenant_id, tail):
+            apply(start, rec)
+        return start
+
+    def history(self, tenant_id: str, run_id: str) -> list[Recorded]:
+        """Every event of the run, decoded."""
+        stored = self.store.load_events(tenant_id, run_id)
+        if not stored:
+            raise RunNotFound(tenant_id, run_id)
+        return self.decode(tenant_id, stored)
+
+    # -- verification -------------------------------------------------------------------
+    def verify(self, tenant_id: str, run_id: str) -> Verification:
+        """Check the run's hash chain, sequence and tail against its run row."""
+        stored = self.store.load_events(tenant_id, run_id)
+        row = self.store.get_run(tenant_id, run_id)
+
+        def bad(seq: int | None, reason: str) -> Verification:
+            return Verification(tenant_id, run_id, False, len(stored), seq, reason)
+
+        prev = genesis_hash(tenant_id, run_id)
+        for expected_seq, s in enumerate(stored, start=1):
+            if s.seq != expected_seq:
+                return bad(expected_seq, f"event {expected_seq} is missing (found seq {s.seq})")
+            if chain_hash(prev, s.payload) != s.hash:
+                return bad(s.seq, "hash does not match content and predecessor")
+            if self.codec.cipher is None:
+                try:
+                    env = json.loads(s.payload)
+                except ValueError:
+                    return bad(s.seq, "payload is not valid JSON")
+                if env.get("seq") != s.seq or env.get("type") != s.type:
+                    return bad(s.seq, "stored seq/type differ from the hashed payload")
+            prev = s.hash
+        if row is None:
+            return bad(None, "events exist but the run row is missing")
+        if row.last_seq != len(stored) or row.last_hash != prev:
+            return bad(
+                len(stored) + 1 if row.last_seq > len(stored) else row.last_seq,
+                f"run row says last seq {row.last_seq}, journal ends at {len(stored)}",
+            )
+        return Verification(tenant_id, run_id, True, len(stored))

@@ -1,0 +1,94 @@
+"""Minimal RFC 6902 JSON Patch: diff two JSON documents and apply a patch.
+
+The diff favours small patches for the shapes agents produce: changed keys of objects and
+lists that grow at the end (a conversation) become ``add`` operations at ``/-``.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from .errors import IntegrityError
+from .events import JSON
+
+
+def _escape(token: str) -> str:
+    return token.replace("~", "~0").replace("/", "~1")
+
+
+def _unescape(token: str) -> str:
+    return token.replace("~1", "/").replace("~0", "~")
+
+
+def make_patch(old: JSON, new: JSON) -> list[JSON]:
+    """RFC 6902 operations turning ``old`` into ``new``."""
+    ops: list[JSON] = []
+    _diff(old, new, "", ops)
+    return ops
+
+
+def _diff(old: JSON, new: JSON, path: str, ops: list[JSON]) -> None:
+    if type(old) is type(new) and old == new:
+        return
+    if isinstance(old, dict) and isinstance(new, dict):
+        for key in old:
+            if key not in new:
+                ops.append({"op": "remove", "path": f"{path}/{_escape(key)}"})
+        for key, value in new.items():
+            sub = f"{path}/{_escape(key)}"
+            if key in old:
+                _diff(old[key], value, sub, ops)
+            else:
+                ops.append({"op": "add", "path": sub, "value": copy.deepcopy(value)})
+        return
+    if isinstance(old, list) and isinstance(new, list):
+        n = len(old)
+        if len(new) >= n and new[:n] == old:
+            for value in new[n:]:
+                ops.append({"op": "add", "path": f"{path}/-", "value": copy.deepcopy(value)})
+            return
+        if len(new) == n:
+            for i, (a, b) in enumerate(zip(old, new, strict=True)):
+                _diff(a, b, f"{path}/{i}", ops)
+            return
+    ops.append({"op": "replace", "path": path, "value": copy.deepcopy(new)})
+
+
+def apply_patch(doc: JSON, patch: list[JSON]) -> JSON:
+    """Apply ``patch`` to ``doc`` in place where possible; returns the new document."""
+    for op in patch:
+        doc = _apply_one(doc, op)
+    return doc
+
+
+def _apply_one(doc: JSON, op: JSON) -> JSON:
+    kind, path = op["op"], op["path"]
+    if path == "":
+        if kind in ("add", "replace"):
+            return copy.deepcopy(op["value"])
+        raise IntegrityError(f"unsupported patch operation on the root: {kind}")
+    tokens = [_unescape(t) for t in path.split("/")[1:]]
+    parent = doc
+    for token in tokens[:-1]:
+        parent = parent[int(token)] if isinstance(parent, list) else parent[token]
+    last = tokens[-1]
+    value = copy.deepcopy(op.get("value"))
+    if isinstance(parent, list):
+        if kind == "add":
+            if last == "-":
+                parent.append(value)
+            else:
+                parent.insert(int(last), value)
+        elif kind == "replace":
+            parent[int(last)] = value
+        elif kind == "remove":
+            del parent[int(last)]
+        else:
+            raise IntegrityError(f"unsupported patch operation {kind!r}")
+    elif kind in ("add", "replace"):
+        parent[last] = value
+    elif kind == "remove":
+        del parent[last]
+    else:
+        raise IntegrityError(f"unsupported patch operation {kind!r}")
+    return doc

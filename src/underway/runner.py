@@ -1,0 +1,85 @@
+"""A single in-process runner: drives due runs, sleeps until the next timer, takes signals.
+
+(The multi-worker ``underway worker`` builds on the same engine and store protocol.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from pydantic import BaseModel
+
+from .engine import Engine, owner_is_dead
+from .events import JSON
+from .flow import Flow
+from .state import RunState
+
+
+class Runner:
+    """Advances runs of one engine in this process.
+
+    ``poll`` bounds how long a sleeping runner takes to notice a signal or a new run.
+    """
+
+    def __init__(self, engine: Engine, *, poll: float = 0.2, batch: int = 16) -> None:
+        self.engine = engine
+        self.poll = poll
+        self.batch = batch
+
+    def reclaim_dead_local_leases(self) -> int:
+        """Free leases held by processes on this host that have died (e.g. SIGKILL), so
+        their runs resume now instead of after the lease expires."""
+        freed = 0
+        for tenant_id, run_id, owner in self.engine.store.held_leases(now=self.engine.clock.now()):
+            if owner != self.engine.owner and owner_is_dead(owner):
+                freed += self.engine.store.expire_lease(tenant_id, run_id, owner)
+        return freed
+
+    async def run_until_idle(self) -> int:
+        """Advance every run that is due now; return how many activations ran."""
+        activations = 0
+        self.reclaim_dead_local_leases()
+        while leases := self.engine.claim(limit=self.batch):
+            for lease in leases:
+                await self.engine.activate(lease)
+                activations += 1
+        return activations
+
+    async def run_until_complete(self, run_id: str, *, tenant_id: str = "default") -> RunState:
+        """Advance runs until ``run_id`` completes, fails, is cancelled or escalates."""
+        eng = self.engine
+        while True:
+            await self.run_until_idle()
+            row = eng.store.get_run(tenant_id, run_id)
+            if row is not None and row.status in ("completed", "failed", "cancelled", "escalated"):
+                return eng.state(run_id, tenant_id=tenant_id)
+            wake = eng.store.next_wake_at()
+            now = eng.clock.now()
+            target = now + self.poll if wake is None else min(wake, now + self.poll)
+            await eng.clock.sleep_until(max(target, now))
+
+    async def serve(self, stop: asyncio.Event) -> None:
+        """Advance runs until ``stop`` is set."""
+        while not stop.is_set():
+            await self.run_until_idle()
+            wake = self.engine.store.next_wake_at()
+            now = self.engine.clock.now()
+            delay = self.poll if wake is None else min(max(wake - now, 0.0), self.poll)
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=delay)
+            except TimeoutError:
+                pass
+
+
+async def run(
+    engine: Engine,
+    flow: Flow[Any, Any] | str,
+    input: JSON | BaseModel = None,
+    *,
+    tenant_id: str = "default",
+    idempotency_key: str | None = None,
+) -> RunState:
+    """Start a run (or find the one with this idempotency key) and drive it to an end."""
+    run_id, _ = engine.start(flow, input, tenant_id=tenant_id, idempotency_key=idempotency_key)
+    return await Runner(engine).run_until_complete(run_id, tenant_id=tenant_id)

@@ -1,0 +1,221 @@
+"""A run's state and the fold that derives it from the journal.
+
+``RunState`` is never stored as the truth: it is ``fold(events)``. A checkpoint is a
+``RunState`` serialized at some sequence number, so recovery is checkpoint + fold(tail).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from . import events as ev
+from .events import JSON
+from .jsonpatch import apply_patch
+
+RunStatus = Literal["ready", "waiting", "escalated", "completed", "failed", "cancelled"]
+"""Where a run stands. ``completed``, ``failed`` and ``cancelled`` are final."""
+
+FINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
+
+CallStatus = Literal["started", "succeeded", "failed", "retry"]
+
+
+@dataclass(slots=True)
+class Recorded:
+    """A decoded journal event with its position and time."""
+
+    seq: int
+    at: float
+    event: ev.Event
+
+
+@dataclass(slots=True)
+class CallRecord:
+    """What the journal says about one call of the current step."""
+
+    index: int
+    key: str
+    tool: str
+    args_hash: str
+    status: CallStatus
+    result: JSON = None
+    error_type: str | None = None
+    message: str | None = None
+    retryable: bool = False
+
+
+@dataclass(slots=True)
+class RunState:
+    """The folded state of one run."""
+
+    tenant_id: str
+    run_id: str
+    flow: str = ""
+    status: RunStatus = "ready"
+    input: JSON = None
+    state: JSON = None
+    step: str | None = None
+    attempt: int = 0
+    calls: list[CallRecord] = field(default_factory=list)
+    values: list[JSON] = field(default_factory=list)
+    waiting_signal: str | None = None
+    timer_id: str | None = None
+    wake_at: float | None = None
+    signal: dict[str, JSON] | None = None
+    timed_out: bool = False
+    escalation: dict[str, JSON] | None = None
+    result: JSON = None
+    error: str | None = None
+    deadline: float | None = None
+    idempotency_key: str | None = None
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    seq: int = 0
+    steps_completed: int = 0
+    tool_calls: int = 0
+    model_calls: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost_usd: float = 0.0
+
+    @property
+    def final(self) -> bool:
+        """True once the run has completed, failed or been cancelled."""
+        return self.status in FINAL_STATUSES
+
+    def call(self, index: int) -> CallRecord | None:
+        """The journaled record of call ``index`` in the current step, if any."""
+        return self.calls[index] if index < len(self.calls) else None
+
+    def to_json(self) -> dict[str, JSON]:
+        """A JSON snapshot of this state (a checkpoint's content)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RunState:
+        """Rebuild a state from :meth:`to_json` output."""
+        data = dict(data)
+        data["calls"] = [CallRecord(**c) for c in data.get("calls", [])]
+        return cls(**data)
+
+    def clone(self) -> RunState:
+        """A deep copy that the fold may change freely."""
+        return copy.deepcopy(self)
+
+
+def _set_call(s: RunState, rec: CallRecord) -> None:
+    if rec.index < len(s.calls):
+        s.calls[rec.index] = rec
+    elif rec.index == len(s.calls):
+        s.calls.append(rec)
+    else:
+        # A read-only call's outcome may be journaled without its predecessors' intents.
+        s.calls.extend(
+            CallRecord(i, "", "", "", "retry") for i in range(len(s.calls), rec.index)
+        )
+        s.calls.append(rec)
+
+
+def apply(s: RunState, rec: Recorded) -> RunState:
+    """Apply one event to ``s`` (in place) and return it."""
+    e = rec.event
+    s.seq = rec.seq
+    s.updated_at = rec.at
+    match e:
+        case ev.RunStarted():
+            s.flow, s.input, s.state = e.flow, copy.deepcopy(e.input), copy.deepcopy(e.state)
+            s.step, s.status, s.deadline = e.first_step, "ready", e.deadline
+            s.idempotency_key, s.created_at = e.idempotency_key, rec.at
+        case ev.StepStarted():
+            s.attempt = e.attempt
+        case ev.ValueRecorded():
+            s.values.append(e.value)
+        case ev.ToolStarted():
+            existing = s.call(e.index)
+            if existing is None or existing.status != "started":
+                _set_call(s, CallRecord(e.index, e.key, e.tool, e.args_hash, "started"))
+            s.tool_calls += 1
+        case ev.ToolSucceeded():
+            _set_call(s, CallRecord(e.index, e.key, e.tool, e.args_hash, "succeeded", e.result))
+        case ev.ToolFailed():
+            _set_call(
+                s,
+                CallRecord(
+                    e.index, e.key, e.tool, e.args_hash, "failed", None,
+                    e.error_type, e.message, e.retryable,
+                ),
+            )
+        case ev.ToolTimedOut():
+            _set_call(
+                s,
+                CallRecord(
+                    e.index, e.key, e.tool, e.args_hash, "failed", None,
+                    "ToolTimedOut", f"timed out after {e.timeout_s}s", True,
+                ),
+            )
+        case ev.SchemaValidationFailed():
+            old = s.call(e.index)
+            _set_call(
+                s,
+                CallRecord(
+                    e.index, e.key, e.tool, old.args_hash if old else "", "failed", None,
+                    "SchemaValidationFailed", f"{e.where} invalid: {e.errors}", False,
+                ),
+            )
+        case ev.ModelResponded():
+            _set_call(s, CallRecord(e.index, e.key, e.model, "", "succeeded", e.response))
+            s.model_calls += 1
+            s.tokens_in += e.tokens_in
+            s.tokens_out += e.tokens_out
+            s.cost_usd += e.cost_usd
+        case ev.Escalated():
+            s.status = "escalated"
+            s.escalation = {"reason": e.reason, "key": e.key, "tool": e.tool, "index": e.index}
+        case ev.EscalationResolved():
+            s.status, s.escalation = "ready", None
+            for c in s.calls:
+                if c.key == e.key and c.status == "started":
+                    if e.resolution == "succeeded":
+                        c.status, c.result = "succeeded", e.result
+                    elif e.resolution == "failed":
+                        c.status, c.error_type = "failed", "EscalationResolved"
+                        c.message = f"resolved as failed by {e.by}"
+                    else:
+                        c.status = "retry"
+        case ev.StepCompleted():
+            s.state = apply_patch(s.state, e.patch)
+            s.step, s.attempt, s.calls, s.values = e.next, 0, [], []
+            s.signal, s.timed_out = None, False
+            s.steps_completed += 1
+        case ev.TimerSet():
+            s.timer_id, s.wake_at, s.status = e.timer_id, e.wake_at, "waiting"
+        case ev.TimerFired():
+            if s.waiting_signal is not None:
+                s.timed_out, s.waiting_signal = True, None
+            s.timer_id, s.wake_at, s.status = None, None, "ready"
+        case ev.SignalAwaited():
+            s.waiting_signal, s.status = e.signal, "waiting"
+        case ev.SignalReceived():
+            s.signal = {
+                "name": e.signal, "id": e.signal_id, "payload": e.payload, "sender": e.sender
+            }
+            s.waiting_signal, s.timer_id, s.wake_at, s.status = None, None, None, "ready"
+        case ev.RunCompleted():
+            s.status, s.result, s.wake_at = "completed", e.result, None
+        case ev.RunFailed():
+            s.status, s.error, s.wake_at = "failed", e.reason, None
+        case ev.RunCancelled():
+            s.status, s.error, s.wake_at = "cancelled", f"cancelled by {e.by}: {e.reason}", None
+    return s
+
+
+def fold(records: Iterable[Recorded], *, start: RunState) -> RunState:
+    """Fold ``records`` onto a copy of ``start``."""
+    s = start.clone()
+    for rec in records:
+        apply(s, rec)
+    return s

@@ -1,0 +1,51 @@
+"""Storage backends behind one protocol; :func:`connect` picks one from a URL."""
+
+from __future__ import annotations
+
+from ..errors import ConfigurationError
+from .base import AppendBatch, Lease, NewRun, RunRecord, RunUpdate, SignalRecord, Store, StoredEvent
+from .memory import MemoryStore
+
+__all__ = [
+    "AppendBatch",
+    "Lease",
+    "MemoryStore",
+    "NewRun",
+    "RunRecord",
+    "RunUpdate",
+    "SignalRecord",
+    "Store",
+    "StoredEvent",
+    "connect",
+]
+
+
+def connect(url: str, *, migrate: bool = True) -> Store:
+    """Open a store from a URL and (by default) migrate it to the current schema.
+
+    ``memory://``, ``sqlite:///relative.db``, ``sqlite:////absolute/path.db``, or
+    ``postgresql://user@host:port/dbname`` (``?schema=name`` selects a schema).
+    """
+    store: Store
+    if url.startswith("memory:"):
+        store = MemoryStore()
+    elif url.startswith("sqlite://"):
+        path = url.removeprefix("sqlite://")
+        path = path[1:] if path.startswith("/") else path
+        if not path:
+            raise ConfigurationError(f"no file in SQLite URL {url!r}; use sqlite:///path.db")
+        from .sqlite import SQLiteStore
+
+        store = SQLiteStore(path)
+    elif url.startswith(("postgresql://", "postgres://")):
+        from .postgres import PostgresStore
+
+        store = PostgresStore(url)
+    else:
+        raise ConfigurationError(
+            f"unsupported database URL {url!r}: use sqlite:///path.db, postgresql://... "
+            "or memory://"
+        )
+    if migrate:
+        store.migrate()
+    return store

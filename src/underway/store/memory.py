@@ -1,0 +1,258 @@
+"""In-memory store: the same protocol and rules as the databases, for tests."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+
+from ..errors import ConflictError, FencedError, RunNotFound
+from .base import FINAL, AppendBatch, Lease, NewRun, RunRecord, SignalRecord, StoredEvent
+
+SCHEMA_VERSION = 1
+
+
+class MemoryStore:
+    """A :class:`~underway.store.base.Store` held in process memory."""
+
+    dialect = "memory"
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._runs: dict[tuple[str, str], RunRecord] = {}
+        self._events: dict[tuple[str, str], list[StoredEvent]] = {}
+        self._checkpoints: dict[tuple[str, str], tuple[int, bytes]] = {}
+        self._blobs: dict[tuple[str, str], bytes] = {}
+        self._signals: dict[tuple[str, str], dict[str, tuple[SignalRecord, bool]]] = {}
+        self._version = 0
+
+    def migrate(self) -> int:
+        """Nothing to migrate in memory."""
+        self._version = SCHEMA_VERSION
+        return self._version
+
+    def schema_version(self) -> int:
+        """The schema version (1 once migrated)."""
+        return self._version
+
+    def create_run(self, new: NewRun) -> tuple[RunRecord, bool]:
+        """Create the run or return the one with the same idempotency key."""
+        with self._lock:
+            if new.idempotency_key is not None:
+                for rec in self._runs.values():
+                    if (rec.tenant_id, rec.flow, rec.idempotency_key) == (
+                        new.tenant_id, new.flow, new.idempotency_key
+                    ):
+                        return rec, False
+            key = (new.tenant_id, new.run_id)
+            if key in self._runs:
+                raise ConflictError(f"run {new.run_id} already exists in tenant {new.tenant_id}")
+            rec = RunRecord(
+                tenant_id=new.tenant_id, run_id=new.run_id, flow=new.flow, status="ready",
+                step=new.step, idempotency_key=new.idempotency_key,
+                last_seq=new.first_event.seq, last_hash=new.first_event.hash,
+                next_wake_at=new.next_wake_at, waiting_signal=None, control_pending=False,
+                lease_owner=None,
+                lease_token=0, lease_expires_at=None, created_at=new.now, updated_at=new.now,
+                error=None,
+            )
+            self._runs[key] = rec
+            self._events[key] = [new.first_event]
+            for k, v in new.blobs.items():
+                self._blobs.setdefault((new.tenant_id, k), v)
+            return rec, True
+
+    def append(self, batch: AppendBatch) -> bool:
+        """Append atomically, fenced and sequence-checked."""
+        if not batch.events:
+            return False
+        key = (batch.tenant_id, batch.run_id)
+        with self._lock:
+            rec = self._runs.get(key)
+            if rec is None:
+                raise RunNotFound(batch.tenant_id, batch.run_id)
+            if rec.lease_token != batch.fence or rec.lease_owner is None:
+                raise FencedError(
+                    f"run {batch.run_id}: lease token {batch.fence} is stale "
+                    f"(current {rec.lease_token}); another worker owns this run"
+                )
+            if rec.last_seq != batch.expected_seq:
+                raise ConflictError(
+                    f"run {batch.run_id}: expected last seq {batch.expected_seq}, "
+                    f"found {rec.last_seq}"
+                )
+            u, last = batch.update, batch.events[-1]
+            changes: dict[str, object] = dict(
+                last_seq=last.seq, last_hash=last.hash, status=u.status, step=u.step,
+                next_wake_at=u.next_wake_at, waiting_signal=u.waiting_signal, error=u.error,
+                updated_at=batch.now,
+            )
+            if batch.release:
+                changes.update(lease_owner=None, lease_expires_at=None)
+            inbox = self._signals.get(key, {})
+            for sid in batch.consumed_signals:
+                if sid in inbox:
+                    inbox[sid] = (inbox[sid][0], True)
+            if u.waiting_signal is not None and any(
+                s.name == u.waiting_signal and not done for s, done in inbox.values()
+            ):
+                changes["next_wake_at"] = batch.now
+            control = any(
+                s.name.startswith("underway.") and not done for s, done in inbox.values()
+            )
+            changes["control_pending"] = control
+            self._runs[key] = dataclasses.replace(rec, **changes)  # type: ignore[arg-type]
+            self._events[key].extend(batch.events)
+            for k, v in batch.blobs.items():
+                self._blobs.setdefault((batch.tenant_id, k), v)
+            if batch.checkpoint is not None:
+                self._checkpoints[key] = batch.checkpoint
+            return control
+
+    def load_events(self, tenant_id: str, run_id: str, after_seq: int = 0) -> list[StoredEvent]:
+        """Events after ``after_seq``."""
+        with self._lock:
+            return [e for e in self._events.get((tenant_id, run_id), []) if e.seq > after_seq]
+
+    def load_checkpoint(self, tenant_id: str, run_id: str) -> tuple[int, bytes] | None:
+        """The latest checkpoint."""
+        return self._checkpoints.get((tenant_id, run_id))
+
+    def delete_checkpoints(self, tenant_id: str, run_id: str | None = None) -> int:
+        """Drop checkpoints."""
+        with self._lock:
+            doomed = [
+                k for k in self._checkpoints
+                if k[0] == tenant_id and (run_id is None or k[1] == run_id)
+            ]
+            for k in doomed:
+                del self._checkpoints[k]
+            return len(doomed)
+
+    def get_run(self, tenant_id: str, run_id: str) -> RunRecord | None:
+        """The run's row."""
+        return self._runs.get((tenant_id, run_id))
+
+    def list_runs(
+        self, tenant_id: str, *, status: str | None = None, limit: int = 100
+    ) -> list[RunRecord]:
+        """Runs of a tenant, newest first."""
+        with self._lock:
+            found = [
+                r for r in self._runs.values()
+                if r.tenant_id == tenant_id and (status is None or r.status == status)
+            ]
+        found.sort(key=lambda r: (-r.created_at, r.run_id))
+        return found[:limit]
+
+    def tenants(self) -> list[str]:
+        """Tenants with runs."""
+        return sorted({t for t, _ in self._runs})
+
+    def claim(
+        self,
+        *,
+        owner: str,
+        now: float,
+        ttl: float,
+        limit: int = 1,
+        tenant_id: str | None = None,
+        run_id: str | None = None,
+    ) -> list[Lease]:
+        """Lease due runs nobody holds."""
+        with self._lock:
+            due = sorted(
+                (
+                    r for r in self._runs.values()
+                    if r.next_wake_at is not None and r.next_wake_at <= now
+                    and r.status not in FINAL
+                    and (r.lease_owner is None or (r.lease_expires_at or 0) < now)
+                    and (tenant_id is None or r.tenant_id == tenant_id)
+                    and (run_id is None or r.run_id == run_id)
+                ),
+                key=lambda r: r.next_wake_at or 0.0,
+            )[:limit]
+            leases = []
+            for r in due:
+                token = r.lease_token + 1
+                self._runs[(r.tenant_id, r.run_id)] = dataclasses.replace(
+                    r, lease_owner=owner, lease_token=token, lease_expires_at=now + ttl
+                )
+                leases.append(Lease(r.tenant_id, r.run_id, owner, token, now + ttl))
+            return leases
+
+    def renew(self, lease: Lease, *, now: float, ttl: float) -> Lease | None:
+        """Extend a held lease."""
+        key = (lease.tenant_id, lease.run_id)
+        with self._lock:
+            r = self._runs.get(key)
+            if r is None or r.lease_owner != lease.owner or r.lease_token != lease.token:
+                return None
+            self._runs[key] = dataclasses.replace(r, lease_expires_at=now + ttl)
+        return dataclasses.replace(lease, expires_at=now + ttl)
+
+    def release(self, lease: Lease) -> None:
+        """Give a lease back."""
+        key = (lease.tenant_id, lease.run_id)
+        with self._lock:
+            r = self._runs.get(key)
+            if r is not None and r.lease_owner == lease.owner and r.lease_token == lease.token:
+                self._runs[key] = dataclasses.replace(r, lease_owner=None, lease_expires_at=None)
+
+    def held_leases(self, *, now: float) -> list[tuple[str, str, str]]:
+        """Unexpired leases."""
+        with self._lock:
+            return [
+                (r.tenant_id, r.run_id, r.lease_owner) for r in self._runs.values()
+                if r.lease_owner is not None and (r.lease_expires_at or 0) >= now
+            ]
+
+    def expire_lease(self, tenant_id: str, run_id: str, owner: str) -> int:
+        """End a dead owner's lease."""
+        key = (tenant_id, run_id)
+        with self._lock:
+            r = self._runs.get(key)
+            if r is None or r.lease_owner != owner:
+                return 0
+            self._runs[key] = dataclasses.replace(r, lease_expires_at=0.0)
+            return 1
+
+    def next_wake_at(self) -> float | None:
+        """Earliest due time of unfinished runs."""
+        with self._lock:
+            due = [
+                r.next_wake_at for r in self._runs.values()
+                if r.next_wake_at is not None and r.status not in FINAL
+            ]
+        return min(due) if due else None
+
+    def send_signal(self, signal: SignalRecord) -> bool:
+        """Queue a signal once per id and wake the run if it waits for it."""
+        key = (signal.tenant_id, signal.run_id)
+        with self._lock:
+            inbox = self._signals.setdefault(key, {})
+            if signal.signal_id in inbox:
+                return False
+            inbox[signal.signal_id] = (signal, False)
+            r = self._runs.get(key)
+            control = signal.name.startswith("underway.")
+            if r is not None and r.status not in FINAL and (
+                r.waiting_signal == signal.name or control
+            ):
+                self._runs[key] = dataclasses.replace(
+                    r, next_wake_at=signal.created_at, control_pending=r.control_pending or control
+                )
+            return True
+
+    def pending_signals(self, tenant_id: str, run_id: str) -> list[SignalRecord]:
+        """Unconsumed signals, oldest first."""
+        with self._lock:
+            inbox = self._signals.get((tenant_id, run_id), {})
+            pending = [s for s, consumed in inbox.values() if not consumed]
+        return sorted(pending, key=lambda s: (s.created_at, s.signal_id))
+
+    def get_blobs(self, tenant_id: str, keys: list[str]) -> dict[str, bytes]:
+        """Blob bytes by key."""
+        return {k: self._blobs[(tenant_id, k)] for k in keys if (tenant_id, k) in self._blobs}
+
+    def close(self) -> None:
+        """Nothing to close."""

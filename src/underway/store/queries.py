@@ -1,0 +1,39 @@
+"""Loads the named SQL queries of a dialect from ``store/sql/<dialect>.sql``.
+
+A query file is a sequence of blocks, each introduced by ``-- name: <query_name>``.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+
+
+@cache
+def load(dialect: str) -> dict[str, str]:
+    """Every named query of ``dialect``."""
+    text = resources.files("underway.store").joinpath(f"sql/{dialect}.sql").read_text("utf-8")
+    queries: dict[str, str] = {}
+    name: str | None = None
+    lines: list[str] = []
+    for line in text.splitlines():
+        if line.startswith("-- name:"):
+            if name:
+                queries[name] = "\n".join(lines).strip()
+            name, lines = line.split(":", 1)[1].strip(), []
+        elif name:
+            lines.append(line)
+    if name:
+        queries[name] = "\n".join(lines).strip()
+    return queries
+
+
+def migrations(dialect: str) -> list[tuple[int, str, str]]:
+    """(version, file name, SQL) of every numbered migration of ``dialect``, in order."""
+    folder = resources.files("underway.store").joinpath(f"migrations/{dialect}")
+    found = []
+    for entry in folder.iterdir():
+        name = entry.name
+        if name.endswith(".sql") and name[:4].isdigit():
+            found.append((int(name[:4]), name, entry.read_text("utf-8")))
+    return sorted(found)
