@@ -19,6 +19,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel
 
+from .errors import ConfigurationError
 from .events import JSON, canonical_json
 
 
@@ -130,7 +131,13 @@ def tool(
     def build(f: ToolFn) -> Tool:
         sig = inspect.signature(f)
         params = list(sig.parameters.values())
-        hints = inspect.get_annotations(f, eval_str=True)
+        try:
+            hints = inspect.get_annotations(f, eval_str=True)
+        except NameError as exc:
+            raise ConfigurationError(
+                f"tool {name or f.__name__!r}: cannot resolve its type annotations ({exc}); "
+                "define argument and result models at module level"
+            ) from exc
         first = hints.get(params[0].name) if params else None
         ret = hints.get("return")
         return Tool(

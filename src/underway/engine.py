@@ -14,7 +14,7 @@ import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, NoReturn
 
 from pydantic import BaseModel, ValidationError
 
@@ -32,8 +32,8 @@ from .errors import (
 )
 from .events import JSON, canonical_json, genesis_hash
 from .flow import Done, Fail, Flow, Goto, Next, RunContext, Sleep, Wait
-from .jsonpatch import make_patch
 from .journal import Journal
+from .jsonpatch import make_patch
 from .state import Recorded, RunState, apply
 from .store.base import AppendBatch, Lease, NewRun, RunUpdate, SignalRecord, Store
 
@@ -43,7 +43,7 @@ RESOLVE = "underway.resolve"
 """Control signal: a person resolved the run's escalation."""
 
 
-class _Escalate(BaseException):  # noqa: N818 - control flow user code must not swallow
+class _Escalate(BaseException):
     def __init__(self, reason: str, key: str | None, tool: str | None, index: int | None) -> None:
         super().__init__(reason)
         self.event = ev.Escalated(reason=reason, key=key, tool=tool, index=index)
@@ -189,26 +189,15 @@ class StepExecution:
 
     async def _execute(self, t: Tool, args: JSON, key: str, index: int, h: str) -> JSON:
         info = CallInfo(key, self.tenant_id, self.run_id, self.step, index)
+        if t.args_model is not None:
+            try:
+                t.args_model.model_validate(args)
+            except ValidationError as exc:
+                self._schema_failed(t, key, index, "args", exc)
         faults.point("effect.before_run")
         began = time.perf_counter()
         try:
             result = await t.invoke(args, info)
-            if t.result_model is not None:
-                result = t.result_model.model_validate(result).model_dump(mode="json")
-            canonical_json(result)
-        except ValidationError as exc:
-            where = "args" if t.args_model and _is_args_error(exc, t.args_model) else "result"
-            self._act.buffer(ev.SchemaValidationFailed(
-                key=key, tool=t.name, index=index, where=where,
-                errors=json.loads(exc.json(include_url=False)),
-            ))
-            raise ToolCallError(t.name, "SchemaValidationFailed", str(exc), retryable=False)
-        except (TypeError, ValueError) as exc:
-            self._act.buffer(ev.SchemaValidationFailed(
-                key=key, tool=t.name, index=index, where="result",
-                errors=[{"msg": f"result is not JSON: {exc}"}],
-            ))
-            raise ToolCallError(t.name, "SchemaValidationFailed", str(exc), retryable=False)
         except TimeoutError:
             self._act.buffer(ev.ToolTimedOut(
                 key=key, tool=t.name, index=index, args_hash=h, timeout_s=t.timeout
@@ -225,11 +214,38 @@ class StepExecution:
             ))
             raise ToolCallError(t.name, type(exc).__name__, str(exc), retryable=retryable) from exc
         faults.point("effect.after_run")
+        latency = (time.perf_counter() - began) * 1000
+        try:
+            if t.result_model is not None:
+                result = t.result_model.model_validate(result).model_dump(mode="json")
+            canonical_json(result)
+        except ValidationError as exc:
+            self._schema_failed(t, key, index, "result", exc)
+        except (TypeError, ValueError) as exc:
+            self._act.buffer(ev.SchemaValidationFailed(
+                key=key, tool=t.name, index=index, where="result",
+                errors=[{"msg": f"result is not JSON: {exc}"}],
+            ))
+            raise ToolCallError(
+                t.name, "SchemaValidationFailed", f"result is not JSON: {exc}", retryable=False
+            ) from exc
         self._act.buffer(ev.ToolSucceeded(
-            key=key, tool=t.name, index=index, args_hash=h, result=result,
-            latency_ms=(time.perf_counter() - began) * 1000,
+            key=key, tool=t.name, index=index, args_hash=h, result=result, latency_ms=latency,
         ))
         return result
+
+    def _schema_failed(
+        self, t: Tool, key: str, index: int, where: Literal["args", "result"],
+        exc: ValidationError,
+    ) -> NoReturn:
+        self._act.buffer(ev.SchemaValidationFailed(
+            key=key, tool=t.name, index=index, where=where,
+            errors=json.loads(exc.json(include_url=False)),
+        ))
+        raise ToolCallError(
+            t.name, "SchemaValidationFailed", f"{where} do not match the schema: {exc}",
+            retryable=False,
+        ) from exc
 
     async def model(self, model: Model, request: JSON) -> JSON:
         index = self._calls
@@ -256,10 +272,6 @@ class StepExecution:
             return values[index]
         self._act.buffer(ev.ValueRecorded(kind=kind, index=index, value=fresh))
         return fresh
-
-
-def _is_args_error(exc: ValidationError, model: type[BaseModel]) -> bool:
-    return exc.title == model.__name__
 
 
 class Engine:

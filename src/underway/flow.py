@@ -12,7 +12,7 @@ import uuid as _uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from pydantic import BaseModel, ValidationError
 
@@ -67,9 +67,6 @@ class Fail:
 
 Next = Goto | Sleep | Wait | Done | Fail
 """What a step returns: where the run goes next."""
-
-StepTarget = "str | StepFn[Any, Any]"
-
 
 def _seconds(duration: float | timedelta) -> float:
     return duration.total_seconds() if isinstance(duration, timedelta) else float(duration)
@@ -230,11 +227,12 @@ class Flow(Generic[S, I]):
     def parse_input(self, data: JSON | BaseModel) -> I:
         """Validate ``data`` as this flow's input; raise ConfigurationError naming the fields."""
         if isinstance(data, self.input_type):
-            return data  # type: ignore[return-value]
+            return cast(I, data)
         if isinstance(data, BaseModel):
             data = data.model_dump(mode="json")
         try:
-            return self.input_type.model_validate(data or {})  # type: ignore[no-any-return]
+            parsed: I = self.input_type.model_validate(data or {})
+            return parsed
         except ValidationError as exc:
             raise ConfigurationError(f"invalid input for flow {self.name!r}: {exc}") from exc
 

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 from pydantic import BaseModel
@@ -66,10 +67,8 @@ class Runner:
             wake = self.engine.store.next_wake_at()
             now = self.engine.clock.now()
             delay = self.poll if wake is None else min(max(wake - now, 0.0), self.poll)
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=delay)
-            except TimeoutError:
-                pass
 
 
 async def run(

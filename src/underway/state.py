@@ -167,7 +167,7 @@ def apply(s: RunState, rec: Recorded) -> RunState:
                 ),
             )
         case ev.ModelResponded():
-            _set_call(s, CallRecord(e.index, e.key, e.model, "", "succeeded", e.response))
+            _set_call(s, CallRecord(e.index, e.key, "model", "", "succeeded", e.response))
             s.model_calls += 1
             s.tokens_in += e.tokens_in
             s.tokens_out += e.tokens_out

@@ -163,7 +163,8 @@ class SQLiteStore:
                 c.execute(_Q["consume_signal"], (t, r, signal_id))
             if batch.consumed_signals and control_pending:
                 c.execute(_Q["refresh_control_pending"], (t, r))
-                control_pending = bool(c.execute(_Q["get_run"], (t, r)).fetchone()["control_pending"])
+                row = c.execute(_Q["get_run"], (t, r)).fetchone()
+                control_pending = bool(row["control_pending"])
             if u.waiting_signal is not None:
                 c.execute(_Q["wake_if_signal_pending"], (batch.now, t, r))
             if batch.release:
