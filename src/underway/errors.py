@@ -91,5 +91,5 @@ class MigrationError(StoreError):
     """The database schema cannot be brought to the version this code expects."""
 
 
-class RunCancelledSignal(BaseException):  # noqa: N818 - a control-flow signal, not an error
+class RunCancelledSignal(BaseException):
     """Raised inside a step when its run was cancelled; not catchable as ``Exception``."""

@@ -16,7 +16,7 @@ from underway.state import RunState
 from underway.testing import ManualClock, ScriptedModel, memory_engine
 
 
-class Crash(BaseException):  # noqa: N818 - stands in for the process dying
+class Crash(BaseException):
     """Raised to abandon an activation mid-flight, as a SIGKILL would."""
 
 
@@ -420,7 +420,7 @@ def test_cancel_takes_effect_at_the_next_step_boundary() -> None:
         ctx.state.n += 1
         return ctx.sleep(5, then=loop)
 
-    engine, clock = memory_engine([flow])
+    engine, _clock = memory_engine([flow])
     run_id, _ = engine.start(flow)
     run(uw.Runner(engine).run_until_idle())
     engine.cancel(run_id, by="priya", reason="customer paid by cheque")

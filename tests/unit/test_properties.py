@@ -13,8 +13,8 @@ from pydantic import BaseModel
 import underway as uw
 from underway import events as ev
 from underway.codec import Codec
-from underway.jsonpatch import apply_patch, make_patch
 from underway.journal import Journal
+from underway.jsonpatch import apply_patch, make_patch
 from underway.state import RunState, apply
 from underway.store.memory import MemoryStore
 from underway.testing import memory_engine
