@@ -5,7 +5,8 @@ A :class:`Tool` wraps an async (or sync) function. A *mutating* tool gets an int
 without an outcome is an *unknown outcome*, handled by :func:`resolution_for`: an
 idempotent tool is retried with the same idempotency key, a tool with a ``reconcile`` hook
 is asked what happened, any other tool escalates to a person. Read-only tools skip the
-intent. The idempotency key is ``{run_id}:{step}:{index}``: the same on every attempt.
+intent. The idempotency key is ``{run_id}:{ordinal}:{step}:{index}``: the same on every
+attempt, and new each time a loop visits the step again.
 """
 
 from __future__ import annotations
@@ -23,9 +24,13 @@ from .errors import ConfigurationError
 from .events import JSON, canonical_json
 
 
-def idempotency_key(run_id: str, step: str, index: int) -> str:
-    """The deterministic key of call ``index`` in ``step`` of ``run_id``."""
-    return f"{run_id}:{step}:{index}"
+def idempotency_key(run_id: str, step: str, index: int, *, ordinal: int) -> str:
+    """The deterministic key of call ``index`` in ``step`` of ``run_id``.
+
+    ``ordinal`` is how many steps the run completed before this one, so a step that a
+    ``goto`` loop visits again gets fresh keys while a re-run after a crash gets the same.
+    """
+    return f"{run_id}:{ordinal}:{step}:{index}"
 
 
 def args_hash(tool: str, args: JSON) -> str:
@@ -121,8 +126,12 @@ def tool(
     mutating: bool = True,
     idempotent: bool = False,
     timeout: float = 30.0,
+    reconcile: ReconcileFn | None = None,
 ) -> Any:
     """Declare a tool. Use bare (``@tool``) or with options (``@tool(mutating=False)``).
+
+    ``reconcile(key)`` is asked, after a crash hid a call's outcome, whether the effect
+    with that idempotency key took place.
 
     The function takes the arguments (a pydantic model when its first parameter is
     annotated with one, else the JSON value) and, optionally, a :class:`CallInfo`.
@@ -146,6 +155,7 @@ def tool(
             mutating=mutating,
             idempotent=idempotent,
             timeout=timeout,
+            reconcile=reconcile,
             args_model=first if _is_model(first) else None,
             result_model=ret if _is_model(ret) else None,
             wants_call_info=len(params) >= 2,
