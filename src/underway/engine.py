@@ -9,6 +9,7 @@ the lease token.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
@@ -25,6 +26,7 @@ from .codec import Codec
 from .effects import CallInfo, Model, Tool, args_hash, idempotency_key
 from .errors import (
     ConfigurationError,
+    FencedError,
     NonDeterminismError,
     RunCancelledSignal,
     RunNotFound,
@@ -121,6 +123,8 @@ class StepExecution:
         s = act.state
         self.run_id, self.tenant_id, self.step = s.run_id, s.tenant_id, step
         self.attempt = s.attempt
+        # A loop revisits a step: keys must differ per visit, yet not per attempt.
+        self.ordinal = s.steps_completed
         self.signal = s.signal
         self.timed_out = s.timed_out
         self.clock = act.engine.clock.now
@@ -151,7 +155,7 @@ class StepExecution:
                 f"arguments to tool {t.name!r} in step {self.step!r} are not JSON: {exc}"
             ) from exc
         h = args_hash(t.name, args)
-        key = idempotency_key(self.run_id, self.step, index)
+        key = idempotency_key(self.run_id, self.step, index, ordinal=self.ordinal)
         rec = self._record(index, t.name, h)
         if rec is not None and rec.status == "succeeded":
             return rec.result
@@ -253,7 +257,7 @@ class StepExecution:
         rec = self._record(index, "model", "")
         if rec is not None and rec.status == "succeeded":
             return rec.result
-        key = idempotency_key(self.run_id, self.step, index)
+        key = idempotency_key(self.run_id, self.step, index, ordinal=self.ordinal)
         began = time.perf_counter()
         reply = await model.complete(request)
         self._act.buffer(ev.ModelResponded(
@@ -397,6 +401,11 @@ class Engine:
             raise ConfigurationError(
                 f"resolution must be 'succeeded', 'failed' or 'retry', not {resolution!r}"
             )
+        row = self.store.get_run(tenant_id, run_id)
+        if row is not None and row.status != "escalated":
+            raise ConfigurationError(
+                f"run {run_id} is {row.status}, not escalated: there is nothing to resolve"
+            )
         self.signal(run_id, RESOLVE, {"resolution": resolution, "result": result, "by": by},
                     tenant_id=tenant_id, sender=by)
 
@@ -444,8 +453,6 @@ class Engine:
             return False
         renewed = self.store.renew(act.lease, now=now, ttl=self.lease_ttl)
         if renewed is None:
-            from .errors import FencedError
-
             raise FencedError(f"run {act.lease.run_id}: lease lost to another worker")
         act.lease = renewed
         return False
@@ -471,6 +478,13 @@ class Engine:
                         key=esc.get("key"), resolution=payload["resolution"],
                         result=payload.get("result"), by=str(payload.get("by", "unknown")),
                     ))
+                else:
+                    # Journaled so the signal is consumed: a stale resolve must never
+                    # settle a later escalation.
+                    act.buffer(ev.SignalIgnored(
+                        signal=sig.name, signal_id=sig.signal_id,
+                        reason=f"run was {s.status}, not escalated",
+                    ))
             elif s.waiting_signal == sig.name and s.status == "waiting":
                 act.consumed.append(sig.signal_id)
                 act.buffer(ev.SignalReceived(signal=sig.name, signal_id=sig.signal_id,
@@ -482,6 +496,7 @@ class Engine:
         step = str(s.step)
         act.buffer(ev.StepStarted(step=step, attempt=s.attempt + 1))
         x = StepExecution(act, step)
+        heartbeat = asyncio.create_task(self._heartbeat(act))
         try:
             ctx: RunContext[Any, Any] = RunContext(
                 x, flow.state_type.model_validate(s.state), flow.input_type.model_validate(s.input)
@@ -500,7 +515,19 @@ class Engine:
         except Exception as exc:
             act.buffer(ev.RunFailed(reason=f"{type(exc).__name__}: {exc}",
                                     error_type=type(exc).__name__, step=step))
+        finally:
+            heartbeat.cancel()
         act.commit(release=act.state.status != "ready")
+
+    async def _heartbeat(self, act: _Activation) -> None:
+        """Renew the lease while a step awaits slow tools; stop once it is lost (the next
+        commit is then fenced)."""
+        while True:
+            await asyncio.sleep(self.lease_ttl / 3)
+            renewed = self.store.renew(act.lease, now=self.clock.now(), ttl=self.lease_ttl)
+            if renewed is None:
+                return
+            act.lease = renewed
 
     def _finish_step(self, act: _Activation, flow: Flow[Any, Any], step: str,
                      ctx: RunContext[Any, Any], nxt: Next) -> None:

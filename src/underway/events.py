@@ -198,6 +198,15 @@ class SignalReceived(Event):
     sender: str | None = None
 
 
+class SignalIgnored(Event):
+    """A control signal that did not apply (e.g. a resolve for a run not escalated)."""
+
+    type: Literal["SignalIgnored"] = "SignalIgnored"
+    signal: str
+    signal_id: str
+    reason: str
+
+
 class Escalated(Event):
     """The run needs a person: e.g. a non-idempotent call's outcome is unknown."""
 
@@ -257,6 +266,7 @@ AnyEvent = Annotated[
     | TimerFired
     | SignalAwaited
     | SignalReceived
+    | SignalIgnored
     | Escalated
     | EscalationResolved
     | RunCompleted

@@ -7,14 +7,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from typing import Any
 
 from pydantic import BaseModel
 
 from .engine import Engine, owner_is_dead
+from .errors import ConflictError, FencedError
 from .events import JSON
 from .flow import Flow
 from .state import RunState
+
+log = logging.getLogger("underway.runner")
 
 
 class Runner:
@@ -43,7 +47,11 @@ class Runner:
         self.reclaim_dead_local_leases()
         while leases := self.engine.claim(limit=self.batch):
             for lease in leases:
-                await self.engine.activate(lease)
+                try:
+                    await self.engine.activate(lease)
+                except (FencedError, ConflictError) as exc:
+                    # Another worker owns the run now; what it commits is the truth.
+                    log.warning("gave up run %s: %s", lease.run_id, exc)
                 activations += 1
         return activations
 

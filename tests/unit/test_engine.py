@@ -173,7 +173,7 @@ def test_completed_calls_are_not_repeated_after_a_crash() -> None:
     # The first send's outcome was committed with the second's intent; the second send's
     # outcome died with the crash, so the engine escalates instead of sending again.
     assert state.status == "escalated"
-    sends = [f"send:{run_id}:work:1", f"send:{run_id}:work:2"]
+    sends = [f"send:{run_id}:0:work:1", f"send:{run_id}:0:work:2"]
     assert calls == ["lookup", *sends]  # the lookup's result was journaled with send #1's intent
     engine.resolve(run_id, resolution="succeeded", result={"sent": "meera"}, by="ops")
     final = run(drive(engine, run_id))
@@ -205,13 +205,13 @@ def test_unknown_outcome_of_non_idempotent_tool_escalates_then_resolves() -> Non
     state = run(drive(engine, run_id))
     assert state.status == "escalated"
     assert state.escalation is not None and "charge" in str(state.escalation["reason"])
-    assert sent == [f"{run_id}:pay:0"]  # never re-executed blindly
+    assert sent == [f"{run_id}:0:pay:0"]  # never re-executed blindly
 
     engine.resolve(run_id, resolution="succeeded", result={"receipt": "r-1"}, by="ops@bank")
     final = run(drive(engine, run_id))
     assert final.status == "completed"
     assert final.result == {"receipt": "r-1"}
-    assert sent == [f"{run_id}:pay:0"]
+    assert sent == [f"{run_id}:0:pay:0"]
     assert "EscalationResolved" in types(engine, run_id)
 
 
@@ -238,7 +238,7 @@ def test_idempotent_tool_is_retried_with_the_same_key() -> None:
     crash_and_recover(engine, clock)
     final = run(drive(engine, run_id))
     assert final.result == "ok"
-    assert keys == [f"{run_id}:go:0", f"{run_id}:go:0"]
+    assert keys == [f"{run_id}:0:go:0", f"{run_id}:0:go:0"]
 
 
 @pytest.mark.parametrize(("found", "expected_runs"), [("happened", 1), ("not_happened", 2)])
@@ -445,9 +445,12 @@ def test_a_stale_lease_holder_cannot_append() -> None:
     engine, clock = memory_engine([flow])
     run_id, _ = engine.start(flow)
     before = len(engine.journal.history("default", run_id))
+    (lease,) = engine.claim()
     with pytest.raises(FencedError):
-        run(uw.Runner(engine).run_until_idle())
+        run(engine.activate(lease))
     assert len(engine.journal.history("default", run_id)) == before
+    row = engine.store.get_run("default", run_id)
+    assert row is not None and row.lease_owner == "other"
 
 
 def test_deleting_every_checkpoint_yields_identical_state() -> None:
