@@ -176,7 +176,8 @@ class StepExecution:
                 found = await t.reconcile(key)
                 if found.outcome == "happened":
                     self._act.buffer(ev.ToolSucceeded(
-                        key=key, tool=t.name, index=index, args_hash=h, result=found.result
+                        key=key, tool=t.name, index=index, args_hash=h, result=found.result,
+                        reconciled=True,
                     ))
                     return found.result
                 if found.outcome == "unknown":

@@ -103,6 +103,8 @@ class ToolSucceeded(Event):
     args_hash: str
     result: JSON
     latency_ms: float = 0.0
+    reconciled: bool = False
+    """True when the result came from the tool's reconcile hook, not from running it."""
 
 
 class ToolFailed(Event):

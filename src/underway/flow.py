@@ -12,7 +12,7 @@ import uuid as _uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
 
 from pydantic import BaseModel, ValidationError
 
@@ -208,9 +208,17 @@ class Flow(Generic[S, I]):
         self.steps: dict[str, StepFn[S, I]] = {}
         self.start_step: str | None = None
 
+    @overload
+    def step(self, fn: StepFn[S, I], *, name: str | None = None,
+             start: bool = False) -> StepFn[S, I]: ...
+
+    @overload
+    def step(self, fn: None = None, *, name: str | None = None,
+             start: bool = False) -> Callable[[StepFn[S, I]], StepFn[S, I]]: ...
+
     def step(
         self, fn: StepFn[S, I] | None = None, *, name: str | None = None, start: bool = False
-    ) -> Any:
+    ) -> StepFn[S, I] | Callable[[StepFn[S, I]], StepFn[S, I]]:
         """Register a step (bare ``@flow.step`` or ``@flow.step(start=True)``)."""
 
         def register(f: StepFn[S, I]) -> StepFn[S, I]:

@@ -272,6 +272,11 @@ def test_reconcile_decides_unknown_outcomes(found: str, expected_runs: int) -> N
     assert final.status == "completed"
     assert len(delivered) == expected_runs
     assert final.result == ({"id": "m-1"} if found == "happened" else {"id": "m-2"})
+    (outcome,) = [
+        r.event for r in engine.journal.history("default", run_id)
+        if isinstance(r.event, ev.ToolSucceeded)
+    ]
+    assert outcome.reconciled == (found == "happened")  # the audit trail tells them apart
 
 
 def test_a_different_call_sequence_on_rerun_is_a_nondeterminism_escalation() -> None:
