@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from .codec import Codec
+from .codec import Codec, blob_key
 from .errors import IntegrityError, RunNotFound
-from .events import Event, canonical_json, chain_hash, envelope, from_envelope, genesis_hash
+from .events import JSON, Event, canonical_json, chain_hash, envelope, from_envelope, genesis_hash
 from .state import Recorded, RunState, apply
 from .store.base import Store, StoredEvent
 
@@ -113,6 +113,10 @@ class Journal:
         def bad(seq: int | None, reason: str) -> Verification:
             return Verification(tenant_id, run_id, False, len(stored), seq, reason)
 
+        def fetch(keys: list[str]) -> dict[str, bytes]:
+            return self.store.get_blobs(tenant_id, keys)
+
+        seen: set[str] = set()
         prev = genesis_hash(tenant_id, run_id)
         for expected_seq, s in enumerate(stored, start=1):
             if s.seq != expected_seq:
@@ -126,6 +130,9 @@ class Journal:
                     return bad(s.seq, "payload is not valid JSON")
                 if env.get("seq") != s.seq or env.get("type") != s.type:
                     return bad(s.seq, "stored seq/type differ from the hashed payload")
+                broken = _broken_blob(env, fetch, seen)
+                if broken is not None:
+                    return bad(s.seq, f"refers to blob {broken}, which is missing or altered")
             prev = s.hash
         if row is None:
             return bad(None, "events exist but the run row is missing")
@@ -135,3 +142,44 @@ class Journal:
                 f"run row says last seq {row.last_seq}, journal ends at {len(stored)}",
             )
         return Verification(tenant_id, run_id, True, len(stored))
+
+
+def _broken_blob(
+    value: JSON, fetch: Callable[[list[str]], dict[str, bytes]], seen: set[str]
+) -> str | None:
+    """The first blob reachable from ``value`` that is missing or fails its content hash.
+
+    The chain hash covers an event's bytes, and those hold only blob references; a large
+    value edited in the blobs table is caught here. ``seen`` spares re-reading blobs (a
+    conversation's chain nodes) that earlier events of the run share.
+    """
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, list):
+            stack.extend(v)
+            continue
+        if not isinstance(v, dict):
+            continue
+        if "$lit" in v and len(v) == 1:
+            stack.extend(v["$lit"].values())
+            continue
+        chain = "$chain" in v and len(v) == 2
+        key = v.get("$chain") if chain else v.get("$blob") if len(v) == 1 else None
+        if not isinstance(key, str):
+            stack.extend(v.values())
+            continue
+        if key in seen:
+            continue
+        raw = fetch([key]).get(key)
+        if raw is None or blob_key(raw) != key:
+            return key
+        seen.add(key)
+        node = json.loads(raw)
+        if chain:
+            stack.append(node["x"])
+            if node["p"] is not None:
+                stack.append({"$chain": node["p"], "n": 0})
+        else:
+            stack.append(node)
+    return None

@@ -1,0 +1,63 @@
+"""The ``underway`` command line: a thin layer over the store, journal and engine.
+
+``underway db migrate``, ``underway runs ls|show|events|signal|cancel|resolve`` and
+``underway audit verify``. The database comes from ``--db URL`` (before or after the
+command) or ``$UNDERWAY_DB``. Errors print one line and exit with status 2; a failed audit
+exits with status 1.
+
+Only this package imports typer and rich, so ``import underway`` stays light.
+"""
+
+from __future__ import annotations
+
+import logging
+from importlib.metadata import PackageNotFoundError, version
+from typing import Annotated
+
+import typer
+
+from . import audit, db, runs
+from ._common import DbOption
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="underway",
+    help="Inspect, steer and audit underway runs.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+app.add_typer(db.app, name="db")
+app.add_typer(runs.app, name="runs")
+app.add_typer(audit.app, name="audit")
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        try:
+            typer.echo(f"underway {version('underway')}")
+        except PackageNotFoundError:
+            typer.echo("underway (version unknown: not installed)")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    ctx: typer.Context,
+    database: DbOption = None,
+    show_version: Annotated[
+        bool,
+        typer.Option("--version", callback=_print_version, is_eager=True,
+                     help="Print the version and exit."),
+    ] = False,
+) -> None:
+    ctx.obj = database
+
+
+def main() -> None:
+    """Entry point of the ``underway`` script."""
+    # The connection pool logs each failed attempt; the command reports failure itself.
+    logging.getLogger("psycopg").addHandler(logging.NullHandler())
+    app()

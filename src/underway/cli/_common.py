@@ -1,0 +1,162 @@
+"""What every command shares: finding the database, opening the store, reporting errors.
+
+Every failure a user can cause (a bad URL, an unknown run, invalid JSON, an unreachable
+server) ends the command with one line on stderr and exit status 2, never a traceback.
+Set ``UNDERWAY_DEBUG=1`` to see the traceback of an unexpected error.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sqlite3
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Annotated, NoReturn, ParamSpec, TypeVar
+
+import typer
+
+from ..errors import UnderwayError
+from ..events import JSON
+from ..store.base import RunRecord, Store
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+USAGE = 2
+"""Exit status for anything the user can fix: bad arguments, URL, run id, JSON."""
+
+DbOption = Annotated[
+    str | None,
+    typer.Option(
+        "--db",
+        help="Database URL: sqlite:///path.db, postgresql://user@host/db[?schema=s] or "
+        "memory://. Defaults to $UNDERWAY_DB.",
+        show_default=False,
+    ),
+]
+TenantOption = Annotated[str, typer.Option("--tenant", help="Tenant the run belongs to.")]
+
+
+class Problem(Exception):
+    """A user-facing failure with a one-line explanation."""
+
+
+def fail(message: str) -> NoReturn:
+    """Print ``message`` as an error and exit with status 2."""
+    typer.echo(f"underway: error: {message}", err=True)
+    raise typer.Exit(USAGE)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, UnderwayError | Problem):
+        return str(exc)
+    if isinstance(exc, sqlite3.Error):
+        return f"SQLite: {exc}"
+    if type(exc).__module__.startswith("psycopg"):
+        lines = [line.strip() for line in str(exc).strip().splitlines()]
+        return " ".join(lines) or type(exc).__name__
+    return f"{type(exc).__name__}: {exc}"
+
+
+def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
+    """Turn any exception escaping a command into a one-line message and exit status 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return fn(*args, **kwargs)
+        except typer.Exit:
+            raise
+        except BrokenPipeError:
+            # The reader went away (``| head``): stop quietly, as other tools do.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+            raise typer.Exit(0) from None
+        except Exception as exc:
+            if os.environ.get("UNDERWAY_DEBUG"):
+                raise
+            fail(_describe(exc))
+
+    return wrapper
+
+
+def database_url(ctx: typer.Context, db: str | None) -> str:
+    """The URL from the command's ``--db``, else the global ``--db``, else ``$UNDERWAY_DB``."""
+    root = ctx.find_root().obj
+    url = db or (root if isinstance(root, str) else None) or os.environ.get("UNDERWAY_DB")
+    if not url:
+        raise Problem("no database given: pass --db URL or set UNDERWAY_DB")
+    return url
+
+
+def _sqlite_path(url: str) -> str | None:
+    if not url.startswith("sqlite://"):
+        return None
+    path = url.removeprefix("sqlite://")
+    return path[1:] if path.startswith("/") else path
+
+
+@contextmanager
+def open_store(
+    ctx: typer.Context, db: str | None, *, migrate: bool = False
+) -> Iterator[Store]:
+    """Open the store named by ``db`` / ``$UNDERWAY_DB`` and close it afterwards.
+
+    Without ``migrate`` the database must already hold an underway schema: a mistyped
+    SQLite path is reported instead of silently creating an empty database.
+    """
+    from ..store import connect
+
+    url = database_url(ctx, db)
+    path = _sqlite_path(url)
+    if not migrate and path and not os.path.exists(path):
+        raise Problem(f"no SQLite database at {path!r}; create one with `underway db migrate`")
+    if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+        raise Problem(f"cannot open SQLite database {path!r}: its directory does not exist")
+    if url.startswith(("postgresql://", "postgres://")):
+        _probe_postgres(url)
+    store = connect(url, migrate=migrate or url.startswith("memory:"))
+    try:
+        if not migrate and store.schema_version() == 0:
+            raise Problem("the database has no underway schema; run `underway db migrate` first")
+        yield store
+    finally:
+        store.close()
+
+
+def _probe_postgres(url: str) -> None:
+    """Fail fast with the server's own reason (refused, unknown database, bad password)
+    instead of letting the connection pool retry until its timeout."""
+    import psycopg
+
+    from ..store.postgres import split_url
+
+    conninfo, _ = split_url(url)
+    try:
+        psycopg.connect(conninfo, connect_timeout=5).close()
+    except psycopg.Error as exc:
+        raise Problem(f"cannot connect to PostgreSQL: {_describe(exc)}") from None
+
+
+def parse_json(text: str | None, option: str) -> JSON:
+    """Parse the JSON given to ``option`` (None when the option was not given)."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise Problem(f"invalid JSON for {option}: {exc}") from None
+
+
+def require_run(store: Store, tenant_id: str, run_id: str) -> RunRecord:
+    """The run's row; a clear error when no such run exists in the tenant."""
+    row = store.get_run(tenant_id, run_id)
+    if row is None:
+        raise Problem(
+            f"no run {run_id!r} in tenant {tenant_id!r}"
+            + ("" if tenant_id != "default" else " (use --tenant for another tenant)")
+        )
+    return row
+
+

@@ -1,0 +1,226 @@
+"""A readable timeline of one run: a header with where the run stands, then one line per
+event (sequence number, time, type and a one-line summary).
+
+Plain text on purpose: the same rendering serves ``underway runs show``, the examples and
+log files, and needs nothing beyond the standard library.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from . import events as ev
+from .events import JSON
+from .state import Recorded, RunState
+
+__all__ = ["Line", "counts", "format_time", "lines", "preview", "render", "summarize"]
+
+_PREVIEW = 60
+_OUTCOMES = (ev.ToolSucceeded, ev.ToolFailed, ev.ToolTimedOut, ev.SchemaValidationFailed)
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    """One event of the timeline."""
+
+    seq: int
+    at: float
+    type: str
+    summary: str
+
+
+def format_time(at: float | None) -> str:
+    """Epoch seconds as ``YYYY-MM-DD HH:MM:SS.mmm`` in UTC (``-`` for None)."""
+    if at is None:
+        return "-"
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+def preview(value: JSON, limit: int = _PREVIEW) -> str:
+    """Compact JSON of ``value``, cut to ``limit`` characters."""
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _call(tool: str, index: int, key: str) -> str:
+    return f"{tool} #{index} key={key}"
+
+
+def summarize(rec: Recorded) -> str:
+    """One line saying what ``rec`` means."""
+    e = rec.event
+    match e:
+        case ev.RunStarted():
+            extra = f", idempotency key {e.idempotency_key}" if e.idempotency_key else ""
+            head = f"flow {e.flow} started at step {e.first_step}{extra}"
+            return f"{head}; input {preview(e.input, 40)}"
+        case ev.StepStarted():
+            again = " (again after an interruption)" if e.attempt > 1 else ""
+            return f"step {e.step}, attempt {e.attempt}{again}"
+        case ev.StepCompleted():
+            changes = f"{len(e.patch)} state change{'' if len(e.patch) == 1 else 's'}"
+            return f"step {e.step} -> {e.next or 'end'} ({changes})"
+        case ev.ToolStarted():
+            return f"{_call(e.tool, e.index, e.key)} intent recorded"
+        case ev.ToolSucceeded():
+            return f"{_call(e.tool, e.index, e.key)} ok: {preview(e.result, 48)}"
+        case ev.ToolFailed():
+            again = ", retryable" if e.retryable else ""
+            return f"{_call(e.tool, e.index, e.key)} FAILED{again}: {e.error_type}: {e.message}"
+        case ev.ToolTimedOut():
+            return f"{_call(e.tool, e.index, e.key)} TIMED OUT after {e.timeout_s:g}s"
+        case ev.SchemaValidationFailed():
+            return f"{_call(e.tool, e.index, e.key)} {e.where} failed schema validation"
+        case ev.ModelResponded():
+            return (
+                f"model {e.model} #{e.index}: {e.tokens_in} tokens in, {e.tokens_out} out, "
+                f"${e.cost_usd:.4f}, {e.latency_ms:.0f} ms"
+            )
+        case ev.ValueRecorded():
+            shown = format_time(float(e.value)) if e.kind == "now" else preview(e.value, 40)
+            return f"{e.kind}() = {shown}"
+        case ev.TimerSet():
+            return (
+                f"timer {e.timer_id} set for {format_time(e.wake_at)} "
+                f"(in {_duration(e.wake_at - rec.at)})"
+            )
+        case ev.TimerFired():
+            return f"timer {e.timer_id} fired"
+        case ev.SignalAwaited():
+            until = f" until timer {e.timer_id}" if e.timer_id else ""
+            return f"waiting for signal {e.signal!r}{until}"
+        case ev.SignalReceived():
+            sender = f" from {e.sender}" if e.sender else ""
+            return f"signal {e.signal!r}{sender}: {preview(e.payload, 48)}"
+        case ev.Escalated():
+            where = f" [{_call(e.tool, e.index or 0, e.key or '-')}]" if e.tool else ""
+            return f"ESCALATED to a person{where}: {e.reason}"
+        case ev.EscalationResolved():
+            key = f" for key {e.key}" if e.key else ""
+            return f"resolved as {e.resolution} by {e.by}{key}"
+        case ev.RunCompleted():
+            return f"run completed: {preview(e.result)}"
+        case ev.RunFailed():
+            where = f" in step {e.step}" if e.step else ""
+            return f"run FAILED{where}: {e.reason}"
+        case ev.RunCancelled():
+            why = f": {e.reason}" if e.reason else ""
+            return f"run cancelled by {e.by}{why}"
+    return preview(e.model_dump(mode="json"))
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.3g}s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.3g}m"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.3g}h"
+    return f"{seconds / 86400:.3g}d"
+
+
+def lines(records: Sequence[Recorded]) -> list[Line]:
+    """The timeline lines of ``records``.
+
+    An outcome journaled only after its step was interrupted and started again (found by
+    ``reconcile``, retried, or resolved by a person) says so.
+    """
+    out = []
+    open_intents: set[str] = set()
+    interrupted: set[str] = set()
+    for r in records:
+        e = r.event
+        summary = summarize(r)
+        if isinstance(e, ev.ToolStarted):
+            open_intents.add(e.key)
+        elif isinstance(e, ev.StepStarted):
+            interrupted |= open_intents
+        elif isinstance(e, _OUTCOMES):
+            open_intents.discard(e.key)
+            if e.key in interrupted:
+                interrupted.discard(e.key)
+                summary += " (outcome of the interrupted call, settled on resume)"
+        elif isinstance(e, ev.StepCompleted):
+            open_intents.clear()
+            interrupted.clear()
+        out.append(Line(r.seq, r.at, type(e).__name__, summary))
+    return out
+
+
+def counts(records: Sequence[Recorded]) -> dict[str, int]:
+    """Totals over a run's events: steps, tool calls (and failures), model calls,
+    signals, escalations and re-executed steps."""
+    kinds = Counter(type(r.event) for r in records)
+    failed = sum(kinds[t] for t in _OUTCOMES[1:])
+    return {
+        "events": len(records),
+        "steps": kinds[ev.StepCompleted],
+        "tool_calls": sum(kinds[t] for t in _OUTCOMES),
+        "tool_failures": failed,
+        "model_calls": kinds[ev.ModelResponded],
+        "signals": kinds[ev.SignalReceived],
+        "escalations": kinds[ev.Escalated],
+        "resumed_steps": sum(
+            1 for r in records if isinstance(r.event, ev.StepStarted) and r.event.attempt > 1
+        ),
+    }
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def _where(state: RunState) -> str:
+    if state.status == "waiting":
+        parts = []
+        if state.waiting_signal:
+            parts.append(f"for signal {state.waiting_signal!r}")
+        if state.wake_at is not None:
+            parts.append(f"until {format_time(state.wake_at)}")
+        return " ".join(parts)
+    if state.status == "escalated" and state.escalation:
+        return str(state.escalation.get("reason") or "")
+    if state.status == "completed":
+        return f"result {preview(state.result)}"
+    if state.status in ("failed", "cancelled"):
+        return state.error or ""
+    return ""
+
+
+def render(state: RunState, records: Sequence[Recorded]) -> str:
+    """The run's header and its timeline, as text (no trailing newline)."""
+    c = counts(records)
+    detail = _where(state)
+    head = [
+        f"run      {state.run_id}",
+        f"tenant   {state.tenant_id}",
+        f"flow     {state.flow}",
+        f"status   {state.status}" + (f" - {detail}" if detail else ""),
+        f"step     {state.step or '-'}",
+        f"started  {format_time(state.created_at)}   last event {format_time(state.updated_at)}",
+        (
+            f"counts   {_n(c['events'], 'event')}, {_n(c['steps'], 'step')}, "
+            f"{_n(c['tool_calls'], 'tool call')} ({c['tool_failures']} failed), "
+            f"{_n(c['model_calls'], 'model call')}, {_n(c['signals'], 'signal')}, "
+            f"{_n(c['escalations'], 'escalation')}, "
+            f"{_n(c['resumed_steps'], 'step')} resumed after an interruption"
+        ),
+    ]
+    if state.model_calls:
+        head.append(
+            f"usage    {state.tokens_in} tokens in, {state.tokens_out} out, "
+            f"${state.cost_usd:.4f}"
+        )
+    body = lines(records)
+    width = max((len(line.type) for line in body), default=4)
+    seq_w = max(3, len(str(body[-1].seq)) if body else 3)
+    table = [f"{'seq':>{seq_w}}  {'time (UTC)':<23}  {'event':<{width}}  summary"]
+    table += [
+        f"{line.seq:>{seq_w}}  {format_time(line.at):<23}  {line.type:<{width}}  {line.summary}"
+        for line in body
+    ]
+    return "\n".join([*head, "", *table])

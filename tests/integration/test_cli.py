@@ -1,0 +1,430 @@
+"""The `underway` command line on real databases: every command, and its error paths."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+from typer.testing import CliRunner
+
+from underway import CallInfo, Engine, Flow, ManualClock, RunContext, Runner, connect, tool
+from underway.cli import app
+from underway.flow import Next
+from underway.store.base import Store
+
+UNDERWAY = Path(sys.executable).with_name("underway")
+
+# -- flows that leave runs in each status ----------------------------------------------
+
+
+class Ticket(BaseModel):
+    subject: str = "refund"
+
+
+class Notes(BaseModel):
+    approved_by: str = ""
+    receipt: Any = None
+
+
+class Interrupted(BaseException):
+    """Stands in for the process dying while a tool runs."""
+
+
+CRASHES: list[str] = []
+"""Calls of ``refund`` that die before returning (one entry per crash)."""
+
+
+@tool(mutating=False)
+def lookup(args: Any) -> Any:
+    return {"customer": "c-17"}
+
+
+@tool
+def refund(args: Any, info: CallInfo) -> Any:
+    if CRASHES:
+        CRASHES.pop()
+        raise Interrupted
+    return {"refunded": args["amount"]}
+
+
+approval: Flow[Notes, Ticket] = Flow("approval", state=Notes, input=Ticket)
+
+
+@approval.step(start=True)
+async def ask(ctx: RunContext[Notes, Ticket]) -> Next:
+    await ctx.call(lookup, {"subject": ctx.input.subject})
+    return ctx.wait("approve", then=decide)
+
+
+@approval.step
+async def decide(ctx: RunContext[Notes, Ticket]) -> Next:
+    ctx.state.approved_by = str((ctx.signal or {}).get("by"))
+    return ctx.done({"approved_by": ctx.state.approved_by})
+
+
+payout: Flow[Notes, Ticket] = Flow("payout", state=Notes, input=Ticket)
+
+
+@payout.step(start=True)
+async def pay(ctx: RunContext[Notes, Ticket]) -> Next:
+    ctx.state.receipt = await ctx.call(refund, {"amount": 30})
+    return ctx.done({"receipt": ctx.state.receipt})
+
+
+nap: Flow[Notes, Ticket] = Flow("nap", state=Notes, input=Ticket)
+
+
+@nap.step(start=True)
+async def sleep_long(ctx: RunContext[Notes, Ticket]) -> Next:
+    return ctx.sleep(86_400 * 30, then=wake)
+
+
+@nap.step
+async def wake(ctx: RunContext[Notes, Ticket]) -> Next:
+    return ctx.done("woke")
+
+
+class World:
+    """An engine on a real store with a manual clock, driven by the test."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.store: Store = connect(url)
+        # Commands stamp signals with the system clock, so the test's clock starts there.
+        self.clock = ManualClock(float(int(time.time())))
+        self.engine = Engine(
+            self.store, flows=[approval, payout, nap], tools=[lookup, refund], clock=self.clock
+        )
+
+    def start(self, flow: Flow[Any, Any], run_id: str, tenant: str = "default") -> str:
+        self.engine.start(flow, {}, run_id=run_id, tenant_id=tenant)
+        return run_id
+
+    def drive(self) -> None:
+        asyncio.run(Runner(self.engine).run_until_idle())
+
+    def catch_up(self) -> None:
+        """Move the test clock past the system time a command stamped a signal with."""
+        self.clock.t = max(self.clock.t, time.time() + 1)
+
+    def escalate(self, run_id: str) -> None:
+        """Leave ``run_id`` (a payout) with a refund of unknown outcome, as after a crash."""
+        CRASHES.append(run_id)
+        with pytest.raises(Interrupted):
+            self.drive()
+        self.clock.advance(self.engine.lease_ttl + 1)
+        self.drive()
+        assert self.status(run_id) == "escalated"
+
+    def status(self, run_id: str, tenant: str = "default") -> str:
+        row = self.store.get_run(tenant, run_id)
+        assert row is not None
+        return row.status
+
+
+@pytest.fixture
+def world(sqlite_url: str) -> Any:
+    w = World(sqlite_url)
+    yield w
+    w.store.close()
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    result = CliRunner().invoke(app, list(args), env=env)
+    assert "Traceback" not in result.stdout + result.stderr
+    return result.exit_code, result.stdout, result.stderr
+
+
+# -- db migrate --------------------------------------------------------------------------
+
+
+def test_db_migrate_creates_the_schema_and_is_idempotent(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/fresh.db"
+    code, out, _ = cli("db", "migrate", "--db", url)
+    assert code == 0
+    store = connect(url, migrate=False)
+    version = store.schema_version()
+    store.close()
+    assert version >= 1
+    assert out.strip() == f"schema version {version}"
+    assert cli("--db", url, "db", "migrate")[:2] == (0, out)
+
+
+def test_db_migrate_reads_the_url_from_the_environment(tmp_path: Path) -> None:
+    code, out, _ = cli("db", "migrate", env={"UNDERWAY_DB": f"sqlite:///{tmp_path}/env.db"})
+    assert code == 0
+    assert out.startswith("schema version ")
+    assert (tmp_path / "env.db").exists()
+
+
+# -- runs ls -----------------------------------------------------------------------------
+
+
+def test_runs_ls_lists_runs_with_status_and_filters(world: World) -> None:
+    world.start(approval, "waits-1")
+    world.start(nap, "naps-1")
+    world.start(nap, "other-tenant", tenant="acme")
+    world.drive()
+    world.store.close()
+
+    code, out, _ = cli("runs", "ls", "--db", world.url)
+    assert code == 0
+    rows = {line.split()[0]: line.split() for line in out.splitlines()[1:]}
+    assert set(rows) == {"waits-1", "naps-1"}
+    assert rows["waits-1"][1:4] == ["approval", "waiting", "decide"]
+    assert "waiting for signal 'approve'" in out
+
+    code, out, _ = cli("runs", "ls", "--db", world.url, "--status", "completed")
+    assert (code, out.strip()) == (0, "no completed runs in tenant 'default'")
+
+    code, out, _ = cli("--db", world.url, "runs", "ls", "--tenant", "acme", "--json")
+    assert code == 0
+    listed = json.loads(out)
+    assert [(r["run_id"], r["flow"], r["status"]) for r in listed] == [
+        ("other-tenant", "nap", "waiting")
+    ]
+
+
+# -- runs show and runs events -----------------------------------------------------------
+
+
+def test_runs_show_prints_status_counts_and_a_timeline(world: World) -> None:
+    world.start(approval, "show-1")
+    world.drive()
+    world.engine.signal("show-1", "approve", {"by": "dana"}, sender="dana")
+    world.drive()
+    world.store.close()
+
+    code, out, _ = cli("runs", "show", "show-1", "--db", world.url)
+    assert code == 0
+    assert "run      show-1" in out
+    assert 'status   completed - result {"approved_by":"dana"}' in out
+    assert "counts   9 events, 2 steps, 1 tool call (0 failed)" in out
+    lines = out.splitlines()
+    timeline = lines[lines.index(next(x for x in lines if x.startswith("seq"))) + 1:]
+    assert [line.split()[0] for line in timeline] == [str(n) for n in range(1, 10)]
+    text = "\n".join(timeline)
+    assert "lookup #0 key=show-1:0:ask:0 ok" in text
+    assert "step ask -> decide" in text
+    assert "waiting for signal 'approve'" in text
+    assert "signal 'approve' from dana" in text
+    assert "run completed" in text
+
+
+def test_runs_events_prints_every_decoded_event_with_its_hash(world: World) -> None:
+    world.start(nap, "ev-1")
+    world.drive()
+    world.store.close()
+
+    code, out, _ = cli("runs", "events", "ev-1", "--db", world.url)
+    assert code == 0
+    events = [json.loads(line) for line in out.splitlines()]
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    assert [e["type"] for e in events] == [
+        "RunStarted", "StepStarted", "StepCompleted", "TimerSet"
+    ]
+    started = world.clock.now()
+    assert all(len(e["hash"]) == 64 and e["at"] == started for e in events)
+    assert events[0]["data"]["flow"] == "nap"
+    assert events[3]["data"]["wake_at"] == started + 86_400 * 30
+
+    code, out, _ = cli("runs", "events", "ev-1", "--json", "--db", world.url)
+    assert code == 0
+    assert json.loads(out) == events
+
+
+# -- steering: signal, cancel, resolve ---------------------------------------------------
+
+
+def test_runs_signal_wakes_a_waiting_run(world: World) -> None:
+    world.start(approval, "sig-1")
+    world.drive()
+    code, out, _ = cli("runs", "signal", "sig-1", "approve", "--payload", '{"by": "erin"}',
+                       "--id", "approval-77", "--db", world.url)
+    assert (code, out.strip()) == (0, "signal 'approve' delivered to run sig-1")
+    code, out, _ = cli("runs", "signal", "sig-1", "approve", "--payload", '{"by": "mallory"}',
+                       "--id", "approval-77", "--db", world.url)
+    assert code == 0
+    assert "already delivered" in out
+
+    world.catch_up()
+    world.drive()
+    state = world.engine.state("sig-1")
+    assert state.status == "completed"
+    assert state.result == {"approved_by": "erin"}
+
+
+def test_runs_cancel_stops_a_sleeping_run(world: World) -> None:
+    world.start(nap, "nap-1")
+    world.drive()
+    code, out, _ = cli("runs", "cancel", "nap-1", "--by", "ops@example.com",
+                       "--reason", "customer left", "--db", world.url)
+    assert code == 0
+    assert "cancellation of run nap-1 requested by ops@example.com" in out
+
+    world.catch_up()
+    world.drive()
+    assert world.status("nap-1") == "cancelled"
+    code, out, _ = cli("runs", "show", "nap-1", "--db", world.url)
+    assert "run cancelled by ops@example.com: customer left" in out
+    code, _, err = cli("runs", "cancel", "nap-1", "--by", "ops", "--db", world.url)
+    assert code == 2
+    assert "already cancelled" in err
+
+
+def test_runs_resolve_settles_an_escalation(world: World) -> None:
+    world.start(payout, "pay-1")
+    world.escalate("pay-1")
+    code, out, _ = cli("runs", "show", "pay-1", "--db", world.url)
+    assert "status   escalated" in out
+    assert "ESCALATED to a person [refund #0 key=pay-1:0:pay:0]" in out
+
+    code, out, _ = cli("runs", "resolve", "pay-1", "--resolution", "succeeded", "--by", "fin-ops",
+                       "--result", '{"refunded": 30, "ref": "manual"}', "--db", world.url)
+    assert (code, out.strip()) == (0, "escalation of run pay-1 resolved as succeeded by fin-ops")
+
+    world.catch_up()
+    world.drive()
+    state = world.engine.state("pay-1")
+    assert state.status == "completed"
+    assert state.result == {"receipt": {"refunded": 30, "ref": "manual"}}
+    code, out, _ = cli("runs", "show", "pay-1", "--db", world.url)
+    assert "resolved as succeeded by fin-ops for key pay-1:0:pay:0" in out
+
+
+# -- audit verify ------------------------------------------------------------------------
+
+
+def test_audit_verify_counts_what_it_checked(world: World) -> None:
+    world.start(approval, "a-1")
+    world.start(nap, "a-2")
+    world.start(nap, "a-3", tenant="acme")
+    world.drive()
+    code, out, _ = cli("audit", "verify", "--db", world.url)
+    assert (code, out.strip()) == (
+        0, "verified 2 runs, 9 events in 1 tenant: every hash chain is intact"
+    )
+    code, out, _ = cli("audit", "verify", "--all", "--db", world.url)
+    assert (code, out.strip()) == (
+        0, "verified 3 runs, 13 events in 2 tenants: every hash chain is intact"
+    )
+    code, out, _ = cli("audit", "verify", "a-3", "--tenant", "acme", "--db", world.url)
+    assert (code, out.strip()) == (
+        0, "verified 1 run, 4 events in 1 tenant: every hash chain is intact"
+    )
+
+
+# -- errors: one line, exit status 2 -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["runs", "ls", "--db", "mysql://db/x"], "unsupported database URL 'mysql://db/x'"),
+        (["runs", "ls", "--db", "sqlite:///{tmp}/missing.db"], "no SQLite database at"),
+        (["runs", "ls"], "no database given: pass --db URL or set UNDERWAY_DB"),
+        (["db", "migrate", "--db", "sqlite:///{tmp}/no/such/dir/x.db"],
+         "its directory does not exist"),
+        (["runs", "ls", "--db", "postgresql://postgres@127.0.0.1:1/x"],
+         "cannot connect to PostgreSQL"),
+        (["runs", "ls", "--status", "sleeping", "--db", "{url}"], "unknown status 'sleeping'"),
+        (["runs", "show", "nope", "--db", "{url}"], "no run 'nope' in tenant 'default'"),
+        (["runs", "events", "nope", "--db", "{url}"], "no run 'nope' in tenant 'default'"),
+        (["runs", "show", "live-1", "--tenant", "acme", "--db", "{url}"],
+         "no run 'live-1' in tenant 'acme'"),
+        (["runs", "signal", "nope", "go", "--db", "{url}"], "no run 'nope'"),
+        (["runs", "cancel", "nope", "--by", "x", "--db", "{url}"], "no run 'nope'"),
+        (["runs", "resolve", "nope", "--resolution", "retry", "--by", "x", "--db", "{url}"],
+         "no run 'nope'"),
+        (["audit", "verify", "nope", "--db", "{url}"], "no run 'nope' in tenant 'default'"),
+        (["audit", "verify", "live-1", "--all", "--db", "{url}"], "a run id or --all, not both"),
+        (["runs", "signal", "live-1", "approve", "--payload", "{{oops", "--db", "{url}"],
+         "invalid JSON for --payload"),
+        (["runs", "signal", "live-1", "underway.cancel", "--db", "{url}"], "are reserved"),
+        (["runs", "resolve", "live-1", "--resolution", "succeeded", "--by", "x",
+          "--result", "[1,", "--db", "{url}"], "invalid JSON for --result"),
+        (["runs", "resolve", "live-1", "--resolution", "maybe", "--by", "x", "--db", "{url}"],
+         "--resolution must be succeeded, failed or retry"),
+        (["runs", "resolve", "live-1", "--resolution", "retry", "--by", "x", "--db", "{url}"],
+         "run live-1 is waiting, not escalated"),
+    ],
+)
+def test_errors_print_one_line_and_exit_2(
+    world: World, tmp_path: Path, args: list[str], message: str
+) -> None:
+    world.start(approval, "live-1")
+    world.drive()
+    args = [a.format(url=world.url, tmp=tmp_path) for a in args]
+    code, out, err = cli(*args, env={"UNDERWAY_DB": ""})
+    assert code == 2, out + err
+    assert err.startswith("underway: error: ")
+    assert message in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_an_empty_sqlite_file_is_reported_as_missing_its_schema(tmp_path: Path) -> None:
+    (tmp_path / "empty.db").touch()
+    code, _, err = cli("runs", "ls", "--db", f"sqlite:///{tmp_path}/empty.db")
+    assert code == 2
+    assert "has no underway schema; run `underway db migrate` first" in err
+
+
+# -- the installed script ----------------------------------------------------------------
+
+
+def test_the_installed_script_reports_errors_without_a_traceback(tmp_path: Path) -> None:
+    env = {**os.environ, "UNDERWAY_DB": f"sqlite:///{tmp_path}/nothing.db"}
+    done = subprocess.run([str(UNDERWAY), "runs", "show", "r-1"], env=env,
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.strip() == (
+        f"underway: error: no SQLite database at '{tmp_path}/nothing.db'; "
+        "create one with `underway db migrate`"
+    )
+
+
+def test_importing_underway_does_not_load_the_cli_libraries() -> None:
+    probe = "import sys, underway; print(sorted({'typer', 'rich'} & set(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.strip() == "[]"
+
+
+# -- PostgreSQL --------------------------------------------------------------------------
+
+
+@pytest.mark.postgres
+def test_runs_ls_and_audit_verify_on_postgres(pg_url: str) -> None:
+    code, out, _ = cli("db", "migrate", "--db", pg_url)
+    assert code == 0
+    assert out.startswith("schema version ")
+    world = World(pg_url)
+    try:
+        world.start(approval, "pg-1")
+        world.start(nap, "pg-2", tenant="acme")
+        world.drive()
+    finally:
+        world.store.close()
+
+    code, out, _ = cli("runs", "ls", "--db", pg_url)
+    assert code == 0
+    assert out.splitlines()[1].split()[:4] == ["pg-1", "approval", "waiting", "decide"]
+    code, out, _ = cli("runs", "ls", "--json", "--tenant", "acme", "--db", pg_url)
+    assert [r["run_id"] for r in json.loads(out)] == ["pg-2"]
+
+    code, out, _ = cli("audit", "verify", "--all", "--db", pg_url)
+    assert (code, out.strip()) == (
+        0, "verified 2 runs, 9 events in 2 tenants: every hash chain is intact"
+    )
+    code, _, err = cli("audit", "verify", "nope", "--db", pg_url)
+    assert code == 2
+    assert "no run 'nope'" in err
