@@ -67,7 +67,8 @@ def summarize(rec: Recorded) -> str:
         case ev.ToolStarted():
             return f"{_call(e.tool, e.index, e.key)} intent recorded"
         case ev.ToolSucceeded():
-            return f"{_call(e.tool, e.index, e.key)} ok: {preview(e.result, 48)}"
+            how = " (reconciled: took effect before the crash)" if e.reconciled else ""
+            return f"{_call(e.tool, e.index, e.key)} ok{how}: {preview(e.result, 48)}"
         case ev.ToolFailed():
             again = ", retryable" if e.retryable else ""
             return f"{_call(e.tool, e.index, e.key)} FAILED{again}: {e.error_type}: {e.message}"
