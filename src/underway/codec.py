@@ -109,6 +109,13 @@ class Codec:
                     prev = self._store(canonical_json({"p": prev, "x": item}), blobs)
                 return {"$chain": prev, "n": len(items)}, 90
             return [i for i, _ in items], size
+        # Sizes of the common scalars without encoding them (the same lengths json gives).
+        if value is None or value is True:
+            return value, 4
+        if value is False:
+            return value, 5
+        if type(value) is int:
+            return value, len(repr(value))
         return value, len(json.dumps(value))
 
     # -- decode -------------------------------------------------------------------------

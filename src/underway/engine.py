@@ -63,6 +63,8 @@ class _Activation:
     pending: list[tuple[int, float, ev.Event]] = field(default_factory=list)
     consumed: list[str] = field(default_factory=list)
     control_pending: bool = False
+    due_at: float | None = None
+    """The run row's ``next_wake_at`` when claimed (in the past: the run was due)."""
 
     def buffer(self, event: ev.Event) -> None:
         at = self.engine.clock.now()
@@ -88,7 +90,7 @@ class _Activation:
             fence=self.lease.token,
             events=stored,
             now=now,
-            update=_run_update(s, now),
+            update=_run_update(s, now, self.due_at),
             blobs=fresh,
             checkpoint=checkpoint,
             consumed_signals=self.consumed,
@@ -104,9 +106,11 @@ class _Activation:
         self.pending, self.consumed = [], []
 
 
-def _run_update(s: RunState, now: float) -> RunUpdate:
+def _run_update(s: RunState, now: float, due_at: float | None) -> RunUpdate:
     if s.status == "ready":
-        return RunUpdate("ready", s.step, now)
+        # A ready run keeps the due time it was claimed with: it stays claimable if this
+        # worker dies, and an unchanged indexed column spares index writes on every step.
+        return RunUpdate("ready", s.step, due_at if due_at is not None else now)
     if s.status == "waiting":
         return RunUpdate("waiting", s.step, s.wake_at, s.waiting_signal)
     if s.status == "escalated":
@@ -427,39 +431,51 @@ class Engine:
         row = self.store.get_run(lease.tenant_id, lease.run_id)
         if row is None:
             raise RunNotFound(lease.tenant_id, lease.run_id)
-        act = _Activation(self, lease, state, row.last_hash, state.seq, control_pending=True)
+        act = _Activation(
+            self, lease, state, row.last_hash, state.seq, control_pending=True,
+            due_at=row.next_wake_at if row.next_wake_at is not None else None,
+        )
         flow = self._flow(state.flow)
-        while True:
-            if act.control_pending:
-                self._read_inbox(act)
-            s = act.state
-            if s.final or s.status == "escalated":
-                act.commit(release=True)
-                self._release_quietly(act)
-                return s
-            if s.status == "waiting":
-                if s.wake_at is None or self.clock.now() < s.wake_at:
-                    act.commit(release=True)
-                    self._release_quietly(act)
+        heartbeat = asyncio.create_task(self._heartbeat(act))
+        try:
+            while True:
+                if act.control_pending:
+                    self._read_inbox(act)
+                s = act.state
+                if s.final or s.status == "escalated" or (
+                    s.status == "waiting" and (s.wake_at is None or self.clock.now() < s.wake_at)
+                ):
+                    self._leave(act)
                     return s
-                act.buffer(ev.TimerFired(timer_id=s.timer_id or ""))
-            await self._run_step(act, flow)
-            if act.state.status != "ready":
-                continue
-            act.control_pending = act.control_pending or self._lease_running_out(act)
+                if s.status == "waiting":
+                    act.buffer(ev.TimerFired(timer_id=s.timer_id or ""))
+                await self._run_step(act, flow)
+                if act.state.status != "ready":
+                    # Waiting, escalated or finished: the step's commit hands the run back.
+                    act.commit(release=True)
+                    return act.state
+                act.commit()
+                self._renew_if_due(act)
+        finally:
+            heartbeat.cancel()
 
-    def _lease_running_out(self, act: _Activation) -> bool:
+    def _renew_if_due(self, act: _Activation) -> None:
+        """Renew between steps once half the lease is gone (a busy loop of quick steps may
+        never yield to the heartbeat task)."""
         now = self.clock.now()
         if act.lease.expires_at - now > self.lease_ttl / 2:
-            return False
+            return
         renewed = self.store.renew(act.lease, now=now, ttl=self.lease_ttl)
         if renewed is None:
             raise FencedError(f"run {act.lease.run_id}: lease lost to another worker")
         act.lease = renewed
-        return False
 
-    def _release_quietly(self, act: _Activation) -> None:
-        self.store.release(act.lease)
+    def _leave(self, act: _Activation) -> None:
+        """Hand the run back: with the last commit when there is one, else on its own."""
+        if act.pending:
+            act.commit(release=True)
+        else:
+            self.store.release(act.lease)
 
     def _read_inbox(self, act: _Activation) -> None:
         s = act.state
@@ -497,7 +513,6 @@ class Engine:
         step = str(s.step)
         act.buffer(ev.StepStarted(step=step, attempt=s.attempt + 1))
         x = StepExecution(act, step)
-        heartbeat = asyncio.create_task(self._heartbeat(act))
         try:
             ctx: RunContext[Any, Any] = RunContext(
                 x, flow.state_type.model_validate(s.state), flow.input_type.model_validate(s.input)
@@ -516,9 +531,6 @@ class Engine:
         except Exception as exc:
             act.buffer(ev.RunFailed(reason=f"{type(exc).__name__}: {exc}",
                                     error_type=type(exc).__name__, step=step))
-        finally:
-            heartbeat.cancel()
-        act.commit(release=act.state.status != "ready")
 
     async def _heartbeat(self, act: _Activation) -> None:
         """Renew the lease while a step awaits slow tools; stop once it is lost (the next

@@ -45,8 +45,12 @@ class Journal:
         out: list[StoredEvent] = []
         for seq, at, event in pending:
             env = envelope(event, seq=seq, at=at)
-            env["data"] = self.codec.externalize(env["data"], blobs)
-            payload = self.codec.seal(canonical_json(env))
+            raw = canonical_json(env)
+            # A small event has no part over the threshold; '"$' would need escaping.
+            if len(raw) > self.codec.threshold or b'"$' in raw:
+                env["data"] = self.codec.externalize(env["data"], blobs)
+                raw = canonical_json(env)
+            payload = self.codec.seal(raw)
             prev_hash = chain_hash(prev_hash, payload)
             out.append(StoredEvent(seq, str(env["type"]), payload, prev_hash))
         return out

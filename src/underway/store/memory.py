@@ -92,14 +92,15 @@ class MemoryStore:
             for sid in batch.consumed_signals:
                 if sid in inbox:
                     inbox[sid] = (inbox[sid][0], True)
-            if u.waiting_signal is not None and any(
-                s.name == u.waiting_signal and not done for s, done in inbox.values()
-            ):
-                changes["next_wake_at"] = batch.now
             control = any(
                 s.name.startswith("underway.") and not done for s, done in inbox.values()
             )
             changes["control_pending"] = control
+            waited = u.waiting_signal is not None and any(
+                s.name == u.waiting_signal and not done for s, done in inbox.values()
+            )
+            if u.status not in FINAL and (waited or (batch.release and control)):
+                changes["next_wake_at"] = batch.now
             self._runs[key] = dataclasses.replace(rec, **changes)  # type: ignore[arg-type]
             self._events[key].extend(batch.events)
             for k, v in batch.blobs.items():

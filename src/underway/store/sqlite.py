@@ -165,7 +165,8 @@ class SQLiteStore:
                 c.execute(_Q["refresh_control_pending"], (t, r))
                 row = c.execute(_Q["get_run"], (t, r)).fetchone()
                 control_pending = bool(row["control_pending"])
-            if u.waiting_signal is not None:
+            if u.waiting_signal is not None or (batch.release and control_pending):
+                # A signal that arrived while the step ran must not wait for the timer.
                 c.execute(_Q["wake_if_signal_pending"], (batch.now, t, r))
             if batch.release:
                 c.execute(_Q["release_after_append"], (t, r))

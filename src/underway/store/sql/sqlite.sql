@@ -123,10 +123,12 @@ UPDATE signals SET consumed = 1 WHERE tenant_id = ? AND run_id = ? AND signal_id
 
 -- name: wake_if_signal_pending
 UPDATE runs SET next_wake_at = ?
- WHERE tenant_id = ? AND run_id = ? AND waiting_signal IS NOT NULL
-   AND EXISTS (SELECT 1 FROM signals s
-                WHERE s.tenant_id = runs.tenant_id AND s.run_id = runs.run_id
-                  AND s.name = runs.waiting_signal AND s.consumed = 0)
+ WHERE tenant_id = ? AND run_id = ? AND status NOT IN ('completed', 'failed', 'cancelled')
+   AND (control_pending = 1
+        OR (waiting_signal IS NOT NULL
+            AND EXISTS (SELECT 1 FROM signals s
+                         WHERE s.tenant_id = runs.tenant_id AND s.run_id = runs.run_id
+                           AND s.name = runs.waiting_signal AND s.consumed = 0)))
 
 -- name: refresh_control_pending
 UPDATE runs SET control_pending = EXISTS (
