@@ -489,3 +489,21 @@ def test_goto_to_an_unknown_step_fails_with_a_clear_reason() -> None:
     final = run(drive(engine, run_id))
     assert final.status == "failed"
     assert "no step 'nowhere'" in str(final.error)
+
+
+def test_a_cancel_sent_while_a_step_runs_is_not_lost_when_the_run_waits() -> None:
+    flow = uw.Flow("cancel_race", state=Counter)
+    holder: list[Engine] = []
+
+    @flow.step
+    async def go(ctx: Any) -> Any:
+        holder[0].cancel(ctx.run_id, by="ops", reason="arrived mid-step")
+        return ctx.wait("reply", then=go)  # no timeout: nothing else would wake it
+
+    engine, _ = memory_engine([flow])
+    holder.append(engine)
+    run_id, _ = engine.start(flow)
+    run(uw.Runner(engine).run_until_idle())
+    final = engine.state(run_id)
+    assert final.status == "cancelled"
+    assert final.error == "cancelled by ops: arrived mid-step"
