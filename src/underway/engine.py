@@ -153,12 +153,11 @@ class StepExecution:
         index = self._calls
         self._calls += 1
         try:
-            canonical_json(args)
+            h = args_hash(t.name, args)
         except (TypeError, ValueError) as exc:
             raise ConfigurationError(
                 f"arguments to tool {t.name!r} in step {self.step!r} are not JSON: {exc}"
             ) from exc
-        h = args_hash(t.name, args)
         key = idempotency_key(self.run_id, self.step, index, ordinal=self.ordinal)
         rec = self._record(index, t.name, h)
         if rec is not None and rec.status == "succeeded":

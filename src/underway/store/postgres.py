@@ -1,0 +1,378 @@
+"""PostgreSQL store: the path to many worker machines. psycopg 3 with a connection pool.
+
+Connections run in autocommit mode; a multi-statement operation is sent as one pipeline
+and so runs as one implicit transaction that commits at the pipeline's sync point, or
+rolls back whole when any statement in it fails. An append therefore costs one round trip
+and one durable commit, like a single-row insert. Workers claim runs with
+``FOR UPDATE SKIP LOCKED``; appends are fenced by the run row's lease token and last
+sequence number inside the same transaction.
+
+``postgresql://user@host:port/db?schema=name`` keeps every table in schema ``name``
+(created by :meth:`PostgresStore.migrate`); without it the server's search path applies.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg import sql
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from ..errors import (
+    ConfigurationError,
+    ConflictError,
+    FencedError,
+    MigrationError,
+    RunNotFound,
+    StoreError,
+)
+from . import queries
+from .base import AppendBatch, Lease, NewRun, RunRecord, SignalRecord, StoredEvent
+
+_Q = queries.load("postgres")
+
+
+def split_url(url: str) -> tuple[str, str | None]:
+    """The libpq connection URL without ``schema=``, and the schema it named (if any)."""
+    parts = urlsplit(url)
+    params = parse_qsl(parts.query, keep_blank_values=True)
+    schemas = [v for k, v in params if k == "schema"]
+    if len(schemas) > 1 or (schemas and not schemas[0]):
+        raise ConfigurationError(f"PostgreSQL URL {url!r} must name at most one schema")
+    rest = urlencode([(k, v) for k, v in params if k != "schema"])
+    return urlunsplit(parts._replace(query=rest)), (schemas[0] if schemas else None)
+
+
+def _run(row: tuple[Any, ...]) -> RunRecord:
+    return RunRecord(*row)
+
+
+class PostgresStore:
+    """A :class:`~underway.store.base.Store` on a PostgreSQL database (one schema of it).
+
+    ``min_size``/``max_size`` bound the connection pool; ``connect_timeout`` is how long
+    opening the store waits for the server before giving up.
+    """
+
+    dialect = "postgres"
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 8,
+        connect_timeout: float = 10.0,
+    ) -> None:
+        self.conninfo, self.schema = split_url(url)
+        self._pool = ConnectionPool(
+            self.conninfo,
+            min_size=min_size,
+            max_size=max_size,
+            kwargs={"autocommit": True},
+            configure=self._configure,
+            open=False,
+            name=f"underway:{self.schema or 'default'}",
+        )
+        try:
+            self._pool.open(wait=True, timeout=connect_timeout)
+        except PoolTimeout as exc:
+            self._pool.close()
+            where = urlsplit(self.conninfo)
+            raise StoreError(
+                f"cannot connect to PostgreSQL at {where.hostname}:{where.port or 5432}"
+                f"{where.path} within {connect_timeout:g}s; is the server running and the "
+                "URL right?"
+            ) from exc
+
+    def _configure(self, conn: psycopg.Connection[Any]) -> None:
+        if self.schema is not None:
+            path = sql.Identifier(self.schema).as_string(conn)
+            conn.execute(_Q["set_search_path"], {"path": path})
+
+    # -- schema -------------------------------------------------------------------------
+    def schema_version(self) -> int:
+        """The highest migration applied (0 before the first)."""
+        with self._pool.connection() as conn:
+            exists = conn.execute(_Q["has_schema_version_table"]).fetchone()
+            if not exists or not exists[0]:
+                return 0
+            row = conn.execute(_Q["schema_version"]).fetchone()
+            return int(row[0]) if row else 0
+
+    def migrate(self, *, target: int | None = None) -> int:
+        """Apply pending numbered migrations (up to ``target``, default all) in one
+        transaction that holds an advisory lock, so concurrent migrators take turns."""
+        name = "(version table)"
+        try:
+            with self._pool.connection() as conn, conn.transaction():
+                conn.execute(_Q["migration_lock"], {"schema": self.schema or ""})
+                if self.schema is not None:
+                    conn.execute(
+                        sql.SQL(_Q["create_schema"]).format(schema=sql.Identifier(self.schema))
+                    )
+                conn.execute(_Q["schema_version_table"])
+                row = conn.execute(_Q["schema_version"]).fetchone()
+                current = int(row[0]) if row else 0
+                for version, name, text in queries.migrations("postgres"):
+                    if version <= current or (target is not None and version > target):
+                        continue
+                    conn.execute(text)
+                    conn.execute(
+                        _Q["record_migration"],
+                        {"version": version, "name": name, "applied_at": time.time()},
+                    )
+                    current = version
+        except psycopg.Error as exc:
+            raise MigrationError(
+                f"migration {name} failed on schema {self.schema or '(search path)'}: {exc}"
+            ) from exc
+        return current
+
+    # -- runs ---------------------------------------------------------------------------
+    def create_run(self, new: NewRun) -> tuple[RunRecord, bool]:
+        """Create the run with its first event, or return the one with the same key."""
+        ev = new.first_event
+        keys = sorted(new.blobs)
+        params = {
+            "tenant_id": new.tenant_id, "run_id": new.run_id, "flow": new.flow,
+            "step": new.step, "idempotency_key": new.idempotency_key, "seq": ev.seq,
+            "type": ev.type, "payload": ev.payload, "hash": ev.hash,
+            "next_wake_at": new.next_wake_at, "now": new.now,
+            "blob_keys": keys, "blob_data": [new.blobs[k] for k in keys],
+        }
+        with self._pool.connection() as conn:
+            with conn.pipeline():
+                created = conn.execute(_Q["create_run"], params)
+                # Queued behind the insert in the same round trip: finds the run that made
+                # the insert a no-op when the idempotency key was already taken.
+                existing = (
+                    conn.execute(_Q["find_by_idempotency"], params)
+                    if new.idempotency_key is not None else None
+                )
+            row = created.fetchone()
+            if row is not None:
+                return _run(row), True
+            found = existing.fetchone() if existing is not None else None
+        if found is not None:
+            return _run(found), False
+        raise ConflictError(f"run {new.run_id} already exists in tenant {new.tenant_id}")
+
+    def append(self, batch: AppendBatch) -> bool:
+        """Append atomically, fenced by lease token and expected sequence, in one round
+        trip; raise ConflictError, FencedError or RunNotFound and store nothing when the
+        run moved on or the lease was lost."""
+        if not batch.events:
+            return False
+        last, u = batch.events[-1], batch.update
+        key = {"tenant_id": batch.tenant_id, "run_id": batch.run_id}
+        settle = bool(batch.consumed_signals) or u.waiting_signal is not None or batch.release
+        with self._pool.connection() as conn:
+            try:
+                with conn.pipeline():
+                    advanced = conn.execute(_Q["append_events"], {
+                        **key,
+                        "last_seq": last.seq, "last_hash": last.hash, "status": u.status,
+                        "step": u.step, "next_wake_at": u.next_wake_at,
+                        "waiting_signal": u.waiting_signal, "error": u.error,
+                        "now": batch.now, "expected_seq": batch.expected_seq,
+                        "fence": batch.fence,
+                        "seqs": [e.seq for e in batch.events],
+                        "types": [e.type for e in batch.events],
+                        "payloads": [e.payload for e in batch.events],
+                        "hashes": [e.hash for e in batch.events],
+                    }, prepare=True)
+                    if batch.blobs:
+                        keys = sorted(batch.blobs)
+                        conn.execute(_Q["insert_blobs"], {
+                            "tenant_id": batch.tenant_id, "keys": keys,
+                            "data": [batch.blobs[k] for k in keys],
+                        }, prepare=True)
+                    if batch.checkpoint is not None:
+                        seq, state = batch.checkpoint
+                        conn.execute(
+                            _Q["upsert_checkpoint"], {**key, "seq": seq, "state": state},
+                            prepare=True,
+                        )
+                    if batch.consumed_signals:
+                        conn.execute(
+                            _Q["consume_signals"],
+                            {**key, "signal_ids": list(batch.consumed_signals)},
+                            prepare=True,
+                        )
+                    settled = conn.execute(_Q["settle_run"], {
+                        **key, "consumed": bool(batch.consumed_signals), "now": batch.now,
+                        "release": batch.release,
+                    }, prepare=True) if settle else None
+            except pg_errors.NotNullViolation as exc:
+                if exc.diag.table_name != "events":
+                    raise
+                found = conn.execute(_Q["get_run"], key).fetchone()
+                run = None if found is None else _run(found)
+                if run is not None and _accepts(run, batch):
+                    raise  # not a refusal: the events themselves were invalid
+                _raise_refusal(run, batch)
+            row = (settled if settled is not None else advanced).fetchone()
+        return bool(row[0]) if row else False
+
+    def load_events(self, tenant_id: str, run_id: str, after_seq: int = 0) -> list[StoredEvent]:
+        """Events after ``after_seq``."""
+        rows = self._all(
+            "load_events", tenant_id=tenant_id, run_id=run_id, after_seq=after_seq
+        )
+        return [StoredEvent(r[0], r[1], bytes(r[2]), r[3]) for r in rows]
+
+    def load_checkpoint(self, tenant_id: str, run_id: str) -> tuple[int, bytes] | None:
+        """The latest checkpoint."""
+        rows = self._all("load_checkpoint", tenant_id=tenant_id, run_id=run_id)
+        return (int(rows[0][0]), bytes(rows[0][1])) if rows else None
+
+    def delete_checkpoints(self, tenant_id: str, run_id: str | None = None) -> int:
+        """Drop checkpoints of a run or a whole tenant."""
+        if run_id is None:
+            return self._count("delete_checkpoints_of_tenant", tenant_id=tenant_id)
+        return self._count("delete_checkpoints_of_run", tenant_id=tenant_id, run_id=run_id)
+
+    def get_run(self, tenant_id: str, run_id: str) -> RunRecord | None:
+        """The run's row."""
+        rows = self._all("get_run", tenant_id=tenant_id, run_id=run_id)
+        return _run(rows[0]) if rows else None
+
+    def list_runs(
+        self, tenant_id: str, *, status: str | None = None, limit: int = 100
+    ) -> list[RunRecord]:
+        """Runs of a tenant, newest first."""
+        if status is None:
+            rows = self._all("list_runs", tenant_id=tenant_id, limit=limit)
+        else:
+            rows = self._all(
+                "list_runs_by_status", tenant_id=tenant_id, status=status, limit=limit
+            )
+        return [_run(r) for r in rows]
+
+    def tenants(self) -> list[str]:
+        """Tenants with runs."""
+        return [r[0] for r in self._all("tenants")]
+
+    # -- leases -------------------------------------------------------------------------
+    def claim(
+        self,
+        *,
+        owner: str,
+        now: float,
+        ttl: float,
+        limit: int = 1,
+        tenant_id: str | None = None,
+        run_id: str | None = None,
+    ) -> list[Lease]:
+        """Lease due runs nobody holds, skipping rows other workers are locking."""
+        params = {
+            "owner": owner, "now": now, "expires_at": now + ttl, "limit": limit,
+            "tenant_id": tenant_id, "run_id": run_id,
+        }
+        if run_id is not None:
+            name = "claim_due_run"
+        elif tenant_id is not None:
+            name = "claim_due_of_tenant"
+        else:
+            name = "claim_due"
+        rows = self._all(name, **params)
+        rows.sort(key=lambda r: (r[3], r[0], r[1]))
+        return [Lease(r[0], r[1], owner, int(r[2]), now + ttl) for r in rows]
+
+    def renew(self, lease: Lease, *, now: float, ttl: float) -> Lease | None:
+        """Extend a held lease; None when it was lost."""
+        renewed = self._count(
+            "renew_lease", expires_at=now + ttl, tenant_id=lease.tenant_id,
+            run_id=lease.run_id, owner=lease.owner, token=lease.token,
+        )
+        if renewed != 1:
+            return None
+        return Lease(lease.tenant_id, lease.run_id, lease.owner, lease.token, now + ttl)
+
+    def release(self, lease: Lease) -> None:
+        """Give a lease back."""
+        self._count(
+            "release_lease", tenant_id=lease.tenant_id, run_id=lease.run_id,
+            owner=lease.owner, token=lease.token,
+        )
+
+    def held_leases(self, *, now: float) -> list[tuple[str, str, str]]:
+        """Unexpired leases."""
+        return [(r[0], r[1], r[2]) for r in self._all("held_leases", now=now)]
+
+    def expire_lease(self, tenant_id: str, run_id: str, owner: str) -> int:
+        """End a dead owner's lease."""
+        return self._count("expire_lease", tenant_id=tenant_id, run_id=run_id, owner=owner)
+
+    def next_wake_at(self) -> float | None:
+        """Earliest due time of unfinished runs."""
+        rows = self._all("next_wake_at")
+        return None if not rows or rows[0][0] is None else float(rows[0][0])
+
+    # -- signals and blobs --------------------------------------------------------------
+    def send_signal(self, signal: SignalRecord) -> bool:
+        """Queue a signal once per id and wake the run if it waits for it."""
+        s = signal
+        params = {
+            "tenant_id": s.tenant_id, "run_id": s.run_id, "signal_id": s.signal_id,
+            "name": s.name, "payload": s.payload, "sender": s.sender,
+            "created_at": s.created_at,
+        }
+        with self._pool.connection() as conn:
+            with conn.pipeline():
+                conn.execute(_Q["lock_run"], params, prepare=True)
+                sent = conn.execute(_Q["send_signal"], params, prepare=True)
+            row = sent.fetchone()
+        return bool(row and row[0])
+
+    def pending_signals(self, tenant_id: str, run_id: str) -> list[SignalRecord]:
+        """Unconsumed signals, oldest first."""
+        return [
+            SignalRecord(r[0], r[1], r[2], r[3], bytes(r[4]), r[5], r[6])
+            for r in self._all("pending_signals", tenant_id=tenant_id, run_id=run_id)
+        ]
+
+    def get_blobs(self, tenant_id: str, keys: list[str]) -> dict[str, bytes]:
+        """Blob bytes by key, in one query."""
+        if not keys:
+            return {}
+        rows = self._all("get_blobs", tenant_id=tenant_id, keys=list(keys))
+        return {r[0]: bytes(r[1]) for r in rows}
+
+    def close(self) -> None:
+        """Close every pooled connection."""
+        self._pool.close()
+
+    # -- helpers ------------------------------------------------------------------------
+    def _all(self, name: str, **params: Any) -> list[tuple[Any, ...]]:
+        with self._pool.connection() as conn:
+            return conn.execute(_Q[name], params or None).fetchall()
+
+    def _count(self, name: str, **params: Any) -> int:
+        with self._pool.connection() as conn:
+            return conn.execute(_Q[name], params).rowcount
+
+
+def _accepts(row: RunRecord, batch: AppendBatch) -> bool:
+    return (
+        row.last_seq == batch.expected_seq and row.lease_token == batch.fence
+        and row.lease_owner is not None
+    )
+
+
+def _raise_refusal(row: RunRecord | None, batch: AppendBatch) -> None:
+    if row is None:
+        raise RunNotFound(batch.tenant_id, batch.run_id)
+    if row.lease_token != batch.fence or row.lease_owner is None:
+        raise FencedError(
+            f"run {batch.run_id}: lease token {batch.fence} is stale "
+            f"(current {row.lease_token}); another worker owns this run"
+        )
+    raise ConflictError(
+        f"run {batch.run_id}: expected last seq {batch.expected_seq}, found {row.last_seq}"
+    )

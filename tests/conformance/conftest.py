@@ -1,0 +1,32 @@
+"""One store contract, three backends: every test here runs on memory, SQLite and a real
+PostgreSQL (a fresh schema per test)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from store_backends import Backend
+
+from underway.store import Store
+
+
+@pytest.fixture(
+    params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
+    """A fresh database of each kind."""
+    url: str | None = None
+    if request.param == "sqlite":
+        url = request.getfixturevalue("sqlite_url")
+    elif request.param == "postgres":
+        url = request.getfixturevalue("pg_url")
+    b = Backend(request.param, url)
+    yield b
+    b.close()
+
+
+@pytest.fixture
+def store(backend: Backend) -> Store:
+    """A migrated store on a fresh database."""
+    return backend.open()
