@@ -1,0 +1,127 @@
+"""Run the benchmarks, write ``bench/results.json`` and print a table.
+
+    .venv/bin/python bench/run.py                 # everything (what `make bench` runs)
+    .venv/bin/python bench/run.py --only resume   # some groups; merges into results.json
+
+Each goal is a ratio against a baseline measured in the same run on the same database;
+see bench/README.md for what every figure means and its target. PostgreSQL is the server
+named by ``UNDERWAY_TEST_PG`` (default postgresql://postgres@127.0.0.1:5432/test); every
+benchmark works in a fresh schema and drops it afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable
+
+import imports
+import resume
+import storage
+import throughput
+from common import Figure, pg_base_url, pg_reachable, pg_store_missing
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results.json")
+
+GROUPS: dict[str, list[tuple[str, Callable[[], list[Figure]]]]] = {
+    "imports": [("import time", imports.bench)],
+    "throughput": [
+        ("SQLite step throughput", throughput.bench_sqlite),
+        ("PostgreSQL step throughput", throughput.bench_postgres),
+    ],
+    "resume": [
+        ("SQLite resume latency", resume.bench_sqlite),
+        ("PostgreSQL resume latency", resume.bench_postgres),
+    ],
+    "storage": [
+        ("SQLite bytes per turn", storage.bench_sqlite),
+        ("PostgreSQL bytes per turn", storage.bench_postgres),
+    ],
+}
+
+
+def _fmt(x: float | None) -> str:
+    if x is None:
+        return "-"
+    if x == 0 or 0.01 <= abs(x) < 1e10:
+        return f"{x:,.3f}" if abs(x) < 10 else f"{x:,.1f}"
+    return f"{x:.3g}"
+
+
+def table(figures: list[Figure]) -> str:
+    """The figures as a fixed-width table, with notes underneath."""
+    head = ("figure", "value", "unit", "baseline", "ratio", "target", "")
+    rows = [head] + [
+        (f.name, _fmt(f.value), f.unit, _fmt(f.baseline), _fmt(f.ratio), f.target,
+         "" if f.ok is None else ("ok" if f.ok else "MISSED"))
+        for f in figures
+    ]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    right = {1, 3, 4}
+    lines = []
+    for n, r in enumerate(rows):
+        cells = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in
+                 enumerate(zip(r, widths, strict=True))]
+        lines.append("  ".join(cells).rstrip())
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    notes = [f"  {f.name}: {f.note}" for f in figures if f.note]
+    return "\n".join(lines + (["", "notes:", *notes] if notes else []))
+
+
+def main() -> int:
+    """Parse arguments, run the chosen groups, write results, print the table."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--only", default="", help="comma-separated groups: " + ", ".join(GROUPS))
+    parser.add_argument("--no-postgres", action="store_true", help="skip PostgreSQL figures")
+    args = parser.parse_args()
+    chosen = [g for g in args.only.split(",") if g] or list(GROUPS)
+    unknown = set(chosen) - set(GROUPS)
+    if unknown:
+        parser.error(f"unknown groups {sorted(unknown)}; choose from {list(GROUPS)}")
+
+    use_pg = not args.no_postgres
+    if use_pg and (why := pg_reachable()):
+        print(f"error: {why}\n(set UNDERWAY_TEST_PG, or pass --no-postgres)", file=sys.stderr)
+        return 2
+    print(f"underway benchmarks — Python {platform.python_version()}, {platform.machine()}, "
+          f"{os.cpu_count()} CPUs" + (f", PostgreSQL {pg_base_url()}" if use_pg else ""))
+    if use_pg and (missing := pg_store_missing()):
+        print(f"note: PostgreSQL engine figures skipped: {missing}")
+
+    figures: list[Figure] = []
+    began = time.perf_counter()
+    for group in chosen:
+        for title, fn in GROUPS[group]:
+            if "PostgreSQL" in title and not use_pg:
+                continue
+            t = time.perf_counter()
+            print(f"· {title} ...", end="", flush=True)
+            got = fn()
+            figures.extend(got)
+            print(f" {time.perf_counter() - t:.1f}s ({len(got)} figures)", flush=True)
+
+    results: dict[str, dict[str, object]] = {}
+    if args.only and os.path.exists(RESULTS):
+        with open(RESULTS, encoding="utf-8") as f:
+            results = json.load(f)
+    results.update({fig.name: fig.record() for fig in figures})
+    with open(RESULTS, "w", encoding="utf-8") as f:
+        json.dump(results, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+    print()
+    print(table(figures))
+    missed = [f.name for f in figures if f.ok is False]
+    print(f"\n{len(figures)} figures in {time.perf_counter() - began:.0f}s -> {RESULTS}")
+    if missed:
+        print("missed targets: " + ", ".join(missed))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
