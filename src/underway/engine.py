@@ -65,6 +65,8 @@ class _Activation:
     control_pending: bool = False
     due_at: float | None = None
     """The run row's ``next_wake_at`` when claimed (in the past: the run was due)."""
+    row_status: str = "ready"
+    """The status the run row shows; the row is rewritten only when this must change."""
 
     def buffer(self, event: ev.Event) -> None:
         at = self.engine.clock.now()
@@ -83,6 +85,12 @@ class _Activation:
             checkpoint = (s.seq, eng.journal.encode_checkpoint(s, blobs))
         fresh = eng.journal.unknown_blobs(s.tenant_id, blobs)
         now = eng.clock.now()
+        # The run row is a projection: a step that leaves the run ready and leased changes
+        # nothing a reader of the row needs, so only its events are written.
+        update = (
+            _run_update(s, now, self.due_at)
+            if release or s.status != self.row_status else None
+        )
         batch = AppendBatch(
             tenant_id=s.tenant_id,
             run_id=s.run_id,
@@ -90,7 +98,7 @@ class _Activation:
             fence=self.lease.token,
             events=stored,
             now=now,
-            update=_run_update(s, now, self.due_at),
+            update=update,
             blobs=fresh,
             checkpoint=checkpoint,
             consumed_signals=self.consumed,
@@ -101,6 +109,8 @@ class _Activation:
         faults.point("append.after_commit")
         eng.journal.remember(s.tenant_id, fresh)
         self.last_hash = stored[-1].hash
+        if update is not None:
+            self.row_status = update.status
         if checkpoint is not None:
             self.checkpoint_seq = checkpoint[0]
         self.pending, self.consumed = [], []
@@ -426,13 +436,13 @@ class Engine:
 
     async def activate(self, lease: Lease) -> RunState:
         """Advance a leased run until it waits, finishes or escalates; return its state."""
-        state = self.journal.load(lease.tenant_id, lease.run_id)
         row = self.store.get_run(lease.tenant_id, lease.run_id)
         if row is None:
             raise RunNotFound(lease.tenant_id, lease.run_id)
+        state, head = self.journal.load_head(lease.tenant_id, lease.run_id)
         act = _Activation(
-            self, lease, state, row.last_hash, state.seq, control_pending=True,
-            due_at=row.next_wake_at if row.next_wake_at is not None else None,
+            self, lease, state, head, state.seq, control_pending=True,
+            due_at=row.next_wake_at, row_status=row.status,
         )
         flow = self._flow(state.flow)
         heartbeat = asyncio.create_task(self._heartbeat(act))

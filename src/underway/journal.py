@@ -86,6 +86,23 @@ class Journal:
 
     def load(self, tenant_id: str, run_id: str, *, use_checkpoint: bool = True) -> RunState:
         """The run's state: latest checkpoint plus the fold of the events after it."""
+        return self._load(tenant_id, run_id, use_checkpoint)[0]
+
+    def load_head(self, tenant_id: str, run_id: str) -> tuple[RunState, str]:
+        """The run's state and the hash of its last event (the next append chains from it)."""
+        state, head = self._load(tenant_id, run_id, True)
+        if head is None:
+            last = self.store.load_events(tenant_id, run_id, after_seq=state.seq - 1)
+            if not last or last[0].seq != state.seq:
+                raise IntegrityError(
+                    f"run {run_id}: checkpoint at seq {state.seq} but no such event"
+                )
+            head = last[0].hash
+        return state, head
+
+    def _load(
+        self, tenant_id: str, run_id: str, use_checkpoint: bool
+    ) -> tuple[RunState, str | None]:
         start = RunState(tenant_id=tenant_id, run_id=run_id)
         if use_checkpoint:
             ckpt = self.store.load_checkpoint(tenant_id, run_id)
@@ -99,7 +116,7 @@ class Journal:
             raise RunNotFound(tenant_id, run_id)
         for rec in self.decode(tenant_id, tail):
             apply(start, rec)
-        return start
+        return start, tail[-1].hash if tail else None
 
     def history(self, tenant_id: str, run_id: str) -> list[Recorded]:
         """Every event of the run, decoded."""
@@ -140,11 +157,17 @@ class Journal:
             prev = s.hash
         if row is None:
             return bad(None, "events exist but the run row is missing")
-        if row.last_seq != len(stored) or row.last_hash != prev:
+        # The row records the journal's head as of the run's last hand-back; events after it
+        # are a step in flight (or interrupted by a crash) and are checked by the chain alone.
+        if row.last_seq > len(stored):
             return bad(
-                len(stored) + 1 if row.last_seq > len(stored) else row.last_seq,
+                len(stored) + 1,
                 f"run row says last seq {row.last_seq}, journal ends at {len(stored)}",
             )
+        if stored[row.last_seq - 1].hash != row.last_hash:
+            return bad(row.last_seq, "event differs from the head the run row recorded")
+        if row.last_seq < len(stored) and row.status in ("completed", "failed", "cancelled"):
+            return bad(row.last_seq + 1, f"events follow the end of a {row.status} run")
         return Verification(tenant_id, run_id, True, len(stored))
 
 

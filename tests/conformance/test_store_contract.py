@@ -429,3 +429,27 @@ def test_a_finished_run_is_not_woken(store: Store) -> None:
     run = store.get_run("t1", "r1")
     assert run is not None and run.next_wake_at is None and not run.control_pending
     assert store.next_wake_at() is None
+
+
+def test_an_append_without_update_leaves_the_run_row_and_still_checks_the_journal_head(
+    store: Store,
+) -> None:
+    create(store)
+    lease = lease_of(store)
+    quiet = AppendBatch(
+        tenant_id="t1", run_id="r1", expected_seq=1, fence=lease.token,
+        events=[event(2), event(3)], now=T0 + 1,
+    )
+    store.append(quiet)
+    run = store.get_run("t1", "r1")
+    assert run is not None and (run.last_seq, run.status, run.step) == (1, "ready", "start")
+    assert [e.seq for e in store.load_events("t1", "r1")] == [1, 2, 3]
+    # The journal, not the row, is the sequence check.
+    with pytest.raises(ConflictError):
+        store.append(batch(lease, 1))
+    with pytest.raises(ConflictError):
+        store.append(batch(lease, 4, expected=4))
+    store.append(batch(lease, 3, update=RunUpdate("waiting", "later", T0 + 60), release=True))
+    run = store.get_run("t1", "r1")
+    assert run is not None and (run.last_seq, run.last_hash, run.status) == (4, "hr14", "waiting")
+    assert run.lease_owner is None

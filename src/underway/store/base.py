@@ -2,9 +2,11 @@
 
 The protocol is deliberately narrow: runs, their append-only events, one checkpoint per
 run, content-addressed blobs, and an inbox of signals. Every method takes the tenant.
-Appends are atomic: events, blobs, checkpoint and the run row change in one transaction,
-which commits only if the run's last sequence number is still ``expected_seq`` and the
-writer's lease token is still current (fencing).
+Appends are atomic: events, blobs, checkpoint and (when given) the run row change in one
+transaction, which commits only if the run's journal still ends at ``expected_seq`` and the
+writer's lease token is still current (fencing). The journal itself is the sequence check:
+the run row is a projection, written when a run changes status or is handed back, not on
+every step, so a step's commit writes little more than its events.
 """
 
 from __future__ import annotations
@@ -27,7 +29,12 @@ class StoredEvent:
 
 @dataclass(frozen=True, slots=True)
 class RunRecord:
-    """The run's row: a projection of its journal plus scheduling and lease fields."""
+    """The run's row: a projection of its journal plus scheduling and lease fields.
+
+    ``last_seq``/``last_hash``, ``status`` and ``step`` are as of the last append that
+    carried a :class:`RunUpdate` — at the latest, when the run was last handed back. While a
+    worker holds the run, its journal may be ahead of them.
+    """
 
     tenant_id: str
     run_id: str
@@ -84,7 +91,7 @@ class AppendBatch:
     fence: int
     events: list[StoredEvent]
     now: float
-    update: RunUpdate
+    update: RunUpdate | None = None
     blobs: dict[str, bytes] = field(default_factory=dict)
     checkpoint: tuple[int, bytes] | None = None
     consumed_signals: list[str] = field(default_factory=list)

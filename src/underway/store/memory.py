@@ -75,17 +75,21 @@ class MemoryStore:
                     f"run {batch.run_id}: lease token {batch.fence} is stale "
                     f"(current {rec.lease_token}); another worker owns this run"
                 )
-            if rec.last_seq != batch.expected_seq:
+            events = self._events[key]
+            last_seq = events[-1].seq if events else 0
+            if last_seq != batch.expected_seq:
                 raise ConflictError(
                     f"run {batch.run_id}: expected last seq {batch.expected_seq}, "
-                    f"found {rec.last_seq}"
+                    f"found {last_seq}"
                 )
             u, last = batch.update, batch.events[-1]
-            changes: dict[str, object] = dict(
-                last_seq=last.seq, last_hash=last.hash, status=u.status, step=u.step,
-                next_wake_at=u.next_wake_at, waiting_signal=u.waiting_signal, error=u.error,
-                updated_at=batch.now,
-            )
+            changes: dict[str, object] = {}
+            if u is not None:
+                changes.update(
+                    last_seq=last.seq, last_hash=last.hash, status=u.status, step=u.step,
+                    next_wake_at=u.next_wake_at, waiting_signal=u.waiting_signal, error=u.error,
+                    updated_at=batch.now,
+                )
             if batch.release:
                 changes.update(lease_owner=None, lease_expires_at=None)
             inbox = self._signals.get(key, {})
@@ -96,10 +100,11 @@ class MemoryStore:
                 s.name.startswith("underway.") and not done for s, done in inbox.values()
             )
             changes["control_pending"] = control
-            waited = u.waiting_signal is not None and any(
+            waited = u is not None and u.waiting_signal is not None and any(
                 s.name == u.waiting_signal and not done for s, done in inbox.values()
             )
-            if u.status not in FINAL and (waited or (batch.release and control)):
+            status = u.status if u is not None else rec.status
+            if status not in FINAL and (waited or (batch.release and control)):
                 changes["next_wake_at"] = batch.now
             self._runs[key] = dataclasses.replace(rec, **changes)  # type: ignore[arg-type]
             self._events[key].extend(batch.events)

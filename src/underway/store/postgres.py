@@ -170,22 +170,29 @@ class PostgresStore:
             return False
         last, u = batch.events[-1], batch.update
         key = {"tenant_id": batch.tenant_id, "run_id": batch.run_id}
-        settle = bool(batch.consumed_signals) or u.waiting_signal is not None or batch.release
+        settle = (
+            bool(batch.consumed_signals) or batch.release
+            or (u is not None and u.waiting_signal is not None)
+        )
         with self._pool.connection() as conn:
             try:
                 with conn.pipeline():
                     advanced = conn.execute(_Q["append_events"], {
                         **key,
-                        "last_seq": last.seq, "last_hash": last.hash, "status": u.status,
-                        "step": u.step, "next_wake_at": u.next_wake_at,
-                        "waiting_signal": u.waiting_signal, "error": u.error,
-                        "now": batch.now, "expected_seq": batch.expected_seq,
-                        "fence": batch.fence,
+                        "expected_seq": batch.expected_seq, "fence": batch.fence,
                         "seqs": [e.seq for e in batch.events],
                         "types": [e.type for e in batch.events],
                         "payloads": [e.payload for e in batch.events],
                         "hashes": [e.hash for e in batch.events],
                     }, prepare=True)
+                    if u is not None:
+                        conn.execute(_Q["advance_run"], {
+                            **key,
+                            "last_seq": last.seq, "last_hash": last.hash, "status": u.status,
+                            "step": u.step, "next_wake_at": u.next_wake_at,
+                            "waiting_signal": u.waiting_signal, "error": u.error,
+                            "now": batch.now,
+                        }, prepare=True)
                     if batch.blobs:
                         keys = sorted(batch.blobs)
                         conn.execute(_Q["insert_blobs"], {
@@ -212,10 +219,18 @@ class PostgresStore:
                 if exc.diag.table_name != "events":
                     raise
                 found = conn.execute(_Q["get_run"], key).fetchone()
+                head = conn.execute(_Q["last_seq"], key).fetchone()
                 run = None if found is None else _run(found)
-                if run is not None and _accepts(run, batch):
+                last_seq = int(head[0]) if head else 0
+                if run is not None and _accepts(run, last_seq, batch):
                     raise  # not a refusal: the events themselves were invalid
-                _raise_refusal(run, batch)
+                _raise_refusal(run, last_seq, batch)
+            except pg_errors.UniqueViolation as exc:
+                if exc.diag.table_name != "events":
+                    raise
+                raise ConflictError(
+                    f"run {batch.run_id}: another writer appended after seq {batch.expected_seq}"
+                ) from exc
             row = (settled if settled is not None else advanced).fetchone()
         return bool(row[0]) if row else False
 
@@ -358,14 +373,14 @@ class PostgresStore:
             return conn.execute(_Q[name], params).rowcount
 
 
-def _accepts(row: RunRecord, batch: AppendBatch) -> bool:
+def _accepts(row: RunRecord, last_seq: int, batch: AppendBatch) -> bool:
     return (
-        row.last_seq == batch.expected_seq and row.lease_token == batch.fence
+        last_seq == batch.expected_seq and row.lease_token == batch.fence
         and row.lease_owner is not None
     )
 
 
-def _raise_refusal(row: RunRecord | None, batch: AppendBatch) -> None:
+def _raise_refusal(row: RunRecord | None, last_seq: int, batch: AppendBatch) -> None:
     if row is None:
         raise RunNotFound(batch.tenant_id, batch.run_id)
     if row.lease_token != batch.fence or row.lease_owner is None:
@@ -374,5 +389,5 @@ def _raise_refusal(row: RunRecord | None, batch: AppendBatch) -> None:
             f"(current {row.lease_token}); another worker owns this run"
         )
     raise ConflictError(
-        f"run {batch.run_id}: expected last seq {batch.expected_seq}, found {row.last_seq}"
+        f"run {batch.run_id}: expected last seq {batch.expected_seq}, found {last_seq}"
     )

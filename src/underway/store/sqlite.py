@@ -141,20 +141,22 @@ class SQLiteStore:
         u = batch.update
         t, r = batch.tenant_id, batch.run_id
         with self._tx() as c:
-            cur = c.execute(
-                _Q["advance_run"],
-                (
-                    last.seq, last.hash, u.status, u.step, u.next_wake_at, u.waiting_signal,
-                    u.error, batch.now, t, r, batch.expected_seq, batch.fence,
-                ),
-            )
-            row = cur.fetchone()
-            if row is None:
-                _raise_refusal(c.execute(_Q["get_run"], (t, r)).fetchone(), batch)
-            control_pending = bool(row[0])
+            # BEGIN IMMEDIATE holds the write lock: reading the fence is as good as writing it.
+            row = c.execute(_Q["get_run"], (t, r)).fetchone()
+            last_seq = c.execute(_Q["last_seq"], (t, r)).fetchone()[0]
+            _check_fence(row, last_seq, batch)
+            control_pending = bool(row["control_pending"])
             c.executemany(
                 _Q["insert_event"], [(t, r, e.seq, e.type, e.payload, e.hash) for e in batch.events]
             )
+            if u is not None:
+                c.execute(
+                    _Q["advance_run"],
+                    (
+                        last.seq, last.hash, u.status, u.step, u.next_wake_at, u.waiting_signal,
+                        u.error, batch.now, t, r,
+                    ),
+                )
             if batch.blobs:
                 c.executemany(_Q["insert_blob"], [(t, k, v) for k, v in batch.blobs.items()])
             if batch.checkpoint is not None:
@@ -165,7 +167,9 @@ class SQLiteStore:
                 c.execute(_Q["refresh_control_pending"], (t, r))
                 row = c.execute(_Q["get_run"], (t, r)).fetchone()
                 control_pending = bool(row["control_pending"])
-            if u.waiting_signal is not None or (batch.release and control_pending):
+            if (u is not None and u.waiting_signal is not None) or (
+                batch.release and control_pending
+            ):
                 # A signal that arrived while the step ran must not wait for the timer.
                 c.execute(_Q["wake_if_signal_pending"], (batch.now, t, r))
             if batch.release:
@@ -311,8 +315,7 @@ def _statements(sql: str) -> list[str]:
     return [s.strip() for s in body.split(";") if s.strip()]
 
 
-def _raise_refusal(row: sqlite3.Row | None, batch: AppendBatch) -> None:
-
+def _check_fence(row: sqlite3.Row | None, last_seq: int, batch: AppendBatch) -> None:
     if row is None:
         raise RunNotFound(batch.tenant_id, batch.run_id)
     if row["lease_token"] != batch.fence or row["lease_owner"] is None:
@@ -320,6 +323,7 @@ def _raise_refusal(row: sqlite3.Row | None, batch: AppendBatch) -> None:
             f"run {batch.run_id}: lease token {batch.fence} is stale "
             f"(current {row['lease_token']}); another worker owns this run"
         )
-    raise ConflictError(
-        f"run {batch.run_id}: expected last seq {batch.expected_seq}, found {row['last_seq']}"
-    )
+    if last_seq != batch.expected_seq:
+        raise ConflictError(
+            f"run {batch.run_id}: expected last seq {batch.expected_seq}, found {last_seq}"
+        )

@@ -87,26 +87,39 @@ SELECT tenant_id, run_id, flow, status, step, idempotency_key, last_seq, last_ha
 SELECT DISTINCT tenant_id COLLATE "C" AS tenant_id FROM runs ORDER BY 1
 
 -- name: append_events
--- The fencing update and the events in one statement: when the fence refuses, the events
--- take their tenant and run from an empty update, violate NOT NULL, and the error aborts
--- the whole pipelined transaction before anything after it runs.
-WITH advanced AS (
-    UPDATE runs
-       SET last_seq = %(last_seq)s, last_hash = %(last_hash)s, status = %(status)s,
-           step = %(step)s, next_wake_at = %(next_wake_at)s,
-           waiting_signal = %(waiting_signal)s, error = %(error)s, updated_at = %(now)s
+-- The fence and the events in one statement. The run row is locked (FOR NO KEY UPDATE: a
+-- lock, not a new row version), so a claim bumping the lease token, or a second writer,
+-- either waits for this transaction or is seen by it; the journal's own head is the
+-- sequence check, backed by its primary key. When either refuses, the events take their
+-- tenant and run from the empty fence, violate NOT NULL, and the error aborts the whole
+-- pipelined transaction before anything after it runs.
+WITH fence AS (
+    SELECT tenant_id, run_id, control_pending FROM runs
      WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s
-       AND last_seq = %(expected_seq)s AND lease_token = %(fence)s
-       AND lease_owner IS NOT NULL
-    RETURNING tenant_id, run_id, control_pending
+       AND lease_token = %(fence)s AND lease_owner IS NOT NULL
+       AND (SELECT COALESCE(MAX(seq), 0) FROM events
+             WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s) = %(expected_seq)s
+       FOR NO KEY UPDATE
 ), appended AS (
     INSERT INTO events (tenant_id, run_id, seq, type, payload, hash)
-    SELECT advanced.tenant_id, advanced.run_id, e.seq, e.type, e.payload, e.hash
+    SELECT fence.tenant_id, fence.run_id, e.seq, e.type, e.payload, e.hash
       FROM unnest(%(seqs)s::bigint[], %(types)s::text[], %(payloads)s::bytea[],
                   %(hashes)s::text[]) AS e(seq, type, payload, hash)
-      LEFT JOIN advanced ON true
+      LEFT JOIN fence ON true
 )
-SELECT control_pending FROM advanced
+SELECT control_pending FROM fence
+
+-- name: advance_run
+-- The run row follows the journal when the run changes status or is handed back.
+UPDATE runs
+   SET last_seq = %(last_seq)s, last_hash = %(last_hash)s, status = %(status)s,
+       step = %(step)s, next_wake_at = %(next_wake_at)s,
+       waiting_signal = %(waiting_signal)s, error = %(error)s, updated_at = %(now)s
+ WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s
+
+-- name: last_seq
+SELECT COALESCE(MAX(seq), 0) FROM events
+ WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s
 
 -- name: insert_blobs
 -- Keys in one order everywhere, so two writers sharing blobs cannot deadlock.

@@ -47,9 +47,10 @@ SELECT key, data FROM blobs WHERE tenant_id = ? AND key = ?
 UPDATE runs
    SET last_seq = ?, last_hash = ?, status = ?, step = ?, next_wake_at = ?, waiting_signal = ?,
        error = ?, updated_at = ?
- WHERE tenant_id = ? AND run_id = ? AND last_seq = ? AND lease_token = ?
-   AND lease_owner IS NOT NULL
-RETURNING control_pending
+ WHERE tenant_id = ? AND run_id = ?
+
+-- name: last_seq
+SELECT COALESCE(MAX(seq), 0) FROM events WHERE tenant_id = ? AND run_id = ?
 
 -- name: release_after_append
 UPDATE runs SET lease_owner = NULL, lease_expires_at = NULL WHERE tenant_id = ? AND run_id = ?
