@@ -156,7 +156,7 @@ class Journal:
                     return bad(s.seq, f"refers to blob {broken}, which is missing or altered")
             prev = s.hash
         if row is None:
-            return bad(None, "events exist but the run row is missing")
+            return bad(1, "events exist but the run row is missing")
         # The row records the journal's head as of the run's last hand-back; events after it
         # are a step in flight (or interrupted by a crash) and are checked by the chain alone.
         if row.last_seq > len(stored):

@@ -453,3 +453,10 @@ def test_an_append_without_update_leaves_the_run_row_and_still_checks_the_journa
     run = store.get_run("t1", "r1")
     assert run is not None and (run.last_seq, run.last_hash, run.status) == (4, "hr14", "waiting")
     assert run.lease_owner is None
+
+
+def test_journaled_runs_include_journals_without_a_row(store: Store, backend: object) -> None:
+    create(store, "r1")
+    create(store, "r2", tenant="t2")
+    assert store.journaled_runs() == [("t1", "r1"), ("t2", "r2")]
+    assert store.journaled_runs("t2") == [("t2", "r2")]

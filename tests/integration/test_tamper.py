@@ -272,7 +272,14 @@ def edit_chain_node(raw: Raw) -> tuple[str, str, int]:
     return "globex", "r-big", 1
 
 
+def delete_run_row(raw: Raw) -> tuple[str, str, int]:
+    """The run's row is gone; its journal is still there and must still be audited."""
+    raw.q("DELETE FROM runs WHERE tenant_id = ? AND run_id = ?", "acme", "r-2")
+    return "acme", "r-2", 1
+
+
 TAMPERINGS = [
+    delete_run_row,
     flip_bit, edit_and_rehash, delete_middle, delete_last, swap, splice_from_other_run,
     append_from_other_run, append_without_row, splice_from_other_tenant, edit_blob,
     edit_chain_node,

@@ -175,6 +175,11 @@ class Store(Protocol):
         """Every tenant that has runs."""
         ...
 
+    def journaled_runs(self, tenant_id: str | None = None) -> list[tuple[str, str]]:
+        """(tenant, run) of every run with a row or with events, in order — what an audit
+        must visit, including a journal whose run row was deleted."""
+        ...
+
     def claim(
         self,
         *,

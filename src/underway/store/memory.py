@@ -154,6 +154,12 @@ class MemoryStore:
         """Tenants with runs."""
         return sorted({t for t, _ in self._runs})
 
+    def journaled_runs(self, tenant_id: str | None = None) -> list[tuple[str, str]]:
+        """Runs with a row or events."""
+        with self._lock:
+            keys = set(self._runs) | {k for k, v in self._events.items() if v}
+        return sorted(k for k in keys if tenant_id is None or k[0] == tenant_id)
+
     def claim(
         self,
         *,

@@ -273,6 +273,10 @@ class PostgresStore:
         """Tenants with runs."""
         return [r[0] for r in self._all("tenants")]
 
+    def journaled_runs(self, tenant_id: str | None = None) -> list[tuple[str, str]]:
+        """Runs with a row or events."""
+        return [(r[0], r[1]) for r in self._all("journaled_runs", tenant_id=tenant_id)]
+
     # -- leases -------------------------------------------------------------------------
     def claim(
         self,

@@ -212,6 +212,14 @@ class SQLiteStore:
         """Tenants with runs."""
         return [r[0] for r in self._query("tenants")]
 
+    def journaled_runs(self, tenant_id: str | None = None) -> list[tuple[str, str]]:
+        """Runs with a row or events."""
+        if tenant_id is None:
+            rows = self._query("journaled_runs")
+        else:
+            rows = self._query("journaled_runs_of_tenant", tenant_id, tenant_id)
+        return [(r[0], r[1]) for r in rows]
+
     # -- leases -------------------------------------------------------------------------
     def claim(
         self,

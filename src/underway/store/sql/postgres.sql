@@ -86,6 +86,14 @@ SELECT tenant_id, run_id, flow, status, step, idempotency_key, last_seq, last_ha
 -- name: tenants
 SELECT DISTINCT tenant_id COLLATE "C" AS tenant_id FROM runs ORDER BY 1
 
+-- name: journaled_runs
+SELECT tenant_id COLLATE "C", run_id COLLATE "C" FROM runs
+ WHERE %(tenant_id)s::text IS NULL OR tenant_id = %(tenant_id)s
+UNION
+SELECT DISTINCT tenant_id COLLATE "C", run_id COLLATE "C" FROM events
+ WHERE %(tenant_id)s::text IS NULL OR tenant_id = %(tenant_id)s
+ORDER BY 1, 2
+
 -- name: append_events
 -- The fence and the events in one statement. The run row is locked (FOR NO KEY UPDATE: a
 -- lock, not a new row version), so a claim bumping the lease token, or a second writer,

@@ -34,6 +34,18 @@ SELECT * FROM runs WHERE tenant_id = ? AND status = ? ORDER BY created_at DESC, 
 -- name: tenants
 SELECT DISTINCT tenant_id FROM runs ORDER BY tenant_id
 
+-- name: journaled_runs
+SELECT tenant_id, run_id FROM runs
+UNION
+SELECT DISTINCT tenant_id, run_id FROM events
+ORDER BY 1, 2
+
+-- name: journaled_runs_of_tenant
+SELECT tenant_id, run_id FROM runs WHERE tenant_id = ?
+UNION
+SELECT DISTINCT tenant_id, run_id FROM events WHERE tenant_id = ?
+ORDER BY 1, 2
+
 -- name: insert_event
 INSERT INTO events (tenant_id, run_id, seq, type, payload, hash) VALUES (?, ?, ?, ?, ?, ?)
 
