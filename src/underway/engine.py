@@ -34,6 +34,7 @@ from .errors import (
 )
 from .events import JSON, canonical_json, genesis_hash
 from .flow import Done, Fail, Flow, Goto, Next, RunContext, Sleep, Wait
+from .identity import worker_identity
 from .journal import Journal
 from .jsonpatch import make_patch
 from .state import Recorded, RunState, apply
@@ -588,38 +589,3 @@ class Engine:
             raise ConfigurationError(
                 f"flow {name!r} is not registered with this engine; known: {sorted(self.flows)}"
             ) from None
-
-
-def worker_identity() -> str:
-    """``host:pid:start`` — unique per process, and checkable for liveness on this host."""
-    import os
-    import socket
-
-    return f"{socket.gethostname()}:{os.getpid()}:{_process_start(os.getpid())}"
-
-
-def _process_start(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-            return f.read().rsplit(")", 1)[1].split()[19]
-    except OSError:
-        return "0"
-
-
-def owner_is_dead(owner: str) -> bool:
-    """True when ``owner`` names a process on this host that no longer exists."""
-    import os
-    import socket
-
-    host, _, rest = owner.partition(":")
-    pid_s, _, start = rest.partition(":")
-    if host != socket.gethostname() or not pid_s.isdigit():
-        return False
-    pid = int(pid_s)
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return start not in ("", "0") and _process_start(pid) != start

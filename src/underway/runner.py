@@ -12,10 +12,11 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from .engine import Engine, owner_is_dead
+from .engine import Engine
 from .errors import ConflictError, FencedError
 from .events import JSON
 from .flow import Flow
+from .identity import owner_is_dead
 from .state import RunState
 
 log = logging.getLogger("underway.runner")

@@ -1,0 +1,59 @@
+"""Who holds a lease: process identities, and whether their process is still alive.
+
+An owner id is ``host:space:pid:start``. ``space`` fingerprints the boot and the PID
+namespace, so two containers or machines that share a host name never judge each other's
+processes; ``start`` is the process start time, so a recycled pid is not mistaken for the
+original holder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="ascii") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def _space() -> str:
+    try:
+        namespace = str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        namespace = ""
+    boot = _read("/proc/sys/kernel/random/boot_id")
+    return hashlib.sha256(f"{boot}/{namespace}".encode()).hexdigest()[:12]
+
+
+def _process_start(pid: int) -> str:
+    stat = _read(f"/proc/{pid}/stat")
+    return stat.rsplit(")", 1)[1].split()[19] if ")" in stat else "0"
+
+
+def worker_identity() -> str:
+    """This process's owner id: unique per process, checkable for liveness here."""
+    pid = os.getpid()
+    return f"{socket.gethostname()}:{_space()}:{pid}:{_process_start(pid)}"
+
+
+def owner_is_dead(owner: str) -> bool:
+    """True only when ``owner`` is a process of this host and PID namespace that is gone."""
+    parts = owner.split(":")
+    if len(parts) != 4 or not parts[2].isdigit():
+        return False
+    host, space, pid_s, start = parts
+    if host != socket.gethostname() or space != _space():
+        return False
+    pid = int(pid_s)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return start != "0" and _process_start(pid) != start
