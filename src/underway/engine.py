@@ -389,6 +389,17 @@ class Engine:
         sender: str | None = None,
     ) -> bool:
         """Deliver a signal (once per ``signal_id``); False when it was a duplicate."""
+        if name.startswith("underway."):
+            raise ConfigurationError(
+                f"signal names starting with 'underway.' are reserved ({name!r}); use "
+                "cancel() or resolve() for those"
+            )
+        return self._send(run_id, name, payload, tenant_id, signal_id, sender)
+
+    def _send(
+        self, run_id: str, name: str, payload: JSON, tenant_id: str, signal_id: str | None,
+        sender: str | None,
+    ) -> bool:
         if self.store.get_run(tenant_id, run_id) is None:
             raise RunNotFound(tenant_id, run_id)
         return self.store.send_signal(SignalRecord(
@@ -398,8 +409,7 @@ class Engine:
 
     def cancel(self, run_id: str, *, by: str, reason: str = "", tenant_id: str = "default") -> None:
         """Ask for the run to be cancelled at its next step boundary."""
-        self.signal(run_id, CANCEL, {"by": by, "reason": reason}, tenant_id=tenant_id,
-                    sender=by)
+        self._send(run_id, CANCEL, {"by": by, "reason": reason}, tenant_id, None, by)
 
     def resolve(
         self,
@@ -421,8 +431,8 @@ class Engine:
             raise ConfigurationError(
                 f"run {run_id} is {row.status}, not escalated: there is nothing to resolve"
             )
-        self.signal(run_id, RESOLVE, {"resolution": resolution, "result": result, "by": by},
-                    tenant_id=tenant_id, sender=by)
+        self._send(run_id, RESOLVE, {"resolution": resolution, "result": result, "by": by},
+                   tenant_id, None, by)
 
     def state(self, run_id: str, *, tenant_id: str = "default") -> RunState:
         """The run's current folded state."""

@@ -246,7 +246,15 @@ class Flow(Generic[S, I]):
 
     def initial_state(self, input: I) -> S:
         """The state a new run starts from."""
-        return self._init(input) if self._init else self.state_type()
+        if self._init is not None:
+            return self._init(input)
+        try:
+            return self.state_type()
+        except ValidationError as exc:
+            raise ConfigurationError(
+                f"flow {self.name!r}: state {self.state_type.__name__} has required fields "
+                f"({exc.error_count()} missing); give them defaults or pass init= to Flow"
+            ) from exc
 
     def get_step(self, name: str) -> StepFn[S, I]:
         """The step function called ``name``."""

@@ -507,3 +507,29 @@ def test_a_cancel_sent_while_a_step_runs_is_not_lost_when_the_run_waits() -> Non
     final = engine.state(run_id)
     assert final.status == "cancelled"
     assert final.error == "cancelled by ops: arrived mid-step"
+
+
+def test_reserved_signal_names_and_state_without_defaults_are_clear_errors() -> None:
+    class Needs(BaseModel):
+        customer: str
+
+    flow = uw.Flow("strict", state=Needs)
+
+    @flow.step
+    async def go(ctx: Any) -> Any:
+        return ctx.done()
+
+    other = uw.Flow("fine", state=Counter)
+
+    @other.step
+    async def only(ctx: Any) -> Any:
+        return ctx.wait("x", then=only)
+
+    engine, _ = memory_engine([flow, other])
+    with pytest.raises(ConfigurationError, match="state Needs has required fields"):
+        engine.start(flow)
+    run_id, _ = engine.start(other)
+    with pytest.raises(ConfigurationError, match="reserved"):
+        engine.signal(run_id, "underway.cancel")
+    with pytest.raises(ConfigurationError, match="not escalated"):
+        engine.resolve(run_id, resolution="retry", by="ops")
