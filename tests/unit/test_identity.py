@@ -19,7 +19,7 @@ def test_this_process_is_alive_and_a_finished_one_is_dead() -> None:
 
 
 def test_other_hosts_namespaces_and_malformed_ids_are_never_judged_dead() -> None:
-    host, space, pid, start = worker_identity().split(":")
+    host, space, _, _ = worker_identity().split(":")
     assert not owner_is_dead(f"elsewhere:{space}:999999:1")
     assert not owner_is_dead(f"{host}:000000000000:999999:1")
     assert not owner_is_dead("worker-7")
