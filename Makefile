@@ -31,7 +31,7 @@ crash: $(STAMP)
 	$(PG) $(PY) -m pytest -q tests/crash
 
 soak: $(STAMP)
-	$(PG) UNDERWAY_CRASH_KILLS=10000 $(PY) -m pytest -q tests/crash -p no:timeout
+	$(PG) UNDERWAY_CRASH_KILLS=10000 $(PY) -m pytest -q tests/crash --timeout=0
 
 bench: $(STAMP)
 	$(PG) $(PY) bench/run.py

@@ -128,15 +128,15 @@ def make_tools(data: Path) -> list[Tool]:
     def fetch_overdue_invoices(query: OverdueQuery) -> OverdueInvoices:
         return OverdueInvoices.model_validate({"invoices": erp.overdue(query.as_of)})
 
-    @tool(mutating=True, idempotent=False, timeout=10)
+    async def reminder_sent(key: str) -> Reconciled:
+        receipt = outbox.find(key)
+        return Reconciled.happened(receipt) if receipt else Reconciled.not_happened()
+
+    @tool(mutating=True, idempotent=False, timeout=10, reconcile=reminder_sent)
     def send_reminder(reminder: Reminder, call: CallInfo) -> Receipt:
         return Receipt.model_validate(
             outbox.send(call.key, reminder.to, reminder.subject, reminder.body)
         )
-
-    async def reminder_sent(key: str) -> Reconciled:
-        receipt = outbox.find(key)
-        return Reconciled.happened(receipt) if receipt else Reconciled.not_happened()
 
     @tool(mutating=False)
     def check_payment(query: PaymentQuery) -> PaymentStatus:
@@ -149,7 +149,7 @@ def make_tools(data: Path) -> list[Tool]:
 
     return [
         fetch_overdue_invoices,
-        send_reminder.reconciler(reminder_sent),
+        send_reminder,
         check_payment,
         record_outcome,
     ]

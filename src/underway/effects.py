@@ -99,12 +99,16 @@ class Tool:
     result_model: type[BaseModel] | None = field(default=None, repr=False)
     wants_call_info: bool = field(default=False, repr=False)
 
-    def reconciler(self, fn: ReconcileFn) -> Tool:
-        """Return a copy of this tool with ``fn`` as its reconcile hook."""
-        return Tool(
-            self.name, self.fn, self.mutating, self.idempotent, self.timeout, fn,
-            self.args_model, self.result_model, self.wants_call_info,
-        )
+    def reconciler(self, fn: ReconcileFn) -> ReconcileFn:
+        """Attach ``fn`` as this tool's reconcile hook; usable as a decorator::
+
+            @send_sms.reconciler
+            async def was_sent(key: str) -> Reconciled: ...
+
+        The tool object itself gains the hook, so every step holding it reconciles.
+        """
+        object.__setattr__(self, "reconcile", fn)
+        return fn
 
     async def invoke(self, args: JSON, info: CallInfo) -> JSON:
         """Run the tool once with validated arguments; return its JSON result."""

@@ -68,6 +68,8 @@ class _Activation:
     """The run row's ``next_wake_at`` when claimed (in the past: the run was due)."""
     row_status: str = "ready"
     """The status the run row shows; the row is rewritten only when this must change."""
+    lost: bool = False
+    """Set by the heartbeat when the lease was lost to another worker."""
 
     def buffer(self, event: ev.Event) -> None:
         at = self.engine.clock.now()
@@ -169,8 +171,12 @@ class StepExecution:
             raise ConfigurationError(
                 f"arguments to tool {t.name!r} in step {self.step!r} are not JSON: {exc}"
             ) from exc
-        key = idempotency_key(self.run_id, self.step, index, ordinal=self.ordinal)
         rec = self._record(index, t.name, h)
+        # A call already journaled keeps the key it was journaled with, even if this
+        # version of the engine would derive keys differently.
+        key = rec.key if rec is not None and rec.key else idempotency_key(
+            self.run_id, self.step, index, ordinal=self.ordinal
+        )
         if rec is not None and rec.status == "succeeded":
             return rec.result
         if rec is not None and rec.status == "failed":
@@ -456,7 +462,7 @@ class Engine:
             due_at=row.next_wake_at, row_status=row.status,
         )
         flow = self._flow(state.flow)
-        heartbeat = asyncio.create_task(self._heartbeat(act))
+        heartbeat = asyncio.create_task(self._heartbeat(act, asyncio.current_task()))
         try:
             while True:
                 if act.control_pending:
@@ -476,6 +482,12 @@ class Engine:
                     return act.state
                 act.commit()
                 self._renew_if_due(act)
+        except asyncio.CancelledError:
+            if act.lost:
+                raise FencedError(
+                    f"run {lease.run_id}: lease lost while a step ran; the step was cancelled"
+                ) from None
+            raise
         finally:
             heartbeat.cancel()
 
@@ -552,13 +564,17 @@ class Engine:
             act.buffer(ev.RunFailed(reason=f"{type(exc).__name__}: {exc}",
                                     error_type=type(exc).__name__, step=step))
 
-    async def _heartbeat(self, act: _Activation) -> None:
-        """Renew the lease while a step awaits slow tools; stop once it is lost (the next
-        commit is then fenced)."""
+    async def _heartbeat(self, act: _Activation, step_task: asyncio.Task[Any] | None) -> None:
+        """Renew the lease while a step awaits slow tools. Once the lease is lost, cancel
+        the step: another worker owns the run, and a call still in flight here should stop
+        before it reaches the outside world (its commit would be fenced anyway)."""
         while True:
             await asyncio.sleep(self.lease_ttl / 3)
             renewed = self.store.renew(act.lease, now=self.clock.now(), ttl=self.lease_ttl)
             if renewed is None:
+                act.lost = True
+                if step_task is not None:
+                    step_task.cancel()
                 return
             act.lease = renewed
 

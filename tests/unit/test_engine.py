@@ -256,7 +256,8 @@ def test_reconcile_decides_unknown_outcomes(found: str, expected_runs: int) -> N
             return uw.Reconciled.happened({"id": "m-1"})
         return uw.Reconciled.not_happened()
 
-    send = uw.tool(send_fn, name="send_sms").reconciler(reconcile)
+    send = uw.tool(send_fn, name="send_sms")
+    send.reconciler(reconcile)
     flow = uw.Flow("sms", state=Counter)
 
     @flow.step
@@ -533,3 +534,38 @@ def test_reserved_signal_names_and_state_without_defaults_are_clear_errors() -> 
         engine.signal(run_id, "underway.cancel")
     with pytest.raises(ConfigurationError, match="not escalated"):
         engine.resolve(run_id, resolution="retry", by="ops")
+
+
+def test_a_worker_that_loses_its_lease_mid_call_stops_the_call() -> None:
+    finished: list[bool] = []
+
+    @uw.tool
+    async def slow_transfer(args: Any) -> Any:
+        await asyncio.sleep(5)
+        finished.append(True)  # must never be reached: the lease is gone by then
+        return "sent"
+
+    flow = uw.Flow("slow", state=Counter)
+
+    @flow.step
+    async def go(ctx: Any) -> Any:
+        return ctx.done(await ctx.call(slow_transfer, {"amount": 10}))
+
+    engine, clock = memory_engine([flow])
+    engine.lease_ttl = 0.3
+    run_id, _ = engine.start(flow)
+
+    async def scenario() -> None:
+        (lease,) = engine.claim()
+        activation = asyncio.create_task(engine.activate(lease))
+        await asyncio.sleep(0.05)
+        # Another worker takes the run over (this one looked dead to it).
+        engine.store.expire_lease("default", run_id, engine.owner)
+        clock.advance(1)
+        assert Engine(engine.store, flows=[flow], clock=clock, owner="other").claim()
+        with pytest.raises(FencedError, match="step was cancelled"):
+            await activation
+
+    run(scenario())
+    assert finished == []
+    assert "ToolSucceeded" not in types(engine, run_id)
