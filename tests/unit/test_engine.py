@@ -13,7 +13,7 @@ from underway import events as ev
 from underway.engine import Engine
 from underway.errors import ConfigurationError, FencedError
 from underway.state import RunState
-from underway.testing import ManualClock, ScriptedModel, memory_engine
+from underway.testing import ScriptedModel, memory_engine
 
 
 class Crash(BaseException):
@@ -33,9 +33,15 @@ def types(engine: Engine, run_id: str) -> list[str]:
     return [type(r.event).__name__ for r in engine.journal.history("default", run_id)]
 
 
-def crash_and_recover(engine: Engine, clock: ManualClock) -> None:
-    """After a simulated crash the dead holder's lease expires; time moves past it."""
+def start_and_crash(flow: uw.Flow[Any, Any]) -> tuple[Engine, str]:
+    """Start a run whose first activation dies (``Crash``), then let the dead holder's
+    lease expire so a fresh activation may take the run."""
+    engine, clock = memory_engine([flow])
+    run_id, _ = engine.start(flow)
+    with pytest.raises(Crash):
+        run(uw.Runner(engine).run_until_idle())
     clock.advance(engine.lease_ttl + 1)
+    return engine, run_id
 
 
 async def drive(engine: Engine, run_id: str) -> RunState:
@@ -164,11 +170,7 @@ def test_completed_calls_are_not_repeated_after_a_crash() -> None:
         ctx.state.n = v["v"] + 1
         return ctx.done(r)
 
-    engine, clock = memory_engine([flow])
-    run_id, _ = engine.start(flow)
-    with pytest.raises(Crash):
-        run(uw.Runner(engine).run_until_idle())
-    crash_and_recover(engine, clock)
+    engine, run_id = start_and_crash(flow)
     state = run(drive(engine, run_id))
     # The first send's outcome was committed with the second's intent; the second send's
     # outcome died with the crash, so the engine escalates instead of sending again.
@@ -197,11 +199,7 @@ def test_unknown_outcome_of_non_idempotent_tool_escalates_then_resolves() -> Non
         receipt = await ctx.call(charge, {"amount": 500})
         return ctx.done(receipt)
 
-    engine, clock = memory_engine([flow])
-    run_id, _ = engine.start(flow)
-    with pytest.raises(Crash):
-        run(uw.Runner(engine).run_until_idle())
-    crash_and_recover(engine, clock)
+    engine, run_id = start_and_crash(flow)
     state = run(drive(engine, run_id))
     assert state.status == "escalated"
     assert state.escalation is not None and "charge" in str(state.escalation["reason"])
@@ -231,11 +229,7 @@ def test_idempotent_tool_is_retried_with_the_same_key() -> None:
     async def go(ctx: Any) -> Any:
         return ctx.done(await ctx.call(upsert, {"id": 1}))
 
-    engine, clock = memory_engine([flow])
-    run_id, _ = engine.start(flow)
-    with pytest.raises(Crash):
-        run(uw.Runner(engine).run_until_idle())
-    crash_and_recover(engine, clock)
+    engine, run_id = start_and_crash(flow)
     final = run(drive(engine, run_id))
     assert final.result == "ok"
     assert keys == [f"{run_id}:0:go:0", f"{run_id}:0:go:0"]
@@ -264,11 +258,7 @@ def test_reconcile_decides_unknown_outcomes(found: str, expected_runs: int) -> N
     async def go(ctx: Any) -> Any:
         return ctx.done(await ctx.call(send, {"to": "+91"}))
 
-    engine, clock = memory_engine([flow])
-    run_id, _ = engine.start(flow)
-    with pytest.raises(Crash):
-        run(uw.Runner(engine).run_until_idle())
-    crash_and_recover(engine, clock)
+    engine, run_id = start_and_crash(flow)
     final = run(drive(engine, run_id))
     assert final.status == "completed"
     assert len(delivered) == expected_runs
@@ -301,11 +291,7 @@ def test_a_different_call_sequence_on_rerun_is_a_nondeterminism_escalation() -> 
             raise Crash
         return ctx.done()
 
-    engine, clock = memory_engine([flow])
-    run_id, _ = engine.start(flow)
-    with pytest.raises(Crash):
-        run(uw.Runner(engine).run_until_idle())
-    crash_and_recover(engine, clock)
+    engine, run_id = start_and_crash(flow)
     final = run(drive(engine, run_id))
     assert final.status == "escalated"
     reason = str(final.escalation and final.escalation["reason"])
@@ -330,11 +316,7 @@ def test_journaled_values_are_stable_across_reruns() -> None:
             raise Crash
         return ctx.done()
 
-    engine, clock = memory_engine([flow])
-    run_id, _ = engine.start(flow)
-    with pytest.raises(Crash):
-        run(uw.Runner(engine).run_until_idle())
-    crash_and_recover(engine, clock)
+    engine, run_id = start_and_crash(flow)
     assert run(drive(engine, run_id)).status == "escalated"  # effect outcome unknown
     assert seen[0] == seen[1]
 
@@ -352,11 +334,7 @@ def test_model_responses_are_never_requested_twice() -> None:
             raise Crash
         return ctx.done(reply)
 
-    engine, clock = memory_engine([flow])
-    run_id, _ = engine.start(flow)
-    with pytest.raises(Crash):
-        run(uw.Runner(engine).run_until_idle())
-    crash_and_recover(engine, clock)
+    engine, run_id = start_and_crash(flow)
     final = run(drive(engine, run_id))
     assert final.result == {"text": "hello"}
     assert len(model.requests) == 1
