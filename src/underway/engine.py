@@ -358,12 +358,18 @@ class Engine:
         idempotency_key: str | None = None,
         run_id: str | None = None,
         start_at: float | None = None,
+        queue: str = "default",
     ) -> tuple[str, bool]:
-        """Create a run (or find the one with this idempotency key): ``(run_id, created)``."""
-        f = self._flow(flow if isinstance(flow, str) else flow.name)
+        """Create a run (or find the one with this idempotency key): ``(run_id, created)``.
+
+        ``start_at`` (epoch seconds) delays the first step; ``queue`` names the queue whose
+        workers run it.
+        """
         if isinstance(flow, Flow) and flow.name not in self.flows:
             self.register(flow)
-            f = flow
+        f = self._flow(flow if isinstance(flow, str) else flow.name)
+        if not queue:
+            raise ConfigurationError("queue name must not be empty")
         parsed = f.parse_input(input)
         state = f.initial_state(parsed)
         run_id = run_id or str(uuid.uuid4())
@@ -380,7 +386,7 @@ class Engine:
         rec, created = self.store.create_run(NewRun(
             tenant_id=tenant_id, run_id=run_id, flow=f.name, idempotency_key=idempotency_key,
             first_event=stored[0], blobs=blobs, step=str(f.start_step), now=now,
-            next_wake_at=start_at if start_at is not None else now,
+            next_wake_at=start_at if start_at is not None else now, queue=queue,
         ))
         return rec.run_id, created
 

@@ -109,3 +109,20 @@ def test_a_cancel_sent_during_a_step_wakes_the_run_it_hands_back(backend: Backen
     final = engine.state(run_id)
     assert final.status == "cancelled"
     assert final.error == "cancelled by ops: mid-step"
+
+
+def test_runs_keep_their_queue_and_delayed_start(backend: Backend) -> None:
+    flow = uw.Flow("queued", state=Progress)
+
+    @flow.step
+    async def only(ctx: uw.RunContext[Progress, Any]) -> Any:
+        return ctx.done()
+
+    clock = ManualClock(1_700_000_000.0)
+    engine = uw.Engine(backend.open(), flows=[flow], clock=clock)
+    run_id, _ = engine.start(flow, queue="billing", start_at=clock.now() + 60)
+    row = engine.store.get_run("default", run_id)
+    assert row is not None and (row.queue, row.next_wake_at) == ("billing", clock.now() + 60)
+    assert asyncio.run(uw.Runner(engine).run_until_idle()) == 0  # not due yet
+    clock.advance(61)
+    assert asyncio.run(uw.Runner(engine).run_until_complete(run_id)).status == "completed"

@@ -53,6 +53,7 @@ class RunRecord:
     created_at: float
     updated_at: float
     error: str | None
+    queue: str = "default"
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +80,7 @@ class NewRun:
     step: str
     now: float
     next_wake_at: float
+    queue: str = "default"
 
 
 @dataclass(frozen=True, slots=True)

@@ -53,7 +53,7 @@ class MemoryStore:
                 next_wake_at=new.next_wake_at, waiting_signal=None, control_pending=False,
                 lease_owner=None,
                 lease_token=0, lease_expires_at=None, created_at=new.now, updated_at=new.now,
-                error=None,
+                error=None, queue=new.queue,
             )
             self._runs[key] = rec
             self._events[key] = [new.first_event]

@@ -142,7 +142,7 @@ class PostgresStore:
             "tenant_id": new.tenant_id, "run_id": new.run_id, "flow": new.flow,
             "step": new.step, "idempotency_key": new.idempotency_key, "seq": ev.seq,
             "type": ev.type, "payload": ev.payload, "hash": ev.hash,
-            "next_wake_at": new.next_wake_at, "now": new.now,
+            "next_wake_at": new.next_wake_at, "now": new.now, "queue": new.queue,
             "blob_keys": keys, "blob_data": [new.blobs[k] for k in keys],
         }
         with self._pool.connection() as conn:

@@ -46,6 +46,7 @@ def _run(row: sqlite3.Row) -> RunRecord:
         created_at=row["created_at"],
         updated_at=row["updated_at"],
         error=row["error"],
+        queue=row["queue"],
     )
 
 
@@ -118,7 +119,7 @@ class SQLiteStore:
                 _Q["insert_run"],
                 (
                     new.tenant_id, new.run_id, new.flow, new.step, new.idempotency_key,
-                    ev.seq, ev.hash, new.next_wake_at, new.now, new.now,
+                    ev.seq, ev.hash, new.next_wake_at, new.now, new.now, new.queue,
                 ),
             )
             if cur.rowcount == 0:

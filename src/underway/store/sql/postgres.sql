@@ -32,13 +32,13 @@ VALUES (%(version)s, %(name)s, %(applied_at)s)
 -- name: create_run
 WITH created AS (
     INSERT INTO runs (tenant_id, run_id, flow, status, step, idempotency_key, last_seq,
-                      last_hash, next_wake_at, created_at, updated_at)
+                      last_hash, next_wake_at, created_at, updated_at, queue)
     VALUES (%(tenant_id)s, %(run_id)s, %(flow)s, 'ready', %(step)s, %(idempotency_key)s,
-            %(seq)s, %(hash)s, %(next_wake_at)s, %(now)s, %(now)s)
+            %(seq)s, %(hash)s, %(next_wake_at)s, %(now)s, %(now)s, %(queue)s)
     ON CONFLICT DO NOTHING
     RETURNING tenant_id, run_id, flow, status, step, idempotency_key, last_seq, last_hash,
               next_wake_at, waiting_signal, control_pending, lease_owner, lease_token,
-              lease_expires_at, created_at, updated_at, error
+              lease_expires_at, created_at, updated_at, error, queue
 ), first_event AS (
     INSERT INTO events (tenant_id, run_id, seq, type, payload, hash)
     SELECT tenant_id, run_id, %(seq)s, %(type)s, %(payload)s, %(hash)s FROM created
@@ -54,21 +54,21 @@ SELECT * FROM created
 -- name: find_by_idempotency
 SELECT tenant_id, run_id, flow, status, step, idempotency_key, last_seq, last_hash,
        next_wake_at, waiting_signal, control_pending, lease_owner, lease_token,
-       lease_expires_at, created_at, updated_at, error
+       lease_expires_at, created_at, updated_at, error, queue
   FROM runs
  WHERE tenant_id = %(tenant_id)s AND flow = %(flow)s AND idempotency_key = %(idempotency_key)s
 
 -- name: get_run
 SELECT tenant_id, run_id, flow, status, step, idempotency_key, last_seq, last_hash,
        next_wake_at, waiting_signal, control_pending, lease_owner, lease_token,
-       lease_expires_at, created_at, updated_at, error
+       lease_expires_at, created_at, updated_at, error, queue
   FROM runs
  WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s
 
 -- name: list_runs
 SELECT tenant_id, run_id, flow, status, step, idempotency_key, last_seq, last_hash,
        next_wake_at, waiting_signal, control_pending, lease_owner, lease_token,
-       lease_expires_at, created_at, updated_at, error
+       lease_expires_at, created_at, updated_at, error, queue
   FROM runs
  WHERE tenant_id = %(tenant_id)s
  ORDER BY created_at DESC, run_id COLLATE "C"
@@ -77,7 +77,7 @@ SELECT tenant_id, run_id, flow, status, step, idempotency_key, last_seq, last_ha
 -- name: list_runs_by_status
 SELECT tenant_id, run_id, flow, status, step, idempotency_key, last_seq, last_hash,
        next_wake_at, waiting_signal, control_pending, lease_owner, lease_token,
-       lease_expires_at, created_at, updated_at, error
+       lease_expires_at, created_at, updated_at, error, queue
   FROM runs
  WHERE tenant_id = %(tenant_id)s AND status = %(status)s
  ORDER BY created_at DESC, run_id COLLATE "C"

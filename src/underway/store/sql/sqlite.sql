@@ -15,8 +15,8 @@ INSERT INTO underway_schema_version (version, name, applied_at) VALUES (?, ?, ?)
 
 -- name: insert_run
 INSERT INTO runs (tenant_id, run_id, flow, status, step, idempotency_key, last_seq, last_hash,
-                  next_wake_at, created_at, updated_at)
-VALUES (?, ?, ?, 'ready', ?, ?, ?, ?, ?, ?, ?)
+                  next_wake_at, created_at, updated_at, queue)
+VALUES (?, ?, ?, 'ready', ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT DO NOTHING
 
 -- name: find_by_idempotency
