@@ -22,6 +22,7 @@ from pydantic import BaseModel
 
 from .errors import ConfigurationError
 from .events import JSON, canonical_json
+from .retry import CircuitBreaker, RetryPolicy
 
 
 def idempotency_key(run_id: str, step: str, index: int, *, ordinal: int) -> str:
@@ -86,7 +87,9 @@ class Tool:
 
     ``mutating`` tools change the world and are journaled write-ahead; ``idempotent``
     tools may safely run again with the same key; ``reconcile`` asks the outside system
-    what happened to a key; ``timeout`` (seconds) cancels a call that runs too long.
+    what happened to a key; ``timeout`` (seconds) cancels a call that runs too long;
+    ``retry`` retries failures on durable timers; ``circuit`` fails fast after repeated
+    failures.
     """
 
     name: str
@@ -98,6 +101,8 @@ class Tool:
     args_model: type[BaseModel] | None = field(default=None, repr=False)
     result_model: type[BaseModel] | None = field(default=None, repr=False)
     wants_call_info: bool = field(default=False, repr=False)
+    retry: RetryPolicy | None = None
+    circuit: CircuitBreaker | None = None
 
     def reconciler(self, fn: ReconcileFn) -> ReconcileFn:
         """Attach ``fn`` as this tool's reconcile hook; usable as a decorator::
@@ -135,6 +140,8 @@ def tool(
     idempotent: bool = False,
     timeout: float = 30.0,
     reconcile: ReconcileFn | None = None,
+    retry: RetryPolicy | None = None,
+    circuit: CircuitBreaker | None = None,
 ) -> Tool: ...
 
 
@@ -147,6 +154,8 @@ def tool(
     idempotent: bool = False,
     timeout: float = 30.0,
     reconcile: ReconcileFn | None = None,
+    retry: RetryPolicy | None = None,
+    circuit: CircuitBreaker | None = None,
 ) -> Callable[[ToolFn], Tool]: ...
 
 
@@ -158,6 +167,8 @@ def tool(
     idempotent: bool = False,
     timeout: float = 30.0,
     reconcile: ReconcileFn | None = None,
+    retry: RetryPolicy | None = None,
+    circuit: CircuitBreaker | None = None,
 ) -> Tool | Callable[[ToolFn], Tool]:
     """Declare a tool. Use bare (``@tool``) or with options (``@tool(mutating=False)``).
 
@@ -187,6 +198,8 @@ def tool(
             idempotent=idempotent,
             timeout=timeout,
             reconcile=reconcile,
+            retry=retry,
+            circuit=circuit,
             args_model=first if _is_model(first) else None,
             result_model=ret if _is_model(ret) else None,
             wants_call_info=len(params) >= 2,

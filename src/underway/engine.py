@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Literal, NoReturn
 
 from pydantic import BaseModel, ValidationError
@@ -44,9 +46,25 @@ CANCEL = "underway.cancel"
 """Control signal: cancel the run at its next step boundary."""
 RESOLVE = "underway.resolve"
 """Control signal: a person resolved the run's escalation."""
+RESUME = "underway.resume"
+"""Control signal: an operator resumes a dead run."""
+
+
+class _Suspend(BaseException):
+    """Ends a step without completing it: a retry timer was set (events already buffered)."""
+
+
+class _DeadLetter(BaseException):
+    """Stops the run for an operator: the reason is journaled as ``RunDeadLettered``."""
+
+    def __init__(self, reason: str, error_type: str) -> None:
+        super().__init__(reason)
+        self.reason, self.error_type = reason, error_type
 
 
 class _Escalate(BaseException):
+    """Stops the run for a person (user code cannot swallow it: not an Exception)."""
+
     def __init__(self, reason: str, key: str | None, tool: str | None, index: int | None) -> None:
         super().__init__(reason)
         self.event = ev.Escalated(reason=reason, key=key, tool=tool, index=index)
@@ -125,7 +143,10 @@ def _run_update(s: RunState, now: float, due_at: float | None) -> RunUpdate:
         # worker dies, and an unchanged indexed column spares index writes on every step.
         return RunUpdate("ready", s.step, due_at if due_at is not None else now)
     if s.status == "waiting":
-        return RunUpdate("waiting", s.step, s.wake_at, s.waiting_signal)
+        wake = s.wake_at
+        if s.deadline is not None and not s.deadline_escalated:
+            wake = s.deadline if wake is None else min(wake, s.deadline)
+        return RunUpdate("waiting", s.step, wake, s.waiting_signal)
     if s.status == "escalated":
         reason = s.escalation.get("reason") if s.escalation else None
         return RunUpdate("escalated", s.step, None, None, str(reason))
@@ -205,12 +226,77 @@ class StepExecution:
                         f"reconcile of tool {t.name!r} could not tell whether key {key} "
                         "took effect", key, t.name, index,
                     )
-        elif t.mutating:
-            self._act.buffer(ev.ToolStarted(
-                key=key, tool=t.name, index=index, args=args, args_hash=h
-            ))
-            self._act.commit()
-        return await self._execute(t, args, key, index, h)
+        else:
+            self._admit(t, key, index, h)
+            if t.mutating:
+                self._act.buffer(ev.ToolStarted(
+                    key=key, tool=t.name, index=index, args=args, args_hash=h
+                ))
+                self._act.commit()
+        try:
+            result = await self._execute(t, args, key, index, h)
+        except ToolCallError as exc:
+            self._settle_circuit(t, exc.error_type)
+            self._retry_or_raise(t, key, index, exc)
+            raise
+        self._settle_circuit(t, None)
+        return result
+
+    def _admit(self, t: Tool, key: str, index: int, h: str) -> None:
+        """Fail fast, journaled as ``CircuitOpen``, when the tool's circuit is open."""
+        if t.circuit is None:
+            return
+        eng = self._act.engine
+        verdict = eng.store.circuit_admit(
+            t.circuit.scope(self.tenant_id), t.name, now=eng.clock.now(),
+            cooldown=t.circuit.cooldown,
+        )
+        if verdict != "open":
+            return
+        message = f"circuit of tool {t.name!r} is open after repeated failures; re-plan or wait"
+        self._act.buffer(ev.ToolFailed(
+            key=key, tool=t.name, index=index, args_hash=h, error_type="CircuitOpen",
+            message=message, retryable=False,
+        ))
+        raise ToolCallError(t.name, "CircuitOpen", message, retryable=False)
+
+    def _settle_circuit(self, t: Tool, error_type: str | None) -> None:
+        """Tell the shared circuit how the call went (schema errors are not the tool's fault)."""
+        if t.circuit is None or error_type in ("CircuitOpen", "SchemaValidationFailed"):
+            return
+        eng = self._act.engine
+        eng.store.circuit_record(
+            t.circuit.scope(self.tenant_id), t.name, ok=error_type is None, now=eng.clock.now(),
+            threshold=t.circuit.failure_threshold, cooldown=t.circuit.cooldown,
+        )
+
+    def _retry_or_raise(self, t: Tool, key: str, index: int, exc: ToolCallError) -> None:
+        """Schedule the next attempt on a durable timer (suspending the step), or return so
+        the failure reaches the step."""
+        policy = t.retry
+        if policy is None or exc.error_type in ("SchemaValidationFailed", "CircuitOpen"):
+            return
+        if not policy.retries(exc.error_type, exc.retryable):
+            return
+        s, eng = self._act.state, self._act.engine
+        rec = s.call(index)
+        attempts = rec.attempts if rec is not None else 1
+        if attempts >= policy.max_attempts:
+            return
+        if eng.retry_budget is not None and s.retries >= eng.retry_budget:
+            raise _DeadLetter(
+                f"retry budget of {eng.retry_budget} retries per run is exhausted; last: "
+                f"{t.name} failed with {exc.error_type}: {exc.message}",
+                "RetryBudgetExhausted",
+            )
+        delay = policy.delay(attempts + 1, random.random())
+        timer = f"retry-{s.seq + 1}"
+        self._act.buffer(ev.RetryScheduled(
+            key=key, tool=t.name, index=index, attempt=attempts + 1, timer_id=timer,
+            delay_s=delay,
+        ))
+        self._act.buffer(ev.TimerSet(timer_id=timer, wake_at=eng.clock.now() + delay))
+        raise _Suspend
 
     async def _execute(self, t: Tool, args: JSON, key: str, index: int, h: str) -> JSON:
         info = CallInfo(key, self.tenant_id, self.run_id, self.step, index)
@@ -231,7 +317,8 @@ class StepExecution:
                 t.name, "ToolTimedOut", f"timed out after {t.timeout}s", retryable=True
             ) from None
         except Exception as exc:
-            retryable = bool(getattr(exc, "retryable", False))
+            # With a retry policy a failure is retryable unless the error says otherwise.
+            retryable = bool(getattr(exc, "retryable", t.retry is not None))
             self._act.buffer(ev.ToolFailed(
                 key=key, tool=t.name, index=index, args_hash=h, error_type=type(exc).__name__,
                 message=str(exc), retryable=retryable,
@@ -317,6 +404,7 @@ class Engine:
         owner: str | None = None,
         lease_ttl: float = 30.0,
         checkpoint_every: int = 100,
+        retry_budget: int | None = 100,
     ) -> None:
         self.store = store
         self.journal = Journal(store, codec)
@@ -326,6 +414,7 @@ class Engine:
         self.owner = owner or worker_identity()
         self.lease_ttl = lease_ttl
         self.checkpoint_every = checkpoint_every
+        self.retry_budget = retry_budget
         for f in flows:
             self.register(f)
         for t in tools:
@@ -359,11 +448,12 @@ class Engine:
         run_id: str | None = None,
         start_at: float | None = None,
         queue: str = "default",
+        deadline: float | None = None,
     ) -> tuple[str, bool]:
         """Create a run (or find the one with this idempotency key): ``(run_id, created)``.
 
         ``start_at`` (epoch seconds) delays the first step; ``queue`` names the queue whose
-        workers run it.
+        workers run it; past ``deadline`` (epoch seconds) the run escalates to a person.
         """
         if isinstance(flow, Flow) and flow.name not in self.flows:
             self.register(flow)
@@ -377,7 +467,7 @@ class Engine:
         event = ev.RunStarted(
             flow=f.name, input=parsed.model_dump(mode="json"),
             state=state.model_dump(mode="json"), first_step=str(f.start_step),
-            idempotency_key=idempotency_key,
+            idempotency_key=idempotency_key, deadline=deadline,
         )
         blobs: dict[str, bytes] = {}
         stored = self.journal.encode(
@@ -446,6 +536,22 @@ class Engine:
         self._send(run_id, RESOLVE, {"resolution": resolution, "result": result, "by": by},
                    tenant_id, None, by)
 
+    def resume(
+        self, run_id: str, *, by: str, step: str | None = None, tenant_id: str = "default"
+    ) -> None:
+        """Resume a dead run, at ``step`` or where it stopped (its failed calls are tried
+        again; completed ones are not)."""
+        row = self.store.get_run(tenant_id, run_id)
+        if row is None:
+            raise RunNotFound(tenant_id, run_id)
+        if row.status != "dead":
+            raise ConfigurationError(
+                f"run {run_id} is {row.status}, not dead: only dead runs can be resumed"
+            )
+        if step is not None:
+            self._flow(row.flow).get_step(step)
+        self._send(run_id, RESUME, {"by": by, "step": step}, tenant_id, None, by)
+
     def state(self, run_id: str, *, tenant_id: str = "default") -> RunState:
         """The run's current folded state."""
         return self.journal.load(tenant_id, run_id)
@@ -474,7 +580,11 @@ class Engine:
                 if act.control_pending:
                     self._read_inbox(act)
                 s = act.state
-                if s.final or s.status == "escalated" or (
+                if self._deadline_passed(s):
+                    act.buffer(ev.Escalated(
+                        reason=f"deadline {_iso(s.deadline)} passed", cause="deadline"
+                    ))
+                if s.final or s.status in ("escalated", "dead") or (
                     s.status == "waiting" and (s.wake_at is None or self.clock.now() < s.wake_at)
                 ):
                     self._leave(act)
@@ -496,6 +606,12 @@ class Engine:
             raise
         finally:
             heartbeat.cancel()
+
+    def _deadline_passed(self, s: RunState) -> bool:
+        return (
+            s.deadline is not None and not s.deadline_escalated and not s.final
+            and s.status not in ("escalated", "dead") and self.clock.now() >= s.deadline
+        )
 
     def _renew_if_due(self, act: _Activation) -> None:
         """Renew between steps once half the lease is gone (a busy loop of quick steps may
@@ -540,6 +656,16 @@ class Engine:
                         signal=sig.name, signal_id=sig.signal_id,
                         reason=f"run was {s.status}, not escalated",
                     ))
+            elif sig.name == RESUME:
+                act.consumed.append(sig.signal_id)
+                if s.status == "dead":
+                    act.buffer(ev.RunResumed(by=str(payload.get("by", "unknown")),
+                                             step=payload.get("step")))
+                else:
+                    act.buffer(ev.SignalIgnored(
+                        signal=sig.name, signal_id=sig.signal_id,
+                        reason=f"run was {s.status}, not dead",
+                    ))
             elif s.waiting_signal == sig.name and s.status == "waiting":
                 act.consumed.append(sig.signal_id)
                 act.buffer(ev.SignalReceived(signal=sig.name, signal_id=sig.signal_id,
@@ -560,6 +686,12 @@ class Engine:
             if x.broken is not None:
                 raise x.broken
             self._finish_step(act, flow, step, ctx, nxt)
+        except _Suspend:
+            pass
+        except _DeadLetter as dead:
+            act.buffer(ev.RunDeadLettered(
+                reason=dead.reason, error_type=dead.error_type, step=step
+            ))
         except _Escalate as esc:
             act.buffer(esc.event)
         except NonDeterminismError as exc:
@@ -567,8 +699,10 @@ class Engine:
         except RunCancelledSignal:
             act.buffer(ev.RunCancelled(by="step", reason="cancelled from inside the step"))
         except Exception as exc:
-            act.buffer(ev.RunFailed(reason=f"{type(exc).__name__}: {exc}",
-                                    error_type=type(exc).__name__, step=step))
+            # Not a business outcome (that is ctx.fail): the run stops for an operator, who
+            # may fix the cause and resume it, or cancel it.
+            act.buffer(ev.RunDeadLettered(reason=f"{type(exc).__name__}: {exc}",
+                                          error_type=type(exc).__name__, step=step))
 
     async def _heartbeat(self, act: _Activation, step_task: asyncio.Task[Any] | None) -> None:
         """Renew the lease while a step awaits slow tools. Once the lease is lost, cancel
@@ -621,3 +755,7 @@ class Engine:
             raise ConfigurationError(
                 f"flow {name!r} is not registered with this engine; known: {sorted(self.flows)}"
             ) from None
+
+
+def _iso(t: float | None) -> str:
+    return "never" if t is None else datetime.fromtimestamp(t, UTC).isoformat(timespec="seconds")

@@ -217,6 +217,8 @@ class Escalated(Event):
     key: str | None = None
     tool: str | None = None
     index: int | None = None
+    cause: str = "other"
+    """``unknown_outcome``, ``nondeterminism``, ``deadline`` or ``other``."""
 
 
 class EscalationResolved(Event):
@@ -227,6 +229,37 @@ class EscalationResolved(Event):
     resolution: Literal["succeeded", "failed", "retry"]
     result: JSON = None
     by: str
+
+
+class RetryScheduled(Event):
+    """A failed call will be tried again (attempt ``attempt``) once timer ``timer_id`` fires;
+    the step is suspended meanwhile and the run holds no worker."""
+
+    type: Literal["RetryScheduled"] = "RetryScheduled"
+    key: str
+    tool: str
+    index: int
+    attempt: int
+    timer_id: str
+    delay_s: float
+
+
+class RunDeadLettered(Event):
+    """The run stopped on an error it cannot get past by itself (an unhandled exception, an
+    exhausted retry budget); an operator may resume or cancel it."""
+
+    type: Literal["RunDeadLettered"] = "RunDeadLettered"
+    reason: str
+    error_type: str | None = None
+    step: str | None = None
+
+
+class RunResumed(Event):
+    """An operator resumed a dead run, at ``step`` (None: the step where it stopped)."""
+
+    type: Literal["RunResumed"] = "RunResumed"
+    by: str
+    step: str | None = None
 
 
 class RunCompleted(Event):
@@ -271,6 +304,9 @@ AnyEvent = Annotated[
     | SignalIgnored
     | Escalated
     | EscalationResolved
+    | RetryScheduled
+    | RunDeadLettered
+    | RunResumed
     | RunCompleted
     | RunFailed
     | RunCancelled,

@@ -57,12 +57,15 @@ class Runner:
         return activations
 
     async def run_until_complete(self, run_id: str, *, tenant_id: str = "default") -> RunState:
-        """Advance runs until ``run_id`` completes, fails, is cancelled or escalates."""
+        """Advance runs until ``run_id`` completes, fails, is cancelled, escalates to a
+        person or stops dead for an operator."""
         eng = self.engine
         while True:
             await self.run_until_idle()
             row = eng.store.get_run(tenant_id, run_id)
-            if row is not None and row.status in ("completed", "failed", "cancelled", "escalated"):
+            if row is not None and row.status in (
+                "completed", "failed", "cancelled", "escalated", "dead"
+            ):
                 return eng.state(run_id, tenant_id=tenant_id)
             wake = eng.store.next_wake_at()
             now = eng.clock.now()

@@ -16,8 +16,11 @@ from . import events as ev
 from .events import JSON
 from .jsonpatch import apply_patch
 
-RunStatus = Literal["ready", "waiting", "escalated", "completed", "failed", "cancelled"]
-"""Where a run stands. ``completed``, ``failed`` and ``cancelled`` are final."""
+RunStatus = Literal[
+    "ready", "waiting", "escalated", "dead", "completed", "failed", "cancelled"
+]
+"""Where a run stands. ``completed``, ``failed`` and ``cancelled`` are final; ``dead`` waits
+for an operator to resume or cancel it."""
 
 FINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
 
@@ -46,6 +49,7 @@ class CallRecord:
     error_type: str | None = None
     message: str | None = None
     retryable: bool = False
+    attempts: int = 1
 
 
 @dataclass(slots=True)
@@ -76,6 +80,8 @@ class RunState:
     updated_at: float = 0.0
     seq: int = 0
     steps_completed: int = 0
+    retries: int = 0
+    deadline_escalated: bool = False
     tool_calls: int = 0
     model_calls: int = 0
     tokens_in: int = 0
@@ -109,6 +115,9 @@ class RunState:
 
 def _set_call(s: RunState, rec: CallRecord) -> None:
     if rec.index < len(s.calls):
+        old = s.calls[rec.index]
+        if old.key == rec.key:
+            rec.attempts = old.attempts
         s.calls[rec.index] = rec
     elif rec.index == len(s.calls):
         s.calls.append(rec)
@@ -173,10 +182,32 @@ def apply(s: RunState, rec: Recorded) -> RunState:
             s.tokens_out += e.tokens_out
             s.cost_usd += e.cost_usd
         case ev.Escalated():
+            s.escalation = {
+                "reason": e.reason, "key": e.key, "tool": e.tool, "index": e.index,
+                "was": s.status,
+            }
             s.status = "escalated"
-            s.escalation = {"reason": e.reason, "key": e.key, "tool": e.tool, "index": e.index}
+            if e.cause == "deadline":
+                s.deadline_escalated = True
+        case ev.RetryScheduled():
+            call = s.call(e.index)
+            if call is not None:
+                call.status, call.attempts = "retry", e.attempt
+            s.retries += 1
+        case ev.RunDeadLettered():
+            s.status, s.error, s.wake_at, s.timer_id = "dead", e.reason, None, None
+        case ev.RunResumed():
+            s.status, s.error = "ready", None
+            if e.step is not None and e.step != s.step:
+                s.step, s.attempt, s.calls, s.values = e.step, 0, [], []
+            else:
+                for c in s.calls:
+                    if c.status == "failed":
+                        c.status = "retry"
         case ev.EscalationResolved():
-            s.status, s.escalation = "ready", None
+            # A run that was waiting when it escalated (a deadline) goes back to waiting.
+            was = (s.escalation or {}).get("was")
+            s.status, s.escalation = ("waiting" if was == "waiting" else "ready"), None
             for c in s.calls:
                 if c.key == e.key and c.status == "started":
                     if e.resolution == "succeeded":

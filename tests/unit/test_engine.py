@@ -382,18 +382,68 @@ def test_tool_failures_timeouts_and_schema_errors_are_journaled() -> None:
     assert {"ToolFailed", "ToolTimedOut", "SchemaValidationFailed"} <= set(names)
 
 
-def test_an_exception_in_a_step_fails_the_run_with_the_reason() -> None:
+def test_an_exception_in_a_step_stops_the_run_dead_until_an_operator_resumes_it() -> None:
+    broken = [True]
+    calls: list[str] = []
+
+    @uw.tool
+    async def book(args: Any, info: uw.CallInfo) -> Any:
+        calls.append(info.key)
+        return "booked"
+
     flow = uw.Flow("boom", state=Counter)
 
     @flow.step
     async def go(ctx: Any) -> Any:
-        raise ValueError("no invoice 42")
+        await ctx.call(book, {})
+        if broken[0]:
+            raise ValueError("no invoice 42")
+        return ctx.goto(finish)
+
+    @flow.step
+    async def finish(ctx: Any) -> Any:
+        return ctx.done("ok")
 
     engine, _ = memory_engine([flow])
     run_id, _ = engine.start(flow)
+    dead = run(drive(engine, run_id))
+    assert dead.status == "dead"
+    assert dead.error == "ValueError: no invoice 42"
+    row = engine.store.get_run("default", run_id)
+    assert row is not None and (row.status, row.next_wake_at) == ("dead", None)
+    assert run(uw.Runner(engine).run_until_idle()) == 0  # nothing picks a dead run up
+
+    broken[0] = False  # the operator fixed the cause
+    engine.resume(run_id, by="ops@acme")
     final = run(drive(engine, run_id))
-    assert final.status == "failed"
-    assert final.error == "ValueError: no invoice 42"
+    assert final.status == "completed"
+    assert calls == [f"{run_id}:0:go:0"]  # the completed booking was not repeated
+    with pytest.raises(ConfigurationError, match="not dead"):
+        engine.resume(run_id, by="ops@acme")
+
+
+def test_a_dead_run_can_resume_at_another_step_or_be_cancelled() -> None:
+    flow = uw.Flow("boom2", state=Counter)
+
+    @flow.step
+    async def go(ctx: Any) -> Any:
+        raise RuntimeError("bad data")
+
+    @flow.step
+    async def skip(ctx: Any) -> Any:
+        return ctx.done("skipped")
+
+    engine, _ = memory_engine([flow])
+    first, _ = engine.start(flow)
+    second, _ = engine.start(flow)
+    run(uw.Runner(engine).run_until_idle())
+    with pytest.raises(ConfigurationError, match="no step 'nowhere'"):
+        engine.resume(first, by="ops", step="nowhere")
+    engine.resume(first, by="ops", step="skip")
+    engine.cancel(second, by="ops", reason="bad data")
+    run(uw.Runner(engine).run_until_idle())
+    assert engine.state(first).result == "skipped"
+    assert engine.state(second).status == "cancelled"
 
 
 def test_cancel_takes_effect_at_the_next_step_boundary() -> None:
@@ -456,7 +506,7 @@ def test_deleting_every_checkpoint_yields_identical_state() -> None:
     assert engine.journal.load("default", run_id).to_json() == with_ckpt == final.to_json()
 
 
-def test_goto_to_an_unknown_step_fails_with_a_clear_reason() -> None:
+def test_goto_to_an_unknown_step_stops_the_run_with_a_clear_reason() -> None:
     flow = uw.Flow("badgoto", state=Counter)
 
     @flow.step
@@ -466,7 +516,7 @@ def test_goto_to_an_unknown_step_fails_with_a_clear_reason() -> None:
     engine, _ = memory_engine([flow])
     run_id, _ = engine.start(flow)
     final = run(drive(engine, run_id))
-    assert final.status == "failed"
+    assert final.status == "dead"
     assert "no step 'nowhere'" in str(final.error)
 
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from ..errors import ConfigurationError
+
 FINAL = ("completed", "failed", "cancelled")
 
 
@@ -124,6 +126,99 @@ class SignalRecord:
     created_at: float
 
 
+@dataclass(frozen=True, slots=True)
+class QueueConfig:
+    """Limits of one named queue, enforced when runs are claimed (``None``: no limit).
+
+    ``max_concurrency``: at most this many runs of the queue leased at once, across all
+    workers (0 pauses the queue). ``rate_limit``: at most this many runs *started* (their
+    first activation) per ``rate_period_s`` seconds, as a token bucket that holds
+    ``rate_limit`` tokens and refills continuously; ``per_tenant`` gives every tenant a
+    bucket of its own instead of one shared by the queue.
+    """
+
+    name: str
+    max_concurrency: int | None = None
+    rate_limit: int | None = None
+    rate_period_s: float = 1.0
+    per_tenant: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ConfigurationError("a queue needs a name")
+        if self.max_concurrency is not None and self.max_concurrency < 0:
+            raise ConfigurationError(
+                f"queue {self.name!r}: max_concurrency must be 0 or more, "
+                f"not {self.max_concurrency}"
+            )
+        if self.rate_limit is not None and self.rate_limit < 0:
+            raise ConfigurationError(
+                f"queue {self.name!r}: rate_limit must be 0 or more, not {self.rate_limit}"
+            )
+        if not self.rate_period_s > 0:
+            raise ConfigurationError(
+                f"queue {self.name!r}: rate_period_s must be positive, not {self.rate_period_s}"
+            )
+        if self.per_tenant and self.rate_limit is None:
+            raise ConfigurationError(
+                f"queue {self.name!r}: per_tenant applies to a rate limit; give rate_limit too"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleRecord:
+    """A cron schedule as stored: which flow to start, when, with what input.
+
+    ``input`` is the canonical JSON of the runs' input. ``next_fire_at`` is the next tick
+    not yet started (epoch seconds); ``claimed_until`` is set while a scheduler starts a
+    tick, so others skip the schedule until then.
+    """
+
+    tenant_id: str
+    name: str
+    flow: str
+    cron: str
+    timezone: str
+    input: bytes
+    queue: str
+    next_fire_at: float
+    enabled: bool
+    created_at: float
+    last_fired_at: float | None = None
+    claimed_until: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class IntakeRecord:
+    """What one outside event (by tenant and idempotency key) did: ``started`` or
+    ``signalled`` run ``run_id``."""
+
+    tenant_id: str
+    idempotency_key: str
+    entity_id: str
+    event_type: str
+    action: str
+    run_id: str
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class IntakeRequest:
+    """An outside event to act on once: signal the live run that owns its entity (signal
+    ``signal`` with ``payload``, its id the idempotency key), else create ``new_run`` and
+    make it the owner (None: only an owner may receive the event)."""
+
+    tenant_id: str
+    idempotency_key: str
+    entity_id: str
+    event_type: str
+    now: float
+    signal: str
+    payload: bytes
+    sender: str | None
+    new_run: NewRun | None = None
+
+
 class Store(Protocol):
     """What the engine needs from a database. See the module docstring for the rules."""
 
@@ -191,8 +286,34 @@ class Store(Protocol):
         limit: int = 1,
         tenant_id: str | None = None,
         run_id: str | None = None,
+        queues: list[str] | None = None,
     ) -> list[Lease]:
-        """Lease up to ``limit`` runs that are due and not leased by anyone else."""
+        """Lease up to ``limit`` runs that are due and not leased by anyone else, of the
+        named ``queues`` (every queue when None).
+
+        The queues' limits (:class:`QueueConfig`) hold in the same transaction: a queue at
+        its ``max_concurrency`` yields nothing, and a run's first activation takes a token
+        from its rate bucket or waits. Runs are taken round-robin across tenants (each
+        tenant's earliest due run, then each tenant's second, ...), so one tenant's backlog
+        cannot starve another.
+        """
+        ...
+
+    def next_due_at(self, *, now: float, queues: list[str] | None = None) -> float | None:
+        """The earliest ``next_wake_at`` of an unfinished run of ``queues`` (every queue
+        when None) that no unexpired lease holds; at or before ``now`` when one is due."""
+        ...
+
+    def set_queue(self, config: QueueConfig) -> None:
+        """Create or replace a queue's limits (its rate buckets start full again)."""
+        ...
+
+    def list_queues(self) -> list[QueueConfig]:
+        """Every configured queue, by name."""
+        ...
+
+    def delete_queue(self, name: str) -> bool:
+        """Remove a queue's limits; False when it had none."""
         ...
 
     def renew(self, lease: Lease, *, now: float, ttl: float) -> Lease | None:
@@ -226,6 +347,82 @@ class Store(Protocol):
 
     def get_blobs(self, tenant_id: str, keys: list[str]) -> dict[str, bytes]:
         """Blob bytes by content hash."""
+        ...
+
+    def circuit_admit(self, tenant_id: str, name: str, *, now: float, cooldown: float) -> str:
+        """May a call through circuit ``name`` proceed? ``closed``: yes; ``open``: no, fail
+        fast; ``trial``: yes, as the one half-open trial (others see ``open`` until it is
+        recorded or ``cooldown`` passes). ``tenant_id`` is ``*`` for a shared circuit."""
+        ...
+
+    def circuit_record(
+        self, tenant_id: str, name: str, *, ok: bool, now: float, threshold: int,
+        cooldown: float,
+    ) -> None:
+        """Record a call's outcome: success closes the circuit; the ``threshold``-th
+        consecutive failure, or a failed trial, opens it for ``cooldown`` seconds."""
+        ...
+
+    # -- schedules and intake -------------------------------------------------------------
+    def put_schedule(self, schedule: ScheduleRecord) -> ScheduleRecord:
+        """Create the schedule, or update the one with its tenant and name, and return it.
+
+        An update keeps the pending tick (``next_fire_at``), ``created_at`` and
+        ``last_fired_at`` when the cron expression and time zone are unchanged and the
+        schedule was enabled; otherwise ``next_fire_at`` is taken from ``schedule``.
+        """
+        ...
+
+    def get_schedule(self, tenant_id: str, name: str) -> ScheduleRecord | None:
+        """The schedule called ``name``, if any."""
+        ...
+
+    def list_schedules(self, tenant_id: str) -> list[ScheduleRecord]:
+        """A tenant's schedules by name."""
+        ...
+
+    def delete_schedule(self, tenant_id: str, name: str) -> bool:
+        """Remove a schedule; False when there was none."""
+        ...
+
+    def claim_schedules(
+        self, *, now: float, until: float, flows: list[str], limit: int
+    ) -> list[ScheduleRecord]:
+        """Atomically claim up to ``limit`` enabled schedules of ``flows`` (any tenant) whose
+        ``next_fire_at`` is at or before ``now`` and that nobody else has claimed (or whose
+        claim ended): mark them claimed until ``until`` and return them, earliest first."""
+        ...
+
+    def advance_schedule(
+        self, tenant_id: str, name: str, *, expected: float, next_fire_at: float,
+        fired_at: float | None,
+    ) -> bool:
+        """End a claim: set ``next_fire_at`` (and ``last_fired_at`` unless ``fired_at`` is
+        None) only if the schedule still waits for the tick ``expected``; True if it did."""
+        ...
+
+    def next_schedule_at(self, *, now: float, flows: list[str]) -> float | None:
+        """The earliest ``next_fire_at`` of an enabled, unclaimed schedule of ``flows``."""
+        ...
+
+    def apply_intake(self, request: IntakeRequest) -> tuple[IntakeRecord | None, bool]:
+        """Act on an outside event once per (tenant, idempotency key), in one transaction.
+
+        When the key was seen before, return its record and False. Otherwise, if a run that
+        is not finished owns the entity, deliver the signal to it; else create
+        ``request.new_run`` (or find the run with its idempotency key) and record it as the
+        entity's owner. The record is written with the effect and returned with True.
+        Returns (None, False) and writes nothing when no live run owns the entity and
+        ``new_run`` is None. Events for one entity are serialized.
+        """
+        ...
+
+    def get_intake(self, tenant_id: str, idempotency_key: str) -> IntakeRecord | None:
+        """What the event with this idempotency key did, if it was acted on."""
+        ...
+
+    def entity_owner(self, tenant_id: str, entity_id: str) -> str | None:
+        """The run that owns the entity, if it is not finished."""
         ...
 
     def close(self) -> None:

@@ -6,7 +6,20 @@ import dataclasses
 import threading
 
 from ..errors import ConflictError, FencedError, RunNotFound
-from .base import FINAL, AppendBatch, Lease, NewRun, RunRecord, SignalRecord, StoredEvent
+from . import limits
+from .base import (
+    FINAL,
+    AppendBatch,
+    IntakeRecord,
+    IntakeRequest,
+    Lease,
+    NewRun,
+    QueueConfig,
+    RunRecord,
+    ScheduleRecord,
+    SignalRecord,
+    StoredEvent,
+)
 
 SCHEMA_VERSION = 1
 
@@ -23,7 +36,13 @@ class MemoryStore:
         self._checkpoints: dict[tuple[str, str], tuple[int, bytes]] = {}
         self._blobs: dict[tuple[str, str], bytes] = {}
         self._signals: dict[tuple[str, str], dict[str, tuple[SignalRecord, bool]]] = {}
+        self._schedules: dict[tuple[str, str], ScheduleRecord] = {}
+        self._intake: dict[tuple[str, str], IntakeRecord] = {}
+        self._owners: dict[tuple[str, str], str] = {}
+        self._queues: dict[str, QueueConfig] = {}
+        self._buckets: dict[limits.BucketKey, limits.Bucket] = {}
         self._version = 0
+        self._circuits: dict[tuple[str, str], tuple[int, float | None, float | None]] = {}
 
     def migrate(self) -> int:
         """Nothing to migrate in memory."""
@@ -169,28 +188,87 @@ class MemoryStore:
         limit: int = 1,
         tenant_id: str | None = None,
         run_id: str | None = None,
+        queues: list[str] | None = None,
     ) -> list[Lease]:
-        """Lease due runs nobody holds."""
+        """Lease due runs nobody holds, fairly across tenants, within the queues' limits."""
         with self._lock:
-            due = sorted(
-                (
+            configs = limits.limited(
+                c for c in self._queues.values() if queues is None or c.name in queues
+            )
+            leased = {
+                name: sum(
+                    1 for r in self._runs.values() if r.queue == name
+                    and r.lease_owner is not None and (r.lease_expires_at or 0) >= now
+                )
+                for name in configs
+            }
+            plan = limits.ClaimPlan(
+                configs, leased, {k: b for k, b in self._buckets.items() if k[0] in configs},
+                now=now, limit=limit,
+            )
+            leases = []
+            while plan.wants_more():
+                full, empty = set(plan.full()), set(plan.empty())
+                due = [
                     r for r in self._runs.values()
                     if r.next_wake_at is not None and r.next_wake_at <= now
                     and r.status not in FINAL
                     and (r.lease_owner is None or (r.lease_expires_at or 0) < now)
+                    and (queues is None or r.queue in queues)
                     and (tenant_id is None or r.tenant_id == tenant_id)
                     and (run_id is None or r.run_id == run_id)
-                ),
-                key=lambda r: r.next_wake_at or 0.0,
-            )[:limit]
-            leases = []
-            for r in due:
-                token = r.lease_token + 1
-                self._runs[(r.tenant_id, r.run_id)] = dataclasses.replace(
-                    r, lease_owner=owner, lease_token=token, lease_expires_at=now + ttl
-                )
-                leases.append(Lease(r.tenant_id, r.run_id, owner, token, now + ttl))
+                    and r.queue not in full
+                    and not (r.lease_token == 0 and (
+                        (r.queue, limits.SHARED) in empty or (r.queue, r.tenant_id) in empty))
+                ]
+                due.sort(key=lambda r: (r.next_wake_at or 0.0, r.run_id))
+                turns: dict[str, int] = {}
+                ranked = []
+                for r in due:
+                    turns[r.tenant_id] = turns.get(r.tenant_id, 0) + 1
+                    ranked.append((turns[r.tenant_id], r.next_wake_at or 0.0, r.tenant_id, r))
+                ranked.sort(key=lambda x: (x[0], x[1], x[2], x[3].run_id))
+                for cand in plan.admit(
+                    limits.Candidate(r.tenant_id, r.run_id, r.queue, r.lease_token == 0)
+                    for *_, r in ranked[:plan.wanted()]
+                ):
+                    r = self._runs[(cand.tenant_id, cand.run_id)]
+                    token = r.lease_token + 1
+                    self._runs[(r.tenant_id, r.run_id)] = dataclasses.replace(
+                        r, lease_owner=owner, lease_token=token, lease_expires_at=now + ttl
+                    )
+                    leases.append(Lease(r.tenant_id, r.run_id, owner, token, now + ttl))
+            for key, tokens in plan.spent.items():
+                self._buckets[key] = limits.Bucket(tokens, now)
             return leases
+
+    def next_due_at(self, *, now: float, queues: list[str] | None = None) -> float | None:
+        """Earliest due time of an unfinished, unheld run of the queues."""
+        with self._lock:
+            due = [
+                r.next_wake_at for r in self._runs.values()
+                if r.next_wake_at is not None and r.status not in FINAL
+                and (r.lease_owner is None or (r.lease_expires_at or 0) < now)
+                and (queues is None or r.queue in queues)
+            ]
+        return min(due) if due else None
+
+    def set_queue(self, config: QueueConfig) -> None:
+        """Create or replace a queue's limits; its rate buckets start full."""
+        with self._lock:
+            self._queues[config.name] = config
+            self._buckets = {k: b for k, b in self._buckets.items() if k[0] != config.name}
+
+    def list_queues(self) -> list[QueueConfig]:
+        """Every configured queue."""
+        with self._lock:
+            return [self._queues[name] for name in sorted(self._queues)]
+
+    def delete_queue(self, name: str) -> bool:
+        """Remove a queue's limits."""
+        with self._lock:
+            self._buckets = {k: b for k, b in self._buckets.items() if k[0] != name}
+            return self._queues.pop(name, None) is not None
 
     def renew(self, lease: Lease, *, now: float, ttl: float) -> Lease | None:
         """Extend a held lease."""
@@ -262,9 +340,151 @@ class MemoryStore:
             pending = [s for s, consumed in inbox.values() if not consumed]
         return sorted(pending, key=lambda s: (s.created_at, s.signal_id))
 
+    def circuit_admit(self, tenant_id: str, name: str, *, now: float, cooldown: float) -> str:
+        """Closed, open, or the half-open trial."""
+        with self._lock:
+            failures, open_until, trial_until = self._circuits.get(
+                (tenant_id, name), (0, None, None)
+            )
+            if open_until is None:
+                return "closed"
+            if now < open_until or (trial_until is not None and now < trial_until):
+                return "open"
+            self._circuits[(tenant_id, name)] = (failures, open_until, now + cooldown)
+            return "trial"
+
+    def circuit_record(
+        self, tenant_id: str, name: str, *, ok: bool, now: float, threshold: int,
+        cooldown: float,
+    ) -> None:
+        """Close on success; open on the threshold-th failure or a failed trial."""
+        with self._lock:
+            failures, open_until, _ = self._circuits.get((tenant_id, name), (0, None, None))
+            if ok:
+                self._circuits[(tenant_id, name)] = (0, None, None)
+            elif open_until is not None or failures + 1 >= threshold:
+                self._circuits[(tenant_id, name)] = (failures + 1, now + cooldown, None)
+            else:
+                self._circuits[(tenant_id, name)] = (failures + 1, None, None)
+
     def get_blobs(self, tenant_id: str, keys: list[str]) -> dict[str, bytes]:
         """Blob bytes by key."""
         return {k: self._blobs[(tenant_id, k)] for k in keys if (tenant_id, k) in self._blobs}
+
+    # -- schedules and intake -------------------------------------------------------------
+    def put_schedule(self, schedule: ScheduleRecord) -> ScheduleRecord:
+        """Create or update a schedule, keeping its pending tick when its timing is unchanged."""
+        key = (schedule.tenant_id, schedule.name)
+        with self._lock:
+            old = self._schedules.get(key)
+            new = schedule
+            if old is not None:
+                same = old.cron == schedule.cron and old.timezone == schedule.timezone
+                new = dataclasses.replace(
+                    schedule, created_at=old.created_at, last_fired_at=old.last_fired_at,
+                    claimed_until=old.claimed_until,
+                    next_fire_at=old.next_fire_at if same and old.enabled
+                    else schedule.next_fire_at,
+                )
+            self._schedules[key] = new
+            return new
+
+    def get_schedule(self, tenant_id: str, name: str) -> ScheduleRecord | None:
+        """The schedule called ``name``."""
+        return self._schedules.get((tenant_id, name))
+
+    def list_schedules(self, tenant_id: str) -> list[ScheduleRecord]:
+        """A tenant's schedules by name."""
+        with self._lock:
+            return sorted(
+                (s for s in self._schedules.values() if s.tenant_id == tenant_id),
+                key=lambda s: s.name,
+            )
+
+    def delete_schedule(self, tenant_id: str, name: str) -> bool:
+        """Remove a schedule."""
+        with self._lock:
+            return self._schedules.pop((tenant_id, name), None) is not None
+
+    def claim_schedules(
+        self, *, now: float, until: float, flows: list[str], limit: int
+    ) -> list[ScheduleRecord]:
+        """Claim due, unclaimed schedules of ``flows``."""
+        with self._lock:
+            due = sorted(
+                (
+                    s for s in self._schedules.values()
+                    if s.enabled and s.next_fire_at <= now and s.flow in flows
+                    and (s.claimed_until is None or s.claimed_until < now)
+                ),
+                key=lambda s: (s.next_fire_at, s.tenant_id, s.name),
+            )[:limit]
+            claimed = [dataclasses.replace(s, claimed_until=until) for s in due]
+            for s in claimed:
+                self._schedules[(s.tenant_id, s.name)] = s
+            return claimed
+
+    def advance_schedule(
+        self, tenant_id: str, name: str, *, expected: float, next_fire_at: float,
+        fired_at: float | None,
+    ) -> bool:
+        """Move a schedule on from the tick ``expected``."""
+        key = (tenant_id, name)
+        with self._lock:
+            s = self._schedules.get(key)
+            if s is None or s.next_fire_at != expected:
+                return False
+            self._schedules[key] = dataclasses.replace(
+                s, next_fire_at=next_fire_at, claimed_until=None,
+                last_fired_at=s.last_fired_at if fired_at is None else fired_at,
+            )
+            return True
+
+    def next_schedule_at(self, *, now: float, flows: list[str]) -> float | None:
+        """Earliest tick of an enabled, unclaimed schedule of ``flows``."""
+        with self._lock:
+            due = [
+                s.next_fire_at for s in self._schedules.values()
+                if s.enabled and s.flow in flows
+                and (s.claimed_until is None or s.claimed_until < now)
+            ]
+        return min(due) if due else None
+
+    def apply_intake(self, request: IntakeRequest) -> tuple[IntakeRecord | None, bool]:
+        """Signal the entity's live owner or start its first run, once per key."""
+        r = request
+        with self._lock:
+            seen = self._intake.get((r.tenant_id, r.idempotency_key))
+            if seen is not None:
+                return seen, False
+            owner = self.entity_owner(r.tenant_id, r.entity_id)
+            if owner is not None:
+                self.send_signal(SignalRecord(
+                    r.tenant_id, owner, r.idempotency_key, r.signal, r.payload, r.sender, r.now
+                ))
+                action, run_id = "signalled", owner
+            elif r.new_run is not None:
+                run, _ = self.create_run(r.new_run)
+                self._owners[(r.tenant_id, r.entity_id)] = run.run_id
+                action, run_id = "started", run.run_id
+            else:
+                return None, False
+            record = IntakeRecord(
+                r.tenant_id, r.idempotency_key, r.entity_id, r.event_type, action, run_id, r.now
+            )
+            self._intake[(r.tenant_id, r.idempotency_key)] = record
+            return record, True
+
+    def get_intake(self, tenant_id: str, idempotency_key: str) -> IntakeRecord | None:
+        """The record of the event with this key."""
+        return self._intake.get((tenant_id, idempotency_key))
+
+    def entity_owner(self, tenant_id: str, entity_id: str) -> str | None:
+        """The entity's owner while it is not finished."""
+        with self._lock:
+            run_id = self._owners.get((tenant_id, entity_id))
+            run = None if run_id is None else self._runs.get((tenant_id, run_id))
+            return run_id if run is not None and run.status not in FINAL else None
 
     def close(self) -> None:
         """Nothing to close."""

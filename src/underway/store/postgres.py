@@ -30,8 +30,19 @@ from ..errors import (
     RunNotFound,
     StoreError,
 )
-from . import queries
-from .base import AppendBatch, Lease, NewRun, RunRecord, SignalRecord, StoredEvent
+from . import limits, queries
+from .base import (
+    AppendBatch,
+    IntakeRecord,
+    IntakeRequest,
+    Lease,
+    NewRun,
+    QueueConfig,
+    RunRecord,
+    ScheduleRecord,
+    SignalRecord,
+    StoredEvent,
+)
 
 _Q = queries.load("postgres")
 
@@ -136,15 +147,7 @@ class PostgresStore:
     # -- runs ---------------------------------------------------------------------------
     def create_run(self, new: NewRun) -> tuple[RunRecord, bool]:
         """Create the run with its first event, or return the one with the same key."""
-        ev = new.first_event
-        keys = sorted(new.blobs)
-        params = {
-            "tenant_id": new.tenant_id, "run_id": new.run_id, "flow": new.flow,
-            "step": new.step, "idempotency_key": new.idempotency_key, "seq": ev.seq,
-            "type": ev.type, "payload": ev.payload, "hash": ev.hash,
-            "next_wake_at": new.next_wake_at, "now": new.now, "queue": new.queue,
-            "blob_keys": keys, "blob_data": [new.blobs[k] for k in keys],
-        }
+        params = _run_params(new)
         with self._pool.connection() as conn:
             with conn.pipeline():
                 created = conn.execute(_Q["create_run"], params)
@@ -154,6 +157,7 @@ class PostgresStore:
                     conn.execute(_Q["find_by_idempotency"], params)
                     if new.idempotency_key is not None else None
                 )
+                conn.execute(_Q["notify_run"], params, prepare=True)
             row = created.fetchone()
             if row is not None:
                 return _run(row), True
@@ -287,21 +291,84 @@ class PostgresStore:
         limit: int = 1,
         tenant_id: str | None = None,
         run_id: str | None = None,
+        queues: list[str] | None = None,
     ) -> list[Lease]:
-        """Lease due runs nobody holds, skipping rows other workers are locking."""
-        params = {
-            "owner": owner, "now": now, "expires_at": now + ttl, "limit": limit,
-            "tenant_id": tenant_id, "run_id": run_id,
-        }
-        if run_id is not None:
-            name = "claim_due_run"
-        elif tenant_id is not None:
-            name = "claim_due_of_tenant"
-        else:
-            name = "claim_due"
-        rows = self._all(name, **params)
-        rows.sort(key=lambda r: (r[3], r[0], r[1]))
-        return [Lease(r[0], r[1], owner, int(r[2]), now + ttl) for r in rows]
+        """Lease due runs nobody holds, fairly across tenants, within the queues' limits,
+        skipping rows other workers are locking. Claims on a limited queue take turns on
+        its ``queues`` row; claims on unlimited queues never wait for each other."""
+        wanted = None if queues is None else list(queues)
+        with self._pool.connection() as conn, conn.transaction():
+            configs = limits.limited(
+                QueueConfig(*r) for r in conn.execute(_Q["queue_limits"], {"queues": wanted})
+            )
+            names = sorted(configs)
+            leased: dict[str, int] = {}
+            buckets: dict[limits.BucketKey, limits.Bucket] = {}
+            if configs:
+                leased = {
+                    r[0]: int(r[1])
+                    for r in conn.execute(_Q["leased_per_queue"], {"queues": names, "now": now})
+                }
+                buckets = {
+                    (r[0], r[1]): limits.Bucket(r[2], r[3])
+                    for r in conn.execute(_Q["queue_buckets"], {"queues": names})
+                }
+            plan = limits.ClaimPlan(configs, leased, buckets, now=now, limit=limit)
+            leases: list[Lease] = []
+            while plan.wants_more():
+                empty = plan.empty()
+                rows = conn.execute(_Q["claim_candidates"], {
+                    "now": now, "queues": wanted, "tenant_id": tenant_id, "run_id": run_id,
+                    "full": plan.full(), "empty_queues": [q for q, _ in empty],
+                    "empty_tenants": [t for _, t in empty], "limit": plan.wanted(),
+                }, prepare=True).fetchall()
+                chosen = plan.admit(limits.Candidate(r[0], r[1], r[2], r[3] == 0) for r in rows)
+                if not chosen:
+                    continue
+                taken = conn.execute(_Q["take_leases"], {
+                    "owner": owner, "expires_at": now + ttl,
+                    "tenant_ids": [c.tenant_id for c in chosen],
+                    "run_ids": [c.run_id for c in chosen],
+                }, prepare=True).fetchall()
+                tokens = {(r[0], r[1]): int(r[2]) for r in taken}
+                leases += [
+                    Lease(c.tenant_id, c.run_id, owner, tokens[(c.tenant_id, c.run_id)],
+                          now + ttl)
+                    for c in chosen
+                ]
+            if plan.spent:
+                spent = sorted(plan.spent.items())
+                conn.execute(_Q["put_buckets"], {
+                    "now": now, "queues": [k[0] for k, _ in spent],
+                    "tenant_ids": [k[1] for k, _ in spent], "tokens": [t for _, t in spent],
+                })
+        return leases
+
+    def next_due_at(self, *, now: float, queues: list[str] | None = None) -> float | None:
+        """Earliest due time of an unfinished, unheld run of the queues."""
+        rows = self._all("next_due_at", now=now, queues=None if queues is None else list(queues))
+        return None if not rows or rows[0][0] is None else float(rows[0][0])
+
+    def set_queue(self, config: QueueConfig) -> None:
+        """Create or replace a queue's limits; its rate buckets start full."""
+        q = config
+        with self._pool.connection() as conn, conn.transaction():
+            conn.execute(_Q["set_queue"], {
+                "name": q.name, "max_concurrency": q.max_concurrency,
+                "rate_limit": q.rate_limit, "rate_period_s": q.rate_period_s,
+                "per_tenant": q.per_tenant, "now": time.time(),
+            })
+            conn.execute(_Q["reset_queue_buckets"], {"name": q.name})
+
+    def list_queues(self) -> list[QueueConfig]:
+        """Every configured queue."""
+        return [QueueConfig(*r) for r in self._all("list_queues")]
+
+    def delete_queue(self, name: str) -> bool:
+        """Remove a queue's limits."""
+        with self._pool.connection() as conn, conn.transaction():
+            conn.execute(_Q["reset_queue_buckets"], {"name": name})
+            return conn.execute(_Q["delete_queue"], {"name": name}).rowcount == 1
 
     def renew(self, lease: Lease, *, now: float, ttl: float) -> Lease | None:
         """Extend a held lease; None when it was lost."""
@@ -336,16 +403,12 @@ class PostgresStore:
     # -- signals and blobs --------------------------------------------------------------
     def send_signal(self, signal: SignalRecord) -> bool:
         """Queue a signal once per id and wake the run if it waits for it."""
-        s = signal
-        params = {
-            "tenant_id": s.tenant_id, "run_id": s.run_id, "signal_id": s.signal_id,
-            "name": s.name, "payload": s.payload, "sender": s.sender,
-            "created_at": s.created_at,
-        }
+        params = _signal_params(signal)
         with self._pool.connection() as conn:
             with conn.pipeline():
                 conn.execute(_Q["lock_run"], params, prepare=True)
                 sent = conn.execute(_Q["send_signal"], params, prepare=True)
+                conn.execute(_Q["notify_run"], params, prepare=True)
             row = sent.fetchone()
         return bool(row and row[0])
 
@@ -356,12 +419,146 @@ class PostgresStore:
             for r in self._all("pending_signals", tenant_id=tenant_id, run_id=run_id)
         ]
 
+    def circuit_admit(self, tenant_id: str, name: str, *, now: float, cooldown: float) -> str:
+        """Closed, open, or the half-open trial, decided in one statement."""
+        rows = self._all(
+            "circuit_admit", tenant_id=tenant_id, circuit=name, now=now,
+            trial_until=now + cooldown,
+        )
+        return str(rows[0][0])
+
+    def circuit_record(
+        self, tenant_id: str, name: str, *, ok: bool, now: float, threshold: int,
+        cooldown: float,
+    ) -> None:
+        """Close on success; open on the threshold-th failure or a failed trial."""
+        self._count(
+            "circuit_record", tenant_id=tenant_id, circuit=name, ok=ok, now=now,
+            threshold=threshold, open_until=now + cooldown,
+        )
+
     def get_blobs(self, tenant_id: str, keys: list[str]) -> dict[str, bytes]:
         """Blob bytes by key, in one query."""
         if not keys:
             return {}
         rows = self._all("get_blobs", tenant_id=tenant_id, keys=list(keys))
         return {r[0]: bytes(r[1]) for r in rows}
+
+    # -- schedules and intake -------------------------------------------------------------
+    def put_schedule(self, schedule: ScheduleRecord) -> ScheduleRecord:
+        """Create or update a schedule, keeping its pending tick when its timing is unchanged."""
+        s = schedule
+        rows = self._all(
+            "put_schedule", tenant_id=s.tenant_id, schedule=s.name, flow=s.flow, cron=s.cron,
+            timezone=s.timezone, input=s.input, queue=s.queue, next_fire_at=s.next_fire_at,
+            enabled=s.enabled, created_at=s.created_at,
+        )
+        return _schedule(rows[0])
+
+    def get_schedule(self, tenant_id: str, name: str) -> ScheduleRecord | None:
+        """The schedule called ``name``."""
+        rows = self._all("get_schedule", tenant_id=tenant_id, schedule=name)
+        return _schedule(rows[0]) if rows else None
+
+    def list_schedules(self, tenant_id: str) -> list[ScheduleRecord]:
+        """A tenant's schedules by name."""
+        return [_schedule(r) for r in self._all("list_schedules", tenant_id=tenant_id)]
+
+    def delete_schedule(self, tenant_id: str, name: str) -> bool:
+        """Remove a schedule."""
+        return self._count("delete_schedule", tenant_id=tenant_id, schedule=name) > 0
+
+    def claim_schedules(
+        self, *, now: float, until: float, flows: list[str], limit: int
+    ) -> list[ScheduleRecord]:
+        """Claim due, unclaimed schedules of ``flows``, skipping rows others are claiming."""
+        rows = self._all(
+            "claim_schedules", now=now, until=until, flows=list(flows), limit=limit
+        )
+        found = [_schedule(r) for r in rows]
+        return sorted(found, key=lambda s: (s.next_fire_at, s.tenant_id, s.name))
+
+    def advance_schedule(
+        self, tenant_id: str, name: str, *, expected: float, next_fire_at: float,
+        fired_at: float | None,
+    ) -> bool:
+        """Move a schedule on from the tick ``expected``."""
+        return self._count(
+            "advance_schedule", tenant_id=tenant_id, schedule=name, expected=expected,
+            next_fire_at=next_fire_at, fired_at=fired_at,
+        ) == 1
+
+    def next_schedule_at(self, *, now: float, flows: list[str]) -> float | None:
+        """Earliest tick of an enabled, unclaimed schedule of ``flows``."""
+        rows = self._all("next_schedule_at", now=now, flows=list(flows))
+        return None if not rows or rows[0][0] is None else float(rows[0][0])
+
+    def apply_intake(self, request: IntakeRequest) -> tuple[IntakeRecord | None, bool]:
+        """Signal the entity's live owner or start its first run, once per key, in one
+        transaction; events for one entity take turns on an advisory lock."""
+        r = request
+        key = {
+            "tenant_id": r.tenant_id, "entity_id": r.entity_id,
+            "idempotency_key": r.idempotency_key,
+        }
+        with self._pool.connection() as conn:
+            try:
+                with conn.transaction():
+                    conn.execute(_Q["lock_intake_entity"], key)
+                    seen = conn.execute(_Q["get_intake"], key).fetchone()
+                    if seen is not None:
+                        return IntakeRecord(*seen), False
+                    owner = conn.execute(_Q["lock_entity_owner"], key).fetchone()
+                    if owner is not None:
+                        run_id, action = str(owner[0]), "signalled"
+                        conn.execute(_Q["send_signal"], _signal_params(SignalRecord(
+                            r.tenant_id, run_id, r.idempotency_key, r.signal, r.payload,
+                            r.sender, r.now,
+                        )))
+                    elif r.new_run is not None:
+                        params = _run_params(r.new_run)
+                        row = conn.execute(_Q["create_run"], params).fetchone()
+                        if row is None and r.new_run.idempotency_key is not None:
+                            row = conn.execute(_Q["find_by_idempotency"], params).fetchone()
+                        if row is None:
+                            raise ConflictError(
+                                f"run {r.new_run.run_id} already exists in tenant {r.tenant_id}"
+                            )
+                        run_id, action = _run(row).run_id, "started"
+                        conn.execute(
+                            _Q["set_entity_owner"], {**key, "run_id": run_id, "now": r.now}
+                        )
+                    else:
+                        return None, False
+                    conn.execute(_Q["notify_run"], {"tenant_id": r.tenant_id, "run_id": run_id})
+                    record = IntakeRecord(
+                        r.tenant_id, r.idempotency_key, r.entity_id, r.event_type, action,
+                        run_id, r.now,
+                    )
+                    inserted = conn.execute(_Q["insert_intake"], {
+                        **key, "event_type": r.event_type, "action": action, "run_id": run_id,
+                        "now": r.now,
+                    }).fetchone()
+                    if inserted is None:
+                        raise _SameKeyElsewhere
+                    return record, True
+            except _SameKeyElsewhere:
+                # The same key arrived for another entity and committed first: undone here.
+                pass
+            seen = conn.execute(_Q["get_intake"], key).fetchone()
+        if seen is None:
+            raise ConflictError(f"intake key {r.idempotency_key!r} was neither new nor recorded")
+        return IntakeRecord(*seen), False
+
+    def get_intake(self, tenant_id: str, idempotency_key: str) -> IntakeRecord | None:
+        """The record of the event with this key."""
+        rows = self._all("get_intake", tenant_id=tenant_id, idempotency_key=idempotency_key)
+        return IntakeRecord(*rows[0]) if rows else None
+
+    def entity_owner(self, tenant_id: str, entity_id: str) -> str | None:
+        """The entity's owner while it is not finished."""
+        rows = self._all("entity_owner", tenant_id=tenant_id, entity_id=entity_id)
+        return str(rows[0][0]) if rows else None
 
     def close(self) -> None:
         """Close every pooled connection."""
@@ -394,4 +591,37 @@ def _raise_refusal(row: RunRecord | None, last_seq: int, batch: AppendBatch) -> 
         )
     raise ConflictError(
         f"run {batch.run_id}: expected last seq {batch.expected_seq}, found {last_seq}"
+    )
+
+
+class _SameKeyElsewhere(Exception):
+    """Rolls back an intake whose key another transaction recorded first."""
+
+
+def _run_params(new: NewRun) -> dict[str, Any]:
+    """Parameters of the ``create_run`` and ``find_by_idempotency`` queries."""
+    ev = new.first_event
+    keys = sorted(new.blobs)
+    return {
+        "tenant_id": new.tenant_id, "run_id": new.run_id, "flow": new.flow,
+        "step": new.step, "idempotency_key": new.idempotency_key, "seq": ev.seq,
+        "type": ev.type, "payload": ev.payload, "hash": ev.hash,
+        "next_wake_at": new.next_wake_at, "now": new.now, "queue": new.queue,
+        "blob_keys": keys, "blob_data": [new.blobs[k] for k in keys],
+    }
+
+
+def _signal_params(s: SignalRecord) -> dict[str, Any]:
+    """Parameters of the ``send_signal`` query."""
+    return {
+        "tenant_id": s.tenant_id, "run_id": s.run_id, "signal_id": s.signal_id,
+        "name": s.name, "payload": s.payload, "sender": s.sender,
+        "created_at": s.created_at,
+    }
+
+
+def _schedule(row: tuple[Any, ...]) -> ScheduleRecord:
+    return ScheduleRecord(
+        row[0], row[1], row[2], row[3], row[4], bytes(row[5]), row[6], row[7], bool(row[8]),
+        row[9], row[10], row[11],
     )

@@ -6,6 +6,7 @@ when several worker processes share one database file.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 import time
@@ -14,12 +15,16 @@ from contextlib import contextmanager
 from typing import Any
 
 from ..errors import ConflictError, FencedError, MigrationError, RunNotFound
-from . import queries
+from . import limits, queries
 from .base import (
     AppendBatch,
+    IntakeRecord,
+    IntakeRequest,
     Lease,
     NewRun,
+    QueueConfig,
     RunRecord,
+    ScheduleRecord,
     SignalRecord,
     StoredEvent,
 )
@@ -108,31 +113,7 @@ class SQLiteStore:
     def create_run(self, new: NewRun) -> tuple[RunRecord, bool]:
         """Create the run with its first event, or return the one with the same key."""
         with self._tx() as c:
-            if new.idempotency_key is not None:
-                row = c.execute(
-                    _Q["find_by_idempotency"], (new.tenant_id, new.flow, new.idempotency_key)
-                ).fetchone()
-                if row is not None:
-                    return _run(row), False
-            ev = new.first_event
-            cur = c.execute(
-                _Q["insert_run"],
-                (
-                    new.tenant_id, new.run_id, new.flow, new.step, new.idempotency_key,
-                    ev.seq, ev.hash, new.next_wake_at, new.now, new.now, new.queue,
-                ),
-            )
-            if cur.rowcount == 0:
-                raise ConflictError(f"run {new.run_id} already exists in tenant {new.tenant_id}")
-            c.execute(
-                _Q["insert_event"],
-                (new.tenant_id, new.run_id, ev.seq, ev.type, ev.payload, ev.hash),
-            )
-            c.executemany(
-                _Q["insert_blob"], [(new.tenant_id, k, v) for k, v in new.blobs.items()]
-            )
-            row = c.execute(_Q["get_run"], (new.tenant_id, new.run_id)).fetchone()
-            return _run(row), True
+            return _create_run(c, new)
 
     def append(self, batch: AppendBatch) -> bool:
         """Append atomically, fenced by lease token and expected sequence."""
@@ -231,20 +212,78 @@ class SQLiteStore:
         limit: int = 1,
         tenant_id: str | None = None,
         run_id: str | None = None,
+        queues: list[str] | None = None,
     ) -> list[Lease]:
-        """Lease due runs nobody holds."""
+        """Lease due runs nobody holds, fairly across tenants, within the queues' limits."""
+        wanted = None if queues is None else json.dumps(list(queues))
         with self._tx() as c:
-            if run_id is not None:
-                rows = c.execute(_Q["due_run"], (tenant_id, run_id, now, now, limit)).fetchall()
-            elif tenant_id is not None:
-                rows = c.execute(_Q["due_runs_of_tenant"], (tenant_id, now, now, limit)).fetchall()
-            else:
-                rows = c.execute(_Q["due_runs"], (now, now, limit)).fetchall()
+            configs = limits.limited(
+                QueueConfig(r[0], r[1], r[2], r[3], bool(r[4]))
+                for r in c.execute(_Q["queue_limits"], {"queues": wanted})
+            )
+            names = json.dumps(sorted(configs))
+            leased: dict[str, int] = {}
+            buckets: dict[limits.BucketKey, limits.Bucket] = {}
+            if configs:
+                leased = {
+                    r[0]: int(r[1])
+                    for r in c.execute(_Q["leased_per_queue"], {"queues": names, "now": now})
+                }
+                buckets = {
+                    (r[0], r[1]): limits.Bucket(r[2], r[3])
+                    for r in c.execute(_Q["queue_buckets"], {"queues": names})
+                }
+            plan = limits.ClaimPlan(configs, leased, buckets, now=now, limit=limit)
             leases = []
-            for t, r in rows:
-                token = c.execute(_Q["take_lease"], (owner, now + ttl, t, r)).fetchone()[0]
-                leases.append(Lease(t, r, owner, int(token), now + ttl))
+            while plan.wants_more():
+                rows = c.execute(_Q["claim_candidates"], {
+                    "now": now, "queues": wanted, "tenant_id": tenant_id, "run_id": run_id,
+                    "full": json.dumps(plan.full()), "empty": json.dumps(plan.empty()),
+                    "limit": plan.wanted(),
+                }).fetchall()
+                for cand in plan.admit(limits.Candidate(r[0], r[1], r[2], r[3] == 0)
+                                       for r in rows):
+                    token = c.execute(
+                        _Q["take_lease"], (owner, now + ttl, cand.tenant_id, cand.run_id)
+                    ).fetchone()[0]
+                    leases.append(
+                        Lease(cand.tenant_id, cand.run_id, owner, int(token), now + ttl)
+                    )
+            c.executemany(
+                _Q["put_bucket"], [(q, t, tokens, now) for (q, t), tokens in plan.spent.items()]
+            )
             return leases
+
+    def next_due_at(self, *, now: float, queues: list[str] | None = None) -> float | None:
+        """Earliest due time of an unfinished, unheld run of the queues."""
+        wanted = None if queues is None else json.dumps(list(queues))
+        with self._lock:
+            row = self._conn.execute(
+                _Q["next_due_at"], {"now": now, "queues": wanted}
+            ).fetchone()
+        return None if row[0] is None else float(row[0])
+
+    def set_queue(self, config: QueueConfig) -> None:
+        """Create or replace a queue's limits; its rate buckets start full."""
+        q = config
+        with self._tx() as c:
+            c.execute(_Q["set_queue"], (
+                q.name, q.max_concurrency, q.rate_limit, q.rate_period_s, int(q.per_tenant),
+                time.time(),
+            ))
+            c.execute(_Q["reset_queue_buckets"], (q.name,))
+
+    def list_queues(self) -> list[QueueConfig]:
+        """Every configured queue."""
+        return [
+            QueueConfig(r[0], r[1], r[2], r[3], bool(r[4])) for r in self._query("list_queues")
+        ]
+
+    def delete_queue(self, name: str) -> bool:
+        """Remove a queue's limits."""
+        with self._tx() as c:
+            c.execute(_Q["reset_queue_buckets"], (name,))
+            return c.execute(_Q["delete_queue"], (name,)).rowcount == 1
 
     def renew(self, lease: Lease, *, now: float, ttl: float) -> Lease | None:
         """Extend a held lease."""
@@ -281,19 +320,8 @@ class SQLiteStore:
     # -- signals and blobs --------------------------------------------------------------
     def send_signal(self, signal: SignalRecord) -> bool:
         """Queue a signal once per id and wake the run if it waits for it."""
-        s = signal
         with self._tx() as c:
-            cur = c.execute(
-                _Q["insert_signal"],
-                (s.tenant_id, s.run_id, s.signal_id, s.name, s.payload, s.sender, s.created_at),
-            )
-            if cur.rowcount == 0:
-                return False
-            c.execute(
-                _Q["wake_for_signal"],
-                (s.created_at, s.name, s.tenant_id, s.run_id, s.name, s.name),
-            )
-            return True
+            return _send_signal(c, signal)
 
     def pending_signals(self, tenant_id: str, run_id: str) -> list[SignalRecord]:
         """Unconsumed signals, oldest first."""
@@ -301,6 +329,34 @@ class SQLiteStore:
             SignalRecord(r[0], r[1], r[2], r[3], bytes(r[4]), r[5], r[6])
             for r in self._query("pending_signals", tenant_id, run_id)
         ]
+
+    def circuit_admit(self, tenant_id: str, name: str, *, now: float, cooldown: float) -> str:
+        """Closed, open, or the half-open trial."""
+        with self._tx() as c:
+            row = c.execute(_Q["circuit_get"], (tenant_id, name)).fetchone()
+            if row is None or row["open_until"] is None:
+                return "closed"
+            trial = row["trial_until"]
+            if now < row["open_until"] or (trial is not None and now < trial):
+                return "open"
+            c.execute(_Q["circuit_start_trial"], (now + cooldown, now, tenant_id, name))
+            return "trial"
+
+    def circuit_record(
+        self, tenant_id: str, name: str, *, ok: bool, now: float, threshold: int,
+        cooldown: float,
+    ) -> None:
+        """Close on success; open on the threshold-th failure or a failed trial."""
+        with self._tx() as c:
+            row = c.execute(_Q["circuit_get"], (tenant_id, name)).fetchone()
+            failures = 0 if row is None else int(row["failures"])
+            was_open = row is not None and row["open_until"] is not None
+            if ok:
+                failures, open_until = 0, None
+            else:
+                failures += 1
+                open_until = now + cooldown if was_open or failures >= threshold else None
+            c.execute(_Q["circuit_put"], (tenant_id, name, failures, open_until, now))
 
     def get_blobs(self, tenant_id: str, keys: list[str]) -> dict[str, bytes]:
         """Blob bytes by key."""
@@ -312,10 +368,152 @@ class SQLiteStore:
                     found[row[0]] = bytes(row[1])
         return found
 
+    # -- schedules and intake -------------------------------------------------------------
+    def put_schedule(self, schedule: ScheduleRecord) -> ScheduleRecord:
+        """Create or update a schedule, keeping its pending tick when its timing is unchanged."""
+        s = schedule
+        with self._tx() as c:
+            row = c.execute(_Q["put_schedule"], (
+                s.tenant_id, s.name, s.flow, s.cron, s.timezone, s.input, s.queue,
+                s.next_fire_at, int(s.enabled), s.created_at,
+            )).fetchone()
+        return _schedule(row)
+
+    def get_schedule(self, tenant_id: str, name: str) -> ScheduleRecord | None:
+        """The schedule called ``name``."""
+        rows = self._query("get_schedule", tenant_id, name)
+        return _schedule(rows[0]) if rows else None
+
+    def list_schedules(self, tenant_id: str) -> list[ScheduleRecord]:
+        """A tenant's schedules by name."""
+        return [_schedule(r) for r in self._query("list_schedules", tenant_id)]
+
+    def delete_schedule(self, tenant_id: str, name: str) -> bool:
+        """Remove a schedule."""
+        with self._tx() as c:
+            return c.execute(_Q["delete_schedule"], (tenant_id, name)).rowcount > 0
+
+    def claim_schedules(
+        self, *, now: float, until: float, flows: list[str], limit: int
+    ) -> list[ScheduleRecord]:
+        """Claim due, unclaimed schedules of ``flows`` under the write lock."""
+        with self._tx() as c:
+            rows = c.execute(
+                _Q["claim_schedules"], (until, now, now, json.dumps(list(flows)), limit)
+            ).fetchall()
+        found = [_schedule(r) for r in rows]
+        return sorted(found, key=lambda s: (s.next_fire_at, s.tenant_id, s.name))
+
+    def advance_schedule(
+        self, tenant_id: str, name: str, *, expected: float, next_fire_at: float,
+        fired_at: float | None,
+    ) -> bool:
+        """Move a schedule on from the tick ``expected``."""
+        with self._tx() as c:
+            cur = c.execute(
+                _Q["advance_schedule"], (next_fire_at, fired_at, tenant_id, name, expected)
+            )
+            return cur.rowcount == 1
+
+    def next_schedule_at(self, *, now: float, flows: list[str]) -> float | None:
+        """Earliest tick of an enabled, unclaimed schedule of ``flows``."""
+        value = self._query("next_schedule_at", now, json.dumps(list(flows)))[0][0]
+        return None if value is None else float(value)
+
+    def apply_intake(self, request: IntakeRequest) -> tuple[IntakeRecord | None, bool]:
+        """Signal the entity's live owner or start its first run, once per key, in one
+        transaction under the write lock."""
+        r = request
+        with self._tx() as c:
+            seen = c.execute(_Q["get_intake"], (r.tenant_id, r.idempotency_key)).fetchone()
+            if seen is not None:
+                return _intake(seen), False
+            owner = c.execute(_Q["entity_owner"], (r.tenant_id, r.entity_id)).fetchone()
+            if owner is not None:
+                run_id = str(owner[0])
+                _send_signal(c, SignalRecord(
+                    r.tenant_id, run_id, r.idempotency_key, r.signal, r.payload, r.sender, r.now
+                ))
+                action = "signalled"
+            elif r.new_run is not None:
+                run, _ = _create_run(c, r.new_run)
+                run_id, action = run.run_id, "started"
+                c.execute(_Q["set_entity_owner"], (r.tenant_id, r.entity_id, run_id, r.now))
+            else:
+                return None, False
+            record = IntakeRecord(
+                r.tenant_id, r.idempotency_key, r.entity_id, r.event_type, action, run_id, r.now
+            )
+            c.execute(_Q["insert_intake"], (
+                record.tenant_id, record.idempotency_key, record.entity_id, record.event_type,
+                record.action, record.run_id, record.created_at,
+            ))
+            return record, True
+
+    def get_intake(self, tenant_id: str, idempotency_key: str) -> IntakeRecord | None:
+        """The record of the event with this key."""
+        rows = self._query("get_intake", tenant_id, idempotency_key)
+        return _intake(rows[0]) if rows else None
+
+    def entity_owner(self, tenant_id: str, entity_id: str) -> str | None:
+        """The entity's owner while it is not finished."""
+        rows = self._query("entity_owner", tenant_id, entity_id)
+        return str(rows[0][0]) if rows else None
+
     def close(self) -> None:
         """Close the connection."""
         with self._lock:
             self._conn.close()
+
+
+def _create_run(c: sqlite3.Connection, new: NewRun) -> tuple[RunRecord, bool]:
+    """Create the run in the open transaction, or find the one with its idempotency key."""
+    if new.idempotency_key is not None:
+        row = c.execute(
+            _Q["find_by_idempotency"], (new.tenant_id, new.flow, new.idempotency_key)
+        ).fetchone()
+        if row is not None:
+            return _run(row), False
+    ev = new.first_event
+    cur = c.execute(
+        _Q["insert_run"],
+        (
+            new.tenant_id, new.run_id, new.flow, new.step, new.idempotency_key,
+            ev.seq, ev.hash, new.next_wake_at, new.now, new.now, new.queue,
+        ),
+    )
+    if cur.rowcount == 0:
+        raise ConflictError(f"run {new.run_id} already exists in tenant {new.tenant_id}")
+    c.execute(
+        _Q["insert_event"],
+        (new.tenant_id, new.run_id, ev.seq, ev.type, ev.payload, ev.hash),
+    )
+    c.executemany(_Q["insert_blob"], [(new.tenant_id, k, v) for k, v in new.blobs.items()])
+    row = c.execute(_Q["get_run"], (new.tenant_id, new.run_id)).fetchone()
+    return _run(row), True
+
+
+def _send_signal(c: sqlite3.Connection, s: SignalRecord) -> bool:
+    """Queue a signal in the open transaction; wake its run if it waits for it."""
+    cur = c.execute(
+        _Q["insert_signal"],
+        (s.tenant_id, s.run_id, s.signal_id, s.name, s.payload, s.sender, s.created_at),
+    )
+    if cur.rowcount == 0:
+        return False
+    c.execute(_Q["wake_for_signal"], (s.created_at, s.name, s.tenant_id, s.run_id, s.name, s.name))
+    return True
+
+
+def _schedule(row: sqlite3.Row) -> ScheduleRecord:
+    return ScheduleRecord(
+        row[0], row[1], row[2], row[3], row[4], bytes(row[5]), row[6], row[7], bool(row[8]),
+        row[9], row[10], row[11],
+    )
+
+
+def _intake(row: sqlite3.Row) -> IntakeRecord:
+    return IntakeRecord(*row)
 
 
 def _statements(sql: str) -> list[str]:

@@ -1,5 +1,5 @@
 -- Named queries for PostgreSQL. Every query on project tables takes the tenant, except the
--- scheduler's cross-tenant ones (claim, held leases, next wake-up, tenants).
+-- scheduler's cross-tenant ones (claim, held leases, next wake-up, tenants) and queue limits.
 -- Placeholders are psycopg's %(name)s, so a literal percent sign is written twice.
 -- Run rows are always selected in the field order of RunRecord.
 
@@ -191,56 +191,113 @@ SELECT seq, type, payload, hash FROM events
  WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s AND seq > %(after_seq)s
  ORDER BY seq
 
--- name: claim_due
--- MATERIALIZED: the locking subquery runs exactly once, so LIMIT bounds what is leased.
+-- name: queue_limits
+-- The limits of the queues a claim may take runs from (every queue when none are named).
+-- FOR UPDATE: claims on a limited queue take turns, so each counts the leases and tokens
+-- the one before it took; a queue without limits has no row here and never waits.
+SELECT name, max_concurrency, rate_limit, rate_period_s, per_tenant FROM queues
+ WHERE (%(queues)s::text[] IS NULL OR name = ANY(%(queues)s::text[]))
+   AND (max_concurrency IS NOT NULL OR rate_limit IS NOT NULL)
+ ORDER BY name COLLATE "C"
+   FOR UPDATE
+
+-- name: leased_per_queue
+SELECT queue, count(*) FROM runs
+ WHERE queue = ANY(%(queues)s::text[])
+   AND lease_owner IS NOT NULL AND lease_expires_at >= %(now)s
+ GROUP BY queue
+
+-- name: queue_buckets
+SELECT queue, tenant_id, tokens, updated_at FROM queue_buckets
+ WHERE queue = ANY(%(queues)s::text[])
+
+-- name: claim_candidates
+-- Due runs nobody holds, in tenant-fair order: every tenant's earliest due run, then every
+-- tenant's second, and so on, so one tenant's backlog cannot starve another. Queues at
+-- their concurrency limit, and first activations (lease_token 0) whose rate bucket is
+-- empty, are left out. Rows another claimer is locking are skipped (the lock sits below
+-- the LIMIT, so skipped rows do not count against it); a row whose lease was taken after
+-- this statement's snapshot fails the re-checked conditions on r.
 WITH due AS MATERIALIZED (
-    SELECT tenant_id, run_id, next_wake_at FROM runs
+    SELECT tenant_id, run_id, next_wake_at,
+           row_number() OVER (PARTITION BY tenant_id
+                              ORDER BY next_wake_at, run_id COLLATE "C") AS turn
+      FROM runs
      WHERE next_wake_at <= %(now)s
        AND status NOT IN ('completed', 'failed', 'cancelled')
        AND (lease_owner IS NULL OR lease_expires_at < %(now)s)
-     ORDER BY next_wake_at
-     LIMIT %(limit)s
-       FOR UPDATE SKIP LOCKED
+       AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+       AND (%(tenant_id)s::text IS NULL OR tenant_id = %(tenant_id)s::text)
+       AND (%(run_id)s::text IS NULL OR run_id = %(run_id)s::text)
+       AND NOT queue = ANY(%(full)s::text[])
+       AND NOT (lease_token = 0 AND EXISTS (
+               SELECT 1 FROM unnest(%(empty_queues)s::text[], %(empty_tenants)s::text[])
+                          AS e(queue, tenant_id)
+                WHERE e.queue = runs.queue AND e.tenant_id IN ('*', runs.tenant_id)))
 )
-UPDATE runs
-   SET lease_owner = %(owner)s, lease_token = runs.lease_token + 1,
-       lease_expires_at = %(expires_at)s
-  FROM due
- WHERE runs.tenant_id = due.tenant_id AND runs.run_id = due.run_id
-RETURNING runs.tenant_id, runs.run_id, runs.lease_token, due.next_wake_at
+SELECT r.tenant_id, r.run_id, r.queue, r.lease_token
+  FROM runs r JOIN due d ON d.tenant_id = r.tenant_id AND d.run_id = r.run_id
+ WHERE r.next_wake_at <= %(now)s
+   AND r.status NOT IN ('completed', 'failed', 'cancelled')
+   AND (r.lease_owner IS NULL OR r.lease_expires_at < %(now)s)
+ ORDER BY d.turn, d.next_wake_at, d.tenant_id COLLATE "C", d.run_id COLLATE "C"
+ LIMIT %(limit)s
+   FOR UPDATE OF r SKIP LOCKED
 
--- name: claim_due_of_tenant
-WITH due AS MATERIALIZED (
-    SELECT tenant_id, run_id, next_wake_at FROM runs
-     WHERE tenant_id = %(tenant_id)s AND next_wake_at <= %(now)s
-       AND status NOT IN ('completed', 'failed', 'cancelled')
-       AND (lease_owner IS NULL OR lease_expires_at < %(now)s)
-     ORDER BY next_wake_at
-     LIMIT %(limit)s
-       FOR UPDATE SKIP LOCKED
-)
+-- name: take_leases
 UPDATE runs
    SET lease_owner = %(owner)s, lease_token = runs.lease_token + 1,
        lease_expires_at = %(expires_at)s
-  FROM due
- WHERE runs.tenant_id = due.tenant_id AND runs.run_id = due.run_id
-RETURNING runs.tenant_id, runs.run_id, runs.lease_token, due.next_wake_at
+  FROM unnest(%(tenant_ids)s::text[], %(run_ids)s::text[]) AS t(tenant_id, run_id)
+ WHERE runs.tenant_id = t.tenant_id AND runs.run_id = t.run_id
+RETURNING runs.tenant_id, runs.run_id, runs.lease_token
 
--- name: claim_due_run
-WITH due AS MATERIALIZED (
-    SELECT tenant_id, run_id, next_wake_at FROM runs
-     WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s AND next_wake_at <= %(now)s
-       AND status NOT IN ('completed', 'failed', 'cancelled')
-       AND (lease_owner IS NULL OR lease_expires_at < %(now)s)
-     LIMIT %(limit)s
-       FOR UPDATE SKIP LOCKED
-)
-UPDATE runs
-   SET lease_owner = %(owner)s, lease_token = runs.lease_token + 1,
-       lease_expires_at = %(expires_at)s
-  FROM due
- WHERE runs.tenant_id = due.tenant_id AND runs.run_id = due.run_id
-RETURNING runs.tenant_id, runs.run_id, runs.lease_token, due.next_wake_at
+-- name: put_buckets
+INSERT INTO queue_buckets (queue, tenant_id, tokens, updated_at)
+SELECT b.queue, b.tenant_id, b.tokens, %(now)s
+  FROM unnest(%(queues)s::text[], %(tenant_ids)s::text[], %(tokens)s::float8[])
+       AS b(queue, tenant_id, tokens)
+ON CONFLICT (queue, tenant_id) DO UPDATE
+   SET tokens = excluded.tokens, updated_at = excluded.updated_at
+
+-- name: next_due_at
+SELECT MIN(next_wake_at) FROM runs
+ WHERE next_wake_at IS NOT NULL AND status NOT IN ('completed', 'failed', 'cancelled')
+   AND (lease_owner IS NULL OR lease_expires_at < %(now)s)
+   AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+
+-- name: set_queue
+INSERT INTO queues (name, max_concurrency, rate_limit, rate_period_s, per_tenant, updated_at)
+VALUES (%(name)s, %(max_concurrency)s, %(rate_limit)s, %(rate_period_s)s, %(per_tenant)s,
+        %(now)s)
+ON CONFLICT (name) DO UPDATE
+   SET max_concurrency = excluded.max_concurrency, rate_limit = excluded.rate_limit,
+       rate_period_s = excluded.rate_period_s, per_tenant = excluded.per_tenant,
+       updated_at = excluded.updated_at
+
+-- name: reset_queue_buckets
+DELETE FROM queue_buckets WHERE queue = %(name)s
+
+-- name: list_queues
+SELECT name, max_concurrency, rate_limit, rate_period_s, per_tenant FROM queues
+ ORDER BY name COLLATE "C"
+
+-- name: delete_queue
+DELETE FROM queues WHERE name = %(name)s
+
+-- name: listen
+-- Idle workers listen here; the payload of a notification is a queue name.
+LISTEN underway
+
+-- name: notify_run
+-- Sent in the transaction that creates a run or signals it, so workers learn of it when
+-- (and only if) it commits; a worker serving the run's queue then claims or re-plans its
+-- sleep. Spurious wake-ups cost one claim, so this does not check whether the run is due.
+SELECT pg_notify('underway', queue) FROM runs
+ WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s
+
+-- name: notify_queues
+SELECT pg_notify('underway', q) FROM unnest(%(queues)s::text[]) AS q
 
 -- name: renew_lease
 UPDATE runs SET lease_expires_at = %(expires_at)s
@@ -281,6 +338,39 @@ SELECT tenant_id, run_id, signal_id, name, payload, sender, created_at FROM sign
  WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s AND NOT consumed
  ORDER BY created_at, signal_id COLLATE "C"
 
+-- name: circuit_admit
+-- One statement: a cooled-down open circuit hands out exactly one trial (the row lock of the
+-- UPDATE serializes competing callers; the loser sees the trial already taken).
+WITH current AS (
+    SELECT open_until, trial_until FROM circuits
+     WHERE tenant_id = %(tenant_id)s AND name = %(circuit)s
+), trial AS (
+    UPDATE circuits SET trial_until = %(trial_until)s, updated_at = %(now)s
+     WHERE tenant_id = %(tenant_id)s AND name = %(circuit)s
+       AND open_until IS NOT NULL AND open_until <= %(now)s
+       AND (trial_until IS NULL OR trial_until <= %(now)s)
+    RETURNING 1
+)
+SELECT CASE
+         WHEN EXISTS (SELECT 1 FROM trial) THEN 'trial'
+         WHEN NOT EXISTS (SELECT 1 FROM current WHERE open_until IS NOT NULL) THEN 'closed'
+         ELSE 'open'
+       END
+
+-- name: circuit_record
+INSERT INTO circuits (tenant_id, name, failures, open_until, trial_until, updated_at)
+VALUES (%(tenant_id)s, %(circuit)s, CASE WHEN %(ok)s THEN 0 ELSE 1 END,
+        CASE WHEN NOT %(ok)s AND %(threshold)s <= 1 THEN %(open_until)s END, NULL, %(now)s)
+ON CONFLICT (tenant_id, name) DO UPDATE
+   SET failures = CASE WHEN %(ok)s THEN 0 ELSE circuits.failures + 1 END,
+       open_until = CASE
+           WHEN %(ok)s THEN NULL
+           WHEN circuits.open_until IS NOT NULL
+             OR circuits.failures + 1 >= %(threshold)s THEN %(open_until)s
+           ELSE NULL END,
+       trial_until = NULL,
+       updated_at = %(now)s
+
 -- name: get_blobs
 SELECT key, data FROM blobs WHERE tenant_id = %(tenant_id)s AND key = ANY(%(keys)s)
 
@@ -295,3 +385,105 @@ UPDATE runs SET lease_expires_at = 0
 -- name: next_wake_at
 SELECT MIN(next_wake_at) FROM runs
  WHERE next_wake_at IS NOT NULL AND status NOT IN ('completed', 'failed', 'cancelled')
+
+-- Schedules and intake (migration 0004). Claiming schedules and finding the next one due
+-- span tenants, like claiming runs.
+
+-- name: put_schedule
+-- An unchanged cron expression and zone keep the pending tick, so declaring the same
+-- schedule again (say, at every deploy) never skips a tick that is due.
+INSERT INTO schedules (tenant_id, name, flow, cron, timezone, input, queue, next_fire_at,
+                       enabled, created_at)
+VALUES (%(tenant_id)s, %(schedule)s, %(flow)s, %(cron)s, %(timezone)s, %(input)s, %(queue)s,
+        %(next_fire_at)s, %(enabled)s, %(created_at)s)
+ON CONFLICT (tenant_id, name) DO UPDATE
+   SET flow = excluded.flow, cron = excluded.cron, timezone = excluded.timezone,
+       input = excluded.input, queue = excluded.queue, enabled = excluded.enabled,
+       next_fire_at = CASE
+           WHEN schedules.cron = excluded.cron AND schedules.timezone = excluded.timezone
+                AND schedules.enabled THEN schedules.next_fire_at
+           ELSE excluded.next_fire_at END
+RETURNING tenant_id, name, flow, cron, timezone, input, queue, next_fire_at, enabled,
+          created_at, last_fired_at, claimed_until
+
+-- name: get_schedule
+SELECT tenant_id, name, flow, cron, timezone, input, queue, next_fire_at, enabled,
+       created_at, last_fired_at, claimed_until
+  FROM schedules WHERE tenant_id = %(tenant_id)s AND name = %(schedule)s
+
+-- name: list_schedules
+SELECT tenant_id, name, flow, cron, timezone, input, queue, next_fire_at, enabled,
+       created_at, last_fired_at, claimed_until
+  FROM schedules WHERE tenant_id = %(tenant_id)s ORDER BY name COLLATE "C"
+
+-- name: delete_schedule
+DELETE FROM schedules WHERE tenant_id = %(tenant_id)s AND name = %(schedule)s
+
+-- name: claim_schedules
+-- MATERIALIZED: the locking subquery runs once, so LIMIT bounds what is claimed; rows
+-- another scheduler is claiming are skipped, not waited for.
+WITH due AS MATERIALIZED (
+    SELECT tenant_id, name FROM schedules
+     WHERE enabled AND next_fire_at <= %(now)s
+       AND (claimed_until IS NULL OR claimed_until < %(now)s)
+       AND flow = ANY(%(flows)s::text[])
+     ORDER BY next_fire_at
+     LIMIT %(limit)s
+       FOR UPDATE SKIP LOCKED
+)
+UPDATE schedules s SET claimed_until = %(until)s
+  FROM due
+ WHERE s.tenant_id = due.tenant_id AND s.name = due.name
+RETURNING s.tenant_id, s.name, s.flow, s.cron, s.timezone, s.input, s.queue, s.next_fire_at,
+          s.enabled, s.created_at, s.last_fired_at, s.claimed_until
+
+-- name: advance_schedule
+UPDATE schedules
+   SET next_fire_at = %(next_fire_at)s,
+       last_fired_at = COALESCE(%(fired_at)s, last_fired_at), claimed_until = NULL
+ WHERE tenant_id = %(tenant_id)s AND name = %(schedule)s AND next_fire_at = %(expected)s
+
+-- name: next_schedule_at
+SELECT MIN(next_fire_at) FROM schedules
+ WHERE enabled AND (claimed_until IS NULL OR claimed_until < %(now)s)
+   AND flow = ANY(%(flows)s::text[])
+
+-- name: get_intake
+SELECT tenant_id, idempotency_key, entity_id, event_type, action, run_id, created_at
+  FROM intake WHERE tenant_id = %(tenant_id)s AND idempotency_key = %(idempotency_key)s
+
+-- name: lock_intake_entity
+-- Events for one entity take turns, so two of them can never both find it unowned.
+SELECT pg_advisory_xact_lock(
+    hashtextextended('underway.intake:' || %(tenant_id)s || chr(0) || %(entity_id)s, 0))
+
+-- name: insert_intake
+-- A concurrent event with the same key (for another entity) waits for this one's outcome
+-- on the primary key, then inserts nothing.
+INSERT INTO intake (tenant_id, idempotency_key, entity_id, event_type, action, run_id,
+                    created_at)
+VALUES (%(tenant_id)s, %(idempotency_key)s, %(entity_id)s, %(event_type)s, %(action)s,
+        %(run_id)s, %(now)s)
+ON CONFLICT DO NOTHING
+RETURNING 1
+
+-- name: entity_owner
+-- Ownership ends when the run finishes; the row stays until a new owner replaces it.
+SELECT o.run_id FROM intake_owners o
+  JOIN runs r ON r.tenant_id = o.tenant_id AND r.run_id = o.run_id
+ WHERE o.tenant_id = %(tenant_id)s AND o.entity_id = %(entity_id)s
+   AND r.status NOT IN ('completed', 'failed', 'cancelled')
+
+-- name: lock_entity_owner
+-- As entity_owner, locking the owner's row as a signal does, so its status cannot change
+-- between this check and the signal.
+SELECT o.run_id FROM intake_owners o
+  JOIN runs r ON r.tenant_id = o.tenant_id AND r.run_id = o.run_id
+ WHERE o.tenant_id = %(tenant_id)s AND o.entity_id = %(entity_id)s
+   AND r.status NOT IN ('completed', 'failed', 'cancelled')
+   FOR NO KEY UPDATE OF r
+
+-- name: set_entity_owner
+INSERT INTO intake_owners (tenant_id, entity_id, run_id, since)
+VALUES (%(tenant_id)s, %(entity_id)s, %(run_id)s, %(now)s)
+ON CONFLICT (tenant_id, entity_id) DO UPDATE SET run_id = excluded.run_id, since = excluded.since

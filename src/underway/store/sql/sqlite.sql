@@ -52,6 +52,19 @@ INSERT INTO events (tenant_id, run_id, seq, type, payload, hash) VALUES (?, ?, ?
 -- name: insert_blob
 INSERT INTO blobs (tenant_id, key, data) VALUES (?, ?, ?) ON CONFLICT DO NOTHING
 
+-- name: circuit_get
+SELECT failures, open_until, trial_until FROM circuits WHERE tenant_id = ? AND name = ?
+
+-- name: circuit_start_trial
+UPDATE circuits SET trial_until = ?, updated_at = ? WHERE tenant_id = ? AND name = ?
+
+-- name: circuit_put
+INSERT INTO circuits (tenant_id, name, failures, open_until, trial_until, updated_at)
+VALUES (?, ?, ?, ?, NULL, ?)
+ON CONFLICT (tenant_id, name) DO UPDATE
+   SET failures = excluded.failures, open_until = excluded.open_until, trial_until = NULL,
+       updated_at = excluded.updated_at
+
 -- name: get_blob
 SELECT key, data FROM blobs WHERE tenant_id = ? AND key = ?
 
@@ -84,26 +97,75 @@ DELETE FROM checkpoints WHERE tenant_id = ?
 SELECT seq, type, payload, hash FROM events
  WHERE tenant_id = ? AND run_id = ? AND seq > ? ORDER BY seq
 
--- name: due_runs
-SELECT tenant_id, run_id FROM runs
- WHERE next_wake_at IS NOT NULL AND next_wake_at <= ?
-   AND status NOT IN ('completed', 'failed', 'cancelled')
-   AND (lease_owner IS NULL OR lease_expires_at < ?)
- ORDER BY next_wake_at LIMIT ?
+-- name: queue_limits
+-- The limits of the queues a claim may take runs from (every queue when :queues is NULL;
+-- else a JSON array of names). BEGIN IMMEDIATE already makes claims take turns.
+SELECT name, max_concurrency, rate_limit, rate_period_s, per_tenant FROM queues
+ WHERE (:queues IS NULL OR name IN (SELECT value FROM json_each(:queues)))
+   AND (max_concurrency IS NOT NULL OR rate_limit IS NOT NULL)
+ ORDER BY name
 
--- name: due_runs_of_tenant
-SELECT tenant_id, run_id FROM runs
- WHERE tenant_id = ? AND next_wake_at IS NOT NULL AND next_wake_at <= ?
-   AND status NOT IN ('completed', 'failed', 'cancelled')
-   AND (lease_owner IS NULL OR lease_expires_at < ?)
- ORDER BY next_wake_at LIMIT ?
+-- name: leased_per_queue
+SELECT queue, count(*) FROM runs
+ WHERE queue IN (SELECT value FROM json_each(:queues))
+   AND lease_owner IS NOT NULL AND lease_expires_at >= :now
+ GROUP BY queue
 
--- name: due_run
-SELECT tenant_id, run_id FROM runs
- WHERE tenant_id = ? AND run_id = ? AND next_wake_at IS NOT NULL AND next_wake_at <= ?
-   AND status NOT IN ('completed', 'failed', 'cancelled')
-   AND (lease_owner IS NULL OR lease_expires_at < ?)
- LIMIT ?
+-- name: queue_buckets
+SELECT queue, tenant_id, tokens, updated_at FROM queue_buckets
+ WHERE queue IN (SELECT value FROM json_each(:queues))
+
+-- name: claim_candidates
+-- Due runs nobody holds, in tenant-fair order: every tenant's earliest due run, then every
+-- tenant's second, and so on, so one tenant's backlog cannot starve another. Queues at
+-- their concurrency limit (:full, a JSON array), and first activations (lease_token 0)
+-- whose rate bucket is empty (:empty, a JSON array of [queue, tenant or '*']), are left out.
+SELECT tenant_id, run_id, queue, lease_token FROM (
+    SELECT tenant_id, run_id, queue, lease_token, next_wake_at,
+           row_number() OVER (PARTITION BY tenant_id ORDER BY next_wake_at, run_id) AS turn
+      FROM runs
+     WHERE next_wake_at IS NOT NULL AND next_wake_at <= :now
+       AND status NOT IN ('completed', 'failed', 'cancelled')
+       AND (lease_owner IS NULL OR lease_expires_at < :now)
+       AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
+       AND (:tenant_id IS NULL OR tenant_id = :tenant_id)
+       AND (:run_id IS NULL OR run_id = :run_id)
+       AND queue NOT IN (SELECT value FROM json_each(:full))
+       AND NOT (lease_token = 0 AND EXISTS (
+               SELECT 1 FROM json_each(:empty) AS e
+                WHERE json_extract(e.value, '$[0]') = runs.queue
+                  AND json_extract(e.value, '$[1]') IN ('*', runs.tenant_id)))
+)
+ ORDER BY turn, next_wake_at, tenant_id, run_id
+ LIMIT :limit
+
+-- name: put_bucket
+INSERT INTO queue_buckets (queue, tenant_id, tokens, updated_at) VALUES (?, ?, ?, ?)
+ON CONFLICT (queue, tenant_id) DO UPDATE
+   SET tokens = excluded.tokens, updated_at = excluded.updated_at
+
+-- name: next_due_at
+SELECT MIN(next_wake_at) FROM runs
+ WHERE next_wake_at IS NOT NULL AND status NOT IN ('completed', 'failed', 'cancelled')
+   AND (lease_owner IS NULL OR lease_expires_at < :now)
+   AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
+
+-- name: set_queue
+INSERT INTO queues (name, max_concurrency, rate_limit, rate_period_s, per_tenant, updated_at)
+VALUES (?, ?, ?, ?, ?, ?)
+ON CONFLICT (name) DO UPDATE
+   SET max_concurrency = excluded.max_concurrency, rate_limit = excluded.rate_limit,
+       rate_period_s = excluded.rate_period_s, per_tenant = excluded.per_tenant,
+       updated_at = excluded.updated_at
+
+-- name: reset_queue_buckets
+DELETE FROM queue_buckets WHERE queue = ?
+
+-- name: list_queues
+SELECT name, max_concurrency, rate_limit, rate_period_s, per_tenant FROM queues ORDER BY name
+
+-- name: delete_queue
+DELETE FROM queues WHERE name = ?
 
 -- name: take_lease
 UPDATE runs SET lease_owner = ?, lease_token = lease_token + 1, lease_expires_at = ?
@@ -160,3 +222,77 @@ UPDATE runs SET lease_expires_at = 0 WHERE tenant_id = ? AND run_id = ? AND leas
 -- name: next_wake_at
 SELECT MIN(next_wake_at) FROM runs
  WHERE next_wake_at IS NOT NULL AND status NOT IN ('completed', 'failed', 'cancelled')
+
+-- Schedules and intake (migration 0004). Claiming schedules and finding the next one due
+-- span tenants, like claiming runs.
+
+-- name: put_schedule
+-- An unchanged cron expression and zone keep the pending tick, so declaring the same
+-- schedule again (say, at every deploy) never skips a tick that is due.
+INSERT INTO schedules (tenant_id, name, flow, cron, timezone, input, queue, next_fire_at,
+                       enabled, created_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (tenant_id, name) DO UPDATE
+   SET flow = excluded.flow, cron = excluded.cron, timezone = excluded.timezone,
+       input = excluded.input, queue = excluded.queue, enabled = excluded.enabled,
+       next_fire_at = CASE
+           WHEN schedules.cron = excluded.cron AND schedules.timezone = excluded.timezone
+                AND schedules.enabled = 1 THEN schedules.next_fire_at
+           ELSE excluded.next_fire_at END
+RETURNING tenant_id, name, flow, cron, timezone, input, queue, next_fire_at, enabled,
+          created_at, last_fired_at, claimed_until
+
+-- name: get_schedule
+SELECT tenant_id, name, flow, cron, timezone, input, queue, next_fire_at, enabled,
+       created_at, last_fired_at, claimed_until
+  FROM schedules WHERE tenant_id = ? AND name = ?
+
+-- name: list_schedules
+SELECT tenant_id, name, flow, cron, timezone, input, queue, next_fire_at, enabled,
+       created_at, last_fired_at, claimed_until
+  FROM schedules WHERE tenant_id = ? ORDER BY name
+
+-- name: delete_schedule
+DELETE FROM schedules WHERE tenant_id = ? AND name = ?
+
+-- name: claim_schedules
+-- Runs under BEGIN IMMEDIATE: no other writer sees the rows between choosing and marking.
+UPDATE schedules SET claimed_until = ?
+ WHERE (tenant_id, name) IN (
+        SELECT tenant_id, name FROM schedules
+         WHERE enabled = 1 AND next_fire_at <= ?
+           AND (claimed_until IS NULL OR claimed_until < ?)
+           AND flow IN (SELECT value FROM json_each(?))
+         ORDER BY next_fire_at LIMIT ?)
+RETURNING tenant_id, name, flow, cron, timezone, input, queue, next_fire_at, enabled,
+          created_at, last_fired_at, claimed_until
+
+-- name: advance_schedule
+UPDATE schedules
+   SET next_fire_at = ?, last_fired_at = COALESCE(?, last_fired_at), claimed_until = NULL
+ WHERE tenant_id = ? AND name = ? AND next_fire_at = ?
+
+-- name: next_schedule_at
+SELECT MIN(next_fire_at) FROM schedules
+ WHERE enabled = 1 AND (claimed_until IS NULL OR claimed_until < ?)
+   AND flow IN (SELECT value FROM json_each(?))
+
+-- name: get_intake
+SELECT tenant_id, idempotency_key, entity_id, event_type, action, run_id, created_at
+  FROM intake WHERE tenant_id = ? AND idempotency_key = ?
+
+-- name: insert_intake
+INSERT INTO intake (tenant_id, idempotency_key, entity_id, event_type, action, run_id,
+                    created_at)
+VALUES (?, ?, ?, ?, ?, ?, ?)
+
+-- name: entity_owner
+-- Ownership ends when the run finishes; the row stays until a new owner replaces it.
+SELECT o.run_id FROM intake_owners o
+  JOIN runs r ON r.tenant_id = o.tenant_id AND r.run_id = o.run_id
+ WHERE o.tenant_id = ? AND o.entity_id = ?
+   AND r.status NOT IN ('completed', 'failed', 'cancelled')
+
+-- name: set_entity_owner
+INSERT INTO intake_owners (tenant_id, entity_id, run_id, since) VALUES (?, ?, ?, ?)
+ON CONFLICT (tenant_id, entity_id) DO UPDATE SET run_id = excluded.run_id, since = excluded.since
