@@ -548,8 +548,10 @@ class Engine:
             raise ConfigurationError(
                 f"run {run_id} is {row.status}, not dead: only dead runs can be resumed"
             )
-        if step is not None:
-            self._flow(row.flow).get_step(step)
+        if step is not None and row.flow in self.flows:
+            # (A process that does not know the flow — the CLI — leaves this to the worker:
+            # an unknown step stops the run dead again, naming the step.)
+            self.flows[row.flow].get_step(step)
         self._send(run_id, RESUME, {"by": by, "step": step}, tenant_id, None, by)
 
     def state(self, run_id: str, *, tenant_id: str = "default") -> RunState:

@@ -103,6 +103,19 @@ def summarize(rec: Recorded) -> str:
         case ev.EscalationResolved():
             key = f" for key {e.key}" if e.key else ""
             return f"resolved as {e.resolution} by {e.by}{key}"
+        case ev.RetryScheduled():
+            return (
+                f"{_call(e.tool, e.index, e.key)} attempt {e.attempt} in "
+                f"{_duration(e.delay_s)} (timer {e.timer_id})"
+            )
+        case ev.RunDeadLettered():
+            where = f" in step {e.step}" if e.step else ""
+            return f"run DEAD{where}, waiting for an operator: {e.reason}"
+        case ev.RunResumed():
+            at = f" at step {e.step}" if e.step else ""
+            return f"run resumed{at} by {e.by}"
+        case ev.SignalIgnored():
+            return f"control signal {e.signal!r} ignored: {e.reason}"
         case ev.RunCompleted():
             return f"run completed: {preview(e.result)}"
         case ev.RunFailed():

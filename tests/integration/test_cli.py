@@ -79,6 +79,24 @@ async def pay(ctx: RunContext[Notes, Ticket]) -> Next:
     return ctx.done({"receipt": ctx.state.receipt})
 
 
+BROKEN: list[str] = []
+"""Runs of ``fragile`` whose step raises (a bug an operator fixes, then resumes)."""
+
+fragile: Flow[Notes, Ticket] = Flow("fragile", state=Notes, input=Ticket)
+
+
+@fragile.step(start=True)
+async def parse(ctx: RunContext[Notes, Ticket]) -> Next:
+    if ctx.run_id in BROKEN:
+        raise ValueError("unparseable invoice")
+    return ctx.done("parsed")
+
+
+@fragile.step
+async def skip_parsing(ctx: RunContext[Notes, Ticket]) -> Next:
+    return ctx.done("skipped")
+
+
 nap: Flow[Notes, Ticket] = Flow("nap", state=Notes, input=Ticket)
 
 
@@ -101,7 +119,8 @@ class World:
         # Commands stamp signals with the system clock, so the test's clock starts there.
         self.clock = ManualClock(float(int(time.time())))
         self.engine = Engine(
-            self.store, flows=[approval, payout, nap], tools=[lookup, refund], clock=self.clock
+            self.store, flows=[approval, payout, nap, fragile], tools=[lookup, refund],
+            clock=self.clock,
         )
 
     def start(self, flow: Flow[Any, Any], run_id: str, tenant: str = "default") -> str:
@@ -298,6 +317,29 @@ def test_runs_resolve_settles_an_escalation(world: World) -> None:
     assert state.result == {"receipt": {"refunded": 30, "ref": "manual"}}
     code, out, _ = cli("runs", "show", "pay-1", "--db", world.url)
     assert "resolved as succeeded by fin-ops for key pay-1:0:pay:0" in out
+
+
+def test_runs_resume_restarts_a_dead_run_listed_by_status(world: World) -> None:
+    BROKEN.extend(["bad-1", "bad-2"])
+    world.start(fragile, "bad-1")
+    world.start(fragile, "bad-2")
+    world.drive()
+    code, out, _ = cli("runs", "ls", "--status", "dead", "--json", "--db", world.url)
+    assert code == 0
+    assert sorted(r["run_id"] for r in json.loads(out)) == ["bad-1", "bad-2"]
+
+    BROKEN.remove("bad-1")  # the bug is fixed
+    code, out, _ = cli("runs", "resume", "bad-1", "--by", "ops", "--db", world.url)
+    assert (code, out.strip()) == (0, "run bad-1 resumed where it stopped by ops")
+    code, out, _ = cli("runs", "resume", "bad-2", "--by", "ops", "--step", "skip_parsing",
+                       "--db", world.url)
+    assert (code, out.strip()) == (0, "run bad-2 resumed at step skip_parsing by ops")
+    world.catch_up()
+    world.drive()
+    assert world.engine.state("bad-1").result == "parsed"
+    assert world.engine.state("bad-2").result == "skipped"
+    code, _, err = cli("runs", "resume", "bad-1", "--by", "ops", "--db", world.url)
+    assert code == 2 and "not dead" in err
 
 
 # -- audit verify ------------------------------------------------------------------------

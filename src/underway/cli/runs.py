@@ -25,8 +25,11 @@ from ._common import (
 
 app = typer.Typer(help="List, inspect and steer runs.", no_args_is_help=True)
 
-STATUSES = ("ready", "waiting", "escalated", "completed", "failed", "cancelled")
-_STYLE = {"completed": "green", "failed": "red", "cancelled": "yellow", "escalated": "magenta"}
+STATUSES = ("ready", "waiting", "escalated", "dead", "completed", "failed", "cancelled")
+_STYLE = {
+    "completed": "green", "failed": "red", "cancelled": "yellow", "escalated": "magenta",
+    "dead": "bold red",
+}
 
 RunArg = Annotated[str, typer.Argument(help="The run id.", show_default=False)]
 ByOption = Annotated[
@@ -213,3 +216,27 @@ def resolve(
             raise Problem(f"run {run} is {row.status}, not escalated; there is nothing to resolve")
         Engine(store).resolve(run, resolution=resolution, by=by, result=data, tenant_id=tenant)
     typer.echo(f"escalation of run {run} resolved as {resolution} by {by}")
+
+
+@app.command("resume")
+@handle_errors
+def resume(
+    ctx: typer.Context,
+    run: RunArg,
+    by: ByOption,
+    step: Annotated[
+        str | None,
+        typer.Option("--step", help="Resume at this step instead of where the run stopped.",
+                     show_default=False),
+    ] = None,
+    tenant: TenantOption = "default",
+    db: DbOption = None,
+) -> None:
+    """Resume a dead run; failed calls are tried again, completed ones are not."""
+    with open_store(ctx, db) as store:
+        row = require_run(store, tenant, run)
+        if row.status != "dead":
+            raise Problem(f"run {run} is {row.status}, not dead; only dead runs can be resumed")
+        Engine(store).resume(run, by=by, step=step, tenant_id=tenant)
+    where = f"at step {step}" if step else "where it stopped"
+    typer.echo(f"run {run} resumed {where} by {by}")
