@@ -455,6 +455,26 @@ class Engine:
         ``start_at`` (epoch seconds) delays the first step; ``queue`` names the queue whose
         workers run it; past ``deadline`` (epoch seconds) the run escalates to a person.
         """
+        rec, created = self.store.create_run(self.prepare_start(
+            flow, input, tenant_id=tenant_id, idempotency_key=idempotency_key, run_id=run_id,
+            start_at=start_at, queue=queue, deadline=deadline,
+        ))
+        return rec.run_id, created
+
+    def prepare_start(
+        self,
+        flow: Flow[Any, Any] | str,
+        input: JSON | BaseModel = None,
+        *,
+        tenant_id: str = "default",
+        idempotency_key: str | None = None,
+        run_id: str | None = None,
+        start_at: float | None = None,
+        queue: str = "default",
+        deadline: float | None = None,
+    ) -> NewRun:
+        """The run :meth:`start` would create (input checked, first event encoded), for a
+        caller that creates it inside a transaction of its own (intake)."""
         if isinstance(flow, Flow) and flow.name not in self.flows:
             self.register(flow)
         f = self._flow(flow if isinstance(flow, str) else flow.name)
@@ -473,12 +493,11 @@ class Engine:
         stored = self.journal.encode(
             tenant_id, [(1, now, event)], genesis_hash(tenant_id, run_id), blobs
         )
-        rec, created = self.store.create_run(NewRun(
+        return NewRun(
             tenant_id=tenant_id, run_id=run_id, flow=f.name, idempotency_key=idempotency_key,
             first_event=stored[0], blobs=blobs, step=str(f.start_step), now=now,
             next_wake_at=start_at if start_at is not None else now, queue=queue,
-        ))
-        return rec.run_id, created
+        )
 
     def signal(
         self,

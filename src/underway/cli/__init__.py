@@ -16,7 +16,7 @@ from typing import Annotated
 
 import typer
 
-from . import audit, db, runs
+from . import audit, db, events, queues, runs, schedules, worker
 from ._common import DbOption
 
 __all__ = ["app", "main"]
@@ -32,6 +32,10 @@ app = typer.Typer(
 app.add_typer(db.app, name="db")
 app.add_typer(runs.app, name="runs")
 app.add_typer(audit.app, name="audit")
+app.add_typer(schedules.app, name="schedules")
+app.add_typer(events.app, name="events")
+app.add_typer(queues.app, name="queues")
+app.command("worker")(worker.worker)
 
 
 def _print_version(value: bool) -> None:

@@ -3,16 +3,33 @@
 from __future__ import annotations
 
 from ..errors import ConfigurationError
-from .base import AppendBatch, Lease, NewRun, RunRecord, RunUpdate, SignalRecord, Store, StoredEvent
+from .base import (
+    AppendBatch,
+    IntakeRecord,
+    IntakeRequest,
+    Lease,
+    NewRun,
+    QueueConfig,
+    RunRecord,
+    RunUpdate,
+    ScheduleRecord,
+    SignalRecord,
+    Store,
+    StoredEvent,
+)
 from .memory import MemoryStore
 
 __all__ = [
     "AppendBatch",
+    "IntakeRecord",
+    "IntakeRequest",
     "Lease",
     "MemoryStore",
     "NewRun",
+    "QueueConfig",
     "RunRecord",
     "RunUpdate",
+    "ScheduleRecord",
     "SignalRecord",
     "Store",
     "StoredEvent",

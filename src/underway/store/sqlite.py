@@ -397,10 +397,14 @@ class SQLiteStore:
         self, *, now: float, until: float, flows: list[str], limit: int
     ) -> list[ScheduleRecord]:
         """Claim due, unclaimed schedules of ``flows`` under the write lock."""
+        names = json.dumps(list(flows))
+        # Workers ask on every round: take the database's one write lock only for a tick
+        # that is due (readers never wait in WAL mode).
+        due = self._query("next_schedule_at", now, names)[0][0]
+        if due is None or due > now:
+            return []
         with self._tx() as c:
-            rows = c.execute(
-                _Q["claim_schedules"], (until, now, now, json.dumps(list(flows)), limit)
-            ).fetchall()
+            rows = c.execute(_Q["claim_schedules"], (until, now, now, names, limit)).fetchall()
         found = [_schedule(r) for r in rows]
         return sorted(found, key=lambda s: (s.next_fire_at, s.tenant_id, s.name))
 

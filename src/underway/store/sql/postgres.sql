@@ -454,8 +454,8 @@ SELECT tenant_id, idempotency_key, entity_id, event_type, action, run_id, create
 
 -- name: lock_intake_entity
 -- Events for one entity take turns, so two of them can never both find it unowned.
-SELECT pg_advisory_xact_lock(
-    hashtextextended('underway.intake:' || %(tenant_id)s || chr(0) || %(entity_id)s, 0))
+SELECT pg_advisory_xact_lock(hashtext('underway.intake:' || %(tenant_id)s),
+                             hashtext(%(entity_id)s))
 
 -- name: insert_intake
 -- A concurrent event with the same key (for another entity) waits for this one's outcome

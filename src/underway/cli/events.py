@@ -1,0 +1,108 @@
+"""``underway events send``: deliver one outside event through intake."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import os
+import sys
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+import typer
+
+from ..engine import Engine
+from ..intake import Routes, intake
+from ._common import DbOption, Problem, handle_errors, open_store, parse_json
+
+app = typer.Typer(help="Deliver outside events to runs.", no_args_is_help=True)
+
+
+def load_routes(spec: str) -> Routes:
+    """Resolve ``module:attribute`` to a routing table: a :class:`Routes`, a mapping of
+    event type to route, or a function of no arguments returning one. The current
+    directory is on the import path."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise Problem(f"--routes {spec!r} must be module:attribute, e.g. myapp.intake:routes")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and (module_name + ".").startswith(exc.name + "."):
+            raise Problem(
+                f"--routes {spec!r}: no module named {exc.name!r} (run the command from the "
+                "directory that holds it)"
+            ) from None
+        raise Problem(f"--routes {spec!r}: importing {module_name} failed: {exc}") from exc
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise Problem(f"--routes {spec!r}: {module_name} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    if callable(obj) and not isinstance(obj, Mapping):
+        try:
+            obj = obj()
+        except Exception as exc:
+            raise Problem(
+                f"--routes {spec!r}: calling {attr}() failed: {type(exc).__name__}: {exc}"
+            ) from exc
+    if not isinstance(obj, Mapping):
+        raise Problem(
+            f"--routes {spec!r} is a {type(obj).__name__}; it must be Routes, a dict of event "
+            "type to StartFlow/Signal, or a function returning one"
+        )
+    return obj if isinstance(obj, Routes) else Routes(obj)
+
+
+@app.command("send")
+@handle_errors
+def send(
+    ctx: typer.Context,
+    entity: Annotated[str, typer.Option("--entity", help="The entity the event is about.",
+                                        show_default=False)],
+    event_type: Annotated[str, typer.Option("--type", help="The event type routes match on.",
+                                            show_default=False)],
+    source: Annotated[str, typer.Option("--source", help="Where the event comes from.",
+                                        show_default=False)],
+    key: Annotated[str, typer.Option("--key", help="Idempotency key: an event with a key "
+                                     "already acted on does nothing again.",
+                                     show_default=False)],
+    routes: Annotated[str, typer.Option("--routes", help="The routing table, as "
+                                        "module:attribute.", show_default=False)],
+    payload: Annotated[
+        str | None, typer.Option("--payload", help="The event's payload, as JSON.")
+    ] = None,
+    permission: Annotated[
+        list[str] | None,
+        typer.Option("--permission", help="A permission the event carries (repeatable)."),
+    ] = None,
+    occurred_at: Annotated[
+        str | None,
+        typer.Option("--occurred-at", help="When it happened: ISO 8601 with an offset "
+                     "(default: now).", show_default=False),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+    tenant: Annotated[str, typer.Option("--tenant", help="Tenant the event belongs to.")]
+    = "default",
+    db: DbOption = None,
+) -> None:
+    """Start a run for the event, or signal the run that owns its entity; once per key."""
+    event = {
+        "tenant_id": tenant, "entity_id": entity, "event_type": event_type,
+        "occurred_at": occurred_at or datetime.fromtimestamp(time.time(), UTC).isoformat(),
+        "source": source, "permissions": permission or [], "idempotency_key": key,
+        "payload": parse_json(payload, "--payload"),
+    }
+    table = load_routes(routes)
+    with open_store(ctx, db) as store:
+        result = intake(Engine(store), event, table)
+    if as_json:
+        typer.echo(json.dumps(dataclasses.asdict(result)))
+    elif result.action in ("started", "signalled"):
+        typer.echo(f"{result.action} run {result.run_id}")
+    else:
+        typer.echo(f"{result.action}: {result.reason}")

@@ -1,0 +1,223 @@
+"""Schedules: start a run of a flow at every tick of a cron expression.
+
+A schedule is a row in the store (tenant, name, flow, cron expression, time zone, input,
+queue, the next tick due). Workers call :func:`fire_due_schedules` on every loop: it claims
+due schedules of the flows the worker knows, starts one run per tick, and moves each
+schedule on to its next tick.
+
+Each tick's run is started with the idempotency key ``schedule:{name}:{tick}`` (the tick in
+ISO 8601 UTC), so a tick starts exactly one run even when two schedulers fire it: one whose
+claim ran out while it was paused, or one that crashed after starting the run and before
+moving the schedule on. When no worker ran for a while, only the latest missed tick starts
+a run; the ticks before it are skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel
+
+from .cron import Cron, CronError, utc_iso
+from .engine import Engine
+from .errors import ConfigurationError
+from .events import JSON, canonical_json
+from .flow import Flow
+from .store.base import ScheduleRecord
+
+__all__ = [
+    "Schedule",
+    "add_schedule",
+    "fire_due_schedules",
+    "get_schedule",
+    "list_schedules",
+    "next_schedule_due",
+    "remove_schedule",
+    "tick_key",
+]
+
+log = logging.getLogger("underway.schedules")
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}")
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """A schedule as users see it. Times are epoch seconds."""
+
+    tenant_id: str
+    name: str
+    flow: str
+    cron: str
+    timezone: str
+    input: JSON
+    queue: str
+    next_fire_at: float
+    """The next tick that has not started a run yet."""
+    enabled: bool
+    created_at: float
+    last_fired_at: float | None
+    """The tick that last started a run, if any."""
+
+    @classmethod
+    def from_record(cls, rec: ScheduleRecord) -> Schedule:
+        """The user's view of a stored schedule."""
+        return cls(
+            tenant_id=rec.tenant_id, name=rec.name, flow=rec.flow, cron=rec.cron,
+            timezone=rec.timezone, input=json.loads(rec.input), queue=rec.queue,
+            next_fire_at=rec.next_fire_at, enabled=rec.enabled, created_at=rec.created_at,
+            last_fired_at=rec.last_fired_at,
+        )
+
+
+def tick_key(name: str, tick: float) -> str:
+    """The idempotency key of the run started by schedule ``name`` at ``tick``."""
+    return f"schedule:{name}:{utc_iso(tick)}"
+
+
+def add_schedule(
+    engine: Engine,
+    name: str,
+    flow: Flow[Any, Any] | str,
+    cron: str,
+    input: JSON | BaseModel = None,
+    *,
+    tenant_id: str = "default",
+    timezone: str = "UTC",
+    queue: str = "default",
+    enabled: bool = True,
+) -> Schedule:
+    """Create schedule ``name``, or update the one of that name, and return it.
+
+    The flow may be named by string: a worker that has the flow registered starts the runs.
+    When the flow is known here (a :class:`Flow`, or a name registered with ``engine``),
+    ``input`` is checked against its input model now. Declaring an existing schedule again
+    with the same cron expression and time zone keeps its pending tick, so doing it at every
+    start-up never skips a tick.
+    """
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise ConfigurationError(
+            f"schedule name {name!r} must be 1-200 letters, digits, '_', '-' or '.', "
+            "starting with a letter or digit"
+        )
+    if not queue:
+        raise ConfigurationError(f"schedule {name!r}: queue name must not be empty")
+    parsed = Cron.parse(cron, timezone)
+    flow_name = flow.name if isinstance(flow, Flow) else flow
+    if not flow_name:
+        raise ConfigurationError(f"schedule {name!r} needs a flow")
+    known = flow if isinstance(flow, Flow) else engine.flows.get(flow_name)
+    if known is not None:
+        try:
+            input = known.parse_input(input).model_dump(mode="json")
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"schedule {name!r}: {exc}") from None
+    elif isinstance(input, BaseModel):
+        input = input.model_dump(mode="json")
+    try:
+        data = canonical_json(input)
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(f"schedule {name!r}: input is not JSON: {exc}") from None
+    now = engine.clock.now()
+    rec = engine.store.put_schedule(ScheduleRecord(
+        tenant_id=tenant_id, name=name, flow=flow_name, cron=parsed.expression,
+        timezone=timezone, input=data, queue=queue, next_fire_at=parsed.next_fire(now),
+        enabled=enabled, created_at=now,
+    ))
+    return Schedule.from_record(rec)
+
+
+def remove_schedule(engine: Engine, name: str, *, tenant_id: str = "default") -> bool:
+    """Delete schedule ``name``; False when there was none. Runs it started carry on."""
+    return engine.store.delete_schedule(tenant_id, name)
+
+
+def get_schedule(engine: Engine, name: str, *, tenant_id: str = "default") -> Schedule | None:
+    """Schedule ``name``, if it exists."""
+    rec = engine.store.get_schedule(tenant_id, name)
+    return None if rec is None else Schedule.from_record(rec)
+
+
+def list_schedules(engine: Engine, *, tenant_id: str = "default") -> list[Schedule]:
+    """A tenant's schedules, by name."""
+    return [Schedule.from_record(r) for r in engine.store.list_schedules(tenant_id)]
+
+
+def next_schedule_due(engine: Engine) -> float | None:
+    """When the next tick of a schedule of ``engine``'s flows is due (epoch seconds; in the
+    past when one is due now), so a worker can sleep until then."""
+    if not engine.flows:
+        return None
+    return engine.store.next_schedule_at(now=engine.clock.now(), flows=sorted(engine.flows))
+
+
+async def fire_due_schedules(engine: Engine, *, limit: int = 100) -> int:
+    """Start the runs of every due tick of the schedules of ``engine``'s flows; return how
+    many runs were started.
+
+    Schedules are claimed atomically (PostgreSQL: ``FOR UPDATE SKIP LOCKED``; SQLite: under
+    ``BEGIN IMMEDIATE``) for ``engine.lease_ttl`` seconds, so concurrent schedulers split
+    the work. A tick whose run cannot be created from the schedule (its input does not fit
+    the flow) is logged and skipped; any other error leaves the schedule due and is raised.
+    """
+    if not engine.flows:
+        return 0
+    now = engine.clock.now()
+    claimed = engine.store.claim_schedules(
+        now=now, until=now + engine.lease_ttl, flows=sorted(engine.flows), limit=limit
+    )
+    started = 0
+    for i, rec in enumerate(claimed):
+        try:
+            started += _fire(engine, rec, now)
+        except BaseException:
+            for left in claimed[i:]:
+                with contextlib.suppress(Exception):
+                    _release(engine, left)
+            raise
+        await asyncio.sleep(0)
+    return started
+
+
+def _fire(engine: Engine, rec: ScheduleRecord, now: float) -> int:
+    try:
+        cron = Cron.parse(rec.cron, rec.timezone)
+    except CronError as exc:
+        # Stored schedules were valid when added; a worker whose time zone database lacks
+        # the zone leaves the tick to one that has it.
+        log.error("schedule %r of tenant %r cannot be read here: %s", rec.name, rec.tenant_id, exc)
+        _release(engine, rec)
+        return 0
+    tick = max(rec.next_fire_at, cron.last_fire(now))
+    fired: float | None = tick
+    created = False
+    try:
+        # Created False: a scheduler that died before moving the schedule on started it.
+        _, created = engine.start(
+            rec.flow, json.loads(rec.input), tenant_id=rec.tenant_id,
+            idempotency_key=tick_key(rec.name, tick), queue=rec.queue,
+        )
+    except ConfigurationError as exc:
+        fired = None
+        log.error(
+            "schedule %r of tenant %r: tick %s skipped: %s", rec.name, rec.tenant_id,
+            utc_iso(tick), exc,
+        )
+    engine.store.advance_schedule(
+        rec.tenant_id, rec.name, expected=rec.next_fire_at, next_fire_at=cron.next_fire(now),
+        fired_at=fired,
+    )
+    return int(created)
+
+
+def _release(engine: Engine, rec: ScheduleRecord) -> None:
+    engine.store.advance_schedule(
+        rec.tenant_id, rec.name, expected=rec.next_fire_at, next_fire_at=rec.next_fire_at,
+        fired_at=None,
+    )
