@@ -1,0 +1,109 @@
+"""``underway worker``: lease and drive ready runs until stopped by SIGTERM or SIGINT."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+from typing import Annotated
+
+import typer
+
+from ..engine import Engine
+from ..store import queries
+from ..worker import Worker, load_app
+from ._common import DbOption, Problem, handle_errors, open_store
+
+
+@handle_errors
+def worker(
+    ctx: typer.Context,
+    app_spec: Annotated[
+        str,
+        typer.Option(
+            "--app",
+            help="What the worker runs, as module:attribute: a Flow, a list of Flows and "
+            "Tools, or a function of no arguments returning one. The current directory "
+            "is on the import path.",
+            show_default=False,
+        ),
+    ],
+    queue: Annotated[
+        list[str] | None,
+        typer.Option("--queue", help="Serve this queue (repeat for several; default: every "
+                     "queue)."),
+    ] = None,
+    concurrency: Annotated[
+        int, typer.Option("--concurrency", min=1, help="Runs driven at once.")
+    ] = 10,
+    lease_ttl: Annotated[
+        float,
+        typer.Option("--lease-ttl", min=0.1, help="Seconds a lease lasts unless renewed; "
+                     "another worker takes a run over after this once its worker is gone."),
+    ] = 30.0,
+    poll: Annotated[
+        float,
+        typer.Option("--poll", min=0.01, help="Longest an idle worker waits before looking "
+                     "for work again."),
+    ] = 1.0,
+    grace: Annotated[
+        float,
+        typer.Option("--grace", min=0, help="On SIGTERM/SIGINT, seconds the steps in flight "
+                     "may take to finish before they are cancelled and handed back."),
+    ] = 30.0,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Log each run handed back or given up.")
+    ] = False,
+    db: DbOption = None,
+) -> None:
+    """Lease ready runs and drive them until SIGTERM or SIGINT (then stop gracefully).
+
+    Prints `underway worker OWNER ready` once it serves, and a summary when it stops.
+    """
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr,
+        format="%(asctime)s underway worker %(process)d %(levelname)s %(message)s",
+    )
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    flows, tools = load_app(app_spec)
+    with open_store(ctx, db) as store:
+        dialect = str(getattr(store, "dialect", "memory"))
+        if dialect != "memory":
+            needed = max(v for v, _, _ in queries.migrations(dialect))
+            have = store.schema_version()
+            if have < needed:
+                raise Problem(
+                    f"the database schema is at version {have}; this worker needs {needed}: "
+                    "run `underway db migrate` first"
+                )
+        engine = Engine(store, flows=flows, tools=tools, lease_ttl=lease_ttl)
+        w = Worker(engine, queues=queue or None, concurrency=concurrency, poll=poll,
+                   grace=grace)
+        asyncio.run(_serve(w))
+    typer.echo(f"underway worker {w.owner} stopped: {w.activations} activations, "
+               f"{w.handed_back} runs handed back")
+
+
+async def _serve(w: Worker) -> None:
+    loop = asyncio.get_running_loop()
+
+    def stop() -> None:
+        # A second signal skips the rest of the grace period.
+        typer.echo(f"underway worker {w.owner} stopping: {w.in_flight} runs in flight")
+        sys.stdout.flush()
+        w.stop()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop)
+    serving = asyncio.create_task(w.run())
+    ready = asyncio.create_task(w.ready.wait())
+    await asyncio.wait({serving, ready}, return_when=asyncio.FIRST_COMPLETED)
+    if ready.done():
+        typer.echo(f"underway worker {w.owner} ready")
+        sys.stdout.flush()
+    else:
+        ready.cancel()
+    await serving

@@ -1,0 +1,449 @@
+"""Workers: processes that lease ready runs and drive many of them at once.
+
+A :class:`Worker` serves some queues (or all) of one store with one :class:`Engine`. It
+claims only as many runs as it has free slots (``concurrency``) and drives each leased run
+as an asyncio task (:meth:`Engine.activate`), so one worker keeps many runs moving while
+each awaits slow tools or models. Any number of workers, in any number of processes on
+any number of machines, may share a database: claiming takes each run once (``FOR UPDATE
+SKIP LOCKED`` on PostgreSQL, ``BEGIN IMMEDIATE`` on SQLite), every append is fenced by the
+lease token, and a run whose worker died is taken over when its lease runs out — at once
+when the dead worker was a process of this host.
+
+A waiting run holds no worker: it is a row with ``next_wake_at``. An idle worker sleeps
+until the earliest due time of its queues, never longer than ``poll`` seconds, and less
+right after it found work. On PostgreSQL it also LISTENs, so a new run or a signal wakes
+it at once.
+
+Stopping (:meth:`Worker.stop`, or SIGTERM/SIGINT under ``underway worker``) is graceful:
+the worker claims nothing more, lets each run in flight finish the step it is in, hands
+it back (another worker continues with the next step), and after ``grace`` seconds
+cancels the steps still running and hands those runs back too; their uncommitted work is
+redone from the journal by whoever takes them next.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import logging
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, TypeVar, cast
+
+from .effects import Tool
+from .engine import Engine
+from .errors import ConfigurationError, ConflictError, FencedError
+from .flow import Flow
+from .runner import Runner
+from .store import queries
+from .store.base import AppendBatch, Lease, Store
+
+__all__ = ["App", "Worker", "load_app"]
+
+log = logging.getLogger("underway.worker")
+
+App = tuple[list[Flow[Any, Any]], list[Tool]]
+"""The flows and tools a worker runs."""
+
+ScheduleFiring = Callable[..., Coroutine[Any, Any, int]]
+R = TypeVar("R")
+
+LISTEN_RETRY_MAX_S = 5.0
+"""The longest a worker waits between attempts to get its listening connection back."""
+SCHEDULES_EVERY = 1.0
+"""Seconds between a worker's looks for due schedule ticks."""
+
+
+class Worker:
+    """Leases ready runs of ``queues`` (every queue when None) and drives up to
+    ``concurrency`` of them at once on ``engine``.
+
+    ``poll`` bounds how long an idle worker sleeps before looking for work again (it
+    starts at ``min_poll`` after finding work and doubles while idle); ``grace`` is how
+    long a stopping worker lets steps in flight finish before cancelling them; ``listen``
+    lets a worker on PostgreSQL be woken by notifications instead of waiting for its poll.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        queues: Sequence[str] | None = None,
+        concurrency: int = 10,
+        poll: float = 1.0,
+        min_poll: float = 0.05,
+        grace: float = 30.0,
+        listen: bool = True,
+    ) -> None:
+        if concurrency < 1:
+            raise ConfigurationError(f"concurrency must be at least 1, not {concurrency}")
+        if not poll > 0 or not min_poll > 0:
+            raise ConfigurationError(f"poll intervals must be positive (poll={poll})")
+        if grace < 0:
+            raise ConfigurationError(f"grace must be 0 or more seconds, not {grace}")
+        if queues is not None and (not queues or not all(queues)):
+            raise ConfigurationError("queue names must not be empty")
+        self.engine = engine
+        self.queues = None if queues is None else sorted(set(queues))
+        self.concurrency = concurrency
+        self.poll = poll
+        self.min_poll = min(min_poll, poll)
+        self.grace = grace
+        self.listen = listen
+        self.ready = asyncio.Event()
+        """Set once the worker is serving (and, on PostgreSQL, listening)."""
+        self.activations = 0
+        """Activations that ran to their end (the run waits, finished or escalated)."""
+        self.handed_back = 0
+        """Runs handed back unfinished because the worker stopped."""
+        self._store = engine.store
+        self._tasks: dict[asyncio.Task[None], Lease] = {}
+        self._wake = asyncio.Event()
+        self._stopping = False
+        self._hurry = asyncio.Event()
+        self._draining = False
+        self._listening = asyncio.Event()
+        self._handed_back_queues: set[str] = set()
+        self._fire_schedules: ScheduleFiring | None = _schedule_firing()
+
+    @property
+    def owner(self) -> str:
+        """The identity this worker's leases carry."""
+        return self.engine.owner
+
+    @property
+    def in_flight(self) -> int:
+        """Runs leased and being driven right now."""
+        return len(self._tasks)
+
+    def stop(self, *, now: bool = False) -> None:
+        """Stop gracefully: claim nothing more, let steps in flight finish (up to
+        ``grace``) and hand their runs back. ``now`` (or a second call) cancels the
+        steps in flight at once instead of waiting."""
+        if self._stopping or now:
+            self._hurry.set()
+        self._stopping = True
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Serve until :meth:`stop` is called, then shut down gracefully."""
+        if isinstance(self.engine.store, _StepBoundary):
+            raise ConfigurationError(
+                "this engine is already driven by a running Worker; give each Worker an "
+                "Engine of its own"
+            )
+        self._store = self.engine.store
+        # While the worker runs, its engine appends through a store that can stop an
+        # activation at a step boundary, which is how a stopping worker hands runs back.
+        self.engine.store = cast(Store, _StepBoundary(self._store, self))
+        helpers: list[asyncio.Task[None]] = []
+        try:
+            helpers.append(asyncio.create_task(self._maintain(), name="underway-maintain"))
+            listener = await self._start_listener()
+            if listener is not None:
+                helpers.append(listener)
+            self.ready.set()
+            await self._serve()
+        finally:
+            await self._drain()
+            for task in helpers:
+                task.cancel()
+            await asyncio.gather(*helpers, return_exceptions=True)
+            self.engine.store = self._store
+
+    # -- the loop -----------------------------------------------------------------------
+    async def _serve(self) -> None:
+        interval = self.min_poll
+        while not self._stopping:
+            self._wake.clear()
+            free = self.concurrency - len(self._tasks)
+            claimed = 0
+            if free > 0:
+                leases = await self._quietly(self._claim, free) or []
+                for lease in leases:
+                    self._spawn(lease)
+                claimed = len(leases)
+            if claimed:
+                interval = self.min_poll
+                if claimed == free:
+                    continue  # more may be due; the loop waits once every slot is taken
+            timeout = await self._idle_timeout(interval, full=free <= claimed)
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout)
+            except TimeoutError:
+                if not claimed:
+                    interval = min(interval * 2, self.poll)
+
+    async def _idle_timeout(self, interval: float, *, full: bool) -> float:
+        """How long to wait for a wake-up (a finished run, a notification, stop)."""
+        if full:
+            return self.poll
+        due = await self._quietly(self._next_due)
+        now = self.engine.clock.now()
+        # Listening, the worker hears of new runs and signals; else it must look.
+        horizon = self.poll if self._listening.is_set() else interval
+        if due is None:
+            return horizon
+        if due <= now:
+            # Due yet not claimable (its queue is at a limit, or another worker is taking
+            # it): look again soon, then less often.
+            return interval
+        return min(due - now, horizon)
+
+    async def _maintain(self) -> None:
+        """Besides claiming: free the leases of dead processes of this host, and start
+        the runs of due schedule ticks; wake the loop when either made work."""
+        loop = asyncio.get_running_loop()
+        reclaim_at = fire_at = loop.time()
+        while True:
+            found = 0
+            if loop.time() >= reclaim_at:
+                reclaim_at = loop.time() + self.engine.lease_ttl / 3
+                found += await self._quietly(self._reclaim_dead_local_leases) or 0
+            if self._fire_schedules is not None and loop.time() >= fire_at:
+                fire_at = loop.time() + SCHEDULES_EVERY
+                found += await self._fire_due_schedules()
+            if found:
+                self._wake.set()
+            later = reclaim_at if self._fire_schedules is None else min(reclaim_at, fire_at)
+            await asyncio.sleep(max(0.0, later - loop.time()))
+
+    def _claim(self, limit: int) -> list[Lease]:
+        eng = self.engine
+        return self._store.claim(
+            owner=eng.owner, now=eng.clock.now(), ttl=eng.lease_ttl, limit=limit,
+            queues=self.queues,
+        )
+
+    def _next_due(self) -> float | None:
+        return self._store.next_due_at(now=self.engine.clock.now(), queues=self.queues)
+
+    def _reclaim_dead_local_leases(self) -> int:
+        return Runner(self.engine).reclaim_dead_local_leases()
+
+    async def _fire_due_schedules(self) -> int:
+        assert self._fire_schedules is not None
+        try:
+            return await self._fire_schedules(self.engine, limit=100)
+        except Exception:
+            log.exception("firing due schedules failed; trying again on the next round")
+            return 0
+
+    async def _quietly(self, fn: Callable[..., R], *args: Any) -> R | None:
+        """Run a store call of the worker's own off the event loop; a failure (the
+        database restarting, say) is logged and the loop carries on."""
+        try:
+            return await asyncio.to_thread(fn, *args)
+        except Exception as exc:
+            log.warning("%s failed: %s: %s", fn.__name__.strip("_"), type(exc).__name__, exc)
+            return None
+
+    # -- driving runs -------------------------------------------------------------------
+    def _spawn(self, lease: Lease) -> None:
+        task = asyncio.create_task(self._drive(lease), name=f"underway-run-{lease.run_id}")
+        self._tasks[task] = lease
+        task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._tasks.pop(task, None)
+        self._wake.set()
+
+    async def _drive(self, lease: Lease) -> None:
+        try:
+            await self.engine.activate(lease)
+            self.activations += 1
+        except _HandBack:
+            self._give_back(lease)
+        except asyncio.CancelledError:
+            # Cancelled by a stopping worker: the step's uncommitted work is lost, and is
+            # redone from the journal by whoever takes the run next.
+            self._give_back(lease)
+        except (FencedError, ConflictError) as exc:
+            # Another worker owns the run now; what it commits is the truth.
+            log.warning("gave up run %s: %s", lease.run_id, exc)
+        except Exception:
+            log.exception("run %s (tenant %s) failed in this worker; handing it back",
+                          lease.run_id, lease.tenant_id)
+            self._give_back(lease)
+
+    def _give_back(self, lease: Lease) -> None:
+        try:
+            self._store.release(lease)
+            row = self._store.get_run(lease.tenant_id, lease.run_id)
+        except Exception as exc:
+            log.warning("could not hand back run %s (%s); its lease will expire",
+                        lease.run_id, exc)
+            return
+        self.handed_back += 1
+        if row is not None:
+            self._handed_back_queues.add(row.queue)
+
+    async def _drain(self) -> None:
+        self._stopping = True
+        self._draining = True
+        pending = set(self._tasks)
+        if pending:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + self.grace
+            hurry = asyncio.create_task(self._hurry.wait())
+            while pending and not self._hurry.is_set() and loop.time() < deadline:
+                await asyncio.wait(pending | {hurry}, timeout=deadline - loop.time(),
+                                   return_when=asyncio.FIRST_COMPLETED)
+                pending = {t for t in pending if not t.done()}
+            hurry.cancel()
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        if self._handed_back_queues:
+            await self._quietly(self._announce, sorted(self._handed_back_queues))
+        log.info("worker %s stopped: %d activations, %d runs handed back",
+                 self.owner, self.activations, self.handed_back)
+
+    # -- PostgreSQL notifications -------------------------------------------------------
+    def _pg_conninfo(self) -> str | None:
+        if not self.listen or getattr(self._store, "dialect", None) != "postgres":
+            return None
+        return cast(str, self._store.conninfo)  # type: ignore[attr-defined]
+
+    async def _start_listener(self) -> asyncio.Task[None] | None:
+        conninfo = self._pg_conninfo()
+        if conninfo is None:
+            return None
+        task = asyncio.create_task(self._listen(conninfo), name="underway-listen")
+        # Ready means listening; if the first connection fails the worker still starts,
+        # polling until the listener gets through.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._listening.wait(), timeout=10)
+        return task
+
+    async def _listen(self, conninfo: str) -> None:
+        import psycopg
+
+        backoff = self.min_poll
+        while True:
+            try:
+                async with await psycopg.AsyncConnection.connect(
+                    conninfo, autocommit=True, connect_timeout=10,
+                    application_name=f"underway worker {self.owner}"[:63],
+                ) as conn:
+                    await conn.execute(_pg_query("listen"))
+                    self._listening.set()
+                    backoff = self.min_poll
+                    # Notifications sent while this worker was not listening are lost.
+                    self._wake.set()
+                    async for note in conn.notifies():
+                        if self.queues is None or note.payload in self.queues:
+                            self._wake.set()
+            except Exception as exc:
+                log.warning("listening for new work failed (%s: %s); polling until "
+                            "reconnected", type(exc).__name__, exc)
+            self._listening.clear()
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, LISTEN_RETRY_MAX_S)
+
+    def _announce(self, queues: list[str]) -> None:
+        """Tell idle workers on PostgreSQL that runs of ``queues`` were handed back."""
+        conninfo = self._pg_conninfo()
+        if conninfo is None:
+            return
+        import psycopg
+
+        with psycopg.connect(conninfo, autocommit=True, connect_timeout=5) as conn:
+            conn.execute(_pg_query("notify_queues"), {"queues": queues})
+
+
+class _HandBack(BaseException):
+    """Stops an activation right after it committed a step, so a stopping worker can hand
+    the run back at a step boundary (not an Exception: step code cannot swallow it)."""
+
+
+class _StepBoundary:
+    """The engine's store while a worker runs: every call passes through, and once the
+    worker is stopping, an append that completes a step and keeps the run raises
+    :class:`_HandBack` after it committed."""
+
+    def __init__(self, store: Store, worker: Worker) -> None:
+        self._inner = store
+        self._worker = worker
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def append(self, batch: AppendBatch) -> bool:
+        control = self._inner.append(batch)
+        if self._worker._draining and not batch.release and any(
+            e.type == "StepCompleted" for e in batch.events
+        ):
+            raise _HandBack
+        return control
+
+
+def _pg_query(name: str) -> str:
+    return queries.load("postgres")[name]
+
+
+def _schedule_firing() -> ScheduleFiring | None:
+    """The schedules module's ``fire_due_schedules``, when this installation has it."""
+    try:
+        module = importlib.import_module("underway.schedules")
+    except ImportError:
+        return None
+    fire = getattr(module, "fire_due_schedules", None)
+    return cast(ScheduleFiring, fire) if callable(fire) else None
+
+
+# -- --app ----------------------------------------------------------------------------------
+def load_app(spec: str) -> App:
+    """Resolve ``module:attribute`` to the flows and tools a worker runs.
+
+    The attribute (dots reach into objects: ``pkg.mod:registry.flows``) may be a
+    :class:`Flow`, a list or tuple of Flows and Tools, or a callable taking no arguments
+    that returns one of those. The module is imported as Python would import it, so it
+    must be on ``sys.path`` (``underway worker`` adds the current directory).
+    """
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigurationError(
+            f"--app {spec!r} must be module:attribute, e.g. myapp.flows:flows"
+        )
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and (module_name + ".").startswith(exc.name + "."):
+            raise ConfigurationError(
+                f"--app {spec!r}: no module named {exc.name!r} (is it on the Python path? "
+                "run the worker from the directory that holds it)"
+            ) from None
+        raise ConfigurationError(f"--app {spec!r}: importing {module_name} failed: {exc}") from exc
+    obj: Any = module
+    for i, part in enumerate(attr.split(".")):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            where = module_name + ":" + ".".join(attr.split(".")[:i]) if i else module_name
+            raise ConfigurationError(
+                f"--app {spec!r}: {where} has no attribute {part!r}"
+            ) from None
+    if callable(obj) and not isinstance(obj, Flow | Tool | type):
+        obj = obj()
+    items = [obj] if isinstance(obj, Flow) else obj
+    if not isinstance(items, list | tuple):
+        raise ConfigurationError(
+            f"--app {spec!r} is a {type(obj).__name__}; it must be a Flow, a list of Flows "
+            "and Tools, or a function returning one"
+        )
+    flows: list[Flow[Any, Any]] = []
+    tools: list[Tool] = []
+    for i, item in enumerate(items):
+        if isinstance(item, Flow):
+            flows.append(item)
+        elif isinstance(item, Tool):
+            tools.append(item)
+        else:
+            raise ConfigurationError(
+                f"--app {spec!r}: item {i} is a {type(item).__name__}, not a Flow or Tool"
+            )
+    if not flows:
+        raise ConfigurationError(f"--app {spec!r} names no Flow: a worker needs at least one")
+    return flows, tools
+
