@@ -59,7 +59,8 @@ class Worker:
     ``concurrency`` of them at once on ``engine``.
 
     ``poll`` bounds how long an idle worker sleeps before looking for work again (it
-    starts at ``min_poll`` after finding work and doubles while idle); ``grace`` is how
+    waits ``min_poll`` after finding work and twice as long each time it finds none, up to
+    ``poll``; a worker on PostgreSQL that listens waits ``poll`` outright); ``grace`` is how
     long a stopping worker lets steps in flight finish before cancelling them; ``listen``
     lets a worker on PostgreSQL be woken by notifications instead of waiting for its poll.
     """
@@ -95,9 +96,10 @@ class Worker:
         self.activations = 0
         """Activations that ran to their end (the run waits, finished or escalated)."""
         self.handed_back = 0
-        """Runs handed back unfinished because the worker stopped."""
+        """Runs handed back unfinished: the worker stopped, or their activation failed
+        here (the database went away, say)."""
         self._store = engine.store
-        self._tasks: dict[asyncio.Task[None], Lease] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
         self._stopping = False
         self._hurry = asyncio.Event()
@@ -122,7 +124,8 @@ class Worker:
         steps in flight at once instead of waiting."""
         if self._stopping or now:
             self._hurry.set()
-        self._stopping = True
+        # From now on, a step that completes ends its activation: the run goes back.
+        self._stopping = self._draining = True
         self._wake.set()
 
     async def run(self) -> None:
@@ -241,11 +244,11 @@ class Worker:
     # -- driving runs -------------------------------------------------------------------
     def _spawn(self, lease: Lease) -> None:
         task = asyncio.create_task(self._drive(lease), name=f"underway-run-{lease.run_id}")
-        self._tasks[task] = lease
+        self._tasks.add(task)
         task.add_done_callback(self._finished)
 
     def _finished(self, task: asyncio.Task[None]) -> None:
-        self._tasks.pop(task, None)
+        self._tasks.discard(task)
         self._wake.set()
 
     async def _drive(self, lease: Lease) -> None:
@@ -275,6 +278,7 @@ class Worker:
                         lease.run_id, exc)
             return
         self.handed_back += 1
+        log.info("handed back run %s (tenant %s)", lease.run_id, lease.tenant_id)
         if row is not None:
             self._handed_back_queues.add(row.queue)
 

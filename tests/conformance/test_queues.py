@@ -271,3 +271,21 @@ def test_a_full_queue_does_not_hold_up_other_queues_in_the_same_claim(store: Sto
         start(store, f"busy{i:02}", queue="busy", due=T0 + i / 100)
     start(store, "free", queue="free", due=T0 + 5)
     assert sorted(ids(claim(store, now=T0 + 10, limit=2))) == ["busy00", "free"]
+
+
+def test_turns_count_a_tenant_across_all_the_queues_claimed(store: Store) -> None:
+    for i in range(3):
+        start(store, f"ax{i}", queue="x", tenant="a", due=T0 + i)
+        start(store, f"ay{i}", queue="y", tenant="a", due=T0 + 0.5 + i)
+    start(store, "b0", queue="y", tenant="b", due=T0 + 9)
+    got = claim(store, now=T0 + 10, limit=3)
+    assert [x.run_id for x in got] == ["ax0", "b0", "ay0"]
+
+
+def test_runs_in_flight_do_not_use_up_a_tenants_turns(store: Store) -> None:
+    for i in range(6):
+        start(store, f"a{i}", tenant="a", due=T0 + i)
+    start(store, "b0", tenant="b", due=T0 + 9)
+    assert ids(claim(store, owner="w1", now=T0 + 10, limit=1)) == ["a0"]
+    assert ids(claim(store, owner="w1", now=T0 + 10, limit=1)) == ["b0"]
+    assert ids(claim(store, owner="w2", now=T0 + 10, limit=3)) == ["a1", "a2", "a3"]

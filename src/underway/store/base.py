@@ -294,8 +294,9 @@ class Store(Protocol):
         The queues' limits (:class:`QueueConfig`) hold in the same transaction: a queue at
         its ``max_concurrency`` yields nothing, and a run's first activation takes a token
         from its rate bucket or waits. Runs are taken round-robin across tenants (each
-        tenant's earliest due run, then each tenant's second, ...), so one tenant's backlog
-        cannot starve another.
+        tenant's earliest due run, then each tenant's second, ..., where a tenant's runs
+        already leased count as turns it has had), so one tenant's backlog cannot starve
+        another.
         """
         ...
 

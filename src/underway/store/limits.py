@@ -26,7 +26,7 @@ SHARED = "*"
 MAX_PASSES = 4
 """A claim stops after this many passes; whatever it left is taken by the next claim."""
 
-WINDOW = 4
+WINDOW = 2
 """A claim for n runs reads at most ``WINDOW * n`` due runs of each (queue, tenant): it can
 take at most n of one tenant, and the rest is slack for rows other claimers hold."""
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from collections import Counter
 
 from ..errors import ConflictError, FencedError, RunNotFound
 from . import limits
@@ -222,7 +223,12 @@ class MemoryStore:
                         (r.queue, limits.SHARED) in empty or (r.queue, r.tenant_id) in empty))
                 ]
                 due.sort(key=lambda r: (r.next_wake_at or 0.0, r.run_id))
-                turns: dict[str, int] = {}
+                # A tenant's runs in flight count as turns it has taken.
+                turns = Counter(
+                    r.tenant_id for r in self._runs.values()
+                    if r.lease_owner is not None and (r.lease_expires_at or 0) >= now
+                    and (queues is None or r.queue in queues)
+                )
                 ranked = []
                 for r in due:
                     turns[r.tenant_id] = turns.get(r.tenant_id, 0) + 1

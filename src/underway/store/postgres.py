@@ -321,6 +321,7 @@ class PostgresStore:
                     "now": now, "queues": wanted, "tenant_id": tenant_id, "run_id": run_id,
                     "full": plan.full(), "empty_queues": [q for q, _ in empty],
                     "empty_tenants": [t for _, t in empty], "limit": plan.wanted(),
+                    "window": limits.window(plan.wanted()),
                 }, prepare=True).fetchall()
                 chosen = plan.admit(limits.Candidate(r[0], r[1], r[2], r[3] == 0) for r in rows)
                 if not chosen:

@@ -239,7 +239,7 @@ class SQLiteStore:
                 rows = c.execute(_Q["claim_candidates"], {
                     "now": now, "queues": wanted, "tenant_id": tenant_id, "run_id": run_id,
                     "full": json.dumps(plan.full()), "empty": json.dumps(plan.empty()),
-                    "limit": plan.wanted(),
+                    "limit": plan.wanted(), "window": limits.window(plan.wanted()),
                 }).fetchall()
                 for cand in plan.admit(limits.Candidate(r[0], r[1], r[2], r[3] == 0)
                                        for r in rows):

@@ -212,28 +212,51 @@ SELECT queue, tenant_id, tokens, updated_at FROM queue_buckets
  WHERE queue = ANY(%(queues)s::text[])
 
 -- name: claim_candidates
--- Due runs nobody holds, in tenant-fair order: every tenant's earliest due run, then every
--- tenant's second, and so on, so one tenant's backlog cannot starve another. Queues at
--- their concurrency limit, and first activations (lease_token 0) whose rate bucket is
--- empty, are left out. Rows another claimer is locking are skipped (the lock sits below
--- the LIMIT, so skipped rows do not count against it); a row whose lease was taken after
--- this statement's snapshot fails the re-checked conditions on r.
-WITH due AS MATERIALIZED (
-    SELECT tenant_id, run_id, next_wake_at,
-           row_number() OVER (PARTITION BY tenant_id
-                              ORDER BY next_wake_at, run_id COLLATE "C") AS turn
-      FROM runs
-     WHERE next_wake_at <= %(now)s
-       AND status NOT IN ('completed', 'failed', 'cancelled')
-       AND (lease_owner IS NULL OR lease_expires_at < %(now)s)
+-- Due runs nobody holds, in tenant-fair order: every tenant's first turn, then every
+-- tenant's second, and so on, where the runs a tenant already has in flight count as turns
+-- taken; so one tenant's backlog cannot starve another, even when claims take one run at
+-- a time and the backlog is older than the other tenant's runs. The pairs walk visits
+-- each (queue, tenant) with scheduled runs once, by index, and reads only its first
+-- %(window)s due runs (a claim for n runs takes at most n of one tenant; the rest is slack
+-- for rows other claimers are locking), so the cost does not grow with a tenant's backlog.
+-- Queues at their concurrency limit, and first activations (lease_token 0) whose rate
+-- bucket is empty, are left out. Locked rows are skipped (the lock sits below the LIMIT,
+-- so they do not count against it); a row whose lease was taken after this statement's
+-- snapshot fails the re-checked conditions on r.
+WITH RECURSIVE pairs AS (
+    (SELECT queue, tenant_id FROM runs
+      WHERE next_wake_at IS NOT NULL
+      ORDER BY queue, tenant_id LIMIT 1)
+    UNION ALL
+    SELECT nxt.queue, nxt.tenant_id FROM pairs p, LATERAL (
+        SELECT queue, tenant_id FROM runs
+         WHERE next_wake_at IS NOT NULL AND (queue, tenant_id) > (p.queue, p.tenant_id)
+         ORDER BY queue, tenant_id LIMIT 1) nxt
+), flying AS (
+    SELECT tenant_id, count(*) AS runs FROM runs
+     WHERE lease_owner IS NOT NULL AND lease_expires_at >= %(now)s
        AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
-       AND (%(tenant_id)s::text IS NULL OR tenant_id = %(tenant_id)s::text)
-       AND (%(run_id)s::text IS NULL OR run_id = %(run_id)s::text)
-       AND NOT queue = ANY(%(full)s::text[])
-       AND NOT (lease_token = 0 AND EXISTS (
-               SELECT 1 FROM unnest(%(empty_queues)s::text[], %(empty_tenants)s::text[])
-                          AS e(queue, tenant_id)
-                WHERE e.queue = runs.queue AND e.tenant_id IN ('*', runs.tenant_id)))
+     GROUP BY tenant_id
+), due AS MATERIALIZED (
+    SELECT d.tenant_id, d.run_id, d.next_wake_at,
+           row_number() OVER (PARTITION BY d.tenant_id
+                              ORDER BY d.next_wake_at, d.run_id COLLATE "C")
+           + COALESCE(f.runs, 0) AS turn
+      FROM pairs p CROSS JOIN LATERAL (
+        SELECT tenant_id, run_id, next_wake_at FROM runs
+         WHERE queue = p.queue AND tenant_id = p.tenant_id AND next_wake_at <= %(now)s
+           AND status NOT IN ('completed', 'failed', 'cancelled')
+           AND (lease_owner IS NULL OR lease_expires_at < %(now)s)
+           AND (%(run_id)s::text IS NULL OR run_id = %(run_id)s::text)
+           AND NOT (lease_token = 0 AND EXISTS (
+                   SELECT 1 FROM unnest(%(empty_queues)s::text[], %(empty_tenants)s::text[])
+                              AS e(queue, tenant_id)
+                    WHERE e.queue = p.queue AND e.tenant_id IN ('*', p.tenant_id)))
+         ORDER BY next_wake_at LIMIT %(window)s) d
+      LEFT JOIN flying f ON f.tenant_id = d.tenant_id
+     WHERE (%(queues)s::text[] IS NULL OR p.queue = ANY(%(queues)s::text[]))
+       AND NOT p.queue = ANY(%(full)s::text[])
+       AND (%(tenant_id)s::text IS NULL OR p.tenant_id = %(tenant_id)s::text)
 )
 SELECT r.tenant_id, r.run_id, r.queue, r.lease_token
   FROM runs r JOIN due d ON d.tenant_id = r.tenant_id AND d.run_id = r.run_id

@@ -116,26 +116,65 @@ SELECT queue, tenant_id, tokens, updated_at FROM queue_buckets
  WHERE queue IN (SELECT value FROM json_each(:queues))
 
 -- name: claim_candidates
--- Due runs nobody holds, in tenant-fair order: every tenant's earliest due run, then every
--- tenant's second, and so on, so one tenant's backlog cannot starve another. Queues at
--- their concurrency limit (:full, a JSON array), and first activations (lease_token 0)
--- whose rate bucket is empty (:empty, a JSON array of [queue, tenant or '*']), are left out.
-SELECT tenant_id, run_id, queue, lease_token FROM (
-    SELECT tenant_id, run_id, queue, lease_token, next_wake_at,
-           row_number() OVER (PARTITION BY tenant_id ORDER BY next_wake_at, run_id) AS turn
-      FROM runs
-     WHERE next_wake_at IS NOT NULL AND next_wake_at <= :now
-       AND status NOT IN ('completed', 'failed', 'cancelled')
-       AND (lease_owner IS NULL OR lease_expires_at < :now)
+-- Due runs nobody holds, in tenant-fair order: every tenant's first turn, then every
+-- tenant's second, and so on, where the runs a tenant already has in flight count as turns
+-- taken; so one tenant's backlog cannot starve another, even when claims take one run at
+-- a time and the backlog is older than the other tenant's runs. The pairs walk visits
+-- each (queue, tenant) with scheduled runs once, by index, and reads only its first
+-- :window due runs, so the cost does not grow with a tenant's backlog. Queues at their
+-- concurrency limit (:full, a JSON array), and first activations (lease_token 0) whose
+-- rate bucket is empty (:empty, a JSON array of [queue, tenant or '*']), are left out.
+WITH RECURSIVE pairs(queue, tenant_id) AS (
+    SELECT * FROM (SELECT queue, tenant_id FROM runs WHERE next_wake_at IS NOT NULL
+                    ORDER BY queue, tenant_id LIMIT 1)
+    UNION ALL
+    -- The next tenant of the same queue, else the first tenant of the next queue; spelled
+    -- as single-column seeks, which SQLite's index search handles (a row-value bound it
+    -- would apply to the first column only).
+    SELECT CASE WHEN EXISTS (SELECT 1 FROM runs
+                              WHERE queue = p.queue AND tenant_id > p.tenant_id
+                                AND next_wake_at IS NOT NULL)
+                THEN p.queue
+                ELSE (SELECT queue FROM runs WHERE queue > p.queue AND next_wake_at IS NOT NULL
+                       ORDER BY queue LIMIT 1) END,
+           coalesce(
+               (SELECT tenant_id FROM runs
+                 WHERE queue = p.queue AND tenant_id > p.tenant_id AND next_wake_at IS NOT NULL
+                 ORDER BY tenant_id LIMIT 1),
+               (SELECT n.tenant_id FROM runs AS n
+                 WHERE n.next_wake_at IS NOT NULL AND n.queue = (
+                       SELECT queue FROM runs WHERE queue > p.queue AND next_wake_at IS NOT NULL
+                        ORDER BY queue LIMIT 1)
+                 ORDER BY n.tenant_id LIMIT 1))
+      FROM pairs AS p WHERE p.queue IS NOT NULL
+), flying(tenant_id, runs) AS MATERIALIZED (
+    SELECT tenant_id, count(*) FROM runs
+     WHERE lease_owner IS NOT NULL AND lease_expires_at >= :now
        AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
-       AND (:tenant_id IS NULL OR tenant_id = :tenant_id)
-       AND (:run_id IS NULL OR run_id = :run_id)
-       AND queue NOT IN (SELECT value FROM json_each(:full))
-       AND NOT (lease_token = 0 AND EXISTS (
-               SELECT 1 FROM json_each(:empty) AS e
-                WHERE json_extract(e.value, '$[0]') = runs.queue
-                  AND json_extract(e.value, '$[1]') IN ('*', runs.tenant_id)))
+     GROUP BY tenant_id
+), due AS (
+    SELECT r.tenant_id, r.run_id, r.queue, r.lease_token, r.next_wake_at,
+           row_number() OVER (PARTITION BY r.tenant_id ORDER BY r.next_wake_at, r.run_id)
+           + coalesce(f.runs, 0) AS turn
+      FROM pairs AS p JOIN runs AS r ON r.rowid IN (
+        SELECT x.rowid FROM runs AS x
+         WHERE x.queue = p.queue AND x.tenant_id = p.tenant_id
+           AND x.next_wake_at IS NOT NULL AND x.next_wake_at <= :now
+           AND x.status NOT IN ('completed', 'failed', 'cancelled')
+           AND (x.lease_owner IS NULL OR x.lease_expires_at < :now)
+           AND (:run_id IS NULL OR x.run_id = :run_id)
+           AND NOT (x.lease_token = 0 AND EXISTS (
+                   SELECT 1 FROM json_each(:empty) AS e
+                    WHERE json_extract(e.value, '$[0]') = x.queue
+                      AND json_extract(e.value, '$[1]') IN ('*', x.tenant_id)))
+         ORDER BY x.next_wake_at LIMIT :window)
+      LEFT JOIN flying AS f ON f.tenant_id = r.tenant_id
+     WHERE p.queue IS NOT NULL
+       AND (:queues IS NULL OR p.queue IN (SELECT value FROM json_each(:queues)))
+       AND p.queue NOT IN (SELECT value FROM json_each(:full))
+       AND (:tenant_id IS NULL OR p.tenant_id = :tenant_id)
 )
+SELECT tenant_id, run_id, queue, lease_token FROM due
  ORDER BY turn, next_wake_at, tenant_id, run_id
  LIMIT :limit
 

@@ -22,3 +22,7 @@ CREATE TABLE queue_buckets (
 -- Claims walk the (queue, tenant) pairs that have scheduled runs and take the earliest due
 -- runs of each, so a fair claim costs the same however many runs one tenant has due.
 CREATE INDEX runs_fair ON runs (queue, tenant_id, next_wake_at) WHERE next_wake_at IS NOT NULL;
+
+-- The runs leased right now, for the concurrency limits and for fair turns: a tenant's
+-- runs in flight count against its next turn.
+CREATE INDEX runs_leased ON runs (queue, tenant_id) WHERE lease_owner IS NOT NULL;
