@@ -10,14 +10,15 @@ the lease token.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import random
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal, NoReturn
+from typing import Any, Literal, NoReturn, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -44,6 +45,8 @@ from .store.base import AppendBatch, Lease, NewRun, RunUpdate, SignalRecord, Sto
 
 CANCEL = "underway.cancel"
 """Control signal: cancel the run at its next step boundary."""
+_T = TypeVar("_T")
+
 RESOLVE = "underway.resolve"
 """Control signal: a person resolved the run's escalation."""
 RESUME = "underway.resume"
@@ -95,7 +98,7 @@ class _Activation:
         apply(self.state, Recorded(seq, at, event))
         self.pending.append((seq, at, event))
 
-    def commit(self, *, release: bool = False, force_checkpoint: bool = False) -> None:
+    async def commit(self, *, release: bool = False, force_checkpoint: bool = False) -> None:
         if not self.pending:
             return
         eng, s = self.engine, self.state
@@ -126,7 +129,7 @@ class _Activation:
             release=release,
         )
         faults.point("append.before_commit")
-        self.control_pending = eng.store.append(batch)
+        self.control_pending = await eng.io(eng.store.append, batch)
         faults.point("append.after_commit")
         eng.journal.remember(s.tenant_id, fresh)
         self.last_hash = stored[-1].hash
@@ -227,30 +230,30 @@ class StepExecution:
                         "took effect", key, t.name, index,
                     )
         else:
-            self._admit(t, key, index, h)
+            await self._admit(t, key, index, h)
             if t.mutating:
                 self._act.buffer(ev.ToolStarted(
                     key=key, tool=t.name, index=index, args=args, args_hash=h
                 ))
-                self._act.commit()
+                await self._act.commit()
         try:
             result = await self._execute(t, args, key, index, h)
         except ToolCallError as exc:
-            self._settle_circuit(t, exc.error_type)
+            await self._settle_circuit(t, exc.error_type)
             self._retry_or_raise(t, key, index, exc)
             raise
-        self._settle_circuit(t, None)
+        await self._settle_circuit(t, None)
         return result
 
-    def _admit(self, t: Tool, key: str, index: int, h: str) -> None:
+    async def _admit(self, t: Tool, key: str, index: int, h: str) -> None:
         """Fail fast, journaled as ``CircuitOpen``, when the tool's circuit is open."""
         if t.circuit is None:
             return
         eng = self._act.engine
-        verdict = eng.store.circuit_admit(
-            t.circuit.scope(self.tenant_id), t.name, now=eng.clock.now(),
-            cooldown=t.circuit.cooldown,
-        )
+        verdict = await eng.io(functools.partial(
+            eng.store.circuit_admit, t.circuit.scope(self.tenant_id), t.name,
+            now=eng.clock.now(), cooldown=t.circuit.cooldown,
+        ))
         if verdict != "open":
             return
         message = f"circuit of tool {t.name!r} is open after repeated failures; re-plan or wait"
@@ -260,15 +263,16 @@ class StepExecution:
         ))
         raise ToolCallError(t.name, "CircuitOpen", message, retryable=False)
 
-    def _settle_circuit(self, t: Tool, error_type: str | None) -> None:
+    async def _settle_circuit(self, t: Tool, error_type: str | None) -> None:
         """Tell the shared circuit how the call went (schema errors are not the tool's fault)."""
         if t.circuit is None or error_type in ("CircuitOpen", "SchemaValidationFailed"):
             return
         eng = self._act.engine
-        eng.store.circuit_record(
-            t.circuit.scope(self.tenant_id), t.name, ok=error_type is None, now=eng.clock.now(),
+        await eng.io(functools.partial(
+            eng.store.circuit_record, t.circuit.scope(self.tenant_id), t.name,
+            ok=error_type is None, now=eng.clock.now(),
             threshold=t.circuit.failure_threshold, cooldown=t.circuit.cooldown,
-        )
+        ))
 
     def _retry_or_raise(self, t: Tool, key: str, index: int, exc: ToolCallError) -> None:
         """Schedule the next attempt on a durable timer (suspending the step), or return so
@@ -373,7 +377,7 @@ class StepExecution:
             tokens_in=reply.tokens_in, tokens_out=reply.tokens_out, cost_usd=reply.cost_usd,
             latency_ms=(time.perf_counter() - began) * 1000,
         ))
-        self._act.commit()
+        await self._act.commit()
         return reply.response
 
     def value(self, kind: Any, fresh: JSON) -> JSON:
@@ -405,6 +409,7 @@ class Engine:
         lease_ttl: float = 30.0,
         checkpoint_every: int = 100,
         retry_budget: int | None = 100,
+        offload_io: bool = False,
     ) -> None:
         self.store = store
         self.journal = Journal(store, codec)
@@ -415,10 +420,20 @@ class Engine:
         self.lease_ttl = lease_ttl
         self.checkpoint_every = checkpoint_every
         self.retry_budget = retry_budget
+        self.offload_io = offload_io
         for f in flows:
             self.register(f)
         for t in tools:
             self.tools[t.name] = t
+
+    async def io(self, fn: Callable[..., _T], *args: Any) -> _T:
+        """Call a store method: inline, or on a thread when ``offload_io`` is set so that
+        one worker's many concurrent activations never wait on each other's database round
+        trips. Encoding and decoding stay on the event loop (their caches are not shared
+        across threads)."""
+        if self.offload_io:
+            return await asyncio.to_thread(fn, *args)
+        return fn(*args)
 
     def register(self, flow: Flow[Any, Any]) -> None:
         """Make ``flow`` runnable by this engine."""
@@ -584,8 +599,15 @@ class Engine:
         return self.store.claim(owner=self.owner, now=self.clock.now(), ttl=self.lease_ttl,
                                 limit=limit, tenant_id=tenant_id, run_id=run_id)
 
-    async def activate(self, lease: Lease) -> RunState:
-        """Advance a leased run until it waits, finishes or escalates; return its state."""
+    async def activate(
+        self, lease: Lease, *, should_stop: Callable[[], bool] | None = None
+    ) -> RunState:
+        """Advance a leased run until it waits, finishes or escalates; return its state.
+
+        ``should_stop`` is asked after each committed step; when it answers True the run is
+        handed back at that step boundary (a stopping worker) and the state returned is
+        still ``ready``.
+        """
         row = self.store.get_run(lease.tenant_id, lease.run_id)
         if row is None:
             raise RunNotFound(lease.tenant_id, lease.run_id)
@@ -599,7 +621,7 @@ class Engine:
         try:
             while True:
                 if act.control_pending:
-                    self._read_inbox(act)
+                    await self._read_inbox(act)
                 s = act.state
                 if self._deadline_passed(s):
                     act.buffer(ev.Escalated(
@@ -608,17 +630,20 @@ class Engine:
                 if s.final or s.status in ("escalated", "dead") or (
                     s.status == "waiting" and (s.wake_at is None or self.clock.now() < s.wake_at)
                 ):
-                    self._leave(act)
+                    await self._leave(act)
                     return s
                 if s.status == "waiting":
                     act.buffer(ev.TimerFired(timer_id=s.timer_id or ""))
                 await self._run_step(act, flow)
                 if act.state.status != "ready":
                     # Waiting, escalated or finished: the step's commit hands the run back.
-                    act.commit(release=True)
+                    await act.commit(release=True)
                     return act.state
-                act.commit()
-                self._renew_if_due(act)
+                await act.commit()
+                if should_stop is not None and should_stop():
+                    await self._leave(act)
+                    return act.state
+                await self._renew_if_due(act)
         except asyncio.CancelledError:
             if act.lost:
                 raise FencedError(
@@ -634,27 +659,29 @@ class Engine:
             and s.status not in ("escalated", "dead") and self.clock.now() >= s.deadline
         )
 
-    def _renew_if_due(self, act: _Activation) -> None:
+    async def _renew_if_due(self, act: _Activation) -> None:
         """Renew between steps once half the lease is gone (a busy loop of quick steps may
         never yield to the heartbeat task)."""
         now = self.clock.now()
         if act.lease.expires_at - now > self.lease_ttl / 2:
             return
-        renewed = self.store.renew(act.lease, now=now, ttl=self.lease_ttl)
+        renewed = await self.io(
+            functools.partial(self.store.renew, act.lease, now=now, ttl=self.lease_ttl)
+        )
         if renewed is None:
             raise FencedError(f"run {act.lease.run_id}: lease lost to another worker")
         act.lease = renewed
 
-    def _leave(self, act: _Activation) -> None:
+    async def _leave(self, act: _Activation) -> None:
         """Hand the run back: with the last commit when there is one, else on its own."""
         if act.pending:
-            act.commit(release=True)
+            await act.commit(release=True)
         else:
-            self.store.release(act.lease)
+            await self.io(self.store.release, act.lease)
 
-    def _read_inbox(self, act: _Activation) -> None:
+    async def _read_inbox(self, act: _Activation) -> None:
         s = act.state
-        for sig in self.store.pending_signals(s.tenant_id, s.run_id):
+        for sig in await self.io(self.store.pending_signals, s.tenant_id, s.run_id):
             payload = json.loads(sig.payload)
             if s.final:
                 break
@@ -731,7 +758,9 @@ class Engine:
         before it reaches the outside world (its commit would be fenced anyway)."""
         while True:
             await asyncio.sleep(self.lease_ttl / 3)
-            renewed = self.store.renew(act.lease, now=self.clock.now(), ttl=self.lease_ttl)
+            renewed = await self.io(functools.partial(
+                self.store.renew, act.lease, now=self.clock.now(), ttl=self.lease_ttl
+            ))
             if renewed is None:
                 act.lost = True
                 if step_task is not None:

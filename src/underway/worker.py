@@ -36,7 +36,7 @@ from .errors import ConfigurationError, ConflictError, FencedError
 from .flow import Flow
 from .runner import Runner
 from .store import queries
-from .store.base import AppendBatch, Lease, Store
+from .store.base import Lease
 
 __all__ = ["App", "Worker", "load_app"]
 
@@ -130,15 +130,16 @@ class Worker:
 
     async def run(self) -> None:
         """Serve until :meth:`stop` is called, then shut down gracefully."""
-        if isinstance(self.engine.store, _StepBoundary):
+        if getattr(self.engine, "_driven_by_worker", False):
             raise ConfigurationError(
                 "this engine is already driven by a running Worker; give each Worker an "
                 "Engine of its own"
             )
+        self.engine._driven_by_worker = True  # type: ignore[attr-defined]
         self._store = self.engine.store
-        # While the worker runs, its engine appends through a store that can stop an
-        # activation at a step boundary, which is how a stopping worker hands runs back.
-        self.engine.store = cast(Store, _StepBoundary(self._store, self))
+        # Many activations share this loop: their database round trips run on threads so
+        # one run's commit never holds up another's step.
+        self.engine.offload_io = True
         helpers: list[asyncio.Task[None]] = []
         try:
             helpers.append(asyncio.create_task(self._maintain(), name="underway-maintain"))
@@ -152,7 +153,7 @@ class Worker:
             for task in helpers:
                 task.cancel()
             await asyncio.gather(*helpers, return_exceptions=True)
-            self.engine.store = self._store
+            self.engine._driven_by_worker = False  # type: ignore[attr-defined]
 
     # -- the loop -----------------------------------------------------------------------
     async def _serve(self) -> None:
@@ -253,10 +254,12 @@ class Worker:
 
     async def _drive(self, lease: Lease) -> None:
         try:
-            await self.engine.activate(lease)
-            self.activations += 1
-        except _HandBack:
-            self._give_back(lease)
+            state = await self.engine.activate(lease, should_stop=lambda: self._draining)
+            if state.status == "ready":
+                self.handed_back += 1  # stopped at a step boundary and handed back
+                self._handed_back_queues.add(self._queue_of(lease))
+            else:
+                self.activations += 1
         except asyncio.CancelledError:
             # Cancelled by a stopping worker: the step's uncommitted work is lost, and is
             # redone from the journal by whoever takes the run next.
@@ -268,6 +271,10 @@ class Worker:
             log.exception("run %s (tenant %s) failed in this worker; handing it back",
                           lease.run_id, lease.tenant_id)
             self._give_back(lease)
+
+    def _queue_of(self, lease: Lease) -> str:
+        row = self._store.get_run(lease.tenant_id, lease.run_id)
+        return row.queue if row is not None else "default"
 
     def _give_back(self, lease: Lease) -> None:
         try:
@@ -354,32 +361,6 @@ class Worker:
 
         with psycopg.connect(conninfo, autocommit=True, connect_timeout=5) as conn:
             conn.execute(_pg_query("notify_queues"), {"queues": queues})
-
-
-class _HandBack(BaseException):
-    """Stops an activation right after it committed a step, so a stopping worker can hand
-    the run back at a step boundary (not an Exception: step code cannot swallow it)."""
-
-
-class _StepBoundary:
-    """The engine's store while a worker runs: every call passes through, and once the
-    worker is stopping, an append that completes a step and keeps the run raises
-    :class:`_HandBack` after it committed."""
-
-    def __init__(self, store: Store, worker: Worker) -> None:
-        self._inner = store
-        self._worker = worker
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    def append(self, batch: AppendBatch) -> bool:
-        control = self._inner.append(batch)
-        if self._worker._draining and not batch.release and any(
-            e.type == "StepCompleted" for e in batch.events
-        ):
-            raise _HandBack
-        return control
 
 
 def _pg_query(name: str) -> str:
