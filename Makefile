@@ -28,10 +28,10 @@ unit: $(STAMP)
 	$(PY) -m pytest -q tests/unit
 
 crash: $(STAMP)
-	$(PG) $(PY) -m pytest -q tests/crash
+	$(PG) $(PY) -m pytest -q tests/crash tests/chaos
 
 soak: $(STAMP)
-	$(PG) UNDERWAY_CRASH_KILLS=10000 $(PY) -m pytest -q tests/crash --timeout=0
+	$(PG) UNDERWAY_CRASH_KILLS=10000 $(PY) -m pytest -q tests/crash tests/chaos --timeout=0
 
 bench: $(STAMP)
 	$(PG) $(PY) bench/run.py

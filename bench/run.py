@@ -23,6 +23,7 @@ import imports
 import resume
 import storage
 import throughput
+import workers
 from common import Figure, pg_base_url, pg_reachable, pg_store_missing
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results.json")
@@ -40,6 +41,10 @@ GROUPS: dict[str, list[tuple[str, Callable[[], list[Figure]]]]] = {
     "storage": [
         ("SQLite bytes per turn", storage.bench_sqlite),
         ("PostgreSQL bytes per turn", storage.bench_postgres),
+    ],
+    "workers": [
+        ("SQLite worker processes", workers.bench_sqlite),
+        ("PostgreSQL worker processes", workers.bench_postgres),
     ],
 }
 

@@ -48,6 +48,10 @@ class CallInfo:
     run_id: str
     step: str
     index: int
+    fence: int = 0
+    """The lease token of the worker making the call. It only grows; an outside system
+    that remembers the highest fence it saw per run and refuses lower ones stops a worker
+    that lost its lease (paused, partitioned) from acting after its successor."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -303,7 +303,8 @@ class StepExecution:
         raise _Suspend
 
     async def _execute(self, t: Tool, args: JSON, key: str, index: int, h: str) -> JSON:
-        info = CallInfo(key, self.tenant_id, self.run_id, self.step, index)
+        info = CallInfo(key, self.tenant_id, self.run_id, self.step, index,
+                        self._act.lease.token)
         if t.args_model is not None:
             try:
                 t.args_model.model_validate(args)

@@ -167,9 +167,10 @@ def drive(url: str, spawn: Callable[..., WorkerProcess], *, workers: int, runs: 
     """``workers`` processes drive ``runs`` jobs (some napping on a timer) to completion."""
     store = connect(url)
     engine = Engine(store, flows=[jobs])
-    procs = [spawn(url, "--concurrency", "8", "--poll", "0.5") for _ in range(workers)]
+    procs = [spawn(url, "--concurrency", "8", "--poll", "0.2") for _ in range(workers)]
+    # Slow enough that no worker can finish every run before the others look for work.
     ids = [
-        engine.start(jobs, {"n": i, "delay": 0.005, "nap": 0.05 if i % 3 == 0 else 0})[0]
+        engine.start(jobs, {"n": i, "delay": 0.02, "nap": 0.05 if i % 3 == 0 else 0})[0]
         for i in range(runs)
     ]
     wait_until(

@@ -597,3 +597,26 @@ def test_a_worker_that_loses_its_lease_mid_call_stops_the_call() -> None:
     run(scenario())
     assert finished == []
     assert "ToolSucceeded" not in types(engine, run_id)
+
+
+def test_tools_receive_the_lease_token_as_a_fence_that_grows_on_takeover() -> None:
+    fences: list[int] = []
+
+    @uw.tool(mutating=False)
+    async def observe(args: Any, info: uw.CallInfo) -> Any:
+        fences.append(info.fence)
+        if len(fences) == 1:
+            raise Crash
+        return None
+
+    flow = uw.Flow("fenced", state=Counter)
+
+    @flow.step
+    async def go(ctx: Any) -> Any:
+        await ctx.call(observe, {})
+        return ctx.done()
+
+    engine, run_id = start_and_crash(flow)
+    run(drive(engine, run_id))
+    row = engine.store.get_run("default", run_id)
+    assert row is not None and fences == [1, row.lease_token] and fences[1] > fences[0]
