@@ -1,7 +1,8 @@
 """The ``underway`` command line: a thin layer over the store, journal and engine.
 
-``underway db migrate``, ``underway runs ls|show|events|signal|cancel|resolve`` and
-``underway audit verify``. The database comes from ``--db URL`` (before or after the
+``underway db migrate``, ``underway runs ls|show|events|signal|cancel|resolve|resume``,
+``underway audit verify``, ``underway worker``, ``underway queues set|ls|rm``,
+``underway schedules ls|add|rm`` and ``underway events send``. The database comes from ``--db URL`` (before or after the
 command) or ``$UNDERWAY_DB``. Errors print one line and exit with status 2; a failed audit
 exits with status 1.
 
