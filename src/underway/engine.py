@@ -392,10 +392,14 @@ class StepExecution:
 
 
 class Engine:
-    """Runs flows against a store. Thread one engine per process; it is not a singleton.
+    """Runs flows against a store. Use one engine per process; it is not a singleton.
 
-    ``checkpoint_every``: write a checkpoint at least every this many events (and always
-    when a run leaves the worker: waiting, escalated or finished).
+    ``lease_ttl``: seconds a lease lasts unless renewed (heartbeats renew it while a step
+    runs). ``checkpoint_every``: write a checkpoint at least every this many events (and
+    always when a run leaves the worker: waiting, escalated, dead or finished).
+    ``retry_budget``: retries one run may spend across all its tools before it stops dead
+    (``None``: no limit). ``offload_io``: run store round trips on threads, for many
+    concurrent activations on one event loop (a :class:`~underway.worker.Worker` sets it).
     """
 
     def __init__(
