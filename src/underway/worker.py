@@ -34,6 +34,7 @@ from .effects import Tool
 from .engine import Engine
 from .errors import ConfigurationError, ConflictError, FencedError
 from .flow import Flow
+from .loading import call_factory, import_object
 from .runner import Runner
 from .store import queries
 from .store.base import Lease
@@ -386,31 +387,9 @@ def load_app(spec: str) -> App:
     that returns one of those. The module is imported as Python would import it, so it
     must be on ``sys.path`` (``underway worker`` adds the current directory).
     """
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise ConfigurationError(
-            f"--app {spec!r} must be module:attribute, e.g. myapp.flows:flows"
-        )
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name is not None and (module_name + ".").startswith(exc.name + "."):
-            raise ConfigurationError(
-                f"--app {spec!r}: no module named {exc.name!r} (is it on the Python path? "
-                "run the worker from the directory that holds it)"
-            ) from None
-        raise ConfigurationError(f"--app {spec!r}: importing {module_name} failed: {exc}") from exc
-    obj: Any = module
-    for i, part in enumerate(attr.split(".")):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            where = module_name + ":" + ".".join(attr.split(".")[:i]) if i else module_name
-            raise ConfigurationError(
-                f"--app {spec!r}: {where} has no attribute {part!r}"
-            ) from None
+    obj = import_object(spec, option="--app", example="myapp.flows:flows")
     if callable(obj) and not isinstance(obj, Flow | Tool | type):
-        obj = obj()
+        obj = call_factory(obj, option="--app", spec=spec)
     items = [obj] if isinstance(obj, Flow) else obj
     if not isinstance(items, list | tuple):
         raise ConfigurationError(

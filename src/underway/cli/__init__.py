@@ -2,9 +2,9 @@
 
 ``underway db migrate``, ``underway runs ls|show|events|signal|cancel|resolve|resume``,
 ``underway audit verify``, ``underway worker``, ``underway queues set|ls|rm``,
-``underway schedules ls|add|rm`` and ``underway events send``. The database comes from ``--db URL`` (before or after the
-command) or ``$UNDERWAY_DB``. Errors print one line and exit with status 2; a failed audit
-exits with status 1.
+``underway schedules ls|add|rm`` and ``underway events send``. The database comes from
+``--db URL`` (before or after the command) or ``$UNDERWAY_DB``. Errors print one line and
+exit with status 2; a failed audit exits with status 1.
 
 Only this package imports typer and rich, so ``import underway`` stays light.
 """

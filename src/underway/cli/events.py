@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
 import os
 import sys
@@ -16,6 +15,7 @@ import typer
 
 from ..engine import Engine
 from ..intake import Routes, intake
+from ..loading import call_factory, import_object
 from ._common import DbOption, Problem, handle_errors, open_store, parse_json
 
 app = typer.Typer(help="Deliver outside events to runs.", no_args_is_help=True)
@@ -25,31 +25,11 @@ def load_routes(spec: str) -> Routes:
     """Resolve ``module:attribute`` to a routing table: a :class:`Routes`, a mapping of
     event type to route, or a function of no arguments returning one. The current
     directory is on the import path."""
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise Problem(f"--routes {spec!r} must be module:attribute, e.g. myapp.intake:routes")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name is not None and (module_name + ".").startswith(exc.name + "."):
-            raise Problem(
-                f"--routes {spec!r}: no module named {exc.name!r} (run the command from the "
-                "directory that holds it)"
-            ) from None
-        raise Problem(f"--routes {spec!r}: importing {module_name} failed: {exc}") from exc
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise Problem(f"--routes {spec!r}: {module_name} has no attribute {attr!r}")
-        obj = getattr(obj, part)
+    obj: Any = import_object(spec, option="--routes", example="myapp.intake:routes")
     if callable(obj) and not isinstance(obj, Mapping):
-        try:
-            obj = obj()
-        except Exception as exc:
-            raise Problem(
-                f"--routes {spec!r}: calling {attr}() failed: {type(exc).__name__}: {exc}"
-            ) from exc
+        obj = call_factory(obj, option="--routes", spec=spec)
     if not isinstance(obj, Mapping):
         raise Problem(
             f"--routes {spec!r} is a {type(obj).__name__}; it must be Routes, a dict of event "
