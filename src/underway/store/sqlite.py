@@ -124,9 +124,8 @@ class SQLiteStore:
         t, r = batch.tenant_id, batch.run_id
         with self._tx() as c:
             # BEGIN IMMEDIATE holds the write lock: reading the fence is as good as writing it.
-            row = c.execute(_Q["get_run"], (t, r)).fetchone()
-            last_seq = c.execute(_Q["last_seq"], (t, r)).fetchone()[0]
-            _check_fence(row, last_seq, batch)
+            row = c.execute(_Q["fence"], (t, r)).fetchone()
+            _check_fence(row, batch)
             control_pending = bool(row["control_pending"])
             c.executemany(
                 _Q["insert_event"], [(t, r, e.seq, e.type, e.payload, e.hash) for e in batch.events]
@@ -526,7 +525,7 @@ def _statements(sql: str) -> list[str]:
     return [s.strip() for s in body.split(";") if s.strip()]
 
 
-def _check_fence(row: sqlite3.Row | None, last_seq: int, batch: AppendBatch) -> None:
+def _check_fence(row: sqlite3.Row | None, batch: AppendBatch) -> None:
     if row is None:
         raise RunNotFound(batch.tenant_id, batch.run_id)
     if row["lease_token"] != batch.fence or row["lease_owner"] is None:
@@ -534,7 +533,8 @@ def _check_fence(row: sqlite3.Row | None, last_seq: int, batch: AppendBatch) -> 
             f"run {batch.run_id}: lease token {batch.fence} is stale "
             f"(current {row['lease_token']}); another worker owns this run"
         )
-    if last_seq != batch.expected_seq:
+    if row["last_seq"] != batch.expected_seq:
         raise ConflictError(
-            f"run {batch.run_id}: expected last seq {batch.expected_seq}, found {last_seq}"
+            f"run {batch.run_id}: expected last seq {batch.expected_seq}, "
+            f"found {row['last_seq']}"
         )

@@ -74,8 +74,12 @@ UPDATE runs
        error = ?, updated_at = ?
  WHERE tenant_id = ? AND run_id = ?
 
--- name: last_seq
-SELECT COALESCE(MAX(seq), 0) FROM events WHERE tenant_id = ? AND run_id = ?
+-- name: fence
+-- What an append checks, in one read: the lease and the journal's head.
+SELECT lease_token, lease_owner, control_pending,
+       (SELECT COALESCE(MAX(seq), 0) FROM events e
+         WHERE e.tenant_id = runs.tenant_id AND e.run_id = runs.run_id) AS last_seq
+  FROM runs WHERE tenant_id = ? AND run_id = ?
 
 -- name: release_after_append
 UPDATE runs SET lease_owner = NULL, lease_expires_at = NULL WHERE tenant_id = ? AND run_id = ?
