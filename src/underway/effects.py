@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, overload
 
@@ -52,6 +52,13 @@ class CallInfo:
     """The lease token of the worker making the call. It only grows; an outside system
     that remembers the highest fence it saw per run and refuses lower ones stops a worker
     that lost its lease (paused, partitioned) from acting after its successor."""
+    principal: str | None = None
+    """Who the run acts for."""
+    roles: tuple[str, ...] = ()
+    """The principal's roles."""
+    secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
+    """The secrets the tool declared, fetched from the engine's secret provider for this
+    call only; never journaled, logged or traced (``repr`` hides them)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,11 +96,18 @@ ReconcileFn = Callable[[str], Awaitable[Reconciled]]
 class Tool:
     """A named effect a step performs through ``ctx.call``.
 
-    ``mutating`` tools change the world and are journaled write-ahead; ``idempotent``
-    tools may safely run again with the same key; ``reconcile`` asks the outside system
-    what happened to a key; ``timeout`` (seconds) cancels a call that runs too long;
-    ``retry`` retries failures on durable timers; ``circuit`` fails fast after repeated
-    failures.
+    ``mutating`` tools change the world and are journaled write-ahead (``read_only`` ones
+    are not); ``idempotent`` tools may safely run again with the same key;
+    ``irreversible`` ones cannot be undone and are never run twice on their own;
+    ``reconcile`` asks the outside system what happened to a key; ``compensate`` undoes a
+    completed call (see :meth:`compensation`); ``timeout`` (seconds) cancels a call that
+    runs too long; ``retry`` retries failures on durable timers; ``circuit`` fails fast
+    after repeated failures. ``permissions``, ``input_labels`` / ``output_labels``
+    (data sensitivity, e.g. ``personal``), ``amount`` / ``currency`` (where the money a
+    call moves sits in its arguments) and ``message`` (the call sends a message to a
+    person) are what policies and budgets see. ``secrets`` names the secrets fetched for
+    each call into :attr:`CallInfo.secrets`. ``sandbox`` is the isolation profile of a
+    shell or code tool, hashed into its ``ToolStarted`` event.
     """
 
     name: str
@@ -107,6 +121,84 @@ class Tool:
     wants_call_info: bool = field(default=False, repr=False)
     retry: RetryPolicy | None = None
     circuit: CircuitBreaker | None = None
+    description: str = ""
+    irreversible: bool = False
+    compensate: ToolFn | None = field(default=None, repr=False)
+    permissions: tuple[str, ...] = ()
+    input_labels: tuple[str, ...] = ()
+    output_labels: tuple[str, ...] = ()
+    secrets: tuple[str, ...] = ()
+    amount: str | None = None
+    """Dotted path of the argument holding the money this call moves."""
+    currency: str | None = None
+    """The currency of ``amount``: a code (``"INR"``) or, prefixed ``arg:``, the dotted
+    path of the argument holding it (``"arg:currency"``)."""
+    message: bool = False
+    sandbox: Any = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.irreversible and self.idempotent:
+            raise ConfigurationError(
+                f"tool {self.name!r} cannot be both irreversible and idempotent"
+            )
+        if self.irreversible and not self.mutating:
+            raise ConfigurationError(f"tool {self.name!r} is irreversible, so it is mutating")
+        if self.amount is not None and self.currency is None:
+            raise ConfigurationError(
+                f"tool {self.name!r} declares amount={self.amount!r} without a currency; "
+                "pass currency='INR' or currency='arg:<path>'"
+            )
+
+    @property
+    def read_only(self) -> bool:
+        """True for a tool that changes nothing (no write-ahead intent)."""
+        return not self.mutating
+
+    def spec(self) -> dict[str, JSON]:
+        """The tool as a model sees it: name, description and JSON Schema of its arguments."""
+        params: dict[str, JSON] = (
+            self.args_model.model_json_schema() if self.args_model is not None
+            else {"type": "object"}
+        )
+        return {"name": self.name, "description": self.description, "parameters": params}
+
+    def result_schema(self) -> dict[str, JSON] | None:
+        """JSON Schema of the tool's result, when it declares a result model."""
+        return self.result_model.model_json_schema() if self.result_model is not None else None
+
+    def money(self, args: JSON) -> tuple[str, float] | None:
+        """``(currency, amount)`` this call moves, read from its arguments."""
+        if self.amount is None or self.currency is None:
+            return None
+        value = dig(args, self.amount)
+        cur = (
+            dig(args, self.currency[4:]) if self.currency.startswith("arg:") else self.currency
+        )
+        if value is None or cur is None:
+            return None
+        try:
+            return str(cur).upper(), float(value)
+        except (TypeError, ValueError):
+            return None
+
+    def compensation(self) -> Tool:
+        """The tool that undoes this one: ``await ctx.call(t.compensation(), {"args": ...,
+        "result": ...})`` runs the ``compensate`` hook through the effect ledger (mutating,
+        idempotent, with its own key)."""
+        if self.compensate is None:
+            raise ConfigurationError(f"tool {self.name!r} has no compensate hook")
+        return Tool(
+            name=f"{self.name}.compensate", fn=self.compensate, mutating=True, idempotent=True,
+            timeout=self.timeout, retry=self.retry,
+            wants_call_info=len(inspect.signature(self.compensate).parameters) >= 2,
+            description=f"undo a completed {self.name} call",
+        )
+
+    def compensator(self, fn: ToolFn) -> ToolFn:
+        """Attach ``fn(payload)`` (payload ``{"args": ..., "result": ...}``) as the hook that
+        undoes a completed call; usable as a decorator."""
+        object.__setattr__(self, "compensate", fn)
+        return fn
 
     def reconciler(self, fn: ReconcileFn) -> ReconcileFn:
         """Attach ``fn`` as this tool's reconcile hook; usable as a decorator::
@@ -146,6 +238,17 @@ def tool(
     reconcile: ReconcileFn | None = None,
     retry: RetryPolicy | None = None,
     circuit: CircuitBreaker | None = None,
+    read_only: bool | None = None,
+    irreversible: bool = False,
+    compensate: ToolFn | None = None,
+    permissions: tuple[str, ...] = (),
+    input_labels: tuple[str, ...] = (),
+    output_labels: tuple[str, ...] = (),
+    secrets: tuple[str, ...] = (),
+    amount: str | None = None,
+    currency: str | None = None,
+    message: bool = False,
+    description: str | None = None,
 ) -> Tool: ...
 
 
@@ -160,6 +263,17 @@ def tool(
     reconcile: ReconcileFn | None = None,
     retry: RetryPolicy | None = None,
     circuit: CircuitBreaker | None = None,
+    read_only: bool | None = None,
+    irreversible: bool = False,
+    compensate: ToolFn | None = None,
+    permissions: tuple[str, ...] = (),
+    input_labels: tuple[str, ...] = (),
+    output_labels: tuple[str, ...] = (),
+    secrets: tuple[str, ...] = (),
+    amount: str | None = None,
+    currency: str | None = None,
+    message: bool = False,
+    description: str | None = None,
 ) -> Callable[[ToolFn], Tool]: ...
 
 
@@ -173,8 +287,22 @@ def tool(
     reconcile: ReconcileFn | None = None,
     retry: RetryPolicy | None = None,
     circuit: CircuitBreaker | None = None,
+    read_only: bool | None = None,
+    irreversible: bool = False,
+    compensate: ToolFn | None = None,
+    permissions: tuple[str, ...] = (),
+    input_labels: tuple[str, ...] = (),
+    output_labels: tuple[str, ...] = (),
+    secrets: tuple[str, ...] = (),
+    amount: str | None = None,
+    currency: str | None = None,
+    message: bool = False,
+    description: str | None = None,
 ) -> Tool | Callable[[ToolFn], Tool]:
-    """Declare a tool. Use bare (``@tool``) or with options (``@tool(mutating=False)``).
+    """Declare a tool. Use bare (``@tool``) or with options (``@tool(read_only=True)``).
+
+    ``read_only=True`` is ``mutating=False``. The description a model sees is
+    ``description`` or the function's docstring. See :class:`Tool` for every option.
 
     ``reconcile(key)`` is asked, after a crash hid a call's outcome, whether the effect
     with that idempotency key took place.
@@ -195,10 +323,15 @@ def tool(
             ) from exc
         first = hints.get(params[0].name) if params else None
         ret = hints.get("return")
+        if read_only is not None and read_only == mutating and mutating is not True:
+            raise ConfigurationError(
+                f"tool {name or f.__name__!r}: read_only={read_only} contradicts "
+                f"mutating={mutating}"
+            )
         return Tool(
             name=name or f.__name__,
             fn=f,
-            mutating=mutating,
+            mutating=mutating if read_only is None else not read_only,
             idempotent=idempotent,
             timeout=timeout,
             reconcile=reconcile,
@@ -207,9 +340,31 @@ def tool(
             args_model=first if _is_model(first) else None,
             result_model=ret if _is_model(ret) else None,
             wants_call_info=len(params) >= 2,
+            description=description or inspect.getdoc(f) or "",
+            irreversible=irreversible,
+            compensate=compensate,
+            permissions=tuple(permissions),
+            input_labels=tuple(input_labels),
+            output_labels=tuple(output_labels),
+            secrets=tuple(secrets),
+            amount=amount,
+            currency=currency,
+            message=message,
         )
 
     return build(fn) if fn is not None else build
+
+
+def dig(value: JSON, path: str) -> JSON:
+    """The value at dotted ``path`` inside JSON ``value`` (None when absent)."""
+    for part in path.split("."):
+        if isinstance(value, dict):
+            value = value.get(part)
+        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
+            value = value[int(part)]
+        else:
+            return None
+    return value
 
 
 def _is_model(t: object) -> bool:

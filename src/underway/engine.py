@@ -15,15 +15,16 @@ import json
 import random
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from . import events as ev
 from . import faults
+from .budgets import Budget, Usage
 from .clock import Clock, SystemClock
 from .codec import Codec
 from .effects import CallInfo, Model, Tool, args_hash, idempotency_key
@@ -37,11 +38,26 @@ from .errors import (
 )
 from .events import JSON, canonical_json, genesis_hash
 from .flow import Done, Fail, Flow, Goto, Next, RunContext, Sleep, Wait
+from .guard import Guard, call_counts, call_usage
 from .identity import worker_identity
 from .journal import Journal
 from .jsonpatch import make_patch
-from .state import Recorded, RunState, apply
+from .policy import Policy
+from .secrets import SecretProvider, mask, resolve
+from .state import (
+    ANSWER_SIGNAL,
+    APPROVAL_SIGNAL,
+    REFUSAL_ERRORS,
+    Recorded,
+    RunState,
+    apply,
+    request_id_for,
+    shadow_result,
+)
 from .store.base import AppendBatch, Lease, NewRun, RunUpdate, SignalRecord, Store
+
+if TYPE_CHECKING:
+    from .approvals.notify import Notifier
 
 CANCEL = "underway.cancel"
 """Control signal: cancel the run at its next step boundary."""
@@ -68,9 +84,27 @@ class _DeadLetter(BaseException):
 class _Escalate(BaseException):
     """Stops the run for a person (user code cannot swallow it: not an Exception)."""
 
-    def __init__(self, reason: str, key: str | None, tool: str | None, index: int | None) -> None:
+    def __init__(
+        self, reason: str, key: str | None, tool: str | None, index: int | None,
+        cause: str = "other",
+    ) -> None:
         super().__init__(reason)
-        self.event = ev.Escalated(reason=reason, key=key, tool=tool, index=index)
+        self.event = ev.Escalated(reason=reason, key=key, tool=tool, index=index, cause=cause)
+
+    @classmethod
+    def about(cls, event: ev.Escalated) -> _Escalate:
+        """Escalate with a fully formed event (a question)."""
+        esc = cls(event.reason, event.key, event.tool, event.index, event.cause)
+        esc.event = event
+        return esc
+
+
+class _Stop(BaseException):
+    """Ends the run with an event already chosen (a budget that fails the run)."""
+
+    def __init__(self, event: ev.Event) -> None:
+        super().__init__(str(event))
+        self.event = event
 
 
 @dataclass
@@ -91,6 +125,8 @@ class _Activation:
     """The status the run row shows; the row is rewritten only when this must change."""
     lost: bool = False
     """Set by the heartbeat when the lease was lost to another worker."""
+    after_commit: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    """Work that must wait until the buffered events are durable (notifications)."""
 
     def buffer(self, event: ev.Event) -> None:
         at = self.engine.clock.now()
@@ -138,6 +174,9 @@ class _Activation:
         if checkpoint is not None:
             self.checkpoint_seq = checkpoint[0]
         self.pending, self.consumed = [], []
+        todo, self.after_commit = self.after_commit, []
+        for fn in todo:
+            await fn()
 
 
 def _run_update(s: RunState, now: float, due_at: float | None) -> RunUpdate:
@@ -172,11 +211,16 @@ class StepExecution:
         self._calls = 0
         self._values = 0
         self.broken: NonDeterminismError | None = None
+        self._decision: str | None = None
 
     def _record(self, index: int, kind: str, args: str) -> Any:
         rec = self._act.state.call(index)
-        if rec is not None and rec.status != "retry" and (
-            rec.tool != kind or (rec.args_hash and args and rec.args_hash != args)
+        if rec is None or rec.status == "retry":
+            return rec
+        # A held call whose arguments changed is refused by the caller, not a replay bug.
+        held = rec.status in ("awaiting", "approved")
+        if rec.tool != kind or (
+            not held and rec.args_hash and args and rec.args_hash != args
         ):
             self.broken = NonDeterminismError(
                 self.run_id, self.step, index, f"{rec.tool}({rec.args_hash[:12]})",
@@ -185,7 +229,10 @@ class StepExecution:
             raise self.broken
         return rec
 
-    async def call(self, tool: Tool | str, args: JSON) -> JSON:
+    async def call(
+        self, tool: Tool | str, args: JSON, *, labels: frozenset[str] = frozenset(),
+        evidence: JSON = None, risks: list[str] | None = None,
+    ) -> JSON:
         t = self._act.engine.tool(tool)
         index = self._calls
         self._calls += 1
@@ -207,6 +254,13 @@ class StepExecution:
             raise ToolCallError(
                 t.name, rec.error_type or "Error", rec.message or "", retryable=rec.retryable
             )
+        if rec is not None and rec.status in ("awaiting", "approved") and rec.args_hash != h:
+            self._refuse(t, key, index, h, "approval_invalid",
+                         "the arguments differ from those the approval was requested for")
+        if rec is not None and rec.status == "awaiting":
+            raise _Escalate(f"call {key} of {t.name!r} awaits an approval but the run went on; "
+                            "resolve with retry to ask again", key, t.name, index)
+        decision: str | None = None
         if rec is not None and rec.status == "started":
             # Unknown outcome: the intent is journaled, the outcome is not.
             if not t.idempotent:
@@ -215,25 +269,33 @@ class StepExecution:
                         f"outcome of non-idempotent tool {t.name!r} (key {key}) is unknown "
                         "after a crash and it has no reconcile hook; confirm whether it "
                         "happened",
-                        key, t.name, index,
+                        key, t.name, index, cause="unknown_outcome",
                     )
                 found = await t.reconcile(key)
                 if found.outcome == "happened":
                     self._act.buffer(ev.ToolSucceeded(
                         key=key, tool=t.name, index=index, args_hash=h, result=found.result,
-                        reconciled=True,
+                        reconciled=True, counts=call_counts(t, args),
                     ))
                     return found.result
                 if found.outcome == "unknown":
                     raise _Escalate(
                         f"reconcile of tool {t.name!r} could not tell whether key {key} "
-                        "took effect", key, t.name, index,
+                        "took effect", key, t.name, index, cause="unknown_outcome",
                     )
         else:
+            if rec is None or rec.status != "retry":
+                shadowed = await self._guard(t, args, key, index, h, rec, labels, evidence,
+                                             risks or [])
+                if shadowed:
+                    return shadow_result(t.name)
+                decision = self._decision
             await self._admit(t, key, index, h)
             if t.mutating:
                 self._act.buffer(ev.ToolStarted(
-                    key=key, tool=t.name, index=index, args=args, args_hash=h
+                    key=key, tool=t.name, index=index, args=args, args_hash=h,
+                    sandbox_profile=t.sandbox.digest() if t.sandbox is not None else None,
+                    policy_decision=decision,
                 ))
                 await self._act.commit()
         try:
@@ -244,6 +306,104 @@ class StepExecution:
             raise
         await self._settle_circuit(t, None)
         return result
+
+    def _refuse(self, t: Tool, key: str, index: int, h: str, cause: str, reason: str) -> NoReturn:
+        self._act.buffer(ev.ToolRefused(
+            key=key, tool=t.name, index=index, args_hash=h, cause=cause,
+            reason=reason,
+        ))
+        raise ToolCallError(t.name, REFUSAL_ERRORS[cause], reason, retryable=False)
+
+    async def _guard(
+        self, t: Tool, args: JSON, key: str, index: int, h: str, rec: Any,
+        labels: frozenset[str], evidence: JSON, risks: list[str],
+    ) -> bool:
+        """Allow-list, schema, budgets, policy, approval and shadow mode, in that order;
+        True when the call is shadowed (journaled, not executed)."""
+        act, eng = self._act, self._act.engine
+        s, flow, guard = act.state, eng._flow(act.state.flow), eng.guard
+        self._decision = None
+        if flow.allowed_tools is not None and t.name not in flow.allowed_tools:
+            self._refuse(t, key, index, h, "not_allowed",
+                         f"tool {t.name!r} is not on the allow-list of flow {flow.name!r}")
+        if t.args_model is not None:
+            try:
+                t.args_model.model_validate(args)
+            except ValidationError as exc:
+                self._schema_failed(t, key, index, "args", exc)
+        now = eng.clock.now()
+        over = guard.over_budget(flow, eng.store, s, call_usage(t, args), now)
+        if over is not None:
+            self._over_budget(over[0], over[1], t.name)
+        if rec is not None and rec.status == "approved":
+            reason = await eng.verify_approval(s, key, t.name, h)
+            if reason is not None:
+                cause = "approval_expired" if reason == "expired" else "approval_invalid"
+                self._refuse(t, key, index, h, cause,
+                             f"the approval of this call no longer holds: {reason}")
+            self._decision = "approved"
+            return False
+        d = guard.decide(flow, eng.store, s, t, args, labels, now)
+        if d.rule_id is not None or flow.policy is not None or guard.policy is not None:
+            act.buffer(ev.PolicyDecided(
+                key=key, tool=t.name, index=index, args_hash=h, decision=d.outcome,
+                rule_id=d.rule_id, policy_version=d.policy_version, reason=d.reason,
+            ))
+        if d.outcome == "deny":
+            self._refuse(t, key, index, h, "policy_denied",
+                         d.reason or f"denied by policy rule {d.rule_id}")
+        shadow = t.mutating and guard.shadow_for(flow)
+        if d.outcome == "require_approval" and not shadow:
+            ttl = d.expires_in if d.expires_in is not None else guard.approval_ttl
+            request = ev.ApprovalRequested(
+                request_id=request_id_for(key), key=key, tool=t.name, index=index, args=args,
+                args_hash=h, evidence=evidence, risks=risks, required_role=d.approver_role,
+                expires_at=now + ttl, rule_id=d.rule_id, policy_version=d.policy_version,
+            )
+            act.buffer(request)
+            if guard.notifier is not None:
+                act.after_commit.append(functools.partial(eng.notify_approval, s, request))
+            raise _Suspend
+        self._decision = d.outcome if d.rule_id is not None else None
+        if shadow:
+            act.buffer(ev.ToolShadowed(
+                key=key, tool=t.name, index=index, args=args, args_hash=h, decision=d.outcome,
+            ))
+            return True
+        return False
+
+    def _over_budget(self, budget: Budget, exceeded: Any, tool: str | None) -> NoReturn:
+        action = budget.on_exceed
+        self._act.buffer(ev.BudgetExceeded(
+            metric=exceeded.metric, limit=float(exceeded.limit), used=float(exceeded.used),
+            scope=exceeded.scope, action=action, tool=tool,
+        ))
+        reason = (
+            f"{exceeded.scope} budget for {exceeded.metric} would be exceeded "
+            f"(limit {exceeded.limit:g}, would reach {exceeded.used:g})"
+            + (f" by a call of {tool!r}" if tool else "")
+        )
+        if action == "fail":
+            raise _Stop(ev.RunFailed(reason=reason, error_type="BudgetExceeded", step=self.step))
+        raise _Escalate(reason + "; raise the budget and resolve with retry, or cancel",
+                        None, tool, None, cause="budget")
+
+    async def ask(self, question: str, *, context: JSON, role: str | None) -> JSON:
+        index = self._calls
+        self._calls += 1
+        rec = self._record(index, "ask", "")
+        if rec is not None and rec.status == "succeeded":
+            return rec.result
+        key = rec.key if rec is not None and rec.key else idempotency_key(
+            self.run_id, self.step, index, ordinal=self.ordinal
+        )
+        raise _Escalate.about(
+            ev.Escalated(
+                reason=f"question: {question}", key=key, tool="ask", index=index,
+                cause="question", request_id=request_id_for(key), question=question,
+                context=context, required_role=role,
+            )
+        )
 
     async def _admit(self, t: Tool, key: str, index: int, h: str) -> None:
         """Fail fast, journaled as ``CircuitOpen``, when the tool's circuit is open."""
@@ -303,13 +463,10 @@ class StepExecution:
         raise _Suspend
 
     async def _execute(self, t: Tool, args: JSON, key: str, index: int, h: str) -> JSON:
+        s = self._act.state
+        secrets = resolve(self._act.engine.guard.secrets, t.secrets)
         info = CallInfo(key, self.tenant_id, self.run_id, self.step, index,
-                        self._act.lease.token)
-        if t.args_model is not None:
-            try:
-                t.args_model.model_validate(args)
-            except ValidationError as exc:
-                self._schema_failed(t, key, index, "args", exc)
+                        self._act.lease.token, s.principal, tuple(s.roles), secrets)
         faults.point("effect.before_run")
         began = time.perf_counter()
         try:
@@ -324,12 +481,15 @@ class StepExecution:
         except Exception as exc:
             # With a retry policy a failure is retryable unless the error says otherwise.
             retryable = bool(getattr(exc, "retryable", t.retry is not None))
+            message = mask(str(exc), secrets)
             self._act.buffer(ev.ToolFailed(
                 key=key, tool=t.name, index=index, args_hash=h, error_type=type(exc).__name__,
-                message=str(exc), retryable=retryable,
+                message=message, retryable=retryable,
                 latency_ms=(time.perf_counter() - began) * 1000,
             ))
-            raise ToolCallError(t.name, type(exc).__name__, str(exc), retryable=retryable) from exc
+            raise ToolCallError(
+                t.name, type(exc).__name__, message, retryable=retryable
+            ) from (None if secrets else exc)
         faults.point("effect.after_run")
         latency = (time.perf_counter() - began) * 1000
         try:
@@ -348,6 +508,7 @@ class StepExecution:
             ) from exc
         self._act.buffer(ev.ToolSucceeded(
             key=key, tool=t.name, index=index, args_hash=h, result=result, latency_ms=latency,
+            counts=call_counts(t, args),
         ))
         return result
 
@@ -371,6 +532,13 @@ class StepExecution:
         if rec is not None and rec.status == "succeeded":
             return rec.result
         key = idempotency_key(self.run_id, self.step, index, ordinal=self.ordinal)
+        eng = self._act.engine
+        over = eng.guard.over_budget(
+            eng._flow(self._act.state.flow), eng.store, self._act.state, Usage(model_calls=1),
+            eng.clock.now(),
+        )
+        if over is not None:
+            self._over_budget(over[0], over[1], None)
         began = time.perf_counter()
         reply = await model.complete(request)
         self._act.buffer(ev.ModelResponded(
@@ -380,6 +548,16 @@ class StepExecution:
         ))
         await self._act.commit()
         return reply.response
+
+    def note(self, event: ev.PlanCreated | ev.PlanRevised | ev.ToolSelected) -> bool:
+        """Journal an agent's own event once (a re-run of the step does not repeat it);
+        True when it was new."""
+        index = self._values
+        self._values += 1
+        if index < len(self._act.state.values):
+            return False
+        self._act.buffer(event)
+        return True
 
     def value(self, kind: Any, fresh: JSON) -> JSON:
         index = self._values
@@ -415,7 +593,23 @@ class Engine:
         checkpoint_every: int = 100,
         retry_budget: int | None = 100,
         offload_io: bool = False,
+        guard: Guard | None = None,
+        policy: Policy | None = None,
+        environment: str | None = None,
+        budget: Budget | None = None,
+        tenant_budget: Budget | None = None,
+        shadow: bool | None = None,
+        secrets: SecretProvider | None = None,
+        notifier: Notifier | None = None,
     ) -> None:
+        self.guard = guard or Guard()
+        for name, value in (
+            ("policy", policy), ("environment", environment), ("budget", budget),
+            ("tenant_budget", tenant_budget), ("shadow", shadow), ("secrets", secrets),
+            ("notifier", notifier),
+        ):
+            if value is not None:
+                setattr(self.guard, name, value)
         self.store = store
         self.journal = Journal(store, codec)
         self.clock: Clock = clock or SystemClock()
@@ -441,10 +635,17 @@ class Engine:
         return fn(*args)
 
     def register(self, flow: Flow[Any, Any]) -> None:
-        """Make ``flow`` runnable by this engine."""
+        """Make ``flow`` runnable by this engine (and register the tools it declares)."""
         if flow.start_step is None:
             raise ConfigurationError(f"flow {flow.name!r} has no steps")
         self.flows[flow.name] = flow
+        for t in flow.declared_tools:
+            known = self.tools.setdefault(t.name, t)
+            if known is not t:
+                raise ConfigurationError(
+                    f"flow {flow.name!r} declares a tool {t.name!r} but another tool of that "
+                    "name is already registered"
+                )
 
     def tool(self, ref: Tool | str) -> Tool:
         """Resolve a tool by object or registered name."""
@@ -469,15 +670,19 @@ class Engine:
         start_at: float | None = None,
         queue: str = "default",
         deadline: float | None = None,
+        principal: str | None = None,
+        roles: Iterable[str] = (),
     ) -> tuple[str, bool]:
         """Create a run (or find the one with this idempotency key): ``(run_id, created)``.
 
         ``start_at`` (epoch seconds) delays the first step; ``queue`` names the queue whose
         workers run it; past ``deadline`` (epoch seconds) the run escalates to a person.
+        ``principal`` and ``roles`` say whom the run acts for (policies match on them).
         """
         rec, created = self.store.create_run(self.prepare_start(
             flow, input, tenant_id=tenant_id, idempotency_key=idempotency_key, run_id=run_id,
-            start_at=start_at, queue=queue, deadline=deadline,
+            start_at=start_at, queue=queue, deadline=deadline, principal=principal,
+            roles=roles,
         ))
         return rec.run_id, created
 
@@ -492,6 +697,8 @@ class Engine:
         start_at: float | None = None,
         queue: str = "default",
         deadline: float | None = None,
+        principal: str | None = None,
+        roles: Iterable[str] = (),
     ) -> NewRun:
         """The run :meth:`start` would create (input checked, first event encoded), for a
         caller that creates it inside a transaction of its own (intake)."""
@@ -507,7 +714,8 @@ class Engine:
         event = ev.RunStarted(
             flow=f.name, input=parsed.model_dump(mode="json"),
             state=state.model_dump(mode="json"), first_step=str(f.start_step),
-            idempotency_key=idempotency_key, deadline=deadline,
+            idempotency_key=idempotency_key, deadline=deadline, principal=principal,
+            roles=sorted(set(roles)),
         )
         blobs: dict[str, bytes] = {}
         stored = self.journal.encode(
@@ -593,6 +801,16 @@ class Engine:
             self.flows[row.flow].get_step(step)
         self._send(run_id, RESUME, {"by": by, "step": step}, tenant_id, None, by)
 
+    def submit_decision(self, decision: JSON, *, tenant_id: str = "default") -> bool:
+        """Deliver a signed approval decision or answer (built and signed by the approver,
+        e.g. with ``underway approvals approve``) to its run. It is verified by the worker
+        before it changes anything; False when the same decision was already submitted."""
+        if not isinstance(decision, dict) or not isinstance(decision.get("run_id"), str):
+            raise ConfigurationError("a decision must be a signed decision object with a run_id")
+        name = ANSWER_SIGNAL if decision.get("decision") == "answer" else APPROVAL_SIGNAL
+        return self._send(decision["run_id"], name, decision, tenant_id,
+                          f"decision:{decision.get('nonce')}", decision.get("approver_id"))
+
     def state(self, run_id: str, *, tenant_id: str = "default") -> RunState:
         """The run's current folded state."""
         return self.journal.load(tenant_id, run_id)
@@ -637,7 +855,11 @@ class Engine:
                 ):
                     await self._leave(act)
                     return s
-                if s.status == "waiting":
+                if s.status == "waiting" and s.pending_approval is not None:
+                    act.buffer(ev.ApprovalExpired(
+                        request_id=str(s.pending_approval["request_id"])
+                    ))
+                elif s.status == "waiting":
                     act.buffer(ev.TimerFired(timer_id=s.timer_id or ""))
                 await self._run_step(act, flow)
                 if act.state.status != "ready":
@@ -657,6 +879,101 @@ class Engine:
             raise
         finally:
             heartbeat.cancel()
+
+    async def verify_approval(self, s: RunState, key: str, tool: str, h: str) -> str | None:
+        """Check, right before an approved call runs, that its journaled approval still
+        holds for exactly this call: None when it does, else the reason."""
+        from .approvals import ApprovalCheck, SignedDecision, verify_decision
+
+        held = s.approvals.get(key)
+        if not isinstance(held, dict):
+            return "no approval is journaled for this call"
+        try:
+            d = SignedDecision.model_validate(held.get("decision"))
+        except ValidationError:
+            return "malformed decision"
+        if d.decision != "approve":
+            return "decision is not an approval"
+        expires = held.get("expires_at")
+        check = ApprovalCheck(
+            request_id=request_id_for(key), run_id=s.run_id, tenant_id=s.tenant_id, tool=tool,
+            args_hash=h, required_role=held.get("required_role"),
+            expires_at=float(expires) if expires is not None else d.expires_at,
+        )
+        approver = await self.io(self.store.get_approver, s.tenant_id, d.approver_id)
+        return verify_decision(d, check=check, approver=approver, now=self.clock.now())
+
+    async def notify_approval(self, s: RunState, e: ev.ApprovalRequested) -> None:
+        """Tell approvers a request waits (after it is durable); failures are the notifier's."""
+        from .approvals.notify import ApprovalNotice
+
+        if self.guard.notifier is None:
+            return
+        await self.guard.notifier.notify(ApprovalNotice(
+            tenant_id=s.tenant_id, run_id=s.run_id, request_id=e.request_id, tool=e.tool,
+            args=e.args, evidence=e.evidence, risks=tuple(e.risks),
+            required_role=e.required_role, expires_at=e.expires_at, kind="approval",
+            question=None,
+        ))
+
+    async def _take_decision(self, act: _Activation, payload: JSON, answer: bool) -> None:
+        """Verify a submitted decision against the request the run waits on; journal the
+        verified decision, or why it was refused (the run then keeps waiting)."""
+        from .approvals import ApprovalCheck, SignedDecision, verify_decision
+
+        s = act.state
+        try:
+            d = SignedDecision.model_validate(payload)
+        except ValidationError as exc:
+            act.buffer(ev.ApprovalInvalid(request_id=None, approver_id=None,
+                                          reason="malformed"))
+            return
+        if answer:
+            esc = s.escalation or {}
+            pending = esc if s.status == "escalated" and esc.get("cause") == "question" else None
+            check_tool, check_hash = "", ""
+        else:
+            pending = s.pending_approval if s.status == "waiting" else None
+            check_tool = str((pending or {}).get("tool", ""))
+            check_hash = str((pending or {}).get("args_hash", ""))
+        if pending is None or pending.get("request_id") != d.request_id:
+            act.buffer(ev.ApprovalInvalid(
+                request_id=d.request_id, approver_id=d.approver_id,
+                reason="not_pending",
+            ))
+            return
+        expires = pending.get("expires_at")
+        check = ApprovalCheck(
+            request_id=d.request_id, run_id=s.run_id, tenant_id=s.tenant_id, tool=check_tool,
+            args_hash=check_hash, required_role=pending.get("required_role"),
+            expires_at=float(expires) if expires is not None else float("inf"),
+        )
+        now = self.clock.now()
+        approver = await self.io(self.store.get_approver, s.tenant_id, d.approver_id)
+        reason = verify_decision(d, check=check, approver=approver, now=now)
+        if reason is None and (d.decision == "answer") != answer:
+            reason = "wrong_decision_kind"
+        if reason is None and not await self.io(functools.partial(
+            self.store.use_nonce, s.tenant_id, d.nonce, run_id=s.run_id,
+            request_id=d.request_id, at=now,
+        )):
+            reason = "replayed_nonce"
+        if reason is not None:
+            act.buffer(ev.ApprovalInvalid(request_id=d.request_id, approver_id=d.approver_id,
+                                          reason=reason))
+            return
+        signed = d.model_dump(mode="json")
+        if answer:
+            act.buffer(ev.EscalationAnswered(request_id=d.request_id, approver_id=d.approver_id,
+                                             answer=d.answer, decision=signed))
+        elif d.decision == "approve":
+            act.buffer(ev.ApprovalGranted(
+                request_id=d.request_id, approver_id=d.approver_id, decision=signed,
+                required_role=check.required_role, expires_at=check.expires_at,
+            ))
+        else:
+            act.buffer(ev.ApprovalRejected(request_id=d.request_id, approver_id=d.approver_id,
+                                           decision=signed))
 
     def _deadline_passed(self, s: RunState) -> bool:
         return (
@@ -719,6 +1036,9 @@ class Engine:
                         signal=sig.name, signal_id=sig.signal_id,
                         reason=f"run was {s.status}, not dead",
                     ))
+            elif sig.name in (APPROVAL_SIGNAL, ANSWER_SIGNAL):
+                act.consumed.append(sig.signal_id)
+                await self._take_decision(act, payload, sig.name == ANSWER_SIGNAL)
             elif s.waiting_signal == sig.name and s.status == "waiting":
                 act.consumed.append(sig.signal_id)
                 act.buffer(ev.SignalReceived(signal=sig.name, signal_id=sig.signal_id,
@@ -747,6 +1067,8 @@ class Engine:
             ))
         except _Escalate as esc:
             act.buffer(esc.event)
+        except _Stop as stop:
+            act.buffer(stop.event)
         except NonDeterminismError as exc:
             act.buffer(ev.Escalated(reason=str(exc), index=exc.index))
         except RunCancelledSignal:

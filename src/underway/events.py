@@ -61,6 +61,10 @@ class RunStarted(Event):
     first_step: str
     idempotency_key: str | None = None
     deadline: float | None = None
+    principal: str | None = None
+    """Who the run acts for (a user or service id); policies match on it."""
+    roles: list[str] = Field(default_factory=list)
+    """The principal's roles; policies and memory access match on them."""
 
 
 class StepStarted(Event):
@@ -105,6 +109,8 @@ class ToolSucceeded(Event):
     latency_ms: float = 0.0
     reconciled: bool = False
     """True when the result came from the tool's reconcile hook, not from running it."""
+    counts: dict[str, float] | None = None
+    """What the call counts against budgets: ``messages`` and ``money.<CURRENCY>``."""
 
 
 class ToolFailed(Event):
@@ -218,7 +224,14 @@ class Escalated(Event):
     tool: str | None = None
     index: int | None = None
     cause: str = "other"
-    """``unknown_outcome``, ``nondeterminism``, ``deadline`` or ``other``."""
+    """``unknown_outcome``, ``nondeterminism``, ``deadline``, ``budget``, ``question``,
+    ``replan`` or ``other``."""
+    request_id: str | None = None
+    """For a question: the id a signed answer must name."""
+    question: str | None = None
+    context: JSON = None
+    required_role: str | None = None
+    expires_at: float | None = None
 
 
 class EscalationResolved(Event):
@@ -286,6 +299,159 @@ class RunCancelled(Event):
     reason: str = ""
 
 
+class ToolRefused(Event):
+    """A call was refused before it ran: not on the allow-list, denied by policy, its
+    approval rejected, invalid or expired, or a budget exhausted."""
+
+    type: Literal["ToolRefused"] = "ToolRefused"
+    key: str
+    tool: str
+    index: int
+    args_hash: str
+    cause: Literal[
+        "not_allowed", "policy_denied", "approval_rejected", "approval_expired",
+        "approval_invalid", "budget_exceeded",
+    ]
+    reason: str
+
+
+class PolicyDecided(Event):
+    """The policy's decision on a call, made before it ran and independent of any model."""
+
+    type: Literal["PolicyDecided"] = "PolicyDecided"
+    key: str
+    tool: str
+    index: int
+    args_hash: str
+    decision: Literal["allow", "deny", "require_approval"]
+    rule_id: str | None
+    policy_version: str
+    reason: str = ""
+
+
+class ApprovalRequested(Event):
+    """A call waits for a person's signed decision on exactly these arguments."""
+
+    type: Literal["ApprovalRequested"] = "ApprovalRequested"
+    request_id: str
+    key: str
+    tool: str
+    index: int
+    args: JSON
+    args_hash: str
+    evidence: JSON = None
+    risks: list[str] = Field(default_factory=list)
+    required_role: str | None = None
+    expires_at: float
+    rule_id: str | None = None
+    policy_version: str | None = None
+
+
+class ApprovalGranted(Event):
+    """A verified, signed approval of a request (the whole signed decision is kept)."""
+
+    type: Literal["ApprovalGranted"] = "ApprovalGranted"
+    request_id: str
+    approver_id: str
+    decision: JSON
+    required_role: str | None = None
+    """The role the request required, checked again right before the call runs."""
+    expires_at: float | None = None
+    """The request's expiry, checked again right before the call runs."""
+
+
+class ApprovalRejected(Event):
+    """A verified, signed rejection of a request."""
+
+    type: Literal["ApprovalRejected"] = "ApprovalRejected"
+    request_id: str
+    approver_id: str
+    decision: JSON
+
+
+class ApprovalInvalid(Event):
+    """A submitted decision failed verification; it changes nothing. ``reason`` is a code:
+    ``malformed``, ``not_pending`` (the run does not wait for that request: decided,
+    expired or never made), ``unknown_approver``, ``revoked``, ``wrong_tenant``,
+    ``wrong_request``, ``wrong_run``, ``wrong_tool``, ``args_mismatch``, ``missing_role``,
+    ``bad_signature``, ``expired``, ``decision_expiry_mismatch``, ``wrong_decision_kind``
+    or ``replayed_nonce``."""
+
+    type: Literal["ApprovalInvalid"] = "ApprovalInvalid"
+    request_id: str | None
+    approver_id: str | None
+    reason: str
+
+
+class ApprovalExpired(Event):
+    """No valid decision arrived before the request's expiry."""
+
+    type: Literal["ApprovalExpired"] = "ApprovalExpired"
+    request_id: str
+
+
+class EscalationAnswered(Event):
+    """A person answered a question with a verified, signed answer."""
+
+    type: Literal["EscalationAnswered"] = "EscalationAnswered"
+    request_id: str
+    approver_id: str
+    answer: JSON
+    decision: JSON
+
+
+class BudgetExceeded(Event):
+    """A run or tenant budget would be crossed; the call did not run."""
+
+    type: Literal["BudgetExceeded"] = "BudgetExceeded"
+    metric: str
+    limit: float
+    used: float
+    """What the total would have reached with the stopped action."""
+    scope: Literal["run", "tenant"]
+    action: Literal["escalate", "fail"]
+    tool: str | None = None
+
+
+class ToolShadowed(Event):
+    """Shadow mode: a mutating call was decided on but not executed."""
+
+    type: Literal["ToolShadowed"] = "ToolShadowed"
+    key: str
+    tool: str
+    index: int
+    args: JSON
+    args_hash: str
+    decision: str
+
+
+class PlanCreated(Event):
+    """An agent's plan for its goal."""
+
+    type: Literal["PlanCreated"] = "PlanCreated"
+    plan: list[str]
+    model: str | None = None
+
+
+class PlanRevised(Event):
+    """An agent revised its plan after an observation."""
+
+    type: Literal["PlanRevised"] = "PlanRevised"
+    plan: list[str]
+    reason: str = ""
+
+
+class ToolSelected(Event):
+    """An agent's model chose the next tool call (before policy, approval or sandbox)."""
+
+    type: Literal["ToolSelected"] = "ToolSelected"
+    tool: str
+    args: JSON
+    reason: str = ""
+    tainted: list[str] = Field(default_factory=list)
+    """Provenance of untrusted content the arguments may carry (source names)."""
+
+
 AnyEvent = Annotated[
     RunStarted
     | StepStarted
@@ -309,7 +475,20 @@ AnyEvent = Annotated[
     | RunResumed
     | RunCompleted
     | RunFailed
-    | RunCancelled,
+    | RunCancelled
+    | ToolRefused
+    | PolicyDecided
+    | ApprovalRequested
+    | ApprovalGranted
+    | ApprovalRejected
+    | ApprovalInvalid
+    | ApprovalExpired
+    | EscalationAnswered
+    | BudgetExceeded
+    | ToolShadowed
+    | PlanCreated
+    | PlanRevised
+    | ToolSelected,
     Field(discriminator="type"),
 ]
 """Every event type the journal can hold, discriminated by ``type``."""

@@ -20,8 +20,10 @@ from .errors import ConfigurationError
 from .events import JSON
 
 if TYPE_CHECKING:
+    from .budgets import Budget
     from .effects import Model, Tool
     from .engine import StepExecution
+    from .policy import Policy
 
 S = TypeVar("S", bound=BaseModel)
 I = TypeVar("I", bound=BaseModel)  # noqa: E741 - conventional name for the input type
@@ -117,20 +119,51 @@ class RunContext(Generic[S, I]):
         """True when the preceding ``wait`` ended by timeout instead of a signal."""
         return self._x.timed_out
 
-    async def call(self, tool: Tool | str, args: JSON | BaseModel = None) -> JSON:
-        """Perform a tool call through the effect ledger and return its result.
+    async def call(
+        self,
+        tool: Tool | str,
+        args: JSON | BaseModel = None,
+        *,
+        labels: tuple[str, ...] | list[str] = (),
+        evidence: JSON = None,
+        risks: tuple[str, ...] | list[str] = (),
+    ) -> JSON:
+        """Perform a tool call through the guard and the effect ledger; return its result.
 
-        A call that already completed (journaled) returns its journaled result without
-        running the tool again. Raises :class:`~underway.errors.ToolCallError` when the
-        tool failed.
+        Before the call runs: the flow's allow-list, the argument schema, budgets and the
+        policy are checked; a call the policy holds for approval suspends the run until a
+        signed decision arrives (``evidence`` and ``risks`` are shown to the approver).
+        ``labels`` mark what the arguments carry (e.g. ``untrusted`` content) for policies.
+        A call that already completed returns its journaled result without running again.
+        Raises :class:`~underway.errors.ToolCallError` when the call failed or was refused
+        (``error_type`` ``ToolNotAllowed``, ``PolicyDenied``, ``ApprovalRejected``,
+        ``ApprovalExpired``, ``ApprovalInvalid``, ``SchemaValidationFailed``...).
         """
         if isinstance(args, BaseModel):
             args = args.model_dump(mode="json")
-        return await self._x.call(tool, args)
+        return await self._x.call(
+            tool, args, labels=frozenset(labels), evidence=evidence, risks=list(risks)
+        )
+
+    async def ask(
+        self,
+        question: str,
+        *,
+        context: JSON = None,
+        role: str | None = None,
+    ) -> JSON:
+        """Stop and ask a person; the run escalates (holding no worker) until an approver
+        with ``role`` sends a signed answer, which this returns (journaled: asked once)."""
+        return await self._x.ask(question, context=context, role=role)
 
     async def model(self, model: Model, request: JSON) -> JSON:
         """Ask a model; the response is journaled and never requested twice."""
         return await self._x.model(model, request)
+
+    def note(self, event: Any) -> bool:
+        """Journal an agent event (``PlanCreated``, ``PlanRevised``, ``ToolSelected``) once:
+        a re-run of the step after a crash does not repeat it. True when it was new."""
+        return self._x.note(event)
 
     def now(self) -> datetime:
         """The current time, journaled: a re-run sees the same value."""
@@ -184,6 +217,10 @@ class _NoInput(BaseModel):
 class Flow(Generic[S, I]):
     """A named set of steps over a typed state.
 
+    ``tools`` is the allow-list of tools its steps may call (a call to any other is
+    refused and journaled); ``policy``, ``budget`` and ``shadow`` override the engine's;
+    ``deny_unlisted_mutating`` denies mutating tools that no policy rule covers.
+
     >>> flow = Flow("invoice_followup", state=FollowUp, input=Customer)
     >>> @flow.step(start=True)
     ... async def fetch(ctx): ...
@@ -196,6 +233,11 @@ class Flow(Generic[S, I]):
         state: type[S],
         input: type[I] | None = None,
         init: Callable[[I], S] | None = None,
+        tools: list[Tool | str] | tuple[Tool | str, ...] | None = None,
+        policy: Policy | None = None,
+        budget: Budget | None = None,
+        shadow: bool | None = None,
+        deny_unlisted_mutating: bool | None = None,
     ) -> None:
         if not name or not name.replace("_", "").replace("-", "").replace(".", "").isalnum():
             raise ConfigurationError(
@@ -207,6 +249,17 @@ class Flow(Generic[S, I]):
         self._init = init
         self.steps: dict[str, StepFn[S, I]] = {}
         self.start_step: str | None = None
+        self.allowed_tools: frozenset[str] | None = (
+            None if tools is None
+            else frozenset(t if isinstance(t, str) else t.name for t in tools)
+        )
+        """The tools this flow may call (None: any registered tool)."""
+        self.declared_tools: list[Tool] = [t for t in tools or () if not isinstance(t, str)]
+        """Tool objects given in ``tools``; the engine registers them with the flow."""
+        self.policy = policy
+        self.budget = budget
+        self.shadow = shadow
+        self.deny_unlisted_mutating = deny_unlisted_mutating
 
     @overload
     def step(self, fn: StepFn[S, I], *, name: str | None = None,

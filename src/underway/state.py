@@ -24,7 +24,9 @@ for an operator to resume or cancel it."""
 
 FINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
 
-CallStatus = Literal["started", "succeeded", "failed", "retry"]
+CallStatus = Literal["started", "succeeded", "failed", "retry", "awaiting", "approved"]
+"""``awaiting``: a call held for a person (approval or question); ``approved``: its
+signed approval was verified and it may run."""
 
 
 @dataclass(slots=True)
@@ -87,6 +89,16 @@ class RunState:
     tokens_in: int = 0
     tokens_out: int = 0
     cost_usd: float = 0.0
+    principal: str | None = None
+    roles: list[str] = field(default_factory=list)
+    read_calls: int = 0
+    """Read-only calls made (``tool_calls`` counts mutating intents)."""
+    messages: int = 0
+    money: dict[str, float] = field(default_factory=dict)
+    pending_approval: dict[str, JSON] | None = None
+    """The approval request the run waits for (the ``ApprovalRequested`` fields)."""
+    approvals: dict[str, JSON] = field(default_factory=dict)
+    """Verified signed approvals of the current step's calls, by idempotency key."""
 
     @property
     def final(self) -> bool:
@@ -129,6 +141,57 @@ def _set_call(s: RunState, rec: CallRecord) -> None:
         s.calls.append(rec)
 
 
+APPROVAL_SIGNAL = "underway.approval"
+"""The reserved signal carrying a signed approval decision."""
+ANSWER_SIGNAL = "underway.answer"
+"""The reserved signal carrying a signed answer to a question."""
+
+REFUSAL_ERRORS: dict[str, str] = {
+    "not_allowed": "ToolNotAllowed",
+    "policy_denied": "PolicyDenied",
+    "approval_rejected": "ApprovalRejected",
+    "approval_expired": "ApprovalExpired",
+    "approval_invalid": "ApprovalInvalid",
+    "budget_exceeded": "BudgetExceeded",
+}
+"""The ``error_type`` a refused call raises, by ``ToolRefused.cause``."""
+
+
+def shadow_result(tool: str) -> JSON:
+    """What a shadowed (not executed) mutating call returns to its step."""
+    return {"shadowed": True, "tool": tool}
+
+
+def request_id_for(key: str) -> str:
+    """The approval request id of the call with idempotency ``key``."""
+    return f"apr:{key}"
+
+
+def _request_key(request_id: str) -> str:
+    return request_id.split(":", 1)[1] if ":" in request_id else request_id
+
+
+def _count_read(s: RunState, index: int, key: str) -> None:
+    """Count a call outcome as a read-only call when no intent preceded it."""
+    old = s.call(index)
+    if old is None or old.key != key or old.status not in ("started", "retry"):
+        s.read_calls += 1
+
+
+def _settle_approval(
+    s: RunState, request_id: str, status: CallStatus, error: tuple[str, str] | None
+) -> None:
+    key = _request_key(request_id)
+    for c in s.calls:
+        if c.key == key and c.status == "awaiting":
+            c.status = status
+            if error is not None:
+                c.error_type, c.message = error
+    s.pending_approval = None
+    if s.status == "waiting" and s.waiting_signal == APPROVAL_SIGNAL:
+        s.status, s.waiting_signal, s.wake_at = "ready", None, None
+
+
 def apply(s: RunState, rec: Recorded) -> RunState:
     """Apply one event to ``s`` (in place) and return it."""
     e = rec.event
@@ -139,18 +202,59 @@ def apply(s: RunState, rec: Recorded) -> RunState:
             s.flow, s.input, s.state = e.flow, copy.deepcopy(e.input), copy.deepcopy(e.state)
             s.step, s.status, s.deadline = e.first_step, "ready", e.deadline
             s.idempotency_key, s.created_at = e.idempotency_key, rec.at
+            s.principal, s.roles = e.principal, list(e.roles)
         case ev.StepStarted():
             s.attempt = e.attempt
         case ev.ValueRecorded():
             s.values.append(e.value)
+        case ev.PlanCreated() | ev.PlanRevised() | ev.ToolSelected():
+            # Journaled once per step execution, like a value: a re-run does not repeat it.
+            s.values.append(None)
         case ev.ToolStarted():
             existing = s.call(e.index)
             if existing is None or existing.status != "started":
                 _set_call(s, CallRecord(e.index, e.key, e.tool, e.args_hash, "started"))
             s.tool_calls += 1
         case ev.ToolSucceeded():
+            _count_read(s, e.index, e.key)
             _set_call(s, CallRecord(e.index, e.key, e.tool, e.args_hash, "succeeded", e.result))
+            for name, n in (e.counts or {}).items():
+                if name == "messages":
+                    s.messages += int(n)
+                elif name.startswith("money."):
+                    s.money[name[6:]] = s.money.get(name[6:], 0.0) + n
+        case ev.ToolShadowed():
+            _set_call(s, CallRecord(e.index, e.key, e.tool, e.args_hash, "succeeded",
+                                    shadow_result(e.tool)))
+        case ev.ToolRefused():
+            _set_call(s, CallRecord(e.index, e.key, e.tool, e.args_hash, "failed", None,
+                                    REFUSAL_ERRORS[e.cause], e.reason, False))
+        case ev.ApprovalRequested():
+            _set_call(s, CallRecord(e.index, e.key, e.tool, e.args_hash, "awaiting"))
+            s.pending_approval = e.model_dump(mode="json", exclude={"type"})
+            s.status, s.waiting_signal, s.wake_at = "waiting", APPROVAL_SIGNAL, e.expires_at
+        case ev.ApprovalGranted():
+            _settle_approval(s, e.request_id, "approved", None)
+            s.approvals[_request_key(e.request_id)] = {
+                "decision": e.decision, "required_role": e.required_role,
+                "expires_at": e.expires_at,
+            }
+        case ev.ApprovalRejected():
+            comment = e.decision.get("comment") if isinstance(e.decision, dict) else ""
+            _settle_approval(s, e.request_id, "failed", (
+                "ApprovalRejected", f"rejected by {e.approver_id}: {comment or 'no comment'}"
+            ))
+        case ev.ApprovalExpired():
+            _settle_approval(s, e.request_id, "failed", (
+                "ApprovalExpired", "no valid decision arrived before the approval expired"
+            ))
+        case ev.EscalationAnswered():
+            for c in s.calls:
+                if c.key == _request_key(e.request_id) and c.status == "awaiting":
+                    c.status, c.result = "succeeded", e.answer
+            s.status, s.escalation = "ready", None
         case ev.ToolFailed():
+            _count_read(s, e.index, e.key)
             _set_call(
                 s,
                 CallRecord(
@@ -159,6 +263,7 @@ def apply(s: RunState, rec: Recorded) -> RunState:
                 ),
             )
         case ev.ToolTimedOut():
+            _count_read(s, e.index, e.key)
             _set_call(
                 s,
                 CallRecord(
@@ -184,8 +289,15 @@ def apply(s: RunState, rec: Recorded) -> RunState:
         case ev.Escalated():
             s.escalation = {
                 "reason": e.reason, "key": e.key, "tool": e.tool, "index": e.index,
-                "was": s.status,
+                "was": s.status, "cause": e.cause,
             }
+            if e.cause == "question":
+                s.escalation.update(
+                    request_id=e.request_id, question=e.question, context=e.context,
+                    required_role=e.required_role, expires_at=e.expires_at,
+                )
+                if e.index is not None and e.key is not None:
+                    _set_call(s, CallRecord(e.index, e.key, "ask", "", "awaiting"))
             s.status = "escalated"
             if e.cause == "deadline":
                 s.deadline_escalated = True
@@ -222,6 +334,7 @@ def apply(s: RunState, rec: Recorded) -> RunState:
             s.step, s.attempt, s.calls, s.values = e.next, 0, [], []
             s.signal, s.timed_out = None, False
             s.steps_completed += 1
+            s.approvals = {}
         case ev.TimerSet():
             s.timer_id, s.wake_at, s.status = e.timer_id, e.wake_at, "waiting"
         case ev.TimerFired():

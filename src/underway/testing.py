@@ -3,7 +3,8 @@ scripted model."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import json
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from .clock import ManualClock
@@ -11,9 +12,10 @@ from .effects import ModelReply, Tool
 from .engine import Engine
 from .events import JSON
 from .flow import Flow
+from .models.types import ModelRequest, ModelResponse, ToolCall
 from .store.memory import MemoryStore
 
-__all__ = ["ManualClock", "MemoryStore", "ScriptedModel", "memory_engine"]
+__all__ = ["ManualClock", "MemoryStore", "RuleModel", "ScriptedModel", "memory_engine", "say"]
 
 
 class ScriptedModel:
@@ -49,3 +51,46 @@ def memory_engine(
     store = MemoryStore()
     store.migrate()
     return Engine(store, flows=flows, tools=tools, clock=clock), clock
+
+
+class RuleModel:
+    """A deterministic model whose answer is a function of the request.
+
+    Unlike :class:`ScriptedModel`, it needs no memory of earlier calls, so a process that
+    restarts mid-run (or a replay) gets the same answers: ``decide(request)`` receives the
+    :class:`~underway.models.ModelRequest` and returns a
+    :class:`~underway.models.ModelResponse` (or its JSON). Usage is estimated at four
+    characters per token.
+    """
+
+    def __init__(
+        self, decide: Callable[[ModelRequest], ModelResponse | JSON], *, name: str = "rules",
+        cost_per_1k_tokens: float = 0.0,
+    ) -> None:
+        self.name = name
+        self.decide = decide
+        self.cost_per_1k_tokens = cost_per_1k_tokens
+        self.calls = 0
+
+    async def complete(self, request: JSON) -> ModelReply:
+        """Answer ``request`` by the rules."""
+        self.calls += 1
+        req = ModelRequest.from_json(request)
+        out = self.decide(req)
+        resp = out if isinstance(out, ModelResponse) else ModelResponse.from_json(
+            {"model": self.name, **out} if isinstance(out, dict) else out
+        )
+        tin, tout = len(json.dumps(request)) // 4, len(resp.model_dump_json()) // 4
+        cost = (tin + tout) * self.cost_per_1k_tokens / 1000
+        resp = resp.model_copy(update={"tokens_in": tin, "tokens_out": tout, "cost_usd": cost,
+                                       "model": resp.model or self.name})
+        return ModelReply(resp.to_json(), resp.model, tin, tout, cost)
+
+
+def say(text: str | None = None, *calls: tuple[str, JSON], model: str = "rules") -> ModelResponse:
+    """A model response: optional text and tool calls given as ``(name, arguments)``."""
+    return ModelResponse(
+        text=text, model=model,
+        tool_calls=[ToolCall.from_arguments(f"call_{i}", n, a) for i, (n, a) in enumerate(calls)],
+        stop_reason="tool_calls" if calls else "end_turn",
+    )

@@ -124,6 +124,44 @@ def summarize(rec: Recorded) -> str:
         case ev.RunCancelled():
             why = f": {e.reason}" if e.reason else ""
             return f"run cancelled by {e.by}{why}"
+        case ev.PolicyDecided():
+            rule = f" (rule {e.rule_id}, policy {e.policy_version})" if e.rule_id else ""
+            return f"policy: {e.decision} {_call(e.tool, e.index, e.key)}{rule}"
+        case ev.ToolRefused():
+            return f"{_call(e.tool, e.index, e.key)} REFUSED ({e.cause}): {e.reason}"
+        case ev.ApprovalRequested():
+            role = f" by a {e.required_role}" if e.required_role else ""
+            return (
+                f"APPROVAL needed{role} for {e.tool} {preview(e.args, 48)} "
+                f"(expires {format_time(e.expires_at)})"
+            )
+        case ev.ApprovalGranted():
+            return f"approval {e.request_id} GRANTED by {e.approver_id} (signature verified)"
+        case ev.ApprovalRejected():
+            return f"approval {e.request_id} REJECTED by {e.approver_id}"
+        case ev.ApprovalInvalid():
+            who = f" from {e.approver_id}" if e.approver_id else ""
+            return f"decision{who} REFUSED: {e.reason}"
+        case ev.ApprovalExpired():
+            return f"approval {e.request_id} EXPIRED without a valid decision"
+        case ev.EscalationAnswered():
+            return f"answered by {e.approver_id}: {preview(e.answer, 48)}"
+        case ev.BudgetExceeded():
+            return (
+                f"{e.scope} BUDGET {e.metric} would be exceeded (limit {e.limit:g}, would "
+                f"reach {e.used:g}); run will {e.action}"
+            )
+        case ev.ToolShadowed():
+            return f"shadow: {e.tool} {preview(e.args, 48)} not executed ({e.decision})"
+        case ev.PlanCreated():
+            return f"plan: {'; '.join(e.plan)[:120]}"
+        case ev.PlanRevised():
+            why = f" ({e.reason})" if e.reason else ""
+            return f"plan revised{why}: {'; '.join(e.plan)[:100]}"
+        case ev.ToolSelected():
+            taint = f" [arguments carry untrusted content from {', '.join(e.tainted)}]" \
+                if e.tainted else ""
+            return f"agent chose {e.tool} {preview(e.args, 48)}{taint}"
     return preview(e.model_dump(mode="json"))
 
 

@@ -2,7 +2,9 @@
 
 ``underway db migrate``, ``underway runs ls|show|events|signal|cancel|resolve|resume``,
 ``underway audit verify``, ``underway worker``, ``underway queues set|ls|rm``,
-``underway schedules ls|add|rm`` and ``underway events send``. The database comes from
+``underway schedules ls|add|rm``, ``underway events send``, ``underway keys new``,
+``underway approvers add|ls|revoke`` and
+``underway approvals ls|show|approve|reject|answer``. The database comes from
 ``--db URL`` (before or after the command) or ``$UNDERWAY_DB``. Errors print one line and
 exit with status 2; a failed audit exits with status 1.
 
@@ -17,7 +19,7 @@ from typing import Annotated
 
 import typer
 
-from . import audit, db, events, queues, runs, schedules, worker
+from . import approvals, audit, db, events, keys, queues, runs, schedules, worker
 from ._common import DbOption
 
 __all__ = ["app", "main"]
@@ -37,6 +39,11 @@ app.add_typer(schedules.app, name="schedules")
 app.add_typer(events.app, name="events")
 app.add_typer(queues.app, name="queues")
 app.command("worker")(worker.worker)
+
+# signed approvals: keys, the approvers registry, deciding requests
+app.add_typer(keys.app, name="keys")
+app.add_typer(approvals.approvers, name="approvers")
+app.add_typer(approvals.app, name="approvals")
 
 
 def _print_version(value: bool) -> None:

@@ -219,6 +219,24 @@ class IntakeRequest:
     new_run: NewRun | None = None
 
 
+# -- approvers (signed human approvals) ----------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class ApproverRecord:
+    """A person registered in a tenant to sign approval decisions.
+
+    ``public_key`` is the base64 of the raw 32-byte Ed25519 public key; ``roles`` are what
+    a request may require of its approver. A revoked approver (``revoked_at`` set) can sign
+    nothing that is accepted until registered again.
+    """
+
+    tenant_id: str
+    approver_id: str
+    public_key: str
+    roles: tuple[str, ...]
+    created_at: float
+    revoked_at: float | None = None
+
+
 class Store(Protocol):
     """What the engine needs from a database. See the module docstring for the rules."""
 
@@ -424,6 +442,35 @@ class Store(Protocol):
 
     def entity_owner(self, tenant_id: str, entity_id: str) -> str | None:
         """The run that owns the entity, if it is not finished."""
+        ...
+
+    # -- approvers and decision nonces ----------------------------------------------------
+    def put_approver(self, rec: ApproverRecord) -> None:
+        """Register an approver, or replace the one with its tenant and id (its key, roles
+        and creation time; registering again lifts a revocation)."""
+        ...
+
+    def get_approver(self, tenant_id: str, approver_id: str) -> ApproverRecord | None:
+        """The approver with this id in the tenant, revoked or not."""
+        ...
+
+    def list_approvers(self, tenant_id: str) -> list[ApproverRecord]:
+        """A tenant's approvers by id, revoked ones included."""
+        ...
+
+    def revoke_approver(self, tenant_id: str, approver_id: str, *, at: float) -> bool:
+        """Revoke an approver as of ``at``; False when there is no such approver or it was
+        already revoked (the first revocation's time stands)."""
+        ...
+
+    def use_nonce(
+        self, tenant_id: str, nonce: str, *, run_id: str, request_id: str, at: float
+    ) -> bool:
+        """Record a decision's nonce as used: True the first time the nonce is seen in the
+        tenant, False ever after — except for the same ``run_id`` and ``request_id``, so a
+        decision redelivered after a crash (nonce recorded, grant not yet journaled) is not
+        mistaken for a replay. Atomic: of concurrent callers for different requests,
+        exactly one gets True."""
         ...
 
     def close(self) -> None:

@@ -11,6 +11,7 @@ from . import limits
 from .base import (
     FINAL,
     AppendBatch,
+    ApproverRecord,
     IntakeRecord,
     IntakeRequest,
     Lease,
@@ -44,6 +45,8 @@ class MemoryStore:
         self._buckets: dict[limits.BucketKey, limits.Bucket] = {}
         self._version = 0
         self._circuits: dict[tuple[str, str], tuple[int, float | None, float | None]] = {}
+        self._approvers: dict[tuple[str, str], ApproverRecord] = {}
+        self._nonces: dict[tuple[str, str], tuple[str, str]] = {}
 
     def migrate(self) -> int:
         """Nothing to migrate in memory."""
@@ -491,6 +494,42 @@ class MemoryStore:
             run_id = self._owners.get((tenant_id, entity_id))
             run = None if run_id is None else self._runs.get((tenant_id, run_id))
             return run_id if run is not None and run.status not in FINAL else None
+
+    # -- approvers and decision nonces ----------------------------------------------------
+    def put_approver(self, rec: ApproverRecord) -> None:
+        """Register or replace an approver."""
+        with self._lock:
+            self._approvers[(rec.tenant_id, rec.approver_id)] = rec
+
+    def get_approver(self, tenant_id: str, approver_id: str) -> ApproverRecord | None:
+        """The approver with this id."""
+        return self._approvers.get((tenant_id, approver_id))
+
+    def list_approvers(self, tenant_id: str) -> list[ApproverRecord]:
+        """A tenant's approvers by id."""
+        with self._lock:
+            return sorted(
+                (a for a in self._approvers.values() if a.tenant_id == tenant_id),
+                key=lambda a: a.approver_id,
+            )
+
+    def revoke_approver(self, tenant_id: str, approver_id: str, *, at: float) -> bool:
+        """Revoke an approver that is not revoked yet."""
+        with self._lock:
+            rec = self._approvers.get((tenant_id, approver_id))
+            if rec is None or rec.revoked_at is not None:
+                return False
+            self._approvers[(tenant_id, approver_id)] = dataclasses.replace(rec, revoked_at=at)
+            return True
+
+    def use_nonce(
+        self, tenant_id: str, nonce: str, *, run_id: str, request_id: str, at: float
+    ) -> bool:
+        """True the first time the nonce is used in the tenant (or again for the same run
+        and request: a decision redelivered after a crash)."""
+        with self._lock:
+            owner = self._nonces.setdefault((tenant_id, nonce), (run_id, request_id))
+            return owner == (run_id, request_id)
 
     def close(self) -> None:
         """Nothing to close."""

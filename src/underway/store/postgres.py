@@ -33,6 +33,7 @@ from ..errors import (
 from . import limits, queries
 from .base import (
     AppendBatch,
+    ApproverRecord,
     IntakeRecord,
     IntakeRequest,
     Lease,
@@ -561,9 +562,53 @@ class PostgresStore:
         rows = self._all("entity_owner", tenant_id=tenant_id, entity_id=entity_id)
         return str(rows[0][0]) if rows else None
 
+    # -- approvers and decision nonces ----------------------------------------------------
+    def put_approver(self, rec: ApproverRecord) -> None:
+        """Register or replace an approver."""
+        self._count(
+            "put_approver", tenant_id=rec.tenant_id, approver_id=rec.approver_id,
+            public_key=rec.public_key, roles=list(rec.roles), created_at=rec.created_at,
+            revoked_at=rec.revoked_at,
+        )
+
+    def get_approver(self, tenant_id: str, approver_id: str) -> ApproverRecord | None:
+        """The approver with this id."""
+        rows = self._all("get_approver", tenant_id=tenant_id, approver_id=approver_id)
+        return _approver(rows[0]) if rows else None
+
+    def list_approvers(self, tenant_id: str) -> list[ApproverRecord]:
+        """A tenant's approvers by id."""
+        return [_approver(r) for r in self._all("list_approvers", tenant_id=tenant_id)]
+
+    def revoke_approver(self, tenant_id: str, approver_id: str, *, at: float) -> bool:
+        """Revoke an approver that is not revoked yet."""
+        return self._count(
+            "revoke_approver", tenant_id=tenant_id, approver_id=approver_id, at=at
+        ) == 1
+
+    def use_nonce(
+        self, tenant_id: str, nonce: str, *, run_id: str, request_id: str, at: float
+    ) -> bool:
+        """True the first time the nonce is used in the tenant (or again for the same run
+        and request: a decision redelivered after a crash)."""
+        if self._all(
+            "use_nonce", tenant_id=tenant_id, nonce=nonce, run_id=run_id,
+            request_id=request_id, at=at,
+        ):
+            return True
+        owner = self._all("nonce_owner", tenant_id=tenant_id, nonce=nonce)
+        return bool(owner) and tuple(owner[0]) == (run_id, request_id)
+
     def close(self) -> None:
         """Close every pooled connection."""
         self._pool.close()
+
+    # -- companion tables (underway.knowledge) ----------------------------------------------
+    @property
+    def pool(self) -> ConnectionPool[psycopg.Connection[Any]]:
+        """The store's connection pool: autocommit connections on the store's schema, for
+        tables kept beside the store's own, such as the knowledge base's."""
+        return self._pool
 
     # -- helpers ------------------------------------------------------------------------
     def _all(self, name: str, **params: Any) -> list[tuple[Any, ...]]:
@@ -626,3 +671,7 @@ def _schedule(row: tuple[Any, ...]) -> ScheduleRecord:
         row[0], row[1], row[2], row[3], row[4], bytes(row[5]), row[6], row[7], bool(row[8]),
         row[9], row[10], row[11],
     )
+
+
+def _approver(row: tuple[Any, ...]) -> ApproverRecord:
+    return ApproverRecord(row[0], row[1], row[2], tuple(row[3]), row[4], row[5])

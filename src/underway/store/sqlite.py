@@ -18,6 +18,7 @@ from ..errors import ConflictError, FencedError, MigrationError, RunNotFound
 from . import limits, queries
 from .base import (
     AppendBatch,
+    ApproverRecord,
     IntakeRecord,
     IntakeRequest,
     Lease,
@@ -463,10 +464,54 @@ class SQLiteStore:
         rows = self._query("entity_owner", tenant_id, entity_id)
         return str(rows[0][0]) if rows else None
 
+    # -- approvers and decision nonces ----------------------------------------------------
+    def put_approver(self, rec: ApproverRecord) -> None:
+        """Register or replace an approver."""
+        with self._tx() as c:
+            c.execute(_Q["put_approver"], (
+                rec.tenant_id, rec.approver_id, rec.public_key, json.dumps(list(rec.roles)),
+                rec.created_at, rec.revoked_at,
+            ))
+
+    def get_approver(self, tenant_id: str, approver_id: str) -> ApproverRecord | None:
+        """The approver with this id."""
+        rows = self._query("get_approver", tenant_id, approver_id)
+        return _approver(rows[0]) if rows else None
+
+    def list_approvers(self, tenant_id: str) -> list[ApproverRecord]:
+        """A tenant's approvers by id."""
+        return [_approver(r) for r in self._query("list_approvers", tenant_id)]
+
+    def revoke_approver(self, tenant_id: str, approver_id: str, *, at: float) -> bool:
+        """Revoke an approver that is not revoked yet."""
+        with self._tx() as c:
+            return c.execute(_Q["revoke_approver"], (at, tenant_id, approver_id)).rowcount == 1
+
+    def use_nonce(
+        self, tenant_id: str, nonce: str, *, run_id: str, request_id: str, at: float
+    ) -> bool:
+        """True the first time the nonce is used in the tenant (or again for the same run
+        and request: a decision redelivered after a crash)."""
+        with self._tx() as c:
+            cur = c.execute(_Q["use_nonce"], (tenant_id, nonce, run_id, request_id, at))
+            if cur.rowcount == 1:
+                return True
+            owner = c.execute(_Q["nonce_owner"], (tenant_id, nonce)).fetchone()
+            return owner is not None and tuple(owner) == (run_id, request_id)
+
     def close(self) -> None:
         """Close the connection."""
         with self._lock:
             self._conn.close()
+
+    # -- companion tables (underway.knowledge) ----------------------------------------------
+    @contextmanager
+    def connection(self) -> Iterator[sqlite3.Connection]:
+        """The store's connection, held exclusively for the block. It is in autocommit
+        mode: write with ``BEGIN IMMEDIATE`` ... ``COMMIT``. For tables kept in the same
+        file beside the store's own, such as the knowledge base's."""
+        with self._lock:
+            yield self._conn
 
 
 def _create_run(c: sqlite3.Connection, new: NewRun) -> tuple[RunRecord, bool]:
@@ -517,6 +562,12 @@ def _schedule(row: sqlite3.Row) -> ScheduleRecord:
 
 def _intake(row: sqlite3.Row) -> IntakeRecord:
     return IntakeRecord(*row)
+
+
+def _approver(row: sqlite3.Row) -> ApproverRecord:
+    return ApproverRecord(
+        row[0], row[1], row[2], tuple(json.loads(row[3])), row[4], row[5]
+    )
 
 
 def _statements(sql: str) -> list[str]:

@@ -510,3 +510,73 @@ SELECT o.run_id FROM intake_owners o
 INSERT INTO intake_owners (tenant_id, entity_id, run_id, since)
 VALUES (%(tenant_id)s, %(entity_id)s, %(run_id)s, %(now)s)
 ON CONFLICT (tenant_id, entity_id) DO UPDATE SET run_id = excluded.run_id, since = excluded.since
+
+-- Approvers and decision nonces (migration 0006).
+
+-- name: put_approver
+-- Registering an approver again replaces its key and roles and lifts any revocation.
+INSERT INTO approvers (tenant_id, approver_id, public_key, roles, created_at, revoked_at)
+VALUES (%(tenant_id)s, %(approver_id)s, %(public_key)s, %(roles)s, %(created_at)s,
+        %(revoked_at)s)
+ON CONFLICT (tenant_id, approver_id) DO UPDATE
+   SET public_key = excluded.public_key, roles = excluded.roles,
+       created_at = excluded.created_at, revoked_at = excluded.revoked_at
+
+-- name: get_approver
+SELECT tenant_id, approver_id, public_key, roles, created_at, revoked_at
+  FROM approvers WHERE tenant_id = %(tenant_id)s AND approver_id = %(approver_id)s
+
+-- name: list_approvers
+SELECT tenant_id, approver_id, public_key, roles, created_at, revoked_at
+  FROM approvers WHERE tenant_id = %(tenant_id)s ORDER BY approver_id COLLATE "C"
+
+-- name: revoke_approver
+-- The first revocation's time stands.
+UPDATE approvers SET revoked_at = %(at)s
+ WHERE tenant_id = %(tenant_id)s AND approver_id = %(approver_id)s AND revoked_at IS NULL
+
+-- name: use_nonce
+-- The primary key makes a nonce usable once per tenant: of two concurrent inserts, the
+-- second waits for the first to commit and then inserts nothing.
+INSERT INTO approval_nonces (tenant_id, nonce, run_id, request_id, used_at)
+VALUES (%(tenant_id)s, %(nonce)s, %(run_id)s, %(request_id)s, %(at)s)
+ON CONFLICT (tenant_id, nonce) DO NOTHING
+RETURNING 1
+
+-- name: nonce_owner
+SELECT run_id, request_id FROM approval_nonces
+ WHERE tenant_id = %(tenant_id)s AND nonce = %(nonce)s
+
+-- name: knowledge_get
+-- Knowledge base (underway.knowledge): long-term memory, kept apart from run state. Every
+-- knowledge_ query belongs to it.
+SELECT tenant_id, id, text, source, created_at, expires_at, roles, sensitivity, metadata
+  FROM knowledge WHERE tenant_id = %(tenant_id)s AND id = %(id)s
+
+-- name: knowledge_put
+INSERT INTO knowledge (tenant_id, id, text, source, created_at, expires_at, roles,
+                       sensitivity, metadata)
+VALUES (%(tenant_id)s, %(id)s, %(text)s, %(source)s, %(created_at)s, %(expires_at)s,
+        %(roles)s::text[], %(sensitivity)s, %(metadata)s)
+ON CONFLICT (tenant_id, id) DO UPDATE
+   SET text = excluded.text, source = excluded.source, created_at = excluded.created_at,
+       expires_at = excluded.expires_at, roles = excluded.roles,
+       sensitivity = excluded.sensitivity, metadata = excluded.metadata
+
+-- name: knowledge_delete
+DELETE FROM knowledge WHERE tenant_id = %(tenant_id)s AND id = %(id)s RETURNING 1
+
+-- name: knowledge_purge_expired
+DELETE FROM knowledge WHERE expires_at <= %(now)s
+
+-- name: knowledge_search
+-- Every filter is applied before LIMIT, so hidden records never crowd out visible ones.
+SELECT k.tenant_id, k.id, k.text, k.source, k.created_at, k.expires_at, k.roles,
+       k.sensitivity, k.metadata, ts_rank(k.tsv, q) AS score
+  FROM knowledge k, websearch_to_tsquery('simple', %(query)s) AS q
+ WHERE k.tenant_id = %(tenant_id)s AND k.tsv @@ q
+   AND (k.expires_at IS NULL OR k.expires_at > %(now)s)
+   AND k.sensitivity = ANY(%(sensitivities)s::text[])
+   AND (cardinality(k.roles) = 0 OR k.roles && %(roles)s::text[])
+ ORDER BY score DESC, k.created_at DESC, k.id COLLATE "C"
+ LIMIT %(limit)s

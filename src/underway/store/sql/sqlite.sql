@@ -339,3 +339,84 @@ SELECT o.run_id FROM intake_owners o
 -- name: set_entity_owner
 INSERT INTO intake_owners (tenant_id, entity_id, run_id, since) VALUES (?, ?, ?, ?)
 ON CONFLICT (tenant_id, entity_id) DO UPDATE SET run_id = excluded.run_id, since = excluded.since
+
+-- Approvers and decision nonces (migration 0006). Roles are a JSON array of strings.
+
+-- name: put_approver
+-- Registering an approver again replaces its key and roles and lifts any revocation.
+INSERT INTO approvers (tenant_id, approver_id, public_key, roles, created_at, revoked_at)
+VALUES (?, ?, ?, ?, ?, ?)
+ON CONFLICT (tenant_id, approver_id) DO UPDATE
+   SET public_key = excluded.public_key, roles = excluded.roles,
+       created_at = excluded.created_at, revoked_at = excluded.revoked_at
+
+-- name: get_approver
+SELECT tenant_id, approver_id, public_key, roles, created_at, revoked_at
+  FROM approvers WHERE tenant_id = ? AND approver_id = ?
+
+-- name: list_approvers
+SELECT tenant_id, approver_id, public_key, roles, created_at, revoked_at
+  FROM approvers WHERE tenant_id = ? ORDER BY approver_id
+
+-- name: revoke_approver
+-- The first revocation's time stands.
+UPDATE approvers SET revoked_at = ?
+ WHERE tenant_id = ? AND approver_id = ? AND revoked_at IS NULL
+
+-- name: use_nonce
+-- The primary key makes a nonce usable once per tenant, whoever races for it.
+INSERT INTO approval_nonces (tenant_id, nonce, run_id, request_id, used_at)
+VALUES (?, ?, ?, ?, ?)
+ON CONFLICT (tenant_id, nonce) DO NOTHING
+
+-- name: nonce_owner
+SELECT run_id, request_id FROM approval_nonces WHERE tenant_id = ? AND nonce = ?
+
+-- name: knowledge_get
+-- Knowledge base (underway.knowledge): long-term memory, kept apart from run state. Every
+-- knowledge_ query belongs to it. knowledge_fts indexes knowledge.text as external content:
+-- whoever changes a row's text removes the old words ('delete' command) and adds the new.
+SELECT seq, tenant_id, id, text, source, created_at, expires_at, roles, sensitivity, metadata
+  FROM knowledge WHERE tenant_id = :tenant_id AND id = :id
+
+-- name: knowledge_upsert
+INSERT INTO knowledge (tenant_id, id, text, source, created_at, expires_at, roles,
+                       sensitivity, metadata)
+VALUES (:tenant_id, :id, :text, :source, :created_at, :expires_at, :roles, :sensitivity,
+        :metadata)
+ON CONFLICT (tenant_id, id) DO UPDATE
+   SET text = excluded.text, source = excluded.source, created_at = excluded.created_at,
+       expires_at = excluded.expires_at, roles = excluded.roles,
+       sensitivity = excluded.sensitivity, metadata = excluded.metadata
+RETURNING seq
+
+-- name: knowledge_index
+INSERT INTO knowledge_fts (rowid, text) VALUES (:seq, :text)
+
+-- name: knowledge_unindex
+INSERT INTO knowledge_fts (knowledge_fts, rowid, text) VALUES ('delete', :seq, :text)
+
+-- name: knowledge_delete
+DELETE FROM knowledge WHERE seq = :seq
+
+-- name: knowledge_unindex_expired
+INSERT INTO knowledge_fts (knowledge_fts, rowid, text)
+SELECT 'delete', seq, text FROM knowledge WHERE expires_at <= :now
+
+-- name: knowledge_purge_expired
+DELETE FROM knowledge WHERE expires_at <= :now
+
+-- name: knowledge_search
+-- Every filter is applied before LIMIT, so hidden records never crowd out visible ones.
+-- bm25() is lower for better matches.
+SELECT k.seq, k.tenant_id, k.id, k.text, k.source, k.created_at, k.expires_at, k.roles,
+       k.sensitivity, k.metadata, -bm25(knowledge_fts) AS score
+  FROM knowledge_fts JOIN knowledge k ON k.seq = knowledge_fts.rowid
+ WHERE knowledge_fts MATCH :match AND k.tenant_id = :tenant_id
+   AND (k.expires_at IS NULL OR k.expires_at > :now)
+   AND k.sensitivity IN (SELECT value FROM json_each(:sensitivities))
+   AND (k.roles = '[]' OR EXISTS (
+         SELECT 1 FROM json_each(k.roles) AS r
+          WHERE r.value IN (SELECT value FROM json_each(:roles))))
+ ORDER BY score DESC, k.created_at DESC, k.id
+ LIMIT :limit

@@ -1,0 +1,271 @@
+"""Budgets: limits on what a run or a tenant may spend, and usage derived from the journal.
+
+A :class:`Budget` holds limits (``None``: unlimited); a :class:`Usage` is what was spent;
+:func:`check` says which limits a pending action would cross. Usage is never kept
+anywhere but the journal: a run's usage is its folded state (:meth:`Usage.from_state`) and
+a tenant's is :func:`tenant_usage`, so both survive restarts and can be recomputed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from math import fsum
+from typing import Literal
+
+from . import events as ev
+from .codec import Codec
+from .errors import ConfigurationError
+from .journal import Journal
+from .state import RunState
+from .store.base import FINAL, Store
+
+__all__ = ["Budget", "Exceeded", "Usage", "check", "tenant_usage"]
+
+Scope = Literal["run", "tenant"]
+
+_TOLERANCE = 1e-9
+"""Relative slack when comparing sums of floats with a limit, so that 0.1 + 0.2 spent
+against a limit of 0.3 counts as at the limit, not over it."""
+
+_ALL_RUNS = 2**31 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """Limits on what a run (or a tenant) may spend; ``None`` means unlimited.
+
+    ``tokens`` counts input and output tokens together; ``wall_clock_s`` is the time since
+    the run started; ``money`` limits the amounts moved per currency (``{"INR": 50000}``),
+    and an amount in a currency it does not name is not limited. ``on_exceed`` says what
+    the engine does when a call would cross a limit: ``escalate`` to a person or ``fail``
+    the run.
+    """
+
+    tokens: int | None = None
+    cost_usd: float | None = None
+    model_calls: int | None = None
+    tool_calls: int | None = None
+    wall_clock_s: float | None = None
+    messages: int | None = None
+    money: Mapping[str, Decimal | float] | None = None
+    on_exceed: Literal["escalate", "fail"] = "escalate"
+
+    def __post_init__(self) -> None:
+        for name in ("tokens", "cost_usd", "model_calls", "tool_calls", "wall_clock_s",
+                     "messages"):
+            _check_limit(getattr(self, name), name)
+        if self.on_exceed not in ("escalate", "fail"):
+            raise ConfigurationError(
+                f"budget on_exceed must be 'escalate' or 'fail', not {self.on_exceed!r}"
+            )
+        if self.money is not None:
+            if not isinstance(self.money, Mapping):
+                raise ConfigurationError(
+                    f"budget money must map currency codes to limits, not {self.money!r}"
+                )
+            money: dict[str, Decimal | float] = {}
+            for cur, limit in self.money.items():
+                if not isinstance(cur, str) or not cur.strip():
+                    raise ConfigurationError(f"budget money: {cur!r} is not a currency code")
+                _check_limit(limit, f"money.{cur}")
+                money[cur.strip().upper()] = limit
+            object.__setattr__(self, "money", money)
+
+
+def _check_limit(value: object, name: str) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float | Decimal) or not (
+        value >= 0
+    ):
+        raise ConfigurationError(
+            f"budget {name} must be a number of 0 or more (or None for no limit), not {value!r}"
+        )
+
+
+@dataclass(slots=True)
+class Usage:
+    """What a run or a tenant spent. ``money`` maps currency codes to amounts moved;
+    ``started_at`` (epoch seconds) is when the run started, for the wall-clock limit."""
+
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost_usd: float = 0.0
+    model_calls: int = 0
+    tool_calls: int = 0
+    messages: int = 0
+    money: dict[str, float] = field(default_factory=dict)
+    started_at: float | None = None
+
+    @property
+    def tokens(self) -> int:
+        """Input and output tokens together."""
+        return self.tokens_in + self.tokens_out
+
+    def add(self, other: Usage) -> Usage:
+        """A new usage: this one plus ``other`` (the earlier ``started_at`` is kept)."""
+        money = dict(self.money)
+        for cur, amount in other.money.items():
+            money[cur] = money.get(cur, 0.0) + amount
+        starts = [t for t in (self.started_at, other.started_at) if t is not None]
+        return Usage(
+            tokens_in=self.tokens_in + other.tokens_in,
+            tokens_out=self.tokens_out + other.tokens_out,
+            cost_usd=self.cost_usd + other.cost_usd,
+            model_calls=self.model_calls + other.model_calls,
+            tool_calls=self.tool_calls + other.tool_calls,
+            messages=self.messages + other.messages,
+            money=money,
+            started_at=min(starts) if starts else None,
+        )
+
+    @classmethod
+    def from_state(cls, state: RunState) -> Usage:
+        """What a run spent, read from its folded state (``tool_calls`` counts mutating
+        intents and read-only calls alike)."""
+        created = float(getattr(state, "created_at", 0.0) or 0.0)
+        return cls(
+            tokens_in=int(getattr(state, "tokens_in", 0)),
+            tokens_out=int(getattr(state, "tokens_out", 0)),
+            cost_usd=float(getattr(state, "cost_usd", 0.0)),
+            model_calls=int(getattr(state, "model_calls", 0)),
+            tool_calls=int(getattr(state, "tool_calls", 0)) + int(getattr(state, "read_calls", 0)),
+            messages=int(getattr(state, "messages", 0)),
+            money={str(k): float(v) for k, v in (getattr(state, "money", None) or {}).items()},
+            started_at=created or None,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Exceeded:
+    """One limit that is, or would be, crossed: ``used`` includes the pending action."""
+
+    metric: str
+    limit: float
+    used: float
+    scope: Scope
+
+    def __str__(self) -> str:
+        return (
+            f"{self.scope} budget {self.metric}: {self.used:g} would exceed "
+            f"the limit {self.limit:g}"
+        )
+
+
+def _over(used: float, limit: float) -> bool:
+    return used - limit > _TOLERANCE * max(1.0, abs(limit))
+
+
+def check(
+    budget: Budget,
+    usage: Usage,
+    *,
+    now: float,
+    scope: Scope = "run",
+    pending: Usage | None = None,
+) -> list[Exceeded]:
+    """The limits of ``budget`` that ``usage`` plus ``pending`` would cross.
+
+    ``pending`` is what the action about to be taken adds (one tool call, one message, the
+    amount it moves), so an action that would cross a limit is stopped before it runs.
+    Reaching a limit exactly is allowed; only going past it is reported. Wall-clock time is
+    ``now - usage.started_at`` (not checked when ``started_at`` is None).
+    """
+    total = usage if pending is None else usage.add(pending)
+    found: list[Exceeded] = []
+
+    def limit(metric: str, cap: float | Decimal | None, used: float) -> None:
+        if cap is not None and _over(float(used), float(cap)):
+            found.append(Exceeded(metric, float(cap), float(used), scope))
+
+    limit("tokens", budget.tokens, total.tokens)
+    limit("cost_usd", budget.cost_usd, total.cost_usd)
+    limit("model_calls", budget.model_calls, total.model_calls)
+    limit("tool_calls", budget.tool_calls, total.tool_calls)
+    limit("messages", budget.messages, total.messages)
+    for cur, cap in (budget.money or {}).items():
+        limit(f"money.{cur}", cap, total.money.get(cur, 0.0))
+    if budget.wall_clock_s is not None and usage.started_at is not None:
+        limit("wall_clock_s", budget.wall_clock_s, now - usage.started_at)
+    return found
+
+
+def tenant_usage(
+    store: Store, tenant_id: str, *, since: float, codec: Codec | None = None
+) -> Usage:
+    """What the tenant's runs spent at or after ``since`` (epoch seconds), from the journal.
+
+    Counts, for events stamped at or after ``since``: model calls with their tokens and
+    cost (``ModelResponded``); tool calls, once per call key at the first ``ToolStarted``
+    or ``ToolSucceeded`` of that key (retries of one call count once); and the
+    ``messages`` and ``money.<CUR>`` counts journaled with successful calls.
+    ``started_at`` is None: wall-clock limits are per run.
+
+    Cost is O(runs of the tenant) to list them, plus the events of each run that may hold
+    events since ``since``: finished runs last updated before it are skipped, and a run
+    whose checkpoint predates ``since`` is read from its checkpoint on. Cache the result
+    for a few seconds rather than calling this before every action.
+    """
+    journal = Journal(store, codec)
+    total = _Tally()
+    for row in store.list_runs(tenant_id, limit=_ALL_RUNS):
+        # A finished run's row is written with its last event, so it bounds every event.
+        if row.status in FINAL and row.updated_at < since:
+            continue
+        _tally_run(journal, tenant_id, row.run_id, since, total)
+    return total.usage()
+
+
+@dataclass(slots=True)
+class _Tally:
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost: list[float] = field(default_factory=list)
+    model_calls: int = 0
+    tool_calls: int = 0
+    messages: float = 0.0
+    money: dict[str, list[float]] = field(default_factory=dict)
+
+    def usage(self) -> Usage:
+        return Usage(
+            tokens_in=self.tokens_in, tokens_out=self.tokens_out, cost_usd=fsum(self.cost),
+            model_calls=self.model_calls, tool_calls=self.tool_calls,
+            messages=int(self.messages),
+            money={cur: fsum(amounts) for cur, amounts in sorted(self.money.items())},
+        )
+
+
+def _tally_run(journal: Journal, tenant_id: str, run_id: str, since: float, t: _Tally) -> None:
+    store = journal.store
+    after = 0
+    seen: set[str] = set()
+    ckpt = store.load_checkpoint(tenant_id, run_id)
+    if ckpt is not None:
+        data = journal.codec.decode(ckpt[1], lambda keys: store.get_blobs(tenant_id, keys))
+        snapshot = RunState.from_json(data)
+        if snapshot.updated_at < since:
+            # Every event up to the checkpoint predates ``since``; the current step's calls
+            # were already counted then, whichever of their events follow.
+            after = snapshot.seq
+            seen = {c.key for c in snapshot.calls if c.key}
+    for rec in journal.decode(tenant_id, store.load_events(tenant_id, run_id, after_seq=after)):
+        e, counts = rec.event, rec.at >= since
+        if isinstance(e, ev.ToolStarted | ev.ToolSucceeded) and e.key not in seen:
+            seen.add(e.key)
+            if counts:
+                t.tool_calls += 1
+        if not counts:
+            continue
+        if isinstance(e, ev.ModelResponded):
+            t.model_calls += 1
+            t.tokens_in += e.tokens_in
+            t.tokens_out += e.tokens_out
+            t.cost.append(e.cost_usd)
+        elif isinstance(e, ev.ToolSucceeded):
+            for name, n in (getattr(e, "counts", None) or {}).items():
+                if name == "messages":
+                    t.messages += n
+                elif name.startswith("money."):
+                    t.money.setdefault(name[6:], []).append(float(n))

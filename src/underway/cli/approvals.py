@@ -1,0 +1,417 @@
+"""``underway approvals`` (requests waiting for a person: list, show, approve, reject,
+answer) and ``underway approvers`` (who may sign: add, list, revoke).
+
+Decisions are signed here, with the approver's private key file; only the signed decision
+is sent to the run, which verifies it again before anything happens.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from ..approvals import (
+    ApprovalCheck,
+    ApproverRecord,
+    load_private_key,
+    public_key_of,
+    register_approver,
+    sign_decision,
+    verify_decision,
+)
+from ..approvals.decision import Decision
+from ..engine import Engine
+from ..events import JSON
+from ..journal import Journal
+from ..state import RunState
+from ..store.base import Store
+from ._common import DbOption, Problem, TenantOption, handle_errors, open_store, require_run
+
+app = typer.Typer(
+    help="Review and decide requests that wait for a person.", no_args_is_help=True
+)
+approvers = typer.Typer(help="Register and revoke the people who sign decisions.",
+                        no_args_is_help=True)
+
+RunArg = Annotated[str, typer.Argument(help="The run id.", show_default=False)]
+KeyOption = Annotated[
+    Path,
+    typer.Option("--key", help="Your private key file (from `underway keys new`).",
+                 show_default=False),
+]
+AsOption = Annotated[
+    str, typer.Option("--as", help="Your approver id, as registered.", show_default=False)
+]
+CommentOption = Annotated[
+    str, typer.Option("--comment", help="Why; signed and journaled with the decision.")
+]
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+
+_WHY = {
+    "unknown_approver": "this approver is not registered in the tenant",
+    "revoked": "this approver has been revoked",
+    "wrong_tenant": "the approver or decision belongs to another tenant",
+    "wrong_request": "the decision names another request",
+    "wrong_run": "the decision names another run",
+    "wrong_tool": "the decision names another tool",
+    "args_mismatch": "the decision is for other arguments",
+    "missing_role": "the approver lacks the role the request requires",
+    "bad_signature": "the signature does not verify with the registered public key",
+    "expired": "the request has expired",
+    "decision_expiry_mismatch": "the decision outlives the request",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class _Request:
+    """What a run waits for a person to decide, read from its journal."""
+
+    run_id: str
+    kind: str
+    request_id: str
+    tool: str
+    args: JSON
+    args_hash: str
+    evidence: JSON
+    risks: list[str]
+    required_role: str | None
+    expires_at: float
+    question: str | None = None
+    context: JSON = None
+    rule_id: str | None = None
+    policy_version: str | None = None
+
+
+def _request_of(state: RunState) -> _Request | None:
+    """The approval request or question the run waits on, if any."""
+    if state.status == "waiting" and state.pending_approval is not None:
+        p = state.pending_approval
+        return _Request(
+            run_id=state.run_id, kind="approval", request_id=str(p["request_id"]),
+            tool=str(p["tool"]), args=p.get("args"), args_hash=str(p["args_hash"]),
+            evidence=p.get("evidence"), risks=[str(r) for r in p.get("risks") or []],
+            required_role=_opt_str(p.get("required_role")),
+            expires_at=float(p["expires_at"]), rule_id=_opt_str(p.get("rule_id")),
+            policy_version=_opt_str(p.get("policy_version")),
+        )
+    esc = state.escalation
+    if state.status == "escalated" and esc is not None and esc.get("cause") == "question":
+        return _Request(
+            run_id=state.run_id, kind="question", request_id=str(esc["request_id"]), tool="",
+            args=None, args_hash="", evidence=None, risks=[],
+            required_role=_opt_str(esc.get("required_role")),
+            expires_at=_expiry(esc.get("expires_at")), question=_opt_str(esc.get("question")),
+            context=esc.get("context"),
+        )
+    return None
+
+
+def _opt_str(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _expiry(value: Any) -> float:
+    return float("inf") if value is None else float(value)
+
+
+def _waiting(store: Store, tenant: str, limit: int) -> list[_Request]:
+    journal = Journal(store)
+    found = []
+    for status in ("waiting", "escalated"):
+        for row in store.list_runs(tenant, status=status, limit=limit):
+            request = _request_of(journal.load(tenant, row.run_id))
+            if request is not None:
+                found.append(request)
+    return sorted(found, key=lambda r: (r.expires_at, r.run_id))[:limit]
+
+
+def _load_request(store: Store, tenant: str, run_id: str) -> _Request:
+    row = require_run(store, tenant, run_id)
+    request = _request_of(Journal(store).load(tenant, run_id))
+    if request is None:
+        raise Problem(f"run {run_id!r} waits for no approval or answer (it is {row.status})")
+    return request
+
+
+def _iso(at: float) -> str:
+    if at == float("inf"):
+        return "never"
+    return datetime.fromtimestamp(at, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _relative(at: float, now: float) -> str:
+    if at == float("inf"):
+        return "no expiry"
+    left = at - now
+    span = abs(left)
+    if span < 120:
+        text = f"{span:.0f}s"
+    elif span < 2 * 3600:
+        text = f"{span / 60:.0f}m"
+    elif span < 2 * 86400:
+        text = f"{span / 3600:.1f}h"
+    else:
+        text = f"{span / 86400:.1f}d"
+    return f"in {text}" if left > 0 else f"expired {text} ago"
+
+
+def _pretty(value: JSON) -> str:
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    # Piped output must not be cut to 80 columns: ids are meant to be copied.
+    return Console(width=None if sys.stdout.isatty() else 10_000, highlight=False)
+
+
+# -- underway approvals ----------------------------------------------------------------------
+
+
+@app.command("ls")
+@handle_errors
+def list_requests(
+    ctx: typer.Context,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many.")] = 100,
+    as_json: JsonFlag = False,
+    tenant: TenantOption = "default",
+    db: DbOption = None,
+) -> None:
+    """List runs that wait for an approval or an answer, soonest expiry first."""
+    with open_store(ctx, db) as store:
+        found = _waiting(store, tenant, limit)
+    if as_json:
+        typer.echo(json.dumps([_as_json(r) for r in found], indent=2))
+        return
+    if not found:
+        typer.echo(f"no runs wait for a person in tenant {tenant!r}")
+        return
+    from rich.table import Table
+
+    now = time.time()
+    table = Table(box=None, pad_edge=False, show_edge=False)
+    for header in ("RUN", "KIND", "ACTION", "ROLE", "EXPIRES (UTC)", "LEFT"):
+        table.add_column(header, no_wrap=True)
+    for r in found:
+        action = r.tool if r.kind == "approval" else (r.question or "")[:60]
+        table.add_row(r.run_id, r.kind, action, r.required_role or "any",
+                      _iso(r.expires_at), _relative(r.expires_at, now))
+    _console().print(table)
+
+
+def _as_json(r: _Request) -> dict[str, JSON]:
+    data = asdict(r)
+    if data["expires_at"] == float("inf"):
+        data["expires_at"] = None
+    return data
+
+
+@app.command("show")
+@handle_errors
+def show(
+    ctx: typer.Context, run_id: RunArg, as_json: JsonFlag = False,
+    tenant: TenantOption = "default", db: DbOption = None,
+) -> None:
+    """Show exactly what a run asks to be approved (or answered)."""
+    with open_store(ctx, db) as store:
+        r = _load_request(store, tenant, run_id)
+    if as_json:
+        typer.echo(json.dumps(_as_json(r), indent=2))
+        return
+    now = time.time()
+    out = [f"run:           {r.run_id} (tenant {tenant})", f"request:       {r.request_id}"]
+    if r.kind == "approval":
+        out += [
+            f"action:        call tool {r.tool!r}",
+            f"arguments:     sha256 {r.args_hash}",
+            *("  " + line for line in _pretty(r.args).splitlines()),
+        ]
+        if r.evidence is not None:
+            out += ["evidence:", *("  " + line for line in _pretty(r.evidence).splitlines())]
+        out.append("risks:         " + ("none stated" if not r.risks else ""))
+        out += [f"  - {risk}" for risk in r.risks]
+    else:
+        out.append(f"question:      {r.question}")
+        if r.context is not None:
+            out += ["context:", *("  " + line for line in _pretty(r.context).splitlines())]
+    out += [
+        f"required role: {r.required_role or 'any registered approver'}",
+        f"expires:       {_iso(r.expires_at)} ({_relative(r.expires_at, now)})",
+    ]
+    if r.rule_id is not None or r.policy_version is not None:
+        out.append(f"policy:        rule {r.rule_id or '-'}, version {r.policy_version or '-'}")
+    typer.echo("\n".join(out))
+
+
+def _decide(
+    ctx: typer.Context, run_id: str, key_file: Path, approver_id: str, tenant: str,
+    db: str | None, *, decision: Decision, comment: str = "", answer: JSON = None,
+) -> None:
+    key = load_private_key(key_file)
+    with open_store(ctx, db) as store:
+        r = _load_request(store, tenant, run_id)
+        if decision == "answer" and r.kind != "question":
+            raise Problem(f"run {run_id!r} waits for an approval of {r.tool!r}, not an "
+                          "answer; use `underway approvals approve` or `reject`")
+        if decision != "answer" and r.kind != "approval":
+            raise Problem(f"run {run_id!r} asks a question; answer it with "
+                          "`underway approvals answer`")
+        approver = _registered(store, tenant, approver_id)
+        if approver.public_key != public_key_of(key):
+            raise Problem(f"the key in {str(key_file)!r} is not the one registered for "
+                          f"approver {approver_id!r}")
+        signed = sign_decision(
+            key, request_id=r.request_id, run_id=r.run_id, tenant_id=tenant, tool=r.tool,
+            args_hash=r.args_hash, decision=decision,
+            expires_at=r.expires_at if r.expires_at != float("inf") else time.time() + 86400,
+            approver_id=approver_id, comment=comment, answer=answer,
+        )
+        check = ApprovalCheck(
+            request_id=r.request_id, run_id=r.run_id, tenant_id=tenant, tool=r.tool,
+            args_hash=r.args_hash, required_role=r.required_role, expires_at=r.expires_at,
+        )
+        # The run verifies again; checking here first turns a doomed decision into a
+        # clear message instead of a journaled refusal.
+        reason = verify_decision(signed, check=check, approver=approver, now=time.time())
+        if reason is not None:
+            raise Problem(f"run {run_id!r} would refuse this decision: {_WHY[reason]} "
+                          f"({reason})")
+        Engine(store).submit_decision(signed.model_dump(mode="json"), tenant_id=tenant)
+    what = {"approve": "approval", "reject": "rejection", "answer": "answer"}[decision]
+    target = f"of {r.tool!r} (arguments sha256 {r.args_hash})" if r.tool else "to the question"
+    typer.echo(f"{what} {target} signed by {approver_id!r} and sent to run {run_id!r} "
+               f"(request {r.request_id}, nonce {signed.nonce}); the run verifies it when it "
+               "resumes")
+
+
+def _registered(store: Store, tenant: str, approver_id: str) -> ApproverRecord:
+    approver = store.get_approver(tenant, approver_id)
+    if approver is None:
+        raise Problem(f"no approver {approver_id!r} in tenant {tenant!r}; register the "
+                      "public key with `underway approvers add`")
+    if approver.revoked_at is not None:
+        raise Problem(f"approver {approver_id!r} was revoked at {_iso(approver.revoked_at)}")
+    return approver
+
+
+@app.command("approve")
+@handle_errors
+def approve(
+    ctx: typer.Context, run_id: RunArg, key: KeyOption, approver_id: AsOption,
+    comment: CommentOption = "", tenant: TenantOption = "default", db: DbOption = None,
+) -> None:
+    """Sign an approval of the exact action the run waits on and send it to the run."""
+    _decide(ctx, run_id, key, approver_id, tenant, db, decision="approve", comment=comment)
+
+
+@app.command("reject")
+@handle_errors
+def reject(
+    ctx: typer.Context, run_id: RunArg, key: KeyOption, approver_id: AsOption,
+    comment: CommentOption = "", tenant: TenantOption = "default", db: DbOption = None,
+) -> None:
+    """Sign a rejection of the action the run waits on and send it to the run."""
+    _decide(ctx, run_id, key, approver_id, tenant, db, decision="reject", comment=comment)
+
+
+@app.command("answer")
+@handle_errors
+def answer(
+    ctx: typer.Context, run_id: RunArg, key: KeyOption, approver_id: AsOption,
+    text: Annotated[
+        str,
+        typer.Option("--answer", help="The answer: JSON, or else taken as plain text.",
+                     show_default=False),
+    ],
+    comment: CommentOption = "", tenant: TenantOption = "default", db: DbOption = None,
+) -> None:
+    """Sign an answer to the question an escalated run asks and send it to the run."""
+    try:
+        value: JSON = json.loads(text)
+    except ValueError:
+        value = text
+    _decide(ctx, run_id, key, approver_id, tenant, db, decision="answer", comment=comment,
+            answer=value)
+
+
+# -- underway approvers ----------------------------------------------------------------------
+
+ApproverArg = Annotated[str, typer.Argument(help="The approver's id.", show_default=False)]
+
+
+@approvers.command("add")
+@handle_errors
+def add_approver(
+    ctx: typer.Context,
+    approver_id: ApproverArg,
+    public_key: Annotated[
+        str,
+        typer.Option("--public-key", help="Base64 Ed25519 public key (printed by "
+                     "`underway keys new`).", show_default=False),
+    ],
+    roles: Annotated[
+        list[str],
+        typer.Option("--role", help="A role the approver holds; repeat for several.",
+                     show_default=False),
+    ],
+    tenant: TenantOption = "default",
+    db: DbOption = None,
+) -> None:
+    """Register an approver's public key and roles (again: replace them, lift a revocation)."""
+    with open_store(ctx, db) as store:
+        rec = register_approver(store, approver_id, public_key=public_key, roles=roles,
+                                now=time.time(), tenant_id=tenant)
+    typer.echo(f"approver {rec.approver_id!r} registered in tenant {tenant!r} with roles "
+               f"{', '.join(rec.roles)}")
+
+
+@approvers.command("ls")
+@handle_errors
+def list_approvers(
+    ctx: typer.Context, as_json: JsonFlag = False, tenant: TenantOption = "default",
+    db: DbOption = None,
+) -> None:
+    """List a tenant's approvers, revoked ones included."""
+    with open_store(ctx, db) as store:
+        found = store.list_approvers(tenant)
+    if as_json:
+        typer.echo(json.dumps([asdict(a) for a in found], indent=2))
+        return
+    if not found:
+        typer.echo(f"no approvers in tenant {tenant!r}")
+        return
+    from rich.table import Table
+
+    table = Table(box=None, pad_edge=False, show_edge=False)
+    for header in ("APPROVER", "ROLES", "PUBLIC KEY", "ADDED (UTC)", "REVOKED (UTC)"):
+        table.add_column(header, no_wrap=True)
+    for a in found:
+        table.add_row(a.approver_id, ",".join(a.roles), a.public_key, _iso(a.created_at),
+                      "-" if a.revoked_at is None else _iso(a.revoked_at))
+    _console().print(table)
+
+
+@approvers.command("revoke")
+@handle_errors
+def revoke_approver(
+    ctx: typer.Context, approver_id: ApproverArg, tenant: TenantOption = "default",
+    db: DbOption = None,
+) -> None:
+    """Revoke an approver: no decision they signed is accepted from now on, even one
+    signed earlier."""
+    with open_store(ctx, db) as store:
+        if not store.revoke_approver(tenant, approver_id, at=time.time()):
+            found = store.get_approver(tenant, approver_id)
+            if found is None:
+                raise Problem(f"no approver {approver_id!r} in tenant {tenant!r}")
+            raise Problem(f"approver {approver_id!r} was already revoked at "
+                          f"{_iso(found.revoked_at or 0.0)}")
+    typer.echo(f"approver {approver_id!r} revoked in tenant {tenant!r}")

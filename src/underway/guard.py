@@ -1,0 +1,195 @@
+"""What stands between a step and its tools: allow-list, policy, approvals, budgets and
+shadow mode. The engine consults a :class:`Guard` before every call; nothing here asks a
+model, so a model that was talked into a harmful call still meets the same checks.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from decimal import Decimal, InvalidOperation
+from typing import TYPE_CHECKING, Any
+
+from .budgets import Budget, Exceeded, Usage, check, tenant_usage
+from .effects import Tool
+from .events import JSON
+from .policy import Amount, Decision, Policy, PolicyContext
+from .secrets import SecretProvider
+from .state import RunState
+
+if TYPE_CHECKING:
+    from .approvals.notify import Notifier
+    from .flow import Flow
+    from .store.base import Store
+
+_ALLOW_ALL = Decision("allow", None, "none", "no policy configured")
+
+
+@dataclass
+class Guard:
+    """The engine-wide defaults; a flow may override ``policy``, ``budget`` and ``shadow``.
+
+    ``environment`` (``dev``, ``staging``, ``prod``...) is what policies match on;
+    ``approval_ttl`` is how long an approval request stays open unless its rule says;
+    ``tenant_usage_ttl`` is how long a tenant's journal-derived usage is cached.
+    """
+
+    policy: Policy | None = None
+    environment: str = "dev"
+    budget: Budget | None = None
+    tenant_budget: Budget | None = None
+    shadow: bool = False
+    secrets: SecretProvider | None = None
+    notifier: Notifier | None = None
+    approval_ttl: float = 24 * 3600.0
+    tenant_usage_ttl: float = 5.0
+    _usage_cache: dict[tuple[str, float], tuple[float, Usage]] = field(
+        default_factory=dict, repr=False
+    )
+
+    def policy_for(self, flow: Flow[Any, Any]) -> Policy | None:
+        """The policy that governs ``flow``'s calls."""
+        policy = flow.policy if flow.policy is not None else self.policy
+        if policy is not None and flow.deny_unlisted_mutating is not None:
+            policy = policy.with_options(deny_unlisted_mutating=flow.deny_unlisted_mutating)
+        return policy
+
+    def shadow_for(self, flow: Flow[Any, Any]) -> bool:
+        """True when ``flow``'s mutating calls are journaled but not executed."""
+        return self.shadow if flow.shadow is None else flow.shadow
+
+    def decide(
+        self, flow: Flow[Any, Any], store: Store, s: RunState, t: Tool, args: JSON,
+        labels: frozenset[str], now: float,
+    ) -> Decision:
+        """The policy's decision on calling ``t`` with ``args`` now."""
+        policy = self.policy_for(flow)
+        if policy is None:
+            return _ALLOW_ALL
+        money = t.money(args)
+        amount = None
+        if money is not None:
+            try:
+                amount = Amount(Decimal(str(money[1])), money[0])
+            except InvalidOperation:
+                amount = None
+        ctx = PolicyContext(
+            tenant_id=s.tenant_id, principal=s.principal, roles=frozenset(s.roles),
+            environment=self.environment, flow=s.flow, tool=t.name, mutating=t.mutating,
+            irreversible=t.irreversible, permissions=frozenset(t.permissions),
+            args=args if isinstance(args, Mapping) else {"value": args},
+            labels=frozenset(t.input_labels) | labels, amount=amount,
+            counters=Counters(self, store, s, now),
+        )
+        return policy.evaluate(ctx)
+
+    def over_budget(
+        self, flow: Flow[Any, Any], store: Store, s: RunState, pending: Usage, now: float
+    ) -> tuple[Budget, Exceeded] | None:
+        """The first budget (run, then tenant) the next action would cross, if any."""
+        budget = flow.budget if flow.budget is not None else self.budget
+        if budget is not None:
+            found = check(budget, run_usage(s), now=now, scope="run", pending=pending)
+            if found:
+                return budget, found[0]
+        if self.tenant_budget is not None:
+            since = _day_start(now)
+            found = check(self.tenant_budget, self.tenant_usage(store, s.tenant_id, since),
+                          now=now, scope="tenant", pending=pending)
+            if found:
+                return self.tenant_budget, found[0]
+        return None
+
+    def tenant_usage(self, store: Store, tenant_id: str, since: float) -> Usage:
+        """The tenant's usage since ``since``, derived from the journal and cached briefly."""
+        key = (tenant_id, since)
+        hit = self._usage_cache.get(key)
+        mono = time.monotonic()
+        if hit is not None and mono - hit[0] < self.tenant_usage_ttl:
+            return hit[1]
+        usage = tenant_usage(store, tenant_id, since=since)
+        self._usage_cache[key] = (mono, usage)
+        return usage
+
+
+def run_usage(s: RunState) -> Usage:
+    """What run ``s`` has spent, from its folded journal."""
+    return Usage(
+        tokens_in=s.tokens_in, tokens_out=s.tokens_out, cost_usd=s.cost_usd,
+        model_calls=s.model_calls, tool_calls=s.tool_calls + s.read_calls,
+        messages=s.messages, money=dict(s.money), started_at=s.created_at,
+    )
+
+
+def call_usage(t: Tool, args: JSON) -> Usage:
+    """What one call of ``t`` with ``args`` adds to a budget."""
+    money = t.money(args)
+    return Usage(
+        tool_calls=1, messages=1 if t.message else 0,
+        money={money[0]: money[1]} if money is not None else {},
+    )
+
+
+def call_counts(t: Tool, args: JSON) -> dict[str, float] | None:
+    """The budget counts journaled with a successful call (``ToolSucceeded.counts``)."""
+    counts: dict[str, float] = {}
+    if t.message:
+        counts["messages"] = 1
+    money = t.money(args)
+    if money is not None:
+        counts[f"money.{money[0]}"] = money[1]
+    return counts or None
+
+
+class Counters(Mapping[str, float]):
+    """Counters a policy may match on, computed on first use: ``run.*`` from the run's
+    journal, ``tenant.*.today`` from the tenant's journals since 00:00 UTC."""
+
+    _RUN = ("tool_calls", "model_calls", "tokens", "cost_usd", "messages")
+
+    def __init__(self, guard: Guard, store: Store, s: RunState, now: float) -> None:
+        self._guard, self._store, self._s, self._now = guard, store, s, now
+        self._values: dict[str, float] | None = None
+        self._tenant: dict[str, float] | None = None
+
+    def _run(self) -> dict[str, float]:
+        if self._values is None:
+            self._values = _usage_counters("run", run_usage(self._s), "")
+        return self._values
+
+    def _tenant_counters(self) -> dict[str, float]:
+        if self._tenant is None:
+            usage = self._guard.tenant_usage(self._store, self._s.tenant_id, _day_start(self._now))
+            self._tenant = _usage_counters("tenant", usage, ".today")
+        return self._tenant
+
+    def __getitem__(self, name: str) -> float:
+        table = self._tenant_counters() if name.startswith("tenant.") else self._run()
+        return table[name]
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self._run()
+        yield from self._tenant_counters()
+
+    def __len__(self) -> int:
+        return len(self._run()) + len(self._tenant_counters())
+
+
+def _usage_counters(scope: str, u: Usage, suffix: str) -> dict[str, float]:
+    out = {
+        f"{scope}.tool_calls{suffix}": float(u.tool_calls),
+        f"{scope}.model_calls{suffix}": float(u.model_calls),
+        f"{scope}.tokens{suffix}": float(u.tokens_in + u.tokens_out),
+        f"{scope}.cost_usd{suffix}": float(u.cost_usd),
+        f"{scope}.messages{suffix}": float(u.messages),
+    }
+    for cur, value in u.money.items():
+        out[f"{scope}.money.{cur}{suffix}"] = float(value)
+    return out
+
+
+def _day_start(now: float) -> float:
+    d = datetime.fromtimestamp(now, UTC)
+    return datetime(d.year, d.month, d.day, tzinfo=UTC).timestamp()

@@ -1,0 +1,109 @@
+"""What a policy sees of a tool call (:class:`PolicyContext`) and what it answers
+(:class:`Decision`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Any, Literal
+
+from .errors import PolicyError
+
+Outcome = Literal["allow", "deny", "require_approval"]
+"""What a policy decides for one call."""
+
+DEFAULT_APPROVAL_EXPIRY = 24 * 3600.0
+"""Seconds an approval request stays open unless its rule says otherwise."""
+
+
+def to_decimal(value: object) -> Decimal | None:
+    """``value`` as a finite Decimal (floats by their shortest repr), or None if it is not a
+    number or a numeric string. Booleans are not numbers here."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, Decimal):
+        d = value
+    elif isinstance(value, int):
+        return Decimal(value)
+    elif isinstance(value, float | str):
+        try:
+            d = Decimal(repr(value) if isinstance(value, float) else value.strip())
+        except InvalidOperation:
+            return None
+    else:
+        return None
+    return d if d.is_finite() else None
+
+
+@dataclass(frozen=True, slots=True)
+class Amount:
+    """Money a call moves. Amounts compare only within the same currency.
+
+    ``value`` may be given as an int, a numeric string or a float (read by its shortest
+    repr) and is kept as a :class:`~decimal.Decimal`; ``currency`` is kept upper-case.
+    """
+
+    value: Decimal
+    currency: str
+
+    def __post_init__(self) -> None:
+        value = to_decimal(self.value)
+        if value is None:
+            raise PolicyError(f"amount {self.value!r} is not a finite number", field="amount")
+        if not isinstance(self.currency, str) or not self.currency.strip():
+            raise PolicyError(
+                f"amount currency must be a code such as 'INR', not {self.currency!r}",
+                field="amount.currency",
+            )
+        object.__setattr__(self, "value", value)
+        object.__setattr__(self, "currency", self.currency.strip().upper())
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyContext:
+    """Everything a policy may look at before one tool call.
+
+    ``permissions`` are the permissions the tool requires; ``labels`` are the sensitivity
+    labels of its inputs plus taint labels such as ``untrusted``; ``amount`` is the money
+    the call moves (from the tool's declared amount field); ``counters`` are usage counts
+    such as ``run.tool_calls``, ``tenant.messages.today``, ``run.calls.<tool>`` or
+    ``run.money.INR`` (a counter that is absent counts as 0).
+    """
+
+    tenant_id: str
+    principal: str | None
+    roles: frozenset[str]
+    environment: str
+    flow: str
+    tool: str
+    mutating: bool
+    irreversible: bool
+    permissions: frozenset[str]
+    args: Mapping[str, Any]
+    labels: frozenset[str]
+    amount: Amount | None
+    counters: Mapping[str, float]
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """A policy's answer for one call, and why.
+
+    ``rule_id`` is the rule that decided (None when no rule matched and the default
+    applied); ``policy_version`` is the version of the policy that decided. For
+    ``require_approval``, ``approver_role`` says who may approve and ``expires_in`` how
+    many seconds the request stays open.
+    """
+
+    outcome: Outcome
+    rule_id: str | None
+    policy_version: str
+    reason: str
+    approver_role: str | None = None
+    expires_in: float | None = None
+
+    @property
+    def allowed(self) -> bool:
+        """True when the call may run without anyone's approval."""
+        return self.outcome == "allow"

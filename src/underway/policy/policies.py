@@ -1,0 +1,137 @@
+"""A versioned set of rules and how their outcomes combine into one decision."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from typing import Literal
+
+from .conditions import Unevaluable
+from .context import Decision, PolicyContext
+from .errors import PolicyError
+from .rules import OUTCOMES, Rule
+
+_RANK = {outcome: rank for rank, outcome in enumerate(OUTCOMES)}
+_DENY = _RANK["deny"]
+_CACHE_LIMIT = 4096
+"""Tool names whose candidate rules are remembered; past this the memo starts afresh."""
+
+
+class Policy:
+    """Rules that decide, before each tool call, whether it may run.
+
+    :meth:`evaluate` checks every rule; the most restrictive outcome among the rules that
+    match wins (``deny`` > ``require_approval`` > ``allow``) and, among rules with that
+    outcome, the first in order is reported. When no rule matches, a mutating tool is
+    denied if ``deny_unlisted_mutating`` is set; otherwise ``default`` applies. A rule
+    that cannot be evaluated (its predicate raised, an argument had the wrong type) denies
+    the call: the policy fails closed.
+
+    ``version`` names the policy in every decision; ``digest`` is a SHA-256 of its content
+    (rules, default and options), equal for the same rules written in TOML or YAML.
+    Evaluation is pure and does no I/O.
+    """
+
+    __slots__ = (
+        "_by_tool", "_decisions", "_no_match", "_unlisted", "default", "deny_unlisted_mutating",
+        "digest", "rules", "version",
+    )
+
+    def __init__(
+        self,
+        version: str,
+        rules: Sequence[Rule] = (),
+        *,
+        default: Literal["allow", "deny"] = "allow",
+        deny_unlisted_mutating: bool = False,
+    ) -> None:
+        if not isinstance(version, str) or not version.strip():
+            raise PolicyError(f"a policy needs a non-empty version string, not {version!r}",
+                              field="version")
+        if default not in ("allow", "deny"):
+            raise PolicyError(f"default must be 'allow' or 'deny', not {default!r}",
+                              field="default")
+        if not isinstance(deny_unlisted_mutating, bool):
+            raise PolicyError(f"expected true or false, not {deny_unlisted_mutating!r}",
+                              field="deny_unlisted_mutating")
+        seen: set[str] = set()
+        for i, rule in enumerate(rules):
+            if not isinstance(rule, Rule):
+                raise PolicyError(f"expected a Rule, not {rule!r}", field=f"rules[{i}]")
+            if rule.id in seen:
+                raise PolicyError("another rule has the same id; ids must be unique",
+                                  rule_id=rule.id, field="id")
+            seen.add(rule.id)
+        self.version = version
+        self.rules: tuple[Rule, ...] = tuple(rules)
+        self.default: Literal["allow", "deny"] = default
+        self.deny_unlisted_mutating = deny_unlisted_mutating
+        self.digest = hashlib.sha256(json.dumps(
+            self.to_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=False
+        ).encode()).hexdigest()
+        self._by_tool: dict[str, tuple[Rule, ...]] = {}
+        self._decisions = {
+            r.id: Decision(
+                r.outcome, r.id, version, r.reason or r.description or f"rule {r.id!r} matched",
+                r.approver_role, r.expires_in,
+            )
+            for r in self.rules
+        }
+        self._no_match = Decision(default, None, version, f"no rule matched; default {default}")
+        self._unlisted = Decision(
+            "deny", None, version,
+            "no rule matched this mutating tool, and unlisted mutating tools are denied",
+        )
+
+    def __repr__(self) -> str:
+        return f"Policy({self.version!r}, {len(self.rules)} rules, digest={self.digest[:12]})"
+
+    def with_options(self, *, deny_unlisted_mutating: bool) -> Policy:
+        """This policy with ``deny_unlisted_mutating`` switched (e.g. for one flow)."""
+        return Policy(self.version, self.rules, default=self.default,
+                      deny_unlisted_mutating=deny_unlisted_mutating)
+
+    def to_dict(self) -> dict[str, object]:
+        """The policy in the file schema (what :func:`policy_from_dict` reads back, as long
+        as predicates are ``module:function`` references)."""
+        return {
+            "version": self.version,
+            "default": self.default,
+            "deny_unlisted_mutating": self.deny_unlisted_mutating,
+            "rules": [r.to_dict() for r in self.rules],
+        }
+
+    def _candidates(self, tool: str) -> tuple[Rule, ...]:
+        found = self._by_tool.get(tool)
+        if found is None:
+            if len(self._by_tool) >= _CACHE_LIMIT:
+                self._by_tool = {}
+            found = tuple(r for r in self.rules if r.applies_to_tool(tool))
+            self._by_tool[tool] = found
+        return found
+
+    def evaluate(self, ctx: PolicyContext) -> Decision:
+        """Decide whether the call described by ``ctx`` may run."""
+        best: Rule | None = None
+        best_rank = -1
+        for rule in self._candidates(ctx.tool):
+            try:
+                hit = rule.matches_besides_tool(ctx)
+            except Unevaluable as exc:
+                # Nothing outranks a deny, so this is the decision whatever follows.
+                return Decision(
+                    "deny", rule.id, self.version,
+                    f"rule {rule.id!r} could not be evaluated, so the call is denied: {exc}",
+                )
+            if hit:
+                rank = _RANK[rule.outcome]
+                if rank > best_rank:
+                    best, best_rank = rule, rank
+                    if rank == _DENY:
+                        break
+        if best is not None:
+            return self._decisions[best.id]
+        if ctx.mutating and self.deny_unlisted_mutating:
+            return self._unlisted
+        return self._no_match
