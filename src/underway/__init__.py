@@ -1,13 +1,19 @@
 """underway: a durable runtime for long-running AI agents.
 
 Write a :class:`Flow` of async steps over a typed state, perform effects through
-``ctx.call``, and run it with an :class:`Engine` on SQLite, PostgreSQL or memory. The
+``ctx.call``, and run it with an :class:`Engine` on SQLite, PostgreSQL or memory; or give
+an :class:`Agent` a goal, a model and typed tools. Every call passes the guard: allow-list,
+schema, :class:`Policy`, signed approvals and :class:`Budget` limits. Subpackages:
+``underway.models`` (model adapters), ``underway.sandbox`` (isolated shell and code tools),
+``underway.knowledge`` (long-term memory), ``underway.approvals`` (keys and decisions). The
 journal is the truth: kill the process at any moment and a fresh one continues the run
 where it stood, without repeating a completed step or effect.
 """
 
 from __future__ import annotations
 
+from .agent import Agent
+from .budgets import Budget
 from .clock import ManualClock, SystemClock
 from .effects import CallInfo, Model, ModelReply, Reconciled, Tool, tool
 from .engine import Engine
@@ -23,22 +29,31 @@ from .errors import (
     UnderwayError,
 )
 from .flow import Flow, RunContext
+from .policy import Policy, load_policy
 from .runner import Runner, run
+from .secrets import CallbackSecrets, EnvSecrets, FileSecrets
 from .state import RunState
 from .store import Store, connect
+from .worker import Worker
 
 __all__ = [
+    "Agent",
+    "Budget",
     "CallInfo",
+    "CallbackSecrets",
     "ConfigurationError",
     "ConflictError",
     "Engine",
+    "EnvSecrets",
     "FencedError",
+    "FileSecrets",
     "Flow",
     "IntegrityError",
     "ManualClock",
     "Model",
     "ModelReply",
     "NonDeterminismError",
+    "Policy",
     "Reconciled",
     "RunContext",
     "RunNotFound",
@@ -50,7 +65,9 @@ __all__ = [
     "Tool",
     "ToolCallError",
     "UnderwayError",
+    "Worker",
     "connect",
+    "load_policy",
     "run",
     "tool",
 ]

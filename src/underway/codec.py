@@ -84,39 +84,60 @@ class Codec:
         return key
 
     def _externalize(self, value: JSON, blobs: dict[str, bytes]) -> tuple[JSON, int]:
+        out, size, _ = self._ext(value, blobs)
+        return out, size
+
+    def _ext(self, value: JSON, blobs: dict[str, bytes]) -> tuple[JSON, int, bytes | None]:
+        """(externalized value, approximate encoded size, its canonical bytes when known).
+
+        A dict whose whole encoding fits under the threshold is kept as it is after one
+        encoder call: nothing inside it can be large, so there is nothing to walk. This
+        keeps re-encoding a long conversation (every turn's model request carries all of
+        it) at one C-speed encode per message instead of a Python walk of every field."""
         if isinstance(value, str):
             size = len(value) + 2
             if size > self.threshold:
-                return {"$blob": self._store(canonical_json(value), blobs)}, 80
-            return value, size
+                return {"$blob": self._store(canonical_json(value), blobs)}, 80, None
+            return value, size, None
         if isinstance(value, dict):
+            try:
+                raw = canonical_json(value)
+            except (TypeError, ValueError):
+                raw = None
+            if raw is not None and len(raw) <= self.threshold and b'"$' not in raw:
+                return value, len(raw), raw
             out: dict[str, JSON] = {}
             size = 2
             for k, v in value.items():
-                out[k], s = self._externalize(v, blobs)
+                out[k], s, _ = self._ext(v, blobs)
                 size += s + len(k) + 4
             if _REF_KEYS.intersection(out) and len(out) <= 2:
                 out, size = {"$lit": out}, size + 9
             if size > self.threshold:
-                return {"$blob": self._store(canonical_json(out), blobs)}, 80
-            return out, size
+                return {"$blob": self._store(canonical_json(out), blobs)}, 80, None
+            return out, size, None
         if isinstance(value, list | tuple):
-            items = [self._externalize(v, blobs) for v in value]
-            size = 2 + sum(s + 1 for _, s in items)
+            items = [self._ext(v, blobs) for v in value]
+            size = 2 + sum(s + 1 for _, s, _ in items)
             if size > self.threshold and len(items) > 1:
                 prev: str | None = None
-                for item, _ in items:
-                    prev = self._store(canonical_json({"p": prev, "x": item}), blobs)
-                return {"$chain": prev, "n": len(items)}, 90
-            return [i for i, _ in items], size
+                for item, _, raw in items:
+                    if raw is None:
+                        raw = canonical_json(item)
+                    # canonical_json({"p": prev, "x": item}), built from the item's bytes.
+                    head = (b'{"p":null,"x":' if prev is None
+                            else b'{"p":"' + prev.encode() + b'","x":')
+                    prev = self._store(head + raw + b"}", blobs)
+                return {"$chain": prev, "n": len(items)}, 90, None
+            return [i for i, _, _ in items], size, None
         # Sizes of the common scalars without encoding them (the same lengths json gives).
         if value is None or value is True:
-            return value, 4
+            return value, 4, None
         if value is False:
-            return value, 5
+            return value, 5, None
         if type(value) is int:
-            return value, len(repr(value))
-        return value, len(json.dumps(value))
+            return value, len(repr(value)), None
+        return value, len(json.dumps(value)), None
 
     # -- decode -------------------------------------------------------------------------
     def decode(self, stored: bytes, fetch: BlobFetcher) -> JSON:

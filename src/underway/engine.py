@@ -343,11 +343,13 @@ class StepExecution:
                              f"the approval of this call no longer holds: {reason}")
             self._decision = "approved"
             return False
+        policy = guard.policy_for(flow)
         d = guard.decide(flow, eng.store, s, t, args, labels, now)
         if d.rule_id is not None or flow.policy is not None or guard.policy is not None:
             act.buffer(ev.PolicyDecided(
                 key=key, tool=t.name, index=index, args_hash=h, decision=d.outcome,
                 rule_id=d.rule_id, policy_version=d.policy_version, reason=d.reason,
+                policy_digest=policy.digest if policy is not None else None,
             ))
         if d.outcome == "deny":
             self._refuse(t, key, index, h, "policy_denied",
@@ -539,8 +541,14 @@ class StepExecution:
         )
         if over is not None:
             self._over_budget(over[0], over[1], None)
+        self._check_route_budget(model, request)
         began = time.perf_counter()
-        reply = await model.complete(request)
+        try:
+            reply = await model.complete(request)
+        except Exception as exc:
+            if not getattr(exc, "retryable", False):
+                raise
+            self._retry_model(key, index, rec, exc)
         self._act.buffer(ev.ModelResponded(
             key=key, index=index, model=reply.model, request=request, response=reply.response,
             tokens_in=reply.tokens_in, tokens_out=reply.tokens_out, cost_usd=reply.cost_usd,
@@ -548,6 +556,56 @@ class StepExecution:
         ))
         await self._act.commit()
         return reply.response
+
+    def _check_route_budget(self, model: Model, request: JSON) -> None:
+        """A :class:`~underway.models.ModelRouter` with route budgets: refuse a call whose
+        route has spent its budget in this run (usage folded from the journal)."""
+        from .models.routing import ModelRouter, RouteUsage, budget_breaches
+
+        if not isinstance(model, ModelRouter) or not model.budgets:
+            return
+        kind = request.get("kind", "default") if isinstance(request, dict) else "default"
+        route = model.route(str(kind))
+        if route not in model.budgets:
+            return
+        used = RouteUsage()
+        for k, u in self._act.state.model_usage.items():
+            if model.route(k) == route:
+                used = RouteUsage(
+                    used.calls + int(u["calls"]), used.tokens_in + int(u["tokens_in"]),
+                    used.tokens_out + int(u["tokens_out"]), used.cost_usd + float(u["cost_usd"]),
+                )
+        found = budget_breaches({route: used}, {route: model.budgets[route]})
+        if found:
+            b = found[0]
+            self._act.buffer(ev.BudgetExceeded(
+                metric=f"route.{route}.{b.limit}", limit=float(b.allowed), used=float(b.used),
+                scope="run", action="escalate",
+            ))
+            raise _Escalate(
+                f"model route {route!r} has spent its budget ({b}); raise the RouteBudget "
+                "and resolve with retry, or cancel", None, None, None, cause="budget",
+            )
+
+    def _retry_model(self, key: str, index: int, rec: Any, exc: Exception) -> NoReturn:
+        """A provider's transient failure (rate limit, outage) that outlasted the adapter's
+        own retries: wait on a durable timer, holding no worker, then ask again."""
+        s, eng = self._act.state, self._act.engine
+        attempt = (rec.attempts if rec is not None else 1) + 1
+        if eng.retry_budget is not None and s.retries >= eng.retry_budget:
+            raise _DeadLetter(
+                f"retry budget of {eng.retry_budget} retries per run is exhausted; last: "
+                f"model call failed with {type(exc).__name__}: {exc}", "RetryBudgetExhausted",
+            )
+        hinted = getattr(exc, "retry_after", None)
+        delay = (float(hinted) if hinted
+                 else min(600.0, 2.0 ** attempt) * (0.5 + random.random() / 2))
+        timer = f"retry-{s.seq + 1}"
+        self._act.buffer(ev.RetryScheduled(
+            key=key, tool="model", index=index, attempt=attempt, timer_id=timer, delay_s=delay,
+        ))
+        self._act.buffer(ev.TimerSet(timer_id=timer, wake_at=eng.clock.now() + delay))
+        raise _Suspend
 
     def note(self, event: ev.PlanCreated | ev.PlanRevised | ev.ToolSelected) -> bool:
         """Journal an agent's own event once (a re-run of the step does not repeat it);
@@ -612,6 +670,7 @@ class Engine:
                 setattr(self.guard, name, value)
         self.store = store
         self.journal = Journal(store, codec)
+        self.guard.codec = self.journal.codec
         self.clock: Clock = clock or SystemClock()
         self.flows: dict[str, Flow[Any, Any]] = {}
         self.tools: dict[str, Tool] = {}
@@ -924,7 +983,7 @@ class Engine:
         s = act.state
         try:
             d = SignedDecision.model_validate(payload)
-        except ValidationError as exc:
+        except ValidationError:
             act.buffer(ev.ApprovalInvalid(request_id=None, approver_id=None,
                                           reason="malformed"))
             return

@@ -4,6 +4,11 @@ Every error derives from :class:`UnderwayError`::
 
     UnderwayError
     ├── ConfigurationError      bad URL, unknown flow or step, invalid input
+    │   ├── PolicyError         a policy file or rule is malformed (names rule and field)
+    │   ├── SecretMissing       a tool needs a secret its provider does not have
+    │   └── SandboxUnavailable  no isolation backend can run a sandboxed tool (fail closed)
+    ├── ModelError              a model provider refused or failed (``retryable`` flag)
+    ├── RouteBudgetExceeded     a model route's per-run budget is spent
     ├── RunNotFound             no run with that id in that tenant
     ├── NonDeterminismError     a re-run issued a different call sequence
     ├── ToolCallError           a tool call failed; raised inside the step that made it

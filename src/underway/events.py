@@ -327,6 +327,8 @@ class PolicyDecided(Event):
     rule_id: str | None
     policy_version: str
     reason: str = ""
+    policy_digest: str | None = None
+    """SHA-256 of the policy's content: proves which rule set decided."""
 
 
 class ApprovalRequested(Event):

@@ -13,6 +13,7 @@ from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
 
 from .budgets import Budget, Exceeded, Usage, check, tenant_usage
+from .codec import Codec
 from .effects import Tool
 from .events import JSON
 from .policy import Amount, Decision, Policy, PolicyContext
@@ -45,6 +46,8 @@ class Guard:
     notifier: Notifier | None = None
     approval_ttl: float = 24 * 3600.0
     tenant_usage_ttl: float = 5.0
+    codec: Codec | None = None
+    """The engine's codec (set by the engine), to read journals it encrypted."""
     _usage_cache: dict[tuple[str, float], tuple[float, Usage]] = field(
         default_factory=dict, repr=False
     )
@@ -109,7 +112,7 @@ class Guard:
         mono = time.monotonic()
         if hit is not None and mono - hit[0] < self.tenant_usage_ttl:
             return hit[1]
-        usage = tenant_usage(store, tenant_id, since=since)
+        usage = tenant_usage(store, tenant_id, since=since, codec=self.codec)
         self._usage_cache[key] = (mono, usage)
         return usage
 

@@ -99,6 +99,8 @@ class RunState:
     """The approval request the run waits for (the ``ApprovalRequested`` fields)."""
     approvals: dict[str, JSON] = field(default_factory=dict)
     """Verified signed approvals of the current step's calls, by idempotency key."""
+    model_usage: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Model calls, tokens and cost by request ``kind`` (for per-route budgets)."""
 
     @property
     def final(self) -> bool:
@@ -283,6 +285,13 @@ def apply(s: RunState, rec: Recorded) -> RunState:
         case ev.ModelResponded():
             _set_call(s, CallRecord(e.index, e.key, "model", "", "succeeded", e.response))
             s.model_calls += 1
+            kind = e.request.get("kind", "default") if isinstance(e.request, dict) else "default"
+            u = s.model_usage.setdefault(str(kind), {
+                "calls": 0, "tokens_in": 0, "tokens_out": 0, "cost_usd": 0.0})
+            u["calls"] += 1
+            u["tokens_in"] += e.tokens_in
+            u["tokens_out"] += e.tokens_out
+            u["cost_usd"] += e.cost_usd
             s.tokens_in += e.tokens_in
             s.tokens_out += e.tokens_out
             s.cost_usd += e.cost_usd
@@ -305,6 +314,8 @@ def apply(s: RunState, rec: Recorded) -> RunState:
             call = s.call(e.index)
             if call is not None:
                 call.status, call.attempts = "retry", e.attempt
+            elif e.tool == "model":
+                _set_call(s, CallRecord(e.index, e.key, "model", "", "retry", attempts=e.attempt))
             s.retries += 1
         case ev.RunDeadLettered():
             s.status, s.error, s.wake_at, s.timer_id = "dead", e.reason, None, None

@@ -91,7 +91,7 @@ def test_the_agent_plans_acts_observes_and_finishes() -> None:
     assert [e.tool for e in selected] == ["lookup_invoice", "finish"][:1]
     assert s.model_calls == 3 and model.calls == 3
     # Tool output reached the model quoted, with its provenance.
-    tool_msg = [m for m in s.state["messages"] if m["role"] == "tool"][0]
+    tool_msg = next(m for m in s.state["messages"] if m["role"] == "tool")
     assert tool_msg["content"].startswith('<tool_output source="lookup_invoice" trust="trusted">')
 
 
@@ -159,9 +159,9 @@ def test_prompt_injection_cannot_move_money_without_a_person() -> None:
     s = drive(engine, run_id)
     assert paid == [], "the injected payment must not run"
     assert s.status == "waiting" and s.pending_approval is not None
-    sel = [e for e in events(engine, run_id, ev.ToolSelected) if e.tool == "pay"][0]
+    sel = next(e for e in events(engine, run_id, ev.ToolSelected) if e.tool == "pay")
     assert sel.tainted == ["read_customer_email"]
-    decided = [e for e in events(engine, run_id, ev.PolicyDecided) if e.tool == "pay"][0]
+    decided = next(e for e in events(engine, run_id, ev.PolicyDecided) if e.tool == "pay")
     assert (decided.decision, decided.rule_id) == ("require_approval", "untrusted-into-mutating")
     assert "untrusted source read_customer_email" in s.pending_approval["risks"][0]
     # Nobody approves: the request expires, the model hears it and gives up.

@@ -29,7 +29,9 @@ def _run(url: str, run_id: str, log: Path, crash_after: int | None) -> int:
 
 
 @pytest.mark.crash
-@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
 @pytest.mark.parametrize("crash_after", [2, 3, 5])
 def test_budget_survives_a_kill(backend: str, crash_after: int, request: pytest.FixtureRequest,
                                 tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from guard_helpers import Approver, drive, of_type
 from pydantic import BaseModel
 
 import underway as uw
@@ -18,8 +19,6 @@ from underway.clock import ManualClock
 from underway.effects import args_hash
 from underway.policy import policy_from_dict
 from underway.store import connect
-
-from guard_helpers import Approver, drive, of_type
 
 
 class S(BaseModel):

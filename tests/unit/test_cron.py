@@ -259,6 +259,8 @@ def field(
         (ta, a), (tb, b) = sorted([value(), value()], key=lambda p: p[1])
         if tb == "SUN":
             b = 7  # SUN closing a range is the end of the week (MON-SUN, 0-SUN)
+        if ta == "SUN":
+            a = 0  # SUN opening a range is its start (SUN-7 is the whole week)
         step = draw(st.integers(1, 5)) if kind == "a-b/" else 1
         return f"{ta}-{tb}" + (f"/{step}" if kind == "a-b/" else ""), frozenset(
             range(a, b + 1, step))

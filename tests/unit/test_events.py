@@ -18,10 +18,12 @@ FIXTURES = Path(__file__).parent.parent / "fixtures"
 
 def test_public_api_is_pinned() -> None:
     assert sorted(underway.__all__) == [
-        "CallInfo", "ConfigurationError", "ConflictError", "Engine", "FencedError", "Flow",
+        "Agent", "Budget", "CallInfo", "CallbackSecrets", "ConfigurationError",
+        "ConflictError", "Engine", "EnvSecrets", "FencedError", "FileSecrets", "Flow",
         "IntegrityError", "ManualClock", "Model", "ModelReply", "NonDeterminismError",
-        "Reconciled", "RunContext", "RunNotFound", "RunState", "Runner", "Store", "StoreError",
-        "SystemClock", "Tool", "ToolCallError", "UnderwayError", "connect", "run", "tool",
+        "Policy", "Reconciled", "RunContext", "RunNotFound", "RunState", "Runner", "Store",
+        "StoreError", "SystemClock", "Tool", "ToolCallError", "UnderwayError", "Worker",
+        "connect", "load_policy", "run", "tool",
     ]
     for name in underway.__all__:
         assert getattr(underway, name).__doc__, f"{name} has no docstring"
@@ -105,9 +107,12 @@ def test_recorded_journals_from_earlier_versions_still_load_and_fold() -> None:
             apply(state, Recorded(env["seq"], env["at"], ev.from_envelope(env)))
         folded = state.to_json()
         # Fields added to RunState since the recording must sit at their defaults, except
-        # counters derived from events the old journal already holds (read_calls counts its
-        # read-only calls).
-        derived = {"read_calls": 1}
+        # counters derived from events the old journal already holds: read_calls counts its
+        # read-only call, model_usage must agree with the model totals it recorded.
+        fs = recorded["final_state"]
+        derived = {"read_calls": 1, "model_usage": {"default": {
+            "calls": fs["model_calls"], "tokens_in": fs["tokens_in"],
+            "tokens_out": fs["tokens_out"], "cost_usd": fs["cost_usd"]}}}
         added = {k: v for k, v in folded.items() if k not in recorded["final_state"]}
         assert added == {k: derived.get(k, _default(k)) for k in added}, path.name
         assert {k: folded[k] for k in recorded["final_state"]} == recorded["final_state"]

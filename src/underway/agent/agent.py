@@ -20,7 +20,7 @@ from ..effects import Model, Tool
 from ..errors import ConfigurationError, ToolCallError
 from ..events import JSON
 from ..flow import Flow, Next, RunContext
-from ..models.types import Message, ModelRequest, ModelResponse, ToolCall, ToolSpec
+from ..models.types import Message, ModelResponse, ToolCall, ToolSpec
 from ..policy import Policy
 from .observations import UNTRUSTED, quote, remembered, tainted_by
 
@@ -80,6 +80,12 @@ _CONTROL: dict[str, tuple[type[BaseModel], str]] = {
 }
 
 
+_PLAN_SPEC: JSON = ToolSpec(
+    name="set_plan", description="Set the plan: the steps toward the goal.",
+    parameters=_Plan.model_json_schema(),
+).model_dump(mode="json", exclude_defaults=True)
+
+
 class Agent:
     """An autonomous delegate: a goal, a model, an allow-list of typed tools, and the
     guard's policy and budgets around every action.
@@ -134,6 +140,9 @@ class Agent:
             name, state=AgentState, input=AgentInput, tools=list(tools), policy=policy,
             budget=budget, shadow=shadow,
         )
+        self._tool_specs: list[JSON] = [
+            s.model_dump(mode="json", exclude_defaults=True) for s in self._specs()
+        ]
         self.flow.step(self._plan, name="plan", start=plan)
         self.flow.step(self._act, name="act", start=not plan)
 
@@ -155,24 +164,26 @@ class Agent:
         return [Message.system(system), Message.user(goal)]
 
     def _request(self, ctx: RunContext[AgentState, AgentInput], kind: str,
-                 tools: list[ToolSpec]) -> JSON:
-        messages = self._opening(ctx)
+                 tools: list[JSON]) -> JSON:
+        """The request as JSON (the shape of ``ModelRequest.to_json()``). The conversation is
+        stored in that shape already, so it is not validated again on every turn."""
+        opening = self._opening(ctx)
         if ctx.state.plan:
-            messages.append(Message.user(
-                "Current plan:\n" + "\n".join(f"{i + 1}. {p}" for i, p in enumerate(ctx.state.plan))
-            ))
-        messages += [Message.model_validate(m) for m in ctx.state.messages]
-        return ModelRequest(messages=messages, tools=tools, kind=kind).to_json()
+            opening.append(Message.user("Current plan:\n" + "\n".join(
+                f"{i + 1}. {p}" for i, p in enumerate(ctx.state.plan))))
+        messages = [m.model_dump(mode="json", exclude_defaults=True) for m in opening]
+        request: dict[str, JSON] = {"messages": messages + ctx.state.messages, "kind": kind}
+        if tools:
+            request["tools"] = tools
+        return request
 
     def _say(self, ctx: RunContext[AgentState, AgentInput], message: Message) -> None:
         ctx.state.messages.append(message.model_dump(mode="json", exclude_defaults=True))
 
     # -- steps --------------------------------------------------------------------------
     async def _plan(self, ctx: RunContext[AgentState, AgentInput]) -> Next:
-        spec = ToolSpec(name="set_plan", description="Set the plan: the steps toward the goal.",
-                        parameters=_Plan.model_json_schema())
         reply = ModelResponse.from_json(await ctx.model(self.model, self._request(
-            ctx, "plan", [spec])))
+            ctx, "plan", [_PLAN_SPEC])))
         steps: list[str] = []
         for call in reply.tool_calls:
             if call.name == "set_plan" and call.arguments is not None:
@@ -191,7 +202,7 @@ class Agent:
                             "without finishing")
         st.iterations += 1
         reply = ModelResponse.from_json(await ctx.model(self.model, self._request(
-            ctx, "act", self._specs())))
+            ctx, "act", self._tool_specs)))
         self._say(ctx, reply.assistant_message())
         if not reply.tool_calls:
             return ctx.done({"result": reply.text, "iterations": st.iterations})
@@ -249,11 +260,13 @@ class Agent:
                                     name=call.name))
         ctx.state.failures = ctx.state.failures + 1 if failed else 0
 
-    async def _control(self, ctx: RunContext[AgentState, AgentInput], call: ToolCall) -> Next | None:
+    async def _control(
+        self, ctx: RunContext[AgentState, AgentInput], call: ToolCall
+    ) -> Next | None:
         model, _ = _CONTROL[call.name]
         try:
             parsed = model.model_validate(call.arguments if call.arguments is not None else {})
-        except Exception as exc:  # noqa: BLE001 - any malformed control call goes back to the model
+        except Exception as exc:
             self._observe(ctx, call, {"error": "SchemaValidationFailed", "message": str(exc)},
                           failed=True)
             return None

@@ -3,9 +3,11 @@
 ``underway db migrate``, ``underway runs ls|show|events|signal|cancel|resolve|resume``,
 ``underway audit verify``, ``underway worker``, ``underway queues set|ls|rm``,
 ``underway schedules ls|add|rm``, ``underway events send``, ``underway keys new``,
-``underway approvers add|ls|revoke`` and
-``underway approvals ls|show|approve|reject|answer``. The database comes from
-``--db URL`` (before or after the command) or ``$UNDERWAY_DB``. Errors print one line and
+``underway approvers add|ls|revoke``,
+``underway approvals ls|show|approve|reject|answer``,
+``underway policy check|explain`` and
+``underway knowledge purge|rm``. The database comes from ``--db URL`` (before or after
+the command) or ``$UNDERWAY_DB``. Errors print one line and
 exit with status 2; a failed audit exits with status 1.
 
 Only this package imports typer and rich, so ``import underway`` stays light.
@@ -19,7 +21,19 @@ from typing import Annotated
 
 import typer
 
-from . import approvals, audit, db, events, keys, queues, runs, schedules, worker
+from . import (
+    approvals,
+    audit,
+    db,
+    events,
+    keys,
+    knowledge,
+    policy,
+    queues,
+    runs,
+    schedules,
+    worker,
+)
 from ._common import DbOption
 
 __all__ = ["app", "main"]
@@ -44,6 +58,12 @@ app.command("worker")(worker.worker)
 app.add_typer(keys.app, name="keys")
 app.add_typer(approvals.approvers, name="approvers")
 app.add_typer(approvals.app, name="approvals")
+
+# policy files: validate one, explain the decision for a call
+app.add_typer(policy.app, name="policy")
+
+# long-term memory: purge expired records, erase one
+app.add_typer(knowledge.app, name="knowledge")
 
 
 def _print_version(value: bool) -> None:

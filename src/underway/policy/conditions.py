@@ -159,8 +159,6 @@ class ArgCondition:
         return out
 
     def _lookup(self, args: Mapping[str, Any]) -> Any:
-        if self._single and type(args) is dict:
-            return args.get(self.path, _MISSING)
         value: Any = args
         for part in self._parts:
             if type(value) is dict or isinstance(value, Mapping):
@@ -175,7 +173,11 @@ class ArgCondition:
 
     def holds(self, ctx: PolicyContext) -> bool:
         """Whether the call's arguments satisfy this condition."""
-        actual = self._lookup(ctx.args)
+        args = ctx.args
+        if self._single and type(args) is dict:
+            actual = args.get(self.path, _MISSING)
+        else:
+            actual = self._lookup(args)
         if actual is _MISSING:
             return self.op == "missing"
         return self._test(actual)

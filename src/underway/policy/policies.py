@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 from .conditions import Unevaluable
@@ -16,6 +16,10 @@ _RANK = {outcome: rank for rank, outcome in enumerate(OUTCOMES)}
 _DENY = _RANK["deny"]
 _CACHE_LIMIT = 4096
 """Tool names whose candidate rules are remembered; past this the memo starts afresh."""
+
+_Candidate = tuple[Rule, tuple[Callable[[PolicyContext], bool], ...], bool, int]
+"""A rule that may apply to a tool: the rule, its checks, whether it has a predicate, and
+the rank of its outcome."""
 
 
 class Policy:
@@ -47,14 +51,17 @@ class Policy:
         deny_unlisted_mutating: bool = False,
     ) -> None:
         if not isinstance(version, str) or not version.strip():
-            raise PolicyError(f"a policy needs a non-empty version string, not {version!r}",
-                              field="version")
+            raise PolicyError(
+                f"a policy needs a non-empty version string (in YAML, quote a number: "
+                f"version: \"3\"), not {version!r}", field="version",
+            )
         if default not in ("allow", "deny"):
             raise PolicyError(f"default must be 'allow' or 'deny', not {default!r}",
                               field="default")
         if not isinstance(deny_unlisted_mutating, bool):
             raise PolicyError(f"expected true or false, not {deny_unlisted_mutating!r}",
                               field="deny_unlisted_mutating")
+        rules = tuple(rules)
         seen: set[str] = set()
         for i, rule in enumerate(rules):
             if not isinstance(rule, Rule):
@@ -64,13 +71,13 @@ class Policy:
                                   rule_id=rule.id, field="id")
             seen.add(rule.id)
         self.version = version
-        self.rules: tuple[Rule, ...] = tuple(rules)
+        self.rules: tuple[Rule, ...] = rules
         self.default: Literal["allow", "deny"] = default
         self.deny_unlisted_mutating = deny_unlisted_mutating
         self.digest = hashlib.sha256(json.dumps(
             self.to_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=False
         ).encode()).hexdigest()
-        self._by_tool: dict[str, tuple[Rule, ...]] = {}
+        self._by_tool: dict[str, tuple[_Candidate, ...]] = {}
         self._decisions = {
             r.id: Decision(
                 r.outcome, r.id, version, r.reason or r.description or f"rule {r.id!r} matched",
@@ -102,12 +109,15 @@ class Policy:
             "rules": [r.to_dict() for r in self.rules],
         }
 
-    def _candidates(self, tool: str) -> tuple[Rule, ...]:
+    def _candidates(self, tool: str) -> tuple[_Candidate, ...]:
         found = self._by_tool.get(tool)
         if found is None:
             if len(self._by_tool) >= _CACHE_LIMIT:
                 self._by_tool = {}
-            found = tuple(r for r in self.rules if r.applies_to_tool(tool))
+            found = tuple(
+                (r, r.checks, r.when is not None, _RANK[r.outcome])
+                for r in self.rules if r.applies_to_tool(tool)
+            )
             self._by_tool[tool] = found
         return found
 
@@ -115,21 +125,24 @@ class Policy:
         """Decide whether the call described by ``ctx`` may run."""
         best: Rule | None = None
         best_rank = -1
-        for rule in self._candidates(ctx.tool):
+        for rule, checks, asks, rank in self._candidates(ctx.tool):
             try:
-                hit = rule.matches_besides_tool(ctx)
+                for check in checks:
+                    if not check(ctx):
+                        break
+                else:
+                    if asks and not rule.ask_predicate(ctx):
+                        continue
+                    if rank > best_rank:
+                        best, best_rank = rule, rank
+                        if rank == _DENY:
+                            break
             except Unevaluable as exc:
                 # Nothing outranks a deny, so this is the decision whatever follows.
                 return Decision(
                     "deny", rule.id, self.version,
                     f"rule {rule.id!r} could not be evaluated, so the call is denied: {exc}",
                 )
-            if hit:
-                rank = _RANK[rule.outcome]
-                if rank > best_rank:
-                    best, best_rank = rule, rank
-                    if rank == _DENY:
-                        break
         if best is not None:
             return self._decisions[best.id]
         if ctx.mutating and self.deny_unlisted_mutating:

@@ -294,6 +294,16 @@ class Rule:
         for check in self._checks:
             if not check(ctx):
                 return False
+        return self.when is None or self.ask_predicate(ctx)
+
+    @property
+    def checks(self) -> tuple[Callable[[PolicyContext], bool], ...]:
+        """The rule's compiled conditions besides tools and the predicate."""
+        return self._checks
+
+    def ask_predicate(self, ctx: PolicyContext) -> bool:
+        """The predicate's verdict (True without one); :class:`Unevaluable` if it raises
+        or returns a non-bool."""
         if self.when is None:
             return True
         try:

@@ -1,0 +1,126 @@
+"""``underway policy``: validate a policy file, and show what it decides for one call."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..policy import Amount, PolicyContext, load_policy
+from ..policy.context import to_decimal
+from ._common import Problem, handle_errors, parse_json
+
+app = typer.Typer(help="Validate policy files and explain their decisions.",
+                  no_args_is_help=True)
+
+FileArg = Annotated[
+    Path, typer.Argument(help="A policy file: .toml, .yaml or .yml.", show_default=False)
+]
+
+
+@app.command("check")
+@handle_errors
+def check(path: FileArg) -> None:
+    """Load a policy file and report its version, rules and digest (exit 2 if invalid)."""
+    policy = load_policy(path)
+    typer.echo(
+        f"{path}: ok: version {policy.version!r}, {len(policy.rules)} rules, "
+        f"default {policy.default}"
+        + (", unlisted mutating tools denied" if policy.deny_unlisted_mutating else "")
+        + f", digest {policy.digest}"
+    )
+
+
+def _amount(text: str | None) -> Amount | None:
+    if text is None:
+        return None
+    parts = text.split()
+    value = to_decimal(parts[0]) if len(parts) == 2 else None
+    if value is None:
+        raise Problem(f"--amount takes 'VALUE CURRENCY' such as '10000 INR', not {text!r}")
+    return Amount(value, parts[1])
+
+
+def _counters(items: list[str]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        try:
+            out[name.strip()] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep or not name.strip():
+            raise Problem(f"--counter takes NAME=NUMBER such as run.tool_calls=3, not {item!r}")
+    return out
+
+
+@app.command("explain")
+@handle_errors
+def explain(
+    path: FileArg,
+    tool: Annotated[str, typer.Option("--tool", help="The tool called.", show_default=False)],
+    args: Annotated[
+        str | None, typer.Option("--args", help="The call's arguments as a JSON object.")
+    ] = None,
+    role: Annotated[
+        list[str] | None, typer.Option("--role", help="A role of the caller (repeatable).")
+    ] = None,
+    env: Annotated[str, typer.Option("--env", help="The environment.")] = "prod",
+    tenant: Annotated[str, typer.Option("--tenant", help="The tenant.")] = "default",
+    principal: Annotated[
+        str | None, typer.Option("--principal", help="Whom the run acts for.")
+    ] = None,
+    flow: Annotated[str, typer.Option("--flow", help="The flow making the call.")] = "",
+    mutating: Annotated[
+        bool, typer.Option("--mutating/--read-only", help="Whether the tool changes anything.")
+    ] = True,
+    irreversible: Annotated[
+        bool, typer.Option("--irreversible", help="The tool cannot be undone.")
+    ] = False,
+    label: Annotated[
+        list[str] | None,
+        typer.Option("--label", help="A label of the call's inputs, e.g. personal, untrusted "
+                     "(repeatable)."),
+    ] = None,
+    permission: Annotated[
+        list[str] | None,
+        typer.Option("--permission", help="A permission the tool requires (repeatable)."),
+    ] = None,
+    amount: Annotated[
+        str | None, typer.Option("--amount", help="Money the call moves: '10000 INR'.")
+    ] = None,
+    counter: Annotated[
+        list[str] | None,
+        typer.Option("--counter", help="A usage counter, NAME=NUMBER (repeatable)."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the decision as JSON.")] = False,
+) -> None:
+    """Print what the policy decides for one call, and which rule decided it."""
+    policy = load_policy(path)
+    parsed = parse_json(args, "--args")
+    if parsed is None:
+        parsed = {}
+    if not isinstance(parsed, dict):
+        raise Problem(f"--args must be a JSON object, not {args}")
+    ctx = PolicyContext(
+        tenant_id=tenant, principal=principal, roles=frozenset(role or []), environment=env,
+        flow=flow, tool=tool, mutating=mutating or irreversible, irreversible=irreversible,
+        permissions=frozenset(permission or []), args=parsed, labels=frozenset(label or []),
+        amount=_amount(amount), counters=_counters(counter or []),
+    )
+    d = policy.evaluate(ctx)
+    if as_json:
+        typer.echo(json.dumps({
+            "outcome": d.outcome, "rule_id": d.rule_id, "policy_version": d.policy_version,
+            "reason": d.reason, "approver_role": d.approver_role, "expires_in": d.expires_in,
+            "digest": policy.digest,
+        }, indent=2))
+        return
+    rule = f"rule {d.rule_id!r}" if d.rule_id else "no rule"
+    typer.echo(f"{d.outcome} ({rule}, policy {d.policy_version})")
+    typer.echo(f"reason: {d.reason}")
+    if d.outcome == "require_approval":
+        typer.echo(f"approver: {d.approver_role or 'anyone allowed to approve'}, "
+                   f"expires in {d.expires_in:g} s")

@@ -1,0 +1,77 @@
+"""The protocol every knowledge base backend implements."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Protocol
+
+from ..errors import ConfigurationError
+from .record import KnowledgeHit, KnowledgeRecord, Sensitivity
+
+KNOWLEDGE_SCHEMA_VERSION = 7
+"""The first store schema version with the knowledge tables (migration 0007)."""
+
+
+class KnowledgeBase(Protocol):
+    """Long-term knowledge of tenants, kept apart from run execution state.
+
+    Every method takes the tenant and sees only that tenant's records. Methods block on the
+    database; call them from a thread (a synchronous tool runs in one) in async code.
+    """
+
+    def put(self, record: KnowledgeRecord) -> None:
+        """Store ``record``, replacing the tenant's record with the same id."""
+        ...
+
+    def get(
+        self, tenant_id: str, record_id: str, *, now: float | None = None
+    ) -> KnowledgeRecord | None:
+        """The tenant's record with this id, or None. Access roles and sensitivity are not
+        checked: this is for the application, not for a reader. With ``now``, a record
+        expired at that time reads as absent."""
+        ...
+
+    def search(
+        self,
+        tenant_id: str,
+        query: str,
+        *,
+        roles: Collection[str],
+        now: float,
+        limit: int = 10,
+        max_sensitivity: Sensitivity = "sensitive",
+    ) -> list[KnowledgeHit]:
+        """The tenant's records that match any word of ``query``, best first.
+
+        Only records a reader with ``roles`` may read (a record without roles is open to
+        every role), labelled at most ``max_sensitivity``, and not expired at ``now``.
+        A query without words finds nothing.
+        """
+        ...
+
+    def delete(self, tenant_id: str, record_id: str) -> bool:
+        """Erase the record now (right to erasure); False when there was none."""
+        ...
+
+    def purge_expired(self, now: float) -> int:
+        """Erase every record of every tenant expired at ``now``; return how many."""
+        ...
+
+    def close(self) -> None:
+        """Release what this knowledge base opened itself (not a store it was given)."""
+        ...
+
+
+def check_key(what: str, value: str) -> None:
+    """Raise ConfigurationError unless ``value`` is a non-empty string."""
+    if not isinstance(value, str) or not value:
+        raise ConfigurationError(f"{what} must be a non-empty string, not {value!r}")
+
+
+def check_record(record: KnowledgeRecord) -> None:
+    """Raise ConfigurationError unless ``record`` is a :class:`KnowledgeRecord`."""
+    if not isinstance(record, KnowledgeRecord):
+        raise ConfigurationError(
+            f"put() takes a KnowledgeRecord, not {type(record).__name__}; build one with "
+            "KnowledgeRecord(tenant_id=..., text=..., source=..., created_at=...)"
+        )

@@ -1,0 +1,148 @@
+"""SQLite knowledge base: an FTS5 index ranked with bm25, in the store's own file."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from ..errors import StoreError
+from ..store import queries
+from ..store.sqlite import SQLiteStore
+from .base import check_key, check_record
+from .query import plan
+from .record import KnowledgeHit, KnowledgeRecord, Sensitivity
+
+_Q = queries.load("sqlite")
+
+
+class SQLiteKnowledge:
+    """A :class:`~underway.knowledge.base.KnowledgeBase` in the tables of migration 0007,
+    on the connection of ``store``. ``owns_store``: :meth:`close` closes the store too."""
+
+    def __init__(self, store: SQLiteStore, *, owns_store: bool = False) -> None:
+        self._store = store
+        self._owns_store = owns_store
+
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        with self._store.connection() as c, _failures(self._store.path):
+            yield c
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        with self._read() as c:
+            c.execute("BEGIN IMMEDIATE")
+            try:
+                yield c
+            except BaseException:
+                c.execute("ROLLBACK")
+                raise
+            c.execute("COMMIT")
+
+    def put(self, record: KnowledgeRecord) -> None:
+        """Store ``record``, replacing the tenant's record with the same id."""
+        check_record(record)
+        with self._write() as c:
+            old = c.execute(_Q["knowledge_get"], _key(record.tenant_id, record.id)).fetchone()
+            if old is not None:
+                c.execute(_Q["knowledge_unindex"], {"seq": old["seq"], "text": old["text"]})
+            (seq,) = c.execute(_Q["knowledge_upsert"], _row(record)).fetchone()
+            c.execute(_Q["knowledge_index"], {"seq": seq, "text": record.text})
+
+    def get(
+        self, tenant_id: str, record_id: str, *, now: float | None = None
+    ) -> KnowledgeRecord | None:
+        """The tenant's record with this id, or None (also when expired at ``now``)."""
+        check_key("tenant_id", tenant_id)
+        check_key("record id", record_id)
+        with self._read() as c:
+            row = c.execute(_Q["knowledge_get"], _key(tenant_id, record_id)).fetchone()
+        record = _record(row) if row is not None else None
+        if record is None or (now is not None and record.expired(now)):
+            return None
+        return record
+
+    def search(
+        self,
+        tenant_id: str,
+        query: str,
+        *,
+        roles: Collection[str],
+        now: float,
+        limit: int = 10,
+        max_sensitivity: Sensitivity = "sensitive",
+    ) -> list[KnowledgeHit]:
+        """The tenant's readable, unexpired records matching any word of ``query``, best
+        first by bm25."""
+        s = plan(tenant_id, query, roles=roles, now=now, limit=limit,
+                 max_sensitivity=max_sensitivity)
+        if not s.terms:
+            return []
+        params = {
+            # Each word becomes a quoted FTS5 string, so operators (AND, OR, NEAR), column
+            # filters and wildcards in the query are plain words, never syntax.
+            "match": " OR ".join('"' + t.replace('"', '""') + '"' for t in s.terms),
+            "tenant_id": s.tenant_id,
+            "now": s.now,
+            "sensitivities": json.dumps(s.sensitivities),
+            "roles": json.dumps(s.roles),
+            "limit": s.limit,
+        }
+        with self._read() as c:
+            rows = c.execute(_Q["knowledge_search"], params).fetchall()
+        return [KnowledgeHit(_record(r), float(r["score"])) for r in rows]
+
+    def delete(self, tenant_id: str, record_id: str) -> bool:
+        """Erase the record and its words from the index; False when there was none."""
+        check_key("tenant_id", tenant_id)
+        check_key("record id", record_id)
+        with self._write() as c:
+            old = c.execute(_Q["knowledge_get"], _key(tenant_id, record_id)).fetchone()
+            if old is None:
+                return False
+            c.execute(_Q["knowledge_unindex"], {"seq": old["seq"], "text": old["text"]})
+            c.execute(_Q["knowledge_delete"], {"seq": old["seq"]})
+        return True
+
+    def purge_expired(self, now: float) -> int:
+        """Erase every record expired at ``now``; return how many."""
+        with self._write() as c:
+            c.execute(_Q["knowledge_unindex_expired"], {"now": now})
+            return c.execute(_Q["knowledge_purge_expired"], {"now": now}).rowcount
+
+    def close(self) -> None:
+        """Close the store when this knowledge base opened it."""
+        if self._owns_store:
+            self._store.close()
+
+
+@contextmanager
+def _failures(path: str) -> Iterator[None]:
+    try:
+        yield
+    except sqlite3.Error as exc:
+        raise StoreError(f"knowledge base in SQLite file {path}: {exc}") from exc
+
+
+def _key(tenant_id: str, record_id: str) -> dict[str, str]:
+    return {"tenant_id": tenant_id, "id": record_id}
+
+
+def _row(r: KnowledgeRecord) -> dict[str, Any]:
+    return {
+        "tenant_id": r.tenant_id, "id": r.id, "text": r.text, "source": r.source,
+        "created_at": r.created_at, "expires_at": r.expires_at, "roles": json.dumps(r.roles),
+        "sensitivity": r.sensitivity, "metadata": json.dumps(r.metadata, ensure_ascii=False),
+    }
+
+
+def _record(row: sqlite3.Row) -> KnowledgeRecord:
+    return KnowledgeRecord(
+        id=row["id"], tenant_id=row["tenant_id"], text=row["text"], source=row["source"],
+        created_at=row["created_at"], expires_at=row["expires_at"],
+        roles=tuple(json.loads(row["roles"])), sensitivity=row["sensitivity"],
+        metadata=json.loads(row["metadata"]),
+    )

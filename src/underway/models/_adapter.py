@@ -1,0 +1,149 @@
+"""What every provider adapter shares: the Model protocol, retries, pricing, lazy SDK import."""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import importlib
+import logging
+import random
+import weakref
+from collections.abc import Awaitable, Callable
+from types import ModuleType
+from typing import Any, ClassVar, Self
+
+from ..effects import ModelReply
+from ..errors import ConfigurationError
+from ..events import JSON
+from ..retry import RetryPolicy
+from .pricing import PriceTable
+from .retries import DEFAULT_RETRY, Failure, Retrier, RetryNotice, redactor, sdk_failure
+from .types import ModelRequest, ModelResponse
+
+log = logging.getLogger("underway.models")
+
+
+def import_sdk(module: str, *, adapter: str, extra: str) -> ModuleType:
+    """Import a provider SDK, or say which extra installs it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"{adapter} needs the {module!r} package: pip install 'underway[{extra}]'"
+        ) from exc
+
+
+class Adapter(abc.ABC):
+    """Base of the provider adapters: ``complete`` (the engine's JSON interface) over
+    ``send`` (typed), with retries and cost accounting."""
+
+    provider: ClassVar[str]
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        name: str | None,
+        secret: str | None,
+        sdk: ModuleType,
+        make_client: Callable[[], Any],
+        prices: PriceTable | None,
+        retry: RetryPolicy | None,
+        max_retry_after: float,
+        sleep: Callable[[float], Awaitable[None]] | None,
+        jitter: Callable[[], float] | None,
+        on_retry: Callable[[RetryNotice], None] | None,
+    ) -> None:
+        if not model:
+            raise ConfigurationError(f"{type(self).__name__} needs a model id")
+        if max_retry_after < 0:
+            raise ConfigurationError("max_retry_after must not be negative")
+        self.model = model
+        self.name = name or f"{self.provider}:{model}"
+        self.prices = prices if prices is not None else PriceTable.default()
+        self._unpriced: set[str] = set()
+        self._make_client = make_client
+        # One SDK client per event loop: its pooled connections belong to the loop that
+        # opened them, and scripts often drive runs with several asyncio.run() calls.
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
+            weakref.WeakKeyDictionary()
+        )
+        status_error, connection_error = sdk.APIStatusError, sdk.APIConnectionError
+
+        def classify(exc: Exception) -> Failure | None:
+            return sdk_failure(exc, status_error=status_error, connection_error=connection_error)
+
+        self._retrier = Retrier(
+            provider=self.provider, model=model, policy=retry or DEFAULT_RETRY,
+            max_retry_after=max_retry_after, sleep=sleep or asyncio.sleep,
+            jitter=jitter or random.random, on_retry=on_retry, classify=classify,
+            redact=redactor(secret),
+        )
+
+    async def complete(self, request: JSON) -> ModelReply:
+        """The engine's entry point: a :class:`ModelRequest` as JSON in, a
+        :class:`ModelResponse` as JSON out, with the model id, tokens and cost."""
+        response = await self.send(ModelRequest.from_json(request))
+        return ModelReply(
+            response.to_json(), response.model, response.tokens_in, response.tokens_out,
+            response.cost_usd,
+        )
+
+    async def send(self, request: ModelRequest) -> ModelResponse:
+        """Ask the model directly, outside any flow (nothing is journaled)."""
+        params = self.params(request)
+        raw, attempts = await self._retrier.run(lambda: self.call(params))
+        return self.response(raw, request, attempts)
+
+    def client(self) -> Any:
+        """The SDK client for the running event loop."""
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None:
+            client = self._clients[loop] = self._make_client()
+        return client
+
+    async def aclose(self) -> None:
+        """Close the connections this adapter opened in the running event loop."""
+        client = self._clients.pop(asyncio.get_running_loop(), None)
+        if client is not None:
+            await client.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    @abc.abstractmethod
+    def params(self, request: ModelRequest) -> dict[str, Any]:
+        """The SDK call's keyword arguments for ``request``."""
+
+    @abc.abstractmethod
+    async def call(self, params: dict[str, Any]) -> Any:
+        """One request to the provider."""
+
+    @abc.abstractmethod
+    def response(self, raw: Any, request: ModelRequest, attempts: int) -> ModelResponse:
+        """The provider's reply as a :class:`ModelResponse`."""
+
+    def cost(self, model: str, tokens_in: int, tokens_out: int, cached_tokens_in: int) -> float:
+        """USD for one call, priced by the model that answered, else the one asked for.
+
+        A model missing from the price table costs 0 and is logged once, so budgets
+        undercount visibly rather than silently: give local models an explicit 0 price.
+        """
+        for candidate in (model, self.model):
+            usd = self.prices.cost(candidate, tokens_in, tokens_out, cached_tokens_in)
+            if usd is not None:
+                return usd
+        if model not in self._unpriced:
+            self._unpriced.add(model)
+            log.warning(
+                "%s: no price for model %r in the price table; its calls are counted as $0",
+                self.name, model,
+            )
+        return 0.0
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, model={self.model!r})"

@@ -1,0 +1,46 @@
+"""The error a model adapter raises when the provider refuses or fails a request."""
+
+from __future__ import annotations
+
+from ..errors import UnderwayError
+
+
+class ModelError(UnderwayError):
+    """A model call failed: the provider refused it, or kept failing until retries ran out.
+
+    ``provider`` and ``model`` say which call; ``status`` is the HTTP status (``None`` for a
+    connection error or timeout); ``provider_message`` is the provider's own explanation;
+    ``retryable`` says whether trying again later may help (rate limits, 5xx, timeouts);
+    ``retry_after`` is the wait in seconds the provider last asked for, if it did;
+    ``attempts`` is how many requests were sent.
+    """
+
+    def __init__(
+        self,
+        provider: str,
+        model: str,
+        *,
+        status: int | None,
+        provider_message: str,
+        retryable: bool,
+        retry_after: float | None = None,
+        attempts: int = 1,
+    ) -> None:
+        what = f"HTTP {status}" if status is not None else "no HTTP response"
+        tries = "attempt" if attempts == 1 else "attempts"
+        hint = (
+            "retryable: try again later or allow more attempts"
+            if retryable
+            else "not retryable: fix the request, model id or credentials"
+        )
+        super().__init__(
+            f"{provider} model {model!r} failed after {attempts} {tries}: "
+            f"{what}: {provider_message} ({hint})"
+        )
+        self.provider = provider
+        self.model = model
+        self.status = status
+        self.provider_message = provider_message
+        self.retryable = retryable
+        self.retry_after = retry_after
+        self.attempts = attempts

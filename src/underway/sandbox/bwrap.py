@@ -1,0 +1,141 @@
+"""The bubblewrap backend: each command in fresh namespaces on a read-only root.
+
+The sandbox's root is an empty tmpfs, made read-only once everything is mounted. On it:
+``/usr`` and the top-level links into it, a handful of ``/etc`` files, the profile's own
+paths, the call's workspace (writable), a private ``/tmp``, a fresh ``/proc`` (only the
+sandbox's processes) and a minimal ``/dev``. Nothing else of the host — its home
+directories, its other files, its processes, its network — exists inside.
+
+Every namespace is new (user, mount, PID, network, IPC, UTS, cgroup); the network one
+is shared only when the profile allows it. Nested user namespaces are refused. A worker
+running as root first drops to the profile's unprivileged user, so the process limit
+applies and nothing inside has any privilege on the host.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+
+from .child import ChildSetup, prepare, reachable, rlimits_for
+from .errors import SandboxError
+from .launch import Launch, command_env
+from .profile import ETC_NETWORK, ETC_RO, ROOT_LINKS, SYSTEM_RO, SandboxProfile, python_prefix
+from .workspace import CallDirs
+
+PROBE_TIMEOUT_S = 20.0
+_usable: set[tuple[str, int, int]] = set()
+"""Binaries (with the ids they run as) that set up a sandbox once: probed only once."""
+
+
+def binary() -> str | None:
+    """The ``bwrap`` on PATH, if any."""
+    return shutil.which("bwrap")
+
+
+def as_ids(profile: SandboxProfile) -> tuple[int, int] | None:
+    """The ids commands run as: the profile's when the worker is root (dropped to), else
+    None (the worker's own; it cannot change them)."""
+    return (profile.uid, profile.gid) if os.geteuid() == 0 else None
+
+
+def unavailable(profile: SandboxProfile) -> str | None:
+    """None when bubblewrap can set up a sandbox here, else why not and what to do."""
+    path = binary()
+    if path is None:
+        return ("`bwrap` is not on PATH; install bubblewrap (Debian/Ubuntu: apt-get install "
+                "bubblewrap; Fedora: dnf install bubblewrap)")
+    ids = as_ids(profile)
+    key = (path, *(ids or (os.geteuid(), os.getegid())))
+    if key in _usable:
+        return None
+    argv = [path, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
+            *_system_mounts(network=False), "--proc", "/proc", "--dev", "/dev",
+            "--", _true()]
+    setup = ChildSetup(prepare(), os.getpid(), uid=ids[0] if ids else None,
+                       gid=ids[1] if ids else None)
+    try:
+        done = subprocess.run(argv, capture_output=True, timeout=PROBE_TIMEOUT_S,
+                              preexec_fn=setup, start_new_session=True, check=False)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"{path} could not be started: {exc}"
+    if done.returncode != 0:
+        why = done.stderr.decode(errors="replace").strip() or f"exit status {done.returncode}"
+        return (f"{path} cannot create a sandbox on this host ({why}); unprivileged user "
+                "namespaces must be enabled (sysctl kernel.unprivileged_userns_clone=1, "
+                "user.max_user_namespaces > 0)")
+    _usable.add(key)
+    return None
+
+
+def plan(profile: SandboxProfile, argv: Sequence[str], dirs: CallDirs,
+         extra_env: Mapping[str, str] | None) -> Launch:
+    """How to run ``argv`` under ``profile`` with bubblewrap."""
+    path = binary()
+    if path is None:
+        raise SandboxError("`bwrap` disappeared from PATH since it was probed")
+    ids = as_ids(profile)
+    stage: list[tuple[str, str]] = []
+
+    def source(host: str) -> str:
+        real = os.path.realpath(host)
+        if not os.path.exists(real):
+            raise SandboxError(f"sandbox mount source {host!r} does not exist on this host")
+        if ids is not None and not reachable(real, *ids):
+            # bubblewrap, running as the sandbox user, could not even look it up.
+            point = dirs.stage_point()
+            stage.append((real, point))
+            return point
+        return real
+
+    ws = profile.workspace_dir
+    env = command_env(profile, ws, extra_env)
+    args = [path, "--unshare-all", "--unshare-user", "--disable-userns"]
+    if profile.network:
+        args.append("--share-net")
+    # The environment reaches the command through bubblewrap's own, never its argv: an
+    # argv is readable by every user of the host.
+    args += ["--die-with-parent", "--new-session", "--hostname", "sandbox"]
+    args += _system_mounts(network=profile.network)
+    args += ["--size", str(profile.limits.tmp_size_mb * 1024 * 1024), "--tmpfs", "/tmp",
+             "--proc", "/proc", "--dev", "/dev"]
+    if profile.python:
+        prefix = python_prefix()
+        args += ["--ro-bind", source(prefix), prefix]
+    for p in profile.ro_paths:
+        args += ["--ro-bind", source(p), p]
+    for p in profile.rw_paths:
+        args += ["--bind", source(p), p]
+    args += ["--bind", source(dirs.workspace), ws, "--chdir", ws, "--remount-ro", "/"]
+    # bubblewrap reads one byte from --block-fd once the sandbox is fully set up, just
+    # before it starts the command; a byte still unread afterwards means setup failed.
+    block_r, block_w = os.pipe()
+    os.write(block_w, b"x")
+    os.close(block_w)
+    args += ["--block-fd", str(block_r), "--", *argv]
+    setup = ChildSetup(
+        prepare(), os.getpid(), rlimits=rlimits_for(profile.limits.rlimits()),
+        uid=ids[0] if ids else None, gid=ids[1] if ids else None, stage=tuple(stage),
+    )
+    return Launch("bwrap", args, env, setup, pass_fds=(block_r,), setup_fd=os.dup(block_r),
+                  close_after_spawn=[block_r])
+
+
+def _system_mounts(*, network: bool) -> list[str]:
+    args: list[str] = []
+    for p in SYSTEM_RO:
+        args += ["--ro-bind", p, p]
+    for p in ROOT_LINKS:
+        if os.path.islink(p):
+            args += ["--symlink", os.readlink(p), p]
+        elif os.path.isdir(p):
+            args += ["--ro-bind", p, p]
+    for p in ETC_RO + (ETC_NETWORK if network else ()):
+        args += ["--ro-bind-try", p, p]
+    return args
+
+
+def _true() -> str:
+    return "/usr/bin/true" if os.path.exists("/usr/bin/true") else "/bin/true"

@@ -1,0 +1,111 @@
+"""The Docker backend: each command in a throwaway container.
+
+Used only when ``docker info`` succeeds, i.e. a Docker engine answers; a client without
+an engine makes the backend unavailable, never a silent fallback. The container has no
+network (unless allowed), a read-only root, no capabilities, ``no-new-privileges``, the
+profile's user, memory, process, CPU and file-size limits, a private ``/tmp`` and the
+workspace as its only writable volume. It is started with a unique name so that a
+timeout or cancellation can ``docker kill`` it: killing the client alone would leave the
+container running. Inside, ``timeout -s KILL`` bounds it too, for a client that dies
+without a chance to kill it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import uuid
+from collections.abc import Mapping, Sequence
+
+from .child import ChildSetup, prepare
+from .errors import SandboxError
+from .launch import Launch, command_env
+from .profile import SandboxProfile
+from .workspace import CallDirs
+
+PROBE_TIMEOUT_S = 10.0
+KILL_TIMEOUT_S = 10.0
+_usable: set[str] = set()
+
+
+def binary() -> str | None:
+    """The ``docker`` client on PATH, if any."""
+    return shutil.which("docker")
+
+
+def unavailable(profile: SandboxProfile) -> str | None:
+    """None when a Docker engine answers, else why not."""
+    path = binary()
+    if path is None:
+        return "the `docker` client is not on PATH"
+    if path in _usable:
+        return None
+    try:
+        done = subprocess.run([path, "info", "--format", "{{.ServerVersion}}"],
+                              capture_output=True, timeout=PROBE_TIMEOUT_S, check=False)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"`docker info` failed: {exc}"
+    if done.returncode != 0:
+        lines = done.stderr.decode(errors="replace").strip().splitlines()
+        return f"no Docker engine answers `docker info` ({lines[-1] if lines else done.returncode})"
+    _usable.add(path)
+    return None
+
+
+def plan(profile: SandboxProfile, argv: Sequence[str], dirs: CallDirs,
+         extra_env: Mapping[str, str] | None) -> Launch:
+    """How to run ``argv`` under ``profile`` in a container."""
+    path = binary()
+    if path is None:
+        raise SandboxError("`docker` disappeared from PATH since it was probed")
+    lim = profile.limits
+    ws = profile.workspace_dir
+    env = command_env(profile, ws, extra_env)
+    name = f"underway-sandbox-{uuid.uuid4().hex[:16]}"
+    args = [
+        path, "run", "--rm", "-i", "--name", name,
+        "--network", "bridge" if profile.network else "none",
+        "--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+        "--user", f"{profile.uid}:{profile.gid}",
+        "--tmpfs", f"/tmp:rw,nosuid,nodev,size={lim.tmp_size_mb}m",
+        "--mount", _bind(dirs.workspace, ws, readonly=False), "--workdir", ws,
+        "--ulimit", "core=0",
+    ]
+    for p in profile.ro_paths:
+        args += ["--mount", _bind(p, p, readonly=True)]
+    for p in profile.rw_paths:
+        args += ["--mount", _bind(p, p, readonly=False)]
+    if lim.memory_mb is not None:
+        args += ["--memory", f"{lim.memory_mb}m", "--memory-swap", f"{lim.memory_mb}m"]
+    if lim.max_processes is not None:
+        args += ["--pids-limit", str(lim.max_processes)]
+    if lim.cpus is not None:
+        args += ["--cpus", str(lim.cpus)]
+    if lim.cpu_seconds is not None:
+        args += ["--ulimit", f"cpu={lim.cpu_seconds}:{lim.cpu_seconds + 1}"]
+    if lim.file_size_mb is not None:
+        args += ["--ulimit", f"fsize={lim.file_size_mb * 1024 * 1024}"]
+    for var in env:
+        # By name only: the value comes from the client's environment, not its argv.
+        args += ["--env", var]
+    deadline = str(int(lim.timeout_s) + 5)
+    args += [profile.image, "timeout", "-s", "KILL", deadline, *argv]
+
+    def kill() -> None:
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            subprocess.run([path, "kill", name], capture_output=True, timeout=KILL_TIMEOUT_S,
+                           check=False)
+
+    return Launch("docker", args, env, ChildSetup(prepare(), os.getpid()), on_kill=kill)
+
+
+def _bind(source: str, target: str, *, readonly: bool) -> str:
+    for text in (source, target):
+        if "," in text or "=" in text:
+            raise SandboxError(
+                f"Docker cannot mount {text!r}: paths with ',' or '=' are not supported"
+            )
+    return f"type=bind,source={source},target={target}" + (",readonly" if readonly else "")
+

@@ -1,0 +1,30 @@
+"""The errors the sandbox raises, under :class:`underway.errors.UnderwayError`::
+
+    UnderwayError
+    └── SandboxError            the sandbox could not be set up for a call
+        └── SandboxUnavailable  no usable backend (also a ConfigurationError)
+
+A command that runs and fails is not an error: its exit code, output and ``timed_out``
+flag are in the :class:`~underway.sandbox.CommandResult`.
+"""
+
+from __future__ import annotations
+
+from ..errors import ConfigurationError, UnderwayError
+
+
+class SandboxError(UnderwayError):
+    """The sandbox could not be set up for this call; the command did not run.
+
+    ``retryable`` is False: the same profile on the same host fails the same way.
+    """
+
+    retryable = False
+
+
+class SandboxUnavailable(SandboxError, ConfigurationError):
+    """No backend the profile allows is usable on this host.
+
+    The message names every backend tried, why each was refused, and how to fix it
+    (usually: install bubblewrap). Commands are never run unsandboxed instead.
+    """

@@ -1,0 +1,498 @@
+"""Escape attempts a sandbox must block, and a check of this host's backends.
+
+    python -m underway.sandbox.escapes                   # bwrap and docker
+    python -m underway.sandbox.escapes --backend bwrap --only loopback_tcp
+
+Each :class:`Escape` plants its bait on the host (a secret file, a listening socket, a
+process to kill), runs a real command in the sandbox that goes for it, and judges from
+the host's side whether it got there: a :class:`Verdict` says ``blocked`` or not, with
+the evidence. Nothing here trusts what the command says about itself. The check prints
+one line per attempt and ``blocked N/N`` per backend; a backend that cannot run on this
+host is reported unavailable, with why.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import cast
+
+from .backends import select, why_unavailable
+from .profile import Backend, Limits, SandboxProfile
+from .result import CommandResult
+from .run import run_command_async
+from .tools import interpreter
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """Whether an escape was blocked, and what the host saw."""
+
+    blocked: bool
+    evidence: str
+
+
+@dataclass(frozen=True, slots=True)
+class Escape:
+    """One escape attempt: ``attempt(profile)`` runs it under ``profile`` and judges it."""
+
+    name: str
+    what: str
+    attempt: Callable[[SandboxProfile], Awaitable[Verdict]]
+
+
+ESCAPES: list[Escape] = []
+"""The catalogue, in the order the check runs it."""
+
+
+def _escape(name: str, what: str) -> Callable[
+    [Callable[[SandboxProfile], Awaitable[Verdict]]], Callable[[SandboxProfile], Awaitable[Verdict]]
+]:
+    def register(
+        fn: Callable[[SandboxProfile], Awaitable[Verdict]],
+    ) -> Callable[[SandboxProfile], Awaitable[Verdict]]:
+        ESCAPES.append(Escape(name, what, fn))
+        return fn
+
+    return register
+
+
+def base_profile(backend: str) -> SandboxProfile:
+    """The profile escapes run under unless they need tighter limits."""
+    return SandboxProfile(
+        backend=cast(Backend, backend),
+        limits=Limits(timeout_s=20, cpu_seconds=10, memory_mb=512, max_processes=32),
+    )
+
+
+def marker() -> str:
+    """A string no process on the host has in its argv yet."""
+    return f"underway-escape-{uuid.uuid4().hex[:12]}"
+
+
+def processes_with(text: str) -> list[int]:
+    """Host pids whose command line contains ``text``."""
+    needle = text.encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                if needle in f.read():
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+async def _bash(profile: SandboxProfile, script: str,
+                workspace: Path | None = None) -> CommandResult:
+    return await run_command_async(["/bin/bash", "-c", script], profile=profile,
+                                   workspace=workspace)
+
+
+async def _python(profile: SandboxProfile, code: str) -> CommandResult:
+    profile = replace(profile, python=True)
+    argv = [interpreter(select(profile).name), "-I", "-c", code]
+    return await run_command_async(argv, profile=profile)
+
+
+def _said(r: CommandResult) -> str:
+    return f"exit {r.exit_code}{' (timed out)' if r.timed_out else ''}: " + \
+        (r.stdout + r.stderr).strip().replace("\n", " | ")[:300]
+
+
+@contextlib.contextmanager
+def _host_dir() -> Iterator[Path]:
+    """A world-readable directory on the host, outside anything the sandbox mounts."""
+    path = Path(tempfile.mkdtemp(prefix="underway-escape-"))
+    path.chmod(0o755)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+# -- the filesystem ------------------------------------------------------------------------
+@_escape("read_host_secret", "read a world-readable secret in the host's home and /tmp")
+async def read_host_secret(profile: SandboxProfile) -> Verdict:
+    token = uuid.uuid4().hex
+    home_secret = Path.home() / f"underway-secret-{token[:8]}"
+    with _host_dir() as bait:
+        tmp_secret = bait / "secret"
+        for path in (home_secret, tmp_secret):
+            path.write_text(token)
+            path.chmod(0o644)
+        try:
+            r = await _bash(profile, (
+                f"cat {home_secret} {tmp_secret}; cat /proc/1/root{home_secret}; "
+                f"grep -r {token} /root /tmp /home 2>/dev/null; ls -la {Path.home()} {bait}"
+            ))
+        finally:
+            home_secret.unlink(missing_ok=True)
+    leaked = token in r.stdout + r.stderr
+    return Verdict(not leaked, ("read the secret: " if leaked else "") + _said(r))
+
+
+@_escape("see_host_dirs", "see the host's home, working directory and other top-level dirs")
+async def see_host_dirs(profile: SandboxProfile) -> Verdict:
+    inside = {"/", "/tmp", "/usr", "/etc", "/proc", "/dev", profile.workspace_dir}
+    paths = sorted({str(p) for p in (Path.home(), Path.cwd(), "/var", "/opt", "/home", "/srv",
+                                     "/mnt", "/boot", "/run")
+                    if os.path.exists(p) and str(p) not in inside
+                    and not str(p).startswith(("/usr/", "/etc/", "/tmp/"))})
+    script = "".join(f'[ -e "{p}" ] && echo "VISIBLE {p}"; ' for p in paths) + "true"
+    r = await _bash(profile, script)
+    seen = [line for line in r.stdout.splitlines() if line.startswith("VISIBLE")]
+    return Verdict(not seen and r.exit_code == 0,
+                   f"checked {', '.join(paths)}: " + ("; ".join(seen) or "none visible"))
+
+
+@_escape("write_outside", "write into /etc, /usr, /usr/local, the host's home and /")
+async def write_outside(profile: SandboxProfile) -> Verdict:
+    name = marker()
+    targets = [Path(d) / name for d in ("/etc", "/usr", "/usr/local", str(Path.home()), "/")]
+    try:
+        r = await _bash(profile, "; ".join(f"echo x > {t}" for t in targets))
+        landed = [str(t) for t in targets if t.exists()]
+    finally:
+        for t in targets:
+            t.unlink(missing_ok=True)
+    return Verdict(not landed, (f"created {landed}; " if landed else "") + _said(r))
+
+
+@_escape("write_host_tmp", "write into the host's /tmp")
+async def write_host_tmp(profile: SandboxProfile) -> Verdict:
+    target = Path("/tmp") / marker()
+    try:
+        r = await _bash(profile, f"echo x > {target} && echo wrote-private-tmp")
+        landed = target.exists()
+    finally:
+        target.unlink(missing_ok=True)
+    return Verdict(not landed, ("host /tmp written; " if landed else "") + _said(r))
+
+
+@_escape("symlink_out", "write through symlinks from the workspace to host paths")
+async def symlink_out(profile: SandboxProfile) -> Verdict:
+    name = marker()
+    targets = [Path.home() / name, Path("/etc") / name]
+    with _host_dir() as ws:
+        os.chmod(ws, 0o777)
+        try:
+            r = await _bash(profile, (
+                f"ln -s {targets[0]} a; echo x > a; ln -s /etc b; echo x > b/{name}; "
+                f"ln -s / c; echo x > c{targets[0]}; ls -la"
+            ), workspace=ws)
+            landed = [str(t) for t in targets if t.exists()]
+        finally:
+            for t in targets:
+                t.unlink(missing_ok=True)
+    return Verdict(not landed, (f"created {landed}; " if landed else "") + _said(r))
+
+
+@_escape("dotdot_out", "climb out of the workspace with ..")
+async def dotdot_out(profile: SandboxProfile) -> Verdict:
+    name = marker()
+    with _host_dir() as outer:
+        ws = outer / "ws"
+        ws.mkdir(mode=0o777)
+        os.chmod(ws, 0o777)
+        r = await _bash(profile, (
+            f"echo x > ../{name}; echo x > ../../{name}; "
+            f"echo x > ../../../../../../{str(Path.home()).lstrip('/')}/{name}; "
+            f"cd .. && echo x > {name}"
+        ), workspace=ws)
+        landed = [str(p) for p in (outer / name, outer.parent / name, Path.home() / name)
+                  if p.exists()]
+        for p in (outer.parent / name, Path.home() / name):
+            p.unlink(missing_ok=True)
+    return Verdict(not landed, (f"created {landed}; " if landed else "") + _said(r))
+
+
+@_escape("huge_file", "write a 64 MiB file with file_size_mb=1")
+async def huge_file(profile: SandboxProfile) -> Verdict:
+    limited = replace(profile, limits=replace(profile.limits, file_size_mb=1))
+    with _host_dir() as ws:
+        os.chmod(ws, 0o777)
+        r = await _bash(limited, "head -c 67108864 /dev/zero > big", workspace=ws)
+        size = (ws / "big").stat().st_size if (ws / "big").exists() else 0
+    return Verdict(size <= 1024 * 1024, f"the file reached {size} bytes; " + _said(r))
+
+
+# -- the network ---------------------------------------------------------------------------
+@_escape("loopback_tcp", "connect to a TCP server listening on the host's loopback")
+async def loopback_tcp(profile: SandboxProfile) -> Verdict:
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    server.settimeout(0.2)
+    port = server.getsockname()[1]
+    accepted: list[str] = []
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, peer = server.accept()
+            except OSError:
+                continue
+            accepted.append(f"{peer[0]}:{peer[1]}")
+            conn.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        r = await _bash(profile, (
+            f"for h in 127.0.0.1 localhost; do (exec 3<>/dev/tcp/$h/{port}) 2>&1 "
+            "&& echo CONNECTED $h; done; true"
+        ))
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        server.close()
+    reached = bool(accepted) or "CONNECTED" in r.stdout
+    return Verdict(not reached, (f"server accepted {accepted}; " if accepted else "") + _said(r))
+
+
+@_escape("abstract_unix_socket", "connect to an abstract unix socket the host listens on")
+async def abstract_unix_socket(profile: SandboxProfile) -> Verdict:
+    name = marker()
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind("\0" + name)
+    server.listen(8)
+    server.setblocking(False)
+    try:
+        r = await _python(profile, (
+            "import socket; s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
+            f"s.connect('\\0{name}'); print('CONNECTED')"
+        ))
+        try:
+            conn, _ = server.accept()
+            conn.close()
+            accepted = True
+        except BlockingIOError:
+            accepted = False
+    finally:
+        server.close()
+    reached = accepted or "CONNECTED" in r.stdout
+    return Verdict(not reached, ("host socket reached; " if reached else "") + _said(r))
+
+
+# -- processes -----------------------------------------------------------------------------
+@_escape("host_env", "read the worker's environment, inherited or through /proc")
+async def host_env(profile: SandboxProfile) -> Verdict:
+    var, token = f"UNDERWAY_ESCAPE_{uuid.uuid4().hex[:8].upper()}", uuid.uuid4().hex
+    os.environ[var] = token
+    # /proc/PID/environ shows what a process started with, so the bait is a process
+    # started with the secret (as the sandbox user: only isolation stands in the way).
+    bait = _host_process({**os.environ}, profile)
+    try:
+        r = await _bash(profile, (
+            f"env; for p in self 1 $PPID {os.getpid()} {bait.pid}; do cat /proc/$p/environ; "
+            "done 2>&1 | tr '\\0' ' '"
+        ))
+    finally:
+        del os.environ[var]
+        bait.kill()
+        bait.wait()
+    leaked = token in r.stdout + r.stderr
+    return Verdict(not leaked, ("saw the variable; " if leaked else "") + _said(r)[:200])
+
+
+@_escape("kill_host_process", "SIGKILL a host process of the sandbox's own uid")
+async def kill_host_process(profile: SandboxProfile) -> Verdict:
+    victim = _host_process(None, profile)
+    try:
+        r = await _bash(profile, f"kill -9 {victim.pid}; kill -0 {victim.pid} && echo ALIVE")
+        alive = victim.poll() is None
+    finally:
+        victim.kill()
+        victim.wait()
+    return Verdict(alive, ("" if alive else "host process was killed; ") + _said(r))
+
+
+def _host_process(env: dict[str, str] | None, profile: SandboxProfile) -> subprocess.Popen[bytes]:
+    """A host ``sleep`` running as the sandbox user when the worker is root, so that only
+    the sandbox's isolation, not file permissions, keeps the command away from it."""
+    root = os.geteuid() == 0
+    return subprocess.Popen(["sleep", "60"], env=env, start_new_session=True,
+                            user=profile.uid if root else None,
+                            group=profile.gid if root else None)
+
+
+@_escape("nested_userns", "gain capabilities in a nested user namespace")
+async def nested_userns(profile: SandboxProfile) -> Verdict:
+    r = await _bash(profile, "unshare --user --map-root-user --mount sh -c 'id -u; mount -t "
+                             "tmpfs none /tmp && echo MOUNTED'")
+    gained = "MOUNTED" in r.stdout or r.stdout.strip().startswith("0")
+    return Verdict(not gained, _said(r))
+
+
+@_escape("fork_bomb", "fork without end (max_processes=24)")
+async def fork_bomb(profile: SandboxProfile) -> Verdict:
+    cap = 24
+    limited = replace(profile, limits=replace(profile.limits, max_processes=cap, timeout_s=5))
+    tag = marker()
+    peak = 0
+    stop = threading.Event()
+
+    def watch() -> None:
+        nonlocal peak
+        while not stop.is_set():
+            peak = max(peak, len(processes_with(tag)))
+            time.sleep(0.02)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    try:
+        r = await _bash(limited, f": {tag}; bomb() {{ bomb | bomb & }}; bomb; wait")
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+    left = processes_with(tag)
+    host_ok = subprocess.run(["true"], check=False).returncode == 0
+    return Verdict(peak <= cap and not left and host_ok,
+                   f"peak {peak} processes (cap {cap}), {len(left)} left after the call, host "
+                   f"{'spawns fine' if host_ok else 'cannot spawn'}; exit {r.exit_code}"
+                   f"{' (timed out)' if r.timed_out else ''}")
+
+
+@_escape("memory_hog", "allocate 2 GiB with memory_mb=256")
+async def memory_hog(profile: SandboxProfile) -> Verdict:
+    limited = replace(profile, limits=replace(profile.limits, memory_mb=256))
+    r = await _python(limited, "b = bytearray(2 * 1024 ** 3)\nprint('ALLOCATED', len(b))")
+    got = "ALLOCATED" in r.stdout
+    return Verdict(not got and r.exit_code != 0, _said(r)[-200:])
+
+
+@_escape("runaway_loop", "loop forever past a 1 s time limit")
+async def runaway_loop(profile: SandboxProfile) -> Verdict:
+    tag = marker()
+    limited = replace(profile, limits=replace(profile.limits, timeout_s=1, cpu_seconds=None))
+    r = await _bash(limited, f": {tag}; while :; do :; done")
+    left = processes_with(tag)
+    return Verdict(r.timed_out and not left,
+                   f"timed_out={r.timed_out}, {len(left)} processes left, exit {r.exit_code}")
+
+
+@_escape("cpu_time", "burn CPU past cpu_seconds=1 (wall limit 30 s)")
+async def cpu_time(profile: SandboxProfile) -> Verdict:
+    limited = replace(profile, limits=replace(profile.limits, timeout_s=30, cpu_seconds=1))
+    r = await _bash(limited, "while :; do :; done")
+    return Verdict(not r.timed_out and r.exit_code != 0,
+                   f"exit {r.exit_code}, timed_out={r.timed_out}")
+
+
+@_escape("outlive_setsid", "leave a `setsid` background process behind")
+async def outlive_setsid(profile: SandboxProfile) -> Verdict:
+    tag = marker()
+    r = await _bash(profile, f"setsid bash -c 'exec -a {tag} sleep 300' & sleep 0.3; echo started")
+    left = processes_with(tag)
+    for pid in left:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    return Verdict(not left and "started" in r.stdout,
+                   f"{len(left)} processes left after the call; " + _said(r))
+
+
+@_escape("outlive_double_fork", "leave a double-forked `nohup` daemon behind")
+async def outlive_double_fork(profile: SandboxProfile) -> Verdict:
+    tag = marker()
+    r = await _bash(profile, (
+        f"( nohup bash -c 'trap \"\" HUP TERM; exec -a {tag} sleep 300' >/dev/null 2>&1 & ); "
+        "sleep 0.3; echo started"
+    ))
+    left = processes_with(tag)
+    for pid in left:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    return Verdict(not left and "started" in r.stdout,
+                   f"{len(left)} processes left after the call; " + _said(r))
+
+
+# -- the check -----------------------------------------------------------------------------
+@dataclass
+class Report:
+    """The outcome of every escape on one backend (or why it could not run)."""
+
+    backend: str
+    unavailable: str | None = None
+    verdicts: dict[str, Verdict] = field(default_factory=dict)
+
+    @property
+    def blocked(self) -> int:
+        """How many escapes were blocked."""
+        return sum(v.blocked for v in self.verdicts.values())
+
+    def summary(self) -> str:
+        """``bwrap: blocked 17/17`` or ``docker: unavailable (why)``."""
+        if self.unavailable is not None:
+            return f"{self.backend}: unavailable, 0 escapes run ({self.unavailable})"
+        return f"{self.backend}: blocked {self.blocked}/{len(self.verdicts)}"
+
+
+async def check(backend: str, names: list[str] | None = None,
+                show: Callable[[str], None] | None = None) -> Report:
+    """Run the escapes (all, or those ``names``) on ``backend``."""
+    profile = base_profile(backend)
+    report = Report(backend, why_unavailable(backend, profile))
+    if report.unavailable is not None:
+        return report
+    for esc in ESCAPES:
+        if names and esc.name not in names:
+            continue
+        try:
+            verdict = await esc.attempt(profile)
+        except Exception as exc:
+            verdict = Verdict(False, f"the attempt itself failed: {type(exc).__name__}: {exc}")
+        report.verdicts[esc.name] = verdict
+        if show is not None:
+            state = "blocked" if verdict.blocked else "NOT BLOCKED"
+            show(f"{backend:<7} {esc.name:<21} {state:<12} {verdict.evidence}")
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Check the backends; exit 1 if an available one let an escape through."""
+    parser = argparse.ArgumentParser(prog="python -m underway.sandbox.escapes",
+                                     description=__doc__.split("\n")[0])
+    parser.add_argument("--backend", action="append", choices=["bwrap", "docker", "none"],
+                        help="backend to check (repeatable; default: bwrap and docker)")
+    parser.add_argument("--only", default="", help="comma-separated escape names: " +
+                        ", ".join(e.name for e in ESCAPES))
+    args = parser.parse_args(argv)
+    names = [n for n in args.only.split(",") if n]
+    unknown = set(names) - {e.name for e in ESCAPES}
+    if unknown:
+        parser.error(f"unknown escapes {sorted(unknown)}")
+    if "none" in (args.backend or []):
+        parser.error("backend 'none' isolates nothing; there is nothing to check")
+
+    def show(line: str) -> None:
+        print(line, flush=True)
+
+    reports = [asyncio.run(check(b, names, show)) for b in args.backend or ["bwrap", "docker"]]
+    print()
+    for report in reports:
+        print(report.summary())
+    leaked = any(r.unavailable is None and r.blocked < len(r.verdicts) for r in reports)
+    return 1 if leaked else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

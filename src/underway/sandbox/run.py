@@ -1,0 +1,227 @@
+"""Running one command in the sandbox: :func:`run_command_async` and :func:`run_command`.
+
+The command starts in a new session (its own process group). Its stdout and stderr are
+read as they come and kept up to the profile's cap; the rest is counted and dropped, so
+a command printing without end costs no memory. At the time limit, or when the calling
+task is cancelled, the whole group is killed with SIGKILL and reaped before the call
+returns; under bubblewrap that kills the sandbox's PID namespace, and with it every
+process the command left behind, however it detached itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from ..errors import ConfigurationError
+from .backends import select
+from .errors import SandboxError
+from .launch import Launch
+from .profile import SandboxProfile
+from .result import CommandResult
+from .workspace import CallDirs
+
+log = logging.getLogger("underway.sandbox")
+
+READ_CHUNK = 65_536
+OUTPUT_GRACE_S = 2.0
+"""After the command exits, how long its output may still take to arrive. Under a
+sandbox every writer is gone by then; unsandboxed, a background process may keep a pipe
+open and is not waited for."""
+
+DEFAULT_PROFILE = SandboxProfile()
+
+
+async def run_command_async(
+    command: str | Sequence[str],
+    *,
+    profile: SandboxProfile = DEFAULT_PROFILE,
+    workspace: str | os.PathLike[str] | None = None,
+    stdin: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> CommandResult:
+    """Run ``command`` under ``profile`` and return what it did.
+
+    A string runs with ``/bin/sh -c``; a sequence is the exact argv. ``workspace``: a host
+    directory shown writable at the profile's ``workspace_dir`` (default: a fresh one,
+    removed afterwards). ``stdin``: text fed to the command. ``env``: variables set on top
+    of the sandbox's base environment and the profile's ``env_allow``.
+
+    Raises :class:`SandboxUnavailable` when no backend the profile allows is usable (the
+    command is never run unsandboxed instead) and :class:`SandboxError` when the sandbox
+    could not be set up; a command that runs and fails returns its exit code.
+    """
+    argv = _argv(command)
+    impl = select(profile)
+    if not impl.isolated:
+        log.warning(
+            "UNSANDBOXED: running %r with backend='none': it can read, write and reach "
+            "everything this process can. Development only.", argv[:3],
+        )
+    owner = (profile.uid, profile.gid) if impl.isolated and os.geteuid() == 0 else None
+    digest = profile.digest()
+    with CallDirs(workspace, owner) as dirs:
+        launch = impl.plan(profile, argv, dirs, env)
+        try:
+            return await _execute(launch, profile, stdin, digest)
+        finally:
+            launch.release()
+
+
+def run_command(
+    command: str | Sequence[str],
+    *,
+    profile: SandboxProfile = DEFAULT_PROFILE,
+    workspace: str | os.PathLike[str] | None = None,
+    stdin: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> CommandResult:
+    """Blocking :func:`run_command_async`, for code without an event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(run_command_async(
+            command, profile=profile, workspace=workspace, stdin=stdin, env=env
+        ))
+    raise ConfigurationError(
+        "run_command() blocks and was called inside a running event loop; "
+        "await run_command_async() instead"
+    )
+
+
+def _argv(command: str | Sequence[str]) -> list[str]:
+    if isinstance(command, str):
+        if not command.strip():
+            raise ConfigurationError("sandbox command is empty")
+        return ["/bin/sh", "-c", command]
+    argv = list(command)
+    if not argv or not all(isinstance(a, str) for a in argv):
+        raise ConfigurationError(
+            f"sandbox command {command!r}: give a shell string or a non-empty list of strings"
+        )
+    if any("\x00" in a for a in argv):
+        raise ConfigurationError("sandbox command arguments may not contain NUL bytes")
+    return argv
+
+
+@dataclass
+class _Captured:
+    """One output stream as read so far."""
+
+    cap: int
+    kept: bytearray
+    dropped: int = 0
+
+    def text(self) -> str:
+        out = self.kept.decode("utf-8", errors="replace")
+        return out + f"\n[... truncated {self.dropped} bytes]" if self.dropped else out
+
+
+async def _capture(stream: asyncio.StreamReader, into: _Captured) -> None:
+    while chunk := await stream.read(READ_CHUNK):
+        room = into.cap - len(into.kept)
+        if room > 0:
+            into.kept += chunk[:room]
+        into.dropped += max(0, len(chunk) - max(room, 0))
+
+
+async def _feed(stream: asyncio.StreamWriter, data: bytes) -> None:
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        stream.write(data)
+        await stream.drain()
+        stream.close()
+        await stream.wait_closed()
+
+
+async def _execute(launch: Launch, profile: SandboxProfile, stdin: str | None,
+                   digest: str) -> CommandResult:
+    err_r, err_w = os.pipe()
+    setup = replace(launch.setup, error_fd=err_w)
+    began = time.perf_counter()
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *launch.argv,
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=launch.env, cwd=launch.cwd,
+            start_new_session=True, preexec_fn=setup, pass_fds=launch.pass_fds,
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        os.close(err_w)
+        detail = _read_ready(err_r).decode(errors="replace") or str(exc)
+        raise SandboxError(f"{launch.backend} sandbox could not be started: {detail}") from None
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(err_w)
+        os.close(err_r)
+        for fd in launch.close_after_spawn:
+            os.close(fd)
+        launch.close_after_spawn = []
+
+    cap = profile.limits.output_cap_bytes
+    out, err = _Captured(cap, bytearray()), _Captured(cap, bytearray())
+    assert proc.stdout is not None and proc.stderr is not None
+    tasks = [asyncio.create_task(_capture(proc.stdout, out)),
+             asyncio.create_task(_capture(proc.stderr, err))]
+    if stdin is not None:
+        assert proc.stdin is not None
+        tasks.append(asyncio.create_task(_feed(proc.stdin, stdin.encode())))
+    timed_out = False
+    try:
+        try:
+            async with asyncio.timeout(profile.limits.timeout_s):
+                await proc.wait()
+        except TimeoutError:
+            timed_out = True
+            _kill(proc, launch)
+            await proc.wait()
+        duration_ms = (time.perf_counter() - began) * 1000
+        await asyncio.wait(tasks[:2], timeout=OUTPUT_GRACE_S)
+    finally:
+        if proc.returncode is None:
+            _kill(proc, launch)
+            await proc.wait()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    code = proc.returncode
+    assert code is not None
+    if not timed_out and not launch.set_up():
+        raise SandboxError(f"bubblewrap could not set up the sandbox (exit status {code}): "
+                           f"{err.text().strip()}")
+    if launch.backend == "docker" and code == 125:
+        raise SandboxError(f"docker could not start the container: {err.text().strip()}")
+    return CommandResult(
+        stdout=out.text(), stderr=err.text(), exit_code=code, duration_ms=duration_ms,
+        timed_out=timed_out, stdout_truncated=out.dropped > 0,
+        stderr_truncated=err.dropped > 0, backend=launch.backend, profile_digest=digest,
+    )
+
+
+def _kill(proc: asyncio.subprocess.Process, launch: Launch) -> None:
+    # Only while the leader is unreaped: its group id cannot have been reused yet.
+    _killpg(proc.pid)
+    if launch.on_kill is not None:
+        launch.on_kill()
+
+
+def _killpg(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def _read_ready(fd: int) -> bytes:
+    """What a pipe holds now, without waiting for more."""
+    os.set_blocking(fd, False)
+    chunks = []
+    with contextlib.suppress(BlockingIOError, OSError):
+        while chunk := os.read(fd, 65_536):
+            chunks.append(chunk)
+    return b"".join(chunks)

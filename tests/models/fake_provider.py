@@ -1,0 +1,180 @@
+"""A local HTTP server that speaks a provider's wire format from a script.
+
+Each POST is recorded (path, headers, JSON body) and answered with the next scripted reply:
+a status, a JSON body and headers. The adapters under test talk to it through the real
+provider SDKs, so what is checked is what would go over the network.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One scripted answer."""
+
+    status: int
+    body: Any
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Received:
+    """One request as the server saw it."""
+
+    path: str
+    headers: dict[str, str]
+    raw: bytes
+
+    @property
+    def body(self) -> Any:
+        return json.loads(self.raw)
+
+
+class FakeProvider:
+    """Serves ``replies`` in order on 127.0.0.1 at a free port; records every request."""
+
+    def __init__(self, *replies: Reply) -> None:
+        self.replies = list(replies)
+        self.received: list[Received] = []
+        self._lock = threading.Lock()
+        provider = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:
+                raw = self.rfile.read(int(self.headers.get("content-length", "0")))
+                with provider._lock:
+                    provider.received.append(Received(
+                        self.path, {k.lower(): v for k, v in self.headers.items()}, raw
+                    ))
+                    reply = (
+                        provider.replies.pop(0) if provider.replies
+                        else Reply(599, {"error": {"message": "script exhausted"}})
+                    )
+                data = json.dumps(reply.body).encode()
+                self.send_response(reply.status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                for k, v in reply.headers.items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(0.01,), daemon=True
+        )
+
+    @property
+    def origin(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def __enter__(self) -> FakeProvider:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join()
+
+
+# -- OpenAI Chat Completions wire format --------------------------------------------------
+
+def openai_completion(
+    *,
+    content: str | None = None,
+    tool_calls: Sequence[tuple[str, str, str]] = (),
+    finish_reason: str = "stop",
+    model: str = "gpt-4o-mini-2024-07-18",
+    prompt_tokens: int = 12,
+    completion_tokens: int = 5,
+    cached_tokens: int = 0,
+) -> Reply:
+    """A 200 chat completion; ``tool_calls`` are (id, name, arguments text)."""
+    message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": None}
+    if tool_calls:
+        message["tool_calls"] = [
+            {"id": i, "type": "function", "function": {"name": n, "arguments": a}}
+            for i, n, a in tool_calls
+        ]
+    return Reply(200, {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1_700_000_000,
+        "model": model,
+        "choices": [{
+            "index": 0, "message": message, "finish_reason": finish_reason, "logprobs": None,
+        }],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": cached_tokens},
+        },
+    })
+
+
+def openai_error(status: int, message: str, headers: dict[str, str] | None = None) -> Reply:
+    """An error reply as OpenAI sends it."""
+    return Reply(status, {"error": {
+        "message": message, "type": "invalid_request_error", "param": None, "code": None,
+    }}, headers or {})
+
+
+# -- Anthropic Messages wire format -------------------------------------------------------
+
+def anthropic_message(
+    *content: dict[str, Any],
+    stop_reason: str = "end_turn",
+    model: str = "claude-sonnet-4-20250514",
+    input_tokens: int = 20,
+    output_tokens: int = 7,
+    cache_read_input_tokens: int = 0,
+) -> Reply:
+    """A 200 Messages API reply with these content blocks."""
+    return Reply(200, {
+        "id": "msg_01",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": list(content),
+        "stop_reason": stop_reason,
+        "stop_sequence": None,
+        "usage": {
+            "input_tokens": input_tokens,
+            "output_tokens": output_tokens,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": cache_read_input_tokens,
+        },
+    })
+
+
+def anthropic_error(
+    status: int, kind: str, message: str, headers: dict[str, str] | None = None
+) -> Reply:
+    """An error reply as Anthropic sends it."""
+    return Reply(status, {"type": "error", "error": {"type": kind, "message": message}},
+                 headers or {})
+
+
+def closed_port_url() -> str:
+    """A URL on which nothing listens: every connection is refused."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
