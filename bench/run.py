@@ -19,7 +19,10 @@ import sys
 import time
 from collections.abc import Callable
 
+import agent
+import guard
 import imports
+import policy
 import resume
 import storage
 import throughput
@@ -45,6 +48,15 @@ GROUPS: dict[str, list[tuple[str, Callable[[], list[Figure]]]]] = {
     "workers": [
         ("SQLite worker processes", workers.bench_sqlite),
         ("PostgreSQL worker processes", workers.bench_postgres),
+    ],
+    "guard": [
+        ("policy evaluation", policy.bench),
+        ("approval verification and guarded calls", guard.bench),
+    ],
+    "agent": [
+        ("agent iteration (memory)", agent.bench_memory),
+        ("SQLite agent iterations", agent.bench_sqlite),
+        ("PostgreSQL agent iterations", agent.bench_postgres),
     ],
 }
 

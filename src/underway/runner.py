@@ -17,7 +17,7 @@ from .errors import ConflictError, FencedError
 from .events import JSON
 from .flow import Flow
 from .identity import owner_is_dead
-from .state import RunState
+from .state import APPROVAL_SIGNAL, RunState
 
 log = logging.getLogger("underway.runner")
 
@@ -58,14 +58,14 @@ class Runner:
 
     async def run_until_complete(self, run_id: str, *, tenant_id: str = "default") -> RunState:
         """Advance runs until ``run_id`` completes, fails, is cancelled, escalates to a
-        person or stops dead for an operator."""
+        person, waits for a person's approval or stops dead for an operator."""
         eng = self.engine
         while True:
             await self.run_until_idle()
             row = eng.store.get_run(tenant_id, run_id)
-            if row is not None and row.status in (
+            if row is not None and (row.status in (
                 "completed", "failed", "cancelled", "escalated", "dead"
-            ):
+            ) or (row.status == "waiting" and row.waiting_signal == APPROVAL_SIGNAL)):
                 return eng.state(run_id, tenant_id=tenant_id)
             wake = eng.store.next_wake_at()
             now = eng.clock.now()
