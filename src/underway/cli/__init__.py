@@ -6,7 +6,7 @@
 ``underway approvers add|ls|revoke``,
 ``underway approvals ls|show|approve|reject|answer``,
 ``underway policy check|explain`` and
-``underway knowledge purge|rm``. The database comes from ``--db URL`` (before or after
+``underway knowledge purge|rm``, ``underway usage``. The database comes from ``--db URL`` (before or after
 the command) or ``$UNDERWAY_DB``. Errors print one line and
 exit with status 2; a failed audit exits with status 1.
 
@@ -32,6 +32,7 @@ from . import (
     queues,
     runs,
     schedules,
+    usage,
     worker,
 )
 from ._common import DbOption
@@ -61,6 +62,9 @@ app.add_typer(approvals.app, name="approvals")
 
 # policy files: validate one, explain the decision for a call
 app.add_typer(policy.app, name="policy")
+
+# spending: tokens, cost, calls, messages, money per tenant
+app.command("usage")(usage.usage)
 
 # long-term memory: purge expired records, erase one
 app.add_typer(knowledge.app, name="knowledge")

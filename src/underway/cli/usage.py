@@ -1,0 +1,65 @@
+"""``underway usage``: what a tenant's runs spent, derived from the journal."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime
+from typing import Annotated
+
+import typer
+
+from ..budgets import tenant_usage
+from ._common import DbOption, TenantOption, fail, handle_errors, open_store
+
+
+@handle_errors
+def usage(
+    ctx: typer.Context,
+    tenant: TenantOption = "default",
+    since: Annotated[
+        str | None,
+        typer.Option("--since", help="ISO 8601 time with offset (default: 00:00 UTC today).",
+                     show_default=False),
+    ] = None,
+    days: Annotated[
+        float | None, typer.Option("--days", help="The last N days instead of --since.",
+                                   show_default=False)
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    db: DbOption = None,
+) -> None:
+    """Tokens, model cost, model and tool calls, messages and money moved by a tenant's runs
+    since a time — counted from the journal, so nothing lost in a crash is missed."""
+    if since is not None and days is not None:
+        fail("give --since or --days, not both")
+    if days is not None:
+        start = time.time() - days * 86400
+    elif since is not None:
+        try:
+            parsed = datetime.fromisoformat(since)
+        except ValueError:
+            fail(f"--since {since!r} is not an ISO 8601 time")
+        if parsed.tzinfo is None:
+            fail(f"--since {since!r} needs a time zone offset (e.g. +05:30 or Z)")
+        start = parsed.timestamp()
+    else:
+        now = datetime.now(UTC)
+        start = datetime(now.year, now.month, now.day, tzinfo=UTC).timestamp()
+    with open_store(ctx, db) as store:
+        u = tenant_usage(store, tenant, since=start)
+    report = {
+        "tenant": tenant, "since": datetime.fromtimestamp(start, UTC).isoformat(),
+        "tokens_in": u.tokens_in, "tokens_out": u.tokens_out, "cost_usd": round(u.cost_usd, 6),
+        "model_calls": u.model_calls, "tool_calls": u.tool_calls, "messages": u.messages,
+        "money": u.money,
+    }
+    if as_json:
+        typer.echo(json.dumps(report, sort_keys=True))
+        return
+    typer.echo(f"tenant {tenant} since {report['since']}")
+    typer.echo(f"  model calls {u.model_calls}: {u.tokens_in:,} tokens in, "
+               f"{u.tokens_out:,} out, ${u.cost_usd:,.4f}")
+    typer.echo(f"  tool calls {u.tool_calls}, messages sent {u.messages}")
+    for cur, amount in sorted(u.money.items()):
+        typer.echo(f"  money moved: {amount:,.2f} {cur}")
