@@ -5,10 +5,10 @@
 ``underway schedules ls|add|rm``, ``underway events send``, ``underway keys new``,
 ``underway approvers add|ls|revoke``,
 ``underway approvals ls|show|approve|reject|answer``,
-``underway policy check|explain`` and
-``underway knowledge purge|rm``, ``underway usage``. The database comes from ``--db URL`` (before or after
-the command) or ``$UNDERWAY_DB``. Errors print one line and
-exit with status 2; a failed audit exits with status 1.
+``underway policy check|explain``, ``underway knowledge purge|rm`` and
+``underway usage``. The database comes from ``--db URL`` (before or after the command)
+or ``$UNDERWAY_DB``. Errors print one line and exit with status 2; a failed audit exits
+with status 1.
 
 Only this package imports typer and rich, so ``import underway`` stays light.
 """
