@@ -22,7 +22,8 @@ class ScriptedModel:
     """A model that returns scripted responses in order and records each request.
 
     Each response is charged ``tokens_in`` = request size in characters / 4 and
-    ``tokens_out`` = response size / 4, at ``cost_per_token`` each.
+    ``tokens_out`` = response size / 4, at ``cost_per_token`` each; a scripted
+    :class:`~underway.models.ModelResponse` is returned with its own usage.
     """
 
     def __init__(
@@ -39,6 +40,9 @@ class ScriptedModel:
             raise RuntimeError(f"scripted model {self.name!r} ran out of responses")
         response = self.responses[len(self.requests)]
         self.requests.append(request)
+        if isinstance(response, ModelResponse):
+            r = response
+            return ModelReply(r.to_json(), r.model, r.tokens_in, r.tokens_out, r.cost_usd)
         tin, tout = len(str(request)) // 4, len(str(response)) // 4
         return ModelReply(response, self.name, tin, tout, (tin + tout) * self.cost_per_token)
 

@@ -340,3 +340,25 @@ def test_the_run_principal_and_roles_are_journaled_and_reach_tools() -> None:
     assert got == [("agent:collections", ("agent", "support"))]
     started = history(engine, run_id)[0]
     assert isinstance(started, ev.RunStarted) and started.principal == "agent:collections"
+
+
+def test_approvers_are_notified_once_the_request_is_durable(tmp_path: Path) -> None:
+    from underway.approvals.notify import ApprovalNotice
+
+    seen: list[tuple[ApprovalNotice, int]] = []
+    engine, _ = make()
+
+    class Recorder:
+        async def notify(self, notice: ApprovalNotice) -> None:
+            stored = len(of_type(engine, notice.run_id, ev.ApprovalRequested))
+            seen.append((notice, stored))
+
+    engine.guard.notifier = Recorder()
+    run_id, _ = engine.start("refunds", {"amount": 25000})
+    drive(engine, run_id)
+    assert len(seen) == 1
+    notice, stored = seen[0]
+    assert stored == 1, "the request was committed before anyone was told"
+    assert (notice.tool, notice.required_role, notice.args["amount"]) == (
+        "issue_refund", "finance", 25000)
+    assert notice.evidence == {"ticket": "T-1"} and notice.risks == ("money leaves the company",)
