@@ -399,13 +399,17 @@ class StepExecution:
         key = rec.key if rec is not None and rec.key else idempotency_key(
             self.run_id, self.step, index, ordinal=self.ordinal
         )
-        raise _Escalate.about(
-            ev.Escalated(
-                reason=f"question: {question}", key=key, tool="ask", index=index,
-                cause="question", request_id=request_id_for(key), question=question,
-                context=context, required_role=role,
-            )
+        event = ev.Escalated(
+            reason=f"question: {question}", key=key, tool="ask", index=index,
+            cause="question", request_id=request_id_for(key), question=question,
+            context=context, required_role=role,
         )
+        eng = self._act.engine
+        if eng.guard.notifier is not None:
+            self._act.after_commit.append(
+                functools.partial(eng.notify_question, self._act.state, event)
+            )
+        raise _Escalate.about(event)
 
     async def _admit(self, t: Tool, key: str, index: int, h: str) -> None:
         """Fail fast, journaled as ``CircuitOpen``, when the tool's circuit is open."""
@@ -973,6 +977,18 @@ class Engine:
             args=e.args, evidence=e.evidence, risks=tuple(e.risks),
             required_role=e.required_role, expires_at=e.expires_at, kind="approval",
             question=None,
+        ))
+
+    async def notify_question(self, s: RunState, e: ev.Escalated) -> None:
+        """Tell people with the role that a run asks a question (after it is durable)."""
+        from .approvals.notify import ApprovalNotice
+
+        if self.guard.notifier is None:
+            return
+        await self.guard.notifier.notify(ApprovalNotice(
+            tenant_id=s.tenant_id, run_id=s.run_id, request_id=str(e.request_id), tool="",
+            args=None, evidence=e.context, risks=(), required_role=e.required_role,
+            expires_at=e.expires_at or 0.0, kind="question", question=e.question,
         ))
 
     async def _take_decision(self, act: _Activation, payload: JSON, answer: bool) -> None:

@@ -293,12 +293,21 @@ def test_a_question_escalates_and_a_signed_answer_resumes_the_step(tmp_path: Pat
         return ctx.done({"answer": answer})
 
     engine, _ = memory_engine([flow])
+    told: list[Any] = []
+
+    class Recorder:
+        async def notify(self, notice: Any) -> None:
+            told.append(notice)
+
+    engine.guard.notifier = Recorder()
     carol = Approver(engine, tmp_path, "carol", ("support",))
     mallory = Approver(engine, tmp_path, "mallory", ("intern",))
     run_id, _ = engine.start(flow)
     s = drive(engine, run_id)
     assert s.status == "escalated" and s.escalation["question"].startswith("Which address")
     esc = s.escalation
+    assert [(n.kind, n.required_role, n.evidence) for n in told] == [
+        ("question", "support", {"candidates": 2})]
 
     def answer(who: Approver, text: str) -> dict[str, Any]:
         from underway.approvals import sign_decision
