@@ -118,8 +118,14 @@ class RunState:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RunState:
         """Rebuild a state from :meth:`to_json` output."""
-        data = dict(data)
-        data["calls"] = [CallRecord(**c) for c in data.get("calls", [])]
+        known = cls.__dataclass_fields__
+        # A checkpoint written by a newer version may hold fields this one does not know
+        # (a rolling deploy): they are dropped, the rest of the state is what it says.
+        data = {k: v for k, v in data.items() if k in known}
+        data["calls"] = [
+            CallRecord(**{k: v for k, v in c.items() if k in CallRecord.__dataclass_fields__})
+            for c in data.get("calls", [])
+        ]
         return cls(**data)
 
     def clone(self) -> RunState:

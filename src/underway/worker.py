@@ -383,14 +383,16 @@ def load_app(spec: str) -> App:
     """Resolve ``module:attribute`` to the flows and tools a worker runs.
 
     The attribute (dots reach into objects: ``pkg.mod:registry.flows``) may be a
-    :class:`Flow`, a list or tuple of Flows and Tools, or a callable taking no arguments
-    that returns one of those. The module is imported as Python would import it, so it
+    :class:`Flow` or :class:`~underway.agent.Agent`, a list or tuple of Flows, Agents and
+    Tools, or a callable taking no arguments that returns one of those. The module is imported as Python would import it, so it
     must be on ``sys.path`` (``underway worker`` adds the current directory).
     """
     obj = import_object(spec, option="--app", example="myapp.flows:flows")
     if callable(obj) and not isinstance(obj, Flow | Tool | type):
         obj = call_factory(obj, option="--app", spec=spec)
-    items = [obj] if isinstance(obj, Flow) else obj
+    from .agent import Agent
+
+    items = [obj] if isinstance(obj, Flow | Agent) else obj
     if not isinstance(items, list | tuple):
         raise ConfigurationError(
             f"--app {spec!r} is a {type(obj).__name__}; it must be a Flow, a list of Flows "
@@ -401,6 +403,8 @@ def load_app(spec: str) -> App:
     for i, item in enumerate(items):
         if isinstance(item, Flow):
             flows.append(item)
+        elif isinstance(item, Agent):
+            flows.append(item.flow)
         elif isinstance(item, Tool):
             tools.append(item)
         else:

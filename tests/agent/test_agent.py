@@ -204,3 +204,52 @@ def test_an_approved_action_runs_once_after_a_signed_decision(tmp_path: Path) ->
     s = drive(engine, run_id)
     assert paid == [{"account": "ACC-99887766", "amount": 95000.0, "currency": "INR"}]
     assert s.money == {"INR": 95000.0}
+
+
+def test_the_agent_waits_durably_for_a_signal_and_reads_it_as_untrusted_data() -> None:
+    def brain(req: ModelRequest) -> Any:
+        users = [m.content for m in req.messages if m.role == "user"]
+        if any("No 'customer_replied'" in u for u in users):
+            return say(None, ("finish", {"result": "customer silent"}))
+        if any("The 'customer_replied' event arrived" in u for u in users):
+            return say(None, ("finish", {"result": "got the order number"}))
+        return say("Asking for the order number.",
+                   ("wait_for_signal", {"signal": "customer_replied", "timeout_seconds": 3600}))
+
+    agent = Agent("waiter", model=RuleModel(brain), tools=[lookup_invoice], plan=False,
+                  signals={"customer_replied": "the customer answered"})
+    engine, clock = memory_engine([agent.flow])
+    replied, _ = engine.start(agent.flow, {"goal": "get the order number"})
+    silent, _ = engine.start(agent.flow, {"goal": "get the order number"})
+    assert drive(engine, replied).status == "waiting"
+    engine.signal(replied, "customer_replied", {"text": "order 55512, thanks"})
+    s = drive(engine, replied)
+    assert s.status == "completed" and s.result["result"] == "got the order number"
+    assert s.state["untrusted"][0]["source"] == "signal:customer_replied"
+    clock.advance(3601)
+    s = drive(engine, silent)
+    assert s.status == "completed" and s.result["result"] == "customer silent"
+
+
+def test_every_call_of_a_turn_gets_a_result_even_after_finish() -> None:
+    agent = Agent("hasty", model=RuleModel(lambda req: say(
+        None, ("finish", {"result": "done"}), ("lookup_invoice", {"invoice": "INV-1"}))),
+        tools=[lookup_invoice], plan=False)
+    engine, _ = memory_engine([agent.flow])
+    run_id, _ = engine.start(agent.flow, {"goal": "x"})
+    s = drive(engine, run_id)
+    assert s.status == "completed"
+    results = [m for m in s.state["messages"] if m["role"] == "tool"]
+    assert [m["tool_call_id"] for m in results] == ["call_0", "call_1"]
+    assert "NotRun" in results[1]["content"]
+    assert s.read_calls == 0, "the call after finish did not run"
+
+
+def test_values_also_found_in_trusted_content_do_not_taint() -> None:
+    from underway.agent import tainted_by
+
+    seen = [{"source": "email", "text": "please refund inv-7 and pay acc-99887766"}]
+    assert tainted_by({"invoice": "INV-7", "to": "ACC-99887766"}, seen) == ["email"]
+    assert tainted_by({"invoice": "INV-7"}, seen, trusted="goal: collect inv-7") == []
+    assert tainted_by({"invoice": "INV-7", "to": "ACC-99887766"}, seen,
+                      trusted="goal: collect inv-7") == ["email"]

@@ -116,3 +116,13 @@ def test_recorded_journals_from_earlier_versions_still_load_and_fold() -> None:
         added = {k: v for k, v in folded.items() if k not in recorded["final_state"]}
         assert added == {k: derived.get(k, _default(k)) for k in added}, path.name
         assert {k: folded[k] for k in recorded["final_state"]} == recorded["final_state"]
+
+
+def test_a_checkpoint_from_a_newer_version_loads_without_its_unknown_fields() -> None:
+    s = RunState(tenant_id="t", run_id="r", flow="f", steps_completed=3)
+    data = s.to_json()
+    data["field_from_the_future"] = {"x": 1}
+    data["calls"] = [{"index": 0, "key": "k", "tool": "t", "args_hash": "h",
+                      "status": "succeeded", "result": 1, "added_later": True}]
+    back = RunState.from_json(data)
+    assert back.steps_completed == 3 and back.calls[0].result == 1

@@ -9,7 +9,7 @@ point resumes where it stood without asking the model or calling a tool twice.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -51,6 +51,8 @@ class AgentState(BaseModel):
     """Consecutive failed actions (tool errors, refusals, malformed calls)."""
     untrusted: list[dict[str, str]] = Field(default_factory=list)
     """Untrusted results seen so far (source and text), for taint checks."""
+    waiting_for: str | None = None
+    """The signal a ``wait_for_signal`` action waits for."""
 
 
 class _Finish(BaseModel):
@@ -69,6 +71,12 @@ class _Plan(BaseModel):
 
 class _Wait(BaseModel):
     seconds: float = Field(gt=0)
+    reason: str = ""
+
+
+class _WaitFor(BaseModel):
+    signal: str
+    timeout_seconds: float = Field(gt=0)
     reason: str = ""
 
 
@@ -94,7 +102,11 @@ class Agent:
     failed actions in a row the agent asks a person how to proceed. Results of tools in
     ``untrusted`` (or whose ``output_labels`` contain ``untrusted``) are tracked: a call
     whose arguments repeat their content carries the ``untrusted`` label to the policy.
-    ``plan=False`` skips the planning turn.
+    ``plan=False`` skips the planning turn. ``signals`` names the outside events the agent
+    may wait for (name → what it means, shown to the model), e.g. ``{"customer_replied":
+    "the customer answered our question"}``: the model then has a ``wait_for_signal``
+    action, the run waits durably (holding no worker) for the signal or the timeout, and the
+    signal's payload comes back as untrusted quoted data.
     """
 
     def __init__(
@@ -112,9 +124,10 @@ class Agent:
         untrusted: Sequence[str] = (),
         plan: bool = True,
         approver_role: str | None = None,
+        signals: Mapping[str, str] | None = None,
     ) -> None:
         for t in tools:
-            if t.name in _CONTROL or t.name == "set_plan":
+            if t.name in _CONTROL or t.name in ("set_plan", "wait_for_signal"):
                 raise ConfigurationError(
                     f"agent {name!r}: tool name {t.name!r} is reserved for the agent's own "
                     "actions; rename the tool"
@@ -136,6 +149,7 @@ class Agent:
             t.name for t in tools if UNTRUSTED in t.output_labels
         }
         self.approver_role = approver_role
+        self.signals = dict(signals or {})
         self.flow: Flow[AgentState, AgentInput] = Flow(
             name, state=AgentState, input=AgentInput, tools=list(tools), policy=policy,
             budget=budget, shadow=shadow,
@@ -154,6 +168,15 @@ class Agent:
             ToolSpec(name=n, description=d, parameters=m.model_json_schema())
             for n, (m, d) in _CONTROL.items()
         ]
+        if self.signals:
+            known = "; ".join(f"{k}: {v}" for k, v in sorted(self.signals.items()))
+            schema = _WaitFor.model_json_schema()
+            schema["properties"]["signal"]["enum"] = sorted(self.signals)
+            specs.append(ToolSpec(
+                name="wait_for_signal", parameters=schema,
+                description=f"Wait (durably) until one of these events arrives or the timeout "
+                            f"passes: {known}.",
+            ))
         return specs
 
     def _opening(self, ctx: RunContext[AgentState, AgentInput]) -> list[Message]:
@@ -200,16 +223,23 @@ class Agent:
         if st.iterations >= self.max_iterations:
             return ctx.fail(f"agent {self.name!r} reached {self.max_iterations} iterations "
                             "without finishing")
+        self._observe_signal(ctx)
         st.iterations += 1
         reply = ModelResponse.from_json(await ctx.model(self.model, self._request(
             ctx, "act", self._tool_specs)))
         self._say(ctx, reply.assistant_message())
         if not reply.tool_calls:
             return ctx.done({"result": reply.text, "iterations": st.iterations})
+        ending: Next | None = None
         for call in reply.tool_calls:
-            nxt = await self._perform(ctx, call, reply.text or "")
-            if nxt is not None:
-                return nxt
+            if ending is not None:
+                # Every call of the turn gets a result message, as providers require.
+                self._observe(ctx, call, {"error": "NotRun", "message": "the turn ended with "
+                                          "an earlier action (finish or wait)"}, failed=False)
+                continue
+            ending = await self._perform(ctx, call, reply.text or "")
+        if ending is not None:
+            return ending
         if st.failures >= self.max_failures:
             last = st.messages[-1].get("content", "") if st.messages else ""
             answer = await ctx.ask(
@@ -221,15 +251,40 @@ class Agent:
             st.failures = 0
         return ctx.goto("act")
 
+    def _observe_signal(self, ctx: RunContext[AgentState, AgentInput]) -> None:
+        """After a ``wait_for_signal``: the signal's payload (untrusted), or the timeout."""
+        if ctx.step != "act" or not ctx.state.waiting_for:
+            return
+        name, ctx.state.waiting_for = ctx.state.waiting_for, None
+        if ctx.timed_out:
+            self._say(ctx, Message.user(f"No {name!r} event arrived before the timeout."))
+            return
+        payload = ctx.signal
+        self._say(ctx, Message.user(
+            f"The {name!r} event arrived:\n" + quote(f"signal:{name}", payload, trusted=False)
+        ))
+        ctx.state.untrusted.append(remembered(f"signal:{name}", payload))
+
+    def _trusted_text(self, ctx: RunContext[AgentState, AgentInput]) -> str:
+        """What trusted sources said (goal, run input, trusted results), lower-cased: content
+        found there is not attributed to an untrusted source."""
+        parts = [ctx.input.goal, json.dumps(ctx.input.context, default=str)]
+        parts += [m.get("content", "") for m in ctx.state.messages
+                  if m.get("role") == "tool" and 'trust="trusted"' in m.get("content", "")]
+        return "\n".join(parts).lower()
+
     async def _perform(self, ctx: RunContext[AgentState, AgentInput], call: ToolCall,
                        why: str) -> Next | None:
         """Carry out one tool call of the model; a control action returns where to go."""
         st = ctx.state
-        if call.name in _CONTROL:
+        if call.name in _CONTROL or call.name == "wait_for_signal":
             return await self._control(ctx, call)
         t = self.tools.get(call.name)
         args: JSON = call.arguments if call.arguments is not None else call.raw_arguments
-        tainted = tainted_by(args, st.untrusted) if call.arguments is not None else []
+        tainted = (
+            tainted_by(args, st.untrusted, trusted=self._trusted_text(ctx))
+            if call.arguments is not None and st.untrusted else []
+        )
         ctx.note(ev.ToolSelected(tool=call.name, args=args, reason=why[:2000], tainted=tainted))
         if t is None:
             self._observe(ctx, call, {"error": "UnknownTool",
@@ -263,7 +318,7 @@ class Agent:
     async def _control(
         self, ctx: RunContext[AgentState, AgentInput], call: ToolCall
     ) -> Next | None:
-        model, _ = _CONTROL[call.name]
+        model = _WaitFor if call.name == "wait_for_signal" else _CONTROL[call.name][0]
         try:
             parsed = model.model_validate(call.arguments if call.arguments is not None else {})
         except Exception as exc:
@@ -287,6 +342,15 @@ class Agent:
                 self._observe(ctx, call, f"resumed after waiting {parsed.seconds:g}s",
                               failed=False)
                 return ctx.sleep(parsed.seconds, then="act")
+            case _WaitFor():
+                if parsed.signal not in self.signals:
+                    self._observe(ctx, call, {"error": "UnknownSignal", "message": (
+                        f"no event {parsed.signal!r}; known: {sorted(self.signals)}")},
+                        failed=True)
+                    return None
+                self._observe(ctx, call, f"waited for {parsed.signal!r}", failed=False)
+                st.waiting_for = parsed.signal
+                return ctx.wait(parsed.signal, timeout=parsed.timeout_seconds, then="act")
         return None
 
 

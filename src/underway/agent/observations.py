@@ -41,10 +41,12 @@ def remembered(source: str, value: JSON) -> dict[str, str]:
     return {"source": source, "text": text[:MAX_REMEMBERED].lower()}
 
 
-def tainted_by(args: JSON, seen: Iterable[dict[str, str]]) -> list[str]:
+def tainted_by(args: JSON, seen: Iterable[dict[str, str]], *, trusted: str = "") -> list[str]:
     """The untrusted sources whose content reappears in ``args`` (strings of at least four
-    characters, or numbers with at least four digits), in order, without repeats."""
-    needles = [n.lower() for n in _leaves(args)]
+    characters, or numbers with at least four digits), in order, without repeats. A value
+    that also appears in ``trusted`` text (the goal, trusted results) may have come from
+    there and taints nothing."""
+    needles = [n for n in (v.lower() for v in _leaves(args)) if n not in trusted]
     found: list[str] = []
     for item in seen:
         if item["source"] in found:

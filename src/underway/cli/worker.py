@@ -13,6 +13,8 @@ import typer
 
 from ..engine import Engine
 from ..store import queries
+from ..policy import load_policy
+from ..secrets import EnvSecrets
 from ..worker import Worker, load_app
 from ._common import DbOption, Problem, handle_errors, open_store
 
@@ -56,6 +58,21 @@ def worker(
     verbose: Annotated[
         bool, typer.Option("--verbose", "-v", help="Log each run handed back or given up.")
     ] = False,
+    environment: Annotated[
+        str | None,
+        typer.Option("--environment", help="What policies see as the environment (dev, "
+                     "staging, prod...).", show_default=False),
+    ] = None,
+    policy_file: Annotated[
+        str | None,
+        typer.Option("--policy", help="A policy file (TOML or YAML) for every flow that has "
+                     "none of its own.", show_default=False),
+    ] = None,
+    secrets_prefix: Annotated[
+        str | None,
+        typer.Option("--secrets-env-prefix", help="Tools' secrets come from environment "
+                     "variables with this prefix.", show_default=False),
+    ] = None,
     db: DbOption = None,
 ) -> None:
     """Lease ready runs and drive them until SIGTERM or SIGINT (then stop gracefully).
@@ -79,7 +96,11 @@ def worker(
                     f"the database schema is at version {have}; this worker needs {needed}: "
                     "run `underway db migrate` first"
                 )
-        engine = Engine(store, flows=flows, tools=tools, lease_ttl=lease_ttl)
+        engine = Engine(
+            store, flows=flows, tools=tools, lease_ttl=lease_ttl, environment=environment,
+            policy=load_policy(policy_file) if policy_file else None,
+            secrets=EnvSecrets(prefix=secrets_prefix) if secrets_prefix is not None else None,
+        )
         w = Worker(engine, queues=queue or None, concurrency=concurrency, poll=poll,
                    grace=grace)
         asyncio.run(_serve(w))

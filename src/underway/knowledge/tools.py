@@ -50,8 +50,11 @@ def recall_tool(
     name: str = "recall",
     max_sensitivity: Sensitivity = "internal",
     timeout: float = 30.0,
+    description: str = "Search long-term memory (notes, articles, policies) by keywords; "
+    "each result names its source.",
 ) -> Tool:
-    """A read-only tool searching ``knowledge`` for the calling run's tenant.
+    """A read-only tool searching ``knowledge`` for the calling run's tenant; ``description``
+    is what a model reads about it.
 
     Arguments ``{"query": str, "limit": int = 5}``; result: a list of ``{id, text, source,
     created_at, sensitivity, score}``, best first. The caller's roles come from its
@@ -76,7 +79,7 @@ def recall_tool(
             for h in hits
         ]
 
-    return tool(recall, name=name, mutating=False, timeout=timeout)
+    return tool(recall, name=name, mutating=False, timeout=timeout, description=description)
 
 
 def remember_tool(
@@ -88,8 +91,10 @@ def remember_tool(
     sensitivity: Sensitivity = "internal",
     retention: float | None = None,
     timeout: float = 30.0,
+    description: str = "Remember a fact for later runs (stored with this run as its source).",
 ) -> Tool:
-    """A tool that stores what an agent wants remembered, for its run's tenant.
+    """A tool that stores what an agent wants remembered, for its run's tenant;
+    ``description`` is what a model reads about it.
 
     Arguments ``{"text": str, "metadata": {...}}``; result ``{id, source, expires_at}``.
     The record's id is the call's idempotency key, so a call retried after a crash stores
@@ -123,7 +128,8 @@ def remember_tool(
             knowledge.put(record)
         return {"id": record.id, "source": record.source, "expires_at": record.expires_at}
 
-    return tool(remember, name=name, mutating=True, idempotent=True, timeout=timeout)
+    return tool(remember, name=name, mutating=True, idempotent=True, timeout=timeout,
+                description=description)
 
 
 def _check_sensitivity(label: str) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 from collections.abc import Mapping, Sequence
 
@@ -26,6 +27,8 @@ from .profile import ETC_NETWORK, ETC_RO, ROOT_LINKS, SYSTEM_RO, SandboxProfile,
 from .workspace import CallDirs
 
 PROBE_TIMEOUT_S = 20.0
+HOSTNAME = "underway-sandbox"
+"""The sandbox's host name; also how :func:`reap_orphans` recognizes our launches."""
 _usable: set[tuple[str, int, int]] = set()
 """Binaries (with the ids they run as) that set up a sandbox once: probed only once."""
 
@@ -67,7 +70,40 @@ def unavailable(profile: SandboxProfile) -> str | None:
                 "namespaces must be enabled (sysctl kernel.unprivileged_userns_clone=1, "
                 "user.max_user_namespaces > 0)")
     _usable.add(key)
+    reap_orphans(path, key[1])
     return None
+
+
+def reap_orphans(path: str, uid: int) -> list[int]:
+    """SIGKILL sandboxes that a worker killed during their setup left behind; return
+    their pids.
+
+    bubblewrap binds its sandbox to its own life only once setup is done, so a worker
+    SIGKILLed in those milliseconds can leave the half-made sandbox waiting forever, or
+    running its command with nobody to time it out. Such an orphan is a ``bwrap`` of the
+    sandbox user whose parent is now init, launched with our host name; killing it takes
+    its PID namespace, and everything in it, down. Run when a process first uses the
+    sandbox, so a worker restarted after a crash cleans up after its predecessor.
+    """
+    signature = f"--hostname\0{HOSTNAME}\0".encode()
+    killed = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        pid = int(entry)
+        try:
+            if os.readlink(f"/proc/{pid}/exe") != path or os.stat(f"/proc/{pid}").st_uid != uid:
+                continue
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read()
+            if ppid == 1 and signature in argv and b"--die-with-parent\0" in argv:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+        except (OSError, ValueError, IndexError):
+            continue
+    return killed
 
 
 def plan(profile: SandboxProfile, argv: Sequence[str], dirs: CallDirs,
@@ -97,7 +133,12 @@ def plan(profile: SandboxProfile, argv: Sequence[str], dirs: CallDirs,
         args.append("--share-net")
     # The environment reaches the command through bubblewrap's own, never its argv: an
     # argv is readable by every user of the host.
-    args += ["--die-with-parent", "--new-session", "--hostname", "sandbox"]
+    # --as-pid-1: the command itself is the PID namespace's init and bubblewrap's own
+    # child, so bubblewrap reaps it. With bubblewrap's extra init, that init outlives
+    # bubblewrap by a moment and is left for the host's PID 1 to reap: a zombie of the
+    # sandbox user, counted against its process limit, forever where PID 1 is a worker
+    # that reaps nothing (a container without an init).
+    args += ["--as-pid-1", "--die-with-parent", "--new-session", "--hostname", HOSTNAME]
     args += _system_mounts(network=profile.network)
     args += ["--size", str(profile.limits.tmp_size_mb * 1024 * 1024), "--tmpfs", "/tmp",
              "--proc", "/proc", "--dev", "/dev"]

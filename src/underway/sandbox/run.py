@@ -142,28 +142,8 @@ async def _feed(stream: asyncio.StreamWriter, data: bytes) -> None:
 
 async def _execute(launch: Launch, profile: SandboxProfile, stdin: str | None,
                    digest: str) -> CommandResult:
-    err_r, err_w = os.pipe()
-    setup = replace(launch.setup, error_fd=err_w)
     began = time.perf_counter()
-    try:
-        proc = await asyncio.create_subprocess_exec(
-            *launch.argv,
-            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=launch.env, cwd=launch.cwd,
-            start_new_session=True, preexec_fn=setup, pass_fds=launch.pass_fds,
-        )
-    except (OSError, subprocess.SubprocessError) as exc:
-        os.close(err_w)
-        detail = _read_ready(err_r).decode(errors="replace") or str(exc)
-        raise SandboxError(f"{launch.backend} sandbox could not be started: {detail}") from None
-    finally:
-        with contextlib.suppress(OSError):
-            os.close(err_w)
-        os.close(err_r)
-        for fd in launch.close_after_spawn:
-            os.close(fd)
-        launch.close_after_spawn = []
-
+    proc = await _spawn(launch, stdin is not None)
     cap = profile.limits.output_cap_bytes
     out, err = _Captured(cap, bytearray()), _Captured(cap, bytearray())
     assert proc.stdout is not None and proc.stderr is not None
@@ -203,6 +183,40 @@ async def _execute(launch: Launch, profile: SandboxProfile, stdin: str | None,
         timed_out=timed_out, stdout_truncated=out.dropped > 0,
         stderr_truncated=err.dropped > 0, backend=launch.backend, profile_digest=digest,
     )
+
+
+async def _spawn(launch: Launch, with_stdin: bool) -> asyncio.subprocess.Process:
+    """Start the launch; a failure in the child's setup raises :class:`SandboxError` with
+    the reason the child reported."""
+    err_r, err_w = os.pipe()
+    setup = replace(launch.setup, error_fd=err_w)
+    starting = asyncio.ensure_future(asyncio.create_subprocess_exec(
+        *launch.argv,
+        stdin=subprocess.PIPE if with_stdin else subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=launch.env, cwd=launch.cwd,
+        start_new_session=True, preexec_fn=setup, pass_fds=launch.pass_fds,
+    ))
+    try:
+        # Shielded: cancelled half-way, asyncio would kill only the group's leader and
+        # leave bubblewrap's half-made sandbox behind. The whole group goes instead.
+        return await asyncio.shield(starting)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):
+            proc = await starting
+            _kill(proc, launch)
+            await proc.wait()
+        raise
+    except (OSError, subprocess.SubprocessError) as exc:
+        os.close(err_w)
+        detail = _read_ready(err_r).decode(errors="replace") or str(exc)
+        raise SandboxError(f"{launch.backend} sandbox could not be started: {detail}") from None
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(err_w)
+        os.close(err_r)
+        for fd in launch.close_after_spawn:
+            os.close(fd)
+        launch.close_after_spawn = []
 
 
 def _kill(proc: asyncio.subprocess.Process, launch: Launch) -> None:
