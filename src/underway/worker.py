@@ -384,8 +384,9 @@ def load_app(spec: str) -> App:
 
     The attribute (dots reach into objects: ``pkg.mod:registry.flows``) may be a
     :class:`Flow` or :class:`~underway.agent.Agent`, a list or tuple of Flows, Agents and
-    Tools, or a callable taking no arguments that returns one of those. The module is imported as Python would import it, so it
-    must be on ``sys.path`` (``underway worker`` adds the current directory).
+    Tools, or a callable taking no arguments that returns one of those. The module is
+    imported as Python would import it, so it must be on ``sys.path`` (``underway worker``
+    adds the current directory).
     """
     obj = import_object(spec, option="--app", example="myapp.flows:flows")
     if callable(obj) and not isinstance(obj, Flow | Tool | type):

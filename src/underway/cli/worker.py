@@ -12,9 +12,9 @@ from typing import Annotated
 import typer
 
 from ..engine import Engine
-from ..store import queries
 from ..policy import load_policy
 from ..secrets import EnvSecrets
+from ..store import queries
 from ..worker import Worker, load_app
 from ._common import DbOption, Problem, handle_errors, open_store
 
