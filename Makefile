@@ -15,16 +15,18 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) examples/invoice_followup/demo.py
+	$(PY) examples/collections_agent/demo.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench examples
 	$(VENV)/bin/mypy
 
 test: lint
+	scripts/ensure-bwrap
 	$(PG) $(PY) -m pytest -q
 
 unit: $(STAMP)
+	scripts/ensure-bwrap
 	$(PY) -m pytest -q tests/unit
 
 crash: $(STAMP)
@@ -34,6 +36,7 @@ soak: $(STAMP)
 	$(PG) UNDERWAY_CRASH_KILLS=10000 $(PY) -m pytest -q tests/crash tests/chaos --timeout=0
 
 bench: $(STAMP)
+	scripts/ensure-bwrap
 	$(PG) $(PY) bench/run.py
 
 clean:

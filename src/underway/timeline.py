@@ -184,6 +184,7 @@ def lines(records: Sequence[Recorded]) -> list[Line]:
     out = []
     open_intents: set[str] = set()
     interrupted: set[str] = set()
+    resumed_by: str | None = None
     for r in records:
         e = r.event
         summary = summarize(r)
@@ -191,6 +192,10 @@ def lines(records: Sequence[Recorded]) -> list[Line]:
             open_intents.add(e.key)
         elif isinstance(e, ev.StepStarted):
             interrupted |= open_intents
+            if e.attempt > 1 and resumed_by is not None:
+                # Not a crash: the step suspended on purpose and runs again now.
+                summary = f"step {e.step}, attempt {e.attempt} (continues after {resumed_by})"
+            resumed_by = None
         elif isinstance(e, _OUTCOMES):
             open_intents.discard(e.key)
             if e.key in interrupted:
@@ -199,8 +204,18 @@ def lines(records: Sequence[Recorded]) -> list[Line]:
         elif isinstance(e, ev.StepCompleted):
             open_intents.clear()
             interrupted.clear()
+        if type(e) in _RESUMERS:
+            resumed_by = _RESUMERS[type(e)]
         out.append(Line(r.seq, r.at, type(e).__name__, summary))
     return out
+
+
+_RESUMERS: dict[type[ev.Event], str] = {
+    ev.ApprovalGranted: "the approval", ev.ApprovalRejected: "the rejection",
+    ev.ApprovalExpired: "the approval expired", ev.EscalationAnswered: "the answer",
+    ev.EscalationResolved: "the resolution", ev.TimerFired: "the retry timer",
+    ev.RunResumed: "an operator resumed it",
+}
 
 
 def counts(records: Sequence[Recorded]) -> dict[str, int]:

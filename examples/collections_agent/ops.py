@@ -1,0 +1,128 @@
+"""Operating the example as an operator would: ``underway worker`` processes, the
+``underway`` command line, and waiting for what the journal says."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from underway import events as ev
+from underway.errors import UnderwayError
+from underway.journal import Journal
+from underway.state import RunState
+from underway.store.base import Store
+
+from .app import DATA_ENV
+from .brain import DAY_ENV
+
+ROOT = Path(__file__).resolve().parents[2]
+"""The directory ``examples.collections_agent`` is imported from (the worker's working
+directory)."""
+APP = "examples.collections_agent.app:app"
+SETTLED = ("completed", "failed", "cancelled", "escalated", "dead")
+"""Statuses in which a run goes nowhere without a person."""
+T = TypeVar("T")
+
+
+class CommandFailed(UnderwayError):
+    """An ``underway`` command exited with an error; the message holds its output."""
+
+
+def underway_command() -> list[str]:
+    """How to run the ``underway`` command of this Python environment."""
+    script = Path(sys.executable).with_name("underway")
+    if script.exists():
+        return [str(script)]
+    return [sys.executable, "-c", "import sys; from underway.cli import main; sys.exit(main())"]
+
+
+def cli(*args: str, db: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``underway ARGS [--db DB]``; raise :class:`CommandFailed` unless it succeeds."""
+    cmd = [*underway_command(), *args, *(["--db", db] if db else [])]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          check=False)
+    if done.returncode != 0:
+        raise CommandFailed(f"`underway {' '.join(args)}` exited with {done.returncode}: "
+                            f"{(done.stdout + done.stderr).strip()}")
+    return done
+
+
+def start_worker(db: str, data: Path, *, day_seconds: float, log: Path, concurrency: int = 10,
+                 crash_after_effects: int | None = None) -> subprocess.Popen[bytes]:
+    """Start ``underway worker`` for the collections agent, its output going to ``log``.
+
+    ``crash_after_effects=N`` arms underway's fault injection: the process kills itself
+    with SIGKILL right after its N-th tool call ran and before the journal recorded it.
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith("UNDERWAY_CRASH")}
+    env |= {DATA_ENV: str(data), DAY_ENV: repr(day_seconds)}
+    if crash_after_effects is not None:
+        env |= {"UNDERWAY_CRASH_AFTER": str(crash_after_effects),
+                "UNDERWAY_CRASH_POINTS": "effect.after_run"}
+    cmd = [*underway_command(), "worker", "--app", APP, "--db", db,
+           "--concurrency", str(concurrency), "--poll", "0.1", "--grace", "10",
+           "--environment", "prod"]
+    with log.open("ab") as out:
+        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+
+def stop_worker(proc: subprocess.Popen[bytes], timeout: float = 30.0) -> int:
+    """Stop a worker gracefully (SIGTERM); kill it if it does not stop in time."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            return proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    return proc.wait()
+
+
+def wait_for(check: Callable[[], T | None], *, what: str, timeout: float,
+             poll: float = 0.1) -> T:
+    """Poll ``check`` until it returns something other than None."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = check()
+        if found is not None:
+            return found
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"gave up after {timeout:g}s waiting for {what}")
+        time.sleep(poll)
+
+
+def states(store: Store, tenant_id: str = "default") -> list[RunState]:
+    """Every run of the tenant, folded from its journal."""
+    journal = Journal(store)
+    return [journal.load(tenant_id, r.run_id) for r in store.list_runs(tenant_id, limit=1000)]
+
+
+def unfinished_call(store: Store, tool: str,
+                    tenant_id: str = "default") -> tuple[str, ev.ToolStarted] | None:
+    """A call of ``tool`` whose intent is journaled without an outcome, and its run."""
+    journal = Journal(store)
+    for row in store.list_runs(tenant_id, limit=1000):
+        open_: dict[str, ev.ToolStarted] = {}
+        for rec in journal.history(tenant_id, row.run_id):
+            e = rec.event
+            if isinstance(e, ev.ToolStarted) and e.tool == tool:
+                open_[e.key] = e
+            elif isinstance(e, ev.ToolSucceeded | ev.ToolFailed | ev.ToolTimedOut):
+                open_.pop(e.key, None)
+        if open_:
+            return row.run_id, next(iter(open_.values()))
+    return None
+
+
+def outcome(store: Store, run_id: str, key: str, tenant_id: str = "default") -> ev.Event | None:
+    """The journaled outcome of the call with ``key``, once there is one."""
+    for rec in Journal(store).history(tenant_id, run_id):
+        e = rec.event
+        if isinstance(e, ev.ToolSucceeded | ev.ToolFailed | ev.ToolTimedOut) and e.key == key:
+            return e
+    return None
