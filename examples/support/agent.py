@@ -60,16 +60,16 @@ class SupportAgent(Agent):
         """Step executions in which the customer was asked for details."""
         self.flow.step(self._customer_replied, name=AFTER_REPLY)
 
-    async def _perform(self, ctx: Ctx, call: ToolCall, why: str) -> Next | None:
-        nxt = await super()._perform(ctx, call, why)
+    async def perform(self, ctx: Ctx, call: ToolCall, why: str) -> Next | None:
+        nxt = await super().perform(ctx, call, why)
         if call.name == self.desk.request_details.name and ctx.state.failures == 0:
             self._asked.add(ctx)
         return nxt
 
-    async def _act(self, ctx: Ctx) -> Next:
+    async def act(self, ctx: Ctx) -> Next:
         # The wait starts once every call of the model's turn has its result, so the
         # conversation the model sees next is whole.
-        nxt = await super()._act(ctx)
+        nxt = await super().act(ctx)
         if ctx in self._asked and isinstance(nxt, Goto):
             return ctx.wait(CUSTOMER_REPLIED, timeout=self.reply_timeout_s, then=AFTER_REPLY)
         return nxt

@@ -158,7 +158,7 @@ class Agent:
             s.model_dump(mode="json", exclude_defaults=True) for s in self._specs()
         ]
         self.flow.step(self._plan, name="plan", start=plan)
-        self.flow.step(self._act, name="act", start=not plan)
+        self.flow.step(self.act, name="act", start=not plan)
 
     # -- the conversation ---------------------------------------------------------------
     def _specs(self) -> list[ToolSpec]:
@@ -218,7 +218,9 @@ class Agent:
         ctx.note(ev.PlanCreated(plan=ctx.state.plan, model=reply.model))
         return ctx.goto("act")
 
-    async def _act(self, ctx: RunContext[AgentState, AgentInput]) -> Next:
+    async def act(self, ctx: RunContext[AgentState, AgentInput]) -> Next:
+        """One iteration (the `act` step): ask the model, perform its calls, observe.
+        Subclasses may override it (calling ``super().act``) to end a turn differently."""
         st = ctx.state
         if st.iterations >= self.max_iterations:
             return ctx.fail(f"agent {self.name!r} reached {self.max_iterations} iterations "
@@ -237,7 +239,7 @@ class Agent:
                 self._observe(ctx, call, {"error": "NotRun", "message": "the turn ended with "
                                           "an earlier action (finish or wait)"}, failed=False)
                 continue
-            ending = await self._perform(ctx, call, reply.text or "")
+            ending = await self.perform(ctx, call, reply.text or "")
         if ending is not None:
             return ending
         if st.failures >= self.max_failures:
@@ -273,9 +275,10 @@ class Agent:
                   if m.get("role") == "tool" and 'trust="trusted"' in m.get("content", "")]
         return "\n".join(parts).lower()
 
-    async def _perform(self, ctx: RunContext[AgentState, AgentInput], call: ToolCall,
+    async def perform(self, ctx: RunContext[AgentState, AgentInput], call: ToolCall,
                        why: str) -> Next | None:
-        """Carry out one tool call of the model; a control action returns where to go."""
+        """Carry out one tool call of the model (through the guard); a control action
+        returns where to go. Subclasses may override it, calling ``super().perform``."""
         st = ctx.state
         if call.name in _CONTROL or call.name == "wait_for_signal":
             return await self._control(ctx, call)
