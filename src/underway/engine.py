@@ -332,7 +332,8 @@ class StepExecution:
             except ValidationError as exc:
                 self._schema_failed(t, key, index, "args", exc)
         now = eng.clock.now()
-        over = guard.over_budget(flow, eng.store, s, call_usage(t, args), now)
+        over = guard.over_budget(flow, eng.store, s, call_usage(t, args), now,
+                                 [e for _, _, e in act.pending])
         if over is not None:
             self._over_budget(over[0], over[1], t.name)
         if rec is not None and rec.status == "approved":
@@ -541,7 +542,7 @@ class StepExecution:
         eng = self._act.engine
         over = eng.guard.over_budget(
             eng._flow(self._act.state.flow), eng.store, self._act.state, Usage(model_calls=1),
-            eng.clock.now(),
+            eng.clock.now(), [e for _, _, e in self._act.pending],
         )
         if over is not None:
             self._over_budget(over[0], over[1], None)

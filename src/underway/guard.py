@@ -6,12 +6,13 @@ model, so a model that was talked into a harmful call still meets the same check
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
 
+from . import events as ev
 from .budgets import Budget, Exceeded, Usage, check, tenant_usage
 from .codec import Codec
 from .effects import Tool
@@ -89,9 +90,12 @@ class Guard:
         return policy.evaluate(ctx)
 
     def over_budget(
-        self, flow: Flow[Any, Any], store: Store, s: RunState, pending: Usage, now: float
+        self, flow: Flow[Any, Any], store: Store, s: RunState, pending: Usage, now: float,
+        uncommitted: Iterable[ev.Event] = (),
     ) -> tuple[Budget, Exceeded] | None:
-        """The first budget (run, then tenant) the next action would cross, if any."""
+        """The first budget (run, then tenant) the next action would cross, if any.
+        ``uncommitted`` are this run's events not yet in the store (the tenant's usage is
+        read from the store)."""
         budget = flow.budget if flow.budget is not None else self.budget
         if budget is not None:
             found = check(budget, run_usage(s), now=now, scope="run", pending=pending)
@@ -99,8 +103,8 @@ class Guard:
                 return budget, found[0]
         if self.tenant_budget is not None:
             since = _day_start(now)
-            found = check(self.tenant_budget, self.tenant_usage(store, s.tenant_id, since),
-                          now=now, scope="tenant", pending=pending)
+            used = self.tenant_usage(store, s.tenant_id, since).add(usage_of(uncommitted))
+            found = check(self.tenant_budget, used, now=now, scope="tenant", pending=pending)
             if found:
                 return self.tenant_budget, found[0]
         return None
@@ -124,6 +128,22 @@ def run_usage(s: RunState) -> Usage:
         model_calls=s.model_calls, tool_calls=s.tool_calls + s.read_calls,
         messages=s.messages, money=dict(s.money), started_at=s.created_at,
     )
+
+
+def usage_of(events: Iterable[ev.Event]) -> Usage:
+    """What ``events`` (a run's uncommitted ones) add to a budget."""
+    u = Usage()
+    for e in events:
+        if isinstance(e, ev.ModelResponded):
+            u = u.add(Usage(tokens_in=e.tokens_in, tokens_out=e.tokens_out,
+                            cost_usd=e.cost_usd, model_calls=1))
+        elif isinstance(e, ev.ToolSucceeded | ev.ToolFailed | ev.ToolTimedOut):
+            counts = getattr(e, "counts", None) or {}
+            u = u.add(Usage(
+                tool_calls=1, messages=int(counts.get("messages", 0)),
+                money={k[6:]: v for k, v in counts.items() if k.startswith("money.")},
+            ))
+    return u
 
 
 def call_usage(t: Tool, args: JSON) -> Usage:

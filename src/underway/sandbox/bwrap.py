@@ -19,8 +19,9 @@ import shutil
 import signal
 import subprocess
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
-from .child import ChildSetup, prepare, reachable, rlimits_for
+from .child import capped, child_setup, exec_chain, reachable
 from .errors import SandboxError
 from .launch import Launch, command_env
 from .profile import ETC_NETWORK, ETC_RO, ROOT_LINKS, SYSTEM_RO, SandboxProfile, python_prefix
@@ -28,7 +29,10 @@ from .workspace import CallDirs
 
 PROBE_TIMEOUT_S = 20.0
 HOSTNAME = "underway-sandbox"
-"""The sandbox's host name; also how :func:`reap_orphans` recognizes our launches."""
+"""The sandbox's host name; with :data:`MARKER_ENV`, how :func:`reap_orphans` recognizes
+our sandboxes."""
+MARKER_ENV = "UNDERWAY_SANDBOX"
+"""Set to :data:`HOSTNAME` in every command's environment."""
 _usable: set[tuple[str, int, int]] = set()
 """Binaries (with the ids they run as) that set up a sandbox once: probed only once."""
 
@@ -54,14 +58,15 @@ def unavailable(profile: SandboxProfile) -> str | None:
     key = (path, *(ids or (os.geteuid(), os.getegid())))
     if key in _usable:
         return None
-    argv = [path, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
-            *_system_mounts(network=False), "--proc", "/proc", "--dev", "/dev",
-            "--", _true()]
-    setup = ChildSetup(prepare(), os.getpid(), uid=ids[0] if ids else None,
-                       gid=ids[1] if ids else None)
+    argv = [path, "--unshare-all", "--unshare-user", "--disable-userns", "--as-pid-1",
+            "--die-with-parent", *_system_mounts(network=False), "--proc", "/proc",
+            "--dev", "/dev", "--", _true()]
+    chain = exec_chain(ids, [])
     try:
-        done = subprocess.run(argv, capture_output=True, timeout=PROBE_TIMEOUT_S,
-                              preexec_fn=setup, start_new_session=True, check=False)
+        done = subprocess.run(
+            (chain or []) + argv, capture_output=True, timeout=PROBE_TIMEOUT_S, check=False,
+            preexec_fn=None if chain else child_setup(ids, []), start_new_session=True,
+        )
     except (OSError, subprocess.SubprocessError) as exc:
         return f"{path} could not be started: {exc}"
     if done.returncode != 0:
@@ -78,30 +83,37 @@ def reap_orphans(path: str, uid: int) -> list[int]:
     """SIGKILL sandboxes that a worker killed during their setup left behind; return
     their pids.
 
-    bubblewrap binds its sandbox to its own life only once setup is done, so a worker
+    bubblewrap binds a sandbox to its own life only at the end of setup, so a worker
     SIGKILLed in those milliseconds can leave the half-made sandbox waiting forever, or
-    running its command with nobody to time it out. Such an orphan is a ``bwrap`` of the
-    sandbox user whose parent is now init, launched with our host name; killing it takes
-    its PID namespace, and everything in it, down. Run when a process first uses the
-    sandbox, so a worker restarted after a crash cleans up after its predecessor.
+    running its command with nobody to time it out. Either is a process of the sandbox
+    user whose parent is now init: a ``bwrap`` launched with our host name, or the init
+    of a PID namespace that started with our environment marker. Killing it takes its
+    namespace, and everything in it, down. Run when a process first uses the sandbox, so
+    a worker restarted after a crash cleans up after its predecessor.
     """
-    signature = f"--hostname\0{HOSTNAME}\0".encode()
+    launch = f"--hostname\0{HOSTNAME}\0".encode()
+    marker = f"{MARKER_ENV}={HOSTNAME}\0".encode()
     killed = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         pid = int(entry)
         try:
-            if os.readlink(f"/proc/{pid}/exe") != path or os.stat(f"/proc/{pid}").st_uid != uid:
+            if os.stat(f"/proc/{pid}").st_uid != uid:
                 continue
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                argv = f.read()
-            if ppid == 1 and signature in argv and b"--die-with-parent\0" in argv:
+            status = dict(line.split(":", 1) for line in
+                          Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+            if status.get("PPid", "").strip() != "1":
+                continue
+            stuck = (os.readlink(f"/proc/{pid}/exe") == path
+                     and launch in Path(f"/proc/{pid}/cmdline").read_bytes())
+            ns_pids = status.get("NSpid", "").split()
+            running = (len(ns_pids) > 1 and ns_pids[-1] == "1"
+                       and marker in Path(f"/proc/{pid}/environ").read_bytes())
+            if stuck or running:
                 os.kill(pid, signal.SIGKILL)
                 killed.append(pid)
-        except (OSError, ValueError, IndexError):
+        except (OSError, ValueError):
             continue
     return killed
 
@@ -127,7 +139,7 @@ def plan(profile: SandboxProfile, argv: Sequence[str], dirs: CallDirs,
         return real
 
     ws = profile.workspace_dir
-    env = command_env(profile, ws, extra_env)
+    env = {**command_env(profile, ws, extra_env), MARKER_ENV: HOSTNAME}
     args = [path, "--unshare-all", "--unshare-user", "--disable-userns"]
     if profile.network:
         args.append("--share-net")
@@ -156,10 +168,12 @@ def plan(profile: SandboxProfile, argv: Sequence[str], dirs: CallDirs,
     os.write(block_w, b"x")
     os.close(block_w)
     args += ["--block-fd", str(block_r), "--", *argv]
-    setup = ChildSetup(
-        prepare(), os.getpid(), rlimits=rlimits_for(profile.limits.rlimits()),
-        uid=ids[0] if ids else None, gid=ids[1] if ids else None, stage=tuple(stage),
-    )
+    rlimits = capped(profile.limits.rlimits())
+    chain = None if stage else exec_chain(ids, rlimits)
+    if chain is not None:
+        args, setup = chain + args, None
+    else:
+        setup = child_setup(ids, rlimits, tuple(stage))
     return Launch("bwrap", args, env, setup, pass_fds=(block_r,), setup_fd=os.dup(block_r),
                   close_after_spawn=[block_r])
 

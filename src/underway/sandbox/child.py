@@ -1,14 +1,16 @@
-"""What the child does between ``fork`` and ``exec``: :class:`ChildSetup`.
+"""Preparing the process that becomes the sandbox: drop from root to the sandbox user,
+lower the resource limits, and ask the kernel to SIGKILL it when the thread that started
+it dies (set after the ids change, which clears it). A worker killed with SIGKILL so
+takes its sandboxes with it: bubblewrap dies, and its ``--die-with-parent`` and PID
+namespace take every process inside along.
 
-In order: stage host paths the sandbox user cannot reach (a private mount namespace with
-bind mounts at reachable places, so bubblewrap can mount them in turn), drop from root to
-the sandbox user, lower the resource limits, and ask the kernel to SIGKILL the child when
-the thread that started it dies — set last, because changing ids clears it. A worker
-killed with SIGKILL so takes its sandboxes with it: bubblewrap dies, and its
-``--die-with-parent`` and PID namespace take every process inside along.
-
-This code runs in a forked copy of a possibly multi-threaded process, so it only makes
-system calls through functions resolved before the fork (:func:`prepare`).
+Two ways, same steps. :func:`exec_chain` prefixes the command with util-linux's
+``setpriv`` and ``prlimit``, so the worker can start it with ``vfork`` — which costs the
+same for a worker of any size. :class:`ChildSetup` does the steps in Python between
+``fork`` and ``exec`` (a full ``fork``: tens of milliseconds for a large worker) and is
+used only when something needs it: staging host paths the sandbox user cannot reach (a
+private mount namespace with bind mounts at reachable places, so bubblewrap can mount
+them in turn), or a host without ``setpriv``/``prlimit``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import contextlib
 import ctypes
 import os
 import resource
+import shutil
 import signal
 import stat
 from dataclasses import dataclass
@@ -107,17 +110,51 @@ class ChildSetup:
                 os.write(self.error_fd, message.encode(errors="replace")[:4000])
 
 
-def rlimits_for(wanted: list[tuple[str, int, int]]) -> tuple[tuple[int, int, int], ...]:
-    """Resolve ``(name, soft, hard)`` to resource numbers, never above the current hard
-    limit (an unprivileged child may only lower it)."""
+Rlimit = tuple[str, int, int]
+"""``(resource name, soft, hard)``, e.g. ``("RLIMIT_NPROC", 64, 64)``."""
+
+_PRLIMIT_FLAGS = {"RLIMIT_CORE": "--core", "RLIMIT_CPU": "--cpu", "RLIMIT_AS": "--as",
+                  "RLIMIT_FSIZE": "--fsize", "RLIMIT_NPROC": "--nproc"}
+
+
+def capped(wanted: list[Rlimit]) -> list[Rlimit]:
+    """``wanted``, never above the current hard limits (an unprivileged process may only
+    lower them)."""
     out = []
     for name, soft, hard in wanted:
-        res = getattr(resource, name)
-        _, cur_hard = resource.getrlimit(res)
+        _, cur_hard = resource.getrlimit(getattr(resource, name))
         if cur_hard != resource.RLIM_INFINITY:
             hard = min(hard, cur_hard)
-        out.append((res, min(soft, hard), hard))
-    return tuple(out)
+        out.append((name, min(soft, hard), hard))
+    return out
+
+
+def exec_chain(ids: tuple[int, int] | None, rlimits: list[Rlimit]) -> list[str] | None:
+    """The argv prefix that drops to ``ids``, sets the parent-death signal, then lowers
+    ``rlimits`` before exec'ing the command; None when ``setpriv`` or ``prlimit`` is not
+    installed."""
+    setpriv = shutil.which("setpriv")
+    prlimit = shutil.which("prlimit") if rlimits else ""
+    if setpriv is None or prlimit is None:
+        return None
+    chain = [setpriv]
+    if ids is not None:
+        chain += [f"--reuid={ids[0]}", f"--regid={ids[1]}", "--clear-groups"]
+    chain += ["--pdeathsig", "KILL", "--"]
+    if rlimits:
+        chain += [prlimit, *(f"{_PRLIMIT_FLAGS[n]}={soft}:{hard}" for n, soft, hard in rlimits),
+                  "--"]
+    return chain
+
+
+def child_setup(ids: tuple[int, int] | None, rlimits: list[Rlimit],
+                stage: tuple[tuple[str, str], ...] = ()) -> ChildSetup:
+    """The :class:`ChildSetup` doing what :func:`exec_chain` does, staging included."""
+    return ChildSetup(
+        prepare(), os.getpid(),
+        rlimits=tuple((getattr(resource, n), soft, hard) for n, soft, hard in rlimits),
+        uid=ids[0] if ids else None, gid=ids[1] if ids else None, stage=stage,
+    )
 
 
 def reachable(path: str, uid: int, gid: int) -> bool:

@@ -13,13 +13,12 @@ without a chance to kill it.
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 import subprocess
 import uuid
 from collections.abc import Mapping, Sequence
 
-from .child import ChildSetup, prepare
+from .child import child_setup, exec_chain
 from .errors import SandboxError
 from .launch import Launch, command_env
 from .profile import SandboxProfile
@@ -98,7 +97,12 @@ def plan(profile: SandboxProfile, argv: Sequence[str], dirs: CallDirs,
             subprocess.run([path, "kill", name], capture_output=True, timeout=KILL_TIMEOUT_S,
                            check=False)
 
-    return Launch("docker", args, env, ChildSetup(prepare(), os.getpid()), on_kill=kill)
+    # The client dies with the worker (and kill() is then never called: the in-container
+    # `timeout` bounds what is left).
+    chain = exec_chain(None, [])
+    if chain is not None:
+        return Launch("docker", chain + args, env, on_kill=kill)
+    return Launch("docker", args, env, child_setup(None, []), on_kill=kill)
 
 
 def _bind(source: str, target: str, *, readonly: bool) -> str:

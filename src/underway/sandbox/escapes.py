@@ -343,7 +343,7 @@ async def nested_userns(profile: SandboxProfile) -> Verdict:
     return Verdict(not gained, _said(r))
 
 
-@_escape("fork_bomb", "fork without end (max_processes=24)")
+@_escape("fork_bomb", "fork without end, every process holding on (max_processes=24)")
 async def fork_bomb(profile: SandboxProfile) -> Verdict:
     cap = 24
     limited = replace(profile, limits=replace(profile.limits, max_processes=cap, timeout_s=5))
@@ -360,7 +360,9 @@ async def fork_bomb(profile: SandboxProfile) -> Verdict:
     thread = threading.Thread(target=watch, daemon=True)
     thread.start()
     try:
-        r = await _bash(limited, f": {tag}; bomb() {{ bomb | bomb & }}; bomb; wait")
+        # Each process forks two more and waits for them: none exits, so the tree grows
+        # until the process limit stops it, and stays there until the time limit.
+        r = await _bash(limited, f": {tag}; bomb() {{ bomb & bomb & wait; }}; bomb")
     finally:
         stop.set()
         thread.join(timeout=5)

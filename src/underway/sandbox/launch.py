@@ -20,6 +20,8 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 class Launch:
     """Everything needed to start a command under one backend.
 
+    ``setup``: the ``preexec_fn`` when the child must be prepared in Python (None: the
+    argv itself does it, see :func:`~underway.sandbox.child.exec_chain`).
     ``setup_fd``: a pipe holding one byte that bubblewrap consumes once the sandbox is set
     up (so a setup failure is told apart from a failing command). ``close_after_spawn``: the
     parent's copies of descriptors handed to the child. ``on_kill``: extra work to stop
@@ -29,7 +31,7 @@ class Launch:
     backend: str
     argv: list[str]
     env: dict[str, str]
-    setup: ChildSetup
+    setup: ChildSetup | None = None
     cwd: str | None = None
     pass_fds: tuple[int, ...] = ()
     setup_fd: int | None = None

@@ -9,6 +9,7 @@ ran under.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -31,10 +32,7 @@ SYSTEM_RO = ("/usr",)
 ROOT_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 """Top-level directories recreated as the host has them: a symlink into /usr or a
 read-only bind."""
-ETC_RO = (
-    "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives",
-    "/etc/localtime", "/etc/ssl/certs", "/etc/ca-certificates",
-)
+ETC_RO = ("/etc/ld.so.cache", "/etc/alternatives", "/etc/localtime", "/etc/ssl/certs")
 """The few /etc entries programs need to load and run; the rest of /etc stays hidden."""
 ETC_NETWORK = (
     "/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf", "/etc/gai.conf", "/etc/host.conf",
@@ -203,9 +201,13 @@ class SandboxProfile:
             "allow_unsandboxed": self.allow_unsandboxed,
         }
 
+    @functools.cached_property
+    def _digest(self) -> str:
+        return hashlib.sha256(canonical_json(self.describe())).hexdigest()
+
     def digest(self) -> str:
         """SHA-256 (hex) of the canonical JSON of :meth:`describe`."""
-        return hashlib.sha256(canonical_json(self.describe())).hexdigest()
+        return self._digest
 
 
 def python_prefix() -> str:

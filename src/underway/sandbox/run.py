@@ -189,7 +189,7 @@ async def _spawn(launch: Launch, with_stdin: bool) -> asyncio.subprocess.Process
     """Start the launch; a failure in the child's setup raises :class:`SandboxError` with
     the reason the child reported."""
     err_r, err_w = os.pipe()
-    setup = replace(launch.setup, error_fd=err_w)
+    setup = None if launch.setup is None else replace(launch.setup, error_fd=err_w)
     starting = asyncio.ensure_future(asyncio.create_subprocess_exec(
         *launch.argv,
         stdin=subprocess.PIPE if with_stdin else subprocess.DEVNULL,

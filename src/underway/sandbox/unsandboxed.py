@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 
-from .child import ChildSetup, prepare, rlimits_for
+from .child import capped, child_setup, exec_chain
 from .launch import Launch, command_env
 from .profile import SandboxProfile
 from .workspace import CallDirs
@@ -34,7 +34,9 @@ def plan(profile: SandboxProfile, argv: Sequence[str], dirs: CallDirs,
     """How to run ``argv`` directly, in the workspace."""
     # The process limit is left off: for root it does not apply, and for anyone else it
     # would count every process of their session, not the command's.
-    wanted = [r for r in profile.limits.rlimits() if r[0] != "RLIMIT_NPROC"]
-    setup = ChildSetup(prepare(), os.getpid(), rlimits=rlimits_for(wanted))
+    rlimits = capped([r for r in profile.limits.rlimits() if r[0] != "RLIMIT_NPROC"])
     env = command_env(profile, dirs.workspace, extra_env)
-    return Launch("none", list(argv), env, setup, cwd=dirs.workspace)
+    chain = exec_chain(None, rlimits)
+    if chain is not None:
+        return Launch("none", chain + list(argv), env, cwd=dirs.workspace)
+    return Launch("none", list(argv), env, child_setup(None, rlimits), cwd=dirs.workspace)

@@ -57,9 +57,26 @@ class CallDirs:
 
     def close(self) -> None:
         """Remove the call's private directory (never a workspace the caller gave)."""
+        if self._fresh_and_empty():
+            return
         if os.geteuid() != 0:
             _open_up(self.root)
         shutil.rmtree(self.root, ignore_errors=True)
+
+    def _fresh_and_empty(self) -> bool:
+        """Remove the call's directories the quick way when nothing was left in them (the
+        usual case for a command that writes nothing, worth a millisecond per call)."""
+        try:
+            for name in os.listdir(self.root):
+                path = os.path.join(self.root, name)
+                if name == "stage":
+                    for point in os.listdir(path):
+                        os.rmdir(os.path.join(path, point))
+                os.rmdir(path)
+            os.rmdir(self.root)
+        except OSError:
+            return False
+        return True
 
     def __enter__(self) -> CallDirs:
         return self
