@@ -10,6 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from guard_helpers import drive, of_type
 from pydantic import BaseModel
 
 import underway as uw
@@ -17,8 +18,6 @@ from underway import events as ev
 from underway.http import HTTPError, request
 from underway.policy import policy_from_dict
 from underway.testing import memory_engine
-
-from guard_helpers import drive, of_type
 
 
 class Recorder(BaseHTTPRequestHandler):
