@@ -30,7 +30,8 @@ unit: $(STAMP)
 	$(PY) -m pytest -q tests/unit
 
 crash: $(STAMP)
-	$(PG) $(PY) -m pytest -q tests/crash tests/chaos
+	scripts/ensure-bwrap
+	$(PG) $(PY) -m pytest -q tests/crash tests/chaos tests/sandbox/test_crash.py
 
 soak: $(STAMP)
 	$(PG) UNDERWAY_CRASH_KILLS=10000 $(PY) -m pytest -q tests/crash tests/chaos --timeout=0

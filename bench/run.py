@@ -24,6 +24,7 @@ import guard
 import imports
 import policy
 import resume
+import sandbox
 import storage
 import throughput
 import workers
@@ -58,6 +59,7 @@ GROUPS: dict[str, list[tuple[str, Callable[[], list[Figure]]]]] = {
         ("SQLite agent iterations", agent.bench_sqlite),
         ("PostgreSQL agent iterations", agent.bench_postgres),
     ],
+    "sandbox": [("bubblewrap sandbox overhead", sandbox.bench)],
 }
 
 

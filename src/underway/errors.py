@@ -6,7 +6,9 @@ Every error derives from :class:`UnderwayError`::
     ├── ConfigurationError      bad URL, unknown flow or step, invalid input
     │   ├── PolicyError         a policy file or rule is malformed (names rule and field)
     │   ├── SecretMissing       a tool needs a secret its provider does not have
-    │   └── SandboxUnavailable  no isolation backend can run a sandboxed tool (fail closed)
+    │   └── SandboxUnavailable  no isolation backend can run a sandboxed tool (fail closed;
+    │                           also a SandboxError)
+    ├── SandboxError            a sandboxed command could not be set up or run
     ├── ModelError              a model provider refused or failed (``retryable`` flag)
     ├── RouteBudgetExceeded     a model route's per-run budget is spent
     ├── RunNotFound             no run with that id in that tenant

@@ -143,8 +143,6 @@ def plan(profile: SandboxProfile, argv: Sequence[str], dirs: CallDirs,
     args = [path, "--unshare-all", "--unshare-user", "--disable-userns"]
     if profile.network:
         args.append("--share-net")
-    # The environment reaches the command through bubblewrap's own, never its argv: an
-    # argv is readable by every user of the host.
     # --as-pid-1: the command itself is the PID namespace's init and bubblewrap's own
     # child, so bubblewrap reaps it. With bubblewrap's extra init, that init outlives
     # bubblewrap by a moment and is left for the host's PID 1 to reap: a zombie of the
@@ -174,6 +172,8 @@ def plan(profile: SandboxProfile, argv: Sequence[str], dirs: CallDirs,
         args, setup = chain + args, None
     else:
         setup = child_setup(ids, rlimits, tuple(stage))
+    # The environment reaches the command through bubblewrap's own, never its argv: an
+    # argv is readable by every user of the host.
     return Launch("bwrap", args, env, setup, pass_fds=(block_r,), setup_fd=os.dup(block_r),
                   close_after_spawn=[block_r])
 

@@ -16,7 +16,6 @@ them in turn), or a host without ``setpriv``/``prlimit``.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import resource
 import shutil
@@ -36,7 +35,10 @@ class _Calls:
     """libc functions the child needs, looked up once in the parent."""
 
     def __init__(self) -> None:
+        import ctypes  # only when a child needs setting up in Python: a few ms of import
+
         libc = ctypes.CDLL(None, use_errno=True)
+        self.get_errno: Any = ctypes.get_errno
         self.unshare: Any = libc.unshare
         self.mount: Any = libc.mount
         self.prctl: Any = libc.prctl
@@ -84,7 +86,7 @@ class ChildSetup:
             for res, soft, hard in self.rlimits:
                 resource.setrlimit(res, (soft, hard))
             if self.calls.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
-                raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
+                raise OSError(self.calls.get_errno(), "prctl(PR_SET_PDEATHSIG)")
             if os.getppid() != self.parent_pid:
                 raise OSError(0, "the worker exited while the sandbox was starting")
         except OSError as exc:
@@ -96,13 +98,13 @@ class ChildSetup:
             return
         c = self.calls
         if c.unshare(_CLONE_NEWNS) != 0:
-            raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNS) to stage host paths")
+            raise OSError(c.get_errno(), "unshare(CLONE_NEWNS) to stage host paths")
         # Private first, or the staging mounts would propagate to the host's namespace.
         if c.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
-            raise OSError(ctypes.get_errno(), "making the staging namespace private")
+            raise OSError(c.get_errno(), "making the staging namespace private")
         for source, target in self.stage:
             if c.mount(source.encode(), target.encode(), None, _MS_BIND | _MS_REC, None) != 0:
-                raise OSError(ctypes.get_errno(), f"staging {source} at {target}")
+                raise OSError(c.get_errno(), f"staging {source} at {target}")
 
     def _report(self, message: str) -> None:
         if self.error_fd >= 0:

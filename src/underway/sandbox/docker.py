@@ -13,6 +13,7 @@ without a chance to kill it.
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import subprocess
 import uuid
@@ -99,10 +100,13 @@ def plan(profile: SandboxProfile, argv: Sequence[str], dirs: CallDirs,
 
     # The client dies with the worker (and kill() is then never called: the in-container
     # `timeout` bounds what is left).
+    # The client keeps its own environment (DOCKER_HOST, its config); the command gets
+    # only the variables named with --env above.
+    client_env = {**os.environ, **env}
     chain = exec_chain(None, [])
     if chain is not None:
-        return Launch("docker", chain + args, env, on_kill=kill)
-    return Launch("docker", args, env, child_setup(None, []), on_kill=kill)
+        return Launch("docker", chain + args, client_env, on_kill=kill)
+    return Launch("docker", args, client_env, child_setup(None, []), on_kill=kill)
 
 
 def _bind(source: str, target: str, *, readonly: bool) -> str:

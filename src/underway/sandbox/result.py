@@ -10,10 +10,11 @@ class CommandResult(BaseModel):
 
     ``stdout`` / ``stderr`` are decoded as UTF-8 (invalid bytes replaced); past the
     profile's ``output_cap_bytes`` a stream ends with ``"\\n[... truncated N bytes]"`` and
-    its ``*_truncated`` flag is set. ``exit_code`` is the command's status (128 + the signal
-    number when a signal ended it inside the sandbox; negative when the unsandboxed backend
-    saw the signal). ``timed_out``: the wall-time limit ran out and every process of the
-    command was killed. ``backend`` is the one that ran it; ``profile_digest`` the
+    its ``*_truncated`` flag is set. ``exit_code`` is the command's status: 128 + the signal
+    number when a signal ended it inside the sandbox, minus the signal number when the
+    process the worker started was killed (-9 at the time limit; any signal, without a
+    sandbox). ``timed_out``: the wall-time limit ran out and every process of the command
+    was killed. ``backend`` is the one that ran it; ``profile_digest`` the
     :meth:`~underway.sandbox.SandboxProfile.digest` of the profile it ran under.
     """
 

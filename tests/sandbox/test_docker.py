@@ -1,0 +1,47 @@
+"""The Docker backend's container, as it would be started. This host has a Docker client
+but no engine (see test_fail_closed.py), so what can be checked here is the exact
+``docker run`` the backend builds; where an engine runs, the escape tests run through it."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from underway.sandbox import Limits, SandboxProfile, docker
+from underway.sandbox.workspace import CallDirs
+
+
+@pytest.fixture(autouse=True)
+def docker_client(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Wherever the client is installed (or not), the plan names it the same way."""
+    monkeypatch.setattr(docker, "binary", lambda: "/usr/bin/docker")
+
+
+def test_the_container_is_locked_down_as_the_profile_says() -> None:
+    profile = SandboxProfile(
+        backend="docker", ro_paths=("/srv/data",),
+        limits=Limits(memory_mb=256, max_processes=16, cpus=0.5, timeout_s=30),
+    )
+    with CallDirs(None, None) as dirs:
+        launch = docker.plan(profile, ["echo", "hi"], dirs, {"TOKEN": "s3cret"})
+    argv = launch.argv
+    run = argv[argv.index("run"):]
+    pairs = set(itertools.pairwise(run))
+    assert {("--network", "none"), ("--cap-drop", "ALL"), ("--security-opt", "no-new-privileges"),
+            ("--user", "65534:65534"), ("--memory", "256m"), ("--memory-swap", "256m"),
+            ("--pids-limit", "16"), ("--cpus", "0.5"), ("--workdir", "/workspace"),
+            ("--ulimit", "core=0")} <= pairs
+    assert "--read-only" in run and "--rm" in run
+    assert ("--mount", f"type=bind,source={dirs.workspace},target=/workspace") in pairs
+    assert ("--mount", "type=bind,source=/srv/data,target=/srv/data,readonly") in pairs
+    assert run[-7:] == [profile.image, "timeout", "-s", "KILL", "35", "echo", "hi"]
+    assert "s3cret" not in " ".join(argv), "values travel in the environment, not the argv"
+    assert ("--env", "TOKEN") in pairs and launch.env["TOKEN"] == "s3cret"
+    assert launch.on_kill is not None, "a timeout kills the container by name"
+
+
+def test_the_network_is_shared_only_when_allowed() -> None:
+    with CallDirs(None, None) as dirs:
+        launch = docker.plan(SandboxProfile(backend="docker", network=True), ["true"], dirs, None)
+    assert launch.argv[launch.argv.index("--network") + 1] == "bridge"

@@ -1,0 +1,81 @@
+"""Escapes from the sandbox, tried for real and judged from the host.
+
+Every attempt of :mod:`underway.sandbox.escapes` runs on every backend: bubblewrap must
+block each one; Docker must block each one where an engine runs, and where none does
+(this host) must refuse to run them at all. A few attempts also run where they are
+expected to succeed — without isolation, or with the door opened in the profile — which
+shows that the host-side checks do see an escape when one happens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from underway.sandbox import SandboxProfile, SandboxUnavailable, run_command, why_unavailable
+from underway.sandbox.escapes import ESCAPES, Escape, base_profile
+
+BACKENDS = ["bwrap", "docker"]
+
+
+@pytest.mark.parametrize("escape", ESCAPES, ids=lambda e: e.name)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_escape_is_blocked(backend: str, escape: Escape) -> None:
+    profile = base_profile(backend)
+    reason = why_unavailable(backend, profile)
+    if reason is not None:
+        assert backend != "bwrap", f"bubblewrap must be usable for these tests: {reason}"
+        with pytest.raises(SandboxUnavailable, match=backend):
+            asyncio.run(escape.attempt(profile))
+        return
+    verdict = asyncio.run(escape.attempt(profile))
+    assert verdict.blocked, f"{escape.what}: {verdict.evidence}"
+
+
+def by_name(name: str) -> Escape:
+    return next(e for e in ESCAPES if e.name == name)
+
+
+@pytest.mark.parametrize("name", ["read_host_secret", "see_host_dirs", "write_host_tmp",
+                                  "loopback_tcp", "abstract_unix_socket", "host_env",
+                                  "kill_host_process"])
+def test_the_same_attempts_succeed_without_isolation(name: str) -> None:
+    verdict = asyncio.run(by_name(name).attempt(
+        SandboxProfile(backend="none", allow_unsandboxed=True)))
+    assert not verdict.blocked, verdict.evidence
+
+
+@pytest.mark.parametrize("name", ["loopback_tcp", "abstract_unix_socket"])
+def test_the_network_is_reachable_only_when_the_profile_allows_it(name: str) -> None:
+    verdict = asyncio.run(by_name(name).attempt(replace(base_profile("bwrap"), network=True)))
+    assert not verdict.blocked, verdict.evidence
+
+
+def test_a_host_dir_is_readable_once_the_profile_mounts_it(tmp_path: Path) -> None:
+    os.chmod(tmp_path, 0o755)
+    (tmp_path / "secret").write_text("visible-when-mounted")
+    os.chmod(tmp_path / "secret", 0o644)
+    hidden = run_command(f"cat {tmp_path}/secret", profile=SandboxProfile(backend="bwrap"))
+    shown = run_command(f"cat {tmp_path}/secret",
+                        profile=SandboxProfile(backend="bwrap", ro_paths=(str(tmp_path),)))
+    assert "visible-when-mounted" not in hidden.stdout
+    assert shown.stdout == "visible-when-mounted"
+
+
+def test_the_check_prints_a_summary_per_backend() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "underway.sandbox.escapes", "--backend", "bwrap", "--backend",
+         "docker", "--only", "read_host_secret,loopback_tcp"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "bwrap: blocked 2/2" in done.stdout
+    docker = why_unavailable("docker")
+    expected = "docker: blocked 2/2" if docker is None else "docker: unavailable, 0 escapes run"
+    assert expected in done.stdout
