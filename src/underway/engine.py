@@ -127,6 +127,17 @@ class _Activation:
     """Set by the heartbeat when the lease was lost to another worker."""
     after_commit: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     """Work that must wait until the buffered events are durable (notifications)."""
+    store_error: Exception | None = None
+    """A database failure met inside a step: the activation ends and the run is handed
+    back (never dead-lettered: the run did nothing wrong), even if step code caught it."""
+
+    async def store(self, fn: Callable[..., _T], *args: Any) -> _T:
+        """A store call made while a step runs (remembered if it fails)."""
+        try:
+            return await self.engine.io(fn, *args)
+        except Exception as exc:
+            self.store_error = exc
+            raise
 
     def buffer(self, event: ev.Event) -> None:
         at = self.engine.clock.now()
@@ -165,7 +176,7 @@ class _Activation:
             release=release,
         )
         faults.point("append.before_commit")
-        self.control_pending = await eng.io(eng.store.append, batch)
+        self.control_pending = await self.store(eng.store.append, batch)
         faults.point("append.after_commit")
         eng.journal.remember(s.tenant_id, fresh)
         self.last_hash = stored[-1].hash
@@ -285,8 +296,16 @@ class StepExecution:
                     )
         else:
             if rec is None or rec.status != "retry":
-                shadowed = await self._guard(t, args, key, index, h, rec, labels, evidence,
-                                             risks or [])
+                try:
+                    shadowed = await self._guard(t, args, key, index, h, rec, labels,
+                                                 evidence, risks or [])
+                except ToolCallError:
+                    raise
+                except Exception as exc:
+                    # The guard's own failures are the infrastructure's (a database
+                    # restarting), not the run's: hand the run back, try again later.
+                    self._act.store_error = exc
+                    raise
                 if shadowed:
                     return shadow_result(t.name)
                 decision = self._decision
@@ -417,7 +436,7 @@ class StepExecution:
         if t.circuit is None:
             return
         eng = self._act.engine
-        verdict = await eng.io(functools.partial(
+        verdict = await self._act.store(functools.partial(
             eng.store.circuit_admit, t.circuit.scope(self.tenant_id), t.name,
             now=eng.clock.now(), cooldown=t.circuit.cooldown,
         ))
@@ -435,7 +454,7 @@ class StepExecution:
         if t.circuit is None or error_type in ("CircuitOpen", "SchemaValidationFailed"):
             return
         eng = self._act.engine
-        await eng.io(functools.partial(
+        await self._act.store(functools.partial(
             eng.store.circuit_record, t.circuit.scope(self.tenant_id), t.name,
             ok=error_type is None, now=eng.clock.now(),
             threshold=t.circuit.failure_threshold, cooldown=t.circuit.cooldown,
@@ -1134,6 +1153,9 @@ class Engine:
             nxt = await flow.get_step(step)(ctx)
             if x.broken is not None:
                 raise x.broken
+            if act.store_error is not None:
+                # Step code swallowed a database failure: its view of the run is unsure.
+                raise act.store_error
             self._finish_step(act, flow, step, ctx, nxt)
         except _Suspend:
             pass
@@ -1150,6 +1172,8 @@ class Engine:
         except RunCancelledSignal:
             act.buffer(ev.RunCancelled(by="step", reason="cancelled from inside the step"))
         except Exception as exc:
+            if act.store_error is not None:
+                raise act.store_error from None
             # Not a business outcome (that is ctx.fail): the run stops for an operator, who
             # may fix the cause and resume it, or cancel it.
             act.buffer(ev.RunDeadLettered(reason=f"{type(exc).__name__}: {exc}",

@@ -175,6 +175,8 @@ class Tally:
     workers_started: int = 0
     sigkills: int = 0
     sigstops: int = 0
+    sigstops_skipped: int = 0
+    """Freezes planned after every run had finished: there was nothing left to freeze."""
     snapshots: int = 0
     events: int = 0
     steps_witnessed: int = 0
@@ -346,6 +348,11 @@ def unleash(db: Db, workers: Workers, plan: Plan, rng: random.Random, tally: Tal
             if len(candidates) >= 2 and held_by[victim.owner]:
                 stops.pop(0)
                 freeze(victim)
+            elif not starts and not unfinished(db.store):
+                # Freezes wait for the previous one's leases to expire; on a slow machine
+                # the last ones may come due after every run finished.
+                tally.sigstops_skipped += len(stops)
+                stops.clear()
             elif now > plan.seconds + STUCK_AFTER_S:
                 tally.problems.append(f"no worker held a run to freeze at t={now:.0f}s")
                 stops.pop(0)
@@ -491,7 +498,8 @@ def verify(engine: Engine, svc: ChaosService, workers: Workers, plan: Plan,
                 tally.stale_steps_refused += 1
         state = engine.state(rid)
         mine = {k: d for k, d in effects.items() if k.startswith(f"{rid}:")}
-        check_effects(rid, i, plan.loops, state.status, state.result, mine, tally)
+        check_effects(rid, i, plan.loops, state.status, state.result if state.status == "completed" else state.error,
+                      mine, tally)
     check_pauses(workers, pauses, tokens_by_run, seen_by_run, tally)
 
 
@@ -518,7 +526,10 @@ def check_pauses(workers: Workers, pauses: list[Pause], tokens_by_run: dict[str,
             tally.takeovers += 1
             worked = any(s.owner == p.owner and s.token == token
                          for s in seen_by_run.get(rid, []))
-            if f"gave up run {rid}:" in log:
+            # Fenced ("gave up"), or a database error met mid-step (handed back): either
+            # way the thawed worker said it left the run.
+            if f"gave up run {rid}:" in log or f"run {rid} (tenant default) failed in this " \
+                    "worker; handing it back" in log:
                 tally.refusals_logged += 1
             elif worked and not w.killed:
                 tally.problems.append(f"worker {w.owner}, frozen holding run {rid}, did not "
@@ -530,7 +541,7 @@ def check_effects(rid: str, i: int, loops: int, status: str, result: Any,
     """The run completed with the result its two effects imply; each effect happened once."""
     problems = tally.problems
     if status != "completed":
-        problems.append(f"run {rid} ended {status}")
+        problems.append(f"run {rid} ended {status}: {result!r}")
         return
     by_kind: dict[str, list[Delivery]] = {}
     for d in mine.values():

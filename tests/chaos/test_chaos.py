@@ -98,7 +98,9 @@ def test_workers_killed_and_frozen_lose_nothing_and_never_share_a_run(
     report(tally, capsys, "chaos")
     assert not tally.problems, "\n".join(tally.problems[:20])
     assert tally.runs == plan.runs
-    assert (tally.sigkills, tally.sigstops) == (plan.sigkills, plan.sigstops)
+    assert tally.sigkills == plan.sigkills
+    assert tally.sigstops + tally.sigstops_skipped == plan.sigstops
+    assert tally.sigstops >= plan.sigstops // 2, "most freezes hit a worker holding runs"
     # One replacement per SIGKILL: no worker died of anything else.
     assert tally.workers_started == n_workers + plan.sigkills
     assert tally.takeovers > 0, "no frozen worker's run was taken over: the pauses proved nothing"

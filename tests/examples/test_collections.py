@@ -25,7 +25,7 @@ from underway import events as ev  # noqa: E402
 from underway.errors import ConfigurationError  # noqa: E402
 from underway.state import request_id_for  # noqa: E402
 
-DEMO = ROOT / "examples" / "collections" / "demo.py"
+DEMO = ROOT / "examples" / "collections_agent" / "demo.py"
 DAY = 0.3
 """Seconds per simulated day: the agents' three-day waits take 0.9 s."""
 

@@ -89,13 +89,16 @@ def test_a_day_at_the_help_desk_survives_a_killed_worker(tmp_path: Path, db: str
     outbox = desk["outbox"]
     assert set(Counter(m["key"] for m in outbox).values()) == {1}
     assert Counter(m["ticket_id"] for m in outbox) == {"T-101": 1, "T-102": 1, "T-104": 1}
+    # (Another reply in flight in the same worker at that moment may have been asked for
+    # twice as well; each is still delivered once.)
     retried = [m for m in outbox if desk["attempts"][m["key"]] > 1]
-    assert len(retried) == 1
-    run_id, _, history, _ = runs[retried[0]["ticket_id"]]
-    assert retried[0]["key"].startswith(run_id)
-    assert [e.key for e in of(history, ev.ToolSucceeded) if e.tool == "send_reply"] == [
-        retried[0]["key"]]
-    assert any(e.attempt > 1 for e in of(history, ev.StepStarted))
+    assert retried
+    for message in retried:
+        run_id, _, history, _ = runs[message["ticket_id"]]
+        assert message["key"].startswith(run_id)
+        assert [e.key for e in of(history, ev.ToolSucceeded) if e.tool == "send_reply"] == [
+            message["key"]]
+        assert any(e.attempt > 1 for e in of(history, ev.StepStarted))
 
     # The injection: the close was refused by the policy, the refund tool does not exist,
     # the dictated reply was held for a support lead, who rejected it; nothing was closed

@@ -204,3 +204,44 @@ def test_a_deadline_escalates_a_waiting_run_which_then_waits_on() -> None:
     assert engine.state(run_id).status == "waiting"  # back to waiting, not re-escalated
     engine.signal(run_id, "approval", {"ok": True})
     assert run(runner.run_until_complete(run_id)).result == {"ok": True}
+
+
+def test_a_database_failure_inside_a_step_hands_the_run_back_instead_of_killing_it() -> None:
+    """A store that fails while a step commits an intent (a server restarting) ends the
+    activation; the run is not dead-lettered, even when step code catches everything, and
+    the next activation finishes it."""
+    calls: list[str] = []
+
+    async def post(args: Any, info: uw.CallInfo) -> Any:
+        calls.append(info.key)
+        return {"ok": True}
+
+    t = uw.tool(post, name="post", idempotent=True)
+    flow = uw.Flow("swallowing", state=S)
+
+    @flow.step
+    async def go(ctx: uw.RunContext[S, Any]) -> Any:
+        try:
+            return ctx.done(await ctx.call(t, {}))
+        except Exception:  # careless step code must not turn an outage into a dead run
+            return ctx.fail("gave up")
+
+    engine, _ = memory_engine([flow])
+    real_append = engine.store.append
+    failures = [1]
+
+    def flaky_append(batch: Any) -> bool:
+        if failures and any(e.type == "ToolStarted" for e in batch.events):
+            failures.pop()
+            raise ConnectionError("server closed the connection unexpectedly")
+        return real_append(batch)
+
+    engine.store.append = flaky_append  # type: ignore[method-assign]
+    run_id, _ = engine.start(flow)
+    lease = engine.claim(run_id=run_id)[0]
+    with pytest.raises(ConnectionError):
+        run(engine.activate(lease))
+    assert engine.store.get_run("default", run_id).status == "ready" and calls == []
+    engine.store.release(lease)
+    s = run(uw.Runner(engine).run_until_complete(run_id))
+    assert s.status == "completed" and len(calls) == 1
