@@ -12,8 +12,8 @@ where it stood, without repeating a completed step or effect.
 
 from __future__ import annotations
 
-from .agent import Agent
-from .budgets import Budget
+from typing import TYPE_CHECKING, Any
+
 from .clock import ManualClock, SystemClock
 from .effects import CallInfo, Model, ModelReply, Reconciled, Tool, tool
 from .engine import Engine
@@ -29,12 +29,33 @@ from .errors import (
     UnderwayError,
 )
 from .flow import Flow, RunContext
-from .policy import Policy, load_policy
 from .runner import Runner, run
 from .secrets import CallbackSecrets, EnvSecrets, FileSecrets
 from .state import RunState
 from .store import Store, connect
-from .worker import Worker
+
+if TYPE_CHECKING:
+    from .agent import Agent
+    from .budgets import Budget
+    from .policy import Policy, load_policy
+    from .worker import Worker
+
+_LAZY = {
+    "Agent": "agent", "Budget": "budgets", "Policy": "policy", "load_policy": "policy",
+    "Worker": "worker",
+}
+
+
+def __getattr__(name: str) -> Any:
+    # The agent, policies, budgets and the worker load on first use, which keeps
+    # `import underway` quick for short-lived processes.
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'underway' has no attribute {name!r}")
 
 __all__ = [
     "Agent",

@@ -24,7 +24,6 @@ from pydantic import BaseModel, ValidationError
 
 from . import events as ev
 from . import faults
-from .budgets import Budget, Usage
 from .clock import Clock, SystemClock
 from .codec import Codec
 from .effects import CallInfo, Model, Tool, args_hash, idempotency_key
@@ -42,7 +41,6 @@ from .guard import Guard, call_counts, call_usage
 from .identity import worker_identity
 from .journal import Journal
 from .jsonpatch import make_patch
-from .policy import Policy
 from .secrets import SecretProvider, mask, resolve
 from .state import (
     ANSWER_SIGNAL,
@@ -58,6 +56,8 @@ from .store.base import AppendBatch, Lease, NewRun, RunUpdate, SignalRecord, Sto
 
 if TYPE_CHECKING:
     from .approvals.notify import Notifier
+    from .budgets import Budget
+    from .policy import Policy
 
 CANCEL = "underway.cancel"
 """Control signal: cancel the run at its next step boundary."""
@@ -559,6 +559,8 @@ class StepExecution:
             return rec.result
         key = idempotency_key(self.run_id, self.step, index, ordinal=self.ordinal)
         eng = self._act.engine
+        from .budgets import Usage
+
         over = eng.guard.over_budget(
             eng._flow(self._act.state.flow), eng.store, self._act.state, Usage(model_calls=1),
             eng.clock.now(), [e for _, _, e in self._act.pending],

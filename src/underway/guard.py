@@ -13,20 +13,22 @@ from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
 
 from . import events as ev
-from .budgets import Budget, Exceeded, Usage, check, tenant_usage
 from .codec import Codec
 from .effects import Tool
 from .events import JSON
-from .policy import Amount, Decision, Policy, PolicyContext
 from .secrets import SecretProvider
 from .state import RunState
 
 if TYPE_CHECKING:
     from .approvals.notify import Notifier
+    from .budgets import Budget, Exceeded, Usage
     from .flow import Flow
+    from .policy import Decision, Policy
     from .store.base import Store
 
-_ALLOW_ALL = Decision("allow", None, "none", "no policy configured")
+# Policies, budgets and their parsers load on first use: `import underway` stays light for
+# the many short-lived processes (workers, CLI) that never evaluate a policy.
+
 
 
 @dataclass
@@ -69,9 +71,11 @@ class Guard:
         labels: frozenset[str], now: float,
     ) -> Decision:
         """The policy's decision on calling ``t`` with ``args`` now."""
+        from .policy import Amount, Decision, PolicyContext
+
         policy = self.policy_for(flow)
         if policy is None:
-            return _ALLOW_ALL
+            return Decision("allow", None, "none", "no policy configured")
         money = t.money(args)
         amount = None
         if money is not None:
@@ -96,6 +100,8 @@ class Guard:
         """The first budget (run, then tenant) the next action would cross, if any.
         ``uncommitted`` are this run's events not yet in the store (the tenant's usage is
         read from the store)."""
+        from .budgets import check
+
         budget = flow.budget if flow.budget is not None else self.budget
         if budget is not None:
             found = check(budget, run_usage(s), now=now, scope="run", pending=pending)
@@ -111,6 +117,8 @@ class Guard:
 
     def tenant_usage(self, store: Store, tenant_id: str, since: float) -> Usage:
         """The tenant's usage since ``since``, derived from the journal and cached briefly."""
+        from .budgets import tenant_usage
+
         key = (tenant_id, since)
         hit = self._usage_cache.get(key)
         mono = time.monotonic()
@@ -123,6 +131,8 @@ class Guard:
 
 def run_usage(s: RunState) -> Usage:
     """What run ``s`` has spent, from its folded journal."""
+    from .budgets import Usage
+
     return Usage(
         tokens_in=s.tokens_in, tokens_out=s.tokens_out, cost_usd=s.cost_usd,
         model_calls=s.model_calls, tool_calls=s.tool_calls + s.read_calls,
@@ -132,6 +142,8 @@ def run_usage(s: RunState) -> Usage:
 
 def usage_of(events: Iterable[ev.Event]) -> Usage:
     """What ``events`` (a run's uncommitted ones) add to a budget."""
+    from .budgets import Usage
+
     u = Usage()
     for e in events:
         if isinstance(e, ev.ModelResponded):
@@ -148,6 +160,8 @@ def usage_of(events: Iterable[ev.Event]) -> Usage:
 
 def call_usage(t: Tool, args: JSON) -> Usage:
     """What one call of ``t`` with ``args`` adds to a budget."""
+    from .budgets import Usage
+
     money = t.money(args)
     return Usage(
         tool_calls=1, messages=1 if t.message else 0,
