@@ -15,7 +15,7 @@ a non-idempotent effect reaches the outside world exactly once per key; idempote
 re-deliveries are allowed and counted.
 
 ``UNDERWAY_CRASH_KILLS`` sets the total number of kills across both backends (default
-200; ``make soak`` uses 10000).
+120; ``make soak`` uses 10000).
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ Journals = dict[str, list[StoredEvent]]
 
 def kill_budget() -> int:
     """Kills each backend must see: ``UNDERWAY_CRASH_KILLS`` shared by the backends."""
-    total = int(os.environ.get("UNDERWAY_CRASH_KILLS", "0") or 0) or 200
+    total = int(os.environ.get("UNDERWAY_CRASH_KILLS", "0") or 0) or 120
     return max(1, total // BACKENDS)
 
 

@@ -141,7 +141,8 @@ async def read_host_secret(profile: SandboxProfile) -> Verdict:
         try:
             r = await _bash(profile, (
                 f"cat {home_secret} {tmp_secret}; cat /proc/1/root{home_secret}; "
-                f"grep -r {token} /root /tmp /home 2>/dev/null; ls -la {Path.home()} {bait}"
+                f"grep -s {token} {Path.home()}/* /tmp/*/* /home/*/* 2>/dev/null; "
+                f"ls -la {Path.home()} {bait}"
             ))
         finally:
             home_secret.unlink(missing_ok=True)
