@@ -498,8 +498,8 @@ def verify(engine: Engine, svc: ChaosService, workers: Workers, plan: Plan,
                 tally.stale_steps_refused += 1
         state = engine.state(rid)
         mine = {k: d for k, d in effects.items() if k.startswith(f"{rid}:")}
-        check_effects(rid, i, plan.loops, state.status, state.result if state.status == "completed" else state.error,
-                      mine, tally)
+        outcome = state.result if state.status == "completed" else state.error
+        check_effects(rid, i, plan.loops, state.status, outcome, mine, tally)
     check_pauses(workers, pauses, tokens_by_run, seen_by_run, tally)
 
 
