@@ -351,10 +351,11 @@ class StepExecution:
             except ValidationError as exc:
                 self._schema_failed(t, key, index, "args", exc)
         now = eng.clock.now()
-        over = guard.over_budget(flow, eng.store, s, call_usage(t, args), now,
-                                 [e for _, _, e in act.pending])
-        if over is not None:
-            self._over_budget(over[0], over[1], t.name)
+        if guard.has_budget(flow):
+            over = guard.over_budget(flow, eng.store, s, call_usage(t, args), now,
+                                     [e for _, _, e in act.pending])
+            if over is not None:
+                self._over_budget(over[0], over[1], t.name)
         if rec is not None and rec.status == "approved":
             reason = await eng.verify_approval(s, key, t.name, h)
             if reason is not None:
@@ -364,17 +365,23 @@ class StepExecution:
             self._decision = "approved"
             return False
         policy = guard.policy_for(flow)
+        shadow = t.mutating and guard.shadow_for(flow)
+        if policy is None:
+            # No policy: nothing to decide or journal; the call goes ahead (or is shadowed).
+            if shadow:
+                act.buffer(ev.ToolShadowed(
+                    key=key, tool=t.name, index=index, args=args, args_hash=h, decision="allow",
+                ))
+            return shadow
         d = guard.decide(flow, eng.store, s, t, args, labels, now)
-        if d.rule_id is not None or flow.policy is not None or guard.policy is not None:
-            act.buffer(ev.PolicyDecided(
-                key=key, tool=t.name, index=index, args_hash=h, decision=d.outcome,
-                rule_id=d.rule_id, policy_version=d.policy_version, reason=d.reason,
-                policy_digest=policy.digest if policy is not None else None,
-            ))
+        act.buffer(ev.PolicyDecided(
+            key=key, tool=t.name, index=index, args_hash=h, decision=d.outcome,
+            rule_id=d.rule_id, policy_version=d.policy_version, reason=d.reason,
+            policy_digest=policy.digest,
+        ))
         if d.outcome == "deny":
             self._refuse(t, key, index, h, "policy_denied",
                          d.reason or f"denied by policy rule {d.rule_id}")
-        shadow = t.mutating and guard.shadow_for(flow)
         if d.outcome == "require_approval" and not shadow:
             ttl = d.expires_in if d.expires_in is not None else guard.approval_ttl
             request = ev.ApprovalRequested(
@@ -559,14 +566,16 @@ class StepExecution:
             return rec.result
         key = idempotency_key(self.run_id, self.step, index, ordinal=self.ordinal)
         eng = self._act.engine
-        from .budgets import Usage
+        flow = eng._flow(self._act.state.flow)
+        if eng.guard.has_budget(flow):
+            from .budgets import Usage
 
-        over = eng.guard.over_budget(
-            eng._flow(self._act.state.flow), eng.store, self._act.state, Usage(model_calls=1),
-            eng.clock.now(), [e for _, _, e in self._act.pending],
-        )
-        if over is not None:
-            self._over_budget(over[0], over[1], None)
+            over = eng.guard.over_budget(
+                flow, eng.store, self._act.state, Usage(model_calls=1), eng.clock.now(),
+                [e for _, _, e in self._act.pending],
+            )
+            if over is not None:
+                self._over_budget(over[0], over[1], None)
         self._check_route_budget(model, request)
         began = time.perf_counter()
         try:

@@ -62,6 +62,11 @@ class Guard:
             policy = policy.with_options(deny_unlisted_mutating=flow.deny_unlisted_mutating)
         return policy
 
+    def has_budget(self, flow: Flow[Any, Any]) -> bool:
+        """True when any budget (the flow's, the engine's or the tenant's) applies."""
+        return (flow.budget is not None or self.budget is not None
+                or self.tenant_budget is not None)
+
     def shadow_for(self, flow: Flow[Any, Any]) -> bool:
         """True when ``flow``'s mutating calls are journaled but not executed."""
         return self.shadow if flow.shadow is None else flow.shadow
