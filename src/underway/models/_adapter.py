@@ -6,6 +6,7 @@ import abc
 import asyncio
 import importlib
 import logging
+import os
 import random
 import weakref
 from collections.abc import Awaitable, Callable
@@ -31,6 +32,17 @@ def import_sdk(module: str, *, adapter: str, extra: str) -> ModuleType:
         raise ConfigurationError(
             f"{adapter} needs the {module!r} package: pip install 'underway[{extra}]'"
         ) from exc
+
+
+def api_key(given: str | None, *, env: str, base_url: str | None, adapter: str) -> str:
+    """The key to send: ``given``, else ``$env``. A local server (``base_url`` set) may do
+    without one; the SDKs insist on some value, so it gets a placeholder."""
+    key = given if given is not None else os.environ.get(env)
+    if key:
+        return key
+    if base_url is None:
+        raise ConfigurationError(f"{adapter} needs an API key: pass api_key= or set {env}")
+    return "unused"
 
 
 class Adapter(abc.ABC):

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..errors import ConfigurationError
 from ..retry import RetryPolicy
 from ._adapter import Adapter, import_sdk
+from ._adapter import api_key as resolve_key
 from .pricing import PriceTable
 from .retries import RetryNotice
 from .types import Message, ModelRequest, ModelResponse, StopReason, ToolCall
@@ -63,13 +63,8 @@ class AnthropicMessages(Adapter):
         jitter: Callable[[], float] | None = None,
     ) -> None:
         anthropic = import_sdk("anthropic", adapter="AnthropicMessages", extra="anthropic")
-        key = api_key if api_key is not None else os.environ.get("ANTHROPIC_API_KEY")
-        if not key:
-            if base_url is None:
-                raise ConfigurationError(
-                    "AnthropicMessages needs an API key: pass api_key= or set ANTHROPIC_API_KEY"
-                )
-            key = "unused"
+        key = resolve_key(api_key, env="ANTHROPIC_API_KEY", base_url=base_url,
+                          adapter="AnthropicMessages")
         if default_max_tokens < 1:
             raise ConfigurationError("default_max_tokens must be at least 1")
         super().__init__(

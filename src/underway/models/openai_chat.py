@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
-from ..errors import ConfigurationError
 from ..retry import RetryPolicy
 from ._adapter import Adapter, import_sdk
+from ._adapter import api_key as resolve_key
 from .errors import ModelError
 from .pricing import PriceTable
 from .retries import RetryNotice
@@ -66,14 +65,7 @@ class OpenAIChat(Adapter):
         jitter: Callable[[], float] | None = None,
     ) -> None:
         openai = import_sdk("openai", adapter="OpenAIChat", extra="openai")
-        key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
-        if not key:
-            if base_url is None:
-                raise ConfigurationError(
-                    "OpenAIChat needs an API key: pass api_key= or set OPENAI_API_KEY"
-                )
-            # Local servers ignore the key but the SDK insists on one.
-            key = "unused"
+        key = resolve_key(api_key, env="OPENAI_API_KEY", base_url=base_url, adapter="OpenAIChat")
         super().__init__(
             model, name=name, secret=key, sdk=openai, prices=prices, retry=retry,
             make_client=lambda: openai.AsyncOpenAI(
