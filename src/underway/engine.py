@@ -391,7 +391,7 @@ class StepExecution:
             )
             act.buffer(request)
             if guard.notifier is not None:
-                act.after_commit.append(functools.partial(eng.notify_approval, s, request))
+                act.after_commit.append(functools.partial(eng.notify, s, request))
             raise _Suspend
         self._decision = d.outcome if d.rule_id is not None else None
         if shadow:
@@ -434,7 +434,7 @@ class StepExecution:
         eng = self._act.engine
         if eng.guard.notifier is not None:
             self._act.after_commit.append(
-                functools.partial(eng.notify_question, self._act.state, event)
+                functools.partial(eng.notify, self._act.state, event)
             )
         raise _Escalate.about(event)
 
@@ -997,30 +997,26 @@ class Engine:
         approver = await self.io(self.store.get_approver, s.tenant_id, d.approver_id)
         return verify_decision(d, check=check, approver=approver, now=self.clock.now())
 
-    async def notify_approval(self, s: RunState, e: ev.ApprovalRequested) -> None:
-        """Tell approvers a request waits (after it is durable); failures are the notifier's."""
+    async def notify(self, s: RunState, e: ev.ApprovalRequested | ev.Escalated) -> None:
+        """Tell people a run waits for them — an approval request or a question — once the
+        request is durable; a notifier's failures are its own."""
         from .approvals.notify import ApprovalNotice
 
         if self.guard.notifier is None:
             return
-        await self.guard.notifier.notify(ApprovalNotice(
-            tenant_id=s.tenant_id, run_id=s.run_id, request_id=e.request_id, tool=e.tool,
-            args=e.args, evidence=e.evidence, risks=tuple(e.risks),
-            required_role=e.required_role, expires_at=e.expires_at, kind="approval",
-            question=None,
-        ))
-
-    async def notify_question(self, s: RunState, e: ev.Escalated) -> None:
-        """Tell people with the role that a run asks a question (after it is durable)."""
-        from .approvals.notify import ApprovalNotice
-
-        if self.guard.notifier is None:
-            return
-        await self.guard.notifier.notify(ApprovalNotice(
-            tenant_id=s.tenant_id, run_id=s.run_id, request_id=str(e.request_id), tool="",
-            args=None, evidence=e.context, risks=(), required_role=e.required_role,
-            expires_at=e.expires_at or 0.0, kind="question", question=e.question,
-        ))
+        if isinstance(e, ev.ApprovalRequested):
+            notice = ApprovalNotice(
+                tenant_id=s.tenant_id, run_id=s.run_id, request_id=e.request_id, tool=e.tool,
+                args=e.args, evidence=e.evidence, risks=tuple(e.risks),
+                required_role=e.required_role, expires_at=e.expires_at, kind="approval",
+            )
+        else:
+            notice = ApprovalNotice(
+                tenant_id=s.tenant_id, run_id=s.run_id, request_id=str(e.request_id), tool="",
+                args=None, evidence=e.context, required_role=e.required_role,
+                expires_at=e.expires_at or 0.0, kind="question", question=e.question,
+            )
+        await self.guard.notifier.notify(notice)
 
     async def _take_decision(self, act: _Activation, payload: JSON, answer: bool) -> None:
         """Verify a submitted decision against the request the run waits on; journal the
