@@ -578,10 +578,14 @@ class Cluster:
 
     def pg_ctl(self, *args: str) -> None:
         """Run ``pg_ctl`` on this cluster (as the postgres user when we are root)."""
-        opts = f"-p {self.port} -k {self.datadir} -c listen_addresses=127.0.0.1"
+        # A worker the test freezes (SIGSTOP) can be caught between its TCP connect and its
+        # startup packet; the server then waits authentication_timeout (default 60 s) for it
+        # before a fast shutdown can finish. A short timeout keeps restarts quick.
+        opts = (f"-p {self.port} -k {self.datadir} -c listen_addresses=127.0.0.1 "
+                "-c authentication_timeout=3s")
         cmd = [*self.as_postgres, str(self.bindir / "pg_ctl"), "-D", str(self.datadir),
-               "-o", opts, "-l", str(self.datadir / "server.log"), "-w", *args]
-        done = subprocess.run(cmd, capture_output=True, timeout=120, check=False)
+               "-o", opts, "-l", str(self.datadir / "server.log"), "-w", "-t", "120", *args]
+        done = subprocess.run(cmd, capture_output=True, timeout=180, check=False)
         if done.returncode != 0:
             log = (self.datadir / "server.log").read_text(errors="replace")[-3000:]
             raise AssertionError(f"pg_ctl {' '.join(args)} failed: "
