@@ -694,12 +694,13 @@ class Engine:
         shadow: bool | None = None,
         secrets: SecretProvider | None = None,
         notifier: Notifier | None = None,
+        signed_resolutions: bool | None = None,
     ) -> None:
         self.guard = guard or Guard()
         for name, value in (
             ("policy", policy), ("environment", environment), ("budget", budget),
             ("tenant_budget", tenant_budget), ("shadow", shadow), ("secrets", secrets),
-            ("notifier", notifier),
+            ("notifier", notifier), ("signed_resolutions", signed_resolutions),
         ):
             if value is not None:
                 setattr(self.guard, name, value)
@@ -864,7 +865,9 @@ class Engine:
         tenant_id: str = "default",
     ) -> None:
         """Resolve an escalation: the effect ``succeeded`` (with result), ``failed``, or
-        may be ``retry``-ed."""
+        may be ``retry``-ed. Unsigned: a worker with ``signed_resolutions`` refuses it
+        (journaled as ``SignalIgnored``) and waits for a signed one
+        (:meth:`submit_decision` with a ``resolve`` decision)."""
         if resolution not in ("succeeded", "failed", "retry"):
             raise ConfigurationError(
                 f"resolution must be 'succeeded', 'failed' or 'retry', not {resolution!r}"
@@ -896,12 +899,14 @@ class Engine:
         self._send(run_id, RESUME, {"by": by, "step": step}, tenant_id, None, by)
 
     def submit_decision(self, decision: JSON, *, tenant_id: str = "default") -> bool:
-        """Deliver a signed approval decision or answer (built and signed by the approver,
-        e.g. with ``underway approvals approve``) to its run. It is verified by the worker
-        before it changes anything; False when the same decision was already submitted."""
+        """Deliver a signed approval decision, answer or resolution (built and signed by the
+        approver, e.g. with ``underway approvals approve``) to its run. It is verified by the
+        worker before it changes anything; False when the same decision was already
+        submitted."""
         if not isinstance(decision, dict) or not isinstance(decision.get("run_id"), str):
             raise ConfigurationError("a decision must be a signed decision object with a run_id")
-        name = ANSWER_SIGNAL if decision.get("decision") == "answer" else APPROVAL_SIGNAL
+        escalation = decision.get("decision") in ("answer", "resolve")
+        name = ANSWER_SIGNAL if escalation else APPROVAL_SIGNAL
         return self._send(decision["run_id"], name, decision, tenant_id,
                           f"decision:{decision.get('nonce')}", decision.get("approver_id"))
 
@@ -941,7 +946,7 @@ class Engine:
                     await self._read_inbox(act)
                 s = act.state
                 if self._deadline_passed(s):
-                    act.buffer(ev.Escalated(
+                    self._escalate(act, ev.Escalated(
                         reason=f"deadline {_iso(s.deadline)} passed", cause="deadline"
                     ))
                 if s.final or s.status in ("escalated", "dead") or (
@@ -997,14 +1002,32 @@ class Engine:
         approver = await self.io(self.store.get_approver, s.tenant_id, d.approver_id)
         return verify_decision(d, check=check, approver=approver, now=self.clock.now())
 
+    def _escalate(self, act: _Activation, event: ev.Escalated) -> None:
+        """Journal an escalation; once it is durable, tell approvers (a question's notice
+        is sent by ``ctx.ask``, which knows more about it)."""
+        act.buffer(event)
+        if self.guard.notifier is not None and event.cause != "question":
+            act.after_commit.append(functools.partial(self._notify_escalated, act, event))
+
+    async def _notify_escalated(self, act: _Activation, event: ev.Escalated) -> None:
+        await self.notify(act.state, event)
+
     async def notify(self, s: RunState, e: ev.ApprovalRequested | ev.Escalated) -> None:
-        """Tell people a run waits for them — an approval request or a question — once the
-        request is durable; a notifier's failures are its own."""
+        """Tell people a run waits for them — an approval request, a question or an
+        escalation to resolve — once the request is durable; a notifier's failures are its
+        own."""
         from .approvals.notify import ApprovalNotice
 
         if self.guard.notifier is None:
             return
-        if isinstance(e, ev.ApprovalRequested):
+        if isinstance(e, ev.Escalated) and e.cause != "question":
+            esc = s.escalation or {}
+            notice = ApprovalNotice(
+                tenant_id=s.tenant_id, run_id=s.run_id,
+                request_id=str(esc.get("request_id") or ""), tool=e.tool or "", args=None,
+                kind="escalation", question=e.reason,
+            )
+        elif isinstance(e, ev.ApprovalRequested):
             notice = ApprovalNotice(
                 tenant_id=s.tenant_id, run_id=s.run_id, request_id=e.request_id, tool=e.tool,
                 args=e.args, evidence=e.evidence, risks=tuple(e.risks),
@@ -1031,9 +1054,21 @@ class Engine:
                                           reason="malformed"))
             return
         if answer:
+            # An answer settles a question; a resolution settles any other escalation.
             esc = s.escalation or {}
-            pending = esc if s.status == "escalated" and esc.get("cause") == "question" else None
+            asks = esc.get("cause") == "question"
+            pending = esc if s.status == "escalated" and asks == (d.decision != "resolve") \
+                else None
             check_tool, check_hash = "", ""
+            if d.decision == "resolve":
+                check_tool = str(esc.get("tool") or "")
+                call = next((c for c in s.calls if c.key and c.key == esc.get("key")), None)
+                check_hash = call.args_hash if call is not None else ""
+                if _resolution_of(d.answer) is None:
+                    act.buffer(ev.ApprovalInvalid(request_id=d.request_id,
+                                                  approver_id=d.approver_id,
+                                                  reason="malformed_resolution"))
+                    return
         else:
             pending = s.pending_approval if s.status == "waiting" else None
             check_tool = str((pending or {}).get("tool", ""))
@@ -1053,7 +1088,7 @@ class Engine:
         now = self.clock.now()
         approver = await self.io(self.store.get_approver, s.tenant_id, d.approver_id)
         reason = verify_decision(d, check=check, approver=approver, now=now)
-        if reason is None and (d.decision == "answer") != answer:
+        if reason is None and (d.decision in ("answer", "resolve")) != answer:
             reason = "wrong_decision_kind"
         if reason is None and not await self.io(functools.partial(
             self.store.use_nonce, s.tenant_id, d.nonce, run_id=s.run_id,
@@ -1065,7 +1100,13 @@ class Engine:
                                           reason=reason))
             return
         signed = d.model_dump(mode="json")
-        if answer:
+        resolution = _resolution_of(d.answer) if d.decision == "resolve" else None
+        if resolution is not None:
+            act.buffer(ev.EscalationResolved(
+                key=pending.get("key"), resolution=resolution[0], result=resolution[1],
+                by=d.approver_id, decision=signed,
+            ))
+        elif answer:
             act.buffer(ev.EscalationAnswered(request_id=d.request_id, approver_id=d.approver_id,
                                              answer=d.answer, decision=signed))
         elif d.decision == "approve":
@@ -1115,7 +1156,13 @@ class Engine:
                                            reason=str(payload.get("reason", ""))))
             elif sig.name == RESOLVE:
                 act.consumed.append(sig.signal_id)
-                if s.status == "escalated":
+                if s.status == "escalated" and self.guard.signed_resolutions:
+                    act.buffer(ev.SignalIgnored(
+                        signal=sig.name, signal_id=sig.signal_id,
+                        reason="unsigned resolution refused: this worker requires a "
+                               "resolution signed by an approver (underway approvals resolve)",
+                    ))
+                elif s.status == "escalated":
                     esc = s.escalation or {}
                     act.buffer(ev.EscalationResolved(
                         key=esc.get("key"), resolution=payload["resolution"],
@@ -1171,11 +1218,11 @@ class Engine:
                 reason=dead.reason, error_type=dead.error_type, step=step
             ))
         except _Escalate as esc:
-            act.buffer(esc.event)
+            self._escalate(act, esc.event)
         except _Stop as stop:
             act.buffer(stop.event)
         except NonDeterminismError as exc:
-            act.buffer(ev.Escalated(reason=str(exc), index=exc.index))
+            self._escalate(act, ev.Escalated(reason=str(exc), index=exc.index))
         except RunCancelledSignal:
             act.buffer(ev.RunCancelled(by="step", reason="cancelled from inside the step"))
         except Exception as exc:
@@ -1243,3 +1290,15 @@ class Engine:
 
 def _iso(t: float | None) -> str:
     return "never" if t is None else datetime.fromtimestamp(t, UTC).isoformat(timespec="seconds")
+
+
+def _resolution_of(answer: JSON) -> tuple[Literal["succeeded", "failed", "retry"], JSON] | None:
+    """The (resolution, result) a signed ``resolve`` decision carries; None when malformed."""
+    if not isinstance(answer, dict) or set(answer) - {"resolution", "result"}:
+        return None
+    resolution = answer.get("resolution")
+    if resolution == "succeeded":
+        return "succeeded", answer.get("result")
+    if resolution in ("failed", "retry"):
+        return ("failed" if resolution == "failed" else "retry"), None
+    return None

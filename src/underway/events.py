@@ -235,13 +235,18 @@ class Escalated(Event):
 
 
 class EscalationResolved(Event):
-    """A person resolved an escalation: the effect happened, did not, or may be retried."""
+    """A person resolved an escalation: the effect happened, did not, or may be retried.
+
+    ``decision`` holds the verified signed decision when the resolution came signed
+    (``underway approvals resolve``); None for an unsigned ``underway runs resolve``.
+    """
 
     type: Literal["EscalationResolved"] = "EscalationResolved"
     key: str | None
     resolution: Literal["succeeded", "failed", "retry"]
     result: JSON = None
     by: str
+    decision: JSON = None
 
 
 class RetryScheduled(Event):

@@ -37,7 +37,10 @@ class Guard:
 
     ``environment`` (``dev``, ``staging``, ``prod``...) is what policies match on;
     ``approval_ttl`` is how long an approval request stays open unless its rule says;
-    ``tenant_usage_ttl`` is how long a tenant's journal-derived usage is cached.
+    ``tenant_usage_ttl`` is how long a tenant's journal-derived usage is cached;
+    ``signed_resolutions`` refuses unsigned resolutions of escalations (``underway runs
+    resolve``): only a resolution signed by a registered approver (``underway approvals
+    resolve``) then settles an unknown outcome, a deadline or a budget escalation.
     """
 
     policy: Policy | None = None
@@ -49,6 +52,7 @@ class Guard:
     notifier: Notifier | None = None
     approval_ttl: float = 24 * 3600.0
     tenant_usage_ttl: float = 5.0
+    signed_resolutions: bool = False
     codec: Codec | None = None
     """The engine's codec (set by the engine), to read journals it encrypted."""
     _usage_cache: dict[tuple[str, float], tuple[float, Usage]] = field(

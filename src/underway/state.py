@@ -305,6 +305,8 @@ def apply(s: RunState, rec: Recorded) -> RunState:
             s.escalation = {
                 "reason": e.reason, "key": e.key, "tool": e.tool, "index": e.index,
                 "was": s.status, "cause": e.cause,
+                # What a signed answer or resolution must name: unique within the run.
+                "request_id": e.request_id or f"escalation-{s.seq}",
             }
             if e.cause == "question":
                 s.escalation.update(

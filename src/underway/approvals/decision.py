@@ -3,8 +3,9 @@
 A decision is an Ed25519 signature by a registered approver over every field of
 :class:`SignedDecision` but the signature itself: the request, run, tenant, tool, the hash
 of the exact arguments, the verdict, an expiry, a nonce, the approver, a comment and (for a
-question) the answer. The signed bytes are the canonical JSON of those fields after a
-domain tag, so a signature made for anything else can never pass as a decision.
+question or a resolution) the answer. The signed bytes are the canonical JSON of those
+fields after a domain tag, so a signature made for anything else can never pass as a
+decision.
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ if TYPE_CHECKING:
 DOMAIN = b"underway-approval-v1\n"
 """Prefix of every signed decision's bytes: binds a signature to this use and version."""
 
-Decision = Literal["approve", "reject", "answer"]
+Decision = Literal["approve", "reject", "answer", "resolve"]
+"""``resolve`` settles an escalation (an unknown outcome, a deadline, a budget): its
+``answer`` is ``{"resolution": "succeeded" | "failed" | "retry", "result": ...}``."""
 
 REASONS = (
     "unknown_approver", "revoked", "wrong_tenant", "wrong_request", "wrong_run", "wrong_tool",
@@ -42,7 +45,8 @@ class ApprovalCheck:
     """What a decision must match: the journaled request it answers.
 
     For a question (an escalation asking a person for an answer) ``tool`` and
-    ``args_hash`` are empty strings.
+    ``args_hash`` are empty strings; for a resolution they are the escalated call's (empty
+    when the escalation names no call).
     """
 
     request_id: str

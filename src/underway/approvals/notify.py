@@ -45,7 +45,11 @@ SIGNATURE_HEADER = "X-Underway-Signature"
 class ApprovalNotice:
     """What a person needs to know about one request: which run waits, for what action
     (``tool`` with ``args``) or ``question``, why (``evidence``, ``risks``), who may decide
-    (``required_role``) and until when (``expires_at``, epoch seconds)."""
+    (``required_role``) and until when (``expires_at``, epoch seconds; 0 for no expiry).
+
+    ``kind`` is ``approval``, ``question``, or ``escalation``: a run stopped for a person to
+    resolve (an unknown outcome, a deadline, a budget), with the reason in ``question``
+    and the call's tool, if any, in ``tool``."""
 
     tenant_id: str
     run_id: str
@@ -56,7 +60,7 @@ class ApprovalNotice:
     risks: Sequence[str] = ()
     required_role: str | None = None
     expires_at: float = 0.0
-    kind: Literal["approval", "question"] = "approval"
+    kind: Literal["approval", "question", "escalation"] = "approval"
     question: str | None = None
 
     def to_json(self) -> dict[str, JSON]:
@@ -79,12 +83,16 @@ class Notifier(Protocol):
 
 
 def _expiry(notice: ApprovalNotice) -> str:
+    if notice.expires_at <= 0 or notice.expires_at == float("inf"):
+        return "never"
     return datetime.fromtimestamp(notice.expires_at, UTC).isoformat(timespec="seconds")
 
 
 def _what(notice: ApprovalNotice) -> str:
     if notice.kind == "question":
         return f"question {notice.question!r}"
+    if notice.kind == "escalation":
+        return f"a resolution ({notice.question})"
     return f"approval of {notice.tool!r}"
 
 
@@ -225,10 +233,10 @@ class SmtpNotifier:
         message = EmailMessage()
         message["From"] = self.sender
         message["To"] = ", ".join(to)
-        subject = (
-            f"question from run {notice.run_id}" if notice.kind == "question"
-            else f"approval needed: {notice.tool} (run {notice.run_id})"
-        )
+        subject = {
+            "question": f"question from run {notice.run_id}",
+            "escalation": f"run {notice.run_id} escalated",
+        }.get(notice.kind, f"approval needed: {notice.tool} (run {notice.run_id})")
         message["Subject"] = f"[underway] {subject}"
         message.set_content(email_body(notice))
         with smtplib.SMTP(self.host, self.port, timeout=self.timeout) as smtp:
@@ -245,6 +253,10 @@ def email_body(notice: ApprovalNotice) -> str:
     lines = [f"Run {notice.run_id} (tenant {notice.tenant_id}) waits for you.", ""]
     if notice.kind == "question":
         lines += [f"Question: {notice.question}", ""]
+    elif notice.kind == "escalation":
+        lines += [f"Escalated: {notice.question}", ""]
+        if notice.tool:
+            lines += [f"Call: {notice.tool}", ""]
     else:
         lines += [
             f"Action: {notice.tool}",
@@ -273,6 +285,11 @@ def email_body(notice: ApprovalNotice) -> str:
         lines.append(
             f"  underway approvals answer {notice.run_id}{tenant} --key FILE --as YOU "
             "--answer TEXT"
+        )
+    elif notice.kind == "escalation":
+        lines.append(
+            f"  underway approvals resolve {notice.run_id}{tenant} --key FILE --as YOU "
+            "--outcome succeeded|failed|retry"
         )
     else:
         lines += [

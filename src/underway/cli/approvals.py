@@ -1,5 +1,5 @@
 """``underway approvals`` (requests waiting for a person: list, show, approve, reject,
-answer) and ``underway approvers`` (who may sign: add, list, revoke).
+answer, resolve) and ``underway approvers`` (who may sign: add, list, revoke).
 
 Decisions are signed here, with the approver's private key file; only the signed decision
 is sent to the run, which verifies it again before anything happens.
@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from .. import events as ev
 from ..approvals import (
     ApprovalCheck,
     ApproverRecord,
@@ -68,6 +69,9 @@ _WHY = {
     "decision_expiry_mismatch": "the decision outlives the request",
 }
 
+OUTCOMES = ("succeeded", "failed", "retry")
+"""What a resolution may say of the escalated call: it happened, it did not, try again."""
+
 
 @dataclass(frozen=True, slots=True)
 class _Request:
@@ -87,6 +91,8 @@ class _Request:
     context: JSON = None
     rule_id: str | None = None
     policy_version: str | None = None
+    cause: str | None = None
+    key: str | None = None
 
 
 def _request_of(state: RunState) -> _Request | None:
@@ -110,6 +116,27 @@ def _request_of(state: RunState) -> _Request | None:
             expires_at=_expiry(esc.get("expires_at")), question=_opt_str(esc.get("question")),
             context=esc.get("context"),
         )
+    if state.status == "escalated" and esc is not None and esc.get("request_id"):
+        # Anything else a person must settle: an unknown outcome, a deadline, a budget.
+        key = _opt_str(esc.get("key"))
+        call = next((c for c in state.calls if key and c.key == key), None)
+        return _Request(
+            run_id=state.run_id, kind="resolution", request_id=str(esc["request_id"]),
+            tool=str(esc.get("tool") or ""), args=None,
+            args_hash=call.args_hash if call is not None else "", evidence=None, risks=[],
+            required_role=None, expires_at=float("inf"), question=_opt_str(esc.get("reason")),
+            cause=_opt_str(esc.get("cause")), key=key,
+        )
+    return None
+
+
+def _call_args(store: Store, tenant: str, run_id: str, key: str | None) -> JSON:
+    """The arguments the escalated call was journaled with (None when there is no call)."""
+    if key is None:
+        return None
+    for rec in Journal(store).history(tenant, run_id):
+        if isinstance(rec.event, ev.ToolStarted) and rec.event.key == key:
+            return rec.event.args
     return None
 
 
@@ -136,7 +163,8 @@ def _load_request(store: Store, tenant: str, run_id: str) -> _Request:
     row = require_run(store, tenant, run_id)
     request = _request_of(Journal(store).load(tenant, run_id))
     if request is None:
-        raise Problem(f"run {run_id!r} waits for no approval or answer (it is {row.status})")
+        raise Problem(f"run {run_id!r} waits for no approval, answer or resolution (it is "
+                      f"{row.status})")
     return request
 
 
@@ -185,7 +213,8 @@ def list_requests(
     tenant: TenantOption = "default",
     db: DbOption = None,
 ) -> None:
-    """List runs that wait for an approval or an answer, soonest expiry first."""
+    """List runs that wait for an approval, an answer or a resolution, soonest expiry
+    first."""
     with open_store(ctx, db) as store:
         found = _waiting(store, tenant, limit)
     if as_json:
@@ -202,6 +231,8 @@ def list_requests(
         table.add_column(header, no_wrap=True)
     for r in found:
         action = r.tool if r.kind == "approval" else (r.question or "")[:60]
+        if r.kind == "resolution" and r.tool:
+            action = f"{r.tool}: {action}"
         table.add_row(r.run_id, r.kind, action, r.required_role or "any",
                       _iso(r.expires_at), _relative(r.expires_at, now))
     _console().print(table)
@@ -220,9 +251,11 @@ def show(
     ctx: typer.Context, run_id: RunArg, as_json: JsonFlag = False,
     tenant: TenantOption = "default", db: DbOption = None,
 ) -> None:
-    """Show exactly what a run asks to be approved (or answered)."""
+    """Show exactly what a run asks to be approved, answered or resolved."""
     with open_store(ctx, db) as store:
         r = _load_request(store, tenant, run_id)
+        if r.kind == "resolution":
+            r = replace(r, args=_call_args(store, tenant, run_id, r.key))
     if as_json:
         typer.echo(json.dumps(_as_json(r), indent=2))
         return
@@ -238,6 +271,16 @@ def show(
             out += ["evidence:", *("  " + line for line in _pretty(r.evidence).splitlines())]
         out.append("risks:         " + ("none stated" if not r.risks else ""))
         out += [f"  - {risk}" for risk in r.risks]
+    elif r.kind == "resolution":
+        out += [f"escalated:     {r.question} (cause {r.cause})"]
+        if r.tool:
+            out += [
+                f"call:          tool {r.tool!r}, idempotency key {r.key}",
+                f"arguments:     sha256 {r.args_hash}",
+                *("  " + line for line in _pretty(r.args).splitlines()),
+            ]
+        out.append("resolve with:  underway approvals resolve RUN --outcome "
+                   "succeeded|failed|retry [--result JSON]")
     else:
         out.append(f"question:      {r.question}")
         if r.context is not None:
@@ -258,12 +301,13 @@ def _decide(
     key = load_private_key(key_file)
     with open_store(ctx, db) as store:
         r = _load_request(store, tenant, run_id)
-        if decision == "answer" and r.kind != "question":
-            raise Problem(f"run {run_id!r} waits for an approval of {r.tool!r}, not an "
-                          "answer; use `underway approvals approve` or `reject`")
-        if decision != "answer" and r.kind != "approval":
-            raise Problem(f"run {run_id!r} asks a question; answer it with "
-                          "`underway approvals answer`")
+        wanted = {"answer": "question", "resolve": "resolution"}.get(decision, "approval")
+        if r.kind != wanted:
+            how = {"question": "answer it with `underway approvals answer`",
+                   "resolution": "resolve it with `underway approvals resolve`",
+                   "approval": "decide it with `underway approvals approve` or `reject`"}
+            raise Problem(f"run {run_id!r} waits for {_KIND_TEXT[r.kind]}, not "
+                          f"{_KIND_TEXT[wanted]}; {how[r.kind]}")
         approver = _registered(store, tenant, approver_id)
         if approver.public_key != public_key_of(key):
             raise Problem(f"the key in {str(key_file)!r} is not the one registered for "
@@ -285,11 +329,16 @@ def _decide(
             raise Problem(f"run {run_id!r} would refuse this decision: {_WHY[reason]} "
                           f"({reason})")
         Engine(store).submit_decision(signed.model_dump(mode="json"), tenant_id=tenant)
-    what = {"approve": "approval", "reject": "rejection", "answer": "answer"}[decision]
+    what = {"approve": "approval", "reject": "rejection", "answer": "answer",
+            "resolve": "resolution"}[decision]
     target = f"of {r.tool!r} (arguments sha256 {r.args_hash})" if r.tool else "to the question"
     typer.echo(f"{what} {target} signed by {approver_id!r} and sent to run {run_id!r} "
                f"(request {r.request_id}, nonce {signed.nonce}); the run verifies it when it "
                "resumes")
+
+
+_KIND_TEXT = {"approval": "an approval", "question": "an answer",
+              "resolution": "a resolution"}
 
 
 def _registered(store: Store, tenant: str, approver_id: str) -> ApproverRecord:
@@ -340,6 +389,38 @@ def answer(
         value = text
     _decide(ctx, run_id, key, approver_id, tenant, db, decision="answer", comment=comment,
             answer=value)
+
+
+@app.command("resolve")
+@handle_errors
+def resolve(
+    ctx: typer.Context, run_id: RunArg, key: KeyOption, approver_id: AsOption,
+    outcome: Annotated[
+        str,
+        typer.Option("--outcome", help="succeeded (the call happened), failed (it did not) "
+                     "or retry (run it again).", show_default=False),
+    ],
+    result: Annotated[
+        str | None,
+        typer.Option("--result", help="With succeeded: the call's result, as JSON (what "
+                     "the outside system reports).", show_default=False),
+    ] = None,
+    comment: CommentOption = "", tenant: TenantOption = "default", db: DbOption = None,
+) -> None:
+    """Sign a resolution of an escalated run (an unknown outcome, a deadline, a budget) and
+    send it to the run."""
+    if outcome not in OUTCOMES:
+        raise Problem(f"--outcome must be one of {', '.join(OUTCOMES)}, not {outcome!r}")
+    if result is not None and outcome != "succeeded":
+        raise Problem("--result goes with --outcome succeeded only")
+    value: JSON = None
+    if result is not None:
+        try:
+            value = json.loads(result)
+        except ValueError as exc:
+            raise Problem(f"--result is not JSON: {exc}") from None
+    _decide(ctx, run_id, key, approver_id, tenant, db, decision="resolve", comment=comment,
+            answer={"resolution": outcome, "result": value})
 
 
 # -- underway approvers ----------------------------------------------------------------------

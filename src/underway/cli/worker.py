@@ -73,6 +73,12 @@ def worker(
         typer.Option("--secrets-env-prefix", help="Tools' secrets come from environment "
                      "variables with this prefix.", show_default=False),
     ] = None,
+    signed_resolutions: Annotated[
+        bool,
+        typer.Option("--signed-resolutions", help="Settle escalations only with a resolution "
+                     "signed by an approver (`underway approvals resolve`); refuse unsigned "
+                     "`underway runs resolve`."),
+    ] = False,
     db: DbOption = None,
 ) -> None:
     """Lease ready runs and drive them until SIGTERM or SIGINT (then stop gracefully).
@@ -100,6 +106,7 @@ def worker(
             store, flows=flows, tools=tools, lease_ttl=lease_ttl, environment=environment,
             policy=load_policy(policy_file) if policy_file else None,
             secrets=EnvSecrets(prefix=secrets_prefix) if secrets_prefix is not None else None,
+            signed_resolutions=signed_resolutions,
         )
         w = Worker(engine, queues=queue or None, concurrency=concurrency, poll=poll,
                    grace=grace)
