@@ -340,3 +340,17 @@ def test_approvers_are_notified_of_an_escalation_once_it_is_durable(world: World
     assert notice.kind == "escalation" and notice.run_id == "pay-10"
     assert notice.request_id == s.escalation["request_id"]  # type: ignore[index]
     assert notice.tool == "charge_card" and "charge_card" in (notice.question or "")
+
+
+def test_an_escalation_notice_says_how_to_resolve_it() -> None:
+    from underway.approvals.notify import email_body
+
+    body = email_body(ApprovalNotice(
+        tenant_id="acme", run_id="pay-11", request_id="escalation-5", tool="charge_card",
+        args=None, kind="escalation", question="outcome of 'charge_card' is unknown",
+    ))
+    assert "Escalated: outcome of 'charge_card' is unknown" in body
+    assert "Call: charge_card" in body and "Expires: never" in body
+    assert ("underway approvals resolve pay-11 --tenant acme --key FILE --as YOU "
+            "--outcome succeeded|failed|retry") in body
+    assert "approvals approve" not in body
