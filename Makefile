@@ -5,6 +5,8 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 PYTHON ?= python3
 PG      = UNDERWAY_TEST_PG="$$(scripts/ensure-postgres)"
+# The Docker backend is optional: when no engine can be started the Docker tests skip.
+DOCKER  = UNDERWAY_TEST_DOCKER_IMAGE="$$(scripts/ensure-docker || true)"
 
 .PHONY: demo test lint unit crash bench soak clean
 
@@ -23,7 +25,7 @@ lint: $(STAMP)
 
 test: lint
 	scripts/ensure-bwrap
-	$(PG) $(PY) -m pytest -q
+	$(PG) $(DOCKER) $(PY) -m pytest -q -rs
 
 unit: $(STAMP)
 	scripts/ensure-bwrap
@@ -38,7 +40,7 @@ soak: $(STAMP)
 
 bench: $(STAMP)
 	scripts/ensure-bwrap
-	$(PG) $(PY) bench/run.py
+	$(PG) $(DOCKER) $(PY) bench/run.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

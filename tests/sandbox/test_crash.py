@@ -6,6 +6,9 @@ any process of it survived. After the kill, a new ``underway worker`` takes the 
 a mutating, non-idempotent tool without a reconcile hook is not run again and the run
 escalates naming it; an idempotent one runs again (and finds the file its first attempt
 left in the shared workspace) and the run completes.
+
+Under Docker the container outlives the killed worker's client (it is not the worker's
+child): the next process to use the backend kills it, as the launcher it names is gone.
 """
 
 from __future__ import annotations
@@ -23,8 +26,10 @@ import pytest
 
 from underway import Engine, connect
 from underway import events as ev
+from underway.sandbox import docker
 from underway.sandbox.escapes import marker, processes_with
 
+from .docker_image import engine_reason, require_image
 from .sandbox_app import jobs
 
 pytestmark = pytest.mark.crash
@@ -46,13 +51,16 @@ def wait_until(done: Callable[[], bool], what: str, log: Path) -> None:
         time.sleep(0.02)
 
 
-def worker(url: str, workspace: Path, log: Path) -> subprocess.Popen[bytes]:
+def worker(url: str, workspace: Path, log: Path,
+           image: str | None = None) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "UNDERWAY_SANDBOX_WORKSPACE": str(workspace)}
+    if image is not None:
+        env["UNDERWAY_SANDBOX_IMAGE"] = image
     with log.open("ab") as errors:
         return subprocess.Popen(
             [str(UNDERWAY), "worker", "--db", url, "--app", "sandbox_app:app", "--poll", "0.1",
              "--lease-ttl", "5"],
-            cwd=HERE, env={**os.environ, "UNDERWAY_SANDBOX_WORKSPACE": str(workspace)},
-            stdout=subprocess.DEVNULL, stderr=errors,
+            cwd=HERE, env=env, stdout=subprocess.DEVNULL, stderr=errors,
         )
 
 
@@ -67,10 +75,28 @@ def sleeping(tag: str) -> list[int]:
     return found
 
 
+def gone_within(tag: str, seconds: float) -> list[int]:
+    """Wait up to ``seconds`` for the command's processes to go; kill and return any left
+    (the host stays clean even when the test fails)."""
+    deadline = time.monotonic() + seconds
+    while (left := processes_with(tag)) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    for pid in left:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    return left
+
+
 @pytest.mark.parametrize("tool", ["shell_once", "shell_again"])
+@pytest.mark.parametrize("backend", ["bwrap", "docker"])
 def test_sigkilled_worker_leaves_no_sandboxed_process_and_recovery_follows_the_rules(
-    tool: str, sqlite_url: str, tmp_path: Path,
+    backend: str, tool: str, sqlite_url: str, tmp_path: Path,
 ) -> None:
+    image = None
+    if backend == "docker":
+        if (reason := engine_reason()) is not None:
+            pytest.skip(f"no Docker engine here: {reason}")
+        image = require_image()
     workspace = tmp_path / "ws"
     workspace.mkdir()
     tag = marker()
@@ -81,7 +107,7 @@ def test_sigkilled_worker_leaves_no_sandboxed_process_and_recovery_follows_the_r
     run_id, _ = engine.start(jobs, {"tool": tool, "command": command})
 
     log = tmp_path / "workers.log"
-    first = worker(sqlite_url, workspace, log)
+    first = worker(sqlite_url, workspace, log, image)
     try:
         wait_until(lambda: bool(sleeping(tag)), "the sandboxed command to start", log)
         assert (workspace / "started").exists()
@@ -92,15 +118,13 @@ def test_sigkilled_worker_leaves_no_sandboxed_process_and_recovery_follows_the_r
             first.kill()
             first.wait()
 
-    deadline = time.monotonic() + GONE_WITHIN_S
-    while (left := processes_with(tag)) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    for pid in left:  # leave the host clean even when the assertion below fails
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
-    assert left == [], f"processes of the killed worker's sandbox survived: {left}"
+    if backend == "bwrap":
+        left = gone_within(tag, GONE_WITHIN_S)
+        assert left == [], f"processes of the killed worker's sandbox survived: {left}"
+    else:
+        assert sleeping(tag), "the container runs on without its client"
 
-    second = worker(sqlite_url, workspace, log)
+    second = worker(sqlite_url, workspace, log, image)
     try:
         wait_until(lambda: engine.state(run_id).status in ("escalated", "completed", "failed",
                                                             "dead"),
@@ -116,6 +140,15 @@ def test_sigkilled_worker_leaves_no_sandboxed_process_and_recovery_follows_the_r
                 second.wait()
     events = [r.event for r in engine.journal.history("default", run_id)]
     started = [e for e in events if isinstance(e, ev.ToolStarted)]
+
+    if backend == "docker":
+        if tool == "shell_once":
+            # The second worker never used Docker (the call escalated): the next process
+            # that does kills the orphan.
+            assert sleeping(tag), "nothing used Docker since the kill"
+            docker.reap_orphans("docker")
+        left = gone_within(tag, GONE_WITHIN_S)
+        assert left == [], f"the killed worker's container survived: {left}"
 
     if tool == "shell_once":
         assert state.status == "escalated", state

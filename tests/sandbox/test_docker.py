@@ -1,6 +1,6 @@
-"""The Docker backend's container, as it would be started. This host has a Docker client
-but no engine (see test_fail_closed.py), so what can be checked here is the exact
-``docker run`` the backend builds; where an engine runs, the escape tests run through it."""
+"""The Docker backend's container, as it would be started: the exact ``docker run`` the
+backend builds, checked without an engine. test_docker_engine.py and the escape tests run
+commands through a real engine."""
 
 from __future__ import annotations
 

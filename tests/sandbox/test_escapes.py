@@ -1,8 +1,9 @@
 """Escapes from the sandbox, tried for real and judged from the host.
 
 Every attempt of :mod:`underway.sandbox.escapes` runs on every backend: bubblewrap must
-block each one; Docker must block each one where an engine runs, and where none does
-(this host) must refuse to run them at all. A few attempts also run where they are
+block each one; Docker must block each one where an engine runs (``make test`` starts one
+when it can, with a local image: see docker_image.py), and where none does must refuse to
+run them at all. A few attempts also run where they are
 expected to succeed — without isolation, or with the door opened in the profile — which
 shows that the host-side checks do see an escape when one happens.
 """
@@ -21,6 +22,8 @@ import pytest
 from underway.sandbox import SandboxProfile, SandboxUnavailable, run_command, why_unavailable
 from underway.sandbox.escapes import ESCAPES, Escape, base_profile
 
+from .docker_image import engine_reason, require_image
+
 BACKENDS = ["bwrap", "docker"]
 
 
@@ -28,7 +31,9 @@ BACKENDS = ["bwrap", "docker"]
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_escape_is_blocked(backend: str, escape: Escape) -> None:
     profile = base_profile(backend)
-    reason = why_unavailable(backend, profile)
+    reason = why_unavailable(backend, profile) if backend == "bwrap" else engine_reason()
+    if reason is None and backend == "docker":
+        profile = base_profile(backend, require_image())
     if reason is not None:
         assert backend != "bwrap", f"bubblewrap must be usable for these tests: {reason}"
         with pytest.raises(SandboxUnavailable, match=backend):
@@ -69,13 +74,14 @@ def test_a_host_dir_is_readable_once_the_profile_mounts_it(tmp_path: Path) -> No
 
 
 def test_the_check_prints_a_summary_per_backend() -> None:
+    docker = engine_reason()
+    image = ["--image", require_image()] if docker is None else []
     done = subprocess.run(
         [sys.executable, "-m", "underway.sandbox.escapes", "--backend", "bwrap", "--backend",
-         "docker", "--only", "read_host_secret,loopback_tcp"],
+         "docker", "--only", "read_host_secret,loopback_tcp", *image],
         capture_output=True, text=True, timeout=120, check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "bwrap: blocked 2/2" in done.stdout
-    docker = why_unavailable("docker")
     expected = "docker: blocked 2/2" if docker is None else "docker: unavailable, 0 escapes run"
     assert expected in done.stdout

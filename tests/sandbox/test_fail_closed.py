@@ -22,6 +22,8 @@ from underway.sandbox import (
 )
 from underway.testing import memory_engine
 
+from .docker_image import engine_reason, require_image
+
 
 class Empty(BaseModel):
     """No state."""
@@ -59,11 +61,12 @@ def test_auto_with_no_backend_names_each_one_tried(no_sandbox_binaries: Path) ->
 
 
 def test_docker_is_used_only_when_an_engine_answers(tmp_path: Path) -> None:
-    """This host has the Docker client but no engine: the backend says so and refuses.
-    Where an engine runs, the same test runs the command in a container."""
+    """Without an engine the backend says so and refuses; where an engine runs, the same
+    test runs the command in a container."""
     profile = SandboxProfile(backend="docker")
-    reason = why_unavailable("docker", profile)
+    reason = engine_reason()
     if reason is None:
+        profile = SandboxProfile(backend="docker", image=require_image())
         r = run_command("echo in-a-container", profile=profile)
         assert r.backend == "docker" and r.stdout == "in-a-container\n"
         return

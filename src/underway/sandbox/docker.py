@@ -8,6 +8,11 @@ workspace as its only writable volume. It is started with a unique name so that 
 timeout or cancellation can ``docker kill`` it: killing the client alone would leave the
 container running. Inside, ``timeout -s KILL`` bounds it too, for a client that dies
 without a chance to kill it.
+
+Each container is labelled with the identity of the process that launched it
+(:func:`~underway.identity.worker_identity`). The first process on a host to use the
+backend kills the containers whose launching process is gone — those of a worker killed
+with SIGKILL — instead of letting them run until their own time limit.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import subprocess
 import uuid
 from collections.abc import Mapping, Sequence
 
+from ..identity import owner_is_dead, worker_identity
 from .child import child_setup, exec_chain
 from .errors import SandboxError
 from .launch import Launch, command_env
@@ -27,6 +33,8 @@ from .workspace import CallDirs
 
 PROBE_TIMEOUT_S = 10.0
 KILL_TIMEOUT_S = 10.0
+LABEL = "underway.sandbox.owner"
+"""The container label naming the process that launched it."""
 _usable: set[str] = set()
 
 
@@ -51,7 +59,29 @@ def unavailable(profile: SandboxProfile) -> str | None:
         lines = done.stderr.decode(errors="replace").strip().splitlines()
         return f"no Docker engine answers `docker info` ({lines[-1] if lines else done.returncode})"
     _usable.add(path)
+    reap_orphans(path)
     return None
+
+
+def reap_orphans(path: str) -> list[str]:
+    """Kill the sandbox containers whose launching process, on this host, is gone; return
+    their names. Errors are ignored: a container left alone still dies at its own time
+    limit."""
+    try:
+        listed = subprocess.run(
+            [path, "ps", "--filter", f"label={LABEL}",
+             "--format", f'{{{{.Names}}}} {{{{.Label "{LABEL}"}}}}'],
+            capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, check=False,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    orphans = [name for name, _, owner in (line.partition(" ") for line in listed.splitlines())
+               if owner and owner_is_dead(owner)]
+    if orphans:
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            subprocess.run([path, "kill", *orphans], capture_output=True,
+                           timeout=KILL_TIMEOUT_S, check=False)
+    return orphans
 
 
 def plan(profile: SandboxProfile, argv: Sequence[str], dirs: CallDirs,
@@ -65,7 +95,7 @@ def plan(profile: SandboxProfile, argv: Sequence[str], dirs: CallDirs,
     env = command_env(profile, ws, extra_env)
     name = f"underway-sandbox-{uuid.uuid4().hex[:16]}"
     args = [
-        path, "run", "--rm", "-i", "--name", name,
+        path, "run", "--rm", "-i", "--name", name, "--label", f"{LABEL}={worker_identity()}",
         "--network", "bridge" if profile.network else "none",
         "--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
         "--user", f"{profile.uid}:{profile.gid}",

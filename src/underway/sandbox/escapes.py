@@ -2,6 +2,7 @@
 
     python -m underway.sandbox.escapes                   # bwrap and docker
     python -m underway.sandbox.escapes --backend bwrap --only loopback_tcp
+    python -m underway.sandbox.escapes --backend docker --image my-python-image
 
 Each :class:`Escape` plants its bait on the host (a secret file, a listening socket, a
 process to kill), runs a real command in the sandbox that goes for it, and judges from
@@ -71,12 +72,14 @@ def _escape(name: str, what: str) -> Callable[
     return register
 
 
-def base_profile(backend: str) -> SandboxProfile:
-    """The profile escapes run under unless they need tighter limits."""
-    return SandboxProfile(
+def base_profile(backend: str, image: str | None = None) -> SandboxProfile:
+    """The profile escapes run under unless they need tighter limits (``image``: the
+    Docker image, which needs bash, coreutils and python3)."""
+    profile = SandboxProfile(
         backend=cast(Backend, backend),
         limits=Limits(timeout_s=20, cpu_seconds=10, memory_mb=512, max_processes=32),
     )
+    return profile if image is None else replace(profile, image=image)
 
 
 def marker() -> str:
@@ -84,8 +87,13 @@ def marker() -> str:
     return f"underway-escape-{uuid.uuid4().hex[:12]}"
 
 
+LAUNCHERS = frozenset({b"bwrap", b"docker"})
+"""Programs that start a sandbox from the host side: they carry the command in their argv
+but run outside the sandbox, so they are not the sandboxed command's processes."""
+
+
 def processes_with(text: str) -> list[int]:
-    """Host pids whose command line contains ``text``."""
+    """Host pids whose command line contains ``text`` (launchers excepted)."""
     needle = text.encode()
     found = []
     for entry in os.listdir("/proc"):
@@ -93,10 +101,11 @@ def processes_with(text: str) -> list[int]:
             continue
         try:
             with open(f"/proc/{entry}/cmdline", "rb") as f:
-                if needle in f.read():
-                    found.append(int(entry))
+                cmdline = f.read()
         except OSError:
             continue
+        if needle in cmdline and os.path.basename(cmdline.split(b"\0")[0]) not in LAUNCHERS:
+            found.append(int(entry))
     return found
 
 
@@ -152,16 +161,31 @@ async def read_host_secret(profile: SandboxProfile) -> Verdict:
 
 @_escape("see_host_dirs", "see the host's home, working directory and other top-level dirs")
 async def see_host_dirs(profile: SandboxProfile) -> Verdict:
+    # A file planted in each host directory tells the host's directory from one of the same
+    # name that the sandbox has of its own (a container image has its own /var and /home).
     inside = {"/", "/tmp", "/usr", "/etc", "/proc", "/dev", profile.workspace_dir}
     paths = sorted({str(p) for p in (Path.home(), Path.cwd(), "/var", "/opt", "/home", "/srv",
                                      "/mnt", "/boot", "/run")
-                    if os.path.exists(p) and str(p) not in inside
+                    if os.path.isdir(p) and str(p) not in inside
                     and not str(p).startswith(("/usr/", "/etc/", "/tmp/"))})
-    script = "".join(f'[ -e "{p}" ] && echo "VISIBLE {p}"; ' for p in paths) + "true"
-    r = await _bash(profile, script)
+    name = f".{marker()}"
+    planted = []
+    try:
+        for p in paths:
+            with contextlib.suppress(OSError):
+                Path(p, name).write_text("host\n")
+                Path(p, name).chmod(0o644)
+                planted.append(p)
+        script = "".join(f'[ -e "{p}/{name}" ] && echo "VISIBLE {p}"; '
+                         for p in planted) + "true"
+        r = await _bash(profile, script)
+    finally:
+        for p in planted:
+            Path(p, name).unlink(missing_ok=True)
     seen = [line for line in r.stdout.splitlines() if line.startswith("VISIBLE")]
-    return Verdict(not seen and r.exit_code == 0,
-                   f"checked {', '.join(paths)}: " + ("; ".join(seen) or "none visible"))
+    return Verdict(bool(planted) and not seen and r.exit_code == 0,
+                   f"planted a file in {', '.join(planted) or 'no directory'}: "
+                   + ("; ".join(seen) or "none visible"))
 
 
 @_escape("write_outside", "write into /etc, /usr, /usr/local, the host's home and /")
@@ -450,9 +474,10 @@ class Report:
 
 
 async def check(backend: str, names: list[str] | None = None,
-                show: Callable[[str], None] | None = None) -> Report:
-    """Run the escapes (all, or those ``names``) on ``backend``."""
-    profile = base_profile(backend)
+                show: Callable[[str], None] | None = None, *,
+                image: str | None = None) -> Report:
+    """Run the escapes (all, or those ``names``) on ``backend`` (Docker: in ``image``)."""
+    profile = base_profile(backend, image)
     report = Report(backend, why_unavailable(backend, profile))
     if report.unavailable is not None:
         return report
@@ -478,6 +503,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="backend to check (repeatable; default: bwrap and docker)")
     parser.add_argument("--only", default="", help="comma-separated escape names: " +
                         ", ".join(e.name for e in ESCAPES))
+    parser.add_argument("--image", default=None,
+                        help="Docker image to run in (needs bash, coreutils and python3; "
+                        f"default {SandboxProfile().image})")
     args = parser.parse_args(argv)
     names = [n for n in args.only.split(",") if n]
     unknown = set(names) - {e.name for e in ESCAPES}
@@ -489,7 +517,8 @@ def main(argv: list[str] | None = None) -> int:
     def show(line: str) -> None:
         print(line, flush=True)
 
-    reports = [asyncio.run(check(b, names, show)) for b in args.backend or ["bwrap", "docker"]]
+    reports = [asyncio.run(check(b, names, show, image=args.image))
+               for b in args.backend or ["bwrap", "docker"]]
     print()
     for report in reports:
         print(report.summary())
