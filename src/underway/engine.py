@@ -202,8 +202,19 @@ def _run_update(s: RunState, now: float, due_at: float | None) -> RunUpdate:
         return RunUpdate("waiting", s.step, wake, s.waiting_signal)
     if s.status == "escalated":
         reason = s.escalation.get("reason") if s.escalation else None
-        return RunUpdate("escalated", s.step, None, None, str(reason))
+        # A question that expires is woken then, to tell the step nobody answered.
+        return RunUpdate("escalated", s.step, question_expiry(s), None, str(reason))
     return RunUpdate(s.status, s.step, None, None, s.error)
+
+
+def question_expiry(s: RunState) -> float | None:
+    """When the question the run waits on expires (None: it is no question, or it never
+    expires)."""
+    esc = s.escalation
+    if s.status != "escalated" or esc is None or esc.get("cause") != "question":
+        return None
+    at = esc.get("expires_at")
+    return float(at) if isinstance(at, int | float) else None
 
 
 class StepExecution:
@@ -417,12 +428,16 @@ class StepExecution:
         raise _Escalate(reason + "; raise the budget and resolve with retry, or cancel",
                         None, tool, None, cause="budget")
 
-    async def ask(self, question: str, *, context: JSON, role: str | None) -> JSON:
+    async def ask(self, question: str, *, context: JSON, role: str | None,
+                  expires_in: float | None = None) -> JSON:
         index = self._calls
         self._calls += 1
         rec = self._record(index, "ask", "")
         if rec is not None and rec.status == "succeeded":
             return rec.result
+        if rec is not None and rec.status == "failed":
+            raise ToolCallError("ask", rec.error_type or "QuestionExpired", rec.message or "",
+                                retryable=False)
         key = rec.key if rec is not None and rec.key else idempotency_key(
             self.run_id, self.step, index, ordinal=self.ordinal
         )
@@ -430,6 +445,7 @@ class StepExecution:
             reason=f"question: {question}", key=key, tool="ask", index=index,
             cause="question", request_id=request_id_for(key), question=question,
             context=context, required_role=role,
+            expires_at=None if expires_in is None else self._act.engine.clock.now() + expires_in,
         )
         eng = self._act.engine
         if eng.guard.notifier is not None:
@@ -945,6 +961,12 @@ class Engine:
                 if act.control_pending:
                     await self._read_inbox(act)
                 s = act.state
+                expiry = question_expiry(s)
+                if expiry is not None and self.clock.now() >= expiry:
+                    act.buffer(ev.EscalationExpired(
+                        request_id=str((s.escalation or {}).get("request_id"))
+                    ))
+                    s = act.state
                 if self._deadline_passed(s):
                     self._escalate(act, ev.Escalated(
                         reason=f"deadline {_iso(s.deadline)} passed", cause="deadline"

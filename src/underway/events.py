@@ -397,6 +397,14 @@ class ApprovalExpired(Event):
     request_id: str
 
 
+class EscalationExpired(Event):
+    """No valid answer to a question arrived before its expiry; the step hears it as a
+    failed ``ctx.ask`` (``QuestionExpired``)."""
+
+    type: Literal["EscalationExpired"] = "EscalationExpired"
+    request_id: str
+
+
 class EscalationAnswered(Event):
     """A person answered a question with a verified, signed answer."""
 
@@ -491,6 +499,7 @@ AnyEvent = Annotated[
     | ApprovalInvalid
     | ApprovalExpired
     | EscalationAnswered
+    | EscalationExpired
     | BudgetExceeded
     | ToolShadowed
     | PlanCreated

@@ -151,10 +151,19 @@ class RunContext(Generic[S, I]):
         *,
         context: JSON = None,
         role: str | None = None,
+        expires_in: float | None = None,
     ) -> JSON:
         """Stop and ask a person; the run escalates (holding no worker) until an approver
-        with ``role`` sends a signed answer, which this returns (journaled: asked once)."""
-        return await self._x.ask(question, context=context, role=role)
+        with ``role`` sends a signed answer, which this returns (journaled: asked once).
+
+        With ``expires_in`` (seconds) an answer must arrive in time: past it the run is
+        woken and this raises :class:`~underway.errors.ToolCallError` with ``error_type``
+        ``QuestionExpired``, so the step can decide what to do without one.
+        """
+        if expires_in is not None and not expires_in > 0:
+            raise ConfigurationError(f"expires_in must be a positive number of seconds, "
+                                     f"not {expires_in!r}")
+        return await self._x.ask(question, context=context, role=role, expires_in=expires_in)
 
     async def model(self, model: Model, request: JSON) -> JSON:
         """Ask a model; the response is journaled and never requested twice."""

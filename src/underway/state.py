@@ -261,6 +261,12 @@ def apply(s: RunState, rec: Recorded) -> RunState:
                 if c.key == _request_key(e.request_id) and c.status == "awaiting":
                     c.status, c.result = "succeeded", e.answer
             s.status, s.escalation = "ready", None
+        case ev.EscalationExpired():
+            for c in s.calls:
+                if c.key == _request_key(e.request_id) and c.status == "awaiting":
+                    c.status, c.error_type = "failed", "QuestionExpired"
+                    c.message = "no valid answer arrived before the question expired"
+            s.status, s.escalation = "ready", None
         case ev.ToolFailed():
             _count_read(s, e.index, e.key)
             _set_call(

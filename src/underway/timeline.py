@@ -146,6 +146,8 @@ def summarize(rec: Recorded) -> str:
             return f"approval {e.request_id} EXPIRED without a valid decision"
         case ev.EscalationAnswered():
             return f"answered by {e.approver_id}: {preview(e.answer, 48)}"
+        case ev.EscalationExpired():
+            return f"question {e.request_id} EXPIRED without a valid answer"
         case ev.BudgetExceeded():
             return (
                 f"{e.scope} BUDGET {e.metric} would be exceeded (limit {e.limit:g}, would "
@@ -213,6 +215,7 @@ def lines(records: Sequence[Recorded]) -> list[Line]:
 _RESUMERS: dict[type[ev.Event], str] = {
     ev.ApprovalGranted: "the approval", ev.ApprovalRejected: "the rejection",
     ev.ApprovalExpired: "the approval expired", ev.EscalationAnswered: "the answer",
+    ev.EscalationExpired: "the question expired",
     ev.EscalationResolved: "the resolution", ev.TimerFired: "the retry timer",
     ev.RunResumed: "an operator resumed it",
 }

@@ -106,7 +106,9 @@ class Agent:
     may wait for (name → what it means, shown to the model), e.g. ``{"customer_replied":
     "the customer answered our question"}``: the model then has a ``wait_for_signal``
     action, the run waits durably (holding no worker) for the signal or the timeout, and the
-    signal's payload comes back as untrusted quoted data.
+    signal's payload comes back as untrusted quoted data. ``question_ttl`` (seconds) bounds
+    how long an ``ask_human`` question waits: unanswered, it comes back to the model as a
+    failed action (``QuestionExpired``) so it re-plans; None waits for as long as it takes.
     """
 
     def __init__(
@@ -125,6 +127,7 @@ class Agent:
         plan: bool = True,
         approver_role: str | None = None,
         signals: Mapping[str, str] | None = None,
+        question_ttl: float | None = None,
     ) -> None:
         for t in tools:
             if t.name in _CONTROL or t.name in ("set_plan", "wait_for_signal"):
@@ -139,6 +142,10 @@ class Agent:
                 )
         if max_iterations < 1 or max_failures < 1:
             raise ConfigurationError("max_iterations and max_failures must be at least 1")
+        if question_ttl is not None and not question_ttl > 0:
+            raise ConfigurationError(f"agent {name!r}: question_ttl must be a positive number "
+                                     f"of seconds, not {question_ttl!r}")
+        self.question_ttl = question_ttl
         self.name = name
         self.model = model
         self.tools = {t.name: t for t in tools}
@@ -334,8 +341,14 @@ class Agent:
                 self._observe(ctx, call, "finished", failed=False)
                 return ctx.done({"result": parsed.result, "iterations": st.iterations})
             case _Ask():
-                answer = await ctx.ask(parsed.question, context=parsed.context,
-                                       role=self.approver_role)
+                try:
+                    answer = await ctx.ask(parsed.question, context=parsed.context,
+                                           role=self.approver_role,
+                                           expires_in=self.question_ttl)
+                except ToolCallError as exc:
+                    self._observe(ctx, call, {"error": exc.error_type, "message": exc.message},
+                                  failed=True)
+                    return None
                 self._observe(ctx, call, {"answer_from_a_person": answer}, failed=False)
             case _Plan():
                 st.plan = list(parsed.steps)
