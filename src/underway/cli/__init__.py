@@ -4,7 +4,7 @@
 ``underway audit verify``, ``underway worker``, ``underway queues set|ls|rm``,
 ``underway schedules ls|add|rm``, ``underway events send``, ``underway keys new``,
 ``underway approvers add|ls|revoke``,
-``underway approvals ls|show|approve|reject|answer``,
+``underway approvals ls|show|approve|reject|answer|resolve``,
 ``underway policy check|explain``, ``underway knowledge purge|rm`` and
 ``underway usage``. The database comes from ``--db URL`` (before or after the command)
 or ``$UNDERWAY_DB``. Errors print one line and exit with status 2; a failed audit exits
