@@ -24,6 +24,9 @@ from .errors import ConfigurationError
 from .events import JSON, canonical_json
 from .retry import CircuitBreaker, RetryPolicy
 
+COMPENSATE_SUFFIX = ".compensate"
+"""Added to a tool's name to name the tool that undoes it (:meth:`Tool.compensation`)."""
+
 
 def idempotency_key(run_id: str, step: str, index: int, *, ordinal: int) -> str:
     """The deterministic key of call ``index`` in ``step`` of ``run_id``.
@@ -188,8 +191,8 @@ class Tool:
         if self.compensate is None:
             raise ConfigurationError(f"tool {self.name!r} has no compensate hook")
         return Tool(
-            name=f"{self.name}.compensate", fn=self.compensate, mutating=True, idempotent=True,
-            timeout=self.timeout, retry=self.retry,
+            name=f"{self.name}{COMPENSATE_SUFFIX}", fn=self.compensate, mutating=True,
+            idempotent=True, timeout=self.timeout, retry=self.retry,
             wants_call_info=len(inspect.signature(self.compensate).parameters) >= 2,
             description=f"undo a completed {self.name} call",
         )

@@ -26,7 +26,7 @@ from . import events as ev
 from . import faults
 from .clock import Clock, SystemClock
 from .codec import Codec
-from .effects import CallInfo, Model, Tool, args_hash, idempotency_key
+from .effects import COMPENSATE_SUFFIX, CallInfo, Model, Tool, args_hash, idempotency_key
 from .errors import (
     ConfigurationError,
     FencedError,
@@ -353,7 +353,7 @@ class StepExecution:
         act, eng = self._act, self._act.engine
         s, flow, guard = act.state, eng._flow(act.state.flow), eng.guard
         self._decision = None
-        if flow.allowed_tools is not None and t.name not in flow.allowed_tools:
+        if flow.allowed_tools is not None and _allowed_name(t.name) not in flow.allowed_tools:
             self._refuse(t, key, index, h, "not_allowed",
                          f"tool {t.name!r} is not on the allow-list of flow {flow.name!r}")
         if t.args_model is not None:
@@ -1324,3 +1324,9 @@ def _resolution_of(answer: JSON) -> tuple[Literal["succeeded", "failed", "retry"
     if resolution in ("failed", "retry"):
         return ("failed" if resolution == "failed" else "retry"), None
     return None
+
+
+def _allowed_name(name: str) -> str:
+    """The name an allow-list must hold for a call of ``name``: undoing an allowed tool
+    (``<tool>.compensate``) is allowed with the tool."""
+    return name.removesuffix(COMPENSATE_SUFFIX)
