@@ -308,7 +308,8 @@ def test_runs_resolve_settles_an_escalation(world: World) -> None:
 
     code, out, _ = cli("runs", "resolve", "pay-1", "--resolution", "succeeded", "--by", "fin-ops",
                        "--result", '{"refunded": 30, "ref": "manual"}', "--db", world.url)
-    assert (code, out.strip()) == (0, "escalation of run pay-1 resolved as succeeded by fin-ops")
+    assert (code, out.strip()) == (0, "escalation of run pay-1 resolved as succeeded by fin-ops "
+                                      "(unsigned: a worker with --signed-resolutions refuses it)")
 
     world.catch_up()
     world.drive()

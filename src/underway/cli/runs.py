@@ -206,7 +206,11 @@ def resolve(
     tenant: TenantOption = "default",
     db: DbOption = None,
 ) -> None:
-    """Resolve a run's escalation; the run continues from where it stopped."""
+    """Resolve a run's escalation, unsigned; the run continues from where it stopped.
+
+    A worker started with --signed-resolutions refuses this: sign a resolution with
+    `underway approvals resolve` instead.
+    """
     if resolution not in ("succeeded", "failed", "retry"):
         raise Problem(f"--resolution must be succeeded, failed or retry, not {resolution!r}")
     data = parse_json(result, "--result")
@@ -215,7 +219,8 @@ def resolve(
         if row.status != "escalated":
             raise Problem(f"run {run} is {row.status}, not escalated; there is nothing to resolve")
         Engine(store).resolve(run, resolution=resolution, by=by, result=data, tenant_id=tenant)
-    typer.echo(f"escalation of run {run} resolved as {resolution} by {by}")
+    typer.echo(f"escalation of run {run} resolved as {resolution} by {by} (unsigned: a "
+               "worker with --signed-resolutions refuses it)")
 
 
 @app.command("resume")
