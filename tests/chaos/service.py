@@ -1,201 +1,31 @@
 """The outside world of the chaos tests: a fake service on real HTTP, in the test process.
 
-Worker processes reach it from the chaos app's tools:
-
-- ``GET /customers/<id>`` — a read-only lookup with deterministic answers;
-- ``POST /effects`` with ``{"key", "kind", "idempotent", "payload"}`` — performs an effect.
-  Deliveries are counted per key: an idempotent re-delivery is acknowledged with the first
-  result and changes nothing; a non-idempotent one is performed again (the double effect
-  the engine must never cause);
-- ``GET /effects/<key>`` — whether the key was delivered, and its first result (what the
-  reconcile hook asks);
-- both may carry a *fence* (``"run"`` and ``"fence"`` in the body; ``?run=&fence=`` in the
-  query): the lease token of the worker asking. The service remembers the highest token
-  it has seen per run and answers 409, performing nothing, to a lower one. This is how an
-  outside system makes a non-idempotent effect safe against a worker that was paused past
-  its lease with the request still to send: once the run's new holder has asked about the
-  key, the old holder's late request is refused instead of performed a second time;
-- ``POST /witness`` — an activation reports which lease it holds while it runs a step
-  (see :mod:`app`). Every report is kept, including those of steps whose commit was later
-  refused: those are the stale writes the journal must never show.
-
-Everything lives in memory and dies with the server.
+The service itself is :mod:`fakes.outside_service` (shared with the crash suite; see there
+for its routes). Worker processes reach it from the chaos app's tools (see :mod:`app`),
+which send their lease token as a fence with every effect and every reconcile question, and
+report the lease each step runs under to ``POST /witness``. What this suite adds:
+:meth:`Ledger.snapshot` returns the effects and the witness reports together, and
+:class:`ChaosService` takes a little time over each lookup and effect.
 """
 
 from __future__ import annotations
 
-import json
-import sys
-import threading
-import time
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
-from typing import Any
-from urllib.parse import parse_qs, unquote
+from fakes.outside_service import Delivery, OutsideService, Witness, customer_profile
+from fakes.outside_service import Ledger as _Ledger
+
+__all__ = ["ChaosService", "Delivery", "Ledger", "Witness", "customer_profile"]
 
 
-def customer_profile(customer: str) -> dict[str, Any]:
-    """The deterministic record ``GET /customers/<id>`` answers for ``customer``."""
-    return {"id": customer, "email": f"{customer}@example.test",
-            "tier": "gold" if sum(customer.encode()) % 3 == 0 else "standard"}
-
-
-@dataclass
-class Delivery:
-    """One effect as the service recorded it."""
-
-    key: str
-    kind: str
-    idempotent: bool
-    payload: Any
-    result: dict[str, Any]
-    deliveries: int = 1
-    performed: int = 1
-
-
-@dataclass(frozen=True)
-class Witness:
-    """One step's report of the lease it ran under, with the time it arrived."""
-
-    run: str
-    step: str
-    at: str
-    """``start`` or ``end`` of the step."""
-    owner: str
-    token: int
-    head: int
-    received: float
-
-
-@dataclass
-class Ledger:
-    """What the service saw, guarded by one lock (the server is threaded)."""
-
-    effects: dict[str, Delivery] = field(default_factory=dict)
-    witnesses: list[Witness] = field(default_factory=list)
-    fences: dict[str, int] = field(default_factory=dict)
-    """The highest lease token seen per run."""
-    refused: int = 0
-    """Requests refused because a newer lease token had been seen for their run."""
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def admit(self, run: str | None, fence: int | None) -> bool:
-        """Whether a request fenced with ``fence`` for ``run`` may proceed (call with the
-        lock held); raises the run's fence when ``fence`` is newer."""
-        if run is None or fence is None:
-            return True
-        if fence < self.fences.get(run, 0):
-            self.refused += 1
-            return False
-        self.fences[run] = fence
-        return True
-
-    def deliver(self, key: str, kind: str, idempotent: bool, payload: Any,
-                run: str | None = None, fence: int | None = None) -> dict[str, Any] | None:
-        """Perform (or, for an idempotent re-delivery, acknowledge) the effect ``key``;
-        None when the fence is stale."""
-        with self.lock:
-            if not self.admit(run, fence):
-                return None
-            seen = self.effects.get(key)
-            if seen is None:
-                result = {"id": f"{kind}-{len(self.effects) + 1}", "key": key}
-                self.effects[key] = Delivery(key, kind, idempotent, payload, result)
-                return result
-            seen.deliveries += 1
-            if not idempotent:
-                seen.performed += 1
-            return seen.result
+class Ledger(_Ledger):
+    """What the service saw (see :class:`fakes.outside_service.Ledger`)."""
 
     def snapshot(self) -> tuple[dict[str, Delivery], list[Witness]]:
         """Copies of every recorded effect (by key) and every witness report."""
         with self.lock:
-            effects = {
-                k: Delivery(d.key, d.kind, d.idempotent, d.payload, dict(d.result),
-                            d.deliveries, d.performed)
-                for k, d in self.effects.items()
-            }
-            return effects, list(self.witnesses)
+            return self.copy_effects(), list(self.witnesses)
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Stay quiet: the tests print their own summary."""
-
-    def _reply(self, status: int, body: Any) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def do_GET(self) -> None:
-        ledger = self.server.ledger
-        if self.path.startswith("/customers/"):
-            time.sleep(self.server.delay)
-            self._reply(200, customer_profile(unquote(self.path.removeprefix("/customers/"))))
-        elif self.path.startswith("/effects/"):
-            path, _, query = self.path.partition("?")
-            key = unquote(path.removeprefix("/effects/"))
-            q = parse_qs(query)
-            run = q["run"][0] if "run" in q else None
-            fence = int(q["fence"][0]) if "fence" in q else None
-            with ledger.lock:
-                if not ledger.admit(run, fence):
-                    self._reply(409, {"error": "stale fence"})
-                    return
-                seen = ledger.effects.get(key)
-                body = {"seen": seen is not None, "result": seen.result if seen else None}
-            self._reply(200, body)
-        else:
-            self._reply(404, {"error": f"no route {self.path}"})
-
-    def do_POST(self) -> None:
-        length = int(self.headers.get("Content-Length", "0"))
-        # A client killed mid-request leaves a short body: such a request never happened.
-        raw = self.rfile.read(length)
-        if len(raw) != length:
-            return
-        body = json.loads(raw)
-        ledger = self.server.ledger
-        if self.path == "/effects":
-            time.sleep(self.server.delay)
-            fence = body.get("fence")
-            result = ledger.deliver(str(body["key"]), str(body["kind"]),
-                                    bool(body.get("idempotent")), body.get("payload"),
-                                    body.get("run"), None if fence is None else int(fence))
-            if result is None:
-                self._reply(409, {"error": "stale fence"})
-            else:
-                self._reply(200, result)
-        elif self.path == "/witness":
-            w = Witness(str(body["run"]), str(body["step"]), str(body["at"]),
-                        str(body["owner"]), int(body["token"]), int(body["head"]), time.time())
-            with ledger.lock:
-                ledger.witnesses.append(w)
-            self._reply(200, body)
-        else:
-            self._reply(404, {"error": f"no route {self.path}"})
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 256
-    ledger: Ledger
-    delay: float
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """A worker killed mid-request leaves a broken connection behind: not news."""
-        if not isinstance(sys.exc_info()[1], ConnectionError):
-            super().handle_error(request, client_address)
-
-
-class ChaosService:
+class ChaosService(OutsideService[Ledger]):
     """The fake service on 127.0.0.1 (an ephemeral port), served from a background thread.
 
     ``delay``: seconds each lookup and effect takes, so that runs spend their time in
@@ -203,25 +33,4 @@ class ChaosService:
     """
 
     def __init__(self, *, delay: float = 0.02) -> None:
-        self.ledger = Ledger()
-        self._server = _Server(("127.0.0.1", 0), _Handler)
-        self._server.ledger = self.ledger
-        self._server.delay = delay
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        """Base URL of the running service."""
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
-
-    def __enter__(self) -> ChaosService:
-        self._thread.start()
-        return self
-
-    def __exit__(
-        self, typ: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join()
+        super().__init__(Ledger(), delay=delay)
