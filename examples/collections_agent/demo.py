@@ -117,8 +117,12 @@ def summary(scenario: Scenario, findings: Findings, wall: float) -> None:
         say(render(r.state, r.records))
         say()
 
-    say("per run (cost from the journal; the rule-based brain is priced at a notional "
-        "$0.15 per million tokens):")
+    if os.environ.get("UNDERWAY_MODEL"):
+        say(f"per run (model {os.environ['UNDERWAY_MODEL']}; cost from the journal, priced "
+            "by the adapter's price table: a model it does not list counts $0):")
+    else:
+        say("per run (cost from the journal; the rule-based brain is priced at a notional "
+            "$0.15 per million tokens):")
     say(f"{'run':<9} {'invoice':<9} {'status':<10} {'outcome':<22} {'iter':>4} "
         f"{'model':>5} {'tokens':>7} {'USD':>8}", 4)
     for r in findings.runs:

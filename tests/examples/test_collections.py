@@ -4,6 +4,7 @@ PostgreSQL. Every check reads the journal or the simulated services' records."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections import Counter
@@ -18,6 +19,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from examples.collections_agent import app as collections_app  # noqa: E402
+from examples.collections_agent.brain_server import MODEL_ID as BRAIN_MODEL_ID  # noqa: E402
+from examples.collections_agent.brain_server import BrainServer  # noqa: E402
 from examples.collections_agent.report import Findings  # noqa: E402
 from examples.collections_agent.scenario import Crash, Resumption, Scenario  # noqa: E402
 
@@ -137,6 +140,33 @@ def test_demo_exits_zero_when_every_invariant_holds(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=120, check=False,
     )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+
+
+@pytest.mark.crash
+def test_the_demo_runs_through_the_openai_adapter_against_a_local_server(
+    tmp_path: Path,
+) -> None:
+    """UNDERWAY_MODEL swaps the brain for OpenAIChat: the same story goes over HTTP in the
+    OpenAI wire format, through the real SDK, with every fifth request rate limited."""
+    server = BrainServer(day=1.0, rate_limit_every=5).start()
+    try:
+        done = subprocess.run(
+            [sys.executable, str(DEMO), "--data", str(tmp_path / "demo")],
+            capture_output=True, text=True, timeout=180, check=False,
+            env={**os.environ, "UNDERWAY_MODEL":
+                 f"openai-compatible:{BRAIN_MODEL_ID}@{server.base_url}"},
+        )
+    finally:
+        server.stop()
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    assert "OK: every run completed" in done.stdout
+    assert server.completions >= 30 and server.rate_limited >= 5
+    model_line = next(line for line in done.stdout.splitlines()
+                      if line.strip().startswith("model ") and "calls" in line)
+    calls = int(model_line.split()[1])
+    # Each completion the server answered was journaled once (none asked twice), except
+    # those of steps a killed worker had not committed yet.
+    assert 0 < calls <= server.completions
 
 
 def test_the_worker_app_says_which_variable_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
