@@ -26,6 +26,7 @@ import policy
 import resume
 import sandbox
 import storage
+import tenant_usage
 import throughput
 import workers
 from common import Figure, pg_base_url, pg_reachable, pg_store_missing
@@ -53,6 +54,7 @@ GROUPS: dict[str, list[tuple[str, Callable[[], list[Figure]]]]] = {
     "guard": [
         ("policy evaluation", policy.bench),
         ("approval verification and guarded calls", guard.bench),
+        ("tenant usage, from scratch and kept", tenant_usage.bench),
     ],
     "agent": [
         ("agent iteration (memory)", agent.bench_memory),

@@ -21,7 +21,7 @@ from .journal import Journal
 from .state import RunState
 from .store.base import FINAL, Store
 
-__all__ = ["Budget", "Exceeded", "Usage", "check", "tenant_usage"]
+__all__ = ["Budget", "Exceeded", "TenantUsage", "Usage", "check", "tenant_usage"]
 
 Scope = Literal["run", "tenant"]
 
@@ -205,17 +205,102 @@ def tenant_usage(
 
     Cost is O(runs of the tenant) to list them, plus the events of each run that may hold
     events since ``since``: finished runs last updated before it are skipped, and a run
-    whose checkpoint predates ``since`` is read from its checkpoint on. Cache the result
-    for a few seconds rather than calling this before every action.
+    whose checkpoint predates ``since`` is read from its checkpoint on. To ask again and
+    again, keep a :class:`TenantUsage`: it reads only what is new.
     """
-    journal = Journal(store, codec)
-    total = _Tally()
-    for row in store.list_runs(tenant_id, limit=_ALL_RUNS):
-        # A finished run's row is written with its last event, so it bounds every event.
-        if row.status in FINAL and row.updated_at < since:
-            continue
-        _tally_run(journal, tenant_id, row.run_id, since, total)
-    return total.usage()
+    return TenantUsage(tenant_id, since=since, codec=codec).refresh(store)
+
+
+@dataclass(slots=True)
+class _Mark:
+    """How far a run's journal has been counted."""
+
+    seq: int
+    token: int | None
+    """The lease token of the run's row when it was read unleased; None: read it again."""
+    seen: set[str]
+    """Call keys already counted (a call's retries count once)."""
+
+
+class TenantUsage:
+    """A tenant's usage since a fixed instant, kept up to date by :meth:`refresh`.
+
+    The first refresh reads what :func:`tenant_usage` reads; later ones list the runs and
+    read only events appended since: a run whose row is unleased with the lease token it
+    had when its events were last read cannot have new events (every append needs a new
+    lease), so its journal is not touched. Not thread-safe: one per thread.
+    """
+
+    def __init__(self, tenant_id: str, *, since: float, codec: Codec | None = None) -> None:
+        self.tenant_id = tenant_id
+        self.since = since
+        self.codec = codec
+        self._tally = _Tally()
+        self._marks: dict[str, _Mark] = {}
+        self.events_read = 0
+        """Events decoded so far, over every refresh (for tests and benchmarks)."""
+
+    def refresh(self, store: Store) -> Usage:
+        """Count what was appended since the last refresh; the usage so far."""
+        journal = Journal(store, self.codec)
+        for row in store.list_runs(self.tenant_id, limit=_ALL_RUNS):
+            idle = row.lease_owner is None
+            mark = self._marks.get(row.run_id)
+            if mark is not None and idle and mark.token == row.lease_token:
+                continue
+            if mark is None and row.status in FINAL and row.updated_at < self.since:
+                # A finished run's row is written with its last event, so it bounds every
+                # event: nothing of it counts, now or later (a finished run never resumes).
+                self._marks[row.run_id] = _Mark(row.last_seq, row.lease_token, set())
+                continue
+            if mark is None:
+                mark = self._start(journal, row.run_id)
+                self._marks[row.run_id] = mark
+            self._count(journal, row.run_id, mark)
+            mark.token = row.lease_token if idle else None
+            if idle and row.status in FINAL:
+                mark.seen = set()  # no call of a finished run comes again
+        return self._tally.usage()
+
+    def _start(self, journal: Journal, run_id: str) -> _Mark:
+        """Where to begin reading a run: its checkpoint, when that predates ``since``."""
+        store = journal.store
+        ckpt = store.load_checkpoint(self.tenant_id, run_id)
+        if ckpt is not None:
+            data = journal.codec.decode(
+                ckpt[1], lambda keys: store.get_blobs(self.tenant_id, keys)
+            )
+            snapshot = RunState.from_json(data)
+            if snapshot.updated_at < self.since:
+                # Every event up to the checkpoint predates ``since``; the current step's
+                # calls were already counted then, whichever of their events follow.
+                return _Mark(snapshot.seq, None, {c.key for c in snapshot.calls if c.key})
+        return _Mark(0, None, set())
+
+    def _count(self, journal: Journal, run_id: str, mark: _Mark) -> None:
+        t, since = self._tally, self.since
+        stored = journal.store.load_events(self.tenant_id, run_id, after_seq=mark.seq)
+        for rec in journal.decode(self.tenant_id, stored):
+            self.events_read += 1
+            mark.seq = rec.seq
+            e, counts = rec.event, rec.at >= since
+            if isinstance(e, ev.ToolStarted | ev.ToolSucceeded) and e.key not in mark.seen:
+                mark.seen.add(e.key)
+                if counts:
+                    t.tool_calls += 1
+            if not counts:
+                continue
+            if isinstance(e, ev.ModelResponded):
+                t.model_calls += 1
+                t.tokens_in += e.tokens_in
+                t.tokens_out += e.tokens_out
+                t.cost.append(e.cost_usd)
+            elif isinstance(e, ev.ToolSucceeded):
+                for name, n in (getattr(e, "counts", None) or {}).items():
+                    if name == "messages":
+                        t.messages += n
+                    elif name.startswith("money."):
+                        t.money.setdefault(name[6:], []).append(float(n))
 
 
 @dataclass(slots=True)
@@ -235,37 +320,3 @@ class _Tally:
             messages=int(self.messages),
             money={cur: fsum(amounts) for cur, amounts in sorted(self.money.items())},
         )
-
-
-def _tally_run(journal: Journal, tenant_id: str, run_id: str, since: float, t: _Tally) -> None:
-    store = journal.store
-    after = 0
-    seen: set[str] = set()
-    ckpt = store.load_checkpoint(tenant_id, run_id)
-    if ckpt is not None:
-        data = journal.codec.decode(ckpt[1], lambda keys: store.get_blobs(tenant_id, keys))
-        snapshot = RunState.from_json(data)
-        if snapshot.updated_at < since:
-            # Every event up to the checkpoint predates ``since``; the current step's calls
-            # were already counted then, whichever of their events follow.
-            after = snapshot.seq
-            seen = {c.key for c in snapshot.calls if c.key}
-    for rec in journal.decode(tenant_id, store.load_events(tenant_id, run_id, after_seq=after)):
-        e, counts = rec.event, rec.at >= since
-        if isinstance(e, ev.ToolStarted | ev.ToolSucceeded) and e.key not in seen:
-            seen.add(e.key)
-            if counts:
-                t.tool_calls += 1
-        if not counts:
-            continue
-        if isinstance(e, ev.ModelResponded):
-            t.model_calls += 1
-            t.tokens_in += e.tokens_in
-            t.tokens_out += e.tokens_out
-            t.cost.append(e.cost_usd)
-        elif isinstance(e, ev.ToolSucceeded):
-            for name, n in (getattr(e, "counts", None) or {}).items():
-                if name == "messages":
-                    t.messages += n
-                elif name.startswith("money."):
-                    t.money.setdefault(name[6:], []).append(float(n))

@@ -21,7 +21,7 @@ from .state import RunState
 
 if TYPE_CHECKING:
     from .approvals.notify import Notifier
-    from .budgets import Budget, Exceeded, Usage
+    from .budgets import Budget, Exceeded, TenantUsage, Usage
     from .flow import Flow
     from .policy import Decision, Policy
     from .store.base import Store
@@ -55,7 +55,7 @@ class Guard:
     signed_resolutions: bool = False
     codec: Codec | None = None
     """The engine's codec (set by the engine), to read journals it encrypted."""
-    _usage_cache: dict[tuple[str, float], tuple[float, Usage]] = field(
+    _usage_cache: dict[str, tuple[float, TenantUsage, Usage | None]] = field(
         default_factory=dict, repr=False
     )
 
@@ -125,16 +125,22 @@ class Guard:
         return None
 
     def tenant_usage(self, store: Store, tenant_id: str, since: float) -> Usage:
-        """The tenant's usage since ``since``, derived from the journal and cached briefly."""
-        from .budgets import tenant_usage
+        """The tenant's usage since ``since``, derived from the journal and cached briefly:
+        at most every ``tenant_usage_ttl`` seconds the runs are listed again and only the
+        events appended since are read (:class:`~underway.budgets.TenantUsage`)."""
+        from .budgets import TenantUsage
 
-        key = (tenant_id, since)
-        hit = self._usage_cache.get(key)
         mono = time.monotonic()
-        if hit is not None and mono - hit[0] < self.tenant_usage_ttl:
-            return hit[1]
-        usage = tenant_usage(store, tenant_id, since=since, codec=self.codec)
-        self._usage_cache[key] = (mono, usage)
+        hit = self._usage_cache.get(tenant_id)
+        if hit is None or hit[1].since != since:
+            # A new day: the previous day's counts are of no more use.
+            hit = (float("-inf"), TenantUsage(tenant_id, since=since, codec=self.codec),
+                   None)
+        checked, tracker, usage = hit
+        if usage is None or mono - checked >= self.tenant_usage_ttl:
+            usage = tracker.refresh(store)
+            checked = mono
+        self._usage_cache[tenant_id] = (checked, tracker, usage)
         return usage
 
 

@@ -10,7 +10,7 @@ import pytest
 from pydantic import BaseModel
 
 from underway import Engine, Flow, ManualClock, RunContext, Runner, connect, tool
-from underway.budgets import Usage, tenant_usage
+from underway.budgets import TenantUsage, Usage, tenant_usage
 from underway.effects import Tool
 from underway.flow import Next
 from underway.state import RunState
@@ -200,3 +200,70 @@ def test_checkpoints_do_not_change_usage(store: Store, checkpoint_every: int) ->
     run_all(eng)
     assert all(r.status == "completed" for r in store.list_runs("acme"))
     compare()
+
+
+def test_a_kept_tenant_usage_reads_only_what_is_new(store: Store) -> None:
+    """Refreshed after every stage of several runs — a crash mid-step, a takeover, waits,
+    completion — a :class:`TenantUsage` equals a count from scratch, and once nothing moves
+    it reads no journal at all."""
+    clock = ManualClock(T0)
+    agent = Agent(clock, crashes=["once"])
+    eng = engine(store, agent)
+    kept = TenantUsage("acme", since=T0 + 5)
+
+    def same() -> Usage:
+        usage = kept.refresh(store)
+        assert usage == tenant_usage(store, "acme", since=T0 + 5)
+        return usage
+
+    eng.start(agent.flow, {"customer": "c-1", "refund": 500}, tenant_id="acme")
+    eng.start(agent.flow, {"customer": "c-2", "refund": 900}, tenant_id="acme")
+    assert same() == Usage()
+    with pytest.raises(Crash):
+        run_all(eng)  # a run died holding its lease: its events are read every refresh
+    same()
+    clock.advance(eng.lease_ttl + 1)
+    run_all(eng)  # taken over; both runs now wait an hour
+    waiting = same()
+    assert waiting.money == {"INR": 1400.0} and waiting.messages == 2
+    read = kept.events_read
+    assert same() == waiting and kept.events_read == read  # nothing moved, nothing read
+    clock.advance(3600)
+    run_all(eng)
+    done = same()
+    assert done.model_calls == waiting.model_calls + 2
+    assert kept.events_read - read <= 2 * 12  # only the second step of each run
+
+
+def test_a_run_handed_back_between_refreshes_is_read_again(store: Store) -> None:
+    """A worker that stops between steps hands the run back without rewriting its row:
+    the row's sequence number is then behind the journal. The claim's new lease token is
+    what tells the kept usage to read the run again."""
+    clock = ManualClock(T0)
+
+    @tool(idempotent=True, message=True)
+    def notify(args: Any) -> Any:
+        return {"sent": True}
+
+    flow: Flow[Progress, Any] = Flow("two_steps", state=Progress)
+
+    @flow.step(start=True)
+    async def first(ctx: RunContext[Progress, Any]) -> Next:
+        await ctx.call(notify, {})
+        return ctx.goto(second)
+
+    @flow.step
+    async def second(ctx: RunContext[Progress, Any]) -> Next:
+        return ctx.done()
+
+    eng = Engine(store, flows=[flow], tools=[notify], clock=clock)
+    kept = TenantUsage("acme", since=T0)
+    run_id, _ = eng.start(flow, None, tenant_id="acme")
+    assert kept.refresh(store) == Usage()
+    [lease] = eng.claim(tenant_id="acme")
+    asyncio.run(eng.activate(lease, should_stop=lambda: True))
+    row = store.get_run("acme", run_id)
+    assert row is not None and row.lease_owner is None and row.status == "ready"
+    assert row.last_seq < len(eng.journal.history("acme", run_id))  # the row lags
+    assert kept.refresh(store) == tenant_usage(store, "acme", since=T0)
+    assert (kept.refresh(store).messages, kept.refresh(store).tool_calls) == (1, 1)
