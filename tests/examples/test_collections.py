@@ -33,14 +33,6 @@ DAY = 0.3
 """Seconds per simulated day: the agents' three-day waits take 0.9 s."""
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'underway.db'}"
-    url: str = request.getfixturevalue("pg_url")
-    return url
-
-
 @pytest.fixture
 def scenario(db: str, tmp_path: Path) -> Iterator[Scenario]:
     data = tmp_path / "data"

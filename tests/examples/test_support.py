@@ -32,14 +32,6 @@ from underway.state import Recorded  # noqa: E402
 RUN = ROOT / "examples" / "support" / "run.py"
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'underway.db'}"
-    url: str = request.getfixturevalue("pg_url")
-    return url
-
-
 def journals(db: str) -> dict[str, tuple[str, str, list[Recorded], bool]]:
     """Ticket (or ``sweep``, the sweep run at deployment) -> (run id, status, history,
     chain verifies)."""
