@@ -13,6 +13,7 @@ import asyncio
 import functools
 import json
 import random
+import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
@@ -35,6 +36,7 @@ from .errors import (
     RunNotFound,
     ToolCallError,
 )
+from .errors import is_store_failure as _is_store_failure
 from .events import JSON, canonical_json, genesis_hash
 from .flow import Done, Fail, Flow, Goto, Next, RunContext, Sleep, Wait
 from .guard import Guard, call_counts, call_usage
@@ -99,6 +101,16 @@ class _Escalate(BaseException):
         return esc
 
 
+class _Unencodable(BaseException):
+    """Something the step produced cannot be journaled (a result, a value or evidence that
+    is not JSON): the activation's uncommitted events are dropped and the run is
+    dead-lettered with the reason, instead of failing in every commit forever."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 class _Stop(BaseException):
     """Ends the run with an event already chosen (a budget that fails the run)."""
 
@@ -150,10 +162,17 @@ class _Activation:
             return
         eng, s = self.engine, self.state
         blobs: dict[str, bytes] = {}
-        stored = eng.journal.encode(s.tenant_id, self.pending, self.last_hash, blobs)
-        checkpoint = None
-        if force_checkpoint or release or s.seq - self.checkpoint_seq >= eng.checkpoint_every:
-            checkpoint = (s.seq, eng.journal.encode_checkpoint(s, blobs))
+        try:
+            stored = eng.journal.encode(s.tenant_id, self.pending, self.last_hash, blobs)
+            checkpoint = None
+            if force_checkpoint or release or s.seq - self.checkpoint_seq >= eng.checkpoint_every:
+                checkpoint = (s.seq, eng.journal.encode_checkpoint(s, blobs))
+        except (TypeError, ValueError) as exc:
+            kinds = sorted({type(e).__name__ for _, _, e in self.pending})
+            raise _Unencodable(
+                f"the step produced data that cannot be journaled ({exc}) in one of "
+                f"{', '.join(kinds)}; return and record only JSON values"
+            ) from exc
         fresh = eng.journal.unknown_blobs(s.tenant_id, blobs)
         now = eng.clock.now()
         # The run row is a projection: a step that leaves the run ready and leased changes
@@ -237,7 +256,7 @@ class StepExecution:
 
     def _record(self, index: int, kind: str, args: str) -> Any:
         rec = self._act.state.call(index)
-        if rec is None or rec.status == "retry":
+        if rec is None or (rec.status == "retry" and not rec.tool):
             return rec
         # A held call whose arguments changed is refused by the caller, not a replay bug.
         held = rec.status in ("awaiting", "approved")
@@ -273,6 +292,10 @@ class StepExecution:
         if rec is not None and rec.status == "succeeded":
             return rec.result
         if rec is not None and rec.status == "failed":
+            if rec.maybe_happened:
+                # An earlier attempt may have taken effect and the attempt after it was
+                # refused: the step must not be told the call failed.
+                self._unknown(t, key, index, f"and trying it again was refused: {rec.message}")
             raise ToolCallError(
                 t.name, rec.error_type or "Error", rec.message or "", retryable=rec.retryable
             )
@@ -282,60 +305,105 @@ class StepExecution:
         if rec is not None and rec.status == "awaiting":
             raise _Escalate(f"call {key} of {t.name!r} awaits an approval but the run went on; "
                             "resolve with retry to ask again", key, t.name, index)
-        decision: str | None = None
         if rec is not None and rec.status == "started":
             # Unknown outcome: the intent is journaled, the outcome is not.
-            if not t.idempotent:
-                if t.reconcile is None:
-                    raise _Escalate(
-                        f"outcome of non-idempotent tool {t.name!r} (key {key}) is unknown "
-                        "after a crash and it has no reconcile hook; confirm whether it "
-                        "happened",
-                        key, t.name, index, cause="unknown_outcome",
-                    )
-                found = await t.reconcile(key)
-                if found.outcome == "happened":
-                    self._act.buffer(ev.ToolSucceeded(
-                        key=key, tool=t.name, index=index, args_hash=h, result=found.result,
-                        reconciled=True, counts=call_counts(t, args),
-                    ))
-                    return found.result
-                if found.outcome == "unknown":
-                    raise _Escalate(
-                        f"reconcile of tool {t.name!r} could not tell whether key {key} "
-                        "took effect", key, t.name, index, cause="unknown_outcome",
-                    )
-        else:
-            if rec is None or rec.status != "retry":
-                try:
-                    shadowed = await self._guard(t, args, key, index, h, rec, labels,
-                                                 evidence, risks or [])
-                except ToolCallError:
-                    raise
-                except Exception as exc:
-                    # The guard's own failures are the infrastructure's (a database
-                    # restarting), not the run's: hand the run back, try again later.
-                    self._act.store_error = exc
-                    raise
-                if shadowed:
-                    return shadow_result(t.name)
-                decision = self._decision
-            await self._admit(t, key, index, h)
-            if t.mutating:
-                self._act.buffer(ev.ToolStarted(
-                    key=key, tool=t.name, index=index, args=args, args_hash=h,
-                    sandbox_profile=t.sandbox.digest() if t.sandbox is not None else None,
-                    policy_decision=decision,
-                ))
-                await self._act.commit()
+            settled = await self._settle_unknown(t, args, key, index, h)
+            if settled is not None:
+                return settled[0]
+        return await self._door(t, args, key, index, h, rec, labels, evidence, risks or [])
+
+    async def _door(
+        self, t: Tool, args: JSON, key: str, index: int, h: str, rec: Any,
+        labels: frozenset[str], evidence: JSON, risks: list[str],
+    ) -> JSON:
+        """The one door every execution of a tool passes through — a first attempt, a
+        retry after an error or a back-off, after a resolution or a resume, a re-run after
+        a crash or after ``reconcile`` said the effect did not happen: the whole guard at
+        this moment (allow-list, schema, budgets, policy, an approval verified now), then
+        the circuit, the journaled intent, and the call."""
+        maybe_happened = rec is not None and rec.maybe_happened
+        try:
+            shadowed = await self._guard(t, args, key, index, h, rec, labels, evidence, risks)
+        except ToolCallError as exc:
+            if maybe_happened:
+                self._unknown(t, key, index, f"and trying it again was refused: {exc.message}")
+            raise
+        except Exception as exc:
+            if _is_store_failure(exc):
+                # The database's failure, not the run's: hand the run back, try later.
+                self._act.store_error = exc
+                raise
+            # Whatever the guard cannot interpret is a refusal, never a pass.
+            self._refuse(t, key, index, h, "guard_error",
+                         f"the guard could not decide on this call: {type(exc).__name__}: {exc}")
+        if shadowed:
+            return shadow_result(t.name)
+        await self._admit(t, key, index, h)
+        if t.mutating:
+            self._act.buffer(ev.ToolStarted(
+                key=key, tool=t.name, index=index, args=args, args_hash=h,
+                sandbox_profile=t.sandbox.digest() if t.sandbox is not None else None,
+                policy_decision=self._decision,
+            ))
+            await self._act.commit()
         try:
             result = await self._execute(t, args, key, index, h)
         except ToolCallError as exc:
             await self._settle_circuit(t, exc.error_type)
+            if t.mutating and exc.error_type in _LOST_TRACK:
+                return await self._timed_out(t, args, key, index, h, exc)
             self._retry_or_raise(t, key, index, exc)
             raise
         await self._settle_circuit(t, None)
         return result
+
+    async def _settle_unknown(
+        self, t: Tool, args: JSON, key: str, index: int, h: str
+    ) -> tuple[JSON] | None:
+        """Settle a call whose intent is journaled and whose outcome is not: ``(result,)``
+        when ``reconcile`` found it happened; None when it must run again through the door
+        (an idempotent tool with the same key, or ``reconcile`` found it did not happen);
+        otherwise the run escalates to a person."""
+        if t.idempotent:
+            return None
+        if t.reconcile is None:
+            self._unknown(t, key, index, "and it has no reconcile hook; confirm whether it "
+                                         "happened")
+        found = await t.reconcile(key)
+        if found.outcome == "happened":
+            self._act.buffer(ev.ToolSucceeded(
+                key=key, tool=t.name, index=index, args_hash=h, result=found.result,
+                reconciled=True, counts=call_counts(t, args),
+            ))
+            return (found.result,)
+        if found.outcome == "unknown":
+            self._unknown(t, key, index, "and its reconcile hook could not tell whether it "
+                                         "took effect")
+        self._act.buffer(ev.ToolReconciled(key=key, tool=t.name, index=index, args_hash=h))
+        return None
+
+    async def _timed_out(
+        self, t: Tool, args: JSON, key: str, index: int, h: str, exc: ToolCallError
+    ) -> JSON:
+        """A mutating call timed out or lost its connection: it may have happened. An
+        idempotent tool is tried again with the same key on its retry policy (durable
+        timer); ``reconcile`` is asked; else — or once retries are spent — a person
+        decides. Never retried blindly, never recorded as not having happened."""
+        if t.idempotent:
+            self._retry_or_raise(t, key, index, exc)
+            self._unknown(t, key, index, f"after {exc.error_type}: {exc.message}")
+        settled = await self._settle_unknown(t, args, key, index, h)
+        if settled is not None:
+            return settled[0]
+        # reconcile says it did not happen: now it is an ordinary failure.
+        self._retry_or_raise(t, key, index, exc)
+        raise exc
+
+    def _unknown(self, t: Tool, key: str, index: int, why: str) -> NoReturn:
+        raise _Escalate(
+            f"outcome of tool {t.name!r} (key {key}) is unknown {why}",
+            key, t.name, index, cause="unknown_outcome",
+        )
 
     def _refuse(self, t: Tool, key: str, index: int, h: str, cause: str, reason: str) -> NoReturn:
         self._act.buffer(ev.ToolRefused(
@@ -367,14 +435,6 @@ class StepExecution:
                                      [e for _, _, e in act.pending])
             if over is not None:
                 self._over_budget(over[0], over[1], t.name)
-        if rec is not None and rec.status == "approved":
-            reason = await eng.verify_approval(s, key, t.name, h)
-            if reason is not None:
-                cause = "approval_expired" if reason == "expired" else "approval_invalid"
-                self._refuse(t, key, index, h, cause,
-                             f"the approval of this call no longer holds: {reason}")
-            self._decision = "approved"
-            return False
         policy = guard.policy_for(flow)
         shadow = t.mutating and guard.shadow_for(flow)
         if policy is None:
@@ -393,12 +453,23 @@ class StepExecution:
         if d.outcome == "deny":
             self._refuse(t, key, index, h, "policy_denied",
                          d.reason or f"denied by policy rule {d.rule_id}")
+        if d.outcome == "require_approval" and not shadow and key in s.approvals:
+            # Approved before: the approval must still hold for exactly this call, now.
+            reason = await eng.verify_approval(s, key, t.name, h)
+            if reason is not None:
+                cause = "approval_expired" if reason == "expired" else "approval_invalid"
+                self._refuse(t, key, index, h, cause,
+                             f"the approval of this call no longer holds: {reason}")
+            self._decision = "approved"
+            return False
         if d.outcome == "require_approval" and not shadow:
             ttl = d.expires_in if d.expires_in is not None else guard.approval_ttl
+            asked = rec.approval_requests if rec is not None and rec.key == key else 0
             request = ev.ApprovalRequested(
-                request_id=request_id_for(key), key=key, tool=t.name, index=index, args=args,
-                args_hash=h, evidence=evidence, risks=risks, required_role=d.approver_role,
-                expires_at=now + ttl, rule_id=d.rule_id, policy_version=d.policy_version,
+                request_id=request_id_for(key, asked + 1), key=key, tool=t.name, index=index,
+                args=args, args_hash=h, evidence=evidence, risks=risks,
+                required_role=d.approver_role, expires_at=now + ttl, rule_id=d.rule_id,
+                policy_version=d.policy_version,
             )
             act.buffer(request)
             if guard.notifier is not None:
@@ -528,6 +599,13 @@ class StepExecution:
                 t.name, "ToolTimedOut", f"timed out after {t.timeout}s", retryable=True
             ) from None
         except Exception as exc:
+            if t.mutating and _lost_track(exc):
+                message = mask(str(exc), secrets) or type(exc).__name__
+                self._act.buffer(ev.ToolOutcomeUnknown(
+                    key=key, tool=t.name, index=index, args_hash=h,
+                    error_type=type(exc).__name__, message=message,
+                ))
+                raise ToolCallError(t.name, "OutcomeUnknown", message, retryable=True) from None
             # With a retry policy a failure is retryable unless the error says otherwise.
             retryable = bool(getattr(exc, "retryable", t.retry is not None))
             message = mask(str(exc), secrets)
@@ -992,6 +1070,8 @@ class Engine:
                     await self._leave(act)
                     return act.state
                 await self._renew_if_due(act)
+        except _Unencodable as bad:
+            return await self._dead_letter_afresh(act, bad.reason, "UnencodableEvent")
         except asyncio.CancelledError:
             if act.lost:
                 raise FencedError(
@@ -1000,6 +1080,32 @@ class Engine:
             raise
         finally:
             heartbeat.cancel()
+
+    async def _dead_letter_afresh(
+        self, act: _Activation, reason: str, error_type: str
+    ) -> RunState:
+        """Drop what the activation did not commit, and journal the run dead from what the
+        journal holds (signals it had read stay in the inbox for later)."""
+        return await self.dead_letter(act.lease, reason=reason, error_type=error_type,
+                                      due_at=act.due_at)
+
+    async def dead_letter(
+        self, lease: Lease, *, reason: str, error_type: str, due_at: float | None = None
+    ) -> RunState:
+        """Journal a leased run dead (``RunDeadLettered``) from what its journal holds, and
+        hand it back: for a run whose activation keeps failing in a way nothing journaled.
+        An operator resumes or cancels it."""
+        state, head = await self.io(self.journal.load_head, lease.tenant_id, lease.run_id)
+        if state.final or state.status == "dead":
+            await self.io(self.store.release, lease)
+            return state
+        row = await self.io(self.store.get_run, lease.tenant_id, lease.run_id)
+        fresh = _Activation(self, lease, state, head, state.seq, due_at=due_at,
+                            row_status=row.status if row is not None else state.status)
+        fresh.buffer(ev.RunDeadLettered(reason=reason, error_type=error_type,
+                                        step=state.step))
+        await fresh.commit(release=True)
+        return fresh.state
 
     async def verify_approval(self, s: RunState, key: str, tool: str, h: str) -> str | None:
         """Check, right before an approved call runs, that its journaled approval still
@@ -1017,8 +1123,8 @@ class Engine:
             return "decision is not an approval"
         expires = held.get("expires_at")
         check = ApprovalCheck(
-            request_id=request_id_for(key), run_id=s.run_id, tenant_id=s.tenant_id, tool=tool,
-            args_hash=h, required_role=held.get("required_role"),
+            request_id=str(held.get("request_id") or request_id_for(key)), run_id=s.run_id,
+            tenant_id=s.tenant_id, tool=tool, args_hash=h, required_role=held.get("required_role"),
             expires_at=float(expires) if expires is not None else d.expires_at,
         )
         approver = await self.io(self.store.get_approver, s.tenant_id, d.approver_id)
@@ -1075,7 +1181,16 @@ class Engine:
             act.buffer(ev.ApprovalInvalid(request_id=None, approver_id=None,
                                           reason="malformed"))
             return
-        if answer:
+        if answer and s.status == "dead" and d.decision == "resolve":
+            # A signed resume of a dead run names the dead-lettering it answers.
+            pending: dict[str, JSON] | None = {"request_id": s.dead_request}
+            check_tool, check_hash = "", ""
+            if _resumption_of(d.answer) is None:
+                act.buffer(ev.ApprovalInvalid(request_id=d.request_id,
+                                              approver_id=d.approver_id,
+                                              reason="malformed_resolution"))
+                return
+        elif answer:
             # An answer settles a question; a resolution settles any other escalation.
             esc = s.escalation or {}
             asks = esc.get("cause") == "question"
@@ -1123,7 +1238,10 @@ class Engine:
             return
         signed = d.model_dump(mode="json")
         resolution = _resolution_of(d.answer) if d.decision == "resolve" else None
-        if resolution is not None:
+        if s.status == "dead":
+            step = _resumption_of(d.answer)
+            act.buffer(ev.RunResumed(by=d.approver_id, step=step or None, decision=signed))
+        elif resolution is not None:
             act.buffer(ev.EscalationResolved(
                 key=pending.get("key"), resolution=resolution[0], result=resolution[1],
                 by=d.approver_id, decision=signed,
@@ -1199,7 +1317,14 @@ class Engine:
                     ))
             elif sig.name == RESUME:
                 act.consumed.append(sig.signal_id)
-                if s.status == "dead":
+                if s.status == "dead" and self.guard.signed_resolutions:
+                    act.buffer(ev.SignalIgnored(
+                        signal=sig.name, signal_id=sig.signal_id,
+                        reason="unsigned resume refused: this worker requires a resume "
+                               "signed by an approver (underway approvals resolve "
+                               "--resolution resume)",
+                    ))
+                elif s.status == "dead":
                     act.buffer(ev.RunResumed(by=str(payload.get("by", "unknown")),
                                              step=payload.get("step")))
                 else:
@@ -1250,6 +1375,8 @@ class Engine:
         except Exception as exc:
             if act.store_error is not None:
                 raise act.store_error from None
+            if _is_store_failure(exc):
+                raise
             # Not a business outcome (that is ctx.fail): the run stops for an operator, who
             # may fix the cause and resume it, or cancel it.
             act.buffer(ev.RunDeadLettered(reason=f"{type(exc).__name__}: {exc}",
@@ -1282,6 +1409,14 @@ class Engine:
             nxt.step if isinstance(nxt, Goto) else None)
         if then is not None:
             flow.get_step(then)
+        if isinstance(nxt, Done):
+            try:
+                canonical_json(nxt.result)
+            except (TypeError, ValueError) as exc:
+                raise ConfigurationError(
+                    f"step {step!r} of flow {flow.name!r} finished with a result that is not "
+                    f"JSON ({exc}); return plain JSON values (e.g. an ISO string for a time)"
+                ) from None
         patch = make_patch(act.state.state, ctx.state.model_dump(mode="json"))
         act.buffer(ev.StepCompleted(step=step, next=then, patch=patch))
         now = self.clock.now()
@@ -1310,6 +1445,27 @@ class Engine:
             ) from None
 
 
+_LOST_TRACK = frozenset({"ToolTimedOut", "OutcomeUnknown"})
+"""Error types of a mutating call whose outcome is unknown (not a failure)."""
+
+
+def _lost_track(exc: BaseException) -> bool:
+    """True when ``exc`` means the request may have reached the outside world and its
+    answer was lost: :class:`~underway.errors.OutcomeUnknown`, a connection reset or broken
+    pipe, or an HTTP client's read/write error or read timeout (httpx)."""
+    if getattr(exc, "outcome_unknown", False):
+        return True
+    if isinstance(exc, ConnectionResetError | BrokenPipeError | ConnectionAbortedError):
+        return True
+    httpx = sys.modules.get("httpx")
+    if httpx is not None and isinstance(exc, httpx.ReadError | httpx.WriteError
+                                        | httpx.ReadTimeout | httpx.WriteTimeout
+                                        | httpx.RemoteProtocolError):
+        return True
+    cause = exc.__cause__ or exc.__context__
+    return cause is not None and cause is not exc and _lost_track(cause)
+
+
 def _iso(t: float | None) -> str:
     return "never" if t is None else datetime.fromtimestamp(t, UTC).isoformat(timespec="seconds")
 
@@ -1324,6 +1480,19 @@ def _resolution_of(answer: JSON) -> tuple[Literal["succeeded", "failed", "retry"
     if resolution in ("failed", "retry"):
         return ("failed" if resolution == "failed" else "retry"), None
     return None
+
+
+def _resumption_of(answer: JSON) -> str | None:
+    """The step a signed resume names: ``""`` for where the run stopped; None when the
+    answer is no resume."""
+    if not isinstance(answer, dict) or answer.get("resolution") != "resume":
+        return None
+    if set(answer) - {"resolution", "step"}:
+        return None
+    step = answer.get("step")
+    if step is None:
+        return ""
+    return step if isinstance(step, str) and step else None
 
 
 def _allowed_name(name: str) -> str:

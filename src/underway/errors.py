@@ -14,6 +14,7 @@ Every error derives from :class:`UnderwayError`::
     ├── RunNotFound             no run with that id in that tenant
     ├── NonDeterminismError     a re-run issued a different call sequence
     ├── ToolCallError           a tool call failed; raised inside the step that made it
+    ├── OutcomeUnknown          a tool lost track of a request that may have taken effect
     ├── IntegrityError          stored data fails its hash or schema checks
     └── StoreError              the database refused an operation
         ├── ConflictError       another writer appended first (expected sequence moved)
@@ -25,6 +26,9 @@ Every error derives from :class:`UnderwayError`::
 """
 
 from __future__ import annotations
+
+import sqlite3
+import sys
 
 
 class UnderwayError(Exception):
@@ -78,6 +82,20 @@ class ToolCallError(UnderwayError):
         self.retryable = retryable
 
 
+class OutcomeUnknown(UnderwayError):
+    """Raised by a tool (or ``underway.http``) when a request may have reached the outside
+    world but its answer was lost: a connection reset, a read error or a read timeout
+    after the request was sent.
+
+    For a mutating call the engine journals ``ToolOutcomeUnknown`` and settles the call
+    like an intent without outcome after a crash: an idempotent tool is tried again with
+    the same key, ``reconcile(key)`` is asked, or a person decides. It is never recorded
+    as a failure, so the journal never says less happened than did.
+    """
+
+    outcome_unknown = True
+
+
 class IntegrityError(UnderwayError):
     """Stored data does not match its hash, chain or schema."""
 
@@ -96,6 +114,16 @@ class FencedError(StoreError):
 
 class MigrationError(StoreError):
     """The database schema cannot be brought to the version this code expects."""
+
+
+def is_store_failure(exc: BaseException) -> bool:
+    """True when ``exc`` is the database's failure, not the run's (a :class:`StoreError`,
+    or an error of the ``sqlite3`` or ``psycopg`` driver): such a run is handed back and
+    tried again later, never dead-lettered for it."""
+    if isinstance(exc, StoreError | sqlite3.Error):
+        return True
+    psycopg = sys.modules.get("psycopg")
+    return psycopg is not None and isinstance(exc, psycopg.Error)
 
 
 class RunCancelledSignal(BaseException):

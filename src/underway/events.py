@@ -128,7 +128,10 @@ class ToolFailed(Event):
 
 
 class ToolTimedOut(Event):
-    """A call exceeded its timeout and was cancelled; counts as a failure."""
+    """A call exceeded its timeout and was cancelled. For a read-only call it is a
+    failure; for a mutating call (an intent was journaled) the outcome is **unknown**: the
+    request may have taken effect, so the call is settled like an intent without outcome
+    after a crash (same key if idempotent, ``reconcile``, else a person)."""
 
     type: Literal["ToolTimedOut"] = "ToolTimedOut"
     key: str
@@ -136,6 +139,31 @@ class ToolTimedOut(Event):
     index: int
     args_hash: str
     timeout_s: float
+
+
+class ToolOutcomeUnknown(Event):
+    """A mutating call lost track of its request after it may have left (a connection
+    reset or a read error after sending): its outcome is unknown, never a failure."""
+
+    type: Literal["ToolOutcomeUnknown"] = "ToolOutcomeUnknown"
+    key: str
+    tool: str
+    index: int
+    args_hash: str
+    error_type: str
+    message: str
+
+
+class ToolReconciled(Event):
+    """A call's ``reconcile(key)`` hook said the effect did not happen: the unknown
+    outcome is settled, and the call may run again (through the whole guard)."""
+
+    type: Literal["ToolReconciled"] = "ToolReconciled"
+    key: str
+    tool: str
+    index: int
+    args_hash: str
+    outcome: Literal["not_happened"] = "not_happened"
 
 
 class SchemaValidationFailed(Event):
@@ -273,11 +301,17 @@ class RunDeadLettered(Event):
 
 
 class RunResumed(Event):
-    """An operator resumed a dead run, at ``step`` (None: the step where it stopped)."""
+    """An operator resumed a dead run, at ``step`` (None: the step where it stopped).
+
+    ``decision`` holds the verified signed decision when the resume came signed
+    (``underway approvals resolve --resolution resume``); None for an unsigned
+    ``underway runs resume``. Calls the run goes on with pass the whole guard again.
+    """
 
     type: Literal["RunResumed"] = "RunResumed"
     by: str
     step: str | None = None
+    decision: JSON = None
 
 
 class RunCompleted(Event):
@@ -315,7 +349,7 @@ class ToolRefused(Event):
     args_hash: str
     cause: Literal[
         "not_allowed", "policy_denied", "approval_rejected", "approval_expired",
-        "approval_invalid", "budget_exceeded",
+        "approval_invalid", "budget_exceeded", "guard_error",
     ]
     reason: str
 
@@ -475,6 +509,8 @@ AnyEvent = Annotated[
     | ToolSucceeded
     | ToolFailed
     | ToolTimedOut
+    | ToolOutcomeUnknown
+    | ToolReconciled
     | SchemaValidationFailed
     | ModelResponded
     | ValueRecorded

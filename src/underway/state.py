@@ -52,6 +52,11 @@ class CallRecord:
     message: str | None = None
     retryable: bool = False
     attempts: int = 1
+    maybe_happened: bool = False
+    """An intent of this call was journaled and no outcome has settled it since: an
+    earlier attempt may have taken effect (a crash, a timeout, a lost connection)."""
+    approval_requests: int = 0
+    """Approval requests journaled for this call; each has its own request id."""
 
 
 @dataclass(slots=True)
@@ -101,6 +106,8 @@ class RunState:
     """Verified signed approvals of the current step's calls, by idempotency key."""
     model_usage: dict[str, dict[str, float]] = field(default_factory=dict)
     """Model calls, tokens and cost by request ``kind`` (for per-route budgets)."""
+    dead_request: str | None = None
+    """While the run is dead: the id a signed resume must name (one per dead-lettering)."""
 
     @property
     def final(self) -> bool:
@@ -133,11 +140,14 @@ class RunState:
         return copy.deepcopy(self)
 
 
-def _set_call(s: RunState, rec: CallRecord) -> None:
+def _set_call(s: RunState, rec: CallRecord, *, settles: bool = False) -> None:
+    """Record ``rec`` as call ``rec.index``; a record of the same call keeps its attempts,
+    its approval requests and — unless this outcome ``settles`` it — its unknown outcome."""
     if rec.index < len(s.calls):
         old = s.calls[rec.index]
         if old.key == rec.key:
-            rec.attempts = old.attempts
+            rec.attempts, rec.approval_requests = old.attempts, old.approval_requests
+            rec.maybe_happened = rec.maybe_happened or (old.maybe_happened and not settles)
         s.calls[rec.index] = rec
     elif rec.index == len(s.calls):
         s.calls.append(rec)
@@ -170,9 +180,11 @@ def shadow_result(tool: str) -> JSON:
     return {"shadowed": True, "tool": tool}
 
 
-def request_id_for(key: str) -> str:
-    """The approval request id of the call with idempotency ``key``."""
-    return f"apr:{key}"
+def request_id_for(key: str, n: int = 1) -> str:
+    """The id of the ``n``-th approval request of the call with idempotency ``key``: a call
+    refused or rejected and then tried again asks anew, under a new id, so no decision on
+    an earlier request can settle a later one."""
+    return f"apr:{key}" if n <= 1 else f"apr{n}:{key}"
 
 
 def _request_key(request_id: str) -> str:
@@ -200,6 +212,20 @@ def _settle_approval(
         s.status, s.waiting_signal, s.wake_at = "ready", None, None
 
 
+def _lost_track(
+    s: RunState, e: ev.ToolTimedOut | ev.ToolOutcomeUnknown, error_type: str, message: str
+) -> None:
+    """A call that timed out or lost its connection. With an intent journaled (a mutating
+    call) its outcome is unknown — it stays ``started``; a read-only call failed."""
+    old = s.call(e.index)
+    if old is not None and old.key == e.key and old.status == "started":
+        old.error_type, old.message, old.maybe_happened = error_type, message, True
+        return
+    _count_read(s, e.index, e.key)
+    _set_call(s, CallRecord(e.index, e.key, e.tool, e.args_hash, "failed", None,
+                            error_type, message, True))
+
+
 def apply(s: RunState, rec: Recorded) -> RunState:
     """Apply one event to ``s`` (in place) and return it."""
     e = rec.event
@@ -221,11 +247,13 @@ def apply(s: RunState, rec: Recorded) -> RunState:
         case ev.ToolStarted():
             existing = s.call(e.index)
             if existing is None or existing.status != "started":
-                _set_call(s, CallRecord(e.index, e.key, e.tool, e.args_hash, "started"))
+                _set_call(s, CallRecord(e.index, e.key, e.tool, e.args_hash, "started",
+                                        maybe_happened=True))
             s.tool_calls += 1
         case ev.ToolSucceeded():
             _count_read(s, e.index, e.key)
-            _set_call(s, CallRecord(e.index, e.key, e.tool, e.args_hash, "succeeded", e.result))
+            _set_call(s, CallRecord(e.index, e.key, e.tool, e.args_hash, "succeeded", e.result),
+                      settles=True)
             for name, n in (e.counts or {}).items():
                 if name == "messages":
                     s.messages += int(n)
@@ -239,16 +267,19 @@ def apply(s: RunState, rec: Recorded) -> RunState:
                                     REFUSAL_ERRORS[e.cause], e.reason, False))
         case ev.ApprovalRequested():
             _set_call(s, CallRecord(e.index, e.key, e.tool, e.args_hash, "awaiting"))
+            s.calls[e.index].approval_requests += 1
             s.pending_approval = e.model_dump(mode="json", exclude={"type"})
             s.status, s.waiting_signal, s.wake_at = "waiting", APPROVAL_SIGNAL, e.expires_at
         case ev.ApprovalGranted():
             _settle_approval(s, e.request_id, "approved", None)
             s.approvals[_request_key(e.request_id)] = {
                 "decision": e.decision, "required_role": e.required_role,
-                "expires_at": e.expires_at,
+                "expires_at": e.expires_at, "request_id": e.request_id,
             }
         case ev.ApprovalRejected():
             comment = e.decision.get("comment") if isinstance(e.decision, dict) else ""
+            # A rejection withdraws any earlier approval of the same call.
+            s.approvals.pop(_request_key(e.request_id), None)
             _settle_approval(s, e.request_id, "failed", (
                 "ApprovalRejected", f"rejected by {e.approver_id}: {comment or 'no comment'}"
             ))
@@ -275,16 +306,14 @@ def apply(s: RunState, rec: Recorded) -> RunState:
                     e.index, e.key, e.tool, e.args_hash, "failed", None,
                     e.error_type, e.message, e.retryable,
                 ),
+                settles=True,
             )
         case ev.ToolTimedOut():
-            _count_read(s, e.index, e.key)
-            _set_call(
-                s,
-                CallRecord(
-                    e.index, e.key, e.tool, e.args_hash, "failed", None,
-                    "ToolTimedOut", f"timed out after {e.timeout_s}s", True,
-                ),
-            )
+            _lost_track(s, e, "ToolTimedOut", f"timed out after {e.timeout_s}s")
+        case ev.ToolOutcomeUnknown():
+            _lost_track(s, e, e.error_type, e.message)
+        case ev.ToolReconciled():
+            _set_call(s, CallRecord(e.index, e.key, e.tool, e.args_hash, "retry"), settles=True)
         case ev.SchemaValidationFailed():
             old = s.call(e.index)
             _set_call(
@@ -333,8 +362,9 @@ def apply(s: RunState, rec: Recorded) -> RunState:
             s.retries += 1
         case ev.RunDeadLettered():
             s.status, s.error, s.wake_at, s.timer_id = "dead", e.reason, None, None
+            s.dead_request = f"dead-{rec.seq}"
         case ev.RunResumed():
-            s.status, s.error = "ready", None
+            s.status, s.error, s.dead_request = "ready", None, None
             if e.step is not None and e.step != s.step:
                 s.step, s.attempt, s.calls, s.values = e.step, 0, [], []
             else:
@@ -346,7 +376,8 @@ def apply(s: RunState, rec: Recorded) -> RunState:
             was = (s.escalation or {}).get("was")
             s.status, s.escalation = ("waiting" if was == "waiting" else "ready"), None
             for c in s.calls:
-                if c.key == e.key and c.status == "started":
+                if c.key == e.key and (c.status == "started" or c.maybe_happened):
+                    c.maybe_happened = False
                     if e.resolution == "succeeded":
                         c.status, c.result = "succeeded", e.result
                     elif e.resolution == "failed":

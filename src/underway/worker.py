@@ -27,12 +27,14 @@ import asyncio
 import contextlib
 import importlib
 import logging
+import random
+import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar, cast
 
 from .effects import Tool
 from .engine import Engine
-from .errors import ConfigurationError, ConflictError, FencedError
+from .errors import ConfigurationError, ConflictError, FencedError, is_store_failure
 from .flow import Flow
 from .loading import call_factory, import_object
 from .runner import Runner
@@ -107,6 +109,7 @@ class Worker:
         self._draining = False
         self._listening = asyncio.Event()
         self._handed_back_queues: set[str] = set()
+        self._failures: dict[str, int] = {}
         self._fire_schedules: ScheduleFiring | None = _schedule_firing()
 
     @property
@@ -265,21 +268,56 @@ class Worker:
             # Cancelled by a stopping worker: the step's uncommitted work is lost, and is
             # redone from the journal by whoever takes the run next.
             self._give_back(lease)
+            return
         except (FencedError, ConflictError) as exc:
             # Another worker owns the run now; what it commits is the truth.
             log.warning("gave up run %s: %s", lease.run_id, exc)
         except Exception:
-            log.exception("run %s (tenant %s) failed in this worker; handing it back",
-                          lease.run_id, lease.tenant_id)
-            self._give_back(lease)
+            # What the engine could not journal — the database failing, a flow this worker
+            # does not know, a journal it cannot read: not the run's fault, so handed back,
+            # but later each time, never in a loop.
+            if len(self._failures) > 10_000:
+                self._failures.clear()  # runs other workers finished
+            failures = self._failures.get(lease.run_id, 0) + 1
+            self._failures[lease.run_id] = failures
+            if failures >= POISON_AFTER and await self._dead_letter(lease, failures):
+                return
+            delay = handback_delay(failures)
+            log.exception("run %s (tenant %s) failed in this worker (%d in a row); handing "
+                          "it back for %.1fs", lease.run_id, lease.tenant_id, failures, delay)
+            self._give_back(lease, retry_at=self.engine.clock.now() + delay)
+            return
+        self._failures.pop(lease.run_id, None)
+
+    async def _dead_letter(self, lease: Lease, failures: int) -> bool:
+        """After :data:`POISON_AFTER` failures in a row that are not the database's, the run
+        stops dead for an operator (journaled); False when even that cannot be done."""
+        exc = sys.exc_info()[1]
+        # The database's failure, or this worker's configuration (a flow it does not
+        # know, in a rolling deploy): not the run's fault.
+        if exc is None or is_store_failure(exc) or isinstance(exc, ConfigurationError):
+            return False
+        try:
+            await self.engine.dead_letter(
+                lease, reason=f"failed {failures} times in a row in worker {self.owner}: "
+                              f"{type(exc).__name__}: {exc}",
+                error_type=type(exc).__name__,
+            )
+        except Exception as again:
+            log.warning("could not dead-letter run %s: %s", lease.run_id, again)
+            return False
+        self._failures.pop(lease.run_id, None)
+        log.error("run %s (tenant %s) dead-lettered after %d failures in a row",
+                  lease.run_id, lease.tenant_id, failures)
+        return True
 
     def _queue_of(self, lease: Lease) -> str:
         row = self._store.get_run(lease.tenant_id, lease.run_id)
         return row.queue if row is not None else "default"
 
-    def _give_back(self, lease: Lease) -> None:
+    def _give_back(self, lease: Lease, *, retry_at: float | None = None) -> None:
         try:
-            self._store.release(lease)
+            self._store.release(lease, retry_at=retry_at)
             row = self._store.get_run(lease.tenant_id, lease.run_id)
         except Exception as exc:
             log.warning("could not hand back run %s (%s); its lease will expire",
@@ -362,6 +400,21 @@ class Worker:
 
         with psycopg.connect(conninfo, autocommit=True, connect_timeout=5) as conn:
             conn.execute(_pg_query("notify_queues"), {"queues": queues})
+
+
+POISON_AFTER = 5
+"""Failures in a row (not the database's) after which a worker dead-letters a run."""
+
+HANDBACK_MAX_DELAY = 300.0
+"""The longest a run handed back after a failure waits before it is due again."""
+
+
+def handback_delay(failures: int) -> float:
+    """Seconds a run handed back after its ``failures``-th failure in a row is not due:
+    exponential from 0.5 s, capped at :data:`HANDBACK_MAX_DELAY`, with jitter so runs
+    failing together do not come back together."""
+    base = min(HANDBACK_MAX_DELAY, 0.5 * 2.0 ** min(failures - 1, 20))
+    return base * (0.5 + random.random() / 2)
 
 
 def _pg_query(name: str) -> str:

@@ -350,7 +350,8 @@ def test_tool_failures_timeouts_and_schema_errors_are_journaled() -> None:
     async def flaky(args: Any) -> Any:
         raise ConnectionError("gateway down")
 
-    @uw.tool(timeout=0.01)
+    # Read-only: its timeout is a failure (a mutating call's is an unknown outcome).
+    @uw.tool(timeout=0.01, read_only=True)
     async def slow(args: Any) -> Any:
         await asyncio.sleep(5)
 

@@ -69,8 +69,9 @@ _WHY = {
     "decision_expiry_mismatch": "the decision outlives the request",
 }
 
-OUTCOMES = ("succeeded", "failed", "retry")
-"""What a resolution may say of the escalated call: it happened, it did not, try again."""
+OUTCOMES = ("succeeded", "failed", "retry", "resume")
+"""What a resolution may say of the escalated call: it happened, it did not, try again;
+or, for a dead run, resume it (its calls pass the whole guard again)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +116,12 @@ def _request_of(state: RunState) -> _Request | None:
             required_role=_opt_str(esc.get("required_role")),
             expires_at=_expiry(esc.get("expires_at")), question=_opt_str(esc.get("question")),
             context=esc.get("context"),
+        )
+    if state.status == "dead" and state.dead_request is not None:
+        return _Request(
+            run_id=state.run_id, kind="resolution", request_id=state.dead_request, tool="",
+            args=None, args_hash="", evidence=None, risks=[], required_role=None,
+            expires_at=float("inf"), question=state.error, cause="dead",
         )
     if state.status == "escalated" and esc is not None and esc.get("request_id"):
         # Anything else a person must settle: an unknown outcome, a deadline, a budget.
@@ -279,7 +286,9 @@ def show(
                 f"arguments:     sha256 {r.args_hash}",
                 *("  " + line for line in _pretty(r.args).splitlines()),
             ]
-        out.append("resolve with:  underway approvals resolve RUN --outcome "
+        out.append("resolve with:  underway approvals resolve RUN --outcome resume [--step S]"
+                   if r.cause == "dead" else
+                   "resolve with:  underway approvals resolve RUN --outcome "
                    "succeeded|failed|retry [--result JSON]")
     else:
         out.append(f"question:      {r.question}")
@@ -297,10 +306,15 @@ def show(
 def _decide(
     ctx: typer.Context, run_id: str, key_file: Path, approver_id: str, tenant: str,
     db: str | None, *, decision: Decision, comment: str = "", answer: JSON = None,
+    dead: bool = False,
 ) -> None:
     key = load_private_key(key_file)
     with open_store(ctx, db) as store:
         r = _load_request(store, tenant, run_id)
+        if dead != (r.cause == "dead"):
+            raise Problem(
+                f"run {run_id!r} is dead: resolve it with --outcome resume" if not dead
+                else f"run {run_id!r} is not dead: --outcome resume resumes dead runs only")
         wanted = {"answer": "question", "resolve": "resolution"}.get(decision, "approval")
         if r.kind != wanted:
             how = {"question": "answer it with `underway approvals answer`",
@@ -405,22 +419,32 @@ def resolve(
         typer.Option("--result", help="With succeeded: the call's result, as JSON (what "
                      "the outside system reports).", show_default=False),
     ] = None,
+    step: Annotated[
+        str | None,
+        typer.Option("--step", help="With resume: the step to resume at (default: where "
+                     "the run stopped).", show_default=False),
+    ] = None,
     comment: CommentOption = "", tenant: TenantOption = "default", db: DbOption = None,
 ) -> None:
-    """Sign a resolution of an escalated run (an unknown outcome, a deadline, a budget) and
-    send it to the run."""
+    """Sign a resolution of an escalated run (an unknown outcome, a deadline, a budget), or
+    the resume of a dead run (``--outcome resume``), and send it to the run."""
     if outcome not in OUTCOMES:
         raise Problem(f"--outcome must be one of {', '.join(OUTCOMES)}, not {outcome!r}")
     if result is not None and outcome != "succeeded":
         raise Problem("--result goes with --outcome succeeded only")
+    if step is not None and outcome != "resume":
+        raise Problem("--step goes with --outcome resume only")
     value: JSON = None
     if result is not None:
         try:
             value = json.loads(result)
         except ValueError as exc:
             raise Problem(f"--result is not JSON: {exc}") from None
+    answer: JSON = {"resolution": outcome, "result": value}
+    if outcome == "resume":
+        answer = {"resolution": "resume", "step": step}
     _decide(ctx, run_id, key, approver_id, tenant, db, decision="resolve", comment=comment,
-            answer={"resolution": outcome, "result": value})
+            answer=answer, dead=outcome == "resume")
 
 
 # -- underway approvers ----------------------------------------------------------------------

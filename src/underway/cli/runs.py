@@ -237,11 +237,16 @@ def resume(
     tenant: TenantOption = "default",
     db: DbOption = None,
 ) -> None:
-    """Resume a dead run; failed calls are tried again, completed ones are not."""
+    """Resume a dead run, unsigned: failed calls are tried again — each through the whole
+    guard (policy, budgets, a fresh approval where one is required) — completed ones are
+    not. A worker with ``--signed-resolutions`` refuses it; use ``underway approvals
+    resolve RUN --outcome resume`` there."""
     with open_store(ctx, db) as store:
         row = require_run(store, tenant, run)
         if row.status != "dead":
             raise Problem(f"run {run} is {row.status}, not dead; only dead runs can be resumed")
         Engine(store).resume(run, by=by, step=step, tenant_id=tenant)
     where = f"at step {step}" if step else "where it stopped"
-    typer.echo(f"run {run} resumed {where} by {by}")
+    typer.echo(f"run {run} resumed {where} by {by} (unsigned: a worker with "
+               "--signed-resolutions refuses it; sign one with `underway approvals resolve "
+               "RUN --outcome resume`)")

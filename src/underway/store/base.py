@@ -339,8 +339,9 @@ class Store(Protocol):
         """Extend a lease still held; None when it was lost."""
         ...
 
-    def release(self, lease: Lease) -> None:
-        """Give a lease back without appending."""
+    def release(self, lease: Lease, *, retry_at: float | None = None) -> None:
+        """Give a lease back without appending; with ``retry_at`` the run is not due again
+        before then (a run handed back after a failure is never claimed in a loop)."""
         ...
 
     def held_leases(self, *, now: float) -> list[tuple[str, str, str]]:

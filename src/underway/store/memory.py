@@ -289,13 +289,18 @@ class MemoryStore:
             self._runs[key] = dataclasses.replace(r, lease_expires_at=now + ttl)
         return dataclasses.replace(lease, expires_at=now + ttl)
 
-    def release(self, lease: Lease) -> None:
-        """Give a lease back."""
+    def release(self, lease: Lease, *, retry_at: float | None = None) -> None:
+        """Give a lease back (not due again before ``retry_at`` when given)."""
         key = (lease.tenant_id, lease.run_id)
         with self._lock:
             r = self._runs.get(key)
             if r is not None and r.lease_owner == lease.owner and r.lease_token == lease.token:
-                self._runs[key] = dataclasses.replace(r, lease_owner=None, lease_expires_at=None)
+                wake = r.next_wake_at
+                if retry_at is not None:
+                    wake = retry_at if wake is None else max(wake, retry_at)
+                self._runs[key] = dataclasses.replace(
+                    r, lease_owner=None, lease_expires_at=None, next_wake_at=wake
+                )
 
     def held_leases(self, *, now: float) -> list[tuple[str, str, str]]:
         """Unexpired leases."""

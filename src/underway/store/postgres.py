@@ -382,11 +382,12 @@ class PostgresStore:
             return None
         return Lease(lease.tenant_id, lease.run_id, lease.owner, lease.token, now + ttl)
 
-    def release(self, lease: Lease) -> None:
-        """Give a lease back."""
+    def release(self, lease: Lease, *, retry_at: float | None = None) -> None:
+        """Give a lease back (not due again before ``retry_at`` when given)."""
         self._count(
-            "release_lease", tenant_id=lease.tenant_id, run_id=lease.run_id,
-            owner=lease.owner, token=lease.token,
+            "release_lease" if retry_at is None else "release_lease_until",
+            tenant_id=lease.tenant_id, run_id=lease.run_id, owner=lease.owner,
+            token=lease.token, retry_at=retry_at,
         )
 
     def held_leases(self, *, now: float) -> list[tuple[str, str, str]]:

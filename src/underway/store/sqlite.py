@@ -296,12 +296,14 @@ class SQLiteStore:
                 return None
         return Lease(lease.tenant_id, lease.run_id, lease.owner, lease.token, now + ttl)
 
-    def release(self, lease: Lease) -> None:
-        """Give a lease back."""
+    def release(self, lease: Lease, *, retry_at: float | None = None) -> None:
+        """Give a lease back (not due again before ``retry_at`` when given)."""
+        key = (lease.tenant_id, lease.run_id, lease.owner, lease.token)
         with self._tx() as c:
-            c.execute(
-                _Q["release_lease"], (lease.tenant_id, lease.run_id, lease.owner, lease.token)
-            )
+            if retry_at is None:
+                c.execute(_Q["release_lease"], key)
+            else:
+                c.execute(_Q["release_lease_until"], (retry_at, retry_at, *key))
 
     def held_leases(self, *, now: float) -> list[tuple[str, str, str]]:
         """Unexpired leases."""

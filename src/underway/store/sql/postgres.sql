@@ -332,6 +332,14 @@ UPDATE runs SET lease_owner = NULL, lease_expires_at = NULL
  WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s
    AND lease_owner = %(owner)s AND lease_token = %(token)s
 
+-- name: release_lease_until
+-- A run handed back after a failure is not due again before retry_at: never claimed in
+-- a loop.
+UPDATE runs SET lease_owner = NULL, lease_expires_at = NULL,
+       next_wake_at = GREATEST(COALESCE(next_wake_at, %(retry_at)s), %(retry_at)s)
+ WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s
+   AND lease_owner = %(owner)s AND lease_token = %(token)s
+
 -- name: lock_run
 -- Serializes a signal with an append to the same run: whichever commits second sees the
 -- other's row, so a signal sent just as the run starts waiting is never lost.

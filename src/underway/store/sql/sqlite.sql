@@ -223,6 +223,12 @@ UPDATE runs SET lease_expires_at = ?
 UPDATE runs SET lease_owner = NULL, lease_expires_at = NULL
  WHERE tenant_id = ? AND run_id = ? AND lease_owner = ? AND lease_token = ?
 
+-- name: release_lease_until
+-- A run handed back after a failure is not due again before ?: never claimed in a loop.
+UPDATE runs SET lease_owner = NULL, lease_expires_at = NULL,
+       next_wake_at = MAX(COALESCE(next_wake_at, ?), ?)
+ WHERE tenant_id = ? AND run_id = ? AND lease_owner = ? AND lease_token = ?
+
 -- name: insert_signal
 INSERT INTO signals (tenant_id, run_id, signal_id, name, payload, sender, created_at)
 VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING
