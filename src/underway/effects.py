@@ -164,6 +164,15 @@ class Tool:
                     "code such as 'INR', nor 'arg:<path>'"
                 )
             object.__setattr__(self, "currency", code)
+        if self.args_model is not None:
+            fields = self.args_model.model_fields
+            names = set(fields) | {f.alias for f in fields.values() if f.alias}
+            for path in (self.amount, (self.currency or "")[4:] or None):
+                if path is not None and path.split(".")[0] not in names:
+                    raise ConfigurationError(
+                        f"tool {self.name!r} reads money from argument {path!r}, which its "
+                        f"argument model {self.args_model.__name__} does not have"
+                    )
         if self.money_direction not in ("out", "in", "both"):
             raise ConfigurationError(
                 f"tool {self.name!r}: money_direction must be 'out', 'in' or 'both', not "

@@ -115,7 +115,7 @@ def read_money(tool: Tool, args: JSON) -> Money | Unreadable | None:
                               f"not matching the tool's schema ({n} error{'s' * (n != 1)})")
     raw = _dig(args, tool.amount)
     if isinstance(raw, bool):
-        return Unreadable(tool.name, tool.amount, repr(raw), "a boolean, not an amount")
+        return Unreadable(tool.name, tool.amount, _shown(raw), "a boolean, not an amount")
     amount = _amount(tool, _dig(validated, tool.amount))
     if isinstance(amount, Unreadable):
         return amount
@@ -127,7 +127,7 @@ def read_money(tool: Tool, args: JSON) -> Money | Unreadable | None:
             if found is _MISSING or found is None:
                 return Unreadable(tool.name, path, "missing" if found is _MISSING else "None",
                                   "and the tool reads the currency of its amount there")
-            return Unreadable(tool.name, path, repr(found),
+            return Unreadable(tool.name, path, _shown(found),
                               "not a three-letter currency code such as 'INR'")
     else:
         currency = tool.currency
@@ -144,24 +144,30 @@ def _amount(tool: Tool, value: Any) -> Decimal | Unreadable:
         return bad("missing" if value is _MISSING else "None",
                    "and a call of a tool that moves money must say how much")
     if isinstance(value, bool):
-        return bad(repr(value), "a boolean, not an amount")
+        return bad(_shown(value), "a boolean, not an amount")
     if isinstance(value, int):
         amount = Decimal(value)
     elif isinstance(value, float | Decimal):
         amount = Decimal(repr(value)) if isinstance(value, float) else value
         if not amount.is_finite():
-            return bad(repr(value), "not a finite number")
+            return bad(_shown(value), "not a finite number")
     elif isinstance(value, str):
-        return bad(repr(value), "a string; declare the field as a number (Decimal) in the "
+        return bad(_shown(value), "a string; declare the field as a number (Decimal) in the "
                    "tool's argument model so it is validated before the guard counts it")
     else:
         return bad(f"a {type(value).__name__}", "not a number")
     if amount.copy_abs() > MAX_AMOUNT:
-        return bad(repr(value), f"larger than {MAX_AMOUNT:,} and cannot be counted exactly")
+        return bad(_shown(value), f"larger than {MAX_AMOUNT:,} and cannot be counted exactly")
     if amount < 0 and tool.money_direction != "both":
-        return bad(repr(value), f"negative, but tool {tool.name!r} only moves money "
+        return bad(_shown(value), f"negative, but tool {tool.name!r} only moves money "
                    f"{tool.money_direction}")
     return amount.copy_abs() if amount == 0 else amount
+
+
+def _shown(value: Any) -> str:
+    """``value`` as a refusal names it: strings quoted, numbers plain, long ones cut."""
+    text = str(value) if isinstance(value, Decimal) else repr(value)
+    return text if len(text) <= 40 else f"{text[:37]}..."
 
 
 def _python_value(model: BaseModel) -> Any:
