@@ -37,8 +37,10 @@ class Budget:
     """Limits on what a run (or a tenant) may spend; ``None`` means unlimited.
 
     ``tokens`` counts input and output tokens together; ``wall_clock_s`` is the time since
-    the run started; ``money`` limits the amounts moved per currency (``{"INR": 50000}``),
-    and an amount in a currency it does not name is not limited. ``on_exceed`` says what
+    the run started; ``money`` limits the amounts moved per currency (``{"INR": 50000}``,
+    counted whichever way the money moves), and a currency it does not name may not be
+    moved at all (give it ``Decimal("Infinity")`` to leave it unlimited); without
+    ``money`` no currency is limited. ``on_exceed`` says what
     the engine does when a call would cross a limit: ``escalate`` to a person or ``fail``
     the run.
     """
@@ -185,8 +187,14 @@ def check(
     limit("model_calls", budget.model_calls, total.model_calls)
     limit("tool_calls", budget.tool_calls, total.tool_calls)
     limit("messages", budget.messages, total.messages)
-    for cur, cap in (budget.money or {}).items():
-        limit(f"money.{cur}", cap, total.money.get(cur, 0.0))
+    if budget.money is not None:
+        for cur, cap in budget.money.items():
+            limit(f"money.{cur}", cap, total.money.get(cur, 0.0))
+        for cur, amount in (pending.money if pending is not None else {}).items():
+            # A money budget names every currency it allows: one it does not name has
+            # no room, so a call cannot slip past the limits by paying in another.
+            if cur not in budget.money and amount:
+                limit(f"money.{cur}", 0.0, total.money.get(cur, 0.0))
     if budget.wall_clock_s is not None and usage.started_at is not None:
         limit("wall_clock_s", budget.wall_clock_s, now - usage.started_at)
     return found

@@ -22,6 +22,7 @@ from pydantic import BaseModel
 
 from .errors import ConfigurationError
 from .events import JSON, canonical_json
+from .money import Direction, Money, Unreadable, read_money, valid_currency
 from .retry import CircuitBreaker, RetryPolicy
 
 COMPENSATE_SUFFIX = ".compensate"
@@ -107,8 +108,9 @@ class Tool:
     runs too long; ``retry`` retries failures on durable timers; ``circuit`` fails fast
     after repeated failures. ``permissions``, ``input_labels`` / ``output_labels``
     (data sensitivity, e.g. ``personal``), ``amount`` / ``currency`` (where the money a
-    call moves sits in its arguments) and ``message`` (the call sends a message to a
-    person) are what policies and budgets see. ``secrets`` names the secrets fetched for
+    call moves sits in its arguments), ``money_direction`` (which way it moves, see
+    :mod:`underway.money`) and ``message`` (the call sends a message to a person) are what
+    policies and budgets see. ``secrets`` names the secrets fetched for
     each call into :attr:`CallInfo.secrets`. ``sandbox`` is the isolation profile of a
     shell or code tool, hashed into its ``ToolStarted`` event.
     """
@@ -136,6 +138,9 @@ class Tool:
     currency: str | None = None
     """The currency of ``amount``: a code (``"INR"``) or, prefixed ``arg:``, the dotted
     path of the argument holding it (``"arg:currency"``)."""
+    money_direction: Direction = "both"
+    """``out``: the tool pays; ``in``: it collects; a negative amount is then refused.
+    ``both`` (default): the sign says which way, and either way counts."""
     message: bool = False
     sandbox: Any = field(default=None, repr=False)
 
@@ -150,6 +155,28 @@ class Tool:
             raise ConfigurationError(
                 f"tool {self.name!r} declares amount={self.amount!r} without a currency; "
                 "pass currency='INR' or currency='arg:<path>'"
+            )
+        if self.currency is not None and not self.currency.startswith("arg:"):
+            code = valid_currency(self.currency)
+            if code is None:
+                raise ConfigurationError(
+                    f"tool {self.name!r}: currency {self.currency!r} is not a three-letter "
+                    "code such as 'INR', nor 'arg:<path>'"
+                )
+            object.__setattr__(self, "currency", code)
+        if self.args_model is not None:
+            fields = self.args_model.model_fields
+            names = set(fields) | {f.alias for f in fields.values() if f.alias}
+            for path in (self.amount, (self.currency or "")[4:] or None):
+                if path is not None and path.split(".")[0] not in names:
+                    raise ConfigurationError(
+                        f"tool {self.name!r} reads money from argument {path!r}, which its "
+                        f"argument model {self.args_model.__name__} does not have"
+                    )
+        if self.money_direction not in ("out", "in", "both"):
+            raise ConfigurationError(
+                f"tool {self.name!r}: money_direction must be 'out', 'in' or 'both', not "
+                f"{self.money_direction!r}"
             )
 
     @property
@@ -169,20 +196,9 @@ class Tool:
         """JSON Schema of the tool's result, when it declares a result model."""
         return self.result_model.model_json_schema() if self.result_model is not None else None
 
-    def money(self, args: JSON) -> tuple[str, float] | None:
-        """``(currency, amount)`` this call moves, read from its arguments."""
-        if self.amount is None or self.currency is None:
-            return None
-        value = dig(args, self.amount)
-        cur = (
-            dig(args, self.currency[4:]) if self.currency.startswith("arg:") else self.currency
-        )
-        if value is None or cur is None:
-            return None
-        try:
-            return str(cur).upper(), float(value)
-        except (TypeError, ValueError):
-            return None
+    def money(self, args: JSON) -> Money | Unreadable | None:
+        """The money a call with ``args`` moves (:func:`underway.money.read_money`)."""
+        return read_money(self, args)
 
     def compensation(self) -> Tool:
         """The tool that undoes this one: ``await ctx.call(t.compensation(), {"args": ...,
@@ -250,6 +266,7 @@ def tool(
     secrets: tuple[str, ...] = (),
     amount: str | None = None,
     currency: str | None = None,
+    money_direction: Direction = "both",
     message: bool = False,
     description: str | None = None,
 ) -> Tool: ...
@@ -275,6 +292,7 @@ def tool(
     secrets: tuple[str, ...] = (),
     amount: str | None = None,
     currency: str | None = None,
+    money_direction: Direction = "both",
     message: bool = False,
     description: str | None = None,
 ) -> Callable[[ToolFn], Tool]: ...
@@ -299,6 +317,7 @@ def tool(
     secrets: tuple[str, ...] = (),
     amount: str | None = None,
     currency: str | None = None,
+    money_direction: Direction = "both",
     message: bool = False,
     description: str | None = None,
 ) -> Tool | Callable[[ToolFn], Tool]:
@@ -352,22 +371,11 @@ def tool(
             secrets=tuple(secrets),
             amount=amount,
             currency=currency,
+            money_direction=money_direction,
             message=message,
         )
 
     return build(fn) if fn is not None else build
-
-
-def dig(value: JSON, path: str) -> JSON:
-    """The value at dotted ``path`` inside JSON ``value`` (None when absent)."""
-    for part in path.split("."):
-        if isinstance(value, dict):
-            value = value.get(part)
-        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
-            value = value[int(part)]
-        else:
-            return None
-    return value
 
 
 def _is_model(t: object) -> bool:

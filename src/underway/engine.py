@@ -39,7 +39,7 @@ from .errors import (
 from .errors import is_store_failure as _is_store_failure
 from .events import JSON, canonical_json, genesis_hash
 from .flow import Done, Fail, Flow, Goto, Next, RunContext, Sleep, Wait
-from .guard import Guard, call_counts, call_usage
+from .guard import Guard, call_counts, call_usage, money_refusal
 from .identity import worker_identity
 from .journal import Journal
 from .jsonpatch import make_patch
@@ -429,6 +429,9 @@ class StepExecution:
                 t.args_model.model_validate(args)
             except ValidationError as exc:
                 self._schema_failed(t, key, index, "args", exc)
+        unreadable = money_refusal(t, args)
+        if unreadable is not None:
+            self._refuse(t, key, index, h, "policy_denied", unreadable)
         now = eng.clock.now()
         if guard.has_budget(flow):
             over = guard.over_budget(flow, eng.store, s, call_usage(t, args), now,

@@ -5,17 +5,19 @@ model, so a model that was talked into a harmful call still meets the same check
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
 
 from . import events as ev
 from .codec import Codec
 from .effects import Tool
+from .errors import ConfigurationError
 from .events import JSON
+from .money import Money, Unreadable
 from .secrets import SecretProvider
 from .state import RunState
 
@@ -23,7 +25,7 @@ if TYPE_CHECKING:
     from .approvals.notify import Notifier
     from .budgets import Budget, Exceeded, TenantUsage, Usage
     from .flow import Flow
-    from .policy import Decision, Policy
+    from .policy import Decision, Policy, PolicyContext
     from .store.base import Store
 
 # Policies, budgets and their parsers load on first use: `import underway` stays light for
@@ -79,28 +81,25 @@ class Guard:
         self, flow: Flow[Any, Any], store: Store, s: RunState, t: Tool, args: JSON,
         labels: frozenset[str], now: float,
     ) -> Decision:
-        """The policy's decision on calling ``t`` with ``args`` now."""
-        from .policy import Amount, Decision, PolicyContext
+        """The policy's decision on calling ``t`` with ``args`` now. A call whose money
+        cannot be read is denied, with or without a policy (:func:`money_refusal`)."""
+        from .policy import Decision, PolicyContext
 
         policy = self.policy_for(flow)
-        if policy is None:
-            return Decision("allow", None, "none", "no policy configured")
         money = t.money(args)
-        amount = None
-        if money is not None:
-            try:
-                amount = Amount(Decimal(str(money[1])), money[0])
-            except InvalidOperation:
-                amount = None
+        if policy is None:
+            if isinstance(money, Unreadable):
+                return Decision("deny", None, "none", str(money))
+            return Decision("allow", None, "none", "no policy configured")
         ctx = PolicyContext(
             tenant_id=s.tenant_id, principal=s.principal, roles=frozenset(s.roles),
             environment=self.environment, flow=s.flow, tool=t.name, mutating=t.mutating,
             irreversible=t.irreversible, permissions=frozenset(t.permissions),
             args=args if isinstance(args, Mapping) else {"value": args},
-            labels=frozenset(t.input_labels) | labels, amount=amount,
+            labels=frozenset(t.input_labels) | labels, amount=None,
             counters=Counters(self, store, s, now),
         )
-        return policy.evaluate(ctx)
+        return decide_with_money(policy, ctx, money)
 
     def over_budget(
         self, flow: Flow[Any, Any], store: Store, s: RunState, pending: Usage, now: float,
@@ -173,25 +172,62 @@ def usage_of(events: Iterable[ev.Event]) -> Usage:
     return u
 
 
+def money_refusal(t: Tool, args: JSON) -> str | None:
+    """Why a call of ``t`` with ``args`` must be refused before anything else looks at
+    its money (the money cannot be read: :class:`~underway.money.Unreadable`), or None.
+    The engine journals this as a policy denial, so no amount rule, money budget or
+    usage count ever runs on money it could not read."""
+    money = t.money(args)
+    return str(money) if isinstance(money, Unreadable) else None
+
+
+def decide_with_money(
+    policy: Policy, ctx: PolicyContext, money: Money | Unreadable | None
+) -> Decision:
+    """``policy``'s decision on the call ``ctx`` describes, which moves ``money``: a deny
+    naming the argument when the money cannot be read; otherwise the policy evaluated with
+    ``ctx.amount`` set to the money's exposure (the size of the amount, whichever way it
+    moves) in its currency. The worker and ``underway policy explain`` both decide here."""
+    from .policy import Amount, Decision
+
+    if isinstance(money, Unreadable):
+        return Decision("deny", None, policy.version, str(money))
+    amount = None if money is None else Amount(money.exposure, money.currency)
+    return policy.evaluate(dataclasses.replace(ctx, amount=amount))
+
+
+def _admitted_money(t: Tool, args: JSON) -> Money | None:
+    money = t.money(args)
+    if isinstance(money, Unreadable):
+        # The guard refuses these calls before budgets are checked or the tool runs
+        # (money_refusal); reaching here means a caller skipped the guard.
+        raise ConfigurationError(f"{money} (the guard refuses this call first)")
+    return money
+
+
 def call_usage(t: Tool, args: JSON) -> Usage:
-    """What one call of ``t`` with ``args`` adds to a budget."""
+    """What one call of ``t`` with ``args`` adds to a budget: its money counts by its
+    exposure. Raises :class:`~underway.errors.ConfigurationError` for arguments the guard
+    would refuse (:func:`money_refusal`)."""
     from .budgets import Usage
 
-    money = t.money(args)
+    money = _admitted_money(t, args)
     return Usage(
         tool_calls=1, messages=1 if t.message else 0,
-        money={money[0]: money[1]} if money is not None else {},
+        money={money.currency: money.counted()} if money is not None else {},
     )
 
 
 def call_counts(t: Tool, args: JSON) -> dict[str, float] | None:
-    """The budget counts journaled with a successful call (``ToolSucceeded.counts``)."""
+    """The budget counts journaled with a successful call (``ToolSucceeded.counts``):
+    ``messages`` and ``money.<CUR>`` (the exposure). Raises
+    :class:`~underway.errors.ConfigurationError` for arguments the guard would refuse."""
     counts: dict[str, float] = {}
     if t.message:
         counts["messages"] = 1
-    money = t.money(args)
+    money = _admitted_money(t, args)
     if money is not None:
-        counts[f"money.{money[0]}"] = money[1]
+        counts[f"money.{money.currency}"] = money.counted()
     return counts or None
 
 

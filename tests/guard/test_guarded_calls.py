@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ from pydantic import BaseModel
 import underway as uw
 from underway import events as ev
 from underway.budgets import Budget
+from underway.money import Money
 from underway.policy import policy_from_dict
 from underway.secrets import EnvSecrets
 from underway.testing import ScriptedModel, memory_engine
@@ -102,7 +104,9 @@ def test_a_tool_declares_its_nature_and_exports_json_schema() -> None:
     assert issue_refund.result_schema()["properties"]["refund_id"]["type"] == "string"
     assert issue_refund.irreversible and issue_refund.mutating and not issue_refund.idempotent
     assert lookup.read_only
-    assert issue_refund.money({"amount": 12.5, "currency": "inr"}) == ("INR", 12.5)
+    assert issue_refund.money({"invoice": "I", "amount": 12.5, "currency": "inr"}) == Money(
+        "INR", Decimal("12.5")
+    )
     with pytest.raises(uw.ConfigurationError, match="irreversible and idempotent"):
         uw.tool(lambda a: a, name="x", irreversible=True, idempotent=True)
     with pytest.raises(uw.ConfigurationError, match="without a currency"):

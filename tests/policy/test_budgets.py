@@ -64,8 +64,15 @@ def test_money_is_limited_per_currency() -> None:
     assert metrics(check(budget, spent, now=NOW, pending=Usage(money={"USD": 0.51}))) == [
         "money.USD"
     ]
-    # A currency the budget does not name is not limited.
-    assert check(budget, spent, now=NOW, pending=Usage(money={"EUR": 1e9})) == []
+    # A currency the budget does not name has no room: paying in another currency does
+    # not slip past the limits. Infinity leaves a currency unlimited on purpose.
+    assert check(budget, spent, now=NOW, pending=Usage(money={"EUR": 0.01})) == [
+        Exceeded("money.EUR", 0.0, 0.01, "run")
+    ]
+    open_eur = Budget(money={"INR": 50000, "EUR": Decimal("Infinity")})
+    assert check(open_eur, spent, now=NOW, pending=Usage(money={"EUR": 1e9})) == []
+    # Earlier spending in an unnamed currency does not block calls that move none.
+    assert check(budget, Usage(money={"EUR": 5.0}), now=NOW, pending=Usage(tool_calls=1)) == []
 
 
 def test_sums_of_fractions_may_reach_a_limit_exactly() -> None:

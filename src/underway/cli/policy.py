@@ -8,6 +8,10 @@ from typing import Annotated
 
 import typer
 
+from ..effects import Tool
+from ..events import JSON
+from ..guard import decide_with_money
+from ..money import Money, Unreadable, read_money
 from ..policy import Amount, PolicyContext, load_policy
 from ..policy.context import to_decimal
 from ._common import Problem, handle_errors, parse_json
@@ -41,6 +45,57 @@ def _amount(text: str | None) -> Amount | None:
     if value is None:
         raise Problem(f"--amount takes 'VALUE CURRENCY' such as '10000 INR', not {text!r}")
     return Amount(value, parts[1])
+
+
+def _app_tool(spec: str, name: str) -> Tool:
+    from ..worker import load_app
+
+    flows, tools = load_app(spec)
+    known = {t.name: t for f in flows for t in f.declared_tools} | {t.name: t for t in tools}
+    if name not in known:
+        raise Problem(f"--app {spec!r} declares no tool {name!r}; it declares "
+                      f"{', '.join(sorted(known)) or 'none'}")
+    return known[name]
+
+
+def _money(
+    tool: str, args: dict[str, JSON], *, app: str | None, amount_arg: str,
+    currency: str | None, stated: Amount | None,
+) -> Money | Unreadable | None:
+    """The money the call moves, read from ``args`` by the worker's own reader: through
+    the tool's declaration (``--app``), or a declaration built from ``--amount-arg`` and
+    ``--currency`` when the arguments carry an amount. ``--amount`` fills in for
+    arguments that carry none, and must agree with arguments that do."""
+    declared: Tool | None
+    if app is not None:
+        declared = _app_tool(app, tool)
+        if declared.args_model is not None:
+            from pydantic import ValidationError
+
+            try:
+                declared.args_model.model_validate(args)
+            except ValidationError as exc:
+                raise Problem(f"--args do not match the schema of tool {tool!r}, so the "
+                              f"worker would refuse the call before its policy: {exc}") from None
+    else:
+        probe = read_money(Tool(tool, fn=print, amount=amount_arg, currency="XXX"), args)
+        carries = not (isinstance(probe, Unreadable) and probe.field == amount_arg
+                       and probe.value == "missing")
+        declared = Tool(
+            tool, fn=print, amount=amount_arg,
+            currency=currency or (stated.currency if stated else "arg:currency"),
+        ) if carries else None
+    money = read_money(declared, args) if declared is not None else None
+    if stated is None:
+        return money
+    if money is None:
+        return Money(stated.currency, stated.value)
+    if isinstance(money, Money) and (money.currency, money.amount) != (
+        stated.currency, stated.value
+    ):
+        raise Problem(f"--amount says {stated.value} {stated.currency} but --args say "
+                      f"{money.amount} {money.currency}; give one, or make them agree")
+    return money
 
 
 def _counters(items: list[str]) -> dict[str, float]:
@@ -89,7 +144,23 @@ def explain(
         typer.Option("--permission", help="A permission the tool requires (repeatable)."),
     ] = None,
     amount: Annotated[
-        str | None, typer.Option("--amount", help="Money the call moves: '10000 INR'.")
+        str | None,
+        typer.Option("--amount", help="Money the call moves, '10000 INR', for arguments "
+                     "that do not carry it (it must agree with arguments that do)."),
+    ] = None,
+    app: Annotated[
+        str | None,
+        typer.Option("--app", help="module:attr of the flows and tools (as for `underway "
+                     "worker`): the money is read through the tool's own declaration."),
+    ] = None,
+    amount_arg: Annotated[
+        str, typer.Option("--amount-arg", help="Without --app: the argument holding the "
+                          "amount (the tool's amount=).")
+    ] = "amount",
+    currency: Annotated[
+        str | None,
+        typer.Option("--currency", help="Without --app: the tool's currency=, a code (INR) "
+                     "or arg:<path>; default arg:currency, or the currency of --amount."),
     ] = None,
     counter: Annotated[
         list[str] | None,
@@ -97,20 +168,28 @@ def explain(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the decision as JSON.")] = False,
 ) -> None:
-    """Print what the policy decides for one call, and which rule decided it."""
+    """Print what the policy decides for one call, and which rule decided it.
+
+    The money the call moves is read from --args as the worker reads it: through the
+    tool's declaration with --app; otherwise an `amount` argument (--amount-arg) in the
+    currency given by a `currency` argument (--currency). An amount or currency that
+    cannot be read is a deny, as in the worker.
+    """
     policy = load_policy(path)
     parsed = parse_json(args, "--args")
     if parsed is None:
         parsed = {}
     if not isinstance(parsed, dict):
         raise Problem(f"--args must be a JSON object, not {args}")
+    money = _money(tool, parsed, app=app, amount_arg=amount_arg, currency=currency,
+                   stated=_amount(amount))
     ctx = PolicyContext(
         tenant_id=tenant, principal=principal, roles=frozenset(role or []), environment=env,
         flow=flow, tool=tool, mutating=mutating or irreversible, irreversible=irreversible,
         permissions=frozenset(permission or []), args=parsed, labels=frozenset(label or []),
-        amount=_amount(amount), counters=_counters(counter or []),
+        amount=None, counters=_counters(counter or []),
     )
-    d = policy.evaluate(ctx)
+    d = decide_with_money(policy, ctx, money)
     if as_json:
         typer.echo(json.dumps({
             "outcome": d.outcome, "rule_id": d.rule_id, "policy_version": d.policy_version,
@@ -118,6 +197,10 @@ def explain(
             "digest": policy.digest,
         }, indent=2))
         return
+    if isinstance(money, Unreadable) and app is None:
+        typer.echo("note: without --app the amount is read from --amount-arg in the currency "
+                   "of --currency (default: a 'currency' argument); pass --app to read the "
+                   "tool's own declaration, defaults included", err=True)
     rule = f"rule {d.rule_id!r}" if d.rule_id else "no rule"
     typer.echo(f"{d.outcome} ({rule}, policy {d.policy_version})")
     typer.echo(f"reason: {d.reason}")

@@ -66,7 +66,9 @@ class PolicyContext:
 
     ``permissions`` are the permissions the tool requires; ``labels`` are the sensitivity
     labels of its inputs plus taint labels such as ``untrusted``; ``amount`` is the money
-    the call moves (from the tool's declared amount field); ``counters`` are usage counts
+    the call moves (read from the tool's declared amount field by
+    :func:`underway.money.read_money`: its size, whichever way it moves; a call whose money
+    cannot be read is denied before any rule sees it); ``counters`` are usage counts
     such as ``run.tool_calls``, ``tenant.messages.today``, ``run.calls.<tool>`` or
     ``run.money.INR`` (a counter that is absent counts as 0).
     """

@@ -1,0 +1,189 @@
+"""The money a tool call moves, read once and the same way for everything that counts it.
+
+A tool declares where its amount sits in its arguments (``@tool(amount="amount",
+currency="INR")`` or ``currency="arg:currency"``) and, optionally, which way the money
+goes (``money_direction``). :func:`read_money` is the only reader: policy decisions,
+budgets, the usage journaled with each call and ``underway policy explain`` all use it.
+It returns a :class:`Money`, :data:`None` for a call that moves no money, or an
+:class:`Unreadable` that says which argument could not be read and why; the guard turns
+an :class:`Unreadable` into a journaled deny, so no rule or budget is ever skipped because
+an amount was missing, defaulted, negative, NaN, infinite, a string or a boolean.
+
+The arguments are read as the tool will see them: validated by its argument model, with
+the model's defaults filled in (so ``currency: str = "INR"`` counts as INR). A model
+field typed ``float``, ``int`` or ``Decimal`` coerces ``"25000"`` to a number before the
+tool runs, so the guard counts that number; a value that is still a string after
+validation (an untyped tool, a ``str`` field) is refused, because the guard will not guess
+how the tool parses it. A boolean is refused even where the model would coerce it to 1.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ValidationError
+
+from .events import JSON
+
+if TYPE_CHECKING:
+    from .effects import Tool
+
+__all__ = ["MAX_AMOUNT", "Direction", "Money", "Unreadable", "read_money", "valid_currency"]
+
+Direction = Literal["out", "in", "both"]
+"""Which way a tool moves money: ``out`` (it pays), ``in`` (it collects) or ``both`` (the
+sign of the amount says; the default)."""
+
+MAX_AMOUNT = Decimal(10) ** 15
+"""The largest amount counted. Usage is journaled as floating-point numbers, which hold
+every whole number up to about 9·10¹⁵ exactly; a larger amount is refused rather than
+counted approximately (or as infinity)."""
+
+_CURRENCY = re.compile(r"[A-Z]{3}")
+
+
+def valid_currency(code: object) -> str | None:
+    """``code`` as an upper-case three-letter code (``" inr "`` is ``INR``), or None when
+    it is not one. ASCII letters only, so look-alike characters cannot open a currency
+    that no rule or budget names."""
+    if not isinstance(code, str):
+        return None
+    code = code.strip().upper()
+    return code if _CURRENCY.fullmatch(code) else None
+
+
+@dataclass(frozen=True, slots=True)
+class Money:
+    """Money one call moves: ``amount`` as its arguments give it (sign included, as a
+    :class:`~decimal.Decimal`), in ``currency``, the way the tool declares it moves money.
+
+    :attr:`exposure` is what limits and rules count: the size of the amount, whichever
+    way it moves.
+    """
+
+    currency: str
+    amount: Decimal
+    direction: Direction = "both"
+
+    @property
+    def exposure(self) -> Decimal:
+        """How much money moves, whatever the direction: never negative (``-0`` is 0)."""
+        return self.amount.copy_abs()
+
+    def counted(self) -> float:
+        """:attr:`exposure` as the float journaled in usage counts."""
+        return float(self.exposure)
+
+
+@dataclass(frozen=True, slots=True)
+class Unreadable:
+    """The money a call moves cannot be read: ``field`` is the argument path (or
+    ``arguments`` when they do not validate), ``value`` the repr of what was found and
+    ``problem`` what is wrong with it. The guard refuses such a call; ``str()`` is the
+    reason it journals."""
+
+    tool: str
+    field: str
+    value: str
+    problem: str
+
+    def __str__(self) -> str:
+        return (
+            f"the money this call of {self.tool!r} moves cannot be counted: argument "
+            f"{self.field!r} is {self.value}, {self.problem}; the call is denied"
+        )
+
+
+_MISSING: Any = object()
+
+
+def read_money(tool: Tool, args: JSON) -> Money | Unreadable | None:
+    """The money a call of ``tool`` with ``args`` moves: :class:`Money`, None when the
+    tool declares no amount, or :class:`Unreadable` (never an exception)."""
+    if tool.amount is None or tool.currency is None:
+        return None
+    validated: Any = args
+    if tool.args_model is not None:
+        try:
+            validated = _python_value(tool.args_model.model_validate(args))
+        except ValidationError as exc:
+            n = exc.error_count()
+            return Unreadable(tool.name, "arguments", "invalid",
+                              f"not matching the tool's schema ({n} error{'s' * (n != 1)})")
+    raw = _dig(args, tool.amount)
+    if isinstance(raw, bool):
+        return Unreadable(tool.name, tool.amount, _shown(raw), "a boolean, not an amount")
+    amount = _amount(tool, _dig(validated, tool.amount))
+    if isinstance(amount, Unreadable):
+        return amount
+    if tool.currency.startswith("arg:"):
+        path = tool.currency[4:]
+        found = _dig(validated, path)
+        currency = valid_currency(found)
+        if currency is None:
+            if found is _MISSING or found is None:
+                return Unreadable(tool.name, path, "missing" if found is _MISSING else "None",
+                                  "and the tool reads the currency of its amount there")
+            return Unreadable(tool.name, path, _shown(found),
+                              "not a three-letter currency code such as 'INR'")
+    else:
+        currency = tool.currency
+    return Money(currency, amount, tool.money_direction)
+
+
+def _amount(tool: Tool, value: Any) -> Decimal | Unreadable:
+    path = tool.amount or ""
+
+    def bad(shown: str, problem: str) -> Unreadable:
+        return Unreadable(tool.name, path, shown, problem)
+
+    if value is _MISSING or value is None:
+        return bad("missing" if value is _MISSING else "None",
+                   "and a call of a tool that moves money must say how much")
+    if isinstance(value, bool):
+        return bad(_shown(value), "a boolean, not an amount")
+    if isinstance(value, int):
+        amount = Decimal(value)
+    elif isinstance(value, float | Decimal):
+        amount = Decimal(repr(value)) if isinstance(value, float) else value
+        if not amount.is_finite():
+            return bad(_shown(value), "not a finite number")
+    elif isinstance(value, str):
+        return bad(_shown(value), "a string; declare the field as a number (Decimal) in the "
+                   "tool's argument model so it is validated before the guard counts it")
+    else:
+        return bad(f"a {type(value).__name__}", "not a number")
+    if amount.copy_abs() > MAX_AMOUNT:
+        return bad(_shown(value), f"larger than {MAX_AMOUNT:,} and cannot be counted exactly")
+    if amount < 0 and tool.money_direction != "both":
+        return bad(_shown(value), f"negative, but tool {tool.name!r} only moves money "
+                   f"{tool.money_direction}")
+    return amount.copy_abs() if amount == 0 else amount
+
+
+def _shown(value: Any) -> str:
+    """``value`` as a refusal names it: strings quoted, numbers plain, long ones cut."""
+    text = str(value) if isinstance(value, Decimal) else repr(value)
+    return text if len(text) <= 40 else f"{text[:37]}..."
+
+
+def _python_value(model: BaseModel) -> Any:
+    """The validated arguments as plain containers, keyed as the caller spells them
+    (aliases), keeping numbers as the model typed them (a Decimal stays a Decimal)."""
+    return model.model_dump(by_alias=True)
+
+
+def _dig(value: Any, path: str) -> Any:
+    for part in path.split("."):
+        if isinstance(value, dict):
+            value = value.get(part, _MISSING)
+        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
+            value = value[int(part)]
+        else:
+            return _MISSING
+        if value is _MISSING:
+            return _MISSING
+    return value
