@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import json
 import random
 import sys
@@ -1004,8 +1005,11 @@ class Engine:
             raise ConfigurationError("a decision must be a signed decision object with a run_id")
         escalation = decision.get("decision") in ("answer", "resolve")
         name = ANSWER_SIGNAL if escalation else APPROVAL_SIGNAL
+        # Deduplicated by the whole signed decision, not by its nonce alone: a tampered
+        # copy sent first must not shut out the genuine decision.
+        digest = hashlib.sha256(canonical_json(decision)).hexdigest()
         return self._send(decision["run_id"], name, decision, tenant_id,
-                          f"decision:{decision.get('nonce')}", decision.get("approver_id"))
+                          f"decision:{digest}", decision.get("approver_id"))
 
     def state(self, run_id: str, *, tenant_id: str = "default") -> RunState:
         """The run's current folded state."""
