@@ -171,6 +171,7 @@ REFUSAL_ERRORS: dict[str, str] = {
     "approval_expired": "ApprovalExpired",
     "approval_invalid": "ApprovalInvalid",
     "budget_exceeded": "BudgetExceeded",
+    "guard_error": "GuardError",
 }
 """The ``error_type`` a refused call raises, by ``ToolRefused.cause``."""
 
