@@ -129,7 +129,9 @@ class Agent:
     every call of a mutating, message or ``outbound`` tool not declared ``untrusted_ok``
     carries the ``untrusted`` label. With no policy on the flow or the engine the agent
     runs under :data:`~underway.policy.DEFAULT_POLICY`, which holds such calls for a
-    person. ``plan=False`` skips the planning turn. ``signals`` names the outside events the agent
+    person.
+
+    ``plan=False`` skips the planning turn. ``signals`` names the outside events the agent
     may wait for (name → what it means, shown to the model), e.g. ``{"customer_replied":
     "the customer answered our question"}``: the model then has a ``wait_for_signal``
     action, the run waits durably (holding no worker) for the signal or the timeout, and the
@@ -310,8 +312,9 @@ class Agent:
         found there is not attributed to an untrusted source."""
         parts = [] if _from_outside(ctx) else [ctx.input.goal,
                                                json.dumps(ctx.input.context, default=str)]
-        parts += [m.get("content", "") for m in ctx.state.messages
-                  if m.get("role") == "tool" and 'trust="trusted"' in m.get("content", "")]
+        # Only the block's own header counts: a quoted body may contain any text.
+        parts += [m.get("content", "") for m in ctx.state.messages if m.get("role") == "tool"
+                  and m.get("content", "").split("\n", 1)[0].endswith('trust="trusted">')]
         return "\n".join(parts).lower()
 
     async def perform(self, ctx: RunContext[AgentState, AgentInput], call: ToolCall,
