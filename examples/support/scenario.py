@@ -294,14 +294,17 @@ def _intent_only(engine: Engine, run_id: str, key: str) -> bool:
 def _review(engine: Engine, key: Ed25519PrivateKey, s: RunState, ticket_id: str,
             say: Say) -> Decision:
     """The support lead reads a held call and signs a decision: a reply that repeats the
-    customer's own words is refused, anything else approved."""
+    customer's own words (the request's evidence names ``read_ticket`` among what its
+    arguments repeat) is refused, anything else approved."""
     pending = s.pending_approval or {}
     args = pending.get("args")
     body = str(args.get("body", "")) if isinstance(args, dict) else ""
-    risks = pending.get("risks") or []
-    verdict: Literal["approve", "reject"] = "reject" if risks else "approve"
+    evidence = pending.get("evidence")
+    repeats = evidence.get("repeats") if isinstance(evidence, dict) else None
+    parrots = isinstance(repeats, list) and "read_ticket" in repeats
+    verdict: Literal["approve", "reject"] = "reject" if parrots else "approve"
     comment = ("the reply repeats the customer's own words and promises a refund; refunds "
-               "go through billing" if risks else "reply checked")
+               "go through billing" if parrots else "reply checked")
     decision = sign_decision(
         key, request_id=str(pending["request_id"]), run_id=s.run_id, tenant_id=s.tenant_id,
         tool=str(pending["tool"]), args_hash=str(pending["args_hash"]), decision=verdict,

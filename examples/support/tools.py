@@ -7,9 +7,10 @@ mutating tools are declared ``idempotent``.
 
 What customers wrote is untrusted: ``read_ticket`` returns only the customer's own words
 (subject, body, replies) plus the ticket's status, and is labelled ``untrusted``, so the
-agent quotes it to the model as data and any later call whose arguments repeat it carries
-the ``untrusted`` label to the policy. Fields the desk owns (id, priority, SLA) come from
-trusted places: the run's input and ``list_open_tickets``.
+agent quotes it to the model as data, and once the model has read it every reply, draft,
+escalation or close it proposes carries the ``untrusted`` label to the policy. Fields the
+desk owns (id, priority, SLA) come from trusted places, declared ``trusted_output``: the
+run's input and ``list_open_tickets``; so do the help-center articles staff wrote.
 """
 
 from __future__ import annotations
@@ -135,7 +136,7 @@ def make_tools(desk: str, knowledge: KnowledgeBase) -> DeskTools:
                              timeout=_TIMEOUT_S)
         return _object(resp.body, path)
 
-    @tool(read_only=True, timeout=_TIMEOUT_S, retry=_RETRY)
+    @tool(read_only=True, timeout=_TIMEOUT_S, retry=_RETRY, trusted_output=True)
     async def list_open_tickets(args: NoArgs, info: CallInfo) -> OpenTickets:
         """List the desk's open tickets: id, customer, priority, SLA due time, status."""
         resp = await request("GET", f"{desk}/tickets", info=info, timeout=_TIMEOUT_S)
@@ -178,6 +179,6 @@ def make_tools(desk: str, knowledge: KnowledgeBase) -> DeskTools:
         return await post(f"/tickets/{args.ticket_id}/close", info, args)
 
     search = recall_tool(knowledge, name="search_help_center", max_sensitivity="public",
-                         timeout=_TIMEOUT_S)
+                         timeout=_TIMEOUT_S, trusted_output=True)
     return DeskTools(list_open_tickets, read_ticket, search, request_details, draft_reply,
                      send_reply, escalate_ticket, close_ticket)

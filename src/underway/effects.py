@@ -113,6 +113,14 @@ class Tool:
     policies and budgets see. ``secrets`` names the secrets fetched for
     each call into :attr:`CallInfo.secrets`. ``sandbox`` is the isolation profile of a
     shell or code tool, hashed into its ``ToolStarted`` event.
+
+    Taint (see ``docs/agent.md``): an agent treats every tool's output as untrusted unless
+    the tool declares ``trusted_output`` (its author vouches for every byte it returns,
+    e.g. fields of one's own database that no outsider can write). Once untrusted content
+    is in an agent's context, its calls of mutating tools, message tools and ``outbound``
+    read-only tools (whose arguments leave the system: a web search, a third-party API)
+    carry the ``untrusted`` label, unless the tool declares ``untrusted_ok`` (safe whatever
+    its arguments say).
     """
 
     name: str
@@ -143,8 +151,19 @@ class Tool:
     ``both`` (default): the sign says which way, and either way counts."""
     message: bool = False
     sandbox: Any = field(default=None, repr=False)
+    trusted_output: bool = False
+    """Its results (and errors) are trusted: they do not taint an agent's context."""
+    untrusted_ok: bool = False
+    """Safe to call with arguments derived from untrusted content: never labelled."""
+    outbound: bool = False
+    """A read-only tool whose arguments leave the system; labelled like a mutating one."""
 
     def __post_init__(self) -> None:
+        if self.trusted_output and "untrusted" in self.output_labels:
+            raise ConfigurationError(
+                f"tool {self.name!r} declares trusted_output and the output label "
+                "'untrusted'; keep one"
+            )
         if self.irreversible and self.idempotent:
             raise ConfigurationError(
                 f"tool {self.name!r} cannot be both irreversible and idempotent"
@@ -269,6 +288,9 @@ def tool(
     money_direction: Direction = "both",
     message: bool = False,
     description: str | None = None,
+    trusted_output: bool = False,
+    untrusted_ok: bool = False,
+    outbound: bool = False,
 ) -> Tool: ...
 
 
@@ -295,6 +317,9 @@ def tool(
     money_direction: Direction = "both",
     message: bool = False,
     description: str | None = None,
+    trusted_output: bool = False,
+    untrusted_ok: bool = False,
+    outbound: bool = False,
 ) -> Callable[[ToolFn], Tool]: ...
 
 
@@ -320,6 +345,9 @@ def tool(
     money_direction: Direction = "both",
     message: bool = False,
     description: str | None = None,
+    trusted_output: bool = False,
+    untrusted_ok: bool = False,
+    outbound: bool = False,
 ) -> Tool | Callable[[ToolFn], Tool]:
     """Declare a tool. Use bare (``@tool``) or with options (``@tool(read_only=True)``).
 
@@ -373,6 +401,9 @@ def tool(
             currency=currency,
             money_direction=money_direction,
             message=message,
+            trusted_output=trusted_output,
+            untrusted_ok=untrusted_ok,
+            outbound=outbound,
         )
 
     return build(fn) if fn is not None else build

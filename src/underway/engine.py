@@ -245,6 +245,7 @@ class StepExecution:
         s = act.state
         self.run_id, self.tenant_id, self.step = s.run_id, s.tenant_id, step
         self.attempt = s.attempt
+        self.idempotency_key = s.idempotency_key
         # A loop revisits a step: keys must differ per visit, yet not per attempt.
         self.ordinal = s.steps_completed
         self.signal = s.signal

@@ -498,7 +498,8 @@ class ToolSelected(Event):
     args: JSON
     reason: str = ""
     tainted: list[str] = Field(default_factory=list)
-    """Provenance of untrusted content the arguments may carry (source names)."""
+    """Where the untrusted content in the model's context came from when it chose this call
+    (tool names, ``signal:<name>``, ``intake``): the arguments may carry any of it."""
 
 
 AnyEvent = Annotated[

@@ -109,6 +109,12 @@ class RunContext(Generic[S, I]):
         return self._x.attempt
 
     @property
+    def idempotency_key(self) -> str | None:
+        """The key this run was started with; ``intake:<event key>`` when an outside event
+        started it through :func:`~underway.intake.intake`."""
+        return self._x.idempotency_key
+
+    @property
     def signal(self) -> JSON:
         """The payload of the signal that ended the preceding ``wait``, else None."""
         sig = self._x.signal
@@ -228,7 +234,9 @@ class Flow(Generic[S, I]):
 
     ``tools`` is the allow-list of tools its steps may call (a call to any other is
     refused and journaled); ``policy``, ``budget`` and ``shadow`` override the engine's;
-    ``deny_unlisted_mutating`` denies mutating tools that no policy rule covers.
+    ``deny_unlisted_mutating`` denies mutating tools that no policy rule covers;
+    ``default_policy`` applies when neither the flow nor the engine has a policy (an
+    agent's flow: :data:`~underway.policy.DEFAULT_POLICY`).
 
     >>> flow = Flow("invoice_followup", state=FollowUp, input=Customer)
     >>> @flow.step(start=True)
@@ -247,6 +255,7 @@ class Flow(Generic[S, I]):
         budget: Budget | None = None,
         shadow: bool | None = None,
         deny_unlisted_mutating: bool | None = None,
+        default_policy: Policy | None = None,
     ) -> None:
         if not name or not name.replace("_", "").replace("-", "").replace(".", "").isalnum():
             raise ConfigurationError(
@@ -269,6 +278,7 @@ class Flow(Generic[S, I]):
         self.budget = budget
         self.shadow = shadow
         self.deny_unlisted_mutating = deny_unlisted_mutating
+        self.default_policy = default_policy
 
     @overload
     def step(self, fn: StepFn[S, I], *, name: str | None = None,

@@ -62,8 +62,11 @@ class Guard:
     )
 
     def policy_for(self, flow: Flow[Any, Any]) -> Policy | None:
-        """The policy that governs ``flow``'s calls."""
+        """The policy that governs ``flow``'s calls: the flow's, else the engine's, else the
+        flow's default (an agent's: :data:`~underway.policy.DEFAULT_POLICY`)."""
         policy = flow.policy if flow.policy is not None else self.policy
+        if policy is None:
+            policy = flow.default_policy
         if policy is not None and flow.deny_unlisted_mutating is not None:
             policy = policy.with_options(deny_unlisted_mutating=flow.deny_unlisted_mutating)
         return policy

@@ -226,9 +226,14 @@ class IntakeResult:
     reason: str = ""
 
 
+RUN_KEY_PREFIX = "intake:"
+"""How the idempotency key of every run intake starts begins: such a run's input came from
+outside (an agent treats it as untrusted content)."""
+
+
 def run_key(idempotency_key: str) -> str:
     """The idempotency key of the run an event with ``idempotency_key`` starts."""
-    return f"intake:{idempotency_key}"
+    return f"{RUN_KEY_PREFIX}{idempotency_key}"
 
 
 def intake(

@@ -161,7 +161,7 @@ def summarize(rec: Recorded) -> str:
             why = f" ({e.reason})" if e.reason else ""
             return f"plan revised{why}: {'; '.join(e.plan)[:100]}"
         case ev.ToolSelected():
-            taint = f" [arguments carry untrusted content from {', '.join(e.tainted)}]" \
+            taint = f" [context holds untrusted content from {', '.join(e.tainted)}]" \
                 if e.tainted else ""
             return f"agent chose {e.tool} {preview(e.args, 48)}{taint}"
     return preview(e.model_dump(mode="json"))

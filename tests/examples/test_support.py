@@ -26,6 +26,13 @@ from examples.support.relay import forward  # noqa: E402
 
 from underway import Runner, connect  # noqa: E402
 from underway import events as ev  # noqa: E402
+from underway.approvals import (  # noqa: E402
+    generate_keypair,
+    load_private_key,
+    register_approver,
+    sign_decision,
+    write_private_key,
+)
 from underway.journal import Journal  # noqa: E402
 from underway.state import Recorded  # noqa: E402
 
@@ -142,23 +149,43 @@ def test_the_example_refuses_a_data_directory_in_use(tmp_path: Path) -> None:
     assert "is not empty" in done.stderr
 
 
-def test_outside_prod_a_high_priority_reply_needs_no_lead(tmp_path: Path) -> None:
+def test_outside_prod_a_high_priority_reply_waits_only_for_the_untrusted_input_rule(
+    tmp_path: Path,
+) -> None:
     desk = Desk.create(tmp_path)
     store = connect("memory://")
     with DeskServer(desk) as server:
         monitor = build(Settings(desk=server.url, environment="dev"), store)
         engine = monitor.engine(store)
         helpcenter.seed(monitor.knowledge, now=engine.clock.now())
+        pem, public = generate_keypair()
+        write_private_key(tmp_path / "lead.pem", pem)
+        register_approver(engine.store, "lead", public_key=public, roles=["support_lead"],
+                          now=engine.clock.now())
         ticket = desk.open_ticket("Tomás Ruiz", "Account locked", "My card payment failed "
                                   "twice and now I cannot log in.", "high", 3600)
         [started] = forward(engine, server.url, monitor.routes)
         assert started.result.action == "started" and started.result.run_id
+        run_id = started.result.run_id
         asyncio.run(Runner(engine).run_until_idle())
-        state = engine.state(started.result.run_id)
-        history = engine.journal.history("default", started.result.run_id)
 
-        assert state.status == "completed"
-        assert not of(history, ev.ApprovalRequested)
+        # The model read what the customer wrote, so its reply waits for a lead; the
+        # high-priority rule applies in prod only and is not what holds it.
+        state = engine.state(run_id)
+        history = engine.journal.history("default", run_id)
+        assert [(e.tool, e.rule_id) for e in of(history, ev.ApprovalRequested)] == [
+            ("send_reply", "untrusted-reply-needs-lead")]
+        assert desk.snapshot()["outbox"] == []
+        pending = state.pending_approval or {}
+        decision = sign_decision(
+            load_private_key(tmp_path / "lead.pem"), request_id=str(pending["request_id"]),
+            run_id=run_id, tenant_id="default", tool="send_reply",
+            args_hash=str(pending["args_hash"]), decision="approve",
+            expires_at=float(str(pending["expires_at"])), approver_id="lead",
+        )
+        engine.submit_decision(decision.model_dump(mode="json"))
+        asyncio.run(Runner(engine).run_until_idle())
+        assert engine.state(run_id).status == "completed"
         assert [m["ticket_id"] for m in desk.snapshot()["outbox"]] == [ticket["id"]]
         # The run is done with the ticket: a later message from the customer finds no
         # owner to signal, and starts nothing.

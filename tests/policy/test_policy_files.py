@@ -199,7 +199,7 @@ def test_the_public_names_are_pinned() -> None:
     import underway.policy
 
     assert sorted(underway.policy.__all__) == [
-        "Amount", "AmountCondition", "ArgCondition", "CounterCondition", "Decision",
-        "Outcome", "Policy", "PolicyContext", "PolicyError", "Predicate", "Rule",
-        "load_policy", "policy_from_dict",
+        "Amount", "AmountCondition", "ArgCondition", "CounterCondition", "DEFAULT_POLICY",
+        "Decision", "Outcome", "Policy", "PolicyContext", "PolicyError", "Predicate", "Rule",
+        "UNTRUSTED_INPUT", "load_policy", "policy_from_dict",
     ]

@@ -8,6 +8,6 @@
 from __future__ import annotations
 
 from .agent import RULES, Agent, AgentInput, AgentState
-from .observations import UNTRUSTED, quote, tainted_by
+from .observations import UNTRUSTED, quote, repeated_from
 
-__all__ = ["RULES", "UNTRUSTED", "Agent", "AgentInput", "AgentState", "quote", "tainted_by"]
+__all__ = ["RULES", "UNTRUSTED", "Agent", "AgentInput", "AgentState", "quote", "repeated_from"]

@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from .. import events as ev
 from ..budgets import Budget
@@ -20,9 +20,10 @@ from ..effects import Model, Tool
 from ..errors import ConfigurationError, ToolCallError
 from ..events import JSON
 from ..flow import Flow, Next, RunContext
+from ..intake import RUN_KEY_PREFIX
 from ..models.types import Message, ModelResponse, ToolCall, ToolSpec
-from ..policy import Policy
-from .observations import UNTRUSTED, quote, remembered, tainted_by
+from ..policy import DEFAULT_POLICY, Policy
+from .observations import UNTRUSTED, quote, repeated_from, untrusted_blocks
 
 RULES = """\
 Work toward the goal with the tools you are given, one step at a time.
@@ -49,10 +50,26 @@ class AgentState(BaseModel):
     iterations: int = 0
     failures: int = 0
     """Consecutive failed actions (tool errors, refusals, malformed calls)."""
-    untrusted: list[dict[str, str]] = Field(default_factory=list)
-    """Untrusted results seen so far (source and text), for taint checks."""
+    taint: list[str] = Field(default_factory=list)
+    """Where the untrusted content in the model's context came from (tool names,
+    ``signal:<name>``, ``intake``), in order of arrival. Once non-empty it stays so: the
+    context is tainted for the rest of the run."""
     waiting_for: str | None = None
     """The signal a ``wait_for_signal`` action waits for."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _taint_of_older_states(cls, data: Any) -> Any:
+        # A state journaled before taint was tracked per context has no `taint`; what was in
+        # its context then is: the results of every tool it called (older versions trusted
+        # them by default) and the signals it remembered as untrusted.
+        if not isinstance(data, dict) or "taint" in data or not data.get("messages"):
+            return data
+        found = [str(m.get("name")) for m in data["messages"] if isinstance(m, dict)
+                 and m.get("role") == "tool" and m.get("name") not in _OWN_ACTIONS]
+        found += [str(u.get("source")) for u in data.get("untrusted") or ()
+                  if isinstance(u, dict)]
+        return {**data, "taint": list(dict.fromkeys(found))}
 
 
 class _Finish(BaseModel):
@@ -88,6 +105,11 @@ _CONTROL: dict[str, tuple[type[BaseModel], str]] = {
 }
 
 
+_OWN_ACTIONS = frozenset({*_CONTROL, "set_plan", "wait_for_signal"})
+
+INTAKE = "intake"
+"""The taint source of a run that an outside event started: its goal and context."""
+
 _PLAN_SPEC: JSON = ToolSpec(
     name="set_plan", description="Set the plan: the steps toward the goal.",
     parameters=_Plan.model_json_schema(),
@@ -99,9 +121,16 @@ class Agent:
     guard's policy and budgets around every action.
 
     ``max_iterations`` bounds the loop (the run fails past it); after ``max_failures``
-    failed actions in a row the agent asks a person how to proceed. Results of tools in
-    ``untrusted`` (or whose ``output_labels`` contain ``untrusted``) are tracked: a call
-    whose arguments repeat their content carries the ``untrusted`` label to the policy.
+    failed actions in a row the agent asks a person how to proceed.
+
+    Taint is tracked per context (``docs/agent.md``): the results and errors of every tool
+    not declared ``trusted_output`` (and of those named in ``untrusted``), signal payloads
+    and the input of a run started by intake are untrusted; once any is in the context,
+    every call of a mutating, message or ``outbound`` tool not declared ``untrusted_ok``
+    carries the ``untrusted`` label. With no policy on the flow or the engine the agent
+    runs under :data:`~underway.policy.DEFAULT_POLICY`, which holds such calls for a
+    person.
+
     ``plan=False`` skips the planning turn. ``signals`` names the outside events the agent
     may wait for (name → what it means, shown to the model), e.g. ``{"customer_replied":
     "the customer answered our question"}``: the model then has a ``wait_for_signal``
@@ -155,11 +184,12 @@ class Agent:
         self.untrusted = frozenset(untrusted) | {
             t.name for t in tools if UNTRUSTED in t.output_labels
         }
+        """Tools whose output is untrusted even if they declare ``trusted_output``."""
         self.approver_role = approver_role
         self.signals = dict(signals or {})
         self.flow: Flow[AgentState, AgentInput] = Flow(
             name, state=AgentState, input=AgentInput, tools=list(tools), policy=policy,
-            budget=budget, shadow=shadow,
+            budget=budget, shadow=shadow, default_policy=DEFAULT_POLICY,
         )
         self._tool_specs: list[JSON] = [
             s.model_dump(mode="json", exclude_defaults=True) for s in self._specs()
@@ -190,7 +220,8 @@ class Agent:
         system = f"{self.instructions.strip()}\n\n{RULES}".strip()
         goal = f"Goal: {ctx.input.goal}"
         if ctx.input.context:
-            goal += "\nContext:\n" + quote("run input", ctx.input.context, trusted=True)
+            goal += "\nContext:\n" + quote("run input", ctx.input.context,
+                                            trusted=not _from_outside(ctx))
         return [Message.system(system), Message.user(goal)]
 
     def _request(self, ctx: RunContext[AgentState, AgentInput], kind: str,
@@ -212,6 +243,7 @@ class Agent:
 
     # -- steps --------------------------------------------------------------------------
     async def _plan(self, ctx: RunContext[AgentState, AgentInput]) -> Next:
+        _taint_input(ctx)
         reply = ModelResponse.from_json(await ctx.model(self.model, self._request(
             ctx, "plan", [_PLAN_SPEC])))
         steps: list[str] = []
@@ -232,6 +264,7 @@ class Agent:
         if st.iterations >= self.max_iterations:
             return ctx.fail(f"agent {self.name!r} reached {self.max_iterations} iterations "
                             "without finishing")
+        _taint_input(ctx)
         self._observe_signal(ctx)
         st.iterations += 1
         reply = ModelResponse.from_json(await ctx.model(self.model, self._request(
@@ -268,18 +301,20 @@ class Agent:
         if ctx.timed_out:
             self._say(ctx, Message.user(f"No {name!r} event arrived before the timeout."))
             return
-        payload = ctx.signal
+        source = f"signal:{name}"
         self._say(ctx, Message.user(
-            f"The {name!r} event arrived:\n" + quote(f"signal:{name}", payload, trusted=False)
+            f"The {name!r} event arrived:\n" + quote(source, ctx.signal, trusted=False)
         ))
-        ctx.state.untrusted.append(remembered(f"signal:{name}", payload))
+        _taint(ctx.state, source)
 
     def _trusted_text(self, ctx: RunContext[AgentState, AgentInput]) -> str:
         """What trusted sources said (goal, run input, trusted results), lower-cased: content
         found there is not attributed to an untrusted source."""
-        parts = [ctx.input.goal, json.dumps(ctx.input.context, default=str)]
-        parts += [m.get("content", "") for m in ctx.state.messages
-                  if m.get("role") == "tool" and 'trust="trusted"' in m.get("content", "")]
+        parts = [] if _from_outside(ctx) else [ctx.input.goal,
+                                               json.dumps(ctx.input.context, default=str)]
+        # Only the block's own header counts: a quoted body may contain any text.
+        parts += [m.get("content", "") for m in ctx.state.messages if m.get("role") == "tool"
+                  and m.get("content", "").split("\n", 1)[0].endswith('trust="trusted">')]
         return "\n".join(parts).lower()
 
     async def perform(self, ctx: RunContext[AgentState, AgentInput], call: ToolCall,
@@ -291,39 +326,60 @@ class Agent:
             return await self._control(ctx, call)
         t = self.tools.get(call.name)
         args: JSON = call.arguments if call.arguments is not None else call.raw_arguments
-        tainted = (
-            tainted_by(args, st.untrusted, trusted=self._trusted_text(ctx))
-            if call.arguments is not None and st.untrusted else []
-        )
-        ctx.note(ev.ToolSelected(tool=call.name, args=args, reason=why[:2000], tainted=tainted))
+        sources = list(st.taint)
+        ctx.note(ev.ToolSelected(tool=call.name, args=args, reason=why[:2000], tainted=sources))
         if t is None:
             self._observe(ctx, call, {"error": "UnknownTool",
                                       "message": f"no tool {call.name!r}; use one of "
                                                  f"{sorted(self.tools)}"}, failed=True)
             return None
-        labels = [UNTRUSTED, *(f"source:{s}" for s in tainted)] if tainted else []
+        labels: list[str] = []
+        risks: list[str] = []
+        repeats: list[str] = []
+        if sources and self.exposed(t):
+            labels = [UNTRUSTED, *(f"source:{s}" for s in sources)]
+            repeats = repeated_from(args, untrusted_blocks(st.messages),
+                                    trusted=self._trusted_text(ctx))
+            risks = [f"proposed by a model that has read untrusted content from "
+                     f"{', '.join(sources)}: its arguments may be an attacker's"]
+            risks += [f"arguments repeat content from untrusted source {s}" for s in repeats]
         try:
             result = await ctx.call(
                 t, args, labels=labels,
                 evidence={"goal": ctx.input.goal, "plan": st.plan, "reasoning": why[:2000],
-                          "tainted_by": tainted},
-                risks=[f"arguments repeat content from untrusted source {s}" for s in tainted],
+                          "tainted_by": sources, "repeats": repeats},
+                risks=risks,
             )
         except ToolCallError as exc:
             self._observe(ctx, call, {"error": exc.error_type, "message": exc.message},
-                          failed=True)
+                          failed=True, tool=t)
             return None
-        self._observe(ctx, call, result, failed=False)
-        if t.name in self.untrusted:
-            st.untrusted.append(remembered(t.name, result))
+        self._observe(ctx, call, result, failed=False, tool=t)
         return None
 
+    def trusts(self, t: Tool) -> bool:
+        """Whether ``t``'s results and errors leave a clean context clean."""
+        return t.trusted_output and t.name not in self.untrusted
+
+    def exposed(self, t: Tool) -> bool:
+        """Whether a call of ``t`` from a tainted context carries the ``untrusted`` label:
+        it changes something, sends a message or sends its arguments out, and the tool is
+        not declared ``untrusted_ok``."""
+        return not t.untrusted_ok and (t.mutating or t.message or t.outbound)
+
     def _observe(self, ctx: RunContext[AgentState, AgentInput], call: ToolCall, value: JSON,
-                 *, failed: bool) -> None:
-        trusted = call.name not in self.untrusted or failed
+                 *, failed: bool, tool: Tool | None = None) -> None:
+        """Give the model ``value``, the result or error of ``tool`` (None: the agent's own
+        words). It is untrusted when the tool's output is, or when the context already is:
+        the call was proposed from it, so an error or an echo carries the taint of its
+        inputs. An untrusted tool observation adds the tool to the context's taint."""
+        st = ctx.state
+        trusted = not st.taint and (tool is None or self.trusts(tool))
         self._say(ctx, Message.tool(call.id, quote(call.name, value, trusted=trusted),
                                     name=call.name))
-        ctx.state.failures = ctx.state.failures + 1 if failed else 0
+        if not trusted and tool is not None:
+            _taint(st, tool.name)
+        st.failures = st.failures + 1 if failed else 0
 
     async def _control(
         self, ctx: RunContext[AgentState, AgentInput], call: ToolCall
@@ -368,6 +424,22 @@ class Agent:
                 st.waiting_for = parsed.signal
                 return ctx.wait(parsed.signal, timeout=parsed.timeout_seconds, then="act")
         return None
+
+
+def _from_outside(ctx: RunContext[AgentState, AgentInput]) -> bool:
+    """Whether an outside event started this run (through intake): its input is untrusted."""
+    key = ctx.idempotency_key
+    return key is not None and key.startswith(RUN_KEY_PREFIX)
+
+
+def _taint_input(ctx: RunContext[AgentState, AgentInput]) -> None:
+    if _from_outside(ctx):
+        _taint(ctx.state, INTAKE)
+
+
+def _taint(st: AgentState, source: str) -> None:
+    if source not in st.taint:
+        st.taint.append(source)
 
 
 def _text(value: JSON) -> str:

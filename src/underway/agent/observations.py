@@ -1,27 +1,32 @@
 """How tool results reach the model: quoted data with provenance, never instructions.
 
 A result is wrapped in a ``<tool_output>`` block naming its source and whether that
-source is trusted; the system prompt tells the model that such blocks are data. Results
-of untrusted sources (customer e-mails, tickets, web pages) are remembered so that when
-the model later proposes a call whose arguments repeat their content, the call carries
-the ``untrusted`` label and the policy can hold it for a person.
+source is trusted; the system prompt tells the model that such blocks are data. Telling it
+is not enough, so the agent also tracks taint per context (``docs/agent.md``): once
+untrusted content is in the conversation, the agent's mutating and outbound calls carry
+the ``untrusted`` label whatever their arguments look like.
+
+The untrusted blocks of the conversation are also searched for a held call's values, only
+to tell an approver which of them visibly repeat untrusted content (:func:`repeated_from`).
+That check is evidence for a person, never what labels a call: encodings, short values and
+paraphrase all escape substring matching.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..events import JSON
 
 UNTRUSTED = "untrusted"
-"""The label of content from a source nobody vouches for."""
-
-MAX_REMEMBERED = 20_000
-"""Characters of one untrusted result kept for taint checks."""
+"""The label of content from a source nobody vouches for, and of calls proposed after it."""
 
 _MIN_MATCH = 4
+_BLOCK = re.compile(r'<tool_output source="([^"]*)" trust="untrusted">\n(.*?)\n</tool_output>',
+                    re.DOTALL)
 
 
 def quote(source: str, value: JSON, *, trusted: bool) -> str:
@@ -34,18 +39,19 @@ def quote(source: str, value: JSON, *, trusted: bool) -> str:
     return f'<tool_output source="{source}" trust="{trust}">\n{body}\n</tool_output>'
 
 
-def remembered(source: str, value: JSON) -> dict[str, str]:
-    """What the agent keeps of an untrusted result to recognise its content later."""
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False,
-                                                           default=str)
-    return {"source": source, "text": text[:MAX_REMEMBERED].lower()}
+def untrusted_blocks(messages: Iterable[Mapping[str, Any]]) -> list[dict[str, str]]:
+    """Every block quoted as untrusted in ``messages``: its source and lower-cased text."""
+    return [{"source": source, "text": body.lower()}
+            for m in messages for source, body in _BLOCK.findall(str(m.get("content") or ""))]
 
 
-def tainted_by(args: JSON, seen: Iterable[dict[str, str]], *, trusted: str = "") -> list[str]:
-    """The untrusted sources whose content reappears in ``args`` (strings of at least four
-    characters, or numbers with at least four digits), in order, without repeats. A value
-    that also appears in ``trusted`` text (the goal, trusted results) may have come from
-    there and taints nothing."""
+def repeated_from(args: JSON, seen: Iterable[Mapping[str, str]], *,
+                  trusted: str = "") -> list[str]:
+    """The untrusted sources whose content (``seen``: source and lower-cased text)
+    reappears verbatim in ``args`` (strings of at least four characters, or numbers with at
+    least four digits), in order, without repeats. A value that also appears in ``trusted``
+    text (the goal, trusted results) may have come from there and is not attributed.
+    Evidence for an approver only: an empty answer does not mean the arguments are clean."""
     needles = [n for n in (v.lower() for v in _leaves(args)) if n not in trusted]
     found: list[str] = []
     for item in seen:

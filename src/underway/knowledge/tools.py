@@ -52,9 +52,13 @@ def recall_tool(
     timeout: float = 30.0,
     description: str = "Search long-term memory (notes, articles, policies) by keywords; "
     "each result names its source.",
+    trusted_output: bool = False,
 ) -> Tool:
     """A read-only tool searching ``knowledge`` for the calling run's tenant; ``description``
-    is what a model reads about it.
+    is what a model reads about it. Its results taint an agent's context unless
+    ``trusted_output``: declare that only for a knowledge base whose every record you vouch
+    for (articles your staff wrote), never for one that agents write to with
+    :func:`remember_tool`, which would carry one run's untrusted content into the next.
 
     Arguments ``{"query": str, "limit": int = 5}``; result: a list of ``{id, text, source,
     created_at, sensitivity, score}``, best first. The caller's roles come from its
@@ -79,7 +83,8 @@ def recall_tool(
             for h in hits
         ]
 
-    return tool(recall, name=name, mutating=False, timeout=timeout, description=description)
+    return tool(recall, name=name, mutating=False, timeout=timeout, description=description,
+                trusted_output=trusted_output)
 
 
 def remember_tool(
