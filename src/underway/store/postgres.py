@@ -282,6 +282,11 @@ class PostgresStore:
         """Runs with a row or events."""
         return [(r[0], r[1]) for r in self._all("journaled_runs", tenant_id=tenant_id)]
 
+    def journal_heads(self, tenant_id: str | None = None) -> list[tuple[str, str, int, str]]:
+        """(tenant, run, seq, hash) of the last event of every run with events."""
+        rows = self._all("journal_heads", tenant_id=tenant_id)
+        return [(r[0], r[1], r[2], r[3]) for r in rows]
+
     # -- leases -------------------------------------------------------------------------
     def claim(
         self,

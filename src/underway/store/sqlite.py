@@ -161,7 +161,7 @@ class SQLiteStore:
     def load_events(self, tenant_id: str, run_id: str, after_seq: int = 0) -> list[StoredEvent]:
         """Events after ``after_seq``."""
         rows = self._query("load_events", tenant_id, run_id, after_seq)
-        return [StoredEvent(r[0], r[1], bytes(r[2]), r[3]) for r in rows]
+        return [StoredEvent(r[0], r[1], _bytes(r[2]), r[3]) for r in rows]
 
     def load_checkpoint(self, tenant_id: str, run_id: str) -> tuple[int, bytes] | None:
         """The latest checkpoint."""
@@ -201,6 +201,14 @@ class SQLiteStore:
         else:
             rows = self._query("journaled_runs_of_tenant", tenant_id, tenant_id)
         return [(r[0], r[1]) for r in rows]
+
+    def journal_heads(self, tenant_id: str | None = None) -> list[tuple[str, str, int, str]]:
+        """(tenant, run, seq, hash) of the last event of every run with events."""
+        if tenant_id is None:
+            rows = self._query("journal_heads")
+        else:
+            rows = self._query("journal_heads_of_tenant", tenant_id)
+        return [(r[0], r[1], r[2], r[3]) for r in rows]
 
     # -- leases -------------------------------------------------------------------------
     def claim(
@@ -568,6 +576,16 @@ def _approver(row: sqlite3.Row) -> ApproverRecord:
     return ApproverRecord(
         row[0], row[1], row[2], tuple(json.loads(row[3])), row[4], row[5]
     )
+
+
+def _bytes(value: object) -> bytes:
+    """A BLOB column's value as bytes: SQLite keeps whatever type was written, and text
+    written by hand must reach the audit as bytes rather than fail to load."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "surrogatepass")
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    return str(value).encode("utf-8")
 
 
 def _statements(sql: str) -> list[str]:
