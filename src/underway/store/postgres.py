@@ -100,6 +100,15 @@ class PostgresStore:
                 f"{where.path} within {connect_timeout:g}s; is the server running and the "
                 "URL right?"
             ) from exc
+        # A database migrated by a newer underway is refused before anything is written.
+        try:
+            found, known = self.schema_version(), queries.latest_version("postgres")
+        except BaseException:
+            self._pool.close()
+            raise
+        if found > known:
+            self._pool.close()
+            raise MigrationError(queries.newer_schema_message(found, known))
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
         if self.schema is not None:
@@ -130,6 +139,10 @@ class PostgresStore:
                 conn.execute(_Q["schema_version_table"])
                 row = conn.execute(_Q["schema_version"]).fetchone()
                 current = int(row[0]) if row else 0
+                known = queries.latest_version("postgres")
+                if current > known:
+                    # Raising rolls the whole transaction back: nothing is written.
+                    raise MigrationError(queries.newer_schema_message(current, known))
                 for version, name, text in queries.migrations("postgres"):
                     if version <= current or (target is not None and version > target):
                         continue

@@ -68,9 +68,19 @@ class SQLiteStore:
             path, isolation_level=None, check_same_thread=False, timeout=busy_timeout_ms / 1000
         )
         self._conn.row_factory = sqlite3.Row
+        self._conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+        # Before anything that could write (even switching the journal mode): a database
+        # migrated by a newer underway is refused untouched.
+        try:
+            found, known = self.schema_version(), queries.latest_version("sqlite")
+        except BaseException:
+            self._conn.close()
+            raise
+        if found > known:
+            self._conn.close()
+            raise MigrationError(queries.newer_schema_message(found, known))
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=FULL")
-        self._conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
@@ -89,19 +99,31 @@ class SQLiteStore:
 
     # -- schema -------------------------------------------------------------------------
     def schema_version(self) -> int:
-        """The highest migration applied."""
-        with self._tx() as c:
-            c.execute(_Q["schema_version_table"])
-            return int(c.execute(_Q["schema_version"]).fetchone()[0])
+        """The highest migration applied (0 before the first); reads only."""
+        with self._lock:
+            if not self._conn.execute(_Q["has_schema_version_table"]).fetchone()[0]:
+                return 0
+            return int(self._conn.execute(_Q["schema_version"]).fetchone()[0])
 
     def migrate(self) -> int:
-        """Apply pending numbered migrations, each in its own transaction."""
+        """Apply pending numbered migrations, each in its own transaction.
+
+        Each transaction reads the version again under the write lock, so processes that
+        migrate the same file at once take turns instead of applying a migration twice.
+        """
+        known = queries.latest_version("sqlite")
         current = self.schema_version()
+        if current > known:
+            raise MigrationError(queries.newer_schema_message(current, known))
         for version, name, sql in queries.migrations("sqlite"):
             if version <= current:
                 continue
             try:
                 with self._tx() as c:
+                    c.execute(_Q["schema_version_table"])
+                    current = int(c.execute(_Q["schema_version"]).fetchone()[0])
+                    if version <= current:
+                        continue
                     for statement in _statements(sql):
                         c.execute(statement)
                     c.execute(_Q["record_migration"], (version, name, time.time()))
