@@ -103,6 +103,7 @@ class Worker:
         self.anchoring = anchoring
         self.anchored = 0
         """Anchor records this worker appended."""
+        self._anchored_heads: dict[tuple[str, str], tuple[int, str]] = {}
         self.ready = asyncio.Event()
         """Set once the worker is serving (and, on PostgreSQL, listening)."""
         self.activations = 0
@@ -244,10 +245,12 @@ class Worker:
 
     def _anchor(self) -> None:
         assert self.anchoring is not None
-        record = self.anchoring.run(self._store)
-        self.anchored += 1
-        log.info("anchored %d runs as record %d (root %s)", len(record.leaves), record.n,
-                 record.root[:16])
+        # Heads already in a record stay proven by it: sign only those that moved.
+        record = self.anchoring.run(self._store, self._anchored_heads)
+        if record is not None:
+            self.anchored += 1
+            log.info("anchored %d runs as record %d (root %s)", len(record.leaves),
+                     record.n, record.root[:16])
 
     def _reclaim_dead_local_leases(self) -> int:
         return Runner(self.engine).reclaim_dead_local_leases()

@@ -204,7 +204,19 @@ def anchor(
 ) -> AnchorRecord:
     """Read the head of every run's journal (of ``tenant_id``, or of every tenant), sign
     them and append the record to ``sink``."""
-    leaves = tuple(sorted(store.journal_heads(tenant_id)))
+    return sign_heads(store.journal_heads(tenant_id), key, sink, tenant_id=tenant_id, now=now)
+
+
+def sign_heads(
+    heads: Sequence[Leaf],
+    key: Ed25519PrivateKey,
+    sink: AnchorSink,
+    *,
+    tenant_id: str | None = None,
+    now: float | None = None,
+) -> AnchorRecord:
+    """Sign ``heads`` (tenant, run, seq, hash) and append the record to ``sink``."""
+    leaves = tuple(sorted(heads))
     at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() if now is None else now))
 
     def build(n: int, prev: str | None) -> AnchorRecord:
@@ -225,8 +237,8 @@ def sorted_unique(leaves: Sequence[Leaf]) -> bool:
 @dataclass(frozen=True, slots=True)
 class Anchoring:
     """Anchoring on a schedule (``Worker(anchoring=...)``): every ``every`` seconds, sign
-    the heads of the runs of ``tenant_id`` (every tenant when None) with ``key`` and
-    append them to ``sink``."""
+    the heads of the runs of ``tenant_id`` (every tenant when None) that moved since the
+    last record with ``key`` and append them to ``sink``."""
 
     key: Ed25519PrivateKey
     sink: AnchorSink
@@ -239,6 +251,16 @@ class Anchoring:
 
             raise ConfigurationError(f"anchoring interval must be positive, not {self.every}")
 
-    def run(self, store: Store) -> AnchorRecord:
-        """Anchor the heads of ``store`` now."""
-        return anchor(store, self.key, self.sink, tenant_id=self.tenant_id)
+    def run(
+        self, store: Store, anchored: dict[tuple[str, str], tuple[int, str]]
+    ) -> AnchorRecord | None:
+        """Anchor the heads of ``store`` that moved since they were last anchored;
+        ``anchored`` (run -> (seq, head) signed, empty at first) is kept up to date. None
+        when no head moved: every one is already in a record of the log."""
+        heads = store.journal_heads(self.tenant_id)
+        moved = [h for h in heads if anchored.get((h[0], h[1])) != (h[2], h[3])]
+        if not moved:
+            return None
+        record = sign_heads(moved, self.key, self.sink, tenant_id=self.tenant_id)
+        anchored.update({(t, r): (seq, head) for t, r, seq, head in moved})
+        return record
