@@ -10,7 +10,7 @@ from .codec import Codec, blob_key
 from .errors import IntegrityError, RunNotFound
 from .events import JSON, Event, canonical_json, chain_hash, envelope, from_envelope, genesis_hash
 from .state import Recorded, RunState, apply
-from .store.base import Store, StoredEvent
+from .store.base import RunRecord, Store, StoredEvent
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,8 +128,23 @@ class Journal:
     # -- verification -------------------------------------------------------------------
     def verify(self, tenant_id: str, run_id: str) -> Verification:
         """Check the run's hash chain, sequence and tail against its run row."""
-        stored = self.store.load_events(tenant_id, run_id)
-        row = self.store.get_run(tenant_id, run_id)
+        return self.verify_events(
+            tenant_id, run_id,
+            self.store.load_events(tenant_id, run_id), self.store.get_run(tenant_id, run_id),
+        )
+
+    def verify_events(
+        self,
+        tenant_id: str,
+        run_id: str,
+        stored: Sequence[StoredEvent],
+        row: RunRecord | None,
+    ) -> Verification:
+        """Check ``stored`` (every event of the run, as loaded) and the run's ``row``.
+
+        Whatever the database holds, this reports and never raises on bad data: an
+        audit must get past one corrupt run to the next.
+        """
 
         def bad(seq: int | None, reason: str) -> Verification:
             return Verification(tenant_id, run_id, False, len(stored), seq, reason)
@@ -137,44 +152,71 @@ class Journal:
         def fetch(keys: list[str]) -> dict[str, bytes]:
             return self.store.get_blobs(tenant_id, keys)
 
+        if not stored:
+            if row is None:
+                return bad(None, "no such run")
+            # A run is created together with its first event.
+            return bad(1, f"the run row exists (last seq {row.last_seq}) but the journal "
+                       "has no events")
         seen: set[str] = set()
         prev = genesis_hash(tenant_id, run_id)
         for expected_seq, s in enumerate(stored, start=1):
             if s.seq != expected_seq:
-                return bad(expected_seq, f"event {expected_seq} is missing (found seq {s.seq})")
-            if chain_hash(prev, s.payload) != s.hash:
+                return bad(expected_seq, f"event {expected_seq} is missing (found seq {s.seq!r})")
+            if not isinstance(s.payload, bytes) or chain_hash(prev, s.payload) != s.hash:
                 return bad(s.seq, "hash does not match content and predecessor")
             if self.codec.cipher is None:
-                try:
-                    env = json.loads(s.payload)
-                except ValueError:
-                    return bad(s.seq, "payload is not valid JSON")
-                if env.get("seq") != s.seq or env.get("type") != s.type:
-                    return bad(s.seq, "stored seq/type differ from the hashed payload")
-                broken = _broken_blob(env, fetch, seen)
-                if broken is not None:
-                    return bad(s.seq, f"refers to blob {broken}, which is missing or altered")
+                problem = _payload_problem(s, fetch, seen)
+                if problem is not None:
+                    return bad(s.seq, problem)
             prev = s.hash
         if row is None:
             return bad(1, "events exist but the run row is missing")
+        last_seq = row.last_seq
+        if type(last_seq) is not int or last_seq < 1:
+            return bad(1, f"run row says last seq {last_seq!r}; a run's journal starts at 1")
         # The row records the journal's head as of the run's last hand-back; events after it
         # are a step in flight (or interrupted by a crash) and are checked by the chain alone.
-        if row.last_seq > len(stored):
+        if last_seq > len(stored):
             return bad(
                 len(stored) + 1,
-                f"run row says last seq {row.last_seq}, journal ends at {len(stored)}",
+                f"run row says last seq {last_seq}, journal ends at {len(stored)}",
             )
-        if stored[row.last_seq - 1].hash != row.last_hash:
-            return bad(row.last_seq, "event differs from the head the run row recorded")
-        if row.last_seq < len(stored) and row.status in ("completed", "failed", "cancelled"):
-            return bad(row.last_seq + 1, f"events follow the end of a {row.status} run")
+        if stored[last_seq - 1].hash != row.last_hash:
+            return bad(last_seq, "event differs from the head the run row recorded")
+        if last_seq < len(stored) and row.status in ("completed", "failed", "cancelled"):
+            return bad(last_seq + 1, f"events follow the end of a {row.status} run")
         return Verification(tenant_id, run_id, True, len(stored))
+
+
+def _payload_problem(
+    s: StoredEvent, fetch: Callable[[list[str]], dict[str, bytes]], seen: set[str]
+) -> str | None:
+    """What is wrong with a (correctly chained, unencrypted) event's content, if anything."""
+    try:
+        env = json.loads(s.payload)
+    except (ValueError, RecursionError):
+        return "payload is not valid JSON"
+    if not isinstance(env, dict):
+        return "payload is not a JSON object"
+    if _exact(env.get("seq")) != _exact(s.seq) or env.get("type") != s.type:
+        return "stored seq/type differ from the hashed payload"
+    broken = _broken_blob(env, fetch, seen)
+    if broken is not None:
+        return f"refers to blob {broken}, which is missing or altered"
+    return None
+
+
+def _exact(value: object) -> tuple[type, object]:
+    """``value`` with its type, so that ``true`` never passes for ``1``."""
+    return type(value), value
 
 
 def _broken_blob(
     value: JSON, fetch: Callable[[list[str]], dict[str, bytes]], seen: set[str]
 ) -> str | None:
-    """The first blob reachable from ``value`` that is missing or fails its content hash.
+    """The first blob reachable from ``value`` that is missing, fails its content hash, or
+    holds something the codec never writes.
 
     The chain hash covers an event's bytes, and those hold only blob references; a large
     value edited in the blobs table is caught here. ``seen`` spares re-reading blobs (a
@@ -189,7 +231,8 @@ def _broken_blob(
         if not isinstance(v, dict):
             continue
         if "$lit" in v and len(v) == 1:
-            stack.extend(v["$lit"].values())
+            inner = v["$lit"]
+            stack.extend(inner.values() if isinstance(inner, dict) else [inner])
             continue
         chain = "$chain" in v and len(v) == 2
         key = v.get("$chain") if chain else v.get("$blob") if len(v) == 1 else None
@@ -201,12 +244,15 @@ def _broken_blob(
         raw = fetch([key]).get(key)
         if raw is None or blob_key(raw) != key:
             return key
+        try:
+            node = json.loads(raw)
+            if chain:
+                stack.append(node["x"])
+                if node["p"] is not None:
+                    stack.append({"$chain": node["p"], "n": 0})
+            else:
+                stack.append(node)
+        except (ValueError, TypeError, KeyError, RecursionError):
+            return key
         seen.add(key)
-        node = json.loads(raw)
-        if chain:
-            stack.append(node["x"])
-            if node["p"] is not None:
-                stack.append({"$chain": node["p"], "n": 0})
-        else:
-            stack.append(node)
     return None

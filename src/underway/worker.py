@@ -19,6 +19,9 @@ the worker claims nothing more, lets each run in flight finish the step it is in
 it back (another worker continues with the next step), and after ``grace`` seconds
 cancels the steps still running and hands those runs back too; their uncommitted work is
 redone from the journal by whoever takes them next.
+
+With ``anchoring`` a worker also anchors the heads of the journals on a schedule (and once
+more when it stops): see :mod:`underway.audit`.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import logging
 import random
 import sys
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from .effects import Tool
 from .engine import Engine
@@ -40,6 +43,9 @@ from .loading import call_factory, import_object
 from .runner import Runner
 from .store import queries
 from .store.base import Lease
+
+if TYPE_CHECKING:
+    from .audit import Anchoring
 
 __all__ = ["App", "Worker", "load_app"]
 
@@ -65,7 +71,8 @@ class Worker:
     waits ``min_poll`` after finding work and twice as long each time it finds none, up to
     ``poll``; a worker on PostgreSQL that listens waits ``poll`` outright); ``grace`` is how
     long a stopping worker lets steps in flight finish before cancelling them; ``listen``
-    lets a worker on PostgreSQL be woken by notifications instead of waiting for its poll.
+    lets a worker on PostgreSQL be woken by notifications instead of waiting for its poll;
+    ``anchoring`` signs the journals' heads every ``anchoring.every`` seconds.
     """
 
     def __init__(
@@ -78,6 +85,7 @@ class Worker:
         min_poll: float = 0.05,
         grace: float = 30.0,
         listen: bool = True,
+        anchoring: Anchoring | None = None,
     ) -> None:
         if concurrency < 1:
             raise ConfigurationError(f"concurrency must be at least 1, not {concurrency}")
@@ -94,6 +102,10 @@ class Worker:
         self.min_poll = min(min_poll, poll)
         self.grace = grace
         self.listen = listen
+        self.anchoring = anchoring
+        self.anchored = 0
+        """Anchor records this worker appended."""
+        self._anchored_heads: dict[tuple[str, str], tuple[int, str]] = {}
         self.ready = asyncio.Event()
         """Set once the worker is serving (and, on PostgreSQL, listening)."""
         self.activations = 0
@@ -157,6 +169,9 @@ class Worker:
             for task in helpers:
                 task.cancel()
             await asyncio.gather(*helpers, return_exceptions=True)
+            if self.anchoring is not None:
+                # The heads as this worker leaves them, not as of the last interval.
+                await self._quietly(self._anchor)
             self.engine._driven_by_worker = False  # type: ignore[attr-defined]
 
     # -- the loop -----------------------------------------------------------------------
@@ -199,11 +214,14 @@ class Worker:
         return min(due - now, horizon)
 
     async def _maintain(self) -> None:
-        """Besides claiming: free the leases of dead processes of this host, and start
-        the runs of due schedule ticks; wake the loop when either made work."""
+        """Besides claiming: free the leases of dead processes of this host, start the
+        runs of due schedule ticks (waking the loop when either made work), and anchor."""
         loop = asyncio.get_running_loop()
-        reclaim_at = fire_at = loop.time()
+        reclaim_at = fire_at = anchor_at = loop.time()
         while True:
+            if self.anchoring is not None and loop.time() >= anchor_at:
+                anchor_at = loop.time() + self.anchoring.every
+                await self._quietly(self._anchor)
             found = 0
             if loop.time() >= reclaim_at:
                 reclaim_at = loop.time() + self.engine.lease_ttl / 3
@@ -214,6 +232,8 @@ class Worker:
             if found:
                 self._wake.set()
             later = reclaim_at if self._fire_schedules is None else min(reclaim_at, fire_at)
+            if self.anchoring is not None:
+                later = min(later, anchor_at)
             await asyncio.sleep(max(0.0, later - loop.time()))
 
     def _claim(self, limit: int) -> list[Lease]:
@@ -225,6 +245,15 @@ class Worker:
 
     def _next_due(self) -> float | None:
         return self._store.next_due_at(now=self.engine.clock.now(), queues=self.queues)
+
+    def _anchor(self) -> None:
+        assert self.anchoring is not None
+        # Heads already in a record stay proven by it: sign only those that moved.
+        record = self.anchoring.run(self._store, self._anchored_heads)
+        if record is not None:
+            self.anchored += 1
+            log.info("anchored %d runs as record %d (root %s)", len(record.leaves),
+                     record.n, record.root[:16])
 
     def _reclaim_dead_local_leases(self) -> int:
         return Runner(self.engine).reclaim_dead_local_leases()

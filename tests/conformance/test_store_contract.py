@@ -460,3 +460,12 @@ def test_journaled_runs_include_journals_without_a_row(store: Store, backend: ob
     create(store, "r2", tenant="t2")
     assert store.journaled_runs() == [("t1", "r1"), ("t2", "r2")]
     assert store.journaled_runs("t2") == [("t2", "r2")]
+
+
+def test_journal_heads_are_the_last_event_of_every_journal(store: Store, backend: object) -> None:
+    create(store, "r1")
+    create(store, "r2", tenant="t2")
+    store.append(batch(lease_of(store, "r1"), 1, count=2))
+    assert store.journal_heads() == [("t1", "r1", 3, "hr13"), ("t2", "r2", 1, "hr21")]
+    assert store.journal_heads("t2") == [("t2", "r2", 1, "hr21")]
+    assert store.journal_heads("nobody") == []

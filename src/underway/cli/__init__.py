@@ -1,7 +1,7 @@
 """The ``underway`` command line: a thin layer over the store, journal and engine.
 
 ``underway db migrate``, ``underway runs ls|show|events|signal|cancel|resolve|resume``,
-``underway audit verify``, ``underway worker``, ``underway queues set|ls|rm``,
+``underway audit verify|anchor|keygen``, ``underway worker``, ``underway queues set|ls|rm``,
 ``underway schedules ls|add|rm``, ``underway events send``, ``underway keys new``,
 ``underway approvers add|ls|revoke``,
 ``underway approvals ls|show|approve|reject|answer|resolve``,

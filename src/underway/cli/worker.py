@@ -7,10 +7,13 @@ import logging
 import os
 import signal
 import sys
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from ..approvals import load_private_key
+from ..audit import Anchoring, FileAnchorLog
 from ..engine import Engine
 from ..policy import load_policy
 from ..secrets import EnvSecrets
@@ -79,6 +82,22 @@ def worker(
                      "signed by an approver (`underway approvals resolve`); refuse unsigned "
                      "`underway runs resolve`."),
     ] = False,
+    anchor_every: Annotated[
+        float | None,
+        typer.Option("--anchor-every", min=0.001, help="Anchor the heads of every run's "
+                     "journal every this many seconds (and when stopping); needs "
+                     "--anchor-key and --anchor-log.", show_default=False),
+    ] = None,
+    anchor_key: Annotated[
+        Path | None,
+        typer.Option("--anchor-key", help="The anchor signing key (`underway audit "
+                     "keygen`).", show_default=False),
+    ] = None,
+    anchor_log: Annotated[
+        Path | None,
+        typer.Option("--anchor-log", help="The anchor log to append to (JSON lines).",
+                     show_default=False),
+    ] = None,
     db: DbOption = None,
 ) -> None:
     """Lease ready runs and drive them until SIGTERM or SIGINT (then stop gracefully).
@@ -91,6 +110,7 @@ def worker(
     )
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
+    anchoring = _anchoring(anchor_every, anchor_key, anchor_log)
     flows, tools = load_app(app_spec)
     with open_store(ctx, db) as store:
         dialect = str(getattr(store, "dialect", "memory"))
@@ -109,10 +129,24 @@ def worker(
             signed_resolutions=signed_resolutions,
         )
         w = Worker(engine, queues=queue or None, concurrency=concurrency, poll=poll,
-                   grace=grace)
+                   grace=grace, anchoring=anchoring)
         asyncio.run(_serve(w))
+    anchored = f", {w.anchored} anchor records" if anchoring is not None else ""
     typer.echo(f"underway worker {w.owner} stopped: {w.activations} activations, "
-               f"{w.handed_back} runs handed back")
+               f"{w.handed_back} runs handed back{anchored}")
+
+
+def _anchoring(
+    every: float | None, key: Path | None, log: Path | None
+) -> Anchoring | None:
+    """The worker's anchoring from its three options: all of them, or none."""
+    given = [every is not None, key is not None, log is not None]
+    if not any(given):
+        return None
+    if not all(given):
+        raise Problem("--anchor-every, --anchor-key and --anchor-log go together")
+    assert every is not None and key is not None and log is not None
+    return Anchoring(key=load_private_key(key), sink=FileAnchorLog(log), every=every)
 
 
 async def _serve(w: Worker) -> None:

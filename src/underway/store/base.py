@@ -295,6 +295,11 @@ class Store(Protocol):
         must visit, including a journal whose run row was deleted."""
         ...
 
+    def journal_heads(self, tenant_id: str | None = None) -> list[tuple[str, str, int, str]]:
+        """(tenant, run, seq, hash) of the last event of every run with events (of
+        ``tenant_id``, or of every tenant when None), sorted by tenant and run."""
+        ...
+
     def claim(
         self,
         *,

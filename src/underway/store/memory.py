@@ -183,6 +183,16 @@ class MemoryStore:
             keys = set(self._runs) | {k for k, v in self._events.items() if v}
         return sorted(k for k in keys if tenant_id is None or k[0] == tenant_id)
 
+    def journal_heads(self, tenant_id: str | None = None) -> list[tuple[str, str, int, str]]:
+        """(tenant, run, seq, hash) of the last event of every run with events."""
+        with self._lock:
+            heads = [
+                (t, r, events[-1].seq, events[-1].hash)
+                for (t, r), events in self._events.items()
+                if events and (tenant_id is None or t == tenant_id)
+            ]
+        return sorted(heads)
+
     def claim(
         self,
         *,

@@ -100,6 +100,15 @@ class PostgresStore:
                 f"{where.path} within {connect_timeout:g}s; is the server running and the "
                 "URL right?"
             ) from exc
+        # A database migrated by a newer underway is refused before anything is written.
+        try:
+            found, known = self.schema_version(), queries.latest_version("postgres")
+        except BaseException:
+            self._pool.close()
+            raise
+        if found > known:
+            self._pool.close()
+            raise MigrationError(queries.newer_schema_message(found, known))
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
         if self.schema is not None:
@@ -130,6 +139,10 @@ class PostgresStore:
                 conn.execute(_Q["schema_version_table"])
                 row = conn.execute(_Q["schema_version"]).fetchone()
                 current = int(row[0]) if row else 0
+                known = queries.latest_version("postgres")
+                if current > known:
+                    # Raising rolls the whole transaction back: nothing is written.
+                    raise MigrationError(queries.newer_schema_message(current, known))
                 for version, name, text in queries.migrations("postgres"):
                     if version <= current or (target is not None and version > target):
                         continue
@@ -281,6 +294,11 @@ class PostgresStore:
     def journaled_runs(self, tenant_id: str | None = None) -> list[tuple[str, str]]:
         """Runs with a row or events."""
         return [(r[0], r[1]) for r in self._all("journaled_runs", tenant_id=tenant_id)]
+
+    def journal_heads(self, tenant_id: str | None = None) -> list[tuple[str, str, int, str]]:
+        """(tenant, run, seq, hash) of the last event of every run with events."""
+        rows = self._all("journal_heads", tenant_id=tenant_id)
+        return [(r[0], r[1], r[2], r[3]) for r in rows]
 
     # -- leases -------------------------------------------------------------------------
     def claim(

@@ -37,3 +37,17 @@ def migrations(dialect: str) -> list[tuple[int, str, str]]:
         if name.endswith(".sql") and name[:4].isdigit():
             found.append((int(name[:4]), name, entry.read_text("utf-8")))
     return sorted(found)
+
+
+def latest_version(dialect: str) -> int:
+    """The newest schema version this code knows for ``dialect`` (its last migration)."""
+    return max((version for version, _, _ in migrations(dialect)), default=0)
+
+
+def newer_schema_message(found: int, known: int) -> str:
+    """The one line that refuses a database whose schema is newer than this code."""
+    return (
+        f"the database schema is at version {found}, newer than version {known}, the newest "
+        "this underway knows; upgrade underway to use this database (nothing was written "
+        "to it)"
+    )

@@ -68,9 +68,19 @@ class SQLiteStore:
             path, isolation_level=None, check_same_thread=False, timeout=busy_timeout_ms / 1000
         )
         self._conn.row_factory = sqlite3.Row
+        self._conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+        # Before anything that could write (even switching the journal mode): a database
+        # migrated by a newer underway is refused untouched.
+        try:
+            found, known = self.schema_version(), queries.latest_version("sqlite")
+        except BaseException:
+            self._conn.close()
+            raise
+        if found > known:
+            self._conn.close()
+            raise MigrationError(queries.newer_schema_message(found, known))
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=FULL")
-        self._conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
@@ -89,19 +99,31 @@ class SQLiteStore:
 
     # -- schema -------------------------------------------------------------------------
     def schema_version(self) -> int:
-        """The highest migration applied."""
-        with self._tx() as c:
-            c.execute(_Q["schema_version_table"])
-            return int(c.execute(_Q["schema_version"]).fetchone()[0])
+        """The highest migration applied (0 before the first); reads only."""
+        with self._lock:
+            if not self._conn.execute(_Q["has_schema_version_table"]).fetchone()[0]:
+                return 0
+            return int(self._conn.execute(_Q["schema_version"]).fetchone()[0])
 
     def migrate(self) -> int:
-        """Apply pending numbered migrations, each in its own transaction."""
+        """Apply pending numbered migrations, each in its own transaction.
+
+        Each transaction reads the version again under the write lock, so processes that
+        migrate the same file at once take turns instead of applying a migration twice.
+        """
+        known = queries.latest_version("sqlite")
         current = self.schema_version()
+        if current > known:
+            raise MigrationError(queries.newer_schema_message(current, known))
         for version, name, sql in queries.migrations("sqlite"):
             if version <= current:
                 continue
             try:
                 with self._tx() as c:
+                    c.execute(_Q["schema_version_table"])
+                    current = int(c.execute(_Q["schema_version"]).fetchone()[0])
+                    if version <= current:
+                        continue
                     for statement in _statements(sql):
                         c.execute(statement)
                     c.execute(_Q["record_migration"], (version, name, time.time()))
@@ -161,7 +183,7 @@ class SQLiteStore:
     def load_events(self, tenant_id: str, run_id: str, after_seq: int = 0) -> list[StoredEvent]:
         """Events after ``after_seq``."""
         rows = self._query("load_events", tenant_id, run_id, after_seq)
-        return [StoredEvent(r[0], r[1], bytes(r[2]), r[3]) for r in rows]
+        return [StoredEvent(r[0], r[1], _bytes(r[2]), r[3]) for r in rows]
 
     def load_checkpoint(self, tenant_id: str, run_id: str) -> tuple[int, bytes] | None:
         """The latest checkpoint."""
@@ -201,6 +223,14 @@ class SQLiteStore:
         else:
             rows = self._query("journaled_runs_of_tenant", tenant_id, tenant_id)
         return [(r[0], r[1]) for r in rows]
+
+    def journal_heads(self, tenant_id: str | None = None) -> list[tuple[str, str, int, str]]:
+        """(tenant, run, seq, hash) of the last event of every run with events."""
+        if tenant_id is None:
+            rows = self._query("journal_heads")
+        else:
+            rows = self._query("journal_heads_of_tenant", tenant_id)
+        return [(r[0], r[1], r[2], r[3]) for r in rows]
 
     # -- leases -------------------------------------------------------------------------
     def claim(
@@ -570,6 +600,16 @@ def _approver(row: sqlite3.Row) -> ApproverRecord:
     return ApproverRecord(
         row[0], row[1], row[2], tuple(json.loads(row[3])), row[4], row[5]
     )
+
+
+def _bytes(value: object) -> bytes:
+    """A BLOB column's value as bytes: SQLite keeps whatever type was written, and text
+    written by hand must reach the audit as bytes rather than fail to load."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "surrogatepass")
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    return str(value).encode("utf-8")
 
 
 def _statements(sql: str) -> list[str]:

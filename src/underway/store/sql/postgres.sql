@@ -86,6 +86,12 @@ SELECT tenant_id, run_id, flow, status, step, idempotency_key, last_seq, last_ha
 -- name: tenants
 SELECT DISTINCT tenant_id COLLATE "C" AS tenant_id FROM runs ORDER BY 1
 
+-- name: journal_heads
+SELECT DISTINCT ON (tenant_id COLLATE "C", run_id COLLATE "C") tenant_id, run_id, seq, hash
+  FROM events
+ WHERE %(tenant_id)s::text IS NULL OR tenant_id = %(tenant_id)s
+ ORDER BY tenant_id COLLATE "C", run_id COLLATE "C", seq DESC
+
 -- name: journaled_runs
 SELECT tenant_id COLLATE "C", run_id COLLATE "C" FROM runs
  WHERE %(tenant_id)s::text IS NULL OR tenant_id = %(tenant_id)s

@@ -7,6 +7,9 @@ CREATE TABLE IF NOT EXISTS underway_schema_version (
     applied_at REAL NOT NULL
 )
 
+-- name: has_schema_version_table
+SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'underway_schema_version'
+
 -- name: schema_version
 SELECT COALESCE(MAX(version), 0) FROM underway_schema_version
 
@@ -46,8 +49,38 @@ UNION
 SELECT DISTINCT tenant_id, run_id FROM events WHERE tenant_id = ?
 ORDER BY 1, 2
 
+-- name: journal_heads
+SELECT e.tenant_id, e.run_id, e.seq, e.hash
+  FROM events e
+  JOIN (SELECT tenant_id, run_id, MAX(seq) AS seq FROM events GROUP BY tenant_id, run_id) h
+    ON e.tenant_id = h.tenant_id AND e.run_id = h.run_id AND e.seq = h.seq
+ ORDER BY 1, 2
+
+-- name: journal_heads_of_tenant
+SELECT e.tenant_id, e.run_id, e.seq, e.hash
+  FROM events e
+  JOIN (SELECT tenant_id, run_id, MAX(seq) AS seq FROM events WHERE tenant_id = ?
+         GROUP BY tenant_id, run_id) h
+    ON e.tenant_id = h.tenant_id AND e.run_id = h.run_id AND e.seq = h.seq
+ ORDER BY 1, 2
+
 -- name: insert_event
 INSERT INTO events (tenant_id, run_id, seq, type, payload, hash) VALUES (?, ?, ?, ?, ?, ?)
+
+-- name: journal_heads
+SELECT e.tenant_id, e.run_id, e.seq, e.hash
+  FROM events e
+  JOIN (SELECT tenant_id, run_id, MAX(seq) AS seq FROM events GROUP BY tenant_id, run_id) h
+    ON e.tenant_id = h.tenant_id AND e.run_id = h.run_id AND e.seq = h.seq
+ ORDER BY 1, 2
+
+-- name: journal_heads_of_tenant
+SELECT e.tenant_id, e.run_id, e.seq, e.hash
+  FROM events e
+  JOIN (SELECT tenant_id, run_id, MAX(seq) AS seq FROM events WHERE tenant_id = ?
+         GROUP BY tenant_id, run_id) h
+    ON e.tenant_id = h.tenant_id AND e.run_id = h.run_id AND e.seq = h.seq
+ ORDER BY 1, 2
 
 -- name: insert_blob
 INSERT INTO blobs (tenant_id, key, data) VALUES (?, ?, ?) ON CONFLICT DO NOTHING
