@@ -5,6 +5,8 @@ commands through a real engine."""
 from __future__ import annotations
 
 import itertools
+import os
+from pathlib import Path
 
 import pytest
 
@@ -18,9 +20,12 @@ def docker_client(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(docker, "binary", lambda: "/usr/bin/docker")
 
 
-def test_the_container_is_locked_down_as_the_profile_says() -> None:
+def test_the_container_is_locked_down_as_the_profile_says(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    os.chmod(tmp_path, 0o755)
     profile = SandboxProfile(
-        backend="docker", ro_paths=("/srv/data",),
+        backend="docker", ro_paths=(str(data),),
         limits=Limits(memory_mb=256, max_processes=16, cpus=0.5, timeout_s=30),
     )
     with CallDirs(None, None) as dirs:
@@ -34,7 +39,7 @@ def test_the_container_is_locked_down_as_the_profile_says() -> None:
             ("--ulimit", "core=0")} <= pairs
     assert "--read-only" in run and "--rm" in run
     assert ("--mount", f"type=bind,source={dirs.workspace},target=/workspace") in pairs
-    assert ("--mount", "type=bind,source=/srv/data,target=/srv/data,readonly") in pairs
+    assert ("--mount", f"type=bind,source={data},target={data},readonly") in pairs
     assert run[-7:] == [profile.image, "timeout", "-s", "KILL", "35", "echo", "hi"]
     assert "s3cret" not in " ".join(argv), "values travel in the environment, not the argv"
     assert ("--env", "TOKEN") in pairs and launch.env["TOKEN"] == "s3cret"

@@ -24,7 +24,7 @@ from pathlib import Path
 from .child import capped, child_setup, exec_chain, reachable
 from .errors import SandboxError
 from .launch import Launch, command_env
-from .profile import ETC_NETWORK, ETC_RO, ROOT_LINKS, SYSTEM_RO, SandboxProfile, python_prefix
+from .profile import ETC_NETWORK, ETC_RO, ROOT_LINKS, SYSTEM_RO, SandboxProfile
 from .workspace import CallDirs
 
 PROBE_TIMEOUT_S = 20.0
@@ -125,19 +125,9 @@ def plan(profile: SandboxProfile, argv: Sequence[str], dirs: CallDirs,
     if path is None:
         raise SandboxError("`bwrap` disappeared from PATH since it was probed")
     ids = as_ids(profile)
-    stage: list[tuple[str, str]] = []
-
-    def source(host: str) -> str:
-        real = os.path.realpath(host)
-        if not os.path.exists(real):
-            raise SandboxError(f"sandbox mount source {host!r} does not exist on this host")
-        if ids is not None and not reachable(real, *ids):
-            # bubblewrap, running as the sandbox user, could not even look it up.
-            point = dirs.stage_point()
-            stage.append((real, point))
-            return point
-        return real
-
+    bound = dirs.bind(profile, ids)
+    stage: list[tuple[str, str, int, int]] = []
+    fds: list[int] = []
     ws = profile.workspace_dir
     env = {**command_env(profile, ws, extra_env), MARKER_ENV: HOSTNAME}
     args = [path, "--unshare-all", "--unshare-user", "--disable-userns"]
@@ -152,14 +142,21 @@ def plan(profile: SandboxProfile, argv: Sequence[str], dirs: CallDirs,
     args += _system_mounts(network=profile.network)
     args += ["--size", str(profile.limits.tmp_size_mb * 1024 * 1024), "--tmpfs", "/tmp",
              "--proc", "/proc", "--dev", "/dev"]
-    if profile.python:
-        prefix = python_prefix()
-        args += ["--ro-bind", source(prefix), prefix]
-    for p in profile.ro_paths:
-        args += ["--ro-bind", source(p), p]
-    for p in profile.rw_paths:
-        args += ["--bind", source(p), p]
-    args += ["--bind", source(dirs.workspace), ws, "--chdir", ws, "--remount-ro", "/"]
+    for b in bound:
+        src = b.mount.source
+        flag = "--bind" if b.mount.writable else "--ro-bind"
+        if ids is not None and not reachable(src.real, *ids):
+            # bubblewrap, running as the sandbox user, could not even look it up: bound
+            # first at a reachable place, and checked there to be the verified object.
+            point = dirs.stage_point(is_dir=src.is_dir)
+            stage.append((src.real, point, src.dev, src.ino))
+            args += [flag, point, b.mount.target]
+        else:
+            # The descriptor, not the path: bubblewrap mounts what it refers to and checks
+            # after mounting that nothing was swapped in between.
+            fds.append(b.fd)
+            args += [flag + "-fd", str(b.fd), b.mount.target]
+    args += ["--chdir", ws, "--remount-ro", "/"]
     # bubblewrap reads one byte from --block-fd once the sandbox is fully set up, just
     # before it starts the command; a byte still unread afterwards means setup failed.
     block_r, block_w = os.pipe()
@@ -174,7 +171,7 @@ def plan(profile: SandboxProfile, argv: Sequence[str], dirs: CallDirs,
         setup = child_setup(ids, rlimits, tuple(stage))
     # The environment reaches the command through bubblewrap's own, never its argv: an
     # argv is readable by every user of the host.
-    return Launch("bwrap", args, env, setup, pass_fds=(block_r,), setup_fd=os.dup(block_r),
+    return Launch("bwrap", args, env, setup, pass_fds=(block_r, *fds), setup_fd=os.dup(block_r),
                   close_after_spawn=[block_r])
 
 

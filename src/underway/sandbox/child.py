@@ -63,8 +63,9 @@ def prepare() -> _Calls:
 class ChildSetup:
     """The ``preexec_fn`` of a sandboxed command.
 
-    ``stage``: ``(host source, reachable mount point)`` pairs bound in a private mount
-    namespace. ``uid`` / ``gid``: the ids to drop to (None: keep them). ``rlimits``:
+    ``stage``: ``(host source, reachable mount point, dev, ino)`` bound in a private mount
+    namespace, each checked after mounting to be the object with that device and inode.
+    ``uid`` / ``gid``: the ids to drop to (None: keep them). ``rlimits``:
     ``(resource, soft, hard)``. ``error_fd``: where a failure is described for the parent.
     """
 
@@ -73,7 +74,7 @@ class ChildSetup:
     rlimits: tuple[tuple[int, int, int], ...] = ()
     uid: int | None = None
     gid: int | None = None
-    stage: tuple[tuple[str, str], ...] = ()
+    stage: tuple[tuple[str, str, int, int], ...] = ()
     error_fd: int = -1
 
     def __call__(self) -> None:
@@ -102,9 +103,12 @@ class ChildSetup:
         # Private first, or the staging mounts would propagate to the host's namespace.
         if c.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
             raise OSError(c.get_errno(), "making the staging namespace private")
-        for source, target in self.stage:
+        for source, target, dev, ino in self.stage:
             if c.mount(source.encode(), target.encode(), None, _MS_BIND | _MS_REC, None) != 0:
                 raise OSError(c.get_errno(), f"staging {source} at {target}")
+            st = os.stat(target)
+            if (st.st_dev, st.st_ino) != (dev, ino):
+                raise OSError(0, f"{source} was replaced while it was being staged")
 
     def _report(self, message: str) -> None:
         if self.error_fd >= 0:
@@ -150,7 +154,7 @@ def exec_chain(ids: tuple[int, int] | None, rlimits: list[Rlimit]) -> list[str] 
 
 
 def child_setup(ids: tuple[int, int] | None, rlimits: list[Rlimit],
-                stage: tuple[tuple[str, str], ...] = ()) -> ChildSetup:
+                stage: tuple[tuple[str, str, int, int], ...] = ()) -> ChildSetup:
     """The :class:`ChildSetup` doing what :func:`exec_chain` does, staging included."""
     return ChildSetup(
         prepare(), os.getpid(),

@@ -28,7 +28,7 @@ from ..identity import owner_is_dead, worker_identity
 from .child import child_setup, exec_chain
 from .errors import SandboxError
 from .launch import Launch, command_env
-from .profile import SandboxProfile
+from .profile import PYTHON_PREFIX, SandboxProfile
 from .workspace import CallDirs
 
 PROBE_TIMEOUT_S = 10.0
@@ -100,13 +100,15 @@ def plan(profile: SandboxProfile, argv: Sequence[str], dirs: CallDirs,
         "--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
         "--user", f"{profile.uid}:{profile.gid}",
         "--tmpfs", f"/tmp:rw,nosuid,nodev,size={lim.tmp_size_mb}m",
-        "--mount", _bind(dirs.workspace, ws, readonly=False), "--workdir", ws,
-        "--ulimit", "core=0",
+        "--workdir", ws, "--ulimit", "core=0",
     ]
-    for p in profile.ro_paths:
-        args += ["--mount", _bind(p, p, readonly=True)]
-    for p in profile.rw_paths:
-        args += ["--mount", _bind(p, p, readonly=False)]
+    # Verified just before the engine is asked; the engine resolves the paths itself, so
+    # the rules that keep every directory above them out of the sandbox's reach are what
+    # make them stay put (docs/sandbox.md).
+    for b in dirs.bind(profile, (profile.uid, profile.gid)):
+        if b.mount.what != PYTHON_PREFIX:  # the image has its own Python
+            args += ["--mount", _bind(b.mount.source.real, b.mount.target,
+                                      readonly=not b.mount.writable)]
     if lim.memory_mb is not None:
         args += ["--memory", f"{lim.memory_mb}m", "--memory-swap", f"{lim.memory_mb}m"]
     if lim.max_processes is not None:

@@ -9,6 +9,7 @@ ran under.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
@@ -19,6 +20,8 @@ from typing import Any, Literal
 
 from ..errors import ConfigurationError
 from ..events import canonical_json
+from .errors import SandboxError
+from .mounts import HostPath, Mount, overlap, replaceable_mount
 
 Backend = Literal["auto", "bwrap", "docker", "none"]
 BACKENDS: tuple[Backend, ...] = ("auto", "bwrap", "docker", "none")
@@ -41,6 +44,9 @@ ETC_NETWORK = (
 RESERVED = ("/usr", "/etc", "/proc", "/dev", *ROOT_LINKS)
 """Sandbox paths a profile's own mounts may not replace or sit under. (``/tmp`` itself is
 reserved too, but mounts may sit under it: they are made on top of the private /tmp.)"""
+
+PYTHON_PREFIX = "python prefix"
+"""What the mount of the interpreter's prefix (``python=True``) is called."""
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _MIB = 1024 * 1024
@@ -126,6 +132,12 @@ class SandboxProfile:
     code tool. ``env_allow``: host environment variables passed through by name.
     ``uid`` / ``gid``: the unprivileged user a root process runs commands as; its limits
     on processes count every process of that user on the host. ``image``: the Docker image.
+
+    The host paths (``ro_paths``, ``rw_paths``, the Python prefix) are resolved when the
+    profile is made, each to the object it names then; every call binds that object or
+    refuses to run (see :mod:`underway.sandbox.mounts`). A path that does not exist yet is
+    resolved by the first call that finds it. None may lie inside a writable one, and no
+    mount target inside a writable target.
     """
 
     backend: Backend = "auto"
@@ -140,6 +152,7 @@ class SandboxProfile:
     gid: int = 65534
     image: str = "python:3.11-slim"
     allow_unsandboxed: bool = False
+    _pins: dict[str, HostPath] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -167,6 +180,59 @@ class SandboxProfile:
                 )
         if not isinstance(self.limits, Limits):
             raise ConfigurationError(f"sandbox limits={self.limits!r} is not a Limits")
+        pins: dict[str, HostPath] = {}
+        object.__setattr__(self, "_pins", pins)
+        for what, path in self._paths():
+            with contextlib.suppress(SandboxError):
+                pins[path] = HostPath.resolve(path, what=what)
+        problem = self.refusal()
+        if problem is not None:
+            raise ConfigurationError(f"sandbox profile refused: {problem}")
+
+    def refusal(self, workspace: HostPath | None = None) -> str | None:
+        """Why this profile (with ``workspace``, a resolved workspace directory) must not
+        run anything, or None: a mount inside a writable one, or — when commands run as
+        the profile's user (a root worker, or Docker) — a directory on the way to a mount
+        that user could change. Paths not resolved yet are judged as written; every call
+        judges again."""
+        mounts = self._mounts(workspace or HostPath.unresolved("(the workspace)"),
+                              resolve=False)
+        problem = overlap(mounts, self.fixed_mounts())
+        if problem is None and (os.geteuid() == 0 or self.backend == "docker"):
+            problem = replaceable_mount(mounts, (self.uid, self.gid))
+        return problem
+
+    def _paths(self) -> list[tuple[str, str]]:
+        """``(what, host path)`` of every path the profile binds, in mount order."""
+        out = [(PYTHON_PREFIX, python_prefix())] if self.python else []
+        out += [("ro_paths entry", p) for p in self.ro_paths]
+        out += [("rw_paths entry", p) for p in self.rw_paths]
+        return out
+
+    def host_mounts(self, workspace: HostPath) -> list[Mount]:
+        """The profile's mounts and the workspace's, in the order they are made, each
+        source pinned (resolving now a path that was missing when the profile was made;
+        :class:`SandboxError` when it still is)."""
+        return self._mounts(workspace, resolve=True)
+
+    def _mounts(self, workspace: HostPath, *, resolve: bool) -> list[Mount]:
+        out = []
+        for what, path in self._paths():
+            pin = self._pins.get(path)
+            if pin is None and resolve:
+                pin = self._pins.setdefault(path, HostPath.resolve(path, what=what))
+            elif pin is None:
+                pin = HostPath.unresolved(path)
+            out.append(Mount(what, pin, path, writable=what.startswith("rw")))
+        out.append(Mount("the workspace", workspace, self.workspace_dir, writable=True))
+        return out
+
+    def fixed_mounts(self) -> list[tuple[str, str, str]]:
+        """``(what, host source, target)`` of the system paths every sandbox binds
+        read-only (resolved, as bubblewrap would find them now)."""
+        etc = ETC_RO + (ETC_NETWORK if self.network else ())
+        return [("system path", os.path.realpath(p), p) for p in (*SYSTEM_RO, *ROOT_LINKS, *etc)
+                if os.path.lexists(p)]
 
     def mounts(self) -> list[dict[str, Any]]:
         """Every mount of the sandbox, in the order it is made: ``path`` inside, ``mode``

@@ -26,7 +26,7 @@ from .errors import SandboxError
 from .launch import Launch
 from .profile import SandboxProfile
 from .result import CommandResult
-from .workspace import CallDirs
+from .workspace import CallDirs, Workspace
 
 log = logging.getLogger("underway.sandbox")
 
@@ -43,7 +43,7 @@ async def run_command_async(
     command: str | Sequence[str],
     *,
     profile: SandboxProfile = DEFAULT_PROFILE,
-    workspace: str | os.PathLike[str] | None = None,
+    workspace: Workspace = None,
     stdin: str | None = None,
     env: Mapping[str, str] | None = None,
 ) -> CommandResult:
@@ -51,12 +51,15 @@ async def run_command_async(
 
     A string runs with ``/bin/sh -c``; a sequence is the exact argv. ``workspace``: a host
     directory shown writable at the profile's ``workspace_dir`` (default: a fresh one,
-    removed afterwards). ``stdin``: text fed to the command. ``env``: variables set on top
+    removed afterwards), resolved by this call; the tools resolve theirs once, when made.
+    ``stdin``: text fed to the command. ``env``: variables set on top
     of the sandbox's base environment and the profile's ``env_allow``.
 
     Raises :class:`SandboxUnavailable` when no backend the profile allows is usable (the
     command is never run unsandboxed instead) and :class:`SandboxError` when the sandbox
-    could not be set up; a command that runs and fails returns its exit code.
+    could not be set up, including when a mounted path is no longer the object it was
+    resolved to (see :mod:`underway.sandbox.mounts`); a command that runs and fails
+    returns its exit code.
     """
     argv = _argv(command)
     impl = select(profile)
@@ -79,7 +82,7 @@ def run_command(
     command: str | Sequence[str],
     *,
     profile: SandboxProfile = DEFAULT_PROFILE,
-    workspace: str | os.PathLike[str] | None = None,
+    workspace: Workspace = None,
     stdin: str | None = None,
     env: Mapping[str, str] | None = None,
 ) -> CommandResult:

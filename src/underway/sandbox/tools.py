@@ -17,11 +17,15 @@ from dataclasses import replace
 from pydantic import BaseModel, Field
 
 from ..effects import ReconcileFn, Tool, ToolFn
+from ..errors import ConfigurationError
 from ..retry import CircuitBreaker, RetryPolicy
 from .backends import select
+from .errors import SandboxError
+from .mounts import HostPath
 from .profile import SandboxProfile, python_prefix
 from .result import CommandResult
 from .run import DEFAULT_PROFILE, run_command_async
+from .workspace import pin_workspace
 
 TOOL_TIMEOUT_MARGIN_S = 15.0
 """How much longer than the sandbox's own time limit the engine waits for a call: the
@@ -60,17 +64,21 @@ def shell_tool(
 ) -> Tool:
     """A tool running ``{"command": ..., "stdin": ...}`` with ``shell -c`` in the sandbox.
 
-    ``workspace``: a host directory every call works in (default: a fresh one per call).
+    ``workspace``: a host directory every call works in (default: a fresh one per call),
+    resolved now: every call verifies it is still that directory, and refuses to run if
+    not. A workspace the profile's mounts overlap (see docs/sandbox.md) is refused here,
+    with a :class:`~underway.errors.ConfigurationError`.
     ``timeout`` (engine side) defaults to the profile's time limit plus a margin.
     The effect options mean what they mean for any :class:`~underway.effects.Tool`: a
     shell that changes its workspace is mutating, and idempotent only if running a
     command twice is harmless.
     """
     frozen_env = dict(env or {})
+    pinned = _pin(profile, workspace)
 
     async def run_shell(args: ShellArgs) -> CommandResult:
         return await run_command_async([shell, "-c", args.command], profile=profile,
-                                       workspace=workspace, stdin=args.stdin, env=frozen_env)
+                                       workspace=pinned, stdin=args.stdin, env=frozen_env)
 
     return _tool(name, run_shell, ShellArgs, profile, mutating=mutating,
                  idempotent=idempotent, timeout=timeout, reconcile=reconcile, retry=retry,
@@ -100,10 +108,11 @@ def python_tool(
     """
     profile = profile if profile.python else replace(profile, python=True)
     frozen_env = dict(env or {})
+    pinned = _pin(profile, workspace)
 
     async def run_python(args: PythonArgs) -> CommandResult:
         argv = [interpreter(select(profile).name), "-I", "-c", args.code]
-        return await run_command_async(argv, profile=profile, workspace=workspace,
+        return await run_command_async(argv, profile=profile, workspace=pinned,
                                        stdin=args.stdin, env=frozen_env)
 
     return _tool(name, run_python, PythonArgs, profile, mutating=mutating,
@@ -119,6 +128,21 @@ def interpreter(backend: str) -> str:
     v = sys.version_info
     candidate = os.path.join(python_prefix(), "bin", f"python{v.major}.{v.minor}")
     return candidate if os.path.exists(candidate) else os.path.realpath(sys.executable)
+
+
+def _pin(profile: SandboxProfile,
+         workspace: str | os.PathLike[str] | None) -> HostPath | None:
+    """The tool's workspace, resolved once for all its calls, and checked with the profile."""
+    if workspace is None:
+        return None
+    try:
+        pinned = pin_workspace(workspace)
+    except SandboxError as exc:
+        raise ConfigurationError(str(exc)) from None
+    problem = profile.refusal(pinned)
+    if problem is not None:
+        raise ConfigurationError(f"sandbox tool refused: {problem}")
+    return pinned
 
 
 def _tool(name: str, fn: ToolFn, args_model: type[BaseModel], profile: SandboxProfile, *,
