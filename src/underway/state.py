@@ -101,6 +101,8 @@ class RunState:
     """Verified signed approvals of the current step's calls, by idempotency key."""
     model_usage: dict[str, dict[str, float]] = field(default_factory=dict)
     """Model calls, tokens and cost by request ``kind`` (for per-route budgets)."""
+    signals: list[str] | None = None
+    """The signal names the run's flow declared when it started (None: none declared)."""
 
     @property
     def final(self) -> bool:
@@ -211,6 +213,7 @@ def apply(s: RunState, rec: Recorded) -> RunState:
             s.step, s.status, s.deadline = e.first_step, "ready", e.deadline
             s.idempotency_key, s.created_at = e.idempotency_key, rec.at
             s.principal, s.roles = e.principal, list(e.roles)
+            s.signals = None if e.signals is None else list(e.signals)
         case ev.StepStarted():
             s.attempt = e.attempt
         case ev.ValueRecorded():
