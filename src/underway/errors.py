@@ -14,6 +14,8 @@ Every error derives from :class:`UnderwayError`::
     ├── RunNotFound             no run with that id in that tenant
     ├── NonDeterminismError     a re-run issued a different call sequence
     ├── ToolCallError           a tool call failed; raised inside the step that made it
+    ├── OutcomeUnknown          a tool lost track of an effect it started (the request left,
+    │                           the answer was lost): it may or may not have happened
     ├── IntegrityError          stored data fails its hash or schema checks
     └── StoreError              the database refused an operation
         ├── ConflictError       another writer appended first (expected sequence moved)
@@ -70,12 +72,40 @@ class ToolCallError(UnderwayError):
     exception's class name as journaled.
     """
 
-    def __init__(self, tool: str, error_type: str, message: str, *, retryable: bool) -> None:
+    def __init__(
+        self, tool: str, error_type: str, message: str, *, retryable: bool,
+        retry_after: float | None = None,
+    ) -> None:
         super().__init__(f"tool {tool!r} failed: {error_type}: {message}")
         self.tool = tool
         self.error_type = error_type
         self.message = message
         self.retryable = retryable
+        self.retry_after = retry_after
+        """Seconds the failed service asked to wait before trying again (``Retry-After``),
+        when the tool's error said so; :meth:`RetryPolicy.delay` honours it."""
+
+
+class OutcomeUnknown(UnderwayError):
+    """A tool started an effect and lost track of it: the request was sent, but the
+    connection broke (reset, read error, malformed answer) or timed out before the answer
+    arrived, so the effect **may or may not have happened**.
+
+    Raise it from a tool whenever that is the truth; :func:`underway.http.request` does for
+    a mutating request (anything but GET, HEAD, OPTIONS, TRACE) whose answer was lost, while
+    a failure before the request left (DNS, connection refused) stays an ordinary error. It
+    must never be journaled as "did not happen" nor retried blindly: like an intent without
+    an outcome after a crash, an idempotent tool may be retried with the same key, a tool
+    with ``reconcile(key)`` asks the outside system, and any other escalates to a person.
+    ``retryable`` is False so that a retry policy never repeats the call on its own.
+    """
+
+    retryable = False
+
+    def __init__(self, message: str, *, method: str = "", url: str = "") -> None:
+        super().__init__(message)
+        self.method = method
+        self.url = url
 
 
 class IntegrityError(UnderwayError):
