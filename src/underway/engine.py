@@ -55,7 +55,15 @@ from .state import (
     request_id_for,
     shadow_result,
 )
-from .store.base import AppendBatch, Lease, NewRun, RunUpdate, SignalRecord, Store
+from .store.base import (
+    AppendBatch,
+    Lease,
+    NewRun,
+    RunRecord,
+    RunUpdate,
+    SignalRecord,
+    Store,
+)
 
 if TYPE_CHECKING:
     from .approvals.notify import Notifier
@@ -578,7 +586,7 @@ class StepExecution:
                 f"{t.name} failed with {exc.error_type}: {exc.message}",
                 "RetryBudgetExhausted",
             )
-        delay = policy.delay(attempts + 1, random.random())
+        delay = policy.delay(attempts + 1, random.random(), hint=exc.retry_after)
         timer = f"retry-{s.seq + 1}"
         self._act.buffer(ev.RetryScheduled(
             key=key, tool=t.name, index=index, attempt=attempts + 1, timer_id=timer,
@@ -620,7 +628,8 @@ class StepExecution:
                 latency_ms=(time.perf_counter() - began) * 1000,
             ))
             raise ToolCallError(
-                t.name, type(exc).__name__, message, retryable=retryable
+                t.name, type(exc).__name__, message, retryable=retryable,
+                retry_after=getattr(exc, "retry_after", None),
             ) from (None if secrets else exc)
         faults.point("effect.after_run")
         latency = (time.perf_counter() - began) * 1000
@@ -909,7 +918,7 @@ class Engine:
             flow=f.name, input=parsed.model_dump(mode="json"),
             state=state.model_dump(mode="json"), first_step=str(f.start_step),
             idempotency_key=idempotency_key, deadline=deadline, principal=principal,
-            roles=sorted(set(roles)),
+            roles=sorted(set(roles)), signals=None if f.signals is None else sorted(f.signals),
         )
         blobs: dict[str, bytes] = {}
         stored = self.journal.encode(
@@ -931,13 +940,52 @@ class Engine:
         signal_id: str | None = None,
         sender: str | None = None,
     ) -> bool:
-        """Deliver a signal (once per ``signal_id``); False when it was a duplicate."""
+        """Deliver a signal (once per ``signal_id``); False when it was a duplicate.
+
+        When the run's flow declares its signals (``Flow(signals=[...])``), a name it does
+        not declare is refused with :class:`ConfigurationError` (no step would ever read
+        it), unless the run is waiting for exactly that name right now.
+        """
         if name.startswith("underway."):
             raise ConfigurationError(
                 f"signal names starting with 'underway.' are reserved ({name!r}); use "
                 "cancel() or resolve() for those"
             )
+        self.check_signal(run_id, name, tenant_id=tenant_id)
         return self._send(run_id, name, payload, tenant_id, signal_id, sender)
+
+    def declared_signals(self, run_id: str, *, tenant_id: str = "default") -> frozenset[str] | None:
+        """The signal names the run's flow declares (None: it declares none). The flow
+        registered with this engine answers; a process without the flow's code (the CLI)
+        reads the declaration journaled when the run started."""
+        row = self.store.get_run(tenant_id, run_id)
+        if row is None:
+            raise RunNotFound(tenant_id, run_id)
+        return self._declared(row)
+
+    def _declared(self, row: RunRecord) -> frozenset[str] | None:
+        flow = self.flows.get(row.flow)
+        if flow is not None:
+            return flow.signals
+        journaled = self.journal.load(row.tenant_id, row.run_id).signals
+        return None if journaled is None else frozenset(journaled)
+
+    def check_signal(self, run_id: str, name: str, *, tenant_id: str = "default") -> None:
+        """Raise :class:`ConfigurationError` when the run's flow declares its signals and
+        ``name`` is none of them (and not the signal the run waits for now); raise
+        :class:`RunNotFound` for an unknown run."""
+        row = self.store.get_run(tenant_id, run_id)
+        if row is None:
+            raise RunNotFound(tenant_id, run_id)
+        if name == row.waiting_signal:
+            return
+        declared = self._declared(row)
+        if declared is not None and name not in declared:
+            raise ConfigurationError(
+                f"run {run_id} of flow {row.flow!r} takes only the signals its flow declares "
+                f"({', '.join(sorted(declared)) or 'none'}); {name!r} is not one of them, so "
+                "no step would read it. Send a declared name, or add it to Flow(signals=...)"
+            )
 
     def _send(
         self, run_id: str, name: str, payload: JSON, tenant_id: str, signal_id: str | None,
@@ -999,18 +1047,62 @@ class Engine:
 
     def submit_decision(self, decision: JSON, *, tenant_id: str = "default") -> bool:
         """Deliver a signed approval decision, answer or resolution (built and signed by the
-        approver, e.g. with ``underway approvals approve``) to its run. It is verified by the
-        worker before it changes anything; False when the same decision was already
-        submitted."""
-        if not isinstance(decision, dict) or not isinstance(decision.get("run_id"), str):
-            raise ConfigurationError("a decision must be a signed decision object with a run_id")
-        escalation = decision.get("decision") in ("answer", "resolve")
-        name = ANSWER_SIGNAL if escalation else APPROVAL_SIGNAL
+        approver, e.g. with ``underway approvals approve``) to its run.
+
+        What can be checked without the run is checked here, and a decision that could
+        never pass raises :class:`ConfigurationError` naming the problem: a malformed or
+        incomplete decision, one for another tenant, a resolution whose answer is not one,
+        an approver not registered (or revoked) in the tenant, a signature that does not
+        verify with the approver's registered key, a decision already expired. An unknown
+        run raises :class:`RunNotFound`. The worker verifies the decision again against the
+        request the run waits on, immediately before anything changes. Returns True when
+        delivered, False only when the same decision was already submitted.
+        """
+        from .approvals import ApprovalCheck, SignedDecision, verify_decision
+        from .approvals.decision import REASON_TEXT
+
+        try:
+            d = SignedDecision.model_validate(decision)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or 'decision'}: {e['msg']}"
+                for e in exc.errors()
+            )
+            raise ConfigurationError(f"not a valid signed decision: {problems}") from None
+        if d.tenant_id != tenant_id:
+            raise ConfigurationError(
+                f"the decision is for tenant {d.tenant_id!r} but was submitted to tenant "
+                f"{tenant_id!r}"
+            )
+        if d.decision == "resolve" and _resolution_of(d.answer) is None \
+                and _resumption_of(d.answer) is None:
+            raise ConfigurationError(
+                "a resolve decision's answer must be {\"resolution\": \"succeeded\" | "
+                f"\"failed\" | \"retry\", \"result\": ...}} or {{\"resolution\": "
+                f"\"resume\", \"step\": ...}}, not {d.answer!r}"
+            )
+        if self.store.get_run(tenant_id, d.run_id) is None:
+            raise RunNotFound(tenant_id, d.run_id)
+        # The decision checked against itself: who signed it and with what key, its expiry.
+        # Whether it answers the request the run waits on is the worker's check.
+        check = ApprovalCheck(
+            request_id=d.request_id, run_id=d.run_id, tenant_id=tenant_id, tool=d.tool,
+            args_hash=d.args_hash, required_role=None, expires_at=d.expires_at,
+        )
+        approver = self.store.get_approver(tenant_id, d.approver_id)
+        reason = verify_decision(d, check=check, approver=approver, now=self.clock.now())
+        if reason is not None:
+            raise ConfigurationError(
+                f"decision {d.nonce!r} by {d.approver_id!r} on request {d.request_id!r} of run "
+                f"{d.run_id} would be refused: {REASON_TEXT[reason]} ({reason})"
+            )
+        name = ANSWER_SIGNAL if d.decision in ("answer", "resolve") else APPROVAL_SIGNAL
+        signed = d.model_dump(mode="json")
         # Deduplicated by the whole signed decision, not by its nonce alone: a tampered
         # copy sent first must not shut out the genuine decision.
-        digest = hashlib.sha256(canonical_json(decision)).hexdigest()
-        return self._send(decision["run_id"], name, decision, tenant_id,
-                          f"decision:{digest}", decision.get("approver_id"))
+        digest = hashlib.sha256(canonical_json(signed)).hexdigest()
+        return self._send(d.run_id, name, signed, tenant_id, f"decision:{digest}",
+                          d.approver_id)
 
     def state(self, run_id: str, *, tenant_id: str = "default") -> RunState:
         """The run's current folded state."""

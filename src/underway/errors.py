@@ -14,7 +14,8 @@ Every error derives from :class:`UnderwayError`::
     ├── RunNotFound             no run with that id in that tenant
     ├── NonDeterminismError     a re-run issued a different call sequence
     ├── ToolCallError           a tool call failed; raised inside the step that made it
-    ├── OutcomeUnknown          a tool lost track of a request that may have taken effect
+    ├── OutcomeUnknown          a tool lost track of an effect it started (the request left,
+    │                           the answer was lost): it may or may not have happened
     ├── IntegrityError          stored data fails its hash or schema checks
     └── StoreError              the database refused an operation
         ├── ConflictError       another writer appended first (expected sequence moved)
@@ -74,26 +75,42 @@ class ToolCallError(UnderwayError):
     exception's class name as journaled.
     """
 
-    def __init__(self, tool: str, error_type: str, message: str, *, retryable: bool) -> None:
+    def __init__(
+        self, tool: str, error_type: str, message: str, *, retryable: bool,
+        retry_after: float | None = None,
+    ) -> None:
         super().__init__(f"tool {tool!r} failed: {error_type}: {message}")
         self.tool = tool
         self.error_type = error_type
         self.message = message
         self.retryable = retryable
+        self.retry_after = retry_after
+        """Seconds the failed service asked to wait before trying again (``Retry-After``),
+        when the tool's error said so; :meth:`RetryPolicy.delay` honours it."""
 
 
 class OutcomeUnknown(UnderwayError):
-    """Raised by a tool (or ``underway.http``) when a request may have reached the outside
-    world but its answer was lost: a connection reset, a read error or a read timeout
-    after the request was sent.
+    """A tool started an effect and lost track of it: the request was sent, but the
+    connection broke (reset, read error, malformed answer) or timed out before the answer
+    arrived, so the effect **may or may not have happened**.
 
-    For a mutating call the engine journals ``ToolOutcomeUnknown`` and settles the call
-    like an intent without outcome after a crash: an idempotent tool is tried again with
-    the same key, ``reconcile(key)`` is asked, or a person decides. It is never recorded
-    as a failure, so the journal never says less happened than did.
+    Raise it from a tool whenever that is the truth; :func:`underway.http.request` does for
+    a mutating request (anything but GET, HEAD, OPTIONS, TRACE) whose answer was lost, while
+    a failure before the request left (DNS, connection refused) stays an ordinary error. It
+    must never be journaled as "did not happen" nor retried blindly: like an intent without
+    an outcome after a crash, an idempotent tool may be retried with the same key, a tool
+    with ``reconcile(key)`` asks the outside system, and any other escalates to a person.
+    ``retryable`` is False so that a retry policy never repeats the call on its own.
     """
 
+    retryable = False
     outcome_unknown = True
+    """Marks an error whose meaning is "the outcome is unknown" (the engine looks for it)."""
+
+    def __init__(self, message: str, *, method: str = "", url: str = "") -> None:
+        super().__init__(message)
+        self.method = method
+        self.url = url
 
 
 class IntegrityError(UnderwayError):

@@ -65,6 +65,8 @@ class RunStarted(Event):
     """Who the run acts for (a user or service id); policies match on it."""
     roles: list[str] = Field(default_factory=list)
     """The principal's roles; policies and memory access match on them."""
+    signals: list[str] | None = None
+    """The signal names the flow declared when the run started (None: it declared none)."""
 
 
 class StepStarted(Event):

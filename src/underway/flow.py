@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random as _random
 import uuid as _uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
@@ -237,6 +237,9 @@ class Flow(Generic[S, I]):
     ``deny_unlisted_mutating`` denies mutating tools that no policy rule covers;
     ``default_policy`` applies when neither the flow nor the engine has a policy (an
     agent's flow: :data:`~underway.policy.DEFAULT_POLICY`).
+    ``signals`` declares the names its steps wait for: the engine, ``underway runs signal``
+    and intake then refuse any other name sent to its runs (a signal no step reads would
+    sit unread); without it every name is accepted and the CLI warns.
 
     >>> flow = Flow("invoice_followup", state=FollowUp, input=Customer)
     >>> @flow.step(start=True)
@@ -256,6 +259,7 @@ class Flow(Generic[S, I]):
         shadow: bool | None = None,
         deny_unlisted_mutating: bool | None = None,
         default_policy: Policy | None = None,
+        signals: Iterable[str] | None = None,
     ) -> None:
         if not name or not name.replace("_", "").replace("-", "").replace(".", "").isalnum():
             raise ConfigurationError(
@@ -279,6 +283,21 @@ class Flow(Generic[S, I]):
         self.shadow = shadow
         self.deny_unlisted_mutating = deny_unlisted_mutating
         self.default_policy = default_policy
+        self.signals: frozenset[str] | None = None
+        """The signal names this flow's steps wait for (None: not declared)."""
+        if signals is not None:
+            if isinstance(signals, str):
+                raise ConfigurationError(
+                    f"flow {name!r}: signals must be a list of names, not the string {signals!r}"
+                )
+            names = frozenset(signals)
+            bad = sorted(n for n in names if not n or n.startswith("underway."))
+            if bad:
+                raise ConfigurationError(
+                    f"flow {name!r}: signal names must be non-empty and must not start with "
+                    f"'underway.' (reserved): {bad}"
+                )
+            self.signals = names
 
     @overload
     def step(self, fn: StepFn[S, I], *, name: str | None = None,

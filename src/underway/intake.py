@@ -259,6 +259,14 @@ def intake(
         new_run = _prepare_run(engine, route, ev)
     else:
         signal = route.signal
+    owner = store.entity_owner(ev.tenant_id, ev.entity_id)
+    if owner is not None:
+        # The run that would receive the signal must be able to read it. (The owner may
+        # change before the intake commits; the check is for the route as configured.)
+        try:
+            engine.check_signal(owner, signal, tenant_id=ev.tenant_id)
+        except ConfigurationError as exc:
+            raise IntakeError(f"event type {ev.event_type!r}: {exc}") from None
     rec, fresh = store.apply_intake(IntakeRequest(
         tenant_id=ev.tenant_id, idempotency_key=ev.idempotency_key, entity_id=ev.entity_id,
         event_type=ev.event_type, now=engine.clock.now(), signal=signal,

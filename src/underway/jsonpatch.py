@@ -2,11 +2,18 @@
 
 The diff favours small patches for the shapes agents produce: changed keys of objects and
 lists that grow at the end (a conversation) become ``add`` operations at ``/-``.
+
+The diff is *type-exact*: ``1`` and ``True``, ``0`` and ``False``, ``1`` and ``1.0``, ``0.0``
+and ``-0.0`` are different JSON values, so changing one into another yields a patch. Python's
+``==`` calls each of those pairs equal, and so do general-purpose JSON Patch libraries (the
+``jsonpatch`` package compares with ``==``), which is why the fold keeps its own small module:
+a step that writes ``True`` where ``1`` was must read ``True`` after a reload.
 """
 
 from __future__ import annotations
 
 import copy
+import math
 
 from .errors import IntegrityError
 from .events import JSON
@@ -27,8 +34,24 @@ def make_patch(old: JSON, new: JSON) -> list[JSON]:
     return ops
 
 
+def same_json(a: JSON, b: JSON) -> bool:
+    """Whether ``a`` and ``b`` are the same JSON value, types included: unlike ``==``,
+    ``1``, ``True`` and ``1.0`` all differ, and so do ``0.0`` and ``-0.0``."""
+    if a is b:
+        return True
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same_json(v, b[k]) for k, v in a.items())
+    if isinstance(a, list):
+        return len(a) == len(b) and all(same_json(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, float):
+        return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
+    return bool(a == b)
+
+
 def _diff(old: JSON, new: JSON, path: str, ops: list[JSON]) -> None:
-    if type(old) is type(new) and old == new:
+    if same_json(old, new):
         return
     if isinstance(old, dict) and isinstance(new, dict):
         for key in old:
@@ -43,7 +66,7 @@ def _diff(old: JSON, new: JSON, path: str, ops: list[JSON]) -> None:
         return
     if isinstance(old, list) and isinstance(new, list):
         n = len(old)
-        if len(new) >= n and new[:n] == old:
+        if len(new) >= n and same_json(new[:n], old):
             for value in new[n:]:
                 ops.append({"op": "add", "path": f"{path}/-", "value": copy.deepcopy(value)})
             return

@@ -6,6 +6,7 @@ run whose tool is failing holds no worker, memory or connection while it backs o
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from .errors import ConfigurationError
@@ -19,6 +20,10 @@ class RetryPolicy:
     backoff ** (n - 2))`` seconds, scaled by a random factor in [0, 1) when ``jitter`` is on
     ("full jitter"). Errors whose type name is in ``non_retryable``, errors raised with a
     ``retryable = False`` attribute, schema violations and open circuits are never retried.
+
+    When the failed service said how long to wait (``Retry-After``, carried as the error's
+    ``retry_after``), that wait is used instead, without jitter (waiting less would only be
+    refused again), bounded by ``max_retry_after`` seconds.
     """
 
     max_attempts: int = 3
@@ -27,6 +32,7 @@ class RetryPolicy:
     max_interval: float = 60.0
     jitter: bool = True
     non_retryable: tuple[str, ...] = ()
+    max_retry_after: float = 3600.0
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
@@ -35,9 +41,14 @@ class RetryPolicy:
             raise ConfigurationError("retry intervals must not be negative")
         if self.backoff < 1:
             raise ConfigurationError(f"backoff must be at least 1, not {self.backoff}")
+        if not self.max_retry_after >= 0:
+            raise ConfigurationError("max_retry_after must not be negative")
 
-    def delay(self, attempt: int, rnd: float) -> float:
-        """Seconds to wait before ``attempt`` (2, 3, …); ``rnd`` is a number in [0, 1)."""
+    def delay(self, attempt: int, rnd: float, *, hint: float | None = None) -> float:
+        """Seconds to wait before ``attempt`` (2, 3, …); ``rnd`` is a number in [0, 1).
+        ``hint`` is the wait the service asked for (an error's ``retry_after``), if any."""
+        if hint is not None and math.isfinite(hint):
+            return min(self.max_retry_after, max(0.0, hint))
         base = min(self.max_interval, self.initial_interval * self.backoff ** max(0, attempt - 2))
         return base * rnd if self.jitter else base
 

@@ -108,6 +108,8 @@ class RunState:
     """Model calls, tokens and cost by request ``kind`` (for per-route budgets)."""
     dead_request: str | None = None
     """While the run is dead: the id a signed resume must name (one per dead-lettering)."""
+    signals: list[str] | None = None
+    """The signal names the run's flow declared when it started (None: none declared)."""
 
     @property
     def final(self) -> bool:
@@ -238,6 +240,7 @@ def apply(s: RunState, rec: Recorded) -> RunState:
             s.step, s.status, s.deadline = e.first_step, "ready", e.deadline
             s.idempotency_key, s.created_at = e.idempotency_key, rec.at
             s.principal, s.roles = e.principal, list(e.roles)
+            s.signals = None if e.signals is None else list(e.signals)
         case ev.StepStarted():
             s.attempt = e.attempt
         case ev.ValueRecorded():

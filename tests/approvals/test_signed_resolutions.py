@@ -25,6 +25,7 @@ from underway.approvals.notify import ApprovalNotice
 from underway.cli import app
 from underway.clock import ManualClock
 from underway.runner import Runner
+from underway.state import ANSWER_SIGNAL
 
 CHARGED: list[str] = []
 
@@ -160,6 +161,12 @@ def resolution(world: World, s: uw.RunState, key: Ed25519PrivateKey, approver: s
     return sign_decision(key, **fields).model_dump(mode="json")
 
 
+def smuggle(world: World, decision: dict[str, Any]) -> None:
+    """Put a decision straight into the run's inbox, past ``submit_decision``'s checks, as
+    someone with write access to the database could: the run must refuse it itself."""
+    world.engine._send(decision["run_id"], ANSWER_SIGNAL, decision, "default", None, "attacker")
+
+
 # -- the command line ------------------------------------------------------------------------
 
 
@@ -250,7 +257,13 @@ def test_a_resolution_for_anything_else_is_refused_and_journaled(
 ) -> None:
     key = world.register("alice", "ops")
     s = world.escalate("pay-5")
-    world.engine.submit_decision(resolution(world, s, key, **changes))
+    decision = resolution(world, s, key, **changes)
+    if reason == "malformed_resolution":
+        with pytest.raises(uw.ConfigurationError, match="resolve decision's answer must be"):
+            world.engine.submit_decision(decision)
+        smuggle(world, decision)
+    else:
+        assert world.engine.submit_decision(decision)
     world.drive()
     assert world.state("pay-5").status == "escalated"
     [invalid] = world.events("pay-5", ev.ApprovalInvalid)
@@ -263,8 +276,14 @@ def test_a_forged_or_unregistered_signature_is_refused(world: World) -> None:
     world.register("alice", "ops")
     s = world.escalate("pay-6")
     mallory = Ed25519PrivateKey.generate()
-    world.engine.submit_decision(resolution(world, s, mallory))  # signs as alice
-    world.engine.submit_decision(resolution(world, s, mallory, approver="mallory"))
+    forged = resolution(world, s, mallory)  # signs as alice
+    unknown = resolution(world, s, mallory, approver="mallory")
+    with pytest.raises(uw.ConfigurationError, match=r"\(bad_signature\)"):
+        world.engine.submit_decision(forged)
+    with pytest.raises(uw.ConfigurationError, match=r"\(unknown_approver\)"):
+        world.engine.submit_decision(unknown)
+    smuggle(world, forged)
+    smuggle(world, unknown)
     world.drive()
     assert sorted(e.reason for e in world.events("pay-6", ev.ApprovalInvalid)) == [
         "bad_signature", "unknown_approver",
@@ -287,7 +306,9 @@ def test_a_resolution_cannot_be_replayed_on_a_later_escalation(world: World) -> 
     assert again.status == "escalated"
     assert again.escalation["request_id"] != s.escalation["request_id"]  # type: ignore[index]
     replayed = {**retry, "nonce": "f" * 32}  # a fresh nonce breaks the signature
-    assert world.engine.submit_decision(replayed)
+    with pytest.raises(uw.ConfigurationError, match=r"\(bad_signature\)"):
+        world.engine.submit_decision(replayed)
+    smuggle(world, replayed)
     # The very same decision is not even delivered twice (its nonce names the signal).
     assert not world.engine.submit_decision(retry)
     world.drive()

@@ -15,6 +15,9 @@ from underway.models import AnthropicMessages, OpenAIChat, from_env
 def test_unset_means_no_model() -> None:
     assert from_env({}) is None
     assert from_env({"UNDERWAY_MODEL": "  "}) is None
+    for unset in ({}, {"UNDERWAY_MODEL": " "}):
+        with pytest.raises(ConfigurationError, match="set UNDERWAY_MODEL to openai:<model>"):
+            from_env(unset, required=True)
 
 
 def test_openai() -> None:

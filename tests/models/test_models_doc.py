@@ -34,6 +34,20 @@ def test_the_flow_example_runs_with_a_model_from_the_environment(tmp_path: Path)
     assert sent.body["messages"][1] == {"role": "user", "content": "My parcel never arrived."}
 
 
+def test_the_flow_example_without_a_model_says_which_variable_to_set(tmp_path: Path) -> None:
+    script = tmp_path / "example.py"
+    script.write_text(blocks()[0])
+    env = {k: v for k, v in os.environ.items() if k != "UNDERWAY_MODEL"}
+    out = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=120)
+
+    assert out.returncode != 0
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("underway.errors.ConfigurationError: no model is configured: set "
+                           "UNDERWAY_MODEL to openai:<model>"), out.stderr
+    assert "TypeError" not in out.stderr
+
+
 def test_every_snippet_compiles() -> None:
     for code in blocks():
         compile(code, str(DOC), "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)

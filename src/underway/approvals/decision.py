@@ -39,6 +39,21 @@ REASONS = (
 )
 """Every reason :func:`verify_decision` can give, in the order it checks them."""
 
+REASON_TEXT = {
+    "unknown_approver": "this approver is not registered in the tenant",
+    "revoked": "this approver has been revoked",
+    "wrong_tenant": "the approver or decision belongs to another tenant",
+    "wrong_request": "the decision names another request",
+    "wrong_run": "the decision names another run",
+    "wrong_tool": "the decision names another tool",
+    "args_mismatch": "the decision is for other arguments",
+    "missing_role": "the approver lacks the role the request requires",
+    "bad_signature": "the signature does not verify with the registered public key",
+    "expired": "the request or the decision has expired",
+    "decision_expiry_mismatch": "the decision outlives the request",
+}
+"""Each of :data:`REASONS` in words, for messages to people."""
+
 
 @dataclass(frozen=True, slots=True)
 class ApprovalCheck:

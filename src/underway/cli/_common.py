@@ -160,3 +160,10 @@ def require_run(store: Store, tenant_id: str, run_id: str) -> RunRecord:
     return row
 
 
+def warn_undeclared(flow: str, name: str) -> None:
+    """Tell the user (on stderr) that a signal went to a run whose flow declares none."""
+    typer.echo(
+        f"warning: flow {flow!r} declares no signals, so nothing checks that a step waits "
+        f"for {name!r}; declare them with Flow(signals=[...]) to refuse unknown names",
+        err=True,
+    )

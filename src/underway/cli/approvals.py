@@ -27,7 +27,7 @@ from ..approvals import (
     sign_decision,
     verify_decision,
 )
-from ..approvals.decision import Decision
+from ..approvals.decision import REASON_TEXT, Decision
 from ..engine import Engine
 from ..events import JSON
 from ..journal import Journal
@@ -55,19 +55,6 @@ CommentOption = Annotated[
 ]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
-_WHY = {
-    "unknown_approver": "this approver is not registered in the tenant",
-    "revoked": "this approver has been revoked",
-    "wrong_tenant": "the approver or decision belongs to another tenant",
-    "wrong_request": "the decision names another request",
-    "wrong_run": "the decision names another run",
-    "wrong_tool": "the decision names another tool",
-    "args_mismatch": "the decision is for other arguments",
-    "missing_role": "the approver lacks the role the request requires",
-    "bad_signature": "the signature does not verify with the registered public key",
-    "expired": "the request has expired",
-    "decision_expiry_mismatch": "the decision outlives the request",
-}
 
 OUTCOMES = ("succeeded", "failed", "retry", "resume")
 """What a resolution may say of the escalated call: it happened, it did not, try again;
@@ -340,7 +327,7 @@ def _decide(
         # clear message instead of a journaled refusal.
         reason = verify_decision(signed, check=check, approver=approver, now=time.time())
         if reason is not None:
-            raise Problem(f"run {run_id!r} would refuse this decision: {_WHY[reason]} "
+            raise Problem(f"run {run_id!r} would refuse this decision: {REASON_TEXT[reason]} "
                           f"({reason})")
         Engine(store).submit_decision(signed.model_dump(mode="json"), tenant_id=tenant)
     what = {"approve": "approval", "reject": "rejection", "answer": "answer",

@@ -16,7 +16,14 @@ import typer
 from ..engine import Engine
 from ..intake import Routes, intake
 from ..loading import call_factory, import_object
-from ._common import DbOption, Problem, handle_errors, open_store, parse_json
+from ._common import (
+    DbOption,
+    Problem,
+    handle_errors,
+    open_store,
+    parse_json,
+    warn_undeclared,
+)
 
 app = typer.Typer(help="Deliver outside events to runs.", no_args_is_help=True)
 
@@ -79,7 +86,15 @@ def send(
     }
     table = load_routes(routes)
     with open_store(ctx, db) as store:
-        result = intake(Engine(store), event, table)
+        engine = Engine(store)
+        result = intake(engine, event, table)
+        if result.action == "signalled" and result.run_id is not None:
+            row = store.get_run(tenant, result.run_id)
+            if row is not None and engine.declared_signals(result.run_id,
+                                                           tenant_id=tenant) is None:
+                route = table.get(event_type)
+                warn_undeclared(row.flow, (route.signal if route is not None else None)
+                                or event_type)
     if as_json:
         typer.echo(json.dumps(dataclasses.asdict(result)))
     elif result.action in ("started", "signalled"):

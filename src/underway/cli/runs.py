@@ -21,6 +21,7 @@ from ._common import (
     open_store,
     parse_json,
     require_run,
+    warn_undeclared,
 )
 
 app = typer.Typer(help="List, inspect and steer runs.", no_args_is_help=True)
@@ -145,7 +146,8 @@ def signal(
     tenant: TenantOption = "default",
     db: DbOption = None,
 ) -> None:
-    """Deliver a signal to a run (a run waiting for it wakes up)."""
+    """Deliver a signal to a run (a run waiting for it wakes up). A name the run's flow does
+    not declare is refused; when the flow declares no signals it is sent with a warning."""
     if name.startswith("underway."):
         raise Problem(
             f"signal names starting with 'underway.' are reserved (got {name!r}); "
@@ -154,9 +156,12 @@ def signal(
     data = parse_json(payload, "--payload")
     with open_store(ctx, db) as store:
         row = require_run(store, tenant, run)
-        delivered = Engine(store).signal(
+        engine = Engine(store)
+        delivered = engine.signal(
             run, name, data, tenant_id=tenant, signal_id=signal_id, sender=sender
         )
+        if name != row.waiting_signal and engine.declared_signals(run, tenant_id=tenant) is None:
+            warn_undeclared(row.flow, name)
     if not delivered:
         typer.echo(f"signal id {signal_id!r} was already delivered to run {run}; nothing sent")
     elif row.status in FINAL_STATUSES:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from typing import Literal, overload
 
 from ..errors import ConfigurationError
 from .anthropic_messages import AnthropicMessages
@@ -30,11 +31,33 @@ _FORMS = (
 )
 
 
-def from_env(environ: Mapping[str, str] | None = None) -> OpenAIChat | AnthropicMessages | None:
-    """The adapter ``UNDERWAY_MODEL`` describes, or ``None`` when it is unset or empty."""
+@overload
+def from_env(
+    environ: Mapping[str, str] | None = None, *, required: Literal[True]
+) -> OpenAIChat | AnthropicMessages: ...
+
+
+@overload
+def from_env(
+    environ: Mapping[str, str] | None = None, *, required: bool = False
+) -> OpenAIChat | AnthropicMessages | None: ...
+
+
+def from_env(
+    environ: Mapping[str, str] | None = None, *, required: bool = False
+) -> OpenAIChat | AnthropicMessages | None:
+    """The adapter ``UNDERWAY_MODEL`` describes, or ``None`` when it is unset or empty.
+
+    With ``required=True`` an unset ``UNDERWAY_MODEL`` raises :class:`ConfigurationError`
+    saying what to set, for a program that cannot run without a model.
+    """
     env = os.environ if environ is None else environ
     spec = env.get("UNDERWAY_MODEL", "").strip()
     if not spec:
+        if required:
+            raise ConfigurationError(
+                f"no model is configured: set UNDERWAY_MODEL to {_FORMS}"
+            )
         return None
     provider, sep, rest = spec.partition(":")
     if not sep or not rest:
