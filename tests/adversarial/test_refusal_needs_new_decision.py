@@ -17,6 +17,7 @@ from underway.approvals import ApproverRecord, generate_keypair, sign_decision
 from underway.approvals.keys import load_private_key, write_private_key
 from underway.clock import ManualClock
 from underway.engine import Engine
+from underway.events import canonical_json
 from underway.policy import policy_from_dict
 from underway.runner import Runner
 from underway.state import RunState
@@ -106,6 +107,17 @@ def _dead_after(w: World, how: str) -> tuple[RunState, dict[str, Any]]:
     return s, spare
 
 
+def _deliver_unchecked(w: World, decision: dict[str, Any], signal_id: str = "insider") -> None:
+    """Put a decision in the run's inbox as an insider could, past the API's checks."""
+    from underway.state import ANSWER_SIGNAL, APPROVAL_SIGNAL
+    from underway.store.base import SignalRecord
+
+    w.engine.store.send_signal(SignalRecord(
+        "default", w.run_id, signal_id, ANSWER_SIGNAL if decision["decision"] == "resolve"
+        else APPROVAL_SIGNAL, canonical_json(decision), "fin",
+        w.clock.now()))
+
+
 @pytest.mark.parametrize("how", ["rejected", "expired"])
 def test_unsigned_resume_after_a_refusal_asks_anew_and_old_decisions_do_not_count(
     db_url: str, tmp_path: Path, how: str
@@ -121,10 +133,15 @@ def test_unsigned_resume_after_a_refusal_asks_anew_and_old_decisions_do_not_coun
     assert second != first.request_id
     assert [e.by for e in w.events() if isinstance(e, ev.RunResumed)] == ["intern"]
     # A decision on the first request — however well signed — settles nothing now.
-    w.engine.submit_decision(spare)
+    if how == "expired":
+        with pytest.raises(uw.ConfigurationError, match="expired"):
+            w.engine.submit_decision(spare)  # refused at the door of the API already
+        _deliver_unchecked(w, spare)
+    else:
+        w.engine.submit_decision(spare)
     s = w.drive()
     assert w.executed == [] and s.status == "waiting"
-    assert any(isinstance(e, ev.ApprovalInvalid) and e.reason == "not_pending"
+    assert any(isinstance(e, ev.ApprovalInvalid) and e.reason in ("not_pending", "expired")
                for e in w.events())
     # Only a new approval of the new request lets the call run, once.
     w.engine.submit_decision(w.decide(s, "approve"))
@@ -163,7 +180,9 @@ def test_signed_resolutions_refuse_an_unsigned_resume(
     # A forged resume (another run's request id) is refused and journaled.
     forged = w.resume_signed(s)
     forged_bad = dict(forged, request_id="dead-1")
-    w.engine.submit_decision(forged_bad)
+    with pytest.raises(uw.ConfigurationError, match="bad_signature"):
+        w.engine.submit_decision(forged_bad)
+    _deliver_unchecked(w, forged_bad)
     assert w.drive().status == "dead"
     assert any(isinstance(e, ev.ApprovalInvalid) for e in w.events())
     # A signed resume goes on — and the call still needs a new approval.
@@ -174,8 +193,9 @@ def test_signed_resolutions_refuse_an_unsigned_resume(
     # The same signed resume cannot be used twice.
     w.clock.advance(10 * 86400)
     assert w.drive().status == "dead"
-    w.engine.submit_decision(dict(forged, nonce=forged["nonce"]))
+    _deliver_unchecked(w, forged, signal_id="replayed")
     assert w.drive().status == "dead" and w.executed == []
+    assert [e.by for e in w.events() if isinstance(e, ev.RunResumed)] == ["fin"]
 
 
 def test_signed_resolutions_refuse_an_unsigned_retry_resolution(
