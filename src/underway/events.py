@@ -467,6 +467,16 @@ class ToolSelected(Event):
     """Provenance of untrusted content the arguments may carry (source names)."""
 
 
+class CheckpointRefused(Event):
+    """A worker found a checkpoint row the journal does not vouch for (edited, spliced from
+    another run or tenant, stale, or missing), ignored it and folded the whole journal."""
+
+    type: Literal["CheckpointRefused"] = "CheckpointRefused"
+    checkpoint_seq: int | None
+    """The seq the refused row named (for a missing row: the seq last committed)."""
+    reason: str
+
+
 AnyEvent = Annotated[
     RunStarted
     | StepStarted
@@ -504,7 +514,8 @@ AnyEvent = Annotated[
     | ToolShadowed
     | PlanCreated
     | PlanRevised
-    | ToolSelected,
+    | ToolSelected
+    | CheckpointRefused,
     Field(discriminator="type"),
 ]
 """Every event type the journal can hold, discriminated by ``type``."""
