@@ -272,17 +272,12 @@ class TenantUsage:
 
     def _start(self, journal: Journal, run_id: str) -> _Mark:
         """Where to begin reading a run: its checkpoint, when that predates ``since``."""
-        store = journal.store
-        ckpt = store.load_checkpoint(self.tenant_id, run_id)
-        if ckpt is not None:
-            data = journal.codec.decode(
-                ckpt[1], lambda keys: store.get_blobs(self.tenant_id, keys)
-            )
-            snapshot = RunState.from_json(data)
-            if snapshot.updated_at < self.since:
-                # Every event up to the checkpoint predates ``since``; the current step's
-                # calls were already counted then, whichever of their events follow.
-                return _Mark(snapshot.seq, None, {c.key for c in snapshot.calls if c.key})
+        # Only a checkpoint the journal vouches for: an edited one could hide spending.
+        snapshot = journal.trusted_checkpoint(self.tenant_id, run_id)
+        if snapshot is not None and snapshot.updated_at < self.since:
+            # Every event up to the checkpoint predates ``since``; the current step's
+            # calls were already counted then, whichever of their events follow.
+            return _Mark(snapshot.seq, None, {c.key for c in snapshot.calls if c.key})
         return _Mark(0, None, set())
 
     def _count(self, journal: Journal, run_id: str, mark: _Mark) -> None:

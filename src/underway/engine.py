@@ -172,10 +172,14 @@ class _Activation:
         eng, s = self.engine, self.state
         blobs: dict[str, bytes] = {}
         try:
-            stored = eng.journal.encode(s.tenant_id, self.pending, self.last_hash, blobs)
             checkpoint = None
             if force_checkpoint or release or s.seq - self.checkpoint_seq >= eng.checkpoint_every:
-                checkpoint = (s.seq, eng.journal.encode_checkpoint(s, blobs))
+                # The last event commits to the checkpoint's digest: see underway.checkpoint.
+                stored, checkpoint = eng.journal.encode_checkpointed(
+                    s, self.pending, self.last_hash, blobs
+                )
+            else:
+                stored = eng.journal.encode(s.tenant_id, self.pending, self.last_hash, blobs)
         except (TypeError, ValueError) as exc:
             kinds = sorted({type(e).__name__ for _, _, e in self.pending})
             raise _Unencodable(
@@ -1127,11 +1131,15 @@ class Engine:
         row = self.store.get_run(lease.tenant_id, lease.run_id)
         if row is None:
             raise RunNotFound(lease.tenant_id, lease.run_id)
-        state, head = self.journal.load_head(lease.tenant_id, lease.run_id)
+        state, head, refused = self.journal.load_head(lease.tenant_id, lease.run_id)
         act = _Activation(
             self, lease, state, head, state.seq, control_pending=True,
             due_at=row.next_wake_at, row_status=row.status,
         )
+        if refused is not None:
+            # A forged checkpoint was ignored; the journal keeps the finding, since the
+            # next commit's checkpoint replaces the forged row.
+            act.buffer(refused)
         flow = self._flow(state.flow)
         heartbeat = asyncio.create_task(self._heartbeat(act, asyncio.current_task()))
         try:
@@ -1195,7 +1203,7 @@ class Engine:
         """Journal a leased run dead (``RunDeadLettered``) from what its journal holds, and
         hand it back: for a run whose activation keeps failing in a way nothing journaled.
         An operator resumes or cancels it."""
-        state, head = await self.io(self.journal.load_head, lease.tenant_id, lease.run_id)
+        state, head, _ = await self.io(self.journal.load_head, lease.tenant_id, lease.run_id)
         if state.final or state.status == "dead":
             await self.io(self.store.release, lease)
             return state

@@ -504,6 +504,16 @@ class ToolSelected(Event):
     (tool names, ``signal:<name>``, ``intake``): the arguments may carry any of it."""
 
 
+class CheckpointRefused(Event):
+    """A worker found a checkpoint row the journal does not vouch for (edited, spliced from
+    another run or tenant, stale, or missing), ignored it and folded the whole journal."""
+
+    type: Literal["CheckpointRefused"] = "CheckpointRefused"
+    checkpoint_seq: int | None
+    """The seq the refused row named (for a missing row: the seq last committed)."""
+    reason: str
+
+
 AnyEvent = Annotated[
     RunStarted
     | StepStarted
@@ -543,7 +553,8 @@ AnyEvent = Annotated[
     | ToolShadowed
     | PlanCreated
     | PlanRevised
-    | ToolSelected,
+    | ToolSelected
+    | CheckpointRefused,
     Field(discriminator="type"),
 ]
 """Every event type the journal can hold, discriminated by ``type``."""

@@ -3,14 +3,30 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from . import checkpoint
 from .codec import Codec, blob_key
 from .errors import IntegrityError, RunNotFound
-from .events import JSON, Event, canonical_json, chain_hash, envelope, from_envelope, genesis_hash
+from .events import (
+    JSON,
+    CheckpointRefused,
+    Event,
+    canonical_json,
+    chain_hash,
+    envelope,
+    from_envelope,
+    genesis_hash,
+)
 from .state import Recorded, RunState, apply
 from .store.base import RunRecord, Store, StoredEvent
+
+log = logging.getLogger("underway.journal")
+
+_RACES = 3
+"""How many times a checkpoint found wrong is checked again when a writer moved it meanwhile."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,9 +58,41 @@ class Journal:
         blobs: dict[str, bytes],
     ) -> list[StoredEvent]:
         """Stored form of ``pending`` (seq, time, event), chained from ``prev_hash``."""
+        return self._encode(tenant_id, pending, prev_hash, blobs, None)[0]
+
+    def encode_checkpointed(
+        self,
+        state: RunState,
+        pending: Sequence[tuple[int, float, Event]],
+        prev_hash: str,
+        blobs: dict[str, bytes],
+    ) -> tuple[list[StoredEvent], tuple[int, bytes]]:
+        """Stored form of ``pending`` as :meth:`encode` gives it, with a checkpoint of
+        ``state`` (folded through the last pending event) that the last event commits to."""
+        stored, ckpt = self._encode(state.tenant_id, pending, prev_hash, blobs, state)
+        assert ckpt is not None
+        return stored, (state.seq, ckpt)
+
+    def _encode(
+        self,
+        tenant_id: str,
+        pending: Sequence[tuple[int, float, Event]],
+        prev_hash: str,
+        blobs: dict[str, bytes],
+        state: RunState | None,
+    ) -> tuple[list[StoredEvent], bytes | None]:
         out: list[StoredEvent] = []
+        ckpt = None
         for seq, at, event in pending:
             env = envelope(event, seq=seq, at=at)
+            if state is not None and seq == pending[-1][0]:
+                if state.seq != seq:
+                    raise IntegrityError(
+                        f"run {state.run_id}: checkpoint of seq {state.seq} cannot be "
+                        f"committed by the event at seq {seq}"
+                    )
+                ckpt = checkpoint.encode(self.codec, state, prev_hash, blobs)
+                env[checkpoint.DIGEST_KEY] = checkpoint.digest(ckpt)
             raw = canonical_json(env)
             # A small event has no part over the threshold; '"$' would need escaping.
             if len(raw) > self.codec.threshold or b'"$' in raw:
@@ -53,11 +101,7 @@ class Journal:
             payload = self.codec.seal(raw)
             prev_hash = chain_hash(prev_hash, payload)
             out.append(StoredEvent(seq, str(env["type"]), payload, prev_hash))
-        return out
-
-    def encode_checkpoint(self, state: RunState, blobs: dict[str, bytes]) -> bytes:
-        """Stored form of a checkpoint of ``state``."""
-        return self.codec.encode(state.to_json(), blobs)
+        return out, ckpt
 
     def unknown_blobs(self, tenant_id: str, blobs: dict[str, bytes]) -> dict[str, bytes]:
         """The subset of ``blobs`` not yet known to be stored for this tenant."""
@@ -72,6 +116,12 @@ class Journal:
     # -- reading ------------------------------------------------------------------------
     def decode(self, tenant_id: str, stored: Sequence[StoredEvent]) -> list[Recorded]:
         """Decode stored events (upcasting old versions)."""
+        return [rec for rec, _ in self._decode(tenant_id, stored)]
+
+    def _decode(
+        self, tenant_id: str, stored: Sequence[StoredEvent]
+    ) -> list[tuple[Recorded, str | None]]:
+        """Decoded events, each with the checkpoint digest its envelope commits to."""
 
         def fetch(keys: list[str]) -> dict[str, bytes]:
             return self.store.get_blobs(tenant_id, keys)
@@ -81,42 +131,118 @@ class Journal:
             env = self.codec.decode(s.payload, fetch)
             if not isinstance(env, dict) or env.get("seq") != s.seq:
                 raise IntegrityError(f"event at seq {s.seq} does not carry its own seq")
-            out.append(Recorded(s.seq, float(env["at"]), from_envelope(env)))
+            rec = Recorded(s.seq, float(env["at"]), from_envelope(env))
+            out.append((rec, checkpoint.commitment(env)))
         return out
 
     def load(self, tenant_id: str, run_id: str, *, use_checkpoint: bool = True) -> RunState:
-        """The run's state: latest checkpoint plus the fold of the events after it."""
+        """The run's state: latest checkpoint plus the fold of the events after it.
+
+        A checkpoint the journal does not vouch for is ignored (see
+        :mod:`underway.checkpoint`): the state is then folded from the whole journal and a
+        warning is logged.
+        """
         return self._load(tenant_id, run_id, use_checkpoint)[0]
 
-    def load_head(self, tenant_id: str, run_id: str) -> tuple[RunState, str]:
-        """The run's state and the hash of its last event (the next append chains from it)."""
-        state, head = self._load(tenant_id, run_id, True)
-        if head is None:
-            last = self.store.load_events(tenant_id, run_id, after_seq=state.seq - 1)
-            if not last or last[0].seq != state.seq:
-                raise IntegrityError(
-                    f"run {run_id}: checkpoint at seq {state.seq} but no such event"
-                )
-            head = last[0].hash
-        return state, head
+    def load_head(
+        self, tenant_id: str, run_id: str
+    ) -> tuple[RunState, str, CheckpointRefused | None]:
+        """The run's state, the hash of its last event (the next append chains from it),
+        and, when its checkpoint was refused, the event a writer should journal about it."""
+        return self._load(tenant_id, run_id, True)
+
+    def trusted_checkpoint(self, tenant_id: str, run_id: str) -> RunState | None:
+        """The run's checkpointed state, only when the journal vouches for it."""
+        row = self.store.load_checkpoint(tenant_id, run_id)
+        if row is None:
+            return None
+        tail = self.store.load_events(tenant_id, run_id, after_seq=max(row[0] - 1, 0))
+        return self._trusted(tenant_id, run_id, row, tail)[0]
+
+    def _trusted(
+        self, tenant_id: str, run_id: str, row: tuple[int, bytes], tail: list[StoredEvent]
+    ) -> tuple[RunState | None, list[Recorded]]:
+        """The state ``row`` holds, when ``tail`` (the events from the row's seq on) shows
+        that the journal committed to it, and the decoded events after it."""
+        decoded = self._decode(tenant_id, tail)
+        at = tail[0] if tail and tail[0].seq == row[0] else None
+        later = [rec.seq for rec, digest in decoded if digest is not None and rec.seq > row[0]]
+        content = self._content(tenant_id, row[1])
+        found = checkpoint.check(
+            tenant_id, run_id, row, content, at,
+            decoded[0][1] if at is not None else None, max(later, default=row[0]),
+        )
+        if found is not None or not isinstance(content, dict):
+            return None, []
+        return RunState.from_json(content), [rec for rec, _ in decoded[1:]]
+
+    def _content(self, tenant_id: str, stored: bytes) -> JSON | Exception:
+        """A checkpoint's decoded content, or why it cannot be decoded."""
+        try:
+            return self.codec.decode(stored, lambda keys: self.store.get_blobs(tenant_id, keys))
+        except Exception as exc:  # a cache that cannot be read is simply not used
+            return exc
 
     def _load(
         self, tenant_id: str, run_id: str, use_checkpoint: bool
-    ) -> tuple[RunState, str | None]:
-        start = RunState(tenant_id=tenant_id, run_id=run_id)
-        if use_checkpoint:
-            ckpt = self.store.load_checkpoint(tenant_id, run_id)
-            if ckpt is not None:
-                data = self.codec.decode(
-                    ckpt[1], lambda keys: self.store.get_blobs(tenant_id, keys)
-                )
-                start = RunState.from_json(data)
-        tail = self.store.load_events(tenant_id, run_id, after_seq=start.seq)
-        if start.seq == 0 and not tail:
-            raise RunNotFound(tenant_id, run_id)
-        for rec in self.decode(tenant_id, tail):
-            apply(start, rec)
-        return start, tail[-1].hash if tail else None
+    ) -> tuple[RunState, str, CheckpointRefused | None]:
+        row = self.store.load_checkpoint(tenant_id, run_id) if use_checkpoint else None
+        for _ in range(_RACES):
+            if row is not None:
+                tail = self.store.load_events(tenant_id, run_id, after_seq=max(row[0] - 1, 0))
+                state, records = self._trusted(tenant_id, run_id, row, tail)
+                if state is not None:
+                    for rec in records:
+                        apply(state, rec)
+                    return state, tail[-1].hash, None
+            stored = self.store.load_events(tenant_id, run_id)
+            if not stored:
+                raise RunNotFound(tenant_id, run_id)
+            decoded = self._decode(tenant_id, stored)
+            found = self._finding(tenant_id, run_id, row, stored, [d for _, d in decoded])
+            if found is None or found.benign or not use_checkpoint:
+                break
+            # A writer that committed between reading the row and the events (a reader
+            # beside a worker) left a newer row: read it and try again.
+            again = self.store.load_checkpoint(tenant_id, run_id)
+            if again == row:
+                break
+            row = again
+        state = RunState(tenant_id=tenant_id, run_id=run_id)
+        for rec, _ in decoded:
+            apply(state, rec)
+        if found is None or found.benign or not use_checkpoint:
+            return state, stored[-1].hash, None
+        log.warning(
+            "run %s in tenant %r: checkpoint refused (%s); its state was folded from the "
+            "whole journal. Run `underway audit verify %s` and look for who changed the "
+            "checkpoints table.", run_id, tenant_id, found.reason, run_id,
+        )
+        # A missing checkpoint forged nothing: it is logged (and reported by the audit while
+        # it is missing), not journaled.
+        refused = None if row is None else CheckpointRefused(
+            checkpoint_seq=found.seq, reason=found.reason
+        )
+        return state, stored[-1].hash, refused
+
+    def _finding(
+        self,
+        tenant_id: str,
+        run_id: str,
+        row: tuple[int, bytes] | None,
+        stored: Sequence[StoredEvent],
+        digests: Sequence[str | None],
+    ) -> checkpoint.Finding | None:
+        """What is wrong with the run's checkpoint row, given its whole journal."""
+        latest = max((s.seq for s, d in zip(stored, digests, strict=True) if d), default=0)
+        if row is None:
+            return checkpoint.check(tenant_id, run_id, None, None, None, None, latest)
+        seq = row[0]
+        at = stored[seq - 1] if 1 <= seq <= len(stored) and stored[seq - 1].seq == seq else None
+        return checkpoint.check(
+            tenant_id, run_id, row, self._content(tenant_id, row[1]), at,
+            digests[seq - 1] if at is not None else None, latest,
+        )
 
     def history(self, tenant_id: str, run_id: str) -> list[Recorded]:
         """Every event of the run, decoded."""
@@ -186,8 +312,57 @@ class Journal:
             return bad(last_seq, "event differs from the head the run row recorded")
         if last_seq < len(stored) and row.status in ("completed", "failed", "cancelled"):
             return bad(last_seq + 1, f"events follow the end of a {row.status} run")
+        found = self._audit_checkpoint(tenant_id, run_id, stored)
+        if found is not None:
+            return bad(found.seq, found.reason)
         return Verification(tenant_id, run_id, True, len(stored))
 
+    def _audit_checkpoint(
+        self, tenant_id: str, run_id: str, stored: Sequence[StoredEvent]
+    ) -> checkpoint.Finding | None:
+        """What is wrong with the run's checkpoint row now, or was found wrong by a worker
+        before (a ``CheckpointRefused`` in the journal); None when nothing is."""
+        envelopes = self._envelopes(stored)
+        if envelopes is None:  # a destroyed key: there is nothing to check a checkpoint by
+            return None
+        stored = list(stored)
+        for _ in range(_RACES):
+            row = self.store.load_checkpoint(tenant_id, run_id)
+            digests = [checkpoint.commitment(env) for env in envelopes]
+            found = self._finding(tenant_id, run_id, row, stored, digests)
+            if found is None or found.benign:
+                break
+            # A worker may have committed events and their checkpoint since the events
+            # were read: check again with them.
+            more = self.store.load_events(tenant_id, run_id, after_seq=len(stored))
+            parsed = self._envelopes(more)
+            if not more or parsed is None:
+                return found
+            stored += more
+            envelopes += parsed
+        else:
+            return found
+        for s, env in zip(stored, envelopes, strict=True):
+            if s.type == "CheckpointRefused":
+                data = env.get("data") if isinstance(env, dict) else None
+                data = data if isinstance(data, dict) else {}
+                return checkpoint.Finding(
+                    s.seq, f"a worker refused the checkpoint at seq {data.get('checkpoint_seq')}"
+                           f" here: {data.get('reason')}"
+                )
+        return None
+
+    def _envelopes(self, stored: Sequence[StoredEvent]) -> list[JSON] | None:
+        """The stored events' envelopes (blob references left as they are); None when one
+        cannot be read."""
+        out: list[JSON] = []
+        for s in stored:
+            try:
+                raw = self.codec.cipher.open(s.payload) if self.codec.cipher else s.payload
+                out.append(json.loads(raw))
+            except Exception:
+                return None
+        return out
 
 def _payload_problem(
     s: StoredEvent, fetch: Callable[[list[str]], dict[str, bytes]], seen: set[str]

@@ -164,6 +164,9 @@ def summarize(rec: Recorded) -> str:
             taint = f" [context holds untrusted content from {', '.join(e.tainted)}]" \
                 if e.tainted else ""
             return f"agent chose {e.tool} {preview(e.args, 48)}{taint}"
+        case ev.CheckpointRefused():
+            at = f" at seq {e.checkpoint_seq}" if e.checkpoint_seq is not None else ""
+            return f"checkpoint{at} REFUSED, state folded from the journal: {e.reason}"
     return preview(e.model_dump(mode="json"))
 
 
