@@ -24,7 +24,7 @@ def pg_url() -> Iterator[str]:
     base = pg_base_url()
     schema = f"t_{uuid.uuid4().hex[:12]}"
     try:
-        with psycopg.connect(base, autocommit=True, connect_timeout=5) as conn:
+        with psycopg.connect(base, autocommit=True, connect_timeout=60) as conn:
             conn.execute(f'CREATE SCHEMA "{schema}"')
     except psycopg.OperationalError as exc:
         pytest.fail(f"PostgreSQL at {base} is unreachable: {exc}", pytrace=False)

@@ -44,6 +44,11 @@ SLEEP_S = 0.05
 
 FLOW = "chaos"
 
+CALL_TIMEOUT_S = 60.0
+"""Every tool's timeout (and its HTTP request's): the service answers in milliseconds, so
+this only turns a hang into a failure. A worker starved of CPU, or frozen, for seconds
+must not see its calls time out."""
+
 
 class ChaosInput(BaseModel):
     """Input of a chaos run: a customer and how many laps of the loop to run."""
@@ -71,7 +76,7 @@ def _http(method: str, url: str, body: Any = None) -> Any:
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(url, data=data, method=method,
                                  headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=10) as resp:
+    with urllib.request.urlopen(req, timeout=CALL_TIMEOUT_S) as resp:
         return json.loads(resp.read())
 
 
@@ -107,11 +112,11 @@ def _activation() -> tuple[str, int, int]:
 def build(service: str) -> tuple[list[Flow[Any, Any]], list[Tool]]:
     """The chaos flow and its tools, talking to the service at ``service``."""
 
-    @tool(mutating=False, timeout=10)
+    @tool(mutating=False, timeout=CALL_TIMEOUT_S)
     def lookup_customer(args: dict[str, Any]) -> Any:
         return _http("GET", f"{service}/customers/{args['customer']}")
 
-    @tool(mutating=False, timeout=10)
+    @tool(mutating=False, timeout=CALL_TIMEOUT_S)
     def witness(args: dict[str, Any]) -> Any:
         owner, token, head = _activation()
         return _http("POST", f"{service}/witness",
@@ -123,13 +128,13 @@ def build(service: str) -> tuple[list[Flow[Any, Any]], list[Tool]]:
                                        f"{service}/effects/{key}?run={run}&fence={token}")
         return Reconciled.happened(seen["result"]) if seen["seen"] else Reconciled.not_happened()
 
-    @tool(mutating=True, idempotent=False, timeout=10, reconcile=charge_delivered)
+    @tool(mutating=True, idempotent=False, timeout=CALL_TIMEOUT_S, reconcile=charge_delivered)
     def send_charge(args: dict[str, Any], info: CallInfo) -> Any:
         return _http("POST", f"{service}/effects", {
             "key": info.key, "kind": "charge", "idempotent": False, "payload": args,
             "run": info.run_id, "fence": info.fence})
 
-    @tool(mutating=True, idempotent=True, timeout=10)
+    @tool(mutating=True, idempotent=True, timeout=CALL_TIMEOUT_S)
     def record_payment(args: dict[str, Any], info: CallInfo) -> Any:
         return _http("POST", f"{service}/effects", {
             "key": info.key, "kind": "payment", "idempotent": True, "payload": args})

@@ -1,7 +1,8 @@
 """Driving real ``underway worker`` processes through chaos, and checking what they left.
 
 :class:`Workers` starts worker processes on the chaos app (:mod:`app`), SIGKILLs them,
-SIGSTOPs them past their lease and SIGCONTs them, and finally SIGTERMs the survivors.
+SIGSTOPs them past their lease and SIGCONTs them once other workers took their runs over,
+and finally SIGTERMs the survivors.
 :func:`unleash` runs a seeded plan of all that while runs are being started, taking
 snapshots of every journal as it goes; :func:`verify` checks the end state against the
 journal, the snapshots and the fake service (:mod:`service`).
@@ -36,11 +37,20 @@ from underway.store.base import FINAL, Store, StoredEvent
 
 HERE = Path(__file__).parent
 UNDERWAY = Path(sys.executable).with_name("underway")
-READY_TIMEOUT_S = 60.0
+# The limits below only guard against hangs: a busy machine must never reach them.
+READY_TIMEOUT_S = 120.0
 """A worker that has not said ``ready`` by then is broken."""
-STUCK_AFTER_S = 30.0
+STUCK_AFTER_S = 120.0
 """Once the chaos stops, runs that commit nothing for this long are stuck: the test fails."""
-SHUTDOWN_TIMEOUT_S = 60.0
+GRACE_S = 60.0
+"""A worker's ``--grace``: on SIGTERM, a step still in flight gets this long to finish (or
+to be refused) before it is cancelled and its run handed back without a word."""
+SHUTDOWN_TIMEOUT_S = GRACE_S + 60.0
+TAKEOVER_PATIENCE_S = 5.0
+"""How long past its leases a frozen worker stays frozen while nobody takes its runs over.
+On SQLite it may have been frozen holding the write lock, and then nobody can: it is thawed
+and keeps its runs. Not a failure either way, only fewer takeovers; it is kept well below
+the chaos app's call timeout, which a frozen worker's calls in flight must not reach."""
 
 Journals = dict[str, list[StoredEvent]]
 
@@ -71,11 +81,14 @@ class Worker:
 
 @dataclass(frozen=True)
 class Pause:
-    """A worker frozen with SIGSTOP: what it held, and when it was thawed."""
+    """A worker frozen with SIGSTOP: what it held, what was taken from it, and when it was
+    thawed."""
 
     owner: str
     held: dict[str, int]
     """run id -> lease token the worker held when it was stopped."""
+    taken: frozenset[str]
+    """The held runs another worker had claimed under a newer lease before the thaw."""
     stopped_at: float
     resumed_at: float
 
@@ -84,7 +97,7 @@ class Workers:
     """Worker processes of one test, all on the same database and chaos service."""
 
     def __init__(self, db: str, service: str, logdir: Path, *, concurrency: int,
-                 lease_ttl: float, poll: float = 0.1, grace: float = 10.0) -> None:
+                 lease_ttl: float, poll: float = 0.1, grace: float = GRACE_S) -> None:
         self.db, self.service, self.logdir = db, service, logdir
         self.args = ["--concurrency", str(concurrency), "--lease-ttl", str(lease_ttl),
                      "--poll", str(poll), "--grace", str(grace)]
@@ -223,8 +236,10 @@ def check_prefix(before: Journals, after: Journals, tally: Tally, where: str) ->
 
 
 def unfinished(store: Store, tenant: str = "default") -> int:
-    """How many runs of ``tenant`` are not final."""
-    return sum(1 for r in store.list_runs(tenant, limit=1_000_000) if r.status not in FINAL)
+    """How many runs of ``tenant`` may still move on their own: not final, and not dead or
+    escalated (those wait for an operator; :func:`verify` reports them)."""
+    return sum(1 for r in store.list_runs(tenant, limit=1_000_000)
+               if r.status not in (*FINAL, "dead", "escalated"))
 
 
 class Db:
@@ -273,13 +288,18 @@ def start_runs(engine: Engine, first: int, count: int, loops: int) -> None:
 
 
 def unleash(db: Db, workers: Workers, plan: Plan, rng: random.Random, tally: Tally,
-            *, between: Callable[[float], None] | None = None) -> list[Pause]:
+            *, between: Callable[[float], bool] | None = None) -> list[Pause]:
     """Start the plan's runs in waves while SIGKILLing and SIGSTOPping workers, then wait
     until every run is final and stop the workers with SIGTERM.
 
+    The last waves are held back while freezes are still to come, and one is started
+    whenever a freeze is due and every run started so far has finished: however slowly a
+    busy machine gets through the schedule, each freeze finds a worker holding runs.
+
     ``between(elapsed)`` is called on every tick of the chaos phase (the PostgreSQL restart
-    test restarts the server from there). Journals are snapshotted about once a second (less
-    often when that gets slow) and each snapshot must extend the one before it.
+    test restarts the server from there); the phase lasts while it answers True (it has
+    more to do). Journals are snapshotted about once a second (less often when that gets
+    slow) and each snapshot must extend the one before it.
     """
     target = len(workers.running())
     began = time.monotonic()
@@ -291,7 +311,7 @@ def unleash(db: Db, workers: Workers, plan: Plan, rng: random.Random, tally: Tal
     # Spread out: with two workers, one freeze must end before the next can begin.
     stops = [(0.1 + 0.45 * k / max(1, plan.sigstops) + rng.uniform(0, 0.05)) * plan.seconds
              for k in range(plan.sigstops)]
-    thaws: list[threading.Timer] = []
+    thaws: list[threading.Thread] = []
     pauses: list[Pause] = []
     before: Journals = {}
     last_snapshot = 0.0
@@ -307,35 +327,56 @@ def unleash(db: Db, workers: Workers, plan: Plan, rng: random.Random, tally: Tal
         every = max(1.0, 5 * (last_snapshot - began_at))
         tally.snapshots += 1
 
-    def thaw(w: Worker, held: dict[str, int], stopped_at: float) -> None:
+    def thaw(w: Worker, held: dict[str, int], stopped_at: float, after: float) -> None:
+        # Thawed once other workers took its runs over, while they are at work on them:
+        # the thawed worker's late writes then race the new holders' first ones. Its own
+        # connection: on SQLite this loop may be waiting for the write lock the frozen
+        # worker holds, and with it the connection this loop shares.
+        reader = connect(db.url, migrate=False)
+        try:
+            time.sleep(max(0.0, after - time.time()))  # until its leases ran out
+            patience = time.monotonic() + TAKEOVER_PATIENCE_S
+            while True:
+                rows = {rid: reader.get_run("default", rid) for rid in held}
+                taken = frozenset(rid for rid, row in rows.items()
+                                  if row is not None and row.lease_token > held[rid])
+                # Its own last commit may have handed a run back (on PostgreSQL it may
+                # have landed after the stop): nobody has to take that one over.
+                settled = {rid for rid, row in rows.items()
+                           if row is None or row.lease_owner != w.owner}
+                if taken | settled >= held.keys() or time.monotonic() > patience:
+                    break
+                time.sleep(0.02)
+        finally:
+            reader.close()
+        resumed_at = time.time()
         workers.cont(w)
-        pauses.append(Pause(w.owner, held, stopped_at, time.time()))
+        pauses.append(Pause(w.owner, held, taken, stopped_at, resumed_at))
 
     def freeze(victim: Worker) -> None:
         workers.stop(victim)
         stopped_at = time.time()
-        # A commit already on its way to the server may still land; let it.
-        time.sleep(0.2)
         rows = [r for r in db.store.list_runs("default", limit=1_000_000)
-                if r.lease_owner == victim.owner and (r.lease_expires_at or 0) > time.time()]
+                if r.lease_owner == victim.owner and (r.lease_expires_at or 0) > stopped_at]
         held = {r.run_id: r.lease_token for r in rows}
-        expiries = {r.run_id: float(r.lease_expires_at or 0) for r in rows}
-        # Thawed just past the last of its leases, while other workers are taking its runs
-        # over: the thawed worker's late writes then race the new holders' first ones.
-        expiry = max(list(expiries.values()) or [stopped_at + plan.lease_ttl])
-        delay = expiry - time.time() + rng.uniform(0.05, 0.5)
-        # From a timer thread, not this loop: on SQLite the frozen worker may hold the
-        # write lock, and this loop's next write would wait for it forever.
-        timer = threading.Timer(delay, thaw, (victim, held, stopped_at))
-        timer.start()
-        thaws.append(timer)
+        expiry = max([float(r.lease_expires_at or 0) for r in rows] or
+                     [stopped_at + plan.lease_ttl])
+        # From a thread, not this loop: on SQLite the frozen worker may hold the write
+        # lock, and this loop's next write waits for it until the thaw.
+        thread = threading.Thread(target=thaw, args=(victim, held, stopped_at,
+                                                     expiry + rng.uniform(0.05, 0.5)))
+        thread.start()
+        thaws.append(thread)
         tally.sigstops += 1
+
+    def start_wave() -> None:
+        _, first, count = starts.pop(0)
+        start_runs(db.engine, first, count, plan.loops)
 
     while True:
         now = time.monotonic() - began
-        while starts and starts[0][0] <= now:
-            _, first, count = starts.pop(0)
-            start_runs(db.engine, first, count, plan.loops)
+        while starts and starts[0][0] <= now and len(starts) > len(stops):
+            start_wave()
         while kills and kills[0] <= now:
             kills.pop(0)
             workers.kill(rng.choice(workers.running()))
@@ -348,9 +389,9 @@ def unleash(db: Db, workers: Workers, plan: Plan, rng: random.Random, tally: Tal
             if len(candidates) >= 2 and held_by[victim.owner]:
                 stops.pop(0)
                 freeze(victim)
+            elif starts and len(candidates) >= 2 and not unfinished(db.store):
+                start_wave()  # a held-back wave, for this freeze to hit
             elif not starts and not unfinished(db.store):
-                # Freezes wait for the previous one's leases to expire; on a slow machine
-                # the last ones may come due after every run finished.
                 tally.sigstops_skipped += len(stops)
                 stops.clear()
             elif now > plan.seconds + STUCK_AFTER_S:
@@ -362,11 +403,11 @@ def unleash(db: Db, workers: Workers, plan: Plan, rng: random.Random, tally: Tal
         frozen = sum(1 for t in thaws if t.is_alive())
         if len(workers.running()) + frozen < target:
             workers.spawn()
-        if between is not None:
-            between(now)
+        busy = between is not None and between(now)
         if time.monotonic() - last_snapshot >= every:
             snapshot(f"chaos t={now:.1f}s")
-        if now >= plan.seconds and not starts and not kills and not stops and not frozen:
+        if now >= plan.seconds and not starts and not kills and not stops and not frozen \
+                and not busy:
             break
         time.sleep(0.05)
     for t in thaws:
@@ -463,6 +504,7 @@ def verify(engine: Engine, svc: ChaosService, workers: Workers, plan: Plan,
     if set(rows) != {f"chaos-{i}" for i in range(plan.runs)}:
         problems.append(f"{len(rows)} runs exist, {plan.runs} were started")
     tokens_by_run: dict[str, list[int]] = {}
+    committed: dict[str, set[tuple[int, str, str, int]]] = {}
     for i in range(plan.runs):
         row = rows.get(f"chaos-{i}")
         if row is None:
@@ -490,6 +532,7 @@ def verify(engine: Engine, svc: ChaosService, workers: Workers, plan: Plan,
         tally.activations += len(tokens)
         problems.extend(fencing_problems(rid, commits, seen_by_run.get(rid, [])))
         done = {(c.token, c.step, c.at, c.head) for c in commits}
+        committed[rid] = done
         for w in seen_by_run.get(rid, []):
             if (w.token, w.step, w.at, w.head) in done:
                 continue
@@ -500,40 +543,53 @@ def verify(engine: Engine, svc: ChaosService, workers: Workers, plan: Plan,
         mine = {k: d for k, d in effects.items() if k.startswith(f"{rid}:")}
         outcome = state.result if state.status == "completed" else state.error
         check_effects(rid, i, plan.loops, state.status, outcome, mine, tally)
-    check_pauses(workers, pauses, tokens_by_run, seen_by_run, tally)
+    check_pauses(workers, pauses, tokens_by_run, seen_by_run, committed, tally)
 
 
 def check_pauses(workers: Workers, pauses: list[Pause], tokens_by_run: dict[str, list[int]],
-                 seen_by_run: dict[str, list[Witness]], tally: Tally) -> None:
+                 seen_by_run: dict[str, list[Witness]],
+                 committed: dict[str, set[tuple[int, str, str, int]]], tally: Tally) -> None:
     """The runs a frozen worker held were taken over under a newer lease, and once thawed
-    the worker gave up each of them it had been working on, saying so in its log: its
-    commit was refused (stale lease token) or its heartbeat found the lease gone and
+    the worker gave up each of them it still had work in flight on, saying so in its log:
+    its commit was refused (stale lease token) or its heartbeat found the lease gone and
     cancelled the step.
 
-    A run nobody took over while its worker was frozen (on SQLite the frozen worker may
-    hold the database's write lock, so nobody could claim anything) stays with that
-    worker: no newer lease was granted, so it may carry on. A worker frozen right after a
-    claim, before it ran any step, may find the run finished by the time it thaws and has
-    nothing to give up; one SIGKILLed soon after its thaw may not get to log."""
+    A run is taken over when another worker claimed it before the thaw (:class:`Pause`
+    records what the runs' rows said then). A run nobody claimed meanwhile stays with the
+    thawed worker, which carries on (on SQLite the frozen worker may hold the database's
+    write lock, so nobody could claim anything); newer leases granted once it handed the
+    run back are ordinary claims, not takeovers — unless its log says it gave the run up
+    (claimed between the thaw and its first write). What a worker must have given up is a
+    run taken from it on which it reported a step that never reached the journal: a step
+    it had in flight and could not commit. A worker SIGKILLed soon after its thaw may not
+    get to log."""
     by_owner = {w.owner: w for w in workers.all}
     for p in pauses:
         w = by_owner[p.owner]
         log = workers.log(w)
         for rid, token in p.held.items():
-            if not any(t > token for t in tokens_by_run.get(rid, [])):
+            # Fenced ("gave up"), or a database error met mid-step (handed back): either
+            # way the thawed worker said it left the run.
+            said = f"gave up run {rid}:" in log or f"run {rid} (tenant default) failed in " \
+                "this worker; handing it back" in log
+            if rid not in p.taken and not said:
                 tally.kept_after_thaw += 1
                 continue
             tally.takeovers += 1
-            worked = any(s.owner == p.owner and s.token == token
-                         for s in seen_by_run.get(rid, []))
-            # Fenced ("gave up"), or a database error met mid-step (handed back): either
-            # way the thawed worker said it left the run.
-            if f"gave up run {rid}:" in log or f"run {rid} (tenant default) failed in this " \
-                    "worker; handing it back" in log:
+            if said:
                 tally.refusals_logged += 1
-            elif worked and not w.killed:
-                tally.problems.append(f"worker {w.owner}, frozen holding run {rid}, did not "
-                                      f"say it gave the run up:\n{log[-2000:]}")
+                continue
+            lost = [s for s in seen_by_run.get(rid, [])
+                    if s.owner == p.owner and s.token == token
+                    and (s.token, s.step, s.at, s.head) not in committed.get(rid, set())]
+            if lost and not w.killed:
+                newer = [t for t in tokens_by_run.get(rid, []) if t > token]
+                tally.problems.append(
+                    f"worker {w.owner}, frozen holding run {rid} (token {token}; taken over "
+                    f"under {newer or 'a newer token'} before its thaw), reported "
+                    f"{[(s.step, s.at) for s in lost]} under its old lease, never committed, "
+                    f"yet did not say it gave the run up; its log:\n"
+                    f"{log[-2000:] or '(empty)'}")
 
 
 def check_effects(rid: str, i: int, loops: int, status: str, result: Any,

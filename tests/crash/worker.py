@@ -30,6 +30,10 @@ from underway import CallInfo, Engine, Flow, Reconciled, RunContext, Runner, con
 
 SLEEP_S = 0.02
 """The durable sleep between a reminder and the payment: short, but a real timer."""
+CALL_TIMEOUT_S = 60.0
+"""Every tool's timeout (and its HTTP request's): the service answers in milliseconds, so
+this only turns a hang into a failure. A worker starved of CPU, or frozen, for seconds
+must not see its calls time out."""
 
 
 def invoices_for(i: int) -> list[dict[str, Any]]:
@@ -55,7 +59,7 @@ def _http(method: str, url: str, body: Any = None) -> Any:
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(url, data=data, method=method,
                                  headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=10) as resp:
+    with urllib.request.urlopen(req, timeout=CALL_TIMEOUT_S) as resp:
         return json.loads(resp.read())
 
 
@@ -100,7 +104,7 @@ class LetterState(BaseModel):
 def build(service: str) -> tuple[list[Flow[Any, Any]], list[Any]]:
     """The flows and tools of the crash workload, talking to ``service``."""
 
-    @tool(mutating=False, timeout=10)
+    @tool(mutating=False, timeout=CALL_TIMEOUT_S)
     def lookup_customer(args: dict[str, Any]) -> Any:
         return _http("GET", f"{service}/customers/{args['customer']}")
 
@@ -112,15 +116,15 @@ def build(service: str) -> tuple[list[Flow[Any, Any]], list[Any]]:
         seen = await asyncio.to_thread(_http, "GET", f"{service}/effects/{key}")
         return Reconciled.happened(seen["result"]) if seen["seen"] else Reconciled.not_happened()
 
-    @tool(mutating=True, idempotent=False, timeout=10, reconcile=reminder_delivered)
+    @tool(mutating=True, idempotent=False, timeout=CALL_TIMEOUT_S, reconcile=reminder_delivered)
     def send_reminder(args: dict[str, Any], info: CallInfo) -> Any:
         return effect("reminder", False, args, info)
 
-    @tool(mutating=True, idempotent=True, timeout=10)
+    @tool(mutating=True, idempotent=True, timeout=CALL_TIMEOUT_S)
     def record_payment(args: dict[str, Any], info: CallInfo) -> Any:
         return effect("payment", True, args, info)
 
-    @tool(mutating=True, idempotent=False, timeout=10)
+    @tool(mutating=True, idempotent=False, timeout=CALL_TIMEOUT_S)
     def post_letter(args: dict[str, Any], info: CallInfo) -> Any:
         return effect("letter", False, args, info)
 

@@ -38,8 +38,9 @@ from underway.worker import Worker, load_app
 
 HERE = Path(__file__).resolve().parent
 UNDERWAY = Path(sys.executable).with_name("underway")
-PATIENCE_S = 60.0
-"""How long a test waits for something that should take well under a second."""
+PATIENCE_S = 120.0
+"""How long a test waits for something that should take well under a second: a guard
+against hangs, never reached on a busy machine."""
 
 
 def wait_until(done: Callable[[], bool], what: str, timeout: float = PATIENCE_S) -> None:
@@ -163,16 +164,31 @@ def steps_started(store: Store, run_id: str) -> Counter[str]:
     )
 
 
-def drive(url: str, spawn: Callable[..., WorkerProcess], *, workers: int, runs: int) -> None:
+def drive(url: str, spawn: Callable[..., WorkerProcess], gates: Path, *, workers: int,
+          runs: int) -> None:
     """``workers`` processes drive ``runs`` jobs (some napping on a timer) to completion."""
     store = connect(url)
     engine = Engine(store, flows=[jobs])
-    procs = [spawn(url, "--concurrency", "8", "--poll", "0.2") for _ in range(workers)]
-    # Slow enough that no worker can finish every run before the others look for work.
-    ids = [
-        engine.start(jobs, {"n": i, "delay": 0.02, "nap": 0.05 if i % 3 == 0 else 0})[0]
-        for i in range(runs)
-    ]
+    concurrency = 8
+    procs = [spawn(url, "--concurrency", str(concurrency), "--poll", "0.2")
+             for _ in range(workers)]
+    # The first runs hold their worker's slots at a gate until all of them are there: one
+    # more than the other workers have slots, so every worker must have taken one, however
+    # the machine schedules the workers.
+    gated = concurrency * (workers - 1) + 1
+
+    def job(i: int) -> dict[str, Any]:
+        return {"n": i, "delay": 0.02, "nap": 0.05 if i % 3 == 0 else 0,
+                "gate": str(gates) if i < gated else ""}
+
+    ids = [engine.start(jobs, job(i))[0] for i in range(runs)]
+
+    def at_the_gate() -> int:
+        return len((gates / "started").read_text().split()) if (gates / "started").exists() \
+            else 0
+
+    wait_until(lambda: at_the_gate() == gated, f"{gated} runs to reach the gate")
+    (gates / "open").touch()
     wait_until(
         lambda: all(r.status == "completed" for r in store.list_runs("default", limit=runs)),
         f"{runs} runs to complete",
@@ -185,26 +201,28 @@ def drive(url: str, spawn: Callable[..., WorkerProcess], *, workers: int, runs: 
         assert state.result is not None and state.result["total"] == 4 * i
         pids.update(state.result["pids"])
         # Nobody crashed, so no step ran twice, however the runs moved between workers.
-        assert steps_started(store, run_id) == {"begin": 1, "middle": 1, "end": 1}
+        gate = {"gated": 1} if i < gated else {}
+        assert steps_started(store, run_id) == {"begin": 1, **gate, "middle": 1, "end": 1}
     assert set(pids) == {p.pid for p in procs}, "every worker took part"
+    assert {int(pid) for pid in (gates / "started").read_text().split()} == set(pids)
     audit = CliRunner().invoke(cli, ["--db", url, "audit", "verify", "--all"])
     assert audit.exit_code == 0, audit.output
     store.close()
 
 
 def test_two_sqlite_worker_processes_drive_150_runs_to_completion(
-    sqlite_url: str, spawn: Callable[..., WorkerProcess]
+    sqlite_url: str, spawn: Callable[..., WorkerProcess], tmp_path: Path
 ) -> None:
     connect(sqlite_url).close()
-    drive(sqlite_url, spawn, workers=2, runs=150)
+    drive(sqlite_url, spawn, tmp_path, workers=2, runs=150)
 
 
 @pytest.mark.postgres
 def test_four_postgres_worker_processes_drive_200_runs_to_completion(
-    pg_url: str, spawn: Callable[..., WorkerProcess]
+    pg_url: str, spawn: Callable[..., WorkerProcess], tmp_path: Path
 ) -> None:
     connect(pg_url).close()
-    drive(pg_url, spawn, workers=4, runs=200)
+    drive(pg_url, spawn, tmp_path, workers=4, runs=200)
 
 
 def test_sigterm_lets_the_step_in_flight_finish_and_hands_the_run_back(
@@ -380,20 +398,18 @@ def start_runs(engine: Engine, count: int, queue: str = "default") -> list[str]:
     return [engine.start(holding, {"queue": queue}, queue=queue)[0] for _ in range(count)]
 
 
+async def until(check: Callable[[], bool], what: str = "a condition") -> None:
+    """Let the worker in this loop work until ``check`` holds (a hang fails the test)."""
+    deadline = time.monotonic() + PATIENCE_S
+    while not check():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {PATIENCE_S:g}s waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
 async def settle(engine: Engine, run_ids: list[str], status: str = "completed") -> None:
-    for _ in range(2000):
-        if all(engine.state(r).status == status for r in run_ids):
-            return
-        await asyncio.sleep(0.01)
-    pytest.fail(f"runs did not become {status}")
-
-
-async def until(check: Callable[[], bool]) -> None:
-    for _ in range(2000):
-        if check():
-            return
-        await asyncio.sleep(0.01)
-    pytest.fail("timed out")
+    await until(lambda: all(engine.state(r).status == status for r in run_ids),
+                f"runs to become {status}")
 
 
 def test_a_worker_drives_at_most_its_concurrency_and_only_its_queues(engine: Engine) -> None:

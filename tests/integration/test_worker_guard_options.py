@@ -20,7 +20,7 @@ from underway.cli import app as cli
 
 HERE = Path(__file__).resolve().parent
 UNDERWAY = Path(sys.executable).with_name("underway")
-PATIENCE_S = 60.0
+PATIENCE_S = 120.0
 
 POLICY = '''
 version = "notices-1"

@@ -21,6 +21,10 @@ from underway.testing import memory_engine
 
 from .docker_image import engine_reason, require_image
 
+PATIENCE_S = 120.0
+"""How long a test waits for a container to go, or for a command that takes milliseconds
+(a container start on a busy machine can take seconds): a guard against hangs only."""
+
 
 @pytest.fixture
 def profile() -> SandboxProfile:
@@ -28,7 +32,7 @@ def profile() -> SandboxProfile:
     if reason is not None:
         pytest.skip(f"no Docker engine here: {reason} (test_fail_closed checks the refusal)")
     return SandboxProfile(backend="docker", image=require_image(),
-                          limits=Limits(timeout_s=20, memory_mb=256, max_processes=32))
+                          limits=Limits(timeout_s=PATIENCE_S, memory_mb=256, max_processes=32))
 
 
 def containers() -> list[str]:
@@ -69,11 +73,10 @@ def test_output_past_the_cap_is_cut_with_a_marker(profile: SandboxProfile) -> No
 
 def test_a_timeout_kills_the_container_not_only_the_client(profile: SandboxProfile) -> None:
     quick = replace(profile, limits=replace(profile.limits, timeout_s=2))
-    started = time.monotonic()
-    r = run_command("sleep 60", profile=quick)
+    # Far longer than the test waits: a container left running is still there at the end.
+    r = run_command("sleep 3600", profile=quick)
     assert r.timed_out and r.exit_code == -9
-    assert time.monotonic() - started < 30
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + PATIENCE_S
     while containers() and time.monotonic() < deadline:
         time.sleep(0.2)
     assert containers() == []
@@ -114,11 +117,11 @@ def test_only_containers_whose_launcher_is_gone_are_reaped(profile: SandboxProfi
               "underway-sandbox-living-test": worker_identity()}
     for name, owner in owners.items():
         subprocess.run(["docker", "run", "-d", "--rm", "--name", name, "--label",
-                        f"{docker.LABEL}={owner}", str(profile.image), "sleep", "60"],
+                        f"{docker.LABEL}={owner}", str(profile.image), "sleep", "3600"],
                        check=True, capture_output=True, timeout=60)
     try:
         assert docker.reap_orphans("docker") == ["underway-sandbox-orphan-test"]
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + PATIENCE_S
         while "underway-sandbox-orphan-test" in containers() and time.monotonic() < deadline:
             time.sleep(0.2)
         assert containers() == ["underway-sandbox-living-test"]

@@ -25,6 +25,8 @@ from underway.sandbox.escapes import marker, processes_with
 from underway.sandbox.workspace import CallDirs
 
 BWRAP = SandboxProfile(backend="bwrap", limits=Limits(timeout_s=30))
+PATIENCE_S = 120.0
+"""How long a test waits for a process to start or go: a guard against hangs only."""
 
 
 def test_output_exit_code_and_duration_are_captured() -> None:
@@ -151,7 +153,7 @@ def test_cancelling_the_call_kills_the_command() -> None:
     async def cancel_when_running() -> None:
         task = asyncio.create_task(run_command_async(
             ["/bin/bash", "-c", f"exec -a {tag} sleep 300"], profile=BWRAP))
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + PATIENCE_S
         while not processes_with(tag):
             assert time.monotonic() < deadline, "the command never started"
             await asyncio.sleep(0.02)
@@ -209,7 +211,7 @@ def test_sandboxes_orphaned_by_a_dead_worker_are_reaped() -> None:
             env=launch.env, pass_fds=launch.pass_fds, preexec_fn=launch.setup, check=True,
         )
         launch.release()
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + PATIENCE_S
         while not [p for p in processes_with(tag) if _argv0_is(p, tag)]:
             assert time.monotonic() < deadline, "the orphaned sandbox never started"
             time.sleep(0.02)
@@ -217,7 +219,7 @@ def test_sandboxes_orphaned_by_a_dead_worker_are_reaped() -> None:
         assert path is not None
         uid = (bwrap.as_ids(BWRAP) or (os.geteuid(), 0))[0]
         reaped: list[int] = []
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + PATIENCE_S
         while processes_with(tag) and time.monotonic() < deadline:
             reaped += bwrap.reap_orphans(path, uid)
             time.sleep(0.05)

@@ -15,6 +15,9 @@ from underway.errors import ConfigurationError, FencedError
 from underway.state import RunState
 from underway.testing import ScriptedModel, memory_engine
 
+PATIENCE_S = 120.0
+"""Guards a wait against a hang; something that never comes fails the test only then."""
+
 
 class Crash(BaseException):
     """Raised to abandon an activation mid-flight, as a SIGKILL would."""
@@ -353,7 +356,7 @@ def test_tool_failures_timeouts_and_schema_errors_are_journaled() -> None:
     # Read-only: its timeout is a failure (a mutating call's is an unknown outcome).
     @uw.tool(timeout=0.01, read_only=True)
     async def slow(args: Any) -> Any:
-        await asyncio.sleep(5)
+        await asyncio.Event().wait()  # only the timeout ends this call
 
     @uw.tool
     async def typed(args: Args) -> Any:
@@ -566,12 +569,12 @@ def test_reserved_signal_names_and_state_without_defaults_are_clear_errors() -> 
 
 
 def test_a_worker_that_loses_its_lease_mid_call_stops_the_call() -> None:
-    finished: list[bool] = []
+    started = asyncio.Event()
 
     @uw.tool
     async def slow_transfer(args: Any) -> Any:
-        await asyncio.sleep(5)
-        finished.append(True)  # must never be reached: the lease is gone by then
+        started.set()
+        await asyncio.Event().wait()  # only the heartbeat's cancellation ends this call
         return "sent"
 
     flow = uw.Flow("slow", state=Counter)
@@ -587,16 +590,15 @@ def test_a_worker_that_loses_its_lease_mid_call_stops_the_call() -> None:
     async def scenario() -> None:
         (lease,) = engine.claim()
         activation = asyncio.create_task(engine.activate(lease))
-        await asyncio.sleep(0.05)
+        await started.wait()
         # Another worker takes the run over (this one looked dead to it).
         engine.store.expire_lease("default", run_id, engine.owner)
         clock.advance(1)
         assert Engine(engine.store, flows=[flow], clock=clock, owner="other").claim()
         with pytest.raises(FencedError, match="step was cancelled"):
-            await activation
+            await asyncio.wait_for(activation, PATIENCE_S)
 
     run(scenario())
-    assert finished == []
     assert "ToolSucceeded" not in types(engine, run_id)
 
 
