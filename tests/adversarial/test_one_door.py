@@ -73,7 +73,8 @@ class World:
 
 
 PATHS = ["first", "retry_after_error", "retry_after_timeout", "resume", "resolve_retry",
-         "reconcile_not_happened", "crash_idempotent", "signed_resume"]
+         "signed_resolve_retry", "reconcile_not_happened", "crash_idempotent",
+         "signed_resume"]
 REFUSALS = ["not_allowed", "schema", "budget", "deny", "approval"]
 
 
@@ -81,7 +82,8 @@ def _world(url: str, path: str, tmp: Path) -> World:
     entries: list[str] = []
     first = {
         "retry_after_error": "error", "retry_after_timeout": "timeout", "resume": "fatal",
-        "signed_resume": "fatal", "resolve_retry": "timeout", "reconcile_not_happened": "crash",
+        "signed_resume": "fatal", "resolve_retry": "timeout",
+        "signed_resolve_retry": "timeout", "reconcile_not_happened": "crash",
         "crash_idempotent": "crash",
     }.get(path)
 
@@ -135,7 +137,7 @@ def _bring_to_edge(w: World, path: str, approver: Any) -> None:
         w.clock.advance(3600)
     elif path in ("resume", "signed_resume"):
         assert s.status == "dead", s
-    elif path == "resolve_retry":
+    elif path in ("resolve_retry", "signed_resolve_retry"):
         assert s.status == "escalated" and s.escalation is not None
         assert s.escalation["cause"] == "unknown_outcome"
     else:  # a crash: the intent is journaled, no outcome
@@ -151,6 +153,8 @@ def _go_on(w: World, path: str, approver: Any) -> None:
         w.engine.submit_decision(approver.resume(s))
     elif path == "resolve_retry":
         w.engine.resolve(w.run_id, resolution="retry", by="intern")
+    elif path == "signed_resolve_retry":
+        w.engine.submit_decision(approver.retry(w.engine.state(w.run_id)))
 
 
 def _refuse(w: World, refusal: str) -> type[ev.Event]:
@@ -193,6 +197,18 @@ class Approver:
             roles=("finance", "ops"), created_at=w.clock.now(),
         ))
 
+    def retry(self, s: RunState) -> dict[str, Any]:
+        """A signed ``retry`` resolution of the escalated call of ``s``."""
+        from underway.approvals import sign_decision
+
+        esc = s.escalation or {}
+        return sign_decision(
+            self.key, request_id=str(esc["request_id"]), run_id=s.run_id,
+            tenant_id=s.tenant_id, tool=str(esc["tool"]), args_hash=s.calls[0].args_hash,
+            decision="resolve", expires_at=self.clock.now() + 3600, approver_id=self.id,
+            answer={"resolution": "retry", "result": None},
+        ).model_dump(mode="json")
+
     def resume(self, s: RunState) -> dict[str, Any]:
         """A signed resume of the dead run ``s``."""
         from underway.approvals import sign_decision
@@ -222,6 +238,11 @@ def test_no_path_executes_a_call_without_the_whole_guard(
     assert len(w.entries) == before, f"{path}: the refused call ran ({refusal})"
     assert any(isinstance(e, shows) for e in after), (path, refusal, after)
     assert s.status != "completed"
+    if path in ("resolve_retry", "signed_resolve_retry"):
+        resolved = [e for e in after if isinstance(e, ev.EscalationResolved)]
+        assert resolved and resolved[0].by == ("ops-lead" if path.startswith("signed")
+                                               else "intern")
+        assert (resolved[0].decision is not None) == path.startswith("signed")
     if path in ("resume", "signed_resume"):
         resumed = [e for e in after if isinstance(e, ev.RunResumed)]
         assert resumed and resumed[0].by == ("ops-lead" if path == "signed_resume"
