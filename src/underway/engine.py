@@ -78,6 +78,9 @@ RESOLVE = "underway.resolve"
 """Control signal: a person resolved the run's escalation."""
 RESUME = "underway.resume"
 """Control signal: an operator resumes a dead run."""
+IDLE_CLAIM_BACKOFF = 300.0
+"""Seconds before a run claimed with nothing to do, and no wake time of its own, is due
+again (a row that disagrees with its journal)."""
 
 
 class _Suspend(BaseException):
@@ -1160,7 +1163,7 @@ class Engine:
                 if s.final or s.status in ("escalated", "dead") or (
                     s.status == "waiting" and (s.wake_at is None or self.clock.now() < s.wake_at)
                 ):
-                    await self._leave(act)
+                    await self._leave(act, idle=True)
                     return s
                 if s.status == "waiting" and s.pending_approval is not None:
                     act.buffer(ev.ApprovalExpired(
@@ -1385,12 +1388,23 @@ class Engine:
             raise FencedError(f"run {act.lease.run_id}: lease lost to another worker")
         act.lease = renewed
 
-    async def _leave(self, act: _Activation) -> None:
-        """Hand the run back: with the last commit when there is one, else on its own."""
+    async def _leave(self, act: _Activation, *, idle: bool = False) -> None:
+        """Hand the run back: with the last commit when there is one, else on its own.
+
+        ``idle``: the journal says the run is not due (waiting, escalated, dead or
+        finished). A row that says it is due anyway — edited, or left behind by a bug —
+        is not due again before the journal's own wake time (or a back-off when it has
+        none), so the run is never claimed in a loop for nothing.
+        """
         if act.pending:
             await act.commit(release=True)
-        else:
-            await self.io(self.store.release, act.lease)
+            return
+        retry_at = None
+        if idle:
+            now = self.clock.now()
+            wake = _run_update(act.state, now, act.due_at).next_wake_at
+            retry_at = wake if wake is not None and wake > now else now + IDLE_CLAIM_BACKOFF
+        await self.io(functools.partial(self.store.release, act.lease, retry_at=retry_at))
 
     async def _read_inbox(self, act: _Activation) -> None:
         s = act.state

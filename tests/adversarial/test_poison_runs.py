@@ -198,3 +198,64 @@ def _corrupt_signal_payloads(url: str, run_id: str) -> None:
     with psycopg.connect(base, autocommit=True) as conn:
         conn.execute(f'SET search_path TO "{schema}"')
         conn.execute("UPDATE signals SET payload = %s WHERE run_id = %s", ("{not json", run_id))
+
+
+@pytest.mark.parametrize("waits", ["signal", "timer", "finished"])
+def test_a_row_that_says_due_when_the_journal_does_not_is_not_claimed_in_a_loop(
+    db_url: str, waits: str
+) -> None:
+    flow = uw.Flow(f"row-lies-{waits}", state=S)
+
+    @flow.step
+    async def first(ctx: Any) -> Any:
+        if waits == "signal":
+            return ctx.wait("go", then="end")
+        if waits == "timer":
+            return ctx.sleep(3600, then="end")
+        return ctx.done("ok")
+
+    @flow.step
+    async def end(ctx: Any) -> Any:
+        return ctx.done("ended")
+
+    store = connect(db_url)
+    clock = ManualClock()
+    engine = Engine(store, flows=[flow], clock=clock)
+    run_id, _ = engine.start(flow)
+    asyncio.run(Runner(engine).run_until_idle())
+    before = engine.state(run_id)
+    _sql(db_url, "UPDATE runs SET status = 'ready', next_wake_at = 0 WHERE run_id = {p}",
+         run_id)
+    claims: list[str] = []
+    real_claim = store.claim
+
+    def counting_claim(**kw: Any) -> Any:
+        leases = real_claim(**kw)
+        claims.extend(lease.run_id for lease in leases)
+        if len(claims) > 3:
+            raise AssertionError("claimed in a loop")
+        return leases
+
+    store.claim = counting_claim  # type: ignore[method-assign]
+    asyncio.run(Runner(engine).run_until_idle())
+    assert claims == [run_id]
+    after = engine.state(run_id)
+    assert (after.status, after.seq) == (before.status, before.seq)
+    row = store.get_run("default", run_id)
+    assert row is not None and row.next_wake_at is not None
+    assert row.next_wake_at > clock.now()
+
+
+def _sql(url: str, statement: str, *params: Any) -> None:
+    if url.startswith("sqlite"):
+        import sqlite3
+
+        with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
+            conn.execute(statement.format(p="?"), params)
+        return
+    import psycopg
+
+    base, _, schema = url.partition("?schema=")
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f'SET search_path TO "{schema}"')
+        conn.execute(statement.format(p="%s"), params)
