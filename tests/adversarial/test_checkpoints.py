@@ -40,8 +40,9 @@ from underway.cli import app
 from underway.codec import Codec
 from underway.journal import Journal
 from underway.policy import policy_from_dict
-from underway.state import RunState
+from underway.state import RunState, apply
 from underway.store import connect
+from underway.store.base import AppendBatch, NewRun, RunUpdate, StoredEvent
 from underway.store.postgres import split_url
 
 # -- the flow: a small refund, a timer, then a large refund that needs an approval ------
@@ -607,3 +608,46 @@ def test_a_reader_racing_a_worker_is_not_a_forgery(
     assert refused is None and "refused" not in caplog.text
     assert state.to_json() == world.engine.journal.load(
         "acme", "r-1", use_checkpoint=False).to_json()
+
+
+FIXTURES = Path(__file__).parent.parent / "fixtures"
+
+
+@pytest.mark.parametrize("path", sorted(FIXTURES.glob("journal_*.json")), ids=lambda p: p.stem)
+def test_a_journal_recorded_before_checkpoints_were_bound_loads_and_verifies(
+    db_url: str, path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A recorded journal of an earlier version, stored with the unbound checkpoint that
+    version wrote, loads (by a full fold), raises no flag and passes the audit."""
+    recorded = json.loads(path.read_text())
+    tenant, run = recorded["tenant_id"], recorded["run_id"]
+    events = [StoredEvent(e["seq"], e["type"], e["payload"].encode(), e["hash"])
+              for e in recorded["events"]]
+    store = connect(db_url)
+    try:
+        first = json.loads(events[0].payload)
+        store.create_run(NewRun(
+            tenant_id=tenant, run_id=run, flow=first["data"]["flow"], idempotency_key=None,
+            first_event=events[0], blobs={}, step=first["data"]["first_step"],
+            now=first["at"], next_wake_at=first["at"],
+        ))
+        lease = store.claim(owner="recorder", now=first["at"], ttl=60, limit=1)[0]
+        journal = Journal(store)
+        folded = journal.load(tenant, run, use_checkpoint=False)
+        folded_all = journal.decode(tenant, events)
+        for rec in folded_all[1:]:
+            apply(folded, rec)
+        old_checkpoint = Codec().encode(folded.to_json(), {})
+        store.append(AppendBatch(
+            tenant_id=tenant, run_id=run, expected_seq=1, fence=lease.token, events=events[1:],
+            now=first["at"], update=RunUpdate("completed", None, None),
+            checkpoint=(folded.seq, old_checkpoint), release=True,
+        ))
+        with caplog.at_level(logging.WARNING, logger="underway.journal"):
+            state, _, refused = journal.load_head(tenant, run)
+        assert refused is None and "refused" not in caplog.text
+        assert state.to_json() == folded.to_json()
+        assert state.status == "completed"
+        assert verify(db_url) == (0, "")
+    finally:
+        store.close()
