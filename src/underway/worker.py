@@ -32,6 +32,7 @@ import importlib
 import logging
 import random
 import sys
+import threading
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -106,6 +107,7 @@ class Worker:
         self.anchored = 0
         """Anchor records this worker appended."""
         self._anchored_heads: dict[tuple[str, str], tuple[int, str]] = {}
+        self._anchor_lock = threading.Lock()
         self.ready = asyncio.Event()
         """Set once the worker is serving (and, on PostgreSQL, listening)."""
         self.activations = 0
@@ -247,6 +249,13 @@ class Worker:
         return self._store.next_due_at(now=self.engine.clock.now(), queues=self.queues)
 
     def _anchor(self) -> None:
+        assert self.anchoring is not None
+        # One at a time: the periodic anchoring's thread may still run when the stopping
+        # worker anchors once more, and both would sign the same moved heads.
+        with self._anchor_lock:
+            self._anchor_once()
+
+    def _anchor_once(self) -> None:
         assert self.anchoring is not None
         # Heads already in a record stay proven by it: sign only those that moved.
         record = self.anchoring.run(self._store, self._anchored_heads)

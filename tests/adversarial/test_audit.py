@@ -238,9 +238,9 @@ def test_anchors_catch_what_the_chain_alone_cannot(
     code, out = with_anchors(db_url, log, key.public)
     assert code == 1, out
     lines = [line for line in out.splitlines() if line.startswith("TAMPERED")]
-    assert len(lines) == 1, out
-    assert lines[0].startswith(tampered(tenant, run)), out
-    assert reason in lines[0], out
+    # Only the attacked run is named (its checkpoint may be reported besides the anchor).
+    assert lines and all(line.startswith(tampered(tenant, run)) for line in lines), out
+    assert any(reason in line for line in lines), out
     assert "1 of 3 runs failed verification" in out
     # Scoped to the run's tenant, or to the run itself, it is named too.
     code, out = audit(db_url, "--tenant", tenant, "--anchors", str(log),
