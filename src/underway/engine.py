@@ -356,7 +356,8 @@ class StepExecution:
         if shadowed:
             return shadow_result(t.name)
         await self._admit(t, key, index, h)
-        if t.mutating:
+        # A re-run after a crash reuses the intent already journaled (same key, same args).
+        if t.mutating and (rec is None or rec.status != "started"):
             self._act.buffer(ev.ToolStarted(
                 key=key, tool=t.name, index=index, args=args, args_hash=h,
                 sandbox_profile=t.sandbox.digest() if t.sandbox is not None else None,
