@@ -10,6 +10,7 @@ import itertools
 from typing import Any
 
 import pytest
+from insider import insider
 from pydantic import BaseModel
 
 import underway as uw
@@ -138,7 +139,8 @@ def test_a_run_the_worker_cannot_advance_backs_off_then_is_dead_lettered(db_url:
     run_id, _ = engine.start(flow)
     asyncio.run(Runner(engine).run_until_idle())
     engine.signal(run_id, "go", {"ok": True})
-    _corrupt_signal_payloads(db_url, run_id)
+    with insider(db_url) as sql:
+        sql.q("UPDATE signals SET payload = ? WHERE run_id = ?", "{not json", run_id)
     claims: list[float] = []
     real_claim = store.claim
 
@@ -184,22 +186,6 @@ def test_a_hand_back_after_a_failure_is_not_due_at_once(db_url: str) -> None:
     assert [le.run_id for le in engine.claim()] == [run_id]
 
 
-def _corrupt_signal_payloads(url: str, run_id: str) -> None:
-    if url.startswith("sqlite"):
-        import sqlite3
-
-        path = url.removeprefix("sqlite:///")
-        with sqlite3.connect(path) as conn:
-            conn.execute("UPDATE signals SET payload = ? WHERE run_id = ?", ("{not json", run_id))
-        return
-    import psycopg
-
-    base, _, schema = url.partition("?schema=")
-    with psycopg.connect(base, autocommit=True) as conn:
-        conn.execute(f'SET search_path TO "{schema}"')
-        conn.execute("UPDATE signals SET payload = %s WHERE run_id = %s", ("{not json", run_id))
-
-
 @pytest.mark.parametrize("waits", ["signal", "timer", "finished"])
 def test_a_row_that_says_due_when_the_journal_does_not_is_not_claimed_in_a_loop(
     db_url: str, waits: str
@@ -224,8 +210,8 @@ def test_a_row_that_says_due_when_the_journal_does_not_is_not_claimed_in_a_loop(
     run_id, _ = engine.start(flow)
     asyncio.run(Runner(engine).run_until_idle())
     before = engine.state(run_id)
-    _sql(db_url, "UPDATE runs SET status = 'ready', next_wake_at = 0 WHERE run_id = {p}",
-         run_id)
+    with insider(db_url) as sql:
+        sql.q("UPDATE runs SET status = 'ready', next_wake_at = 0 WHERE run_id = ?", run_id)
     claims: list[str] = []
     real_claim = store.claim
 
@@ -245,17 +231,3 @@ def test_a_row_that_says_due_when_the_journal_does_not_is_not_claimed_in_a_loop(
     assert row is not None and row.next_wake_at is not None
     assert row.next_wake_at > clock.now()
 
-
-def _sql(url: str, statement: str, *params: Any) -> None:
-    if url.startswith("sqlite"):
-        import sqlite3
-
-        with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
-            conn.execute(statement.format(p="?"), params)
-        return
-    import psycopg
-
-    base, _, schema = url.partition("?schema=")
-    with psycopg.connect(base, autocommit=True) as conn:
-        conn.execute(f'SET search_path TO "{schema}"')
-        conn.execute(statement.format(p="%s"), params)

@@ -67,21 +67,6 @@ SELECT e.tenant_id, e.run_id, e.seq, e.hash
 -- name: insert_event
 INSERT INTO events (tenant_id, run_id, seq, type, payload, hash) VALUES (?, ?, ?, ?, ?, ?)
 
--- name: journal_heads
-SELECT e.tenant_id, e.run_id, e.seq, e.hash
-  FROM events e
-  JOIN (SELECT tenant_id, run_id, MAX(seq) AS seq FROM events GROUP BY tenant_id, run_id) h
-    ON e.tenant_id = h.tenant_id AND e.run_id = h.run_id AND e.seq = h.seq
- ORDER BY 1, 2
-
--- name: journal_heads_of_tenant
-SELECT e.tenant_id, e.run_id, e.seq, e.hash
-  FROM events e
-  JOIN (SELECT tenant_id, run_id, MAX(seq) AS seq FROM events WHERE tenant_id = ?
-         GROUP BY tenant_id, run_id) h
-    ON e.tenant_id = h.tenant_id AND e.run_id = h.run_id AND e.seq = h.seq
- ORDER BY 1, 2
-
 -- name: insert_blob
 INSERT INTO blobs (tenant_id, key, data) VALUES (?, ?, ?) ON CONFLICT DO NOTHING
 
