@@ -78,6 +78,8 @@ def _money(
                 raise Problem(f"--args do not match the schema of tool {tool!r}, so the "
                               f"worker would refuse the call before its policy: {exc}") from None
     else:
+        # A throwaway declaration, never run, asks only whether --args carry an amount
+        # (XXX is ISO 4217's "no currency").
         probe = read_money(Tool(tool, fn=print, amount=amount_arg, currency="XXX"), args)
         carries = not (isinstance(probe, Unreadable) and probe.field == amount_arg
                        and probe.value == "missing")
