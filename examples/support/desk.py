@@ -61,6 +61,8 @@ class Pause:
     def __init__(self, kind: str) -> None:
         self.kind = kind
         self.arrived = threading.Event()
+        self.held: dict[str, Any] | None = None
+        """What the held request did (its saved change), set before :attr:`arrived`."""
         self._release = threading.Event()
 
     def hold(self) -> None:
@@ -165,9 +167,7 @@ class Desk:
                                           "at": now})
             return {"ticket_id": t["id"], "status": t["status"],
                     "message_id": f"msg-{len(self._state['outbox'])}"}
-        result = self._once(key, ticket_id, act)
-        self._pause_if_asked("reply")
-        return result
+        return self._once(key, ticket_id, act, pause="reply")
 
     def request_details(self, key: str, ticket_id: str, message: str) -> dict[str, Any]:
         """Ask the customer for what is missing; the ticket waits on the customer."""
@@ -220,26 +220,28 @@ class Desk:
         return pause
 
     # -- internals ----------------------------------------------------------------------
-    def _once(self, key: str, ticket_id: str,
-              act: Callable[[Ticket], dict[str, Any]]) -> dict[str, Any]:
+    def _once(self, key: str, ticket_id: str, act: Callable[[Ticket], dict[str, Any]],
+              *, pause: str = "") -> dict[str, Any]:
+        """Do ``act`` once per ``key``; the first request of kind ``pause`` that changes
+        something is held after the change is saved (the pause is claimed under the same
+        lock as the change, so it holds exactly the request it says it holds)."""
         if not key:
             raise DeskError(HTTPStatus.BAD_REQUEST, "an Idempotency-Key header is required")
+        held: Pause | None = None
         with self._lock:
             s = self._state
             s["attempts"][key] = s["attempts"].get(key, 0) + 1
             done = s["responses"].get(key)
             if done is None:
                 done = s["responses"][key] = act(self._get(ticket_id))
+                held = next((p for p in self._pauses if p.kind == pause), None)
+                if held is not None:
+                    self._pauses.remove(held)
+                    held.held = {"key": key, "ticket_id": ticket_id, **done}
             self._save()
-            return dict(done)
-
-    def _pause_if_asked(self, kind: str) -> None:
-        with self._lock:
-            pause = next((p for p in self._pauses if p.kind == kind), None)
-            if pause is not None:
-                self._pauses.remove(pause)
-        if pause is not None:
-            pause.hold()
+        if held is not None:
+            held.hold()
+        return dict(done)
 
     def _get(self, ticket_id: str) -> Ticket:
         t: Ticket | None = self._state["tickets"].get(ticket_id)

@@ -241,7 +241,9 @@ def _drive(engine: Engine, desk: Desk, url: str, routes: Routes, held: Pause,
     deadline = time.monotonic() + DEADLINE_S
     while True:
         if out.killed_status is None and held.arrived.is_set():
-            out.held_reply = desk.snapshot()["outbox"][0]
+            if held.held is None:
+                raise ScenarioError("the desk announced a held reply but recorded none")
+            out.held_reply = held.held
             out.killed_status = workers[0].kill()
             held.release()
             out.intent_only = _intent_only(engine, out.runs[out.held_reply["ticket_id"]],

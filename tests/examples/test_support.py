@@ -9,6 +9,7 @@ import asyncio
 import json
 import subprocess
 import sys
+import threading
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -192,3 +193,29 @@ def test_outside_prod_a_high_priority_reply_waits_only_for_the_untrusted_input_r
         desk.customer_reply(ticket["id"], "Thanks, that worked!")
         [thanks] = forward(engine, server.url, monitor.routes, after=started.seq)
         assert (thanks.result.action, thanks.result.run_id) == ("ignored", None)
+
+
+def test_the_desk_pause_names_the_reply_it_holds_while_others_pass(tmp_path: Path) -> None:
+    """The kill in the scenario is aimed by what the pause holds: with two replies taken
+    at once, the held one is the one whose caller has not heard back, never another."""
+    desk = Desk.create(tmp_path)
+    first = desk.open_ticket("A", "one", "first", "normal", 3600)
+    second = desk.open_ticket("B", "two", "second", "normal", 3600)
+    pause = desk.pause_next("reply")
+    answered: list[dict[str, Any]] = []
+    caller = threading.Thread(target=lambda: answered.append(
+        desk.reply("key-1", first["id"], "hello", "normal")))
+    caller.start()
+    assert pause.arrived.wait(timeout=60)
+    # The held caller has not heard back; a second reply passes while it waits.
+    assert desk.reply("key-2", second["id"], "hi", "normal")["status"] == "answered"
+    assert answered == []
+    assert pause.held is not None
+    assert (pause.held["key"], pause.held["ticket_id"]) == ("key-1", first["id"])
+    assert [m["key"] for m in desk.snapshot()["outbox"]] == ["key-1", "key-2"]
+    pause.release()
+    caller.join(timeout=60)
+    assert [a["message_id"] for a in answered] == [pause.held["message_id"]]
+    # A retry of the held reply is answered from what was saved, and holds nothing.
+    assert desk.reply("key-1", first["id"], "hello", "normal") == answered[0]
+    assert len(desk.snapshot()["outbox"]) == 2
