@@ -120,8 +120,8 @@ def test_sigkilled_worker_leaves_no_sandboxed_process_and_recovery_follows_the_r
     if backend == "bwrap":
         left = gone_within(tag, PATIENCE_S)
         assert left == [], f"processes of the killed worker's sandbox survived: {left}"
-    else:
-        assert sleeping(tag), "the container runs on without its client"
+    # A container outlives its SIGKILLed client until a reaper (the next process on this
+    # host to use Docker, maybe another suite's) kills it: the assertions below say gone.
 
     second = worker(sqlite_url, workspace, log, image)
     try:
@@ -143,8 +143,7 @@ def test_sigkilled_worker_leaves_no_sandboxed_process_and_recovery_follows_the_r
     if backend == "docker":
         if tool == "shell_once":
             # The second worker never used Docker (the call escalated): the next process
-            # that does kills the orphan.
-            assert sleeping(tag), "nothing used Docker since the kill"
+            # that does kills the orphan (here, this one).
             docker.reap_orphans("docker")
         left = gone_within(tag, PATIENCE_S)
         assert left == [], f"the killed worker's container survived: {left}"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import time
+import uuid
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -35,12 +36,18 @@ def profile() -> SandboxProfile:
                           limits=Limits(timeout_s=PATIENCE_S, memory_mb=256, max_processes=32))
 
 
-def containers() -> list[str]:
-    """Names of the sandbox's containers that exist now, running or not."""
-    out = subprocess.run(["docker", "ps", "-a", "--filter", "name=underway-sandbox-",
+def containers(owner: str | None = None) -> list[str]:
+    """Names of the sandbox containers this process launched (or ``owner``, a worker
+    identity, launched) that exist now, running or not. Filtering by owner keeps another
+    process's containers on the same engine out of the count."""
+    from underway.identity import worker_identity
+    from underway.sandbox import docker
+
+    label = f"{docker.LABEL}={owner or worker_identity()}"
+    out = subprocess.run(["docker", "ps", "-a", "--filter", f"label={label}",
                           "--format", "{{.Names}}"], capture_output=True, text=True,
                          check=True, timeout=30).stdout
-    return out.split()
+    return sorted(out.split())
 
 
 def test_a_command_runs_in_a_container_that_is_gone_afterwards(
@@ -113,18 +120,25 @@ def test_only_containers_whose_launcher_is_gone_are_reaped(profile: SandboxProfi
     gone = subprocess.Popen(["true"])
     gone.wait()
     host, space, _, _ = worker_identity().split(":")
-    owners = {"underway-sandbox-orphan-test": f"{host}:{space}:{gone.pid}:1",
-              "underway-sandbox-living-test": worker_identity()}
-    for name, owner in owners.items():
+    # A start time no process had: the dead owner is this test's alone.
+    dead = f"{host}:{space}:{gone.pid}:{uuid.uuid4().int % 10**9 + 1}"
+    tag = uuid.uuid4().hex[:8]
+    orphan, living = f"underway-sandbox-orphan-{tag}", f"underway-sandbox-living-{tag}"
+    for name, owner in ((orphan, dead), (living, worker_identity())):
         subprocess.run(["docker", "run", "-d", "--rm", "--name", name, "--label",
                         f"{docker.LABEL}={owner}", str(profile.image), "sleep", "3600"],
                        check=True, capture_output=True, timeout=60)
     try:
-        assert docker.reap_orphans("docker") == ["underway-sandbox-orphan-test"]
+        # Another process's first use of the engine reaps orphans too; whoever reaps,
+        # the container of the living launcher is never among them.
+        reaped = docker.reap_orphans("docker")
+        assert living not in reaped
+        assert orphan in reaped or containers(dead) == []
         deadline = time.monotonic() + PATIENCE_S
-        while "underway-sandbox-orphan-test" in containers() and time.monotonic() < deadline:
+        while containers(dead) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert containers() == ["underway-sandbox-living-test"]
+        assert containers(dead) == []
+        assert containers() == [living]
     finally:
-        subprocess.run(["docker", "kill", *owners], capture_output=True, timeout=60,
+        subprocess.run(["docker", "kill", orphan, living], capture_output=True, timeout=60,
                        check=False)
