@@ -11,9 +11,11 @@ shows that the host-side checks do see an escape when one happens.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import subprocess
 import sys
+import threading
 from dataclasses import replace
 from pathlib import Path
 
@@ -85,3 +87,42 @@ def test_the_check_prints_a_summary_per_backend() -> None:
     assert "bwrap: blocked 2/2" in done.stdout
     expected = "docker: blocked 2/2" if docker is None else "docker: unavailable, 0 escapes run"
     assert expected in done.stdout
+
+
+def _bomb_processes() -> int:
+    """Host processes whose user is in the fork-bomb check's id range."""
+    from underway.sandbox.escapes import BOMB_IDS
+
+    count = 0
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                count += entry.stat().st_uid >= BOMB_IDS
+    return count
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="as non-root every sandbox runs as the caller")
+def test_the_fork_bomb_check_leaves_the_profile_user_its_process_count() -> None:
+    """The process limit counts per user on the whole host: the bomb runs as a user of its
+    own, so while it holds every process it may, a command of the profile's user with a
+    tight limit still runs (before, it failed to start: no process left to its user)."""
+    profile = base_profile("bwrap")
+    done = threading.Event()
+    verdicts = []
+
+    def bomb() -> None:
+        verdicts.append(asyncio.run(by_name("fork_bomb").attempt(profile)))
+        done.set()
+
+    thread = threading.Thread(target=bomb)
+    thread.start()
+    try:
+        while _bomb_processes() < 20 and not done.is_set():
+            done.wait(0.01)
+        assert not done.is_set(), "the bomb ended before it held its processes"
+        tight = replace(profile, limits=replace(profile.limits, max_processes=20))
+        r = run_command(["/bin/sh", "-c", "id -u; echo ran"], profile=tight)
+        assert r.ok and r.stdout.split() == [str(profile.uid), "ran"], r.stderr
+    finally:
+        thread.join(timeout=120)
+    assert verdicts and verdicts[0].blocked, verdicts
