@@ -223,8 +223,9 @@ def test_sandboxes_orphaned_by_a_dead_worker_are_reaped() -> None:
         while processes_with(tag) and time.monotonic() < deadline:
             reaped += bwrap.reap_orphans(path, uid)
             time.sleep(0.05)
+        # Both carry the tag, so both are gone: the orphaned bubblewrap and the command it
+        # left. (Whoever reaped them: any process's first use of the sandbox reaps too.)
         assert processes_with(tag) == []
-        assert len(reaped) >= 2, "the bubblewrap and the command it left were both reaped"
 
 
 def _argv0_is(pid: int, tag: str) -> bool:
