@@ -6,6 +6,7 @@ import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 from . import checkpoint
 from .codec import Codec, blob_key
@@ -162,18 +163,30 @@ class Journal:
         return [rec for rec, _ in self._decode(tenant_id, stored)]
 
     def _decode(
-        self, tenant_id: str, stored: Sequence[StoredEvent]
+        self, tenant_id: str, stored: Sequence[StoredEvent], fetch: BlobReader | None = None
     ) -> list[tuple[Recorded, str | None]]:
-        """Decoded events, each with the checkpoint digest its envelope commits to."""
-        fetch = BlobReader(self.store, tenant_id)
-        out = []
-        for s in stored:
-            env = self.codec.decode(s.payload, fetch)
-            if not isinstance(env, dict) or env.get("seq") != s.seq:
-                raise IntegrityError(f"event at seq {s.seq} does not carry its own seq")
-            rec = Recorded(s.seq, float(env["at"]), from_envelope(env))
-            out.append((rec, checkpoint.commitment(env)))
-        return out
+        """Decoded events, each with the checkpoint digest its envelope commits to.
+
+        Decoded last first: a conversation only grows, so the last event's copy of it holds
+        every node the earlier copies refer to, and reading it first reads them all in a
+        few queries. The error raised is still the one of the first event that fails.
+        """
+        fetch = fetch or BlobReader(self.store, tenant_id)
+        out: list[tuple[Recorded, str | None] | Exception] = []
+        for s in reversed(stored):
+            try:
+                env = self.codec.decode(s.payload, fetch)
+                if not isinstance(env, dict) or env.get("seq") != s.seq:
+                    raise IntegrityError(f"event at seq {s.seq} does not carry its own seq")
+                rec = Recorded(s.seq, float(env["at"]), from_envelope(env))
+                out.append((rec, checkpoint.commitment(env)))
+            except Exception as exc:
+                out.append(exc)
+        out.reverse()
+        for item in out:
+            if isinstance(item, Exception):
+                raise item
+        return cast(list[tuple[Recorded, str | None]], out)
 
     def load(self, tenant_id: str, run_id: str, *, use_checkpoint: bool = True) -> RunState:
         """The run's state: latest checkpoint plus the fold of the events after it.
@@ -204,10 +217,11 @@ class Journal:
     ) -> tuple[RunState | None, list[Recorded]]:
         """The state ``row`` holds, when ``tail`` (the events from the row's seq on) shows
         that the journal committed to it, and the decoded events after it."""
-        decoded = self._decode(tenant_id, tail)
+        fetch = BlobReader(self.store, tenant_id)  # the tail's conversation holds the row's
+        decoded = self._decode(tenant_id, tail, fetch)
         at = tail[0] if tail and tail[0].seq == row[0] else None
         later = [rec.seq for rec, digest in decoded if digest is not None and rec.seq > row[0]]
-        content = self._content(tenant_id, row[1])
+        content = self._content(tenant_id, row[1], fetch)
         found = checkpoint.check(
             tenant_id, run_id, row, content, at,
             decoded[0][1] if at is not None else None, max(later, default=row[0]),
@@ -216,10 +230,12 @@ class Journal:
             return None, []
         return RunState.from_json(content), [rec for rec, _ in decoded[1:]]
 
-    def _content(self, tenant_id: str, stored: bytes) -> JSON | Exception:
+    def _content(
+        self, tenant_id: str, stored: bytes, fetch: BlobReader | None = None
+    ) -> JSON | Exception:
         """A checkpoint's decoded content, or why it cannot be decoded."""
         try:
-            return self.codec.decode(stored, BlobReader(self.store, tenant_id))
+            return self.codec.decode(stored, fetch or BlobReader(self.store, tenant_id))
         except Exception as exc:  # a cache that cannot be read is simply not used
             return exc
 

@@ -1,9 +1,7 @@
 """The limits role: queues' concurrency and rate limits, and shared circuit breakers.
 
 :class:`LimitStore` stores them; the rest of this module is how a claim applies a queue's
-limits, which every backend does the same way.
-
-Queue limits at claim time: which of the due runs a claim may take.
+limits (which of the due runs it may take), which every backend does the same way.
 
 Every backend claims the same way, inside one transaction (which, for a limited queue,
 holds the queue's row, so what it counts is current): it reads the limited queues, how
