@@ -7,7 +7,11 @@ Two figures per database:
   start of its first step in a fresh engine. Recovery is checkpoint + tail, so the 100k
   figure should stay within 2x the 1k one;
 * a run killed mid-flight (SIGKILL at a fault point) and a fresh process that resumes it:
-  the milliseconds from "imports done, store opened" to the start of the first resumed step.
+  the milliseconds from "imports done, store opened" to the start of the first resumed step;
+* an agent whose conversation holds 200 messages, stopped mid-step (its worker gone, the
+  lease left behind) and taken over by a fresh engine: the store queries and milliseconds
+  its state load takes, against the same load reading one blob a query, as the journal
+  read a conversation's blobs before they were read in batches.
 
 Histories are written straight through the journal (``Journal.encode`` + ``store.append``
 under a held lease, as the engine writes them, checkpoint included) and must verify.
@@ -28,10 +32,13 @@ from pydantic import BaseModel
 import underway as uw
 from common import Figure, median, pg_schema, pg_store_missing, sqlite_dir
 from underway import events as ev
+from underway.agent import Agent
 from underway.effects import args_hash, idempotency_key
 from underway.state import Recorded, apply
-from underway.store import connect
+from underway.store import Store, connect
 from underway.store.base import AppendBatch, RunUpdate
+from underway.store.journal import BLOB_BATCH
+from underway.testing import RuleModel, say
 
 TENANT = "default"
 SIZES = (1_000, 10_000, 100_000)
@@ -80,10 +87,14 @@ def build_history(store: Any, n_events: int) -> str:
     def flush(with_checkpoint: bool) -> None:
         nonlocal last_hash, pending
         blobs: dict[str, bytes] = {}
-        stored = engine.journal.encode(TENANT, pending, last_hash, blobs)
         checkpoint = None
         if with_checkpoint:
-            checkpoint = (state.seq, engine.journal.encode_checkpoint(state, blobs))
+            # The last pending event commits to the checkpoint, as the engine writes one.
+            stored, checkpoint = engine.journal.encode_checkpointed(
+                state, pending, last_hash, blobs
+            )
+        else:
+            stored = engine.journal.encode(TENANT, pending, last_hash, blobs)
         now = time.time()
         store.append(AppendBatch(
             tenant_id=TENANT, run_id=run_id, expected_seq=pending[0][0] - 1, fence=lease.token,
@@ -230,12 +241,133 @@ def _crash_figure(db: str, values: list[float], note: str) -> Figure:
                   ms <= 50, note=f"{note}; runs: " + ", ".join(f"{v:.1f}" for v in values))
 
 
+# -- a long conversation taken over after a crash ------------------------------------------
+MESSAGES = 200
+"""Messages in the conversation the taken-over agent holds (an assistant turn and a tool
+result per iteration)."""
+
+
+class Account(BaseModel):
+    """Arguments of the taken-over agent's tool."""
+
+    account: str
+
+
+class _Crash(BaseException):
+    """Stops the agent mid-step, as a killed worker stops: nothing more is committed and
+    its lease is left behind."""
+
+
+def build_conversation(store: Store) -> tuple[str, str]:
+    """(run id, lease owner) of an agent run stopped mid-step with :data:`MESSAGES` messages."""
+
+    @uw.tool(read_only=True)
+    async def lookup(args: Account) -> dict[str, Any]:
+        """Look an account up."""
+        return {"account": args.account, "rows": [{"id": i, "amount": 100 + i}
+                                                  for i in range(5)]}
+
+    def brain(req: Any) -> Any:
+        done = sum(1 for m in req.messages if m.role == "tool")
+        if done * 2 >= MESSAGES:
+            raise _Crash
+        return say(f"Looking up page {done}.", ("lookup", {"account": f"ACC-{done}"}))
+
+    agent = Agent("takeover_agent", model=RuleModel(brain), tools=[lookup], plan=False,
+                  max_iterations=MESSAGES)
+    engine = uw.Engine(store, flows=[agent.flow])
+    run_id, _ = engine.start(agent.flow, {"goal": "look every account up"}, tenant_id=TENANT)
+    [lease] = engine.claim(tenant_id=TENANT, run_id=run_id)
+    try:
+        asyncio.run(engine.activate(lease))
+    except _Crash:
+        pass
+    else:
+        raise RuntimeError("the agent finished instead of stopping mid-step")
+    return run_id, lease.owner
+
+
+class Counted:
+    """The store, counting the queries a state load sends (a batch of blobs counts once per
+    query it takes); with ``one_blob_a_query`` it cannot follow a chain of blobs, so every
+    blob costs a query of its own."""
+
+    def __init__(self, store: Store, *, one_blob_a_query: bool) -> None:
+        self._store = store
+        self._one = one_blob_a_query
+        self.queries = 0
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._store, name)
+        if not callable(attr):
+            return attr
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.queries += 1
+            return attr(*args, **kwargs)
+
+        return counted
+
+    def get_blobs(self, tenant_id: str, keys: list[str]) -> dict[str, bytes]:
+        self.queries += max(1, -(-len(keys) // BLOB_BATCH))
+        return self._store.get_blobs(tenant_id, keys)
+
+    def get_blob_chain(self, tenant_id: str, key: str, *, limit: int) -> dict[str, bytes]:
+        self.queries += 1
+        if self._one:
+            return self._store.get_blobs(tenant_id, [key])
+        return self._store.get_blob_chain(tenant_id, key, limit=limit)
+
+
+def takeover_load(store: Store, run_id: str, *, one_blob_a_query: bool) -> tuple[float, int]:
+    """(seconds, queries) of a fresh engine's load of the run's state (empty caches)."""
+    counted = Counted(store, one_blob_a_query=one_blob_a_query)
+    engine = uw.Engine(counted, flows=[])  # type: ignore[arg-type]
+    began = time.perf_counter()
+    state, _, _ = engine.journal.load_head(TENANT, run_id)
+    elapsed = time.perf_counter() - began
+    messages = state.state.get("messages") if isinstance(state.state, dict) else None
+    if not isinstance(messages, list) or len(messages) < MESSAGES:
+        raise RuntimeError(f"loaded {len(messages or [])} messages, expected {MESSAGES}")
+    return elapsed, counted.queries
+
+
+def _takeover_figures(db: str, store: Store, reps: int) -> list[Figure]:
+    run_id, owner = build_conversation(store)
+    # What a takeover does once the holder is known dead; then it claims and loads.
+    store.expire_lease(TENANT, run_id, owner)
+    if len(store.claim(owner="taker", now=time.time(), ttl=60, run_id=run_id,
+                       tenant_id=TENANT)) != 1:
+        raise RuntimeError("the stopped run could not be taken over")
+    batched: list[tuple[float, int]] = []
+    single: list[tuple[float, int]] = []
+    # Interleaved so drift in the machine's load hits both alike; the first round warms up.
+    for rep in range(reps + 1):
+        b = takeover_load(store, run_id, one_blob_a_query=False)
+        o = takeover_load(store, run_id, one_blob_a_query=True)
+        if rep:
+            batched.append(b)
+            single.append(o)
+    ms, base_ms = median([t for t, _ in batched]) * 1000, median([t for t, _ in single]) * 1000
+    queries, base_q = batched[0][1], single[0][1]
+    return [
+        Figure(f"{db}.takeover_load_200_messages_queries", queries, "queries", base_q,
+               queries / base_q, "ratio <= 0.1", queries / base_q <= 0.1,
+               note="store queries of a fresh engine's state load of an agent stopped "
+                    "mid-step; baseline: the same load reading one blob a query"),
+        Figure(f"{db}.takeover_load_200_messages", ms, "ms", base_ms, ms / base_ms,
+               "ratio < 1", ms < base_ms,
+               note="the same load timed; baseline: one blob a query"),
+    ]
+
+
 def bench_sqlite(*, reps: int = 15, cycles: int = 5) -> list[Figure]:
-    """History resume and crash resume on SQLite."""
+    """History resume, conversation takeover and crash resume on SQLite."""
     with sqlite_dir() as d:
         store = connect(f"sqlite:///{d}/history.db")
         try:
             figures = _history_figures("sqlite", store, reps)
+            figures += _takeover_figures("sqlite", store, reps)
         finally:
             store.close()
         values = [
@@ -246,13 +378,15 @@ def bench_sqlite(*, reps: int = 15, cycles: int = 5) -> list[Figure]:
 
 
 def bench_postgres(*, reps: int = 15, cycles: int = 5) -> list[Figure]:
-    """History resume and crash resume on PostgreSQL (skipped without a PostgreSQL store)."""
+    """History resume, conversation takeover and crash resume on PostgreSQL (skipped
+    without a PostgreSQL store)."""
     if pg_store_missing():
         return []
     with pg_schema() as (_, url):
         store = connect(url)
         try:
             figures = _history_figures("postgres", store, reps)
+            figures += _takeover_figures("postgres", store, reps)
         finally:
             store.close()
     values = []

@@ -6,6 +6,7 @@ import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 from . import checkpoint
 from .codec import Codec, blob_key
@@ -21,7 +22,8 @@ from .events import (
     genesis_hash,
 )
 from .state import Recorded, RunState, apply
-from .store.base import RunRecord, Store, StoredEvent
+from .store.base import JournalStore, RunRecord, Store, StoredEvent
+from .store.journal import CHAIN_LIMIT
 
 log = logging.getLogger("underway.journal")
 
@@ -39,6 +41,48 @@ class Verification:
     events: int
     bad_seq: int | None = None
     reason: str = ""
+
+
+class BlobReader:
+    """Reads blobs for one decode in few queries rather than one a blob.
+
+    The codec asks for one blob at a time, and a list stored as a chain of nodes (a
+    conversation) reveals the next node's key only once a node is read. So a single key
+    is read with the blobs it links to (:meth:`~underway.store.journal.JournalStore.
+    get_blob_chain`), several keys in one batch, and what was read is kept for the rest of
+    the decode (up to :data:`KEEP` blobs). A chain is followed :data:`SPAN` blobs at first
+    and twice as far each time the next read is still new, so a conversation of n nodes
+    read from scratch takes about log2(n / SPAN) queries, while a chain that grew by a few
+    nodes since its last read (the next event's conversation) takes one short query.
+    """
+
+    KEEP = 50_000
+    """The most blobs one reader keeps; past it, it starts again empty."""
+
+    SPAN = 16
+    """How many linked blobs a first chain read follows."""
+
+    def __init__(self, store: JournalStore, tenant_id: str) -> None:
+        self.store = store
+        self.tenant_id = tenant_id
+        self._read: dict[str, bytes] = {}
+        self._span = self.SPAN
+
+    def __call__(self, keys: list[str]) -> dict[str, bytes]:
+        """Bytes of those of ``keys`` that are stored."""
+        missing = [k for k in keys if k not in self._read]
+        if len(self._read) + len(missing) > self.KEEP:
+            self._read.clear()
+            missing = list(keys)
+        if len(missing) == 1:
+            got = self.store.get_blob_chain(self.tenant_id, missing[0], limit=self._span)
+            # Reaching blobs already read: the chain joined known ground; else go further.
+            known = any(k in self._read for k in got)
+            self._span = self.SPAN if known else min(self._span * 2, CHAIN_LIMIT)
+            self._read.update(got)
+        elif missing:
+            self._read.update(self.store.get_blobs(self.tenant_id, missing))
+        return {k: self._read[k] for k in keys if k in self._read}
 
 
 class Journal:
@@ -119,21 +163,30 @@ class Journal:
         return [rec for rec, _ in self._decode(tenant_id, stored)]
 
     def _decode(
-        self, tenant_id: str, stored: Sequence[StoredEvent]
+        self, tenant_id: str, stored: Sequence[StoredEvent], fetch: BlobReader | None = None
     ) -> list[tuple[Recorded, str | None]]:
-        """Decoded events, each with the checkpoint digest its envelope commits to."""
+        """Decoded events, each with the checkpoint digest its envelope commits to.
 
-        def fetch(keys: list[str]) -> dict[str, bytes]:
-            return self.store.get_blobs(tenant_id, keys)
-
-        out = []
-        for s in stored:
-            env = self.codec.decode(s.payload, fetch)
-            if not isinstance(env, dict) or env.get("seq") != s.seq:
-                raise IntegrityError(f"event at seq {s.seq} does not carry its own seq")
-            rec = Recorded(s.seq, float(env["at"]), from_envelope(env))
-            out.append((rec, checkpoint.commitment(env)))
-        return out
+        Decoded last first: a conversation only grows, so the last event's copy of it holds
+        every node the earlier copies refer to, and reading it first reads them all in a
+        few queries. The error raised is still the one of the first event that fails.
+        """
+        fetch = fetch or BlobReader(self.store, tenant_id)
+        out: list[tuple[Recorded, str | None] | Exception] = []
+        for s in reversed(stored):
+            try:
+                env = self.codec.decode(s.payload, fetch)
+                if not isinstance(env, dict) or env.get("seq") != s.seq:
+                    raise IntegrityError(f"event at seq {s.seq} does not carry its own seq")
+                rec = Recorded(s.seq, float(env["at"]), from_envelope(env))
+                out.append((rec, checkpoint.commitment(env)))
+            except Exception as exc:
+                out.append(exc)
+        out.reverse()
+        for item in out:
+            if isinstance(item, Exception):
+                raise item
+        return cast(list[tuple[Recorded, str | None]], out)
 
     def load(self, tenant_id: str, run_id: str, *, use_checkpoint: bool = True) -> RunState:
         """The run's state: latest checkpoint plus the fold of the events after it.
@@ -164,10 +217,11 @@ class Journal:
     ) -> tuple[RunState | None, list[Recorded]]:
         """The state ``row`` holds, when ``tail`` (the events from the row's seq on) shows
         that the journal committed to it, and the decoded events after it."""
-        decoded = self._decode(tenant_id, tail)
+        fetch = BlobReader(self.store, tenant_id)  # the tail's conversation holds the row's
+        decoded = self._decode(tenant_id, tail, fetch)
         at = tail[0] if tail and tail[0].seq == row[0] else None
         later = [rec.seq for rec, digest in decoded if digest is not None and rec.seq > row[0]]
-        content = self._content(tenant_id, row[1])
+        content = self._content(tenant_id, row[1], fetch)
         found = checkpoint.check(
             tenant_id, run_id, row, content, at,
             decoded[0][1] if at is not None else None, max(later, default=row[0]),
@@ -176,10 +230,12 @@ class Journal:
             return None, []
         return RunState.from_json(content), [rec for rec, _ in decoded[1:]]
 
-    def _content(self, tenant_id: str, stored: bytes) -> JSON | Exception:
+    def _content(
+        self, tenant_id: str, stored: bytes, fetch: BlobReader | None = None
+    ) -> JSON | Exception:
         """A checkpoint's decoded content, or why it cannot be decoded."""
         try:
-            return self.codec.decode(stored, lambda keys: self.store.get_blobs(tenant_id, keys))
+            return self.codec.decode(stored, fetch or BlobReader(self.store, tenant_id))
         except Exception as exc:  # a cache that cannot be read is simply not used
             return exc
 
@@ -275,8 +331,7 @@ class Journal:
         def bad(seq: int | None, reason: str) -> Verification:
             return Verification(tenant_id, run_id, False, len(stored), seq, reason)
 
-        def fetch(keys: list[str]) -> dict[str, bytes]:
-            return self.store.get_blobs(tenant_id, keys)
+        fetch = BlobReader(self.store, tenant_id)
 
         if not stored:
             if row is None:

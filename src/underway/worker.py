@@ -11,8 +11,8 @@ when the dead worker was a process of this host.
 
 A waiting run holds no worker: it is a row with ``next_wake_at``. An idle worker sleeps
 until the earliest due time of its queues, never longer than ``poll`` seconds, and less
-right after it found work. On PostgreSQL it also LISTENs, so a new run or a signal wakes
-it at once.
+right after it found work. It also listens to its store's wake-ups
+(:mod:`underway.store.wakeups`): on PostgreSQL a new run or a signal wakes it at once.
 
 Stopping (:meth:`Worker.stop`, or SIGTERM/SIGINT under ``underway worker``) is graceful:
 the worker claims nothing more, lets each run in flight finish the step it is in, hands
@@ -27,7 +27,6 @@ more when it stops): see :mod:`underway.audit`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib
 import logging
 import random
@@ -42,8 +41,8 @@ from .errors import ConfigurationError, ConflictError, FencedError, is_store_fai
 from .flow import Flow
 from .loading import call_factory, import_object
 from .runner import Runner
-from .store import queries
 from .store.base import Lease
+from .store.wakeups import Polling, Wakeups
 
 if TYPE_CHECKING:
     from .audit import Anchoring
@@ -58,8 +57,6 @@ App = tuple[list[Flow[Any, Any]], list[Tool]]
 ScheduleFiring = Callable[..., Coroutine[Any, Any, int]]
 R = TypeVar("R")
 
-LISTEN_RETRY_MAX_S = 5.0
-"""The longest a worker waits between attempts to get its listening connection back."""
 SCHEDULES_EVERY = 1.0
 """Seconds between a worker's looks for due schedule ticks."""
 
@@ -72,7 +69,8 @@ class Worker:
     waits ``min_poll`` after finding work and twice as long each time it finds none, up to
     ``poll``; a worker on PostgreSQL that listens waits ``poll`` outright); ``grace`` is how
     long a stopping worker lets steps in flight finish before cancelling them; ``listen``
-    lets a worker on PostgreSQL be woken by notifications instead of waiting for its poll;
+    lets the store's wake-ups (on PostgreSQL, notifications) wake the worker instead of
+    its waiting for its poll;
     ``anchoring`` signs the journals' heads every ``anchoring.every`` seconds.
     """
 
@@ -121,7 +119,8 @@ class Worker:
         self._stopping = False
         self._hurry = asyncio.Event()
         self._draining = False
-        self._listening = asyncio.Event()
+        self._wakeups: Wakeups = Polling()
+        self._heard = asyncio.Event()
         self._handed_back_queues: set[str] = set()
         self._failures: dict[str, int] = {}
         self._fire_schedules: ScheduleFiring | None = _schedule_firing()
@@ -155,15 +154,14 @@ class Worker:
             )
         self.engine._driven_by_worker = True  # type: ignore[attr-defined]
         self._store = self.engine.store
+        self._wakeups = self._store.wakeups(name=self.owner) if self.listen else Polling()
         # Many activations share this loop: their database round trips run on threads so
         # one run's commit never holds up another's step.
         self.engine.offload_io = True
         helpers: list[asyncio.Task[None]] = []
         try:
             helpers.append(asyncio.create_task(self._maintain(), name="underway-maintain"))
-            listener = await self._start_listener()
-            if listener is not None:
-                helpers.append(listener)
+            helpers.append(await self._start_listener())
             self.ready.set()
             await self._serve()
         finally:
@@ -206,7 +204,7 @@ class Worker:
         due = await self._quietly(self._next_due)
         now = self.engine.clock.now()
         # Listening, the worker hears of new runs and signals; else it must look.
-        horizon = self.poll if self._listening.is_set() else interval
+        horizon = self.poll if self._wakeups.listening else interval
         if due is None:
             return horizon
         if due <= now:
@@ -387,57 +385,24 @@ class Worker:
         log.info("worker %s stopped: %d activations, %d runs handed back",
                  self.owner, self.activations, self.handed_back)
 
-    # -- PostgreSQL notifications -------------------------------------------------------
-    def _pg_conninfo(self) -> str | None:
-        if not self.listen or getattr(self._store, "dialect", None) != "postgres":
-            return None
-        return cast(str, self._store.conninfo)  # type: ignore[attr-defined]
-
-    async def _start_listener(self) -> asyncio.Task[None] | None:
-        conninfo = self._pg_conninfo()
-        if conninfo is None:
-            return None
-        task = asyncio.create_task(self._listen(conninfo), name="underway-listen")
-        # Ready means listening; if the first connection fails the worker still starts,
-        # polling until the listener gets through.
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._listening.wait(), timeout=10)
+    # -- wake-ups -----------------------------------------------------------------------
+    async def _start_listener(self) -> asyncio.Task[None]:
+        task = asyncio.create_task(self._listen(), name="underway-listen")
+        # Ready means listening (a store that pushes nothing ends its watch at once); if
+        # the first connection fails the worker still starts, polling until it gets through.
+        heard = asyncio.create_task(self._heard.wait())
+        await asyncio.wait({task, heard}, timeout=10, return_when=asyncio.FIRST_COMPLETED)
+        heard.cancel()
         return task
 
-    async def _listen(self, conninfo: str) -> None:
-        import psycopg
-
-        backoff = self.min_poll
-        while True:
-            try:
-                async with await psycopg.AsyncConnection.connect(
-                    conninfo, autocommit=True, connect_timeout=10,
-                    application_name=f"underway worker {self.owner}"[:63],
-                ) as conn:
-                    await conn.execute(_pg_query("listen"))
-                    self._listening.set()
-                    backoff = self.min_poll
-                    # Notifications sent while this worker was not listening are lost.
-                    self._wake.set()
-                    async for note in conn.notifies():
-                        if self.queues is None or note.payload in self.queues:
-                            self._wake.set()
-            except Exception as exc:
-                log.warning("listening for new work failed (%s: %s); polling until "
-                            "reconnected", type(exc).__name__, exc)
-            self._listening.clear()
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, LISTEN_RETRY_MAX_S)
+    async def _listen(self) -> None:
+        async for _ in self._wakeups.watch(self.queues, retry=self.min_poll):
+            self._heard.set()
+            self._wake.set()
 
     def _announce(self, queues: list[str]) -> None:
-        """Tell idle workers on PostgreSQL that runs of ``queues`` were handed back."""
-        conninfo = self._pg_conninfo()
-        if conninfo is None:
-            return
-        import psycopg
-
-        with psycopg.connect(conninfo, autocommit=True, connect_timeout=5) as conn:
-            conn.execute(_pg_query("notify_queues"), {"queues": queues})
+        """Tell idle workers that runs of ``queues`` were handed back."""
+        self._wakeups.announce(queues)
 
 
 POISON_AFTER = 5
@@ -453,10 +418,6 @@ def handback_delay(failures: int) -> float:
     failing together do not come back together."""
     base = min(HANDBACK_MAX_DELAY, 0.5 * 2.0 ** min(failures - 1, 20))
     return base * (0.5 + random.random() / 2)
-
-
-def _pg_query(name: str) -> str:
-    return queries.load("postgres")[name]
 
 
 def _schedule_firing() -> ScheduleFiring | None:

@@ -1,5 +1,8 @@
 """One store contract, three backends: every test here runs on memory, SQLite and a real
-PostgreSQL (a fresh schema per test)."""
+PostgreSQL (a fresh schema per test). One suite per role of the store protocol
+(:mod:`underway.store.base`): test_database, test_journal, test_runs, test_leases,
+test_inbox, test_schedules_intake, test_registry, test_limits and test_wakeups; and
+test_engine_on_store, whole flows on each backend."""
 
 from __future__ import annotations
 

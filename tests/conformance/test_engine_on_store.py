@@ -10,6 +10,7 @@ from pydantic import BaseModel
 from store_backends import Backend
 
 import underway as uw
+from underway.codec import Codec
 from underway.testing import ManualClock
 
 
@@ -126,3 +127,45 @@ def test_runs_keep_their_queue_and_delayed_start(backend: Backend) -> None:
     assert asyncio.run(uw.Runner(engine).run_until_idle()) == 0  # not due yet
     clock.advance(61)
     assert asyncio.run(uw.Runner(engine).run_until_complete(run_id)).status == "completed"
+
+
+class Chat(BaseModel):
+    messages: list[dict[str, str]] = []
+
+
+class Reversed:
+    """A stand-in cipher: sealed bytes are the plain ones reversed (no node links survive)."""
+
+    def seal(self, plaintext: bytes) -> bytes:
+        return plaintext[::-1]
+
+    def open(self, sealed: bytes) -> bytes:
+        return sealed[::-1]
+
+
+def test_a_long_conversation_is_whole_when_another_process_takes_the_run_over(
+    backend: Backend,
+) -> None:
+    """A fresh engine (empty caches, its own connection) loads a 300-message conversation
+    from the store alone — blobs read in batches, plain or sealed — and the audit agrees."""
+    chat = uw.Flow("chat", state=Chat)
+
+    @chat.step(start=True)
+    async def talk(ctx: uw.RunContext[Chat, Any]) -> Any:
+        for i in range(300):
+            ctx.state.messages.append({"role": "user", "content": f"message {i} " + "x" * i})
+        return ctx.wait("reply", then=talk)
+
+    for cipher in (None, Reversed()):
+        tenant = "sealed" if cipher else "plain"
+        engine = uw.Engine(backend.open(), flows=[chat], codec=Codec(cipher=cipher))
+        run_id, _ = engine.start(chat, tenant_id=tenant)
+        asyncio.run(uw.Runner(engine).run_until_idle())
+        taker = uw.Engine(backend.open(), flows=[chat], codec=Codec(cipher=cipher))
+        state = taker.journal.load(tenant, run_id)
+        assert state.status == "waiting"
+        assert isinstance(state.state, dict)
+        assert state.state["messages"] == [
+            {"role": "user", "content": f"message {i} " + "x" * i} for i in range(300)
+        ]
+        assert taker.journal.verify(tenant, run_id).ok

@@ -1,4 +1,5 @@
-"""Storage backends behind one protocol; :func:`connect` picks one from a URL."""
+"""Storage backends behind one protocol made of small role protocols (see
+:mod:`underway.store.base`); :func:`connect` picks a backend from a URL."""
 
 from __future__ import annotations
 

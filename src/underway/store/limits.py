@@ -1,4 +1,7 @@
-"""Queue limits at claim time: which of the due runs a claim may take.
+"""The limits role: queues' concurrency and rate limits, and shared circuit breakers.
+
+:class:`LimitStore` stores them; the rest of this module is how a claim applies a queue's
+limits (which of the due runs it may take), which every backend does the same way.
 
 Every backend claims the same way, inside one transaction (which, for a limited queue,
 holds the queue's row, so what it counts is current): it reads the limited queues, how
@@ -17,8 +20,41 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
-from .base import QueueConfig
+from .records import QueueConfig
+
+
+class LimitStore(Protocol):
+    """Stores queue limits (applied by :meth:`LeaseStore.claim
+    <underway.store.leases.LeaseStore.claim>`) and the state of circuit breakers."""
+
+    def set_queue(self, config: QueueConfig) -> None:
+        """Create or replace a queue's limits (its rate buckets start full again)."""
+        ...
+
+    def list_queues(self) -> list[QueueConfig]:
+        """Every configured queue, by name."""
+        ...
+
+    def delete_queue(self, name: str) -> bool:
+        """Remove a queue's limits; False when it had none."""
+        ...
+
+    def circuit_admit(self, tenant_id: str, name: str, *, now: float, cooldown: float) -> str:
+        """May a call through circuit ``name`` proceed? ``closed``: yes; ``open``: no, fail
+        fast; ``trial``: yes, as the one half-open trial (others see ``open`` until it is
+        recorded or ``cooldown`` passes). ``tenant_id`` is ``*`` for a shared circuit."""
+        ...
+
+    def circuit_record(
+        self, tenant_id: str, name: str, *, ok: bool, now: float, threshold: int,
+        cooldown: float,
+    ) -> None:
+        """Record a call's outcome: success closes the circuit; the ``threshold``-th
+        consecutive failure, or a failed trial, opens it for ``cooldown`` seconds."""
+        ...
+
 
 SHARED = "*"
 """The tenant column of a queue's one shared rate bucket (``per_tenant`` off)."""

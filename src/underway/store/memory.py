@@ -8,7 +8,9 @@ from collections import Counter
 
 from ..errors import ConflictError, FencedError, RunNotFound
 from . import limits
-from .base import (
+from .base import Dialect
+from .journal import CHAIN_LIMIT
+from .records import (
     FINAL,
     AppendBatch,
     ApproverRecord,
@@ -22,14 +24,18 @@ from .base import (
     SignalRecord,
     StoredEvent,
 )
+from .wakeups import Polling, Wakeups
 
 SCHEMA_VERSION = 1
+
+_LINK = b'{"p":"'
+"""How a blob that links to another begins (a codec list node); the key follows."""
 
 
 class MemoryStore:
     """A :class:`~underway.store.base.Store` held in process memory."""
 
-    dialect = "memory"
+    dialect: Dialect = "memory"
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
@@ -395,6 +401,20 @@ class MemoryStore:
         """Blob bytes by key."""
         return {k: self._blobs[(tenant_id, k)] for k in keys if (tenant_id, k) in self._blobs}
 
+    def get_blob_chain(
+        self, tenant_id: str, key: str, *, limit: int = CHAIN_LIMIT
+    ) -> dict[str, bytes]:
+        """The blob and the blobs it links to (see the protocol for what links)."""
+        found: dict[str, bytes] = {}
+        next_key: str | None = key
+        while next_key is not None and len(found) < limit:
+            data = self._blobs.get((tenant_id, next_key))
+            if data is None or next_key in found:
+                break
+            found[next_key] = data
+            next_key = data[6:70].decode("ascii", "replace") if data[:6] == _LINK else None
+        return found
+
     # -- schedules and intake -------------------------------------------------------------
     def put_schedule(self, schedule: ScheduleRecord) -> ScheduleRecord:
         """Create or update a schedule, keeping its pending tick when its timing is unchanged."""
@@ -545,6 +565,10 @@ class MemoryStore:
         with self._lock:
             owner = self._nonces.setdefault((tenant_id, nonce), (run_id, request_id))
             return owner == (run_id, request_id)
+
+    def wakeups(self, *, name: str) -> Wakeups:
+        """Nothing is pushed in memory: workers poll."""
+        return Polling()
 
     def close(self) -> None:
         """Nothing to close."""

@@ -411,6 +411,21 @@ ON CONFLICT (tenant_id, name) DO UPDATE
 -- name: get_blobs
 SELECT key, data FROM blobs WHERE tenant_id = %(tenant_id)s AND key = ANY(%(keys)s)
 
+-- name: get_blob_chain
+-- A blob and the blobs it links to: one whose bytes begin {"p":" (a codec list node)
+-- links to the key in the 64 bytes after that. Sealed (encrypted) blobs link nowhere.
+WITH RECURSIVE chain(key, data, depth) AS (
+    SELECT key, data, 1 FROM blobs WHERE tenant_id = %(tenant_id)s AND key = %(key)s
+    UNION ALL
+    SELECT b.key, b.data, chain.depth + 1
+    FROM chain JOIN blobs AS b
+        ON b.tenant_id = %(tenant_id)s
+        AND b.key = encode(substring(chain.data FROM 7 FOR 64), 'escape')
+    WHERE chain.depth < %(limit)s
+        AND substring(chain.data FROM 1 FOR 6) = '\x7b2270223a22'::bytea
+)
+SELECT key, data FROM chain
+
 -- name: held_leases
 SELECT tenant_id, run_id, lease_owner FROM runs
  WHERE lease_owner IS NOT NULL AND lease_expires_at >= %(now)s

@@ -83,8 +83,22 @@ ON CONFLICT (tenant_id, name) DO UPDATE
    SET failures = excluded.failures, open_until = excluded.open_until, trial_until = NULL,
        updated_at = excluded.updated_at
 
--- name: get_blob
-SELECT key, data FROM blobs WHERE tenant_id = ? AND key = ?
+-- name: get_blobs
+SELECT key, data FROM blobs
+WHERE tenant_id = ? AND key IN (SELECT value FROM json_each(?))
+
+-- name: get_blob_chain
+-- A blob and the blobs it links to: one whose bytes begin {"p":" (a codec list node)
+-- links to the key in the 64 bytes after that. Sealed (encrypted) blobs link nowhere.
+WITH RECURSIVE chain(key, data, depth) AS (
+    SELECT key, data, 1 FROM blobs WHERE tenant_id = :tenant_id AND key = :key
+    UNION ALL
+    SELECT b.key, b.data, chain.depth + 1
+    FROM chain JOIN blobs AS b
+        ON b.tenant_id = :tenant_id AND b.key = CAST(substr(chain.data, 7, 64) AS TEXT)
+    WHERE chain.depth < :limit AND substr(chain.data, 1, 6) = CAST('{"p":"' AS BLOB)
+)
+SELECT key, data FROM chain
 
 -- name: advance_run
 UPDATE runs

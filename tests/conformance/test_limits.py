@@ -1,6 +1,6 @@
-"""Queues at claim time, on every backend: which queues a claim serves, global concurrency
-limits, rate limits on starts (shared or per tenant), round-robin fairness across tenants,
-and the next due time a worker sleeps towards."""
+"""Limits on every backend: queue configuration, global concurrency and rate limits on
+starts (shared or per tenant) as claims apply them, and circuit breakers shared through
+the store."""
 
 from __future__ import annotations
 
@@ -8,69 +8,14 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from builders import T0, claim, ids, start
 from store_backends import Backend
 
 from underway.errors import ConfigurationError
-from underway.store import Lease, NewRun, QueueConfig, Store, StoredEvent
-
-T0 = 1_000.0
+from underway.store import Lease, QueueConfig, Store
 
 
-def start(
-    store: Store, run_id: str, *, queue: str = "default", tenant: str = "t1", due: float = T0
-) -> None:
-    store.create_run(NewRun(
-        tenant_id=tenant, run_id=run_id, flow="f", idempotency_key=None,
-        first_event=StoredEvent(1, "RunStarted", b"{}", f"h{tenant}{run_id}"), blobs={},
-        step="s", now=T0, next_wake_at=due, queue=queue,
-    ))
-
-
-def claim(
-    store: Store, *, owner: str = "w", now: float = T0, limit: int = 100,
-    queues: list[str] | None = None, ttl: float = 30.0,
-) -> list[Lease]:
-    return store.claim(owner=owner, now=now, ttl=ttl, limit=limit, queues=queues)
-
-
-def ids(leases: list[Lease]) -> list[str]:
-    return [lease.run_id for lease in leases]
-
-
-# -- which queues a claim serves -------------------------------------------------------------
-def test_a_claim_takes_runs_only_from_the_queues_it_names(store: Store) -> None:
-    start(store, "a1", queue="a")
-    start(store, "b1", queue="b")
-    start(store, "d1")
-    assert ids(claim(store, queues=["a"])) == ["a1"]
-    assert ids(claim(store, queues=["missing"])) == []
-    assert sorted(ids(claim(store, queues=["b", "default"]))) == ["b1", "d1"]
-
-
-def test_a_claim_without_queues_serves_every_queue(store: Store) -> None:
-    for q in ("a", "b", "default"):
-        start(store, f"{q}1", queue=q)
-    assert sorted(ids(claim(store))) == ["a1", "b1", "default1"]
-
-
-def test_next_due_at_skips_held_runs_and_other_queues(store: Store) -> None:
-    start(store, "a1", queue="a", due=T0)
-    start(store, "a2", queue="a", due=T0 + 50)
-    start(store, "b1", queue="b", due=T0 + 10)
-    assert store.next_due_at(now=T0, queues=["a"]) == T0
-    assert store.next_due_at(now=T0, queues=["b"]) == T0 + 10
-    assert store.next_due_at(now=T0) == T0
-    assert store.next_due_at(now=T0, queues=["none"]) is None
-    [held] = claim(store, queues=["a"], ttl=30)
-    assert held.run_id == "a1"
-    # A run another worker holds is not due for anyone until its lease runs out.
-    assert store.next_due_at(now=T0 + 1, queues=["a"]) == T0 + 50
-    assert store.next_due_at(now=T0 + 31, queues=["a"]) == T0
-    store.release(held)
-    assert store.next_due_at(now=T0 + 1, queues=["a"]) == T0
-
-
-# -- configuration ---------------------------------------------------------------------------
+# -- queue configuration -------------------------------------------------------------------
 def test_queue_limits_are_stored_listed_replaced_and_deleted(store: Store) -> None:
     assert store.list_queues() == []
     store.set_queue(QueueConfig("mail", max_concurrency=3))
@@ -99,7 +44,7 @@ def test_bad_queue_limits_are_refused_with_the_reason(
         QueueConfig(**kwargs)  # type: ignore[arg-type]
 
 
-# -- global concurrency ----------------------------------------------------------------------
+# -- global concurrency --------------------------------------------------------------------
 def test_a_queue_never_has_more_runs_leased_than_its_concurrency_limit(store: Store) -> None:
     store.set_queue(QueueConfig("q", max_concurrency=2))
     for i in range(5):
@@ -170,7 +115,7 @@ def test_concurrent_claimers_together_start_no_more_than_the_rate_allows(
     assert len({lease.run_id for lease in got}) == 5
 
 
-# -- rate limits -----------------------------------------------------------------------------
+# -- rate limits ---------------------------------------------------------------------------
 def test_a_rate_limit_counts_starts_and_refills_over_its_period(store: Store) -> None:
     store.set_queue(QueueConfig("q", rate_limit=3, rate_period_s=60))
     for i in range(10):
@@ -242,50 +187,42 @@ def test_limits_of_one_queue_leave_other_queues_alone(store: Store) -> None:
     assert sorted(ids(got)) == ["fast0", "fast1", "fast2", "slow0"]
 
 
-# -- fairness --------------------------------------------------------------------------------
-def test_claims_take_turns_across_tenants(store: Store) -> None:
-    for i in range(20):
-        start(store, f"a{i:02}", tenant="a", due=T0 + i)
-    start(store, "b0", tenant="b", due=T0 + 50)
-    start(store, "b1", tenant="b", due=T0 + 60)
-    start(store, "c0", tenant="c", due=T0 + 70)
-    got = claim(store, now=T0 + 100, limit=5)
-    assert [(x.tenant_id, x.run_id) for x in got] == [
-        ("a", "a00"), ("b", "b0"), ("c", "c0"), ("a", "a01"), ("b", "b1"),
-    ]
+# -- circuit breakers ----------------------------------------------------------------------
+def fail(store: Store, now: float, tenant: str = "*") -> None:
+    store.circuit_record(tenant, "sms", ok=False, now=now, threshold=3, cooldown=30)
 
 
-def test_a_tenant_out_of_tokens_does_not_hold_up_the_others(store: Store) -> None:
-    store.set_queue(QueueConfig("q", rate_limit=1, rate_period_s=3600, per_tenant=True))
-    for i in range(50):
-        start(store, f"a{i:02}", queue="q", tenant="a", due=T0 + i / 100)
-    start(store, "b0", queue="q", tenant="b", due=T0 + 10)
-    assert ids(claim(store, now=T0 + 20, limit=1)) == ["a00"]
-    assert ids(claim(store, now=T0 + 20, limit=1)) == ["b0"]
-    assert claim(store, now=T0 + 20, limit=1) == []
+def test_a_circuit_opens_at_the_threshold_and_closes_on_success(store: Store) -> None:
+    assert store.circuit_admit("*", "sms", now=T0, cooldown=30) == "closed"
+    fail(store, T0)
+    fail(store, T0)
+    assert store.circuit_admit("*", "sms", now=T0, cooldown=30) == "closed"
+    fail(store, T0)
+    assert store.circuit_admit("*", "sms", now=T0 + 29, cooldown=30) == "open"
+    assert store.circuit_admit("*", "sms", now=T0 + 31, cooldown=30) == "trial"
+    assert store.circuit_admit("*", "sms", now=T0 + 31, cooldown=30) == "open"  # one trial
+    store.circuit_record("*", "sms", ok=True, now=T0 + 32, threshold=3, cooldown=30)
+    assert store.circuit_admit("*", "sms", now=T0 + 32, cooldown=30) == "closed"
 
 
-def test_a_full_queue_does_not_hold_up_other_queues_in_the_same_claim(store: Store) -> None:
-    store.set_queue(QueueConfig("busy", max_concurrency=1))
-    for i in range(30):
-        start(store, f"busy{i:02}", queue="busy", due=T0 + i / 100)
-    start(store, "free", queue="free", due=T0 + 5)
-    assert sorted(ids(claim(store, now=T0 + 10, limit=2))) == ["busy00", "free"]
+def test_a_failed_trial_reopens_and_tenants_do_not_share_circuits(store: Store) -> None:
+    for _ in range(3):
+        fail(store, T0, tenant="acme")
+    assert store.circuit_admit("globex", "sms", now=T0, cooldown=30) == "closed"
+    assert store.circuit_admit("acme", "sms", now=T0 + 31, cooldown=30) == "trial"
+    fail(store, T0 + 31, tenant="acme")
+    assert store.circuit_admit("acme", "sms", now=T0 + 32, cooldown=30) == "open"
+    assert store.circuit_admit("acme", "sms", now=T0 + 62, cooldown=30) == "trial"
 
 
-def test_turns_count_a_tenant_across_all_the_queues_claimed(store: Store) -> None:
-    for i in range(3):
-        start(store, f"ax{i}", queue="x", tenant="a", due=T0 + i)
-        start(store, f"ay{i}", queue="y", tenant="a", due=T0 + 0.5 + i)
-    start(store, "b0", queue="y", tenant="b", due=T0 + 9)
-    got = claim(store, now=T0 + 10, limit=3)
-    assert [x.run_id for x in got] == ["ax0", "b0", "ay0"]
-
-
-def test_runs_in_flight_do_not_use_up_a_tenants_turns(store: Store) -> None:
-    for i in range(6):
-        start(store, f"a{i}", tenant="a", due=T0 + i)
-    start(store, "b0", tenant="b", due=T0 + 9)
-    assert ids(claim(store, owner="w1", now=T0 + 10, limit=1)) == ["a0"]
-    assert ids(claim(store, owner="w1", now=T0 + 10, limit=1)) == ["b0"]
-    assert ids(claim(store, owner="w2", now=T0 + 10, limit=3)) == ["a1", "a2", "a3"]
+def test_only_one_of_many_concurrent_callers_gets_the_trial(backend: Backend) -> None:
+    stores = [backend.open() for _ in range(4)]
+    for _ in range(3):
+        fail(stores[0], T0)
+    with ThreadPoolExecutor(8) as pool:
+        verdicts = list(pool.map(
+            lambda i: stores[i % 4].circuit_admit("*", "sms", now=T0 + 31, cooldown=30),
+            range(16),
+        ))
+    assert verdicts.count("trial") == 1
+    assert verdicts.count("open") == 15

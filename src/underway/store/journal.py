@@ -1,0 +1,68 @@
+"""The journal role: runs' append-only events, their checkpoints and content-addressed blobs.
+
+Appends are atomic: events, blobs, checkpoint and (when given) the run row change in one
+transaction, which commits only if the run's journal still ends at ``expected_seq`` and the
+writer's lease token is still current (fencing). The journal itself is the sequence check:
+the run row is a projection, written when a run changes status or is handed back, not on
+every step, so a step's commit writes little more than its events.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from .records import AppendBatch, NewRun, RunRecord, StoredEvent
+
+BLOB_BATCH = 500
+"""Keys per query when many blobs are read at once (a bound on a query's ``IN`` list)."""
+
+CHAIN_LIMIT = 10_000
+"""The most blobs one :meth:`JournalStore.get_blob_chain` call follows."""
+
+
+class JournalStore(Protocol):
+    """Writes and reads runs' journals."""
+
+    def create_run(self, new: NewRun) -> tuple[RunRecord, bool]:
+        """Create the run with its first event, or return the existing one with the same
+        idempotency key (tenant, flow, key). The boolean is True when this call created it."""
+        ...
+
+    def append(self, batch: AppendBatch) -> bool:
+        """Append atomically; raise ConflictError or FencedError and change nothing if
+        the run moved past ``expected_seq`` or the lease token is stale.
+
+        Returns True when control signals (``underway.*``: cancel, resolve) wait in the
+        run's inbox, so the engine looks at the inbox only when there is something there.
+        """
+        ...
+
+    def load_events(self, tenant_id: str, run_id: str, after_seq: int = 0) -> list[StoredEvent]:
+        """Events with ``seq > after_seq`` in order."""
+        ...
+
+    def load_checkpoint(self, tenant_id: str, run_id: str) -> tuple[int, bytes] | None:
+        """The latest checkpoint (its sequence number and bytes), if any."""
+        ...
+
+    def delete_checkpoints(self, tenant_id: str, run_id: str | None = None) -> int:
+        """Drop checkpoints (they are caches); return how many were removed."""
+        ...
+
+    def get_blobs(self, tenant_id: str, keys: list[str]) -> dict[str, bytes]:
+        """Blob bytes by content hash; keys not stored are absent. Many keys are read in
+        few queries (:data:`BLOB_BATCH` a query), never one query a key."""
+        ...
+
+    def get_blob_chain(
+        self, tenant_id: str, key: str, *, limit: int = CHAIN_LIMIT
+    ) -> dict[str, bytes]:
+        """The blob ``key`` and the blobs it links to, in one query, up to ``limit`` blobs.
+
+        A blob links to the one whose key follows its first six bytes when those are
+        ``{"p":"`` — the shape of the codec's list nodes (``{"p": previous, "x": item}``),
+        so a conversation stored as a chain of nodes is read at once rather than a node a
+        query. A link is only a hint (whoever decodes checks every blob against its key);
+        sealed (encrypted) blobs link nowhere, and then this returns ``key`` alone.
+        """
+        ...

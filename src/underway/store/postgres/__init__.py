@@ -1,0 +1,44 @@
+"""PostgreSQL store: the path to many worker machines. psycopg 3 with a connection pool.
+
+Connections run in autocommit mode; a multi-statement operation is sent as one pipeline
+and so runs as one implicit transaction that commits at the pipeline's sync point, or
+rolls back whole when any statement in it fails. An append therefore costs one round trip
+and one durable commit, like a single-row insert. Workers claim runs with
+``FOR UPDATE SKIP LOCKED``; appends are fenced by the run row's lease token and last
+sequence number inside the same transaction. New runs, signals and runs handed back are
+announced with NOTIFY; a worker LISTENs (``wakeups``).
+
+``postgresql://user@host:port/db?schema=name`` keeps every table in schema ``name``
+(created by :meth:`PostgresStore.migrate`); without it the server's search path applies.
+
+The store is one class made of one part per role (``journal``, ``leases``, ``inbox``,
+``schedules``) over one pool (``connection``); the SQL is in ``store/sql/postgres.sql``.
+"""
+
+from __future__ import annotations
+
+from ..base import Dialect
+from ..wakeups import Wakeups
+from .connection import split_url
+from .inbox import Inbox
+from .journal import Journal
+from .leases import Leases
+from .schedules import Schedules
+from .wakeups import Listener
+
+__all__ = ["PostgresStore", "split_url"]
+
+
+class PostgresStore(Journal, Leases, Inbox, Schedules):
+    """A :class:`~underway.store.base.Store` on a PostgreSQL database (one schema of it).
+
+    ``min_size``/``max_size`` bound the connection pool; ``connect_timeout`` is how long
+    opening the store waits for the server before giving up.
+    """
+
+    dialect: Dialect = "postgres"
+
+    def wakeups(self, *, name: str) -> Wakeups:
+        """Wake-ups by LISTEN on a connection of their own, named ``underway worker
+        <name>``; handed-back runs are announced with NOTIFY."""
+        return Listener(self.conninfo, self.pool, name=name)

@@ -1,0 +1,146 @@
+"""The connection pool every part of :class:`~underway.store.postgres.PostgresStore`
+shares, and the schema's migrations."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import psycopg
+from psycopg import sql
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from ...errors import ConfigurationError, MigrationError, StoreError
+from .. import queries
+from ..records import RunRecord
+
+_Q = queries.load("postgres")
+
+
+def split_url(url: str) -> tuple[str, str | None]:
+    """The libpq connection URL without ``schema=``, and the schema it named (if any)."""
+    parts = urlsplit(url)
+    params = parse_qsl(parts.query, keep_blank_values=True)
+    schemas = [v for k, v in params if k == "schema"]
+    if len(schemas) > 1 or (schemas and not schemas[0]):
+        raise ConfigurationError(f"PostgreSQL URL {url!r} must name at most one schema")
+    rest = urlencode([(k, v) for k, v in params if k != "schema"])
+    return urlunsplit(parts._replace(query=rest)), (schemas[0] if schemas else None)
+
+
+class Connection:
+    """A pool of autocommit connections on the store's schema.
+
+    ``min_size``/``max_size`` bound the connection pool; ``connect_timeout`` is how long
+    opening the store waits for the server before giving up.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 8,
+        connect_timeout: float = 10.0,
+    ) -> None:
+        self.conninfo, self.schema = split_url(url)
+        self._pool = ConnectionPool(
+            self.conninfo,
+            min_size=min_size,
+            max_size=max_size,
+            kwargs={"autocommit": True},
+            configure=self._configure,
+            open=False,
+            name=f"underway:{self.schema or 'default'}",
+        )
+        try:
+            self._pool.open(wait=True, timeout=connect_timeout)
+        except PoolTimeout as exc:
+            self._pool.close()
+            where = urlsplit(self.conninfo)
+            raise StoreError(
+                f"cannot connect to PostgreSQL at {where.hostname}:{where.port or 5432}"
+                f"{where.path} within {connect_timeout:g}s; is the server running and the "
+                "URL right?"
+            ) from exc
+        # A database migrated by a newer underway is refused before anything is written.
+        try:
+            found, known = self.schema_version(), queries.latest_version("postgres")
+        except BaseException:
+            self._pool.close()
+            raise
+        if found > known:
+            self._pool.close()
+            raise MigrationError(queries.newer_schema_message(found, known))
+
+    def _configure(self, conn: psycopg.Connection[Any]) -> None:
+        if self.schema is not None:
+            path = sql.Identifier(self.schema).as_string(conn)
+            conn.execute(_Q["set_search_path"], {"path": path})
+
+    # -- schema -------------------------------------------------------------------------
+    def schema_version(self) -> int:
+        """The highest migration applied (0 before the first)."""
+        with self._pool.connection() as conn:
+            exists = conn.execute(_Q["has_schema_version_table"]).fetchone()
+            if not exists or not exists[0]:
+                return 0
+            row = conn.execute(_Q["schema_version"]).fetchone()
+            return int(row[0]) if row else 0
+
+    def migrate(self, *, target: int | None = None) -> int:
+        """Apply pending numbered migrations (up to ``target``, default all) in one
+        transaction that holds an advisory lock, so concurrent migrators take turns."""
+        name = "(version table)"
+        try:
+            with self._pool.connection() as conn, conn.transaction():
+                conn.execute(_Q["migration_lock"], {"schema": self.schema or ""})
+                if self.schema is not None:
+                    conn.execute(
+                        sql.SQL(_Q["create_schema"]).format(schema=sql.Identifier(self.schema))
+                    )
+                conn.execute(_Q["schema_version_table"])
+                row = conn.execute(_Q["schema_version"]).fetchone()
+                current = int(row[0]) if row else 0
+                known = queries.latest_version("postgres")
+                if current > known:
+                    # Raising rolls the whole transaction back: nothing is written.
+                    raise MigrationError(queries.newer_schema_message(current, known))
+                for version, name, text in queries.migrations("postgres"):
+                    if version <= current or (target is not None and version > target):
+                        continue
+                    conn.execute(text)
+                    conn.execute(
+                        _Q["record_migration"],
+                        {"version": version, "name": name, "applied_at": time.time()},
+                    )
+                    current = version
+        except psycopg.Error as exc:
+            raise MigrationError(
+                f"migration {name} failed on schema {self.schema or '(search path)'}: {exc}"
+            ) from exc
+        return current
+
+    def close(self) -> None:
+        """Close every pooled connection."""
+        self._pool.close()
+
+    @property
+    def pool(self) -> ConnectionPool[psycopg.Connection[Any]]:
+        """The store's connection pool: autocommit connections on the store's schema, for
+        tables kept beside the store's own, such as the knowledge base's."""
+        return self._pool
+
+    # -- helpers ------------------------------------------------------------------------
+    def _all(self, name: str, **params: Any) -> list[tuple[Any, ...]]:
+        with self._pool.connection() as conn:
+            return conn.execute(_Q[name], params or None).fetchall()
+
+    def _count(self, name: str, **params: Any) -> int:
+        with self._pool.connection() as conn:
+            return conn.execute(_Q[name], params).rowcount
+
+
+def _run(row: tuple[Any, ...]) -> RunRecord:
+    return RunRecord(*row)

@@ -1,0 +1,211 @@
+"""The journal and run index of :class:`~underway.store.postgres.PostgresStore`: events,
+checkpoints, blobs and the runs table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from psycopg import errors as pg_errors
+
+from ...errors import ConflictError, FencedError, RunNotFound
+from ..journal import BLOB_BATCH, CHAIN_LIMIT
+from ..records import AppendBatch, NewRun, RunRecord, StoredEvent
+from .connection import _Q, Connection, _run
+
+
+class Journal(Connection):
+    """:class:`~underway.store.journal.JournalStore` and
+    :class:`~underway.store.runs.RunStore` on PostgreSQL."""
+
+    def create_run(self, new: NewRun) -> tuple[RunRecord, bool]:
+        """Create the run with its first event, or return the one with the same key."""
+        params = _run_params(new)
+        with self._pool.connection() as conn:
+            with conn.pipeline():
+                created = conn.execute(_Q["create_run"], params)
+                # Queued behind the insert in the same round trip: finds the run that made
+                # the insert a no-op when the idempotency key was already taken.
+                existing = (
+                    conn.execute(_Q["find_by_idempotency"], params)
+                    if new.idempotency_key is not None else None
+                )
+                conn.execute(_Q["notify_run"], params, prepare=True)
+            row = created.fetchone()
+            if row is not None:
+                return _run(row), True
+            found = existing.fetchone() if existing is not None else None
+        if found is not None:
+            return _run(found), False
+        raise ConflictError(f"run {new.run_id} already exists in tenant {new.tenant_id}")
+
+    def append(self, batch: AppendBatch) -> bool:
+        """Append atomically, fenced by lease token and expected sequence, in one round
+        trip; raise ConflictError, FencedError or RunNotFound and store nothing when the
+        run moved on or the lease was lost."""
+        if not batch.events:
+            return False
+        last, u = batch.events[-1], batch.update
+        key = {"tenant_id": batch.tenant_id, "run_id": batch.run_id}
+        settle = (
+            bool(batch.consumed_signals) or batch.release
+            or (u is not None and u.waiting_signal is not None)
+        )
+        with self._pool.connection() as conn:
+            try:
+                with conn.pipeline():
+                    advanced = conn.execute(_Q["append_events"], {
+                        **key,
+                        "expected_seq": batch.expected_seq, "fence": batch.fence,
+                        "seqs": [e.seq for e in batch.events],
+                        "types": [e.type for e in batch.events],
+                        "payloads": [e.payload for e in batch.events],
+                        "hashes": [e.hash for e in batch.events],
+                    }, prepare=True)
+                    if u is not None:
+                        conn.execute(_Q["advance_run"], {
+                            **key,
+                            "last_seq": last.seq, "last_hash": last.hash, "status": u.status,
+                            "step": u.step, "next_wake_at": u.next_wake_at,
+                            "waiting_signal": u.waiting_signal, "error": u.error,
+                            "now": batch.now,
+                        }, prepare=True)
+                    if batch.blobs:
+                        keys = sorted(batch.blobs)
+                        conn.execute(_Q["insert_blobs"], {
+                            "tenant_id": batch.tenant_id, "keys": keys,
+                            "data": [batch.blobs[k] for k in keys],
+                        }, prepare=True)
+                    if batch.checkpoint is not None:
+                        seq, state = batch.checkpoint
+                        conn.execute(
+                            _Q["upsert_checkpoint"], {**key, "seq": seq, "state": state},
+                            prepare=True,
+                        )
+                    if batch.consumed_signals:
+                        conn.execute(
+                            _Q["consume_signals"],
+                            {**key, "signal_ids": list(batch.consumed_signals)},
+                            prepare=True,
+                        )
+                    settled = conn.execute(_Q["settle_run"], {
+                        **key, "consumed": bool(batch.consumed_signals), "now": batch.now,
+                        "release": batch.release,
+                    }, prepare=True) if settle else None
+            except pg_errors.NotNullViolation as exc:
+                if exc.diag.table_name != "events":
+                    raise
+                found = conn.execute(_Q["get_run"], key).fetchone()
+                head = conn.execute(_Q["last_seq"], key).fetchone()
+                run = None if found is None else _run(found)
+                last_seq = int(head[0]) if head else 0
+                if run is not None and _accepts(run, last_seq, batch):
+                    raise  # not a refusal: the events themselves were invalid
+                _raise_refusal(run, last_seq, batch)
+            except pg_errors.UniqueViolation as exc:
+                if exc.diag.table_name != "events":
+                    raise
+                raise ConflictError(
+                    f"run {batch.run_id}: another writer appended after seq {batch.expected_seq}"
+                ) from exc
+            row = (settled if settled is not None else advanced).fetchone()
+        return bool(row[0]) if row else False
+
+    def load_events(self, tenant_id: str, run_id: str, after_seq: int = 0) -> list[StoredEvent]:
+        """Events after ``after_seq``."""
+        rows = self._all(
+            "load_events", tenant_id=tenant_id, run_id=run_id, after_seq=after_seq
+        )
+        return [StoredEvent(r[0], r[1], bytes(r[2]), r[3]) for r in rows]
+
+    def load_checkpoint(self, tenant_id: str, run_id: str) -> tuple[int, bytes] | None:
+        """The latest checkpoint."""
+        rows = self._all("load_checkpoint", tenant_id=tenant_id, run_id=run_id)
+        return (int(rows[0][0]), bytes(rows[0][1])) if rows else None
+
+    def delete_checkpoints(self, tenant_id: str, run_id: str | None = None) -> int:
+        """Drop checkpoints of a run or a whole tenant."""
+        if run_id is None:
+            return self._count("delete_checkpoints_of_tenant", tenant_id=tenant_id)
+        return self._count("delete_checkpoints_of_run", tenant_id=tenant_id, run_id=run_id)
+
+    def get_blobs(self, tenant_id: str, keys: list[str]) -> dict[str, bytes]:
+        """Blob bytes by key, :data:`~underway.store.journal.BLOB_BATCH` keys a query."""
+        found: dict[str, bytes] = {}
+        if not keys:
+            return found
+        with self._pool.connection() as conn:
+            for i in range(0, len(keys), BLOB_BATCH):
+                rows = conn.execute(_Q["get_blobs"], {
+                    "tenant_id": tenant_id, "keys": list(keys[i:i + BLOB_BATCH]),
+                }, prepare=True)
+                found.update((r[0], bytes(r[1])) for r in rows)
+        return found
+
+    def get_blob_chain(
+        self, tenant_id: str, key: str, *, limit: int = CHAIN_LIMIT
+    ) -> dict[str, bytes]:
+        """The blob and the blobs it links to, in one recursive query."""
+        rows = self._all("get_blob_chain", tenant_id=tenant_id, key=key, limit=limit)
+        return {r[0]: bytes(r[1]) for r in rows}
+
+    # -- the run index ------------------------------------------------------------------
+    def get_run(self, tenant_id: str, run_id: str) -> RunRecord | None:
+        """The run's row."""
+        rows = self._all("get_run", tenant_id=tenant_id, run_id=run_id)
+        return _run(rows[0]) if rows else None
+
+    def list_runs(
+        self, tenant_id: str, *, status: str | None = None, limit: int = 100
+    ) -> list[RunRecord]:
+        """Runs of a tenant, newest first."""
+        if status is None:
+            rows = self._all("list_runs", tenant_id=tenant_id, limit=limit)
+        else:
+            rows = self._all(
+                "list_runs_by_status", tenant_id=tenant_id, status=status, limit=limit
+            )
+        return [_run(r) for r in rows]
+
+    def tenants(self) -> list[str]:
+        """Tenants with runs."""
+        return [r[0] for r in self._all("tenants")]
+
+    def journaled_runs(self, tenant_id: str | None = None) -> list[tuple[str, str]]:
+        """Runs with a row or events."""
+        return [(r[0], r[1]) for r in self._all("journaled_runs", tenant_id=tenant_id)]
+
+    def journal_heads(self, tenant_id: str | None = None) -> list[tuple[str, str, int, str]]:
+        """(tenant, run, seq, hash) of the last event of every run with events."""
+        rows = self._all("journal_heads", tenant_id=tenant_id)
+        return [(r[0], r[1], r[2], r[3]) for r in rows]
+
+
+def _accepts(row: RunRecord, last_seq: int, batch: AppendBatch) -> bool:
+    return (
+        last_seq == batch.expected_seq and row.lease_token == batch.fence
+        and row.lease_owner is not None
+    )
+
+def _raise_refusal(row: RunRecord | None, last_seq: int, batch: AppendBatch) -> None:
+    if row is None:
+        raise RunNotFound(batch.tenant_id, batch.run_id)
+    if row.lease_token != batch.fence or row.lease_owner is None:
+        raise FencedError(
+            f"run {batch.run_id}: lease token {batch.fence} is stale "
+            f"(current {row.lease_token}); another worker owns this run"
+        )
+    raise ConflictError(
+        f"run {batch.run_id}: expected last seq {batch.expected_seq}, found {last_seq}"
+    )
+
+def _run_params(new: NewRun) -> dict[str, Any]:
+    """Parameters of the ``create_run`` and ``find_by_idempotency`` queries."""
+    ev = new.first_event
+    keys = sorted(new.blobs)
+    return {
+        "tenant_id": new.tenant_id, "run_id": new.run_id, "flow": new.flow,
+        "step": new.step, "idempotency_key": new.idempotency_key, "seq": ev.seq,
+        "type": ev.type, "payload": ev.payload, "hash": ev.hash,
+        "next_wake_at": new.next_wake_at, "now": new.now, "queue": new.queue,
+        "blob_keys": keys, "blob_data": [new.blobs[k] for k in keys],
+    }

@@ -1,0 +1,69 @@
+"""Wake-ups on PostgreSQL: LISTEN on a connection of the worker's own.
+
+New runs, signals and runs handed back send ``NOTIFY underway, '<queue>'`` in the
+transaction that makes them due (see ``notify_run`` and ``notify_queues`` in
+``store/sql/postgres.sql``), so a listening worker hears of them when they commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from ..wakeups import RETRY_MAX_S
+from .connection import _Q
+
+log = logging.getLogger("underway.worker")
+
+
+class Listener:
+    """The :class:`~underway.store.wakeups.Wakeups` of a PostgreSQL store."""
+
+    def __init__(
+        self, conninfo: str, pool: ConnectionPool[psycopg.Connection[Any]], *, name: str
+    ) -> None:
+        self._conninfo = conninfo
+        self._pool = pool
+        self._name = name
+        self._listening = False
+
+    @property
+    def listening(self) -> bool:
+        """True while the listening connection is up."""
+        return self._listening
+
+    async def watch(self, queues: list[str] | None, *, retry: float) -> AsyncIterator[None]:
+        """Yield on every notification for ``queues`` and whenever listening (re)starts;
+        reconnect after a failure, backing off from ``retry`` to :data:`RETRY_MAX_S`."""
+        backoff = retry
+        while True:
+            try:
+                async with await psycopg.AsyncConnection.connect(
+                    self._conninfo, autocommit=True, connect_timeout=10,
+                    application_name=f"underway worker {self._name}"[:63],
+                ) as conn:
+                    await conn.execute(_Q["listen"])
+                    self._listening = True
+                    backoff = retry
+                    # Notifications sent while nobody listened are lost: look now.
+                    yield
+                    async for note in conn.notifies():
+                        if queues is None or note.payload in queues:
+                            yield
+            except Exception as exc:
+                log.warning("listening for new work failed (%s: %s); polling until "
+                            "reconnected", type(exc).__name__, exc)
+            finally:
+                self._listening = False
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, RETRY_MAX_S)
+
+    def announce(self, queues: list[str]) -> None:
+        """NOTIFY listening workers that runs of ``queues`` are ready again."""
+        with self._pool.connection() as conn:
+            conn.execute(_Q["notify_queues"], {"queues": queues})

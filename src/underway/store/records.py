@@ -1,0 +1,229 @@
+"""The records the store protocols exchange: runs, events, leases, signals, schedules,
+intake, approvers and queue limits. Plain frozen values; no behaviour beyond checking their
+own fields."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..errors import ConfigurationError
+
+FINAL = ("completed", "failed", "cancelled")
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEvent:
+    """One event as stored: its sequence number, type, stored bytes and chain hash."""
+
+    seq: int
+    type: str
+    payload: bytes
+    hash: str
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    """The run's row: a projection of its journal plus scheduling and lease fields.
+
+    ``last_seq``/``last_hash``, ``status`` and ``step`` are as of the last append that
+    carried a :class:`RunUpdate` — at the latest, when the run was last handed back. While a
+    worker holds the run, its journal may be ahead of them.
+    """
+
+    tenant_id: str
+    run_id: str
+    flow: str
+    status: str
+    step: str | None
+    idempotency_key: str | None
+    last_seq: int
+    last_hash: str
+    next_wake_at: float | None
+    waiting_signal: str | None
+    control_pending: bool
+    lease_owner: str | None
+    lease_token: int
+    lease_expires_at: float | None
+    created_at: float
+    updated_at: float
+    error: str | None
+    queue: str = "default"
+
+
+@dataclass(frozen=True, slots=True)
+class RunUpdate:
+    """How an append changes the run's row."""
+
+    status: str
+    step: str | None
+    next_wake_at: float | None
+    waiting_signal: str | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NewRun:
+    """A run to create together with its first event."""
+
+    tenant_id: str
+    run_id: str
+    flow: str
+    idempotency_key: str | None
+    first_event: StoredEvent
+    blobs: dict[str, bytes]
+    step: str
+    now: float
+    next_wake_at: float
+    queue: str = "default"
+
+
+@dataclass(frozen=True, slots=True)
+class AppendBatch:
+    """Events (and what travels with them) to append atomically to one run."""
+
+    tenant_id: str
+    run_id: str
+    expected_seq: int
+    fence: int
+    events: list[StoredEvent]
+    now: float
+    update: RunUpdate | None = None
+    blobs: dict[str, bytes] = field(default_factory=dict)
+    checkpoint: tuple[int, bytes] | None = None
+    consumed_signals: list[str] = field(default_factory=list)
+    release: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """The right to append to a run, proven by ``token`` until ``expires_at``."""
+
+    tenant_id: str
+    run_id: str
+    owner: str
+    token: int
+    expires_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class SignalRecord:
+    """A signal waiting in a run's inbox."""
+
+    tenant_id: str
+    run_id: str
+    signal_id: str
+    name: str
+    payload: bytes
+    sender: str | None
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class QueueConfig:
+    """Limits of one named queue, enforced when runs are claimed (``None``: no limit).
+
+    ``max_concurrency``: at most this many runs of the queue leased at once, across all
+    workers (0 pauses the queue). ``rate_limit``: at most this many runs *started* (their
+    first activation) per ``rate_period_s`` seconds, as a token bucket that holds
+    ``rate_limit`` tokens and refills continuously; ``per_tenant`` gives every tenant a
+    bucket of its own instead of one shared by the queue.
+    """
+
+    name: str
+    max_concurrency: int | None = None
+    rate_limit: int | None = None
+    rate_period_s: float = 1.0
+    per_tenant: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ConfigurationError("a queue needs a name")
+        if self.max_concurrency is not None and self.max_concurrency < 0:
+            raise ConfigurationError(
+                f"queue {self.name!r}: max_concurrency must be 0 or more, "
+                f"not {self.max_concurrency}"
+            )
+        if self.rate_limit is not None and self.rate_limit < 0:
+            raise ConfigurationError(
+                f"queue {self.name!r}: rate_limit must be 0 or more, not {self.rate_limit}"
+            )
+        if not self.rate_period_s > 0:
+            raise ConfigurationError(
+                f"queue {self.name!r}: rate_period_s must be positive, not {self.rate_period_s}"
+            )
+        if self.per_tenant and self.rate_limit is None:
+            raise ConfigurationError(
+                f"queue {self.name!r}: per_tenant applies to a rate limit; give rate_limit too"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleRecord:
+    """A cron schedule as stored: which flow to start, when, with what input.
+
+    ``input`` is the canonical JSON of the runs' input. ``next_fire_at`` is the next tick
+    not yet started (epoch seconds); ``claimed_until`` is set while a scheduler starts a
+    tick, so others skip the schedule until then.
+    """
+
+    tenant_id: str
+    name: str
+    flow: str
+    cron: str
+    timezone: str
+    input: bytes
+    queue: str
+    next_fire_at: float
+    enabled: bool
+    created_at: float
+    last_fired_at: float | None = None
+    claimed_until: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class IntakeRecord:
+    """What one outside event (by tenant and idempotency key) did: ``started`` or
+    ``signalled`` run ``run_id``."""
+
+    tenant_id: str
+    idempotency_key: str
+    entity_id: str
+    event_type: str
+    action: str
+    run_id: str
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class IntakeRequest:
+    """An outside event to act on once: signal the live run that owns its entity (signal
+    ``signal`` with ``payload``, its id the idempotency key), else create ``new_run`` and
+    make it the owner (None: only an owner may receive the event)."""
+
+    tenant_id: str
+    idempotency_key: str
+    entity_id: str
+    event_type: str
+    now: float
+    signal: str
+    payload: bytes
+    sender: str | None
+    new_run: NewRun | None = None
+
+
+# -- approvers (signed human approvals) ----------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class ApproverRecord:
+    """A person registered in a tenant to sign approval decisions.
+
+    ``public_key`` is the base64 of the raw 32-byte Ed25519 public key; ``roles`` are what
+    a request may require of its approver. A revoked approver (``revoked_at`` set) can sign
+    nothing that is accepted until registered again.
+    """
+
+    tenant_id: str
+    approver_id: str
+    public_key: str
+    roles: tuple[str, ...]
+    created_at: float
+    revoked_at: float | None = None

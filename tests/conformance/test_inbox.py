@@ -1,0 +1,142 @@
+"""The inbox on every backend: signals queued once and consumed by the append that handles
+them, runs woken by what they wait for (even when the signal races the wait), and decision
+nonces accepted once per tenant."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from builders import ROUNDS, T0, WAIT_GO, append, batch, create, lease_of, race, signal, start
+from store_backends import Backend
+
+from underway.errors import ConflictError
+from underway.store import RunUpdate, SignalRecord, Store
+
+
+# -- signals -------------------------------------------------------------------------------
+def test_a_signal_is_queued_once_per_id_in_order(store: Store) -> None:
+    create(store)
+    assert store.send_signal(signal("b", "s2", at=T0 + 2))
+    assert store.send_signal(signal("a", "s1", at=T0 + 1))
+    assert store.send_signal(signal("c", "s0", at=T0 + 2))
+    assert not store.send_signal(signal("a", "s1", at=T0 + 9))
+    pending = store.pending_signals("t1", "r1")
+    assert [(s.signal_id, s.name) for s in pending] == [("s1", "a"), ("s0", "c"), ("s2", "b")]
+    assert pending[0] == signal("a", "s1", at=T0 + 1)
+
+
+def test_signals_are_consumed_by_the_append_that_handles_them(store: Store) -> None:
+    create(store)
+    store.send_signal(signal("go", "s1"))
+    store.send_signal(signal("go", "s2"))
+    lease = lease_of(store)
+    with pytest.raises(ConflictError):
+        store.append(batch(lease, 5, expected=5, consumed=["s1"]))
+    assert [s.signal_id for s in store.pending_signals("t1", "r1")] == ["s1", "s2"]
+    store.append(batch(lease, 1, consumed=["s1"]))
+    assert [s.signal_id for s in store.pending_signals("t1", "r1")] == ["s2"]
+    assert not store.send_signal(signal("go", "s1"))  # consumed ids stay taken
+
+
+def test_a_signal_wakes_the_run_waiting_for_it(store: Store) -> None:
+    create(store)
+    store.append(batch(lease_of(store), 1, update=WAIT_GO, release=True))
+    assert store.claim(owner="w", now=T0 + 100, ttl=30) == []
+    store.send_signal(signal("other", "s0", at=T0 + 4))
+    assert store.claim(owner="w", now=T0 + 100, ttl=30) == []
+    store.send_signal(signal("go", "s1", at=T0 + 5))
+    run = store.get_run("t1", "r1")
+    assert run is not None and run.next_wake_at == T0 + 5 and not run.control_pending
+    assert store.next_wake_at() == T0 + 5
+    assert [x.run_id for x in store.claim(owner="w", now=T0 + 5, ttl=30)] == ["r1"]
+
+
+def test_a_signal_sent_before_the_wait_is_caught_by_the_append(store: Store) -> None:
+    create(store)
+    lease = lease_of(store)
+    store.send_signal(signal("go", "early", at=T0 + 1))
+    run = store.get_run("t1", "r1")
+    assert run is not None and run.next_wake_at == T0  # not waiting yet: nothing to wake
+    store.append(batch(lease, 1, update=WAIT_GO, release=True, now=T0 + 2))
+    run = store.get_run("t1", "r1")
+    assert run is not None and run.status == "waiting" and run.next_wake_at == T0 + 2
+    assert [x.run_id for x in store.claim(owner="w", now=T0 + 2, ttl=30)] == ["r1"]
+
+
+def test_a_consumed_signal_does_not_wake_the_next_wait(store: Store) -> None:
+    create(store)
+    lease = lease_of(store)
+    store.send_signal(signal("go", "s1"))
+    store.append(batch(lease, 1, update=WAIT_GO, consumed=["s1"], release=True))
+    run = store.get_run("t1", "r1")
+    assert run is not None and run.next_wake_at is None
+
+
+def test_control_signals_wake_any_unfinished_run_and_are_reported(store: Store) -> None:
+    create(store)
+    lease = lease_of(store)
+    store.append(batch(lease, 1, update=RunUpdate("waiting", "x", T0 + 999), release=False))
+    store.send_signal(signal("underway.cancel", "c1", at=T0 + 7))
+    run = store.get_run("t1", "r1")
+    assert run is not None and run.control_pending and run.next_wake_at == T0 + 7
+    assert store.append(batch(lease, 2)) is True
+    assert store.append(batch(lease, 3, consumed=["c1"])) is False
+    run = store.get_run("t1", "r1")
+    assert run is not None and not run.control_pending
+
+
+def test_a_finished_run_is_not_woken(store: Store) -> None:
+    create(store)
+    store.append(batch(lease_of(store), 1, update=RunUpdate("completed", None, None),
+                       release=True))
+    assert store.send_signal(signal("underway.cancel", "c1"))
+    run = store.get_run("t1", "r1")
+    assert run is not None and run.next_wake_at is None and not run.control_pending
+    assert store.next_wake_at() is None
+
+
+def test_a_signal_racing_the_start_of_a_wait_is_never_lost(backend: Backend) -> None:
+    a, b = backend.open(), backend.open()
+    wait = RunUpdate("waiting", "s", None, "go")
+    for i in range(ROUNDS):
+        run_id = f"r{i}"
+        start(a, run_id)
+        [lease] = a.claim(owner="w", now=T0, ttl=30, tenant_id="t1", run_id=run_id)
+        race(append(a, run_id, 2, lease.token, "w", update=wait),
+             lambda run_id=run_id: b.send_signal(SignalRecord(
+                 "t1", run_id, "s1", "go", b"{}", None, T0 + 1)))
+        run = b.get_run("t1", run_id)
+        assert run is not None and run.status == "waiting"
+        assert run.next_wake_at is not None, f"{run_id}: the signal was lost"
+
+
+# -- decision nonces -----------------------------------------------------------------------
+def test_a_nonce_is_accepted_once_per_tenant(store: Store) -> None:
+    assert store.use_nonce("acme", "n-1", run_id="r-1", request_id="q-1", at=1.0) is True
+    # The same request again: a decision redelivered after a crash, not a replay.
+    assert store.use_nonce("acme", "n-1", run_id="r-1", request_id="q-1", at=2.0) is True
+    assert store.use_nonce("acme", "n-1", run_id="r-1", request_id="q-2", at=2.5) is False
+    assert store.use_nonce("acme", "n-1", run_id="r-2", request_id="q-9", at=3.0) is False
+    assert store.use_nonce("globex", "n-1", run_id="r-1", request_id="q-1", at=4.0) is True
+    assert store.use_nonce("acme", "n-2", run_id="r-1", request_id="q-1", at=5.0) is True
+
+
+def test_of_two_racing_callers_exactly_one_uses_the_nonce(backend: Backend) -> None:
+    stores = [backend.open(), backend.open()]
+    rounds = 40
+    results: list[list[bool]] = [[] for _ in range(rounds)]
+    barrier = threading.Barrier(2)
+
+    def race(i: int) -> None:
+        for n in range(rounds):
+            barrier.wait()
+            used = stores[i].use_nonce("acme", f"nonce-{n}", run_id=f"r-{i}",
+                                       request_id="q", at=float(n))
+            results[n].append(used)
+
+    with ThreadPoolExecutor(2) as pool:
+        for f in [pool.submit(race, i) for i in range(2)]:
+            f.result()
+    assert all(sorted(r) == [False, True] for r in results), results
