@@ -238,7 +238,9 @@ def run_key(idempotency_key: str) -> str:
 
 
 def intake(
-    engine: Client | Engine, event: IntakeEvent | Mapping[str, Any], routes: Routes | Mapping[str, Route]
+    engine: Client | Engine,
+    event: IntakeEvent | Mapping[str, Any],
+    routes: Routes | Mapping[str, Route],
 ) -> IntakeResult:
     """Act on ``event`` once: signal the live run that owns its entity, or start the route's
     flow; see the module docstring for every case and for what a crash leaves behind.

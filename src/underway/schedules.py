@@ -24,8 +24,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from .cron import Cron, CronError, utc_iso
 from .client import Client
+from .cron import Cron, CronError, utc_iso
 from .engine import Engine
 from .errors import ConfigurationError
 from .events import JSON, canonical_json
@@ -140,7 +140,9 @@ def remove_schedule(engine: Client | Engine, name: str, *, tenant_id: str = "def
     return engine.store.delete_schedule(tenant_id, name)
 
 
-def get_schedule(engine: Client | Engine, name: str, *, tenant_id: str = "default") -> Schedule | None:
+def get_schedule(
+    engine: Client | Engine, name: str, *, tenant_id: str = "default"
+) -> Schedule | None:
     """Schedule ``name``, if it exists."""
     rec = engine.store.get_schedule(tenant_id, name)
     return None if rec is None else Schedule.from_record(rec)
