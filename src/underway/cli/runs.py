@@ -12,8 +12,7 @@ from typing import Annotated
 
 import typer
 
-from ..store.base import FINAL as FINAL_STATUSES
-from ..store.base import RunRecord
+from ..store.base import FINAL, RunRecord
 from ..timeline import format_time, render
 from ._common import (
     DbOption,
@@ -244,7 +243,7 @@ def signal(
             warn_undeclared(row.flow, name)
     if not delivered:
         typer.echo(f"signal id {signal_id!r} was already delivered to run {run}; nothing sent")
-    elif row.status in FINAL_STATUSES:
+    elif row.status in FINAL:
         typer.echo(f"signal {name!r} stored, but run {run} is {row.status} and will not read it")
     else:
         typer.echo(f"signal {name!r} delivered to run {run}")
@@ -264,7 +263,7 @@ def cancel(
     with open_client(ctx, db) as client:
         row = find_run(client, tenant, run)
         run = row.run_id
-        if row.status in FINAL_STATUSES:
+        if row.status in FINAL:
             raise Problem(f"run {run} is already {row.status}; nothing to cancel")
         client.cancel(run, by=by, reason=reason, tenant_id=tenant)
     typer.echo(f"cancellation of run {run} requested by {by}; it stops at its next step boundary")
