@@ -77,6 +77,7 @@ class Client:
         """Flows whose code this client has, by name."""
         self._strict = bool(self.flows)
         self._owns_store = False
+        self._owner = "client"
 
     @classmethod
     def connect(
@@ -101,6 +102,7 @@ class Client:
         client = cls.__new__(cls)
         client._store, client._journal, client.clock = store, journal, clock
         client.flows, client._strict, client._owns_store = flows, True, False
+        client._owner = "engine"
         return client
 
     @property
@@ -175,7 +177,8 @@ class Client:
         code = flow if isinstance(flow, Flow) else self.flows.get(name)
         if code is None and self._strict:
             raise ConfigurationError(
-                f"flow {name!r} is not registered with this engine; known: {sorted(self.flows)}"
+                f"flow {name!r} is not registered with this {self._owner}; known: "
+                f"{sorted(self.flows)}"
             )
         return new_run(
             self._journal, code, name, input, now=self.clock.now(), tenant_id=tenant_id,
