@@ -164,3 +164,23 @@ def test_runs_ls_filters_by_flow_and_time_and_pages(url: str, engine: uw.Engine)
     assert code == 2 and "--since 'yesterday' is not a time" in err
     code, _, err = cli("runs", "ls", "--cursor", "garbage", "--db", url)
     assert code == 2 and "invalid cursor" in err
+
+
+def test_runs_start_with_the_app_checks_input_now_and_stores_nothing_bad(
+    url: str, engine: uw.Engine
+) -> None:
+    code, _, err = cli("runs", "start", "reminders", "--app", "test_cli_client:reminders",
+                       "--input", '{"invoice": 7}', "--db", url)
+    assert code == 2 and "invalid input for flow 'reminders'" in err
+    code, _, err = cli("runs", "start", "remindres", "--app", "test_cli_client:reminders",
+                       "--input", "{}", "--db", url)
+    assert code == 2
+    assert "flow 'remindres' is not registered with this client; known: ['reminders']" in err
+    assert json.loads(cli("runs", "ls", "--json", "--db", url)[1]) == []
+
+    code, out, _ = cli("runs", "start", "reminders", "--app", "test_cli_client:reminders",
+                       "--input", '{"invoice": "INV-9", "amount": 2}', "--json", "--db", url)
+    assert code == 0
+    run_id = json.loads(out)["run_id"]
+    code, out, _ = cli("runs", "show", run_id[:8], "--db", url)
+    assert code == 0 and "started at step remind" in out

@@ -7,13 +7,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
+from ..client import Client
+from ..flow import Flow
 from ..store.base import FINAL, RunRecord
 from ..timeline import format_time, render
+from ..worker import load_app
 from ._common import (
     DbOption,
     Problem,
@@ -184,6 +188,11 @@ def start(
     ] = None,
     queue: Annotated[str, typer.Option("--queue", help="Queue whose workers run it.")]
     = "default",
+    app_spec: Annotated[
+        str | None,
+        typer.Option("--app", help="The flows, as module:attribute (as for `underway "
+                     "worker`): check the input against the flow now.", show_default=False),
+    ] = None,
     as_json: Annotated[
         bool, typer.Option("--json", help='Print {"run_id": ..., "created": ...}.')
     ] = False,
@@ -192,12 +201,20 @@ def start(
 ) -> None:
     """Start a run of a flow by name; a worker that has the flow runs it.
 
-    This command has no flow code: the input is journaled as given, and the first worker
-    that runs the flow checks it before any step runs, failing the run (InvalidInput,
-    shown by `underway runs show`) when it does not match the flow's input model.
+    Without --app this command has no flow code: the input is journaled as given, and the
+    first worker that runs the flow checks it before any step runs, failing the run
+    (InvalidInput, shown by `underway runs show`) when it does not match the flow's input
+    model. With --app the input is checked now and nothing is stored when it is wrong.
     """
     data = parse_json(input, "--input")
+    flows: list[Flow[Any, Any]] = []
+    if app_spec is not None:
+        if os.getcwd() not in sys.path:
+            sys.path.insert(0, os.getcwd())
+        flows = load_app(app_spec)[0]
     with open_client(ctx, db) as client:
+        if flows:
+            client = Client(client.store, flows=flows)
         run_id, created = client.start(flow, data, tenant_id=tenant, idempotency_key=key,
                                        queue=queue)
     if as_json:
