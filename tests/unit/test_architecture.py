@@ -98,7 +98,7 @@ def test_nothing_below_the_executor_imports_it() -> None:
     assert bad == []
 
 
-def test_engine_flow_guard_and_client_are_in_no_import_cycle() -> None:
+def test_no_module_or_subpackage_is_in_an_import_cycle() -> None:
     graph: dict[str, set[str]] = defaultdict(set)
     for module, targets in _imports().items():
         for target in targets:
@@ -118,8 +118,9 @@ def test_engine_flow_guard_and_client_are_in_no_import_cycle() -> None:
                     todo.append(nxt)
         return False
 
-    for module in ("underway.engine", "underway.flow", "underway.guard", "underway.client"):
-        assert not reaches(module, module), f"{module} is in an import cycle"
+    assert "underway.engine" in graph and "underway.client" in graph
+    circles = sorted(m for m in list(graph) if reaches(m, m))
+    assert circles == []
 
 
 def test_the_cli_reads_runs_through_the_client() -> None:
