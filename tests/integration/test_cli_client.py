@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 import underway as uw
 from underway.cli import app
+from underway.cli.runs import _print_table
 from underway.runner import Runner
 
 T0 = 1_800_000_000.0  # 2027-01-15T08:00:00Z
@@ -67,14 +68,16 @@ def drive(engine: uw.Engine) -> None:
 
 
 def test_runs_start_starts_a_flow_by_name_once_per_key(url: str, engine: uw.Engine) -> None:
-    code, out, _ = cli("runs", "start", "reminders", "--input",
-                       '{"invoice": "INV-1", "amount": 5}', "--key", "INV-1", "--db", url)
+    code, out, err = cli("runs", "start", "reminders", "--input",
+                         '{"invoice": "INV-1", "amount": 5}', "--key", "INV-1", "--db", url)
     assert code == 0
+    # A name new to the tenant may be a typo: nothing without the flow's code can tell.
+    assert err.startswith("note: tenant 'default' has no earlier run of flow 'reminders'")
     run_id = re.fullmatch(r"started run (\S+) of flow 'reminders'\n", out)
     assert run_id is not None
-    code, out, _ = cli("runs", "start", "reminders", "--input", "{}", "--key", "INV-1",
-                       "--json", "--db", url)
-    assert code == 0
+    code, out, err = cli("runs", "start", "reminders", "--input", "{}", "--key", "INV-1",
+                         "--json", "--db", url)
+    assert (code, err) == (0, "")
     assert json.loads(out) == {"run_id": run_id[1], "created": False}
 
     drive(engine)
@@ -184,3 +187,18 @@ def test_runs_start_with_the_app_checks_input_now_and_stores_nothing_bad(
     run_id = json.loads(out)["run_id"]
     code, out, _ = cli("runs", "show", run_id[:8], "--db", url)
     assert code == 0 and "started at step remind" in out
+
+
+def test_runs_ls_at_a_terminal_shows_id_prefixes_that_run_arguments_take(
+    url: str, engine: uw.Engine, capsys: pytest.CaptureFixture[str],
+) -> None:
+    engine.start(reminders, {"invoice": "I", "amount": 1},
+                 run_id="0b5e2f4c-1d2e-4f60-8a9b-0c1d2e3f4a5b")
+    rows = uw.Client(engine.store).list_runs().runs
+    _print_table(rows, wide=False)
+    short = capsys.readouterr().out.splitlines()[1].split()[0]
+    assert short == "0b5e2f4c"
+    code, out, _ = cli("runs", "show", short, "--db", url)
+    assert code == 0 and "0b5e2f4c-1d2e-4f60-8a9b-0c1d2e3f4a5b" in out
+    _print_table(rows, wide=True)
+    assert capsys.readouterr().out.splitlines()[1].split()[0] == rows[0].run_id

@@ -215,8 +215,15 @@ def start(
     with open_client(ctx, db) as client:
         if flows:
             client = Client(client.store, flows=flows)
+        # Without the flow's code a mistyped name is caught by nobody: say when the name
+        # is new to the tenant.
+        new_name = not flows and not client.list_runs(tenant_id=tenant, flow=flow, limit=1).runs
         run_id, created = client.start(flow, data, tenant_id=tenant, idempotency_key=key,
                                        queue=queue)
+    if new_name:
+        typer.echo(f"note: tenant {tenant!r} has no earlier run of flow {flow!r}; only a "
+                   "worker that has a flow of that name runs it (check the name, or pass "
+                   "--app to check it now)", err=True)
     if as_json:
         typer.echo(json.dumps({"run_id": run_id, "created": created}))
     elif created:
