@@ -13,10 +13,8 @@ from pathlib import Path
 from typing import TypeVar
 
 from underway import events as ev
+from underway.client import Client, RunState
 from underway.errors import UnderwayError
-from underway.journal import Journal
-from underway.state import RunState
-from underway.store.base import Store
 
 from .app import DATA_ENV
 from .brain import DAY_ENV
@@ -96,19 +94,18 @@ def wait_for(check: Callable[[], T | None], *, what: str, timeout: float,
         time.sleep(poll)
 
 
-def states(store: Store, tenant_id: str = "default") -> list[RunState]:
+def states(client: Client, tenant_id: str = "default") -> list[RunState]:
     """Every run of the tenant, folded from its journal."""
-    journal = Journal(store)
-    return [journal.load(tenant_id, r.run_id) for r in store.list_runs(tenant_id, limit=1000)]
+    return [client.state(r.run_id, tenant_id=tenant_id)
+            for r in client.list_runs(tenant_id=tenant_id, limit=1000).runs]
 
 
-def unfinished_call(store: Store, tool: str,
+def unfinished_call(client: Client, tool: str,
                     tenant_id: str = "default") -> tuple[str, ev.ToolStarted] | None:
     """A call of ``tool`` whose intent is journaled without an outcome, and its run."""
-    journal = Journal(store)
-    for row in store.list_runs(tenant_id, limit=1000):
+    for row in client.list_runs(tenant_id=tenant_id, limit=1000).runs:
         open_: dict[str, ev.ToolStarted] = {}
-        for rec in journal.history(tenant_id, row.run_id):
+        for rec in client.history(row.run_id, tenant_id=tenant_id):
             e = rec.event
             if isinstance(e, ev.ToolStarted) and e.tool == tool:
                 open_[e.key] = e
@@ -119,9 +116,10 @@ def unfinished_call(store: Store, tool: str,
     return None
 
 
-def outcome(store: Store, run_id: str, key: str, tenant_id: str = "default") -> ev.Event | None:
+def outcome(client: Client, run_id: str, key: str,
+            tenant_id: str = "default") -> ev.Event | None:
     """The journaled outcome of the call with ``key``, once there is one."""
-    for rec in Journal(store).history(tenant_id, run_id):
+    for rec in client.history(run_id, tenant_id=tenant_id):
         e = rec.event
         if isinstance(e, ev.ToolSucceeded | ev.ToolFailed | ev.ToolTimedOut) and e.key == key:
             return e

@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from underway import Engine
+from underway import Client
 from underway.agent import AgentInput
 from underway.intake import IntakeEvent, IntakeResult, Routes, StartFlow, intake
 
@@ -51,6 +51,6 @@ def deliveries(systems: Systems) -> list[IntakeEvent]:
     return [*events[:2], events[1], *events[2:]]
 
 
-def deliver(engine: Engine, events: list[IntakeEvent]) -> list[IntakeResult]:
+def deliver(client: Client, events: list[IntakeEvent]) -> list[IntakeResult]:
     """Hand each event to intake; a redelivery comes back as a ``duplicate``."""
-    return [intake(engine, event, ROUTES) for event in events]
+    return [intake(client, event, ROUTES) for event in events]

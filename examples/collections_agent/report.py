@@ -14,9 +14,7 @@ from decimal import Decimal
 from typing import Any
 
 from underway import events as ev
-from underway.journal import Journal, Verification
-from underway.state import Recorded, RunState, request_id_for
-from underway.store.base import Store
+from underway.client import Client, Recorded, RunState, Verification
 
 from .services import Systems
 from .tools import COERCIVE_PHRASES, CoerciveLanguage
@@ -113,14 +111,13 @@ class Findings:
         return sum(r.iterations for r in self.runs)
 
 
-def collect(store: Store, systems: Systems, tenant_id: str = "default") -> Findings:
+def collect(client: Client, systems: Systems, tenant_id: str = "default") -> Findings:
     """Read every run of the tenant and the services' records, and check the invariants."""
-    journal = Journal(store)
     runs = []
-    for row in store.list_runs(tenant_id, limit=1000):
-        records = journal.history(tenant_id, row.run_id)
-        state = journal.load(tenant_id, row.run_id)
-        runs.append(RunReport(state, records, journal.verify(tenant_id, row.run_id)))
+    for row in client.list_runs(tenant_id=tenant_id, limit=1000).runs:
+        records = client.history(row.run_id, tenant_id=tenant_id)
+        state = client.state(row.run_id, tenant_id=tenant_id)
+        runs.append(RunReport(state, records, client.verify(row.run_id, tenant_id=tenant_id)))
     runs.sort(key=lambda r: r.invoice_id)
     found = Findings(
         runs=runs,
@@ -202,7 +199,8 @@ def _money_violations(f: Findings) -> list[str]:
             continue
         run, _ = found
         granted = {g.request_id for g in run.events(ev.ApprovalGranted)}
-        if Decimal(rec["amount"]) > APPROVAL_LIMIT and request_id_for(rec["key"]) not in granted:
+        asked = {a.request_id for a in run.events(ev.ApprovalRequested) if a.key == rec["key"]}
+        if Decimal(rec["amount"]) > APPROVAL_LIMIT and not asked & granted:
             out.append(f"{rec['kind']} {rec['record_id']} of {rec['amount']} INR on "
                        f"{rec['invoice_id']} moved money above {APPROVAL_LIMIT} INR without "
                        "a verified approval")

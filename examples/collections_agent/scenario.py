@@ -20,11 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from underway import Engine, connect
+from underway import Client
 from underway import events as ev
 from underway.errors import UnderwayError
 from underway.intake import IntakeEvent, IntakeResult
-from underway.store.base import Store
 
 from . import ops, overdue, playbook
 from .app import flows
@@ -79,7 +78,7 @@ class Scenario:
         self.day_seconds = day_seconds
         self.systems: Systems | None = None
         self.services: Running | None = None
-        self.store: Store | None = None
+        self.client: Client | None = None
         self.workers: list[subprocess.Popen[bytes]] = []
 
     def _systems(self) -> Systems:
@@ -87,10 +86,10 @@ class Scenario:
             raise ScenarioError("start the services first (start_services)")
         return self.systems
 
-    def _store(self) -> Store:
-        if self.store is None:
-            self.store = connect(self.db)
-        return self.store
+    def _client(self) -> Client:
+        if self.client is None:
+            self.client = Client.connect(self.db)
+        return self.client
 
     def close(self) -> None:
         """Stop every worker and service this scenario started."""
@@ -100,8 +99,8 @@ class Scenario:
             self.services.close()
         if self.systems is not None:
             self.systems.close()
-        if self.store is not None:
-            self.store.close()
+        if self.client is not None:
+            self.client.close()
 
     # -- 1 --------------------------------------------------------------------------------
     def start_services(self) -> dict[str, str]:
@@ -119,9 +118,10 @@ class Scenario:
     # -- 2 --------------------------------------------------------------------------------
     def take_in(self) -> list[tuple[IntakeEvent, IntakeResult]]:
         """Deliver tonight's overdue-invoice events (one of them twice)."""
-        engine = Engine(self._store(), flows=flows(self.data))
+        # A client given the flows checks each event's input before anything is stored.
+        client = Client(self._client().store, flows=flows(self.data))
         events = overdue.deliveries(self._systems())
-        return list(zip(events, overdue.deliver(engine, events), strict=True))
+        return list(zip(events, overdue.deliver(client, events), strict=True))
 
     # -- 3 --------------------------------------------------------------------------------
     def crash_worker(self, *, timeout: float = 90.0) -> Crash:
@@ -142,7 +142,7 @@ class Scenario:
         if status != -signal.SIGKILL:
             raise ScenarioError(f"worker 1 exited with status {status}, not by SIGKILL; see "
                                f"{self.data / 'worker-1.log'}")
-        pending = ops.unfinished_call(self._store(), "send_reminder")
+        pending = ops.unfinished_call(self._client(), "send_reminder")
         if pending is None:
             raise ScenarioError(
                 "worker 1 died after its third tool call, but that call was not a reminder "
@@ -161,7 +161,7 @@ class Scenario:
         self.workers.append(ops.start_worker(self.db, self.data, day_seconds=self.day_seconds,
                                              log=self.data / "worker-2.log"))
         settled = ops.wait_for(
-            lambda: ops.outcome(self._store(), crash.run_id, crash.intent.key),
+            lambda: ops.outcome(self._client(), crash.run_id, crash.intent.key),
             what=f"the outcome of {crash.intent.key}", timeout=timeout,
         )
         systems = self._systems()
@@ -175,7 +175,7 @@ class Scenario:
     def held_for_approval(self, *, timeout: float = 90.0) -> str:
         """Wait until a run waits for an approval; return its id."""
         return ops.wait_for(
-            lambda: next((s.run_id for s in ops.states(self._store())
+            lambda: next((s.run_id for s in ops.states(self._client())
                           if s.status == "waiting" and s.pending_approval is not None), None),
             what="a run to wait for an approval", timeout=timeout,
         )
@@ -210,10 +210,10 @@ class Scenario:
     def finish(self, *, timeout: float = 120.0) -> Findings:
         """Wait until every run settled, stop the workers, and collect the findings."""
         ops.wait_for(
-            lambda: True if all(s.status in ops.SETTLED for s in ops.states(self._store()))
+            lambda: True if all(s.status in ops.SETTLED for s in ops.states(self._client()))
             else None,
             what="every run to settle", timeout=timeout, poll=0.2,
         )
         for proc in self.workers:
             ops.stop_worker(proc)
-        return collect(self._store(), self._systems())
+        return collect(self._client(), self._systems())

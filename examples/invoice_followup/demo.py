@@ -33,10 +33,8 @@ if not __package__:
 
 from invoice_followup.flow import FollowUpInput, followup, make_tools
 from invoice_followup.systems import Erp, Outbox
-from underway import Engine, Runner, connect
+from underway import Client, Engine, Runner, connect
 from underway import events as ev
-from underway.journal import Journal
-from underway.state import RunState, fold
 from underway.timeline import render
 
 AS_OF = date(2024, 6, 1)
@@ -116,11 +114,8 @@ def demo(data: Path) -> int:
     if status != -signal.SIGKILL:
         say(f"FAIL: worker 1 was expected to die by SIGKILL, but exited with status {status}")
         return 1
-    store = connect(url)
-    try:
-        history = [r.event for r in Journal(store).history("default", run_id)]
-    finally:
-        store.close()
+    with Client.connect(url, migrate=False) as client:
+        history = [r.event for r in client.history(run_id)]
     intent = pending_reminder(history)
     outbox = Outbox(data)
     if intent is None or outbox.find(intent.key) is None:
@@ -136,14 +131,10 @@ def demo(data: Path) -> int:
     say(f"    worker 2 exited with status {status} after {time.monotonic() - began:.1f}s")
     say()
 
-    store = connect(url)
-    try:
-        journal = Journal(store)
-        records = journal.history("default", run_id)
-        state = fold(records, start=RunState(tenant_id="default", run_id=run_id))
-        audit = journal.verify("default", run_id)
-    finally:
-        store.close()
+    with Client.connect(url, migrate=False) as client:
+        records = client.history(run_id)
+        state = client.state(run_id)
+        audit = client.verify(run_id)
     say(f"[3] timeline (the same as `underway runs show {run_id}`)")
     say()
     say(render(state, records))

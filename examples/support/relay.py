@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from underway import Engine, Flow
+from underway import Client, Flow
 from underway.intake import IntakeEvent, IntakeResult, Routes, Signal, StartFlow, intake
 
 from .agent import CUSTOMER_REPLIED
@@ -64,7 +64,7 @@ def desk_events(desk: str, after: int) -> list[dict[str, Any]]:
     return events
 
 
-def forward(engine: Engine, desk: str, table: Routes, *, after: int = 0) -> list[Delivery]:
+def forward(client: Client, desk: str, table: Routes, *, after: int = 0) -> list[Delivery]:
     """Hand every desk event after ``after`` to intake, in order."""
     done = []
     for e in desk_events(desk, after):
@@ -74,5 +74,5 @@ def forward(engine: Engine, desk: str, table: Routes, *, after: int = 0) -> list
             idempotency_key=f"desk-event-{e['seq']}", payload=e,
         )
         done.append(Delivery(e["seq"], e["type"], e["ticket"]["id"],
-                             intake(engine, event, table)))
+                             intake(client, event, table)))
     return done

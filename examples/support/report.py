@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from underway import events as ev
-from underway.state import Recorded
+from underway.client import Recorded
 
 from .scenario import LEAD, Outcome
 

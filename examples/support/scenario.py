@@ -41,9 +41,9 @@ from underway.approvals import (
     sign_decision,
     write_private_key,
 )
+from underway.client import Recorded
 from underway.intake import Routes
 from underway.knowledge import KnowledgeBase
-from underway.state import Recorded
 
 from . import helpcenter
 from .agent import CUSTOMER_REPLIED
@@ -193,13 +193,13 @@ def play(data: Path, db: str, *, say: Say = print) -> Outcome:
                 t = desk.open_ticket(entry["customer"], entry["subject"], entry["body"],
                                      entry["priority"], entry["sla_s"])
                 out.tickets[t["id"]] = entry
-            out.deliveries = forward(engine, server.url, monitor.routes)
+            out.deliveries = forward(engine.client, server.url, monitor.routes)
             for d in out.deliveries:
                 say(f"    {d.type} {d.ticket_id}: intake {d.result.action} run "
                     f"{d.result.run_id}")
                 if d.result.action == "started" and d.result.run_id:
                     out.runs[d.ticket_id] = d.result.run_id
-            out.redeliveries = forward(engine, server.url, monitor.routes)
+            out.redeliveries = forward(engine.client, server.url, monitor.routes)
             say(f"    the same {len(out.redeliveries)} events delivered again: "
                 + ", ".join(sorted({d.result.action for d in out.redeliveries})))
 
@@ -267,7 +267,7 @@ def _drive(engine: Engine, desk: Desk, url: str, routes: Routes, held: Pause,
             if waits and answer and ticket_id not in out.answered:
                 desk.customer_reply(ticket_id, answer)
                 out.answered.append(ticket_id)
-                for d in forward(engine, url, routes, after=cursor):
+                for d in forward(engine.client, url, routes, after=cursor):
                     cursor = max(cursor, d.seq)
                     say(f"    customer of {ticket_id} answers; {d.type}: intake "
                         f"{d.result.action} run {d.result.run_id}")
@@ -288,7 +288,7 @@ def _drive(engine: Engine, desk: Desk, url: str, routes: Routes, held: Pause,
 def _intent_only(engine: Engine, run_id: str, key: str) -> bool:
     """Whether the run's journal holds the call ``key``'s intent (``ToolStarted``) and no
     outcome."""
-    history = engine.journal.history(TENANT, run_id)
+    history = engine.client.history(run_id, tenant_id=TENANT)
     keys = [(type(r.event).__name__, getattr(r.event, "key", None)) for r in history]
     return ("ToolStarted", key) in keys and ("ToolSucceeded", key) not in keys
 
@@ -312,7 +312,7 @@ def _review(engine: Engine, key: Ed25519PrivateKey, s: RunState, ticket_id: str,
         tool=str(pending["tool"]), args_hash=str(pending["args_hash"]), decision=verdict,
         expires_at=float(str(pending["expires_at"])), approver_id=LEAD, comment=comment,
     )
-    engine.submit_decision(decision.model_dump(mode="json"), tenant_id=s.tenant_id)
+    engine.client.submit_decision(decision.model_dump(mode="json"), tenant_id=s.tenant_id)
     say(f"    {LEAD} {verdict}s {pending['tool']} on {ticket_id} (rule "
         f"{pending.get('rule_id')}): {' '.join(body.split())[:60]!r}")
     return Decision(ticket_id, str(pending["tool"]), verdict, comment, body)
@@ -322,6 +322,6 @@ def _collect(engine: Engine, desk: Desk, out: Outcome) -> None:
     out.desk = desk.snapshot()
     for run_id in [*out.runs.values(), out.sweep_run]:
         out.states[run_id] = engine.state(run_id, tenant_id=TENANT)
-        out.histories[run_id] = engine.journal.history(TENANT, run_id)
-        v = engine.journal.verify(TENANT, run_id)
+        out.histories[run_id] = engine.client.history(run_id, tenant_id=TENANT)
+        v = engine.client.verify(run_id, tenant_id=TENANT)
         out.audit[run_id] = None if v.ok else f"seq {v.bad_seq}: {v.reason}"

@@ -1,8 +1,11 @@
 """underway: a durable runtime for long-running AI agents.
 
 Write a :class:`Flow` of async steps over a typed state, perform effects through
-``ctx.call``, and run it with an :class:`Engine` on SQLite, PostgreSQL or memory; or give
-an :class:`Agent` a goal, a model and typed tools. Every call passes the guard: allow-list,
+``ctx.call``, and run it with an :class:`Engine` (the executor, driven by a :class:`Worker`
+or :class:`Runner`) on SQLite, PostgreSQL or memory; or give an :class:`Agent` a goal, a
+model and typed tools. Start, signal, cancel, resolve, decide and read runs from anywhere
+with a :class:`Client` (``Client(store)`` or ``Client.connect(url)``), which needs no flow
+code; :func:`connect` opens a :class:`Store` from a URL. Every call passes the guard: allow-list,
 schema, :class:`Policy`, signed approvals and :class:`Budget` limits. Subpackages:
 ``underway.models`` (model adapters), ``underway.sandbox`` (isolated shell and code tools),
 ``underway.knowledge`` (long-term memory), ``underway.approvals`` (keys and decisions). The
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .client import Client
 from .clock import ManualClock, SystemClock
 from .effects import CallInfo, Model, ModelReply, Reconciled, Tool, tool
 from .engine import Engine
@@ -63,6 +67,7 @@ __all__ = [
     "Budget",
     "CallInfo",
     "CallbackSecrets",
+    "Client",
     "ConfigurationError",
     "ConflictError",
     "Engine",

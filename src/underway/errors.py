@@ -4,6 +4,7 @@ Every error derives from :class:`UnderwayError`::
 
     UnderwayError
     ├── ConfigurationError      bad URL, unknown flow or step, invalid input
+    │   ├── AmbiguousRunId      a run id prefix names several runs (lists them)
     │   ├── PolicyError         a policy file or rule is malformed (names rule and field)
     │   ├── SecretMissing       a tool needs a secret its provider does not have
     │   └── SandboxUnavailable  no isolation backend can run a sandboxed tool (fail closed;
@@ -38,6 +39,20 @@ class UnderwayError(Exception):
 
 class ConfigurationError(UnderwayError):
     """The runtime was given something it cannot use: say what and how to fix it."""
+
+
+class AmbiguousRunId(ConfigurationError):
+    """A run id prefix matches more than one run of the tenant: give more of the id."""
+
+    def __init__(self, tenant_id: str, prefix: str, matches: list[str]) -> None:
+        shown = ", ".join(matches[:5]) + (", ..." if len(matches) > 5 else "")
+        super().__init__(
+            f"run id prefix {prefix!r} matches {len(matches)} runs in tenant {tenant_id!r} "
+            f"({shown}); give more of the id"
+        )
+        self.tenant_id = tenant_id
+        self.prefix = prefix
+        self.matches = matches
 
 
 class RunNotFound(UnderwayError):

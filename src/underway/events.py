@@ -67,6 +67,21 @@ class RunStarted(Event):
     """The principal's roles; policies and memory access match on them."""
     signals: list[str] | None = None
     """The signal names the flow declared when the run started (None: it declared none)."""
+    checked: bool = True
+    """False when the run was started by flow name without the flow's code: ``input`` is
+    the raw input, ``state`` and ``first_step`` are empty until a worker that has the flow
+    journals :class:`InputChecked` (or fails the run when the input does not match)."""
+
+
+class InputChecked(Event):
+    """A worker checked the input of a run started without its flow's code: the parsed
+    input, the initial state, the first step and the signals the flow declares."""
+
+    type: Literal["InputChecked"] = "InputChecked"
+    input: JSON
+    state: JSON
+    first_step: str
+    signals: list[str] | None = None
 
 
 class StepStarted(Event):
@@ -516,6 +531,7 @@ class CheckpointRefused(Event):
 
 AnyEvent = Annotated[
     RunStarted
+    | InputChecked
     | StepStarted
     | StepCompleted
     | ToolStarted

@@ -12,7 +12,7 @@ import uuid as _uuid
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast, overload
 
 from pydantic import BaseModel, ValidationError
 
@@ -22,7 +22,6 @@ from .events import JSON
 if TYPE_CHECKING:
     from .budgets import Budget
     from .effects import Model, Tool
-    from .engine import StepExecution
     from .policy import Policy
 
 S = TypeVar("S", bound=BaseModel)
@@ -78,10 +77,51 @@ def _step_name(target: str | Callable[..., Any]) -> str:
     return target if isinstance(target, str) else getattr(target, "__name__", str(target))
 
 
+class StepRuntime(Protocol):
+    """What a :class:`RunContext` needs from the executor running the step (the engine's
+    step execution): the run's identity, and journaled calls and values."""
+
+    run_id: str
+    tenant_id: str
+    step: str
+    attempt: int
+    idempotency_key: str | None
+    signal: dict[str, JSON] | None
+    timed_out: bool
+
+    def clock(self) -> float:
+        """The current time (epoch seconds), before it is journaled."""
+        ...
+
+    async def call(
+        self, tool: Tool | str, args: JSON, *, labels: frozenset[str], evidence: JSON,
+        risks: list[str],
+    ) -> JSON:
+        """A tool call through the guard and the effect ledger."""
+        ...
+
+    async def ask(self, question: str, *, context: JSON, role: str | None,
+                  expires_in: float | None = None) -> JSON:
+        """A question to a person (the run escalates until it is answered)."""
+        ...
+
+    async def model(self, model: Model, request: JSON) -> JSON:
+        """A journaled model call."""
+        ...
+
+    def note(self, event: Any) -> bool:
+        """Journal an agent event once."""
+        ...
+
+    def value(self, kind: Any, fresh: JSON) -> JSON:
+        """A journaled value: ``fresh`` the first time, the journaled one after."""
+        ...
+
+
 class RunContext(Generic[S, I]):
     """What a step sees: the run's state and input, and the journaled ways to act."""
 
-    def __init__(self, execution: StepExecution, state: S, input: I) -> None:
+    def __init__(self, execution: StepRuntime, state: S, input: I) -> None:
         self._x = execution
         self.state: S = state
         """The run's typed state; changes are journaled as a patch when the step ends."""
@@ -261,11 +301,7 @@ class Flow(Generic[S, I]):
         default_policy: Policy | None = None,
         signals: Iterable[str] | None = None,
     ) -> None:
-        if not name or not name.replace("_", "").replace("-", "").replace(".", "").isalnum():
-            raise ConfigurationError(
-                f"flow name {name!r} must be non-empty letters, digits, '_', '-' or '.'"
-            )
-        self.name = name
+        self.name = self.check_name(name)
         self.state_type = state
         self.input_type: type[Any] = input or _NoInput
         self._init = init
@@ -322,6 +358,15 @@ class Flow(Generic[S, I]):
             return f
 
         return register(fn) if fn is not None else register
+
+    @staticmethod
+    def check_name(name: str) -> str:
+        """``name``, when it is a valid flow name; else :class:`ConfigurationError`."""
+        if not name or not name.replace("_", "").replace("-", "").replace(".", "").isalnum():
+            raise ConfigurationError(
+                f"flow name {name!r} must be non-empty letters, digits, '_', '-' or '.'"
+            )
+        return name
 
     def parse_input(self, data: JSON | BaseModel) -> I:
         """Validate ``data`` as this flow's input; raise ConfigurationError naming the fields."""

@@ -44,6 +44,7 @@ from typing import Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from .client import Client
 from .engine import Engine
 from .errors import ConfigurationError
 from .events import JSON, canonical_json
@@ -237,10 +238,17 @@ def run_key(idempotency_key: str) -> str:
 
 
 def intake(
-    engine: Engine, event: IntakeEvent | Mapping[str, Any], routes: Routes | Mapping[str, Route]
+    engine: Client | Engine,
+    event: IntakeEvent | Mapping[str, Any],
+    routes: Routes | Mapping[str, Route],
 ) -> IntakeResult:
     """Act on ``event`` once: signal the live run that owns its entity, or start the route's
-    flow; see the module docstring for every case and for what a crash leaves behind."""
+    flow; see the module docstring for every case and for what a crash leaves behind.
+
+    ``engine`` is an :class:`~underway.Engine` or a :class:`~underway.client.Client`: a
+    route's flow given as a :class:`~underway.Flow`, or named and known to it, has its
+    input checked now; a flow named and unknown to a client is started by name, its input
+    checked by the first worker that runs it."""
     ev = IntakeEvent.parse(event)
     table = routes if isinstance(routes, Routes) else Routes(routes)
     store = engine.store
@@ -287,7 +295,7 @@ def _duplicate(action: str, run_id: str, key: str) -> IntakeResult:
     return IntakeResult("duplicate", run_id, f"key {key!r} already {action} run {run_id}")
 
 
-def _prepare_run(engine: Engine, route: StartFlow, ev: IntakeEvent) -> NewRun:
+def _prepare_run(engine: Client | Engine, route: StartFlow, ev: IntakeEvent) -> NewRun:
     """The run ``engine.start`` would create for ``ev`` (input checked, state, first event)."""
     where = f"event type {ev.event_type!r}"
     try:

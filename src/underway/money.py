@@ -22,14 +22,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ValidationError
 
 from .events import JSON
-
-if TYPE_CHECKING:
-    from .effects import Tool
 
 __all__ = ["MAX_AMOUNT", "Direction", "Money", "Unreadable", "read_money", "valid_currency"]
 
@@ -43,6 +40,36 @@ every whole number up to about 9·10¹⁵ exactly; a larger amount is refused ra
 counted approximately (or as infinity)."""
 
 _CURRENCY = re.compile(r"[A-Z]{3}")
+
+
+class MoneyDeclaration(Protocol):
+    """Where a tool's money sits in its arguments (a :class:`~underway.effects.Tool` is
+    one): what :func:`read_money` reads, without this module depending on tools."""
+
+    @property
+    def name(self) -> str:
+        """The tool's name."""
+        ...
+
+    @property
+    def args_model(self) -> type[BaseModel] | None:
+        """The schema its arguments are validated with."""
+        ...
+
+    @property
+    def amount(self) -> str | None:
+        """Dotted path of the argument holding the amount."""
+        ...
+
+    @property
+    def currency(self) -> str | None:
+        """The currency code, or ``arg:<path>`` of the argument holding it."""
+        ...
+
+    @property
+    def money_direction(self) -> Direction:
+        """Which way the money moves."""
+        ...
 
 
 def valid_currency(code: object) -> str | None:
@@ -100,7 +127,7 @@ class Unreadable:
 _MISSING: Any = object()
 
 
-def read_money(tool: Tool, args: JSON) -> Money | Unreadable | None:
+def read_money(tool: MoneyDeclaration, args: JSON) -> Money | Unreadable | None:
     """The money a call of ``tool`` with ``args`` moves: :class:`Money`, None when the
     tool declares no amount, or :class:`Unreadable` (never an exception)."""
     if tool.amount is None or tool.currency is None:
@@ -134,7 +161,7 @@ def read_money(tool: Tool, args: JSON) -> Money | Unreadable | None:
     return Money(currency, amount, tool.money_direction)
 
 
-def _amount(tool: Tool, value: Any) -> Decimal | Unreadable:
+def _amount(tool: MoneyDeclaration, value: Any) -> Decimal | Unreadable:
     path = tool.amount or ""
 
     def bad(shown: str, problem: str) -> Unreadable:

@@ -24,6 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from .client import Client
 from .cron import Cron, CronError, utc_iso
 from .engine import Engine
 from .errors import ConfigurationError
@@ -82,7 +83,7 @@ def tick_key(name: str, tick: float) -> str:
 
 
 def add_schedule(
-    engine: Engine,
+    engine: Client | Engine,
     name: str,
     flow: Flow[Any, Any] | str,
     cron: str,
@@ -96,7 +97,8 @@ def add_schedule(
     """Create schedule ``name``, or update the one of that name, and return it.
 
     The flow may be named by string: a worker that has the flow registered starts the runs.
-    When the flow is known here (a :class:`Flow`, or a name registered with ``engine``),
+    When the flow is known here (a :class:`Flow`, or a name ``engine`` — an engine or a
+    client — has the code of),
     ``input`` is checked against its input model now. Declaring an existing schedule again
     with the same cron expression and time zone keeps its pending tick, so doing it at every
     start-up never skips a tick.
@@ -133,18 +135,20 @@ def add_schedule(
     return Schedule.from_record(rec)
 
 
-def remove_schedule(engine: Engine, name: str, *, tenant_id: str = "default") -> bool:
+def remove_schedule(engine: Client | Engine, name: str, *, tenant_id: str = "default") -> bool:
     """Delete schedule ``name``; False when there was none. Runs it started carry on."""
     return engine.store.delete_schedule(tenant_id, name)
 
 
-def get_schedule(engine: Engine, name: str, *, tenant_id: str = "default") -> Schedule | None:
+def get_schedule(
+    engine: Client | Engine, name: str, *, tenant_id: str = "default"
+) -> Schedule | None:
     """Schedule ``name``, if it exists."""
     rec = engine.store.get_schedule(tenant_id, name)
     return None if rec is None else Schedule.from_record(rec)
 
 
-def list_schedules(engine: Engine, *, tenant_id: str = "default") -> list[Schedule]:
+def list_schedules(engine: Client | Engine, *, tenant_id: str = "default") -> list[Schedule]:
     """A tenant's schedules, by name."""
     return [Schedule.from_record(r) for r in engine.store.list_schedules(tenant_id)]
 

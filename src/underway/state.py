@@ -110,6 +110,9 @@ class RunState:
     """While the run is dead: the id a signed resume must name (one per dead-lettering)."""
     signals: list[str] | None = None
     """The signal names the run's flow declared when it started (None: none declared)."""
+    input_checked: bool = True
+    """False while a run started by flow name, without the flow's code, waits for a worker
+    to check its input (see :class:`~underway.events.InputChecked`)."""
 
     @property
     def final(self) -> bool:
@@ -240,6 +243,11 @@ def apply(s: RunState, rec: Recorded) -> RunState:
             s.step, s.status, s.deadline = e.first_step, "ready", e.deadline
             s.idempotency_key, s.created_at = e.idempotency_key, rec.at
             s.principal, s.roles = e.principal, list(e.roles)
+            s.signals = None if e.signals is None else list(e.signals)
+            s.input_checked = e.checked
+        case ev.InputChecked():
+            s.input, s.state = copy.deepcopy(e.input), copy.deepcopy(e.state)
+            s.step, s.input_checked = e.first_step, True
             s.signals = None if e.signals is None else list(e.signals)
         case ev.StepStarted():
             s.attempt = e.attempt

@@ -56,8 +56,11 @@ def summarize(rec: Recorded) -> str:
     match e:
         case ev.RunStarted():
             extra = f", idempotency key {e.idempotency_key}" if e.idempotency_key else ""
-            head = f"flow {e.flow} started at step {e.first_step}{extra}"
+            at = f"at step {e.first_step}" if e.checked else "by name (input unchecked)"
+            head = f"flow {e.flow} started {at}{extra}"
             return f"{head}; input {preview(e.input, 40)}"
+        case ev.InputChecked():
+            return f"input checked by a worker with the flow; first step {e.first_step}"
         case ev.StepStarted():
             again = " (again after an interruption)" if e.attempt > 1 else ""
             return f"step {e.step}, attempt {e.attempt}{again}"

@@ -164,7 +164,8 @@ def resolution(world: World, s: uw.RunState, key: Ed25519PrivateKey, approver: s
 def smuggle(world: World, decision: dict[str, Any]) -> None:
     """Put a decision straight into the run's inbox, past ``submit_decision``'s checks, as
     someone with write access to the database could: the run must refuse it itself."""
-    world.engine._send(decision["run_id"], ANSWER_SIGNAL, decision, "default", None, "attacker")
+    world.engine.client._send(decision["run_id"], ANSWER_SIGNAL, decision, "default", None,
+                              "attacker")
 
 
 # -- the command line ------------------------------------------------------------------------

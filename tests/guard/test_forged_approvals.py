@@ -139,7 +139,7 @@ def test_a_forged_or_stale_approval_is_journaled_and_the_call_never_runs(
     else:
         d = alice.decide(s)
         d["comment"] = "approved by the board"  # altered after signing
-    engine._send(run_id, "underway.approval", d, "default", None, "attacker")
+    engine.client._send(run_id, "underway.approval", d, "default", None, "attacker")
     refused_with(engine, run_id, expected)
     # The request is still open: a valid approval still works afterwards.
     engine.submit_decision(alice.decide(engine.state(run_id)))
@@ -157,7 +157,7 @@ def test_a_replayed_nonce_is_refused(engine: uw.Engine, tmp_path: Path) -> None:
     engine.submit_decision(alice.decide(s2, nonce=d1["nonce"]))
     refused_with(engine, second, "replayed_nonce", before=1)
     # And the first decision, submitted again, changes nothing anywhere.
-    engine._send(first, "underway.approval", d1, "default", None, "attacker")
+    engine.client._send(first, "underway.approval", d1, "default", None, "attacker")
     drive(engine, first)
     assert len(executions) == 1
 

@@ -1,14 +1,15 @@
-"""The ``underway`` command line: a thin layer over the store, journal and engine.
+"""The ``underway`` command line: a thin layer over the client (and, for ``underway
+worker``, the executor).
 
-``underway db migrate``, ``underway runs ls|show|events|signal|cancel|resolve|resume``,
+``underway db migrate``, ``underway runs start|ls|show|events|signal|cancel|resolve|resume``,
 ``underway audit verify|anchor|keygen``, ``underway worker``, ``underway queues set|ls|rm``,
 ``underway schedules ls|add|rm``, ``underway events send``, ``underway keys new``,
 ``underway approvers add|ls|revoke``,
 ``underway approvals ls|show|approve|reject|answer|resolve``,
 ``underway policy check|explain``, ``underway knowledge purge|rm`` and
 ``underway usage``. The database comes from ``--db URL`` (before or after the command)
-or ``$UNDERWAY_DB``. Errors print one line and exit with status 2; a failed audit exits
-with status 1.
+or ``$UNDERWAY_DB``. A RUN argument takes a run's id or a prefix of exactly one run's id.
+Errors print one line and exit with status 2; a failed audit exits with status 1.
 
 Only this package imports typer and rich, so ``import underway`` stays light.
 """

@@ -13,11 +13,13 @@ import os
 import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import Annotated, NoReturn, ParamSpec, TypeVar
 
 import typer
 
-from ..errors import UnderwayError
+from ..client import Client
+from ..errors import RunNotFound, UnderwayError
 from ..events import JSON
 from ..store.base import RunRecord, Store
 
@@ -149,15 +151,40 @@ def parse_json(text: str | None, option: str) -> JSON:
         raise Problem(f"invalid JSON for {option}: {exc}") from None
 
 
-def require_run(store: Store, tenant_id: str, run_id: str) -> RunRecord:
-    """The run's row; a clear error when no such run exists in the tenant."""
-    row = store.get_run(tenant_id, run_id)
-    if row is None:
+@contextmanager
+def open_client(ctx: typer.Context, db: str | None) -> Iterator[Client]:
+    """A client on the store named by ``db`` / ``$UNDERWAY_DB`` (see :func:`open_store`)."""
+    with open_store(ctx, db) as store:
+        yield Client(store)
+
+
+def find_run(client: Client, tenant_id: str, run: str) -> RunRecord:
+    """The run a RUN argument names — its id, or a prefix of exactly one run's id; a clear
+    error when none matches (or, naming them, when several do)."""
+    try:
+        return client.find_run(run, tenant_id=tenant_id)
+    except RunNotFound:
         raise Problem(
-            f"no run {run_id!r} in tenant {tenant_id!r}"
+            f"no run {run!r} in tenant {tenant_id!r}"
             + ("" if tenant_id != "default" else " (use --tenant for another tenant)")
-        )
-    return row
+        ) from None
+
+
+def parse_time(text: str | None, option: str) -> float | None:
+    """Epoch seconds from ``option``'s value: ISO 8601 (``2026-12-01``,
+    ``2026-12-01T09:30``; UTC unless it names an offset) or epoch seconds."""
+    if text is None:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        at = datetime.fromisoformat(text)
+    except ValueError:
+        raise Problem(f"{option} {text!r} is not a time: give ISO 8601 (2026-12-01 or "
+                      "2026-12-01T09:30:00+02:00) or epoch seconds") from None
+    return (at if at.tzinfo is not None else at.replace(tzinfo=UTC)).timestamp()
 
 
 def warn_undeclared(flow: str, name: str) -> None:

@@ -10,14 +10,13 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from .. import events as ev
 from ..approvals import (
     ApprovalCheck,
     ApproverRecord,
@@ -28,12 +27,18 @@ from ..approvals import (
     verify_decision,
 )
 from ..approvals.decision import REASON_TEXT, Decision
-from ..engine import Engine
+from ..client import Client, PendingRequest
 from ..events import JSON
-from ..journal import Journal
-from ..state import RunState
 from ..store.base import Store
-from ._common import DbOption, Problem, TenantOption, handle_errors, open_store, require_run
+from ._common import (
+    DbOption,
+    Problem,
+    TenantOption,
+    find_run,
+    handle_errors,
+    open_client,
+    open_store,
+)
 
 app = typer.Typer(
     help="Review and decide requests that wait for a person.", no_args_is_help=True
@@ -41,7 +46,10 @@ app = typer.Typer(
 approvers = typer.Typer(help="Register and revoke the people who sign decisions.",
                         no_args_is_help=True)
 
-RunArg = Annotated[str, typer.Argument(help="The run id.", show_default=False)]
+RunArg = Annotated[
+    str, typer.Argument(help="The run id, or a prefix of exactly one run's id.",
+                        show_default=False)
+]
 KeyOption = Annotated[
     Path,
     typer.Option("--key", help="Your private key file (from `underway keys new`).",
@@ -61,104 +69,12 @@ OUTCOMES = ("succeeded", "failed", "retry", "resume")
 or, for a dead run, resume it (its calls pass the whole guard again)."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Request:
-    """What a run waits for a person to decide, read from its journal."""
-
-    run_id: str
-    kind: str
-    request_id: str
-    tool: str
-    args: JSON
-    args_hash: str
-    evidence: JSON
-    risks: list[str]
-    required_role: str | None
-    expires_at: float
-    question: str | None = None
-    context: JSON = None
-    rule_id: str | None = None
-    policy_version: str | None = None
-    cause: str | None = None
-    key: str | None = None
-
-
-def _request_of(state: RunState) -> _Request | None:
-    """The approval request or question the run waits on, if any."""
-    if state.status == "waiting" and state.pending_approval is not None:
-        p = state.pending_approval
-        return _Request(
-            run_id=state.run_id, kind="approval", request_id=str(p["request_id"]),
-            tool=str(p["tool"]), args=p.get("args"), args_hash=str(p["args_hash"]),
-            evidence=p.get("evidence"), risks=[str(r) for r in p.get("risks") or []],
-            required_role=_opt_str(p.get("required_role")),
-            expires_at=float(p["expires_at"]), rule_id=_opt_str(p.get("rule_id")),
-            policy_version=_opt_str(p.get("policy_version")),
-        )
-    esc = state.escalation
-    if state.status == "escalated" and esc is not None and esc.get("cause") == "question":
-        return _Request(
-            run_id=state.run_id, kind="question", request_id=str(esc["request_id"]), tool="",
-            args=None, args_hash="", evidence=None, risks=[],
-            required_role=_opt_str(esc.get("required_role")),
-            expires_at=_expiry(esc.get("expires_at")), question=_opt_str(esc.get("question")),
-            context=esc.get("context"),
-        )
-    if state.status == "dead" and state.dead_request is not None:
-        return _Request(
-            run_id=state.run_id, kind="resolution", request_id=state.dead_request, tool="",
-            args=None, args_hash="", evidence=None, risks=[], required_role=None,
-            expires_at=float("inf"), question=state.error, cause="dead",
-        )
-    if state.status == "escalated" and esc is not None and esc.get("request_id"):
-        # Anything else a person must settle: an unknown outcome, a deadline, a budget.
-        key = _opt_str(esc.get("key"))
-        call = next((c for c in state.calls if key and c.key == key), None)
-        return _Request(
-            run_id=state.run_id, kind="resolution", request_id=str(esc["request_id"]),
-            tool=str(esc.get("tool") or ""), args=None,
-            args_hash=call.args_hash if call is not None else "", evidence=None, risks=[],
-            required_role=None, expires_at=float("inf"), question=_opt_str(esc.get("reason")),
-            cause=_opt_str(esc.get("cause")), key=key,
-        )
-    return None
-
-
-def _call_args(store: Store, tenant: str, run_id: str, key: str | None) -> JSON:
-    """The arguments the escalated call was journaled with (None when there is no call)."""
-    if key is None:
-        return None
-    for rec in Journal(store).history(tenant, run_id):
-        if isinstance(rec.event, ev.ToolStarted) and rec.event.key == key:
-            return rec.event.args
-    return None
-
-
-def _opt_str(value: Any) -> str | None:
-    return None if value is None else str(value)
-
-
-def _expiry(value: Any) -> float:
-    return float("inf") if value is None else float(value)
-
-
-def _waiting(store: Store, tenant: str, limit: int) -> list[_Request]:
-    journal = Journal(store)
-    found = []
-    for status in ("waiting", "escalated"):
-        for row in store.list_runs(tenant, status=status, limit=limit):
-            request = _request_of(journal.load(tenant, row.run_id))
-            if request is not None:
-                found.append(request)
-    return sorted(found, key=lambda r: (r.expires_at, r.run_id))[:limit]
-
-
-def _load_request(store: Store, tenant: str, run_id: str) -> _Request:
-    row = require_run(store, tenant, run_id)
-    request = _request_of(Journal(store).load(tenant, run_id))
+def _load_request(client: Client, tenant: str, run: str) -> PendingRequest:
+    row = find_run(client, tenant, run)
+    request = client.pending_request(row.run_id, tenant_id=tenant)
     if request is None:
-        raise Problem(f"run {run_id!r} waits for no approval, answer or resolution (it is "
-                      f"{row.status})")
+        raise Problem(f"run {row.run_id!r} waits for no approval, answer or resolution (it "
+                      f"is {row.status})")
     return request
 
 
@@ -209,8 +125,8 @@ def list_requests(
 ) -> None:
     """List runs that wait for an approval, an answer or a resolution, soonest expiry
     first."""
-    with open_store(ctx, db) as store:
-        found = _waiting(store, tenant, limit)
+    with open_client(ctx, db) as client:
+        found = client.pending_requests(tenant_id=tenant, limit=limit)
     if as_json:
         typer.echo(json.dumps([_as_json(r) for r in found], indent=2))
         return
@@ -232,7 +148,7 @@ def list_requests(
     _console().print(table)
 
 
-def _as_json(r: _Request) -> dict[str, JSON]:
+def _as_json(r: PendingRequest) -> dict[str, JSON]:
     data = asdict(r)
     if data["expires_at"] == float("inf"):
         data["expires_at"] = None
@@ -246,10 +162,8 @@ def show(
     tenant: TenantOption = "default", db: DbOption = None,
 ) -> None:
     """Show exactly what a run asks to be approved, answered or resolved."""
-    with open_store(ctx, db) as store:
-        r = _load_request(store, tenant, run_id)
-        if r.kind == "resolution":
-            r = replace(r, args=_call_args(store, tenant, run_id, r.key))
+    with open_client(ctx, db) as client:
+        r = _load_request(client, tenant, run_id)
     if as_json:
         typer.echo(json.dumps(_as_json(r), indent=2))
         return
@@ -296,8 +210,9 @@ def _decide(
     dead: bool = False,
 ) -> None:
     key = load_private_key(key_file)
-    with open_store(ctx, db) as store:
-        r = _load_request(store, tenant, run_id)
+    with open_client(ctx, db) as client:
+        r = _load_request(client, tenant, run_id)
+        run_id = r.run_id
         if dead != (r.cause == "dead"):
             raise Problem(
                 f"run {run_id!r} is dead: resolve it with --outcome resume" if not dead
@@ -309,7 +224,7 @@ def _decide(
                    "approval": "decide it with `underway approvals approve` or `reject`"}
             raise Problem(f"run {run_id!r} waits for {_KIND_TEXT[r.kind]}, not "
                           f"{_KIND_TEXT[wanted]}; {how[r.kind]}")
-        approver = _registered(store, tenant, approver_id)
+        approver = _registered(client.store, tenant, approver_id)
         if approver.public_key != public_key_of(key):
             raise Problem(f"the key in {str(key_file)!r} is not the one registered for "
                           f"approver {approver_id!r}")
@@ -329,7 +244,7 @@ def _decide(
         if reason is not None:
             raise Problem(f"run {run_id!r} would refuse this decision: {REASON_TEXT[reason]} "
                           f"({reason})")
-        Engine(store).submit_decision(signed.model_dump(mode="json"), tenant_id=tenant)
+        client.submit_decision(signed.model_dump(mode="json"), tenant_id=tenant)
     what = {"approve": "approval", "reject": "rejection", "answer": "answer",
             "resolve": "resolution"}[decision]
     target = f"of {r.tool!r} (arguments sha256 {r.args_hash})" if r.tool else "to the question"

@@ -11,7 +11,8 @@ import typer
 from ..approvals import generate_keypair, load_private_key, write_private_key
 from ..audit import FileAnchorLog, Report, anchor, key_id, load_public_key, read_anchors
 from ..audit import verify as verify_journals
-from ._common import DbOption, Problem, TenantOption, handle_errors, open_store
+from ..client import Client
+from ._common import DbOption, Problem, TenantOption, find_run, handle_errors, open_store
 
 app = typer.Typer(help="Audit the journal.", no_args_is_help=True)
 
@@ -25,7 +26,8 @@ def verify(
     ctx: typer.Context,
     run: Annotated[
         str | None,
-        typer.Argument(help="Verify only this run (default: every run of the tenant).",
+        typer.Argument(help="Verify only this run (its id or a unique prefix; default: "
+                       "every run of the tenant).",
                        show_default=False),
     ] = None,
     every_tenant: Annotated[
@@ -64,7 +66,8 @@ def verify(
             and not store.load_events(tenant, run)
             and (trusted is None or (tenant, run) not in trusted.heads)
         ):
-            raise Problem(f"no run {run!r} in tenant {tenant!r}")
+            # Not a whole id: a prefix of exactly one run's id will do.
+            run = find_run(Client(store), tenant, run).run_id
         report = verify_journals(store, tenant_id=scope, run_id=run, anchors=trusted)
     for finding in report.findings:
         typer.echo(finding.describe())

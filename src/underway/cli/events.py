@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ..engine import Engine
+from ..client import Client
 from ..intake import Routes, intake
 from ..loading import call_factory, import_object
 from ._common import (
@@ -86,11 +86,11 @@ def send(
     }
     table = load_routes(routes)
     with open_store(ctx, db) as store:
-        engine = Engine(store)
-        result = intake(engine, event, table)
+        client = Client(store)
+        result = intake(client, event, table)
         if result.action == "signalled" and result.run_id is not None:
             row = store.get_run(tenant, result.run_id)
-            if row is not None and engine.declared_signals(result.run_id,
+            if row is not None and client.declared_signals(result.run_id,
                                                            tenant_id=tenant) is None:
                 route = table.get(event_type)
                 warn_undeclared(row.flow, (route.signal if route is not None else None)

@@ -1,26 +1,32 @@
-"""``underway runs``: list runs, show a run's timeline and events, steer a run."""
+"""``underway runs``: start runs, list them, show a run's timeline and events, steer a run.
+
+Every RUN argument takes a run's id or a prefix of exactly one run's id (as ``runs ls``
+shows them at a terminal)."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from ..engine import Engine
-from ..journal import Journal
-from ..state import FINAL_STATUSES, RunState, fold
+from ..client import Client
+from ..flow import Flow
+from ..store.base import FINAL, RunRecord
 from ..timeline import format_time, render
+from ..worker import load_app
 from ._common import (
     DbOption,
     Problem,
     TenantOption,
+    find_run,
     handle_errors,
-    open_store,
+    open_client,
     parse_json,
-    require_run,
+    parse_time,
     warn_undeclared,
 )
 
@@ -32,7 +38,12 @@ _STYLE = {
     "dead": "bold red",
 }
 
-RunArg = Annotated[str, typer.Argument(help="The run id.", show_default=False)]
+RunArg = Annotated[
+    str, typer.Argument(help="The run id, or a prefix of exactly one run's id.",
+                        show_default=False)
+]
+SHORT_ID = 8
+"""Characters of a run id ``runs ls`` shows at a terminal without ``--wide``."""
 ByOption = Annotated[
     str, typer.Option("--by", help="Who is acting (journaled).", show_default=False)
 ]
@@ -46,36 +57,70 @@ def list_runs(
         str | None,
         typer.Option("--status", help=f"Only runs with this status: {', '.join(STATUSES)}."),
     ] = None,
+    flow: Annotated[str | None, typer.Option("--flow", help="Only runs of this flow.")] = None,
+    since: Annotated[
+        str | None,
+        typer.Option("--since", help="Only runs created at or after this time: ISO 8601 "
+                     "(UTC unless it has an offset) or epoch seconds.", show_default=False),
+    ] = None,
+    until: Annotated[
+        str | None,
+        typer.Option("--until", help="Only runs created before this time.", show_default=False),
+    ] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many runs.")] = 100,
+    cursor: Annotated[
+        str | None,
+        typer.Option("--cursor", help="Go on from where a previous page ended (its "
+                     "'next page' line names the cursor).", show_default=False),
+    ] = None,
+    wide: Annotated[
+        bool, typer.Option("--wide", help="Full run ids and notes, whatever the terminal width.")
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array.")] = False,
     tenant: TenantOption = "default",
     db: DbOption = None,
 ) -> None:
-    """List a tenant's runs, newest first."""
+    """List a tenant's runs, newest first, a page at a time.
+
+    At a terminal, run ids are cut to their first characters (any RUN argument takes such
+    a prefix); --wide, --json and piped output show them whole. When more runs match, a
+    last line on stderr gives the --cursor of the next page.
+    """
     if status is not None and status not in STATUSES:
         raise Problem(f"unknown status {status!r}; choose one of {', '.join(STATUSES)}")
-    with open_store(ctx, db) as store:
-        rows = store.list_runs(tenant, status=status, limit=limit)
+    since_at, until_at = parse_time(since, "--since"), parse_time(until, "--until")
+    with open_client(ctx, db) as client:
+        page = client.list_runs(tenant_id=tenant, status=status, flow=flow, since=since_at,
+                                until=until_at, limit=limit, cursor=cursor)
+    rows = page.runs
     if as_json:
         typer.echo(json.dumps([dataclasses.asdict(r) for r in rows], indent=2))
-        return
-    if not rows:
-        typer.echo(f"no {status + ' ' if status else ''}runs in tenant {tenant!r}")
-        return
+    elif not rows:
+        what = " ".join(x for x in (status, f"{flow!r}" if flow else None) if x)
+        typer.echo(f"no {what + ' ' if what else ''}runs in tenant {tenant!r}"
+                   + (" on this page" if cursor else ""))
+    else:
+        _print_table(rows, wide=wide or not sys.stdout.isatty())
+    if page.next_cursor is not None:
+        typer.echo(f"next page: --cursor {page.next_cursor}", err=True)
+
+
+def _print_table(rows: list[RunRecord], *, wide: bool) -> None:
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
     table = Table(box=None, pad_edge=False, show_edge=False)
-    for header in ("RUN", "FLOW", "STATUS", "STEP", "EVENTS", "UPDATED (UTC)", "NOTE"):
+    for header in ("RUN", "FLOW", "STATUS", "STEP", "EVENTS", "CREATED (UTC)", "NOTE"):
         table.add_column(header, no_wrap=True, justify="right" if header == "EVENTS" else "left")
     for r in rows:
         table.add_row(
-            r.run_id, r.flow, Text(r.status, style=_STYLE.get(r.status, "")), r.step or "-",
-            str(r.last_seq), format_time(r.updated_at), _note(r.error, r.waiting_signal),
+            r.run_id if wide else r.run_id[:SHORT_ID], r.flow,
+            Text(r.status, style=_STYLE.get(r.status, "")), r.step or "-", str(r.last_seq),
+            format_time(r.created_at), _note(r.error, r.waiting_signal),
         )
-    # Piped output must not be cut to 80 columns: ids are meant to be copied.
-    Console(width=None if sys.stdout.isatty() else 10_000, highlight=False).print(table)
+    # Wide output is never cut to the terminal: ids are meant to be copied.
+    Console(width=10_000 if wide else None, highlight=False).print(table)
 
 
 def _note(error: str | None, waiting_signal: str | None) -> str:
@@ -91,10 +136,10 @@ def _note(error: str | None, waiting_signal: str | None) -> str:
 def show(ctx: typer.Context, run: RunArg, tenant: TenantOption = "default",
          db: DbOption = None) -> None:
     """Show a run's status, counts and a readable timeline of its events."""
-    with open_store(ctx, db) as store:
-        require_run(store, tenant, run)
-        records = Journal(store).history(tenant, run)
-    state = fold(records, start=RunState(tenant_id=tenant, run_id=run))
+    with open_client(ctx, db) as client:
+        run = find_run(client, tenant, run).run_id
+        records = client.history(run, tenant_id=tenant)
+        state = client.state(run, tenant_id=tenant)
     typer.echo(render(state, records))
 
 
@@ -110,23 +155,81 @@ def events(
     db: DbOption = None,
 ) -> None:
     """Print every event of a run, decoded: one JSON object per line (or an array)."""
-    with open_store(ctx, db) as store:
-        require_run(store, tenant, run)
-        stored = store.load_events(tenant, run)
-        records = Journal(store).decode(tenant, stored)
+    with open_client(ctx, db) as client:
+        run = find_run(client, tenant, run).run_id
+        found = client.events(run, tenant_id=tenant)
     items = []
-    for s, rec in zip(stored, records, strict=True):
-        data = rec.event.model_dump(mode="json")
+    for e in found:
+        data = e.event.model_dump(mode="json")
         event_type = data.pop("type")
         items.append({
-            "seq": rec.seq, "at": rec.at, "time": format_time(rec.at), "type": event_type,
-            "hash": s.hash, "data": data,
+            "seq": e.seq, "at": e.at, "time": format_time(e.at), "type": event_type,
+            "hash": e.hash, "data": data,
         })
     if as_json:
         typer.echo(json.dumps(items, indent=2, ensure_ascii=False))
     else:
         for item in items:
             typer.echo(json.dumps(item, ensure_ascii=False, separators=(",", ":")))
+
+
+@app.command("start")
+@handle_errors
+def start(
+    ctx: typer.Context,
+    flow: Annotated[str, typer.Argument(help="The flow to run, by name.", show_default=False)],
+    input: Annotated[
+        str | None, typer.Option("--input", help="The run's input, as JSON.")
+    ] = None,
+    key: Annotated[
+        str | None,
+        typer.Option("--key", help="Idempotency key: starting again with the same key finds "
+                     "the run it started instead of starting another.", show_default=False),
+    ] = None,
+    queue: Annotated[str, typer.Option("--queue", help="Queue whose workers run it.")]
+    = "default",
+    app_spec: Annotated[
+        str | None,
+        typer.Option("--app", help="The flows, as module:attribute (as for `underway "
+                     "worker`): check the input against the flow now.", show_default=False),
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help='Print {"run_id": ..., "created": ...}.')
+    ] = False,
+    tenant: TenantOption = "default",
+    db: DbOption = None,
+) -> None:
+    """Start a run of a flow by name; a worker that has the flow runs it.
+
+    Without --app this command has no flow code: the input is journaled as given, and the
+    first worker that runs the flow checks it before any step runs, failing the run
+    (InvalidInput, shown by `underway runs show`) when it does not match the flow's input
+    model. With --app the input is checked now and nothing is stored when it is wrong.
+    """
+    data = parse_json(input, "--input")
+    flows: list[Flow[Any, Any]] = []
+    if app_spec is not None:
+        if os.getcwd() not in sys.path:
+            sys.path.insert(0, os.getcwd())
+        flows = load_app(app_spec)[0]
+    with open_client(ctx, db) as client:
+        if flows:
+            client = Client(client.store, flows=flows)
+        # Without the flow's code a mistyped name is caught by nobody: say when the name
+        # is new to the tenant.
+        new_name = not flows and not client.list_runs(tenant_id=tenant, flow=flow, limit=1).runs
+        run_id, created = client.start(flow, data, tenant_id=tenant, idempotency_key=key,
+                                       queue=queue)
+    if new_name:
+        typer.echo(f"note: tenant {tenant!r} has no earlier run of flow {flow!r}; only a "
+                   "worker that has a flow of that name runs it (check the name, or pass "
+                   "--app to check it now)", err=True)
+    if as_json:
+        typer.echo(json.dumps({"run_id": run_id, "created": created}))
+    elif created:
+        typer.echo(f"started run {run_id} of flow {flow!r}")
+    else:
+        typer.echo(f"run {run_id} was already started with key {key!r}; nothing started")
 
 
 @app.command("signal")
@@ -154,17 +257,17 @@ def signal(
             "use `underway runs cancel` or `underway runs resolve`"
         )
     data = parse_json(payload, "--payload")
-    with open_store(ctx, db) as store:
-        row = require_run(store, tenant, run)
-        engine = Engine(store)
-        delivered = engine.signal(
+    with open_client(ctx, db) as client:
+        row = find_run(client, tenant, run)
+        run = row.run_id
+        delivered = client.signal(
             run, name, data, tenant_id=tenant, signal_id=signal_id, sender=sender
         )
-        if name != row.waiting_signal and engine.declared_signals(run, tenant_id=tenant) is None:
+        if name != row.waiting_signal and client.declared_signals(run, tenant_id=tenant) is None:
             warn_undeclared(row.flow, name)
     if not delivered:
         typer.echo(f"signal id {signal_id!r} was already delivered to run {run}; nothing sent")
-    elif row.status in FINAL_STATUSES:
+    elif row.status in FINAL:
         typer.echo(f"signal {name!r} stored, but run {run} is {row.status} and will not read it")
     else:
         typer.echo(f"signal {name!r} delivered to run {run}")
@@ -181,11 +284,12 @@ def cancel(
     db: DbOption = None,
 ) -> None:
     """Cancel a run at its next step boundary."""
-    with open_store(ctx, db) as store:
-        row = require_run(store, tenant, run)
-        if row.status in FINAL_STATUSES:
+    with open_client(ctx, db) as client:
+        row = find_run(client, tenant, run)
+        run = row.run_id
+        if row.status in FINAL:
             raise Problem(f"run {run} is already {row.status}; nothing to cancel")
-        Engine(store).cancel(run, by=by, reason=reason, tenant_id=tenant)
+        client.cancel(run, by=by, reason=reason, tenant_id=tenant)
     typer.echo(f"cancellation of run {run} requested by {by}; it stops at its next step boundary")
 
 
@@ -219,11 +323,12 @@ def resolve(
     if resolution not in ("succeeded", "failed", "retry"):
         raise Problem(f"--resolution must be succeeded, failed or retry, not {resolution!r}")
     data = parse_json(result, "--result")
-    with open_store(ctx, db) as store:
-        row = require_run(store, tenant, run)
+    with open_client(ctx, db) as client:
+        row = find_run(client, tenant, run)
+        run = row.run_id
         if row.status != "escalated":
             raise Problem(f"run {run} is {row.status}, not escalated; there is nothing to resolve")
-        Engine(store).resolve(run, resolution=resolution, by=by, result=data, tenant_id=tenant)
+        client.resolve(run, resolution=resolution, by=by, result=data, tenant_id=tenant)
     typer.echo(f"escalation of run {run} resolved as {resolution} by {by} (unsigned: a "
                "worker with --signed-resolutions refuses it)")
 
@@ -246,11 +351,12 @@ def resume(
     guard (policy, budgets, a fresh approval where one is required) — completed ones are
     not. A worker with ``--signed-resolutions`` refuses it; use ``underway approvals
     resolve RUN --outcome resume`` there."""
-    with open_store(ctx, db) as store:
-        row = require_run(store, tenant, run)
+    with open_client(ctx, db) as client:
+        row = find_run(client, tenant, run)
+        run = row.run_id
         if row.status != "dead":
             raise Problem(f"run {run} is {row.status}, not dead; only dead runs can be resumed")
-        Engine(store).resume(run, by=by, step=step, tenant_id=tenant)
+        client.resume(run, by=by, step=step, tenant_id=tenant)
     where = f"at step {step}" if step else "where it stopped"
     typer.echo(f"run {run} resumed {where} by {by} (unsigned: a worker with "
                "--signed-resolutions refuses it; sign one with `underway approvals resolve "

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from ..engine import Engine
+from ..client import Client
 from ..schedules import add_schedule, list_schedules, remove_schedule
 from ..timeline import format_time
 from ._common import DbOption, Problem, handle_errors, open_store, parse_json
@@ -29,7 +29,7 @@ def ls(
 ) -> None:
     """List a tenant's schedules and when each fires next."""
     with open_store(ctx, db) as store:
-        found = list_schedules(Engine(store), tenant_id=tenant)
+        found = list_schedules(Client(store), tenant_id=tenant)
     if as_json:
         typer.echo(json.dumps([
             {
@@ -89,7 +89,7 @@ def add(
     """Add a schedule or replace one (an unchanged --cron and --tz keep its pending tick)."""
     data = parse_json(input, "--input")
     with open_store(ctx, db) as store:
-        s = add_schedule(Engine(store), name, flow, cron, data, tenant_id=tenant, timezone=tz,
+        s = add_schedule(Client(store), name, flow, cron, data, tenant_id=tenant, timezone=tz,
                          queue=queue, enabled=not disabled)
     if s.enabled:
         typer.echo(f"schedule {s.name!r} starts flow {s.flow!r} at {s.cron!r} ({s.timezone}); "
@@ -104,7 +104,7 @@ def rm(ctx: typer.Context, name: NameArg, tenant: ScheduleTenant = "default",
        db: DbOption = None) -> None:
     """Remove a schedule; runs it already started carry on."""
     with open_store(ctx, db) as store:
-        if not remove_schedule(Engine(store), name, tenant_id=tenant):
+        if not remove_schedule(Client(store), name, tenant_id=tenant):
             raise Problem(
                 f"no schedule {name!r} in tenant {tenant!r}"
                 + ("" if tenant != "default" else " (use --tenant for another tenant)")

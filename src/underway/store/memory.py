@@ -168,13 +168,20 @@ class MemoryStore:
         return self._runs.get((tenant_id, run_id))
 
     def list_runs(
-        self, tenant_id: str, *, status: str | None = None, limit: int = 100
+        self, tenant_id: str, *, status: str | None = None, limit: int = 100,
+        flow: str | None = None, since: float | None = None, until: float | None = None,
+        after: tuple[float, str] | None = None, id_prefix: str | None = None,
     ) -> list[RunRecord]:
-        """Runs of a tenant, newest first."""
+        """Runs of a tenant, newest first, filtered and paged."""
         with self._lock:
             found = [
                 r for r in self._runs.values()
                 if r.tenant_id == tenant_id and (status is None or r.status == status)
+                and (flow is None or r.flow == flow)
+                and (since is None or r.created_at >= since)
+                and (until is None or r.created_at < until)
+                and (after is None or (-r.created_at, r.run_id) > (-after[0], after[1]))
+                and (id_prefix is None or r.run_id.startswith(id_prefix))
             ]
         found.sort(key=lambda r: (-r.created_at, r.run_id))
         return found[:limit]

@@ -15,9 +15,15 @@ class RunStore(Protocol):
         ...
 
     def list_runs(
-        self, tenant_id: str, *, status: str | None = None, limit: int = 100
+        self, tenant_id: str, *, status: str | None = None, limit: int = 100,
+        flow: str | None = None, since: float | None = None, until: float | None = None,
+        after: tuple[float, str] | None = None, id_prefix: str | None = None,
     ) -> list[RunRecord]:
-        """Runs of a tenant, newest first, optionally with one status."""
+        """Runs of a tenant, newest first (``created_at`` descending, then run id), at most
+        ``limit``: only those with ``status``, of ``flow``, created at or after ``since``
+        and before ``until``, whose id starts with ``id_prefix``. ``after`` is the
+        ``(created_at, run_id)`` of the last run of the previous page: the page goes on
+        from there, unchanged by runs created meanwhile."""
         ...
 
     def tenants(self) -> list[str]:

@@ -155,15 +155,16 @@ class Journal(Connection):
         return _run(rows[0]) if rows else None
 
     def list_runs(
-        self, tenant_id: str, *, status: str | None = None, limit: int = 100
+        self, tenant_id: str, *, status: str | None = None, limit: int = 100,
+        flow: str | None = None, since: float | None = None, until: float | None = None,
+        after: tuple[float, str] | None = None, id_prefix: str | None = None,
     ) -> list[RunRecord]:
-        """Runs of a tenant, newest first."""
-        if status is None:
-            rows = self._all("list_runs", tenant_id=tenant_id, limit=limit)
-        else:
-            rows = self._all(
-                "list_runs_by_status", tenant_id=tenant_id, status=status, limit=limit
-            )
+        """Runs of a tenant, newest first, filtered and paged."""
+        rows = self._all(
+            "list_runs", tenant_id=tenant_id, status=status, flow=flow, since=since,
+            until=until, after_at=after[0] if after else None,
+            after_id=after[1] if after else None, prefix=id_prefix, limit=limit,
+        )
         return [_run(r) for r in rows]
 
     def tenants(self) -> list[str]:

@@ -71,15 +71,13 @@ SELECT tenant_id, run_id, flow, status, step, idempotency_key, last_seq, last_ha
        lease_expires_at, created_at, updated_at, error, queue
   FROM runs
  WHERE tenant_id = %(tenant_id)s
- ORDER BY created_at DESC, run_id COLLATE "C"
- LIMIT %(limit)s
-
--- name: list_runs_by_status
-SELECT tenant_id, run_id, flow, status, step, idempotency_key, last_seq, last_hash,
-       next_wake_at, waiting_signal, control_pending, lease_owner, lease_token,
-       lease_expires_at, created_at, updated_at, error, queue
-  FROM runs
- WHERE tenant_id = %(tenant_id)s AND status = %(status)s
+   AND (%(status)s::text IS NULL OR status = %(status)s)
+   AND (%(flow)s::text IS NULL OR flow = %(flow)s)
+   AND (%(since)s::float8 IS NULL OR created_at >= %(since)s)
+   AND (%(until)s::float8 IS NULL OR created_at < %(until)s)
+   AND (%(after_at)s::float8 IS NULL OR created_at < %(after_at)s
+        OR (created_at = %(after_at)s AND run_id COLLATE "C" > %(after_id)s))
+   AND (%(prefix)s::text IS NULL OR starts_with(run_id, %(prefix)s))
  ORDER BY created_at DESC, run_id COLLATE "C"
  LIMIT %(limit)s
 

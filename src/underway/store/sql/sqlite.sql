@@ -29,10 +29,17 @@ SELECT * FROM runs WHERE tenant_id = ? AND flow = ? AND idempotency_key = ?
 SELECT * FROM runs WHERE tenant_id = ? AND run_id = ?
 
 -- name: list_runs
-SELECT * FROM runs WHERE tenant_id = ? ORDER BY created_at DESC, run_id LIMIT ?
-
--- name: list_runs_by_status
-SELECT * FROM runs WHERE tenant_id = ? AND status = ? ORDER BY created_at DESC, run_id LIMIT ?
+SELECT * FROM runs
+ WHERE tenant_id = :tenant_id
+   AND (:status IS NULL OR status = :status)
+   AND (:flow IS NULL OR flow = :flow)
+   AND (:since IS NULL OR created_at >= :since)
+   AND (:until IS NULL OR created_at < :until)
+   AND (:after_at IS NULL OR created_at < :after_at
+        OR (created_at = :after_at AND run_id > :after_id))
+   AND (:prefix IS NULL OR substr(run_id, 1, length(:prefix)) = :prefix)
+ ORDER BY created_at DESC, run_id
+ LIMIT :limit
 
 -- name: tenants
 SELECT DISTINCT tenant_id FROM runs ORDER BY tenant_id

@@ -1,0 +1,33 @@
+"""The client: start, signal, cancel, resume, resolve and decide runs, and read them —
+everything done to runs from outside a worker, with no flow code needed.
+
+>>> import underway as uw
+>>> with uw.Client.connect("sqlite:///runs.db") as client:  # doctest: +SKIP
+...     run_id, _ = client.start("invoice_followup", {"invoice": "INV-7"},
+...                              idempotency_key="INV-7")
+...     client.signal(run_id, "paid", {"amount": 120})
+...     client.list_runs(status="waiting").runs
+
+The executor (:class:`~underway.Engine`, driven by a :class:`~underway.Worker`) activates
+runs and executes their steps; its own ``start``, ``signal``, ``cancel``... are this
+client's, checked against the flows the engine has.
+"""
+
+from __future__ import annotations
+
+from ..journal import Verification
+from ..state import Recorded, RunState
+from ..store.base import RunRecord
+from ._client import Client, RunEvent, RunPage
+from ._requests import PendingRequest
+
+__all__ = [
+    "Client",
+    "PendingRequest",
+    "Recorded",
+    "RunEvent",
+    "RunPage",
+    "RunRecord",
+    "RunState",
+    "Verification",
+]

@@ -1,0 +1,471 @@
+"""The client: everything done to runs from outside a worker, with no flow code needed."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from types import TracebackType
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from .. import events as ev
+from ..clock import Clock, SystemClock
+from ..codec import Codec
+from ..control import CANCEL, RESERVED_PREFIX, RESOLVE, RESUME, resolution_of, resumption_of
+from ..errors import AmbiguousRunId, ConfigurationError, RunNotFound
+from ..events import JSON, canonical_json
+from ..flow import Flow
+from ..journal import Journal, Verification
+from ..state import ANSWER_SIGNAL, APPROVAL_SIGNAL, Recorded, RunState
+from ..store.base import NewRun, RunRecord, SignalRecord, Store
+from ._requests import PendingRequest, request_of
+from ._starting import new_run
+
+
+@dataclass(frozen=True, slots=True)
+class RunEvent:
+    """One event of a run as journaled: its sequence number, time (epoch seconds), the
+    decoded event and its chain hash."""
+
+    seq: int
+    at: float
+    event: Any
+    hash: str
+
+
+@dataclass(frozen=True, slots=True)
+class RunPage:
+    """One page of :meth:`Client.list_runs`: the runs, newest first, and the cursor of the
+    next page (None on the last page)."""
+
+    runs: list[RunRecord]
+    next_cursor: str | None
+
+
+class Client:
+    """Starts, steers and reads runs: what an operator, the CLI, an HTTP API or another
+    service does. It needs no flow code and runs no step; workers (an
+    :class:`~underway.Engine` driven by a :class:`~underway.Worker` or
+    :class:`~underway.Runner`) do that.
+
+    ``Client(store)`` uses a store you opened (and close); :meth:`Client.connect` opens one
+    from a URL and closes it with the client. ``flows``: flows whose code this process has;
+    runs of those are checked when started (input, steps, declared signals), others are
+    started by name with their raw input, checked by the first worker that runs them.
+    Every method takes ``tenant_id`` (default ``"default"``).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        flows: Iterable[Flow[Any, Any]] = (),
+        clock: Clock | None = None,
+        codec: Codec | None = None,
+    ) -> None:
+        self._store = store
+        self._journal = Journal(store, codec)
+        self.clock: Clock = clock or SystemClock()
+        """The clock that stamps starts and signals."""
+        self.flows: dict[str, Flow[Any, Any]] = {f.name: f for f in flows}
+        """Flows whose code this client has, by name."""
+        self._strict = bool(self.flows)
+        self._owns_store = False
+        self._owner = "client"
+
+    @classmethod
+    def connect(
+        cls, url: str, *, migrate: bool = True, flows: Iterable[Flow[Any, Any]] = (),
+        clock: Clock | None = None, codec: Codec | None = None,
+    ) -> Client:
+        """A client on the store at ``url`` (``sqlite:///path.db``, ``postgresql://...``,
+        ``memory://``), migrated unless ``migrate=False``; :meth:`close` closes the store."""
+        from ..store import connect
+
+        client = cls(connect(url, migrate=migrate), flows=flows, clock=clock, codec=codec)
+        client._owns_store = True
+        return client
+
+    @classmethod
+    def _for_executor(
+        cls, store: Store, journal: Journal, clock: Clock, flows: dict[str, Flow[Any, Any]]
+    ) -> Client:
+        """The client an engine steers runs with: its store, journal, clock and registry
+        (shared, so a flow registered later is known here too); an unknown flow is an
+        error, never a start by name."""
+        client = cls.__new__(cls)
+        client._store, client._journal, client.clock = store, journal, clock
+        client.flows, client._strict, client._owns_store = flows, True, False
+        client._owner = "engine"
+        return client
+
+    @property
+    def store(self) -> Store:
+        """The store this client reads and writes."""
+        return self._store
+
+    def close(self) -> None:
+        """Close the store, when :meth:`connect` opened it."""
+        if self._owns_store:
+            self._store.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- starting runs ------------------------------------------------------------------
+    def start(
+        self,
+        flow: Flow[Any, Any] | str,
+        input: JSON | BaseModel = None,
+        *,
+        tenant_id: str = "default",
+        idempotency_key: str | None = None,
+        run_id: str | None = None,
+        start_at: float | None = None,
+        queue: str = "default",
+        deadline: float | None = None,
+        principal: str | None = None,
+        roles: Iterable[str] = (),
+    ) -> tuple[str, bool]:
+        """Create a run (or find the one with this idempotency key): ``(run_id, created)``.
+
+        ``flow`` is a :class:`~underway.Flow` or a flow's name. When this client has the
+        flow's code the input is checked now (:class:`ConfigurationError` names what is
+        wrong; nothing is stored); when it does not, the raw input is journaled and the
+        first worker that has the flow checks it before any step runs, failing the run
+        (``InvalidInput``) when it does not match. ``start_at`` (epoch seconds) delays the
+        first step; ``queue`` names the queue whose workers run it; past ``deadline``
+        (epoch seconds) the run escalates to a person. ``principal`` and ``roles`` say whom
+        the run acts for (policies match on them).
+        """
+        rec, created = self._store.create_run(self.prepare_start(
+            flow, input, tenant_id=tenant_id, idempotency_key=idempotency_key, run_id=run_id,
+            start_at=start_at, queue=queue, deadline=deadline, principal=principal,
+            roles=roles,
+        ))
+        return rec.run_id, created
+
+    def prepare_start(
+        self,
+        flow: Flow[Any, Any] | str,
+        input: JSON | BaseModel = None,
+        *,
+        tenant_id: str = "default",
+        idempotency_key: str | None = None,
+        run_id: str | None = None,
+        start_at: float | None = None,
+        queue: str = "default",
+        deadline: float | None = None,
+        principal: str | None = None,
+        roles: Iterable[str] = (),
+    ) -> NewRun:
+        """The run :meth:`start` would create (input checked when the flow is known, first
+        event encoded), for a caller that creates it inside a transaction of its own."""
+        name = flow.name if isinstance(flow, Flow) else flow
+        code = flow if isinstance(flow, Flow) else self.flows.get(name)
+        if code is None and self._strict:
+            raise ConfigurationError(
+                f"flow {name!r} is not registered with this {self._owner}; known: "
+                f"{sorted(self.flows)}"
+            )
+        return new_run(
+            self._journal, code, name, input, now=self.clock.now(), tenant_id=tenant_id,
+            run_id=run_id or str(uuid.uuid4()), idempotency_key=idempotency_key,
+            start_at=start_at, queue=queue, deadline=deadline, principal=principal,
+            roles=roles,
+        )
+
+    # -- steering runs ------------------------------------------------------------------
+    def signal(
+        self,
+        run_id: str,
+        name: str,
+        payload: JSON = None,
+        *,
+        tenant_id: str = "default",
+        signal_id: str | None = None,
+        sender: str | None = None,
+    ) -> bool:
+        """Deliver a signal (once per ``signal_id``); False when it was a duplicate.
+
+        When the run's flow declares its signals (``Flow(signals=[...])``), a name it does
+        not declare is refused with :class:`ConfigurationError` (no step would ever read
+        it), unless the run is waiting for exactly that name right now.
+        """
+        if name.startswith(RESERVED_PREFIX):
+            raise ConfigurationError(
+                f"signal names starting with 'underway.' are reserved ({name!r}); use "
+                "cancel() or resolve() for those"
+            )
+        self.check_signal(run_id, name, tenant_id=tenant_id)
+        return self._send(run_id, name, payload, tenant_id, signal_id, sender)
+
+    def declared_signals(self, run_id: str, *, tenant_id: str = "default") -> frozenset[str] | None:
+        """The signal names the run's flow declares (None: it declares none, or the run was
+        started by name and no worker has checked it yet). The flow's code answers when
+        this client has it; otherwise the declaration journaled with the run."""
+        return self._declared(self.get_run(run_id, tenant_id=tenant_id))
+
+    def _declared(self, row: RunRecord) -> frozenset[str] | None:
+        flow = self.flows.get(row.flow)
+        if flow is not None:
+            return flow.signals
+        journaled = self._journal.load(row.tenant_id, row.run_id).signals
+        return None if journaled is None else frozenset(journaled)
+
+    def check_signal(self, run_id: str, name: str, *, tenant_id: str = "default") -> None:
+        """Raise :class:`ConfigurationError` when the run's flow declares its signals and
+        ``name`` is none of them (and not the signal the run waits for now); raise
+        :class:`RunNotFound` for an unknown run."""
+        row = self.get_run(run_id, tenant_id=tenant_id)
+        if name == row.waiting_signal:
+            return
+        declared = self._declared(row)
+        if declared is not None and name not in declared:
+            raise ConfigurationError(
+                f"run {run_id} of flow {row.flow!r} takes only the signals its flow declares "
+                f"({', '.join(sorted(declared)) or 'none'}); {name!r} is not one of them, so "
+                "no step would read it. Send a declared name, or add it to Flow(signals=...)"
+            )
+
+    def _send(
+        self, run_id: str, name: str, payload: JSON, tenant_id: str, signal_id: str | None,
+        sender: str | None,
+    ) -> bool:
+        self.get_run(run_id, tenant_id=tenant_id)
+        return self._store.send_signal(SignalRecord(
+            tenant_id, run_id, signal_id or str(uuid.uuid4()), name,
+            canonical_json(payload), sender, self.clock.now(),
+        ))
+
+    def cancel(self, run_id: str, *, by: str, reason: str = "", tenant_id: str = "default") -> None:
+        """Ask for the run to be cancelled at its next step boundary (journaled with
+        ``by`` and ``reason``)."""
+        self._send(run_id, CANCEL, {"by": by, "reason": reason}, tenant_id, None, by)
+
+    def resolve(
+        self,
+        run_id: str,
+        *,
+        resolution: str,
+        by: str,
+        result: JSON = None,
+        tenant_id: str = "default",
+    ) -> None:
+        """Resolve an escalation: the effect ``succeeded`` (with result), ``failed``, or
+        may be ``retry``-ed. Unsigned: a worker with ``signed_resolutions`` refuses it
+        (journaled as ``SignalIgnored``) and waits for a signed one
+        (:meth:`submit_decision` with a ``resolve`` decision)."""
+        if resolution not in ("succeeded", "failed", "retry"):
+            raise ConfigurationError(
+                f"resolution must be 'succeeded', 'failed' or 'retry', not {resolution!r}"
+            )
+        row = self._store.get_run(tenant_id, run_id)
+        if row is not None and row.status != "escalated":
+            raise ConfigurationError(
+                f"run {run_id} is {row.status}, not escalated: there is nothing to resolve"
+            )
+        self._send(run_id, RESOLVE, {"resolution": resolution, "result": result, "by": by},
+                   tenant_id, None, by)
+
+    def resume(
+        self, run_id: str, *, by: str, step: str | None = None, tenant_id: str = "default"
+    ) -> None:
+        """Resume a dead run, at ``step`` or where it stopped (its failed calls are tried
+        again, each through the whole guard; completed ones are not)."""
+        row = self.get_run(run_id, tenant_id=tenant_id)
+        if row.status != "dead":
+            raise ConfigurationError(
+                f"run {run_id} is {row.status}, not dead: only dead runs can be resumed"
+            )
+        if step is not None and row.flow in self.flows:
+            # (Without the flow's code this is left to the worker: an unknown step stops
+            # the run dead again, naming the step.)
+            self.flows[row.flow].get_step(step)
+        self._send(run_id, RESUME, {"by": by, "step": step}, tenant_id, None, by)
+
+    def submit_decision(self, decision: JSON, *, tenant_id: str = "default") -> bool:
+        """Deliver a signed approval decision, answer or resolution (built and signed by the
+        approver, e.g. with ``underway approvals approve``) to its run.
+
+        What can be checked without the run is checked here, and a decision that could
+        never pass raises :class:`ConfigurationError` naming the problem: a malformed or
+        incomplete decision, one for another tenant, a resolution whose answer is not one,
+        an approver not registered (or revoked) in the tenant, a signature that does not
+        verify with the approver's registered key, a decision already expired. An unknown
+        run raises :class:`RunNotFound`. The worker verifies the decision again against the
+        request the run waits on, immediately before anything changes. Returns True when
+        delivered, False only when the same decision was already submitted.
+        """
+        from ..approvals import ApprovalCheck, SignedDecision, verify_decision
+        from ..approvals.decision import REASON_TEXT
+
+        try:
+            d = SignedDecision.model_validate(decision)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or 'decision'}: {e['msg']}"
+                for e in exc.errors()
+            )
+            raise ConfigurationError(f"not a valid signed decision: {problems}") from None
+        if d.tenant_id != tenant_id:
+            raise ConfigurationError(
+                f"the decision is for tenant {d.tenant_id!r} but was submitted to tenant "
+                f"{tenant_id!r}"
+            )
+        if d.decision == "resolve" and resolution_of(d.answer) is None \
+                and resumption_of(d.answer) is None:
+            raise ConfigurationError(
+                "a resolve decision's answer must be {\"resolution\": \"succeeded\" | "
+                f"\"failed\" | \"retry\", \"result\": ...}} or {{\"resolution\": "
+                f"\"resume\", \"step\": ...}}, not {d.answer!r}"
+            )
+        self.get_run(d.run_id, tenant_id=tenant_id)
+        # The decision checked against itself: who signed it and with what key, its expiry.
+        # Whether it answers the request the run waits on is the worker's check.
+        check = ApprovalCheck(
+            request_id=d.request_id, run_id=d.run_id, tenant_id=tenant_id, tool=d.tool,
+            args_hash=d.args_hash, required_role=None, expires_at=d.expires_at,
+        )
+        approver = self._store.get_approver(tenant_id, d.approver_id)
+        reason = verify_decision(d, check=check, approver=approver, now=self.clock.now())
+        if reason is not None:
+            raise ConfigurationError(
+                f"decision {d.nonce!r} by {d.approver_id!r} on request {d.request_id!r} of run "
+                f"{d.run_id} would be refused: {REASON_TEXT[reason]} ({reason})"
+            )
+        name = ANSWER_SIGNAL if d.decision in ("answer", "resolve") else APPROVAL_SIGNAL
+        signed = d.model_dump(mode="json")
+        # Deduplicated by the whole signed decision, not by its nonce alone: a tampered
+        # copy sent first must not shut out the genuine decision.
+        digest = hashlib.sha256(canonical_json(signed)).hexdigest()
+        return self._send(d.run_id, name, signed, tenant_id, f"decision:{digest}",
+                          d.approver_id)
+
+    # -- reading runs -------------------------------------------------------------------
+    def get_run(self, run_id: str, *, tenant_id: str = "default") -> RunRecord:
+        """The run's row (status, step, flow, times); :class:`RunNotFound` when there is
+        no such run in the tenant."""
+        row = self._store.get_run(tenant_id, run_id)
+        if row is None:
+            raise RunNotFound(tenant_id, run_id)
+        return row
+
+    def find_run(self, run_id: str, *, tenant_id: str = "default") -> RunRecord:
+        """The run whose id is ``run_id``, or else the one run whose id starts with it:
+        :class:`RunNotFound` when none does, :class:`~underway.errors.AmbiguousRunId`
+        (naming them) when several do."""
+        row = self._store.get_run(tenant_id, run_id)
+        if row is not None:
+            return row
+        if not run_id:
+            raise RunNotFound(tenant_id, run_id)
+        found = self._store.list_runs(tenant_id, id_prefix=run_id, limit=6)
+        if not found:
+            raise RunNotFound(tenant_id, run_id)
+        if len(found) > 1:
+            raise AmbiguousRunId(tenant_id, run_id, sorted(r.run_id for r in found))
+        return found[0]
+
+    def state(self, run_id: str, *, tenant_id: str = "default") -> RunState:
+        """The run's current state, folded from its journal (from its checkpoint on)."""
+        return self._journal.load(tenant_id, run_id)
+
+    def history(self, run_id: str, *, tenant_id: str = "default") -> list[Recorded]:
+        """Every event of the run, decoded, in order (each with ``seq``, ``at``,
+        ``event``)."""
+        return self._journal.history(tenant_id, run_id)
+
+    def events(self, run_id: str, *, tenant_id: str = "default") -> list[RunEvent]:
+        """Every event of the run, decoded, with its chain hash."""
+        stored = self._store.load_events(tenant_id, run_id)
+        if not stored:
+            raise RunNotFound(tenant_id, run_id)
+        records = self._journal.decode(tenant_id, stored)
+        return [RunEvent(r.seq, r.at, r.event, s.hash)
+                for s, r in zip(stored, records, strict=True)]
+
+    def verify(self, run_id: str, *, tenant_id: str = "default") -> Verification:
+        """Check the run's hash chain, sequence and tail against its row."""
+        return self._journal.verify(tenant_id, run_id)
+
+    def list_runs(
+        self,
+        *,
+        tenant_id: str = "default",
+        status: str | None = None,
+        flow: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+    ) -> RunPage:
+        """A page of the tenant's runs, newest first: only those with ``status``, of
+        ``flow``, created at or after ``since`` and before ``until`` (epoch seconds).
+        Pass the page's ``next_cursor`` as ``cursor`` for the next page: pages follow on
+        exactly, whatever runs are created meanwhile (the cursor is the position of the
+        last run shown, by creation time and id)."""
+        if limit < 1:
+            raise ConfigurationError(f"limit must be at least 1, not {limit}")
+        after = _decode_cursor(cursor) if cursor is not None else None
+        rows = self._store.list_runs(tenant_id, status=status, flow=flow, since=since,
+                                     until=until, after=after, limit=limit + 1)
+        if len(rows) <= limit:
+            return RunPage(rows, None)
+        last = rows[limit - 1]
+        return RunPage(rows[:limit], _encode_cursor(last.created_at, last.run_id))
+
+    def pending_requests(
+        self, *, tenant_id: str = "default", limit: int = 100
+    ) -> list[PendingRequest]:
+        """Runs that wait for a person — an approval, an answer, a resolution of an
+        escalation — with what each asks, soonest expiry first."""
+        found = []
+        for status in ("waiting", "escalated"):
+            for row in self._store.list_runs(tenant_id, status=status, limit=limit):
+                request = request_of(self._journal.load(tenant_id, row.run_id))
+                if request is not None:
+                    found.append(request)
+        return sorted(found, key=lambda r: (r.expires_at, r.run_id))[:limit]
+
+    def pending_request(
+        self, run_id: str, *, tenant_id: str = "default"
+    ) -> PendingRequest | None:
+        """What the run waits for a person to decide (None: nothing); a resolution of an
+        escalated call carries the arguments the call was journaled with."""
+        state = self.state(run_id, tenant_id=tenant_id)
+        request = request_of(state)
+        if request is None or request.kind != "resolution" or request.key is None:
+            return request
+        for rec in self._journal.history(tenant_id, run_id):
+            if isinstance(rec.event, ev.ToolStarted) and rec.event.key == request.key:
+                return replace(request, args=rec.event.args)
+        return request
+
+
+def _encode_cursor(created_at: float, run_id: str) -> str:
+    raw = json.dumps([created_at, run_id], separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> tuple[float, str]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        at, run_id = json.loads(raw)
+        if isinstance(at, int | float) and not isinstance(at, bool) and isinstance(run_id, str):
+            return float(at), run_id
+    except (binascii.Error, ValueError, TypeError):
+        pass
+    raise ConfigurationError(f"invalid cursor {cursor!r}: pass a next_cursor as given")

@@ -1,0 +1,92 @@
+"""What a run waits for a person to decide — an approval, an answer, a resolution — read
+from its folded state."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ..events import JSON
+from ..state import RunState
+
+RequestKind = Literal["approval", "question", "resolution"]
+
+
+@dataclass(frozen=True, slots=True)
+class PendingRequest:
+    """A request a run waits on, with everything a person needs to decide it.
+
+    ``kind``: ``approval`` (a tool call held by policy: ``tool``, ``args`` and their
+    ``args_hash``, ``evidence``, ``risks``), ``question`` (``ctx.ask``: ``question`` and
+    ``context``) or ``resolution`` (an escalation — unknown outcome, deadline, budget:
+    ``cause``, the call's ``key``; or a dead run, ``cause == "dead"``). ``expires_at`` is
+    ``inf`` when the request never expires. ``args`` of a resolution are filled in by
+    :meth:`~underway.client.Client.pending_request` (read from the call's journaled
+    intent), not by :meth:`~underway.client.Client.pending_requests`.
+    """
+
+    run_id: str
+    kind: RequestKind
+    request_id: str
+    tool: str
+    args: JSON
+    args_hash: str
+    evidence: JSON
+    risks: list[str]
+    required_role: str | None
+    expires_at: float
+    question: str | None = None
+    context: JSON = None
+    rule_id: str | None = None
+    policy_version: str | None = None
+    cause: str | None = None
+    key: str | None = None
+
+
+def request_of(state: RunState) -> PendingRequest | None:
+    """The approval request, question or resolution the run waits on, if any."""
+    if state.status == "waiting" and state.pending_approval is not None:
+        p = state.pending_approval
+        return PendingRequest(
+            run_id=state.run_id, kind="approval", request_id=str(p["request_id"]),
+            tool=str(p["tool"]), args=p.get("args"), args_hash=str(p["args_hash"]),
+            evidence=p.get("evidence"), risks=[str(r) for r in p.get("risks") or []],
+            required_role=_opt_str(p.get("required_role")),
+            expires_at=float(p["expires_at"]), rule_id=_opt_str(p.get("rule_id")),
+            policy_version=_opt_str(p.get("policy_version")),
+        )
+    esc = state.escalation
+    if state.status == "escalated" and esc is not None and esc.get("cause") == "question":
+        return PendingRequest(
+            run_id=state.run_id, kind="question", request_id=str(esc["request_id"]), tool="",
+            args=None, args_hash="", evidence=None, risks=[],
+            required_role=_opt_str(esc.get("required_role")),
+            expires_at=_expiry(esc.get("expires_at")), question=_opt_str(esc.get("question")),
+            context=esc.get("context"),
+        )
+    if state.status == "dead" and state.dead_request is not None:
+        return PendingRequest(
+            run_id=state.run_id, kind="resolution", request_id=state.dead_request, tool="",
+            args=None, args_hash="", evidence=None, risks=[], required_role=None,
+            expires_at=float("inf"), question=state.error, cause="dead",
+        )
+    if state.status == "escalated" and esc is not None and esc.get("request_id"):
+        # Anything else a person must settle: an unknown outcome, a deadline, a budget.
+        key = _opt_str(esc.get("key"))
+        call = next((c for c in state.calls if key and c.key == key), None)
+        return PendingRequest(
+            run_id=state.run_id, kind="resolution", request_id=str(esc["request_id"]),
+            tool=str(esc.get("tool") or ""), args=None,
+            args_hash=call.args_hash if call is not None else "", evidence=None, risks=[],
+            required_role=None, expires_at=float("inf"), question=_opt_str(esc.get("reason")),
+            cause=_opt_str(esc.get("cause")), key=key,
+        )
+    return None
+
+
+def _opt_str(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _expiry(value: Any) -> float:
+    return float("inf") if value is None else float(value)

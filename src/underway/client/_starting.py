@@ -1,0 +1,75 @@
+"""Building the run a start creates: its first event, checked against the flow's code when
+the caller has it, journaled raw when it does not."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from pydantic import BaseModel
+
+from .. import events as ev
+from ..errors import ConfigurationError
+from ..events import JSON, canonical_json, genesis_hash
+from ..flow import Flow
+from ..journal import Journal
+from ..store.base import NewRun
+
+
+def new_run(
+    journal: Journal,
+    flow: Flow[Any, Any] | None,
+    name: str,
+    input: JSON | BaseModel,
+    *,
+    now: float,
+    tenant_id: str,
+    run_id: str,
+    idempotency_key: str | None,
+    start_at: float | None,
+    queue: str,
+    deadline: float | None,
+    principal: str | None,
+    roles: Iterable[str],
+) -> NewRun:
+    """The run to create for flow ``name`` (``flow``: its code, when known here).
+
+    With the flow's code the input is parsed now (a bad input raises
+    :class:`ConfigurationError` and nothing is stored) and the run starts with its state
+    and first step. Without it the raw input is journaled unchecked: the first worker that
+    has the flow checks it before any step runs, and fails the run, naming the problem,
+    when it does not match.
+    """
+    if not queue:
+        raise ConfigurationError("queue name must not be empty")
+    if flow is not None:
+        if flow.start_step is None:
+            raise ConfigurationError(f"flow {flow.name!r} has no steps")
+        parsed = flow.parse_input(input)
+        state = flow.initial_state(parsed)
+        event = ev.RunStarted(
+            flow=flow.name, input=parsed.model_dump(mode="json"),
+            state=state.model_dump(mode="json"), first_step=str(flow.start_step),
+            idempotency_key=idempotency_key, deadline=deadline, principal=principal,
+            roles=sorted(set(roles)),
+            signals=None if flow.signals is None else sorted(flow.signals),
+        )
+    else:
+        Flow.check_name(name)
+        raw = input.model_dump(mode="json") if isinstance(input, BaseModel) else input
+        try:
+            canonical_json(raw)
+        except (TypeError, ValueError) as exc:
+            raise ConfigurationError(f"input for flow {name!r} is not JSON: {exc}") from None
+        event = ev.RunStarted(
+            flow=name, input=raw, state=None, first_step="", checked=False,
+            idempotency_key=idempotency_key, deadline=deadline, principal=principal,
+            roles=sorted(set(roles)),
+        )
+    blobs: dict[str, bytes] = {}
+    stored = journal.encode(tenant_id, [(1, now, event)], genesis_hash(tenant_id, run_id), blobs)
+    return NewRun(
+        tenant_id=tenant_id, run_id=run_id, flow=event.flow, idempotency_key=idempotency_key,
+        first_event=stored[0], blobs=blobs, step=event.first_step, now=now,
+        next_wake_at=start_at if start_at is not None else now, queue=queue,
+    )

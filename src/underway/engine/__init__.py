@@ -1,0 +1,27 @@
+"""The executor: activates leased runs and executes their steps.
+
+Modules, each named for what it holds: ``_executor`` (:class:`Engine`: claiming, the
+activation loop, finishing a step, leaving the worker), ``_activation`` (a leased run's
+buffered events and its fenced commit), ``_calls`` (step execution and the call path: the
+one door every tool call passes), ``_inbox`` (control signals and signed decisions read at
+a step boundary), ``_registry`` (flows and tools by name) and ``_stops`` (how a step stops
+short). Operator actions live in :mod:`underway.client`; an engine's own ``start``,
+``signal``... are its client's.
+"""
+
+from __future__ import annotations
+
+from ..control import CANCEL, RESOLVE, RESUME
+from ._activation import question_expiry
+from ._calls import StepExecution
+from ._executor import IDLE_CLAIM_BACKOFF, Engine
+
+__all__ = [
+    "CANCEL",
+    "IDLE_CLAIM_BACKOFF",
+    "RESOLVE",
+    "RESUME",
+    "Engine",
+    "StepExecution",
+    "question_expiry",
+]

@@ -1,0 +1,140 @@
+"""An activation: a leased run being advanced, its folded state and the events not yet
+committed, and how a commit turns them into one fenced append."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from .. import events as ev
+from .. import faults
+from ..state import Recorded, RunState, apply
+from ..store.base import AppendBatch, Lease, RunUpdate
+from ._stops import Unencodable
+
+if TYPE_CHECKING:
+    from ._executor import Engine
+
+_T = TypeVar("_T")
+
+
+@dataclass
+class Activation:
+    """A leased run being advanced: its folded state and the events not yet committed."""
+
+    engine: Engine
+    lease: Lease
+    state: RunState
+    last_hash: str
+    checkpoint_seq: int
+    pending: list[tuple[int, float, ev.Event]] = field(default_factory=list)
+    consumed: list[str] = field(default_factory=list)
+    control_pending: bool = False
+    due_at: float | None = None
+    """The run row's ``next_wake_at`` when claimed (in the past: the run was due)."""
+    row_status: str = "ready"
+    """The status the run row shows; the row is rewritten only when this must change."""
+    lost: bool = False
+    """Set by the heartbeat when the lease was lost to another worker."""
+    after_commit: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    """Work that must wait until the buffered events are durable (notifications)."""
+    store_error: Exception | None = None
+    """A database failure met inside a step: the activation ends and the run is handed
+    back (never dead-lettered: the run did nothing wrong), even if step code caught it."""
+
+    async def store(self, fn: Callable[..., _T], *args: Any) -> _T:
+        """A store call made while a step runs (remembered if it fails)."""
+        try:
+            return await self.engine.io(fn, *args)
+        except Exception as exc:
+            self.store_error = exc
+            raise
+
+    def buffer(self, event: ev.Event) -> None:
+        at = self.engine.clock.now()
+        seq = self.state.seq + 1
+        apply(self.state, Recorded(seq, at, event))
+        self.pending.append((seq, at, event))
+
+    async def commit(self, *, release: bool = False, force_checkpoint: bool = False) -> None:
+        if not self.pending:
+            return
+        eng, s = self.engine, self.state
+        blobs: dict[str, bytes] = {}
+        try:
+            checkpoint = None
+            if force_checkpoint or release or s.seq - self.checkpoint_seq >= eng.checkpoint_every:
+                # The last event commits to the checkpoint's digest: see underway.checkpoint.
+                stored, checkpoint = eng.journal.encode_checkpointed(
+                    s, self.pending, self.last_hash, blobs
+                )
+            else:
+                stored = eng.journal.encode(s.tenant_id, self.pending, self.last_hash, blobs)
+        except (TypeError, ValueError) as exc:
+            kinds = sorted({type(e).__name__ for _, _, e in self.pending})
+            raise Unencodable(
+                f"the step produced data that cannot be journaled ({exc}) in one of "
+                f"{', '.join(kinds)}; return and record only JSON values"
+            ) from exc
+        fresh = eng.journal.unknown_blobs(s.tenant_id, blobs)
+        now = eng.clock.now()
+        # The run row is a projection: a step that leaves the run ready and leased changes
+        # nothing a reader of the row needs, so only its events are written.
+        update = (
+            run_update(s, now, self.due_at)
+            if release or s.status != self.row_status else None
+        )
+        batch = AppendBatch(
+            tenant_id=s.tenant_id,
+            run_id=s.run_id,
+            expected_seq=self.pending[0][0] - 1,
+            fence=self.lease.token,
+            events=stored,
+            now=now,
+            update=update,
+            blobs=fresh,
+            checkpoint=checkpoint,
+            consumed_signals=self.consumed,
+            release=release,
+        )
+        faults.point("append.before_commit")
+        self.control_pending = await self.store(eng.store.append, batch)
+        faults.point("append.after_commit")
+        eng.journal.remember(s.tenant_id, fresh)
+        self.last_hash = stored[-1].hash
+        if update is not None:
+            self.row_status = update.status
+        if checkpoint is not None:
+            self.checkpoint_seq = checkpoint[0]
+        self.pending, self.consumed = [], []
+        todo, self.after_commit = self.after_commit, []
+        for fn in todo:
+            await fn()
+
+
+def run_update(s: RunState, now: float, due_at: float | None) -> RunUpdate:
+    if s.status == "ready":
+        # A ready run keeps the due time it was claimed with: it stays claimable if this
+        # worker dies, and an unchanged indexed column spares index writes on every step.
+        return RunUpdate("ready", s.step, due_at if due_at is not None else now)
+    if s.status == "waiting":
+        wake = s.wake_at
+        if s.deadline is not None and not s.deadline_escalated:
+            wake = s.deadline if wake is None else min(wake, s.deadline)
+        return RunUpdate("waiting", s.step, wake, s.waiting_signal)
+    if s.status == "escalated":
+        reason = s.escalation.get("reason") if s.escalation else None
+        # A question that expires is woken then, to tell the step nobody answered.
+        return RunUpdate("escalated", s.step, question_expiry(s), None, str(reason))
+    return RunUpdate(s.status, s.step, None, None, s.error)
+
+
+def question_expiry(s: RunState) -> float | None:
+    """When the question the run waits on expires (None: it is no question, or it never
+    expires)."""
+    esc = s.escalation
+    if s.status != "escalated" or esc is None or esc.get("cause") != "question":
+        return None
+    at = esc.get("expires_at")
+    return float(at) if isinstance(at, int | float) else None

@@ -1,0 +1,581 @@
+"""Step execution and the call path: what a :class:`~underway.flow.RunContext` does —
+memoized tool and model calls through the one door (the whole guard, the circuit, the
+journaled intent, the call), questions, and journaled values."""
+
+from __future__ import annotations
+
+import functools
+import json
+import random
+import sys
+import time
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
+
+from pydantic import ValidationError
+
+from .. import events as ev
+from .. import faults
+from ..effects import COMPENSATE_SUFFIX, CallInfo, Model, Tool, args_hash, idempotency_key
+from ..errors import ConfigurationError, NonDeterminismError, ToolCallError, is_store_failure
+from ..events import JSON, canonical_json
+from ..guard import call_counts, call_usage, money_refusal
+from ..secrets import mask, resolve
+from ..state import REFUSAL_ERRORS, request_id_for, shadow_result
+from ._activation import Activation
+from ._stops import DeadLetter, Escalate, Stop, Suspend
+
+if TYPE_CHECKING:
+    from ..budgets import Budget
+
+
+class StepExecution:
+    """The engine side of a :class:`RunContext`: memoized calls and journaled values."""
+
+    def __init__(self, act: Activation, step: str) -> None:
+        self._act = act
+        s = act.state
+        self.run_id, self.tenant_id, self.step = s.run_id, s.tenant_id, step
+        self.attempt = s.attempt
+        self.idempotency_key = s.idempotency_key
+        # A loop revisits a step: keys must differ per visit, yet not per attempt.
+        self.ordinal = s.steps_completed
+        self.signal = s.signal
+        self.timed_out = s.timed_out
+        self.clock = act.engine.clock.now
+        self._calls = 0
+        self._values = 0
+        self.broken: NonDeterminismError | None = None
+        self._decision: str | None = None
+
+    def _record(self, index: int, kind: str, args: str) -> Any:
+        rec = self._act.state.call(index)
+        if rec is None or (rec.status == "retry" and not rec.tool):
+            return rec
+        # A held call whose arguments changed is refused by the caller, not a replay bug.
+        held = rec.status in ("awaiting", "approved")
+        if rec.tool != kind or (
+            not held and rec.args_hash and args and rec.args_hash != args
+        ):
+            self.broken = NonDeterminismError(
+                self.run_id, self.step, index, f"{rec.tool}({rec.args_hash[:12]})",
+                f"{kind}({args[:12]})",
+            )
+            raise self.broken
+        return rec
+
+    async def call(
+        self, tool: Tool | str, args: JSON, *, labels: frozenset[str] = frozenset(),
+        evidence: JSON = None, risks: list[str] | None = None,
+    ) -> JSON:
+        t = self._act.engine.tool(tool)
+        index = self._calls
+        self._calls += 1
+        try:
+            h = args_hash(t.name, args)
+        except (TypeError, ValueError) as exc:
+            raise ConfigurationError(
+                f"arguments to tool {t.name!r} in step {self.step!r} are not JSON: {exc}"
+            ) from exc
+        rec = self._record(index, t.name, h)
+        # A call already journaled keeps the key it was journaled with, even if this
+        # version of the engine would derive keys differently.
+        key = rec.key if rec is not None and rec.key else idempotency_key(
+            self.run_id, self.step, index, ordinal=self.ordinal
+        )
+        if rec is not None and rec.status == "succeeded":
+            return rec.result
+        if rec is not None and rec.status == "failed":
+            if rec.maybe_happened:
+                # An earlier attempt may have taken effect and the attempt after it was
+                # refused: the step must not be told the call failed.
+                self._unknown(t, key, index, f"and trying it again was refused: {rec.message}")
+            raise ToolCallError(
+                t.name, rec.error_type or "Error", rec.message or "", retryable=rec.retryable
+            )
+        if rec is not None and rec.status in ("awaiting", "approved") and rec.args_hash != h:
+            self._refuse(t, key, index, h, "approval_invalid",
+                         "the arguments differ from those the approval was requested for")
+        if rec is not None and rec.status == "awaiting":
+            raise Escalate(f"call {key} of {t.name!r} awaits an approval but the run went on; "
+                            "resolve with retry to ask again", key, t.name, index)
+        if rec is not None and rec.status == "started":
+            # Unknown outcome: the intent is journaled, the outcome is not.
+            settled = await self._settle_unknown(t, args, key, index, h)
+            if settled is not None:
+                return settled[0]
+        return await self._door(t, args, key, index, h, rec, labels, evidence, risks or [])
+
+    async def _door(
+        self, t: Tool, args: JSON, key: str, index: int, h: str, rec: Any,
+        labels: frozenset[str], evidence: JSON, risks: list[str],
+    ) -> JSON:
+        """The one door every execution of a tool passes through — a first attempt, a
+        retry after an error or a back-off, after a resolution or a resume, a re-run after
+        a crash or after ``reconcile`` said the effect did not happen: the whole guard at
+        this moment (allow-list, schema, budgets, policy, an approval verified now), then
+        the circuit, the journaled intent, and the call."""
+        maybe_happened = rec is not None and rec.maybe_happened
+        try:
+            shadowed = await self._guard(t, args, key, index, h, rec, labels, evidence, risks)
+        except ToolCallError as exc:
+            if maybe_happened:
+                self._unknown(t, key, index, f"and trying it again was refused: {exc.message}")
+            raise
+        except Exception as exc:
+            if is_store_failure(exc):
+                # The database's failure, not the run's: hand the run back, try later.
+                self._act.store_error = exc
+                raise
+            # Whatever the guard cannot interpret is a refusal, never a pass.
+            self._refuse(t, key, index, h, "guard_error",
+                         f"the guard could not decide on this call: {type(exc).__name__}: {exc}")
+        if shadowed:
+            return shadow_result(t.name)
+        await self._admit(t, key, index, h)
+        # A re-run after a crash reuses the intent already journaled (same key, same args).
+        if t.mutating and (rec is None or rec.status != "started"):
+            self._act.buffer(ev.ToolStarted(
+                key=key, tool=t.name, index=index, args=args, args_hash=h,
+                sandbox_profile=t.sandbox.digest() if t.sandbox is not None else None,
+                policy_decision=self._decision,
+            ))
+            await self._act.commit()
+        try:
+            result = await self._execute(t, args, key, index, h)
+        except ToolCallError as exc:
+            await self._settle_circuit(t, exc.error_type)
+            if t.mutating and exc.error_type in LOST_TRACK:
+                return await self._timed_out(t, args, key, index, h, exc)
+            self._retry_or_raise(t, key, index, exc)
+            raise
+        await self._settle_circuit(t, None)
+        return result
+
+    async def _settle_unknown(
+        self, t: Tool, args: JSON, key: str, index: int, h: str
+    ) -> tuple[JSON] | None:
+        """Settle a call whose intent is journaled and whose outcome is not: ``(result,)``
+        when ``reconcile`` found it happened; None when it must run again through the door
+        (an idempotent tool with the same key, or ``reconcile`` found it did not happen);
+        otherwise the run escalates to a person."""
+        if t.idempotent:
+            return None
+        if t.reconcile is None:
+            self._unknown(t, key, index, "and it has no reconcile hook; confirm whether it "
+                                         "happened")
+        found = await t.reconcile(key)
+        if found.outcome == "happened":
+            self._act.buffer(ev.ToolSucceeded(
+                key=key, tool=t.name, index=index, args_hash=h, result=found.result,
+                reconciled=True, counts=call_counts(t, args),
+            ))
+            return (found.result,)
+        if found.outcome == "unknown":
+            self._unknown(t, key, index, "and its reconcile hook could not tell whether it "
+                                         "took effect")
+        self._act.buffer(ev.ToolReconciled(key=key, tool=t.name, index=index, args_hash=h))
+        return None
+
+    async def _timed_out(
+        self, t: Tool, args: JSON, key: str, index: int, h: str, exc: ToolCallError
+    ) -> JSON:
+        """A mutating call timed out or lost its connection: it may have happened. An
+        idempotent tool is tried again with the same key on its retry policy (durable
+        timer); ``reconcile`` is asked; else — or once retries are spent — a person
+        decides. Never retried blindly, never recorded as not having happened."""
+        if t.idempotent:
+            self._retry_or_raise(t, key, index, exc)
+            self._unknown(t, key, index, f"after {exc.error_type}: {exc.message}")
+        settled = await self._settle_unknown(t, args, key, index, h)
+        if settled is not None:
+            return settled[0]
+        # reconcile says it did not happen: now it is an ordinary failure.
+        self._retry_or_raise(t, key, index, exc)
+        raise exc
+
+    def _unknown(self, t: Tool, key: str, index: int, why: str) -> NoReturn:
+        raise Escalate(
+            f"outcome of tool {t.name!r} (key {key}) is unknown {why}",
+            key, t.name, index, cause="unknown_outcome",
+        )
+
+    def _refuse(self, t: Tool, key: str, index: int, h: str, cause: str, reason: str) -> NoReturn:
+        self._act.buffer(ev.ToolRefused(
+            key=key, tool=t.name, index=index, args_hash=h, cause=cause,
+            reason=reason,
+        ))
+        raise ToolCallError(t.name, REFUSAL_ERRORS[cause], reason, retryable=False)
+
+    async def _guard(
+        self, t: Tool, args: JSON, key: str, index: int, h: str, rec: Any,
+        labels: frozenset[str], evidence: JSON, risks: list[str],
+    ) -> bool:
+        """Allow-list, schema, budgets, policy, approval and shadow mode, in that order;
+        True when the call is shadowed (journaled, not executed)."""
+        act, eng = self._act, self._act.engine
+        s, flow, guard = act.state, eng._flow(act.state.flow), eng.guard
+        self._decision = None
+        if flow.allowed_tools is not None and allowed_name(t.name) not in flow.allowed_tools:
+            self._refuse(t, key, index, h, "not_allowed",
+                         f"tool {t.name!r} is not on the allow-list of flow {flow.name!r}")
+        if t.args_model is not None:
+            try:
+                t.args_model.model_validate(args)
+            except ValidationError as exc:
+                self._schema_failed(t, key, index, "args", exc)
+        unreadable = money_refusal(t, args)
+        if unreadable is not None:
+            self._refuse(t, key, index, h, "policy_denied", unreadable)
+        now = eng.clock.now()
+        if guard.has_budget(flow):
+            over = guard.over_budget(flow, eng.store, s, call_usage(t, args), now,
+                                     [e for _, _, e in act.pending])
+            if over is not None:
+                self._over_budget(over[0], over[1], t.name)
+        policy = guard.policy_for(flow)
+        shadow = t.mutating and guard.shadow_for(flow)
+        if policy is None:
+            # No policy: nothing to decide or journal; the call goes ahead (or is shadowed).
+            if shadow:
+                act.buffer(ev.ToolShadowed(
+                    key=key, tool=t.name, index=index, args=args, args_hash=h, decision="allow",
+                ))
+            return shadow
+        d = guard.decide(flow, eng.store, s, t, args, labels, now)
+        act.buffer(ev.PolicyDecided(
+            key=key, tool=t.name, index=index, args_hash=h, decision=d.outcome,
+            rule_id=d.rule_id, policy_version=d.policy_version, reason=d.reason,
+            policy_digest=policy.digest,
+        ))
+        if d.outcome == "deny":
+            self._refuse(t, key, index, h, "policy_denied",
+                         d.reason or f"denied by policy rule {d.rule_id}")
+        if d.outcome == "require_approval" and not shadow and key in s.approvals:
+            # Approved before: the approval must still hold for exactly this call, now.
+            reason = await eng.verify_approval(s, key, t.name, h)
+            if reason is not None:
+                cause = "approval_expired" if reason == "expired" else "approval_invalid"
+                self._refuse(t, key, index, h, cause,
+                             f"the approval of this call no longer holds: {reason}")
+            self._decision = "approved"
+            return False
+        if d.outcome == "require_approval" and not shadow:
+            ttl = d.expires_in if d.expires_in is not None else guard.approval_ttl
+            asked = rec.approval_requests if rec is not None and rec.key == key else 0
+            request = ev.ApprovalRequested(
+                request_id=request_id_for(key, asked + 1), key=key, tool=t.name, index=index,
+                args=args, args_hash=h, evidence=evidence, risks=risks,
+                required_role=d.approver_role, expires_at=now + ttl, rule_id=d.rule_id,
+                policy_version=d.policy_version,
+            )
+            act.buffer(request)
+            if guard.notifier is not None:
+                act.after_commit.append(functools.partial(eng.notify, s, request))
+            raise Suspend
+        self._decision = d.outcome if d.rule_id is not None else None
+        if shadow:
+            act.buffer(ev.ToolShadowed(
+                key=key, tool=t.name, index=index, args=args, args_hash=h, decision=d.outcome,
+            ))
+            return True
+        return False
+
+    def _over_budget(self, budget: Budget, exceeded: Any, tool: str | None) -> NoReturn:
+        action = budget.on_exceed
+        self._act.buffer(ev.BudgetExceeded(
+            metric=exceeded.metric, limit=float(exceeded.limit), used=float(exceeded.used),
+            scope=exceeded.scope, action=action, tool=tool,
+        ))
+        reason = (
+            f"{exceeded.scope} budget for {exceeded.metric} would be exceeded "
+            f"(limit {exceeded.limit:g}, would reach {exceeded.used:g})"
+            + (f" by a call of {tool!r}" if tool else "")
+        )
+        if action == "fail":
+            raise Stop(ev.RunFailed(reason=reason, error_type="BudgetExceeded", step=self.step))
+        raise Escalate(reason + "; raise the budget and resolve with retry, or cancel",
+                        None, tool, None, cause="budget")
+
+    async def ask(self, question: str, *, context: JSON, role: str | None,
+                  expires_in: float | None = None) -> JSON:
+        index = self._calls
+        self._calls += 1
+        rec = self._record(index, "ask", "")
+        if rec is not None and rec.status == "succeeded":
+            return rec.result
+        if rec is not None and rec.status == "failed":
+            raise ToolCallError("ask", rec.error_type or "QuestionExpired", rec.message or "",
+                                retryable=False)
+        key = rec.key if rec is not None and rec.key else idempotency_key(
+            self.run_id, self.step, index, ordinal=self.ordinal
+        )
+        event = ev.Escalated(
+            reason=f"question: {question}", key=key, tool="ask", index=index,
+            cause="question", request_id=request_id_for(key), question=question,
+            context=context, required_role=role,
+            expires_at=None if expires_in is None else self._act.engine.clock.now() + expires_in,
+        )
+        eng = self._act.engine
+        if eng.guard.notifier is not None:
+            self._act.after_commit.append(
+                functools.partial(eng.notify, self._act.state, event)
+            )
+        raise Escalate.about(event)
+
+    async def _admit(self, t: Tool, key: str, index: int, h: str) -> None:
+        """Fail fast, journaled as ``CircuitOpen``, when the tool's circuit is open."""
+        if t.circuit is None:
+            return
+        eng = self._act.engine
+        verdict = await self._act.store(functools.partial(
+            eng.store.circuit_admit, t.circuit.scope(self.tenant_id), t.name,
+            now=eng.clock.now(), cooldown=t.circuit.cooldown,
+        ))
+        if verdict != "open":
+            return
+        message = f"circuit of tool {t.name!r} is open after repeated failures; re-plan or wait"
+        self._act.buffer(ev.ToolFailed(
+            key=key, tool=t.name, index=index, args_hash=h, error_type="CircuitOpen",
+            message=message, retryable=False,
+        ))
+        raise ToolCallError(t.name, "CircuitOpen", message, retryable=False)
+
+    async def _settle_circuit(self, t: Tool, error_type: str | None) -> None:
+        """Tell the shared circuit how the call went (schema errors are not the tool's fault)."""
+        if t.circuit is None or error_type in ("CircuitOpen", "SchemaValidationFailed"):
+            return
+        eng = self._act.engine
+        await self._act.store(functools.partial(
+            eng.store.circuit_record, t.circuit.scope(self.tenant_id), t.name,
+            ok=error_type is None, now=eng.clock.now(),
+            threshold=t.circuit.failure_threshold, cooldown=t.circuit.cooldown,
+        ))
+
+    def _retry_or_raise(self, t: Tool, key: str, index: int, exc: ToolCallError) -> None:
+        """Schedule the next attempt on a durable timer (suspending the step), or return so
+        the failure reaches the step."""
+        policy = t.retry
+        if policy is None or exc.error_type in ("SchemaValidationFailed", "CircuitOpen"):
+            return
+        if not policy.retries(exc.error_type, exc.retryable):
+            return
+        s, eng = self._act.state, self._act.engine
+        rec = s.call(index)
+        attempts = rec.attempts if rec is not None else 1
+        if attempts >= policy.max_attempts:
+            return
+        if eng.retry_budget is not None and s.retries >= eng.retry_budget:
+            raise DeadLetter(
+                f"retry budget of {eng.retry_budget} retries per run is exhausted; last: "
+                f"{t.name} failed with {exc.error_type}: {exc.message}",
+                "RetryBudgetExhausted",
+            )
+        delay = policy.delay(attempts + 1, random.random(), hint=exc.retry_after)
+        timer = f"retry-{s.seq + 1}"
+        self._act.buffer(ev.RetryScheduled(
+            key=key, tool=t.name, index=index, attempt=attempts + 1, timer_id=timer,
+            delay_s=delay,
+        ))
+        self._act.buffer(ev.TimerSet(timer_id=timer, wake_at=eng.clock.now() + delay))
+        raise Suspend
+
+    async def _execute(self, t: Tool, args: JSON, key: str, index: int, h: str) -> JSON:
+        s = self._act.state
+        secrets = resolve(self._act.engine.guard.secrets, t.secrets)
+        info = CallInfo(key, self.tenant_id, self.run_id, self.step, index,
+                        self._act.lease.token, s.principal, tuple(s.roles), secrets)
+        faults.point("effect.before_run")
+        began = time.perf_counter()
+        try:
+            result = await t.invoke(args, info)
+        except TimeoutError:
+            self._act.buffer(ev.ToolTimedOut(
+                key=key, tool=t.name, index=index, args_hash=h, timeout_s=t.timeout
+            ))
+            raise ToolCallError(
+                t.name, "ToolTimedOut", f"timed out after {t.timeout}s", retryable=True
+            ) from None
+        except Exception as exc:
+            if t.mutating and lost_track(exc):
+                message = mask(str(exc), secrets) or type(exc).__name__
+                self._act.buffer(ev.ToolOutcomeUnknown(
+                    key=key, tool=t.name, index=index, args_hash=h,
+                    error_type=type(exc).__name__, message=message,
+                ))
+                raise ToolCallError(t.name, "OutcomeUnknown", message, retryable=True) from None
+            # With a retry policy a failure is retryable unless the error says otherwise.
+            retryable = bool(getattr(exc, "retryable", t.retry is not None))
+            message = mask(str(exc), secrets)
+            self._act.buffer(ev.ToolFailed(
+                key=key, tool=t.name, index=index, args_hash=h, error_type=type(exc).__name__,
+                message=message, retryable=retryable,
+                latency_ms=(time.perf_counter() - began) * 1000,
+            ))
+            raise ToolCallError(
+                t.name, type(exc).__name__, message, retryable=retryable,
+                retry_after=getattr(exc, "retry_after", None),
+            ) from (None if secrets else exc)
+        faults.point("effect.after_run")
+        latency = (time.perf_counter() - began) * 1000
+        try:
+            if t.result_model is not None:
+                result = t.result_model.model_validate(result).model_dump(mode="json")
+            canonical_json(result)
+        except ValidationError as exc:
+            self._schema_failed(t, key, index, "result", exc)
+        except (TypeError, ValueError) as exc:
+            self._act.buffer(ev.SchemaValidationFailed(
+                key=key, tool=t.name, index=index, where="result",
+                errors=[{"msg": f"result is not JSON: {exc}"}],
+            ))
+            raise ToolCallError(
+                t.name, "SchemaValidationFailed", f"result is not JSON: {exc}", retryable=False
+            ) from exc
+        self._act.buffer(ev.ToolSucceeded(
+            key=key, tool=t.name, index=index, args_hash=h, result=result, latency_ms=latency,
+            counts=call_counts(t, args),
+        ))
+        return result
+
+    def _schema_failed(
+        self, t: Tool, key: str, index: int, where: Literal["args", "result"],
+        exc: ValidationError,
+    ) -> NoReturn:
+        self._act.buffer(ev.SchemaValidationFailed(
+            key=key, tool=t.name, index=index, where=where,
+            errors=json.loads(exc.json(include_url=False)),
+        ))
+        raise ToolCallError(
+            t.name, "SchemaValidationFailed", f"{where} do not match the schema: {exc}",
+            retryable=False,
+        ) from exc
+
+    async def model(self, model: Model, request: JSON) -> JSON:
+        index = self._calls
+        self._calls += 1
+        rec = self._record(index, "model", "")
+        if rec is not None and rec.status == "succeeded":
+            return rec.result
+        key = idempotency_key(self.run_id, self.step, index, ordinal=self.ordinal)
+        eng = self._act.engine
+        flow = eng._flow(self._act.state.flow)
+        if eng.guard.has_budget(flow):
+            from ..budgets import Usage
+
+            over = eng.guard.over_budget(
+                flow, eng.store, self._act.state, Usage(model_calls=1), eng.clock.now(),
+                [e for _, _, e in self._act.pending],
+            )
+            if over is not None:
+                self._over_budget(over[0], over[1], None)
+        self._check_route_budget(model, request)
+        began = time.perf_counter()
+        try:
+            reply = await model.complete(request)
+        except Exception as exc:
+            if not getattr(exc, "retryable", False):
+                raise
+            self._retry_model(key, index, rec, exc)
+        self._act.buffer(ev.ModelResponded(
+            key=key, index=index, model=reply.model, request=request, response=reply.response,
+            tokens_in=reply.tokens_in, tokens_out=reply.tokens_out, cost_usd=reply.cost_usd,
+            latency_ms=(time.perf_counter() - began) * 1000,
+        ))
+        await self._act.commit()
+        return reply.response
+
+    def _check_route_budget(self, model: Model, request: JSON) -> None:
+        """A :class:`~underway.models.ModelRouter` with route budgets: refuse a call whose
+        route has spent its budget in this run (usage folded from the journal)."""
+        from ..models.routing import ModelRouter, RouteUsage, budget_breaches
+
+        if not isinstance(model, ModelRouter) or not model.budgets:
+            return
+        kind = request.get("kind", "default") if isinstance(request, dict) else "default"
+        route = model.route(str(kind))
+        if route not in model.budgets:
+            return
+        used = RouteUsage()
+        for k, u in self._act.state.model_usage.items():
+            if model.route(k) == route:
+                used = RouteUsage(
+                    used.calls + int(u["calls"]), used.tokens_in + int(u["tokens_in"]),
+                    used.tokens_out + int(u["tokens_out"]), used.cost_usd + float(u["cost_usd"]),
+                )
+        found = budget_breaches({route: used}, {route: model.budgets[route]})
+        if found:
+            b = found[0]
+            self._act.buffer(ev.BudgetExceeded(
+                metric=f"route.{route}.{b.limit}", limit=float(b.allowed), used=float(b.used),
+                scope="run", action="escalate",
+            ))
+            raise Escalate(
+                f"model route {route!r} has spent its budget ({b}); raise the RouteBudget "
+                "and resolve with retry, or cancel", None, None, None, cause="budget",
+            )
+
+    def _retry_model(self, key: str, index: int, rec: Any, exc: Exception) -> NoReturn:
+        """A provider's transient failure (rate limit, outage) that outlasted the adapter's
+        own retries: wait on a durable timer, holding no worker, then ask again."""
+        s, eng = self._act.state, self._act.engine
+        attempt = (rec.attempts if rec is not None else 1) + 1
+        if eng.retry_budget is not None and s.retries >= eng.retry_budget:
+            raise DeadLetter(
+                f"retry budget of {eng.retry_budget} retries per run is exhausted; last: "
+                f"model call failed with {type(exc).__name__}: {exc}", "RetryBudgetExhausted",
+            )
+        hinted = getattr(exc, "retry_after", None)
+        delay = (float(hinted) if hinted
+                 else min(600.0, 2.0 ** attempt) * (0.5 + random.random() / 2))
+        timer = f"retry-{s.seq + 1}"
+        self._act.buffer(ev.RetryScheduled(
+            key=key, tool="model", index=index, attempt=attempt, timer_id=timer, delay_s=delay,
+        ))
+        self._act.buffer(ev.TimerSet(timer_id=timer, wake_at=eng.clock.now() + delay))
+        raise Suspend
+
+    def note(self, event: ev.PlanCreated | ev.PlanRevised | ev.ToolSelected) -> bool:
+        """Journal an agent's own event once (a re-run of the step does not repeat it);
+        True when it was new."""
+        index = self._values
+        self._values += 1
+        if index < len(self._act.state.values):
+            return False
+        self._act.buffer(event)
+        return True
+
+    def value(self, kind: Any, fresh: JSON) -> JSON:
+        index = self._values
+        self._values += 1
+        values = self._act.state.values
+        if index < len(values):
+            return values[index]
+        self._act.buffer(ev.ValueRecorded(kind=kind, index=index, value=fresh))
+        return fresh
+
+
+LOST_TRACK = frozenset({"ToolTimedOut", "OutcomeUnknown"})
+"""Error types of a mutating call whose outcome is unknown (not a failure)."""
+
+
+def lost_track(exc: BaseException) -> bool:
+    """True when ``exc`` means the request may have reached the outside world and its
+    answer was lost: :class:`~underway.errors.OutcomeUnknown`, a connection reset or broken
+    pipe, or an HTTP client's read/write error or read timeout (httpx)."""
+    if getattr(exc, "outcome_unknown", False):
+        return True
+    if isinstance(exc, ConnectionResetError | BrokenPipeError | ConnectionAbortedError):
+        return True
+    httpx = sys.modules.get("httpx")
+    if httpx is not None and isinstance(exc, httpx.ReadError | httpx.WriteError
+                                        | httpx.ReadTimeout | httpx.WriteTimeout
+                                        | httpx.RemoteProtocolError):
+        return True
+    cause = exc.__cause__ or exc.__context__
+    return cause is not None and cause is not exc and lost_track(cause)
+
+
+def allowed_name(name: str) -> str:
+    """The name an allow-list must hold for a call of ``name``: undoing an allowed tool
+    (``<tool>.compensate``) is allowed with the tool."""
+    return name.removesuffix(COMPENSATE_SUFFIX)

@@ -1,0 +1,506 @@
+"""The executor: activating leased runs and advancing them step by step.
+
+One *activation* holds a run's lease and advances it until it waits, finishes or needs a
+person. Events are buffered and committed together at the points where durability
+matters: before a mutating effect runs (its intent), after a model responds, and at the
+end of each step (outcome, ``StepCompleted`` and, when due, a checkpoint), all fenced by
+the lease token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from pydantic import BaseModel
+
+from .. import events as ev
+from .. import faults
+from ..client import Client
+from ..clock import Clock, SystemClock
+from ..codec import Codec
+from ..effects import Tool
+from ..errors import (
+    ConfigurationError,
+    FencedError,
+    NonDeterminismError,
+    RunCancelledSignal,
+    RunNotFound,
+    is_store_failure,
+)
+from ..events import JSON, canonical_json
+from ..flow import Done, Fail, Flow, Goto, Next, RunContext, Sleep, Wait
+from ..guard import Guard
+from ..identity import worker_identity
+from ..journal import Journal
+from ..jsonpatch import make_patch
+from ..secrets import SecretProvider
+from ..state import RunState
+from ..store.base import Lease, NewRun, Store
+from ._activation import Activation, question_expiry, run_update
+from ._calls import StepExecution
+from ._inbox import read_inbox, verify_approval
+from ._registry import Registry
+from ._stops import DeadLetter, Escalate, Stop, Suspend, Unencodable
+
+if TYPE_CHECKING:
+    from ..approvals.notify import Notifier
+    from ..budgets import Budget
+    from ..policy import Policy
+
+_T = TypeVar("_T")
+
+IDLE_CLAIM_BACKOFF = 300.0
+"""Seconds before a run claimed with nothing to do, and no wake time of its own, is due
+again (a row that disagrees with its journal)."""
+
+
+class Engine:
+    """Runs flows against a store: activates leased runs and executes their steps. Use one
+    engine per process; it is not a singleton.
+
+    Operator actions — :meth:`start`, :meth:`signal`, :meth:`cancel`, :meth:`resolve`,
+    :meth:`resume`, :meth:`submit_decision`, :meth:`state` — are those of its
+    :attr:`client` (a :class:`~underway.client.Client` that knows this engine's flows); a
+    process that only steers runs needs a client, not an engine.
+
+    ``lease_ttl``: seconds a lease lasts unless renewed (heartbeats renew it while a step
+    runs). ``checkpoint_every``: write a checkpoint at least every this many events (and
+    always when a run leaves the worker: waiting, escalated, dead or finished).
+    ``retry_budget``: retries one run may spend across all its tools before it stops dead
+    (``None``: no limit). ``offload_io``: run store round trips on threads, for many
+    concurrent activations on one event loop (a :class:`~underway.worker.Worker` sets it).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        flows: Iterable[Flow[Any, Any]] = (),
+        tools: Iterable[Tool] = (),
+        clock: Clock | None = None,
+        codec: Codec | None = None,
+        owner: str | None = None,
+        lease_ttl: float = 30.0,
+        checkpoint_every: int = 100,
+        retry_budget: int | None = 100,
+        offload_io: bool = False,
+        guard: Guard | None = None,
+        policy: Policy | None = None,
+        environment: str | None = None,
+        budget: Budget | None = None,
+        tenant_budget: Budget | None = None,
+        shadow: bool | None = None,
+        secrets: SecretProvider | None = None,
+        notifier: Notifier | None = None,
+        signed_resolutions: bool | None = None,
+    ) -> None:
+        self.guard = guard or Guard()
+        for name, value in (
+            ("policy", policy), ("environment", environment), ("budget", budget),
+            ("tenant_budget", tenant_budget), ("shadow", shadow), ("secrets", secrets),
+            ("notifier", notifier), ("signed_resolutions", signed_resolutions),
+        ):
+            if value is not None:
+                setattr(self.guard, name, value)
+        self.store = store
+        self.journal = Journal(store, codec)
+        self.guard.codec = self.journal.codec
+        self.clock: Clock = clock or SystemClock()
+        self.registry = Registry()
+        self.flows: dict[str, Flow[Any, Any]] = self.registry.flows
+        """The flows this engine runs, by name."""
+        self.tools: dict[str, Tool] = self.registry.tools
+        """The tools its flows call, by name."""
+        self.owner = owner or worker_identity()
+        self.lease_ttl = lease_ttl
+        self.checkpoint_every = checkpoint_every
+        self.retry_budget = retry_budget
+        self.offload_io = offload_io
+        self.client = Client._for_executor(store, self.journal, self.clock, self.flows)
+        """The client this engine's operator actions (start, signal, cancel...) go through."""
+        for f in flows:
+            self.register(f)
+        for t in tools:
+            self.tools[t.name] = t
+
+    async def io(self, fn: Callable[..., _T], *args: Any) -> _T:
+        """Call a store method: inline, or on a thread when ``offload_io`` is set so that
+        one worker's many concurrent activations never wait on each other's database round
+        trips. Encoding and decoding stay on the event loop (their caches are not shared
+        across threads)."""
+        if self.offload_io:
+            return await asyncio.to_thread(fn, *args)
+        return fn(*args)
+
+    def register(self, flow: Flow[Any, Any]) -> None:
+        """Make ``flow`` runnable by this engine (and register the tools it declares)."""
+        self.registry.register(flow)
+
+    def tool(self, ref: Tool | str) -> Tool:
+        """Resolve a tool by object or registered name."""
+        return self.registry.tool(ref)
+
+    # -- operator actions: the client's ------------------------------------------------
+    def start(
+        self, flow: Flow[Any, Any] | str, input: JSON | BaseModel = None, **options: Any
+    ) -> tuple[str, bool]:
+        """Register ``flow`` when it is a :class:`Flow` this engine does not have yet, and
+        start a run of it: :meth:`Client.start <underway.client.Client.start>`."""
+        if isinstance(flow, Flow) and flow.name not in self.flows:
+            self.register(flow)
+        return self.client.start(flow, input, **options)
+
+    def prepare_start(
+        self, flow: Flow[Any, Any] | str, input: JSON | BaseModel = None, **options: Any
+    ) -> NewRun:
+        """The run :meth:`start` would create:
+        :meth:`Client.prepare_start <underway.client.Client.prepare_start>`."""
+        if isinstance(flow, Flow) and flow.name not in self.flows:
+            self.register(flow)
+        return self.client.prepare_start(flow, input, **options)
+
+    def signal(self, run_id: str, name: str, payload: JSON = None, **options: Any) -> bool:
+        """:meth:`Client.signal <underway.client.Client.signal>`."""
+        return self.client.signal(run_id, name, payload, **options)
+
+    def declared_signals(self, run_id: str, *, tenant_id: str = "default") -> frozenset[str] | None:
+        """:meth:`Client.declared_signals <underway.client.Client.declared_signals>`."""
+        return self.client.declared_signals(run_id, tenant_id=tenant_id)
+
+    def check_signal(self, run_id: str, name: str, *, tenant_id: str = "default") -> None:
+        """:meth:`Client.check_signal <underway.client.Client.check_signal>`."""
+        self.client.check_signal(run_id, name, tenant_id=tenant_id)
+
+    def cancel(self, run_id: str, *, by: str, reason: str = "", tenant_id: str = "default") -> None:
+        """:meth:`Client.cancel <underway.client.Client.cancel>`."""
+        self.client.cancel(run_id, by=by, reason=reason, tenant_id=tenant_id)
+
+    def resolve(self, run_id: str, **options: Any) -> None:
+        """:meth:`Client.resolve <underway.client.Client.resolve>`."""
+        self.client.resolve(run_id, **options)
+
+    def resume(
+        self, run_id: str, *, by: str, step: str | None = None, tenant_id: str = "default"
+    ) -> None:
+        """:meth:`Client.resume <underway.client.Client.resume>`."""
+        self.client.resume(run_id, by=by, step=step, tenant_id=tenant_id)
+
+    def submit_decision(self, decision: JSON, *, tenant_id: str = "default") -> bool:
+        """:meth:`Client.submit_decision <underway.client.Client.submit_decision>`."""
+        return self.client.submit_decision(decision, tenant_id=tenant_id)
+
+    def state(self, run_id: str, *, tenant_id: str = "default") -> RunState:
+        """The run's current folded state."""
+        return self.client.state(run_id, tenant_id=tenant_id)
+
+    # -- advancing runs -----------------------------------------------------------------
+    # -- advancing runs -----------------------------------------------------------------
+    def claim(self, *, limit: int = 1, tenant_id: str | None = None,
+              run_id: str | None = None) -> list[Lease]:
+        """Lease due runs for this engine's owner identity."""
+        return self.store.claim(owner=self.owner, now=self.clock.now(), ttl=self.lease_ttl,
+                                limit=limit, tenant_id=tenant_id, run_id=run_id)
+
+    async def activate(
+        self, lease: Lease, *, should_stop: Callable[[], bool] | None = None
+    ) -> RunState:
+        """Advance a leased run until it waits, finishes or escalates; return its state.
+
+        ``should_stop`` is asked after each committed step; when it answers True the run is
+        handed back at that step boundary (a stopping worker) and the state returned is
+        still ``ready``.
+        """
+        row = self.store.get_run(lease.tenant_id, lease.run_id)
+        if row is None:
+            raise RunNotFound(lease.tenant_id, lease.run_id)
+        state, head, refused = self.journal.load_head(lease.tenant_id, lease.run_id)
+        act = Activation(
+            self, lease, state, head, state.seq, control_pending=True,
+            due_at=row.next_wake_at, row_status=row.status,
+        )
+        if refused is not None:
+            # A forged checkpoint was ignored; the journal keeps the finding, since the
+            # next commit's checkpoint replaces the forged row.
+            act.buffer(refused)
+        flow = self._flow(state.flow)
+        heartbeat = asyncio.create_task(self._heartbeat(act, asyncio.current_task()))
+        try:
+            while True:
+                if act.control_pending:
+                    await read_inbox(self, act)
+                if not act.state.input_checked and not act.state.final:
+                    self._check_input(act, flow)
+                s = act.state
+                expiry = question_expiry(s)
+                if expiry is not None and self.clock.now() >= expiry:
+                    act.buffer(ev.EscalationExpired(
+                        request_id=str((s.escalation or {}).get("request_id"))
+                    ))
+                    s = act.state
+                if self._deadline_passed(s):
+                    self._escalate(act, ev.Escalated(
+                        reason=f"deadline {_iso(s.deadline)} passed", cause="deadline"
+                    ))
+                if s.final or s.status in ("escalated", "dead") or (
+                    s.status == "waiting" and (s.wake_at is None or self.clock.now() < s.wake_at)
+                ):
+                    await self._leave(act, idle=True)
+                    return s
+                if s.status == "waiting" and s.pending_approval is not None:
+                    act.buffer(ev.ApprovalExpired(
+                        request_id=str(s.pending_approval["request_id"])
+                    ))
+                elif s.status == "waiting":
+                    act.buffer(ev.TimerFired(timer_id=s.timer_id or ""))
+                await self._run_step(act, flow)
+                if act.state.status != "ready":
+                    # Waiting, escalated or finished: the step's commit hands the run back.
+                    await act.commit(release=True)
+                    return act.state
+                await act.commit()
+                if should_stop is not None and should_stop():
+                    await self._leave(act)
+                    return act.state
+                await self._renew_if_due(act)
+        except Unencodable as bad:
+            return await self._dead_letter_afresh(act, bad.reason, "UnencodableEvent")
+        except asyncio.CancelledError:
+            if act.lost:
+                raise FencedError(
+                    f"run {lease.run_id}: lease lost while a step ran; the step was cancelled"
+                ) from None
+            raise
+        finally:
+            heartbeat.cancel()
+
+    def _check_input(self, act: Activation, flow: Flow[Any, Any]) -> None:
+        """A run started by name, without the flow's code: check its input before any step
+        runs, and fail the run, saying why, when it does not match (nothing else ran)."""
+        try:
+            parsed = flow.parse_input(act.state.input)
+            state = flow.initial_state(parsed)
+        except ConfigurationError as exc:
+            act.buffer(ev.RunFailed(
+                reason=f"{exc}; the run was started by flow name, without the flow's code, so "
+                       "its input is checked by the worker, and no step ran",
+                error_type="InvalidInput",
+            ))
+            return
+        act.buffer(ev.InputChecked(
+            input=parsed.model_dump(mode="json"), state=state.model_dump(mode="json"),
+            first_step=str(flow.start_step),
+            signals=None if flow.signals is None else sorted(flow.signals),
+        ))
+
+    async def _dead_letter_afresh(
+        self, act: Activation, reason: str, error_type: str
+    ) -> RunState:
+        """Drop what the activation did not commit, and journal the run dead from what the
+        journal holds (signals it had read stay in the inbox for later)."""
+        return await self.dead_letter(act.lease, reason=reason, error_type=error_type,
+                                      due_at=act.due_at)
+
+    async def dead_letter(
+        self, lease: Lease, *, reason: str, error_type: str, due_at: float | None = None
+    ) -> RunState:
+        """Journal a leased run dead (``RunDeadLettered``) from what its journal holds, and
+        hand it back: for a run whose activation keeps failing in a way nothing journaled.
+        An operator resumes or cancels it."""
+        state, head, _ = await self.io(self.journal.load_head, lease.tenant_id, lease.run_id)
+        if state.final or state.status == "dead":
+            await self.io(self.store.release, lease)
+            return state
+        row = await self.io(self.store.get_run, lease.tenant_id, lease.run_id)
+        fresh = Activation(self, lease, state, head, state.seq, due_at=due_at,
+                            row_status=row.status if row is not None else state.status)
+        fresh.buffer(ev.RunDeadLettered(reason=reason, error_type=error_type,
+                                        step=state.step))
+        await fresh.commit(release=True)
+        return fresh.state
+
+    async def verify_approval(self, s: RunState, key: str, tool: str, h: str) -> str | None:
+        """Check, right before an approved call runs, that its journaled approval still
+        holds for exactly this call: None when it does, else the reason."""
+        return await verify_approval(self, s, key, tool, h)
+
+    def _escalate(self, act: Activation, event: ev.Escalated) -> None:
+        """Journal an escalation; once it is durable, tell approvers (a question's notice
+        is sent by ``ctx.ask``, which knows more about it)."""
+        act.buffer(event)
+        if self.guard.notifier is not None and event.cause != "question":
+            act.after_commit.append(functools.partial(self._notify_escalated, act, event))
+
+    async def _notify_escalated(self, act: Activation, event: ev.Escalated) -> None:
+        await self.notify(act.state, event)
+
+    async def notify(self, s: RunState, e: ev.ApprovalRequested | ev.Escalated) -> None:
+        """Tell people a run waits for them — an approval request, a question or an
+        escalation to resolve — once the request is durable; a notifier's failures are its
+        own."""
+        from ..approvals.notify import ApprovalNotice
+
+        if self.guard.notifier is None:
+            return
+        if isinstance(e, ev.Escalated) and e.cause != "question":
+            esc = s.escalation or {}
+            notice = ApprovalNotice(
+                tenant_id=s.tenant_id, run_id=s.run_id,
+                request_id=str(esc.get("request_id") or ""), tool=e.tool or "", args=None,
+                kind="escalation", question=e.reason,
+            )
+        elif isinstance(e, ev.ApprovalRequested):
+            notice = ApprovalNotice(
+                tenant_id=s.tenant_id, run_id=s.run_id, request_id=e.request_id, tool=e.tool,
+                args=e.args, evidence=e.evidence, risks=tuple(e.risks),
+                required_role=e.required_role, expires_at=e.expires_at, kind="approval",
+            )
+        else:
+            notice = ApprovalNotice(
+                tenant_id=s.tenant_id, run_id=s.run_id, request_id=str(e.request_id), tool="",
+                args=None, evidence=e.context, required_role=e.required_role,
+                expires_at=e.expires_at or 0.0, kind="question", question=e.question,
+            )
+        await self.guard.notifier.notify(notice)
+
+    def _deadline_passed(self, s: RunState) -> bool:
+        return (
+            s.deadline is not None and not s.deadline_escalated and not s.final
+            and s.status not in ("escalated", "dead") and self.clock.now() >= s.deadline
+        )
+
+    async def _renew_if_due(self, act: Activation) -> None:
+        """Renew between steps once half the lease is gone (a busy loop of quick steps may
+        never yield to the heartbeat task)."""
+        now = self.clock.now()
+        if act.lease.expires_at - now > self.lease_ttl / 2:
+            return
+        renewed = await self.io(
+            functools.partial(self.store.renew, act.lease, now=now, ttl=self.lease_ttl)
+        )
+        if renewed is None:
+            raise FencedError(f"run {act.lease.run_id}: lease lost to another worker")
+        act.lease = renewed
+
+    async def _leave(self, act: Activation, *, idle: bool = False) -> None:
+        """Hand the run back: with the last commit when there is one, else on its own.
+
+        ``idle``: the journal says the run is not due (waiting, escalated, dead or
+        finished). A row that says it is due anyway — edited, or left behind by a bug —
+        is not due again before the journal's own wake time (or a back-off when it has
+        none), so the run is never claimed in a loop for nothing.
+        """
+        if act.pending:
+            await act.commit(release=True)
+            return
+        retry_at = None
+        if idle:
+            now = self.clock.now()
+            wake = run_update(act.state, now, act.due_at).next_wake_at
+            retry_at = wake if wake is not None and wake > now else now + IDLE_CLAIM_BACKOFF
+        await self.io(functools.partial(self.store.release, act.lease, retry_at=retry_at))
+
+    async def _run_step(self, act: Activation, flow: Flow[Any, Any]) -> None:
+        s = act.state
+        step = str(s.step)
+        act.buffer(ev.StepStarted(step=step, attempt=s.attempt + 1))
+        x = StepExecution(act, step)
+        try:
+            ctx: RunContext[Any, Any] = RunContext(
+                x, flow.state_type.model_validate(s.state), flow.input_type.model_validate(s.input)
+            )
+            faults.point("step.before_run")
+            nxt = await flow.get_step(step)(ctx)
+            if x.broken is not None:
+                raise x.broken
+            if act.store_error is not None:
+                # Step code swallowed a database failure: its view of the run is unsure.
+                raise act.store_error
+            self._finish_step(act, flow, step, ctx, nxt)
+        except Suspend:
+            pass
+        except DeadLetter as dead:
+            act.buffer(ev.RunDeadLettered(
+                reason=dead.reason, error_type=dead.error_type, step=step
+            ))
+        except Escalate as esc:
+            self._escalate(act, esc.event)
+        except Stop as stop:
+            act.buffer(stop.event)
+        except NonDeterminismError as exc:
+            self._escalate(act, ev.Escalated(reason=str(exc), index=exc.index))
+        except RunCancelledSignal:
+            act.buffer(ev.RunCancelled(by="step", reason="cancelled from inside the step"))
+        except Exception as exc:
+            if act.store_error is not None:
+                raise act.store_error from None
+            if is_store_failure(exc):
+                raise
+            # Not a business outcome (that is ctx.fail): the run stops for an operator, who
+            # may fix the cause and resume it, or cancel it.
+            act.buffer(ev.RunDeadLettered(reason=f"{type(exc).__name__}: {exc}",
+                                          error_type=type(exc).__name__, step=step))
+
+    async def _heartbeat(self, act: Activation, step_task: asyncio.Task[Any] | None) -> None:
+        """Renew the lease while a step awaits slow tools. Once the lease is lost, cancel
+        the step: another worker owns the run, and a call still in flight here should stop
+        before it reaches the outside world (its commit would be fenced anyway)."""
+        while True:
+            await asyncio.sleep(self.lease_ttl / 3)
+            renewed = await self.io(functools.partial(
+                self.store.renew, act.lease, now=self.clock.now(), ttl=self.lease_ttl
+            ))
+            if renewed is None:
+                act.lost = True
+                if step_task is not None:
+                    step_task.cancel()
+                return
+            act.lease = renewed
+
+    def _finish_step(self, act: Activation, flow: Flow[Any, Any], step: str,
+                     ctx: RunContext[Any, Any], nxt: Next) -> None:
+        if not isinstance(nxt, Goto | Sleep | Wait | Done | Fail):
+            raise ConfigurationError(
+                f"step {step!r} of flow {flow.name!r} returned {nxt!r}; return ctx.goto(), "
+                "ctx.sleep(), ctx.wait(), ctx.done() or ctx.fail()"
+            )
+        then = nxt.then if isinstance(nxt, Sleep | Wait) else (
+            nxt.step if isinstance(nxt, Goto) else None)
+        if then is not None:
+            flow.get_step(then)
+        if isinstance(nxt, Done):
+            try:
+                canonical_json(nxt.result)
+            except (TypeError, ValueError) as exc:
+                raise ConfigurationError(
+                    f"step {step!r} of flow {flow.name!r} finished with a result that is not "
+                    f"JSON ({exc}); return plain JSON values (e.g. an ISO string for a time)"
+                ) from None
+        patch = make_patch(act.state.state, ctx.state.model_dump(mode="json"))
+        act.buffer(ev.StepCompleted(step=step, next=then, patch=patch))
+        now = self.clock.now()
+        match nxt:
+            case Sleep():
+                act.buffer(ev.TimerSet(timer_id=f"timer-{act.state.seq}",
+                                       wake_at=now + nxt.seconds))
+            case Wait():
+                timer = f"timer-{act.state.seq + 1}" if nxt.timeout is not None else None
+                act.buffer(ev.SignalAwaited(signal=nxt.signal, timer_id=timer))
+                if nxt.timeout is not None:
+                    act.buffer(ev.TimerSet(timer_id=str(timer), wake_at=now + nxt.timeout))
+            case Done():
+                act.buffer(ev.RunCompleted(result=nxt.result))
+            case Fail():
+                act.buffer(ev.RunFailed(reason=nxt.reason, step=step))
+            case Goto():
+                pass
+
+    def _flow(self, name: str) -> Flow[Any, Any]:
+        return self.registry.flow(name)
+
+
+def _iso(t: float | None) -> str:
+    return "never" if t is None else datetime.fromtimestamp(t, UTC).isoformat(timespec="seconds")

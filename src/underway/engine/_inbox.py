@@ -1,0 +1,192 @@
+"""The run's inbox, read at a step boundary: cancellations, resolutions and resumes sent by
+operators, signed decisions (verified here against the request the run waits on, and again
+right before an approved call runs), and the signals its steps wait for."""
+
+from __future__ import annotations
+
+import functools
+import json
+from typing import TYPE_CHECKING
+
+from pydantic import ValidationError
+
+from .. import events as ev
+from ..control import CANCEL, RESOLVE, RESUME, resolution_of, resumption_of
+from ..events import JSON
+from ..state import ANSWER_SIGNAL, APPROVAL_SIGNAL, RunState, request_id_for
+from ._activation import Activation
+
+if TYPE_CHECKING:
+    from ._executor import Engine
+
+
+async def read_inbox(eng: Engine, act: Activation) -> None:
+    s = act.state
+    for sig in await eng.io(eng.store.pending_signals, s.tenant_id, s.run_id):
+        payload = json.loads(sig.payload)
+        if s.final:
+            break
+        if sig.name == CANCEL:
+            act.consumed.append(sig.signal_id)
+            act.buffer(ev.RunCancelled(by=str(payload.get("by", "unknown")),
+                                       reason=str(payload.get("reason", ""))))
+        elif sig.name == RESOLVE:
+            act.consumed.append(sig.signal_id)
+            if s.status == "escalated" and eng.guard.signed_resolutions:
+                act.buffer(ev.SignalIgnored(
+                    signal=sig.name, signal_id=sig.signal_id,
+                    reason="unsigned resolution refused: this worker requires a "
+                           "resolution signed by an approver (underway approvals resolve)",
+                ))
+            elif s.status == "escalated":
+                esc = s.escalation or {}
+                act.buffer(ev.EscalationResolved(
+                    key=esc.get("key"), resolution=payload["resolution"],
+                    result=payload.get("result"), by=str(payload.get("by", "unknown")),
+                ))
+            else:
+                # Journaled so the signal is consumed: a stale resolve must never
+                # settle a later escalation.
+                act.buffer(ev.SignalIgnored(
+                    signal=sig.name, signal_id=sig.signal_id,
+                    reason=f"run was {s.status}, not escalated",
+                ))
+        elif sig.name == RESUME:
+            act.consumed.append(sig.signal_id)
+            if s.status == "dead" and eng.guard.signed_resolutions:
+                act.buffer(ev.SignalIgnored(
+                    signal=sig.name, signal_id=sig.signal_id,
+                    reason="unsigned resume refused: this worker requires a resume "
+                           "signed by an approver (underway approvals resolve "
+                           "--resolution resume)",
+                ))
+            elif s.status == "dead":
+                act.buffer(ev.RunResumed(by=str(payload.get("by", "unknown")),
+                                         step=payload.get("step")))
+            else:
+                act.buffer(ev.SignalIgnored(
+                    signal=sig.name, signal_id=sig.signal_id,
+                    reason=f"run was {s.status}, not dead",
+                ))
+        elif sig.name in (APPROVAL_SIGNAL, ANSWER_SIGNAL):
+            act.consumed.append(sig.signal_id)
+            await take_decision(eng, act, payload, sig.name == ANSWER_SIGNAL)
+        elif s.waiting_signal == sig.name and s.status == "waiting":
+            act.consumed.append(sig.signal_id)
+            act.buffer(ev.SignalReceived(signal=sig.name, signal_id=sig.signal_id,
+                                         payload=payload, sender=sig.sender))
+    act.control_pending = False
+
+
+async def take_decision(eng: Engine, act: Activation, payload: JSON, answer: bool) -> None:
+    """Verify a submitted decision against the request the run waits on; journal the
+    verified decision, or why it was refused (the run then keeps waiting)."""
+    from ..approvals import ApprovalCheck, SignedDecision, verify_decision
+
+    s = act.state
+    try:
+        d = SignedDecision.model_validate(payload)
+    except ValidationError:
+        act.buffer(ev.ApprovalInvalid(request_id=None, approver_id=None,
+                                      reason="malformed"))
+        return
+    if answer and s.status == "dead" and d.decision == "resolve":
+        # A signed resume of a dead run names the dead-lettering it answers.
+        pending: dict[str, JSON] | None = {"request_id": s.dead_request}
+        check_tool, check_hash = "", ""
+        if resumption_of(d.answer) is None:
+            act.buffer(ev.ApprovalInvalid(request_id=d.request_id,
+                                          approver_id=d.approver_id,
+                                          reason="malformed_resolution"))
+            return
+    elif answer:
+        # An answer settles a question; a resolution settles any other escalation.
+        esc = s.escalation or {}
+        asks = esc.get("cause") == "question"
+        pending = esc if s.status == "escalated" and asks == (d.decision != "resolve") \
+            else None
+        check_tool, check_hash = "", ""
+        if d.decision == "resolve":
+            check_tool = str(esc.get("tool") or "")
+            call = next((c for c in s.calls if c.key and c.key == esc.get("key")), None)
+            check_hash = call.args_hash if call is not None else ""
+            if resolution_of(d.answer) is None:
+                act.buffer(ev.ApprovalInvalid(request_id=d.request_id,
+                                              approver_id=d.approver_id,
+                                              reason="malformed_resolution"))
+                return
+    else:
+        pending = s.pending_approval if s.status == "waiting" else None
+        check_tool = str((pending or {}).get("tool", ""))
+        check_hash = str((pending or {}).get("args_hash", ""))
+    if pending is None or pending.get("request_id") != d.request_id:
+        act.buffer(ev.ApprovalInvalid(
+            request_id=d.request_id, approver_id=d.approver_id,
+            reason="not_pending",
+        ))
+        return
+    expires = pending.get("expires_at")
+    check = ApprovalCheck(
+        request_id=d.request_id, run_id=s.run_id, tenant_id=s.tenant_id, tool=check_tool,
+        args_hash=check_hash, required_role=pending.get("required_role"),
+        expires_at=float(expires) if expires is not None else float("inf"),
+    )
+    now = eng.clock.now()
+    approver = await eng.io(eng.store.get_approver, s.tenant_id, d.approver_id)
+    reason = verify_decision(d, check=check, approver=approver, now=now)
+    if reason is None and (d.decision in ("answer", "resolve")) != answer:
+        reason = "wrong_decision_kind"
+    if reason is None and not await eng.io(functools.partial(
+        eng.store.use_nonce, s.tenant_id, d.nonce, run_id=s.run_id,
+        request_id=d.request_id, at=now,
+    )):
+        reason = "replayed_nonce"
+    if reason is not None:
+        act.buffer(ev.ApprovalInvalid(request_id=d.request_id, approver_id=d.approver_id,
+                                      reason=reason))
+        return
+    signed = d.model_dump(mode="json")
+    resolution = resolution_of(d.answer) if d.decision == "resolve" else None
+    if s.status == "dead":
+        step = resumption_of(d.answer)
+        act.buffer(ev.RunResumed(by=d.approver_id, step=step or None, decision=signed))
+    elif resolution is not None:
+        act.buffer(ev.EscalationResolved(
+            key=pending.get("key"), resolution=resolution[0], result=resolution[1],
+            by=d.approver_id, decision=signed,
+        ))
+    elif answer:
+        act.buffer(ev.EscalationAnswered(request_id=d.request_id, approver_id=d.approver_id,
+                                         answer=d.answer, decision=signed))
+    elif d.decision == "approve":
+        act.buffer(ev.ApprovalGranted(
+            request_id=d.request_id, approver_id=d.approver_id, decision=signed,
+            required_role=check.required_role, expires_at=check.expires_at,
+        ))
+    else:
+        act.buffer(ev.ApprovalRejected(request_id=d.request_id, approver_id=d.approver_id,
+                                       decision=signed))
+
+
+async def verify_approval(eng: Engine, s: RunState, key: str, tool: str, h: str) -> str | None:
+    """Check, right before an approved call runs, that its journaled approval still
+    holds for exactly this call: None when it does, else the reason."""
+    from ..approvals import ApprovalCheck, SignedDecision, verify_decision
+
+    held = s.approvals.get(key)
+    if not isinstance(held, dict):
+        return "no approval is journaled for this call"
+    try:
+        d = SignedDecision.model_validate(held.get("decision"))
+    except ValidationError:
+        return "malformed decision"
+    if d.decision != "approve":
+        return "decision is not an approval"
+    expires = held.get("expires_at")
+    check = ApprovalCheck(
+        request_id=str(held.get("request_id") or request_id_for(key)), run_id=s.run_id,
+        tenant_id=s.tenant_id, tool=tool, args_hash=h, required_role=held.get("required_role"),
+        expires_at=float(expires) if expires is not None else d.expires_at,
+    )
+    approver = await eng.io(eng.store.get_approver, s.tenant_id, d.approver_id)
+    return verify_decision(d, check=check, approver=approver, now=eng.clock.now())

@@ -1,0 +1,56 @@
+"""How a step stops short of completing: exceptions the executor raises inside a step and
+catches around it. They derive from ``BaseException`` so step code that catches
+``Exception`` cannot swallow them."""
+
+from __future__ import annotations
+
+from .. import events as ev
+
+
+class Suspend(BaseException):
+    """Ends a step without completing it: a retry timer was set (events already buffered)."""
+
+
+class DeadLetter(BaseException):
+    """Stops the run for an operator: the reason is journaled as ``RunDeadLettered``."""
+
+    def __init__(self, reason: str, error_type: str) -> None:
+        super().__init__(reason)
+        self.reason, self.error_type = reason, error_type
+
+
+class Escalate(BaseException):
+    """Stops the run for a person (user code cannot swallow it: not an Exception)."""
+
+    def __init__(
+        self, reason: str, key: str | None, tool: str | None, index: int | None,
+        cause: str = "other",
+    ) -> None:
+        super().__init__(reason)
+        self.event = ev.Escalated(reason=reason, key=key, tool=tool, index=index, cause=cause)
+
+    @classmethod
+    def about(cls, event: ev.Escalated) -> Escalate:
+        """Escalate with a fully formed event (a question)."""
+        esc = cls(event.reason, event.key, event.tool, event.index, event.cause)
+        esc.event = event
+        return esc
+
+
+class Unencodable(BaseException):
+    """Something the step produced cannot be journaled (a result, a value or evidence that
+    is not JSON): the activation's uncommitted events are dropped and the run is
+    dead-lettered with the reason, instead of failing in every commit forever."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class Stop(BaseException):
+    """Ends the run with an event already chosen (a budget that fails the run)."""
+
+    def __init__(self, event: ev.Event) -> None:
+        super().__init__(str(event))
+        self.event = event
+

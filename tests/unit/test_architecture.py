@@ -1,0 +1,139 @@
+"""docs/architecture.md and the README's Layout section match the code: every path they
+name exists, and the import rules the map states hold."""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).parents[2]
+PACKAGE = ROOT / "src" / "underway"
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+
+
+def _module(path: Path) -> str:
+    parts = list(path.relative_to(ROOT / "src").with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports() -> dict[str, set[str]]:
+    """Module -> every underway module it imports (type-checking imports included)."""
+    found: dict[str, set[str]] = defaultdict(set)
+    for path in PACKAGE.rglob("*.py"):
+        module = _module(path)
+        package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                if node.module:
+                    found[module].add(".".join([*base, node.module]))
+                else:
+                    found[module].update(".".join([*base, a.name]) for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("underway"):
+                found[module].add(str(node.module))
+            elif isinstance(node, ast.Import):
+                found[module].update(a.name for a in node.names if a.name.startswith("underway"))
+    return found
+
+
+def _within(module: str, *packages: str) -> bool:
+    """True when ``module`` is one of ``packages`` or inside one of them."""
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+def _top(module: str) -> str:
+    return ".".join(module.split(".")[:2])
+
+
+def test_every_path_the_architecture_map_names_exists() -> None:
+    named = re.findall(r"`(src/underway/[^`\s]*)`", ARCHITECTURE.read_text())
+    assert len(named) > 30
+    missing = [p for p in named if not (ROOT / p).exists()]
+    assert missing == []
+
+
+def test_the_map_names_every_module_of_the_client_and_the_engine() -> None:
+    text = ARCHITECTURE.read_text()
+    for package in ("client", "engine"):
+        for path in (PACKAGE / package).glob("_*.py"):
+            if path.name != "__init__.py":
+                assert path.name in text, f"docs/architecture.md does not name {path}"
+
+
+def test_every_path_the_readme_layout_names_exists() -> None:
+    readme = (ROOT / "README.md").read_text()
+    layout = readme.split("## Layout", 1)[1].split("```")[1]
+    named = [
+        (PACKAGE if line.startswith("  ") else ROOT) / line.split()[0]
+        for line in layout.splitlines()
+        if line.strip() and not line.startswith("src/underway/")
+    ]
+    assert PACKAGE / "engine/" in named and PACKAGE / "client/" in named
+    assert [p for p in named if not p.exists()] == []
+
+
+def test_the_client_needs_no_executor() -> None:
+    imports = _imports()
+    forbidden = ("underway.engine", "underway.worker", "underway.runner", "underway.cli")
+    bad = sorted(
+        (module, target) for module, targets in imports.items()
+        if _within(module, "underway.client") for target in targets
+        if _within(target, *forbidden)
+    )
+    assert bad == []
+
+
+def test_nothing_below_the_executor_imports_it() -> None:
+    below = ("underway.flow", "underway.guard", "underway.effects", "underway.journal",
+             "underway.state", "underway.store", "underway.events", "underway.control",
+             "underway.client", "underway.budgets", "underway.policy", "underway.approvals")
+    imports = _imports()
+    bad = sorted(
+        (module, target) for module, targets in imports.items()
+        if _within(module, *below) for target in targets
+        if _within(target, "underway.engine")
+    )
+    assert bad == []
+
+
+def test_no_module_or_subpackage_is_in_an_import_cycle() -> None:
+    graph: dict[str, set[str]] = defaultdict(set)
+    for module, targets in _imports().items():
+        for target in targets:
+            a, b = _top(module), _top(target)
+            if a != b and "underway" not in (a, b):
+                graph[a].add(b)
+
+    def reaches(start: str, goal: str) -> bool:
+        seen, todo = set(), [start]
+        while todo:
+            node = todo.pop()
+            for nxt in graph[node]:
+                if nxt == goal:
+                    return True
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        return False
+
+    assert "underway.engine" in graph and "underway.client" in graph
+    circles = sorted(m for m in list(graph) if reaches(m, m))
+    assert circles == []
+
+
+def test_the_cli_reads_runs_through_the_client() -> None:
+    bad = sorted(
+        (module, target) for module, targets in _imports().items()
+        if _within(module, "underway.cli") for target in targets
+        if _within(target, "underway.journal", "underway.state")
+    )
+    assert bad == []
+
+
+def test_client_and_engine_modules_stay_small() -> None:
+    for package in ("client", "engine"):
+        for path in (PACKAGE / package).glob("*.py"):
+            lines = len(path.read_text().splitlines())
+            assert lines <= 600, f"{path.relative_to(ROOT)} has {lines} lines"
