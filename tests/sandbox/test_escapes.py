@@ -102,16 +102,23 @@ def _bomb_processes() -> int:
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="as non-root every sandbox runs as the caller")
-def test_the_fork_bomb_check_leaves_the_profile_user_its_process_count() -> None:
-    """The process limit counts per user on the whole host: the bomb runs as a user of its
-    own, so while it holds every process it may, a command of the profile's user with a
-    tight limit still runs (before, it failed to start: no process left to its user)."""
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_fork_bomb_check_leaves_the_profile_user_its_process_count(backend: str) -> None:
+    """The process limit counts per user on the whole host (a container's processes
+    included): the bomb runs as a user of its own, so while it holds every process it may,
+    a bubblewrap command of the profile's user with a tight limit still runs (before, it
+    failed to start: no process left to its user)."""
     profile = base_profile("bwrap")
+    bombed = profile
+    if backend == "docker":
+        if (reason := engine_reason()) is not None:
+            pytest.skip(f"no Docker engine here: {reason}")
+        bombed = base_profile(backend, require_image())
     done = threading.Event()
     verdicts = []
 
     def bomb() -> None:
-        verdicts.append(asyncio.run(by_name("fork_bomb").attempt(profile)))
+        verdicts.append(asyncio.run(by_name("fork_bomb").attempt(bombed)))
         done.set()
 
     thread = threading.Thread(target=bomb)

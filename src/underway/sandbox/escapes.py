@@ -616,10 +616,11 @@ BOMB_IDS = 1_900_000_000
 async def fork_bomb(profile: SandboxProfile) -> Verdict:
     cap = 24
     limited = replace(profile, limits=replace(profile.limits, max_processes=cap, timeout_s=5))
-    if os.geteuid() == 0 and limited.backend != "docker":
-        # The process limit counts every process of the sandbox's user on the host: a bomb
-        # run as the profile's user would starve the host's other sandboxes (a worker's
-        # live calls) for as long as it holds. A user of its own keeps the check harmless.
+    if os.geteuid() == 0:
+        # The process limit counts every process of the sandbox's user on the host (a
+        # container's processes too: Docker maps its users to the host's): a bomb run as
+        # the profile's user would starve the host's other sandboxes (a worker's live calls)
+        # for as long as it holds. A user of its own keeps the check harmless.
         ids = _bomb_ids()
         limited = replace(limited, uid=ids, gid=ids)
     tag = marker()
