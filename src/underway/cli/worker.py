@@ -113,7 +113,7 @@ def worker(
     anchoring = _anchoring(anchor_every, anchor_key, anchor_log)
     flows, tools = load_app(app_spec)
     with open_store(ctx, db) as store:
-        dialect = str(getattr(store, "dialect", "memory"))
+        dialect = store.dialect
         if dialect != "memory":
             needed = max(v for v, _, _ in queries.migrations(dialect))
             have = store.schema_version()

@@ -70,7 +70,7 @@ def _on(store: Store, *, owns_store: bool) -> KnowledgeBase:
         if found is None:
             found = _IN_MEMORY[store] = MemoryKnowledge()
         return found
-    dialect = getattr(store, "dialect", None)
+    dialect = store.dialect
     if dialect == "sqlite":
         from ..store.sqlite import SQLiteStore
         from .sqlite import SQLiteKnowledge
