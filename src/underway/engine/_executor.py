@@ -13,9 +13,7 @@ import asyncio
 import functools
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, TypeVar
-
-from pydantic import BaseModel
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from .. import events as ev
 from .. import faults
@@ -31,7 +29,7 @@ from ..errors import (
     RunNotFound,
     is_store_failure,
 )
-from ..events import JSON, canonical_json
+from ..events import canonical_json
 from ..flow import Done, Fail, Flow, Goto, Next, RunContext, Sleep, Wait
 from ..guard import Guard
 from ..identity import worker_identity
@@ -39,7 +37,7 @@ from ..journal import Journal
 from ..jsonpatch import make_patch
 from ..secrets import SecretProvider
 from ..state import RunState
-from ..store.base import Lease, NewRun, Store
+from ..store.base import Lease, Store
 from ._activation import Activation, question_expiry, run_update
 from ._calls import StepExecution
 from ._inbox import read_inbox, verify_approval
@@ -52,6 +50,22 @@ if TYPE_CHECKING:
     from ..policy import Policy
 
 _T = TypeVar("_T")
+_P = ParamSpec("_P")
+
+
+def _client_method(
+    method: Callable[Concatenate[Client, _P], _T], *, registers: bool = False
+) -> Callable[Concatenate[Engine, _P], _T]:
+    """An engine method that is ``method`` of the engine's client, with its signature and
+    documentation. ``registers``: a :class:`Flow` given first is registered beforehand."""
+
+    @functools.wraps(method)
+    def on_client(engine: Engine, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        if registers and args and isinstance(args[0], Flow) and args[0].name not in engine.flows:
+            engine.register(args[0])
+        return method(engine.client, *args, **kwargs)
+
+    return on_client
 
 IDLE_CLAIM_BACKOFF = 300.0
 """Seconds before a run claimed with nothing to do, and no wake time of its own, is due
@@ -145,59 +159,19 @@ class Engine:
         return self.registry.tool(ref)
 
     # -- operator actions: the client's ------------------------------------------------
-    def start(
-        self, flow: Flow[Any, Any] | str, input: JSON | BaseModel = None, **options: Any
-    ) -> tuple[str, bool]:
-        """Register ``flow`` when it is a :class:`Flow` this engine does not have yet, and
-        start a run of it: :meth:`Client.start <underway.client.Client.start>`."""
-        if isinstance(flow, Flow) and flow.name not in self.flows:
-            self.register(flow)
-        return self.client.start(flow, input, **options)
+    # Each is the client's method, typed as the client's; a Flow passed to start or
+    # prepare_start is registered first (an engine runs what it starts).
+    start = _client_method(Client.start, registers=True)
+    prepare_start = _client_method(Client.prepare_start, registers=True)
+    signal = _client_method(Client.signal)
+    declared_signals = _client_method(Client.declared_signals)
+    check_signal = _client_method(Client.check_signal)
+    cancel = _client_method(Client.cancel)
+    resolve = _client_method(Client.resolve)
+    resume = _client_method(Client.resume)
+    submit_decision = _client_method(Client.submit_decision)
+    state = _client_method(Client.state)
 
-    def prepare_start(
-        self, flow: Flow[Any, Any] | str, input: JSON | BaseModel = None, **options: Any
-    ) -> NewRun:
-        """The run :meth:`start` would create:
-        :meth:`Client.prepare_start <underway.client.Client.prepare_start>`."""
-        if isinstance(flow, Flow) and flow.name not in self.flows:
-            self.register(flow)
-        return self.client.prepare_start(flow, input, **options)
-
-    def signal(self, run_id: str, name: str, payload: JSON = None, **options: Any) -> bool:
-        """:meth:`Client.signal <underway.client.Client.signal>`."""
-        return self.client.signal(run_id, name, payload, **options)
-
-    def declared_signals(self, run_id: str, *, tenant_id: str = "default") -> frozenset[str] | None:
-        """:meth:`Client.declared_signals <underway.client.Client.declared_signals>`."""
-        return self.client.declared_signals(run_id, tenant_id=tenant_id)
-
-    def check_signal(self, run_id: str, name: str, *, tenant_id: str = "default") -> None:
-        """:meth:`Client.check_signal <underway.client.Client.check_signal>`."""
-        self.client.check_signal(run_id, name, tenant_id=tenant_id)
-
-    def cancel(self, run_id: str, *, by: str, reason: str = "", tenant_id: str = "default") -> None:
-        """:meth:`Client.cancel <underway.client.Client.cancel>`."""
-        self.client.cancel(run_id, by=by, reason=reason, tenant_id=tenant_id)
-
-    def resolve(self, run_id: str, **options: Any) -> None:
-        """:meth:`Client.resolve <underway.client.Client.resolve>`."""
-        self.client.resolve(run_id, **options)
-
-    def resume(
-        self, run_id: str, *, by: str, step: str | None = None, tenant_id: str = "default"
-    ) -> None:
-        """:meth:`Client.resume <underway.client.Client.resume>`."""
-        self.client.resume(run_id, by=by, step=step, tenant_id=tenant_id)
-
-    def submit_decision(self, decision: JSON, *, tenant_id: str = "default") -> bool:
-        """:meth:`Client.submit_decision <underway.client.Client.submit_decision>`."""
-        return self.client.submit_decision(decision, tenant_id=tenant_id)
-
-    def state(self, run_id: str, *, tenant_id: str = "default") -> RunState:
-        """The run's current folded state."""
-        return self.client.state(run_id, tenant_id=tenant_id)
-
-    # -- advancing runs -----------------------------------------------------------------
     # -- advancing runs -----------------------------------------------------------------
     def claim(self, *, limit: int = 1, tenant_id: str | None = None,
               run_id: str | None = None) -> list[Lease]:
