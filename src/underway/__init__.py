@@ -33,7 +33,8 @@ from .errors import (
     ToolCallError,
     UnderwayError,
 )
-from .flow import Flow, RunContext
+from .flow import Flow, Next, RunContext
+from .retry import CircuitBreaker, RetryPolicy
 from .runner import Runner, run
 from .secrets import CallbackSecrets, EnvSecrets, FileSecrets
 from .state import RunState
@@ -67,6 +68,7 @@ __all__ = [
     "Budget",
     "CallInfo",
     "CallbackSecrets",
+    "CircuitBreaker",
     "Client",
     "ConfigurationError",
     "ConflictError",
@@ -79,10 +81,12 @@ __all__ = [
     "ManualClock",
     "Model",
     "ModelReply",
+    "Next",
     "NonDeterminismError",
     "OutcomeUnknown",
     "Policy",
     "Reconciled",
+    "RetryPolicy",
     "RunContext",
     "RunNotFound",
     "RunState",

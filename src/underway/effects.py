@@ -432,3 +432,15 @@ class Model(Protocol):
     async def complete(self, request: JSON) -> ModelReply:
         """Send ``request`` to the model."""
         ...
+
+
+__all__ = [
+    "CallInfo",
+    "Model",
+    "ModelReply",
+    "ReconcileFn",
+    "Reconciled",
+    "Tool",
+    "ToolFn",
+    "tool",
+]

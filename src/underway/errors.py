@@ -160,3 +160,19 @@ def is_store_failure(exc: BaseException) -> bool:
 
 class RunCancelledSignal(BaseException):
     """Raised inside a step when its run was cancelled; not catchable as ``Exception``."""
+
+
+__all__ = [
+    "AmbiguousRunId",
+    "ConfigurationError",
+    "ConflictError",
+    "FencedError",
+    "IntegrityError",
+    "MigrationError",
+    "NonDeterminismError",
+    "OutcomeUnknown",
+    "RunNotFound",
+    "StoreError",
+    "ToolCallError",
+    "UnderwayError",
+]

@@ -400,3 +400,17 @@ class Flow(Generic[S, I]):
             raise ConfigurationError(
                 f"flow {self.name!r} has no step {name!r}; steps: {sorted(self.steps)}"
             ) from None
+
+
+__all__ = [
+    "Done",
+    "Fail",
+    "Flow",
+    "Goto",
+    "Next",
+    "RunContext",
+    "Sleep",
+    "StepFn",
+    "StepRuntime",
+    "Wait",
+]

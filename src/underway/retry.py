@@ -78,3 +78,9 @@ class CircuitBreaker:
     def scope(self, tenant_id: str) -> str:
         """The tenant whose circuit a call uses (``*`` for one shared circuit)."""
         return tenant_id if self.per_tenant else "*"
+
+
+__all__ = [
+    "CircuitBreaker",
+    "RetryPolicy",
+]
