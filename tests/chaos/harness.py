@@ -31,9 +31,10 @@ from typing import Any
 from app import FLOW, expected_result
 from service import ChaosService, Delivery, Witness
 
+from fakes.invariants import Journals, check_once, check_prefix, journals
 from underway import Engine, Flow, Tool, connect
 from underway import events as ev
-from underway.store.base import FINAL, Store, StoredEvent
+from underway.store.base import FINAL, Store
 
 HERE = Path(__file__).parent
 UNDERWAY = Path(sys.executable).with_name("underway")
@@ -52,7 +53,6 @@ On SQLite it may have been frozen holding the write lock, and then nobody can: i
 and keeps its runs. Not a failure either way, only fewer takeovers; it is kept well below
 the chaos app's call timeout, which a frozen worker's calls in flight must not reach."""
 
-Journals = dict[str, list[StoredEvent]]
 
 
 def scale() -> int:
@@ -215,26 +215,6 @@ class Tally:
         return " ".join(f"{k}={v}" for k, v in fields.items())
 
 
-def journals(store: Store, tenant: str = "default") -> Journals:
-    """Every committed event of every run of ``tenant``, as stored."""
-    return {r.run_id: store.load_events(tenant, r.run_id)
-            for r in store.list_runs(tenant, limit=1_000_000)}
-
-
-def check_prefix(before: Journals, after: Journals, tally: Tally, where: str) -> None:
-    """What a journal held earlier, it still holds, byte for byte and in place."""
-    for run_id, old in before.items():
-        new = after.get(run_id)
-        if new is None:
-            tally.problems.append(f"{where}: run {run_id} disappeared")
-        elif new[: len(old)] != old:
-            bad = next((i for i, (a, b) in enumerate(zip(old, new, strict=False)) if a != b),
-                       len(new))
-            tally.problems.append(
-                f"{where}: run {run_id} lost or changed committed event seq {bad + 1} "
-                f"({len(old)} before, {len(new)} after)")
-
-
 def unfinished(store: Store, tenant: str = "default") -> int:
     """How many runs of ``tenant`` may still move on their own: not final, and not dead or
     escalated (those wait for an operator; :func:`verify` reports them)."""
@@ -321,7 +301,7 @@ def unleash(db: Db, workers: Workers, plan: Plan, rng: random.Random, tally: Tal
         nonlocal before, last_snapshot, every
         began_at = time.monotonic()
         after = journals(db.store)
-        check_prefix(before, after, tally, where)
+        check_prefix(before, after, tally.problems, where)
         before, last_snapshot = after, time.monotonic()
         # A big load makes snapshots slow: keep them to a fifth of the time.
         every = max(1.0, 5 * (last_snapshot - began_at))
@@ -599,15 +579,11 @@ def check_effects(rid: str, i: int, loops: int, status: str, result: Any,
     if status != "completed":
         problems.append(f"run {rid} ended {status}: {result!r}")
         return
-    by_kind: dict[str, list[Delivery]] = {}
-    for d in mine.values():
-        by_kind.setdefault(d.kind, []).append(d)
-        tally.effects += 1
-        if d.performed > 1:
-            tally.duplicate_effects += d.performed - 1
-            problems.append(f"run {rid}: {d.kind} {d.key} performed {d.performed} times")
-        if d.idempotent:
-            tally.idempotent_redeliveries += d.deliveries - 1
+    seen = check_once(f"run {rid}", ((d.key, d) for d in mine.values()), problems)
+    tally.effects += len(mine)
+    tally.duplicate_effects += seen.duplicates
+    tally.idempotent_redeliveries += seen.idempotent_redeliveries
+    by_kind = seen.by_kind
     charges, payments = by_kind.get("charge", []), by_kind.get("payment", [])
     if len(charges) != 1 or len(payments) != 1 or len(mine) != 2:
         problems.append(f"run {rid}: effects {sorted(mine)}")

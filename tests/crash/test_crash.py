@@ -37,9 +37,9 @@ import pytest
 from fake_service import Delivery, FakeService
 from worker import invoices_for, is_letter_run, run_key
 
+from fakes.invariants import Journals, check_once, check_prefix, journals
 from underway import Engine, connect
 from underway import events as ev
-from underway.store.base import Store, StoredEvent
 
 # Hundreds of real processes take minutes on a busy machine, more than the suite's default
 # limit (pyproject.toml), which is for tests that take seconds: this one only catches a
@@ -58,7 +58,6 @@ EFFECT_POINTS = ("effect.before_run", "effect.after_run")
 """Points that bracket an effect: kills counting only these land on the outside world's edge."""
 BACKEND_PARAMS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
-Journals = dict[str, list[StoredEvent]]
 
 
 def kill_budget() -> int:
@@ -148,27 +147,6 @@ def finish(
     return ChildResult(False, int(report["hits"]))
 
 
-def journals(store: Store, tenant: str) -> Journals:
-    """Every committed event of every run of ``tenant``, as stored."""
-    return {r.run_id: store.load_events(tenant, r.run_id)
-            for r in store.list_runs(tenant, limit=10_000)}
-
-
-def check_prefix(before: Journals, after: Journals, tally: Tally, where: str) -> None:
-    """Events committed before a kill must survive it unchanged, in place."""
-    for run_id, old in before.items():
-        new = after.get(run_id)
-        if new is None:
-            tally.problems.append(f"{where}: run {run_id} disappeared")
-        elif new[: len(old)] != old:
-            bad = next((i for i, (a, b) in enumerate(zip(old, new, strict=False)) if a != b),
-                       len(new))
-            tally.problems.append(
-                f"{where}: run {run_id} lost or changed committed event seq {bad + 1} "
-                f"({len(old)} before, {len(new)} after)"
-            )
-
-
 def ask_service(service: str, key: str) -> dict[str, Any]:
     """What an operator does: ask the outside system whether ``key`` arrived."""
     with urllib.request.urlopen(f"{service}/effects/{key}", timeout=10) as resp:
@@ -224,16 +202,13 @@ def verify_run(engine: Engine, effects: dict[str, Delivery], tenant: str, rid: s
         return
     mine = {k: d for k, d in effects.items() if k.startswith(f"{rid}:")}
     tally.effects += len(mine)
-    by_kind: dict[str, list[Delivery]] = {}
-    for k, d in sorted(mine.items(), key=lambda kd: str(kd[1].payload.get("invoice"))):
-        by_kind.setdefault(d.kind, []).append(d)
-        if d.performed > 1:
-            tally.duplicate_effects += d.performed - 1
-            problems.append(f"{tenant}/{rid}: {d.kind} {k} performed {d.performed} times")
-        if d.idempotent:
-            tally.idempotent_redeliveries += d.deliveries - 1
-        if k not in outcomes:
-            problems.append(f"{tenant}/{rid}: effect {k} has no committed outcome")
+    seen = check_once(f"{tenant}/{rid}", sorted(
+        mine.items(), key=lambda kd: str(kd[1].payload.get("invoice"))), problems)
+    tally.duplicate_effects += seen.duplicates
+    tally.idempotent_redeliveries += seen.idempotent_redeliveries
+    by_kind = seen.by_kind
+    problems += [f"{tenant}/{rid}: effect {k} has no committed outcome"
+                 for k in sorted(mine) if k not in outcomes]
     result = state.result
     if is_letter_run(i, mix):
         letters = by_kind.get("letter", [])
@@ -314,7 +289,7 @@ def drive_seed(
             else:
                 tally.kills_at_fault_point += 1
         after = journals(engine.store, tenant)
-        check_prefix(before, after, tally, f"{tenant} child {child} ({mode})")
+        check_prefix(before, after, tally.problems, f"{tenant} child {child} ({mode})")
         before = after
         statuses = {r.status for r in engine.store.list_runs(tenant, limit=10_000)}
         if len(after) == RUNS_PER_CHILD and statuses == {"completed"}:
