@@ -215,9 +215,12 @@ class Tool:
         """JSON Schema of the tool's result, when it declares a result model."""
         return self.result_model.model_json_schema() if self.result_model is not None else None
 
-    def money(self, args: JSON) -> Money | Unreadable | None:
-        """The money a call with ``args`` moves (:func:`underway.money.read_money`)."""
-        return read_money(self, args)
+    def money(
+        self, args: JSON, *, validated: BaseModel | None = None
+    ) -> Money | Unreadable | None:
+        """The money a call with ``args`` moves (:func:`underway.money.read_money`);
+        ``validated``: the arguments already validated by :attr:`args_model`."""
+        return read_money(self, args, validated=validated)
 
     def compensation(self) -> Tool:
         """The tool that undoes this one: ``await ctx.call(t.compensation(), {"args": ...,
@@ -249,9 +252,17 @@ class Tool:
         object.__setattr__(self, "reconcile", fn)
         return fn
 
-    async def invoke(self, args: JSON, info: CallInfo) -> JSON:
-        """Run the tool once with validated arguments; return its JSON result."""
-        value: Any = self.args_model.model_validate(args) if self.args_model else args
+    async def invoke(
+        self, args: JSON, info: CallInfo, *, validated: BaseModel | None = None
+    ) -> JSON:
+        """Run the tool once with validated arguments; return its JSON result.
+        ``validated``: ``args`` already validated by :attr:`args_model` (else validated
+        here)."""
+        value: Any = args
+        if validated is not None:
+            value = validated
+        elif self.args_model is not None:
+            value = self.args_model.model_validate(args)
         call_args = (value, info) if self.wants_call_info else (value,)
         # asyncio.timeout rather than wait_for: no extra task per call (a measurable share
         # of a no-op step, see bench/), same TimeoutError and cancellation of the call.
