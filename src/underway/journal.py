@@ -228,7 +228,13 @@ class Journal:
         )
         if found is not None or not isinstance(content, dict):
             return None, []
-        return RunState.from_json(content), [rec for rec, _ in decoded[1:]]
+        try:
+            state = RunState.from_json(content)
+        except (TypeError, ValueError):
+            # A vouched-for checkpoint this version cannot read (a record's shape
+            # changed): only a cache, so the state is folded from the journal instead.
+            return None, []
+        return state, [rec for rec, _ in decoded[1:]]
 
     def _content(
         self, tenant_id: str, stored: bytes, fetch: BlobReader | None = None

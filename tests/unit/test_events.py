@@ -21,8 +21,8 @@ def test_public_api_is_pinned() -> None:
         "Agent", "Budget", "CallInfo", "CallbackSecrets", "Client", "ConfigurationError",
         "ConflictError", "Engine", "EnvSecrets", "FencedError", "FileSecrets", "Flow",
         "IntegrityError", "ManualClock", "Model", "ModelReply", "NonDeterminismError",
-        "OutcomeUnknown", "Policy", "Reconciled", "RunContext", "RunNotFound", "RunState",
-        "Runner", "Store",
+        "OutcomeUnknown", "Policy", "Reconciled", "ResultInvalid", "RunContext", "RunNotFound",
+        "RunState", "Runner", "Store",
         "StoreError", "SystemClock", "Tool", "ToolCallError", "UnderwayError", "Worker",
         "connect", "load_policy", "run", "tool",
     ]

@@ -66,8 +66,11 @@ class StepExecution:
 
     async def call(
         self, tool: Tool | str, args: JSON, *, labels: frozenset[str] = frozenset(),
-        evidence: JSON = None, risks: list[str] | None = None,
-    ) -> JSON:
+        evidence: JSON = None, risks: list[str] | None = None, typed: bool = False,
+    ) -> Any:
+        """Call ``tool``: its journaled result if the call completed before, else through
+        the door. With ``typed``, the result as the tool's result model, validated from
+        the JSON the journal holds (on the first run and on every replay alike)."""
         t = self._act.engine.tool(tool)
         index = self._calls
         self._calls += 1
@@ -83,6 +86,17 @@ class StepExecution:
         key = rec.key if rec is not None and rec.key else idempotency_key(
             self.run_id, self.step, index, ordinal=self.ordinal
         )
+        result = await self._result(t, args, key, index, h, rec, labels, evidence, risks)
+        if not typed or result == shadow_result(t.name):
+            # Shadow mode's placeholder stands in for a result the tool never produced.
+            return result
+        return t.parse_result(result, key=key)
+
+    async def _result(
+        self, t: Tool, args: JSON, key: str, index: int, h: str, rec: Any,
+        labels: frozenset[str], evidence: JSON, risks: list[str] | None,
+    ) -> JSON:
+        """The JSON result of call ``index``: journaled, reconciled, or from the door."""
         if rec is not None and rec.status == "succeeded":
             return rec.result
         if rec is not None and rec.status == "failed":
