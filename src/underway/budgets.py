@@ -216,7 +216,7 @@ def run_usage(s: RunState) -> Usage:
     )
 
 
-def usage_of(events: Iterable[ev.Event]) -> Usage:
+def usage_of(events: Iterable[ev.RunEvent]) -> Usage:
     """What ``events`` (a run's uncommitted ones) add to a budget."""
     u = Usage()
     for e in events:

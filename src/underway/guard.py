@@ -102,7 +102,7 @@ class Guard:
 
     def over_budget(
         self, flow: Flow[Any, Any], store: Store, s: RunState, pending: Usage, now: float,
-        uncommitted: Iterable[ev.Event] = (),
+        uncommitted: Iterable[ev.RunEvent] = (),
     ) -> tuple[Budget, Exceeded] | None:
         """The first budget (run, then tenant) the next action would cross, if any.
         ``uncommitted`` are this run's events not yet in the store (the tenant's usage is

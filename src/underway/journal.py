@@ -14,7 +14,7 @@ from .errors import IntegrityError, RunNotFound
 from .events import (
     JSON,
     CheckpointRefused,
-    Event,
+    RunEvent,
     canonical_json,
     chain_hash,
     envelope,
@@ -97,7 +97,7 @@ class Journal:
     def encode(
         self,
         tenant_id: str,
-        pending: Sequence[tuple[int, float, Event]],
+        pending: Sequence[tuple[int, float, RunEvent]],
         prev_hash: str,
         blobs: dict[str, bytes],
     ) -> list[StoredEvent]:
@@ -107,7 +107,7 @@ class Journal:
     def encode_checkpointed(
         self,
         state: RunState,
-        pending: Sequence[tuple[int, float, Event]],
+        pending: Sequence[tuple[int, float, RunEvent]],
         prev_hash: str,
         blobs: dict[str, bytes],
     ) -> tuple[list[StoredEvent], tuple[int, bytes]]:
@@ -120,7 +120,7 @@ class Journal:
     def _encode(
         self,
         tenant_id: str,
-        pending: Sequence[tuple[int, float, Event]],
+        pending: Sequence[tuple[int, float, RunEvent]],
         prev_hash: str,
         blobs: dict[str, bytes],
         state: RunState | None,

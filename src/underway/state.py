@@ -10,7 +10,7 @@ import copy
 import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, assert_never
 
 from pydantic import BaseModel, ConfigDict
 
@@ -37,7 +37,7 @@ class Recorded:
 
     seq: int
     at: float
-    event: ev.Event
+    event: ev.RunEvent
 
 
 @dataclass(slots=True)
@@ -508,6 +508,11 @@ def apply(s: RunState, rec: Recorded) -> RunState:
             s.status, s.error, s.wake_at = "failed", e.reason, None
         case ev.RunCancelled():
             s.status, s.error, s.wake_at = "cancelled", f"cancelled by {e.by}: {e.reason}", None
+        case (ev.PolicyDecided() | ev.BudgetExceeded() | ev.ApprovalInvalid()
+              | ev.SignalIgnored() | ev.CheckpointRefused()):
+            pass  # the audit trail's: they change nothing a run does next
+        case _:
+            assert_never(e)
     return s
 
 

@@ -28,7 +28,7 @@ class Activation:
     state: RunState
     last_hash: str
     checkpoint_seq: int
-    pending: list[tuple[int, float, ev.Event]] = field(default_factory=list)
+    pending: list[tuple[int, float, ev.RunEvent]] = field(default_factory=list)
     consumed: list[str] = field(default_factory=list)
     control_pending: bool = False
     due_at: float | None = None
@@ -51,7 +51,7 @@ class Activation:
             self.store_error = exc
             raise
 
-    def buffer(self, event: ev.Event) -> None:
+    def buffer(self, event: ev.RunEvent) -> None:
         at = self.engine.clock.now()
         seq = self.state.seq + 1
         apply(self.state, Recorded(seq, at, event))

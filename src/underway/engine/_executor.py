@@ -13,7 +13,7 @@ import asyncio
 import functools
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, assert_never
 
 from pydantic import BaseModel
 
@@ -497,6 +497,8 @@ class Engine:
                 act.buffer(ev.RunFailed(reason=nxt.reason, step=step))
             case Goto():
                 pass
+            case _:
+                assert_never(nxt)
 
     def _flow(self, name: str) -> Flow[Any, Any]:
         return self.registry.flow(name)
