@@ -259,8 +259,8 @@ def _drive(engine: Engine, desk: Desk, url: str, routes: Routes, held: Pause,
         for ticket_id, run_id in out.runs.items():
             s = states[run_id]
             pending = s.pending_approval
-            if s.status == "waiting" and pending and pending["request_id"] not in decided:
-                decided.add(str(pending["request_id"]))
+            if s.status == "waiting" and pending and pending.request_id not in decided:
+                decided.add(str(pending.request_id))
                 out.decisions.append(_review(engine, key, s, ticket_id, say))
             waits = s.status == "waiting" and s.waiting_signal == CUSTOMER_REPLIED
             answer = out.tickets[ticket_id].get("replies_when_asked")
@@ -271,7 +271,7 @@ def _drive(engine: Engine, desk: Desk, url: str, routes: Routes, held: Pause,
                     cursor = max(cursor, d.seq)
                     say(f"    customer of {ticket_id} answers; {d.type}: intake "
                         f"{d.result.action} run {d.result.run_id}")
-        stuck = [f"{r} is {s.status}: {(s.escalation or {}).get('reason', s.error)}"
+        stuck = [f"{r} is {s.status}: {s.escalation.reason if s.escalation else s.error}"
                  for r, s in states.items() if s.status in ("escalated", "dead")]
         if stuck:
             raise ScenarioError("a run needs an operator: " + "; ".join(stuck))
@@ -298,24 +298,25 @@ def _review(engine: Engine, key: Ed25519PrivateKey, s: RunState, ticket_id: str,
     """The support lead reads a held call and signs a decision: a reply that repeats the
     customer's own words (the request's evidence names ``read_ticket`` among what its
     arguments repeat) is refused, anything else approved."""
-    pending = s.pending_approval or {}
-    args = pending.get("args")
+    pending = s.pending_approval
+    assert pending is not None
+    args = pending.args
     body = str(args.get("body", "")) if isinstance(args, dict) else ""
-    evidence = pending.get("evidence")
+    evidence = pending.evidence
     repeats = evidence.get("repeats") if isinstance(evidence, dict) else None
     parrots = isinstance(repeats, list) and "read_ticket" in repeats
     verdict: Literal["approve", "reject"] = "reject" if parrots else "approve"
     comment = ("the reply repeats the customer's own words and promises a refund; refunds "
                "go through billing" if parrots else "reply checked")
     decision = sign_decision(
-        key, request_id=str(pending["request_id"]), run_id=s.run_id, tenant_id=s.tenant_id,
-        tool=str(pending["tool"]), args_hash=str(pending["args_hash"]), decision=verdict,
-        expires_at=float(str(pending["expires_at"])), approver_id=LEAD, comment=comment,
+        key, request_id=str(pending.request_id), run_id=s.run_id, tenant_id=s.tenant_id,
+        tool=str(pending.tool), args_hash=str(pending.args_hash), decision=verdict,
+        expires_at=float(str(pending.expires_at)), approver_id=LEAD, comment=comment,
     )
     engine.client.submit_decision(decision.model_dump(mode="json"), tenant_id=s.tenant_id)
-    say(f"    {LEAD} {verdict}s {pending['tool']} on {ticket_id} (rule "
-        f"{pending.get('rule_id')}): {' '.join(body.split())[:60]!r}")
-    return Decision(ticket_id, str(pending["tool"]), verdict, comment, body)
+    say(f"    {LEAD} {verdict}s {pending.tool} on {ticket_id} (rule "
+        f"{pending.rule_id}): {' '.join(body.split())[:60]!r}")
+    return Decision(ticket_id, str(pending.tool), verdict, comment, body)
 
 
 def _collect(engine: Engine, desk: Desk, out: Outcome) -> None:

@@ -8,20 +8,27 @@ a tenant's is :func:`tenant_usage`, so both survive restarts and can be recomput
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from math import fsum
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from . import events as ev
 from .codec import Codec
 from .errors import ConfigurationError
+from .events import JSON
 from .journal import Journal
 from .state import RunState
 from .store.base import FINAL, Store
 
-__all__ = ["Budget", "Exceeded", "TenantUsage", "Usage", "check", "tenant_usage"]
+if TYPE_CHECKING:
+    from .models.routing import BudgetBreach, ModelRouter
+
+__all__ = [
+    "Budget", "Exceeded", "TenantUsage", "Usage", "check", "route_breach", "run_usage",
+    "tenant_usage", "usage_of",
+]
 
 Scope = Literal["run", "tenant"]
 
@@ -198,6 +205,54 @@ def check(
     if budget.wall_clock_s is not None and usage.started_at is not None:
         limit("wall_clock_s", budget.wall_clock_s, now - usage.started_at)
     return found
+
+
+def run_usage(s: RunState) -> Usage:
+    """What run ``s`` has spent, from its folded journal."""
+    return Usage(
+        tokens_in=s.tokens_in, tokens_out=s.tokens_out, cost_usd=s.cost_usd,
+        model_calls=s.model_calls, tool_calls=s.tool_calls + s.read_calls,
+        messages=s.messages, money=dict(s.money), started_at=s.created_at,
+    )
+
+
+def usage_of(events: Iterable[ev.RunEvent]) -> Usage:
+    """What ``events`` (a run's uncommitted ones) add to a budget."""
+    u = Usage()
+    for e in events:
+        if isinstance(e, ev.ModelResponded):
+            u = u.add(Usage(tokens_in=e.tokens_in, tokens_out=e.tokens_out,
+                            cost_usd=e.cost_usd, model_calls=1))
+        elif isinstance(e, ev.ToolSucceeded | ev.ToolFailed | ev.ToolTimedOut):
+            counts = getattr(e, "counts", None) or {}
+            u = u.add(Usage(
+                tool_calls=1, messages=int(counts.get("messages", 0)),
+                money={k[6:]: v for k, v in counts.items() if k.startswith("money.")},
+            ))
+    return u
+
+
+def route_breach(
+    router: ModelRouter, request: JSON, s: RunState
+) -> tuple[str, BudgetBreach] | None:
+    """The route a model ``request`` takes through ``router`` and the first limit of its
+    :class:`~underway.models.RouteBudget` that route has reached in run ``s`` (usage
+    folded from the journal), or None when the request may go ahead."""
+    from .models.routing import RouteUsage, budget_breaches
+
+    kind = request.get("kind", "default") if isinstance(request, dict) else "default"
+    route = router.route(str(kind))
+    if route not in router.budgets:
+        return None
+    used = RouteUsage()
+    for k, u in s.model_usage.items():
+        if router.route(k) == route:
+            used = RouteUsage(
+                used.calls + int(u["calls"]), used.tokens_in + int(u["tokens_in"]),
+                used.tokens_out + int(u["tokens_out"]), used.cost_usd + float(u["cost_usd"]),
+            )
+    found = budget_breaches({route: used}, {route: router.budgets[route]})
+    return (route, found[0]) if found else None
 
 
 def tenant_usage(

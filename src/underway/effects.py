@@ -16,11 +16,12 @@ import hashlib
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, overload
+from typing import Any, Generic, Literal, Protocol, TypedDict, cast, overload
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
+from typing_extensions import TypeVar, Unpack
 
-from .errors import ConfigurationError
+from .errors import ConfigurationError, ResultInvalid
 from .events import JSON, canonical_json
 from .money import Direction, Money, Unreadable, read_money, valid_currency
 from .retry import CircuitBreaker, RetryPolicy
@@ -96,9 +97,23 @@ ToolFn = Callable[..., Awaitable[Any]] | Callable[..., Any]
 ReconcileFn = Callable[[str], Awaitable[Reconciled]]
 
 
+A = TypeVar("A", default=Any)
+"""A tool's argument type (its argument model, or the JSON it takes)."""
+R = TypeVar("R", default=Any)
+"""A tool's result type: its result model, or the JSON it returns."""
+SyncResult = TypeVar(
+    "SyncResult", bound=BaseModel | dict[str, Any] | list[Any] | str | int | float | bool | None
+)
+
+
 @dataclass(frozen=True)
-class Tool:
+class Tool(Generic[A, R]):
     """A named effect a step performs through ``ctx.call``.
+
+    ``Tool[A, R]`` takes arguments of type ``A`` and returns ``R``: a tool declared with a
+    result model (``async def f(args: Refund) -> Receipt``) gives ``ctx.call`` a
+    ``Receipt``, validated from the journaled JSON on every run and replay; an untyped
+    tool gives its JSON.
 
     ``mutating`` tools change the world and are journaled write-ahead (``read_only`` ones
     are not); ``idempotent`` tools may safely run again with the same key;
@@ -215,11 +230,28 @@ class Tool:
         """JSON Schema of the tool's result, when it declares a result model."""
         return self.result_model.model_json_schema() if self.result_model is not None else None
 
-    def money(self, args: JSON) -> Money | Unreadable | None:
-        """The money a call with ``args`` moves (:func:`underway.money.read_money`)."""
-        return read_money(self, args)
+    def money(
+        self, args: JSON, *, validated: BaseModel | None = None
+    ) -> Money | Unreadable | None:
+        """The money a call with ``args`` moves (:func:`underway.money.read_money`);
+        ``validated``: the arguments already validated by :attr:`args_model`."""
+        return read_money(self, args, validated=validated)
 
-    def compensation(self) -> Tool:
+    def parse_result(self, result: JSON, *, key: str) -> R:
+        """The journaled ``result`` of call ``key`` as this tool declares it: its result
+        model, validated (the journal keeps JSON), or the JSON itself for an untyped tool.
+        Raises :class:`~underway.errors.ResultInvalid` naming the tool, the key and the
+        fields when the journaled result no longer fits the model (the code changed)."""
+        if self.result_model is None:
+            return cast(R, result)
+        try:
+            return cast(R, self.result_model.model_validate(result))
+        except ValidationError as exc:
+            fields = sorted({".".join(map(str, e["loc"])) or "(root)" for e in exc.errors()})
+            raise ResultInvalid(self.name, key, self.result_model.__name__, fields,
+                                str(exc)) from exc
+
+    def compensation(self) -> Tool[Any, Any]:
         """The tool that undoes this one: ``await ctx.call(t.compensation(), {"args": ...,
         "result": ...})`` runs the ``compensate`` hook through the effect ledger (mutating,
         idempotent, with its own key)."""
@@ -249,9 +281,17 @@ class Tool:
         object.__setattr__(self, "reconcile", fn)
         return fn
 
-    async def invoke(self, args: JSON, info: CallInfo) -> JSON:
-        """Run the tool once with validated arguments; return its JSON result."""
-        value: Any = self.args_model.model_validate(args) if self.args_model else args
+    async def invoke(
+        self, args: JSON, info: CallInfo, *, validated: BaseModel | None = None
+    ) -> JSON:
+        """Run the tool once with validated arguments; return its JSON result.
+        ``validated``: ``args`` already validated by :attr:`args_model` (else validated
+        here)."""
+        value: Any = args
+        if validated is not None:
+            value = validated
+        elif self.args_model is not None:
+            value = self.args_model.model_validate(args)
         call_args = (value, info) if self.wants_call_info else (value,)
         # asyncio.timeout rather than wait_for: no extra task per call (a measurable share
         # of a no-op step, see bench/), same TimeoutError and cancellation of the call.
@@ -265,66 +305,62 @@ class Tool:
         return out
 
 
-@overload
-def tool(
-    fn: ToolFn,
-    *,
-    name: str | None = None,
-    mutating: bool = True,
-    idempotent: bool = False,
-    timeout: float = 30.0,
-    reconcile: ReconcileFn | None = None,
-    retry: RetryPolicy | None = None,
-    circuit: CircuitBreaker | None = None,
-    read_only: bool | None = None,
-    irreversible: bool = False,
-    compensate: ToolFn | None = None,
-    permissions: tuple[str, ...] = (),
-    input_labels: tuple[str, ...] = (),
-    output_labels: tuple[str, ...] = (),
-    secrets: tuple[str, ...] = (),
-    amount: str | None = None,
-    currency: str | None = None,
-    money_direction: Direction = "both",
-    message: bool = False,
-    description: str | None = None,
-    trusted_output: bool = False,
-    untrusted_ok: bool = False,
-    outbound: bool = False,
-) -> Tool: ...
+class ToolOptions(TypedDict, total=False):
+    """The options of :func:`tool` (see :class:`Tool` for each)."""
+
+    name: str | None
+    mutating: bool
+    idempotent: bool
+    timeout: float
+    reconcile: ReconcileFn | None
+    retry: RetryPolicy | None
+    circuit: CircuitBreaker | None
+    read_only: bool | None
+    irreversible: bool
+    compensate: ToolFn | None
+    permissions: tuple[str, ...]
+    input_labels: tuple[str, ...]
+    output_labels: tuple[str, ...]
+    secrets: tuple[str, ...]
+    amount: str | None
+    currency: str | None
+    money_direction: Direction
+    message: bool
+    description: str | None
+    trusted_output: bool
+    untrusted_ok: bool
+    outbound: bool
+
+
+class ToolDecorator(Protocol):
+    """What ``@tool(...)`` with options returns: it makes a :class:`Tool` of a function,
+    typed by the function's argument and result annotations."""
+
+    @overload
+    def __call__(self, fn: Callable[[A], Awaitable[R]], /) -> Tool[A, R]: ...
+    @overload
+    def __call__(self, fn: Callable[[A, CallInfo], Awaitable[R]], /) -> Tool[A, R]: ...
+    @overload
+    def __call__(self, fn: Callable[..., SyncResult], /) -> Tool[Any, SyncResult]: ...
 
 
 @overload
+def tool(fn: Callable[[A], Awaitable[R]], /, **options: Unpack[ToolOptions]) -> Tool[A, R]: ...
+@overload
 def tool(
-    fn: None = None,
-    *,
-    name: str | None = None,
-    mutating: bool = True,
-    idempotent: bool = False,
-    timeout: float = 30.0,
-    reconcile: ReconcileFn | None = None,
-    retry: RetryPolicy | None = None,
-    circuit: CircuitBreaker | None = None,
-    read_only: bool | None = None,
-    irreversible: bool = False,
-    compensate: ToolFn | None = None,
-    permissions: tuple[str, ...] = (),
-    input_labels: tuple[str, ...] = (),
-    output_labels: tuple[str, ...] = (),
-    secrets: tuple[str, ...] = (),
-    amount: str | None = None,
-    currency: str | None = None,
-    money_direction: Direction = "both",
-    message: bool = False,
-    description: str | None = None,
-    trusted_output: bool = False,
-    untrusted_ok: bool = False,
-    outbound: bool = False,
-) -> Callable[[ToolFn], Tool]: ...
+    fn: Callable[[A, CallInfo], Awaitable[R]], /, **options: Unpack[ToolOptions]
+) -> Tool[A, R]: ...
+@overload
+def tool(
+    fn: Callable[..., SyncResult], /, **options: Unpack[ToolOptions]
+) -> Tool[Any, SyncResult]: ...
+@overload
+def tool(fn: None = None, /, **options: Unpack[ToolOptions]) -> ToolDecorator: ...
 
 
 def tool(
     fn: ToolFn | None = None,
+    /,
     *,
     name: str | None = None,
     mutating: bool = True,
@@ -348,7 +384,7 @@ def tool(
     trusted_output: bool = False,
     untrusted_ok: bool = False,
     outbound: bool = False,
-) -> Tool | Callable[[ToolFn], Tool]:
+) -> Tool[Any, Any] | ToolDecorator:
     """Declare a tool. Use bare (``@tool``) or with options (``@tool(read_only=True)``).
 
     ``read_only=True`` is ``mutating=False``. The description a model sees is
@@ -361,7 +397,7 @@ def tool(
     annotated with one, else the JSON value) and, optionally, a :class:`CallInfo`.
     """
 
-    def build(f: ToolFn) -> Tool:
+    def build(f: ToolFn) -> Tool[Any, Any]:
         sig = inspect.signature(f)
         params = list(sig.parameters.values())
         try:
@@ -406,7 +442,7 @@ def tool(
             outbound=outbound,
         )
 
-    return build(fn) if fn is not None else build
+    return build(fn) if fn is not None else cast(ToolDecorator, build)
 
 
 def _is_model(t: object) -> bool:

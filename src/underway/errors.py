@@ -18,6 +18,7 @@ Every error derives from :class:`UnderwayError`::
     ├── OutcomeUnknown          a tool lost track of an effect it started (the request left,
     │                           the answer was lost): it may or may not have happened
     ├── IntegrityError          stored data fails its hash or schema checks
+    │   └── ResultInvalid       a journaled tool result no longer fits the declared model
     └── StoreError              the database refused an operation
         ├── ConflictError       another writer appended first (expected sequence moved)
         ├── FencedError         the writer no longer holds the run's lease
@@ -132,6 +133,26 @@ class IntegrityError(UnderwayError):
     """Stored data does not match its hash, chain or schema."""
 
 
+class ResultInvalid(IntegrityError):
+    """A tool's journaled result does not validate against the result model the tool
+    declares now (the model changed since the call was journaled). ``tool``, ``key`` and
+    ``fields`` say which call and which fields; the run stops for an operator, who may
+    make the model accept the journaled result (a default, an optional field) and resume.
+    """
+
+    def __init__(
+        self, tool: str, key: str, model: str, fields: list[str], detail: str
+    ) -> None:
+        super().__init__(
+            f"the journaled result of tool {tool!r} (call {key}) does not validate against "
+            f"its result model {model}: fields {', '.join(fields)}; make the model accept "
+            f"the journaled result and resume the run. {detail}"
+        )
+        self.tool = tool
+        self.key = key
+        self.fields = fields
+
+
 class StoreError(UnderwayError):
     """The store refused an operation."""
 
@@ -171,6 +192,7 @@ __all__ = [
     "MigrationError",
     "NonDeterminismError",
     "OutcomeUnknown",
+    "ResultInvalid",
     "RunNotFound",
     "StoreError",
     "ToolCallError",

@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
@@ -529,7 +529,7 @@ class CheckpointRefused(Event):
     reason: str
 
 
-AnyEvent = Annotated[
+RunEvent: TypeAlias = (
     RunStarted
     | InputChecked
     | StepStarted
@@ -570,9 +570,12 @@ AnyEvent = Annotated[
     | PlanCreated
     | PlanRevised
     | ToolSelected
-    | CheckpointRefused,
-    Field(discriminator="type"),
-]
+    | CheckpointRefused
+)
+"""Every event type the journal can hold: what the journal, the fold and the executor pass
+around (a ``match`` over it ends with ``assert_never``)."""
+
+AnyEvent = Annotated[RunEvent, Field(discriminator="type")]
 """Every event type the journal can hold, discriminated by ``type``."""
 
 _ADAPTER: TypeAdapter[AnyEvent] = TypeAdapter(AnyEvent)
@@ -602,7 +605,7 @@ def envelope(event: Event, *, seq: int, at: float) -> dict[str, JSON]:
     return {"at": at, "data": data, "seq": seq, "type": event_type, "v": event.VERSION}
 
 
-def from_envelope(env: dict[str, JSON]) -> Event:
+def from_envelope(env: dict[str, JSON]) -> RunEvent:
     """Rebuild an event from its stored envelope, upcasting old versions first."""
     event_type = env.get("type")
     cls = EVENT_TYPES.get(event_type) if isinstance(event_type, str) else None

@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 
 S = TypeVar("S", bound=BaseModel)
 I = TypeVar("I", bound=BaseModel)  # noqa: E741 - conventional name for the input type
+ToolArgs = TypeVar("ToolArgs")
+ToolResult = TypeVar("ToolResult")
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,9 +97,10 @@ class StepRuntime(Protocol):
 
     async def call(
         self, tool: Tool | str, args: JSON, *, labels: frozenset[str], evidence: JSON,
-        risks: list[str],
-    ) -> JSON:
-        """A tool call through the guard and the effect ledger."""
+        risks: list[str], typed: bool = False,
+    ) -> Any:
+        """A tool call through the guard and the effect ledger; with ``typed``, the result
+        as the tool's result model (:meth:`~underway.effects.Tool.parse_result`)."""
         ...
 
     async def ask(self, question: str, *, context: JSON, role: str | None,
@@ -165,15 +168,27 @@ class RunContext(Generic[S, I]):
         """True when the preceding ``wait`` ended by timeout instead of a signal."""
         return self._x.timed_out
 
+    @overload
+    async def call(
+        self, tool: Tool[ToolArgs, ToolResult], args: ToolArgs | JSON | BaseModel = None, *,
+        labels: tuple[str, ...] | list[str] = (), evidence: JSON = None,
+        risks: tuple[str, ...] | list[str] = (),
+    ) -> ToolResult: ...
+    @overload
+    async def call(
+        self, tool: str, args: JSON | BaseModel = None, *,
+        labels: tuple[str, ...] | list[str] = (), evidence: JSON = None,
+        risks: tuple[str, ...] | list[str] = (),
+    ) -> JSON: ...
     async def call(
         self,
-        tool: Tool | str,
-        args: JSON | BaseModel = None,
+        tool: Tool[Any, Any] | str,
+        args: Any = None,
         *,
         labels: tuple[str, ...] | list[str] = (),
         evidence: JSON = None,
         risks: tuple[str, ...] | list[str] = (),
-    ) -> JSON:
+    ) -> Any:
         """Perform a tool call through the guard and the effect ledger; return its result.
 
         Before the call runs: the flow's allow-list, the argument schema, budgets and the
@@ -184,11 +199,17 @@ class RunContext(Generic[S, I]):
         Raises :class:`~underway.errors.ToolCallError` when the call failed or was refused
         (``error_type`` ``ToolNotAllowed``, ``PolicyDenied``, ``ApprovalRejected``,
         ``ApprovalExpired``, ``ApprovalInvalid``, ``SchemaValidationFailed``...).
+
+        Given a :class:`~underway.effects.Tool` that declares a result model, the result is
+        an instance of that model, validated from the journaled JSON the first time and on
+        every replay (:class:`~underway.errors.ResultInvalid` when a journaled result no
+        longer fits it); an untyped tool, or a tool named by a string, gives its JSON.
         """
         if isinstance(args, BaseModel):
             args = args.model_dump(mode="json")
         return await self._x.call(
-            tool, args, labels=frozenset(labels), evidence=evidence, risks=list(risks)
+            tool, args, labels=frozenset(labels), evidence=evidence, risks=list(risks),
+            typed=not isinstance(tool, str),
         )
 
     async def ask(

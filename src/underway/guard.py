@@ -13,22 +13,20 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from . import events as ev
+from .budgets import Budget, Exceeded, TenantUsage, Usage, check, run_usage, usage_of
 from .codec import Codec
-from .effects import Tool
-from .errors import ConfigurationError
-from .events import JSON
+from .intent import CallIntent
 from .money import Money, Unreadable
 from .secrets import SecretProvider
 from .state import RunState
 
 if TYPE_CHECKING:
     from .approvals.notify import Notifier
-    from .budgets import Budget, Exceeded, TenantUsage, Usage
     from .flow import Flow
     from .policy import Decision, Policy, PolicyContext
     from .store.base import Store
 
-# Policies, budgets and their parsers load on first use: `import underway` stays light for
+# Policies and their parsers load on first use: `import underway` stays light for
 # the many short-lived processes (workers, CLI) that never evaluate a policy.
 
 
@@ -81,15 +79,14 @@ class Guard:
         return self.shadow if flow.shadow is None else flow.shadow
 
     def decide(
-        self, flow: Flow[Any, Any], store: Store, s: RunState, t: Tool, args: JSON,
-        labels: frozenset[str], now: float,
+        self, flow: Flow[Any, Any], store: Store, s: RunState, call: CallIntent, now: float,
     ) -> Decision:
-        """The policy's decision on calling ``t`` with ``args`` now. A call whose money
-        cannot be read is denied, with or without a policy (:func:`money_refusal`)."""
+        """The policy's decision on ``call`` now. A call whose money cannot be read is
+        denied, with or without a policy (:attr:`CallIntent.refusal`)."""
         from .policy import Decision, PolicyContext
 
         policy = self.policy_for(flow)
-        money = t.money(args)
+        money, t = call.money, call.tool
         if policy is None:
             if isinstance(money, Unreadable):
                 return Decision("deny", None, "none", str(money))
@@ -98,21 +95,18 @@ class Guard:
             tenant_id=s.tenant_id, principal=s.principal, roles=frozenset(s.roles),
             environment=self.environment, flow=s.flow, tool=t.name, mutating=t.mutating,
             irreversible=t.irreversible, permissions=frozenset(t.permissions),
-            args=args if isinstance(args, Mapping) else {"value": args},
-            labels=frozenset(t.input_labels) | labels, amount=None,
+            args=call.policy_args, labels=call.labels, amount=None,
             counters=Counters(self, store, s, now),
         )
         return decide_with_money(policy, ctx, money)
 
     def over_budget(
         self, flow: Flow[Any, Any], store: Store, s: RunState, pending: Usage, now: float,
-        uncommitted: Iterable[ev.Event] = (),
+        uncommitted: Iterable[ev.RunEvent] = (),
     ) -> tuple[Budget, Exceeded] | None:
         """The first budget (run, then tenant) the next action would cross, if any.
         ``uncommitted`` are this run's events not yet in the store (the tenant's usage is
         read from the store)."""
-        from .budgets import check
-
         budget = flow.budget if flow.budget is not None else self.budget
         if budget is not None:
             found = check(budget, run_usage(s), now=now, scope="run", pending=pending)
@@ -130,8 +124,6 @@ class Guard:
         """The tenant's usage since ``since``, derived from the journal and cached briefly:
         at most every ``tenant_usage_ttl`` seconds the runs are listed again and only the
         events appended since are read (:class:`~underway.budgets.TenantUsage`)."""
-        from .budgets import TenantUsage
-
         mono = time.monotonic()
         hit = self._usage_cache.get(tenant_id)
         if hit is None or hit[1].since != since:
@@ -144,44 +136,6 @@ class Guard:
             checked = mono
         self._usage_cache[tenant_id] = (checked, tracker, usage)
         return usage
-
-
-def run_usage(s: RunState) -> Usage:
-    """What run ``s`` has spent, from its folded journal."""
-    from .budgets import Usage
-
-    return Usage(
-        tokens_in=s.tokens_in, tokens_out=s.tokens_out, cost_usd=s.cost_usd,
-        model_calls=s.model_calls, tool_calls=s.tool_calls + s.read_calls,
-        messages=s.messages, money=dict(s.money), started_at=s.created_at,
-    )
-
-
-def usage_of(events: Iterable[ev.Event]) -> Usage:
-    """What ``events`` (a run's uncommitted ones) add to a budget."""
-    from .budgets import Usage
-
-    u = Usage()
-    for e in events:
-        if isinstance(e, ev.ModelResponded):
-            u = u.add(Usage(tokens_in=e.tokens_in, tokens_out=e.tokens_out,
-                            cost_usd=e.cost_usd, model_calls=1))
-        elif isinstance(e, ev.ToolSucceeded | ev.ToolFailed | ev.ToolTimedOut):
-            counts = getattr(e, "counts", None) or {}
-            u = u.add(Usage(
-                tool_calls=1, messages=int(counts.get("messages", 0)),
-                money={k[6:]: v for k, v in counts.items() if k.startswith("money.")},
-            ))
-    return u
-
-
-def money_refusal(t: Tool, args: JSON) -> str | None:
-    """Why a call of ``t`` with ``args`` must be refused before anything else looks at
-    its money (the money cannot be read: :class:`~underway.money.Unreadable`), or None.
-    The engine journals this as a policy denial, so no amount rule, money budget or
-    usage count ever runs on money it could not read."""
-    money = t.money(args)
-    return str(money) if isinstance(money, Unreadable) else None
 
 
 def decide_with_money(
@@ -197,41 +151,6 @@ def decide_with_money(
         return Decision("deny", None, policy.version, str(money))
     amount = None if money is None else Amount(money.exposure, money.currency)
     return policy.evaluate(dataclasses.replace(ctx, amount=amount))
-
-
-def _admitted_money(t: Tool, args: JSON) -> Money | None:
-    money = t.money(args)
-    if isinstance(money, Unreadable):
-        # The guard refuses these calls before budgets are checked or the tool runs
-        # (money_refusal); reaching here means a caller skipped the guard.
-        raise ConfigurationError(f"{money} (the guard refuses this call first)")
-    return money
-
-
-def call_usage(t: Tool, args: JSON) -> Usage:
-    """What one call of ``t`` with ``args`` adds to a budget: its money counts by its
-    exposure. Raises :class:`~underway.errors.ConfigurationError` for arguments the guard
-    would refuse (:func:`money_refusal`)."""
-    from .budgets import Usage
-
-    money = _admitted_money(t, args)
-    return Usage(
-        tool_calls=1, messages=1 if t.message else 0,
-        money={money.currency: money.counted()} if money is not None else {},
-    )
-
-
-def call_counts(t: Tool, args: JSON) -> dict[str, float] | None:
-    """The budget counts journaled with a successful call (``ToolSucceeded.counts``):
-    ``messages`` and ``money.<CUR>`` (the exposure). Raises
-    :class:`~underway.errors.ConfigurationError` for arguments the guard would refuse."""
-    counts: dict[str, float] = {}
-    if t.message:
-        counts["messages"] = 1
-    money = _admitted_money(t, args)
-    if money is not None:
-        counts[f"money.{money.currency}"] = money.counted()
-    return counts or None
 
 
 class Counters(Mapping[str, float]):

@@ -14,7 +14,7 @@ from .errors import IntegrityError, RunNotFound
 from .events import (
     JSON,
     CheckpointRefused,
-    Event,
+    RunEvent,
     canonical_json,
     chain_hash,
     envelope,
@@ -97,7 +97,7 @@ class Journal:
     def encode(
         self,
         tenant_id: str,
-        pending: Sequence[tuple[int, float, Event]],
+        pending: Sequence[tuple[int, float, RunEvent]],
         prev_hash: str,
         blobs: dict[str, bytes],
     ) -> list[StoredEvent]:
@@ -107,7 +107,7 @@ class Journal:
     def encode_checkpointed(
         self,
         state: RunState,
-        pending: Sequence[tuple[int, float, Event]],
+        pending: Sequence[tuple[int, float, RunEvent]],
         prev_hash: str,
         blobs: dict[str, bytes],
     ) -> tuple[list[StoredEvent], tuple[int, bytes]]:
@@ -120,7 +120,7 @@ class Journal:
     def _encode(
         self,
         tenant_id: str,
-        pending: Sequence[tuple[int, float, Event]],
+        pending: Sequence[tuple[int, float, RunEvent]],
         prev_hash: str,
         blobs: dict[str, bytes],
         state: RunState | None,
@@ -228,7 +228,13 @@ class Journal:
         )
         if found is not None or not isinstance(content, dict):
             return None, []
-        return RunState.from_json(content), [rec for rec, _ in decoded[1:]]
+        try:
+            state = RunState.from_json(content)
+        except (TypeError, ValueError):
+            # A vouched-for checkpoint this version cannot read (a record's shape
+            # changed): only a cache, so the state is folded from the journal instead.
+            return None, []
+        return state, [rec for rec, _ in decoded[1:]]
 
     def _content(
         self, tenant_id: str, stored: bytes, fetch: BlobReader | None = None

@@ -127,15 +127,20 @@ class Unreadable:
 _MISSING: Any = object()
 
 
-def read_money(tool: MoneyDeclaration, args: JSON) -> Money | Unreadable | None:
+def read_money(
+    tool: MoneyDeclaration, args: JSON, *, validated: BaseModel | None = None
+) -> Money | Unreadable | None:
     """The money a call of ``tool`` with ``args`` moves: :class:`Money`, None when the
-    tool declares no amount, or :class:`Unreadable` (never an exception)."""
+    tool declares no amount, or :class:`Unreadable` (never an exception). ``validated``
+    is ``args`` already validated by the tool's argument model, when the caller has it."""
     if tool.amount is None or tool.currency is None:
         return None
-    validated: Any = args
-    if tool.args_model is not None:
+    checked: Any = args
+    if validated is not None:
+        checked = _python_value(validated)
+    elif tool.args_model is not None:
         try:
-            validated = _python_value(tool.args_model.model_validate(args))
+            checked = _python_value(tool.args_model.model_validate(args))
         except ValidationError as exc:
             n = exc.error_count()
             return Unreadable(tool.name, "arguments", "invalid",
@@ -143,12 +148,12 @@ def read_money(tool: MoneyDeclaration, args: JSON) -> Money | Unreadable | None:
     raw = _dig(args, tool.amount)
     if isinstance(raw, bool):
         return Unreadable(tool.name, tool.amount, _shown(raw), "a boolean, not an amount")
-    amount = _amount(tool, _dig(validated, tool.amount))
+    amount = _amount(tool, _dig(checked, tool.amount))
     if isinstance(amount, Unreadable):
         return amount
     if tool.currency.startswith("arg:"):
         path = tool.currency[4:]
-        found = _dig(validated, path)
+        found = _dig(checked, path)
         currency = valid_currency(found)
         if currency is None:
             if found is _MISSING or found is None:

@@ -10,7 +10,9 @@ import copy
 import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, assert_never
+
+from pydantic import BaseModel, ConfigDict
 
 from . import events as ev
 from .events import JSON
@@ -35,7 +37,7 @@ class Recorded:
 
     seq: int
     at: float
-    event: ev.Event
+    event: ev.RunEvent
 
 
 @dataclass(slots=True)
@@ -59,6 +61,74 @@ class CallRecord:
     """Approval requests journaled for this call; each has its own request id."""
 
 
+class Escalation(BaseModel):
+    """Why an escalated run waits for a person, and what an answer or resolution must name.
+
+    ``cause`` is the :class:`~underway.events.Escalated` cause; ``was`` the status the run
+    had when it escalated (a waiting run goes back to waiting once resolved);
+    ``request_id`` is what a signed answer or resolution names. A question
+    (``cause == "question"``) also holds ``question``, ``context``, ``required_role`` and
+    ``expires_at``.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    reason: str
+    key: str | None = None
+    tool: str | None = None
+    index: int | None = None
+    was: str = "ready"
+    cause: str = "other"
+    request_id: str | None = None
+    question: str | None = None
+    context: JSON = None
+    required_role: str | None = None
+    expires_at: float | None = None
+
+    @property
+    def is_question(self) -> bool:
+        """True when the run asked a person a question (``ctx.ask``)."""
+        return self.cause == "question"
+
+    def to_json(self) -> dict[str, JSON]:
+        """The record as checkpoints hold it (a question's fields only for a question)."""
+        return self.model_dump(mode="json", exclude=None if self.is_question else _QUESTION)
+
+
+_QUESTION = {"question", "context", "required_role", "expires_at"}
+
+
+class ApprovalRecord(BaseModel):
+    """A verified signed approval of one call of the current step (from
+    :class:`~underway.events.ApprovalGranted`), checked again right before the call runs:
+    ``decision`` is the signed decision, ``required_role`` and ``expires_at`` those of the
+    request it approves."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    decision: JSON
+    required_role: str | None = None
+    expires_at: float | None = None
+    request_id: str | None = None
+
+    def to_json(self) -> dict[str, JSON]:
+        """The record as checkpoints hold it."""
+        return self.model_dump(mode="json")
+
+
+PendingApproval = ev.ApprovalRequested
+"""The approval request a waiting run waits for: the journaled request itself."""
+
+
+def _pending_json(p: ev.ApprovalRequested) -> dict[str, JSON]:
+    return p.model_dump(mode="json", exclude={"type"})
+
+
+def _pending_from(data: dict[str, Any]) -> ev.ApprovalRequested:
+    known = ev.ApprovalRequested.model_fields
+    return ev.ApprovalRequested.model_validate({k: v for k, v in data.items() if k in known})
+
+
 @dataclass(slots=True)
 class RunState:
     """The folded state of one run."""
@@ -78,7 +148,8 @@ class RunState:
     wake_at: float | None = None
     signal: dict[str, JSON] | None = None
     timed_out: bool = False
-    escalation: dict[str, JSON] | None = None
+    escalation: Escalation | None = None
+    """Why the run is escalated, while it is."""
     result: JSON = None
     error: str | None = None
     deadline: float | None = None
@@ -100,9 +171,9 @@ class RunState:
     """Read-only calls made (``tool_calls`` counts mutating intents)."""
     messages: int = 0
     money: dict[str, float] = field(default_factory=dict)
-    pending_approval: dict[str, JSON] | None = None
-    """The approval request the run waits for (the ``ApprovalRequested`` fields)."""
-    approvals: dict[str, JSON] = field(default_factory=dict)
+    pending_approval: PendingApproval | None = None
+    """The approval request the run waits for."""
+    approvals: dict[str, ApprovalRecord] = field(default_factory=dict)
     """Verified signed approvals of the current step's calls, by idempotency key."""
     model_usage: dict[str, dict[str, float]] = field(default_factory=dict)
     """Model calls, tokens and cost by request ``kind`` (for per-route budgets)."""
@@ -125,7 +196,14 @@ class RunState:
 
     def to_json(self) -> dict[str, JSON]:
         """A JSON snapshot of this state (a checkpoint's content)."""
-        return dataclasses.asdict(self)
+        data = dataclasses.asdict(self)
+        # The records are frozen models; checkpoints hold them as the dicts they always were.
+        data["escalation"] = None if self.escalation is None else self.escalation.to_json()
+        data["pending_approval"] = (
+            None if self.pending_approval is None else _pending_json(self.pending_approval)
+        )
+        data["approvals"] = {k: a.to_json() for k, a in self.approvals.items()}
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RunState:
@@ -138,6 +216,13 @@ class RunState:
             CallRecord(**{k: v for k, v in c.items() if k in CallRecord.__dataclass_fields__})
             for c in data.get("calls", [])
         ]
+        if data.get("escalation") is not None:
+            data["escalation"] = Escalation.model_validate(data["escalation"])
+        if data.get("pending_approval") is not None:
+            data["pending_approval"] = _pending_from(data["pending_approval"])
+        data["approvals"] = {
+            k: ApprovalRecord.model_validate(a) for k, a in (data.get("approvals") or {}).items()
+        }
         return cls(**data)
 
     def clone(self) -> RunState:
@@ -280,14 +365,14 @@ def apply(s: RunState, rec: Recorded) -> RunState:
         case ev.ApprovalRequested():
             _set_call(s, CallRecord(e.index, e.key, e.tool, e.args_hash, "awaiting"))
             s.calls[e.index].approval_requests += 1
-            s.pending_approval = e.model_dump(mode="json", exclude={"type"})
+            s.pending_approval = e
             s.status, s.waiting_signal, s.wake_at = "waiting", APPROVAL_SIGNAL, e.expires_at
         case ev.ApprovalGranted():
             _settle_approval(s, e.request_id, "approved", None)
-            s.approvals[_request_key(e.request_id)] = {
-                "decision": e.decision, "required_role": e.required_role,
-                "expires_at": e.expires_at, "request_id": e.request_id,
-            }
+            s.approvals[_request_key(e.request_id)] = ApprovalRecord(
+                decision=e.decision, required_role=e.required_role,
+                expires_at=e.expires_at, request_id=e.request_id,
+            )
         case ev.ApprovalRejected():
             comment = e.decision.get("comment") if isinstance(e.decision, dict) else ""
             # A rejection withdraws any earlier approval of the same call.
@@ -349,19 +434,20 @@ def apply(s: RunState, rec: Recorded) -> RunState:
             s.tokens_out += e.tokens_out
             s.cost_usd += e.cost_usd
         case ev.Escalated():
-            s.escalation = {
-                "reason": e.reason, "key": e.key, "tool": e.tool, "index": e.index,
-                "was": s.status, "cause": e.cause,
+            question = e.cause == "question"
+            s.escalation = Escalation(
+                reason=e.reason, key=e.key, tool=e.tool, index=e.index, was=s.status,
+                cause=e.cause,
                 # What a signed answer or resolution must name: unique within the run.
-                "request_id": e.request_id or f"escalation-{s.seq}",
-            }
-            if e.cause == "question":
-                s.escalation.update(
-                    request_id=e.request_id, question=e.question, context=e.context,
-                    required_role=e.required_role, expires_at=e.expires_at,
-                )
-                if e.index is not None and e.key is not None:
-                    _set_call(s, CallRecord(e.index, e.key, "ask", "", "awaiting"))
+                request_id=e.request_id if question else (
+                    e.request_id or f"escalation-{s.seq}"),
+                question=e.question if question else None,
+                context=copy.deepcopy(e.context) if question else None,
+                required_role=e.required_role if question else None,
+                expires_at=e.expires_at if question else None,
+            )
+            if question and e.index is not None and e.key is not None:
+                _set_call(s, CallRecord(e.index, e.key, "ask", "", "awaiting"))
             s.status = "escalated"
             if e.cause == "deadline":
                 s.deadline_escalated = True
@@ -385,7 +471,7 @@ def apply(s: RunState, rec: Recorded) -> RunState:
                         c.status = "retry"
         case ev.EscalationResolved():
             # A run that was waiting when it escalated (a deadline) goes back to waiting.
-            was = (s.escalation or {}).get("was")
+            was = s.escalation.was if s.escalation is not None else None
             s.status, s.escalation = ("waiting" if was == "waiting" else "ready"), None
             for c in s.calls:
                 if c.key == e.key and (c.status == "started" or c.maybe_happened):
@@ -422,6 +508,11 @@ def apply(s: RunState, rec: Recorded) -> RunState:
             s.status, s.error, s.wake_at = "failed", e.reason, None
         case ev.RunCancelled():
             s.status, s.error, s.wake_at = "cancelled", f"cancelled by {e.by}: {e.reason}", None
+        case (ev.PolicyDecided() | ev.BudgetExceeded() | ev.ApprovalInvalid()
+              | ev.SignalIgnored() | ev.CheckpointRefused()):
+            pass  # the audit trail's: they change nothing a run does next
+        case _:
+            assert_never(e)
     return s
 
 

@@ -259,7 +259,7 @@ def _where(state: RunState) -> str:
             parts.append(f"until {format_time(state.wake_at)}")
         return " ".join(parts)
     if state.status == "escalated" and state.escalation:
-        return str(state.escalation.get("reason") or "")
+        return state.escalation.reason
     if state.status == "completed":
         return f"result {preview(state.result)}"
     if state.status in ("failed", "cancelled"):

@@ -192,11 +192,12 @@ class World:
 
     def approve(self, tenant: str, run: str) -> None:
         state = self.engine.state(run, tenant_id=tenant)
-        req = state.pending_approval or {}
+        req = state.pending_approval
+        assert req is not None
         decision = sign_decision(
-            self.key(tenant), request_id=req["request_id"], run_id=run, tenant_id=tenant,
-            tool=req["tool"], args_hash=req["args_hash"], decision="approve",
-            expires_at=req["expires_at"], approver_id="fin",
+            self.key(tenant), request_id=req.request_id, run_id=run, tenant_id=tenant,
+            tool=req.tool, args_hash=req.args_hash, decision="approve",
+            expires_at=req.expires_at, approver_id="fin",
         )
         self.engine.submit_decision(decision.model_dump(mode="json"), tenant_id=tenant)
 

@@ -92,11 +92,12 @@ def waiting(engine: uw.Engine) -> tuple[uw.RunState, Ed25519PrivateKey]:
 
 
 def decision(s: uw.RunState, key: Any, **changes: Any) -> dict[str, Any]:
-    req = s.pending_approval or {}
+    req = s.pending_approval
+    assert req is not None
     fields: dict[str, Any] = {
-        "request_id": req["request_id"], "run_id": s.run_id, "tenant_id": s.tenant_id,
-        "tool": req["tool"], "args_hash": req["args_hash"], "decision": "approve",
-        "expires_at": req["expires_at"], "approver_id": "alice",
+        "request_id": req.request_id, "run_id": s.run_id, "tenant_id": s.tenant_id,
+        "tool": req.tool, "args_hash": req.args_hash, "decision": "approve",
+        "expires_at": req.expires_at, "approver_id": "alice",
     }
     fields.update(changes)
     return sign_decision(key, **fields).model_dump(mode="json")

@@ -236,7 +236,7 @@ def test_the_readme_agent_called_without_currency_needs_an_approval(db_url: str)
         run_id, _ = engine.start(agent.flow, {"goal": "refund the duplicate charge on INV-7"})
         s = drive(engine, run_id)
         assert s.status == "waiting" and s.pending_approval is not None
-        assert s.pending_approval["tool"] == "issue_refund" and mt.executed == []
+        assert s.pending_approval.tool == "issue_refund" and mt.executed == []
     finally:
         store.close()
 

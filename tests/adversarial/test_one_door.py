@@ -139,7 +139,7 @@ def _bring_to_edge(w: World, path: str, approver: Any) -> None:
         assert s.status == "dead", s
     elif path in ("resolve_retry", "signed_resolve_retry"):
         assert s.status == "escalated" and s.escalation is not None
-        assert s.escalation["cause"] == "unknown_outcome"
+        assert s.escalation.cause == "unknown_outcome"
     else:  # a crash: the intent is journaled, no outcome
         assert s.status == "ready" and s.calls[0].status == "started"
 
@@ -201,10 +201,11 @@ class Approver:
         """A signed ``retry`` resolution of the escalated call of ``s``."""
         from underway.approvals import sign_decision
 
-        esc = s.escalation or {}
+        esc = s.escalation
+        assert esc is not None
         return sign_decision(
-            self.key, request_id=str(esc["request_id"]), run_id=s.run_id,
-            tenant_id=s.tenant_id, tool=str(esc["tool"]), args_hash=s.calls[0].args_hash,
+            self.key, request_id=str(esc.request_id), run_id=s.run_id,
+            tenant_id=s.tenant_id, tool=str(esc.tool), args_hash=s.calls[0].args_hash,
             decision="resolve", expires_at=self.clock.now() + 3600, approver_id=self.id,
             answer={"resolution": "retry", "result": None},
         ).model_dump(mode="json")

@@ -73,11 +73,12 @@ class World:
         return self.engine.state(self.run_id)
 
     def decide(self, s: RunState, decision: str, **kw: Any) -> dict[str, Any]:
-        req = s.pending_approval or {}
+        req = s.pending_approval
+        assert req is not None
         return sign_decision(
-            self.key, request_id=str(req["request_id"]), run_id=s.run_id,
-            tenant_id=s.tenant_id, tool=str(req["tool"]), args_hash=str(req["args_hash"]),
-            decision=decision, expires_at=float(req["expires_at"]), approver_id="fin",  # type: ignore[arg-type]
+            self.key, request_id=str(req.request_id), run_id=s.run_id,
+            tenant_id=s.tenant_id, tool=str(req.tool), args_hash=str(req.args_hash),
+            decision=decision, expires_at=float(req.expires_at), approver_id="fin",  # type: ignore[arg-type]
             **kw,
         ).model_dump(mode="json")
 
@@ -129,7 +130,7 @@ def test_unsigned_resume_after_a_refusal_asks_anew_and_old_decisions_do_not_coun
     s = w.drive()
     assert w.executed == []
     assert s.status == "waiting" and s.pending_approval is not None
-    second = s.pending_approval["request_id"]
+    second = s.pending_approval.request_id
     assert second != first.request_id
     assert [e.by for e in w.events() if isinstance(e, ev.RunResumed)] == ["intern"]
     # A decision on the first request — however well signed — settles nothing now.

@@ -265,7 +265,7 @@ def test_short_values_are_held(db_url: str) -> None:
     engine, _, run_id = start(db_url, world, turns(READ, obey))
     drive(engine, run_id)
     assert_held(engine, run_id, "pay", world.paid)
-    assert engine.state(run_id).pending_approval["args"]["account"] == "A1"
+    assert engine.state(run_id).pending_approval.args["account"] == "A1"
 
 
 def test_a_signal_payload_taints_the_context(db_url: str) -> None:

@@ -85,7 +85,7 @@ def test_irreversible_call_that_lost_track_runs_once_and_goes_to_a_person(
     run_id, _ = engine.start(f"lost-{how.replace('_', '-')}")
     s = _drive(engine, run_id)
     assert len(entries) == 1, "an irreversible call that may have happened ran again"
-    assert s.status == "escalated" and s.escalation["cause"] == "unknown_outcome"
+    assert s.status == "escalated" and s.escalation.cause == "unknown_outcome"
     kinds = [type(r.event).__name__ for r in engine.journal.history("default", run_id)]
     assert "RetryScheduled" not in kinds and "RunFailed" not in kinds
     assert "ToolFailed" not in kinds  # never recorded as a failure
@@ -115,7 +115,7 @@ def test_idempotent_call_that_lost_track_is_retried_with_the_same_key_then_escal
     run_id, _ = engine.start(name)
     s = _drive(engine, run_id)
     assert len(entries) == 3 and len(set(entries)) == 1, entries
-    assert s.status == "escalated" and s.escalation["cause"] == "unknown_outcome"
+    assert s.status == "escalated" and s.escalation.cause == "unknown_outcome"
 
 
 @pytest.mark.parametrize("found", ["happened", "not_happened", "unknown"])
@@ -149,7 +149,7 @@ def test_reconcile_settles_a_timed_out_call(db_url: str, found: str) -> None:
         assert any(isinstance(r.event, ev.ToolReconciled)
                    for r in engine.journal.history("default", run_id))
     else:
-        assert s.status == "escalated" and s.escalation["cause"] == "unknown_outcome"
+        assert s.status == "escalated" and s.escalation.cause == "unknown_outcome"
 
 
 def test_read_only_timeout_is_an_ordinary_failure(db_url: str) -> None:

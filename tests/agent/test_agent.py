@@ -125,8 +125,8 @@ def test_repeated_failures_make_the_agent_ask_a_person() -> None:
     engine, _ = memory_engine([agent.flow])
     run_id, _ = engine.start(agent.flow, {"goal": "do something impossible"})
     s = drive(engine, run_id)
-    assert s.status == "escalated" and s.escalation["cause"] == "question"
-    assert "failed 2 actions in a row" in s.escalation["question"]
+    assert s.status == "escalated" and s.escalation.cause == "question"
+    assert "failed 2 actions in a row" in s.escalation.question
 
 
 INJECTION_POLICY = {
@@ -163,7 +163,7 @@ def test_prompt_injection_cannot_move_money_without_a_person() -> None:
     assert sel.tainted == ["read_customer_email"]
     decided = next(e for e in events(engine, run_id, ev.PolicyDecided) if e.tool == "pay")
     assert (decided.decision, decided.rule_id) == ("require_approval", "untrusted-into-mutating")
-    risks = s.pending_approval["risks"]
+    risks = s.pending_approval.risks
     assert "untrusted content from read_customer_email" in risks[0]
     assert "arguments repeat content from untrusted source read_customer_email" in risks[1]
     # Nobody approves: the request expires, the model hears it and gives up.

@@ -67,10 +67,11 @@ class World:
                 if isinstance(r.event, kind)]
 
     def answer(self, s: uw.RunState, value: Any) -> None:
-        esc = s.escalation or {}
+        esc = s.escalation
+        assert esc is not None
         self.engine.submit_decision(sign_decision(
-            self.key, request_id=esc["request_id"], run_id=s.run_id, tenant_id=s.tenant_id,
-            tool="", args_hash="", decision="answer", expires_at=float(esc["expires_at"]),
+            self.key, request_id=esc.request_id, run_id=s.run_id, tenant_id=s.tenant_id,
+            tool="", args_hash="", decision="answer", expires_at=float(esc.expires_at),
             approver_id="carol", answer=value,
         ).model_dump(mode="json"))
 
@@ -86,8 +87,8 @@ def test_an_unanswered_question_expires_and_the_step_hears_it(world: World) -> N
     world.engine.start(curious, None, run_id="q-1")
     s = world.drive("q-1")
     assert s.status == "escalated"
-    expires = s.escalation["expires_at"]  # type: ignore[index]
-    request_id = s.escalation["request_id"]  # type: ignore[index]
+    expires = s.escalation.expires_at
+    request_id = s.escalation.request_id
     assert expires == pytest.approx(world.clock.now() + HOUR)
     row = world.engine.store.get_run("default", "q-1")
     assert row is not None and row.next_wake_at == pytest.approx(expires)
@@ -144,7 +145,7 @@ def test_an_agents_unanswered_question_comes_back_to_the_model(tmp_path: Path) -
     w = World(f"sqlite:///{tmp_path}/agent.db", [agent.flow])
     w.engine.start(agent.flow, {"goal": "settle INV-9"}, run_id="a-1")
     s = w.drive("a-1")
-    assert s.status == "escalated" and s.escalation["question"] == "May I call the customer?"
+    assert s.status == "escalated" and s.escalation.question == "May I call the customer?"
     w.clock.advance(2 * HOUR)
     s = w.drive("a-1")
     assert s.status == "completed", s

@@ -95,7 +95,7 @@ class World:
         self.drive()
         s = self.state(run_id)
         assert s.status == "escalated" and s.escalation is not None
-        assert s.escalation["cause"] == "unknown_outcome"
+        assert s.escalation.cause == "unknown_outcome"
         return s
 
     def drive(self) -> None:
@@ -149,11 +149,12 @@ def key_file(world: World, tmp_path: Path, name: str) -> Path:
 def resolution(world: World, s: uw.RunState, key: Ed25519PrivateKey, approver: str = "alice",
                **changes: Any) -> dict[str, Any]:
     """A resolve decision on the run's escalation, signed with ``key``."""
-    esc = s.escalation or {}
-    call = next(c for c in s.calls if c.key == esc["key"])
+    esc = s.escalation
+    assert esc is not None
+    call = next(c for c in s.calls if c.key == esc.key)
     fields: dict[str, Any] = {
-        "request_id": esc["request_id"], "run_id": s.run_id, "tenant_id": s.tenant_id,
-        "tool": esc["tool"], "args_hash": call.args_hash, "decision": "resolve",
+        "request_id": esc.request_id, "run_id": s.run_id, "tenant_id": s.tenant_id,
+        "tool": esc.tool, "args_hash": call.args_hash, "decision": "resolve",
         "expires_at": world.clock.now() + 3600, "approver_id": approver,
         "answer": {"resolution": "succeeded", "result": {"receipt": "r-1"}},
     }
@@ -182,7 +183,7 @@ def test_an_unknown_outcome_is_listed_shown_and_resolved_with_a_signature(
     assert code == 0
     [listed] = json.loads(out)
     assert listed["kind"] == "resolution" and listed["tool"] == "charge_card"
-    assert listed["request_id"] == s.escalation["request_id"]  # type: ignore[index]
+    assert listed["request_id"] == s.escalation.request_id
     assert listed["cause"] == "unknown_outcome"
 
     code, out, _ = cli("approvals", "show", "pay-1", db=world.url)
@@ -305,7 +306,7 @@ def test_a_resolution_cannot_be_replayed_on_a_later_escalation(world: World) -> 
     world.drive()
     again = world.state("pay-7")
     assert again.status == "escalated"
-    assert again.escalation["request_id"] != s.escalation["request_id"]  # type: ignore[index]
+    assert again.escalation.request_id != s.escalation.request_id
     replayed = {**retry, "nonce": "f" * 32}  # a fresh nonce breaks the signature
     with pytest.raises(uw.ConfigurationError, match=r"\(bad_signature\)"):
         world.engine.submit_decision(replayed)
@@ -351,7 +352,7 @@ def test_approvers_are_notified_of_an_escalation_once_it_is_durable(world: World
     s = world.escalate("pay-10")
     [notice] = world.notifier.notices
     assert notice.kind == "escalation" and notice.run_id == "pay-10"
-    assert notice.request_id == s.escalation["request_id"]  # type: ignore[index]
+    assert notice.request_id == s.escalation.request_id
     assert notice.tool == "charge_card" and "charge_card" in (notice.question or "")
 
 

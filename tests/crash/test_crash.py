@@ -158,9 +158,10 @@ def settle_escalations(engine: Engine, service: str, tenant: str, tally: Tally) 
     """Resolve every escalated run of ``tenant`` from what the service says; False when a
     run escalated for a reason no operator should ever see in this workload."""
     for row in engine.store.list_runs(tenant, status="escalated", limit=10_000):
-        esc = engine.state(row.run_id, tenant_id=tenant).escalation or {}
-        key = esc.get("key")
-        if not isinstance(key, str) or esc.get("tool") != "post_letter":
+        esc = engine.state(row.run_id, tenant_id=tenant).escalation
+        assert esc is not None
+        key = esc.key
+        if not isinstance(key, str) or esc.tool != "post_letter":
             tally.problems.append(f"run {row.run_id} escalated unexpectedly: {esc}")
             return False
         seen = ask_service(service, key)

@@ -177,12 +177,13 @@ def test_outside_prod_a_high_priority_reply_waits_only_for_the_untrusted_input_r
         assert [(e.tool, e.rule_id) for e in of(history, ev.ApprovalRequested)] == [
             ("send_reply", "untrusted-reply-needs-lead")]
         assert desk.snapshot()["outbox"] == []
-        pending = state.pending_approval or {}
+        pending = state.pending_approval
+        assert pending is not None
         decision = sign_decision(
-            load_private_key(tmp_path / "lead.pem"), request_id=str(pending["request_id"]),
+            load_private_key(tmp_path / "lead.pem"), request_id=str(pending.request_id),
             run_id=run_id, tenant_id="default", tool="send_reply",
-            args_hash=str(pending["args_hash"]), decision="approve",
-            expires_at=float(str(pending["expires_at"])), approver_id="lead",
+            args_hash=str(pending.args_hash), decision="approve",
+            expires_at=float(str(pending.expires_at)), approver_id="lead",
         )
         engine.submit_decision(decision.model_dump(mode="json"))
         asyncio.run(Runner(engine).run_until_idle())

@@ -55,12 +55,12 @@ class Approver:
 
     def decide(self, state: RunState, decision: str = "approve", **override: Any) -> dict[str, Any]:
         """A signed decision on the run's pending request (fields overridable to forge)."""
-        req = state.pending_approval or {}
+        req = state.pending_approval
         fields: dict[str, Any] = {
-            "request_id": req.get("request_id"), "run_id": state.run_id,
-            "tenant_id": state.tenant_id, "tool": req.get("tool"),
-            "args_hash": req.get("args_hash"), "decision": decision,
-            "expires_at": req.get("expires_at"), "approver_id": self.id,
+            "request_id": req and req.request_id, "run_id": state.run_id,
+            "tenant_id": state.tenant_id, "tool": req and req.tool,
+            "args_hash": req and req.args_hash, "decision": decision,
+            "expires_at": req and req.expires_at, "approver_id": self.id,
         }
         fields.update(override)
         return sign_decision(self.key, **fields).model_dump(mode="json")

@@ -186,9 +186,9 @@ def test_a_large_refund_waits_for_a_signed_approval_and_then_runs_once(tmp_path:
     s = drive(engine, run_id)
     assert s.status == "waiting" and executed == []
     req = s.pending_approval
-    assert req is not None and req["tool"] == "issue_refund" and req["required_role"] == "finance"
-    assert req["evidence"] == {"ticket": "T-1"} and req["risks"] == ["money leaves the company"]
-    assert engine.store.get_run("default", run_id).next_wake_at == req["expires_at"]
+    assert req is not None and req.tool == "issue_refund" and req.required_role == "finance"
+    assert req.evidence == {"ticket": "T-1"} and req.risks == ["money leaves the company"]
+    assert engine.store.get_run("default", run_id).next_wake_at == req.expires_at
     clock.advance(60)
     assert engine.submit_decision(alice.decide(s))
     s = drive(engine, run_id)
@@ -308,7 +308,7 @@ def test_a_question_escalates_and_a_signed_answer_resumes_the_step(tmp_path: Pat
     mallory = Approver(engine, tmp_path, "mallory", ("intern",))
     run_id, _ = engine.start(flow)
     s = drive(engine, run_id)
-    assert s.status == "escalated" and s.escalation["question"].startswith("Which address")
+    assert s.status == "escalated" and s.escalation.question.startswith("Which address")
     esc = s.escalation
     assert [(n.kind, n.required_role, n.evidence) for n in told] == [
         ("question", "support", {"candidates": 2})]
@@ -317,7 +317,7 @@ def test_a_question_escalates_and_a_signed_answer_resumes_the_step(tmp_path: Pat
         from underway.approvals import sign_decision
 
         return sign_decision(
-            who.key, request_id=esc["request_id"], run_id=run_id, tenant_id="default",
+            who.key, request_id=esc.request_id, run_id=run_id, tenant_id="default",
             tool="", args_hash="", decision="answer", expires_at=engine.clock.now() + 3600,
             approver_id=who.id, answer=text,
         ).model_dump(mode="json")

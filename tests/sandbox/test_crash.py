@@ -150,8 +150,8 @@ def test_sigkilled_worker_leaves_no_sandboxed_process_and_recovery_follows_the_r
 
     if tool == "shell_once":
         assert state.status == "escalated", state
-        assert state.escalation is not None and state.escalation["tool"] == "shell_once"
-        assert "shell_once" in str(state.escalation["reason"])
+        assert state.escalation is not None and state.escalation.tool == "shell_once"
+        assert "shell_once" in str(state.escalation.reason)
         assert len(started) == 1, "the non-idempotent command was not started again"
     else:
         assert state.status == "completed", state

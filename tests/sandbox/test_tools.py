@@ -39,7 +39,8 @@ def run_flow(tool: uw.Tool, calls: list[dict[str, Any]]) -> tuple[uw.RunState, l
     @flow.step
     async def use(ctx: uw.RunContext[Seen, Calls]) -> Any:
         for args in ctx.input.calls:
-            ctx.state.results.append(await ctx.call(tool, args))
+            result = await ctx.call(tool, args)  # a CommandResult: the tool is typed
+            ctx.state.results.append(result.model_dump(mode="json"))
         return ctx.done({"results": ctx.state.results})
 
     engine, _ = memory_engine([flow], [tool])

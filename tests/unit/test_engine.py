@@ -205,7 +205,7 @@ def test_unknown_outcome_of_non_idempotent_tool_escalates_then_resolves() -> Non
     engine, run_id = start_and_crash(flow)
     state = run(drive(engine, run_id))
     assert state.status == "escalated"
-    assert state.escalation is not None and "charge" in str(state.escalation["reason"])
+    assert state.escalation is not None and "charge" in str(state.escalation.reason)
     assert sent == [f"{run_id}:0:pay:0"]  # never re-executed blindly
 
     engine.resolve(run_id, resolution="succeeded", result={"receipt": "r-1"}, by="ops@bank")
@@ -297,7 +297,7 @@ def test_a_different_call_sequence_on_rerun_is_a_nondeterminism_escalation() -> 
     engine, run_id = start_and_crash(flow)
     final = run(drive(engine, run_id))
     assert final.status == "escalated"
-    reason = str(final.escalation and final.escalation["reason"])
+    reason = str(final.escalation and final.escalation.reason)
     assert "'go'" in reason and "#0" in reason and "b_tool" in reason
 
 

@@ -354,6 +354,9 @@ class Agent:
             self._observe(ctx, call, {"error": exc.error_type, "message": exc.message},
                           failed=True, tool=t)
             return None
+        if isinstance(result, BaseModel):
+            # The model reads results as JSON, whatever type the tool declares.
+            result = result.model_dump(mode="json")
         self._observe(ctx, call, result, failed=False, tool=t)
         return None
 

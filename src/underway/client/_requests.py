@@ -4,7 +4,7 @@ from its folded state."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from ..events import JSON
 from ..state import RunState
@@ -48,21 +48,18 @@ def request_of(state: RunState) -> PendingRequest | None:
     if state.status == "waiting" and state.pending_approval is not None:
         p = state.pending_approval
         return PendingRequest(
-            run_id=state.run_id, kind="approval", request_id=str(p["request_id"]),
-            tool=str(p["tool"]), args=p.get("args"), args_hash=str(p["args_hash"]),
-            evidence=p.get("evidence"), risks=[str(r) for r in p.get("risks") or []],
-            required_role=_opt_str(p.get("required_role")),
-            expires_at=float(p["expires_at"]), rule_id=_opt_str(p.get("rule_id")),
-            policy_version=_opt_str(p.get("policy_version")),
+            run_id=state.run_id, kind="approval", request_id=p.request_id, tool=p.tool,
+            args=p.args, args_hash=p.args_hash, evidence=p.evidence, risks=list(p.risks),
+            required_role=p.required_role, expires_at=p.expires_at, rule_id=p.rule_id,
+            policy_version=p.policy_version,
         )
     esc = state.escalation
-    if state.status == "escalated" and esc is not None and esc.get("cause") == "question":
+    if state.status == "escalated" and esc is not None and esc.is_question:
         return PendingRequest(
-            run_id=state.run_id, kind="question", request_id=str(esc["request_id"]), tool="",
+            run_id=state.run_id, kind="question", request_id=str(esc.request_id), tool="",
             args=None, args_hash="", evidence=None, risks=[],
-            required_role=_opt_str(esc.get("required_role")),
-            expires_at=_expiry(esc.get("expires_at")), question=_opt_str(esc.get("question")),
-            context=esc.get("context"),
+            required_role=esc.required_role, expires_at=_expiry(esc.expires_at),
+            question=esc.question, context=esc.context,
         )
     if state.status == "dead" and state.dead_request is not None:
         return PendingRequest(
@@ -70,23 +67,19 @@ def request_of(state: RunState) -> PendingRequest | None:
             args=None, args_hash="", evidence=None, risks=[], required_role=None,
             expires_at=float("inf"), question=state.error, cause="dead",
         )
-    if state.status == "escalated" and esc is not None and esc.get("request_id"):
+    if state.status == "escalated" and esc is not None and esc.request_id:
         # Anything else a person must settle: an unknown outcome, a deadline, a budget.
-        key = _opt_str(esc.get("key"))
+        key = esc.key
         call = next((c for c in state.calls if key and c.key == key), None)
         return PendingRequest(
-            run_id=state.run_id, kind="resolution", request_id=str(esc["request_id"]),
-            tool=str(esc.get("tool") or ""), args=None,
+            run_id=state.run_id, kind="resolution", request_id=esc.request_id,
+            tool=esc.tool or "", args=None,
             args_hash=call.args_hash if call is not None else "", evidence=None, risks=[],
-            required_role=None, expires_at=float("inf"), question=_opt_str(esc.get("reason")),
-            cause=_opt_str(esc.get("cause")), key=key,
+            required_role=None, expires_at=float("inf"), question=esc.reason,
+            cause=esc.cause, key=key,
         )
     return None
 
 
-def _opt_str(value: Any) -> str | None:
-    return None if value is None else str(value)
-
-
-def _expiry(value: Any) -> float:
+def _expiry(value: float | None) -> float:
     return float("inf") if value is None else float(value)

@@ -28,7 +28,7 @@ class Activation:
     state: RunState
     last_hash: str
     checkpoint_seq: int
-    pending: list[tuple[int, float, ev.Event]] = field(default_factory=list)
+    pending: list[tuple[int, float, ev.RunEvent]] = field(default_factory=list)
     consumed: list[str] = field(default_factory=list)
     control_pending: bool = False
     due_at: float | None = None
@@ -51,7 +51,7 @@ class Activation:
             self.store_error = exc
             raise
 
-    def buffer(self, event: ev.Event) -> None:
+    def buffer(self, event: ev.RunEvent) -> None:
         at = self.engine.clock.now()
         seq = self.state.seq + 1
         apply(self.state, Recorded(seq, at, event))
@@ -124,7 +124,7 @@ def run_update(s: RunState, now: float, due_at: float | None) -> RunUpdate:
             wake = s.deadline if wake is None else min(wake, s.deadline)
         return RunUpdate("waiting", s.step, wake, s.waiting_signal)
     if s.status == "escalated":
-        reason = s.escalation.get("reason") if s.escalation else None
+        reason = s.escalation.reason if s.escalation else None
         # A question that expires is woken then, to tell the step nobody answered.
         return RunUpdate("escalated", s.step, question_expiry(s), None, str(reason))
     return RunUpdate(s.status, s.step, None, None, s.error)
@@ -134,7 +134,6 @@ def question_expiry(s: RunState) -> float | None:
     """When the question the run waits on expires (None: it is no question, or it never
     expires)."""
     esc = s.escalation
-    if s.status != "escalated" or esc is None or esc.get("cause") != "question":
+    if s.status != "escalated" or esc is None or not esc.is_question:
         return None
-    at = esc.get("expires_at")
-    return float(at) if isinstance(at, int | float) else None
+    return esc.expires_at

@@ -15,10 +15,11 @@ from pydantic import ValidationError
 
 from .. import events as ev
 from .. import faults
+from ..budgets import Usage, route_breach
 from ..effects import COMPENSATE_SUFFIX, CallInfo, Model, Tool, args_hash, idempotency_key
 from ..errors import ConfigurationError, NonDeterminismError, ToolCallError, is_store_failure
 from ..events import JSON, canonical_json
-from ..guard import call_counts, call_usage, money_refusal
+from ..intent import CallIntent
 from ..secrets import mask, resolve
 from ..state import REFUSAL_ERRORS, request_id_for, shadow_result
 from ._activation import Activation
@@ -65,8 +66,11 @@ class StepExecution:
 
     async def call(
         self, tool: Tool | str, args: JSON, *, labels: frozenset[str] = frozenset(),
-        evidence: JSON = None, risks: list[str] | None = None,
-    ) -> JSON:
+        evidence: JSON = None, risks: list[str] | None = None, typed: bool = False,
+    ) -> Any:
+        """Call ``tool``: its journaled result if the call completed before, else through
+        the door. With ``typed``, the result as the tool's result model, validated from
+        the JSON the journal holds (on the first run and on every replay alike)."""
         t = self._act.engine.tool(tool)
         index = self._calls
         self._calls += 1
@@ -82,6 +86,17 @@ class StepExecution:
         key = rec.key if rec is not None and rec.key else idempotency_key(
             self.run_id, self.step, index, ordinal=self.ordinal
         )
+        result = await self._result(t, args, key, index, h, rec, labels, evidence, risks)
+        if not typed or result == shadow_result(t.name):
+            # Shadow mode's placeholder stands in for a result the tool never produced.
+            return result
+        return t.parse_result(result, key=key)
+
+    async def _result(
+        self, t: Tool, args: JSON, key: str, index: int, h: str, rec: Any,
+        labels: frozenset[str], evidence: JSON, risks: list[str] | None,
+    ) -> JSON:
+        """The JSON result of call ``index``: journaled, reconciled, or from the door."""
         if rec is not None and rec.status == "succeeded":
             return rec.result
         if rec is not None and rec.status == "failed":
@@ -98,25 +113,27 @@ class StepExecution:
         if rec is not None and rec.status == "awaiting":
             raise Escalate(f"call {key} of {t.name!r} awaits an approval but the run went on; "
                             "resolve with retry to ask again", key, t.name, index)
+        # The call's facts, computed once for this attempt: everything below judges,
+        # counts and runs this one value. A later attempt computes its own.
+        call = CallIntent.of(t, args, key=key, index=index, h=h, labels=labels,
+                             evidence=evidence, risks=tuple(risks or ()))
         if rec is not None and rec.status == "started":
             # Unknown outcome: the intent is journaled, the outcome is not.
-            settled = await self._settle_unknown(t, args, key, index, h)
+            settled = await self._settle_unknown(call)
             if settled is not None:
                 return settled[0]
-        return await self._door(t, args, key, index, h, rec, labels, evidence, risks or [])
+        return await self._door(call, rec)
 
-    async def _door(
-        self, t: Tool, args: JSON, key: str, index: int, h: str, rec: Any,
-        labels: frozenset[str], evidence: JSON, risks: list[str],
-    ) -> JSON:
+    async def _door(self, call: CallIntent, rec: Any) -> JSON:
         """The one door every execution of a tool passes through — a first attempt, a
         retry after an error or a back-off, after a resolution or a resume, a re-run after
         a crash or after ``reconcile`` said the effect did not happen: the whole guard at
         this moment (allow-list, schema, budgets, policy, an approval verified now), then
         the circuit, the journaled intent, and the call."""
+        t, key, index, h = call.tool, call.key, call.index, call.args_hash
         maybe_happened = rec is not None and rec.maybe_happened
         try:
-            shadowed = await self._guard(t, args, key, index, h, rec, labels, evidence, risks)
+            shadowed = await self._guard(call, rec)
         except ToolCallError as exc:
             if maybe_happened:
                 self._unknown(t, key, index, f"and trying it again was refused: {exc.message}")
@@ -135,29 +152,28 @@ class StepExecution:
         # A re-run after a crash reuses the intent already journaled (same key, same args).
         if t.mutating and (rec is None or rec.status != "started"):
             self._act.buffer(ev.ToolStarted(
-                key=key, tool=t.name, index=index, args=args, args_hash=h,
+                key=key, tool=t.name, index=index, args=call.args, args_hash=h,
                 sandbox_profile=t.sandbox.digest() if t.sandbox is not None else None,
                 policy_decision=self._decision,
             ))
             await self._act.commit()
         try:
-            result = await self._execute(t, args, key, index, h)
+            result = await self._execute(call)
         except ToolCallError as exc:
             await self._settle_circuit(t, exc.error_type)
             if t.mutating and exc.error_type in LOST_TRACK:
-                return await self._timed_out(t, args, key, index, h, exc)
+                return await self._timed_out(call, exc)
             self._retry_or_raise(t, key, index, exc)
             raise
         await self._settle_circuit(t, None)
         return result
 
-    async def _settle_unknown(
-        self, t: Tool, args: JSON, key: str, index: int, h: str
-    ) -> tuple[JSON] | None:
+    async def _settle_unknown(self, call: CallIntent) -> tuple[JSON] | None:
         """Settle a call whose intent is journaled and whose outcome is not: ``(result,)``
         when ``reconcile`` found it happened; None when it must run again through the door
         (an idempotent tool with the same key, or ``reconcile`` found it did not happen);
         otherwise the run escalates to a person."""
+        t, key, index, h = call.tool, call.key, call.index, call.args_hash
         if t.idempotent:
             return None
         if t.reconcile is None:
@@ -167,7 +183,7 @@ class StepExecution:
         if found.outcome == "happened":
             self._act.buffer(ev.ToolSucceeded(
                 key=key, tool=t.name, index=index, args_hash=h, result=found.result,
-                reconciled=True, counts=call_counts(t, args),
+                reconciled=True, counts=call.counts,
             ))
             return (found.result,)
         if found.outcome == "unknown":
@@ -176,17 +192,16 @@ class StepExecution:
         self._act.buffer(ev.ToolReconciled(key=key, tool=t.name, index=index, args_hash=h))
         return None
 
-    async def _timed_out(
-        self, t: Tool, args: JSON, key: str, index: int, h: str, exc: ToolCallError
-    ) -> JSON:
+    async def _timed_out(self, call: CallIntent, exc: ToolCallError) -> JSON:
         """A mutating call timed out or lost its connection: it may have happened. An
         idempotent tool is tried again with the same key on its retry policy (durable
         timer); ``reconcile`` is asked; else — or once retries are spent — a person
         decides. Never retried blindly, never recorded as not having happened."""
+        t, key, index = call.tool, call.key, call.index
         if t.idempotent:
             self._retry_or_raise(t, key, index, exc)
             self._unknown(t, key, index, f"after {exc.error_type}: {exc.message}")
-        settled = await self._settle_unknown(t, args, key, index, h)
+        settled = await self._settle_unknown(call)
         if settled is not None:
             return settled[0]
         # reconcile says it did not happen: now it is an ordinary failure.
@@ -206,29 +221,23 @@ class StepExecution:
         ))
         raise ToolCallError(t.name, REFUSAL_ERRORS[cause], reason, retryable=False)
 
-    async def _guard(
-        self, t: Tool, args: JSON, key: str, index: int, h: str, rec: Any,
-        labels: frozenset[str], evidence: JSON, risks: list[str],
-    ) -> bool:
-        """Allow-list, schema, budgets, policy, approval and shadow mode, in that order;
-        True when the call is shadowed (journaled, not executed)."""
+    async def _guard(self, call: CallIntent, rec: Any) -> bool:
+        """Allow-list, schema, money, budgets, policy, approval and shadow mode, in that
+        order; True when the call is shadowed (journaled, not executed)."""
+        t, args, key, index, h = call.tool, call.args, call.key, call.index, call.args_hash
         act, eng = self._act, self._act.engine
         s, flow, guard = act.state, eng._flow(act.state.flow), eng.guard
         self._decision = None
         if flow.allowed_tools is not None and allowed_name(t.name) not in flow.allowed_tools:
             self._refuse(t, key, index, h, "not_allowed",
                          f"tool {t.name!r} is not on the allow-list of flow {flow.name!r}")
-        if t.args_model is not None:
-            try:
-                t.args_model.model_validate(args)
-            except ValidationError as exc:
-                self._schema_failed(t, key, index, "args", exc)
-        unreadable = money_refusal(t, args)
-        if unreadable is not None:
-            self._refuse(t, key, index, h, "policy_denied", unreadable)
+        if call.schema_error is not None:
+            self._schema_failed(t, key, index, "args", call.schema_error)
+        if call.refusal is not None or call.usage is None:
+            self._refuse(t, key, index, h, "policy_denied", call.refusal or "")
         now = eng.clock.now()
         if guard.has_budget(flow):
-            over = guard.over_budget(flow, eng.store, s, call_usage(t, args), now,
+            over = guard.over_budget(flow, eng.store, s, call.usage, now,
                                      [e for _, _, e in act.pending])
             if over is not None:
                 self._over_budget(over[0], over[1], t.name)
@@ -241,7 +250,7 @@ class StepExecution:
                     key=key, tool=t.name, index=index, args=args, args_hash=h, decision="allow",
                 ))
             return shadow
-        d = guard.decide(flow, eng.store, s, t, args, labels, now)
+        d = guard.decide(flow, eng.store, s, call, now)
         act.buffer(ev.PolicyDecided(
             key=key, tool=t.name, index=index, args_hash=h, decision=d.outcome,
             rule_id=d.rule_id, policy_version=d.policy_version, reason=d.reason,
@@ -264,7 +273,7 @@ class StepExecution:
             asked = rec.approval_requests if rec is not None and rec.key == key else 0
             request = ev.ApprovalRequested(
                 request_id=request_id_for(key, asked + 1), key=key, tool=t.name, index=index,
-                args=args, args_hash=h, evidence=evidence, risks=risks,
+                args=args, args_hash=h, evidence=call.evidence, risks=list(call.risks),
                 required_role=d.approver_role, expires_at=now + ttl, rule_id=d.rule_id,
                 policy_version=d.policy_version,
             )
@@ -379,7 +388,8 @@ class StepExecution:
         self._act.buffer(ev.TimerSet(timer_id=timer, wake_at=eng.clock.now() + delay))
         raise Suspend
 
-    async def _execute(self, t: Tool, args: JSON, key: str, index: int, h: str) -> JSON:
+    async def _execute(self, call: CallIntent) -> JSON:
+        t, key, index, h = call.tool, call.key, call.index, call.args_hash
         s = self._act.state
         secrets = resolve(self._act.engine.guard.secrets, t.secrets)
         info = CallInfo(key, self.tenant_id, self.run_id, self.step, index,
@@ -387,7 +397,7 @@ class StepExecution:
         faults.point("effect.before_run")
         began = time.perf_counter()
         try:
-            result = await t.invoke(args, info)
+            result = await t.invoke(call.args, info, validated=call.validated)
         except TimeoutError:
             self._act.buffer(ev.ToolTimedOut(
                 key=key, tool=t.name, index=index, args_hash=h, timeout_s=t.timeout
@@ -433,7 +443,7 @@ class StepExecution:
             ) from exc
         self._act.buffer(ev.ToolSucceeded(
             key=key, tool=t.name, index=index, args_hash=h, result=result, latency_ms=latency,
-            counts=call_counts(t, args),
+            counts=call.counts,
         ))
         return result
 
@@ -460,8 +470,6 @@ class StepExecution:
         eng = self._act.engine
         flow = eng._flow(self._act.state.flow)
         if eng.guard.has_budget(flow):
-            from ..budgets import Usage
-
             over = eng.guard.over_budget(
                 flow, eng.store, self._act.state, Usage(model_calls=1), eng.clock.now(),
                 [e for _, _, e in self._act.pending],
@@ -487,24 +495,13 @@ class StepExecution:
     def _check_route_budget(self, model: Model, request: JSON) -> None:
         """A :class:`~underway.models.ModelRouter` with route budgets: refuse a call whose
         route has spent its budget in this run (usage folded from the journal)."""
-        from ..models.routing import ModelRouter, RouteUsage, budget_breaches
+        from ..models.routing import ModelRouter
 
         if not isinstance(model, ModelRouter) or not model.budgets:
             return
-        kind = request.get("kind", "default") if isinstance(request, dict) else "default"
-        route = model.route(str(kind))
-        if route not in model.budgets:
-            return
-        used = RouteUsage()
-        for k, u in self._act.state.model_usage.items():
-            if model.route(k) == route:
-                used = RouteUsage(
-                    used.calls + int(u["calls"]), used.tokens_in + int(u["tokens_in"]),
-                    used.tokens_out + int(u["tokens_out"]), used.cost_usd + float(u["cost_usd"]),
-                )
-        found = budget_breaches({route: used}, {route: model.budgets[route]})
-        if found:
-            b = found[0]
+        found = route_breach(model, request, self._act.state)
+        if found is not None:
+            route, b = found
             self._act.buffer(ev.BudgetExceeded(
                 metric=f"route.{route}.{b.limit}", limit=float(b.allowed), used=float(b.used),
                 scope="run", action="escalate",

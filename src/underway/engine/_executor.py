@@ -13,7 +13,7 @@ import asyncio
 import functools
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, assert_never
 
 from .. import events as ev
 from .. import faults
@@ -212,7 +212,7 @@ class Engine:
                 expiry = question_expiry(s)
                 if expiry is not None and self.clock.now() >= expiry:
                     act.buffer(ev.EscalationExpired(
-                        request_id=str((s.escalation or {}).get("request_id"))
+                        request_id=str(s.escalation.request_id if s.escalation else None)
                     ))
                     s = act.state
                 if self._deadline_passed(s):
@@ -226,7 +226,7 @@ class Engine:
                     return s
                 if s.status == "waiting" and s.pending_approval is not None:
                     act.buffer(ev.ApprovalExpired(
-                        request_id=str(s.pending_approval["request_id"])
+                        request_id=s.pending_approval.request_id
                     ))
                 elif s.status == "waiting":
                     act.buffer(ev.TimerFired(timer_id=s.timer_id or ""))
@@ -320,10 +320,10 @@ class Engine:
         if self.guard.notifier is None:
             return
         if isinstance(e, ev.Escalated) and e.cause != "question":
-            esc = s.escalation or {}
             notice = ApprovalNotice(
                 tenant_id=s.tenant_id, run_id=s.run_id,
-                request_id=str(esc.get("request_id") or ""), tool=e.tool or "", args=None,
+                request_id=(s.escalation.request_id if s.escalation else None) or "",
+                tool=e.tool or "", args=None,
                 kind="escalation", question=e.reason,
             )
         elif isinstance(e, ev.ApprovalRequested):
@@ -471,6 +471,8 @@ class Engine:
                 act.buffer(ev.RunFailed(reason=nxt.reason, step=step))
             case Goto():
                 pass
+            case _:
+                assert_never(nxt)
 
     def _flow(self, name: str) -> Flow[Any, Any]:
         return self.registry.flow(name)

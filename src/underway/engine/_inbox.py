@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import json
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
@@ -13,7 +14,14 @@ from pydantic import ValidationError
 from .. import events as ev
 from ..control import CANCEL, RESOLVE, RESUME, resolution_of, resumption_of
 from ..events import JSON
-from ..state import ANSWER_SIGNAL, APPROVAL_SIGNAL, RunState, request_id_for
+from ..state import (
+    ANSWER_SIGNAL,
+    APPROVAL_SIGNAL,
+    Escalation,
+    PendingApproval,
+    RunState,
+    request_id_for,
+)
 from ._activation import Activation
 
 if TYPE_CHECKING:
@@ -39,9 +47,9 @@ async def read_inbox(eng: Engine, act: Activation) -> None:
                            "resolution signed by an approver (underway approvals resolve)",
                 ))
             elif s.status == "escalated":
-                esc = s.escalation or {}
                 act.buffer(ev.EscalationResolved(
-                    key=esc.get("key"), resolution=payload["resolution"],
+                    key=s.escalation.key if s.escalation is not None else None,
+                    resolution=payload["resolution"],
                     result=payload.get("result"), by=str(payload.get("by", "unknown")),
                 ))
             else:
@@ -78,6 +86,17 @@ async def read_inbox(eng: Engine, act: Activation) -> None:
     act.control_pending = False
 
 
+@dataclass(frozen=True, slots=True)
+class DeadRequest:
+    """The request a signed resume of a dead run answers: its dead-lettering's id (no
+    role required, no expiry)."""
+
+    request_id: str | None
+    required_role: str | None = None
+    expires_at: float | None = None
+    key: str | None = None
+
+
 async def take_decision(eng: Engine, act: Activation, payload: JSON, answer: bool) -> None:
     """Verify a submitted decision against the request the run waits on; journal the
     verified decision, or why it was refused (the run then keeps waiting)."""
@@ -92,7 +111,8 @@ async def take_decision(eng: Engine, act: Activation, payload: JSON, answer: boo
         return
     if answer and s.status == "dead" and d.decision == "resolve":
         # A signed resume of a dead run names the dead-lettering it answers.
-        pending: dict[str, JSON] | None = {"request_id": s.dead_request}
+        pending: Escalation | PendingApproval | DeadRequest | None = DeadRequest(
+            s.dead_request)
         check_tool, check_hash = "", ""
         if resumption_of(d.answer) is None:
             act.buffer(ev.ApprovalInvalid(request_id=d.request_id,
@@ -101,14 +121,14 @@ async def take_decision(eng: Engine, act: Activation, payload: JSON, answer: boo
             return
     elif answer:
         # An answer settles a question; a resolution settles any other escalation.
-        esc = s.escalation or {}
-        asks = esc.get("cause") == "question"
+        esc = s.escalation
+        asks = esc is not None and esc.is_question
         pending = esc if s.status == "escalated" and asks == (d.decision != "resolve") \
             else None
         check_tool, check_hash = "", ""
-        if d.decision == "resolve":
-            check_tool = str(esc.get("tool") or "")
-            call = next((c for c in s.calls if c.key and c.key == esc.get("key")), None)
+        if d.decision == "resolve" and esc is not None:
+            check_tool = esc.tool or ""
+            call = next((c for c in s.calls if c.key and c.key == esc.key), None)
             check_hash = call.args_hash if call is not None else ""
             if resolution_of(d.answer) is None:
                 act.buffer(ev.ApprovalInvalid(request_id=d.request_id,
@@ -117,18 +137,18 @@ async def take_decision(eng: Engine, act: Activation, payload: JSON, answer: boo
                 return
     else:
         pending = s.pending_approval if s.status == "waiting" else None
-        check_tool = str((pending or {}).get("tool", ""))
-        check_hash = str((pending or {}).get("args_hash", ""))
-    if pending is None or pending.get("request_id") != d.request_id:
+        check_tool = pending.tool if pending is not None else ""
+        check_hash = pending.args_hash if pending is not None else ""
+    if pending is None or pending.request_id != d.request_id:
         act.buffer(ev.ApprovalInvalid(
             request_id=d.request_id, approver_id=d.approver_id,
             reason="not_pending",
         ))
         return
-    expires = pending.get("expires_at")
+    expires = pending.expires_at
     check = ApprovalCheck(
         request_id=d.request_id, run_id=s.run_id, tenant_id=s.tenant_id, tool=check_tool,
-        args_hash=check_hash, required_role=pending.get("required_role"),
+        args_hash=check_hash, required_role=pending.required_role,
         expires_at=float(expires) if expires is not None else float("inf"),
     )
     now = eng.clock.now()
@@ -152,7 +172,7 @@ async def take_decision(eng: Engine, act: Activation, payload: JSON, answer: boo
         act.buffer(ev.RunResumed(by=d.approver_id, step=step or None, decision=signed))
     elif resolution is not None:
         act.buffer(ev.EscalationResolved(
-            key=pending.get("key"), resolution=resolution[0], result=resolution[1],
+            key=pending.key, resolution=resolution[0], result=resolution[1],
             by=d.approver_id, decision=signed,
         ))
     elif answer:
@@ -174,18 +194,18 @@ async def verify_approval(eng: Engine, s: RunState, key: str, tool: str, h: str)
     from ..approvals import ApprovalCheck, SignedDecision, verify_decision
 
     held = s.approvals.get(key)
-    if not isinstance(held, dict):
+    if held is None:
         return "no approval is journaled for this call"
     try:
-        d = SignedDecision.model_validate(held.get("decision"))
+        d = SignedDecision.model_validate(held.decision)
     except ValidationError:
         return "malformed decision"
     if d.decision != "approve":
         return "decision is not an approval"
-    expires = held.get("expires_at")
+    expires = held.expires_at
     check = ApprovalCheck(
-        request_id=str(held.get("request_id") or request_id_for(key)), run_id=s.run_id,
-        tenant_id=s.tenant_id, tool=tool, args_hash=h, required_role=held.get("required_role"),
+        request_id=held.request_id or request_id_for(key), run_id=s.run_id,
+        tenant_id=s.tenant_id, tool=tool, args_hash=h, required_role=held.required_role,
         expires_at=float(expires) if expires is not None else d.expires_at,
     )
     approver = await eng.io(eng.store.get_approver, s.tenant_id, d.approver_id)

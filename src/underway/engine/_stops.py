@@ -50,7 +50,7 @@ class Unencodable(BaseException):
 class Stop(BaseException):
     """Ends the run with an event already chosen (a budget that fails the run)."""
 
-    def __init__(self, event: ev.Event) -> None:
+    def __init__(self, event: ev.RunEvent) -> None:
         super().__init__(str(event))
         self.event = event
 
