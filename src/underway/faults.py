@@ -16,6 +16,8 @@ POINTS = (
     "effect.before_run",
     "effect.after_run",
     "step.before_run",
+    "child.before_create",
+    "child.after_create",
 )
 """Every fault point the engine passes."""
 

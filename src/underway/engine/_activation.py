@@ -11,6 +11,7 @@ from .. import events as ev
 from .. import faults
 from ..state import Recorded, RunState, apply
 from ..store.base import AppendBatch, Lease, RunUpdate
+from ._outbox import outbox
 from ._stops import Unencodable
 
 if TYPE_CHECKING:
@@ -97,6 +98,7 @@ class Activation:
             checkpoint=checkpoint,
             consumed_signals=self.consumed,
             release=release,
+            signals=outbox(s, [e for _, _, e in self.pending], now),
         )
         faults.point("append.before_commit")
         self.control_pending = await self.store(eng.store.append, batch)

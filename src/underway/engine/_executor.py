@@ -41,7 +41,7 @@ from ..secrets import SecretProvider
 from ..state import RunState
 from ..store.base import Lease, NewRun, Store
 from ._activation import Activation, question_expiry, run_update
-from ._calls import StepExecution
+from ._children import StepWithChildren
 from ._inbox import read_inbox, verify_approval
 from ._registry import Registry
 from ._stops import DeadLetter, Escalate, Stop, Suspend, Unencodable
@@ -407,7 +407,7 @@ class Engine:
         s = act.state
         step = str(s.step)
         act.buffer(ev.StepStarted(step=step, attempt=s.attempt + 1))
-        x = StepExecution(act, step)
+        x = StepWithChildren(act, step)
         try:
             ctx: RunContext[Any, Any] = RunContext(
                 x, flow.state_type.model_validate(s.state), flow.input_type.model_validate(s.input)
