@@ -18,6 +18,7 @@ POINTS = (
     "step.before_run",
     "child.before_create",
     "child.after_create",
+    "signals.after_commit",
 )
 """Every fault point the engine passes."""
 

@@ -103,6 +103,8 @@ class Activation:
         faults.point("append.before_commit")
         self.control_pending = await self.store(eng.store.append, batch)
         faults.point("append.after_commit")
+        if batch.signals:
+            faults.point("signals.after_commit")
         eng.journal.remember(s.tenant_id, fresh)
         self.last_hash = stored[-1].hash
         if update is not None:
