@@ -5,8 +5,8 @@ nonces accepted once per tenant."""
 from __future__ import annotations
 
 import threading
-from dataclasses import replace
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 import pytest
 from builders import ROUNDS, T0, WAIT_GO, append, batch, create, lease_of, race, signal, start
