@@ -58,7 +58,8 @@ def summarize(rec: Recorded) -> str:
             extra = f", idempotency key {e.idempotency_key}" if e.idempotency_key else ""
             at = f"at step {e.first_step}" if e.checked else "by name (input unchecked)"
             head = f"flow {e.flow} started {at}{extra}"
-            return f"{head}; input {preview(e.input, 40)}"
+            parent = f" as a child of run {e.parent_run_id}" if e.parent_run_id else ""
+            return f"{head}{parent}; input {preview(e.input, 40)}"
         case ev.InputChecked():
             return f"input checked by a worker with the flow; first step {e.first_step}"
         case ev.StepStarted():
@@ -167,6 +168,14 @@ def summarize(rec: Recorded) -> str:
             taint = f" [context holds untrusted content from {', '.join(e.tainted)}]" \
                 if e.tainted else ""
             return f"agent chose {e.tool} {preview(e.args, 48)}{taint}"
+        case ev.ChildStarted():
+            detached = " (detached)" if e.detached else ""
+            return f"child run {e.run_id} of flow {e.flow} started{detached}, key {e.key}"
+        case ev.ChildAwaited():
+            return f"waiting for child run {e.run_id}"
+        case ev.ChildFinished():
+            how = preview(e.result, 48) if e.status == "completed" else str(e.error)
+            return f"child run {e.run_id} {e.status.upper()}: {how}"
         case ev.CheckpointRefused():
             at = f" at seq {e.checkpoint_seq}" if e.checkpoint_seq is not None else ""
             return f"checkpoint{at} REFUSED, state folded from the journal: {e.reason}"

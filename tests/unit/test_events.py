@@ -18,8 +18,9 @@ FIXTURES = Path(__file__).parent.parent / "fixtures"
 
 def test_public_api_is_pinned() -> None:
     assert sorted(underway.__all__) == [
-        "Agent", "Budget", "CallInfo", "CallbackSecrets", "Client", "ConfigurationError",
-        "ConflictError", "Engine", "EnvSecrets", "FencedError", "FileSecrets", "Flow",
+        "Agent", "Budget", "CallInfo", "CallbackSecrets", "ChildOutcome", "Client",
+        "ConfigurationError", "ConflictError", "Engine", "EnvSecrets", "FencedError",
+        "FileSecrets", "Flow",
         "IntegrityError", "ManualClock", "Model", "ModelReply", "NonDeterminismError",
         "OutcomeUnknown", "Policy", "Reconciled", "RunContext", "RunNotFound", "RunState",
         "Runner", "Store",
