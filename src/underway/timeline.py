@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -276,8 +276,10 @@ def _where(state: RunState) -> str:
     return ""
 
 
-def render(state: RunState, records: Sequence[Recorded]) -> str:
-    """The run's header and its timeline, as text (no trailing newline)."""
+def render(state: RunState, records: Sequence[Recorded],
+           children: Mapping[str, str] | None = None) -> str:
+    """The run's header and its timeline, as text (no trailing newline). ``children``: the
+    status of each child run as its row says now (else what this run's journal knows)."""
     c = counts(records)
     detail = _where(state)
     head = [
@@ -295,6 +297,12 @@ def render(state: RunState, records: Sequence[Recorded]) -> str:
             f"{_n(c['resumed_steps'], 'step')} resumed after an interruption"
         ),
     ]
+    if state.parent_run_id:
+        head.append(f"parent   {state.parent_run_id}")
+    for run_id, child in state.children.items():
+        status = (children or {}).get(run_id) or child.get("status") or "not ended"
+        detached = ", detached" if child.get("detached") else ""
+        head.append(f"child    {run_id} ({child.get('flow')}{detached}): {status}")
     if state.model_calls:
         head.append(
             f"usage    {state.tokens_in} tokens in, {state.tokens_out} out, "
