@@ -262,7 +262,7 @@ class RunContext(Generic[S, I]):
         Started once: the intent is journaled before the child is created, and the child's
         id derives from this run and ``key`` (default: this call's position in the step),
         so a step re-run after a crash gets the same child, never a second. The child acts
-        for this run's principal, runs on ``queue`` (default ``"default"``), and its end
+        for this run's principal, runs on ``queue`` (default: this run's queue), and its end
         reaches this run (:meth:`wait_for`). Cancelling this run cancels the child too,
         unless it is ``detached``.
         """

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from . import events as ev
+from .control import CHILD as CHILD_SIGNAL
 from .events import JSON
 from .jsonpatch import apply_patch
 
@@ -175,8 +176,6 @@ APPROVAL_SIGNAL = "underway.approval"
 """The reserved signal carrying a signed approval decision."""
 ANSWER_SIGNAL = "underway.answer"
 """The reserved signal carrying a signed answer to a question."""
-CHILD_SIGNAL = "underway.child"
-"""The reserved signal carrying a child run's end to the run that started it."""
 
 REFUSAL_ERRORS: dict[str, str] = {
     "not_allowed": "ToolNotAllowed",

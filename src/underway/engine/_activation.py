@@ -36,6 +36,8 @@ class Activation:
     """The run row's ``next_wake_at`` when claimed (in the past: the run was due)."""
     row_status: str = "ready"
     """The status the run row shows; the row is rewritten only when this must change."""
+    queue: str = "default"
+    """The queue the run is on (its child runs start on it unless told otherwise)."""
     lost: bool = False
     """Set by the heartbeat when the lease was lost to another worker."""
     after_commit: list[Callable[[], Awaitable[None]]] = field(default_factory=list)

@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Any
 from .. import events as ev
 from .. import faults
 from ..client._starting import new_run
+from ..control import CHILD as CHILD_SIGNAL
 from ..errors import ConfigurationError, NonDeterminismError
 from ..events import JSON
 from ..flow import ChildOutcome, Flow
-from ..state import CHILD_SIGNAL
 from ._calls import StepExecution
 from ._outbox import child_finished
 from ._stops import Suspend
@@ -68,7 +68,7 @@ class StepWithChildren(StepExecution):
         new = new_run(
             eng.journal, code, name, input, now=eng.clock.now(), tenant_id=self.tenant_id,
             run_id=run_id, idempotency_key=f"child:{self.run_id}:{key}", start_at=None,
-            queue=queue or "default", deadline=None, principal=s.principal, roles=s.roles,
+            queue=queue or act.queue, deadline=None, principal=s.principal, roles=s.roles,
             parent_run_id=self.run_id,
         )
         if known is None:

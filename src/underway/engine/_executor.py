@@ -220,7 +220,7 @@ class Engine:
         state, head, refused = self.journal.load_head(lease.tenant_id, lease.run_id)
         act = Activation(
             self, lease, state, head, state.seq, control_pending=True,
-            due_at=row.next_wake_at, row_status=row.status,
+            due_at=row.next_wake_at, row_status=row.status, queue=row.queue,
         )
         if refused is not None:
             # A forged checkpoint was ignored; the journal keeps the finding, since the

@@ -13,8 +13,9 @@ from pydantic import ValidationError
 
 from .. import events as ev
 from ..control import CANCEL, RESOLVE, RESUME, resolution_of, resumption_of
+from ..control import CHILD as CHILD_SIGNAL
 from ..events import JSON
-from ..state import ANSWER_SIGNAL, APPROVAL_SIGNAL, CHILD_SIGNAL, RunState, request_id_for
+from ..state import ANSWER_SIGNAL, APPROVAL_SIGNAL, RunState, request_id_for
 from ._activation import Activation
 from ._outbox import child_finished
 

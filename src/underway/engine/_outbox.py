@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from .. import events as ev
 from ..control import CANCEL
+from ..control import CHILD as CHILD_SIGNAL
 from ..events import JSON, canonical_json
-from ..state import CHILD_SIGNAL, FINAL_STATUSES, RunState
+from ..state import FINAL_STATUSES, RunState
 from ..store.base import SignalRecord
 
 
