@@ -39,6 +39,8 @@ def flows() -> list[uw.Flow[Any, Any]]:
             return ctx.wait("go", then=finish)
         if ctx.input.mode == "fail":
             return ctx.fail(f"cannot do {ctx.input.n}")
+        if ctx.input.mode == "crash":
+            raise RuntimeError(f"bug on {ctx.input.n}")
         if ctx.input.mode == "nest":
             grandchild = await ctx.start("child", {"n": ctx.input.n, "mode": "wait"})
             outcome = await ctx.wait_for(grandchild)
@@ -78,7 +80,18 @@ def flows() -> list[uw.Flow[Any, Any]]:
         outcome = await ctx.wait_for(again)
         return ctx.done({"same": again == ctx.state.child, "result": outcome.result})
 
-    return [child, parent, later]
+    loop = uw.Flow("loop", state=Seen, input=Job)
+
+    @loop.step(start=True)
+    async def visit(ctx: uw.RunContext[Seen, Job]) -> Any:
+        child = await ctx.start("child", {"n": len(ctx.state.attempts)})
+        outcome = await ctx.wait_for(child)
+        ctx.state.attempts.append(outcome.result["double"])
+        if len(ctx.state.attempts) < 3:
+            return ctx.goto(visit)
+        return ctx.done(ctx.state.attempts)
+
+    return [child, parent, later, loop]
 
 
 def engine_on(backend: Backend) -> tuple[uw.Engine, uw.Runner, ManualClock]:
@@ -247,3 +260,25 @@ def test_a_child_of_an_unknown_flow_is_refused_before_anything_is_journaled(
     state = asyncio.run(runner.run_until_complete(run_id, tenant_id=TENANT))
     assert state.status == "dead" and "flow 'chlid'" in str(state.error)
     assert "ChildStarted" not in types(engine, run_id)
+
+
+def test_a_loop_starts_a_new_child_on_each_visit_of_its_step(backend: Backend) -> None:
+    engine, runner, _ = engine_on(backend)
+    run_id, _ = engine.start("loop", tenant_id=TENANT)
+    state = asyncio.run(runner.run_until_complete(run_id, tenant_id=TENANT))
+    assert state.result == [0, 2, 4]
+    assert len(state.children) == 3 == len(runs_of(engine, "child"))
+
+
+def test_a_dead_child_keeps_its_parent_waiting_until_an_operator_acts(backend: Backend) -> None:
+    engine, runner, _ = engine_on(backend)
+    parent, _ = engine.start("parent", {"n": 6, "mode": "crash"}, tenant_id=TENANT)
+    asyncio.run(runner.run_until_idle())
+    child = attached(engine, parent)
+    assert engine.client.get_run(child, tenant_id=TENANT).status == "dead"
+    assert engine.client.get_run(parent, tenant_id=TENANT).status == "waiting"
+
+    engine.cancel(child, by="ops@acme", reason="bug filed", tenant_id=TENANT)
+    state = asyncio.run(runner.run_until_complete(parent, tenant_id=TENANT))
+    assert state.result["status"] == "cancelled"
+    assert state.result["error"] == "cancelled by ops@acme: bug filed"
