@@ -5,8 +5,10 @@ Write a :class:`Flow` of async steps over a typed state, perform effects through
 or :class:`Runner`) on SQLite, PostgreSQL or memory; or give an :class:`Agent` a goal, a
 model and typed tools. Start, signal, cancel, resolve, decide and read runs from anywhere
 with a :class:`Client` (``Client(store)`` or ``Client.connect(url)``), which needs no flow
-code; :func:`connect` opens a :class:`Store` from a URL. Every call passes the guard: allow-list,
-schema, :class:`Policy`, signed approvals and :class:`Budget` limits. Subpackages:
+code; :func:`connect` opens a :class:`Store` from a URL. A step may start child runs of
+other flows (``ctx.start``) and wait for their :class:`ChildOutcome` (``ctx.wait_for``).
+Every call passes the guard: allow-list, schema, :class:`Policy`, signed approvals and
+:class:`Budget` limits. Subpackages:
 ``underway.models`` (model adapters), ``underway.sandbox`` (isolated shell and code tools),
 ``underway.knowledge`` (long-term memory), ``underway.approvals`` (keys and decisions). The
 journal is the truth: kill the process at any moment and a fresh one continues the run
@@ -34,7 +36,7 @@ from .errors import (
     ToolCallError,
     UnderwayError,
 )
-from .flow import Flow, Next, RunContext
+from .flow import ChildOutcome, Flow, Next, RunContext
 from .retry import CircuitBreaker, RetryPolicy
 from .runner import Runner, run
 from .secrets import CallbackSecrets, EnvSecrets, FileSecrets
@@ -69,6 +71,7 @@ __all__ = [
     "Budget",
     "CallInfo",
     "CallbackSecrets",
+    "ChildOutcome",
     "CircuitBreaker",
     "Client",
     "ConfigurationError",

@@ -18,6 +18,8 @@ RESOLVE = "underway.resolve"
 """Control signal: a person resolved the run's escalation."""
 RESUME = "underway.resume"
 """Control signal: an operator resumes a dead run."""
+CHILD = "underway.child"
+"""Control signal: a child run ended (sent by the child's final commit to its parent)."""
 RESERVED_PREFIX = "underway."
 """Signal names with this prefix are control signals, never a flow's own."""
 

@@ -71,6 +71,9 @@ class RunStarted(Event):
     """False when the run was started by flow name without the flow's code: ``input`` is
     the raw input, ``state`` and ``first_step`` are empty until a worker that has the flow
     journals :class:`InputChecked` (or fails the run when the input does not match)."""
+    parent_run_id: str | None = None
+    """The run (same tenant) that started this one as a child with ``ctx.start``; its
+    end reaches that run's inbox."""
 
 
 class InputChecked(Event):
@@ -355,6 +358,36 @@ class RunCancelled(Event):
     reason: str = ""
 
 
+class ChildStarted(Event):
+    """The run starts a child run (``ctx.start``): committed before the child is created,
+    with the child's run id, so a step re-run after a crash starts the same child and a
+    cancel of this run reaches it. ``detached``: cancelling this run leaves it running."""
+
+    type: Literal["ChildStarted"] = "ChildStarted"
+    run_id: str
+    flow: str
+    key: str
+    detached: bool = False
+
+
+class ChildAwaited(Event):
+    """The run waits (holding no worker) for child ``run_id`` to end (``ctx.wait_for``)."""
+
+    type: Literal["ChildAwaited"] = "ChildAwaited"
+    run_id: str
+
+
+class ChildFinished(Event):
+    """Child ``run_id`` ended: ``completed`` with ``result``, ``failed`` or ``cancelled``
+    with ``error``."""
+
+    type: Literal["ChildFinished"] = "ChildFinished"
+    run_id: str
+    status: Literal["completed", "failed", "cancelled"]
+    result: JSON = None
+    error: str | None = None
+
+
 class ToolRefused(Event):
     """A call was refused before it ran: not on the allow-list, denied by policy, its
     approval rejected, invalid or expired, or a budget exhausted."""
@@ -556,6 +589,9 @@ RunEvent: TypeAlias = (
     | RunCompleted
     | RunFailed
     | RunCancelled
+    | ChildStarted
+    | ChildAwaited
+    | ChildFinished
     | ToolRefused
     | PolicyDecided
     | ApprovalRequested
@@ -641,6 +677,9 @@ __all__ = [
     "ApprovalRequested",
     "BudgetExceeded",
     "CheckpointRefused",
+    "ChildAwaited",
+    "ChildFinished",
+    "ChildStarted",
     "Escalated",
     "EscalationAnswered",
     "EscalationExpired",

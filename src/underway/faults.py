@@ -16,6 +16,9 @@ POINTS = (
     "effect.before_run",
     "effect.after_run",
     "step.before_run",
+    "child.before_create",
+    "child.after_create",
+    "signals.after_commit",
 )
 """Every fault point the engine passes."""
 

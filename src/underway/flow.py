@@ -12,7 +12,7 @@ import uuid as _uuid
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar, cast, overload
 
 from pydantic import BaseModel, ValidationError
 
@@ -71,6 +71,23 @@ class Fail:
 Next = Goto | Sleep | Wait | Done | Fail
 """What a step returns: where the run goes next."""
 
+
+@dataclass(frozen=True, slots=True)
+class ChildOutcome:
+    """How a child run ended (what :meth:`RunContext.wait_for` returns): ``completed``
+    with ``result``, or ``failed`` or ``cancelled`` with ``error`` saying why."""
+
+    run_id: str
+    status: Literal["completed", "failed", "cancelled"]
+    result: JSON = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when the child completed."""
+        return self.status == "completed"
+
+
 def _seconds(duration: float | timedelta) -> float:
     return duration.total_seconds() if isinstance(duration, timedelta) else float(duration)
 
@@ -118,6 +135,17 @@ class StepRuntime(Protocol):
 
     def value(self, kind: Any, fresh: JSON) -> JSON:
         """A journaled value: ``fresh`` the first time, the journaled one after."""
+        ...
+
+    async def start_child(
+        self, flow: Flow[Any, Any] | str, input: JSON, *, key: str | None, detached: bool,
+        queue: str | None,
+    ) -> str:
+        """Start a child run once (journaled); its run id."""
+        ...
+
+    async def wait_child(self, run_id: str) -> ChildOutcome:
+        """How a child run ended, suspending the run until it has."""
         ...
 
 
@@ -240,6 +268,39 @@ class RunContext(Generic[S, I]):
         """Journal an agent event (``PlanCreated``, ``PlanRevised``, ``ToolSelected``) once:
         a re-run of the step after a crash does not repeat it. True when it was new."""
         return self._x.note(event)
+
+    async def start(
+        self,
+        flow: Flow[Any, Any] | str,
+        input: JSON | BaseModel = None,
+        *,
+        key: str | None = None,
+        detached: bool = False,
+        queue: str | None = None,
+    ) -> str:
+        """Start a run of ``flow`` as a child of this run, in this tenant; return its run id.
+
+        Started once: the intent is journaled before the child is created, and the child's
+        id derives from this run and ``key`` (default: this call's position in the step),
+        so a step re-run after a crash gets the same child, never a second. The child acts
+        for this run's principal, runs on ``queue`` (default: this run's queue), and its end
+        reaches this run (:meth:`wait_for`). Cancelling this run cancels the child too,
+        unless it is ``detached``.
+        """
+        if isinstance(input, BaseModel):
+            input = input.model_dump(mode="json")
+        return await self._x.start_child(flow, input, key=key, detached=detached, queue=queue)
+
+    async def wait_for(self, run_id: str) -> ChildOutcome:
+        """How child run ``run_id`` (started by this run with :meth:`start`) ended.
+
+        When it has not ended yet the run waits, holding no worker, until the child
+        completes, fails or is cancelled; the step then runs again and this returns the
+        outcome (a dead child keeps this run waiting until an operator resumes or
+        cancels it). Raises :class:`~underway.errors.ConfigurationError` for a run that is
+        not a child of this run.
+        """
+        return await self._x.wait_child(run_id)
 
     def now(self) -> datetime:
         """The current time, journaled: a re-run sees the same value."""
@@ -424,6 +485,7 @@ class Flow(Generic[S, I]):
 
 
 __all__ = [
+    "ChildOutcome",
     "Done",
     "Fail",
     "Flow",

@@ -15,6 +15,7 @@ from typing import Any, Literal, assert_never
 from pydantic import BaseModel, ConfigDict
 
 from . import events as ev
+from .control import CHILD as CHILD_SIGNAL
 from .events import JSON
 from .jsonpatch import apply_patch
 
@@ -184,6 +185,13 @@ class RunState:
     input_checked: bool = True
     """False while a run started by flow name, without the flow's code, waits for a worker
     to check its input (see :class:`~underway.events.InputChecked`)."""
+    parent_run_id: str | None = None
+    """The run that started this one with ``ctx.start`` (None: started from outside)."""
+    children: dict[str, dict[str, JSON]] = field(default_factory=dict)
+    """Child runs this run started, by run id: ``flow``, ``key``, ``detached`` and, once
+    the child ended, ``status``, ``result`` and ``error``."""
+    awaiting_child: str | None = None
+    """The child run this run waits for (``ctx.wait_for``)."""
 
     @property
     def final(self) -> bool:
@@ -330,6 +338,7 @@ def apply(s: RunState, rec: Recorded) -> RunState:
             s.principal, s.roles = e.principal, list(e.roles)
             s.signals = None if e.signals is None else list(e.signals)
             s.input_checked = e.checked
+            s.parent_run_id = e.parent_run_id
         case ev.InputChecked():
             s.input, s.state = copy.deepcopy(e.input), copy.deepcopy(e.state)
             s.step, s.input_checked = e.first_step, True
@@ -502,6 +511,21 @@ def apply(s: RunState, rec: Recorded) -> RunState:
                 "name": e.signal, "id": e.signal_id, "payload": e.payload, "sender": e.sender
             }
             s.waiting_signal, s.timer_id, s.wake_at, s.status = None, None, None, "ready"
+        case ev.ChildStarted():
+            s.children.setdefault(e.run_id, {
+                "flow": e.flow, "key": e.key, "detached": e.detached, "status": None,
+                "result": None, "error": None,
+            })
+        case ev.ChildAwaited():
+            s.waiting_signal, s.status, s.awaiting_child = CHILD_SIGNAL, "waiting", e.run_id
+        case ev.ChildFinished():
+            child = s.children.get(e.run_id)
+            if child is not None:
+                child.update(status=e.status, result=copy.deepcopy(e.result), error=e.error)
+            if s.awaiting_child == e.run_id:
+                s.awaiting_child = None
+                if s.status == "waiting" and s.waiting_signal == CHILD_SIGNAL:
+                    s.status, s.waiting_signal = "ready", None
         case ev.RunCompleted():
             s.status, s.result, s.wake_at = "completed", e.result, None
         case ev.RunFailed():

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -58,7 +58,8 @@ def summarize(rec: Recorded) -> str:
             extra = f", idempotency key {e.idempotency_key}" if e.idempotency_key else ""
             at = f"at step {e.first_step}" if e.checked else "by name (input unchecked)"
             head = f"flow {e.flow} started {at}{extra}"
-            return f"{head}; input {preview(e.input, 40)}"
+            parent = f" as a child of run {e.parent_run_id}" if e.parent_run_id else ""
+            return f"{head}{parent}; input {preview(e.input, 40)}"
         case ev.InputChecked():
             return f"input checked by a worker with the flow; first step {e.first_step}"
         case ev.StepStarted():
@@ -167,6 +168,14 @@ def summarize(rec: Recorded) -> str:
             taint = f" [context holds untrusted content from {', '.join(e.tainted)}]" \
                 if e.tainted else ""
             return f"agent chose {e.tool} {preview(e.args, 48)}{taint}"
+        case ev.ChildStarted():
+            detached = " (detached)" if e.detached else ""
+            return f"child run {e.run_id} of flow {e.flow} started{detached}, key {e.key}"
+        case ev.ChildAwaited():
+            return f"waiting for child run {e.run_id}"
+        case ev.ChildFinished():
+            how = preview(e.result, 48) if e.status == "completed" else str(e.error)
+            return f"child run {e.run_id} {e.status.upper()}: {how}"
         case ev.CheckpointRefused():
             at = f" at seq {e.checkpoint_seq}" if e.checkpoint_seq is not None else ""
             return f"checkpoint{at} REFUSED, state folded from the journal: {e.reason}"
@@ -267,8 +276,10 @@ def _where(state: RunState) -> str:
     return ""
 
 
-def render(state: RunState, records: Sequence[Recorded]) -> str:
-    """The run's header and its timeline, as text (no trailing newline)."""
+def render(state: RunState, records: Sequence[Recorded],
+           children: Mapping[str, str] | None = None) -> str:
+    """The run's header and its timeline, as text (no trailing newline). ``children``: the
+    status of each child run as its row says now (else what this run's journal knows)."""
     c = counts(records)
     detail = _where(state)
     head = [
@@ -286,6 +297,12 @@ def render(state: RunState, records: Sequence[Recorded]) -> str:
             f"{_n(c['resumed_steps'], 'step')} resumed after an interruption"
         ),
     ]
+    if state.parent_run_id:
+        head.append(f"parent   {state.parent_run_id}")
+    for run_id, child in state.children.items():
+        status = (children or {}).get(run_id) or child.get("status") or "not ended"
+        detached = ", detached" if child.get("detached") else ""
+        head.append(f"child    {run_id} ({child.get('flow')}{detached}): {status}")
     if state.model_calls:
         head.append(
             f"usage    {state.tokens_in} tokens in, {state.tokens_out} out, "

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 import pytest
 from builders import ROUNDS, T0, WAIT_GO, append, batch, create, lease_of, race, signal, start
@@ -140,3 +141,31 @@ def test_of_two_racing_callers_exactly_one_uses_the_nonce(backend: Backend) -> N
         for f in [pool.submit(race, i) for i in range(2)]:
             f.result()
     assert all(sorted(r) == [False, True] for r in results), results
+
+
+# -- signals to other runs, with an append ------------------------------------------------
+def test_an_append_delivers_signals_to_other_runs_in_its_transaction(store: Store) -> None:
+    create(store, "child")
+    create(store, "parent")
+    store.append(batch(lease_of(store, "parent"), 1,
+                       update=RunUpdate("waiting", "wait", None, "underway.child"),
+                       release=True))
+    lease = lease_of(store, "child")
+    ended = signal("underway.child", "child:child", run_id="parent", at=T0 + 7)
+    with pytest.raises(ConflictError):
+        store.append(replace(batch(lease, 5, expected=5), signals=[ended]))
+    assert store.pending_signals("t1", "parent") == []  # refused with the append
+    store.append(replace(batch(lease, 1, update=RunUpdate("completed", None, None),
+                               release=True), signals=[ended]))
+    assert store.pending_signals("t1", "parent") == [ended]
+    parent = store.get_run("t1", "parent")
+    assert parent is not None and parent.control_pending and parent.next_wake_at == T0 + 7
+    assert [x.run_id for x in store.claim(owner="w", now=T0 + 7, ttl=30)] == ["parent"]
+
+
+def test_a_signal_to_a_run_not_created_yet_waits_for_it(store: Store) -> None:
+    create(store, "parent")
+    cancel = signal("underway.cancel", "cancel:parent", run_id="later")
+    store.append(replace(batch(lease_of(store, "parent"), 1), signals=[cancel]))
+    create(store, "later")
+    assert store.pending_signals("t1", "later") == [cancel]

@@ -119,7 +119,7 @@ class World:
         # Commands stamp signals with the system clock, so the test's clock starts there.
         self.clock = ManualClock(float(int(time.time())))
         self.engine = Engine(
-            self.store, flows=[approval, payout, nap, fragile], tools=[lookup, refund],
+            self.store, flows=[approval, payout, nap, fragile, delegate], tools=[lookup, refund],
             clock=self.clock,
         )
 
@@ -213,6 +213,34 @@ def test_runs_ls_lists_runs_with_status_and_filters(world: World) -> None:
 
 
 # -- runs show and runs events -----------------------------------------------------------
+
+
+delegate: Flow[Notes, Ticket] = Flow("delegate", state=Notes, input=Ticket)
+
+
+@delegate.step(start=True)
+async def hand_over(ctx: RunContext[Notes, Ticket]) -> Next:
+    outcome = await ctx.wait_for(await ctx.start(approval, {"subject": ctx.input.subject}))
+    return ctx.done(outcome.result)
+
+
+def test_runs_show_names_a_runs_parent_and_children(world: World) -> None:
+    world.start(delegate, "boss")
+    world.drive()
+    [child] = world.engine.state("boss").children
+    code, out, _ = cli("runs", "show", "boss", "--db", world.url)
+    assert code == 0
+    assert f"child    {child} (approval): waiting" in out
+    assert f"waiting for child run {child}" in out
+    code, out, _ = cli("runs", "show", child, "--db", world.url)
+    assert "parent   boss" in out and "as a child of run boss" in out
+
+    world.engine.signal(child, "approve", {"by": "dana"})
+    world.drive()
+    code, out, _ = cli("runs", "show", "boss", "--db", world.url)
+    assert f"child    {child} (approval): completed" in out
+    assert f'child run {child} COMPLETED: {{"approved_by":"dana"}}' in out
+
 
 
 def test_runs_show_prints_status_counts_and_a_timeline(world: World) -> None:

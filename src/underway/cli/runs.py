@@ -14,6 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from ..client import Client
+from ..control import CHILD as CHILD_SIGNAL
 from ..flow import Flow
 from ..store.base import FINAL, RunRecord
 from ..timeline import format_time, render
@@ -124,6 +125,8 @@ def _print_table(rows: list[RunRecord], *, wide: bool) -> None:
 
 
 def _note(error: str | None, waiting_signal: str | None) -> str:
+    if waiting_signal == CHILD_SIGNAL:
+        return "waiting for a child run"
     if waiting_signal:
         return f"waiting for signal {waiting_signal!r}"
     if error:
@@ -140,7 +143,11 @@ def show(ctx: typer.Context, run: RunArg, tenant: TenantOption = "default",
         run = find_run(client, tenant, run).run_id
         records = client.history(run, tenant_id=tenant)
         state = client.state(run, tenant_id=tenant)
-    typer.echo(render(state, records))
+        children = {}
+        for child in state.children:
+            row = client.store.get_run(tenant, child)
+            children[child] = row.status if row is not None else "not created"
+    typer.echo(render(state, records, children))
 
 
 @app.command("events")

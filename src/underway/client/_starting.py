@@ -31,6 +31,7 @@ def new_run(
     deadline: float | None,
     principal: str | None,
     roles: Iterable[str],
+    parent_run_id: str | None = None,
 ) -> NewRun:
     """The run to create for flow ``name`` (``flow``: its code, when known here).
 
@@ -38,7 +39,7 @@ def new_run(
     :class:`ConfigurationError` and nothing is stored) and the run starts with its state
     and first step. Without it the raw input is journaled unchecked: the first worker that
     has the flow checks it before any step runs, and fails the run, naming the problem,
-    when it does not match.
+    when it does not match. ``parent_run_id``: the run starting this one as its child.
     """
     if not queue:
         raise ConfigurationError("queue name must not be empty")
@@ -53,6 +54,7 @@ def new_run(
             idempotency_key=idempotency_key, deadline=deadline, principal=principal,
             roles=sorted(set(roles)),
             signals=None if flow.signals is None else sorted(flow.signals),
+            parent_run_id=parent_run_id,
         )
     else:
         Flow.check_name(name)
@@ -64,7 +66,7 @@ def new_run(
         event = ev.RunStarted(
             flow=name, input=raw, state=None, first_step="", checked=False,
             idempotency_key=idempotency_key, deadline=deadline, principal=principal,
-            roles=sorted(set(roles)),
+            roles=sorted(set(roles)), parent_run_id=parent_run_id,
         )
     blobs: dict[str, bytes] = {}
     stored = journal.encode(tenant_id, [(1, now, event)], genesis_hash(tenant_id, run_id), blobs)

@@ -11,6 +11,7 @@ from .. import events as ev
 from .. import faults
 from ..state import Recorded, RunState, apply
 from ..store.base import AppendBatch, Lease, RunUpdate
+from ._outbox import outbox
 from ._stops import Unencodable
 
 if TYPE_CHECKING:
@@ -35,6 +36,8 @@ class Activation:
     """The run row's ``next_wake_at`` when claimed (in the past: the run was due)."""
     row_status: str = "ready"
     """The status the run row shows; the row is rewritten only when this must change."""
+    queue: str = "default"
+    """The queue the run is on (its child runs start on it unless told otherwise)."""
     lost: bool = False
     """Set by the heartbeat when the lease was lost to another worker."""
     after_commit: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
@@ -97,10 +100,13 @@ class Activation:
             checkpoint=checkpoint,
             consumed_signals=self.consumed,
             release=release,
+            signals=outbox(s, [e for _, _, e in self.pending], now),
         )
         faults.point("append.before_commit")
         self.control_pending = await self.store(eng.store.append, batch)
         faults.point("append.after_commit")
+        if batch.signals:
+            faults.point("signals.after_commit")
         eng.journal.remember(s.tenant_id, fresh)
         self.last_hash = stored[-1].hash
         if update is not None:

@@ -39,7 +39,7 @@ from ..secrets import SecretProvider
 from ..state import RunState
 from ..store.base import Lease, Store
 from ._activation import Activation, question_expiry, run_update
-from ._calls import StepExecution
+from ._children import StepWithChildren
 from ._inbox import read_inbox, verify_approval
 from ._registry import Registry
 from ._stops import DeadLetter, Escalate, Stop, Suspend, Unencodable
@@ -194,7 +194,7 @@ class Engine:
         state, head, refused = self.journal.load_head(lease.tenant_id, lease.run_id)
         act = Activation(
             self, lease, state, head, state.seq, control_pending=True,
-            due_at=row.next_wake_at, row_status=row.status,
+            due_at=row.next_wake_at, row_status=row.status, queue=row.queue,
         )
         if refused is not None:
             # A forged checkpoint was ignored; the journal keeps the finding, since the
@@ -381,7 +381,7 @@ class Engine:
         s = act.state
         step = str(s.step)
         act.buffer(ev.StepStarted(step=step, attempt=s.attempt + 1))
-        x = StepExecution(act, step)
+        x = StepWithChildren(act, step)
         try:
             ctx: RunContext[Any, Any] = RunContext(
                 x, flow.state_type.model_validate(s.state), flow.input_type.model_validate(s.input)

@@ -1,6 +1,7 @@
 """The run's inbox, read at a step boundary: cancellations, resolutions and resumes sent by
 operators, signed decisions (verified here against the request the run waits on, and again
-right before an approved call runs), and the signals its steps wait for."""
+right before an approved call runs), the ends of its child runs, and the signals its steps
+wait for."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pydantic import ValidationError
 
 from .. import events as ev
 from ..control import CANCEL, RESOLVE, RESUME, resolution_of, resumption_of
+from ..control import CHILD as CHILD_SIGNAL
 from ..events import JSON
 from ..state import (
     ANSWER_SIGNAL,
@@ -23,6 +25,7 @@ from ..state import (
     request_id_for,
 )
 from ._activation import Activation
+from ._outbox import child_finished
 
 if TYPE_CHECKING:
     from ._executor import Engine
@@ -75,6 +78,16 @@ async def read_inbox(eng: Engine, act: Activation) -> None:
                 act.buffer(ev.SignalIgnored(
                     signal=sig.name, signal_id=sig.signal_id,
                     reason=f"run was {s.status}, not dead",
+                ))
+        elif sig.name == CHILD_SIGNAL:
+            act.consumed.append(sig.signal_id)
+            finished = child_finished(s, payload)
+            if finished is not None:
+                act.buffer(finished)
+            else:
+                act.buffer(ev.SignalIgnored(
+                    signal=sig.name, signal_id=sig.signal_id,
+                    reason="names no child of this run whose end is not journaled yet",
                 ))
         elif sig.name in (APPROVAL_SIGNAL, ANSWER_SIGNAL):
             act.consumed.append(sig.signal_id)

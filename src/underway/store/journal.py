@@ -30,7 +30,9 @@ class JournalStore(Protocol):
 
     def append(self, batch: AppendBatch) -> bool:
         """Append atomically; raise ConflictError or FencedError and change nothing if
-        the run moved past ``expected_seq`` or the lease token is stale.
+        the run moved past ``expected_seq`` or the lease token is stale. The batch's
+        ``signals`` (to other runs of the tenant) are sent in the same transaction, as
+        :meth:`~underway.store.inbox.InboxStore.send_signal` would, or not at all.
 
         Returns True when control signals (``underway.*``: cancel, resolve) wait in the
         run's inbox, so the engine looks at the inbox only when there is something there.

@@ -137,6 +137,8 @@ class MemoryStore:
                 changes["next_wake_at"] = batch.now
             self._runs[key] = dataclasses.replace(rec, **changes)  # type: ignore[arg-type]
             self._events[key].extend(batch.events)
+            for signal in batch.signals:
+                self.send_signal(signal)
             for k, v in batch.blobs.items():
                 self._blobs.setdefault((batch.tenant_id, k), v)
             if batch.checkpoint is not None:

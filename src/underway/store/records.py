@@ -92,6 +92,9 @@ class AppendBatch:
     checkpoint: tuple[int, bytes] | None = None
     consumed_signals: list[str] = field(default_factory=list)
     release: bool = False
+    signals: list[SignalRecord] = field(default_factory=list)
+    """Signals to other runs of the tenant, delivered in the append's transaction (a
+    child's end to its parent, a cancel to the children of a cancelled run)."""
 
 
 @dataclass(frozen=True, slots=True)

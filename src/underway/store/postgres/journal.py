@@ -11,6 +11,7 @@ from ...errors import ConflictError, FencedError, RunNotFound
 from ..journal import BLOB_BATCH, CHAIN_LIMIT
 from ..records import AppendBatch, NewRun, RunRecord, StoredEvent
 from .connection import _Q, Connection, _run
+from .inbox import _signal_params
 
 
 class Journal(Connection):
@@ -91,6 +92,11 @@ class Journal(Connection):
                         **key, "consumed": bool(batch.consumed_signals), "now": batch.now,
                         "release": batch.release,
                     }, prepare=True) if settle else None
+                    for signal in batch.signals:
+                        params = _signal_params(signal)
+                        conn.execute(_Q["lock_run"], params, prepare=True)
+                        conn.execute(_Q["send_signal"], params, prepare=True)
+                        conn.execute(_Q["notify_run"], params, prepare=True)
             except pg_errors.NotNullViolation as exc:
                 if exc.diag.table_name != "events":
                     raise

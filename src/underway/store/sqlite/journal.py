@@ -10,6 +10,7 @@ from ...errors import ConflictError, FencedError, RunNotFound
 from ..journal import BLOB_BATCH, CHAIN_LIMIT
 from ..records import AppendBatch, NewRun, RunRecord, StoredEvent
 from .connection import _Q, Connection
+from .inbox import _send_signal
 
 
 class Journal(Connection):
@@ -61,6 +62,8 @@ class Journal(Connection):
                 c.execute(_Q["wake_if_signal_pending"], (batch.now, t, r))
             if batch.release:
                 c.execute(_Q["release_after_append"], (t, r))
+            for signal in batch.signals:
+                _send_signal(c, signal)
         return control_pending
 
     def load_events(self, tenant_id: str, run_id: str, after_seq: int = 0) -> list[StoredEvent]:

@@ -1,0 +1,106 @@
+"""Child runs: a step starts another flow's run once (``ctx.start``) and waits for its end
+(``ctx.wait_for``) holding no worker. How a child's end reaches its parent, and a cancel a
+cancelled run's children: :mod:`._outbox`."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from .. import events as ev
+from .. import faults
+from ..client._starting import new_run
+from ..control import CHILD as CHILD_SIGNAL
+from ..errors import ConfigurationError, NonDeterminismError
+from ..events import JSON
+from ..flow import ChildOutcome, Flow
+from ._calls import StepExecution
+from ._outbox import child_finished
+from ._stops import Suspend
+
+if TYPE_CHECKING:
+    from ._activation import Activation
+
+CHILD_NAMESPACE = uuid.UUID("6f0c3a52-8d1e-4c39-9a57-2b1f6c0de7a1")
+"""The namespace a child's run id is derived in (from tenant, parent run and key)."""
+
+
+def child_run_id(tenant_id: str, parent_run_id: str, key: str) -> str:
+    """The run id of the child ``parent_run_id`` starts under ``key``: the same on every
+    re-run of the step, so a crash between journaling and creating it loses nothing."""
+    return str(uuid.uuid5(CHILD_NAMESPACE, f"{tenant_id}\x00{parent_run_id}\x00{key}"))
+
+
+class StepWithChildren(StepExecution):
+    """The engine side of a :class:`~underway.flow.RunContext`, with child runs."""
+
+    def __init__(self, act: Activation, step: str) -> None:
+        super().__init__(act, step)
+        self._starts = 0
+
+    async def start_child(
+        self, flow: Flow[Any, Any] | str, input: JSON, *, key: str | None, detached: bool,
+        queue: str | None,
+    ) -> str:
+        act, eng = self._act, self._act.engine
+        s = act.state
+        position = self._starts
+        self._starts += 1
+        if key is not None and not key:
+            raise ConfigurationError("a child run's key must not be empty")
+        key = key if key is not None else f"{self.ordinal}:{self.step}:{position}"
+        name = flow.name if isinstance(flow, Flow) else flow
+        code = flow if isinstance(flow, Flow) else eng.flows.get(name)
+        if code is None:
+            raise ConfigurationError(
+                f"step {self.step!r} of run {self.run_id} starts a run of flow {name!r}, "
+                f"which this engine does not have; known: {sorted(eng.flows)}"
+            )
+        run_id = child_run_id(self.tenant_id, self.run_id, key)
+        known = s.children.get(run_id)
+        if known is not None and known.get("flow") != name:
+            self.broken = NonDeterminismError(
+                self.run_id, self.step, position, f"start({known.get('flow')})",
+                f"start({name})",
+            )
+            raise self.broken
+        new = new_run(
+            eng.journal, code, name, input, now=eng.clock.now(), tenant_id=self.tenant_id,
+            run_id=run_id, idempotency_key=f"child:{self.run_id}:{key}", start_at=None,
+            queue=queue or act.queue, deadline=None, principal=s.principal, roles=s.roles,
+            parent_run_id=self.run_id,
+        )
+        if known is None:
+            # The intent, durable before the child exists: a cancel of this run from now on
+            # reaches the child, created or not yet.
+            act.buffer(ev.ChildStarted(run_id=run_id, flow=name, key=key, detached=detached))
+            await act.commit()
+        faults.point("child.before_create")
+        # Idempotent by key: a re-run of the step finds the child created before a crash.
+        await act.store(eng.store.create_run, new)
+        faults.point("child.after_create")
+        return run_id
+
+    async def wait_child(self, run_id: str) -> ChildOutcome:
+        act, eng = self._act, self._act.engine
+        s = act.state
+        child = s.children.get(run_id)
+        if child is None:
+            raise ConfigurationError(
+                f"step {self.step!r} of run {self.run_id} waits for run {run_id}, which is "
+                "not a child of this run: wait only for runs the run started with ctx.start"
+            )
+        if child.get("status") is None:
+            # The child may have ended since the inbox was read: its word waits there.
+            for sig in await act.store(eng.store.pending_signals, self.tenant_id, self.run_id):
+                if sig.name == CHILD_SIGNAL and sig.signal_id not in act.consumed:
+                    finished = child_finished(s, json.loads(sig.payload))
+                    if finished is not None and finished.run_id == run_id:
+                        act.consumed.append(sig.signal_id)
+                        act.buffer(finished)
+        if child.get("status") is None:
+            act.buffer(ev.ChildAwaited(run_id=run_id))
+            raise Suspend
+        return ChildOutcome(run_id=run_id, status=child["status"], result=child.get("result"),
+                            error=child.get("error"))

@@ -1,0 +1,55 @@
+"""What a run's commit sends to other runs, in the same transaction: a child's end to the
+run that started it, a cancel to the children of a run being cancelled; and what a child's
+end means to its parent when it arrives."""
+
+from __future__ import annotations
+
+from .. import events as ev
+from ..control import CANCEL
+from ..control import CHILD as CHILD_SIGNAL
+from ..events import JSON, canonical_json
+from ..state import FINAL_STATUSES, RunState
+from ..store.base import SignalRecord
+
+
+def child_finished(s: RunState, payload: JSON) -> ev.ChildFinished | None:
+    """The ``ChildFinished`` event a child's signal means to run ``s``: None when the
+    signal names no child of the run, or one whose end is journaled already."""
+    if not isinstance(payload, dict):
+        return None
+    run_id, status = payload.get("run_id"), payload.get("status")
+    child = s.children.get(str(run_id))
+    if child is None or child.get("status") is not None or status not in FINAL_STATUSES:
+        return None
+    error = payload.get("error")
+    return ev.ChildFinished(run_id=str(run_id), status=status, result=payload.get("result"),
+                            error=None if error is None else str(error))
+
+
+def outbox(s: RunState, events: list[ev.Event], now: float) -> list[SignalRecord]:
+    """Signals to other runs that must commit with ``events``: the end of this run to the
+    run that started it; a cancel to each non-detached child of a run being cancelled."""
+    out: list[SignalRecord] = []
+    for e in events:
+        if isinstance(e, ev.RunCompleted | ev.RunFailed | ev.RunCancelled) and s.parent_run_id:
+            status = {"RunCompleted": "completed", "RunFailed": "failed"}.get(
+                type(e).__name__, "cancelled")
+            error = None if isinstance(e, ev.RunCompleted) else s.error
+            payload = {"run_id": s.run_id, "status": status,
+                       "result": e.result if isinstance(e, ev.RunCompleted) else None,
+                       "error": error}
+            out.append(SignalRecord(
+                s.tenant_id, s.parent_run_id, f"child:{s.run_id}", CHILD_SIGNAL,
+                canonical_json(payload), s.run_id, now,
+            ))
+        if isinstance(e, ev.RunCancelled):
+            reason = f"parent run {s.run_id} was cancelled" + (f": {e.reason}" if e.reason
+                                                                 else "")
+            for run_id, child in s.children.items():
+                if child.get("detached") or child.get("status") is not None:
+                    continue
+                out.append(SignalRecord(
+                    s.tenant_id, run_id, f"cancel:{s.run_id}", CANCEL,
+                    canonical_json({"by": e.by, "reason": reason}), e.by, now,
+                ))
+    return out
