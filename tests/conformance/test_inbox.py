@@ -169,3 +169,26 @@ def test_a_signal_to_a_run_not_created_yet_waits_for_it(store: Store) -> None:
     store.append(replace(batch(lease_of(store, "parent"), 1), signals=[cancel]))
     create(store, "later")
     assert store.pending_signals("t1", "later") == [cancel]
+
+
+def test_runs_signalling_each_other_in_their_appends_never_deadlock(backend: Backend) -> None:
+    """A parent's cancel cascade and its child's end commit at once: each append locks its
+    own run and signals the other's. The runs are locked in one order (every backend), so
+    both commit and both signals arrive, round after round."""
+    a, b = backend.open(), backend.open()
+    for i in range(ROUNDS * 3):
+        first, second = f"p{i}", f"c{i}"
+        create(a, first)
+        create(a, second)
+        one, two = lease_of(a, first), lease_of(a, second)
+        to_second = signal("underway.cancel", f"cancel:{i}", run_id=second)
+        to_first = signal("underway.child", f"child:{i}", run_id=first)
+        results = race(
+            lambda one=one, to_second=to_second: a.append(
+                replace(batch(one, 1), signals=[to_second])),
+            lambda two=two, to_first=to_first: b.append(
+                replace(batch(two, 1), signals=[to_first])),
+        )
+        assert all(isinstance(r, bool) for r in results), f"round {i}: {results}"
+        assert a.pending_signals("t1", second) == [to_second]
+        assert a.pending_signals("t1", first) == [to_first]

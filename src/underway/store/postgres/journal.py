@@ -54,6 +54,18 @@ class Journal(Connection):
         with self._pool.connection() as conn:
             try:
                 with conn.pipeline():
+                    if batch.signals:
+                        # Every run this commit touches, locked in one order: two runs
+                        # signalling each other (a parent's cancel cascade, its child's
+                        # end) would otherwise each hold its own row and wait for the
+                        # other's.
+                        for tenant_id, run_id in sorted(
+                            {(batch.tenant_id, batch.run_id)}
+                            | {(s.tenant_id, s.run_id) for s in batch.signals}
+                        ):
+                            conn.execute(_Q["lock_run"],
+                                         {"tenant_id": tenant_id, "run_id": run_id},
+                                         prepare=True)
                     advanced = conn.execute(_Q["append_events"], {
                         **key,
                         "expected_seq": batch.expected_seq, "fence": batch.fence,
