@@ -26,6 +26,7 @@ import sys
 from typing import Any
 
 from pydantic import BaseModel
+from worker import statuses_of, until_next_wake
 
 from underway import Engine, Flow, RunContext, Runner, connect, faults
 
@@ -81,21 +82,14 @@ async def drive(engine: Engine, tenant: str, runs: int, until_waiting: bool) -> 
     runner = Runner(engine, poll=0.05)
     while True:
         await runner.run_until_idle()
-        statuses = {}
-        for run_id in ids:
-            row = engine.store.get_run(tenant, run_id)
-            assert row is not None
-            statuses[run_id] = row.status
+        statuses = statuses_of(engine, tenant, ids)
         if all(s in ("completed", "failed", "cancelled") for s in statuses.values()):
             return statuses
         if until_waiting and "waiting" in statuses.values() and all(
             s in ("waiting", "completed", "failed", "cancelled") for s in statuses.values()
         ):
             os.kill(os.getpid(), signal.SIGKILL)
-        wake = engine.store.next_wake_at()
-        now = engine.clock.now()
-        await engine.clock.sleep_until(now + runner.poll if wake is None
-                                       else min(wake, now + runner.poll))
+        await until_next_wake(engine, runner)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -203,17 +203,28 @@ async def drive(engine: Engine, tenant: str, runs: int, mix: str) -> dict[str, s
     runner = Runner(engine, poll=0.05)
     while True:
         await runner.run_until_idle()
-        statuses = {}
-        for run_id in ids:
-            row = engine.store.get_run(tenant, run_id)
-            assert row is not None
-            statuses[run_id] = row.status
+        statuses = statuses_of(engine, tenant, ids)
         if all(s in ("completed", "failed", "cancelled", "escalated") for s in statuses.values()):
             return statuses
-        wake = engine.store.next_wake_at()
-        now = engine.clock.now()
-        await engine.clock.sleep_until(now + runner.poll if wake is None
-                                       else min(wake, now + runner.poll))
+        await until_next_wake(engine, runner)
+
+
+def statuses_of(engine: Engine, tenant: str, ids: list[str]) -> dict[str, str]:
+    """Run id -> status, as the run rows say now."""
+    statuses = {}
+    for run_id in ids:
+        row = engine.store.get_run(tenant, run_id)
+        assert row is not None
+        statuses[run_id] = row.status
+    return statuses
+
+
+async def until_next_wake(engine: Engine, runner: Runner) -> None:
+    """Sleep until the next run is due, or one poll interval at most."""
+    wake = engine.store.next_wake_at()
+    now = engine.clock.now()
+    await engine.clock.sleep_until(now + runner.poll if wake is None
+                                   else min(wake, now + runner.poll))
 
 
 def main(argv: list[str] | None = None) -> int:
