@@ -22,6 +22,7 @@ from collections.abc import Callable
 import agent
 import guard
 import imports
+import listing
 import policy
 import resume
 import sandbox
@@ -60,6 +61,10 @@ GROUPS: dict[str, list[tuple[str, Callable[[], list[Figure]]]]] = {
         ("agent iteration (memory)", agent.bench_memory),
         ("SQLite agent iterations", agent.bench_sqlite),
         ("PostgreSQL agent iterations", agent.bench_postgres),
+    ],
+    "listing": [
+        ("SQLite run listing", listing.bench_sqlite),
+        ("PostgreSQL run listing", listing.bench_postgres),
     ],
     "sandbox": [("bubblewrap sandbox overhead", sandbox.bench)],
 }

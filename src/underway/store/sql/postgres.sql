@@ -75,6 +75,7 @@ SELECT tenant_id, run_id, flow, status, step, idempotency_key, last_seq, last_ha
    AND (%(flow)s::text IS NULL OR flow = %(flow)s)
    AND (%(since)s::float8 IS NULL OR created_at >= %(since)s)
    AND (%(until)s::float8 IS NULL OR created_at < %(until)s)
+   AND (%(after_at)s::float8 IS NULL OR created_at <= %(after_at)s)
    AND (%(after_at)s::float8 IS NULL OR created_at < %(after_at)s
         OR (created_at = %(after_at)s AND run_id COLLATE "C" > %(after_id)s))
    AND (%(prefix)s::text IS NULL OR starts_with(run_id, %(prefix)s))

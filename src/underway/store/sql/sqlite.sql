@@ -35,6 +35,7 @@ SELECT * FROM runs
    AND (:flow IS NULL OR flow = :flow)
    AND (:since IS NULL OR created_at >= :since)
    AND (:until IS NULL OR created_at < :until)
+   AND created_at <= coalesce(:after_at, 9e999)
    AND (:after_at IS NULL OR created_at < :after_at
         OR (created_at = :after_at AND run_id > :after_id))
    AND (:prefix IS NULL OR substr(run_id, 1, length(:prefix)) = :prefix)
