@@ -117,6 +117,32 @@ class ApprovalRecord(BaseModel):
         return self.model_dump(mode="json")
 
 
+class ChildRecord(BaseModel):
+    """A child run this run started (:class:`~underway.events.ChildStarted`, journaled at
+    ``seq``): its ``flow``, ``key`` and whether it is ``detached``; once its end reached
+    this run (:class:`~underway.events.ChildFinished`), ``status`` with ``result`` or
+    ``error``."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    flow: str
+    key: str
+    detached: bool = False
+    seq: int = 0
+    status: Literal["completed", "failed", "cancelled"] | None = None
+    result: JSON = None
+    error: str | None = None
+
+    @property
+    def ended(self) -> bool:
+        """True once the child's end is journaled in this run."""
+        return self.status is not None
+
+    def to_json(self) -> dict[str, JSON]:
+        """The record as checkpoints hold it."""
+        return self.model_dump(mode="json")
+
+
 PendingApproval = ev.ApprovalRequested
 """The approval request a waiting run waits for: the journaled request itself."""
 
@@ -187,9 +213,8 @@ class RunState:
     to check its input (see :class:`~underway.events.InputChecked`)."""
     parent_run_id: str | None = None
     """The run that started this one with ``ctx.start`` (None: started from outside)."""
-    children: dict[str, dict[str, JSON]] = field(default_factory=dict)
-    """Child runs this run started, by run id: ``flow``, ``key``, ``detached`` and, once
-    the child ended, ``status``, ``result`` and ``error``."""
+    children: dict[str, ChildRecord] = field(default_factory=dict)
+    """Child runs this run started, by run id."""
     awaiting_child: str | None = None
     """The child run this run waits for (``ctx.wait_for``)."""
 
@@ -211,6 +236,7 @@ class RunState:
             None if self.pending_approval is None else _pending_json(self.pending_approval)
         )
         data["approvals"] = {k: a.to_json() for k, a in self.approvals.items()}
+        data["children"] = {k: c.to_json() for k, c in self.children.items()}
         return data
 
     @classmethod
@@ -230,6 +256,9 @@ class RunState:
             data["pending_approval"] = _pending_from(data["pending_approval"])
         data["approvals"] = {
             k: ApprovalRecord.model_validate(a) for k, a in (data.get("approvals") or {}).items()
+        }
+        data["children"] = {
+            k: ChildRecord.model_validate(c) for k, c in (data.get("children") or {}).items()
         }
         return cls(**data)
 
@@ -512,16 +541,18 @@ def apply(s: RunState, rec: Recorded) -> RunState:
             }
             s.waiting_signal, s.timer_id, s.wake_at, s.status = None, None, None, "ready"
         case ev.ChildStarted():
-            s.children.setdefault(e.run_id, {
-                "flow": e.flow, "key": e.key, "detached": e.detached, "status": None,
-                "result": None, "error": None,
-            })
+            s.children.setdefault(
+                e.run_id,
+                ChildRecord(flow=e.flow, key=e.key, detached=e.detached, seq=rec.seq),
+            )
         case ev.ChildAwaited():
             s.waiting_signal, s.status, s.awaiting_child = CHILD_SIGNAL, "waiting", e.run_id
         case ev.ChildFinished():
             child = s.children.get(e.run_id)
             if child is not None:
-                child.update(status=e.status, result=copy.deepcopy(e.result), error=e.error)
+                s.children[e.run_id] = child.model_copy(update={
+                    "status": e.status, "result": copy.deepcopy(e.result), "error": e.error,
+                })
             if s.awaiting_child == e.run_id:
                 s.awaiting_child = None
                 if s.status == "waiting" and s.waiting_signal == CHILD_SIGNAL:

@@ -300,9 +300,9 @@ def render(state: RunState, records: Sequence[Recorded],
     if state.parent_run_id:
         head.append(f"parent   {state.parent_run_id}")
     for run_id, child in state.children.items():
-        status = (children or {}).get(run_id) or child.get("status") or "not ended"
-        detached = ", detached" if child.get("detached") else ""
-        head.append(f"child    {run_id} ({child.get('flow')}{detached}): {status}")
+        status = (children or {}).get(run_id) or child.status or "not ended"
+        detached = ", detached" if child.detached else ""
+        head.append(f"child    {run_id} ({child.flow}{detached}): {status}")
     if state.model_calls:
         head.append(
             f"usage    {state.tokens_in} tokens in, {state.tokens_out} out, "

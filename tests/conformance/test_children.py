@@ -6,6 +6,7 @@ children."""
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
@@ -14,6 +15,8 @@ from store_backends import Backend
 
 import underway as uw
 from underway import events as ev
+from underway.errors import RunNotFound
+from underway.state import RunState
 from underway.testing import ManualClock
 
 TENANT = "acme"
@@ -107,8 +110,8 @@ def types(engine: uw.Engine, run_id: str) -> list[str]:
 def attached(engine: uw.Engine, run_id: str) -> str:
     """The child the run started without ``detached`` (a step that waits has not
     journaled its state yet: the journal's record of its children says)."""
-    [child] = [k for k, c in engine.state(run_id, tenant_id=TENANT).children.items()
-               if not c["detached"]]
+    [child] = [c.run_id for c in engine.client.children(run_id, tenant_id=TENANT)
+               if not c.detached]
     return child
 
 
@@ -152,6 +155,33 @@ def test_the_parent_is_parked_while_its_child_waits(backend: Backend) -> None:
     assert done.result["result"] == {"double": 10, "signal": "now"}
 
 
+def test_the_client_lists_a_runs_children_as_they_start_and_end(backend: Backend) -> None:
+    engine, runner, _ = engine_on(backend)
+    parent, _ = engine.start("parent", {"n": 4, "mode": "detached"}, tenant_id=TENANT)
+    asyncio.run(runner.run_until_idle())
+    # A client with no flow code reads the same children as the engine.
+    client = uw.Client(engine.store)
+    listed = client.children(parent, tenant_id=TENANT)
+    assert [(c.flow, c.detached, c.status, c.ended) for c in listed] == [
+        ("child", True, "waiting", False), ("child", False, "waiting", False),
+    ]
+    assert len({c.key for c in listed}) == 2 and all(c.key for c in listed)
+    waited = attached(engine, parent)
+
+    engine.signal(waited, "go", "now", tenant_id=TENANT)
+    asyncio.run(runner.run_until_complete(parent, tenant_id=TENANT))
+    ended = {c.run_id: c for c in client.children(parent, tenant_id=TENANT)}
+    assert ended[waited].ended and ended[waited].status == "completed"
+    assert ended[waited].result == {"double": 8, "signal": "now"}
+    [detached] = [c for c in ended.values() if c.detached]
+    assert not detached.ended and detached.status == "waiting"  # it outlives its parent
+    # The records survive a checkpoint: a state rebuilt from its JSON lists the same.
+    state = engine.state(parent, tenant_id=TENANT)
+    assert RunState.from_json(json.loads(json.dumps(state.to_json()))) == state
+    with pytest.raises(RunNotFound):
+        client.children("no-such-run", tenant_id=TENANT)
+
+
 def test_a_child_that_fails_or_is_cancelled_is_an_outcome_of_the_wait(backend: Backend) -> None:
     engine, runner, _ = engine_on(backend)
     failing, _ = engine.start("parent", {"n": 3, "mode": "fail"}, tenant_id=TENANT)
@@ -188,8 +218,8 @@ def test_cancelling_a_parent_cancels_its_children_but_not_detached_ones(
     engine, runner, _ = engine_on(backend)
     parent, _ = engine.start("parent", {"n": 1, "mode": "detached"}, tenant_id=TENANT)
     asyncio.run(runner.run_until_idle())
-    children = engine.state(parent, tenant_id=TENANT).children
-    [detached] = [k for k, c in children.items() if c["detached"]]
+    children = engine.client.children(parent, tenant_id=TENANT)
+    [detached] = [c.run_id for c in children if c.detached]
     child_id = attached(engine, parent)
 
     engine.cancel(parent, by="ops@acme", reason="customer left", tenant_id=TENANT)

@@ -143,10 +143,8 @@ def show(ctx: typer.Context, run: RunArg, tenant: TenantOption = "default",
         run = find_run(client, tenant, run).run_id
         records = client.history(run, tenant_id=tenant)
         state = client.state(run, tenant_id=tenant)
-        children = {}
-        for child in state.children:
-            row = client.store.get_run(tenant, child)
-            children[child] = row.status if row is not None else "not created"
+        children = {c.run_id: c.status or "not created"
+                    for c in client.children(run, tenant_id=tenant)}
     typer.echo(render(state, records, children))
 
 

@@ -18,10 +18,11 @@ from __future__ import annotations
 from ..journal import Verification
 from ..state import Recorded, RunState
 from ..store.base import RunRecord
-from ._client import Client, RunEvent, RunPage
+from ._client import ChildRun, Client, RunEvent, RunPage
 from ._requests import PendingRequest
 
 __all__ = [
+    "ChildRun",
     "Client",
     "PendingRequest",
     "Recorded",

@@ -48,6 +48,25 @@ class RunPage:
     next_cursor: str | None
 
 
+@dataclass(frozen=True, slots=True)
+class ChildRun:
+    """A run another run started with ``ctx.start`` (:meth:`Client.children`): its id,
+    ``flow``, the ``key`` it was started with and whether it is ``detached``; ``status``
+    is the child's status now (None: the parent journaled the start but the child is not
+    created yet — its worker stopped in between and will create it when the step runs
+    again); ``ended`` once the child's end reached the parent, with ``result`` or
+    ``error``."""
+
+    run_id: str
+    flow: str
+    key: str
+    detached: bool
+    status: str | None
+    ended: bool
+    result: JSON = None
+    error: str | None = None
+
+
 class Client:
     """Starts, steers and reads runs: what an operator, the CLI, an HTTP API or another
     service does. It needs no flow code and runs no step; workers (an
@@ -396,6 +415,19 @@ class Client:
         records = self._journal.decode(tenant_id, stored)
         return [RunEvent(r.seq, r.at, r.event, s.hash)
                 for s, r in zip(stored, records, strict=True)]
+
+    def children(self, run_id: str, *, tenant_id: str = "default") -> list[ChildRun]:
+        """The runs this run started with ``ctx.start``, in the order it started them."""
+        state = self.state(run_id, tenant_id=tenant_id)
+        found = []
+        for child_id, child in sorted(state.children.items(), key=lambda c: c[1].seq):
+            row = self._store.get_run(tenant_id, child_id)
+            found.append(ChildRun(
+                child_id, child.flow, child.key, child.detached,
+                row.status if row is not None else None, child.ended, child.result,
+                child.error,
+            ))
+        return found
 
     def verify(self, run_id: str, *, tenant_id: str = "default") -> Verification:
         """Check the run's hash chain, sequence and tail against its row."""

@@ -59,9 +59,9 @@ class StepWithChildren(StepExecution):
             )
         run_id = child_run_id(self.tenant_id, self.run_id, key)
         known = s.children.get(run_id)
-        if known is not None and known.get("flow") != name:
+        if known is not None and known.flow != name:
             self.broken = NonDeterminismError(
-                self.run_id, self.step, position, f"start({known.get('flow')})",
+                self.run_id, self.step, position, f"start({known.flow})",
                 f"start({name})",
             )
             raise self.broken
@@ -91,7 +91,7 @@ class StepWithChildren(StepExecution):
                 f"step {self.step!r} of run {self.run_id} waits for run {run_id}, which is "
                 "not a child of this run: wait only for runs the run started with ctx.start"
             )
-        if child.get("status") is None:
+        if not child.ended:
             # The child may have ended since the inbox was read: its word waits there.
             for sig in await act.store(eng.store.pending_signals, self.tenant_id, self.run_id):
                 if sig.name == CHILD_SIGNAL and sig.signal_id not in act.consumed:
@@ -99,8 +99,9 @@ class StepWithChildren(StepExecution):
                     if finished is not None and finished.run_id == run_id:
                         act.consumed.append(sig.signal_id)
                         act.buffer(finished)
-        if child.get("status") is None:
+        child = s.children[run_id]  # the fold replaced the record if the end was buffered
+        if child.status is None:
             act.buffer(ev.ChildAwaited(run_id=run_id))
             raise Suspend
-        return ChildOutcome(run_id=run_id, status=child["status"], result=child.get("result"),
-                            error=child.get("error"))
+        return ChildOutcome(run_id=run_id, status=child.status, result=child.result,
+                            error=child.error)

@@ -19,7 +19,7 @@ def child_finished(s: RunState, payload: JSON) -> ev.ChildFinished | None:
         return None
     run_id, status = payload.get("run_id"), payload.get("status")
     child = s.children.get(str(run_id))
-    if child is None or child.get("status") is not None or status not in FINAL_STATUSES:
+    if child is None or child.ended or status not in FINAL_STATUSES:
         return None
     error = payload.get("error")
     return ev.ChildFinished(run_id=str(run_id), status=status, result=payload.get("result"),
@@ -46,7 +46,7 @@ def outbox(s: RunState, events: list[ev.Event], now: float) -> list[SignalRecord
             reason = f"parent run {s.run_id} was cancelled" + (f": {e.reason}" if e.reason
                                                                  else "")
             for run_id, child in s.children.items():
-                if child.get("detached") or child.get("status") is not None:
+                if child.detached or child.ended:
                     continue
                 out.append(SignalRecord(
                     s.tenant_id, run_id, f"cancel:{s.run_id}", CANCEL,
