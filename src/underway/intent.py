@@ -33,9 +33,10 @@ class CallIntent:
     the argument model the tool receives (None for an untyped tool, or when the arguments
     do not validate: then ``schema_error`` says why); ``money`` is what the call moves
     (:func:`~underway.money.read_money`, read once); ``labels`` are the data labels a
-    policy sees (the tool's ``input_labels`` and the caller's); ``usage`` and ``counts``
-    are what the call adds to budgets and journals with its outcome (None when the money
-    cannot be read: the guard refuses such a call first).
+    policy sees (the tool's ``input_labels`` and the caller's); ``counts`` is what the
+    call journals with its outcome and :attr:`usage` what it adds to budgets (built only
+    when a budget asks; None when the money cannot be read: the guard refuses such a call
+    first).
     """
 
     tool: Tool
@@ -49,7 +50,6 @@ class CallIntent:
     validated: BaseModel | None
     schema_error: ValidationError | None
     money: Money | Unreadable | None
-    usage: Usage | None
     counts: dict[str, float] | None
 
     @classmethod
@@ -68,7 +68,6 @@ class CallIntent:
             except ValidationError as exc:
                 schema_error = exc
         money = tool.money(args, validated=validated)
-        usage: Usage | None = None
         counts: dict[str, float] | None = None
         if not isinstance(money, Unreadable):
             found: dict[str, float] = {}
@@ -77,16 +76,24 @@ class CallIntent:
             if money is not None:
                 found[f"money.{money.currency}"] = money.counted()
             counts = found or None
-            usage = Usage(
-                tool_calls=1, messages=1 if tool.message else 0,
-                money={money.currency: money.counted()} if money is not None else {},
-            )
         return cls(
             tool=tool, args=args, key=key, index=index,
             args_hash=h if h is not None else args_hash(tool.name, args),
             labels=frozenset(tool.input_labels) | labels, evidence=evidence,
             risks=tuple(risks), validated=validated, schema_error=schema_error,
-            money=money, usage=usage, counts=counts,
+            money=money, counts=counts,
+        )
+
+    @property
+    def usage(self) -> Usage | None:
+        """What the call adds to a budget's usage: one tool call, a message when the tool
+        sends one, the money it moves (None when the money cannot be read)."""
+        money = self.money
+        if isinstance(money, Unreadable):
+            return None
+        return Usage(
+            tool_calls=1, messages=1 if self.tool.message else 0,
+            money={money.currency: money.counted()} if money is not None else {},
         )
 
     @property

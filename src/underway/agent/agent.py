@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, assert_never
 
 from pydantic import BaseModel, Field, model_validator
 
@@ -97,7 +97,10 @@ class _WaitFor(BaseModel):
     reason: str = ""
 
 
-_CONTROL: dict[str, tuple[type[BaseModel], str]] = {
+_Control = _Finish | _Ask | _Plan | _Wait | _WaitFor
+"""The agent's own actions, as the model calls them."""
+
+_CONTROL: dict[str, tuple[type[_Control], str]] = {
     "finish": (_Finish, "Finish the run with its outcome."),
     "ask_human": (_Ask, "Ask a person a question and wait for the answer."),
     "revise_plan": (_Plan, "Replace the plan with new steps, saying why."),
@@ -389,7 +392,8 @@ class Agent:
     ) -> Next | None:
         model = _WaitFor if call.name == "wait_for_signal" else _CONTROL[call.name][0]
         try:
-            parsed = model.model_validate(call.arguments if call.arguments is not None else {})
+            args = call.arguments if call.arguments is not None else {}
+            parsed: _Control = model.model_validate(args)
         except Exception as exc:
             self._observe(ctx, call, {"error": "SchemaValidationFailed", "message": str(exc)},
                           failed=True)
@@ -426,6 +430,8 @@ class Agent:
                 self._observe(ctx, call, f"waited for {parsed.signal!r}", failed=False)
                 st.waiting_for = parsed.signal
                 return ctx.wait(parsed.signal, timeout=parsed.timeout_seconds, then="act")
+            case _:
+                assert_never(parsed)
         return None
 
 

@@ -233,11 +233,11 @@ class StepExecution:
                          f"tool {t.name!r} is not on the allow-list of flow {flow.name!r}")
         if call.schema_error is not None:
             self._schema_failed(t, key, index, "args", call.schema_error)
-        if call.refusal is not None or call.usage is None:
-            self._refuse(t, key, index, h, "policy_denied", call.refusal or "")
+        if call.refusal is not None:
+            self._refuse(t, key, index, h, "policy_denied", call.refusal)
         now = eng.clock.now()
-        if guard.has_budget(flow):
-            over = guard.over_budget(flow, eng.store, s, call.usage, now,
+        if guard.has_budget(flow) and (usage := call.usage) is not None:
+            over = guard.over_budget(flow, eng.store, s, usage, now,
                                      [e for _, _, e in act.pending])
             if over is not None:
                 self._over_budget(over[0], over[1], t.name)
