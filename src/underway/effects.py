@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, Protocol, TypedDict, cast, overload
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 from typing_extensions import TypeVar, Unpack
 
 from .errors import ConfigurationError, ResultInvalid
@@ -106,6 +106,18 @@ SyncResult = TypeVar(
 )
 
 
+class NoArgs(BaseModel):
+    """The arguments of a tool whose function takes none: nothing (``None`` or ``{}``);
+    any field is a schema error, so a call cannot pass arguments the tool would drop."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nothing(cls, value: Any) -> Any:
+        return {} if value is None else value
+
+
 @dataclass(frozen=True)
 class Tool(Generic[A, R]):
     """A named effect a step performs through ``ctx.call``.
@@ -147,6 +159,7 @@ class Tool(Generic[A, R]):
     args_model: type[BaseModel] | None = field(default=None, repr=False)
     result_model: type[BaseModel] | None = field(default=None, repr=False)
     wants_call_info: bool = field(default=False, repr=False)
+    takes_args: bool = field(default=True, repr=False)
     retry: RetryPolicy | None = None
     circuit: CircuitBreaker | None = None
     description: str = ""
@@ -292,7 +305,9 @@ class Tool(Generic[A, R]):
             value = validated
         elif self.args_model is not None:
             value = self.args_model.model_validate(args)
-        call_args = (value, info) if self.wants_call_info else (value,)
+        call_args: tuple[Any, ...] = (
+            (value, info) if self.wants_call_info else (value,) if self.takes_args else ()
+        )
         # asyncio.timeout rather than wait_for: no extra task per call (a measurable share
         # of a no-op step, see bench/), same TimeoutError and cancellation of the call.
         async with asyncio.timeout(self.timeout):
@@ -337,6 +352,8 @@ class ToolDecorator(Protocol):
     typed by the function's argument and result annotations."""
 
     @overload
+    def __call__(self, fn: Callable[[], Awaitable[R]], /) -> Tool[None, R]: ...
+    @overload
     def __call__(self, fn: Callable[[A], Awaitable[R]], /) -> Tool[A, R]: ...
     @overload
     def __call__(self, fn: Callable[[A, CallInfo], Awaitable[R]], /) -> Tool[A, R]: ...
@@ -344,6 +361,8 @@ class ToolDecorator(Protocol):
     def __call__(self, fn: Callable[..., SyncResult], /) -> Tool[Any, SyncResult]: ...
 
 
+@overload
+def tool(fn: Callable[[], Awaitable[R]], /, **options: Unpack[ToolOptions]) -> Tool[None, R]: ...
 @overload
 def tool(fn: Callable[[A], Awaitable[R]], /, **options: Unpack[ToolOptions]) -> Tool[A, R]: ...
 @overload
@@ -394,7 +413,8 @@ def tool(
     with that idempotency key took place.
 
     The function takes the arguments (a pydantic model when its first parameter is
-    annotated with one, else the JSON value) and, optionally, a :class:`CallInfo`.
+    annotated with one, else the JSON value) and, optionally, a :class:`CallInfo`; or
+    nothing at all: its calls then pass no arguments (:class:`NoArgs`).
     """
 
     def build(f: ToolFn) -> Tool[Any, Any]:
@@ -423,9 +443,10 @@ def tool(
             reconcile=reconcile,
             retry=retry,
             circuit=circuit,
-            args_model=first if _is_model(first) else None,
+            args_model=first if _is_model(first) else None if params else NoArgs,
             result_model=ret if _is_model(ret) else None,
             wants_call_info=len(params) >= 2,
+            takes_args=bool(params),
             description=description or inspect.getdoc(f) or "",
             irreversible=irreversible,
             compensate=compensate,
@@ -474,6 +495,7 @@ __all__ = [
     "CallInfo",
     "Model",
     "ModelReply",
+    "NoArgs",
     "ReconcileFn",
     "Reconciled",
     "Tool",

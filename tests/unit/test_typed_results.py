@@ -152,3 +152,38 @@ def test_a_tool_called_by_name_gives_json() -> None:
     run(uw.Runner(engine).run_until_idle())
     assert engine.state(run_id).status == "completed"
     assert got == [{"sku": "B", "cents": 5}, Price(sku="B", cents=5)]
+
+
+def test_a_tool_of_no_arguments_is_called_with_none_and_refuses_any() -> None:
+    @uw.tool(read_only=True)
+    async def today() -> Price:
+        return Price(sku="day", cents=1)
+
+    @uw.tool(idempotent=True)
+    def tick() -> dict[str, int]:
+        return {"ticks": 1}
+
+    flow = uw.Flow("no-args", state=S, tools=[today, tick])
+    got: list[Any] = []
+
+    @flow.step
+    async def go(ctx: uw.RunContext[S, Any]) -> Any:
+        got.append(await ctx.call(today))
+        got.append(await ctx.call(tick, {}))
+        try:
+            await ctx.call(today, {"sku": "smuggled"})
+        except uw.ToolCallError as exc:
+            got.append(exc.error_type)
+        return ctx.done(None)
+
+    engine, _ = memory_engine([flow])
+    run_id, _ = engine.start(flow)
+    run(uw.Runner(engine).run_until_idle())
+    assert engine.state(run_id).status == "completed"
+    assert got == [Price(sku="day", cents=1), {"ticks": 1}, "SchemaValidationFailed"]
+    [refused] = [r.event for r in engine.client.history(run_id)
+                 if isinstance(r.event, ev.SchemaValidationFailed)]
+    assert refused.tool == "today" and refused.errors[0]["type"] == "extra_forbidden"
+    # What a model is shown: an object with no properties and nothing else allowed.
+    assert today.spec()["parameters"]["properties"] == {}
+    assert today.spec()["parameters"]["additionalProperties"] is False
