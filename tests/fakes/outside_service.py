@@ -1,7 +1,7 @@
 """A fake outside service on real HTTP, served from the test process.
 
 It stands for the systems an agent acts on (a mailer, a payment ledger, a CRM); the crash
-suite (``tests/crash/fake_service.py``) and the chaos suite (``tests/chaos/service.py``)
+suite (``tests/crash/fake_service.py``) and the chaos suite (``tests/crash/chaos/service.py``)
 both run it, and their worker processes reach it from their tools:
 
 - ``GET /customers/<id>`` — a read-only lookup with deterministic answers;
