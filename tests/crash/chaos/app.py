@@ -6,9 +6,9 @@ One flow, ``chaos``, exercises everything a worker must get right under SIGKILL 
 2. ``charge`` — a mutating, non-idempotent call with a reconcile hook that asks the service
    whether the key arrived; then a short durable sleep. Both the call and the hook carry
    the activation's lease token as a fence, which the service checks (see
-   :mod:`service`): without it, a worker frozen past its lease with the request still to
-   send would deliver it late, after the run's new holder had reconciled "not happened"
-   and sent it again (the known limit in docs/durability.md);
+   :mod:`fakes.outside_service`): without it, a worker frozen past its lease with the
+   request still to send would deliver it late, after the run's new holder had reconciled
+   "not happened" and sent it again (the known limit in docs/durability.md);
 3. ``settle`` — a mutating, idempotent call (the service acknowledges re-deliveries);
 4. ``lap`` — a ``goto`` loop of ``loops`` steps; the last finishes the run.
 

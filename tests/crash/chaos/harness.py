@@ -5,7 +5,7 @@ SIGSTOPs them past their lease and SIGCONTs them once other workers took their r
 and finally SIGTERMs the survivors.
 :func:`unleash` runs a seeded plan of all that while runs are being started, taking
 snapshots of every journal as it goes; :func:`verify` checks the end state against the
-journal, the snapshots and the fake service (:mod:`service`).
+journal, the snapshots and the fake service (:mod:`fakes.outside_service`).
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from app import FLOW, expected_result
-from service import ChaosService, Delivery, Witness
 
 from fakes.invariants import Journals, check_once, check_prefix, journals
+from fakes.outside_service import Delivery, OutsideService, Witness
 from underway import Engine, Flow, Tool, connect
 from underway import events as ev
 from underway.store.base import FINAL, Store
@@ -52,6 +52,9 @@ TAKEOVER_PATIENCE_S = 5.0
 On SQLite it may have been frozen holding the write lock, and then nobody can: it is thawed
 and keeps its runs. Not a failure either way, only fewer takeovers; it is kept well below
 the chaos app's call timeout, which a frozen worker's calls in flight must not reach."""
+SERVICE_DELAY_S = 0.02
+"""Seconds the outside service takes over each lookup and effect, so that runs spend their
+time in flight the way they do against real services (and a paused worker holds some)."""
 
 
 
@@ -471,11 +474,11 @@ def fencing_problems(run_id: str, commits: list[Commit], seen: list[Witness]) ->
     return problems
 
 
-def verify(engine: Engine, svc: ChaosService, workers: Workers, plan: Plan,
+def verify(engine: Engine, svc: OutsideService, workers: Workers, plan: Plan,
            pauses: list[Pause], tally: Tally) -> None:
     """Check every run against its journal, the service and the pauses (see the tests)."""
     problems = tally.problems
-    effects, witnesses = svc.ledger.snapshot()
+    effects, witnesses = svc.ledger.snapshot_with_witnesses()
     tally.stale_effects_refused = svc.ledger.refused
     seen_by_run: dict[str, list[Witness]] = {}
     for w in witnesses:

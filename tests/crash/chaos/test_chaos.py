@@ -11,9 +11,10 @@ taken their runs over, before SIGCONTing them. Then:
   earlier snapshot saw;
 - the outside service saw each non-idempotent effect at most once per key (idempotent
   re-deliveries are counted, not failed). The service checks the lease token each
-  request carries (:mod:`service`): a frozen worker may wake with a request still to send
-  after the run's new holder reconciled "not happened" and sent it, and only the outside
-  system can refuse that late request (``stale_effects_refused`` counts how often it did);
+  request carries (:mod:`fakes.outside_service`): a frozen worker may wake with a request
+  still to send after the run's new holder reconciled "not happened" and sent it, and only
+  the outside system can refuse that late request (``stale_effects_refused`` counts how
+  often it did);
 - no two workers ever held a valid lease on one run at once: the lease tokens recorded in
   a journal never go backwards, and nothing was committed under a lease once a newer one
   had been seen at work on the run; the runs a frozen worker held were taken over, and
@@ -36,6 +37,7 @@ from pathlib import Path
 import pytest
 from app import build
 from harness import (
+    SERVICE_DELAY_S,
     Commit,
     Db,
     Plan,
@@ -48,7 +50,8 @@ from harness import (
     unleash,
     verify,
 )
-from service import ChaosService, Witness
+
+from fakes.outside_service import OutsideService, Witness
 
 # Hundreds of real processes take minutes on a busy machine, more than the suite's default
 # limit (pyproject.toml), which is for tests that take seconds: this one only catches a
@@ -89,7 +92,7 @@ def test_workers_killed_and_frozen_lose_nothing_and_never_share_a_run(
                 lease_ttl=LEASE_TTL)
     url = db_url(backend, request)
     tally = Tally(backend)
-    with ChaosService() as svc:
+    with OutsideService(delay=SERVICE_DELAY_S) as svc:
         flows, tools = build(svc.url)
         db = Db(url, flows, tools)
         workers = Workers(url, svc.url, tmp_path, concurrency=CONCURRENCY, lease_ttl=LEASE_TTL)
@@ -128,7 +131,7 @@ def test_timers_due_together_fire_once_across_workers(
     runs = 150 * scale()
     url = db_url(backend, request)
     tally = Tally(backend)
-    with ChaosService() as svc:
+    with OutsideService(delay=SERVICE_DELAY_S) as svc:
         flows, tools = build(svc.url)
         db = Db(url, flows, tools)
         workers = Workers(url, svc.url, tmp_path, concurrency=CONCURRENCY,
@@ -144,7 +147,7 @@ def test_timers_due_together_fire_once_across_workers(
                         loops=1)
             pauses = unleash(db, workers, plan, random.Random(SEED), tally)
             verify(db.engine, svc, workers, plan, pauses, tally)
-            _, witnessed = svc.ledger.snapshot()
+            _, witnessed = svc.ledger.snapshot_with_witnesses()
         finally:
             workers.kill_all()
             db.close()
@@ -166,7 +169,7 @@ def test_postgres_restarted_mid_load_loses_nothing(
     plan = Plan(runs=150 * k, seconds=10.0 * k, sigkills=0, sigstops=0, lease_ttl=LEASE_TTL)
     restarts_at = [plan.seconds * (j + 0.5) / (2 * k) for j in range(2 * k)]
     tally = Tally("postgres-restart")
-    with throwaway_postgres() as cluster, ChaosService() as svc:
+    with throwaway_postgres() as cluster, OutsideService(delay=SERVICE_DELAY_S) as svc:
         flows, tools = build(svc.url)
         db = Db(cluster.url, flows, tools)
         workers = Workers(cluster.url, svc.url, tmp_path, concurrency=CONCURRENCY,
