@@ -34,10 +34,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_service import Delivery, FakeService
 from worker import invoices_for, is_letter_run, run_key
 
 from fakes.invariants import Journals, check_once, check_prefix, journals
+from fakes.outside_service import Delivery, OutsideService
 from underway import Engine, connect
 from underway import events as ev
 
@@ -236,7 +236,7 @@ def verify_run(engine: Engine, effects: dict[str, Delivery], tenant: str, rid: s
             problems.append(f"{tenant}/{rid}: ctx.uuid() changed between attempts")
 
 
-def verify_batch(engine: Engine, svc: FakeService, tenant: str, tally: Tally,
+def verify_batch(engine: Engine, svc: OutsideService, tenant: str, tally: Tally,
                  mix: str = "mixed") -> None:
     """Every run of the batch exists once and completed as intended."""
     listed = engine.store.list_runs(tenant, limit=10_000)
@@ -252,7 +252,7 @@ def verify_batch(engine: Engine, svc: FakeService, tenant: str, tally: Tally,
 
 
 def drive_seed(
-    seed: int, url: str, svc: FakeService, engine: Engine, tally: Tally, ranges: dict[str, int],
+    seed: int, url: str, svc: OutsideService, engine: Engine, tally: Tally, ranges: dict[str, int],
     clean_seconds: float,
 ) -> None:
     """One batch: kill its children a seeded number of times, then let it finish."""
@@ -306,7 +306,7 @@ def drive_seed(
     verify_batch(engine, svc, tenant, tally)
 
 
-def measure(url: str, svc: FakeService, engine: Engine, tally: Tally) -> tuple[dict[str, int],
+def measure(url: str, svc: OutsideService, engine: Engine, tally: Tally) -> tuple[dict[str, int],
                                                                              float]:
     """Fault points a clean batch passes (all of them, and each of :data:`EFFECT_POINTS`
     alone), and how long a clean child takes."""
@@ -338,7 +338,7 @@ def test_sigkill_anywhere_loses_nothing_and_repeats_no_effect(
     budget = kill_budget()
     store = connect(url)
     engine = Engine(store)
-    with FakeService() as svc:
+    with OutsideService() as svc:
         ranges, clean_seconds = measure(url, svc, engine, tally)
         assert ranges["fault"] > ranges["effect.after_run"] == ranges["effect.before_run"] > 0
         seed = 0
@@ -379,7 +379,7 @@ def test_an_effect_hidden_by_a_kill_is_settled_once(
     tally = Tally(backend)
     store = connect(url)
     engine = Engine(store)
-    with FakeService() as svc:
+    with OutsideService() as svc:
         # The first run's lookup passes the point first, its first mutating call second.
         assert run_child(url, svc.url, "t", mix=mix, crash_after=2, points=point).killed
         delivered = [d.kind for d in svc.ledger.snapshot().values()]

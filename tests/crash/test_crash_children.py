@@ -26,10 +26,11 @@ from pathlib import Path
 import pytest
 from children_worker import parent_key
 
+from fakes.invariants import Journals, check_prefix, journals
 from underway import connect
 from underway import events as ev
 from underway.journal import Journal
-from underway.store.base import Store, StoredEvent
+from underway.store.base import Store
 
 pytestmark = [pytest.mark.crash, pytest.mark.timeout(900)]
 
@@ -38,8 +39,6 @@ PARENTS = 4
 CHILD_TIMEOUT_S = 120.0
 BACKEND_PARAMS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 POINTS = ("child.before_create", "child.after_create", "signals.after_commit")
-
-Journals = dict[str, list[StoredEvent]]
 
 
 def run_worker(url: str, tenant: str, *, crash_after: int | None = None,
@@ -59,17 +58,6 @@ def run_worker(url: str, tenant: str, *, crash_after: int | None = None,
         return True, 0
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-4000:]
     return False, int(json.loads(proc.stdout.decode().strip().splitlines()[-1])["hits"])
-
-
-def journals(store: Store, tenant: str) -> Journals:
-    """Every committed event of every run of ``tenant``, as stored."""
-    return {r.run_id: store.load_events(tenant, r.run_id)
-            for r in store.list_runs(tenant, limit=10_000)}
-
-
-def lost(before: Journals, after: Journals) -> list[str]:
-    """Committed events that a kill lost or changed."""
-    return [run_id for run_id, old in before.items() if after.get(run_id, [])[: len(old)] != old]
 
 
 def check_batch(store: Store, tenant: str) -> list[str]:
@@ -111,9 +99,9 @@ def finish_batch(url: str, store: Store, tenant: str, before: Journals) -> list[
     """Let a clean worker finish the batch; what was committed before must survive."""
     killed, _ = run_worker(url, tenant)
     assert not killed
-    after = journals(store, tenant)
-    return [f"lost committed events of {r}" for r in lost(before, after)] + \
-        check_batch(store, tenant)
+    problems: list[str] = []
+    check_prefix(before, journals(store, tenant), problems, "after the takeover")
+    return problems + check_batch(store, tenant)
 
 
 def db_url(backend: str, request: pytest.FixtureRequest) -> str:
@@ -174,8 +162,7 @@ def test_kills_anywhere_leave_one_child_per_parent(
             for _ in range(rng.randint(1, 3)):
                 run_worker(url, tenant, crash_after=rng.randint(1, hits))
                 after = journals(store, tenant)
-                problems += [f"{tenant}: lost committed events of {r}"
-                             for r in lost(before, after)]
+                check_prefix(before, after, problems, f"{tenant}: after a kill")
                 before = after
             problems += [f"{tenant}: {p}" for p in finish_batch(url, store, tenant, before)]
         assert not problems, "\n".join(problems)

@@ -1,2 +1,10 @@
-"""Fakes shared by the test suites (importable as ``fakes``: ``tests/`` is on ``sys.path``
-because ``tests/conftest.py`` sits in a folder that is not a package)."""
+"""Fakes and helpers shared by test suites of more than one kind (importable as ``fakes``:
+``tests/`` is on ``sys.path`` because ``tests/conftest.py`` sits in a folder that is not a
+package).
+
+- :mod:`fakes.outside_service` — the one fake outside service of the crash and chaos
+  suites; :mod:`fakes.invariants` — the invariant checks they share;
+- :mod:`fakes.model_provider` — a local server speaking the model providers' wire formats;
+- :mod:`fakes.guard_helpers` — an approvals-enabled engine and signing helpers;
+- :mod:`fakes.docker_image` — which Docker image the sandbox tests run in.
+"""

@@ -1,8 +1,11 @@
 """A fake outside service on real HTTP, served from the test process.
 
-It stands for the systems an agent acts on (a mailer, a payment ledger, a CRM); the crash
-suite (``tests/crash/fake_service.py``) and the chaos suite (``tests/chaos/service.py``)
-both run it, and their worker processes reach it from their tools:
+It stands for the systems an agent acts on (a mailer, a payment ledger, a CRM). It is the
+one fake outside service of the crash suite (``tests/crash/test_crash.py``, whose workers
+send no lease fences and get answers at once) and of the chaos suite
+(``tests/crash/chaos/``, whose workers fence every request with their lease token and
+report their leases to ``/witness``; there each lookup and effect takes a little time).
+Their worker processes reach it from their tools:
 
 - ``GET /customers/<id>`` — a read-only lookup with deterministic answers;
 - ``POST /effects`` with ``{"key", "kind", "idempotent", "payload"}`` — performs an effect.
@@ -34,7 +37,7 @@ import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
-from typing import Any, Generic, Self, TypeVar
+from typing import Any, Self
 from urllib.parse import parse_qs, unquote
 
 
@@ -76,7 +79,9 @@ class Witness:
 class Ledger:
     """What the service saw, guarded by one lock (the server is threaded).
 
-    Each suite's module adds the ``snapshot`` its checks read.
+    The suites read it through :meth:`snapshot` (the crash suite: the effects alone) and
+    :meth:`snapshot_with_witnesses` (the chaos suite: the effects and the witness reports,
+    taken together).
     """
 
     effects: dict[str, Delivery] = field(default_factory=dict)
@@ -120,13 +125,24 @@ class Ledger:
                 seen.performed += 1
             return seen.result
 
-    def copy_effects(self) -> dict[str, Delivery]:
+    def _copy_effects(self) -> dict[str, Delivery]:
         """A copy of every recorded effect, by key (call with the lock held)."""
         return {
             k: Delivery(d.key, d.kind, d.idempotent, d.payload, dict(d.result),
                         d.deliveries, d.performed)
             for k, d in self.effects.items()
         }
+
+    def snapshot(self) -> dict[str, Delivery]:
+        """A copy of every recorded effect, by key."""
+        with self.lock:
+            return self._copy_effects()
+
+    def snapshot_with_witnesses(self) -> tuple[dict[str, Delivery], list[Witness]]:
+        """Copies of every recorded effect (by key) and every witness report, taken at one
+        moment."""
+        with self.lock:
+            return self._copy_effects(), list(self.witnesses)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -212,24 +228,21 @@ class _Server(ThreadingHTTPServer):
             super().handle_error(request, client_address)
 
 
-L = TypeVar("L", bound=Ledger)
-
-
-class OutsideService(Generic[L]):
+class OutsideService:
     """The fake service on 127.0.0.1 (an ephemeral port), served from a background thread,
-    recording into ``ledger``.
+    recording what it sees in :attr:`ledger`.
 
     ``delay``: seconds each lookup and effect takes, so that runs spend their time in
     flight the way they do against real services (0: answer at once).
 
-    >>> with OutsideService(Ledger()) as svc:
+    >>> with OutsideService() as svc:
     ...     svc.url  # http://127.0.0.1:PORT
     """
 
-    def __init__(self, ledger: L, *, delay: float = 0.0) -> None:
-        self.ledger = ledger
+    def __init__(self, *, delay: float = 0.0) -> None:
+        self.ledger = Ledger()
         self._server = _Server(("127.0.0.1", 0), _Handler)
-        self._server.ledger = ledger
+        self._server.ledger = self.ledger
         self._server.delay = delay
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 

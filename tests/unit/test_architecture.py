@@ -1,5 +1,6 @@
 """docs/architecture.md and the README's Layout section match the code: every path they
-name exists, and the import rules the map states hold."""
+name exists, and the import rules the map states hold. The tests follow one axis — by kind
+at the top of ``tests/``, features below — and every test path the docs name exists."""
 
 from __future__ import annotations
 
@@ -11,6 +12,11 @@ from pathlib import Path
 ROOT = Path(__file__).parents[2]
 PACKAGE = ROOT / "src" / "underway"
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
+TESTS = ROOT / "tests"
+TEST_KINDS = {"unit", "conformance", "integration", "crash", "adversarial"}
+"""The top level of ``tests/``: one folder per kind of test (crash holds chaos below it)."""
+TEST_SUPPORT = {"fakes", "fixtures", "conftest.py"}
+"""Beside the kinds: what several kinds share, and the root conftest."""
 
 
 def _module(path: Path) -> str:
@@ -62,16 +68,64 @@ def test_the_map_names_every_module_of_the_client_and_the_engine() -> None:
                 assert path.name in text, f"docs/architecture.md does not name {path}"
 
 
-def test_every_path_the_readme_layout_names_exists() -> None:
+def _layout() -> list[Path]:
+    """Every path the README's Layout block names: a top-level line names a folder of the
+    repository, the indented lines below it name what is in that folder."""
     readme = (ROOT / "README.md").read_text()
     layout = readme.split("## Layout", 1)[1].split("```")[1]
-    named = [
-        (PACKAGE if line.startswith("  ") else ROOT) / line.split()[0]
-        for line in layout.splitlines()
-        if line.strip() and not line.startswith("src/underway/")
-    ]
+    named, folder = [], ROOT
+    for line in layout.splitlines():
+        if not line.strip():
+            continue
+        if line.startswith("  "):
+            named.append(folder / line.split()[0])
+        else:
+            folder = ROOT / line.split()[0]
+            named.append(folder)
+    return named
+
+
+def test_every_path_the_readme_layout_names_exists() -> None:
+    named = _layout()
     assert PACKAGE / "engine/" in named and PACKAGE / "client/" in named
     assert [p for p in named if not p.exists()] == []
+
+
+def test_every_test_path_the_readme_and_the_docs_name_exists() -> None:
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
+             *sorted((ROOT / "examples").glob("*/README.md"))]
+    named = {
+        (page.relative_to(ROOT), path.rstrip(".,;:"))
+        for page in pages
+        for path in re.findall(r"\btests/[\w./<>*-]*", page.read_text())
+    }
+    assert len(named) > 10
+    # ``<role>`` stands for any name: test_<role>.py is a pattern.
+    missing = sorted((str(page), path) for page, path in named
+                     if not list(ROOT.glob(re.sub(r"<[^>]*>", "*", path.rstrip("/")))))
+    assert missing == []
+
+
+def test_the_top_of_tests_holds_only_the_kinds_and_what_they_share() -> None:
+    top = {p.name for p in TESTS.iterdir()
+           if not p.name.startswith(".") and p.name != "__pycache__"}
+    assert top - TEST_SUPPORT == TEST_KINDS, (
+        "tests/ is organised by kind (features go below their kind, e.g. tests/unit/guard/): "
+        f"unexpected {sorted(top - TEST_SUPPORT - TEST_KINDS)}, "
+        f"missing {sorted(TEST_KINDS - top)}")
+    layout = {p.relative_to(TESTS).parts[0] for p in _layout() if p.is_relative_to(TESTS)
+              and p != TESTS}
+    assert layout == TEST_KINDS | TEST_SUPPORT - {"conftest.py"}, "the README's Layout lists them"
+
+
+def test_test_modules_outside_packages_have_distinct_names() -> None:
+    """The test folders are not packages, so pytest imports each module by its file name:
+    two with one name would collide."""
+    seen: dict[str, list[str]] = defaultdict(list)
+    for path in TESTS.rglob("*.py"):
+        if path.name != "conftest.py" and not (path.parent / "__init__.py").exists():
+            seen[path.name].append(str(path.relative_to(TESTS)))
+    assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}
 
 
 def test_the_client_needs_no_executor() -> None:

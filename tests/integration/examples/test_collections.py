@@ -1,0 +1,172 @@
+"""The invoice-collections example end to end: real `underway worker` processes (one killed
+with SIGKILL right after a reminder went out), the real approvals CLI, on SQLite and on
+PostgreSQL. Every check reads the journal or the simulated services' records."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from examples.collections_agent import app as collections_app  # noqa: E402
+from examples.collections_agent.brain_server import MODEL_ID as BRAIN_MODEL_ID  # noqa: E402
+from examples.collections_agent.brain_server import BrainServer  # noqa: E402
+from examples.collections_agent.report import Findings  # noqa: E402
+from examples.collections_agent.scenario import Crash, Resumption, Scenario  # noqa: E402
+
+from underway import events as ev  # noqa: E402
+from underway.errors import ConfigurationError  # noqa: E402
+from underway.state import request_id_for  # noqa: E402
+
+DEMO = ROOT / "examples" / "collections_agent" / "demo.py"
+DAY = 0.3
+"""Seconds per simulated day: the agents' three-day waits take 0.9 s."""
+
+
+@pytest.fixture
+def scenario(db: str, tmp_path: Path) -> Iterator[Scenario]:
+    data = tmp_path / "data"
+    data.mkdir()
+    story = Scenario(data, db, day_seconds=DAY)
+    yield story
+    story.close()
+
+
+@pytest.mark.crash
+def test_agents_survive_sigkill_and_move_money_only_with_approval(scenario: Scenario) -> None:
+    scenario.start_services()
+
+    taken = scenario.take_in()
+    actions = [(event.entity_id, result.action) for event, result in taken]
+    assert actions == [("INV-2041", "started"), ("INV-2042", "started"),
+                       ("INV-2042", "duplicate"), ("INV-2043", "started")]
+    assert taken[2][1].run_id == taken[1][1].run_id
+
+    crash: Crash = scenario.crash_worker()
+    assert crash.intent.tool == "send_reminder"
+    resumed: Resumption = scenario.resume(crash)
+    assert isinstance(resumed.outcome, ev.ToolSucceeded)
+    assert resumed.outcome.result["message_id"] == crash.message_id
+    assert (resumed.requests, resumed.deliveries) == (2, 1)
+
+    held = scenario.held_for_approval()
+    scenario.approve(held)
+    found = scenario.finish()
+
+    assert found.violations == []
+    by_invoice = {r.invoice_id: r for r in found.runs}
+    assert {i: (r.state.status, r.outcome) for i, r in by_invoice.items()} == {
+        "INV-2041": ("completed", "paid"),
+        "INV-2042": ("completed", "paid"),
+        "INV-2043": ("completed", "handed_to_collections"),
+    }
+    assert held == by_invoice["INV-2042"].state.run_id
+    assert found.paid == ["INV-2041", "INV-2042"]
+    assert all(r.audit.ok for r in found.runs)
+    _no_message_twice(found, crash)
+    _money_only_as_policy_allows(found)
+    _guards_refused_what_they_must(found)
+    _models_asked_once_per_turn(found)
+
+
+def _no_message_twice(found: Findings, crash: Crash) -> None:
+    keys = [m["key"] for m in found.messages]
+    assert len(keys) == len(set(keys)) == 7
+    assert Counter(m["invoice_id"] for m in found.messages) == {
+        "INV-2041": 2, "INV-2042": 2, "INV-2043": 3}
+    journaled = [e.key for r in found.runs for e in r.events(ev.ToolSucceeded)
+                 if e.tool == "send_reminder"]
+    assert sorted(journaled) == sorted(keys)
+    assert Counter(found.send_requests) - Counter(keys) == Counter({crash.intent.key: 1})
+    assert sum(r.state.messages for r in found.runs) == 7
+
+
+def _money_only_as_policy_allows(found: Findings) -> None:
+    moved = {(m["kind"], m["invoice_id"], Decimal(m["amount"])): m["key"] for m in found.money}
+    assert set(moved) == {("refund", "INV-2041", Decimal("450.00")),
+                          ("write_off", "INV-2042", Decimal("9600.00"))}
+    requested = [(r.invoice_id, a.tool, a.required_role) for r in found.runs
+                 for a in r.events(ev.ApprovalRequested)]
+    assert requested == [("INV-2042", "write_off", "finance")]
+    write_off = next(r for r in found.runs if r.invoice_id == "INV-2042")
+    granted = write_off.events(ev.ApprovalGranted)
+    key = moved[("write_off", "INV-2042", Decimal("9600.00"))]
+    assert [(g.request_id, g.approver_id) for g in granted] == [(request_id_for(key), "priya")]
+    assert found.approvals_requested == found.approvals_granted == 1
+
+
+def _guards_refused_what_they_must(found: Findings) -> None:
+    assert dict(found.policy_denials) == {
+        "no-threats-in-reminders": 1, "at-most-3-reminders-per-invoice": 1}
+    cobalt = next(r for r in found.runs if r.invoice_id == "INV-2043")
+    assert [f.error_type for f in cobalt.events(ev.ToolFailed)] == ["CoerciveLanguage"]
+    assert (found.coercive_blocked, found.coercive_delivered) == (2, 0)
+    assert not any("legal" in m["body"].lower() or "warning" in m["body"].lower()
+                   for m in found.messages)
+    assert sorted((t["invoice_id"], t["team"]) for t in found.tickets) == [
+        ("INV-2042", "disputes"), ("INV-2043", "collections")]
+
+
+def _models_asked_once_per_turn(found: Findings) -> None:
+    for r in found.runs:
+        responses = r.events(ev.ModelResponded)
+        assert len({e.key for e in responses}) == len(responses) == r.state.model_calls
+        assert r.state.tokens_in > 0 and r.state.cost_usd > 0
+    assert found.iterations == sum(r.state.model_calls for r in found.runs) - len(found.runs)
+
+
+@pytest.mark.crash
+def test_demo_exits_zero_when_every_invariant_holds(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(DEMO), "--data", str(tmp_path / "demo")],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+
+
+@pytest.mark.crash
+def test_the_demo_runs_through_the_openai_adapter_against_a_local_server(
+    tmp_path: Path,
+) -> None:
+    """UNDERWAY_MODEL swaps the brain for OpenAIChat: the same story goes over HTTP in the
+    OpenAI wire format, through the real SDK, with every fifth request rate limited."""
+    server = BrainServer(day=1.0, rate_limit_every=5).start()
+    try:
+        done = subprocess.run(
+            [sys.executable, str(DEMO), "--data", str(tmp_path / "demo")],
+            capture_output=True, text=True, timeout=180, check=False,
+            env={**os.environ, "UNDERWAY_MODEL":
+                 f"openai-compatible:{BRAIN_MODEL_ID}@{server.base_url}"},
+        )
+    finally:
+        server.stop()
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    assert "OK: every run completed" in done.stdout
+    assert server.completions >= 30 and server.rate_limited >= 5
+    model_line = next(line for line in done.stdout.splitlines()
+                      if line.strip().startswith("model ") and "calls" in line)
+    calls = int(model_line.split()[1])
+    # Each completion the server answered was journaled once (none asked twice), except
+    # those of steps a killed worker had not committed yet.
+    assert 0 < calls <= server.completions
+
+
+def test_the_worker_app_says_which_variable_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(collections_app.DATA_ENV, raising=False)
+    with pytest.raises(ConfigurationError, match=collections_app.DATA_ENV):
+        collections_app.app()
+
+
+def test_the_worker_app_needs_the_services_running(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match=r"services\.json"):
+        collections_app.flows(tmp_path)
