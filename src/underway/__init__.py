@@ -17,8 +17,9 @@ where it stood, without repeating a completed step or effect.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from ._lazy import lazy_exports
 from .client import Client
 from .clock import ManualClock, SystemClock
 from .effects import CallInfo, Model, ModelReply, Reconciled, Tool, tool
@@ -43,28 +44,18 @@ from .secrets import CallbackSecrets, EnvSecrets, FileSecrets
 from .state import RunState
 from .store import Store, connect
 
+# The agent, policies, budgets and the worker load on first use (PEP 562), which keeps
+# `import underway` quick for short-lived processes.
 if TYPE_CHECKING:
     from .agent import Agent
     from .budgets import Budget
     from .policy import Policy, load_policy
     from .worker import Worker
-
-_LAZY = {
-    "Agent": "agent", "Budget": "budgets", "Policy": "policy", "load_policy": "policy",
-    "Worker": "worker",
-}
-
-
-def __getattr__(name: str) -> Any:
-    # The agent, policies, budgets and the worker load on first use, which keeps
-    # `import underway` quick for short-lived processes.
-    if name in _LAZY:
-        import importlib
-
-        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'underway' has no attribute {name!r}")
+else:
+    __getattr__, __dir__ = lazy_exports(__name__, {
+        "Agent": ".agent", "Budget": ".budgets", "Policy": ".policy", "load_policy": ".policy",
+        "Worker": ".worker",
+    }, globals())
 
 __all__ = [
     "Agent",

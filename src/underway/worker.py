@@ -35,6 +35,7 @@ import threading
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+from .agent import Agent
 from .effects import Tool
 from .engine import Engine
 from .errors import ConfigurationError, ConflictError, FencedError, is_store_failure
@@ -443,8 +444,6 @@ def load_app(spec: str) -> App:
     obj = import_object(spec, option="--app", example="myapp.flows:flows")
     if callable(obj) and not isinstance(obj, Flow | Tool | type):
         obj = call_factory(obj, option="--app", spec=spec)
-    from .agent import Agent
-
     items = [obj] if isinstance(obj, Flow | Agent) else obj
     if not isinstance(items, list | tuple):
         raise ConfigurationError(
