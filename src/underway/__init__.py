@@ -20,10 +20,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ._lazy import lazy_exports
-from .client import Client
 from .clock import ManualClock, SystemClock
 from .effects import CallInfo, Model, ModelReply, Reconciled, Tool, tool
-from .engine import Engine
 from .errors import (
     ConfigurationError,
     ConflictError,
@@ -39,22 +37,27 @@ from .errors import (
 )
 from .flow import ChildOutcome, Flow, Next, RunContext
 from .retry import CircuitBreaker, RetryPolicy
-from .runner import Runner, run
 from .secrets import CallbackSecrets, EnvSecrets, FileSecrets
-from .state import RunState
-from .store import Store, connect
 
-# The agent, policies, budgets and the worker load on first use (PEP 562), which keeps
-# `import underway` quick for short-lived processes.
+# What a flow is written with loads with the package; what runs, reads or stores runs
+# (the client, the executor, the stores, the worker, the agent, policies, budgets) loads
+# the first time its name is read, which keeps `import underway` quick for short-lived
+# processes (PEP 562).
 if TYPE_CHECKING:
     from .agent import Agent
     from .budgets import Budget
+    from .client import Client
+    from .engine import Engine
     from .policy import Policy, load_policy
+    from .runner import Runner, run
+    from .state import RunState
+    from .store import Store, connect
     from .worker import Worker
 else:
     __getattr__, __dir__ = lazy_exports(__name__, {
-        "Agent": ".agent", "Budget": ".budgets", "Policy": ".policy", "load_policy": ".policy",
-        "Worker": ".worker",
+        "Agent": ".agent", "Budget": ".budgets", "Client": ".client", "Engine": ".engine",
+        "Policy": ".policy", "load_policy": ".policy", "Runner": ".runner", "run": ".runner",
+        "RunState": ".state", "Store": ".store", "connect": ".store", "Worker": ".worker",
     }, globals())
 
 __all__ = [
