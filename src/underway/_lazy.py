@@ -25,13 +25,23 @@ def lazy_exports(
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """The module ``__getattr__`` and ``__dir__`` of ``package``: ``names`` maps each lazy
     name to the module (relative to ``package``) that defines it; ``namespace`` is the
-    package's ``globals()``, where a name read once is kept."""
+    package's ``globals()``, where a name read once is kept. A submodule not imported yet
+    is imported when read as an attribute (``underway.engine`` after ``import underway``),
+    as it was when the package imported it eagerly."""
 
     def __getattr__(name: str) -> Any:
         module = names.get(name)
-        if module is None:
+        if module is not None:
+            value = getattr(importlib.import_module(module, package), name)
+        elif not name.startswith("__"):
+            try:
+                value = importlib.import_module(f"{package}.{name}")
+            except ModuleNotFoundError as exc:
+                if exc.name != f"{package}.{name}":
+                    raise
+                raise AttributeError(f"module {package!r} has no attribute {name!r}") from None
+        else:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(module, package), name)
         namespace[name] = value
         return value
 

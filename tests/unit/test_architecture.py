@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -204,3 +206,30 @@ class C:
         (9, "underway.engine.policy"), (10, "underway.errors"), (15, "underway.worker"),
         (17, "underway.engine.store"),
     ]
+
+
+def test_heavy_pieces_load_on_first_use() -> None:
+    """Importing the package root and the packages with lazy exports loads none of what
+    they export lazily (docs/architecture.md, "What loads on first use"); reading a name
+    loads it, and a submodule read as an attribute is imported then."""
+    probe = (
+        "import sys, underway, underway.store, underway.knowledge, underway.policy, "
+        "underway.models\n"
+        "print(' '.join(sorted(sys.modules)))\n"
+        "import underway as uw\n"
+        "assert set(uw.__all__) <= set(dir(uw))\n"
+        "assert uw.Engine.__module__ == 'underway.engine._executor'\n"
+        "assert uw.store.SQLiteStore.__module__ == 'underway.store.sqlite'\n"
+        "assert uw.journal.Journal is not None\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    loaded = done.stdout.split()
+    lazy = ("psycopg", "psycopg_pool", "underway.client", "underway.engine",
+            "underway.runner", "underway.worker", "underway.agent", "underway.journal",
+            "underway.store.sqlite", "underway.store.postgres", "underway.knowledge.sqlite",
+            "underway.knowledge.postgres", "underway.policy.policies", "underway.policy.rules",
+            "underway.policy.loading", "underway.models.types", "underway.models.openai_chat",
+            "underway.models.anthropic_messages")
+    assert [m for m in loaded if _within(m, *lazy)] == []
