@@ -214,7 +214,7 @@ def test_heavy_pieces_load_on_first_use() -> None:
     loads it, and a submodule read as an attribute is imported then."""
     probe = (
         "import sys, underway, underway.store, underway.knowledge, underway.policy, "
-        "underway.models\n"
+        "underway.models, underway.agent\n"
         "print(' '.join(sorted(sys.modules)))\n"
         "import underway as uw\n"
         "assert set(uw.__all__) <= set(dir(uw))\n"
@@ -227,7 +227,7 @@ def test_heavy_pieces_load_on_first_use() -> None:
     assert done.returncode == 0, done.stderr
     loaded = done.stdout.split()
     lazy = ("psycopg", "psycopg_pool", "underway.client", "underway.engine",
-            "underway.runner", "underway.worker", "underway.agent", "underway.journal",
+            "underway.runner", "underway.worker", "underway.agent.agent", "underway.journal",
             "underway.store.sqlite", "underway.store.postgres", "underway.knowledge.sqlite",
             "underway.knowledge.postgres", "underway.policy.policies", "underway.policy.rules",
             "underway.policy.loading", "underway.models.types", "underway.models.openai_chat",
