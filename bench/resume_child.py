@@ -62,9 +62,10 @@ def main() -> None:
     global resuming
     mode, url, run_id = sys.argv[1:4]
     store = connect(url)
+    engine_type, runner_type = uw.Engine, uw.Runner  # the package root loads them on first use
     ready = time.monotonic()
-    engine = uw.Engine(store, flows=[flow], tools=[noop])
-    runner = uw.Runner(engine)
+    engine = engine_type(store, flows=[flow], tools=[noop])
+    runner = runner_type(engine)
     if mode == "crash":
         engine.start(flow, run_id=run_id)
         asyncio.run(runner.run_until_complete(run_id))

@@ -32,7 +32,6 @@ from examples.collections_agent.report import Findings
 from examples.collections_agent.scenario import Scenario
 
 from underway import UnderwayError
-from underway.timeline import render
 
 DEMO_DAY_SECONDS = 1.0
 SERVICES = {
@@ -112,9 +111,9 @@ def story(scenario: Scenario, began: float) -> Findings:
 def summary(scenario: Scenario, findings: Findings, wall: float) -> None:
     """Section 6: timelines, costs, audit and evaluation metrics."""
     for r in findings.runs:
-        say(f"--- timeline of run {r.state.run_id} ({r.invoice_id}); the same as "
+        say(f"--- timeline of run {r.state.run_id} ({r.invoice_id}): "
             f"`underway runs show {r.state.run_id}`")
-        say(render(r.state, r.records))
+        say(ops.cli("runs", "show", r.state.run_id, db=scenario.db).stdout.rstrip())
         say()
 
     if os.environ.get("UNDERWAY_MODEL"):

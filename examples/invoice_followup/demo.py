@@ -35,7 +35,6 @@ from invoice_followup.flow import FollowUpInput, followup, make_tools
 from invoice_followup.systems import Erp, Outbox
 from underway import Client, Engine, Runner, connect
 from underway import events as ev
-from underway.timeline import render
 
 AS_OF = date(2024, 6, 1)
 WAIT_DAYS = 3.0
@@ -77,6 +76,16 @@ def spawn(data: Path, run_id: str, *, crash_at: int | None = None) -> int:
     cmd = [sys.executable, str(Path(__file__).resolve()), "work", "--data", str(data),
            "--run-id", run_id]
     return subprocess.run(cmd, env=env, check=False).returncode
+
+
+def show_run(url: str, run_id: str) -> str:
+    """What ``underway runs show RUN`` prints for the run: its header and timeline."""
+    script = Path(sys.executable).with_name("underway")
+    command = [str(script)] if script.exists() else [
+        sys.executable, "-c", "import sys; from underway.cli import main; sys.exit(main())"]
+    done = subprocess.run([*command, "--db", url, "runs", "show", run_id],
+                          capture_output=True, text=True, check=True)
+    return done.stdout.rstrip()
 
 
 # -- the demonstration ------------------------------------------------------------------
@@ -132,12 +141,11 @@ def demo(data: Path) -> int:
     say()
 
     with Client.connect(url, migrate=False) as client:
-        records = client.history(run_id)
         state = client.state(run_id)
         audit = client.verify(run_id)
-    say(f"[3] timeline (the same as `underway runs show {run_id}`)")
+    say(f"[3] timeline (`underway runs show {run_id}`)")
     say()
-    say(render(state, records))
+    say(show_run(url, run_id))
     say()
 
     failures = []

@@ -17,12 +17,11 @@ where it stood, without repeating a completed step or effect.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from .client import Client
+from ._lazy import lazy_exports
 from .clock import ManualClock, SystemClock
 from .effects import CallInfo, Model, ModelReply, Reconciled, Tool, tool
-from .engine import Engine
 from .errors import (
     ConfigurationError,
     ConflictError,
@@ -38,33 +37,28 @@ from .errors import (
 )
 from .flow import ChildOutcome, Flow, Next, RunContext
 from .retry import CircuitBreaker, RetryPolicy
-from .runner import Runner, run
 from .secrets import CallbackSecrets, EnvSecrets, FileSecrets
-from .state import RunState
-from .store import Store, connect
 
+# What a flow is written with loads with the package; what runs, reads or stores runs
+# (the client, the executor, the stores, the worker, the agent, policies, budgets) loads
+# the first time its name is read, which keeps `import underway` quick for short-lived
+# processes (PEP 562).
 if TYPE_CHECKING:
     from .agent import Agent
     from .budgets import Budget
+    from .client import Client
+    from .engine import Engine
     from .policy import Policy, load_policy
+    from .runner import Runner, run
+    from .state import RunState
+    from .store import Store, connect
     from .worker import Worker
-
-_LAZY = {
-    "Agent": "agent", "Budget": "budgets", "Policy": "policy", "load_policy": "policy",
-    "Worker": "worker",
-}
-
-
-def __getattr__(name: str) -> Any:
-    # The agent, policies, budgets and the worker load on first use, which keeps
-    # `import underway` quick for short-lived processes.
-    if name in _LAZY:
-        import importlib
-
-        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'underway' has no attribute {name!r}")
+else:
+    __getattr__, __dir__ = lazy_exports(__name__, {
+        "Agent": ".agent", "Budget": ".budgets", "Client": ".client", "Engine": ".engine",
+        "Policy": ".policy", "load_policy": ".policy", "Runner": ".runner", "run": ".runner",
+        "RunState": ".state", "Store": ".store", "connect": ".store", "Worker": ".worker",
+    }, globals())
 
 __all__ = [
     "Agent",

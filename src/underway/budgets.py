@@ -12,18 +12,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from math import fsum
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from . import events as ev
 from .codec import Codec
 from .errors import ConfigurationError
 from .events import JSON
 from .journal import Journal
+from .models.routing import BudgetBreach, ModelRouter, RouteUsage, budget_breaches
 from .state import RunState
 from .store.base import FINAL, Store
-
-if TYPE_CHECKING:
-    from .models.routing import BudgetBreach, ModelRouter
 
 __all__ = [
     "Budget", "Exceeded", "TenantUsage", "Usage", "check", "route_breach", "run_usage",
@@ -238,8 +236,6 @@ def route_breach(
     """The route a model ``request`` takes through ``router`` and the first limit of its
     :class:`~underway.models.RouteBudget` that route has reached in run ``s`` (usage
     folded from the journal), or None when the request may go ahead."""
-    from .models.routing import RouteUsage, budget_breaches
-
     kind = request.get("kind", "default") if isinstance(request, dict) else "default"
     route = router.route(str(kind))
     if route not in router.budgets:

@@ -17,18 +17,15 @@ from .budgets import Budget, Exceeded, TenantUsage, Usage, check, run_usage, usa
 from .codec import Codec
 from .intent import CallIntent
 from .money import Money, Unreadable
+from .policy import Amount, Decision, PolicyContext
 from .secrets import SecretProvider
 from .state import RunState
 
 if TYPE_CHECKING:
     from .approvals.notify import Notifier
     from .flow import Flow
-    from .policy import Decision, Policy, PolicyContext
+    from .policy import Policy
     from .store.base import Store
-
-# Policies and their parsers load on first use: `import underway` stays light for
-# the many short-lived processes (workers, CLI) that never evaluate a policy.
-
 
 
 @dataclass
@@ -83,8 +80,6 @@ class Guard:
     ) -> Decision:
         """The policy's decision on ``call`` now. A call whose money cannot be read is
         denied, with or without a policy (:attr:`CallIntent.refusal`)."""
-        from .policy import Decision, PolicyContext
-
         policy = self.policy_for(flow)
         money, t = call.money, call.tool
         if policy is None:
@@ -145,8 +140,6 @@ def decide_with_money(
     naming the argument when the money cannot be read; otherwise the policy evaluated with
     ``ctx.amount`` set to the money's exposure (the size of the amount, whichever way it
     moves) in its currency. The worker and ``underway policy explain`` both decide here."""
-    from .policy import Amount, Decision
-
     if isinstance(money, Unreadable):
         return Decision("deny", None, policy.version, str(money))
     amount = None if money is None else Amount(money.exposure, money.currency)

@@ -35,6 +35,7 @@ import threading
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+from . import agent as agents
 from .effects import Tool
 from .engine import Engine
 from .errors import ConfigurationError, ConflictError, FencedError, is_store_failure
@@ -443,9 +444,7 @@ def load_app(spec: str) -> App:
     obj = import_object(spec, option="--app", example="myapp.flows:flows")
     if callable(obj) and not isinstance(obj, Flow | Tool | type):
         obj = call_factory(obj, option="--app", spec=spec)
-    from .agent import Agent
-
-    items = [obj] if isinstance(obj, Flow | Agent) else obj
+    items = [obj] if isinstance(obj, Flow | agents.Agent) else obj
     if not isinstance(items, list | tuple):
         raise ConfigurationError(
             f"--app {spec!r} is a {type(obj).__name__}; it must be a Flow, a list of Flows "
@@ -456,7 +455,7 @@ def load_app(spec: str) -> App:
     for i, item in enumerate(items):
         if isinstance(item, Flow):
             flows.append(item)
-        elif isinstance(item, Agent):
+        elif isinstance(item, agents.Agent):
             flows.append(item.flow)
         elif isinstance(item, Tool):
             tools.append(item)

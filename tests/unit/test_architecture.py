@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -24,23 +26,51 @@ def _module(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def _targets(node: ast.AST, package: str) -> set[str]:
+    """The underway modules an import statement in ``package`` names (relative imports
+    resolved); empty for anything else."""
+    if isinstance(node, ast.ImportFrom) and node.level:
+        base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+        if node.module:
+            return {".".join([*base, node.module])}
+        return {".".join([*base, a.name]) for a in node.names}
+    if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("underway"):
+        return {str(node.module)}
+    if isinstance(node, ast.Import):
+        return {a.name for a in node.names if a.name.startswith("underway")}
+    return set()
+
+
+def _package(path: Path) -> str:
+    """The package relative imports in ``path`` start from."""
+    module = _module(path)
+    return module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+
+
 def _imports() -> dict[str, set[str]]:
     """Module -> every underway module it imports (type-checking imports included)."""
     found: dict[str, set[str]] = defaultdict(set)
     for path in PACKAGE.rglob("*.py"):
-        module = _module(path)
-        package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+        module, package = _module(path), _package(path)
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.level:
-                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
-                if node.module:
-                    found[module].add(".".join([*base, node.module]))
-                else:
-                    found[module].update(".".join([*base, a.name]) for a in node.names)
-            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("underway"):
-                found[module].add(str(node.module))
-            elif isinstance(node, ast.Import):
-                found[module].update(a.name for a in node.names if a.name.startswith("underway"))
+            found[module] |= _targets(node, package)
+    return found
+
+
+def _function_level_imports(source: str, package: str) -> list[tuple[int, str]]:
+    """(line, module) of every import of an underway module inside a function or method
+    of ``source``, a module of ``package``. An ``if TYPE_CHECKING:`` block is at module
+    level, so its imports are not among them."""
+    found: list[tuple[int, str]] = []
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            inside = in_function or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef)
+            if inside:
+                found.extend((child.lineno, t) for t in sorted(_targets(child, package)))
+            visit(child, inside)
+
+    visit(ast.parse(source), False)
     return found
 
 
@@ -191,3 +221,69 @@ def test_client_and_engine_modules_stay_small() -> None:
         for path in (PACKAGE / package).glob("*.py"):
             lines = len(path.read_text().splitlines())
             assert lines <= 600, f"{path.relative_to(ROOT)} has {lines} lines"
+
+
+def test_underway_modules_are_imported_at_module_level() -> None:
+    """Only optional third-party packages (provider SDKs, drivers) are imported inside
+    functions; a cycle is broken by moving code, a heavy piece loads lazily through its
+    package's lazy exports (``underway._lazy``), never through an import in a function."""
+    bad = [
+        f"{path.relative_to(ROOT)}:{line}: {target}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for line, target in _function_level_imports(path.read_text(), _package(path))
+    ]
+    assert bad == []
+
+
+def test_a_function_level_import_is_caught() -> None:
+    """The check above can fail: imports in functions and methods are found, relative ones
+    resolved; module-level and type-checking imports, and other packages, are not."""
+    source = """
+from typing import TYPE_CHECKING
+from . import events
+if TYPE_CHECKING:
+    from .store.base import Store
+
+def f():
+    import json
+    from .policy import Policy
+    from .. import errors
+
+class C:
+    async def m(self):
+        if True:
+            import underway.worker
+        def inner():
+            from .store import connect
+"""
+    assert _function_level_imports(source, "underway.engine") == [
+        (9, "underway.engine.policy"), (10, "underway.errors"), (15, "underway.worker"),
+        (17, "underway.engine.store"),
+    ]
+
+
+def test_heavy_pieces_load_on_first_use() -> None:
+    """Importing the package root and the packages with lazy exports loads none of what
+    they export lazily (docs/architecture.md, "What loads on first use"); reading a name
+    loads it, and a submodule read as an attribute is imported then."""
+    probe = (
+        "import sys, underway, underway.store, underway.knowledge, underway.policy, "
+        "underway.models, underway.agent\n"
+        "print(' '.join(sorted(sys.modules)))\n"
+        "import underway as uw\n"
+        "assert set(uw.__all__) <= set(dir(uw))\n"
+        "assert uw.Engine.__module__ == 'underway.engine._executor'\n"
+        "assert uw.store.SQLiteStore.__module__ == 'underway.store.sqlite'\n"
+        "assert uw.journal.Journal is not None\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    loaded = done.stdout.split()
+    lazy = ("psycopg", "psycopg_pool", "underway.client", "underway.engine",
+            "underway.runner", "underway.worker", "underway.agent.agent", "underway.journal",
+            "underway.store.sqlite", "underway.store.postgres", "underway.knowledge.sqlite",
+            "underway.knowledge.postgres", "underway.policy.policies", "underway.policy.rules",
+            "underway.policy.loading", "underway.models.types", "underway.models.openai_chat",
+            "underway.models.anthropic_messages")
+    assert [m for m in loaded if _within(m, *lazy)] == []

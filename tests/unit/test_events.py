@@ -10,6 +10,7 @@ import pytest
 
 from underway import events as ev
 from underway.errors import IntegrityError
+from underway.events._union import _UPCASTERS
 from underway.state import RunState, apply
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
@@ -44,7 +45,7 @@ def run_failed_v2() -> Iterator[None]:
     ev.upcaster("RunFailed", 1)(upgrade)
     yield
     ev.RunFailed.VERSION = old_version
-    ev._UPCASTERS.pop(("RunFailed", 1))
+    _UPCASTERS.pop(("RunFailed", 1))
 
 
 @pytest.mark.usefixtures("run_failed_v2")
@@ -56,7 +57,7 @@ def test_old_versions_are_upcast_on_read() -> None:
 
 @pytest.mark.usefixtures("run_failed_v2")
 def test_a_missing_upcaster_is_a_clear_error() -> None:
-    ev._UPCASTERS.pop(("RunFailed", 1))
+    _UPCASTERS.pop(("RunFailed", 1))
     env = {"at": 1.0, "seq": 3, "type": "RunFailed", "v": 1, "data": {"message": "x"}}
     with pytest.raises(IntegrityError, match="no upcaster for RunFailed v1"):
         ev.from_envelope(env)

@@ -7,7 +7,19 @@
 
 from __future__ import annotations
 
-from .agent import RULES, Agent, AgentInput, AgentState
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
 from .observations import UNTRUSTED, quote, repeated_from
+
+# The agent itself (with the model types and policies it needs) loads the first time it is
+# named (PEP 562): the worker checks whether an app holds agents without loading them for
+# every command that imports it.
+if TYPE_CHECKING:
+    from .agent import RULES, Agent, AgentInput, AgentState
+else:
+    __getattr__, __dir__ = lazy_exports(__name__, {
+        "RULES": ".agent", "Agent": ".agent", "AgentInput": ".agent", "AgentState": ".agent",
+    }, globals())
 
 __all__ = ["RULES", "UNTRUSTED", "Agent", "AgentInput", "AgentState", "quote", "repeated_from"]

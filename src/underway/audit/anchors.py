@@ -24,9 +24,11 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..approvals.keys import decode_public_key
+from ..errors import ConfigurationError
 from ..events import JSON, canonical_json
 from ..store.base import Store
 from .merkle import Leaf, merkle_root
@@ -170,10 +172,6 @@ def signature_ok(record: AnchorRecord, public_key: Ed25519PublicKey) -> bool:
 def load_public_key(text: str) -> Ed25519PublicKey:
     """The Ed25519 public key in ``text`` (base64 of the raw 32 bytes) or in the file
     named by ``text`` (holding that line, as ``underway audit keygen`` prints it)."""
-    from pathlib import Path
-
-    from ..errors import ConfigurationError
-
     path = Path(text)
     if path.is_file():
         try:
@@ -247,8 +245,6 @@ class Anchoring:
 
     def __post_init__(self) -> None:
         if not self.every > 0:
-            from ..errors import ConfigurationError
-
             raise ConfigurationError(f"anchoring interval must be positive, not {self.every}")
 
     def run(

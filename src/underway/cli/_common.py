@@ -21,6 +21,8 @@ import typer
 from ..client import Client
 from ..errors import RunNotFound, UnderwayError
 from ..events import JSON
+from ..store import connect
+from ..store._urls import split_url
 from ..store.base import RunRecord, Store
 
 P = ParamSpec("P")
@@ -108,8 +110,6 @@ def open_store(
     Without ``migrate`` the database must already hold an underway schema: a mistyped
     SQLite path is reported instead of silently creating an empty database.
     """
-    from ..store import connect
-
     url = database_url(ctx, db)
     path = _sqlite_path(url)
     if not migrate and path and not os.path.exists(path):
@@ -130,9 +130,7 @@ def open_store(
 def _probe_postgres(url: str) -> None:
     """Fail fast with the server's own reason (refused, unknown database, bad password)
     instead of letting the connection pool retry until its timeout."""
-    import psycopg
-
-    from ..store.postgres import split_url
+    import psycopg  # the PostgreSQL driver loads only for a PostgreSQL URL
 
     conninfo, _ = split_url(url)
     try:

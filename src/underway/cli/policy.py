@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from pydantic import ValidationError
 
 from ..effects import Tool
 from ..events import JSON
@@ -14,6 +15,7 @@ from ..guard import decide_with_money
 from ..money import Money, Unreadable, read_money
 from ..policy import Amount, PolicyContext, load_policy
 from ..policy.context import to_decimal
+from ..worker import load_app
 from ._common import Problem, handle_errors, parse_json
 
 app = typer.Typer(help="Validate policy files and explain their decisions.",
@@ -48,8 +50,6 @@ def _amount(text: str | None) -> Amount | None:
 
 
 def _app_tool(spec: str, name: str) -> Tool:
-    from ..worker import load_app
-
     flows, tools = load_app(spec)
     known = {t.name: t for f in flows for t in f.declared_tools} | {t.name: t for t in tools}
     if name not in known:
@@ -70,8 +70,6 @@ def _money(
     if app is not None:
         declared = _app_tool(app, tool)
         if declared.args_model is not None:
-            from pydantic import ValidationError
-
             try:
                 declared.args_model.model_validate(args)
             except ValidationError as exc:

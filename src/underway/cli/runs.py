@@ -17,7 +17,6 @@ from ..client import Client
 from ..control import CHILD as CHILD_SIGNAL
 from ..flow import Flow
 from ..store.base import FINAL, RunRecord
-from ..timeline import format_time, render
 from ..worker import load_app
 from ._common import (
     DbOption,
@@ -30,6 +29,7 @@ from ._common import (
     parse_time,
     warn_undeclared,
 )
+from ._timeline import format_time, render
 
 app = typer.Typer(help="List, inspect and steer runs.", no_args_is_help=True)
 

@@ -15,6 +15,8 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from .. import events as ev
+from ..approvals import ApprovalCheck, SignedDecision, verify_decision
+from ..approvals.decision import REASON_TEXT
 from ..clock import Clock, SystemClock
 from ..codec import Codec
 from ..control import CANCEL, RESERVED_PREFIX, RESOLVE, RESUME, resolution_of, resumption_of
@@ -23,6 +25,7 @@ from ..events import JSON, canonical_json
 from ..flow import Flow
 from ..journal import Journal, Verification
 from ..state import ANSWER_SIGNAL, APPROVAL_SIGNAL, Recorded, RunState
+from ..store import connect
 from ..store.base import NewRun, RunRecord, SignalRecord, Store
 from ._requests import PendingRequest, request_of
 from ._starting import new_run
@@ -105,8 +108,6 @@ class Client:
     ) -> Client:
         """A client on the store at ``url`` (``sqlite:///path.db``, ``postgresql://...``,
         ``memory://``), migrated unless ``migrate=False``; :meth:`close` closes the store."""
-        from ..store import connect
-
         client = cls(connect(url, migrate=migrate), flows=flows, clock=clock, codec=codec)
         client._owns_store = True
         return client
@@ -328,9 +329,6 @@ class Client:
         request the run waits on, immediately before anything changes. Returns True when
         delivered, False only when the same decision was already submitted.
         """
-        from ..approvals import ApprovalCheck, SignedDecision, verify_decision
-        from ..approvals.decision import REASON_TEXT
-
         try:
             d = SignedDecision.model_validate(decision)
         except ValidationError as exc:

@@ -20,6 +20,7 @@ from ..effects import COMPENSATE_SUFFIX, CallInfo, Model, Tool, args_hash, idemp
 from ..errors import ConfigurationError, NonDeterminismError, ToolCallError, is_store_failure
 from ..events import JSON, canonical_json
 from ..intent import CallIntent
+from ..models.routing import ModelRouter
 from ..secrets import mask, resolve
 from ..state import REFUSAL_ERRORS, request_id_for, shadow_result
 from ._activation import Activation
@@ -495,8 +496,6 @@ class StepExecution:
     def _check_route_budget(self, model: Model, request: JSON) -> None:
         """A :class:`~underway.models.ModelRouter` with route budgets: refuse a call whose
         route has spent its budget in this run (usage folded from the journal)."""
-        from ..models.routing import ModelRouter
-
         if not isinstance(model, ModelRouter) or not model.budgets:
             return
         found = route_breach(model, request, self._act.state)

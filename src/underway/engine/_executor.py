@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, assert_n
 
 from .. import events as ev
 from .. import faults
+from ..approvals.notify import ApprovalNotice
 from ..client import Client
 from ..clock import Clock, SystemClock
 from ..codec import Codec
@@ -315,8 +316,6 @@ class Engine:
         """Tell people a run waits for them — an approval request, a question or an
         escalation to resolve — once the request is durable; a notifier's failures are its
         own."""
-        from ..approvals.notify import ApprovalNotice
-
         if self.guard.notifier is None:
             return
         if isinstance(e, ev.Escalated) and e.cause != "question":

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from pydantic import ValidationError
 
 from .. import events as ev
+from ..approvals import ApprovalCheck, SignedDecision, verify_decision
 from ..control import CANCEL, RESOLVE, RESUME, resolution_of, resumption_of
 from ..control import CHILD as CHILD_SIGNAL
 from ..events import JSON
@@ -113,8 +114,6 @@ class DeadRequest:
 async def take_decision(eng: Engine, act: Activation, payload: JSON, answer: bool) -> None:
     """Verify a submitted decision against the request the run waits on; journal the
     verified decision, or why it was refused (the run then keeps waiting)."""
-    from ..approvals import ApprovalCheck, SignedDecision, verify_decision
-
     s = act.state
     try:
         d = SignedDecision.model_validate(payload)
@@ -204,8 +203,6 @@ async def take_decision(eng: Engine, act: Activation, payload: JSON, answer: boo
 async def verify_approval(eng: Engine, s: RunState, key: str, tool: str, h: str) -> str | None:
     """Check, right before an approved call runs, that its journaled approval still
     holds for exactly this call: None when it does, else the reason."""
-    from ..approvals import ApprovalCheck, SignedDecision, verify_decision
-
     held = s.approvals.get(key)
     if held is None:
         return "no approval is journaled for this call"

@@ -15,7 +15,10 @@ but apart from the runs, events and checkpoints.
 from __future__ import annotations
 
 import weakref
+from typing import TYPE_CHECKING
 
+from .. import store as stores
+from .._lazy import lazy_exports
 from ..errors import ConfigurationError
 from ..store import MemoryStore, Store, connect
 from .base import KNOWLEDGE_SCHEMA_VERSION, KnowledgeBase
@@ -23,6 +26,17 @@ from .memory import MemoryKnowledge
 from .record import SENSITIVITIES, KnowledgeHit, KnowledgeRecord, Sensitivity
 from .sweeper import KnowledgeSweeper, sweep
 from .tools import recall_tool, remember_tool
+
+# The SQL backends load the first time a knowledge base is opened on their database
+# (PEP 562): the PostgreSQL one brings psycopg, which memory and SQLite never need.
+_load, _dir = lazy_exports(
+    __name__, {"SQLiteKnowledge": ".sqlite", "PostgresKnowledge": ".postgres"}, globals()
+)
+if TYPE_CHECKING:
+    from .postgres import PostgresKnowledge
+    from .sqlite import SQLiteKnowledge
+else:
+    __getattr__, __dir__ = _load, _dir
 
 __all__ = [
     "SENSITIVITIES",
@@ -71,20 +85,14 @@ def _on(store: Store, *, owns_store: bool) -> KnowledgeBase:
             found = _IN_MEMORY[store] = MemoryKnowledge()
         return found
     dialect = store.dialect
-    if dialect == "sqlite":
-        from ..store.sqlite import SQLiteStore
-        from .sqlite import SQLiteKnowledge
-
-        if isinstance(store, SQLiteStore):
-            _check_schema(store)
-            return SQLiteKnowledge(store, owns_store=owns_store)
-    elif dialect == "postgres":
-        from ..store.postgres import PostgresStore
-        from .postgres import PostgresKnowledge
-
-        if isinstance(store, PostgresStore):
-            _check_schema(store)
-            return PostgresKnowledge(store, owns_store=owns_store)
+    if dialect == "sqlite" and isinstance(store, stores.SQLiteStore):
+        _check_schema(store)
+        sqlite: type[SQLiteKnowledge] = _load("SQLiteKnowledge")
+        return sqlite(store, owns_store=owns_store)
+    if dialect == "postgres" and isinstance(store, stores.PostgresStore):
+        _check_schema(store)
+        postgres: type[PostgresKnowledge] = _load("PostgresKnowledge")
+        return postgres(store, owns_store=owns_store)
     raise ConfigurationError(
         f"no knowledge base for a store of type {type(store).__name__}; use a memory, "
         "SQLite or PostgreSQL store or URL"

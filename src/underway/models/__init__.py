@@ -17,12 +17,10 @@ or ``'underway[anthropic]'``.
 
 from __future__ import annotations
 
-from .anthropic_messages import AnthropicMessages
-from .env import from_env
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
 from .errors import ModelError
-from .openai_chat import OpenAIChat
-from .pricing import Price, PriceTable
-from .retries import DEFAULT_RETRY, RetryNotice
 from .routing import (
     BudgetBreach,
     ModelRouter,
@@ -32,7 +30,25 @@ from .routing import (
     budget_breaches,
     route_usage,
 )
-from .types import Message, ModelRequest, ModelResponse, ToolCall, ToolSpec
+
+# Routing loads with the package (budgets read route budgets for every model call); the
+# adapters, request and response types, prices and retries load the first time they are
+# named (PEP 562), so a process that routes no model through them never loads them.
+if TYPE_CHECKING:
+    from .anthropic_messages import AnthropicMessages
+    from .env import from_env
+    from .openai_chat import OpenAIChat
+    from .pricing import Price, PriceTable
+    from .retries import DEFAULT_RETRY, RetryNotice
+    from .types import Message, ModelRequest, ModelResponse, ToolCall, ToolSpec
+else:
+    __getattr__, __dir__ = lazy_exports(__name__, {
+        "AnthropicMessages": ".anthropic_messages", "from_env": ".env",
+        "OpenAIChat": ".openai_chat", "Price": ".pricing", "PriceTable": ".pricing",
+        "DEFAULT_RETRY": ".retries", "RetryNotice": ".retries", "Message": ".types",
+        "ModelRequest": ".types", "ModelResponse": ".types", "ToolCall": ".types",
+        "ToolSpec": ".types",
+    }, globals())
 
 __all__ = [
     "DEFAULT_RETRY",

@@ -12,13 +12,29 @@ policy runs under :data:`DEFAULT_POLICY`, which holds calls labelled ``untrusted
 
 from __future__ import annotations
 
-from .conditions import AmountCondition, ArgCondition, CounterCondition
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
 from .context import Amount, Decision, Outcome, PolicyContext
-from .defaults import DEFAULT_POLICY, UNTRUSTED_INPUT
 from .errors import PolicyError
-from .loading import load_policy, policy_from_dict
-from .policies import Policy
-from .rules import Predicate, Rule
+
+# What describes a call and a decision loads with the package (the guard needs it for every
+# call); rules, conditions, policies and their parsers load the first time they are named
+# (PEP 562), so a process that never evaluates a policy never loads them.
+if TYPE_CHECKING:
+    from .conditions import AmountCondition, ArgCondition, CounterCondition
+    from .defaults import DEFAULT_POLICY, UNTRUSTED_INPUT
+    from .loading import load_policy, policy_from_dict
+    from .policies import Policy
+    from .rules import Predicate, Rule
+else:
+    __getattr__, __dir__ = lazy_exports(__name__, {
+        "AmountCondition": ".conditions", "ArgCondition": ".conditions",
+        "CounterCondition": ".conditions", "DEFAULT_POLICY": ".defaults",
+        "UNTRUSTED_INPUT": ".defaults", "load_policy": ".loading",
+        "policy_from_dict": ".loading", "Policy": ".policies", "Predicate": ".rules",
+        "Rule": ".rules",
+    }, globals())
 
 __all__ = [
     "DEFAULT_POLICY",

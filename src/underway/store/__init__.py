@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
 from ..errors import ConfigurationError
 from .base import (
     AppendBatch,
@@ -19,6 +22,16 @@ from .base import (
     StoredEvent,
 )
 from .memory import MemoryStore
+
+# The SQLite and PostgreSQL stores load the first time they are named (PEP 562): the
+# PostgreSQL one brings psycopg and its pool, which memory and SQLite stores never need.
+_load, _dir = lazy_exports(__name__, {"SQLiteStore": ".sqlite", "PostgresStore": ".postgres"},
+                           globals())
+if TYPE_CHECKING:
+    from .postgres import PostgresStore as PostgresStore
+    from .sqlite import SQLiteStore as SQLiteStore
+else:
+    __getattr__, __dir__ = _load, _dir
 
 __all__ = [
     "AppendBatch",
@@ -52,13 +65,11 @@ def connect(url: str, *, migrate: bool = True) -> Store:
         path = path[1:] if path.startswith("/") else path
         if not path:
             raise ConfigurationError(f"no file in SQLite URL {url!r}; use sqlite:///path.db")
-        from .sqlite import SQLiteStore
-
-        store = SQLiteStore(path)
+        sqlite: type[SQLiteStore] = _load("SQLiteStore")
+        store = sqlite(path)
     elif url.startswith(("postgresql://", "postgres://")):
-        from .postgres import PostgresStore
-
-        store = PostgresStore(url)
+        postgres: type[PostgresStore] = _load("PostgresStore")
+        store = postgres(url)
     else:
         raise ConfigurationError(
             f"unsupported database URL {url!r}: use sqlite:///path.db, postgresql://... "

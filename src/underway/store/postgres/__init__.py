@@ -17,9 +17,9 @@ The store is one class made of one part per role (``journal``, ``leases``, ``inb
 
 from __future__ import annotations
 
+from .._urls import split_url
 from ..base import Dialect
 from ..wakeups import Wakeups
-from .connection import split_url
 from .inbox import Inbox
 from .journal import Journal
 from .leases import Leases

@@ -5,28 +5,18 @@ from __future__ import annotations
 
 import time
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import psycopg
 from psycopg import sql
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from ...errors import ConfigurationError, MigrationError, StoreError
+from ...errors import MigrationError, StoreError
 from .. import queries
+from .._urls import split_url
 from ..records import RunRecord
 
 _Q = queries.load("postgres")
-
-
-def split_url(url: str) -> tuple[str, str | None]:
-    """The libpq connection URL without ``schema=``, and the schema it named (if any)."""
-    parts = urlsplit(url)
-    params = parse_qsl(parts.query, keep_blank_values=True)
-    schemas = [v for k, v in params if k == "schema"]
-    if len(schemas) > 1 or (schemas and not schemas[0]):
-        raise ConfigurationError(f"PostgreSQL URL {url!r} must name at most one schema")
-    rest = urlencode([(k, v) for k, v in params if k != "schema"])
-    return urlunsplit(parts._replace(query=rest)), (schemas[0] if schemas else None)
 
 
 class Connection:

@@ -1,8 +1,8 @@
 """A readable timeline of one run: a header with where the run stands, then one line per
 event (sequence number, time, type and a one-line summary).
 
-Plain text on purpose: the same rendering serves ``underway runs show``, the examples and
-log files, and needs nothing beyond the standard library.
+Plain text on purpose: ``underway runs show`` prints it (the examples print what that
+command prints), and it needs nothing beyond the standard library.
 """
 
 from __future__ import annotations
@@ -13,11 +13,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from . import events as ev
-from .events import JSON
-from .state import Recorded, RunState
-
-__all__ = ["Line", "counts", "format_time", "lines", "preview", "render", "summarize"]
+from .. import events as ev
+from ..client import Recorded, RunState
+from ..events import JSON
 
 _PREVIEW = 60
 _OUTCOMES = (ev.ToolSucceeded, ev.ToolFailed, ev.ToolTimedOut, ev.SchemaValidationFailed)

@@ -1,0 +1,143 @@
+"""Typed journal events, their canonical encoding, upcasters and the hash chain.
+
+An event is a frozen pydantic model with a stable ``type`` name and a schema version
+(``VERSION``). On disk an event is the canonical JSON of its *envelope*::
+
+    {"at": <epoch seconds>, "data": {...}, "seq": n, "type": "StepCompleted", "v": 1}
+
+and each stored event carries ``hash = sha256(prev_hash || stored bytes)``; the first
+event of a run chains from :func:`genesis_hash`, which binds the chain to its tenant and
+run, so an event spliced in from another run or tenant breaks verification.
+
+The events live in private modules by family (``_run``, ``_steps``, ``_calls``,
+``_approvals``, ``_signals``), the union and the envelope in ``_union``, canonical JSON and
+the chain in ``_chain``; this module is where they are imported from.
+"""
+
+from __future__ import annotations
+
+from ._approvals import (
+    ApprovalExpired,
+    ApprovalGranted,
+    ApprovalInvalid,
+    ApprovalRejected,
+    ApprovalRequested,
+    Escalated,
+    EscalationAnswered,
+    EscalationExpired,
+    EscalationResolved,
+)
+from ._base import JSON, Event
+from ._calls import (
+    BudgetExceeded,
+    ModelResponded,
+    PolicyDecided,
+    RetryScheduled,
+    SchemaValidationFailed,
+    ToolFailed,
+    ToolOutcomeUnknown,
+    ToolReconciled,
+    ToolRefused,
+    ToolShadowed,
+    ToolStarted,
+    ToolSucceeded,
+    ToolTimedOut,
+)
+from ._chain import canonical_json, chain_hash, genesis_hash
+from ._run import (
+    CheckpointRefused,
+    InputChecked,
+    RunCancelled,
+    RunCompleted,
+    RunDeadLettered,
+    RunFailed,
+    RunResumed,
+    RunStarted,
+)
+from ._signals import (
+    ChildAwaited,
+    ChildFinished,
+    ChildStarted,
+    SignalAwaited,
+    SignalIgnored,
+    SignalReceived,
+)
+from ._steps import (
+    PlanCreated,
+    PlanRevised,
+    StepCompleted,
+    StepStarted,
+    TimerFired,
+    TimerSet,
+    ToolSelected,
+    ValueRecorded,
+)
+from ._union import (
+    EVENT_TYPES,
+    AnyEvent,
+    Upcaster,
+    envelope,
+    from_envelope,
+    upcaster,
+)
+from ._union import (
+    RunEvent as RunEvent,  # the union of the event types (not in __all__, as before)
+)
+
+__all__ = [
+    "EVENT_TYPES",
+    "JSON",
+    "AnyEvent",
+    "ApprovalExpired",
+    "ApprovalGranted",
+    "ApprovalInvalid",
+    "ApprovalRejected",
+    "ApprovalRequested",
+    "BudgetExceeded",
+    "CheckpointRefused",
+    "ChildAwaited",
+    "ChildFinished",
+    "ChildStarted",
+    "Escalated",
+    "EscalationAnswered",
+    "EscalationExpired",
+    "EscalationResolved",
+    "Event",
+    "InputChecked",
+    "ModelResponded",
+    "PlanCreated",
+    "PlanRevised",
+    "PolicyDecided",
+    "RetryScheduled",
+    "RunCancelled",
+    "RunCompleted",
+    "RunDeadLettered",
+    "RunFailed",
+    "RunResumed",
+    "RunStarted",
+    "SchemaValidationFailed",
+    "SignalAwaited",
+    "SignalIgnored",
+    "SignalReceived",
+    "StepCompleted",
+    "StepStarted",
+    "TimerFired",
+    "TimerSet",
+    "ToolFailed",
+    "ToolOutcomeUnknown",
+    "ToolReconciled",
+    "ToolRefused",
+    "ToolSelected",
+    "ToolShadowed",
+    "ToolStarted",
+    "ToolSucceeded",
+    "ToolTimedOut",
+    "Upcaster",
+    "ValueRecorded",
+    "canonical_json",
+    "chain_hash",
+    "envelope",
+    "from_envelope",
+    "genesis_hash",
+    "upcaster",
+]

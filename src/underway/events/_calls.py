@@ -1,0 +1,186 @@
+"""Calls: a tool call's intent and outcome, model responses, retries, and what the guard
+decided (refusals, policy, budgets, shadow mode)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from ._base import JSON, Event
+
+
+class ToolStarted(Event):
+    """Write-ahead intent: a mutating call is about to run with this idempotency key."""
+
+    type: Literal["ToolStarted"] = "ToolStarted"
+    key: str
+    tool: str
+    index: int
+    args: JSON
+    args_hash: str
+    sandbox_profile: str | None = None
+    policy_decision: str | None = None
+
+
+class ToolSucceeded(Event):
+    """A call's result."""
+
+    type: Literal["ToolSucceeded"] = "ToolSucceeded"
+    key: str
+    tool: str
+    index: int
+    args_hash: str
+    result: JSON
+    latency_ms: float = 0.0
+    reconciled: bool = False
+    """True when the result came from the tool's reconcile hook, not from running it."""
+    counts: dict[str, float] | None = None
+    """What the call counts against budgets: ``messages`` and ``money.<CURRENCY>``."""
+
+
+class ToolFailed(Event):
+    """A call raised; ``retryable`` is the tool's own verdict."""
+
+    type: Literal["ToolFailed"] = "ToolFailed"
+    key: str
+    tool: str
+    index: int
+    args_hash: str
+    error_type: str
+    message: str
+    retryable: bool = False
+    latency_ms: float = 0.0
+
+
+class ToolTimedOut(Event):
+    """A call exceeded its timeout and was cancelled. For a read-only call it is a
+    failure; for a mutating call (an intent was journaled) the outcome is **unknown**: the
+    request may have taken effect, so the call is settled like an intent without outcome
+    after a crash (same key if idempotent, ``reconcile``, else a person)."""
+
+    type: Literal["ToolTimedOut"] = "ToolTimedOut"
+    key: str
+    tool: str
+    index: int
+    args_hash: str
+    timeout_s: float
+
+
+class ToolOutcomeUnknown(Event):
+    """A mutating call lost track of its request after it may have left (a connection
+    reset or a read error after sending): its outcome is unknown, never a failure."""
+
+    type: Literal["ToolOutcomeUnknown"] = "ToolOutcomeUnknown"
+    key: str
+    tool: str
+    index: int
+    args_hash: str
+    error_type: str
+    message: str
+
+
+class ToolReconciled(Event):
+    """A call's ``reconcile(key)`` hook said the effect did not happen: the unknown
+    outcome is settled, and the call may run again (through the whole guard)."""
+
+    type: Literal["ToolReconciled"] = "ToolReconciled"
+    key: str
+    tool: str
+    index: int
+    args_hash: str
+    outcome: Literal["not_happened"] = "not_happened"
+
+
+class SchemaValidationFailed(Event):
+    """A call's arguments or result did not match the tool's schema."""
+
+    type: Literal["SchemaValidationFailed"] = "SchemaValidationFailed"
+    key: str
+    tool: str
+    index: int
+    where: Literal["args", "result"]
+    errors: list[JSON]
+
+
+class ModelResponded(Event):
+    """A model call's response with its usage; never requested twice."""
+
+    type: Literal["ModelResponded"] = "ModelResponded"
+    key: str
+    index: int
+    model: str
+    request: JSON
+    response: JSON
+    tokens_in: int
+    tokens_out: int
+    cost_usd: float
+    latency_ms: float
+
+
+class RetryScheduled(Event):
+    """A failed call will be tried again (attempt ``attempt``) once timer ``timer_id`` fires;
+    the step is suspended meanwhile and the run holds no worker."""
+
+    type: Literal["RetryScheduled"] = "RetryScheduled"
+    key: str
+    tool: str
+    index: int
+    attempt: int
+    timer_id: str
+    delay_s: float
+
+
+class ToolRefused(Event):
+    """A call was refused before it ran: not on the allow-list, denied by policy, its
+    approval rejected, invalid or expired, or a budget exhausted."""
+
+    type: Literal["ToolRefused"] = "ToolRefused"
+    key: str
+    tool: str
+    index: int
+    args_hash: str
+    cause: Literal[
+        "not_allowed", "policy_denied", "approval_rejected", "approval_expired",
+        "approval_invalid", "budget_exceeded", "guard_error",
+    ]
+    reason: str
+
+
+class PolicyDecided(Event):
+    """The policy's decision on a call, made before it ran and independent of any model."""
+
+    type: Literal["PolicyDecided"] = "PolicyDecided"
+    key: str
+    tool: str
+    index: int
+    args_hash: str
+    decision: Literal["allow", "deny", "require_approval"]
+    rule_id: str | None
+    policy_version: str
+    reason: str = ""
+    policy_digest: str | None = None
+    """SHA-256 of the policy's content: proves which rule set decided."""
+
+
+class BudgetExceeded(Event):
+    """A run or tenant budget would be crossed; the call did not run."""
+
+    type: Literal["BudgetExceeded"] = "BudgetExceeded"
+    metric: str
+    limit: float
+    used: float
+    """What the total would have reached with the stopped action."""
+    scope: Literal["run", "tenant"]
+    action: Literal["escalate", "fail"]
+    tool: str | None = None
+
+
+class ToolShadowed(Event):
+    """Shadow mode: a mutating call was decided on but not executed."""
+
+    type: Literal["ToolShadowed"] = "ToolShadowed"
+    key: str
+    tool: str
+    index: int
+    args: JSON
+    args_hash: str
+    decision: str

@@ -1,0 +1,104 @@
+"""The run's lifecycle: started, its input checked, dead-lettered, resumed and ended; a
+refused checkpoint."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from ._base import JSON, Event
+
+
+class RunStarted(Event):
+    """A run was created: which flow, its input, its first step and initial state."""
+
+    type: Literal["RunStarted"] = "RunStarted"
+    flow: str
+    input: JSON
+    state: JSON
+    first_step: str
+    idempotency_key: str | None = None
+    deadline: float | None = None
+    principal: str | None = None
+    """Who the run acts for (a user or service id); policies match on it."""
+    roles: list[str] = Field(default_factory=list)
+    """The principal's roles; policies and memory access match on them."""
+    signals: list[str] | None = None
+    """The signal names the flow declared when the run started (None: it declared none)."""
+    checked: bool = True
+    """False when the run was started by flow name without the flow's code: ``input`` is
+    the raw input, ``state`` and ``first_step`` are empty until a worker that has the flow
+    journals :class:`InputChecked` (or fails the run when the input does not match)."""
+    parent_run_id: str | None = None
+    """The run (same tenant) that started this one as a child with ``ctx.start``; its
+    end reaches that run's inbox."""
+
+
+class InputChecked(Event):
+    """A worker checked the input of a run started without its flow's code: the parsed
+    input, the initial state, the first step and the signals the flow declares."""
+
+    type: Literal["InputChecked"] = "InputChecked"
+    input: JSON
+    state: JSON
+    first_step: str
+    signals: list[str] | None = None
+
+
+class RunDeadLettered(Event):
+    """The run stopped on an error it cannot get past by itself (an unhandled exception, an
+    exhausted retry budget); an operator may resume or cancel it."""
+
+    type: Literal["RunDeadLettered"] = "RunDeadLettered"
+    reason: str
+    error_type: str | None = None
+    step: str | None = None
+
+
+class RunResumed(Event):
+    """An operator resumed a dead run, at ``step`` (None: the step where it stopped).
+
+    ``decision`` holds the verified signed decision when the resume came signed
+    (``underway approvals resolve --resolution resume``); None for an unsigned
+    ``underway runs resume``. Calls the run goes on with pass the whole guard again.
+    """
+
+    type: Literal["RunResumed"] = "RunResumed"
+    by: str
+    step: str | None = None
+    decision: JSON = None
+
+
+class RunCompleted(Event):
+    """The run finished with a result."""
+
+    type: Literal["RunCompleted"] = "RunCompleted"
+    result: JSON
+
+
+class RunFailed(Event):
+    """The run ended in failure."""
+
+    type: Literal["RunFailed"] = "RunFailed"
+    reason: str
+    error_type: str | None = None
+    step: str | None = None
+
+
+class RunCancelled(Event):
+    """The run was cancelled at a step boundary; ``by`` says who asked."""
+
+    type: Literal["RunCancelled"] = "RunCancelled"
+    by: str
+    reason: str = ""
+
+
+class CheckpointRefused(Event):
+    """A worker found a checkpoint row the journal does not vouch for (edited, spliced from
+    another run or tenant, stale, or missing), ignored it and folded the whole journal."""
+
+    type: Literal["CheckpointRefused"] = "CheckpointRefused"
+    checkpoint_seq: int | None
+    """The seq the refused row named (for a missing row: the seq last committed)."""
+    reason: str

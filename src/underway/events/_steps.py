@@ -1,0 +1,79 @@
+"""Steps and what they record: a step's start and end, non-deterministic values, timers, and
+an agent's plan and choices."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from ._base import JSON, Event
+
+
+class StepStarted(Event):
+    """A step began executing (attempt counts re-executions after a crash)."""
+
+    type: Literal["StepStarted"] = "StepStarted"
+    step: str
+    attempt: int = 1
+
+
+class StepCompleted(Event):
+    """A step finished: where the run goes next and the RFC 6902 patch of its state."""
+
+    type: Literal["StepCompleted"] = "StepCompleted"
+    step: str
+    next: str | None
+    patch: list[JSON]
+
+
+class ValueRecorded(Event):
+    """A non-deterministic value (time, uuid, random) observed by a step."""
+
+    type: Literal["ValueRecorded"] = "ValueRecorded"
+    kind: Literal["now", "uuid", "random"]
+    index: int
+    value: JSON
+
+
+class TimerSet(Event):
+    """A durable timer: the run wakes at ``wake_at`` (epoch seconds)."""
+
+    type: Literal["TimerSet"] = "TimerSet"
+    timer_id: str
+    wake_at: float
+
+
+class TimerFired(Event):
+    """A timer came due (for a wait, this means the wait timed out)."""
+
+    type: Literal["TimerFired"] = "TimerFired"
+    timer_id: str
+
+
+class PlanCreated(Event):
+    """An agent's plan for its goal."""
+
+    type: Literal["PlanCreated"] = "PlanCreated"
+    plan: list[str]
+    model: str | None = None
+
+
+class PlanRevised(Event):
+    """An agent revised its plan after an observation."""
+
+    type: Literal["PlanRevised"] = "PlanRevised"
+    plan: list[str]
+    reason: str = ""
+
+
+class ToolSelected(Event):
+    """An agent's model chose the next tool call (before policy, approval or sandbox)."""
+
+    type: Literal["ToolSelected"] = "ToolSelected"
+    tool: str
+    args: JSON
+    reason: str = ""
+    tainted: list[str] = Field(default_factory=list)
+    """Where the untrusted content in the model's context came from when it chose this call
+    (tool names, ``signal:<name>``, ``intake``): the arguments may carry any of it."""

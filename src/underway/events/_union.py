@@ -1,0 +1,175 @@
+"""Every event type as one union, and the stored envelope: encoding an event, upcasting
+old versions, decoding it back."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import cache
+from typing import Annotated, TypeAlias, get_args
+
+from pydantic import Field, TypeAdapter
+
+from ..errors import IntegrityError
+from ._approvals import (
+    ApprovalExpired,
+    ApprovalGranted,
+    ApprovalInvalid,
+    ApprovalRejected,
+    ApprovalRequested,
+    Escalated,
+    EscalationAnswered,
+    EscalationExpired,
+    EscalationResolved,
+)
+from ._base import JSON, Event
+from ._calls import (
+    BudgetExceeded,
+    ModelResponded,
+    PolicyDecided,
+    RetryScheduled,
+    SchemaValidationFailed,
+    ToolFailed,
+    ToolOutcomeUnknown,
+    ToolReconciled,
+    ToolRefused,
+    ToolShadowed,
+    ToolStarted,
+    ToolSucceeded,
+    ToolTimedOut,
+)
+from ._run import (
+    CheckpointRefused,
+    InputChecked,
+    RunCancelled,
+    RunCompleted,
+    RunDeadLettered,
+    RunFailed,
+    RunResumed,
+    RunStarted,
+)
+from ._signals import (
+    ChildAwaited,
+    ChildFinished,
+    ChildStarted,
+    SignalAwaited,
+    SignalIgnored,
+    SignalReceived,
+)
+from ._steps import (
+    PlanCreated,
+    PlanRevised,
+    StepCompleted,
+    StepStarted,
+    TimerFired,
+    TimerSet,
+    ToolSelected,
+    ValueRecorded,
+)
+
+RunEvent: TypeAlias = (
+    RunStarted
+    | InputChecked
+    | StepStarted
+    | StepCompleted
+    | ToolStarted
+    | ToolSucceeded
+    | ToolFailed
+    | ToolTimedOut
+    | ToolOutcomeUnknown
+    | ToolReconciled
+    | SchemaValidationFailed
+    | ModelResponded
+    | ValueRecorded
+    | TimerSet
+    | TimerFired
+    | SignalAwaited
+    | SignalReceived
+    | SignalIgnored
+    | Escalated
+    | EscalationResolved
+    | RetryScheduled
+    | RunDeadLettered
+    | RunResumed
+    | RunCompleted
+    | RunFailed
+    | RunCancelled
+    | ChildStarted
+    | ChildAwaited
+    | ChildFinished
+    | ToolRefused
+    | PolicyDecided
+    | ApprovalRequested
+    | ApprovalGranted
+    | ApprovalRejected
+    | ApprovalInvalid
+    | ApprovalExpired
+    | EscalationAnswered
+    | EscalationExpired
+    | BudgetExceeded
+    | ToolShadowed
+    | PlanCreated
+    | PlanRevised
+    | ToolSelected
+    | CheckpointRefused
+)
+"""Every event type the journal can hold: what the journal, the fold and the executor pass
+around (a ``match`` over it ends with ``assert_never``)."""
+
+AnyEvent = Annotated[RunEvent, Field(discriminator="type")]
+"""Every event type the journal can hold, discriminated by ``type``."""
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.model_fields["type"].default: cls for cls in get_args(RunEvent)
+}
+
+
+@cache
+def _adapter() -> TypeAdapter[AnyEvent]:
+    """The validator of the union, built on first use (it is not needed to import)."""
+    return TypeAdapter(AnyEvent)
+
+
+Upcaster = Callable[[dict[str, JSON]], dict[str, JSON]]
+_UPCASTERS: dict[tuple[str, int], Upcaster] = {}
+
+
+def upcaster(event_type: str, from_version: int) -> Callable[[Upcaster], Upcaster]:
+    """Register a function turning ``event_type`` data of ``from_version`` into the next one."""
+
+    def register(fn: Upcaster) -> Upcaster:
+        _UPCASTERS[(event_type, from_version)] = fn
+        return fn
+
+    return register
+
+
+def envelope(event: Event, *, seq: int, at: float) -> dict[str, JSON]:
+    """The dict that is canonically encoded and stored for ``event``."""
+    data = event.model_dump(mode="json")
+    event_type = data.pop("type")
+    return {"at": at, "data": data, "seq": seq, "type": event_type, "v": event.VERSION}
+
+
+def from_envelope(env: dict[str, JSON]) -> RunEvent:
+    """Rebuild an event from its stored envelope, upcasting old versions first."""
+    event_type = env.get("type")
+    cls = EVENT_TYPES.get(event_type) if isinstance(event_type, str) else None
+    if cls is None:
+        raise IntegrityError(f"unknown event type {event_type!r} at seq {env.get('seq')}")
+    version = int(env.get("v", 1))
+    data: dict[str, JSON] = dict(env["data"])
+    while version < cls.VERSION:
+        step = _UPCASTERS.get((cls.__name__, version))
+        if step is None:
+            raise IntegrityError(
+                f"no upcaster for {cls.__name__} v{version} -> v{version + 1}; "
+                "register one with @underway.events.upcaster"
+            )
+        data = step(data)
+        version += 1
+    if version > cls.VERSION:
+        raise IntegrityError(
+            f"{cls.__name__} v{version} is newer than this code (v{cls.VERSION}); upgrade underway"
+        )
+    data["type"] = cls.__name__
+    return _adapter().validate_python(data)

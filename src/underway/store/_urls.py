@@ -1,0 +1,19 @@
+"""Database URLs read without loading a backend: a command can check a PostgreSQL URL
+without importing psycopg."""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from ..errors import ConfigurationError
+
+
+def split_url(url: str) -> tuple[str, str | None]:
+    """The libpq connection URL without ``schema=``, and the schema it named (if any)."""
+    parts = urlsplit(url)
+    params = parse_qsl(parts.query, keep_blank_values=True)
+    schemas = [v for k, v in params if k == "schema"]
+    if len(schemas) > 1 or (schemas and not schemas[0]):
+        raise ConfigurationError(f"PostgreSQL URL {url!r} must name at most one schema")
+    rest = urlencode([(k, v) for k, v in params if k != "schema"])
+    return urlunsplit(parts._replace(query=rest)), (schemas[0] if schemas else None)
