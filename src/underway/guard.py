@@ -95,7 +95,9 @@ class Guard:
                 return Decision("deny", None, "none", str(money))
             return Decision("allow", None, "none", "no policy configured")
         tenant = None
-        if policy.reads_counters(t.name, "tenant."):
+        # A policy that cannot say which counters it reads may read any.
+        reads = getattr(policy, "reads_counters", None)
+        if reads is None or reads(t.name, "tenant."):
             tenant = await self.tenant_usage(store, s.tenant_id, _day_start(now))
         ctx = PolicyContext(
             tenant_id=s.tenant_id, principal=s.principal, roles=frozenset(s.roles),
