@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Protocol
@@ -50,7 +51,10 @@ def blob_key(data: bytes) -> str:
 
 
 class Codec:
-    """Encodes JSON payloads to stored bytes and back, externalizing large values."""
+    """Encodes JSON payloads to stored bytes and back, externalizing large values.
+
+    Thread-safe: a journal is read on a store's I/O threads while the event loop encodes
+    (the cache of blobs read and written is shared under a lock)."""
 
     def __init__(
         self,
@@ -63,6 +67,7 @@ class Codec:
         self.cipher = cipher
         self._cache: OrderedDict[str, bytes] = OrderedDict()
         self._cache_size = cache_size
+        self._cache_lock = threading.Lock()
 
     # -- encode -------------------------------------------------------------------------
     def encode(self, value: JSON, blobs: dict[str, bytes]) -> bytes:
@@ -171,10 +176,11 @@ class Codec:
         return [self._internalize(v, fetch) for v in items]
 
     def _get(self, key: str, fetch: BlobFetcher) -> bytes:
-        raw = self._cache.get(key)
-        if raw is not None:
-            self._cache.move_to_end(key)
-            return raw
+        with self._cache_lock:
+            raw = self._cache.get(key)
+            if raw is not None:
+                self._cache.move_to_end(key)
+                return raw
         found = fetch([key]).get(key)
         if found is None:
             raise IntegrityError(f"blob {key} is referenced but missing from the store")
@@ -185,7 +191,8 @@ class Codec:
         return raw
 
     def _remember(self, key: str, raw: bytes) -> None:
-        self._cache[key] = raw
-        self._cache.move_to_end(key)
-        if len(self._cache) > self._cache_size:
-            self._cache.popitem(last=False)
+        with self._cache_lock:
+            self._cache[key] = raw
+            self._cache.move_to_end(key)
+            if len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)

@@ -6,6 +6,7 @@ model, so a model that was talked into a harmful call still meets the same check
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from .money import Money, Unreadable
 from .policy import Amount, Decision, PolicyContext
 from .secrets import SecretProvider
 from .state import RunState
+from .store._offload import run_io
 
 if TYPE_CHECKING:
     from .approvals.notify import Notifier
@@ -34,7 +36,8 @@ class Guard:
 
     ``environment`` (``dev``, ``staging``, ``prod``...) is what policies match on;
     ``approval_ttl`` is how long an approval request stays open unless its rule says;
-    ``tenant_usage_ttl`` is how long a tenant's journal-derived usage is cached;
+    ``tenant_usage_ttl`` is how long a tenant's journal-derived usage is cached (it is read
+    on the store's I/O threads, never on the event loop);
     ``signed_resolutions`` refuses unsigned resolutions of escalations (``underway runs
     resolve``): only a resolution signed by a registered approver (``underway approvals
     resolve``) then settles an unknown outcome, a deadline or a budget escalation.
@@ -52,9 +55,7 @@ class Guard:
     signed_resolutions: bool = False
     codec: Codec | None = None
     """The engine's codec (set by the engine), to read journals it encrypted."""
-    _usage_cache: dict[str, tuple[float, TenantUsage, Usage | None]] = field(
-        default_factory=dict, repr=False
-    )
+    _usage_cache: dict[str, _Kept] = field(default_factory=dict, repr=False)
 
     def policy_for(self, flow: Flow[Any, Any]) -> Policy | None:
         """The policy that governs ``flow``'s calls: the flow's, else the engine's, else the
@@ -75,27 +76,34 @@ class Guard:
         """True when ``flow``'s mutating calls are journaled but not executed."""
         return self.shadow if flow.shadow is None else flow.shadow
 
-    def decide(
+    async def decide(
         self, flow: Flow[Any, Any], store: Store, s: RunState, call: CallIntent, now: float,
     ) -> Decision:
         """The policy's decision on ``call`` now. A call whose money cannot be read is
-        denied, with or without a policy (:attr:`CallIntent.refusal`)."""
+        denied, with or without a policy (:attr:`CallIntent.refusal`). The tenant's usage
+        is read (from the store, off the event loop) only for a decision that may match
+        on ``tenant.*`` counters."""
         policy = self.policy_for(flow)
         money, t = call.money, call.tool
         if policy is None:
             if isinstance(money, Unreadable):
                 return Decision("deny", None, "none", str(money))
             return Decision("allow", None, "none", "no policy configured")
+        tenant = None
+        # A policy that cannot say which counters it reads may read any.
+        reads = getattr(policy, "reads_counters", None)
+        if reads is None or reads(t.name, "tenant."):
+            tenant = await self.tenant_usage(store, s.tenant_id, _day_start(now))
         ctx = PolicyContext(
             tenant_id=s.tenant_id, principal=s.principal, roles=frozenset(s.roles),
             environment=self.environment, flow=s.flow, tool=t.name, mutating=t.mutating,
             irreversible=t.irreversible, permissions=frozenset(t.permissions),
             args=call.policy_args, labels=call.labels, amount=None,
-            counters=Counters(self, store, s, now),
+            counters=Counters(s, tenant),
         )
         return decide_with_money(policy, ctx, money)
 
-    def over_budget(
+    async def over_budget(
         self, flow: Flow[Any, Any], store: Store, s: RunState, pending: Usage, now: float,
         uncommitted: Iterable[ev.RunEvent] = (),
     ) -> tuple[Budget, Exceeded] | None:
@@ -109,28 +117,50 @@ class Guard:
                 return budget, found[0]
         if self.tenant_budget is not None:
             since = _day_start(now)
-            used = self.tenant_usage(store, s.tenant_id, since).add(usage_of(uncommitted))
+            used = (await self.tenant_usage(store, s.tenant_id, since)).add(
+                usage_of(uncommitted))
             found = check(self.tenant_budget, used, now=now, scope="tenant", pending=pending)
             if found:
                 return self.tenant_budget, found[0]
         return None
 
-    def tenant_usage(self, store: Store, tenant_id: str, since: float) -> Usage:
+    async def tenant_usage(self, store: Store, tenant_id: str, since: float) -> Usage:
         """The tenant's usage since ``since``, derived from the journal and cached briefly:
         at most every ``tenant_usage_ttl`` seconds the runs are listed again and only the
-        events appended since are read (:class:`~underway.budgets.TenantUsage`)."""
-        mono = time.monotonic()
-        hit = self._usage_cache.get(tenant_id)
-        if hit is None or hit[1].since != since:
+        events appended since are read (:class:`~underway.budgets.TenantUsage`), on the
+        store's I/O threads."""
+        kept = self._usage_cache.get(tenant_id)
+        if kept is None or kept.tracker.since != since:
             # A new day: the previous day's counts are of no more use.
-            hit = (float("-inf"), TenantUsage(tenant_id, since=since, codec=self.codec),
-                   None)
-        checked, tracker, usage = hit
-        if usage is None or mono - checked >= self.tenant_usage_ttl:
-            usage = tracker.refresh(store)
-            checked = mono
-        self._usage_cache[tenant_id] = (checked, tracker, usage)
+            kept = _Kept(TenantUsage(tenant_id, since=since, codec=self.codec))
+            self._usage_cache[tenant_id] = kept
+        usage = kept.usage
+        if usage is None or time.monotonic() - kept.checked >= self.tenant_usage_ttl:
+            usage = await run_io(store, kept.refresh, store, self.tenant_usage_ttl)
         return usage
+
+
+@dataclass(slots=True)
+class _Kept:
+    """A tenant's usage as last read, and the tracker that reads only what is new."""
+
+    tracker: TenantUsage
+    checked: float = float("-inf")
+    """When the last read began (monotonic seconds)."""
+    usage: Usage | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    """One read at a time: activations of the tenant that ask at once share one."""
+
+    def refresh(self, store: Store, ttl: float) -> Usage:
+        """The usage, read again unless a read that began less than ``ttl`` seconds ago
+        (while this one waited for it) has it."""
+        with self.lock:
+            began = time.monotonic()
+            if self.usage is not None and began - self.checked < ttl:
+                return self.usage
+            self.usage = self.tracker.refresh(store)
+            self.checked = began
+            return self.usage
 
 
 def decide_with_money(
@@ -147,13 +177,15 @@ def decide_with_money(
 
 
 class Counters(Mapping[str, float]):
-    """Counters a policy may match on, computed on first use: ``run.*`` from the run's
-    journal, ``tenant.*.today`` from the tenant's journals since 00:00 UTC."""
+    """Counters a policy may match on: ``run.*`` from the run's journal, computed on first
+    use, and ``tenant.*.today`` from ``tenant``, the tenant's usage since 00:00 UTC, read
+    beforehand for a decision that may match on them (reading them without it fails the
+    decision closed: a policy's evaluation does no I/O)."""
 
     _RUN = ("tool_calls", "model_calls", "tokens", "cost_usd", "messages")
 
-    def __init__(self, guard: Guard, store: Store, s: RunState, now: float) -> None:
-        self._guard, self._store, self._s, self._now = guard, store, s, now
+    def __init__(self, s: RunState, tenant: Usage | None) -> None:
+        self._s, self._usage = s, tenant
         self._values: dict[str, float] | None = None
         self._tenant: dict[str, float] | None = None
 
@@ -164,8 +196,9 @@ class Counters(Mapping[str, float]):
 
     def _tenant_counters(self) -> dict[str, float]:
         if self._tenant is None:
-            usage = self._guard.tenant_usage(self._store, self._s.tenant_id, _day_start(self._now))
-            self._tenant = _usage_counters("tenant", usage, ".today")
+            if self._usage is None:
+                raise RuntimeError("the tenant's usage was not read for this decision")
+            self._tenant = _usage_counters("tenant", self._usage, ".today")
         return self._tenant
 
     def __getitem__(self, name: str) -> float:

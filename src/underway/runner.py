@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from typing import Any
 
@@ -18,6 +19,7 @@ from .events import JSON
 from .flow import Flow
 from .identity import owner_is_dead
 from .state import APPROVAL_SIGNAL, RunState
+from .store.base import RunRecord
 
 log = logging.getLogger("underway.runner")
 
@@ -45,8 +47,9 @@ class Runner:
     async def run_until_idle(self) -> int:
         """Advance every run that is due now; return how many activations ran."""
         activations = 0
-        self.reclaim_dead_local_leases()
-        while leases := self.engine.claim(limit=self.batch):
+        io = self.engine.io
+        await io(self.reclaim_dead_local_leases)
+        while leases := await io(functools.partial(self.engine.claim, limit=self.batch)):
             for lease in leases:
                 try:
                     await self.engine.activate(lease)
@@ -62,21 +65,25 @@ class Runner:
         eng = self.engine
         while True:
             await self.run_until_idle()
-            row = eng.store.get_run(tenant_id, run_id)
+            row, wake = await eng.io(self._look, tenant_id, run_id)
             if row is not None and (row.status in (
                 "completed", "failed", "cancelled", "escalated", "dead"
             ) or (row.status == "waiting" and row.waiting_signal == APPROVAL_SIGNAL)):
-                return eng.state(run_id, tenant_id=tenant_id)
-            wake = eng.store.next_wake_at()
+                return await eng.io(functools.partial(eng.state, run_id, tenant_id=tenant_id))
             now = eng.clock.now()
             target = now + self.poll if wake is None else min(wake, now + self.poll)
             await eng.clock.sleep_until(max(target, now))
+
+    def _look(self, tenant_id: str, run_id: str) -> tuple[RunRecord | None, float | None]:
+        """The run's row and the next wake time of any run, in one trip."""
+        store = self.engine.store
+        return store.get_run(tenant_id, run_id), store.next_wake_at()
 
     async def serve(self, stop: asyncio.Event) -> None:
         """Advance runs until ``stop`` is set."""
         while not stop.is_set():
             await self.run_until_idle()
-            wake = self.engine.store.next_wake_at()
+            wake = await self.engine.io(self.engine.store.next_wake_at)
             now = self.engine.clock.now()
             delay = self.poll if wake is None else min(max(wake - now, 0.0), self.poll)
             with contextlib.suppress(TimeoutError):
@@ -92,5 +99,6 @@ async def run(
     idempotency_key: str | None = None,
 ) -> RunState:
     """Start a run (or find the one with this idempotency key) and drive it to an end."""
-    run_id, _ = engine.start(flow, input, tenant_id=tenant_id, idempotency_key=idempotency_key)
-    return await Runner(engine).run_until_complete(run_id, tenant_id=tenant_id)
+    new = engine.prepare_start(flow, input, tenant_id=tenant_id, idempotency_key=idempotency_key)
+    rec, _ = await engine.io(engine.store.create_run, new)
+    return await Runner(engine).run_until_complete(rec.run_id, tenant_id=tenant_id)

@@ -14,8 +14,8 @@ a run; the ticks before it are skipped.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
+import functools
 import json
 import logging
 import re
@@ -30,7 +30,7 @@ from .engine import Engine
 from .errors import ConfigurationError
 from .events import JSON, canonical_json
 from .flow import Flow
-from .store.base import ScheduleRecord
+from .store.base import NewRun, ScheduleRecord
 
 __all__ = [
     "Schedule",
@@ -169,55 +169,69 @@ async def fire_due_schedules(engine: Engine, *, limit: int = 100) -> int:
     ``BEGIN IMMEDIATE``) for ``engine.lease_ttl`` seconds, so concurrent schedulers split
     the work. A tick whose run cannot be created from the schedule (its input does not fit
     the flow) is logged and skipped; any other error leaves the schedule due and is raised.
+    The store is called off the event loop (:meth:`Engine.io`), one trip per tick.
     """
     if not engine.flows:
         return 0
     now = engine.clock.now()
-    claimed = engine.store.claim_schedules(
-        now=now, until=now + engine.lease_ttl, flows=sorted(engine.flows), limit=limit
-    )
+    claimed = await engine.io(functools.partial(
+        engine.store.claim_schedules, now=now, until=now + engine.lease_ttl,
+        flows=sorted(engine.flows), limit=limit,
+    ))
     started = 0
     for i, rec in enumerate(claimed):
         try:
-            started += _fire(engine, rec, now)
+            started += await _fire(engine, rec, now)
         except BaseException:
-            for left in claimed[i:]:
-                with contextlib.suppress(Exception):
-                    _release(engine, left)
+            await engine.io(_release_all, engine, claimed[i:])
             raise
-        await asyncio.sleep(0)
     return started
 
 
-def _fire(engine: Engine, rec: ScheduleRecord, now: float) -> int:
+async def _fire(engine: Engine, rec: ScheduleRecord, now: float) -> int:
     try:
         cron = Cron.parse(rec.cron, rec.timezone)
     except CronError as exc:
         # Stored schedules were valid when added; a worker whose time zone database lacks
         # the zone leaves the tick to one that has it.
         log.error("schedule %r of tenant %r cannot be read here: %s", rec.name, rec.tenant_id, exc)
-        _release(engine, rec)
+        await engine.io(_release, engine, rec)
         return 0
     tick = max(rec.next_fire_at, cron.last_fire(now))
-    fired: float | None = tick
-    created = False
+    new: NewRun | None = None
     try:
-        # Created False: a scheduler that died before moving the schedule on started it.
-        _, created = engine.start(
+        new = engine.prepare_start(
             rec.flow, json.loads(rec.input), tenant_id=rec.tenant_id,
             idempotency_key=tick_key(rec.name, tick), queue=rec.queue,
         )
     except ConfigurationError as exc:
-        fired = None
         log.error(
             "schedule %r of tenant %r: tick %s skipped: %s", rec.name, rec.tenant_id,
             utc_iso(tick), exc,
         )
+    return await engine.io(_start, engine, rec, new, tick, cron.next_fire(now))
+
+
+def _start(
+    engine: Engine, rec: ScheduleRecord, new: NewRun | None, tick: float, next_fire_at: float
+) -> int:
+    """Create the tick's run (unless it was skipped) and move the schedule on, in one trip;
+    1 when the run was created here."""
+    created = False
+    if new is not None:
+        # Created False: a scheduler that died before moving the schedule on started it.
+        _, created = engine.store.create_run(new)
     engine.store.advance_schedule(
-        rec.tenant_id, rec.name, expected=rec.next_fire_at, next_fire_at=cron.next_fire(now),
-        fired_at=fired,
+        rec.tenant_id, rec.name, expected=rec.next_fire_at, next_fire_at=next_fire_at,
+        fired_at=tick if new is not None else None,
     )
     return int(created)
+
+
+def _release_all(engine: Engine, claimed: list[ScheduleRecord]) -> None:
+    for rec in claimed:
+        with contextlib.suppress(Exception):
+            _release(engine, rec)
 
 
 def _release(engine: Engine, rec: ScheduleRecord) -> None:

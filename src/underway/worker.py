@@ -27,6 +27,7 @@ more when it stops): see :mod:`underway.audit`.
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
 import logging
 import random
@@ -155,12 +156,12 @@ class Worker:
             )
         self.engine._driven_by_worker = True  # type: ignore[attr-defined]
         self._store = self.engine.store
-        self._wakeups = self._store.wakeups(name=self.owner) if self.listen else Polling()
-        # Many activations share this loop: their database round trips run on threads so
-        # one run's commit never holds up another's step.
-        self.engine.offload_io = True
+        self._wakeups = Polling()
         helpers: list[asyncio.Task[None]] = []
         try:
+            if self.listen:
+                self._wakeups = await self.engine.io(
+                    functools.partial(self._store.wakeups, name=self.owner))
             helpers.append(asyncio.create_task(self._maintain(), name="underway-maintain"))
             helpers.append(await self._start_listener())
             self.ready.set()
@@ -275,10 +276,10 @@ class Worker:
             return 0
 
     async def _quietly(self, fn: Callable[..., R], *args: Any) -> R | None:
-        """Run a store call of the worker's own off the event loop; a failure (the
-        database restarting, say) is logged and the loop carries on."""
+        """Run a store call of the worker's own off the event loop (:meth:`Engine.io`); a
+        failure (the database restarting, say) is logged and the loop carries on."""
         try:
-            return await asyncio.to_thread(fn, *args)
+            return await self.engine.io(fn, *args)
         except Exception as exc:
             log.warning("%s failed: %s: %s", fn.__name__.strip("_"), type(exc).__name__, exc)
             return None
@@ -298,13 +299,13 @@ class Worker:
             state = await self.engine.activate(lease, should_stop=lambda: self._draining)
             if state.status == "ready":
                 self.handed_back += 1  # stopped at a step boundary and handed back
-                self._handed_back_queues.add(self._queue_of(lease))
+                self._handed_back_queues.add(await self.engine.io(self._queue_of, lease))
             else:
                 self.activations += 1
         except asyncio.CancelledError:
             # Cancelled by a stopping worker: the step's uncommitted work is lost, and is
             # redone from the journal by whoever takes the run next.
-            self._give_back(lease)
+            await self._give_back(lease)
             return
         except (FencedError, ConflictError) as exc:
             # Another worker owns the run now; what it commits is the truth.
@@ -322,7 +323,7 @@ class Worker:
             delay = handback_delay(failures)
             log.exception("run %s (tenant %s) failed in this worker (%d in a row); handing "
                           "it back for %.1fs", lease.run_id, lease.tenant_id, failures, delay)
-            self._give_back(lease, retry_at=self.engine.clock.now() + delay)
+            await self._give_back(lease, retry_at=self.engine.clock.now() + delay)
             return
         self._failures.pop(lease.run_id, None)
 
@@ -352,18 +353,24 @@ class Worker:
         row = self._store.get_run(lease.tenant_id, lease.run_id)
         return row.queue if row is not None else "default"
 
-    def _give_back(self, lease: Lease, *, retry_at: float | None = None) -> None:
+    async def _give_back(self, lease: Lease, *, retry_at: float | None = None) -> None:
         try:
-            self._store.release(lease, retry_at=retry_at)
-            row = self._store.get_run(lease.tenant_id, lease.run_id)
+            queue = await self.engine.io(self._release, lease, retry_at)
         except Exception as exc:
             log.warning("could not hand back run %s (%s); its lease will expire",
                         lease.run_id, exc)
             return
         self.handed_back += 1
         log.info("handed back run %s (tenant %s)", lease.run_id, lease.tenant_id)
-        if row is not None:
-            self._handed_back_queues.add(row.queue)
+        if queue is not None:
+            self._handed_back_queues.add(queue)
+
+    def _release(self, lease: Lease, retry_at: float | None) -> str | None:
+        """Release the lease and read the run's queue (None: the run is gone), in one
+        trip."""
+        self._store.release(lease, retry_at=retry_at)
+        row = self._store.get_run(lease.tenant_id, lease.run_id)
+        return row.queue if row is not None else None
 
     async def _drain(self) -> None:
         self._stopping = True

@@ -238,8 +238,8 @@ class StepExecution:
             self._refuse(t, key, index, h, "policy_denied", call.refusal)
         now = eng.clock.now()
         if guard.has_budget(flow) and (usage := call.usage) is not None:
-            over = guard.over_budget(flow, eng.store, s, usage, now,
-                                     [e for _, _, e in act.pending])
+            over = await guard.over_budget(flow, eng.store, s, usage, now,
+                                           [e for _, _, e in act.pending])
             if over is not None:
                 self._over_budget(over[0], over[1], t.name)
         policy = guard.policy_for(flow)
@@ -251,7 +251,7 @@ class StepExecution:
                     key=key, tool=t.name, index=index, args=args, args_hash=h, decision="allow",
                 ))
             return shadow
-        d = guard.decide(flow, eng.store, s, call, now)
+        d = await guard.decide(flow, eng.store, s, call, now)
         act.buffer(ev.PolicyDecided(
             key=key, tool=t.name, index=index, args_hash=h, decision=d.outcome,
             rule_id=d.rule_id, policy_version=d.policy_version, reason=d.reason,
@@ -471,7 +471,7 @@ class StepExecution:
         eng = self._act.engine
         flow = eng._flow(self._act.state.flow)
         if eng.guard.has_budget(flow):
-            over = eng.guard.over_budget(
+            over = await eng.guard.over_budget(
                 flow, eng.store, self._act.state, Usage(model_calls=1), eng.clock.now(),
                 [e for _, _, e in self._act.pending],
             )

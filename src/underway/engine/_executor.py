@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, assert_never
 
@@ -38,7 +39,8 @@ from ..journal import Journal
 from ..jsonpatch import make_patch
 from ..secrets import SecretProvider
 from ..state import RunState
-from ..store.base import Lease, Store
+from ..store._offload import run_io
+from ..store.base import Lease, RunRecord, SignalRecord, Store
 from ._activation import Activation, question_expiry, run_update
 from ._children import StepWithChildren
 from ._inbox import read_inbox, verify_approval
@@ -86,8 +88,10 @@ class Engine:
     runs). ``checkpoint_every``: write a checkpoint at least every this many events (and
     always when a run leaves the worker: waiting, escalated, dead or finished).
     ``retry_budget``: retries one run may spend across all its tools before it stops dead
-    (``None``: no limit). ``offload_io``: run store round trips on threads, for many
-    concurrent activations on one event loop (a :class:`~underway.worker.Worker` sets it).
+    (``None``: no limit).
+
+    Async code here never calls the store synchronously on the event loop: every store
+    call goes through :meth:`io` (see :mod:`underway.store._offload`).
     """
 
     def __init__(
@@ -102,7 +106,6 @@ class Engine:
         lease_ttl: float = 30.0,
         checkpoint_every: int = 100,
         retry_budget: int | None = 100,
-        offload_io: bool = False,
         guard: Guard | None = None,
         policy: Policy | None = None,
         environment: str | None = None,
@@ -134,7 +137,6 @@ class Engine:
         self.lease_ttl = lease_ttl
         self.checkpoint_every = checkpoint_every
         self.retry_budget = retry_budget
-        self.offload_io = offload_io
         self.client = Client._for_executor(store, self.journal, self.clock, self.flows)
         """The client this engine's operator actions (start, signal, cancel...) go through."""
         for f in flows:
@@ -143,13 +145,12 @@ class Engine:
             self.tools[t.name] = t
 
     async def io(self, fn: Callable[..., _T], *args: Any) -> _T:
-        """Call a store method: inline, or on a thread when ``offload_io`` is set so that
-        one worker's many concurrent activations never wait on each other's database round
-        trips. Encoding and decoding stay on the event loop (their caches are not shared
-        across threads)."""
-        if self.offload_io:
-            return await asyncio.to_thread(fn, *args)
-        return fn(*args)
+        """``fn(*args)`` — a call that reaches this engine's store — run on the store's
+        I/O threads and awaited, so that one worker's many concurrent activations never
+        wait on each other's database round trips (inline on the in-memory store, which
+        does no I/O). Everything the engine asks of its store from async code goes through
+        here; a sync ``fn`` that makes several store calls makes one trip."""
+        return await run_io(self.store, fn, *args)
 
     def register(self, flow: Flow[Any, Any]) -> None:
         """Make ``flow`` runnable by this engine (and register the tools it declares)."""
@@ -189,24 +190,24 @@ class Engine:
         handed back at that step boundary (a stopping worker) and the state returned is
         still ``ready``.
         """
-        row = self.store.get_run(lease.tenant_id, lease.run_id)
-        if row is None:
-            raise RunNotFound(lease.tenant_id, lease.run_id)
-        state, head, refused = self.journal.load_head(lease.tenant_id, lease.run_id)
+        loaded = await self.io(self._load, lease)
+        row, state = loaded.row, loaded.state
         act = Activation(
-            self, lease, state, head, state.seq, control_pending=True,
+            self, lease, state, loaded.head, state.seq, control_pending=True,
             due_at=row.next_wake_at, row_status=row.status, queue=row.queue,
         )
-        if refused is not None:
+        if loaded.refused is not None:
             # A forged checkpoint was ignored; the journal keeps the finding, since the
             # next commit's checkpoint replaces the forged row.
-            act.buffer(refused)
+            act.buffer(loaded.refused)
         flow = self._flow(state.flow)
+        signals: list[SignalRecord] | None = loaded.signals
         heartbeat = asyncio.create_task(self._heartbeat(act, asyncio.current_task()))
         try:
             while True:
                 if act.control_pending:
-                    await read_inbox(self, act)
+                    await read_inbox(self, act, signals)
+                signals = None
                 if not act.state.input_checked and not act.state.final:
                     self._check_input(act, flow)
                 s = act.state
@@ -252,6 +253,16 @@ class Engine:
         finally:
             heartbeat.cancel()
 
+    def _load(self, lease: Lease) -> _Loaded:
+        """What an activation starts from, read in one trip: the run row, the journal's
+        state and head, and the inbox."""
+        row = self.store.get_run(lease.tenant_id, lease.run_id)
+        if row is None:
+            raise RunNotFound(lease.tenant_id, lease.run_id)
+        state, head, refused = self.journal.load_head(lease.tenant_id, lease.run_id)
+        signals = self.store.pending_signals(lease.tenant_id, lease.run_id)
+        return _Loaded(row, state, head, refused, signals)
+
     def _check_input(self, act: Activation, flow: Flow[Any, Any]) -> None:
         """A run started by name, without the flow's code: check its input before any step
         runs, and fail the run, saying why, when it does not match (nothing else ran)."""
@@ -285,17 +296,21 @@ class Engine:
         """Journal a leased run dead (``RunDeadLettered``) from what its journal holds, and
         hand it back: for a run whose activation keeps failing in a way nothing journaled.
         An operator resumes or cancels it."""
-        state, head, _ = await self.io(self.journal.load_head, lease.tenant_id, lease.run_id)
+        state, head, row = await self.io(self._load_journal, lease)
         if state.final or state.status == "dead":
             await self.io(self.store.release, lease)
             return state
-        row = await self.io(self.store.get_run, lease.tenant_id, lease.run_id)
         fresh = Activation(self, lease, state, head, state.seq, due_at=due_at,
                             row_status=row.status if row is not None else state.status)
         fresh.buffer(ev.RunDeadLettered(reason=reason, error_type=error_type,
                                         step=state.step))
         await fresh.commit(release=True)
         return fresh.state
+
+    def _load_journal(self, lease: Lease) -> tuple[RunState, str, RunRecord | None]:
+        """The journal's state and head, and the run row (None: gone), in one trip."""
+        state, head, _ = self.journal.load_head(lease.tenant_id, lease.run_id)
+        return state, head, self.store.get_run(lease.tenant_id, lease.run_id)
 
     async def verify_approval(self, s: RunState, key: str, tool: str, h: str) -> str | None:
         """Check, right before an approved call runs, that its journaled approval still
@@ -475,6 +490,17 @@ class Engine:
 
     def _flow(self, name: str) -> Flow[Any, Any]:
         return self.registry.flow(name)
+
+
+@dataclass(frozen=True, slots=True)
+class _Loaded:
+    """A leased run as read from the store in one trip."""
+
+    row: RunRecord
+    state: RunState
+    head: str
+    refused: ev.CheckpointRefused | None
+    signals: list[SignalRecord]
 
 
 def _iso(t: float | None) -> str:

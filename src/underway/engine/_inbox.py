@@ -5,7 +5,6 @@ wait for."""
 
 from __future__ import annotations
 
-import functools
 import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -25,6 +24,7 @@ from ..state import (
     RunState,
     request_id_for,
 )
+from ..store.base import SignalRecord
 from ._activation import Activation
 from ._outbox import child_finished
 
@@ -32,9 +32,14 @@ if TYPE_CHECKING:
     from ._executor import Engine
 
 
-async def read_inbox(eng: Engine, act: Activation) -> None:
+async def read_inbox(
+    eng: Engine, act: Activation, signals: list[SignalRecord] | None = None
+) -> None:
+    """Take what the run's inbox holds (``signals``: read with the run already)."""
     s = act.state
-    for sig in await eng.io(eng.store.pending_signals, s.tenant_id, s.run_id):
+    if signals is None:
+        signals = await eng.io(eng.store.pending_signals, s.tenant_id, s.run_id)
+    for sig in signals:
         payload = json.loads(sig.payload)
         if s.final:
             break
@@ -164,15 +169,22 @@ async def take_decision(eng: Engine, act: Activation, payload: JSON, answer: boo
         expires_at=float(expires) if expires is not None else float("inf"),
     )
     now = eng.clock.now()
-    approver = await eng.io(eng.store.get_approver, s.tenant_id, d.approver_id)
-    reason = verify_decision(d, check=check, approver=approver, now=now)
-    if reason is None and (d.decision in ("answer", "resolve")) != answer:
-        reason = "wrong_decision_kind"
-    if reason is None and not await eng.io(functools.partial(
-        eng.store.use_nonce, s.tenant_id, d.nonce, run_id=s.run_id,
-        request_id=d.request_id, at=now,
-    )):
-        reason = "replayed_nonce"
+    store = eng.store
+
+    def judge() -> str | None:
+        # One trip: the approver's key, the signature, and the nonce spent only when the
+        # decision holds.
+        approver = store.get_approver(s.tenant_id, d.approver_id)
+        reason = verify_decision(d, check=check, approver=approver, now=now)
+        if reason is None and (d.decision in ("answer", "resolve")) != answer:
+            reason = "wrong_decision_kind"
+        if reason is None and not store.use_nonce(
+            s.tenant_id, d.nonce, run_id=s.run_id, request_id=d.request_id, at=now,
+        ):
+            reason = "replayed_nonce"
+        return reason
+
+    reason = await eng.io(judge)
     if reason is not None:
         act.buffer(ev.ApprovalInvalid(request_id=d.request_id, approver_id=d.approver_id,
                                       reason=reason))
@@ -218,5 +230,10 @@ async def verify_approval(eng: Engine, s: RunState, key: str, tool: str, h: str)
         tenant_id=s.tenant_id, tool=tool, args_hash=h, required_role=held.required_role,
         expires_at=float(expires) if expires is not None else d.expires_at,
     )
-    approver = await eng.io(eng.store.get_approver, s.tenant_id, d.approver_id)
-    return verify_decision(d, check=check, approver=approver, now=eng.clock.now())
+    store, now = eng.store, eng.clock.now()
+
+    def judge() -> str | None:
+        approver = store.get_approver(s.tenant_id, d.approver_id)
+        return verify_decision(d, check=check, approver=approver, now=now)
+
+    return await eng.io(judge)

@@ -7,6 +7,7 @@ import threading
 from collections import Counter
 from collections.abc import Collection
 
+from ..store._offload import INLINE, Inline
 from .base import check_key, check_record
 from .query import plan, words
 from .record import KnowledgeHit, KnowledgeRecord, Sensitivity
@@ -15,8 +16,11 @@ from .record import KnowledgeHit, KnowledgeRecord, Sensitivity
 class MemoryKnowledge:
     """A :class:`~underway.knowledge.base.KnowledgeBase` held in process memory.
 
-    A record's score counts how many distinct query words it holds, then how often.
+    A record's score counts how many distinct query words it holds, then how often. It
+    does no I/O, so async code calls it inline (``offload``).
     """
+
+    offload: Inline = INLINE
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

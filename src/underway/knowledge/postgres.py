@@ -28,6 +28,8 @@ class PostgresKnowledge:
     def __init__(self, store: PostgresStore, *, owns_store: bool = False) -> None:
         self._store = store
         self._owns_store = owns_store
+        self.offload = store.offload
+        """Where async code runs this knowledge base's calls: its store's I/O threads."""
 
     @contextmanager
     def _conn(self) -> Iterator[psycopg.Connection[Any]]:

@@ -25,6 +25,8 @@ class SQLiteKnowledge:
     def __init__(self, store: SQLiteStore, *, owns_store: bool = False) -> None:
         self._store = store
         self._owns_store = owns_store
+        self.offload = store.offload
+        """Where async code runs this knowledge base's calls: its store's I/O threads."""
 
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:

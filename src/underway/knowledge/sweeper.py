@@ -14,6 +14,7 @@ from typing import Any
 
 from ..clock import Clock, SystemClock
 from ..errors import ConfigurationError, StoreError
+from ..store._offload import run_io
 from .base import KnowledgeBase
 
 log = logging.getLogger("underway.knowledge")
@@ -57,7 +58,7 @@ class KnowledgeSweeper:
         """Pass at once and then every ``every`` seconds, until ``stop`` is set."""
         while not stop.is_set():
             try:
-                n = await asyncio.to_thread(self.run_once)
+                n = await run_io(self.knowledge, self.run_once)
             except StoreError:
                 log.exception("knowledge sweep failed; trying again in %gs", self.every)
             else:

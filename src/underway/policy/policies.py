@@ -38,8 +38,8 @@ class Policy:
     """
 
     __slots__ = (
-        "_by_tool", "_decisions", "_no_match", "_unlisted", "default", "deny_unlisted_mutating",
-        "digest", "rules", "version",
+        "_by_tool", "_decisions", "_no_match", "_reads", "_unlisted", "default",
+        "deny_unlisted_mutating", "digest", "rules", "version",
     )
 
     def __init__(
@@ -78,6 +78,7 @@ class Policy:
             self.to_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=False
         ).encode()).hexdigest()
         self._by_tool: dict[str, tuple[_Candidate, ...]] = {}
+        self._reads: dict[tuple[str, str], bool] = {}
         self._decisions = {
             r.id: Decision(
                 r.outcome, r.id, version, r.reason or r.description or f"rule {r.id!r} matched",
@@ -108,6 +109,23 @@ class Policy:
             "deny_unlisted_mutating": self.deny_unlisted_mutating,
             "rules": [r.to_dict() for r in self.rules],
         }
+
+    def reads_counters(self, tool: str, prefix: str) -> bool:
+        """Whether deciding on a call of ``tool`` may read a counter whose name starts with
+        ``prefix`` (``"tenant."``): a rule that may apply to the tool tests such a counter,
+        or asks a predicate, which may read any. The engine reads a tenant's usage, from
+        the store, only for a decision that may need it."""
+        key = (tool, prefix)
+        found = self._reads.get(key)
+        if found is None:
+            if len(self._reads) >= _CACHE_LIMIT:
+                self._reads = {}
+            found = any(
+                asks or any(c.counter.startswith(prefix) for c in rule.counters)
+                for rule, _, asks, _ in self._candidates(tool)
+            )
+            self._reads[key] = found
+        return found
 
     def _candidates(self, tool: str) -> tuple[_Candidate, ...]:
         found = self._by_tool.get(tool)

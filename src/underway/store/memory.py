@@ -8,6 +8,7 @@ from collections import Counter
 
 from ..errors import ConflictError, FencedError, RunNotFound
 from . import limits
+from ._offload import INLINE, Inline
 from .base import Dialect
 from .journal import CHAIN_LIMIT
 from .records import (
@@ -33,9 +34,13 @@ _LINK = b'{"p":"'
 
 
 class MemoryStore:
-    """A :class:`~underway.store.base.Store` held in process memory."""
+    """A :class:`~underway.store.base.Store` held in process memory.
+
+    It does no I/O, so async code calls it inline (``offload``: see
+    :mod:`underway.store._offload`)."""
 
     dialect: Dialect = "memory"
+    offload: Inline = INLINE
 
     def __init__(self) -> None:
         self._lock = threading.RLock()

@@ -13,6 +13,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ...errors import MigrationError, StoreError
 from .. import queries
+from .._offload import Offload
 from .._urls import split_url
 from ..records import RunRecord
 
@@ -23,7 +24,9 @@ class Connection:
     """A pool of autocommit connections on the store's schema.
 
     ``min_size``/``max_size`` bound the connection pool; ``connect_timeout`` is how long
-    opening the store waits for the server before giving up.
+    opening the store waits for the server before giving up. ``offload``: where async code
+    runs this store's calls (:mod:`underway.store._offload`), as many threads as the pool
+    has connections.
     """
 
     def __init__(
@@ -35,6 +38,7 @@ class Connection:
         connect_timeout: float = 10.0,
     ) -> None:
         self.conninfo, self.schema = split_url(url)
+        self.offload = Offload(max_size, name="underway-postgres")
         self._pool = ConnectionPool(
             self.conninfo,
             min_size=min_size,
@@ -113,7 +117,8 @@ class Connection:
         return current
 
     def close(self) -> None:
-        """Close every pooled connection."""
+        """Close every pooled connection (once the calls async code made have ended)."""
+        self.offload.close()
         self._pool.close()
 
     @property

@@ -12,15 +12,25 @@ from typing import Any
 
 from ...errors import MigrationError
 from .. import queries
+from .._offload import Offload
 
 _Q = queries.load("sqlite")
 
 
+IO_THREADS = 4
+"""Threads that run a SQLite store's calls for async code: the connection serves one at a
+time, and more than one lets a long read (a tenant's usage) interleave with commits."""
+
+
 class Connection:
-    """One SQLite connection, serialized by a lock; writes go through :meth:`_tx`."""
+    """One SQLite connection, serialized by a lock; writes go through :meth:`_tx`.
+
+    ``offload``: where async code runs this store's calls (:mod:`underway.store._offload`).
+    """
 
     def __init__(self, path: str, *, busy_timeout_ms: int = 30_000) -> None:
         self.path = path
+        self.offload = Offload(IO_THREADS, name="underway-sqlite")
         self._lock = threading.RLock()
         self._conn = sqlite3.connect(
             path, isolation_level=None, check_same_thread=False, timeout=busy_timeout_ms / 1000
@@ -95,7 +105,8 @@ class Connection:
         return current
 
     def close(self) -> None:
-        """Close the connection."""
+        """Close the connection (once the calls async code made on it have ended)."""
+        self.offload.close()
         with self._lock:
             self._conn.close()
 
