@@ -128,18 +128,20 @@ class Offload:
                     return
                 self._waiting -= 1
             loop, done, fn, args = job
-            del job
-            if not done.cancelled():
+            result: Any = None
+            failed: BaseException | None = None
+            ran = not done.cancelled()
+            if ran:
                 try:
                     result = fn(*args)
                 except BaseException as exc:
-                    _hand_back(loop, done, None, exc)
-                else:
-                    _hand_back(loop, done, result, None)
-                    del result
-            del loop, done, fn, args
+                    failed = exc
             with self._lock:
                 self._idle += 1
+            if ran:
+                # The last thing before waiting again: the waiter wakes to a free GIL.
+                _hand_back(loop, done, result, failed)
+            del job, loop, done, fn, args, result, failed
 
     def close(self) -> None:
         """Let the calls already submitted end, then stop the threads (not waiting for
