@@ -65,7 +65,7 @@ async def deliver(source: Source, request: Request, state: State, who: Caller) -
     body = await request.body()
     secret = await run_in_threadpool(state.store.get_intake_secret, who.tenant_id, source)
     if secret is None:
-        raise not_found(f"webhook source {source!r} (set its secret first)")
+        raise not_found("such webhook source (set its secret first)")
     refusal = webhooks.verify(
         secret.secret, body, timestamp=request.headers.get(webhooks.TIMESTAMP_HEADER),
         signed=request.headers.get(webhooks.SIGNATURE_HEADER), now=state.client.clock.now(),
