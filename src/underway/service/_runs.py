@@ -9,6 +9,7 @@ from fastapi import APIRouter, Header, Path, Query, Request, Response
 
 from ..control import CHILD
 from ..errors import ConfigurationError
+from ..state import APPROVAL_SIGNAL
 from ..store.base import FINAL, RunRecord
 from ._auth import Caller, ServiceState, State, endpoint
 from ._models import (
@@ -96,7 +97,8 @@ def get_run(state: State, who: Caller, run_id: RunId, request: Request) -> RunDe
 def _waiting_on(state: ServiceState, row: RunRecord) -> WaitingOn | None:
     if row.status in FINAL:
         return None
-    if row.status in ("waiting", "escalated", "dead"):
+    # Only a person's request needs the folded state; the row says the rest.
+    if row.status in ("escalated", "dead") or row.waiting_signal == APPROVAL_SIGNAL:
         request = state.client.pending_request(row.run_id, tenant_id=row.tenant_id)
         if request is not None:
             return WaitingOn(kind=request.kind, request=Pending.of(request))

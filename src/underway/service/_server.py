@@ -36,6 +36,7 @@ class ServerThread:
                  limit_concurrency: int | None = None) -> None:
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._sock.bind((host, 0))
         self.port: int = self._sock.getsockname()[1]
         """The port the server listens on."""
