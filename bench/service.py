@@ -2,8 +2,8 @@
 clients against a real uvicorn server, against a bare FastAPI endpoint on the same database
 that reads one run row (``store.get_run``) and returns it — the least any HTTP read of a run
 can cost. Both servers run in this process (uvicorn in threads); the clients run in a child
-process (a thread and an httpx connection each, connected before timing starts), so their CPU does not hold this process's
-interpreter lock.
+process (a thread and an httpx connection each, connected before timing starts), so their
+CPU does not hold this process's interpreter lock.
 
 A GET of a run through the API authenticates the key (one row), reads the run's row, folds
 its state to say what it waits on, and appends an access-log entry (a durable write) before
@@ -20,8 +20,8 @@ import subprocess
 import sys
 import threading
 import time
-from uuid import uuid4
 from typing import Any
+from uuid import uuid4
 
 import httpx
 from fastapi import FastAPI
