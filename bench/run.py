@@ -26,6 +26,7 @@ import listing
 import policy
 import resume
 import sandbox
+import service
 import storage
 import tenant_usage
 import throughput
@@ -67,6 +68,10 @@ GROUPS: dict[str, list[tuple[str, Callable[[], list[Figure]]]]] = {
         ("PostgreSQL run listing", listing.bench_postgres),
     ],
     "sandbox": [("bubblewrap sandbox overhead", sandbox.bench)],
+    "service": [
+        ("SQLite HTTP API under load", service.bench_sqlite),
+        ("PostgreSQL HTTP API under load", service.bench_postgres),
+    ],
 }
 
 

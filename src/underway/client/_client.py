@@ -405,10 +405,13 @@ class Client:
         ``event``)."""
         return self._journal.history(tenant_id, run_id)
 
-    def events(self, run_id: str, *, tenant_id: str = "default") -> list[RunEvent]:
-        """Every event of the run, decoded, with its chain hash."""
-        stored = self._store.load_events(tenant_id, run_id)
-        if not stored:
+    def events(
+        self, run_id: str, *, tenant_id: str = "default", after: int = 0
+    ) -> list[RunEvent]:
+        """Every event of the run (with ``seq`` above ``after``), decoded, with its chain
+        hash; :class:`RunNotFound` when there is no such run."""
+        stored = self._store.load_events(tenant_id, run_id, after)
+        if not stored and (after == 0 or self._store.get_run(tenant_id, run_id) is None):
             raise RunNotFound(tenant_id, run_id)
         records = self._journal.decode(tenant_id, stored)
         return [RunEvent(r.seq, r.at, r.event, s.hash)
@@ -441,9 +444,14 @@ class Client:
         until: float | None = None,
         limit: int = 100,
         cursor: str | None = None,
+        updated_since: float | None = None,
+        updated_until: float | None = None,
+        search: str | None = None,
     ) -> RunPage:
         """A page of the tenant's runs, newest first: only those with ``status``, of
-        ``flow``, created at or after ``since`` and before ``until`` (epoch seconds).
+        ``flow``, created at or after ``since`` and before ``until``, last updated at or
+        after ``updated_since`` and before ``updated_until`` (epoch seconds), whose id or
+        flow contains ``search`` (a plain, case-sensitive substring).
         Pass the page's ``next_cursor`` as ``cursor`` for the next page: pages follow on
         exactly, whatever runs are created meanwhile (the cursor is the position of the
         last run shown, by creation time and id)."""
@@ -451,7 +459,9 @@ class Client:
             raise ConfigurationError(f"limit must be at least 1, not {limit}")
         after = _decode_cursor(cursor) if cursor is not None else None
         rows = self._store.list_runs(tenant_id, status=status, flow=flow, since=since,
-                                     until=until, after=after, limit=limit + 1)
+                                     until=until, after=after, limit=limit + 1,
+                                     updated_since=updated_since,
+                                     updated_until=updated_until, search=search)
         if len(rows) <= limit:
             return RunPage(rows, None)
         last = rows[limit - 1]

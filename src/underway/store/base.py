@@ -12,6 +12,8 @@ schedules            :class:`.ScheduleStore`     cron schedules and their ticks
 intake               :class:`.IntakeStore`       outside events, entity owners
 registry             :class:`.RegistryStore`     approvers and their public keys
 limits               :class:`.LimitStore`        queue limits, circuit breakers
+API keys             :class:`.ApiKeyStore`       API keys (hashed), webhook secrets
+access log           :class:`.AccessLogStore`    reads of run data, append-only
 ===================  ==========================  =====================================
 
 Each role has a conformance suite (``tests/conformance/test_<role>.py``) that runs on
@@ -24,6 +26,8 @@ from __future__ import annotations
 
 from typing import Literal, Protocol
 
+from .access import AccessLogStore
+from .apikeys import ApiKeyStore
 from .inbox import InboxStore
 from .intake import IntakeStore
 from .journal import JournalStore
@@ -31,10 +35,13 @@ from .leases import LeaseStore
 from .limits import LimitStore
 from .records import (
     FINAL,
+    AccessRecord,
+    ApiKeyRecord,
     AppendBatch,
     ApproverRecord,
     IntakeRecord,
     IntakeRequest,
+    IntakeSecretRecord,
     Lease,
     NewRun,
     QueueConfig,
@@ -51,6 +58,10 @@ from .wakeups import Wakeups
 
 __all__ = [
     "FINAL",
+    "AccessLogStore",
+    "AccessRecord",
+    "ApiKeyRecord",
+    "ApiKeyStore",
     "AppendBatch",
     "ApproverRecord",
     "Database",
@@ -58,6 +69,7 @@ __all__ = [
     "InboxStore",
     "IntakeRecord",
     "IntakeRequest",
+    "IntakeSecretRecord",
     "IntakeStore",
     "JournalStore",
     "Lease",
@@ -116,6 +128,8 @@ class Store(
     IntakeStore,
     RegistryStore,
     LimitStore,
+    ApiKeyStore,
+    AccessLogStore,
     Protocol,
 ):
     """What the engine needs from a database: every role at once."""

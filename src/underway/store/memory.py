@@ -11,6 +11,7 @@ from . import limits
 from ._offload import INLINE, Inline
 from .base import Dialect
 from .journal import CHAIN_LIMIT
+from .memory_access import MemoryAccess
 from .records import (
     FINAL,
     AppendBatch,
@@ -33,7 +34,7 @@ _LINK = b'{"p":"'
 """How a blob that links to another begins (a codec list node); the key follows."""
 
 
-class MemoryStore:
+class MemoryStore(MemoryAccess):
     """A :class:`~underway.store.base.Store` held in process memory.
 
     It does no I/O, so async code calls it inline (``offload``: see
@@ -43,6 +44,7 @@ class MemoryStore:
     offload: Inline = INLINE
 
     def __init__(self) -> None:
+        super().__init__()
         self._lock = threading.RLock()
         self._runs: dict[tuple[str, str], RunRecord] = {}
         self._events: dict[tuple[str, str], list[StoredEvent]] = {}
@@ -178,6 +180,8 @@ class MemoryStore:
         self, tenant_id: str, *, status: str | None = None, limit: int = 100,
         flow: str | None = None, since: float | None = None, until: float | None = None,
         after: tuple[float, str] | None = None, id_prefix: str | None = None,
+        updated_since: float | None = None, updated_until: float | None = None,
+        search: str | None = None,
     ) -> list[RunRecord]:
         """Runs of a tenant, newest first, filtered and paged."""
         with self._lock:
@@ -189,6 +193,9 @@ class MemoryStore:
                 and (until is None or r.created_at < until)
                 and (after is None or (-r.created_at, r.run_id) > (-after[0], after[1]))
                 and (id_prefix is None or r.run_id.startswith(id_prefix))
+                and (updated_since is None or r.updated_at >= updated_since)
+                and (updated_until is None or r.updated_at < updated_until)
+                and (search is None or search in r.run_id or search in r.flow)
             ]
         found.sort(key=lambda r: (-r.created_at, r.run_id))
         return found[:limit]

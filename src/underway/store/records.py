@@ -230,3 +230,45 @@ class ApproverRecord:
     roles: tuple[str, ...]
     created_at: float
     revoked_at: float | None = None
+
+
+# -- underway serve: API keys, intake webhook secrets, the access log ----------------------
+@dataclass(frozen=True, slots=True)
+class ApiKeyRecord:
+    """An API key of ``underway serve``: which ``tenant`` it acts in and with which
+    ``role``. Only ``token_hash`` (the SHA-256 hex of the token) is kept, never the token.
+    A revoked key (``revoked_at`` set) authenticates nothing."""
+
+    key_id: str
+    tenant_id: str
+    role: str
+    name: str
+    token_hash: str
+    created_at: float
+    revoked_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class IntakeSecretRecord:
+    """The secret that signs webhook deliveries from ``source`` to ``tenant_id`` (HMAC-SHA256
+    needs the secret itself, so it is stored as given)."""
+
+    tenant_id: str
+    source: str
+    secret: str
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class AccessRecord:
+    """One read of a run's data through the API: who (``key_id``, ``key_name``), when
+    (``at``), in which tenant, which run, through which ``endpoint`` (method and route).
+    ``seq`` is assigned by the store when the record is appended (0 before)."""
+
+    tenant_id: str
+    at: float
+    key_id: str
+    key_name: str
+    run_id: str
+    endpoint: str
+    seq: int = 0

@@ -18,11 +18,15 @@ class RunStore(Protocol):
         self, tenant_id: str, *, status: str | None = None, limit: int = 100,
         flow: str | None = None, since: float | None = None, until: float | None = None,
         after: tuple[float, str] | None = None, id_prefix: str | None = None,
+        updated_since: float | None = None, updated_until: float | None = None,
+        search: str | None = None,
     ) -> list[RunRecord]:
         """Runs of a tenant, newest first (``created_at`` descending, then run id), at most
         ``limit``: only those with ``status``, of ``flow``, created at or after ``since``
-        and before ``until``, whose id starts with ``id_prefix``. ``after`` is the
-        ``(created_at, run_id)`` of the last run of the previous page: the page goes on
+        and before ``until``, updated at or after ``updated_since`` and before
+        ``updated_until``, whose id starts with ``id_prefix``, whose id or flow contains
+        ``search`` (a plain substring, case-sensitive; no pattern characters). ``after`` is
+        the ``(created_at, run_id)`` of the last run of the previous page: the page goes on
         from there, unchanged by runs created meanwhile."""
         ...
 

@@ -176,12 +176,15 @@ class Journal(Connection):
         self, tenant_id: str, *, status: str | None = None, limit: int = 100,
         flow: str | None = None, since: float | None = None, until: float | None = None,
         after: tuple[float, str] | None = None, id_prefix: str | None = None,
+        updated_since: float | None = None, updated_until: float | None = None,
+        search: str | None = None,
     ) -> list[RunRecord]:
         """Runs of a tenant, newest first, filtered and paged."""
         rows = self._all(
             "list_runs", tenant_id=tenant_id, status=status, flow=flow, since=since,
             until=until, after_at=after[0] if after else None,
             after_id=after[1] if after else None, prefix=id_prefix, limit=limit,
+            updated_since=updated_since, updated_until=updated_until, search=search,
         )
         return [_run(r) for r in rows]
 

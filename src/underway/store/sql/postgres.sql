@@ -79,6 +79,10 @@ SELECT tenant_id, run_id, flow, status, step, idempotency_key, last_seq, last_ha
    AND (%(after_at)s::float8 IS NULL OR created_at < %(after_at)s
         OR (created_at = %(after_at)s AND run_id COLLATE "C" > %(after_id)s))
    AND (%(prefix)s::text IS NULL OR starts_with(run_id, %(prefix)s))
+   AND (%(updated_since)s::float8 IS NULL OR updated_at >= %(updated_since)s)
+   AND (%(updated_until)s::float8 IS NULL OR updated_at < %(updated_until)s)
+   AND (%(search)s::text IS NULL OR strpos(run_id, %(search)s) > 0
+        OR strpos(flow, %(search)s) > 0)
  ORDER BY created_at DESC, run_id COLLATE "C"
  LIMIT %(limit)s
 
@@ -607,4 +611,57 @@ SELECT k.tenant_id, k.id, k.text, k.source, k.created_at, k.expires_at, k.roles,
    AND k.sensitivity = ANY(%(sensitivities)s::text[])
    AND (cardinality(k.roles) = 0 OR k.roles && %(roles)s::text[])
  ORDER BY score DESC, k.created_at DESC, k.id COLLATE "C"
+ LIMIT %(limit)s
+
+-- API keys, intake webhook secrets and the access log (migration 0009).
+
+-- name: insert_api_key
+INSERT INTO api_keys (key_id, tenant_id, role, name, token_hash, created_at, revoked_at)
+VALUES (%(key_id)s, %(tenant_id)s, %(role)s, %(name)s, %(token_hash)s, %(created_at)s,
+        %(revoked_at)s)
+ON CONFLICT DO NOTHING
+
+-- name: get_api_key
+SELECT key_id, tenant_id, role, name, token_hash, created_at, revoked_at
+  FROM api_keys WHERE key_id = %(key_id)s
+
+-- name: list_api_keys
+SELECT key_id, tenant_id, role, name, token_hash, created_at, revoked_at
+  FROM api_keys WHERE (%(tenant_id)s::text IS NULL OR tenant_id = %(tenant_id)s)
+ ORDER BY created_at, key_id COLLATE "C"
+
+-- name: revoke_api_key
+UPDATE api_keys SET revoked_at = %(at)s
+ WHERE tenant_id = %(tenant_id)s AND key_id = %(key_id)s AND revoked_at IS NULL
+
+-- name: put_intake_secret
+INSERT INTO intake_secrets (tenant_id, source, secret, created_at)
+VALUES (%(tenant_id)s, %(source)s, %(secret)s, %(created_at)s)
+ON CONFLICT (tenant_id, source) DO UPDATE
+   SET secret = excluded.secret, created_at = excluded.created_at
+
+-- name: get_intake_secret
+SELECT tenant_id, source, secret, created_at FROM intake_secrets
+ WHERE tenant_id = %(tenant_id)s AND source = %(source)s
+
+-- name: list_intake_secrets
+SELECT tenant_id, source, secret, created_at FROM intake_secrets
+ WHERE tenant_id = %(tenant_id)s ORDER BY source COLLATE "C"
+
+-- name: delete_intake_secret
+DELETE FROM intake_secrets WHERE tenant_id = %(tenant_id)s AND source = %(source)s
+
+-- name: log_access
+INSERT INTO access_log (tenant_id, at, key_id, key_name, run_id, endpoint)
+VALUES (%(tenant_id)s, %(at)s, %(key_id)s, %(key_name)s, %(run_id)s, %(endpoint)s)
+
+-- name: list_access
+SELECT tenant_id, at, key_id, key_name, run_id, endpoint, seq FROM access_log
+ WHERE tenant_id = %(tenant_id)s
+   AND (%(run_id)s::text IS NULL OR run_id = %(run_id)s)
+   AND (%(key_id)s::text IS NULL OR key_id = %(key_id)s)
+   AND (%(since)s::float8 IS NULL OR at >= %(since)s)
+   AND (%(until)s::float8 IS NULL OR at < %(until)s)
+   AND (%(before)s::bigint IS NULL OR seq < %(before)s)
+ ORDER BY seq DESC
  LIMIT %(limit)s

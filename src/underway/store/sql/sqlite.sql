@@ -39,6 +39,9 @@ SELECT * FROM runs
    AND (:after_at IS NULL OR created_at < :after_at
         OR (created_at = :after_at AND run_id > :after_id))
    AND (:prefix IS NULL OR substr(run_id, 1, length(:prefix)) = :prefix)
+   AND (:updated_since IS NULL OR updated_at >= :updated_since)
+   AND (:updated_until IS NULL OR updated_at < :updated_until)
+   AND (:search IS NULL OR instr(run_id, :search) > 0 OR instr(flow, :search) > 0)
  ORDER BY created_at DESC, run_id
  LIMIT :limit
 
@@ -465,4 +468,55 @@ SELECT k.seq, k.tenant_id, k.id, k.text, k.source, k.created_at, k.expires_at, k
          SELECT 1 FROM json_each(k.roles) AS r
           WHERE r.value IN (SELECT value FROM json_each(:roles))))
  ORDER BY score DESC, k.created_at DESC, k.id
+ LIMIT :limit
+
+-- API keys, intake webhook secrets and the access log (migration 0009).
+
+-- name: insert_api_key
+INSERT INTO api_keys (key_id, tenant_id, role, name, token_hash, created_at, revoked_at)
+VALUES (?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT DO NOTHING
+
+-- name: get_api_key
+SELECT key_id, tenant_id, role, name, token_hash, created_at, revoked_at
+  FROM api_keys WHERE key_id = ?
+
+-- name: list_api_keys
+SELECT key_id, tenant_id, role, name, token_hash, created_at, revoked_at
+  FROM api_keys WHERE (:tenant_id IS NULL OR tenant_id = :tenant_id)
+ ORDER BY created_at, key_id
+
+-- name: revoke_api_key
+UPDATE api_keys SET revoked_at = ?
+ WHERE tenant_id = ? AND key_id = ? AND revoked_at IS NULL
+
+-- name: put_intake_secret
+INSERT INTO intake_secrets (tenant_id, source, secret, created_at) VALUES (?, ?, ?, ?)
+ON CONFLICT (tenant_id, source) DO UPDATE
+   SET secret = excluded.secret, created_at = excluded.created_at
+
+-- name: get_intake_secret
+SELECT tenant_id, source, secret, created_at FROM intake_secrets
+ WHERE tenant_id = ? AND source = ?
+
+-- name: list_intake_secrets
+SELECT tenant_id, source, secret, created_at FROM intake_secrets
+ WHERE tenant_id = ? ORDER BY source
+
+-- name: delete_intake_secret
+DELETE FROM intake_secrets WHERE tenant_id = ? AND source = ?
+
+-- name: log_access
+INSERT INTO access_log (tenant_id, at, key_id, key_name, run_id, endpoint)
+VALUES (?, ?, ?, ?, ?, ?)
+
+-- name: list_access
+SELECT tenant_id, at, key_id, key_name, run_id, endpoint, seq FROM access_log
+ WHERE tenant_id = :tenant_id
+   AND (:run_id IS NULL OR run_id = :run_id)
+   AND (:key_id IS NULL OR key_id = :key_id)
+   AND (:since IS NULL OR at >= :since)
+   AND (:until IS NULL OR at < :until)
+   AND (:before IS NULL OR seq < :before)
+ ORDER BY seq DESC
  LIMIT :limit

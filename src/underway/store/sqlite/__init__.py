@@ -2,14 +2,15 @@
 
 Writers serialize through ``BEGIN IMMEDIATE``, which is also what makes claiming correct
 when several worker processes share one database file. The store is one class made of one
-part per role (``journal``, ``leases``, ``inbox``, ``schedules``), over one connection
-(``connection``); the SQL is in ``store/sql/sqlite.sql``.
+part per role (``journal``, ``leases``, ``inbox``, ``schedules``, ``access``), over one
+connection (``connection``); the SQL is in ``store/sql/sqlite.sql``.
 """
 
 from __future__ import annotations
 
 from ..base import Dialect
 from ..wakeups import Polling, Wakeups
+from .access import Access
 from .inbox import Inbox
 from .journal import Journal
 from .leases import Leases
@@ -18,7 +19,7 @@ from .schedules import Schedules
 __all__ = ["SQLiteStore"]
 
 
-class SQLiteStore(Journal, Leases, Inbox, Schedules):
+class SQLiteStore(Journal, Leases, Inbox, Schedules, Access):
     """A :class:`~underway.store.base.Store` on one SQLite database file.
 
     ``busy_timeout_ms`` is how long a writer waits for another process's write lock.

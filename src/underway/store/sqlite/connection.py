@@ -121,6 +121,16 @@ class Connection:
 
 
 def _statements(sql: str) -> list[str]:
-    """Split a migration file into statements (no semicolons inside our DDL literals)."""
+    """Split a migration file into statements: SQLite itself says where each one ends, so a
+    trigger's ``BEGIN ... END`` body (semicolons inside) stays one statement."""
     body = "\n".join(line for line in sql.splitlines() if not line.strip().startswith("--"))
-    return [s.strip() for s in body.split(";") if s.strip()]
+    found, current = [], ""
+    for piece in body.split(";"):
+        current += piece + ";"
+        if sqlite3.complete_statement(current):
+            if current.strip(" \n;"):
+                found.append(current.strip())
+            current = ""
+    if current.strip(" \n;"):
+        found.append(current.strip())
+    return found

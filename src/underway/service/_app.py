@@ -1,0 +1,94 @@
+"""The app factory: one FastAPI app with the API under ``/v1`` (a router per resource),
+``/healthz`` and ``/readyz``, problem+json errors and the OpenAPI 3.1 document at
+``/openapi.json``. ``/`` (the console) and ``/metrics`` are left for later."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+from starlette.concurrency import run_in_threadpool
+
+from ..client import Client
+from ..intake import Route, Routes
+from ..store import queries
+from ..store.base import Store
+from ..webhooks import REPLAY_WINDOW
+from . import _admin, _approvals, _intake, _reads, _runs, _stream
+from ._auth import ServiceState
+from ._problems import PROBLEM_TYPE, Problem, install, problem_responses, respond
+
+
+class Health(BaseModel):
+    """The server answers (``/healthz``), or its database is usable (``/readyz``)."""
+
+    status: str
+    schema_version: int | None = None
+
+
+def create_app(
+    target: Client | Store,
+    *,
+    routes: Routes | Mapping[str, Route] | None = None,
+    replay_window: float = REPLAY_WINDOW,
+    title: str = "underway",
+) -> FastAPI:
+    """The ``underway serve`` app over a client (or a store, wrapped in a client without
+    flow code: runs are started by name). ``routes`` is the intake routing table of
+    ``/v1/intake/{source}`` (none: intake answers 404); ``replay_window`` is how old (or how
+    far ahead) a webhook's signed timestamp may be, in seconds. The caller keeps owning
+    the client or store and closes it after the app stops."""
+    client = target if isinstance(target, Client) else Client(target)
+    table = None if routes is None else routes if isinstance(routes, Routes) else Routes(routes)
+    app = FastAPI(
+        title=title, version=_version(), openapi_url="/openapi.json", docs_url="/docs",
+        redoc_url=None,
+        description="The underway API: runs, approvals, intake webhooks and admin, every "
+        "request scoped to its API key's tenant and role.",
+    )
+    app.state.underway = ServiceState(client, table, replay_window)
+    install(app)
+    for module in (_runs, _stream, _approvals, _intake, _reads, _admin):
+        app.include_router(module.router)
+    _health(app)
+    return app
+
+
+def _health(app: FastAPI) -> None:
+    state: ServiceState = app.state.underway
+
+    @app.get("/healthz", response_model=Health, tags=["health"])
+    def healthz() -> Health:
+        """The server is up."""
+        return Health(status="ok")
+
+    @app.get("/readyz", response_model=Health, tags=["health"],
+             responses=problem_responses(503))
+    async def readyz() -> Any:
+        """The database answers and its schema is the one this code knows."""
+        try:
+            found = await run_in_threadpool(state.store.schema_version)
+        except Exception as exc:
+            return _unready(f"the database does not answer: {type(exc).__name__}")
+        dialect = state.store.dialect
+        expected = 1 if dialect == "memory" else queries.latest_version(dialect)
+        if found != expected:
+            return _unready(f"schema version {found}, expected {expected}: run "
+                            "`underway db migrate`")
+        return Health(status="ready", schema_version=found)
+
+
+def _unready(detail: str) -> JSONResponse:
+    return respond(Problem(type=PROBLEM_TYPE + "not-ready", title="Not ready", status=503,
+                           detail=detail))
+
+
+def _version() -> str:
+    try:
+        return version("underway")
+    except PackageNotFoundError:
+        return "0"

@@ -1,0 +1,130 @@
+"""Who is asking: the API key behind a request's bearer token, its tenant and role, and the
+permission each endpoint needs. Every endpoint under ``/v1`` is declared through
+:func:`endpoint`, which both enforces the permission and writes the roles that hold it into
+the OpenAPI document (``x-underway-roles``), so what is documented is what is enforced."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.concurrency import run_in_threadpool
+
+from ..apikeys import PERMISSIONS, Permission, Role, authenticate, roles_with
+from ..client import Client
+from ..intake import Routes
+from ..store.base import AccessRecord, Store
+from ._problems import ApiProblem, problem_responses
+
+ROLES_EXTENSION = "x-underway-roles"
+"""The OpenAPI operation field listing the roles that may call it."""
+RUN_DATA_EXTENSION = "x-underway-run-data"
+"""The OpenAPI operation field that is true when a call reads a run's data (and so is
+written to the access log)."""
+
+_bearer = HTTPBearer(auto_error=False, description="An API key: `underway apikeys new`.")
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """The API key a request was made with: its id, name, tenant and role."""
+
+    key_id: str
+    name: str
+    tenant_id: str
+    role: Role
+
+    @property
+    def actor(self) -> str:
+        """How the key is named in journals (``by`` of a cancel, a resume...)."""
+        return f"apikey:{self.name or self.key_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceState:
+    """What every request of one app shares: the client, intake routes and the clock."""
+
+    client: Client
+    routes: Routes | None
+    replay_window: float
+
+    @property
+    def store(self) -> Store:
+        """The client's store."""
+        return self.client.store
+
+    def record_reads(self, request: Request, who: Principal, run_ids: list[str]) -> None:
+        """Append one access-log entry per run whose data this request reads (before the
+        data leaves: a read the log could not record is not answered)."""
+        route = request.scope.get("route")
+        path = getattr(route, "path", request.url.path)
+        endpoint = f"{request.method} {path}"
+        now = self.client.clock.now()
+        self.store.log_access([
+            AccessRecord(who.tenant_id, now, who.key_id, who.name, run_id, endpoint)
+            for run_id in run_ids
+        ])
+
+
+def service(request: Request) -> ServiceState:
+    """The app's shared state."""
+    state: ServiceState = request.app.state.underway
+    return state
+
+
+def principal(request: Request) -> Principal:
+    """The key the request was authenticated with (set by the endpoint's permission)."""
+    who: Principal = request.state.principal
+    return who
+
+
+State = Annotated[ServiceState, Depends(service)]
+Caller = Annotated[Principal, Depends(principal)]
+
+
+class _Require:
+    """A dependency that authenticates the bearer token and checks one permission."""
+
+    def __init__(self, permission: Permission) -> None:
+        self.permission = permission
+
+    async def __call__(
+        self, request: Request,
+        credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+    ) -> None:
+        if credentials is None or credentials.scheme.lower() != "bearer":
+            raise ApiProblem(401, "unauthorized", "Unauthorized",
+                             "send an API key as 'Authorization: Bearer <token>'",
+                             headers={"WWW-Authenticate": "Bearer"})
+        state = service(request)
+        record = await run_in_threadpool(authenticate, state.store, credentials.credentials)
+        if record is None:
+            raise ApiProblem(401, "unauthorized", "Unauthorized",
+                             "the API key is unknown or revoked",
+                             headers={"WWW-Authenticate": "Bearer"})
+        role: Role = record.role  # type: ignore[assignment]
+        if self.permission not in PERMISSIONS[role]:
+            allowed = ", ".join(roles_with(self.permission))
+            raise ApiProblem(403, "forbidden", "Forbidden",
+                             f"a {role} key may not do this; it needs one of: {allowed}")
+        request.state.principal = Principal(record.key_id, record.name, record.tenant_id, role)
+
+
+def endpoint(
+    router: APIRouter, method: str, path: str, *, permission: Permission,
+    run_data: bool = False, problems: tuple[int, ...] = (), **kwargs: Any,
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Declare an endpoint of ``router`` that needs ``permission`` (and, with
+    ``run_data``, records its reads in the access log)."""
+    extra = dict(kwargs.pop("openapi_extra", None) or {})
+    responses = {**problem_responses(400, 401, 403, 422, *problems),
+                 **kwargs.pop("responses", {})}
+    extra[ROLES_EXTENSION] = list(roles_with(permission))
+    extra[RUN_DATA_EXTENSION] = run_data
+    return router.api_route(
+        path, methods=[method], dependencies=[Depends(_Require(permission))],
+        openapi_extra=extra, responses=responses, **kwargs,
+    )

@@ -1,0 +1,117 @@
+"""``POST /v1/intake/{source}``: an outside event, delivered by webhook, routed like
+``underway events send``. The request needs an ``intake`` key (its tenant is the event's)
+and an HMAC-SHA256 signature of the timestamp and the exact body with the source's secret
+(:mod:`underway.webhooks`); a stale timestamp, a bad signature, a body changed after
+signing are refused before anything is read or stored. An accepted event acts once per
+idempotency key (the body's ``idempotency_key``, else the ``Idempotency-Key`` header)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Path, Request
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, JsonValue, ValidationError
+from starlette.concurrency import run_in_threadpool
+
+from .. import webhooks
+from ..intake import IntakeError, intake
+from ._auth import Caller, ServiceState, State, endpoint
+from ._problems import ApiProblem, FieldError, invalid, not_found
+
+router = APIRouter(prefix="/v1/intake", tags=["intake"])
+
+Source = Annotated[str, Path(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.\-]+$")]
+
+
+class WebhookEvent(BaseModel):
+    """An outside event: which entity, what type, the payload; the tenant is the key's and
+    the source is the path's. ``occurred_at`` defaults to when it arrived."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    entity_id: str = Field(min_length=1)
+    event_type: str = Field(min_length=1)
+    idempotency_key: str | None = Field(default=None, min_length=1)
+    occurred_at: AwareDatetime | None = None
+    permissions: list[str] = Field(default_factory=list)
+    payload: JsonValue = None
+
+
+class IntakeOutcome(BaseModel):
+    """What the event did: ``started`` or ``signalled`` run ``run_id``; ``duplicate`` (an
+    earlier delivery with its key did, ``run_id`` is that run); or ``ignored`` (why in
+    ``reason``)."""
+
+    action: Literal["started", "signalled", "duplicate", "ignored"]
+    run_id: str | None
+    reason: str
+
+
+_REFUSED = {
+    "missing_signature": f"send {webhooks.TIMESTAMP_HEADER} and {webhooks.SIGNATURE_HEADER}",
+    "stale_timestamp": "the timestamp is outside the replay window; sign the delivery again",
+    "bad_signature": "the signature does not match the body and timestamp",
+}
+
+
+@endpoint(router, "POST", "/{source}", permission="intake", response_model=IntakeOutcome,
+          problems=(404,), openapi_extra={"requestBody": {"required": True, "content": {
+              "application/json": {"schema": {"$ref": "#/components/schemas/WebhookEvent"}}}}})
+async def deliver(source: Source, request: Request, state: State, who: Caller) -> IntakeOutcome:
+    """Verify, then route an outside event to the run that owns its entity, or start one."""
+    body = await request.body()
+    secret = await run_in_threadpool(state.store.get_intake_secret, who.tenant_id, source)
+    if secret is None:
+        raise not_found("such webhook source (set its secret first)")
+    refusal = webhooks.verify(
+        secret.secret, body, timestamp=request.headers.get(webhooks.TIMESTAMP_HEADER),
+        signed=request.headers.get(webhooks.SIGNATURE_HEADER), now=state.client.clock.now(),
+        window=state.replay_window,
+    )
+    if refusal is not None:
+        raise ApiProblem(401, refusal.replace("_", "-"), "Delivery refused", _REFUSED[refusal])
+    event = _parse(body)
+    key = event.idempotency_key or request.headers.get("idempotency-key")
+    if not key:
+        raise invalid("body.idempotency_key", "give idempotency_key, or an Idempotency-Key "
+                      "header")
+    return await run_in_threadpool(_route, state, who.tenant_id, source, event, key)
+
+
+def _parse(body: bytes) -> WebhookEvent:
+    try:
+        data = json.loads(body)
+    except ValueError as exc:
+        raise ApiProblem(400, "invalid-json", "Invalid JSON",
+                         f"the body is not valid JSON: {exc}",
+                         [FieldError(field="body", message=str(exc))]) from None
+    try:
+        return WebhookEvent.model_validate(data)
+    except ValidationError as exc:
+        fields = [FieldError(field=".".join(["body", *map(str, e["loc"])]), message=e["msg"])
+                  for e in exc.errors(include_url=False)]
+        raise ApiProblem(422, "invalid-input", "Invalid input",
+                         "; ".join(f"{f.field}: {f.message}" for f in fields), fields) from None
+
+
+def _route(
+    state: ServiceState, tenant_id: str, source: str, event: WebhookEvent, key: str
+) -> IntakeOutcome:
+    if state.routes is None:
+        raise ApiProblem(404, "intake-not-configured", "Intake not configured",
+                         "this server has no intake routes (underway serve --routes)")
+    now = state.client.clock.now()
+    data: dict[str, Any] = {
+        "tenant_id": tenant_id, "entity_id": event.entity_id, "event_type": event.event_type,
+        "occurred_at": event.occurred_at or datetime.fromtimestamp(now, UTC),
+        "source": source, "permissions": event.permissions, "idempotency_key": key,
+        "payload": event.payload,
+    }
+    try:
+        result = intake(state.client, data, state.routes)
+    except IntakeError as exc:
+        raise ApiProblem(422, "intake-refused", "Event refused", str(exc)) from None
+    return IntakeOutcome(**dataclasses.asdict(result))

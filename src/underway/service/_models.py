@@ -1,0 +1,175 @@
+"""The API's request and response bodies, as pydantic models (the OpenAPI document's schemas
+come from these). Requests refuse unknown fields, so a misspelt field is named, not
+ignored. Times are epoch seconds."""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+
+from ..client import PendingRequest, RunEvent
+from ..store.base import RunRecord
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class RunSummary(BaseModel):
+    """A run's row: what listing shows."""
+
+    run_id: str
+    flow: str
+    status: str
+    step: str | None
+    queue: str
+    idempotency_key: str | None
+    last_seq: int
+    waiting_signal: str | None
+    next_wake_at: float | None
+    created_at: float
+    updated_at: float
+    error: str | None
+
+    @classmethod
+    def of(cls, row: RunRecord) -> RunSummary:
+        """The summary of a stored row."""
+        return cls(
+            run_id=row.run_id, flow=row.flow, status=row.status, step=row.step,
+            queue=row.queue, idempotency_key=row.idempotency_key, last_seq=row.last_seq,
+            waiting_signal=row.waiting_signal, next_wake_at=row.next_wake_at,
+            created_at=row.created_at, updated_at=row.updated_at, error=row.error,
+        )
+
+
+class RunPage(BaseModel):
+    """A page of runs, newest first; pass ``next_cursor`` as ``cursor`` for the next."""
+
+    runs: list[RunSummary]
+    next_cursor: str | None
+
+
+class Pending(BaseModel):
+    """What a run waits for a person to decide: an approval (the exact ``tool``, ``args``
+    and their ``args_hash``, ``evidence``, ``risks``), a question, or a resolution of an
+    escalation. ``expires_at`` is null when it never expires."""
+
+    run_id: str
+    kind: Literal["approval", "question", "resolution"]
+    request_id: str
+    tool: str
+    args: JsonValue
+    args_hash: str
+    evidence: JsonValue
+    risks: list[str]
+    required_role: str | None
+    expires_at: float | None
+    question: str | None
+    context: JsonValue
+    rule_id: str | None
+    policy_version: str | None
+    cause: str | None
+    key: str | None
+
+    @classmethod
+    def of(cls, r: PendingRequest) -> Pending:
+        """The request as the API shows it."""
+        return cls(
+            run_id=r.run_id, kind=r.kind, request_id=r.request_id, tool=r.tool, args=r.args,
+            args_hash=r.args_hash, evidence=r.evidence, risks=list(r.risks),
+            required_role=r.required_role,
+            expires_at=None if math.isinf(r.expires_at) else r.expires_at,
+            question=r.question, context=r.context, rule_id=r.rule_id,
+            policy_version=r.policy_version, cause=r.cause, key=r.key,
+        )
+
+
+class WaitingOn(BaseModel):
+    """What a run that is not finished waits for: a ``worker`` (it is ready), a ``timer``,
+    a ``signal`` (``signal``; ``until`` its timeout), a ``child`` run, or a person
+    (``approval``, ``question``, ``resolution``: ``request``)."""
+
+    kind: Literal["worker", "timer", "signal", "child", "approval", "question", "resolution"]
+    signal: str | None = None
+    until: float | None = None
+    request: Pending | None = None
+
+
+class RunDetail(RunSummary):
+    """A run's row, the step it is at, and what it waits on (null once finished)."""
+
+    waiting_on: WaitingOn | None
+
+
+class Event(BaseModel):
+    """One journaled event: its sequence number, time, type, chain hash and fields."""
+
+    seq: int
+    at: float
+    type: str
+    hash: str
+    data: dict[str, JsonValue]
+
+    @classmethod
+    def of(cls, e: RunEvent) -> Event:
+        """The event as the API shows it."""
+        data = e.event.model_dump(mode="json")
+        event_type = str(data.pop("type"))
+        return cls(seq=e.seq, at=e.at, type=event_type, hash=e.hash, data=data)
+
+
+class StartRun(_Request):
+    """Start a run of ``flow`` (by name) with ``input``. ``start_at`` delays its first
+    step; past ``deadline`` it escalates to a person."""
+
+    flow: str = Field(min_length=1)
+    input: JsonValue = None
+    queue: str = Field(default="default", min_length=1)
+    start_at: float | None = None
+    deadline: float | None = None
+
+
+class Started(BaseModel):
+    """The run a start created (201) or found by its idempotency key (200)."""
+
+    run_id: str
+    created: bool
+
+
+class SendSignal(_Request):
+    """A signal to deliver: once per ``signal_id`` when given."""
+
+    name: str = Field(min_length=1)
+    payload: JsonValue = None
+    signal_id: str | None = Field(default=None, min_length=1)
+
+
+class Cancel(_Request):
+    """Why the run is cancelled (journaled with the key's name)."""
+
+    reason: str = ""
+
+
+class Resume(_Request):
+    """Resume a dead run at ``step``, or where it stopped."""
+
+    step: str | None = Field(default=None, min_length=1)
+
+
+class Resolve(_Request):
+    """Resolve an escalation, unsigned: the effect ``succeeded`` (with ``result``),
+    ``failed``, or may be ``retry``-ed."""
+
+    resolution: Literal["succeeded", "failed", "retry"]
+    result: JsonValue = None
+
+
+class Accepted(BaseModel):
+    """A request delivered to the run's inbox (``delivered`` false: a duplicate); the run
+    acts on it at its next step boundary. ``note`` says what else to know."""
+
+    run_id: str
+    delivered: bool
+    note: str = ""

@@ -1,0 +1,135 @@
+"""Read endpoints for what the CLI shows besides runs: usage (``underway usage``), the
+audit of the tenant's hash chains (``underway audit verify``), schedules and queues."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+from pydantic import BaseModel, JsonValue
+
+from ..audit import verify
+from ..budgets import tenant_usage
+from ..schedules import list_schedules
+from ._auth import Caller, State, endpoint
+from ._problems import invalid, not_found
+
+router = APIRouter(prefix="/v1", tags=["reads"])
+
+
+class UsageReport(BaseModel):
+    """What the tenant's runs spent since ``since``, counted from the journal."""
+
+    since: float
+    tokens_in: int
+    tokens_out: int
+    cost_usd: float
+    model_calls: int
+    tool_calls: int
+    messages: int
+    money: dict[str, float]
+
+
+class Finding(BaseModel):
+    """Something the audit found wrong in a run (at ``seq`` when it can say)."""
+
+    run_id: str | None
+    seq: int | None
+    reason: str
+
+
+class AuditReport(BaseModel):
+    """The audit of the tenant's journals: ``ok`` when every hash chain is intact."""
+
+    ok: bool
+    runs: int
+    events: int
+    findings: list[Finding]
+
+
+class Schedule(BaseModel):
+    """A cron schedule and when it fires next."""
+
+    name: str
+    flow: str
+    cron: str
+    timezone: str
+    input: JsonValue
+    queue: str
+    enabled: bool
+    next_fire_at: float
+    last_fired_at: float | None
+    created_at: float
+
+
+class Queue(BaseModel):
+    """A queue's limits (null: no limit)."""
+
+    name: str
+    max_concurrency: int | None
+    rate_limit: int | None
+    rate_period_s: float
+    per_tenant: bool
+
+
+@endpoint(router, "GET", "/usage", permission="read", response_model=UsageReport)
+def usage(
+    state: State, who: Caller,
+    since: Annotated[float | None, Query(description="Epoch seconds (default: 00:00 UTC "
+                                         "today).")] = None,
+    days: Annotated[float | None, Query(gt=0, le=3660, description="The last N days "
+                                        "instead of since.")] = None,
+) -> UsageReport:
+    """Tokens, model cost, model and tool calls, messages and money moved."""
+    if since is not None and days is not None:
+        raise invalid("query.days", "give since or days, not both")
+    if days is not None:
+        start = time.time() - days * 86400
+    elif since is not None:
+        start = since
+    else:
+        now = datetime.now(UTC)
+        start = datetime(now.year, now.month, now.day, tzinfo=UTC).timestamp()
+    u = tenant_usage(state.store, who.tenant_id, since=start)
+    return UsageReport(since=start, tokens_in=u.tokens_in, tokens_out=u.tokens_out,
+                       cost_usd=round(u.cost_usd, 6), model_calls=u.model_calls,
+                       tool_calls=u.tool_calls, messages=u.messages, money=dict(u.money))
+
+
+@endpoint(router, "GET", "/audit/verify", permission="read", response_model=AuditReport,
+          problems=(404,))
+def audit(
+    state: State, who: Caller,
+    run_id: Annotated[str | None, Query(min_length=1, description="Only this run.")] = None,
+) -> AuditReport:
+    """Verify the hash chains of the tenant's runs (or one run)."""
+    if run_id is not None and state.store.get_run(who.tenant_id, run_id) is None \
+            and not state.store.load_events(who.tenant_id, run_id):
+        raise not_found("such run")
+    report = verify(state.store, tenant_id=who.tenant_id, run_id=run_id)
+    return AuditReport(
+        ok=report.ok, runs=report.runs, events=report.events,
+        findings=[Finding(run_id=f.run_id, seq=f.seq, reason=f.reason)
+                  for f in report.findings],
+    )
+
+
+@endpoint(router, "GET", "/schedules", permission="read", response_model=list[Schedule])
+def schedules(state: State, who: Caller) -> list[Schedule]:
+    """The tenant's schedules by name."""
+    return [
+        Schedule(name=s.name, flow=s.flow, cron=s.cron, timezone=s.timezone, input=s.input,
+                 queue=s.queue, enabled=s.enabled, next_fire_at=s.next_fire_at,
+                 last_fired_at=s.last_fired_at, created_at=s.created_at)
+        for s in list_schedules(state.client, tenant_id=who.tenant_id)
+    ]
+
+
+@endpoint(router, "GET", "/queues", permission="read", response_model=list[Queue])
+def queues(state: State, who: Caller) -> list[Queue]:
+    """Queues that have limits (shared by every tenant: limits are the operator's)."""
+    return [Queue(name=c.name, max_concurrency=c.max_concurrency, rate_limit=c.rate_limit,
+                  rate_period_s=c.rate_period_s, per_tenant=c.per_tenant)
+            for c in state.store.list_queues()]

@@ -1,0 +1,176 @@
+"""``/v1/runs``: list, read, start and steer runs — each a call of the client, in the key's
+tenant (another tenant's run is a 404, like a missing one)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Header, Path, Query, Request, Response
+
+from ..control import CHILD
+from ..errors import ConfigurationError
+from ..state import APPROVAL_SIGNAL
+from ..store.base import FINAL, RunRecord
+from ._auth import Caller, ServiceState, State, endpoint
+from ._models import (
+    Accepted,
+    Cancel,
+    Event,
+    Pending,
+    Resolve,
+    Resume,
+    RunDetail,
+    RunPage,
+    RunSummary,
+    SendSignal,
+    Started,
+    StartRun,
+    WaitingOn,
+)
+from ._problems import conflict, invalid
+
+router = APIRouter(prefix="/v1/runs", tags=["runs"])
+
+Status = Literal["ready", "waiting", "escalated", "dead", "completed", "failed", "cancelled"]
+RunId = Annotated[str, Path(min_length=1, description="The run's id.")]
+UNSIGNED = ("unsigned: a worker started with --signed-resolutions refuses it; submit a "
+            "signed resolve decision to /v1/approvals/{run_id}/decision instead")
+
+
+@endpoint(router, "GET", "", permission="read", response_model=RunPage)
+def list_runs(
+    state: State, who: Caller,
+    status: Status | None = None,
+    flow: Annotated[str | None, Query(min_length=1)] = None,
+    created_since: float | None = None,
+    created_until: float | None = None,
+    updated_since: float | None = None,
+    updated_until: float | None = None,
+    q: Annotated[str | None, Query(min_length=1, max_length=200,
+                                   description="A substring of the run id or flow.")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    cursor: Annotated[str | None, Query(min_length=1)] = None,
+) -> RunPage:
+    """A page of the tenant's runs, newest first, filtered."""
+    try:
+        page = state.client.list_runs(
+            tenant_id=who.tenant_id, status=status, flow=flow, since=created_since,
+            until=created_until, updated_since=updated_since, updated_until=updated_until,
+            search=q, limit=limit, cursor=cursor,
+        )
+    except ConfigurationError as exc:
+        raise invalid("query.cursor", str(exc)) from None
+    return RunPage(runs=[RunSummary.of(r) for r in page.runs], next_cursor=page.next_cursor)
+
+
+@endpoint(router, "POST", "", permission="steer", response_model=Started, status_code=201,
+          responses={200: {"model": Started, "description": "Found by its idempotency key"}})
+def start_run(
+    state: State, who: Caller, body: StartRun, response: Response,
+    idempotency_key: Annotated[str | None, Header(min_length=1, max_length=200)] = None,
+) -> Started:
+    """Start a run of a flow by name (201), or find the one this ``Idempotency-Key``
+    started (200)."""
+    try:
+        run_id, created = state.client.start(
+            body.flow, body.input, tenant_id=who.tenant_id, idempotency_key=idempotency_key,
+            queue=body.queue, start_at=body.start_at, deadline=body.deadline,
+        )
+    except ConfigurationError as exc:
+        field = "body.flow" if "not registered" in str(exc) else "body.input"
+        raise invalid(field, str(exc)) from None
+    if not created:
+        response.status_code = 200
+    return Started(run_id=run_id, created=created)
+
+
+@endpoint(router, "GET", "/{run_id}", permission="read", run_data=True,
+          response_model=RunDetail, problems=(404,))
+def get_run(state: State, who: Caller, run_id: RunId, request: Request) -> RunDetail:
+    """The run: its row, the step it is at, and what it waits on."""
+    row = state.client.get_run(run_id, tenant_id=who.tenant_id)
+    waiting = _waiting_on(state, row)
+    state.record_reads(request, who, [run_id])
+    return RunDetail(**RunSummary.of(row).model_dump(), waiting_on=waiting)
+
+
+def _waiting_on(state: ServiceState, row: RunRecord) -> WaitingOn | None:
+    if row.status in FINAL:
+        return None
+    # Only a person's request needs the folded state; the row says the rest.
+    if row.status in ("escalated", "dead") or row.waiting_signal == APPROVAL_SIGNAL:
+        request = state.client.pending_request(row.run_id, tenant_id=row.tenant_id)
+        if request is not None:
+            return WaitingOn(kind=request.kind, request=Pending.of(request))
+    if row.status == "ready":
+        return WaitingOn(kind="worker", until=row.next_wake_at)
+    if row.waiting_signal == CHILD:
+        return WaitingOn(kind="child", until=row.next_wake_at)
+    if row.waiting_signal is not None:
+        return WaitingOn(kind="signal", signal=row.waiting_signal, until=row.next_wake_at)
+    return WaitingOn(kind="timer", until=row.next_wake_at)
+
+
+@endpoint(router, "GET", "/{run_id}/events", permission="read", run_data=True,
+          response_model=list[Event], problems=(404,))
+def list_events(
+    state: State, who: Caller, run_id: RunId, request: Request,
+    after: Annotated[int, Query(ge=0, description="Only events with a higher seq.")] = 0,
+) -> list[Event]:
+    """The run's journaled events, decoded, in order."""
+    found = state.client.events(run_id, tenant_id=who.tenant_id, after=after)
+    state.record_reads(request, who, [run_id])
+    return [Event.of(e) for e in found]
+
+
+@endpoint(router, "POST", "/{run_id}/signals", permission="steer", response_model=Accepted,
+          status_code=202, problems=(404,))
+def send_signal(state: State, who: Caller, run_id: RunId, body: SendSignal) -> Accepted:
+    """Deliver a signal (once per ``signal_id``); a name the run's flow does not declare
+    is refused."""
+    row = state.client.get_run(run_id, tenant_id=who.tenant_id)
+    try:
+        delivered = state.client.signal(run_id, body.name, body.payload,
+                                        tenant_id=who.tenant_id, signal_id=body.signal_id,
+                                        sender=who.actor)
+    except ConfigurationError as exc:
+        raise invalid("body.name", str(exc)) from None
+    note = f"run is {row.status} and will not read it" if row.status in FINAL else ""
+    return Accepted(run_id=run_id, delivered=delivered, note=note)
+
+
+@endpoint(router, "POST", "/{run_id}/cancel", permission="steer", response_model=Accepted,
+          status_code=202, problems=(404, 409))
+def cancel_run(state: State, who: Caller, run_id: RunId, body: Cancel) -> Accepted:
+    """Cancel the run at its next step boundary."""
+    row = state.client.get_run(run_id, tenant_id=who.tenant_id)
+    if row.status in FINAL:
+        raise conflict(f"run {run_id} is already {row.status}; nothing to cancel")
+    state.client.cancel(run_id, by=who.actor, reason=body.reason, tenant_id=who.tenant_id)
+    return Accepted(run_id=run_id, delivered=True)
+
+
+@endpoint(router, "POST", "/{run_id}/resume", permission="steer", response_model=Accepted,
+          status_code=202, problems=(404, 409))
+def resume_run(state: State, who: Caller, run_id: RunId, body: Resume) -> Accepted:
+    """Resume a dead run (unsigned; see ``note``)."""
+    row = state.client.get_run(run_id, tenant_id=who.tenant_id)
+    if row.status != "dead":
+        raise conflict(f"run {run_id} is {row.status}, not dead: only dead runs resume")
+    try:
+        state.client.resume(run_id, by=who.actor, step=body.step, tenant_id=who.tenant_id)
+    except ConfigurationError as exc:
+        raise invalid("body.step", str(exc)) from None
+    return Accepted(run_id=run_id, delivered=True, note=UNSIGNED)
+
+
+@endpoint(router, "POST", "/{run_id}/resolve", permission="steer", response_model=Accepted,
+          status_code=202, problems=(404, 409))
+def resolve_run(state: State, who: Caller, run_id: RunId, body: Resolve) -> Accepted:
+    """Resolve an escalated run (unsigned; see ``note``)."""
+    row = state.client.get_run(run_id, tenant_id=who.tenant_id)
+    if row.status != "escalated":
+        raise conflict(f"run {run_id} is {row.status}, not escalated: nothing to resolve")
+    state.client.resolve(run_id, resolution=body.resolution, by=who.actor,
+                         result=body.result, tenant_id=who.tenant_id)
+    return Accepted(run_id=run_id, delivered=True, note=UNSIGNED)

@@ -1,0 +1,75 @@
+"""``GET /v1/runs/{run_id}/events/stream``: a live tail of a run's journal as Server-Sent
+Events. Each event is sent as ``id: <seq>``, ``event: <type>``, ``data: <JSON>``; a client
+that reconnects with ``Last-Event-ID`` goes on after it. The stream ends (``event: end``)
+once the run is finished and every event was sent, or when the client goes away."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Path, Query, Request
+from fastapi.responses import StreamingResponse
+from starlette.concurrency import run_in_threadpool
+
+from ..store.base import FINAL
+from ._auth import Caller, ServiceState, State, endpoint
+from ._models import Event
+
+router = APIRouter(prefix="/v1/runs", tags=["runs"])
+
+POLL_S = 0.25
+"""How often the server looks for new events of a streamed run."""
+KEEPALIVE_S = 15.0
+"""A comment line at least this often, so proxies keep the connection and a client that
+went away is noticed."""
+
+_DOC = {200: {"description": "Server-Sent Events: one per journaled event, then `end`",
+              "content": {"text/event-stream": {"schema": {"type": "string"}}}}}
+
+
+@endpoint(router, "GET", "/{run_id}/events/stream", permission="read", run_data=True,
+          problems=(404,), response_class=StreamingResponse, responses=_DOC)
+async def stream_events(
+    state: State, who: Caller, request: Request,
+    run_id: Annotated[str, Path(min_length=1)],
+    after: Annotated[int, Query(ge=0, description="Start after this seq.")] = 0,
+    last_event_id: Annotated[str | None, Header(description="The last seq received.")] = None,
+) -> StreamingResponse:
+    """Tail the run's events as they are journaled."""
+    await run_in_threadpool(state.client.get_run, run_id, tenant_id=who.tenant_id)
+    if last_event_id is not None and last_event_id.strip().isdigit():
+        after = max(after, int(last_event_id))
+    await run_in_threadpool(state.record_reads, request, who, [run_id])
+    return StreamingResponse(
+        _tail(state, who.tenant_id, run_id, after, request), media_type="text/event-stream",
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    )
+
+
+async def _tail(
+    state: ServiceState, tenant_id: str, run_id: str, seq: int, request: Request
+) -> AsyncIterator[str]:
+    quiet = 0.0
+    while not await request.is_disconnected():
+        found = await run_in_threadpool(state.client.events, run_id, tenant_id=tenant_id,
+                                        after=seq)
+        for e in found:
+            out = Event.of(e)
+            seq = out.seq
+            yield f"id: {out.seq}\nevent: {out.type}\ndata: {out.model_dump_json()}\n\n"
+        if found:
+            quiet = 0.0
+            continue
+        row = await run_in_threadpool(state.store.get_run, tenant_id, run_id)
+        if row is None or (row.status in FINAL and row.last_seq <= seq):
+            status = row.status if row is not None else None
+            yield f"event: end\ndata: {json.dumps({'status': status, 'seq': seq})}\n\n"
+            return
+        quiet += POLL_S
+        if quiet >= KEEPALIVE_S:
+            quiet = 0.0
+            yield ": keep-alive\n\n"
+        await asyncio.sleep(POLL_S)

@@ -1,0 +1,128 @@
+"""One sample request for every endpoint under /v1, keyed by (method, route path), built on
+the resources of tenant ``acme`` (:class:`Acme`). The tests check the table covers every
+route of the app, so a new endpoint cannot escape them."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from service_world import World
+
+from underway import webhooks
+from underway.apikeys import issue_key
+from underway.approvals import public_key_of, sign_decision
+from underway.service import ROLES_EXTENSION, RUN_DATA_EXTENSION
+from underway.store.base import IntakeSecretRecord
+
+
+@dataclass
+class Acme:
+    """Tenant acme's resources the samples point at."""
+
+    run: str
+    refund: str
+    done: str
+    spare_key: str
+    decision: dict[str, Any]
+    approver_public_key: str
+
+
+def acme(world: World) -> Acme:
+    run = world.start(invoice="INV-1", drive=False)
+    refund = world.start("refunds", "INV-2", drive=False)
+    done = world.start(invoice="INV-3", drive=False)
+    world.drive()
+    world.call("POST", f"/v1/runs/{done}/cancel", json={})
+    world.drive()
+    alice = world.approver("acme", "alice", "finance")
+    world.approver("acme", "bob", "finance")
+    [pending] = world.client_pending(refund)
+    decision = sign_decision(
+        alice, request_id=pending["request_id"], run_id=refund, tenant_id="acme",
+        tool="refund", args_hash=pending["args_hash"], decision="approve",
+        expires_at=pending["expires_at"], approver_id="alice",
+    ).model_dump(mode="json")
+    now = world.clock.now()
+    for source in ("billing", "old"):
+        world.store.put_intake_secret(IntakeSecretRecord("acme", source, "s" * 32, now))
+    spare = issue_key(world.store, tenant_id="acme", role="viewer", name="spare", now=now)
+    return Acme(run, refund, done, spare.record.key_id, decision,
+                public_key_of(alice))
+
+
+def _intake(world: World, fx: Acme) -> dict[str, Any]:
+    body = json.dumps({"entity_id": "INV-77", "event_type": "invoice.created",
+                       "idempotency_key": "evt-77",
+                       "payload": {"invoice": "INV-77", "amount": 1}}).encode()
+    return {"content": body, "headers": {"content-type": "application/json",
+                                         **webhooks.sign("s" * 32, body,
+                                                         at=world.clock.now())}}
+
+
+Sample = Callable[[World, Acme], tuple[str, dict[str, Any]]]
+
+SAMPLES: dict[tuple[str, str], Sample] = {
+    ("GET", "/v1/runs"): lambda w, a: ("/v1/runs", {}),
+    ("POST", "/v1/runs"): lambda w, a: ("/v1/runs", {"json": {
+        "flow": "reminders", "input": {"invoice": "INV-5", "amount": 1}}}),
+    ("GET", "/v1/runs/{run_id}"): lambda w, a: (f"/v1/runs/{a.run}", {}),
+    ("GET", "/v1/runs/{run_id}/events"): lambda w, a: (f"/v1/runs/{a.run}/events", {}),
+    ("GET", "/v1/runs/{run_id}/events/stream"):
+        lambda w, a: (f"/v1/runs/{a.done}/events/stream", {}),
+    ("POST", "/v1/runs/{run_id}/signals"): lambda w, a: (
+        f"/v1/runs/{a.run}/signals", {"json": {"name": "paid", "signal_id": "s1"}}),
+    ("POST", "/v1/runs/{run_id}/cancel"): lambda w, a: (f"/v1/runs/{a.run}/cancel",
+                                                         {"json": {"reason": "test"}}),
+    ("POST", "/v1/runs/{run_id}/resume"): lambda w, a: (f"/v1/runs/{a.run}/resume",
+                                                         {"json": {}}),
+    ("POST", "/v1/runs/{run_id}/resolve"): lambda w, a: (
+        f"/v1/runs/{a.run}/resolve", {"json": {"resolution": "retry"}}),
+    ("GET", "/v1/approvals"): lambda w, a: ("/v1/approvals", {}),
+    ("GET", "/v1/approvals/{run_id}"): lambda w, a: (f"/v1/approvals/{a.refund}", {}),
+    ("POST", "/v1/approvals/{run_id}/decision"): lambda w, a: (
+        f"/v1/approvals/{a.refund}/decision", {"json": a.decision}),
+    ("POST", "/v1/intake/{source}"): lambda w, a: ("/v1/intake/billing", _intake(w, a)),
+    ("GET", "/v1/usage"): lambda w, a: ("/v1/usage", {"params": {"days": 1}}),
+    ("GET", "/v1/audit/verify"): lambda w, a: ("/v1/audit/verify", {}),
+    ("GET", "/v1/schedules"): lambda w, a: ("/v1/schedules", {}),
+    ("GET", "/v1/queues"): lambda w, a: ("/v1/queues", {}),
+    ("GET", "/v1/api-keys"): lambda w, a: ("/v1/api-keys", {}),
+    ("POST", "/v1/api-keys"): lambda w, a: ("/v1/api-keys", {"json": {"role": "viewer"}}),
+    ("DELETE", "/v1/api-keys/{key_id}"): lambda w, a: (f"/v1/api-keys/{a.spare_key}", {}),
+    ("GET", "/v1/approvers"): lambda w, a: ("/v1/approvers", {}),
+    ("POST", "/v1/approvers"): lambda w, a: ("/v1/approvers", {"json": {
+        "approver_id": "carol", "public_key": a.approver_public_key, "roles": ["ops"]}}),
+    ("DELETE", "/v1/approvers/{approver_id}"): lambda w, a: ("/v1/approvers/bob", {}),
+    ("GET", "/v1/intake-secrets"): lambda w, a: ("/v1/intake-secrets", {}),
+    ("PUT", "/v1/intake-secrets/{source}"): lambda w, a: ("/v1/intake-secrets/new",
+                                                          {"json": {}}),
+    ("DELETE", "/v1/intake-secrets/{source}"): lambda w, a: ("/v1/intake-secrets/old", {}),
+    ("GET", "/v1/access-log"): lambda w, a: ("/v1/access-log", {}),
+}
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A route of the app as the OpenAPI document declares it."""
+
+    method: str
+    path: str
+    roles: tuple[str, ...]
+    run_data: bool
+
+
+def endpoints(world: World) -> list[Endpoint]:
+    """Every endpoint of the app under /v1, from the OpenAPI document the app builds from
+    its routes (a route left out of the document would be refused by the tests below:
+    every route must declare its roles there)."""
+    found = []
+    for path, operations in world.app.openapi()["paths"].items():
+        if not path.startswith("/v1"):
+            continue
+        for method, op in operations.items():
+            found.append(Endpoint(method.upper(), path, tuple(op[ROLES_EXTENSION]),
+                                  bool(op[RUN_DATA_EXTENSION])))
+    return found

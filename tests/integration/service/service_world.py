@@ -1,0 +1,128 @@
+"""A real ``underway serve`` for the service tests: the app on a real uvicorn server (in a
+thread, on an ephemeral port, ready once /healthz answers), over SQLite or a real
+PostgreSQL; a worker's engine with the flows on the same database; two tenants with a key
+of every role each; httpx as the client."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import httpx
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from pydantic import BaseModel
+
+import underway as uw
+from underway.apikeys import ROLES, issue_key
+from underway.approvals import public_key_of, register_approver
+from underway.clock import ManualClock
+from underway.intake import Routes, Signal, StartFlow
+from underway.policy import policy_from_dict
+from underway.runner import Runner
+from underway.service import ServerThread, create_app
+from underway.store import Store, connect
+
+TENANTS = ("acme", "globex")
+
+
+class Invoice(BaseModel):
+    invoice: str
+    amount: int
+
+
+class Notes(BaseModel):
+    seen: list[str] = []
+
+
+@uw.tool(irreversible=True)
+async def refund(args: Invoice) -> dict[str, Any]:
+    """Refund an invoice."""
+    return {"refunded": args.invoice}
+
+
+reminders: uw.Flow[Notes, Invoice] = uw.Flow("reminders", state=Notes, input=Invoice,
+                                             signals=["paid"])
+
+
+@reminders.step
+async def remind(ctx: uw.RunContext[Notes, Invoice]) -> Any:
+    ctx.state.seen.append(ctx.input.invoice)
+    return ctx.wait("paid", then=settle)
+
+
+@reminders.step
+async def settle(ctx: uw.RunContext[Notes, Invoice]) -> Any:
+    return ctx.done({"paid": ctx.signal})
+
+
+POLICY = policy_from_dict({"version": "v1", "rules": [
+    {"id": "refunds", "tools": ["refund"], "outcome": "require_approval",
+     "approver_role": "finance", "expires_in": 3600},
+]})
+refunds: uw.Flow[Notes, Invoice] = uw.Flow("refunds", state=Notes, input=Invoice,
+                                           tools=[refund], policy=POLICY)
+
+
+@refunds.step
+async def pay_back(ctx: uw.RunContext[Notes, Invoice]) -> Any:
+    return ctx.done(await ctx.call(refund, ctx.input.model_dump()))
+
+
+FLOWS = [reminders, refunds]
+ROUTES = Routes({"invoice.created": StartFlow("reminders"), "invoice.paid": Signal("paid")})
+
+
+class World:
+    """The server, the worker and the keys (``token[tenant][role]``)."""
+
+    def __init__(self, url: str, *, flows: bool = False) -> None:
+        self.clock = ManualClock(time.time())
+        self.store: Store = connect(url)
+        self.worker_store: Store = connect(url)
+        client = uw.Client(self.store, clock=self.clock, flows=FLOWS if flows else ())
+        self.app = create_app(client, routes=ROUTES)
+        self.engine = uw.Engine(self.worker_store, flows=FLOWS, clock=self.clock)
+        self.token = {t: {r: issue_key(self.store, tenant_id=t, role=r, name=f"{t}-{r}",
+                                       now=self.clock.now()).token for r in ROLES}
+                      for t in TENANTS}
+        self.server = ServerThread(self.app)
+        self.server.start()
+        self.http = httpx.Client(base_url=self.server.url, timeout=30.0)
+
+    def headers(self, tenant: str = "acme", role: str = "admin") -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token[tenant][role]}"}
+
+    def call(self, method: str, path: str, *, tenant: str = "acme", role: str = "admin",
+             **kwargs: Any) -> httpx.Response:
+        headers = {**self.headers(tenant, role), **kwargs.pop("headers", {})}
+        return self.http.request(method, path, headers=headers, **kwargs)
+
+    def start(self, flow: str = "reminders", invoice: str = "INV-1", *, tenant: str = "acme",
+              drive: bool = True) -> str:
+        r = self.call("POST", "/v1/runs", tenant=tenant, role="operator",
+                      json={"flow": flow, "input": {"invoice": invoice, "amount": 5}})
+        assert r.status_code == 201, r.text
+        if drive:
+            self.drive()
+        return str(r.json()["run_id"])
+
+    def drive(self) -> None:
+        asyncio.run(Runner(self.engine).run_until_idle())
+
+    def approver(self, tenant: str, name: str, *roles: str) -> Ed25519PrivateKey:
+        key = Ed25519PrivateKey.generate()
+        register_approver(self.store, name, public_key=public_key_of(key), roles=roles,
+                          now=self.clock.now(), tenant_id=tenant)
+        return key
+
+    def client_pending(self, run_id: str, tenant: str = "acme") -> list[dict[str, Any]]:
+        """The pending request of a run, as the API shows it (a list of zero or one)."""
+        r = self.call("GET", f"/v1/approvals/{run_id}", tenant=tenant, role="viewer")
+        return [r.json()] if r.status_code == 200 else []
+
+    def close(self) -> None:
+        self.http.close()
+        self.server.stop()
+        self.store.close()
+        self.worker_store.close()
