@@ -11,11 +11,11 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from starlette.concurrency import run_in_threadpool
 
 from ..apikeys import PERMISSIONS, Permission, Role, authenticate, roles_with
 from ..client import Client
 from ..intake import Routes
+from ..store._offload import run_io
 from ..store.base import AccessRecord, Store
 from ._problems import ApiProblem, problem_responses
 
@@ -100,7 +100,7 @@ class _Require:
                              "send an API key as 'Authorization: Bearer <token>'",
                              headers={"WWW-Authenticate": "Bearer"})
         state = service(request)
-        record = await run_in_threadpool(authenticate, state.store, credentials.credentials)
+        record = await run_io(state.store, authenticate, state.store, credentials.credentials)
         if record is None:
             raise ApiProblem(401, "unauthorized", "Unauthorized",
                              "the API key is unknown or revoked",

@@ -14,10 +14,10 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, Request
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, JsonValue, ValidationError
-from starlette.concurrency import run_in_threadpool
 
 from .. import webhooks
 from ..intake import IntakeError, intake
+from ..store._offload import run_io
 from ._auth import Caller, ServiceState, State, endpoint
 from ._problems import ApiProblem, FieldError, invalid, not_found
 
@@ -63,7 +63,7 @@ _REFUSED = {
 async def deliver(source: Source, request: Request, state: State, who: Caller) -> IntakeOutcome:
     """Verify, then route an outside event to the run that owns its entity, or start one."""
     body = await request.body()
-    secret = await run_in_threadpool(state.store.get_intake_secret, who.tenant_id, source)
+    secret = await run_io(state.store, state.store.get_intake_secret, who.tenant_id, source)
     if secret is None:
         raise not_found("such webhook source (set its secret first)")
     refusal = webhooks.verify(
@@ -78,7 +78,7 @@ async def deliver(source: Source, request: Request, state: State, who: Caller) -
     if not key:
         raise invalid("body.idempotency_key", "give idempotency_key, or an Idempotency-Key "
                       "header")
-    return await run_in_threadpool(_route, state, who.tenant_id, source, event, key)
+    return await run_io(state.store, _route, state, who.tenant_id, source, event, key)
 
 
 def _parse(body: bytes) -> WebhookEvent:

@@ -8,12 +8,13 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from functools import partial
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Path, Query, Request
 from fastapi.responses import StreamingResponse
-from starlette.concurrency import run_in_threadpool
 
+from ..store._offload import run_io
 from ..store.base import FINAL
 from ._auth import Caller, ServiceState, State, endpoint
 from ._models import Event
@@ -39,10 +40,10 @@ async def stream_events(
     last_event_id: Annotated[str | None, Header(description="The last seq received.")] = None,
 ) -> StreamingResponse:
     """Tail the run's events as they are journaled."""
-    await run_in_threadpool(state.client.get_run, run_id, tenant_id=who.tenant_id)
+    await run_io(state.store, partial(state.client.get_run, run_id, tenant_id=who.tenant_id))
     if last_event_id is not None and last_event_id.strip().isdigit():
         after = max(after, int(last_event_id))
-    await run_in_threadpool(state.record_reads, request, who, [run_id])
+    await run_io(state.store, state.record_reads, request, who, [run_id])
     return StreamingResponse(
         _tail(state, who.tenant_id, run_id, after, request), media_type="text/event-stream",
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
@@ -54,8 +55,8 @@ async def _tail(
 ) -> AsyncIterator[str]:
     quiet = 0.0
     while not await request.is_disconnected():
-        found = await run_in_threadpool(state.client.events, run_id, tenant_id=tenant_id,
-                                        after=seq)
+        found = await run_io(state.store, partial(
+            state.client.events, run_id, tenant_id=tenant_id, after=seq))
         for e in found:
             out = Event.of(e)
             seq = out.seq
@@ -63,7 +64,7 @@ async def _tail(
         if found:
             quiet = 0.0
             continue
-        row = await run_in_threadpool(state.store.get_run, tenant_id, run_id)
+        row = await run_io(state.store, state.store.get_run, tenant_id, run_id)
         if row is None or (row.status in FINAL and row.last_seq <= seq):
             status = row.status if row is not None else None
             yield f"event: end\ndata: {json.dumps({'status': status, 'seq': seq})}\n\n"
