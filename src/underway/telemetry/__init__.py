@@ -1,0 +1,30 @@
+"""Telemetry: the engine's metrics seam and Prometheus metrics.
+
+- :class:`Metrics`: the seam the engine reports through (the base records nothing);
+- :class:`PrometheusMetrics`: steps, step, tool and model latencies, model tokens and cost,
+  runs that ended, wake-up latency, lease takeovers, counted into its own registry
+  (``underway worker --metrics-port``);
+- :class:`DatabaseCollector`: what the database says — runs by status, pending approvals,
+  dead runs — computed on each scrape (``/metrics`` of ``underway serve``);
+- :func:`serve_metrics`: a registry served over HTTP from a background thread.
+
+``prometheus_client`` is imported only when one of the last three is first named.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
+from ._seam import NO_METRICS, Metrics
+
+if TYPE_CHECKING:
+    from ._prometheus import DatabaseCollector, PrometheusMetrics, serve_metrics
+else:
+    __getattr__, __dir__ = lazy_exports(__name__, {
+        "DatabaseCollector": "._prometheus", "PrometheusMetrics": "._prometheus",
+        "serve_metrics": "._prometheus",
+    }, globals())
+
+__all__ = ["NO_METRICS", "DatabaseCollector", "Metrics", "PrometheusMetrics",
+           "serve_metrics"]
