@@ -200,8 +200,7 @@ class Engine:
         if self.metrics.enabled:
             due = row.next_wake_at
             self.metrics.activated(
-                tenant_id=lease.tenant_id, flow=state.flow,
-                wake_latency=None if due is None else self.clock.now() - due,
+                state, wake_latency=None if due is None else self.clock.now() - due,
                 takeover=state.status == "ready" and state.attempt > 0)
         act = Activation(
             self, lease, state, loaded.head, state.seq, control_pending=True,
@@ -263,6 +262,8 @@ class Engine:
             raise
         finally:
             heartbeat.cancel()
+            if self.metrics.enabled:
+                self.metrics.left(lease.tenant_id, lease.run_id)
 
     def _load(self, lease: Lease) -> _Loaded:
         """What an activation starts from, read in one trip: the run row, the journal's

@@ -6,7 +6,10 @@
   (``underway worker --metrics-port``);
 - :class:`DatabaseCollector`: what the database says — runs by status, pending approvals,
   dead runs — computed on each scrape (``/metrics`` of ``underway serve``);
-- :func:`serve_metrics`: a registry served over HTTP from a background thread.
+- :func:`serve_metrics`: a registry served over HTTP from a background thread;
+- :class:`Tracing`: OpenTelemetry spans of activations, steps, tool and model calls,
+  policy decisions and approval waits, in the trace the run was started in;
+- :class:`Fanout`: several seams as one.
 
 ``prometheus_client`` is imported only when one of the last three is first named.
 """
@@ -16,7 +19,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .._lazy import lazy_exports
-from ._seam import NO_METRICS, Metrics
+from ._seam import NO_METRICS, Fanout, Metrics
+from ._tracing import Tracing, gen_ai_system
 
 if TYPE_CHECKING:
     from ._prometheus import DatabaseCollector, PrometheusMetrics, serve_metrics
@@ -26,5 +30,5 @@ else:
         "serve_metrics": "._prometheus",
     }, globals())
 
-__all__ = ["NO_METRICS", "DatabaseCollector", "Metrics", "PrometheusMetrics",
-           "serve_metrics"]
+__all__ = ["NO_METRICS", "DatabaseCollector", "Fanout", "Metrics", "PrometheusMetrics",
+           "Tracing", "gen_ai_system", "serve_metrics"]

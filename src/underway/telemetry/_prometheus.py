@@ -14,6 +14,7 @@ from prometheus_client.registry import Collector
 
 from .. import events as ev
 from ..client import Client
+from ..state import RunState
 from ..store.base import Store
 from ._seam import Metrics
 
@@ -88,9 +89,10 @@ class PrometheusMetrics(Metrics):
         self._started: dict[tuple[str, str], float] = {}
         self._lock = threading.Lock()
 
-    def activated(self, *, tenant_id: str, flow: str, wake_latency: float | None,
+    def activated(self, state: RunState, *, wake_latency: float | None,
                   takeover: bool) -> None:
         """Count an activation, its wake-up latency and whether it took a run over."""
+        flow = state.flow
         self.activations.labels(flow).inc()
         if wake_latency is not None:
             self.wakeup_seconds.observe(max(0.0, wake_latency))
