@@ -1,6 +1,7 @@
 """OpenTelemetry traces with the SDK's in-memory exporter: a run started over HTTP with a
 ``traceparent`` yields, from the worker, an activation span in the caller's trace with its
-steps, tool call, policy decision and model call below it, and no argument values."""
+steps, tool call, policy decision and model call below it, and no argument values; an
+approval wait is a span from the request to the decision, in the run's trace."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -17,6 +19,7 @@ from pydantic import BaseModel
 
 import underway as uw
 from underway.apikeys import issue_key
+from underway.approvals import public_key_of, register_approver, sign_decision
 from underway.clock import ManualClock
 from underway.effects import ModelReply
 from underway.policy import policy_from_dict
@@ -130,3 +133,61 @@ def test_a_run_joins_the_callers_trace_without_argument_values(db_url: str) -> N
     for s in spans:
         text = repr(dict(s.attributes or {})) + repr([e.attributes for e in s.events])
         assert SECRET not in text and "charged" not in text and "prompt" not in text
+
+
+@uw.tool(irreversible=True)
+async def refund(args: Order) -> dict[str, Any]:
+    """Refund a card."""
+    return {"refunded": args.card}
+
+
+HELD = policy_from_dict({"version": "v1", "rules": [
+    {"id": "refunds", "tools": ["refund"], "outcome": "require_approval",
+     "approver_role": "finance", "expires_in": 3600}]})
+refunds: uw.Flow[Seen, Order] = uw.Flow("refunds", state=Seen, input=Order, tools=[refund],
+                                        policy=HELD)
+
+
+@refunds.step
+async def pay_back(ctx: uw.RunContext[Seen, Order]) -> Any:
+    return ctx.done(await ctx.call(refund, {"card": ctx.input.card}))
+
+
+def test_an_approval_wait_is_a_span_from_request_to_decision(sqlite_url: str) -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    clock = ManualClock(1.7e9)
+    store = connect(sqlite_url)
+    engine = uw.Engine(store, flows=[refunds], clock=clock, metrics=Tracing(provider))
+    key = Ed25519PrivateKey.generate()
+    register_approver(store, "fin", public_key=public_key_of(key), roles=["finance"],
+                      now=clock.now())
+    try:
+        run_id, _ = engine.client.start(
+            refunds, {"card": SECRET},
+            trace_context={"traceparent": f"00-{TRACE_ID}-{CALLER_SPAN}-01"})
+        asyncio.run(Runner(engine).run_until_idle())
+        s = engine.state(run_id)
+        asked = s.pending_approval
+        assert s.status == "waiting" and asked is not None
+        clock.advance(60)
+        engine.submit_decision(sign_decision(
+            key, request_id=asked.request_id, run_id=run_id, tenant_id="default",
+            tool="refund", args_hash=asked.args_hash, decision="approve",
+            expires_at=asked.expires_at, approver_id="fin").model_dump(mode="json"))
+        asyncio.run(Runner(engine).run_until_idle())
+        assert engine.state(run_id).status == "completed"
+    finally:
+        store.close()
+
+    spans = exporter.get_finished_spans()
+    assert {format(x.context.trace_id, "032x") for x in spans} == {TRACE_ID}
+    (wait,) = [x for x in spans if x.name == "underway.approval_wait"]
+    assert wait.start_time is not None and wait.end_time is not None
+    assert (wait.end_time - wait.start_time) / 1e9 == pytest.approx(60.0)
+    assert dict(wait.attributes or {})["underway.approval.outcome"] == "granted"
+    assert [x.name for x in spans].count("underway.activation refunds") == 2
+    assert [x.name for x in spans].count("underway.tool refund") == 1
+    for x in spans:
+        assert SECRET not in repr(dict(x.attributes or {}))
