@@ -11,7 +11,8 @@
   policy decisions and approval waits, in the trace the run was started in;
 - :class:`Fanout`: several seams as one.
 
-``prometheus_client`` is imported only when one of the last three is first named.
+``prometheus_client`` and OpenTelemetry are imported only when a name that needs them is
+first read: an engine without telemetry loads neither.
 """
 
 from __future__ import annotations
@@ -20,14 +21,16 @@ from typing import TYPE_CHECKING
 
 from .._lazy import lazy_exports
 from ._seam import NO_METRICS, Fanout, Metrics
-from ._tracing import Tracing, gen_ai_system
 
+# The engine loads the seam only: Prometheus and OpenTelemetry load when first named.
 if TYPE_CHECKING:
     from ._prometheus import DatabaseCollector, PrometheusMetrics, serve_metrics
+    from ._tracing import Tracing, gen_ai_system
 else:
     __getattr__, __dir__ = lazy_exports(__name__, {
         "DatabaseCollector": "._prometheus", "PrometheusMetrics": "._prometheus",
-        "serve_metrics": "._prometheus",
+        "serve_metrics": "._prometheus", "Tracing": "._tracing",
+        "gen_ai_system": "._tracing",
     }, globals())
 
 __all__ = ["NO_METRICS", "DatabaseCollector", "Fanout", "Metrics", "PrometheusMetrics",
