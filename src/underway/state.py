@@ -212,6 +212,9 @@ class RunState:
     """False while a run started by flow name, without the flow's code, waits for a worker
     to check its input (see :class:`~underway.events.InputChecked`)."""
     parent_run_id: str | None = None
+    trace_context: dict[str, str] | None = None
+    approval_requested_at: float | None = None
+    """When the pending approval was requested (journal time)."""
     """The run that started this one with ``ctx.start`` (None: started from outside)."""
     children: dict[str, ChildRecord] = field(default_factory=dict)
     """Child runs this run started, by run id."""
@@ -368,6 +371,7 @@ def apply(s: RunState, rec: Recorded) -> RunState:
             s.signals = None if e.signals is None else list(e.signals)
             s.input_checked = e.checked
             s.parent_run_id = e.parent_run_id
+            s.trace_context = e.trace_context
         case ev.InputChecked():
             s.input, s.state = copy.deepcopy(e.input), copy.deepcopy(e.state)
             s.step, s.input_checked = e.first_step, True
@@ -403,7 +407,7 @@ def apply(s: RunState, rec: Recorded) -> RunState:
         case ev.ApprovalRequested():
             _set_call(s, CallRecord(e.index, e.key, e.tool, e.args_hash, "awaiting"))
             s.calls[e.index].approval_requests += 1
-            s.pending_approval = e
+            s.pending_approval, s.approval_requested_at = e, rec.at
             s.status, s.waiting_signal, s.wake_at = "waiting", APPROVAL_SIGNAL, e.expires_at
         case ev.ApprovalGranted():
             _settle_approval(s, e.request_id, "approved", None)

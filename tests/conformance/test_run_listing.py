@@ -105,3 +105,10 @@ def test_the_client_pages_with_the_new_filters(store: Store) -> None:
     assert [r.run_id for r in client.list_runs(updated_until=T0 + 9).runs] == ["b", "a"]
     assert [e.seq for e in client.events("c", after=1)] == [2]
     assert client.events("a", after=1) == []
+
+
+def test_run_counts_group_every_tenants_runs_by_status(store: Store) -> None:
+    assert store.run_counts() == []
+    started(store, ("a", T0, "f"), ("b", T0, "f"))
+    uw.Client(store, clock=uw.ManualClock(T0)).start("f", {}, run_id="c", tenant_id="acme")
+    assert store.run_counts() == [("acme", "ready", 1), ("default", "ready", 2)]

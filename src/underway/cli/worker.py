@@ -12,12 +12,14 @@ from typing import Annotated
 
 import typer
 
+from .. import telemetry
 from ..approvals import load_private_key
 from ..audit import Anchoring, FileAnchorLog
 from ..engine import Engine
 from ..policy import load_policy
 from ..secrets import EnvSecrets
 from ..store import queries
+from ..telemetry import Metrics
 from ..worker import Worker, load_app
 from ._common import DbOption, Problem, handle_errors, open_store
 
@@ -98,6 +100,18 @@ def worker(
         typer.Option("--anchor-log", help="The anchor log to append to (JSON lines).",
                      show_default=False),
     ] = None,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option("--metrics-port", min=0, max=65535, help="Serve Prometheus metrics "
+                     "(steps, tool and model calls, wake-ups, takeovers) at "
+                     "http://0.0.0.0:PORT/metrics.", show_default=False),
+    ] = None,
+    traces: Annotated[
+        bool,
+        typer.Option("--traces", help="Make OpenTelemetry spans of activations, steps, "
+                     "tool and model calls with the global tracer provider (configure an "
+                     "SDK, the `otel` extra, for them to go anywhere)."),
+    ] = False,
     db: DbOption = None,
 ) -> None:
     """Lease ready runs and drive them until SIGTERM or SIGINT (then stop gracefully).
@@ -126,7 +140,7 @@ def worker(
             store, flows=flows, tools=tools, lease_ttl=lease_ttl, environment=environment,
             policy=load_policy(policy_file) if policy_file else None,
             secrets=EnvSecrets(prefix=secrets_prefix) if secrets_prefix is not None else None,
-            signed_resolutions=signed_resolutions,
+            signed_resolutions=signed_resolutions, metrics=_metrics(metrics_port, traces),
         )
         w = Worker(engine, queues=queue or None, concurrency=concurrency, poll=poll,
                    grace=grace, anchoring=anchoring)
@@ -134,6 +148,18 @@ def worker(
     anchored = f", {w.anchored} anchor records" if anchoring is not None else ""
     typer.echo(f"underway worker {w.owner} stopped: {w.activations} activations, "
                f"{w.handed_back} runs handed back{anchored}")
+
+
+def _metrics(port: int | None, traces: bool) -> Metrics | None:
+    """The worker's Prometheus metrics, served on ``port`` (None: no metrics), and its
+    spans when ``traces``."""
+    seams: list[Metrics] = [telemetry.Tracing()] if traces else []
+    if port is not None:
+        metrics = telemetry.PrometheusMetrics()
+        telemetry.serve_metrics(metrics.registry, port)
+        typer.echo(f"underway worker metrics on http://0.0.0.0:{port}/metrics", err=True)
+        seams.append(metrics)
+    return telemetry.Fanout(*seams) if seams else None
 
 
 def _anchoring(

@@ -158,6 +158,7 @@ class Client:
         deadline: float | None = None,
         principal: str | None = None,
         roles: Iterable[str] = (),
+        trace_context: dict[str, str] | None = None,
     ) -> tuple[str, bool]:
         """Create a run (or find the one with this idempotency key): ``(run_id, created)``.
 
@@ -168,12 +169,13 @@ class Client:
         (``InvalidInput``) when it does not match. ``start_at`` (epoch seconds) delays the
         first step; ``queue`` names the queue whose workers run it; past ``deadline``
         (epoch seconds) the run escalates to a person. ``principal`` and ``roles`` say whom
-        the run acts for (policies match on them).
+        the run acts for (policies match on them). ``trace_context`` (W3C ``traceparent``
+        and ``tracestate``) is journaled with the run: its spans join that trace.
         """
         rec, created = self._store.create_run(self.prepare_start(
             flow, input, tenant_id=tenant_id, idempotency_key=idempotency_key, run_id=run_id,
             start_at=start_at, queue=queue, deadline=deadline, principal=principal,
-            roles=roles,
+            roles=roles, trace_context=trace_context,
         ))
         return rec.run_id, created
 
@@ -190,6 +192,7 @@ class Client:
         deadline: float | None = None,
         principal: str | None = None,
         roles: Iterable[str] = (),
+        trace_context: dict[str, str] | None = None,
     ) -> NewRun:
         """The run :meth:`start` would create (input checked when the flow is known, first
         event encoded), for a caller that creates it inside a transaction of its own."""
@@ -204,7 +207,7 @@ class Client:
             self._journal, code, name, input, now=self.clock.now(), tenant_id=tenant_id,
             run_id=run_id or str(uuid.uuid4()), idempotency_key=idempotency_key,
             start_at=start_at, queue=queue, deadline=deadline, principal=principal,
-            roles=roles,
+            roles=roles, trace_context=trace_context,
         )
 
     # -- steering runs ------------------------------------------------------------------

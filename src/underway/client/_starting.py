@@ -32,6 +32,7 @@ def new_run(
     principal: str | None,
     roles: Iterable[str],
     parent_run_id: str | None = None,
+    trace_context: dict[str, str] | None = None,
 ) -> NewRun:
     """The run to create for flow ``name`` (``flow``: its code, when known here).
 
@@ -39,7 +40,8 @@ def new_run(
     :class:`ConfigurationError` and nothing is stored) and the run starts with its state
     and first step. Without it the raw input is journaled unchecked: the first worker that
     has the flow checks it before any step runs, and fails the run, naming the problem,
-    when it does not match. ``parent_run_id``: the run starting this one as its child.
+    when it does not match. ``parent_run_id``: the run starting this one as its child;
+    ``trace_context``: the W3C trace context its spans join.
     """
     if not queue:
         raise ConfigurationError("queue name must not be empty")
@@ -54,7 +56,7 @@ def new_run(
             idempotency_key=idempotency_key, deadline=deadline, principal=principal,
             roles=sorted(set(roles)),
             signals=None if flow.signals is None else sorted(flow.signals),
-            parent_run_id=parent_run_id,
+            parent_run_id=parent_run_id, trace_context=trace_context,
         )
     else:
         Flow.check_name(name)
@@ -67,6 +69,7 @@ def new_run(
             flow=name, input=raw, state=None, first_step="", checked=False,
             idempotency_key=idempotency_key, deadline=deadline, principal=principal,
             roles=sorted(set(roles)), parent_run_id=parent_run_id,
+            trace_context=trace_context,
         )
     blobs: dict[str, bytes] = {}
     stored = journal.encode(tenant_id, [(1, now, event)], genesis_hash(tenant_id, run_id), blobs)

@@ -109,6 +109,8 @@ class Activation:
             faults.point("signals.after_commit")
         eng.journal.remember(s.tenant_id, fresh)
         self.last_hash = stored[-1].hash
+        if eng.metrics.enabled:
+            eng.metrics.committed(s.tenant_id, s.run_id, s.flow, self.pending)
         if update is not None:
             self.row_status = update.status
         if checkpoint is not None:

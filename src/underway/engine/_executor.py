@@ -41,6 +41,7 @@ from ..secrets import SecretProvider
 from ..state import RunState
 from ..store._offload import run_io
 from ..store.base import Lease, RunRecord, SignalRecord, Store
+from ..telemetry import NO_METRICS, Metrics
 from ._activation import Activation, question_expiry, run_update
 from ._children import StepWithChildren
 from ._inbox import read_inbox, verify_approval
@@ -88,7 +89,8 @@ class Engine:
     runs). ``checkpoint_every``: write a checkpoint at least every this many events (and
     always when a run leaves the worker: waiting, escalated, dead or finished).
     ``retry_budget``: retries one run may spend across all its tools before it stops dead
-    (``None``: no limit).
+    (``None``: no limit). ``metrics``: where steps, calls, activations and run ends are
+    reported (:class:`underway.telemetry.PrometheusMetrics`; default: nowhere, at no cost).
 
     Async code here never calls the store synchronously on the event loop: every store
     call goes through :meth:`io` (see :mod:`underway.store._offload`).
@@ -115,6 +117,7 @@ class Engine:
         secrets: SecretProvider | None = None,
         notifier: Notifier | None = None,
         signed_resolutions: bool | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.guard = guard or Guard()
         for name, value in (
@@ -135,6 +138,8 @@ class Engine:
         """The tools its flows call, by name."""
         self.owner = owner or worker_identity()
         self.lease_ttl = lease_ttl
+        self.metrics: Metrics = metrics or NO_METRICS
+        """Where the engine reports what it does (``underway.telemetry``)."""
         self.checkpoint_every = checkpoint_every
         self.retry_budget = retry_budget
         self.client = Client._for_executor(store, self.journal, self.clock, self.flows)
@@ -192,6 +197,11 @@ class Engine:
         """
         loaded = await self.io(self._load, lease)
         row, state = loaded.row, loaded.state
+        if self.metrics.enabled:
+            due = row.next_wake_at
+            self.metrics.activated(
+                state, wake_latency=None if due is None else self.clock.now() - due,
+                takeover=state.status == "ready" and state.attempt > 0)
         act = Activation(
             self, lease, state, loaded.head, state.seq, control_pending=True,
             due_at=row.next_wake_at, row_status=row.status, queue=row.queue,
@@ -252,6 +262,8 @@ class Engine:
             raise
         finally:
             heartbeat.cancel()
+            if self.metrics.enabled:
+                self.metrics.left(lease.tenant_id, lease.run_id)
 
     def _load(self, lease: Lease) -> _Loaded:
         """What an activation starts from, read in one trip: the run row, the journal's

@@ -33,6 +33,9 @@ class RunStarted(Event):
     parent_run_id: str | None = None
     """The run (same tenant) that started this one as a child with ``ctx.start``; its
     end reaches that run's inbox."""
+    trace_context: dict[str, str] | None = None
+    """The W3C trace context (``traceparent``, ``tracestate``) of the request that started
+    the run: its spans join that trace, whichever worker runs them and however late."""
 
 
 class InputChecked(Event):

@@ -1,6 +1,6 @@
 """The app factory: one FastAPI app with the API under ``/v1`` (a router per resource),
-``/healthz`` and ``/readyz``, problem+json errors and the OpenAPI 3.1 document at
-``/openapi.json``. ``/`` (the console) and ``/metrics`` are left for later."""
+``/healthz``, ``/readyz`` and ``/metrics``, problem+json errors and the OpenAPI 3.1 document
+at ``/openapi.json``. ``/`` (the console) is left for later."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
+from prometheus_client import CollectorRegistry
 from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
@@ -20,6 +21,7 @@ from ..store.base import Store
 from ..webhooks import REPLAY_WINDOW
 from . import _admin, _approvals, _intake, _reads, _runs, _stream
 from ._auth import ServiceState
+from ._metrics import install_metrics
 from ._problems import PROBLEM_TYPE, Problem, install, problem_responses, respond
 
 
@@ -36,12 +38,15 @@ def create_app(
     routes: Routes | Mapping[str, Route] | None = None,
     replay_window: float = REPLAY_WINDOW,
     title: str = "underway",
+    metrics: CollectorRegistry | None = None,
 ) -> FastAPI:
     """The ``underway serve`` app over a client (or a store, wrapped in a client without
     flow code: runs are started by name). ``routes`` is the intake routing table of
     ``/v1/intake/{source}`` (none: intake answers 404); ``replay_window`` is how old (or how
     far ahead) a webhook's signed timestamp may be, in seconds. The caller keeps owning
-    the client or store and closes it after the app stops."""
+    the client or store and closes it after the app stops. ``/metrics`` reports what the
+    database says on each scrape, followed by ``metrics`` when given (the registry of a
+    :class:`~underway.telemetry.PrometheusMetrics` whose engine runs in this process)."""
     client = target if isinstance(target, Client) else Client(target)
     table = None if routes is None else routes if isinstance(routes, Routes) else Routes(routes)
     app = FastAPI(
@@ -55,6 +60,7 @@ def create_app(
     for module in (_runs, _stream, _approvals, _intake, _reads, _admin):
         app.include_router(module.router)
     _health(app)
+    install_metrics(app, metrics)
     return app
 
 

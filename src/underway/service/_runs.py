@@ -68,13 +68,19 @@ def list_runs(
 def start_run(
     state: State, who: Caller, body: StartRun, response: Response,
     idempotency_key: Annotated[str | None, Header(min_length=1, max_length=200)] = None,
+    traceparent: Annotated[str | None, Header(max_length=200)] = None,
+    tracestate: Annotated[str | None, Header(max_length=1000)] = None,
 ) -> Started:
     """Start a run of a flow by name (201), or find the one this ``Idempotency-Key``
-    started (200)."""
+    started (200). A W3C ``traceparent`` (and ``tracestate``) is journaled with the run:
+    its spans join the caller's trace."""
+    carrier = {k: v for k, v in (("traceparent", traceparent), ("tracestate", tracestate))
+               if v is not None}
     try:
         run_id, created = state.client.start(
             body.flow, body.input, tenant_id=who.tenant_id, idempotency_key=idempotency_key,
             queue=body.queue, start_at=body.start_at, deadline=body.deadline,
+            trace_context=carrier if traceparent is not None else None,
         )
     except ConfigurationError as exc:
         field = "body.flow" if "not registered" in str(exc) else "body.input"

@@ -204,6 +204,12 @@ class MemoryStore(MemoryAccess):
         """Tenants with runs."""
         return sorted({t for t, _ in self._runs})
 
+    def run_counts(self) -> list[tuple[str, str, int]]:
+        """(tenant, status, count) of the runs."""
+        with self._lock:
+            found = Counter((r.tenant_id, r.status) for r in self._runs.values())
+        return [(t, s, n) for (t, s), n in sorted(found.items())]
+
     def journaled_runs(self, tenant_id: str | None = None) -> list[tuple[str, str]]:
         """Runs with a row or events."""
         with self._lock:

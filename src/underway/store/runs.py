@@ -34,6 +34,11 @@ class RunStore(Protocol):
         """Every tenant that has runs."""
         ...
 
+    def run_counts(self) -> list[tuple[str, str, int]]:
+        """(tenant, status, number of runs) of every tenant and status that has runs, sorted
+        by tenant and status (what ``/metrics`` reports on a scrape)."""
+        ...
+
     def journaled_runs(self, tenant_id: str | None = None) -> list[tuple[str, str]]:
         """(tenant, run) of every run with a row or with events, in order — what an audit
         must visit, including a journal whose run row was deleted."""

@@ -151,6 +151,7 @@ def test_health_and_readiness_need_no_key(world: World) -> None:
     ready = world.http.get("/readyz").json()
     assert ready["status"] == "ready" and ready["schema_version"] >= 9
     assert world.http.get("/").status_code == 404
-    assert world.http.get("/metrics").status_code == 404
+    metrics = world.http.get("/metrics")  # no key needed, like /healthz
+    assert metrics.status_code == 200 and "underway_runs" in metrics.text
     spec = httpx.get(world.server.url + "/openapi.json").json()
     assert spec["openapi"].startswith("3.1")

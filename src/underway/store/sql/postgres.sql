@@ -89,6 +89,9 @@ SELECT tenant_id, run_id, flow, status, step, idempotency_key, last_seq, last_ha
 -- name: tenants
 SELECT DISTINCT tenant_id COLLATE "C" AS tenant_id FROM runs ORDER BY 1
 
+-- name: run_counts
+SELECT tenant_id COLLATE "C" AS tenant_id, status, COUNT(*) FROM runs GROUP BY 1, 2 ORDER BY 1, 2
+
 -- name: journal_heads
 SELECT DISTINCT ON (tenant_id COLLATE "C", run_id COLLATE "C") tenant_id, run_id, seq, hash
   FROM events

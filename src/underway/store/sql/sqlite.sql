@@ -48,6 +48,9 @@ SELECT * FROM runs
 -- name: tenants
 SELECT DISTINCT tenant_id FROM runs ORDER BY tenant_id
 
+-- name: run_counts
+SELECT tenant_id AS tenant_id, status, COUNT(*) FROM runs GROUP BY 1, 2 ORDER BY 1, 2
+
 -- name: journaled_runs
 SELECT tenant_id, run_id FROM runs
 UNION

@@ -130,6 +130,10 @@ class Journal(Connection):
         """Tenants with runs."""
         return [r[0] for r in self._query("tenants")]
 
+    def run_counts(self) -> list[tuple[str, str, int]]:
+        """(tenant, status, count) of the runs."""
+        return [(r[0], r[1], int(r[2])) for r in self._query("run_counts")]
+
     def journaled_runs(self, tenant_id: str | None = None) -> list[tuple[str, str]]:
         """Runs with a row or events."""
         if tenant_id is None:

@@ -1,0 +1,62 @@
+"""The metrics seam: what the engine tells about the runs it drives. The base class does
+nothing, and the engine holds it unless given another, so metrics cost one call per commit
+and import nothing when unused; :class:`underway.telemetry.PrometheusMetrics` (loaded only
+when named) counts into a Prometheus registry."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .. import events as ev
+from ..state import RunState
+
+
+class Metrics:
+    """The engine's metrics seam; this base records nothing. ``enabled`` is False on the
+    base, so the engine skips even computing what it would report."""
+
+    enabled: bool = False
+
+    def activated(self, state: RunState, *, wake_latency: float | None,
+                  takeover: bool) -> None:
+        """A leased run was loaded (``state``, as its journal says): ``wake_latency`` is
+        seconds from when it was due (its row's wake-up time) to now; ``takeover`` is true
+        when its journal shows a step started and not ended (the worker that held it died
+        or lost its lease)."""
+
+    def committed(self, tenant_id: str, run_id: str, flow: str,
+                  events: Sequence[tuple[int, float, ev.RunEvent]]) -> None:
+        """Events ``(seq, at, event)`` of one run were appended durably."""
+
+    def left(self, tenant_id: str, run_id: str) -> None:
+        """The activation of the run ended (the run was handed back, or the worker lost or
+        gave up its lease)."""
+
+
+class Fanout(Metrics):
+    """Several seams as one (say, Prometheus metrics and traces)."""
+
+    def __init__(self, *seams: Metrics) -> None:
+        self.seams = [s for s in seams if s.enabled]
+        self.enabled = bool(self.seams)
+
+    def activated(self, state: RunState, *, wake_latency: float | None,
+                  takeover: bool) -> None:
+        """Tell every seam."""
+        for s in self.seams:
+            s.activated(state, wake_latency=wake_latency, takeover=takeover)
+
+    def committed(self, tenant_id: str, run_id: str, flow: str,
+                  events: Sequence[tuple[int, float, ev.RunEvent]]) -> None:
+        """Tell every seam."""
+        for s in self.seams:
+            s.committed(tenant_id, run_id, flow, events)
+
+    def left(self, tenant_id: str, run_id: str) -> None:
+        """Tell every seam."""
+        for s in self.seams:
+            s.left(tenant_id, run_id)
+
+
+NO_METRICS = Metrics()
+"""The engine's default: records nothing."""
