@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import time
@@ -18,6 +19,7 @@ from typer.testing import CliRunner
 from underway import CallInfo, Engine, Flow, ManualClock, RunContext, Runner, connect, tool
 from underway.cli import app
 from underway.flow import Next
+from underway.store import queries
 from underway.store.base import Store
 
 UNDERWAY = Path(sys.executable).with_name("underway")
@@ -446,6 +448,33 @@ def test_an_empty_sqlite_file_is_reported_as_missing_its_schema(tmp_path: Path) 
     code, _, err = cli("runs", "ls", "--db", f"sqlite:///{tmp_path}/empty.db")
     assert code == 2
     assert "has no underway schema; run `underway db migrate` first" in err
+
+
+def test_a_database_migrated_by_an_older_version_is_reported_and_left_alone(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "old.db"
+    older = queries.migrations("sqlite")[:-1]
+    named = queries.load("sqlite")
+    with sqlite3.connect(path) as conn:
+        conn.execute(named["schema_version_table"])
+        for version, name, text in older:
+            conn.executescript(text)
+            conn.execute(named["record_migration"], (version, name, 0.0))
+    with sqlite3.connect(path) as conn:
+        before = conn.execute("SELECT * FROM sqlite_master ORDER BY name").fetchall()
+    url = f"sqlite:///{path}"
+    for args in (("runs", "ls"), ("apikeys", "ls", "--tenant", "acme")):
+        code, _, err = cli(*args, "--db", url)
+        assert code == 2, err
+        assert (f"schema is at version {len(older)} and this underway needs "
+                f"{len(older) + 1}: run `underway db migrate`") in err
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT * FROM sqlite_master ORDER BY name").fetchall() == before
+    code, _, err = cli("db", "migrate", "--db", url)
+    assert code == 0, err
+    code, _, err = cli("runs", "ls", "--db", url)
+    assert code == 0, err
 
 
 # -- the installed script ----------------------------------------------------------------

@@ -24,6 +24,7 @@ from ..events import JSON
 from ..store import connect
 from ..store._urls import split_url
 from ..store.base import RunRecord, Store
+from ..store.queries import latest_version
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -120,8 +121,17 @@ def open_store(
         _probe_postgres(url)
     store = connect(url, migrate=migrate or url.startswith("memory:"))
     try:
-        if not migrate and store.schema_version() == 0:
-            raise Problem("the database has no underway schema; run `underway db migrate` first")
+        if not migrate:
+            found = store.schema_version()
+            if found == 0:
+                raise Problem(
+                    "the database has no underway schema; run `underway db migrate` first"
+                )
+            if store.dialect != "memory" and found < (known := latest_version(store.dialect)):
+                raise Problem(
+                    f"the database's schema is at version {found} and this underway needs "
+                    f"{known}: run `underway db migrate` (nothing was changed)"
+                )
         yield store
     finally:
         store.close()
