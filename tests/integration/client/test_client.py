@@ -10,61 +10,17 @@ from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from pydantic import BaseModel
 
 import underway as uw
+from fakes.invoice_flows import Invoice, Notes, refunds, reminders
 from underway import events as ev
 from underway.approvals import public_key_of, register_approver, sign_decision
 from underway.clock import ManualClock
 from underway.errors import AmbiguousRunId
-from underway.policy import policy_from_dict
 from underway.runner import Runner
 from underway.store import MemoryStore, Store, connect
 
 T0 = 1.8e9
-
-
-class Invoice(BaseModel):
-    invoice: str
-    amount: int
-
-
-class Notes(BaseModel):
-    seen: list[str] = []
-
-
-@uw.tool(irreversible=True)
-async def refund(args: Invoice) -> dict[str, Any]:
-    """Refund an invoice."""
-    return {"refunded": args.invoice}
-
-
-reminders: uw.Flow[Notes, Invoice] = uw.Flow("reminders", state=Notes, input=Invoice,
-                                             signals=["paid"])
-
-
-@reminders.step
-async def remind(ctx: uw.RunContext[Notes, Invoice]) -> Any:
-    ctx.state.seen.append(ctx.input.invoice)
-    return ctx.wait("paid", then=settle)
-
-
-@reminders.step
-async def settle(ctx: uw.RunContext[Notes, Invoice]) -> Any:
-    return ctx.done({"paid": ctx.signal})
-
-
-POLICY = policy_from_dict({"version": "v1", "rules": [
-    {"id": "refunds", "tools": ["refund"], "outcome": "require_approval",
-     "approver_role": "finance", "expires_in": 3600},
-]})
-refunds: uw.Flow[Notes, Invoice] = uw.Flow("refunds", state=Notes, input=Invoice,
-                                           tools=[refund], policy=POLICY)
-
-
-@refunds.step
-async def pay_back(ctx: uw.RunContext[Notes, Invoice]) -> Any:
-    return ctx.done(await ctx.call(refund, ctx.input.model_dump()))
 
 
 broken: uw.Flow[Notes, Invoice] = uw.Flow("broken", state=Notes, input=Invoice)

@@ -11,62 +11,18 @@ from typing import Any
 
 import httpx
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from pydantic import BaseModel
 
 import underway as uw
+from fakes.invoice_flows import refunds, reminders
 from underway.apikeys import ROLES, issue_key
 from underway.approvals import public_key_of, register_approver
 from underway.clock import ManualClock
 from underway.intake import Routes, Signal, StartFlow
-from underway.policy import policy_from_dict
 from underway.runner import Runner
 from underway.service import ServerThread, create_app
 from underway.store import Store, connect
 
 TENANTS = ("acme", "globex")
-
-
-class Invoice(BaseModel):
-    invoice: str
-    amount: int
-
-
-class Notes(BaseModel):
-    seen: list[str] = []
-
-
-@uw.tool(irreversible=True)
-async def refund(args: Invoice) -> dict[str, Any]:
-    """Refund an invoice."""
-    return {"refunded": args.invoice}
-
-
-reminders: uw.Flow[Notes, Invoice] = uw.Flow("reminders", state=Notes, input=Invoice,
-                                             signals=["paid"])
-
-
-@reminders.step
-async def remind(ctx: uw.RunContext[Notes, Invoice]) -> Any:
-    ctx.state.seen.append(ctx.input.invoice)
-    return ctx.wait("paid", then=settle)
-
-
-@reminders.step
-async def settle(ctx: uw.RunContext[Notes, Invoice]) -> Any:
-    return ctx.done({"paid": ctx.signal})
-
-
-POLICY = policy_from_dict({"version": "v1", "rules": [
-    {"id": "refunds", "tools": ["refund"], "outcome": "require_approval",
-     "approver_role": "finance", "expires_in": 3600},
-]})
-refunds: uw.Flow[Notes, Invoice] = uw.Flow("refunds", state=Notes, input=Invoice,
-                                           tools=[refund], policy=POLICY)
-
-
-@refunds.step
-async def pay_back(ctx: uw.RunContext[Notes, Invoice]) -> Any:
-    return ctx.done(await ctx.call(refund, ctx.input.model_dump()))
 
 
 FLOWS = [reminders, refunds]
