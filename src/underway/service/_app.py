@@ -1,6 +1,6 @@
 """The app factory: one FastAPI app with the API under ``/v1`` (a router per resource),
 ``/healthz``, ``/readyz`` and ``/metrics``, problem+json errors and the OpenAPI 3.1 document
-at ``/openapi.json``. ``/`` (the console) is left for later."""
+at ``/openapi.json``, and the console under ``/`` (:mod:`underway.service.console`)."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from . import _admin, _approvals, _intake, _reads, _runs, _stream
 from ._auth import ServiceState
 from ._metrics import install_metrics
 from ._problems import PROBLEM_TYPE, Problem, install, problem_responses, respond
+from .console import install_console
 
 
 class Health(BaseModel):
@@ -39,6 +40,7 @@ def create_app(
     replay_window: float = REPLAY_WINDOW,
     title: str = "underway",
     metrics: CollectorRegistry | None = None,
+    session_secret: bytes | None = None,
 ) -> FastAPI:
     """The ``underway serve`` app over a client (or a store, wrapped in a client without
     flow code: runs are started by name). ``routes`` is the intake routing table of
@@ -46,7 +48,9 @@ def create_app(
     far ahead) a webhook's signed timestamp may be, in seconds. The caller keeps owning
     the client or store and closes it after the app stops. ``/metrics`` reports what the
     database says on each scrape, followed by ``metrics`` when given (the registry of a
-    :class:`~underway.telemetry.PrometheusMetrics` whose engine runs in this process)."""
+    :class:`~underway.telemetry.PrometheusMetrics` whose engine runs in this process).
+    ``session_secret`` MACs the console's session cookies (see
+    :func:`~underway.service.console.install_console`)."""
     client = target if isinstance(target, Client) else Client(target)
     table = None if routes is None else routes if isinstance(routes, Routes) else Routes(routes)
     app = FastAPI(
@@ -61,6 +65,7 @@ def create_app(
         app.include_router(module.router)
     _health(app)
     install_metrics(app, metrics)
+    install_console(app, session_secret=session_secret)
     return app
 
 

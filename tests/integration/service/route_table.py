@@ -9,8 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from service_world import World
-
+from fakes.service_world import World
 from underway import webhooks
 from underway.apikeys import issue_key
 from underway.approvals import public_key_of, sign_decision

@@ -6,7 +6,8 @@ admin reads it (per tenant) and nothing in the API can change or remove an entry
 from __future__ import annotations
 
 from route_table import SAMPLES, acme, endpoints
-from service_world import World
+
+from fakes.service_world import World
 
 
 def test_every_run_data_read_appends_one_entry_per_run(world: World) -> None:

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from service_world import World
 
+from fakes.service_world import World
 from underway.approvals import sign_decision
 
 

@@ -9,7 +9,8 @@ import json
 import threading
 
 import httpx
-from service_world import World
+
+from fakes.service_world import World
 
 
 def test_a_start_with_an_idempotency_key_is_created_once(world: World) -> None:
@@ -150,7 +151,7 @@ def test_health_and_readiness_need_no_key(world: World) -> None:
     assert world.http.get("/healthz").json() == {"status": "ok", "schema_version": None}
     ready = world.http.get("/readyz").json()
     assert ready["status"] == "ready" and ready["schema_version"] >= 9
-    assert world.http.get("/").status_code == 404
+    assert world.http.get("/").status_code == 303  # the console, which asks to sign in
     metrics = world.http.get("/metrics")  # no key needed, like /healthz
     assert metrics.status_code == 200 and "underway_runs" in metrics.text
     spec = httpx.get(world.server.url + "/openapi.json").json()

@@ -16,7 +16,8 @@ from schemathesis.specs.openapi.checks import (
     content_type_conformance,
     response_schema_conformance,
 )
-from service_world import World
+
+from fakes.service_world import World
 
 EXAMPLES = 12
 ROLE = {"/v1/approvals/{run_id}/decision": "approver", "/v1/intake/{source}": "intake"}

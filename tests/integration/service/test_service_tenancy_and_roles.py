@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from route_table import SAMPLES, Acme, acme, endpoints
-from service_world import World
 
+from fakes.service_world import World
 from underway.apikeys import ROLES
 
 

@@ -9,8 +9,8 @@ import json
 from typing import Any
 
 import pytest
-from service_world import World
 
+from fakes.service_world import World
 from underway import webhooks
 from underway.store.base import IntakeSecretRecord
 

@@ -33,6 +33,7 @@ class World:
     """The server, the worker and the keys (``token[tenant][role]``)."""
 
     def __init__(self, url: str, *, flows: bool = False) -> None:
+        self.store_url = url
         self.clock = ManualClock(time.time())
         self.store: Store = connect(url)
         self.worker_store: Store = connect(url)
@@ -76,6 +77,12 @@ class World:
         """The pending request of a run, as the API shows it (a list of zero or one)."""
         r = self.call("GET", f"/v1/approvals/{run_id}", tenant=tenant, role="viewer")
         return [r.json()] if r.status_code == 200 else []
+
+    def __enter__(self) -> World:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def close(self) -> None:
         self.http.close()

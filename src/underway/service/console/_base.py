@@ -1,0 +1,165 @@
+"""What every console page shares: the templates, the signed-in session as a dependency,
+the sign-in and sign-out pages, and how a missing session or a refused request is
+answered (the sign-in page; a 403 page naming the reason)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Annotated, Any
+from urllib.parse import quote, urlsplit
+
+from fastapi import APIRouter, Depends, FastAPI, Form, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from jinja2 import Environment, PackageLoader, select_autoescape
+
+from ...apikeys import Permission
+from .._auth import ServiceState
+from ._session import Forbidden, Session, Sessions, SignInRequired
+
+router = APIRouter(include_in_schema=False)
+
+_templates = Environment(
+    loader=PackageLoader("underway.service.console", "templates"),
+    autoescape=select_autoescape(default=True, default_for_string=True),
+    trim_blocks=True, lstrip_blocks=True,
+)
+
+
+def _when(ts: float | None) -> str:
+    if ts is None:
+        return "—"
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+_templates.filters["when"] = _when
+
+
+def render(request: Request, template: str, context: Mapping[str, Any] | None = None, *,
+           session: Session | None = None, status_code: int = 200) -> HTMLResponse:
+    """The page ``template`` rendered with ``context`` (and the session's principal and
+    CSRF token, which the layout puts in the navigation and a ``<meta>`` for scripts)."""
+    html = _templates.get_template(template).render(
+        request=request, session=session, **(context or {}))
+    return HTMLResponse(html, status_code=status_code,
+                        headers={"Cache-Control": "no-store"})
+
+
+def sessions(request: Request) -> Sessions:
+    """The app's session issuer."""
+    issuer: Sessions = request.app.state.console
+    return issuer
+
+
+def service(request: Request) -> ServiceState:
+    """The app's shared state (the client, the store)."""
+    state: ServiceState = request.app.state.underway
+    return state
+
+
+async def signed_in(request: Request) -> Session:
+    """The request's session (a dependency of every page but sign-in)."""
+    session = await sessions(request).session(request)
+    request.state.principal = session.principal
+    return session
+
+
+Signed = Annotated[Session, Depends(signed_in)]
+"""A page's parameter: the signed-in session."""
+Console = Annotated[ServiceState, Depends(service)]
+"""A page's parameter: the app's shared state."""
+
+
+def require(session: Session, permission: Permission) -> None:
+    """Refuse (403) a session whose key's role lacks ``permission``."""
+    if not session.may(permission):
+        raise Forbidden(f"a {session.principal.role} key may not do this")
+
+
+def check_form(request: Request, session: Session, csrf: str | None) -> None:
+    """Refuse a POST without the session's CSRF token (field or header) or from another
+    origin."""
+    sessions(request).check_csrf(request, session, csrf)
+
+
+@router.get("/")
+async def home() -> RedirectResponse:
+    """The console opens on the runs."""
+    return RedirectResponse("/runs", status_code=303)
+
+
+@router.get("/login")
+async def login_page(request: Request, next: str = "/runs") -> HTMLResponse:
+    """The sign-in form: paste an API key."""
+    return _login(request, next)
+
+
+@router.post("/login")
+async def login(
+    request: Request, token: Annotated[str, Form(max_length=500)] = "",
+    csrf: Annotated[str, Form(max_length=200)] = "", next: Annotated[str, Form()] = "/runs",
+) -> Response:
+    """Exchange an API key for a session cookie."""
+    issuer = sessions(request)
+    issuer.check_login_form(request, csrf)
+    record = await issuer.sign_in(token)
+    if record is None:
+        return _login(request, next, error="That key is unknown, revoked, or may not read "
+                      "runs (an intake key cannot use the console).", status_code=401)
+    response = RedirectResponse(_local(next), status_code=303)
+    issuer.set_session_cookie(response, request, issuer.cookie_value(record))
+    return response
+
+
+@router.post("/logout")
+async def logout(request: Request, session: Signed,
+                 csrf: Annotated[str, Form(max_length=200)] = "") -> Response:
+    """End the session (the cookie is dropped)."""
+    check_form(request, session, csrf)
+    response = RedirectResponse("/login", status_code=303)
+    Sessions.clear(response)
+    return response
+
+
+def _login(request: Request, next: str, *, error: str = "",
+           status_code: int = 200) -> HTMLResponse:
+    issuer = sessions(request)
+    token = issuer.login_token(request)
+    response = render(request, "login.html", {"csrf": token, "next": _local(next),
+                                              "error": error}, status_code=status_code)
+    issuer.set_login_cookie(response, request, token)
+    return response
+
+
+def _local(target: str) -> str:
+    """``target`` if it is a path of this site, else the runs page (no open redirect)."""
+    parts = urlsplit(target)
+    if parts.scheme or parts.netloc or not target.startswith("/") or target.startswith("//"):
+        return "/runs"
+    return target
+
+
+def install_handlers(app: FastAPI) -> None:
+    """Answer a missing session with the sign-in page (a redirect for a page; 401 for a
+    script's request) and a refused request with a 403 page."""
+
+    @app.exception_handler(SignInRequired)
+    async def _sign_in(request: Request, exc: SignInRequired) -> Response:
+        if request.method == "GET" and "text/html" in request.headers.get("accept", "html"):
+            target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+            return RedirectResponse(f"/login?next={quote(target, safe='')}", status_code=303)
+        return render(request, "error.html", {"title": "Signed out",
+                                              "reason": "sign in again"}, status_code=401)
+
+    @app.exception_handler(Forbidden)
+    async def _forbidden(request: Request, exc: Forbidden) -> Response:
+        return render(request, "error.html", {"title": "Refused", "reason": exc.reason},
+                      status_code=403)
+
+
+def not_found(request: Request, session: Session, what: str) -> HTMLResponse:
+    """The 404 page: nothing of that name in the session's tenant (whether it exists in
+    another is not said, as in the API)."""
+    return render(request, "error.html", {"title": "Not found",
+                                          "reason": f"no {what} in this tenant"},
+                  session=session, status_code=404)
