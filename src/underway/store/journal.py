@@ -9,12 +9,16 @@ every step, so a step's commit writes little more than its events.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 from .records import AppendBatch, NewRun, RunRecord, StoredEvent
 
 BLOB_BATCH = 500
 """Keys per query when many blobs are read at once (a bound on a query's ``IN`` list)."""
+
+RUN_BATCH = 500
+"""Runs per query when the events of many runs are read at once."""
 
 CHAIN_LIMIT = 10_000
 """The most blobs one :meth:`JournalStore.get_blob_chain` call follows."""
@@ -41,6 +45,15 @@ class JournalStore(Protocol):
 
     def load_events(self, tenant_id: str, run_id: str, after_seq: int = 0) -> list[StoredEvent]:
         """Events with ``seq > after_seq`` in order."""
+        ...
+
+    def events_by_type(
+        self, tenant_id: str, run_ids: Sequence[str], types: Sequence[str]
+    ) -> dict[str, list[StoredEvent]]:
+        """The events of each run of ``run_ids`` whose type is one of ``types``, in order,
+        by run (a run with none is absent): a few kinds of event of many runs, read on the
+        journal's primary key in few queries (:data:`RUN_BATCH` runs a query) without
+        reading the other events' payloads."""
         ...
 
     def load_checkpoint(self, tenant_id: str, run_id: str) -> tuple[int, bytes] | None:

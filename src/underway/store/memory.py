@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import threading
 from collections import Counter
+from collections.abc import Sequence
 
 from ..errors import ConflictError, FencedError, RunNotFound
 from . import limits
@@ -157,6 +159,20 @@ class MemoryStore(MemoryAccess):
         with self._lock:
             return [e for e in self._events.get((tenant_id, run_id), []) if e.seq > after_seq]
 
+    def events_by_type(
+        self, tenant_id: str, run_ids: Sequence[str], types: Sequence[str]
+    ) -> dict[str, list[StoredEvent]]:
+        """Events of some types of many runs."""
+        kinds = set(types)
+        found: dict[str, list[StoredEvent]] = {}
+        with self._lock:
+            for run_id in sorted(set(run_ids)):
+                events = [e for e in self._events.get((tenant_id, run_id), [])
+                          if e.type in kinds]
+                if events:
+                    found[run_id] = events
+        return found
+
     def load_checkpoint(self, tenant_id: str, run_id: str) -> tuple[int, bytes] | None:
         """The latest checkpoint."""
         return self._checkpoints.get((tenant_id, run_id))
@@ -209,6 +225,27 @@ class MemoryStore(MemoryAccess):
         with self._lock:
             found = Counter((r.tenant_id, r.status) for r in self._runs.values())
         return [(t, s, n) for (t, s), n in sorted(found.items())]
+
+    def runs_created(
+        self, tenant_id: str, *, since: float, until: float, width: float
+    ) -> list[tuple[int, str, int]]:
+        """(bucket, status, count) of the runs created in a window."""
+        with self._lock:
+            found = Counter(
+                (math.floor((r.created_at - since) / width), r.status)
+                for r in self._runs.values()
+                if r.tenant_id == tenant_id and since <= r.created_at < until
+            )
+        return [(b, s, n) for (b, s), n in sorted(found.items())]
+
+    def runs_written(self, tenant_id: str, *, since: float, until: float) -> list[str]:
+        """Runs whose journals may hold events of a window."""
+        with self._lock:
+            return sorted(
+                r.run_id for r in self._runs.values()
+                if r.tenant_id == tenant_id and r.created_at < until
+                and (r.updated_at >= since or r.lease_owner is not None)
+            )
 
     def journaled_runs(self, tenant_id: str | None = None) -> list[tuple[str, str]]:
         """Runs with a row or events."""

@@ -39,6 +39,25 @@ class RunStore(Protocol):
         by tenant and status (what ``/metrics`` reports on a scrape)."""
         ...
 
+    def runs_created(
+        self, tenant_id: str, *, since: float, until: float, width: float
+    ) -> list[tuple[int, str, int]]:
+        """(bucket, status, number of runs) of the tenant's runs created at or after
+        ``since`` and before ``until``, where a run's bucket is ``floor((created_at - since)
+        / width)`` and its status the one it has now; sorted by bucket and status. With
+        ``width`` 86400 and ``since`` a midnight: runs created per day by status. One
+        grouped query on the (tenant, created_at) index."""
+        ...
+
+    def runs_written(self, tenant_id: str, *, since: float, until: float) -> list[str]:
+        """Ids, sorted, of the tenant's runs whose journals may hold events stamped at or
+        after ``since`` and before ``until``: runs created before ``until`` whose row was
+        written at or after ``since`` (a row is written with the run's last event whenever
+        the run changes status or is handed back), and runs leased now (a leased run's
+        journal may be ahead of its row). Read on the (tenant, updated_at) index: it costs
+        the runs written since ``since``, not every run the tenant ever had."""
+        ...
+
     def journaled_runs(self, tenant_id: str | None = None) -> list[tuple[str, str]]:
         """(tenant, run) of every run with a row or with events, in order — what an audit
         must visit, including a journal whose run row was deleted."""

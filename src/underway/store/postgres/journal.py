@@ -3,12 +3,13 @@ checkpoints, blobs and the runs table."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from psycopg import errors as pg_errors
 
 from ...errors import ConflictError, FencedError, RunNotFound
-from ..journal import BLOB_BATCH, CHAIN_LIMIT
+from ..journal import BLOB_BATCH, CHAIN_LIMIT, RUN_BATCH
 from ..records import AppendBatch, NewRun, RunRecord, StoredEvent
 from .connection import _Q, Connection, _run
 from .inbox import _signal_params
@@ -166,6 +167,20 @@ class Journal(Connection):
         rows = self._all("get_blob_chain", tenant_id=tenant_id, key=key, limit=limit)
         return {r[0]: bytes(r[1]) for r in rows}
 
+    def events_by_type(
+        self, tenant_id: str, run_ids: Sequence[str], types: Sequence[str]
+    ) -> dict[str, list[StoredEvent]]:
+        """Events of some types of many runs, :data:`~underway.store.journal.RUN_BATCH`
+        runs a query."""
+        found: dict[str, list[StoredEvent]] = {}
+        kinds = list(types)
+        for i in range(0, len(run_ids), RUN_BATCH):
+            rows = self._all("events_by_type", tenant_id=tenant_id, types=kinds,
+                             runs=list(run_ids[i:i + RUN_BATCH]))
+            for r in rows:
+                found.setdefault(r[0], []).append(StoredEvent(r[1], r[2], bytes(r[3]), r[4]))
+        return found
+
     # -- the run index ------------------------------------------------------------------
     def get_run(self, tenant_id: str, run_id: str) -> RunRecord | None:
         """The run's row."""
@@ -195,6 +210,19 @@ class Journal(Connection):
     def run_counts(self) -> list[tuple[str, str, int]]:
         """(tenant, status, count) of the runs."""
         return [(r[0], r[1], int(r[2])) for r in self._all("run_counts")]
+
+    def runs_created(
+        self, tenant_id: str, *, since: float, until: float, width: float
+    ) -> list[tuple[int, str, int]]:
+        """(bucket, status, count) of the runs created in a window."""
+        rows = self._all("runs_created", tenant_id=tenant_id, since=since, until=until,
+                         width=width)
+        return [(int(r[0]), r[1], int(r[2])) for r in rows]
+
+    def runs_written(self, tenant_id: str, *, since: float, until: float) -> list[str]:
+        """Runs whose journals may hold events of a window."""
+        rows = self._all("runs_written", tenant_id=tenant_id, since=since, until=until)
+        return [r[0] for r in rows]
 
     def journaled_runs(self, tenant_id: str | None = None) -> list[tuple[str, str]]:
         """Runs with a row or events."""

@@ -92,6 +92,26 @@ SELECT DISTINCT tenant_id COLLATE "C" AS tenant_id FROM runs ORDER BY 1
 -- name: run_counts
 SELECT tenant_id COLLATE "C" AS tenant_id, status, COUNT(*) FROM runs GROUP BY 1, 2 ORDER BY 1, 2
 
+-- name: runs_created
+SELECT floor((created_at - %(since)s::float8) / %(width)s::float8)::bigint AS bucket,
+       status COLLATE "C" AS status, COUNT(*)
+  FROM runs
+ WHERE tenant_id = %(tenant_id)s AND created_at >= %(since)s AND created_at < %(until)s
+ GROUP BY 1, 2 ORDER BY 1, 2
+
+-- name: runs_written
+SELECT run_id COLLATE "C" AS run_id FROM runs
+ WHERE tenant_id = %(tenant_id)s AND updated_at >= %(since)s AND created_at < %(until)s
+UNION
+SELECT run_id COLLATE "C" FROM runs
+ WHERE tenant_id = %(tenant_id)s AND lease_owner IS NOT NULL AND created_at < %(until)s
+ORDER BY 1
+
+-- name: events_by_type
+SELECT run_id, seq, type, payload, hash FROM events
+ WHERE tenant_id = %(tenant_id)s AND run_id = ANY(%(runs)s) AND type = ANY(%(types)s)
+ ORDER BY run_id COLLATE "C", seq
+
 -- name: journal_heads
 SELECT DISTINCT ON (tenant_id COLLATE "C", run_id COLLATE "C") tenant_id, run_id, seq, hash
   FROM events

@@ -51,6 +51,28 @@ SELECT DISTINCT tenant_id FROM runs ORDER BY tenant_id
 -- name: run_counts
 SELECT tenant_id AS tenant_id, status, COUNT(*) FROM runs GROUP BY 1, 2 ORDER BY 1, 2
 
+-- name: runs_created
+-- Bucket numbers are never negative here, so CAST (which truncates) is floor.
+SELECT CAST((created_at - :since) / :width AS INTEGER) AS bucket, status, COUNT(*)
+  FROM runs
+ WHERE tenant_id = :tenant_id AND created_at >= :since AND created_at < :until
+ GROUP BY 1, 2 ORDER BY 1, 2
+
+-- name: runs_written
+SELECT run_id FROM runs
+ WHERE tenant_id = :tenant_id AND updated_at >= :since AND created_at < :until
+UNION
+SELECT run_id FROM runs
+ WHERE tenant_id = :tenant_id AND lease_owner IS NOT NULL AND created_at < :until
+ORDER BY 1
+
+-- name: events_by_type
+SELECT run_id, seq, type, payload, hash FROM events
+ WHERE tenant_id = :tenant_id
+   AND run_id IN (SELECT value FROM json_each(:runs))
+   AND type IN (SELECT value FROM json_each(:types))
+ ORDER BY run_id, seq
+
 -- name: journaled_runs
 SELECT tenant_id, run_id FROM runs
 UNION

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Sequence
 
 from ...errors import ConflictError, FencedError, RunNotFound
-from ..journal import BLOB_BATCH, CHAIN_LIMIT
+from ..journal import BLOB_BATCH, CHAIN_LIMIT, RUN_BATCH
 from ..records import AppendBatch, NewRun, RunRecord, StoredEvent
 from .connection import _Q, Connection
 from .inbox import _send_signal
@@ -71,6 +72,20 @@ class Journal(Connection):
         rows = self._query("load_events", tenant_id, run_id, after_seq)
         return [StoredEvent(r[0], r[1], _bytes(r[2]), r[3]) for r in rows]
 
+    def events_by_type(
+        self, tenant_id: str, run_ids: Sequence[str], types: Sequence[str]
+    ) -> dict[str, list[StoredEvent]]:
+        """Events of some types of many runs, :data:`~underway.store.journal.RUN_BATCH`
+        runs a query."""
+        found: dict[str, list[StoredEvent]] = {}
+        kinds = json.dumps(list(types))
+        for i in range(0, len(run_ids), RUN_BATCH):
+            rows = self._query_named("events_by_type", tenant_id=tenant_id, types=kinds,
+                                     runs=json.dumps(list(run_ids[i:i + RUN_BATCH])))
+            for r in rows:
+                found.setdefault(r[0], []).append(StoredEvent(r[1], r[2], _bytes(r[3]), r[4]))
+        return found
+
     def load_checkpoint(self, tenant_id: str, run_id: str) -> tuple[int, bytes] | None:
         """The latest checkpoint."""
         rows = self._query("load_checkpoint", tenant_id, run_id)
@@ -133,6 +148,19 @@ class Journal(Connection):
     def run_counts(self) -> list[tuple[str, str, int]]:
         """(tenant, status, count) of the runs."""
         return [(r[0], r[1], int(r[2])) for r in self._query("run_counts")]
+
+    def runs_created(
+        self, tenant_id: str, *, since: float, until: float, width: float
+    ) -> list[tuple[int, str, int]]:
+        """(bucket, status, count) of the runs created in a window."""
+        rows = self._query_named("runs_created", tenant_id=tenant_id, since=since,
+                                 until=until, width=width)
+        return [(int(r[0]), r[1], int(r[2])) for r in rows]
+
+    def runs_written(self, tenant_id: str, *, since: float, until: float) -> list[str]:
+        """Runs whose journals may hold events of a window."""
+        rows = self._query_named("runs_written", tenant_id=tenant_id, since=since, until=until)
+        return [r[0] for r in rows]
 
     def journaled_runs(self, tenant_id: str | None = None) -> list[tuple[str, str]]:
         """Runs with a row or events."""
