@@ -361,7 +361,8 @@ JOURNAL_READS = frozenset({"load", "load_head", "history", "verify", "trusted_ch
                            "decode", "verify_events"})
 """Journal methods that read the store."""
 CLIENT_CALLS = frozenset({"start", "signal", "cancel", "resolve", "resume", "submit_decision",
-                          "state", "claim", "history", "events", "list_runs", "get_run"})
+                          "state", "claim", "history", "events", "list_runs", "get_run",
+                          "activity"})
 """Methods of an engine or client that reach the store."""
 
 

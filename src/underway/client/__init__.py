@@ -18,10 +18,13 @@ from __future__ import annotations
 from ..journal import Verification
 from ..state import Recorded, RunState
 from ..store.base import RunRecord
+from ._activity import Activity, ActivityDay
 from ._client import ChildRun, Client, RunEvent, RunPage
 from ._requests import PendingRequest
 
 __all__ = [
+    "Activity",
+    "ActivityDay",
     "ChildRun",
     "Client",
     "PendingRequest",

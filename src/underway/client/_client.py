@@ -27,6 +27,7 @@ from ..journal import Journal, Verification
 from ..state import ANSWER_SIGNAL, APPROVAL_SIGNAL, Recorded, RunState
 from ..store import connect
 from ..store.base import NewRun, RunRecord, SignalRecord, Store
+from ._activity import Activity, activity
 from ._requests import PendingRequest, request_of
 from ._starting import new_run
 
@@ -469,6 +470,14 @@ class Client:
             return RunPage(rows, None)
         last = rows[limit - 1]
         return RunPage(rows[:limit], _encode_cursor(last.created_at, last.run_id))
+
+    def activity(self, *, since: float, days: int, tenant_id: str = "default") -> Activity:
+        """What the tenant's runs did on each of ``days`` days (of 86400 seconds) from
+        ``since``: runs created by status, model calls, tokens and cost, approval waits,
+        escalations by cause, dead-letterings — counted from the runs table and the
+        journals of the runs written in the window (see :mod:`underway.client._activity`
+        for what that reads)."""
+        return activity(self._store, self._journal, tenant_id, since=since, days=days)
 
     def pending_requests(
         self, *, tenant_id: str = "default", limit: int = 100

@@ -1,0 +1,164 @@
+"""What a tenant's runs did, day by day (UTC days of 86400 seconds), over a window: runs
+created by status, model calls with their tokens and cost, how long approvals waited for a
+signed decision, escalations by cause and dead-letterings. Counted from the runs table and
+the journal, never from logs; nothing is kept between two calls.
+
+What it reads: one grouped query on the runs table for the runs created in the window;
+the ids of the runs written in the window (or leased now), on the (tenant, updated_at)
+index; and, for those runs only, the events of :data:`ACTIVITY_EVENTS` — read on the
+journal's primary key, :data:`~underway.store.journal.RUN_BATCH` runs a query, the other
+events' payloads left unread — decoded with the blobs they refer to. A run that lived
+through the window is read whole (its events of those kinds, from its first), since an
+approval decided in the window may have been requested before it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+
+from .. import events as ev
+from ..errors import ConfigurationError, IntegrityError
+from ..journal import Journal
+from ..store.base import Store
+from ..store.journal import RUN_BATCH
+
+DAY = 86_400.0
+"""The length of a day of the window, in seconds."""
+
+MAX_DAYS = 366
+"""The longest window :func:`activity` counts."""
+
+ACTIVITY_EVENTS = (
+    "ModelResponded", "ApprovalRequested", "ApprovalGranted", "ApprovalRejected",
+    "ApprovalExpired", "Escalated", "RunDeadLettered",
+)
+"""The kinds of event the figures are counted from."""
+
+
+@dataclass(frozen=True, slots=True)
+class ActivityDay:
+    """What a tenant's runs did on one day of the window, which starts at ``start``
+    (epoch seconds). Everything but ``runs`` counts events journaled that day."""
+
+    start: float
+    runs: dict[str, int]
+    """Runs created that day, by the status they have now."""
+    model_calls: int
+    tokens_in: int
+    tokens_out: int
+    cost_usd: float
+    approval_waits: list[float]
+    """Seconds from each approval request to its signed decision (approved or rejected)
+    for the decisions journaled that day, shortest first."""
+    approvals_expired: int
+    """Approval requests that expired that day without a valid decision."""
+    escalations: dict[str, int]
+    """Runs escalated to a person that day, by cause (``unknown_outcome``,
+    ``question``, ``budget``, ``deadline``...)."""
+    dead_lettered: int
+    """Runs dead-lettered that day (a run dead-lettered twice counts twice)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Activity:
+    """What a tenant's runs did on each day of a window (:meth:`Client.activity
+    <underway.client.Client.activity>`): ``days`` from ``since`` on, one
+    :class:`ActivityDay` each. ``runs_read`` and ``events_read`` say what it cost;
+    ``unreadable`` names runs whose journal could not be decoded (audit them), which
+    the figures leave out."""
+
+    tenant_id: str
+    since: float
+    days: list[ActivityDay]
+    runs_read: int
+    events_read: int
+    unreadable: list[str] = field(default_factory=list)
+
+    @property
+    def until(self) -> float:
+        """Where the window ends (not included)."""
+        return self.since + len(self.days) * DAY
+
+
+@dataclass(slots=True)
+class _Tally:
+    runs: dict[str, int] = field(default_factory=dict)
+    model_calls: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost: list[float] = field(default_factory=list)
+    waits: list[float] = field(default_factory=list)
+    expired: int = 0
+    escalations: Counter[str] = field(default_factory=Counter)
+    dead: int = 0
+
+    def day(self, start: float) -> ActivityDay:
+        return ActivityDay(
+            start=start, runs=dict(sorted(self.runs.items())), model_calls=self.model_calls,
+            tokens_in=self.tokens_in, tokens_out=self.tokens_out,
+            cost_usd=math.fsum(self.cost), approval_waits=sorted(self.waits),
+            approvals_expired=self.expired, escalations=dict(sorted(self.escalations.items())),
+            dead_lettered=self.dead,
+        )
+
+
+def activity(
+    store: Store, journal: Journal, tenant_id: str, *, since: float, days: int
+) -> Activity:
+    """What ``tenant_id``'s runs did on each of ``days`` days from ``since`` (epoch
+    seconds; a midnight UTC for calendar days)."""
+    if isinstance(days, bool) or not isinstance(days, int) or not 1 <= days <= MAX_DAYS:
+        raise ConfigurationError(f"days must be a whole number from 1 to {MAX_DAYS}, "
+                                 f"not {days!r}")
+    if not math.isfinite(since):
+        raise ConfigurationError(f"since must be a time in epoch seconds, not {since!r}")
+    until = since + days * DAY
+    tallies = [_Tally() for _ in range(days)]
+    for bucket, status, n in store.runs_created(tenant_id, since=since, until=until,
+                                                width=DAY):
+        tallies[bucket].runs[status] = n
+    run_ids = store.runs_written(tenant_id, since=since, until=until)
+    events_read, unreadable = 0, []
+    for i in range(0, len(run_ids), RUN_BATCH):
+        found = store.events_by_type(tenant_id, run_ids[i:i + RUN_BATCH], ACTIVITY_EVENTS)
+        for run_id, stored in found.items():
+            try:
+                records = journal.decode(tenant_id, stored)
+            except IntegrityError:
+                unreadable.append(run_id)
+                continue
+            events_read += len(records)
+            asked: dict[str, float] = {}
+            for rec in records:
+                e = rec.event
+                if isinstance(e, ev.ApprovalRequested):
+                    asked[e.request_id] = rec.at
+                bucket = math.floor((rec.at - since) / DAY)
+                if not 0 <= bucket < days:
+                    continue
+                _count(tallies[bucket], e, rec.at, asked)
+    return Activity(
+        tenant_id=tenant_id, since=since,
+        days=[t.day(since + n * DAY) for n, t in enumerate(tallies)],
+        runs_read=len(run_ids), events_read=events_read, unreadable=unreadable,
+    )
+
+
+def _count(t: _Tally, e: ev.RunEvent, at: float, asked: dict[str, float]) -> None:
+    if isinstance(e, ev.ModelResponded):
+        t.model_calls += 1
+        t.tokens_in += e.tokens_in
+        t.tokens_out += e.tokens_out
+        t.cost.append(e.cost_usd)
+    elif isinstance(e, ev.ApprovalGranted | ev.ApprovalRejected):
+        requested = asked.get(e.request_id)
+        if requested is not None:
+            t.waits.append(max(0.0, at - requested))
+    elif isinstance(e, ev.ApprovalExpired):
+        t.expired += 1
+    elif isinstance(e, ev.Escalated):
+        t.escalations[e.cause] += 1
+    elif isinstance(e, ev.RunDeadLettered):
+        t.dead += 1
