@@ -7,7 +7,8 @@ are written to the access log like the API's.
 - ``/runs``: the runs, filtered and searched, with counts by status;
 - ``/runs/{id}``: a run's timeline, its state at any event, live while it moves;
 - ``/approvals``: the inbox, with decisions signed in the browser;
-- ``/metrics``: charts from the journal.
+- ``/charts``: the tenant's metrics per day, charts from the runs table and the journal
+  (``/metrics`` is the app's Prometheus endpoint).
 """
 
 from __future__ import annotations
