@@ -20,11 +20,14 @@ class Endpoint:
     def __init__(self) -> None:
         self.status = 204
         self.received: list[tuple[dict[str, str], bytes]] = []
+        self.paths: list[str] = []
+        """The path of each POST, in the same order."""
         endpoint = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
+                endpoint.paths.append(self.path)
                 endpoint.received.append((dict(self.headers), body))
                 self.send_response(endpoint.status)
                 self.send_header("Content-Length", "0")

@@ -179,6 +179,8 @@ def worker(
                 metrics=_metrics(telemetry_opts.metrics_port, telemetry_opts.traces,
                                  provider),
             )
+            if config.budgets is not None:
+                engine.guard.tenant_usage_ttl = config.budgets.usage_ttl
             w = Worker(engine, queues=opts.queues, concurrency=opts.concurrency,
                        poll=opts.poll, grace=opts.grace, anchoring=anchoring)
             asyncio.run(_serve(w))

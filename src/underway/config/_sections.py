@@ -193,6 +193,10 @@ class BudgetsSection(Section):
 
     default: BudgetSection | None = None
     tenants: dict[Name, BudgetSection] = Field(default_factory=dict)
+    usage_ttl: float = Field(default=5.0, ge=0)
+    """Seconds a worker reuses a tenant's usage before reading the journals again: the
+    most a tenant can overspend by is what it spends in that time (0: read at every
+    check)."""
 
 
 class TelemetrySection(Section):

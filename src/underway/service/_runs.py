@@ -164,10 +164,10 @@ def cancel_run(state: State, who: Caller, run_id: RunId, body: Cancel) -> Accept
 def resume_run(state: State, who: Caller, run_id: RunId, body: Resume) -> Accepted:
     """Resume a dead run (unsigned; see ``note``)."""
     row = state.client.get_run(run_id, tenant_id=who.tenant_id)
-    if row.status != "dead":
-        raise conflict(f"run {run_id} is {row.status}, not dead: only dead runs resume")
     if state.signed_resolutions:
         raise conflict(SIGNED_ONLY.format(run_id=run_id))
+    if row.status != "dead":
+        raise conflict(f"run {run_id} is {row.status}, not dead: only dead runs resume")
     try:
         state.client.resume(run_id, by=who.actor, step=body.step, tenant_id=who.tenant_id)
     except ConfigurationError as exc:
@@ -180,10 +180,10 @@ def resume_run(state: State, who: Caller, run_id: RunId, body: Resume) -> Accept
 def resolve_run(state: State, who: Caller, run_id: RunId, body: Resolve) -> Accepted:
     """Resolve an escalated run (unsigned; see ``note``)."""
     row = state.client.get_run(run_id, tenant_id=who.tenant_id)
-    if row.status != "escalated":
-        raise conflict(f"run {run_id} is {row.status}, not escalated: nothing to resolve")
     if state.signed_resolutions:
         raise conflict(SIGNED_ONLY.format(run_id=run_id))
+    if row.status != "escalated":
+        raise conflict(f"run {run_id} is {row.status}, not escalated: nothing to resolve")
     state.client.resolve(run_id, resolution=body.resolution, by=who.actor,
                          result=body.result, tenant_id=who.tenant_id)
     return Accepted(run_id=run_id, delivered=True, note=UNSIGNED)
