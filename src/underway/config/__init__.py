@@ -13,13 +13,12 @@ builds its own worker can read the same file. docs/configuration.md has every ke
 
 from __future__ import annotations
 
-from ._config import DEFAULT_FILE, Config, find_config, load_config
+from ._config import DEFAULT_FILE, Config, ConfigError, find_config, load_config
 from ._sections import (
     AnchoringSection,
     ApprovalsSection,
     BudgetSection,
     BudgetsSection,
-    ConfigError,
     NotifierSection,
     PolicySection,
     ServeSection,

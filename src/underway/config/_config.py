@@ -21,12 +21,24 @@ from ..approvals.notify import MultiNotifier, Notifier, SmtpNotifier, WebhookNot
 from ..audit import Anchoring, FileAnchorLog
 from ..budgets import Budget, TenantBudgets
 from ..errors import ConfigurationError
-from ._sections import BASE, BudgetSection, ConfigError, Sections
+from ._sections import BASE, BudgetSection, Sections
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
 
     from ..policy import Policy
+
+
+class ConfigError(ConfigurationError):
+    """A config file that cannot be used: ``source`` is the file, ``key`` the dotted path
+    of the offending key (``notifier.webhook.url``; empty for the file as a whole) and
+    ``problem`` what is wrong with it. When a file has several problems these describe
+    the first, and the message lists them all."""
+
+    def __init__(self, source: str, key: str, problem: str) -> None:
+        self.source, self.key, self.problem = source, key, problem
+        super().__init__(f"{source}: {key}: {problem}" if key else f"{source}: {problem}")
+
 
 DEFAULT_FILE = "underway.toml"
 """The file ``underway worker`` and ``underway serve`` read when not given ``--config``

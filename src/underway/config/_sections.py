@@ -19,20 +19,8 @@ from pydantic import (
     model_validator,
 )
 
-from ..errors import ConfigurationError
-
 BASE = "base"
 """The validation context's key for the directory relative paths start from."""
-
-
-class ConfigError(ConfigurationError):
-    """A config file that cannot be used: ``source`` is the file, ``key`` the dotted path
-    of the offending key (``notifier.webhook.url``; empty for the file as a whole) and
-    ``problem`` what is wrong with it."""
-
-    def __init__(self, source: str, key: str, problem: str) -> None:
-        self.source, self.key, self.problem = source, key, problem
-        super().__init__(f"{source}: {key}: {problem}" if key else f"{source}: {problem}")
 
 
 def _path(value: object, info: ValidationInfo) -> Path:
