@@ -1,6 +1,7 @@
 """Budgets: limits on what a run or a tenant may spend, and usage derived from the journal.
 
-A :class:`Budget` holds limits (``None``: unlimited); a :class:`Usage` is what was spent;
+A :class:`Budget` holds limits (``None``: unlimited); :class:`TenantBudgets` gives each
+tenant its own, with a default for the others; a :class:`Usage` is what was spent;
 :func:`check` says which limits a pending action would cross. Usage is never kept
 anywhere but the journal: a run's usage is its folded state (:meth:`Usage.from_state`) and
 a tenant's is :func:`tenant_usage`, so both survive restarts and can be recomputed.
@@ -24,8 +25,8 @@ from .state import RunState
 from .store.base import FINAL, Store
 
 __all__ = [
-    "Budget", "Exceeded", "TenantUsage", "Usage", "check", "route_breach", "run_usage",
-    "tenant_usage", "usage_of",
+    "Budget", "Exceeded", "TenantBudgets", "TenantUsage", "Usage", "check", "route_breach",
+    "run_usage", "tenant_usage", "usage_of",
 ]
 
 Scope = Literal["run", "tenant"]
@@ -79,6 +80,33 @@ class Budget:
                 _check_limit(limit, f"money.{cur}")
                 money[cur.strip().upper()] = limit
             object.__setattr__(self, "money", money)
+
+
+@dataclass(frozen=True, slots=True)
+class TenantBudgets:
+    """A budget per tenant (``Engine(tenant_budget=TenantBudgets(...))``): a tenant named
+    in ``tenants`` has exactly that budget, not the default's limits merged with it; every
+    other tenant has ``default`` (``None``: no limit). Each limits what all of the tenant's
+    runs spend since 00:00 UTC, like a single :class:`Budget` given for every tenant."""
+
+    default: Budget | None = None
+    tenants: Mapping[str, Budget] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.default is not None and not isinstance(self.default, Budget):
+            raise ConfigurationError(f"the default tenant budget must be a Budget, not "
+                                     f"{self.default!r}")
+        for tenant, budget in self.tenants.items():
+            if not isinstance(tenant, str) or not tenant:
+                raise ConfigurationError(f"tenant budgets: {tenant!r} is not a tenant id")
+            if not isinstance(budget, Budget):
+                raise ConfigurationError(
+                    f"the budget of tenant {tenant!r} must be a Budget, not {budget!r}")
+        object.__setattr__(self, "tenants", dict(self.tenants))
+
+    def for_tenant(self, tenant_id: str) -> Budget | None:
+        """The budget of ``tenant_id``: its own, else the default."""
+        return self.tenants.get(tenant_id, self.default)
 
 
 def _check_limit(value: object, name: str) -> None:

@@ -14,7 +14,16 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from . import events as ev
-from .budgets import Budget, Exceeded, TenantUsage, Usage, check, run_usage, usage_of
+from .budgets import (
+    Budget,
+    Exceeded,
+    TenantBudgets,
+    TenantUsage,
+    Usage,
+    check,
+    run_usage,
+    usage_of,
+)
 from .codec import Codec
 from .intent import CallIntent
 from .money import Money, Unreadable
@@ -35,6 +44,9 @@ class Guard:
     """The engine-wide defaults; a flow may override ``policy``, ``budget`` and ``shadow``.
 
     ``environment`` (``dev``, ``staging``, ``prod``...) is what policies match on;
+    ``tenant_budget`` limits what each tenant's runs spend per UTC day: one
+    :class:`~underway.budgets.Budget` for every tenant, or
+    :class:`~underway.budgets.TenantBudgets` (a default and per-tenant budgets);
     ``approval_ttl`` is how long an approval request stays open unless its rule says;
     ``tenant_usage_ttl`` is how long a tenant's journal-derived usage is cached (it is read
     on the store's I/O threads, never on the event loop);
@@ -46,7 +58,7 @@ class Guard:
     policy: Policy | None = None
     environment: str = "dev"
     budget: Budget | None = None
-    tenant_budget: Budget | None = None
+    tenant_budget: Budget | TenantBudgets | None = None
     shadow: bool = False
     secrets: SecretProvider | None = None
     notifier: Notifier | None = None
@@ -67,8 +79,14 @@ class Guard:
             policy = policy.with_options(deny_unlisted_mutating=flow.deny_unlisted_mutating)
         return policy
 
+    def budget_of_tenant(self, tenant_id: str) -> Budget | None:
+        """The budget that limits all of ``tenant_id``'s runs (None: no limit)."""
+        if isinstance(self.tenant_budget, TenantBudgets):
+            return self.tenant_budget.for_tenant(tenant_id)
+        return self.tenant_budget
+
     def has_budget(self, flow: Flow[Any, Any]) -> bool:
-        """True when any budget (the flow's, the engine's or the tenant's) applies."""
+        """True when any budget (the flow's, the engine's or a tenant's) may apply."""
         return (flow.budget is not None or self.budget is not None
                 or self.tenant_budget is not None)
 
@@ -115,13 +133,14 @@ class Guard:
             found = check(budget, run_usage(s), now=now, scope="run", pending=pending)
             if found:
                 return budget, found[0]
-        if self.tenant_budget is not None:
+        tenant_budget = self.budget_of_tenant(s.tenant_id)
+        if tenant_budget is not None:
             since = _day_start(now)
             used = (await self.tenant_usage(store, s.tenant_id, since)).add(
                 usage_of(uncommitted))
-            found = check(self.tenant_budget, used, now=now, scope="tenant", pending=pending)
+            found = check(tenant_budget, used, now=now, scope="tenant", pending=pending)
             if found:
-                return self.tenant_budget, found[0]
+                return tenant_budget, found[0]
         return None
 
     async def tenant_usage(self, store: Store, tenant_id: str, since: float) -> Usage:

@@ -5,6 +5,8 @@ package).
 - :mod:`fakes.outside_service` — the one fake outside service of the crash and chaos
   suites; :mod:`fakes.invariants` — the invariant checks they share;
 - :mod:`fakes.model_provider` — a local server speaking the model providers' wire formats;
+- :mod:`fakes.receivers` — an HTTP endpoint and an SMTP sink that record the notices
+  delivered to them;
 - :mod:`fakes.guard_helpers` — an approvals-enabled engine and signing helpers;
 - :mod:`fakes.docker_image` — which Docker image the sandbox tests run in.
 """

@@ -11,14 +11,18 @@ import functools
 import json
 import os
 import sqlite3
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Annotated, NoReturn, ParamSpec, TypeVar
 
 import typer
+from pydantic import BaseModel
 
 from ..client import Client
+from ..config import Config, find_config, load_config
 from ..errors import RunNotFound, UnderwayError
 from ..events import JSON
 from ..store import connect
@@ -86,10 +90,53 @@ def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
     return wrapper
 
 
-def database_url(ctx: typer.Context, db: str | None) -> str:
-    """The URL from the command's ``--db``, else the global ``--db``, else ``$UNDERWAY_DB``."""
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--config",
+        help="The config file (docs/configuration.md); its command-line options override "
+        "it. Default: ./underway.toml when there is one.",
+        show_default=False,
+    ),
+]
+
+
+def read_config(path: Path | None, command: str) -> Config:
+    """The config file ``--config`` names, else ``./underway.toml`` when there is one
+    (said on stderr, so a file nobody asked for never acts unannounced), else the
+    defaults. A bad file raises :class:`~underway.config.ConfigError`: nothing starts."""
+    found = find_config(path)
+    if found is None:
+        return Config()
+    if path is None:
+        typer.echo(f"underway {command}: reading {found} (pass --config FILE to read "
+                   "another)", err=True)
+    return load_config(found)
+
+
+S = TypeVar("S", bound=BaseModel)
+
+
+def override(section: S, **options: object) -> S:
+    """``section`` of the config file with the command-line ``options`` that were given
+    (not None) in place of its values."""
+    return section.model_copy(update={k: v for k, v in options.items() if v is not None})
+
+
+def import_paths(config: Config) -> None:
+    """Put the current directory and the config file's on the import path, so that
+    ``--app module:attr`` finds a module in either (the current directory first)."""
+    for folder in (None if config.folder is None else str(config.folder), os.getcwd()):
+        if folder is not None and folder not in sys.path:
+            sys.path.insert(0, folder)
+
+
+def database_url(ctx: typer.Context, db: str | None, default: str | None = None) -> str:
+    """The URL from the command's ``--db``, else the global ``--db``, else
+    ``$UNDERWAY_DB``, else ``default`` (a config file's ``database``)."""
     root = ctx.find_root().obj
-    url = db or (root if isinstance(root, str) else None) or os.environ.get("UNDERWAY_DB")
+    url = (db or (root if isinstance(root, str) else None) or os.environ.get("UNDERWAY_DB")
+           or default)
     if not url:
         raise Problem("no database given: pass --db URL or set UNDERWAY_DB")
     return url
@@ -104,14 +151,15 @@ def _sqlite_path(url: str) -> str | None:
 
 @contextmanager
 def open_store(
-    ctx: typer.Context, db: str | None, *, migrate: bool = False
+    ctx: typer.Context, db: str | None, *, migrate: bool = False, default: str | None = None
 ) -> Iterator[Store]:
-    """Open the store named by ``db`` / ``$UNDERWAY_DB`` and close it afterwards.
+    """Open the store named by ``db`` / ``$UNDERWAY_DB`` / ``default`` (see
+    :func:`database_url`) and close it afterwards.
 
     Without ``migrate`` the database must already hold an underway schema: a mistyped
     SQLite path is reported instead of silently creating an empty database.
     """
-    url = database_url(ctx, db)
+    url = database_url(ctx, db, default)
     path = _sqlite_path(url)
     if not migrate and path and not os.path.exists(path):
         raise Problem(f"no SQLite database at {path!r}; create one with `underway db migrate`")

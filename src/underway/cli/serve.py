@@ -5,8 +5,6 @@ when ``serve`` is run or listed (see :data:`underway.cli.LAZY`)."""
 
 from __future__ import annotations
 
-import os
-import sys
 from typing import Annotated, Any
 
 import typer
@@ -16,7 +14,16 @@ from ..flow import Flow
 from ..service import create_app
 from ..service import serve as run_server
 from ..worker import load_app
-from ._common import DbOption, Problem, handle_errors, open_store
+from ._common import (
+    ConfigOption,
+    DbOption,
+    Problem,
+    handle_errors,
+    import_paths,
+    open_store,
+    override,
+    read_config,
+)
 from .events import load_routes
 
 app = typer.Typer(add_completion=False)
@@ -26,9 +33,12 @@ app = typer.Typer(add_completion=False)
 @handle_errors
 def serve(
     ctx: typer.Context,
-    host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port to listen on.")]
-    = 8420,
+    host: Annotated[str | None, typer.Option(
+        "--host", help="Address to listen on (default 127.0.0.1).", show_default=False)]
+    = None,
+    port: Annotated[int | None, typer.Option(
+        "--port", min=0, max=65535, help="Port to listen on (default 8420).",
+        show_default=False)] = None,
     routes: Annotated[
         str | None,
         typer.Option("--routes", help="Intake routes for POST /v1/intake/{source}, as "
@@ -40,25 +50,31 @@ def serve(
                      "worker`): starts are checked against them (an unknown flow or a bad "
                      "input is refused) instead of started by name.", show_default=False),
     ] = None,
-    log_level: Annotated[str, typer.Option("--log-level", help="uvicorn's log level.")]
-    = "info",
+    log_level: Annotated[str | None, typer.Option(
+        "--log-level", help="uvicorn's log level (default info).", show_default=False)]
+    = None,
+    config_file: ConfigOption = None,
     db: DbOption = None,
 ) -> None:
     """Serve the HTTP API: runs, approvals, intake webhooks and admin under /v1, with
     /healthz, /readyz and the OpenAPI document at /openapi.json. Every request needs an
-    API key (`underway apikeys new`)."""
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    flows: list[Flow[Any, Any]] = load_app(app_spec)[0] if app_spec is not None else []
-    table = load_routes(routes) if routes is not None else None
-    with open_store(ctx, db) as store:
+    API key (`underway apikeys new`). Reads the [serve] table of underway.toml (--config),
+    which these options override, and its database and [approvals]."""
+    config = read_config(config_file, "serve")
+    opts = override(config.serve, host=host, port=port, routes=routes, app=app_spec,
+                    log_level=log_level)
+    import_paths(config)
+    flows: list[Flow[Any, Any]] = load_app(opts.app)[0] if opts.app is not None else []
+    table = load_routes(opts.routes) if opts.routes is not None else None
+    with open_store(ctx, db, default=config.database) as store:
         if not store.list_api_keys():
             typer.echo("note: no API key exists yet; make one with `underway apikeys new "
                        "--tenant T --role admin`", err=True)
-        api = create_app(Client(store, flows=flows), routes=table)
-        typer.echo(f"underway serve on http://{host}:{port} (API under /v1, OpenAPI at "
-                   "/openapi.json)", err=True)
+        api = create_app(Client(store, flows=flows), routes=table,
+                         signed_resolutions=config.approvals.signed_resolutions)
+        typer.echo(f"underway serve on http://{opts.host}:{opts.port} (API under /v1, "
+                   "OpenAPI at /openapi.json)", err=True)
         try:
-            run_server(api, host=host, port=port, log_level=log_level)
+            run_server(api, host=opts.host, port=opts.port, log_level=opts.log_level)
         except SystemExit as exc:
-            raise Problem(f"the server could not start on {host}:{port}") from exc
+            raise Problem(f"the server could not start on {opts.host}:{opts.port}") from exc

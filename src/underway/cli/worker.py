@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -21,52 +20,67 @@ from ..secrets import EnvSecrets
 from ..store import queries
 from ..telemetry import Metrics
 from ..worker import Worker, load_app
-from ._common import DbOption, Problem, handle_errors, open_store
+from ._common import (
+    ConfigOption,
+    DbOption,
+    Problem,
+    handle_errors,
+    import_paths,
+    open_store,
+    override,
+    read_config,
+)
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
 
 
 @handle_errors
 def worker(
     ctx: typer.Context,
     app_spec: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--app",
             help="What the worker runs, as module:attribute: a Flow, a list of Flows and "
             "Tools, or a function of no arguments returning one. The current directory "
-            "is on the import path.",
+            "and the config file's are on the import path. Default: worker.app.",
             show_default=False,
         ),
-    ],
+    ] = None,
     queue: Annotated[
         list[str] | None,
-        typer.Option("--queue", help="Serve this queue (repeat for several; default: every "
-                     "queue)."),
+        typer.Option("--queue", help="Serve this queue (repeat for several; default: "
+                     "worker.queues, else every queue).", show_default=False),
     ] = None,
     concurrency: Annotated[
-        int, typer.Option("--concurrency", min=1, help="Runs driven at once.")
-    ] = 10,
+        int | None, typer.Option("--concurrency", min=1, help="Runs driven at once "
+                                 "(default 10).", show_default=False)
+    ] = None,
     lease_ttl: Annotated[
-        float,
+        float | None,
         typer.Option("--lease-ttl", min=0.1, help="Seconds a lease lasts unless renewed; "
-                     "another worker takes a run over after this once its worker is gone."),
-    ] = 30.0,
+                     "another worker takes a run over after this once its worker is gone "
+                     "(default 30).", show_default=False),
+    ] = None,
     poll: Annotated[
-        float,
+        float | None,
         typer.Option("--poll", min=0.01, help="Longest an idle worker waits before looking "
-                     "for work again."),
-    ] = 1.0,
+                     "for work again (default 1).", show_default=False),
+    ] = None,
     grace: Annotated[
-        float,
+        float | None,
         typer.Option("--grace", min=0, help="On SIGTERM/SIGINT, seconds the steps in flight "
-                     "may take to finish before they are cancelled and handed back."),
-    ] = 30.0,
+                     "may take to finish before they are cancelled and handed back "
+                     "(default 30).", show_default=False),
+    ] = None,
     verbose: Annotated[
         bool, typer.Option("--verbose", "-v", help="Log each run handed back or given up.")
     ] = False,
     environment: Annotated[
         str | None,
         typer.Option("--environment", help="What policies see as the environment (dev, "
-                     "staging, prod...).", show_default=False),
+                     "staging, prod...; default dev).", show_default=False),
     ] = None,
     policy_file: Annotated[
         str | None,
@@ -109,51 +123,81 @@ def worker(
     traces: Annotated[
         bool,
         typer.Option("--traces", help="Make OpenTelemetry spans of activations, steps, "
-                     "tool and model calls with the global tracer provider (configure an "
-                     "SDK, the `otel` extra, for them to go anywhere)."),
+                     "tool and model calls: to the config file's telemetry.exporter, else "
+                     "with the global tracer provider (configure an SDK, the `otel` extra, "
+                     "for them to go anywhere)."),
     ] = False,
+    config_file: ConfigOption = None,
     db: DbOption = None,
 ) -> None:
     """Lease ready runs and drive them until SIGTERM or SIGINT (then stop gracefully).
 
-    Prints `underway worker OWNER ready` once it serves, and a summary when it stops.
+    Reads underway.toml (--config): the notifier that tells approvers, tenant budgets,
+    policy, telemetry and the options below, which override it; a flag turns on what the
+    file leaves off. Prints `underway worker OWNER ready` once it serves, and a summary
+    when it stops.
     """
+    config = read_config(config_file, "worker")
+    opts = override(config.worker, app=app_spec, queues=queue or None,
+                    concurrency=concurrency, lease_ttl=lease_ttl, poll=poll, grace=grace,
+                    environment=environment, secrets_env_prefix=secrets_prefix,
+                    verbose=verbose or None)
+    if opts.app is None:
+        raise Problem("no app given: pass --app module:attribute or set worker.app in "
+                      "the config file")
     logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr,
+        level=logging.INFO if opts.verbose else logging.WARNING, stream=sys.stderr,
         format="%(asctime)s underway worker %(process)d %(levelname)s %(message)s",
     )
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    anchoring = _anchoring(anchor_every, anchor_key, anchor_log)
-    flows, tools = load_app(app_spec)
-    with open_store(ctx, db) as store:
-        dialect = store.dialect
-        if dialect != "memory":
-            needed = max(v for v, _, _ in queries.migrations(dialect))
-            have = store.schema_version()
-            if have < needed:
-                raise Problem(
-                    f"the database schema is at version {have}; this worker needs {needed}: "
-                    "run `underway db migrate` first"
-                )
-        engine = Engine(
-            store, flows=flows, tools=tools, lease_ttl=lease_ttl, environment=environment,
-            policy=load_policy(policy_file) if policy_file else None,
-            secrets=EnvSecrets(prefix=secrets_prefix) if secrets_prefix is not None else None,
-            signed_resolutions=signed_resolutions, metrics=_metrics(metrics_port, traces),
-        )
-        w = Worker(engine, queues=queue or None, concurrency=concurrency, poll=poll,
-                   grace=grace, anchoring=anchoring)
-        asyncio.run(_serve(w))
+    anchoring = _anchoring(anchor_every, anchor_key, anchor_log) or config.make_anchoring()
+    policy = load_policy(policy_file) if policy_file else config.make_policy()
+    notifier = config.make_notifier()
+    tenant_budget = config.make_tenant_budget()
+    telemetry_opts = override(config.telemetry, metrics_port=metrics_port,
+                              traces=traces or None)
+    import_paths(config)
+    flows, tools = load_app(opts.app)
+    provider = config.make_tracer_provider() if telemetry_opts.traces else None
+    try:
+        with open_store(ctx, db, default=config.database) as store:
+            dialect = store.dialect
+            if dialect != "memory":
+                needed = max(v for v, _, _ in queries.migrations(dialect))
+                have = store.schema_version()
+                if have < needed:
+                    raise Problem(
+                        f"the database schema is at version {have}; this worker needs "
+                        f"{needed}: run `underway db migrate` first"
+                    )
+            engine = Engine(
+                store, flows=flows, tools=tools, lease_ttl=opts.lease_ttl,
+                environment=opts.environment, policy=policy,
+                secrets=(EnvSecrets(prefix=opts.secrets_env_prefix)
+                         if opts.secrets_env_prefix is not None else None),
+                signed_resolutions=signed_resolutions or config.approvals.signed_resolutions,
+                notifier=notifier, tenant_budget=tenant_budget,
+                metrics=_metrics(telemetry_opts.metrics_port, telemetry_opts.traces,
+                                 provider),
+            )
+            if config.budgets is not None:
+                engine.guard.tenant_usage_ttl = config.budgets.usage_ttl
+            w = Worker(engine, queues=opts.queues, concurrency=opts.concurrency,
+                       poll=opts.poll, grace=opts.grace, anchoring=anchoring)
+            asyncio.run(_serve(w))
+    finally:
+        if provider is not None:
+            provider.shutdown()  # sends the spans still buffered
     anchored = f", {w.anchored} anchor records" if anchoring is not None else ""
     typer.echo(f"underway worker {w.owner} stopped: {w.activations} activations, "
                f"{w.handed_back} runs handed back{anchored}")
 
 
-def _metrics(port: int | None, traces: bool) -> Metrics | None:
+def _metrics(
+    port: int | None, traces: bool, provider: TracerProvider | None
+) -> Metrics | None:
     """The worker's Prometheus metrics, served on ``port`` (None: no metrics), and its
-    spans when ``traces``."""
-    seams: list[Metrics] = [telemetry.Tracing()] if traces else []
+    spans when ``traces``, made with ``provider`` (None: the global one)."""
+    seams: list[Metrics] = [telemetry.Tracing(provider)] if traces else []
     if port is not None:
         metrics = telemetry.PrometheusMetrics()
         telemetry.serve_metrics(metrics.registry, port)

@@ -50,7 +50,7 @@ from ._stops import DeadLetter, Escalate, Stop, Suspend, Unencodable
 
 if TYPE_CHECKING:
     from ..approvals.notify import Notifier
-    from ..budgets import Budget
+    from ..budgets import Budget, TenantBudgets
     from ..policy import Policy
 
 _T = TypeVar("_T")
@@ -89,8 +89,11 @@ class Engine:
     runs). ``checkpoint_every``: write a checkpoint at least every this many events (and
     always when a run leaves the worker: waiting, escalated, dead or finished).
     ``retry_budget``: retries one run may spend across all its tools before it stops dead
-    (``None``: no limit). ``metrics``: where steps, calls, activations and run ends are
-    reported (:class:`underway.telemetry.PrometheusMetrics`; default: nowhere, at no cost).
+    (``None``: no limit). ``tenant_budget``: what each tenant's runs may spend per UTC
+    day, one :class:`~underway.budgets.Budget` for every tenant or
+    :class:`~underway.budgets.TenantBudgets` (a default and per-tenant budgets).
+    ``metrics``: where steps, calls, activations and run ends are reported
+    (:class:`underway.telemetry.PrometheusMetrics`; default: nowhere, at no cost).
 
     Async code here never calls the store synchronously on the event loop: every store
     call goes through :meth:`io` (see :mod:`underway.store._offload`).
@@ -112,7 +115,7 @@ class Engine:
         policy: Policy | None = None,
         environment: str | None = None,
         budget: Budget | None = None,
-        tenant_budget: Budget | None = None,
+        tenant_budget: Budget | TenantBudgets | None = None,
         shadow: bool | None = None,
         secrets: SecretProvider | None = None,
         notifier: Notifier | None = None,

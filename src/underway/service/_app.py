@@ -41,6 +41,7 @@ def create_app(
     title: str = "underway",
     metrics: CollectorRegistry | None = None,
     session_secret: bytes | None = None,
+    signed_resolutions: bool = False,
 ) -> FastAPI:
     """The ``underway serve`` app over a client (or a store, wrapped in a client without
     flow code: runs are started by name). ``routes`` is the intake routing table of
@@ -50,7 +51,9 @@ def create_app(
     database says on each scrape, followed by ``metrics`` when given (the registry of a
     :class:`~underway.telemetry.PrometheusMetrics` whose engine runs in this process).
     ``session_secret`` MACs the console's session cookies (see
-    :func:`~underway.service.console.install_console`)."""
+    :func:`~underway.service.console.install_console`). ``signed_resolutions`` (what the
+    workers enforce) answers an unsigned resolve, or resume of a dead run, with 409 at once
+    instead of accepting a signal the workers will refuse."""
     client = target if isinstance(target, Client) else Client(target)
     table = None if routes is None else routes if isinstance(routes, Routes) else Routes(routes)
     app = FastAPI(
@@ -59,7 +62,7 @@ def create_app(
         description="The underway API: runs, approvals, intake webhooks and admin, every "
         "request scoped to its API key's tenant and role.",
     )
-    app.state.underway = ServiceState(client, table, replay_window)
+    app.state.underway = ServiceState(client, table, replay_window, signed_resolutions)
     install(app)
     for module in (_runs, _stream, _approvals, _intake, _reads, _admin):
         app.include_router(module.router)

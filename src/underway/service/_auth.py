@@ -45,11 +45,13 @@ class Principal:
 
 @dataclass(frozen=True, slots=True)
 class ServiceState:
-    """What every request of one app shares: the client, intake routes and the clock."""
+    """What every request of one app shares: the client, intake routes and the clock;
+    ``signed_resolutions`` refuses unsigned resolutions and resumes."""
 
     client: Client
     routes: Routes | None
     replay_window: float
+    signed_resolutions: bool = False
 
     @property
     def store(self) -> Store:

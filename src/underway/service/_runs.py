@@ -35,6 +35,9 @@ Status = Literal["ready", "waiting", "escalated", "dead", "completed", "failed",
 RunId = Annotated[str, Path(min_length=1, description="The run's id.")]
 UNSIGNED = ("unsigned: a worker started with --signed-resolutions refuses it; submit a "
             "signed resolve decision to /v1/approvals/{run_id}/decision instead")
+SIGNED_ONLY = ("this deployment settles runs only with signed resolutions "
+               "(approvals.signed_resolutions): submit a signed resolve decision to "
+               "/v1/approvals/{run_id}/decision")
 
 
 @endpoint(router, "GET", "", permission="read", response_model=RunPage)
@@ -161,6 +164,8 @@ def cancel_run(state: State, who: Caller, run_id: RunId, body: Cancel) -> Accept
 def resume_run(state: State, who: Caller, run_id: RunId, body: Resume) -> Accepted:
     """Resume a dead run (unsigned; see ``note``)."""
     row = state.client.get_run(run_id, tenant_id=who.tenant_id)
+    if state.signed_resolutions:
+        raise conflict(SIGNED_ONLY.format(run_id=run_id))
     if row.status != "dead":
         raise conflict(f"run {run_id} is {row.status}, not dead: only dead runs resume")
     try:
@@ -175,6 +180,8 @@ def resume_run(state: State, who: Caller, run_id: RunId, body: Resume) -> Accept
 def resolve_run(state: State, who: Caller, run_id: RunId, body: Resolve) -> Accepted:
     """Resolve an escalated run (unsigned; see ``note``)."""
     row = state.client.get_run(run_id, tenant_id=who.tenant_id)
+    if state.signed_resolutions:
+        raise conflict(SIGNED_ONLY.format(run_id=run_id))
     if row.status != "escalated":
         raise conflict(f"run {run_id} is {row.status}, not escalated: nothing to resolve")
     state.client.resolve(run_id, resolution=body.resolution, by=who.actor,

@@ -9,6 +9,8 @@
 - :func:`serve_metrics`: a registry served over HTTP from a background thread;
 - :class:`Tracing`: OpenTelemetry spans of activations, steps, tool and model calls,
   policy decisions and approval waits, in the trace the run was started in;
+- :func:`tracer_provider`: an OpenTelemetry SDK provider exporting spans over OTLP or to
+  the console (the ``otel`` extra), for a process that sets up tracing itself;
 - :class:`Fanout`: several seams as one.
 
 ``prometheus_client`` and OpenTelemetry are imported only when a name that needs them is
@@ -24,14 +26,15 @@ from ._seam import NO_METRICS, Fanout, Metrics
 
 # The engine loads the seam only: Prometheus and OpenTelemetry load when first named.
 if TYPE_CHECKING:
+    from ._export import tracer_provider
     from ._prometheus import DatabaseCollector, PrometheusMetrics, serve_metrics
     from ._tracing import Tracing, gen_ai_system
 else:
     __getattr__, __dir__ = lazy_exports(__name__, {
         "DatabaseCollector": "._prometheus", "PrometheusMetrics": "._prometheus",
         "serve_metrics": "._prometheus", "Tracing": "._tracing",
-        "gen_ai_system": "._tracing",
+        "gen_ai_system": "._tracing", "tracer_provider": "._export",
     }, globals())
 
 __all__ = ["NO_METRICS", "DatabaseCollector", "Fanout", "Metrics", "PrometheusMetrics",
-           "Tracing", "gen_ai_system", "serve_metrics"]
+           "Tracing", "gen_ai_system", "serve_metrics", "tracer_provider"]

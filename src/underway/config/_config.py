@@ -1,0 +1,274 @@
+"""Reading ``underway.toml`` (:func:`load_config`) and making what it describes: the
+notifier, tenant budgets, policy, tracer provider and anchoring a worker runs with."""
+
+from __future__ import annotations
+
+import difflib
+import os
+import tomllib
+import types
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, PrivateAttr, ValidationError
+
+from .. import policy as policies
+from .. import telemetry
+from ..approvals.keys import load_private_key
+from ..approvals.notify import MultiNotifier, Notifier, SmtpNotifier, WebhookNotifier
+from ..audit import Anchoring, FileAnchorLog
+from ..budgets import Budget, TenantBudgets
+from ..errors import ConfigurationError
+from ._sections import BASE, BudgetSection, Sections
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from ..policy import Policy
+
+
+class ConfigError(ConfigurationError):
+    """A config file that cannot be used: ``source`` is the file, ``key`` the dotted path
+    of the offending key (``notifier.webhook.url``; empty for the file as a whole) and
+    ``problem`` what is wrong with it. When a file has several problems these describe
+    the first, and the message lists them all."""
+
+    def __init__(self, source: str, key: str, problem: str) -> None:
+        self.source, self.key, self.problem = source, key, problem
+        super().__init__(f"{source}: {key}: {problem}" if key else f"{source}: {problem}")
+
+
+DEFAULT_FILE = "underway.toml"
+"""The file ``underway worker`` and ``underway serve`` read when not given ``--config``
+(in the current directory)."""
+
+
+class Config(Sections):
+    """A whole config file, checked: see docs/configuration.md for every key. Read one
+    with :func:`load_config`; ``Config()`` is the defaults (what no file means).
+
+    The ``make_*`` methods build what the file describes; secrets named by environment
+    variable are read then, so a process that does not send notices (``underway serve``)
+    needs none of them. Their errors name the file and the key.
+    """
+
+    _source: str | None = PrivateAttr(default=None)
+
+    @property
+    def source(self) -> str | None:
+        """The file this was read from (None: no file, the defaults)."""
+        return self._source
+
+    @property
+    def folder(self) -> Path | None:
+        """The directory of that file, where its relative paths start."""
+        return None if self._source is None else Path(os.path.abspath(self._source)).parent
+
+    def _error(self, key: str, problem: str) -> ConfigError:
+        return ConfigError(self._source or "the configuration", key, problem)
+
+    def make_notifier(self, environ: Mapping[str, str] | None = None) -> Notifier | None:
+        """The ``[notifier]``: a webhook, an SMTP notifier, both (one
+        :class:`~underway.approvals.notify.MultiNotifier`) or None. Secrets come from
+        ``environ`` (default ``os.environ``)."""
+        env = os.environ if environ is None else environ
+        found: list[Notifier] = []
+        hook = self.notifier.webhook
+        if hook is not None:
+            secret = (None if hook.secret_env is None
+                      else self._secret(env, "notifier.webhook.secret_env", hook.secret_env))
+            found.append(WebhookNotifier(hook.url, secret=secret, timeout=hook.timeout))
+        mail = self.notifier.smtp
+        if mail is not None:
+            password = (None if mail.password_env is None
+                        else self._secret(env, "notifier.smtp.password_env", mail.password_env))
+            found.append(SmtpNotifier(
+                mail.host, mail.port, sender=mail.sender, recipients=mail.recipients,
+                starttls=mail.starttls, username=mail.username, password=password,
+                timeout=mail.timeout,
+            ))
+        if len(found) > 1:
+            return MultiNotifier(*found)
+        return found[0] if found else None
+
+    def _secret(self, env: Mapping[str, str], key: str, name: str) -> str:
+        value = env.get(name)
+        if not value:
+            state = "is empty" if value == "" else "is not set"
+            raise self._error(key, f"the environment variable {name} {state}")
+        return value
+
+    def make_tenant_budget(self) -> TenantBudgets | None:
+        """The ``[budgets]``: a default for every tenant and each named tenant's own."""
+        if self.budgets is None:
+            return None
+        return TenantBudgets(
+            default=None if self.budgets.default is None else _budget(self.budgets.default),
+            tenants={t: _budget(b) for t, b in self.budgets.tenants.items()},
+        )
+
+    def make_policy(self) -> Policy | None:
+        """The policy the ``[policy]`` file holds (its errors name that file, the rule and
+        the field)."""
+        return None if self.policy is None else policies.load_policy(self.policy.file)
+
+    def make_tracer_provider(self) -> TracerProvider | None:
+        """An OpenTelemetry SDK provider for ``[telemetry]``'s exporter; None when traces
+        are off or go to the global provider. Needs the ``otel`` extra."""
+        t = self.telemetry
+        if not t.traces or t.exporter is None:
+            return None
+        try:
+            return telemetry.tracer_provider(t.exporter, endpoint=t.endpoint,
+                                             protocol=t.protocol, service_name=t.service_name)
+        except ConfigurationError as exc:
+            raise self._error("telemetry.exporter", str(exc)) from None
+
+    def make_anchoring(self) -> Anchoring | None:
+        """The ``[anchoring]``: its key loaded, its log opened."""
+        a = self.anchoring
+        if a is None:
+            return None
+        try:
+            key = load_private_key(a.key)
+        except ConfigurationError as exc:
+            raise self._error("anchoring.key", str(exc)) from None
+        return Anchoring(key=key, sink=FileAnchorLog(a.log), every=a.every)
+
+
+def _budget(b: BudgetSection) -> Budget:
+    return Budget(tokens=b.tokens, cost_usd=b.cost_usd, model_calls=b.model_calls,
+                  tool_calls=b.tool_calls, wall_clock_s=b.wall_clock_s, messages=b.messages,
+                  money=b.money, on_exceed=b.on_exceed)
+
+
+def find_config(path: str | os.PathLike[str] | None) -> Path | None:
+    """The config file to read: ``path`` when given (it must exist: :func:`load_config`
+    says so), else ``underway.toml`` in the current directory if there is one, else
+    None."""
+    if path is not None:
+        return Path(path)
+    default = Path(DEFAULT_FILE)
+    return default if default.is_file() else None
+
+
+def load_config(path: str | os.PathLike[str]) -> Config:
+    """Read and check the config file ``path``. Relative paths in it (the policy file,
+    the anchoring key and log, a SQLite database) are relative to its directory.
+
+    Raises :class:`ConfigError` naming the file, each offending key and what is wrong:
+    a missing or unreadable file, invalid TOML, an unknown key, a value of the wrong type
+    or out of range, a policy or key file that does not exist.
+    """
+    source = str(path)
+    try:
+        raw = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(source, "", "no such file") from None
+    except OSError as exc:
+        raise ConfigError(source, "", f"cannot read it: {exc.strerror or exc}") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(source, "", f"not valid TOML: {exc}") from None
+    base = os.path.dirname(os.path.abspath(path))
+    try:
+        config = Config.model_validate(data, context={BASE: base})
+    except ValidationError as exc:
+        problems = [_problem(e) for e in exc.errors()]
+        error = ConfigError(source, *problems[0])
+        if len(problems) > 1:
+            error.args = ("; ".join(
+                [str(error), *(f"{k}: {p}" if k else p for k, p in problems[1:])]),)
+        raise error from None
+    config._source = source
+    return config
+
+
+# -- turning pydantic's errors into a key and a problem ------------------------------------
+
+_TOML_TYPES = {str: "a string", int: "an integer", float: "a float", bool: "a boolean",
+               dict: "a table", list: "an array"}
+
+
+def _key(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part.replace("_", "").replace("-", "").isalnum():
+            out += f".{part}" if out else part
+        else:
+            out += f'."{part}"' if out else f'"{part}"'
+    return out
+
+
+_EXPECTED = {"string_type": "a string", "int_type": "an integer", "float_type": "a number",
+             "bool_type": "true or false", "list_type": "an array", "dict_type": "a table",
+             "model_type": "a table", "model_attributes_type": "a table"}
+
+
+def _problem(error: Any) -> tuple[str, str]:
+    loc: tuple[int | str, ...] = tuple(error["loc"])
+    kind, value = error["type"], error.get("input")
+    if kind == "extra_forbidden":
+        known = _known_keys(loc[:-1])
+        hint = difflib.get_close_matches(str(loc[-1]), known, n=1)
+        more = (f" (did you mean {hint[0]!r}?)" if hint
+                else f" (known keys: {', '.join(known)})" if known else "")
+        return _key(loc), f"unknown key{more}"
+    if kind == "missing":
+        return _key(loc), "missing (it is required)"
+    if kind in _EXPECTED:
+        got = _toml_type(value)
+        shown = "" if isinstance(value, dict | list) else f" {value!r}"
+        return _key(loc), f"must be {_EXPECTED[kind]}, not {got}{shown}"
+    if kind == "too_short":
+        return _key(loc), "must not be empty"
+    message = str(error["msg"]).removeprefix("Value error, ")
+    message = message.replace("Input should be", "must be")
+    if kind == "literal_error" or "than" in kind:
+        message += f", not {value!r}"
+    return _key(loc), message
+
+
+def _toml_type(value: object) -> str:
+    return next((name for t, name in _TOML_TYPES.items() if type(value) is t),
+                type(value).__name__)
+
+
+def _known_keys(loc: tuple[int | str, ...]) -> list[str]:
+    """The keys the table at ``loc`` may hold (none when it is not a fixed table)."""
+    kind: Any = Config
+    for part in loc:
+        kind = _unwrap(kind)
+        if isinstance(kind, type) and issubclass(kind, BaseModel):
+            field = kind.model_fields.get(str(part))
+            if field is None:
+                return []
+            kind = field.annotation
+        elif typing.get_origin(kind) in (dict, list):
+            kind = typing.get_args(kind)[-1]
+        else:
+            return []
+    kind = _unwrap(kind)
+    if isinstance(kind, type) and issubclass(kind, BaseModel):
+        return list(kind.model_fields)
+    return []
+
+
+def _unwrap(kind: Any) -> Any:
+    """``X`` from ``X | None`` and ``Annotated[X, ...]``."""
+    while True:
+        origin = typing.get_origin(kind)
+        if origin is typing.Annotated:
+            kind = typing.get_args(kind)[0]
+        elif origin in (typing.Union, types.UnionType):
+            args = [a for a in typing.get_args(kind) if a is not type(None)]
+            if len(args) != 1:
+                return kind
+            kind = args[0]
+        else:
+            return kind

@@ -1,0 +1,240 @@
+"""The sections of ``underway.toml``, as pydantic models: unknown keys and values of the
+wrong type are refused (strict), and relative paths are resolved against the file's
+directory while it is read (see :mod:`underway.config._loading`)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    model_validator,
+)
+
+BASE = "base"
+"""The validation context's key for the directory relative paths start from."""
+
+
+def _path(value: object, info: ValidationInfo) -> Path:
+    if not isinstance(value, str) or not value:
+        raise ValueError("must be a path (a non-empty string)")
+    path = Path(value).expanduser()
+    base = (info.context or {}).get(BASE)
+    return path if path.is_absolute() or base is None else Path(base) / path
+
+
+def _existing_file(path: Path) -> Path:
+    if not path.is_file():
+        raise ValueError(f"no such file: {str(path)!r}")
+    return path
+
+
+def _http_url(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError(f"{url!r} is not an http:// or https:// URL")
+    return url
+
+
+def _env_name(name: str) -> str:
+    if not name or "=" in name or "\0" in name:
+        raise ValueError(f"{name!r} is not the name of an environment variable")
+    return name
+
+
+def _address(address: str) -> str:
+    if "@" not in address.strip("@") or any(c.isspace() for c in address):
+        raise ValueError(f"{address!r} is not an e-mail address")
+    return address
+
+
+AnyPath = Annotated[Path, BeforeValidator(_path)]
+"""A path; relative to the config file's directory."""
+ExistingFile = Annotated[Path, BeforeValidator(_path), AfterValidator(_existing_file)]
+"""A file that must exist; relative to the config file's directory."""
+HttpUrl = Annotated[str, AfterValidator(_http_url)]
+EnvName = Annotated[str, AfterValidator(_env_name)]
+Address = Annotated[str, AfterValidator(_address)]
+Name = Annotated[str, Field(min_length=1)]
+Limit = Annotated[int, Field(ge=0)]
+Amount = Annotated[float, Field(ge=0)]
+
+
+class Section(BaseModel):
+    """A table of the file: no unknown keys, no silently converted values."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class WorkerSection(Section):
+    """``[worker]``: what ``underway worker`` runs and how (its options override these)."""
+
+    app: Name | None = None
+    """The flows and tools, as ``module:attribute`` (``--app``)."""
+    queues: list[Name] | None = Field(default=None, min_length=1)
+    """The queues served (``--queue``); every queue when absent."""
+    concurrency: int = Field(default=10, ge=1)
+    lease_ttl: float = Field(default=30.0, ge=0.1)
+    poll: float = Field(default=1.0, ge=0.01)
+    grace: float = Field(default=30.0, ge=0)
+    environment: Name | None = None
+    """What policies see as the environment (``dev`` when absent)."""
+    secrets_env_prefix: str | None = None
+    """Tools' secrets come from environment variables with this prefix."""
+    verbose: bool = False
+
+
+class AnchoringSection(Section):
+    """``[anchoring]``: the worker signs the journals' heads every ``every`` seconds with
+    ``key`` and appends them to ``log`` (see docs/audit.md)."""
+
+    every: float = Field(gt=0)
+    key: ExistingFile
+    log: AnyPath
+
+
+class ServeSection(Section):
+    """``[serve]``: what ``underway serve`` listens on and serves (its options override
+    these)."""
+
+    host: Name = "127.0.0.1"
+    port: int = Field(default=8420, ge=0, le=65535)
+    app: Name | None = None
+    """The flows starts are checked against, as ``module:attribute``."""
+    routes: Name | None = None
+    """Intake routes for ``POST /v1/intake/{source}``, as ``module:attribute``."""
+    log_level: Literal["critical", "error", "warning", "info", "debug", "trace"] = "info"
+
+
+class WebhookSection(Section):
+    """``[notifier.webhook]``: POST each notice as JSON to ``url``, signed with the secret
+    held by the environment variable ``secret_env`` (``X-Underway-Signature``)."""
+
+    url: HttpUrl
+    secret_env: EnvName | None = None
+    timeout: float = Field(default=10.0, gt=0)
+
+
+class SmtpSection(Section):
+    """``[notifier.smtp]``: e-mail each notice to the addresses listed for its required
+    role in ``recipients`` (``"*"``: every notice); the password is read from the
+    environment variable ``password_env``."""
+
+    host: Name
+    port: int = Field(default=25, ge=1, le=65535)
+    sender: Address
+    recipients: dict[Name, Annotated[list[Address], Field(min_length=1)]] = Field(
+        min_length=1)
+    starttls: bool = False
+    username: Name | None = None
+    password_env: EnvName | None = None
+    timeout: float = Field(default=10.0, gt=0)
+
+    @model_validator(mode="after")
+    def _login(self) -> SmtpSection:
+        if (self.username is None) != (self.password_env is None):
+            raise ValueError("give username and password_env together to log in, or neither")
+        return self
+
+
+class NotifierSection(Section):
+    """``[notifier]``: who is told that a run waits for a person; both may be given."""
+
+    webhook: WebhookSection | None = None
+    smtp: SmtpSection | None = None
+
+
+class PolicySection(Section):
+    """``[policy]``: the policy file (TOML or YAML) for every flow that has none of its
+    own."""
+
+    file: ExistingFile
+
+
+class BudgetSection(Section):
+    """One budget (:class:`~underway.budgets.Budget`): limits per UTC day of all of a
+    tenant's runs; an absent limit is no limit."""
+
+    tokens: Limit | None = None
+    cost_usd: Amount | None = None
+    model_calls: Limit | None = None
+    tool_calls: Limit | None = None
+    wall_clock_s: Amount | None = None
+    messages: Limit | None = None
+    money: dict[Annotated[str, Field(min_length=3, max_length=3)], Amount] | None = None
+    """Amounts moved per currency; a currency not named may not be moved (``inf``: no
+    limit)."""
+    on_exceed: Literal["escalate", "fail"] = "escalate"
+
+
+class BudgetsSection(Section):
+    """``[budgets]``: ``default`` holds every tenant not named in ``tenants``; a named
+    tenant has exactly its own budget."""
+
+    default: BudgetSection | None = None
+    tenants: dict[Name, BudgetSection] = Field(default_factory=dict)
+    usage_ttl: float = Field(default=5.0, ge=0)
+    """Seconds a worker reuses a tenant's usage before reading the journals again: the
+    most a tenant can overspend by is what it spends in that time (0: read at every
+    check)."""
+
+
+class TelemetrySection(Section):
+    """``[telemetry]``: Prometheus metrics and OpenTelemetry traces of the worker."""
+
+    metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    """Serve the worker's metrics at ``http://0.0.0.0:PORT/metrics``."""
+    traces: bool = False
+    """Make spans of activations, steps, tool and model calls."""
+    exporter: Literal["otlp", "console"] | None = None
+    """Where spans go: ``otlp`` (to a collector), ``console`` (stderr); absent: the
+    process's global tracer provider (configured by something else, or nowhere)."""
+    endpoint: HttpUrl | None = None
+    protocol: Literal["http/protobuf", "grpc"] = "http/protobuf"
+    service_name: Name = "underway"
+
+    @model_validator(mode="after")
+    def _otlp_only(self) -> TelemetrySection:
+        if self.endpoint is not None and self.exporter != "otlp":
+            raise ValueError("endpoint is for exporter = \"otlp\"")
+        return self
+
+
+class ApprovalsSection(Section):
+    """``[approvals]``: how people's decisions are accepted."""
+
+    signed_resolutions: bool = False
+    """Settle escalations only with a resolution signed by an approver."""
+
+
+def _database(value: Any, info: ValidationInfo) -> Any:
+    """A relative SQLite path is relative to the file's directory, like every path in it."""
+    base = (info.context or {}).get(BASE)
+    if not isinstance(value, str) or base is None or not value.startswith("sqlite:///"):
+        return value
+    path = value.removeprefix("sqlite:///")
+    if path.startswith("/") or path.startswith(":memory:"):
+        return value
+    return "sqlite:///" + os.path.join(os.path.abspath(base), path)
+
+
+class Sections(Section):
+    """Every table of the file (see :class:`~underway.config.Config`)."""
+
+    database: Annotated[Name | None, BeforeValidator(_database)] = None
+    worker: WorkerSection = WorkerSection()
+    serve: ServeSection = ServeSection()
+    notifier: NotifierSection = NotifierSection()
+    policy: PolicySection | None = None
+    budgets: BudgetsSection | None = None
+    telemetry: TelemetrySection = TelemetrySection()
+    approvals: ApprovalsSection = ApprovalsSection()
+    anchoring: AnchoringSection | None = None

@@ -1,0 +1,103 @@
+"""Sending spans somewhere: an OpenTelemetry SDK tracer provider with an OTLP or console
+exporter, for a process that configures tracing itself (``underway worker`` with traces
+in its config file).
+
+The SDK and the OTLP exporters are optional (the ``otel`` extra); they are imported only
+when a provider is made here, and their absence is reported naming what to install.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import TYPE_CHECKING, Literal
+from urllib.parse import urlsplit
+
+from ..errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SpanExporter
+
+Exporter = Literal["otlp", "console"]
+Protocol = Literal["http/protobuf", "grpc"]
+
+_EXTRA = "pip install 'underway[otel]'"
+
+
+def tracer_provider(
+    exporter: Exporter,
+    *,
+    endpoint: str | None = None,
+    protocol: Protocol = "http/protobuf",
+    service_name: str = "underway",
+) -> TracerProvider:
+    """An SDK tracer provider whose spans go to ``exporter``, batched, under the resource
+    ``service.name`` = ``service_name``; give it to
+    :class:`~underway.telemetry.Tracing` and call its ``shutdown()`` when the process
+    stops, which sends the spans still buffered.
+
+    ``otlp`` sends to a collector at ``endpoint`` over ``protocol``: for
+    ``http/protobuf``, the collector's base URL (``http://collector:4318``; ``/v1/traces``
+    is added when the URL has no path) or the full traces URL; for ``grpc``, its address
+    (``http://collector:4317``). Without ``endpoint`` the exporter's own default applies
+    (``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``, ``OTEL_EXPORTER_OTLP_ENDPOINT``, else
+    localhost), as do ``OTEL_EXPORTER_OTLP_HEADERS`` and the other ``OTEL_EXPORTER_OTLP_*``
+    variables. ``console`` writes each span as JSON on stderr (stdout is the worker's).
+
+    Raises :class:`~underway.errors.ConfigurationError` naming the package to install when
+    the SDK or the exporter is missing.
+    """
+    try:
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+    except ModuleNotFoundError as exc:
+        raise ConfigurationError(
+            f"traces need the OpenTelemetry SDK ({exc.name} is missing): {_EXTRA}"
+        ) from None
+    provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
+    if exporter == "console":
+        from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
+        provider.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter(out=sys.stderr)))
+    else:
+        provider.add_span_processor(BatchSpanProcessor(_otlp(endpoint, protocol)))
+    return provider
+
+
+def _otlp(endpoint: str | None, protocol: Protocol) -> SpanExporter:
+    if protocol == "grpc":
+        try:
+            # Not in the otel extra (it brings grpcio), so not known to the type checker.
+            grpc = importlib.import_module(
+                "opentelemetry.exporter.otlp.proto.grpc.trace_exporter")
+        except ModuleNotFoundError as exc:
+            raise ConfigurationError(
+                f"OTLP over gRPC needs its exporter ({exc.name} is missing): pip install "
+                "opentelemetry-exporter-otlp-proto-grpc (or use protocol http/protobuf, "
+                "which the otel extra brings)"
+            ) from None
+        found: SpanExporter = grpc.OTLPSpanExporter(endpoint=endpoint)
+        return found
+    try:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+            OTLPSpanExporter as HttpExporter,
+        )
+    except ModuleNotFoundError as exc:
+        raise ConfigurationError(
+            f"OTLP over HTTP needs its exporter ({exc.name} is missing): {_EXTRA}"
+        ) from None
+    return HttpExporter(endpoint=None if endpoint is None else traces_url(endpoint))
+
+
+def traces_url(endpoint: str) -> str:
+    """The OTLP/HTTP traces URL of ``endpoint``: a base URL (no path) gets
+    ``/v1/traces``, as ``OTEL_EXPORTER_OTLP_ENDPOINT`` does; a URL with a path is kept."""
+    parts = urlsplit(endpoint)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ConfigurationError(
+            f"OTLP endpoint {endpoint!r} must be an http:// or https:// URL")
+    if parts.path in ("", "/"):
+        return endpoint.rstrip("/") + "/v1/traces"
+    return endpoint
