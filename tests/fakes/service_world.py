@@ -32,13 +32,14 @@ ROUTES = Routes({"invoice.created": StartFlow("reminders"), "invoice.paid": Sign
 class World:
     """The server, the worker and the keys (``token[tenant][role]``)."""
 
-    def __init__(self, url: str, *, flows: bool = False) -> None:
+    def __init__(self, url: str, *, flows: bool = False,
+                 session_secret: bytes | None = None) -> None:
         self.store_url = url
         self.clock = ManualClock(time.time())
         self.store: Store = connect(url)
         self.worker_store: Store = connect(url)
         client = uw.Client(self.store, clock=self.clock, flows=FLOWS if flows else ())
-        self.app = create_app(client, routes=ROUTES)
+        self.app = create_app(client, routes=ROUTES, session_secret=session_secret)
         self.engine = uw.Engine(self.worker_store, flows=FLOWS, clock=self.clock)
         self.token = {t: {r: issue_key(self.store, tenant_id=t, role=r, name=f"{t}-{r}",
                                        now=self.clock.now()).token for r in ROLES}

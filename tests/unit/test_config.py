@@ -155,6 +155,18 @@ def test_an_unset_secret_variable_is_named_when_the_notifier_is_made(tmp_path: P
         config.make_notifier({"UW_HOOK_SECRET": "s", "UW_SMTP_PASSWORD": ""})
 
 
+def test_the_console_session_secret_comes_from_its_variable(tmp_path: Path) -> None:
+    assert load_config(write(tmp_path, "[serve]\n")).session_secret({}) is None
+    config = load_config(write(tmp_path, '[serve]\nsession_secret_env = "UW_SESSION"\n'))
+    assert config.session_secret({"UW_SESSION": "s" * 32}) == b"s" * 32
+    with pytest.raises(ConfigError, match=r"serve\.session_secret_env: the environment "
+                       "variable UW_SESSION is not set"):
+        config.session_secret({})
+    with pytest.raises(ConfigError, match=r"serve\.session_secret_env: .* holds 8 "
+                       "characters; a session secret needs at least 32"):
+        config.session_secret({"UW_SESSION": "tooshort"})
+
+
 # -- paths, builders ------------------------------------------------------------------------
 
 

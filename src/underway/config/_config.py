@@ -41,6 +41,8 @@ class ConfigError(ConfigurationError):
 
 
 DEFAULT_FILE = "underway.toml"
+MIN_SESSION_SECRET = 32
+"""The fewest characters a console session secret may have."""
 """The file ``underway worker`` and ``underway serve`` read when not given ``--config``
 (in the current directory)."""
 
@@ -92,6 +94,20 @@ class Config(Sections):
         if len(found) > 1:
             return MultiNotifier(*found)
         return found[0] if found else None
+
+    def session_secret(self, environ: Mapping[str, str] | None = None) -> bytes | None:
+        """The console's session secret named by ``[serve] session_secret_env`` (None: not
+        named, so ``underway serve`` makes a random one)."""
+        name = self.serve.session_secret_env
+        if name is None:
+            return None
+        key = "serve.session_secret_env"
+        value = self._secret(os.environ if environ is None else environ, key, name)
+        if len(value) < MIN_SESSION_SECRET:
+            raise self._error(key, f"the environment variable {name} holds "
+                              f"{len(value)} characters; a session secret needs at least "
+                              f"{MIN_SESSION_SECRET}")
+        return value.encode()
 
     def _secret(self, env: Mapping[str, str], key: str, name: str) -> str:
         value = env.get(name)

@@ -112,6 +112,10 @@ class ServeSection(Section):
     routes: Name | None = None
     """Intake routes for ``POST /v1/intake/{source}``, as ``module:attribute``."""
     log_level: Literal["critical", "error", "warning", "info", "debug", "trace"] = "info"
+    session_secret_env: EnvName | None = None
+    """The environment variable holding the console's session secret (at least 32
+    characters): give every server behind one address the same, so a browser's session
+    holds on each and across restarts (unset: a random secret per process)."""
 
 
 class WebhookSection(Section):

@@ -129,6 +129,17 @@ def test_a_tampered_or_foreign_cookie_is_no_session(world: World) -> None:
             assert other.get("/runs", headers={"Accept": "text/html"}).status_code == 303
 
 
+def test_servers_given_one_secret_share_sessions(db_url: str) -> None:
+    secret = b"k" * 32
+    with World(db_url, session_secret=secret) as first:
+        with sign_in(first) as browser:
+            value = browser.cookies["uw_session"]
+        with World(db_url, session_secret=secret) as second:
+            other = httpx.Client(base_url=second.server.url, cookies={"uw_session": value})
+            with other:
+                assert other.get("/runs").status_code == 200
+
+
 def test_a_script_post_without_a_session_is_401_not_a_redirect(world: World) -> None:
     with httpx.Client(base_url=world.server.url) as browser:
         r = browser.post("/logout", data={"csrf": "x"}, headers={"Accept": "*/*"})
