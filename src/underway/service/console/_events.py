@@ -19,6 +19,8 @@ PAGE = 200
 ``n*PAGE``, so a page holds the same events however far the run has gone since."""
 CUT = 4000
 """Characters of one field shown in the details; the API's events carry the rest."""
+INLINE = 100
+"""A field whose JSON is at most this long is shown on one line, as it is."""
 STATE_CUT = 200_000
 """Characters of a state (or a patch) the page shows."""
 
@@ -85,10 +87,12 @@ def _cut(text: str, limit: int) -> str:
 
 def _field(name: str, value: JSON) -> Field:
     if isinstance(value, str):
-        return Field(name, _cut(value, CUT), "\n" in value or len(value) > 120)
-    if isinstance(value, dict | list) and value:
-        return Field(name, pretty(value), True)
-    return Field(name, json.dumps(value, ensure_ascii=False, default=str), False)
+        return Field(name, _cut(value, CUT), "\n" in value or len(value) > INLINE)
+    # Small values read best on one line; only larger ones are worth indenting.
+    text = json.dumps(value, ensure_ascii=False, default=str, separators=(", ", ": "))
+    if len(text) <= INLINE:
+        return Field(name, text, False)
+    return Field(name, pretty(value), True)
 
 
 def views(events: Sequence[RunEvent]) -> list[EventView]:
