@@ -101,7 +101,8 @@
     }
     var waiting = byId("facts-waiting");
     if (waiting) {
-      waiting.textContent = data.signal ? "signal " + data.signal : "see the timeline";
+      waiting.textContent = data.status === "ready" ? "a worker"
+        : data.signal ? "signal " + data.signal : "reload the page to see what";
     }
   });
   source.addEventListener("end", function (m) {
