@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 
 import agent
+import console
 import guard
 import imports
 import listing
@@ -71,6 +72,10 @@ GROUPS: dict[str, list[tuple[str, Callable[[], list[Figure]]]]] = {
     "service": [
         ("SQLite HTTP API under load", service.bench_sqlite),
         ("PostgreSQL HTTP API under load", service.bench_postgres),
+    ],
+    "console": [
+        ("SQLite console run page", console.bench_sqlite),
+        ("PostgreSQL console run page", console.bench_postgres),
     ],
 }
 

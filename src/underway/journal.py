@@ -10,7 +10,7 @@ from typing import cast
 
 from . import checkpoint
 from .codec import Codec, blob_key
-from .errors import IntegrityError, RunNotFound
+from .errors import ConfigurationError, IntegrityError, RunNotFound
 from .events import (
     JSON,
     CheckpointRefused,
@@ -313,6 +313,26 @@ class Journal:
             raise RunNotFound(tenant_id, run_id)
         return self.decode(tenant_id, stored)
 
+    def states_at(
+        self, tenant_id: str, run_id: str, seq: int
+    ) -> tuple[RunState, Recorded, RunState]:
+        """The run's state just before its event at ``seq``, that event, and the state
+        just after it. One fold: from the run's checkpoint when the journal vouches for it
+        and it precedes ``seq`` (then only the events since it are read), else from the
+        first event up to ``seq``."""
+        row = self.store.load_checkpoint(tenant_id, run_id)
+        if row is not None and row[0] < seq:
+            tail = self.store.load_events(tenant_id, run_id, after_seq=max(row[0] - 1, 0))
+            start, records = self._trusted(tenant_id, run_id, row, tail)
+            if start is not None:
+                return _around(start, records, seq)
+        stored = self.store.load_events(tenant_id, run_id)
+        if not stored:
+            raise RunNotFound(tenant_id, run_id)
+        upto = [s for s in stored if s.seq <= seq]
+        return _around(RunState(tenant_id=tenant_id, run_id=run_id),
+                       self.decode(tenant_id, upto), seq)
+
     # -- verification -------------------------------------------------------------------
     def verify(self, tenant_id: str, run_id: str) -> Verification:
         """Check the run's hash chain, sequence and tail against its run row."""
@@ -492,3 +512,18 @@ def _broken_blob(
             return key
         seen.add(key)
     return None
+
+
+def _around(
+    state: RunState, records: Sequence[Recorded], seq: int
+) -> tuple[RunState, Recorded, RunState]:
+    """Fold ``records`` onto ``state`` (changed in place) up to the event at ``seq``: the
+    state before it, the event, the state after it."""
+    for rec in records:
+        if rec.seq == seq:
+            before = state.clone()
+            return before, rec, apply(state, rec)
+        apply(state, rec)
+    last = records[-1].seq if records else state.seq
+    raise ConfigurationError(
+        f"run {state.run_id} has no event at seq {seq} (its journal ends at {last})")

@@ -358,11 +358,11 @@ def test_a_worker_claims_and_hands_back_off_the_event_loop(watched: Watched) -> 
 # -- the rule, read from the code --------------------------------------------------------
 PACKAGE = Path(__file__).parents[2] / "src" / "underway"
 JOURNAL_READS = frozenset({"load", "load_head", "history", "verify", "trusted_checkpoint",
-                           "decode", "verify_events"})
+                           "decode", "verify_events", "states_at"})
 """Journal methods that read the store."""
 CLIENT_CALLS = frozenset({"start", "signal", "cancel", "resolve", "resume", "submit_decision",
                           "state", "claim", "history", "events", "list_runs", "get_run",
-                          "activity"})
+                          "activity", "state_at", "children", "pending_request"})
 """Methods of an engine or client that reach the store."""
 
 

@@ -11,11 +11,11 @@ from typing import Annotated
 
 import typer
 
+from .._timeline import format_time
 from ..apikeys import ROLES, issue_key
 from ..store.base import IntakeSecretRecord
 from ..webhooks import new_secret
 from ._common import DbOption, Problem, TenantOption, handle_errors, open_store
-from ._timeline import format_time
 
 app = typer.Typer(help="Issue, list and revoke API keys; read the access log.",
                   no_args_is_help=True)

@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
+from .._timeline import format_time
 from ..client import Client
 from ..control import CHILD as CHILD_SIGNAL
 from ..flow import Flow
@@ -29,7 +30,7 @@ from ._common import (
     parse_time,
     warn_undeclared,
 )
-from ._timeline import format_time, render
+from ._timeline import render
 
 app = typer.Typer(help="List, inspect and steer runs.", no_args_is_help=True)
 

@@ -8,10 +8,10 @@ from typing import Annotated
 
 import typer
 
+from .._timeline import format_time
 from ..client import Client
 from ..schedules import add_schedule, list_schedules, remove_schedule
 from ._common import DbOption, Problem, handle_errors, open_store, parse_json
-from ._timeline import format_time
 
 app = typer.Typer(help="List, add and remove cron schedules.", no_args_is_help=True)
 

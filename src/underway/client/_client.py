@@ -404,19 +404,34 @@ class Client:
         """The run's current state, folded from its journal (from its checkpoint on)."""
         return self._journal.load(tenant_id, run_id)
 
+    def state_at(
+        self, run_id: str, seq: int, *, tenant_id: str = "default"
+    ) -> tuple[RunState, Recorded, RunState]:
+        """The run's state just before its event at ``seq``, that event, and the state
+        just after it (folded once, from the run's checkpoint when that precedes ``seq``);
+        :class:`RunNotFound` when there is no such run, a
+        :class:`~underway.errors.ConfigurationError` when it has no event at ``seq``."""
+        if seq < 1:
+            raise ConfigurationError(f"a run's events start at seq 1, not {seq}")
+        return self._journal.states_at(tenant_id, run_id, seq)
+
     def history(self, run_id: str, *, tenant_id: str = "default") -> list[Recorded]:
         """Every event of the run, decoded, in order (each with ``seq``, ``at``,
         ``event``)."""
         return self._journal.history(tenant_id, run_id)
 
     def events(
-        self, run_id: str, *, tenant_id: str = "default", after: int = 0
+        self, run_id: str, *, tenant_id: str = "default", after: int = 0,
+        limit: int | None = None,
     ) -> list[RunEvent]:
-        """Every event of the run (with ``seq`` above ``after``), decoded, with its chain
-        hash; :class:`RunNotFound` when there is no such run."""
+        """Every event of the run (with ``seq`` above ``after``; the first ``limit`` of
+        them when given), decoded, with its chain hash; :class:`RunNotFound` when there is
+        no such run."""
         stored = self._store.load_events(tenant_id, run_id, after)
         if not stored and (after == 0 or self._store.get_run(tenant_id, run_id) is None):
             raise RunNotFound(tenant_id, run_id)
+        if limit is not None:
+            stored = stored[:max(limit, 0)]
         records = self._journal.decode(tenant_id, stored)
         return [RunEvent(r.seq, r.at, r.event, s.hash)
                 for s, r in zip(stored, records, strict=True)]

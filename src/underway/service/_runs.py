@@ -98,12 +98,14 @@ def start_run(
 def get_run(state: State, who: Caller, run_id: RunId, request: Request) -> RunDetail:
     """The run: its row, the step it is at, and what it waits on."""
     row = state.client.get_run(run_id, tenant_id=who.tenant_id)
-    waiting = _waiting_on(state, row)
+    waiting = waiting_on(state, row)
     state.record_reads(request, who, [run_id])
     return RunDetail(**RunSummary.of(row).model_dump(), waiting_on=waiting)
 
 
-def _waiting_on(state: ServiceState, row: RunRecord) -> WaitingOn | None:
+def waiting_on(state: ServiceState, row: RunRecord) -> WaitingOn | None:
+    """What the run ``row`` waits on (None once it is finished): a person's request, a
+    worker, a child, a signal or a timer. It reads the store (call it off the loop)."""
     if row.status in FINAL:
         return None
     # Only a person's request needs the folded state; the row says the rest.

@@ -1,19 +1,21 @@
 """``GET /v1/runs/{run_id}/events/stream``: a live tail of a run's journal as Server-Sent
 Events. Each event is sent as ``id: <seq>``, ``event: <type>``, ``data: <JSON>``; a client
 that reconnects with ``Last-Event-ID`` goes on after it. The stream ends (``event: end``)
-once the run is finished and every event was sent, or when the client goes away."""
+once the run is finished and every event was sent, or when the client goes away. The
+console's run page tails a run through the same :func:`tail`, with its own frames."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from functools import partial
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Path, Query, Request
 from fastapi.responses import StreamingResponse
 
+from ..client import RunEvent
 from ..store._offload import run_io
 from ..store.base import FINAL
 from ._auth import Caller, ServiceState, State, endpoint
@@ -45,30 +47,47 @@ async def stream_events(
         after = max(after, int(last_event_id))
     await run_io(state.store, state.record_reads, request, who, [run_id])
     return StreamingResponse(
-        _tail(state, who.tenant_id, run_id, after, request), media_type="text/event-stream",
+        tail(state, who.tenant_id, run_id, after, request), media_type="text/event-stream",
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )
 
 
-async def _tail(
-    state: ServiceState, tenant_id: str, run_id: str, seq: int, request: Request
+def api_frame(e: RunEvent) -> str:
+    """An event as the API streams it: ``id`` its seq, ``event`` its type, ``data`` the
+    event as ``GET /v1/runs/{run_id}/events`` shows it."""
+    out = Event.of(e)
+    return f"id: {out.seq}\nevent: {out.type}\ndata: {out.model_dump_json()}\n\n"
+
+
+async def tail(
+    state: ServiceState, tenant_id: str, run_id: str, seq: int, request: Request, *,
+    frame: Callable[[RunEvent], str] = api_frame, status: bool = False,
 ) -> AsyncIterator[str]:
+    """Server-Sent Events of the run's events after ``seq``, each written by ``frame``, as
+    they are journaled; ``event: end`` once the run is finished and every event was sent.
+    With ``status``, an ``event: status`` (the row's status, step and awaited signal)
+    whenever the row says something new while no event arrives."""
     quiet = 0.0
+    shown: dict[str, str | None] = {}
     while not await request.is_disconnected():
         found = await run_io(state.store, partial(
             state.client.events, run_id, tenant_id=tenant_id, after=seq))
         for e in found:
-            out = Event.of(e)
-            seq = out.seq
-            yield f"id: {out.seq}\nevent: {out.type}\ndata: {out.model_dump_json()}\n\n"
+            seq = e.seq
+            yield frame(e)
         if found:
             quiet = 0.0
             continue
         row = await run_io(state.store, state.store.get_run, tenant_id, run_id)
         if row is None or (row.status in FINAL and row.last_seq <= seq):
-            status = row.status if row is not None else None
-            yield f"event: end\ndata: {json.dumps({'status': status, 'seq': seq})}\n\n"
+            ended = row.status if row is not None else None
+            yield f"event: end\ndata: {json.dumps({'status': ended, 'seq': seq})}\n\n"
             return
+        now: dict[str, str | None] = {"status": row.status, "step": row.step,
+                                      "signal": row.waiting_signal}
+        if status and now != shown:
+            shown = now
+            yield f"event: status\ndata: {json.dumps(now)}\n\n"
         quiet += POLL_S
         if quiet >= KEEPALIVE_S:
             quiet = 0.0

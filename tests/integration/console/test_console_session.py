@@ -161,8 +161,10 @@ def test_console_pages_carry_the_security_headers(world: World) -> None:
 
 
 def test_no_page_has_inline_script_or_style(world: World) -> None:
+    run_id = world.start()
     with sign_in(world, role="admin") as browser:
-        for path in ("/login", "/runs", "/runs?status=dead&q=x"):
+        for path in ("/login", "/runs", "/runs?status=dead&q=x", f"/runs/{run_id}",
+                     f"/runs/{run_id}?at=2&page=1", f"/runs/{run_id}?done=cancel"):
             html = browser.get(path).text
             assert "<script>" not in html and " style=" not in html and "<style" not in html
             assert " on" + "click=" not in html

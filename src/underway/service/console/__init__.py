@@ -18,7 +18,7 @@ from pathlib import Path
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
-from . import _approvals, _base, _metrics, _runs
+from . import _approvals, _base, _metrics, _run, _run_actions, _runs
 from ._security import CONSOLE_CSP, SecurityHeaders
 from ._session import Sessions
 
@@ -35,7 +35,7 @@ def install_console(app: FastAPI, *, session_secret: bytes | None = None) -> Non
     browser out)."""
     app.state.console = Sessions(app.state.underway.store, session_secret)
     _base.install_handlers(app)
-    for module in (_base, _runs, _approvals, _metrics):
+    for module in (_base, _runs, _run, _run_actions, _approvals, _metrics):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.add_middleware(SecurityHeaders)

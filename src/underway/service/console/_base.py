@@ -45,6 +45,12 @@ def render(request: Request, template: str, context: Mapping[str, Any] | None = 
                         headers={"Cache-Control": "no-store"})
 
 
+def fragment(template: str, context: Mapping[str, Any]) -> str:
+    """A piece of a page without the layout (what a script inserts into one), rendered
+    and escaped like a page."""
+    return _templates.get_template(template).render(**context)
+
+
 def sessions(request: Request) -> Sessions:
     """The app's session issuer."""
     issuer: Sessions = request.app.state.console

@@ -1,0 +1,250 @@
+"""What each event of a run's journal means, in one line: the summaries both readable
+timelines show — ``underway runs show`` (text, :mod:`underway.cli._timeline`) and the
+console's run page — and the totals over a run's events."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from . import events as ev
+from .client import Recorded
+from .events import JSON
+
+_PREVIEW = 60
+_OUTCOMES = (ev.ToolSucceeded, ev.ToolFailed, ev.ToolTimedOut, ev.SchemaValidationFailed)
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    """One event of the timeline."""
+
+    seq: int
+    at: float
+    type: str
+    summary: str
+
+
+def format_time(at: float | None) -> str:
+    """Epoch seconds as ``YYYY-MM-DD HH:MM:SS.mmm`` in UTC (``-`` for None)."""
+    if at is None:
+        return "-"
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+def preview(value: JSON, limit: int = _PREVIEW) -> str:
+    """Compact JSON of ``value``, cut to ``limit`` characters."""
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _call(tool: str, index: int, key: str) -> str:
+    return f"{tool} #{index} key={key}"
+
+
+def summarize(rec: Recorded) -> str:
+    """One line saying what ``rec`` means."""
+    e = rec.event
+    match e:
+        case ev.RunStarted():
+            extra = f", idempotency key {e.idempotency_key}" if e.idempotency_key else ""
+            at = f"at step {e.first_step}" if e.checked else "by name (input unchecked)"
+            head = f"flow {e.flow} started {at}{extra}"
+            parent = f" as a child of run {e.parent_run_id}" if e.parent_run_id else ""
+            return f"{head}{parent}; input {preview(e.input, 40)}"
+        case ev.InputChecked():
+            return f"input checked by a worker with the flow; first step {e.first_step}"
+        case ev.StepStarted():
+            again = " (again after an interruption)" if e.attempt > 1 else ""
+            return f"step {e.step}, attempt {e.attempt}{again}"
+        case ev.StepCompleted():
+            changes = f"{len(e.patch)} state change{'' if len(e.patch) == 1 else 's'}"
+            return f"step {e.step} -> {e.next or 'end'} ({changes})"
+        case ev.ToolStarted():
+            return f"{_call(e.tool, e.index, e.key)} intent recorded"
+        case ev.ToolSucceeded():
+            how = " (reconciled: took effect before the crash)" if e.reconciled else ""
+            return f"{_call(e.tool, e.index, e.key)} ok{how}: {preview(e.result, 48)}"
+        case ev.ToolFailed():
+            again = ", retryable" if e.retryable else ""
+            return f"{_call(e.tool, e.index, e.key)} FAILED{again}: {e.error_type}: {e.message}"
+        case ev.ToolTimedOut():
+            return f"{_call(e.tool, e.index, e.key)} TIMED OUT after {e.timeout_s:g}s"
+        case ev.SchemaValidationFailed():
+            return f"{_call(e.tool, e.index, e.key)} {e.where} failed schema validation"
+        case ev.ModelResponded():
+            return (
+                f"model {e.model} #{e.index}: {e.tokens_in} tokens in, {e.tokens_out} out, "
+                f"${e.cost_usd:.4f}, {e.latency_ms:.0f} ms"
+            )
+        case ev.ValueRecorded():
+            shown = format_time(float(e.value)) if e.kind == "now" else preview(e.value, 40)
+            return f"{e.kind}() = {shown}"
+        case ev.TimerSet():
+            return (
+                f"timer {e.timer_id} set for {format_time(e.wake_at)} "
+                f"(in {_duration(e.wake_at - rec.at)})"
+            )
+        case ev.TimerFired():
+            return f"timer {e.timer_id} fired"
+        case ev.SignalAwaited():
+            until = f" until timer {e.timer_id}" if e.timer_id else ""
+            return f"waiting for signal {e.signal!r}{until}"
+        case ev.SignalReceived():
+            sender = f" from {e.sender}" if e.sender else ""
+            return f"signal {e.signal!r}{sender}: {preview(e.payload, 48)}"
+        case ev.Escalated():
+            where = f" [{_call(e.tool, e.index or 0, e.key or '-')}]" if e.tool else ""
+            return f"ESCALATED to a person{where}: {e.reason}"
+        case ev.EscalationResolved():
+            key = f" for key {e.key}" if e.key else ""
+            return f"resolved as {e.resolution} by {e.by}{key}"
+        case ev.RetryScheduled():
+            return (
+                f"{_call(e.tool, e.index, e.key)} attempt {e.attempt} in "
+                f"{_duration(e.delay_s)} (timer {e.timer_id})"
+            )
+        case ev.RunDeadLettered():
+            where = f" in step {e.step}" if e.step else ""
+            return f"run DEAD{where}, waiting for an operator: {e.reason}"
+        case ev.RunResumed():
+            at = f" at step {e.step}" if e.step else ""
+            return f"run resumed{at} by {e.by}"
+        case ev.SignalIgnored():
+            return f"control signal {e.signal!r} ignored: {e.reason}"
+        case ev.RunCompleted():
+            return f"run completed: {preview(e.result)}"
+        case ev.RunFailed():
+            where = f" in step {e.step}" if e.step else ""
+            return f"run FAILED{where}: {e.reason}"
+        case ev.RunCancelled():
+            why = f": {e.reason}" if e.reason else ""
+            return f"run cancelled by {e.by}{why}"
+        case ev.PolicyDecided():
+            rule = f" (rule {e.rule_id}, policy {e.policy_version})" if e.rule_id else ""
+            return f"policy: {e.decision} {_call(e.tool, e.index, e.key)}{rule}"
+        case ev.ToolRefused():
+            return f"{_call(e.tool, e.index, e.key)} REFUSED ({e.cause}): {e.reason}"
+        case ev.ApprovalRequested():
+            role = f" by a {e.required_role}" if e.required_role else ""
+            return (
+                f"APPROVAL needed{role} for {e.tool} {preview(e.args, 48)} "
+                f"(expires {format_time(e.expires_at)})"
+            )
+        case ev.ApprovalGranted():
+            return f"approval {e.request_id} GRANTED by {e.approver_id} (signature verified)"
+        case ev.ApprovalRejected():
+            return f"approval {e.request_id} REJECTED by {e.approver_id}"
+        case ev.ApprovalInvalid():
+            who = f" from {e.approver_id}" if e.approver_id else ""
+            return f"decision{who} REFUSED: {e.reason}"
+        case ev.ApprovalExpired():
+            return f"approval {e.request_id} EXPIRED without a valid decision"
+        case ev.EscalationAnswered():
+            return f"answered by {e.approver_id}: {preview(e.answer, 48)}"
+        case ev.EscalationExpired():
+            return f"question {e.request_id} EXPIRED without a valid answer"
+        case ev.BudgetExceeded():
+            return (
+                f"{e.scope} BUDGET {e.metric} would be exceeded (limit {e.limit:g}, would "
+                f"reach {e.used:g}); run will {e.action}"
+            )
+        case ev.ToolShadowed():
+            return f"shadow: {e.tool} {preview(e.args, 48)} not executed ({e.decision})"
+        case ev.PlanCreated():
+            return f"plan: {'; '.join(e.plan)[:120]}"
+        case ev.PlanRevised():
+            why = f" ({e.reason})" if e.reason else ""
+            return f"plan revised{why}: {'; '.join(e.plan)[:100]}"
+        case ev.ToolSelected():
+            taint = f" [context holds untrusted content from {', '.join(e.tainted)}]" \
+                if e.tainted else ""
+            return f"agent chose {e.tool} {preview(e.args, 48)}{taint}"
+        case ev.ChildStarted():
+            detached = " (detached)" if e.detached else ""
+            return f"child run {e.run_id} of flow {e.flow} started{detached}, key {e.key}"
+        case ev.ChildAwaited():
+            return f"waiting for child run {e.run_id}"
+        case ev.ChildFinished():
+            how = preview(e.result, 48) if e.status == "completed" else str(e.error)
+            return f"child run {e.run_id} {e.status.upper()}: {how}"
+        case ev.CheckpointRefused():
+            at = f" at seq {e.checkpoint_seq}" if e.checkpoint_seq is not None else ""
+            return f"checkpoint{at} REFUSED, state folded from the journal: {e.reason}"
+    return preview(e.model_dump(mode="json"))
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.3g}s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.3g}m"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.3g}h"
+    return f"{seconds / 86400:.3g}d"
+
+
+def lines(records: Sequence[Recorded]) -> list[Line]:
+    """The timeline lines of ``records``.
+
+    An outcome journaled only after its step was interrupted and started again (found by
+    ``reconcile``, retried, or resolved by a person) says so.
+    """
+    out = []
+    open_intents: set[str] = set()
+    interrupted: set[str] = set()
+    resumed_by: str | None = None
+    for r in records:
+        e = r.event
+        summary = summarize(r)
+        if isinstance(e, ev.ToolStarted):
+            open_intents.add(e.key)
+        elif isinstance(e, ev.StepStarted):
+            interrupted |= open_intents
+            if e.attempt > 1 and resumed_by is not None:
+                # Not a crash: the step suspended on purpose and runs again now.
+                summary = f"step {e.step}, attempt {e.attempt} (continues after {resumed_by})"
+            resumed_by = None
+        elif isinstance(e, _OUTCOMES):
+            open_intents.discard(e.key)
+            if e.key in interrupted:
+                interrupted.discard(e.key)
+                summary += " (outcome of the interrupted call, settled on resume)"
+        elif isinstance(e, ev.StepCompleted):
+            open_intents.clear()
+            interrupted.clear()
+        if type(e) in _RESUMERS:
+            resumed_by = _RESUMERS[type(e)]
+        out.append(Line(r.seq, r.at, type(e).__name__, summary))
+    return out
+
+
+_RESUMERS: dict[type[ev.Event], str] = {
+    ev.ApprovalGranted: "the approval", ev.ApprovalRejected: "the rejection",
+    ev.ApprovalExpired: "the approval expired", ev.EscalationAnswered: "the answer",
+    ev.EscalationExpired: "the question expired",
+    ev.EscalationResolved: "the resolution", ev.TimerFired: "the retry timer",
+    ev.RunResumed: "an operator resumed it",
+}
+
+
+def counts(records: Sequence[Recorded]) -> dict[str, int]:
+    """Totals over a run's events: steps, tool calls (and failures), model calls,
+    signals, escalations and re-executed steps."""
+    kinds = Counter(type(r.event) for r in records)
+    failed = sum(kinds[t] for t in _OUTCOMES[1:])
+    return {
+        "events": len(records),
+        "steps": kinds[ev.StepCompleted],
+        "tool_calls": sum(kinds[t] for t in _OUTCOMES),
+        "tool_failures": failed,
+        "model_calls": kinds[ev.ModelResponded],
+        "signals": kinds[ev.SignalReceived],
+        "escalations": kinds[ev.Escalated],
+        "resumed_steps": sum(
+            1 for r in records if isinstance(r.event, ev.StepStarted) and r.event.attempt > 1
+        ),
+    }

@@ -1,0 +1,191 @@
+"""``/runs/{run_id}``: one run — its facts (flow, status, step, what it waits on, times,
+idempotency key, children, a pending request), its timeline a page of
+:data:`~._events.PAGE` events at a time (the newest page unless another is asked for),
+the state after any event with the patch that event made (``?at=SEQ``, or
+``/runs/{run_id}/state?at=SEQ`` for the page's script), and a live tail of new events
+while the run moves (``/runs/{run_id}/events/stream``, the API's tail with the session's
+cookie and frames the page inserts as they are).
+
+Another tenant's run is the same 404 page as a missing one. Every answer that carries the
+run's data appends its access-log entry first, as the API's reads do."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import partial
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Path, Query, Request
+from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+
+from ..._timeline import preview
+from ...client import ChildRun, RunEvent, RunState
+from ...errors import ConfigurationError, RunNotFound
+from ...store._offload import run_io
+from ...store.base import FINAL, RunRecord
+from .._auth import Principal, ServiceState
+from .._models import WaitingOn
+from .._runs import waiting_on
+from .._stream import tail
+from ._base import Console, Signed, fragment, not_found, render
+from ._events import PAGE, EventView, StateAt, state_at, views
+from ._run_actions import NOTICES
+
+router = APIRouter(include_in_schema=False)
+
+RunId = Annotated[str, Path(min_length=1, max_length=200)]
+Seq = Annotated[int | None, Query(ge=1, le=2**62)]
+
+
+@dataclass(frozen=True, slots=True)
+class RunView:
+    """What the run page shows, read in one trip to the store."""
+
+    row: RunRecord
+    folded: RunState
+    waiting: WaitingOn | None
+    children: list[ChildRun]
+    events: list[EventView]
+    page: int
+    pages: int
+    head: int
+    picked: StateAt | None
+    picked_error: str
+
+    @property
+    def result(self) -> str:
+        """The run's result, on one line."""
+        return preview(self.folded.result, 300)
+
+    @property
+    def live(self) -> bool:
+        """Whether the page tails new events: the run is not finished and this is the
+        newest page."""
+        return self.row.status not in FINAL and self.page == self.pages
+
+
+@router.get("/runs/{run_id}")
+async def run_page(request: Request, state: Console, session: Signed, run_id: RunId,
+                   page: Seq = None, at: Seq = None,
+                   done: Annotated[str, Query(max_length=30)] = "") -> HTMLResponse:
+    """The run's page (``done``: the operator action just sent, which it confirms)."""
+    view = await run_io(state.store, _read, state, request, session.principal, run_id,
+                        page, at)
+    if view is None:
+        return not_found(request, session, "run")
+    last_seq = view.events[-1].seq if view.events else (view.page - 1) * PAGE
+    return render(request, "run.html", {
+        "nav": "runs", "v": view, "row": view.row, "run_id": run_id, "page_size": PAGE,
+        "stream": f"/runs/{run_id}/events/stream?after={last_seq}" if view.live else "",
+        "may_steer": session.may("steer"), "notice": NOTICES.get(done, ""),
+    }, session=session)
+
+
+@router.get("/runs/{run_id}/state")
+async def state_json(request: Request, state: Console, session: Signed, run_id: RunId,
+                     at: Annotated[int, Query(ge=1, le=2**62)]) -> Response:
+    """The state after event ``at`` and the patch it made, as JSON (for the page's
+    script; the page itself shows the same with ``?at=``)."""
+    found = await run_io(state.store, _picked_read, state, request, session.principal,
+                         run_id, at)
+    if found is None:
+        return JSONResponse({"detail": "no run in this tenant"}, status_code=404)
+    if isinstance(found, str):
+        return JSONResponse({"detail": found}, status_code=422)
+    return Response(json.dumps(found.to_json(), default=str), media_type="application/json",
+                    headers={"Cache-Control": "no-store"})
+
+
+@router.get("/runs/{run_id}/events/stream")
+async def event_stream(
+    request: Request, state: Console, session: Signed, run_id: RunId,
+    after: Annotated[int, Query(ge=0, le=2**62)] = 0,
+    last_event_id: Annotated[str | None, Header(max_length=30)] = None,
+) -> Response:
+    """New events of the run as Server-Sent Events, each a timeline entry ready to
+    insert; ``event: status`` when its status changes; ``event: end`` once it is done."""
+    who = session.principal
+    found = await run_io(state.store, _stream_read, state, request, who, run_id)
+    if not found:
+        return not_found(request, session, "run")
+    if last_event_id is not None and last_event_id.strip().isdigit():
+        after = max(after, int(last_event_id))
+    return StreamingResponse(
+        tail(state, who.tenant_id, run_id, after, request, status=True,
+             frame=partial(_frame, run_id)),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    )
+
+
+def _frame(run_id: str, e: RunEvent) -> str:
+    html = fragment("run_event.html", {"e": views([e])[0], "run_id": run_id})
+    data = json.dumps({"seq": e.seq, "type": type(e.event).__name__, "html": html})
+    return f"id: {e.seq}\ndata: {data}\n\n"
+
+
+# -- reads, each one trip to the store's I/O threads ----------------------------------------
+def _read(state: ServiceState, request: Request, who: Principal, run_id: str,
+          page: int | None, at: int | None) -> RunView | None:
+    client, tenant = state.client, who.tenant_id
+    try:
+        row = client.get_run(run_id, tenant_id=tenant)
+    except RunNotFound:
+        return None
+    events, page = _page(state, row, page)
+    head = max(row.last_seq, events[-1].seq if events else 0)
+    folded = client.state(run_id, tenant_id=tenant)
+    children = client.children(run_id, tenant_id=tenant) if folded.children else []
+    picked, error = None, ""
+    if at is not None:
+        picked, error = _picked(state, row, at)
+    view = RunView(row, folded, waiting_on(state, row), children, views(events), page,
+                   max((head - 1) // PAGE + 1, page, 1), head, picked, error)
+    state.record_reads(request, who, [run_id])
+    return view
+
+
+def _page(state: ServiceState, row: RunRecord, page: int | None) -> tuple[list[RunEvent], int]:
+    """The events of timeline page ``page`` (None: the newest) and its number."""
+    client = state.client
+    if page is not None:
+        base = (page - 1) * PAGE
+        return client.events(row.run_id, tenant_id=row.tenant_id, after=base,
+                             limit=PAGE), page
+    # The row's head may lag a step in flight: start from it, move on if the journal is
+    # a page or more ahead.
+    base = (max(row.last_seq, 1) - 1) // PAGE * PAGE
+    found = client.events(row.run_id, tenant_id=row.tenant_id, after=base)
+    if len(found) > PAGE:
+        base = (found[-1].seq - 1) // PAGE * PAGE
+        found = [e for e in found if e.seq > base]
+    return found, base // PAGE + 1
+
+
+def _picked(state: ServiceState, row: RunRecord, at: int) -> tuple[StateAt | None, str]:
+    try:
+        before, rec, after = state.client.state_at(row.run_id, at, tenant_id=row.tenant_id)
+    except ConfigurationError as exc:
+        return None, str(exc)
+    return state_at(before, rec, after), ""
+
+
+def _picked_read(state: ServiceState, request: Request, who: Principal, run_id: str,
+                 at: int) -> StateAt | str | None:
+    try:
+        row = state.client.get_run(run_id, tenant_id=who.tenant_id)
+    except RunNotFound:
+        return None
+    picked, error = _picked(state, row, at)
+    if picked is None:
+        return error
+    state.record_reads(request, who, [run_id])
+    return picked
+
+
+def _stream_read(state: ServiceState, request: Request, who: Principal, run_id: str) -> bool:
+    if state.store.get_run(who.tenant_id, run_id) is None:
+        return False
+    state.record_reads(request, who, [run_id])
+    return True
