@@ -355,7 +355,7 @@ def test_forged_decisions_are_refused_by_the_console_and_the_api(
         context.close()
 
 
-def test_only_a_registered_key_in_this_browser_can_sign_and_a_rejection_is_signed(
+def test_only_a_registered_key_in_this_browser_signs_a_rejection_then_a_resumption(
         browser: Browser, sqlite_world: World) -> None:
     world = sqlite_world
     refund = start(world, "INV-2")
@@ -385,6 +385,22 @@ def test_only_a_registered_key_in_this_browser_can_sign_and_a_rejection_is_signe
         drive(world)
         rejected = [e for e in events(world, refund) if e["type"] == "ApprovalRejected"]
         assert rejected and rejected[0]["data"]["approver_id"] == "bob"
+
+        # The refused refund left the run dead: a signed resolution resumes it, and the
+        # call asks for a new approval.
+        page.goto(f"/approvals/{refund}")
+        expect(page.locator("h1")).to_contain_text("Resume dead run")
+        expect(page.locator("#time-left")).to_have_text("no expiry")
+        expect(page.locator("#resolve")).to_be_enabled(timeout=WAIT)
+        page.click("#resolve")
+        expect(page.locator("#decision-result")).to_contain_text("Resolution signed by bob")
+        drive(world)
+        resumed = [e for e in events(world, refund) if e["type"] == "RunResumed"]
+        assert resumed and resumed[0]["data"]["by"] == "bob"
+        assert resumed[0]["data"]["decision"]["answer"] == {"resolution": "resume",
+                                                            "step": None}
+        [again] = world.client_pending(refund)
+        assert again["kind"] == "approval" and again["request_id"].startswith("apr2:")
         # Forgetting the key takes it out of this browser.
         page.goto("/approvals")
         page.on("dialog", lambda d: d.accept())
