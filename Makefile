@@ -8,7 +8,7 @@ PG      = UNDERWAY_TEST_PG="$$(scripts/ensure-postgres)"
 # The Docker backend is optional: when no engine can be started the Docker tests skip.
 DOCKER  = UNDERWAY_TEST_DOCKER_IMAGE="$$(scripts/ensure-docker || true)"
 
-.PHONY: demo test lint unit crash bench soak clean
+.PHONY: demo test lint unit crash bench soak screenshots clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,7 @@ lint: $(STAMP)
 
 test: lint
 	scripts/ensure-bwrap
+	scripts/ensure-chromium
 	$(PG) $(DOCKER) $(PY) -m pytest -q -rs
 
 unit: $(STAMP)
@@ -42,6 +43,10 @@ soak: $(STAMP)
 bench: $(STAMP)
 	scripts/ensure-bwrap
 	$(PG) $(DOCKER) $(PY) bench/run.py
+
+# The console's screenshots in docs/img, from its browser test.
+screenshots: $(STAMP)
+	scripts/console-screenshots
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -52,4 +52,7 @@ refunds: uw.Flow[Notes, Invoice] = uw.Flow("refunds", state=Notes, input=Invoice
 
 @refunds.step
 async def pay_back(ctx: uw.RunContext[Notes, Invoice]) -> Any:
-    return ctx.done(await ctx.call(refund, ctx.input.model_dump()))
+    return ctx.done(await ctx.call(
+        refund, ctx.input.model_dump(),
+        evidence={"invoice": ctx.input.invoice, "paid_twice": True},
+        risks=["money leaves the company", "a refund cannot be undone"]))

@@ -1,8 +1,8 @@
 """``/v1/approvals``: what runs wait for a person to decide (approvals, questions,
 escalations), and signed decisions on them. The API never signs: it accepts a decision
-signed where the approver's private key is (``underway approvals approve``, or the console
-later), checks what can be checked without the run, and delivers it; the run verifies it
-again immediately before anything happens."""
+signed where the approver's private key is (``underway approvals approve``, or the
+console in the browser), checks it against what the run waits for, and delivers it; the
+run verifies it again immediately before anything happens."""
 
 from __future__ import annotations
 
@@ -10,9 +10,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request
 
-from ..approvals import SignedDecision
+from ..approvals import ApprovalCheck, SignedDecision, verify_decision
+from ..approvals.decision import REASON_TEXT
+from ..client import PendingRequest
 from ..errors import ConfigurationError
-from ._auth import Caller, State, endpoint
+from ._auth import Caller, ServiceState, State, endpoint
 from ._models import Accepted, Pending
 from ._problems import ApiProblem, invalid, not_found
 
@@ -52,16 +54,58 @@ def decide(state: State, who: Caller, run_id: RunId, body: SignedDecision) -> Ac
     """Deliver a decision signed by a registered approver (the canonical payload
     ``underway approvals approve|reject|answer|resolve`` signs). Refused with a 422 when
     it could never pass: another run or tenant, an unregistered or revoked approver, a
-    signature that does not verify, an expired decision."""
-    state.client.get_run(run_id, tenant_id=who.tenant_id)
+    signature that does not verify, an expired decision, or — while the run waits for a
+    person — one that does not answer what it waits for (another request, tool or
+    arguments, a missing role, the wrong kind of decision)."""
+    return deliver_decision(state, who.tenant_id, run_id, body)
+
+
+def deliver_decision(state: ServiceState, tenant_id: str, run_id: str,
+                     body: SignedDecision) -> Accepted:
+    """Check a signed decision on ``run_id`` and deliver it to the run's inbox: the one
+    path of the API and of the console (which never signs either). Raises a 404 problem
+    for an unknown run and a 422 for a decision that could never pass; nothing is stored
+    then."""
+    state.client.get_run(run_id, tenant_id=tenant_id)
     if body.run_id != run_id:
         raise invalid("body.run_id", f"the decision is for run {body.run_id!r}, not {run_id!r}")
-    if body.tenant_id != who.tenant_id:
+    if body.tenant_id != tenant_id:
         raise invalid("body.tenant_id", "the decision is for another tenant than the key's")
+    pending = state.client.pending_request(run_id, tenant_id=tenant_id)
+    if pending is not None:
+        # What the run will check when it resumes, checked now: a decision that cannot
+        # answer what the run waits for is refused before it reaches the inbox.
+        reason = _answers(state, tenant_id, pending, body)
+        if reason is not None:
+            raise ApiProblem(422, "decision-refused", "Decision refused",
+                             f"run {run_id!r} waits on request {pending.request_id!r}; "
+                             f"this decision would be refused: {reason}")
     try:
         delivered = state.client.submit_decision(body.model_dump(mode="json"),
-                                                 tenant_id=who.tenant_id)
+                                                 tenant_id=tenant_id)
     except ConfigurationError as exc:
         raise ApiProblem(422, "decision-refused", "Decision refused", str(exc)) from None
     return Accepted(run_id=run_id, delivered=delivered,
                     note="" if delivered else "the same decision was already delivered")
+
+
+_KIND = {"approve": "approval", "reject": "approval", "answer": "question",
+         "resolve": "resolution"}
+_WHAT = {"approval": "an approval", "question": "a question", "resolution": "a resolution"}
+
+
+def _answers(state: ServiceState, tenant_id: str, pending: PendingRequest,
+             body: SignedDecision) -> str | None:
+    """Why ``body`` cannot settle ``pending`` (None when it can, as far as the server
+    can tell before the run does)."""
+    if _KIND[body.decision] != pending.kind:
+        return f"a decision {body.decision!r} does not settle {_WHAT[pending.kind]}"
+    check = ApprovalCheck(
+        request_id=pending.request_id, run_id=pending.run_id, tenant_id=tenant_id,
+        tool=pending.tool, args_hash=pending.args_hash, required_role=pending.required_role,
+        expires_at=pending.expires_at,
+    )
+    approver = state.store.get_approver(tenant_id, body.approver_id)
+    reason = verify_decision(body, check=check, approver=approver,
+                             now=state.client.clock.now())
+    return None if reason is None else f"{REASON_TEXT[reason]} ({reason})"

@@ -100,6 +100,22 @@ def test_a_decision_for_another_run_or_badly_signed_is_refused(world: World) -> 
     assert r.status_code == 422 and "signature" in r.json()["detail"]
     r = post(refund, {k: v for k, v in decision().items() if k != "nonce"})
     assert r.status_code == 422 and r.json()["errors"][0]["field"] == "body.nonce"
+    # Well signed by a registered approver, yet not what the run waits for: refused now,
+    # not only when the run resumes.
+    [on_other] = world.client_pending(other)
+    for changes, reason in [
+        ({"args_hash": on_other["args_hash"]}, "args_mismatch"),
+        ({"request_id": on_other["request_id"]}, "wrong_request"),
+        ({"tool": "charge"}, "wrong_tool"),
+        ({"expires_at": pending["expires_at"] + 1}, "decision_expiry_mismatch"),
+    ]:
+        r = post(refund, decision(**changes))
+        assert r.status_code == 422 and r.json()["type"].endswith("decision-refused")
+        assert f"({reason})" in r.json()["detail"], r.text
+    r = post(refund, decision(decision="answer", answer="yes"))
+    assert r.status_code == 422 and "does not settle an approval" in r.json()["detail"]
+    r = post(refund, decision(world.approver("acme", "carol", "support"), approver_id="carol"))
+    assert r.status_code == 422 and "(missing_role)" in r.json()["detail"]
     assert world.store.pending_signals("acme", refund) == []
 
     good = decision()

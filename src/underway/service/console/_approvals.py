@@ -1,7 +1,278 @@
-"""Console pages (being built)."""
+"""``/approvals``: what the tenant's runs wait for a person to decide, and decisions signed
+in the browser.
+
+The server never holds a private key and never signs. An approver's Ed25519 key is made in
+their browser with WebCrypto, non-extractable, and kept in its IndexedDB
+(``static/approvals.js``); its public half is registered by an admin like any other
+(``/approvers`` here, ``POST /v1/approvers`` or ``underway approvers add``). The page
+renders the request's fields as the journal has them; the browser builds the decision,
+writes its canonical JSON byte for byte as Python's ``canonical_json`` does
+(``static/canonical.js``), signs it and posts it here, where it takes the API's one path
+(:func:`underway.service._approvals.deliver_decision`): checked against what the run waits
+for, then delivered to the run, which verifies it again before anything happens.
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+import json
+import math
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Form, Path, Query, Request
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from pydantic import ValidationError
+
+from ...approvals import SignedDecision
+from ...client import PendingRequest
+from ...errors import RunNotFound
+from ...events import JSON
+from ...store._offload import run_io
+from .._admin import NewApprover, add_approver
+from .._approvals import deliver_decision
+from .._auth import ServiceState
+from .._problems import ApiProblem
+from ._base import Console, Signed, check_form, not_found, render, require
+from ._session import Forbidden, Session
 
 router = APIRouter(include_in_schema=False)
+
+RunId = Annotated[str, Path(min_length=1, max_length=500)]
+INBOX = 200
+"""At most this many requests on the inbox page, soonest expiry first."""
+OPEN_ENDED = 86400.0
+"""How long a decision on a request without an expiry stays valid (as the CLI signs it)."""
+MAX_DECISION_BYTES = 256 * 1024
+
+
+@router.get("/approvals")
+async def inbox(request: Request, state: Console, session: Signed) -> HTMLResponse:
+    """The runs that wait for a person: approvals, questions, escalations."""
+    tenant = session.principal.tenant_id
+    found = await run_io(state.store, _read_inbox, state, request, session)
+    now = state.client.clock.now()
+    rows = [{"r": r, "left": time_left(r.expires_at, now), "never": math.isinf(r.expires_at),
+             "action": _action(r)} for r in found]
+    return render(request, "approvals.html", {
+        "nav": "approvals", "rows": rows, "tenant": tenant, "now": now,
+        "can_decide": session.may("decide"), "is_admin": session.may("admin"),
+        "suggested_id": _suggested_id(session),
+    }, session=session)
+
+
+@router.get("/approvals/{run_id}")
+async def detail(request: Request, state: Console, session: Signed,
+                 run_id: RunId) -> HTMLResponse:
+    """One run's request: the exact action, its arguments and their hash, evidence,
+    risks, the policy rule, the role required, the time left; and, for an approver, the
+    buttons that sign a decision in the browser."""
+    tenant = session.principal.tenant_id
+    try:
+        row, pending = await run_io(state.store, _read_request, state, request, session,
+                                    run_id)
+    except RunNotFound:
+        return not_found(request, session, "run of that id")
+    now = state.client.clock.now()
+    context: dict[str, Any] = {
+        "nav": "approvals", "run": row, "r": pending, "now": now, "tenant": tenant,
+        "can_decide": session.may("decide"), "is_admin": session.may("admin"),
+        "suggested_id": _suggested_id(session),
+        "required_role": pending.required_role if pending is not None else None,
+    }
+    if pending is not None:
+        context.update(
+            left=time_left(pending.expires_at, now), action=_action(pending),
+            args=_pretty(pending.args), evidence=_pretty(pending.evidence),
+            context_text=_pretty(pending.context),
+            expires=None if math.isinf(pending.expires_at) else pending.expires_at,
+            signing=_signing(pending, tenant, now),
+        )
+    return render(request, "approval.html", context, session=session)
+
+
+@router.get("/approvals/{run_id}/status")
+async def status(state: Console, session: Signed, run_id: RunId) -> JSONResponse:
+    """The run's status and the request it waits on, if any (what the page polls after
+    a decision is sent: the run's row only, no data of the run)."""
+    tenant = session.principal.tenant_id
+    try:
+        row = await run_io(state.store, lambda: state.client.get_run(run_id, tenant_id=tenant))
+    except RunNotFound:
+        return JSONResponse({"detail": "no run of that id in this tenant"}, status_code=404,
+                            headers={"Cache-Control": "no-store"})
+    return JSONResponse({"run_id": row.run_id, "status": row.status, "step": row.step},
+                        headers={"Cache-Control": "no-store"})
+
+
+@router.post("/approvals/{run_id}/decision")
+async def decide(request: Request, state: Console, session: Signed,
+                 run_id: RunId) -> JSONResponse:
+    """A decision signed in the browser (JSON body, CSRF token in the ``X-CSRF-Token``
+    header), for an approver key only: refused, with nothing stored, exactly as
+    ``POST /v1/approvals/{run_id}/decision`` refuses it."""
+    check_form(request, session, None)
+    require(session, "decide")
+    raw = await request.body()
+    if len(raw) > MAX_DECISION_BYTES:
+        return _refused(413, "the decision is too large")
+    try:
+        decision = SignedDecision.model_validate_json(raw)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}"
+                             for e in exc.errors())
+        return _refused(422, f"not a signed decision: {problems}")
+    try:
+        accepted = await run_io(state.store, deliver_decision, state,
+                                session.principal.tenant_id, run_id, decision)
+    except RunNotFound:
+        return _refused(404, "no run of that id in this tenant")
+    except ApiProblem as exc:
+        return _refused(exc.problem.status, exc.problem.detail)
+    return JSONResponse(accepted.model_dump(mode="json"), status_code=202)
+
+
+@router.get("/approvers/{approver_id}/status")
+async def approver_status(state: Console, session: Signed,
+                          approver_id: Annotated[str, Path(min_length=1, max_length=200)],
+                          public_key: Annotated[str, Query(max_length=200)] = ""
+                          ) -> JSONResponse:
+    """Whether the key this browser holds for ``approver_id`` is the one registered (and
+    with which roles): for an approver or admin session, to tell them what to do next."""
+    if not (session.may("decide") or session.may("admin")):
+        raise Forbidden(f"a {session.principal.role} key holds no approver's key")
+    tenant = session.principal.tenant_id
+    record = await run_io(state.store, state.store.get_approver, tenant, approver_id)
+    if record is None:
+        found = "unregistered"
+    elif record.revoked_at is not None:
+        found = "revoked"
+    elif record.public_key != public_key.strip():
+        found = "other_key"
+    else:
+        found = "registered"
+    roles = list(record.roles) if record is not None and found == "registered" else []
+    return JSONResponse({"approver_id": approver_id, "status": found, "roles": roles},
+                        headers={"Cache-Control": "no-store"})
+
+
+@router.get("/approvers")
+async def approvers_page(request: Request, state: Console, session: Signed,
+                         approver_id: Annotated[str, Query(max_length=200)] = "",
+                         public_key: Annotated[str, Query(max_length=200)] = ""
+                         ) -> HTMLResponse:
+    """The tenant's approvers and a form to register one's public key (admins only)."""
+    require(session, "admin")
+    return await _approvers(request, state, session,
+                            form={"approver_id": approver_id, "public_key": public_key,
+                                  "roles": ""})
+
+
+@router.post("/approvers")
+async def register(
+    request: Request, state: Console, session: Signed,
+    approver_id: Annotated[str, Form(max_length=200)] = "",
+    public_key: Annotated[str, Form(max_length=200)] = "",
+    roles: Annotated[str, Form(max_length=1000)] = "",
+    csrf: Annotated[str, Form(max_length=200)] = "",
+) -> Response:
+    """Register (or replace) an approver's public key and roles: the same code as
+    ``POST /v1/approvers``."""
+    check_form(request, session, csrf)
+    require(session, "admin")
+    form = {"approver_id": approver_id, "public_key": public_key, "roles": roles}
+    wanted = [r for r in roles.replace(",", " ").split() if r]
+    try:
+        body = NewApprover(approver_id=approver_id.strip(), public_key=public_key.strip(),
+                           roles=wanted)
+        added = await run_io(state.store, add_approver, state, session.principal, body)
+    except ValidationError as exc:
+        error = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
+                          for e in exc.errors())
+        return await _approvers(request, state, session, form=form, error=error,
+                                status_code=422)
+    except ApiProblem as exc:
+        error = "; ".join(e.message for e in exc.problem.errors) or exc.problem.detail
+        return await _approvers(request, state, session, form=form, error=error,
+                                status_code=exc.problem.status)
+    return await _approvers(request, state, session, added=added.approver_id,
+                            form={"approver_id": "", "public_key": "", "roles": ""})
+
+
+# -- reading ----------------------------------------------------------------------------
+def _read_inbox(state: ServiceState, request: Request, session: Session
+                ) -> list[PendingRequest]:
+    found = state.client.pending_requests(tenant_id=session.principal.tenant_id, limit=INBOX)
+    state.record_reads(request, session.principal, [r.run_id for r in found])
+    return found
+
+
+def _read_request(state: ServiceState, request: Request, session: Session, run_id: str
+                  ) -> tuple[Any, PendingRequest | None]:
+    tenant = session.principal.tenant_id
+    row = state.client.get_run(run_id, tenant_id=tenant)
+    pending = state.client.pending_request(run_id, tenant_id=tenant)
+    if pending is not None:
+        state.record_reads(request, session.principal, [run_id])
+    return row, pending
+
+
+async def _approvers(request: Request, state: ServiceState, session: Session, *,
+                     form: dict[str, str], error: str = "", added: str = "",
+                     status_code: int = 200) -> HTMLResponse:
+    tenant = session.principal.tenant_id
+    listed = await run_io(state.store, state.store.list_approvers, tenant)
+    return render(request, "approvers.html", {
+        "nav": "approvals", "approvers": listed, "form": form, "error": error,
+        "added": added, "tenant": tenant,
+    }, session=session, status_code=status_code)
+
+
+# -- presenting -------------------------------------------------------------------------
+def time_left(at: float, now: float) -> str:
+    """How long until ``at``, for people: ``in 59m``, ``expired 3s ago``, ``no expiry``."""
+    if math.isinf(at):
+        return "no expiry"
+    left = at - now
+    span = abs(left)
+    if span < 120:
+        text = f"{span:.0f}s"
+    elif span < 2 * 3600:
+        text = f"{span / 60:.0f}m"
+    elif span < 2 * 86400:
+        text = f"{span / 3600:.1f}h"
+    else:
+        text = f"{span / 86400:.1f}d"
+    return f"in {text}" if left > 0 else f"expired {text} ago"
+
+
+def _action(r: PendingRequest) -> str:
+    if r.kind == "approval":
+        return f"call {r.tool}"
+    if r.kind == "question":
+        return r.question or "a question"
+    return f"{r.tool}: {r.question or ''}" if r.tool else (r.question or "an escalation")
+
+
+def _suggested_id(session: Session) -> str:
+    """The key's name as a first guess at the approver id (ids hold no spaces)."""
+    name = session.principal.name
+    return name if name and not any(c.isspace() for c in name) else ""
+
+
+def _pretty(value: JSON) -> str:
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def _signing(r: PendingRequest, tenant: str, now: float) -> dict[str, JSON]:
+    """The fields of a decision on ``r`` that the server knows, exactly as the journal has
+    them. ``expires_at`` is the request's (a decision may not outlive it) or, for a request
+    without an expiry, a day from now. Rendered with Python's JSON, so a float keeps the
+    digits Python's canonical JSON gives it."""
+    expires = now + OPEN_ENDED if math.isinf(r.expires_at) else r.expires_at
+    return {"request_id": r.request_id, "run_id": r.run_id, "tenant_id": tenant,
+            "tool": r.tool, "args_hash": r.args_hash, "expires_at": float(expires),
+            "kind": r.kind, "dead": r.cause == "dead"}
+
+
+def _refused(status_code: int, detail: str) -> JSONResponse:
+    return JSONResponse({"detail": detail}, status_code=status_code,
+                        headers={"Cache-Control": "no-store"})
