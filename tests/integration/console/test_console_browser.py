@@ -128,14 +128,10 @@ def test_an_approver_signs_in_the_browser_and_the_held_refund_runs(
         expect(page.locator("#runs")).to_contain_text(refund)
         shoot(page, shots, "runs")
 
-        # The run's own page (its timeline) is built on another branch.
-        run_page = page.goto(f"/runs/{refund}")
-        assert run_page is not None
-        # TODO(integrator): /runs/{id} comes with the run page's branch; once merged, drop
-        # this `if` so the page must exist.
-        if run_page.status != 404:
-            expect(page.locator("main")).to_contain_text(refund)
-            shoot(page, shots, "run")
+        # The run's timeline: held for approval, with the request's event in it.
+        page.goto(f"/runs/{refund}")
+        expect(page.locator("#run-status")).to_have_text("waiting")
+        expect(page.locator("#timeline")).to_contain_text("ApprovalRequested")
 
         public_key = generate_key(page, "alice")
         page.goto(f"/approvals/{refund}")
@@ -198,17 +194,32 @@ def test_an_approver_signs_in_the_browser_and_the_held_refund_runs(
         expect(page.locator("#decision-result")).to_contain_text(
             "Approval signed by alice and sent", timeout=WAIT)
         assert len(world.store.pending_signals("acme", refund)) == 1
+        # The run's page follows the run live: the worker moves it, the page's stream adds
+        # the events and the status without a reload.
+        page.goto(f"/runs/{refund}")
+        expect(page.locator("#live")).to_be_visible()
+        before = page.locator("#timeline > li").count()
         drive(world)
         expect(page.locator("#run-status")).to_have_text("completed", timeout=WAIT)
+        expect(page.locator("#timeline")).to_contain_text("RunCompleted", timeout=WAIT)
+        assert page.locator("#timeline > li").count() > before
+        # Picking an event shows the state after it and its patch, fetched by the script.
+        granted_seq = page.locator("#timeline > li", has_text="ApprovalGranted") \
+            .get_attribute("data-seq")
+        page.locator(f"#e-{granted_seq} a[href*='at=']").first.click()
+        expect(page.locator("#state-title")).to_contain_text(
+            f"State after event {granted_seq}", timeout=WAIT)
+        expect(page.locator("#state-json")).not_to_be_empty()
+        shoot(page, shots, "run")
 
         page.goto("/runs?status=completed")
         expect(page.locator("#runs")).to_contain_text(refund)
         page.goto("/approvals")
         expect(page.locator("#requests")).to_contain_text("No run waits for a person")
-        metrics = page.goto("/metrics")
-        assert metrics is not None
-        if "text/html" in (metrics.headers.get("content-type") or ""):
-            shoot(page, shots, "metrics")
+        page.click("header nav a:has-text('Metrics')")
+        expect(page).to_have_url(re.compile("/charts$"))
+        expect(page.locator("main")).to_contain_text("Runs created per day")
+        shoot(page, shots, "charts")
     finally:
         approver.close()
 
