@@ -40,16 +40,18 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .client import Client
-from .engine import Engine
 from .errors import ConfigurationError
 from .events import JSON, canonical_json
 from .flow import Flow
 from .store.base import IntakeRequest, NewRun
+
+if TYPE_CHECKING:
+    from .engine import Engine
 
 __all__ = [
     "IntakeError",

@@ -23,7 +23,10 @@ from ..telemetry import Metrics
 from ..worker import Worker, load_app
 from ._common import DbOption, Problem, handle_errors, open_store
 
+app = typer.Typer(add_completion=False)
 
+
+@app.command("worker")
 @handle_errors
 def worker(
     ctx: typer.Context,
