@@ -72,6 +72,7 @@ GROUPS: dict[str, list[tuple[str, Callable[[], list[Figure]]]]] = {
         ("SQLite HTTP API under load", service.bench_sqlite),
         ("PostgreSQL HTTP API under load", service.bench_postgres),
     ],
+    "startup": [("underway serve start-up", service.bench_startup)],
 }
 
 
