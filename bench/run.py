@@ -77,6 +77,7 @@ GROUPS: dict[str, list[tuple[str, Callable[[], list[Figure]]]]] = {
         ("SQLite console run page", console.bench_sqlite),
         ("PostgreSQL console run page", console.bench_postgres),
     ],
+    "startup": [("underway serve start-up", service.bench_startup)],
 }
 
 

@@ -9,13 +9,19 @@ A GET of a run through the API authenticates the key (one row), reads the run's 
 its state to say what it waits on, and appends an access-log entry (a durable write) before
 it answers; a signal authenticates, reads the row, checks the flow's declared signals and
 inserts the signal. Rounds alternate bare / GET / signal so load drift hits all three.
+
+:func:`bench_startup` times ``underway serve`` from exec to its first ``/healthz`` answer,
+against a minimal FastAPI app of one route started the same way (a fresh interpreter
+running ``uvicorn.run``): what underway adds to the least a FastAPI server costs to start.
 """
 
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -39,6 +45,25 @@ PER_CLIENT = 20
 RUNS = 50
 ROUNDS = 3
 TARGET = 3.0
+STARTS = 7
+"""Starts of each server for the start-up figure (interleaved, median)."""
+STARTUP_TARGET_S = 1.0
+MINIMAL_SERVER = """
+import sys
+import uvicorn
+from fastapi import FastAPI
+
+app = FastAPI()
+
+
+@app.get("/healthz")
+def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
+"""
+"""The start-up baseline: one route on uvicorn, as ``underway serve`` runs its app."""
 
 class Pokes(BaseModel):
     n: int = 0
@@ -160,6 +185,82 @@ def bench_postgres() -> list[Figure]:
     """The API against the bare endpoint on PostgreSQL."""
     with pg_schema() as (_, url):
         return _figures(url, "postgres")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _started(command: list[str], port: int) -> float:
+    """Seconds from starting ``command`` until ``/healthz`` on ``port`` answers 200."""
+    # Both servers use bytecode caches as Python does by default, whatever this shell says.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    began = time.perf_counter()
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    try:
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{command[:3]} exited with {proc.returncode}:\n"
+                                   f"{proc.stderr.read().decode()[-3000:] if proc.stderr else ''}")
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            try:
+                conn.request("GET", "/healthz")
+                if conn.getresponse().status == 200:
+                    return time.perf_counter() - began
+            except OSError:
+                time.sleep(0.005)
+            finally:
+                conn.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
+def _serve_command(url: str, port: int) -> list[str]:
+    """``underway serve`` as a user runs it: the script installed beside this Python."""
+    script = os.path.join(os.path.dirname(sys.executable), "underway")
+    launcher = [script] if os.path.exists(script) else [
+        sys.executable, "-c", "from underway.cli import main; main()"]
+    return [*launcher, "serve", "--db", url, "--port", str(port), "--log-level", "warning"]
+
+
+def bench_startup() -> list[Figure]:
+    """``underway serve`` on SQLite (migrated, 50 waiting runs, a key) from exec to its
+    first ``/healthz`` answer, against the minimal app; one warm-up start each."""
+    with sqlite_dir() as d:
+        url = f"sqlite:///{d}/serve.db"
+        clock = uw.ManualClock(time.time())
+        client = uw.Client.connect(url, clock=clock)
+        engine = uw.Engine(client.store, flows=[flow], clock=clock)
+        try:
+            for _ in range(RUNS):
+                client.start(flow.name, None, tenant_id="bench")
+            asyncio.run(Runner(engine).run_until_idle())
+            issue_key(client.store, tenant_id="bench", role="admin", name="bench",
+                      now=clock.now())
+        finally:
+            client.close()
+        minimal: list[float] = []
+        serve: list[float] = []
+        for i in range(STARTS + 1):
+            port = _free_port()
+            base = _started([sys.executable, "-c", MINIMAL_SERVER, str(port)], port)
+            port = _free_port()
+            full = _started(_serve_command(url, port), port)
+            if i:  # the first start of each is a warm-up (bytecode caches, page cache)
+                minimal.append(base)
+                serve.append(full)
+    value, baseline = median(serve), median(minimal)
+    note = f"exec to the first /healthz answer, median of {STARTS} interleaved starts"
+    return [
+        Figure("sqlite.serve_startup", value, "s", baseline, value / baseline,
+               f"value < {STARTUP_TARGET_S:g} s", value < STARTUP_TARGET_S, note=note),
+        Figure("sqlite.serve_startup_added", value - baseline, "s",
+               note="what underway adds to a minimal FastAPI server's start"),
+    ]
 
 
 if __name__ == "__main__":

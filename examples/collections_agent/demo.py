@@ -9,16 +9,21 @@ At the end: every run's timeline, its cost, the audit of the journal, and evalua
 metrics. The demo exits non-zero if a message went out twice, money moved above the limit
 without approval, a run did not complete, or the audit failed.
 
-Everything lives in one fresh directory (``--data DIR`` to choose it): the SQLite journal
-(``--db URL`` for another database), the services' records, the approver's key.
+Everything lives in one directory: the SQLite journal (``--db URL`` for another database),
+the services' records, the approver's key. By default it is ``demo-data/collections_agent``
+in the repository, replaced by each new demo and kept after it, so the journal can be
+served and browsed afterwards; ``--data DIR`` chooses an empty directory instead. The demo
+ends by printing the command that serves the console on that journal, an admin API key to
+sign in with, and what to look at there.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shlex
+import shutil
 import sys
-import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -32,8 +37,17 @@ from examples.collections_agent.report import Findings
 from examples.collections_agent.scenario import Scenario
 
 from underway import UnderwayError
+from underway import events as ev
+from underway.apikeys import issue_key
+from underway.store import connect
 
 DEMO_DAY_SECONDS = 1.0
+DEFAULT_DATA = Path(__file__).resolve().parents[2] / "demo-data" / "collections_agent"
+"""Where the demo keeps its files unless ``--data`` says otherwise."""
+MARK = ".underway-demo"
+"""Marks a directory the demo made: the next demo may replace it."""
+CONSOLE = "http://127.0.0.1:8420/"
+"""Where ``underway serve`` answers by default."""
 SERVICES = {
     "erp": "invoices, disputes, tickets for human teams",
     "payments": "whether an invoice is paid",
@@ -192,21 +206,74 @@ def demo(data: Path, db: str) -> int:
         return 1
     say("OK: every run completed; no message went out twice despite the SIGKILL; money above "
         "5,000 INR moved only with a signed finance approval; every hash chain verifies")
-    say(f"explore: underway --db {db} runs ls")
+    say(f"explore: {underway_command()} --db {shlex.quote(db)} runs ls")
+    say()
+    console(db, findings)
     return 0
+
+
+def underway_command() -> str:
+    """The ``underway`` command as the reader would type it: this Python's script, relative
+    to the current directory when it is below it (``.venv/bin/underway``)."""
+    script = Path(sys.executable).parent / "underway"
+    if not script.exists():
+        return "underway"
+    try:
+        return shlex.quote(str(script.relative_to(Path.cwd())))
+    except ValueError:
+        return shlex.quote(str(script))
+
+
+def console(db: str, findings: Findings) -> None:
+    """The last section: how to serve the console on this journal, and what to see there."""
+    store = connect(db)
+    try:
+        key = issue_key(store, tenant_id="default", role="admin", name="demo console",
+                        now=time.time())
+    finally:
+        store.close()
+    held = next((r for r in findings.runs if r.events(ev.ApprovalRequested)), None)
+    shown = held or findings.runs[0]
+    say("[7] the console: serve this journal over HTTP and look around")
+    say(f"$ {underway_command()} serve --db {shlex.quote(db)}", 4)
+    say(f"then open {CONSOLE} and sign in with this admin API key of tenant default "
+        "(shown once; `underway apikeys new` makes more):", 4)
+    say(key.token, 8)
+    say("there, look at:", 4)
+    say(f"the runs table: the {len(findings.runs)} runs of this demo, one per invoice", 8)
+    say(f"run {shown.state.run_id} ({shown.invoice_id}): its timeline" + (
+        ", with the write-off the policy held for finance and priya's signed approval"
+        if held is not None else ""), 8)
+    say("the approvals inbox: empty now that the write-off is approved; a request the "
+        "policy holds waits there for a signed decision", 8)
 
 
 def main(argv: list[str] | None = None) -> int:
     """``demo.py [--data DIR] [--db URL]``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--data", type=Path, help="an empty directory for the demo's files")
+    parser.add_argument("--data", type=Path, help="an empty directory for the demo's files "
+                        f"(default: {DEFAULT_DATA}, replaced by each demo)")
     parser.add_argument("--db", help="journal database URL (default: SQLite in the data dir)")
     args = parser.parse_args(argv)
-    data = (args.data or Path(tempfile.mkdtemp(prefix="underway-collections-"))).resolve()
+    try:
+        data = data_dir(args.data)
+    except FileExistsError as exc:
+        parser.error(str(exc))
+    return demo(data, args.db or f"sqlite:///{data / 'underway.db'}")
+
+
+def data_dir(given: Path | None, default: Path = DEFAULT_DATA) -> Path:
+    """The directory for this demo's files, empty: ``given``, or ``default`` with an earlier
+    demo's files removed (only when a demo made it: it holds :data:`MARK`)."""
+    data = (given or default).resolve()
+    if given is None and (data / MARK).exists():
+        shutil.rmtree(data)
     data.mkdir(parents=True, exist_ok=True)
     if any(data.iterdir()):
-        parser.error(f"{data} is not empty; pass an empty --data directory")
-    return demo(data, args.db or f"sqlite:///{data / 'underway.db'}")
+        raise FileExistsError(f"{data} is not empty; pass an empty --data directory")
+    if given is None:
+        (data / MARK).touch()
+    return data
 
 
 if __name__ == "__main__":

@@ -14,11 +14,21 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import inspect
+import typing
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Generic, Literal, Protocol, TypedDict, cast, overload
 
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Secret,
+    SecretBytes,
+    SecretStr,
+    ValidationError,
+    model_validator,
+)
 from typing_extensions import TypeVar, Unpack
 
 from .errors import ConfigurationError, ResultInvalid
@@ -141,6 +151,13 @@ class Tool(Generic[A, R]):
     each call into :attr:`CallInfo.secrets`. ``sandbox`` is the isolation profile of a
     shell or code tool, hashed into its ``ToolStarted`` event.
 
+    Traces (:class:`underway.telemetry.Tracing`) record no argument or result value unless
+    the tool opts in: ``trace_args`` / ``trace_result`` are True (every field) or the
+    dotted paths of the fields to record (``("invoice", "customer.id")``). A field named
+    in ``sensitive``, at any depth, or typed ``SecretStr``, ``SecretBytes`` or ``Secret``
+    in the argument or result model, is never recorded, whatever the opt-in says; naming
+    one in ``trace_args`` or ``trace_result`` is a :class:`ConfigurationError`.
+
     Taint (see ``docs/agent.md``): an agent treats every tool's output as untrusted unless
     the tool declares ``trusted_output`` (its author vouches for every byte it returns,
     e.g. fields of one's own database that no outsider can write). Once untrusted content
@@ -185,6 +202,12 @@ class Tool(Generic[A, R]):
     """Safe to call with arguments derived from untrusted content: never labelled."""
     outbound: bool = False
     """A read-only tool whose arguments leave the system; labelled like a mutating one."""
+    trace_args: bool | tuple[str, ...] = False
+    """Record the call's arguments on its span: True (every field), or these fields."""
+    trace_result: bool | tuple[str, ...] = False
+    """Record the call's result on its span: True (every field), or these fields."""
+    sensitive: tuple[str, ...] = ()
+    """Names of argument and result fields (at any depth) that are never traced."""
 
     def __post_init__(self) -> None:
         if self.trusted_output and "untrusted" in self.output_labels:
@@ -225,6 +248,34 @@ class Tool(Generic[A, R]):
                 f"tool {self.name!r}: money_direction must be 'out', 'in' or 'both', not "
                 f"{self.money_direction!r}"
             )
+        for option in ("trace_args", "trace_result"):
+            chosen = getattr(self, option)
+            if isinstance(chosen, bool):
+                continue
+            if isinstance(chosen, str):
+                raise ConfigurationError(
+                    f"tool {self.name!r}: {option} is True or a tuple of field paths, not "
+                    f"the string {chosen!r}")
+            object.__setattr__(self, option, tuple(chosen))
+            for path in chosen:
+                hidden = [p for p in path.split(".") if p in self.never_traced]
+                if not path or hidden:
+                    raise ConfigurationError(
+                        f"tool {self.name!r}: {option} names {path!r}, "
+                        + (f"which holds the sensitive field {hidden[0]!r}: sensitive fields "
+                           "are never traced" if hidden else "an empty path"))
+
+    @cached_property
+    def never_traced(self) -> frozenset[str]:
+        """The field names no trace records: :attr:`sensitive`, and the fields of the
+        argument and result models typed ``SecretStr`` or ``SecretBytes``."""
+        return frozenset(self.sensitive) | _secret_fields(self.args_model) \
+            | _secret_fields(self.result_model)
+
+    @property
+    def traced(self) -> bool:
+        """True when traces may record some of this tool's arguments or results."""
+        return bool(self.trace_args or self.trace_result)
 
     @property
     def read_only(self) -> bool:
@@ -345,6 +396,9 @@ class ToolOptions(TypedDict, total=False):
     trusted_output: bool
     untrusted_ok: bool
     outbound: bool
+    trace_args: bool | tuple[str, ...]
+    trace_result: bool | tuple[str, ...]
+    sensitive: tuple[str, ...]
 
 
 class ToolDecorator(Protocol):
@@ -403,6 +457,9 @@ def tool(
     trusted_output: bool = False,
     untrusted_ok: bool = False,
     outbound: bool = False,
+    trace_args: bool | tuple[str, ...] = False,
+    trace_result: bool | tuple[str, ...] = False,
+    sensitive: tuple[str, ...] = (),
 ) -> Tool[Any, Any] | ToolDecorator:
     """Declare a tool. Use bare (``@tool``) or with options (``@tool(read_only=True)``).
 
@@ -461,6 +518,9 @@ def tool(
             trusted_output=trusted_output,
             untrusted_ok=untrusted_ok,
             outbound=outbound,
+            trace_args=trace_args,
+            trace_result=trace_result,
+            sensitive=tuple(sensitive),
         )
 
     return build(fn) if fn is not None else cast(ToolDecorator, build)
@@ -468,6 +528,28 @@ def tool(
 
 def _is_model(t: object) -> bool:
     return isinstance(t, type) and issubclass(t, BaseModel)
+
+
+def _secret_fields(model: type[BaseModel] | None, seen: frozenset[type] = frozenset()
+                   ) -> frozenset[str]:
+    """Names of the fields of ``model`` (and of the models inside it) typed as secrets."""
+    if model is None or model in seen:
+        return frozenset()
+    names: set[str] = set()
+    for name, info in model.model_fields.items():
+        todo, kinds = [info.annotation], []
+        while todo:
+            t = todo.pop()
+            kinds.append(typing.get_origin(t) or t)
+            todo.extend(typing.get_args(t))
+        for t in kinds:
+            if not isinstance(t, type):
+                continue
+            if issubclass(t, SecretStr | SecretBytes | Secret):
+                names.update(n for n in (name, info.alias) if n)
+            elif issubclass(t, BaseModel):
+                names |= _secret_fields(t, seen | {model})
+    return frozenset(names)
 
 
 @dataclass(frozen=True, slots=True)

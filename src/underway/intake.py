@@ -40,16 +40,18 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .client import Client
-from .engine import Engine
 from .errors import ConfigurationError
 from .events import JSON, canonical_json
 from .flow import Flow
 from .store.base import IntakeRequest, NewRun
+
+if TYPE_CHECKING:
+    from .engine import Engine
 
 __all__ = [
     "IntakeError",
@@ -241,6 +243,8 @@ def intake(
     engine: Client | Engine,
     event: IntakeEvent | Mapping[str, Any],
     routes: Routes | Mapping[str, Route],
+    *,
+    trace_context: dict[str, str] | None = None,
 ) -> IntakeResult:
     """Act on ``event`` once: signal the live run that owns its entity, or start the route's
     flow; see the module docstring for every case and for what a crash leaves behind.
@@ -248,7 +252,9 @@ def intake(
     ``engine`` is an :class:`~underway.Engine` or a :class:`~underway.client.Client`: a
     route's flow given as a :class:`~underway.Flow`, or named and known to it, has its
     input checked now; a flow named and unknown to a client is started by name, its input
-    checked by the first worker that runs it."""
+    checked by the first worker that runs it. ``trace_context`` (the W3C ``traceparent``
+    and ``tracestate`` of the delivery) is journaled with a run the event starts, so its
+    spans join the sender's trace; a signal to a live run stays in that run's trace."""
     ev = IntakeEvent.parse(event)
     table = routes if isinstance(routes, Routes) else Routes(routes)
     store = engine.store
@@ -264,7 +270,7 @@ def intake(
     new_run: NewRun | None = None
     if isinstance(route, StartFlow):
         signal = route.signal or ev.event_type
-        new_run = _prepare_run(engine, route, ev)
+        new_run = _prepare_run(engine, route, ev, trace_context)
     else:
         signal = route.signal
     owner = store.entity_owner(ev.tenant_id, ev.entity_id)
@@ -295,7 +301,8 @@ def _duplicate(action: str, run_id: str, key: str) -> IntakeResult:
     return IntakeResult("duplicate", run_id, f"key {key!r} already {action} run {run_id}")
 
 
-def _prepare_run(engine: Client | Engine, route: StartFlow, ev: IntakeEvent) -> NewRun:
+def _prepare_run(engine: Client | Engine, route: StartFlow, ev: IntakeEvent,
+                 trace_context: dict[str, str] | None) -> NewRun:
     """The run ``engine.start`` would create for ``ev`` (input checked, state, first event)."""
     where = f"event type {ev.event_type!r}"
     try:
@@ -305,7 +312,7 @@ def _prepare_run(engine: Client | Engine, route: StartFlow, ev: IntakeEvent) -> 
     try:
         return engine.prepare_start(
             route.flow, data, tenant_id=ev.tenant_id, idempotency_key=run_key(ev.idempotency_key),
-            run_id=str(uuid.uuid4()), queue=route.queue,
+            run_id=str(uuid.uuid4()), queue=route.queue, trace_context=trace_context,
         )
     except ConfigurationError as exc:
         raise IntakeError(f"{where}: {exc}") from None

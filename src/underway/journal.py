@@ -15,6 +15,7 @@ from .events import (
     JSON,
     CheckpointRefused,
     RunEvent,
+    StepStarted,
     canonical_json,
     chain_hash,
     envelope,
@@ -305,6 +306,23 @@ class Journal:
             tenant_id, run_id, row, self._content(tenant_id, row[1]), at,
             digests[seq - 1] if at is not None else None, latest,
         )
+
+    def step_attempt(self, tenant_id: str, run_id: str, seq: int) -> list[Recorded]:
+        """The events of the step attempt in progress at ``seq``, from its last
+        ``StepStarted`` to ``seq`` (empty when no step started). Read backwards in growing
+        windows, so it costs the attempt's length, not the journal's."""
+        window = 16
+        while True:
+            after = max(seq - window, 0)
+            stored = [e for e in self.store.load_events(tenant_id, run_id, after_seq=after)
+                      if e.seq <= seq]
+            records = self.decode(tenant_id, stored)
+            for i in range(len(records) - 1, -1, -1):
+                if isinstance(records[i].event, StepStarted):
+                    return records[i:]
+            if after == 0:
+                return []
+            window *= 4
 
     def history(self, tenant_id: str, run_id: str) -> list[Recorded]:
         """Every event of the run, decoded."""

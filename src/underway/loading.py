@@ -1,11 +1,19 @@
-"""Resolving ``module:attribute`` names given on the command line (``--app``, ``--routes``)."""
+"""Resolving ``module:attribute`` names given on the command line (``--app``, ``--routes``),
+and :func:`load_app`, the flows and tools an ``--app`` names (without loading the executor:
+``underway serve --app`` needs the flows' code, not the engine)."""
 
 from __future__ import annotations
 
 import importlib
 from typing import Any
 
+from . import agent as agents
+from .effects import Tool
 from .errors import ConfigurationError
+from .flow import Flow
+
+App = tuple[list[Flow[Any, Any]], list[Tool]]
+"""The flows and tools a worker runs."""
 
 
 def import_object(spec: str, *, option: str, example: str) -> Any:
@@ -46,3 +54,39 @@ def call_factory(obj: Any, *, option: str, spec: str) -> Any:
         raise ConfigurationError(
             f"{option} {spec!r}: calling {name}() failed: {type(exc).__name__}: {exc}"
         ) from exc
+
+
+def load_app(spec: str) -> App:
+    """Resolve ``module:attribute`` to the flows and tools a worker runs.
+
+    The attribute (dots reach into objects: ``pkg.mod:registry.flows``) may be a
+    :class:`Flow` or :class:`~underway.agent.Agent`, a list or tuple of Flows, Agents and
+    Tools, or a callable taking no arguments that returns one of those. The module is
+    imported as Python would import it, so it must be on ``sys.path`` (``underway worker``
+    adds the current directory).
+    """
+    obj = import_object(spec, option="--app", example="myapp.flows:flows")
+    if callable(obj) and not isinstance(obj, Flow | Tool | type):
+        obj = call_factory(obj, option="--app", spec=spec)
+    items = [obj] if isinstance(obj, Flow | agents.Agent) else obj
+    if not isinstance(items, list | tuple):
+        raise ConfigurationError(
+            f"--app {spec!r} is a {type(obj).__name__}; it must be a Flow, a list of Flows "
+            "and Tools, or a function returning one"
+        )
+    flows: list[Flow[Any, Any]] = []
+    tools: list[Tool] = []
+    for i, item in enumerate(items):
+        if isinstance(item, Flow):
+            flows.append(item)
+        elif isinstance(item, agents.Agent):
+            flows.append(item.flow)
+        elif isinstance(item, Tool):
+            tools.append(item)
+        else:
+            raise ConfigurationError(
+                f"--app {spec!r}: item {i} is a {type(item).__name__}, not a Flow or Tool"
+            )
+    if not flows:
+        raise ConfigurationError(f"--app {spec!r} names no Flow: a worker needs at least one")
+    return flows, tools

@@ -20,17 +20,19 @@ import json
 import logging
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
 from .client import Client
 from .cron import Cron, CronError, utc_iso
-from .engine import Engine
 from .errors import ConfigurationError
 from .events import JSON, canonical_json
 from .flow import Flow
 from .store.base import NewRun, ScheduleRecord
+
+if TYPE_CHECKING:
+    from .engine import Engine
 
 __all__ = [
     "Schedule",

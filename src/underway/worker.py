@@ -36,12 +36,9 @@ import threading
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from . import agent as agents
-from .effects import Tool
 from .engine import Engine
 from .errors import ConfigurationError, ConflictError, FencedError, is_store_failure
-from .flow import Flow
-from .loading import call_factory, import_object
+from .loading import App, load_app
 from .runner import Runner
 from .store.base import Lease
 from .store.wakeups import Polling, Wakeups
@@ -52,9 +49,6 @@ if TYPE_CHECKING:
 __all__ = ["App", "Worker", "load_app"]
 
 log = logging.getLogger("underway.worker")
-
-App = tuple[list[Flow[Any, Any]], list[Tool]]
-"""The flows and tools a worker runs."""
 
 ScheduleFiring = Callable[..., Coroutine[Any, Any, int]]
 R = TypeVar("R")
@@ -436,41 +430,3 @@ def _schedule_firing() -> ScheduleFiring | None:
         return None
     fire = getattr(module, "fire_due_schedules", None)
     return cast(ScheduleFiring, fire) if callable(fire) else None
-
-
-# -- --app ----------------------------------------------------------------------------------
-def load_app(spec: str) -> App:
-    """Resolve ``module:attribute`` to the flows and tools a worker runs.
-
-    The attribute (dots reach into objects: ``pkg.mod:registry.flows``) may be a
-    :class:`Flow` or :class:`~underway.agent.Agent`, a list or tuple of Flows, Agents and
-    Tools, or a callable taking no arguments that returns one of those. The module is
-    imported as Python would import it, so it must be on ``sys.path`` (``underway worker``
-    adds the current directory).
-    """
-    obj = import_object(spec, option="--app", example="myapp.flows:flows")
-    if callable(obj) and not isinstance(obj, Flow | Tool | type):
-        obj = call_factory(obj, option="--app", spec=spec)
-    items = [obj] if isinstance(obj, Flow | agents.Agent) else obj
-    if not isinstance(items, list | tuple):
-        raise ConfigurationError(
-            f"--app {spec!r} is a {type(obj).__name__}; it must be a Flow, a list of Flows "
-            "and Tools, or a function returning one"
-        )
-    flows: list[Flow[Any, Any]] = []
-    tools: list[Tool] = []
-    for i, item in enumerate(items):
-        if isinstance(item, Flow):
-            flows.append(item)
-        elif isinstance(item, agents.Agent):
-            flows.append(item.flow)
-        elif isinstance(item, Tool):
-            tools.append(item)
-        else:
-            raise ConfigurationError(
-                f"--app {spec!r}: item {i} is a {type(item).__name__}, not a Flow or Tool"
-            )
-    if not flows:
-        raise ConfigurationError(f"--app {spec!r} names no Flow: a worker needs at least one")
-    return flows, tools
-

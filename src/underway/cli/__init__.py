@@ -30,29 +30,38 @@ from typer._click.core import Command, Context
 from typer._click.exceptions import UsageError
 from typer.core import TyperGroup
 
-from . import (
-    apikeys,
-    approvals,
-    audit,
-    db,
-    events,
-    keys,
-    knowledge,
-    policy,
-    queues,
-    runs,
-    schedules,
-    usage,
-    worker,
-)
 from ._common import DbOption
 
 __all__ = ["LAZY", "app", "main"]
 
-LAZY = {"serve": "underway.cli.serve"}
-"""Commands whose module is imported only when the command is run or listed: ``serve``
-needs FastAPI and uvicorn (the ``service`` extra), which every other command can do
-without, and which would double the CLI's start-up time."""
+LAZY: dict[str, str] = {
+    # command groups: a Typer of subcommands
+    "apikeys": "apikeys:app",  # underway serve: API keys and the access log
+    "approvals": "approvals:app",  # signed approvals: deciding requests
+    "approvers": "approvals:approvers",  # ... the approvers registry
+    "audit": "audit:app",
+    "db": "db:app",
+    "events": "events:app",
+    "keys": "keys:app",  # ... approvers' keys
+    "knowledge": "knowledge:app",  # long-term memory: purge expired records, erase one
+    "policy": "policy:app",  # policy files: validate one, explain the decision for a call
+    "queues": "queues:app",
+    "runs": "runs:app",
+    "schedules": "schedules:app",
+    "webhooks": "apikeys:webhooks",  # underway serve: webhook secrets
+    # single commands: a Typer of one command
+    "serve": "serve:app",
+    "usage": "usage:app",  # spending: tokens, cost, calls, messages, money per tenant
+    "worker": "worker:app",
+}
+"""Every command, as ``module:attribute`` of this package: a command's module is imported
+only when the command is run or listed (``underway --help``), so a command loads what it
+needs and nothing else. ``serve`` needs FastAPI and uvicorn (the ``service`` extra) and
+starts in well under a second because no other command's module comes with it; ``worker``
+alone loads the executor."""
+
+_SINGLE = frozenset({"serve", "usage", "worker"})
+"""The :data:`LAZY` entries that are one command rather than a group of them."""
 
 
 class _Commands(TyperGroup):
@@ -64,15 +73,20 @@ class _Commands(TyperGroup):
     def get_command(self, ctx: Context, cmd_name: str) -> Command | None:
         if cmd_name not in LAZY:
             return super().get_command(ctx, cmd_name)
+        module_name, _, attribute = LAZY[cmd_name].partition(":")
         try:
-            module = importlib.import_module(LAZY[cmd_name])
+            module = importlib.import_module(f"{__name__}.{module_name}")
         except ModuleNotFoundError as exc:
             if exc.name not in ("fastapi", "uvicorn", "starlette"):
                 raise
             raise UsageError(
                 f"`underway {cmd_name}` needs the service extra ({exc.name} is missing): "
                 "pip install 'underway[service]'") from None
-        return typer.main.get_command(module.app)
+        sub: typer.Typer = getattr(module, attribute)
+        command = typer.main.get_command(sub) if cmd_name in _SINGLE \
+            else typer.main.get_group(sub)
+        command.name = cmd_name
+        return command
 
 
 app = typer.Typer(
@@ -84,31 +98,6 @@ app = typer.Typer(
     add_completion=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-app.add_typer(db.app, name="db")
-app.add_typer(runs.app, name="runs")
-app.add_typer(audit.app, name="audit")
-app.add_typer(schedules.app, name="schedules")
-app.add_typer(events.app, name="events")
-app.add_typer(queues.app, name="queues")
-app.command("worker")(worker.worker)
-
-# signed approvals: keys, the approvers registry, deciding requests
-app.add_typer(keys.app, name="keys")
-app.add_typer(approvals.approvers, name="approvers")
-app.add_typer(approvals.app, name="approvals")
-
-# policy files: validate one, explain the decision for a call
-app.add_typer(policy.app, name="policy")
-
-# spending: tokens, cost, calls, messages, money per tenant
-app.command("usage")(usage.usage)
-
-# long-term memory: purge expired records, erase one
-app.add_typer(knowledge.app, name="knowledge")
-
-# underway serve: API keys, the access log, webhook secrets (`serve` itself is in LAZY)
-app.add_typer(apikeys.app, name="apikeys")
-app.add_typer(apikeys.webhooks, name="webhooks")
 
 
 def _print_version(value: bool) -> None:

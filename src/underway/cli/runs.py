@@ -17,8 +17,8 @@ from .._timeline import format_time
 from ..client import Client
 from ..control import CHILD as CHILD_SIGNAL
 from ..flow import Flow
+from ..loading import load_app
 from ..store.base import FINAL, RunRecord
-from ..worker import load_app
 from ._common import (
     DbOption,
     Problem,

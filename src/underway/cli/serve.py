@@ -11,9 +11,9 @@ import typer
 
 from ..client import Client
 from ..flow import Flow
+from ..loading import load_app
 from ..service import create_app
 from ..service import serve as run_server
-from ..worker import load_app
 from ._common import (
     ConfigOption,
     DbOption,

@@ -12,7 +12,10 @@ import typer
 from ..budgets import tenant_usage
 from ._common import DbOption, TenantOption, fail, handle_errors, open_store
 
+app = typer.Typer(add_completion=False)
 
+
+@app.command("usage")
 @handle_errors
 def usage(
     ctx: typer.Context,

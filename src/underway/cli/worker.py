@@ -34,7 +34,10 @@ from ._common import (
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
 
+app = typer.Typer(add_completion=False)
 
+
+@app.command("worker")
 @handle_errors
 def worker(
     ctx: typer.Context,

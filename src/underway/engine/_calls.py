@@ -87,6 +87,9 @@ class StepExecution:
         key = rec.key if rec is not None and rec.key else idempotency_key(
             self.run_id, self.step, index, ordinal=self.ordinal
         )
+        metrics = self._act.engine.metrics
+        if t.traced and metrics.enabled:
+            metrics.calling(self.tenant_id, self.run_id, key, t, args)
         result = await self._result(t, args, key, index, h, rec, labels, evidence, risks)
         if not typed or result == shadow_result(t.name):
             # Shadow mode's placeholder stands in for a result the tool never produced.

@@ -69,7 +69,7 @@ class StepWithChildren(StepExecution):
             eng.journal, code, name, input, now=eng.clock.now(), tenant_id=self.tenant_id,
             run_id=run_id, idempotency_key=f"child:{self.run_id}:{key}", start_at=None,
             queue=queue or act.queue, deadline=None, principal=s.principal, roles=s.roles,
-            parent_run_id=self.run_id,
+            parent_run_id=self.run_id, trace_context=s.trace_context,
         )
         if known is None:
             # The intent, durable before the child exists: a cancel of this run from now on

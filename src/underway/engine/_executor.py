@@ -38,7 +38,7 @@ from ..identity import worker_identity
 from ..journal import Journal
 from ..jsonpatch import make_patch
 from ..secrets import SecretProvider
-from ..state import RunState
+from ..state import Recorded, RunState
 from ..store._offload import run_io
 from ..store.base import Lease, RunRecord, SignalRecord, Store
 from ..telemetry import NO_METRICS, Metrics
@@ -198,13 +198,29 @@ class Engine:
         handed back at that step boundary (a stopping worker) and the state returned is
         still ``ready``.
         """
+        if not self.metrics.enabled:
+            return await self._activate(lease, should_stop)
+        try:
+            return await self._activate(lease, should_stop)
+        except BaseException:
+            self.metrics.abandoned(lease.tenant_id, lease.run_id)
+            raise
+        finally:
+            self.metrics.left(lease.tenant_id, lease.run_id)
+
+    async def _activate(
+        self, lease: Lease, should_stop: Callable[[], bool] | None
+    ) -> RunState:
         loaded = await self.io(self._load, lease)
         row, state = loaded.row, loaded.state
         if self.metrics.enabled:
             due = row.next_wake_at
             self.metrics.activated(
                 state, wake_latency=None if due is None else self.clock.now() - due,
-                takeover=state.status == "ready" and state.attempt > 0)
+                takeover=_taken_over(state))
+            if loaded.interrupted:
+                self.metrics.interrupted(lease.tenant_id, lease.run_id, state.flow,
+                                         [(r.seq, r.at, r.event) for r in loaded.interrupted])
         act = Activation(
             self, lease, state, loaded.head, state.seq, control_pending=True,
             due_at=row.next_wake_at, row_status=row.status, queue=row.queue,
@@ -265,8 +281,6 @@ class Engine:
             raise
         finally:
             heartbeat.cancel()
-            if self.metrics.enabled:
-                self.metrics.left(lease.tenant_id, lease.run_id)
 
     def _load(self, lease: Lease) -> _Loaded:
         """What an activation starts from, read in one trip: the run row, the journal's
@@ -276,7 +290,11 @@ class Engine:
             raise RunNotFound(lease.tenant_id, lease.run_id)
         state, head, refused = self.journal.load_head(lease.tenant_id, lease.run_id)
         signals = self.store.pending_signals(lease.tenant_id, lease.run_id)
-        return _Loaded(row, state, head, refused, signals)
+        # What an activation that died mid-step committed of that step, for the telemetry
+        # it made and could not report.
+        interrupted = self.journal.step_attempt(lease.tenant_id, lease.run_id, state.seq) \
+            if self.metrics.enabled and _taken_over(state) else []
+        return _Loaded(row, state, head, refused, signals, interrupted)
 
     def _check_input(self, act: Activation, flow: Flow[Any, Any]) -> None:
         """A run started by name, without the flow's code: check its input before any step
@@ -516,6 +534,15 @@ class _Loaded:
     head: str
     refused: ev.CheckpointRefused | None
     signals: list[SignalRecord]
+    interrupted: list[Recorded]
+    """On a takeover, when the engine reports telemetry: the events of the step attempt
+    the run's previous activation left unended."""
+
+
+def _taken_over(state: RunState) -> bool:
+    """Whether the journal shows a step started and not ended: the activation that ran it
+    died or lost its lease."""
+    return state.status == "ready" and state.attempt > 0
 
 
 def _iso(t: float | None) -> str:

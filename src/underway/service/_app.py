@@ -80,8 +80,10 @@ def _health(app: FastAPI) -> None:
         """The server is up."""
         return Health(status="ok")
 
+    # This route's 503 puts the Problem schema in the OpenAPI components; every other
+    # problem response refers to it.
     @app.get("/readyz", response_model=Health, tags=["health"],
-             responses=problem_responses(503))
+             responses=problem_responses(503, register=True))
     async def readyz() -> Any:
         """The database answers and its schema is the one this code knows."""
         try:

@@ -12,7 +12,7 @@ import json
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Path, Request
+from fastapi import APIRouter, Header, Path, Request
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
 from .. import webhooks
@@ -60,8 +60,14 @@ _REFUSED = {
 @endpoint(router, "POST", "/{source}", permission="intake", response_model=IntakeOutcome,
           problems=(404,), openapi_extra={"requestBody": {"required": True, "content": {
               "application/json": {"schema": {"$ref": "#/components/schemas/WebhookEvent"}}}}})
-async def deliver(source: Source, request: Request, state: State, who: Caller) -> IntakeOutcome:
-    """Verify, then route an outside event to the run that owns its entity, or start one."""
+async def deliver(
+    source: Source, request: Request, state: State, who: Caller,
+    traceparent: Annotated[str | None, Header(max_length=200)] = None,
+    tracestate: Annotated[str | None, Header(max_length=1000)] = None,
+) -> IntakeOutcome:
+    """Verify, then route an outside event to the run that owns its entity, or start one.
+    A W3C ``traceparent`` (and ``tracestate``) is journaled with a run the event starts:
+    its spans join the sender's trace."""
     body = await request.body()
     secret = await run_io(state.store, state.store.get_intake_secret, who.tenant_id, source)
     if secret is None:
@@ -78,7 +84,10 @@ async def deliver(source: Source, request: Request, state: State, who: Caller) -
     if not key:
         raise invalid("body.idempotency_key", "give idempotency_key, or an Idempotency-Key "
                       "header")
-    return await run_io(state.store, _route, state, who.tenant_id, source, event, key)
+    carrier = None if traceparent is None else {k: v for k, v in (
+        ("traceparent", traceparent), ("tracestate", tracestate)) if v is not None}
+    return await run_io(state.store, _route, state, who.tenant_id, source, event, key,
+                        carrier)
 
 
 def _parse(body: bytes) -> WebhookEvent:
@@ -98,7 +107,8 @@ def _parse(body: bytes) -> WebhookEvent:
 
 
 def _route(
-    state: ServiceState, tenant_id: str, source: str, event: WebhookEvent, key: str
+    state: ServiceState, tenant_id: str, source: str, event: WebhookEvent, key: str,
+    trace_context: dict[str, str] | None,
 ) -> IntakeOutcome:
     if state.routes is None:
         raise ApiProblem(404, "intake-not-configured", "Intake not configured",
@@ -111,7 +121,7 @@ def _route(
         "payload": event.payload,
     }
     try:
-        result = intake(state.client, data, state.routes)
+        result = intake(state.client, data, state.routes, trace_context=trace_context)
     except IntakeError as exc:
         raise ApiProblem(422, "intake-refused", "Event refused", str(exc)) from None
     return IntakeOutcome(**dataclasses.asdict(result))

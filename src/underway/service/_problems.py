@@ -139,11 +139,17 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(Exception, on_unexpected)
 
 
-def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    """OpenAPI ``responses`` entries for ``statuses``, each a :class:`Problem`."""
+def problem_responses(*statuses: int, register: bool = False) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` entries for ``statuses``, each a :class:`Problem`, in both
+    media types. The entries refer to the schema by name; one route of the app passes
+    ``register`` to put it in the document's components. (Naming the model on every
+    route would have FastAPI build a validator of it per route and status, at start-up,
+    for a document that would not change.)"""
+    ref = {"schema": {"$ref": "#/components/schemas/Problem"}}
     return {
-        status: {"model": Problem, "content": {MEDIA_TYPE: {"schema": {
-            "$ref": "#/components/schemas/Problem"}}}, "description": _describe(status)}
+        status: {**({"model": Problem} if register else {}),
+                 "content": {MEDIA_TYPE: ref, "application/json": ref},
+                 "description": _describe(status)}
         for status in statuses
     }
 

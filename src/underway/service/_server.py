@@ -9,7 +9,6 @@ import threading
 import time
 from types import TracebackType
 
-import httpx
 import uvicorn
 from fastapi import FastAPI
 
@@ -52,6 +51,9 @@ class ServerThread:
 
     def start(self) -> None:
         """Start serving; return once ``/healthz`` answers 200."""
+        # The client only waits for a server in this process: `underway serve` never does.
+        import httpx
+
         self._thread.start()
         deadline = time.monotonic() + self._ready_timeout
         with httpx.Client(base_url=self.url, timeout=2.0) as http:

@@ -6,9 +6,14 @@ when named) counts into a Prometheus registry."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from .. import events as ev
+from ..events import JSON
 from ..state import RunState
+
+if TYPE_CHECKING:
+    from ..effects import Tool
 
 
 class Metrics:
@@ -24,9 +29,26 @@ class Metrics:
         when its journal shows a step started and not ended (the worker that held it died
         or lost its lease)."""
 
+    def interrupted(self, tenant_id: str, run_id: str, flow: str,
+                    events: Sequence[tuple[int, float, ev.RunEvent]]) -> None:
+        """Told after :meth:`activated` on a takeover: the journaled events ``(seq, at,
+        event)`` of the step attempt that an earlier activation began and never ended (its
+        worker died or lost its lease), from its ``StepStarted`` on."""
+
+    def calling(self, tenant_id: str, run_id: str, key: str, tool: Tool,
+                args: JSON) -> None:
+        """A step calls ``tool`` with ``args`` under ``key`` (told only for a tool that
+        lets traces record its arguments or results, :attr:`Tool.traced`; also for a call
+        whose journaled result is returned again)."""
+
     def committed(self, tenant_id: str, run_id: str, flow: str,
                   events: Sequence[tuple[int, float, ev.RunEvent]]) -> None:
         """Events ``(seq, at, event)`` of one run were appended durably."""
+
+    def abandoned(self, tenant_id: str, run_id: str) -> None:
+        """The activation ends without handing the run back (its lease was lost, the
+        database failed, the worker was cancelled); :meth:`left` follows. What it began and
+        did not end is the next activation's to finish (see :meth:`interrupted`)."""
 
     def left(self, tenant_id: str, run_id: str) -> None:
         """The activation of the run ended (the run was handed back, or the worker lost or
@@ -46,11 +68,28 @@ class Fanout(Metrics):
         for s in self.seams:
             s.activated(state, wake_latency=wake_latency, takeover=takeover)
 
+    def interrupted(self, tenant_id: str, run_id: str, flow: str,
+                    events: Sequence[tuple[int, float, ev.RunEvent]]) -> None:
+        """Tell every seam."""
+        for s in self.seams:
+            s.interrupted(tenant_id, run_id, flow, events)
+
+    def calling(self, tenant_id: str, run_id: str, key: str, tool: Tool,
+                args: JSON) -> None:
+        """Tell every seam."""
+        for s in self.seams:
+            s.calling(tenant_id, run_id, key, tool, args)
+
     def committed(self, tenant_id: str, run_id: str, flow: str,
                   events: Sequence[tuple[int, float, ev.RunEvent]]) -> None:
         """Tell every seam."""
         for s in self.seams:
             s.committed(tenant_id, run_id, flow, events)
+
+    def abandoned(self, tenant_id: str, run_id: str) -> None:
+        """Tell every seam."""
+        for s in self.seams:
+            s.abandoned(tenant_id, run_id)
 
     def left(self, tenant_id: str, run_id: str) -> None:
         """Tell every seam."""

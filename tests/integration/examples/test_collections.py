@@ -5,6 +5,7 @@ PostgreSQL. Every check reads the journal or the simulated services' records."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -19,14 +20,18 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from examples.collections_agent import app as collections_app  # noqa: E402
+from examples.collections_agent import demo as demo_module  # noqa: E402
 from examples.collections_agent.brain_server import MODEL_ID as BRAIN_MODEL_ID  # noqa: E402
 from examples.collections_agent.brain_server import BrainServer  # noqa: E402
 from examples.collections_agent.report import Findings  # noqa: E402
 from examples.collections_agent.scenario import Crash, Resumption, Scenario  # noqa: E402
 
+import underway as uw  # noqa: E402
 from underway import events as ev  # noqa: E402
+from underway.apikeys import authenticate  # noqa: E402
 from underway.errors import ConfigurationError  # noqa: E402
 from underway.state import request_id_for  # noqa: E402
+from underway.store import connect  # noqa: E402
 
 DEMO = ROOT / "examples" / "collections_agent" / "demo.py"
 DAY = 0.3
@@ -126,12 +131,53 @@ def _models_asked_once_per_turn(found: Findings) -> None:
 
 
 @pytest.mark.crash
-def test_demo_exits_zero_when_every_invariant_holds(tmp_path: Path) -> None:
+def test_demo_exits_zero_and_ends_by_saying_how_to_open_the_console(tmp_path: Path) -> None:
+    data = tmp_path / "demo"
     done = subprocess.run(
-        [sys.executable, str(DEMO), "--data", str(tmp_path / "demo")],
+        [sys.executable, str(DEMO), "--data", str(data)],
         capture_output=True, text=True, timeout=120, check=False,
     )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+
+    # The last section: the command serving the console on the demo's journal, a key that
+    # signs in to the demo's tenant as admin, the URL, and a real run that waited for a
+    # signed approval.
+    out = done.stdout
+    console = out[out.index("[7] the console"):]
+    db = f"sqlite:///{data.resolve() / 'underway.db'}"
+    serve = re.search(r"\$ (\S+) serve --db (\S+)\n", console)
+    assert serve is not None and serve.group(2) == db
+    assert Path(serve.group(1)).name == "underway"
+    assert "http://127.0.0.1:8420/" in console
+    token = re.search(r"\b(uwk_\S+)", console)
+    run = re.search(r"run (\S+) \((INV-\d+)\): its timeline, with the write-off", console)
+    assert token is not None and run is not None
+    assert "runs table" in console and "approvals inbox" in console
+    store = connect(db)
+    try:
+        key = authenticate(store, token.group(1))
+        assert key is not None and (key.tenant_id, key.role) == ("default", "admin")
+        history = [r.event for r in uw.Client(store).history(run.group(1))]
+        assert any(isinstance(e, ev.ApprovalRequested) for e in history)
+        assert any(isinstance(e, ev.ApprovalGranted) for e in history)
+    finally:
+        store.close()
+
+
+def test_the_demo_keeps_its_files_where_the_next_demo_replaces_them(tmp_path: Path) -> None:
+    default = tmp_path / "demo-data" / "collections_agent"
+    first = demo_module.data_dir(None, default)
+    (first / "underway.db").write_text("an earlier demo's journal")
+    assert demo_module.data_dir(None, default) == first.resolve()
+    assert [p.name for p in first.iterdir()] == [demo_module.MARK]
+    # A directory the demo did not make is never emptied, given or by default.
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep")
+    for given, fallback in ((mine, default), (None, mine)):
+        with pytest.raises(FileExistsError, match="not empty"):
+            demo_module.data_dir(given, fallback)
+    assert (mine / "notes.txt").read_text() == "keep"
 
 
 @pytest.mark.crash

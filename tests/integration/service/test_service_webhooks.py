@@ -123,3 +123,15 @@ def test_the_idempotency_key_may_come_in_a_header(world: World, secret: str) -> 
     headers = {**webhooks.sign(secret, data, at=world.clock.now()), "Idempotency-Key": "h-1"}
     assert deliver(world, data, headers).json()["action"] == "started"
     assert deliver(world, data, headers).json()["action"] == "duplicate"
+
+
+def test_a_delivery_with_a_traceparent_starts_its_run_in_the_senders_trace(
+    world: World, secret: str,
+) -> None:
+    carrier = {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+               "tracestate": "vendor=1"}
+    data = body()
+    answer = deliver(world, data, {**webhooks.sign(secret, data, at=world.clock.now()),
+                                   **carrier}).json()
+    assert answer["action"] == "started"
+    assert world.engine.state(answer["run_id"], tenant_id="acme").trace_context == carrier
