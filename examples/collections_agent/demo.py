@@ -6,8 +6,11 @@ worker is killed with SIGKILL right after the gateway accepted a reminder and be
 journal recorded it; its replacement finishes the runs without sending anything twice. A
 write-off above 5,000 INR waits for a finance approver, who signs it with the real CLI.
 At the end: every run's timeline, its cost, the audit of the journal, and evaluation
-metrics. The demo exits non-zero if a message went out twice, money moved above the limit
-without approval, a run did not complete, or the audit failed.
+metrics. The journal is encrypted at rest (a keyring file in the data directory): the demo
+scans the raw database file for the customers' names and addresses. It exits non-zero if a
+message went out twice, money moved above the limit without approval, a run did not
+complete, the audit failed, or a customer's name or address is in the database in
+plaintext.
 
 Everything lives in one directory: the SQLite journal (``--db URL`` for another database),
 the services' records, the approver's key. By default it is ``demo-data/collections_agent``
@@ -27,6 +30,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 if not __package__:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -39,6 +43,7 @@ from examples.collections_agent.scenario import Scenario
 from underway import UnderwayError
 from underway import events as ev
 from underway.apikeys import issue_key
+from underway.crypto import KeyringFile
 from underway.store import connect
 
 DEMO_DAY_SECONDS = 1.0
@@ -127,7 +132,8 @@ def summary(scenario: Scenario, findings: Findings, wall: float) -> None:
     for r in findings.runs:
         say(f"--- timeline of run {r.state.run_id} ({r.invoice_id}): "
             f"`underway runs show {r.state.run_id}`")
-        say(ops.cli("runs", "show", r.state.run_id, db=scenario.db).stdout.rstrip())
+        say(ops.cli("runs", "show", r.state.run_id, db=scenario.db,
+                    keyring=scenario.keyring).stdout.rstrip())
         say()
 
     if os.environ.get("UNDERWAY_MODEL"):
@@ -145,9 +151,22 @@ def summary(scenario: Scenario, findings: Findings, wall: float) -> None:
             f"{s.cost_usd:>8.4f}", 4)
     say()
 
-    say("$ underway audit verify")
+    say("$ underway audit verify   (no keys needed: the chain covers the encrypted bytes)")
     say(ops.cli("audit", "verify", db=scenario.db).stdout.rstrip(), 4)
     say()
+    if scenario.keyring is not None:
+        say("encryption at rest: every payload sealed with AES-256-GCM under the tenant's "
+            f"data key, wrapped by the key in {scenario.keyring.name}")
+        hits = plaintext_hits(scenario.db, scenario.invoices())
+        say(f"customers' names and addresses found in plaintext in the database file and "
+            f"its WAL: {len(hits)}" + (f" ({', '.join(hits)})" if hits else ""), 4)
+        first = findings.runs[0].state.run_id
+        sealed = ops.cli("runs", "show", first, db=scenario.db).stdout
+        shown = sum("[encrypted]" in line for line in sealed.splitlines())
+        say(f"`underway runs show {short(first)}` without the keyring: {shown} lines read "
+            "[encrypted]", 4)
+        findings.violations += [f"{name!r} is stored in plaintext" for name in hits]
+        say()
 
     total = len(findings.runs)
     delivered = len(findings.messages)
@@ -190,7 +209,11 @@ def demo(data: Path, db: str) -> int:
     say(f"a day lasts {day:g}s here ({DAY_ENV}): the agent's {WAIT_DAYS}-day waits take "
         f"{WAIT_DAYS * day:g}s")
     say()
-    scenario = Scenario(data, db, day_seconds=day)
+    keyring = data / "keyring.json"
+    KeyringFile.create(keyring)
+    say(f"the journal is encrypted at rest with the key in {keyring} (mode 0600)")
+    say()
+    scenario = Scenario(data, db, day_seconds=day, keyring=keyring)
     try:
         findings = story(scenario, began)
         summary(scenario, findings, time.monotonic() - began)
@@ -206,10 +229,23 @@ def demo(data: Path, db: str) -> int:
         return 1
     say("OK: every run completed; no message went out twice despite the SIGKILL; money above "
         "5,000 INR moved only with a signed finance approval; every hash chain verifies")
-    say(f"explore: {underway_command()} --db {shlex.quote(db)} runs ls")
+    say(f"explore: {underway_command()} --db {shlex.quote(db)} --keyring "
+        f"{shlex.quote(str(keyring))} runs ls")
     say()
-    console(db, findings)
+    console(db, findings, keyring)
     return 0
+
+
+def plaintext_hits(db: str, invoices: list[dict[str, Any]]) -> list[str]:
+    """The customers' names and addresses that appear, as they are, in the raw bytes of
+    the SQLite database file or its write-ahead log (empty: none does)."""
+    if not db.startswith("sqlite:///"):
+        return []
+    path = Path(db.removeprefix("sqlite:///"))
+    raw = b"".join(p.read_bytes() for p in (path, path.with_name(path.name + "-wal"))
+                   if p.exists())
+    return [text for inv in invoices for text in (inv["customer"], inv["contact"])
+            if text.encode() in raw]
 
 
 def underway_command() -> str:
@@ -224,7 +260,7 @@ def underway_command() -> str:
         return shlex.quote(str(script))
 
 
-def console(db: str, findings: Findings) -> None:
+def console(db: str, findings: Findings, keyring: Path) -> None:
     """The last section: how to serve the console on this journal, and what to see there."""
     store = connect(db)
     try:
@@ -235,7 +271,8 @@ def console(db: str, findings: Findings) -> None:
     held = next((r for r in findings.runs if r.events(ev.ApprovalRequested)), None)
     shown = held or findings.runs[0]
     say("[7] the console: serve this journal over HTTP and look around")
-    say(f"$ {underway_command()} serve --db {shlex.quote(db)}", 4)
+    say(f"$ {underway_command()} serve --db {shlex.quote(db)} --keyring "
+        f"{shlex.quote(str(keyring))}", 4)
     say(f"then open {CONSOLE} and sign in with this admin API key of tenant default "
         "(shown once; `underway apikeys new` makes more):", 4)
     say(key.token, 8)

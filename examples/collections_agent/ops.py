@@ -40,9 +40,12 @@ def underway_command() -> list[str]:
     return [sys.executable, "-c", "import sys; from underway.cli import main; sys.exit(main())"]
 
 
-def cli(*args: str, db: str | None = None) -> subprocess.CompletedProcess[str]:
-    """Run ``underway ARGS [--db DB]``; raise :class:`CommandFailed` unless it succeeds."""
-    cmd = [*underway_command(), *args, *(["--db", db] if db else [])]
+def cli(*args: str, db: str | None = None,
+        keyring: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``underway [--keyring FILE] ARGS [--db DB]``; raise :class:`CommandFailed`
+    unless it succeeds."""
+    keys = ["--keyring", str(keyring)] if keyring is not None else []
+    cmd = [*underway_command(), *keys, *args, *(["--db", db] if db else [])]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120,
                           check=False)
     if done.returncode != 0:
@@ -52,11 +55,13 @@ def cli(*args: str, db: str | None = None) -> subprocess.CompletedProcess[str]:
 
 
 def start_worker(db: str, data: Path, *, day_seconds: float, log: Path, concurrency: int = 10,
-                 crash_after_effects: int | None = None) -> subprocess.Popen[bytes]:
+                 crash_after_effects: int | None = None,
+                 keyring: Path | None = None) -> subprocess.Popen[bytes]:
     """Start ``underway worker`` for the collections agent, its output going to ``log``.
 
     ``crash_after_effects=N`` arms underway's fault injection: the process kills itself
     with SIGKILL right after its N-th tool call ran and before the journal recorded it.
+    ``keyring``: the journal is encrypted with this keyring's key (``--keyring``).
     """
     env = {k: v for k, v in os.environ.items() if not k.startswith("UNDERWAY_CRASH")}
     env |= {DATA_ENV: str(data), DAY_ENV: repr(day_seconds)}
@@ -65,7 +70,7 @@ def start_worker(db: str, data: Path, *, day_seconds: float, log: Path, concurre
                 "UNDERWAY_CRASH_POINTS": "effect.after_run"}
     cmd = [*underway_command(), "worker", "--app", APP, "--db", db,
            "--concurrency", str(concurrency), "--poll", "0.1", "--grace", "10",
-           "--environment", "prod"]
+           "--environment", "prod", *(["--keyring", str(keyring)] if keyring else [])]
     with log.open("ab") as out:
         return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from underway import Client
 from underway import events as ev
+from underway.crypto import KeyringFile, encrypt
 from underway.errors import UnderwayError
 from underway.intake import IntakeEvent, IntakeResult
 
@@ -72,10 +73,13 @@ class Command:
 class Scenario:
     """The collections example in ``data``, journaled in ``db``."""
 
-    def __init__(self, data: Path, db: str, *, day_seconds: float) -> None:
+    def __init__(self, data: Path, db: str, *, day_seconds: float,
+                 keyring: Path | None = None) -> None:
         self.data = data
         self.db = db
         self.day_seconds = day_seconds
+        self.keyring = keyring
+        """The keyring file the journal is encrypted with (None: not encrypted)."""
         self.systems: Systems | None = None
         self.services: Running | None = None
         self.client: Client | None = None
@@ -89,6 +93,8 @@ class Scenario:
     def _client(self) -> Client:
         if self.client is None:
             self.client = Client.connect(self.db)
+            if self.keyring is not None:
+                encrypt(self.client.store, KeyringFile(self.keyring))
         return self.client
 
     def close(self) -> None:
@@ -132,7 +138,7 @@ class Scenario:
         """
         proc = ops.start_worker(self.db, self.data, day_seconds=self.day_seconds,
                                 log=self.data / "worker-1.log", concurrency=1,
-                                crash_after_effects=3)
+                                crash_after_effects=3, keyring=self.keyring)
         self.workers.append(proc)
         try:
             status = proc.wait(timeout)
@@ -159,7 +165,8 @@ class Scenario:
     def resume(self, crash: Crash, *, timeout: float = 90.0) -> Resumption:
         """Start the replacement worker and wait until it settled the crashed send."""
         self.workers.append(ops.start_worker(self.db, self.data, day_seconds=self.day_seconds,
-                                             log=self.data / "worker-2.log"))
+                                             log=self.data / "worker-2.log",
+                                             keyring=self.keyring))
         settled = ops.wait_for(
             lambda: ops.outcome(self._client(), crash.run_id, crash.intent.key),
             what=f"the outcome of {crash.intent.key}", timeout=timeout,
@@ -184,9 +191,11 @@ class Scenario:
         """Review and approve ``run_id``'s held call with the real ``underway`` CLI."""
         key = self.data / f"{APPROVER}.pem"
         done = [
-            Command("underway approvals ls", ops.cli("approvals", "ls", db=self.db).stdout),
+            Command("underway approvals ls",
+                    ops.cli("approvals", "ls", db=self.db, keyring=self.keyring).stdout),
             Command(f"underway approvals show {run_id}",
-                    ops.cli("approvals", "show", run_id, db=self.db).stdout),
+                    ops.cli("approvals", "show", run_id, db=self.db,
+                            keyring=self.keyring).stdout),
         ]
         made = ops.cli("keys", "new", "--out", str(key), "--approver", APPROVER).stdout
         done.append(Command(f"underway keys new --out {key.name} --approver {APPROVER}", made))
@@ -195,14 +204,14 @@ class Scenario:
         done.append(Command(
             f"underway approvers add {APPROVER} --public-key {public} --role {APPROVER_ROLE}",
             ops.cli("approvers", "add", APPROVER, "--public-key", public, "--role",
-                    APPROVER_ROLE, db=self.db).stdout,
+                    APPROVER_ROLE, db=self.db, keyring=self.keyring).stdout,
         ))
         comment = "checked return note RN-88 with the warehouse"
         done.append(Command(
             f"underway approvals approve {run_id} --key {key.name} --as {APPROVER} "
             f"--comment {comment!r}",
             ops.cli("approvals", "approve", run_id, "--key", str(key), "--as", APPROVER,
-                    "--comment", comment, db=self.db).stdout,
+                    "--comment", comment, db=self.db, keyring=self.keyring).stdout,
         ))
         return done
 

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 
 from . import events as ev
 from .client import Recorded
+from .codec import ENCRYPTED
 from .events import JSON
 
 _PREVIEW = 60
@@ -41,6 +42,11 @@ def preview(value: JSON, limit: int = _PREVIEW) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def event_type(e: ev.Event) -> str:
+    """The type an event is shown with (a sealed one's own type, not ``Encrypted``)."""
+    return e.event_type if isinstance(e, ev.Encrypted) else type(e).__name__
+
+
 def _call(tool: str, index: int, key: str) -> str:
     return f"{tool} #{index} key={key}"
 
@@ -48,6 +54,8 @@ def _call(tool: str, index: int, key: str) -> str:
 def summarize(rec: Recorded) -> str:
     """One line saying what ``rec`` means."""
     e = rec.event
+    if isinstance(e, ev.Encrypted):
+        return ENCRYPTED
     match e:
         case ev.RunStarted():
             extra = f", idempotency key {e.idempotency_key}" if e.idempotency_key else ""
@@ -218,7 +226,7 @@ def lines(records: Sequence[Recorded]) -> list[Line]:
             interrupted.clear()
         if type(e) in _RESUMERS:
             resumed_by = _RESUMERS[type(e)]
-        out.append(Line(r.seq, r.at, type(e).__name__, summary))
+        out.append(Line(r.seq, r.at, event_type(e), summary))
     return out
 
 

@@ -17,7 +17,7 @@ from typing import Literal
 
 from . import events as ev
 from .codec import Codec
-from .errors import ConfigurationError
+from .errors import ConfigurationError, KeyUnavailable
 from .events import JSON
 from .journal import Journal
 from .models.routing import BudgetBreach, ModelRouter, RouteUsage, budget_breaches
@@ -326,6 +326,9 @@ class TenantUsage:
         self._marks: dict[str, _Mark] = {}
         self.events_read = 0
         """Events decoded so far, over every refresh (for tests and benchmarks)."""
+        self.encrypted: set[str] = set()
+        """Runs whose journals are encrypted and cannot be opened here (no key, or their
+        key was destroyed): not counted."""
 
     def refresh(self, store: Store) -> Usage:
         """Count what was appended since the last refresh; the usage so far."""
@@ -340,10 +343,15 @@ class TenantUsage:
                 # event: nothing of it counts, now or later (a finished run never resumes).
                 self._marks[row.run_id] = _Mark(row.last_seq, row.lease_token, set())
                 continue
-            if mark is None:
-                mark = self._start(journal, row.run_id)
-                self._marks[row.run_id] = mark
-            self._count(journal, row.run_id, mark)
+            try:
+                if mark is None:
+                    mark = self._start(journal, row.run_id)
+                    self._marks[row.run_id] = mark
+                self._count(journal, row.run_id, mark)
+            except KeyUnavailable:
+                self.encrypted.add(row.run_id)
+                continue
+            self.encrypted.discard(row.run_id)
             mark.token = row.lease_token if idle else None
             if idle and row.status in FINAL:
                 mark.seen = set()  # no call of a finished run comes again
@@ -362,7 +370,7 @@ class TenantUsage:
     def _count(self, journal: Journal, run_id: str, mark: _Mark) -> None:
         t, since = self._tally, self.since
         stored = journal.store.load_events(self.tenant_id, run_id, after_seq=mark.seq)
-        for rec in journal.decode(self.tenant_id, stored):
+        for rec in journal.decode(self.tenant_id, run_id, stored):
             self.events_read += 1
             mark.seq = rec.seq
             e, counts = rec.event, rec.at >= since

@@ -24,7 +24,8 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from .codec import Codec
+from .codec import Codec, Where
+from .errors import KeyUnavailable
 from .events import JSON, chain_hash
 from .state import RunState
 from .store.base import StoredEvent
@@ -41,12 +42,14 @@ def digest(stored: bytes) -> str:
     return hashlib.sha256(stored).hexdigest()
 
 
-def encode(codec: Codec, state: RunState, prev_hash: str, blobs: dict[str, bytes]) -> bytes:
+def encode(
+    codec: Codec, state: RunState, prev_hash: str, blobs: dict[str, bytes], where: Where
+) -> bytes:
     """Stored bytes of a checkpoint of ``state``, whose event at ``state.seq`` chains from
-    ``prev_hash``."""
+    ``prev_hash``, kept at ``where`` (sealed there when the codec seals)."""
     data = state.to_json()
     data[BINDING_KEY] = {"v": BINDING_VERSION, "prev": prev_hash}
-    return codec.encode(data, blobs)
+    return codec.encode(data, blobs, where)
 
 
 def commitment(envelope: JSON) -> str | None:
@@ -84,12 +87,19 @@ def check(
     ``content`` is the row's decoded content (or why it could not be decoded), ``event``
     the stored event at the row's seq and ``committed`` the digest that event commits to;
     ``latest`` is the highest seq known to commit to a checkpoint (0: none).
+
+    A sealed checkpoint whose key is not here (an audit without keys, or after the key
+    was destroyed) is checked by its digest alone: the journal's commitment to its exact
+    bytes is what makes it the checkpoint that was written, and its seal binds it to its
+    tenant, run and seq for whoever opens it.
     """
     if row is None:
         if latest == 0:
             return Finding(None, "no checkpoint", benign=True)
         return Finding(latest, f"the checkpoint committed at seq {latest} is missing")
     seq, stored = row
+    if isinstance(content, KeyUnavailable):
+        return _check_digest(seq, stored, event, committed, latest)
     if isinstance(content, Exception):
         return Finding(seq, f"checkpoint cannot be read ({content})")
     if not isinstance(content, dict):
@@ -115,6 +125,23 @@ def check(
                             f"seq {seq}")
     if not _chains(binding.get("prev"), event):
         return Finding(seq, f"checkpoint is bound to another chain than the event at seq {seq}")
+    if latest > seq:
+        return Finding(seq, f"checkpoint is stale: the journal committed a newer one at "
+                            f"seq {latest}")
+    return None
+
+
+def _check_digest(
+    seq: int, stored: bytes, event: StoredEvent | None, committed: str | None, latest: int
+) -> Finding | None:
+    """What is wrong with a checkpoint row by the journal's commitment to its bytes."""
+    if event is None:
+        return Finding(seq, f"the journal has no event at seq {seq}")
+    if committed is None:
+        return Finding(seq, f"the journal commits to no checkpoint at seq {seq}")
+    if committed != digest(stored):
+        return Finding(seq, f"checkpoint differs from the one the journal committed to at "
+                            f"seq {seq}")
     if latest > seq:
         return Finding(seq, f"checkpoint is stale: the journal committed a newer one at "
                             f"seq {latest}")

@@ -1,57 +1,203 @@
-"""Payload codec: canonical bytes, content-addressed blobs for large values, encryption seam.
+"""Payload codec: canonical bytes, content-addressed blobs for large values, and the one
+place stored payloads are sealed (encrypted) and opened.
 
-Large values inside an event or checkpoint are moved out into blobs keyed by SHA-256 and
-replaced by references, so a payload repeated across events is stored once:
+Large values inside an event or checkpoint are moved out into blobs keyed by their content
+address and replaced by references, so a payload repeated across events is stored once:
 
-* a large string or object becomes ``{"$blob": "<sha256>"}``;
-* a large list becomes a *chain* ``{"$chain": "<sha256 of last node>", "n": len}`` whose
-  nodes are ``{"p": <previous node hash or null>, "x": <element>}``. A list that grows by
+* a large string or object becomes ``{"$blob": "<address>"}``;
+* a large list becomes a *chain* ``{"$chain": "<address of last node>", "n": len}`` whose
+  nodes are ``{"p": <previous node address or null>, "x": <element>}``. A list that grows by
   appending (a conversation) shares every earlier node with its previous version, so a
   journal of N turns stores O(N) bytes of history, not O(N²).
 
 User dicts that happen to look like references are wrapped as ``{"$lit": ...}``.
+
+**Sealing.** Every payload byte that leaves for the store passes through :meth:`Codec.seal`
+and every one read back through :meth:`Codec.open`, each with a :class:`Where` saying what
+the bytes are and where they live (tenant, run and seq of an event; tenant and address of a
+blob; tenant, id and name of a signal...). With a :class:`Sealer` (``underway.crypto``:
+AES-256-GCM under per-tenant data keys) that identity is the ciphertext's associated data,
+so bytes copied anywhere else fail to open. Without one, bytes pass as they are — and a
+sealed payload met without a sealer raises :class:`~underway.errors.KeyUnavailable`, which
+readers show as ``[encrypted]``. The stored forms:
+
+* an event keeps its envelope readable (type, version, seq, time, the checkpoint digest it
+  commits to) and seals its ``data``: ``"data": {"$sealed": "<base64 of the sealed box>"}``;
+* a blob is the sealed box, addressed by a keyed hash (:meth:`Sealer.address`) instead of
+  SHA-256 so that equal contents of two tenants get unrelated addresses; a chain node keeps
+  the address of the node before it in front of the box (``{"p":"<address>",``), the link
+  the store follows to read a conversation in one query;
+* a checkpoint, a signal's payload, a schedule's input, a knowledge record: the sealed box.
+
+A sealed box starts with :data:`SEALED_VERSION` (no JSON text starts with that byte), so
+what was stored in plaintext before encryption was turned on is still read.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
-from .errors import IntegrityError
+from .errors import IntegrityError, KeyUnavailable, UnderwayError
 from .events import JSON, canonical_json
 
 DEFAULT_BLOB_THRESHOLD = 1024
 """Values whose canonical encoding exceeds this many bytes are stored as blobs."""
 
-_REF_KEYS = frozenset({"$blob", "$chain", "$lit"})
+SEALED_VERSION = 1
+"""The first byte of every sealed box (the format's version; no JSON text starts with it)."""
+
+SEALED_KEY = "$sealed"
+"""The key of an event's sealed ``data``: ``{"$sealed": "<base64 of the box>"}``."""
+
+ENCRYPTED = "[encrypted]"
+"""What readers show in place of a payload they cannot open."""
+
+SEALED_TEXT = "sealed:v1:"
+"""How a sealed text column's value begins (the base64 of the sealed box follows)."""
+
+_REF_KEYS = frozenset({"$blob", "$chain", "$lit", SEALED_KEY})
+_LINK = b'{"p":"'
+_LINK_LEN = len(_LINK) + 64 + 2
+"""A chain node's link in front of its box: ``{"p":"<64 hex>",``."""
+_BOX = bytes([SEALED_VERSION])
 
 BlobFetcher = Callable[[list[str]], Mapping[str, bytes]]
-"""Fetches blob bytes by hash; missing hashes are simply absent from the result."""
+"""Fetches blob bytes by address; missing addresses are simply absent from the result."""
 
 
-class Cipher(Protocol):
-    """Encrypts stored payload bytes (the hash chain covers the sealed bytes)."""
+@dataclass(frozen=True, slots=True)
+class Where:
+    """What a stored payload is and where it lives: the identity its ciphertext is bound
+    to (the associated data of the seal), so sealed bytes copied to another row, run,
+    seq or tenant fail to open.
 
-    def seal(self, plaintext: bytes) -> bytes:
-        """Encrypt."""
+    ``kind``: ``event``, ``checkpoint``, ``blob``, ``signal``, ``schedule``, ``knowledge``;
+    ``ident``: the row's identity within the tenant (an event's run, seq and type; a
+    blob's address; a signal's id and name...); ``run_id``: the run the payload belongs
+    to, when it belongs to one (which key seals it may depend on it)."""
+
+    kind: str
+    tenant_id: str
+    ident: tuple[str | int, ...] = ()
+    run_id: str | None = None
+
+    def what(self) -> str:
+        """The payload, in words: ``an event of tenant 'acme'``."""
+        article = "an" if self.kind[:1] in "aeiou" else "a"
+        return f"{article} {self.kind.replace('_', ' ')} of tenant {self.tenant_id!r}"
+
+    def aad(self) -> bytes:
+        """The associated data a seal of this payload is bound to."""
+        return canonical_json(["underway", self.kind, self.tenant_id, *self.ident])
+
+
+def event_where(tenant_id: str, run_id: str, seq: int, event_type: str) -> Where:
+    """Where the event of ``run_id`` at ``seq`` lives: its sealed data is bound to the
+    tenant, run, seq and type."""
+    return Where("event", tenant_id, (run_id, seq, event_type), run_id)
+
+
+def checkpoint_where(tenant_id: str, run_id: str, seq: int) -> Where:
+    """Where the run's checkpoint of ``seq`` lives."""
+    return Where("checkpoint", tenant_id, (run_id, seq), run_id)
+
+
+def blob_where(tenant_id: str, key: str, run_id: str | None = None) -> Where:
+    """Where the tenant's blob at address ``key`` lives (``run_id``: the run writing it)."""
+    return Where("blob", tenant_id, (key,), run_id)
+
+
+def signal_where(tenant_id: str, signal_id: str, name: str) -> Where:
+    """Where a signal's payload lives: bound to its tenant, id and name. Not to its run:
+    an outside event's run is chosen in the store's transaction, after its payload is
+    sealed (a signed decision names its run inside, and is verified against it)."""
+    return Where("signal", tenant_id, (signal_id, name))
+
+
+def schedule_where(tenant_id: str, name: str) -> Where:
+    """Where the input of the tenant's schedule ``name`` lives."""
+    return Where("schedule", tenant_id, (name,))
+
+
+def run_error_where(tenant_id: str, run_id: str) -> Where:
+    """Where the run row's ``error`` (why it failed, stopped or escalated) lives."""
+    return Where("run_error", tenant_id, (run_id,), run_id)
+
+
+def knowledge_where(tenant_id: str, record_id: str) -> Where:
+    """Where the tenant's knowledge record ``record_id`` lives."""
+    return Where("knowledge", tenant_id, (record_id,))
+
+
+class Sealer(Protocol):
+    """Encrypts and decrypts stored payloads (``underway.crypto.Envelope`` is one)."""
+
+    def seal(self, raw: bytes, where: Where) -> bytes:
+        """The sealed box of ``raw``, bound to ``where``; starts with :data:`SEALED_VERSION`."""
         ...
 
-    def open(self, sealed: bytes) -> bytes:
-        """Decrypt."""
+    def open(self, sealed: bytes, where: Where) -> bytes:
+        """The plaintext of a box :meth:`seal` made for ``where``. Raises
+        :class:`~underway.errors.KeyUnavailable` when its key cannot be had here and
+        :class:`~underway.errors.IntegrityError` when it does not open (altered, or
+        sealed for another place)."""
+        ...
+
+    def address(self, raw: bytes, where: Where) -> str:
+        """The content address (64 hex digits) of a blob ``raw`` written for ``where``'s
+        tenant: a keyed hash, so equal contents of two tenants get unrelated addresses."""
+        ...
+
+    def terms(self, tenant_id: str, words: Sequence[str], *, every_key: bool) -> list[str]:
+        """Blind index terms for ``words`` (keyed hashes): under the key new records are
+        sealed with, or (``every_key``, for a search) under each key the tenant's records
+        may have been indexed with."""
+        ...
+
+    def prepare(self, tenant_id: str) -> None:
+        """Read what sealing for the tenant needs now (its current key), so that sealing
+        later reads nothing: called from synchronous store work, never on an event loop."""
         ...
 
 
 def blob_key(data: bytes) -> str:
-    """The content address of ``data``."""
+    """The content address of ``data`` when payloads are not sealed (SHA-256)."""
     return hashlib.sha256(data).hexdigest()
 
 
+def is_sealed(stored: bytes) -> bool:
+    """Whether ``stored`` is a sealed box (or a sealed chain node)."""
+    if stored[:1] == _BOX:
+        return True
+    return stored[:6] == _LINK and stored[_LINK_LEN:_LINK_LEN + 1] == _BOX
+
+
+def box_of(stored: bytes) -> bytes:
+    """The sealed box inside stored blob bytes (a chain node keeps a link in front)."""
+    return stored[_LINK_LEN:] if stored[:6] == _LINK else stored
+
+
+def sealed_data(env: JSON) -> str | None:
+    """The base64 box of an event envelope whose data is sealed (None: not sealed)."""
+    data = env.get("data") if isinstance(env, dict) else None
+    if isinstance(data, dict) and len(data) == 1:
+        box = data.get(SEALED_KEY)
+        if isinstance(box, str):
+            return box
+    return None
+
+
 class Codec:
-    """Encodes JSON payloads to stored bytes and back, externalizing large values.
+    """Encodes JSON payloads to stored bytes and back, externalizing large values, and
+    seals and opens them when given a ``sealer`` (see the module's docstring).
 
     Thread-safe: a journal is read on a store's I/O threads while the event loop encodes
     (the cache of blobs read and written is shared under a lock)."""
@@ -60,39 +206,112 @@ class Codec:
         self,
         *,
         threshold: int = DEFAULT_BLOB_THRESHOLD,
-        cipher: Cipher | None = None,
+        sealer: Sealer | None = None,
         cache_size: int = 4096,
     ) -> None:
         self.threshold = threshold
-        self.cipher = cipher
+        self.sealer = sealer
+        """Seals and opens payloads (None: they are stored as they are)."""
         self._cache: OrderedDict[str, bytes] = OrderedDict()
         self._cache_size = cache_size
         self._cache_lock = threading.Lock()
 
+    # -- the choke points -----------------------------------------------------------------
+    def seal(self, raw: bytes, where: Where) -> bytes:
+        """Stored bytes of payload ``raw`` kept at ``where``: sealed when this codec has a
+        sealer, else ``raw`` itself. Every payload written passes here."""
+        return raw if self.sealer is None else self.sealer.seal(raw, where)
+
+    def open(self, stored: bytes, where: Where) -> bytes:
+        """The payload whose stored bytes at ``where`` are ``stored``. Every payload read
+        passes here: a sealed one without a sealer raises
+        :class:`~underway.errors.KeyUnavailable`; one stored before encryption was turned
+        on is returned as it is."""
+        if stored[:1] != _BOX:
+            return stored
+        if self.sealer is None:
+            raise KeyUnavailable(
+                f"{where.what()} is encrypted and no keys were given (configure "
+                "[encryption] in underway.toml, or pass --keyring / set UNDERWAY_KEYRING)"
+            )
+        return self.sealer.open(stored, where)
+
+    def prepare(self, tenant_id: str) -> None:
+        """Have what sealing for the tenant needs at hand (see :meth:`Sealer.prepare`);
+        nothing without a sealer."""
+        if self.sealer is not None:
+            self.sealer.prepare(tenant_id)
+
+    def open_json(self, stored: bytes, where: Where) -> JSON:
+        """:meth:`open`, parsed as JSON."""
+        return json.loads(self.open(stored, where))
+
+    def seal_text(self, text: str, where: Where) -> str:
+        """A text column's stored value: ``text`` itself without a sealer, else
+        :data:`SEALED_TEXT` and the base64 of its sealed box."""
+        if self.sealer is None:
+            return text
+        return SEALED_TEXT + base64.b64encode(
+            self.sealer.seal(text.encode("utf-8"), where)).decode("ascii")
+
+    def open_text(self, stored: str, where: Where) -> str:
+        """The text a column stored through :meth:`seal_text`: :data:`ENCRYPTED` when it
+        is sealed and cannot be opened here (no key, a destroyed key, or not this
+        place's)."""
+        if not stored.startswith(SEALED_TEXT):
+            return stored
+        try:
+            box = _unbase64(stored[len(SEALED_TEXT):], where)
+            return self.open(box, where).decode("utf-8")
+        except (UnderwayError, UnicodeDecodeError):
+            return ENCRYPTED
+
     # -- encode -------------------------------------------------------------------------
-    def encode(self, value: JSON, blobs: dict[str, bytes]) -> bytes:
-        """Stored bytes of ``value`` with large parts moved into ``blobs``."""
-        return self.seal(canonical_json(self.externalize(value, blobs)))
+    def encode(self, value: JSON, blobs: dict[str, bytes], where: Where) -> bytes:
+        """Stored bytes of ``value`` kept at ``where``, large parts moved into ``blobs``."""
+        return self.seal(canonical_json(self.externalize(value, blobs, where)), where)
 
-    def externalize(self, value: JSON, blobs: dict[str, bytes]) -> JSON:
-        """``value`` with large parts replaced by references to ``blobs``."""
-        return self._externalize(value, blobs)[0]
+    def encode_event(self, env: dict[str, JSON], blobs: dict[str, bytes], where: Where) -> bytes:
+        """Stored bytes of an event's envelope ``env`` (its ``data`` externalized in place
+        when large): the canonical envelope, its ``data`` sealed when there is a sealer."""
+        if self.sealer is None:
+            raw = canonical_json(env)
+            # A small event has no part over the threshold; '"$' would need escaping.
+            if len(raw) > self.threshold or b'"$' in raw:
+                env["data"] = self.externalize(env["data"], blobs, where)
+                raw = canonical_json(env)
+            return raw
+        data = canonical_json(env["data"])
+        if len(data) > self.threshold or b'"$' in data:
+            env["data"] = self.externalize(env["data"], blobs, where)
+            data = canonical_json(env["data"])
+        box = base64.b64encode(self.sealer.seal(data, where)).decode("ascii")
+        return canonical_json({**env, "data": {SEALED_KEY: box}})
 
-    def seal(self, raw: bytes) -> bytes:
-        """Encrypt ``raw`` when a cipher is configured."""
-        return self.cipher.seal(raw) if self.cipher else raw
+    def externalize(self, value: JSON, blobs: dict[str, bytes], where: Where) -> JSON:
+        """``value`` with large parts replaced by references to ``blobs`` (addressed and
+        sealed for ``where``'s tenant)."""
+        return self._ext(value, blobs, where)[0]
 
-    def _store(self, raw: bytes, blobs: dict[str, bytes]) -> str:
-        key = blob_key(raw)
-        blobs[key] = self.cipher.seal(raw) if self.cipher else raw
+    def _store(
+        self, raw: bytes, blobs: dict[str, bytes], where: Where, *, node: bool = False
+    ) -> str:
+        if self.sealer is None:
+            key = blob_key(raw)
+            blobs[key] = raw
+        else:
+            key = self.sealer.address(raw, where)
+            box = self.sealer.seal(raw, blob_where(where.tenant_id, key, where.run_id))
+            # A chain node keeps its link (an address) readable: the store follows it to
+            # read a conversation in one query. It is a hint; the box holds the node.
+            link = raw[:_LINK_LEN] if node and raw[:6] == _LINK else b""
+            blobs[key] = link + box
         self._remember(key, raw)
         return key
 
-    def _externalize(self, value: JSON, blobs: dict[str, bytes]) -> tuple[JSON, int]:
-        out, size, _ = self._ext(value, blobs)
-        return out, size
-
-    def _ext(self, value: JSON, blobs: dict[str, bytes]) -> tuple[JSON, int, bytes | None]:
+    def _ext(
+        self, value: JSON, blobs: dict[str, bytes], where: Where
+    ) -> tuple[JSON, int, bytes | None]:
         """(externalized value, approximate encoded size, its canonical bytes when known).
 
         A dict whose whole encoding fits under the threshold is kept as it is after one
@@ -102,7 +321,7 @@ class Codec:
         if isinstance(value, str):
             size = len(value) + 2
             if size > self.threshold:
-                return {"$blob": self._store(canonical_json(value), blobs)}, 80, None
+                return {"$blob": self._store(canonical_json(value), blobs, where)}, 80, None
             return value, size, None
         if isinstance(value, dict):
             try:
@@ -114,15 +333,15 @@ class Codec:
             out: dict[str, JSON] = {}
             size = 2
             for k, v in value.items():
-                out[k], s, _ = self._ext(v, blobs)
+                out[k], s, _ = self._ext(v, blobs, where)
                 size += s + len(k) + 4
             if _REF_KEYS.intersection(out) and len(out) <= 2:
                 out, size = {"$lit": out}, size + 9
             if size > self.threshold:
-                return {"$blob": self._store(canonical_json(out), blobs)}, 80, None
+                return {"$blob": self._store(canonical_json(out), blobs, where)}, 80, None
             return out, size, None
         if isinstance(value, list | tuple):
-            items = [self._ext(v, blobs) for v in value]
+            items = [self._ext(v, blobs, where) for v in value]
             size = 2 + sum(s + 1 for _, s, _ in items)
             if size > self.threshold and len(items) > 1:
                 prev: str | None = None
@@ -132,7 +351,7 @@ class Codec:
                     # canonical_json({"p": prev, "x": item}), built from the item's bytes.
                     head = (b'{"p":null,"x":' if prev is None
                             else b'{"p":"' + prev.encode() + b'","x":')
-                    prev = self._store(head + raw + b"}", blobs)
+                    prev = self._store(head + raw + b"}", blobs, where, node=True)
                 return {"$chain": prev, "n": len(items)}, 90, None
             return [i for i, _, _ in items], size, None
         # Sizes of the common scalars without encoding them (the same lengths json gives).
@@ -145,37 +364,57 @@ class Codec:
         return value, len(json.dumps(value)), None
 
     # -- decode -------------------------------------------------------------------------
-    def decode(self, stored: bytes, fetch: BlobFetcher) -> JSON:
-        """The JSON value whose stored bytes are ``stored``, blobs resolved through ``fetch``."""
-        raw = self.cipher.open(stored) if self.cipher else stored
-        return self._internalize(json.loads(raw), fetch)
+    def decode(self, stored: bytes, fetch: BlobFetcher, where: Where) -> JSON:
+        """The JSON value whose stored bytes at ``where`` are ``stored``, blobs resolved
+        through ``fetch`` (the tenant's)."""
+        return self._internalize(self.open_json(stored, where), fetch, where.tenant_id)
 
-    def _internalize(self, value: JSON, fetch: BlobFetcher) -> JSON:
+    def decode_event(self, stored: bytes, fetch: BlobFetcher, where: Where) -> JSON:
+        """An event's envelope from its stored bytes at ``where``: data opened when sealed,
+        blobs resolved."""
+        env = json.loads(stored)
+        if isinstance(env, dict) and sealed_data(env) is not None:
+            env["data"] = self.event_data(env, where)
+        return self._internalize(env, fetch, where.tenant_id)
+
+    def event_data(self, env: dict[str, JSON], where: Where) -> JSON:
+        """An event envelope's ``data`` as written (blob references unresolved), opened
+        when it is sealed."""
+        box = sealed_data(env)
+        if box is None:
+            return env.get("data")
+        return self.open_json(_unbase64(box, where), where)
+
+    def _internalize(self, value: JSON, fetch: BlobFetcher, tenant_id: str) -> JSON:
         if isinstance(value, dict):
             if "$blob" in value and len(value) == 1:
-                return self._internalize(json.loads(self._get(value["$blob"], fetch)), fetch)
+                raw = self._get(value["$blob"], fetch, tenant_id)
+                return self._internalize(json.loads(raw), fetch, tenant_id)
             if "$chain" in value and len(value) == 2:
-                return self._read_chain(value["$chain"], int(value["n"]), fetch)
+                return self._read_chain(value["$chain"], int(value["n"]), fetch, tenant_id)
             if "$lit" in value and len(value) == 1:
-                return {k: self._internalize(v, fetch) for k, v in value["$lit"].items()}
-            return {k: self._internalize(v, fetch) for k, v in value.items()}
+                return {k: self._internalize(v, fetch, tenant_id)
+                        for k, v in value["$lit"].items()}
+            return {k: self._internalize(v, fetch, tenant_id) for k, v in value.items()}
         if isinstance(value, list):
-            return [self._internalize(v, fetch) for v in value]
+            return [self._internalize(v, fetch, tenant_id) for v in value]
         return value
 
-    def _read_chain(self, head: str | None, n: int, fetch: BlobFetcher) -> list[JSON]:
+    def _read_chain(
+        self, head: str | None, n: int, fetch: BlobFetcher, tenant_id: str
+    ) -> list[JSON]:
         items: list[JSON] = []
         node_key = head
         while node_key is not None:
-            node = json.loads(self._get(node_key, fetch))
+            node = json.loads(self._get(node_key, fetch, tenant_id))
             items.append(node["x"])
             node_key = node["p"]
         if len(items) != n:
             raise IntegrityError(f"blob chain {head} has {len(items)} nodes, expected {n}")
         items.reverse()
-        return [self._internalize(v, fetch) for v in items]
+        return [self._internalize(v, fetch, tenant_id) for v in items]
 
-    def _get(self, key: str, fetch: BlobFetcher) -> bytes:
+    def _get(self, key: str, fetch: BlobFetcher, tenant_id: str) -> bytes:
         with self._cache_lock:
             raw = self._cache.get(key)
             if raw is not None:
@@ -184,11 +423,19 @@ class Codec:
         found = fetch([key]).get(key)
         if found is None:
             raise IntegrityError(f"blob {key} is referenced but missing from the store")
-        raw = self.cipher.open(found) if self.cipher else found
-        if blob_key(raw) != key:
-            raise IntegrityError(f"blob {key} does not match its content hash")
+        raw = self.open_blob(found, key, tenant_id)
         self._remember(key, raw)
         return raw
+
+    def open_blob(self, stored: bytes, key: str, tenant_id: str) -> bytes:
+        """The content of the blob stored at address ``key`` as ``stored``: opened under
+        its key when sealed (which proves it is that blob of that tenant), else checked
+        against its SHA-256 address."""
+        if is_sealed(stored):
+            return self.open(box_of(stored), blob_where(tenant_id, key))
+        if blob_key(stored) != key:
+            raise IntegrityError(f"blob {key} does not match its content hash")
+        return stored
 
     def _remember(self, key: str, raw: bytes) -> None:
         with self._cache_lock:
@@ -196,3 +443,12 @@ class Codec:
             self._cache.move_to_end(key)
             if len(self._cache) > self._cache_size:
                 self._cache.popitem(last=False)
+
+
+def _unbase64(box: str, where: Where) -> bytes:
+    try:
+        return base64.b64decode(box, validate=True)
+    except (binascii.Error, ValueError):
+        raise IntegrityError(
+            f"the sealed data of a {where.kind} of tenant {where.tenant_id!r} is not base64"
+        ) from None

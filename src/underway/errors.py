@@ -17,7 +17,11 @@ Every error derives from :class:`UnderwayError`::
     ├── ToolCallError           a tool call failed; raised inside the step that made it
     ├── OutcomeUnknown          a tool lost track of an effect it started (the request left,
     │                           the answer was lost): it may or may not have happened
-    ├── IntegrityError          stored data fails its hash or schema checks
+    ├── KeyUnavailable          a payload is encrypted and no key to open it is here (none
+    │                           given, or its data key was destroyed); readers show
+    │                           ``[encrypted]``
+    ├── IntegrityError          stored data fails its hash or schema checks (an encrypted
+    │                           payload that does not open under its key: altered or moved)
     │   └── ResultInvalid       a journaled tool result no longer fits the declared model
     └── StoreError              the database refused an operation
         ├── ConflictError       another writer appended first (expected sequence moved)
@@ -129,6 +133,15 @@ class OutcomeUnknown(UnderwayError):
         self.url = url
 
 
+class KeyUnavailable(UnderwayError):
+    """A stored payload is encrypted and this process cannot open it: it was given no
+    keys (``[encryption]`` in ``underway.toml``, ``--keyring``), or the payload's data key
+    was destroyed, or the key provider no longer holds the key that wrapped it. Readers
+    show such a payload as ``[encrypted]``; a writer without keys on an encrypted database
+    refuses to write plaintext and raises this too.
+    """
+
+
 class IntegrityError(UnderwayError):
     """Stored data does not match its hash, chain or schema."""
 
@@ -189,6 +202,7 @@ __all__ = [
     "ConflictError",
     "FencedError",
     "IntegrityError",
+    "KeyUnavailable",
     "MigrationError",
     "NonDeterminismError",
     "OutcomeUnknown",

@@ -19,6 +19,7 @@ POINTS = (
     "child.before_create",
     "child.after_create",
     "signals.after_commit",
+    "reseal.after_batch",
 )
 """Every fault point the engine passes."""
 

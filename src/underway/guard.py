@@ -66,7 +66,8 @@ class Guard:
     tenant_usage_ttl: float = 5.0
     signed_resolutions: bool = False
     codec: Codec | None = None
-    """The engine's codec (set by the engine), to read journals it encrypted."""
+    """The engine's codec (set by the engine; None: the store's), to read journals it
+    encrypted."""
     _usage_cache: dict[str, _Kept] = field(default_factory=dict, repr=False)
 
     def policy_for(self, flow: Flow[Any, Any]) -> Policy | None:

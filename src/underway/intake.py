@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .client import Client
+from .codec import signal_where
 from .errors import ConfigurationError
 from .events import JSON, canonical_json
 from .flow import Flow
@@ -281,10 +282,13 @@ def intake(
             engine.check_signal(owner, signal, tenant_id=ev.tenant_id)
         except ConfigurationError as exc:
             raise IntakeError(f"event type {ev.event_type!r}: {exc}") from None
+    # The signal's id is the event's idempotency key; its payload is sealed for it.
+    payload = engine.codec.seal(canonical_json(ev.model_dump(mode="json")),
+                                signal_where(ev.tenant_id, ev.idempotency_key, signal))
     rec, fresh = store.apply_intake(IntakeRequest(
         tenant_id=ev.tenant_id, idempotency_key=ev.idempotency_key, entity_id=ev.entity_id,
         event_type=ev.event_type, now=engine.clock.now(), signal=signal,
-        payload=canonical_json(ev.model_dump(mode="json")), sender=ev.source, new_run=new_run,
+        payload=payload, sender=ev.source, new_run=new_run,
     ))
     if rec is None:
         return IntakeResult(

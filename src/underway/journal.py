@@ -9,14 +9,20 @@ from dataclasses import dataclass
 from typing import cast
 
 from . import checkpoint
-from .codec import Codec, blob_key
-from .errors import ConfigurationError, IntegrityError, RunNotFound
+from .codec import ENCRYPTED, Codec, checkpoint_where, event_where
+from .errors import (
+    ConfigurationError,
+    IntegrityError,
+    KeyUnavailable,
+    RunNotFound,
+    UnderwayError,
+)
 from .events import (
     JSON,
     CheckpointRefused,
+    Encrypted,
     RunEvent,
     StepStarted,
-    canonical_json,
     chain_hash,
     envelope,
     from_envelope,
@@ -87,23 +93,34 @@ class BlobReader:
 
 
 class Journal:
-    """Encodes events for a store and folds them back into :class:`RunState`."""
+    """Encodes events for a store and folds them back into :class:`RunState`.
+
+    ``codec``: how payloads are encoded, sealed and opened; by default the store's
+    (``store.codec``, read at each use: sealed once encryption is turned on for the store,
+    even after this journal was made)."""
 
     def __init__(self, store: Store, codec: Codec | None = None) -> None:
         self.store = store
-        self.codec = codec or Codec()
+        self._codec = codec
         self._known: set[tuple[str, str]] = set()
+
+    @property
+    def codec(self) -> Codec:
+        """The codec this journal encodes, seals and opens with."""
+        return self._codec or self.store.codec
 
     # -- writing ------------------------------------------------------------------------
     def encode(
         self,
         tenant_id: str,
+        run_id: str,
         pending: Sequence[tuple[int, float, RunEvent]],
         prev_hash: str,
         blobs: dict[str, bytes],
     ) -> list[StoredEvent]:
-        """Stored form of ``pending`` (seq, time, event), chained from ``prev_hash``."""
-        return self._encode(tenant_id, pending, prev_hash, blobs, None)[0]
+        """Stored form of ``pending`` (seq, time, event) of run ``run_id``, chained from
+        ``prev_hash``."""
+        return self._encode(tenant_id, run_id, pending, prev_hash, blobs, None)[0]
 
     def encode_checkpointed(
         self,
@@ -114,13 +131,16 @@ class Journal:
     ) -> tuple[list[StoredEvent], tuple[int, bytes]]:
         """Stored form of ``pending`` as :meth:`encode` gives it, with a checkpoint of
         ``state`` (folded through the last pending event) that the last event commits to."""
-        stored, ckpt = self._encode(state.tenant_id, pending, prev_hash, blobs, state)
+        stored, ckpt = self._encode(
+            state.tenant_id, state.run_id, pending, prev_hash, blobs, state
+        )
         assert ckpt is not None
         return stored, (state.seq, ckpt)
 
     def _encode(
         self,
         tenant_id: str,
+        run_id: str,
         pending: Sequence[tuple[int, float, RunEvent]],
         prev_hash: str,
         blobs: dict[str, bytes],
@@ -136,14 +156,15 @@ class Journal:
                         f"run {state.run_id}: checkpoint of seq {state.seq} cannot be "
                         f"committed by the event at seq {seq}"
                     )
-                ckpt = checkpoint.encode(self.codec, state, prev_hash, blobs)
+                ckpt = checkpoint.encode(
+                    self.codec, state, prev_hash, blobs,
+                    checkpoint_where(tenant_id, run_id, seq),
+                )
                 env[checkpoint.DIGEST_KEY] = checkpoint.digest(ckpt)
-            raw = canonical_json(env)
-            # A small event has no part over the threshold; '"$' would need escaping.
-            if len(raw) > self.codec.threshold or b'"$' in raw:
-                env["data"] = self.codec.externalize(env["data"], blobs)
-                raw = canonical_json(env)
-            payload = self.codec.seal(raw)
+            # The chain covers the stored (possibly sealed) bytes.
+            payload = self.codec.encode_event(
+                env, blobs, event_where(tenant_id, run_id, seq, str(env["type"]))
+            )
             prev_hash = chain_hash(prev_hash, payload)
             out.append(StoredEvent(seq, str(env["type"]), payload, prev_hash))
         return out, ckpt
@@ -159,12 +180,37 @@ class Journal:
         self._known.update((tenant_id, k) for k in blobs)
 
     # -- reading ------------------------------------------------------------------------
-    def decode(self, tenant_id: str, stored: Sequence[StoredEvent]) -> list[Recorded]:
-        """Decode stored events (upcasting old versions)."""
-        return [rec for rec, _ in self._decode(tenant_id, stored)]
+    def decode(
+        self, tenant_id: str, run_id: str, stored: Sequence[StoredEvent]
+    ) -> list[Recorded]:
+        """Decode stored events of run ``run_id`` (upcasting old versions). A sealed one
+        that cannot be opened here raises :class:`~underway.errors.KeyUnavailable`."""
+        return [rec for rec, _ in self._decode(tenant_id, run_id, stored)]
+
+    def decode_readable(
+        self, tenant_id: str, run_id: str, stored: Sequence[StoredEvent]
+    ) -> list[tuple[int, float, RunEvent | Encrypted]]:
+        """(seq, time, event) of stored events of run ``run_id`` for a reader: an event
+        whose payload cannot be opened here (no key, or a destroyed one) is an
+        :class:`~underway.events.Encrypted` with its type and time, never an error. An
+        event that does not open under a key that is here still raises
+        :class:`~underway.errors.IntegrityError`."""
+        try:
+            return [(r.seq, r.at, r.event) for r in self.decode(tenant_id, run_id, stored)]
+        except KeyUnavailable:
+            pass
+        out: list[tuple[int, float, RunEvent | Encrypted]] = []
+        for s in stored:
+            try:
+                rec = self.decode(tenant_id, run_id, [s])[0]
+                out.append((rec.seq, rec.at, rec.event))
+            except KeyUnavailable:
+                out.append((s.seq, _time_of(s), Encrypted(event_type=s.type)))
+        return out
 
     def _decode(
-        self, tenant_id: str, stored: Sequence[StoredEvent], fetch: BlobReader | None = None
+        self, tenant_id: str, run_id: str, stored: Sequence[StoredEvent],
+        fetch: BlobReader | None = None,
     ) -> list[tuple[Recorded, str | None]]:
         """Decoded events, each with the checkpoint digest its envelope commits to.
 
@@ -176,7 +222,9 @@ class Journal:
         out: list[tuple[Recorded, str | None] | Exception] = []
         for s in reversed(stored):
             try:
-                env = self.codec.decode(s.payload, fetch)
+                env = self.codec.decode_event(
+                    s.payload, fetch, event_where(tenant_id, run_id, s.seq, s.type)
+                )
                 if not isinstance(env, dict) or env.get("seq") != s.seq:
                     raise IntegrityError(f"event at seq {s.seq} does not carry its own seq")
                 rec = Recorded(s.seq, float(env["at"]), from_envelope(env))
@@ -219,10 +267,10 @@ class Journal:
         """The state ``row`` holds, when ``tail`` (the events from the row's seq on) shows
         that the journal committed to it, and the decoded events after it."""
         fetch = BlobReader(self.store, tenant_id)  # the tail's conversation holds the row's
-        decoded = self._decode(tenant_id, tail, fetch)
+        decoded = self._decode(tenant_id, run_id, tail, fetch)
         at = tail[0] if tail and tail[0].seq == row[0] else None
         later = [rec.seq for rec, digest in decoded if digest is not None and rec.seq > row[0]]
-        content = self._content(tenant_id, row[1], fetch)
+        content = self._content(tenant_id, run_id, row, fetch)
         found = checkpoint.check(
             tenant_id, run_id, row, content, at,
             decoded[0][1] if at is not None else None, max(later, default=row[0]),
@@ -238,17 +286,22 @@ class Journal:
         return state, [rec for rec, _ in decoded[1:]]
 
     def _content(
-        self, tenant_id: str, stored: bytes, fetch: BlobReader | None = None
+        self, tenant_id: str, run_id: str, row: tuple[int, bytes],
+        fetch: BlobReader | None = None,
     ) -> JSON | Exception:
-        """A checkpoint's decoded content, or why it cannot be decoded."""
+        """A checkpoint row's decoded content, or why it cannot be decoded."""
         try:
-            return self.codec.decode(stored, fetch or BlobReader(self.store, tenant_id))
+            return self.codec.decode(row[1], fetch or BlobReader(self.store, tenant_id),
+                                     checkpoint_where(tenant_id, run_id, row[0]))
         except Exception as exc:  # a cache that cannot be read is simply not used
             return exc
 
     def _load(
         self, tenant_id: str, run_id: str, use_checkpoint: bool
     ) -> tuple[RunState, str, CheckpointRefused | None]:
+        # A load runs off the event loop: the tenant's sealing key is read now, if need be,
+        # so that the commits that follow read nothing.
+        self.codec.prepare(tenant_id)
         row = self.store.load_checkpoint(tenant_id, run_id) if use_checkpoint else None
         for _ in range(_RACES):
             if row is not None:
@@ -261,7 +314,7 @@ class Journal:
             stored = self.store.load_events(tenant_id, run_id)
             if not stored:
                 raise RunNotFound(tenant_id, run_id)
-            decoded = self._decode(tenant_id, stored)
+            decoded = self._decode(tenant_id, run_id, stored)
             found = self._finding(tenant_id, run_id, row, stored, [d for _, d in decoded])
             if found is None or found.benign or not use_checkpoint:
                 break
@@ -303,7 +356,7 @@ class Journal:
         seq = row[0]
         at = stored[seq - 1] if 1 <= seq <= len(stored) and stored[seq - 1].seq == seq else None
         return checkpoint.check(
-            tenant_id, run_id, row, self._content(tenant_id, row[1]), at,
+            tenant_id, run_id, row, self._content(tenant_id, run_id, row), at,
             digests[seq - 1] if at is not None else None, latest,
         )
 
@@ -316,7 +369,7 @@ class Journal:
             after = max(seq - window, 0)
             stored = [e for e in self.store.load_events(tenant_id, run_id, after_seq=after)
                       if e.seq <= seq]
-            records = self.decode(tenant_id, stored)
+            records = self.decode(tenant_id, run_id, stored)
             for i in range(len(records) - 1, -1, -1):
                 if isinstance(records[i].event, StepStarted):
                     return records[i:]
@@ -329,7 +382,7 @@ class Journal:
         stored = self.store.load_events(tenant_id, run_id)
         if not stored:
             raise RunNotFound(tenant_id, run_id)
-        return self.decode(tenant_id, stored)
+        return self.decode(tenant_id, run_id, stored)
 
     def states_at(
         self, tenant_id: str, run_id: str, seq: int
@@ -349,7 +402,7 @@ class Journal:
             raise RunNotFound(tenant_id, run_id)
         upto = [s for s in stored if s.seq <= seq]
         return _around(RunState(tenant_id=tenant_id, run_id=run_id),
-                       self.decode(tenant_id, upto), seq)
+                       self.decode(tenant_id, run_id, upto), seq)
 
     # -- verification -------------------------------------------------------------------
     def verify(self, tenant_id: str, run_id: str) -> Verification:
@@ -390,10 +443,9 @@ class Journal:
                 return bad(expected_seq, f"event {expected_seq} is missing (found seq {s.seq!r})")
             if not isinstance(s.payload, bytes) or chain_hash(prev, s.payload) != s.hash:
                 return bad(s.seq, "hash does not match content and predecessor")
-            if self.codec.cipher is None:
-                problem = _payload_problem(s, fetch, seen)
-                if problem is not None:
-                    return bad(s.seq, problem)
+            problem = self._payload_problem(tenant_id, run_id, s, fetch, seen)
+            if problem is not None:
+                return bad(s.seq, problem)
             prev = s.hash
         if row is None:
             return bad(1, "events exist but the run row is missing")
@@ -422,7 +474,7 @@ class Journal:
         """What is wrong with the run's checkpoint row now, or was found wrong by a worker
         before (a ``CheckpointRefused`` in the journal); None when nothing is."""
         envelopes = self._envelopes(stored)
-        if envelopes is None:  # a destroyed key: there is nothing to check a checkpoint by
+        if envelopes is None:  # not JSON: the chain check reports it
             return None
         stored = list(stored)
         for _ in range(_RACES):
@@ -443,7 +495,11 @@ class Journal:
             return found
         for s, env in zip(stored, envelopes, strict=True):
             if s.type == "CheckpointRefused":
-                data = env.get("data") if isinstance(env, dict) else None
+                try:
+                    data = self.codec.event_data(env, event_where(tenant_id, run_id, s.seq,
+                                                                  s.type))
+                except Exception:
+                    data = {"checkpoint_seq": "?", "reason": ENCRYPTED}
                 data = data if isinstance(data, dict) else {}
                 return checkpoint.Finding(
                     s.seq, f"a worker refused the checkpoint at seq {data.get('checkpoint_seq')}"
@@ -452,33 +508,59 @@ class Journal:
         return None
 
     def _envelopes(self, stored: Sequence[StoredEvent]) -> list[JSON] | None:
-        """The stored events' envelopes (blob references left as they are); None when one
-        cannot be read."""
+        """The stored events' envelopes as stored (blob references left as they are, sealed
+        data left sealed: the checkpoint digest an event commits to is readable without
+        keys); None when one cannot be read."""
         out: list[JSON] = []
         for s in stored:
             try:
-                raw = self.codec.cipher.open(s.payload) if self.codec.cipher else s.payload
-                out.append(json.loads(raw))
+                out.append(json.loads(s.payload))
             except Exception:
                 return None
         return out
 
-def _payload_problem(
-    s: StoredEvent, fetch: Callable[[list[str]], dict[str, bytes]], seen: set[str]
-) -> str | None:
-    """What is wrong with a (correctly chained, unencrypted) event's content, if anything."""
+    def _payload_problem(
+        self, tenant_id: str, run_id: str, s: StoredEvent,
+        fetch: Callable[[list[str]], dict[str, bytes]], seen: set[str],
+    ) -> str | None:
+        """What is wrong with a (correctly chained) event's content, if anything. Sealed
+        data is opened when the key is here (which proves it belongs at this seq of this
+        run) and the blobs it refers to are checked; without the key only the envelope
+        is checked."""
+        try:
+            env = json.loads(s.payload)
+        except (ValueError, RecursionError):
+            return "payload is not valid JSON"
+        if not isinstance(env, dict):
+            return "payload is not a JSON object"
+        if _exact(env.get("seq")) != _exact(s.seq) or env.get("type") != s.type:
+            return "stored seq/type differ from the hashed payload"
+        tenant = tenant_id
+
+        def content(key: str, stored: bytes) -> bytes:
+            return self.codec.open_blob(stored, key, tenant)
+
+        try:
+            data = self.codec.event_data(env, event_where(tenant_id, run_id, s.seq, s.type))
+        except KeyUnavailable:
+            return None  # without the key, the chain is all that can be checked
+        except Exception as exc:
+            return (f"sealed payload does not open under its key here: altered, or moved "
+                    f"from another place ({exc})")
+        broken = _broken_blob(data, fetch, seen, content)
+        if broken is not None:
+            return f"refers to blob {broken}, which is missing or altered"
+        return None
+
+
+def _time_of(s: StoredEvent) -> float:
+    """The time in a stored event's envelope (readable whether or not its data is sealed;
+    0 when the envelope cannot be read)."""
     try:
-        env = json.loads(s.payload)
-    except (ValueError, RecursionError):
-        return "payload is not valid JSON"
-    if not isinstance(env, dict):
-        return "payload is not a JSON object"
-    if _exact(env.get("seq")) != _exact(s.seq) or env.get("type") != s.type:
-        return "stored seq/type differ from the hashed payload"
-    broken = _broken_blob(env, fetch, seen)
-    if broken is not None:
-        return f"refers to blob {broken}, which is missing or altered"
-    return None
+        at = json.loads(s.payload).get("at")
+    except (ValueError, AttributeError, RecursionError):
+        return 0.0
+    return float(at) if isinstance(at, int | float) else 0.0
 
 
 def _exact(value: object) -> tuple[type, object]:
@@ -487,10 +569,12 @@ def _exact(value: object) -> tuple[type, object]:
 
 
 def _broken_blob(
-    value: JSON, fetch: Callable[[list[str]], dict[str, bytes]], seen: set[str]
+    value: JSON, fetch: Callable[[list[str]], dict[str, bytes]], seen: set[str],
+    content: Callable[[str, bytes], bytes],
 ) -> str | None:
-    """The first blob reachable from ``value`` that is missing, fails its content hash, or
-    holds something the codec never writes.
+    """The first blob reachable from ``value`` that is missing, fails its content hash (or,
+    sealed, does not open under its key as that blob), or holds something the codec never
+    writes. ``content`` gives a stored blob's content, or raises when it is not that blob's.
 
     The chain hash covers an event's bytes, and those hold only blob references; a large
     value edited in the blobs table is caught here. ``seen`` spares re-reading blobs (a
@@ -515,18 +599,18 @@ def _broken_blob(
             continue
         if key in seen:
             continue
-        raw = fetch([key]).get(key)
-        if raw is None or blob_key(raw) != key:
+        stored = fetch([key]).get(key)
+        if stored is None:
             return key
         try:
-            node = json.loads(raw)
+            node = json.loads(content(key, stored))
             if chain:
                 stack.append(node["x"])
                 if node["p"] is not None:
                     stack.append({"$chain": node["p"], "n": 0})
             else:
                 stack.append(node)
-        except (ValueError, TypeError, KeyError, RecursionError):
+        except (UnderwayError, ValueError, TypeError, KeyError, RecursionError):
             return key
         seen.add(key)
     return None

@@ -15,8 +15,6 @@ a run; the ticks before it are skipped.
 from __future__ import annotations
 
 import contextlib
-import functools
-import json
 import logging
 import re
 from dataclasses import dataclass
@@ -25,8 +23,9 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from .client import Client
+from .codec import ENCRYPTED, Codec, schedule_where
 from .cron import Cron, CronError, utc_iso
-from .errors import ConfigurationError
+from .errors import ConfigurationError, KeyUnavailable, UnderwayError
 from .events import JSON, canonical_json
 from .flow import Flow
 from .store.base import NewRun, ScheduleRecord
@@ -69,11 +68,17 @@ class Schedule:
     """The tick that last started a run, if any."""
 
     @classmethod
-    def from_record(cls, rec: ScheduleRecord) -> Schedule:
-        """The user's view of a stored schedule."""
+    def from_record(cls, rec: ScheduleRecord, codec: Codec | None = None) -> Schedule:
+        """The user's view of a stored schedule, its input opened through ``codec`` (the
+        store's: ``[encrypted]`` when it is sealed and cannot be opened here)."""
+        try:
+            data = (codec or Codec()).open_json(rec.input, schedule_where(rec.tenant_id,
+                                                                          rec.name))
+        except KeyUnavailable:
+            data = ENCRYPTED
         return cls(
             tenant_id=rec.tenant_id, name=rec.name, flow=rec.flow, cron=rec.cron,
-            timezone=rec.timezone, input=json.loads(rec.input), queue=rec.queue,
+            timezone=rec.timezone, input=data, queue=rec.queue,
             next_fire_at=rec.next_fire_at, enabled=rec.enabled, created_at=rec.created_at,
             last_fired_at=rec.last_fired_at,
         )
@@ -131,10 +136,10 @@ def add_schedule(
     now = engine.clock.now()
     rec = engine.store.put_schedule(ScheduleRecord(
         tenant_id=tenant_id, name=name, flow=flow_name, cron=parsed.expression,
-        timezone=timezone, input=data, queue=queue, next_fire_at=parsed.next_fire(now),
-        enabled=enabled, created_at=now,
+        timezone=timezone, input=engine.codec.seal(data, schedule_where(tenant_id, name)),
+        queue=queue, next_fire_at=parsed.next_fire(now), enabled=enabled, created_at=now,
     ))
-    return Schedule.from_record(rec)
+    return Schedule.from_record(rec, engine.codec)
 
 
 def remove_schedule(engine: Client | Engine, name: str, *, tenant_id: str = "default") -> bool:
@@ -147,12 +152,13 @@ def get_schedule(
 ) -> Schedule | None:
     """Schedule ``name``, if it exists."""
     rec = engine.store.get_schedule(tenant_id, name)
-    return None if rec is None else Schedule.from_record(rec)
+    return None if rec is None else Schedule.from_record(rec, engine.codec)
 
 
 def list_schedules(engine: Client | Engine, *, tenant_id: str = "default") -> list[Schedule]:
     """A tenant's schedules, by name."""
-    return [Schedule.from_record(r) for r in engine.store.list_schedules(tenant_id)]
+    return [Schedule.from_record(r, engine.codec)
+            for r in engine.store.list_schedules(tenant_id)]
 
 
 def next_schedule_due(engine: Engine) -> float | None:
@@ -176,21 +182,39 @@ async def fire_due_schedules(engine: Engine, *, limit: int = 100) -> int:
     if not engine.flows:
         return 0
     now = engine.clock.now()
-    claimed = await engine.io(functools.partial(
-        engine.store.claim_schedules, now=now, until=now + engine.lease_ttl,
-        flows=sorted(engine.flows), limit=limit,
-    ))
+    claimed = await engine.io(_claim, engine, now, limit)
     started = 0
-    for i, rec in enumerate(claimed):
+    for i, (rec, data) in enumerate(claimed):
         try:
-            started += await _fire(engine, rec, now)
+            started += await _fire(engine, rec, data, now)
         except BaseException:
-            await engine.io(_release_all, engine, claimed[i:])
+            await engine.io(_release_all, engine, [r for r, _ in claimed[i:]])
             raise
     return started
 
 
-async def _fire(engine: Engine, rec: ScheduleRecord, now: float) -> int:
+def _claim(
+    engine: Engine, now: float, limit: int
+) -> list[tuple[ScheduleRecord, JSON | UnderwayError]]:
+    """Claim due schedules and open their inputs (with the keys their tenants seal with
+    read now, off the event loop), in one trip."""
+    out: list[tuple[ScheduleRecord, JSON | UnderwayError]] = []
+    for rec in engine.store.claim_schedules(now=now, until=now + engine.lease_ttl,
+                                            flows=sorted(engine.flows), limit=limit):
+        try:
+            engine.codec.prepare(rec.tenant_id)
+            out.append((rec, engine.codec.open_json(
+                rec.input, schedule_where(rec.tenant_id, rec.name))))
+        except UnderwayError as exc:
+            out.append((rec, exc))
+        except ValueError as exc:
+            out.append((rec, UnderwayError(f"its input is not JSON ({exc})")))
+    return out
+
+
+async def _fire(
+    engine: Engine, rec: ScheduleRecord, data: JSON | UnderwayError, now: float
+) -> int:
     try:
         cron = Cron.parse(rec.cron, rec.timezone)
     except CronError as exc:
@@ -202,8 +226,10 @@ async def _fire(engine: Engine, rec: ScheduleRecord, now: float) -> int:
     tick = max(rec.next_fire_at, cron.last_fire(now))
     new: NewRun | None = None
     try:
+        if isinstance(data, UnderwayError):
+            raise ConfigurationError(f"its input cannot be read here: {data}")
         new = engine.prepare_start(
-            rec.flow, json.loads(rec.input), tenant_id=rec.tenant_id,
+            rec.flow, data, tenant_id=rec.tenant_id,
             idempotency_key=tick_key(rec.name, tick), queue=rec.queue,
         )
     except ConfigurationError as exc:

@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 import underway as uw
+from fakes.keys import encrypted
 from underway import events as ev
-from underway.codec import Codec
+from underway.codec import Codec, Where
 from underway.journal import Journal
 from underway.jsonpatch import apply_patch, make_patch
 from underway.state import RunState, apply
@@ -38,22 +39,35 @@ def test_patch_turns_old_into_new(old: Any, new: Any) -> None:
     assert apply_patch(_copy(old), patch) == new
 
 
-@given(st.lists(json_values | big_text, max_size=30), st.integers(1, 4096))
+HERE = Where("test", "t", ("r",))
+SEALED = MemoryStore()
+encrypted(SEALED)
+
+
+def _codec(threshold: int, sealed: bool) -> Codec:
+    return Codec(threshold=threshold, sealer=SEALED.codec.sealer if sealed else None)
+
+
+@given(st.lists(json_values | big_text, max_size=30), st.integers(1, 4096), st.booleans())
 @settings(suppress_health_check=[HealthCheck.too_slow])
-def test_codec_round_trips_through_blobs(value: list[Any], threshold: int) -> None:
-    codec = Codec(threshold=threshold)
+def test_codec_round_trips_through_blobs(value: list[Any], threshold: int, sealed: bool) -> None:
+    codec = _codec(threshold, sealed)
     blobs: dict[str, bytes] = {}
-    stored = codec.encode(value, blobs)
-    fresh = Codec(threshold=threshold)  # no cache: everything comes from the blobs
-    assert fresh.decode(stored, lambda keys: {k: blobs[k] for k in keys if k in blobs}) == value
+    stored = codec.encode(value, blobs, HERE)
+    fresh = _codec(threshold, sealed)  # no cache: everything comes from the blobs
+    assert fresh.decode(
+        stored, lambda keys: {k: blobs[k] for k in keys if k in blobs}, HERE) == value
 
 
-@given(st.dictionaries(st.sampled_from(["$blob", "$chain", "$lit", "n", "x"]), json_values))
-def test_user_dicts_that_look_like_references_survive(value: dict[str, Any]) -> None:
-    codec = Codec(threshold=16)
+@given(st.dictionaries(st.sampled_from(["$blob", "$chain", "$lit", "$sealed", "n", "x"]),
+                       json_values), st.booleans())
+def test_user_dicts_that_look_like_references_survive(value: dict[str, Any],
+                                                      sealed: bool) -> None:
+    codec = _codec(16, sealed)
     blobs: dict[str, bytes] = {}
-    stored = codec.encode(value, blobs)
-    assert Codec(threshold=16).decode(stored, lambda ks: {k: blobs[k] for k in ks}) == value
+    stored = codec.encode(value, blobs, HERE)
+    assert _codec(16, sealed).decode(stored, lambda ks: {k: blobs[k] for k in ks},
+                                     HERE) == value
 
 
 event_strategy = st.one_of(
@@ -70,16 +84,16 @@ event_strategy = st.one_of(
 )
 
 
-@given(st.lists(event_strategy, min_size=1, max_size=15))
+@given(st.lists(event_strategy, min_size=1, max_size=15), st.booleans())
 @settings(suppress_health_check=[HealthCheck.too_slow], max_examples=60)
-def test_events_round_trip_through_the_journal(events: list[ev.Event]) -> None:
+def test_events_round_trip_through_the_journal(events: list[ev.Event], sealed: bool) -> None:
     store = MemoryStore()
-    journal = Journal(store, Codec(threshold=64))
+    journal = Journal(store, _codec(64, sealed))
     blobs: dict[str, bytes] = {}
     pending = [(i + 1, 1.5 * i, e) for i, e in enumerate(events)]
-    stored = journal.encode("t", pending, ev.genesis_hash("t", "r"), blobs)
+    stored = journal.encode("t", "r", pending, ev.genesis_hash("t", "r"), blobs)
     store._blobs.update({("t", k): v for k, v in blobs.items()})
-    decoded = Journal(store, Codec(threshold=64)).decode("t", stored)
+    decoded = Journal(store, _codec(64, sealed)).decode("t", "r", stored)
     assert [d.event for d in decoded] == events
     assert [d.seq for d in decoded] == [p[0] for p in pending]
 

@@ -30,7 +30,7 @@ from typer._click.core import Command, Context
 from typer._click.exceptions import UsageError
 from typer.core import TyperGroup
 
-from ._common import DbOption
+from ._common import DbOption, KeyringOption, RootOptions
 
 __all__ = ["LAZY", "app", "main"]
 
@@ -113,13 +113,14 @@ def _print_version(value: bool) -> None:
 def _root(
     ctx: typer.Context,
     database: DbOption = None,
+    keyring: KeyringOption = None,
     show_version: Annotated[
         bool,
         typer.Option("--version", callback=_print_version, is_eager=True,
                      help="Print the version and exit."),
     ] = False,
 ) -> None:
-    ctx.obj = database
+    ctx.obj = RootOptions(database, keyring)
 
 
 def main() -> None:

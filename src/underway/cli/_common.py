@@ -14,6 +14,7 @@ import sqlite3
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, NoReturn, ParamSpec, TypeVar
@@ -23,6 +24,7 @@ from pydantic import BaseModel
 
 from ..client import Client
 from ..config import Config, find_config, load_config
+from ..crypto import EnvKey, KeyProvider, KeyringFile, encrypt, refuse_plaintext
 from ..errors import RunNotFound, UnderwayError
 from ..events import JSON
 from ..store import connect
@@ -46,6 +48,30 @@ DbOption = Annotated[
     ),
 ]
 TenantOption = Annotated[str, typer.Option("--tenant", help="Tenant the run belongs to.")]
+KeyringOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--keyring",
+        help="The keyring file whose key-encryption key opens an encrypted database "
+        "(`underway keys init`). Defaults to $UNDERWAY_KEYRING; $UNDERWAY_KEK (a KEK in "
+        "the environment) serves when no keyring is named.",
+        show_default=False,
+    ),
+]
+
+NO_KEYS = (
+    "give the keys: --keyring FILE (or $UNDERWAY_KEYRING), $UNDERWAY_KEK, or [encryption] "
+    "in underway.toml for `underway worker` and `underway serve`"
+)
+"""How to give a command keys, said wherever they are missing."""
+
+
+@dataclass(frozen=True, slots=True)
+class RootOptions:
+    """The options given before the command: ``underway --db URL --keyring FILE ...``."""
+
+    database: str | None = None
+    keyring: Path | None = None
 
 
 class Problem(Exception):
@@ -135,8 +161,8 @@ def database_url(ctx: typer.Context, db: str | None, default: str | None = None)
     """The URL from the command's ``--db``, else the global ``--db``, else
     ``$UNDERWAY_DB``, else ``default`` (a config file's ``database``)."""
     root = ctx.find_root().obj
-    url = (db or (root if isinstance(root, str) else None) or os.environ.get("UNDERWAY_DB")
-           or default)
+    url = (db or (root.database if isinstance(root, RootOptions) else None)
+           or os.environ.get("UNDERWAY_DB") or default)
     if not url:
         raise Problem("no database given: pass --db URL or set UNDERWAY_DB")
     return url
@@ -149,15 +175,37 @@ def _sqlite_path(url: str) -> str | None:
     return path[1:] if path.startswith("/") else path
 
 
+def key_provider(
+    ctx: typer.Context, config: Config | None = None, keyring: Path | None = None
+) -> KeyProvider | None:
+    """The keys a command was given: ``keyring`` (the command's own ``--keyring``), else
+    the global ``--keyring``, else ``$UNDERWAY_KEYRING``, else a KEK in ``$UNDERWAY_KEK``,
+    else ``config``'s ``[encryption]``; None when none was."""
+    root = ctx.find_root().obj
+    path = keyring or (root.keyring if isinstance(root, RootOptions) else None) \
+        or os.environ.get("UNDERWAY_KEYRING") or None
+    if path:
+        return KeyringFile(path)
+    if os.environ.get("UNDERWAY_KEK"):
+        return EnvKey("UNDERWAY_KEK")
+    return config.make_key_provider() if config is not None else None
+
+
 @contextmanager
 def open_store(
-    ctx: typer.Context, db: str | None, *, migrate: bool = False, default: str | None = None
+    ctx: typer.Context, db: str | None, *, migrate: bool = False, default: str | None = None,
+    config: Config | None = None, keyring: Path | None = None, need_keys: bool = False,
 ) -> Iterator[Store]:
     """Open the store named by ``db`` / ``$UNDERWAY_DB`` / ``default`` (see
     :func:`database_url`) and close it afterwards.
 
     Without ``migrate`` the database must already hold an underway schema: a mistyped
     SQLite path is reported instead of silently creating an empty database.
+
+    Encryption: with keys (:func:`key_provider`) every payload read or written through the
+    store is sealed and opened; without them, a database that holds encrypted payloads
+    reads them as ``[encrypted]`` and refuses to store plaintext — or, with
+    ``need_keys``, the command stops at once, saying how to give keys.
     """
     url = database_url(ctx, db, default)
     path = _sqlite_path(url)
@@ -180,6 +228,13 @@ def open_store(
                     f"the database's schema is at version {found} and this underway needs "
                     f"{known}: run `underway db migrate` (nothing was changed)"
                 )
+        provider = key_provider(ctx, config, keyring)
+        enc = config.encryption if config is not None else None
+        if provider is not None:
+            encrypt(store, provider, refresh=enc.refresh if enc is not None else 5.0)
+        elif refuse_plaintext(store, NO_KEYS) and need_keys:
+            raise Problem(f"the database holds encrypted payloads and this command was "
+                          f"given no keys: {NO_KEYS}")
         yield store
     finally:
         store.close()

@@ -11,6 +11,8 @@ from collections.abc import Mapping, Sequence
 
 from .._timeline import counts, format_time, lines, preview
 from ..client import Recorded, RunState
+from ..codec import ENCRYPTED
+from ..events import Encrypted
 
 
 def _n(count: int, noun: str) -> str:
@@ -66,6 +68,10 @@ def render(state: RunState, records: Sequence[Recorded],
             f"usage    {state.tokens_in} tokens in, {state.tokens_out} out, "
             f"${state.cost_usd:.4f}"
         )
+    sealed = sum(isinstance(r.event, Encrypted) for r in records)
+    if sealed:
+        head.append(f"payloads {ENCRYPTED}: {_n(sealed, 'event')} encrypted, and no key here "
+                    "opens them (give --keyring, or set UNDERWAY_KEYRING or UNDERWAY_KEK)")
     body = lines(records)
     width = max((len(line.type) for line in body), default=4)
     seq_w = max(3, len(str(body[-1].seq)) if body else 3)

@@ -14,8 +14,10 @@ from typing import Annotated, Any
 import typer
 
 from .._timeline import format_time
-from ..client import Client
+from ..client import Client, Recorded
+from ..codec import ENCRYPTED
 from ..control import CHILD as CHILD_SIGNAL
+from ..events import JSON, Encrypted
 from ..flow import Flow
 from ..loading import load_app
 from ..store.base import FINAL, RunRecord
@@ -139,13 +141,15 @@ def _note(error: str | None, waiting_signal: str | None) -> str:
 @handle_errors
 def show(ctx: typer.Context, run: RunArg, tenant: TenantOption = "default",
          db: DbOption = None) -> None:
-    """Show a run's status, counts and a readable timeline of its events."""
+    """Show a run's status, counts and a readable timeline of its events (payloads this
+    command has no key for read [encrypted])."""
     with open_client(ctx, db) as client:
         run = find_run(client, tenant, run).run_id
-        records = client.history(run, tenant_id=tenant)
-        state = client.state(run, tenant_id=tenant)
+        found = client.events(run, tenant_id=tenant)
+        state = client.readable_state(run, tenant_id=tenant)
         children = {c.run_id: c.status or "not created"
-                    for c in client.children(run, tenant_id=tenant)}
+                    for c in client.children(run, tenant_id=tenant)} if state.children else {}
+    records = [Recorded(e.seq, e.at, e.event) for e in found]
     typer.echo(render(state, records, children))
 
 
@@ -166,8 +170,10 @@ def events(
         found = client.events(run, tenant_id=tenant)
     items = []
     for e in found:
-        data = e.event.model_dump(mode="json")
+        data: JSON = e.event.model_dump(mode="json")
         event_type = data.pop("type")
+        if isinstance(e.event, Encrypted):
+            event_type, data = e.event.event_type, ENCRYPTED
         items.append({
             "seq": e.seq, "at": e.at, "time": format_time(e.at), "type": event_type,
             "hash": e.hash, "data": data,

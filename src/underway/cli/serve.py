@@ -17,6 +17,7 @@ from ..service import serve as run_server
 from ._common import (
     ConfigOption,
     DbOption,
+    KeyringOption,
     Problem,
     handle_errors,
     import_paths,
@@ -53,13 +54,15 @@ def serve(
     log_level: Annotated[str | None, typer.Option(
         "--log-level", help="uvicorn's log level (default info).", show_default=False)]
     = None,
+    keyring: KeyringOption = None,
     config_file: ConfigOption = None,
     db: DbOption = None,
 ) -> None:
     """Serve the HTTP API: runs, approvals, intake webhooks and admin under /v1, with
     /healthz, /readyz and the OpenAPI document at /openapi.json. Every request needs an
     API key (`underway apikeys new`). Reads the [serve] table of underway.toml (--config),
-    which these options override, and its database and [approvals]."""
+    which these options override, and its database, [approvals] and [encryption]
+    (without keys, encrypted payloads read as [encrypted] and writes are refused)."""
     config = read_config(config_file, "serve")
     opts = override(config.serve, host=host, port=port, routes=routes, app=app_spec,
                     log_level=log_level)
@@ -67,7 +70,8 @@ def serve(
     flows: list[Flow[Any, Any]] = load_app(opts.app)[0] if opts.app is not None else []
     table = load_routes(opts.routes) if opts.routes is not None else None
     session_secret = config.session_secret()
-    with open_store(ctx, db, default=config.database) as store:
+    with open_store(ctx, db, default=config.database, config=config,
+                    keyring=keyring) as store:
         if not store.list_api_keys():
             typer.echo("note: no API key exists yet; make one with `underway apikeys new "
                        "--tenant T --role admin`", err=True)

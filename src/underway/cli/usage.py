@@ -9,7 +9,8 @@ from typing import Annotated
 
 import typer
 
-from ..budgets import tenant_usage
+from ..budgets import TenantUsage
+from ..codec import ENCRYPTED
 from ._common import DbOption, TenantOption, fail, handle_errors, open_store
 
 app = typer.Typer(add_completion=False)
@@ -50,12 +51,13 @@ def usage(
         now = datetime.now(UTC)
         start = datetime(now.year, now.month, now.day, tzinfo=UTC).timestamp()
     with open_store(ctx, db) as store:
-        u = tenant_usage(store, tenant, since=start)
+        counter = TenantUsage(tenant, since=start)
+        u = counter.refresh(store)
     report = {
         "tenant": tenant, "since": datetime.fromtimestamp(start, UTC).isoformat(),
         "tokens_in": u.tokens_in, "tokens_out": u.tokens_out, "cost_usd": round(u.cost_usd, 6),
         "model_calls": u.model_calls, "tool_calls": u.tool_calls, "messages": u.messages,
-        "money": u.money,
+        "money": u.money, "encrypted_runs": len(counter.encrypted),
     }
     if as_json:
         typer.echo(json.dumps(report, sort_keys=True))
@@ -66,3 +68,7 @@ def usage(
     typer.echo(f"  tool calls {u.tool_calls}, messages sent {u.messages}")
     for cur, amount in sorted(u.money.items()):
         typer.echo(f"  money moved: {amount:,.2f} {cur}")
+    if counter.encrypted:
+        typer.echo(f"  not counted: {len(counter.encrypted)} runs whose journals are "
+                   f"{ENCRYPTED} and no key here opens them (give --keyring, or set "
+                   "UNDERWAY_KEYRING or UNDERWAY_KEK)")

@@ -14,6 +14,7 @@ import typer
 from .. import telemetry
 from ..approvals import load_private_key
 from ..audit import Anchoring, FileAnchorLog
+from ..crypto import Envelope, rotation_flow
 from ..engine import Engine
 from ..policy import load_policy
 from ..secrets import EnvSecrets
@@ -23,6 +24,7 @@ from ..worker import Worker, load_app
 from ._common import (
     ConfigOption,
     DbOption,
+    KeyringOption,
     Problem,
     handle_errors,
     import_paths,
@@ -130,15 +132,18 @@ def worker(
                      "with the global tracer provider (configure an SDK, the `otel` extra, "
                      "for them to go anywhere)."),
     ] = False,
+    keyring: KeyringOption = None,
     config_file: ConfigOption = None,
     db: DbOption = None,
 ) -> None:
     """Lease ready runs and drive them until SIGTERM or SIGINT (then stop gracefully).
 
     Reads underway.toml (--config): the notifier that tells approvers, tenant budgets,
-    policy, telemetry and the options below, which override it; a flag turns on what the
-    file leaves off. Prints `underway worker OWNER ready` once it serves, and a summary
-    when it stops.
+    policy, telemetry, encryption and the options below, which override it; a flag turns
+    on what the file leaves off. On a database that holds encrypted payloads the worker
+    needs the keys ([encryption], --keyring, $UNDERWAY_KEYRING or $UNDERWAY_KEK) and
+    refuses to start without them. Prints `underway worker OWNER ready` once it serves,
+    and a summary when it stops.
     """
     config = read_config(config_file, "worker")
     opts = override(config.worker, app=app_spec, queues=queue or None,
@@ -162,7 +167,8 @@ def worker(
     flows, tools = load_app(opts.app)
     provider = config.make_tracer_provider() if telemetry_opts.traces else None
     try:
-        with open_store(ctx, db, default=config.database) as store:
+        with open_store(ctx, db, default=config.database, config=config, keyring=keyring,
+                        need_keys=True) as store:
             dialect = store.dialect
             if dialect != "memory":
                 needed = max(v for v, _, _ in queries.migrations(dialect))
@@ -184,6 +190,9 @@ def worker(
             )
             if config.budgets is not None:
                 engine.guard.tenant_usage_ttl = config.budgets.usage_ttl
+            if isinstance(store.codec.sealer, Envelope):
+                # Key rotations started anywhere are carried on by any worker.
+                engine.register(rotation_flow(store))
             w = Worker(engine, queues=opts.queues, concurrency=opts.concurrency,
                        poll=opts.poll, grace=opts.grace, anchoring=anchoring)
             asyncio.run(_serve(w))

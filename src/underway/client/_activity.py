@@ -19,7 +19,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from .. import events as ev
-from ..errors import ConfigurationError, IntegrityError
+from ..errors import ConfigurationError, IntegrityError, KeyUnavailable
 from ..journal import Journal
 from ..store.base import Store
 from ..store.journal import RUN_BATCH
@@ -66,8 +66,8 @@ class Activity:
     """What a tenant's runs did on each day of a window (:meth:`Client.activity
     <underway.client.Client.activity>`): ``days`` from ``since`` on, one
     :class:`ActivityDay` each. ``runs_read`` and ``events_read`` say what it cost;
-    ``unreadable`` names runs whose journal could not be decoded (audit them), which
-    the figures leave out."""
+    ``unreadable`` names runs whose journal could not be decoded (audit them) or is
+    encrypted and cannot be opened here, which the figures leave out."""
 
     tenant_id: str
     since: float
@@ -125,8 +125,8 @@ def activity(
         found = store.events_by_type(tenant_id, run_ids[i:i + RUN_BATCH], ACTIVITY_EVENTS)
         for run_id, stored in found.items():
             try:
-                records = journal.decode(tenant_id, stored)
-            except IntegrityError:
+                records = journal.decode(tenant_id, run_id, stored)
+            except (IntegrityError, KeyUnavailable):
                 unreadable.append(run_id)
                 continue
             events_read += len(records)

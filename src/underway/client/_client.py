@@ -18,9 +18,9 @@ from .. import events as ev
 from ..approvals import ApprovalCheck, SignedDecision, verify_decision
 from ..approvals.decision import REASON_TEXT
 from ..clock import Clock, SystemClock
-from ..codec import Codec
+from ..codec import SEALED_TEXT, Codec, run_error_where, signal_where
 from ..control import CANCEL, RESERVED_PREFIX, RESOLVE, RESUME, resolution_of, resumption_of
-from ..errors import AmbiguousRunId, ConfigurationError, RunNotFound
+from ..errors import AmbiguousRunId, ConfigurationError, KeyUnavailable, RunNotFound
 from ..events import JSON, canonical_json
 from ..flow import Flow
 from ..journal import Journal, Verification
@@ -28,7 +28,7 @@ from ..state import ANSWER_SIGNAL, APPROVAL_SIGNAL, Recorded, RunState
 from ..store import connect
 from ..store.base import NewRun, RunRecord, SignalRecord, Store
 from ._activity import Activity, activity
-from ._requests import PendingRequest, request_of
+from ._requests import PendingRequest, request_of, sealed_request, sealed_state
 from ._starting import new_run
 
 
@@ -130,6 +130,11 @@ class Client:
     def store(self) -> Store:
         """The store this client reads and writes."""
         return self._store
+
+    @property
+    def codec(self) -> Codec:
+        """How this client encodes, seals and opens payloads (by default its store's)."""
+        return self._journal.codec
 
     def close(self) -> None:
         """Close the store, when :meth:`connect` opened it."""
@@ -269,9 +274,12 @@ class Client:
         sender: str | None,
     ) -> bool:
         self.get_run(run_id, tenant_id=tenant_id)
+        signal_id = signal_id or str(uuid.uuid4())
         return self._store.send_signal(SignalRecord(
-            tenant_id, run_id, signal_id or str(uuid.uuid4()), name,
-            canonical_json(payload), sender, self.clock.now(),
+            tenant_id, run_id, signal_id, name,
+            self._journal.codec.seal(canonical_json(payload),
+                                     signal_where(tenant_id, signal_id, name)),
+            sender, self.clock.now(),
         ))
 
     def cancel(self, run_id: str, *, by: str, reason: str = "", tenant_id: str = "default") -> None:
@@ -382,7 +390,14 @@ class Client:
         row = self._store.get_run(tenant_id, run_id)
         if row is None:
             raise RunNotFound(tenant_id, run_id)
-        return row
+        return self._readable(row)
+
+    def _readable(self, row: RunRecord) -> RunRecord:
+        """``row`` with its ``error`` opened (``[encrypted]`` when it cannot be here)."""
+        if row.error is None or not row.error.startswith(SEALED_TEXT):
+            return row
+        return replace(row, error=self._journal.codec.open_text(
+            row.error, run_error_where(row.tenant_id, row.run_id)))
 
     def find_run(self, run_id: str, *, tenant_id: str = "default") -> RunRecord:
         """The run whose id is ``run_id``, or else the one run whose id starts with it:
@@ -390,7 +405,7 @@ class Client:
         (naming them) when several do."""
         row = self._store.get_run(tenant_id, run_id)
         if row is not None:
-            return row
+            return self._readable(row)
         if not run_id:
             raise RunNotFound(tenant_id, run_id)
         found = self._store.list_runs(tenant_id, id_prefix=run_id, limit=6)
@@ -398,11 +413,20 @@ class Client:
             raise RunNotFound(tenant_id, run_id)
         if len(found) > 1:
             raise AmbiguousRunId(tenant_id, run_id, sorted(r.run_id for r in found))
-        return found[0]
+        return self._readable(found[0])
 
     def state(self, run_id: str, *, tenant_id: str = "default") -> RunState:
         """The run's current state, folded from its journal (from its checkpoint on)."""
         return self._journal.load(tenant_id, run_id)
+
+    def readable_state(self, run_id: str, *, tenant_id: str = "default") -> RunState:
+        """The run's current state (:meth:`state`) — or, when its journal is encrypted and
+        cannot be opened here, what its row tells (flow, status, step, times) with its
+        input, state and result ``[encrypted]``."""
+        try:
+            return self.state(run_id, tenant_id=tenant_id)
+        except KeyUnavailable:
+            return sealed_state(self.get_run(run_id, tenant_id=tenant_id))
 
     def state_at(
         self, run_id: str, seq: int, *, tenant_id: str = "default"
@@ -417,7 +441,8 @@ class Client:
 
     def history(self, run_id: str, *, tenant_id: str = "default") -> list[Recorded]:
         """Every event of the run, decoded, in order (each with ``seq``, ``at``,
-        ``event``)."""
+        ``event``); :class:`~underway.errors.KeyUnavailable` when payloads are encrypted
+        and cannot be opened here (:meth:`events` shows them as ``[encrypted]``)."""
         return self._journal.history(tenant_id, run_id)
 
     def events(
@@ -426,15 +451,17 @@ class Client:
     ) -> list[RunEvent]:
         """Every event of the run (with ``seq`` above ``after``; the first ``limit`` of
         them when given), decoded, with its chain hash; :class:`RunNotFound` when there is
-        no such run."""
+        no such run. An event whose payload is encrypted and cannot be opened here is an
+        :class:`~underway.events.Encrypted` (its type and time; the payload reads
+        ``[encrypted]``)."""
         stored = self._store.load_events(tenant_id, run_id, after)
         if not stored and (after == 0 or self._store.get_run(tenant_id, run_id) is None):
             raise RunNotFound(tenant_id, run_id)
         if limit is not None:
             stored = stored[:max(limit, 0)]
-        records = self._journal.decode(tenant_id, stored)
-        return [RunEvent(r.seq, r.at, r.event, s.hash)
-                for s, r in zip(stored, records, strict=True)]
+        records = self._journal.decode_readable(tenant_id, run_id, stored)
+        return [RunEvent(seq, at, event, s.hash)
+                for s, (seq, at, event) in zip(stored, records, strict=True)]
 
     def children(self, run_id: str, *, tenant_id: str = "default") -> list[ChildRun]:
         """The runs this run started with ``ctx.start``, in the order it started them."""
@@ -481,6 +508,7 @@ class Client:
                                      until=until, after=after, limit=limit + 1,
                                      updated_since=updated_since,
                                      updated_until=updated_until, search=search)
+        rows = [self._readable(r) for r in rows]
         if len(rows) <= limit:
             return RunPage(rows, None)
         last = rows[limit - 1]
@@ -498,11 +526,15 @@ class Client:
         self, *, tenant_id: str = "default", limit: int = 100
     ) -> list[PendingRequest]:
         """Runs that wait for a person — an approval, an answer, a resolution of an
-        escalation — with what each asks, soonest expiry first."""
+        escalation — with what each asks, soonest expiry first. A run whose journal is
+        encrypted and cannot be opened here shows ``[encrypted]`` for what it asks."""
         found = []
         for status in ("waiting", "escalated"):
             for row in self._store.list_runs(tenant_id, status=status, limit=limit):
-                request = request_of(self._journal.load(tenant_id, row.run_id))
+                try:
+                    request = request_of(self._journal.load(tenant_id, row.run_id))
+                except KeyUnavailable:
+                    request = sealed_request(row)
                 if request is not None:
                     found.append(request)
         return sorted(found, key=lambda r: (r.expires_at, r.run_id))[:limit]
@@ -512,7 +544,10 @@ class Client:
     ) -> PendingRequest | None:
         """What the run waits for a person to decide (None: nothing); a resolution of an
         escalated call carries the arguments the call was journaled with."""
-        state = self.state(run_id, tenant_id=tenant_id)
+        try:
+            state = self.state(run_id, tenant_id=tenant_id)
+        except KeyUnavailable:
+            return sealed_request(self.get_run(run_id, tenant_id=tenant_id))
         request = request_of(state)
         if request is None or request.kind != "resolution" or request.key is None:
             return request

@@ -4,10 +4,12 @@ from its folded state."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, cast
 
+from ..codec import ENCRYPTED
 from ..events import JSON
-from ..state import RunState
+from ..state import APPROVAL_SIGNAL, RunState, RunStatus
+from ..store.base import RunRecord
 
 RequestKind = Literal["approval", "question", "resolution"]
 
@@ -83,3 +85,30 @@ def request_of(state: RunState) -> PendingRequest | None:
 
 def _expiry(value: float | None) -> float:
     return float("inf") if value is None else float(value)
+
+
+def sealed_state(row: RunRecord) -> RunState:
+    """What a run whose journal cannot be opened here is, as far as its row tells: its
+    flow, status, step and times; its input, state and result ``[encrypted]``."""
+    return RunState(
+        tenant_id=row.tenant_id, run_id=row.run_id, flow=row.flow,
+        status=cast(RunStatus, row.status), input=ENCRYPTED, state=ENCRYPTED, step=row.step,
+        waiting_signal=row.waiting_signal, result=ENCRYPTED, error=row.error,
+        created_at=row.created_at, updated_at=row.updated_at, seq=row.last_seq,
+    )
+
+
+def sealed_request(row: RunRecord) -> PendingRequest | None:
+    """What a run whose journal cannot be opened here (encrypted, no key) waits for, as far
+    as its row tells: an approval or a question/resolution, its details ``[encrypted]``."""
+    if row.status == "waiting" and row.waiting_signal == APPROVAL_SIGNAL:
+        kind: RequestKind = "approval"
+    elif row.status in ("escalated", "dead"):
+        kind = "resolution"
+    else:
+        return None
+    return PendingRequest(
+        run_id=row.run_id, kind=kind, request_id=ENCRYPTED, tool=ENCRYPTED, args=ENCRYPTED,
+        args_hash="", evidence=ENCRYPTED, risks=[], required_role=None,
+        expires_at=float("inf"), question=ENCRYPTED, context=ENCRYPTED,
+    )

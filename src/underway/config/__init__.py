@@ -4,7 +4,8 @@
 ``[worker]`` and ``[serve]`` options, the ``[notifier]`` (a webhook and/or SMTP) that tells
 approvers a run waits for them, the ``[policy]`` file, per-tenant ``[budgets]``,
 ``[telemetry]`` (Prometheus metrics, OpenTelemetry traces and their exporter),
-``[approvals]`` (signed resolutions) and ``[anchoring]``. An unknown key, a value of the
+``[approvals]`` (signed resolutions), ``[anchoring]`` and ``[encryption]`` (encryption at
+rest). An unknown key, a value of the
 wrong type, a missing file or an unset secret variable is a :class:`ConfigError` naming
 the file, the key (``notifier.webhook.url``) and the problem. The ``make_*`` methods of
 :class:`Config` build the objects an :class:`~underway.Engine` takes, so a program that
@@ -19,6 +20,7 @@ from ._sections import (
     ApprovalsSection,
     BudgetSection,
     BudgetsSection,
+    EncryptionSection,
     NotifierSection,
     PolicySection,
     ServeSection,
@@ -36,6 +38,7 @@ __all__ = [
     "BudgetsSection",
     "Config",
     "ConfigError",
+    "EncryptionSection",
     "NotifierSection",
     "PolicySection",
     "ServeSection",

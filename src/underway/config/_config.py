@@ -4,6 +4,7 @@ notifier, tenant budgets, policy, tracer provider and anchoring a worker runs wi
 from __future__ import annotations
 
 import difflib
+import importlib
 import os
 import tomllib
 import types
@@ -20,6 +21,7 @@ from ..approvals.keys import load_private_key
 from ..approvals.notify import MultiNotifier, Notifier, SmtpNotifier, WebhookNotifier
 from ..audit import Anchoring, FileAnchorLog
 from ..budgets import Budget, TenantBudgets
+from ..crypto.providers import EnvKey, KeyProvider, KeyringFile
 from ..errors import ConfigurationError
 from ._sections import BASE, BudgetSection, Sections
 
@@ -115,6 +117,35 @@ class Config(Sections):
             state = "is empty" if value == "" else "is not set"
             raise self._error(key, f"the environment variable {name} {state}")
         return value
+
+    def make_key_provider(self) -> KeyProvider | None:
+        """The key provider ``[encryption]`` names (None: encryption is off): the keyring
+        file opened (refused when others may read it), the KEK read from its variable, or
+        the provider the factory returns."""
+        enc = self.encryption
+        if enc is None:
+            return None
+        try:
+            if enc.provider == "keyring":
+                assert enc.keyring is not None
+                return KeyringFile(enc.keyring)
+            if enc.provider == "env":
+                return EnvKey(enc.env, previous=enc.previous_env)
+            assert enc.factory is not None
+            module, _, attribute = enc.factory.partition(":")
+            factory = getattr(importlib.import_module(module), attribute)
+            found = factory()
+        except ConfigurationError as exc:
+            raise self._error(f"encryption.{enc.provider}", str(exc)) from None
+        except (ImportError, AttributeError, ValueError) as exc:
+            raise self._error("encryption.factory",
+                              f"cannot load {enc.factory!r}: {exc}") from None
+        if not all(hasattr(found, n) for n in ("kek_id", "wrap", "unwrap")):
+            raise self._error("encryption.factory", f"{enc.factory!r} returned "
+                              f"{type(found).__name__}, not a key provider (kek_id, wrap, "
+                              "unwrap)")
+        provider: KeyProvider = found
+        return provider
 
     def make_tenant_budget(self) -> TenantBudgets | None:
         """The ``[budgets]``: a default for every tenant and each named tenant's own."""

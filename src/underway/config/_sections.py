@@ -219,6 +219,32 @@ class ApprovalsSection(Section):
     """Settle escalations only with a resolution signed by an approver."""
 
 
+class EncryptionSection(Section):
+    """``[encryption]``: seal every stored payload under per-tenant data keys, wrapped by a
+    key-encryption key from ``provider`` (see docs/data-protection.md): ``keyring`` (a
+    local keyring file, ``keyring``: its path), ``env`` (the KEK in the environment
+    variable ``env``; earlier ones in ``previous_env`` while data keys are re-wrapped) or
+    ``python`` (``factory``: ``module:attribute`` of a function of no arguments returning
+    a key provider, e.g. around a cloud KMS)."""
+
+    provider: Literal["keyring", "env", "python"]
+    keyring: AnyPath | None = None
+    env: EnvName = "UNDERWAY_KEK"
+    previous_env: list[EnvName] = Field(default_factory=list)
+    factory: Name | None = None
+    refresh: float = Field(default=5.0, ge=0)
+    """Seconds a process goes on sealing with a data key it knows before it looks for a
+    newer one (a rotation made by another process)."""
+
+    @model_validator(mode="after")
+    def _needs(self) -> EncryptionSection:
+        if self.provider == "keyring" and self.keyring is None:
+            raise ValueError('provider = "keyring" needs keyring = "<path of the keyring file>"')
+        if self.provider == "python" and self.factory is None:
+            raise ValueError('provider = "python" needs factory = "module:function"')
+        return self
+
+
 def _database(value: Any, info: ValidationInfo) -> Any:
     """A relative SQLite path is relative to the file's directory, like every path in it."""
     base = (info.context or {}).get(BASE)
@@ -242,3 +268,4 @@ class Sections(Section):
     telemetry: TelemetrySection = TelemetrySection()
     approvals: ApprovalsSection = ApprovalsSection()
     anchoring: AnchoringSection | None = None
+    encryption: EncryptionSection | None = None

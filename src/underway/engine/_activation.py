@@ -3,12 +3,14 @@ committed, and how a commit turns them into one fenced append."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .. import events as ev
 from .. import faults
+from ..codec import run_error_where
 from ..state import Recorded, RunState, apply
 from ..store.base import AppendBatch, Lease, RunUpdate
 from ._outbox import outbox
@@ -73,7 +75,8 @@ class Activation:
                     s, self.pending, self.last_hash, blobs
                 )
             else:
-                stored = eng.journal.encode(s.tenant_id, self.pending, self.last_hash, blobs)
+                stored = eng.journal.encode(s.tenant_id, s.run_id, self.pending,
+                                            self.last_hash, blobs)
         except (TypeError, ValueError) as exc:
             kinds = sorted({type(e).__name__ for _, _, e in self.pending})
             raise Unencodable(
@@ -88,6 +91,11 @@ class Activation:
             run_update(s, now, self.due_at)
             if release or s.status != self.row_status else None
         )
+        codec = eng.journal.codec
+        if update is not None and update.error is not None and codec.sealer is not None:
+            # Why a run failed or escalated says what it was about: sealed like a payload.
+            update = dataclasses.replace(update, error=codec.seal_text(
+                update.error, run_error_where(s.tenant_id, s.run_id)))
         batch = AppendBatch(
             tenant_id=s.tenant_id,
             run_id=s.run_id,
@@ -100,7 +108,7 @@ class Activation:
             checkpoint=checkpoint,
             consumed_signals=self.consumed,
             release=release,
-            signals=outbox(s, [e for _, _, e in self.pending], now),
+            signals=outbox(s, [e for _, _, e in self.pending], now, codec),
         )
         faults.point("append.before_commit")
         self.control_pending = await self.store(eng.store.append, batch)

@@ -4,7 +4,6 @@ cancelled run's children: :mod:`._outbox`."""
 
 from __future__ import annotations
 
-import json
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -12,10 +11,11 @@ from .. import events as ev
 from .. import faults
 from ..client._starting import new_run
 from ..control import CHILD as CHILD_SIGNAL
-from ..errors import ConfigurationError, NonDeterminismError
+from ..errors import ConfigurationError, NonDeterminismError, UnderwayError
 from ..events import JSON
 from ..flow import ChildOutcome, Flow
 from ._calls import StepExecution
+from ._inbox import pending_signals
 from ._outbox import child_finished
 from ._stops import Suspend
 
@@ -93,9 +93,11 @@ class StepWithChildren(StepExecution):
             )
         if not child.ended:
             # The child may have ended since the inbox was read: its word waits there.
-            for sig in await act.store(eng.store.pending_signals, self.tenant_id, self.run_id):
-                if sig.name == CHILD_SIGNAL and sig.signal_id not in act.consumed:
-                    finished = child_finished(s, json.loads(sig.payload))
+            for sig, payload in await act.store(pending_signals, eng.store, self.tenant_id,
+                                                self.run_id):
+                if sig.name == CHILD_SIGNAL and sig.signal_id not in act.consumed \
+                        and not isinstance(payload, UnderwayError):
+                    finished = child_finished(s, payload)
                     if finished is not None and finished.run_id == run_id:
                         act.consumed.append(sig.signal_id)
                         act.buffer(finished)

@@ -40,11 +40,11 @@ from ..jsonpatch import make_patch
 from ..secrets import SecretProvider
 from ..state import Recorded, RunState
 from ..store._offload import run_io
-from ..store.base import Lease, RunRecord, SignalRecord, Store
+from ..store.base import Lease, RunRecord, Store
 from ..telemetry import NO_METRICS, Metrics
 from ._activation import Activation, question_expiry, run_update
 from ._children import StepWithChildren
-from ._inbox import read_inbox, verify_approval
+from ._inbox import OpenedSignal, pending_signals, read_inbox, verify_approval
 from ._registry import Registry
 from ._stops import DeadLetter, Escalate, Stop, Suspend, Unencodable
 
@@ -132,7 +132,7 @@ class Engine:
                 setattr(self.guard, name, value)
         self.store = store
         self.journal = Journal(store, codec)
-        self.guard.codec = self.journal.codec
+        self.guard.codec = codec  # None: the store's, whatever it is when used
         self.clock: Clock = clock or SystemClock()
         self.registry = Registry()
         self.flows: dict[str, Flow[Any, Any]] = self.registry.flows
@@ -151,6 +151,11 @@ class Engine:
             self.register(f)
         for t in tools:
             self.tools[t.name] = t
+
+    @property
+    def codec(self) -> Codec:
+        """How this engine encodes, seals and opens payloads (its journal's)."""
+        return self.journal.codec
 
     async def io(self, fn: Callable[..., _T], *args: Any) -> _T:
         """``fn(*args)`` — a call that reaches this engine's store — run on the store's
@@ -230,7 +235,7 @@ class Engine:
             # next commit's checkpoint replaces the forged row.
             act.buffer(loaded.refused)
         flow = self._flow(state.flow)
-        signals: list[SignalRecord] | None = loaded.signals
+        signals: list[OpenedSignal] | None = loaded.signals
         heartbeat = asyncio.create_task(self._heartbeat(act, asyncio.current_task()))
         try:
             while True:
@@ -289,7 +294,7 @@ class Engine:
         if row is None:
             raise RunNotFound(lease.tenant_id, lease.run_id)
         state, head, refused = self.journal.load_head(lease.tenant_id, lease.run_id)
-        signals = self.store.pending_signals(lease.tenant_id, lease.run_id)
+        signals = pending_signals(self.store, lease.tenant_id, lease.run_id)
         # What an activation that died mid-step committed of that step, for the telemetry
         # it made and could not report.
         interrupted = self.journal.step_attempt(lease.tenant_id, lease.run_id, state.seq) \
@@ -533,7 +538,7 @@ class _Loaded:
     state: RunState
     head: str
     refused: ev.CheckpointRefused | None
-    signals: list[SignalRecord]
+    signals: list[OpenedSignal]
     interrupted: list[Recorded]
     """On a takeover, when the engine reports telemetry: the events of the step attempt
     the run's previous activation left unended."""

@@ -5,7 +5,6 @@ wait for."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -13,8 +12,10 @@ from pydantic import ValidationError
 
 from .. import events as ev
 from ..approvals import ApprovalCheck, SignedDecision, verify_decision
+from ..codec import signal_where
 from ..control import CANCEL, RESOLVE, RESUME, resolution_of, resumption_of
 from ..control import CHILD as CHILD_SIGNAL
+from ..errors import UnderwayError
 from ..events import JSON
 from ..state import (
     ANSWER_SIGNAL,
@@ -24,7 +25,7 @@ from ..state import (
     RunState,
     request_id_for,
 )
-from ..store.base import SignalRecord
+from ..store.base import SignalRecord, Store
 from ._activation import Activation
 from ._outbox import child_finished
 
@@ -32,17 +33,44 @@ if TYPE_CHECKING:
     from ._executor import Engine
 
 
+OpenedSignal = tuple[SignalRecord, JSON | UnderwayError]
+"""A signal of the inbox with its payload opened — or why it cannot be (its key was
+destroyed, or it does not open under it: altered or moved)."""
+
+
+def pending_signals(store: Store, tenant_id: str, run_id: str) -> list[OpenedSignal]:
+    """The run's unconsumed signals, oldest first, each with its payload opened through the
+    store's codec (synchronous: run it on the store's I/O threads)."""
+    out: list[OpenedSignal] = []
+    for sig in store.pending_signals(tenant_id, run_id):
+        try:
+            out.append((sig, store.codec.open_json(
+                sig.payload, signal_where(tenant_id, sig.signal_id, sig.name))))
+        except UnderwayError as exc:
+            out.append((sig, exc))
+        except ValueError as exc:
+            out.append((sig, UnderwayError(f"payload is not JSON ({exc})")))
+    return out
+
+
 async def read_inbox(
-    eng: Engine, act: Activation, signals: list[SignalRecord] | None = None
+    eng: Engine, act: Activation, signals: list[OpenedSignal] | None = None
 ) -> None:
     """Take what the run's inbox holds (``signals``: read with the run already)."""
     s = act.state
     if signals is None:
-        signals = await eng.io(eng.store.pending_signals, s.tenant_id, s.run_id)
-    for sig in signals:
-        payload = json.loads(sig.payload)
+        signals = await eng.io(pending_signals, eng.store, s.tenant_id, s.run_id)
+    for sig, payload in signals:
         if s.final:
             break
+        if isinstance(payload, UnderwayError):
+            # Never a poison loop: the signal is consumed and why it was not read journaled.
+            act.consumed.append(sig.signal_id)
+            act.buffer(ev.SignalIgnored(
+                signal=sig.name, signal_id=sig.signal_id,
+                reason=f"its payload cannot be read here: {payload}",
+            ))
+            continue
         if sig.name == CANCEL:
             act.consumed.append(sig.signal_id)
             act.buffer(ev.RunCancelled(by=str(payload.get("by", "unknown")),

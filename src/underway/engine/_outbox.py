@@ -5,6 +5,7 @@ end means to its parent when it arrives."""
 from __future__ import annotations
 
 from .. import events as ev
+from ..codec import Codec, signal_where
 from ..control import CANCEL
 from ..control import CHILD as CHILD_SIGNAL
 from ..events import JSON, canonical_json
@@ -26,9 +27,12 @@ def child_finished(s: RunState, payload: JSON) -> ev.ChildFinished | None:
                             error=None if error is None else str(error))
 
 
-def outbox(s: RunState, events: list[ev.Event], now: float) -> list[SignalRecord]:
+def outbox(
+    s: RunState, events: list[ev.Event], now: float, codec: Codec
+) -> list[SignalRecord]:
     """Signals to other runs that must commit with ``events``: the end of this run to the
-    run that started it; a cancel to each non-detached child of a run being cancelled."""
+    run that started it; a cancel to each non-detached child of a run being cancelled
+    (payloads sealed through ``codec``)."""
     out: list[SignalRecord] = []
     for e in events:
         if isinstance(e, ev.RunCompleted | ev.RunFailed | ev.RunCancelled) and s.parent_run_id:
@@ -38,9 +42,12 @@ def outbox(s: RunState, events: list[ev.Event], now: float) -> list[SignalRecord
             payload = {"run_id": s.run_id, "status": status,
                        "result": e.result if isinstance(e, ev.RunCompleted) else None,
                        "error": error}
+            signal_id = f"child:{s.run_id}"
             out.append(SignalRecord(
-                s.tenant_id, s.parent_run_id, f"child:{s.run_id}", CHILD_SIGNAL,
-                canonical_json(payload), s.run_id, now,
+                s.tenant_id, s.parent_run_id, signal_id, CHILD_SIGNAL,
+                codec.seal(canonical_json(payload),
+                           signal_where(s.tenant_id, signal_id, CHILD_SIGNAL)),
+                s.run_id, now,
             ))
         if isinstance(e, ev.RunCancelled):
             reason = f"parent run {s.run_id} was cancelled" + (f": {e.reason}" if e.reason
@@ -48,8 +55,11 @@ def outbox(s: RunState, events: list[ev.Event], now: float) -> list[SignalRecord
             for run_id, child in s.children.items():
                 if child.detached or child.ended:
                     continue
+                signal_id = f"cancel:{s.run_id}"
                 out.append(SignalRecord(
-                    s.tenant_id, run_id, f"cancel:{s.run_id}", CANCEL,
-                    canonical_json({"by": e.by, "reason": reason}), e.by, now,
+                    s.tenant_id, run_id, signal_id, CANCEL,
+                    codec.seal(canonical_json({"by": e.by, "reason": reason}),
+                               signal_where(s.tenant_id, signal_id, CANCEL)),
+                    e.by, now,
                 ))
     return out

@@ -27,7 +27,7 @@ from ._approvals import (
     EscalationExpired,
     EscalationResolved,
 )
-from ._base import JSON, Event
+from ._base import JSON, Encrypted, Event
 from ._calls import (
     BudgetExceeded,
     ModelResponded,
@@ -98,6 +98,7 @@ __all__ = [
     "ChildAwaited",
     "ChildFinished",
     "ChildStarted",
+    "Encrypted",
     "Escalated",
     "EscalationAnswered",
     "EscalationExpired",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -15,3 +15,14 @@ class Event(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     VERSION: ClassVar[int] = 1
+
+
+class Encrypted(Event):
+    """What a reader sees in place of an event whose payload it cannot open (it has no key,
+    or the event's data key was destroyed): the event's type, while its seq and time travel
+    beside it as for any event. Never journaled, and not one of the journal's event types."""
+
+    type: Literal["Encrypted"] = "Encrypted"
+    event_type: str
+    """The type of the event whose payload is sealed."""
+    payload: str = "[encrypted]"

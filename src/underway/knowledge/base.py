@@ -8,8 +8,9 @@ from typing import Protocol
 from ..errors import ConfigurationError
 from .record import KnowledgeHit, KnowledgeRecord, Sensitivity
 
-KNOWLEDGE_SCHEMA_VERSION = 7
-"""The first store schema version with the knowledge tables (migration 0007)."""
+KNOWLEDGE_SCHEMA_VERSION = 11
+"""The first store schema version with the knowledge tables as this code reads them (made by
+migration 0007; migration 0011 added the column a sealed record is kept in)."""
 
 
 class KnowledgeBase(Protocol):

@@ -16,6 +16,7 @@ from ..store.postgres import PostgresStore
 from .base import check_key, check_record
 from .query import plan
 from .record import KnowledgeHit, KnowledgeRecord, Sensitivity
+from .sealing import opened_fields, query_terms, stored_fields
 
 _Q = queries.load("postgres")
 
@@ -43,8 +44,9 @@ class PostgresKnowledge:
     def put(self, record: KnowledgeRecord) -> None:
         """Store ``record``, replacing the tenant's record with the same id."""
         check_record(record)
-        params = {**record.model_dump(), "roles": list(record.roles),
-                  "metadata": Jsonb(record.metadata)}
+        fields = stored_fields(self._store.codec, record)
+        params = {**record.model_dump(), **fields, "roles": list(record.roles),
+                  "metadata": Jsonb(fields["metadata"])}
         with self._conn() as conn:
             conn.execute(_Q["knowledge_put"], params)
 
@@ -56,7 +58,7 @@ class PostgresKnowledge:
         check_key("record id", record_id)
         with self._conn() as conn:
             row = conn.execute(_Q["knowledge_get"], _key(tenant_id, record_id)).fetchone()
-        record = _record(row) if row is not None else None
+        record = self._record(row) if row is not None else None
         if record is None or (now is not None and record.expired(now)):
             return None
         return record
@@ -80,7 +82,8 @@ class PostgresKnowledge:
         params = {
             # Each word quoted, joined by "or": websearch_to_tsquery then reads every word
             # as a word (even "or" and "-x"), and it never raises on any input.
-            "query": " or ".join(f'"{t}"' for t in s.terms),
+            "query": " or ".join(
+                f'"{t}"' for t in query_terms(self._store.codec, s.tenant_id, s.terms)),
             "tenant_id": s.tenant_id,
             "now": s.now,
             "sensitivities": list(s.sensitivities),
@@ -89,7 +92,7 @@ class PostgresKnowledge:
         }
         with self._conn() as conn:
             rows = conn.execute(_Q["knowledge_search"], params).fetchall()
-        return [KnowledgeHit(_record(r), float(r[9])) for r in rows]
+        return [KnowledgeHit(self._record(r), float(r[9])) for r in rows]
 
     def delete(self, tenant_id: str, record_id: str) -> bool:
         """Erase the record; False when there was none."""
@@ -109,14 +112,17 @@ class PostgresKnowledge:
         if self._owns_store:
             self._store.close()
 
+    def _record(self, row: tuple[Any, ...]) -> KnowledgeRecord:
+        tenant_id, id_, text, source, created_at, expires_at, roles, sensitivity, metadata = \
+            row[:9]
+        text, source, metadata = opened_fields(self._store.codec, tenant_id, id_, text,
+                                               source, metadata, row[10])
+        return KnowledgeRecord(
+            id=id_, tenant_id=tenant_id, text=text, source=source, created_at=created_at,
+            expires_at=expires_at, roles=tuple(roles), sensitivity=sensitivity,
+            metadata=metadata,
+        )
+
 
 def _key(tenant_id: str, record_id: str) -> dict[str, str]:
     return {"tenant_id": tenant_id, "id": record_id}
-
-
-def _record(row: tuple[Any, ...]) -> KnowledgeRecord:
-    tenant_id, id_, text, source, created_at, expires_at, roles, sensitivity, metadata = row[:9]
-    return KnowledgeRecord(
-        id=id_, tenant_id=tenant_id, text=text, source=source, created_at=created_at,
-        expires_at=expires_at, roles=tuple(roles), sensitivity=sensitivity, metadata=metadata,
-    )

@@ -14,6 +14,7 @@ from ..store.sqlite import SQLiteStore
 from .base import check_key, check_record
 from .query import plan
 from .record import KnowledgeHit, KnowledgeRecord, Sensitivity
+from .sealing import opened_fields, query_terms, stored_fields
 
 _Q = queries.load("sqlite")
 
@@ -47,12 +48,13 @@ class SQLiteKnowledge:
     def put(self, record: KnowledgeRecord) -> None:
         """Store ``record``, replacing the tenant's record with the same id."""
         check_record(record)
+        row = _row(record, stored_fields(self._store.codec, record))
         with self._write() as c:
             old = c.execute(_Q["knowledge_get"], _key(record.tenant_id, record.id)).fetchone()
             if old is not None:
                 c.execute(_Q["knowledge_unindex"], {"seq": old["seq"], "text": old["text"]})
-            (seq,) = c.execute(_Q["knowledge_upsert"], _row(record)).fetchone()
-            c.execute(_Q["knowledge_index"], {"seq": seq, "text": record.text})
+            (seq,) = c.execute(_Q["knowledge_upsert"], row).fetchone()
+            c.execute(_Q["knowledge_index"], {"seq": seq, "text": row["text"]})
 
     def get(
         self, tenant_id: str, record_id: str, *, now: float | None = None
@@ -62,7 +64,7 @@ class SQLiteKnowledge:
         check_key("record id", record_id)
         with self._read() as c:
             row = c.execute(_Q["knowledge_get"], _key(tenant_id, record_id)).fetchone()
-        record = _record(row) if row is not None else None
+        record = self._record(row) if row is not None else None
         if record is None or (now is not None and record.expired(now)):
             return None
         return record
@@ -86,7 +88,8 @@ class SQLiteKnowledge:
         params = {
             # Each word becomes a quoted FTS5 string, so operators (AND, OR, NEAR), column
             # filters and wildcards in the query are plain words, never syntax.
-            "match": " OR ".join('"' + t.replace('"', '""') + '"' for t in s.terms),
+            "match": " OR ".join('"' + t.replace('"', '""') + '"' for t in
+                                 query_terms(self._store.codec, s.tenant_id, s.terms)),
             "tenant_id": s.tenant_id,
             "now": s.now,
             "sensitivities": json.dumps(s.sensitivities),
@@ -95,7 +98,7 @@ class SQLiteKnowledge:
         }
         with self._read() as c:
             rows = c.execute(_Q["knowledge_search"], params).fetchall()
-        return [KnowledgeHit(_record(r), float(r["score"])) for r in rows]
+        return [KnowledgeHit(self._record(r), float(r["score"])) for r in rows]
 
     def delete(self, tenant_id: str, record_id: str) -> bool:
         """Erase the record and its words from the index; False when there was none."""
@@ -120,6 +123,18 @@ class SQLiteKnowledge:
         if self._owns_store:
             self._store.close()
 
+    def _record(self, row: sqlite3.Row) -> KnowledgeRecord:
+        text, source, metadata = opened_fields(
+            self._store.codec, row["tenant_id"], row["id"], row["text"], row["source"],
+            json.loads(row["metadata"]), row["sealed"],
+        )
+        return KnowledgeRecord(
+            id=row["id"], tenant_id=row["tenant_id"], text=text, source=source,
+            created_at=row["created_at"], expires_at=row["expires_at"],
+            roles=tuple(json.loads(row["roles"])), sensitivity=row["sensitivity"],
+            metadata=metadata,
+        )
+
 
 @contextmanager
 def _failures(path: str) -> Iterator[None]:
@@ -133,18 +148,11 @@ def _key(tenant_id: str, record_id: str) -> dict[str, str]:
     return {"tenant_id": tenant_id, "id": record_id}
 
 
-def _row(r: KnowledgeRecord) -> dict[str, Any]:
+def _row(r: KnowledgeRecord, fields: dict[str, Any]) -> dict[str, Any]:
     return {
-        "tenant_id": r.tenant_id, "id": r.id, "text": r.text, "source": r.source,
-        "created_at": r.created_at, "expires_at": r.expires_at, "roles": json.dumps(r.roles),
-        "sensitivity": r.sensitivity, "metadata": json.dumps(r.metadata, ensure_ascii=False),
+        "tenant_id": r.tenant_id, "id": r.id, "text": fields["text"],
+        "source": fields["source"], "created_at": r.created_at, "expires_at": r.expires_at,
+        "roles": json.dumps(r.roles), "sensitivity": r.sensitivity,
+        "metadata": json.dumps(fields["metadata"], ensure_ascii=False),
+        "sealed": fields["sealed"],
     }
-
-
-def _record(row: sqlite3.Row) -> KnowledgeRecord:
-    return KnowledgeRecord(
-        id=row["id"], tenant_id=row["tenant_id"], text=row["text"], source=row["source"],
-        created_at=row["created_at"], expires_at=row["expires_at"],
-        roles=tuple(json.loads(row["roles"])), sensitivity=row["sensitivity"],
-        metadata=json.loads(row["metadata"]),
-    )

@@ -10,6 +10,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from ..client import PendingRequest, RunEvent
+from ..codec import ENCRYPTED
+from ..events import Encrypted
 from ..store.base import RunRecord
 
 
@@ -115,6 +117,10 @@ class Event(BaseModel):
     @classmethod
     def of(cls, e: RunEvent) -> Event:
         """The event as the API shows it."""
+        if isinstance(e.event, Encrypted):
+            # Sealed and no key here: its type and time, its payload "[encrypted]".
+            return cls(seq=e.seq, at=e.at, type=e.event.event_type, hash=e.hash,
+                       data={"payload": ENCRYPTED})
         data = e.event.model_dump(mode="json")
         event_type = str(data.pop("type"))
         return cls(seq=e.seq, at=e.at, type=event_type, hash=e.hash, data=data)

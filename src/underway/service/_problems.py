@@ -14,7 +14,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..errors import ConfigurationError, RunNotFound
+from ..errors import ConfigurationError, KeyUnavailable, RunNotFound
 
 log = logging.getLogger("underway.service")
 
@@ -126,6 +126,12 @@ def install(app: FastAPI) -> None:
         return respond(Problem(type=PROBLEM_TYPE + "invalid-input", title="Invalid input",
                                status=422, detail=str(exc)))
 
+    async def on_key_unavailable(request: Request, exc: Exception) -> JSONResponse:
+        # Reads show sealed payloads as "[encrypted]"; only a write gets here.
+        return respond(Problem(type=PROBLEM_TYPE + "keys-unavailable",
+                               title="Encrypted, and no key here", status=503,
+                               detail=str(exc)))
+
     async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unexpected error on %s %s", request.method, request.url.path)
         return respond(Problem(type=PROBLEM_TYPE + "internal", title="Internal error",
@@ -136,6 +142,7 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(StarletteHTTPException, on_http)
     app.add_exception_handler(RunNotFound, on_run_not_found)
     app.add_exception_handler(ConfigurationError, on_configuration)
+    app.add_exception_handler(KeyUnavailable, on_key_unavailable)
     app.add_exception_handler(Exception, on_unexpected)
 
 

@@ -14,6 +14,8 @@ registry             :class:`.RegistryStore`     approvers and their public keys
 limits               :class:`.LimitStore`        queue limits, circuit breakers
 API keys             :class:`.ApiKeyStore`       API keys (hashed), webhook secrets
 access log           :class:`.AccessLogStore`    reads of run data, append-only
+keys                 :class:`.KeyStore`          tenants' data keys, wrapped
+reseal               :class:`.ResealStore`       sealed rows a key rotation seals again
 ===================  ==========================  =====================================
 
 Each role has a conformance suite (``tests/conformance/test_<role>.py``) that runs on
@@ -26,11 +28,13 @@ from __future__ import annotations
 
 from typing import Literal, Protocol
 
+from ..codec import Codec
 from .access import AccessLogStore
 from .apikeys import ApiKeyStore
 from .inbox import InboxStore
 from .intake import IntakeStore
 from .journal import JournalStore
+from .keys import KeyStore
 from .leases import LeaseStore
 from .limits import LimitStore
 from .records import (
@@ -39,6 +43,7 @@ from .records import (
     ApiKeyRecord,
     AppendBatch,
     ApproverRecord,
+    DataKeyRecord,
     IntakeRecord,
     IntakeRequest,
     IntakeSecretRecord,
@@ -48,10 +53,12 @@ from .records import (
     RunRecord,
     RunUpdate,
     ScheduleRecord,
+    SealedRow,
     SignalRecord,
     StoredEvent,
 )
 from .registry import RegistryStore
+from .reseal import ResealStore
 from .runs import RunStore
 from .schedules import ScheduleStore
 from .wakeups import Wakeups
@@ -64,6 +71,7 @@ __all__ = [
     "ApiKeyStore",
     "AppendBatch",
     "ApproverRecord",
+    "DataKeyRecord",
     "Database",
     "Dialect",
     "InboxStore",
@@ -72,17 +80,20 @@ __all__ = [
     "IntakeSecretRecord",
     "IntakeStore",
     "JournalStore",
+    "KeyStore",
     "Lease",
     "LeaseStore",
     "LimitStore",
     "NewRun",
     "QueueConfig",
     "RegistryStore",
+    "ResealStore",
     "RunRecord",
     "RunStore",
     "RunUpdate",
     "ScheduleRecord",
     "ScheduleStore",
+    "SealedRow",
     "SignalRecord",
     "Store",
     "StoredEvent",
@@ -94,7 +105,12 @@ Dialect = Literal["memory", "sqlite", "postgres"]
 
 
 class Database(Protocol):
-    """What every backend is besides its roles: a schema, wake-ups and connections."""
+    """What every backend is besides its roles: a schema, wake-ups and connections — and
+    ``codec``, how payloads are encoded, sealed and opened on their way to and from this
+    database: whoever reads or writes payloads on the store uses it, so turning
+    encryption on for a store (``underway.crypto.encrypt``) turns it on for every path."""
+
+    codec: Codec
 
     @property
     def dialect(self) -> Dialect:
@@ -130,6 +146,8 @@ class Store(
     LimitStore,
     ApiKeyStore,
     AccessLogStore,
+    KeyStore,
+    ResealStore,
     Protocol,
 ):
     """What the engine needs from a database: every role at once."""

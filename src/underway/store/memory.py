@@ -8,12 +8,14 @@ import threading
 from collections import Counter
 from collections.abc import Sequence
 
+from ..codec import Codec
 from ..errors import ConflictError, FencedError, RunNotFound
 from . import limits
 from ._offload import INLINE, Inline
 from .base import Dialect
 from .journal import CHAIN_LIMIT
 from .memory_access import MemoryAccess
+from .memory_keys import MemoryKeys
 from .records import (
     FINAL,
     AppendBatch,
@@ -36,7 +38,7 @@ _LINK = b'{"p":"'
 """How a blob that links to another begins (a codec list node); the key follows."""
 
 
-class MemoryStore(MemoryAccess):
+class MemoryStore(MemoryAccess, MemoryKeys):
     """A :class:`~underway.store.base.Store` held in process memory.
 
     It does no I/O, so async code calls it inline (``offload``: see
@@ -46,7 +48,10 @@ class MemoryStore(MemoryAccess):
     offload: Inline = INLINE
 
     def __init__(self) -> None:
-        super().__init__()
+        MemoryAccess.__init__(self)
+        MemoryKeys.__init__(self)
+        self.codec = Codec()
+        """How payloads are encoded, sealed and opened (``Database.codec``)."""
         self._lock = threading.RLock()
         self._runs: dict[tuple[str, str], RunRecord] = {}
         self._events: dict[tuple[str, str], list[StoredEvent]] = {}

@@ -272,3 +272,53 @@ class AccessRecord:
     run_id: str
     endpoint: str
     seq: int = 0
+
+
+# -- encryption at rest: data keys, and rows whose payloads are sealed ----------------------
+KEY_STATES = ("active", "retired", "destroyed")
+"""A data key is ``active`` (new payloads of its tenant and scope are sealed with it; one
+per tenant and scope), ``retired`` (replaced by a rotation: it only opens what it sealed)
+or ``destroyed`` (its wrapped bytes erased: what it sealed can never be opened again)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DataKeyRecord:
+    """A data key (DEK) of a tenant as stored: only ``wrapped`` by the key-encryption key
+    ``kek_id`` of a key provider outside the database, never in the clear. A sealed
+    payload names its ``key_id``. ``scope`` is ``""`` for the tenant's own keys (a later
+    kind of key, e.g. one per data subject, names its scope there)."""
+
+    tenant_id: str
+    key_id: str
+    wrapped: bytes
+    kek_id: str
+    created_at: float
+    state: str = "active"
+    scope: str = ""
+
+    def __post_init__(self) -> None:
+        if self.state not in KEY_STATES:
+            raise ConfigurationError(
+                f"data key {self.key_id!r}: state must be one of {', '.join(KEY_STATES)}, "
+                f"not {self.state!r}"
+            )
+
+
+SEALED_KINDS = ("blob", "checkpoint", "signal", "schedule")
+"""The rows whose sealed payloads a key rotation seals again under the new key (events
+are not among them: the hash chain and the anchors cover their stored bytes)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SealedRow:
+    """One stored payload a rotation may seal again: a ``blob`` (``position`` its
+    address), a ``checkpoint`` (its run, with ``seq``), an unconsumed ``signal`` (its run
+    and signal id, with ``name``) or a ``schedule`` (its name). ``data`` is the payload as
+    stored when read."""
+
+    kind: str
+    tenant_id: str
+    position: tuple[str, ...]
+    data: bytes
+    seq: int | None = None
+    name: str | None = None

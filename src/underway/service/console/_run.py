@@ -19,9 +19,10 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Path, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 
-from ..._timeline import preview
+from ..._timeline import event_type, preview
 from ...client import ChildRun, RunEvent, RunState
-from ...errors import ConfigurationError, RunNotFound
+from ...codec import ENCRYPTED
+from ...errors import ConfigurationError, KeyUnavailable, RunNotFound
 from ...store._offload import run_io
 from ...store.base import FINAL, RunRecord
 from .._auth import Principal, ServiceState
@@ -121,7 +122,7 @@ async def event_stream(
 
 def _frame(run_id: str, e: RunEvent) -> str:
     html = fragment("run_event.html", {"e": views([e])[0], "run_id": run_id})
-    data = json.dumps({"seq": e.seq, "type": type(e.event).__name__, "html": html})
+    data = json.dumps({"seq": e.seq, "type": event_type(e.event), "html": html})
     return f"id: {e.seq}\ndata: {data}\n\n"
 
 
@@ -135,7 +136,7 @@ def _read(state: ServiceState, request: Request, who: Principal, run_id: str,
         return None
     events, page = _page(state, row, page)
     head = max(row.last_seq, events[-1].seq if events else 0)
-    folded = client.state(run_id, tenant_id=tenant)
+    folded = client.readable_state(run_id, tenant_id=tenant)
     children = client.children(run_id, tenant_id=tenant) if folded.children else []
     picked, error = None, ""
     if at is not None:
@@ -168,6 +169,8 @@ def _picked(state: ServiceState, row: RunRecord, at: int) -> tuple[StateAt | Non
         before, rec, after = state.client.state_at(row.run_id, at, tenant_id=row.tenant_id)
     except ConfigurationError as exc:
         return None, str(exc)
+    except KeyUnavailable:
+        return None, f"the run's payloads are {ENCRYPTED}: this server has no key to open them"
     return state_at(before, rec, after), ""
 
 

@@ -11,6 +11,7 @@ import psycopg
 from psycopg import sql
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from ...codec import Codec
 from ...errors import MigrationError, StoreError
 from .. import queries
 from .._offload import Offload
@@ -38,6 +39,8 @@ class Connection:
         connect_timeout: float = 10.0,
     ) -> None:
         self.conninfo, self.schema = split_url(url)
+        self.codec = Codec()
+        """How payloads are encoded, sealed and opened (``Database.codec``)."""
         self.offload = Offload(max_size, name="underway-postgres")
         self._pool = ConnectionPool(
             self.conninfo,

@@ -605,18 +605,20 @@ SELECT run_id, request_id FROM approval_nonces
 -- name: knowledge_get
 -- Knowledge base (underway.knowledge): long-term memory, kept apart from run state. Every
 -- knowledge_ query belongs to it.
-SELECT tenant_id, id, text, source, created_at, expires_at, roles, sensitivity, metadata
+SELECT tenant_id, id, text, source, created_at, expires_at, roles, sensitivity, metadata,
+       NULL, sealed
   FROM knowledge WHERE tenant_id = %(tenant_id)s AND id = %(id)s
 
 -- name: knowledge_put
 INSERT INTO knowledge (tenant_id, id, text, source, created_at, expires_at, roles,
-                       sensitivity, metadata)
+                       sensitivity, metadata, sealed)
 VALUES (%(tenant_id)s, %(id)s, %(text)s, %(source)s, %(created_at)s, %(expires_at)s,
-        %(roles)s::text[], %(sensitivity)s, %(metadata)s)
+        %(roles)s::text[], %(sensitivity)s, %(metadata)s, %(sealed)s)
 ON CONFLICT (tenant_id, id) DO UPDATE
    SET text = excluded.text, source = excluded.source, created_at = excluded.created_at,
        expires_at = excluded.expires_at, roles = excluded.roles,
-       sensitivity = excluded.sensitivity, metadata = excluded.metadata
+       sensitivity = excluded.sensitivity, metadata = excluded.metadata,
+       sealed = excluded.sealed
 
 -- name: knowledge_delete
 DELETE FROM knowledge WHERE tenant_id = %(tenant_id)s AND id = %(id)s RETURNING 1
@@ -627,7 +629,7 @@ DELETE FROM knowledge WHERE expires_at <= %(now)s
 -- name: knowledge_search
 -- Every filter is applied before LIMIT, so hidden records never crowd out visible ones.
 SELECT k.tenant_id, k.id, k.text, k.source, k.created_at, k.expires_at, k.roles,
-       k.sensitivity, k.metadata, ts_rank(k.tsv, q) AS score
+       k.sensitivity, k.metadata, ts_rank(k.tsv, q) AS score, k.sealed
   FROM knowledge k, websearch_to_tsquery('simple', %(query)s) AS q
  WHERE k.tenant_id = %(tenant_id)s AND k.tsv @@ q
    AND (k.expires_at IS NULL OR k.expires_at > %(now)s)
@@ -688,3 +690,82 @@ SELECT tenant_id, at, key_id, key_name, run_id, endpoint, seq FROM access_log
    AND (%(before)s::bigint IS NULL OR seq < %(before)s)
  ORDER BY seq DESC
  LIMIT %(limit)s
+
+-- Encryption at rest: tenants' data keys, kept wrapped (migration 0011), and the sealed
+-- rows a key rotation seals again.
+
+-- name: lock_data_keys
+-- Changes to a tenant's keys take turns, so two first keys are never both made active.
+SELECT pg_advisory_xact_lock(hashtext('underway.data_keys:' || %(tenant_id)s),
+                             hashtext(%(scope)s))
+
+-- name: insert_data_key
+INSERT INTO data_keys (tenant_id, key_id, scope, wrapped, kek_id, created_at, state)
+VALUES (%(tenant_id)s, %(key_id)s, %(scope)s, %(wrapped)s, %(kek_id)s, %(created_at)s,
+        'active')
+ON CONFLICT (tenant_id, key_id) DO NOTHING
+RETURNING tenant_id, key_id, wrapped, kek_id, created_at, state, scope
+
+-- name: get_data_key
+SELECT tenant_id, key_id, wrapped, kek_id, created_at, state, scope FROM data_keys
+ WHERE tenant_id = %(tenant_id)s AND key_id = %(key_id)s
+
+-- name: active_data_key
+SELECT tenant_id, key_id, wrapped, kek_id, created_at, state, scope FROM data_keys
+ WHERE tenant_id = %(tenant_id)s AND scope = %(scope)s AND state = 'active'
+
+-- name: retire_data_key
+UPDATE data_keys SET state = 'retired'
+ WHERE tenant_id = %(tenant_id)s AND scope = %(scope)s AND state = 'active'
+
+-- name: list_data_keys
+SELECT tenant_id, key_id, wrapped, kek_id, created_at, state, scope FROM data_keys
+ WHERE (%(tenant_id)s::text IS NULL OR tenant_id = %(tenant_id)s)
+ ORDER BY created_at, tenant_id COLLATE "C", key_id COLLATE "C"
+
+-- name: rewrap_data_key
+UPDATE data_keys SET wrapped = %(wrapped)s, kek_id = %(kek_id)s
+ WHERE tenant_id = %(tenant_id)s AND key_id = %(key_id)s AND kek_id = %(expected_kek_id)s
+   AND state <> 'destroyed'
+
+-- name: destroy_data_key
+UPDATE data_keys SET wrapped = ''::bytea, state = 'destroyed'
+ WHERE tenant_id = %(tenant_id)s AND key_id = %(key_id)s AND state <> 'destroyed'
+
+-- name: sealed_blob_rows
+SELECT key, data FROM blobs
+ WHERE tenant_id = %(tenant_id)s AND key COLLATE "C" > %(first)s
+ ORDER BY key COLLATE "C" LIMIT %(limit)s
+
+-- name: sealed_checkpoint_rows
+SELECT run_id, seq, state FROM checkpoints
+ WHERE tenant_id = %(tenant_id)s AND run_id COLLATE "C" > %(first)s
+ ORDER BY run_id COLLATE "C" LIMIT %(limit)s
+
+-- name: sealed_signal_rows
+SELECT run_id, signal_id, name, payload FROM signals
+ WHERE tenant_id = %(tenant_id)s AND NOT consumed
+   AND (run_id COLLATE "C", signal_id COLLATE "C") > (%(first)s, %(second)s)
+ ORDER BY run_id COLLATE "C", signal_id COLLATE "C" LIMIT %(limit)s
+
+-- name: sealed_schedule_rows
+SELECT name, input FROM schedules
+ WHERE tenant_id = %(tenant_id)s AND name COLLATE "C" > %(first)s
+ ORDER BY name COLLATE "C" LIMIT %(limit)s
+
+-- name: reseal_blob
+UPDATE blobs SET data = %(new)s
+ WHERE tenant_id = %(tenant_id)s AND key = %(first)s AND data = %(old)s
+
+-- name: reseal_checkpoint
+UPDATE checkpoints SET state = %(new)s
+ WHERE tenant_id = %(tenant_id)s AND run_id = %(first)s AND seq = %(seq)s AND state = %(old)s
+
+-- name: reseal_signal
+UPDATE signals SET payload = %(new)s
+ WHERE tenant_id = %(tenant_id)s AND run_id = %(first)s AND signal_id = %(second)s
+   AND NOT consumed AND payload = %(old)s
+
+-- name: reseal_schedule
+UPDATE schedules SET input = %(new)s
+ WHERE tenant_id = %(tenant_id)s AND name = %(first)s AND input = %(old)s

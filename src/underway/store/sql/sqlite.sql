@@ -450,18 +450,20 @@ SELECT run_id, request_id FROM approval_nonces WHERE tenant_id = ? AND nonce = ?
 -- Knowledge base (underway.knowledge): long-term memory, kept apart from run state. Every
 -- knowledge_ query belongs to it. knowledge_fts indexes knowledge.text as external content:
 -- whoever changes a row's text removes the old words ('delete' command) and adds the new.
-SELECT seq, tenant_id, id, text, source, created_at, expires_at, roles, sensitivity, metadata
+SELECT seq, tenant_id, id, text, source, created_at, expires_at, roles, sensitivity, metadata,
+       sealed
   FROM knowledge WHERE tenant_id = :tenant_id AND id = :id
 
 -- name: knowledge_upsert
 INSERT INTO knowledge (tenant_id, id, text, source, created_at, expires_at, roles,
-                       sensitivity, metadata)
+                       sensitivity, metadata, sealed)
 VALUES (:tenant_id, :id, :text, :source, :created_at, :expires_at, :roles, :sensitivity,
-        :metadata)
+        :metadata, :sealed)
 ON CONFLICT (tenant_id, id) DO UPDATE
    SET text = excluded.text, source = excluded.source, created_at = excluded.created_at,
        expires_at = excluded.expires_at, roles = excluded.roles,
-       sensitivity = excluded.sensitivity, metadata = excluded.metadata
+       sensitivity = excluded.sensitivity, metadata = excluded.metadata,
+       sealed = excluded.sealed
 RETURNING seq
 
 -- name: knowledge_index
@@ -484,7 +486,7 @@ DELETE FROM knowledge WHERE expires_at <= :now
 -- Every filter is applied before LIMIT, so hidden records never crowd out visible ones.
 -- bm25() is lower for better matches.
 SELECT k.seq, k.tenant_id, k.id, k.text, k.source, k.created_at, k.expires_at, k.roles,
-       k.sensitivity, k.metadata, -bm25(knowledge_fts) AS score
+       k.sensitivity, k.metadata, -bm25(knowledge_fts) AS score, k.sealed
   FROM knowledge_fts JOIN knowledge k ON k.seq = knowledge_fts.rowid
  WHERE knowledge_fts MATCH :match AND k.tenant_id = :tenant_id
    AND (k.expires_at IS NULL OR k.expires_at > :now)
@@ -545,3 +547,62 @@ SELECT tenant_id, at, key_id, key_name, run_id, endpoint, seq FROM access_log
    AND (:before IS NULL OR seq < :before)
  ORDER BY seq DESC
  LIMIT :limit
+
+-- Encryption at rest: tenants' data keys, kept wrapped (migration 0011), and the sealed
+-- rows a key rotation seals again.
+
+-- name: insert_data_key
+INSERT INTO data_keys (tenant_id, key_id, scope, wrapped, kek_id, created_at, state)
+VALUES (?, ?, ?, ?, ?, ?, 'active')
+
+-- name: get_data_key
+SELECT tenant_id, key_id, wrapped, kek_id, created_at, state, scope FROM data_keys
+ WHERE tenant_id = ? AND key_id = ?
+
+-- name: active_data_key
+SELECT tenant_id, key_id, wrapped, kek_id, created_at, state, scope FROM data_keys
+ WHERE tenant_id = ? AND scope = ? AND state = 'active'
+
+-- name: retire_data_key
+UPDATE data_keys SET state = 'retired' WHERE tenant_id = ? AND key_id = ? AND state = 'active'
+
+-- name: list_data_keys
+SELECT tenant_id, key_id, wrapped, kek_id, created_at, state, scope FROM data_keys
+ WHERE (:tenant_id IS NULL OR tenant_id = :tenant_id)
+ ORDER BY created_at, tenant_id, key_id
+
+-- name: rewrap_data_key
+UPDATE data_keys SET wrapped = ?, kek_id = ?
+ WHERE tenant_id = ? AND key_id = ? AND kek_id = ? AND state <> 'destroyed'
+
+-- name: destroy_data_key
+UPDATE data_keys SET wrapped = X'', state = 'destroyed'
+ WHERE tenant_id = ? AND key_id = ? AND state <> 'destroyed'
+
+-- name: sealed_blob_rows
+SELECT key, data FROM blobs WHERE tenant_id = ? AND key > ? ORDER BY key LIMIT ?
+
+-- name: sealed_checkpoint_rows
+SELECT run_id, seq, state FROM checkpoints WHERE tenant_id = ? AND run_id > ?
+ ORDER BY run_id LIMIT ?
+
+-- name: sealed_signal_rows
+SELECT run_id, signal_id, name, payload FROM signals
+ WHERE tenant_id = ? AND consumed = 0 AND (run_id, signal_id) > (?, ?)
+ ORDER BY run_id, signal_id LIMIT ?
+
+-- name: sealed_schedule_rows
+SELECT name, input FROM schedules WHERE tenant_id = ? AND name > ? ORDER BY name LIMIT ?
+
+-- name: reseal_blob
+UPDATE blobs SET data = ? WHERE tenant_id = ? AND key = ? AND data = ?
+
+-- name: reseal_checkpoint
+UPDATE checkpoints SET state = ? WHERE tenant_id = ? AND run_id = ? AND seq = ? AND state = ?
+
+-- name: reseal_signal
+UPDATE signals SET payload = ?
+ WHERE tenant_id = ? AND run_id = ? AND signal_id = ? AND consumed = 0 AND payload = ?
+
+-- name: reseal_schedule
+UPDATE schedules SET input = ? WHERE tenant_id = ? AND name = ? AND input = ?

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from ...codec import Codec
 from ...errors import MigrationError
 from .. import queries
 from .._offload import Offload
@@ -30,6 +31,8 @@ class Connection:
 
     def __init__(self, path: str, *, busy_timeout_ms: int = 30_000) -> None:
         self.path = path
+        self.codec = Codec()
+        """How payloads are encoded, sealed and opened (``Database.codec``)."""
         self.offload = Offload(IO_THREADS, name="underway-sqlite")
         self._lock = threading.RLock()
         self._conn = sqlite3.connect(

@@ -1,0 +1,192 @@
+"""Tenants' data keys (DEKs): made at random, stored only wrapped by the key provider's KEK,
+unwrapped into this process on first use and kept.
+
+The hierarchy::
+
+    KEK (key provider: keyring file, environment, your KMS)   -- never in the database
+     └── data key of (tenant, key id), one active per (tenant, scope)  -- stored wrapped
+          ├── payload key    HKDF(dek, "underway payload v1")  AES-256-GCM of every payload
+          ├── address key    HMAC key of blob addresses (equal contents of two tenants,
+          │                  or of two keys, get unrelated addresses)
+          └── index key      HMAC key of knowledge records' blind index terms
+
+A sealed payload names the key id that sealed it, so a tenant may have many keys: those a
+rotation retired still open what they sealed, and a key of another scope (e.g. one per data
+subject, whose destruction erases that subject's payloads) slots in beside the tenant's.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from ..errors import KeyUnavailable
+from ..events import canonical_json
+from ..store.keys import KeyStore
+from ..store.records import DataKeyRecord
+from .providers import KeyProvider
+
+DEK_BYTES = 32
+"""A data key is 256 bits."""
+
+
+@dataclass(frozen=True, slots=True)
+class DataKey:
+    """A data key unwrapped in memory: its id, its AES-256-GCM payload cipher, and the
+    keys of its blob addresses and of its blind index terms."""
+
+    tenant_id: str
+    key_id: str
+    aead: AESGCM
+    address_key: bytes
+    index_key: bytes
+
+
+def _derive(dek: bytes, info: bytes) -> bytes:
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(dek)
+
+
+def _unwrapped(tenant_id: str, key_id: str, dek: bytes) -> DataKey:
+    return DataKey(
+        tenant_id, key_id, AESGCM(_derive(dek, b"underway payload v1")),
+        _derive(dek, b"underway address v1"), _derive(dek, b"underway index v1"),
+    )
+
+
+def wrap_context(tenant_id: str, key_id: str, scope: str) -> bytes:
+    """What a data key's wrap is bound to: its tenant, id and scope."""
+    return canonical_json(["underway data key", tenant_id, key_id, scope])
+
+
+class DataKeys:
+    """The data keys of a store's tenants, through a key provider.
+
+    :meth:`active` is what seals: the tenant's active key, made (and stored wrapped) the
+    first time the tenant needs one. It reads the store only when it knows no key for the
+    tenant yet; a key it knows is looked at again (a rotation elsewhere may have replaced
+    it) by :meth:`prepare` once ``refresh`` seconds have passed — which the journal calls
+    from its loads, on the store's I/O threads, never on an event loop. :meth:`get` opens:
+    any key by id, unwrapped once and kept.
+    """
+
+    def __init__(
+        self, store: KeyStore, provider: KeyProvider, *, refresh: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.store = store
+        self.provider = provider
+        """Where the KEK lives."""
+        self.refresh = refresh
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._keys: dict[tuple[str, str], DataKey] = {}
+        self._active: dict[tuple[str, str], tuple[DataKey, float]] = {}
+
+    # -- sealing ------------------------------------------------------------------------
+    def active(self, tenant_id: str, scope: str = "") -> DataKey:
+        """The key new payloads of the tenant (and scope) are sealed with."""
+        found = self._active.get((tenant_id, scope))
+        if found is not None:
+            return found[0]
+        return self._load_active(tenant_id, scope)
+
+    def prepare(self, tenant_id: str, scope: str = "") -> None:
+        """Make sure :meth:`active` answers without reading the store: read the tenant's
+        active key when it is not known, or was read more than ``refresh`` seconds ago."""
+        found = self._active.get((tenant_id, scope))
+        if found is None or self._clock() - found[1] >= self.refresh:
+            self._load_active(tenant_id, scope)
+
+    def _load_active(self, tenant_id: str, scope: str) -> DataKey:
+        rec = self.store.active_data_key(tenant_id, scope)
+        if rec is None:
+            rec = self.store.add_data_key(self._new(tenant_id, scope), replace=False)
+        key = self._open(rec)
+        with self._lock:
+            self._active[(tenant_id, scope)] = (key, self._clock())
+        return key
+
+    def _new(self, tenant_id: str, scope: str) -> DataKeyRecord:
+        key_id = uuid.uuid4().hex[:16]
+        dek = os.urandom(DEK_BYTES)
+        wrapped = self.provider.wrap(dek, context=wrap_context(tenant_id, key_id, scope))
+        return DataKeyRecord(tenant_id, key_id, wrapped, self.provider.kek_id, time.time(),
+                             "active", scope)
+
+    def rotate(self, tenant_id: str, scope: str = "") -> DataKeyRecord:
+        """Make a new data key the tenant's active one (the one active until now is
+        retired: it still opens what it sealed). This process seals with it at once;
+        others at their next :meth:`prepare` after ``refresh`` seconds."""
+        rec = self.store.add_data_key(self._new(tenant_id, scope), replace=True)
+        key = self._open(rec)
+        with self._lock:
+            self._active[(tenant_id, scope)] = (key, self._clock())
+        return rec
+
+    # -- opening ------------------------------------------------------------------------
+    def get(self, tenant_id: str, key_id: str) -> DataKey:
+        """The tenant's key ``key_id``; :class:`~underway.errors.KeyUnavailable` when it
+        does not exist, was destroyed, or the provider cannot unwrap it."""
+        found = self._keys.get((tenant_id, key_id))
+        if found is not None:
+            return found
+        rec = self.store.get_data_key(tenant_id, key_id)
+        if rec is None:
+            raise KeyUnavailable(f"tenant {tenant_id!r} has no data key {key_id!r}")
+        return self._open(rec)
+
+    def every(self, tenant_id: str) -> list[DataKey]:
+        """Every key of the tenant that can still open something (not destroyed)."""
+        return [self._open(r) for r in self.store.list_data_keys(tenant_id)
+                if r.state != "destroyed"]
+
+    def _open(self, rec: DataKeyRecord) -> DataKey:
+        found = self._keys.get((rec.tenant_id, rec.key_id))
+        if found is not None:
+            return found
+        if rec.state == "destroyed":
+            raise KeyUnavailable(
+                f"data key {rec.key_id!r} of tenant {rec.tenant_id!r} was destroyed: what it "
+                "sealed can never be opened again"
+            )
+        dek = self.provider.unwrap(rec.wrapped, kek_id=rec.kek_id,
+                                   context=wrap_context(rec.tenant_id, rec.key_id, rec.scope))
+        key = _unwrapped(rec.tenant_id, rec.key_id, dek)
+        with self._lock:
+            self._keys[(rec.tenant_id, rec.key_id)] = key
+        return key
+
+    def forget(self, tenant_id: str | None = None) -> None:
+        """Drop the keys this process holds (of one tenant, or all): they are read and
+        unwrapped again when next needed (after a key was destroyed elsewhere)."""
+        with self._lock:
+            for cache in (self._keys, self._active):
+                for k in [k for k in cache if tenant_id is None or k[0] == tenant_id]:
+                    del cache[k]
+
+    # -- KEK rotation -------------------------------------------------------------------
+    def rewrap(self, tenant_id: str | None = None) -> int:
+        """Wrap every data key (of one tenant, or all) not wrapped by the provider's
+        current KEK anew with it: a KEK rotation, cheap (no payload is touched) and safe
+        to repeat or to resume after a crash. Returns how many keys were re-wrapped."""
+        done = 0
+        current = self.provider.kek_id
+        for rec in self.store.list_data_keys(tenant_id):
+            if rec.state == "destroyed" or rec.kek_id == current:
+                continue
+            context = wrap_context(rec.tenant_id, rec.key_id, rec.scope)
+            dek = self.provider.unwrap(rec.wrapped, kek_id=rec.kek_id, context=context)
+            if self.store.rewrap_data_key(
+                rec.tenant_id, rec.key_id, wrapped=self.provider.wrap(dek, context=context),
+                kek_id=current, expected_kek_id=rec.kek_id,
+            ):
+                done += 1
+        return done

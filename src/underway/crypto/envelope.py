@@ -1,0 +1,129 @@
+"""The AES-256-GCM envelope: the :class:`~underway.codec.Sealer` that seals every payload of a
+store under its tenant's data key, and turning it on for a store."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Sequence
+
+from ..codec import Codec, Where
+from ..errors import IntegrityError, KeyUnavailable
+from ..store.base import Store
+from ._box import InvalidTag, box_key_id, open_box, seal_box
+from .datakeys import DataKeys
+from .providers import KeyProvider
+
+_TERM_LETTERS = "abcdefghijklmnop"
+_TERM_BYTES = 12
+
+
+class Envelope:
+    """Seals payloads with AES-256-GCM under the tenant's active data key, bound to where
+    they are stored (:meth:`~underway.codec.Where.aad`), and opens them with the key their
+    box names. See :mod:`underway.crypto` for the whole design."""
+
+    def __init__(self, keys: DataKeys) -> None:
+        self.keys = keys
+        """The tenants' data keys."""
+
+    def seal(self, raw: bytes, where: Where) -> bytes:
+        """``raw`` sealed under the tenant's active key, bound to ``where``."""
+        key = self.keys.active(where.tenant_id)
+        return seal_box(key.aead, key.key_id, raw, where.aad())
+
+    def open(self, sealed: bytes, where: Where) -> bytes:
+        """The plaintext of ``sealed``, which must have been sealed for ``where``."""
+        key_id = box_key_id(sealed)
+        key = self.keys.get(where.tenant_id, key_id)
+        try:
+            return open_box(key.aead, sealed, where.aad())
+        except (InvalidTag, ValueError):
+            raise IntegrityError(
+                f"{where.what()} ({_ident(where)}) does not open under data key {key_id!r}: "
+                "it was altered, or copied here from another place"
+            ) from None
+
+    def address(self, raw: bytes, where: Where) -> str:
+        """The keyed address of a blob of ``where``'s tenant."""
+        key = self.keys.active(where.tenant_id)
+        return hmac.new(key.address_key, raw, hashlib.sha256).hexdigest()
+
+    def terms(self, tenant_id: str, words: Sequence[str], *, every_key: bool) -> list[str]:
+        """Blind index terms of ``words`` (letters only, so every full-text parser keeps
+        each one whole)."""
+        keys = self.keys.every(tenant_id) if every_key else [self.keys.active(tenant_id)]
+        out = []
+        for key in keys:
+            for word in words:
+                digest = hmac.new(key.index_key, word.encode(), hashlib.sha256).digest()
+                out.append("".join(_TERM_LETTERS[b >> 4] + _TERM_LETTERS[b & 15]
+                                   for b in digest[:_TERM_BYTES]))
+        return out
+
+    def prepare(self, tenant_id: str) -> None:
+        """Read the tenant's active key now if it is not known or may be stale."""
+        self.keys.prepare(tenant_id)
+
+
+def _ident(where: Where) -> str:
+    return ", ".join(f"{v}" for v in where.ident) or "-"
+
+
+class NoKeys:
+    """The sealer of a process given no keys on a database whose payloads are encrypted:
+    every sealed payload reads as unavailable (readers show ``[encrypted]``) and every write
+    of a payload is refused rather than stored in plaintext."""
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+        """What to do about it, said by every error."""
+
+    def seal(self, raw: bytes, where: Where) -> bytes:
+        """Refuse: this process must not write plaintext to an encrypted database."""
+        raise KeyUnavailable(
+            f"refusing to store {where.what()} in plaintext on a database whose payloads "
+            f"are encrypted: {self.why}"
+        )
+
+    def open(self, sealed: bytes, where: Where) -> bytes:
+        """Unavailable: no keys here."""
+        raise KeyUnavailable(f"{where.what()} is encrypted: {self.why}")
+
+    def address(self, raw: bytes, where: Where) -> str:
+        """Refuse, as :meth:`seal`."""
+        return self.seal(raw, where).hex()
+
+    def terms(self, tenant_id: str, words: Sequence[str], *, every_key: bool) -> list[str]:
+        """Unavailable: no keys here."""
+        raise KeyUnavailable(f"the knowledge base of tenant {tenant_id!r} is encrypted: "
+                             f"{self.why}")
+
+    def prepare(self, tenant_id: str) -> None:
+        """Nothing to read."""
+
+
+def encrypt(store: Store, provider: KeyProvider, *, refresh: float = 5.0) -> Envelope:
+    """Turn encryption at rest on for every payload read or written through ``store``
+    (and every engine, client, journal and knowledge base built on it): its codec seals
+    with an :class:`Envelope` over the tenants' data keys, wrapped by ``provider``.
+    ``refresh``: how long a process goes on sealing with a key it knows before it looks
+    for a newer one (a rotation made elsewhere). Returns the envelope."""
+    envelope = Envelope(DataKeys(store, provider, refresh=refresh))
+    store.codec = Codec(threshold=store.codec.threshold, sealer=envelope)
+    return envelope
+
+
+def is_encrypted(store: Store) -> bool:
+    """Whether the database holds data keys (payloads of some tenant are encrypted)."""
+    return bool(store.list_data_keys())
+
+
+def refuse_plaintext(store: Store, why: str) -> bool:
+    """When the database is encrypted and ``store`` was given no keys, make its codec
+    refuse to write plaintext and read sealed payloads as ``[encrypted]`` (``why`` says
+    how to give keys); True when it did."""
+    if store.codec.sealer is not None or not is_encrypted(store):
+        return False
+    store.codec = Codec(threshold=store.codec.threshold, sealer=NoKeys(why))
+    return True

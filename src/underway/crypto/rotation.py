@@ -1,0 +1,156 @@
+"""Key rotation: a KEK rotation re-wraps data keys (cheap); a data-key rotation makes a new
+key the tenant's active one at once and then, in the background, seals again under it every
+stored payload that can change — blobs, checkpoints, unconsumed signals, schedules' input —
+as a run of the built-in flow :data:`ROTATION_FLOW`: journaled (its events say what was done
+and when), resumable by any worker after a crash (each batch is an idempotent call), and
+visible like any run (``underway keys ls``, ``underway runs show``).
+
+Journal events are not sealed again: the hash chain and the anchors outside the database
+cover their stored bytes, so they stay under the key that sealed them, which a rotation
+retires but keeps (re-wrapped under the current KEK) to open them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+from .. import faults
+from ..codec import (
+    Codec,
+    Where,
+    blob_where,
+    box_of,
+    checkpoint_where,
+    is_sealed,
+    schedule_where,
+    signal_where,
+)
+from ..effects import tool
+from ..errors import ConfigurationError
+from ..flow import Flow, Next, RunContext
+from ..store.base import Store
+from ..store.records import SEALED_KINDS, SealedRow
+from ._box import box_key_id
+from .envelope import Envelope
+
+ROTATION_FLOW = "underway.keys.rotate"
+"""The flow whose runs re-seal a tenant's payloads after a data-key rotation."""
+
+BATCH = 200
+"""Rows read and sealed again per call."""
+
+_LINK = b'{"p":"'
+_NODE = 72
+
+
+class RotationInput(BaseModel):
+    """What a rotation run does: seal again under ``key_id`` (the tenant's active key
+    since the rotation began) what ``by`` asked to rotate."""
+
+    key_id: str
+    by: str = "operator"
+    kinds: list[str] = list(SEALED_KINDS)
+
+
+class RotationState(BaseModel):
+    """How far a rotation run has come: the kind of row being swept, the position of the
+    last row done, and how many rows of each kind were sealed again."""
+
+    kind: int = 0
+    after: list[str] = []
+    resealed: dict[str, int] = {}
+
+
+def envelope_of(store: Store) -> Envelope:
+    """The store's :class:`Envelope`; a clear error when encryption is not on for it."""
+    sealer = store.codec.sealer
+    if not isinstance(sealer, Envelope):
+        raise ConfigurationError(
+            "encryption is not on for this store: give it keys first (underway.crypto."
+            "encrypt, [encryption] in underway.toml, or --keyring)"
+        )
+    return sealer
+
+
+def _where(row: SealedRow) -> Where:
+    p = row.position
+    if row.kind == "blob":
+        return blob_where(row.tenant_id, p[0])
+    if row.kind == "checkpoint":
+        return checkpoint_where(row.tenant_id, p[0], int(row.seq or 0))
+    if row.kind == "signal":
+        return signal_where(row.tenant_id, p[1], str(row.name))
+    return schedule_where(row.tenant_id, p[0])
+
+
+def _plain_link(data: bytes) -> bytes:
+    """The link in front of a plaintext chain node (``{"p":"<64 hex>",``), else nothing."""
+    if data[:6] == _LINK and data[70:76] == b'","x":' and all(
+            c in b"0123456789abcdef" for c in data[6:70]):
+        return data[:_NODE]
+    return b""
+
+
+def reseal(
+    store: Store, tenant_id: str, kind: str, *, after: tuple[str, ...] = (),
+    limit: int = BATCH,
+) -> tuple[tuple[str, ...] | None, int]:
+    """Seal again under the tenant's active key one batch of its rows of ``kind`` after
+    ``after`` — sealed under another key, or stored in plaintext before encryption was
+    turned on — and store them where nobody changed them meanwhile. Returns the position
+    to go on after (None: the kind is done) and how many rows were sealed again. Safe to
+    repeat: a row already under the active key is left alone."""
+    envelope = envelope_of(store)
+    codec: Codec = store.codec
+    active = envelope.keys.active(tenant_id)
+    rows = store.sealed_rows(tenant_id, kind, after=after, limit=limit)
+    changed: list[tuple[SealedRow, bytes]] = []
+    for row in rows:
+        where = _where(row)
+        if is_sealed(row.data):
+            box = box_of(row.data)
+            if box_key_id(box) == active.key_id:
+                continue
+            link = row.data[:len(row.data) - len(box)]
+            raw = codec.open(box, where)
+        else:
+            link = _plain_link(row.data) if kind == "blob" else b""
+            raw = codec.open_blob(row.data, row.position[0], tenant_id) if kind == "blob" \
+                else row.data
+        changed.append((row, link + envelope.seal(raw, where)))
+    done = store.replace_sealed(changed) if changed else 0
+    faults.point("reseal.after_batch")
+    return (rows[-1].position if len(rows) == limit else None), done
+
+
+def rotation_flow(store: Store) -> Flow[RotationState, RotationInput]:
+    """The flow of rotation runs on ``store`` (register it with every worker of an
+    encrypted database: ``underway worker`` does)."""
+    flow = Flow(ROTATION_FLOW, state=RotationState, input=RotationInput)
+
+    @tool(name="underway.keys.reseal", idempotent=True, timeout=300.0)
+    def reseal_batch(args: dict[str, Any], call: Any) -> dict[str, Any]:
+        """Seal one batch of a tenant's rows again under its active key."""
+        after, done = reseal(store, call.tenant_id, str(args["kind"]),
+                             after=tuple(args["after"]), limit=int(args["limit"]))
+        return {"after": None if after is None else list(after), "resealed": done}
+
+    @flow.step(start=True)
+    async def sweep(ctx: RunContext[RotationState, RotationInput]) -> Next:
+        kinds = ctx.input.kinds
+        if ctx.state.kind >= len(kinds):
+            return ctx.done({"key_id": ctx.input.key_id, "resealed": ctx.state.resealed})
+        kind = kinds[ctx.state.kind]
+        result = await ctx.call(reseal_batch, {"kind": kind, "after": ctx.state.after,
+                                               "limit": BATCH})
+        ctx.state.resealed[kind] = ctx.state.resealed.get(kind, 0) + int(result["resealed"])
+        if result["after"] is None:
+            ctx.state.kind += 1
+            ctx.state.after = []
+        else:
+            ctx.state.after = list(result["after"])
+        return ctx.goto(sweep)
+
+    return flow
