@@ -94,7 +94,7 @@ def build_history(store: Any, n_events: int) -> str:
                 state, pending, last_hash, blobs
             )
         else:
-            stored = engine.journal.encode(TENANT, pending, last_hash, blobs)
+            stored = engine.journal.encode(TENANT, run_id, pending, last_hash, blobs)
         now = time.time()
         store.append(AppendBatch(
             tenant_id=TENANT, run_id=run_id, expected_seq=pending[0][0] - 1, fence=lease.token,

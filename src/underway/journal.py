@@ -95,19 +95,26 @@ class BlobReader:
 class Journal:
     """Encodes events for a store and folds them back into :class:`RunState`.
 
-    ``codec``: how payloads are encoded, sealed and opened; by default the store's
-    (``store.codec``, read at each use: sealed once encryption is turned on for the store,
-    even after this journal was made)."""
+    ``codec``: how payloads are encoded, sealed and opened; by default one like the
+    store's (``store.codec``: its threshold and sealer, followed at each use, so payloads
+    are sealed once encryption is turned on for the store even after this journal was
+    made), with a blob cache of this journal's own."""
 
     def __init__(self, store: Store, codec: Codec | None = None) -> None:
         self.store = store
         self._codec = codec
+        self._like: tuple[Codec, Codec] | None = None
         self._known: set[tuple[str, str]] = set()
 
     @property
     def codec(self) -> Codec:
         """The codec this journal encodes, seals and opens with."""
-        return self._codec or self.store.codec
+        if self._codec is not None:
+            return self._codec
+        base = self.store.codec
+        if self._like is None or self._like[0] is not base:
+            self._like = (base, Codec(threshold=base.threshold, sealer=base.sealer))
+        return self._like[1]
 
     # -- writing ------------------------------------------------------------------------
     def encode(
@@ -610,6 +617,8 @@ def _broken_blob(
                     stack.append({"$chain": node["p"], "n": 0})
             else:
                 stack.append(node)
+        except KeyUnavailable:
+            pass  # sealed, and no key here: its seal, not this audit, vouches for it
         except (UnderwayError, ValueError, TypeError, KeyError, RecursionError):
             return key
         seen.add(key)

@@ -37,7 +37,7 @@ from underway.approvals import (
 )
 from underway.budgets import tenant_usage
 from underway.cli import app
-from underway.codec import Codec
+from underway.codec import Codec, Where
 from underway.journal import Journal
 from underway.policy import policy_from_dict
 from underway.state import RunState, apply
@@ -129,14 +129,14 @@ class Raw:
             return {k: bytes(d) for k, d in self.q(
                 "SELECT key, data FROM blobs WHERE tenant_id = ? AND key = ?", tenant, keys[0])}
 
-        value = Codec().decode(stored, fetch)
+        value = Codec().decode(stored, fetch, Where("checkpoint", tenant))
         assert isinstance(value, dict)
         return value
 
     def encode(self, tenant: str, content: dict[str, Any]) -> bytes:
         """Stored bytes of ``content``, its large parts written to the blobs table."""
         blobs: dict[str, bytes] = {}
-        stored = Codec().encode(content, blobs)
+        stored = Codec().encode(content, blobs, Where("checkpoint", tenant))
         for key, data in blobs.items():
             self.q("INSERT INTO blobs (tenant_id, key, data) VALUES (?, ?, ?) "
                    "ON CONFLICT DO NOTHING", tenant, key, data)
@@ -635,10 +635,10 @@ def test_a_journal_recorded_before_checkpoints_were_bound_loads_and_verifies(
         lease = store.claim(owner="recorder", now=first["at"], ttl=60, limit=1)[0]
         journal = Journal(store)
         folded = journal.load(tenant, run, use_checkpoint=False)
-        folded_all = journal.decode(tenant, events)
+        folded_all = journal.decode(tenant, run, events)
         for rec in folded_all[1:]:
             apply(folded, rec)
-        old_checkpoint = Codec().encode(folded.to_json(), {})
+        old_checkpoint = Codec().encode(folded.to_json(), {}, Where("checkpoint", tenant))
         store.append(AppendBatch(
             tenant_id=tenant, run_id=run, expected_seq=1, fence=lease.token, events=events[1:],
             now=first["at"], update=RunUpdate("completed", None, None),

@@ -1,10 +1,10 @@
-"""The sealed rows a key rotation seals again, on every backend: blobs, checkpoints,
-unconsumed signals and schedules' input, read in batches in position order and replaced
-only where nobody changed them meanwhile."""
+"""The sealed rows a key rotation seals again, on every backend: blobs, unconsumed signals
+and schedules' input (never checkpoints, which the journal commits to), read in batches in
+position order and replaced only where nobody changed them meanwhile."""
 
 from __future__ import annotations
 
-from builders import batch, create, lease_of
+from builders import create
 
 from underway.store import Store
 from underway.store.base import ScheduleRecord, SealedRow, SignalRecord
@@ -14,7 +14,6 @@ from underway.store.records import SEALED_KINDS
 def _fill(store: Store) -> None:
     create(store, "r1", tenant="acme", blobs={"b" * 64: b"blob-b", "a" * 64: b"blob-a"})
     create(store, "r9", tenant="globex", blobs={"c" * 64: b"other tenant"})
-    store.append(batch(lease_of(store, "r1", tenant="acme"), 1, checkpoint=(2, b"state-2")))
     for sid in ("s2", "s1"):
         store.send_signal(SignalRecord("acme", "r1", sid, "reply", b"payload-" + sid.encode(),
                                        None, 1.0))
@@ -35,9 +34,7 @@ def test_sealed_rows_come_in_batches_in_position_order(store: Store) -> None:
         ("r1", "s2")
     assert [r.data for r in store.sealed_rows("acme", "schedule", after=(), limit=5)] == \
         [b"input"]
-    assert store.sealed_rows("acme", "checkpoint", after=(), limit=5) == [
-        SealedRow("checkpoint", "acme", ("r1",), b"state-2", seq=2)]
-    assert set(SEALED_KINDS) == {"blob", "checkpoint", "signal", "schedule"}
+    assert set(SEALED_KINDS) == {"blob", "signal", "schedule"}
 
 
 def test_replacing_sealed_rows_skips_rows_changed_meanwhile(store: Store) -> None:
@@ -45,13 +42,10 @@ def test_replacing_sealed_rows_skips_rows_changed_meanwhile(store: Store) -> Non
     blobs = store.sealed_rows("acme", "blob", after=(), limit=10)
     signals = store.sealed_rows("acme", "signal", after=(), limit=10)
     schedule = store.sealed_rows("acme", "schedule", after=(), limit=10)[0]
-    checkpoint = store.sealed_rows("acme", "checkpoint", after=(), limit=10)[0]
     stale = SealedRow("signal", "acme", ("r1", "s1"), b"not what is stored", name="reply")
     done = store.replace_sealed([(blobs[0], b"new-a"), (signals[1], b"new-s2"),
-                                 (schedule, b"new-input"), (checkpoint, b"state-2 again"),
-                                 (stale, b"lost")])
-    assert done == 4
-    assert store.load_checkpoint("acme", "r1") == (2, b"state-2 again")
+                                 (schedule, b"new-input"), (stale, b"lost")])
+    assert done == 3
     assert store.get_blobs("acme", ["a" * 64, "b" * 64]) == {"a" * 64: b"new-a",
                                                             "b" * 64: b"blob-b"}
     assert {s.signal_id: s.payload for s in store.pending_signals("acme", "r1")} == {

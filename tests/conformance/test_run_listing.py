@@ -65,7 +65,8 @@ def updated(store: Store, run_id: str, at: float) -> None:
     assert row is not None
     blobs: dict[str, bytes] = {}
     events = Journal(store).encode(
-        "default", [(row.last_seq + 1, at, ev.StepStarted(step="a"))], row.last_hash, blobs
+        "default", run_id, [(row.last_seq + 1, at, ev.StepStarted(step="a"))], row.last_hash,
+        blobs,
     )
     store.append(AppendBatch(
         tenant_id="default", run_id=run_id, expected_seq=row.last_seq, fence=lease.token,

@@ -32,7 +32,6 @@ from ._common import (
     Problem,
     TenantOption,
     handle_errors,
-    key_provider,
     open_store,
 )
 
@@ -163,15 +162,15 @@ def rotate(
 ) -> None:
     """Rotate a tenant's keys: re-wrap its data keys under the current key-encryption key,
     make a new data key the one new payloads are sealed with (at once), and seal again
-    under it every stored payload that can change — blobs, checkpoints, waiting signals,
+    under it the stored payloads the journal does not commit to — blobs, waiting signals,
     schedules' input — as a journaled rotation run that resumes where it stopped after a
-    crash (run this again, or let a worker carry it on). Journal events stay under the
-    key that sealed them (the hash chain covers their bytes); retired keys are kept to
-    open them."""
+    crash (run this again, or let a worker carry it on). Journal events and checkpoints
+    stay under the key that sealed them (the hash chain covers their bytes); retired keys
+    are kept to open them."""
     with open_store(ctx, db, keyring=keyring, need_keys=True) as store:
         envelope = envelope_of(store)
         if new_kek_:
-            provider = key_provider(ctx, None, keyring)
+            provider = envelope.keys.provider
             if not isinstance(provider, KeyringFile):
                 raise Problem("--new-kek adds a key to a keyring file: give --keyring FILE "
                               "(for another provider, make its new key current there)")

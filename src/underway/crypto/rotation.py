@@ -1,13 +1,16 @@
 """Key rotation: a KEK rotation re-wraps data keys (cheap); a data-key rotation makes a new
 key the tenant's active one at once and then, in the background, seals again under it every
-stored payload that can change — blobs, checkpoints, unconsumed signals, schedules' input —
-as a run of the built-in flow :data:`ROTATION_FLOW`: journaled (its events say what was done
-and when), resumable by any worker after a crash (each batch is an idempotent call), and
-visible like any run (``underway keys ls``, ``underway runs show``).
+stored payload the journal does not commit to — blobs (the bulk: conversations, documents),
+unconsumed signals, schedules' input — as a run of the built-in flow :data:`ROTATION_FLOW`:
+journaled (its events say what was done and when), resumable by any worker after a crash
+(each batch is an idempotent call), and visible like any run (``underway keys ls``,
+``underway runs show``).
 
-Journal events are not sealed again: the hash chain and the anchors outside the database
-cover their stored bytes, so they stay under the key that sealed them, which a rotation
-retires but keeps (re-wrapped under the current KEK) to open them.
+Journal events and checkpoints are not sealed again: the hash chain and the anchors outside
+the database cover events' stored bytes, and the event that commits a checkpoint commits to
+its stored bytes. They stay under the key that sealed them, which a rotation retires but
+keeps (re-wrapped under the current KEK) to open them; a run's next checkpoint is sealed
+under the new key.
 """
 
 from __future__ import annotations
@@ -22,7 +25,6 @@ from ..codec import (
     Where,
     blob_where,
     box_of,
-    checkpoint_where,
     is_sealed,
     schedule_where,
     signal_where,
@@ -78,8 +80,6 @@ def _where(row: SealedRow) -> Where:
     p = row.position
     if row.kind == "blob":
         return blob_where(row.tenant_id, p[0])
-    if row.kind == "checkpoint":
-        return checkpoint_where(row.tenant_id, p[0], int(row.seq or 0))
     if row.kind == "signal":
         return signal_where(row.tenant_id, p[1], str(row.name))
     return schedule_where(row.tenant_id, p[0])

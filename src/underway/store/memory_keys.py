@@ -12,11 +12,10 @@ from .records import SEALED_KINDS, DataKeyRecord, ScheduleRecord, SealedRow, Sig
 
 
 class MemoryKeys:
-    """Data keys, and the blobs, checkpoints, signals and schedules of the memory store
-    seen as sealed rows."""
+    """Data keys, and the blobs, signals and schedules of the memory store seen as sealed
+    rows."""
 
     _lock: threading.RLock
-    _checkpoints: dict[tuple[str, str], tuple[int, bytes]]
     _blobs: dict[tuple[str, str], bytes]
     _signals: dict[tuple[str, str], dict[str, tuple[SignalRecord, bool]]]
     _schedules: dict[tuple[str, str], ScheduleRecord]
@@ -93,9 +92,6 @@ class MemoryKeys:
             if kind == "blob":
                 rows = [SealedRow(kind, t, (k,), v) for (t, k), v in self._blobs.items()
                         if t == tenant_id]
-            elif kind == "checkpoint":
-                rows = [SealedRow(kind, t, (r,), v[1], seq=v[0])
-                        for (t, r), v in self._checkpoints.items() if t == tenant_id]
             elif kind == "signal":
                 rows = [SealedRow(kind, t, (r, sid), s.payload, name=s.name)
                         for (t, r), inbox in self._signals.items() if t == tenant_id
@@ -117,9 +113,6 @@ class MemoryKeys:
                 t, p = row.tenant_id, row.position
                 if row.kind == "blob" and self._blobs.get((t, p[0])) == row.data:
                     self._blobs[(t, p[0])] = new
-                elif row.kind == "checkpoint" and \
-                        self._checkpoints.get((t, p[0])) == (row.seq, row.data):
-                    self._checkpoints[(t, p[0])] = (row.seq or 0, new)
                 elif row.kind == "signal":
                     inbox = self._signals.get((t, p[0]), {})
                     found = inbox.get(p[1])

@@ -304,21 +304,20 @@ class DataKeyRecord:
             )
 
 
-SEALED_KINDS = ("blob", "checkpoint", "signal", "schedule")
-"""The rows whose sealed payloads a key rotation seals again under the new key (events
-are not among them: the hash chain and the anchors cover their stored bytes)."""
+SEALED_KINDS = ("blob", "signal", "schedule")
+"""The rows whose sealed payloads a key rotation seals again under the new key. Events and
+checkpoints are not among them: the hash chain and the anchors cover events' stored bytes,
+and each event that commits a checkpoint commits to its stored bytes' digest."""
 
 
 @dataclass(frozen=True, slots=True)
 class SealedRow:
     """One stored payload a rotation may seal again: a ``blob`` (``position`` its
-    address), a ``checkpoint`` (its run, with ``seq``), an unconsumed ``signal`` (its run
-    and signal id, with ``name``) or a ``schedule`` (its name). ``data`` is the payload as
-    stored when read."""
+    address), an unconsumed ``signal`` (its run and signal id, with ``name``) or a
+    ``schedule`` (its name). ``data`` is the payload as stored when read."""
 
     kind: str
     tenant_id: str
     position: tuple[str, ...]
     data: bytes
-    seq: int | None = None
     name: str | None = None

@@ -1,6 +1,6 @@
 """The reseal role: the stored payloads a key rotation seals again under a tenant's new data
-key — blobs, checkpoints, unconsumed signals and schedules' input — read in batches in a
-stable order and replaced only where nobody changed them meanwhile."""
+key — blobs, unconsumed signals and schedules' input — read in batches in a stable order and
+replaced only where nobody changed them meanwhile."""
 
 from __future__ import annotations
 

@@ -11,6 +11,7 @@ from pydantic import BaseModel
 
 from underway import Engine, Flow, ManualClock, RunContext, Runner, connect, tool
 from underway.budgets import TenantUsage, Usage, tenant_usage
+from underway.codec import checkpoint_where
 from underway.effects import Tool
 from underway.flow import Next
 from underway.state import RunState
@@ -122,7 +123,8 @@ def checkpointed_calls(store: Store, eng: Engine, tenant: str) -> list[str]:
     for row in store.list_runs(tenant):
         ckpt = store.load_checkpoint(tenant, row.run_id)
         if ckpt is not None:
-            data = eng.journal.codec.decode(ckpt[1], lambda keys: store.get_blobs(tenant, keys))
+            data = eng.journal.codec.decode(ckpt[1], lambda keys: store.get_blobs(tenant, keys),
+                                            checkpoint_where(tenant, row.run_id, ckpt[0]))
             found.extend(c.status for c in RunState.from_json(data).calls)
     return found
 

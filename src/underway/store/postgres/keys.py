@@ -76,9 +76,6 @@ class Keys(Connection):
         if kind == "blob":
             return [SealedRow(kind, tenant_id, (r[0],), bytes(r[1]))
                     for r in self._all("sealed_blob_rows", **params)]
-        if kind == "checkpoint":
-            return [SealedRow(kind, tenant_id, (r[0],), bytes(r[2]), seq=int(r[1]))
-                    for r in self._all("sealed_checkpoint_rows", **params)]
         if kind == "signal":
             return [SealedRow(kind, tenant_id, (r[0], r[1]), bytes(r[3]), name=r[2])
                     for r in self._all("sealed_signal_rows", **params)]
@@ -100,7 +97,7 @@ class Keys(Connection):
                 done += conn.execute(_Q[name], {
                     "tenant_id": row.tenant_id, "first": row.position[0],
                     "second": row.position[1] if len(row.position) > 1 else "",
-                    "seq": row.seq, "old": row.data, "new": new,
+                    "old": row.data, "new": new,
                 }).rowcount
         return done
 

@@ -737,11 +737,6 @@ SELECT key, data FROM blobs
  WHERE tenant_id = %(tenant_id)s AND key COLLATE "C" > %(first)s
  ORDER BY key COLLATE "C" LIMIT %(limit)s
 
--- name: sealed_checkpoint_rows
-SELECT run_id, seq, state FROM checkpoints
- WHERE tenant_id = %(tenant_id)s AND run_id COLLATE "C" > %(first)s
- ORDER BY run_id COLLATE "C" LIMIT %(limit)s
-
 -- name: sealed_signal_rows
 SELECT run_id, signal_id, name, payload FROM signals
  WHERE tenant_id = %(tenant_id)s AND NOT consumed
@@ -756,10 +751,6 @@ SELECT name, input FROM schedules
 -- name: reseal_blob
 UPDATE blobs SET data = %(new)s
  WHERE tenant_id = %(tenant_id)s AND key = %(first)s AND data = %(old)s
-
--- name: reseal_checkpoint
-UPDATE checkpoints SET state = %(new)s
- WHERE tenant_id = %(tenant_id)s AND run_id = %(first)s AND seq = %(seq)s AND state = %(old)s
 
 -- name: reseal_signal
 UPDATE signals SET payload = %(new)s

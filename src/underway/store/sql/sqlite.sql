@@ -582,10 +582,6 @@ UPDATE data_keys SET wrapped = X'', state = 'destroyed'
 -- name: sealed_blob_rows
 SELECT key, data FROM blobs WHERE tenant_id = ? AND key > ? ORDER BY key LIMIT ?
 
--- name: sealed_checkpoint_rows
-SELECT run_id, seq, state FROM checkpoints WHERE tenant_id = ? AND run_id > ?
- ORDER BY run_id LIMIT ?
-
 -- name: sealed_signal_rows
 SELECT run_id, signal_id, name, payload FROM signals
  WHERE tenant_id = ? AND consumed = 0 AND (run_id, signal_id) > (?, ?)
@@ -596,9 +592,6 @@ SELECT name, input FROM schedules WHERE tenant_id = ? AND name > ? ORDER BY name
 
 -- name: reseal_blob
 UPDATE blobs SET data = ? WHERE tenant_id = ? AND key = ? AND data = ?
-
--- name: reseal_checkpoint
-UPDATE checkpoints SET state = ? WHERE tenant_id = ? AND run_id = ? AND seq = ? AND state = ?
 
 -- name: reseal_signal
 UPDATE signals SET payload = ?

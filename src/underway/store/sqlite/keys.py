@@ -72,9 +72,6 @@ class Keys(Connection):
         if kind == "blob":
             return [SealedRow(kind, tenant_id, (r[0],), _bytes(r[1])) for r in
                     self._query("sealed_blob_rows", tenant_id, first, limit)]
-        if kind == "checkpoint":
-            return [SealedRow(kind, tenant_id, (r[0],), _bytes(r[2]), seq=int(r[1])) for r in
-                    self._query("sealed_checkpoint_rows", tenant_id, first, limit)]
         if kind == "signal":
             second = after[1] if len(after) > 1 else ""
             return [SealedRow(kind, tenant_id, (r[0], r[1]), _bytes(r[3]), name=r[2]) for r in
@@ -100,8 +97,6 @@ def _replace(c: sqlite3.Connection, row: SealedRow, new: bytes) -> int:
     params: tuple[Any, ...]
     if row.kind == "blob":
         name, params = "reseal_blob", (new, t, p[0], row.data)
-    elif row.kind == "checkpoint":
-        name, params = "reseal_checkpoint", (new, t, p[0], row.seq, row.data)
     elif row.kind == "signal":
         name, params = "reseal_signal", (new, t, p[0], p[1], row.data)
     elif row.kind == "schedule":
