@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 import agent
 import console
+import encryption
 import guard
 import imports
 import listing
@@ -78,6 +79,10 @@ GROUPS: dict[str, list[tuple[str, Callable[[], list[Figure]]]]] = {
         ("PostgreSQL console run page", console.bench_postgres),
     ],
     "startup": [("underway serve start-up", service.bench_startup)],
+    "encryption": [
+        ("SQLite encryption at rest", encryption.bench_sqlite),
+        ("PostgreSQL encryption at rest", encryption.bench_postgres),
+    ],
 }
 
 

@@ -28,7 +28,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from ..errors import KeyUnavailable
+from ..errors import IntegrityError, KeyUnavailable
 from ..events import canonical_json
 from ..store.keys import KeyStore
 from ..store.records import DataKeyRecord
@@ -133,14 +133,18 @@ class DataKeys:
 
     # -- opening ------------------------------------------------------------------------
     def get(self, tenant_id: str, key_id: str) -> DataKey:
-        """The tenant's key ``key_id``; :class:`~underway.errors.KeyUnavailable` when it
-        does not exist, was destroyed, or the provider cannot unwrap it."""
+        """The tenant's key ``key_id``; :class:`~underway.errors.KeyUnavailable` when it was
+        destroyed or the provider cannot unwrap it, :class:`~underway.errors.IntegrityError`
+        when the tenant never had it (a key's row outlives its destruction, so a payload
+        naming an unknown key was made elsewhere: another tenant's, or forged)."""
         found = self._keys.get((tenant_id, key_id))
         if found is not None:
             return found
         rec = self.store.get_data_key(tenant_id, key_id)
         if rec is None:
-            raise KeyUnavailable(f"tenant {tenant_id!r} has no data key {key_id!r}")
+            raise IntegrityError(
+                f"a payload of tenant {tenant_id!r} names data key {key_id!r}, which the tenant "
+                "never had: it was copied here from another tenant, or forged")
         return self._open(rec)
 
     def every(self, tenant_id: str) -> list[DataKey]:

@@ -15,7 +15,7 @@ from ..approvals import ApprovalCheck, SignedDecision, verify_decision
 from ..codec import signal_where
 from ..control import CANCEL, RESOLVE, RESUME, resolution_of, resumption_of
 from ..control import CHILD as CHILD_SIGNAL
-from ..errors import UnderwayError
+from ..errors import IntegrityError, KeyUnavailable, UnderwayError
 from ..events import JSON
 from ..state import (
     ANSWER_SIGNAL,
@@ -34,8 +34,9 @@ if TYPE_CHECKING:
 
 
 OpenedSignal = tuple[SignalRecord, JSON | UnderwayError]
-"""A signal of the inbox with its payload opened — or why it cannot be (its key was
-destroyed, or it does not open under it: altered or moved)."""
+"""A signal of the inbox with its payload opened — or why it cannot be: its key is not here
+(:class:`~underway.errors.KeyUnavailable`: destroyed), or it is not what was stored
+(:class:`~underway.errors.IntegrityError`: altered, moved, not JSON)."""
 
 
 def pending_signals(store: Store, tenant_id: str, run_id: str) -> list[OpenedSignal]:
@@ -49,7 +50,8 @@ def pending_signals(store: Store, tenant_id: str, run_id: str) -> list[OpenedSig
         except UnderwayError as exc:
             out.append((sig, exc))
         except ValueError as exc:
-            out.append((sig, UnderwayError(f"payload is not JSON ({exc})")))
+            out.append((sig, IntegrityError(
+                f"signal {sig.signal_id!r} of run {run_id}: its payload is not JSON ({exc})")))
     return out
 
 
@@ -63,14 +65,18 @@ async def read_inbox(
     for sig, payload in signals:
         if s.final:
             break
-        if isinstance(payload, UnderwayError):
-            # Never a poison loop: the signal is consumed and why it was not read journaled.
+        if isinstance(payload, KeyUnavailable):
+            # Its key was destroyed (its subject erased): consumed, and why journaled.
             act.consumed.append(sig.signal_id)
             act.buffer(ev.SignalIgnored(
                 signal=sig.name, signal_id=sig.signal_id,
-                reason=f"its payload cannot be read here: {payload}",
+                reason=f"its payload cannot be opened: {payload}",
             ))
             continue
+        if isinstance(payload, UnderwayError):
+            # Not what was stored: the activation fails (and backs off, then the run stops
+            # dead, the reason journaled) rather than act on it.
+            raise payload
         if sig.name == CANCEL:
             act.consumed.append(sig.signal_id)
             act.buffer(ev.RunCancelled(by=str(payload.get("by", "unknown")),

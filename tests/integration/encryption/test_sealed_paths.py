@@ -22,7 +22,7 @@ import underway as uw
 from fakes.console_browser import sign_in
 from fakes.service_world import World
 from underway.cli import app
-from underway.crypto import KeyringFile, encrypt, refuse_plaintext
+from underway.crypto import Envelope, KeyringFile, encrypt, refuse_plaintext
 from underway.errors import IntegrityError, KeyUnavailable
 from underway.events import canonical_json, chain_hash, genesis_hash
 from underway.store import Store, connect
@@ -63,12 +63,13 @@ def sealed_store(url: str, keyring: Path) -> Store:
     return store
 
 
-def one_run(store: Store, *, signal: bool = True) -> tuple[uw.Engine, str]:
+def one_run(store: Store, *, signal: bool = True,
+            tenant: str = "acme") -> tuple[uw.Engine, str]:
     engine = uw.Engine(store, flows=[notes])
-    run_id, _ = engine.start(notes, tenant_id="acme")
+    run_id, _ = engine.start(notes, tenant_id=tenant)
     asyncio.run(uw.Runner(engine).run_until_idle())
     if signal:
-        engine.signal(run_id, "more", {"id": SECRET}, tenant_id="acme")
+        engine.signal(run_id, "more", {"id": SECRET}, tenant_id=tenant)
         asyncio.run(uw.Runner(engine).run_until_idle())
     return engine, run_id
 
@@ -144,25 +145,38 @@ def test_a_blob_moved_to_another_address_or_a_signal_to_another_id_is_refused(
     url = f"sqlite:///{path}"
     store = sealed_store(url, keyring)
     engine, run = one_run(store, signal=False)
-    # Two signals wait; the second's sealed payload is copied over the first's.
+    # A signal sealed under a key destroyed since (the tenant's keys rotated, the new one
+    # destroyed): consumed, and why journaled, never a poison loop.
+    envelope = store.codec.sealer
+    assert isinstance(envelope, Envelope)
+    doomed = envelope.keys.rotate("acme")
+    engine.signal(run, "more", {"n": 0}, tenant_id="acme", signal_id="s0")
+    store.destroy_data_key("acme", doomed.key_id)
+    envelope.keys.forget()
+    asyncio.run(uw.Runner(engine).run_until_idle())
+    history = [r.event for r in engine.journal.history("acme", run)]
+    ignored = [e for e in history if isinstance(e, uw.events.SignalIgnored)]
+    assert [e.signal_id for e in ignored] == ["s0"] and "destroyed" in ignored[0].reason
+    # Two signals wait; the second's sealed payload is copied over the first's: the
+    # activation refuses to act on it (and, failing, the run backs off and stops dead).
     engine.signal(run, "more", {"n": 1}, tenant_id="acme", signal_id="s1")
     engine.signal(run, "more", {"n": 2}, tenant_id="acme", signal_id="s2")
     second = sql(path, "SELECT payload FROM signals WHERE signal_id = 's2'")[0][0]
     sql(path, "UPDATE signals SET payload = ? WHERE signal_id = 's1'", second)
-    asyncio.run(uw.Runner(engine).run_until_idle())
-    history = [r.event for r in engine.journal.history("acme", run)]
-    ignored = [e for e in history if isinstance(e, uw.events.SignalIgnored)]
-    assert [e.signal_id for e in ignored] == ["s1"]
-    assert "does not open under data key" in ignored[0].reason
-    received = [e for e in history if isinstance(e, uw.events.SignalReceived)]
-    assert [e.payload for e in received] == [{"n": 2}]
+    with pytest.raises(IntegrityError, match="does not open under data key"):
+        asyncio.run(uw.Runner(engine).run_until_idle())
+    received = [r.event for r in engine.journal.history("acme", run)
+                if isinstance(r.event, uw.events.SignalReceived)]
+    assert received == []
     # A blob's bytes put at another blob's address: the read fails, naming the blob.
-    blobs = sql(path, "SELECT key, data FROM blobs ORDER BY key")
-    assert len(blobs) >= 2
-    for (key, _), (_, data) in zip(blobs, blobs[1:] + blobs[:1], strict=True):
-        sql(path, "UPDATE blobs SET data = ? WHERE key = ?", data, key)  # each its neighbour's
+    # The same content in another tenant: sealed under its key, at its own address. Its
+    # bytes put at this tenant's address do not open there.
+    one_run(store, signal=False, tenant="globex")
+    [(key,)] = sql(path, "SELECT key FROM blobs WHERE tenant_id = 'acme'")
+    [(other,)] = sql(path, "SELECT data FROM blobs WHERE tenant_id = 'globex'")
+    sql(path, "UPDATE blobs SET data = ? WHERE tenant_id = 'acme' AND key = ?", other, key)
     fresh = sealed_store(url, keyring)
-    with pytest.raises(IntegrityError, match=r"a blob of tenant 'acme' .* does not open"):
+    with pytest.raises(IntegrityError, match="copied here from another tenant"):
         uw.Client(fresh).history(run, tenant_id="acme")
     assert not uw.Client(fresh).verify(run, tenant_id="acme").ok
 
