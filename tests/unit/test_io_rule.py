@@ -5,8 +5,9 @@ through every path that reaches the store from async code — a run from start t
 with tools, a circuit, a child run, an approval, a signal wait and wake, a budgeted
 tenant whose usage is read, a policy matching on the tenant's counters, a crash taken
 over once the lease expired, a dead-lettering, schedules, the runner, and a worker's claim
-loop and hand-backs — on SQLite and on PostgreSQL. None of those calls may be made on
-the loop. The in-memory store, which does no I/O, is the one store called inline.
+loop and hand-backs — on SQLite (plain, and with every payload encrypted: the tenants'
+data keys are read through the store too) and on PostgreSQL. None of those calls may be
+made on the loop. The in-memory store, which does no I/O, is the one store called inline.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import BaseModel
 
 import underway as uw
+from fakes.keys import encrypted
 from underway.approvals import ApproverRecord, public_key_of, sign_decision
 from underway.clock import ManualClock
 from underway.policy import policy_from_dict
@@ -70,12 +72,16 @@ class Watched:
         return watched
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", "postgres", "sqlite-encrypted"])
 def watched(request: pytest.FixtureRequest) -> Iterator[Watched]:
-    url = request.getfixturevalue("sqlite_url" if request.param == "sqlite" else "pg_url")
+    url = request.getfixturevalue("pg_url" if request.param == "postgres" else "sqlite_url")
     store = uw.connect(url)
     try:
-        yield Watched(store)
+        found = Watched(store)
+        if request.param.endswith("encrypted"):
+            # Every payload sealed: the tenants' data keys are read through the watch too.
+            encrypted(found)  # type: ignore[arg-type]
+        yield found
     finally:
         store.close()
 

@@ -29,6 +29,7 @@ from examples.collections_agent.scenario import Crash, Resumption, Scenario  # n
 import underway as uw  # noqa: E402
 from underway import events as ev  # noqa: E402
 from underway.apikeys import authenticate  # noqa: E402
+from underway.crypto import KeyringFile, encrypt  # noqa: E402
 from underway.errors import ConfigurationError  # noqa: E402
 from underway.state import request_id_for  # noqa: E402
 from underway.store import connect  # noqa: E402
@@ -139,14 +140,20 @@ def test_demo_exits_zero_and_ends_by_saying_how_to_open_the_console(tmp_path: Pa
     )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
 
-    # The last section: the command serving the console on the demo's journal, a key that
-    # signs in to the demo's tenant as admin, the URL, and a real run that waited for a
-    # signed approval.
+    # The journal is encrypted: no customer's name or address is in the database file in
+    # plaintext, and without the keyring `runs show` reads [encrypted].
     out = done.stdout
+    assert "found in plaintext in the database file and its WAL: 0" in out
+    assert re.search(r"without the keyring: [1-9]\d* lines read \[encrypted\]", out)
+
+    # The last section: the command serving the console on the demo's journal (with the
+    # keyring that opens it), a key that signs in to the demo's tenant as admin, the URL,
+    # and a real run that waited for a signed approval.
     console = out[out.index("[7] the console"):]
     db = f"sqlite:///{data.resolve() / 'underway.db'}"
-    serve = re.search(r"\$ (\S+) serve --db (\S+)\n", console)
-    assert serve is not None and serve.group(2) == db
+    keyring = data.resolve() / "keyring.json"
+    serve = re.search(r"\$ (\S+) serve --db (\S+) --keyring (\S+)\n", console)
+    assert serve is not None and serve.group(2) == db and serve.group(3) == str(keyring)
     assert Path(serve.group(1)).name == "underway"
     assert "http://127.0.0.1:8420/" in console
     token = re.search(r"\b(uwk_\S+)", console)
@@ -154,6 +161,7 @@ def test_demo_exits_zero_and_ends_by_saying_how_to_open_the_console(tmp_path: Pa
     assert token is not None and run is not None
     assert "runs table" in console and "approvals inbox" in console
     store = connect(db)
+    encrypt(store, KeyringFile(keyring))
     try:
         key = authenticate(store, token.group(1))
         assert key is not None and (key.tenant_id, key.role) == ("default", "admin")
