@@ -22,7 +22,8 @@ sealed payload met without a sealer raises :class:`~underway.errors.KeyUnavailab
 readers show as ``[encrypted]``. The stored forms:
 
 * an event keeps its envelope readable (type, version, seq, time, the checkpoint digest it
-  commits to) and seals its ``data``: ``"data": {"$sealed": "<base64 of the sealed box>"}``;
+  commits to) and seals its ``data``: the canonical JSON of the envelope without ``data``,
+  a NUL byte (which no JSON text holds), then the sealed box of the data;
 * a blob is the sealed box, addressed by a keyed hash (:meth:`Sealer.address`) instead of
   SHA-256 so that equal contents of two tenants get unrelated addresses; a chain node keeps
   the address of the node before it in front of the box (``{"p":"<address>",``), the link
@@ -42,8 +43,7 @@ import json
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from .errors import IntegrityError, KeyUnavailable, UnderwayError
 from .events import JSON, canonical_json
@@ -54,16 +54,13 @@ DEFAULT_BLOB_THRESHOLD = 1024
 SEALED_VERSION = 1
 """The first byte of every sealed box (the format's version; no JSON text starts with it)."""
 
-SEALED_KEY = "$sealed"
-"""The key of an event's sealed ``data``: ``{"$sealed": "<base64 of the box>"}``."""
-
 ENCRYPTED = "[encrypted]"
 """What readers show in place of a payload they cannot open."""
 
 SEALED_TEXT = "sealed:v1:"
 """How a sealed text column's value begins (the base64 of the sealed box follows)."""
 
-_REF_KEYS = frozenset({"$blob", "$chain", "$lit", SEALED_KEY})
+_REF_KEYS = frozenset({"$blob", "$chain", "$lit"})
 _LINK = b'{"p":"'
 _LINK_LEN = len(_LINK) + 64 + 2
 """A chain node's link in front of its box: ``{"p":"<64 hex>",``."""
@@ -73,8 +70,7 @@ BlobFetcher = Callable[[list[str]], Mapping[str, bytes]]
 """Fetches blob bytes by address; missing addresses are simply absent from the result."""
 
 
-@dataclass(frozen=True, slots=True)
-class Where:
+class Where(NamedTuple):
     """What a stored payload is and where it lives: the identity its ciphertext is bound
     to (the associated data of the seal), so sealed bytes copied to another row, run,
     seq or tenant fail to open.
@@ -95,8 +91,12 @@ class Where:
         return f"{article} {self.kind.replace('_', ' ')} of tenant {self.tenant_id!r}"
 
     def aad(self) -> bytes:
-        """The associated data a seal of this payload is bound to."""
-        return canonical_json(["underway", self.kind, self.tenant_id, *self.ident])
+        """The associated data a seal of this payload is bound to: each part of the
+        identity as a netstring (``<length>:<text>,``; an integer as ``#<digits>``), so no
+        two identities encode alike."""
+        parts = [f"{len(p)}:{p}," if isinstance(p, str) else f"#{p}," for p in self.ident]
+        return (f"underway/1:{len(self.kind)}:{self.kind},{len(self.tenant_id)}:"
+                f"{self.tenant_id}," + "".join(parts)).encode()
 
 
 def event_where(tenant_id: str, run_id: str, seq: int, event_type: str) -> Where:
@@ -185,14 +185,13 @@ def box_of(stored: bytes) -> bytes:
     return stored[_LINK_LEN:] if stored[:6] == _LINK else stored
 
 
-def sealed_data(env: JSON) -> str | None:
-    """The base64 box of an event envelope whose data is sealed (None: not sealed)."""
-    data = env.get("data") if isinstance(env, dict) else None
-    if isinstance(data, dict) and len(data) == 1:
-        box = data.get(SEALED_KEY)
-        if isinstance(box, str):
-            return box
-    return None
+def split_event(stored: bytes) -> tuple[JSON, bytes | None]:
+    """A stored event's envelope as stored (parsed JSON; without ``data`` when that is
+    sealed) and its sealed box (None: not sealed). Readable without keys."""
+    cut = stored.find(b"\x00")
+    if cut < 0:
+        return json.loads(stored), None
+    return json.loads(stored[:cut].decode()), stored[cut + 1:]
 
 
 class Codec:
@@ -283,10 +282,9 @@ class Codec:
             return raw
         data = canonical_json(env["data"])
         if len(data) > self.threshold or b'"$' in data:
-            env["data"] = self.externalize(env["data"], blobs, where)
-            data = canonical_json(env["data"])
-        box = base64.b64encode(self.sealer.seal(data, where)).decode("ascii")
-        return canonical_json({**env, "data": {SEALED_KEY: box}})
+            data = canonical_json(self.externalize(env["data"], blobs, where))
+        header = canonical_json({k: v for k, v in env.items() if k != "data"})
+        return header + b"\x00" + self.sealer.seal(data, where)
 
     def externalize(self, value: JSON, blobs: dict[str, bytes], where: Where) -> JSON:
         """``value`` with large parts replaced by references to ``blobs`` (addressed and
@@ -372,18 +370,18 @@ class Codec:
     def decode_event(self, stored: bytes, fetch: BlobFetcher, where: Where) -> JSON:
         """An event's envelope from its stored bytes at ``where``: data opened when sealed,
         blobs resolved."""
-        env = json.loads(stored)
-        if isinstance(env, dict) and sealed_data(env) is not None:
-            env["data"] = self.event_data(env, where)
+        env, box = split_event(stored)
+        if box is not None and isinstance(env, dict):
+            env["data"] = self.open_json(box, where)
         return self._internalize(env, fetch, where.tenant_id)
 
-    def event_data(self, env: dict[str, JSON], where: Where) -> JSON:
-        """An event envelope's ``data`` as written (blob references unresolved), opened
-        when it is sealed."""
-        box = sealed_data(env)
-        if box is None:
-            return env.get("data")
-        return self.open_json(_unbase64(box, where), where)
+    def event_data(self, stored: bytes, where: Where) -> JSON:
+        """A stored event's ``data`` as written (blob references unresolved), opened when
+        it is sealed."""
+        env, box = split_event(stored)
+        if box is not None:
+            return self.open_json(box, where)
+        return env.get("data") if isinstance(env, dict) else None
 
     def _internalize(self, value: JSON, fetch: BlobFetcher, tenant_id: str) -> JSON:
         if isinstance(value, dict):

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import cast
 
 from . import checkpoint
-from .codec import ENCRYPTED, Codec, checkpoint_where, event_where
+from .codec import ENCRYPTED, Codec, checkpoint_where, event_where, split_event
 from .errors import (
     ConfigurationError,
     IntegrityError,
@@ -500,11 +500,11 @@ class Journal:
             envelopes += parsed
         else:
             return found
-        for s, env in zip(stored, envelopes, strict=True):
+        for s in stored:
             if s.type == "CheckpointRefused":
                 try:
-                    data = self.codec.event_data(env, event_where(tenant_id, run_id, s.seq,
-                                                                  s.type))
+                    data = self.codec.event_data(s.payload, event_where(tenant_id, run_id,
+                                                                        s.seq, s.type))
                 except Exception:
                     data = {"checkpoint_seq": "?", "reason": ENCRYPTED}
                 data = data if isinstance(data, dict) else {}
@@ -521,7 +521,7 @@ class Journal:
         out: list[JSON] = []
         for s in stored:
             try:
-                out.append(json.loads(s.payload))
+                out.append(split_event(s.payload)[0])
             except Exception:
                 return None
         return out
@@ -535,7 +535,7 @@ class Journal:
         run) and the blobs it refers to are checked; without the key only the envelope
         is checked."""
         try:
-            env = json.loads(s.payload)
+            env = split_event(s.payload)[0]
         except (ValueError, RecursionError):
             return "payload is not valid JSON"
         if not isinstance(env, dict):
@@ -548,7 +548,8 @@ class Journal:
             return self.codec.open_blob(stored, key, tenant)
 
         try:
-            data = self.codec.event_data(env, event_where(tenant_id, run_id, s.seq, s.type))
+            data = self.codec.event_data(s.payload,
+                                         event_where(tenant_id, run_id, s.seq, s.type))
         except KeyUnavailable:
             return None  # without the key, the chain is all that can be checked
         except Exception as exc:
@@ -564,7 +565,7 @@ def _time_of(s: StoredEvent) -> float:
     """The time in a stored event's envelope (readable whether or not its data is sealed;
     0 when the envelope cannot be read)."""
     try:
-        at = json.loads(s.payload).get("at")
+        at = split_event(s.payload)[0].get("at")
     except (ValueError, AttributeError, RecursionError):
         return 0.0
     return float(at) if isinstance(at, int | float) else 0.0

@@ -147,6 +147,10 @@ class DataKeys:
                 "never had: it was copied here from another tenant, or forged")
         return self._open(rec)
 
+    def known(self, tenant_id: str, key_id: str) -> DataKey | None:
+        """The tenant's key ``key_id`` if this process holds it already (reads nothing)."""
+        return self._keys.get((tenant_id, key_id))
+
     def every(self, tenant_id: str) -> list[DataKey]:
         """Every key of the tenant that can still open something (not destroyed)."""
         return [self._open(r) for r in self.store.list_data_keys(tenant_id)

@@ -7,7 +7,6 @@ bytes); what was stored before encryption was turned on is sealed by the same sw
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ from typer.testing import CliRunner
 
 import underway as uw
 from underway.cli import app
-from underway.codec import box_of, is_sealed, sealed_data
+from underway.codec import box_of, is_sealed, split_event
 from underway.crypto import ROTATION_FLOW, KeyringFile, encrypt
 from underway.crypto._box import box_key_id
 from underway.schedules import add_schedule, list_schedules
@@ -74,8 +73,8 @@ def key_ids(store: Store, kind: str) -> list[str | None]:
 def event_key_ids(store: Store, run_id: str) -> set[str | None]:
     out: set[str | None] = set()
     for e in store.load_events(TENANT, run_id):
-        box = sealed_data(json.loads(e.payload))
-        out.add(None if box is None else box_key_id(base64.b64decode(box)))
+        box = split_event(e.payload)[1]
+        out.add(None if box is None else box_key_id(box))
     return out
 
 

@@ -7,7 +7,6 @@ never crashes, and refuses to write plaintext; a worker without keys will not st
 from __future__ import annotations
 
 import asyncio
-import json
 import sqlite3
 import subprocess
 import sys
@@ -22,6 +21,7 @@ import underway as uw
 from fakes.console_browser import sign_in
 from fakes.service_world import World
 from underway.cli import app
+from underway.codec import split_event
 from underway.crypto import Envelope, KeyringFile, encrypt, refuse_plaintext
 from underway.errors import IntegrityError, KeyUnavailable
 from underway.events import canonical_json, chain_hash, genesis_hash
@@ -114,7 +114,8 @@ def test_an_event_payload_copied_to_another_seq_or_run_does_not_open_there(
     sql(path, "UPDATE events SET payload = ?, type = 'ToolSucceeded' WHERE run_id = ? AND "
         "seq = ?", payload, b, seq)
     # Within the run, the readable envelope is even made to say seq 2.
-    moved = canonical_json({**json.loads(payload), "seq": 2})
+    header, box = split_event(payload)
+    moved = canonical_json({**header, "seq": 2}) + b"\x00" + box
     sql(path, "UPDATE events SET payload = ?, type = 'ToolSucceeded' WHERE run_id = ? "
         "AND seq = 2", moved, a)
     for run in (a, b):
