@@ -99,6 +99,11 @@ class Where(NamedTuple):
                 f"{self.tenant_id}," + "".join(parts)).encode()
 
 
+UNSEALED = Where("unsealed", "")
+"""What a writer may pass as the identity of a payload when its codec seals nothing (it is
+never read then), sparing the making of one per event."""
+
+
 def event_where(tenant_id: str, run_id: str, seq: int, event_type: str) -> Where:
     """Where the event of ``run_id`` at ``seq`` lives: its sealed data is bound to the
     tenant, run, seq and type."""

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import cast
 
 from . import checkpoint
-from .codec import ENCRYPTED, Codec, checkpoint_where, event_where, split_event
+from .codec import ENCRYPTED, UNSEALED, Codec, checkpoint_where, event_where, split_event
 from .errors import (
     ConfigurationError,
     IntegrityError,
@@ -155,6 +155,7 @@ class Journal:
     ) -> tuple[list[StoredEvent], bytes | None]:
         out: list[StoredEvent] = []
         ckpt = None
+        codec = self.codec
         for seq, at, event in pending:
             env = envelope(event, seq=seq, at=at)
             if state is not None and seq == pending[-1][0]:
@@ -168,10 +169,11 @@ class Journal:
                     checkpoint_where(tenant_id, run_id, seq),
                 )
                 env[checkpoint.DIGEST_KEY] = checkpoint.digest(ckpt)
-            # The chain covers the stored (possibly sealed) bytes.
-            payload = self.codec.encode_event(
-                env, blobs, event_where(tenant_id, run_id, seq, str(env["type"]))
-            )
+            # The chain covers the stored (possibly sealed) bytes. Unsealed, the identity
+            # is never read: none is made (no work per event when encryption is off).
+            where = (UNSEALED if codec.sealer is None
+                     else event_where(tenant_id, run_id, seq, str(env["type"])))
+            payload = codec.encode_event(env, blobs, where)
             prev_hash = chain_hash(prev_hash, payload)
             out.append(StoredEvent(seq, str(env["type"]), payload, prev_hash))
         return out, ckpt

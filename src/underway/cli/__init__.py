@@ -3,13 +3,16 @@ worker``, the executor).
 
 ``underway db migrate``, ``underway runs start|ls|show|events|signal|cancel|resolve|resume``,
 ``underway audit verify|anchor|keygen``, ``underway worker``, ``underway queues set|ls|rm``,
-``underway schedules ls|add|rm``, ``underway events send``, ``underway keys new``,
+``underway schedules ls|add|rm``, ``underway events send``,
+``underway keys new|init|kek|ls|rotate``,
 ``underway approvers add|ls|revoke``,
 ``underway approvals ls|show|approve|reject|answer|resolve``,
 ``underway policy check|explain``, ``underway knowledge purge|rm`` and
 ``underway usage``; ``underway serve`` (the HTTP API), ``underway apikeys
 new|ls|revoke|access-log`` and ``underway webhooks set|ls|rm``. The database comes from
-``--db URL`` (before or after the command) or ``$UNDERWAY_DB``. A RUN argument takes a
+``--db URL`` (before or after the command) or ``$UNDERWAY_DB``; the keys of an encrypted
+database from ``--keyring FILE`` (before the command), ``$UNDERWAY_KEYRING`` or
+``$UNDERWAY_KEK``. A RUN argument takes a
 run's id or a prefix of exactly one run's id.
 Errors print one line and exit with status 2; a failed audit exits with status 1.
 
@@ -42,7 +45,7 @@ LAZY: dict[str, str] = {
     "audit": "audit:app",
     "db": "db:app",
     "events": "events:app",
-    "keys": "keys:app",  # ... approvers' keys
+    "keys": "keys:app",  # ... approvers' keys; encryption keys: keyring, rotation
     "knowledge": "knowledge:app",  # long-term memory: purge expired records, erase one
     "policy": "policy:app",  # policy files: validate one, explain the decision for a call
     "queues": "queues:app",

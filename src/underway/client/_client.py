@@ -81,7 +81,8 @@ class Client:
     from a URL and closes it with the client. ``flows``: flows whose code this process has;
     runs of those are checked when started (input, steps, declared signals), others are
     started by name with their raw input, checked by the first worker that runs them.
-    Every method takes ``tenant_id`` (default ``"default"``).
+    ``codec``: how payloads are encoded (default: like the store's, sealed when encryption
+    is on for the store). Every method takes ``tenant_id`` (default ``"default"``).
     """
 
     def __init__(

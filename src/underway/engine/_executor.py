@@ -94,6 +94,9 @@ class Engine:
     :class:`~underway.budgets.TenantBudgets` (a default and per-tenant budgets).
     ``metrics``: where steps, calls, activations and run ends are reported
     (:class:`underway.telemetry.PrometheusMetrics`; default: nowhere, at no cost).
+    ``codec``: how payloads are encoded (default: like the store's — encryption at rest is
+    turned on for the store, ``underway.crypto.encrypt``, and applies to every engine and
+    client on it).
 
     Async code here never calls the store synchronously on the event loop: every store
     call goes through :meth:`io` (see :mod:`underway.store._offload`).
