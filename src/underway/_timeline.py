@@ -15,6 +15,8 @@ from .client import Recorded
 from .events import JSON
 
 _PREVIEW = 60
+_NOISE = frozenset({"key", "signal_id", "latency_ms", "checked", "reconciled"})
+"""Kept fields of a purged event its timeline line leaves out (its details show them)."""
 _OUTCOMES = (ev.ToolSucceeded, ev.ToolFailed, ev.ToolTimedOut, ev.SchemaValidationFailed)
 
 
@@ -174,7 +176,16 @@ def summarize(rec: Recorded) -> str:
         case ev.CheckpointRefused():
             at = f" at seq {e.checkpoint_seq}" if e.checkpoint_seq is not None else ""
             return f"checkpoint{at} REFUSED, state folded from the journal: {e.reason}"
+        case ev.PayloadPurged():
+            kept = ", ".join(f"{k} {preview(v, 40)}" for k, v in sorted(e.kept.items())
+                             if v is not None and v != "" and k not in _NOISE)
+            return f"{ev.PURGED} (retention){': ' + kept if kept else ''}"
     return preview(e.model_dump(mode="json"))
+
+
+def type_of(event: ev.Event) -> str:
+    """The type a timeline shows for ``event``: a purged event's own."""
+    return event.event_type if isinstance(event, ev.PayloadPurged) else type(event).__name__
 
 
 def _duration(seconds: float) -> str:
@@ -218,7 +229,7 @@ def lines(records: Sequence[Recorded]) -> list[Line]:
             interrupted.clear()
         if type(e) in _RESUMERS:
             resumed_by = _RESUMERS[type(e)]
-        out.append(Line(r.seq, r.at, type(e).__name__, summary))
+        out.append(Line(r.seq, r.at, type_of(e), summary))
     return out
 
 
@@ -234,17 +245,25 @@ _RESUMERS: dict[type[ev.Event], str] = {
 def counts(records: Sequence[Recorded]) -> dict[str, int]:
     """Totals over a run's events: steps, tool calls (and failures), model calls,
     signals, escalations and re-executed steps."""
-    kinds = Counter(type(r.event) for r in records)
-    failed = sum(kinds[t] for t in _OUTCOMES[1:])
+    kinds = Counter(type_of(r.event) for r in records)
+    outcomes = [t.__name__ for t in _OUTCOMES]
     return {
         "events": len(records),
-        "steps": kinds[ev.StepCompleted],
-        "tool_calls": sum(kinds[t] for t in _OUTCOMES),
-        "tool_failures": failed,
-        "model_calls": kinds[ev.ModelResponded],
-        "signals": kinds[ev.SignalReceived],
-        "escalations": kinds[ev.Escalated],
-        "resumed_steps": sum(
-            1 for r in records if isinstance(r.event, ev.StepStarted) and r.event.attempt > 1
-        ),
+        "steps": kinds["StepCompleted"],
+        "tool_calls": sum(kinds[t] for t in outcomes),
+        "tool_failures": sum(kinds[t] for t in outcomes[1:]),
+        "model_calls": kinds["ModelResponded"],
+        "signals": kinds["SignalReceived"],
+        "escalations": kinds["Escalated"],
+        "resumed_steps": sum(1 for r in records if _attempt(r.event) > 1),
     }
+
+
+def _attempt(e: ev.Event) -> int:
+    """A step start's attempt (a purged one's, as its skeleton keeps it); 0 for others."""
+    if isinstance(e, ev.StepStarted):
+        return e.attempt
+    if isinstance(e, ev.PayloadPurged) and e.event_type == "StepStarted":
+        attempt = e.kept.get("attempt")
+        return attempt if isinstance(attempt, int) else 0
+    return 0

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import cast
 
 from . import checkpoint
-from .codec import Codec, blob_key
+from .blobrefs import payload_problem
+from .codec import Codec
 from .errors import ConfigurationError, IntegrityError, RunNotFound
 from .events import (
     JSON,
     CheckpointRefused,
+    PayloadPurged,
     RunEvent,
     StepStarted,
     canonical_json,
@@ -21,6 +24,8 @@ from .events import (
     envelope,
     from_envelope,
     genesis_hash,
+    is_tombstone,
+    read_tombstone,
 )
 from .state import Recorded, RunState, apply
 from .store.base import JournalStore, RunRecord, Store, StoredEvent
@@ -86,13 +91,20 @@ class BlobReader:
         return {k: self._read[k] for k in keys if k in self._read}
 
 
+KNOWN_FOR = 86_400.0
+"""Seconds a journal takes a blob it committed to be stored still, and so does not send
+it again with an event that refers to it. Retention's blob collector spares every blob
+written less than this long (and a day more: see :mod:`underway.retention._blobs`) before
+it began, so a blob is never referred to without being sent when it may be gone."""
+
+
 class Journal:
     """Encodes events for a store and folds them back into :class:`RunState`."""
 
     def __init__(self, store: Store, codec: Codec | None = None) -> None:
         self.store = store
         self.codec = codec or Codec()
-        self._known: set[tuple[str, str]] = set()
+        self._known: dict[tuple[str, str], float] = {}
 
     # -- writing ------------------------------------------------------------------------
     def encode(
@@ -149,14 +161,18 @@ class Journal:
         return out, ckpt
 
     def unknown_blobs(self, tenant_id: str, blobs: dict[str, bytes]) -> dict[str, bytes]:
-        """The subset of ``blobs`` not yet known to be stored for this tenant."""
-        return {k: v for k, v in blobs.items() if (tenant_id, k) not in self._known}
+        """The subset of ``blobs`` not known to be stored for this tenant: not committed
+        by this journal in the last :data:`KNOWN_FOR` seconds."""
+        since = time.monotonic() - KNOWN_FOR
+        known = self._known
+        return {k: v for k, v in blobs.items() if known.get((tenant_id, k), since) <= since}
 
     def remember(self, tenant_id: str, blobs: dict[str, bytes]) -> None:
         """Note that ``blobs`` are committed (call only after the commit)."""
         if len(self._known) > 200_000:
             self._known.clear()
-        self._known.update((tenant_id, k) for k in blobs)
+        now = time.monotonic()
+        self._known.update(((tenant_id, k), now) for k in blobs)
 
     # -- reading ------------------------------------------------------------------------
     def decode(self, tenant_id: str, stored: Sequence[StoredEvent]) -> list[Recorded]:
@@ -176,6 +192,9 @@ class Journal:
         out: list[tuple[Recorded, str | None] | Exception] = []
         for s in reversed(stored):
             try:
+                if is_tombstone(s.payload):
+                    out.append(_purged(s))
+                    continue
                 env = self.codec.decode(s.payload, fetch)
                 if not isinstance(env, dict) or env.get("seq") != s.seq:
                     raise IntegrityError(f"event at seq {s.seq} does not carry its own seq")
@@ -388,10 +407,16 @@ class Journal:
         for expected_seq, s in enumerate(stored, start=1):
             if s.seq != expected_seq:
                 return bad(expected_seq, f"event {expected_seq} is missing (found seq {s.seq!r})")
+            if isinstance(s.payload, bytes) and is_tombstone(s.payload):
+                problem = _tombstone_problem(s, prev)
+                if problem is not None:
+                    return bad(s.seq, problem)
+                prev = s.hash
+                continue
             if not isinstance(s.payload, bytes) or chain_hash(prev, s.payload) != s.hash:
                 return bad(s.seq, "hash does not match content and predecessor")
             if self.codec.cipher is None:
-                problem = _payload_problem(s, fetch, seen)
+                problem = payload_problem(s, fetch, seen)
                 if problem is not None:
                     return bad(s.seq, problem)
             prev = s.hash
@@ -422,7 +447,9 @@ class Journal:
         """What is wrong with the run's checkpoint row now, or was found wrong by a worker
         before (a ``CheckpointRefused`` in the journal); None when nothing is."""
         envelopes = self._envelopes(stored)
-        if envelopes is None:  # a destroyed key: there is nothing to check a checkpoint by
+        if envelopes is None:
+            # A destroyed key or purged payloads: there is nothing to check a checkpoint by
+            # (a purge removes the run's checkpoints with its payloads).
             return None
         stored = list(stored)
         for _ in range(_RACES):
@@ -463,73 +490,26 @@ class Journal:
                 return None
         return out
 
-def _payload_problem(
-    s: StoredEvent, fetch: Callable[[list[str]], dict[str, bytes]], seen: set[str]
-) -> str | None:
-    """What is wrong with a (correctly chained, unencrypted) event's content, if anything."""
+def _purged(s: StoredEvent) -> tuple[Recorded, None]:
+    """What a reader meets in place of an event whose payload retention purged."""
     try:
-        env = json.loads(s.payload)
-    except (ValueError, RecursionError):
-        return "payload is not valid JSON"
-    if not isinstance(env, dict):
-        return "payload is not a JSON object"
-    if _exact(env.get("seq")) != _exact(s.seq) or env.get("type") != s.type:
-        return "stored seq/type differ from the hashed payload"
-    broken = _broken_blob(env, fetch, seen)
-    if broken is not None:
-        return f"refers to blob {broken}, which is missing or altered"
-    return None
+        t = read_tombstone(s.payload)
+    except ValueError as exc:
+        raise IntegrityError(f"event at seq {s.seq}: {exc}") from None
+    if t.seq != s.seq:
+        raise IntegrityError(f"event at seq {s.seq} does not carry its own seq")
+    event = PayloadPurged(event_type=t.type, kept=t.kept)
+    return Recorded(s.seq, 0.0 if t.at is None else t.at, event), None
 
 
-def _exact(value: object) -> tuple[type, object]:
-    """``value`` with its type, so that ``true`` never passes for ``1``."""
-    return type(value), value
-
-
-def _broken_blob(
-    value: JSON, fetch: Callable[[list[str]], dict[str, bytes]], seen: set[str]
-) -> str | None:
-    """The first blob reachable from ``value`` that is missing, fails its content hash, or
-    holds something the codec never writes.
-
-    The chain hash covers an event's bytes, and those hold only blob references; a large
-    value edited in the blobs table is caught here. ``seen`` spares re-reading blobs (a
-    conversation's chain nodes) that earlier events of the run share.
-    """
-    stack = [value]
-    while stack:
-        v = stack.pop()
-        if isinstance(v, list):
-            stack.extend(v)
-            continue
-        if not isinstance(v, dict):
-            continue
-        if "$lit" in v and len(v) == 1:
-            inner = v["$lit"]
-            stack.extend(inner.values() if isinstance(inner, dict) else [inner])
-            continue
-        chain = "$chain" in v and len(v) == 2
-        key = v.get("$chain") if chain else v.get("$blob") if len(v) == 1 else None
-        if not isinstance(key, str):
-            stack.extend(v.values())
-            continue
-        if key in seen:
-            continue
-        raw = fetch([key]).get(key)
-        if raw is None or blob_key(raw) != key:
-            return key
-        try:
-            node = json.loads(raw)
-            if chain:
-                stack.append(node["x"])
-                if node["p"] is not None:
-                    stack.append({"$chain": node["p"], "n": 0})
-            else:
-                stack.append(node)
-        except (ValueError, TypeError, KeyError, RecursionError):
-            return key
-        seen.add(key)
-    return None
+def _tombstone_problem(s: StoredEvent, prev: str) -> str | None:
+    """What is wrong with the tombstone stored at ``s`` after a chain that reached
+    ``prev`` (see :mod:`underway.events._tombstone`)."""
+    try:
+        t = read_tombstone(s.payload)
+    except ValueError as exc:
+        return str(exc)
+    return t.problem(seq=s.seq, type=s.type, prev=prev, hash=s.hash)
 
 
 def _around(

@@ -21,7 +21,9 @@ cancels the steps still running and hands those runs back too; their uncommitted
 redone from the journal by whoever takes them next.
 
 With ``anchoring`` a worker also anchors the heads of the journals on a schedule (and once
-more when it stops): see :mod:`underway.audit`.
+more when it stops): see :mod:`underway.audit`. With ``retention`` it sweeps finished runs
+past their retention period every ``retention.every`` seconds, on the store's I/O threads
+so no step waits for it: see :mod:`underway.retention`.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from .engine import Engine
 from .errors import ConfigurationError, ConflictError, FencedError, is_store_failure
 from .loading import App, load_app
+from .retention import Retention, RetentionSweeper
 from .runner import Runner
 from .store.base import Lease
 from .store.wakeups import Polling, Wakeups
@@ -67,7 +70,9 @@ class Worker:
     long a stopping worker lets steps in flight finish before cancelling them; ``listen``
     lets the store's wake-ups (on PostgreSQL, notifications) wake the worker instead of
     its waiting for its poll;
-    ``anchoring`` signs the journals' heads every ``anchoring.every`` seconds.
+    ``anchoring`` signs the journals' heads every ``anchoring.every`` seconds;
+    ``retention`` purges finished runs past their period every ``retention.every`` seconds
+    (:class:`~underway.retention.RetentionSweeper`).
     """
 
     def __init__(
@@ -81,6 +86,7 @@ class Worker:
         grace: float = 30.0,
         listen: bool = True,
         anchoring: Anchoring | None = None,
+        retention: Retention | None = None,
     ) -> None:
         if concurrency < 1:
             raise ConfigurationError(f"concurrency must be at least 1, not {concurrency}")
@@ -100,6 +106,10 @@ class Worker:
         self.anchoring = anchoring
         self.anchored = 0
         """Anchor records this worker appended."""
+        self.retention = retention
+        self._sweeper = None if retention is None else RetentionSweeper(
+            engine.store, retention, codec=engine.journal.codec, clock=engine.clock,
+            by=f"worker {engine.owner}")
         self._anchored_heads: dict[tuple[str, str], tuple[int, str]] = {}
         self._anchor_lock = threading.Lock()
         self.ready = asyncio.Event()
@@ -125,6 +135,11 @@ class Worker:
     def owner(self) -> str:
         """The identity this worker's leases carry."""
         return self.engine.owner
+
+    @property
+    def purged(self) -> int:
+        """Runs this worker's retention sweeps purged."""
+        return 0 if self._sweeper is None else self._sweeper.purged
 
     @property
     def in_flight(self) -> int:
@@ -157,6 +172,9 @@ class Worker:
                 self._wakeups = await self.engine.io(
                     functools.partial(self._store.wakeups, name=self.owner))
             helpers.append(asyncio.create_task(self._maintain(), name="underway-maintain"))
+            if self._sweeper is not None:
+                helpers.append(asyncio.create_task(self._sweeper.run(),
+                                                   name="underway-retention"))
             helpers.append(await self._start_listener())
             self.ready.set()
             await self._serve()

@@ -6,10 +6,11 @@ worker``, the executor).
 ``underway schedules ls|add|rm``, ``underway events send``, ``underway keys new``,
 ``underway approvers add|ls|revoke``,
 ``underway approvals ls|show|approve|reject|answer|resolve``,
-``underway policy check|explain``, ``underway knowledge purge|rm`` and
-``underway usage``; ``underway serve`` (the HTTP API), ``underway apikeys
-new|ls|revoke|access-log`` and ``underway webhooks set|ls|rm``. The database comes from
-``--db URL`` (before or after the command) or ``$UNDERWAY_DB``. A RUN argument takes a
+``underway policy check|explain``, ``underway knowledge purge|rm``,
+``underway retention sweep|log``, ``underway hold add|rm|ls`` and ``underway usage``;
+``underway serve`` (the HTTP API), ``underway apikeys new|ls|revoke|access-log`` and
+``underway webhooks set|ls|rm``. The database comes from ``--db URL`` (before or after the
+command) or ``$UNDERWAY_DB``. A RUN argument takes a
 run's id or a prefix of exactly one run's id.
 Errors print one line and exit with status 2; a failed audit exits with status 1.
 
@@ -42,10 +43,12 @@ LAZY: dict[str, str] = {
     "audit": "audit:app",
     "db": "db:app",
     "events": "events:app",
+    "hold": "retention:holds",  # legal holds, which stop every purge
     "keys": "keys:app",  # ... approvers' keys
     "knowledge": "knowledge:app",  # long-term memory: purge expired records, erase one
     "policy": "policy:app",  # policy files: validate one, explain the decision for a call
     "queues": "queues:app",
+    "retention": "retention:app",  # purging finished runs past their period, the sweep log
     "runs": "runs:app",
     "schedules": "schedules:app",
     "webhooks": "apikeys:webhooks",  # underway serve: webhook secrets

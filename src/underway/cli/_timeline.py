@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 
 from .._timeline import counts, format_time, lines, preview
 from ..client import Recorded, RunState
+from ..events import PURGED
 
 
 def _n(count: int, noun: str) -> str:
@@ -18,6 +19,8 @@ def _n(count: int, noun: str) -> str:
 
 
 def _where(state: RunState) -> str:
+    if state.purged:
+        return f"payloads {PURGED} by retention"
     if state.status == "waiting":
         parts = []
         if state.waiting_signal:

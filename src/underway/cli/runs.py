@@ -16,6 +16,7 @@ import typer
 from .._timeline import format_time
 from ..client import Client
 from ..control import CHILD as CHILD_SIGNAL
+from ..events import PURGED, PayloadPurged
 from ..flow import Flow
 from ..loading import load_app
 from ..store.base import FINAL, RunRecord
@@ -160,7 +161,10 @@ def events(
     tenant: TenantOption = "default",
     db: DbOption = None,
 ) -> None:
-    """Print every event of a run, decoded: one JSON object per line (or an array)."""
+    """Print every event of a run, decoded: one JSON object per line (or an array).
+
+    An event whose payload retention purged shows its skeleton as its data and
+    "payload": "[purged]"."""
     with open_client(ctx, db) as client:
         run = find_run(client, tenant, run).run_id
         found = client.events(run, tenant_id=tenant)
@@ -168,10 +172,12 @@ def events(
     for e in found:
         data = e.event.model_dump(mode="json")
         event_type = data.pop("type")
-        items.append({
-            "seq": e.seq, "at": e.at, "time": format_time(e.at), "type": event_type,
-            "hash": e.hash, "data": data,
-        })
+        item = {"seq": e.seq, "at": e.at, "time": format_time(e.at), "type": event_type,
+                "hash": e.hash, "data": data}
+        if isinstance(e.event, PayloadPurged):
+            # The skeleton retention kept, under the purged event's own type.
+            item.update(type=e.event.event_type, data=e.event.kept, payload=PURGED)
+        items.append(item)
     if as_json:
         typer.echo(json.dumps(items, indent=2, ensure_ascii=False))
     else:

@@ -4,7 +4,8 @@
 ``[worker]`` and ``[serve]`` options, the ``[notifier]`` (a webhook and/or SMTP) that tells
 approvers a run waits for them, the ``[policy]`` file, per-tenant ``[budgets]``,
 ``[telemetry]`` (Prometheus metrics, OpenTelemetry traces and their exporter),
-``[approvals]`` (signed resolutions) and ``[anchoring]``. An unknown key, a value of the
+``[approvals]`` (signed resolutions), ``[anchoring]`` and ``[retention]`` (how long
+finished runs' payloads are kept). An unknown key, a value of the
 wrong type, a missing file or an unset secret variable is a :class:`ConfigError` naming
 the file, the key (``notifier.webhook.url``) and the problem. The ``make_*`` methods of
 :class:`Config` build the objects an :class:`~underway.Engine` takes, so a program that
@@ -20,10 +21,13 @@ from ._sections import (
     BudgetSection,
     BudgetsSection,
     NotifierSection,
+    PeriodsSection,
     PolicySection,
+    RetentionSection,
     ServeSection,
     SmtpSection,
     TelemetrySection,
+    TenantRetentionSection,
     WebhookSection,
     WorkerSection,
 )
@@ -37,10 +41,13 @@ __all__ = [
     "Config",
     "ConfigError",
     "NotifierSection",
+    "PeriodsSection",
     "PolicySection",
+    "RetentionSection",
     "ServeSection",
     "SmtpSection",
     "TelemetrySection",
+    "TenantRetentionSection",
     "WebhookSection",
     "WorkerSection",
     "find_config",

@@ -1,9 +1,11 @@
 """Reading ``underway.toml`` (:func:`load_config`) and making what it describes: the
-notifier, tenant budgets, policy, tracer provider and anchoring a worker runs with."""
+notifier, tenant budgets, policy, tracer provider, anchoring and retention a worker runs
+with."""
 
 from __future__ import annotations
 
 import difflib
+import math
 import os
 import tomllib
 import types
@@ -21,7 +23,8 @@ from ..approvals.notify import MultiNotifier, Notifier, SmtpNotifier, WebhookNot
 from ..audit import Anchoring, FileAnchorLog
 from ..budgets import Budget, TenantBudgets
 from ..errors import ConfigurationError
-from ._sections import BASE, BudgetSection, Sections
+from ..retention import Periods, Retention, Rules
+from ._sections import BASE, BudgetSection, PeriodsSection, Sections, TenantRetentionSection
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
@@ -152,6 +155,29 @@ class Config(Sections):
         except ConfigurationError as exc:
             raise self._error("anchoring.key", str(exc)) from None
         return Anchoring(key=key, sink=FileAnchorLog(a.log), every=a.every)
+
+
+    def make_retention(self) -> Retention | None:
+        """The ``[retention]`` rules (None: no such table, so nothing is ever purged)."""
+        r = self.retention
+        if r is None:
+            return None
+        if math.isinf(r.every):
+            raise self._error("retention.every", "must be a period such as \"1h\", not "
+                              "\"never\" (leave [retention] out to sweep nothing)")
+        return Retention(
+            completed=r.completed, failed=r.failed, cancelled=r.cancelled,
+            flows={f: Periods(**_periods(p)) for f, p in r.flows.items()},
+            tenants={t: _rules(x) for t, x in r.tenants.items()}, every=r.every,
+        )
+
+
+def _periods(p: PeriodsSection) -> dict[str, float | None]:
+    return {"completed": p.completed, "failed": p.failed, "cancelled": p.cancelled}
+
+
+def _rules(t: TenantRetentionSection) -> Rules:
+    return Rules(**_periods(t), flows={f: Periods(**_periods(p)) for f, p in t.flows.items()})
 
 
 def _budget(b: BudgetSection) -> Budget:

@@ -19,6 +19,9 @@ from pydantic import (
     model_validator,
 )
 
+from ..errors import ConfigurationError
+from ..retention import DEFAULT_EVERY, parse_period
+
 BASE = "base"
 """The validation context's key for the directory relative paths start from."""
 
@@ -50,6 +53,17 @@ def _env_name(name: str) -> str:
     return name
 
 
+def _period(value: object) -> float:
+    """A retention period or interval: ``"90d"``, ``"12h"``, ``"7y"``, ``"never"``."""
+    if not isinstance(value, str):
+        raise ValueError(f"must be a period such as \"90d\" or \"never\" (a string), "
+                         f"not {value!r}")
+    try:
+        return parse_period(value)
+    except ConfigurationError as exc:
+        raise ValueError(str(exc)) from None
+
+
 def _address(address: str) -> str:
     if "@" not in address.strip("@") or any(c.isspace() for c in address):
         raise ValueError(f"{address!r} is not an e-mail address")
@@ -64,6 +78,8 @@ HttpUrl = Annotated[str, AfterValidator(_http_url)]
 EnvName = Annotated[str, AfterValidator(_env_name)]
 Address = Annotated[str, AfterValidator(_address)]
 Name = Annotated[str, Field(min_length=1)]
+Period = Annotated[float, BeforeValidator(_period)]
+"""A period written as a number and a unit (``90d``), or ``never``."""
 Limit = Annotated[int, Field(ge=0)]
 Amount = Annotated[float, Field(ge=0)]
 
@@ -99,6 +115,31 @@ class AnchoringSection(Section):
     every: float = Field(gt=0)
     key: ExistingFile
     log: AnyPath
+
+
+class PeriodsSection(Section):
+    """How long finished runs' payloads are kept, per final status (absent: said by a less
+    specific rule; ``"never"``: kept)."""
+
+    completed: Period | None = None
+    failed: Period | None = None
+    cancelled: Period | None = None
+
+
+class TenantRetentionSection(PeriodsSection):
+    """``[retention.tenants.<tenant>]``: a tenant's periods, and its flows'
+    (``[retention.tenants.<tenant>.flows.<flow>]``)."""
+
+    flows: dict[Name, PeriodsSection] = Field(default_factory=dict)
+
+
+class RetentionSection(TenantRetentionSection):
+    """``[retention]``: the periods for every tenant, per flow (``[retention.flows.<flow>]``)
+    and per tenant (``[retention.tenants.<tenant>]``), the most specific first; ``every``:
+    how often ``underway worker`` sweeps (see docs/data-protection.md)."""
+
+    tenants: dict[Name, TenantRetentionSection] = Field(default_factory=dict)
+    every: Period = DEFAULT_EVERY
 
 
 class ServeSection(Section):
@@ -242,3 +283,4 @@ class Sections(Section):
     telemetry: TelemetrySection = TelemetrySection()
     approvals: ApprovalsSection = ApprovalsSection()
     anchoring: AnchoringSection | None = None
+    retention: RetentionSection | None = None

@@ -10,6 +10,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from ..client import PendingRequest, RunEvent
+from ..events import PayloadPurged
 from ..store.base import RunRecord
 
 
@@ -104,17 +105,23 @@ class RunDetail(RunSummary):
 
 
 class Event(BaseModel):
-    """One journaled event: its sequence number, time, type, chain hash and fields."""
+    """One journaled event: its sequence number, time, type, chain hash and fields. An
+    event whose payload retention purged is ``purged``: its ``data`` holds only the
+    skeleton that was kept (docs/data-protection.md)."""
 
     seq: int
     at: float
     type: str
     hash: str
     data: dict[str, JsonValue]
+    purged: bool = False
 
     @classmethod
     def of(cls, e: RunEvent) -> Event:
         """The event as the API shows it."""
+        if isinstance(e.event, PayloadPurged):
+            return cls(seq=e.seq, at=e.at, type=e.event.event_type, hash=e.hash,
+                       data=e.event.kept, purged=True)
         data = e.event.model_dump(mode="json")
         event_type = str(data.pop("type"))
         return cls(seq=e.seq, at=e.at, type=event_type, hash=e.hash, data=data)

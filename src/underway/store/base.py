@@ -14,6 +14,8 @@ registry             :class:`.RegistryStore`     approvers and their public keys
 limits               :class:`.LimitStore`        queue limits, circuit breakers
 API keys             :class:`.ApiKeyStore`       API keys (hashed), webhook secrets
 access log           :class:`.AccessLogStore`    reads of run data, append-only
+legal holds          :class:`.HoldStore`         holds on runs and data subjects
+retention            :class:`.RetentionStore`    purges, the sweep log, blob deletion
 ===================  ==========================  =====================================
 
 Each role has a conformance suite (``tests/conformance/test_<role>.py``) that runs on
@@ -28,6 +30,7 @@ from typing import Literal, Protocol
 
 from .access import AccessLogStore
 from .apikeys import ApiKeyStore
+from .holds import HoldStore
 from .inbox import InboxStore
 from .intake import IntakeStore
 from .journal import JournalStore
@@ -35,29 +38,36 @@ from .leases import LeaseStore
 from .limits import LimitStore
 from .records import (
     FINAL,
+    HOLD_KINDS,
     AccessRecord,
     ApiKeyRecord,
     AppendBatch,
     ApproverRecord,
+    HoldRecord,
     IntakeRecord,
     IntakeRequest,
     IntakeSecretRecord,
     Lease,
     NewRun,
+    Purge,
+    PurgedRun,
     QueueConfig,
     RunRecord,
     RunUpdate,
     ScheduleRecord,
     SignalRecord,
     StoredEvent,
+    SweepRecord,
 )
 from .registry import RegistryStore
+from .retention import RetentionStore
 from .runs import RunStore
 from .schedules import ScheduleStore
 from .wakeups import Wakeups
 
 __all__ = [
     "FINAL",
+    "HOLD_KINDS",
     "AccessLogStore",
     "AccessRecord",
     "ApiKeyRecord",
@@ -66,6 +76,8 @@ __all__ = [
     "ApproverRecord",
     "Database",
     "Dialect",
+    "HoldRecord",
+    "HoldStore",
     "InboxStore",
     "IntakeRecord",
     "IntakeRequest",
@@ -76,8 +88,11 @@ __all__ = [
     "LeaseStore",
     "LimitStore",
     "NewRun",
+    "Purge",
+    "PurgedRun",
     "QueueConfig",
     "RegistryStore",
+    "RetentionStore",
     "RunRecord",
     "RunStore",
     "RunUpdate",
@@ -86,6 +101,7 @@ __all__ = [
     "SignalRecord",
     "Store",
     "StoredEvent",
+    "SweepRecord",
     "Wakeups",
 ]
 
@@ -130,6 +146,8 @@ class Store(
     LimitStore,
     ApiKeyStore,
     AccessLogStore,
+    HoldStore,
+    RetentionStore,
     Protocol,
 ):
     """What the engine needs from a database: every role at once."""

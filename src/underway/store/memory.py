@@ -14,6 +14,7 @@ from ._offload import INLINE, Inline
 from .base import Dialect
 from .journal import CHAIN_LIMIT
 from .memory_access import MemoryAccess
+from .memory_retention import MemoryRetention
 from .records import (
     FINAL,
     AppendBatch,
@@ -36,7 +37,7 @@ _LINK = b'{"p":"'
 """How a blob that links to another begins (a codec list node); the key follows."""
 
 
-class MemoryStore(MemoryAccess):
+class MemoryStore(MemoryAccess, MemoryRetention):
     """A :class:`~underway.store.base.Store` held in process memory.
 
     It does no I/O, so async code calls it inline (``offload``: see
@@ -95,8 +96,9 @@ class MemoryStore(MemoryAccess):
             )
             self._runs[key] = rec
             self._events[key] = [new.first_event]
-            for k, v in new.blobs.items():
-                self._blobs.setdefault((new.tenant_id, k), v)
+            if new.subject is not None:
+                self._subjects[key] = new.subject
+            self._write_blobs(new.tenant_id, new.blobs)
             return rec, True
 
     def append(self, batch: AppendBatch) -> bool:
@@ -148,8 +150,7 @@ class MemoryStore(MemoryAccess):
             self._events[key].extend(batch.events)
             for signal in batch.signals:
                 self.send_signal(signal)
-            for k, v in batch.blobs.items():
-                self._blobs.setdefault((batch.tenant_id, k), v)
+            self._write_blobs(batch.tenant_id, batch.blobs)
             if batch.checkpoint is not None:
                 self._checkpoints[key] = batch.checkpoint
             return control

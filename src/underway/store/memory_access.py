@@ -16,6 +16,7 @@ class MemoryAccess:
     """API keys, webhook secrets and the access log, held in process memory."""
 
     def __init__(self) -> None:
+        super().__init__()
         self._access_lock = threading.RLock()
         self._api_keys: dict[str, ApiKeyRecord] = {}
         self._intake_secrets: dict[tuple[str, str], IntakeSecretRecord] = {}

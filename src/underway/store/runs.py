@@ -58,6 +58,11 @@ class RunStore(Protocol):
         the runs written since ``since``, not every run the tenant ever had."""
         ...
 
+    def runs_of_subject(self, tenant_id: str, subject: str) -> list[str]:
+        """Ids, sorted, of the tenant's runs about data subject ``subject`` (the subject
+        their row names)."""
+        ...
+
     def journaled_runs(self, tenant_id: str | None = None) -> list[tuple[str, str]]:
         """(tenant, run) of every run with a row or with events, in order — what an audit
         must visit, including a journal whose run row was deleted."""

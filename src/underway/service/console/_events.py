@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from ..._timeline import format_time, lines
 from ...client import Recorded, RunEvent, RunState
-from ...events import JSON
+from ...events import JSON, PURGED, PayloadPurged
 from ...jsonpatch import make_patch
 
 PAGE = 200
@@ -103,6 +103,8 @@ def views(events: Sequence[RunEvent]) -> list[EventView]:
     for e, line in zip(events, lines(records), strict=True):
         data = e.event.model_dump(mode="json")
         data.pop("type", None)
+        if isinstance(e.event, PayloadPurged):
+            data = {**e.event.kept, "payload": PURGED}
         out.append(EventView(
             seq=e.seq, time=format_time(e.at), type=line.type,
             family=FAMILY.get(line.type, "other"), summary=line.summary,

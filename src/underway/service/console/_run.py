@@ -19,9 +19,10 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Path, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 
-from ..._timeline import preview
+from ..._timeline import preview, type_of
 from ...client import ChildRun, RunEvent, RunState
 from ...errors import ConfigurationError, RunNotFound
+from ...events import PURGED
 from ...store._offload import run_io
 from ...store.base import FINAL, RunRecord
 from .._auth import Principal, ServiceState
@@ -55,8 +56,8 @@ class RunView:
 
     @property
     def result(self) -> str:
-        """The run's result, on one line."""
-        return preview(self.folded.result, 300)
+        """The run's result, on one line (``[purged]`` once retention purged it)."""
+        return PURGED if self.folded.purged else preview(self.folded.result, 300)
 
     @property
     def live(self) -> bool:
@@ -121,7 +122,7 @@ async def event_stream(
 
 def _frame(run_id: str, e: RunEvent) -> str:
     html = fragment("run_event.html", {"e": views([e])[0], "run_id": run_id})
-    data = json.dumps({"seq": e.seq, "type": type(e.event).__name__, "html": html})
+    data = json.dumps({"seq": e.seq, "type": type_of(e.event), "html": html})
     return f"id: {e.seq}\ndata: {data}\n\n"
 
 

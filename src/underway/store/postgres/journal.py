@@ -261,5 +261,6 @@ def _run_params(new: NewRun) -> dict[str, Any]:
         "step": new.step, "idempotency_key": new.idempotency_key, "seq": ev.seq,
         "type": ev.type, "payload": ev.payload, "hash": ev.hash,
         "next_wake_at": new.next_wake_at, "now": new.now, "queue": new.queue,
+        "subject": new.subject,
         "blob_keys": keys, "blob_data": [new.blobs[k] for k in keys],
     }

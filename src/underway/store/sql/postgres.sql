@@ -32,9 +32,9 @@ VALUES (%(version)s, %(name)s, %(applied_at)s)
 -- name: create_run
 WITH created AS (
     INSERT INTO runs (tenant_id, run_id, flow, status, step, idempotency_key, last_seq,
-                      last_hash, next_wake_at, created_at, updated_at, queue)
+                      last_hash, next_wake_at, created_at, updated_at, queue, subject)
     VALUES (%(tenant_id)s, %(run_id)s, %(flow)s, 'ready', %(step)s, %(idempotency_key)s,
-            %(seq)s, %(hash)s, %(next_wake_at)s, %(now)s, %(now)s, %(queue)s)
+            %(seq)s, %(hash)s, %(next_wake_at)s, %(now)s, %(now)s, %(queue)s, %(subject)s)
     ON CONFLICT DO NOTHING
     RETURNING tenant_id, run_id, flow, status, step, idempotency_key, last_seq, last_hash,
               next_wake_at, waiting_signal, control_pending, lease_owner, lease_token,
@@ -43,11 +43,12 @@ WITH created AS (
     INSERT INTO events (tenant_id, run_id, seq, type, payload, hash)
     SELECT tenant_id, run_id, %(seq)s, %(type)s, %(payload)s, %(hash)s FROM created
 ), first_blobs AS (
-    INSERT INTO blobs (tenant_id, key, data)
-    SELECT created.tenant_id, b.key, b.data
+    INSERT INTO blobs (tenant_id, key, data, written_at)
+    SELECT created.tenant_id, b.key, b.data, extract(epoch FROM clock_timestamp())
       FROM created, unnest(%(blob_keys)s::text[], %(blob_data)s::bytea[]) AS b(key, data)
      ORDER BY b.key
-    ON CONFLICT DO NOTHING
+    ON CONFLICT (tenant_id, key) DO UPDATE SET written_at = excluded.written_at
+     WHERE blobs.written_at < excluded.written_at - 86400
 )
 SELECT * FROM created
 
@@ -162,12 +163,15 @@ SELECT COALESCE(MAX(seq), 0) FROM events
  WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s
 
 -- name: insert_blobs
--- Keys in one order everywhere, so two writers sharing blobs cannot deadlock.
-INSERT INTO blobs (tenant_id, key, data)
-SELECT %(tenant_id)s, b.key, b.data
+-- Keys in one order everywhere, so two writers sharing blobs cannot deadlock. written_at
+-- by the database's clock; a blob sent again is marked written again only when its mark
+-- is over a day old (BLOB_REFRESH), so a resend rarely rewrites the row.
+INSERT INTO blobs (tenant_id, key, data, written_at)
+SELECT %(tenant_id)s, b.key, b.data, extract(epoch FROM clock_timestamp())
   FROM unnest(%(keys)s::text[], %(data)s::bytea[]) AS b(key, data)
  ORDER BY b.key
-ON CONFLICT DO NOTHING
+ON CONFLICT (tenant_id, key) DO UPDATE SET written_at = excluded.written_at
+ WHERE blobs.written_at < excluded.written_at - 86400
 
 -- name: upsert_checkpoint
 INSERT INTO checkpoints (tenant_id, run_id, seq, state)
@@ -687,4 +691,119 @@ SELECT tenant_id, at, key_id, key_name, run_id, endpoint, seq FROM access_log
    AND (%(until)s::float8 IS NULL OR at < %(until)s)
    AND (%(before)s::bigint IS NULL OR seq < %(before)s)
  ORDER BY seq DESC
+ LIMIT %(limit)s
+
+-- Retention and legal holds (migration 0011).
+
+-- name: runs_of_subject
+SELECT run_id FROM runs
+ WHERE tenant_id = %(tenant_id)s AND subject = %(subject)s
+ ORDER BY run_id COLLATE "C"
+
+-- name: put_hold
+-- A standing hold is left as it is (no row changes); a released one is replaced.
+INSERT INTO legal_holds (tenant_id, kind, target, reason, held_by, created_at, released_at,
+                         released_by)
+VALUES (%(tenant_id)s, %(kind)s, %(target)s, %(reason)s, %(by)s, %(created_at)s, NULL, NULL)
+ON CONFLICT (tenant_id, kind, target) DO UPDATE
+   SET reason = excluded.reason, held_by = excluded.held_by,
+       created_at = excluded.created_at, released_at = NULL, released_by = NULL
+ WHERE legal_holds.released_at IS NOT NULL
+
+-- name: release_hold
+UPDATE legal_holds SET released_at = %(at)s, released_by = %(by)s
+ WHERE tenant_id = %(tenant_id)s AND kind = %(kind)s AND target = %(target)s
+   AND released_at IS NULL
+
+-- name: list_holds
+SELECT tenant_id, kind, target, reason, held_by, created_at, released_at, released_by
+  FROM legal_holds
+ WHERE (%(tenant_id)s::text IS NULL OR tenant_id = %(tenant_id)s)
+   AND (%(released)s OR released_at IS NULL)
+ ORDER BY tenant_id COLLATE "C", kind COLLATE "C", target COLLATE "C"
+
+-- name: retention_candidates
+SELECT r.tenant_id, r.run_id, r.flow, r.status, r.step, r.idempotency_key, r.last_seq,
+       r.last_hash, r.next_wake_at, r.waiting_signal, r.control_pending, r.lease_owner,
+       r.lease_token, r.lease_expires_at, r.created_at, r.updated_at, r.error, r.queue
+  FROM runs AS r
+ WHERE r.tenant_id = %(tenant_id)s AND r.status = %(status)s
+   AND r.updated_at < %(ended_before)s
+   AND (%(flow)s::text IS NULL OR r.flow = %(flow)s)
+   AND (%(after_at)s::float8 IS NULL OR r.updated_at > %(after_at)s
+        OR (r.updated_at = %(after_at)s AND r.run_id COLLATE "C" > %(after_id)s))
+   AND NOT EXISTS (SELECT 1 FROM purged_runs AS p
+                    WHERE p.tenant_id = r.tenant_id AND p.run_id = r.run_id)
+ ORDER BY r.updated_at, r.run_id COLLATE "C"
+ LIMIT %(limit)s
+
+-- name: purge_head
+-- What a purge checks, with the run's row locked: its status, whether a legal hold stands
+-- on it or its subject, whether it was purged already, and the journal's extent.
+SELECT r.status, r.last_seq,
+       EXISTS (SELECT 1 FROM legal_holds AS h
+                WHERE h.tenant_id = r.tenant_id AND h.released_at IS NULL
+                  AND ((h.kind = 'run' AND h.target = r.run_id)
+                       OR (h.kind = 'subject' AND h.target = r.subject))),
+       EXISTS (SELECT 1 FROM purged_runs AS p
+                WHERE p.tenant_id = r.tenant_id AND p.run_id = r.run_id),
+       (SELECT COUNT(*) FROM events AS e
+         WHERE e.tenant_id = r.tenant_id AND e.run_id = r.run_id),
+       (SELECT COALESCE(MAX(seq), 0) FROM events AS e
+         WHERE e.tenant_id = r.tenant_id AND e.run_id = r.run_id)
+  FROM runs AS r WHERE r.tenant_id = %(tenant_id)s AND r.run_id = %(run_id)s
+   FOR UPDATE OF r
+
+-- name: tombstone_events
+UPDATE events AS e SET payload = t.payload
+  FROM unnest(%(seqs)s::bigint[], %(types)s::text[], %(payloads)s::bytea[],
+              %(hashes)s::text[]) AS t(seq, type, payload, hash)
+ WHERE e.tenant_id = %(tenant_id)s AND e.run_id = %(run_id)s AND e.seq = t.seq
+   AND e.type = t.type AND e.hash = t.hash
+
+-- name: delete_signals_of_run
+DELETE FROM signals WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s
+
+-- name: clear_run_fields
+-- The error may quote the payloads; the subject ties the run to a person.
+UPDATE runs SET error = NULL, subject = NULL
+ WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s
+
+-- name: insert_purged_run
+INSERT INTO purged_runs (tenant_id, run_id, sweep_id, purged_at, events, rule)
+VALUES (%(tenant_id)s, %(run_id)s, %(sweep_id)s, %(at)s, %(events)s, %(rule)s)
+
+-- name: purged_runs
+SELECT tenant_id, run_id, sweep_id, purged_at, events, rule FROM purged_runs
+ WHERE tenant_id = %(tenant_id)s AND (%(sweep_id)s::text IS NULL OR sweep_id = %(sweep_id)s)
+ ORDER BY purged_at DESC, run_id COLLATE "C"
+ LIMIT %(limit)s
+
+-- name: blob_keys
+SELECT key FROM blobs
+ WHERE tenant_id = %(tenant_id)s AND (%(after)s::text IS NULL OR key COLLATE "C" > %(after)s)
+ ORDER BY key COLLATE "C" LIMIT %(limit)s
+
+-- name: delete_blobs
+DELETE FROM blobs
+ WHERE tenant_id = %(tenant_id)s AND key = ANY(%(keys)s::text[])
+   AND written_at < extract(epoch FROM clock_timestamp()) - %(idle)s
+
+-- name: record_sweep
+INSERT INTO retention_sweeps (sweep_id, tenant_id, started_at, swept_by, finished_at, purged,
+                              held, skipped, blobs_deleted, collected_at)
+VALUES (%(sweep_id)s, %(tenant_id)s, %(started_at)s, %(by)s, %(finished_at)s, %(purged)s,
+        %(held)s, %(skipped)s, %(blobs_deleted)s, %(collected_at)s)
+ON CONFLICT (sweep_id, tenant_id) DO UPDATE
+   SET started_at = excluded.started_at, swept_by = excluded.swept_by,
+       finished_at = excluded.finished_at, purged = excluded.purged, held = excluded.held,
+       skipped = excluded.skipped, blobs_deleted = excluded.blobs_deleted,
+       collected_at = excluded.collected_at
+
+-- name: list_sweeps
+SELECT sweep_id, tenant_id, started_at, swept_by, finished_at, purged, held, skipped,
+       blobs_deleted, collected_at
+  FROM retention_sweeps
+ WHERE (%(tenant_id)s::text IS NULL OR tenant_id = %(tenant_id)s)
+ ORDER BY started_at DESC, sweep_id COLLATE "C", tenant_id COLLATE "C"
  LIMIT %(limit)s

@@ -2,7 +2,8 @@
 
 Writers serialize through ``BEGIN IMMEDIATE``, which is also what makes claiming correct
 when several worker processes share one database file. The store is one class made of one
-part per role (``journal``, ``leases``, ``inbox``, ``schedules``, ``access``), over one
+part per role (``journal``, ``leases``, ``inbox``, ``schedules``, ``access``,
+``retention``), over one
 connection (``connection``); the SQL is in ``store/sql/sqlite.sql``.
 """
 
@@ -14,12 +15,13 @@ from .access import Access
 from .inbox import Inbox
 from .journal import Journal
 from .leases import Leases
+from .retention import Retention
 from .schedules import Schedules
 
 __all__ = ["SQLiteStore"]
 
 
-class SQLiteStore(Journal, Leases, Inbox, Schedules, Access):
+class SQLiteStore(Journal, Leases, Inbox, Schedules, Access, Retention):
     """A :class:`~underway.store.base.Store` on one SQLite database file.
 
     ``busy_timeout_ms`` is how long a writer waits for another process's write lock.

@@ -214,7 +214,7 @@ def _create_run(c: sqlite3.Connection, new: NewRun) -> tuple[RunRecord, bool]:
         _Q["insert_run"],
         (
             new.tenant_id, new.run_id, new.flow, new.step, new.idempotency_key,
-            ev.seq, ev.hash, new.next_wake_at, new.now, new.now, new.queue,
+            ev.seq, ev.hash, new.next_wake_at, new.now, new.now, new.queue, new.subject,
         ),
     )
     if cur.rowcount == 0:
