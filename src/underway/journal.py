@@ -436,10 +436,32 @@ class Journal:
             return bad(last_seq, "event differs from the head the run row recorded")
         if last_seq < len(stored) and row.status in ("completed", "failed", "cancelled"):
             return bad(last_seq + 1, f"events follow the end of a {row.status} run")
+        purge = self._purge_problem(row, stored)
+        if purge is not None:
+            return bad(*purge)
         found = self._audit_checkpoint(tenant_id, run_id, stored)
         if found is not None:
             return bad(found.seq, found.reason)
         return Verification(tenant_id, run_id, True, len(stored))
+
+    def _purge_problem(
+        self, row: RunRecord, stored: Sequence[StoredEvent]
+    ) -> tuple[int, str] | None:
+        """What is wrong with the tombstones of a run, if it has any: a purge replaces every
+        payload of a finished run, in one transaction that records it."""
+        stones = [is_tombstone(s.payload) for s in stored]
+        if not any(stones):
+            return None
+        if not all(stones):
+            first = stones.index(not stones[0]) + 1
+            return first, ("a run is purged whole or not at all, and this one is purged in "
+                           "part")
+        if row.status not in ("completed", "failed", "cancelled"):
+            return 1, f"tombstones in a run that is {row.status}, not finished"
+        records = self.store.purged_runs(row.tenant_id, run_id=row.run_id, limit=1)
+        if not records or records[0].events != len(stored):
+            return 1, "tombstones without the record of the run's purge"
+        return None
 
     def _audit_checkpoint(
         self, tenant_id: str, run_id: str, stored: Sequence[StoredEvent]

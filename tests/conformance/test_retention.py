@@ -147,6 +147,8 @@ def test_purges_are_listed_newest_first_by_sweep(store: Store) -> None:
     assert ids(store.purged_runs("t1")) == ["r3", "r2", "r1"]
     assert ids(store.purged_runs("t1", sweep_id="s1")) == ["r2", "r1"]
     assert ids(store.purged_runs("t1", limit=1)) == ["r3"]
+    assert ids(store.purged_runs("t1", run_id="r2")) == ["r2"]
+    assert store.purged_runs("t1", run_id="r9") == []
     assert store.purged_runs("t2") == []
 
 

@@ -12,7 +12,10 @@ it follows the hash the chain reached (``prev``), it carries the row's hash, and
 matches its content. Editing a tombstone's kept fields, time, digest or hashes without
 recomputing the seal fails verification, as editing an event without re-hashing the chain
 does; the event after a tombstone still chains from its hash, and anchored heads still
-prove the hashes. What a purge cannot keep is the proof of the purged content itself.
+prove the hashes. What a purge cannot keep is the proof of the purged content itself, and
+the seal has no secret: a tombstone rewritten with its seal recomputed passes this check
+(the journal's verification also requires what a purge leaves: a finished run, purged
+whole, with the record of its purge).
 
 Stored bytes are :data:`MARK` followed by the canonical JSON of the tombstone: a NUL
 byte never starts a canonical JSON envelope, and an encrypted payload beginning with

@@ -6,7 +6,8 @@ starts and when it ends, and each purge is recorded with it.
 
 A sweep killed at any point leaves every run purged wholly or not at all (each purge is
 one transaction), and the next sweep goes on where it stopped: purged runs are never
-candidates again, and a sweep that did not end is collected after.
+candidates again, and a sweep that did not end is collected after. A tenant where a sweep
+found nothing to purge, hold or skip, and nothing to collect, gets no entry in the log.
 """
 
 from __future__ import annotations
@@ -115,34 +116,53 @@ def _sweep_tenant(journal: Journal, retention: Retention, tenant: str, report: S
                   by: str, clock: Clock, collect: bool,
                   stopped: Callable[[], bool]) -> TenantSweep:
     store, done = journal.store, TenantSweep(tenant)
-    record = SweepRecord(report.sweep_id, tenant, report.started_at, by)
-    previous = None
-    if not report.dry_run:
-        earlier = store.list_sweeps(tenant, limit=1)
-        previous = earlier[0] if earlier else None
-        store.record_sweep(record)
+    log = _Log(store, SweepRecord(report.sweep_id, tenant, report.started_at, by),
+               report.dry_run)
+    earlier = [] if report.dry_run else store.list_sweeps(tenant, limit=1)
     held = _held_runs(store, tenant)
     now = clock.now()
     for row, rule in _candidates(store, retention, tenant, now):
         if stopped():
             break
-        done.outcomes.append(_one(journal, row, rule, held, report, clock))
+        done.outcomes.append(_one(journal, row, rule, held, report, clock, log.begin))
     if not report.dry_run and collect and not stopped() and (
-            done.count("purged") or _uncollected(previous)):
+            done.count("purged") or _uncollected(earlier[0] if earlier else None)):
+        log.begin()
         faults.point("retention.before_collect")
         collected_at = clock.now()
         marks = mark_blobs(journal, tenant, stopped)
         done.blobs_deleted = None if marks.problem else sweep_blobs(
             journal, marks, grace=retention.blob_grace)
         done.collection_note = marks.problem
-        record = dataclasses.replace(record, blobs_deleted=done.blobs_deleted,
-                                     collected_at=None if marks.problem else collected_at)
-    if not report.dry_run:
-        store.record_sweep(dataclasses.replace(
-            record, finished_at=clock.now(), purged=done.count("purged"),
+        log.record = dataclasses.replace(
+            log.record, blobs_deleted=done.blobs_deleted,
+            collected_at=None if marks.problem else collected_at)
+    if done.outcomes or log.begun:
+        log.begin()
+        log.write(dataclasses.replace(
+            log.record, finished_at=clock.now(), purged=done.count("purged"),
             held=done.count("held"), skipped=done.count("skipped"),
         ))
     return done
+
+
+class _Log:
+    """A sweep's entry in the sweep log of one tenant: written before the sweep first
+    changes anything there (so a sweep killed after that shows as not ended), and again
+    when it ends; a tenant where the sweep found nothing gets none. A dry run writes
+    nothing."""
+
+    def __init__(self, store: Store, record: SweepRecord, dry: bool) -> None:
+        self.store, self.record, self.dry, self.begun = store, record, dry, False
+
+    def begin(self) -> None:
+        if not self.begun:
+            self.begun = True
+            self.write(self.record)
+
+    def write(self, record: SweepRecord) -> None:
+        if not self.dry:
+            self.store.record_sweep(record)
 
 
 def _uncollected(previous: SweepRecord | None) -> bool:
@@ -193,8 +213,9 @@ def _candidates(store: Store, retention: Retention, tenant: str,
 
 
 def _one(journal: Journal, row: RunRecord, rule: Rule, held: dict[str, str],
-         report: SweepReport, clock: Clock) -> Outcome:
-    """Purge one run (dry: only check that it could be)."""
+         report: SweepReport, clock: Clock, begin: Callable[[], None]) -> Outcome:
+    """Purge one run (dry: only check that it could be); ``begin`` is called before
+    anything changes."""
     def outcome(action: str, events: int = 0, reason: str = "") -> Outcome:
         return Outcome(row.run_id, row.flow, row.status, row.updated_at, action,
                        rule.describe(), events, reason)
@@ -208,6 +229,7 @@ def _one(journal: Journal, row: RunRecord, rule: Rule, held: dict[str, str],
         return outcome("skipped", reason=str(exc))
     if report.dry_run:
         return outcome("purged", len(purge.tombstones))
+    begin()
     faults.point("retention.before_purge")
     try:
         result = journal.store.purge_run(purge)

@@ -145,12 +145,14 @@ class MemoryRetention:
         )
 
     def purged_runs(
-        self, tenant_id: str, *, sweep_id: str | None = None, limit: int = 100
+        self, tenant_id: str, *, sweep_id: str | None = None, run_id: str | None = None,
+        limit: int = 100,
     ) -> list[PurgedRun]:
         """Purges, newest first."""
         with self._lock:
-            found = [p for (t, _), p in self._purged.items()
-                     if t == tenant_id and (sweep_id is None or p.sweep_id == sweep_id)]
+            found = [p for (t, r), p in self._purged.items()
+                     if t == tenant_id and (sweep_id is None or p.sweep_id == sweep_id)
+                     and (run_id is None or r == run_id)]
         return sorted(found, key=lambda p: (-p.purged_at, p.run_id))[:limit]
 
     # -- blobs ------------------------------------------------------------------------------

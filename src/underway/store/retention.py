@@ -51,9 +51,11 @@ class RetentionStore(Protocol):
         ...
 
     def purged_runs(
-        self, tenant_id: str, *, sweep_id: str | None = None, limit: int = 100
+        self, tenant_id: str, *, sweep_id: str | None = None, run_id: str | None = None,
+        limit: int = 100,
     ) -> list[PurgedRun]:
-        """The tenant's purges (by sweep ``sweep_id`` when given), newest first."""
+        """The tenant's purges (by sweep ``sweep_id``, of run ``run_id``, when given),
+        newest first."""
         ...
 
     def blob_keys(self, tenant_id: str, *, after: str | None = None,

@@ -18,7 +18,7 @@ from underway import audit
 from underway.approvals import generate_keypair, load_private_key, write_private_key
 from underway.budgets import tenant_usage
 from underway.cli._timeline import render
-from underway.events import PayloadPurged, read_tombstone
+from underway.events import PayloadPurged, Tombstone, genesis_hash, read_tombstone
 from underway.retention import Retention, sweep
 from underway.store import MemoryStore, StoredEvent
 from underway.store.base import HoldRecord
@@ -164,6 +164,35 @@ def test_an_edited_tombstone_fails_verification(store: MemoryStore) -> None:
     assert not audit.verify(store).ok
     events[victim] = StoredEvent(stone.seq, "ToolStarted", stone.encode(), stone.hash)
     assert audit.verify(store).ok
+
+
+def test_a_tombstone_forged_with_its_seal_is_found_by_what_a_purge_leaves(
+    store: MemoryStore,
+) -> None:
+    """A forger who writes a well-sealed tombstone in place of a payload (no chain hash to
+    recompute) still leaves a run that no purge would: purged in part, not finished, or
+    without the record of its purge."""
+    runs = make_runs(store)
+    sweep_at(store)
+    key, live = ("default", runs["letter"]), ("default", runs["waiting"])
+    # A live run's event turned into a tombstone of its own, correctly sealed.
+    events = store._events[live]
+    prev = store._events[live][0].hash
+    forged = Tombstone.of(seq=2, type=events[1].type, at=THEN, kept={}, prev=prev,
+                          payload=events[1].payload, hash=events[1].hash)
+    events[1] = dataclasses.replace(events[1], payload=forged.encode())
+    [finding] = audit.verify(store).findings
+    assert finding.run_id == runs["waiting"] and "in part" in finding.reason
+    store._events[live] = [
+        dataclasses.replace(e, payload=Tombstone.of(
+            seq=e.seq, type=e.type, at=THEN, kept={}, payload=e.payload, hash=e.hash,
+            prev=events[i - 1].hash if i else genesis_hash("default", runs["waiting"]),
+        ).encode()) for i, e in enumerate(events)]
+    [finding] = audit.verify(store).findings
+    assert "not finished" in finding.reason
+    # A purged run whose purge record is gone.
+    del store._purged[key]
+    assert any("record of the run's purge" in f.reason for f in audit.verify(store).findings)
 
 
 def test_heads_anchored_before_the_purge_still_verify(store: MemoryStore,

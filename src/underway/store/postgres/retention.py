@@ -90,12 +90,13 @@ class Retention(Connection):
         return "purged"
 
     def purged_runs(
-        self, tenant_id: str, *, sweep_id: str | None = None, limit: int = 100
+        self, tenant_id: str, *, sweep_id: str | None = None, run_id: str | None = None,
+        limit: int = 100,
     ) -> list[PurgedRun]:
         """Purges, newest first."""
         return [PurgedRun(r[0], r[1], r[2], float(r[3]), int(r[4]), r[5])
                 for r in self._all("purged_runs", tenant_id=tenant_id, sweep_id=sweep_id,
-                                   limit=limit)]
+                                   run_id=run_id, limit=limit)]
 
     # -- blobs ------------------------------------------------------------------------------
     def blob_keys(self, tenant_id: str, *, after: str | None = None,

@@ -776,6 +776,7 @@ VALUES (%(tenant_id)s, %(run_id)s, %(sweep_id)s, %(at)s, %(events)s, %(rule)s)
 -- name: purged_runs
 SELECT tenant_id, run_id, sweep_id, purged_at, events, rule FROM purged_runs
  WHERE tenant_id = %(tenant_id)s AND (%(sweep_id)s::text IS NULL OR sweep_id = %(sweep_id)s)
+   AND (%(run_id)s::text IS NULL OR run_id = %(run_id)s)
  ORDER BY purged_at DESC, run_id COLLATE "C"
  LIMIT %(limit)s
 

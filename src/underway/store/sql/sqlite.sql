@@ -622,6 +622,7 @@ VALUES (?, ?, ?, ?, ?, ?)
 -- name: purged_runs
 SELECT tenant_id, run_id, sweep_id, purged_at, events, rule FROM purged_runs
  WHERE tenant_id = :tenant_id AND (:sweep_id IS NULL OR sweep_id = :sweep_id)
+   AND (:run_id IS NULL OR run_id = :run_id)
  ORDER BY purged_at DESC, run_id
  LIMIT :limit
 

@@ -86,11 +86,12 @@ class Retention(Connection):
         return "purged"
 
     def purged_runs(
-        self, tenant_id: str, *, sweep_id: str | None = None, limit: int = 100
+        self, tenant_id: str, *, sweep_id: str | None = None, run_id: str | None = None,
+        limit: int = 100,
     ) -> list[PurgedRun]:
         """Purges, newest first."""
         rows = self._query_named("purged_runs", tenant_id=tenant_id, sweep_id=sweep_id,
-                                 limit=limit)
+                                 run_id=run_id, limit=limit)
         return [PurgedRun(*r) for r in rows]
 
     # -- blobs ------------------------------------------------------------------------------
