@@ -83,7 +83,8 @@ def start_run(
         run_id, created = state.client.start(
             body.flow, body.input, tenant_id=who.tenant_id, idempotency_key=idempotency_key,
             queue=body.queue, start_at=body.start_at, deadline=body.deadline,
-            trace_context=carrier if traceparent is not None else None,
+            trace_context=carrier if traceparent is not None else None, subject=body.subject,
+            purpose=body.purpose, consent=body.consent,
         )
     except ConfigurationError as exc:
         field = "body.flow" if "not registered" in str(exc) else "body.input"
