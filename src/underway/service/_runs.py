@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Header, Path, Query, Request, Response
 
 from ..control import CHILD
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, ResidencyError
 from ..state import APPROVAL_SIGNAL
 from ..store.base import FINAL, RunRecord
 from ._auth import Caller, ServiceState, State, endpoint
@@ -86,6 +86,8 @@ def start_run(
             trace_context=carrier if traceparent is not None else None, subject=body.subject,
             purpose=body.purpose, consent=body.consent,
         )
+    except ResidencyError:
+        raise
     except ConfigurationError as exc:
         field = "body.flow" if "not registered" in str(exc) else "body.input"
         raise invalid(field, str(exc)) from None
