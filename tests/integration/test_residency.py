@@ -31,7 +31,7 @@ import underway as uw
 from underway import webhooks
 from underway.apikeys import issue_key
 from underway.cli import app as cli
-from underway.config import Config, load_config
+from underway.config import Config, ConfigError, load_config
 from underway.errors import ResidencyError
 from underway.intake import intake
 from underway.service import ServerThread, create_app
@@ -278,14 +278,14 @@ def test_the_file_names_every_region_it_uses(tmp_path: Path) -> None:
     path = tmp_path / "underway.toml"
     path.write_text('[residency]\ndefault = "us"\n[residency.regions]\nin = "sqlite:///in.db"\n'
                     '[residency.tenants]\nacme = "eu"\n')
-    with pytest.raises(Exception, match="tenant 'acme' is in region 'eu', which is not one "
+    with pytest.raises(ConfigError, match="tenant 'acme' is in region 'eu', which is not one "
                                         "of the regions"):
         load_config(path)
     path.write_text('database = "sqlite:///x.db"\n[residency.regions]\nin = "sqlite:///in.db"\n')
-    with pytest.raises(Exception, match="either database or \\[residency\\]"):
+    with pytest.raises(ConfigError, match="either database or \\[residency\\]"):
         load_config(path)
     path.write_text('[residency.regions]\nin = "sqlite:///a.db"\neu = "sqlite:///a.db"\n')
-    with pytest.raises(Exception, match="two regions share the database"):
+    with pytest.raises(ConfigError, match="two regions share the database"):
         load_config(path)
     path.write_text('[residency.regions]\nin = "in.db"\n')
     config = load_config(path)

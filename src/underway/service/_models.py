@@ -16,10 +16,10 @@ from ..store.base import RunRecord
 from ..subjects import DEFAULT_PURPOSE, MAX_ID, check_purpose, check_reference, check_subject
 
 
-def _checked(check: Callable[..., str]) -> Callable[[str], str]:
+def _checked(check: Callable[..., str], what: str) -> Callable[[str], str]:
     def validate(value: str) -> str:
         try:
-            return check(value, field="it")
+            return check(value, field=what)
         except ConfigurationError as exc:
             raise ValueError(str(exc)) from None
     return validate
@@ -27,13 +27,13 @@ def _checked(check: Callable[..., str]) -> Callable[[str], str]:
 
 Subject = Annotated[str, Field(min_length=1, max_length=MAX_ID, pattern=r"^\S+$",
                                description="A data subject, as an opaque id (no whitespace)."),
-                    AfterValidator(_checked(check_subject))]
+                    AfterValidator(_checked(check_subject, "the subject"))]
 Purpose = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_.\-]{0,63}$",
                                description="A purpose name, e.g. `marketing`."),
-                    AfterValidator(_checked(check_purpose))]
+                    AfterValidator(_checked(check_purpose, "the purpose"))]
 Reference = Annotated[str, Field(min_length=1, max_length=MAX_ID,
                                  description="A consent reference (a consent artefact's id)."),
-                      AfterValidator(_checked(check_reference))]
+                      AfterValidator(_checked(check_reference, "the reference"))]
 
 
 class _Request(BaseModel):
