@@ -6,7 +6,8 @@ worker``, the executor).
 ``underway schedules ls|add|rm``, ``underway events send``, ``underway keys new``,
 ``underway approvers add|ls|revoke``,
 ``underway approvals ls|show|approve|reject|answer|resolve``,
-``underway policy check|explain``, ``underway knowledge purge|rm`` and
+``underway policy check|explain``, ``underway knowledge purge|rm``,
+``underway consent grant|withdraw|show`` and
 ``underway usage``; ``underway serve`` (the HTTP API), ``underway apikeys
 new|ls|revoke|access-log`` and ``underway webhooks set|ls|rm``. The database comes from
 ``--db URL`` (before or after the command) or ``$UNDERWAY_DB``. A RUN argument takes a
@@ -40,6 +41,7 @@ LAZY: dict[str, str] = {
     "approvals": "approvals:app",  # signed approvals: deciding requests
     "approvers": "approvals:approvers",  # ... the approvers registry
     "audit": "audit:app",
+    "consent": "consent:app",  # data subjects' consent per purpose: grant, withdraw, show
     "db": "db:app",
     "events": "events:app",
     "keys": "keys:app",  # ... approvers' keys

@@ -199,6 +199,21 @@ def start(
         typer.Option("--app", help="The flows, as module:attribute (as for `underway "
                      "worker`): check the input against the flow now.", show_default=False),
     ] = None,
+    subject: Annotated[
+        str | None,
+        typer.Option("--subject", help="The data subject the run is about, as an opaque id "
+                     "(a customer number, never the personal data itself).",
+                     show_default=False),
+    ] = None,
+    purpose: Annotated[
+        str, typer.Option("--purpose", help="What the run is for (policies may require the "
+                          "subject's consent for it).")
+    ] = "operations",
+    consent: Annotated[
+        str | None,
+        typer.Option("--consent", help="The reference of the consent the run acts on.",
+                     show_default=False),
+    ] = None,
     as_json: Annotated[
         bool, typer.Option("--json", help='Print {"run_id": ..., "created": ...}.')
     ] = False,
@@ -225,7 +240,8 @@ def start(
         # is new to the tenant.
         new_name = not flows and not client.list_runs(tenant_id=tenant, flow=flow, limit=1).runs
         run_id, created = client.start(flow, data, tenant_id=tenant, idempotency_key=key,
-                                       queue=queue)
+                                       queue=queue, subject=subject, purpose=purpose,
+                                       consent=consent)
     if new_name:
         typer.echo(f"note: tenant {tenant!r} has no earlier run of flow {flow!r}; only a "
                    "worker that has a flow of that name runs it (check the name, or pass "

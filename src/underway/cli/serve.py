@@ -67,7 +67,7 @@ def serve(
     flows: list[Flow[Any, Any]] = load_app(opts.app)[0] if opts.app is not None else []
     table = load_routes(opts.routes) if opts.routes is not None else None
     session_secret = config.session_secret()
-    with open_store(ctx, db, default=config.database) as store:
+    with open_store(ctx, db, config=config) as store:
         if not store.list_api_keys():
             typer.echo("note: no API key exists yet; make one with `underway apikeys new "
                        "--tenant T --role admin`", err=True)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from ..journal import Verification
 from ..state import Recorded, RunState
-from ..store.base import RunRecord
+from ..store.base import ConsentRecord, RunRecord
 from ._activity import Activity, ActivityDay
 from ._client import ChildRun, Client, RunEvent, RunPage
 from ._requests import PendingRequest
@@ -27,6 +27,7 @@ __all__ = [
     "ActivityDay",
     "ChildRun",
     "Client",
+    "ConsentRecord",
     "PendingRequest",
     "Recorded",
     "RunEvent",

@@ -27,7 +27,9 @@ from ..journal import Journal, Verification
 from ..state import ANSWER_SIGNAL, APPROVAL_SIGNAL, Recorded, RunState
 from ..store import connect
 from ..store.base import NewRun, RunRecord, SignalRecord, Store
+from ..subjects import DEFAULT_PURPOSE
 from ._activity import Activity, activity
+from ._consent import Consents
 from ._requests import PendingRequest, request_of
 from ._starting import new_run
 
@@ -71,7 +73,7 @@ class ChildRun:
     error: str | None = None
 
 
-class Client:
+class Client(Consents):
     """Starts, steers and reads runs: what an operator, the CLI, an HTTP API or another
     service does. It needs no flow code and runs no step; workers (an
     :class:`~underway.Engine` driven by a :class:`~underway.Worker` or
@@ -160,6 +162,9 @@ class Client:
         principal: str | None = None,
         roles: Iterable[str] = (),
         trace_context: dict[str, str] | None = None,
+        subject: str | None = None,
+        purpose: str = DEFAULT_PURPOSE,
+        consent: str | None = None,
     ) -> tuple[str, bool]:
         """Create a run (or find the one with this idempotency key): ``(run_id, created)``.
 
@@ -172,11 +177,16 @@ class Client:
         (epoch seconds) the run escalates to a person. ``principal`` and ``roles`` say whom
         the run acts for (policies match on them). ``trace_context`` (W3C ``traceparent``
         and ``tracestate``) is journaled with the run: its spans join that trace.
+        ``subject`` names the data subject the run is about (an opaque id), ``purpose``
+        what it is for, ``consent`` the reference of the consent it acts on; all three are
+        checked (:mod:`underway.subjects`) and journaled, and the run's children inherit
+        them (see docs/data-protection.md).
         """
         rec, created = self._store.create_run(self.prepare_start(
             flow, input, tenant_id=tenant_id, idempotency_key=idempotency_key, run_id=run_id,
             start_at=start_at, queue=queue, deadline=deadline, principal=principal,
-            roles=roles, trace_context=trace_context,
+            roles=roles, trace_context=trace_context, subject=subject, purpose=purpose,
+            consent=consent,
         ))
         return rec.run_id, created
 
@@ -194,6 +204,9 @@ class Client:
         principal: str | None = None,
         roles: Iterable[str] = (),
         trace_context: dict[str, str] | None = None,
+        subject: str | None = None,
+        purpose: str = DEFAULT_PURPOSE,
+        consent: str | None = None,
     ) -> NewRun:
         """The run :meth:`start` would create (input checked when the flow is known, first
         event encoded), for a caller that creates it inside a transaction of its own."""
@@ -208,7 +221,8 @@ class Client:
             self._journal, code, name, input, now=self.clock.now(), tenant_id=tenant_id,
             run_id=run_id or str(uuid.uuid4()), idempotency_key=idempotency_key,
             start_at=start_at, queue=queue, deadline=deadline, principal=principal,
-            roles=roles, trace_context=trace_context,
+            roles=roles, trace_context=trace_context, subject=subject, purpose=purpose,
+            consent=consent,
         )
 
     # -- steering runs ------------------------------------------------------------------

@@ -4,7 +4,8 @@
 ``[worker]`` and ``[serve]`` options, the ``[notifier]`` (a webhook and/or SMTP) that tells
 approvers a run waits for them, the ``[policy]`` file, per-tenant ``[budgets]``,
 ``[telemetry]`` (Prometheus metrics, OpenTelemetry traces and their exporter),
-``[approvals]`` (signed resolutions) and ``[anchoring]``. An unknown key, a value of the
+``[approvals]`` (signed resolutions), ``[anchoring]`` and ``[residency]`` (a database per
+region, the region of each tenant). An unknown key, a value of the
 wrong type, a missing file or an unset secret variable is a :class:`ConfigError` naming
 the file, the key (``notifier.webhook.url``) and the problem. The ``make_*`` methods of
 :class:`Config` build the objects an :class:`~underway.Engine` takes, so a program that
@@ -21,6 +22,7 @@ from ._sections import (
     BudgetsSection,
     NotifierSection,
     PolicySection,
+    ResidencySection,
     ServeSection,
     SmtpSection,
     TelemetrySection,
@@ -38,6 +40,7 @@ __all__ = [
     "ConfigError",
     "NotifierSection",
     "PolicySection",
+    "ResidencySection",
     "ServeSection",
     "SmtpSection",
     "TelemetrySection",

@@ -16,7 +16,7 @@ from ..apikeys import PERMISSIONS, Permission, Role, authenticate, roles_with
 from ..client import Client
 from ..intake import Routes
 from ..store._offload import run_io
-from ..store.base import AccessRecord, Store
+from ..store.base import AccessRecord, ApiKeyRecord, Store
 from ._problems import ApiProblem, problem_responses
 
 ROLES_EXTENSION = "x-underway-roles"
@@ -102,7 +102,7 @@ class _Require:
                              "send an API key as 'Authorization: Bearer <token>'",
                              headers={"WWW-Authenticate": "Bearer"})
         state = service(request)
-        record = await run_io(state.store, authenticate, state.store, credentials.credentials)
+        record = await run_io(state.store, _identify, state.store, credentials.credentials)
         if record is None:
             raise ApiProblem(401, "unauthorized", "Unauthorized",
                              "the API key is unknown or revoked",
@@ -113,6 +113,17 @@ class _Require:
             raise ApiProblem(403, "forbidden", "Forbidden",
                              f"a {role} key may not do this; it needs one of: {allowed}")
         request.state.principal = Principal(record.key_id, record.name, record.tenant_id, role)
+
+
+def _identify(store: Store, token: str) -> ApiKeyRecord | None:
+    """The key behind ``token`` (:func:`~underway.apikeys.authenticate`). Under residency
+    a key whose tenant has no region (the configuration changed since it was issued)
+    reaches nothing: :class:`~underway.errors.ResidencyError`, before any endpoint tries."""
+    record = authenticate(store, token)
+    region_of = getattr(store, "region_of", None)
+    if record is not None and region_of is not None:
+        region_of(record.tenant_id)
+    return record
 
 
 def endpoint(

@@ -5,12 +5,35 @@ ignored. Times are epoch seconds."""
 from __future__ import annotations
 
 import math
-from typing import Literal
+from collections.abc import Callable
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue
 
 from ..client import PendingRequest, RunEvent
+from ..errors import ConfigurationError
 from ..store.base import RunRecord
+from ..subjects import DEFAULT_PURPOSE, MAX_ID, check_purpose, check_reference, check_subject
+
+
+def _checked(check: Callable[..., str], what: str) -> Callable[[str], str]:
+    def validate(value: str) -> str:
+        try:
+            return check(value, field=what)
+        except ConfigurationError as exc:
+            raise ValueError(str(exc)) from None
+    return validate
+
+
+Subject = Annotated[str, Field(min_length=1, max_length=MAX_ID, pattern=r"^\S+$",
+                               description="A data subject, as an opaque id (no whitespace)."),
+                    AfterValidator(_checked(check_subject, "the subject"))]
+Purpose = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_.\-]{0,63}$",
+                               description="A purpose name, e.g. `marketing`."),
+                    AfterValidator(_checked(check_purpose, "the purpose"))]
+Reference = Annotated[str, Field(min_length=1, max_length=MAX_ID,
+                                 description="A consent reference (a consent artefact's id)."),
+                      AfterValidator(_checked(check_reference, "the reference"))]
 
 
 class _Request(BaseModel):
@@ -32,6 +55,8 @@ class RunSummary(BaseModel):
     created_at: float
     updated_at: float
     error: str | None
+    subject: str | None = None
+    purpose: str = DEFAULT_PURPOSE
 
     @classmethod
     def of(cls, row: RunRecord) -> RunSummary:
@@ -41,6 +66,7 @@ class RunSummary(BaseModel):
             queue=row.queue, idempotency_key=row.idempotency_key, last_seq=row.last_seq,
             waiting_signal=row.waiting_signal, next_wake_at=row.next_wake_at,
             created_at=row.created_at, updated_at=row.updated_at, error=row.error,
+            subject=row.subject, purpose=row.purpose,
         )
 
 
@@ -122,13 +148,18 @@ class Event(BaseModel):
 
 class StartRun(_Request):
     """Start a run of ``flow`` (by name) with ``input``. ``start_at`` delays its first
-    step; past ``deadline`` it escalates to a person."""
+    step; past ``deadline`` it escalates to a person. ``subject`` is the data subject the
+    run is about, ``purpose`` what it is for, ``consent`` the reference of the consent it
+    acts on (see docs/data-protection.md)."""
 
     flow: str = Field(min_length=1)
     input: JsonValue = None
     queue: str = Field(default="default", min_length=1)
     start_at: float | None = None
     deadline: float | None = None
+    subject: Subject | None = None
+    purpose: Purpose = DEFAULT_PURPOSE
+    consent: Reference | None = None
 
 
 class Started(BaseModel):

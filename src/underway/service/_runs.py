@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Header, Path, Query, Request, Response
 
 from ..control import CHILD
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, ResidencyError
 from ..state import APPROVAL_SIGNAL
 from ..store.base import FINAL, RunRecord
 from ._auth import Caller, ServiceState, State, endpoint
@@ -83,8 +83,11 @@ def start_run(
         run_id, created = state.client.start(
             body.flow, body.input, tenant_id=who.tenant_id, idempotency_key=idempotency_key,
             queue=body.queue, start_at=body.start_at, deadline=body.deadline,
-            trace_context=carrier if traceparent is not None else None,
+            trace_context=carrier if traceparent is not None else None, subject=body.subject,
+            purpose=body.purpose, consent=body.consent,
         )
+    except ResidencyError:
+        raise
     except ConfigurationError as exc:
         field = "body.flow" if "not registered" in str(exc) else "body.input"
         raise invalid(field, str(exc)) from None

@@ -14,6 +14,7 @@ registry             :class:`.RegistryStore`     approvers and their public keys
 limits               :class:`.LimitStore`        queue limits, circuit breakers
 API keys             :class:`.ApiKeyStore`       API keys (hashed), webhook secrets
 access log           :class:`.AccessLogStore`    reads of run data, append-only
+consent              :class:`.ConsentStore`      subjects' consent per purpose, append-only
 ===================  ==========================  =====================================
 
 Each role has a conformance suite (``tests/conformance/test_<role>.py``) that runs on
@@ -28,6 +29,7 @@ from typing import Literal, Protocol
 
 from .access import AccessLogStore
 from .apikeys import ApiKeyStore
+from .consent import ConsentStore
 from .inbox import InboxStore
 from .intake import IntakeStore
 from .journal import JournalStore
@@ -39,6 +41,7 @@ from .records import (
     ApiKeyRecord,
     AppendBatch,
     ApproverRecord,
+    ConsentRecord,
     IntakeRecord,
     IntakeRequest,
     IntakeSecretRecord,
@@ -64,6 +67,8 @@ __all__ = [
     "ApiKeyStore",
     "AppendBatch",
     "ApproverRecord",
+    "ConsentRecord",
+    "ConsentStore",
     "Database",
     "Dialect",
     "InboxStore",
@@ -130,6 +135,7 @@ class Store(
     LimitStore,
     ApiKeyStore,
     AccessLogStore,
+    ConsentStore,
     Protocol,
 ):
     """What the engine needs from a database: every role at once."""

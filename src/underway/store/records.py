@@ -1,6 +1,6 @@
 """The records the store protocols exchange: runs, events, leases, signals, schedules,
-intake, approvers and queue limits. Plain frozen values; no behaviour beyond checking their
-own fields."""
+intake, approvers, queue limits, API keys, the access log and consents. Plain frozen
+values; no behaviour beyond checking their own fields."""
 
 from __future__ import annotations
 
@@ -48,6 +48,10 @@ class RunRecord:
     updated_at: float
     error: str | None
     queue: str = "default"
+    subject: str | None = None
+    """The data subject the run is about (None: it names none)."""
+    purpose: str = "operations"
+    """What the run is for."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +79,8 @@ class NewRun:
     now: float
     next_wake_at: float
     queue: str = "default"
+    subject: str | None = None
+    purpose: str = "operations"
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,4 +277,24 @@ class AccessRecord:
     key_name: str
     run_id: str
     endpoint: str
+    seq: int = 0
+
+
+# -- consent of data subjects ----------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class ConsentRecord:
+    """One change of a data subject's consent for one purpose, as recorded: ``state`` is
+    ``granted`` or ``withdrawn`` from ``at`` on, ``by`` says who recorded it and
+    ``reference`` names the consent artefact (a consent manager's id, a signed form), if
+    any. Records are never changed: the latest of a subject and purpose is where its
+    consent stands, the earlier ones its history. ``seq`` is assigned by the store when
+    the record is appended (0 before)."""
+
+    tenant_id: str
+    subject: str
+    purpose: str
+    state: str
+    reference: str | None
+    by: str
+    at: float
     seq: int = 0

@@ -32,13 +32,15 @@ VALUES (%(version)s, %(name)s, %(applied_at)s)
 -- name: create_run
 WITH created AS (
     INSERT INTO runs (tenant_id, run_id, flow, status, step, idempotency_key, last_seq,
-                      last_hash, next_wake_at, created_at, updated_at, queue)
+                      last_hash, next_wake_at, created_at, updated_at, queue, subject,
+                      purpose)
     VALUES (%(tenant_id)s, %(run_id)s, %(flow)s, 'ready', %(step)s, %(idempotency_key)s,
-            %(seq)s, %(hash)s, %(next_wake_at)s, %(now)s, %(now)s, %(queue)s)
+            %(seq)s, %(hash)s, %(next_wake_at)s, %(now)s, %(now)s, %(queue)s, %(subject)s,
+            %(purpose)s)
     ON CONFLICT DO NOTHING
     RETURNING tenant_id, run_id, flow, status, step, idempotency_key, last_seq, last_hash,
               next_wake_at, waiting_signal, control_pending, lease_owner, lease_token,
-              lease_expires_at, created_at, updated_at, error, queue
+              lease_expires_at, created_at, updated_at, error, queue, subject, purpose
 ), first_event AS (
     INSERT INTO events (tenant_id, run_id, seq, type, payload, hash)
     SELECT tenant_id, run_id, %(seq)s, %(type)s, %(payload)s, %(hash)s FROM created
@@ -54,21 +56,21 @@ SELECT * FROM created
 -- name: find_by_idempotency
 SELECT tenant_id, run_id, flow, status, step, idempotency_key, last_seq, last_hash,
        next_wake_at, waiting_signal, control_pending, lease_owner, lease_token,
-       lease_expires_at, created_at, updated_at, error, queue
+       lease_expires_at, created_at, updated_at, error, queue, subject, purpose
   FROM runs
  WHERE tenant_id = %(tenant_id)s AND flow = %(flow)s AND idempotency_key = %(idempotency_key)s
 
 -- name: get_run
 SELECT tenant_id, run_id, flow, status, step, idempotency_key, last_seq, last_hash,
        next_wake_at, waiting_signal, control_pending, lease_owner, lease_token,
-       lease_expires_at, created_at, updated_at, error, queue
+       lease_expires_at, created_at, updated_at, error, queue, subject, purpose
   FROM runs
  WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s
 
 -- name: list_runs
 SELECT tenant_id, run_id, flow, status, step, idempotency_key, last_seq, last_hash,
        next_wake_at, waiting_signal, control_pending, lease_owner, lease_token,
-       lease_expires_at, created_at, updated_at, error, queue
+       lease_expires_at, created_at, updated_at, error, queue, subject, purpose
   FROM runs
  WHERE tenant_id = %(tenant_id)s
    AND (%(status)s::text IS NULL OR status = %(status)s)
@@ -84,6 +86,15 @@ SELECT tenant_id, run_id, flow, status, step, idempotency_key, last_seq, last_ha
    AND (%(search)s::text IS NULL OR strpos(run_id, %(search)s) > 0
         OR strpos(flow, %(search)s) > 0)
  ORDER BY created_at DESC, run_id COLLATE "C"
+ LIMIT %(limit)s
+
+-- name: runs_of_subject
+SELECT tenant_id, run_id, flow, status, step, idempotency_key, last_seq, last_hash,
+       next_wake_at, waiting_signal, control_pending, lease_owner, lease_token,
+       lease_expires_at, created_at, updated_at, error, queue, subject, purpose
+  FROM runs
+ WHERE tenant_id = %(tenant_id)s AND subject = %(subject)s
+ ORDER BY created_at, run_id COLLATE "C"
  LIMIT %(limit)s
 
 -- name: tenants
@@ -688,3 +699,22 @@ SELECT tenant_id, at, key_id, key_name, run_id, endpoint, seq FROM access_log
    AND (%(before)s::bigint IS NULL OR seq < %(before)s)
  ORDER BY seq DESC
  LIMIT %(limit)s
+
+-- name: record_consent
+INSERT INTO consents (tenant_id, subject, purpose, state, reference, recorded_by, at)
+VALUES (%(tenant_id)s, %(subject)s, %(purpose)s, %(state)s, %(reference)s, %(by)s, %(at)s)
+RETURNING seq
+
+-- name: current_consents
+SELECT DISTINCT ON (purpose COLLATE "C")
+       tenant_id, subject, purpose, state, reference, recorded_by, at, seq
+  FROM consents
+ WHERE tenant_id = %(tenant_id)s AND subject = %(subject)s
+   AND (%(purposes)s::text[] IS NULL OR purpose = ANY(%(purposes)s::text[]))
+ ORDER BY purpose COLLATE "C", seq DESC
+
+-- name: consent_history
+SELECT tenant_id, subject, purpose, state, reference, recorded_by, at, seq FROM consents
+ WHERE tenant_id = %(tenant_id)s AND subject = %(subject)s
+   AND (%(purpose)s::text IS NULL OR purpose = %(purpose)s)
+ ORDER BY seq

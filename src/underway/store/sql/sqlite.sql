@@ -18,8 +18,8 @@ INSERT INTO underway_schema_version (version, name, applied_at) VALUES (?, ?, ?)
 
 -- name: insert_run
 INSERT INTO runs (tenant_id, run_id, flow, status, step, idempotency_key, last_seq, last_hash,
-                  next_wake_at, created_at, updated_at, queue)
-VALUES (?, ?, ?, 'ready', ?, ?, ?, ?, ?, ?, ?, ?)
+                  next_wake_at, created_at, updated_at, queue, subject, purpose)
+VALUES (?, ?, ?, 'ready', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT DO NOTHING
 
 -- name: find_by_idempotency
@@ -44,6 +44,12 @@ SELECT * FROM runs
    AND (:search IS NULL OR instr(run_id, :search) > 0 OR instr(flow, :search) > 0)
  ORDER BY created_at DESC, run_id
  LIMIT :limit
+
+-- name: runs_of_subject
+SELECT * FROM runs
+ WHERE tenant_id = :tenant_id AND subject = :subject
+ ORDER BY created_at, run_id
+ LIMIT coalesce(:limit, -1)
 
 -- name: tenants
 SELECT DISTINCT tenant_id FROM runs ORDER BY tenant_id
@@ -545,3 +551,22 @@ SELECT tenant_id, at, key_id, key_name, run_id, endpoint, seq FROM access_log
    AND (:before IS NULL OR seq < :before)
  ORDER BY seq DESC
  LIMIT :limit
+
+-- name: record_consent
+INSERT INTO consents (tenant_id, subject, purpose, state, reference, recorded_by, at)
+VALUES (?, ?, ?, ?, ?, ?, ?)
+
+-- name: current_consents
+SELECT tenant_id, subject, purpose, state, reference, recorded_by, at, seq FROM consents c
+ WHERE tenant_id = :tenant_id AND subject = :subject
+   AND (:purposes IS NULL OR purpose IN (SELECT value FROM json_each(:purposes)))
+   AND seq = (SELECT MAX(seq) FROM consents m
+               WHERE m.tenant_id = c.tenant_id AND m.subject = c.subject
+                 AND m.purpose = c.purpose)
+ ORDER BY purpose
+
+-- name: consent_history
+SELECT tenant_id, subject, purpose, state, reference, recorded_by, at, seq FROM consents
+ WHERE tenant_id = :tenant_id AND subject = :subject
+   AND (:purpose IS NULL OR purpose = :purpose)
+ ORDER BY seq

@@ -2,8 +2,8 @@
 
 Writers serialize through ``BEGIN IMMEDIATE``, which is also what makes claiming correct
 when several worker processes share one database file. The store is one class made of one
-part per role (``journal``, ``leases``, ``inbox``, ``schedules``, ``access``), over one
-connection (``connection``); the SQL is in ``store/sql/sqlite.sql``.
+part per role (``journal``, ``leases``, ``inbox``, ``schedules``, ``access``, ``consent``),
+over one connection (``connection``); the SQL is in ``store/sql/sqlite.sql``.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 from ..base import Dialect
 from ..wakeups import Polling, Wakeups
 from .access import Access
+from .consent import Consent
 from .inbox import Inbox
 from .journal import Journal
 from .leases import Leases
@@ -19,7 +20,7 @@ from .schedules import Schedules
 __all__ = ["SQLiteStore"]
 
 
-class SQLiteStore(Journal, Leases, Inbox, Schedules, Access):
+class SQLiteStore(Journal, Leases, Inbox, Schedules, Access, Consent):
     """A :class:`~underway.store.base.Store` on one SQLite database file.
 
     ``busy_timeout_ms`` is how long a writer waits for another process's write lock.
