@@ -35,6 +35,7 @@ from .leases import LeaseStore
 from .limits import LimitStore
 from .records import (
     FINAL,
+    AccessHead,
     AccessRecord,
     ApiKeyRecord,
     AppendBatch,
@@ -58,6 +59,7 @@ from .wakeups import Wakeups
 
 __all__ = [
     "FINAL",
+    "AccessHead",
     "AccessLogStore",
     "AccessRecord",
     "ApiKeyRecord",
