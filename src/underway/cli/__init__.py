@@ -6,8 +6,9 @@ worker``, the executor).
 ``underway schedules ls|add|rm``, ``underway events send``, ``underway keys new``,
 ``underway approvers add|ls|revoke``,
 ``underway approvals ls|show|approve|reject|answer|resolve``,
-``underway policy check|explain``, ``underway knowledge purge|rm`` and
-``underway usage``; ``underway serve`` (the HTTP API), ``underway apikeys
+``underway policy check|explain``, ``underway knowledge purge|rm``,
+``underway usage`` and ``underway access-log`` (who read which run's data, and why;
+``--verify`` its hash chain); ``underway serve`` (the HTTP API), ``underway apikeys
 new|ls|revoke|access-log`` and ``underway webhooks set|ls|rm``. The database comes from
 ``--db URL`` (before or after the command) or ``$UNDERWAY_DB``. A RUN argument takes a
 run's id or a prefix of exactly one run's id.
@@ -50,6 +51,7 @@ LAZY: dict[str, str] = {
     "schedules": "schedules:app",
     "webhooks": "apikeys:webhooks",  # underway serve: webhook secrets
     # single commands: a Typer of one command
+    "access-log": "access:app",  # reads of run data: who, when, why; --verify its chain
     "serve": "serve:app",
     "usage": "usage:app",  # spending: tokens, cost, calls, messages, money per tenant
     "worker": "worker:app",
@@ -60,7 +62,7 @@ needs and nothing else. ``serve`` needs FastAPI and uvicorn (the ``service`` ext
 starts in well under a second because no other command's module comes with it; ``worker``
 alone loads the executor."""
 
-_SINGLE = frozenset({"serve", "usage", "worker"})
+_SINGLE = frozenset({"access-log", "serve", "usage", "worker"})
 """The :data:`LAZY` entries that are one command rather than a group of them."""
 
 
