@@ -148,7 +148,12 @@ PendingApproval = ev.ApprovalRequested
 
 
 def _pending_json(p: ev.ApprovalRequested) -> dict[str, JSON]:
-    return p.model_dump(mode="json", exclude={"type"})
+    data = p.model_dump(mode="json", exclude={"type"})
+    # A request of a tool that hides nothing encodes as it did before tools declared it.
+    for name in ("sensitive_fields", "secret_fields"):
+        if data.get(name) is None:
+            data.pop(name, None)
+    return data
 
 
 def _pending_from(data: dict[str, Any]) -> ev.ApprovalRequested:

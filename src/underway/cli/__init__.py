@@ -7,8 +7,9 @@ worker``, the executor).
 ``underway approvers add|ls|revoke``,
 ``underway approvals ls|show|approve|reject|answer|resolve``,
 ``underway policy check|explain``, ``underway knowledge purge|rm``,
-``underway consent grant|withdraw|show`` and
-``underway usage``; ``underway serve`` (the HTTP API), ``underway apikeys
+``underway consent grant|withdraw|show``,
+``underway usage`` and ``underway access-log`` (who read which run's data, and why;
+``--verify`` its hash chain); ``underway serve`` (the HTTP API), ``underway apikeys
 new|ls|revoke|access-log`` and ``underway webhooks set|ls|rm``. The database comes from
 ``--db URL`` (before or after the command) or ``$UNDERWAY_DB``. A RUN argument takes a
 run's id or a prefix of exactly one run's id.
@@ -52,6 +53,7 @@ LAZY: dict[str, str] = {
     "schedules": "schedules:app",
     "webhooks": "apikeys:webhooks",  # underway serve: webhook secrets
     # single commands: a Typer of one command
+    "access-log": "access:app",  # reads of run data: who, when, why; --verify its chain
     "serve": "serve:app",
     "usage": "usage:app",  # spending: tokens, cost, calls, messages, money per tenant
     "worker": "worker:app",
@@ -62,7 +64,7 @@ needs and nothing else. ``serve`` needs FastAPI and uvicorn (the ``service`` ext
 starts in well under a second because no other command's module comes with it; ``worker``
 alone loads the executor."""
 
-_SINGLE = frozenset({"serve", "usage", "worker"})
+_SINGLE = frozenset({"access-log", "serve", "usage", "worker"})
 """The :data:`LAZY` entries that are one command rather than a group of them."""
 
 

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import getpass
 import json
 import os
 import sqlite3
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -28,7 +30,8 @@ from ..errors import RunNotFound, UnderwayError
 from ..events import JSON
 from ..store import connect
 from ..store._urls import split_url
-from ..store.base import RunRecord, Store
+from ..store.access import check_purpose
+from ..store.base import AccessRecord, RunRecord, Store
 from ..store.queries import latest_version
 
 P = ParamSpec("P")
@@ -47,6 +50,15 @@ DbOption = Annotated[
     ),
 ]
 TenantOption = Annotated[str, typer.Option("--tenant", help="Tenant the run belongs to.")]
+PurposeOption = Annotated[str, typer.Option(
+    "--purpose", help="Why you read the run's data: written to the access log with who and "
+    "when (1 to 100 characters).")]
+RevealOption = Annotated[bool, typer.Option(
+    "--reveal", help="Show the fields tools declare sensitive (the access log records "
+    "it); secrets are never shown.")]
+ReaderOption = Annotated[str | None, typer.Option(
+    "--by", help="Who is reading, for the access log (default: your OS user name).",
+    show_default=False)]
 
 
 class Problem(Exception):
@@ -302,6 +314,31 @@ def parse_time(text: str | None, option: str) -> float | None:
         raise Problem(f"{option} {text!r} is not a time: give ISO 8601 (2026-12-01 or "
                       "2026-12-01T09:30:00+02:00) or epoch seconds") from None
     return (at if at.tzinfo is not None else at.replace(tzinfo=UTC)).timestamp()
+
+
+def record_read(store: Store, command: str, tenant_id: str, run_ids: list[str], *,
+                purpose: str, by: str | None, revealed: bool = False) -> None:
+    """Append one access-log entry per run whose data ``underway <command>`` is about to
+    print (who: ``by`` or the OS user; ``key_id`` ``cli``): a read the log could not
+    record is not printed."""
+    try:
+        purpose = check_purpose(purpose)
+    except ValueError as exc:
+        raise Problem(f"--purpose: {exc}") from None
+    who = by if by is not None else _os_user()
+    if not who.strip():
+        raise Problem("--by must name who is reading")
+    now = time.time()
+    store.log_access([AccessRecord(tenant_id, now, "cli", who, run_id, f"cli {command}",
+                                   purpose=purpose, revealed=revealed)
+                      for run_id in run_ids])
+
+
+def _os_user() -> str:
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):
+        return f"uid:{os.getuid()}"
 
 
 def warn_undeclared(flow: str, name: str) -> None:

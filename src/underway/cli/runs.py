@@ -18,16 +18,22 @@ from ..client import Client
 from ..control import CHILD as CHILD_SIGNAL
 from ..flow import Flow
 from ..loading import load_app
+from ..redaction import Redactor
+from ..store.access import DEFAULT_PURPOSE
 from ..store.base import FINAL, RunRecord
 from ._common import (
     DbOption,
     Problem,
+    PurposeOption,
+    ReaderOption,
+    RevealOption,
     TenantOption,
     find_run,
     handle_errors,
     open_client,
     parse_json,
     parse_time,
+    record_read,
     warn_undeclared,
 )
 from ._timeline import render
@@ -138,15 +144,22 @@ def _note(error: str | None, waiting_signal: str | None) -> str:
 @app.command("show")
 @handle_errors
 def show(ctx: typer.Context, run: RunArg, tenant: TenantOption = "default",
-         db: DbOption = None) -> None:
-    """Show a run's status, counts and a readable timeline of its events."""
+         purpose: PurposeOption = DEFAULT_PURPOSE, reveal: RevealOption = False,
+         by: ReaderOption = None, db: DbOption = None) -> None:
+    """Show a run's status, counts and a readable timeline of its events.
+
+    The fields its tools declare sensitive are redacted unless --reveal; secrets always
+    are. The read is written to the access log (who, when, --purpose)."""
     with open_client(ctx, db) as client:
         run = find_run(client, tenant, run).run_id
         records = client.history(run, tenant_id=tenant)
         state = client.state(run, tenant_id=tenant)
         children = {c.run_id: c.status or "not created"
                     for c in client.children(run, tenant_id=tenant)}
-    typer.echo(render(state, records, children))
+        record_read(client.store, "runs show", tenant, [run], purpose=purpose, by=by,
+                    revealed=reveal)
+    hide = Redactor(reveal=reveal).learn(r.event for r in records)
+    typer.echo(render(state, records, children, hide))
 
 
 @app.command("events")
@@ -158,15 +171,24 @@ def events(
         bool, typer.Option("--json", help="Print one JSON array instead of JSON lines.")
     ] = False,
     tenant: TenantOption = "default",
+    purpose: PurposeOption = DEFAULT_PURPOSE,
+    reveal: RevealOption = False,
+    by: ReaderOption = None,
     db: DbOption = None,
 ) -> None:
-    """Print every event of a run, decoded: one JSON object per line (or an array)."""
+    """Print every event of a run, decoded: one JSON object per line (or an array).
+
+    The fields its tools declare sensitive are redacted unless --reveal; secrets always
+    are. The read is written to the access log (who, when, --purpose)."""
     with open_client(ctx, db) as client:
         run = find_run(client, tenant, run).run_id
         found = client.events(run, tenant_id=tenant)
+        record_read(client.store, "runs events", tenant, [run], purpose=purpose, by=by,
+                    revealed=reveal)
+    hide = Redactor(reveal=reveal).learn(e.event for e in found)
     items = []
     for e in found:
-        data = e.event.model_dump(mode="json")
+        data = hide.event(e.event).model_dump(mode="json")
         event_type = data.pop("type")
         items.append({
             "seq": e.seq, "at": e.at, "time": format_time(e.at), "type": event_type,

@@ -73,7 +73,7 @@ def serve(
                        "--tenant T --role admin`", err=True)
         api = create_app(Client(store, flows=flows), routes=table,
                          signed_resolutions=config.approvals.signed_resolutions,
-                         session_secret=session_secret)
+                         session_secret=session_secret, reveal_roles=opts.reveal_roles)
         typer.echo(f"underway serve on http://{opts.host}:{opts.port} (API under /v1, "
                    "OpenAPI at /openapi.json)", err=True)
         try:

@@ -20,7 +20,7 @@ from ..state import Recorded, RunState
 from ..store.base import ConsentRecord, RunRecord
 from ._activity import Activity, ActivityDay
 from ._client import ChildRun, Client, RunEvent, RunPage
-from ._requests import PendingRequest
+from ._requests import PendingRequest, redact_request
 
 __all__ = [
     "Activity",
@@ -35,4 +35,5 @@ __all__ = [
     "RunRecord",
     "RunState",
     "Verification",
+    "redact_request",
 ]

@@ -24,6 +24,7 @@ from ..errors import AmbiguousRunId, ConfigurationError, RunNotFound
 from ..events import JSON, canonical_json
 from ..flow import Flow
 from ..journal import Journal, Verification
+from ..redaction import Redactor, RunRedactors
 from ..state import ANSWER_SIGNAL, APPROVAL_SIGNAL, Recorded, RunState
 from ..store import connect
 from ..store.base import NewRun, RunRecord, SignalRecord, Store
@@ -103,6 +104,7 @@ class Client(Consents):
         self._strict = bool(self.flows)
         self._owns_store = False
         self._owner = "client"
+        self._learned = RunRedactors()
 
     @classmethod
     def connect(
@@ -125,7 +127,7 @@ class Client(Consents):
         client = cls.__new__(cls)
         client._store, client._journal, client.clock = store, journal, clock
         client.flows, client._strict, client._owns_store = flows, True, False
-        client._owner = "engine"
+        client._owner, client._learned = "engine", RunRedactors()
         return client
 
     @property
@@ -532,8 +534,19 @@ class Client(Consents):
             return request
         for rec in self._journal.history(tenant_id, run_id):
             if isinstance(rec.event, ev.ToolStarted) and rec.event.key == request.key:
-                return replace(request, args=rec.event.args)
+                return replace(request, args=rec.event.args,
+                               sensitive_fields=tuple(rec.event.sensitive_fields or ()),
+                               secret_fields=tuple(rec.event.secret_fields or ()))
         return request
+
+    def redactor(self, run_id: str, *, tenant_id: str = "default",
+                 reveal: bool = False) -> Redactor:
+        """What hides the run's data from a viewer (:mod:`underway.redaction`): a
+        :class:`~underway.redaction.Redactor` that learned every event of the run —
+        secrets hidden always, sensitive fields unless ``reveal``. The client remembers
+        what it learned of recent runs and reads only their newer events."""
+        return self._learned.redactor((tenant_id, run_id), reveal, lambda after: [
+            (e.seq, e.event) for e in self.events(run_id, tenant_id=tenant_id, after=after)])
 
 
 def _encode_cursor(created_at: float, run_id: str) -> str:

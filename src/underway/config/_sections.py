@@ -101,6 +101,9 @@ class AnchoringSection(Section):
     log: AnyPath
 
 
+RevealRole = Literal["viewer", "operator", "approver", "admin"]
+
+
 class ServeSection(Section):
     """``[serve]``: what ``underway serve`` listens on and serves (its options override
     these)."""
@@ -116,6 +119,10 @@ class ServeSection(Section):
     """The environment variable holding the console's session secret (at least 32
     characters): give every server behind one address the same, so a browser's session
     holds on each and across restarts (unset: a random secret per process)."""
+    reveal_roles: list[RevealRole] = Field(default_factory=lambda: list[RevealRole](["admin"]))
+    """The roles whose keys may ask to see the fields tools declare sensitive
+    (``reveal=true`` on reads; secrets are never shown). An approver may always see the
+    exact arguments of a request it decides. ``[]``: nobody."""
 
 
 class WebhookSection(Section):

@@ -12,6 +12,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue
 
 from ..client import PendingRequest, RunEvent
 from ..errors import ConfigurationError
+from ..redaction import Redactor
 from ..store.base import RunRecord
 from ..subjects import DEFAULT_PURPOSE, MAX_ID, check_purpose, check_reference, check_subject
 
@@ -80,7 +81,10 @@ class RunPage(BaseModel):
 class Pending(BaseModel):
     """What a run waits for a person to decide: an approval (the exact ``tool``, ``args``
     and their ``args_hash``, ``evidence``, ``risks``), a question, or a resolution of an
-    escalation. ``expires_at`` is null when it never expires."""
+    escalation. ``expires_at`` is null when it never expires. ``sensitive_fields`` and
+    ``secret_fields`` name what the tool hides: their values read ``"[redacted]"`` unless
+    the read revealed them (secrets, never); ``args_hash`` is always of the exact
+    arguments."""
 
     run_id: str
     kind: Literal["approval", "question", "resolution"]
@@ -98,6 +102,8 @@ class Pending(BaseModel):
     policy_version: str | None
     cause: str | None
     key: str | None
+    sensitive_fields: list[str] = Field(default_factory=list)
+    secret_fields: list[str] = Field(default_factory=list)
 
     @classmethod
     def of(cls, r: PendingRequest) -> Pending:
@@ -109,6 +115,7 @@ class Pending(BaseModel):
             expires_at=None if math.isinf(r.expires_at) else r.expires_at,
             question=r.question, context=r.context, rule_id=r.rule_id,
             policy_version=r.policy_version, cause=r.cause, key=r.key,
+            sensitive_fields=list(r.sensitive_fields), secret_fields=list(r.secret_fields),
         )
 
 
@@ -139,9 +146,9 @@ class Event(BaseModel):
     data: dict[str, JsonValue]
 
     @classmethod
-    def of(cls, e: RunEvent) -> Event:
-        """The event as the API shows it."""
-        data = e.event.model_dump(mode="json")
+    def of(cls, e: RunEvent, hide: Redactor) -> Event:
+        """The event as the API shows it to a viewer: what ``hide`` hides redacted."""
+        data = hide.event(e.event).model_dump(mode="json")
         event_type = str(data.pop("type"))
         return cls(seq=e.seq, at=e.at, type=event_type, hash=e.hash, data=data)
 

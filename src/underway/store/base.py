@@ -37,6 +37,7 @@ from .leases import LeaseStore
 from .limits import LimitStore
 from .records import (
     FINAL,
+    AccessHead,
     AccessRecord,
     ApiKeyRecord,
     AppendBatch,
@@ -61,6 +62,7 @@ from .wakeups import Wakeups
 
 __all__ = [
     "FINAL",
+    "AccessHead",
     "AccessLogStore",
     "AccessRecord",
     "ApiKeyRecord",

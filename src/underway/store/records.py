@@ -267,9 +267,14 @@ class IntakeSecretRecord:
 
 @dataclass(frozen=True, slots=True)
 class AccessRecord:
-    """One read of a run's data through the API: who (``key_id``, ``key_name``), when
-    (``at``), in which tenant, which run, through which ``endpoint`` (method and route).
-    ``seq`` is assigned by the store when the record is appended (0 before)."""
+    """One read of a run's data: who (``key_id`` and ``key_name``: an API key's id and name;
+    for the CLI ``cli`` and the OS user or ``--by``), when (``at``), in which tenant, which
+    run (``*``: every run of the tenant, counted together), through which ``endpoint``
+    (method and route, or the command), why (``purpose``) and whether sensitive fields were
+    shown (``revealed``). ``seq``, ``prev_hash`` and ``hash`` are assigned by the store
+    when the record is appended (0 and empty before): ``hash`` covers the fields and
+    ``prev_hash``, the hash of the tenant's entry before it (see
+    :func:`underway.store.access.entry_hash`)."""
 
     tenant_id: str
     at: float
@@ -278,6 +283,21 @@ class AccessRecord:
     run_id: str
     endpoint: str
     seq: int = 0
+    purpose: str = "operations"
+    revealed: bool = False
+    prev_hash: str = ""
+    hash: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class AccessHead:
+    """The end of a tenant's access-log chain as the store last extended it: the last
+    entry's ``seq`` and ``hash``, and how many chained ``entries`` there are."""
+
+    tenant_id: str
+    seq: int
+    hash: str
+    entries: int
 
 
 # -- consent of data subjects ----------------------------------------------------------------

@@ -31,6 +31,7 @@ from .base import Dialect, Store
 from .journal import CHAIN_LIMIT
 from .limits import SHARED
 from .records import (
+    AccessHead,
     AccessRecord,
     ApiKeyRecord,
     AppendBatch,
@@ -409,13 +410,26 @@ class RegionalStore:
         """Remove a webhook secret in the tenant's region."""
         return self._of(tenant_id).delete_intake_secret(tenant_id, source)
 
-    def log_access(self, records: Sequence[AccessRecord]) -> None:
-        """Append each tenant's entries to its region's log."""
+    def log_access(self, records: Sequence[AccessRecord]) -> list[AccessRecord]:
+        """Append each tenant's entries to its region's log (and its chain there); the
+        stored entries, in the order given."""
         by_region: dict[str, list[AccessRecord]] = {}
         for rec in records:
             by_region.setdefault(self.region_of(rec.tenant_id), []).append(rec)
+        stored: dict[int, AccessRecord] = {}
         for region, found in by_region.items():
-            self.regions[region].log_access(found)
+            for rec, kept in zip(found, self.regions[region].log_access(found), strict=True):
+                stored[id(rec)] = kept
+        return [stored[id(rec)] for rec in records]
+
+    def access_chain(self, tenant_id: str, *, after: int = 0,
+                     limit: int = 1000) -> list[AccessRecord]:
+        """The tenant's chained entries, from its region."""
+        return self._of(tenant_id).access_chain(tenant_id, after=after, limit=limit)
+
+    def access_head(self, tenant_id: str) -> AccessHead | None:
+        """The end of the tenant's chain, in its region."""
+        return self._of(tenant_id).access_head(tenant_id)
 
     def list_access(self, tenant_id: str, **filters: Any) -> list[AccessRecord]:
         """The tenant's access log, from its region."""

@@ -110,6 +110,7 @@ SAMPLES: dict[tuple[str, str], Sample] = {
                                                           {"json": {}}),
     ("DELETE", "/v1/intake-secrets/{source}"): lambda w, a: ("/v1/intake-secrets/old", {}),
     ("GET", "/v1/access-log"): lambda w, a: ("/v1/access-log", {}),
+    ("GET", "/v1/access-log/verify"): lambda w, a: ("/v1/access-log/verify", {}),
 }
 
 

@@ -647,7 +647,7 @@ SELECT k.tenant_id, k.id, k.text, k.source, k.created_at, k.expires_at, k.roles,
  ORDER BY score DESC, k.created_at DESC, k.id COLLATE "C"
  LIMIT %(limit)s
 
--- API keys, intake webhook secrets and the access log (migration 0009).
+-- API keys, intake webhook secrets and the access log (migrations 0009, 0011).
 
 -- name: insert_api_key
 INSERT INTO api_keys (key_id, tenant_id, role, name, token_hash, created_at, revoked_at)
@@ -686,14 +686,44 @@ SELECT tenant_id, source, secret, created_at FROM intake_secrets
 DELETE FROM intake_secrets WHERE tenant_id = %(tenant_id)s AND source = %(source)s
 
 -- name: log_access
-INSERT INTO access_log (tenant_id, at, key_id, key_name, run_id, endpoint)
-VALUES (%(tenant_id)s, %(at)s, %(key_id)s, %(key_name)s, %(run_id)s, %(endpoint)s)
+INSERT INTO access_log (tenant_id, at, key_id, key_name, run_id, endpoint, purpose, revealed,
+                        prev_hash, hash)
+VALUES (%(tenant_id)s, %(at)s, %(key_id)s, %(key_name)s, %(run_id)s, %(endpoint)s,
+        %(purpose)s, %(revealed)s, %(prev_hash)s, %(hash)s)
+RETURNING seq
+
+-- name: open_access_head
+INSERT INTO access_log_heads (tenant_id, seq, hash, entries)
+VALUES (%(tenant_id)s, 0, %(genesis)s, 0)
+ON CONFLICT DO NOTHING
+
+-- name: lock_access_head
+SELECT tenant_id, seq, hash, entries FROM access_log_heads
+ WHERE tenant_id = %(tenant_id)s FOR UPDATE
+
+-- name: set_access_head
+UPDATE access_log_heads SET seq = %(seq)s, hash = %(hash)s, entries = %(entries)s
+ WHERE tenant_id = %(tenant_id)s
+
+-- name: access_head
+SELECT tenant_id, seq, hash, entries FROM access_log_heads
+ WHERE tenant_id = %(tenant_id)s AND entries > 0
+
+-- name: access_chain
+SELECT tenant_id, at, key_id, key_name, run_id, endpoint, seq, purpose, revealed, prev_hash,
+       hash
+  FROM access_log WHERE tenant_id = %(tenant_id)s AND seq > %(after)s
+ ORDER BY seq LIMIT %(limit)s
 
 -- name: list_access
-SELECT tenant_id, at, key_id, key_name, run_id, endpoint, seq FROM access_log
+SELECT tenant_id, at, key_id, key_name, run_id, endpoint, seq, purpose, revealed, prev_hash,
+       hash
+  FROM access_log
  WHERE tenant_id = %(tenant_id)s
    AND (%(run_id)s::text IS NULL OR run_id = %(run_id)s)
    AND (%(key_id)s::text IS NULL OR key_id = %(key_id)s)
+   AND (%(who)s::text IS NULL OR key_name = %(who)s)
+   AND (%(purpose)s::text IS NULL OR purpose = %(purpose)s)
    AND (%(since)s::float8 IS NULL OR at >= %(since)s)
    AND (%(until)s::float8 IS NULL OR at < %(until)s)
    AND (%(before)s::bigint IS NULL OR seq < %(before)s)

@@ -501,7 +501,7 @@ SELECT k.seq, k.tenant_id, k.id, k.text, k.source, k.created_at, k.expires_at, k
  ORDER BY score DESC, k.created_at DESC, k.id
  LIMIT :limit
 
--- API keys, intake webhook secrets and the access log (migration 0009).
+-- API keys, intake webhook secrets and the access log (migrations 0009, 0011).
 
 -- name: insert_api_key
 INSERT INTO api_keys (key_id, tenant_id, role, name, token_hash, created_at, revoked_at)
@@ -538,14 +538,32 @@ SELECT tenant_id, source, secret, created_at FROM intake_secrets
 DELETE FROM intake_secrets WHERE tenant_id = ? AND source = ?
 
 -- name: log_access
-INSERT INTO access_log (tenant_id, at, key_id, key_name, run_id, endpoint)
-VALUES (?, ?, ?, ?, ?, ?)
+INSERT INTO access_log (tenant_id, at, key_id, key_name, run_id, endpoint, purpose, revealed,
+                        prev_hash, hash)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+
+-- name: access_head
+SELECT tenant_id, seq, hash, entries FROM access_log_heads WHERE tenant_id = ?
+
+-- name: put_access_head
+INSERT INTO access_log_heads (tenant_id, seq, hash, entries) VALUES (?, ?, ?, ?)
+ON CONFLICT (tenant_id) DO UPDATE
+   SET seq = excluded.seq, hash = excluded.hash, entries = excluded.entries
+
+-- name: access_chain
+SELECT tenant_id, at, key_id, key_name, run_id, endpoint, seq, purpose, revealed, prev_hash,
+       hash
+  FROM access_log WHERE tenant_id = ? AND seq > ? ORDER BY seq LIMIT ?
 
 -- name: list_access
-SELECT tenant_id, at, key_id, key_name, run_id, endpoint, seq FROM access_log
+SELECT tenant_id, at, key_id, key_name, run_id, endpoint, seq, purpose, revealed, prev_hash,
+       hash
+  FROM access_log
  WHERE tenant_id = :tenant_id
    AND (:run_id IS NULL OR run_id = :run_id)
    AND (:key_id IS NULL OR key_id = :key_id)
+   AND (:who IS NULL OR key_name = :who)
+   AND (:purpose IS NULL OR purpose = :purpose)
    AND (:since IS NULL OR at >= :since)
    AND (:until IS NULL OR at < :until)
    AND (:before IS NULL OR seq < :before)
