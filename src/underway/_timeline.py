@@ -56,7 +56,10 @@ def summarize(rec: Recorded) -> str:
             at = f"at step {e.first_step}" if e.checked else "by name (input unchecked)"
             head = f"flow {e.flow} started {at}{extra}"
             parent = f" as a child of run {e.parent_run_id}" if e.parent_run_id else ""
-            return f"{head}{parent}; input {preview(e.input, 40)}"
+            about = "" if e.subject is None and e.purpose == "operations" else (
+                f" about subject {e.subject or '(none)'} for {e.purpose}"
+                + (f" on consent {e.consent}" if e.consent else ""))
+            return f"{head}{parent}{about}; input {preview(e.input, 40)}"
         case ev.InputChecked():
             return f"input checked by a worker with the flow; first step {e.first_step}"
         case ev.StepStarted():

@@ -34,6 +34,7 @@ from typing_extensions import TypeVar, Unpack
 from .errors import ConfigurationError, ResultInvalid
 from .events import JSON, canonical_json
 from .money import Direction, Money, Unreadable, read_money, valid_currency
+from .redaction import Hidden
 from .retry import CircuitBreaker, RetryPolicy
 
 COMPENSATE_SUFFIX = ".compensate"
@@ -207,7 +208,8 @@ class Tool(Generic[A, R]):
     trace_result: bool | tuple[str, ...] = False
     """Record the call's result on its span: True (every field), or these fields."""
     sensitive: tuple[str, ...] = ()
-    """Names of argument and result fields (at any depth) that are never traced."""
+    """Names of argument and result fields (at any depth) that are never traced and that
+    viewers see only when allowed to (:attr:`hidden`)."""
 
     def __post_init__(self) -> None:
         if self.trusted_output and "untrusted" in self.output_labels:
@@ -266,11 +268,19 @@ class Tool(Generic[A, R]):
                            "are never traced" if hidden else "an empty path"))
 
     @cached_property
+    def hidden(self) -> Hidden:
+        """The fields of its arguments and results that viewers do not see
+        (:mod:`underway.redaction`): :attr:`sensitive` ones, shown only to a viewer who
+        may reveal them, and secrets — the fields of the argument and result models typed
+        ``SecretStr``, ``SecretBytes`` or ``Secret`` — shown to nobody."""
+        secret = _secret_fields(self.args_model) | _secret_fields(self.result_model)
+        return Hidden(frozenset(self.sensitive) - secret, secret)
+
+    @cached_property
     def never_traced(self) -> frozenset[str]:
         """The field names no trace records: :attr:`sensitive`, and the fields of the
         argument and result models typed ``SecretStr`` or ``SecretBytes``."""
-        return frozenset(self.sensitive) | _secret_fields(self.args_model) \
-            | _secret_fields(self.result_model)
+        return self.hidden.sensitive | self.hidden.secret
 
     @property
     def traced(self) -> bool:

@@ -148,7 +148,12 @@ PendingApproval = ev.ApprovalRequested
 
 
 def _pending_json(p: ev.ApprovalRequested) -> dict[str, JSON]:
-    return p.model_dump(mode="json", exclude={"type"})
+    data = p.model_dump(mode="json", exclude={"type"})
+    # A request of a tool that hides nothing encodes as it did before tools declared it.
+    for name in ("sensitive_fields", "secret_fields"):
+        if data.get(name) is None:
+            data.pop(name, None)
+    return data
 
 
 def _pending_from(data: dict[str, Any]) -> ev.ApprovalRequested:
@@ -213,6 +218,12 @@ class RunState:
     to check its input (see :class:`~underway.events.InputChecked`)."""
     parent_run_id: str | None = None
     trace_context: dict[str, str] | None = None
+    subject: str | None = None
+    """The data subject the run is about (None: it names none)."""
+    purpose: str = "operations"
+    """What the run is for."""
+    consent: str | None = None
+    """The consent reference the run was started on."""
     approval_requested_at: float | None = None
     """When the pending approval was requested (journal time)."""
     """The run that started this one with ``ctx.start`` (None: started from outside)."""
@@ -375,6 +386,7 @@ def apply(s: RunState, rec: Recorded) -> RunState:
             s.input_checked = e.checked
             s.parent_run_id = e.parent_run_id
             s.trace_context = e.trace_context
+            s.subject, s.purpose, s.consent = e.subject, e.purpose, e.consent
         case ev.InputChecked():
             s.input, s.state = copy.deepcopy(e.input), copy.deepcopy(e.state)
             s.step, s.input_checked = e.first_step, True

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from .engine import Engine
 from .errors import ConfigurationError, ConflictError, FencedError, is_store_failure
 from .loading import App, load_app
+from .redaction import redacting_logs
 from .retention import Retention, RetentionSweeper
 from .runner import Runner
 from .store.base import Lease
@@ -167,26 +168,28 @@ class Worker:
         self._store = self.engine.store
         self._wakeups = Polling()
         helpers: list[asyncio.Task[None]] = []
-        try:
-            if self.listen:
-                self._wakeups = await self.engine.io(
-                    functools.partial(self._store.wakeups, name=self.owner))
-            helpers.append(asyncio.create_task(self._maintain(), name="underway-maintain"))
-            if self._sweeper is not None:
-                helpers.append(asyncio.create_task(self._sweeper.run(),
-                                                   name="underway-retention"))
-            helpers.append(await self._start_listener())
-            self.ready.set()
-            await self._serve()
-        finally:
-            await self._drain()
-            for task in helpers:
-                task.cancel()
-            await asyncio.gather(*helpers, return_exceptions=True)
-            if self.anchoring is not None:
-                # The heads as this worker leaves them, not as of the last interval.
-                await self._quietly(self._anchor)
-            self.engine._driven_by_worker = False  # type: ignore[attr-defined]
+        # No value a run hides reaches this worker's log lines.
+        with redacting_logs(self.engine.redactor):
+            try:
+                if self.listen:
+                    self._wakeups = await self.engine.io(
+                        functools.partial(self._store.wakeups, name=self.owner))
+                helpers.append(asyncio.create_task(self._maintain(), name="underway-maintain"))
+                if self._sweeper is not None:
+                    helpers.append(asyncio.create_task(self._sweeper.run(),
+                                                       name="underway-retention"))
+                helpers.append(await self._start_listener())
+                self.ready.set()
+                await self._serve()
+            finally:
+                await self._drain()
+                for task in helpers:
+                    task.cancel()
+                await asyncio.gather(*helpers, return_exceptions=True)
+                if self.anchoring is not None:
+                    # The heads as this worker leaves them, not as of the last interval.
+                    await self._quietly(self._anchor)
+                self.engine._driven_by_worker = False  # type: ignore[attr-defined]
 
     # -- the loop -----------------------------------------------------------------------
     async def _serve(self) -> None:

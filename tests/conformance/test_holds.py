@@ -1,14 +1,13 @@
 """Legal holds on every backend: placed once per target, lifted and kept on record, listed
-by tenant; and the run index's runs of a data subject, which a hold on the subject
-holds."""
+by tenant."""
 
 from __future__ import annotations
 
 import pytest
-from builders import T0, event
+from builders import T0
 
 from underway.errors import ConfigurationError
-from underway.store import NewRun, Store
+from underway.store import Store
 from underway.store.base import HoldRecord
 
 
@@ -45,17 +44,3 @@ def test_a_hold_names_what_it_holds_and_why() -> None:
         hold("r1", kind="tenant")
     with pytest.raises(ConfigurationError, match="reason"):
         hold("r1", reason="")
-
-
-def test_runs_of_a_subject(store: Store) -> None:
-    for run_id, subject, tenant in (("r1", "ann", "t1"), ("r2", "bob", "t1"),
-                                    ("r0", "ann", "t1"), ("r3", None, "t1"),
-                                    ("r4", "ann", "t2")):
-        store.create_run(NewRun(
-            tenant_id=tenant, run_id=run_id, flow="f", idempotency_key=None,
-            first_event=event(1, run_id, "RunStarted"), blobs={}, step="s", now=T0,
-            next_wake_at=T0, subject=subject,
-        ))
-    assert store.runs_of_subject("t1", "ann") == ["r0", "r1"]
-    assert store.runs_of_subject("t2", "ann") == ["r4"]
-    assert store.runs_of_subject("t1", "carl") == []

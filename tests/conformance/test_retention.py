@@ -8,11 +8,11 @@ import sqlite3
 
 import psycopg
 import pytest
-from builders import T0, batch, create, lease_of, signal
+from builders import T0, batch, create, event, lease_of, signal
 from store_backends import Backend
 
 from underway.errors import ConflictError
-from underway.store import RunUpdate, Store, StoredEvent
+from underway.store import NewRun, RunUpdate, Store, StoredEvent
 from underway.store.base import HoldRecord, Purge, PurgedRun, SweepRecord
 
 DONE = RunUpdate("completed", None, None)
@@ -23,27 +23,15 @@ def finish(store: Store, run_id: str, *, tenant: str = "t1", flow: str = "f",
            subject: str | None = None) -> None:
     """A run of two events that ended ``status`` at ``at``, with a checkpoint, a blob and a
     signal."""
-    create(store, run_id, tenant=tenant, flow=flow, blobs={f"b-{run_id}": b"big"})
-    if subject is not None:
-        _set_subject(store, tenant, run_id, subject)
+    store.create_run(NewRun(
+        tenant_id=tenant, run_id=run_id, flow=flow, idempotency_key=None,
+        first_event=event(1, run_id, "RunStarted"), blobs={f"b-{run_id}": b"big"},
+        step="start", now=T0, next_wake_at=T0, subject=subject,
+    ))
     lease = lease_of(store, run_id, tenant=tenant)
     store.append(batch(lease, 1, now=at, checkpoint=(2, b"cp"), release=True,
                        update=RunUpdate(status, None, None, error=error)))
     store.send_signal(signal("late", f"s-{run_id}", run_id=run_id, tenant=tenant))
-
-
-def _set_subject(store: Store, tenant: str, run_id: str, subject: str) -> None:
-    # The subject is written when a run is created; these runs are made by the builders.
-    if store.dialect == "memory":
-        store._subjects[(tenant, run_id)] = subject  # type: ignore[attr-defined]
-    elif store.dialect == "sqlite":
-        with store.connection() as c:  # type: ignore[attr-defined]
-            c.execute("UPDATE runs SET subject = ? WHERE tenant_id = ? AND run_id = ?",
-                      (subject, tenant, run_id))
-    else:
-        with store.pool.connection() as c:  # type: ignore[attr-defined]
-            c.execute("UPDATE runs SET subject = %s WHERE tenant_id = %s AND run_id = %s",
-                      (subject, tenant, run_id))
 
 
 def purge_of(store: Store, run_id: str, *, tenant: str = "t1", sweep: str = "s1") -> Purge:
@@ -116,6 +104,7 @@ def test_a_held_run_is_not_purged(store: Store) -> None:
         assert store.load_checkpoint("t1", run_id) == (2, b"cp")
     assert store.purge_run(purge_of(store, "r3")) == "purged"
     assert store.runs_of_subject("t1", "bob") == []  # a purged run is about nobody
+    assert [r.run_id for r in store.runs_of_subject("t1", "ann")] == ["r2"]
     store.release_hold("t1", "run", "r1", by="legal", at=T0 + 9)
     assert store.purge_run(purge_of(store, "r1")) == "purged"
     assert sorted(p.run_id for p in store.purged_runs("t1")) == ["r1", "r3"]

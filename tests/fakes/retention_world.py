@@ -15,7 +15,6 @@ with an engine whose clock stands at :data:`THEN`, long ago.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from typing import Any
 
 from pydantic import BaseModel
@@ -109,8 +108,8 @@ def engine_for(store: Store, *, at: float = THEN) -> tuple[uw.Engine, uw.ManualC
 def start(engine: uw.Engine, flow: str, *, tenant: str = "default",
           subject: str | None = None, who: str = PERSON) -> str:
     """Start a run of ``flow`` for ``who``, about ``subject``."""
-    new = engine.client.prepare_start(flow, {"who": who}, tenant_id=tenant)
-    run, _ = engine.store.create_run(dataclasses.replace(new, subject=subject))
+    new = engine.client.prepare_start(flow, {"who": who}, tenant_id=tenant, subject=subject)
+    run, _ = engine.store.create_run(new)
     return run.run_id
 
 

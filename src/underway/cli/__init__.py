@@ -7,11 +7,12 @@ worker``, the executor).
 ``underway approvers add|ls|revoke``,
 ``underway approvals ls|show|approve|reject|answer|resolve``,
 ``underway policy check|explain``, ``underway knowledge purge|rm``,
-``underway retention sweep|log``, ``underway hold add|rm|ls`` and ``underway usage``;
-``underway serve`` (the HTTP API), ``underway apikeys new|ls|revoke|access-log`` and
-``underway webhooks set|ls|rm``. The database comes from ``--db URL`` (before or after the
-command) or ``$UNDERWAY_DB``. A RUN argument takes a
-run's id or a prefix of exactly one run's id.
+``underway consent grant|withdraw|show``, ``underway retention sweep|log``,
+``underway hold add|rm|ls``, ``underway usage`` and ``underway access-log`` (who read which
+run's data, and why; ``--verify`` its hash chain); ``underway serve`` (the HTTP API),
+``underway apikeys new|ls|revoke|access-log`` and ``underway webhooks set|ls|rm``. The
+database comes from ``--db URL`` (before or after the command) or ``$UNDERWAY_DB``. A RUN
+argument takes a run's id or a prefix of exactly one run's id.
 Errors print one line and exit with status 2; a failed audit exits with status 1.
 
 Only this package imports typer and rich, so ``import underway`` stays light.
@@ -41,6 +42,7 @@ LAZY: dict[str, str] = {
     "approvals": "approvals:app",  # signed approvals: deciding requests
     "approvers": "approvals:approvers",  # ... the approvers registry
     "audit": "audit:app",
+    "consent": "consent:app",  # data subjects' consent per purpose: grant, withdraw, show
     "db": "db:app",
     "events": "events:app",
     "hold": "retention:holds",  # legal holds, which stop every purge
@@ -53,6 +55,7 @@ LAZY: dict[str, str] = {
     "schedules": "schedules:app",
     "webhooks": "apikeys:webhooks",  # underway serve: webhook secrets
     # single commands: a Typer of one command
+    "access-log": "access:app",  # reads of run data: who, when, why; --verify its chain
     "serve": "serve:app",
     "usage": "usage:app",  # spending: tokens, cost, calls, messages, money per tenant
     "worker": "worker:app",
@@ -63,7 +66,7 @@ needs and nothing else. ``serve`` needs FastAPI and uvicorn (the ``service`` ext
 starts in well under a second because no other command's module comes with it; ``worker``
 alone loads the executor."""
 
-_SINGLE = frozenset({"serve", "usage", "worker"})
+_SINGLE = frozenset({"access-log", "serve", "usage", "worker"})
 """The :data:`LAZY` entries that are one command rather than a group of them."""
 
 

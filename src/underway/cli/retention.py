@@ -73,7 +73,7 @@ def sweep_command(
         typer.echo(f"no retention rules in {where}: nothing is purged (no rule means no "
                    "purge)")
         return
-    with open_store(ctx, db, default=config.database) as store:
+    with open_store(ctx, db, config=config) as store:
         report = sweep(store, retention, tenant_id=tenant, dry_run=dry_run, by=by)
     if as_json:
         typer.echo(json.dumps(dataclasses.asdict(report), indent=2))

@@ -10,7 +10,17 @@ from typing import Annotated
 import typer
 
 from ..budgets import tenant_usage
-from ._common import DbOption, TenantOption, fail, handle_errors, open_store
+from ..store.access import ALL_RUNS, DEFAULT_PURPOSE
+from ._common import (
+    DbOption,
+    PurposeOption,
+    ReaderOption,
+    TenantOption,
+    fail,
+    handle_errors,
+    open_store,
+    record_read,
+)
 
 app = typer.Typer(add_completion=False)
 
@@ -30,10 +40,13 @@ def usage(
                                    show_default=False)
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    purpose: PurposeOption = DEFAULT_PURPOSE,
+    by: ReaderOption = None,
     db: DbOption = None,
 ) -> None:
     """Tokens, model cost, model and tool calls, messages and money moved by a tenant's runs
-    since a time — counted from the journal, so nothing lost in a crash is missed."""
+    since a time — counted from the journal, so nothing lost in a crash is missed. The
+    read is written to the access log as one of run '*' (all the tenant's runs)."""
     if since is not None and days is not None:
         fail("give --since or --days, not both")
     if days is not None:
@@ -51,6 +64,7 @@ def usage(
         start = datetime(now.year, now.month, now.day, tzinfo=UTC).timestamp()
     with open_store(ctx, db) as store:
         u = tenant_usage(store, tenant, since=start)
+        record_read(store, "usage", tenant, [ALL_RUNS], purpose=purpose, by=by)
     report = {
         "tenant": tenant, "since": datetime.fromtimestamp(start, UTC).isoformat(),
         "tokens_in": u.tokens_in, "tokens_out": u.tokens_out, "cost_usd": round(u.cost_usd, 6),

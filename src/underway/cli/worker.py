@@ -168,7 +168,7 @@ def worker(
     flows, tools = load_app(opts.app)
     provider = config.make_tracer_provider() if telemetry_opts.traces else None
     try:
-        with open_store(ctx, db, default=config.database) as store:
+        with open_store(ctx, db, config=config) as store:
             dialect = store.dialect
             if dialect != "memory":
                 needed = max(v for v, _, _ in queries.migrations(dialect))

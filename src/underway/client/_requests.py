@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..events import JSON
+from ..redaction import Hidden, Redactor
 from ..state import RunState
 
 RequestKind = Literal["approval", "question", "resolution"]
@@ -23,6 +24,8 @@ class PendingRequest:
     ``inf`` when the request never expires. ``args`` of a resolution are filled in by
     :meth:`~underway.client.Client.pending_request` (read from the call's journaled
     intent), not by :meth:`~underway.client.Client.pending_requests`.
+    ``sensitive_fields`` and ``secret_fields``: what the tool hides of its arguments
+    (:func:`redact_request` shows the request as a viewer may see it).
     """
 
     run_id: str
@@ -41,6 +44,8 @@ class PendingRequest:
     policy_version: str | None = None
     cause: str | None = None
     key: str | None = None
+    sensitive_fields: tuple[str, ...] = ()
+    secret_fields: tuple[str, ...] = ()
 
 
 def request_of(state: RunState) -> PendingRequest | None:
@@ -51,7 +56,8 @@ def request_of(state: RunState) -> PendingRequest | None:
             run_id=state.run_id, kind="approval", request_id=p.request_id, tool=p.tool,
             args=p.args, args_hash=p.args_hash, evidence=p.evidence, risks=list(p.risks),
             required_role=p.required_role, expires_at=p.expires_at, rule_id=p.rule_id,
-            policy_version=p.policy_version,
+            policy_version=p.policy_version, sensitive_fields=tuple(p.sensitive_fields or ()),
+            secret_fields=tuple(p.secret_fields or ()),
         )
     esc = state.escalation
     if state.status == "escalated" and esc is not None and esc.is_question:
@@ -79,6 +85,20 @@ def request_of(state: RunState) -> PendingRequest | None:
             cause=esc.cause, key=key,
         )
     return None
+
+
+def redact_request(r: PendingRequest, *, reveal: bool = False,
+                   redactor: Redactor | None = None) -> PendingRequest:
+    """``r`` as a viewer sees it (:mod:`underway.redaction`): the fields its tool hides
+    redacted in its arguments, evidence, question and context — secrets always, sensitive
+    fields unless ``reveal``. ``redactor``: one that learned the run's events (it hides
+    what else the run's hidden fields held), else a new one."""
+    hidden = Hidden.of(r)
+    red = redactor if redactor is not None else Redactor(reveal=reveal)
+    if hidden:
+        red.learn_names(hidden)
+        red.learn_values([r.args, r.evidence], hidden)
+    return red.fields(r, "args", "evidence", "question", "context")
 
 
 def _expiry(value: float | None) -> float:

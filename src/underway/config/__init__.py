@@ -4,8 +4,9 @@
 ``[worker]`` and ``[serve]`` options, the ``[notifier]`` (a webhook and/or SMTP) that tells
 approvers a run waits for them, the ``[policy]`` file, per-tenant ``[budgets]``,
 ``[telemetry]`` (Prometheus metrics, OpenTelemetry traces and their exporter),
-``[approvals]`` (signed resolutions), ``[anchoring]`` and ``[retention]`` (how long
-finished runs' payloads are kept). An unknown key, a value of the
+``[approvals]`` (signed resolutions), ``[anchoring]``, ``[residency]`` (a database per
+region, the region of each tenant) and ``[retention]`` (how long finished runs' payloads
+are kept). An unknown key, a value of the
 wrong type, a missing file or an unset secret variable is a :class:`ConfigError` naming
 the file, the key (``notifier.webhook.url``) and the problem. The ``make_*`` methods of
 :class:`Config` build the objects an :class:`~underway.Engine` takes, so a program that
@@ -23,6 +24,7 @@ from ._sections import (
     NotifierSection,
     PeriodsSection,
     PolicySection,
+    ResidencySection,
     RetentionSection,
     ServeSection,
     SmtpSection,
@@ -43,6 +45,7 @@ __all__ = [
     "NotifierSection",
     "PeriodsSection",
     "PolicySection",
+    "ResidencySection",
     "RetentionSection",
     "ServeSection",
     "SmtpSection",

@@ -24,6 +24,9 @@ from ..audit import Anchoring, FileAnchorLog
 from ..budgets import Budget, TenantBudgets
 from ..errors import ConfigurationError
 from ..retention import Periods, Retention, Rules
+from ..store import connect
+from ..store.base import Store
+from ..store.regions import RegionalStore
 from ._sections import BASE, BudgetSection, PeriodsSection, Sections, TenantRetentionSection
 
 if TYPE_CHECKING:
@@ -118,6 +121,30 @@ class Config(Sections):
             state = "is empty" if value == "" else "is not set"
             raise self._error(key, f"the environment variable {name} {state}")
         return value
+
+    def open_store(self, *, migrate: bool = True) -> Store | None:
+        """The store the file names: a :class:`~underway.store.regions.RegionalStore` over
+        every region's database for ``[residency]``, else the ``database``, else None.
+        Each database is migrated unless ``migrate=False``; the caller closes the store."""
+        if self.residency is None:
+            return None if self.database is None else connect(self.database, migrate=migrate)
+        opened: dict[str, Store] = {}
+        try:
+            for region, url in self.residency.regions.items():
+                opened[region] = connect(url, migrate=migrate)
+            return self.regional_store(opened)
+        except BaseException:
+            for store in opened.values():
+                store.close()
+            raise
+
+    def regional_store(self, regions: Mapping[str, Store]) -> RegionalStore:
+        """The ``[residency]`` over ``regions``, the stores of its regions (opened by the
+        caller, closed with the regional store)."""
+        if self.residency is None:
+            raise self._error("residency", "the file has no [residency] table")
+        return RegionalStore(regions, tenants=self.residency.tenants,
+                             default=self.residency.default)
 
     def make_tenant_budget(self) -> TenantBudgets | None:
         """The ``[budgets]``: a default for every tenant and each named tenant's own."""

@@ -140,6 +140,7 @@ class RetentionSection(TenantRetentionSection):
 
     tenants: dict[Name, TenantRetentionSection] = Field(default_factory=dict)
     every: Period = DEFAULT_EVERY
+RevealRole = Literal["viewer", "operator", "approver", "admin"]
 
 
 class ServeSection(Section):
@@ -157,6 +158,10 @@ class ServeSection(Section):
     """The environment variable holding the console's session secret (at least 32
     characters): give every server behind one address the same, so a browser's session
     holds on each and across restarts (unset: a random secret per process)."""
+    reveal_roles: list[RevealRole] = Field(default_factory=lambda: list[RevealRole](["admin"]))
+    """The roles whose keys may ask to see the fields tools declare sensitive
+    (``reveal=true`` on reads; secrets are never shown). An approver may always see the
+    exact arguments of a request it decides. ``[]``: nobody."""
 
 
 class WebhookSection(Section):
@@ -271,10 +276,44 @@ def _database(value: Any, info: ValidationInfo) -> Any:
     return "sqlite:///" + os.path.join(os.path.abspath(base), path)
 
 
+DatabaseUrl = Annotated[Name, BeforeValidator(_database)]
+"""A database URL; a relative SQLite path is relative to the config file's directory."""
+
+
+class ResidencySection(Section):
+    """``[residency]``: one database per region (``regions``: region name to database
+    URL), the region of each tenant (``tenants``: tenant id to region name) and the
+    ``default`` region of tenants not listed (absent: they are refused). Every row of a
+    tenant — runs, journals, signals, intake, schedules, approvers, API keys, webhook
+    secrets, the access log, consent — is stored in its region's database only (see
+    docs/data-protection.md)."""
+
+    regions: dict[Name, DatabaseUrl] = Field(min_length=1)
+    tenants: dict[Name, Name] = Field(default_factory=dict)
+    default: Name | None = None
+
+    @model_validator(mode="after")
+    def _known_regions(self) -> ResidencySection:
+        known = ", ".join(sorted(self.regions))
+        for tenant, region in self.tenants.items():
+            if region not in self.regions:
+                raise ValueError(f"tenant {tenant!r} is in region {region!r}, which is not "
+                                 f"one of the regions ({known})")
+        if self.default is not None and self.default not in self.regions:
+            raise ValueError(f"the default region {self.default!r} is not one of the "
+                             f"regions ({known})")
+        urls = list(self.regions.values())
+        for url in urls:
+            if urls.count(url) > 1:
+                raise ValueError(f"two regions share the database {url!r}; each region "
+                                 "needs a database of its own")
+        return self
+
+
 class Sections(Section):
     """Every table of the file (see :class:`~underway.config.Config`)."""
 
-    database: Annotated[Name | None, BeforeValidator(_database)] = None
+    database: DatabaseUrl | None = None
     worker: WorkerSection = WorkerSection()
     serve: ServeSection = ServeSection()
     notifier: NotifierSection = NotifierSection()
@@ -284,3 +323,11 @@ class Sections(Section):
     approvals: ApprovalsSection = ApprovalsSection()
     anchoring: AnchoringSection | None = None
     retention: RetentionSection | None = None
+    residency: ResidencySection | None = None
+
+    @model_validator(mode="after")
+    def _one_place_for_data(self) -> Sections:
+        if self.database is not None and self.residency is not None:
+            raise ValueError("give either database or [residency], not both: with residency "
+                             "every database is a region's ([residency.regions])")
+        return self

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from .. import events as ev
 from .. import faults
+from ..redaction import Hidden
 from ..state import Recorded, RunState, apply
 from ..store.base import AppendBatch, Lease, RunUpdate
 from ._outbox import outbox
@@ -59,6 +60,8 @@ class Activation:
         seq = self.state.seq + 1
         apply(self.state, Recorded(seq, at, event))
         self.pending.append((seq, at, event))
+        if Hidden.of(event):
+            self.engine.redactor.learn(event)
 
     async def commit(self, *, release: bool = False, force_checkpoint: bool = False) -> None:
         if not self.pending:

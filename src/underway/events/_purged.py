@@ -26,7 +26,7 @@ PURGED = "[purged]"
 _CALL = ("key", "tool", "index")
 
 SKELETON: dict[str, tuple[str, ...]] = {
-    "RunStarted": ("flow", "first_step", "checked", "parent_run_id", "deadline"),
+    "RunStarted": ("flow", "first_step", "checked", "parent_run_id", "deadline", "purpose"),
     "InputChecked": ("first_step",),
     "StepStarted": ("step", "attempt"),
     "StepCompleted": ("step", "next"),

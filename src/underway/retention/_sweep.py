@@ -182,8 +182,9 @@ def _held_runs(store: Store, tenant: str) -> dict[str, str]:
         if hold.kind == "run":
             found.setdefault(hold.target, f"legal hold on the run: {hold.reason}")
         else:
-            for run_id in store.runs_of_subject(tenant, hold.target):
-                found.setdefault(run_id, f"legal hold on subject {hold.target}: {hold.reason}")
+            for run in store.runs_of_subject(tenant, hold.target):
+                found.setdefault(run.run_id,
+                                 f"legal hold on subject {hold.target}: {hold.reason}")
     return found
 
 

@@ -14,7 +14,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..errors import ConfigurationError, RunNotFound
+from ..errors import ConfigurationError, ResidencyError, RunNotFound
 
 log = logging.getLogger("underway.service")
 
@@ -126,6 +126,11 @@ def install(app: FastAPI) -> None:
         return respond(Problem(type=PROBLEM_TYPE + "invalid-input", title="Invalid input",
                                status=422, detail=str(exc)))
 
+    async def on_no_region(request: Request, exc: Exception) -> JSONResponse:
+        # The key's tenant has no region: nothing of it can be read or written anywhere.
+        return respond(Problem(type=PROBLEM_TYPE + "no-region", title="No region",
+                               status=422, detail=str(exc)))
+
     async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unexpected error on %s %s", request.method, request.url.path)
         return respond(Problem(type=PROBLEM_TYPE + "internal", title="Internal error",
@@ -136,6 +141,7 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(StarletteHTTPException, on_http)
     app.add_exception_handler(RunNotFound, on_run_not_found)
     app.add_exception_handler(ConfigurationError, on_configuration)
+    app.add_exception_handler(ResidencyError, on_no_region)
     app.add_exception_handler(Exception, on_unexpected)
 
 

@@ -14,6 +14,7 @@ registry             :class:`.RegistryStore`     approvers and their public keys
 limits               :class:`.LimitStore`        queue limits, circuit breakers
 API keys             :class:`.ApiKeyStore`       API keys (hashed), webhook secrets
 access log           :class:`.AccessLogStore`    reads of run data, append-only
+consent              :class:`.ConsentStore`      subjects' consent per purpose, append-only
 legal holds          :class:`.HoldStore`         holds on runs and data subjects
 retention            :class:`.RetentionStore`    purges, the sweep log, blob deletion
 ===================  ==========================  =====================================
@@ -30,6 +31,7 @@ from typing import Literal, Protocol
 
 from .access import AccessLogStore
 from .apikeys import ApiKeyStore
+from .consent import ConsentStore
 from .holds import HoldStore
 from .inbox import InboxStore
 from .intake import IntakeStore
@@ -39,10 +41,12 @@ from .limits import LimitStore
 from .records import (
     FINAL,
     HOLD_KINDS,
+    AccessHead,
     AccessRecord,
     ApiKeyRecord,
     AppendBatch,
     ApproverRecord,
+    ConsentRecord,
     HoldRecord,
     IntakeRecord,
     IntakeRequest,
@@ -68,12 +72,15 @@ from .wakeups import Wakeups
 __all__ = [
     "FINAL",
     "HOLD_KINDS",
+    "AccessHead",
     "AccessLogStore",
     "AccessRecord",
     "ApiKeyRecord",
     "ApiKeyStore",
     "AppendBatch",
     "ApproverRecord",
+    "ConsentRecord",
+    "ConsentStore",
     "Database",
     "Dialect",
     "HoldRecord",
@@ -146,6 +153,7 @@ class Store(
     LimitStore,
     ApiKeyStore,
     AccessLogStore,
+    ConsentStore,
     HoldStore,
     RetentionStore,
     Protocol,

@@ -14,6 +14,7 @@ from ._offload import INLINE, Inline
 from .base import Dialect
 from .journal import CHAIN_LIMIT
 from .memory_access import MemoryAccess
+from .memory_consent import MemoryConsent
 from .memory_retention import MemoryRetention
 from .records import (
     FINAL,
@@ -37,7 +38,7 @@ _LINK = b'{"p":"'
 """How a blob that links to another begins (a codec list node); the key follows."""
 
 
-class MemoryStore(MemoryAccess, MemoryRetention):
+class MemoryStore(MemoryAccess, MemoryConsent, MemoryRetention):
     """A :class:`~underway.store.base.Store` held in process memory.
 
     It does no I/O, so async code calls it inline (``offload``: see
@@ -47,7 +48,9 @@ class MemoryStore(MemoryAccess, MemoryRetention):
     offload: Inline = INLINE
 
     def __init__(self) -> None:
-        super().__init__()
+        MemoryAccess.__init__(self)
+        MemoryConsent.__init__(self)
+        MemoryRetention.__init__(self)
         self._lock = threading.RLock()
         self._runs: dict[tuple[str, str], RunRecord] = {}
         self._events: dict[tuple[str, str], list[StoredEvent]] = {}
@@ -92,12 +95,10 @@ class MemoryStore(MemoryAccess, MemoryRetention):
                 next_wake_at=new.next_wake_at, waiting_signal=None, control_pending=False,
                 lease_owner=None,
                 lease_token=0, lease_expires_at=None, created_at=new.now, updated_at=new.now,
-                error=None, queue=new.queue,
+                error=None, queue=new.queue, subject=new.subject, purpose=new.purpose,
             )
             self._runs[key] = rec
             self._events[key] = [new.first_event]
-            if new.subject is not None:
-                self._subjects[key] = new.subject
             self._write_blobs(new.tenant_id, new.blobs)
             return rec, True
 
@@ -216,6 +217,16 @@ class MemoryStore(MemoryAccess, MemoryRetention):
             ]
         found.sort(key=lambda r: (-r.created_at, r.run_id))
         return found[:limit]
+
+    def runs_of_subject(
+        self, tenant_id: str, subject: str, *, limit: int | None = None
+    ) -> list[RunRecord]:
+        """The tenant's runs about a subject, oldest first."""
+        with self._lock:
+            found = sorted((r for r in self._runs.values()
+                            if r.tenant_id == tenant_id and r.subject == subject),
+                           key=lambda r: (r.created_at, r.run_id))
+        return found if limit is None else found[:limit]
 
     def tenants(self) -> list[str]:
         """Tenants with runs."""

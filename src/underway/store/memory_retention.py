@@ -38,7 +38,6 @@ class MemoryRetention:
         self._holds: dict[tuple[str, str, str], HoldRecord] = {}
         self._purged: dict[tuple[str, str], PurgedRun] = {}
         self._sweeps: dict[tuple[str, str], SweepRecord] = {}
-        self._subjects: dict[tuple[str, str], str] = {}
         self._written: dict[tuple[str, str], float] = {}
 
     def _write_blobs(self, tenant_id: str, blobs: dict[str, bytes]) -> None:
@@ -50,12 +49,6 @@ class MemoryRetention:
             self._blobs.setdefault(key, v)
             if self._written.get(key, -BLOB_REFRESH) < now - BLOB_REFRESH:
                 self._written[key] = now
-
-    def runs_of_subject(self, tenant_id: str, subject: str) -> list[str]:
-        """Runs about the subject."""
-        with self._lock:
-            return sorted(r for (t, r), s in self._subjects.items()
-                          if t == tenant_id and s == subject)
 
     # -- legal holds ----------------------------------------------------------------------
     def put_hold(self, rec: HoldRecord) -> bool:
@@ -127,16 +120,16 @@ class MemoryRetention:
                                  for t in sorted(purge.tombstones, key=lambda t: t.seq)]
             self._checkpoints.pop(key, None)
             self._signals.pop(key, None)
-            self._subjects.pop(key, None)
             assert row is not None
-            self._runs[key] = dataclasses.replace(row, error=None)
+            self._runs[key] = dataclasses.replace(row, error=None, subject=None)
             self._purged[key] = PurgedRun(purge.tenant_id, purge.run_id, purge.sweep_id,
                                           purge.at, len(purge.tombstones), purge.rule)
             return "purged"
 
     def _held(self, tenant_id: str, run_id: str) -> bool:
         """Whether a standing hold is on the run or on its subject."""
-        subject = self._subjects.get((tenant_id, run_id))
+        row = self._runs.get((tenant_id, run_id))
+        subject = None if row is None else row.subject
         return any(
             h.active and k[0] == tenant_id and (
                 (h.kind == "run" and h.target == run_id)

@@ -1,6 +1,7 @@
 """The records the store protocols exchange: runs, events, leases, signals, schedules,
-intake, approvers, queue limits, legal holds and retention's purges and sweeps. Plain
-frozen values; no behaviour beyond checking their own fields."""
+intake, approvers, queue limits, API keys, the access log, consents, legal holds and
+retention's purges and sweeps. Plain frozen values; no behaviour beyond checking their own
+fields."""
 
 from __future__ import annotations
 
@@ -48,6 +49,10 @@ class RunRecord:
     updated_at: float
     error: str | None
     queue: str = "default"
+    subject: str | None = None
+    """The data subject the run is about (None: it names none)."""
+    purpose: str = "operations"
+    """What the run is for."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +83,7 @@ class NewRun:
     subject: str | None = None
     """The data subject the run is about (kept on the run row: a legal hold on the
     subject holds the run)."""
+    purpose: str = "operations"
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,9 +270,14 @@ class IntakeSecretRecord:
 
 @dataclass(frozen=True, slots=True)
 class AccessRecord:
-    """One read of a run's data through the API: who (``key_id``, ``key_name``), when
-    (``at``), in which tenant, which run, through which ``endpoint`` (method and route).
-    ``seq`` is assigned by the store when the record is appended (0 before)."""
+    """One read of a run's data: who (``key_id`` and ``key_name``: an API key's id and name;
+    for the CLI ``cli`` and the OS user or ``--by``), when (``at``), in which tenant, which
+    run (``*``: every run of the tenant, counted together), through which ``endpoint``
+    (method and route, or the command), why (``purpose``) and whether sensitive fields were
+    shown (``revealed``). ``seq``, ``prev_hash`` and ``hash`` are assigned by the store
+    when the record is appended (0 and empty before): ``hash`` covers the fields and
+    ``prev_hash``, the hash of the tenant's entry before it (see
+    :func:`underway.store.access.entry_hash`)."""
 
     tenant_id: str
     at: float
@@ -274,6 +285,41 @@ class AccessRecord:
     key_name: str
     run_id: str
     endpoint: str
+    seq: int = 0
+    purpose: str = "operations"
+    revealed: bool = False
+    prev_hash: str = ""
+    hash: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class AccessHead:
+    """The end of a tenant's access-log chain as the store last extended it: the last
+    entry's ``seq`` and ``hash``, and how many chained ``entries`` there are."""
+
+    tenant_id: str
+    seq: int
+    hash: str
+    entries: int
+
+
+# -- consent of data subjects ----------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class ConsentRecord:
+    """One change of a data subject's consent for one purpose, as recorded: ``state`` is
+    ``granted`` or ``withdrawn`` from ``at`` on, ``by`` says who recorded it and
+    ``reference`` names the consent artefact (a consent manager's id, a signed form), if
+    any. Records are never changed: the latest of a subject and purpose is where its
+    consent stands, the earlier ones its history. ``seq`` is assigned by the store when
+    the record is appended (0 before)."""
+
+    tenant_id: str
+    subject: str
+    purpose: str
+    state: str
+    reference: str | None
+    by: str
+    at: float
     seq: int = 0
 
 

@@ -30,6 +30,14 @@ class RunStore(Protocol):
         from there, unchanged by runs created meanwhile."""
         ...
 
+    def runs_of_subject(
+        self, tenant_id: str, subject: str, *, limit: int | None = None
+    ) -> list[RunRecord]:
+        """The tenant's runs about data subject ``subject``, oldest first (``created_at``,
+        then run id), at most ``limit`` (None: all of them), read on the (tenant, subject)
+        index: what erasing, holding or answering for one person starts from."""
+        ...
+
     def tenants(self) -> list[str]:
         """Every tenant that has runs."""
         ...
@@ -56,11 +64,6 @@ class RunStore(Protocol):
         the run changes status or is handed back), and runs leased now (a leased run's
         journal may be ahead of its row). Read on the (tenant, updated_at) index: it costs
         the runs written since ``since``, not every run the tenant ever had."""
-        ...
-
-    def runs_of_subject(self, tenant_id: str, subject: str) -> list[str]:
-        """Ids, sorted, of the tenant's runs about data subject ``subject`` (the subject
-        their row names)."""
         ...
 
     def journaled_runs(self, tenant_id: str | None = None) -> list[tuple[str, str]]:

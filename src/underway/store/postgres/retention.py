@@ -13,14 +13,8 @@ from .connection import _Q, Connection, _run
 
 
 class Retention(Connection):
-    """:class:`~underway.store.holds.HoldStore`,
-    :class:`~underway.store.retention.RetentionStore` and the run index's
-    ``runs_of_subject`` on PostgreSQL."""
-
-    def runs_of_subject(self, tenant_id: str, subject: str) -> list[str]:
-        """Runs about the subject."""
-        return [r[0] for r in self._all("runs_of_subject", tenant_id=tenant_id,
-                                        subject=subject)]
+    """:class:`~underway.store.holds.HoldStore` and
+    :class:`~underway.store.retention.RetentionStore` on PostgreSQL."""
 
     # -- legal holds ----------------------------------------------------------------------
     def put_hold(self, rec: HoldRecord) -> bool:

@@ -32,13 +32,15 @@ VALUES (%(version)s, %(name)s, %(applied_at)s)
 -- name: create_run
 WITH created AS (
     INSERT INTO runs (tenant_id, run_id, flow, status, step, idempotency_key, last_seq,
-                      last_hash, next_wake_at, created_at, updated_at, queue, subject)
+                      last_hash, next_wake_at, created_at, updated_at, queue, subject,
+                      purpose)
     VALUES (%(tenant_id)s, %(run_id)s, %(flow)s, 'ready', %(step)s, %(idempotency_key)s,
-            %(seq)s, %(hash)s, %(next_wake_at)s, %(now)s, %(now)s, %(queue)s, %(subject)s)
+            %(seq)s, %(hash)s, %(next_wake_at)s, %(now)s, %(now)s, %(queue)s, %(subject)s,
+            %(purpose)s)
     ON CONFLICT DO NOTHING
     RETURNING tenant_id, run_id, flow, status, step, idempotency_key, last_seq, last_hash,
               next_wake_at, waiting_signal, control_pending, lease_owner, lease_token,
-              lease_expires_at, created_at, updated_at, error, queue
+              lease_expires_at, created_at, updated_at, error, queue, subject, purpose
 ), first_event AS (
     INSERT INTO events (tenant_id, run_id, seq, type, payload, hash)
     SELECT tenant_id, run_id, %(seq)s, %(type)s, %(payload)s, %(hash)s FROM created
@@ -55,21 +57,21 @@ SELECT * FROM created
 -- name: find_by_idempotency
 SELECT tenant_id, run_id, flow, status, step, idempotency_key, last_seq, last_hash,
        next_wake_at, waiting_signal, control_pending, lease_owner, lease_token,
-       lease_expires_at, created_at, updated_at, error, queue
+       lease_expires_at, created_at, updated_at, error, queue, subject, purpose
   FROM runs
  WHERE tenant_id = %(tenant_id)s AND flow = %(flow)s AND idempotency_key = %(idempotency_key)s
 
 -- name: get_run
 SELECT tenant_id, run_id, flow, status, step, idempotency_key, last_seq, last_hash,
        next_wake_at, waiting_signal, control_pending, lease_owner, lease_token,
-       lease_expires_at, created_at, updated_at, error, queue
+       lease_expires_at, created_at, updated_at, error, queue, subject, purpose
   FROM runs
  WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s
 
 -- name: list_runs
 SELECT tenant_id, run_id, flow, status, step, idempotency_key, last_seq, last_hash,
        next_wake_at, waiting_signal, control_pending, lease_owner, lease_token,
-       lease_expires_at, created_at, updated_at, error, queue
+       lease_expires_at, created_at, updated_at, error, queue, subject, purpose
   FROM runs
  WHERE tenant_id = %(tenant_id)s
    AND (%(status)s::text IS NULL OR status = %(status)s)
@@ -85,6 +87,15 @@ SELECT tenant_id, run_id, flow, status, step, idempotency_key, last_seq, last_ha
    AND (%(search)s::text IS NULL OR strpos(run_id, %(search)s) > 0
         OR strpos(flow, %(search)s) > 0)
  ORDER BY created_at DESC, run_id COLLATE "C"
+ LIMIT %(limit)s
+
+-- name: runs_of_subject
+SELECT tenant_id, run_id, flow, status, step, idempotency_key, last_seq, last_hash,
+       next_wake_at, waiting_signal, control_pending, lease_owner, lease_token,
+       lease_expires_at, created_at, updated_at, error, queue, subject, purpose
+  FROM runs
+ WHERE tenant_id = %(tenant_id)s AND subject = %(subject)s
+ ORDER BY created_at, run_id COLLATE "C"
  LIMIT %(limit)s
 
 -- name: tenants
@@ -640,7 +651,7 @@ SELECT k.tenant_id, k.id, k.text, k.source, k.created_at, k.expires_at, k.roles,
  ORDER BY score DESC, k.created_at DESC, k.id COLLATE "C"
  LIMIT %(limit)s
 
--- API keys, intake webhook secrets and the access log (migration 0009).
+-- API keys, intake webhook secrets and the access log (migrations 0009, 0011).
 
 -- name: insert_api_key
 INSERT INTO api_keys (key_id, tenant_id, role, name, token_hash, created_at, revoked_at)
@@ -679,26 +690,70 @@ SELECT tenant_id, source, secret, created_at FROM intake_secrets
 DELETE FROM intake_secrets WHERE tenant_id = %(tenant_id)s AND source = %(source)s
 
 -- name: log_access
-INSERT INTO access_log (tenant_id, at, key_id, key_name, run_id, endpoint)
-VALUES (%(tenant_id)s, %(at)s, %(key_id)s, %(key_name)s, %(run_id)s, %(endpoint)s)
+INSERT INTO access_log (tenant_id, at, key_id, key_name, run_id, endpoint, purpose, revealed,
+                        prev_hash, hash)
+VALUES (%(tenant_id)s, %(at)s, %(key_id)s, %(key_name)s, %(run_id)s, %(endpoint)s,
+        %(purpose)s, %(revealed)s, %(prev_hash)s, %(hash)s)
+RETURNING seq
+
+-- name: open_access_head
+INSERT INTO access_log_heads (tenant_id, seq, hash, entries)
+VALUES (%(tenant_id)s, 0, %(genesis)s, 0)
+ON CONFLICT DO NOTHING
+
+-- name: lock_access_head
+SELECT tenant_id, seq, hash, entries FROM access_log_heads
+ WHERE tenant_id = %(tenant_id)s FOR UPDATE
+
+-- name: set_access_head
+UPDATE access_log_heads SET seq = %(seq)s, hash = %(hash)s, entries = %(entries)s
+ WHERE tenant_id = %(tenant_id)s
+
+-- name: access_head
+SELECT tenant_id, seq, hash, entries FROM access_log_heads
+ WHERE tenant_id = %(tenant_id)s AND entries > 0
+
+-- name: access_chain
+SELECT tenant_id, at, key_id, key_name, run_id, endpoint, seq, purpose, revealed, prev_hash,
+       hash
+  FROM access_log WHERE tenant_id = %(tenant_id)s AND seq > %(after)s
+ ORDER BY seq LIMIT %(limit)s
 
 -- name: list_access
-SELECT tenant_id, at, key_id, key_name, run_id, endpoint, seq FROM access_log
+SELECT tenant_id, at, key_id, key_name, run_id, endpoint, seq, purpose, revealed, prev_hash,
+       hash
+  FROM access_log
  WHERE tenant_id = %(tenant_id)s
    AND (%(run_id)s::text IS NULL OR run_id = %(run_id)s)
    AND (%(key_id)s::text IS NULL OR key_id = %(key_id)s)
+   AND (%(who)s::text IS NULL OR key_name = %(who)s)
+   AND (%(purpose)s::text IS NULL OR purpose = %(purpose)s)
    AND (%(since)s::float8 IS NULL OR at >= %(since)s)
    AND (%(until)s::float8 IS NULL OR at < %(until)s)
    AND (%(before)s::bigint IS NULL OR seq < %(before)s)
  ORDER BY seq DESC
  LIMIT %(limit)s
 
--- Retention and legal holds (migration 0011).
+-- name: record_consent
+INSERT INTO consents (tenant_id, subject, purpose, state, reference, recorded_by, at)
+VALUES (%(tenant_id)s, %(subject)s, %(purpose)s, %(state)s, %(reference)s, %(by)s, %(at)s)
+RETURNING seq
 
--- name: runs_of_subject
-SELECT run_id FROM runs
+-- name: current_consents
+SELECT DISTINCT ON (purpose COLLATE "C")
+       tenant_id, subject, purpose, state, reference, recorded_by, at, seq
+  FROM consents
  WHERE tenant_id = %(tenant_id)s AND subject = %(subject)s
- ORDER BY run_id COLLATE "C"
+   AND (%(purposes)s::text[] IS NULL OR purpose = ANY(%(purposes)s::text[]))
+ ORDER BY purpose COLLATE "C", seq DESC
+
+-- name: consent_history
+SELECT tenant_id, subject, purpose, state, reference, recorded_by, at, seq FROM consents
+ WHERE tenant_id = %(tenant_id)s AND subject = %(subject)s
+   AND (%(purpose)s::text IS NULL OR purpose = %(purpose)s)
+ ORDER BY seq
+
+-- Retention and legal holds (migration 0013).
 
 -- name: put_hold
 -- A standing hold is left as it is (no row changes); a released one is replaced.
@@ -725,7 +780,8 @@ SELECT tenant_id, kind, target, reason, held_by, created_at, released_at, releas
 -- name: retention_candidates
 SELECT r.tenant_id, r.run_id, r.flow, r.status, r.step, r.idempotency_key, r.last_seq,
        r.last_hash, r.next_wake_at, r.waiting_signal, r.control_pending, r.lease_owner,
-       r.lease_token, r.lease_expires_at, r.created_at, r.updated_at, r.error, r.queue
+       r.lease_token, r.lease_expires_at, r.created_at, r.updated_at, r.error, r.queue,
+       r.subject, r.purpose
   FROM runs AS r
  WHERE r.tenant_id = %(tenant_id)s AND r.status = %(status)s
    AND r.updated_at < %(ended_before)s

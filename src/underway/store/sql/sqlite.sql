@@ -18,8 +18,8 @@ INSERT INTO underway_schema_version (version, name, applied_at) VALUES (?, ?, ?)
 
 -- name: insert_run
 INSERT INTO runs (tenant_id, run_id, flow, status, step, idempotency_key, last_seq, last_hash,
-                  next_wake_at, created_at, updated_at, queue, subject)
-VALUES (?, ?, ?, 'ready', ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                  next_wake_at, created_at, updated_at, queue, subject, purpose)
+VALUES (?, ?, ?, 'ready', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT DO NOTHING
 
 -- name: find_by_idempotency
@@ -44,6 +44,12 @@ SELECT * FROM runs
    AND (:search IS NULL OR instr(run_id, :search) > 0 OR instr(flow, :search) > 0)
  ORDER BY created_at DESC, run_id
  LIMIT :limit
+
+-- name: runs_of_subject
+SELECT * FROM runs
+ WHERE tenant_id = :tenant_id AND subject = :subject
+ ORDER BY created_at, run_id
+ LIMIT coalesce(:limit, -1)
 
 -- name: tenants
 SELECT DISTINCT tenant_id FROM runs ORDER BY tenant_id
@@ -500,7 +506,7 @@ SELECT k.seq, k.tenant_id, k.id, k.text, k.source, k.created_at, k.expires_at, k
  ORDER BY score DESC, k.created_at DESC, k.id
  LIMIT :limit
 
--- API keys, intake webhook secrets and the access log (migration 0009).
+-- API keys, intake webhook secrets and the access log (migrations 0009, 0011).
 
 -- name: insert_api_key
 INSERT INTO api_keys (key_id, tenant_id, role, name, token_hash, created_at, revoked_at)
@@ -537,24 +543,58 @@ SELECT tenant_id, source, secret, created_at FROM intake_secrets
 DELETE FROM intake_secrets WHERE tenant_id = ? AND source = ?
 
 -- name: log_access
-INSERT INTO access_log (tenant_id, at, key_id, key_name, run_id, endpoint)
-VALUES (?, ?, ?, ?, ?, ?)
+INSERT INTO access_log (tenant_id, at, key_id, key_name, run_id, endpoint, purpose, revealed,
+                        prev_hash, hash)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+
+-- name: access_head
+SELECT tenant_id, seq, hash, entries FROM access_log_heads WHERE tenant_id = ?
+
+-- name: put_access_head
+INSERT INTO access_log_heads (tenant_id, seq, hash, entries) VALUES (?, ?, ?, ?)
+ON CONFLICT (tenant_id) DO UPDATE
+   SET seq = excluded.seq, hash = excluded.hash, entries = excluded.entries
+
+-- name: access_chain
+SELECT tenant_id, at, key_id, key_name, run_id, endpoint, seq, purpose, revealed, prev_hash,
+       hash
+  FROM access_log WHERE tenant_id = ? AND seq > ? ORDER BY seq LIMIT ?
 
 -- name: list_access
-SELECT tenant_id, at, key_id, key_name, run_id, endpoint, seq FROM access_log
+SELECT tenant_id, at, key_id, key_name, run_id, endpoint, seq, purpose, revealed, prev_hash,
+       hash
+  FROM access_log
  WHERE tenant_id = :tenant_id
    AND (:run_id IS NULL OR run_id = :run_id)
    AND (:key_id IS NULL OR key_id = :key_id)
+   AND (:who IS NULL OR key_name = :who)
+   AND (:purpose IS NULL OR purpose = :purpose)
    AND (:since IS NULL OR at >= :since)
    AND (:until IS NULL OR at < :until)
    AND (:before IS NULL OR seq < :before)
  ORDER BY seq DESC
  LIMIT :limit
 
--- Retention and legal holds (migration 0011).
+-- name: record_consent
+INSERT INTO consents (tenant_id, subject, purpose, state, reference, recorded_by, at)
+VALUES (?, ?, ?, ?, ?, ?, ?)
 
--- name: runs_of_subject
-SELECT run_id FROM runs WHERE tenant_id = ? AND subject = ? ORDER BY run_id
+-- name: current_consents
+SELECT tenant_id, subject, purpose, state, reference, recorded_by, at, seq FROM consents c
+ WHERE tenant_id = :tenant_id AND subject = :subject
+   AND (:purposes IS NULL OR purpose IN (SELECT value FROM json_each(:purposes)))
+   AND seq = (SELECT MAX(seq) FROM consents m
+               WHERE m.tenant_id = c.tenant_id AND m.subject = c.subject
+                 AND m.purpose = c.purpose)
+ ORDER BY purpose
+
+-- name: consent_history
+SELECT tenant_id, subject, purpose, state, reference, recorded_by, at, seq FROM consents
+ WHERE tenant_id = :tenant_id AND subject = :subject
+   AND (:purpose IS NULL OR purpose = :purpose)
+ ORDER BY seq
+
+-- Retention and legal holds (migration 0013).
 
 -- name: put_hold
 -- A standing hold is left as it is (no row changes); a released one is replaced.

@@ -2,9 +2,9 @@
 
 Writers serialize through ``BEGIN IMMEDIATE``, which is also what makes claiming correct
 when several worker processes share one database file. The store is one class made of one
-part per role (``journal``, ``leases``, ``inbox``, ``schedules``, ``access``,
-``retention``), over one
-connection (``connection``); the SQL is in ``store/sql/sqlite.sql``.
+part per role (``journal``, ``leases``, ``inbox``, ``schedules``, ``access``, ``consent``,
+``retention``), over one connection (``connection``); the SQL is in
+``store/sql/sqlite.sql``.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 from ..base import Dialect
 from ..wakeups import Polling, Wakeups
 from .access import Access
+from .consent import Consent
 from .inbox import Inbox
 from .journal import Journal
 from .leases import Leases
@@ -21,7 +22,7 @@ from .schedules import Schedules
 __all__ = ["SQLiteStore"]
 
 
-class SQLiteStore(Journal, Leases, Inbox, Schedules, Access, Retention):
+class SQLiteStore(Journal, Leases, Inbox, Schedules, Access, Consent, Retention):
     """A :class:`~underway.store.base.Store` on one SQLite database file.
 
     ``busy_timeout_ms`` is how long a writer waits for another process's write lock.

@@ -15,13 +15,8 @@ from .journal import _run
 
 
 class Retention(Connection):
-    """:class:`~underway.store.holds.HoldStore`,
-    :class:`~underway.store.retention.RetentionStore` and the run index's
-    ``runs_of_subject`` on SQLite."""
-
-    def runs_of_subject(self, tenant_id: str, subject: str) -> list[str]:
-        """Runs about the subject."""
-        return [r[0] for r in self._query("runs_of_subject", tenant_id, subject)]
+    """:class:`~underway.store.holds.HoldStore` and
+    :class:`~underway.store.retention.RetentionStore` on SQLite."""
 
     # -- legal holds ----------------------------------------------------------------------
     def put_hold(self, rec: HoldRecord) -> bool:

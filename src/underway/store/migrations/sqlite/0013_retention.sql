@@ -1,11 +1,6 @@
--- Retention and legal holds: the data subject a run is about (a hold on the subject holds
--- the run), when each blob was last written (the collector spares a blob written while
--- it decides), legal holds (released ones stay on record), the record of every run's
--- purge and the log of retention sweeps.
-ALTER TABLE runs ADD COLUMN subject TEXT;
-
-CREATE INDEX runs_subject ON runs (tenant_id, subject) WHERE subject IS NOT NULL;
-
+-- Retention and legal holds: when each blob was last written (the collector spares a
+-- blob written while it decides), legal holds on runs and on data subjects (released
+-- ones stay on record), the record of every run's purge and the log of retention sweeps.
 ALTER TABLE blobs ADD COLUMN written_at REAL NOT NULL DEFAULT 0;
 
 CREATE TABLE legal_holds (
