@@ -22,6 +22,7 @@ from underway.events import PayloadPurged, Tombstone, genesis_hash, read_tombsto
 from underway.retention import Retention, sweep
 from underway.store import MemoryStore, StoredEvent
 from underway.store.base import HoldRecord
+from underway.store.regions import RegionalStore
 
 NOW = THEN + 10 * DAY
 RULES = Retention(completed=5 * DAY, blob_grace=0.0)
@@ -264,3 +265,20 @@ def test_a_run_whose_journal_fails_verification_is_not_purged(store: MemoryStore
     [skipped] = [o for o in done.outcomes if o.action == "skipped"]
     assert skipped.run_id == runs["letter"] and "fails verification" in skipped.reason
     assert canaries(dump(store, runs["letter"]))
+
+
+def test_a_sweep_over_regions_keeps_each_tenant_in_its_region() -> None:
+    india, europe = MemoryStore(), MemoryStore()
+    for s in (india, europe):
+        s.migrate()
+    store = RegionalStore({"in": india, "eu": europe}, tenants={"acme": "in", "globex": "eu"})
+    acme, globex = make_runs(store, tenant="acme"), make_runs(store, tenant="globex")
+    store.put_hold(HoldRecord("globex", "subject", "ann", "case 3", "legal", NOW))
+    report = sweep(store, RULES, clock=uw.ManualClock(NOW))
+    assert {t.tenant_id: t.count("purged") for t in report.tenants} == {"acme": 2, "globex": 1}
+    assert [h.tenant_id for h in store.list_holds()] == ["globex"] and india.list_holds() == []
+    assert {p.run_id for p in india.purged_runs("acme")} == {acme["letter"], acme["letter_ann"]}
+    assert [p.run_id for p in europe.purged_runs("globex")] == [globex["letter"]]
+    assert europe.purged_runs("acme") == [] and india.list_sweeps("globex") == []
+    assert {s.tenant_id for s in store.list_sweeps()} == {"acme", "globex"}
+    assert audit.verify(store).ok
