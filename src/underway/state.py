@@ -254,6 +254,10 @@ class RunState:
         )
         data["approvals"] = {k: a.to_json() for k, a in self.approvals.items()}
         data["children"] = {k: c.to_json() for k, c in self.children.items()}
+        if not self.purged:
+            # Only a purged run's state says so; checkpoints (never of a purged run) stay
+            # as they were.
+            del data["purged"]
         return data
 
     @classmethod
