@@ -65,9 +65,11 @@ class CallInfo:
     step: str
     index: int
     fence: int = 0
-    """The lease token of the worker making the call. It only grows; an outside system
-    that remembers the highest fence it saw per run and refuses lower ones stops a worker
-    that lost its lease (paused, partitioned) from acting after its successor."""
+    """The run's fence (:func:`fence_of`: the caller's lease token, then the run's journal
+    position). It only grows per run; an outside system that remembers the highest
+    fence it saw per run and refuses lower ones stops a worker that lost its lease
+    (paused, partitioned) from acting after its successor, and a request whose call timed
+    out from arriving after the reconcile query that found it had not."""
     principal: str | None = None
     """Who the run acts for."""
     roles: tuple[str, ...] = ()
@@ -105,7 +107,32 @@ class Reconciled:
 
 
 ToolFn = Callable[..., Awaitable[Any]] | Callable[..., Any]
-ReconcileFn = Callable[[str], Awaitable[Reconciled]]
+ReconcileFn = Callable[[str], Awaitable[Reconciled]] | Callable[[str, "CallInfo"],
+                                                              Awaitable[Reconciled]]
+"""A reconcile hook: ``reconcile(key)``, or ``reconcile(key, info)`` to receive the
+:class:`CallInfo` of the query, whose ``fence`` a fence-checking outside system should be
+sent (see :func:`fence_of`)."""
+
+FENCE_STRIDE = 1 << 32
+"""How far apart the fences of two lease tokens are (see :func:`fence_of`)."""
+
+
+def fence_of(lease_token: int, seq: int) -> int:
+    """The fence of a run's calls: it grows with the lease token (a new holder of the
+    run) and, within one lease, with the run's journal (``seq``: its last event,
+    committed or about to be). A reconcile query is sent with the fence of ``seq + 1``,
+    above the attempt in doubt and at most the fence of every call after it, so an
+    outside system that remembers the highest fence per run refuses that attempt if it
+    arrives after the query — also when the same worker made it under the same lease (a
+    call that timed out while its request was still on its way)."""
+    return lease_token * FENCE_STRIDE + min(seq, FENCE_STRIDE - 1)
+
+
+async def ask_reconcile(fn: ReconcileFn, key: str, info: CallInfo) -> Reconciled:
+    """Call a reconcile hook with the arguments it takes."""
+    if len(inspect.signature(fn).parameters) >= 2:
+        return await fn(key, info)  # type: ignore[call-arg]
+    return await fn(key)  # type: ignore[call-arg]
 
 
 A = TypeVar("A", default=Any)
@@ -476,8 +503,9 @@ def tool(
     ``read_only=True`` is ``mutating=False``. The description a model sees is
     ``description`` or the function's docstring. See :class:`Tool` for every option.
 
-    ``reconcile(key)`` is asked, after a crash hid a call's outcome, whether the effect
-    with that idempotency key took place.
+    ``reconcile(key)`` (or ``reconcile(key, info)``, to send ``info.fence`` along) is
+    asked, after a crash or a timeout hid a call's outcome, whether the effect with that
+    idempotency key took place.
 
     The function takes the arguments (a pydantic model when its first parameter is
     annotated with one, else the JSON value) and, optionally, a :class:`CallInfo`; or
@@ -584,6 +612,7 @@ class Model(Protocol):
 
 
 __all__ = [
+    "FENCE_STRIDE",
     "CallInfo",
     "Model",
     "ModelReply",
@@ -592,5 +621,6 @@ __all__ = [
     "Reconciled",
     "Tool",
     "ToolFn",
+    "fence_of",
     "tool",
 ]

@@ -16,7 +16,16 @@ from pydantic import ValidationError
 from .. import events as ev
 from .. import faults
 from ..budgets import Usage, route_breach
-from ..effects import COMPENSATE_SUFFIX, CallInfo, Model, Tool, args_hash, idempotency_key
+from ..effects import (
+    COMPENSATE_SUFFIX,
+    CallInfo,
+    Model,
+    Tool,
+    args_hash,
+    ask_reconcile,
+    fence_of,
+    idempotency_key,
+)
 from ..errors import ConfigurationError, NonDeterminismError, ToolCallError, is_store_failure
 from ..events import JSON, canonical_json
 from ..intent import CallIntent
@@ -184,7 +193,13 @@ class StepExecution:
         if t.reconcile is None:
             self._unknown(t, key, index, "and it has no reconcile hook; confirm whether it "
                                          "happened")
-        found = await t.reconcile(key)
+        # The query carries the fence of the reconcile it makes: a fence-checking system
+        # refuses the attempt in doubt should it arrive after the query.
+        s = self._act.state
+        query = CallInfo(key, self.tenant_id, self.run_id, self.step, index,
+                         fence_of(self._act.lease.token, s.seq + 1), s.principal,
+                         tuple(s.roles))
+        found = await ask_reconcile(t.reconcile, key, query)
         if found.outcome == "happened":
             self._act.buffer(ev.ToolSucceeded(
                 key=key, tool=t.name, index=index, args_hash=h, result=found.result,
@@ -400,7 +415,8 @@ class StepExecution:
         s = self._act.state
         secrets = resolve(self._act.engine.guard.secrets, t.secrets)
         info = CallInfo(key, self.tenant_id, self.run_id, self.step, index,
-                        self._act.lease.token, s.principal, tuple(s.roles), secrets)
+                        fence_of(self._act.lease.token, s.seq), s.principal,
+                        tuple(s.roles), secrets)
         faults.point("effect.before_run")
         began = time.perf_counter()
         try:
