@@ -16,6 +16,8 @@ from .codec import ENCRYPTED
 from .events import JSON
 
 _PREVIEW = 60
+_NOISE = frozenset({"key", "signal_id", "latency_ms", "checked", "reconciled"})
+"""Kept fields of a purged event its timeline line leaves out (its details show them)."""
 _OUTCOMES = (ev.ToolSucceeded, ev.ToolFailed, ev.ToolTimedOut, ev.SchemaValidationFailed)
 
 
@@ -42,11 +44,6 @@ def preview(value: JSON, limit: int = _PREVIEW) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def event_type(e: ev.Event) -> str:
-    """The type an event is shown with (a sealed one's own type, not ``Encrypted``)."""
-    return e.event_type if isinstance(e, ev.Encrypted) else type(e).__name__
-
-
 def _call(tool: str, index: int, key: str) -> str:
     return f"{tool} #{index} key={key}"
 
@@ -62,7 +59,10 @@ def summarize(rec: Recorded) -> str:
             at = f"at step {e.first_step}" if e.checked else "by name (input unchecked)"
             head = f"flow {e.flow} started {at}{extra}"
             parent = f" as a child of run {e.parent_run_id}" if e.parent_run_id else ""
-            return f"{head}{parent}; input {preview(e.input, 40)}"
+            about = "" if e.subject is None and e.purpose == "operations" else (
+                f" about subject {e.subject or '(none)'} for {e.purpose}"
+                + (f" on consent {e.consent}" if e.consent else ""))
+            return f"{head}{parent}{about}; input {preview(e.input, 40)}"
         case ev.InputChecked():
             return f"input checked by a worker with the flow; first step {e.first_step}"
         case ev.StepStarted():
@@ -182,7 +182,18 @@ def summarize(rec: Recorded) -> str:
         case ev.CheckpointRefused():
             at = f" at seq {e.checkpoint_seq}" if e.checkpoint_seq is not None else ""
             return f"checkpoint{at} REFUSED, state folded from the journal: {e.reason}"
+        case ev.PayloadPurged():
+            kept = ", ".join(f"{k} {preview(v, 40)}" for k, v in sorted(e.kept.items())
+                             if v is not None and v != "" and k not in _NOISE)
+            return f"{ev.PURGED} (retention){': ' + kept if kept else ''}"
     return preview(e.model_dump(mode="json"))
+
+
+def type_of(event: ev.Event) -> str:
+    """The type a timeline shows for ``event``: a purged or sealed one's own."""
+    if isinstance(event, ev.PayloadPurged | ev.Encrypted):
+        return event.event_type
+    return type(event).__name__
 
 
 def _duration(seconds: float) -> str:
@@ -226,7 +237,7 @@ def lines(records: Sequence[Recorded]) -> list[Line]:
             interrupted.clear()
         if type(e) in _RESUMERS:
             resumed_by = _RESUMERS[type(e)]
-        out.append(Line(r.seq, r.at, event_type(e), summary))
+        out.append(Line(r.seq, r.at, type_of(e), summary))
     return out
 
 
@@ -242,17 +253,25 @@ _RESUMERS: dict[type[ev.Event], str] = {
 def counts(records: Sequence[Recorded]) -> dict[str, int]:
     """Totals over a run's events: steps, tool calls (and failures), model calls,
     signals, escalations and re-executed steps."""
-    kinds = Counter(type(r.event) for r in records)
-    failed = sum(kinds[t] for t in _OUTCOMES[1:])
+    kinds = Counter(type_of(r.event) for r in records)
+    outcomes = [t.__name__ for t in _OUTCOMES]
     return {
         "events": len(records),
-        "steps": kinds[ev.StepCompleted],
-        "tool_calls": sum(kinds[t] for t in _OUTCOMES),
-        "tool_failures": failed,
-        "model_calls": kinds[ev.ModelResponded],
-        "signals": kinds[ev.SignalReceived],
-        "escalations": kinds[ev.Escalated],
-        "resumed_steps": sum(
-            1 for r in records if isinstance(r.event, ev.StepStarted) and r.event.attempt > 1
-        ),
+        "steps": kinds["StepCompleted"],
+        "tool_calls": sum(kinds[t] for t in outcomes),
+        "tool_failures": sum(kinds[t] for t in outcomes[1:]),
+        "model_calls": kinds["ModelResponded"],
+        "signals": kinds["SignalReceived"],
+        "escalations": kinds["Escalated"],
+        "resumed_steps": sum(1 for r in records if _attempt(r.event) > 1),
     }
+
+
+def _attempt(e: ev.Event) -> int:
+    """A step start's attempt (a purged one's, as its skeleton keeps it); 0 for others."""
+    if isinstance(e, ev.StepStarted):
+        return e.attempt
+    if isinstance(e, ev.PayloadPurged) and e.event_type == "StepStarted":
+        attempt = e.kept.get("attempt")
+        return attempt if isinstance(attempt, int) else 0
+    return 0

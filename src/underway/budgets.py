@@ -374,6 +374,9 @@ class TenantUsage:
             self.events_read += 1
             mark.seq = rec.seq
             e, counts = rec.event, rec.at >= since
+            if isinstance(e, ev.PayloadPurged):
+                self._count_purged(e, mark, counts)
+                continue
             if isinstance(e, ev.ToolStarted | ev.ToolSucceeded) and e.key not in mark.seen:
                 mark.seen.add(e.key)
                 if counts:
@@ -391,6 +394,39 @@ class TenantUsage:
                         t.messages += n
                     elif name.startswith("money."):
                         t.money.setdefault(name[6:], []).append(float(n))
+
+
+    def _count_purged(self, e: ev.PayloadPurged, mark: _Mark, counts: bool) -> None:
+        """Count what the skeleton of a purged call or model response still says (its key,
+        tokens, cost and what it counted against budgets), as :meth:`_count` counts the
+        event itself."""
+        t, kept = self._tally, e.kept
+        key = kept.get("key")
+        if e.event_type in ("ToolStarted", "ToolSucceeded") and isinstance(key, str) \
+                and key not in mark.seen:
+            mark.seen.add(key)
+            if counts:
+                t.tool_calls += 1
+        if not counts:
+            return
+        if e.event_type == "ModelResponded":
+            t.model_calls += 1
+            t.tokens_in += int(_number(kept.get("tokens_in")))
+            t.tokens_out += int(_number(kept.get("tokens_out")))
+            t.cost.append(_number(kept.get("cost_usd")))
+        elif e.event_type == "ToolSucceeded" and isinstance(kept.get("counts"), dict):
+            for name, n in kept["counts"].items():
+                if name == "messages":
+                    t.messages += n
+                elif name.startswith("money."):
+                    t.money.setdefault(name[6:], []).append(float(n))
+
+
+def _number(value: object) -> float:
+    """A kept number (0 when it is none)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0.0
+    return float(value)
 
 
 @dataclass(slots=True)

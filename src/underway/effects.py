@@ -34,6 +34,7 @@ from typing_extensions import TypeVar, Unpack
 from .errors import ConfigurationError, ResultInvalid
 from .events import JSON, canonical_json
 from .money import Direction, Money, Unreadable, read_money, valid_currency
+from .redaction import Hidden
 from .retry import CircuitBreaker, RetryPolicy
 
 COMPENSATE_SUFFIX = ".compensate"
@@ -64,9 +65,11 @@ class CallInfo:
     step: str
     index: int
     fence: int = 0
-    """The lease token of the worker making the call. It only grows; an outside system
-    that remembers the highest fence it saw per run and refuses lower ones stops a worker
-    that lost its lease (paused, partitioned) from acting after its successor."""
+    """The run's fence (:func:`fence_of`: the caller's lease token, then the run's journal
+    position). It only grows per run; an outside system that remembers the highest
+    fence it saw per run and refuses lower ones stops a worker that lost its lease
+    (paused, partitioned) from acting after its successor, and a request whose call timed
+    out from arriving after the reconcile query that found it had not."""
     principal: str | None = None
     """Who the run acts for."""
     roles: tuple[str, ...] = ()
@@ -104,7 +107,32 @@ class Reconciled:
 
 
 ToolFn = Callable[..., Awaitable[Any]] | Callable[..., Any]
-ReconcileFn = Callable[[str], Awaitable[Reconciled]]
+ReconcileFn = Callable[[str], Awaitable[Reconciled]] | Callable[[str, "CallInfo"],
+                                                              Awaitable[Reconciled]]
+"""A reconcile hook: ``reconcile(key)``, or ``reconcile(key, info)`` to receive the
+:class:`CallInfo` of the query, whose ``fence`` a fence-checking outside system should be
+sent (see :func:`fence_of`)."""
+
+FENCE_STRIDE = 1 << 32
+"""How far apart the fences of two lease tokens are (see :func:`fence_of`)."""
+
+
+def fence_of(lease_token: int, seq: int) -> int:
+    """The fence of a run's calls: it grows with the lease token (a new holder of the
+    run) and, within one lease, with the run's journal (``seq``: its last event,
+    committed or about to be). A reconcile query is sent with the fence of ``seq + 1``,
+    above the attempt in doubt and at most the fence of every call after it, so an
+    outside system that remembers the highest fence per run refuses that attempt if it
+    arrives after the query — also when the same worker made it under the same lease (a
+    call that timed out while its request was still on its way)."""
+    return lease_token * FENCE_STRIDE + min(seq, FENCE_STRIDE - 1)
+
+
+async def ask_reconcile(fn: ReconcileFn, key: str, info: CallInfo) -> Reconciled:
+    """Call a reconcile hook with the arguments it takes."""
+    if len(inspect.signature(fn).parameters) >= 2:
+        return await fn(key, info)  # type: ignore[call-arg]
+    return await fn(key)  # type: ignore[call-arg]
 
 
 A = TypeVar("A", default=Any)
@@ -207,7 +235,8 @@ class Tool(Generic[A, R]):
     trace_result: bool | tuple[str, ...] = False
     """Record the call's result on its span: True (every field), or these fields."""
     sensitive: tuple[str, ...] = ()
-    """Names of argument and result fields (at any depth) that are never traced."""
+    """Names of argument and result fields (at any depth) that are never traced and that
+    viewers see only when allowed to (:attr:`hidden`)."""
 
     def __post_init__(self) -> None:
         if self.trusted_output and "untrusted" in self.output_labels:
@@ -266,11 +295,19 @@ class Tool(Generic[A, R]):
                            "are never traced" if hidden else "an empty path"))
 
     @cached_property
+    def hidden(self) -> Hidden:
+        """The fields of its arguments and results that viewers do not see
+        (:mod:`underway.redaction`): :attr:`sensitive` ones, shown only to a viewer who
+        may reveal them, and secrets — the fields of the argument and result models typed
+        ``SecretStr``, ``SecretBytes`` or ``Secret`` — shown to nobody."""
+        secret = _secret_fields(self.args_model) | _secret_fields(self.result_model)
+        return Hidden(frozenset(self.sensitive) - secret, secret)
+
+    @cached_property
     def never_traced(self) -> frozenset[str]:
         """The field names no trace records: :attr:`sensitive`, and the fields of the
         argument and result models typed ``SecretStr`` or ``SecretBytes``."""
-        return frozenset(self.sensitive) | _secret_fields(self.args_model) \
-            | _secret_fields(self.result_model)
+        return self.hidden.sensitive | self.hidden.secret
 
     @property
     def traced(self) -> bool:
@@ -466,8 +503,9 @@ def tool(
     ``read_only=True`` is ``mutating=False``. The description a model sees is
     ``description`` or the function's docstring. See :class:`Tool` for every option.
 
-    ``reconcile(key)`` is asked, after a crash hid a call's outcome, whether the effect
-    with that idempotency key took place.
+    ``reconcile(key)`` (or ``reconcile(key, info)``, to send ``info.fence`` along) is
+    asked, after a crash or a timeout hid a call's outcome, whether the effect with that
+    idempotency key took place.
 
     The function takes the arguments (a pydantic model when its first parameter is
     annotated with one, else the JSON value) and, optionally, a :class:`CallInfo`; or
@@ -574,6 +612,7 @@ class Model(Protocol):
 
 
 __all__ = [
+    "FENCE_STRIDE",
     "CallInfo",
     "Model",
     "ModelReply",
@@ -582,5 +621,6 @@ __all__ = [
     "Reconciled",
     "Tool",
     "ToolFn",
+    "fence_of",
     "tool",
 ]

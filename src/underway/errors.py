@@ -6,6 +6,7 @@ Every error derives from :class:`UnderwayError`::
     ├── ConfigurationError      bad URL, unknown flow or step, invalid input
     │   ├── AmbiguousRunId      a run id prefix names several runs (lists them)
     │   ├── PolicyError         a policy file or rule is malformed (names rule and field)
+    │   ├── ResidencyError      a tenant has no region where residency is configured
     │   ├── SecretMissing       a tool needs a secret its provider does not have
     │   └── SandboxUnavailable  no isolation backend can run a sandboxed tool (fail closed;
     │                           also a SandboxError)
@@ -58,6 +59,19 @@ class AmbiguousRunId(ConfigurationError):
         self.tenant_id = tenant_id
         self.prefix = prefix
         self.matches = matches
+
+
+class ResidencyError(ConfigurationError):
+    """Residency is configured and the tenant has no region (it is not listed and there is
+    no default region): nothing of the tenant is read or written anywhere."""
+
+    def __init__(self, tenant_id: str, regions: list[str]) -> None:
+        super().__init__(
+            f"tenant {tenant_id!r} has no region: residency is configured (regions "
+            f"{', '.join(regions)}) and the tenant is not listed under [residency.tenants], "
+            "and there is no default region; add it to underway.toml (nothing was stored)"
+        )
+        self.tenant_id = tenant_id
 
 
 class RunNotFound(UnderwayError):
@@ -206,6 +220,7 @@ __all__ = [
     "MigrationError",
     "NonDeterminismError",
     "OutcomeUnknown",
+    "ResidencyError",
     "ResultInvalid",
     "RunNotFound",
     "StoreError",

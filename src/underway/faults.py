@@ -20,8 +20,13 @@ POINTS = (
     "child.after_create",
     "signals.after_commit",
     "reseal.after_batch",
+    "retention.before_purge",
+    "retention.purge_uncommitted",
+    "retention.after_purge",
+    "retention.before_collect",
 )
-"""Every fault point the engine passes."""
+"""Every fault point the engine and the retention sweep pass (``retention.purge_uncommitted``
+inside a purge's transaction, before it commits)."""
 
 _remaining = int(os.environ.get("UNDERWAY_CRASH_AFTER", "0") or 0)
 _only = frozenset(p for p in os.environ.get("UNDERWAY_CRASH_POINTS", "").split(",") if p)

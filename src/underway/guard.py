@@ -28,6 +28,7 @@ from .codec import Codec
 from .intent import CallIntent
 from .money import Money, Unreadable
 from .policy import Amount, Decision, PolicyContext
+from .policy.context import Consent
 from .secrets import SecretProvider
 from .state import RunState
 from .store._offload import run_io
@@ -101,7 +102,10 @@ class Guard:
         """The policy's decision on ``call`` now. A call whose money cannot be read is
         denied, with or without a policy (:attr:`CallIntent.refusal`). The tenant's usage
         is read (from the store, off the event loop) only for a decision that may match
-        on ``tenant.*`` counters."""
+        on ``tenant.*`` counters. The run's subject's consent is read from the consent
+        store, now, for the purposes the rules that may apply to the tool require consent
+        for (none: no read), so a consent withdrawn after the run started stops its very
+        next such call."""
         policy = self.policy_for(flow)
         money, t = call.money, call.tool
         if policy is None:
@@ -113,12 +117,19 @@ class Guard:
         reads = getattr(policy, "reads_counters", None)
         if reads is None or reads(t.name, "tenant."):
             tenant = await self.tenant_usage(store, s.tenant_id, _day_start(now))
+        purposes = getattr(policy, "consent_purposes", None)
+        wanted = list(purposes(t.name)) if purposes is not None else []
+        consents: Mapping[str, Consent] = {}
+        if wanted and s.subject is not None:
+            consents = await run_io(store, store.current_consents, s.tenant_id, s.subject,
+                                    wanted)
         ctx = PolicyContext(
             tenant_id=s.tenant_id, principal=s.principal, roles=frozenset(s.roles),
             environment=self.environment, flow=s.flow, tool=t.name, mutating=t.mutating,
             irreversible=t.irreversible, permissions=frozenset(t.permissions),
             args=call.policy_args, labels=call.labels, amount=None,
-            counters=Counters(s, tenant),
+            counters=Counters(s, tenant), subject=s.subject, purpose=s.purpose,
+            consents=consents,
         )
         return decide_with_money(policy, ctx, money)
 

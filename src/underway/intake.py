@@ -2,7 +2,8 @@
 
 An :class:`IntakeEvent` is a normalized outside event: tenant, entity id, event type, when
 it occurred, where it came from, the permissions it carries, an idempotency key and a JSON
-payload. :func:`intake` routes it by type (:class:`Routes`):
+payload; and, for data protection, the purpose it asks to be acted on for and the
+reference of the consent it comes with. :func:`intake` routes it by type (:class:`Routes`):
 
 - if a run that is not finished *owns* the event's entity, the event is delivered to that
   run as a signal (named by the route; the signal id is the idempotency key; the payload is
@@ -50,6 +51,7 @@ from .errors import ConfigurationError
 from .events import JSON, canonical_json
 from .flow import Flow
 from .store.base import IntakeRequest, NewRun
+from .subjects import DEFAULT_PURPOSE, check_purpose, check_reference, check_subject
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -89,6 +91,21 @@ class IntakeEvent(BaseModel):
     permissions: tuple[str, ...] = ()
     idempotency_key: str = Field(min_length=1)
     payload: JSON = None
+    purpose: str | None = None
+    """What the event asks to be done for (a run it starts has this purpose; None: the
+    route's)."""
+    consent: str | None = None
+    """The reference of the consent the event comes with (journaled with a run it starts)."""
+
+    @field_validator("purpose")
+    @classmethod
+    def _purpose_is_a_name(cls, value: str | None) -> str | None:
+        return None if value is None else _checked(check_purpose, value)
+
+    @field_validator("consent")
+    @classmethod
+    def _consent_is_a_reference(cls, value: str | None) -> str | None:
+        return None if value is None else _checked(check_reference, value)
 
     @field_validator("payload")
     @classmethod
@@ -118,6 +135,14 @@ class IntakeEvent(BaseModel):
             raise IntakeError(f"invalid intake event: {problems}") from None
 
 
+def _checked(check: Callable[..., str], value: str) -> str:
+    """``check(value)``, its complaint as the ``ValueError`` pydantic reports."""
+    try:
+        return check(value)
+    except ConfigurationError as exc:
+        raise ValueError(str(exc)) from None
+
+
 InputFrom = Callable[[IntakeEvent], Any]
 """Builds a new run's input from the event that starts it."""
 
@@ -139,12 +164,20 @@ class StartFlow:
     event as JSON), or a function of the event returning the input. ``signal`` names the
     signal used when a live run already owns the entity (default: the event type).
     ``queue`` is the queue the new run belongs to.
+
+    ``subject_from`` names the field of the event that holds the data subject of the run
+    it starts, as a dotted path into the event (``entity_id``, ``payload.customer_id``);
+    the field must hold an id (a string or an integer) — an event without one is refused,
+    naming the path. ``purpose`` is the purpose of the runs the route starts for events
+    that name none (``IntakeEvent.purpose`` wins).
     """
 
     flow: Flow[Any, Any] | str
     input_from: Literal["payload", "event"] | InputFrom = "payload"
     signal: str | None = None
     queue: str = "default"
+    subject_from: str | None = None
+    purpose: str = DEFAULT_PURPOSE
 
     def __post_init__(self) -> None:
         name = self.flow.name if isinstance(self.flow, Flow) else self.flow
@@ -159,6 +192,18 @@ class StartFlow:
             _check_signal_name(self.signal, f"StartFlow({name!r})")
         if not self.queue:
             raise IntakeError(f"StartFlow({name!r}): queue name must not be empty")
+        if self.subject_from is not None and (
+            not isinstance(self.subject_from, str)
+            or not all(self.subject_from.split("."))
+        ):
+            raise IntakeError(
+                f"StartFlow({name!r}): subject_from must be a dotted path into the event "
+                f"('entity_id', 'payload.customer_id'), not {self.subject_from!r}"
+            )
+        try:
+            check_purpose(self.purpose)
+        except ConfigurationError as exc:
+            raise IntakeError(f"StartFlow({name!r}): {exc}") from None
 
     def input_for(self, event: IntakeEvent) -> Any:
         """The input of a run this route starts for ``event``."""
@@ -167,6 +212,27 @@ class StartFlow:
         if self.input_from == "event":
             return event.model_dump(mode="json")
         return self.input_from(event)
+
+    def subject_for(self, event: IntakeEvent) -> str | None:
+        """The data subject of a run this route starts for ``event`` (None without
+        ``subject_from``); :class:`IntakeError` when the event holds no id there."""
+        if self.subject_from is None:
+            return None
+        found: Any = event.model_dump(mode="json")
+        for part in self.subject_from.split("."):
+            found = found.get(part) if isinstance(found, dict) else None
+        if isinstance(found, int) and not isinstance(found, bool):
+            found = str(found)
+        if not isinstance(found, str):
+            raise IntakeError(
+                f"event type {event.event_type!r}: the route takes the run's subject from "
+                f"{self.subject_from!r}, which holds {'nothing' if found is None else 'no id'} "
+                "in this event"
+            )
+        try:
+            return check_subject(found, field=f"the subject at {self.subject_from!r}")
+        except ConfigurationError as exc:
+            raise IntakeError(f"event type {event.event_type!r}: {exc}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,6 +375,7 @@ def _prepare_run(engine: Client | Engine, route: StartFlow, ev: IntakeEvent,
                  trace_context: dict[str, str] | None) -> NewRun:
     """The run ``engine.start`` would create for ``ev`` (input checked, state, first event)."""
     where = f"event type {ev.event_type!r}"
+    subject = route.subject_for(ev)
     try:
         data = route.input_for(ev)
     except Exception as exc:
@@ -317,6 +384,7 @@ def _prepare_run(engine: Client | Engine, route: StartFlow, ev: IntakeEvent,
         return engine.prepare_start(
             route.flow, data, tenant_id=ev.tenant_id, idempotency_key=run_key(ev.idempotency_key),
             run_id=str(uuid.uuid4()), queue=route.queue, trace_context=trace_context,
+            subject=subject, purpose=ev.purpose or route.purpose, consent=ev.consent,
         )
     except ConfigurationError as exc:
         raise IntakeError(f"{where}: {exc}") from None

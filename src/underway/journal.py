@@ -2,31 +2,29 @@
 
 from __future__ import annotations
 
-import json
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import cast
 
 from . import checkpoint
+from .blobrefs import broken_blob, envelope_problem
 from .codec import ENCRYPTED, UNSEALED, Codec, checkpoint_where, event_where, split_event
-from .errors import (
-    ConfigurationError,
-    IntegrityError,
-    KeyUnavailable,
-    RunNotFound,
-    UnderwayError,
-)
+from .errors import ConfigurationError, IntegrityError, KeyUnavailable, RunNotFound
 from .events import (
     JSON,
     CheckpointRefused,
     Encrypted,
+    PayloadPurged,
     RunEvent,
     StepStarted,
     chain_hash,
     envelope,
     from_envelope,
     genesis_hash,
+    is_tombstone,
+    read_tombstone,
 )
 from .state import Recorded, RunState, apply
 from .store.base import JournalStore, RunRecord, Store, StoredEvent
@@ -92,6 +90,13 @@ class BlobReader:
         return {k: self._read[k] for k in keys if k in self._read}
 
 
+KNOWN_FOR = 86_400.0
+"""Seconds a journal takes a blob it committed to be stored still, and so does not send
+it again with an event that refers to it. Retention's blob collector spares every blob
+written less than this long (and a day more: see :mod:`underway.retention._blobs`) before
+it began, so a blob is never referred to without being sent when it may be gone."""
+
+
 class Journal:
     """Encodes events for a store and folds them back into :class:`RunState`.
 
@@ -104,7 +109,7 @@ class Journal:
         self.store = store
         self._codec = codec
         self._like: tuple[Codec, Codec] | None = None
-        self._known: set[tuple[str, str]] = set()
+        self._known: dict[tuple[str, str], float] = {}
 
     @property
     def codec(self) -> Codec:
@@ -165,8 +170,7 @@ class Journal:
                         f"committed by the event at seq {seq}"
                     )
                 ckpt = checkpoint.encode(
-                    self.codec, state, prev_hash, blobs,
-                    checkpoint_where(tenant_id, run_id, seq),
+                    codec, state, prev_hash, blobs, checkpoint_where(tenant_id, run_id, seq),
                 )
                 env[checkpoint.DIGEST_KEY] = checkpoint.digest(ckpt)
             # The chain covers the stored (possibly sealed) bytes. Unsealed, the identity
@@ -179,14 +183,18 @@ class Journal:
         return out, ckpt
 
     def unknown_blobs(self, tenant_id: str, blobs: dict[str, bytes]) -> dict[str, bytes]:
-        """The subset of ``blobs`` not yet known to be stored for this tenant."""
-        return {k: v for k, v in blobs.items() if (tenant_id, k) not in self._known}
+        """The subset of ``blobs`` not known to be stored for this tenant: not committed
+        by this journal in the last :data:`KNOWN_FOR` seconds."""
+        since = time.monotonic() - KNOWN_FOR
+        known = self._known
+        return {k: v for k, v in blobs.items() if known.get((tenant_id, k), since) <= since}
 
     def remember(self, tenant_id: str, blobs: dict[str, bytes]) -> None:
         """Note that ``blobs`` are committed (call only after the commit)."""
         if len(self._known) > 200_000:
             self._known.clear()
-        self._known.update((tenant_id, k) for k in blobs)
+        now = time.monotonic()
+        self._known.update(((tenant_id, k), now) for k in blobs)
 
     # -- reading ------------------------------------------------------------------------
     def decode(
@@ -231,6 +239,9 @@ class Journal:
         out: list[tuple[Recorded, str | None] | Exception] = []
         for s in reversed(stored):
             try:
+                if is_tombstone(s.payload):
+                    out.append(_purged(s))
+                    continue
                 env = self.codec.decode_event(
                     s.payload, fetch, event_where(tenant_id, run_id, s.seq, s.type)
                 )
@@ -450,6 +461,12 @@ class Journal:
         for expected_seq, s in enumerate(stored, start=1):
             if s.seq != expected_seq:
                 return bad(expected_seq, f"event {expected_seq} is missing (found seq {s.seq!r})")
+            if isinstance(s.payload, bytes) and is_tombstone(s.payload):
+                problem = _tombstone_problem(s, prev)
+                if problem is not None:
+                    return bad(s.seq, problem)
+                prev = s.hash
+                continue
             if not isinstance(s.payload, bytes) or chain_hash(prev, s.payload) != s.hash:
                 return bad(s.seq, "hash does not match content and predecessor")
             problem = self._payload_problem(tenant_id, run_id, s, fetch, seen)
@@ -472,10 +489,32 @@ class Journal:
             return bad(last_seq, "event differs from the head the run row recorded")
         if last_seq < len(stored) and row.status in ("completed", "failed", "cancelled"):
             return bad(last_seq + 1, f"events follow the end of a {row.status} run")
+        purge = self._purge_problem(row, stored)
+        if purge is not None:
+            return bad(*purge)
         found = self._audit_checkpoint(tenant_id, run_id, stored)
         if found is not None:
             return bad(found.seq, found.reason)
         return Verification(tenant_id, run_id, True, len(stored))
+
+    def _purge_problem(
+        self, row: RunRecord, stored: Sequence[StoredEvent]
+    ) -> tuple[int, str] | None:
+        """What is wrong with the tombstones of a run, if it has any: a purge replaces every
+        payload of a finished run, in one transaction that records it."""
+        stones = [is_tombstone(s.payload) for s in stored]
+        if not any(stones):
+            return None
+        if not all(stones):
+            first = stones.index(not stones[0]) + 1
+            return first, ("a run is purged whole or not at all, and this one is purged in "
+                           "part")
+        if row.status not in ("completed", "failed", "cancelled"):
+            return 1, f"tombstones in a run that is {row.status}, not finished"
+        records = self.store.purged_runs(row.tenant_id, run_id=row.run_id, limit=1)
+        if not records or records[0].events != len(stored):
+            return 1, "tombstones without the record of the run's purge"
+        return None
 
     def _audit_checkpoint(
         self, tenant_id: str, run_id: str, stored: Sequence[StoredEvent]
@@ -483,7 +522,9 @@ class Journal:
         """What is wrong with the run's checkpoint row now, or was found wrong by a worker
         before (a ``CheckpointRefused`` in the journal); None when nothing is."""
         envelopes = self._envelopes(stored)
-        if envelopes is None:  # not JSON: the chain check reports it
+        if envelopes is None:
+            # Purged payloads: there is nothing to check a checkpoint by (a purge removes
+            # the run's checkpoints with its payloads).
             return None
         stored = list(stored)
         for _ in range(_RACES):
@@ -536,14 +577,9 @@ class Journal:
         data is opened when the key is here (which proves it belongs at this seq of this
         run) and the blobs it refers to are checked; without the key only the envelope
         is checked."""
-        try:
-            env = split_event(s.payload)[0]
-        except (ValueError, RecursionError):
-            return "payload is not valid JSON"
-        if not isinstance(env, dict):
-            return "payload is not a JSON object"
-        if _exact(env.get("seq")) != _exact(s.seq) or env.get("type") != s.type:
-            return "stored seq/type differ from the hashed payload"
+        problem = envelope_problem(s)
+        if problem is not None:
+            return problem
         tenant = tenant_id
 
         def content(key: str, stored: bytes) -> bytes:
@@ -557,7 +593,7 @@ class Journal:
         except Exception as exc:
             return (f"sealed payload does not open under its key here: altered, or moved "
                     f"from another place ({exc})")
-        broken = _broken_blob(data, fetch, seen, content)
+        broken = broken_blob(data, fetch, seen, content=content)
         if broken is not None:
             return f"refers to blob {broken}, which is missing or altered"
         return None
@@ -573,59 +609,26 @@ def _time_of(s: StoredEvent) -> float:
     return float(at) if isinstance(at, int | float) else 0.0
 
 
-def _exact(value: object) -> tuple[type, object]:
-    """``value`` with its type, so that ``true`` never passes for ``1``."""
-    return type(value), value
+def _purged(s: StoredEvent) -> tuple[Recorded, None]:
+    """What a reader meets in place of an event whose payload retention purged."""
+    try:
+        t = read_tombstone(s.payload)
+    except ValueError as exc:
+        raise IntegrityError(f"event at seq {s.seq}: {exc}") from None
+    if t.seq != s.seq:
+        raise IntegrityError(f"event at seq {s.seq} does not carry its own seq")
+    event = PayloadPurged(event_type=t.type, kept=t.kept)
+    return Recorded(s.seq, 0.0 if t.at is None else t.at, event), None
 
 
-def _broken_blob(
-    value: JSON, fetch: Callable[[list[str]], dict[str, bytes]], seen: set[str],
-    content: Callable[[str, bytes], bytes],
-) -> str | None:
-    """The first blob reachable from ``value`` that is missing, fails its content hash (or,
-    sealed, does not open under its key as that blob), or holds something the codec never
-    writes. ``content`` gives a stored blob's content, or raises when it is not that blob's.
-
-    The chain hash covers an event's bytes, and those hold only blob references; a large
-    value edited in the blobs table is caught here. ``seen`` spares re-reading blobs (a
-    conversation's chain nodes) that earlier events of the run share.
-    """
-    stack = [value]
-    while stack:
-        v = stack.pop()
-        if isinstance(v, list):
-            stack.extend(v)
-            continue
-        if not isinstance(v, dict):
-            continue
-        if "$lit" in v and len(v) == 1:
-            inner = v["$lit"]
-            stack.extend(inner.values() if isinstance(inner, dict) else [inner])
-            continue
-        chain = "$chain" in v and len(v) == 2
-        key = v.get("$chain") if chain else v.get("$blob") if len(v) == 1 else None
-        if not isinstance(key, str):
-            stack.extend(v.values())
-            continue
-        if key in seen:
-            continue
-        stored = fetch([key]).get(key)
-        if stored is None:
-            return key
-        try:
-            node = json.loads(content(key, stored))
-            if chain:
-                stack.append(node["x"])
-                if node["p"] is not None:
-                    stack.append({"$chain": node["p"], "n": 0})
-            else:
-                stack.append(node)
-        except KeyUnavailable:
-            pass  # sealed, and no key here: its seal, not this audit, vouches for it
-        except (UnderwayError, ValueError, TypeError, KeyError, RecursionError):
-            return key
-        seen.add(key)
-    return None
+def _tombstone_problem(s: StoredEvent, prev: str) -> str | None:
+    """What is wrong with the tombstone stored at ``s`` after a chain that reached
+    ``prev`` (see :mod:`underway.events._tombstone`)."""
+    try:
+        t = read_tombstone(s.payload)
+    except ValueError as exc:
+        return str(exc)
+    return t.problem(seq=s.seq, type=s.type, prev=prev, hash=s.hash)
 
 
 def _around(

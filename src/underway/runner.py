@@ -18,6 +18,7 @@ from .errors import ConflictError, FencedError
 from .events import JSON
 from .flow import Flow
 from .identity import owner_is_dead
+from .redaction import redacting_logs
 from .state import APPROVAL_SIGNAL, RunState
 from .store.base import RunRecord
 
@@ -49,14 +50,15 @@ class Runner:
         activations = 0
         io = self.engine.io
         await io(self.reclaim_dead_local_leases)
-        while leases := await io(functools.partial(self.engine.claim, limit=self.batch)):
-            for lease in leases:
-                try:
-                    await self.engine.activate(lease)
-                except (FencedError, ConflictError) as exc:
-                    # Another worker owns the run now; what it commits is the truth.
-                    log.warning("gave up run %s: %s", lease.run_id, exc)
-                activations += 1
+        with redacting_logs(self.engine.redactor):
+            while leases := await io(functools.partial(self.engine.claim, limit=self.batch)):
+                for lease in leases:
+                    try:
+                        await self.engine.activate(lease)
+                    except (FencedError, ConflictError) as exc:
+                        # Another worker owns the run now; what it commits is the truth.
+                        log.warning("gave up run %s: %s", lease.run_id, exc)
+                    activations += 1
         return activations
 
     async def run_until_complete(self, run_id: str, *, tenant_id: str = "default") -> RunState:

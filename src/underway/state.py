@@ -148,7 +148,12 @@ PendingApproval = ev.ApprovalRequested
 
 
 def _pending_json(p: ev.ApprovalRequested) -> dict[str, JSON]:
-    return p.model_dump(mode="json", exclude={"type"})
+    data = p.model_dump(mode="json", exclude={"type"})
+    # A request of a tool that hides nothing encodes as it did before tools declared it.
+    for name in ("sensitive_fields", "secret_fields"):
+        if data.get(name) is None:
+            data.pop(name, None)
+    return data
 
 
 def _pending_from(data: dict[str, Any]) -> ev.ApprovalRequested:
@@ -213,6 +218,12 @@ class RunState:
     to check its input (see :class:`~underway.events.InputChecked`)."""
     parent_run_id: str | None = None
     trace_context: dict[str, str] | None = None
+    subject: str | None = None
+    """The data subject the run is about (None: it names none)."""
+    purpose: str = "operations"
+    """What the run is for."""
+    consent: str | None = None
+    """The consent reference the run was started on."""
     approval_requested_at: float | None = None
     """When the pending approval was requested (journal time)."""
     """The run that started this one with ``ctx.start`` (None: started from outside)."""
@@ -220,6 +231,9 @@ class RunState:
     """Child runs this run started, by run id."""
     awaiting_child: str | None = None
     """The child run this run waits for (``ctx.wait_for``)."""
+    purged: bool = False
+    """Retention purged the run's payloads: its input, state, result and calls are gone;
+    what is left is the skeleton of its events (:class:`~underway.events.PayloadPurged`)."""
 
     @property
     def final(self) -> bool:
@@ -240,6 +254,10 @@ class RunState:
         )
         data["approvals"] = {k: a.to_json() for k, a in self.approvals.items()}
         data["children"] = {k: c.to_json() for k, c in self.children.items()}
+        if not self.purged:
+            # Only a purged run's state says so; checkpoints (never of a purged run) stay
+            # as they were.
+            del data["purged"]
         return data
 
     @classmethod
@@ -372,6 +390,7 @@ def apply(s: RunState, rec: Recorded) -> RunState:
             s.input_checked = e.checked
             s.parent_run_id = e.parent_run_id
             s.trace_context = e.trace_context
+            s.subject, s.purpose, s.consent = e.subject, e.purpose, e.consent
         case ev.InputChecked():
             s.input, s.state = copy.deepcopy(e.input), copy.deepcopy(e.state)
             s.step, s.input_checked = e.first_step, True
@@ -567,12 +586,54 @@ def apply(s: RunState, rec: Recorded) -> RunState:
             s.status, s.error, s.wake_at = "failed", e.reason, None
         case ev.RunCancelled():
             s.status, s.error, s.wake_at = "cancelled", f"cancelled by {e.by}: {e.reason}", None
+        case ev.PayloadPurged():
+            _apply_purged(s, rec.at, e)
         case (ev.PolicyDecided() | ev.BudgetExceeded() | ev.ApprovalInvalid()
               | ev.SignalIgnored() | ev.CheckpointRefused()):
             pass  # the audit trail's: they change nothing a run does next
         case _:
             assert_never(e)
     return s
+
+
+_ENDS: dict[str, RunStatus] = {
+    "RunCompleted": "completed", "RunFailed": "failed", "RunCancelled": "cancelled",
+    "RunDeadLettered": "dead", "RunResumed": "ready",
+}
+
+
+def _apply_purged(s: RunState, at: float, e: ev.PayloadPurged) -> None:
+    """Fold what the skeleton of a purged event still says: the flow, where the run went
+    and how it ended, and its usage; everything its payload held is gone."""
+    s.purged = True
+    k = e.kept
+    match e.event_type:
+        case "RunStarted":
+            s.flow, s.created_at = str(k.get("flow") or ""), at
+            s.step = _text(k.get("first_step"))
+            s.parent_run_id = _text(k.get("parent_run_id"))
+        case "StepCompleted":
+            s.step = _text(k.get("next"))
+            s.steps_completed += 1
+        case "ToolStarted":
+            s.tool_calls += 1
+        case "ModelResponded":
+            s.model_calls += 1
+            s.tokens_in += _number(k.get("tokens_in"))
+            s.tokens_out += _number(k.get("tokens_out"))
+            cost = k.get("cost_usd")
+            s.cost_usd += float(cost) if isinstance(cost, int | float) else 0.0
+        case kind if kind in _ENDS:
+            s.status, s.wake_at, s.waiting_signal = _ENDS[kind], None, None
+    s.state = s.input = s.result = s.error = None
+
+
+def _text(value: JSON) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _number(value: JSON) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def fold(records: Iterable[Recorded], *, start: RunState) -> RunState:

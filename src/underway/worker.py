@@ -21,7 +21,9 @@ cancels the steps still running and hands those runs back too; their uncommitted
 redone from the journal by whoever takes them next.
 
 With ``anchoring`` a worker also anchors the heads of the journals on a schedule (and once
-more when it stops): see :mod:`underway.audit`.
+more when it stops): see :mod:`underway.audit`. With ``retention`` it sweeps finished runs
+past their retention period every ``retention.every`` seconds, on the store's I/O threads
+so no step waits for it: see :mod:`underway.retention`.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from .engine import Engine
 from .errors import ConfigurationError, ConflictError, FencedError, is_store_failure
 from .loading import App, load_app
+from .redaction import redacting_logs
+from .retention import Retention, RetentionSweeper
 from .runner import Runner
 from .store.base import Lease
 from .store.wakeups import Polling, Wakeups
@@ -67,7 +71,9 @@ class Worker:
     long a stopping worker lets steps in flight finish before cancelling them; ``listen``
     lets the store's wake-ups (on PostgreSQL, notifications) wake the worker instead of
     its waiting for its poll;
-    ``anchoring`` signs the journals' heads every ``anchoring.every`` seconds.
+    ``anchoring`` signs the journals' heads every ``anchoring.every`` seconds;
+    ``retention`` purges finished runs past their period every ``retention.every`` seconds
+    (:class:`~underway.retention.RetentionSweeper`).
     """
 
     def __init__(
@@ -81,6 +87,7 @@ class Worker:
         grace: float = 30.0,
         listen: bool = True,
         anchoring: Anchoring | None = None,
+        retention: Retention | None = None,
     ) -> None:
         if concurrency < 1:
             raise ConfigurationError(f"concurrency must be at least 1, not {concurrency}")
@@ -100,6 +107,10 @@ class Worker:
         self.anchoring = anchoring
         self.anchored = 0
         """Anchor records this worker appended."""
+        self.retention = retention
+        self._sweeper = None if retention is None else RetentionSweeper(
+            engine.store, retention, codec=engine.journal.codec, clock=engine.clock,
+            by=f"worker {engine.owner}")
         self._anchored_heads: dict[tuple[str, str], tuple[int, str]] = {}
         self._anchor_lock = threading.Lock()
         self.ready = asyncio.Event()
@@ -127,6 +138,11 @@ class Worker:
         return self.engine.owner
 
     @property
+    def purged(self) -> int:
+        """Runs this worker's retention sweeps purged."""
+        return 0 if self._sweeper is None else self._sweeper.purged
+
+    @property
     def in_flight(self) -> int:
         """Runs leased and being driven right now."""
         return len(self._tasks)
@@ -152,23 +168,28 @@ class Worker:
         self._store = self.engine.store
         self._wakeups = Polling()
         helpers: list[asyncio.Task[None]] = []
-        try:
-            if self.listen:
-                self._wakeups = await self.engine.io(
-                    functools.partial(self._store.wakeups, name=self.owner))
-            helpers.append(asyncio.create_task(self._maintain(), name="underway-maintain"))
-            helpers.append(await self._start_listener())
-            self.ready.set()
-            await self._serve()
-        finally:
-            await self._drain()
-            for task in helpers:
-                task.cancel()
-            await asyncio.gather(*helpers, return_exceptions=True)
-            if self.anchoring is not None:
-                # The heads as this worker leaves them, not as of the last interval.
-                await self._quietly(self._anchor)
-            self.engine._driven_by_worker = False  # type: ignore[attr-defined]
+        # No value a run hides reaches this worker's log lines.
+        with redacting_logs(self.engine.redactor):
+            try:
+                if self.listen:
+                    self._wakeups = await self.engine.io(
+                        functools.partial(self._store.wakeups, name=self.owner))
+                helpers.append(asyncio.create_task(self._maintain(), name="underway-maintain"))
+                if self._sweeper is not None:
+                    helpers.append(asyncio.create_task(self._sweeper.run(),
+                                                       name="underway-retention"))
+                helpers.append(await self._start_listener())
+                self.ready.set()
+                await self._serve()
+            finally:
+                await self._drain()
+                for task in helpers:
+                    task.cancel()
+                await asyncio.gather(*helpers, return_exceptions=True)
+                if self.anchoring is not None:
+                    # The heads as this worker leaves them, not as of the last interval.
+                    await self._quietly(self._anchor)
+                self.engine._driven_by_worker = False  # type: ignore[attr-defined]
 
     # -- the loop -----------------------------------------------------------------------
     async def _serve(self) -> None:

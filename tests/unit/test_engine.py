@@ -10,6 +10,7 @@ from pydantic import BaseModel
 
 import underway as uw
 from underway import events as ev
+from underway.effects import FENCE_STRIDE
 from underway.engine import Engine
 from underway.errors import ConfigurationError, FencedError
 from underway.state import RunState
@@ -602,7 +603,7 @@ def test_a_worker_that_loses_its_lease_mid_call_stops_the_call() -> None:
     assert "ToolSucceeded" not in types(engine, run_id)
 
 
-def test_tools_receive_the_lease_token_as_a_fence_that_grows_on_takeover() -> None:
+def test_tools_receive_a_fence_of_the_lease_token_that_grows_on_takeover() -> None:
     fences: list[int] = []
 
     @uw.tool(mutating=False)
@@ -622,4 +623,6 @@ def test_tools_receive_the_lease_token_as_a_fence_that_grows_on_takeover() -> No
     engine, run_id = start_and_crash(flow)
     run(drive(engine, run_id))
     row = engine.store.get_run("default", run_id)
-    assert row is not None and fences == [1, row.lease_token] and fences[1] > fences[0]
+    assert row is not None and fences[1] // FENCE_STRIDE == row.lease_token
+    assert fences[0] // FENCE_STRIDE == 1
+    assert fences[1] > fences[0]

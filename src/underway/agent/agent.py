@@ -330,7 +330,8 @@ class Agent:
         t = self.tools.get(call.name)
         args: JSON = call.arguments if call.arguments is not None else call.raw_arguments
         sources = list(st.taint)
-        ctx.note(ev.ToolSelected(tool=call.name, args=args, reason=why[:2000], tainted=sources))
+        ctx.note(ev.ToolSelected(tool=call.name, args=args, reason=why[:2000], tainted=sources,
+                                 **(t.hidden.declared() if t is not None else {})))
         if t is None:
             self._observe(ctx, call, {"error": "UnknownTool",
                                       "message": f"no tool {call.name!r}; use one of "

@@ -17,7 +17,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from ..errors import IntegrityError
-from ..events import chain_hash, genesis_hash
+from ..events import chain_hash, genesis_hash, is_tombstone, read_tombstone
 from ..journal import Journal
 from ..store.base import RunRecord, Store, StoredEvent
 from .anchors import (
@@ -171,13 +171,24 @@ def check_anchored(run: AuditedRun, heads: Sequence[AnchoredHead]) -> list[Findi
 
 def _recomputed_chain(run: AuditedRun) -> list[str]:
     """The chain hash after each event, recomputed from the genesis over the stored bytes,
-    as far as the events run unbroken from seq 1."""
+    as far as the events run unbroken from seq 1. A purged event's tombstone stands for
+    its link when it is sound (it follows the chain and matches its seal): the hash it
+    keeps is the one its payload made."""
     out: list[str] = []
     prev = genesis_hash(run.tenant_id, run.run_id)
     for expected, event in enumerate(run.events, start=1):
         if event.seq != expected or not isinstance(event.payload, bytes):
             break
-        prev = chain_hash(prev, event.payload)
+        if is_tombstone(event.payload):
+            try:
+                kept = read_tombstone(event.payload)
+            except ValueError:
+                break
+            if kept.problem(seq=event.seq, type=event.type, prev=prev, hash=kept.hash):
+                break
+            prev = kept.hash
+        else:
+            prev = chain_hash(prev, event.payload)
         out.append(prev)
     return out
 

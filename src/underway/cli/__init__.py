@@ -7,13 +7,15 @@ worker``, the executor).
 ``underway keys new|init|kek|ls|rotate``,
 ``underway approvers add|ls|revoke``,
 ``underway approvals ls|show|approve|reject|answer|resolve``,
-``underway policy check|explain``, ``underway knowledge purge|rm`` and
-``underway usage``; ``underway serve`` (the HTTP API), ``underway apikeys
-new|ls|revoke|access-log`` and ``underway webhooks set|ls|rm``. The database comes from
-``--db URL`` (before or after the command) or ``$UNDERWAY_DB``; the keys of an encrypted
-database from ``--keyring FILE`` (before the command), ``$UNDERWAY_KEYRING`` or
-``$UNDERWAY_KEK``. A RUN argument takes a
-run's id or a prefix of exactly one run's id.
+``underway policy check|explain``, ``underway knowledge purge|rm``,
+``underway consent grant|withdraw|show``, ``underway retention sweep|log``,
+``underway hold add|rm|ls``, ``underway usage`` and ``underway access-log`` (who read which
+run's data, and why; ``--verify`` its hash chain); ``underway serve`` (the HTTP API),
+``underway apikeys new|ls|revoke|access-log`` and ``underway webhooks set|ls|rm``. The
+database comes from ``--db URL`` (before or after the command) or ``$UNDERWAY_DB``; the
+keys of an encrypted database from ``--keyring FILE`` (before the command),
+``$UNDERWAY_KEYRING`` or ``$UNDERWAY_KEK``. A RUN argument takes a run's id or a prefix of
+exactly one run's id.
 Errors print one line and exit with status 2; a failed audit exits with status 1.
 
 Only this package imports typer and rich, so ``import underway`` stays light.
@@ -43,16 +45,20 @@ LAZY: dict[str, str] = {
     "approvals": "approvals:app",  # signed approvals: deciding requests
     "approvers": "approvals:approvers",  # ... the approvers registry
     "audit": "audit:app",
+    "consent": "consent:app",  # data subjects' consent per purpose: grant, withdraw, show
     "db": "db:app",
     "events": "events:app",
+    "hold": "retention:holds",  # legal holds, which stop every purge
     "keys": "keys:app",  # ... approvers' keys; encryption keys: keyring, rotation
     "knowledge": "knowledge:app",  # long-term memory: purge expired records, erase one
     "policy": "policy:app",  # policy files: validate one, explain the decision for a call
     "queues": "queues:app",
+    "retention": "retention:app",  # purging finished runs past their period, the sweep log
     "runs": "runs:app",
     "schedules": "schedules:app",
     "webhooks": "apikeys:webhooks",  # underway serve: webhook secrets
     # single commands: a Typer of one command
+    "access-log": "access:app",  # reads of run data: who, when, why; --verify its chain
     "serve": "serve:app",
     "usage": "usage:app",  # spending: tokens, cost, calls, messages, money per tenant
     "worker": "worker:app",
@@ -63,7 +69,7 @@ needs and nothing else. ``serve`` needs FastAPI and uvicorn (the ``service`` ext
 starts in well under a second because no other command's module comes with it; ``worker``
 alone loads the executor."""
 
-_SINGLE = frozenset({"serve", "usage", "worker"})
+_SINGLE = frozenset({"access-log", "serve", "usage", "worker"})
 """The :data:`LAZY` entries that are one command rather than a group of them."""
 
 

@@ -7,11 +7,14 @@ Set ``UNDERWAY_DEBUG=1`` to see the traceback of an unexpected error.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import getpass
 import json
 import os
 import sqlite3
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -29,7 +32,8 @@ from ..errors import RunNotFound, UnderwayError
 from ..events import JSON
 from ..store import connect
 from ..store._urls import split_url
-from ..store.base import RunRecord, Store
+from ..store.access import check_purpose
+from ..store.base import AccessRecord, RunRecord, Store
 from ..store.queries import latest_version
 
 P = ParamSpec("P")
@@ -72,6 +76,15 @@ class RootOptions:
 
     database: str | None = None
     keyring: Path | None = None
+PurposeOption = Annotated[str, typer.Option(
+    "--purpose", help="Why you read the run's data: written to the access log with who and "
+    "when (1 to 100 characters).")]
+RevealOption = Annotated[bool, typer.Option(
+    "--reveal", help="Show the fields tools declare sensitive (the access log records "
+    "it); secrets are never shown.")]
+ReaderOption = Annotated[str | None, typer.Option(
+    "--by", help="Who is reading, for the access log (default: your OS user name).",
+    show_default=False)]
 
 
 class Problem(Exception):
@@ -160,12 +173,17 @@ def import_paths(config: Config) -> None:
 def database_url(ctx: typer.Context, db: str | None, default: str | None = None) -> str:
     """The URL from the command's ``--db``, else the global ``--db``, else
     ``$UNDERWAY_DB``, else ``default`` (a config file's ``database``)."""
-    root = ctx.find_root().obj
-    url = (db or (root.database if isinstance(root, RootOptions) else None)
-           or os.environ.get("UNDERWAY_DB") or default)
+    url = _given_url(ctx, db) or default
     if not url:
-        raise Problem("no database given: pass --db URL or set UNDERWAY_DB")
+        raise Problem("no database given: pass --db URL or set UNDERWAY_DB (or give "
+                      "database or [residency] in underway.toml)")
     return url
+
+
+def _given_url(ctx: typer.Context, db: str | None) -> str | None:
+    root = ctx.find_root().obj
+    return (db or (root.database if isinstance(root, RootOptions) else None)
+            or os.environ.get("UNDERWAY_DB"))
 
 
 def _sqlite_path(url: str) -> str | None:
@@ -193,13 +211,15 @@ def key_provider(
 
 @contextmanager
 def open_store(
-    ctx: typer.Context, db: str | None, *, migrate: bool = False, default: str | None = None,
-    config: Config | None = None, keyring: Path | None = None, need_keys: bool = False,
+    ctx: typer.Context, db: str | None, *, migrate: bool = False, config: Config | None = None,
+    keyring: Path | None = None, need_keys: bool = False,
 ) -> Iterator[Store]:
-    """Open the store named by ``db`` / ``$UNDERWAY_DB`` / ``default`` (see
-    :func:`database_url`) and close it afterwards.
+    """Open the store named by ``db`` / the global ``--db`` / ``$UNDERWAY_DB``, else by
+    the config file (``config``; when not given, ``./underway.toml`` if there is one): its
+    ``[residency]`` (a :class:`~underway.store.regions.RegionalStore` over every region's
+    database) or its ``database``. Close it afterwards.
 
-    Without ``migrate`` the database must already hold an underway schema: a mistyped
+    Without ``migrate`` each database must already hold an underway schema: a mistyped
     SQLite path is reported instead of silently creating an empty database.
 
     Encryption: with keys (:func:`key_provider`) every payload read or written through the
@@ -207,7 +227,75 @@ def open_store(
     reads them as ``[encrypted]`` and refuses to store plaintext — or, with
     ``need_keys``, the command stops at once, saying how to give keys.
     """
-    url = database_url(ctx, db, default)
+    url = _given_url(ctx, db)
+    if url is None:
+        if config is None:
+            config = _config_here()
+        if config.residency is not None:
+            with _open_regions(config, migrate) as regional:
+                _keys(ctx, regional, config, keyring, need_keys)
+                yield regional
+            return
+    with _open_url(database_url(ctx, db, config.database if config else None),
+                   migrate) as store:
+        _keys(ctx, store, config, keyring, need_keys)
+        yield store
+
+
+def _keys(ctx: typer.Context, store: Store, config: Config | None, keyring: Path | None,
+          need_keys: bool) -> None:
+    """Give ``store`` the keys the command was given, or make it refuse plaintext on an
+    encrypted database (see :func:`open_store`)."""
+    provider = key_provider(ctx, config, keyring)
+    enc = config.encryption if config is not None else None
+    if provider is not None:
+        encrypt(store, provider, refresh=enc.refresh if enc is not None else 5.0)
+    elif refuse_plaintext(store, NO_KEYS) and need_keys:
+        raise Problem(f"the database holds encrypted payloads and this command was given "
+                      f"no keys: {NO_KEYS}")
+
+
+def _config_here() -> Config:
+    """``./underway.toml`` when there is one (said on stderr when it names the database),
+    else the defaults."""
+    found = find_config(None)
+    if found is None:
+        return Config()
+    config = load_config(found)
+    if config.database is not None or config.residency is not None:
+        typer.echo(f"underway: the database is the one {found} names (pass --db URL for "
+                   "another)", err=True)
+    return config
+
+
+@contextmanager
+def _open_regions(config: Config, migrate: bool) -> Iterator[Store]:
+    """Every region's database of ``config``'s ``[residency]``, as one regional store."""
+    assert config.residency is not None
+    with contextlib.ExitStack() as opened:
+        stores: dict[str, Store] = {}
+        for region, url in config.residency.regions.items():
+            try:
+                stores[region] = _open(url, migrate)
+            except Problem as exc:
+                raise Problem(f"region {region!r}: {exc}") from None
+            opened.callback(stores[region].close)
+        yield config.regional_store(stores)
+
+
+@contextmanager
+def _open_url(url: str, migrate: bool) -> Iterator[Store]:
+    """The store at ``url``, checked; closed afterwards."""
+    store = _open(url, migrate)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def _open(url: str, migrate: bool) -> Store:
+    """Open the store at ``url``; without ``migrate``, check it holds the schema this code
+    needs (a clear :class:`Problem` otherwise, and nothing stays open)."""
     path = _sqlite_path(url)
     if not migrate and path and not os.path.exists(path):
         raise Problem(f"no SQLite database at {path!r}; create one with `underway db migrate`")
@@ -216,28 +304,22 @@ def open_store(
     if url.startswith(("postgresql://", "postgres://")):
         _probe_postgres(url)
     store = connect(url, migrate=migrate or url.startswith("memory:"))
+    if migrate:
+        return store
     try:
-        if not migrate:
-            found = store.schema_version()
-            if found == 0:
-                raise Problem(
-                    "the database has no underway schema; run `underway db migrate` first"
-                )
-            if store.dialect != "memory" and found < (known := latest_version(store.dialect)):
-                raise Problem(
-                    f"the database's schema is at version {found} and this underway needs "
-                    f"{known}: run `underway db migrate` (nothing was changed)"
-                )
-        provider = key_provider(ctx, config, keyring)
-        enc = config.encryption if config is not None else None
-        if provider is not None:
-            encrypt(store, provider, refresh=enc.refresh if enc is not None else 5.0)
-        elif refuse_plaintext(store, NO_KEYS) and need_keys:
-            raise Problem(f"the database holds encrypted payloads and this command was "
-                          f"given no keys: {NO_KEYS}")
-        yield store
-    finally:
+        found = store.schema_version()
+        if found == 0:
+            raise Problem("the database has no underway schema; run `underway db migrate` "
+                          "first")
+        if store.dialect != "memory" and found < (known := latest_version(store.dialect)):
+            raise Problem(
+                f"the database's schema is at version {found} and this underway needs "
+                f"{known}: run `underway db migrate` (nothing was changed)"
+            )
+    except BaseException:
         store.close()
+        raise
+    return store
 
 
 def _probe_postgres(url: str) -> None:
@@ -296,6 +378,31 @@ def parse_time(text: str | None, option: str) -> float | None:
         raise Problem(f"{option} {text!r} is not a time: give ISO 8601 (2026-12-01 or "
                       "2026-12-01T09:30:00+02:00) or epoch seconds") from None
     return (at if at.tzinfo is not None else at.replace(tzinfo=UTC)).timestamp()
+
+
+def record_read(store: Store, command: str, tenant_id: str, run_ids: list[str], *,
+                purpose: str, by: str | None, revealed: bool = False) -> None:
+    """Append one access-log entry per run whose data ``underway <command>`` is about to
+    print (who: ``by`` or the OS user; ``key_id`` ``cli``): a read the log could not
+    record is not printed."""
+    try:
+        purpose = check_purpose(purpose)
+    except ValueError as exc:
+        raise Problem(f"--purpose: {exc}") from None
+    who = by if by is not None else _os_user()
+    if not who.strip():
+        raise Problem("--by must name who is reading")
+    now = time.time()
+    store.log_access([AccessRecord(tenant_id, now, "cli", who, run_id, f"cli {command}",
+                                   purpose=purpose, revealed=revealed)
+                      for run_id in run_ids])
+
+
+def _os_user() -> str:
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):
+        return f"uid:{os.getuid()}"
 
 
 def warn_undeclared(flow: str, name: str) -> None:

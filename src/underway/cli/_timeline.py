@@ -12,14 +12,17 @@ from collections.abc import Mapping, Sequence
 from .._timeline import counts, format_time, lines, preview
 from ..client import Recorded, RunState
 from ..codec import ENCRYPTED
-from ..events import Encrypted
+from ..events import PURGED, Encrypted
+from ..redaction import Redactor
 
 
 def _n(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
-def _where(state: RunState) -> str:
+def _where(state: RunState, hide: Redactor) -> str:
+    if state.purged:
+        return f"payloads {PURGED} by retention"
     if state.status == "waiting":
         parts = []
         if state.waiting_signal:
@@ -28,20 +31,24 @@ def _where(state: RunState) -> str:
             parts.append(f"until {format_time(state.wake_at)}")
         return " ".join(parts)
     if state.status == "escalated" and state.escalation:
-        return state.escalation.reason
+        return hide.text(state.escalation.reason)
     if state.status == "completed":
-        return f"result {preview(state.result)}"
+        return f"result {preview(hide.json(state.result))}"
     if state.status in ("failed", "cancelled"):
-        return state.error or ""
+        return hide.text(state.error or "")
     return ""
 
 
 def render(state: RunState, records: Sequence[Recorded],
-           children: Mapping[str, str] | None = None) -> str:
+           children: Mapping[str, str] | None = None, hide: Redactor | None = None) -> str:
     """The run's header and its timeline, as text (no trailing newline). ``children``: the
-    status of each child run as its row says now (else what this run's journal knows)."""
+    status of each child run as its row says now (else what this run's journal knows).
+    ``hide``: what the reader may not see (:mod:`underway.redaction`; None: a redactor
+    that learns ``records`` and reveals nothing)."""
+    hide = hide if hide is not None else Redactor().learn(r.event for r in records)
+    records = [Recorded(r.seq, r.at, hide.event(r.event)) for r in records]
     c = counts(records)
-    detail = _where(state)
+    detail = _where(state, hide)
     head = [
         f"run      {state.run_id}",
         f"tenant   {state.tenant_id}",

@@ -27,17 +27,22 @@ from ..approvals import (
     verify_decision,
 )
 from ..approvals.decision import REASON_TEXT, Decision
-from ..client import Client, PendingRequest
+from ..client import Client, PendingRequest, redact_request
 from ..events import JSON
+from ..store.access import DEFAULT_PURPOSE
 from ..store.base import Store
 from ._common import (
     DbOption,
     Problem,
+    PurposeOption,
+    ReaderOption,
+    RevealOption,
     TenantOption,
     find_run,
     handle_errors,
     open_client,
     open_store,
+    record_read,
 )
 
 app = typer.Typer(
@@ -121,12 +126,20 @@ def list_requests(
     limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many.")] = 100,
     as_json: JsonFlag = False,
     tenant: TenantOption = "default",
+    purpose: PurposeOption = DEFAULT_PURPOSE,
+    reveal: RevealOption = False,
+    by: ReaderOption = None,
     db: DbOption = None,
 ) -> None:
     """List runs that wait for an approval, an answer or a resolution, soonest expiry
-    first."""
+    first (sensitive fields redacted unless --reveal; the read is written to the access
+    log)."""
     with open_client(ctx, db) as client:
         found = client.pending_requests(tenant_id=tenant, limit=limit)
+        found = [redact_request(r, redactor=client.redactor(r.run_id, tenant_id=tenant,
+                                                            reveal=reveal)) for r in found]
+        record_read(client.store, "approvals ls", tenant, [r.run_id for r in found],
+                    purpose=purpose, by=by, revealed=reveal)
     if as_json:
         typer.echo(json.dumps([_as_json(r) for r in found], indent=2))
         return
@@ -159,11 +172,20 @@ def _as_json(r: PendingRequest) -> dict[str, JSON]:
 @handle_errors
 def show(
     ctx: typer.Context, run_id: RunArg, as_json: JsonFlag = False,
-    tenant: TenantOption = "default", db: DbOption = None,
+    tenant: TenantOption = "default", purpose: PurposeOption = DEFAULT_PURPOSE,
+    reveal: RevealOption = False, by: ReaderOption = None, db: DbOption = None,
 ) -> None:
-    """Show exactly what a run asks to be approved, answered or resolved."""
+    """Show exactly what a run asks to be approved, answered or resolved.
+
+    The fields its tool declares sensitive are redacted unless --reveal (the arguments'
+    sha256 is of the exact values either way); secrets always are. The read is written to
+    the access log (who, when, --purpose)."""
     with open_client(ctx, db) as client:
         r = _load_request(client, tenant, run_id)
+        hide = client.redactor(r.run_id, tenant_id=tenant, reveal=reveal)
+        record_read(client.store, "approvals show", tenant, [r.run_id], purpose=purpose,
+                    by=by, revealed=reveal)
+    r = redact_request(r, redactor=hide)
     if as_json:
         typer.echo(json.dumps(_as_json(r), indent=2))
         return

@@ -72,6 +72,16 @@ def send(
         typer.Option("--occurred-at", help="When it happened: ISO 8601 with an offset "
                      "(default: now).", show_default=False),
     ] = None,
+    purpose: Annotated[
+        str | None,
+        typer.Option("--purpose", help="What the event asks to be acted on for (default: "
+                     "the route's purpose).", show_default=False),
+    ] = None,
+    consent: Annotated[
+        str | None,
+        typer.Option("--consent", help="The reference of the consent the event comes with.",
+                     show_default=False),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
     tenant: Annotated[str, typer.Option("--tenant", help="Tenant the event belongs to.")]
     = "default",
@@ -82,7 +92,7 @@ def send(
         "tenant_id": tenant, "entity_id": entity, "event_type": event_type,
         "occurred_at": occurred_at or datetime.fromtimestamp(time.time(), UTC).isoformat(),
         "source": source, "permissions": permission or [], "idempotency_key": key,
-        "payload": parse_json(payload, "--payload"),
+        "payload": parse_json(payload, "--payload"), "purpose": purpose, "consent": consent,
     }
     table = load_routes(routes)
     with open_store(ctx, db) as store:

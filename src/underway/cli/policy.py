@@ -16,6 +16,7 @@ from ..loading import load_app
 from ..money import Money, Unreadable, read_money
 from ..policy import Amount, PolicyContext, load_policy
 from ..policy.context import to_decimal
+from ..store.base import ConsentRecord
 from ._common import Problem, handle_errors, parse_json
 
 app = typer.Typer(help="Validate policy files and explain their decisions.",
@@ -166,6 +167,17 @@ def explain(
         list[str] | None,
         typer.Option("--counter", help="A usage counter, NAME=NUMBER (repeatable)."),
     ] = None,
+    subject: Annotated[
+        str | None, typer.Option("--subject", help="The data subject the run is about.",
+                                 show_default=False)
+    ] = None,
+    purpose: Annotated[str, typer.Option("--purpose", help="What the run is for.")]
+    = "operations",
+    consented: Annotated[
+        list[str] | None,
+        typer.Option("--consented", help="A purpose the subject consents to (repeatable; "
+                     "others have no consent recorded)."),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the decision as JSON.")] = False,
 ) -> None:
     """Print what the policy decides for one call, and which rule decided it.
@@ -187,7 +199,9 @@ def explain(
         tenant_id=tenant, principal=principal, roles=frozenset(role or []), environment=env,
         flow=flow, tool=tool, mutating=mutating or irreversible, irreversible=irreversible,
         permissions=frozenset(permission or []), args=parsed, labels=frozenset(label or []),
-        amount=None, counters=_counters(counter or []),
+        amount=None, counters=_counters(counter or []), subject=subject, purpose=purpose,
+        consents={p: ConsentRecord(tenant, subject or "", p, "granted", None, "explain", 0.0)
+                  for p in consented or []},
     )
     d = decide_with_money(policy, ctx, money)
     if as_json:

@@ -17,19 +17,25 @@ from .._timeline import format_time
 from ..client import Client, Recorded
 from ..codec import ENCRYPTED
 from ..control import CHILD as CHILD_SIGNAL
-from ..events import JSON, Encrypted
+from ..events import JSON, PURGED, Encrypted, PayloadPurged
 from ..flow import Flow
 from ..loading import load_app
+from ..redaction import Redactor
+from ..store.access import DEFAULT_PURPOSE
 from ..store.base import FINAL, RunRecord
 from ._common import (
     DbOption,
     Problem,
+    PurposeOption,
+    ReaderOption,
+    RevealOption,
     TenantOption,
     find_run,
     handle_errors,
     open_client,
     parse_json,
     parse_time,
+    record_read,
     warn_undeclared,
 )
 from ._timeline import render
@@ -140,17 +146,24 @@ def _note(error: str | None, waiting_signal: str | None) -> str:
 @app.command("show")
 @handle_errors
 def show(ctx: typer.Context, run: RunArg, tenant: TenantOption = "default",
-         db: DbOption = None) -> None:
-    """Show a run's status, counts and a readable timeline of its events (payloads this
-    command has no key for read [encrypted])."""
+         purpose: PurposeOption = DEFAULT_PURPOSE, reveal: RevealOption = False,
+         by: ReaderOption = None, db: DbOption = None) -> None:
+    """Show a run's status, counts and a readable timeline of its events.
+
+    The fields its tools declare sensitive are redacted unless --reveal; secrets always
+    are; payloads this command has no key for read [encrypted]. The read is written to
+    the access log (who, when, --purpose)."""
     with open_client(ctx, db) as client:
         run = find_run(client, tenant, run).run_id
         found = client.events(run, tenant_id=tenant)
         state = client.readable_state(run, tenant_id=tenant)
         children = {c.run_id: c.status or "not created"
                     for c in client.children(run, tenant_id=tenant)} if state.children else {}
+        record_read(client.store, "runs show", tenant, [run], purpose=purpose, by=by,
+                    revealed=reveal)
     records = [Recorded(e.seq, e.at, e.event) for e in found]
-    typer.echo(render(state, records, children))
+    hide = Redactor(reveal=reveal).learn(r.event for r in records)
+    typer.echo(render(state, records, children, hide))
 
 
 @app.command("events")
@@ -162,22 +175,35 @@ def events(
         bool, typer.Option("--json", help="Print one JSON array instead of JSON lines.")
     ] = False,
     tenant: TenantOption = "default",
+    purpose: PurposeOption = DEFAULT_PURPOSE,
+    reveal: RevealOption = False,
+    by: ReaderOption = None,
     db: DbOption = None,
 ) -> None:
-    """Print every event of a run, decoded: one JSON object per line (or an array)."""
+    """Print every event of a run, decoded: one JSON object per line (or an array).
+
+    The fields its tools declare sensitive are redacted unless --reveal; secrets always
+    are. The read is written to the access log (who, when, --purpose). An event whose
+    payload retention purged shows its skeleton as its data and "payload": "[purged]"."""
     with open_client(ctx, db) as client:
         run = find_run(client, tenant, run).run_id
         found = client.events(run, tenant_id=tenant)
+        record_read(client.store, "runs events", tenant, [run], purpose=purpose, by=by,
+                    revealed=reveal)
+    hide = Redactor(reveal=reveal).learn(e.event for e in found)
     items = []
     for e in found:
-        data: JSON = e.event.model_dump(mode="json")
+        data: JSON = hide.event(e.event).model_dump(mode="json")
         event_type = data.pop("type")
+        item = {"seq": e.seq, "at": e.at, "time": format_time(e.at), "type": event_type,
+                "hash": e.hash, "data": data}
+        if isinstance(e.event, PayloadPurged):
+            # The skeleton retention kept, under the purged event's own type.
+            item.update(type=e.event.event_type, data=e.event.kept, payload=PURGED)
         if isinstance(e.event, Encrypted):
-            event_type, data = e.event.event_type, ENCRYPTED
-        items.append({
-            "seq": e.seq, "at": e.at, "time": format_time(e.at), "type": event_type,
-            "hash": e.hash, "data": data,
-        })
+            # Sealed, and no key here: its own type, its payload "[encrypted]".
+            item.update(type=e.event.event_type, data=ENCRYPTED)
+        items.append(item)
     if as_json:
         typer.echo(json.dumps(items, indent=2, ensure_ascii=False))
     else:
@@ -205,6 +231,21 @@ def start(
         typer.Option("--app", help="The flows, as module:attribute (as for `underway "
                      "worker`): check the input against the flow now.", show_default=False),
     ] = None,
+    subject: Annotated[
+        str | None,
+        typer.Option("--subject", help="The data subject the run is about, as an opaque id "
+                     "(a customer number, never the personal data itself).",
+                     show_default=False),
+    ] = None,
+    purpose: Annotated[
+        str, typer.Option("--purpose", help="What the run is for (policies may require the "
+                          "subject's consent for it).")
+    ] = "operations",
+    consent: Annotated[
+        str | None,
+        typer.Option("--consent", help="The reference of the consent the run acts on.",
+                     show_default=False),
+    ] = None,
     as_json: Annotated[
         bool, typer.Option("--json", help='Print {"run_id": ..., "created": ...}.')
     ] = False,
@@ -231,7 +272,8 @@ def start(
         # is new to the tenant.
         new_name = not flows and not client.list_runs(tenant_id=tenant, flow=flow, limit=1).runs
         run_id, created = client.start(flow, data, tenant_id=tenant, idempotency_key=key,
-                                       queue=queue)
+                                       queue=queue, subject=subject, purpose=purpose,
+                                       consent=consent)
     if new_name:
         typer.echo(f"note: tenant {tenant!r} has no earlier run of flow {flow!r}; only a "
                    "worker that has a flow of that name runs it (check the name, or pass "

@@ -11,7 +11,17 @@ import typer
 
 from ..budgets import TenantUsage
 from ..codec import ENCRYPTED
-from ._common import DbOption, TenantOption, fail, handle_errors, open_store
+from ..store.access import ALL_RUNS, DEFAULT_PURPOSE
+from ._common import (
+    DbOption,
+    PurposeOption,
+    ReaderOption,
+    TenantOption,
+    fail,
+    handle_errors,
+    open_store,
+    record_read,
+)
 
 app = typer.Typer(add_completion=False)
 
@@ -31,10 +41,13 @@ def usage(
                                    show_default=False)
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    purpose: PurposeOption = DEFAULT_PURPOSE,
+    by: ReaderOption = None,
     db: DbOption = None,
 ) -> None:
     """Tokens, model cost, model and tool calls, messages and money moved by a tenant's runs
-    since a time — counted from the journal, so nothing lost in a crash is missed."""
+    since a time — counted from the journal, so nothing lost in a crash is missed. The
+    read is written to the access log as one of run '*' (all the tenant's runs)."""
     if since is not None and days is not None:
         fail("give --since or --days, not both")
     if days is not None:
@@ -53,6 +66,7 @@ def usage(
     with open_store(ctx, db) as store:
         counter = TenantUsage(tenant, since=start)
         u = counter.refresh(store)
+        record_read(store, "usage", tenant, [ALL_RUNS], purpose=purpose, by=by)
     report = {
         "tenant": tenant, "since": datetime.fromtimestamp(start, UTC).isoformat(),
         "tokens_in": u.tokens_in, "tokens_out": u.tokens_out, "cost_usd": round(u.cost_usd, 6),

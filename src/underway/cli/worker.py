@@ -132,6 +132,11 @@ def worker(
                      "with the global tracer provider (configure an SDK, the `otel` extra, "
                      "for them to go anywhere)."),
     ] = False,
+    no_retention: Annotated[
+        bool,
+        typer.Option("--no-retention", help="Do not sweep by the config file's retention "
+                     "rules (say, on every worker but one)."),
+    ] = False,
     keyring: KeyringOption = None,
     config_file: ConfigOption = None,
     db: DbOption = None,
@@ -139,11 +144,12 @@ def worker(
     """Lease ready runs and drive them until SIGTERM or SIGINT (then stop gracefully).
 
     Reads underway.toml (--config): the notifier that tells approvers, tenant budgets,
-    policy, telemetry, encryption and the options below, which override it; a flag turns
-    on what the file leaves off. On a database that holds encrypted payloads the worker
-    needs the keys ([encryption], --keyring, $UNDERWAY_KEYRING or $UNDERWAY_KEK) and
-    refuses to start without them. Prints `underway worker OWNER ready` once it serves,
-    and a summary when it stops.
+    policy, telemetry, retention (a sweep every retention.every, off the event loop),
+    encryption and the options below, which override it; a flag turns on what the file
+    leaves off. On a database that holds encrypted payloads the worker needs the keys
+    ([encryption], --keyring, $UNDERWAY_KEYRING or $UNDERWAY_KEK) and refuses to start
+    without them. Prints `underway worker OWNER ready` once it serves, and a summary when
+    it stops.
     """
     config = read_config(config_file, "worker")
     opts = override(config.worker, app=app_spec, queues=queue or None,
@@ -158,6 +164,7 @@ def worker(
         format="%(asctime)s underway worker %(process)d %(levelname)s %(message)s",
     )
     anchoring = _anchoring(anchor_every, anchor_key, anchor_log) or config.make_anchoring()
+    retention = None if no_retention else config.make_retention()
     policy = load_policy(policy_file) if policy_file else config.make_policy()
     notifier = config.make_notifier()
     tenant_budget = config.make_tenant_budget()
@@ -167,8 +174,7 @@ def worker(
     flows, tools = load_app(opts.app)
     provider = config.make_tracer_provider() if telemetry_opts.traces else None
     try:
-        with open_store(ctx, db, default=config.database, config=config, keyring=keyring,
-                        need_keys=True) as store:
+        with open_store(ctx, db, config=config, keyring=keyring, need_keys=True) as store:
             dialect = store.dialect
             if dialect != "memory":
                 needed = max(v for v, _, _ in queries.migrations(dialect))
@@ -194,14 +200,16 @@ def worker(
                 # Key rotations started anywhere are carried on by any worker.
                 engine.register(rotation_flow(store))
             w = Worker(engine, queues=opts.queues, concurrency=opts.concurrency,
-                       poll=opts.poll, grace=opts.grace, anchoring=anchoring)
+                       poll=opts.poll, grace=opts.grace, anchoring=anchoring,
+                       retention=retention)
             asyncio.run(_serve(w))
     finally:
         if provider is not None:
             provider.shutdown()  # sends the spans still buffered
     anchored = f", {w.anchored} anchor records" if anchoring is not None else ""
+    purged = f", {w.purged} runs purged" if retention is not None else ""
     typer.echo(f"underway worker {w.owner} stopped: {w.activations} activations, "
-               f"{w.handed_back} runs handed back{anchored}")
+               f"{w.handed_back} runs handed back{anchored}{purged}")
 
 
 def _metrics(

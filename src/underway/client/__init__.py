@@ -17,16 +17,17 @@ from __future__ import annotations
 
 from ..journal import Verification
 from ..state import Recorded, RunState
-from ..store.base import RunRecord
+from ..store.base import ConsentRecord, RunRecord
 from ._activity import Activity, ActivityDay
 from ._client import ChildRun, Client, RunEvent, RunPage
-from ._requests import PendingRequest
+from ._requests import PendingRequest, redact_request
 
 __all__ = [
     "Activity",
     "ActivityDay",
     "ChildRun",
     "Client",
+    "ConsentRecord",
     "PendingRequest",
     "Recorded",
     "RunEvent",
@@ -34,4 +35,5 @@ __all__ = [
     "RunRecord",
     "RunState",
     "Verification",
+    "redact_request",
 ]

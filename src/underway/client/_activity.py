@@ -135,6 +135,8 @@ def activity(
                 e = rec.event
                 if isinstance(e, ev.ApprovalRequested):
                     asked[e.request_id] = rec.at
+                elif isinstance(e, ev.PayloadPurged) and e.event_type == "ApprovalRequested":
+                    asked[str(e.kept.get("request_id"))] = rec.at
                 bucket = math.floor((rec.at - since) / DAY)
                 if not 0 <= bucket < days:
                     continue
@@ -147,7 +149,9 @@ def activity(
 
 
 def _count(t: _Tally, e: ev.RunEvent, at: float, asked: dict[str, float]) -> None:
-    if isinstance(e, ev.ModelResponded):
+    if isinstance(e, ev.PayloadPurged):
+        _count_purged(t, e, at, asked)
+    elif isinstance(e, ev.ModelResponded):
         t.model_calls += 1
         t.tokens_in += e.tokens_in
         t.tokens_out += e.tokens_out
@@ -162,3 +166,29 @@ def _count(t: _Tally, e: ev.RunEvent, at: float, asked: dict[str, float]) -> Non
         t.escalations[e.cause] += 1
     elif isinstance(e, ev.RunDeadLettered):
         t.dead += 1
+
+
+def _count_purged(t: _Tally, e: ev.PayloadPurged, at: float, asked: dict[str, float]) -> None:
+    """What the skeleton of a purged event still counts, as :func:`_count` counts the
+    event: model usage, approval waits, expiries, escalations by cause, dead-letterings."""
+    k = e.kept
+    if e.event_type == "ModelResponded":
+        t.model_calls += 1
+        t.tokens_in += _whole(k.get("tokens_in"))
+        t.tokens_out += _whole(k.get("tokens_out"))
+        cost = k.get("cost_usd")
+        t.cost.append(float(cost) if isinstance(cost, int | float) else 0.0)
+    elif e.event_type in ("ApprovalGranted", "ApprovalRejected"):
+        requested = asked.get(str(k.get("request_id")))
+        if requested is not None:
+            t.waits.append(max(0.0, at - requested))
+    elif e.event_type == "ApprovalExpired":
+        t.expired += 1
+    elif e.event_type == "Escalated":
+        t.escalations[str(k.get("cause") or "other")] += 1
+    elif e.event_type == "RunDeadLettered":
+        t.dead += 1
+
+
+def _whole(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0

@@ -18,17 +18,20 @@ from .. import events as ev
 from ..approvals import ApprovalCheck, SignedDecision, verify_decision
 from ..approvals.decision import REASON_TEXT
 from ..clock import Clock, SystemClock
-from ..codec import SEALED_TEXT, Codec, run_error_where, signal_where
+from ..codec import Codec, signal_where
 from ..control import CANCEL, RESERVED_PREFIX, RESOLVE, RESUME, resolution_of, resumption_of
 from ..errors import AmbiguousRunId, ConfigurationError, KeyUnavailable, RunNotFound
 from ..events import JSON, canonical_json
 from ..flow import Flow
 from ..journal import Journal, Verification
+from ..redaction import Redactor, RunRedactors
 from ..state import ANSWER_SIGNAL, APPROVAL_SIGNAL, Recorded, RunState
 from ..store import connect
 from ..store.base import NewRun, RunRecord, SignalRecord, Store
+from ..subjects import DEFAULT_PURPOSE
 from ._activity import Activity, activity
-from ._requests import PendingRequest, request_of, sealed_request, sealed_state
+from ._consent import Consents
+from ._requests import PendingRequest, readable_row, request_of, sealed_request, sealed_state
 from ._starting import new_run
 
 
@@ -71,7 +74,7 @@ class ChildRun:
     error: str | None = None
 
 
-class Client:
+class Client(Consents):
     """Starts, steers and reads runs: what an operator, the CLI, an HTTP API or another
     service does. It needs no flow code and runs no step; workers (an
     :class:`~underway.Engine` driven by a :class:`~underway.Worker` or
@@ -102,6 +105,7 @@ class Client:
         self._strict = bool(self.flows)
         self._owns_store = False
         self._owner = "client"
+        self._learned = RunRedactors()
 
     @classmethod
     def connect(
@@ -124,7 +128,7 @@ class Client:
         client = cls.__new__(cls)
         client._store, client._journal, client.clock = store, journal, clock
         client.flows, client._strict, client._owns_store = flows, True, False
-        client._owner = "engine"
+        client._owner, client._learned = "engine", RunRedactors()
         return client
 
     @property
@@ -166,6 +170,9 @@ class Client:
         principal: str | None = None,
         roles: Iterable[str] = (),
         trace_context: dict[str, str] | None = None,
+        subject: str | None = None,
+        purpose: str = DEFAULT_PURPOSE,
+        consent: str | None = None,
     ) -> tuple[str, bool]:
         """Create a run (or find the one with this idempotency key): ``(run_id, created)``.
 
@@ -178,11 +185,16 @@ class Client:
         (epoch seconds) the run escalates to a person. ``principal`` and ``roles`` say whom
         the run acts for (policies match on them). ``trace_context`` (W3C ``traceparent``
         and ``tracestate``) is journaled with the run: its spans join that trace.
+        ``subject`` names the data subject the run is about (an opaque id), ``purpose``
+        what it is for, ``consent`` the reference of the consent it acts on; all three are
+        checked (:mod:`underway.subjects`) and journaled, and the run's children inherit
+        them (see docs/data-protection.md).
         """
         rec, created = self._store.create_run(self.prepare_start(
             flow, input, tenant_id=tenant_id, idempotency_key=idempotency_key, run_id=run_id,
             start_at=start_at, queue=queue, deadline=deadline, principal=principal,
-            roles=roles, trace_context=trace_context,
+            roles=roles, trace_context=trace_context, subject=subject, purpose=purpose,
+            consent=consent,
         ))
         return rec.run_id, created
 
@@ -200,6 +212,9 @@ class Client:
         principal: str | None = None,
         roles: Iterable[str] = (),
         trace_context: dict[str, str] | None = None,
+        subject: str | None = None,
+        purpose: str = DEFAULT_PURPOSE,
+        consent: str | None = None,
     ) -> NewRun:
         """The run :meth:`start` would create (input checked when the flow is known, first
         event encoded), for a caller that creates it inside a transaction of its own."""
@@ -214,7 +229,8 @@ class Client:
             self._journal, code, name, input, now=self.clock.now(), tenant_id=tenant_id,
             run_id=run_id or str(uuid.uuid4()), idempotency_key=idempotency_key,
             start_at=start_at, queue=queue, deadline=deadline, principal=principal,
-            roles=roles, trace_context=trace_context,
+            roles=roles, trace_context=trace_context, subject=subject, purpose=purpose,
+            consent=consent,
         )
 
     # -- steering runs ------------------------------------------------------------------
@@ -394,11 +410,7 @@ class Client:
         return self._readable(row)
 
     def _readable(self, row: RunRecord) -> RunRecord:
-        """``row`` with its ``error`` opened (``[encrypted]`` when it cannot be here)."""
-        if row.error is None or not row.error.startswith(SEALED_TEXT):
-            return row
-        return replace(row, error=self._journal.codec.open_text(
-            row.error, run_error_where(row.tenant_id, row.run_id)))
+        return readable_row(self._journal.codec, row)
 
     def find_run(self, run_id: str, *, tenant_id: str = "default") -> RunRecord:
         """The run whose id is ``run_id``, or else the one run whose id starts with it:
@@ -554,8 +566,19 @@ class Client:
             return request
         for rec in self._journal.history(tenant_id, run_id):
             if isinstance(rec.event, ev.ToolStarted) and rec.event.key == request.key:
-                return replace(request, args=rec.event.args)
+                return replace(request, args=rec.event.args,
+                               sensitive_fields=tuple(rec.event.sensitive_fields or ()),
+                               secret_fields=tuple(rec.event.secret_fields or ()))
         return request
+
+    def redactor(self, run_id: str, *, tenant_id: str = "default",
+                 reveal: bool = False) -> Redactor:
+        """What hides the run's data from a viewer (:mod:`underway.redaction`): a
+        :class:`~underway.redaction.Redactor` that learned every event of the run —
+        secrets hidden always, sensitive fields unless ``reveal``. The client remembers
+        what it learned of recent runs and reads only their newer events."""
+        return self._learned.redactor((tenant_id, run_id), reveal, lambda after: [
+            (e.seq, e.event) for e in self.events(run_id, tenant_id=tenant_id, after=after)])
 
 
 def _encode_cursor(created_at: float, run_id: str) -> str:

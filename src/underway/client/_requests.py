@@ -3,11 +3,12 @@ from its folded state."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal, cast
 
-from ..codec import ENCRYPTED
+from ..codec import ENCRYPTED, SEALED_TEXT, Codec, run_error_where
 from ..events import JSON
+from ..redaction import Hidden, Redactor
 from ..state import APPROVAL_SIGNAL, RunState, RunStatus
 from ..store.base import RunRecord
 
@@ -25,6 +26,8 @@ class PendingRequest:
     ``inf`` when the request never expires. ``args`` of a resolution are filled in by
     :meth:`~underway.client.Client.pending_request` (read from the call's journaled
     intent), not by :meth:`~underway.client.Client.pending_requests`.
+    ``sensitive_fields`` and ``secret_fields``: what the tool hides of its arguments
+    (:func:`redact_request` shows the request as a viewer may see it).
     """
 
     run_id: str
@@ -43,6 +46,8 @@ class PendingRequest:
     policy_version: str | None = None
     cause: str | None = None
     key: str | None = None
+    sensitive_fields: tuple[str, ...] = ()
+    secret_fields: tuple[str, ...] = ()
 
 
 def request_of(state: RunState) -> PendingRequest | None:
@@ -53,7 +58,8 @@ def request_of(state: RunState) -> PendingRequest | None:
             run_id=state.run_id, kind="approval", request_id=p.request_id, tool=p.tool,
             args=p.args, args_hash=p.args_hash, evidence=p.evidence, risks=list(p.risks),
             required_role=p.required_role, expires_at=p.expires_at, rule_id=p.rule_id,
-            policy_version=p.policy_version,
+            policy_version=p.policy_version, sensitive_fields=tuple(p.sensitive_fields or ()),
+            secret_fields=tuple(p.secret_fields or ()),
         )
     esc = state.escalation
     if state.status == "escalated" and esc is not None and esc.is_question:
@@ -81,6 +87,20 @@ def request_of(state: RunState) -> PendingRequest | None:
             cause=esc.cause, key=key,
         )
     return None
+
+
+def redact_request(r: PendingRequest, *, reveal: bool = False,
+                   redactor: Redactor | None = None) -> PendingRequest:
+    """``r`` as a viewer sees it (:mod:`underway.redaction`): the fields its tool hides
+    redacted in its arguments, evidence, question and context — secrets always, sensitive
+    fields unless ``reveal``. ``redactor``: one that learned the run's events (it hides
+    what else the run's hidden fields held), else a new one."""
+    hidden = Hidden.of(r)
+    red = redactor if redactor is not None else Redactor(reveal=reveal)
+    if hidden:
+        red.learn_names(hidden)
+        red.learn_values([r.args, r.evidence], hidden)
+    return red.fields(r, "args", "evidence", "question", "context")
 
 
 def _expiry(value: float | None) -> float:
@@ -112,3 +132,12 @@ def sealed_request(row: RunRecord) -> PendingRequest | None:
         args_hash="", evidence=ENCRYPTED, risks=[], required_role=None,
         expires_at=float("inf"), question=ENCRYPTED, context=ENCRYPTED,
     )
+
+
+def readable_row(codec: Codec, row: RunRecord) -> RunRecord:
+    """``row`` with its ``error`` opened through ``codec`` (``[encrypted]`` when it is
+    sealed and cannot be opened here)."""
+    if row.error is None or not row.error.startswith(SEALED_TEXT):
+        return row
+    return replace(row, error=codec.open_text(row.error,
+                                              run_error_where(row.tenant_id, row.run_id)))

@@ -14,6 +14,7 @@ from ..events import JSON, canonical_json, genesis_hash
 from ..flow import Flow
 from ..journal import Journal
 from ..store.base import NewRun
+from ..subjects import DEFAULT_PURPOSE, check_purpose, check_reference, check_subject
 
 
 def new_run(
@@ -33,6 +34,9 @@ def new_run(
     roles: Iterable[str],
     parent_run_id: str | None = None,
     trace_context: dict[str, str] | None = None,
+    subject: str | None = None,
+    purpose: str = DEFAULT_PURPOSE,
+    consent: str | None = None,
 ) -> NewRun:
     """The run to create for flow ``name`` (``flow``: its code, when known here).
 
@@ -41,10 +45,16 @@ def new_run(
     and first step. Without it the raw input is journaled unchecked: the first worker that
     has the flow checks it before any step runs, and fails the run, naming the problem,
     when it does not match. ``parent_run_id``: the run starting this one as its child;
-    ``trace_context``: the W3C trace context its spans join.
+    ``trace_context``: the W3C trace context its spans join. ``subject``, ``purpose`` and
+    ``consent`` are checked (:mod:`underway.subjects`) and journaled.
     """
     if not queue:
         raise ConfigurationError("queue name must not be empty")
+    if subject is not None:
+        check_subject(subject)
+    check_purpose(purpose)
+    if consent is not None:
+        check_reference(consent)
     if flow is not None:
         if flow.start_step is None:
             raise ConfigurationError(f"flow {flow.name!r} has no steps")
@@ -56,7 +66,8 @@ def new_run(
             idempotency_key=idempotency_key, deadline=deadline, principal=principal,
             roles=sorted(set(roles)),
             signals=None if flow.signals is None else sorted(flow.signals),
-            parent_run_id=parent_run_id, trace_context=trace_context,
+            parent_run_id=parent_run_id, trace_context=trace_context, subject=subject,
+            purpose=purpose, consent=consent,
         )
     else:
         Flow.check_name(name)
@@ -69,7 +80,8 @@ def new_run(
             flow=name, input=raw, state=None, first_step="", checked=False,
             idempotency_key=idempotency_key, deadline=deadline, principal=principal,
             roles=sorted(set(roles)), parent_run_id=parent_run_id,
-            trace_context=trace_context,
+            trace_context=trace_context, subject=subject,
+            purpose=purpose, consent=consent,
         )
     blobs: dict[str, bytes] = {}
     stored = journal.encode(tenant_id, run_id, [(1, now, event)],
@@ -78,4 +90,5 @@ def new_run(
         tenant_id=tenant_id, run_id=run_id, flow=event.flow, idempotency_key=idempotency_key,
         first_event=stored[0], blobs=blobs, step=event.first_step, now=now,
         next_wake_at=start_at if start_at is not None else now, queue=queue,
+        subject=event.subject, purpose=event.purpose,
     )

@@ -4,8 +4,9 @@
 ``[worker]`` and ``[serve]`` options, the ``[notifier]`` (a webhook and/or SMTP) that tells
 approvers a run waits for them, the ``[policy]`` file, per-tenant ``[budgets]``,
 ``[telemetry]`` (Prometheus metrics, OpenTelemetry traces and their exporter),
-``[approvals]`` (signed resolutions), ``[anchoring]`` and ``[encryption]`` (encryption at
-rest). An unknown key, a value of the
+``[approvals]`` (signed resolutions), ``[anchoring]``, ``[residency]`` (a database per
+region, the region of each tenant), ``[retention]`` (how long finished runs' payloads
+are kept) and ``[encryption]`` (encryption at rest). An unknown key, a value of the
 wrong type, a missing file or an unset secret variable is a :class:`ConfigError` naming
 the file, the key (``notifier.webhook.url``) and the problem. The ``make_*`` methods of
 :class:`Config` build the objects an :class:`~underway.Engine` takes, so a program that
@@ -22,10 +23,14 @@ from ._sections import (
     BudgetsSection,
     EncryptionSection,
     NotifierSection,
+    PeriodsSection,
     PolicySection,
+    ResidencySection,
+    RetentionSection,
     ServeSection,
     SmtpSection,
     TelemetrySection,
+    TenantRetentionSection,
     WebhookSection,
     WorkerSection,
 )
@@ -40,10 +45,14 @@ __all__ = [
     "ConfigError",
     "EncryptionSection",
     "NotifierSection",
+    "PeriodsSection",
     "PolicySection",
+    "ResidencySection",
+    "RetentionSection",
     "ServeSection",
     "SmtpSection",
     "TelemetrySection",
+    "TenantRetentionSection",
     "WebhookSection",
     "WorkerSection",
     "find_config",

@@ -1,10 +1,12 @@
 """Reading ``underway.toml`` (:func:`load_config`) and making what it describes: the
-notifier, tenant budgets, policy, tracer provider and anchoring a worker runs with."""
+notifier, tenant budgets, policy, tracer provider, anchoring and retention a worker runs
+with."""
 
 from __future__ import annotations
 
 import difflib
 import importlib
+import math
 import os
 import tomllib
 import types
@@ -21,9 +23,14 @@ from ..approvals.keys import load_private_key
 from ..approvals.notify import MultiNotifier, Notifier, SmtpNotifier, WebhookNotifier
 from ..audit import Anchoring, FileAnchorLog
 from ..budgets import Budget, TenantBudgets
+from ..crypto.envelope import encrypt
 from ..crypto.providers import EnvKey, KeyProvider, KeyringFile
 from ..errors import ConfigurationError
-from ._sections import BASE, BudgetSection, Sections
+from ..retention import Periods, Retention, Rules
+from ..store import connect
+from ..store.base import Store
+from ..store.regions import RegionalStore
+from ._sections import BASE, BudgetSection, PeriodsSection, Sections, TenantRetentionSection
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
@@ -146,6 +153,42 @@ class Config(Sections):
                               "unwrap)")
         provider: KeyProvider = found
         return provider
+    def open_store(self, *, migrate: bool = True) -> Store | None:
+        """The store the file names: a :class:`~underway.store.regions.RegionalStore` over
+        every region's database for ``[residency]``, else the ``database``, else None —
+        with encryption on when ``[encryption]`` is given. Each database is migrated unless
+        ``migrate=False``; the caller closes the store."""
+        store = self._open_store(migrate)
+        if store is not None and self.encryption is not None:
+            try:
+                provider = self.make_key_provider()
+                assert provider is not None
+                encrypt(store, provider, refresh=self.encryption.refresh)
+            except BaseException:
+                store.close()
+                raise
+        return store
+
+    def _open_store(self, migrate: bool) -> Store | None:
+        if self.residency is None:
+            return None if self.database is None else connect(self.database, migrate=migrate)
+        opened: dict[str, Store] = {}
+        try:
+            for region, url in self.residency.regions.items():
+                opened[region] = connect(url, migrate=migrate)
+            return self.regional_store(opened)
+        except BaseException:
+            for store in opened.values():
+                store.close()
+            raise
+
+    def regional_store(self, regions: Mapping[str, Store]) -> RegionalStore:
+        """The ``[residency]`` over ``regions``, the stores of its regions (opened by the
+        caller, closed with the regional store)."""
+        if self.residency is None:
+            raise self._error("residency", "the file has no [residency] table")
+        return RegionalStore(regions, tenants=self.residency.tenants,
+                             default=self.residency.default)
 
     def make_tenant_budget(self) -> TenantBudgets | None:
         """The ``[budgets]``: a default for every tenant and each named tenant's own."""
@@ -183,6 +226,29 @@ class Config(Sections):
         except ConfigurationError as exc:
             raise self._error("anchoring.key", str(exc)) from None
         return Anchoring(key=key, sink=FileAnchorLog(a.log), every=a.every)
+
+
+    def make_retention(self) -> Retention | None:
+        """The ``[retention]`` rules (None: no such table, so nothing is ever purged)."""
+        r = self.retention
+        if r is None:
+            return None
+        if math.isinf(r.every):
+            raise self._error("retention.every", "must be a period such as \"1h\", not "
+                              "\"never\" (leave [retention] out to sweep nothing)")
+        return Retention(
+            completed=r.completed, failed=r.failed, cancelled=r.cancelled,
+            flows={f: Periods(**_periods(p)) for f, p in r.flows.items()},
+            tenants={t: _rules(x) for t, x in r.tenants.items()}, every=r.every,
+        )
+
+
+def _periods(p: PeriodsSection) -> dict[str, float | None]:
+    return {"completed": p.completed, "failed": p.failed, "cancelled": p.cancelled}
+
+
+def _rules(t: TenantRetentionSection) -> Rules:
+    return Rules(**_periods(t), flows={f: Periods(**_periods(p)) for f, p in t.flows.items()})
 
 
 def _budget(b: BudgetSection) -> Budget:

@@ -19,6 +19,9 @@ from pydantic import (
     model_validator,
 )
 
+from ..errors import ConfigurationError
+from ..retention import DEFAULT_EVERY, parse_period
+
 BASE = "base"
 """The validation context's key for the directory relative paths start from."""
 
@@ -50,6 +53,17 @@ def _env_name(name: str) -> str:
     return name
 
 
+def _period(value: object) -> float:
+    """A retention period or interval: ``"90d"``, ``"12h"``, ``"7y"``, ``"never"``."""
+    if not isinstance(value, str):
+        raise ValueError(f"must be a period such as \"90d\" or \"never\" (a string), "
+                         f"not {value!r}")
+    try:
+        return parse_period(value)
+    except ConfigurationError as exc:
+        raise ValueError(str(exc)) from None
+
+
 def _address(address: str) -> str:
     if "@" not in address.strip("@") or any(c.isspace() for c in address):
         raise ValueError(f"{address!r} is not an e-mail address")
@@ -64,6 +78,8 @@ HttpUrl = Annotated[str, AfterValidator(_http_url)]
 EnvName = Annotated[str, AfterValidator(_env_name)]
 Address = Annotated[str, AfterValidator(_address)]
 Name = Annotated[str, Field(min_length=1)]
+Period = Annotated[float, BeforeValidator(_period)]
+"""A period written as a number and a unit (``90d``), or ``never``."""
 Limit = Annotated[int, Field(ge=0)]
 Amount = Annotated[float, Field(ge=0)]
 
@@ -101,6 +117,32 @@ class AnchoringSection(Section):
     log: AnyPath
 
 
+class PeriodsSection(Section):
+    """How long finished runs' payloads are kept, per final status (absent: said by a less
+    specific rule; ``"never"``: kept)."""
+
+    completed: Period | None = None
+    failed: Period | None = None
+    cancelled: Period | None = None
+
+
+class TenantRetentionSection(PeriodsSection):
+    """``[retention.tenants.<tenant>]``: a tenant's periods, and its flows'
+    (``[retention.tenants.<tenant>.flows.<flow>]``)."""
+
+    flows: dict[Name, PeriodsSection] = Field(default_factory=dict)
+
+
+class RetentionSection(TenantRetentionSection):
+    """``[retention]``: the periods for every tenant, per flow (``[retention.flows.<flow>]``)
+    and per tenant (``[retention.tenants.<tenant>]``), the most specific first; ``every``:
+    how often ``underway worker`` sweeps (see docs/data-protection.md)."""
+
+    tenants: dict[Name, TenantRetentionSection] = Field(default_factory=dict)
+    every: Period = DEFAULT_EVERY
+RevealRole = Literal["viewer", "operator", "approver", "admin"]
+
+
 class ServeSection(Section):
     """``[serve]``: what ``underway serve`` listens on and serves (its options override
     these)."""
@@ -116,6 +158,10 @@ class ServeSection(Section):
     """The environment variable holding the console's session secret (at least 32
     characters): give every server behind one address the same, so a browser's session
     holds on each and across restarts (unset: a random secret per process)."""
+    reveal_roles: list[RevealRole] = Field(default_factory=lambda: list[RevealRole](["admin"]))
+    """The roles whose keys may ask to see the fields tools declare sensitive
+    (``reveal=true`` on reads; secrets are never shown). An approver may always see the
+    exact arguments of a request it decides. ``[]``: nobody."""
 
 
 class WebhookSection(Section):
@@ -256,10 +302,44 @@ def _database(value: Any, info: ValidationInfo) -> Any:
     return "sqlite:///" + os.path.join(os.path.abspath(base), path)
 
 
+DatabaseUrl = Annotated[Name, BeforeValidator(_database)]
+"""A database URL; a relative SQLite path is relative to the config file's directory."""
+
+
+class ResidencySection(Section):
+    """``[residency]``: one database per region (``regions``: region name to database
+    URL), the region of each tenant (``tenants``: tenant id to region name) and the
+    ``default`` region of tenants not listed (absent: they are refused). Every row of a
+    tenant — runs, journals, signals, intake, schedules, approvers, API keys, webhook
+    secrets, the access log, consent — is stored in its region's database only (see
+    docs/data-protection.md)."""
+
+    regions: dict[Name, DatabaseUrl] = Field(min_length=1)
+    tenants: dict[Name, Name] = Field(default_factory=dict)
+    default: Name | None = None
+
+    @model_validator(mode="after")
+    def _known_regions(self) -> ResidencySection:
+        known = ", ".join(sorted(self.regions))
+        for tenant, region in self.tenants.items():
+            if region not in self.regions:
+                raise ValueError(f"tenant {tenant!r} is in region {region!r}, which is not "
+                                 f"one of the regions ({known})")
+        if self.default is not None and self.default not in self.regions:
+            raise ValueError(f"the default region {self.default!r} is not one of the "
+                             f"regions ({known})")
+        urls = list(self.regions.values())
+        for url in urls:
+            if urls.count(url) > 1:
+                raise ValueError(f"two regions share the database {url!r}; each region "
+                                 "needs a database of its own")
+        return self
+
+
 class Sections(Section):
     """Every table of the file (see :class:`~underway.config.Config`)."""
 
-    database: Annotated[Name | None, BeforeValidator(_database)] = None
+    database: DatabaseUrl | None = None
     worker: WorkerSection = WorkerSection()
     serve: ServeSection = ServeSection()
     notifier: NotifierSection = NotifierSection()
@@ -268,4 +348,13 @@ class Sections(Section):
     telemetry: TelemetrySection = TelemetrySection()
     approvals: ApprovalsSection = ApprovalsSection()
     anchoring: AnchoringSection | None = None
+    retention: RetentionSection | None = None
+    residency: ResidencySection | None = None
     encryption: EncryptionSection | None = None
+
+    @model_validator(mode="after")
+    def _one_place_for_data(self) -> Sections:
+        if self.database is not None and self.residency is not None:
+            raise ValueError("give either database or [residency], not both: with residency "
+                             "every database is a region's ([residency.regions])")
+        return self

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from .. import events as ev
 from .. import faults
 from ..codec import run_error_where
+from ..redaction import Hidden
 from ..state import Recorded, RunState, apply
 from ..store.base import AppendBatch, Lease, RunUpdate
 from ._outbox import outbox
@@ -61,6 +62,8 @@ class Activation:
         seq = self.state.seq + 1
         apply(self.state, Recorded(seq, at, event))
         self.pending.append((seq, at, event))
+        if Hidden.of(event):
+            self.engine.redactor.learn(event)
 
     async def commit(self, *, release: bool = False, force_checkpoint: bool = False) -> None:
         if not self.pending:

@@ -16,11 +16,21 @@ from pydantic import ValidationError
 from .. import events as ev
 from .. import faults
 from ..budgets import Usage, route_breach
-from ..effects import COMPENSATE_SUFFIX, CallInfo, Model, Tool, args_hash, idempotency_key
+from ..effects import (
+    COMPENSATE_SUFFIX,
+    CallInfo,
+    Model,
+    Tool,
+    args_hash,
+    ask_reconcile,
+    fence_of,
+    idempotency_key,
+)
 from ..errors import ConfigurationError, NonDeterminismError, ToolCallError, is_store_failure
 from ..events import JSON, canonical_json
 from ..intent import CallIntent
 from ..models.routing import ModelRouter
+from ..redaction import scrub
 from ..secrets import mask, resolve
 from ..state import REFUSAL_ERRORS, request_id_for, shadow_result
 from ._activation import Activation
@@ -158,7 +168,7 @@ class StepExecution:
             self._act.buffer(ev.ToolStarted(
                 key=key, tool=t.name, index=index, args=call.args, args_hash=h,
                 sandbox_profile=t.sandbox.digest() if t.sandbox is not None else None,
-                policy_decision=self._decision,
+                policy_decision=self._decision, **t.hidden.declared(),
             ))
             await self._act.commit()
         try:
@@ -183,11 +193,17 @@ class StepExecution:
         if t.reconcile is None:
             self._unknown(t, key, index, "and it has no reconcile hook; confirm whether it "
                                          "happened")
-        found = await t.reconcile(key)
+        # The query carries the fence of the reconcile it makes: a fence-checking system
+        # refuses the attempt in doubt should it arrive after the query.
+        s = self._act.state
+        query = CallInfo(key, self.tenant_id, self.run_id, self.step, index,
+                         fence_of(self._act.lease.token, s.seq + 1), s.principal,
+                         tuple(s.roles))
+        found = await ask_reconcile(t.reconcile, key, query)
         if found.outcome == "happened":
             self._act.buffer(ev.ToolSucceeded(
                 key=key, tool=t.name, index=index, args_hash=h, result=found.result,
-                reconciled=True, counts=call.counts,
+                reconciled=True, counts=call.counts, **t.hidden.declared(),
             ))
             return (found.result,)
         if found.outcome == "unknown":
@@ -236,7 +252,7 @@ class StepExecution:
             self._refuse(t, key, index, h, "not_allowed",
                          f"tool {t.name!r} is not on the allow-list of flow {flow.name!r}")
         if call.schema_error is not None:
-            self._schema_failed(t, key, index, "args", call.schema_error)
+            self._schema_failed(t, key, index, "args", call.schema_error, args)
         if call.refusal is not None:
             self._refuse(t, key, index, h, "policy_denied", call.refusal)
         now = eng.clock.now()
@@ -252,6 +268,7 @@ class StepExecution:
             if shadow:
                 act.buffer(ev.ToolShadowed(
                     key=key, tool=t.name, index=index, args=args, args_hash=h, decision="allow",
+                    **t.hidden.declared(),
                 ))
             return shadow
         d = await guard.decide(flow, eng.store, s, call, now)
@@ -279,7 +296,7 @@ class StepExecution:
                 request_id=request_id_for(key, asked + 1), key=key, tool=t.name, index=index,
                 args=args, args_hash=h, evidence=call.evidence, risks=list(call.risks),
                 required_role=d.approver_role, expires_at=now + ttl, rule_id=d.rule_id,
-                policy_version=d.policy_version,
+                policy_version=d.policy_version, **t.hidden.declared(),
             )
             act.buffer(request)
             if guard.notifier is not None:
@@ -289,6 +306,7 @@ class StepExecution:
         if shadow:
             act.buffer(ev.ToolShadowed(
                 key=key, tool=t.name, index=index, args=args, args_hash=h, decision=d.outcome,
+                **t.hidden.declared(),
             ))
             return True
         return False
@@ -397,7 +415,8 @@ class StepExecution:
         s = self._act.state
         secrets = resolve(self._act.engine.guard.secrets, t.secrets)
         info = CallInfo(key, self.tenant_id, self.run_id, self.step, index,
-                        self._act.lease.token, s.principal, tuple(s.roles), secrets)
+                        fence_of(self._act.lease.token, s.seq), s.principal,
+                        tuple(s.roles), secrets)
         faults.point("effect.before_run")
         began = time.perf_counter()
         try:
@@ -411,7 +430,8 @@ class StepExecution:
             ) from None
         except Exception as exc:
             if t.mutating and lost_track(exc):
-                message = mask(str(exc), secrets) or type(exc).__name__
+                message = scrub(mask(str(exc), secrets), t.hidden, call.args) \
+                    or type(exc).__name__
                 self._act.buffer(ev.ToolOutcomeUnknown(
                     key=key, tool=t.name, index=index, args_hash=h,
                     error_type=type(exc).__name__, message=message,
@@ -419,7 +439,7 @@ class StepExecution:
                 raise ToolCallError(t.name, "OutcomeUnknown", message, retryable=True) from None
             # With a retry policy a failure is retryable unless the error says otherwise.
             retryable = bool(getattr(exc, "retryable", t.retry is not None))
-            message = mask(str(exc), secrets)
+            message = scrub(mask(str(exc), secrets), t.hidden, call.args)
             self._act.buffer(ev.ToolFailed(
                 key=key, tool=t.name, index=index, args_hash=h, error_type=type(exc).__name__,
                 message=message, retryable=retryable,
@@ -436,33 +456,33 @@ class StepExecution:
                 result = t.result_model.model_validate(result).model_dump(mode="json")
             canonical_json(result)
         except ValidationError as exc:
-            self._schema_failed(t, key, index, "result", exc)
+            self._schema_failed(t, key, index, "result", exc, result)
         except (TypeError, ValueError) as exc:
             self._act.buffer(ev.SchemaValidationFailed(
                 key=key, tool=t.name, index=index, where="result",
-                errors=[{"msg": f"result is not JSON: {exc}"}],
+                errors=[{"msg": f"result is not JSON: {exc}"}], **t.hidden.declared(),
             ))
             raise ToolCallError(
                 t.name, "SchemaValidationFailed", f"result is not JSON: {exc}", retryable=False
             ) from exc
         self._act.buffer(ev.ToolSucceeded(
             key=key, tool=t.name, index=index, args_hash=h, result=result, latency_ms=latency,
-            counts=call.counts,
+            counts=call.counts, **t.hidden.declared(),
         ))
         return result
 
     def _schema_failed(
         self, t: Tool, key: str, index: int, where: Literal["args", "result"],
-        exc: ValidationError,
+        exc: ValidationError, value: JSON,
     ) -> NoReturn:
         self._act.buffer(ev.SchemaValidationFailed(
             key=key, tool=t.name, index=index, where=where,
-            errors=json.loads(exc.json(include_url=False)),
+            errors=json.loads(exc.json(include_url=False)), **t.hidden.declared(),
         ))
-        raise ToolCallError(
-            t.name, "SchemaValidationFailed", f"{where} do not match the schema: {exc}",
-            retryable=False,
-        ) from exc
+        # The error's text quotes the input: never a hidden field's value.
+        message = scrub(f"{where} do not match the schema: {exc}", t.hidden, value)
+        raise ToolCallError(t.name, "SchemaValidationFailed", message,
+                            retryable=False) from exc
 
     async def model(self, model: Model, request: JSON) -> JSON:
         index = self._calls
@@ -491,7 +511,7 @@ class StepExecution:
         self._act.buffer(ev.ModelResponded(
             key=key, index=index, model=reply.model, request=request, response=reply.response,
             tokens_in=reply.tokens_in, tokens_out=reply.tokens_out, cost_usd=reply.cost_usd,
-            latency_ms=(time.perf_counter() - began) * 1000,
+            latency_ms=(time.perf_counter() - began) * 1000, **eng.registry.hidden.declared(),
         ))
         await self._act.commit()
         return reply.response

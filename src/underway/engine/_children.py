@@ -70,6 +70,8 @@ class StepWithChildren(StepExecution):
             run_id=run_id, idempotency_key=f"child:{self.run_id}:{key}", start_at=None,
             queue=queue or act.queue, deadline=None, principal=s.principal, roles=s.roles,
             parent_run_id=self.run_id, trace_context=s.trace_context,
+            # A child acts for its parent: about the same person, for the same purpose.
+            subject=s.subject, purpose=s.purpose, consent=s.consent,
         )
         if known is None:
             # The intent, durable before the child exists: a cancel of this run from now on

@@ -37,6 +37,7 @@ from ..guard import Guard
 from ..identity import worker_identity
 from ..journal import Journal
 from ..jsonpatch import make_patch
+from ..redaction import Redactor
 from ..secrets import SecretProvider
 from ..state import Recorded, RunState
 from ..store._offload import run_io
@@ -146,6 +147,9 @@ class Engine:
         self.lease_ttl = lease_ttl
         self.metrics: Metrics = metrics or NO_METRICS
         """Where the engine reports what it does (``underway.telemetry``)."""
+        self.redactor = Redactor()
+        """The values hidden fields held in the events this engine journaled (the last
+        10,000): what a worker keeps out of its log lines."""
         self.checkpoint_every = checkpoint_every
         self.retry_budget = retry_budget
         self.client = Client._for_executor(store, self.journal, self.clock, self.flows)
@@ -336,15 +340,16 @@ class Engine:
     ) -> RunState:
         """Journal a leased run dead (``RunDeadLettered``) from what its journal holds, and
         hand it back: for a run whose activation keeps failing in a way nothing journaled.
-        An operator resumes or cancels it."""
+        An operator resumes or cancels it. Values the engine knows hidden fields held are
+        removed from ``reason`` (:mod:`underway.redaction`)."""
         state, head, row = await self.io(self._load_journal, lease)
         if state.final or state.status == "dead":
             await self.io(self.store.release, lease)
             return state
         fresh = Activation(self, lease, state, head, state.seq, due_at=due_at,
                             row_status=row.status if row is not None else state.status)
-        fresh.buffer(ev.RunDeadLettered(reason=reason, error_type=error_type,
-                                        step=state.step))
+        fresh.buffer(ev.RunDeadLettered(reason=self.redactor.text(reason),
+                                        error_type=error_type, step=state.step))
         await fresh.commit(release=True)
         return fresh.state
 
@@ -370,8 +375,8 @@ class Engine:
 
     async def notify(self, s: RunState, e: ev.ApprovalRequested | ev.Escalated) -> None:
         """Tell people a run waits for them — an approval request, a question or an
-        escalation to resolve — once the request is durable; a notifier's failures are its
-        own."""
+        escalation to resolve — once the request is durable, with every field a run hides
+        redacted; a notifier's failures are its own."""
         if self.guard.notifier is None:
             return
         if isinstance(e, ev.Escalated) and e.cause != "question":
@@ -393,7 +398,11 @@ class Engine:
                 args=None, evidence=e.context, required_role=e.required_role,
                 expires_at=e.expires_at or 0.0, kind="question", question=e.question,
             )
-        await self.guard.notifier.notify(notice)
+        # A notice leaves for mailboxes and chat rooms: no field a run hides goes with it
+        # (the request's page shows the exact arguments to whoever may see them).
+        self.redactor.learn(e)
+        await self.guard.notifier.notify(
+            self.redactor.fields(notice, "args", "evidence", "question"))
 
     def _deadline_passed(self, s: RunState) -> bool:
         return (
@@ -470,8 +479,10 @@ class Engine:
                 raise
             # Not a business outcome (that is ctx.fail): the run stops for an operator, who
             # may fix the cause and resume it, or cancel it.
-            act.buffer(ev.RunDeadLettered(reason=f"{type(exc).__name__}: {exc}",
-                                          error_type=type(exc).__name__, step=step))
+            # An exception's text may quote a value a tool hides: never journaled with it.
+            act.buffer(ev.RunDeadLettered(
+                reason=self.redactor.text(f"{type(exc).__name__}: {exc}"),
+                error_type=type(exc).__name__, step=step))
 
     async def _heartbeat(self, act: Activation, step_task: asyncio.Task[Any] | None) -> None:
         """Renew the lease while a step awaits slow tools. Once the lease is lost, cancel

@@ -7,6 +7,7 @@ from typing import Any
 from ..effects import Tool
 from ..errors import ConfigurationError
 from ..flow import Flow
+from ..redaction import Hidden
 
 
 class Registry:
@@ -15,6 +16,9 @@ class Registry:
     def __init__(self) -> None:
         self.flows: dict[str, Flow[Any, Any]] = {}
         self.tools: dict[str, Tool] = {}
+        self.hidden = Hidden()
+        """Every field the tools registered or called so far hide (a model's prompt and
+        answer may carry any of them)."""
 
     def register(self, flow: Flow[Any, Any]) -> None:
         """Make ``flow`` runnable (and register the tools it declares)."""
@@ -23,6 +27,7 @@ class Registry:
         self.flows[flow.name] = flow
         for t in flow.declared_tools:
             known = self.tools.setdefault(t.name, t)
+            self.hidden |= t.hidden
             if known is not t:
                 raise ConfigurationError(
                     f"flow {flow.name!r} declares a tool {t.name!r} but another tool of that "
@@ -32,6 +37,8 @@ class Registry:
     def tool(self, ref: Tool | str) -> Tool:
         """Resolve a tool by object or registered name."""
         if isinstance(ref, Tool):
+            if ref.hidden and ref.name not in self.tools:
+                self.hidden |= ref.hidden
             return ref
         try:
             return self.tools[ref]

@@ -11,7 +11,10 @@ run, so an event spliced in from another run or tenant breaks verification.
 
 The events live in private modules by family (``_run``, ``_steps``, ``_calls``,
 ``_approvals``, ``_signals``), the union and the envelope in ``_union``, canonical JSON and
-the chain in ``_chain``; this module is where they are imported from.
+the chain in ``_chain``, what a retention purge leaves of an event in ``_purged`` (the
+skeleton; :class:`PayloadPurged`, what readers meet in its place) and ``_tombstone`` (the
+stored bytes that keep its place in the chain); this module is where they are imported
+from.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from ._calls import (
     ToolTimedOut,
 )
 from ._chain import canonical_json, chain_hash, genesis_hash
+from ._purged import PURGED, SKELETON, PayloadPurged, skeleton
 from ._run import (
     CheckpointRefused,
     InputChecked,
@@ -72,6 +76,7 @@ from ._steps import (
     ToolSelected,
     ValueRecorded,
 )
+from ._tombstone import Tombstone, is_tombstone, read_tombstone
 from ._union import (
     EVENT_TYPES,
     AnyEvent,
@@ -87,6 +92,8 @@ from ._union import (
 __all__ = [
     "EVENT_TYPES",
     "JSON",
+    "PURGED",
+    "SKELETON",
     "AnyEvent",
     "ApprovalExpired",
     "ApprovalGranted",
@@ -106,6 +113,7 @@ __all__ = [
     "Event",
     "InputChecked",
     "ModelResponded",
+    "PayloadPurged",
     "PlanCreated",
     "PlanRevised",
     "PolicyDecided",
@@ -124,6 +132,7 @@ __all__ = [
     "StepStarted",
     "TimerFired",
     "TimerSet",
+    "Tombstone",
     "ToolFailed",
     "ToolOutcomeUnknown",
     "ToolReconciled",
@@ -140,5 +149,8 @@ __all__ = [
     "envelope",
     "from_envelope",
     "genesis_hash",
+    "is_tombstone",
+    "read_tombstone",
+    "skeleton",
     "upcaster",
 ]

@@ -60,6 +60,11 @@ class ApprovalRequested(Event):
     expires_at: float
     rule_id: str | None = None
     policy_version: str | None = None
+    sensitive_fields: list[str] | None = None
+    """The fields of the tool's arguments and result it declares sensitive
+    (:mod:`underway.redaction`)."""
+    secret_fields: list[str] | None = None
+    """The fields of its argument and result models typed as secrets."""
 
 
 class ApprovalGranted(Event):

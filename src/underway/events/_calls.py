@@ -19,6 +19,11 @@ class ToolStarted(Event):
     args_hash: str
     sandbox_profile: str | None = None
     policy_decision: str | None = None
+    sensitive_fields: list[str] | None = None
+    """The fields of the tool's arguments and result it declares sensitive
+    (:mod:`underway.redaction`)."""
+    secret_fields: list[str] | None = None
+    """The fields of its argument and result models typed as secrets."""
 
 
 class ToolSucceeded(Event):
@@ -35,6 +40,11 @@ class ToolSucceeded(Event):
     """True when the result came from the tool's reconcile hook, not from running it."""
     counts: dict[str, float] | None = None
     """What the call counts against budgets: ``messages`` and ``money.<CURRENCY>``."""
+    sensitive_fields: list[str] | None = None
+    """The fields of the tool's arguments and result it declares sensitive
+    (:mod:`underway.redaction`)."""
+    secret_fields: list[str] | None = None
+    """The fields of its argument and result models typed as secrets."""
 
 
 class ToolFailed(Event):
@@ -99,6 +109,11 @@ class SchemaValidationFailed(Event):
     index: int
     where: Literal["args", "result"]
     errors: list[JSON]
+    sensitive_fields: list[str] | None = None
+    """The fields of the tool's arguments and result it declares sensitive
+    (:mod:`underway.redaction`)."""
+    secret_fields: list[str] | None = None
+    """The fields of its argument and result models typed as secrets."""
 
 
 class ModelResponded(Event):
@@ -114,6 +129,11 @@ class ModelResponded(Event):
     tokens_out: int
     cost_usd: float
     latency_ms: float
+    sensitive_fields: list[str] | None = None
+    """Every field the engine's tools declare sensitive: a prompt or an answer may carry
+    any of them (:mod:`underway.redaction`)."""
+    secret_fields: list[str] | None = None
+    """Every field the engine's tools type as secrets."""
 
 
 class RetryScheduled(Event):
@@ -184,3 +204,8 @@ class ToolShadowed(Event):
     args: JSON
     args_hash: str
     decision: str
+    sensitive_fields: list[str] | None = None
+    """The fields of the tool's arguments and result it declares sensitive
+    (:mod:`underway.redaction`)."""
+    secret_fields: list[str] | None = None
+    """The fields of its argument and result models typed as secrets."""

@@ -36,6 +36,13 @@ class RunStarted(Event):
     trace_context: dict[str, str] | None = None
     """The W3C trace context (``traceparent``, ``tracestate``) of the request that started
     the run: its spans join that trace, whichever worker runs them and however late."""
+    subject: str | None = None
+    """The data subject the run is about, as an opaque id (see :mod:`underway.subjects`)."""
+    purpose: str = "operations"
+    """What the run is for; policies may require the subject's consent for a purpose."""
+    consent: str | None = None
+    """The reference of the consent the run was started on (evidence, journaled as given;
+    what policies check is the consent store at the time of each call)."""
 
 
 class InputChecked(Event):

@@ -77,3 +77,8 @@ class ToolSelected(Event):
     tainted: list[str] = Field(default_factory=list)
     """Where the untrusted content in the model's context came from when it chose this call
     (tool names, ``signal:<name>``, ``intake``): the arguments may carry any of it."""
+    sensitive_fields: list[str] | None = None
+    """The fields of the tool's arguments and result it declares sensitive
+    (:mod:`underway.redaction`)."""
+    secret_fields: list[str] | None = None
+    """The fields of its argument and result models typed as secrets."""

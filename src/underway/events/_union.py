@@ -37,6 +37,7 @@ from ._calls import (
     ToolSucceeded,
     ToolTimedOut,
 )
+from ._purged import PayloadPurged
 from ._run import (
     CheckpointRefused,
     InputChecked,
@@ -111,6 +112,7 @@ RunEvent: TypeAlias = (
     | PlanRevised
     | ToolSelected
     | CheckpointRefused
+    | PayloadPurged
 )
 """Every event type the journal can hold: what the journal, the fold and the executor pass
 around (a ``match`` over it ends with ``assert_never``)."""

@@ -8,9 +8,9 @@ from typing import Protocol
 from ..errors import ConfigurationError
 from .record import KnowledgeHit, KnowledgeRecord, Sensitivity
 
-KNOWLEDGE_SCHEMA_VERSION = 11
+KNOWLEDGE_SCHEMA_VERSION = 14
 """The first store schema version with the knowledge tables as this code reads them (made by
-migration 0007; migration 0011 added the column a sealed record is kept in)."""
+migration 0007; migration 0014 added the column a sealed record is kept in)."""
 
 
 class KnowledgeBase(Protocol):

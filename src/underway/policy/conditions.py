@@ -1,4 +1,5 @@
-"""Structured conditions on a call's arguments, amount and counters (no ``eval``).
+"""Structured conditions on a call's arguments, amount and counters (no ``eval``), and
+whether the run's data subject consents to a purpose.
 
 Each condition is checked when a policy is built, so a bad operator, value or regular
 expression is reported then, naming its field; at evaluation a condition either holds,
@@ -12,6 +13,7 @@ import operator
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any, ClassVar, Literal
 
@@ -332,3 +334,19 @@ class CounterCondition:
 def _plain(d: Decimal) -> str:
     """``d`` without exponent or trailing zeros, so equal amounts print alike."""
     return format(d.normalize(), "f")
+
+
+def consent_missing(ctx: PolicyContext, purpose: str) -> str | None:
+    """Why the run of ``ctx`` lacks its subject's consent for ``purpose`` now (None: the
+    consent is granted): it names no subject, the subject never consented, or withdrew."""
+    if ctx.subject is None:
+        return f"the run names no data subject, so nobody consented to {purpose!r}"
+    found = ctx.consents.get(purpose)
+    if found is None:
+        return f"subject {ctx.subject!r} has not consented to {purpose!r}"
+    if found.state == "granted":
+        return None
+    when = datetime.fromtimestamp(found.at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    ref = f", reference {found.reference}" if found.reference else ""
+    return (f"subject {ctx.subject!r} withdrew consent to {purpose!r} at {when} "
+            f"(recorded by {found.by}{ref})")

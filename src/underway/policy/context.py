@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from .errors import PolicyError
 
@@ -60,6 +60,31 @@ class Amount:
         object.__setattr__(self, "currency", self.currency.strip().upper())
 
 
+class Consent(Protocol):
+    """Where a subject's consent for one purpose stands, as a policy reads it (the latest
+    :class:`~underway.store.records.ConsentRecord` of the subject and purpose)."""
+
+    @property
+    def state(self) -> str:
+        """``granted`` or ``withdrawn``."""
+        ...
+
+    @property
+    def reference(self) -> str | None:
+        """The consent artefact the change was recorded with."""
+        ...
+
+    @property
+    def by(self) -> str:
+        """Who recorded the change."""
+        ...
+
+    @property
+    def at(self) -> float:
+        """When (epoch seconds)."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class PolicyContext:
     """Everything a policy may look at before one tool call.
@@ -71,6 +96,11 @@ class PolicyContext:
     cannot be read is denied before any rule sees it); ``counters`` are usage counts
     such as ``run.tool_calls``, ``tenant.messages.today``, ``run.calls.<tool>`` or
     ``run.money.INR`` (a counter that is absent counts as 0).
+
+    ``subject`` is the data subject the run is about (None: it names none), ``purpose``
+    what the run is for; ``consents`` holds where the subject's consent stands, by
+    purpose, for the purposes the policy's rules require consent for (read from the
+    consent store for this very call; a purpose with no record is absent).
     """
 
     tenant_id: str
@@ -86,6 +116,9 @@ class PolicyContext:
     labels: frozenset[str]
     amount: Amount | None
     counters: Mapping[str, float]
+    subject: str | None = None
+    purpose: str = "operations"
+    consents: Mapping[str, Consent] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

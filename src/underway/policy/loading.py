@@ -17,6 +17,7 @@ RULE_FIELDS: tuple[str, ...] = (
     "id", "description", "outcome", "reason", "approver_role", "expires_in", "tools",
     "tenants", "principals", "roles_any", "roles_none", "environments", "flows", "mutating",
     "irreversible", "labels_any", "permissions", "args", "amount", "counters", "when",
+    "purposes", "require_consent",
 )
 """Every field a rule may have in a policy file."""
 

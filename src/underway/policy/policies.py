@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Literal
 
-from .conditions import Unevaluable
+from .conditions import Unevaluable, consent_missing
 from .context import Decision, PolicyContext
 from .errors import PolicyError
 from .rules import OUTCOMES, Rule
@@ -38,7 +38,7 @@ class Policy:
     """
 
     __slots__ = (
-        "_by_tool", "_decisions", "_no_match", "_reads", "_unlisted", "default",
+        "_by_tool", "_consents", "_decisions", "_no_match", "_reads", "_unlisted", "default",
         "deny_unlisted_mutating", "digest", "rules", "version",
     )
 
@@ -79,6 +79,7 @@ class Policy:
         ).encode()).hexdigest()
         self._by_tool: dict[str, tuple[_Candidate, ...]] = {}
         self._reads: dict[tuple[str, str], bool] = {}
+        self._consents: dict[str, tuple[str, ...]] = {}
         self._decisions = {
             r.id: Decision(
                 r.outcome, r.id, version, r.reason or r.description or f"rule {r.id!r} matched",
@@ -127,6 +128,21 @@ class Policy:
             self._reads[key] = found
         return found
 
+    def consent_purposes(self, tool: str) -> tuple[str, ...]:
+        """The purposes, sorted, whose consent a rule that may apply to ``tool`` requires
+        (``require_consent``): what the engine reads from the consent store, for the
+        run's subject, right before it decides on a call of ``tool`` — and only then."""
+        found = self._consents.get(tool)
+        if found is None:
+            if len(self._consents) >= _CACHE_LIMIT:
+                self._consents = {}
+            found = tuple(sorted({
+                rule.require_consent for rule, _, _, _ in self._candidates(tool)
+                if rule.require_consent is not None
+            }))
+            self._consents[tool] = found
+        return found
+
     def _candidates(self, tool: str) -> tuple[_Candidate, ...]:
         found = self._by_tool.get(tool)
         if found is None:
@@ -162,7 +178,16 @@ class Policy:
                     f"rule {rule.id!r} could not be evaluated, so the call is denied: {exc}",
                 )
         if best is not None:
-            return self._decisions[best.id]
+            decided = self._decisions[best.id]
+            if best.require_consent is None:
+                return decided
+            # Which of the cases it was (no subject, never consented, withdrawn) is the
+            # reason a person reading the journal needs.
+            why = consent_missing(ctx, best.require_consent)
+            base = best.reason or best.description or (
+                f"rule {best.id!r} requires consent to {best.require_consent!r}")
+            return Decision(decided.outcome, best.id, self.version, f"{base}: {why}",
+                            decided.approver_role, decided.expires_in)
         if ctx.mutating and self.deny_unlisted_mutating:
             return self._unlisted
         return self._no_match

@@ -8,7 +8,15 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from .conditions import AmountCondition, ArgCondition, CounterCondition, Unevaluable
+from ..errors import ConfigurationError
+from ..subjects import check_purpose
+from .conditions import (
+    AmountCondition,
+    ArgCondition,
+    CounterCondition,
+    Unevaluable,
+    consent_missing,
+)
 from .context import DEFAULT_APPROVAL_EXPIRY, Outcome, PolicyContext
 from .errors import PolicyError
 
@@ -64,6 +72,13 @@ def _conditions(
     return tuple(out)
 
 
+def _purpose(value: object, field: str) -> str:
+    try:
+        return check_purpose(value, field=field)
+    except ConfigurationError as exc:
+        raise PolicyError(str(exc), field=field) from None
+
+
 def _import_predicate(ref: str) -> Predicate:
     module_name, _, attr = ref.partition(":")
     if not module_name or not attr:
@@ -108,6 +123,11 @@ class Rule:
       ``untrusted``); ``permissions``: the tool requires at least one of these;
     - ``args``: :class:`ArgCondition` tests of the arguments; ``amount``: an
       :class:`AmountCondition`; ``counters``: :class:`CounterCondition` tests of usage;
+    - ``purposes``: the run's purpose is one of these;
+    - ``require_consent``: a purpose; the condition holds when the run's data subject does
+      *not* consent to it at the time of the call (it never did, withdrew, or the run
+      names no subject), so the rule's outcome — ``deny`` or ``require_approval`` — is what
+      happens without consent, and the journaled reason says which case it was;
     - ``when``: a predicate ``fn(ctx) -> bool``, or a ``"module:function"`` reference that
       is imported when the rule is built. It runs last, only when every other condition
       holds; if it raises or returns a non-bool the policy denies the call.
@@ -120,8 +140,8 @@ class Rule:
     __slots__ = (
         "_checks", "_globs", "_names", "amount", "approver_role", "args", "counters", "description",
         "environments", "expires_in", "flows", "id", "irreversible", "labels_any", "mutating",
-        "outcome", "permissions", "principals", "reason", "roles_any", "roles_none",
-        "tenants", "tools", "when", "when_ref",
+        "outcome", "permissions", "principals", "purposes", "reason", "require_consent",
+        "roles_any", "roles_none", "tenants", "tools", "when", "when_ref",
     )
 
     def __init__(
@@ -148,6 +168,8 @@ class Rule:
         amount: AmountCondition | Mapping[str, Any] | None = None,
         counters: Sequence[CounterCondition | Mapping[str, Any]] | None = None,
         when: Predicate | str | None = None,
+        purposes: Iterable[str] | None = None,
+        require_consent: str | None = None,
     ) -> None:
         if not isinstance(id, str) or not id.strip():
             raise PolicyError(f"a rule needs a non-empty string id, not {id!r}", field="id")
@@ -156,6 +178,7 @@ class Rule:
                 id, outcome, description, reason, approver_role, expires_in, tools, tenants,
                 principals, roles_any, roles_none, environments, flows, mutating,
                 irreversible, labels_any, permissions, args, amount, counters, when,
+                purposes, require_consent,
             )
         except PolicyError as exc:
             raise exc.located(rule_id=id) from None
@@ -171,7 +194,8 @@ class Rule:
         args: Sequence[ArgCondition | Mapping[str, Any]] | None,
         amount: AmountCondition | Mapping[str, Any] | None,
         counters: Sequence[CounterCondition | Mapping[str, Any]] | None,
-        when: Predicate | str | None,
+        when: Predicate | str | None, purposes: Iterable[str] | None,
+        require_consent: str | None,
     ) -> None:
         self.id = id
         if outcome not in OUTCOMES:
@@ -227,6 +251,16 @@ class Rule:
         self.counters: tuple[CounterCondition, ...] = _conditions(
             counters, CounterCondition, "counters"
         )
+        self.purposes = _names(purposes, "purposes")
+        for name in self.purposes or ():
+            _purpose(name, "purposes")
+        self.require_consent = (None if require_consent is None
+                                else _purpose(require_consent, "require_consent"))
+        if self.require_consent is not None and outcome == "allow":
+            raise PolicyError(
+                "a rule that requires consent decides what happens without it: use outcome "
+                "deny or require_approval", field="outcome",
+            )
         if isinstance(when, str):
             self.when_ref: str | None = when
             self.when: Predicate | None = _import_predicate(when)
@@ -264,10 +298,14 @@ class Rule:
             add(lambda c: c.principal in principals)
         if (flows := self.flows) is not None:
             add(lambda c: c.flow in flows)
+        if (purposes := self.purposes) is not None:
+            add(lambda c: c.purpose in purposes)
         if (amount := self.amount) is not None:
             add(lambda c: amount.holds(c.amount))
         checks.extend(_on_counters(counter) for counter in self.counters)
         checks.extend(arg.holds for arg in self.args)
+        if (consent := self.require_consent) is not None:
+            add(lambda c: consent_missing(c, consent) is not None)
         return tuple(checks)
 
     def __repr__(self) -> str:
@@ -327,7 +365,7 @@ class Rule:
             out["expires_in"] = self.expires_in
         for name in (
             "tools", "tenants", "principals", "roles_any", "roles_none", "environments",
-            "flows", "labels_any", "permissions",
+            "flows", "labels_any", "permissions", "purposes",
         ):
             value = getattr(self, name)
             if value is not None:
@@ -342,6 +380,8 @@ class Rule:
             out["amount"] = self.amount.to_dict()
         if self.counters:
             out["counters"] = [c.to_dict() for c in self.counters]
+        if self.require_consent is not None:
+            out["require_consent"] = self.require_consent
         if self.when_ref is not None:
             out["when"] = self.when_ref
         return out

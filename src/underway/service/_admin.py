@@ -13,7 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..apikeys import Role, issue_key
 from ..approvals import ApproverRecord, register_approver
 from ..errors import ConfigurationError
-from ..store.base import ApiKeyRecord, IntakeSecretRecord
+from ..store.access import verify_access_log
+from ..store.base import AccessRecord, ApiKeyRecord, IntakeSecretRecord
 from ..webhooks import new_secret
 from ._auth import Caller, State, endpoint
 from ._problems import conflict, invalid, not_found
@@ -95,7 +96,10 @@ class IntakeSecret(BaseModel):
 
 
 class AccessEntry(BaseModel):
-    """One read of a run's data: who (key id and name), when, which run, which endpoint."""
+    """One read of a run's data: who (key id and name; ``cli`` and the user for the
+    command line), when, which run (``*``: all of the tenant's, counted together), which
+    endpoint or command, why (``purpose``), whether sensitive fields were ``revealed``,
+    and its place in the tenant's hash chain (``prev_hash``, ``hash``)."""
 
     seq: int
     at: float
@@ -103,6 +107,17 @@ class AccessEntry(BaseModel):
     key_name: str
     run_id: str
     endpoint: str
+    purpose: str
+    revealed: bool
+    prev_hash: str
+    hash: str
+
+    @classmethod
+    def of(cls, r: AccessRecord) -> AccessEntry:
+        """The entry as the API shows it."""
+        return cls(seq=r.seq, at=r.at, key_id=r.key_id, key_name=r.key_name, run_id=r.run_id,
+                   endpoint=r.endpoint, purpose=r.purpose, revealed=r.revealed,
+                   prev_hash=r.prev_hash, hash=r.hash)
 
 
 class AccessPage(BaseModel):
@@ -110,6 +125,18 @@ class AccessPage(BaseModel):
 
     entries: list[AccessEntry]
     next_cursor: str | None
+
+
+class AccessCheck(BaseModel):
+    """The verification of the tenant's access-log chain: ``ok`` when intact, with the
+    chained ``entries`` checked and the ``legacy`` ones from before the chain; else
+    ``bad_seq``, the first bad entry, and ``problem``."""
+
+    ok: bool
+    entries: int
+    legacy: int
+    bad_seq: int | None
+    problem: str
 
 
 # -- API keys ----------------------------------------------------------------------------
@@ -208,23 +235,35 @@ def access_log(
     state: State, who: Caller,
     run_id: Annotated[str | None, Query(min_length=1)] = None,
     key_id: Annotated[str | None, Query(min_length=1)] = None,
+    by: Annotated[str | None, Query(min_length=1, max_length=200,
+                                    description="Only reads by this key name (or, from "
+                                    "the command line, this user).")] = None,
+    purpose: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
     since: float | None = None,
     until: float | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     cursor: Annotated[str | None, Query(min_length=1)] = None,
 ) -> AccessPage:
-    """Who read which run's data, when, through which endpoint; newest first."""
+    """Who read which run's data, when, through which endpoint, why, and whether
+    sensitive fields were revealed; newest first."""
     before = None
     if cursor is not None:
         if not re.fullmatch(r"[1-9][0-9]{0,17}", cursor):
             raise invalid("query.cursor", "not a cursor: pass a next_cursor as given")
         before = int(cursor)
     rows = state.store.list_access(who.tenant_id, run_id=run_id, key_id=key_id, since=since,
-                                   until=until, before=before, limit=limit + 1)
+                                   until=until, before=before, limit=limit + 1, who=by,
+                                   purpose=purpose)
     more = len(rows) > limit
     rows = rows[:limit]
-    return AccessPage(
-        entries=[AccessEntry(seq=r.seq, at=r.at, key_id=r.key_id, key_name=r.key_name,
-                             run_id=r.run_id, endpoint=r.endpoint) for r in rows],
-        next_cursor=str(rows[-1].seq) if more else None,
-    )
+    return AccessPage(entries=[AccessEntry.of(r) for r in rows],
+                      next_cursor=str(rows[-1].seq) if more else None)
+
+
+@endpoint(router, "GET", "/access-log/verify", permission="admin", response_model=AccessCheck)
+def verify_access(state: State, who: Caller) -> AccessCheck:
+    """Walk the tenant's access-log hash chain and name the first entry that was altered,
+    inserted or follows a deleted one, or a cut tail (``underway access-log --verify``)."""
+    v = verify_access_log(state.store, who.tenant_id)
+    return AccessCheck(ok=v.ok, entries=v.entries, legacy=v.legacy, bad_seq=v.bad_seq,
+                       problem=v.problem)

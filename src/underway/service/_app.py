@@ -4,7 +4,7 @@ at ``/openapi.json``, and the console under ``/`` (:mod:`underway.service.consol
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
@@ -14,12 +14,14 @@ from prometheus_client import CollectorRegistry
 from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
+from ..apikeys import ROLES
 from ..client import Client
+from ..errors import ConfigurationError
 from ..intake import Route, Routes
 from ..store import queries
 from ..store.base import Store
 from ..webhooks import REPLAY_WINDOW
-from . import _admin, _approvals, _intake, _reads, _runs, _stream
+from . import _admin, _approvals, _consents, _intake, _reads, _runs, _stream
 from ._auth import ServiceState
 from ._metrics import install_metrics
 from ._problems import PROBLEM_TYPE, Problem, install, problem_responses, respond
@@ -42,6 +44,7 @@ def create_app(
     metrics: CollectorRegistry | None = None,
     session_secret: bytes | None = None,
     signed_resolutions: bool = False,
+    reveal_roles: Iterable[str] = ("admin",),
 ) -> FastAPI:
     """The ``underway serve`` app over a client (or a store, wrapped in a client without
     flow code: runs are started by name). ``routes`` is the intake routing table of
@@ -53,7 +56,8 @@ def create_app(
     ``session_secret`` MACs the console's session cookies (see
     :func:`~underway.service.console.install_console`). ``signed_resolutions`` (what the
     workers enforce) answers an unsigned resolve, or resume of a dead run, with 409 at once
-    instead of accepting a signal the workers will refuse."""
+    instead of accepting a signal the workers will refuse. ``reveal_roles``: the roles whose
+    keys may ask to see the fields tools declare sensitive (:mod:`underway.redaction`)."""
     client = target if isinstance(target, Client) else Client(target)
     table = None if routes is None else routes if isinstance(routes, Routes) else Routes(routes)
     app = FastAPI(
@@ -62,9 +66,14 @@ def create_app(
         description="The underway API: runs, approvals, intake webhooks and admin, every "
         "request scoped to its API key's tenant and role.",
     )
-    app.state.underway = ServiceState(client, table, replay_window, signed_resolutions)
+    unknown = set(reveal_roles) - set(ROLES)
+    if unknown:
+        raise ConfigurationError(f"reveal_roles names unknown roles {sorted(unknown)}; "
+                                 f"choose among {', '.join(ROLES)}")
+    app.state.underway = ServiceState(client, table, replay_window, signed_resolutions,
+                                      frozenset(reveal_roles))
     install(app)
-    for module in (_runs, _stream, _approvals, _intake, _reads, _admin):
+    for module in (_runs, _stream, _approvals, _intake, _consents, _reads, _admin):
         app.include_router(module.router)
     _health(app)
     install_metrics(app, metrics)

@@ -12,40 +12,51 @@ from fastapi import APIRouter, Path, Query, Request
 
 from ..approvals import ApprovalCheck, SignedDecision, verify_decision
 from ..approvals.decision import REASON_TEXT
-from ..client import PendingRequest
+from ..client import PendingRequest, redact_request
 from ..errors import ConfigurationError
 from ._auth import Caller, ServiceState, State, endpoint
 from ._models import Accepted, Pending
 from ._problems import ApiProblem, invalid, not_found
+from ._reading import Read
 
 router = APIRouter(prefix="/v1/approvals", tags=["approvals"])
 
 RunId = Annotated[str, Path(min_length=1, description="The run's id.")]
 
 
-@endpoint(router, "GET", "", permission="read", run_data=True, response_model=list[Pending])
+@endpoint(router, "GET", "", permission="read", run_data=True, response_model=list[Pending],
+          problems=(403,))
 def inbox(
-    state: State, who: Caller, request: Request,
+    state: State, who: Caller, request: Request, read: Read,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> list[Pending]:
     """Runs waiting for a person — approvals (exact action, args and their hash, evidence,
-    risks, role, expiry), questions, escalations — soonest expiry first."""
+    risks, role, expiry), questions, escalations — soonest expiry first; the fields their
+    tools hide redacted unless ``reveal``."""
+    read = read.allowed(state, who)
     found = state.client.pending_requests(tenant_id=who.tenant_id, limit=limit)
-    state.record_reads(request, who, [r.run_id for r in found])
-    return [Pending.of(r) for r in found]
+    state.record_reads(request, who, [r.run_id for r in found], purpose=read.purpose,
+                       revealed=read.reveal)
+    return [Pending.of(redact_request(r, redactor=state.client.redactor(
+        r.run_id, tenant_id=who.tenant_id, reveal=read.reveal))) for r in found]
 
 
 @endpoint(router, "GET", "/{run_id}", permission="read", run_data=True,
-          response_model=Pending, problems=(404,))
-def detail(state: State, who: Caller, run_id: RunId, request: Request) -> Pending:
+          response_model=Pending, problems=(403, 404))
+def detail(state: State, who: Caller, run_id: RunId, request: Request,
+           read: Read) -> Pending:
     """What the run waits for a person to decide (a resolution carries the escalated
-    call's arguments)."""
+    call's arguments). The fields the tool hides are redacted unless ``reveal``, which an
+    approver may ask for here: a decision signs over the exact arguments (whose
+    ``args_hash`` is shown either way)."""
+    read = read.allowed(state, who, deciding=True)
     found = state.client.pending_request(run_id, tenant_id=who.tenant_id)
     if found is None:
         state.client.get_run(run_id, tenant_id=who.tenant_id)
         raise not_found("pending request for this run")
-    state.record_reads(request, who, [run_id])
-    return Pending.of(found)
+    hide = state.client.redactor(run_id, tenant_id=who.tenant_id, reveal=read.reveal)
+    state.record_reads(request, who, [run_id], purpose=read.purpose, revealed=read.reveal)
+    return Pending.of(redact_request(found, redactor=hide))
 
 
 @endpoint(router, "POST", "/{run_id}/decision", permission="decide", response_model=Accepted,

@@ -16,7 +16,8 @@ from ..apikeys import PERMISSIONS, Permission, Role, authenticate, roles_with
 from ..client import Client
 from ..intake import Routes
 from ..store._offload import run_io
-from ..store.base import AccessRecord, Store
+from ..store.access import DEFAULT_PURPOSE
+from ..store.base import AccessRecord, ApiKeyRecord, Store
 from ._problems import ApiProblem, problem_responses
 
 ROLES_EXTENSION = "x-underway-roles"
@@ -46,27 +47,32 @@ class Principal:
 @dataclass(frozen=True, slots=True)
 class ServiceState:
     """What every request of one app shares: the client, intake routes and the clock;
-    ``signed_resolutions`` refuses unsigned resolutions and resumes."""
+    ``signed_resolutions`` refuses unsigned resolutions and resumes; ``reveal_roles`` may
+    see the fields tools declare sensitive (:mod:`underway.service._reading`)."""
 
     client: Client
     routes: Routes | None
     replay_window: float
     signed_resolutions: bool = False
+    reveal_roles: frozenset[str] = frozenset({"admin"})
 
     @property
     def store(self) -> Store:
         """The client's store."""
         return self.client.store
 
-    def record_reads(self, request: Request, who: Principal, run_ids: list[str]) -> None:
-        """Append one access-log entry per run whose data this request reads (before the
-        data leaves: a read the log could not record is not answered)."""
+    def record_reads(self, request: Request, who: Principal, run_ids: list[str], *,
+                     purpose: str = DEFAULT_PURPOSE, revealed: bool = False) -> None:
+        """Append one access-log entry per run whose data this request reads, with the
+        read's ``purpose`` and whether sensitive fields were ``revealed`` (before the data
+        leaves: a read the log could not record is not answered)."""
         route = request.scope.get("route")
         path = getattr(route, "path", request.url.path)
         endpoint = f"{request.method} {path}"
         now = self.client.clock.now()
         self.store.log_access([
-            AccessRecord(who.tenant_id, now, who.key_id, who.name, run_id, endpoint)
+            AccessRecord(who.tenant_id, now, who.key_id, who.name, run_id, endpoint,
+                         purpose=purpose, revealed=revealed)
             for run_id in run_ids
         ])
 
@@ -102,7 +108,7 @@ class _Require:
                              "send an API key as 'Authorization: Bearer <token>'",
                              headers={"WWW-Authenticate": "Bearer"})
         state = service(request)
-        record = await run_io(state.store, authenticate, state.store, credentials.credentials)
+        record = await run_io(state.store, _identify, state.store, credentials.credentials)
         if record is None:
             raise ApiProblem(401, "unauthorized", "Unauthorized",
                              "the API key is unknown or revoked",
@@ -113,6 +119,17 @@ class _Require:
             raise ApiProblem(403, "forbidden", "Forbidden",
                              f"a {role} key may not do this; it needs one of: {allowed}")
         request.state.principal = Principal(record.key_id, record.name, record.tenant_id, role)
+
+
+def _identify(store: Store, token: str) -> ApiKeyRecord | None:
+    """The key behind ``token`` (:func:`~underway.apikeys.authenticate`). Under residency
+    a key whose tenant has no region (the configuration changed since it was issued)
+    reaches nothing: :class:`~underway.errors.ResidencyError`, before any endpoint tries."""
+    record = authenticate(store, token)
+    region_of = getattr(store, "region_of", None)
+    if record is not None and region_of is not None:
+        region_of(record.tenant_id)
+    return record
 
 
 def endpoint(

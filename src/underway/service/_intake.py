@@ -38,6 +38,10 @@ class WebhookEvent(BaseModel):
     occurred_at: AwareDatetime | None = None
     permissions: list[str] = Field(default_factory=list)
     payload: JsonValue = None
+    purpose: str | None = Field(default=None, pattern=r"^[a-z][a-z0-9_.\-]{0,63}$")
+    """What the event asks to be acted on for (default: the route's purpose)."""
+    consent: str | None = Field(default=None, min_length=1, max_length=200)
+    """The reference of the consent the event comes with."""
 
 
 class IntakeOutcome(BaseModel):
@@ -118,7 +122,7 @@ def _route(
         "tenant_id": tenant_id, "entity_id": event.entity_id, "event_type": event.event_type,
         "occurred_at": event.occurred_at or datetime.fromtimestamp(now, UTC),
         "source": source, "permissions": event.permissions, "idempotency_key": key,
-        "payload": event.payload,
+        "payload": event.payload, "purpose": event.purpose, "consent": event.consent,
     }
     try:
         result = intake(state.client, data, state.routes, trace_context=trace_context)

@@ -5,14 +5,38 @@ ignored. Times are epoch seconds."""
 from __future__ import annotations
 
 import math
-from typing import Literal
+from collections.abc import Callable
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue
 
 from ..client import PendingRequest, RunEvent
 from ..codec import ENCRYPTED
-from ..events import Encrypted
+from ..errors import ConfigurationError
+from ..events import Encrypted, PayloadPurged
+from ..redaction import Redactor
 from ..store.base import RunRecord
+from ..subjects import DEFAULT_PURPOSE, MAX_ID, check_purpose, check_reference, check_subject
+
+
+def _checked(check: Callable[..., str], what: str) -> Callable[[str], str]:
+    def validate(value: str) -> str:
+        try:
+            return check(value, field=what)
+        except ConfigurationError as exc:
+            raise ValueError(str(exc)) from None
+    return validate
+
+
+Subject = Annotated[str, Field(min_length=1, max_length=MAX_ID, pattern=r"^\S+$",
+                               description="A data subject, as an opaque id (no whitespace)."),
+                    AfterValidator(_checked(check_subject, "the subject"))]
+Purpose = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_.\-]{0,63}$",
+                               description="A purpose name, e.g. `marketing`."),
+                    AfterValidator(_checked(check_purpose, "the purpose"))]
+Reference = Annotated[str, Field(min_length=1, max_length=MAX_ID,
+                                 description="A consent reference (a consent artefact's id)."),
+                      AfterValidator(_checked(check_reference, "the reference"))]
 
 
 class _Request(BaseModel):
@@ -34,6 +58,8 @@ class RunSummary(BaseModel):
     created_at: float
     updated_at: float
     error: str | None
+    subject: str | None = None
+    purpose: str = DEFAULT_PURPOSE
 
     @classmethod
     def of(cls, row: RunRecord) -> RunSummary:
@@ -43,6 +69,7 @@ class RunSummary(BaseModel):
             queue=row.queue, idempotency_key=row.idempotency_key, last_seq=row.last_seq,
             waiting_signal=row.waiting_signal, next_wake_at=row.next_wake_at,
             created_at=row.created_at, updated_at=row.updated_at, error=row.error,
+            subject=row.subject, purpose=row.purpose,
         )
 
 
@@ -56,7 +83,10 @@ class RunPage(BaseModel):
 class Pending(BaseModel):
     """What a run waits for a person to decide: an approval (the exact ``tool``, ``args``
     and their ``args_hash``, ``evidence``, ``risks``), a question, or a resolution of an
-    escalation. ``expires_at`` is null when it never expires."""
+    escalation. ``expires_at`` is null when it never expires. ``sensitive_fields`` and
+    ``secret_fields`` name what the tool hides: their values read ``"[redacted]"`` unless
+    the read revealed them (secrets, never); ``args_hash`` is always of the exact
+    arguments."""
 
     run_id: str
     kind: Literal["approval", "question", "resolution"]
@@ -74,6 +104,8 @@ class Pending(BaseModel):
     policy_version: str | None
     cause: str | None
     key: str | None
+    sensitive_fields: list[str] = Field(default_factory=list)
+    secret_fields: list[str] = Field(default_factory=list)
 
     @classmethod
     def of(cls, r: PendingRequest) -> Pending:
@@ -85,6 +117,7 @@ class Pending(BaseModel):
             expires_at=None if math.isinf(r.expires_at) else r.expires_at,
             question=r.question, context=r.context, rule_id=r.rule_id,
             policy_version=r.policy_version, cause=r.cause, key=r.key,
+            sensitive_fields=list(r.sensitive_fields), secret_fields=list(r.secret_fields),
         )
 
 
@@ -106,35 +139,47 @@ class RunDetail(RunSummary):
 
 
 class Event(BaseModel):
-    """One journaled event: its sequence number, time, type, chain hash and fields."""
+    """One journaled event: its sequence number, time, type, chain hash and fields. An
+    event whose payload retention purged is ``purged``: its ``data`` holds only the
+    skeleton that was kept (docs/data-protection.md)."""
 
     seq: int
     at: float
     type: str
     hash: str
     data: dict[str, JsonValue]
+    purged: bool = False
 
     @classmethod
-    def of(cls, e: RunEvent) -> Event:
-        """The event as the API shows it."""
+    def of(cls, e: RunEvent, hide: Redactor) -> Event:
+        """The event as the API shows it to a viewer: what ``hide`` hides redacted (a
+        purged event: its skeleton; a sealed one without its key here: its type and time,
+        its payload ``[encrypted]``)."""
+        if isinstance(e.event, PayloadPurged):
+            return cls(seq=e.seq, at=e.at, type=e.event.event_type, hash=e.hash,
+                       data=e.event.kept, purged=True)
         if isinstance(e.event, Encrypted):
-            # Sealed and no key here: its type and time, its payload "[encrypted]".
             return cls(seq=e.seq, at=e.at, type=e.event.event_type, hash=e.hash,
                        data={"payload": ENCRYPTED})
-        data = e.event.model_dump(mode="json")
+        data = hide.event(e.event).model_dump(mode="json")
         event_type = str(data.pop("type"))
         return cls(seq=e.seq, at=e.at, type=event_type, hash=e.hash, data=data)
 
 
 class StartRun(_Request):
     """Start a run of ``flow`` (by name) with ``input``. ``start_at`` delays its first
-    step; past ``deadline`` it escalates to a person."""
+    step; past ``deadline`` it escalates to a person. ``subject`` is the data subject the
+    run is about, ``purpose`` what it is for, ``consent`` the reference of the consent it
+    acts on (see docs/data-protection.md)."""
 
     flow: str = Field(min_length=1)
     input: JsonValue = None
     queue: str = Field(default="default", min_length=1)
     start_at: float | None = None
     deadline: float | None = None
+    subject: Subject | None = None
+    purpose: Purpose = DEFAULT_PURPOSE
+    consent: Reference | None = None
 
 
 class Started(BaseModel):

@@ -14,7 +14,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..errors import ConfigurationError, KeyUnavailable, RunNotFound
+from ..errors import ConfigurationError, KeyUnavailable, ResidencyError, RunNotFound
 
 log = logging.getLogger("underway.service")
 
@@ -131,6 +131,10 @@ def install(app: FastAPI) -> None:
         return respond(Problem(type=PROBLEM_TYPE + "keys-unavailable",
                                title="Encrypted, and no key here", status=503,
                                detail=str(exc)))
+    async def on_no_region(request: Request, exc: Exception) -> JSONResponse:
+        # The key's tenant has no region: nothing of it can be read or written anywhere.
+        return respond(Problem(type=PROBLEM_TYPE + "no-region", title="No region",
+                               status=422, detail=str(exc)))
 
     async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unexpected error on %s %s", request.method, request.url.path)
@@ -143,6 +147,7 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(RunNotFound, on_run_not_found)
     app.add_exception_handler(ConfigurationError, on_configuration)
     app.add_exception_handler(KeyUnavailable, on_key_unavailable)
+    app.add_exception_handler(ResidencyError, on_no_region)
     app.add_exception_handler(Exception, on_unexpected)
 
 

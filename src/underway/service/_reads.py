@@ -7,14 +7,16 @@ import time
 from datetime import UTC, datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, JsonValue
 
 from ..audit import verify
 from ..budgets import tenant_usage
 from ..schedules import list_schedules
+from ..store.access import ALL_RUNS
 from ._auth import Caller, State, endpoint
 from ._problems import invalid, not_found
+from ._reading import Purpose
 
 router = APIRouter(prefix="/v1", tags=["reads"])
 
@@ -74,15 +76,17 @@ class Queue(BaseModel):
     per_tenant: bool
 
 
-@endpoint(router, "GET", "/usage", permission="read", response_model=UsageReport)
+@endpoint(router, "GET", "/usage", permission="read", run_data=True,
+          response_model=UsageReport)
 def usage(
-    state: State, who: Caller,
+    state: State, who: Caller, request: Request, purpose: Purpose,
     since: Annotated[float | None, Query(description="Epoch seconds (default: 00:00 UTC "
                                          "today).")] = None,
     days: Annotated[float | None, Query(gt=0, le=3660, description="The last N days "
                                         "instead of since.")] = None,
 ) -> UsageReport:
-    """Tokens, model cost, model and tool calls, messages and money moved."""
+    """Tokens, model cost, model and tool calls, messages and money moved (read from every
+    run's journal: the access log records it as a read of run ``*``)."""
     if since is not None and days is not None:
         raise invalid("query.days", "give since or days, not both")
     if days is not None:
@@ -93,6 +97,8 @@ def usage(
         now = datetime.now(UTC)
         start = datetime(now.year, now.month, now.day, tzinfo=UTC).timestamp()
     u = tenant_usage(state.store, who.tenant_id, since=start)
+    # Counted from every run's journal: one entry, for all of the tenant's runs.
+    state.record_reads(request, who, [ALL_RUNS], purpose=purpose)
     return UsageReport(since=start, tokens_in=u.tokens_in, tokens_out=u.tokens_out,
                        cost_usd=round(u.cost_usd, 6), model_calls=u.model_calls,
                        tool_calls=u.tool_calls, messages=u.messages, money=dict(u.money))

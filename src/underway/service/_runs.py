@@ -7,8 +7,10 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Header, Path, Query, Request, Response
 
+from ..client import redact_request
 from ..control import CHILD
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, ResidencyError
+from ..redaction import Redactor
 from ..state import APPROVAL_SIGNAL
 from ..store.base import FINAL, RunRecord
 from ._auth import Caller, ServiceState, State, endpoint
@@ -28,6 +30,7 @@ from ._models import (
     WaitingOn,
 )
 from ._problems import conflict, invalid
+from ._reading import Read
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"])
 
@@ -83,8 +86,11 @@ def start_run(
         run_id, created = state.client.start(
             body.flow, body.input, tenant_id=who.tenant_id, idempotency_key=idempotency_key,
             queue=body.queue, start_at=body.start_at, deadline=body.deadline,
-            trace_context=carrier if traceparent is not None else None,
+            trace_context=carrier if traceparent is not None else None, subject=body.subject,
+            purpose=body.purpose, consent=body.consent,
         )
+    except ResidencyError:
+        raise
     except ConfigurationError as exc:
         field = "body.flow" if "not registered" in str(exc) else "body.input"
         raise invalid(field, str(exc)) from None
@@ -94,25 +100,33 @@ def start_run(
 
 
 @endpoint(router, "GET", "/{run_id}", permission="read", run_data=True,
-          response_model=RunDetail, problems=(404,))
-def get_run(state: State, who: Caller, run_id: RunId, request: Request) -> RunDetail:
-    """The run: its row, the step it is at, and what it waits on."""
+          response_model=RunDetail, problems=(403, 404))
+def get_run(state: State, who: Caller, run_id: RunId, request: Request,
+            read: Read) -> RunDetail:
+    """The run: its row, the step it is at, and what it waits on (what its tools hide
+    redacted unless ``reveal``)."""
+    read = read.allowed(state, who)
     row = state.client.get_run(run_id, tenant_id=who.tenant_id)
-    waiting = waiting_on(state, row)
-    state.record_reads(request, who, [run_id])
-    return RunDetail(**RunSummary.of(row).model_dump(), waiting_on=waiting)
+    hide = state.client.redactor(run_id, tenant_id=who.tenant_id, reveal=read.reveal)
+    waiting = waiting_on(state, row, hide)
+    state.record_reads(request, who, [run_id], purpose=read.purpose, revealed=read.reveal)
+    summary = RunSummary.of(row).model_copy(
+        update={"error": hide.text(row.error) if row.error else row.error})
+    return RunDetail(**summary.model_dump(), waiting_on=waiting)
 
 
-def waiting_on(state: ServiceState, row: RunRecord) -> WaitingOn | None:
-    """What the run ``row`` waits on (None once it is finished): a person's request, a
-    worker, a child, a signal or a timer. It reads the store (call it off the loop)."""
+def waiting_on(state: ServiceState, row: RunRecord, hide: Redactor) -> WaitingOn | None:
+    """What the run ``row`` waits on (None once it is finished): a person's request (as
+    ``hide`` lets the viewer see it), a worker, a child, a signal or a timer. It reads the
+    store (call it off the loop)."""
     if row.status in FINAL:
         return None
     # Only a person's request needs the folded state; the row says the rest.
     if row.status in ("escalated", "dead") or row.waiting_signal == APPROVAL_SIGNAL:
         request = state.client.pending_request(row.run_id, tenant_id=row.tenant_id)
         if request is not None:
-            return WaitingOn(kind=request.kind, request=Pending.of(request))
+            return WaitingOn(kind=request.kind,
+                             request=Pending.of(redact_request(request, redactor=hide)))
     if row.status == "ready":
         return WaitingOn(kind="worker", until=row.next_wake_at)
     if row.waiting_signal == CHILD:
@@ -123,15 +137,19 @@ def waiting_on(state: ServiceState, row: RunRecord) -> WaitingOn | None:
 
 
 @endpoint(router, "GET", "/{run_id}/events", permission="read", run_data=True,
-          response_model=list[Event], problems=(404,))
+          response_model=list[Event], problems=(403, 404))
 def list_events(
-    state: State, who: Caller, run_id: RunId, request: Request,
+    state: State, who: Caller, run_id: RunId, request: Request, read: Read,
     after: Annotated[int, Query(ge=0, description="Only events with a higher seq.")] = 0,
 ) -> list[Event]:
-    """The run's journaled events, decoded, in order."""
+    """The run's journaled events, decoded, in order; the fields their tools hide
+    redacted (``"[redacted]"``) unless ``reveal``."""
+    read = read.allowed(state, who)
     found = state.client.events(run_id, tenant_id=who.tenant_id, after=after)
-    state.record_reads(request, who, [run_id])
-    return [Event.of(e) for e in found]
+    hide = (Redactor(reveal=read.reveal).learn(e.event for e in found) if after == 0 else
+            state.client.redactor(run_id, tenant_id=who.tenant_id, reveal=read.reveal))
+    state.record_reads(request, who, [run_id], purpose=read.purpose, revealed=read.reveal)
+    return [Event.of(e, hide) for e in found]
 
 
 @endpoint(router, "POST", "/{run_id}/signals", permission="steer", response_model=Accepted,

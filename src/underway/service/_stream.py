@@ -16,13 +16,17 @@ from fastapi import APIRouter, Header, Path, Query, Request
 from fastapi.responses import StreamingResponse
 
 from ..client import RunEvent
+from ..redaction import Redactor
 from ..store._offload import run_io
 from ..store.base import FINAL
 from ._auth import Caller, ServiceState, State, endpoint
 from ._models import Event
+from ._reading import Read
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"])
 
+NOTHING_HIDDEN = Redactor(reveal=True)
+"""A redactor that has learned nothing: for events already redacted."""
 POLL_S = 0.25
 """How often the server looks for new events of a streamed run."""
 KEEPALIVE_S = 15.0
@@ -34,36 +38,43 @@ _DOC = {200: {"description": "Server-Sent Events: one per journaled event, then 
 
 
 @endpoint(router, "GET", "/{run_id}/events/stream", permission="read", run_data=True,
-          problems=(404,), response_class=StreamingResponse, responses=_DOC)
+          problems=(403, 404), response_class=StreamingResponse, responses=_DOC)
 async def stream_events(
-    state: State, who: Caller, request: Request,
+    state: State, who: Caller, request: Request, read: Read,
     run_id: Annotated[str, Path(min_length=1)],
     after: Annotated[int, Query(ge=0, description="Start after this seq.")] = 0,
     last_event_id: Annotated[str | None, Header(description="The last seq received.")] = None,
 ) -> StreamingResponse:
-    """Tail the run's events as they are journaled."""
+    """Tail the run's events as they are journaled (redacted as
+    ``GET /v1/runs/{run_id}/events`` redacts them)."""
+    read = read.allowed(state, who)
     await run_io(state.store, partial(state.client.get_run, run_id, tenant_id=who.tenant_id))
     if last_event_id is not None and last_event_id.strip().isdigit():
         after = max(after, int(last_event_id))
-    await run_io(state.store, state.record_reads, request, who, [run_id])
+    hide = await run_io(state.store, partial(
+        state.client.redactor, run_id, tenant_id=who.tenant_id, reveal=read.reveal))
+    await run_io(state.store, partial(state.record_reads, request, who, [run_id],
+                                      purpose=read.purpose, revealed=read.reveal))
     return StreamingResponse(
-        tail(state, who.tenant_id, run_id, after, request), media_type="text/event-stream",
+        tail(state, who.tenant_id, run_id, after, request, hide),
+        media_type="text/event-stream",
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )
 
 
 def api_frame(e: RunEvent) -> str:
     """An event as the API streams it: ``id`` its seq, ``event`` its type, ``data`` the
-    event as ``GET /v1/runs/{run_id}/events`` shows it."""
-    out = Event.of(e)
+    event as ``GET /v1/runs/{run_id}/events`` shows it (already redacted by :func:`tail`)."""
+    out = Event.of(e, NOTHING_HIDDEN)
     return f"id: {out.seq}\nevent: {out.type}\ndata: {out.model_dump_json()}\n\n"
 
 
 async def tail(
-    state: ServiceState, tenant_id: str, run_id: str, seq: int, request: Request, *,
-    frame: Callable[[RunEvent], str] = api_frame, status: bool = False,
+    state: ServiceState, tenant_id: str, run_id: str, seq: int, request: Request,
+    hide: Redactor, *, frame: Callable[[RunEvent], str] = api_frame, status: bool = False,
 ) -> AsyncIterator[str]:
-    """Server-Sent Events of the run's events after ``seq``, each written by ``frame``, as
+    """Server-Sent Events of the run's events after ``seq``, each redacted by ``hide``
+    (which learns each new batch before any of it is shown) and written by ``frame``, as
     they are journaled; ``event: end`` once the run is finished and every event was sent.
     With ``status``, an ``event: status`` (the row's status, step and awaited signal)
     whenever the row says something new while no event arrives."""
@@ -72,9 +83,10 @@ async def tail(
     while not await request.is_disconnected():
         found = await run_io(state.store, partial(
             state.client.events, run_id, tenant_id=tenant_id, after=seq))
+        hide.learn(e.event for e in found)
         for e in found:
             seq = e.seq
-            yield frame(e)
+            yield frame(RunEvent(e.seq, e.at, hide.event(e.event), e.hash))
         if found:
             quiet = 0.0
             continue

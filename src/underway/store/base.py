@@ -16,6 +16,9 @@ API keys             :class:`.ApiKeyStore`       API keys (hashed), webhook secr
 access log           :class:`.AccessLogStore`    reads of run data, append-only
 keys                 :class:`.KeyStore`          tenants' data keys, wrapped
 reseal               :class:`.ResealStore`       sealed rows a key rotation seals again
+consent              :class:`.ConsentStore`      subjects' consent per purpose, append-only
+legal holds          :class:`.HoldStore`         holds on runs and data subjects
+retention            :class:`.RetentionStore`    purges, the sweep log, blob deletion
 ===================  ==========================  =====================================
 
 Each role has a conformance suite (``tests/conformance/test_<role>.py``) that runs on
@@ -31,6 +34,8 @@ from typing import Literal, Protocol
 from ..codec import Codec
 from .access import AccessLogStore
 from .apikeys import ApiKeyStore
+from .consent import ConsentStore
+from .holds import HoldStore
 from .inbox import InboxStore
 from .intake import IntakeStore
 from .journal import JournalStore
@@ -39,16 +44,22 @@ from .leases import LeaseStore
 from .limits import LimitStore
 from .records import (
     FINAL,
+    HOLD_KINDS,
+    AccessHead,
     AccessRecord,
     ApiKeyRecord,
     AppendBatch,
     ApproverRecord,
+    ConsentRecord,
     DataKeyRecord,
+    HoldRecord,
     IntakeRecord,
     IntakeRequest,
     IntakeSecretRecord,
     Lease,
     NewRun,
+    Purge,
+    PurgedRun,
     QueueConfig,
     RunRecord,
     RunUpdate,
@@ -56,24 +67,32 @@ from .records import (
     SealedRow,
     SignalRecord,
     StoredEvent,
+    SweepRecord,
 )
 from .registry import RegistryStore
 from .reseal import ResealStore
+from .retention import RetentionStore
 from .runs import RunStore
 from .schedules import ScheduleStore
 from .wakeups import Wakeups
 
 __all__ = [
     "FINAL",
+    "HOLD_KINDS",
+    "AccessHead",
     "AccessLogStore",
     "AccessRecord",
     "ApiKeyRecord",
     "ApiKeyStore",
     "AppendBatch",
     "ApproverRecord",
+    "ConsentRecord",
+    "ConsentStore",
     "DataKeyRecord",
     "Database",
     "Dialect",
+    "HoldRecord",
+    "HoldStore",
     "InboxStore",
     "IntakeRecord",
     "IntakeRequest",
@@ -85,9 +104,12 @@ __all__ = [
     "LeaseStore",
     "LimitStore",
     "NewRun",
+    "Purge",
+    "PurgedRun",
     "QueueConfig",
     "RegistryStore",
     "ResealStore",
+    "RetentionStore",
     "RunRecord",
     "RunStore",
     "RunUpdate",
@@ -97,6 +119,7 @@ __all__ = [
     "SignalRecord",
     "Store",
     "StoredEvent",
+    "SweepRecord",
     "Wakeups",
 ]
 
@@ -148,6 +171,9 @@ class Store(
     AccessLogStore,
     KeyStore,
     ResealStore,
+    ConsentStore,
+    HoldStore,
+    RetentionStore,
     Protocol,
 ):
     """What the engine needs from a database: every role at once."""

@@ -15,7 +15,9 @@ from ._offload import INLINE, Inline
 from .base import Dialect
 from .journal import CHAIN_LIMIT
 from .memory_access import MemoryAccess
+from .memory_consent import MemoryConsent
 from .memory_keys import MemoryKeys
+from .memory_retention import MemoryRetention
 from .records import (
     FINAL,
     AppendBatch,
@@ -38,7 +40,7 @@ _LINK = b'{"p":"'
 """How a blob that links to another begins (a codec list node); the key follows."""
 
 
-class MemoryStore(MemoryAccess, MemoryKeys):
+class MemoryStore(MemoryAccess, MemoryConsent, MemoryRetention, MemoryKeys):
     """A :class:`~underway.store.base.Store` held in process memory.
 
     It does no I/O, so async code calls it inline (``offload``: see
@@ -49,6 +51,8 @@ class MemoryStore(MemoryAccess, MemoryKeys):
 
     def __init__(self) -> None:
         MemoryAccess.__init__(self)
+        MemoryConsent.__init__(self)
+        MemoryRetention.__init__(self)
         MemoryKeys.__init__(self)
         self.codec = Codec()
         """How payloads are encoded, sealed and opened (``Database.codec``)."""
@@ -96,12 +100,11 @@ class MemoryStore(MemoryAccess, MemoryKeys):
                 next_wake_at=new.next_wake_at, waiting_signal=None, control_pending=False,
                 lease_owner=None,
                 lease_token=0, lease_expires_at=None, created_at=new.now, updated_at=new.now,
-                error=None, queue=new.queue,
+                error=None, queue=new.queue, subject=new.subject, purpose=new.purpose,
             )
             self._runs[key] = rec
             self._events[key] = [new.first_event]
-            for k, v in new.blobs.items():
-                self._blobs.setdefault((new.tenant_id, k), v)
+            self._write_blobs(new.tenant_id, new.blobs)
             return rec, True
 
     def append(self, batch: AppendBatch) -> bool:
@@ -153,8 +156,7 @@ class MemoryStore(MemoryAccess, MemoryKeys):
             self._events[key].extend(batch.events)
             for signal in batch.signals:
                 self.send_signal(signal)
-            for k, v in batch.blobs.items():
-                self._blobs.setdefault((batch.tenant_id, k), v)
+            self._write_blobs(batch.tenant_id, batch.blobs)
             if batch.checkpoint is not None:
                 self._checkpoints[key] = batch.checkpoint
             return control
@@ -220,6 +222,16 @@ class MemoryStore(MemoryAccess, MemoryKeys):
             ]
         found.sort(key=lambda r: (-r.created_at, r.run_id))
         return found[:limit]
+
+    def runs_of_subject(
+        self, tenant_id: str, subject: str, *, limit: int | None = None
+    ) -> list[RunRecord]:
+        """The tenant's runs about a subject, oldest first."""
+        with self._lock:
+            found = sorted((r for r in self._runs.values()
+                            if r.tenant_id == tenant_id and r.subject == subject),
+                           key=lambda r: (r.created_at, r.run_id))
+        return found if limit is None else found[:limit]
 
     def tenants(self) -> list[str]:
         """Tenants with runs."""

@@ -9,7 +9,8 @@ import threading
 from collections.abc import Sequence
 
 from ..errors import ConflictError
-from .records import AccessRecord, ApiKeyRecord, IntakeSecretRecord
+from .access import genesis, link
+from .records import AccessHead, AccessRecord, ApiKeyRecord, IntakeSecretRecord
 
 
 class MemoryAccess:
@@ -20,6 +21,7 @@ class MemoryAccess:
         self._api_keys: dict[str, ApiKeyRecord] = {}
         self._intake_secrets: dict[tuple[str, str], IntakeSecretRecord] = {}
         self._access_log: list[AccessRecord] = []
+        self._access_heads: dict[str, AccessHead] = {}
 
     def put_api_key(self, rec: ApiKeyRecord) -> None:
         """Store a new key."""
@@ -68,17 +70,25 @@ class MemoryAccess:
         with self._access_lock:
             return self._intake_secrets.pop((tenant_id, source), None) is not None
 
-    def log_access(self, records: Sequence[AccessRecord]) -> None:
-        """Append entries, numbering them."""
+    def log_access(self, records: Sequence[AccessRecord]) -> list[AccessRecord]:
+        """Append entries, numbering and chaining them."""
+        stored = []
         with self._access_lock:
             for rec in records:
+                head = self._access_heads.get(rec.tenant_id)
+                prev = head.hash if head is not None else genesis(rec.tenant_id)
                 seq = len(self._access_log) + 1
-                self._access_log.append(dataclasses.replace(rec, seq=seq))
+                linked = link(dataclasses.replace(rec, seq=seq), prev)
+                self._access_log.append(linked)
+                self._access_heads[rec.tenant_id] = AccessHead(
+                    rec.tenant_id, seq, linked.hash, (head.entries if head else 0) + 1)
+                stored.append(linked)
+        return stored
 
     def list_access(
         self, tenant_id: str, *, run_id: str | None = None, key_id: str | None = None,
         since: float | None = None, until: float | None = None, before: int | None = None,
-        limit: int = 100,
+        limit: int = 100, who: str | None = None, purpose: str | None = None,
     ) -> list[AccessRecord]:
         """A tenant's entries, newest first."""
         with self._access_lock:
@@ -86,7 +96,20 @@ class MemoryAccess:
                 r for r in reversed(self._access_log)
                 if r.tenant_id == tenant_id and (run_id is None or r.run_id == run_id)
                 and (key_id is None or r.key_id == key_id)
+                and (who is None or r.key_name == who)
+                and (purpose is None or r.purpose == purpose)
                 and (since is None or r.at >= since) and (until is None or r.at < until)
                 and (before is None or r.seq < before)
             ]
         return found[:limit]
+
+    def access_chain(self, tenant_id: str, *, after: int = 0,
+                     limit: int = 1000) -> list[AccessRecord]:
+        """A tenant's entries in chain order."""
+        with self._access_lock:
+            found = [r for r in self._access_log if r.tenant_id == tenant_id and r.seq > after]
+        return found[:limit]
+
+    def access_head(self, tenant_id: str) -> AccessHead | None:
+        """The end of the tenant's chain."""
+        return self._access_heads.get(tenant_id)

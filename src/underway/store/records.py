@@ -1,6 +1,7 @@
 """The records the store protocols exchange: runs, events, leases, signals, schedules,
-intake, approvers and queue limits. Plain frozen values; no behaviour beyond checking their
-own fields."""
+intake, approvers, queue limits, API keys, the access log, consents, legal holds and
+retention's purges and sweeps. Plain frozen values; no behaviour beyond checking their own
+fields."""
 
 from __future__ import annotations
 
@@ -48,6 +49,10 @@ class RunRecord:
     updated_at: float
     error: str | None
     queue: str = "default"
+    subject: str | None = None
+    """The data subject the run is about (None: it names none)."""
+    purpose: str = "operations"
+    """What the run is for."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +80,10 @@ class NewRun:
     now: float
     next_wake_at: float
     queue: str = "default"
+    subject: str | None = None
+    """The data subject the run is about (kept on the run row: a legal hold on the
+    subject holds the run)."""
+    purpose: str = "operations"
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,9 +270,14 @@ class IntakeSecretRecord:
 
 @dataclass(frozen=True, slots=True)
 class AccessRecord:
-    """One read of a run's data through the API: who (``key_id``, ``key_name``), when
-    (``at``), in which tenant, which run, through which ``endpoint`` (method and route).
-    ``seq`` is assigned by the store when the record is appended (0 before)."""
+    """One read of a run's data: who (``key_id`` and ``key_name``: an API key's id and name;
+    for the CLI ``cli`` and the OS user or ``--by``), when (``at``), in which tenant, which
+    run (``*``: every run of the tenant, counted together), through which ``endpoint``
+    (method and route, or the command), why (``purpose``) and whether sensitive fields were
+    shown (``revealed``). ``seq``, ``prev_hash`` and ``hash`` are assigned by the store
+    when the record is appended (0 and empty before): ``hash`` covers the fields and
+    ``prev_hash``, the hash of the tenant's entry before it (see
+    :func:`underway.store.access.entry_hash`)."""
 
     tenant_id: str
     at: float
@@ -272,6 +286,125 @@ class AccessRecord:
     run_id: str
     endpoint: str
     seq: int = 0
+    purpose: str = "operations"
+    revealed: bool = False
+    prev_hash: str = ""
+    hash: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class AccessHead:
+    """The end of a tenant's access-log chain as the store last extended it: the last
+    entry's ``seq`` and ``hash``, and how many chained ``entries`` there are."""
+
+    tenant_id: str
+    seq: int
+    hash: str
+    entries: int
+
+
+# -- consent of data subjects ----------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class ConsentRecord:
+    """One change of a data subject's consent for one purpose, as recorded: ``state`` is
+    ``granted`` or ``withdrawn`` from ``at`` on, ``by`` says who recorded it and
+    ``reference`` names the consent artefact (a consent manager's id, a signed form), if
+    any. Records are never changed: the latest of a subject and purpose is where its
+    consent stands, the earlier ones its history. ``seq`` is assigned by the store when
+    the record is appended (0 before)."""
+
+    tenant_id: str
+    subject: str
+    purpose: str
+    state: str
+    reference: str | None
+    by: str
+    at: float
+    seq: int = 0
+
+
+# -- retention: legal holds, purges and sweeps ---------------------------------------------
+HOLD_KINDS = ("run", "subject")
+"""What a legal hold may be on: one run, or every run about one data subject."""
+
+
+@dataclass(frozen=True, slots=True)
+class HoldRecord:
+    """A legal hold on a ``run`` or a ``subject`` (``kind``) of a tenant: while it stands
+    (``released_at`` None), no purge touches the run, or any run about the subject.
+    ``by`` placed it for ``reason`` at ``created_at``; ``released_by`` lifted it."""
+
+    tenant_id: str
+    kind: str
+    target: str
+    reason: str
+    by: str
+    created_at: float
+    released_at: float | None = None
+    released_by: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in HOLD_KINDS:
+            raise ConfigurationError(
+                f"a hold is on a run or a subject, not on {self.kind!r}")
+        if not self.target or not self.reason or not self.by:
+            raise ConfigurationError("a hold needs its target, a reason and who placed it")
+
+    @property
+    def active(self) -> bool:
+        """True while the hold stands."""
+        return self.released_at is None
+
+
+@dataclass(frozen=True, slots=True)
+class Purge:
+    """One run's purge, done in one transaction: each event's payload replaced by its
+    tombstone (``tombstones``: seq, type, tombstone bytes and the event's unchanged hash,
+    which the stored row must still carry), the run's checkpoints and signals deleted, its
+    row's error and subject cleared, and the purge recorded (``sweep_id``, ``at``,
+    ``rule``) — only if the run is still final and its journal still ends at
+    ``last_seq``."""
+
+    tenant_id: str
+    run_id: str
+    last_seq: int
+    tombstones: list[StoredEvent]
+    sweep_id: str
+    at: float
+    rule: str
+
+
+@dataclass(frozen=True, slots=True)
+class PurgedRun:
+    """The record of a run's purge: when, by which sweep, how many events, by which
+    rule."""
+
+    tenant_id: str
+    run_id: str
+    sweep_id: str
+    purged_at: float
+    events: int
+    rule: str
+
+
+@dataclass(frozen=True, slots=True)
+class SweepRecord:
+    """A retention sweep in one tenant, as its log keeps it: who ran it and when, and (once
+    it ``finished_at``) how many runs it purged, left alone for a legal hold (``held``) or
+    could not purge (``skipped``: unreadable or changed under it), and how many unreferenced
+    blobs it deleted (None: it collected none; ``collected_at``, when it did, the time its
+    collection began)."""
+
+    sweep_id: str
+    tenant_id: str
+    started_at: float
+    by: str
+    finished_at: float | None = None
+    purged: int = 0
+    held: int = 0
+    skipped: int = 0
+    blobs_deleted: int | None = None
+    collected_at: float | None = None
 
 
 # -- encryption at rest: data keys, and rows whose payloads are sealed ----------------------

@@ -30,6 +30,14 @@ class RunStore(Protocol):
         from there, unchanged by runs created meanwhile."""
         ...
 
+    def runs_of_subject(
+        self, tenant_id: str, subject: str, *, limit: int | None = None
+    ) -> list[RunRecord]:
+        """The tenant's runs about data subject ``subject``, oldest first (``created_at``,
+        then run id), at most ``limit`` (None: all of them), read on the (tenant, subject)
+        index: what erasing, holding or answering for one person starts from."""
+        ...
+
     def tenants(self) -> list[str]:
         """Every tenant that has runs."""
         ...

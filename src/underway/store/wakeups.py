@@ -10,7 +10,8 @@ it computed, so timers never depend on a notification.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncIterator, Sequence
 from typing import Protocol
 
 
@@ -55,3 +56,51 @@ class Polling:
 
     def announce(self, queues: list[str]) -> None:
         """Nobody listens: nothing to tell."""
+
+
+class AnyOf:
+    """The :class:`Wakeups` of several stores (the regions of a
+    :class:`~underway.store.regions.RegionalStore`): a wake-up from any of them wakes the
+    worker; it listens only while every one of them pushes."""
+
+    def __init__(self, sources: Sequence[Wakeups]) -> None:
+        self._sources = list(sources)
+
+    @property
+    def listening(self) -> bool:
+        """True while every source pushes (else the worker polls)."""
+        return all(s.listening for s in self._sources)
+
+    async def watch(self, queues: list[str] | None, *, retry: float) -> AsyncIterator[None]:
+        """Yield whenever any source does; end when every source has ended."""
+        heard: asyncio.Queue[None] = asyncio.Queue()
+
+        async def pump(source: Wakeups) -> None:
+            async for _ in source.watch(queues, retry=retry):
+                heard.put_nowait(None)
+
+        pumps = [asyncio.ensure_future(pump(s)) for s in self._sources]
+        try:
+            while True:
+                live = [p for p in pumps if not p.done()]
+                if not live and heard.empty():
+                    for p in pumps:
+                        p.result()  # a source's failure is the watch's
+                    return
+                got = asyncio.ensure_future(heard.get())
+                done, _ = await asyncio.wait([got, *live],
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if got in done:
+                    yield
+                else:
+                    got.cancel()
+                for p in done - {got}:
+                    p.result()
+        finally:
+            for p in pumps:
+                p.cancel()
+
+    def announce(self, queues: list[str]) -> None:
+        """Tell every source's listening workers."""
+        for s in self._sources:
+            s.announce(queues)

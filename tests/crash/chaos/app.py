@@ -5,7 +5,7 @@ One flow, ``chaos``, exercises everything a worker must get right under SIGKILL 
 1. ``lookup`` — a read-only call (``GET /customers/<id>``);
 2. ``charge`` — a mutating, non-idempotent call with a reconcile hook that asks the service
    whether the key arrived; then a short durable sleep. Both the call and the hook carry
-   the activation's lease token as a fence, which the service checks (see
+   the run's fence (its lease token, raised by each reconcile query), which the service checks (see
    :mod:`fakes.outside_service`): without it, a worker frozen past its lease with the
    request still to send would deliver it late, after the run's new holder had reconciled
    "not happened" and sent it again (the known limit in docs/durability.md);
@@ -122,10 +122,11 @@ def build(service: str) -> tuple[list[Flow[Any, Any]], list[Tool]]:
         return _http("POST", f"{service}/witness",
                      {**args, "owner": owner, "token": token, "head": head})
 
-    async def charge_delivered(key: str) -> Reconciled:
-        run, token = key.split(":", 1)[0], _activation()[1]
-        seen = await asyncio.to_thread(_http, "GET",
-                                       f"{service}/effects/{key}?run={run}&fence={token}")
+    async def charge_delivered(key: str, info: CallInfo) -> Reconciled:
+        # The query's fence is above the attempt in doubt: the service refuses that attempt
+        # should it arrive after this query (a timed-out request still on its way).
+        seen = await asyncio.to_thread(
+            _http, "GET", f"{service}/effects/{key}?run={info.run_id}&fence={info.fence}")
         return Reconciled.happened(seen["result"]) if seen["seen"] else Reconciled.not_happened()
 
     @tool(mutating=True, idempotent=False, timeout=CALL_TIMEOUT_S, reconcile=charge_delivered)

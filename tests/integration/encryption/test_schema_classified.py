@@ -21,13 +21,15 @@ STATE = "a status, a counter, a flag, a setting"
 TIME = "a time"
 HASH = "a hash or a content address"
 KEY = "key material, itself protected (wrapped, hashed, public) or a secret kept as given"
+NOTE = "a note an operator writes (a legal hold's reason): keep personal data out of it"
 
 COLUMNS: dict[str, dict[str, str]] = {
     "events": {"tenant_id": ID, "run_id": ID, "seq": STATE, "type": ID,
                "payload": SEALED + " (its envelope's type, seq and time readable)",
                "hash": HASH},
     "checkpoints": {"tenant_id": ID, "run_id": ID, "seq": STATE, "state": SEALED},
-    "blobs": {"tenant_id": ID, "key": HASH + " (keyed per tenant when sealed)", "data": SEALED},
+    "blobs": {"tenant_id": ID, "key": HASH + " (keyed per tenant when sealed)", "data": SEALED,
+              "written_at": TIME},
     "signals": {"tenant_id": ID, "run_id": ID, "signal_id": ID, "name": ID, "payload": SEALED,
                 "sender": ID, "created_at": TIME, "consumed": STATE},
     "schedules": {"tenant_id": ID, "name": ID, "flow": ID, "cron": STATE, "timezone": STATE,
@@ -38,7 +40,7 @@ COLUMNS: dict[str, dict[str, str]] = {
              "next_wake_at": TIME, "waiting_signal": ID, "control_pending": STATE,
              "lease_owner": ID, "lease_token": STATE, "lease_expires_at": TIME,
              "created_at": TIME, "updated_at": TIME, "error": SEALED + " (a sealed text)",
-             "queue": ID},
+             "queue": ID, "subject": ID + " (a data subject's opaque id)", "purpose": ID},
     "intake": {"tenant_id": ID, "idempotency_key": ID, "entity_id": ID, "event_type": ID,
                "action": STATE, "run_id": ID, "created_at": TIME},
     "intake_owners": {"tenant_id": ID, "entity_id": ID, "run_id": ID, "since": TIME},
@@ -67,7 +69,19 @@ COLUMNS: dict[str, dict[str, str]] = {
                  "created_at": TIME, "revoked_at": TIME},
     "intake_secrets": {"tenant_id": ID, "source": ID, "secret": KEY, "created_at": TIME},
     "access_log": {"seq": STATE, "tenant_id": ID, "at": TIME, "key_id": ID, "key_name": ID,
-                   "run_id": ID, "endpoint": ID},
+                   "run_id": ID, "endpoint": ID, "purpose": ID, "revealed": STATE,
+                   "prev_hash": HASH, "hash": HASH},
+    "access_log_heads": {"tenant_id": ID, "seq": STATE, "hash": HASH, "entries": STATE},
+    "consents": {"seq": STATE, "tenant_id": ID, "subject": ID, "purpose": ID, "state": STATE,
+                 "reference": ID, "recorded_by": ID, "at": TIME},
+    "legal_holds": {"tenant_id": ID, "kind": STATE, "target": ID, "reason": NOTE,
+                    "held_by": ID, "created_at": TIME, "released_at": TIME,
+                    "released_by": ID},
+    "purged_runs": {"tenant_id": ID, "run_id": ID, "sweep_id": ID, "purged_at": TIME,
+                    "events": STATE, "rule": STATE},
+    "retention_sweeps": {"sweep_id": ID, "tenant_id": ID, "started_at": TIME, "swept_by": ID,
+                         "finished_at": TIME, "purged": STATE, "held": STATE,
+                         "skipped": STATE, "blobs_deleted": STATE, "collected_at": TIME},
     "underway_schema_version": {"version": STATE, "name": ID, "applied_at": TIME},
     "sqlite_sequence": {"name": ID, "seq": STATE},
 }

@@ -14,7 +14,12 @@ from underway import webhooks
 from underway.apikeys import issue_key
 from underway.approvals import public_key_of, sign_decision
 from underway.service import ROLES_EXTENSION, RUN_DATA_EXTENSION
-from underway.store.base import IntakeSecretRecord
+from underway.store.base import ConsentRecord, IntakeSecretRecord
+
+SUBJECT = "cust-7"
+"""A data subject of acme's, whose marketing consent acme recorded (reference
+:data:`CONSENT_REFERENCE`)."""
+CONSENT_REFERENCE = "CM-71"
 
 
 @dataclass
@@ -47,6 +52,8 @@ def acme(world: World) -> Acme:
     now = world.clock.now()
     for source in ("billing", "old"):
         world.store.put_intake_secret(IntakeSecretRecord("acme", source, "s" * 32, now))
+    world.store.record_consent(ConsentRecord("acme", SUBJECT, "marketing", "granted",
+                                             CONSENT_REFERENCE, "crm", now))
     spare = issue_key(world.store, tenant_id="acme", role="viewer", name="spare", now=now)
     return Acme(run, refund, done, spare.record.key_id, decision,
                 public_key_of(alice))
@@ -84,6 +91,9 @@ SAMPLES: dict[tuple[str, str], Sample] = {
     ("POST", "/v1/approvals/{run_id}/decision"): lambda w, a: (
         f"/v1/approvals/{a.refund}/decision", {"json": a.decision}),
     ("POST", "/v1/intake/{source}"): lambda w, a: ("/v1/intake/billing", _intake(w, a)),
+    ("GET", "/v1/consents"): lambda w, a: ("/v1/consents", {"params": {"subject": SUBJECT}}),
+    ("POST", "/v1/consents"): lambda w, a: ("/v1/consents", {"json": {
+        "subject": SUBJECT, "purpose": "marketing", "state": "withdrawn"}}),
     ("GET", "/v1/usage"): lambda w, a: ("/v1/usage", {"params": {"days": 1}}),
     ("GET", "/v1/audit/verify"): lambda w, a: ("/v1/audit/verify", {}),
     ("GET", "/v1/schedules"): lambda w, a: ("/v1/schedules", {}),
@@ -100,6 +110,7 @@ SAMPLES: dict[tuple[str, str], Sample] = {
                                                           {"json": {}}),
     ("DELETE", "/v1/intake-secrets/{source}"): lambda w, a: ("/v1/intake-secrets/old", {}),
     ("GET", "/v1/access-log"): lambda w, a: ("/v1/access-log", {}),
+    ("GET", "/v1/access-log/verify"): lambda w, a: ("/v1/access-log/verify", {}),
 }
 
 

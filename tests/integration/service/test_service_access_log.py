@@ -16,7 +16,7 @@ def test_every_run_data_read_appends_one_entry_per_run(world: World) -> None:
     assert {(e.method, e.path) for e in run_data} == {
         ("GET", "/v1/runs/{run_id}"), ("GET", "/v1/runs/{run_id}/events"),
         ("GET", "/v1/runs/{run_id}/events/stream"), ("GET", "/v1/approvals"),
-        ("GET", "/v1/approvals/{run_id}"),
+        ("GET", "/v1/approvals/{run_id}"), ("GET", "/v1/usage"),
     }
     for e in endpoints(world):
         if e.method != "GET":
@@ -31,12 +31,13 @@ def test_every_run_data_read_appends_one_entry_per_run(world: World) -> None:
             assert added == [], e.path
             continue
         expected = ({fx.refund} if e.path == "/v1/approvals" else
-                    {path.split("/")[3]})
+                    {"*"} if e.path == "/v1/usage" else {path.split("/")[3]})
         assert {a.run_id for a in added} == expected and len(added) == len(expected)
         for a in added:
             assert (a.key_id, a.key_name, a.endpoint) == (
                 world.token["acme"]["viewer"][4:20], "acme-viewer", f"GET {e.path}")
             assert a.tenant_id == "acme" and abs(a.at - world.clock.now()) < 1
+            assert (a.purpose, a.revealed) == ("operations", False)
 
 
 def test_a_read_that_finds_nothing_records_nothing(world: World) -> None:
@@ -67,8 +68,9 @@ def test_nothing_in_the_api_changes_or_removes_an_entry(world: World) -> None:
     run_id = world.start()
     world.call("GET", f"/v1/runs/{run_id}", role="viewer")
     log_paths = [e for e in endpoints(world) if e.path.startswith("/v1/access-log")]
-    assert [(e.method, e.path) for e in log_paths] == [("GET", "/v1/access-log")]
+    assert [(e.method, e.path) for e in log_paths] == [
+        ("GET", "/v1/access-log"), ("GET", "/v1/access-log/verify")]
     for method in ("DELETE", "PUT", "PATCH", "POST"):
-        r = world.call(method, "/v1/access-log")
-        assert r.status_code == 405
+        for path in ("/v1/access-log", "/v1/access-log/verify"):
+            assert world.call(method, path).status_code == 405
     assert len(world.store.list_access("acme")) == 1

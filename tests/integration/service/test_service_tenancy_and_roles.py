@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from route_table import SAMPLES, Acme, acme, endpoints
+from route_table import CONSENT_REFERENCE, SAMPLES, SUBJECT, Acme, acme, endpoints
 
 from fakes.service_world import World
 from underway.apikeys import ROLES
@@ -31,6 +31,7 @@ def snapshot(world: World, tenant: str) -> dict[str, Any]:
         "secrets": [(x.source, x.secret) for x in s.list_intake_secrets(tenant)],
         "access": [(e.seq, e.run_id) for e in s.list_access(tenant, limit=1000)],
         "intake": s.get_intake(tenant, "evt-77"),
+        "consents": s.consent_history(tenant, SUBJECT),
     }
 
 
@@ -38,7 +39,8 @@ def test_no_key_of_another_tenant_reads_or_changes_anything(world: World) -> Non
     fx = acme(world)
     secrets = [k.token_hash for k in world.store.list_api_keys("acme")]
     acme_ids = [fx.run, fx.refund, fx.done, fx.spare_key, "alice", "bob", "billing",
-                *(k.key_id for k in world.store.list_api_keys("acme")), "acme"]
+                *(k.key_id for k in world.store.list_api_keys("acme")), "acme",
+                CONSENT_REFERENCE]
     before = snapshot(world, "acme")
     checked = 0
     for e in endpoints(world):

@@ -23,15 +23,27 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import ValidationError
 
 from ...approvals import SignedDecision
-from ...client import PendingRequest
+from ...client import PendingRequest, redact_request
 from ...errors import RunNotFound
 from ...events import JSON
 from ...store._offload import run_io
+from ...store.access import DEFAULT_PURPOSE
 from .._admin import NewApprover, add_approver
 from .._approvals import deliver_decision
 from .._auth import ServiceState
 from .._problems import ApiProblem
-from ._base import Console, Signed, check_form, not_found, render, require
+from ._base import (
+    Console,
+    Purpose,
+    ReadAs,
+    Reveal,
+    Signed,
+    check_form,
+    not_found,
+    read_as,
+    render,
+    require,
+)
 from ._session import Forbidden, Session
 
 router = APIRouter(include_in_schema=False)
@@ -45,37 +57,42 @@ MAX_DECISION_BYTES = 256 * 1024
 
 
 @router.get("/approvals")
-async def inbox(request: Request, state: Console, session: Signed) -> HTMLResponse:
+async def inbox(request: Request, state: Console, session: Signed,
+                purpose: Purpose = DEFAULT_PURPOSE, reveal: Reveal = False) -> HTMLResponse:
     """The runs that wait for a person: approvals, questions, escalations."""
     tenant = session.principal.tenant_id
-    found = await run_io(state.store, _read_inbox, state, request, session)
+    rd = read_as(state, session, purpose, reveal)
+    found = await run_io(state.store, _read_inbox, state, request, session, rd)
     now = state.client.clock.now()
     rows = [{"r": r, "left": time_left(r.expires_at, now), "never": math.isinf(r.expires_at),
              "action": _action(r)} for r in found]
     return render(request, "approvals.html", {
         "nav": "approvals", "rows": rows, "tenant": tenant, "now": now,
         "can_decide": session.may("decide"), "is_admin": session.may("admin"),
-        "suggested_id": _suggested_id(session),
+        "suggested_id": _suggested_id(session), "rd": rd,
     }, session=session)
 
 
 @router.get("/approvals/{run_id}")
 async def detail(request: Request, state: Console, session: Signed,
-                 run_id: RunId) -> HTMLResponse:
+                 run_id: RunId, purpose: Purpose = DEFAULT_PURPOSE,
+                 reveal: Reveal = False) -> HTMLResponse:
     """One run's request: the exact action, its arguments and their hash, evidence,
     risks, the policy rule, the role required, the time left; and, for an approver, the
-    buttons that sign a decision in the browser."""
+    buttons that sign a decision in the browser. The fields the tool hides read
+    ``[redacted]`` unless ``reveal`` (an approver may: it signs over the exact values)."""
     tenant = session.principal.tenant_id
+    rd = read_as(state, session, purpose, reveal, deciding=True)
     try:
         row, pending = await run_io(state.store, _read_request, state, request, session,
-                                    run_id)
+                                    run_id, rd)
     except RunNotFound:
         return not_found(request, session, "run of that id")
     now = state.client.clock.now()
     context: dict[str, Any] = {
         "nav": "approvals", "run": row, "r": pending, "now": now, "tenant": tenant,
         "can_decide": session.may("decide"), "is_admin": session.may("admin"),
-        "suggested_id": _suggested_id(session),
+        "suggested_id": _suggested_id(session), "rd": rd,
         "required_role": pending.required_role if pending is not None else None,
     }
     if pending is not None:
@@ -198,21 +215,28 @@ async def register(
 
 
 # -- reading ----------------------------------------------------------------------------
-def _read_inbox(state: ServiceState, request: Request, session: Session
+def _read_inbox(state: ServiceState, request: Request, session: Session, rd: ReadAs
                 ) -> list[PendingRequest]:
     found = state.client.pending_requests(tenant_id=session.principal.tenant_id, limit=INBOX)
-    state.record_reads(request, session.principal, [r.run_id for r in found])
-    return found
+    state.record_reads(request, session.principal, [r.run_id for r in found],
+                       purpose=rd.purpose, revealed=rd.reveal)
+    tenant = session.principal.tenant_id
+    return [redact_request(r, redactor=state.client.redactor(r.run_id, tenant_id=tenant,
+                                                             reveal=rd.reveal))
+            for r in found]
 
 
-def _read_request(state: ServiceState, request: Request, session: Session, run_id: str
-                  ) -> tuple[Any, PendingRequest | None]:
+def _read_request(state: ServiceState, request: Request, session: Session, run_id: str,
+                  rd: ReadAs) -> tuple[Any, PendingRequest | None]:
     tenant = session.principal.tenant_id
     row = state.client.get_run(run_id, tenant_id=tenant)
     pending = state.client.pending_request(run_id, tenant_id=tenant)
-    if pending is not None:
-        state.record_reads(request, session.principal, [run_id])
-    return row, pending
+    if pending is None:
+        return row, None
+    hide = state.client.redactor(run_id, tenant_id=tenant, reveal=rd.reveal)
+    state.record_reads(request, session.principal, [run_id], purpose=rd.purpose,
+                       revealed=rd.reveal)
+    return row, redact_request(pending, redactor=hide)
 
 
 async def _approvers(request: Request, state: ServiceState, session: Session, *,

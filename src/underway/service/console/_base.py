@@ -5,16 +5,19 @@ answered (the sign-in page; a 403 page naming the reason)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated, Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
-from fastapi import APIRouter, Depends, FastAPI, Form, Request
+from fastapi import APIRouter, Depends, FastAPI, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from ...apikeys import Permission
+from ...store.access import DEFAULT_PURPOSE, PURPOSE_MAX, PURPOSES, check_purpose
 from .._auth import ServiceState
+from .._reading import may_reveal
 from ._session import Forbidden, Session, Sessions, SignInRequired
 
 router = APIRouter(include_in_schema=False)
@@ -80,6 +83,57 @@ def require(session: Session, permission: Permission) -> None:
     """Refuse (403) a session whose key's role lacks ``permission``."""
     if not session.may(permission):
         raise Forbidden(f"a {session.principal.role} key may not do this")
+
+
+@dataclass(frozen=True, slots=True)
+class ReadAs:
+    """A page's read of run data: its ``purpose`` (written to the access log), whether it
+    shows sensitive fields (``reveal``) and whether the session may ask to."""
+
+    purpose: str
+    reveal: bool
+    may_reveal: bool
+
+    @property
+    def query(self) -> str:
+        """The query that keeps this read on the page's links (empty by default)."""
+        keep = {k: v for k, v in (("purpose", self.purpose), ("reveal", "1"))
+                if (k == "purpose" and v != DEFAULT_PURPOSE) or (k == "reveal" and self.reveal)}
+        return urlencode(keep)
+
+    @property
+    def choices(self) -> list[str]:
+        """The purposes the page offers (the current one among them)."""
+        return list(PURPOSES) + ([] if self.purpose in PURPOSES else [self.purpose])
+
+
+Purpose = Annotated[str, Query(max_length=PURPOSE_MAX + 20)]
+"""A page's ``purpose`` query parameter (checked by :func:`read_as`)."""
+Reveal = Annotated[bool, Query()]
+"""A page's ``reveal`` query parameter."""
+
+
+def read_as(state: ServiceState, session: Session, purpose: str, reveal: bool, *,
+            deciding: bool = False) -> ReadAs:
+    """The page's read: a 422 page for a bad purpose, a 403 page for a reveal the key's
+    role may not ask for (:func:`~underway.service._reading.may_reveal`)."""
+    try:
+        purpose = check_purpose(purpose)
+    except ValueError as exc:
+        raise Invalid(f"purpose: {exc}") from None
+    may = may_reveal(state, session.principal, deciding=deciding)
+    if reveal and not may:
+        raise Forbidden(f"a {session.principal.role} key may not show sensitive fields "
+                        "here")
+    return ReadAs(purpose, reveal, may)
+
+
+class Invalid(Exception):
+    """A page's query is wrong; ``reason`` says how (a 422 page)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 def check_form(request: Request, session: Session, csrf: str | None) -> None:
@@ -161,6 +215,11 @@ def install_handlers(app: FastAPI) -> None:
     async def _forbidden(request: Request, exc: Forbidden) -> Response:
         return render(request, "error.html", {"title": "Refused", "reason": exc.reason},
                       status_code=403)
+
+    @app.exception_handler(Invalid)
+    async def _invalid(request: Request, exc: Invalid) -> Response:
+        return render(request, "error.html", {"title": "Invalid", "reason": exc.reason},
+                      status_code=422)
 
 
 def not_found(request: Request, session: Session, what: str) -> HTMLResponse:

@@ -11,8 +11,9 @@ from dataclasses import dataclass
 
 from ..._timeline import format_time, lines
 from ...client import Recorded, RunEvent, RunState
-from ...events import JSON
+from ...events import JSON, PURGED, PayloadPurged
 from ...jsonpatch import make_patch
+from ...redaction import Redactor
 
 PAGE = 200
 """Events on a page of the timeline: page ``n`` holds seqs ``(n-1)*PAGE+1`` to
@@ -103,6 +104,8 @@ def views(events: Sequence[RunEvent]) -> list[EventView]:
     for e, line in zip(events, lines(records), strict=True):
         data = e.event.model_dump(mode="json")
         data.pop("type", None)
+        if isinstance(e.event, PayloadPurged):
+            data = {**e.event.kept, "payload": PURGED}
         out.append(EventView(
             seq=e.seq, time=format_time(e.at), type=line.type,
             family=FAMILY.get(line.type, "other"), summary=line.summary,
@@ -136,8 +139,10 @@ class StateAt:
                 "summary": self.event.summary, "state": self.state, "patch": self.patch}
 
 
-def state_at(before: RunState, rec: Recorded, after: RunState) -> StateAt:
-    """The view of :meth:`~underway.client.Client.state_at`'s answer."""
-    old, new = before.to_json(), after.to_json()
-    event = views([RunEvent(rec.seq, rec.at, rec.event, "")])[0]
+def state_at(before: RunState, rec: Recorded, after: RunState, hide: Redactor) -> StateAt:
+    """The view of :meth:`~underway.client.Client.state_at`'s answer, with what ``hide``
+    hides redacted (in the states before the patch is made, so the patch shows no more)."""
+    old, new = hide.json(before.to_json()), hide.json(after.to_json())
+    assert isinstance(old, dict) and isinstance(new, dict)
+    event = views([RunEvent(rec.seq, rec.at, hide.event(rec.event), "")])[0]
     return StateAt(event, new, make_patch(old, new))

@@ -7,7 +7,9 @@ while the run moves (``/runs/{run_id}/events/stream``, the API's tail with the s
 cookie and frames the page inserts as they are).
 
 Another tenant's run is the same 404 page as a missing one. Every answer that carries the
-run's data appends its access-log entry first, as the API's reads do."""
+run's data appends its access-log entry first, as the API's reads do, with the page's
+``purpose``; what the run's tools hide is redacted unless ``reveal`` is asked for by a role
+that may (:mod:`underway.redaction`)."""
 
 from __future__ import annotations
 
@@ -19,17 +21,20 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Path, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 
-from ..._timeline import event_type, preview
+from ..._timeline import preview, type_of
 from ...client import ChildRun, RunEvent, RunState
 from ...codec import ENCRYPTED
 from ...errors import ConfigurationError, KeyUnavailable, RunNotFound
+from ...events import PURGED
+from ...redaction import Redactor
 from ...store._offload import run_io
+from ...store.access import DEFAULT_PURPOSE
 from ...store.base import FINAL, RunRecord
 from .._auth import Principal, ServiceState
 from .._models import WaitingOn
 from .._runs import waiting_on
 from .._stream import tail
-from ._base import Console, Signed, fragment, not_found, render
+from ._base import Console, Purpose, ReadAs, Reveal, Signed, fragment, not_found, read_as, render
 from ._events import PAGE, EventView, StateAt, state_at, views
 from ._run_actions import NOTICES
 
@@ -41,7 +46,7 @@ Seq = Annotated[int | None, Query(ge=1, le=2**62)]
 
 @dataclass(frozen=True, slots=True)
 class RunView:
-    """What the run page shows, read in one trip to the store."""
+    """What the run page shows, read in one trip to the store (redacted for its viewer)."""
 
     row: RunRecord
     folded: RunState
@@ -53,11 +58,19 @@ class RunView:
     head: int
     picked: StateAt | None
     picked_error: str
+    hide: Redactor
 
     @property
     def result(self) -> str:
-        """The run's result, on one line."""
-        return preview(self.folded.result, 300)
+        """The run's result, on one line (``[purged]`` once retention purged it)."""
+        if self.folded.purged:
+            return PURGED
+        return preview(self.hide.json(self.folded.result), 300)
+
+    @property
+    def error(self) -> str:
+        """The run's error, if any."""
+        return self.hide.text(self.folded.error or "")
 
     @property
     def live(self) -> bool:
@@ -69,27 +82,34 @@ class RunView:
 @router.get("/runs/{run_id}")
 async def run_page(request: Request, state: Console, session: Signed, run_id: RunId,
                    page: Seq = None, at: Seq = None,
-                   done: Annotated[str, Query(max_length=30)] = "") -> HTMLResponse:
+                   done: Annotated[str, Query(max_length=30)] = "",
+                   purpose: Purpose = DEFAULT_PURPOSE, reveal: Reveal = False) -> HTMLResponse:
     """The run's page (``done``: the operator action just sent, which it confirms)."""
+    rd = read_as(state, session, purpose, reveal)
     view = await run_io(state.store, _read, state, request, session.principal, run_id,
-                        page, at)
+                        page, at, rd)
     if view is None:
         return not_found(request, session, "run")
     last_seq = view.events[-1].seq if view.events else (view.page - 1) * PAGE
+    keep = f"&{rd.query}" if rd.query else ""
     return render(request, "run.html", {
         "nav": "runs", "v": view, "row": view.row, "run_id": run_id, "page_size": PAGE,
-        "stream": f"/runs/{run_id}/events/stream?after={last_seq}" if view.live else "",
-        "may_steer": session.may("steer"), "notice": NOTICES.get(done, ""),
+        "stream": f"/runs/{run_id}/events/stream?after={last_seq}{keep}" if view.live else "",
+        "state_url": f"/runs/{run_id}/state" + (f"?{rd.query}" if rd.query else ""),
+        "may_steer": session.may("steer"), "notice": NOTICES.get(done, ""), "rd": rd,
+        "keep": keep,
     }, session=session)
 
 
 @router.get("/runs/{run_id}/state")
 async def state_json(request: Request, state: Console, session: Signed, run_id: RunId,
-                     at: Annotated[int, Query(ge=1, le=2**62)]) -> Response:
+                     at: Annotated[int, Query(ge=1, le=2**62)],
+                     purpose: Purpose = DEFAULT_PURPOSE, reveal: Reveal = False) -> Response:
     """The state after event ``at`` and the patch it made, as JSON (for the page's
     script; the page itself shows the same with ``?at=``)."""
+    rd = read_as(state, session, purpose, reveal)
     found = await run_io(state.store, _picked_read, state, request, session.principal,
-                         run_id, at)
+                         run_id, at, rd)
     if found is None:
         return JSONResponse({"detail": "no run in this tenant"}, status_code=404)
     if isinstance(found, str):
@@ -103,47 +123,52 @@ async def event_stream(
     request: Request, state: Console, session: Signed, run_id: RunId,
     after: Annotated[int, Query(ge=0, le=2**62)] = 0,
     last_event_id: Annotated[str | None, Header(max_length=30)] = None,
+    purpose: Purpose = DEFAULT_PURPOSE, reveal: Reveal = False,
 ) -> Response:
     """New events of the run as Server-Sent Events, each a timeline entry ready to
     insert; ``event: status`` when its status changes; ``event: end`` once it is done."""
     who = session.principal
-    found = await run_io(state.store, _stream_read, state, request, who, run_id)
-    if not found:
+    rd = read_as(state, session, purpose, reveal)
+    hide = await run_io(state.store, _stream_read, state, request, who, run_id, rd)
+    if hide is None:
         return not_found(request, session, "run")
     if last_event_id is not None and last_event_id.strip().isdigit():
         after = max(after, int(last_event_id))
+    keep = f"&{rd.query}" if rd.query else ""
     return StreamingResponse(
-        tail(state, who.tenant_id, run_id, after, request, status=True,
-             frame=partial(_frame, run_id)),
+        tail(state, who.tenant_id, run_id, after, request, hide, status=True,
+             frame=partial(_frame, run_id, keep)),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )
 
 
-def _frame(run_id: str, e: RunEvent) -> str:
-    html = fragment("run_event.html", {"e": views([e])[0], "run_id": run_id})
-    data = json.dumps({"seq": e.seq, "type": event_type(e.event), "html": html})
+def _frame(run_id: str, keep: str, e: RunEvent) -> str:
+    html = fragment("run_event.html", {"e": views([e])[0], "run_id": run_id, "keep": keep})
+    data = json.dumps({"seq": e.seq, "type": type_of(e.event), "html": html})
     return f"id: {e.seq}\ndata: {data}\n\n"
 
 
 # -- reads, each one trip to the store's I/O threads ----------------------------------------
 def _read(state: ServiceState, request: Request, who: Principal, run_id: str,
-          page: int | None, at: int | None) -> RunView | None:
+          page: int | None, at: int | None, rd: ReadAs) -> RunView | None:
     client, tenant = state.client, who.tenant_id
     try:
         row = client.get_run(run_id, tenant_id=tenant)
     except RunNotFound:
         return None
+    hide = client.redactor(run_id, tenant_id=tenant, reveal=rd.reveal)
     events, page = _page(state, row, page)
     head = max(row.last_seq, events[-1].seq if events else 0)
     folded = client.readable_state(run_id, tenant_id=tenant)
     children = client.children(run_id, tenant_id=tenant) if folded.children else []
     picked, error = None, ""
     if at is not None:
-        picked, error = _picked(state, row, at)
-    view = RunView(row, folded, waiting_on(state, row), children, views(events), page,
-                   max((head - 1) // PAGE + 1, page, 1), head, picked, error)
-    state.record_reads(request, who, [run_id])
+        picked, error = _picked(state, row, at, hide)
+    shown = [RunEvent(e.seq, e.at, hide.event(e.event), e.hash) for e in events]
+    view = RunView(row, folded, waiting_on(state, row, hide), children, views(shown), page,
+                   max((head - 1) // PAGE + 1, page, 1), head, picked, error, hide)
+    state.record_reads(request, who, [run_id], purpose=rd.purpose, revealed=rd.reveal)
     return view
 
 
@@ -164,31 +189,35 @@ def _page(state: ServiceState, row: RunRecord, page: int | None) -> tuple[list[R
     return found, base // PAGE + 1
 
 
-def _picked(state: ServiceState, row: RunRecord, at: int) -> tuple[StateAt | None, str]:
+def _picked(state: ServiceState, row: RunRecord, at: int,
+            hide: Redactor) -> tuple[StateAt | None, str]:
     try:
         before, rec, after = state.client.state_at(row.run_id, at, tenant_id=row.tenant_id)
     except ConfigurationError as exc:
         return None, str(exc)
     except KeyUnavailable:
         return None, f"the run's payloads are {ENCRYPTED}: this server has no key to open them"
-    return state_at(before, rec, after), ""
+    return state_at(before, rec, after, hide), ""
 
 
 def _picked_read(state: ServiceState, request: Request, who: Principal, run_id: str,
-                 at: int) -> StateAt | str | None:
+                 at: int, rd: ReadAs) -> StateAt | str | None:
     try:
         row = state.client.get_run(run_id, tenant_id=who.tenant_id)
     except RunNotFound:
         return None
-    picked, error = _picked(state, row, at)
+    hide = state.client.redactor(run_id, tenant_id=who.tenant_id, reveal=rd.reveal)
+    picked, error = _picked(state, row, at, hide)
     if picked is None:
         return error
-    state.record_reads(request, who, [run_id])
+    state.record_reads(request, who, [run_id], purpose=rd.purpose, revealed=rd.reveal)
     return picked
 
 
-def _stream_read(state: ServiceState, request: Request, who: Principal, run_id: str) -> bool:
+def _stream_read(state: ServiceState, request: Request, who: Principal, run_id: str,
+                 rd: ReadAs) -> Redactor | None:
     if state.store.get_run(who.tenant_id, run_id) is None:
-        return False
-    state.record_reads(request, who, [run_id])
-    return True
+        return None
+    hide = state.client.redactor(run_id, tenant_id=who.tenant_id, reveal=rd.reveal)
+    state.record_reads(request, who, [run_id], purpose=rd.purpose, revealed=rd.reveal)
+    return hide

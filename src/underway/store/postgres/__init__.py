@@ -12,8 +12,8 @@ announced with NOTIFY; a worker LISTENs (``wakeups``).
 (created by :meth:`PostgresStore.migrate`); without it the server's search path applies.
 
 The store is one class made of one part per role (``journal``, ``leases``, ``inbox``,
-``schedules``, ``access``, ``keys``) over one pool (``connection``); the SQL is in
-``store/sql/postgres.sql``.
+``schedules``, ``access``, ``consent``, ``retention``, ``keys``) over one pool
+(``connection``); the SQL is in ``store/sql/postgres.sql``.
 """
 
 from __future__ import annotations
@@ -22,17 +22,19 @@ from .._urls import split_url
 from ..base import Dialect
 from ..wakeups import Wakeups
 from .access import Access
+from .consent import Consent
 from .inbox import Inbox
 from .journal import Journal
 from .keys import Keys
 from .leases import Leases
+from .retention import Retention
 from .schedules import Schedules
 from .wakeups import Listener
 
 __all__ = ["PostgresStore", "split_url"]
 
 
-class PostgresStore(Journal, Leases, Inbox, Schedules, Access, Keys):
+class PostgresStore(Journal, Leases, Inbox, Schedules, Access, Consent, Retention, Keys):
     """A :class:`~underway.store.base.Store` on a PostgreSQL database (one schema of it).
 
     ``min_size``/``max_size`` bound the connection pool; ``connect_timeout`` is how long

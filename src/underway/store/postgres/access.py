@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from ...errors import ConflictError
-from ..records import AccessRecord, ApiKeyRecord, IntakeSecretRecord
+from ..access import genesis, link
+from ..records import AccessHead, AccessRecord, ApiKeyRecord, IntakeSecretRecord
 from .connection import _Q, Connection
 
 
@@ -58,24 +60,62 @@ class Access(Connection):
         """Remove a source's secret."""
         return self._count("delete_intake_secret", tenant_id=tenant_id, source=source) == 1
 
-    def log_access(self, records: Sequence[AccessRecord]) -> None:
-        """Append entries in one transaction."""
+    def log_access(self, records: Sequence[AccessRecord]) -> list[AccessRecord]:
+        """Append entries in one transaction, each linked to the end of its tenant's chain
+        while holding the lock on the chain's head (tenants locked in name order)."""
         if not records:
-            return
+            return []
+        stored = []
         with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
-            cur.executemany(_Q["log_access"], [
-                {"tenant_id": r.tenant_id, "at": r.at, "key_id": r.key_id,
-                 "key_name": r.key_name, "run_id": r.run_id, "endpoint": r.endpoint}
-                for r in records
-            ])
+            heads: dict[str, AccessHead] = {}
+            for tenant in sorted({r.tenant_id for r in records}):
+                cur.execute(_Q["open_access_head"],
+                            {"tenant_id": tenant, "genesis": genesis(tenant)})
+                cur.execute(_Q["lock_access_head"], {"tenant_id": tenant})
+                row = cur.fetchone()
+                assert row is not None
+                heads[tenant] = AccessHead(*row)
+            for rec in records:
+                head = heads[rec.tenant_id]
+                linked = link(rec, head.hash)
+                cur.execute(_Q["log_access"], {
+                    "tenant_id": linked.tenant_id, "at": linked.at, "key_id": linked.key_id,
+                    "key_name": linked.key_name, "run_id": linked.run_id,
+                    "endpoint": linked.endpoint, "purpose": linked.purpose,
+                    "revealed": linked.revealed, "prev_hash": linked.prev_hash,
+                    "hash": linked.hash,
+                })
+                row = cur.fetchone()
+                assert row is not None
+                linked = dataclasses.replace(linked, seq=int(row[0]))
+                heads[rec.tenant_id] = AccessHead(rec.tenant_id, linked.seq, linked.hash,
+                                                  head.entries + 1)
+                stored.append(linked)
+            for head in heads.values():
+                cur.execute(_Q["set_access_head"], {
+                    "tenant_id": head.tenant_id, "seq": head.seq, "hash": head.hash,
+                    "entries": head.entries,
+                })
+        return stored
 
     def list_access(
         self, tenant_id: str, *, run_id: str | None = None, key_id: str | None = None,
         since: float | None = None, until: float | None = None, before: int | None = None,
-        limit: int = 100,
+        limit: int = 100, who: str | None = None, purpose: str | None = None,
     ) -> list[AccessRecord]:
         """A tenant's entries, newest first."""
         return [AccessRecord(*r) for r in self._all(
             "list_access", tenant_id=tenant_id, run_id=run_id, key_id=key_id, since=since,
-            until=until, before=before, limit=limit,
+            until=until, before=before, limit=limit, who=who, purpose=purpose,
         )]
+
+    def access_chain(self, tenant_id: str, *, after: int = 0,
+                     limit: int = 1000) -> list[AccessRecord]:
+        """A tenant's entries in chain order."""
+        return [AccessRecord(*r) for r in self._all(
+            "access_chain", tenant_id=tenant_id, after=after, limit=limit)]
+
+    def access_head(self, tenant_id: str) -> AccessHead | None:
+        """The end of the tenant's chain."""
+        rows = self._all("access_head", tenant_id=tenant_id)
+        return AccessHead(*rows[0]) if rows else None

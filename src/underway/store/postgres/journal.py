@@ -203,6 +203,13 @@ class Journal(Connection):
         )
         return [_run(r) for r in rows]
 
+    def runs_of_subject(
+        self, tenant_id: str, subject: str, *, limit: int | None = None
+    ) -> list[RunRecord]:
+        """The tenant's runs about a subject, oldest first."""
+        rows = self._all("runs_of_subject", tenant_id=tenant_id, subject=subject, limit=limit)
+        return [_run(r) for r in rows]
+
     def tenants(self) -> list[str]:
         """Tenants with runs."""
         return [r[0] for r in self._all("tenants")]
@@ -261,5 +268,6 @@ def _run_params(new: NewRun) -> dict[str, Any]:
         "step": new.step, "idempotency_key": new.idempotency_key, "seq": ev.seq,
         "type": ev.type, "payload": ev.payload, "hash": ev.hash,
         "next_wake_at": new.next_wake_at, "now": new.now, "queue": new.queue,
+        "subject": new.subject, "purpose": new.purpose,
         "blob_keys": keys, "blob_data": [new.blobs[k] for k in keys],
     }

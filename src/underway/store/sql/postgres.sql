@@ -32,43 +32,46 @@ VALUES (%(version)s, %(name)s, %(applied_at)s)
 -- name: create_run
 WITH created AS (
     INSERT INTO runs (tenant_id, run_id, flow, status, step, idempotency_key, last_seq,
-                      last_hash, next_wake_at, created_at, updated_at, queue)
+                      last_hash, next_wake_at, created_at, updated_at, queue, subject,
+                      purpose)
     VALUES (%(tenant_id)s, %(run_id)s, %(flow)s, 'ready', %(step)s, %(idempotency_key)s,
-            %(seq)s, %(hash)s, %(next_wake_at)s, %(now)s, %(now)s, %(queue)s)
+            %(seq)s, %(hash)s, %(next_wake_at)s, %(now)s, %(now)s, %(queue)s, %(subject)s,
+            %(purpose)s)
     ON CONFLICT DO NOTHING
     RETURNING tenant_id, run_id, flow, status, step, idempotency_key, last_seq, last_hash,
               next_wake_at, waiting_signal, control_pending, lease_owner, lease_token,
-              lease_expires_at, created_at, updated_at, error, queue
+              lease_expires_at, created_at, updated_at, error, queue, subject, purpose
 ), first_event AS (
     INSERT INTO events (tenant_id, run_id, seq, type, payload, hash)
     SELECT tenant_id, run_id, %(seq)s, %(type)s, %(payload)s, %(hash)s FROM created
 ), first_blobs AS (
-    INSERT INTO blobs (tenant_id, key, data)
-    SELECT created.tenant_id, b.key, b.data
+    INSERT INTO blobs (tenant_id, key, data, written_at)
+    SELECT created.tenant_id, b.key, b.data, extract(epoch FROM clock_timestamp())
       FROM created, unnest(%(blob_keys)s::text[], %(blob_data)s::bytea[]) AS b(key, data)
      ORDER BY b.key
-    ON CONFLICT DO NOTHING
+    ON CONFLICT (tenant_id, key) DO UPDATE SET written_at = excluded.written_at
+     WHERE blobs.written_at < excluded.written_at - 86400
 )
 SELECT * FROM created
 
 -- name: find_by_idempotency
 SELECT tenant_id, run_id, flow, status, step, idempotency_key, last_seq, last_hash,
        next_wake_at, waiting_signal, control_pending, lease_owner, lease_token,
-       lease_expires_at, created_at, updated_at, error, queue
+       lease_expires_at, created_at, updated_at, error, queue, subject, purpose
   FROM runs
  WHERE tenant_id = %(tenant_id)s AND flow = %(flow)s AND idempotency_key = %(idempotency_key)s
 
 -- name: get_run
 SELECT tenant_id, run_id, flow, status, step, idempotency_key, last_seq, last_hash,
        next_wake_at, waiting_signal, control_pending, lease_owner, lease_token,
-       lease_expires_at, created_at, updated_at, error, queue
+       lease_expires_at, created_at, updated_at, error, queue, subject, purpose
   FROM runs
  WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s
 
 -- name: list_runs
 SELECT tenant_id, run_id, flow, status, step, idempotency_key, last_seq, last_hash,
        next_wake_at, waiting_signal, control_pending, lease_owner, lease_token,
-       lease_expires_at, created_at, updated_at, error, queue
+       lease_expires_at, created_at, updated_at, error, queue, subject, purpose
   FROM runs
  WHERE tenant_id = %(tenant_id)s
    AND (%(status)s::text IS NULL OR status = %(status)s)
@@ -84,6 +87,15 @@ SELECT tenant_id, run_id, flow, status, step, idempotency_key, last_seq, last_ha
    AND (%(search)s::text IS NULL OR strpos(run_id, %(search)s) > 0
         OR strpos(flow, %(search)s) > 0)
  ORDER BY created_at DESC, run_id COLLATE "C"
+ LIMIT %(limit)s
+
+-- name: runs_of_subject
+SELECT tenant_id, run_id, flow, status, step, idempotency_key, last_seq, last_hash,
+       next_wake_at, waiting_signal, control_pending, lease_owner, lease_token,
+       lease_expires_at, created_at, updated_at, error, queue, subject, purpose
+  FROM runs
+ WHERE tenant_id = %(tenant_id)s AND subject = %(subject)s
+ ORDER BY created_at, run_id COLLATE "C"
  LIMIT %(limit)s
 
 -- name: tenants
@@ -162,12 +174,15 @@ SELECT COALESCE(MAX(seq), 0) FROM events
  WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s
 
 -- name: insert_blobs
--- Keys in one order everywhere, so two writers sharing blobs cannot deadlock.
-INSERT INTO blobs (tenant_id, key, data)
-SELECT %(tenant_id)s, b.key, b.data
+-- Keys in one order everywhere, so two writers sharing blobs cannot deadlock. written_at
+-- by the database's clock; a blob sent again is marked written again only when its mark
+-- is over a day old (BLOB_REFRESH), so a resend rarely rewrites the row.
+INSERT INTO blobs (tenant_id, key, data, written_at)
+SELECT %(tenant_id)s, b.key, b.data, extract(epoch FROM clock_timestamp())
   FROM unnest(%(keys)s::text[], %(data)s::bytea[]) AS b(key, data)
  ORDER BY b.key
-ON CONFLICT DO NOTHING
+ON CONFLICT (tenant_id, key) DO UPDATE SET written_at = excluded.written_at
+ WHERE blobs.written_at < excluded.written_at - 86400
 
 -- name: upsert_checkpoint
 INSERT INTO checkpoints (tenant_id, run_id, seq, state)
@@ -638,7 +653,7 @@ SELECT k.tenant_id, k.id, k.text, k.source, k.created_at, k.expires_at, k.roles,
  ORDER BY score DESC, k.created_at DESC, k.id COLLATE "C"
  LIMIT %(limit)s
 
--- API keys, intake webhook secrets and the access log (migration 0009).
+-- API keys, intake webhook secrets and the access log (migrations 0009, 0011).
 
 -- name: insert_api_key
 INSERT INTO api_keys (key_id, tenant_id, role, name, token_hash, created_at, revoked_at)
@@ -677,21 +692,182 @@ SELECT tenant_id, source, secret, created_at FROM intake_secrets
 DELETE FROM intake_secrets WHERE tenant_id = %(tenant_id)s AND source = %(source)s
 
 -- name: log_access
-INSERT INTO access_log (tenant_id, at, key_id, key_name, run_id, endpoint)
-VALUES (%(tenant_id)s, %(at)s, %(key_id)s, %(key_name)s, %(run_id)s, %(endpoint)s)
+INSERT INTO access_log (tenant_id, at, key_id, key_name, run_id, endpoint, purpose, revealed,
+                        prev_hash, hash)
+VALUES (%(tenant_id)s, %(at)s, %(key_id)s, %(key_name)s, %(run_id)s, %(endpoint)s,
+        %(purpose)s, %(revealed)s, %(prev_hash)s, %(hash)s)
+RETURNING seq
+
+-- name: open_access_head
+INSERT INTO access_log_heads (tenant_id, seq, hash, entries)
+VALUES (%(tenant_id)s, 0, %(genesis)s, 0)
+ON CONFLICT DO NOTHING
+
+-- name: lock_access_head
+SELECT tenant_id, seq, hash, entries FROM access_log_heads
+ WHERE tenant_id = %(tenant_id)s FOR UPDATE
+
+-- name: set_access_head
+UPDATE access_log_heads SET seq = %(seq)s, hash = %(hash)s, entries = %(entries)s
+ WHERE tenant_id = %(tenant_id)s
+
+-- name: access_head
+SELECT tenant_id, seq, hash, entries FROM access_log_heads
+ WHERE tenant_id = %(tenant_id)s AND entries > 0
+
+-- name: access_chain
+SELECT tenant_id, at, key_id, key_name, run_id, endpoint, seq, purpose, revealed, prev_hash,
+       hash
+  FROM access_log WHERE tenant_id = %(tenant_id)s AND seq > %(after)s
+ ORDER BY seq LIMIT %(limit)s
 
 -- name: list_access
-SELECT tenant_id, at, key_id, key_name, run_id, endpoint, seq FROM access_log
+SELECT tenant_id, at, key_id, key_name, run_id, endpoint, seq, purpose, revealed, prev_hash,
+       hash
+  FROM access_log
  WHERE tenant_id = %(tenant_id)s
    AND (%(run_id)s::text IS NULL OR run_id = %(run_id)s)
    AND (%(key_id)s::text IS NULL OR key_id = %(key_id)s)
+   AND (%(who)s::text IS NULL OR key_name = %(who)s)
+   AND (%(purpose)s::text IS NULL OR purpose = %(purpose)s)
    AND (%(since)s::float8 IS NULL OR at >= %(since)s)
    AND (%(until)s::float8 IS NULL OR at < %(until)s)
    AND (%(before)s::bigint IS NULL OR seq < %(before)s)
  ORDER BY seq DESC
  LIMIT %(limit)s
 
--- Encryption at rest: tenants' data keys, kept wrapped (migration 0011), and the sealed
+-- name: record_consent
+INSERT INTO consents (tenant_id, subject, purpose, state, reference, recorded_by, at)
+VALUES (%(tenant_id)s, %(subject)s, %(purpose)s, %(state)s, %(reference)s, %(by)s, %(at)s)
+RETURNING seq
+
+-- name: current_consents
+SELECT DISTINCT ON (purpose COLLATE "C")
+       tenant_id, subject, purpose, state, reference, recorded_by, at, seq
+  FROM consents
+ WHERE tenant_id = %(tenant_id)s AND subject = %(subject)s
+   AND (%(purposes)s::text[] IS NULL OR purpose = ANY(%(purposes)s::text[]))
+ ORDER BY purpose COLLATE "C", seq DESC
+
+-- name: consent_history
+SELECT tenant_id, subject, purpose, state, reference, recorded_by, at, seq FROM consents
+ WHERE tenant_id = %(tenant_id)s AND subject = %(subject)s
+   AND (%(purpose)s::text IS NULL OR purpose = %(purpose)s)
+ ORDER BY seq
+
+-- Retention and legal holds (migration 0013).
+
+-- name: put_hold
+-- A standing hold is left as it is (no row changes); a released one is replaced.
+INSERT INTO legal_holds (tenant_id, kind, target, reason, held_by, created_at, released_at,
+                         released_by)
+VALUES (%(tenant_id)s, %(kind)s, %(target)s, %(reason)s, %(by)s, %(created_at)s, NULL, NULL)
+ON CONFLICT (tenant_id, kind, target) DO UPDATE
+   SET reason = excluded.reason, held_by = excluded.held_by,
+       created_at = excluded.created_at, released_at = NULL, released_by = NULL
+ WHERE legal_holds.released_at IS NOT NULL
+
+-- name: release_hold
+UPDATE legal_holds SET released_at = %(at)s, released_by = %(by)s
+ WHERE tenant_id = %(tenant_id)s AND kind = %(kind)s AND target = %(target)s
+   AND released_at IS NULL
+
+-- name: list_holds
+SELECT tenant_id, kind, target, reason, held_by, created_at, released_at, released_by
+  FROM legal_holds
+ WHERE (%(tenant_id)s::text IS NULL OR tenant_id = %(tenant_id)s)
+   AND (%(released)s OR released_at IS NULL)
+ ORDER BY tenant_id COLLATE "C", kind COLLATE "C", target COLLATE "C"
+
+-- name: retention_candidates
+SELECT r.tenant_id, r.run_id, r.flow, r.status, r.step, r.idempotency_key, r.last_seq,
+       r.last_hash, r.next_wake_at, r.waiting_signal, r.control_pending, r.lease_owner,
+       r.lease_token, r.lease_expires_at, r.created_at, r.updated_at, r.error, r.queue,
+       r.subject, r.purpose
+  FROM runs AS r
+ WHERE r.tenant_id = %(tenant_id)s AND r.status = %(status)s
+   AND r.updated_at < %(ended_before)s
+   AND (%(flow)s::text IS NULL OR r.flow = %(flow)s)
+   AND (%(after_at)s::float8 IS NULL OR r.updated_at > %(after_at)s
+        OR (r.updated_at = %(after_at)s AND r.run_id COLLATE "C" > %(after_id)s))
+   AND NOT EXISTS (SELECT 1 FROM purged_runs AS p
+                    WHERE p.tenant_id = r.tenant_id AND p.run_id = r.run_id)
+ ORDER BY r.updated_at, r.run_id COLLATE "C"
+ LIMIT %(limit)s
+
+-- name: purge_head
+-- What a purge checks, with the run's row locked: its status, whether a legal hold stands
+-- on it or its subject, whether it was purged already, and the journal's extent.
+SELECT r.status, r.last_seq,
+       EXISTS (SELECT 1 FROM legal_holds AS h
+                WHERE h.tenant_id = r.tenant_id AND h.released_at IS NULL
+                  AND ((h.kind = 'run' AND h.target = r.run_id)
+                       OR (h.kind = 'subject' AND h.target = r.subject))),
+       EXISTS (SELECT 1 FROM purged_runs AS p
+                WHERE p.tenant_id = r.tenant_id AND p.run_id = r.run_id),
+       (SELECT COUNT(*) FROM events AS e
+         WHERE e.tenant_id = r.tenant_id AND e.run_id = r.run_id),
+       (SELECT COALESCE(MAX(seq), 0) FROM events AS e
+         WHERE e.tenant_id = r.tenant_id AND e.run_id = r.run_id)
+  FROM runs AS r WHERE r.tenant_id = %(tenant_id)s AND r.run_id = %(run_id)s
+   FOR UPDATE OF r
+
+-- name: tombstone_events
+UPDATE events AS e SET payload = t.payload
+  FROM unnest(%(seqs)s::bigint[], %(types)s::text[], %(payloads)s::bytea[],
+              %(hashes)s::text[]) AS t(seq, type, payload, hash)
+ WHERE e.tenant_id = %(tenant_id)s AND e.run_id = %(run_id)s AND e.seq = t.seq
+   AND e.type = t.type AND e.hash = t.hash
+
+-- name: delete_signals_of_run
+DELETE FROM signals WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s
+
+-- name: clear_run_fields
+-- The error may quote the payloads; the subject ties the run to a person.
+UPDATE runs SET error = NULL, subject = NULL
+ WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s
+
+-- name: insert_purged_run
+INSERT INTO purged_runs (tenant_id, run_id, sweep_id, purged_at, events, rule)
+VALUES (%(tenant_id)s, %(run_id)s, %(sweep_id)s, %(at)s, %(events)s, %(rule)s)
+
+-- name: purged_runs
+SELECT tenant_id, run_id, sweep_id, purged_at, events, rule FROM purged_runs
+ WHERE tenant_id = %(tenant_id)s AND (%(sweep_id)s::text IS NULL OR sweep_id = %(sweep_id)s)
+   AND (%(run_id)s::text IS NULL OR run_id = %(run_id)s)
+ ORDER BY purged_at DESC, run_id COLLATE "C"
+ LIMIT %(limit)s
+
+-- name: blob_keys
+SELECT key FROM blobs
+ WHERE tenant_id = %(tenant_id)s AND (%(after)s::text IS NULL OR key COLLATE "C" > %(after)s)
+ ORDER BY key COLLATE "C" LIMIT %(limit)s
+
+-- name: delete_blobs
+DELETE FROM blobs
+ WHERE tenant_id = %(tenant_id)s AND key = ANY(%(keys)s::text[])
+   AND written_at < extract(epoch FROM clock_timestamp()) - %(idle)s
+
+-- name: record_sweep
+INSERT INTO retention_sweeps (sweep_id, tenant_id, started_at, swept_by, finished_at, purged,
+                              held, skipped, blobs_deleted, collected_at)
+VALUES (%(sweep_id)s, %(tenant_id)s, %(started_at)s, %(by)s, %(finished_at)s, %(purged)s,
+        %(held)s, %(skipped)s, %(blobs_deleted)s, %(collected_at)s)
+ON CONFLICT (sweep_id, tenant_id) DO UPDATE
+   SET started_at = excluded.started_at, swept_by = excluded.swept_by,
+       finished_at = excluded.finished_at, purged = excluded.purged, held = excluded.held,
+       skipped = excluded.skipped, blobs_deleted = excluded.blobs_deleted,
+       collected_at = excluded.collected_at
+
+-- name: list_sweeps
+SELECT sweep_id, tenant_id, started_at, swept_by, finished_at, purged, held, skipped,
+       blobs_deleted, collected_at
+  FROM retention_sweeps
+ WHERE (%(tenant_id)s::text IS NULL OR tenant_id = %(tenant_id)s)
+ ORDER BY started_at DESC, sweep_id COLLATE "C", tenant_id COLLATE "C"
+ LIMIT %(limit)s
+
+-- Encryption at rest: tenants' data keys, kept wrapped (migration 0014), and the sealed
 -- rows a key rotation seals again.
 
 -- name: lock_data_keys

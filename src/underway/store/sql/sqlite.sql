@@ -18,8 +18,8 @@ INSERT INTO underway_schema_version (version, name, applied_at) VALUES (?, ?, ?)
 
 -- name: insert_run
 INSERT INTO runs (tenant_id, run_id, flow, status, step, idempotency_key, last_seq, last_hash,
-                  next_wake_at, created_at, updated_at, queue)
-VALUES (?, ?, ?, 'ready', ?, ?, ?, ?, ?, ?, ?, ?)
+                  next_wake_at, created_at, updated_at, queue, subject, purpose)
+VALUES (?, ?, ?, 'ready', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT DO NOTHING
 
 -- name: find_by_idempotency
@@ -44,6 +44,12 @@ SELECT * FROM runs
    AND (:search IS NULL OR instr(run_id, :search) > 0 OR instr(flow, :search) > 0)
  ORDER BY created_at DESC, run_id
  LIMIT :limit
+
+-- name: runs_of_subject
+SELECT * FROM runs
+ WHERE tenant_id = :tenant_id AND subject = :subject
+ ORDER BY created_at, run_id
+ LIMIT coalesce(:limit, -1)
 
 -- name: tenants
 SELECT DISTINCT tenant_id FROM runs ORDER BY tenant_id
@@ -104,7 +110,12 @@ SELECT e.tenant_id, e.run_id, e.seq, e.hash
 INSERT INTO events (tenant_id, run_id, seq, type, payload, hash) VALUES (?, ?, ?, ?, ?, ?)
 
 -- name: insert_blob
-INSERT INTO blobs (tenant_id, key, data) VALUES (?, ?, ?) ON CONFLICT DO NOTHING
+-- written_at by the database's clock; a blob sent again is marked written again only when
+-- its mark is over a day old (BLOB_REFRESH), so a resend rarely rewrites the row.
+INSERT INTO blobs (tenant_id, key, data, written_at)
+VALUES (?, ?, ?, (julianday('now') - 2440587.5) * 86400.0)
+ON CONFLICT (tenant_id, key) DO UPDATE SET written_at = excluded.written_at
+ WHERE blobs.written_at < excluded.written_at - 86400
 
 -- name: circuit_get
 SELECT failures, open_until, trial_until FROM circuits WHERE tenant_id = ? AND name = ?
@@ -497,7 +508,7 @@ SELECT k.seq, k.tenant_id, k.id, k.text, k.source, k.created_at, k.expires_at, k
  ORDER BY score DESC, k.created_at DESC, k.id
  LIMIT :limit
 
--- API keys, intake webhook secrets and the access log (migration 0009).
+-- API keys, intake webhook secrets and the access log (migrations 0009, 0011).
 
 -- name: insert_api_key
 INSERT INTO api_keys (key_id, tenant_id, role, name, token_hash, created_at, revoked_at)
@@ -534,21 +545,157 @@ SELECT tenant_id, source, secret, created_at FROM intake_secrets
 DELETE FROM intake_secrets WHERE tenant_id = ? AND source = ?
 
 -- name: log_access
-INSERT INTO access_log (tenant_id, at, key_id, key_name, run_id, endpoint)
-VALUES (?, ?, ?, ?, ?, ?)
+INSERT INTO access_log (tenant_id, at, key_id, key_name, run_id, endpoint, purpose, revealed,
+                        prev_hash, hash)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+
+-- name: access_head
+SELECT tenant_id, seq, hash, entries FROM access_log_heads WHERE tenant_id = ?
+
+-- name: put_access_head
+INSERT INTO access_log_heads (tenant_id, seq, hash, entries) VALUES (?, ?, ?, ?)
+ON CONFLICT (tenant_id) DO UPDATE
+   SET seq = excluded.seq, hash = excluded.hash, entries = excluded.entries
+
+-- name: access_chain
+SELECT tenant_id, at, key_id, key_name, run_id, endpoint, seq, purpose, revealed, prev_hash,
+       hash
+  FROM access_log WHERE tenant_id = ? AND seq > ? ORDER BY seq LIMIT ?
 
 -- name: list_access
-SELECT tenant_id, at, key_id, key_name, run_id, endpoint, seq FROM access_log
+SELECT tenant_id, at, key_id, key_name, run_id, endpoint, seq, purpose, revealed, prev_hash,
+       hash
+  FROM access_log
  WHERE tenant_id = :tenant_id
    AND (:run_id IS NULL OR run_id = :run_id)
    AND (:key_id IS NULL OR key_id = :key_id)
+   AND (:who IS NULL OR key_name = :who)
+   AND (:purpose IS NULL OR purpose = :purpose)
    AND (:since IS NULL OR at >= :since)
    AND (:until IS NULL OR at < :until)
    AND (:before IS NULL OR seq < :before)
  ORDER BY seq DESC
  LIMIT :limit
 
--- Encryption at rest: tenants' data keys, kept wrapped (migration 0011), and the sealed
+-- name: record_consent
+INSERT INTO consents (tenant_id, subject, purpose, state, reference, recorded_by, at)
+VALUES (?, ?, ?, ?, ?, ?, ?)
+
+-- name: current_consents
+SELECT tenant_id, subject, purpose, state, reference, recorded_by, at, seq FROM consents c
+ WHERE tenant_id = :tenant_id AND subject = :subject
+   AND (:purposes IS NULL OR purpose IN (SELECT value FROM json_each(:purposes)))
+   AND seq = (SELECT MAX(seq) FROM consents m
+               WHERE m.tenant_id = c.tenant_id AND m.subject = c.subject
+                 AND m.purpose = c.purpose)
+ ORDER BY purpose
+
+-- name: consent_history
+SELECT tenant_id, subject, purpose, state, reference, recorded_by, at, seq FROM consents
+ WHERE tenant_id = :tenant_id AND subject = :subject
+   AND (:purpose IS NULL OR purpose = :purpose)
+ ORDER BY seq
+
+-- Retention and legal holds (migration 0013).
+
+-- name: put_hold
+-- A standing hold is left as it is (no row changes); a released one is replaced.
+INSERT INTO legal_holds (tenant_id, kind, target, reason, held_by, created_at, released_at,
+                         released_by)
+VALUES (?, ?, ?, ?, ?, ?, NULL, NULL)
+ON CONFLICT (tenant_id, kind, target) DO UPDATE
+   SET reason = excluded.reason, held_by = excluded.held_by,
+       created_at = excluded.created_at, released_at = NULL, released_by = NULL
+ WHERE legal_holds.released_at IS NOT NULL
+
+-- name: release_hold
+UPDATE legal_holds SET released_at = ?, released_by = ?
+ WHERE tenant_id = ? AND kind = ? AND target = ? AND released_at IS NULL
+
+-- name: list_holds
+SELECT tenant_id, kind, target, reason, held_by, created_at, released_at, released_by
+  FROM legal_holds
+ WHERE (:tenant_id IS NULL OR tenant_id = :tenant_id)
+   AND (:released OR released_at IS NULL)
+ ORDER BY tenant_id, kind, target
+
+-- name: retention_candidates
+SELECT * FROM runs AS r
+ WHERE r.tenant_id = :tenant_id AND r.status = :status AND r.updated_at < :ended_before
+   AND (:flow IS NULL OR r.flow = :flow)
+   AND (:after_at IS NULL OR r.updated_at > :after_at
+        OR (r.updated_at = :after_at AND r.run_id > :after_id))
+   AND NOT EXISTS (SELECT 1 FROM purged_runs AS p
+                    WHERE p.tenant_id = r.tenant_id AND p.run_id = r.run_id)
+ ORDER BY r.updated_at, r.run_id
+ LIMIT :limit
+
+-- name: purge_head
+-- What a purge checks, in one read under the write lock: the row, whether a legal hold
+-- stands on the run or its subject, whether it was purged already, the journal's extent.
+SELECT r.status, r.last_seq,
+       EXISTS (SELECT 1 FROM legal_holds AS h
+                WHERE h.tenant_id = r.tenant_id AND h.released_at IS NULL
+                  AND ((h.kind = 'run' AND h.target = r.run_id)
+                       OR (h.kind = 'subject' AND h.target = r.subject))) AS held,
+       EXISTS (SELECT 1 FROM purged_runs AS p
+                WHERE p.tenant_id = r.tenant_id AND p.run_id = r.run_id) AS purged,
+       (SELECT COUNT(*) FROM events AS e
+         WHERE e.tenant_id = r.tenant_id AND e.run_id = r.run_id) AS events,
+       (SELECT COALESCE(MAX(seq), 0) FROM events AS e
+         WHERE e.tenant_id = r.tenant_id AND e.run_id = r.run_id) AS head
+  FROM runs AS r WHERE r.tenant_id = ? AND r.run_id = ?
+
+-- name: tombstone_event
+UPDATE events SET payload = ?
+ WHERE tenant_id = ? AND run_id = ? AND seq = ? AND type = ? AND hash = ?
+
+-- name: delete_signals_of_run
+DELETE FROM signals WHERE tenant_id = ? AND run_id = ?
+
+-- name: clear_run_fields
+-- The error may quote the payloads; the subject ties the run to a person.
+UPDATE runs SET error = NULL, subject = NULL WHERE tenant_id = ? AND run_id = ?
+
+-- name: insert_purged_run
+INSERT INTO purged_runs (tenant_id, run_id, sweep_id, purged_at, events, rule)
+VALUES (?, ?, ?, ?, ?, ?)
+
+-- name: purged_runs
+SELECT tenant_id, run_id, sweep_id, purged_at, events, rule FROM purged_runs
+ WHERE tenant_id = :tenant_id AND (:sweep_id IS NULL OR sweep_id = :sweep_id)
+   AND (:run_id IS NULL OR run_id = :run_id)
+ ORDER BY purged_at DESC, run_id
+ LIMIT :limit
+
+-- name: blob_keys
+SELECT key FROM blobs WHERE tenant_id = :tenant_id AND (:after IS NULL OR key > :after)
+ ORDER BY key LIMIT :limit
+
+-- name: delete_blobs
+DELETE FROM blobs
+ WHERE tenant_id = :tenant_id AND key IN (SELECT value FROM json_each(:keys))
+   AND written_at < (julianday('now') - 2440587.5) * 86400.0 - :idle
+
+-- name: record_sweep
+INSERT INTO retention_sweeps (sweep_id, tenant_id, started_at, swept_by, finished_at, purged,
+                              held, skipped, blobs_deleted, collected_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (sweep_id, tenant_id) DO UPDATE
+   SET started_at = excluded.started_at, swept_by = excluded.swept_by,
+       finished_at = excluded.finished_at, purged = excluded.purged, held = excluded.held,
+       skipped = excluded.skipped, blobs_deleted = excluded.blobs_deleted,
+       collected_at = excluded.collected_at
+
+-- name: list_sweeps
+SELECT sweep_id, tenant_id, started_at, swept_by, finished_at, purged, held, skipped,
+       blobs_deleted, collected_at
+  FROM retention_sweeps
+ WHERE (:tenant_id IS NULL OR tenant_id = :tenant_id)
+ ORDER BY started_at DESC, sweep_id, tenant_id
+ LIMIT :limit
+
+-- Encryption at rest: tenants' data keys, kept wrapped (migration 0014), and the sealed
 -- rows a key rotation seals again.
 
 -- name: insert_data_key

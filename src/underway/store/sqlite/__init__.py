@@ -2,8 +2,9 @@
 
 Writers serialize through ``BEGIN IMMEDIATE``, which is also what makes claiming correct
 when several worker processes share one database file. The store is one class made of one
-part per role (``journal``, ``leases``, ``inbox``, ``schedules``, ``access``, ``keys``),
-over one connection (``connection``); the SQL is in ``store/sql/sqlite.sql``.
+part per role (``journal``, ``leases``, ``inbox``, ``schedules``, ``access``, ``consent``,
+``retention``, ``keys``), over one connection (``connection``); the SQL is in
+``store/sql/sqlite.sql``.
 """
 
 from __future__ import annotations
@@ -11,16 +12,18 @@ from __future__ import annotations
 from ..base import Dialect
 from ..wakeups import Polling, Wakeups
 from .access import Access
+from .consent import Consent
 from .inbox import Inbox
 from .journal import Journal
 from .keys import Keys
 from .leases import Leases
+from .retention import Retention
 from .schedules import Schedules
 
 __all__ = ["SQLiteStore"]
 
 
-class SQLiteStore(Journal, Leases, Inbox, Schedules, Access, Keys):
+class SQLiteStore(Journal, Leases, Inbox, Schedules, Access, Consent, Retention, Keys):
     """A :class:`~underway.store.base.Store` on one SQLite database file.
 
     ``busy_timeout_ms`` is how long a writer waits for another process's write lock.

@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
 from ...errors import ConflictError
-from ..records import AccessRecord, ApiKeyRecord, IntakeSecretRecord
+from ..access import genesis, link
+from ..records import AccessHead, AccessRecord, ApiKeyRecord, IntakeSecretRecord
 from .connection import _Q, Connection
 
 
@@ -59,23 +61,61 @@ class Access(Connection):
         with self._tx() as c:
             return c.execute(_Q["delete_intake_secret"], (tenant_id, source)).rowcount == 1
 
-    def log_access(self, records: Sequence[AccessRecord]) -> None:
-        """Append entries in one transaction."""
+    def log_access(self, records: Sequence[AccessRecord]) -> list[AccessRecord]:
+        """Append entries in one transaction, each linked to the end of its tenant's chain
+        (``BEGIN IMMEDIATE``: one writer at a time, whatever the process)."""
         if not records:
-            return
+            return []
+        stored = []
         with self._tx() as c:
-            c.executemany(_Q["log_access"], [
-                (r.tenant_id, r.at, r.key_id, r.key_name, r.run_id, r.endpoint) for r in records
-            ])
+            heads: dict[str, AccessHead | None] = {}
+            for rec in records:
+                if rec.tenant_id not in heads:
+                    row = c.execute(_Q["access_head"], (rec.tenant_id,)).fetchone()
+                    heads[rec.tenant_id] = AccessHead(*row) if row is not None else None
+                head = heads[rec.tenant_id]
+                linked = link(rec, head.hash if head is not None else genesis(rec.tenant_id))
+                cur = c.execute(_Q["log_access"], (
+                    linked.tenant_id, linked.at, linked.key_id, linked.key_name, linked.run_id,
+                    linked.endpoint, linked.purpose, int(linked.revealed), linked.prev_hash,
+                    linked.hash,
+                ))
+                seq = int(cur.lastrowid or 0)
+                linked = dataclasses.replace(linked, seq=seq)
+                heads[rec.tenant_id] = AccessHead(rec.tenant_id, seq, linked.hash,
+                                                  (head.entries if head else 0) + 1)
+                stored.append(linked)
+            for found in heads.values():
+                if found is not None:
+                    c.execute(_Q["put_access_head"],
+                              (found.tenant_id, found.seq, found.hash, found.entries))
+        return stored
 
     def list_access(
         self, tenant_id: str, *, run_id: str | None = None, key_id: str | None = None,
         since: float | None = None, until: float | None = None, before: int | None = None,
-        limit: int = 100,
+        limit: int = 100, who: str | None = None, purpose: str | None = None,
     ) -> list[AccessRecord]:
         """A tenant's entries, newest first."""
         params: dict[str, Any] = {
             "tenant_id": tenant_id, "run_id": run_id, "key_id": key_id, "since": since,
-            "until": until, "before": before, "limit": limit,
+            "until": until, "before": before, "limit": limit, "who": who, "purpose": purpose,
         }
-        return [AccessRecord(*r) for r in self._query_named("list_access", **params)]
+        return [_access(r) for r in self._query_named("list_access", **params)]
+
+    def access_chain(self, tenant_id: str, *, after: int = 0,
+                     limit: int = 1000) -> list[AccessRecord]:
+        """A tenant's entries in chain order."""
+        return [_access(r) for r in self._query("access_chain", tenant_id, after, limit)]
+
+    def access_head(self, tenant_id: str) -> AccessHead | None:
+        """The end of the tenant's chain."""
+        rows = self._query("access_head", tenant_id)
+        return AccessHead(*rows[0]) if rows else None
+
+
+def _access(row: Any) -> AccessRecord:
+    (tenant_id, at, key_id, key_name, run_id, endpoint, seq, purpose, revealed, prev_hash,
+     hash_) = row
+    return AccessRecord(tenant_id, at, key_id, key_name, run_id, endpoint, seq, purpose,
+                        bool(revealed), prev_hash, hash_)

@@ -141,6 +141,14 @@ class Journal(Connection):
             rows = self._conn.execute(_Q["list_runs"], params).fetchall()
         return [_run(r) for r in rows]
 
+    def runs_of_subject(
+        self, tenant_id: str, subject: str, *, limit: int | None = None
+    ) -> list[RunRecord]:
+        """The tenant's runs about a subject, oldest first."""
+        rows = self._query_named("runs_of_subject", tenant_id=tenant_id, subject=subject,
+                                 limit=limit)
+        return [_run(r) for r in rows]
+
     def tenants(self) -> list[str]:
         """Tenants with runs."""
         return [r[0] for r in self._query("tenants")]
@@ -199,6 +207,8 @@ def _run(row: sqlite3.Row) -> RunRecord:
         updated_at=row["updated_at"],
         error=row["error"],
         queue=row["queue"],
+        subject=row["subject"],
+        purpose=row["purpose"],
     )
 
 def _create_run(c: sqlite3.Connection, new: NewRun) -> tuple[RunRecord, bool]:
@@ -214,7 +224,8 @@ def _create_run(c: sqlite3.Connection, new: NewRun) -> tuple[RunRecord, bool]:
         _Q["insert_run"],
         (
             new.tenant_id, new.run_id, new.flow, new.step, new.idempotency_key,
-            ev.seq, ev.hash, new.next_wake_at, new.now, new.now, new.queue,
+            ev.seq, ev.hash, new.next_wake_at, new.now, new.now, new.queue, new.subject,
+            new.purpose,
         ),
     )
     if cur.rowcount == 0:

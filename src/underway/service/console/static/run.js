@@ -34,7 +34,8 @@
   }
 
   function showState(seq, href) {
-    var url = timeline.getAttribute("data-state") + "?at=" + encodeURIComponent(seq);
+    var base = timeline.getAttribute("data-state");
+    var url = base + (base.indexOf("?") < 0 ? "?" : "&") + "at=" + encodeURIComponent(seq);
     fetch(url, { headers: { Accept: "application/json" }, credentials: "same-origin" })
       .then(function (r) {
         if (!r.ok) {

@@ -1,0 +1,110 @@
+"""The blobs a stored payload refers to, followed to the end: what an audit checks (every
+blob an event reaches is there and unaltered) and what the blob collector keeps (every
+blob a remaining event or checkpoint reaches).
+
+A payload holds references (``{"$blob": key}``, ``{"$chain": key, "n": len}``, see
+:mod:`underway.codec`); a blob may hold more of them, and a chain node links to the node
+before it. :func:`broken_blob` walks them all.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+from .codec import blob_key, split_event
+from .errors import KeyUnavailable, UnderwayError
+from .events import JSON
+from .store.records import StoredEvent
+
+Fetch = Callable[[list[str]], dict[str, bytes]]
+"""Reads blobs by key; keys not stored are absent from the result."""
+Content = Callable[[str, bytes], bytes]
+"""A stored blob's content, given its address and stored bytes (opened when sealed, which
+proves it is that blob); raises when it is not that blob's
+(:meth:`underway.codec.Codec.open_blob`)."""
+
+
+def envelope_problem(s: StoredEvent) -> str | None:
+    """What is wrong with a (correctly chained) event's envelope, if anything: it must be
+    JSON naming the row's seq and type (readable whether or not its data is sealed)."""
+    try:
+        env = split_event(s.payload)[0]
+    except (ValueError, RecursionError):
+        return "payload is not valid JSON"
+    if not isinstance(env, dict):
+        return "payload is not a JSON object"
+    if _exact(env.get("seq")) != _exact(s.seq) or env.get("type") != s.type:
+        return "stored seq/type differ from the hashed payload"
+    return None
+
+
+def _exact(value: object) -> tuple[type, object]:
+    """``value`` with its type, so that ``true`` never passes for ``1``."""
+    return type(value), value
+
+
+def _plain(key: str, stored: bytes) -> bytes:
+    if blob_key(stored) != key:
+        raise ValueError(f"blob {key} does not match its content hash")
+    return stored
+
+
+def broken_blob(
+    value: JSON, fetch: Fetch, seen: set[str], *, content: Content = _plain,
+    sealed_ok: bool = True,
+) -> str | None:
+    """The first blob reachable from ``value`` that is missing, fails its content hash (or,
+    sealed, does not open under its key as that blob: ``content`` opens it), or holds
+    something the codec never writes; None when every blob reachable is sound. A sealed
+    blob whose key is not here is taken as sound when ``sealed_ok`` (its seal vouches for
+    it; what it refers to is not followed), else reported. Every blob read and found
+    sound is added to ``seen``, which also spares re-reading blobs (a conversation's chain
+    nodes) that values walked before share.
+
+    The chain hash covers an event's bytes, and those hold only blob references; a large
+    value edited in the blobs table is caught here.
+    """
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, list):
+            stack.extend(v)
+            continue
+        if not isinstance(v, dict):
+            continue
+        if "$lit" in v and len(v) == 1:
+            inner = v["$lit"]
+            stack.extend(inner.values() if isinstance(inner, dict) else [inner])
+            continue
+        chain = "$chain" in v and len(v) == 2
+        key = v.get("$chain") if chain else v.get("$blob") if len(v) == 1 else None
+        if not isinstance(key, str):
+            stack.extend(v.values())
+            continue
+        if key in seen:
+            continue
+        stored = fetch([key]).get(key)
+        if stored is None:
+            return key
+        try:
+            raw = content(key, stored)
+        except KeyUnavailable:
+            if not sealed_ok:
+                return key
+            seen.add(key)
+            continue
+        except (UnderwayError, ValueError):
+            return key
+        try:
+            node = json.loads(raw)
+            if chain:
+                stack.append(node["x"])
+                if node["p"] is not None:
+                    stack.append({"$chain": node["p"], "n": 0})
+            else:
+                stack.append(node)
+        except (ValueError, TypeError, KeyError, RecursionError):
+            return key
+        seen.add(key)
+    return None

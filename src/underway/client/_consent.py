@@ -1,0 +1,72 @@
+"""The client's consent records and a subject's runs: a data subject's consent per purpose,
+granted and withdrawn as new records (never edits), and the runs about a subject."""
+
+from __future__ import annotations
+
+from ..clock import Clock
+from ..errors import ConfigurationError
+from ..store.base import ConsentRecord, RunRecord, Store
+from ..subjects import ConsentState, check_purpose, check_reference, check_subject
+
+
+class Consents:
+    """What :class:`~underway.client.Client` does with consent and subjects."""
+
+    _store: Store
+    clock: Clock
+
+    def grant_consent(
+        self, subject: str, purpose: str, *, by: str, reference: str | None = None,
+        tenant_id: str = "default",
+    ) -> ConsentRecord:
+        """Record that ``subject`` consents to ``purpose`` from now on (``reference``: the
+        consent artefact, e.g. a consent manager's id; ``by``: who records it). Policies
+        that require this consent let the subject's runs act for the purpose from their
+        next call on."""
+        return self._record(tenant_id, subject, purpose, "granted", by, reference)
+
+    def withdraw_consent(
+        self, subject: str, purpose: str, *, by: str, reference: str | None = None,
+        tenant_id: str = "default",
+    ) -> ConsentRecord:
+        """Record that ``subject`` withdraws consent to ``purpose`` from now on: the next
+        call of any of the subject's runs that a policy rule requires this consent for is
+        denied (journaled with the rule and the reason), whenever the run started."""
+        return self._record(tenant_id, subject, purpose, "withdrawn", by, reference)
+
+    def _record(
+        self, tenant_id: str, subject: str, purpose: str, state: ConsentState, by: str,
+        reference: str | None,
+    ) -> ConsentRecord:
+        check_subject(subject)
+        check_purpose(purpose)
+        if reference is not None:
+            check_reference(reference, field="reference")
+        if not isinstance(by, str) or not by.strip():
+            raise ConfigurationError("say who records the consent change (by must not be "
+                                     "empty)")
+        return self._store.record_consent(ConsentRecord(
+            tenant_id, subject, purpose, state, reference, by, self.clock.now(),
+        ))
+
+    def consents(self, subject: str, *, tenant_id: str = "default") -> dict[str, ConsentRecord]:
+        """Where the subject's consent stands for each purpose it was ever recorded for:
+        the latest record of each, by purpose."""
+        return self._store.current_consents(tenant_id, check_subject(subject))
+
+    def consent_history(
+        self, subject: str, *, purpose: str | None = None, tenant_id: str = "default"
+    ) -> list[ConsentRecord]:
+        """Every consent record of the subject (of ``purpose`` only, when given), oldest
+        first."""
+        if purpose is not None:
+            check_purpose(purpose)
+        return self._store.consent_history(tenant_id, check_subject(subject), purpose=purpose)
+
+    def runs_of_subject(
+        self, subject: str, *, tenant_id: str = "default", limit: int | None = None
+    ) -> list[RunRecord]:
+        """The tenant's runs about ``subject``, oldest first (at most ``limit``)."""
+        if limit is not None and limit < 0:
+            raise ConfigurationError(f"limit must be 0 or more, not {limit}")
+        return self._store.runs_of_subject(tenant_id, check_subject(subject), limit=limit)

@@ -1,0 +1,95 @@
+"""The retention role: finding finished runs past their retention period, purging one (its
+payloads replaced by tombstones, in one transaction), the record of purges and sweeps, and
+deleting blobs no longer referred to.
+
+A purge is all or nothing: a sweep killed in the middle of one leaves the run as it was.
+Blobs record when they were last written (by the database's clock, refreshed when an
+append sends a blob again that was last written more than a day before), so that
+:meth:`RetentionStore.delete_blobs` spares a blob an append is writing while the
+collector decides.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal, Protocol
+
+from ..errors import ConflictError
+from .records import FINAL, Purge, PurgedRun, RunRecord, SweepRecord
+
+BLOB_REFRESH = 86_400.0
+"""An append that sends a blob already stored marks it written again when it was last
+written more than this many seconds before (sooner, it changes nothing)."""
+
+
+PurgeResult = Literal["purged", "already", "held"]
+"""What :meth:`RetentionStore.purge_run` did: purged the run, found it ``already`` purged,
+or found it ``held`` by a legal hold (on the run, or on the subject its row names)."""
+
+
+class RetentionStore(Protocol):
+    """Purges finished runs and keeps the log of retention sweeps."""
+
+    def retention_candidates(
+        self, tenant_id: str, *, status: str, ended_before: float, flow: str | None = None,
+        after: tuple[float, str] | None = None, limit: int = 100,
+    ) -> list[RunRecord]:
+        """The tenant's runs with final ``status`` (``completed``, ``failed`` or
+        ``cancelled``), last written (``updated_at``: when they ended) before
+        ``ended_before``, not purged yet, of ``flow`` when given; oldest first
+        (``updated_at``, then run id), after the run ``after`` names (``(updated_at,
+        run_id)`` of the last one of the previous page), at most ``limit``."""
+        ...
+
+    def purge_run(self, purge: Purge) -> PurgeResult:
+        """Purge the run in one transaction (see :class:`~underway.store.records.Purge`),
+        unless it was purged ``already`` or a standing legal hold on it or on its subject
+        ``held`` it (then nothing changed: the hold is checked in the transaction). Raises
+        :class:`~underway.errors.ConflictError`, changing nothing, when the run is gone,
+        not final, its journal does not end at ``last_seq``, or a stored event's seq, type
+        or hash differs from its tombstone's."""
+        ...
+
+    def purged_runs(
+        self, tenant_id: str, *, sweep_id: str | None = None, run_id: str | None = None,
+        limit: int = 100,
+    ) -> list[PurgedRun]:
+        """The tenant's purges (by sweep ``sweep_id``, of run ``run_id``, when given),
+        newest first."""
+        ...
+
+    def blob_keys(self, tenant_id: str, *, after: str | None = None,
+                  limit: int = 1000) -> list[str]:
+        """The keys of the tenant's blobs, sorted, those greater than ``after``, at most
+        ``limit``."""
+        ...
+
+    def delete_blobs(self, tenant_id: str, keys: Sequence[str], *, idle: float) -> int:
+        """Delete those of the tenant's blobs ``keys`` that were not written in the last
+        ``idle`` seconds (by the database's clock); return how many."""
+        ...
+
+    def record_sweep(self, rec: SweepRecord) -> None:
+        """Write the log entry of a sweep in a tenant (replacing the one with the same
+        sweep id and tenant: a sweep records its start, then its end)."""
+        ...
+
+    def list_sweeps(self, tenant_id: str | None = None, *, limit: int = 20) -> list[SweepRecord]:
+        """Sweeps of ``tenant_id`` (every tenant when None), newest start first."""
+        ...
+
+
+def check_purge(purge: Purge, head: tuple[str, int, int, int] | None) -> None:
+    """Refuse (:class:`ConflictError`) a purge of a run that is gone, not final, or whose
+    journal is not the one the purge read: ``head`` is the run's (status, row's last seq,
+    number of events, last event's seq)."""
+    r = purge.run_id
+    if head is None:
+        raise ConflictError(f"run {r} is gone; nothing was purged")
+    status, row_seq, events, last = head
+    if status not in FINAL:
+        raise ConflictError(f"run {r} is {status}, not finished; nothing was purged")
+    n = len(purge.tombstones)
+    if not (row_seq == last == events == n == purge.last_seq):
+        raise ConflictError(f"run {r}: its journal ends at seq {last} ({events} events), "
+                            f"not at the {purge.last_seq} the purge read; nothing was purged")
