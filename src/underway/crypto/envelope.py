@@ -92,8 +92,11 @@ class NoKeys:
         raise KeyUnavailable(f"{where.what()} is encrypted: {self.why}")
 
     def address(self, raw: bytes, where: Where) -> str:
-        """Refuse, as :meth:`seal`."""
-        return self.seal(raw, where).hex()
+        """Refuse, as :meth:`seal` does: an address is made only for a blob being sealed."""
+        raise KeyUnavailable(
+            f"refusing to store a blob of tenant {where.tenant_id!r} in plaintext on a "
+            f"database whose payloads are encrypted: {self.why}"
+        )
 
     def terms(self, tenant_id: str, words: Sequence[str], *, every_key: bool) -> list[str]:
         """Unavailable: no keys here."""

@@ -52,10 +52,9 @@ class KeyProvider(Protocol):
         ...
 
     def unwrap(self, wrapped: bytes, *, kek_id: str, context: bytes) -> bytes:
-        """The data key ``kek_id`` wrapped for ``context``. Raises
-        :class:`~underway.errors.KeyUnavailable` when this provider does not hold that KEK
-        (or it refuses), :class:`~underway.errors.IntegrityError`-like errors never: a
-        wrapped key that does not unwrap is unavailable too."""
+        """The data key that ``kek_id`` wrapped for ``context``. Raises
+        :class:`~underway.errors.KeyUnavailable` when this provider does not hold that KEK,
+        refuses, or the wrapped key does not unwrap for ``context``."""
         ...
 
 

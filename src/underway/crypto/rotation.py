@@ -29,7 +29,7 @@ from ..codec import (
     schedule_where,
     signal_where,
 )
-from ..effects import tool
+from ..effects import CallInfo, tool
 from ..errors import ConfigurationError
 from ..flow import Flow, Next, RunContext
 from ..store.base import Store
@@ -131,7 +131,7 @@ def rotation_flow(store: Store) -> Flow[RotationState, RotationInput]:
     flow = Flow(ROTATION_FLOW, state=RotationState, input=RotationInput)
 
     @tool(name="underway.keys.reseal", idempotent=True, timeout=300.0)
-    def reseal_batch(args: dict[str, Any], call: Any) -> dict[str, Any]:
+    def reseal_batch(args: dict[str, Any], call: CallInfo) -> dict[str, Any]:
         """Seal one batch of a tenant's rows again under its active key."""
         after, done = reseal(store, call.tenant_id, str(args["kind"]),
                              after=tuple(args["after"]), limit=int(args["limit"]))
