@@ -78,12 +78,15 @@ class Where(NamedTuple):
     ``kind``: ``event``, ``checkpoint``, ``blob``, ``signal``, ``schedule``, ``knowledge``;
     ``ident``: the row's identity within the tenant (an event's run, seq and type; a
     blob's address; a signal's id and name...); ``run_id``: the run the payload belongs
-    to, when it belongs to one (which key seals it may depend on it)."""
+    to, when it belongs to one; ``subject``: the data subject it is about, when known —
+    it is then sealed under the subject's key, which erasing the subject destroys. Neither
+    is part of the associated data: the key a box names is what opens it."""
 
     kind: str
     tenant_id: str
     ident: tuple[str | int, ...] = ()
     run_id: str | None = None
+    subject: str | None = None
 
     def what(self) -> str:
         """The payload, in words: ``an event of tenant 'acme'``."""
@@ -104,27 +107,33 @@ UNSEALED = Where("unsealed", "")
 never read then), sparing the making of one per event."""
 
 
-def event_where(tenant_id: str, run_id: str, seq: int, event_type: str) -> Where:
+def event_where(tenant_id: str, run_id: str, seq: int, event_type: str,
+                subject: str | None = None) -> Where:
     """Where the event of ``run_id`` at ``seq`` lives: its sealed data is bound to the
-    tenant, run, seq and type."""
-    return Where("event", tenant_id, (run_id, seq, event_type), run_id)
+    tenant, run, seq and type (``subject``: the run's data subject)."""
+    return Where("event", tenant_id, (run_id, seq, event_type), run_id, subject)
 
 
-def checkpoint_where(tenant_id: str, run_id: str, seq: int) -> Where:
+def checkpoint_where(tenant_id: str, run_id: str, seq: int,
+                     subject: str | None = None) -> Where:
     """Where the run's checkpoint of ``seq`` lives."""
-    return Where("checkpoint", tenant_id, (run_id, seq), run_id)
+    return Where("checkpoint", tenant_id, (run_id, seq), run_id, subject)
 
 
-def blob_where(tenant_id: str, key: str, run_id: str | None = None) -> Where:
-    """Where the tenant's blob at address ``key`` lives (``run_id``: the run writing it)."""
-    return Where("blob", tenant_id, (key,), run_id)
+def blob_where(tenant_id: str, key: str, run_id: str | None = None,
+               subject: str | None = None) -> Where:
+    """Where the tenant's blob at address ``key`` lives (``run_id``: the run writing it;
+    ``subject``: the data subject it is about)."""
+    return Where("blob", tenant_id, (key,), run_id, subject)
 
 
-def signal_where(tenant_id: str, signal_id: str, name: str) -> Where:
+def signal_where(tenant_id: str, signal_id: str, name: str,
+                 subject: str | None = None) -> Where:
     """Where a signal's payload lives: bound to its tenant, id and name. Not to its run:
     an outside event's run is chosen in the store's transaction, after its payload is
-    sealed (a signed decision names its run inside, and is verified against it)."""
-    return Where("signal", tenant_id, (signal_id, name))
+    sealed (a signed decision names its run inside, and is verified against it).
+    ``subject``: the data subject of the run it goes to, when the sender knows it."""
+    return Where("signal", tenant_id, (signal_id, name), None, subject)
 
 
 def schedule_where(tenant_id: str, name: str) -> Where:
@@ -132,14 +141,15 @@ def schedule_where(tenant_id: str, name: str) -> Where:
     return Where("schedule", tenant_id, (name,))
 
 
-def run_error_where(tenant_id: str, run_id: str) -> Where:
+def run_error_where(tenant_id: str, run_id: str, subject: str | None = None) -> Where:
     """Where the run row's ``error`` (why it failed, stopped or escalated) lives."""
-    return Where("run_error", tenant_id, (run_id,), run_id)
+    return Where("run_error", tenant_id, (run_id,), run_id, subject)
 
 
-def knowledge_where(tenant_id: str, record_id: str) -> Where:
-    """Where the tenant's knowledge record ``record_id`` lives."""
-    return Where("knowledge", tenant_id, (record_id,))
+def knowledge_where(tenant_id: str, record_id: str, subject: str | None = None) -> Where:
+    """Where the tenant's knowledge record ``record_id`` lives (``subject``: the data
+    subject it is about)."""
+    return Where("knowledge", tenant_id, (record_id,), None, subject)
 
 
 class Sealer(Protocol):
@@ -167,9 +177,10 @@ class Sealer(Protocol):
         may have been indexed with."""
         ...
 
-    def prepare(self, tenant_id: str) -> None:
-        """Read what sealing for the tenant needs now (its current key), so that sealing
-        later reads nothing: called from synchronous store work, never on an event loop."""
+    def prepare(self, tenant_id: str, subject: str | None = None) -> None:
+        """Read what sealing for the tenant (and data subject) needs now (its current
+        key), so that sealing later reads nothing: called from synchronous store work,
+        never on an event loop."""
         ...
 
 
@@ -240,11 +251,11 @@ class Codec:
             )
         return self.sealer.open(stored, where)
 
-    def prepare(self, tenant_id: str) -> None:
-        """Have what sealing for the tenant needs at hand (see :meth:`Sealer.prepare`);
-        nothing without a sealer."""
+    def prepare(self, tenant_id: str, subject: str | None = None) -> None:
+        """Have what sealing for the tenant (and data subject) needs at hand (see
+        :meth:`Sealer.prepare`); nothing without a sealer."""
         if self.sealer is not None:
-            self.sealer.prepare(tenant_id)
+            self.sealer.prepare(tenant_id, subject)
 
     def open_json(self, stored: bytes, where: Where) -> JSON:
         """:meth:`open`, parsed as JSON."""
@@ -304,7 +315,8 @@ class Codec:
             blobs[key] = raw
         else:
             key = self.sealer.address(raw, where)
-            box = self.sealer.seal(raw, blob_where(where.tenant_id, key, where.run_id))
+            box = self.sealer.seal(raw, blob_where(where.tenant_id, key, where.run_id,
+                                                   where.subject))
             # A chain node keeps its link (an address) readable: the store follows it to
             # read a conversation in one query. It is a hint; the box holds the node.
             link = raw[:_LINK_LEN] if node and raw[:6] == _LINK else b""

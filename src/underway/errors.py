@@ -156,6 +156,12 @@ class KeyUnavailable(UnderwayError):
     """
 
 
+class SubjectErased(KeyUnavailable):
+    """The data subject a payload is about was erased (``underway erase subject``): its
+    keys are destroyed, so nothing about it can be opened again, and nothing new about it
+    is sealed (a run for it is refused)."""
+
+
 class IntegrityError(UnderwayError):
     """Stored data does not match its hash, chain or schema."""
 

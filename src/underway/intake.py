@@ -50,7 +50,7 @@ from .codec import signal_where
 from .errors import ConfigurationError
 from .events import JSON, canonical_json
 from .flow import Flow
-from .store.base import IntakeRequest, NewRun
+from .store.base import IntakeRequest, NewRun, Store
 from .subjects import DEFAULT_PURPOSE, check_purpose, check_reference, check_subject
 
 if TYPE_CHECKING:
@@ -349,8 +349,9 @@ def intake(
         except ConfigurationError as exc:
             raise IntakeError(f"event type {ev.event_type!r}: {exc}") from None
     # The signal's id is the event's idempotency key; its payload is sealed for it.
-    payload = engine.codec.seal(canonical_json(ev.model_dump(mode="json")),
-                                signal_where(ev.tenant_id, ev.idempotency_key, signal))
+    payload = engine.codec.seal(canonical_json(ev.model_dump(mode="json")), signal_where(
+        ev.tenant_id, ev.idempotency_key, signal,
+        new_run.subject if new_run is not None else _subject_of(store, ev.tenant_id, owner)))
     rec, fresh = store.apply_intake(IntakeRequest(
         tenant_id=ev.tenant_id, idempotency_key=ev.idempotency_key, entity_id=ev.entity_id,
         event_type=ev.event_type, now=engine.clock.now(), signal=signal,
@@ -365,6 +366,13 @@ def intake(
     if not fresh:
         return _duplicate(rec.action, rec.run_id, ev.idempotency_key)
     return IntakeResult("started" if rec.action == "started" else "signalled", rec.run_id)
+
+
+def _subject_of(store: Store, tenant_id: str, run_id: str | None) -> str | None:
+    """The data subject of the run that would receive an event's signal (its payload is
+    sealed under that subject's key), if there is such a run and it names one."""
+    row = None if run_id is None else store.get_run(tenant_id, run_id)
+    return None if row is None else row.subject
 
 
 def _duplicate(action: str, run_id: str, key: str) -> IntakeResult:

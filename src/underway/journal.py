@@ -129,10 +129,11 @@ class Journal:
         pending: Sequence[tuple[int, float, RunEvent]],
         prev_hash: str,
         blobs: dict[str, bytes],
+        subject: str | None = None,
     ) -> list[StoredEvent]:
         """Stored form of ``pending`` (seq, time, event) of run ``run_id``, chained from
-        ``prev_hash``."""
-        return self._encode(tenant_id, run_id, pending, prev_hash, blobs, None)[0]
+        ``prev_hash`` (``subject``: the run's data subject, whose key seals them)."""
+        return self._encode(tenant_id, run_id, pending, prev_hash, blobs, None, subject)[0]
 
     def encode_checkpointed(
         self,
@@ -144,7 +145,7 @@ class Journal:
         """Stored form of ``pending`` as :meth:`encode` gives it, with a checkpoint of
         ``state`` (folded through the last pending event) that the last event commits to."""
         stored, ckpt = self._encode(
-            state.tenant_id, state.run_id, pending, prev_hash, blobs, state
+            state.tenant_id, state.run_id, pending, prev_hash, blobs, state, state.subject
         )
         assert ckpt is not None
         return stored, (state.seq, ckpt)
@@ -157,6 +158,7 @@ class Journal:
         prev_hash: str,
         blobs: dict[str, bytes],
         state: RunState | None,
+        subject: str | None,
     ) -> tuple[list[StoredEvent], bytes | None]:
         out: list[StoredEvent] = []
         ckpt = None
@@ -170,13 +172,14 @@ class Journal:
                         f"committed by the event at seq {seq}"
                     )
                 ckpt = checkpoint.encode(
-                    codec, state, prev_hash, blobs, checkpoint_where(tenant_id, run_id, seq),
+                    codec, state, prev_hash, blobs,
+                    checkpoint_where(tenant_id, run_id, seq, subject),
                 )
                 env[checkpoint.DIGEST_KEY] = checkpoint.digest(ckpt)
             # The chain covers the stored (possibly sealed) bytes. Unsealed, the identity
             # is never read: none is made (no work per event when encryption is off).
             where = (UNSEALED if codec.sealer is None
-                     else event_where(tenant_id, run_id, seq, str(env["type"])))
+                     else event_where(tenant_id, run_id, seq, str(env["type"]), subject))
             payload = codec.encode_event(env, blobs, where)
             prev_hash = chain_hash(prev_hash, payload)
             out.append(StoredEvent(seq, str(env["type"]), payload, prev_hash))
@@ -264,14 +267,23 @@ class Journal:
         :mod:`underway.checkpoint`): the state is then folded from the whole journal and a
         warning is logged.
         """
-        return self._load(tenant_id, run_id, use_checkpoint)[0]
+        return self._loaded(self._load(tenant_id, run_id, use_checkpoint))[0]
 
     def load_head(
         self, tenant_id: str, run_id: str
     ) -> tuple[RunState, str, CheckpointRefused | None]:
         """The run's state, the hash of its last event (the next append chains from it),
         and, when its checkpoint was refused, the event a writer should journal about it."""
-        return self._load(tenant_id, run_id, True)
+        return self._loaded(self._load(tenant_id, run_id, True))
+
+    def _loaded(
+        self, found: tuple[RunState, str, CheckpointRefused | None]
+    ) -> tuple[RunState, str, CheckpointRefused | None]:
+        """``found``, once the key its run's data subject is sealed under is at hand (a
+        load runs off the event loop; the commits that follow then read nothing)."""
+        if found[0].subject is not None:
+            self.codec.prepare(found[0].tenant_id, found[0].subject)
+        return found
 
     def trusted_checkpoint(self, tenant_id: str, run_id: str) -> RunState | None:
         """The run's checkpointed state, only when the journal vouches for it."""

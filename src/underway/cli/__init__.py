@@ -9,12 +9,13 @@ worker``, the executor).
 ``underway approvals ls|show|approve|reject|answer|resolve``,
 ``underway policy check|explain``, ``underway knowledge purge|rm``,
 ``underway consent grant|withdraw|show``, ``underway retention sweep|log``,
-``underway hold add|rm|ls``, ``underway usage`` and ``underway access-log`` (who read which
-run's data, and why; ``--verify`` its hash chain); ``underway serve`` (the HTTP API),
-``underway apikeys new|ls|revoke|access-log`` and ``underway webhooks set|ls|rm``. The
-database comes from ``--db URL`` (before or after the command) or ``$UNDERWAY_DB``; the
-keys of an encrypted database from ``--keyring FILE`` (before the command),
-``$UNDERWAY_KEYRING`` or ``$UNDERWAY_KEK``. A RUN argument takes a run's id or a prefix of
+``underway hold add|rm|ls``, ``underway erase subject|log``, ``underway usage`` and
+``underway access-log`` (who read which run's data, and why; ``--verify`` its hash
+chain); ``underway serve`` (the HTTP API), ``underway apikeys new|ls|revoke|access-log``
+and ``underway webhooks set|ls|rm``. The database comes from ``--db URL`` (before or
+after the command) or ``$UNDERWAY_DB``; the keys of an encrypted database from
+``--keyring FILE`` (before the command), ``$UNDERWAY_KEYRING`` or ``$UNDERWAY_KEK``. A RUN
+argument takes a run's id or a prefix of
 exactly one run's id.
 Errors print one line and exit with status 2; a failed audit exits with status 1.
 
@@ -47,6 +48,7 @@ LAZY: dict[str, str] = {
     "audit": "audit:app",
     "consent": "consent:app",  # data subjects' consent per purpose: grant, withdraw, show
     "db": "db:app",
+    "erase": "erase:app",  # erasing data subjects by crypto-shredding; the erasure log
     "events": "events:app",
     "hold": "retention:holds",  # legal holds, which stop every purge
     "keys": "keys:app",  # ... approvers' keys; encryption keys: keyring, rotation

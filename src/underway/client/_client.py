@@ -290,12 +290,12 @@ class Client(Consents):
         self, run_id: str, name: str, payload: JSON, tenant_id: str, signal_id: str | None,
         sender: str | None,
     ) -> bool:
-        self.get_run(run_id, tenant_id=tenant_id)
+        row = self.get_run(run_id, tenant_id=tenant_id)
         signal_id = signal_id or str(uuid.uuid4())
         return self._store.send_signal(SignalRecord(
             tenant_id, run_id, signal_id, name,
             self._journal.codec.seal(canonical_json(payload),
-                                     signal_where(tenant_id, signal_id, name)),
+                                     signal_where(tenant_id, signal_id, name, row.subject)),
             sender, self.clock.now(),
         ))
 

@@ -85,7 +85,7 @@ def new_run(
         )
     blobs: dict[str, bytes] = {}
     stored = journal.encode(tenant_id, run_id, [(1, now, event)],
-                            genesis_hash(tenant_id, run_id), blobs)
+                            genesis_hash(tenant_id, run_id), blobs, event.subject)
     return NewRun(
         tenant_id=tenant_id, run_id=run_id, flow=event.flow, idempotency_key=idempotency_key,
         first_event=stored[0], blobs=blobs, step=event.first_step, now=now,

@@ -11,8 +11,10 @@ The hierarchy::
           └── index key      HMAC key of knowledge records' blind index terms
 
 A sealed payload names the key id that sealed it, so a tenant may have many keys: those a
-rotation retired still open what they sealed, and a key of another scope (e.g. one per data
-subject, whose destruction erases that subject's payloads) slots in beside the tenant's.
+rotation retired still open what they sealed, and each data subject's keys (scope
+``subject:<id>``) seal what is about that subject. A subject's key is wrapped twice when
+the provider keeps a vault (:mod:`.vault`): by the KEK, then by the subject's secret held
+there — erasing the subject destroys both, so a backup taken before cannot open it either.
 """
 
 from __future__ import annotations
@@ -24,15 +26,18 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from ..errors import IntegrityError, KeyUnavailable
+from ..errors import IntegrityError, KeyUnavailable, SubjectErased
 from ..events import canonical_json
 from ..store.keys import KeyStore
-from ..store.records import DataKeyRecord
+from ..store.records import SUBJECT_SCOPE, DataKeyRecord
+from ..store.subjects_erased import refuse_erased
 from .providers import KeyProvider
+from .vault import vault_of
 
 DEK_BYTES = 32
 """A data key is 256 bits."""
@@ -64,6 +69,15 @@ def _unwrapped(tenant_id: str, key_id: str, dek: bytes) -> DataKey:
 def wrap_context(tenant_id: str, key_id: str, scope: str) -> bytes:
     """What a data key's wrap is bound to: its tenant, id and scope."""
     return canonical_json(["underway data key", tenant_id, key_id, scope])
+
+
+VAULTED = b"UWVAULT1"
+"""The start of a data key's stored bytes when its KEK wrap is wrapped again by its data
+subject's secret."""
+
+
+def _subject(scope: str) -> str | None:
+    return scope[len(SUBJECT_SCOPE):] if scope.startswith(SUBJECT_SCOPE) else None
 
 
 class DataKeys:
@@ -108,6 +122,11 @@ class DataKeys:
     def _load_active(self, tenant_id: str, scope: str) -> DataKey:
         rec = self.store.active_data_key(tenant_id, scope)
         if rec is None:
+            subject = _subject(scope)
+            if subject is not None:
+                # Checked before a secret is made for it in the vault (the store checks
+                # again, in the transaction that adds the key).
+                refuse_erased(tenant_id, self.store.list_erasures(tenant_id, subject=subject))
             rec = self.store.add_data_key(self._new(tenant_id, scope), replace=False)
         key = self._open(rec)
         with self._lock:
@@ -117,9 +136,47 @@ class DataKeys:
     def _new(self, tenant_id: str, scope: str) -> DataKeyRecord:
         key_id = uuid.uuid4().hex[:16]
         dek = os.urandom(DEK_BYTES)
-        wrapped = self.provider.wrap(dek, context=wrap_context(tenant_id, key_id, scope))
+        wrapped = self._wrap(tenant_id, key_id, scope, dek)
         return DataKeyRecord(tenant_id, key_id, wrapped, self.provider.kek_id, time.time(),
                              "active", scope)
+
+    def _wrap(self, tenant_id: str, key_id: str, scope: str, dek: bytes) -> bytes:
+        """``dek`` wrapped by the KEK, then (a subject's key, with a vault) by the
+        subject's secret."""
+        context = wrap_context(tenant_id, key_id, scope)
+        wrapped = self.provider.wrap(dek, context=context)
+        subject, vault = _subject(scope), vault_of(self.provider)
+        if subject is None or vault is None:
+            return wrapped
+        secret = vault.subject_secret(tenant_id, subject, create=True)
+        assert secret is not None
+        nonce = os.urandom(12)
+        return VAULTED + nonce + AESGCM(secret).encrypt(nonce, wrapped, context)
+
+    def _unwrap(self, rec: DataKeyRecord) -> bytes:
+        """The data key ``rec`` holds wrapped (see :meth:`_wrap`)."""
+        context = wrap_context(rec.tenant_id, rec.key_id, rec.scope)
+        wrapped = rec.wrapped
+        if wrapped.startswith(VAULTED):
+            subject, vault = _subject(rec.scope), vault_of(self.provider)
+            secret = (None if subject is None or vault is None
+                      else vault.subject_secret(rec.tenant_id, subject, create=False))
+            if secret is None:
+                raise SubjectErased(
+                    f"data key {rec.key_id!r} of tenant {rec.tenant_id!r} is wrapped by the "
+                    f"secret of data subject {subject!r}, which "
+                    + ("this key provider keeps no vault for" if vault is None
+                       else "the key provider's vault no longer holds: the subject was "
+                            "erased"))
+            body = wrapped[len(VAULTED):]
+            try:
+                wrapped = AESGCM(secret).decrypt(body[:12], body[12:], context)
+            except (InvalidTag, ValueError):
+                raise KeyUnavailable(
+                    f"data key {rec.key_id!r} of tenant {rec.tenant_id!r} does not unwrap "
+                    "with its subject's secret (altered, or copied from another row)"
+                ) from None
+        return self.provider.unwrap(wrapped, kek_id=rec.kek_id, context=context)
 
     def rotate(self, tenant_id: str, scope: str = "") -> DataKeyRecord:
         """Make a new data key the tenant's active one (the one active until now is
@@ -151,10 +208,11 @@ class DataKeys:
         """The tenant's key ``key_id`` if this process holds it already (reads nothing)."""
         return self._keys.get((tenant_id, key_id))
 
-    def every(self, tenant_id: str) -> list[DataKey]:
-        """Every key of the tenant that can still open something (not destroyed)."""
+    def every(self, tenant_id: str, scope: str | None = None) -> list[DataKey]:
+        """Every key of the tenant (of ``scope`` only, when given) that can still open
+        something (not destroyed)."""
         return [self._open(r) for r in self.store.list_data_keys(tenant_id)
-                if r.state != "destroyed"]
+                if r.state != "destroyed" and (scope is None or r.scope == scope)]
 
     def _open(self, rec: DataKeyRecord) -> DataKey:
         found = self._keys.get((rec.tenant_id, rec.key_id))
@@ -165,9 +223,7 @@ class DataKeys:
                 f"data key {rec.key_id!r} of tenant {rec.tenant_id!r} was destroyed: what it "
                 "sealed can never be opened again"
             )
-        dek = self.provider.unwrap(rec.wrapped, kek_id=rec.kek_id,
-                                   context=wrap_context(rec.tenant_id, rec.key_id, rec.scope))
-        key = _unwrapped(rec.tenant_id, rec.key_id, dek)
+        key = _unwrapped(rec.tenant_id, rec.key_id, self._unwrap(rec))
         with self._lock:
             self._keys[(rec.tenant_id, rec.key_id)] = key
         return key
@@ -190,10 +246,13 @@ class DataKeys:
         for rec in self.store.list_data_keys(tenant_id):
             if rec.state == "destroyed" or rec.kek_id == current:
                 continue
-            context = wrap_context(rec.tenant_id, rec.key_id, rec.scope)
-            dek = self.provider.unwrap(rec.wrapped, kek_id=rec.kek_id, context=context)
+            try:
+                dek = self._unwrap(rec)
+            except SubjectErased:
+                continue  # an erasure under way: the key is about to be destroyed
             if self.store.rewrap_data_key(
-                rec.tenant_id, rec.key_id, wrapped=self.provider.wrap(dek, context=context),
+                rec.tenant_id, rec.key_id,
+                wrapped=self._wrap(rec.tenant_id, rec.key_id, rec.scope, dek),
                 kek_id=current, expected_kek_id=rec.kek_id,
             ):
                 done += 1

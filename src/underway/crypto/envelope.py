@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from ..codec import Codec, Where
 from ..errors import IntegrityError, KeyUnavailable
 from ..store.base import Store
+from ..store.records import subject_scope
 from ._box import InvalidTag, box_key_id, open_box, seal_box
 from .datakeys import DataKeys
 from .providers import KeyProvider
@@ -28,8 +29,9 @@ class Envelope:
         """The tenants' data keys."""
 
     def seal(self, raw: bytes, where: Where) -> bytes:
-        """``raw`` sealed under the tenant's active key, bound to ``where``."""
-        key = self.keys.active(where.tenant_id)
+        """``raw`` sealed under the active key of ``where``'s tenant — or of its data
+        subject, when it names one — bound to ``where``."""
+        key = self.keys.active(where.tenant_id, _scope(where))
         return seal_box(key.aead, key.key_id, raw, where.aad())
 
     def open(self, sealed: bytes, where: Where) -> bytes:
@@ -46,14 +48,15 @@ class Envelope:
             ) from None
 
     def address(self, raw: bytes, where: Where) -> str:
-        """The keyed address of a blob of ``where``'s tenant."""
-        key = self.keys.active(where.tenant_id)
+        """The keyed address of a blob of ``where``'s tenant (and data subject)."""
+        key = self.keys.active(where.tenant_id, _scope(where))
         return hmac.new(key.address_key, raw, hashlib.sha256).hexdigest()
 
     def terms(self, tenant_id: str, words: Sequence[str], *, every_key: bool) -> list[str]:
         """Blind index terms of ``words`` (letters only, so every full-text parser keeps
-        each one whole)."""
-        keys = self.keys.every(tenant_id) if every_key else [self.keys.active(tenant_id)]
+        each one whole), under the tenant's own keys (a data subject's records are
+        indexed under their tenant's key too: a search reads no subject's key)."""
+        keys = self.keys.every(tenant_id, "") if every_key else [self.keys.active(tenant_id)]
         out = []
         for key in keys:
             for word in words:
@@ -62,9 +65,14 @@ class Envelope:
                                    for b in digest[:_TERM_BYTES]))
         return out
 
-    def prepare(self, tenant_id: str) -> None:
-        """Read the tenant's active key now if it is not known or may be stale."""
-        self.keys.prepare(tenant_id)
+    def prepare(self, tenant_id: str, subject: str | None = None) -> None:
+        """Read the tenant's (or its data subject's) active key now if it is not known or
+        may be stale."""
+        self.keys.prepare(tenant_id, "" if subject is None else subject_scope(subject))
+
+
+def _scope(where: Where) -> str:
+    return "" if where.subject is None else subject_scope(where.subject)
 
 
 def _ident(where: Where) -> str:
@@ -103,7 +111,7 @@ class NoKeys:
         raise KeyUnavailable(f"the knowledge base of tenant {tenant_id!r} is encrypted: "
                              f"{self.why}")
 
-    def prepare(self, tenant_id: str) -> None:
+    def prepare(self, tenant_id: str, subject: str | None = None) -> None:
         """Nothing to read."""
 
 

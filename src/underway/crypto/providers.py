@@ -32,6 +32,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from ..errors import ConfigurationError, KeyUnavailable
+from .vault import SubjectDir, SubjectVault
 
 KEK_BYTES = 32
 """A key-encryption key is 256 bits (AES-256)."""
@@ -122,12 +123,23 @@ class KeyringFile:
     makes one (mode 0600, never over an existing file); opening a file whose mode lets its
     group or others read or write it is refused, naming the mode and the fix. Keep a copy
     of it somewhere safe: without it nothing sealed can be opened again.
+
+    Data subjects' secrets (:mod:`underway.crypto.vault`) are kept in the directory
+    ``<keyring>.subjects`` beside it, unless ``subjects`` names another.
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *,
+                 subjects: str | os.PathLike[str] | None = None) -> None:
         self.path = Path(path)
         """The keyring file."""
         self._keks = self._read()
+        self._vault = SubjectDir(subjects if subjects is not None
+                                 else self.path.with_name(self.path.name + ".subjects"))
+
+    @property
+    def vault(self) -> SubjectVault:
+        """Where data subjects' secrets are kept: a directory beside the keyring."""
+        return self._vault
 
     @classmethod
     def create(cls, path: str | os.PathLike[str]) -> KeyringFile:
@@ -219,11 +231,19 @@ class EnvKey:
     kek`` prints one), and earlier KEKs from ``previous`` variables, kept while data keys
     wrapped by them are re-wrapped (``underway keys rotate --rewrap``)."""
 
-    def __init__(self, var: str = "UNDERWAY_KEK", *, previous: Sequence[str] = ()) -> None:
+    def __init__(self, var: str = "UNDERWAY_KEK", *, previous: Sequence[str] = (),
+                 subjects: str | os.PathLike[str] | None = None) -> None:
         self.var = var
         """The variable holding the current KEK."""
         keks = [_env_kek(var)] + [_env_kek(v) for v in previous if os.environ.get(v)]
         self._keks = _LocalKeks(keks, f"environment variable {var}")
+        self._vault = None if subjects is None else SubjectDir(subjects)
+
+    @property
+    def vault(self) -> SubjectVault | None:
+        """Where data subjects' secrets are kept (``subjects``; None: nowhere, so an
+        erasure reaches the database but not its backups)."""
+        return self._vault
 
     @property
     def kek_id(self) -> str:
@@ -264,7 +284,11 @@ class CallbackKeys:
     ``unwrap(wrapped, kek_id, context) -> bytes``. Pass ``context`` to the KMS as its
     encryption context (or associated data). ``unwrap`` should raise
     :class:`~underway.errors.KeyUnavailable` when the KMS refuses; any other error it
-    raises is reported as one."""
+    raises is reported as one.
+
+    ``vault``: where data subjects' secrets are kept (a :class:`SubjectVault` — e.g. one
+    KMS key or Vault secret per subject); without one an erasure reaches the database but
+    not its backups."""
 
     def __init__(
         self,
@@ -272,12 +296,19 @@ class CallbackKeys:
         kek_id: str,
         wrap: Callable[[bytes, bytes], bytes],
         unwrap: Callable[[bytes, str, bytes], bytes],
+        vault: SubjectVault | None = None,
     ) -> None:
         if not kek_id:
             raise ConfigurationError("CallbackKeys needs the kek_id of the key it wraps with")
         self._kek_id = kek_id
         self._wrap = wrap
         self._unwrap = unwrap
+        self._vault = vault
+
+    @property
+    def vault(self) -> SubjectVault | None:
+        """Where data subjects' secrets are kept, if anywhere."""
+        return self._vault
 
     @property
     def kek_id(self) -> str:

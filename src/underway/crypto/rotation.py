@@ -99,20 +99,29 @@ def reseal(
 ) -> tuple[tuple[str, ...] | None, int]:
     """Seal again under the tenant's active key one batch of its rows of ``kind`` after
     ``after`` — sealed under another key, or stored in plaintext before encryption was
-    turned on — and store them where nobody changed them meanwhile. Returns the position
-    to go on after (None: the kind is done) and how many rows were sealed again. Safe to
-    repeat: a row already under the active key is left alone."""
+    turned on — and store them where nobody changed them meanwhile. A row sealed under a
+    data subject's key stays as it is (erasing the subject must still reach it). Returns
+    the position to go on after (None: the kind is done) and how many rows were sealed
+    again. Safe to repeat: a row already under the active key is left alone."""
     envelope = envelope_of(store)
     codec: Codec = store.codec
     active = envelope.keys.active(tenant_id)
     rows = store.sealed_rows(tenant_id, kind, after=after, limit=limit)
     changed: list[tuple[SealedRow, bytes]] = []
+    scopes: dict[str, str] = {}
     for row in rows:
         where = _where(row)
         if is_sealed(row.data):
             box = box_of(row.data)
-            if box_key_id(box) == active.key_id:
+            key_id = box_key_id(box)
+            if key_id == active.key_id:
                 continue
+            if key_id not in scopes:
+                rec = store.get_data_key(tenant_id, key_id)
+                scopes[key_id] = "" if rec is None else rec.scope
+            if scopes[key_id]:
+                continue  # a data subject's: it stays under the subject's key
+
             link = row.data[:len(row.data) - len(box)]
             raw = codec.open(box, where)
         else:

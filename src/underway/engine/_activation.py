@@ -79,7 +79,7 @@ class Activation:
                 )
             else:
                 stored = eng.journal.encode(s.tenant_id, s.run_id, self.pending,
-                                            self.last_hash, blobs)
+                                            self.last_hash, blobs, s.subject)
         except (TypeError, ValueError) as exc:
             kinds = sorted({type(e).__name__ for _, _, e in self.pending})
             raise Unencodable(
@@ -98,7 +98,7 @@ class Activation:
         if update is not None and update.error is not None and codec.sealer is not None:
             # Why a run failed or escalated says what it was about: sealed like a payload.
             update = dataclasses.replace(update, error=codec.seal_text(
-                update.error, run_error_where(s.tenant_id, s.run_id)))
+                update.error, run_error_where(s.tenant_id, s.run_id, s.subject)))
         batch = AppendBatch(
             tenant_id=s.tenant_id,
             run_id=s.run_id,

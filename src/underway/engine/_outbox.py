@@ -46,7 +46,7 @@ def outbox(
             out.append(SignalRecord(
                 s.tenant_id, s.parent_run_id, signal_id, CHILD_SIGNAL,
                 codec.seal(canonical_json(payload),
-                           signal_where(s.tenant_id, signal_id, CHILD_SIGNAL)),
+                           signal_where(s.tenant_id, signal_id, CHILD_SIGNAL, s.subject)),
                 s.run_id, now,
             ))
         if isinstance(e, ev.RunCancelled):

@@ -58,6 +58,11 @@ class KnowledgeBase(Protocol):
         """Erase every record of every tenant expired at ``now``; return how many."""
         ...
 
+    def delete_subject(self, tenant_id: str, subject: str) -> int:
+        """Erase every record of the tenant about data subject ``subject`` (an erasure
+        of the subject); return how many."""
+        ...
+
     def close(self) -> None:
         """Release what this knowledge base opened itself (not a store it was given)."""
         ...

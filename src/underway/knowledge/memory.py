@@ -91,5 +91,14 @@ class MemoryKnowledge:
                 del self._records[key]
         return len(gone)
 
+    def delete_subject(self, tenant_id: str, subject: str) -> int:
+        """Erase the tenant's records about ``subject``; return how many."""
+        with self._lock:
+            gone = [k for k, (record, _) in self._records.items()
+                    if k[0] == tenant_id and record.subject == subject]
+            for key in gone:
+                del self._records[key]
+        return len(gone)
+
     def close(self) -> None:
         """Nothing to release."""

@@ -107,6 +107,13 @@ class PostgresKnowledge:
         with self._conn() as conn:
             return conn.execute(_Q["knowledge_purge_expired"], {"now": now}).rowcount
 
+    def delete_subject(self, tenant_id: str, subject: str) -> int:
+        """Erase the tenant's records about ``subject``; return how many."""
+        check_key("tenant_id", tenant_id)
+        with self._conn() as conn:
+            return conn.execute(_Q["knowledge_delete_subject"],
+                                {"tenant_id": tenant_id, "subject": subject}).rowcount
+
     def close(self) -> None:
         """Close the store when this knowledge base opened it."""
         if self._owns_store:
@@ -116,11 +123,11 @@ class PostgresKnowledge:
         tenant_id, id_, text, source, created_at, expires_at, roles, sensitivity, metadata = \
             row[:9]
         text, source, metadata = opened_fields(self._store.codec, tenant_id, id_, text,
-                                               source, metadata, row[10])
+                                               source, metadata, row[10], row[11])
         return KnowledgeRecord(
             id=id_, tenant_id=tenant_id, text=text, source=source, created_at=created_at,
             expires_at=expires_at, roles=tuple(roles), sensitivity=sensitivity,
-            metadata=metadata,
+            metadata=metadata, subject=row[11],
         )
 
 

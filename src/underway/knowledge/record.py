@@ -9,6 +9,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from ..errors import ConfigurationError
+from ..subjects import check_subject
+
 Sensitivity = Literal["public", "internal", "personal", "sensitive"]
 """How much harm disclosure does, lowest first; a reader capped at one label sees it and
 every label before it."""
@@ -27,7 +30,9 @@ class KnowledgeRecord(BaseModel):
     ``created_at`` and ``expires_at`` are epoch seconds, and a record whose ``expires_at``
     has passed is never returned by a search, even before the sweeper erases it;
     ``roles`` lists the roles that may read it (empty: every role of the tenant);
-    ``sensitivity`` caps who may see it further; ``metadata`` is any JSON object.
+    ``sensitivity`` caps who may see it further; ``metadata`` is any JSON object;
+    ``subject`` names the data subject it is about (an opaque id): with encryption on it
+    is sealed under that subject's key, and erasing the subject deletes it.
     Putting a record with the ``id`` of an existing one of the same tenant replaces it.
     """
 
@@ -42,6 +47,15 @@ class KnowledgeRecord(BaseModel):
     roles: tuple[_Text, ...] = ()
     sensitivity: Sensitivity = "internal"
     metadata: dict[str, Any] = Field(default_factory=dict)
+    subject: str | None = None
+
+    @field_validator("subject")
+    @classmethod
+    def _subject(cls, value: str | None) -> str | None:
+        try:
+            return None if value is None else check_subject(value)
+        except ConfigurationError as exc:
+            raise ValueError(str(exc)) from None
 
     @field_validator("id", "tenant_id", "text", "source", "roles")
     @classmethod

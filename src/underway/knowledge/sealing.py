@@ -29,21 +29,21 @@ def stored_fields(codec: Codec, record: KnowledgeRecord) -> dict[str, Any]:
     sealed = codec.seal(
         canonical_json({"text": record.text, "source": record.source,
                         "metadata": record.metadata}),
-        knowledge_where(record.tenant_id, record.id),
+        knowledge_where(record.tenant_id, record.id, record.subject),
     )
     return {"text": " ".join(terms), "source": ENCRYPTED, "metadata": {}, "sealed": sealed}
 
 
 def opened_fields(
     codec: Codec, tenant_id: str, record_id: str, text: str, source: str,
-    metadata: dict[str, Any], sealed: bytes | None,
+    metadata: dict[str, Any], sealed: bytes | None, subject: str | None = None,
 ) -> tuple[str, str, dict[str, Any]]:
     """A row's text, source and metadata as the record holds them (``[encrypted]`` when
     they are sealed and cannot be opened here)."""
     if sealed is None:
         return text, source, metadata
     try:
-        data = codec.open_json(bytes(sealed), knowledge_where(tenant_id, record_id))
+        data = codec.open_json(bytes(sealed), knowledge_where(tenant_id, record_id, subject))
     except KeyUnavailable:
         return ENCRYPTED, ENCRYPTED, {}
     return str(data["text"]), str(data["source"]), dict(data["metadata"])

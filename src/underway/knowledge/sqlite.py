@@ -118,6 +118,14 @@ class SQLiteKnowledge:
             c.execute(_Q["knowledge_unindex_expired"], {"now": now})
             return c.execute(_Q["knowledge_purge_expired"], {"now": now}).rowcount
 
+    def delete_subject(self, tenant_id: str, subject: str) -> int:
+        """Erase the tenant's records about ``subject`` and their words; return how many."""
+        check_key("tenant_id", tenant_id)
+        params = {"tenant_id": tenant_id, "subject": subject}
+        with self._write() as c:
+            c.execute(_Q["knowledge_unindex_subject"], params)
+            return c.execute(_Q["knowledge_delete_subject"], params).rowcount
+
     def close(self) -> None:
         """Close the store when this knowledge base opened it."""
         if self._owns_store:
@@ -126,13 +134,13 @@ class SQLiteKnowledge:
     def _record(self, row: sqlite3.Row) -> KnowledgeRecord:
         text, source, metadata = opened_fields(
             self._store.codec, row["tenant_id"], row["id"], row["text"], row["source"],
-            json.loads(row["metadata"]), row["sealed"],
+            json.loads(row["metadata"]), row["sealed"], row["subject"],
         )
         return KnowledgeRecord(
             id=row["id"], tenant_id=row["tenant_id"], text=text, source=source,
             created_at=row["created_at"], expires_at=row["expires_at"],
             roles=tuple(json.loads(row["roles"])), sensitivity=row["sensitivity"],
-            metadata=metadata,
+            metadata=metadata, subject=row["subject"],
         )
 
 
@@ -154,5 +162,5 @@ def _row(r: KnowledgeRecord, fields: dict[str, Any]) -> dict[str, Any]:
         "source": fields["source"], "created_at": r.created_at, "expires_at": r.expires_at,
         "roles": json.dumps(r.roles), "sensitivity": r.sensitivity,
         "metadata": json.dumps(fields["metadata"], ensure_ascii=False),
-        "sealed": fields["sealed"],
+        "sealed": fields["sealed"], "subject": r.subject,
     }

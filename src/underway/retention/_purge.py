@@ -7,15 +7,19 @@ from __future__ import annotations
 from ..events import Tombstone, genesis_hash, is_tombstone, skeleton
 from ..journal import Journal
 from ..store.base import Purge, RunRecord, StoredEvent
-from ._rules import Rule
 
 
 class Unpurgeable(Exception):
     """A run the sweep leaves as it is, and why (it says so in its report)."""
 
 
-def prepare(journal: Journal, row: RunRecord, rule: Rule, *, sweep_id: str, at: float) -> Purge:
-    """The purge of the finished run ``row``, by ``rule``, as sweep ``sweep_id`` at ``at``.
+class AlreadyPurged(Unpurgeable):
+    """A run whose journal holds tombstones already."""
+
+
+def prepare(journal: Journal, row: RunRecord, rule: str, *, sweep_id: str, at: float) -> Purge:
+    """The purge of the finished run ``row``, by ``rule`` (what the purge record says
+    ordered it), as sweep ``sweep_id`` at ``at``.
 
     Raises :class:`Unpurgeable` for a run whose journal does not verify (a purge must
     never hide what the audit would find), is purged in part already, or cannot be read
@@ -24,7 +28,7 @@ def prepare(journal: Journal, row: RunRecord, rule: Rule, *, sweep_id: str, at: 
     t, r = row.tenant_id, row.run_id
     stored = journal.store.load_events(t, r)
     if any(is_tombstone(s.payload) for s in stored):
-        raise Unpurgeable("its journal holds tombstones already")
+        raise AlreadyPurged("its journal holds tombstones already")
     checked = journal.verify_events(t, r, stored, row)
     if not checked.ok:
         raise Unpurgeable(f"its journal fails verification at seq {checked.bad_seq} "
@@ -43,4 +47,4 @@ def prepare(journal: Journal, row: RunRecord, rule: Rule, *, sweep_id: str, at: 
         stones.append(StoredEvent(s.seq, s.type, stone.encode(), s.hash))
         prev = s.hash
     return Purge(tenant_id=t, run_id=r, last_seq=len(stored), tombstones=stones,
-                 sweep_id=sweep_id, at=at, rule=rule.describe())
+                 sweep_id=sweep_id, at=at, rule=rule)

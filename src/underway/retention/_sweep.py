@@ -225,7 +225,8 @@ def _one(journal: Journal, row: RunRecord, rule: Rule, held: dict[str, str],
     if row.run_id in held:
         return outcome("held", reason=held[row.run_id])
     try:
-        purge = prepare(journal, row, rule, sweep_id=report.sweep_id, at=clock.now())
+        purge = prepare(journal, row, rule.describe(), sweep_id=report.sweep_id,
+                        at=clock.now())
     except Unpurgeable as exc:
         log.warning("run %s (tenant %s) not purged: %s", row.run_id, row.tenant_id, exc)
         return outcome("skipped", reason=str(exc))

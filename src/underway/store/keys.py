@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from .records import DataKeyRecord
+from .records import DataKeyRecord, ErasureRecord
 
 
 class KeyStore(Protocol):
@@ -20,7 +20,8 @@ class KeyStore(Protocol):
         scope: of processes creating a tenant's first key at once, all end up with the same
         one. With ``replace`` the key active until now becomes ``retired`` in the same
         transaction (a rotation). A ``key_id`` the tenant already has raises
-        :class:`~underway.errors.ConflictError`.
+        :class:`~underway.errors.ConflictError`; a key of an erased data subject's scope
+        raises :class:`~underway.errors.SubjectErased`.
         """
         ...
 
@@ -47,4 +48,19 @@ class KeyStore(Protocol):
     def destroy_data_key(self, tenant_id: str, key_id: str) -> bool:
         """Erase the key's wrapped bytes for good (state ``destroyed``): whatever it sealed
         can never be opened again. False when there was no such key or it was destroyed."""
+        ...
+
+    def erase_subject(self, rec: ErasureRecord) -> ErasureRecord:
+        """In one transaction: destroy every key of the subject's scope (their wrapped
+        bytes gone for good) and append ``rec`` to the erasure log, its ``keys`` the
+        number destroyed now and ``seq`` given. From then on no key of that scope can be
+        added. Taken in turn with :meth:`add_data_key` of the scope, so a key made
+        concurrently is either destroyed here or refused there."""
+        ...
+
+    def list_erasures(
+        self, tenant_id: str | None = None, *, subject: str | None = None
+    ) -> list[ErasureRecord]:
+        """The erasure log of a tenant (None: every tenant), of one subject when given,
+        oldest first."""
         ...

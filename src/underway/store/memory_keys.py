@@ -8,7 +8,17 @@ import threading
 from collections.abc import Sequence
 
 from ..errors import ConfigurationError, ConflictError
-from .records import SEALED_KINDS, DataKeyRecord, ScheduleRecord, SealedRow, SignalRecord
+from .records import (
+    SEALED_KINDS,
+    SUBJECT_SCOPE,
+    DataKeyRecord,
+    ErasureRecord,
+    ScheduleRecord,
+    SealedRow,
+    SignalRecord,
+    subject_scope,
+)
+from .subjects_erased import refuse_erased
 
 
 class MemoryKeys:
@@ -23,11 +33,15 @@ class MemoryKeys:
     def __init__(self) -> None:
         self._keys_lock = threading.RLock()
         self._data_keys: dict[tuple[str, str], DataKeyRecord] = {}
+        self._erasures: list[ErasureRecord] = []
 
     # -- data keys ----------------------------------------------------------------------
     def add_data_key(self, key: DataKeyRecord, *, replace: bool) -> DataKeyRecord:
         """Make the key active (first only, or replacing the active one)."""
         with self._keys_lock:
+            if key.scope.startswith(SUBJECT_SCOPE):
+                refuse_erased(key.tenant_id, self.list_erasures(
+                    key.tenant_id, subject=key.scope[len(SUBJECT_SCOPE):]))
             if (key.tenant_id, key.key_id) in self._data_keys:
                 raise ConflictError(
                     f"tenant {key.tenant_id!r} already has a data key {key.key_id!r}")
@@ -40,6 +54,28 @@ class MemoryKeys:
             new = dataclasses.replace(key, state="active")
             self._data_keys[(key.tenant_id, key.key_id)] = new
             return new
+
+    def erase_subject(self, rec: ErasureRecord) -> ErasureRecord:
+        """Destroy the subject's keys and log the erasure, under the keys' lock."""
+        scope = subject_scope(rec.subject)
+        with self._keys_lock:
+            doomed = [k for k in self._data_keys.values() if k.tenant_id == rec.tenant_id
+                      and k.scope == scope and k.state != "destroyed"]
+            for k in doomed:
+                self._data_keys[(k.tenant_id, k.key_id)] = dataclasses.replace(
+                    k, wrapped=b"", state="destroyed")
+            logged = dataclasses.replace(rec, keys=len(doomed), seq=len(self._erasures) + 1)
+            self._erasures.append(logged)
+            return logged
+
+    def list_erasures(
+        self, tenant_id: str | None = None, *, subject: str | None = None
+    ) -> list[ErasureRecord]:
+        """The erasure log, oldest first."""
+        with self._keys_lock:
+            return [e for e in self._erasures
+                    if (tenant_id is None or e.tenant_id == tenant_id)
+                    and (subject is None or e.subject == subject)]
 
     def get_data_key(self, tenant_id: str, key_id: str) -> DataKeyRecord | None:
         """The tenant's key with this id."""

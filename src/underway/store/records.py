@@ -323,6 +323,46 @@ class ConsentRecord:
     seq: int = 0
 
 
+SUBJECT_SCOPE = "subject:"
+"""The scope of a data subject's keys is this prefix and the subject's id."""
+
+
+def subject_scope(subject: str) -> str:
+    """The key scope of data subject ``subject``: what its payloads are sealed under."""
+    return SUBJECT_SCOPE + subject
+
+
+VAULT_STATES = ("destroyed", "absent", "none")
+"""What an erasure did to the subject's secret held by the key provider: ``destroyed``
+(backups taken before can no longer be opened), ``absent`` (the provider held none, or
+it was destroyed by an earlier attempt), ``none`` (the provider keeps no per-subject
+secrets: only the database was reached)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ErasureRecord:
+    """One erasure of a data subject, as its append-only log keeps it: who asked and why,
+    how many of the subject's runs were reduced to their skeleton, knowledge records
+    deleted and data keys destroyed, and what became of the subject's secret in the key
+    provider (``vault``, one of :data:`VAULT_STATES`). ``seq`` is given by the store."""
+
+    tenant_id: str
+    subject: str
+    erased_at: float
+    by: str
+    reason: str
+    runs: int
+    knowledge: int
+    keys: int
+    vault: str
+    seq: int = 0
+
+    def __post_init__(self) -> None:
+        if self.vault not in VAULT_STATES:
+            raise ConfigurationError(f"erasure vault state must be one of "
+                                     f"{', '.join(VAULT_STATES)}, not {self.vault!r}")
+
+
 # -- retention: legal holds, purges and sweeps ---------------------------------------------
 HOLD_KINDS = ("run", "subject")
 """What a legal hold may be on: one run, or every run about one data subject."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from .base import Store
-from .records import DataKeyRecord, SealedRow
+from .records import DataKeyRecord, ErasureRecord, SealedRow
 
 
 class RegionalKeys:
@@ -50,6 +50,19 @@ class RegionalKeys:
     def destroy_data_key(self, tenant_id: str, key_id: str) -> bool:
         """Destroy the key in its tenant's region."""
         return self._of(tenant_id).destroy_data_key(tenant_id, key_id)
+
+    def erase_subject(self, rec: ErasureRecord) -> ErasureRecord:
+        """Erase the subject in its tenant's region."""
+        return self._of(rec.tenant_id).erase_subject(rec)
+
+    def list_erasures(
+        self, tenant_id: str | None = None, *, subject: str | None = None
+    ) -> list[ErasureRecord]:
+        """The tenant's erasure log (from its region), or every region's, oldest first."""
+        if tenant_id is not None:
+            return self._of(tenant_id).list_erasures(tenant_id, subject=subject)
+        return sorted((e for s in self._all() for e in s.list_erasures(subject=subject)),
+                      key=lambda e: (e.erased_at, e.tenant_id, e.seq))
 
     def sealed_rows(
         self, tenant_id: str, kind: str, *, after: tuple[str, ...], limit: int

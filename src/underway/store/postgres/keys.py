@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
 from ...errors import ConfigurationError, ConflictError
-from ..records import SEALED_KINDS, DataKeyRecord, SealedRow
+from ..records import SEALED_KINDS, SUBJECT_SCOPE, DataKeyRecord, ErasureRecord, SealedRow
+from ..subjects_erased import refuse_erased
 from .connection import _Q, Connection
 
 
@@ -24,6 +26,11 @@ class Keys(Connection):
         }
         with self._pool.connection() as conn, conn.transaction():
             conn.execute(_Q["lock_data_keys"], params)
+            if key.scope.startswith(SUBJECT_SCOPE):
+                subject = {"tenant_id": key.tenant_id,
+                           "subject": key.scope[len(SUBJECT_SCOPE):]}
+                refuse_erased(key.tenant_id, [
+                    _erasure(r) for r in conn.execute(_Q["list_erasures"], subject).fetchall()])
             active = conn.execute(_Q["active_data_key"], params).fetchone()
             if active is not None and not replace:
                 if conn.execute(_Q["get_data_key"], params).fetchone() is not None:
@@ -65,6 +72,28 @@ class Keys(Connection):
         """Erase the key's wrapped bytes."""
         return self._count("destroy_data_key", tenant_id=tenant_id, key_id=key_id) == 1
 
+    def erase_subject(self, rec: ErasureRecord) -> ErasureRecord:
+        """Destroy the subject's keys and log the erasure, under the scope's lock."""
+        params: dict[str, Any] = {
+            "tenant_id": rec.tenant_id, "scope": SUBJECT_SCOPE + rec.subject,
+            "subject": rec.subject, "erased_at": rec.erased_at, "by": rec.by,
+            "reason": rec.reason, "runs": rec.runs, "knowledge": rec.knowledge,
+            "vault": rec.vault,
+        }
+        with self._pool.connection() as conn, conn.transaction():
+            conn.execute(_Q["lock_data_keys"], params)
+            params["keys"] = conn.execute(_Q["destroy_scope_keys"], params).rowcount
+            row = conn.execute(_Q["insert_erasure"], params).fetchone()
+        assert row is not None
+        return dataclasses.replace(rec, keys=params["keys"], seq=int(row[0]))
+
+    def list_erasures(
+        self, tenant_id: str | None = None, *, subject: str | None = None
+    ) -> list[ErasureRecord]:
+        """The erasure log, oldest first."""
+        return [_erasure(r) for r in self._all("list_erasures", tenant_id=tenant_id,
+                                                subject=subject)]
+
     def sealed_rows(
         self, tenant_id: str, kind: str, *, after: tuple[str, ...], limit: int
     ) -> list[SealedRow]:
@@ -104,3 +133,8 @@ class Keys(Connection):
 
 def _key(row: tuple[Any, ...]) -> DataKeyRecord:
     return DataKeyRecord(row[0], row[1], bytes(row[2]), row[3], float(row[4]), row[5], row[6])
+
+
+def _erasure(row: tuple[Any, ...]) -> ErasureRecord:
+    return ErasureRecord(str(row[0]), str(row[1]), float(row[2]), str(row[3]), str(row[4]),
+                         int(row[5]), int(row[6]), int(row[7]), str(row[8]), int(row[9]))

@@ -621,19 +621,19 @@ SELECT run_id, request_id FROM approval_nonces
 -- Knowledge base (underway.knowledge): long-term memory, kept apart from run state. Every
 -- knowledge_ query belongs to it.
 SELECT tenant_id, id, text, source, created_at, expires_at, roles, sensitivity, metadata,
-       NULL, sealed
+       NULL, sealed, subject
   FROM knowledge WHERE tenant_id = %(tenant_id)s AND id = %(id)s
 
 -- name: knowledge_put
 INSERT INTO knowledge (tenant_id, id, text, source, created_at, expires_at, roles,
-                       sensitivity, metadata, sealed)
+                       sensitivity, metadata, sealed, subject)
 VALUES (%(tenant_id)s, %(id)s, %(text)s, %(source)s, %(created_at)s, %(expires_at)s,
-        %(roles)s::text[], %(sensitivity)s, %(metadata)s, %(sealed)s)
+        %(roles)s::text[], %(sensitivity)s, %(metadata)s, %(sealed)s, %(subject)s)
 ON CONFLICT (tenant_id, id) DO UPDATE
    SET text = excluded.text, source = excluded.source, created_at = excluded.created_at,
        expires_at = excluded.expires_at, roles = excluded.roles,
        sensitivity = excluded.sensitivity, metadata = excluded.metadata,
-       sealed = excluded.sealed
+       sealed = excluded.sealed, subject = excluded.subject
 
 -- name: knowledge_delete
 DELETE FROM knowledge WHERE tenant_id = %(tenant_id)s AND id = %(id)s RETURNING 1
@@ -641,10 +641,13 @@ DELETE FROM knowledge WHERE tenant_id = %(tenant_id)s AND id = %(id)s RETURNING 
 -- name: knowledge_purge_expired
 DELETE FROM knowledge WHERE expires_at <= %(now)s
 
+-- name: knowledge_delete_subject
+DELETE FROM knowledge WHERE tenant_id = %(tenant_id)s AND subject = %(subject)s
+
 -- name: knowledge_search
 -- Every filter is applied before LIMIT, so hidden records never crowd out visible ones.
 SELECT k.tenant_id, k.id, k.text, k.source, k.created_at, k.expires_at, k.roles,
-       k.sensitivity, k.metadata, ts_rank(k.tsv, q) AS score, k.sealed
+       k.sensitivity, k.metadata, ts_rank(k.tsv, q) AS score, k.sealed, k.subject
   FROM knowledge k, websearch_to_tsquery('simple', %(query)s) AS q
  WHERE k.tenant_id = %(tenant_id)s AND k.tsv @@ q
    AND (k.expires_at IS NULL OR k.expires_at > %(now)s)
@@ -907,6 +910,24 @@ UPDATE data_keys SET wrapped = %(wrapped)s, kek_id = %(kek_id)s
 -- name: destroy_data_key
 UPDATE data_keys SET wrapped = ''::bytea, state = 'destroyed'
  WHERE tenant_id = %(tenant_id)s AND key_id = %(key_id)s AND state <> 'destroyed'
+
+-- name: destroy_scope_keys
+UPDATE data_keys SET wrapped = ''::bytea, state = 'destroyed'
+ WHERE tenant_id = %(tenant_id)s AND scope = %(scope)s AND state <> 'destroyed'
+
+-- name: insert_erasure
+INSERT INTO erasures (tenant_id, subject, erased_at, erased_by, reason, runs, knowledge, keys,
+                      vault)
+VALUES (%(tenant_id)s, %(subject)s, %(erased_at)s, %(by)s, %(reason)s, %(runs)s,
+        %(knowledge)s, %(keys)s, %(vault)s)
+RETURNING seq
+
+-- name: list_erasures
+SELECT tenant_id, subject, erased_at, erased_by, reason, runs, knowledge, keys, vault, seq
+  FROM erasures
+ WHERE (%(tenant_id)s::text IS NULL OR tenant_id = %(tenant_id)s)
+   AND (%(subject)s::text IS NULL OR subject = %(subject)s)
+ ORDER BY seq
 
 -- name: sealed_blob_rows
 SELECT key, data FROM blobs

@@ -462,19 +462,19 @@ SELECT run_id, request_id FROM approval_nonces WHERE tenant_id = ? AND nonce = ?
 -- knowledge_ query belongs to it. knowledge_fts indexes knowledge.text as external content:
 -- whoever changes a row's text removes the old words ('delete' command) and adds the new.
 SELECT seq, tenant_id, id, text, source, created_at, expires_at, roles, sensitivity, metadata,
-       sealed
+       sealed, subject
   FROM knowledge WHERE tenant_id = :tenant_id AND id = :id
 
 -- name: knowledge_upsert
 INSERT INTO knowledge (tenant_id, id, text, source, created_at, expires_at, roles,
-                       sensitivity, metadata, sealed)
+                       sensitivity, metadata, sealed, subject)
 VALUES (:tenant_id, :id, :text, :source, :created_at, :expires_at, :roles, :sensitivity,
-        :metadata, :sealed)
+        :metadata, :sealed, :subject)
 ON CONFLICT (tenant_id, id) DO UPDATE
    SET text = excluded.text, source = excluded.source, created_at = excluded.created_at,
        expires_at = excluded.expires_at, roles = excluded.roles,
        sensitivity = excluded.sensitivity, metadata = excluded.metadata,
-       sealed = excluded.sealed
+       sealed = excluded.sealed, subject = excluded.subject
 RETURNING seq
 
 -- name: knowledge_index
@@ -493,11 +493,18 @@ SELECT 'delete', seq, text FROM knowledge WHERE expires_at <= :now
 -- name: knowledge_purge_expired
 DELETE FROM knowledge WHERE expires_at <= :now
 
+-- name: knowledge_unindex_subject
+INSERT INTO knowledge_fts (knowledge_fts, rowid, text)
+SELECT 'delete', seq, text FROM knowledge WHERE tenant_id = :tenant_id AND subject = :subject
+
+-- name: knowledge_delete_subject
+DELETE FROM knowledge WHERE tenant_id = :tenant_id AND subject = :subject
+
 -- name: knowledge_search
 -- Every filter is applied before LIMIT, so hidden records never crowd out visible ones.
 -- bm25() is lower for better matches.
 SELECT k.seq, k.tenant_id, k.id, k.text, k.source, k.created_at, k.expires_at, k.roles,
-       k.sensitivity, k.metadata, -bm25(knowledge_fts) AS score, k.sealed
+       k.sensitivity, k.metadata, -bm25(knowledge_fts) AS score, k.sealed, k.subject
   FROM knowledge_fts JOIN knowledge k ON k.seq = knowledge_fts.rowid
  WHERE knowledge_fts MATCH :match AND k.tenant_id = :tenant_id
    AND (k.expires_at IS NULL OR k.expires_at > :now)
@@ -725,6 +732,23 @@ UPDATE data_keys SET wrapped = ?, kek_id = ?
 -- name: destroy_data_key
 UPDATE data_keys SET wrapped = X'', state = 'destroyed'
  WHERE tenant_id = ? AND key_id = ? AND state <> 'destroyed'
+
+-- name: destroy_scope_keys
+UPDATE data_keys SET wrapped = X'', state = 'destroyed'
+ WHERE tenant_id = ? AND scope = ? AND state <> 'destroyed'
+
+-- name: insert_erasure
+INSERT INTO erasures (tenant_id, subject, erased_at, erased_by, reason, runs, knowledge, keys,
+                      vault)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+RETURNING seq
+
+-- name: list_erasures
+SELECT tenant_id, subject, erased_at, erased_by, reason, runs, knowledge, keys, vault, seq
+  FROM erasures
+ WHERE (:tenant_id IS NULL OR tenant_id = :tenant_id)
+   AND (:subject IS NULL OR subject = :subject)
+ ORDER BY seq
 
 -- name: sealed_blob_rows
 SELECT key, data FROM blobs WHERE tenant_id = ? AND key > ? ORDER BY key LIMIT ?

@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
 from ...errors import ConfigurationError, ConflictError
-from ..records import SEALED_KINDS, DataKeyRecord, SealedRow
+from ..records import SEALED_KINDS, SUBJECT_SCOPE, DataKeyRecord, ErasureRecord, SealedRow
+from ..subjects_erased import refuse_erased
 from .connection import _Q, Connection
 from .journal import _bytes
 
@@ -21,6 +23,11 @@ class Keys(Connection):
         """Make the key active (first only, or replacing the active one), under the
         write lock."""
         with self._tx() as c:
+            if key.scope.startswith(SUBJECT_SCOPE):
+                subject = {"tenant_id": key.tenant_id,
+                           "subject": key.scope[len(SUBJECT_SCOPE):]}
+                refuse_erased(key.tenant_id, [
+                    _erasure(r) for r in c.execute(_Q["list_erasures"], subject).fetchall()])
             if c.execute(_Q["get_data_key"], (key.tenant_id, key.key_id)).fetchone():
                 raise ConflictError(
                     f"tenant {key.tenant_id!r} already has a data key {key.key_id!r}")
@@ -63,6 +70,24 @@ class Keys(Connection):
         """Erase the key's wrapped bytes."""
         with self._tx() as c:
             return c.execute(_Q["destroy_data_key"], (tenant_id, key_id)).rowcount == 1
+
+    def erase_subject(self, rec: ErasureRecord) -> ErasureRecord:
+        """Destroy the subject's keys and log the erasure, under the write lock."""
+        with self._tx() as c:
+            keys = c.execute(_Q["destroy_scope_keys"],
+                             (rec.tenant_id, SUBJECT_SCOPE + rec.subject)).rowcount
+            row = c.execute(_Q["insert_erasure"], (
+                rec.tenant_id, rec.subject, rec.erased_at, rec.by, rec.reason, rec.runs,
+                rec.knowledge, keys, rec.vault,
+            )).fetchone()
+        return dataclasses.replace(rec, keys=keys, seq=int(row[0]))
+
+    def list_erasures(
+        self, tenant_id: str | None = None, *, subject: str | None = None
+    ) -> list[ErasureRecord]:
+        """The erasure log, oldest first."""
+        return [_erasure(r) for r in self._query_named("list_erasures", tenant_id=tenant_id,
+                                                        subject=subject)]
 
     def sealed_rows(
         self, tenant_id: str, kind: str, *, after: tuple[str, ...], limit: int
@@ -108,3 +133,8 @@ def _replace(c: sqlite3.Connection, row: SealedRow, new: bytes) -> int:
 
 def _key(row: sqlite3.Row | tuple[Any, ...]) -> DataKeyRecord:
     return DataKeyRecord(row[0], row[1], _bytes(row[2]), row[3], float(row[4]), row[5], row[6])
+
+
+def _erasure(row: sqlite3.Row | tuple[Any, ...]) -> ErasureRecord:
+    return ErasureRecord(str(row[0]), str(row[1]), float(row[2]), str(row[3]), str(row[4]),
+                         int(row[5]), int(row[6]), int(row[7]), str(row[8]), int(row[9]))
