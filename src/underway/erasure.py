@@ -28,6 +28,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from . import faults
 from .client import Client
 from .crypto.envelope import Envelope, NoKeys
 from .crypto.vault import vault_of
@@ -106,17 +107,20 @@ def erase_subject(
     rule = f"erasure of a data subject by {by}: {reason}"
     purged, already = [], []
     for row in runs:
+        faults.point("erasure.before_purge")
         if _purge(journal, row, rule, sweep_id):
             purged.append(row.run_id)
         else:
             already.append(row.run_id)
     kb = knowledge if knowledge is not None else _knowledge(store, tenant_id)
     removed = kb.delete_subject(tenant_id, subject) if kb is not None else 0
+    faults.point("erasure.before_vault")
     envelope = store.codec.sealer
     provider = envelope.keys.provider if isinstance(envelope, Envelope) else None
     vault = vault_of(provider) if provider is not None else None
     state = "none" if vault is None else (
         "destroyed" if vault.destroy_subject(tenant_id, subject) else "absent")
+    faults.point("erasure.before_log")
     record = store.erase_subject(ErasureRecord(
         tenant_id=tenant_id, subject=subject, erased_at=time.time(), by=by, reason=reason,
         runs=len(purged), knowledge=removed, keys=0, vault=state,

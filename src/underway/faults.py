@@ -24,9 +24,12 @@ POINTS = (
     "retention.purge_uncommitted",
     "retention.after_purge",
     "retention.before_collect",
+    "erasure.before_purge",
+    "erasure.before_vault",
+    "erasure.before_log",
 )
-"""Every fault point the engine and the retention sweep pass (``retention.purge_uncommitted``
-inside a purge's transaction, before it commits)."""
+"""Every fault point the engine, the retention sweep and an erasure pass
+(``retention.purge_uncommitted`` inside a purge's transaction, before it commits)."""
 
 _remaining = int(os.environ.get("UNDERWAY_CRASH_AFTER", "0") or 0)
 _only = frozenset(p for p in os.environ.get("UNDERWAY_CRASH_POINTS", "").split(",") if p)

@@ -130,13 +130,18 @@ def _drive(engine: uw.Engine) -> None:
     asyncio.run(uw.Runner(engine).run_until_idle())
 
 
-def write_everywhere(store: Store, tmp: Path) -> dict[str, str]:
+def write_everywhere(store: Store, tmp: Path, *, subject: str | None = None,
+                     leave_active: bool = True) -> dict[str, str]:
     """Write every canary through every path on ``store`` (encrypted or not, as the store
-    is); return the ids of the runs made, by what they are."""
+    is); return the ids of the runs made, by what they are.
+
+    With ``subject`` every run, the outside events and the knowledge record name that data
+    subject, and no schedule is added (a schedule is not about one subject). Without
+    ``leave_active`` the runs left waiting are cancelled at the end."""
     engine = uw.Engine(store, flows=flows(), policy=POLICY)
     runs: dict[str, str] = {}
     runs["main"], _ = engine.start("kyc", {"customer": "c1", "aadhaar": AADHAAR,
-                                           "phone": PHONE}, tenant_id=TENANT)
+                                           "phone": PHONE}, tenant_id=TENANT, subject=subject)
     _drive(engine)
     ops = Approver(engine, tmp, "ops-1", ("ops",), tenant=TENANT)
     state = engine.state(runs["main"], tenant_id=TENANT)
@@ -156,34 +161,44 @@ def write_everywhere(store: Store, tmp: Path) -> dict[str, str]:
     assert engine.state(runs["main"], tenant_id=TENANT).status == "completed"
 
     # Intake: a start, then a signal to the run that owns the entity.
-    routes = Routes({"opened": StartFlow("waiting"), "updated": Signal("more")})
+    routes = Routes({"opened": StartFlow("waiting", subject_from=subject and "entity_id"),
+                     "updated": Signal("more")})
     when = datetime(2026, 1, 1, tzinfo=UTC).isoformat()
     for kind in ("opened", "updated"):
         got = intake(engine, {
-            "tenant_id": TENANT, "entity_id": "case-1", "event_type": kind,
+            "tenant_id": TENANT, "entity_id": subject or "case-1", "event_type": kind,
             "occurred_at": when, "source": "crm", "idempotency_key": f"crm-{kind}",
             "payload": {"customer": "c2", "aadhaar": AADHAAR, "phone": PHONE},
         }, routes)
         runs[f"intake-{kind}"] = str(got.run_id)
     _drive(engine)
     # A run waiting with a signal in its inbox, then cancelled with a reason.
-    runs["cancelled"], _ = engine.start("waiting", {"phone": PHONE}, tenant_id=TENANT)
+    runs["cancelled"], _ = engine.start("waiting", {"phone": PHONE}, tenant_id=TENANT,
+                                        subject=subject)
     _drive(engine)
     engine.signal(runs["cancelled"], "more", {"aadhaar": AADHAAR}, tenant_id=TENANT)
     engine.cancel(runs["cancelled"], by="ops", reason=f"customer {PHONE} asked",
                   tenant_id=TENANT)
-    runs["waiting"], _ = engine.start("waiting", {"phone": PHONE}, tenant_id=TENANT)
+    runs["waiting"], _ = engine.start("waiting", {"phone": PHONE}, tenant_id=TENANT,
+                                      subject=subject)
     _drive(engine)
     engine.signal(runs["waiting"], "more", {"pan": PAN}, tenant_id=TENANT)  # left unread
-    runs["dead"], _ = engine.start("broken", {"customer": "dead"}, tenant_id=TENANT)
-    runs["failed"], _ = engine.start("broken", {"customer": "fail"}, tenant_id=TENANT)
+    runs["dead"], _ = engine.start("broken", {"customer": "dead"}, tenant_id=TENANT,
+                                   subject=subject)
+    runs["failed"], _ = engine.start("broken", {"customer": "fail"}, tenant_id=TENANT,
+                                     subject=subject)
     _drive(engine)
-    add_schedule(engine, "nightly-kyc", "waiting", "0 2 * * *",
-                 {"phone": PHONE, "aadhaar": AADHAAR}, tenant_id=TENANT)
+    if subject is None:
+        add_schedule(engine, "nightly-kyc", "waiting", "0 2 * * *",
+                     {"phone": PHONE, "aadhaar": AADHAAR}, tenant_id=TENANT)
+    if not leave_active:
+        for name in ("waiting", "intake-opened"):
+            engine.cancel(runs[name], by="ops", reason="done", tenant_id=TENANT)
+        _drive(engine)
     kb = open_knowledge(store)
     kb.put(KnowledgeRecord(tenant_id=TENANT, id="pref-1", text=f"customer PAN {PAN} prefers "
                            f"calls on {PHONE}", source=f"crm:{AADHAAR}",
-                           created_at=1.7e9, metadata={"aadhaar": AADHAAR}))
+                           created_at=1.7e9, metadata={"aadhaar": AADHAAR}, subject=subject))
     hits = kb.search(TENANT, "prefers calls", roles=(), now=1.7e9 + 1)
     assert [h.record.text for h in hits] == [f"customer PAN {PAN} prefers calls on {PHONE}"]
     return runs
