@@ -197,7 +197,8 @@ def key_provider(
     ctx: typer.Context, config: Config | None = None, keyring: Path | None = None
 ) -> KeyProvider | None:
     """The keys a command was given: ``keyring`` (the command's own ``--keyring``), else
-    the global ``--keyring``, else ``$UNDERWAY_KEYRING``, else a KEK in ``$UNDERWAY_KEK``,
+    the global ``--keyring``, else ``$UNDERWAY_KEYRING``, else a KEK in ``$UNDERWAY_KEK``
+    (its subject vault in ``$UNDERWAY_SUBJECTS``, if set),
     else ``config``'s ``[encryption]``; None when none was."""
     root = ctx.find_root().obj
     path = keyring or (root.keyring if isinstance(root, RootOptions) else None) \
@@ -205,7 +206,7 @@ def key_provider(
     if path:
         return KeyringFile(path)
     if os.environ.get("UNDERWAY_KEK"):
-        return EnvKey("UNDERWAY_KEK")
+        return EnvKey("UNDERWAY_KEK", subjects=os.environ.get("UNDERWAY_SUBJECTS") or None)
     return config.make_key_provider() if config is not None else None
 
 

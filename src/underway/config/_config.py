@@ -135,9 +135,9 @@ class Config(Sections):
         try:
             if enc.provider == "keyring":
                 assert enc.keyring is not None
-                return KeyringFile(enc.keyring)
+                return KeyringFile(enc.keyring, subjects=enc.subjects)
             if enc.provider == "env":
-                return EnvKey(enc.env, previous=enc.previous_env)
+                return EnvKey(enc.env, previous=enc.previous_env, subjects=enc.subjects)
             assert enc.factory is not None
             module, _, attribute = enc.factory.partition(":")
             factory = getattr(importlib.import_module(module), attribute)

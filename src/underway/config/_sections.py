@@ -271,10 +271,13 @@ class EncryptionSection(Section):
     local keyring file, ``keyring``: its path), ``env`` (the KEK in the environment
     variable ``env``; earlier ones in ``previous_env`` while data keys are re-wrapped) or
     ``python`` (``factory``: ``module:attribute`` of a function of no arguments returning
-    a key provider, e.g. around a cloud KMS)."""
+    a key provider, e.g. around a cloud KMS). ``subjects``: the directory of data subjects'
+    secrets (the vault an erasure destroys them in; default for ``keyring``: beside the
+    keyring file, ``<keyring>.subjects``; ``env`` has none unless given)."""
 
     provider: Literal["keyring", "env", "python"]
     keyring: AnyPath | None = None
+    subjects: AnyPath | None = None
     env: EnvName = "UNDERWAY_KEK"
     previous_env: list[EnvName] = Field(default_factory=list)
     factory: Name | None = None
