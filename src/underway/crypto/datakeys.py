@@ -102,6 +102,7 @@ class DataKeys:
         self._clock = clock
         self._lock = threading.Lock()
         self._keys: dict[tuple[str, str], DataKey] = {}
+        self._headers: dict[tuple[str, bytes], DataKey] = {}
         self._active: dict[tuple[str, str], tuple[DataKey, float]] = {}
 
     # -- sealing ------------------------------------------------------------------------
@@ -204,6 +205,17 @@ class DataKeys:
                 "never had: it was copied here from another tenant, or forged")
         return self._open(rec)
 
+    def by_header(self, tenant_id: str, header: bytes) -> DataKey | None:
+        """The key a sealed box's header (format version and key id) names, when this
+        process opened a box of the tenant with that header before (reads nothing)."""
+        return self._headers.get((tenant_id, header))
+
+    def remember_header(self, tenant_id: str, header: bytes, key: DataKey) -> None:
+        """Note that boxes of the tenant with ``header`` open with ``key``."""
+        if len(self._headers) > 10_000:
+            self._headers.clear()
+        self._headers[(tenant_id, header)] = key
+
     def known(self, tenant_id: str, key_id: str) -> DataKey | None:
         """The tenant's key ``key_id`` if this process holds it already (reads nothing)."""
         return self._keys.get((tenant_id, key_id))
@@ -232,7 +244,7 @@ class DataKeys:
         """Drop the keys this process holds (of one tenant, or all): they are read and
         unwrapped again when next needed (after a key was destroyed elsewhere)."""
         with self._lock:
-            for cache in (self._keys, self._active):
+            for cache in (self._keys, self._active, self._headers):
                 for k in [k for k in cache if tenant_id is None or k[0] == tenant_id]:
                     del cache[k]
 
