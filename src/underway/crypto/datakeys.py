@@ -25,6 +25,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
@@ -244,7 +245,8 @@ class DataKeys:
         """Drop the keys this process holds (of one tenant, or all): they are read and
         unwrapped again when next needed (after a key was destroyed elsewhere)."""
         with self._lock:
-            for cache in (self._keys, self._active, self._headers):
+            caches: tuple[dict[Any, Any], ...] = (self._keys, self._active, self._headers)
+            for cache in caches:
                 for k in [k for k in cache if tenant_id is None or k[0] == tenant_id]:
                     del cache[k]
 
