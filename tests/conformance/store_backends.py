@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import sqlite3
+from collections.abc import Sequence
+
+import psycopg
+import pytest
+
 from underway.store import MemoryStore, Store, connect
 
 
@@ -31,3 +37,26 @@ class Backend:
             store.close()
         if self._memory is not None:
             self._memory.close()
+
+
+def assert_append_only(backend: Backend, table: str, statements: Sequence[str]) -> None:
+    """The database refuses each of ``statements`` (an ``UPDATE`` and a ``DELETE`` of
+    ``table``) as append-only, and ``TRUNCATE`` too on PostgreSQL: its triggers hold even
+    for someone who goes around the store. Nothing to check for the memory store."""
+    if backend.name == "sqlite":
+        assert backend.url is not None
+        conn = sqlite3.connect(backend.url.removeprefix("sqlite:///"))
+        try:
+            for statement in statements:
+                with pytest.raises(sqlite3.IntegrityError, match="append-only"):
+                    conn.execute(statement)
+        finally:
+            conn.close()
+    elif backend.name == "postgres":
+        assert backend.url is not None
+        base, schema = backend.url.split("?schema=")
+        with psycopg.connect(base, autocommit=True) as conn:
+            conn.execute(f'SET search_path TO "{schema}"')
+            for statement in [*statements, f"TRUNCATE {table}"]:
+                with pytest.raises(psycopg.errors.RaiseException, match="append-only"):
+                    conn.execute(statement)

@@ -6,11 +6,8 @@ attacks it)."""
 
 from __future__ import annotations
 
-import sqlite3
-
-import psycopg
 import pytest
-from store_backends import Backend
+from store_backends import Backend, assert_append_only
 
 from underway.store import Store
 from underway.store.access import AccessLogStore
@@ -71,20 +68,6 @@ def test_the_protocol_has_no_way_to_change_or_remove_an_entry() -> None:
 def test_the_database_refuses_to_change_or_delete_an_entry(backend: Backend,
                                                             store: Store) -> None:
     store.log_access([entry("r1", 10.0)])
-    if backend.name == "sqlite":
-        assert backend.url is not None
-        conn = sqlite3.connect(backend.url.removeprefix("sqlite:///"))
-        for statement in ("UPDATE access_log SET run_id = 'x'", "DELETE FROM access_log"):
-            with pytest.raises(sqlite3.IntegrityError, match="append-only"):
-                conn.execute(statement)
-        conn.close()
-    elif backend.name == "postgres":
-        assert backend.url is not None
-        base, schema = backend.url.split("?schema=")
-        with psycopg.connect(base, autocommit=True) as conn:
-            conn.execute(f'SET search_path TO "{schema}"')
-            for statement in ("UPDATE access_log SET run_id = 'x'", "DELETE FROM access_log",
-                              "TRUNCATE access_log"):
-                with pytest.raises(psycopg.errors.RaiseException, match="append-only"):
-                    conn.execute(statement)
+    assert_append_only(backend, "access_log",
+                       ("UPDATE access_log SET run_id = 'x'", "DELETE FROM access_log"))
     assert [e.run_id for e in store.list_access("acme")] == ["r1"]

@@ -6,12 +6,10 @@ append-only."""
 from __future__ import annotations
 
 import contextlib
-import sqlite3
 import threading
 
-import psycopg
 import pytest
-from store_backends import Backend
+from store_backends import Backend, assert_append_only
 
 from underway.errors import ConfigurationError, SubjectErased
 from underway.store import Store
@@ -105,20 +103,6 @@ def test_keys_racing_an_erasure_are_destroyed_or_refused(backend: Backend) -> No
 def test_the_database_refuses_to_change_or_delete_an_erasure(backend: Backend,
                                                              store: Store) -> None:
     store.erase_subject(erasure())
-    if backend.name == "sqlite":
-        assert backend.url is not None
-        conn = sqlite3.connect(backend.url.removeprefix("sqlite:///"))
-        for statement in ("UPDATE erasures SET reason = 'x'", "DELETE FROM erasures"):
-            with pytest.raises(sqlite3.IntegrityError, match="append-only"):
-                conn.execute(statement)
-        conn.close()
-    elif backend.name == "postgres":
-        assert backend.url is not None
-        base, schema = backend.url.split("?schema=")
-        with psycopg.connect(base, autocommit=True) as conn:
-            conn.execute(f'SET search_path TO "{schema}"')
-            for statement in ("UPDATE erasures SET reason = 'x'", "DELETE FROM erasures",
-                              "TRUNCATE erasures"):
-                with pytest.raises(psycopg.errors.RaiseException, match="append-only"):
-                    conn.execute(statement)
+    assert_append_only(backend, "erasures",
+                       ("UPDATE erasures SET reason = 'x'", "DELETE FROM erasures"))
     assert [e.reason for e in store.list_erasures("acme")] == ["request 7"]

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +19,7 @@ from pathlib import Path
 import pytest
 
 import underway as uw
+from fakes.processes import finish
 from fakes.retention_world import CANARIES, engine_for, start
 from underway import audit
 from underway.crypto import KeyringFile, encrypt
@@ -31,7 +31,6 @@ pytestmark = [pytest.mark.crash, pytest.mark.timeout(900)]
 UNDERWAY = Path(sys.executable).with_name("underway")
 RUNS = 8
 FAULT_KILLS, OUTSIDE_KILLS = 5, 3
-CHILD_TIMEOUT_S = 120.0
 TENANT = "acme"
 
 
@@ -44,24 +43,6 @@ def eraser(url: str, keyring: Path, *, crash_after: int | None = None,
         [str(UNDERWAY), "--keyring", str(keyring), "erase", "subject", "ann", "--db", url,
          "--tenant", TENANT, "--by", "dpo", "--reason", "request 11"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-
-
-def finish(proc: subprocess.Popen[bytes], kill_after: float | None = None) -> bool:
-    """Wait for an erasure (SIGKILLing it after ``kill_after`` seconds); True when killed."""
-    try:
-        _, err = proc.communicate(timeout=kill_after if kill_after is not None
-                                  else CHILD_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        if kill_after is None:
-            proc.kill()
-            proc.communicate()
-            pytest.fail(f"an erasure hung for {CHILD_TIMEOUT_S}s")
-        proc.send_signal(signal.SIGKILL)
-        _, err = proc.communicate(timeout=CHILD_TIMEOUT_S)
-    if proc.returncode == -signal.SIGKILL:
-        return True
-    assert proc.returncode == 0, err.decode(errors="replace")
-    return False
 
 
 def check(store: Store, before: dict[str, list[bytes]], other: str) -> int:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -23,6 +22,7 @@ import psycopg
 import pytest
 
 import underway as uw
+from fakes.processes import CHILD_TIMEOUT_S, finish
 from fakes.retention_world import CANARIES, engine_for, start
 from underway import audit
 from underway.events import is_tombstone
@@ -38,7 +38,6 @@ PURGE_POINTS = "retention.before_purge,retention.purge_uncommitted,retention.aft
 """The points each run's purge passes, in this order."""
 LETTERS, FAILURES = 24, 6
 FAULT_KILLS, OUTSIDE_KILLS = 6, 4
-CHILD_TIMEOUT_S = 120.0
 
 
 def populate(store: Store, tenant: str) -> tuple[list[str], list[str], str]:
@@ -76,24 +75,6 @@ def sweeper(config: Path, tenant: str, *, crash_after: int | None = None,
     return subprocess.Popen([str(UNDERWAY), "retention", "sweep", "--config", str(config),
                              "--tenant", tenant],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-
-
-def finish(proc: subprocess.Popen[bytes], kill_after: float | None = None) -> bool:
-    """Wait for a sweep (SIGKILLing it after ``kill_after`` seconds); True when killed."""
-    try:
-        _, err = proc.communicate(timeout=kill_after if kill_after is not None
-                                  else CHILD_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        if kill_after is None:
-            proc.kill()
-            proc.communicate()
-            pytest.fail(f"a sweep hung for {CHILD_TIMEOUT_S}s")
-        proc.send_signal(signal.SIGKILL)
-        _, err = proc.communicate(timeout=CHILD_TIMEOUT_S)
-    if proc.returncode == -signal.SIGKILL:
-        return True
-    assert proc.returncode == 0, err.decode(errors="replace")
-    return False
 
 
 def check(store: Store, tenant: str, before: dict[str, tuple[list[bytes], object]],
