@@ -21,7 +21,7 @@ from ..intake import Route, Routes
 from ..store import queries
 from ..store.base import Store
 from ..webhooks import REPLAY_WINDOW
-from . import _admin, _approvals, _consents, _intake, _reads, _runs, _stream
+from . import _admin, _approvals, _consents, _erasures, _intake, _reads, _runs, _stream
 from ._auth import ServiceState
 from ._metrics import install_metrics
 from ._problems import PROBLEM_TYPE, Problem, install, problem_responses, respond
@@ -73,7 +73,7 @@ def create_app(
     app.state.underway = ServiceState(client, table, replay_window, signed_resolutions,
                                       frozenset(reveal_roles))
     install(app)
-    for module in (_runs, _stream, _approvals, _intake, _consents, _reads, _admin):
+    for module in (_runs, _stream, _approvals, _intake, _consents, _erasures, _reads, _admin):
         app.include_router(module.router)
     _health(app)
     install_metrics(app, metrics)

@@ -94,6 +94,9 @@ SAMPLES: dict[tuple[str, str], Sample] = {
     ("GET", "/v1/consents"): lambda w, a: ("/v1/consents", {"params": {"subject": SUBJECT}}),
     ("POST", "/v1/consents"): lambda w, a: ("/v1/consents", {"json": {
         "subject": SUBJECT, "purpose": "marketing", "state": "withdrawn"}}),
+    ("GET", "/v1/erasures"): lambda w, a: ("/v1/erasures", {"params": {"subject": "gone-1"}}),
+    ("POST", "/v1/erasures"): lambda w, a: ("/v1/erasures", {"json": {
+        "subject": "gone-1", "reason": "a request"}}),
     ("GET", "/v1/usage"): lambda w, a: ("/v1/usage", {"params": {"days": 1}}),
     ("GET", "/v1/audit/verify"): lambda w, a: ("/v1/audit/verify", {}),
     ("GET", "/v1/schedules"): lambda w, a: ("/v1/schedules", {}),

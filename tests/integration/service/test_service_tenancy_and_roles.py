@@ -32,6 +32,7 @@ def snapshot(world: World, tenant: str) -> dict[str, Any]:
         "access": [(e.seq, e.run_id) for e in s.list_access(tenant, limit=1000)],
         "intake": s.get_intake(tenant, "evt-77"),
         "consents": s.consent_history(tenant, SUBJECT),
+        "erasures": s.list_erasures(tenant),
     }
 
 
