@@ -5,6 +5,7 @@ console's run page — and the totals over a run's events."""
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -36,6 +37,23 @@ def format_time(at: float | None) -> str:
     if at is None:
         return "-"
     return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+def time_left(at: float, now: float) -> str:
+    """How long until ``at``, for people: ``in 59m``, ``expired 3s ago``, ``no expiry``."""
+    if math.isinf(at):
+        return "no expiry"
+    left = at - now
+    span = abs(left)
+    if span < 120:
+        text = f"{span:.0f}s"
+    elif span < 2 * 3600:
+        text = f"{span / 60:.0f}m"
+    elif span < 2 * 86400:
+        text = f"{span / 3600:.1f}h"
+    else:
+        text = f"{span / 86400:.1f}d"
+    return f"in {text}" if left > 0 else f"expired {text} ago"
 
 
 def preview(value: JSON, limit: int = _PREVIEW) -> str:

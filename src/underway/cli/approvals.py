@@ -17,6 +17,7 @@ from typing import Annotated, Any
 
 import typer
 
+from .._timeline import time_left
 from ..approvals import (
     ApprovalCheck,
     ApproverRecord,
@@ -89,22 +90,6 @@ def _iso(at: float) -> str:
     return datetime.fromtimestamp(at, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-def _relative(at: float, now: float) -> str:
-    if at == float("inf"):
-        return "no expiry"
-    left = at - now
-    span = abs(left)
-    if span < 120:
-        text = f"{span:.0f}s"
-    elif span < 2 * 3600:
-        text = f"{span / 60:.0f}m"
-    elif span < 2 * 86400:
-        text = f"{span / 3600:.1f}h"
-    else:
-        text = f"{span / 86400:.1f}d"
-    return f"in {text}" if left > 0 else f"expired {text} ago"
-
-
 def _pretty(value: JSON) -> str:
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
 
@@ -157,7 +142,7 @@ def list_requests(
         if r.kind == "resolution" and r.tool:
             action = f"{r.tool}: {action}"
         table.add_row(r.run_id, r.kind, action, r.required_role or "any",
-                      _iso(r.expires_at), _relative(r.expires_at, now))
+                      _iso(r.expires_at), time_left(r.expires_at, now))
     _console().print(table)
 
 
@@ -219,7 +204,7 @@ def show(
             out += ["context:", *("  " + line for line in _pretty(r.context).splitlines())]
     out += [
         f"required role: {r.required_role or 'any registered approver'}",
-        f"expires:       {_iso(r.expires_at)} ({_relative(r.expires_at, now)})",
+        f"expires:       {_iso(r.expires_at)} ({time_left(r.expires_at, now)})",
     ]
     if r.rule_id is not None or r.policy_version is not None:
         out.append(f"policy:        rule {r.rule_id or '-'}, version {r.policy_version or '-'}")

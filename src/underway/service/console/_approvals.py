@@ -22,6 +22,7 @@ from fastapi import APIRouter, Form, Path, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import ValidationError
 
+from ..._timeline import time_left
 from ...approvals import SignedDecision
 from ...client import PendingRequest, redact_request
 from ...errors import RunNotFound
@@ -251,23 +252,6 @@ async def _approvers(request: Request, state: ServiceState, session: Session, *,
 
 
 # -- presenting -------------------------------------------------------------------------
-def time_left(at: float, now: float) -> str:
-    """How long until ``at``, for people: ``in 59m``, ``expired 3s ago``, ``no expiry``."""
-    if math.isinf(at):
-        return "no expiry"
-    left = at - now
-    span = abs(left)
-    if span < 120:
-        text = f"{span:.0f}s"
-    elif span < 2 * 3600:
-        text = f"{span / 60:.0f}m"
-    elif span < 2 * 86400:
-        text = f"{span / 3600:.1f}h"
-    else:
-        text = f"{span / 86400:.1f}d"
-    return f"in {text}" if left > 0 else f"expired {text} ago"
-
-
 def _action(r: PendingRequest) -> str:
     if r.kind == "approval":
         return f"call {r.tool}"
