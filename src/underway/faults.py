@@ -24,9 +24,14 @@ POINTS = (
     "retention.purge_uncommitted",
     "retention.after_purge",
     "retention.before_collect",
+    "intake.before_commit",
+    "intake.after_commit",
+    "intake.after_dead_letter",
 )
-"""Every fault point the engine and the retention sweep pass (``retention.purge_uncommitted``
-inside a purge's transaction, before it commits)."""
+"""Every fault point the engine, the retention sweep and the queue and mail consumers pass
+(``retention.purge_uncommitted`` inside a purge's transaction, before it commits;
+``intake.after_commit`` after a message's intake committed, before it is acknowledged or
+filed as seen)."""
 
 _remaining = int(os.environ.get("UNDERWAY_CRASH_AFTER", "0") or 0)
 _only = frozenset(p for p in os.environ.get("UNDERWAY_CRASH_POINTS", "").split(",") if p)
