@@ -73,7 +73,8 @@ def _addresses(msg: EmailMessage, name: str) -> list[str]:
     if header is None:
         return []
     try:
-        return [a.addr_spec for a in header.addresses if a.addr_spec]
+        # RFC 5322 addresses have a domain: "root" or "not an address" are no sender.
+        return [a.addr_spec for a in header.addresses if a.username and a.domain]
     except (AttributeError, ValueError, IndexError):
         return []
 

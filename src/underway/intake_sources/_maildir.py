@@ -50,8 +50,8 @@ class MaildirIntake:
     """Take in the mails delivered to maildir ``directory`` (see the module's docstring).
 
     :meth:`process_new` makes one pass over ``new``; :meth:`watch` makes one every
-    ``interval`` seconds until stopped. Mails are read in the order of their file names
-    (a maildir's unique names start with the delivery time)."""
+    ``interval`` seconds until stopped. Mails are read in the order they were delivered
+    (their files' modification times, then their names)."""
 
     client: Client
     routes: Routes
@@ -76,9 +76,8 @@ class MaildirIntake:
         """Act on every mail now in ``new``, oldest first. Stops at the first store
         failure (that mail stays in ``new``, its outcome ``retry``)."""
         outcomes: list[Outcome] = []
-        new = self.directory / "new"
-        for name in sorted(n for n in os.listdir(new) if not n.startswith(".")):
-            outcome = self._one(new / name)
+        for path in self._arrived():
+            outcome = self._one(path)
             if outcome is None:
                 continue
             outcomes.append(outcome)
@@ -101,6 +100,18 @@ class MaildirIntake:
                 wait = interval
             stop.wait(wait)
         return self.counts
+
+    def _arrived(self) -> list[Path]:
+        """The mails in ``new``, in the order they were written (then by name)."""
+        found = []
+        for entry in os.scandir(self.directory / "new"):
+            if entry.name.startswith("."):
+                continue
+            try:
+                found.append((entry.stat().st_mtime_ns, entry.name, Path(entry.path)))
+            except FileNotFoundError:
+                continue  # filed by another watcher meanwhile
+        return [path for _, _, path in sorted(found)]
 
     def _one(self, path: Path) -> Outcome | None:
         try:
