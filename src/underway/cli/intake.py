@@ -180,7 +180,8 @@ def maildir(
     interval: Annotated[float, typer.Option(
         "--interval", min=0.01, help="Seconds between looks at new/.")] = 1.0,
     once: Annotated[bool, typer.Option(
-        "--once", help="Take in what new/ holds now, then exit.")] = False,
+        "--once", help="Take in what new/ holds now, then exit (status 1 when a store "
+        "failure left mails in new/).")] = False,
     tenant: TenantOption = "default",
     source: Annotated[str, typer.Option("--source", help="The events' source.")] = "mail",
     verbose: VerboseOption = False,
@@ -201,6 +202,10 @@ def maildir(
         watcher = intake_sources.MaildirIntake(client, table, directory, options)
         if once:
             watcher.process_new()
+            if watcher.counts.retried:
+                # Mails were left in new/ for a store failure: say so to cron.
+                _summary("maildir", watcher.counts)
+                raise typer.Exit(1)
         else:
             stop = threading.Event()
             for sig in (signal.SIGTERM, signal.SIGINT):

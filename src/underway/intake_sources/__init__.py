@@ -9,7 +9,8 @@ maildir, acted on once through :func:`underway.intake.intake`.
   event it becomes; :class:`MalformedMessage`: a message that is none;
 - :class:`MessageHandler`, :class:`Outcome`, :class:`IntakeCounts`: the one path every
   queued message takes (read, act, acknowledge after the commit; dead-letter the
-  malformed; hand back on a store failure).
+  malformed; hand back on a store failure), over a broker's :class:`Delivery`;
+  :class:`DeadLetter`: what a dead letter carries.
 
 A message is acknowledged (a mail filed as seen) only after its intake committed; one
 delivered again — after a crash, a lost acknowledgement, a redelivery — acts once, since
@@ -28,13 +29,21 @@ from ._handling import (
     AFTER_COMMIT,
     AFTER_DEAD_LETTER,
     BEFORE_COMMIT,
+    Delivery,
     IntakeCounts,
     MessageHandler,
     Outcome,
 )
 from ._mail import MailOptions, event_from_mail
 from ._maildir import MaildirIntake
-from ._messages import REASON_HEADER, SOURCE_HEADER, MalformedMessage, MessageBody, event_from_body
+from ._messages import (
+    REASON_HEADER,
+    SOURCE_HEADER,
+    DeadLetter,
+    MalformedMessage,
+    MessageBody,
+    event_from_body,
+)
 
 if TYPE_CHECKING:
     from ._nats import NatsIntake
@@ -49,6 +58,8 @@ __all__ = [
     "BEFORE_COMMIT",
     "REASON_HEADER",
     "SOURCE_HEADER",
+    "DeadLetter",
+    "Delivery",
     "IntakeCounts",
     "MailOptions",
     "MaildirIntake",

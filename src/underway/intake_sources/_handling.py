@@ -114,6 +114,12 @@ class MessageHandler:
                 message_id=delivery.message_id, received_at=delivery.received_at)
         except MalformedMessage as exc:
             return await self._dead(delivery, delivery.message_id, str(exc), stop)
+        except Exception as exc:
+            # Whatever a message's bytes make the parser do, they must not stop the consumer.
+            log.exception("%s: reading message %r failed unexpectedly", self.source,
+                          delivery.message_id)
+            return await self._dead(delivery, delivery.message_id,
+                                    f"unexpected error: {_name(exc)}", stop)
         faults.point(BEFORE_COMMIT)
         try:
             result = await run_io(self.client.store, self._act, event, _trace(delivery))

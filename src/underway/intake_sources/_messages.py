@@ -81,12 +81,16 @@ def event_from_body(
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise MalformedMessage(f"the body is not JSON: {exc}") from None
+    except RecursionError:
+        raise MalformedMessage("the body's JSON nests too deeply to be read") from None
     if not isinstance(data, dict):
         raise MalformedMessage(f"the body must be a JSON object, not {type(data).__name__}")
     try:
         msg = MessageBody.model_validate(data)
     except ValidationError as exc:
         raise MalformedMessage(f"invalid event: {_problems(exc, 'body')}") from None
+    except RecursionError:
+        raise MalformedMessage("the body's JSON nests too deeply to be read") from None
     if msg.tenant_id is not None and msg.tenant_id != tenant_id:
         raise MalformedMessage(
             f"the body names tenant {msg.tenant_id!r}; this consumer takes events for tenant "

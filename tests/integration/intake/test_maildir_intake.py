@@ -28,7 +28,9 @@ from fakes.intake_world import (
     unblock_intake,
 )
 from underway import Client
+from underway.codec import blob_key
 from underway.errors import ConfigurationError
+from underway.events import canonical_json
 from underway.intake_sources import REASON_HEADER, MaildirIntake, MailOptions
 from underway.store.base import Store
 
@@ -79,7 +81,7 @@ def email_payload(raw: bytes) -> dict[str, object]:
 
 def test_mails_act_once_and_are_filed_as_seen(store: Store,
                                               maildir: mailbox.Maildir) -> None:
-    maildir.add(mail("<q1@example.com>", "Where is my order?", attachment=b"%PDF-1" * 100))
+    maildir.add(mail("<q1@example.com>", "Where is my order?", attachment=b"%PDF-1" * 1000))
     maildir.add(mail("<q2@example.com>", "Re: Where is my order?",
                      reply_to="<q1@example.com>"))
     maildir.add(mail("<q1@example.com>", "Where is my order?"))  # delivered twice
@@ -100,11 +102,13 @@ def test_mails_act_once_and_are_filed_as_seen(store: Store,
     assert reply["subject"] == "Re: Where is my order?" and reply["from"] == "ann@example.com"
     assert reply["in_reply_to"] == "q1@example.com"
     assert str(reply["text"]).startswith("Re: Where is my order?\nsecond line")
-    # The first mail's attachment is in the run's input, as it was sent.
+    # The first mail's attachment is in the run's input, as it was sent, and its journal
+    # keeps it once, as a content-addressed blob.
     started = Client(store).state(run_id, tenant_id=TENANT)
     attachment = started.input["attachments"][0]
-    assert attachment["filename"] == "invoice.pdf" and attachment["size"] == 600
-    assert base64.b64decode(attachment["content_base64"]) == b"%PDF-1" * 100
+    assert attachment["filename"] == "invoice.pdf" and attachment["size"] == 6000
+    assert base64.b64decode(attachment["content_base64"]) == b"%PDF-1" * 1000
+    assert blob_key(canonical_json(attachment["content_base64"])) in store.blob_keys(TENANT)
 
 
 def test_large_or_skipped_attachments_are_noted(store: Store,
@@ -215,3 +219,24 @@ def test_the_command_once_takes_in_what_is_there(sqlite_url: str,
     finally:
         proc.close()
     assert "1 acted on (0 duplicates), 1 dead-lettered" in proc.out[-1]
+
+
+def test_the_command_once_says_when_the_store_failed(sqlite_url: str,
+                                                     maildir: mailbox.Maildir) -> None:
+    open_store(sqlite_url).close()
+    key = maildir.add(mail("<f1@example.com>", "one"))
+    block_intake(sqlite_url)
+    failed = IntakeProcess("maildir", str(maildir._path), "--db", sqlite_url, "--once")
+    try:
+        assert failed.wait() == 1, failed.stderr()
+    finally:
+        failed.close()
+    assert "0 acted on (0 duplicates), 0 dead-lettered, 1 handed back" in failed.out[-1]
+    assert "the store failed" in failed.stderr() and files(maildir, "new") == [key]
+    unblock_intake(sqlite_url)
+    again = IntakeProcess("maildir", str(maildir._path), "--db", sqlite_url, "--once")
+    try:
+        assert again.wait() == 0, again.stderr()
+    finally:
+        again.close()
+    assert "1 acted on" in again.out[-1] and files(maildir, "new") == []

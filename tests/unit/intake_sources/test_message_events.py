@@ -56,6 +56,9 @@ def test_the_key_is_the_bodys_else_the_message_id() -> None:
     (body(), None, "no idempotency key"),
     (body(purpose="Not A Purpose"), "m", "purpose"),
     (b"\xff\xfe", "m", "the body is not JSON"),
+    (b"[" * 100_000 + b"]" * 100_000, "m", "nests too deeply"),
+    (b'{"entity_id": "o", "event_type": "t", "payload": ' + b"[" * 5000 + b"]" * 5000 + b"}",
+     "m", "nests too deeply"),
 ])
 def test_a_malformed_body_is_refused_with_the_reason(raw: bytes, message_id: str | None,
                                                       says: str) -> None:
