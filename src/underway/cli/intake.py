@@ -113,8 +113,7 @@ def nats(
     verbose: VerboseOption = False,
     db: DbOption = None,
 ) -> None:
-    """Consume a JetStream subject: each message acted on once, acknowledged after its
-    intake committed."""
+    """Consume a JetStream subject; each message is acked after its intake commits."""
     _logging("nats", verbose)
     nats_intake = _extra("NatsIntake", "nats")
     with _client(ctx, db, routes) as (client, table):
@@ -146,8 +145,7 @@ def rabbitmq(
     verbose: VerboseOption = False,
     db: DbOption = None,
 ) -> None:
-    """Consume a RabbitMQ queue: each message acted on once, acknowledged after its intake
-    committed."""
+    """Consume a RabbitMQ queue; each message is acked after its intake commits."""
     _logging("rabbitmq", verbose)
     rabbitmq_intake = _extra("RabbitMQIntake", "rabbitmq")
     with _client(ctx, db, routes) as (client, table):
@@ -187,8 +185,7 @@ def maildir(
     verbose: VerboseOption = False,
     db: DbOption = None,
 ) -> None:
-    """Watch a maildir: each new mail acted on once, then moved to cur/ as seen;
-    malformed ones are filed in the .dead folder with the reason."""
+    """Watch a maildir; each new mail is filed in cur/ after its intake commits."""
     _logging("maildir", verbose)
     if entity not in ("thread", "sender"):
         raise Problem(f"--entity must be thread or sender, not {entity!r}")
