@@ -119,7 +119,7 @@ class MessageHandler:
             log.exception("%s: reading message %r failed unexpectedly", self.source,
                           delivery.message_id)
             return await self._dead(delivery, delivery.message_id,
-                                    f"unexpected error: {_name(exc)}", stop)
+                                    f"unexpected error: {error_text(exc)}", stop)
         faults.point(BEFORE_COMMIT)
         try:
             result = await run_io(self.client.store, self._act, event, _trace(delivery))
@@ -130,9 +130,9 @@ class MessageHandler:
                 log.exception("intake of %s key %r failed unexpectedly", self.source,
                               event.idempotency_key)
                 return await self._dead(delivery, event.idempotency_key,
-                                        f"unexpected error: {_name(exc)}", stop)
+                                        f"unexpected error: {error_text(exc)}", stop)
             return await self._hand_back(delivery, event.idempotency_key,
-                                         f"the store failed ({_name(exc)})", stop)
+                                         f"the store failed ({error_text(exc)})", stop)
         if result.action == "ignored":
             return await self._dead(delivery, event.idempotency_key, result.reason, stop)
         faults.point(AFTER_COMMIT)
@@ -156,7 +156,7 @@ class MessageHandler:
             # The message must not be lost: it stays with the broker until a dead letter
             # can be written.
             return await self._hand_back(
-                delivery, key, f"the dead letter could not be written ({_name(exc)}); "
+                delivery, key, f"the dead letter could not be written ({error_text(exc)}); "
                 f"the message was: {reason}", stop)
         log.warning("%s key %r dead-lettered: %s", self.source, key, reason)
         faults.point(AFTER_DEAD_LETTER)
@@ -184,7 +184,8 @@ async def pause(stop: asyncio.Event | None, seconds: float) -> None:
         await asyncio.wait_for(stop.wait(), seconds)
 
 
-def _name(exc: BaseException) -> str:
+def error_text(exc: BaseException) -> str:
+    """An error as ``Type: message``."""
     return f"{type(exc).__name__}: {exc}".strip()
 
 

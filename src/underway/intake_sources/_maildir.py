@@ -34,6 +34,7 @@ from ._handling import (
     DEFAULT_BACKOFF,
     IntakeCounts,
     Outcome,
+    error_text,
     transient,
 )
 from ._mail import MailOptions, event_from_mail
@@ -132,21 +133,28 @@ class MaildirIntake:
             if not transient(exc):
                 log.exception("mail %s failed unexpectedly", path.name)
                 return self._dead(path, raw, event.idempotency_key,
-                                  f"unexpected error: {type(exc).__name__}: {exc}")
-            log.warning("mail %s: the store failed (%s: %s); it stays in new", path.name,
-                        type(exc).__name__, exc)
-            self.counts.retried += 1
-            return Outcome("retry", event.idempotency_key, reason=str(exc))
+                                  f"unexpected error: {error_text(exc)}")
+            return self._stays(path, event.idempotency_key, f"the store failed ({error_text(exc)})")
         if result.action == "ignored":
             return self._dead(path, raw, event.idempotency_key, result.reason)
         faults.point(AFTER_COMMIT)
-        self._file_as_seen(path)
+        try:
+            self._file_as_seen(path)
+        except OSError as exc:
+            # Acted on: the next pass finds the key done, and tries the rename again.
+            return self._stays(path, event.idempotency_key,
+                               f"it could not be moved to cur ({error_text(exc)})")
         self._failures = 0
         self.counts.acted += 1
         self.counts.duplicates += result.action == "duplicate"
         log.info("mail %s key %r: %s run %s", path.name, event.idempotency_key,
                  result.action, result.run_id)
         return Outcome("acted", event.idempotency_key, result)
+
+    def _stays(self, path: Path, key: str | None, reason: str) -> Outcome:
+        log.warning("mail %s key %r: %s; it stays in new", path.name, key, reason)
+        self.counts.retried += 1
+        return Outcome("retry", key, reason=reason)
 
     def _act(self, event: IntakeEvent) -> IntakeResult:
         return intake(self.client, event, self.routes)
@@ -157,6 +165,17 @@ class MaildirIntake:
             os.rename(path, self.directory / "cur" / f"{unique}{self._box.colon}2,S")
 
     def _dead(self, path: Path, raw: bytes, key: str | None, reason: str) -> Outcome:
+        try:
+            folder = self._file_dead(path, raw, reason)
+        except OSError as exc:
+            return self._stays(path, key, f"it could not be filed in .{DEAD_FOLDER} "
+                               f"({error_text(exc)}); it was: {reason}")
+        log.warning("mail %s key %r filed in %s: %s", path.name, key, folder, reason)
+        self.counts.dead += 1
+        return Outcome("dead", key, reason=reason)
+
+    def _file_dead(self, path: Path, raw: bytes, reason: str) -> Path:
+        """File the mail at ``path`` in the dead folder, the reason its first header."""
         folder = self._dead_folder()
         eol = b"\r\n" if b"\r\n" in raw[:raw.find(b"\n") + 1 or len(raw)] else b"\n"
         # One line of ASCII, within a mail header line's 998 characters.
@@ -171,9 +190,7 @@ class MaildirIntake:
         faults.point(AFTER_DEAD_LETTER)
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
-        log.warning("mail %s key %r filed in %s: %s", path.name, key, folder, reason)
-        self.counts.dead += 1
-        return Outcome("dead", key, reason=reason)
+        return folder
 
     def _dead_folder(self) -> Path:
         folder = self.directory / f".{DEAD_FOLDER}"
