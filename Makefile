@@ -5,6 +5,9 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 PYTHON ?= python3
 PG      = UNDERWAY_TEST_PG="$$(scripts/ensure-postgres)"
+# The queue intake tests use real brokers: started here when stopped (the tests fail, never
+# skip, when none answers).
+BROKERS = UNDERWAY_TEST_NATS="$$(scripts/ensure-nats)" UNDERWAY_TEST_AMQP="$$(scripts/ensure-rabbitmq)"
 # The Docker backend is optional: when no engine can be started the Docker tests skip.
 DOCKER  = UNDERWAY_TEST_DOCKER_IMAGE="$$(scripts/ensure-docker || true)"
 
@@ -26,7 +29,7 @@ lint: $(STAMP)
 test: lint
 	scripts/ensure-bwrap
 	scripts/ensure-chromium
-	$(PG) $(DOCKER) $(PY) -m pytest -q -rs
+	$(PG) $(BROKERS) $(DOCKER) $(PY) -m pytest -q -rs
 
 unit: $(STAMP)
 	scripts/ensure-bwrap
@@ -34,11 +37,11 @@ unit: $(STAMP)
 
 crash: $(STAMP)
 	scripts/ensure-bwrap
-	$(PG) $(PY) -m pytest -q tests/crash
+	$(PG) $(BROKERS) $(PY) -m pytest -q tests/crash
 
 soak: $(STAMP)
 	scripts/ensure-bwrap
-	$(PG) UNDERWAY_CRASH_KILLS=10000 $(PY) -m pytest -q tests/crash --timeout=0
+	$(PG) $(BROKERS) UNDERWAY_CRASH_KILLS=10000 $(PY) -m pytest -q tests/crash --timeout=0
 
 bench: $(STAMP)
 	scripts/ensure-bwrap

@@ -27,9 +27,14 @@ POINTS = (
     "erasure.before_purge",
     "erasure.before_vault",
     "erasure.before_log",
+    "intake.before_commit",
+    "intake.after_commit",
+    "intake.after_dead_letter",
 )
-"""Every fault point the engine, the retention sweep and an erasure pass
-(``retention.purge_uncommitted`` inside a purge's transaction, before it commits)."""
+"""Every fault point the engine, the retention sweep, an erasure and the queue and mail
+consumers pass (``retention.purge_uncommitted`` inside a purge's transaction, before it
+commits; ``intake.after_commit`` after a message's intake committed, before it is
+acknowledged or filed as seen)."""
 
 _remaining = int(os.environ.get("UNDERWAY_CRASH_AFTER", "0") or 0)
 _only = frozenset(p for p in os.environ.get("UNDERWAY_CRASH_POINTS", "").split(",") if p)

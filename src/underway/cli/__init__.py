@@ -4,6 +4,7 @@ worker``, the executor).
 ``underway db migrate``, ``underway runs start|ls|show|events|signal|cancel|resolve|resume``,
 ``underway audit verify|anchor|keygen``, ``underway worker``, ``underway queues set|ls|rm``,
 ``underway schedules ls|add|rm``, ``underway events send``,
+``underway intake nats|rabbitmq|maildir``,
 ``underway keys new|init|kek|ls|rotate``,
 ``underway approvers add|ls|revoke``,
 ``underway approvals ls|show|approve|reject|answer|resolve``,
@@ -51,6 +52,7 @@ LAZY: dict[str, str] = {
     "erase": "erase:app",  # erasing data subjects by crypto-shredding; the erasure log
     "events": "events:app",
     "hold": "retention:holds",  # legal holds, which stop every purge
+    "intake": "intake:app",  # outside events from NATS JetStream, RabbitMQ, a maildir
     "keys": "keys:app",  # ... approvers' keys; encryption keys: keyring, rotation
     "knowledge": "knowledge:app",  # long-term memory: purge expired records, erase one
     "policy": "policy:app",  # policy files: validate one, explain the decision for a call
