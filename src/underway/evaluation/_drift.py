@@ -250,6 +250,8 @@ def _count(facts: list[Fact], periods: tuple[_Period, _Period], baseline_start: 
             tokens += f.number("tokens_in") + f.number("tokens_out")
             cost += f.number("cost_usd")
             continue
+        if t == "RunStarted":
+            continue
         p = period(f.at)
         if p is None:
             continue
