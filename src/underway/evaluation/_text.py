@@ -48,6 +48,21 @@ def _counts(counts: Mapping[str, int | float], empty: str = "none") -> str:
     return ", ".join(f"{k} {v:g}" for k, v in counts.items()) or empty
 
 
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """``n`` and ``word``, in the plural unless ``n`` is 1."""
+    return f"{n:,} {word if n == 1 else many or word + 's'}"
+
+
+_LOST = {"takeover": "after a takeover", "timeout": "timed out",
+         "connection": "connection lost"}
+_SETTLED = {"rerun": "run again under its key", "reconciled_happened": "reconcile: happened",
+            "reconciled_not_happened": "reconcile: did not happen", "person": "by a person"}
+
+
+def _named(counts: Mapping[str, int], names: Mapping[str, str]) -> str:
+    return ", ".join(f"{v} {names.get(k, k)}" for k, v in counts.items())
+
+
 def read_line(r: Reading) -> str:
     """What a computation read, in one line."""
     line = (f"read {r.runs:,} runs: {r.events:,} events of {len(r.kinds)} kinds "
@@ -73,35 +88,40 @@ def eval_text(e: Evaluation) -> str:
              f"{o.dead} dead, {o.cancelled} cancelled, {o.open} still open"),
         _row("completion", f"{pct(o.completion_rate)} ({o.completed}/{o.started})"),
         _row("resolution", f"{seconds(e.resolution_s)} ({e.resolution_s.n} runs ended)"),
-        _row("takeover", f"{t.runs} of {o.started} runs needed a person "
-             f"({pct(t.rate)}): {t.approvals_requested} approvals requested "
+        _row("takeover", f"{t.runs} of {plural(o.started, 'run')} needed a person "
+             f"({pct(t.rate)}): {plural(t.approvals_requested, 'approval')} requested "
              f"({t.approvals_granted} granted, {t.approvals_rejected} rejected, "
-             f"{t.approvals_expired} expired), {sum(t.escalations.values())} escalations "
-             f"({_counts(t.escalations)}); {t.approvals_per_run:.2f} approvals and "
-             f"{t.escalations_per_run:.2f} escalations per run"),
+             f"{t.approvals_expired} expired), "
+             f"{plural(sum(t.escalations.values()), 'escalation')}"
+             + (f" ({_counts(t.escalations)})" if t.escalations else "")
+             + f"; {t.approvals_per_run:.2f} approvals and {t.escalations_per_run:.2f} "
+             "escalations per run"),
     ]
     if t.approval_wait_s.n:
         lines.append(_row("", f"approvals waited {seconds(t.approval_wait_s)}"))
     for who, what in t.decided_by.items():
         lines.append(_row("", f"{who}: {_counts(what)}"))
     lines += [
-        _row("unsafe", f"{s.attempts} attempts stopped: {sum(s.denials.values())} policy "
-             f"denials ({_counts(s.denials)}), {s.shadowed} shadowed, {s.taint_holds} "
-             "taint holds"),
+        _row("unsafe", f"{plural(s.attempts, 'attempt')} stopped: "
+             f"{plural(sum(s.denials.values()), 'policy denial')}"
+             + (f" ({_counts(s.denials)})" if s.denials else "")
+             + f", {s.shadowed} shadowed, {plural(s.taint_holds, 'taint hold')}"),
         _row("executed-unsafe", f"{s.executed_unsafe}" + (
             ": " + ", ".join(f"{u.tool} {u.key}" for u in s.unsafe_calls[:5])
             if s.unsafe_calls else " (calls run while the guard's last word on them was "
             "not a pass)")),
-        _row("duplicates", f"{len(x.duplicates)} effect keys happened more than once, of "
-             f"{x.mutating_keys} mutating keys" + "".join(
+        _row("duplicates", f"{plural(len(x.duplicates), 'effect key')} happened more than "
+             f"once, of {plural(x.mutating_keys, 'mutating key')}" + "".join(
                  f"; {d.tool} {d.key} x{d.times}" for d in x.duplicates[:5])),
-        _row("unknown", f"{sum(x.unknown_outcomes.values())} outcomes lost "
-             f"({_counts(x.unknown_outcomes)}); settled: {_counts(x.settled)}"),
-        _row("recovery", f"{rec.takeovers} steps taken over after a crash or a lost lease "
-             f"in {rec.runs_taken_over} runs; last write to resumed step "
-             f"{seconds(rec.gap_s)}; {rec.dead_lettered} dead-letterings, {rec.resumes} "
-             "resumed by an operator"),
-        _row("cost", f"{usd(c.model_cost_usd)} model cost ({c.model_calls} calls, "
+        _row("lost outcomes", f"{plural(sum(x.unknown_outcomes.values()), 'outcome')} lost"
+             + (f" ({_named(x.unknown_outcomes, _LOST)}); settled: "
+                f"{_named(x.settled, _SETTLED) or 'not yet'}" if x.unknown_outcomes else "")),
+        _row("recovery", f"{plural(rec.takeovers, 'step')} taken over after a crash or a "
+             f"lost lease (in {plural(rec.runs_taken_over, 'run')}); from the dead "
+             f"attempt's last write to the resumed step {seconds(rec.gap_s)}; "
+             f"{plural(rec.dead_lettered, 'dead-lettering')}, {rec.resumes} resumed by an "
+             "operator"),
+        _row("cost", f"{usd(c.model_cost_usd)} model cost ({plural(c.model_calls, 'call')}, "
              f"{c.tokens_in + c.tokens_out:,} tokens: {c.tokens_in:,} in, "
              f"{c.tokens_out:,} out); per completed run {usd(c.cost_per_completed_usd)}"
              + (f", {c.tokens_per_completed:,.0f} tokens"

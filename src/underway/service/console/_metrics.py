@@ -15,10 +15,6 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
 
-from ...client import Activity, Client
-from ...client._activity import DAY
-from ...store._offload import run_io
-from ._base import Console, Signed, render
 from ..._charts import (
     Chart,
     Series,
@@ -30,6 +26,10 @@ from ..._charts import (
     rows,
     usd,
 )
+from ...client import Activity, Client
+from ...client._activity import DAY
+from ...store._offload import run_io
+from ._base import Console, Signed, render
 from ._runs import STATUSES
 
 router = APIRouter(include_in_schema=False)
