@@ -194,7 +194,7 @@ def drift_command(
         typer.echo(drift_text(found))
     if notifier is not None and found.drifted:
         asyncio.run(notifier.notify(drift_notice(found)))
-        typer.echo(f"underway drift: notice sent ({len(found.drifted)} metrics drifted)",
-                   err=True)
+        moved = ", ".join(m.label for m in found.drifted)
+        typer.echo(f"underway drift: notice sent (drifted: {moved})", err=True)
     if fail_on_drift and found.drifted:
         raise typer.Exit(DRIFTED)

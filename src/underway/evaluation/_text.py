@@ -65,11 +65,11 @@ def _named(counts: Mapping[str, int], names: Mapping[str, str]) -> str:
 
 def read_line(r: Reading) -> str:
     """What a computation read, in one line."""
-    line = (f"read {r.runs:,} runs: {r.events:,} events of {len(r.kinds)} kinds "
-            f"({r.payload_bytes / 1024:,.1f} KiB of payloads, {r.blobs} blobs) in "
-            f"{r.seconds:.2f}s")
+    line = (f"read {plural(r.runs, 'run')}: {plural(r.events, 'event')} of "
+            f"{len(r.kinds)} kinds ({r.payload_bytes / 1024:,.1f} KiB of payloads, "
+            f"{plural(r.blobs, 'blob')}) in {r.seconds:.2f}s")
     if r.unreadable:
-        line += (f"; {len(r.unreadable)} runs left out, their journals unreadable here "
+        line += (f"; {plural(len(r.unreadable), 'run')} left out, their journals unreadable here "
                  f"(encrypted without a key, or damaged: audit them): "
                  f"{', '.join(r.unreadable[:5])}{' ...' if len(r.unreadable) > 5 else ''}")
     return line
@@ -87,7 +87,8 @@ def eval_text(e: Evaluation) -> str:
         _row("runs", f"{o.started} started: {o.completed} completed, {o.failed} failed, "
              f"{o.dead} dead, {o.cancelled} cancelled, {o.open} still open"),
         _row("completion", f"{pct(o.completion_rate)} ({o.completed}/{o.started})"),
-        _row("resolution", f"{seconds(e.resolution_s)} ({e.resolution_s.n} runs ended)"),
+        _row("resolution", f"{seconds(e.resolution_s)} ({plural(e.resolution_s.n, 'run')} "
+             "ended)"),
         _row("takeover", f"{t.runs} of {plural(o.started, 'run')} needed a person "
              f"({pct(t.rate)}): {plural(t.approvals_requested, 'approval')} requested "
              f"({t.approvals_granted} granted, {t.approvals_rejected} rejected, "
@@ -221,7 +222,7 @@ def drift_text(d: Drift) -> str:
             f"{k} {d.choices_baseline.get(k, 0)} -> {d.choices_window.get(k, 0)}"
             for k in sorted({*d.choices_baseline, *d.choices_window}))]
     drifted = d.drifted
-    lines += ["", f"{len(drifted)} metrics drifted" + (
+    lines += ["", f"{plural(len(drifted), 'metric')} drifted" + (
         ": " + ", ".join(m.label for m in drifted) if drifted else "")]
     return "\n".join(lines)
 
@@ -237,6 +238,6 @@ def drift_notice(d: Drift) -> ApprovalNotice:
         tenant_id=d.tenant_id, run_id="*",
         request_id=f"drift:{d.flow or '*'}:{when(d.until)}", tool="", args=None,
         evidence=d.to_json(), kind="drift",
-        question=f"{len(drifted)} metrics drifted for {scope} between {when(d.window_start)}"
-                 f" and {when(d.until)}: {summary}",
+        question=f"{plural(len(drifted), 'metric')} drifted for {scope} between "
+                 f"{when(d.window_start)} and {when(d.until)}: {summary}",
     )
