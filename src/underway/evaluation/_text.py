@@ -209,14 +209,19 @@ def drift_text(d: Drift) -> str:
         "",
     ]
     order = {"drifted": 0, "steady": 1, "too_few": 2}
+    # A per-tool rate without enough samples says nothing: it is counted, not listed.
+    shown = [m for m in d.metrics if m.tool is None or m.status != "too_few"]
     rows = [[m.label, _value(m, m.baseline), _value(m, m.window),
              f"{m.baseline_n}/{m.window_n}", _change(m), _limit(m),
              "-" if m.p_value is None else f"{m.p_value:.3g}",
              m.status.replace("_", " ").upper() if m.status == "drifted"
              else m.status.replace("_", " ")]
-            for m in sorted(d.metrics, key=lambda m: order[m.status])]
+            for m in sorted(shown, key=lambda m: order[m.status])]
     lines.append(_table(["metric", "baseline", "window", "samples", "change", "threshold",
                          "p", "verdict"], rows))
+    if len(shown) < len(d.metrics):
+        lines.append(f"    ({plural(len(d.metrics) - len(shown), 'per-tool rate')} with too "
+                     "few samples not listed; --json has them)")
     if d.choices_baseline or d.choices_window:
         lines += ["", "tool choices (baseline -> window): " + ", ".join(
             f"{k} {d.choices_baseline.get(k, 0)} -> {d.choices_window.get(k, 0)}"
