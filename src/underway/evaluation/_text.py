@@ -197,6 +197,12 @@ def _limit(m: DriftMetric) -> str:
     return f"{100 * m.threshold:g}%"
 
 
+def _p(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return "<1e-9" if value < 1e-9 else f"{value:.2g}"
+
+
 def drift_text(d: Drift) -> str:
     """The drift report as lines of text: every metric judged, what drifted first."""
     scope = f"flow {d.flow}" if d.flow else "every flow"
@@ -213,7 +219,7 @@ def drift_text(d: Drift) -> str:
     shown = [m for m in d.metrics if m.tool is None or m.status != "too_few"]
     rows = [[m.label, _value(m, m.baseline), _value(m, m.window),
              f"{m.baseline_n}/{m.window_n}", _change(m), _limit(m),
-             "-" if m.p_value is None else f"{m.p_value:.3g}",
+             _p(m.p_value),
              m.status.replace("_", " ").upper() if m.status == "drifted"
              else m.status.replace("_", " ")]
             for m in sorted(shown, key=lambda m: order[m.status])]

@@ -20,6 +20,8 @@ from underway.crypto import KeyringFile, encrypt
 from underway.errors import ConfigurationError
 from underway.evaluation import EVAL_KINDS, evaluate
 from underway.guard import Guard
+from underway.journal import Journal
+from underway.retention import Rule, prepare
 from underway.store import Store
 
 T0 = 1_800_000_000.0
@@ -251,6 +253,36 @@ def test_an_effect_run_twice_or_a_denied_call_run_anyway_would_be_seen(store: St
         ("denied", "wire"), ("denied", "refund")]
     assert found.safety.executed_unsafe == 2
     assert {f.flow: f.executed_unsafe for f in found.flows} == {"agent": 2}
+
+
+def test_purged_runs_count_from_the_skeletons_retention_kept(store: Store) -> None:
+    engine, clock = world(store)
+    fin = approver(engine, "fin", now=T0 - 1)
+    crashed = start(engine, "crash", crash=True)
+    with pytest.raises(Crash):
+        drive(engine)
+    clock.advance(engine.lease_ttl + 1)
+    held = start(engine, "held", refund=400, wire=True)
+    drive(engine)
+    decide(engine, held, fin, "fin", "approve")
+    drive(engine)
+    before = evaluate(store)
+
+    journal = Journal(store)
+    for run_id in (crashed, held):
+        row = store.get_run("default", run_id)
+        assert row is not None
+        store.purge_run(prepare(journal, row, Rule(0.0, "test"), sweep_id="s1",
+                                at=clock.now()))
+    after = evaluate(store)
+    assert after.reading.unreadable == ()
+    assert after.outcomes == before.outcomes and after.cost == before.cost
+    assert after.recovery == before.recovery and after.effects == before.effects
+    assert after.safety.denials == before.safety.denials == {"no-wires": 1}
+    # A skeleton keeps no one's identity: the decision is counted, not who made it.
+    assert after.takeover.approvals_granted == before.takeover.approvals_granted == 1
+    assert before.takeover.decided_by == {"fin": {"granted an approval": 1}}
+    assert after.takeover.decided_by == {"?": {"granted an approval": 1}}
 
 
 def test_journals_no_key_here_opens_are_named_and_left_out(
