@@ -279,7 +279,9 @@ def _call(p: _Period, f: Fact) -> None:
         if f.text("where") == "result":
             p.executed[tool] += 1
     elif t == "ToolSucceeded" and f.data.get("reconciled") is True:
-        return
+        return  # asked of the outside system, not run
+    elif t == "ToolFailed" and f.text("error_type") == "CircuitOpen":
+        return  # refused by an open circuit, not run
     else:
         p.executed[tool] += 1
         p.attempted += 1
