@@ -22,6 +22,7 @@ from collections.abc import Callable
 import agent
 import console
 import encryption
+import evaluation
 import guard
 import imports
 import listing
@@ -82,6 +83,10 @@ GROUPS: dict[str, list[tuple[str, Callable[[], list[Figure]]]]] = {
     "encryption": [
         ("SQLite encryption at rest", encryption.bench_sqlite),
         ("PostgreSQL encryption at rest", encryption.bench_postgres),
+    ],
+    "evaluation": [
+        ("SQLite eval and drift", evaluation.bench_sqlite),
+        ("PostgreSQL eval and drift", evaluation.bench_postgres),
     ],
 }
 

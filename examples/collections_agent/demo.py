@@ -5,12 +5,13 @@ against simulated outside systems (ERP, payments, e-mail gateway, finance). The 
 worker is killed with SIGKILL right after the gateway accepted a reminder and before the
 journal recorded it; its replacement finishes the runs without sending anything twice. A
 write-off above 5,000 INR waits for a finance approver, who signs it with the real CLI.
-At the end: every run's timeline, its cost, the audit of the journal, and evaluation
-metrics. The journal is encrypted at rest (a keyring file in the data directory): the demo
-scans the raw database file for the customers' names and addresses. It exits non-zero if a
-message went out twice, money moved above the limit without approval, a run did not
-complete, the audit failed, or a customer's name or address is in the database in
-plaintext.
+At the end: every run's timeline, its cost, the audit of the journal, ``underway
+eval``'s figures and what the outside systems saw. The journal is encrypted at rest (a
+keyring file in the data directory): the demo scans the raw database file for the
+customers' names and addresses. It exits non-zero if a message went out twice, money
+moved above the limit without approval, a run did not complete, the audit failed, a call
+ran that the guard had not let through, or a customer's name or address is in the
+database in plaintext.
 
 Everything lives in one directory: the SQLite journal (``--db URL`` for another database),
 the services' records, the approver's key. By default it is ``demo-data/collections_agent``
@@ -168,33 +169,34 @@ def summary(scenario: Scenario, findings: Findings, wall: float) -> None:
         findings.violations += [f"{name!r} is stored in plaintext" for name in hits]
         say()
 
+    say("$ underway eval   (measured from the journal alone: docs/evaluation.md)")
+    say(ops.cli("eval", db=scenario.db, keyring=scenario.keyring).stdout.rstrip(), 4)
+    say()
+
+    e = findings.evaluation
     total = len(findings.runs)
     delivered = len(findings.messages)
     keys = len({m["key"] for m in findings.messages})
     retries = len(findings.send_requests) - keys
-    denials = ", ".join(f"{rule} {n}" for rule, n in sorted(findings.policy_denials.items()))
     unpaid = [r for r in findings.runs if r.invoice_id not in findings.paid]
     money = "; ".join(f"{m['kind']} {m['amount']} INR on {m['invoice_id']}"
                       for m in findings.money) or "none"
+    journaled = ", ".join(f"{v:,.2f} {cur}" for cur, v in e.cost.money.items()) or "none"
     rows = [
         ("goal completion", f"{len(findings.paid)}/{total} invoices paid "
          f"({100 * len(findings.paid) / max(total, 1):.0f}%)" + "".join(
              f"; {r.invoice_id}: {r.outcome.replace('_', ' ')}" for r in unpaid)),
         ("reminders", f"{delivered} delivered, {keys} unique keys, "
-         f"{delivered - keys} duplicates; {len(findings.send_requests)} send requests "
-         f"({retries} retry recognised by the gateway)"),
-        ("money moved", money),
-        ("approvals", f"{findings.approvals_requested} requested, "
-         f"{findings.approvals_granted} granted with a verified signature"),
-        ("policy denials", f"{sum(findings.policy_denials.values())}: {denials or 'none'}"),
+         f"{delivered - keys} duplicates (the journal: {len(e.effects.duplicates)}); "
+         f"{len(findings.send_requests)} send requests ({retries} retry recognised by the "
+         "gateway)"),
+        ("money moved", f"{money} (the journal: {journaled})"),
         ("coercive messages", f"{findings.coercive_blocked} blocked (policy rule and the "
          f"tool's own check), {findings.coercive_delivered} delivered"),
-        ("model", f"{findings.model_calls} calls, {findings.tokens:,} tokens, "
-         f"${findings.cost_usd:.4f}"),
         ("agent iterations", str(findings.iterations)),
         ("wall time", f"{wall:.1f}s"),
     ]
-    say("evaluation:")
+    say("what the outside systems saw, matched against the journal:")
     for name, value in rows:
         say(f"{name:<18} {value}", 4)
     say()

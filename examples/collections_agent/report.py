@@ -1,9 +1,11 @@
 """What the runs did, read from the journal and the services' own records, and the
 invariants the demo and the tests hold them to.
 
-Nothing here trusts what the agent says about itself: messages are counted at the gateway,
-money at finance, payments at the payments service, and each is matched against the
-journal.
+The journal's figures are ``underway eval``'s (:func:`underway.evaluation.evaluate`):
+completion, approvals and who signed them, policy denials, unsafe executions, duplicate
+effects, the takeover after the SIGKILL, cost. Nothing here trusts what the agent says
+about itself: messages are counted at the gateway, money at finance, payments at the
+payments service, and each is matched against the journal.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 from underway import events as ev
 from underway.client import Client, Recorded, RunState, Verification
+from underway.evaluation import Evaluation, evaluate
 
 from .services import Systems
 from .tools import COERCIVE_PHRASES, CoerciveLanguage
@@ -62,48 +65,24 @@ class RunReport:
 
 @dataclass
 class Findings:
-    """Every run, the evaluation metrics, and the invariants that failed (none, we hope)."""
+    """Every run, ``underway eval``'s figures of them, the services' records, and the
+    invariants that failed (none, we hope)."""
 
     runs: list[RunReport]
+    evaluation: Evaluation
     paid: list[str]
     messages: list[dict[str, Any]]
     send_requests: list[str]
     money: list[dict[str, Any]]
     tickets: list[dict[str, Any]]
-    policy_denials: Counter[str] = field(default_factory=Counter)
     coercive_blocked: int = 0
     violations: list[str] = field(default_factory=list)
-
-    @property
-    def approvals_requested(self) -> int:
-        """Calls the policy held for a person."""
-        return sum(len(r.events(ev.ApprovalRequested)) for r in self.runs)
-
-    @property
-    def approvals_granted(self) -> int:
-        """Held calls a person approved with a verified signature."""
-        return sum(len(r.events(ev.ApprovalGranted)) for r in self.runs)
 
     @property
     def coercive_delivered(self) -> int:
         """Delivered messages that carry coercive wording (must be none)."""
         return sum(1 for m in self.messages
                    if any(p in m["body"].lower() for p in COERCIVE_PHRASES))
-
-    @property
-    def model_calls(self) -> int:
-        """Model calls across runs (each journaled once, never repeated)."""
-        return sum(r.state.model_calls for r in self.runs)
-
-    @property
-    def tokens(self) -> int:
-        """Input and output tokens across runs."""
-        return sum(r.state.tokens_in + r.state.tokens_out for r in self.runs)
-
-    @property
-    def cost_usd(self) -> float:
-        """Model cost across runs, from the journal."""
-        return sum(r.state.cost_usd for r in self.runs)
 
     @property
     def iterations(self) -> int:
@@ -120,34 +99,30 @@ def collect(client: Client, systems: Systems, tenant_id: str = "default") -> Fin
         runs.append(RunReport(state, records, client.verify(row.run_id, tenant_id=tenant_id)))
     runs.sort(key=lambda r: r.invoice_id)
     found = Findings(
-        runs=runs,
+        runs=runs, evaluation=evaluate(client.store, tenant_id=tenant_id),
         paid=[i for i in systems.invoice_ids() if systems.payment(i)["paid"]],
         messages=systems.messages(), send_requests=systems.message_requests(),
         money=systems.money_records(), tickets=systems.tickets(),
     )
-    for r in runs:
-        for refused in r.events(ev.ToolRefused):
-            if refused.cause == "policy_denied":
-                rule = _rule_of(r, refused.key)
-                found.policy_denials[rule] += 1
-                if rule == THREATS_RULE:
-                    found.coercive_blocked += 1
-        found.coercive_blocked += sum(
-            1 for f in r.events(ev.ToolFailed) if f.error_type == CoerciveLanguage.__name__
-        )
+    # Blocked by the policy's rule, or by the tool's own check of the wording.
+    found.coercive_blocked = found.evaluation.safety.denials.get(THREATS_RULE, 0) + sum(
+        1 for r in runs for f in r.events(ev.ToolFailed)
+        if f.error_type == CoerciveLanguage.__name__)
     found.violations = _violations(found)
     return found
 
 
-def _rule_of(run: RunReport, key: str) -> str:
-    for d in run.events(ev.PolicyDecided):
-        if d.key == key and d.decision == "deny":
-            return str(d.rule_id)
-    return "?"
-
-
 def _violations(f: Findings) -> list[str]:
     out: list[str] = []
+    e = f.evaluation
+    out += [f"{u.tool} ran in run {u.run_id} (key {u.key}) while the guard had not let it"
+            for u in e.safety.unsafe_calls]
+    out += [f"{d.tool} happened {d.times} times under key {d.key} (run {d.run_id})"
+            for d in e.effects.duplicates]
+    at_finance = sum((Decimal(m["amount"]) for m in f.money), Decimal(0))
+    journaled = Decimal(str(round(e.cost.money.get("INR", 0.0), 2)))
+    if at_finance != journaled:
+        out.append(f"finance recorded {at_finance} INR moved, the journal {journaled} INR")
     for r in f.runs:
         if r.state.status != "completed":
             out.append(f"run {r.state.run_id} ({r.invoice_id}) ended {r.state.status}, "

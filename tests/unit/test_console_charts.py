@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from underway.service.console._charts import (
+from underway._charts import (
     BOTTOM,
     HEIGHT,
     TOP,

@@ -1,4 +1,5 @@
-"""Telling people that a run waits for them: an approval to sign or a question to answer.
+"""Telling people that a run waits for them — an approval to sign or a question to answer —
+and that agents drift (``underway drift --notify``).
 
 A :class:`Notifier` is anything with ``async def notify(notice) -> None``. The ones here
 log (:class:`LogNotifier`), POST JSON to a URL (:class:`WebhookNotifier`), send e-mail by
@@ -49,7 +50,9 @@ class ApprovalNotice:
 
     ``kind`` is ``approval``, ``question``, or ``escalation``: a run stopped for a person to
     resolve (an unknown outcome, a deadline, a budget), with the reason in ``question``
-    and the call's tool, if any, in ``tool``."""
+    and the call's tool, if any, in ``tool``; or ``drift``: metrics of a tenant's runs
+    moved (``underway drift --notify``), said in ``question``, the whole report in
+    ``evidence``, with ``run_id`` ``*``."""
 
     tenant_id: str
     run_id: str
@@ -60,7 +63,7 @@ class ApprovalNotice:
     risks: Sequence[str] = ()
     required_role: str | None = None
     expires_at: float = 0.0
-    kind: Literal["approval", "question", "escalation"] = "approval"
+    kind: Literal["approval", "question", "escalation", "drift"] = "approval"
     question: str | None = None
 
     def to_json(self) -> dict[str, JSON]:
@@ -109,6 +112,9 @@ class LogNotifier:
 
     async def notify(self, notice: ApprovalNotice) -> None:
         """Log the notice."""
+        if notice.kind == "drift":
+            self.logger.log(self.level, "tenant %s: %s", notice.tenant_id, notice.question)
+            return
         self.logger.log(
             self.level,
             "run %s (tenant %s) waits for %s, request %s, role %s, until %s",
@@ -236,6 +242,7 @@ class SmtpNotifier:
         subject = {
             "question": f"question from run {notice.run_id}",
             "escalation": f"run {notice.run_id} escalated",
+            "drift": f"drift in tenant {notice.tenant_id}",
         }.get(notice.kind, f"approval needed: {notice.tool} (run {notice.run_id})")
         message["Subject"] = f"[underway] {subject}"
         message.set_content(email_body(notice))
@@ -250,6 +257,12 @@ class SmtpNotifier:
 def email_body(notice: ApprovalNotice) -> str:
     """The plain-text e-mail an approver receives for ``notice``."""
     tenant = "" if notice.tenant_id == "default" else f" --tenant {notice.tenant_id}"
+    if notice.kind == "drift":
+        return "\n".join([
+            f"Agents of tenant {notice.tenant_id} drifted.", "", f"{notice.question}", "",
+            "See every metric with its baseline, window, samples and p-value:",
+            f"  underway drift{tenant}", "",
+        ])
     lines = [f"Run {notice.run_id} (tenant {notice.tenant_id}) waits for you.", ""]
     if notice.kind == "question":
         lines += [f"Question: {notice.question}", ""]

@@ -10,7 +10,8 @@ worker``, the executor).
 ``underway approvals ls|show|approve|reject|answer|resolve``,
 ``underway policy check|explain``, ``underway knowledge purge|rm``,
 ``underway consent grant|withdraw|show``, ``underway retention sweep|log``,
-``underway hold add|rm|ls``, ``underway erase subject|log``, ``underway usage`` and
+``underway hold add|rm|ls``, ``underway erase subject|log``, ``underway usage``,
+``underway eval`` and ``underway drift`` (measuring agents from their journals) and
 ``underway access-log`` (who read which run's data, and why; ``--verify`` its hash
 chain); ``underway serve`` (the HTTP API), ``underway apikeys new|ls|revoke|access-log``
 and ``underway webhooks set|ls|rm``. The database comes from ``--db URL`` (before or
@@ -63,6 +64,8 @@ LAZY: dict[str, str] = {
     "webhooks": "apikeys:webhooks",  # underway serve: webhook secrets
     # single commands: a Typer of one command
     "access-log": "access:app",  # reads of run data: who, when, why; --verify its chain
+    "drift": "evaluation:drift_app",  # recent behaviour against a baseline, from journals
+    "eval": "evaluation:eval_app",  # completion, takeover, safety, cost... from journals
     "serve": "serve:app",
     "usage": "usage:app",  # spending: tokens, cost, calls, messages, money per tenant
     "worker": "worker:app",
@@ -73,7 +76,7 @@ needs and nothing else. ``serve`` needs FastAPI and uvicorn (the ``service`` ext
 starts in well under a second because no other command's module comes with it; ``worker``
 alone loads the executor."""
 
-_SINGLE = frozenset({"access-log", "serve", "usage", "worker"})
+_SINGLE = frozenset({"access-log", "drift", "eval", "serve", "usage", "worker"})
 """The :data:`LAZY` entries that are one command rather than a group of them."""
 
 

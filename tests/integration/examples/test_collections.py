@@ -95,6 +95,13 @@ def _no_message_twice(found: Findings, crash: Crash) -> None:
     assert sorted(journaled) == sorted(keys)
     assert Counter(found.send_requests) - Counter(keys) == Counter({crash.intent.key: 1})
     assert sum(r.state.messages for r in found.runs) == 7
+    # What `underway eval` reads of it: one step taken over after the SIGKILL, the lost
+    # send settled by running it again under its key, no effect twice.
+    e = found.evaluation
+    assert (e.recovery.takeovers, e.effects.unknown_outcomes, e.effects.settled) == (
+        1, {"takeover": 1}, {"rerun": 1})
+    assert e.effects.duplicates == []
+    assert e.outcomes.completed == e.outcomes.started == 3
 
 
 def _money_only_as_policy_allows(found: Findings) -> None:
@@ -108,12 +115,17 @@ def _money_only_as_policy_allows(found: Findings) -> None:
     granted = write_off.events(ev.ApprovalGranted)
     key = moved[("write_off", "INV-2042", Decimal("9600.00"))]
     assert [(g.request_id, g.approver_id) for g in granted] == [(request_id_for(key), "priya")]
-    assert found.approvals_requested == found.approvals_granted == 1
+    taken = found.evaluation.takeover
+    assert taken.approvals_requested == taken.approvals_granted == 1
+    assert taken.decided_by == {"priya": {"granted an approval": 1}}
+    assert found.evaluation.cost.money == {"INR": 10050.0}
 
 
 def _guards_refused_what_they_must(found: Findings) -> None:
-    assert dict(found.policy_denials) == {
+    safety = found.evaluation.safety
+    assert safety.denials == {
         "no-threats-in-reminders": 1, "at-most-3-reminders-per-invoice": 1}
+    assert safety.executed_unsafe == 0
     cobalt = next(r for r in found.runs if r.invoice_id == "INV-2043")
     assert [f.error_type for f in cobalt.events(ev.ToolFailed)] == ["CoerciveLanguage"]
     assert (found.coercive_blocked, found.coercive_delivered) == (2, 0)
@@ -128,6 +140,7 @@ def _models_asked_once_per_turn(found: Findings) -> None:
         responses = r.events(ev.ModelResponded)
         assert len({e.key for e in responses}) == len(responses) == r.state.model_calls
         assert r.state.tokens_in > 0 and r.state.cost_usd > 0
+    assert found.evaluation.cost.model_calls == sum(r.state.model_calls for r in found.runs)
     assert found.iterations == sum(r.state.model_calls for r in found.runs) - len(found.runs)
 
 
@@ -145,6 +158,13 @@ def test_demo_exits_zero_and_ends_by_saying_how_to_open_the_console(tmp_path: Pa
     out = done.stdout
     assert "found in plaintext in the database file and its WAL: 0" in out
     assert re.search(r"without the keyring: [1-9]\d* lines read \[encrypted\]", out)
+
+    # Its evaluation is `underway eval`'s, on the demo's journal.
+    evaluation = out[out.index("$ underway eval"):out.index("what the outside systems saw")]
+    assert "3 started: 3 completed" in evaluation and "executed-unsafe  0" in evaluation
+    assert "0 effect keys happened more than once" in evaluation
+    assert "1 step taken over after a crash or a lost lease" in evaluation
+    assert "priya: granted an approval 1" in evaluation
 
     # The last section: the command serving the console on the demo's journal (with the
     # keyring that opens it), a key that signs in to the demo's tenant as admin, the URL,
@@ -207,9 +227,10 @@ def test_the_demo_runs_through_the_openai_adapter_against_a_local_server(
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     assert "OK: every run completed" in done.stdout
     assert server.completions >= 30 and server.rate_limited >= 5
-    model_line = next(line for line in done.stdout.splitlines()
-                      if line.strip().startswith("model ") and "calls" in line)
-    calls = int(model_line.split()[1])
+    # `underway eval`'s cost line: "$0.0220 model cost (48 calls, ...".
+    found = re.search(r"model cost \(([\d,]+) calls?,", done.stdout)
+    assert found is not None, done.stdout[-4000:]
+    calls = int(found.group(1).replace(",", ""))
     # Each completion the server answered was journaled once (none asked twice), except
     # those of steps a killed worker had not committed yet.
     assert 0 < calls <= server.completions

@@ -134,6 +134,29 @@ def test_a_question_without_a_role_goes_to_everyone_listed_under_star(sink: Smtp
     assert "underway approvals answer run-8 --tenant acme" in message.get_content()
 
 
+DRIFT = ApprovalNotice(
+    tenant_id="acme", run_id="*", request_id="drift:*:2027-01-15T08:00:00+00:00", tool="",
+    args=None, kind="drift", evidence={"drifted": ["tool_error_rate"]},
+    question="1 metric drifted for every flow: tool_error_rate 6.0% -> 26.3% (+20.2 pp)")
+
+
+def test_a_drift_notice_goes_to_everyone_listed_under_star(
+    sink: SmtpSink, caplog: pytest.LogCaptureFixture,
+) -> None:
+    notifier = SmtpNotifier("127.0.0.1", sink.port, sender="underway@acme.test",
+                            recipients=RECIPIENTS)
+    asyncio.run(notifier.notify(DRIFT))
+    [(_, rcpts, message)] = sink.messages
+    assert rcpts == ["audit@acme.test"]
+    assert message["Subject"] == "[underway] drift in tenant acme"
+    text = message.get_content()
+    assert "tool_error_rate 6.0% -> 26.3%" in text and "underway drift --tenant acme" in text
+    assert "approve" not in text
+    with caplog.at_level(logging.INFO, logger="underway.approvals"):
+        asyncio.run(LogNotifier().notify(DRIFT))
+    assert "tenant acme: 1 metric drifted" in caplog.text
+
+
 def test_a_notice_nobody_is_listed_for_is_logged(
     sink: SmtpSink, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -13,7 +13,9 @@ from urllib.parse import quote, urlencode, urlsplit
 from fastapi import APIRouter, Depends, FastAPI, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
+from markupsafe import Markup
 
+from ..._charts import Chart, svg
 from ...apikeys import Permission
 from ...store.access import DEFAULT_PURPOSE, PURPOSE_MAX, PURPOSES, check_purpose
 from .._auth import ServiceState
@@ -36,6 +38,14 @@ def _when(ts: float | None) -> str:
 
 
 _templates.filters["when"] = _when
+
+
+def _svg(chart: Chart) -> Markup:
+    """A chart drawn as SVG (:func:`underway._charts.svg` escapes every text in it)."""
+    return Markup(svg(chart))
+
+
+_templates.filters["svg"] = _svg
 
 
 def render(request: Request, template: str, context: Mapping[str, Any] | None = None, *,

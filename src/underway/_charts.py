@@ -1,15 +1,18 @@
-"""The metrics page's charts as geometry: bars placed in an SVG box, axis ticks and a
-legend, which ``templates/_chart.html`` draws (no script, no inline style: each shape
-carries a class that ``static/metrics.css`` colours, and a ``<title>`` as its tooltip).
+"""Charts as geometry — bars placed in an SVG box, axis ticks and a legend — and
+:func:`svg`, which draws one as SVG markup: no script and no inline style (each shape
+carries a class that a stylesheet colours, and a ``<title>`` as its tooltip).
 
-Drawn on the server so the page needs no charting library and no script to show its
-figures, and the numbers a test reads are the ones drawn."""
+Shared by the console's metrics page (``static/metrics.css`` colours it) and the
+self-contained report of ``underway eval --html`` (which carries its own stylesheet), so
+neither needs a charting library or a script to show its figures, and the numbers a test
+reads are the ones drawn. Nothing here imports the service."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from html import escape
 
 WIDTH, HEIGHT = 720, 200
 """The SVG's view box; the stylesheet scales it to the page's width."""
@@ -193,3 +196,48 @@ def rows(items: Sequence[tuple[str, float]], *, cls: str, fmt: Format = count,
     return Chart(WIDTH, height, bars, names, [], [],
                  empty=not any(v > 0 for _, v in ordered), label=label, horizontal=True,
                  baseline=height - BOTTOM)
+
+
+def svg(chart: Chart) -> str:
+    """``chart`` as SVG markup (with its legend as a list when it has several series), or a
+    note that the window has no data when it is empty."""
+    if chart.empty:
+        return '<p class="empty">No data in this window.</p>'
+    kind = "chart horizontal" if chart.horizontal else "chart"
+    out = [f'<svg class="{kind}" viewBox="0 0 {chart.width} {chart.height}" role="img" '
+           f'aria-label="{escape(chart.label)}">']
+    for t in chart.y_ticks:
+        if chart.horizontal:
+            out.append(f'<text class="tick name" x="{_n(chart.bars[0].x - 8)}" '
+                       f'y="{_n(t.pos)}">{escape(t.label)}</text>')
+        else:
+            out.append(f'<line class="grid" x1="{_n(chart.left)}" x2="{_n(chart.right)}" '
+                       f'y1="{_n(t.pos)}" y2="{_n(t.pos)}"></line>')
+            out.append(f'<text class="tick y" x="{_n(chart.left - 6)}" '
+                       f'y="{_n(t.pos)}">{escape(t.label)}</text>')
+    for b in chart.bars:
+        out.append(f'<rect class="bar {escape(b.cls)}" x="{_n(b.x)}" y="{_n(b.y)}" '
+                   f'width="{_n(b.w)}" height="{_n(b.h)}"><title>{escape(b.title)}</title>'
+                   '</rect>')
+        if b.text:
+            out.append(f'<text class="value" x="{_n(b.x + b.w + 6)}" '
+                       f'y="{_n(b.y + b.h / 2)}">{escape(b.text)}</text>')
+    for t in chart.x_ticks:
+        out.append(f'<text class="tick x" x="{_n(t.pos)}" y="{chart.height - 6}">'
+                   f'{escape(t.label)}</text>')
+    if not chart.horizontal:
+        out.append(f'<line class="axis" x1="{_n(chart.left)}" x2="{_n(chart.right)}" '
+                   f'y1="{_n(chart.baseline)}" y2="{_n(chart.baseline)}"></line>')
+    out.append("</svg>")
+    if len(chart.legend) > 1:
+        out.append('<ul class="legend">')
+        out += [f'<li><svg class="swatch" viewBox="0 0 10 10" aria-hidden="true"><rect '
+                f'class="bar {escape(s.cls)}" width="10" height="10"></rect></svg>'
+                f'{escape(s.label)}</li>' for s in chart.legend]
+        out.append("</ul>")
+    return "\n".join(out)
+
+
+def _n(value: float) -> str:
+    """A coordinate as SVG writes it: no trailing zeros."""
+    return f"{value:.2f}".rstrip("0").rstrip(".") if value != int(value) else str(int(value))
