@@ -7,6 +7,7 @@ from __future__ import annotations
 from ..events import Tombstone, genesis_hash, is_tombstone, skeleton
 from ..journal import Journal
 from ..store.base import Purge, RunRecord, StoredEvent
+from ._rules import Rule
 
 
 class Unpurgeable(Exception):
@@ -17,9 +18,11 @@ class AlreadyPurged(Unpurgeable):
     """A run whose journal holds tombstones already."""
 
 
-def prepare(journal: Journal, row: RunRecord, rule: str, *, sweep_id: str, at: float) -> Purge:
-    """The purge of the finished run ``row``, by ``rule`` (what the purge record says
-    ordered it), as sweep ``sweep_id`` at ``at``.
+def prepare(
+    journal: Journal, row: RunRecord, rule: Rule | str, *, sweep_id: str, at: float
+) -> Purge:
+    """The purge of the finished run ``row``, by ``rule`` (a retention rule, or what the
+    purge record says ordered it), as sweep ``sweep_id`` at ``at``.
 
     Raises :class:`Unpurgeable` for a run whose journal does not verify (a purge must
     never hide what the audit would find), is purged in part already, or cannot be read
@@ -47,4 +50,5 @@ def prepare(journal: Journal, row: RunRecord, rule: str, *, sweep_id: str, at: f
         stones.append(StoredEvent(s.seq, s.type, stone.encode(), s.hash))
         prev = s.hash
     return Purge(tenant_id=t, run_id=r, last_seq=len(stored), tombstones=stones,
-                 sweep_id=sweep_id, at=at, rule=rule)
+                 sweep_id=sweep_id, at=at,
+                 rule=rule if isinstance(rule, str) else rule.describe())
