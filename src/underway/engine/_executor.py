@@ -134,6 +134,11 @@ class Engine:
         ):
             if value is not None:
                 setattr(self.guard, name, value)
+        bound = getattr(self.guard.secrets, "environment", None)
+        if isinstance(bound, str) and bound != self.guard.environment:
+            raise ConfigurationError(
+                f"the secret provider serves environment {bound!r} but the engine runs in "
+                f"{self.guard.environment!r}; give both the same environment")
         self.store = store
         self.journal = Journal(store, codec)
         self.guard.codec = codec  # None: the store's, whatever it is when used
