@@ -9,7 +9,8 @@ worker``, the executor).
 ``underway approvals ls|show|approve|reject|answer|resolve``,
 ``underway policy check|explain``, ``underway knowledge purge|rm``,
 ``underway consent grant|withdraw|show``, ``underway retention sweep|log``,
-``underway hold add|rm|ls``, ``underway usage`` and ``underway access-log`` (who read which
+``underway hold add|rm|ls``, ``underway drill`` (fault drills in a scratch database),
+``underway usage`` and ``underway access-log`` (who read which
 run's data, and why; ``--verify`` its hash chain); ``underway serve`` (the HTTP API),
 ``underway apikeys new|ls|revoke|access-log`` and ``underway webhooks set|ls|rm``. The
 database comes from ``--db URL`` (before or after the command) or ``$UNDERWAY_DB``; the
@@ -59,6 +60,7 @@ LAZY: dict[str, str] = {
     "webhooks": "apikeys:webhooks",  # underway serve: webhook secrets
     # single commands: a Typer of one command
     "access-log": "access:app",  # reads of run data: who, when, why; --verify its chain
+    "drill": "drill:app",  # fault drills: a flow against crashes, duplicates, bad answers
     "serve": "serve:app",
     "usage": "usage:app",  # spending: tokens, cost, calls, messages, money per tenant
     "worker": "worker:app",
@@ -69,7 +71,7 @@ needs and nothing else. ``serve`` needs FastAPI and uvicorn (the ``service`` ext
 starts in well under a second because no other command's module comes with it; ``worker``
 alone loads the executor."""
 
-_SINGLE = frozenset({"access-log", "serve", "usage", "worker"})
+_SINGLE = frozenset({"access-log", "drill", "serve", "usage", "worker"})
 """The :data:`LAZY` entries that are one command rather than a group of them."""
 
 
