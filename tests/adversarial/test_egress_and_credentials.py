@@ -275,7 +275,7 @@ def test_a_dev_worker_is_refused_a_production_secret_before_the_tool_runs(db_url
 
 def test_an_engine_and_its_secrets_must_agree_on_the_environment() -> None:
     bound = BoundSecrets(CallbackSecrets(lambda n: "x"), {"A": "prod"}, environment="prod")
-    with pytest.raises(ConfigurationError, match="serves environment 'prod'.*runs in 'dev'"):
+    with pytest.raises(ConfigurationError, match=r"serves environment 'prod'.*runs in 'dev'"):
         uw.Engine(uw.testing.memory_engine([])[0].store, secrets=bound)
     with pytest.raises(ConfigurationError, match="bound to one or more environment"):
         BoundSecrets(CallbackSecrets(lambda n: "x"), {"A": []}, environment="dev")

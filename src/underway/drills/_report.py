@@ -224,7 +224,8 @@ def build_report(
     executions: Logbook, injections: Logbook, tenant_id: str = "default",
 ) -> DrillReport:
     """Read every run's journal and the drill's logs into a :class:`DrillReport`."""
-    by_fault: dict[str, FaultReport] = {f: FaultReport(f) for f in FAULTS if any(r.fault == f for r in runs)}
+    used = {r.fault for r in runs}
+    by_fault: dict[str, FaultReport] = {f: FaultReport(f) for f in FAULTS if f in used}
     findings: list[Finding] = []
     notes: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for note in injections.read():
