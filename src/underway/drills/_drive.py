@@ -144,26 +144,34 @@ class _Drill:
     # -- starting runs ----------------------------------------------------------------------
 
     def _start(self, i: int, fault: Fault) -> DrillRun:
-        if fault != "duplicates":
-            return DrillRun(i, fault, self._start_once(i))
-        with ThreadPoolExecutor(DUPLICATE_STARTS) as pool:
-            ids = list(pool.map(lambda _: self._start_once(i), range(DUPLICATE_STARTS)))
-        return DrillRun(i, fault, ids[0], tuple(ids))
-
-    def _start_once(self, i: int) -> str:
+        """Start run ``i`` (made once, then delivered three times at once for the
+        duplicates drill): by its intake event when the scenario gives one."""
         sc = self.scenario
         if sc.event is not None:
             if sc.routes is None:
                 raise ConfigurationError("the scenario gives intake events but no routes")
-            result = intake(self.client, sc.event(i), sc.routes)
-            if result.run_id is None:
-                raise DrillError(f"intake ignored the scenario's event {i}: {result.reason}")
-            return result.run_id
-        run_id = str(uuid.uuid5(NAMESPACE, f"{self.opts.seed}:{i}"))
-        started, _ = self.client.start(
-            self.flow, sc.input_for(i), tenant_id=sc.tenant_id, run_id=run_id,
-            idempotency_key=f"underway-drill:{self.opts.seed}:{i}")
-        return started
+            event, routes = sc.event(i), sc.routes
+
+            def once() -> str:
+                result = intake(self.client, event, routes)
+                if result.run_id is None:
+                    raise DrillError(f"intake ignored the scenario's event {i}: "
+                                     f"{result.reason}")
+                return result.run_id
+        else:
+            value = sc.input_for(i)
+            run_id = str(uuid.uuid5(NAMESPACE, f"{self.opts.seed}:{i}"))
+
+            def once() -> str:
+                started, _ = self.client.start(
+                    self.flow, value, tenant_id=sc.tenant_id, run_id=run_id,
+                    idempotency_key=f"underway-drill:{self.opts.seed}:{i}")
+                return started
+        if fault != "duplicates":
+            return DrillRun(i, fault, once())
+        with ThreadPoolExecutor(DUPLICATE_STARTS) as pool:
+            ids = list(pool.map(lambda _: once(), range(DUPLICATE_STARTS)))
+        return DrillRun(i, fault, ids[0], tuple(ids))
 
     # -- workers ----------------------------------------------------------------------------
 
