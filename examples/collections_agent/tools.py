@@ -44,6 +44,8 @@ Template = Literal["first_reminder", "second_reminder", "final_reminder", "balan
 class CoerciveLanguage(UnderwayError):
     """A reminder's note contains coercive wording; nothing was sent."""
 
+    retryable = False  # the same words would be refused again: the agent must rewrite them
+
 
 # -- arguments and results --------------------------------------------------------------
 

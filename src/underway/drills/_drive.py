@@ -32,6 +32,9 @@ from ._scratch import scratch_database
 
 DUPLICATE_STARTS = 3
 """How many times a duplicates drill starts each run (or delivers its event) at once."""
+CRASH_WITHIN = 12
+"""A crash drill's worker dies at one of its first this many fault points (seeded): each
+worker after it resumes the runs from their journals, so the kills move through them."""
 NAMESPACE = uuid.UUID("6a1b3c58-0d47-4c1e-9a55-3d1f0d6e2b71")
 
 
@@ -234,7 +237,7 @@ class _Drill:
         self.say(f"{len(runs)} runs under crash: workers killed at up to {budget} seeded "
                  "fault points")
         while time.monotonic() < self.deadline and kills < budget:
-            proc = self._spawn(crash_after=rng.randint(1, 40))
+            proc = self._spawn(crash_after=rng.randint(1, CRASH_WITHIN))
             if self._wait(runs, armed=proc):
                 break
             if proc.returncode == -signal.SIGKILL:

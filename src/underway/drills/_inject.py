@@ -10,6 +10,7 @@ and written before the process can be killed past them."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import inspect
 import json
@@ -31,9 +32,11 @@ PARTIAL_KINDS = ("truncated", "missing_field", "error_body")
 body sent with the success status."""
 ERROR_BODY = {"error": {"code": "internal_error",
                         "message": "the service could not process the request"}}
-SHARE = 0.5
-"""The share of a run's calls (or requests) a fault is injected into; the first eligible
-one always is."""
+SHARE = 0.25
+"""The share of a run's calls a fault is injected into besides the first call of each
+tool, which always gets it."""
+_tool: contextvars.ContextVar[str] = contextvars.ContextVar("drilled_tool", default="")
+"""The tool whose call is running (a request through underway.http knows only its key)."""
 
 
 class Logbook:
@@ -105,24 +108,25 @@ class Injector:
                                 **detail})
 
     def _injected(self, fault: Fault, where: str) -> bool:
-        """True once ``fault`` was injected at ``where`` (a key, or a run) by any process."""
+        """True once ``fault`` was injected at ``where`` (a key, or a run's tool) by any
+        process."""
         if (fault, where) in self._seen:
             return True
         for r in self.injections.read():
             if r.get("fault") == fault and r.get("action") in ("expired", "corrupted",
                                                                  "delayed"):
-                self._seen.update({(fault, r["key"]), (fault, "run:" + r["run"])})
+                self._seen.update({(fault, r["key"]), (fault, f"{r['run']}/{r['tool']}")})
         return (fault, where) in self._seen
 
-    def _pick(self, fault: Fault, info: CallInfo) -> bool:
-        """Inject ``fault`` into this call? Once per key; into the first eligible call of
-        the run and a seeded share of the others."""
+    def _pick(self, fault: Fault, info: CallInfo, tool: str) -> bool:
+        """Inject ``fault`` into this call? Once per key: into the first call of each
+        tool in the run, and a seeded share of the others."""
         if self.fault_of(info.run_id) != fault or self._injected(fault, info.key):
             return False
-        first = not self._injected(fault, "run:" + info.run_id)
+        first = not self._injected(fault, f"{info.run_id}/{tool}")
         chosen = first or draw(self.plan.seed, fault, info.key) < SHARE
         if chosen:
-            self._seen.update({(fault, info.key), (fault, "run:" + info.run_id)})
+            self._seen.update({(fault, info.key), (fault, f"{info.run_id}/{tool}")})
         return chosen
 
     # -- tools ----------------------------------------------------------------------------
@@ -144,6 +148,7 @@ class Injector:
 
         if inspect.iscoroutinefunction(fn):
             async def drilled(value: Any, info: CallInfo) -> Any:
+                _tool.set(t.name)
                 out = await fn(*args(value, self.credentials(t, info)))
                 self.executed(t, info)
                 delay = self.delay(t, info)
@@ -153,6 +158,7 @@ class Injector:
             object.__setattr__(t, "fn", drilled)
         else:
             def drilled_sync(value: Any, info: CallInfo) -> Any:
+                _tool.set(t.name)
                 out = fn(*args(value, self.credentials(t, info)))
                 self.executed(t, info)
                 delay = self.delay(t, info)
@@ -170,7 +176,7 @@ class Injector:
 
     def credentials(self, t: Tool, info: CallInfo) -> CallInfo:
         """``info`` with expired credentials, for a call chosen for that fault."""
-        if not info.secrets or not self._pick("credentials", info):
+        if not info.secrets or not self._pick("credentials", info, t.name):
             return info
         self._note("credentials", info, t.name, "expired", secrets=sorted(info.secrets))
         return dataclasses.replace(
@@ -179,7 +185,7 @@ class Injector:
     def delay(self, t: Tool, info: CallInfo) -> float:
         """Seconds the dependency takes to answer after the effect: past the timeout for
         a call chosen for the ``slow`` fault, else 0."""
-        if not self._pick("slow", info):
+        if not self._pick("slow", info, t.name):
             return 0.0
         seconds = t.timeout + 1.0
         self._note("slow", info, t.name, "delayed", seconds=seconds, timeout=t.timeout)
@@ -191,7 +197,7 @@ class Injector:
                         ) -> httpx.Response:
         """Answer ``req`` for the service as the call's fault says."""
         fault = self.fault_of(info.run_id)
-        tool = ""  # a request knows its call's key and step, not its tool
+        tool = _tool.get()
         if fault == "credentials":
             if EXPIRED in _request_text(req):
                 self._note("credentials", info, tool, "rejected", url=_where(req))
@@ -203,8 +209,8 @@ class Injector:
         resp = await send(req)
         if fault != "partial" or not 200 <= resp.status_code < 300:
             return resp
-        if "json" not in resp.headers.get("content-type", "") or not self._pick("partial",
-                                                                                 info):
+        if "json" not in resp.headers.get("content-type", "") or not self._pick(
+                "partial", info, tool):
             return resp
         kind = PARTIAL_KINDS[int(draw(self.plan.seed, "partial-kind", info.key) * 3)]
         body, kind = _broken(resp.content, kind, draw(self.plan.seed, "field", info.key))
