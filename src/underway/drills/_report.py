@@ -270,9 +270,9 @@ def build_report(
     findings.extend(_executed_twice(executions, fault_of))
     if "crash" in by_fault:
         by_fault["crash"].injected = kills
-    for f, why in NOT_EXERCISED.items():
-        if f in by_fault and not by_fault[f].injected:
-            by_fault[f].reactions[f"not exercised: {why}"] = by_fault[f].runs
+    for name, why in NOT_EXERCISED.items():
+        if name in by_fault and not by_fault[name].injected:
+            by_fault[name].reactions[f"not exercised: {why}"] = by_fault[name].runs
     for f in findings:
         if f.fault in by_fault:
             target = by_fault[f.fault]
