@@ -162,6 +162,8 @@ class _Journal:
         out: Counter[str] = Counter()
         for e in self.events:
             match e:
+                case ev.StepStarted() if e.attempt > 1:
+                    out["step taken over and run again from the journal"] += 1
                 case ev.RetryScheduled():
                     out["retried with the same key"] += 1
                 case ev.ToolSucceeded(reconciled=True):
