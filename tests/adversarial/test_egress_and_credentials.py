@@ -24,8 +24,8 @@ from pydantic import BaseModel
 import underway as uw
 from underway import events as ev
 from underway.egress import host_allowed, host_patterns
-from underway.errors import ConfigurationError, EgressDenied
-from underway.http import request
+from underway.errors import ConfigurationError, EgressDenied, OutcomeUnknown
+from underway.http import Response, ResponseInvalid, request
 from underway.secrets import BoundSecrets, CallbackSecrets
 
 FRESH = "tok-fresh-2"
@@ -279,3 +279,31 @@ def test_an_engine_and_its_secrets_must_agree_on_the_environment() -> None:
         uw.Engine(uw.testing.memory_engine([])[0].store, secrets=bound)
     with pytest.raises(ConfigurationError, match="bound to one or more environment"):
         BoundSecrets(CallbackSecrets(lambda n: "x"), {"A": []}, environment="dev")
+
+
+# -- reading an answer as the model a tool expects --------------------------------------------
+
+
+class Ok(BaseModel):
+    ok: bool
+
+
+class Receipt(BaseModel):
+    receipt_id: str
+
+
+def test_expect_reads_the_model_or_says_loudly_what_is_wrong(base: str) -> None:
+    info = uw.CallInfo("r:0:s:0", "t", "r", "s", 0)
+    got = asyncio.run(request("GET", f"{base}/ok", info=info))
+    assert got.expect(Ok) == Ok(ok=True)
+    with pytest.raises(ResponseInvalid, match=r"answered 200 with a body that is not a "
+                       r"Receipt \(fields receipt_id") as read:
+        got.expect(Receipt)
+    assert read.value.retryable and not isinstance(read.value, OutcomeUnknown)
+    posted = asyncio.run(request("POST", f"{base}/ok", info=info, json_body={}))
+    with pytest.raises(ResponseInvalid) as wrote:
+        posted.expect(Receipt)
+    assert isinstance(wrote.value, OutcomeUnknown), "the service acted: an unknown outcome"
+    cut = Response(200, {}, '{"ok": tr', '{"ok": tr', "application/json", False, "POST", "u")
+    with pytest.raises(OutcomeUnknown, match="a body that is not JSON"):
+        cut.expect(Ok)
