@@ -307,3 +307,23 @@ def test_expect_reads_the_model_or_says_loudly_what_is_wrong(base: str) -> None:
     cut = Response(200, {}, '{"ok": tr', '{"ok": tr', "application/json", False, "POST", "u")
     with pytest.raises(OutcomeUnknown, match="a body that is not JSON"):
         cut.expect(Ok)
+
+
+def test_a_reconcile_hook_is_held_to_its_tools_hosts(base: str) -> None:
+    port = base.rsplit(":", 1)[1]
+
+    async def ask_elsewhere(key: str, info: uw.CallInfo) -> uw.Reconciled:
+        await request("GET", f"http://localhost:{port}/ok", info=info)
+        return uw.Reconciled.happened({})
+
+    @uw.tool(name="transfer", hosts=["127.0.0.1"], reconcile=ask_elsewhere, timeout=2)
+    async def transfer(args: Any, info: uw.CallInfo) -> dict[str, Any]:
+        await request("POST", f"{base}/ok", info=info, json_body={})
+        await asyncio.sleep(30)  # the answer is late: the outcome is unknown
+        return {}
+
+    engine, _ = uw.testing.memory_engine([flow := one_call_flow("reconcile_egress", transfer)])
+    _, state = run(engine, flow)
+    assert state.status == "dead" and "EgressDenied" in (state.error or ""), state.error
+    assert "may reach only 127.0.0.1" in (state.error or "")
+    assert Service.seen == ["/ok"], "the transfer reached the service; the query never left"

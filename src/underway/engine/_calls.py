@@ -201,7 +201,8 @@ class StepExecution:
         s = self._act.state
         query = CallInfo(key, self.tenant_id, self.run_id, self.step, index,
                          fence_of(self._act.lease.token, s.seq + 1), s.principal,
-                         tuple(s.roles))
+                         tuple(s.roles), egress=None if t.hosts is None
+                         else Egress(t.name, t.hosts))
         found = await ask_reconcile(t.reconcile, key, query)
         if found.outcome == "happened":
             self._act.buffer(ev.ToolSucceeded(
