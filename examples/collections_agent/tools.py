@@ -26,7 +26,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from underway import CallInfo, Reconciled, Tool, tool
+from underway import CallInfo, Reconciled, RetryPolicy, Tool, tool
 from underway.errors import ConfigurationError, UnderwayError
 from underway.http import HTTPError, request
 
@@ -43,6 +43,8 @@ Template = Literal["first_reminder", "second_reminder", "final_reminder", "balan
 
 class CoerciveLanguage(UnderwayError):
     """A reminder's note contains coercive wording; nothing was sent."""
+
+    retryable = False  # the same words would be refused again: the agent must rewrite them
 
 
 # -- arguments and results --------------------------------------------------------------
@@ -228,26 +230,33 @@ def render(inv: Invoice, template: Template, note: str) -> tuple[str, str]:
     return subjects[template], body + "\n\nKind regards,\nAccounts receivable"
 
 
+RETRY = RetryPolicy(max_attempts=3, initial_interval=0.2, max_interval=2.0)
+"""Reads, and the writes the services deduplicate by idempotency key, are retried with the
+same key on a durable timer: a slow or garbled answer costs a wait, never a second effect."""
+
+
 def make_tools(urls: ServiceUrls) -> list[Tool]:
-    """The agent's tools, bound to the services at ``urls``."""
+    """The agent's tools, bound to the services at ``urls``. Every answer is read with
+    ``Response.expect``: one that does not fit (cut short, a field missing, an error sent
+    as 200) is a loud error, and after a POST an unknown outcome, settled by the key."""
 
     async def fetch_invoice(invoice_id: str, info: CallInfo) -> Invoice:
         got = await request("GET", f"{urls.erp}/invoices/{invoice_id}", info=info)
-        return Invoice.model_validate(got.body)
+        return got.expect(Invoice)
 
-    @tool(read_only=True, timeout=10)
+    @tool(read_only=True, timeout=10, retry=RETRY)
     async def lookup_invoice(args: InvoiceRef, info: CallInfo) -> Invoice:
         """Read an invoice from the ERP: amount, balance after write-offs, due date,
         status, and any dispute the customer raised."""
         return await fetch_invoice(args.invoice_id, info)
 
-    @tool(read_only=True, timeout=10)
+    @tool(read_only=True, timeout=10, retry=RETRY)
     async def check_payment_status(args: InvoiceRef, info: CallInfo) -> PaymentStatus:
         """Ask the payments system whether the invoice is paid, and how much was paid."""
         got = await request("GET", f"{urls.payments}/payments/{args.invoice_id}", info=info)
-        return PaymentStatus.model_validate(got.body)
+        return got.expect(PaymentStatus)
 
-    @tool(idempotent=True, message=True, timeout=10)
+    @tool(idempotent=True, message=True, timeout=10, retry=RETRY)
     async def send_reminder(args: Reminder, info: CallInfo) -> Receipt:
         """Send the customer a polite, templated payment reminder by e-mail."""
         polite_note(args.note)
@@ -256,15 +265,15 @@ def make_tools(urls: ServiceUrls) -> list[Tool]:
         sent = await request("POST", f"{urls.gateway}/messages", info=info, json_body={
             "to": inv.contact, "invoice_id": inv.id, "subject": subject, "body": body,
         })
-        return Receipt.model_validate(sent.body)
+        return sent.expect(Receipt)
 
-    @tool(idempotent=True, timeout=10)
+    @tool(idempotent=True, timeout=10, retry=RETRY)
     async def route_dispute(args: DisputeRoute, info: CallInfo) -> Ticket:
         """Hand the invoice to a human team with a summary: 'disputes' when the customer
         contests the amount, 'collections' when reminders are exhausted."""
         got = await request("POST", f"{urls.erp}/tickets", info=info,
                             json_body=args.model_dump(mode="json"))
-        return Ticket.model_validate(got.body)
+        return got.expect(Ticket)
 
     async def money_moved(key: str) -> Reconciled:
         # Asked after a crash hid the outcome of a refund or write-off with this key; a
@@ -283,7 +292,7 @@ def make_tools(urls: ServiceUrls) -> list[Tool]:
         """Refund money the customer overpaid on an invoice (INR)."""
         got = await request("POST", f"{urls.finance}/refunds", info=info,
                             json_body=args.model_dump(mode="json"))
-        return MoneyRecord.model_validate(got.body)
+        return got.expect(MoneyRecord)
 
     @tool(irreversible=True, amount="amount", currency="INR", reconcile=money_moved,
           timeout=10)
@@ -292,7 +301,7 @@ def make_tools(urls: ServiceUrls) -> list[Tool]:
         drops by the amount."""
         got = await request("POST", f"{urls.finance}/write-offs", info=info,
                             json_body=args.model_dump(mode="json"))
-        return MoneyRecord.model_validate(got.body)
+        return got.expect(MoneyRecord)
 
     return [lookup_invoice, check_payment_status, send_reminder, route_dispute, issue_refund,
             write_off]

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from underway import CallInfo, Flow, Reconciled, RunContext, Tool, tool
+from underway import CallInfo, Flow, Reconciled, RetryPolicy, RunContext, Tool, tool
 from underway.flow import Next
 
 from .systems import Erp, Outbox
@@ -119,12 +119,16 @@ class OutcomeEntry(BaseModel):
 
 # -- tools over the simulated systems ---------------------------------------------------
 
+RETRY = RetryPolicy(max_attempts=3, initial_interval=0.2, max_interval=2.0)
+"""Reads, and writes that are idempotent, are retried on a durable timer (with the same
+idempotency key): a slow or failing ERP costs a wait, not the run."""
+
 
 def make_tools(data: Path) -> list[Tool]:
     """The agent's tools, bound to the ERP and outbox kept under ``data``."""
     erp, outbox = Erp(data), Outbox(data)
 
-    @tool(mutating=False)
+    @tool(mutating=False, retry=RETRY)
     def fetch_overdue_invoices(query: OverdueQuery) -> OverdueInvoices:
         return OverdueInvoices.model_validate({"invoices": erp.overdue(query.as_of)})
 
@@ -138,12 +142,12 @@ def make_tools(data: Path) -> list[Tool]:
             outbox.send(call.key, reminder.to, reminder.subject, reminder.body)
         )
 
-    @tool(mutating=False)
+    @tool(mutating=False, retry=RETRY)
     def check_payment(query: PaymentQuery) -> PaymentStatus:
         return PaymentStatus(invoice_id=query.invoice_id, paid_on=erp.paid(query.invoice_id,
                                                                              query.on))
 
-    @tool(mutating=True, idempotent=True)
+    @tool(mutating=True, idempotent=True, retry=RETRY)
     def record_outcome(entry: OutcomeEntry, call: CallInfo) -> OutcomeEntry:
         return OutcomeEntry.model_validate(erp.record(call.key, entry.model_dump(mode="json")))
 

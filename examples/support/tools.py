@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from underway import CallInfo, Tool, tool
 from underway.http import request
@@ -30,6 +30,14 @@ TicketId = str
 
 _RETRY = RetryPolicy(max_attempts=3, initial_interval=0.5, max_interval=5.0)
 _TIMEOUT_S = 15.0
+
+
+class DeskAnswer(BaseModel):
+    """What the desk answers to a change: the ticket it changed, and what it did."""
+
+    model_config = ConfigDict(extra="allow")
+
+    ticket_id: TicketId
 
 
 def _object(body: object, path: str) -> dict[str, Any]:
@@ -134,7 +142,9 @@ def make_tools(desk: str, knowledge: KnowledgeBase) -> DeskTools:
         payload = body.model_dump(mode="json", exclude={"ticket_id"})
         resp = await request("POST", f"{desk}{path}", info=info, json_body=payload,
                              timeout=_TIMEOUT_S)
-        return _object(resp.body, path)
+        # An answer that is not the desk's (cut short, an error sent as 200) is an unknown
+        # outcome, retried with the same key: the desk acts once per key.
+        return resp.expect(DeskAnswer).model_dump(mode="json")
 
     @tool(read_only=True, timeout=_TIMEOUT_S, retry=_RETRY, trusted_output=True)
     async def list_open_tickets(args: NoArgs, info: CallInfo) -> OpenTickets:

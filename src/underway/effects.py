@@ -15,7 +15,7 @@ import asyncio
 import hashlib
 import inspect
 import typing
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Generic, Literal, Protocol, TypedDict, cast, overload
@@ -31,6 +31,7 @@ from pydantic import (
 )
 from typing_extensions import TypeVar, Unpack
 
+from .egress import Egress, host_patterns
 from .errors import ConfigurationError, ResultInvalid
 from .events import JSON, canonical_json
 from .money import Direction, Money, Unreadable, read_money, valid_currency
@@ -77,6 +78,9 @@ class CallInfo:
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
     """The secrets the tool declared, fetched from the engine's secret provider for this
     call only; never journaled, logged or traced (``repr`` hides them)."""
+    egress: Egress | None = field(default=None, repr=False, compare=False)
+    """The hosts this call may reach, when its tool declares them (:mod:`underway.egress`):
+    :func:`underway.http.request` refuses any other, and the engine journals the refusal."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,7 +181,10 @@ class Tool(Generic[A, R]):
     :mod:`underway.money`) and ``message`` (the call sends a message to a person) are what
     policies and budgets see. ``secrets`` names the secrets fetched for
     each call into :attr:`CallInfo.secrets`. ``sandbox`` is the isolation profile of a
-    shell or code tool, hashed into its ``ToolStarted`` event.
+    shell or code tool, hashed into its ``ToolStarted`` event. ``hosts`` is the tool's
+    egress allow-list (:mod:`underway.egress`): when given, :mod:`underway.http` refuses
+    requests to any other host and the refusal is journaled; None (default) restricts
+    nothing.
 
     Traces (:class:`underway.telemetry.Tracing`) record no argument or result value unless
     the tool opts in: ``trace_args`` / ``trace_result`` are True (every field) or the
@@ -237,8 +244,13 @@ class Tool(Generic[A, R]):
     sensitive: tuple[str, ...] = ()
     """Names of argument and result fields (at any depth) that are never traced and that
     viewers see only when allowed to (:attr:`hidden`)."""
+    hosts: tuple[str, ...] | None = None
+    """The hosts the tool may reach (``api.example.com``, ``*.bank.in``); None: any."""
 
     def __post_init__(self) -> None:
+        if self.hosts is not None:
+            object.__setattr__(self, "hosts", host_patterns(self.hosts,
+                                                            owner=f"tool {self.name!r}"))
         if self.trusted_output and "untrusted" in self.output_labels:
             raise ConfigurationError(
                 f"tool {self.name!r} declares trusted_output and the output label "
@@ -436,6 +448,7 @@ class ToolOptions(TypedDict, total=False):
     trace_args: bool | tuple[str, ...]
     trace_result: bool | tuple[str, ...]
     sensitive: tuple[str, ...]
+    hosts: Iterable[str] | None
 
 
 class ToolDecorator(Protocol):
@@ -497,6 +510,7 @@ def tool(
     trace_args: bool | tuple[str, ...] = False,
     trace_result: bool | tuple[str, ...] = False,
     sensitive: tuple[str, ...] = (),
+    hosts: Iterable[str] | None = None,
 ) -> Tool[Any, Any] | ToolDecorator:
     """Declare a tool. Use bare (``@tool``) or with options (``@tool(read_only=True)``).
 
@@ -559,6 +573,8 @@ def tool(
             trace_args=trace_args,
             trace_result=trace_result,
             sensitive=tuple(sensitive),
+            hosts=None if hosts is None else host_patterns(
+                hosts, owner=f"tool {name or f.__name__!r}"),
         )
 
     return build(fn) if fn is not None else cast(ToolDecorator, build)

@@ -18,6 +18,10 @@ Every error derives from :class:`UnderwayError`::
     ├── ToolCallError           a tool call failed; raised inside the step that made it
     ├── OutcomeUnknown          a tool lost track of an effect it started (the request left,
     │                           the answer was lost): it may or may not have happened
+    ├── EgressDenied            a tool's request went to a host it did not declare (refused
+    │                           before anything was sent)
+    ├── SecretRefused           a tool's secret is bound to another environment than the
+    │                           worker's (refused before the tool ran)
     ├── KeyUnavailable          a payload is encrypted and no key to open it is here (none
     │                           given, or its data key was destroyed); readers show
     │                           ``[encrypted]``
@@ -111,9 +115,11 @@ class ToolCallError(UnderwayError):
 
     def __init__(
         self, tool: str, error_type: str, message: str, *, retryable: bool,
-        retry_after: float | None = None,
+        retry_after: float | None = None, credentials_rejected: bool = False,
     ) -> None:
         super().__init__(f"tool {tool!r} failed: {error_type}: {message}")
+        self.credentials_rejected = credentials_rejected
+        """The tool's service refused its credentials (see :mod:`underway.secrets`)."""
         self.tool = tool
         self.error_type = error_type
         self.message = message
@@ -121,6 +127,40 @@ class ToolCallError(UnderwayError):
         self.retry_after = retry_after
         """Seconds the failed service asked to wait before trying again (``Retry-After``),
         when the tool's error said so; :meth:`RetryPolicy.delay` honours it."""
+
+
+class EgressDenied(UnderwayError):
+    """A tool tried to reach a host outside the hosts it declares (``@tool(hosts=[...])``).
+    Nothing was sent; the engine journals the refusal (``ToolRefused``, cause
+    ``egress_denied``) and the call fails without a retry."""
+
+    def __init__(self, tool: str, host: str, url: str, allowed: tuple[str, ...]) -> None:
+        super().__init__(
+            f"tool {tool!r} may reach only {', '.join(allowed) or 'no host'}; refused "
+            f"{url} (host {host!r}): add the host to the tool's hosts=[...] if it is meant "
+            "to be reached"
+        )
+        self.tool = tool
+        self.host = host
+        self.url = url
+        self.allowed = allowed
+
+
+class SecretRefused(UnderwayError):
+    """A tool needs a secret bound to environments the worker is not in (a ``dev`` worker
+    and a ``prod`` credential): refused before the tool runs, and journaled
+    (``ToolRefused``, cause ``secret_refused``)."""
+
+    def __init__(self, name: str, bound: tuple[str, ...], environment: str) -> None:
+        super().__init__(
+            f"secret {name!r} belongs to environment {' or '.join(bound)}; this worker "
+            f"runs in {environment!r} and may not read it (start a worker with "
+            f"--environment {bound[0]} to use it, or give the {environment} environment a "
+            "secret of its own)"
+        )
+        self.name = name
+        self.bound = bound
+        self.environment = environment
 
 
 class OutcomeUnknown(UnderwayError):
@@ -220,6 +260,7 @@ __all__ = [
     "AmbiguousRunId",
     "ConfigurationError",
     "ConflictError",
+    "EgressDenied",
     "FencedError",
     "IntegrityError",
     "KeyUnavailable",
@@ -229,6 +270,7 @@ __all__ = [
     "ResidencyError",
     "ResultInvalid",
     "RunNotFound",
+    "SecretRefused",
     "StoreError",
     "ToolCallError",
     "UnderwayError",

@@ -40,6 +40,10 @@ if TYPE_CHECKING:
     from .store.base import Store
 
 
+DEFAULT_ENVIRONMENT = "dev"
+"""The environment of an engine (and worker) not told one."""
+
+
 @dataclass
 class Guard:
     """The engine-wide defaults; a flow may override ``policy``, ``budget`` and ``shadow``.
@@ -57,7 +61,7 @@ class Guard:
     """
 
     policy: Policy | None = None
-    environment: str = "dev"
+    environment: str = DEFAULT_ENVIRONMENT
     budget: Budget | None = None
     tenant_budget: Budget | TenantBudgets | None = None
     shadow: bool = False

@@ -16,24 +16,52 @@ It records what the response says, and nothing more or less:
 * a mutating request (any method but GET, HEAD, OPTIONS, TRACE) whose answer was lost after
   it was sent — a reset, a read error, a malformed answer, a read timeout — raises
   :class:`~underway.errors.OutcomeUnknown`: the effect may have happened.
+
+:meth:`Response.expect` reads a 2xx body as the model the tool expects, and says so
+loudly when it is not that: truncated JSON, a missing field, or a ``200 OK`` whose body is
+an error raise :class:`ResponseInvalid` — for a mutating request an
+:class:`~underway.errors.OutcomeUnknown` too (the service acted; what it answered is
+lost), so the engine settles it by the idempotency key instead of running it again.
+
+Egress: when the calling tool declares the hosts it may reach (``@tool(hosts=[...])``),
+a request to any other host — first or after a redirect — raises
+:class:`~underway.errors.EgressDenied` before anything is sent, and the engine journals
+the refusal. A 401 answer is an :class:`HTTPError` with ``credentials_rejected``: the
+engine refreshes the tool's secrets and tries once more (see :mod:`underway.secrets`).
+
+:func:`install_interceptor` puts a function between every request and the network (what
+``underway drill`` uses to answer for a service: a partial answer, a refused credential).
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
+from typing import TypeVar
 
 import httpx
+from pydantic import BaseModel, ValidationError
 
 from .effects import CallInfo
-from .errors import OutcomeUnknown
+from .errors import OutcomeUnknown, UnderwayError
 from .events import JSON
 from .secrets import mask
 
-__all__ = ["HTTPError", "Response", "request"]
+__all__ = ["HTTPError", "Interceptor", "Response", "ResponseInvalid", "install_interceptor",
+           "request"]
+
+M = TypeVar("M", bound=BaseModel)
+
+Send = Callable[[httpx.Request], Awaitable[httpx.Response]]
+Interceptor = Callable[[httpx.Request, CallInfo, Send], Awaitable[httpx.Response]]
+"""``interceptor(request, info, send)``: answers ``request`` of the call ``info``, by
+``await send(request)`` (the network) or with a response of its own."""
+
+_interceptor: Interceptor | None = None
+MAX_REDIRECTS = 20
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
 """Methods that change nothing on the server (RFC 9110): losing their answer loses nothing."""
@@ -62,6 +90,32 @@ class HTTPError(Exception):
         self.content_type = content_type
         self.retryable = status in (408, 425, 429) or status >= 500
         self.retry_after = retry_after
+        self.credentials_rejected = status == 401
+        """The service refused the credentials (401): the engine refreshes the tool's
+        secrets and tries once more."""
+
+
+class ResponseInvalid(UnderwayError):
+    """A 2xx answer whose body is not what the tool expects (:meth:`Response.expect`):
+    not JSON, cut short, a field missing, or an error reported with a success status.
+    ``retryable``: asking again may help (a safe request). For a mutating request the
+    error is also an :class:`~underway.errors.OutcomeUnknown` (see :func:`invalid`)."""
+
+    retryable = True
+
+    def __init__(self, message: str, *, method: str, url: str) -> None:
+        super().__init__(message)
+        self.method = method
+        self.url = url
+
+
+class MutationAnswerInvalid(ResponseInvalid, OutcomeUnknown):
+    """A mutating request's 2xx answer is unreadable: the service acted, the result is
+    lost, so the outcome is settled by the idempotency key (reconcile, or the same key
+    again), never by running the effect anew."""
+
+    def __init__(self, message: str, *, method: str, url: str) -> None:
+        ResponseInvalid.__init__(self, message, method=method, url=url)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,10 +133,49 @@ class Response:
     text: str = ""
     content_type: str | None = None
     is_json: bool = False
+    method: str = "GET"
+    url: str = ""
 
     def record(self) -> dict[str, JSON]:
         """What the response said, as plain JSON a tool can return to be journaled."""
         return {"status": self.status, "content_type": self.content_type, "body": self.body}
+
+    def expect(self, model: type[M]) -> M:
+        """The body read as ``model``; :class:`ResponseInvalid` naming what is wrong when
+        it is not JSON (truncated, text) or does not fit (a field missing, an error body
+        sent with a success status). After a mutating request the error is also an
+        :class:`~underway.errors.OutcomeUnknown`: the effect happened, its answer is lost."""
+        where = f"{self.method} {self.url} answered {self.status}"
+        if not self.is_json:
+            what = "an empty body" if self.body is None else \
+                f"a body that is not JSON ({self.text[:80]!r})"
+            raise invalid(f"{where} with {what}; expected {model.__name__}", self)
+        try:
+            return model.model_validate(self.body)
+        except ValidationError as exc:
+            fields = sorted({".".join(map(str, e["loc"])) or "(root)" for e in exc.errors()})
+            raise invalid(f"{where} with a body that is not a {model.__name__} "
+                          f"(fields {', '.join(fields)}: {_first_error(exc)})", self) from None
+
+
+def invalid(message: str, response: Response) -> ResponseInvalid:
+    """The error for an unreadable answer to ``response``'s request: an
+    :class:`~underway.errors.OutcomeUnknown` as well when the request was mutating."""
+    cls = ResponseInvalid if response.method in SAFE_METHODS else MutationAnswerInvalid
+    return cls(message, method=response.method, url=response.url)
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    return f"{'.'.join(map(str, err['loc'])) or '(root)'}: {err['msg']}"
+
+
+def install_interceptor(interceptor: Interceptor | None) -> Interceptor | None:
+    """Put ``interceptor`` between every :func:`request` and the network in this process
+    (None removes it); returns the one it replaces."""
+    global _interceptor
+    previous, _interceptor = _interceptor, interceptor
+    return previous
 
 
 async def request(
@@ -99,6 +192,8 @@ async def request(
     docstring for what each outcome raises. Secret values never appear in an error.
     ``client`` reuses a client of your own (its connection pool, transport, TLS settings)."""
     verb = method.upper()
+    if info.egress is not None:
+        info.egress.check(url)
     all_headers = {
         "Idempotency-Key": info.key,
         "Underway-Fence": str(info.fence),
@@ -111,7 +206,8 @@ async def request(
     own = client is None
     http = client if client is not None else httpx.AsyncClient(follow_redirects=True)
     try:
-        resp = await http.request(verb, url, content=data, headers=all_headers, timeout=timeout)
+        resp = await _send(http, http.build_request(
+            verb, url, content=data, headers=all_headers, timeout=timeout), info)
     except _AFTER_SENDING as exc:
         if verb in SAFE_METHODS:
             raise
@@ -133,7 +229,33 @@ async def request(
         )
     body, is_json = _decode(text, content_type)
     return Response(resp.status_code, dict(resp.headers.items()), body, text, content_type,
-                    is_json)
+                    is_json, verb, url)
+
+
+async def _send(http: httpx.AsyncClient, req: httpx.Request, info: CallInfo) -> httpx.Response:
+    """Send ``req`` through the interceptor, if any, following redirects as the client
+    would, each hop checked against the call's egress allow-list before it is sent."""
+    for _ in range(MAX_REDIRECTS + 1):
+        if _interceptor is not None:
+            resp = await _interceptor(req, info, _network(http))
+        else:
+            resp = await _network(http)(req)
+        nxt = resp.next_request if http.follow_redirects else None
+        if nxt is None:
+            return resp
+        await resp.aclose()
+        if info.egress is not None:
+            info.egress.check(str(nxt.url))
+        req = nxt
+    raise httpx.TooManyRedirects(f"more than {MAX_REDIRECTS} redirects", request=req)
+
+
+def _network(http: httpx.AsyncClient) -> Send:
+    async def send(req: httpx.Request) -> httpx.Response:
+        resp = await http.send(req, follow_redirects=False)
+        await resp.aread()
+        return resp
+    return send
 
 
 def retry_after_seconds(value: str | None, *, now: float | None = None) -> float | None:

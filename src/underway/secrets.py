@@ -5,6 +5,17 @@ the engine asks its provider for them and hands them over in
 :attr:`~underway.effects.CallInfo.secrets`. They are never journaled, logged or traced,
 and a secret value that appears in a tool's error message is masked before the failure
 is journaled.
+
+Environments: :class:`BoundSecrets` binds secrets to the environments they belong to
+(``ERP_TOKEN`` to ``prod``); a worker in another environment (``--environment dev``) is
+refused them (:class:`~underway.errors.SecretRefused`), and the engine journals the refusal
+before the tool runs.
+
+Credentials that expire: a tool whose service refused its credentials raises an error
+with ``credentials_rejected = True`` (:class:`CredentialsRejected`, or an
+:class:`underway.http.HTTPError` for a 401 answer). The engine asks the provider to
+:func:`refresh` the tool's secrets and tries the call once more on a durable timer; refused
+again, the run escalates to a person. It never fails quietly.
 """
 
 from __future__ import annotations
@@ -14,7 +25,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Protocol
 
-from .errors import ConfigurationError
+from .errors import ConfigurationError, SecretRefused, UnderwayError
 
 MASK = "[secret]"
 """What a secret value is replaced with wherever it would otherwise be recorded."""
@@ -26,6 +37,22 @@ class SecretProvider(Protocol):
     def get(self, name: str) -> str:
         """The value of secret ``name``."""
         ...
+
+
+class Refreshable(Protocol):
+    """A provider that caches secrets and can fetch one anew (a vault client holding a
+    short-lived token): :func:`refresh` calls it after a service refused the credentials."""
+
+    def refresh(self, name: str) -> None:
+        """Forget the cached value of ``name``; the next :meth:`get` fetches it anew."""
+        ...
+
+
+class CredentialsRejected(UnderwayError):
+    """Raised by a tool whose service refused its credentials (expired, revoked): the
+    engine refreshes the tool's secrets and tries once more, then escalates."""
+
+    credentials_rejected = True
 
 
 class SecretMissing(ConfigurationError):
@@ -83,6 +110,84 @@ class CallbackSecrets:
         if value is None:
             raise SecretMissing(name, "the secret callback")
         return value
+
+
+class BoundSecrets:
+    """Secrets bound to the environments they belong to.
+
+    ``BoundSecrets(EnvSecrets(prefix="APP_"), {"ERP_TOKEN": "prod", "ERP_SANDBOX": ["dev",
+    "staging"]}, environment="dev")`` reads through ``provider`` for a worker in
+    ``environment``: a secret bound to other environments is refused with
+    :class:`~underway.errors.SecretRefused` and never fetched. ``default`` binds the secrets
+    not listed (None: any environment may read them).
+    """
+
+    def __init__(
+        self, provider: SecretProvider, bindings: Mapping[str, str | Iterable[str]], *,
+        environment: str, default: str | Iterable[str] | None = None,
+    ) -> None:
+        self.provider = provider
+        self.environment = environment
+        self.bindings = {name: _environments(name, envs) for name, envs in bindings.items()}
+        self.default = None if default is None else _environments("default", default)
+
+    def bound_to(self, name: str) -> tuple[str, ...] | None:
+        """The environments that may read ``name`` (None: every one)."""
+        return self.bindings.get(name, self.default)
+
+    def refusal(self, name: str) -> SecretRefused | None:
+        """Why this worker may not read ``name``, or None when it may."""
+        bound = self.bound_to(name)
+        if bound is None or self.environment in bound:
+            return None
+        return SecretRefused(name, bound, self.environment)
+
+    def get(self, name: str) -> str:
+        """The value of ``name``, when this worker's environment may read it."""
+        refused = self.refusal(name)
+        if refused is not None:
+            raise refused
+        return self.provider.get(name)
+
+    def refresh(self, name: str) -> None:
+        """Refresh ``name`` in the wrapped provider (when it caches)."""
+        refresh(self.provider, (name,))
+
+
+def _environments(name: str, envs: str | Iterable[str]) -> tuple[str, ...]:
+    out = (envs,) if isinstance(envs, str) else tuple(envs)
+    if not out or not all(isinstance(e, str) and e for e in out):
+        raise ConfigurationError(
+            f"secret {name!r} must be bound to one or more environment names, not {envs!r}")
+    return out
+
+
+def refusal(provider: SecretProvider | None, names: Iterable[str]) -> SecretRefused | None:
+    """The first of ``names`` the provider refuses to this worker's environment (see
+    :class:`BoundSecrets`), or None."""
+    check = getattr(provider, "refusal", None)
+    if check is None:
+        return None
+    for name in names:
+        refused: SecretRefused | None = check(name)
+        if refused is not None:
+            return refused
+    return None
+
+
+def refresh(provider: SecretProvider | None, names: Iterable[str]) -> None:
+    """Ask ``provider`` to fetch ``names`` anew (a no-op for one that never caches, as the
+    built-in ones: they read on every call)."""
+    again = getattr(provider, "refresh", None)
+    if again is None:
+        return
+    for name in names:
+        again(name)
+
+
+def credentials_rejected(exc: BaseException) -> bool:
+    """True when ``exc`` says a service refused the call's credentials."""
+    return bool(getattr(exc, "credentials_rejected", False))
 
 
 def resolve(provider: SecretProvider | None, names: Iterable[str]) -> dict[str, str]:

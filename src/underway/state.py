@@ -320,6 +320,8 @@ REFUSAL_ERRORS: dict[str, str] = {
     "approval_invalid": "ApprovalInvalid",
     "budget_exceeded": "BudgetExceeded",
     "guard_error": "GuardError",
+    "egress_denied": "EgressDenied",
+    "secret_refused": "SecretRefused",
 }
 """The ``error_type`` a refused call raises, by ``ToolRefused.cause``."""
 

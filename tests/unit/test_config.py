@@ -27,6 +27,8 @@ from underway.approvals.notify import (
 from underway.budgets import Budget, TenantBudgets
 from underway.cli import app as cli
 from underway.config import Config, ConfigError, load_config
+from underway.errors import SecretRefused
+from underway.secrets import EnvSecrets
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "underway.toml"
@@ -302,3 +304,24 @@ def test_underway_toml_in_the_current_directory_is_read_and_said(
     assert out.exit_code == 2
     assert "underway worker: reading underway.toml" in out.output
     assert "no app given: pass --app module:attribute or set worker.app" in out.output
+
+
+def test_secrets_are_bound_to_the_environments_that_may_read_them(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, (
+        '[secrets]\ndefault = "dev"\n'
+        '[secrets.environments]\nERP_TOKEN = "prod"\nPSP_KEY = ["dev", "staging"]\n')))
+    environ = {"APP_ERP_TOKEN": "prod-t0ken", "APP_PSP_KEY": "k", "APP_OTHER": "o"}
+    dev = config.make_secrets(environment="dev", env_prefix="APP_", environ=environ)
+    assert dev is not None and dev.get("PSP_KEY") == "k" and dev.get("OTHER") == "o"
+    with pytest.raises(SecretRefused, match="secret 'ERP_TOKEN' belongs to environment prod"):
+        dev.get("ERP_TOKEN")
+    prod = config.make_secrets(environment="prod", env_prefix="APP_", environ=environ)
+    assert prod is not None and prod.get("ERP_TOKEN") == "prod-t0ken"
+    with pytest.raises(SecretRefused, match="belongs to environment dev"):
+        prod.get("OTHER")
+    # Without [secrets], a prefix alone is a plain provider, and nothing at all is none.
+    plain = load_config(write(tmp_path, "[worker]\n"))
+    assert plain.make_secrets(environment="dev", env_prefix=None) is None
+    assert isinstance(plain.make_secrets(environment="dev", env_prefix="APP_"), EnvSecrets)
+    with pytest.raises(ConfigError, match=r"secrets\.environments\.ERP_TOKEN"):
+        load_config(write(tmp_path, "[secrets.environments]\nERP_TOKEN = 3\n"))

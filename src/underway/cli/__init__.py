@@ -10,7 +10,8 @@ worker``, the executor).
 ``underway approvals ls|show|approve|reject|answer|resolve``,
 ``underway policy check|explain``, ``underway knowledge purge|rm``,
 ``underway consent grant|withdraw|show``, ``underway retention sweep|log``,
-``underway hold add|rm|ls``, ``underway erase subject|log``, ``underway usage``,
+``underway hold add|rm|ls``, ``underway erase subject|log``, ``underway drill`` (fault
+drills in a scratch database), ``underway usage``,
 ``underway eval`` and ``underway drift`` (measuring agents from their journals) and
 ``underway access-log`` (who read which run's data, and why; ``--verify`` its hash
 chain); ``underway serve`` (the HTTP API), ``underway apikeys new|ls|revoke|access-log``
@@ -65,6 +66,7 @@ LAZY: dict[str, str] = {
     # single commands: a Typer of one command
     "access-log": "access:app",  # reads of run data: who, when, why; --verify its chain
     "drift": "evaluation:drift_app",  # recent behaviour against a baseline, from journals
+    "drill": "drill:app",  # fault drills: a flow against crashes, duplicates, bad answers
     "eval": "evaluation:eval_app",  # completion, takeover, safety, cost... from journals
     "serve": "serve:app",
     "usage": "usage:app",  # spending: tokens, cost, calls, messages, money per tenant
@@ -76,7 +78,7 @@ needs and nothing else. ``serve`` needs FastAPI and uvicorn (the ``service`` ext
 starts in well under a second because no other command's module comes with it; ``worker``
 alone loads the executor."""
 
-_SINGLE = frozenset({"access-log", "drift", "eval", "serve", "usage", "worker"})
+_SINGLE = frozenset({"access-log", "drift", "drill", "eval", "serve", "usage", "worker"})
 """The :data:`LAZY` entries that are one command rather than a group of them."""
 
 

@@ -16,8 +16,8 @@ from ..approvals import load_private_key
 from ..audit import Anchoring, FileAnchorLog
 from ..crypto import Envelope, rotation_flow
 from ..engine import Engine
+from ..guard import DEFAULT_ENVIRONMENT
 from ..policy import load_policy
-from ..secrets import EnvSecrets
 from ..store import queries
 from ..telemetry import Metrics
 from ..worker import Worker, load_app
@@ -85,7 +85,8 @@ def worker(
     environment: Annotated[
         str | None,
         typer.Option("--environment", help="What policies see as the environment (dev, "
-                     "staging, prod...; default dev).", show_default=False),
+                     "staging, prod...; default dev); secrets bound by [secrets] to other "
+                     "environments are refused.", show_default=False),
     ] = None,
     policy_file: Annotated[
         str | None,
@@ -187,8 +188,8 @@ def worker(
             engine = Engine(
                 store, flows=flows, tools=tools, lease_ttl=opts.lease_ttl,
                 environment=opts.environment, policy=policy,
-                secrets=(EnvSecrets(prefix=opts.secrets_env_prefix)
-                         if opts.secrets_env_prefix is not None else None),
+                secrets=config.make_secrets(environment=opts.environment or DEFAULT_ENVIRONMENT,
+                                            env_prefix=opts.secrets_env_prefix),
                 signed_resolutions=signed_resolutions or config.approvals.signed_resolutions,
                 notifier=notifier, tenant_budget=tenant_budget,
                 metrics=_metrics(telemetry_opts.metrics_port, telemetry_opts.traces,

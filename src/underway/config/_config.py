@@ -27,6 +27,7 @@ from ..crypto.envelope import encrypt
 from ..crypto.providers import EnvKey, KeyProvider, KeyringFile
 from ..errors import ConfigurationError
 from ..retention import Periods, Retention, Rules
+from ..secrets import BoundSecrets, EnvSecrets, SecretProvider
 from ..store import connect
 from ..store.base import Store
 from ..store.regions import RegionalStore
@@ -124,6 +125,23 @@ class Config(Sections):
             state = "is empty" if value == "" else "is not set"
             raise self._error(key, f"the environment variable {name} {state}")
         return value
+
+    def make_secrets(
+        self, *, environment: str, env_prefix: str | None,
+        environ: Mapping[str, str] | None = None,
+    ) -> SecretProvider | None:
+        """The tools' secret provider for a worker in ``environment``: environment
+        variables under ``env_prefix`` (None: no provider, unless ``[secrets]`` binds
+        secrets to environments, which reads them without a prefix), bound by
+        ``[secrets]`` to the environments that may read them."""
+        bound = self.secrets.environments or self.secrets.default is not None
+        if env_prefix is None and not bound:
+            return None
+        provider = EnvSecrets(prefix=env_prefix or "", environ=environ)
+        if not bound:
+            return provider
+        return BoundSecrets(provider, self.secrets.environments, environment=environment,
+                            default=self.secrets.default)
 
     def make_key_provider(self) -> KeyProvider | None:
         """The key provider ``[encryption]`` names (None: encryption is off): the keyring

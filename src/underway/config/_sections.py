@@ -108,6 +108,20 @@ class WorkerSection(Section):
     verbose: bool = False
 
 
+Environments = Annotated[list[Name], Field(min_length=1)] | Name
+
+
+class SecretsSection(Section):
+    """``[secrets]``: which environment each of the tools' secrets belongs to. A worker
+    in another environment (``[worker] environment``, ``--environment``) is refused the
+    secret, and the refusal is journaled before the tool runs (docs/configuration.md)."""
+
+    environments: dict[str, Environments] = {}
+    """Secret name to the environment (or list of environments) that may read it."""
+    default: Environments | None = None
+    """The environment(s) of secrets not listed; absent: any environment may read them."""
+
+
 class AnchoringSection(Section):
     """``[anchoring]``: the worker signs the journals' heads every ``every`` seconds with
     ``key`` and appends them to ``log`` (see docs/audit.md)."""
@@ -350,6 +364,7 @@ class Sections(Section):
     budgets: BudgetsSection | None = None
     telemetry: TelemetrySection = TelemetrySection()
     approvals: ApprovalsSection = ApprovalsSection()
+    secrets: SecretsSection = SecretsSection()
     anchoring: AnchoringSection | None = None
     retention: RetentionSection | None = None
     residency: ResidencySection | None = None

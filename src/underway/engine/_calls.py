@@ -7,7 +7,6 @@ from __future__ import annotations
 import functools
 import json
 import random
-import sys
 import time
 from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
@@ -17,7 +16,6 @@ from .. import events as ev
 from .. import faults
 from ..budgets import Usage, route_breach
 from ..effects import (
-    COMPENSATE_SUFFIX,
     CallInfo,
     Model,
     Tool,
@@ -26,14 +24,17 @@ from ..effects import (
     fence_of,
     idempotency_key,
 )
+from ..egress import Egress
 from ..errors import ConfigurationError, NonDeterminismError, ToolCallError, is_store_failure
 from ..events import JSON, canonical_json
 from ..intent import CallIntent
 from ..models.routing import ModelRouter
 from ..redaction import scrub
-from ..secrets import mask, resolve
+from ..secrets import credentials_rejected, mask, resolve
+from ..secrets import refusal as secret_refusal
 from ..state import REFUSAL_ERRORS, request_id_for, shadow_result
 from ._activation import Activation
+from ._outcomes import LOST_TRACK, allowed_name, credentials_retry, lost_track
 from ._stops import DeadLetter, Escalate, Stop, Suspend
 
 if TYPE_CHECKING:
@@ -177,6 +178,8 @@ class StepExecution:
             await self._settle_circuit(t, exc.error_type)
             if t.mutating and exc.error_type in LOST_TRACK:
                 return await self._timed_out(call, exc)
+            if exc.credentials_rejected and t.secrets:
+                credentials_retry(self._act, t, key, index, exc)
             self._retry_or_raise(t, key, index, exc)
             raise
         await self._settle_circuit(t, None)
@@ -198,7 +201,8 @@ class StepExecution:
         s = self._act.state
         query = CallInfo(key, self.tenant_id, self.run_id, self.step, index,
                          fence_of(self._act.lease.token, s.seq + 1), s.principal,
-                         tuple(s.roles))
+                         tuple(s.roles), egress=None if t.hosts is None
+                         else Egress(t.name, t.hosts))
         found = await ask_reconcile(t.reconcile, key, query)
         if found.outcome == "happened":
             self._act.buffer(ev.ToolSucceeded(
@@ -251,6 +255,9 @@ class StepExecution:
         if flow.allowed_tools is not None and allowed_name(t.name) not in flow.allowed_tools:
             self._refuse(t, key, index, h, "not_allowed",
                          f"tool {t.name!r} is not on the allow-list of flow {flow.name!r}")
+        refused = secret_refusal(guard.secrets, t.secrets)
+        if refused is not None:
+            self._refuse(t, key, index, h, "secret_refused", str(refused))
         if call.schema_error is not None:
             self._schema_failed(t, key, index, "args", call.schema_error, args)
         if call.refusal is not None:
@@ -414,9 +421,10 @@ class StepExecution:
         t, key, index, h = call.tool, call.key, call.index, call.args_hash
         s = self._act.state
         secrets = resolve(self._act.engine.guard.secrets, t.secrets)
+        egress = None if t.hosts is None else Egress(t.name, t.hosts)
         info = CallInfo(key, self.tenant_id, self.run_id, self.step, index,
                         fence_of(self._act.lease.token, s.seq), s.principal,
-                        tuple(s.roles), secrets)
+                        tuple(s.roles), secrets, egress)
         faults.point("effect.before_run")
         began = time.perf_counter()
         try:
@@ -429,6 +437,7 @@ class StepExecution:
                 t.name, "ToolTimedOut", f"timed out after {t.timeout}s", retryable=True
             ) from None
         except Exception as exc:
+            self._egress_refused(call, egress)
             if t.mutating and lost_track(exc):
                 message = scrub(mask(str(exc), secrets), t.hidden, call.args) \
                     or type(exc).__name__
@@ -448,7 +457,9 @@ class StepExecution:
             raise ToolCallError(
                 t.name, type(exc).__name__, message, retryable=retryable,
                 retry_after=getattr(exc, "retry_after", None),
+                credentials_rejected=credentials_rejected(exc),
             ) from (None if secrets else exc)
+        self._egress_refused(call, egress)
         faults.point("effect.after_run")
         latency = (time.perf_counter() - began) * 1000
         try:
@@ -470,6 +481,15 @@ class StepExecution:
             counts=call.counts, **t.hidden.declared(),
         ))
         return result
+
+    def _egress_refused(self, call: CallIntent, egress: Egress | None) -> None:
+        """A call that tried to reach a host its tool did not declare is refused as a
+        whole, journaled, even when the tool caught the error and went on."""
+        if egress is not None and egress.refused:
+            self._refuse(call.tool, call.key, call.index, call.args_hash, "egress_denied",
+                         f"tool {call.tool.name!r} may reach only "
+                         f"{', '.join(egress.hosts) or 'no host'}; refused "
+                         f"{', '.join(egress.refused)}")
 
     def _schema_failed(
         self, t: Tool, key: str, index: int, where: Literal["args", "result"],
@@ -571,30 +591,3 @@ class StepExecution:
             return values[index]
         self._act.buffer(ev.ValueRecorded(kind=kind, index=index, value=fresh))
         return fresh
-
-
-LOST_TRACK = frozenset({"ToolTimedOut", "OutcomeUnknown"})
-"""Error types of a mutating call whose outcome is unknown (not a failure)."""
-
-
-def lost_track(exc: BaseException) -> bool:
-    """True when ``exc`` means the request may have reached the outside world and its
-    answer was lost: :class:`~underway.errors.OutcomeUnknown`, a connection reset or broken
-    pipe, or an HTTP client's read/write error or read timeout (httpx)."""
-    if getattr(exc, "outcome_unknown", False):
-        return True
-    if isinstance(exc, ConnectionResetError | BrokenPipeError | ConnectionAbortedError):
-        return True
-    httpx = sys.modules.get("httpx")
-    if httpx is not None and isinstance(exc, httpx.ReadError | httpx.WriteError
-                                        | httpx.ReadTimeout | httpx.WriteTimeout
-                                        | httpx.RemoteProtocolError):
-        return True
-    cause = exc.__cause__ or exc.__context__
-    return cause is not None and cause is not exc and lost_track(cause)
-
-
-def allowed_name(name: str) -> str:
-    """The name an allow-list must hold for a call of ``name``: undoing an allowed tool
-    (``<tool>.compensate``) is allowed with the tool."""
-    return name.removesuffix(COMPENSATE_SUFFIX)

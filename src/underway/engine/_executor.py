@@ -38,7 +38,7 @@ from ..identity import worker_identity
 from ..journal import Journal
 from ..jsonpatch import make_patch
 from ..redaction import Redactor
-from ..secrets import SecretProvider
+from ..secrets import BoundSecrets, SecretProvider
 from ..state import Recorded, RunState
 from ..store._offload import run_io
 from ..store.base import Lease, RunRecord, Store
@@ -134,6 +134,11 @@ class Engine:
         ):
             if value is not None:
                 setattr(self.guard, name, value)
+        bound = self.guard.secrets
+        if isinstance(bound, BoundSecrets) and bound.environment != self.guard.environment:
+            raise ConfigurationError(
+                f"the secret provider serves environment {bound.environment!r} but the "
+                f"engine runs in {self.guard.environment!r}; give both the same environment")
         self.store = store
         self.journal = Journal(store, codec)
         self.guard.codec = codec  # None: the store's, whatever it is when used

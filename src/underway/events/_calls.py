@@ -150,8 +150,10 @@ class RetryScheduled(Event):
 
 
 class ToolRefused(Event):
-    """A call was refused before it ran: not on the allow-list, denied by policy, its
-    approval rejected, invalid or expired, or a budget exhausted."""
+    """A call was refused: before it ran — not on the allow-list, denied by policy, its
+    approval rejected, invalid or expired, a budget exhausted, a secret of another
+    environment — or while it ran, when it tried to reach a host its tool does not declare
+    (``egress_denied``: that request was never sent)."""
 
     type: Literal["ToolRefused"] = "ToolRefused"
     key: str
@@ -160,7 +162,8 @@ class ToolRefused(Event):
     args_hash: str
     cause: Literal[
         "not_allowed", "policy_denied", "approval_rejected", "approval_expired",
-        "approval_invalid", "budget_exceeded", "guard_error",
+        "approval_invalid", "budget_exceeded", "guard_error", "egress_denied",
+        "secret_refused",
     ]
     reason: str
 

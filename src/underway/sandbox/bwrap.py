@@ -24,7 +24,7 @@ from pathlib import Path
 from .child import capped, child_setup, exec_chain, reachable
 from .errors import SandboxError
 from .launch import Launch, command_env
-from .profile import ETC_NETWORK, ETC_RO, ROOT_LINKS, SYSTEM_RO, SandboxProfile
+from .profile import ETC_NETWORK, ETC_RO, PROXY_SOCKET, ROOT_LINKS, SYSTEM_RO, SandboxProfile
 from .workspace import CallDirs
 
 PROBE_TIMEOUT_S = 20.0
@@ -156,6 +156,9 @@ def plan(profile: SandboxProfile, argv: Sequence[str], dirs: CallDirs,
             # after mounting that nothing was swapped in between.
             fds.append(b.fd)
             args += [flag + "-fd", str(b.fd), b.mount.target]
+    if profile.hosts:
+        # The egress proxy's socket (its directory is the call's, reachable by the user).
+        args += ["--ro-bind", dirs.egress_socket, PROXY_SOCKET]
     args += ["--chdir", ws, "--remount-ro", "/"]
     # bubblewrap reads one byte from --block-fd once the sandbox is fully set up, just
     # before it starts the command; a byte still unread afterwards means setup failed.

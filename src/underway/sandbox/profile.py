@@ -18,6 +18,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ..egress import host_patterns
 from ..errors import ConfigurationError
 from ..events import canonical_json
 from .errors import SandboxError
@@ -44,6 +45,9 @@ ETC_NETWORK = (
 RESERVED = ("/usr", "/etc", "/proc", "/dev", *ROOT_LINKS)
 """Sandbox paths a profile's own mounts may not replace or sit under. (``/tmp`` itself is
 reserved too, but mounts may sit under it: they are made on top of the private /tmp.)"""
+
+PROXY_SOCKET = "/run/underway-egress.sock"
+"""Where the egress proxy's socket appears in a sandbox whose profile lists hosts."""
 
 PYTHON_PREFIX = "python prefix"
 """What the mount of the interpreter's prefix (``python=True``) is called."""
@@ -126,6 +130,9 @@ class SandboxProfile:
     ``allow_unsandboxed=True`` or ``UNDERWAY_ALLOW_UNSANDBOXED=1``) or ``"auto"``: bubblewrap
     when usable, else Docker when an engine answers, else :class:`SandboxUnavailable`.
     ``network``: share the host's network (default: none at all, not even its loopback).
+    ``hosts``: instead, reach only these hosts (``api.example.com``, ``*.bank.in``), over
+    HTTP and HTTPS through an allow-listing proxy (:mod:`underway.sandbox.proxy`;
+    bubblewrap only).
     ``ro_paths`` / ``rw_paths``: host paths to show at the same path, read-only or writable.
     ``workspace_dir``: where the call's workspace appears (the working directory and HOME).
     ``python``: show the host interpreter's prefix (``sys.base_prefix``) read-only, for the
@@ -152,6 +159,7 @@ class SandboxProfile:
     gid: int = 65534
     image: str = "python:3.11-slim"
     allow_unsandboxed: bool = False
+    hosts: tuple[str, ...] = ()
     _pins: dict[str, HostPath] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -168,6 +176,21 @@ class SandboxProfile:
             object.__setattr__(self, name, tuple(value))
         for path in (*self.ro_paths, *self.rw_paths):
             _check_mount(path)
+        object.__setattr__(self, "hosts", host_patterns(self.hosts, owner="sandbox hosts"))
+        if self.hosts and self.network:
+            raise ConfigurationError(
+                "sandbox network=True shares the whole host network; hosts=[...] allows "
+                "only those hosts: give one or the other")
+        if self.hosts and self.backend in ("docker", "none"):
+            raise ConfigurationError(
+                f"sandbox hosts=[...] is enforced by bubblewrap only; backend "
+                f"{self.backend!r} cannot keep a command to those hosts")
+        if self.hosts:
+            for path in (*self.ro_paths, *self.rw_paths, self.workspace_dir):
+                if PROXY_SOCKET.startswith(path + "/") or path == PROXY_SOCKET:
+                    raise ConfigurationError(
+                        f"sandbox mount {path!r} would hide the egress proxy's socket at "
+                        f"{PROXY_SOCKET}; mount it elsewhere")
         _check_mount(self.workspace_dir, what="workspace_dir")
         for name in self.env_allow:
             if not _ENV_NAME.match(name):
@@ -250,6 +273,8 @@ class SandboxProfile:
         out += [{"path": p, "mode": "ro", "source": p} for p in self.ro_paths]
         out += [{"path": p, "mode": "rw", "source": p} for p in self.rw_paths]
         out.append({"path": self.workspace_dir, "mode": "rw", "source": "workspace"})
+        if self.hosts:
+            out.append({"path": PROXY_SOCKET, "mode": "socket", "source": "egress proxy"})
         return out
 
     def describe(self) -> dict[str, Any]:
@@ -265,6 +290,8 @@ class SandboxProfile:
             "user": {"uid": self.uid, "gid": self.gid},
             "image": self.image,
             "allow_unsandboxed": self.allow_unsandboxed,
+            # Only when given, so the digests of profiles without hosts stay as they were.
+            **({"hosts": list(self.hosts)} if self.hosts else {}),
         }
 
     @functools.cached_property

@@ -16,6 +16,8 @@ class CommandResult(BaseModel):
     sandbox). ``timed_out``: the wall-time limit ran out and every process of the command
     was killed. ``backend`` is the one that ran it; ``profile_digest`` the
     :meth:`~underway.sandbox.SandboxProfile.digest` of the profile it ran under.
+    ``egress_refused``: each ``host:port`` the command tried to reach through the egress
+    proxy and was refused (a profile with ``hosts``).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -29,6 +31,7 @@ class CommandResult(BaseModel):
     stderr_truncated: bool
     backend: str
     profile_digest: str
+    egress_refused: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:

@@ -22,9 +22,10 @@ from dataclasses import dataclass, replace
 
 from ..errors import ConfigurationError
 from .backends import select
-from .errors import SandboxError
+from .errors import SandboxError, SandboxUnavailable
 from .launch import Launch
 from .profile import SandboxProfile
+from .proxy import EgressProxy, proxy_env, relay_argv
 from .result import CommandResult
 from .workspace import CallDirs, Workspace
 
@@ -71,11 +72,23 @@ async def run_command_async(
     owner = (profile.uid, profile.gid) if impl.isolated and os.geteuid() == 0 else None
     digest = profile.digest()
     with CallDirs(workspace, owner) as dirs:
-        launch = impl.plan(profile, argv, dirs, env)
-        try:
-            return await _execute(launch, profile, stdin, digest)
-        finally:
-            launch.release()
+        if not profile.hosts:
+            launch = impl.plan(profile, argv, dirs, env)
+            try:
+                return await _execute(launch, profile, stdin, digest)
+            finally:
+                launch.release()
+        if impl.name != "bwrap":
+            raise SandboxUnavailable(
+                f"the profile's hosts are enforced by bubblewrap only and the call would run "
+                f"under {impl.name}, so the command was not run")
+        with EgressProxy(dirs.egress_socket, profile.hosts) as proxy:
+            launch = impl.plan(profile, relay_argv(argv), dirs, {**(env or {}), **proxy_env()})
+            try:
+                done = await _execute(launch, profile, stdin, digest)
+            finally:
+                launch.release()
+        return done.model_copy(update={"egress_refused": tuple(proxy.refused)})
 
 
 def run_command(

@@ -64,6 +64,11 @@ class CallDirs:
             self.close()
             raise
 
+    @property
+    def egress_socket(self) -> str:
+        """Where the call's egress proxy listens (when its profile lists hosts)."""
+        return os.path.join(self.root, "egress.sock")
+
     def bind(self, profile: SandboxProfile, ids: tuple[int, int] | None) -> list[Bound]:
         """Every mount of ``profile`` and the workspace, each source opened and verified to
         be the object recorded when it was resolved (descriptors closed with the call).
