@@ -273,6 +273,33 @@ class Journal:
         and, when its checkpoint was refused, the event a writer should journal about it."""
         return self._load(tenant_id, run_id, True)
 
+    def load_many(self, tenant_id: str, run_ids: Sequence[str]) -> dict[str, RunState]:
+        """The states of many runs of a tenant, by run: their checkpoints and tails read
+        together in few queries (:meth:`~underway.store.journal.JournalStore.
+        load_checkpoints`), each checkpoint checked against its journal as :meth:`load`
+        checks it. A run without a checkpoint the journal vouches for is folded alone from
+        its journal; a run that does not exist is absent."""
+        self.codec.prepare(tenant_id)
+        rows = self.store.load_checkpoints(tenant_id, run_ids)
+        out: dict[str, RunState] = {}
+        for run_id in run_ids:
+            found = rows.get(run_id)
+            state = None
+            if found is not None and found.tail:
+                trusted, records = self._trusted(tenant_id, run_id,
+                                                 (found.seq, found.state), found.tail)
+                if trusted is not None:
+                    for rec in records:
+                        apply(trusted, rec)
+                state = trusted
+            if state is None:
+                try:
+                    state = self.load(tenant_id, run_id)
+                except RunNotFound:
+                    continue
+            out[run_id] = state
+        return out
+
     def trusted_checkpoint(self, tenant_id: str, run_id: str) -> RunState | None:
         """The run's checkpointed state, only when the journal vouches for it."""
         row = self.store.load_checkpoint(tenant_id, run_id)

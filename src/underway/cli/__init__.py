@@ -1,7 +1,9 @@
 """The ``underway`` command line: a thin layer over the client (and, for ``underway
 worker``, the executor).
 
-``underway db migrate``, ``underway runs start|ls|show|events|signal|cancel|resolve|resume``,
+``underway db migrate``, ``underway runs start|ls|show|events|signal|cancel|resolve|resume|fork``,
+``underway replay`` (a historical run against new code, model or policy, without side
+effects), ``underway deploy check`` (parked runs against new code),
 ``underway audit verify|anchor|keygen``, ``underway worker``, ``underway queues set|ls|rm``,
 ``underway schedules ls|add|rm``, ``underway events send``,
 ``underway keys new|init|kek|ls|rotate``,
@@ -47,6 +49,7 @@ LAZY: dict[str, str] = {
     "audit": "audit:app",
     "consent": "consent:app",  # data subjects' consent per purpose: grant, withdraw, show
     "db": "db:app",
+    "deploy": "deploy:app",  # before a deploy: parked runs checked against the new code
     "events": "events:app",
     "hold": "retention:holds",  # legal holds, which stop every purge
     "keys": "keys:app",  # ... approvers' keys; encryption keys: keyring, rotation
@@ -59,6 +62,7 @@ LAZY: dict[str, str] = {
     "webhooks": "apikeys:webhooks",  # underway serve: webhook secrets
     # single commands: a Typer of one command
     "access-log": "access:app",  # reads of run data: who, when, why; --verify its chain
+    "replay": "replay:app",  # a historical run against new code, model or policy
     "serve": "serve:app",
     "usage": "usage:app",  # spending: tokens, cost, calls, messages, money per tenant
     "worker": "worker:app",
@@ -69,7 +73,7 @@ needs and nothing else. ``serve`` needs FastAPI and uvicorn (the ``service`` ext
 starts in well under a second because no other command's module comes with it; ``worker``
 alone loads the executor."""
 
-_SINGLE = frozenset({"access-log", "serve", "usage", "worker"})
+_SINGLE = frozenset({"access-log", "replay", "serve", "usage", "worker"})
 """The :data:`LAZY` entries that are one command rather than a group of them."""
 
 
