@@ -177,7 +177,7 @@ def _hider(result: ReplayResult, reveal: bool) -> Redactor:
 
 def _one(result: ReplayResult, *, reveal: bool, as_json: bool) -> None:
     hide = _hider(result, reveal)
-    table = side_by_side(result.original, result.replay, hide.json)
+    table = side_by_side(result.original, result.replay, hide.json, result.stopped)
     if as_json:
         typer.echo(json.dumps(_summary(result, hide) | {"rows": [
             {"label": r.label, "original": r.original, "replay": r.replay,
@@ -202,8 +202,11 @@ def _notes(result: ReplayResult, hide: Redactor) -> list[str]:
     if result.stopped is not None:
         where = "stopped" if result.stopped.kind != "end" else "ended"
         out.append(f"{where} in step {result.stopped.step or '-'}: "
-                   f"{hide.text(result.stopped.what)}")
-    out += [f"stubbed: {hide.text(d.what)}" for d in result.divergences]
+                   f"{hide.text(result.stopped.what)}"
+                   + (f" ({hide.text(result.stopped.detail)})" if result.stopped.detail
+                      else ""))
+    out += [f"stubbed: {hide.text(d.what)}" + (f" ({hide.text(d.detail)})" if d.detail else "")
+            for d in result.divergences]
     out += [f"assumed: {a}" for a in result.assumed]
     if result.changes:
         out.append("changed: " + "; ".join(hide.text(str(c)) for c in result.changes))
@@ -218,8 +221,10 @@ def _summary(result: ReplayResult, hide: Redactor) -> dict[str, Any]:
         "changes": [{"kind": c.kind, "text": hide.text(str(c))} for c in result.changes],
         "stopped": None if result.stopped is None else {
             "kind": result.stopped.kind, "step": result.stopped.step,
-            "what": hide.text(result.stopped.what)},
-        "stubbed": [hide.text(d.what) for d in result.divergences],
+            "what": hide.text(result.stopped.what),
+            "detail": hide.text(result.stopped.detail)},
+        "stubbed": [{"kind": d.kind, "step": d.step, "what": hide.text(d.what),
+                     "detail": hide.text(d.detail)} for d in result.divergences],
         "assumed": list(result.assumed),
         "original": {"status": result.original.status, "money": result.original.money,
                      "cost_usd": result.original.cost_usd,

@@ -128,8 +128,11 @@ def fork_run(
         try:
             store.fork_run(new, link)
             break
-        except ConflictError as exc:
-            if "expected last seq" not in str(exc) or attempt == _RACES - 1:
+        except ConflictError:
+            # Tried again only when the parent's journal moved on meanwhile (a worker
+            # committed): a run being advanced right now, or a taken id, is refused.
+            if attempt == _RACES - 1 or store.load_events(
+                    tenant_id, run_id, after_seq=link.expected_seq) == []:
                 raise
     redone = tuple(f"{c.tool} ({c.status})" for c in at.calls if c.tool) \
         if start == at.step else ()

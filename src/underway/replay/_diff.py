@@ -80,15 +80,17 @@ def changes(original: Trace, replay: Trace, stopped: Divergence | None) -> list[
     for o, r in align(original.calls, replay.calls):
         if o is None and r is None:
             continue
-        if r is not None:
-            _add(moved_r, r.money)
-        if o is not None and (r is not None or complete):
-            _add(moved_o, o.money)
-        if o is not None and r is None and not complete:
-            continue
-        tool = (r or o).tool  # type: ignore[union-attr]
+        if r is None and not complete:
+            continue  # the replay stopped before it came to this call
         if o is None or r is None or (o.tool, o.args_hash) != (r.tool, r.args_hash):
             found.append(Change("calls", _which(o, r)))
+        if r is not None and r.outcome == "stopped":
+            continue  # the replay stopped at this call: it came to nothing
+        tool = (r or o).tool  # type: ignore[union-attr]
+        if r is not None:
+            _add(moved_r, r.money)
+        if o is not None:
+            _add(moved_o, o.money)
         if r is not None and r.approval is not None and (o is None or o.approval is None):
             found.append(Change("approval_needed", tool))
         if o is not None and o.approval is not None and r is not None and r.approval is None:
@@ -111,11 +113,11 @@ def changes(original: Trace, replay: Trace, stopped: Divergence | None) -> list[
     return list(dict.fromkeys(found))
 
 
-def rows(original: Trace, replay: Trace,
-         show: Callable[[JSON], JSON] = lambda v: v) -> list[Row]:
+def rows(original: Trace, replay: Trace, show: Callable[[JSON], JSON] = lambda v: v,
+         stopped: Divergence | None = None) -> list[Row]:
     """The side-by-side view: one row per aligned call, then how each run ended, the
     money it moved and its model calls. ``show`` hides what a viewer may not see
-    (:meth:`underway.redaction.Redactor.json`)."""
+    (:meth:`underway.redaction.Redactor.json`); ``stopped``: where the replay stopped."""
     out: list[Row] = []
     for n, (o, r) in enumerate(align(original.calls, replay.calls), start=1):
         step = (o or r).step if (o or r) is not None else ""  # type: ignore[union-attr]
@@ -123,6 +125,9 @@ def rows(original: Trace, replay: Trace,
             o.args = r.args  # the same arguments: the original journaled only their hash
         out.append(Row(f"{n} {step}", _cell(o, show), _cell(r, show), _decided_apart(o, r)))
     a, b = _ending(original, show), _ending(replay, show)
+    if stopped is not None and not replay.finished:
+        b = ("stopped where the original went no further" if stopped.kind == "end"
+             else f"stopped: {stopped.what}")
     out.append(Row("ended", a, b, a != b))
     a, b = _money(original.money), _money(replay.money)
     out.append(Row("money moved", a, b, a != b))
@@ -149,9 +154,11 @@ def _cell(c: TracedCall | None, show: Callable[[JSON], JSON]) -> str:
     if c.policy is not None:
         lines.append(f"policy: {c.policy}" + (f" ({c.rule})" if c.rule else ""))
     if c.approval is not None:
-        lines.append(f"approval: needed, {c.approval}")
+        lines.append(f"approval: needed, {c.approval}"
+                     + (f" by {c.approver}" if c.approver else ""))
     outcome = {"succeeded": "ok", "shadowed": "shadowed (not executed)",
-               "unknown": "outcome unknown", "pending": "not run"}.get(c.outcome, c.outcome)
+               "unknown": "outcome unknown", "pending": "not run",
+               "stopped": "the replay stopped here"}.get(c.outcome, c.outcome)
     lines.append(f"-> {outcome}" + (f" {c.error}" if c.error else ""))
     if c.money:
         lines.append(f"moved {_money(c.money)}")

@@ -36,6 +36,9 @@ class Divergence:
     step: str
     kind: str
     what: str
+    detail: str = ""
+    """More about it: the arguments of the calls on both sides (may hold personal data:
+    shown through a redactor)."""
 
 
 class Diverged(BaseException):
@@ -119,9 +122,10 @@ class ReplaySession:
                 raise Diverged(Divergence(info.run_id, info.step, "end", (
                     f"the original run has gone no further (it is {tape.trace.status}); "
                     f"the replay goes on to call {name}")))
-            self.diverge(Divergence(info.run_id, info.step, "call", (
-                f"{name} #{info.index} with arguments {_short(call.args)}: the original made "
-                "no such call" + _next_of(tape))))
+            self.diverge(Divergence(
+                info.run_id, info.step, "call",
+                f"{name} #{info.index}: the original made no such call", (
+                    f"arguments {_short(call.args)}; " + _next_of(tape))))
         if found is None and tape is not None:
             found = tape.same_tool(name)
         if found is None:
@@ -141,12 +145,12 @@ def _short(value: JSON, limit: int = 80) -> str:
 
 def _next_of(tape: Tape | None) -> str:
     if tape is None:
-        return " (the original has no such run)"
+        return "the original has no such run"
     nxt = next((c for i, c in enumerate(tape.trace.calls) if i not in tape.used), None)
     if nxt is None:
-        return " (it made no further tool call)"
+        return "the original made no further tool call"
     shown = _short(nxt.args) if nxt.args is not None else f"args {nxt.args_hash[:12]}"
-    return f" (its next one was {nxt.tool} with {shown})"
+    return f"the original's next call was {nxt.tool} with {shown}"
 
 
 class TapeModel:

@@ -121,6 +121,10 @@ async def replay_run(
     stopped = await driver.run()
     replay_records = engine.client.history(run_id, tenant_id=tenant_id)
     replay = _trace(replay_records, engine.state(run_id, tenant_id=tenant_id), session.args)
+    if stopped is not None:
+        for c in replay.calls:
+            if c.outcome in ("unknown", "pending"):
+                c.outcome = "stopped"
     return ReplayResult(
         tenant_id, run_id, started.flow, original, replay, stopped, session.divergences,
         changes(original, replay, stopped), driver.assumed, records, replay_records,
@@ -175,7 +179,7 @@ class _Driver:
         self.engine, self.clock, self.session = engine, clock, session
         self.tenant_id, self.run_id = tenant_id, run_id
         self.assumed: list[str] = []
-        self._roles: set[str] = set()
+        self._roles: dict[str, set[str]] = {}
         self._key: Any = None
 
     async def run(self) -> Divergence | None:
@@ -241,18 +245,21 @@ class _Driver:
         return Divergence(s.run_id, s.step or "", "wait",
                           f"the replay waits for {what}, which the original never got")
 
-    def _signer(self, role: str | None) -> Any:
-        """The replay approver's key, registered with ``role``."""
+    def _signer(self, approver: str, role: str | None) -> Any:
+        """The replay's signing key, registered in the replay's own store for
+        ``approver`` with ``role`` (the original's approver is named again, since a run
+        may read who decided; the key is the replay's)."""
         from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
         if self._key is None:
             self._key = Ed25519PrivateKey.generate()
+        roles = self._roles.setdefault(approver, set())
         wanted = role or APPROVER
-        if wanted not in self._roles:
-            self._roles.add(wanted)
-            register_approver(self.engine.store, APPROVER, public_key=public_key_of(self._key),
-                              roles=sorted(self._roles), now=self.clock.now(),
-                              tenant_id=self.tenant_id)
+        if wanted not in roles:
+            roles.add(wanted)
+            register_approver(self.engine.store, approver,
+                              public_key=public_key_of(self._key), roles=sorted(roles),
+                              now=self.clock.now(), tenant_id=self.tenant_id)
         return self._key
 
     def _decide(self, s: RunState) -> None:
@@ -263,6 +270,7 @@ class _Driver:
         tape = self.session.tape(s.run_id)
         found = tape.match(p.tool, p.args_hash) if tape is not None else None
         verdict = found[1].approval if found is not None else None
+        approver = (found[1].approver if found is not None else None) or APPROVER
         if verdict == "expired":
             self.clock.advance(max(p.expires_at - self.clock.now(), 0.0) + 0.001)
             return
@@ -272,10 +280,11 @@ class _Driver:
                 raise Diverged(self._missing(s, f"a decision on {p.tool}"))
             self.assumed.append(f"{p.tool}: approval assumed granted (the original {what})")
         signed = sign_decision(
-            self._signer(p.required_role), request_id=p.request_id, run_id=s.run_id,
-            tenant_id=self.tenant_id, tool=p.tool, args_hash=p.args_hash,
+            self._signer(approver, p.required_role), request_id=p.request_id,
+            run_id=s.run_id, tenant_id=self.tenant_id, tool=p.tool, args_hash=p.args_hash,
             decision="reject" if verdict == "rejected" else "approve",
-            expires_at=p.expires_at, approver_id=APPROVER, comment="replayed decision",
+            expires_at=p.expires_at, approver_id=approver,
+            comment=found[1].comment if found is not None else "assumed by the replay",
         )
         self.engine.client.submit_decision(signed.model_dump(mode="json"),
                                            tenant_id=self.tenant_id)
@@ -292,11 +301,12 @@ class _Driver:
         found = tape.answer() if tape is not None else None
         if found is None:
             raise Diverged(self._missing(s, f"an answer to {esc.question!r}"))
+        answer, who = found
         signed = sign_decision(
-            self._signer(esc.required_role), request_id=str(esc.request_id),
+            self._signer(who, esc.required_role), request_id=str(esc.request_id),
             run_id=s.run_id, tenant_id=self.tenant_id, tool="", args_hash="",
-            decision="answer", answer=found[0],
-            expires_at=esc.expires_at or self.clock.now() + 86_400.0, approver_id=APPROVER,
+            decision="answer", answer=answer,
+            expires_at=esc.expires_at or self.clock.now() + 86_400.0, approver_id=who,
         )
         self.engine.client.submit_decision(signed.model_dump(mode="json"),
                                            tenant_id=self.tenant_id)

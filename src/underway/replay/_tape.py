@@ -70,12 +70,12 @@ class Tape:
                 return s.signal_id, s.payload, s.sender
         return None
 
-    def answer(self) -> tuple[JSON] | None:
-        """The next recorded answer to a question, in a tuple (None: none left)."""
+    def answer(self) -> tuple[JSON, str] | None:
+        """The next recorded answer to a question and who gave it (None: none left)."""
         if self.answers_used >= len(self.trace.answers):
             return None
         self.answers_used += 1
-        return (self.trace.answers[self.answers_used - 1],)
+        return self.trace.answers[self.answers_used - 1]
 
 
 def same_request(a: JSON, b: JSON) -> bool:

@@ -24,7 +24,8 @@ class TracedCall:
     ``require_approval``; None when no policy decided) and ``rule`` the rule that made
     it; ``approval`` what became of the approval it needed (None: it needed none);
     ``outcome`` ``succeeded``, ``failed``, ``refused``, ``shadowed``, ``unknown`` (an
-    intent without an outcome) or ``pending``; ``error`` the error type of a failure or
+    intent without an outcome), ``pending``, or in a replay ``stopped`` (it stopped at this
+    call); ``error`` the error type of a failure or
     the cause of a refusal; ``money`` what it moved, by currency."""
 
     key: str
@@ -40,6 +41,10 @@ class TracedCall:
     message: str | None = None
     result: JSON = None
     money: dict[str, float] = field(default_factory=dict)
+    approver: str | None = None
+    """Who decided its approval, and with what comment (a replay decides the same way,
+    in the same words, since the run's next steps may read them)."""
+    comment: str = ""
 
     @property
     def has_result(self) -> bool:
@@ -71,8 +76,8 @@ class Trace:
     values: list[tuple[str, JSON]] = field(default_factory=list)
     """Journaled values (``now``, ``uuid``, ``random``) in order."""
     signals: list[ev.SignalReceived] = field(default_factory=list)
-    answers: list[JSON] = field(default_factory=list)
-    """Answers to the run's questions (``ctx.ask``), in order."""
+    answers: list[tuple[JSON, str]] = field(default_factory=list)
+    """Answers to the run's questions (``ctx.ask``) and who gave each, in order."""
     status: str = "ready"
     result: JSON = None
     error: str | None = None
@@ -127,7 +132,7 @@ class Trace:
                 case ev.SignalReceived():
                     t.signals.append(e)
                 case ev.EscalationAnswered():
-                    t.answers.append(e.answer)
+                    t.answers.append((e.answer, e.approver_id))
                 case ev.ModelResponded():
                     t.models.append(TracedModel(e.key, e.request, e.response, e.model,
                                                 e.tokens_in, e.tokens_out, e.cost_usd))
@@ -167,6 +172,10 @@ def _call_event(t: Trace, by_key: dict[str, TracedCall], step: str, e: ev.RunEve
         if found is not None:
             found.approval = {ev.ApprovalGranted: "granted", ev.ApprovalRejected: "rejected",
                               ev.ApprovalExpired: "expired"}[type(e)]
+            if not isinstance(e, ev.ApprovalExpired):
+                found.approver = e.approver_id
+                comment = e.decision.get("comment") if isinstance(e.decision, dict) else ""
+                found.comment = comment if isinstance(comment, str) else ""
         return
     if not isinstance(key, str) or not isinstance(tool, str) or tool in ("model", "ask"):
         return

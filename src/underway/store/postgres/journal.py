@@ -153,9 +153,15 @@ class Journal(Connection):
                 raise ConflictError(
                     f"run {new.run_id} already exists in tenant {new.tenant_id}")
             e = link.event
-            conn.execute(_Q["fork_append"], {**key, "seq": e.seq, "type": e.type,
-                                             "payload": e.payload, "hash": e.hash,
-                                             "now": link.now})
+            try:
+                conn.execute(_Q["fork_append"], {**key, "seq": e.seq, "type": e.type,
+                                                 "payload": e.payload, "hash": e.hash,
+                                                 "now": link.now})
+            except pg_errors.UniqueViolation as exc:
+                # Another writer appended after the head this statement's snapshot saw.
+                raise ConflictError(
+                    f"run {link.run_id}: another writer appended after seq "
+                    f"{link.expected_seq}") from exc
             conn.execute(_Q["notify_run"], _run_params(new))
         return _run(row)
 
