@@ -84,17 +84,17 @@ def changes(original: Trace, replay: Trace, stopped: Divergence | None) -> list[
             continue  # the replay stopped before it came to this call
         if o is None or r is None or (o.tool, o.args_hash) != (r.tool, r.args_hash):
             found.append(Change("calls", _which(o, r)))
-        if r is not None and r.outcome == "stopped":
-            continue  # the replay stopped at this call: it came to nothing
         tool = (r or o).tool  # type: ignore[union-attr]
-        if r is not None:
-            _add(moved_r, r.money)
-        if o is not None:
-            _add(moved_o, o.money)
         if r is not None and r.approval is not None and (o is None or o.approval is None):
             found.append(Change("approval_needed", tool))
         if o is not None and o.approval is not None and r is not None and r.approval is None:
             found.append(Change("approval_dropped", tool))
+        if r is not None and r.outcome == "stopped":
+            continue  # the replay stopped at this call: it came to nothing
+        if r is not None:
+            _add(moved_r, r.money)
+        if o is not None:
+            _add(moved_o, o.money)
         if r is not None and r.outcome == "refused" and (o is None or o.outcome != "refused"):
             found.append(Change("refused", f"{tool}: {r.error}"))
         if o is not None and o.outcome == "refused" and r is not None \

@@ -172,6 +172,11 @@ def _call_event(t: Trace, by_key: dict[str, TracedCall], step: str, e: ev.RunEve
         if found is not None:
             found.approval = {ev.ApprovalGranted: "granted", ev.ApprovalRejected: "rejected",
                               ev.ApprovalExpired: "expired"}[type(e)]
+            if not isinstance(e, ev.ApprovalGranted):
+                # The call does not run: refused as the engine folds it.
+                found.outcome = "refused"
+                found.error = ("approval_rejected" if isinstance(e, ev.ApprovalRejected)
+                               else "approval_expired")
             if not isinstance(e, ev.ApprovalExpired):
                 found.approver = e.approver_id
                 comment = e.decision.get("comment") if isinstance(e.decision, dict) else ""
