@@ -292,12 +292,12 @@ class Journal:
         # The blobs the checkpoints refer to, read for all of them at once.
         fetch = BlobReader(self.store, tenant_id)
         refs: list[str] = []
-        for run_id, found in rows.items():
+        for run_id, row in rows.items():
             try:
                 refs += blob_refs(self.codec.open_json(
-                    found.state, checkpoint_where(tenant_id, run_id, found.seq)))
-            except Exception:  # noqa: S112 - a row that does not open is judged below
-                continue
+                    row.state, checkpoint_where(tenant_id, run_id, row.seq)))
+            except Exception:
+                continue  # a row that does not open is judged, and refused, below
         fetch.prefetch(refs)
         out: dict[str, RunState] = {}
         for run_id in run_ids:

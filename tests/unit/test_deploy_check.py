@@ -81,7 +81,7 @@ def mid_step(tenant: str = "default", runs: int = 1) -> tuple[MemoryStore, list[
     async def busy(args: Any) -> dict[str, Any]:
         raise RuntimeError("warehouse busy")
 
-    flow, looking = shop(reserving=busy)
+    flow, _ = shop(reserving=busy)
     engine = Engine(store, flows=[flow], clock=clock)
     ids = [engine.start(flow, {}, tenant_id=tenant)[0] for _ in range(runs)]
     asyncio.run(uw.Runner(engine).run_until_idle())
@@ -97,7 +97,7 @@ def check(store: MemoryStore, flow: uw.Flow[Any, Any], *tools: uw.Tool,
 
 
 def test_unchanged_code_breaks_nothing_and_nothing_is_written() -> None:
-    store, ids = mid_step(runs=2)
+    store, _ = mid_step(runs=2)
     before = store.journal_heads()
     flow, looking = shop()
     report = check(store, flow, looking)

@@ -17,15 +17,15 @@ from underway.client import Client
 from underway.codec import signal_where
 from underway.engine import Engine
 from underway.errors import ConfigurationError, ConflictError
-from underway.policy import policy_from_dict
 from underway.events import canonical_json
+from underway.policy import policy_from_dict
 from underway.state import APPROVAL_SIGNAL, request_id_for
 from underway.store import Store
 from underway.store.base import SignalRecord
 from underway.testing import ManualClock, MemoryStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fakes"))
-from guard_helpers import Approver, drive, history, of_type  # noqa: E402
+from guard_helpers import Approver, drive, history, of_type
 
 HOLD = policy_from_dict({"version": "v1", "rules": [
     {"id": "payments-need-finance", "tools": ["pay"], "outcome": "require_approval",
@@ -121,7 +121,7 @@ def _signal(engine: Engine, run_id: str, decision: Any) -> SignalRecord:
 
 
 def test_a_fork_of_a_run_waiting_for_approval_asks_anew(tmp_path: Path) -> None:
-    engine, _, approver, parent = setup(tmp_path)
+    engine, _, _, parent = setup(tmp_path)
     requested = seq_of(engine, parent, ev.ApprovalRequested)
     made = engine.client.fork(parent, at_seq=requested, by="ops")
     fork = drive(engine, made.run_id)

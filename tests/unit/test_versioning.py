@@ -23,7 +23,7 @@ from underway.store import Store
 from underway.testing import ManualClock, MemoryStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fakes"))
-from guard_helpers import Approver, drive, of_type, run  # noqa: E402
+from guard_helpers import Approver, drive, of_type, run
 
 HOLD_PAYMENTS = policy_from_dict({"version": "v1", "rules": [
     {"id": "payments-need-finance", "tools": ["pay"], "outcome": "require_approval",
@@ -248,7 +248,7 @@ def payer(*, v2: bool = False, marker: bool = False, typed: type[BaseModel] = Am
 def parked_payment(tmp_path: Path) -> tuple[MemoryStore, ManualClock, str, Approver]:
     tmp_path.mkdir(parents=True, exist_ok=True)
     store, clock = world()
-    flow, tool = payer()
+    flow, _ = payer()
     old = Engine(store, flows=[flow], clock=clock)
     run_id, _ = old.start("payer")
     assert drive(old, run_id).pending_approval is not None

@@ -13,12 +13,13 @@ from typing import Any
 
 from .. import events as ev
 from ..clock import Clock
+from ..control import CHILD
 from ..errors import ConfigurationError, ConflictError, IntegrityError, RunNotFound
 from ..events import JSON, canonical_json, genesis_hash
 from ..flow import Flow
 from ..journal import Journal
 from ..jsonpatch import apply_patch
-from ..state import RunState, usage_counters
+from ..state import APPROVAL_SIGNAL, RunState, usage_counters
 from ..store.base import ForkLink, NewRun, Store
 
 MAX_REASON = 500
@@ -220,9 +221,14 @@ def _notes(at: RunState) -> tuple[str, ...]:
     if at.pending_approval is not None or at.approvals:
         notes.append("approvals and pending approval requests are not inherited: a "
                      "forked call that needs one asks for its own")
-    if at.status == "waiting" and at.waiting_signal:
-        notes.append(f"the parent was waiting for {at.waiting_signal!r}; the fork starts "
-                     "ready, without that wait")
+    if at.status == "waiting" and at.waiting_signal == APPROVAL_SIGNAL:
+        notes.append("the parent was waiting for that approval; the fork starts ready")
+    elif at.status == "waiting" and at.waiting_signal == CHILD:
+        notes.append("the parent was waiting for a child run; the fork starts ready, "
+                     "without it")
+    elif at.status == "waiting" and at.waiting_signal:
+        notes.append(f"the parent was waiting for signal {at.waiting_signal!r}; the fork "
+                     "starts ready, without that wait")
     elif at.status == "waiting":
         notes.append("the parent was waiting on a timer; the fork starts at once")
     if at.status == "escalated":

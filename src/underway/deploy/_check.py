@@ -4,7 +4,7 @@ is deployed — what a worker running it would stop on, found now."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,6 +14,7 @@ from ..errors import ConfigurationError
 from ..flow import Flow
 from ..journal import Journal
 from ..state import RunState
+from ..store._offload import run_io
 from ..store.base import RunRecord, Store
 from ._rerun import rerun_step
 
@@ -78,38 +79,40 @@ async def check_deploy(
         registry.register(f)
     for t in tools:
         registry.tools.setdefault(t.name, t)
-    journal = Journal(store)
     report = DeployReport()
-    for tenant_id in sorted(tenants) if tenants is not None else store.tenants():
-        for rows in _pages(store, tenant_id, batch):
-            states = journal.load_many(tenant_id, [r.run_id for r in rows])
-            for row in rows:
-                state = states.get(row.run_id)
-                if state is None or state.final:
-                    continue  # gone, or ended since it was listed
-                report.checked += 1
-                for change, patched in state.versions.items():
-                    if not patched:
-                        report.old_paths[change] += 1
-                found = await _check(registry, row, state, report)
-                if found is not None:
-                    report.broken.append(found)
-            if progress is not None:
-                progress(report.checked)
+    chosen = sorted(tenants) if tenants is not None else await run_io(store, store.tenants)
+    for tenant_id in chosen:
+        for status in UNFINISHED:
+            after: tuple[float, str] | None = None
+            while True:
+                rows, states = await run_io(store, _page, store, tenant_id, status, batch,
+                                            after)
+                for row in rows:
+                    state = states.get(row.run_id)
+                    if state is None or state.final:
+                        continue  # gone, or ended since it was listed
+                    report.checked += 1
+                    for change, patched in state.versions.items():
+                        if not patched:
+                            report.old_paths[change] += 1
+                    found = await _check(registry, row, state, report)
+                    if found is not None:
+                        report.broken.append(found)
+                if progress is not None and rows:
+                    progress(report.checked)
+                if len(rows) < batch:
+                    break
+                after = (rows[-1].created_at, rows[-1].run_id)
     return report
 
 
-def _pages(store: Store, tenant_id: str, size: int) -> Iterator[list[RunRecord]]:
-    """The tenant's unfinished runs, ``size`` at a time."""
-    for status in UNFINISHED:
-        after: tuple[float, str] | None = None
-        while True:
-            rows = store.list_runs(tenant_id, status=status, limit=size, after=after)
-            if rows:
-                yield rows
-            if len(rows) < size:
-                break
-            after = (rows[-1].created_at, rows[-1].run_id)
+def _page(
+    store: Store, tenant_id: str, status: str, size: int, after: tuple[float, str] | None
+) -> tuple[list[RunRecord], dict[str, RunState]]:
+    """A page of the tenant's runs with ``status`` and their states, read in one trip
+    (states from checkpoints, in batches)."""
+    rows = store.list_runs(tenant_id, status=status, limit=size, after=after)
+    return rows, Journal(store).load_many(tenant_id, [r.run_id for r in rows])
 
 
 async def _check(

@@ -28,9 +28,9 @@ from ._engine import (
     TapeModel,
 )
 from ._model import model_from_spec
-from ._replay import APPROVER, BatchEntry, ReplayResult, replay_run, replay_runs
+from ._replay import BatchEntry, ReplayResult, replay_run, replay_runs
 from ._tape import Tape
-from ._trace import Trace, TracedCall, TracedModel
+from ._trace import APPROVER, Trace, TracedCall, TracedModel
 
 __all__ = [
     "APPROVER",

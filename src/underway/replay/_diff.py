@@ -11,7 +11,7 @@ from itertools import zip_longest
 
 from ..events import JSON, canonical_json
 from ._engine import Divergence
-from ._trace import Trace, TracedCall
+from ._trace import APPROVER, Trace, TracedCall
 
 CHANGES: dict[str, str] = {
     "approval_needed": "would have needed approval",
@@ -153,7 +153,9 @@ def _cell(c: TracedCall | None, show: Callable[[JSON], JSON]) -> str:
     lines = [f"{c.tool} {args}"]
     if c.policy is not None:
         lines.append(f"policy: {c.policy}" + (f" ({c.rule})" if c.rule else ""))
-    if c.approval is not None:
+    if c.approval is not None and c.approver == APPROVER:
+        lines.append(f"approval: needed, assumed {c.approval}")
+    elif c.approval is not None:
         lines.append(f"approval: needed, {c.approval}"
                      + (f" by {c.approver}" if c.approver else ""))
     outcome = {"succeeded": "ok", "shadowed": "shadowed (not executed)",

@@ -4,6 +4,7 @@ a new policy, without side effects, and its decisions compared with the original
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,15 +19,13 @@ from ..flow import Flow
 from ..policy import Policy
 from ..runner import Runner
 from ..state import APPROVAL_SIGNAL, Recorded, RunState
-from ..store.base import NewRun, Store
+from ..store._offload import run_io
+from ..store.base import ConsentRecord, NewRun, Store
 from ..store.memory import MemoryStore
 from ._diff import Change, changes
 from ._engine import Diverged, Divergence, OnDivergence, ReplayEngine, ReplaySession
 from ._tape import Tape
-from ._trace import Trace
-
-APPROVER = "replay"
-"""The approver a replay signs its simulated decisions as (in its own store only)."""
+from ._trace import APPROVER, Trace
 
 MAX_ROUNDS = 10_000
 """The most times a replay unblocks its run (a decision, a signal, a timer) before it
@@ -81,13 +80,8 @@ async def replay_run(
     decisions given again (signed by a replay approver in the replay's store); an approval
     the original never needed is assumed granted, and said so.
     """
-    source = Client(store)
-    records = source.history(run_id, tenant_id=tenant_id)
-    state = source.state(run_id, tenant_id=tenant_id)
-    if state.purged:
-        raise ConfigurationError(f"run {run_id}: retention purged its payloads; there is "
-                                 "nothing to replay")
-    original = _trace(records, state)
+    found = await run_io(store, _original, store, run_id, tenant_id)
+    original = found.traces[run_id]
     started = original.started
     if started is None:
         raise ConfigurationError(f"run {run_id} has no RunStarted event to replay from")
@@ -97,38 +91,70 @@ async def replay_run(
                                  f"flow); it has {sorted(code)}")
 
     def load(rid: str) -> Tape | None:
-        if rid == run_id:
-            return Tape(original)
-        try:
-            return Tape(_trace(source.history(rid, tenant_id=tenant_id),
-                               source.state(rid, tenant_id=tenant_id)))
-        except RunNotFound:
-            return None
+        trace = found.traces.get(rid)
+        return None if trace is None else Tape(trace)
 
     session = ReplaySession(load, on_divergence=on_divergence, model=model)
-    clock = ManualClock(records[0].at)
+    at = found.records[0].at
+    clock = ManualClock(at)
     mem = MemoryStore()
     mem.migrate()
     engine = ReplayEngine(
         mem, flows=[_with_policy(f, policy) for f in code.values()], tools=tools,
         clock=clock, environment=environment, session=session, retry_budget=None,
     )
-    if started.subject is not None:
-        for consent in store.consent_history(tenant_id, started.subject):
-            mem.record_consent(consent)
-    _start(engine, started, run_id, tenant_id, records[0].at)
+    await engine.io(_start, engine, started, run_id, tenant_id, at, found.consents)
     driver = _Driver(engine, clock, session, tenant_id, run_id)
     stopped = await driver.run()
-    replay_records = engine.client.history(run_id, tenant_id=tenant_id)
-    replay = _trace(replay_records, engine.state(run_id, tenant_id=tenant_id), session.args)
+    replay_records, replay_state = await engine.io(_ended, engine, run_id, tenant_id)
+    replay = _trace(replay_records, replay_state, session.args)
     if stopped is not None:
         for c in replay.calls:
             if c.outcome in ("unknown", "pending"):
                 c.outcome = "stopped"
     return ReplayResult(
         tenant_id, run_id, started.flow, original, replay, stopped, session.divergences,
-        changes(original, replay, stopped), driver.assumed, records, replay_records,
+        changes(original, replay, stopped), driver.assumed, found.records, replay_records,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _Original:
+    """What a replay reads of the original, in one trip: the run's events, the traces of
+    the run and of every run it started (their journals answer the replay's child runs),
+    and its data subject's consent records."""
+
+    records: list[Recorded]
+    traces: dict[str, Trace]
+    consents: list[ConsentRecord]
+
+
+def _original(store: Store, run_id: str, tenant_id: str) -> _Original:
+    source = Client(store)
+    records = source.history(run_id, tenant_id=tenant_id)
+    state = source.state(run_id, tenant_id=tenant_id)
+    if state.purged:
+        raise ConfigurationError(f"run {run_id}: retention purged its payloads; there is "
+                                 "nothing to replay")
+    traces = {run_id: _trace(records, state)}
+    todo = list(state.children)
+    while todo:
+        child = todo.pop()
+        try:
+            child_state = source.state(child, tenant_id=tenant_id)
+            traces[child] = _trace(source.history(child, tenant_id=tenant_id), child_state)
+        except RunNotFound:
+            continue  # journaled as started, never created: the replay's child diverges
+        todo += [c for c in child_state.children if c not in traces]
+    subject = state.subject
+    consents = store.consent_history(tenant_id, subject) if subject is not None else []
+    return _Original(records, traces, consents)
+
+
+def _ended(engine: ReplayEngine, run_id: str, tenant_id: str) -> tuple[list[Recorded],
+                                                                       RunState]:
+    return (engine.client.history(run_id, tenant_id=tenant_id),
+            engine.state(run_id, tenant_id=tenant_id))
 
 
 def _trace(records: list[Recorded], state: RunState,
@@ -148,10 +174,12 @@ def _with_policy(flow: Flow[Any, Any], policy: Policy | None) -> Flow[Any, Any]:
 
 
 def _start(engine: ReplayEngine, started: RunStarted, run_id: str, tenant_id: str,
-           at: float) -> None:
-    """Create the run in the replay's store as the original was created: started afresh
-    by the new code, or — a fork, which starts from a state it was given — with the
-    original's own first event."""
+           at: float, consents: list[ConsentRecord]) -> None:
+    """Create the run in the replay's store as the original was created — started afresh
+    by the new code, or, a fork, which starts from a state it was given, with the
+    original's own first event — and give the store its subject's consent records."""
+    for consent in consents:
+        engine.store.record_consent(consent)
     if started.fork is None:
         engine.client.start(
             started.flow, started.input, tenant_id=tenant_id, run_id=run_id,
@@ -189,10 +217,8 @@ class _Driver:
                 await runner.run_until_idle()
             except Diverged as d:
                 return d.divergence
-            if self._state(self.run_id).final:
-                return None
             try:
-                if not self._unblock():
+                if not await self.engine.io(self._unblock):
                     return None
             except Diverged as d:
                 return d.divergence
@@ -203,8 +229,10 @@ class _Driver:
         return self.engine.state(run_id, tenant_id=self.tenant_id)
 
     def _unblock(self) -> bool:
-        """Give one waiting run of the replay what it waits for; False when nothing can be
-        given (the replay ends there)."""
+        """Give one waiting run of the replay what it waits for; False when the replay
+        has ended, or nothing can be given (it ends there)."""
+        if self._state(self.run_id).final:
+            return False
         rows = [r for status in ("waiting", "escalated", "ready")
                 for r in self.engine.store.list_runs(self.tenant_id, status=status,
                                                      limit=1000)]
@@ -338,8 +366,9 @@ async def replay_runs(
     after: tuple[float, str] | None = None
     while len(found) < limit:
         page = min(100, limit - len(found))
-        rows = store.list_runs(tenant_id, flow=flow, since=since, until=until, limit=page,
-                               after=after)
+        rows = await run_io(store, functools.partial(
+            store.list_runs, tenant_id, flow=flow, since=since, until=until, limit=page,
+            after=after))
         for row in rows:
             try:
                 result = await replay_run(

@@ -12,6 +12,9 @@ from .. import events as ev
 from ..events import JSON
 from ..state import FINAL_STATUSES, Recorded
 
+APPROVER = "replay"
+"""The approver a replay signs the decisions it must assume as (in its own store only)."""
+
 Approval = str
 """``requested`` (no decision journaled), ``granted``, ``rejected`` or ``expired``."""
 

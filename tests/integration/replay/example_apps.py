@@ -12,7 +12,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "fakes"))
 
-from recorded_journals import app  # noqa: E402
+from recorded_journals import app
 
 
 def _app(example: str) -> list[Any]:

@@ -21,9 +21,8 @@ from underway.replay import ReplayResult, model_from_spec, replay_run, replay_ru
 from underway.store import Store, connect
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "fakes"))
-from recorded_journals import EXAMPLES, ROOT, app, load  # noqa: E402
-
-from examples.invoice_followup import flow as followup  # noqa: E402
+from examples.invoice_followup import flow as followup
+from recorded_journals import EXAMPLES, ROOT, app, load
 
 ENVIRONMENT = {"invoice_followup": None, "collections": "prod", "support": "prod"}
 """The policy environment each example's workers ran in."""
