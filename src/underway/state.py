@@ -259,6 +259,11 @@ class RunState:
         )
         data["approvals"] = {k: a.to_json() for k, a in self.approvals.items()}
         data["children"] = {k: c.to_json() for k, c in self.children.items()}
+        # Fields a run has only once it uses what they record: checkpoints of runs that do
+        # not stay as they were, byte for byte.
+        for name, unused in (("versions", {}), ("forked_from", None)):
+            if data[name] == unused:
+                del data[name]
         if not self.purged:
             # Only a purged run's state says so; checkpoints (never of a purged run) stay
             # as they were.
