@@ -255,7 +255,9 @@ class _Driver:
                                               tenant_id=self.tenant_id, signal_id=signal_id,
                                               sender=sender)
                     return True
-                if s.wake_at is None:
+                if s.wake_at is None or tape is None or not tape.trace.finished:
+                    # No such signal recorded: an unfinished original may still get it;
+                    # a finished one waited in vain until its timeout (given below).
                     raise Diverged(self._missing(s, f"signal {s.waiting_signal!r}"))
             if row.next_wake_at is not None:
                 wakes.append(row.next_wake_at)
@@ -303,7 +305,8 @@ class _Driver:
             self.clock.advance(max(p.expires_at - self.clock.now(), 0.0) + 0.001)
             return
         if verdict is None or verdict == "requested":
-            what = "never asked for one" if verdict is None else "was never decided"
+            what = ("never asked for one for these arguments" if verdict is None
+                    else "was never decided")
             if verdict == "requested" and tape is not None and not tape.trace.finished:
                 raise Diverged(self._missing(s, f"a decision on {p.tool}"))
             self.assumed.append(f"{p.tool}: approval assumed granted (the original {what})")

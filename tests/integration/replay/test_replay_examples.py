@@ -99,7 +99,7 @@ def test_a_lower_approval_limit_would_have_held_the_refund(tmp_path: Path) -> No
     assert (refund.policy, refund.rule, refund.approval, refund.outcome) == (
         "require_approval", "money-out-above-5000-inr-needs-finance", "granted", "succeeded")
     assert result.assumed == ["issue_refund: approval assumed granted (the original never "
-                              "asked for one)"]
+                              "asked for one for these arguments)"]
 
     flows, tools = app("collections", tmp_path / "app")
     batch = asyncio.run(replay_runs(store, flow="collections", since=0, flows=flows,
