@@ -18,7 +18,7 @@ from underway.replay import ReplayResult, replay_run
 from underway.testing import ManualClock, MemoryStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fakes"))
-from guard_helpers import Approver, drive  # noqa: E402
+from guard_helpers import Approver, drive
 
 HOLD = policy_from_dict({"version": "v1", "rules": [
     {"id": "refunds-need-finance", "tools": ["refund"], "outcome": "require_approval",
