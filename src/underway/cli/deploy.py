@@ -87,7 +87,8 @@ def check(
                         for c, n in sorted(report.old_paths.items()))
         verdict = (f"{len(report.broken)} would break" if report.broken
                    else "none would break")
-        typer.echo(f"checked {report.checked} unfinished runs in {took:.1f}s "
+        runs = "run" if report.checked == 1 else "runs"
+        typer.echo(f"checked {report.checked} unfinished {runs} in {took:.1f}s "
                    f"({report.rerun} parked mid-step, their steps run again against their "
                    f"journals): {verdict}{paths}")
     if not report.ok:

@@ -137,7 +137,7 @@ def test_fork_and_deploy_check_on_the_examples(db: str, tmp_path: Path) -> None:
 
     ok = underway(db, "deploy", "check", "--app", "example_apps:invoice_followup",
                   tmp=tmp_path)
-    assert ok.returncode == 0 and ok.stdout.startswith("checked 1 unfinished runs")
+    assert ok.returncode == 0 and ok.stdout.startswith("checked 1 unfinished run ")
 
     renamed = tmp_path / "renamed_app.py"
     renamed.write_text(RENAMED)
