@@ -8,7 +8,7 @@ import asyncio
 import json
 import sys
 from collections import Counter
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import typer
 
@@ -17,7 +17,15 @@ from ..effects import Model
 from ..loading import load_app
 from ..policy import Policy, load_policy
 from ..redaction import Redactor
-from ..replay import CHANGES, BatchEntry, ReplayResult, model_from_spec, replay_run, replay_runs
+from ..replay import (
+    CHANGES,
+    BatchEntry,
+    OnDivergence,
+    ReplayResult,
+    model_from_spec,
+    replay_run,
+    replay_runs,
+)
 from ..replay import rows as side_by_side
 from ..store.access import DEFAULT_PURPOSE
 from ._common import (
@@ -143,7 +151,7 @@ def replay(
     policy: Policy | None = load_policy(policy_file) if policy_file else None
     model: Model | None = model_from_spec(model_spec) if model_spec else None
     env = environment or config.worker.environment
-    mode: Any = on_divergence
+    mode = cast(OnDivergence, on_divergence)
     with open_store(ctx, db, config=config, keyring=keyring, need_keys=True) as store:
         if run is not None:
             run_id = find_run(Client(store), tenant, run).run_id

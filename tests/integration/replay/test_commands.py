@@ -37,7 +37,7 @@ def db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 def underway(db: str, *args: str, tmp: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "UNDERWAY_DB": db, "EXAMPLE_APP_DATA": str(tmp / "app"),
-           "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
+           "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp)]), "COLUMNS": "200"}
     env.pop("UNDERWAY_KEYRING", None)
     return subprocess.run([str(UNDERWAY), *args], cwd=HERE, env=env, capture_output=True,
                           text=True, timeout=120)
@@ -139,14 +139,12 @@ def test_fork_and_deploy_check_on_the_examples(db: str, tmp_path: Path) -> None:
                   tmp=tmp_path)
     assert ok.returncode == 0 and ok.stdout.startswith("checked 1 unfinished run ")
 
-    renamed = tmp_path / "renamed_app.py"
-    renamed.write_text(RENAMED)
-    broken = underway(db, "deploy", "check", "--app", f"{_module(renamed)}:renamed",
-                      tmp=tmp_path)
+    (tmp_path / "renamed_app.py").write_text(RENAMED)
+    broken = underway(db, "deploy", "check", "--app", "renamed_app:renamed", tmp=tmp_path)
     assert broken.returncode == 1, broken.stderr
     assert fork["run_id"] in broken.stdout and "step 'check_payment' is not in the new code" \
         in broken.stdout
-    fixed = underway(db, "deploy", "check", "--app", f"{_module(renamed)}:aliased", "--json",
+    fixed = underway(db, "deploy", "check", "--app", "renamed_app:aliased", "--json",
                      tmp=tmp_path)
     assert fixed.returncode == 0 and json.loads(fixed.stdout)["checked"] == 1
 
@@ -176,16 +174,3 @@ def aliased():
     return _flow(True)
 '''
 
-
-def _module(path: Path) -> str:
-    """Import ``path`` by name from the commands' working directory."""
-    target = HERE / f"_{path.stem}_{os.getpid()}.py"
-    target.write_text(path.read_text())
-    return target.stem
-
-
-@pytest.fixture(autouse=True)
-def _clean_modules() -> Any:
-    yield
-    for leftover in HERE.glob(f"_renamed_app_{os.getpid()}.py"):
-        leftover.unlink()
