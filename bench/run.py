@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 import agent
 import console
+import deploy_check
 import encryption
 import evaluation
 import guard
@@ -80,6 +81,10 @@ GROUPS: dict[str, list[tuple[str, Callable[[], list[Figure]]]]] = {
         ("PostgreSQL console run page", console.bench_postgres),
     ],
     "startup": [("underway serve start-up", service.bench_startup)],
+    "deploy": [
+        ("SQLite deploy check of 10,000 parked runs", deploy_check.bench_sqlite),
+        ("PostgreSQL deploy check of 10,000 parked runs", deploy_check.bench_postgres),
+    ],
     "encryption": [
         ("SQLite encryption at rest", encryption.bench_sqlite),
         ("PostgreSQL encryption at rest", encryption.bench_postgres),

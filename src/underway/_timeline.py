@@ -77,6 +77,9 @@ def summarize(rec: Recorded) -> str:
             at = f"at step {e.first_step}" if e.checked else "by name (input unchecked)"
             head = f"flow {e.flow} started {at}{extra}"
             parent = f" as a child of run {e.parent_run_id}" if e.parent_run_id else ""
+            if e.fork is not None:
+                parent += (f" as a fork of run {e.fork.run_id} at seq {e.fork.seq} by "
+                           f"{e.fork.by}" + (f" ({e.fork.reason})" if e.fork.reason else ""))
             about = "" if e.subject is None and e.purpose == "operations" else (
                 f" about subject {e.subject or '(none)'} for {e.purpose}"
                 + (f" on consent {e.consent}" if e.consent else ""))
@@ -109,6 +112,13 @@ def summarize(rec: Recorded) -> str:
         case ev.ValueRecorded():
             shown = format_time(float(e.value)) if e.kind == "now" else preview(e.value, 40)
             return f"{e.kind}() = {shown}"
+        case ev.VersionMarked():
+            path = "the new path" if e.patched else "the old path (started before it)"
+            return f"version {e.change_id!r}: this run takes {path}"
+        case ev.RunForked():
+            why = f" ({e.reason})" if e.reason else ""
+            return (f"forked by {e.by} into run {e.run_id} from seq {e.seq}"
+                    f"{f' at step {e.step}' if e.step else ''}{why}")
         case ev.TimerSet():
             return (
                 f"timer {e.timer_id} set for {format_time(e.wake_at)} "

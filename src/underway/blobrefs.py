@@ -25,6 +25,25 @@ proves it is that blob); raises when it is not that blob's
 (:meth:`underway.codec.Codec.open_blob`)."""
 
 
+def blob_refs(value: JSON) -> list[str]:
+    """The blob addresses ``value`` refers to directly (``$blob`` and the heads of
+    ``$chain`` references, at any depth), without reading any blob."""
+    found: list[str] = []
+    todo = [value]
+    while todo:
+        v = todo.pop()
+        if isinstance(v, dict):
+            if len(v) == 1 and isinstance(v.get("$blob"), str):
+                found.append(v["$blob"])
+            elif len(v) == 2 and isinstance(v.get("$chain"), str):
+                found.append(v["$chain"])
+            else:
+                todo.extend(v.values())
+        elif isinstance(v, list):
+            todo.extend(v)
+    return found
+
+
 def envelope_problem(s: StoredEvent) -> str | None:
     """What is wrong with a (correctly chained) event's envelope, if anything: it must be
     JSON naming the row's seq and type (readable whether or not its data is sealed)."""

@@ -148,6 +148,11 @@ class StepRuntime(Protocol):
         """How a child run ended, suspending the run until it has."""
         ...
 
+    def version(self, change_id: str) -> bool:
+        """Whether the run takes the new path of change ``change_id`` (decided once per
+        run and journaled)."""
+        ...
+
 
 class RunContext(Generic[S, I]):
     """What a step sees: the run's state and input, and the journaled ways to act."""
@@ -314,6 +319,23 @@ class RunContext(Generic[S, I]):
         """A random float in [0, 1), journaled."""
         return float(self._x.value("random", _random.random()))
 
+    def version(self, change_id: str) -> bool:
+        """True when this run takes the code path of change ``change_id``, False when it
+        keeps the path it was on before the change was deployed (Temporal's ``patched``).
+
+        Decided the first time a run asks, and journaled (``VersionMarked``): every later
+        step of the run gets the same answer. A run asks for the first time either in a
+        step whose journal has nothing past this point — it takes the new path — or while
+        a step is re-run (after an approval, a retry timer, a crash) whose journaled calls
+        or values go further than this point without the marker: the old code made them,
+        so the run keeps the old path and its journaled calls still match. Once no
+        unfinished run is on the old path (``underway deploy check`` lists them), delete
+        the old branch and the ``ctx.version`` call. See docs/versioning.md.
+        """
+        if not isinstance(change_id, str) or not change_id.strip():
+            raise ConfigurationError(f"a change id must be a non-empty string, not {change_id!r}")
+        return self._x.version(change_id)
+
     # -- where to go next ---------------------------------------------------------------
     def goto(self, step: str | Callable[..., Any]) -> Goto:
         """Continue with ``step``."""
@@ -388,6 +410,8 @@ class Flow(Generic[S, I]):
         self.input_type: type[Any] = input or _NoInput
         self._init = init
         self.steps: dict[str, StepFn[S, I]] = {}
+        self.aliases: dict[str, str] = {}
+        """Old step names (renamed or removed steps) and the step each now stands for."""
         self.start_step: str | None = None
         self.allowed_tools: frozenset[str] | None = (
             None if tools is None
@@ -418,28 +442,79 @@ class Flow(Generic[S, I]):
             self.signals = names
 
     @overload
-    def step(self, fn: StepFn[S, I], *, name: str | None = None,
-             start: bool = False) -> StepFn[S, I]: ...
+    def step(self, fn: StepFn[S, I], *, name: str | None = None, start: bool = False,
+             aliases: Iterable[str] = ()) -> StepFn[S, I]: ...
 
     @overload
-    def step(self, fn: None = None, *, name: str | None = None,
-             start: bool = False) -> Callable[[StepFn[S, I]], StepFn[S, I]]: ...
+    def step(self, fn: None = None, *, name: str | None = None, start: bool = False,
+             aliases: Iterable[str] = ()) -> Callable[[StepFn[S, I]], StepFn[S, I]]: ...
 
     def step(
-        self, fn: StepFn[S, I] | None = None, *, name: str | None = None, start: bool = False
+        self, fn: StepFn[S, I] | None = None, *, name: str | None = None, start: bool = False,
+        aliases: Iterable[str] = (),
     ) -> StepFn[S, I] | Callable[[StepFn[S, I]], StepFn[S, I]]:
-        """Register a step (bare ``@flow.step`` or ``@flow.step(start=True)``)."""
+        """Register a step (bare ``@flow.step`` or ``@flow.step(start=True)``).
+
+        ``aliases``: the names this step had before (a rename): runs parked at an old
+        name, and ``goto`` targets still spelled that way, continue here (see
+        :meth:`alias`)."""
+        if isinstance(aliases, str):
+            raise ConfigurationError(
+                f"flow {self.name!r}: aliases must be a list of names, not the string "
+                f"{aliases!r}")
 
         def register(f: StepFn[S, I]) -> StepFn[S, I]:
             step_name = name or f.__name__
             if step_name in self.steps:
                 raise ConfigurationError(f"flow {self.name!r} already has a step {step_name!r}")
+            if step_name in self.aliases:
+                raise ConfigurationError(
+                    f"flow {self.name!r}: {step_name!r} is an alias of step "
+                    f"{self.aliases[step_name]!r}; a name is a step or an alias, not both")
             self.steps[step_name] = f
             if start or self.start_step is None:
                 self.start_step = step_name
+            for old in aliases:
+                self.alias(old, step_name)
             return f
 
         return register(fn) if fn is not None else register
+
+    def alias(self, old: str, to: str | Callable[..., Any]) -> None:
+        """Runs journaled at step ``old`` — a step renamed or removed — continue at step
+        ``to``: a run parked there (waiting, escalated, dead, or interrupted mid-step)
+        executes ``to`` when it next runs, and ``goto``/``then`` targets named ``old`` go
+        to ``to``. Journaled calls keep the keys they were made with; the journal records
+        the step under its new name from then on. ``to`` must be a step of this flow by
+        the time the flow is registered with an engine. See docs/versioning.md."""
+        target = _step_name(to)
+        if not old or not isinstance(old, str):
+            raise ConfigurationError(f"flow {self.name!r}: an alias must be a non-empty "
+                                     f"step name, not {old!r}")
+        if old in self.steps:
+            raise ConfigurationError(
+                f"flow {self.name!r} still has a step {old!r}; alias a name only once no "
+                "step has it")
+        known = self.aliases.get(old)
+        if known is not None and known != target:
+            raise ConfigurationError(
+                f"flow {self.name!r}: {old!r} is already an alias of {known!r}")
+        self.aliases[old] = target
+
+    def resolve_step(self, name: str) -> str:
+        """The step ``name`` stands for: itself, or the step its aliases lead to."""
+        seen = {name}
+        while name not in self.steps and name in self.aliases:
+            name = self.aliases[name]
+            if name in seen:
+                raise ConfigurationError(
+                    f"flow {self.name!r}: the aliases of {sorted(seen)} go round in a circle")
+            seen.add(name)
+        return name
+
+    def has_step(self, name: str) -> bool:
+        """True when ``name`` is a step of this flow or an alias of one."""
+        return self.resolve_step(name) in self.steps
 
     @staticmethod
     def check_name(name: str) -> str:
@@ -475,12 +550,32 @@ class Flow(Generic[S, I]):
             ) from exc
 
     def get_step(self, name: str) -> StepFn[S, I]:
-        """The step function called ``name``."""
+        """The step function called ``name`` (or that ``name`` is an alias of)."""
         try:
-            return self.steps[name]
+            return self.steps[self.resolve_step(name)]
         except KeyError:
+            hint = f", aliases: {sorted(self.aliases)}" if self.aliases else ""
             raise ConfigurationError(
-                f"flow {self.name!r} has no step {name!r}; steps: {sorted(self.steps)}"
+                f"flow {self.name!r} has no step {name!r}; steps: {sorted(self.steps)}{hint}. "
+                "A run parked at a step that was renamed or removed continues once the flow "
+                "names it as an alias (flow.alias(old, to=...); docs/versioning.md), or when "
+                "resumed at another step"
+            ) from None
+
+    def parse_state(self, data: JSON) -> S:
+        """A run's journaled state as this flow's state model — the model's defaults and
+        its ``mode="before"`` validators (the state's upcasters, see docs/versioning.md)
+        applied. Raises :class:`ConfigurationError` naming the flow and the fields that no
+        longer fit."""
+        try:
+            return self.state_type.model_validate(data)
+        except ValidationError as exc:
+            fields = sorted({".".join(map(str, e["loc"])) or "(root)" for e in exc.errors()})
+            raise ConfigurationError(
+                f"flow {self.name!r}: the journaled state does not fit "
+                f"{self.state_type.__name__} (fields {', '.join(fields)}): "
+                f"{exc.errors(include_url=False)[0]['msg']}; give new fields a default or "
+                "upcast old states in a model_validator(mode='before') (docs/versioning.md)"
             ) from None
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import cast
 
 from . import checkpoint
-from .blobrefs import broken_blob, envelope_problem
+from .blobrefs import blob_refs, broken_blob, envelope_problem
 from .codec import ENCRYPTED, UNSEALED, Codec, checkpoint_where, event_where, split_event
 from .errors import ConfigurationError, IntegrityError, KeyUnavailable, RunNotFound
 from .events import (
@@ -88,6 +88,14 @@ class BlobReader:
         elif missing:
             self._read.update(self.store.get_blobs(self.tenant_id, missing))
         return {k: self._read[k] for k in keys if k in self._read}
+
+    def prefetch(self, keys: Sequence[str]) -> None:
+        """Read ``keys`` now, in few queries, for the decodes that will ask for them."""
+        missing = list(dict.fromkeys(k for k in keys if k not in self._read))
+        if len(self._read) + len(missing) > self.KEEP:
+            self._read.clear()
+        if missing:
+            self._read.update(self.store.get_blobs(self.tenant_id, missing))
 
 
 KNOWN_FOR = 86_400.0
@@ -285,6 +293,43 @@ class Journal:
             self.codec.prepare(found[0].tenant_id, found[0].subject)
         return found
 
+    def load_many(self, tenant_id: str, run_ids: Sequence[str]) -> dict[str, RunState]:
+        """The states of many runs of a tenant, by run: their checkpoints and tails read
+        together in few queries (:meth:`~underway.store.journal.JournalStore.
+        load_checkpoints`), each checkpoint checked against its journal as :meth:`load`
+        checks it. A run without a checkpoint the journal vouches for is folded alone from
+        its journal; a run that does not exist is absent."""
+        self.codec.prepare(tenant_id)
+        rows = self.store.load_checkpoints(tenant_id, run_ids)
+        # The blobs the checkpoints refer to, read for all of them at once.
+        fetch = BlobReader(self.store, tenant_id)
+        refs: list[str] = []
+        for run_id, row in rows.items():
+            try:
+                refs += blob_refs(self.codec.open_json(
+                    row.state, checkpoint_where(tenant_id, run_id, row.seq)))
+            except Exception:
+                continue  # a row that does not open is judged, and refused, below
+        fetch.prefetch(refs)
+        out: dict[str, RunState] = {}
+        for run_id in run_ids:
+            found = rows.get(run_id)
+            state = None
+            if found is not None and found.tail:
+                trusted, records = self._trusted(tenant_id, run_id,
+                                                 (found.seq, found.state), found.tail, fetch)
+                if trusted is not None:
+                    for rec in records:
+                        apply(trusted, rec)
+                state = trusted
+            if state is None:
+                try:
+                    state = self.load(tenant_id, run_id)
+                except RunNotFound:
+                    continue
+            out[run_id] = state
+        return out
+
     def trusted_checkpoint(self, tenant_id: str, run_id: str) -> RunState | None:
         """The run's checkpointed state, only when the journal vouches for it."""
         row = self.store.load_checkpoint(tenant_id, run_id)
@@ -294,11 +339,13 @@ class Journal:
         return self._trusted(tenant_id, run_id, row, tail)[0]
 
     def _trusted(
-        self, tenant_id: str, run_id: str, row: tuple[int, bytes], tail: list[StoredEvent]
+        self, tenant_id: str, run_id: str, row: tuple[int, bytes], tail: list[StoredEvent],
+        fetch: BlobReader | None = None,
     ) -> tuple[RunState | None, list[Recorded]]:
         """The state ``row`` holds, when ``tail`` (the events from the row's seq on) shows
         that the journal committed to it, and the decoded events after it."""
-        fetch = BlobReader(self.store, tenant_id)  # the tail's conversation holds the row's
+        # The tail's conversation holds the row's: one reader serves both.
+        fetch = fetch or BlobReader(self.store, tenant_id)
         decoded = self._decode(tenant_id, run_id, tail, fetch)
         at = tail[0] if tail and tail[0].seq == row[0] else None
         later = [rec.seq for rec, digest in decoded if digest is not None and rec.seq > row[0]]

@@ -234,6 +234,11 @@ class RunState:
     purged: bool = False
     """Retention purged the run's payloads: its input, state, result and calls are gone;
     what is left is the skeleton of its events (:class:`~underway.events.PayloadPurged`)."""
+    versions: dict[str, bool] = field(default_factory=dict)
+    """The run's answer to each ``ctx.version(change_id)`` it asked: True for the new code
+    path, False for the old one (:class:`~underway.events.VersionMarked`)."""
+    forked_from: str | None = None
+    """The run this one was forked from (``underway runs fork``), if any."""
 
     @property
     def final(self) -> bool:
@@ -254,6 +259,11 @@ class RunState:
         )
         data["approvals"] = {k: a.to_json() for k, a in self.approvals.items()}
         data["children"] = {k: c.to_json() for k, c in self.children.items()}
+        # Fields a run has only once it uses what they record: checkpoints of runs that do
+        # not stay as they were, byte for byte.
+        for name, unused in (("versions", {}), ("forked_from", None)):
+            if data[name] == unused:
+                del data[name]
         if not self.purged:
             # Only a purged run's state says so; checkpoints (never of a purged run) stay
             # as they were.
@@ -393,6 +403,9 @@ def apply(s: RunState, rec: Recorded) -> RunState:
             s.parent_run_id = e.parent_run_id
             s.trace_context = e.trace_context
             s.subject, s.purpose, s.consent = e.subject, e.purpose, e.consent
+            s.forked_from = e.forked_from
+            if e.fork is not None:
+                _carry_over(s, e.fork)
         case ev.InputChecked():
             s.input, s.state = copy.deepcopy(e.input), copy.deepcopy(e.state)
             s.step, s.input_checked = e.first_step, True
@@ -401,6 +414,8 @@ def apply(s: RunState, rec: Recorded) -> RunState:
             s.attempt = e.attempt
         case ev.ValueRecorded():
             s.values.append(e.value)
+        case ev.VersionMarked():
+            s.versions[e.change_id] = e.patched
         case ev.PlanCreated() | ev.PlanRevised() | ev.ToolSelected():
             # Journaled once per step execution, like a value: a re-run does not repeat it.
             s.values.append(None)
@@ -591,11 +606,38 @@ def apply(s: RunState, rec: Recorded) -> RunState:
         case ev.PayloadPurged():
             _apply_purged(s, rec.at, e)
         case (ev.PolicyDecided() | ev.BudgetExceeded() | ev.ApprovalInvalid()
-              | ev.SignalIgnored() | ev.CheckpointRefused()):
+              | ev.SignalIgnored() | ev.CheckpointRefused() | ev.RunForked()):
             pass  # the audit trail's: they change nothing a run does next
         case _:
             assert_never(e)
     return s
+
+
+USAGE_COUNTERS = ("tool_calls", "read_calls", "model_calls", "tokens_in", "tokens_out",
+                  "cost_usd", "messages")
+"""The usage counters of a :class:`RunState` a fork carries over from its parent (besides
+``money.<CUR>``, the money moved by currency)."""
+
+
+def usage_counters(s: RunState) -> dict[str, float]:
+    """The run's usage counters as a fork carries them over (:data:`USAGE_COUNTERS` and
+    ``money.<CUR>``)."""
+    out: dict[str, float] = {name: float(getattr(s, name)) for name in USAGE_COUNTERS}
+    out.update({f"money.{cur}": amount for cur, amount in s.money.items()})
+    return out
+
+
+def _carry_over(s: RunState, fork: ev.ForkOrigin) -> None:
+    """A fork starts with its parent's counters and version markers (never its approvals,
+    calls or waits)."""
+    for name, value in fork.usage.items():
+        if name.startswith("money."):
+            s.money[name[6:]] = float(value)
+        elif name == "cost_usd":
+            s.cost_usd = float(value)
+        elif name in USAGE_COUNTERS:
+            setattr(s, name, int(value))
+    s.versions = dict(fork.versions)
 
 
 _ENDS: dict[str, RunStatus] = {
@@ -614,6 +656,7 @@ def _apply_purged(s: RunState, at: float, e: ev.PayloadPurged) -> None:
             s.flow, s.created_at = str(k.get("flow") or ""), at
             s.step = _text(k.get("first_step"))
             s.parent_run_id = _text(k.get("parent_run_id"))
+            s.forked_from = _text(k.get("forked_from"))
         case "StepCompleted":
             s.step = _text(k.get("next"))
             s.steps_completed += 1

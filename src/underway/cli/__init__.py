@@ -1,7 +1,9 @@
 """The ``underway`` command line: a thin layer over the client (and, for ``underway
 worker``, the executor).
 
-``underway db migrate``, ``underway runs start|ls|show|events|signal|cancel|resolve|resume``,
+``underway db migrate``, ``underway runs start|ls|show|events|signal|cancel|resolve|resume|fork``,
+``underway replay`` (a historical run against new code, model or policy, without side
+effects), ``underway deploy check`` (parked runs against new code),
 ``underway audit verify|anchor|keygen``, ``underway worker``, ``underway queues set|ls|rm``,
 ``underway schedules ls|add|rm``, ``underway events send``,
 ``underway intake nats|rabbitmq|maildir``,
@@ -51,6 +53,7 @@ LAZY: dict[str, str] = {
     "audit": "audit:app",
     "consent": "consent:app",  # data subjects' consent per purpose: grant, withdraw, show
     "db": "db:app",
+    "deploy": "deploy:app",  # before a deploy: parked runs checked against the new code
     "erase": "erase:app",  # erasing data subjects by crypto-shredding; the erasure log
     "events": "events:app",
     "hold": "retention:holds",  # legal holds, which stop every purge
@@ -68,6 +71,7 @@ LAZY: dict[str, str] = {
     "drift": "evaluation:drift_app",  # recent behaviour against a baseline, from journals
     "drill": "drill:app",  # fault drills: a flow against crashes, duplicates, bad answers
     "eval": "evaluation:eval_app",  # completion, takeover, safety, cost... from journals
+    "replay": "replay:app",  # a historical run against new code, model or policy
     "serve": "serve:app",
     "usage": "usage:app",  # spending: tokens, cost, calls, messages, money per tenant
     "worker": "worker:app",
@@ -78,7 +82,8 @@ needs and nothing else. ``serve`` needs FastAPI and uvicorn (the ``service`` ext
 starts in well under a second because no other command's module comes with it; ``worker``
 alone loads the executor."""
 
-_SINGLE = frozenset({"access-log", "drift", "drill", "eval", "serve", "usage", "worker"})
+_SINGLE = frozenset({"access-log", "drift", "drill", "eval", "replay", "serve", "usage",
+                     "worker"})
 """The :data:`LAZY` entries that are one command rather than a group of them."""
 
 

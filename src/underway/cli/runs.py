@@ -415,3 +415,71 @@ def resume(
     typer.echo(f"run {run} resumed {where} by {by} (unsigned: a worker with "
                "--signed-resolutions refuses it; sign one with `underway approvals resolve "
                "RUN --outcome resume`)")
+
+
+@app.command("fork")
+@handle_errors
+def fork(
+    ctx: typer.Context,
+    run: RunArg,
+    at: Annotated[
+        int, typer.Option("--at", help="The seq of the run's event whose state the fork "
+                          "starts from (`underway runs events RUN` shows them).",
+                          show_default=False),
+    ],
+    by: ByOption,
+    reason: Annotated[str, typer.Option("--reason", help="Why (journaled in both runs).")]
+    = "",
+    step: Annotated[
+        str | None,
+        typer.Option("--step", help="Start the fork at this step (default: the step the run "
+                     "stood at after that event, run from its start).", show_default=False),
+    ] = None,
+    state_patch: Annotated[
+        str | None,
+        typer.Option("--state-patch", help="Change the state first: a JSON object (a merge "
+                     "patch) or a JSON Patch list of operations.", show_default=False),
+    ] = None,
+    app_spec: Annotated[
+        str | None,
+        typer.Option("--app", help="The flows, as module:attribute: check the step and the "
+                     "patched state against the flow now.", show_default=False),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the fork as JSON.")] = False,
+    tenant: TenantOption = "default",
+    purpose: PurposeOption = DEFAULT_PURPOSE,
+    db: DbOption = None,
+) -> None:
+    """Start a new run from a run's state at one of its events, for recovery or a what-if.
+
+    The fork gets a new id and starts ready at the step (its calls made anew, under keys of
+    its own); it keeps the run's input, principal, subject and usage counters, and never
+    inherits approvals, pending requests, waits or escalations: a forked call that needs
+    an approval asks for its own. Both journals record the link (RunForked in the run,
+    the origin in the fork's first event). The read of the run's state is written to the
+    access log."""
+    patch = parse_json(state_patch, "--state-patch")
+    flows: list[Flow[Any, Any]] = []
+    if app_spec is not None:
+        if os.getcwd() not in sys.path:
+            sys.path.insert(0, os.getcwd())
+        flows = load_app(app_spec)[0]
+    with open_client(ctx, db) as client:
+        if flows:
+            client = Client(client.store, flows=flows)
+        run = find_run(client, tenant, run).run_id
+        record_read(client.store, "runs fork", tenant, [run], purpose=purpose, by=by)
+        made = client.fork(run, at_seq=at, by=by, reason=reason, step=step,
+                           state_patch=patch, tenant_id=tenant)
+    if as_json:
+        typer.echo(json.dumps(dataclasses.asdict(made)))
+        return
+    typer.echo(f"forked run {made.parent_run_id} at seq {made.seq} (it stood at step "
+               f"{made.parent_step or '-'}, {made.parent_status}) into run {made.run_id}, "
+               f"starting at step {made.step}")
+    if made.redone:
+        typer.echo(f"note: the fork runs step {made.step} from its start and makes again, "
+                   f"under its own keys, the calls the run had made in it: "
+                   f"{', '.join(made.redone)}")
+    for note in made.notes:
+        typer.echo(f"note: {note}")

@@ -20,6 +20,7 @@ from ..state import Recorded, RunState
 from ..store.base import ConsentRecord, RunRecord
 from ._activity import Activity, ActivityDay
 from ._client import ChildRun, Client, RunEvent, RunPage
+from ._forking import Fork
 from ._requests import PendingRequest, redact_request
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "ChildRun",
     "Client",
     "ConsentRecord",
+    "Fork",
     "PendingRequest",
     "Recorded",
     "RunEvent",

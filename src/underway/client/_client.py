@@ -31,6 +31,7 @@ from ..store.base import NewRun, RunRecord, SignalRecord, Store
 from ..subjects import DEFAULT_PURPOSE
 from ._activity import Activity, activity
 from ._consent import Consents
+from ._forking import Forks
 from ._requests import PendingRequest, readable_row, request_of, sealed_request, sealed_state
 from ._starting import new_run
 
@@ -74,7 +75,7 @@ class ChildRun:
     error: str | None = None
 
 
-class Client(Consents):
+class Client(Consents, Forks):
     """Starts, steers and reads runs: what an operator, the CLI, an HTTP API or another
     service does. It needs no flow code and runs no step; workers (an
     :class:`~underway.Engine` driven by a :class:`~underway.Worker` or

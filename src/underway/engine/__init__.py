@@ -4,9 +4,10 @@ Modules, each named for what it holds: ``_executor`` (:class:`Engine`: claiming,
 activation loop, finishing a step, leaving the worker), ``_activation`` (a leased run's
 buffered events and its fenced commit), ``_calls`` (step execution and the call path: the
 one door every tool call passes), ``_inbox`` (control signals and signed decisions read at
-a step boundary), ``_registry`` (flows and tools by name) and ``_stops`` (how a step stops
-short). Operator actions live in :mod:`underway.client`; an engine's own ``start``,
-``signal``... are its client's.
+a step boundary), ``_children`` (child runs), ``_versions`` (``ctx.version`` patch
+markers), ``_registry`` (flows and tools by name) and ``_stops`` (how a step stops short).
+Operator actions live in :mod:`underway.client`; an engine's own ``start``, ``signal``...
+are its client's.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from __future__ import annotations
 from ..control import CANCEL, RESOLVE, RESUME
 from ._activation import question_expiry
 from ._calls import StepExecution
+from ._children import StepWithChildren, child_run_id
 from ._executor import IDLE_CLAIM_BACKOFF, Engine
+from ._registry import Registry
 
 __all__ = [
     "CANCEL",
@@ -22,6 +25,9 @@ __all__ = [
     "RESOLVE",
     "RESUME",
     "Engine",
+    "Registry",
     "StepExecution",
+    "StepWithChildren",
+    "child_run_id",
     "question_expiry",
 ]

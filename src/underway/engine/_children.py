@@ -18,6 +18,7 @@ from ._calls import StepExecution
 from ._inbox import pending_signals
 from ._outbox import child_finished
 from ._stops import Suspend
+from ._versions import decide_version
 
 if TYPE_CHECKING:
     from ._activation import Activation
@@ -83,6 +84,12 @@ class StepWithChildren(StepExecution):
         await act.store(eng.store.create_run, new)
         faults.point("child.after_create")
         return run_id
+
+    def version(self, change_id: str) -> bool:
+        """Whether the run takes the new path of ``change_id`` (see
+        :meth:`~underway.flow.RunContext.version`)."""
+        return decide_version(self._act, change_id, self.step, calls=self._calls,
+                              values=self._values)
 
     async def wait_child(self, run_id: str) -> ChildOutcome:
         act, eng = self._act, self._act.engine

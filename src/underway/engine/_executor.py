@@ -103,6 +103,10 @@ class Engine:
     call goes through :meth:`io` (see :mod:`underway.store._offload`).
     """
 
+    execution: type[StepWithChildren] = StepWithChildren
+    """What executes a step's calls (a counterfactual replay's engine serves recorded
+    results through its own, :mod:`underway.replay`)."""
+
     def __init__(
         self,
         store: Store,
@@ -448,12 +452,13 @@ class Engine:
 
     async def _run_step(self, act: Activation, flow: Flow[Any, Any]) -> None:
         s = act.state
-        step = str(s.step)
+        # A run parked at a renamed or removed step continues at the step its alias names.
+        step = flow.resolve_step(str(s.step))
         act.buffer(ev.StepStarted(step=step, attempt=s.attempt + 1))
-        x = StepWithChildren(act, step)
+        x = self.execution(act, step)
         try:
             ctx: RunContext[Any, Any] = RunContext(
-                x, flow.state_type.model_validate(s.state), flow.input_type.model_validate(s.input)
+                x, flow.parse_state(s.state), flow.input_type.model_validate(s.input)
             )
             faults.point("step.before_run")
             nxt = await flow.get_step(step)(ctx)
@@ -516,6 +521,7 @@ class Engine:
             nxt.step if isinstance(nxt, Goto) else None)
         if then is not None:
             flow.get_step(then)
+            then = flow.resolve_step(then)
         if isinstance(nxt, Done):
             try:
                 canonical_json(nxt.result)

@@ -24,6 +24,11 @@ class Registry:
         """Make ``flow`` runnable (and register the tools it declares)."""
         if flow.start_step is None:
             raise ConfigurationError(f"flow {flow.name!r} has no steps")
+        for old, to in flow.aliases.items():
+            if not flow.has_step(old):
+                raise ConfigurationError(
+                    f"flow {flow.name!r}: alias {old!r} leads to {to!r}, which is not a step "
+                    f"of the flow; steps: {sorted(flow.steps)}")
         self.flows[flow.name] = flow
         for t in flow.declared_tools:
             known = self.tools.setdefault(t.name, t)

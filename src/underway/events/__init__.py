@@ -50,11 +50,13 @@ from ._chain import canonical_json, chain_hash, genesis_hash
 from ._purged import PURGED, SKELETON, PayloadPurged, skeleton
 from ._run import (
     CheckpointRefused,
+    ForkOrigin,
     InputChecked,
     RunCancelled,
     RunCompleted,
     RunDeadLettered,
     RunFailed,
+    RunForked,
     RunResumed,
     RunStarted,
 )
@@ -75,6 +77,7 @@ from ._steps import (
     TimerSet,
     ToolSelected,
     ValueRecorded,
+    VersionMarked,
 )
 from ._tombstone import Tombstone, is_tombstone, read_tombstone
 from ._union import (
@@ -111,6 +114,7 @@ __all__ = [
     "EscalationExpired",
     "EscalationResolved",
     "Event",
+    "ForkOrigin",
     "InputChecked",
     "ModelResponded",
     "PayloadPurged",
@@ -122,6 +126,7 @@ __all__ = [
     "RunCompleted",
     "RunDeadLettered",
     "RunFailed",
+    "RunForked",
     "RunResumed",
     "RunStarted",
     "SchemaValidationFailed",
@@ -144,6 +149,7 @@ __all__ = [
     "ToolTimedOut",
     "Upcaster",
     "ValueRecorded",
+    "VersionMarked",
     "canonical_json",
     "chain_hash",
     "envelope",

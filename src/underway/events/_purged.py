@@ -26,11 +26,13 @@ PURGED = "[purged]"
 _CALL = ("key", "tool", "index")
 
 SKELETON: dict[str, tuple[str, ...]] = {
-    "RunStarted": ("flow", "first_step", "checked", "parent_run_id", "deadline", "purpose"),
+    "RunStarted": ("flow", "first_step", "checked", "parent_run_id", "deadline", "purpose",
+                   "forked_from"),
     "InputChecked": ("first_step",),
     "StepStarted": ("step", "attempt"),
     "StepCompleted": ("step", "next"),
     "ValueRecorded": ("kind", "index"),
+    "VersionMarked": ("change_id", "patched", "step"),
     "TimerSet": ("timer_id", "wake_at"),
     "TimerFired": ("timer_id",),
     "PlanCreated": ("model",),
@@ -72,6 +74,7 @@ SKELETON: dict[str, tuple[str, ...]] = {
     "RunCompleted": (),
     "RunFailed": ("error_type", "step"),
     "RunCancelled": (),
+    "RunForked": ("run_id", "seq", "step"),
     "CheckpointRefused": ("checkpoint_seq",),
 }
 """The fields of each event type a purge keeps (a type not named keeps none)."""

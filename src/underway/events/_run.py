@@ -5,9 +5,31 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from ._base import JSON, Event
+
+
+class ForkOrigin(BaseModel):
+    """Where a forked run came from (:class:`RunStarted` ``fork``): the parent run, the
+    seq of the parent's journal whose state the fork starts from, the step the parent
+    stood at there, who forked it and why, and what the fork carries over besides the
+    state: the parent's usage counters at that seq (so budgets and counter rules such as
+    "at most three reminders" still count what the parent did) and its version markers
+    (``ctx.version``). Approvals, pending decisions, timers, waits and escalations are
+    never carried over: a forked call needs its own approval."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    run_id: str
+    seq: int
+    step: str | None
+    by: str
+    reason: str = ""
+    usage: dict[str, float] = Field(default_factory=dict)
+    """The parent's counters at ``seq``: ``tool_calls``, ``read_calls``, ``model_calls``,
+    ``tokens_in``, ``tokens_out``, ``cost_usd``, ``messages`` and ``money.<CUR>``."""
+    versions: dict[str, bool] = Field(default_factory=dict)
 
 
 class RunStarted(Event):
@@ -43,6 +65,10 @@ class RunStarted(Event):
     consent: str | None = None
     """The reference of the consent the run was started on (evidence, journaled as given;
     what policies check is the consent store at the time of each call)."""
+    forked_from: str | None = None
+    """The run (same tenant) this one was forked from (``underway runs fork``)."""
+    fork: ForkOrigin | None = None
+    """For a fork: where in its parent it starts and what it carries over."""
 
 
 class InputChecked(Event):
@@ -78,6 +104,18 @@ class RunResumed(Event):
     by: str
     step: str | None = None
     decision: JSON = None
+
+
+class RunForked(Event):
+    """An operator forked this run: run ``run_id`` (same tenant) starts from this run's
+    state at ``seq`` (at step ``step``), for recovery or a what-if. Changes nothing here."""
+
+    type: Literal["RunForked"] = "RunForked"
+    run_id: str
+    seq: int
+    step: str | None
+    by: str
+    reason: str = ""
 
 
 class RunCompleted(Event):

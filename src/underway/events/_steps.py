@@ -36,6 +36,18 @@ class ValueRecorded(Event):
     value: JSON
 
 
+class VersionMarked(Event):
+    """A run asked ``ctx.version(change_id)`` for the first time: ``patched`` says whether
+    it takes the new code path of that change (True) or keeps the old one (False, because
+    the step's journal already went past this point without the change). Every later
+    ``ctx.version`` of the same change in the run gives the same answer."""
+
+    type: Literal["VersionMarked"] = "VersionMarked"
+    change_id: str
+    patched: bool
+    step: str
+
+
 class TimerSet(Event):
     """A durable timer: the run wakes at ``wake_at`` (epoch seconds)."""
 

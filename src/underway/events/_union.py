@@ -45,6 +45,7 @@ from ._run import (
     RunCompleted,
     RunDeadLettered,
     RunFailed,
+    RunForked,
     RunResumed,
     RunStarted,
 )
@@ -65,6 +66,7 @@ from ._steps import (
     TimerSet,
     ToolSelected,
     ValueRecorded,
+    VersionMarked,
 )
 
 RunEvent: TypeAlias = (
@@ -81,6 +83,7 @@ RunEvent: TypeAlias = (
     | SchemaValidationFailed
     | ModelResponded
     | ValueRecorded
+    | VersionMarked
     | TimerSet
     | TimerFired
     | SignalAwaited
@@ -94,6 +97,7 @@ RunEvent: TypeAlias = (
     | RunCompleted
     | RunFailed
     | RunCancelled
+    | RunForked
     | ChildStarted
     | ChildAwaited
     | ChildFinished

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from .records import AppendBatch, NewRun, RunRecord, StoredEvent
+from .records import AppendBatch, CheckpointTail, ForkLink, NewRun, RunRecord, StoredEvent
 
 BLOB_BATCH = 500
 """Keys per query when many blobs are read at once (a bound on a query's ``IN`` list)."""
@@ -43,8 +43,27 @@ class JournalStore(Protocol):
         """
         ...
 
+    def fork_run(self, new: NewRun, link: ForkLink) -> RunRecord:
+        """Create the forked run ``new`` (no idempotency key) and append ``link.event`` to
+        its parent, in one transaction. Raise :class:`~underway.errors.ConflictError` and
+        change nothing when the parent's journal no longer ends at ``link.expected_seq``,
+        when a worker holds the parent's lease at ``link.now`` (it is being advanced), or
+        when a run with the fork's id exists; :class:`~underway.errors.RunNotFound` when
+        the parent has no row. The parent's row moves its head (``last_seq``,
+        ``last_hash``, ``updated_at``) to the new event and keeps its status."""
+        ...
+
     def load_events(self, tenant_id: str, run_id: str, after_seq: int = 0) -> list[StoredEvent]:
         """Events with ``seq > after_seq`` in order."""
+        ...
+
+    def load_checkpoints(
+        self, tenant_id: str, run_ids: Sequence[str]
+    ) -> dict[str, CheckpointTail]:
+        """The checkpoint of each run of ``run_ids`` that has one, with the events from its
+        seq on, by run (a run without a checkpoint is absent): what loading many runs'
+        states needs, read in few queries (:data:`RUN_BATCH` runs a query), each run's
+        checkpoint and tail from one snapshot."""
         ...
 
     def events_by_type(

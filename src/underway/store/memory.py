@@ -22,6 +22,8 @@ from .records import (
     FINAL,
     AppendBatch,
     ApproverRecord,
+    CheckpointTail,
+    ForkLink,
     IntakeRecord,
     IntakeRequest,
     Lease,
@@ -160,6 +162,45 @@ class MemoryStore(MemoryAccess, MemoryConsent, MemoryRetention, MemoryKeys):
             if batch.checkpoint is not None:
                 self._checkpoints[key] = batch.checkpoint
             return control
+
+    def fork_run(self, new: NewRun, link: ForkLink) -> RunRecord:
+        """Create the fork and append the parent's event, both or neither."""
+        parent_key = (link.tenant_id, link.run_id)
+        with self._lock:
+            parent = self._runs.get(parent_key)
+            if parent is None:
+                raise RunNotFound(link.tenant_id, link.run_id)
+            if parent.lease_owner is not None and (parent.lease_expires_at or 0) >= link.now:
+                raise ConflictError(
+                    f"run {link.run_id} is being advanced by {parent.lease_owner}; fork it "
+                    "once that worker has handed it back")
+            events = self._events[parent_key]
+            head = events[-1].seq if events else 0
+            if head != link.expected_seq:
+                raise ConflictError(
+                    f"run {link.run_id}: expected last seq {link.expected_seq}, found {head}")
+            if (new.tenant_id, new.run_id) in self._runs:
+                raise ConflictError(f"run {new.run_id} already exists in tenant {new.tenant_id}")
+            forked, _ = self.create_run(dataclasses.replace(new, idempotency_key=None))
+            events.append(link.event)
+            self._runs[parent_key] = dataclasses.replace(
+                parent, last_seq=link.event.seq, last_hash=link.event.hash,
+                updated_at=link.now)
+            return forked
+
+    def load_checkpoints(
+        self, tenant_id: str, run_ids: Sequence[str]
+    ) -> dict[str, CheckpointTail]:
+        """Checkpoints with their tails, of the runs that have one."""
+        with self._lock:
+            found = {}
+            for run_id in run_ids:
+                row = self._checkpoints.get((tenant_id, run_id))
+                if row is not None:
+                    tail = [e for e in self._events.get((tenant_id, run_id), [])
+                            if e.seq >= row[0]]
+                    found[run_id] = CheckpointTail(row[0], row[1], tail)
+            return found
 
     def load_events(self, tenant_id: str, run_id: str, after_seq: int = 0) -> list[StoredEvent]:
         """Events after ``after_seq``."""

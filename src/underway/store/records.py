@@ -107,6 +107,30 @@ class AppendBatch:
 
 
 @dataclass(frozen=True, slots=True)
+class ForkLink:
+    """What forking a run writes to the parent, with the fork: ``event`` (a ``RunForked``,
+    stored and chained from the parent's head) appended at ``expected_seq + 1`` — only if
+    the parent's journal still ends at ``expected_seq`` and no worker holds its lease at
+    ``now``."""
+
+    tenant_id: str
+    run_id: str
+    expected_seq: int
+    event: StoredEvent
+    now: float
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointTail:
+    """A run's checkpoint (its ``seq`` and stored ``state``) with the events from that seq
+    on (``tail``, the first one the event the checkpoint is bound to), read together."""
+
+    seq: int
+    state: bytes
+    tail: list[StoredEvent]
+
+
+@dataclass(frozen=True, slots=True)
 class Lease:
     """The right to append to a run, proven by ``token`` until ``expires_at``."""
 

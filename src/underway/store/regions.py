@@ -37,7 +37,9 @@ from .records import (
     ApiKeyRecord,
     AppendBatch,
     ApproverRecord,
+    CheckpointTail,
     ConsentRecord,
+    ForkLink,
     IntakeRecord,
     IntakeRequest,
     IntakeSecretRecord,
@@ -146,6 +148,20 @@ class RegionalStore(RegionalRetention, RegionalKeys):
     def append(self, batch: AppendBatch) -> bool:
         """Append in the run's region (its signals go to runs of the same tenant)."""
         return self._of(batch.tenant_id).append(batch)
+
+    def fork_run(self, new: NewRun, link: ForkLink) -> RunRecord:
+        """Fork a run in its tenant's region (a fork stays in its parent's tenant)."""
+        if new.tenant_id != link.tenant_id:
+            raise ConfigurationError(
+                f"a fork stays in its parent's tenant: {new.tenant_id!r} is not "
+                f"{link.tenant_id!r}")
+        return self._of(link.tenant_id).fork_run(new, link)
+
+    def load_checkpoints(
+        self, tenant_id: str, run_ids: Sequence[str]
+    ) -> dict[str, CheckpointTail]:
+        """Checkpoints with their tails, from the tenant's region."""
+        return self._of(tenant_id).load_checkpoints(tenant_id, run_ids)
 
     def load_events(self, tenant_id: str, run_id: str, after_seq: int = 0) -> list[StoredEvent]:
         """Events, from the tenant's region."""

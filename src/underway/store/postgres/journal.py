@@ -3,6 +3,7 @@ checkpoints, blobs and the runs table."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -10,7 +11,7 @@ from psycopg import errors as pg_errors
 
 from ...errors import ConflictError, FencedError, RunNotFound
 from ..journal import BLOB_BATCH, CHAIN_LIMIT, RUN_BATCH
-from ..records import AppendBatch, NewRun, RunRecord, StoredEvent
+from ..records import AppendBatch, CheckpointTail, ForkLink, NewRun, RunRecord, StoredEvent
 from .connection import _Q, Connection, _run
 from .inbox import _signal_params
 
@@ -128,6 +129,56 @@ class Journal(Connection):
                 ) from exc
             row = (settled if settled is not None else advanced).fetchone()
         return bool(row[0]) if row else False
+
+    def fork_run(self, new: NewRun, link: ForkLink) -> RunRecord:
+        """Create the fork and append the parent's event in one transaction, the parent's
+        row locked while its lease and head are checked."""
+        key = {"tenant_id": link.tenant_id, "run_id": link.run_id}
+        with self._pool.connection() as conn, conn.transaction():
+            parent = conn.execute(_Q["fork_parent"], key).fetchone()
+            if parent is None:
+                raise RunNotFound(link.tenant_id, link.run_id)
+            owner, expires, head = parent
+            if owner is not None and (expires or 0) >= link.now:
+                raise ConflictError(
+                    f"run {link.run_id} is being advanced by {owner}; fork it once that "
+                    "worker has handed it back")
+            if head != link.expected_seq:
+                raise ConflictError(
+                    f"run {link.run_id}: expected last seq {link.expected_seq}, found {head}")
+            # A fork is never found by an idempotency key: it is always a new run.
+            row = conn.execute(_Q["create_run"], _run_params(
+                dataclasses.replace(new, idempotency_key=None))).fetchone()
+            if row is None:
+                raise ConflictError(
+                    f"run {new.run_id} already exists in tenant {new.tenant_id}")
+            e = link.event
+            try:
+                conn.execute(_Q["fork_append"], {**key, "seq": e.seq, "type": e.type,
+                                                 "payload": e.payload, "hash": e.hash,
+                                                 "now": link.now})
+            except pg_errors.UniqueViolation as exc:
+                # Another writer appended after the head this statement's snapshot saw.
+                raise ConflictError(
+                    f"run {link.run_id}: another writer appended after seq "
+                    f"{link.expected_seq}") from exc
+            conn.execute(_Q["notify_run"], _run_params(new))
+        return _run(row)
+
+    def load_checkpoints(
+        self, tenant_id: str, run_ids: Sequence[str]
+    ) -> dict[str, CheckpointTail]:
+        """Checkpoints with their tails, :data:`~underway.store.journal.RUN_BATCH` runs a
+        query."""
+        found: dict[str, CheckpointTail] = {}
+        for i in range(0, len(run_ids), RUN_BATCH):
+            rows = self._all("checkpoints_with_tails", tenant_id=tenant_id,
+                             runs=list(run_ids[i:i + RUN_BATCH]))
+            for r in rows:
+                if r[0] not in found:
+                    found[r[0]] = CheckpointTail(int(r[1]), bytes(r[2]), [])
+                found[r[0]].tail.append(StoredEvent(r[3], r[4], bytes(r[5]), r[6]))
+        return found
 
     def load_events(self, tenant_id: str, run_id: str, after_seq: int = 0) -> list[StoredEvent]:
         """Events after ``after_seq``."""

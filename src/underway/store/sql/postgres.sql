@@ -124,6 +124,32 @@ SELECT run_id, seq, type, payload, hash FROM events
  WHERE tenant_id = %(tenant_id)s AND run_id = ANY(%(runs)s) AND type = ANY(%(types)s)
  ORDER BY run_id COLLATE "C", seq
 
+-- name: checkpoints_with_tails
+-- Each run's checkpoint with the events from its seq on, in one statement (one snapshot).
+SELECT c.run_id, c.seq, c.state, e.seq, e.type, e.payload, e.hash
+  FROM checkpoints c
+  JOIN events e ON e.tenant_id = c.tenant_id AND e.run_id = c.run_id AND e.seq >= c.seq
+ WHERE c.tenant_id = %(tenant_id)s AND c.run_id = ANY(%(runs)s)
+ ORDER BY c.run_id COLLATE "C", e.seq
+
+-- name: fork_parent
+-- What forking a run checks of its parent, its row locked for the fork's transaction: its
+-- lease and its journal's head.
+SELECT lease_owner, lease_expires_at,
+       (SELECT COALESCE(MAX(seq), 0) FROM events e
+         WHERE e.tenant_id = runs.tenant_id AND e.run_id = runs.run_id) AS last_seq
+  FROM runs WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s
+   FOR NO KEY UPDATE
+
+-- name: fork_append
+-- The event a fork writes to its parent, and the parent row's head moved to it.
+WITH appended AS (
+    INSERT INTO events (tenant_id, run_id, seq, type, payload, hash)
+    VALUES (%(tenant_id)s, %(run_id)s, %(seq)s, %(type)s, %(payload)s, %(hash)s)
+)
+UPDATE runs SET last_seq = %(seq)s, last_hash = %(hash)s, updated_at = %(now)s
+ WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s
+
 -- name: journal_heads
 SELECT DISTINCT ON (tenant_id COLLATE "C", run_id COLLATE "C") tenant_id, run_id, seq, hash
   FROM events

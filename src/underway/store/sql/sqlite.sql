@@ -79,6 +79,27 @@ SELECT run_id, seq, type, payload, hash FROM events
    AND type IN (SELECT value FROM json_each(:types))
  ORDER BY run_id, seq
 
+-- name: checkpoints_with_tails
+-- Each run's checkpoint with the events from its seq on, in one statement (one snapshot).
+SELECT c.run_id, c.seq, c.state, e.seq, e.type, e.payload, e.hash
+  FROM checkpoints c
+  JOIN events e ON e.tenant_id = c.tenant_id AND e.run_id = c.run_id AND e.seq >= c.seq
+ WHERE c.tenant_id = :tenant_id
+   AND c.run_id IN (SELECT value FROM json_each(:runs))
+ ORDER BY c.run_id, e.seq
+
+-- name: fork_parent
+-- What forking a run checks of its parent, in the fork's transaction: its lease and its
+-- journal's head.
+SELECT lease_owner, lease_expires_at,
+       (SELECT COALESCE(MAX(seq), 0) FROM events e
+         WHERE e.tenant_id = runs.tenant_id AND e.run_id = runs.run_id) AS last_seq
+  FROM runs WHERE tenant_id = ? AND run_id = ?
+
+-- name: advance_head
+-- The parent of a fork: its row's head follows the event the fork appended.
+UPDATE runs SET last_seq = ?, last_hash = ?, updated_at = ? WHERE tenant_id = ? AND run_id = ?
+
 -- name: journaled_runs
 SELECT tenant_id, run_id FROM runs
 UNION

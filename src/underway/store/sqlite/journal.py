@@ -3,13 +3,14 @@ checkpoints, blobs and the runs table."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
 from collections.abc import Sequence
 
 from ...errors import ConflictError, FencedError, RunNotFound
 from ..journal import BLOB_BATCH, CHAIN_LIMIT, RUN_BATCH
-from ..records import AppendBatch, NewRun, RunRecord, StoredEvent
+from ..records import AppendBatch, CheckpointTail, ForkLink, NewRun, RunRecord, StoredEvent
 from .connection import _Q, Connection
 from .inbox import _send_signal
 
@@ -66,6 +67,44 @@ class Journal(Connection):
             for signal in batch.signals:
                 _send_signal(c, signal)
         return control_pending
+
+    def fork_run(self, new: NewRun, link: ForkLink) -> RunRecord:
+        """Create the fork and append the parent's event in one transaction."""
+        t, r, e = link.tenant_id, link.run_id, link.event
+        with self._tx() as c:
+            parent = c.execute(_Q["fork_parent"], (t, r)).fetchone()
+            if parent is None:
+                raise RunNotFound(t, r)
+            if parent["lease_owner"] is not None and (
+                    parent["lease_expires_at"] or 0) >= link.now:
+                raise ConflictError(
+                    f"run {r} is being advanced by {parent['lease_owner']}; fork it once "
+                    "that worker has handed it back")
+            if parent["last_seq"] != link.expected_seq:
+                raise ConflictError(
+                    f"run {r}: expected last seq {link.expected_seq}, found "
+                    f"{parent['last_seq']}")
+            # A fork is never found by an idempotency key: it is always a new run.
+            forked, _ = _create_run(c, dataclasses.replace(new, idempotency_key=None))
+            c.execute(_Q["insert_event"], (t, r, e.seq, e.type, e.payload, e.hash))
+            c.execute(_Q["advance_head"], (e.seq, e.hash, link.now, t, r))
+            return forked
+
+    def load_checkpoints(
+        self, tenant_id: str, run_ids: Sequence[str]
+    ) -> dict[str, CheckpointTail]:
+        """Checkpoints with their tails, :data:`~underway.store.journal.RUN_BATCH` runs a
+        query."""
+        found: dict[str, CheckpointTail] = {}
+        for i in range(0, len(run_ids), RUN_BATCH):
+            rows = self._query_named("checkpoints_with_tails", tenant_id=tenant_id,
+                                     runs=json.dumps(list(run_ids[i:i + RUN_BATCH])))
+            for row in rows:
+                run_id = row[0]
+                if run_id not in found:
+                    found[run_id] = CheckpointTail(int(row[1]), _bytes(row[2]), [])
+                found[run_id].tail.append(StoredEvent(row[3], row[4], _bytes(row[5]), row[6]))
+        return found
 
     def load_events(self, tenant_id: str, run_id: str, after_seq: int = 0) -> list[StoredEvent]:
         """Events after ``after_seq``."""

@@ -1,0 +1,110 @@
+"""``underway deploy check``: before a deploy, every unfinished run of the database against
+the new code (see :mod:`underway.deploy` and docs/versioning.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import sys
+import time
+from typing import Annotated
+
+import typer
+
+from ..crypto import Envelope, rotation_flow
+from ..deploy import Breakage, check_deploy
+from ..loading import load_app
+from ._common import (
+    ConfigOption,
+    DbOption,
+    KeyringOption,
+    Problem,
+    handle_errors,
+    import_paths,
+    open_store,
+    read_config,
+)
+
+app = typer.Typer(help="Check parked runs against new code before a deploy.",
+                  no_args_is_help=True)
+
+BROKEN = 1
+"""Exit status when a run would break."""
+
+
+@app.command("check")
+@handle_errors
+def check(
+    ctx: typer.Context,
+    app_spec: Annotated[
+        str | None,
+        typer.Option("--app", help="The new code, as module:attribute (as for `underway "
+                     "worker`). Default: worker.app of the config file.", show_default=False),
+    ] = None,
+    tenant: Annotated[
+        list[str] | None,
+        typer.Option("--tenant", help="Check this tenant's runs (repeat for several; "
+                     "default: every tenant).", show_default=False),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")]
+    = False,
+    keyring: KeyringOption = None,
+    config_file: ConfigOption = None,
+    db: DbOption = None,
+) -> None:
+    """Check every unfinished run (ready, waiting, escalated, dead) against the new code:
+    its flow and current step exist (an alias counts), its input and state fit the new
+    models (after their upcasters), and a run parked mid-step makes the same calls when
+    its step runs again against its journal. Nothing is written; no tool or model is
+    called (the steps' own code runs).
+
+    Exit status 1 with a table of the runs that would break and why; 0 when none would.
+    """
+    config = read_config(config_file, "deploy check")
+    spec = app_spec or config.worker.app
+    if spec is None:
+        raise Problem("no app given: pass --app module:attribute (the new code) or set "
+                      "worker.app in the config file")
+    import_paths(config)
+    flows, tools = load_app(spec)
+    began = time.perf_counter()
+    with open_store(ctx, db, config=config, keyring=keyring, need_keys=True) as store:
+        if isinstance(store.codec.sealer, Envelope):
+            flows = [*flows, rotation_flow(store)]  # what a worker on it registers too
+        report = asyncio.run(check_deploy(store, flows, tools, tenants=tenant))
+    took = time.perf_counter() - began
+    if as_json:
+        typer.echo(json.dumps({
+            "checked": report.checked, "rerun": report.rerun, "ok": report.ok,
+            "seconds": round(took, 3), "old_paths": dict(report.old_paths),
+            "broken": [dataclasses.asdict(b) for b in report.broken],
+        }, indent=2))
+    else:
+        _print(report.broken, wide=not sys.stdout.isatty())
+        paths = "".join(f"\n  {n} unfinished run{'s' if n != 1 else ''} on the old path of "
+                        f"ctx.version({c!r}): keep that branch"
+                        for c, n in sorted(report.old_paths.items()))
+        verdict = (f"{len(report.broken)} would break" if report.broken
+                   else "none would break")
+        runs = "run" if report.checked == 1 else "runs"
+        typer.echo(f"checked {report.checked} unfinished {runs} in {took:.1f}s "
+                   f"({report.rerun} parked mid-step, their steps run again against their "
+                   f"journals): {verdict}{paths}")
+    if not report.ok:
+        raise typer.Exit(BROKEN)
+
+
+def _print(broken: list[Breakage], *, wide: bool) -> None:
+    if not broken:
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(box=None, pad_edge=False, show_edge=False)
+    for header in ("RUN", "TENANT", "FLOW", "STEP", "STATUS", "PROBLEM", "WHY"):
+        table.add_column(header, no_wrap=header != "WHY", overflow="fold")
+    for b in broken:
+        table.add_row(b.run_id if wide else b.run_id[:8], b.tenant_id, b.flow, b.step or "-",
+                      b.status, b.kind, b.problem)
+    Console(width=10_000 if wide else None, highlight=False).print(table)
