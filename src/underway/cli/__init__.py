@@ -7,7 +7,7 @@ worker``, the executor).
 ``underway keys new|init|kek|ls|rotate``,
 ``underway approvers add|ls|revoke``,
 ``underway approvals ls|show|approve|reject|answer|resolve``,
-``underway policy check|explain``, ``underway knowledge purge|rm``,
+``underway policy check|explain``, ``underway knowledge purge|rm|reindex``,
 ``underway consent grant|withdraw|show``, ``underway retention sweep|log``,
 ``underway hold add|rm|ls``, ``underway usage`` and ``underway access-log`` (who read which
 run's data, and why; ``--verify`` its hash chain); ``underway serve`` (the HTTP API),
@@ -50,7 +50,7 @@ LAZY: dict[str, str] = {
     "events": "events:app",
     "hold": "retention:holds",  # legal holds, which stop every purge
     "keys": "keys:app",  # ... approvers' keys; encryption keys: keyring, rotation
-    "knowledge": "knowledge:app",  # long-term memory: purge expired records, erase one
+    "knowledge": "knowledge:app",  # long-term memory: purge, erase one, reindex
     "policy": "policy:app",  # policy files: validate one, explain the decision for a call
     "queues": "queues:app",
     "retention": "retention:app",  # purging finished runs past their period, the sweep log
