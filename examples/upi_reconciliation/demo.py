@@ -35,7 +35,7 @@ if not __package__:
 from examples.upi_reconciliation.flow import OPS, UpiTimers, make_tools, upi_payment
 from examples.upi_reconciliation.psp import Psp, Script, replies
 
-from underway import Client, Engine, Runner, connect
+from underway import Client, Engine, ManualClock, Runner, RunState, connect
 from underway import events as ev
 from underway.approvals import (
     generate_keypair,
@@ -44,8 +44,7 @@ from underway.approvals import (
     sign_decision,
     write_private_key,
 )
-from underway.clock import ManualClock
-from underway.state import Recorded, RunState
+from underway.client import Recorded
 
 SCENARIOS: list[tuple[str, str, Script, dict[str, Any] | None]] = [
     # (name, payer VPA, what the PSP does, what payments ops answers if asked)
