@@ -48,10 +48,10 @@ class _Frozen(BaseModel):
 class Taxes(_Frozen):
     """The tax on an invoice, by head (INR)."""
 
-    igst: Decimal = Decimal("0")
-    cgst: Decimal = Decimal("0")
-    sgst: Decimal = Decimal("0")
-    cess: Decimal = Decimal("0")
+    igst: Decimal = Decimal("0.00")
+    cgst: Decimal = Decimal("0.00")
+    sgst: Decimal = Decimal("0.00")
+    cess: Decimal = Decimal("0.00")
 
     @property
     def total(self) -> Decimal:

@@ -139,7 +139,8 @@ def timeline(history: list[Recorded]) -> list[str]:
             same += 1
         lines.append(f"{at:>9}  {text}")
         if same - n > 2:
-            lines.append(f"{'':>9}  ... {same - n - 2} more checks, the same ...")
+            more = same - n - 2
+            lines.append(f"{'':>9}  ... {more} more check{'s' * (more > 1)}, the same ...")
         if same - n > 1:
             lines.append(f"{said[same - 1][0]:>9}  {text}")
         n = same
