@@ -5,7 +5,8 @@ idempotency key; what each declares tells the guard what it does:
 
 - ``lookup_invoice``, ``check_payment_status``: read-only;
 - ``send_reminder``: mutating, ``idempotent`` (the gateway delivers once per key) and a
-  ``message`` (budgets and policies count it);
+  ``message`` (budgets and policies count it); in the customer's ``language``
+  (:mod:`.languages`);
 - ``route_dispute``: mutating, ``idempotent`` (the ERP opens one ticket per key);
 - ``issue_refund``, ``write_off``: ``irreversible``, their ``amount`` in INR, with a
   ``reconcile`` hook asking finance whether a key moved money.
@@ -30,6 +31,8 @@ from underway import CallInfo, Reconciled, RetryPolicy, Tool, tool
 from underway.errors import ConfigurationError, UnderwayError
 from underway.http import HTTPError, request
 
+from . import languages
+from .languages import Language, Template
 from .services import SERVICES_FILE
 
 COERCIVE_PHRASES = (
@@ -38,7 +41,6 @@ COERCIVE_PHRASES = (
 )
 """Wording a reminder must never carry: collections messages stay polite and factual."""
 
-Template = Literal["first_reminder", "second_reminder", "final_reminder", "balance_corrected"]
 
 
 class CoerciveLanguage(UnderwayError):
@@ -102,6 +104,9 @@ class Reminder(_Args):
     )
     note: str = Field(default="", max_length=500,
                       description="an optional short, polite personal line")
+    language: Language = Field(
+        default="en", description="the customer's language: en, hi (Hindi), ta (Tamil), bn "
+        "(Bengali) or mr (Marathi); the template is sent in it")
 
 
 class Receipt(BaseModel):
@@ -193,41 +198,13 @@ def polite_note(note: str) -> None:
             )
 
 
-def render(inv: Invoice, template: Template, note: str) -> tuple[str, str]:
-    """Subject and body of a reminder."""
-    subjects = {
-        "first_reminder": f"Friendly reminder: invoice {inv.id} is overdue",
-        "second_reminder": f"Second reminder: invoice {inv.id}",
-        "final_reminder": f"Final reminder: invoice {inv.id}",
-        "balance_corrected": f"Corrected balance for invoice {inv.id}",
-    }
-    lines = {
-        "first_reminder": (
-            f"this is a friendly reminder that invoice {inv.id} for {inv.balance} INR was due "
-            f"on {inv.due}. If you have already paid, thank you, and please ignore this "
-            "message. If anything on the invoice looks wrong, just reply and we will look "
-            "into it."
-        ),
-        "second_reminder": (
-            f"we have not yet received payment of {inv.balance} INR for invoice {inv.id}, due "
-            f"on {inv.due}. We would be grateful for payment in the coming days, or a reply "
-            "if there is a problem we can help with."
-        ),
-        "final_reminder": (
-            f"invoice {inv.id} ({inv.balance} INR, due {inv.due}) is still open. We would "
-            "appreciate payment within the next week. If you need a payment plan or "
-            "something on the invoice is wrong, please reply and we will work it out with you."
-        ),
-        "balance_corrected": (
-            f"following your note about invoice {inv.id}, we have written off "
-            f"{inv.written_off} INR. The corrected balance is {inv.balance} INR. Thank you "
-            "for your patience."
-        ),
-    }
-    body = f"Dear {inv.customer} team,\n\n{lines[template]}"
-    if note.strip():
-        body += f"\n\n{note.strip()}"
-    return subjects[template], body + "\n\nKind regards,\nAccounts receivable"
+def render(inv: Invoice, template: Template, note: str,
+           language: Language = "en") -> tuple[str, str]:
+    """Subject and body of a reminder, from the templates of ``language``
+    (:mod:`.languages`)."""
+    return languages.render(language, template, customer=inv.customer, invoice=inv.id,
+                            amount=inv.balance, due=inv.due, written_off=inv.written_off,
+                            note=note)
 
 
 RETRY = RetryPolicy(max_attempts=3, initial_interval=0.2, max_interval=2.0)
@@ -261,7 +238,7 @@ def make_tools(urls: ServiceUrls) -> list[Tool]:
         """Send the customer a polite, templated payment reminder by e-mail."""
         polite_note(args.note)
         inv = await fetch_invoice(args.invoice_id, info)
-        subject, body = render(inv, args.template, args.note)
+        subject, body = render(inv, args.template, args.note, args.language)
         sent = await request("POST", f"{urls.gateway}/messages", info=info, json_body={
             "to": inv.contact, "invoice_id": inv.id, "subject": subject, "body": body,
         })

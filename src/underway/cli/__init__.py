@@ -10,7 +10,7 @@ effects), ``underway deploy check`` (parked runs against new code),
 ``underway keys new|init|kek|ls|rotate``,
 ``underway approvers add|ls|revoke``,
 ``underway approvals ls|show|approve|reject|answer|resolve``,
-``underway policy check|explain``, ``underway knowledge purge|rm``,
+``underway policy check|explain``, ``underway knowledge purge|rm|reindex``,
 ``underway consent grant|withdraw|show``, ``underway retention sweep|log``,
 ``underway hold add|rm|ls``, ``underway erase subject|log``, ``underway drill`` (fault
 drills in a scratch database), ``underway usage``,
@@ -59,7 +59,7 @@ LAZY: dict[str, str] = {
     "hold": "retention:holds",  # legal holds, which stop every purge
     "intake": "intake:app",  # outside events from NATS JetStream, RabbitMQ, a maildir
     "keys": "keys:app",  # ... approvers' keys; encryption keys: keyring, rotation
-    "knowledge": "knowledge:app",  # long-term memory: purge expired records, erase one
+    "knowledge": "knowledge:app",  # long-term memory: purge, erase one, reindex
     "policy": "policy:app",  # policy files: validate one, explain the decision for a call
     "queues": "queues:app",
     "retention": "retention:app",  # purging finished runs past their period, the sweep log

@@ -1,4 +1,5 @@
-"""``underway knowledge``: erasing long-term knowledge, by retention or on request."""
+"""``underway knowledge``: erasing long-term knowledge, by retention or on request, and
+indexing it again after an upgrade changed how text is split into words."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from ..knowledge import open_knowledge
 from ._common import DbOption, Problem, TenantOption, handle_errors, open_store
 
 app = typer.Typer(
-    help="Erase long-term knowledge: what has expired, or one record on request.",
+    help="Erase long-term knowledge (what has expired, or one record on request); index it "
+    "again after an upgrade.",
     no_args_is_help=True,
 )
 
@@ -47,3 +49,27 @@ def rm(
     if not erased:
         raise Problem(f"no knowledge record {record_id!r} in tenant {tenant!r}")
     typer.echo(f"erased knowledge record {record_id!r} of tenant {tenant!r}")
+
+
+@app.command("reindex")
+@handle_errors
+def reindex(
+    ctx: typer.Context,
+    tenant: Annotated[
+        str | None,
+        typer.Option("--tenant", help="Only this tenant's records (default: every tenant's).",
+                     show_default=False),
+    ] = None,
+    db: DbOption = None,
+) -> None:
+    """Index every knowledge record again under the words this version splits text into
+    (after migration 0016: combining marks, such as Indic vowel signs, belong to their
+    word). Sealed records need the keys (--keyring); safe to run again."""
+    with open_store(ctx, db) as store:
+        done = open_knowledge(store).reindex(tenant_id=tenant)
+    typer.echo(f"indexed {done.records} knowledge record{'s' * (done.records != 1)} again")
+    if done.sealed_without_keys:
+        raise Problem(
+            f"{done.sealed_without_keys} sealed record{'s' * (done.sealed_without_keys != 1)} "
+            "left as they were: their tenant's keys are not here; run again with the keys "
+            "(--keyring FILE before the command, or the [encryption] of underway.toml)")

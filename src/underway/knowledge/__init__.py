@@ -8,8 +8,10 @@ sweeps expired ones away (:meth:`purge_expired`, :class:`KnowledgeSweeper`). Age
 through :func:`recall_tool` and, when allowed, write it through :func:`remember_tool`.
 
 Three backends behave alike: in memory (tests), SQLite (FTS5, bm25) and PostgreSQL
-(tsvector, ts_rank). On a database they live in their own tables (migration 0007), beside
-but apart from the runs, events and checkpoints.
+(tsvector, ts_rank), each indexing the words :mod:`underway.knowledge.words` splits a text
+into — letters, digits and the combining marks of Indic and other scripts. On a database
+they live in their own tables (migrations 0007 and 0016), beside but apart from the runs,
+events and checkpoints.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from ..errors import ConfigurationError
 from ..store import MemoryStore, Store, connect
 from .base import KNOWLEDGE_SCHEMA_VERSION, KnowledgeBase
 from .memory import MemoryKnowledge
-from .record import SENSITIVITIES, KnowledgeHit, KnowledgeRecord, Sensitivity
+from .record import SENSITIVITIES, KnowledgeHit, KnowledgeRecord, Reindexed, Sensitivity
 from .sweeper import KnowledgeSweeper, sweep
 from .tools import recall_tool, remember_tool
 
@@ -45,6 +47,7 @@ __all__ = [
     "KnowledgeRecord",
     "KnowledgeSweeper",
     "MemoryKnowledge",
+    "Reindexed",
     "Sensitivity",
     "open_knowledge",
     "recall_tool",

@@ -6,11 +6,12 @@ from collections.abc import Collection
 from typing import Protocol
 
 from ..errors import ConfigurationError
-from .record import KnowledgeHit, KnowledgeRecord, Sensitivity
+from .record import KnowledgeHit, KnowledgeRecord, Reindexed, Sensitivity
 
-KNOWLEDGE_SCHEMA_VERSION = 14
+KNOWLEDGE_SCHEMA_VERSION = 16
 """The first store schema version with the knowledge tables as this code reads them (made by
-migration 0007; migration 0014 added the column a sealed record is kept in)."""
+migration 0007; migration 0014 added the column a sealed record is kept in, 0015 its data
+subject, 0016 the terms a record is indexed under as this code splits words)."""
 
 
 class KnowledgeBase(Protocol):
@@ -61,6 +62,15 @@ class KnowledgeBase(Protocol):
     def delete_subject(self, tenant_id: str, subject: str) -> int:
         """Erase every record of the tenant about data subject ``subject`` (an erasure
         of the subject); return how many."""
+        ...
+
+    def reindex(self, *, tenant_id: str | None = None) -> Reindexed:
+        """Index every record (of ``tenant_id``, else of every tenant) again under the words
+        this version splits its text into — after an upgrade changed how text is split
+        into words (migration 0016: combining marks belong to their word). A sealed record
+        needs its tenant's keys; one without them here is counted and left as it was.
+        Records written meanwhile are indexed by their writer and left alone. Safe to run
+        again, and beside running searches and writes."""
         ...
 
     def close(self) -> None:

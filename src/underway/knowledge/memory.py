@@ -9,8 +9,9 @@ from collections.abc import Collection
 
 from ..store._offload import INLINE, Inline
 from .base import check_key, check_record
-from .query import plan, words
-from .record import KnowledgeHit, KnowledgeRecord, Sensitivity
+from .query import plan
+from .record import KnowledgeHit, KnowledgeRecord, Reindexed, Sensitivity
+from .words import index_words
 
 
 class MemoryKnowledge:
@@ -29,7 +30,7 @@ class MemoryKnowledge:
     def put(self, record: KnowledgeRecord) -> None:
         """Store ``record``, replacing the tenant's record with the same id."""
         check_record(record)
-        entry = (record, Counter(words(record.text)))
+        entry = (record, Counter(index_words(record.text)))
         with self._lock:
             self._records[record.tenant_id, record.id] = entry
 
@@ -99,6 +100,17 @@ class MemoryKnowledge:
             for key in gone:
                 del self._records[key]
         return len(gone)
+
+    def reindex(self, *, tenant_id: str | None = None) -> Reindexed:
+        """Count every record's words again (of ``tenant_id``, else of every tenant)."""
+        if tenant_id is not None:
+            check_key("tenant_id", tenant_id)
+        with self._lock:
+            again = {key: (record, Counter(index_words(record.text)))
+                     for key, (record, _) in self._records.items()
+                     if tenant_id is None or key[0] == tenant_id}
+            self._records.update(again)
+        return Reindexed(len(again), 0)
 
     def close(self) -> None:
         """Nothing to release."""

@@ -1,5 +1,10 @@
-"""PostgreSQL knowledge base: a generated tsvector column with a GIN index, queried with
-``websearch_to_tsquery`` and ranked with ``ts_rank``, on the store's connection pool."""
+"""PostgreSQL knowledge base: a tsvector column with a GIN index, ranked with ``ts_rank``,
+on the store's connection pool.
+
+PostgreSQL's text parser never sees a record or a query: the tsvector is written, and the
+tsquery read, in their own syntax from the words :mod:`underway.knowledge.words` split the
+text into (or their blind terms), so what is indexed does not depend on the server's locale
+and matches what the other backends index."""
 
 from __future__ import annotations
 
@@ -15,15 +20,21 @@ from ..store import queries
 from ..store.postgres import PostgresStore
 from .base import check_key, check_record
 from .query import plan
-from .record import KnowledgeHit, KnowledgeRecord, Sensitivity
-from .sealing import opened_fields, query_terms, stored_fields
+from .record import KnowledgeHit, KnowledgeRecord, Reindexed, Sensitivity
+from .sealing import opened_fields, query_terms, row_terms, stored_fields
 
 _Q = queries.load("postgres")
+_BATCH = 200
+"""Rows a reindex reads, and writes in one transaction, at a time."""
+_MAX_POSITION = 16383
+"""tsvector's largest position (a larger one is stored as this)."""
+_MAX_POSITIONS = 256
+"""tsvector's most positions per lexeme (the rest are dropped)."""
 
 
 class PostgresKnowledge:
-    """A :class:`~underway.knowledge.base.KnowledgeBase` in the tables of migration 0007,
-    on the pool of ``store`` (and so in its schema). ``owns_store``: :meth:`close` closes
+    """A :class:`~underway.knowledge.base.KnowledgeBase` in the tables of migrations 0007
+    and 0016, on the pool of ``store`` (and so in its schema). ``owns_store``: :meth:`close` closes
     the store too."""
 
     def __init__(self, store: PostgresStore, *, owns_store: bool = False) -> None:
@@ -46,7 +57,7 @@ class PostgresKnowledge:
         check_record(record)
         fields = stored_fields(self._store.codec, record)
         params = {**record.model_dump(), **fields, "roles": list(record.roles),
-                  "metadata": Jsonb(fields["metadata"])}
+                  "metadata": Jsonb(fields["metadata"]), "tsv": tsvector(fields["terms"])}
         with self._conn() as conn:
             conn.execute(_Q["knowledge_put"], params)
 
@@ -80,10 +91,10 @@ class PostgresKnowledge:
         if not s.terms:
             return []
         params = {
-            # Each word quoted, joined by "or": websearch_to_tsquery then reads every word
-            # as a word (even "or" and "-x"), and it never raises on any input.
-            "query": " or ".join(
-                f'"{t}"' for t in query_terms(self._store.codec, s.tenant_id, s.terms)),
+            # Each word a quoted lexeme, joined by "|": no word is read as an operator, and
+            # none is split or normalised again.
+            "query": " | ".join(
+                _lexeme(t) for t in query_terms(self._store.codec, s.tenant_id, s.terms)),
             "tenant_id": s.tenant_id,
             "now": s.now,
             "sensitivities": list(s.sensitivities),
@@ -114,6 +125,34 @@ class PostgresKnowledge:
             return conn.execute(_Q["knowledge_delete_subject"],
                                 {"tenant_id": tenant_id, "subject": subject}).rowcount
 
+    def reindex(self, *, tenant_id: str | None = None) -> Reindexed:
+        """Index every record (of ``tenant_id``, else of every tenant) again under the
+        words this version splits its text into; see
+        :meth:`~underway.knowledge.base.KnowledgeBase.reindex`."""
+        if tenant_id is not None:
+            check_key("tenant_id", tenant_id)
+        done = without_keys = 0
+        after = ("", "")
+        while True:
+            with self._conn() as conn:
+                rows = conn.execute(_Q["knowledge_batch"], {
+                    "after_tenant": after[0], "after_id": after[1], "tenant_id": tenant_id,
+                    "limit": _BATCH}).fetchall()
+            if not rows:
+                return Reindexed(done, without_keys)
+            after = (rows[-1][0], rows[-1][1])
+            updates = []
+            for tenant, id_, text, sealed in rows:
+                terms = row_terms(self._store.codec, tenant, id_, text, sealed)
+                if terms is None:
+                    without_keys += 1
+                else:
+                    updates.append({"tenant_id": tenant, "id": id_, "text": text,
+                                    "sealed": sealed, "tsv": tsvector(terms)})
+            with self._conn() as conn, conn.transaction():
+                for update in updates:
+                    done += conn.execute(_Q["knowledge_set_tsv"], update).rowcount
+
     def close(self) -> None:
         """Close the store when this knowledge base opened it."""
         if self._owns_store:
@@ -133,3 +172,20 @@ class PostgresKnowledge:
 
 def _key(tenant_id: str, record_id: str) -> dict[str, str]:
     return {"tenant_id": tenant_id, "id": record_id}
+
+
+def _lexeme(term: str) -> str:
+    """``term`` quoted as one lexeme of tsvector and tsquery syntax."""
+    return "'" + term.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def tsvector(terms: list[str]) -> str:
+    """The tsvector, in PostgreSQL's own syntax, of a text whose words are ``terms`` in
+    order: each term once, with the positions it occurs at (as ``to_tsvector`` gives them:
+    from 1, at most 256 per term, the last ones beyond 16383 stored as 16383)."""
+    positions: dict[str, list[int]] = {}
+    for n, term in enumerate(terms, start=1):
+        at = positions.setdefault(term, [])
+        if len(at) < _MAX_POSITIONS and (not at or at[-1] < _MAX_POSITION):
+            at.append(min(n, _MAX_POSITION))
+    return " ".join(f"{_lexeme(t)}:{','.join(map(str, at))}" for t, at in positions.items())

@@ -1,36 +1,27 @@
 """Turning what a user or a model typed into a safe, validated search.
 
-Every backend matches the same thing: the words of the query (runs of letters and digits,
-lower-cased), any of them, ranked by relevance. Operators, quotes, wildcards and
-punctuation in the query are never interpreted, so no query string can fail to parse or
-change what a search may see.
+Every backend matches the same thing: the words of the query (runs of letters, digits and
+combining marks, lower-cased: :mod:`underway.knowledge.words`), any of them, ranked by
+relevance. Operators, quotes, wildcards and punctuation in the query are never interpreted,
+so no query string can fail to parse or change what a search may see.
 """
 
 from __future__ import annotations
 
-import re
-import unicodedata
 from collections.abc import Collection
 from dataclasses import dataclass
 
 from ..errors import ConfigurationError
 from .base import check_key
 from .record import SENSITIVITIES, Sensitivity
+from .words import MAX_WORD_CHARS, words
 
 MAX_TERMS = 32
 """Words of a query beyond this many are ignored."""
-MAX_TERM_CHARS = 100
+MAX_TERM_CHARS = MAX_WORD_CHARS
 """Longer "words" (pasted hashes, base64) are ignored: no text is indexed under them."""
 MAX_LIMIT = 1000
 """The most hits one search may ask for."""
-
-_WORD = re.compile(r"[^\W_]+")
-
-
-def words(text: str) -> list[str]:
-    """The words of ``text`` as every backend indexes them: runs of letters and digits,
-    lower-cased."""
-    return [w.lower() for w in _WORD.findall(unicodedata.normalize("NFC", text))]
 
 
 @dataclass(frozen=True, slots=True)

@@ -117,3 +117,14 @@ class KnowledgeHit:
 
     record: KnowledgeRecord
     score: float
+
+
+@dataclass(frozen=True, slots=True)
+class Reindexed:
+    """What :meth:`~underway.knowledge.base.KnowledgeBase.reindex` did: how many records
+    it indexed again under the words this version of underway splits their text into,
+    and how many it left as they were because they are sealed and their tenant's keys
+    are not in this process (give the keys and run it again)."""
+
+    records: int
+    sealed_without_keys: int

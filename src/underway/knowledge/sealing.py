@@ -1,11 +1,14 @@
-"""Knowledge records at rest when their store seals payloads (``underway.crypto``).
+"""Knowledge records at rest, and the terms a record is indexed under.
 
-A record's text, source and metadata are sealed together into the row's ``sealed`` column,
-bound to its tenant and id; its ``text`` column holds *blind index terms* instead of words:
-a keyed hash of each word under the tenant's key, so the full-text index (FTS5, tsvector)
-still finds and ranks records by the words of a query — blinded the same way — while
-holding no word of the text. What leaks is what any keyed index leaks: which records share
-a word, and how often. Without a sealer, records are stored as they are.
+A record is indexed under its words (:func:`underway.knowledge.words.index_words`), which
+every backend receives from here rather than splitting the text itself. When its store seals
+payloads (``underway.crypto``), a record's text, source and metadata are sealed together
+into the row's ``sealed`` column, bound to its tenant and id, and it is indexed under *blind
+index terms* instead of words: a keyed hash of each word under the tenant's key, so the
+full-text index (FTS5, tsvector) still finds and ranks records by the words of a query —
+blinded the same way — while holding no word of the text. What leaks is what any keyed
+index leaks: which records share a word, and how often. Without a sealer, records are
+stored as they are.
 """
 
 from __future__ import annotations
@@ -16,22 +19,41 @@ from typing import Any
 from ..codec import ENCRYPTED, Codec, knowledge_where
 from ..errors import KeyUnavailable
 from ..events import canonical_json
-from .query import words
 from .record import KnowledgeRecord
+from .words import index_words
 
 
 def stored_fields(codec: Codec, record: KnowledgeRecord) -> dict[str, Any]:
-    """The ``text``, ``source``, ``metadata`` and ``sealed`` columns of ``record``."""
+    """The ``text``, ``source``, ``metadata`` and ``sealed`` columns of ``record``, and
+    ``terms``: what it is indexed under, in order (its words, or their blind terms)."""
     if codec.sealer is None:
         return {"text": record.text, "source": record.source, "metadata": record.metadata,
-                "sealed": None}
-    terms = codec.sealer.terms(record.tenant_id, words(record.text), every_key=False)
+                "sealed": None, "terms": index_words(record.text)}
+    terms = codec.sealer.terms(record.tenant_id, index_words(record.text), every_key=False)
     sealed = codec.seal(
         canonical_json({"text": record.text, "source": record.source,
                         "metadata": record.metadata}),
         knowledge_where(record.tenant_id, record.id, record.subject),
     )
-    return {"text": " ".join(terms), "source": ENCRYPTED, "metadata": {}, "sealed": sealed}
+    return {"text": " ".join(terms), "source": ENCRYPTED, "metadata": {}, "sealed": sealed,
+            "terms": terms}
+
+
+def row_terms(
+    codec: Codec, tenant_id: str, record_id: str, text: str, sealed: bytes | None
+) -> list[str] | None:
+    """What a stored row is indexed under by this code (to index rows written by an earlier
+    one again): its words, or for a sealed row the blind terms of its words — None when the
+    row is sealed and its tenant's keys are not here."""
+    if sealed is None:
+        return index_words(text)
+    if codec.sealer is None:
+        return None
+    try:
+        data = codec.open_json(bytes(sealed), knowledge_where(tenant_id, record_id))
+        return codec.sealer.terms(tenant_id, index_words(str(data["text"])), every_key=False)
+    except KeyUnavailable:
+        return None
 
 
 def opened_fields(

@@ -1,4 +1,8 @@
-"""SQLite knowledge base: an FTS5 index ranked with bm25, in the store's own file."""
+"""SQLite knowledge base: an FTS5 index ranked with bm25, in the store's own file.
+
+The index is over each row's ``terms``: the words :mod:`underway.knowledge.words` split its
+text into (or their blind terms), space-separated, which FTS5's tokenizer (marks, letters
+and digits as token characters) keeps whole."""
 
 from __future__ import annotations
 
@@ -13,15 +17,17 @@ from ..store import queries
 from ..store.sqlite import SQLiteStore
 from .base import check_key, check_record
 from .query import plan
-from .record import KnowledgeHit, KnowledgeRecord, Sensitivity
-from .sealing import opened_fields, query_terms, stored_fields
+from .record import KnowledgeHit, KnowledgeRecord, Reindexed, Sensitivity
+from .sealing import opened_fields, query_terms, row_terms, stored_fields
 
 _Q = queries.load("sqlite")
+_BATCH = 200
+"""Rows a reindex reads, and writes in one transaction, at a time."""
 
 
 class SQLiteKnowledge:
-    """A :class:`~underway.knowledge.base.KnowledgeBase` in the tables of migration 0007,
-    on the connection of ``store``. ``owns_store``: :meth:`close` closes the store too."""
+    """A :class:`~underway.knowledge.base.KnowledgeBase` in the tables of migrations 0007
+    and 0016, on the connection of ``store``. ``owns_store``: :meth:`close` closes the store too."""
 
     def __init__(self, store: SQLiteStore, *, owns_store: bool = False) -> None:
         self._store = store
@@ -52,9 +58,9 @@ class SQLiteKnowledge:
         with self._write() as c:
             old = c.execute(_Q["knowledge_get"], _key(record.tenant_id, record.id)).fetchone()
             if old is not None:
-                c.execute(_Q["knowledge_unindex"], {"seq": old["seq"], "text": old["text"]})
+                c.execute(_Q["knowledge_unindex"], {"seq": old["seq"], "terms": old["terms"]})
             (seq,) = c.execute(_Q["knowledge_upsert"], row).fetchone()
-            c.execute(_Q["knowledge_index"], {"seq": seq, "text": row["text"]})
+            c.execute(_Q["knowledge_index"], {"seq": seq, "terms": row["terms"]})
 
     def get(
         self, tenant_id: str, record_id: str, *, now: float | None = None
@@ -108,7 +114,7 @@ class SQLiteKnowledge:
             old = c.execute(_Q["knowledge_get"], _key(tenant_id, record_id)).fetchone()
             if old is None:
                 return False
-            c.execute(_Q["knowledge_unindex"], {"seq": old["seq"], "text": old["text"]})
+            c.execute(_Q["knowledge_unindex"], {"seq": old["seq"], "terms": old["terms"]})
             c.execute(_Q["knowledge_delete"], {"seq": old["seq"]})
         return True
 
@@ -125,6 +131,42 @@ class SQLiteKnowledge:
         with self._write() as c:
             c.execute(_Q["knowledge_unindex_subject"], params)
             return c.execute(_Q["knowledge_delete_subject"], params).rowcount
+
+    def reindex(self, *, tenant_id: str | None = None) -> Reindexed:
+        """Index every record (of ``tenant_id``, else of every tenant) again under the
+        words this version splits its text into; see
+        :meth:`~underway.knowledge.base.KnowledgeBase.reindex`."""
+        if tenant_id is not None:
+            check_key("tenant_id", tenant_id)
+        done = without_keys = 0
+        after = 0
+        while True:
+            with self._read() as c:
+                rows = c.execute(_Q["knowledge_batch"], {
+                    "after": after, "tenant_id": tenant_id, "limit": _BATCH}).fetchall()
+            if not rows:
+                return Reindexed(done, without_keys)
+            after = rows[-1]["seq"]
+            # Opening sealed rows may read keys through the store: never inside the
+            # connection's transaction.
+            fresh: dict[int, tuple[str, bytes | None, str]] = {}
+            for r in rows:
+                split = row_terms(self._store.codec, r["tenant_id"], r["id"], r["text"],
+                                  r["sealed"])
+                if split is None:
+                    without_keys += 1
+                else:
+                    fresh[r["seq"]] = (r["text"], r["sealed"], " ".join(split))
+            with self._write() as c:
+                for seq, (text, sealed, terms) in fresh.items():
+                    now = c.execute(_Q["knowledge_row_at"], {"seq": seq}).fetchone()
+                    if now is None or (now["text"], now["sealed"]) != (text, sealed):
+                        continue  # deleted or rewritten (and so indexed) meanwhile
+                    if now["terms"] != terms:
+                        c.execute(_Q["knowledge_unindex"], {"seq": seq, "terms": now["terms"]})
+                        c.execute(_Q["knowledge_set_terms"], {"seq": seq, "terms": terms})
+                        c.execute(_Q["knowledge_index"], {"seq": seq, "terms": terms})
+                    done += 1
 
     def close(self) -> None:
         """Close the store when this knowledge base opened it."""
@@ -162,5 +204,6 @@ def _row(r: KnowledgeRecord, fields: dict[str, Any]) -> dict[str, Any]:
         "source": fields["source"], "created_at": r.created_at, "expires_at": r.expires_at,
         "roles": json.dumps(r.roles), "sensitivity": r.sensitivity,
         "metadata": json.dumps(fields["metadata"], ensure_ascii=False),
-        "sealed": fields["sealed"], "subject": r.subject,
+        "sealed": fields["sealed"], "terms": " ".join(fields["terms"]),
+        "subject": r.subject,
     }

@@ -651,15 +651,34 @@ SELECT tenant_id, id, text, source, created_at, expires_at, roles, sensitivity, 
   FROM knowledge WHERE tenant_id = %(tenant_id)s AND id = %(id)s
 
 -- name: knowledge_put
+-- tsv is the tsvector of the words the code split the text into (or their blind terms),
+-- written in tsvector's own syntax, which PostgreSQL reads without parsing words itself.
 INSERT INTO knowledge (tenant_id, id, text, source, created_at, expires_at, roles,
-                       sensitivity, metadata, sealed, subject)
+                       sensitivity, metadata, sealed, tsv, subject)
 VALUES (%(tenant_id)s, %(id)s, %(text)s, %(source)s, %(created_at)s, %(expires_at)s,
-        %(roles)s::text[], %(sensitivity)s, %(metadata)s, %(sealed)s, %(subject)s)
+        %(roles)s::text[], %(sensitivity)s, %(metadata)s, %(sealed)s, %(tsv)s::tsvector,
+        %(subject)s)
 ON CONFLICT (tenant_id, id) DO UPDATE
    SET text = excluded.text, source = excluded.source, created_at = excluded.created_at,
        expires_at = excluded.expires_at, roles = excluded.roles,
        sensitivity = excluded.sensitivity, metadata = excluded.metadata,
-       sealed = excluded.sealed, subject = excluded.subject
+       sealed = excluded.sealed, tsv = excluded.tsv, subject = excluded.subject
+
+-- name: knowledge_batch
+-- A batch of rows to index again (KnowledgeBase.reindex), in key order after the last one.
+SELECT tenant_id, id, text, sealed
+  FROM knowledge
+ WHERE (tenant_id, id) > (%(after_tenant)s, %(after_id)s)
+   AND (%(tenant_id)s::text IS NULL OR tenant_id = %(tenant_id)s)
+ ORDER BY tenant_id, id
+ LIMIT %(limit)s
+
+-- name: knowledge_set_tsv
+-- Only while the row holds what its new terms were computed from: a row rewritten meanwhile
+-- was indexed by its writer.
+UPDATE knowledge SET tsv = %(tsv)s::tsvector
+ WHERE tenant_id = %(tenant_id)s AND id = %(id)s AND text = %(text)s
+   AND sealed IS NOT DISTINCT FROM %(sealed)s
 
 -- name: knowledge_delete
 DELETE FROM knowledge WHERE tenant_id = %(tenant_id)s AND id = %(id)s RETURNING 1
@@ -674,7 +693,7 @@ DELETE FROM knowledge WHERE tenant_id = %(tenant_id)s AND subject = %(subject)s
 -- Every filter is applied before LIMIT, so hidden records never crowd out visible ones.
 SELECT k.tenant_id, k.id, k.text, k.source, k.created_at, k.expires_at, k.roles,
        k.sensitivity, k.metadata, ts_rank(k.tsv, q) AS score, k.sealed, k.subject
-  FROM knowledge k, websearch_to_tsquery('simple', %(query)s) AS q
+  FROM knowledge k, CAST(%(query)s AS tsquery) AS q
  WHERE k.tenant_id = %(tenant_id)s AND k.tsv @@ q
    AND (k.expires_at IS NULL OR k.expires_at > %(now)s)
    AND k.sensitivity = ANY(%(sensitivities)s::text[])

@@ -480,43 +480,58 @@ SELECT run_id, request_id FROM approval_nonces WHERE tenant_id = ? AND nonce = ?
 
 -- name: knowledge_get
 -- Knowledge base (underway.knowledge): long-term memory, kept apart from run state. Every
--- knowledge_ query belongs to it. knowledge_fts indexes knowledge.text as external content:
--- whoever changes a row's text removes the old words ('delete' command) and adds the new.
+-- knowledge_ query belongs to it. knowledge_fts indexes knowledge.terms (the words the code
+-- split the text into, or their blind terms) as external content: whoever changes a row's
+-- terms removes the old ones ('delete' command, with the stored terms) and adds the new.
 SELECT seq, tenant_id, id, text, source, created_at, expires_at, roles, sensitivity, metadata,
-       sealed, subject
+       sealed, terms, subject
   FROM knowledge WHERE tenant_id = :tenant_id AND id = :id
 
 -- name: knowledge_upsert
 INSERT INTO knowledge (tenant_id, id, text, source, created_at, expires_at, roles,
-                       sensitivity, metadata, sealed, subject)
+                       sensitivity, metadata, sealed, terms, subject)
 VALUES (:tenant_id, :id, :text, :source, :created_at, :expires_at, :roles, :sensitivity,
-        :metadata, :sealed, :subject)
+        :metadata, :sealed, :terms, :subject)
 ON CONFLICT (tenant_id, id) DO UPDATE
    SET text = excluded.text, source = excluded.source, created_at = excluded.created_at,
        expires_at = excluded.expires_at, roles = excluded.roles,
        sensitivity = excluded.sensitivity, metadata = excluded.metadata,
-       sealed = excluded.sealed, subject = excluded.subject
+       sealed = excluded.sealed, terms = excluded.terms, subject = excluded.subject
 RETURNING seq
 
 -- name: knowledge_index
-INSERT INTO knowledge_fts (rowid, text) VALUES (:seq, :text)
+INSERT INTO knowledge_fts (rowid, terms) VALUES (:seq, :terms)
 
 -- name: knowledge_unindex
-INSERT INTO knowledge_fts (knowledge_fts, rowid, text) VALUES ('delete', :seq, :text)
+INSERT INTO knowledge_fts (knowledge_fts, rowid, terms) VALUES ('delete', :seq, :terms)
+
+-- name: knowledge_batch
+-- A batch of rows to index again (KnowledgeBase.reindex), in seq order after :after.
+SELECT seq, tenant_id, id, text, sealed, terms
+  FROM knowledge
+ WHERE seq > :after AND (:tenant_id IS NULL OR tenant_id = :tenant_id)
+ ORDER BY seq
+ LIMIT :limit
+
+-- name: knowledge_row_at
+SELECT text, sealed, terms FROM knowledge WHERE seq = :seq
+
+-- name: knowledge_set_terms
+UPDATE knowledge SET terms = :terms WHERE seq = :seq
 
 -- name: knowledge_delete
 DELETE FROM knowledge WHERE seq = :seq
 
 -- name: knowledge_unindex_expired
-INSERT INTO knowledge_fts (knowledge_fts, rowid, text)
-SELECT 'delete', seq, text FROM knowledge WHERE expires_at <= :now
+INSERT INTO knowledge_fts (knowledge_fts, rowid, terms)
+SELECT 'delete', seq, terms FROM knowledge WHERE expires_at <= :now
 
 -- name: knowledge_purge_expired
 DELETE FROM knowledge WHERE expires_at <= :now
 
 -- name: knowledge_unindex_subject
-INSERT INTO knowledge_fts (knowledge_fts, rowid, text)
-SELECT 'delete', seq, text FROM knowledge WHERE tenant_id = :tenant_id AND subject = :subject
+INSERT INTO knowledge_fts (knowledge_fts, rowid, terms)
+SELECT 'delete', seq, terms FROM knowledge WHERE tenant_id = :tenant_id AND subject = :subject
 
 -- name: knowledge_delete_subject
 DELETE FROM knowledge WHERE tenant_id = :tenant_id AND subject = :subject

@@ -1,0 +1,2 @@
+"""UPI collect requests followed to a settled status on durable timers, reconciled by
+transaction reference when an outcome is unknown; ``demo.py`` runs every state and fault."""
