@@ -10,10 +10,10 @@ durable form. The shapes: one run of 1,000 steps; 100 runs of 10 steps one after
 100 runs of 10 steps all in flight at once; and a run of 1,000 steps whose process is
 SIGKILLed on entering step 500, finished by a fresh process. Every step returns a
 200-byte dict. The floor is one single-row INSERT + COMMIT on the same database (the
-cheapest durable write it offers: ``throughput.py``'s floors), sampled before every
-library's turn; repetitions are interleaved so that drift in the machine's load hits every
-library and the floor alike. Writes ``bench/peers.json`` and prints a table; see
-bench/README.md for exactly what is measured.
+cheapest durable write it offers: ``throughput.py``'s floors), sampled just before and
+just after every library's turn; repetitions are interleaved so that drift in the
+machine's load hits every library and the floor alike. Writes ``bench/peers.json`` and
+prints a table; see bench/README.md for exactly what is measured.
 """
 
 from __future__ import annotations
@@ -24,9 +24,11 @@ import datetime
 import json
 import os
 import platform
+import select
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -121,7 +123,8 @@ class Worker:
 
     def __init__(self, target: Target, mode: str, *args: str) -> None:
         self.target = target
-        self.log = open(os.devnull if mode == "crash" else _log_path(), "w+")  # noqa: SIM115
+        self.log = tempfile.NamedTemporaryFile(  # noqa: SIM115 (closed by close())
+            "w+", prefix="peers-worker-", suffix=".log", delete=False)
         self.proc = subprocess.Popen(
             [target.python, target.script, target.db, target.url, mode, *args],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
@@ -133,8 +136,13 @@ class Worker:
         return int(self.proc.pid)
 
     def answer(self) -> dict[str, Any]:
-        """The worker's next JSON line."""
+        """The worker's next JSON line (it writes one line per command, and nothing else)."""
         assert self.proc.stdout is not None
+        ready, _, _ = select.select([self.proc.stdout], [], [], ANSWER_TIMEOUT)
+        if not ready:
+            self.proc.kill()
+            raise WorkerFailed(f"{self.target.lib} on {self.target.db} did not answer in "
+                               f"{ANSWER_TIMEOUT:.0f}s: {self.stderr_tail()}")
         line = self.proc.stdout.readline()
         if not line:
             self.proc.wait(timeout=60)
@@ -153,8 +161,6 @@ class Worker:
 
     def stderr_tail(self) -> str:
         """The end of what the worker wrote to stderr."""
-        if self.log.name == os.devnull:
-            return ""
         self.log.flush()
         self.log.seek(0)
         return self.log.read()[-3000:]
@@ -171,13 +177,8 @@ class Worker:
             self.proc.kill()
             code = self.proc.wait()
         self.log.close()
-        if self.log.name != os.devnull:
-            os.unlink(self.log.name)
+        os.unlink(self.log.name)
         return int(code)
-
-
-def _log_path() -> str:
-    return os.path.join(os.environ.get("TMPDIR", "/tmp"), f"peers-worker-{uuid.uuid4().hex}.log")
 
 
 @contextlib.contextmanager
@@ -197,8 +198,11 @@ def serving(target: Target) -> Iterator[Worker]:
 
 
 # -- the three phases --------------------------------------------------------------------
-def measure_shapes(target: Target) -> None:
-    """One repetition of the timed shapes, with bytes and commits around each."""
+def measure_shapes(target: Target, floors: Floors) -> None:
+    """One repetition of the timed shapes, with bytes and commits around each, and the floor
+    sampled just before and just after: each sample keeps the mean of the two."""
+    before_floor = floors.sample(target.floor)
+    got_samples: dict[str, dict[str, float]] = {}
     with serving(target) as worker:
         for shape in SHAPES:
             before = target.bytes_now()
@@ -211,7 +215,10 @@ def measure_shapes(target: Target) -> None:
                 work = watch.work(oid, start, watch.position())
                 if work is not None:
                     sample.update(commits=work.commits, wal_bytes=work.wal_bytes)
-            target.samples.setdefault(shape.name, []).append(sample)
+            got_samples[shape.name] = sample
+    floor = (before_floor + floors.sample(target.floor)) / 2
+    for name, sample in got_samples.items():
+        target.samples.setdefault(name, []).append({**sample, "floor_seconds": floor})
 
 
 def count_syncs(target: Target) -> None:
@@ -228,11 +235,17 @@ def kill_and_resume(target: Target, cycle: int) -> None:
     """A run SIGKILLed on entering step KILL_AT, finished by a fresh process."""
     run_id = f"crash-{cycle}-{uuid.uuid4().hex[:8]}"
     crash = Worker(target, "crash", run_id, str(KILL_STEPS), str(KILL_AT))
-    code = crash.proc.wait(timeout=ANSWER_TIMEOUT)
-    killed_at = time.monotonic()
-    crash.close()
+    try:
+        code = crash.proc.wait(timeout=ANSWER_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        crash.proc.kill()
+        raise
+    finally:
+        killed_at = time.monotonic()
+        tail = crash.stderr_tail()
+        crash.close()
     if code != -9:
-        raise WorkerFailed(f"the crash process exited {code}, not by SIGKILL")
+        raise WorkerFailed(f"the crash process exited {code}, not by SIGKILL: {tail}")
     resume = Worker(target, "resume", run_id, str(KILL_STEPS))
     try:
         got = resume.answer()
@@ -329,7 +342,7 @@ def restate_target(server: RestateServer) -> Target:
 
 # -- the run -----------------------------------------------------------------------------
 class Floors:
-    """The floor of each database, sampled whenever a library's turn is about to start."""
+    """The floor of each database, sampled just before and just after every library's turn."""
 
     def __init__(self, folder: str, pg_schema_name: str | None) -> None:
         self.floors: dict[str, Any] = {"sqlite": SQLiteFloor(os.path.join(folder, "floor.db"))}
@@ -339,9 +352,10 @@ class Floors:
         for floor in self.floors.values():
             floor.seconds_per_commit(300)
 
-    def sample(self, db: str) -> None:
-        """Seconds per commit of 1,000 floor commits."""
+    def sample(self, db: str) -> float:
+        """Seconds per commit of 1,000 floor commits (kept, and returned)."""
         self.samples[db].append(self.floors[db].seconds_per_commit(1000))
+        return self.samples[db][-1]
 
     def close(self) -> None:
         """Close the floors' connections."""
@@ -366,9 +380,8 @@ def run(targets: list[Target], floors: Floors, reps: int, cycles: int) -> None:
     for rep in range(reps):
         shift = rep % max(len(targets), 1)
         for target in targets[shift:] + targets[:shift]:
-            floors.sample(target.floor)
             _progress(f"rep {rep + 1}/{reps}: {target.lib} on {target.db}")
-            _guarded(target, "the timed shapes", lambda t=target: measure_shapes(t))
+            _guarded(target, "the timed shapes", lambda t=target: measure_shapes(t, floors))
     for target in targets:
         if target.sync_pids is None:
             continue
@@ -388,7 +401,7 @@ def _progress(what: str) -> None:
     print(f"· {what}", flush=True)
 
 
-def summarize(target: Target, floor_s: float) -> dict[str, Any]:
+def summarize(target: Target) -> dict[str, Any]:
     """The figures of one target, as written to ``peers.json``."""
     out: dict[str, Any] = {"measured": target.error is None, "notes": target.notes}
     if target.error:
@@ -400,10 +413,12 @@ def summarize(target: Target, floor_s: float) -> dict[str, Any]:
         per_step = [s["seconds"] / shape.total for s in samples]
         fig: dict[str, Any] = {
             "ms_per_step": median(per_step) * 1000,
-            "ratio_to_floor": median(per_step) / floor_s,
+            "ratio_to_floor": median([p / s["floor_seconds"]
+                                      for p, s in zip(per_step, samples, strict=True)]),
             "steps_per_second": shape.total / median([s["seconds"] for s in samples]),
             "bytes_per_step": median([s["bytes"] / shape.total for s in samples]),
             "samples_ms_per_step": [round(p * 1000, 4) for p in per_step],
+            "samples_floor_ms": [round(s["floor_seconds"] * 1000, 4) for s in samples],
         }
         if all("commits" in s for s in samples):
             fig["commits_per_step"] = median([s["commits"] / shape.total for s in samples])
@@ -491,8 +506,7 @@ def main() -> int:
                 floor_samples_ms=[round(v * 1000, 4) for v in floors.samples[db]])
         report["peers"] = {}
         for target in targets:
-            report["peers"].setdefault(target.db, {})[target.lib] = summarize(
-                target, floor_s[target.floor])
+            report["peers"].setdefault(target.db, {})[target.lib] = summarize(target)
     report["seconds"] = round(time.perf_counter() - began, 1)
     with open(args.out, "w", encoding="utf-8") as f:
         json.dump(report, f, indent=1, sort_keys=True)
