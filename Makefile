@@ -11,7 +11,7 @@ BROKERS = UNDERWAY_TEST_NATS="$$(scripts/ensure-nats)" UNDERWAY_TEST_AMQP="$$(sc
 # The Docker backend is optional: when no engine can be started the Docker tests skip.
 DOCKER  = UNDERWAY_TEST_DOCKER_IMAGE="$$(scripts/ensure-docker || true)"
 
-.PHONY: demo test lint unit crash bench soak screenshots clean
+.PHONY: demo test lint unit crash bench bench-peers soak screenshots clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -47,9 +47,16 @@ bench: $(STAMP)
 	scripts/ensure-bwrap
 	$(PG) $(DOCKER) $(PY) bench/run.py
 
+# underway against DBOS, LangGraph and Restate on the same databases (bench/README.md):
+# the peers live in .venv-peers (scripts/ensure-peers); PEERS_ARGS="--reps 1" and the like
+# are passed on to bench/peers.py.
+bench-peers: $(STAMP)
+	PYTHON=$(PYTHON) scripts/ensure-peers
+	$(PG) $(PY) bench/peers.py $(PEERS_ARGS)
+
 # The console's screenshots in docs/img, from its browser test.
 screenshots: $(STAMP)
 	scripts/console-screenshots
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) .venv-peers .mypy_cache .ruff_cache .pytest_cache .hypothesis
