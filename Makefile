@@ -7,6 +7,10 @@ PYTHON ?= python3
 PG      = UNDERWAY_TEST_PG="$$(scripts/ensure-postgres)"
 # The Docker backend is optional: when no engine can be started the Docker tests skip.
 DOCKER  = UNDERWAY_TEST_DOCKER_IMAGE="$$(scripts/ensure-docker || true)"
+# `make test` runs the suite in this many processes (pytest-xdist; each test has its own
+# schema, files and ports). Work stealing keeps them all busy to the end.
+TEST_PROCS ?= 2
+PARALLEL = -n $(TEST_PROCS) --dist worksteal
 
 .PHONY: demo test lint unit crash bench soak screenshots clean
 
@@ -26,7 +30,7 @@ lint: $(STAMP)
 test: lint
 	scripts/ensure-bwrap
 	scripts/ensure-chromium
-	$(PG) $(DOCKER) $(PY) -m pytest -q -rs
+	$(PG) $(DOCKER) $(PY) -m pytest -q -rs $(PARALLEL)
 
 unit: $(STAMP)
 	scripts/ensure-bwrap
