@@ -10,6 +10,10 @@ PG      = UNDERWAY_TEST_PG="$$(scripts/ensure-postgres)"
 BROKERS = UNDERWAY_TEST_NATS="$$(scripts/ensure-nats)" UNDERWAY_TEST_AMQP="$$(scripts/ensure-rabbitmq)"
 # The Docker backend is optional: when no engine can be started the Docker tests skip.
 DOCKER  = UNDERWAY_TEST_DOCKER_IMAGE="$$(scripts/ensure-docker || true)"
+# `make test` runs the suite in this many processes (pytest-xdist; each test has its own
+# schema, files and ports). Work stealing keeps them all busy to the end.
+TEST_PROCS ?= 2
+PARALLEL = -n $(TEST_PROCS) --dist worksteal
 
 .PHONY: demo test lint unit crash bench bench-peers soak screenshots clean
 
@@ -29,7 +33,7 @@ lint: $(STAMP)
 test: lint
 	scripts/ensure-bwrap
 	scripts/ensure-chromium
-	$(PG) $(BROKERS) $(DOCKER) $(PY) -m pytest -q -rs
+	$(PG) $(BROKERS) $(DOCKER) $(PY) -m pytest -q -rs $(PARALLEL)
 
 unit: $(STAMP)
 	scripts/ensure-bwrap

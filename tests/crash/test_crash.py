@@ -15,7 +15,9 @@ a non-idempotent effect reaches the outside world exactly once per key; idempote
 re-deliveries are allowed and counted.
 
 ``UNDERWAY_CRASH_KILLS`` sets the total number of kills across both backends (default
-120; ``make soak`` uses 10000).
+40; ``make soak`` uses 10000). Whatever the number, each backend goes on until every kind
+of kill (:data:`KILL_MODES`) has struck at least once and a hidden outcome has been
+reconciled, so the default sees them all.
 """
 
 from __future__ import annotations
@@ -56,13 +58,18 @@ CHILD_TIMEOUT_S = 120.0
 MAX_CHILDREN_PER_SEED = 40
 EFFECT_POINTS = ("effect.before_run", "effect.after_run")
 """Points that bracket an effect: kills counting only these land on the outside world's edge."""
+KILL_MODES = ("fault", *EFFECT_POINTS, "outside", "pair")
+"""How a child dies: at a seeded fault point of any kind, at one of :data:`EFFECT_POINTS`,
+by SIGKILL from outside after a seeded delay, or while a second worker shares its batch."""
+DEFAULT_KILLS = 40
+"""Kills across both backends without ``UNDERWAY_CRASH_KILLS``."""
 BACKEND_PARAMS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
 
 
 def kill_budget() -> int:
     """Kills each backend must see: ``UNDERWAY_CRASH_KILLS`` shared by the backends."""
-    total = int(os.environ.get("UNDERWAY_CRASH_KILLS", "0") or 0) or 120
+    total = int(os.environ.get("UNDERWAY_CRASH_KILLS", "0") or 0) or DEFAULT_KILLS
     return max(1, total // BACKENDS)
 
 
@@ -85,7 +92,14 @@ class Tally:
     resolved_succeeded: int = 0
     resolved_retry: int = 0
     clean_fault_points: int = 0
+    kills_by_mode: Counter[str] = field(default_factory=Counter)
     problems: list[str] = field(default_factory=list)
+
+    def not_seen(self) -> list[str]:
+        """What the run has yet to see: kinds of kill (:data:`KILL_MODES`) that have not
+        struck, and an effect whose outcome a kill hid being reconciled on restart."""
+        missing = [f"a kill {m}" for m in KILL_MODES if not self.kills_by_mode[m]]
+        return missing + ([] if self.reconciled else ["a reconciled outcome"])
 
 
 @dataclass(frozen=True)
@@ -263,7 +277,7 @@ def drive_seed(
     before: Journals = {}
     for child in range(MAX_CHILDREN_PER_SEED):
         mode = "clean" if kills >= planned else rng.choices(
-            ["fault", *EFFECT_POINTS, "outside", "pair"], weights=[4, 2, 3, 2, 2])[0]
+            KILL_MODES, weights=[4, 2, 3, 2, 2])[0]
         if mode == "pair":
             # Two workers share the batch; one dies mid-way and the other takes over
             # its runs (fencing, claiming and dead-lease reclaim across processes).
@@ -285,6 +299,7 @@ def drive_seed(
         if res.killed:
             kills += 1
             tally.kills += 1
+            tally.kills_by_mode[mode] += 1
             if mode == "outside":
                 tally.kills_from_outside += 1
             else:
@@ -342,18 +357,21 @@ def test_sigkill_anywhere_loses_nothing_and_repeats_no_effect(
         ranges, clean_seconds = measure(url, svc, engine, tally)
         assert ranges["fault"] > ranges["effect.after_run"] == ranges["effect.before_run"] > 0
         seed = 0
-        while tally.kills < budget and seed < 4 * budget and len(tally.problems) < 20:
+        while ((tally.kills < budget or tally.not_seen()) and seed < 4 * budget + 40
+               and len(tally.problems) < 20):
             drive_seed(seed, url, svc, engine, tally, ranges, clean_seconds)
             seed += 1
         tally.seeds = seed
     store.close()
-    summary = {k: v for k, v in asdict(tally).items() if k != "problems"}
+    summary = {k: v for k, v in asdict(tally).items() if k not in ("problems", "kills_by_mode")}
     summary["problems"] = len(tally.problems)
+    summary["by_mode"] = ",".join(f"{m}:{tally.kills_by_mode[m]}" for m in KILL_MODES)
     record_property("crash_summary", json.dumps(summary))
     with capsys.disabled():
         print(f"\ncrash[{backend}] " + " ".join(f"{k}={v}" for k, v in summary.items()))
     assert not tally.problems, "\n".join(tally.problems[:20])
     assert tally.kills >= budget
+    assert not tally.not_seen(), f"never saw {tally.not_seen()}"
     assert tally.duplicate_effects == 0
 
 

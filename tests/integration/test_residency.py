@@ -58,10 +58,12 @@ def wait_until(done: Callable[[], bool], what: str) -> None:
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def regions(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, str]]:
-    """Two fresh regional databases: region name -> URL."""
+    """Two fresh regional databases: region name -> URL. The PostgreSQL ones are dropped
+    by the janitor (tests/conftest.py): a DROP DATABASE waits for a checkpoint."""
     if request.param == "sqlite":
         yield {r: f"sqlite:///{tmp_path}/{r}.db" for r in TENANTS}
         return
+    janitor = request.getfixturevalue("pg_janitor")
     base = os.environ.get("UNDERWAY_TEST_PG") or DEFAULT_PG
     names = {r: f"underway_{r}_{uuid.uuid4().hex[:10]}" for r in TENANTS}
     try:
@@ -72,9 +74,8 @@ def regions(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str
         pytest.fail(f"PostgreSQL at {base} is unreachable: {exc}", pytrace=False)
     server = base.rsplit("/", 1)[0]
     yield {r: f"{server}/{name}" for r, name in names.items()}
-    with psycopg.connect(base, autocommit=True) as conn:
-        for name in names.values():
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    for name in names.values():
+        janitor.drop(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture

@@ -578,11 +578,29 @@ async def kill_host_process(profile: SandboxProfile) -> Verdict:
     victim = _host_process(None, profile)
     try:
         r = await _bash(profile, f"kill -9 {victim.pid}; kill -0 {victim.pid} && echo ALIVE")
-        alive = victim.poll() is None
+        alive = not _dead_or_dying(victim)
     finally:
         victim.kill()
         victim.wait()
     return Verdict(alive, ("" if alive else "host process was killed; ") + _said(r))
+
+
+def _dead_or_dying(proc: subprocess.Popen[bytes]) -> bool:
+    """Whether ``proc`` has been killed. A SIGKILL takes effect when the kernel next runs
+    the target, which on a busy host can be after the sender has exited: until then the
+    target still runs, with the signal pending (or already exiting), so both count."""
+    if proc.poll() is not None:
+        return True
+    try:
+        status = Path(f"/proc/{proc.pid}/status").read_text()
+        stat = Path(f"/proc/{proc.pid}/stat").read_text()
+    except OSError:
+        return False  # not reaped yet, so listed: unreadable says nothing
+    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+    pending = int(fields.get("SigPnd", "0"), 16) | int(fields.get("ShdPnd", "0"), 16)
+    exiting = int(stat.rsplit(")", 1)[1].split()[6]) & 0x4  # PF_EXITING in the task flags
+    return bool(pending & 1 << (signal.SIGKILL - 1) or exiting
+                or fields.get("State", "").strip()[:1] in ("Z", "X"))
 
 
 def _host_process(env: dict[str, str] | None, profile: SandboxProfile) -> subprocess.Popen[bytes]:

@@ -23,7 +23,7 @@ import pytest
 
 from fakes.docker_image import engine_reason, require_image
 from underway.sandbox import SandboxProfile, SandboxUnavailable, run_command, why_unavailable
-from underway.sandbox.escapes import ESCAPES, Escape, base_profile
+from underway.sandbox.escapes import ESCAPES, Escape, _bomb_ids, base_profile
 
 BACKENDS = ["bwrap", "docker"]
 
@@ -95,14 +95,14 @@ def test_the_check_prints_a_summary_per_backend() -> None:
 
 
 def _bomb_processes() -> int:
-    """Host processes whose user is in the fork-bomb check's id range."""
-    from underway.sandbox.escapes import BOMB_IDS
-
+    """Host processes of the user this process's fork-bomb check runs as (a user of its
+    own: bombs of other test processes on the host are not counted)."""
+    ids = _bomb_ids()
     count = 0
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             with contextlib.suppress(OSError):
-                count += entry.stat().st_uid >= BOMB_IDS
+                count += entry.stat().st_uid == ids
     return count
 
 
