@@ -35,6 +35,7 @@ lint: $(STAMP)
 test: lint
 	scripts/ensure-bwrap
 	scripts/ensure-chromium
+	$(PG) $(PY) scripts/tidy-postgres
 	$(PG) $(BROKERS) $(DOCKER) $(PY) -m pytest -q -rs $(PARALLEL)
 
 unit: $(STAMP)
