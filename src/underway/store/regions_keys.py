@@ -5,6 +5,7 @@ every tenant's keys is the union of the regions'."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from .base import Store
 from .records import DataKeyRecord, ErasureRecord, SealedRow
@@ -14,11 +15,10 @@ class RegionalKeys:
     """The :class:`~underway.store.keys.KeyStore` and
     :class:`~underway.store.reseal.ResealStore` of a regional store, routed by tenant."""
 
-    def _of(self, tenant_id: str) -> Store:
-        raise NotImplementedError  # the regional store's
+    if TYPE_CHECKING:  # given by the regional store this is mixed into
+        def _of(self, tenant_id: str) -> Store: ...
 
-    def _all(self) -> Iterable[Store]:
-        raise NotImplementedError  # the regional store's
+        def _all(self) -> Iterable[Store]: ...
 
     def add_data_key(self, key: DataKeyRecord, *, replace: bool) -> DataKeyRecord:
         """Make the key active in its tenant's region."""

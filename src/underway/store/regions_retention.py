@@ -5,7 +5,7 @@ tenant are the union of the regions'."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .base import Store
 from .records import HoldRecord, Purge, PurgedRun, RunRecord, SweepRecord
@@ -17,11 +17,10 @@ class RegionalRetention:
     :class:`~underway.store.retention.RetentionStore` of a regional store, routed by
     tenant."""
 
-    def _of(self, tenant_id: str) -> Store:
-        raise NotImplementedError  # the regional store's
+    if TYPE_CHECKING:  # given by the regional store this is mixed into
+        def _of(self, tenant_id: str) -> Store: ...
 
-    def _all(self) -> Iterable[Store]:
-        raise NotImplementedError  # the regional store's
+        def _all(self) -> Iterable[Store]: ...
 
     def put_hold(self, rec: HoldRecord) -> bool:
         """Place a hold in its tenant's region."""
