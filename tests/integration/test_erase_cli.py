@@ -17,7 +17,8 @@ from typer.testing import CliRunner
 
 import underway as uw
 from underway.cli import app
-from underway.crypto import KeyringFile, encrypt
+from underway.crypto import KeyringFile, encrypt, refuse_plaintext
+from underway.erasure import ErasureRefused, erase_subject
 from underway.store.base import Store
 from underway.store.records import HoldRecord
 
@@ -122,5 +123,34 @@ def test_bad_input_is_one_line_and_changes_nothing(
     _run(store, "+91 1", "cust-1")
     code, _, err = cli("erase", *args, "--db", url)
     assert code == 2 and problem in err and len(err.strip().splitlines()) == 1
+    assert store.list_erasures() == []
+    assert len(store.runs_of_subject("default", "cust-1")) == 1
+
+
+def test_an_encrypted_database_without_keys_refuses_and_destroys_nothing(
+    url: str, store: Store, tmp_path: Path
+) -> None:
+    encrypt(store, KeyringFile.create(tmp_path / "k.keyring"))
+    run_id = _run(store, "+91 98765 43210", "cust-1")
+    code, _, err = cli("erase", "subject", "cust-1", "--db", url, "--by", "dpo",
+                       "--reason", "request 9")
+    assert code == 2 and "no keys" in err and len(err.strip().splitlines()) == 1
+    assert store.list_erasures() == []
+    assert all(k.state == "active" for k in store.list_data_keys())
+    assert uw.Client(store).state(run_id).result == {"phone": "+91 98765 43210"}
+
+
+def test_the_erasure_itself_refuses_a_store_without_keys(
+    url: str, store: Store, tmp_path: Path
+) -> None:
+    encrypt(store, KeyringFile.create(tmp_path / "k.keyring"))
+    _run(store, "+91 98765 43210", "cust-1")
+    keyless = uw.connect(url)
+    try:
+        assert refuse_plaintext(keyless, "give it keys")
+        with pytest.raises(ErasureRefused, match="give it keys"):
+            erase_subject(keyless, "cust-1", by="dpo", reason="request 9")
+    finally:
+        keyless.close()
     assert store.list_erasures() == []
     assert len(store.runs_of_subject("default", "cust-1")) == 1
