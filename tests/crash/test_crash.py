@@ -58,9 +58,13 @@ CHILD_TIMEOUT_S = 120.0
 MAX_CHILDREN_PER_SEED = 40
 EFFECT_POINTS = ("effect.before_run", "effect.after_run")
 """Points that bracket an effect: kills counting only these land on the outside world's edge."""
-KILL_MODES = ("fault", *EFFECT_POINTS, "outside", "pair")
+GROUP_POINTS = "group.before_commit,group.uncommitted,group.after_commit"
+"""Points around and inside a group commit's transaction (the child's runs in flight commit
+together): kills counting only these land in the middle of a group."""
+KILL_MODES = ("fault", *EFFECT_POINTS, "outside", "pair", "group")
 """How a child dies: at a seeded fault point of any kind, at one of :data:`EFFECT_POINTS`,
-by SIGKILL from outside after a seeded delay, or while a second worker shares its batch."""
+by SIGKILL from outside after a seeded delay, while a second worker shares its batch, or
+around or inside a group commit (:data:`GROUP_POINTS`)."""
 DEFAULT_KILLS = 40
 """Kills across both backends without ``UNDERWAY_CRASH_KILLS``."""
 BACKEND_PARAMS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
@@ -108,6 +112,8 @@ class ChildResult:
 
     killed: bool
     hits: int
+    grouped: int = 0
+    """Commits that shared a transaction with another run's (group commit)."""
 
 
 def spawn(
@@ -158,7 +164,7 @@ def finish(
         pytest.fail(f"worker for {tenant} exited with {proc.returncode}:\n"
                     f"{err.decode(errors='replace')[-4000:]}")
     report = json.loads(out.decode().strip().splitlines()[-1])
-    return ChildResult(False, int(report["hits"]))
+    return ChildResult(False, int(report["hits"]), int(report["grouped"]))
 
 
 def ask_service(service: str, key: str) -> dict[str, Any]:
@@ -277,7 +283,7 @@ def drive_seed(
     before: Journals = {}
     for child in range(MAX_CHILDREN_PER_SEED):
         mode = "clean" if kills >= planned else rng.choices(
-            KILL_MODES, weights=[4, 2, 3, 2, 2])[0]
+            KILL_MODES, weights=[4, 2, 3, 2, 2, 2])[0]
         if mode == "pair":
             # Two workers share the batch; one dies mid-way and the other takes over
             # its runs (fencing, claiming and dead-lease reclaim across processes).
@@ -291,6 +297,9 @@ def drive_seed(
         elif mode in EFFECT_POINTS:
             res = run_child(url, svc.url, tenant, crash_after=rng.randint(1, ranges[mode]),
                             points=mode)
+        elif mode == "group":
+            res = run_child(url, svc.url, tenant, crash_after=rng.randint(1, ranges[mode]),
+                            points=GROUP_POINTS)
         elif mode == "outside":
             res = run_child(url, svc.url, tenant, kill_after=rng.uniform(0.05, clean_seconds))
         else:
@@ -331,6 +340,10 @@ def measure(url: str, svc: OutsideService, engine: Engine, tally: Tally) -> tupl
     for point in EFFECT_POINTS:
         ranges[point] = run_child(url, svc.url, f"clean-{point}", crash_after=10**9,
                                   points=point).hits
+    grouped = run_child(url, svc.url, "clean-group", crash_after=10**9, points=GROUP_POINTS)
+    # The group kills must land among runs that really commit together.
+    assert grouped.grouped > 0, "a clean child's runs in flight never committed together"
+    ranges["group"] = grouped.hits
     for mode in ranges:
         verify_batch(engine, svc, f"clean-{mode}", tally)
     tally.clean_fault_points = ranges["fault"]

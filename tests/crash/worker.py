@@ -12,7 +12,8 @@ of its predecessor instead of creating new ones.
 
 The child exits when every run of the batch is final or escalated, printing one JSON line
 with the fault points it passed (``UNDERWAY_CRASH_AFTER`` arms them; see
-:mod:`underway.faults`).
+:mod:`underway.faults`) and how many of its commits shared a transaction with another
+(``grouped``: its runs in flight commit together, :mod:`underway.engine._group`).
 """
 
 from __future__ import annotations
@@ -242,7 +243,10 @@ def main(argv: list[str] | None = None) -> int:
     engine = Engine(store, flows=flows, tools=tools, lease_ttl=a.lease_ttl, checkpoint_every=7)
     statuses = asyncio.run(drive(engine, a.tenant, a.runs, a.mix))
     store.close()
-    print(json.dumps({"hits": faults.hits(), "statuses": statuses}), flush=True)
+    committer = engine.committer
+    grouped = 0 if committer is None else committer.batches - committer.groups
+    print(json.dumps({"hits": faults.hits(), "statuses": statuses, "grouped": grouped}),
+          flush=True)
     return 0
 
 
