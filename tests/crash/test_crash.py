@@ -118,25 +118,28 @@ class ChildResult:
 
 def spawn(
     url: str, service: str, tenant: str, *, mix: str = "mixed", crash_after: int | None = None,
-    points: str | None = None,
+    points: str | None = None, together: bool = True,
 ) -> subprocess.Popen[bytes]:
-    """Start one worker process, armed to kill itself at fault point ``crash_after``."""
+    """Start one worker process, armed to kill itself at fault point ``crash_after``;
+    ``together``: it advances its runs at once (their commits grouped), else one by one."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("UNDERWAY_CRASH")}
     if crash_after is not None:
         env["UNDERWAY_CRASH_AFTER"] = str(crash_after)
     if points is not None:
         env["UNDERWAY_CRASH_POINTS"] = points
     cmd = [sys.executable, str(WORKER), "--db", url, "--service", service, "--tenant", tenant,
-           "--runs", str(RUNS_PER_CHILD), "--mix", mix, "--lease-ttl", "2"]
+           "--runs", str(RUNS_PER_CHILD), "--mix", mix, "--lease-ttl", "2",
+           "--concurrency", str(RUNS_PER_CHILD if together else 1)]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
 
 
 def run_child(
     url: str, service: str, tenant: str, *, mix: str = "mixed", crash_after: int | None = None,
-    points: str | None = None, kill_after: float | None = None,
+    points: str | None = None, kill_after: float | None = None, together: bool = True,
 ) -> ChildResult:
     """Run one worker process; SIGKILL it after ``kill_after`` seconds if still alive."""
-    proc = spawn(url, service, tenant, mix=mix, crash_after=crash_after, points=points)
+    proc = spawn(url, service, tenant, mix=mix, crash_after=crash_after, points=points,
+                 together=together)
     return finish(proc, tenant, kill_after=kill_after)
 
 
@@ -411,8 +414,10 @@ def test_an_effect_hidden_by_a_kill_is_settled_once(
     store = connect(url)
     engine = Engine(store)
     with OutsideService() as svc:
-        # The first run's lookup passes the point first, its first mutating call second.
-        assert run_child(url, svc.url, "t", mix=mix, crash_after=2, points=point).killed
+        # The first run's lookup passes the point first, its first mutating call second
+        # (the runs advance one by one, so no other run's call comes between).
+        assert run_child(url, svc.url, "t", mix=mix, crash_after=2, points=point,
+                         together=False).killed
         delivered = [d.kind for d in svc.ledger.snapshot().values()]
         assert delivered == (["letter" if mix == "letters" else "reminder"]
                              if point == "effect.after_run" else [])
