@@ -114,7 +114,8 @@ def timed(fn: Callable[[], Any]) -> float:
 
 
 class TimedStore:
-    """Wraps a store and adds up the time spent in ``append`` (the commit path)."""
+    """Wraps a store and adds up the time spent in ``append`` and ``append_many`` (the
+    commit path, alone or grouped); ``appends`` counts batches."""
 
     def __init__(self, inner: Any) -> None:
         self._inner = inner
@@ -129,6 +130,15 @@ class TimedStore:
         finally:
             self.append_seconds += time.perf_counter() - began
             self.appends += 1
+
+    def append_many(self, batches: Any) -> list[Any]:
+        """Time the wrapped group append."""
+        began = time.perf_counter()
+        try:
+            return list(self._inner.append_many(batches))
+        finally:
+            self.append_seconds += time.perf_counter() - began
+            self.appends += len(batches)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)

@@ -24,6 +24,7 @@ import console
 import deploy_check
 import encryption
 import evaluation
+import groupcommit
 import guard
 import imports
 import listing
@@ -44,6 +45,10 @@ GROUPS: dict[str, list[tuple[str, Callable[[], list[Figure]]]]] = {
     "throughput": [
         ("SQLite step throughput", throughput.bench_sqlite),
         ("PostgreSQL step throughput", throughput.bench_postgres),
+    ],
+    "groupcommit": [
+        ("SQLite group commit, 100 runs in flight", groupcommit.bench_sqlite),
+        ("PostgreSQL group commit, 100 runs in flight", groupcommit.bench_postgres),
     ],
     "resume": [
         ("SQLite resume latency", resume.bench_sqlite),

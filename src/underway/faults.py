@@ -13,6 +13,9 @@ import signal
 POINTS = (
     "append.before_commit",
     "append.after_commit",
+    "group.before_commit",
+    "group.uncommitted",
+    "group.after_commit",
     "effect.before_run",
     "effect.after_run",
     "step.before_run",
@@ -32,9 +35,10 @@ POINTS = (
     "intake.after_dead_letter",
 )
 """Every fault point the engine, the retention sweep, an erasure and the queue and mail
-consumers pass (``retention.purge_uncommitted`` inside a purge's transaction, before it
-commits; ``intake.after_commit`` after a message's intake committed, before it is
-acknowledged or filed as seen)."""
+consumers pass (``group.uncommitted`` inside a group commit's transaction, before it
+commits; ``retention.purge_uncommitted`` inside a purge's transaction, before it commits;
+``intake.after_commit`` after a message's intake committed, before it is acknowledged or
+filed as seen)."""
 
 _remaining = int(os.environ.get("UNDERWAY_CRASH_AFTER", "0") or 0)
 _only = frozenset(p for p in os.environ.get("UNDERWAY_CRASH_POINTS", "").split(",") if p)

@@ -20,7 +20,7 @@ from .flow import Flow
 from .identity import owner_is_dead
 from .redaction import redacting_logs
 from .state import APPROVAL_SIGNAL, RunState
-from .store.base import RunRecord
+from .store.base import Lease, RunRecord
 
 log = logging.getLogger("underway.runner")
 
@@ -29,12 +29,20 @@ class Runner:
     """Advances runs of one engine in this process.
 
     ``poll`` bounds how long a sleeping runner takes to notice a signal or a new run.
+    ``batch``: runs claimed at a time. ``concurrency``: runs of a claimed batch advanced
+    at once (their commits are written together, :mod:`underway.engine._group`); 1
+    advances them one after another.
     """
 
-    def __init__(self, engine: Engine, *, poll: float = 0.2, batch: int = 16) -> None:
+    def __init__(
+        self, engine: Engine, *, poll: float = 0.2, batch: int = 16, concurrency: int = 1
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError(f"a runner advances at least one run at a time, not {concurrency}")
         self.engine = engine
         self.poll = poll
         self.batch = batch
+        self.concurrency = concurrency
 
     def reclaim_dead_local_leases(self) -> int:
         """Free leases held by processes on this host that have died (e.g. SIGKILL), so
@@ -52,14 +60,18 @@ class Runner:
         await io(self.reclaim_dead_local_leases)
         with redacting_logs(self.engine.redactor):
             while leases := await io(functools.partial(self.engine.claim, limit=self.batch)):
-                for lease in leases:
-                    try:
-                        await self.engine.activate(lease)
-                    except (FencedError, ConflictError) as exc:
-                        # Another worker owns the run now; what it commits is the truth.
-                        log.warning("gave up run %s: %s", lease.run_id, exc)
-                    activations += 1
+                for i in range(0, len(leases), self.concurrency):
+                    await asyncio.gather(*(
+                        self._advance(lease) for lease in leases[i:i + self.concurrency]))
+                activations += len(leases)
         return activations
+
+    async def _advance(self, lease: Lease) -> None:
+        try:
+            await self.engine.activate(lease)
+        except (FencedError, ConflictError) as exc:
+            # Another worker owns the run now; what it commits is the truth.
+            log.warning("gave up run %s: %s", lease.run_id, exc)
 
     async def run_until_complete(self, run_id: str, *, tenant_id: str = "default") -> RunState:
         """Advance runs until ``run_id`` completes, fails, is cancelled, escalates to a

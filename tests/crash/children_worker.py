@@ -79,7 +79,9 @@ async def drive(engine: Engine, tenant: str, runs: int, until_waiting: bool) -> 
     """Start the batch (idempotently) and advance it until every parent is final."""
     ids = [engine.start("order", {"n": i}, tenant_id=tenant,
                         idempotency_key=parent_key(tenant, i))[0] for i in range(runs)]
-    runner = Runner(engine, poll=0.05)
+    # Parents and children advance together: their commits, and the children's ends
+    # signalled to their parents, share group commits.
+    runner = Runner(engine, poll=0.05, concurrency=2 * runs)
     while True:
         await runner.run_until_idle()
         statuses = statuses_of(engine, tenant, ids)

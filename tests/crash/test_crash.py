@@ -58,9 +58,13 @@ CHILD_TIMEOUT_S = 120.0
 MAX_CHILDREN_PER_SEED = 40
 EFFECT_POINTS = ("effect.before_run", "effect.after_run")
 """Points that bracket an effect: kills counting only these land on the outside world's edge."""
-KILL_MODES = ("fault", *EFFECT_POINTS, "outside", "pair")
+GROUP_POINTS = "group.before_commit,group.uncommitted,group.after_commit"
+"""Points around and inside a group commit's transaction (the child's runs in flight commit
+together): kills counting only these land in the middle of a group."""
+KILL_MODES = ("fault", *EFFECT_POINTS, "outside", "pair", "group")
 """How a child dies: at a seeded fault point of any kind, at one of :data:`EFFECT_POINTS`,
-by SIGKILL from outside after a seeded delay, or while a second worker shares its batch."""
+by SIGKILL from outside after a seeded delay, while a second worker shares its batch, or
+around or inside a group commit (:data:`GROUP_POINTS`)."""
 DEFAULT_KILLS = 40
 """Kills across both backends without ``UNDERWAY_CRASH_KILLS``."""
 BACKEND_PARAMS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
@@ -108,29 +112,34 @@ class ChildResult:
 
     killed: bool
     hits: int
+    grouped: int = 0
+    """Commits that shared a transaction with another run's (group commit)."""
 
 
 def spawn(
     url: str, service: str, tenant: str, *, mix: str = "mixed", crash_after: int | None = None,
-    points: str | None = None,
+    points: str | None = None, together: bool = True,
 ) -> subprocess.Popen[bytes]:
-    """Start one worker process, armed to kill itself at fault point ``crash_after``."""
+    """Start one worker process, armed to kill itself at fault point ``crash_after``;
+    ``together``: it advances its runs at once (their commits grouped), else one by one."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("UNDERWAY_CRASH")}
     if crash_after is not None:
         env["UNDERWAY_CRASH_AFTER"] = str(crash_after)
     if points is not None:
         env["UNDERWAY_CRASH_POINTS"] = points
     cmd = [sys.executable, str(WORKER), "--db", url, "--service", service, "--tenant", tenant,
-           "--runs", str(RUNS_PER_CHILD), "--mix", mix, "--lease-ttl", "2"]
+           "--runs", str(RUNS_PER_CHILD), "--mix", mix, "--lease-ttl", "2",
+           "--concurrency", str(RUNS_PER_CHILD if together else 1)]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
 
 
 def run_child(
     url: str, service: str, tenant: str, *, mix: str = "mixed", crash_after: int | None = None,
-    points: str | None = None, kill_after: float | None = None,
+    points: str | None = None, kill_after: float | None = None, together: bool = True,
 ) -> ChildResult:
     """Run one worker process; SIGKILL it after ``kill_after`` seconds if still alive."""
-    proc = spawn(url, service, tenant, mix=mix, crash_after=crash_after, points=points)
+    proc = spawn(url, service, tenant, mix=mix, crash_after=crash_after, points=points,
+                 together=together)
     return finish(proc, tenant, kill_after=kill_after)
 
 
@@ -158,7 +167,7 @@ def finish(
         pytest.fail(f"worker for {tenant} exited with {proc.returncode}:\n"
                     f"{err.decode(errors='replace')[-4000:]}")
     report = json.loads(out.decode().strip().splitlines()[-1])
-    return ChildResult(False, int(report["hits"]))
+    return ChildResult(False, int(report["hits"]), int(report["grouped"]))
 
 
 def ask_service(service: str, key: str) -> dict[str, Any]:
@@ -277,7 +286,7 @@ def drive_seed(
     before: Journals = {}
     for child in range(MAX_CHILDREN_PER_SEED):
         mode = "clean" if kills >= planned else rng.choices(
-            KILL_MODES, weights=[4, 2, 3, 2, 2])[0]
+            KILL_MODES, weights=[4, 2, 3, 2, 2, 2])[0]
         if mode == "pair":
             # Two workers share the batch; one dies mid-way and the other takes over
             # its runs (fencing, claiming and dead-lease reclaim across processes).
@@ -291,6 +300,9 @@ def drive_seed(
         elif mode in EFFECT_POINTS:
             res = run_child(url, svc.url, tenant, crash_after=rng.randint(1, ranges[mode]),
                             points=mode)
+        elif mode == "group":
+            res = run_child(url, svc.url, tenant, crash_after=rng.randint(1, ranges[mode]),
+                            points=GROUP_POINTS)
         elif mode == "outside":
             res = run_child(url, svc.url, tenant, kill_after=rng.uniform(0.05, clean_seconds))
         else:
@@ -331,6 +343,10 @@ def measure(url: str, svc: OutsideService, engine: Engine, tally: Tally) -> tupl
     for point in EFFECT_POINTS:
         ranges[point] = run_child(url, svc.url, f"clean-{point}", crash_after=10**9,
                                   points=point).hits
+    grouped = run_child(url, svc.url, "clean-group", crash_after=10**9, points=GROUP_POINTS)
+    # The group kills must land among runs that really commit together.
+    assert grouped.grouped > 0, "a clean child's runs in flight never committed together"
+    ranges["group"] = grouped.hits
     for mode in ranges:
         verify_batch(engine, svc, f"clean-{mode}", tally)
     tally.clean_fault_points = ranges["fault"]
@@ -398,8 +414,10 @@ def test_an_effect_hidden_by_a_kill_is_settled_once(
     store = connect(url)
     engine = Engine(store)
     with OutsideService() as svc:
-        # The first run's lookup passes the point first, its first mutating call second.
-        assert run_child(url, svc.url, "t", mix=mix, crash_after=2, points=point).killed
+        # The first run's lookup passes the point first, its first mutating call second
+        # (the runs advance one by one, so no other run's call comes between).
+        assert run_child(url, svc.url, "t", mix=mix, crash_after=2, points=point,
+                         together=False).killed
         delivered = [d.kind for d in svc.ledger.snapshot().values()]
         assert delivered == (["letter" if mix == "letters" else "reminder"]
                              if point == "effect.after_run" else [])

@@ -1,6 +1,7 @@
 """Child process for the crash tests: start a batch of runs and drive them to an end.
 
     python tests/crash/worker.py --db URL --service URL --tenant T --runs N [--mix M]
+                                 [--concurrency C]
 
 Run ``i`` of a batch is a dunning run for customer ``c{i}`` over :func:`invoices_for`
 (``i``) — look the customer up (read-only), then per invoice: send a reminder (mutating,
@@ -12,7 +13,8 @@ of its predecessor instead of creating new ones.
 
 The child exits when every run of the batch is final or escalated, printing one JSON line
 with the fault points it passed (``UNDERWAY_CRASH_AFTER`` arms them; see
-:mod:`underway.faults`).
+:mod:`underway.faults`) and how many of its commits shared a transaction with another
+(``grouped``: its runs in flight commit together, :mod:`underway.engine._group`).
 """
 
 from __future__ import annotations
@@ -189,8 +191,11 @@ def build(service: str) -> tuple[list[Flow[Any, Any]], list[Any]]:
     return [dunning, letters], tools
 
 
-async def drive(engine: Engine, tenant: str, runs: int, mix: str) -> dict[str, str]:
-    """Start the batch (idempotently) and advance it until every run is final or escalated."""
+async def drive(
+    engine: Engine, tenant: str, runs: int, mix: str, concurrency: int = 1
+) -> dict[str, str]:
+    """Start the batch (idempotently) and advance it until every run is final or escalated,
+    ``concurrency`` runs at once (their commits grouped)."""
     ids = []
     data: dict[str, Any]
     for i in range(runs):
@@ -200,7 +205,7 @@ async def drive(engine: Engine, tenant: str, runs: int, mix: str) -> dict[str, s
             flow, data = "dunning", {"customer": f"c{i}", "invoices": invoices_for(i)}
         run_id, _ = engine.start(flow, data, tenant_id=tenant, idempotency_key=run_key(tenant, i))
         ids.append(run_id)
-    runner = Runner(engine, poll=0.05)
+    runner = Runner(engine, poll=0.05, concurrency=concurrency)
     while True:
         await runner.run_until_idle()
         statuses = statuses_of(engine, tenant, ids)
@@ -236,13 +241,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=6)
     p.add_argument("--mix", choices=MIXES, default="mixed")
     p.add_argument("--lease-ttl", type=float, default=2.0)
+    p.add_argument("--concurrency", type=int, default=1)
     a = p.parse_args(argv)
     flows, tools = build(a.service)
     store = connect(a.db)
     engine = Engine(store, flows=flows, tools=tools, lease_ttl=a.lease_ttl, checkpoint_every=7)
-    statuses = asyncio.run(drive(engine, a.tenant, a.runs, a.mix))
+    statuses = asyncio.run(drive(engine, a.tenant, a.runs, a.mix, a.concurrency))
     store.close()
-    print(json.dumps({"hits": faults.hits(), "statuses": statuses}), flush=True)
+    committer = engine.committer
+    grouped = 0 if committer is None else committer.batches - committer.groups
+    print(json.dumps({"hits": faults.hits(), "statuses": statuses, "grouped": grouped}),
+          flush=True)
     return 0
 
 

@@ -290,7 +290,7 @@ def test_no_path_calls_the_store_on_the_event_loop(watched: Watched) -> None:
 
     assert watched.on_loop == [], "\n".join(watched.on_loop)
     assert {
-        "get_run", "load_checkpoint", "load_events", "pending_signals", "append", "claim",
+        "get_run", "load_checkpoint", "load_events", "pending_signals", "append_many", "claim",
         "renew", "create_run", "held_leases", "next_wake_at", "get_approver",
         "use_nonce", "circuit_admit", "circuit_record", "list_runs", "claim_schedules",
         "advance_schedule",
@@ -358,7 +358,9 @@ def test_a_worker_claims_and_hands_back_off_the_event_loop(watched: Watched) -> 
     assert (engine.state(second).status, engine.state(second).step) == ("ready", "hold")
     assert worker.handed_back == 1 and worker.activations == 0
     assert watched.on_loop == [], "\n".join(watched.on_loop)
-    assert {"wakeups", "claim", "next_due_at", "get_run", "append", "release"} <= watched.called
+    assert {
+        "wakeups", "claim", "next_due_at", "get_run", "append_many", "release",
+    } <= watched.called
 
 
 # -- the rule, read from the code --------------------------------------------------------

@@ -11,8 +11,8 @@ import inspect
 import pytest
 
 from underway.apikeys import authenticate, issue_key
-from underway.errors import ConfigurationError, ResidencyError
-from underway.store import MemoryStore, NewRun, QueueConfig, Store, StoredEvent
+from underway.errors import ConfigurationError, FencedError, ResidencyError
+from underway.store import AppendBatch, MemoryStore, NewRun, QueueConfig, Store, StoredEvent
 from underway.store.base import ConsentRecord
 from underway.store.regions import RegionalStore
 from underway.store.wakeups import AnyOf, Polling
@@ -57,6 +57,25 @@ def test_a_tenant_s_rows_go_to_its_region_only() -> None:
     assert india.consent_history("globex", "s-1") == []
     assert store.tenants() == ["acme", "globex"]
     assert [h[:2] for h in store.journal_heads()] == [("acme", "r1"), ("globex", "r2")]
+
+
+def test_a_group_commit_writes_each_batch_in_its_tenant_s_region() -> None:
+    store, india, europe = regional()
+    batches = []
+    for tenant, run_id in (("acme", "r1"), ("globex", "r2"), ("acme", "r3")):
+        store.create_run(new(tenant, run_id))
+        [lease] = store.claim(owner="w", now=T0, ttl=30, tenant_id=tenant, run_id=run_id)
+        batches.append(AppendBatch(tenant, run_id, 1, lease.token,
+                                   [StoredEvent(2, "StepStarted", b"{}", "h2")], T0))
+    stale = AppendBatch("globex", "r2", 1, 99, [StoredEvent(2, "StepStarted", b"{}", "h")], T0)
+    results = store.append_many([*batches, stale])
+    assert results[:3] == [False, False, False] and isinstance(results[3], FencedError)
+    assert [e.seq for e in india.load_events("acme", "r1")] == [1, 2]
+    assert [e.seq for e in india.load_events("acme", "r3")] == [1, 2]
+    assert [e.seq for e in europe.load_events("globex", "r2")] == [1, 2]
+    assert europe.load_events("acme", "r1") == [] and india.load_events("globex", "r2") == []
+    with pytest.raises(ResidencyError):
+        store.append_many([AppendBatch("initech", "r9", 0, 1, [], T0)])
 
 
 def test_a_tenant_without_a_region_is_refused_and_nothing_is_stored() -> None:

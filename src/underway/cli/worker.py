@@ -82,6 +82,12 @@ def worker(
     verbose: Annotated[
         bool, typer.Option("--verbose", "-v", help="Log each run handed back or given up.")
     ] = False,
+    no_group_commit: Annotated[
+        bool,
+        typer.Option("--no-group-commit", help="Commit each run's steps in a transaction "
+                     "of their own, not together with the other runs in flight "
+                     "(worker.group_commit; on by default)."),
+    ] = False,
     environment: Annotated[
         str | None,
         typer.Option("--environment", help="What policies see as the environment (dev, "
@@ -156,7 +162,8 @@ def worker(
     opts = override(config.worker, app=app_spec, queues=queue or None,
                     concurrency=concurrency, lease_ttl=lease_ttl, poll=poll, grace=grace,
                     environment=environment, secrets_env_prefix=secrets_prefix,
-                    verbose=verbose or None)
+                    verbose=verbose or None,
+                    group_commit=False if no_group_commit else None)
     if opts.app is None:
         raise Problem("no app given: pass --app module:attribute or set worker.app in "
                       "the config file")
@@ -194,6 +201,7 @@ def worker(
                 notifier=notifier, tenant_budget=tenant_budget,
                 metrics=_metrics(telemetry_opts.metrics_port, telemetry_opts.traces,
                                  provider),
+                group_commit=opts.group_commit,
             )
             if config.budgets is not None:
                 engine.guard.tenant_usage_ttl = config.budgets.usage_ttl

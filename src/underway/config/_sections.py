@@ -105,6 +105,9 @@ class WorkerSection(Section):
     """What policies see as the environment (``dev`` when absent)."""
     secrets_env_prefix: str | None = None
     """Tools' secrets come from environment variables with this prefix."""
+    group_commit: bool = True
+    """Commit the steps of the runs in flight together, one transaction for all that are
+    waiting (``--no-group-commit`` turns it off)."""
     verbose: bool = False
 
 

@@ -2,7 +2,8 @@
 
 Modules, each named for what it holds: ``_executor`` (:class:`Engine`: claiming, the
 activation loop, finishing a step, leaving the worker), ``_activation`` (a leased run's
-buffered events and its fenced commit), ``_calls`` (step execution and the call path: the
+buffered events and its fenced commit), ``_group`` (:class:`GroupCommit`: concurrent
+activations' commits written together), ``_calls`` (step execution and the call path: the
 one door every tool call passes), ``_inbox`` (control signals and signed decisions read at
 a step boundary), ``_children`` (child runs), ``_versions`` (``ctx.version`` patch
 markers), ``_registry`` (flows and tools by name) and ``_stops`` (how a step stops short).
@@ -17,14 +18,17 @@ from ._activation import question_expiry
 from ._calls import StepExecution
 from ._children import StepWithChildren, child_run_id
 from ._executor import IDLE_CLAIM_BACKOFF, Engine
+from ._group import GROUP_LIMIT, GroupCommit
 from ._registry import Registry
 
 __all__ = [
     "CANCEL",
+    "GROUP_LIMIT",
     "IDLE_CLAIM_BACKOFF",
     "RESOLVE",
     "RESUME",
     "Engine",
+    "GroupCommit",
     "Registry",
     "StepExecution",
     "StepWithChildren",

@@ -57,6 +57,18 @@ class Activation:
             self.store_error = exc
             raise
 
+    async def _append(self, batch: AppendBatch) -> bool:
+        """Append ``batch``: with the other activations' batches when the engine commits
+        in groups, else on its own (remembered if it fails, like :meth:`store`)."""
+        committer = self.engine.committer
+        if committer is None:
+            return await self.store(self.engine.store.append, batch)
+        try:
+            return await committer.append(batch)
+        except Exception as exc:
+            self.store_error = exc
+            raise
+
     def buffer(self, event: ev.RunEvent) -> None:
         at = self.engine.clock.now()
         seq = self.state.seq + 1
@@ -114,7 +126,7 @@ class Activation:
             signals=outbox(s, [e for _, _, e in self.pending], now, codec),
         )
         faults.point("append.before_commit")
-        self.control_pending = await self.store(eng.store.append, batch)
+        self.control_pending = await self._append(batch)
         faults.point("append.after_commit")
         if batch.signals:
             faults.point("signals.after_commit")

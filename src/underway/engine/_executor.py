@@ -40,11 +40,12 @@ from ..jsonpatch import make_patch
 from ..redaction import Redactor
 from ..secrets import BoundSecrets, SecretProvider
 from ..state import Recorded, RunState
-from ..store._offload import run_io
+from ..store._offload import INLINE, offload_of, run_io
 from ..store.base import Lease, RunRecord, Store
 from ..telemetry import NO_METRICS, Metrics
 from ._activation import Activation, question_expiry, run_update
 from ._children import StepWithChildren
+from ._group import GroupCommit
 from ._inbox import OpenedSignal, pending_signals, read_inbox, verify_approval
 from ._registry import Registry
 from ._stops import DeadLetter, Escalate, Stop, Suspend, Unencodable
@@ -95,6 +96,10 @@ class Engine:
     :class:`~underway.budgets.TenantBudgets` (a default and per-tenant budgets).
     ``metrics``: where steps, calls, activations and run ends are reported
     (:class:`underway.telemetry.PrometheusMetrics`; default: nowhere, at no cost).
+    ``group_commit``: the commits of this engine's concurrent activations are written
+    together, one transaction and one flush for all that are waiting (see
+    :mod:`underway.engine._group`; nothing about durability changes); ``False`` writes each
+    on its own.
     ``codec``: how payloads are encoded (default: like the store's — encryption at rest is
     turned on for the store, ``underway.crypto.encrypt``, and applies to every engine and
     client on it).
@@ -129,6 +134,7 @@ class Engine:
         notifier: Notifier | None = None,
         signed_resolutions: bool | None = None,
         metrics: Metrics | None = None,
+        group_commit: bool = True,
     ) -> None:
         self.guard = guard or Guard()
         for name, value in (
@@ -161,6 +167,11 @@ class Engine:
         10,000): what a worker keeps out of its log lines."""
         self.checkpoint_every = checkpoint_every
         self.retry_budget = retry_budget
+        self.committer: GroupCommit | None = (
+            GroupCommit(store) if group_commit and offload_of(store) is not INLINE else None
+        )
+        """Where this engine's activations commit together (None: each on its own — the
+        store does no I/O, or ``group_commit=False``)."""
         self.client = Client._for_executor(store, self.journal, self.clock, self.flows)
         """The client this engine's operator actions (start, signal, cancel...) go through."""
         for f in flows:

@@ -9,6 +9,7 @@ from .._lazy import lazy_exports
 from ..errors import ConfigurationError
 from .base import (
     AppendBatch,
+    AppendResult,
     IntakeRecord,
     IntakeRequest,
     Lease,
@@ -36,6 +37,7 @@ else:
 
 __all__ = [
     "AppendBatch",
+    "AppendResult",
     "IntakeRecord",
     "IntakeRequest",
     "Lease",

@@ -38,7 +38,7 @@ from .consent import ConsentStore
 from .holds import HoldStore
 from .inbox import InboxStore
 from .intake import IntakeStore
-from .journal import JournalStore
+from .journal import AppendResult, JournalStore
 from .keys import KeyStore
 from .leases import LeaseStore
 from .limits import LimitStore
@@ -87,6 +87,7 @@ __all__ = [
     "ApiKeyRecord",
     "ApiKeyStore",
     "AppendBatch",
+    "AppendResult",
     "ApproverRecord",
     "CheckpointTail",
     "ConsentRecord",

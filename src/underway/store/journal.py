@@ -20,6 +20,10 @@ BLOB_BATCH = 500
 RUN_BATCH = 500
 """Runs per query when the events of many runs are read at once."""
 
+AppendResult = bool | Exception
+"""What :meth:`JournalStore.append_many` reports for one batch: the control-pending flag
+:meth:`JournalStore.append` would have returned, or the exception it would have raised."""
+
 CHAIN_LIMIT = 10_000
 """The most blobs one :meth:`JournalStore.get_blob_chain` call follows."""
 
@@ -40,6 +44,19 @@ class JournalStore(Protocol):
 
         Returns True when control signals (``underway.*``: cancel, resolve) wait in the
         run's inbox, so the engine looks at the inbox only when there is something there.
+        """
+        ...
+
+    def append_many(self, batches: Sequence[AppendBatch]) -> list[AppendResult]:
+        """Append several runs' batches, in one transaction where the database allows:
+        one commit, one flush to disk, for all of them (group commit).
+
+        Each batch is still fenced and sequence-checked on its own and is committed whole
+        or not at all; one that :meth:`append` would refuse or fail is left out and the
+        others commit. The result, in the order of ``batches``, is for each what
+        :meth:`append` would have returned (the control-pending flag) or the exception it
+        would have raised. Raises only when the transaction as a whole fails, and then no
+        batch of it is known to have committed.
         """
         ...
 

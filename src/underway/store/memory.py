@@ -13,7 +13,7 @@ from ..errors import ConflictError, FencedError, RunNotFound
 from . import limits
 from ._offload import INLINE, Inline
 from .base import Dialect
-from .journal import CHAIN_LIMIT
+from .journal import CHAIN_LIMIT, AppendResult
 from .memory_access import MemoryAccess
 from .memory_consent import MemoryConsent
 from .memory_keys import MemoryKeys
@@ -108,6 +108,16 @@ class MemoryStore(MemoryAccess, MemoryConsent, MemoryRetention, MemoryKeys):
             self._events[key] = [new.first_event]
             self._write_blobs(new.tenant_id, new.blobs)
             return rec, True
+
+    def append_many(self, batches: Sequence[AppendBatch]) -> list[AppendResult]:
+        """Append each batch on its own (memory has no commit to share)."""
+        out: list[AppendResult] = []
+        for batch in batches:
+            try:
+                out.append(self.append(batch))
+            except Exception as exc:
+                out.append(exc)
+        return out
 
     def append(self, batch: AppendBatch) -> bool:
         """Append atomically, fenced and sequence-checked."""

@@ -29,7 +29,7 @@ from typing import Any
 from ..codec import Codec
 from ..errors import ConfigurationError, ResidencyError
 from .base import Dialect, Store
-from .journal import CHAIN_LIMIT
+from .journal import CHAIN_LIMIT, AppendResult
 from .limits import SHARED
 from .records import (
     AccessHead,
@@ -148,6 +148,20 @@ class RegionalStore(RegionalRetention, RegionalKeys):
     def append(self, batch: AppendBatch) -> bool:
         """Append in the run's region (its signals go to runs of the same tenant)."""
         return self._of(batch.tenant_id).append(batch)
+
+    def append_many(self, batches: Sequence[AppendBatch]) -> list[AppendResult]:
+        """Append each region's batches together in that region's database."""
+        by_region: dict[int, tuple[Store, list[int]]] = {}
+        for i, batch in enumerate(batches):
+            store = self._of(batch.tenant_id)
+            by_region.setdefault(id(store), (store, []))[1].append(i)
+        out: list[AppendResult] = [False] * len(batches)
+        for store, indexes in by_region.values():
+            for i, result in zip(
+                indexes, store.append_many([batches[i] for i in indexes]), strict=True
+            ):
+                out[i] = result
+        return out
 
     def fork_run(self, new: NewRun, link: ForkLink) -> RunRecord:
         """Fork a run in its tenant's region (a fork stays in its parent's tenant)."""

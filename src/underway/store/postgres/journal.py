@@ -7,10 +7,12 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
+import psycopg
 from psycopg import errors as pg_errors
 
+from ... import faults
 from ...errors import ConflictError, FencedError, RunNotFound
-from ..journal import BLOB_BATCH, CHAIN_LIMIT, RUN_BATCH
+from ..journal import BLOB_BATCH, CHAIN_LIMIT, RUN_BATCH, AppendResult
 from ..records import AppendBatch, CheckpointTail, ForkLink, NewRun, RunRecord, StoredEvent
 from .connection import _Q, Connection, _run
 from .inbox import _signal_params
@@ -47,70 +49,13 @@ class Journal(Connection):
         run moved on or the lease was lost."""
         if not batch.events:
             return False
-        last, u = batch.events[-1], batch.update
         key = {"tenant_id": batch.tenant_id, "run_id": batch.run_id}
-        settle = (
-            bool(batch.consumed_signals) or batch.release
-            or (u is not None and u.waiting_signal is not None)
-        )
         with self._pool.connection() as conn:
             try:
                 with conn.pipeline():
-                    if batch.signals:
-                        # Every run this commit touches, locked in one order: two runs
-                        # signalling each other (a parent's cancel cascade, its child's
-                        # end) would otherwise each hold its own row and wait for the
-                        # other's.
-                        for tenant_id, run_id in sorted(
-                            {(batch.tenant_id, batch.run_id)}
-                            | {(s.tenant_id, s.run_id) for s in batch.signals}
-                        ):
-                            conn.execute(_Q["lock_run"],
-                                         {"tenant_id": tenant_id, "run_id": run_id},
-                                         prepare=True)
-                    advanced = conn.execute(_Q["append_events"], {
-                        **key,
-                        "expected_seq": batch.expected_seq, "fence": batch.fence,
-                        "seqs": [e.seq for e in batch.events],
-                        "types": [e.type for e in batch.events],
-                        "payloads": [e.payload for e in batch.events],
-                        "hashes": [e.hash for e in batch.events],
-                    }, prepare=True)
-                    if u is not None:
-                        conn.execute(_Q["advance_run"], {
-                            **key,
-                            "last_seq": last.seq, "last_hash": last.hash, "status": u.status,
-                            "step": u.step, "next_wake_at": u.next_wake_at,
-                            "waiting_signal": u.waiting_signal, "error": u.error,
-                            "now": batch.now,
-                        }, prepare=True)
-                    if batch.blobs:
-                        keys = sorted(batch.blobs)
-                        conn.execute(_Q["insert_blobs"], {
-                            "tenant_id": batch.tenant_id, "keys": keys,
-                            "data": [batch.blobs[k] for k in keys],
-                        }, prepare=True)
-                    if batch.checkpoint is not None:
-                        seq, state = batch.checkpoint
-                        conn.execute(
-                            _Q["upsert_checkpoint"], {**key, "seq": seq, "state": state},
-                            prepare=True,
-                        )
-                    if batch.consumed_signals:
-                        conn.execute(
-                            _Q["consume_signals"],
-                            {**key, "signal_ids": list(batch.consumed_signals)},
-                            prepare=True,
-                        )
-                    settled = conn.execute(_Q["settle_run"], {
-                        **key, "consumed": bool(batch.consumed_signals), "now": batch.now,
-                        "release": batch.release,
-                    }, prepare=True) if settle else None
-                    for signal in batch.signals:
-                        params = _signal_params(signal)
-                        conn.execute(_Q["lock_run"], params, prepare=True)
-                        conn.execute(_Q["send_signal"], params, prepare=True)
-                        conn.execute(_Q["notify_run"], params, prepare=True)
+                    # A pipeline with no explicit transaction runs as one implicit
+                    # transaction, committed at its end.
+                    answer = _queue_append(conn, batch)
             except pg_errors.NotNullViolation as exc:
                 if exc.diag.table_name != "events":
                     raise
@@ -127,8 +72,38 @@ class Journal(Connection):
                 raise ConflictError(
                     f"run {batch.run_id}: another writer appended after seq {batch.expected_seq}"
                 ) from exc
-            row = (settled if settled is not None else advanced).fetchone()
+            row = answer.fetchone()
         return bool(row[0]) if row else False
+
+    def append_many(self, batches: Sequence[AppendBatch]) -> list[AppendResult]:
+        """Append several runs' batches in one pipelined transaction: one round trip and
+        one commit for all. If any batch is refused or fails, that transaction stores
+        nothing and each batch is appended again on its own, so the refused one is left
+        out and the others commit (refusals are rare: a lost lease, a second writer)."""
+        out: list[AppendResult | None] = [None] * len(batches)
+        together = [i for i, b in enumerate(batches) if b.events and not b.signals]
+        # Runs in one order in every group, so two groups (or a group and a signal's
+        # sender, which locks runs in this order too) cannot deadlock.
+        together.sort(key=lambda i: (batches[i].tenant_id, batches[i].run_id))
+        if len(together) > 1:
+            try:
+                with self._pool.connection() as conn:
+                    with conn.pipeline():
+                        answers = [(i, _queue_append(conn, batches[i])) for i in together]
+                        faults.point("group.uncommitted")
+                    for i, answer in answers:
+                        row = answer.fetchone()
+                        out[i] = bool(row[0]) if row else False
+            except psycopg.Error:
+                # Nothing of the group committed; each batch is tried on its own below.
+                out = [None] * len(batches)
+        for i, batch in enumerate(batches):
+            if out[i] is None:
+                try:
+                    out[i] = self.append(batch)
+                except Exception as exc:
+                    out[i] = exc
+        return [r for r in out if r is not None]
 
     def fork_run(self, new: NewRun, link: ForkLink) -> RunRecord:
         """Create the fork and append the parent's event in one transaction, the parent's
@@ -290,6 +265,65 @@ class Journal(Connection):
         """(tenant, run, seq, hash) of the last event of every run with events."""
         rows = self._all("journal_heads", tenant_id=tenant_id)
         return [(r[0], r[1], r[2], r[3]) for r in rows]
+
+
+def _queue_append(conn: psycopg.Connection[Any], batch: AppendBatch) -> psycopg.Cursor[Any]:
+    """Queue one batch's statements on ``conn``'s open pipeline; return the cursor whose
+    row says whether control signals wait in the run's inbox."""
+    last, u = batch.events[-1], batch.update
+    key = {"tenant_id": batch.tenant_id, "run_id": batch.run_id}
+    settle = (
+        bool(batch.consumed_signals) or batch.release
+        or (u is not None and u.waiting_signal is not None)
+    )
+    if batch.signals:
+        # Every run this commit touches, locked in one order: two runs signalling each
+        # other (a parent's cancel cascade, its child's end) would otherwise each hold
+        # its own row and wait for the other's.
+        for tenant_id, run_id in sorted(
+            {(batch.tenant_id, batch.run_id)}
+            | {(s.tenant_id, s.run_id) for s in batch.signals}
+        ):
+            conn.execute(_Q["lock_run"], {"tenant_id": tenant_id, "run_id": run_id},
+                         prepare=True)
+    advanced = conn.execute(_Q["append_events"], {
+        **key,
+        "expected_seq": batch.expected_seq, "fence": batch.fence,
+        "seqs": [e.seq for e in batch.events],
+        "types": [e.type for e in batch.events],
+        "payloads": [e.payload for e in batch.events],
+        "hashes": [e.hash for e in batch.events],
+    }, prepare=True)
+    if u is not None:
+        conn.execute(_Q["advance_run"], {
+            **key,
+            "last_seq": last.seq, "last_hash": last.hash, "status": u.status,
+            "step": u.step, "next_wake_at": u.next_wake_at,
+            "waiting_signal": u.waiting_signal, "error": u.error, "now": batch.now,
+        }, prepare=True)
+    if batch.blobs:
+        keys = sorted(batch.blobs)
+        conn.execute(_Q["insert_blobs"], {
+            "tenant_id": batch.tenant_id, "keys": keys,
+            "data": [batch.blobs[k] for k in keys],
+        }, prepare=True)
+    if batch.checkpoint is not None:
+        seq, state = batch.checkpoint
+        conn.execute(_Q["upsert_checkpoint"], {**key, "seq": seq, "state": state},
+                     prepare=True)
+    if batch.consumed_signals:
+        conn.execute(_Q["consume_signals"],
+                     {**key, "signal_ids": list(batch.consumed_signals)}, prepare=True)
+    settled = conn.execute(_Q["settle_run"], {
+        **key, "consumed": bool(batch.consumed_signals), "now": batch.now,
+        "release": batch.release,
+    }, prepare=True) if settle else None
+    for signal in batch.signals:
+        params = _signal_params(signal)
+        conn.execute(_Q["lock_run"], params, prepare=True)
+        conn.execute(_Q["send_signal"], params, prepare=True)
+        conn.execute(_Q["notify_run"], params, prepare=True)
+    return settled if settled is not None else advanced
 
 
 def _accepts(row: RunRecord, last_seq: int, batch: AppendBatch) -> bool:

@@ -8,8 +8,9 @@ import json
 import sqlite3
 from collections.abc import Sequence
 
+from ... import faults
 from ...errors import ConflictError, FencedError, RunNotFound
-from ..journal import BLOB_BATCH, CHAIN_LIMIT, RUN_BATCH
+from ..journal import BLOB_BATCH, CHAIN_LIMIT, RUN_BATCH, AppendResult
 from ..records import AppendBatch, CheckpointTail, ForkLink, NewRun, RunRecord, StoredEvent
 from .connection import _Q, Connection
 from .inbox import _send_signal
@@ -28,45 +29,27 @@ class Journal(Connection):
         """Append atomically, fenced by lease token and expected sequence."""
         if not batch.events:
             return False
-        last = batch.events[-1]
-        u = batch.update
-        t, r = batch.tenant_id, batch.run_id
         with self._tx() as c:
-            # BEGIN IMMEDIATE holds the write lock: reading the fence is as good as writing it.
-            row = c.execute(_Q["fence"], (t, r)).fetchone()
-            _check_fence(row, batch)
-            control_pending = bool(row["control_pending"])
-            c.executemany(
-                _Q["insert_event"], [(t, r, e.seq, e.type, e.payload, e.hash) for e in batch.events]
-            )
-            if u is not None:
-                c.execute(
-                    _Q["advance_run"],
-                    (
-                        last.seq, last.hash, u.status, u.step, u.next_wake_at, u.waiting_signal,
-                        u.error, batch.now, t, r,
-                    ),
-                )
-            if batch.blobs:
-                c.executemany(_Q["insert_blob"], [(t, k, v) for k, v in batch.blobs.items()])
-            if batch.checkpoint is not None:
-                c.execute(_Q["upsert_checkpoint"], (t, r, *batch.checkpoint))
-            for signal_id in batch.consumed_signals:
-                c.execute(_Q["consume_signal"], (t, r, signal_id))
-            if batch.consumed_signals and control_pending:
-                c.execute(_Q["refresh_control_pending"], (t, r))
-                row = c.execute(_Q["get_run"], (t, r)).fetchone()
-                control_pending = bool(row["control_pending"])
-            if (u is not None and u.waiting_signal is not None) or (
-                batch.release and control_pending
-            ):
-                # A signal that arrived while the step ran must not wait for the timer.
-                c.execute(_Q["wake_if_signal_pending"], (batch.now, t, r))
-            if batch.release:
-                c.execute(_Q["release_after_append"], (t, r))
-            for signal in batch.signals:
-                _send_signal(c, signal)
-        return control_pending
+            return _append(c, batch)
+
+    def append_many(self, batches: Sequence[AppendBatch]) -> list[AppendResult]:
+        """Append several runs' batches in one transaction (one fsync), each inside its
+        own savepoint: a batch refused or failing is rolled back alone."""
+        out: list[AppendResult] = []
+        with self._tx() as c:
+            for batch in batches:
+                if not batch.events:
+                    out.append(False)
+                    continue
+                c.execute("SAVEPOINT batch")
+                try:
+                    out.append(_append(c, batch))
+                except Exception as exc:
+                    c.execute("ROLLBACK TO batch")
+                    out.append(exc)
+                c.execute("RELEASE batch")
+            faults.point("group.uncommitted")
+        return out
 
     def fork_run(self, new: NewRun, link: ForkLink) -> RunRecord:
         """Create the fork and append the parent's event in one transaction."""
@@ -276,6 +259,48 @@ def _create_run(c: sqlite3.Connection, new: NewRun) -> tuple[RunRecord, bool]:
     c.executemany(_Q["insert_blob"], [(new.tenant_id, k, v) for k, v in new.blobs.items()])
     row = c.execute(_Q["get_run"], (new.tenant_id, new.run_id)).fetchone()
     return _run(row), True
+
+def _append(c: sqlite3.Connection, batch: AppendBatch) -> bool:
+    """Write one batch inside the caller's transaction (which holds the write lock, so
+    reading the fence is as good as writing it); return whether control signals wait."""
+    last = batch.events[-1]
+    u = batch.update
+    t, r = batch.tenant_id, batch.run_id
+    row = c.execute(_Q["fence"], (t, r)).fetchone()
+    _check_fence(row, batch)
+    control_pending = bool(row["control_pending"])
+    c.executemany(
+        _Q["insert_event"], [(t, r, e.seq, e.type, e.payload, e.hash) for e in batch.events]
+    )
+    if u is not None:
+        c.execute(
+            _Q["advance_run"],
+            (
+                last.seq, last.hash, u.status, u.step, u.next_wake_at, u.waiting_signal,
+                u.error, batch.now, t, r,
+            ),
+        )
+    if batch.blobs:
+        c.executemany(_Q["insert_blob"], [(t, k, v) for k, v in batch.blobs.items()])
+    if batch.checkpoint is not None:
+        c.execute(_Q["upsert_checkpoint"], (t, r, *batch.checkpoint))
+    for signal_id in batch.consumed_signals:
+        c.execute(_Q["consume_signal"], (t, r, signal_id))
+    if batch.consumed_signals and control_pending:
+        c.execute(_Q["refresh_control_pending"], (t, r))
+        row = c.execute(_Q["get_run"], (t, r)).fetchone()
+        control_pending = bool(row["control_pending"])
+    if (u is not None and u.waiting_signal is not None) or (
+        batch.release and control_pending
+    ):
+        # A signal that arrived while the step ran must not wait for the timer.
+        c.execute(_Q["wake_if_signal_pending"], (batch.now, t, r))
+    if batch.release:
+        c.execute(_Q["release_after_append"], (t, r))
+    for signal in batch.signals:
+        _send_signal(c, signal)
+    return control_pending
+
 
 def _check_fence(row: sqlite3.Row | None, batch: AppendBatch) -> None:
     if row is None:
