@@ -18,6 +18,7 @@ from .base import (
     RunUpdate,
     ScheduleRecord,
     SignalRecord,
+    StartedRun,
     Store,
     StoredEvent,
 )
@@ -46,6 +47,7 @@ __all__ = [
     "RunUpdate",
     "ScheduleRecord",
     "SignalRecord",
+    "StartedRun",
     "Store",
     "StoredEvent",
     "connect",

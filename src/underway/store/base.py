@@ -68,6 +68,7 @@ from .records import (
     ScheduleRecord,
     SealedRow,
     SignalRecord,
+    StartedRun,
     StoredEvent,
     SweepRecord,
 )
@@ -121,6 +122,7 @@ __all__ = [
     "ScheduleStore",
     "SealedRow",
     "SignalRecord",
+    "StartedRun",
     "Store",
     "StoredEvent",
     "SweepRecord",
