@@ -18,6 +18,7 @@ POINTS = (
     "step.before_run",
     "child.before_create",
     "child.after_create",
+    "start.eager_after_commit",
     "signals.after_commit",
     "reseal.after_batch",
     "retention.before_purge",
@@ -33,8 +34,9 @@ POINTS = (
 )
 """Every fault point the engine, the retention sweep, an erasure and the queue and mail
 consumers pass (``retention.purge_uncommitted`` inside a purge's transaction, before it
-commits; ``intake.after_commit`` after a message's intake committed, before it is
-acknowledged or filed as seen)."""
+commits; ``start.eager_after_commit`` after an eager start committed a run with its
+lease, before anything activates it; ``intake.after_commit`` after a message's intake
+committed, before it is acknowledged or filed as seen)."""
 
 _remaining = int(os.environ.get("UNDERWAY_CRASH_AFTER", "0") or 0)
 _only = frozenset(p for p in os.environ.get("UNDERWAY_CRASH_POINTS", "").split(",") if p)
