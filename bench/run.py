@@ -31,6 +31,7 @@ import policy
 import resume
 import sandbox
 import service
+import starts
 import storage
 import tenant_usage
 import throughput
@@ -44,6 +45,11 @@ GROUPS: dict[str, list[tuple[str, Callable[[], list[Figure]]]]] = {
     "throughput": [
         ("SQLite step throughput", throughput.bench_sqlite),
         ("PostgreSQL step throughput", throughput.bench_postgres),
+    ],
+    "starts": [
+        ("SQLite 100 runs of 10 steps, start + claim or eager start", starts.bench_sqlite),
+        ("PostgreSQL 100 runs of 10 steps, start + claim or eager start",
+         starts.bench_postgres),
     ],
     "resume": [
         ("SQLite resume latency", resume.bench_sqlite),
