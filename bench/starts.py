@@ -120,15 +120,20 @@ def _measure(store: Any, floor: Any, reps: int) -> tuple[list[float], list[float
     fl: list[float] = []
     claimed: list[float] = []
     eager: list[float] = []
-    for _ in range(reps):
-        # Interleaved, so that drift in the machine's load hits every figure alike.
+    for rep in range(reps):
+        # Interleaved, each way first every other time, so that drift in the machine's
+        # load hits every figure alike.
         fl.append(floor.seconds_per_commit(RUNS * STEPS))
-        claimed.append(seconds_per_step(store, _claimed))
-        eager.append(seconds_per_step(store, _eager))
+        if rep % 2:
+            eager.append(seconds_per_step(store, _eager))
+            claimed.append(seconds_per_step(store, _claimed))
+        else:
+            claimed.append(seconds_per_step(store, _claimed))
+            eager.append(seconds_per_step(store, _eager))
     return fl, claimed, eager
 
 
-def bench_sqlite(*, reps: int = 3) -> list[Figure]:
+def bench_sqlite(*, reps: int = 5) -> list[Figure]:
     """100 runs of 10 steps on SQLite, started and claimed or started eagerly."""
     with sqlite_dir() as d:
         floor = SQLiteFloor(os.path.join(d, "floor.db"))
@@ -143,7 +148,7 @@ def bench_sqlite(*, reps: int = 3) -> list[Figure]:
                     "WAL, synchronous=FULL, file on local disk")
 
 
-def bench_postgres(*, reps: int = 3) -> list[Figure]:
+def bench_postgres(*, reps: int = 5) -> list[Figure]:
     """100 runs of 10 steps on a fresh PostgreSQL schema, claimed or started eagerly."""
     missing = pg_store_missing()
     if missing:

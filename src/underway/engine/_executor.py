@@ -85,7 +85,9 @@ class Engine(EagerStarts):
     Operator actions — :meth:`start`, :meth:`signal`, :meth:`cancel`, :meth:`resolve`,
     :meth:`resume`, :meth:`submit_decision`, :meth:`state` — are those of its
     :attr:`client` (a :class:`~underway.client.Client` that knows this engine's flows); a
-    process that only steers runs needs a client, not an engine.
+    process that only steers runs needs a client, not an engine. :meth:`start` adds what
+    only an executor can: the run goes to the worker serving the engine, leased in its
+    start's transaction, while that worker has a free slot (:mod:`underway.engine._eager`).
 
     ``lease_ttl``: seconds a lease lasts unless renewed (heartbeats renew it while a step
     runs). ``checkpoint_every``: write a checkpoint at least every this many events (and
