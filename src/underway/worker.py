@@ -342,9 +342,15 @@ class Worker:
                 raise RuntimeError("the worker stopped")
             loop.call_soon_threadsafe(self._adopt, start)
         except RuntimeError as exc:
-            # The worker is gone: the lease runs out and another worker takes the run.
+            # The worker is gone: the run goes back for another worker to claim now (or,
+            # should that fail too, once its lease runs out).
             self.unreserve()
             log.warning("could not take run %s just started: %s", start.run_id, exc)
+            assert start.lease is not None
+            try:
+                self._store.release(start.lease)
+            except Exception as again:
+                log.warning("could not hand back run %s: %s", start.run_id, again)
 
     def _adopt(self, start: EagerStart) -> None:
         assert start.lease is not None

@@ -208,3 +208,27 @@ def test_run_starts_eagerly_and_journals_what_a_claimed_run_journals(store: Stor
     # An idempotent repeat finds the finished run and drives nothing.
     again = asyncio.run(uw.run(engine, looping, {"n": 4}, idempotency_key="k"))
     assert asyncio.run(uw.run(engine, looping, {"n": 4}, idempotency_key="k")) == again
+
+
+def test_a_run_started_for_a_worker_that_stopped_meanwhile_is_handed_back(
+    store: Store,
+) -> None:
+    engine = new_engine(store)
+
+    async def scenario() -> str:
+        worker, task = serving(engine)
+        await worker.ready.wait()
+        assert worker.reserve()  # a start took a slot...
+        worker.stop()  # ...and the worker stopped before the run was handed to it
+        await task
+        start = engine.start_leased(engine.prepare_start(looping, {"n": 1}))
+        assert start.lease is not None
+        worker.adopt(start)
+        assert worker.eager_starts == 0 and worker.in_flight == 0
+        return start.run_id
+
+    run_id = asyncio.run(scenario())
+    row = store.get_run("default", run_id)
+    assert row is not None and row.lease_owner is None and row.status == "ready"
+    [lease] = engine.claim(run_id=run_id)
+    assert lease.token == 2
