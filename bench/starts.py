@@ -33,11 +33,13 @@ STEPS = 10
 
 
 class CountingStore:
-    """Wraps a store and counts the calls made to each of its methods."""
+    """Wraps a store and counts the calls made to each of its methods, and the seconds
+    spent in those that are not ``append`` (a run's start, claim and load)."""
 
     def __init__(self, inner: Any) -> None:
         self._inner = inner
         self.calls: Counter[str] = Counter()
+        self.starting = 0.0
 
     def __getattr__(self, name: str) -> Any:
         value = getattr(self._inner, name)
@@ -46,7 +48,12 @@ class CountingStore:
 
         def counted(*args: Any, **kwargs: Any) -> Any:
             self.calls[name] += 1
-            return value(*args, **kwargs)
+            began = time.perf_counter()
+            try:
+                return value(*args, **kwargs)
+            finally:
+                if name != "append":
+                    self.starting += time.perf_counter() - began
 
         return counted
 
@@ -82,17 +89,20 @@ def seconds_per_step(store: Any, way: Way, runs: int = RUNS) -> float:
     return (time.perf_counter() - began) / (runs * STEPS)
 
 
-def calls_per_run(store: Any, way: Way) -> Counter[str]:
-    """The store calls one run costs ``way`` (mean of a few runs), by method."""
+def calls_per_run(store: Any, way: Way) -> tuple[Counter[str], float]:
+    """The store calls one run costs ``way``, by method, and the seconds a run spends in
+    the store outside its steps' appends (its start, claim and load); over :data:`RUNS`
+    runs."""
     counting = CountingStore(store)
-    seconds_per_step(counting, way, runs=5)
-    return Counter({k: v // 5 for k, v in counting.calls.items()})
+    seconds_per_step(counting, way)
+    return Counter({k: v // RUNS for k, v in counting.calls.items()}), counting.starting / RUNS
 
 
 def _figures(db: str, floor: list[float], claimed: list[float], eager: list[float],
-             calls: tuple[Counter[str], Counter[str]], note: str) -> list[Figure]:
+             calls: tuple[tuple[Counter[str], float], tuple[Counter[str], float]],
+             note: str) -> list[Figure]:
     f, c, e = median(floor), median(claimed), median(eager)
-    before, after = calls
+    (before, before_s), (after, after_s) = calls
     return [
         Figure(f"{db}.runs_100x10_start_claim", per_second(c), "steps/s", per_second(f),
                c / f, f"ratio <= {TARGET}", c / f <= TARGET,
@@ -100,12 +110,18 @@ def _figures(db: str, floor: list[float], claimed: list[float], eager: list[floa
         Figure(f"{db}.runs_100x10_eager_start", per_second(e), "steps/s", per_second(f),
                e / f, f"ratio <= {TARGET}", e / f <= TARGET,
                f"eager start, activate; {note}"),
-        Figure(f"{db}.runs_100x10_eager_vs_claim", e * 1000, "ms/step", c * 1000, e / c,
-               note="time per step with eager start against start + claim (same run)"),
+        Figure(f"{db}.runs_100x10_eager_vs_claim", e * 1000, "ms/step", c * 1000,
+               median([x / y for x, y in zip(eager, claimed, strict=True)]),
+               note="time per step with eager start against start + claim: the median of "
+                    "the repetitions' paired ratios (each pair run back to back)"),
         Figure(f"{db}.runs_100x10_store_calls_per_run", sum(after.values()), "calls",
                sum(before.values()), sum(after.values()) / sum(before.values()),
                note="store calls per run, eager " + _calls(after) + "; start + claim "
                     + _calls(before)),
+        Figure(f"{db}.runs_100x10_start_ms_per_run", after_s * 1000, "ms/run",
+               before_s * 1000, after_s / before_s,
+               note="a run's time in the store outside its steps' appends (start, claim, "
+                    "load), eager against start + claim"),
     ]
 
 
@@ -133,7 +149,7 @@ def _measure(store: Any, floor: Any, reps: int) -> tuple[list[float], list[float
     return fl, claimed, eager
 
 
-def bench_sqlite(*, reps: int = 5) -> list[Figure]:
+def bench_sqlite(*, reps: int = 7) -> list[Figure]:
     """100 runs of 10 steps on SQLite, started and claimed or started eagerly."""
     with sqlite_dir() as d:
         floor = SQLiteFloor(os.path.join(d, "floor.db"))
@@ -148,7 +164,7 @@ def bench_sqlite(*, reps: int = 5) -> list[Figure]:
                     "WAL, synchronous=FULL, file on local disk")
 
 
-def bench_postgres(*, reps: int = 5) -> list[Figure]:
+def bench_postgres(*, reps: int = 7) -> list[Figure]:
     """100 runs of 10 steps on a fresh PostgreSQL schema, claimed or started eagerly."""
     missing = pg_store_missing()
     if missing:
