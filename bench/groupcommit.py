@@ -17,10 +17,9 @@ import os
 import time
 from typing import Any
 
+import underway as uw
 from common import Figure, median, pg_schema, pg_store_missing, sqlite_dir
 from throughput import TENANT, PostgresFloor, SQLiteFloor, loop_flow
-
-import underway as uw
 from underway.store import connect
 
 RUNS = 100

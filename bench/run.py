@@ -32,6 +32,7 @@ import policy
 import resume
 import sandbox
 import service
+import starts
 import storage
 import tenant_usage
 import throughput
@@ -49,6 +50,11 @@ GROUPS: dict[str, list[tuple[str, Callable[[], list[Figure]]]]] = {
     "groupcommit": [
         ("SQLite group commit, 100 runs in flight", groupcommit.bench_sqlite),
         ("PostgreSQL group commit, 100 runs in flight", groupcommit.bench_postgres),
+    ],
+    "starts": [
+        ("SQLite 100 runs of 10 steps, start + claim or eager start", starts.bench_sqlite),
+        ("PostgreSQL 100 runs of 10 steps, start + claim or eager start",
+         starts.bench_postgres),
     ],
     "resume": [
         ("SQLite resume latency", resume.bench_sqlite),

@@ -1,5 +1,6 @@
 """underway, driven as production drives it: a flow whose step calls a read-only tool
-(the step's ~200-byte result) and goes to itself, run by ``Engine.claim`` +
+(the step's ~200-byte result) and goes to itself, started and leased in one commit
+(``Engine.start_leased``, an eager start, as a worker takes the runs it starts) and run by
 ``Engine.activate`` on the SQLite or PostgreSQL store (one commit per step). Runs in flight
 are activated together on one event loop, as a worker drives the runs it has leased. A
 killed run is resumed by a fresh process's :class:`underway.Runner`, which frees the dead
@@ -20,6 +21,7 @@ from protocol import CLOCK, step_result
 from pydantic import BaseModel
 
 import underway as uw
+from underway.engine import EagerStart
 from underway.store import connect
 
 TENANT = "default"
@@ -72,36 +74,36 @@ class UnderwayPeer:
         self.store = connect(f"sqlite:///{url}" if db == "sqlite" else url)
         self.engine = Engine(self.store, flows=[flow], tools=[step_tool])
 
-    def _start(self, run_id: str, steps: int) -> str:
-        started, _ = self.engine.start(flow, {"run": run_id, "n": steps}, run_id=run_id,
-                                       tenant_id=TENANT)
-        return started
+    def _start(self, run_id: str, steps: int) -> EagerStart:
+        start = self.engine.start_leased(self.engine.prepare_start(
+            flow, {"run": run_id, "n": steps}, run_id=run_id, tenant_id=TENANT))
+        if start.lease is None:
+            raise RuntimeError(f"run {run_id} was not leased by its start")
+        return start
+
+    async def _activate(self, start: EagerStart) -> Any:
+        assert start.lease is not None
+        return await self.engine.activate(start.lease, start=start)
 
     def sequential(self, runs: int, steps: int) -> None:
         for _ in range(runs):
-            run_id = self._start(f"seq-{uuid.uuid4().hex}", steps)
-            [lease] = self.engine.claim(tenant_id=TENANT, run_id=run_id)
-            state = asyncio.run(self.engine.activate(lease))
+            start = self._start(f"seq-{uuid.uuid4().hex}", steps)
+            state = asyncio.run(self._activate(start))
             if state.status != "completed" or state.steps_completed != steps:
-                raise RuntimeError(f"run {run_id} ended {state.status} "
+                raise RuntimeError(f"run {start.run_id} ended {state.status} "
                                    f"after {state.steps_completed} steps")
 
     def in_flight(self, runs: int, steps: int) -> None:
-        ids = {self._start(f"fly-{uuid.uuid4().hex}", steps) for _ in range(runs)}
-        leases = self.engine.claim(limit=runs, tenant_id=TENANT)
-        if {lease.run_id for lease in leases} != ids:
-            raise RuntimeError("the claim did not lease exactly the runs just started")
+        starts = [self._start(f"fly-{uuid.uuid4().hex}", steps) for _ in range(runs)]
 
         async def all_at_once() -> list[Any]:
-            return await asyncio.gather(*(self.engine.activate(lease) for lease in leases))
+            return await asyncio.gather(*(self._activate(s) for s in starts))
 
         if any(s.status != "completed" for s in asyncio.run(all_at_once())):
             raise RuntimeError("a run in flight did not complete")
 
     def crash(self, run_id: str, steps: int) -> None:
-        self._start(run_id, steps)
-        [lease] = self.engine.claim(tenant_id=TENANT, run_id=run_id)
-        asyncio.run(self.engine.activate(lease))
+        asyncio.run(self._activate(self._start(run_id, steps)))
 
     def resume(self, run_id: str, steps: int) -> Any:
         state = asyncio.run(Runner(self.engine).run_until_complete(run_id, tenant_id=TENANT))

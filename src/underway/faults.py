@@ -21,6 +21,7 @@ POINTS = (
     "step.before_run",
     "child.before_create",
     "child.after_create",
+    "start.eager_after_commit",
     "signals.after_commit",
     "reseal.after_batch",
     "retention.before_purge",
@@ -37,8 +38,9 @@ POINTS = (
 """Every fault point the engine, the retention sweep, an erasure and the queue and mail
 consumers pass (``group.uncommitted`` inside a group commit's transaction, before it
 commits; ``retention.purge_uncommitted`` inside a purge's transaction, before it commits;
-``intake.after_commit`` after a message's intake committed, before it is acknowledged or
-filed as seen)."""
+``start.eager_after_commit`` after an eager start committed a run with its lease, before
+anything activates it; ``intake.after_commit`` after a message's intake committed, before
+it is acknowledged or filed as seen)."""
 
 _remaining = int(os.environ.get("UNDERWAY_CRASH_AFTER", "0") or 0)
 _only = frozenset(p for p in os.environ.get("UNDERWAY_CRASH_POINTS", "").split(",") if p)

@@ -27,7 +27,7 @@ from .events import (
     read_tombstone,
 )
 from .state import Recorded, RunState, apply
-from .store.base import JournalStore, RunRecord, Store, StoredEvent
+from .store.base import JournalStore, NewRun, RunRecord, Store, StoredEvent
 from .store.journal import CHAIN_LIMIT
 
 log = logging.getLogger("underway.journal")
@@ -292,6 +292,19 @@ class Journal:
         if found[0].subject is not None:
             self.codec.prepare(found[0].tenant_id, found[0].subject)
         return found
+
+    def load_created(self, new: NewRun) -> tuple[RunState, str]:
+        """The state and head of the run ``new`` created, folded from its first event as
+        it was stored, with the blobs it was stored with at hand: what :meth:`load_head`
+        would read back right after the start, read from nothing (an eager start)."""
+        self.codec.prepare(new.tenant_id)
+        fetch = BlobReader(self.store, new.tenant_id)
+        fetch._read.update(new.blobs)
+        [(rec, _)] = self._decode(new.tenant_id, new.run_id, [new.first_event], fetch)
+        state = RunState(tenant_id=new.tenant_id, run_id=new.run_id)
+        apply(state, rec)
+        found = self._loaded((state, new.first_event.hash, None))
+        return found[0], found[1]
 
     def load_many(self, tenant_id: str, run_ids: Sequence[str]) -> dict[str, RunState]:
         """The states of many runs of a tenant, by run: their checkpoints and tails read

@@ -80,9 +80,7 @@ class Runner:
         while True:
             await self.run_until_idle()
             row, wake = await eng.io(self._look, tenant_id, run_id)
-            if row is not None and (row.status in (
-                "completed", "failed", "cancelled", "escalated", "dead"
-            ) or (row.status == "waiting" and row.waiting_signal == APPROVAL_SIGNAL)):
+            if row is not None and settled(row.status, row.waiting_signal):
                 return await eng.io(functools.partial(eng.state, run_id, tenant_id=tenant_id))
             now = eng.clock.now()
             target = now + self.poll if wake is None else min(wake, now + self.poll)
@@ -104,6 +102,13 @@ class Runner:
                 await asyncio.wait_for(stop.wait(), timeout=delay)
 
 
+def settled(status: str, waiting_signal: str | None) -> bool:
+    """Whether a run with this status is as far as a runner takes it: final, escalated to
+    a person, waiting for a person's approval or stopped dead for an operator."""
+    return status in ("completed", "failed", "cancelled", "escalated", "dead") or (
+        status == "waiting" and waiting_signal == APPROVAL_SIGNAL)
+
+
 async def run(
     engine: Engine,
     flow: Flow[Any, Any] | str,
@@ -111,8 +116,26 @@ async def run(
     *,
     tenant_id: str = "default",
     idempotency_key: str | None = None,
+    eager: bool = True,
 ) -> RunState:
-    """Start a run (or find the one with this idempotency key) and drive it to an end."""
+    """Start a run (or find the one with this idempotency key) and drive it to an end.
+
+    ``eager``: the run is leased to this process in its start's transaction and activated
+    at once from what the start wrote (:mod:`underway.engine._eager`); a run found by its
+    key, held by another worker or not yet due is driven as a claim finds it. False: the
+    run is created, then claimed.
+    """
     new = engine.prepare_start(flow, input, tenant_id=tenant_id, idempotency_key=idempotency_key)
-    rec, _ = await engine.io(engine.store.create_run, new)
-    return await Runner(engine).run_until_complete(rec.run_id, tenant_id=tenant_id)
+    if not eager:
+        rec, _ = await engine.io(engine.store.create_run, new)
+        return await Runner(engine).run_until_complete(rec.run_id, tenant_id=tenant_id)
+    start = await engine.io(engine.start_leased, new)
+    if start.lease is not None:
+        try:
+            state = await engine.activate(start.lease, start=start)
+        except (FencedError, ConflictError) as exc:
+            log.warning("gave up run %s: %s", start.run_id, exc)
+        else:
+            if settled(state.status, state.waiting_signal):
+                return state
+    return await Runner(engine).run_until_complete(start.run_id, tenant_id=tenant_id)

@@ -248,7 +248,7 @@ def _start(
     created = False
     if new is not None:
         # Created False: a scheduler that died before moving the schedule on started it.
-        _, created = engine.store.create_run(new)
+        _, created, _ = engine.create_run(new)
     engine.store.advance_schedule(
         rec.tenant_id, rec.name, expected=rec.next_fire_at, next_fire_at=next_fire_at,
         fired_at=tick if new is not None else None,

@@ -38,7 +38,7 @@ import threading
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from .engine import Engine
+from .engine import EagerStart, Engine
 from .errors import ConfigurationError, ConflictError, FencedError, is_store_failure
 from .loading import App, load_app
 from .redaction import redacting_logs
@@ -73,7 +73,10 @@ class Worker:
     its waiting for its poll;
     ``anchoring`` signs the journals' heads every ``anchoring.every`` seconds;
     ``retention`` purges finished runs past their period every ``retention.every`` seconds
-    (:class:`~underway.retention.RetentionSweeper`).
+    (:class:`~underway.retention.RetentionSweeper`); ``eager``: a run the engine starts
+    while this worker has a free slot and no due run waits for a claim (``engine.start``,
+    a schedule's tick, a step's child run) is leased to this worker in the start's own
+    transaction and activated at once (:mod:`underway.engine._eager`).
     """
 
     def __init__(
@@ -88,6 +91,7 @@ class Worker:
         listen: bool = True,
         anchoring: Anchoring | None = None,
         retention: Retention | None = None,
+        eager: bool = True,
     ) -> None:
         if concurrency < 1:
             raise ConfigurationError(f"concurrency must be at least 1, not {concurrency}")
@@ -98,6 +102,7 @@ class Worker:
         if queues is not None and (not queues or not all(queues)):
             raise ConfigurationError("queue names must not be empty")
         self.engine = engine
+        self.eager = eager
         self.queues = None if queues is None else sorted(set(queues))
         self.concurrency = concurrency
         self.poll = poll
@@ -117,6 +122,8 @@ class Worker:
         """Set once the worker is serving (and, on PostgreSQL, listening)."""
         self.activations = 0
         """Activations that ran to their end (the run waits, finished or escalated)."""
+        self.eager_starts = 0
+        """Runs this worker took in their start's own transaction (eager start)."""
         self.handed_back = 0
         """Runs handed back unfinished: the worker stopped, or their activation failed
         here (the database went away, say)."""
@@ -131,6 +138,10 @@ class Worker:
         self._handed_back_queues: set[str] = set()
         self._failures: dict[str, int] = {}
         self._fire_schedules: ScheduleFiring | None = _schedule_firing()
+        self._slots = threading.Lock()
+        self._reserved = 0
+        self._backlog = False
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def owner(self) -> str:
@@ -159,12 +170,13 @@ class Worker:
 
     async def run(self) -> None:
         """Serve until :meth:`stop` is called, then shut down gracefully."""
-        if getattr(self.engine, "_driven_by_worker", False):
+        if self.engine.driver is not None:
             raise ConfigurationError(
                 "this engine is already driven by a running Worker; give each Worker an "
                 "Engine of its own"
             )
-        self.engine._driven_by_worker = True  # type: ignore[attr-defined]
+        self._loop = asyncio.get_running_loop()
+        self.engine.driver = self
         self._store = self.engine.store
         self._wakeups = Polling()
         helpers: list[asyncio.Task[None]] = []
@@ -189,20 +201,25 @@ class Worker:
                 if self.anchoring is not None:
                     # The heads as this worker leaves them, not as of the last interval.
                     await self._quietly(self._anchor)
-                self.engine._driven_by_worker = False  # type: ignore[attr-defined]
+                self.engine.driver = None
+                with self._slots:
+                    self._loop = None
 
     # -- the loop -----------------------------------------------------------------------
     async def _serve(self) -> None:
         interval = self.min_poll
         while not self._stopping:
             self._wake.clear()
-            free = self.concurrency - len(self._tasks)
+            free = self.concurrency - len(self._tasks) - self._reserved
             claimed = 0
             if free > 0:
                 leases = await self._quietly(self._claim, free) or []
                 for lease in leases:
                     self._spawn(lease)
                 claimed = len(leases)
+                # Every slot asked for was filled: more runs may be due, and they go
+                # before any this process starts itself.
+                self._backlog = claimed == free
             if claimed:
                 interval = self.min_poll
                 if claimed == free:
@@ -299,9 +316,53 @@ class Worker:
             log.warning("%s failed: %s: %s", fn.__name__.strip("_"), type(exc).__name__, exc)
             return None
 
+    # -- eager starts (the engine's Driver) ---------------------------------------------
+    def reserve(self) -> bool:
+        """Take a free slot for a run the engine is starting (any thread): not when
+        stopping, when every slot is taken, or when due runs wait for a claim."""
+        with self._slots:
+            if not self.eager or self._stopping or self._backlog or self._loop is None:
+                return False
+            if len(self._tasks) + self._reserved >= self.concurrency:
+                return False
+            self._reserved += 1
+            return True
+
+    def unreserve(self) -> None:
+        """Give back a slot the start did not use."""
+        with self._slots:
+            self._reserved -= 1
+
+    def adopt(self, start: EagerStart) -> None:
+        """Drive the run ``start`` leased, in its reserved slot (any thread)."""
+        with self._slots:
+            loop = self._loop
+        try:
+            if loop is None:
+                raise RuntimeError("the worker stopped")
+            loop.call_soon_threadsafe(self._adopt, start)
+        except RuntimeError as exc:
+            # The worker is gone: the run goes back for another worker to claim now (or,
+            # should that fail too, once its lease runs out).
+            self.unreserve()
+            log.warning("could not take run %s just started: %s", start.run_id, exc)
+            assert start.lease is not None
+            try:
+                self._store.release(start.lease)
+            except Exception as again:
+                log.warning("could not hand back run %s: %s", start.run_id, again)
+
+    def _adopt(self, start: EagerStart) -> None:
+        assert start.lease is not None
+        with self._slots:
+            self._reserved -= 1
+            self._spawn(start.lease, start)
+        self.eager_starts += 1
+
     # -- driving runs -------------------------------------------------------------------
-    def _spawn(self, lease: Lease) -> None:
-        task = asyncio.create_task(self._drive(lease), name=f"underway-run-{lease.run_id}")
+    def _spawn(self, lease: Lease, start: EagerStart | None = None) -> None:
+        task = asyncio.create_task(self._drive(lease, start),
+                                   name=f"underway-run-{lease.run_id}")
         self._tasks.add(task)
         task.add_done_callback(self._finished)
 
@@ -309,9 +370,10 @@ class Worker:
         self._tasks.discard(task)
         self._wake.set()
 
-    async def _drive(self, lease: Lease) -> None:
+    async def _drive(self, lease: Lease, start: EagerStart | None = None) -> None:
         try:
-            state = await self.engine.activate(lease, should_stop=lambda: self._draining)
+            state = await self.engine.activate(lease, should_stop=lambda: self._draining,
+                                               start=start)
             if state.status == "ready":
                 self.handed_back += 1  # stopped at a step boundary and handed back
                 self._handed_back_queues.add(await self.engine.io(self._queue_of, lease))

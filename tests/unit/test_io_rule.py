@@ -282,18 +282,21 @@ def test_no_path_calls_the_store_on_the_event_loop(watched: Watched) -> None:
     dead = asyncio.run(engine.dead_letter(lease, reason="failed again", error_type="Boom"))
     assert dead.status == "dead"
 
-    # A due schedule tick starts its run; the runner starts and finishes another.
+    # A due schedule tick starts its run; the runner starts and finishes two more, one
+    # started eagerly (leased in its start's transaction), one started, then claimed.
     add_schedule(engine, "hourly", child, "0 * * * *", {"account": "ACC-4"})
     clock.advance(3600)
     assert asyncio.run(fire_due_schedules(engine)) == 1
     assert asyncio.run(run_to_end(engine, child, {"account": "ACC-5"})).status == "completed"
+    assert asyncio.run(run_to_end(engine, child, {"account": "ACC-6"}, eager=False)
+                       ).status == "completed"
 
     assert watched.on_loop == [], "\n".join(watched.on_loop)
     assert {
         "get_run", "load_checkpoint", "load_events", "pending_signals", "append_many", "claim",
         "renew", "create_run", "held_leases", "next_wake_at", "get_approver",
         "use_nonce", "circuit_admit", "circuit_record", "list_runs", "claim_schedules",
-        "advance_schedule",
+        "advance_schedule", "start_leased",
     } <= watched.called, sorted(watched.called)
 
 

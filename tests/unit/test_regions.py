@@ -114,6 +114,16 @@ def test_claims_serve_every_region_and_leases_go_back_to_theirs() -> None:
     assert store.next_wake_at() == T0 + 5
 
 
+def test_an_eager_start_creates_and_leases_the_run_in_its_tenant_s_region() -> None:
+    store, india, europe = regional()
+    started = store.start_leased(new("globex", "r1"), owner="w", now=T0, ttl=30)
+    assert started.created and started.lease is not None
+    assert india.list_runs("globex") == []
+    assert [(r.run_id, r.lease_owner) for r in europe.list_runs("globex")] == [("r1", "w")]
+    with pytest.raises(ResidencyError):
+        store.start_leased(new("initech", "r2"), owner="w", now=T0, ttl=30)
+
+
 def test_an_api_key_is_found_in_whichever_region_keeps_it() -> None:
     store, india, europe = regional()
     issued = issue_key(store, tenant_id="globex", role="admin", now=T0)

@@ -79,6 +79,12 @@ def worker(
                      "may take to finish before they are cancelled and handed back "
                      "(default 30).", show_default=False),
     ] = None,
+    no_eager_start: Annotated[
+        bool,
+        typer.Option("--no-eager-start", help="Leave every run this worker starts (a "
+                     "schedule's tick, a step's child run) to a claim, instead of leasing it "
+                     "in the start's own transaction while a slot is free."),
+    ] = False,
     verbose: Annotated[
         bool, typer.Option("--verbose", "-v", help="Log each run handed back or given up.")
     ] = False,
@@ -161,8 +167,8 @@ def worker(
     config = read_config(config_file, "worker")
     opts = override(config.worker, app=app_spec, queues=queue or None,
                     concurrency=concurrency, lease_ttl=lease_ttl, poll=poll, grace=grace,
-                    environment=environment, secrets_env_prefix=secrets_prefix,
-                    verbose=verbose or None,
+                    eager_start=False if no_eager_start else None, environment=environment,
+                    secrets_env_prefix=secrets_prefix, verbose=verbose or None,
                     group_commit=False if no_group_commit else None)
     if opts.app is None:
         raise Problem("no app given: pass --app module:attribute or set worker.app in "
@@ -210,7 +216,7 @@ def worker(
                 engine.register(rotation_flow(store))
             w = Worker(engine, queues=opts.queues, concurrency=opts.concurrency,
                        poll=opts.poll, grace=opts.grace, anchoring=anchoring,
-                       retention=retention)
+                       retention=retention, eager=opts.eager_start)
             asyncio.run(_serve(w))
     finally:
         if provider is not None:

@@ -101,6 +101,9 @@ class WorkerSection(Section):
     lease_ttl: float = Field(default=30.0, ge=0.1)
     poll: float = Field(default=1.0, ge=0.01)
     grace: float = Field(default=30.0, ge=0)
+    eager_start: bool = True
+    """Runs the worker starts itself (schedules' ticks, child runs) are leased to it in
+    their start's transaction while it has a free slot (``--no-eager-start``: never)."""
     environment: Name | None = None
     """What policies see as the environment (``dev`` when absent)."""
     secrets_env_prefix: str | None = None

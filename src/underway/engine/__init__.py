@@ -5,7 +5,8 @@ activation loop, finishing a step, leaving the worker), ``_activation`` (a lease
 buffered events and its fenced commit), ``_group`` (:class:`GroupCommit`: concurrent
 activations' commits written together), ``_calls`` (step execution and the call path: the
 one door every tool call passes), ``_inbox`` (control signals and signed decisions read at
-a step boundary), ``_children`` (child runs), ``_versions`` (``ctx.version`` patch
+a step boundary), ``_children`` (child runs), ``_eager`` (eager start: runs leased to
+the worker serving the engine in their start's transaction), ``_versions`` (``ctx.version`` patch
 markers), ``_registry`` (flows and tools by name) and ``_stops`` (how a step stops short).
 Operator actions live in :mod:`underway.client`; an engine's own ``start``, ``signal``...
 are its client's.
@@ -17,6 +18,7 @@ from ..control import CANCEL, RESOLVE, RESUME
 from ._activation import question_expiry
 from ._calls import StepExecution
 from ._children import StepWithChildren, child_run_id
+from ._eager import EagerStart
 from ._executor import IDLE_CLAIM_BACKOFF, Engine
 from ._group import GROUP_LIMIT, GroupCommit
 from ._registry import Registry
@@ -27,6 +29,7 @@ __all__ = [
     "IDLE_CLAIM_BACKOFF",
     "RESOLVE",
     "RESUME",
+    "EagerStart",
     "Engine",
     "GroupCommit",
     "Registry",

@@ -81,7 +81,8 @@ class StepWithChildren(StepExecution):
             await act.commit()
         faults.point("child.before_create")
         # Idempotent by key: a re-run of the step finds the child created before a crash.
-        await act.store(eng.store.create_run, new)
+        # A worker serving the engine with a free slot takes the child at once.
+        await act.store(eng.create_run, new)
         faults.point("child.after_create")
         return run_id
 

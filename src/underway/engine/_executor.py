@@ -45,6 +45,7 @@ from ..store.base import Lease, RunRecord, Store
 from ..telemetry import NO_METRICS, Metrics
 from ._activation import Activation, question_expiry, run_update
 from ._children import StepWithChildren
+from ._eager import Driver, EagerStart, EagerStarts
 from ._group import GroupCommit
 from ._inbox import OpenedSignal, pending_signals, read_inbox, verify_approval
 from ._registry import Registry
@@ -78,14 +79,16 @@ IDLE_CLAIM_BACKOFF = 300.0
 again (a row that disagrees with its journal)."""
 
 
-class Engine:
+class Engine(EagerStarts):
     """Runs flows against a store: activates leased runs and executes their steps. Use one
     engine per process; it is not a singleton.
 
     Operator actions — :meth:`start`, :meth:`signal`, :meth:`cancel`, :meth:`resolve`,
     :meth:`resume`, :meth:`submit_decision`, :meth:`state` — are those of its
     :attr:`client` (a :class:`~underway.client.Client` that knows this engine's flows); a
-    process that only steers runs needs a client, not an engine.
+    process that only steers runs needs a client, not an engine. :meth:`start` adds what
+    only an executor can: the run goes to the worker serving the engine, leased in its
+    start's transaction, while that worker has a free slot (:mod:`underway.engine._eager`).
 
     ``lease_ttl``: seconds a lease lasts unless renewed (heartbeats renew it while a step
     runs). ``checkpoint_every``: write a checkpoint at least every this many events (and
@@ -174,6 +177,9 @@ class Engine:
         store does no I/O, or ``group_commit=False``)."""
         self.client = Client._for_executor(store, self.journal, self.clock, self.flows)
         """The client this engine's operator actions (start, signal, cancel...) go through."""
+        self.driver: Driver | None = None
+        """The worker serving this engine, if one is: the runs the engine starts go to it
+        while it has a free slot (eager start, :mod:`underway.engine._eager`)."""
         for f in flows:
             self.register(f)
         for t in tools:
@@ -203,7 +209,6 @@ class Engine:
     # -- operator actions: the client's ------------------------------------------------
     # Each is the client's method, typed as the client's; a Flow passed to start or
     # prepare_start is registered first (an engine runs what it starts).
-    start = _client_method(Client.start, registers=True)
     prepare_start = _client_method(Client.prepare_start, registers=True)
     signal = _client_method(Client.signal)
     declared_signals = _client_method(Client.declared_signals)
@@ -222,18 +227,21 @@ class Engine:
                                 limit=limit, tenant_id=tenant_id, run_id=run_id)
 
     async def activate(
-        self, lease: Lease, *, should_stop: Callable[[], bool] | None = None
+        self, lease: Lease, *, should_stop: Callable[[], bool] | None = None,
+        start: EagerStart | None = None,
     ) -> RunState:
         """Advance a leased run until it waits, finishes or escalates; return its state.
 
         ``should_stop`` is asked after each committed step; when it answers True the run is
         handed back at that step boundary (a stopping worker) and the state returned is
-        still ``ready``.
+        still ``ready``. ``start``: the eager start that took ``lease``
+        (:meth:`start_leased`); a run it created is activated from what it wrote, read
+        from nothing.
         """
         if not self.metrics.enabled:
-            return await self._activate(lease, should_stop)
+            return await self._activate(lease, should_stop, start)
         try:
-            return await self._activate(lease, should_stop)
+            return await self._activate(lease, should_stop, start)
         except BaseException:
             self.metrics.abandoned(lease.tenant_id, lease.run_id)
             raise
@@ -241,9 +249,9 @@ class Engine:
             self.metrics.left(lease.tenant_id, lease.run_id)
 
     async def _activate(
-        self, lease: Lease, should_stop: Callable[[], bool] | None
+        self, lease: Lease, should_stop: Callable[[], bool] | None, start: EagerStart | None
     ) -> RunState:
-        loaded = await self.io(self._load, lease)
+        loaded = await self.io(self._load, lease, start)
         row, state = loaded.row, loaded.state
         if self.metrics.enabled:
             due = row.next_wake_at
@@ -314,9 +322,15 @@ class Engine:
         finally:
             heartbeat.cancel()
 
-    def _load(self, lease: Lease) -> _Loaded:
+    def _load(self, lease: Lease, start: EagerStart | None = None) -> _Loaded:
         """What an activation starts from, read in one trip: the run row, the journal's
-        state and head, and the inbox."""
+        state and head, and the inbox — of a run an eager start created, from the start
+        (the inbox read only when signals were sent before the run existed)."""
+        if start is not None and start.fresh and start.lease == lease:
+            state, head = self.journal.load_created(start.new)
+            signals = pending_signals(self.store, lease.tenant_id, lease.run_id) \
+                if start.result.inbox else []
+            return _Loaded(start.result.run, state, head, None, signals, [])
         row = self.store.get_run(lease.tenant_id, lease.run_id)
         if row is None:
             raise RunNotFound(lease.tenant_id, lease.run_id)

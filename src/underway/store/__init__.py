@@ -19,6 +19,7 @@ from .base import (
     RunUpdate,
     ScheduleRecord,
     SignalRecord,
+    StartedRun,
     Store,
     StoredEvent,
 )
@@ -48,6 +49,7 @@ __all__ = [
     "RunUpdate",
     "ScheduleRecord",
     "SignalRecord",
+    "StartedRun",
     "Store",
     "StoredEvent",
     "connect",

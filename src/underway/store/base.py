@@ -68,6 +68,7 @@ from .records import (
     ScheduleRecord,
     SealedRow,
     SignalRecord,
+    StartedRun,
     StoredEvent,
     SweepRecord,
 )
@@ -122,6 +123,7 @@ __all__ = [
     "ScheduleStore",
     "SealedRow",
     "SignalRecord",
+    "StartedRun",
     "Store",
     "StoredEvent",
     "SweepRecord",

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from .records import Lease
+from . import limits
+from .records import FINAL, Lease, NewRun, RunRecord, StartedRun
 
 
 class LeaseStore(Protocol):
@@ -33,6 +34,19 @@ class LeaseStore(Protocol):
         """
         ...
 
+    def start_leased(
+        self, new: NewRun, *, owner: str, now: float, ttl: float,
+        queues: list[str] | None = None,
+    ) -> StartedRun:
+        """Create the run as :meth:`~underway.store.journal.JournalStore.create_run` does
+        (or find the one with the same idempotency key) and, in the same transaction, lease
+        it to ``owner`` as :meth:`claim` with its ``run_id`` would: only when it is due at
+        ``now``, unfinished, held by nobody (an expired lease is nobody's), of ``queues``
+        (every queue when None), and its queue's limits admit it (a first activation takes
+        a token from its rate bucket). What a process that will advance the run at once
+        calls ("eager start"): one commit instead of a start's and a claim's."""
+        ...
+
     def renew(self, lease: Lease, *, now: float, ttl: float) -> Lease | None:
         """Extend a lease still held; None when it was lost."""
         ...
@@ -58,3 +72,17 @@ class LeaseStore(Protocol):
     def next_wake_at(self) -> float | None:
         """The earliest time any unfinished, unleased run becomes due."""
         ...
+
+
+def eager_candidate(
+    run: RunRecord, *, now: float, queues: list[str] | None
+) -> limits.Candidate | None:
+    """``run`` as a claim would see it at ``now``: a candidate when it is due, unfinished,
+    held by nobody and of ``queues`` — its queue's limits not yet asked — else None."""
+    if run.next_wake_at is None or run.next_wake_at > now or run.status in FINAL:
+        return None
+    if run.lease_owner is not None and (run.lease_expires_at or 0.0) >= now:
+        return None
+    if queues is not None and run.queue not in queues:
+        return None
+    return limits.Candidate(run.tenant_id, run.run_id, run.queue, run.lease_token == 0)

@@ -32,6 +32,7 @@ from .records import (
     RunRecord,
     ScheduleRecord,
     SignalRecord,
+    StartedRun,
     StoredEvent,
 )
 from .wakeups import Polling, Wakeups
@@ -398,6 +399,21 @@ class MemoryStore(MemoryAccess, MemoryConsent, MemoryRetention, MemoryKeys):
             for key, tokens in plan.spent.items():
                 self._buckets[key] = limits.Bucket(tokens, now)
             return leases
+
+    def start_leased(
+        self, new: NewRun, *, owner: str, now: float, ttl: float,
+        queues: list[str] | None = None,
+    ) -> StartedRun:
+        """Create (or find) the run and claim it, under one hold of the lock."""
+        with self._lock:
+            rec, created = self.create_run(new)
+            leases = self.claim(owner=owner, now=now, ttl=ttl, tenant_id=rec.tenant_id,
+                                run_id=rec.run_id, queues=queues)
+            inbox = bool(leases) and any(
+                not consumed for _, consumed in self._signals.get(
+                    (rec.tenant_id, rec.run_id), {}).values())
+            return StartedRun(self._runs[(rec.tenant_id, rec.run_id)], created,
+                              leases[0] if leases else None, inbox)
 
     def next_due_at(self, *, now: float, queues: list[str] | None = None) -> float | None:
         """Earliest due time of an unfinished, unheld run of the queues."""

@@ -142,6 +142,21 @@ class Lease:
 
 
 @dataclass(frozen=True, slots=True)
+class StartedRun:
+    """What :meth:`~underway.store.leases.LeaseStore.start_leased` did: the run's row as
+    the transaction left it, whether it created the run, and the lease it took (None: the
+    run was not due, someone else held it, or its queue's limits said no)."""
+
+    run: RunRecord
+    created: bool
+    lease: Lease | None
+    inbox: bool
+    """Whether unconsumed signals waited in the run's inbox when it was leased (a signal
+    can be sent to a run not yet created: a cancel of a parent reaches a child whose start
+    it overtook)."""
+
+
+@dataclass(frozen=True, slots=True)
 class SignalRecord:
     """A signal waiting in a run's inbox."""
 

@@ -49,6 +49,7 @@ from .records import (
     RunRecord,
     ScheduleRecord,
     SignalRecord,
+    StartedRun,
     StoredEvent,
 )
 from .regions_keys import RegionalKeys
@@ -144,6 +145,14 @@ class RegionalStore(RegionalRetention, RegionalKeys):
     def create_run(self, new: NewRun) -> tuple[RunRecord, bool]:
         """Create the run in its tenant's region."""
         return self._of(new.tenant_id).create_run(new)
+
+    def start_leased(
+        self, new: NewRun, *, owner: str, now: float, ttl: float,
+        queues: list[str] | None = None,
+    ) -> StartedRun:
+        """Create and lease the run in its tenant's region."""
+        return self._of(new.tenant_id).start_leased(new, owner=owner, now=now, ttl=ttl,
+                                                    queues=queues)
 
     def append(self, batch: AppendBatch) -> bool:
         """Append in the run's region (its signals go to runs of the same tenant)."""

@@ -4,10 +4,16 @@ within the queues' limits, and circuit breakers."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
+import psycopg
+
+from ...errors import ConflictError
 from .. import limits
-from ..records import Lease, QueueConfig
-from .connection import _Q, Connection
+from ..leases import eager_candidate
+from ..records import Lease, NewRun, QueueConfig, RunRecord, StartedRun
+from .connection import _Q, Connection, _run
+from .journal import _run_params
 
 
 class Leases(Connection):
@@ -76,6 +82,56 @@ class Leases(Connection):
                     "tenant_ids": [k[1] for k, _ in spent], "tokens": [t for _, t in spent],
                 })
         return leases
+
+    def start_leased(
+        self, new: NewRun, *, owner: str, now: float, ttl: float,
+        queues: list[str] | None = None,
+    ) -> StartedRun:
+        """Create (or find) the run and lease it when a claim could, in one round trip
+        (one implicit transaction); a run of a limited queue is leased in a second
+        transaction that takes its turn on the queue's row, as a claim does."""
+        params = {
+            **_run_params(new), "owner": owner, "now": now, "expires_at": now + ttl,
+            "queues": None if queues is None else list(queues), "limits_checked": False,
+        }
+        lease_query = _Q["lease_started_by_id" if new.idempotency_key is None
+                         else "lease_started_by_key"]
+        with self._pool.connection() as conn:
+            with conn.pipeline():
+                created = conn.execute(_Q["create_run"], params, prepare=True)
+                existing = (
+                    conn.execute(_Q["find_by_idempotency"], params, prepare=True)
+                    if new.idempotency_key is not None else None
+                )
+                leased = conn.execute(lease_query, params, prepare=True)
+            row = created.fetchone()
+            run = _run(row) if row is not None else None
+            if run is None and existing is not None:
+                found = existing.fetchone()
+                run = None if found is None else _run(found)
+            got = leased.fetchone()
+            if run is None:
+                # No run created and none found by the key: the id is taken. Only a
+                # repeat of this very start (its first event already stored) was leased.
+                if got is not None:
+                    conn.execute(_Q["release_lease"], {
+                        "tenant_id": new.tenant_id, "run_id": new.run_id, "owner": owner,
+                        "token": got[12]})
+                raise ConflictError(
+                    f"run {new.run_id} already exists in tenant {new.tenant_id}")
+            if got is None and eager_candidate(run, now=now, queues=queues) is not None:
+                got = _lease_limited(conn, run, params, lease_query)
+            if got is None:
+                conn.execute(_Q["notify_run"], {"tenant_id": run.tenant_id,
+                                                "run_id": run.run_id}, prepare=True)
+                return StartedRun(run, row is not None, None, False)
+        leased_run = _run(got[:-1])
+        return StartedRun(
+            leased_run, row is not None,
+            Lease(leased_run.tenant_id, leased_run.run_id, owner,
+                  leased_run.lease_token, now + ttl),
+            bool(got[-1]),
+        )
 
     def renew(self, lease: Lease, *, now: float, ttl: float) -> Lease | None:
         """Extend a held lease; None when it was lost."""
@@ -152,3 +208,37 @@ class Leases(Connection):
             "circuit_record", tenant_id=tenant_id, circuit=name, ok=ok, now=now,
             threshold=threshold, open_until=now + cooldown,
         )
+
+
+def _lease_limited(
+    conn: psycopg.Connection[Any], run: RunRecord, params: dict[str, Any], lease_query: str
+) -> tuple[Any, ...] | None:
+    """Lease a started run of a limited queue as a claim would: in a transaction holding
+    the queue's row, within its concurrency and rate limits (None: they say no, or the run
+    is no longer free)."""
+    now = float(params["now"])
+    with conn.transaction():
+        configs = limits.limited(
+            QueueConfig(*r)
+            for r in conn.execute(_Q["queue_limits"], {"queues": [run.queue]})
+        )
+        plan = None
+        if configs:
+            names = [run.queue]
+            leased = {r[0]: int(r[1]) for r in conn.execute(
+                _Q["leased_per_queue"], {"queues": names, "now": now})}
+            buckets = {(r[0], r[1]): limits.Bucket(r[2], r[3]) for r in conn.execute(
+                _Q["queue_buckets"], {"queues": names})}
+            plan = limits.ClaimPlan(configs, leased, buckets, now=now, limit=1)
+            cand = limits.Candidate(run.tenant_id, run.run_id, run.queue,
+                                    run.lease_token == 0)
+            if not plan.admit([cand]):
+                return None
+        got = conn.execute(lease_query, {**params, "limits_checked": True}).fetchone()
+        if got is not None and plan is not None and plan.spent:
+            spent = sorted(plan.spent.items())
+            conn.execute(_Q["put_buckets"], {
+                "now": now, "queues": [k[0] for k, _ in spent],
+                "tenant_ids": [k[1] for k, _ in spent], "tokens": [t for _, t in spent],
+            })
+        return got

@@ -348,6 +348,50 @@ UPDATE runs
  WHERE runs.tenant_id = t.tenant_id AND runs.run_id = t.run_id
 RETURNING runs.tenant_id, runs.run_id, runs.lease_token
 
+-- name: lease_started_by_id
+-- An eager start's lease, in the start's transaction: the run it just created (its first
+-- event's hash tells it from a run that had the id already) leased as a claim would lease
+-- it — when it is due, unfinished, held by nobody, of the queues, and its queue has no
+-- limits (else the caller applies them, then asks again with limits_checked). Returns the
+-- leased row and whether signals wait in its inbox.
+UPDATE runs
+   SET lease_owner = %(owner)s, lease_token = runs.lease_token + 1,
+       lease_expires_at = %(expires_at)s
+ WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s
+   AND last_seq = %(seq)s AND last_hash = %(hash)s
+   AND next_wake_at <= %(now)s AND status NOT IN ('completed', 'failed', 'cancelled')
+   AND (lease_owner IS NULL OR lease_expires_at < %(now)s)
+   AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+   AND (%(limits_checked)s OR NOT EXISTS (
+        SELECT 1 FROM queues AS q WHERE q.name = runs.queue
+           AND (q.max_concurrency IS NOT NULL OR q.rate_limit IS NOT NULL)))
+RETURNING tenant_id, run_id, flow, status, step, idempotency_key, last_seq, last_hash,
+          next_wake_at, waiting_signal, control_pending, lease_owner, lease_token,
+          lease_expires_at, created_at, updated_at, error, queue, subject, purpose,
+          EXISTS (SELECT 1 FROM signals AS s
+                   WHERE s.tenant_id = runs.tenant_id AND s.run_id = runs.run_id
+                     AND NOT s.consumed)
+
+-- name: lease_started_by_key
+-- The same for a start with an idempotency key: the run it created or found by the key.
+UPDATE runs
+   SET lease_owner = %(owner)s, lease_token = runs.lease_token + 1,
+       lease_expires_at = %(expires_at)s
+ WHERE tenant_id = %(tenant_id)s AND flow = %(flow)s
+   AND idempotency_key IS NOT NULL AND idempotency_key = %(idempotency_key)s
+   AND next_wake_at <= %(now)s AND status NOT IN ('completed', 'failed', 'cancelled')
+   AND (lease_owner IS NULL OR lease_expires_at < %(now)s)
+   AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+   AND (%(limits_checked)s OR NOT EXISTS (
+        SELECT 1 FROM queues AS q WHERE q.name = runs.queue
+           AND (q.max_concurrency IS NOT NULL OR q.rate_limit IS NOT NULL)))
+RETURNING tenant_id, run_id, flow, status, step, idempotency_key, last_seq, last_hash,
+          next_wake_at, waiting_signal, control_pending, lease_owner, lease_token,
+          lease_expires_at, created_at, updated_at, error, queue, subject, purpose,
+          EXISTS (SELECT 1 FROM signals AS s
+                   WHERE s.tenant_id = runs.tenant_id AND s.run_id = runs.run_id
+                     AND NOT s.consumed)
+
 -- name: put_buckets
 INSERT INTO queue_buckets (queue, tenant_id, tokens, updated_at)
 SELECT b.queue, b.tenant_id, b.tokens, %(now)s

@@ -315,6 +315,9 @@ UPDATE runs SET lease_owner = ?, lease_token = lease_token + 1, lease_expires_at
  WHERE tenant_id = ? AND run_id = ?
 RETURNING lease_token
 
+-- name: has_signals
+SELECT 1 FROM signals WHERE tenant_id = ? AND run_id = ? AND consumed = 0 LIMIT 1
+
 -- name: renew_lease
 UPDATE runs SET lease_expires_at = ?
  WHERE tenant_id = ? AND run_id = ? AND lease_owner = ? AND lease_token = ?

@@ -3,12 +3,16 @@ within the queues' limits, and circuit breakers."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import sqlite3
 import time
 
 from .. import limits
-from ..records import Lease, QueueConfig
+from ..leases import eager_candidate
+from ..records import Lease, NewRun, QueueConfig, StartedRun
 from .connection import _Q, Connection
+from .journal import _create_run
 
 
 class Leases(Connection):
@@ -65,6 +69,25 @@ class Leases(Connection):
                 _Q["put_bucket"], [(q, t, tokens, now) for (q, t), tokens in plan.spent.items()]
             )
             return leases
+
+    def start_leased(
+        self, new: NewRun, *, owner: str, now: float, ttl: float,
+        queues: list[str] | None = None,
+    ) -> StartedRun:
+        """Create (or find) the run and lease it when a claim could, in one transaction."""
+        with self._tx() as c:
+            run, created = _create_run(c, new)
+            cand = eager_candidate(run, now=now, queues=queues)
+            if cand is None or not _admitted(c, cand, now):
+                return StartedRun(run, created, None, False)
+            token = int(c.execute(
+                _Q["take_lease"], (owner, now + ttl, run.tenant_id, run.run_id)
+            ).fetchone()[0])
+            inbox = c.execute(_Q["has_signals"], (run.tenant_id, run.run_id)).fetchone()
+        lease = Lease(run.tenant_id, run.run_id, owner, token, now + ttl)
+        leased = dataclasses.replace(run, lease_owner=owner, lease_token=token,
+                                     lease_expires_at=now + ttl)
+        return StartedRun(leased, created, lease, inbox is not None)
 
     def renew(self, lease: Lease, *, now: float, ttl: float) -> Lease | None:
         """Extend a held lease."""
@@ -159,3 +182,26 @@ class Leases(Connection):
                 failures += 1
                 open_until = now + cooldown if was_open or failures >= threshold else None
             c.execute(_Q["circuit_put"], (tenant_id, name, failures, open_until, now))
+
+
+def _admitted(c: sqlite3.Connection, cand: limits.Candidate, now: float) -> bool:
+    """Whether the limits of the candidate's queue admit it, in the open transaction (a
+    rate-limited first activation spends its token here)."""
+    configs = limits.limited(
+        QueueConfig(r[0], r[1], r[2], r[3], bool(r[4]))
+        for r in c.execute(_Q["queue_limits"], {"queues": json.dumps([cand.queue])})
+    )
+    if not configs:
+        return True
+    names = json.dumps([cand.queue])
+    leased = {r[0]: int(r[1])
+              for r in c.execute(_Q["leased_per_queue"], {"queues": names, "now": now})}
+    buckets = {(r[0], r[1]): limits.Bucket(r[2], r[3])
+               for r in c.execute(_Q["queue_buckets"], {"queues": names})}
+    plan = limits.ClaimPlan(configs, leased, buckets, now=now, limit=1)
+    if not plan.admit([cand]):
+        return False
+    c.executemany(
+        _Q["put_bucket"], [(q, t, tokens, now) for (q, t), tokens in plan.spent.items()]
+    )
+    return True
