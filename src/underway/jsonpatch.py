@@ -27,6 +27,16 @@ def _unescape(token: str) -> str:
     return token.replace("~1", "/").replace("~0", "~")
 
 
+_ATOMS = frozenset({str, int, float, bool, type(None)})
+"""The JSON value types that cannot change: a copy of one is the value itself."""
+
+
+def _copy(value: JSON) -> JSON:
+    """A deep copy of ``value`` (what ``copy.deepcopy`` gives, without its work for the
+    scalars most patches carry)."""
+    return value if type(value) in _ATOMS else copy.deepcopy(value)
+
+
 def make_patch(old: JSON, new: JSON) -> list[JSON]:
     """RFC 6902 operations turning ``old`` into ``new``."""
     ops: list[JSON] = []
@@ -62,19 +72,19 @@ def _diff(old: JSON, new: JSON, path: str, ops: list[JSON]) -> None:
             if key in old:
                 _diff(old[key], value, sub, ops)
             else:
-                ops.append({"op": "add", "path": sub, "value": copy.deepcopy(value)})
+                ops.append({"op": "add", "path": sub, "value": _copy(value)})
         return
     if isinstance(old, list) and isinstance(new, list):
         n = len(old)
         if len(new) >= n and same_json(new[:n], old):
             for value in new[n:]:
-                ops.append({"op": "add", "path": f"{path}/-", "value": copy.deepcopy(value)})
+                ops.append({"op": "add", "path": f"{path}/-", "value": _copy(value)})
             return
         if len(new) == n:
             for i, (a, b) in enumerate(zip(old, new, strict=True)):
                 _diff(a, b, f"{path}/{i}", ops)
             return
-    ops.append({"op": "replace", "path": path, "value": copy.deepcopy(new)})
+    ops.append({"op": "replace", "path": path, "value": _copy(new)})
 
 
 def apply_patch(doc: JSON, patch: list[JSON]) -> JSON:
@@ -88,14 +98,16 @@ def _apply_one(doc: JSON, op: JSON) -> JSON:
     kind, path = op["op"], op["path"]
     if path == "":
         if kind in ("add", "replace"):
-            return copy.deepcopy(op["value"])
+            return _copy(op["value"])
         raise IntegrityError(f"unsupported patch operation on the root: {kind}")
-    tokens = [_unescape(t) for t in path.split("/")[1:]]
+    tokens = path.split("/")[1:]
+    if "~" in path:
+        tokens = [_unescape(t) for t in tokens]
     parent = doc
     for token in tokens[:-1]:
         parent = parent[int(token)] if isinstance(parent, list) else parent[token]
     last = tokens[-1]
-    value = copy.deepcopy(op.get("value"))
+    value = _copy(op.get("value"))
     if isinstance(parent, list):
         if kind == "add":
             if last == "-":

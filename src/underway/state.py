@@ -392,6 +392,8 @@ def apply(s: RunState, rec: Recorded) -> RunState:
     e = rec.event
     s.seq = rec.seq
     s.updated_at = rec.at
+    # Each case is a type test tried in turn; no event type derives from another, so the
+    # order only sets the cost, and the events every step journals come early.
     match e:
         case ev.RunStarted():
             s.flow, s.input, s.state = e.flow, copy.deepcopy(e.input), copy.deepcopy(e.state)
@@ -412,6 +414,12 @@ def apply(s: RunState, rec: Recorded) -> RunState:
             s.signals = None if e.signals is None else list(e.signals)
         case ev.StepStarted():
             s.attempt = e.attempt
+        case ev.StepCompleted():
+            s.state = apply_patch(s.state, e.patch)
+            s.step, s.attempt, s.calls, s.values = e.next, 0, [], []
+            s.signal, s.timed_out = None, False
+            s.steps_completed += 1
+            s.approvals = {}
         case ev.ValueRecorded():
             s.values.append(e.value)
         case ev.VersionMarked():
@@ -561,12 +569,6 @@ def apply(s: RunState, rec: Recorded) -> RunState:
                         c.message = f"resolved as failed by {e.by}"
                     else:
                         c.status = "retry"
-        case ev.StepCompleted():
-            s.state = apply_patch(s.state, e.patch)
-            s.step, s.attempt, s.calls, s.values = e.next, 0, [], []
-            s.signal, s.timed_out = None, False
-            s.steps_completed += 1
-            s.approvals = {}
         case ev.TimerSet():
             s.timer_id, s.wake_at, s.status = e.timer_id, e.wake_at, "waiting"
         case ev.TimerFired():

@@ -40,6 +40,9 @@ from ._stops import DeadLetter, Escalate, Stop, Suspend
 if TYPE_CHECKING:
     from ..budgets import Budget
 
+_ALWAYS_JSON = frozenset({type(None), bool, int})
+"""Result types that always encode: a result of one is not encoded to be checked."""
+
 
 class StepExecution:
     """The engine side of a :class:`RunContext`: memoized calls and journaled values."""
@@ -465,7 +468,8 @@ class StepExecution:
         try:
             if t.result_model is not None:
                 result = t.result_model.model_validate(result).model_dump(mode="json")
-            canonical_json(result)
+            if type(result) not in _ALWAYS_JSON:
+                canonical_json(result)
         except ValidationError as exc:
             self._schema_failed(t, key, index, "result", exc, result)
         except (TypeError, ValueError) as exc:
