@@ -47,7 +47,7 @@ def encode(
 ) -> bytes:
     """Stored bytes of a checkpoint of ``state``, whose event at ``state.seq`` chains from
     ``prev_hash``, kept at ``where`` (sealed there when the codec seals)."""
-    data = state.to_json()
+    data = state.to_json(shared=True)  # encoded right away, never kept
     data[BINDING_KEY] = {"v": BINDING_VERSION, "prev": prev_hash}
     return codec.encode(data, blobs, where)
 

@@ -316,6 +316,18 @@ class Tool(Generic[A, R]):
         return Hidden(frozenset(self.sensitive) - secret, secret)
 
     @cached_property
+    def declared_hidden(self) -> dict[str, Any]:
+        """The fields its events declare its hidden fields with (:meth:`Hidden.declared`
+        of :attr:`hidden`), made once: every call's events carry them."""
+        return self.hidden.declared()
+
+    @cached_property
+    def is_async(self) -> bool:
+        """True when :attr:`fn` is a coroutine function (awaited on the event loop; any
+        other function runs on a thread)."""
+        return inspect.iscoroutinefunction(self.fn)
+
+    @cached_property
     def never_traced(self) -> frozenset[str]:
         """The field names no trace records: :attr:`sensitive`, and the fields of the
         argument and result models typed ``SecretStr`` or ``SecretBytes``."""
@@ -411,7 +423,7 @@ class Tool(Generic[A, R]):
         # asyncio.timeout rather than wait_for: no extra task per call (a measurable share
         # of a no-op step, see bench/), same TimeoutError and cancellation of the call.
         async with asyncio.timeout(self.timeout):
-            if inspect.iscoroutinefunction(self.fn):
+            if self.is_async:
                 out = await self.fn(*call_args)
             else:
                 out = await asyncio.to_thread(self.fn, *call_args)

@@ -196,12 +196,16 @@ class Journal:
     def unknown_blobs(self, tenant_id: str, blobs: dict[str, bytes]) -> dict[str, bytes]:
         """The subset of ``blobs`` not known to be stored for this tenant: not committed
         by this journal in the last :data:`KNOWN_FOR` seconds."""
+        if not blobs:
+            return {}
         since = time.monotonic() - KNOWN_FOR
         known = self._known
         return {k: v for k, v in blobs.items() if known.get((tenant_id, k), since) <= since}
 
     def remember(self, tenant_id: str, blobs: dict[str, bytes]) -> None:
         """Note that ``blobs`` are committed (call only after the commit)."""
+        if not blobs:
+            return
         if len(self._known) > 200_000:
             self._known.clear()
         now = time.monotonic()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Iterator
 
 from .errors import IntegrityError
 from .events import JSON
@@ -25,6 +26,16 @@ def _escape(token: str) -> str:
 
 def _unescape(token: str) -> str:
     return token.replace("~1", "/").replace("~0", "~")
+
+
+_ATOMS = frozenset({str, int, float, bool, type(None)})
+"""The JSON value types that cannot change: a copy of one is the value itself."""
+
+
+def _copy(value: JSON) -> JSON:
+    """A deep copy of ``value`` (what ``copy.deepcopy`` gives, without its work for the
+    scalars most patches carry)."""
+    return value if type(value) in _ATOMS else copy.deepcopy(value)
 
 
 def make_patch(old: JSON, new: JSON) -> list[JSON]:
@@ -42,12 +53,35 @@ def same_json(a: JSON, b: JSON) -> bool:
     if type(a) is not type(b):
         return False
     if isinstance(a, dict):
-        return a.keys() == b.keys() and all(same_json(v, b[k]) for k, v in a.items())
+        return a.keys() == b.keys() and _all_same(
+            zip(a.values(), map(b.__getitem__, a), strict=True))
     if isinstance(a, list):
-        return len(a) == len(b) and all(same_json(x, y) for x, y in zip(a, b, strict=True))
+        return len(a) == len(b) and _all_same(zip(a, b, strict=True))
     if isinstance(a, float):
         return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
     return bool(a == b)
+
+
+_BY_EQUALITY = frozenset({str, int, bool})
+"""Types of which two values of the same type are the same JSON value when ``==``."""
+
+
+def _all_same(pairs: Iterator[tuple[JSON, JSON]]) -> bool:
+    """Whether every pair holds the same JSON value: :func:`same_json` of each, with the
+    strings and integers that make up most of a document compared in place (a state
+    holding a conversation compares hundreds of them on every step)."""
+    for v, w in pairs:
+        if v is w:
+            continue
+        t = type(v)
+        if t is not type(w):
+            return False
+        if t in _BY_EQUALITY:
+            if v != w:
+                return False
+        elif not same_json(v, w):
+            return False
+    return True
 
 
 def _diff(old: JSON, new: JSON, path: str, ops: list[JSON]) -> None:
@@ -62,19 +96,19 @@ def _diff(old: JSON, new: JSON, path: str, ops: list[JSON]) -> None:
             if key in old:
                 _diff(old[key], value, sub, ops)
             else:
-                ops.append({"op": "add", "path": sub, "value": copy.deepcopy(value)})
+                ops.append({"op": "add", "path": sub, "value": _copy(value)})
         return
     if isinstance(old, list) and isinstance(new, list):
         n = len(old)
         if len(new) >= n and same_json(new[:n], old):
             for value in new[n:]:
-                ops.append({"op": "add", "path": f"{path}/-", "value": copy.deepcopy(value)})
+                ops.append({"op": "add", "path": f"{path}/-", "value": _copy(value)})
             return
         if len(new) == n:
             for i, (a, b) in enumerate(zip(old, new, strict=True)):
                 _diff(a, b, f"{path}/{i}", ops)
             return
-    ops.append({"op": "replace", "path": path, "value": copy.deepcopy(new)})
+    ops.append({"op": "replace", "path": path, "value": _copy(new)})
 
 
 def apply_patch(doc: JSON, patch: list[JSON]) -> JSON:
@@ -88,14 +122,16 @@ def _apply_one(doc: JSON, op: JSON) -> JSON:
     kind, path = op["op"], op["path"]
     if path == "":
         if kind in ("add", "replace"):
-            return copy.deepcopy(op["value"])
+            return _copy(op["value"])
         raise IntegrityError(f"unsupported patch operation on the root: {kind}")
-    tokens = [_unescape(t) for t in path.split("/")[1:]]
+    tokens = path.split("/")[1:]
+    if "~" in path:
+        tokens = [_unescape(t) for t in tokens]
     parent = doc
     for token in tokens[:-1]:
         parent = parent[int(token)] if isinstance(parent, list) else parent[token]
     last = tokens[-1]
-    value = copy.deepcopy(op.get("value"))
+    value = _copy(op.get("value"))
     if isinstance(parent, list):
         if kind == "add":
             if last == "-":

@@ -249,9 +249,16 @@ class RunState:
         """The journaled record of call ``index`` in the current step, if any."""
         return self.calls[index] if index < len(self.calls) else None
 
-    def to_json(self) -> dict[str, JSON]:
-        """A JSON snapshot of this state (a checkpoint's content)."""
-        data = dataclasses.asdict(self)
+    def to_json(self, *, shared: bool = False) -> dict[str, JSON]:
+        """A JSON snapshot of this state (a checkpoint's content). ``shared``: the snapshot
+        holds this state's own values instead of copies of them, for a caller that encodes
+        it before the state changes again (a checkpoint need not copy a conversation to
+        encode it)."""
+        if shared:
+            data = _fields(self)
+            data["calls"] = [_fields(c) for c in self.calls]
+        else:
+            data = dataclasses.asdict(self)
         # The records are frozen models; checkpoints hold them as the dicts they always were.
         data["escalation"] = None if self.escalation is None else self.escalation.to_json()
         data["pending_approval"] = (
@@ -296,6 +303,12 @@ class RunState:
     def clone(self) -> RunState:
         """A deep copy that the fold may change freely."""
         return copy.deepcopy(self)
+
+
+def _fields(record: RunState | CallRecord) -> dict[str, Any]:
+    """The fields of a record as a dict of its own values (``dataclasses.asdict`` without
+    the copies)."""
+    return {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
 
 
 def _set_call(s: RunState, rec: CallRecord, *, settles: bool = False) -> None:
@@ -392,6 +405,8 @@ def apply(s: RunState, rec: Recorded) -> RunState:
     e = rec.event
     s.seq = rec.seq
     s.updated_at = rec.at
+    # Each case is a type test tried in turn; no event type derives from another, so the
+    # order only sets the cost, and the events every step journals come early.
     match e:
         case ev.RunStarted():
             s.flow, s.input, s.state = e.flow, copy.deepcopy(e.input), copy.deepcopy(e.state)
@@ -412,6 +427,12 @@ def apply(s: RunState, rec: Recorded) -> RunState:
             s.signals = None if e.signals is None else list(e.signals)
         case ev.StepStarted():
             s.attempt = e.attempt
+        case ev.StepCompleted():
+            s.state = apply_patch(s.state, e.patch)
+            s.step, s.attempt, s.calls, s.values = e.next, 0, [], []
+            s.signal, s.timed_out = None, False
+            s.steps_completed += 1
+            s.approvals = {}
         case ev.ValueRecorded():
             s.values.append(e.value)
         case ev.VersionMarked():
@@ -561,12 +582,6 @@ def apply(s: RunState, rec: Recorded) -> RunState:
                         c.message = f"resolved as failed by {e.by}"
                     else:
                         c.status = "retry"
-        case ev.StepCompleted():
-            s.state = apply_patch(s.state, e.patch)
-            s.step, s.attempt, s.calls, s.values = e.next, 0, [], []
-            s.signal, s.timed_out = None, False
-            s.steps_completed += 1
-            s.approvals = {}
         case ev.TimerSet():
             s.timer_id, s.wake_at, s.status = e.timer_id, e.wake_at, "waiting"
         case ev.TimerFired():

@@ -70,8 +70,10 @@ def test_a_kill_right_after_an_eager_start_leaves_a_run_another_worker_finishes(
         assert report is not None
         assert report["created"] == {left.run_id: False, **{
             r.run_id: True for r in store.list_runs("default") if r.run_id != left.run_id}}
-        # The surviving worker took the runs it created eagerly; the left one by a claim.
-        assert report["eager_starts"] == RUNS - 1
+        # The surviving worker took the runs it created eagerly; the left one by a claim,
+        # or by its own start of it when the dead worker's lease had run out by then (a
+        # busy machine may start the second process that late): never while it held.
+        assert report["eager_starts"] in (RUNS - 1, RUNS)
         journal = Journal(store)
         for row in store.list_runs("default"):
             assert row.status == "completed" and row.lease_owner is None

@@ -9,6 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from underway import events as ev
+from underway.events import canonical_json
 from underway.state import ApprovalRecord, Escalation, Recorded, RunState, apply
 
 OLD_ESCALATION = {"reason": "outcome unknown", "key": "r:0:go:0", "tool": "pay", "index": 0,
@@ -72,3 +73,21 @@ def test_the_fold_builds_the_records() -> None:
 def test_every_event_type_is_in_the_union_the_fold_matches_on() -> None:
     # With every type in RunEvent, mypy's assert_never in the fold proves each is handled.
     assert set(get_args(ev.RunEvent)) == set(ev.EVENT_TYPES.values())
+
+
+def test_a_shared_snapshot_encodes_as_the_copied_one() -> None:
+    call = {"index": 0, "key": "r:0:go:0", "tool": "pay", "args_hash": "ab",
+            "status": "succeeded", "result": {"paid": [1, 2.5, True]}, "error_type": None,
+            "message": None, "retryable": False, "attempts": 2, "maybe_happened": False,
+            "approval_requests": 1}
+    s = RunState.from_json(old_checkpoint(
+        escalation=OLD_QUESTION, status="escalated", pending_approval=OLD_PENDING,
+        approvals={"r:0:go:0": OLD_APPROVAL}, calls=[call], state={"history": [{"n": 1}]},
+        values=["v", 0.5], money={"INR": 5.0}, versions={"c1": True}, forked_from="r0",
+        model_usage={"default": {"calls": 1, "tokens_in": 3, "tokens_out": 4,
+                                 "cost_usd": 0.5}}))
+    shared = s.to_json(shared=True)
+    assert shared == s.to_json()
+    assert canonical_json(shared) == canonical_json(s.to_json())
+    # It holds the state's own values: nothing was copied to be encoded.
+    assert shared["state"] is s.state and shared["values"] is s.values

@@ -7,7 +7,8 @@ activations' commits written together), ``_calls`` (step execution and the call 
 one door every tool call passes), ``_inbox`` (control signals and signed decisions read at
 a step boundary), ``_children`` (child runs), ``_eager`` (eager start: runs leased to
 the worker serving the engine in their start's transaction), ``_versions`` (``ctx.version`` patch
-markers), ``_registry`` (flows and tools by name) and ``_stops`` (how a step stops short).
+markers), ``_registry`` (flows and tools by name), ``_operator`` (the operator actions an engine
+takes from its client) and ``_stops`` (how a step stops short).
 Operator actions live in :mod:`underway.client`; an engine's own ``start``, ``signal``...
 are its client's.
 """

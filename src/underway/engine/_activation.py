@@ -22,6 +22,13 @@ if TYPE_CHECKING:
 
 _T = TypeVar("_T")
 
+_DECLARING = frozenset(
+    cls for cls in ev.EVENT_TYPES.values()
+    if "sensitive_fields" in cls.model_fields or "secret_fields" in cls.model_fields
+)
+"""The event types that can declare hidden fields: only theirs are read for declarations
+(asking any other event for the fields costs a failed attribute lookup per event)."""
+
 
 @dataclass
 class Activation:
@@ -74,7 +81,7 @@ class Activation:
         seq = self.state.seq + 1
         apply(self.state, Recorded(seq, at, event))
         self.pending.append((seq, at, event))
-        if Hidden.of(event):
+        if type(event) in _DECLARING and Hidden.of(event):
             self.engine.redactor.learn(event)
 
     async def commit(self, *, release: bool = False, force_checkpoint: bool = False) -> None:

@@ -40,6 +40,9 @@ from ._stops import DeadLetter, Escalate, Stop, Suspend
 if TYPE_CHECKING:
     from ..budgets import Budget
 
+_ALWAYS_JSON = frozenset({type(None), bool, int})
+"""Result types that always encode: a result of one is not encoded to be checked."""
+
 
 class StepExecution:
     """The engine side of a :class:`RunContext`: memoized calls and journaled values."""
@@ -163,13 +166,14 @@ class StepExecution:
                          f"the guard could not decide on this call: {type(exc).__name__}: {exc}")
         if shadowed:
             return shadow_result(t.name)
-        await self._admit(t, key, index, h)
+        if t.circuit is not None:
+            await self._admit(t, key, index, h)
         # A re-run after a crash reuses the intent already journaled (same key, same args).
         if t.mutating and (rec is None or rec.status != "started"):
             self._act.buffer(ev.ToolStarted(
                 key=key, tool=t.name, index=index, args=call.args, args_hash=h,
                 sandbox_profile=t.sandbox.digest() if t.sandbox is not None else None,
-                policy_decision=self._decision, **t.hidden.declared(),
+                policy_decision=self._decision, **t.declared_hidden,
             ))
             await self._act.commit()
         try:
@@ -182,7 +186,8 @@ class StepExecution:
                 credentials_retry(self._act, t, key, index, exc)
             self._retry_or_raise(t, key, index, exc)
             raise
-        await self._settle_circuit(t, None)
+        if t.circuit is not None:
+            await self._settle_circuit(t, None)
         return result
 
     async def _settle_unknown(self, call: CallIntent) -> tuple[JSON] | None:
@@ -207,7 +212,7 @@ class StepExecution:
         if found.outcome == "happened":
             self._act.buffer(ev.ToolSucceeded(
                 key=key, tool=t.name, index=index, args_hash=h, result=found.result,
-                reconciled=True, counts=call.counts, **t.hidden.declared(),
+                reconciled=True, counts=call.counts, **t.declared_hidden,
             ))
             return (found.result,)
         if found.outcome == "unknown":
@@ -275,7 +280,7 @@ class StepExecution:
             if shadow:
                 act.buffer(ev.ToolShadowed(
                     key=key, tool=t.name, index=index, args=args, args_hash=h, decision="allow",
-                    **t.hidden.declared(),
+                    **t.declared_hidden,
                 ))
             return shadow
         d = await guard.decide(flow, eng.store, s, call, now)
@@ -303,7 +308,7 @@ class StepExecution:
                 request_id=request_id_for(key, asked + 1), key=key, tool=t.name, index=index,
                 args=args, args_hash=h, evidence=call.evidence, risks=list(call.risks),
                 required_role=d.approver_role, expires_at=now + ttl, rule_id=d.rule_id,
-                policy_version=d.policy_version, **t.hidden.declared(),
+                policy_version=d.policy_version, **t.declared_hidden,
             )
             act.buffer(request)
             if guard.notifier is not None:
@@ -313,7 +318,7 @@ class StepExecution:
         if shadow:
             act.buffer(ev.ToolShadowed(
                 key=key, tool=t.name, index=index, args=args, args_hash=h, decision=d.outcome,
-                **t.hidden.declared(),
+                **t.declared_hidden,
             ))
             return True
         return False
@@ -465,20 +470,21 @@ class StepExecution:
         try:
             if t.result_model is not None:
                 result = t.result_model.model_validate(result).model_dump(mode="json")
-            canonical_json(result)
+            if type(result) not in _ALWAYS_JSON:
+                canonical_json(result)
         except ValidationError as exc:
             self._schema_failed(t, key, index, "result", exc, result)
         except (TypeError, ValueError) as exc:
             self._act.buffer(ev.SchemaValidationFailed(
                 key=key, tool=t.name, index=index, where="result",
-                errors=[{"msg": f"result is not JSON: {exc}"}], **t.hidden.declared(),
+                errors=[{"msg": f"result is not JSON: {exc}"}], **t.declared_hidden,
             ))
             raise ToolCallError(
                 t.name, "SchemaValidationFailed", f"result is not JSON: {exc}", retryable=False
             ) from exc
         self._act.buffer(ev.ToolSucceeded(
             key=key, tool=t.name, index=index, args_hash=h, result=result, latency_ms=latency,
-            counts=call.counts, **t.hidden.declared(),
+            counts=call.counts, **t.declared_hidden,
         ))
         return result
 
@@ -497,7 +503,7 @@ class StepExecution:
     ) -> NoReturn:
         self._act.buffer(ev.SchemaValidationFailed(
             key=key, tool=t.name, index=index, where=where,
-            errors=json.loads(exc.json(include_url=False)), **t.hidden.declared(),
+            errors=json.loads(exc.json(include_url=False)), **t.declared_hidden,
         ))
         # The error's text quotes the input: never a hidden field's value.
         message = scrub(f"{where} do not match the schema: {exc}", t.hidden, value)

@@ -14,7 +14,7 @@ import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, assert_never
+from typing import TYPE_CHECKING, Any, TypeVar, assert_never
 
 from .. import events as ev
 from .. import faults
@@ -48,6 +48,7 @@ from ._children import StepWithChildren
 from ._eager import Driver, EagerStart, EagerStarts
 from ._group import GroupCommit
 from ._inbox import OpenedSignal, pending_signals, read_inbox, verify_approval
+from ._operator import client_method as _client_method
 from ._registry import Registry
 from ._stops import DeadLetter, Escalate, Stop, Suspend, Unencodable
 
@@ -57,22 +58,7 @@ if TYPE_CHECKING:
     from ..policy import Policy
 
 _T = TypeVar("_T")
-_P = ParamSpec("_P")
 
-
-def _client_method(
-    method: Callable[Concatenate[Client, _P], _T], *, registers: bool = False
-) -> Callable[Concatenate[Engine, _P], _T]:
-    """An engine method that is ``method`` of the engine's client, with its signature and
-    documentation. ``registers``: a :class:`Flow` given first is registered beforehand."""
-
-    @functools.wraps(method)
-    def on_client(engine: Engine, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
-        if registers and args and isinstance(args[0], Flow) and args[0].name not in engine.flows:
-            engine.register(args[0])
-        return method(engine.client, *args, **kwargs)
-
-    return on_client
 
 IDLE_CLAIM_BACKOFF = 300.0
 """Seconds before a run claimed with nothing to do, and no wake time of its own, is due

@@ -33,6 +33,8 @@ def outbox(
     """Signals to other runs that must commit with ``events``: the end of this run to the
     run that started it; a cancel to each non-detached child of a run being cancelled
     (payloads sealed through ``codec``)."""
+    if not s.parent_run_id and not s.children:
+        return []  # no run to tell: most commits
     out: list[SignalRecord] = []
     for e in events:
         if isinstance(e, ev.RunCompleted | ev.RunFailed | ev.RunCancelled) and s.parent_run_id:

@@ -8,12 +8,17 @@ import json
 
 from ._base import JSON
 
+_CANONICAL = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+"""The encoder ``json.dumps`` would build for these options on every call, built once:
+a step encodes several payloads, and making the encoder was a third of each encoding's
+cost. Its ``encode`` keeps no state between calls (each makes its own cycle check)."""
+
 
 def canonical_json(value: JSON) -> bytes:
     """Encode ``value`` as canonical JSON: sorted keys, no spaces, UTF-8, no NaN."""
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    ).encode("utf-8")
+    return _CANONICAL.encode(value).encode("utf-8")
 
 
 def genesis_hash(tenant_id: str, run_id: str) -> str:
