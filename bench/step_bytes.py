@@ -25,12 +25,12 @@ import sqlite3
 import uuid
 from typing import Any
 
-from peer_workers.protocol import step_result
-from peers_measure import sqlite_bytes
 from pydantic import BaseModel
 
 import underway as uw
 from common import Figure, pg_base_url, pg_schema, pg_store_missing, sqlite_dir
+from peer_workers.protocol import step_result
+from peers_measure import sqlite_bytes
 from underway.store import connect
 
 TENANT = "default"
