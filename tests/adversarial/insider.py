@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from underway.events import chain_hash, genesis_hash
+from underway.events import genesis_hash, link_hash
 from underway.store.postgres import split_url
 
 
@@ -45,8 +45,8 @@ class Insider:
         at the new hash of the seq it records: what an insider does to hide an edit."""
         prev = genesis_hash(tenant, run)
         new: dict[int, str] = {}
-        for seq, _, payload, _ in self.events(tenant, run):
-            prev = new[seq] = chain_hash(prev, payload)
+        for seq, kind, payload, _ in self.events(tenant, run):
+            prev = new[seq] = link_hash(prev, seq, kind, payload)
             self.q("UPDATE events SET hash = ? WHERE tenant_id = ? AND run_id = ? AND seq = ?",
                    prev, tenant, run, seq)
         rows = self.q("SELECT last_seq FROM runs WHERE tenant_id = ? AND run_id = ?",

@@ -196,13 +196,13 @@ def flip_bit(raw: Raw) -> tuple[str, str, int]:
 
 def edit_and_rehash(raw: Raw) -> tuple[str, str, int]:
     """An editor who recomputes the edited event's own hash is caught at the next one."""
-    from underway.events import chain_hash
+    from underway.events import link_hash
 
     _, _, prev = raw.event("acme", "r-1", 6)
     kind, payload, _ = raw.event("acme", "r-1", 7)
     edited = payload.replace(b'"charged":14', b'"charged":99')
     assert edited != payload
-    raw.put("acme", "r-1", 7, (kind, edited, chain_hash(prev, edited)))
+    raw.put("acme", "r-1", 7, (kind, edited, link_hash(prev, 7, kind, edited)))
     return "acme", "r-1", 8
 
 
