@@ -116,20 +116,20 @@ class Raw:
         )
         assert rows, f"no event {tenant}/{run}/{seq}"
         kind, payload, digest = rows[0]
-        return str(kind), bytes(payload), str(digest)
+        return str(kind), bytes(payload), bytes(digest).hex()
 
     def put(self, tenant: str, run: str, seq: int, row: tuple[str, bytes, str]) -> None:
         self.q(
             "UPDATE events SET type = ?, payload = ?, hash = ? "
             "WHERE tenant_id = ? AND run_id = ? AND seq = ?",
-            *row, tenant, run, seq,
+            row[0], row[1], bytes.fromhex(row[2]), tenant, run, seq,
         )
 
     def insert(self, tenant: str, run: str, seq: int, row: tuple[str, bytes, str]) -> None:
         self.q(
             "INSERT INTO events (tenant_id, run_id, seq, type, payload, hash) "
             "VALUES (?, ?, ?, ?, ?, ?)",
-            tenant, run, seq, *row,
+            tenant, run, seq, row[0], row[1], bytes.fromhex(row[2]),
         )
 
     def delete(self, tenant: str, run: str, seq: int) -> None:

@@ -30,7 +30,8 @@ def regional(default: str | None = None) -> tuple[RegionalStore, MemoryStore, Me
 
 def new(tenant: str, run_id: str) -> NewRun:
     return NewRun(tenant_id=tenant, run_id=run_id, flow="f", idempotency_key=None,
-                  first_event=StoredEvent(1, "RunStarted", b"{}", "h"), blobs={}, step="s",
+                  first_event=StoredEvent(1, "RunStarted", b"{}", "0" * 64), blobs={},
+                  step="s",
                   now=T0, next_wake_at=T0, subject="s-1")
 
 

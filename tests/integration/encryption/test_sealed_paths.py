@@ -88,9 +88,9 @@ def rehash(path: Path, tenant: str, run_id: str) -> None:
     for seq, kind, payload in rows:
         prev = link_hash(prev, seq, kind, bytes(payload))
         sql(path, "UPDATE events SET hash = ? WHERE tenant_id = ? AND run_id = ? AND seq = ?",
-            prev, tenant, run_id, seq)
-    sql(path, "UPDATE runs SET last_hash = (SELECT hash FROM events e WHERE e.tenant_id = "
-        "runs.tenant_id AND e.run_id = runs.run_id AND e.seq = runs.last_seq) "
+            bytes.fromhex(prev), tenant, run_id, seq)
+    sql(path, "UPDATE runs SET last_hash = (SELECT lower(hex(hash)) FROM events e WHERE "
+        "e.tenant_id = runs.tenant_id AND e.run_id = runs.run_id AND e.seq = runs.last_seq) "
         "WHERE tenant_id = ? AND run_id = ?", tenant, run_id)
 
 
