@@ -28,7 +28,7 @@ from typing import Any
 from pydantic import BaseModel
 
 import underway as uw
-from common import Figure, pg_base_url, pg_schema, pg_store_missing, sqlite_dir
+from common import Figure, median, pg_base_url, pg_schema, pg_store_missing, sqlite_dir
 from peer_workers.protocol import step_result
 from peers_measure import sqlite_bytes
 from underway.store import connect
@@ -36,6 +36,9 @@ from underway.store import connect
 TENANT = "default"
 RUNS = 4
 STEPS = 500
+REPS = 3
+"""Each figure is the median of this many measurements, each in a fresh database (how a
+PostgreSQL table grows depends on when autovacuum passes)."""
 TARGET_BYTES = 600
 """The goal: at most this many bytes per step (the issue's figure; DBOS stores ~520-660)."""
 
@@ -95,7 +98,7 @@ def results(steps: int) -> list[bytes]:
             for i in range(steps)]
 
 
-def _figures(db: str, grown: int, floor: int, payload: int, steps: int,
+def _figures(db: str, grown: float, floor: int, payload: float, steps: int,
              note: str) -> list[Figure]:
     per, floor_per = grown / steps, floor / steps
     return [
@@ -134,24 +137,34 @@ def _sqlite_floor(path: str, rows: list[bytes]) -> int:
         conn.close()
 
 
-def bench_sqlite(*, runs: int = RUNS, steps: int = STEPS) -> list[Figure]:
+def _sqlite_run(d: str, runs: int, steps: int) -> tuple[int, int]:
+    """(bytes the database grew by, bytes of event payloads and hashes) over the runs."""
+    path = os.path.join(d, "underway.db")
+    store = connect(f"sqlite:///{path}")
+    try:
+        engine = uw.Engine(store, flows=[flow], tools=[step_tool])
+        run_steps(engine, 1, 10)  # what a first run writes once (flow rows, ...)
+        before, payload_before = sqlite_bytes(path), _sqlite_payload(path)
+        run_steps(engine, runs, steps)
+        return sqlite_bytes(path) - before, _sqlite_payload(path) - payload_before
+    finally:
+        store.close()
+
+
+def bench_sqlite(*, runs: int = RUNS, steps: int = STEPS, reps: int = REPS) -> list[Figure]:
     """Bytes per step on a SQLite file, against the floor's on another."""
     total = runs * steps
+    measured = []
+    for _ in range(reps):
+        with sqlite_dir() as d:
+            measured.append(_sqlite_run(d, runs, steps))
     with sqlite_dir() as d:
-        path = os.path.join(d, "underway.db")
-        store = connect(f"sqlite:///{path}")
-        try:
-            engine = uw.Engine(store, flows=[flow], tools=[step_tool])
-            run_steps(engine, 1, 10)  # what a first run writes once (flow rows, ...)
-            before, payload_before = sqlite_bytes(path), _sqlite_payload(path)
-            run_steps(engine, runs, steps)
-            grown = sqlite_bytes(path) - before
-            payload = _sqlite_payload(path) - payload_before
-        finally:
-            store.close()
         floor = _sqlite_floor(os.path.join(d, "floor.db"), results(total))
+    grown = median([float(g) for g, _ in measured])
+    payload = median([float(p) for _, p in measured])
     return _figures("sqlite", grown, floor, payload, total,
-                    f"{runs} runs of {steps} steps; pages in use, WAL included")
+                    f"{runs} runs of {steps} steps, median of {reps}; pages in use, WAL "
+                    "included")
 
 
 # -- PostgreSQL -----------------------------------------------------------------------------
@@ -170,26 +183,37 @@ def _pg_payload(conn: Any, schema: str) -> int:
     return int(row[0])
 
 
-def bench_postgres(*, runs: int = RUNS, steps: int = STEPS) -> list[Figure]:
-    """Bytes per step in a fresh PostgreSQL schema, against a floor table in it."""
+def _pg_run(conn: Any, schema: str, url: str, runs: int, steps: int) -> tuple[int, int]:
+    """(bytes the schema's tables grew by, bytes of event payloads and hashes) over the
+    runs."""
+    store = connect(url)
+    try:
+        engine = uw.Engine(store, flows=[flow], tools=[step_tool])
+        run_steps(engine, 1, 10)
+        before, payload_before = _pg_sizes(conn, schema), _pg_payload(conn, schema)
+        run_steps(engine, runs, steps)
+        after = _pg_sizes(conn, schema)
+        return (sum(after.values()) - sum(before.values()),
+                _pg_payload(conn, schema) - payload_before)
+    finally:
+        store.close()
+
+
+def bench_postgres(*, runs: int = RUNS, steps: int = STEPS, reps: int = REPS) -> list[Figure]:
+    """Bytes per step in fresh PostgreSQL schemas, against a floor table."""
     import psycopg
 
     if missing := pg_store_missing():
         return [Figure("postgres.bytes_per_step", 0.0, "bytes", note=f"skipped: {missing}")]
     total = runs * steps
-    with pg_schema() as (schema, url), psycopg.connect(pg_base_url(),
-                                                        autocommit=True) as conn:
-        store = connect(url)
-        try:
-            engine = uw.Engine(store, flows=[flow], tools=[step_tool])
-            run_steps(engine, 1, 10)
-            before, payload_before = _pg_sizes(conn, schema), _pg_payload(conn, schema)
-            run_steps(engine, runs, steps)
-            after = _pg_sizes(conn, schema)
-            payload = _pg_payload(conn, schema) - payload_before
-        finally:
-            store.close()
-        grown = sum(after.values()) - sum(before.values())
+    measured = []
+    with psycopg.connect(pg_base_url(), autocommit=True) as conn:
+        for _ in range(reps):
+            with pg_schema() as (schema, url):
+                measured.append(_pg_run(conn, schema, url, runs, steps))
+    grown = median([float(g) for g, _ in measured])
+    payload = median([float(p) for _, p in measured])
+    with pg_schema() as (schema, _), psycopg.connect(pg_base_url(), autocommit=True) as conn:
         conn.execute(f'CREATE TABLE "{schema}".floor '
                      "(id BIGSERIAL PRIMARY KEY, payload BYTEA NOT NULL)")
         floor_before = _pg_sizes(conn, schema)["floor"]
@@ -197,4 +221,5 @@ def bench_postgres(*, runs: int = RUNS, steps: int = STEPS) -> list[Figure]:
             conn.execute(f'INSERT INTO "{schema}".floor (payload) VALUES (%s)', (row,))
         floor = _pg_sizes(conn, schema)["floor"] - floor_before
     return _figures("postgres", grown, floor, payload, total,
-                    f"{runs} runs of {steps} steps; tables, indexes and TOAST of the schema")
+                    f"{runs} runs of {steps} steps, median of {reps}; tables, indexes and "
+                    "TOAST of the schema")
