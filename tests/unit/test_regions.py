@@ -67,8 +67,9 @@ def test_a_group_commit_writes_each_batch_in_its_tenant_s_region() -> None:
         store.create_run(new(tenant, run_id))
         [lease] = store.claim(owner="w", now=T0, ttl=30, tenant_id=tenant, run_id=run_id)
         batches.append(AppendBatch(tenant, run_id, 1, lease.token,
-                                   [StoredEvent(2, "StepStarted", b"{}", "h2")], T0))
-    stale = AppendBatch("globex", "r2", 1, 99, [StoredEvent(2, "StepStarted", b"{}", "h")], T0)
+                                   [StoredEvent(2, "StepStarted", b"{}", "2" * 64)], T0))
+    stale = AppendBatch("globex", "r2", 1, 99, [StoredEvent(2, "StepStarted", b"{}", "0" * 64)],
+                         T0)
     results = store.append_many([*batches, stale])
     assert results[:3] == [False, False, False] and isinstance(results[3], FencedError)
     assert [e.seq for e in india.load_events("acme", "r1")] == [1, 2]
