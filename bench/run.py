@@ -33,6 +33,7 @@ import resume
 import sandbox
 import service
 import starts
+import step_bytes
 import storage
 import tenant_usage
 import throughput
@@ -63,6 +64,10 @@ GROUPS: dict[str, list[tuple[str, Callable[[], list[Figure]]]]] = {
     "storage": [
         ("SQLite bytes per turn", storage.bench_sqlite),
         ("PostgreSQL bytes per turn", storage.bench_postgres),
+    ],
+    "step_bytes": [
+        ("SQLite bytes per step", step_bytes.bench_sqlite),
+        ("PostgreSQL bytes per step", step_bytes.bench_postgres),
     ],
     "workers": [
         ("SQLite worker processes", workers.bench_sqlite),

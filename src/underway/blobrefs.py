@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from .codec import blob_key, split_event
 from .errors import KeyUnavailable, UnderwayError
-from .events import JSON
+from .events import JSON, placed
 from .store.records import StoredEvent
 
 Fetch = Callable[[list[str]], dict[str, bytes]]
@@ -46,21 +46,19 @@ def blob_refs(value: JSON) -> list[str]:
 
 def envelope_problem(s: StoredEvent) -> str | None:
     """What is wrong with a (correctly chained) event's envelope, if anything: it must be
-    JSON naming the row's seq and type (readable whether or not its data is sealed)."""
+    a JSON object that names the row's seq and type or (hashed with them) neither
+    (readable whether or not its data is sealed)."""
     try:
         env = split_event(s.payload)[0]
     except (ValueError, RecursionError):
         return "payload is not valid JSON"
     if not isinstance(env, dict):
         return "payload is not a JSON object"
-    if _exact(env.get("seq")) != _exact(s.seq) or env.get("type") != s.type:
-        return "stored seq/type differ from the hashed payload"
+    try:
+        placed(env, s.seq, s.type)
+    except ValueError as exc:
+        return str(exc)
     return None
-
-
-def _exact(value: object) -> tuple[type, object]:
-    """``value`` with its type, so that ``true`` never passes for ``1``."""
-    return type(value), value
 
 
 def _plain(key: str, stored: bytes) -> bytes:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from .codec import Codec, Where
 from .errors import KeyUnavailable
-from .events import JSON, chain_hash
+from .events import JSON, link_hash
 from .state import RunState
 from .store.base import StoredEvent
 
@@ -151,6 +151,7 @@ def _check_digest(
 def _chains(prev: JSON, event: StoredEvent) -> bool:
     """True when ``event`` chains from ``prev``."""
     try:
-        return isinstance(prev, str) and chain_hash(prev, event.payload) == event.hash
+        return isinstance(prev, str) and \
+            link_hash(prev, event.seq, event.type, event.payload) == event.hash
     except ValueError:  # not a hex hash
         return False

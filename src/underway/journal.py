@@ -19,11 +19,13 @@ from .events import (
     PayloadPurged,
     RunEvent,
     StepStarted,
-    chain_hash,
     envelope,
+    event_hash,
     from_envelope,
     genesis_hash,
     is_tombstone,
+    link_hash,
+    placed,
     read_tombstone,
 )
 from .state import Recorded, RunState, apply
@@ -172,7 +174,10 @@ class Journal:
         ckpt = None
         codec = self.codec
         for seq, at, event in pending:
-            env = envelope(event, seq=seq, at=at)
+            env = envelope(event, seq=seq, at=at, run_id=run_id)
+            # The row holds the seq and type; the link hashes them with the bytes.
+            event_type = str(env.pop("type"))
+            del env["seq"]
             if state is not None and seq == pending[-1][0]:
                 if state.seq != seq:
                     raise IntegrityError(
@@ -187,10 +192,10 @@ class Journal:
             # The chain covers the stored (possibly sealed) bytes. Unsealed, the identity
             # is never read: none is made (no work per event when encryption is off).
             where = (UNSEALED if codec.sealer is None
-                     else event_where(tenant_id, run_id, seq, str(env["type"]), subject))
+                     else event_where(tenant_id, run_id, seq, event_type, subject))
             payload = codec.encode_event(env, blobs, where)
-            prev_hash = chain_hash(prev_hash, payload)
-            out.append(StoredEvent(seq, str(env["type"]), payload, prev_hash))
+            prev_hash = event_hash(prev_hash, seq, event_type, payload)
+            out.append(StoredEvent(seq, event_type, payload, prev_hash))
         return out, ckpt
 
     def unknown_blobs(self, tenant_id: str, blobs: dict[str, bytes]) -> dict[str, bytes]:
@@ -260,9 +265,12 @@ class Journal:
                 env = self.codec.decode_event(
                     s.payload, fetch, event_where(tenant_id, run_id, s.seq, s.type)
                 )
-                if not isinstance(env, dict) or env.get("seq") != s.seq:
-                    raise IntegrityError(f"event at seq {s.seq} does not carry its own seq")
-                rec = Recorded(s.seq, float(env["at"]), from_envelope(env))
+                try:
+                    env = placed(env, s.seq, s.type)
+                except ValueError:
+                    raise IntegrityError(
+                        f"event at seq {s.seq} does not carry its own seq and type") from None
+                rec = Recorded(s.seq, float(env["at"]), from_envelope(env, run_id))
                 out.append((rec, checkpoint.commitment(env)))
             except Exception as exc:
                 out.append(exc)
@@ -543,7 +551,8 @@ class Journal:
                     return bad(s.seq, problem)
                 prev = s.hash
                 continue
-            if not isinstance(s.payload, bytes) or chain_hash(prev, s.payload) != s.hash:
+            if not isinstance(s.payload, bytes) or not isinstance(s.type, str) \
+                    or link_hash(prev, s.seq, s.type, s.payload) != s.hash:
                 return bad(s.seq, "hash does not match content and predecessor")
             problem = self._payload_problem(tenant_id, run_id, s, fetch, seen)
             if problem is not None:

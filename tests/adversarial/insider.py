@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from underway.events import chain_hash, genesis_hash
+from underway.events import genesis_hash, link_hash
 from underway.store.postgres import split_url
 
 
@@ -33,7 +33,7 @@ class Insider:
         """(seq, type, payload, hash) of every event of the run, in order."""
         rows = self.q("SELECT seq, type, payload, hash FROM events "
                       "WHERE tenant_id = ? AND run_id = ? ORDER BY seq", tenant, run)
-        return [(int(s), str(t), bytes(p), str(h)) for s, t, p, h in rows]
+        return [(int(s), str(t), bytes(p), bytes(h).hex()) for s, t, p, h in rows]
 
     def set_payload(self, tenant: str, run: str, seq: int, payload: bytes) -> None:
         """Overwrite an event's stored bytes and nothing else."""
@@ -45,10 +45,10 @@ class Insider:
         at the new hash of the seq it records: what an insider does to hide an edit."""
         prev = genesis_hash(tenant, run)
         new: dict[int, str] = {}
-        for seq, _, payload, _ in self.events(tenant, run):
-            prev = new[seq] = chain_hash(prev, payload)
+        for seq, kind, payload, _ in self.events(tenant, run):
+            prev = new[seq] = link_hash(prev, seq, kind, payload)
             self.q("UPDATE events SET hash = ? WHERE tenant_id = ? AND run_id = ? AND seq = ?",
-                   prev, tenant, run, seq)
+                   bytes.fromhex(prev), tenant, run, seq)
         rows = self.q("SELECT last_seq FROM runs WHERE tenant_id = ? AND run_id = ?",
                       tenant, run)
         if rows and rows[0][0] in new:
@@ -62,7 +62,7 @@ class Insider:
         (head,), = self.q("SELECT hash FROM events WHERE tenant_id = ? AND run_id = ? "
                           "AND seq = ?", tenant, run, keep)
         self.q("UPDATE runs SET last_seq = ?, last_hash = ? WHERE tenant_id = ? AND run_id = ?",
-               keep, head, tenant, run)
+               keep, bytes(head).hex(), tenant, run)
 
     def delete_run(self, tenant: str, run: str) -> None:
         """Every trace of the run: events, row, checkpoint."""

@@ -300,7 +300,10 @@ def test_every_corrupt_run_is_reported_and_none_hides_another(db_url: str) -> No
         expected[("acme", "r-3")] = "payload is not a JSON object"
         rewrite("r-4", 3, lambda _: b"[" * 100_000 + b"]" * 100_000)
         expected[("acme", "r-4")] = "payload is not valid JSON"
-        rewrite("r-5", 1, lambda p: p.replace(b'"seq":1', b'"seq":true'))
+        # An envelope that names its seq (as one stored before seq lived in the row only),
+        # as true where the row says 1.
+        rewrite("r-5", 1, lambda p: canonical_json({**json.loads(p), "seq": True,
+                                                    "type": "RunStarted"}))
         expected[("acme", "r-5")] = "stored seq/type differ"
         sql.q("UPDATE runs SET last_seq = 0 WHERE tenant_id = ? AND run_id = ?", "acme", "r-6")
         expected[("acme", "r-6")] = "a run's journal starts at 1"

@@ -370,7 +370,7 @@ def binding_edited(raw: Raw, w: World) -> tuple[int, str]:
     content = raw.content("acme", stored)
     other = raw.q("SELECT hash FROM events WHERE tenant_id = 'acme' AND run_id = 'r-1' "
                   "AND seq = 1")[0][0]
-    content["binding"]["prev"] = other
+    content["binding"]["prev"] = bytes(other).hex()
     raw.set_checkpoint("acme", "r-1", seq, raw.encode("acme", content))
     return seq, "committed to"
 

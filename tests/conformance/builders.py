@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -23,8 +24,14 @@ T0 = 1_000.0
 ROUNDS = 10
 
 
+def fake_hash(label: str) -> str:
+    """A chain hash for a test event, named by ``label`` (stores keep 64 hex digits)."""
+    return hashlib.sha256(label.encode()).hexdigest()
+
+
 def event(seq: int, run_id: str = "r1", kind: str = "StepCompleted") -> StoredEvent:
-    return StoredEvent(seq, kind, f'{{"seq":{seq},"run":"{run_id}"}}'.encode(), f"h{run_id}{seq}")
+    return StoredEvent(seq, kind, f'{{"seq":{seq},"run":"{run_id}"}}'.encode(),
+                       fake_hash(f"{run_id}{seq}"))
 
 
 def create(
@@ -97,7 +104,7 @@ def start(
 ) -> None:
     store.create_run(NewRun(
         tenant_id=tenant, run_id=run_id, flow="f", idempotency_key=None,
-        first_event=StoredEvent(1, "RunStarted", b"{}", f"h{tenant}{run_id}"), blobs={},
+        first_event=StoredEvent(1, "RunStarted", b"{}", fake_hash(f"{tenant}{run_id}")), blobs={},
         step="s", now=T0, next_wake_at=due, queue=queue,
     ))
 
@@ -134,7 +141,7 @@ def append(
 ) -> Callable[[], bool]:
     return lambda: store.append(AppendBatch(
         tenant_id="t1", run_id=run_id, expected_seq=seq - 1, fence=token,
-        events=[StoredEvent(seq, "StepCompleted", writer.encode(), f"h{writer}{seq}")],
+        events=[StoredEvent(seq, "StepCompleted", writer.encode(), fake_hash(f"{writer}{seq}"))],
         now=T0 + seq, update=update or RunUpdate("ready", "s", T0 + seq),
         blobs={f"blob-{writer}-{seq}": writer.encode()}, checkpoint=(seq, writer.encode()),
     ))

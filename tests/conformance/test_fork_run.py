@@ -5,7 +5,7 @@ with their tails."""
 from __future__ import annotations
 
 import pytest
-from builders import T0, batch, create, event, lease_of, race, seqs
+from builders import T0, batch, create, event, fake_hash, lease_of, race, seqs
 
 from underway.errors import ConflictError, RunNotFound
 from underway.store import NewRun, RunUpdate, Store, StoredEvent
@@ -16,15 +16,15 @@ from underway.store.journal import RUN_BATCH
 def _fork(run_id: str = "fork-1", *, tenant: str = "t1", key: str | None = None) -> NewRun:
     return NewRun(
         tenant_id=tenant, run_id=run_id, flow="f", idempotency_key=key,
-        first_event=StoredEvent(1, "RunStarted", b'{"fork":true}', f"h{run_id}1"),
+        first_event=StoredEvent(1, "RunStarted", b'{"fork":true}', fake_hash(f"{run_id}1")),
         blobs={"fork-blob": b"blob of the fork"}, step="again", now=T0 + 50,
         next_wake_at=T0 + 50,
     )
 
 
 def _link(after: int, *, parent: str = "r1", now: float = T0 + 50) -> ForkLink:
-    return ForkLink("t1", parent, after, StoredEvent(after + 1, "RunForked",
-                                                     b'{"forked":1}', f"hfork{after + 1}"), now)
+    forked = StoredEvent(after + 1, "RunForked", b'{"forked":1}', fake_hash(f"fork{after + 1}"))
+    return ForkLink("t1", parent, after, forked, now)
 
 
 def _finished(store: Store, events: int = 3) -> None:
@@ -46,7 +46,7 @@ def test_a_fork_is_created_and_its_parent_linked_together(store: Store) -> None:
     parent = store.get_run("t1", "r1")
     assert parent is not None
     assert (parent.status, parent.last_seq, parent.last_hash, parent.updated_at) == (
-        "completed", 4, "hfork4", T0 + 50)
+        "completed", 4, fake_hash("fork4"), T0 + 50)
     # The fork is due now, the finished parent is not.
     assert [lease.run_id for lease in store.claim(owner="w", now=T0 + 60, ttl=30)] == ["fork-1"]
 

@@ -6,7 +6,19 @@ from __future__ import annotations
 import json
 
 import pytest
-from builders import ROUNDS, T0, append, batch, create, event, lease_of, race, seqs, start
+from builders import (
+    ROUNDS,
+    T0,
+    append,
+    batch,
+    create,
+    event,
+    fake_hash,
+    lease_of,
+    race,
+    seqs,
+    start,
+)
 from store_backends import Backend
 
 from underway.codec import blob_key
@@ -21,7 +33,7 @@ def test_create_run_stores_row_first_event_and_blobs(store: Store) -> None:
     assert created
     assert (run.tenant_id, run.run_id, run.flow, run.status, run.step) == (
         "t1", "r1", "f", "ready", "start")
-    assert (run.last_seq, run.last_hash, run.next_wake_at) == (1, "hr11", T0 + 3)
+    assert (run.last_seq, run.last_hash, run.next_wake_at) == (1, fake_hash("r11"), T0 + 3)
     assert (run.lease_owner, run.lease_token, run.control_pending) == (None, 0, False)
     assert store.get_run("t1", "r1") == run
     assert store.load_events("t1", "r1") == [event(1, "r1", "RunStarted")]
@@ -65,7 +77,7 @@ def test_append_moves_the_run_row_with_its_events(store: Store) -> None:
     assert run is not None
     assert (run.status, run.step, run.next_wake_at, run.updated_at) == (
         "waiting", "later", T0 + 60, T0 + 2)
-    assert (run.last_seq, run.last_hash) == (4, "hr14")
+    assert (run.last_seq, run.last_hash) == (4, fake_hash("r14"))
     assert run.lease_owner == "w1"  # appending keeps the lease unless told to release
     failed = RunUpdate("failed", "later", None, None, "boom")
     store.append(batch(lease, 4, update=failed, release=True))
@@ -132,7 +144,8 @@ def test_an_append_without_update_leaves_the_run_row_and_still_checks_the_journa
         store.append(batch(lease, 4, expected=4))
     store.append(batch(lease, 3, update=RunUpdate("waiting", "later", T0 + 60), release=True))
     run = store.get_run("t1", "r1")
-    assert run is not None and (run.last_seq, run.last_hash, run.status) == (4, "hr14", "waiting")
+    assert run is not None
+    assert (run.last_seq, run.last_hash, run.status) == (4, fake_hash("r14"), "waiting")
     assert run.lease_owner is None
 
 

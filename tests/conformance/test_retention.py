@@ -8,7 +8,7 @@ import sqlite3
 
 import psycopg
 import pytest
-from builders import T0, batch, create, event, lease_of, signal
+from builders import T0, batch, create, event, fake_hash, lease_of, signal
 from store_backends import Backend
 
 from underway.errors import ConflictError
@@ -115,7 +115,8 @@ def test_a_purge_of_a_changed_run_changes_nothing(store: Store) -> None:
     create(store, "live")
     good = purge_of(store, "r1")
     stale = Purge("t1", "r1", 2, [good.tombstones[0],
-                                  StoredEvent(2, good.tombstones[1].type, b"x", "other")],
+                                  StoredEvent(2, good.tombstones[1].type, b"x",
+                                              fake_hash("other"))],
                   "s1", T0, "rule")
     short = Purge("t1", "r1", 1, good.tombstones[:1], "s1", T0, "rule")
     before = store.load_events("t1", "r1")

@@ -4,7 +4,7 @@ must visit."""
 from __future__ import annotations
 
 import pytest
-from builders import T0, batch, create, lease_of, signal
+from builders import T0, batch, create, fake_hash, lease_of, signal
 
 from underway.errors import RunNotFound
 from underway.store import Lease, RunUpdate, Store
@@ -53,6 +53,7 @@ def test_journal_heads_are_the_last_event_of_every_journal(store: Store, backend
     create(store, "r1")
     create(store, "r2", tenant="t2")
     store.append(batch(lease_of(store, "r1"), 1, count=2))
-    assert store.journal_heads() == [("t1", "r1", 3, "hr13"), ("t2", "r2", 1, "hr21")]
-    assert store.journal_heads("t2") == [("t2", "r2", 1, "hr21")]
+    assert store.journal_heads() == [("t1", "r1", 3, fake_hash("r13")),
+                                    ("t2", "r2", 1, fake_hash("r21"))]
+    assert store.journal_heads("t2") == [("t2", "r2", 1, fake_hash("r21"))]
     assert store.journal_heads("nobody") == []

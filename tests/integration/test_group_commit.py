@@ -35,7 +35,7 @@ def leased(store: Store, n: int) -> list[Lease]:
     for i in range(n):
         store.create_run(NewRun(
             tenant_id="t", run_id=f"r{i}", flow="f", idempotency_key=None,
-            first_event=StoredEvent(1, "RunStarted", b"{}", "h1"), blobs={}, step="s",
+            first_event=StoredEvent(1, "RunStarted", b"{}", "1" * 64), blobs={}, step="s",
             now=T0, next_wake_at=T0,
         ))
     return store.claim(owner="w", now=T0, ttl=30, tenant_id="t", limit=n)
@@ -44,7 +44,7 @@ def leased(store: Store, n: int) -> list[Lease]:
 def step(lease: Lease, seq: int = 2, *, fence: int | None = None) -> AppendBatch:
     return AppendBatch(
         "t", lease.run_id, seq - 1, lease.token if fence is None else fence,
-        [StoredEvent(seq, "StepStarted", f"{lease.run_id}-{seq}".encode(), f"h{seq}")],
+        [StoredEvent(seq, "StepStarted", f"{lease.run_id}-{seq}".encode(), f"{seq:064x}")],
         T0 + seq, blobs={f"blob-{lease.run_id}": lease.run_id.encode()},
     )
 

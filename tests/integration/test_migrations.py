@@ -49,6 +49,8 @@ class SQLiteDatabase:
 
     def apply_files_raw(self) -> None:
         with closing(sqlite3.connect(self.path)) as db:
+            # The store gives its connections unhex() (SQLite has one from 3.41 on).
+            db.create_function("unhex", 1, bytes.fromhex, deterministic=True)
             for _, _, text in queries.migrations("sqlite"):
                 db.executescript(text)
 

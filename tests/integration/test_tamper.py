@@ -116,20 +116,20 @@ class Raw:
         )
         assert rows, f"no event {tenant}/{run}/{seq}"
         kind, payload, digest = rows[0]
-        return str(kind), bytes(payload), str(digest)
+        return str(kind), bytes(payload), bytes(digest).hex()
 
     def put(self, tenant: str, run: str, seq: int, row: tuple[str, bytes, str]) -> None:
         self.q(
             "UPDATE events SET type = ?, payload = ?, hash = ? "
             "WHERE tenant_id = ? AND run_id = ? AND seq = ?",
-            *row, tenant, run, seq,
+            row[0], row[1], bytes.fromhex(row[2]), tenant, run, seq,
         )
 
     def insert(self, tenant: str, run: str, seq: int, row: tuple[str, bytes, str]) -> None:
         self.q(
             "INSERT INTO events (tenant_id, run_id, seq, type, payload, hash) "
             "VALUES (?, ?, ?, ?, ?, ?)",
-            tenant, run, seq, *row,
+            tenant, run, seq, row[0], row[1], bytes.fromhex(row[2]),
         )
 
     def delete(self, tenant: str, run: str, seq: int) -> None:
@@ -196,13 +196,13 @@ def flip_bit(raw: Raw) -> tuple[str, str, int]:
 
 def edit_and_rehash(raw: Raw) -> tuple[str, str, int]:
     """An editor who recomputes the edited event's own hash is caught at the next one."""
-    from underway.events import chain_hash
+    from underway.events import link_hash
 
     _, _, prev = raw.event("acme", "r-1", 6)
     kind, payload, _ = raw.event("acme", "r-1", 7)
     edited = payload.replace(b'"charged":14', b'"charged":99')
     assert edited != payload
-    raw.put("acme", "r-1", 7, (kind, edited, chain_hash(prev, edited)))
+    raw.put("acme", "r-1", 7, (kind, edited, link_hash(prev, 7, kind, edited)))
     return "acme", "r-1", 8
 
 

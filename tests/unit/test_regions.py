@@ -30,7 +30,8 @@ def regional(default: str | None = None) -> tuple[RegionalStore, MemoryStore, Me
 
 def new(tenant: str, run_id: str) -> NewRun:
     return NewRun(tenant_id=tenant, run_id=run_id, flow="f", idempotency_key=None,
-                  first_event=StoredEvent(1, "RunStarted", b"{}", "h"), blobs={}, step="s",
+                  first_event=StoredEvent(1, "RunStarted", b"{}", "0" * 64), blobs={},
+                  step="s",
                   now=T0, next_wake_at=T0, subject="s-1")
 
 
@@ -66,8 +67,9 @@ def test_a_group_commit_writes_each_batch_in_its_tenant_s_region() -> None:
         store.create_run(new(tenant, run_id))
         [lease] = store.claim(owner="w", now=T0, ttl=30, tenant_id=tenant, run_id=run_id)
         batches.append(AppendBatch(tenant, run_id, 1, lease.token,
-                                   [StoredEvent(2, "StepStarted", b"{}", "h2")], T0))
-    stale = AppendBatch("globex", "r2", 1, 99, [StoredEvent(2, "StepStarted", b"{}", "h")], T0)
+                                   [StoredEvent(2, "StepStarted", b"{}", "2" * 64)], T0))
+    stale = AppendBatch("globex", "r2", 1, 99, [StoredEvent(2, "StepStarted", b"{}", "0" * 64)],
+                         T0)
     results = store.append_many([*batches, stale])
     assert results[:3] == [False, False, False] and isinstance(results[3], FencedError)
     assert [e.seq for e in india.load_events("acme", "r1")] == [1, 2]

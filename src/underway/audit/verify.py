@@ -17,7 +17,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from ..errors import IntegrityError
-from ..events import chain_hash, genesis_hash, is_tombstone, read_tombstone
+from ..events import genesis_hash, is_tombstone, link_hash, read_tombstone
 from ..journal import Journal
 from ..store.base import RunRecord, Store, StoredEvent
 from .anchors import (
@@ -188,7 +188,7 @@ def _recomputed_chain(run: AuditedRun) -> list[str]:
                 break
             prev = kept.hash
         else:
-            prev = chain_hash(prev, event.payload)
+            prev = link_hash(prev, event.seq, event.type, event.payload)
         out.append(prev)
     return out
 

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 
 from ..codec import event_where
 from ..errors import IntegrityError, KeyUnavailable
-from ..events import EVENT_TYPES, is_tombstone, read_tombstone
+from ..events import EVENT_TYPES, full_data, is_tombstone, placed, read_tombstone
 from ..journal import Journal
 from ..store.base import Store, StoredEvent
 from ..store.journal import RUN_BATCH
@@ -152,6 +152,7 @@ class _Wrapped:
     at: float
     type: str
     blob: str
+    run_id: str
 
     def unwrap(self, store: Store, tenant_id: str, blobs: Mapping[str, bytes]) -> Fact:
         stored = blobs.get(self.blob)
@@ -160,7 +161,7 @@ class _Wrapped:
         data = json.loads(store.codec.open_blob(stored, self.blob, tenant_id))
         if not isinstance(data, dict):
             raise IntegrityError(f"blob {self.blob} does not hold an event's data")
-        return Fact(self.seq, self.at, self.type, data)
+        return Fact(self.seq, self.at, self.type, full_data(data, self.run_id))
 
 
 def _open(store: Store, journal: Journal, tenant_id: str, run_id: str,
@@ -172,10 +173,12 @@ def _open(store: Store, journal: Journal, tenant_id: str, run_id: str,
     if cut == 0 and is_tombstone(payload):
         t = read_tombstone(payload)
         return Fact(s.seq, 0.0 if t.at is None else t.at, t.type, t.kept)
-    env = _JSON.decode((payload if cut < 0 else payload[:cut]).decode("utf-8"))
-    if not isinstance(env, dict) or env.get("seq") != s.seq or env.get("type") != s.type:
+    try:
+        env = placed(_JSON.decode((payload if cut < 0 else payload[:cut]).decode("utf-8")),
+                     s.seq, s.type)
+    except ValueError:
         raise IntegrityError(f"run {run_id}: event at seq {s.seq} does not carry its own "
-                             "seq and type")
+                             "seq and type") from None
     cls = EVENT_TYPES.get(s.type)
     if cls is None:
         raise IntegrityError(f"run {run_id}: unknown event type {s.type!r} at seq {s.seq}")
@@ -191,8 +194,8 @@ def _open(store: Store, journal: Journal, tenant_id: str, run_id: str,
         raise IntegrityError(f"run {run_id}: event at seq {s.seq} has no data object")
     at = float(env["at"])
     if len(data) == 1 and isinstance(data.get("$blob"), str):
-        return _Wrapped(s.seq, at, s.type, data["$blob"])
-    return Fact(s.seq, at, s.type, data)
+        return _Wrapped(s.seq, at, s.type, data["$blob"], run_id)
+    return Fact(s.seq, at, s.type, full_data(data, run_id))
 
 
 _JSON = json.JSONDecoder()

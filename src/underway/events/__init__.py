@@ -3,11 +3,16 @@
 An event is a frozen pydantic model with a stable ``type`` name and a schema version
 (``VERSION``). On disk an event is the canonical JSON of its *envelope*::
 
-    {"at": <epoch seconds>, "data": {...}, "seq": n, "type": "StepCompleted", "v": 1}
+    {"at": <epoch seconds>, "data": {...}}
 
-and each stored event carries ``hash = sha256(prev_hash || stored bytes)``; the first
-event of a run chains from :func:`genesis_hash`, which binds the chain to its tenant and
-run, so an event spliced in from another run or tenant breaks verification.
+(``"v": n`` too for a version other than 1) — its seq and type live in its row, and its
+data is in the lean form of ``_lean`` — and each stored event carries
+``hash = sha256(prev_hash || "<seq>,<len(type)>:<type>," || stored bytes)``
+(:func:`event_hash`). Events stored before named their seq, type and version in the
+envelope and chain by ``sha256(prev_hash || stored bytes)`` (:func:`chain_hash`); they read
+and verify as they always did (:func:`link_hash`, :func:`placed`). The first event of a run
+chains from :func:`genesis_hash`, which binds the chain to its tenant and run, so an event
+spliced in from another run or tenant breaks verification.
 
 The events live in private modules by family (``_run``, ``_steps``, ``_calls``,
 ``_approvals``, ``_signals``), the union and the envelope in ``_union``, canonical JSON and
@@ -46,7 +51,15 @@ from ._calls import (
     ToolSucceeded,
     ToolTimedOut,
 )
-from ._chain import canonical_json, chain_hash, genesis_hash
+from ._chain import (
+    canonical_json,
+    chain_hash,
+    event_hash,
+    genesis_hash,
+    link_hash,
+    placed,
+)
+from ._lean import full as full_data
 from ._purged import PURGED, SKELETON, PayloadPurged, skeleton
 from ._run import (
     CheckpointRefused,
@@ -153,9 +166,13 @@ __all__ = [
     "canonical_json",
     "chain_hash",
     "envelope",
+    "event_hash",
     "from_envelope",
+    "full_data",
     "genesis_hash",
     "is_tombstone",
+    "link_hash",
+    "placed",
     "read_tombstone",
     "skeleton",
     "upcaster",

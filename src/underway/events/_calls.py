@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Literal
 
 from ._base import JSON, Event
+from ._lean import Millis
 
 
 class ToolStarted(Event):
@@ -35,7 +36,7 @@ class ToolSucceeded(Event):
     index: int
     args_hash: str
     result: JSON
-    latency_ms: float = 0.0
+    latency_ms: Millis = 0.0
     reconciled: bool = False
     """True when the result came from the tool's reconcile hook, not from running it."""
     counts: dict[str, float] | None = None
@@ -58,7 +59,7 @@ class ToolFailed(Event):
     error_type: str
     message: str
     retryable: bool = False
-    latency_ms: float = 0.0
+    latency_ms: Millis = 0.0
 
 
 class ToolTimedOut(Event):
@@ -128,7 +129,7 @@ class ModelResponded(Event):
     tokens_in: int
     tokens_out: int
     cost_usd: float
-    latency_ms: float
+    latency_ms: Millis
     sensitive_fields: list[str] | None = None
     """Every field the engine's tools declare sensitive: a prompt or an answer may carry
     any of them (:mod:`underway.redaction`)."""

@@ -1,5 +1,15 @@
 """Canonical JSON and the hash chain: what is stored for an event, and how each stored
-event chains from the one before it."""
+event chains from the one before it.
+
+An event's envelope is stored without its seq and type, which its row holds: its link
+hashes them with its stored bytes, ``sha256(prev_hash || "<seq>,<len(type)>:<type>," ||
+stored bytes)`` (:func:`event_hash`), so the chain commits to the row's seq and type as
+it did when they were copied into the envelope. An event stored before carries both in its
+envelope and links by ``sha256(prev_hash || stored bytes)`` (:func:`chain_hash`); which
+rule an event was written under is read off its envelope (:func:`link_hash`). The two
+never meet on the same bytes: the old rule's input after ``prev_hash`` starts with ``{``,
+the new one's with a digit.
+"""
 
 from __future__ import annotations
 
@@ -27,7 +37,56 @@ def genesis_hash(tenant_id: str, run_id: str) -> str:
 
 
 def chain_hash(prev_hash: str, stored: bytes) -> str:
-    """``sha256(prev_hash || stored bytes)`` as hex."""
+    """``sha256(prev_hash || stored bytes)`` as hex: the link of an event whose envelope
+    names its own seq and type (how every event was stored before :func:`event_hash`)."""
     h = hashlib.sha256(bytes.fromhex(prev_hash))
     h.update(stored)
     return h.hexdigest()
+
+
+def event_hash(prev_hash: str, seq: int, event_type: str, stored: bytes) -> str:
+    """``sha256(prev_hash || "<seq>,<len(type)>:<type>," || stored bytes)`` as hex: the
+    link of an event stored at ``seq`` as ``event_type`` whose envelope leaves both to its
+    row."""
+    h = hashlib.sha256(bytes.fromhex(prev_hash))
+    h.update(f"{int(seq)},{len(event_type)}:{event_type},".encode())
+    h.update(stored)
+    return h.hexdigest()
+
+
+def names_itself(stored: bytes) -> bool:
+    """Whether the envelope stored as ``stored`` names its own seq or type (it was written
+    under :func:`chain_hash`'s rule). Bytes that are no JSON object count as naming
+    themselves: they are judged by the old rule, and their envelope fails its checks."""
+    cut = stored.find(b"\x00")
+    try:
+        env = json.loads(stored if cut < 0 else stored[:cut])
+    except (ValueError, RecursionError):
+        return True
+    return not isinstance(env, dict) or "seq" in env or "type" in env
+
+
+def link_hash(prev_hash: str, seq: int, event_type: str, stored: bytes) -> str:
+    """The hash of the event stored at ``seq`` as ``event_type`` with bytes ``stored``,
+    after a chain that reached ``prev_hash``, by the rule it was written under."""
+    if names_itself(stored):
+        return chain_hash(prev_hash, stored)
+    return event_hash(prev_hash, seq, event_type, stored)
+
+
+def placed(env: JSON, seq: int, event_type: str) -> dict[str, JSON]:
+    """A stored envelope ``env`` read from the row at ``seq`` of type ``event_type``, with
+    the row's seq and type in it. ValueError when it is no object, or names a seq or type
+    that are not the row's (an envelope names both, as it was stored before, or neither)."""
+    if not isinstance(env, dict):
+        raise ValueError("the stored envelope is not a JSON object")
+    if "seq" not in env and "type" not in env:
+        return {**env, "seq": seq, "type": event_type}
+    if _exact(env.get("seq")) != _exact(seq) or env.get("type") != event_type:
+        raise ValueError("stored seq/type differ from the hashed payload")
+    return env
+
+
+def _exact(value: object) -> tuple[type, object]:
+    """``value`` with its type, so that ``true`` never passes for ``1``."""
+    return type(value), value

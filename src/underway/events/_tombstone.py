@@ -1,7 +1,8 @@
 """The tombstone a retention purge stores in place of an event's payload.
 
-An event's chain hash is ``sha256(prev_hash || stored bytes)``; once the bytes are gone
-nobody can recompute it. So the tombstone keeps the event's place in the chain: the hash
+An event's chain hash is made from the hash before it and its stored bytes (with its seq
+and type: :mod:`underway.events._chain`); once the bytes are gone nobody can recompute it.
+So the tombstone keeps the event's place in the chain: the hash
 before it (``prev``) and its own (``hash``, unchanged in the row), the SHA-256 of the bytes
 it replaced (``digest``: a copy of the payload kept elsewhere, say for a court, is proven
 to be the original by it and the chain), the skeleton (type, seq, time and the fields of

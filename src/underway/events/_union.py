@@ -37,6 +37,7 @@ from ._calls import (
     ToolSucceeded,
     ToolTimedOut,
 )
+from ._lean import full, lean
 from ._purged import PayloadPurged
 from ._run import (
     CheckpointRefused,
@@ -149,21 +150,29 @@ def upcaster(event_type: str, from_version: int) -> Callable[[Upcaster], Upcaste
     return register
 
 
-def envelope(event: Event, *, seq: int, at: float) -> dict[str, JSON]:
-    """The dict that is canonically encoded and stored for ``event``."""
-    data = event.model_dump(mode="json")
-    event_type = data.pop("type")
-    return {"at": at, "data": data, "seq": seq, "type": event_type, "v": event.VERSION}
+def envelope(event: Event, *, seq: int, at: float, run_id: str | None = None
+             ) -> dict[str, JSON]:
+    """The dict that is canonically encoded and stored for ``event``: its data in the lean
+    form of :mod:`underway.events._lean` (``run_id``: the run whose journal holds it, whose
+    id its call keys are stored without; None keeps them whole). ``v`` is left out at 1."""
+    data = lean(event.model_dump(mode="json", exclude_defaults=True), run_id)
+    data.pop("type", None)
+    env: dict[str, JSON] = {"at": at, "data": data, "seq": seq,
+                            "type": type(event).model_fields["type"].default}
+    if event.VERSION != 1:
+        env["v"] = event.VERSION
+    return env
 
 
-def from_envelope(env: dict[str, JSON]) -> RunEvent:
-    """Rebuild an event from its stored envelope, upcasting old versions first."""
+def from_envelope(env: dict[str, JSON], run_id: str | None = None) -> RunEvent:
+    """Rebuild an event of run ``run_id`` from its stored envelope, upcasting old versions
+    first (an event whose call key was stored without its run id needs ``run_id``)."""
     event_type = env.get("type")
     cls = EVENT_TYPES.get(event_type) if isinstance(event_type, str) else None
     if cls is None:
         raise IntegrityError(f"unknown event type {event_type!r} at seq {env.get('seq')}")
     version = int(env.get("v", 1))
-    data: dict[str, JSON] = dict(env["data"])
+    data: dict[str, JSON] = full(dict(env["data"]), run_id)
     while version < cls.VERSION:
         step = _UPCASTERS.get((cls.__name__, version))
         if step is None:

@@ -24,7 +24,7 @@ from underway.cli import app
 from underway.codec import split_event
 from underway.crypto import Envelope, KeyringFile, encrypt, refuse_plaintext
 from underway.errors import IntegrityError, KeyUnavailable
-from underway.events import canonical_json, chain_hash, genesis_hash
+from underway.events import genesis_hash, link_hash
 from underway.store import Store, connect
 
 SECRET = "2345 6789 0123"
@@ -83,14 +83,14 @@ def rehash(path: Path, tenant: str, run_id: str) -> None:
     """Recompute the run's chain (and row head) as an insider who can write the database
     would: the chain alone then vouches for whatever the rows hold."""
     prev = genesis_hash(tenant, run_id)
-    rows = sql(path, "SELECT seq, payload FROM events WHERE tenant_id = ? AND run_id = ? "
-               "ORDER BY seq", tenant, run_id)
-    for seq, payload in rows:
-        prev = chain_hash(prev, bytes(payload))
+    rows = sql(path, "SELECT seq, type, payload FROM events WHERE tenant_id = ? AND "
+               "run_id = ? ORDER BY seq", tenant, run_id)
+    for seq, kind, payload in rows:
+        prev = link_hash(prev, seq, kind, bytes(payload))
         sql(path, "UPDATE events SET hash = ? WHERE tenant_id = ? AND run_id = ? AND seq = ?",
-            prev, tenant, run_id, seq)
-    sql(path, "UPDATE runs SET last_hash = (SELECT hash FROM events e WHERE e.tenant_id = "
-        "runs.tenant_id AND e.run_id = runs.run_id AND e.seq = runs.last_seq) "
+            bytes.fromhex(prev), tenant, run_id, seq)
+    sql(path, "UPDATE runs SET last_hash = (SELECT lower(hex(hash)) FROM events e WHERE "
+        "e.tenant_id = runs.tenant_id AND e.run_id = runs.run_id AND e.seq = runs.last_seq) "
         "WHERE tenant_id = ? AND run_id = ?", tenant, run_id)
 
 
@@ -113,11 +113,12 @@ def test_an_event_payload_copied_to_another_seq_or_run_does_not_open_there(
                        "type = 'ToolSucceeded' ORDER BY seq", a)[0]
     sql(path, "UPDATE events SET payload = ?, type = 'ToolSucceeded' WHERE run_id = ? AND "
         "seq = ?", payload, b, seq)
-    # Within the run, the readable envelope is even made to say seq 2.
-    header, box = split_event(payload)
-    moved = canonical_json({**header, "seq": 2}) + b"\x00" + box
+    # Within the run, at seq 2: the readable envelope names no seq or type (the row's are
+    # hashed with it), so the re-hashed chain takes it there.
+    header, _ = split_event(payload)
+    assert "seq" not in header and "type" not in header
     sql(path, "UPDATE events SET payload = ?, type = 'ToolSucceeded' WHERE run_id = ? "
-        "AND seq = 2", moved, a)
+        "AND seq = 2", payload, a)
     for run in (a, b):
         rehash(path, "acme", run)
     fresh = sealed_store(f"sqlite:///{path}", keyring)

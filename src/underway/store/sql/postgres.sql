@@ -35,7 +35,7 @@ WITH created AS (
                       last_hash, next_wake_at, created_at, updated_at, queue, subject,
                       purpose)
     VALUES (%(tenant_id)s, %(run_id)s, %(flow)s, 'ready', %(step)s, %(idempotency_key)s,
-            %(seq)s, %(hash)s, %(next_wake_at)s, %(now)s, %(now)s, %(queue)s, %(subject)s,
+            %(seq)s, %(hash)s::text, %(next_wake_at)s, %(now)s, %(now)s, %(queue)s, %(subject)s,
             %(purpose)s)
     ON CONFLICT DO NOTHING
     RETURNING tenant_id, run_id, flow, status, step, idempotency_key, last_seq, last_hash,
@@ -43,7 +43,8 @@ WITH created AS (
               lease_expires_at, created_at, updated_at, error, queue, subject, purpose
 ), first_event AS (
     INSERT INTO events (tenant_id, run_id, seq, type, payload, hash)
-    SELECT tenant_id, run_id, %(seq)s, %(type)s, %(payload)s, %(hash)s FROM created
+    SELECT tenant_id, run_id, %(seq)s, %(type)s, %(payload)s, decode(%(hash)s::text, 'hex')
+      FROM created
 ), first_blobs AS (
     INSERT INTO blobs (tenant_id, key, data, written_at)
     SELECT created.tenant_id, b.key, b.data, extract(epoch FROM clock_timestamp())
@@ -120,13 +121,13 @@ SELECT run_id COLLATE "C" FROM runs
 ORDER BY 1
 
 -- name: events_by_type
-SELECT run_id, seq, type, payload, hash FROM events
+SELECT run_id, seq, type, payload, encode(hash, 'hex') AS hash FROM events
  WHERE tenant_id = %(tenant_id)s AND run_id = ANY(%(runs)s) AND type = ANY(%(types)s)
  ORDER BY run_id COLLATE "C", seq
 
 -- name: checkpoints_with_tails
 -- Each run's checkpoint with the events from its seq on, in one statement (one snapshot).
-SELECT c.run_id, c.seq, c.state, e.seq, e.type, e.payload, e.hash
+SELECT c.run_id, c.seq, c.state, e.seq, e.type, e.payload, encode(e.hash, 'hex') AS hash
   FROM checkpoints c
   JOIN events e ON e.tenant_id = c.tenant_id AND e.run_id = c.run_id AND e.seq >= c.seq
  WHERE c.tenant_id = %(tenant_id)s AND c.run_id = ANY(%(runs)s)
@@ -145,13 +146,15 @@ SELECT lease_owner, lease_expires_at,
 -- The event a fork writes to its parent, and the parent row's head moved to it.
 WITH appended AS (
     INSERT INTO events (tenant_id, run_id, seq, type, payload, hash)
-    VALUES (%(tenant_id)s, %(run_id)s, %(seq)s, %(type)s, %(payload)s, %(hash)s)
+    VALUES (%(tenant_id)s, %(run_id)s, %(seq)s, %(type)s, %(payload)s,
+            decode(%(hash)s::text, 'hex'))
 )
-UPDATE runs SET last_seq = %(seq)s, last_hash = %(hash)s, updated_at = %(now)s
+UPDATE runs SET last_seq = %(seq)s, last_hash = %(hash)s::text, updated_at = %(now)s
  WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s
 
 -- name: journal_heads
-SELECT DISTINCT ON (tenant_id COLLATE "C", run_id COLLATE "C") tenant_id, run_id, seq, hash
+SELECT DISTINCT ON (tenant_id COLLATE "C", run_id COLLATE "C") tenant_id, run_id, seq,
+       encode(hash, 'hex') AS hash
   FROM events
  WHERE %(tenant_id)s::text IS NULL OR tenant_id = %(tenant_id)s
  ORDER BY tenant_id COLLATE "C", run_id COLLATE "C", seq DESC
@@ -180,7 +183,7 @@ WITH fence AS (
        FOR NO KEY UPDATE
 ), appended AS (
     INSERT INTO events (tenant_id, run_id, seq, type, payload, hash)
-    SELECT fence.tenant_id, fence.run_id, e.seq, e.type, e.payload, e.hash
+    SELECT fence.tenant_id, fence.run_id, e.seq, e.type, e.payload, decode(e.hash, 'hex')
       FROM unnest(%(seqs)s::bigint[], %(types)s::text[], %(payloads)s::bytea[],
                   %(hashes)s::text[]) AS e(seq, type, payload, hash)
       LEFT JOIN fence ON true
@@ -260,7 +263,7 @@ DELETE FROM checkpoints WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s
 DELETE FROM checkpoints WHERE tenant_id = %(tenant_id)s
 
 -- name: load_events
-SELECT seq, type, payload, hash FROM events
+SELECT seq, type, payload, encode(hash, 'hex') AS hash FROM events
  WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s AND seq > %(after_seq)s
  ORDER BY seq
 
@@ -909,7 +912,7 @@ UPDATE events AS e SET payload = t.payload
   FROM unnest(%(seqs)s::bigint[], %(types)s::text[], %(payloads)s::bytea[],
               %(hashes)s::text[]) AS t(seq, type, payload, hash)
  WHERE e.tenant_id = %(tenant_id)s AND e.run_id = %(run_id)s AND e.seq = t.seq
-   AND e.type = t.type AND e.hash = t.hash
+   AND e.type = t.type AND e.hash = decode(t.hash, 'hex')
 
 -- name: delete_signals_of_run
 DELETE FROM signals WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s

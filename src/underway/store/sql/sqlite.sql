@@ -73,7 +73,7 @@ SELECT run_id FROM runs
 ORDER BY 1
 
 -- name: events_by_type
-SELECT run_id, seq, type, payload, hash FROM events
+SELECT run_id, seq, type, payload, lower(hex(hash)) AS hash FROM events
  WHERE tenant_id = :tenant_id
    AND run_id IN (SELECT value FROM json_each(:runs))
    AND type IN (SELECT value FROM json_each(:types))
@@ -81,7 +81,7 @@ SELECT run_id, seq, type, payload, hash FROM events
 
 -- name: checkpoints_with_tails
 -- Each run's checkpoint with the events from its seq on, in one statement (one snapshot).
-SELECT c.run_id, c.seq, c.state, e.seq, e.type, e.payload, e.hash
+SELECT c.run_id, c.seq, c.state, e.seq, e.type, e.payload, lower(hex(e.hash)) AS hash
   FROM checkpoints c
   JOIN events e ON e.tenant_id = c.tenant_id AND e.run_id = c.run_id AND e.seq >= c.seq
  WHERE c.tenant_id = :tenant_id
@@ -113,14 +113,14 @@ SELECT DISTINCT tenant_id, run_id FROM events WHERE tenant_id = ?
 ORDER BY 1, 2
 
 -- name: journal_heads
-SELECT e.tenant_id, e.run_id, e.seq, e.hash
+SELECT e.tenant_id, e.run_id, e.seq, lower(hex(e.hash)) AS hash
   FROM events e
   JOIN (SELECT tenant_id, run_id, MAX(seq) AS seq FROM events GROUP BY tenant_id, run_id) h
     ON e.tenant_id = h.tenant_id AND e.run_id = h.run_id AND e.seq = h.seq
  ORDER BY 1, 2
 
 -- name: journal_heads_of_tenant
-SELECT e.tenant_id, e.run_id, e.seq, e.hash
+SELECT e.tenant_id, e.run_id, e.seq, lower(hex(e.hash)) AS hash
   FROM events e
   JOIN (SELECT tenant_id, run_id, MAX(seq) AS seq FROM events WHERE tenant_id = ?
          GROUP BY tenant_id, run_id) h
@@ -128,7 +128,8 @@ SELECT e.tenant_id, e.run_id, e.seq, e.hash
  ORDER BY 1, 2
 
 -- name: insert_event
-INSERT INTO events (tenant_id, run_id, seq, type, payload, hash) VALUES (?, ?, ?, ?, ?, ?)
+INSERT INTO events (tenant_id, run_id, seq, type, payload, hash)
+VALUES (?, ?, ?, ?, ?, unhex(?))
 
 -- name: insert_blob
 -- written_at by the database's clock; a blob sent again is marked written again only when
@@ -198,7 +199,7 @@ DELETE FROM checkpoints WHERE tenant_id = ? AND run_id = ?
 DELETE FROM checkpoints WHERE tenant_id = ?
 
 -- name: load_events
-SELECT seq, type, payload, hash FROM events
+SELECT seq, type, payload, lower(hex(hash)) AS hash FROM events
  WHERE tenant_id = ? AND run_id = ? AND seq > ? ORDER BY seq
 
 -- name: queue_limits
@@ -694,7 +695,7 @@ SELECT r.status, r.last_seq,
 
 -- name: tombstone_event
 UPDATE events SET payload = ?
- WHERE tenant_id = ? AND run_id = ? AND seq = ? AND type = ? AND hash = ?
+ WHERE tenant_id = ? AND run_id = ? AND seq = ? AND type = ? AND hash = unhex(?)
 
 -- name: delete_signals_of_run
 DELETE FROM signals WHERE tenant_id = ? AND run_id = ?

@@ -39,6 +39,9 @@ class Connection:
             path, isolation_level=None, check_same_thread=False, timeout=busy_timeout_ms / 1000
         )
         self._conn.row_factory = sqlite3.Row
+        # Event hashes are stored as bytes and passed as hex (SQLite has unhex() only from
+        # 3.41 on; this one behaves alike).
+        self._conn.create_function("unhex", 1, _unhex, deterministic=True)
         self._conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
         # Before anything that could write (even switching the journal mode): a database
         # migrated by a newer underway is refused untouched.
@@ -137,3 +140,13 @@ def _statements(sql: str) -> list[str]:
     if current.strip(" \n;"):
         found.append(current.strip())
     return found
+
+
+def _unhex(text: object) -> bytes | None:
+    """The bytes that the hex digits ``text`` spell; NULL for anything else."""
+    if not isinstance(text, str):
+        return None
+    try:
+        return bytes.fromhex(text)
+    except ValueError:
+        return None
