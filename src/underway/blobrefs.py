@@ -10,11 +10,12 @@ before it. :func:`broken_blob` walks them all.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from .codec import blob_key, split_event
 from .errors import KeyUnavailable, UnderwayError
 from .events import JSON, placed
+from .store.journal import CHAIN_LIMIT, JournalStore
 from .store.records import StoredEvent
 
 Fetch = Callable[[list[str]], dict[str, bytes]]
@@ -125,3 +126,53 @@ def broken_blob(
             return key
         seen.add(key)
     return None
+
+
+class BlobReader:
+    """Reads blobs for one decode in few queries rather than one a blob.
+
+    The codec asks for one blob at a time, and a list stored as a chain of nodes (a
+    conversation) reveals the next node's key only once a node is read. So a single key
+    is read with the blobs it links to (:meth:`~underway.store.journal.JournalStore.
+    get_blob_chain`), several keys in one batch, and what was read is kept for the rest of
+    the decode (up to :data:`KEEP` blobs). A chain is followed :data:`SPAN` blobs at first
+    and twice as far each time the next read is still new, so a conversation of n nodes
+    read from scratch takes about log2(n / SPAN) queries, while a chain that grew by a few
+    nodes since its last read (the next event's conversation) takes one short query.
+    """
+
+    KEEP = 50_000
+    """The most blobs one reader keeps; past it, it starts again empty."""
+
+    SPAN = 16
+    """How many linked blobs a first chain read follows."""
+
+    def __init__(self, store: JournalStore, tenant_id: str) -> None:
+        self.store = store
+        self.tenant_id = tenant_id
+        self._read: dict[str, bytes] = {}
+        self._span = self.SPAN
+
+    def __call__(self, keys: list[str]) -> dict[str, bytes]:
+        """Bytes of those of ``keys`` that are stored."""
+        missing = [k for k in keys if k not in self._read]
+        if len(self._read) + len(missing) > self.KEEP:
+            self._read.clear()
+            missing = list(keys)
+        if len(missing) == 1:
+            got = self.store.get_blob_chain(self.tenant_id, missing[0], limit=self._span)
+            # Reaching blobs already read: the chain joined known ground; else go further.
+            known = any(k in self._read for k in got)
+            self._span = self.SPAN if known else min(self._span * 2, CHAIN_LIMIT)
+            self._read.update(got)
+        elif missing:
+            self._read.update(self.store.get_blobs(self.tenant_id, missing))
+        return {k: self._read[k] for k in keys if k in self._read}
+
+    def prefetch(self, keys: Sequence[str]) -> None:
+        """Read ``keys`` now, in few queries, for the decodes that will ask for them."""
+        missing = list(dict.fromkeys(k for k in keys if k not in self._read))
+        if len(self._read) + len(missing) > self.KEEP:
+            self._read.clear()
+        if missing:
+            self._read.update(self.store.get_blobs(self.tenant_id, missing))

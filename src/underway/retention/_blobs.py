@@ -27,10 +27,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 
-from ..blobrefs import broken_blob
+from ..blobrefs import BlobReader, broken_blob
 from ..codec import checkpoint_where, event_where
 from ..events import JSON, is_tombstone
-from ..journal import BlobReader, Journal
+from ..journal import Journal
 
 PAGE = 1000
 """Blob keys listed, and deleted, at a time."""
