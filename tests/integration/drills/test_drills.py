@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -47,10 +48,23 @@ def drill_schemas(base: str) -> set[str]:
     return {r[0] for r in rows}
 
 
+def own_database(request: pytest.FixtureRequest) -> str:
+    """A PostgreSQL database made for this test alone (dropped by the janitor): the drill's
+    scratch schemas there are its own, whatever other suites run on the same server."""
+    janitor = request.getfixturevalue("pg_janitor")
+    base = request.getfixturevalue("pg_url").split("?")[0]
+    name = f"underway_drill_test_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(base, autocommit=True, connect_timeout=60) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    request.addfinalizer(
+        lambda: janitor.drop(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    return f"{base.rsplit('/', 1)[0]}/{name}"
+
+
 @pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def test_a_careful_flow_passes_every_fault(kind: str, request: pytest.FixtureRequest,
                                           tmp_path: Path) -> None:
-    db = request.getfixturevalue("sqlite_url" if kind == "sqlite" else "pg_url")
+    db = request.getfixturevalue("sqlite_url") if kind == "sqlite" else own_database(request)
     base = db.split("?")[0]
     before = drill_schemas(base) if kind == "postgres" else set()
     record = tmp_path / "charges.json"
