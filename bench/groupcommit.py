@@ -67,19 +67,26 @@ def _figures(db: str, floor: list[float], on: list[float], off: list[float],
     return figures
 
 
+def _repetitions(floor: Any, store: Any, commits: int, steps: int, reps: int
+                 ) -> tuple[list[float], list[float], list[float]]:
+    """Floor, group commit on and off, warmed up and then interleaved ``reps`` times."""
+    floor.seconds_per_commit(commits // 4)
+    in_flight_steps_per_second(store, RUNS, 3, grouped=True)
+    fl, on, off = [], [], []
+    for _ in range(reps):
+        fl.append(floor.seconds_per_commit(commits))
+        on.append(in_flight_steps_per_second(store, RUNS, steps, grouped=True))
+        off.append(in_flight_steps_per_second(store, RUNS, steps, grouped=False))
+    return fl, on, off
+
+
 def bench_sqlite(*, steps: int = 20, reps: int = 3) -> list[Figure]:
     """100 runs in flight on a SQLite file, group commit on and off, and the floor."""
     with sqlite_dir() as d:
         floor = SQLiteFloor(os.path.join(d, "floor.db"))
         store = connect(f"sqlite:///{d}/underway.db")
         try:
-            floor.seconds_per_commit(300)
-            in_flight_steps_per_second(store, RUNS, 3, grouped=True)
-            fl, on, off = [], [], []
-            for _ in range(reps):
-                fl.append(floor.seconds_per_commit(1000))
-                on.append(in_flight_steps_per_second(store, RUNS, steps, grouped=True))
-                off.append(in_flight_steps_per_second(store, RUNS, steps, grouped=False))
+            fl, on, off = _repetitions(floor, store, 1000, steps, reps)
         finally:
             store.close()
             floor.close()
@@ -88,20 +95,13 @@ def bench_sqlite(*, steps: int = 20, reps: int = 3) -> list[Figure]:
 
 def bench_postgres(*, steps: int = 20, reps: int = 3) -> list[Figure]:
     """100 runs in flight on a fresh PostgreSQL schema, group commit on and off."""
-    missing = pg_store_missing()
-    if missing:
+    if pg_store_missing():
         return []
     with pg_schema() as (schema, url):
         floor = PostgresFloor(schema)
         store = connect(url)
         try:
-            floor.seconds_per_commit(200)
-            in_flight_steps_per_second(store, RUNS, 3, grouped=True)
-            fl, on, off = [], [], []
-            for _ in range(reps):
-                fl.append(floor.seconds_per_commit(500))
-                on.append(in_flight_steps_per_second(store, RUNS, steps, grouped=True))
-                off.append(in_flight_steps_per_second(store, RUNS, steps, grouped=False))
+            fl, on, off = _repetitions(floor, store, 500, steps, reps)
         finally:
             store.close()
             floor.close()

@@ -58,11 +58,7 @@ class Activation:
 
     async def store(self, fn: Callable[..., _T], *args: Any) -> _T:
         """A store call made while a step runs (remembered if it fails)."""
-        try:
-            return await self.engine.io(fn, *args)
-        except Exception as exc:
-            self.store_error = exc
-            raise
+        return await self._remembered(self.engine.io(fn, *args))
 
     async def _append(self, batch: AppendBatch) -> bool:
         """Append ``batch``: with the other activations' batches when the engine commits
@@ -70,8 +66,11 @@ class Activation:
         committer = self.engine.committer
         if committer is None:
             return await self.store(self.engine.store.append, batch)
+        return await self._remembered(committer.append(batch))
+
+    async def _remembered(self, pending: Awaitable[_T]) -> _T:
         try:
-            return await committer.append(batch)
+            return await pending
         except Exception as exc:
             self.store_error = exc
             raise
