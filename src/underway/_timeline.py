@@ -66,8 +66,8 @@ def _call(tool: str, index: int, key: str) -> str:
     return f"{tool} #{index} key={key}"
 
 
-def summarize(rec: Recorded) -> str:
-    """One line saying what ``rec`` means."""
+def summarize(rec: Recorded, *, purged_by: str = "retention") -> str:
+    """One line saying what ``rec`` means (``purged_by``: what purged a purged one)."""
     e = rec.event
     if isinstance(e, ev.Encrypted):
         return ENCRYPTED
@@ -213,7 +213,7 @@ def summarize(rec: Recorded) -> str:
         case ev.PayloadPurged():
             kept = ", ".join(f"{k} {preview(v, 40)}" for k, v in sorted(e.kept.items())
                              if v is not None and v != "" and k not in _NOISE)
-            return f"{ev.PURGED} (retention){': ' + kept if kept else ''}"
+            return f"{ev.PURGED} ({purged_by}){': ' + kept if kept else ''}"
     return preview(e.model_dump(mode="json"))
 
 
@@ -234,11 +234,16 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 86400:.3g}d"
 
 
-def lines(records: Sequence[Recorded]) -> list[Line]:
+def lines(records: Sequence[Recorded], *, purged_by: str = "retention") -> list[Line]:
     """The timeline lines of ``records``.
 
     An outcome journaled only after its step was interrupted and started again (found by
     ``reconcile``, retried, or resolved by a person) says so.
+
+    Args:
+        records: The run's events.
+        purged_by: What purged the run's payloads, said on each purged event's line
+            (``retention``, or ``erased on request``).
     """
     out = []
     open_intents: set[str] = set()
@@ -246,7 +251,7 @@ def lines(records: Sequence[Recorded]) -> list[Line]:
     resumed_by: str | None = None
     for r in records:
         e = r.event
-        summary = summarize(r)
+        summary = summarize(r, purged_by=purged_by)
         if isinstance(e, ev.ToolStarted):
             open_intents.add(e.key)
         elif isinstance(e, ev.StepStarted):

@@ -37,7 +37,7 @@ from .journal import Journal
 from .knowledge import KnowledgeBase, open_knowledge
 from .retention._purge import AlreadyPurged, Unpurgeable, prepare
 from .store.base import FINAL, RunRecord, Store
-from .store.records import ErasureRecord
+from .store.records import ERASURE_PREFIX, ErasureRecord
 from .store.regions import RegionalStore
 from .subjects import check_subject
 
@@ -103,7 +103,7 @@ def erase_subject(
         _cancel(store, active, by=by, reason=reason, wait=wait, sleep=sleep)
         runs = store.runs_of_subject(tenant_id, subject)
     journal = Journal(store)
-    sweep_id = f"erasure-{uuid.uuid4().hex[:12]}"
+    sweep_id = f"{ERASURE_PREFIX}{uuid.uuid4().hex[:12]}"
     rule = f"erasure of a data subject by {by}: {reason}"
     purged, already = [], []
     for row in runs:

@@ -14,14 +14,25 @@ from ..client import Recorded, RunState
 from ..codec import ENCRYPTED
 from ..events import PURGED, Encrypted
 from ..redaction import Redactor
+from ..store.records import PurgedRun
 
 
 def _n(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
-def _where(state: RunState, hide: Redactor) -> str:
+def purged_by(purge: PurgedRun | None) -> str:
+    """What purged a run's payloads, as its timeline says it: an erasure of its data
+    subject on request (with the erasure's reference), or retention."""
+    if purge is not None and purge.erasure is not None:
+        return f"erased on request, erasure {purge.erasure}"
+    return "retention"
+
+
+def _where(state: RunState, hide: Redactor, purge: PurgedRun | None) -> str:
     if state.purged:
+        if purge is not None and purge.erasure is not None:
+            return f"payloads {PURGED}: {purged_by(purge)} ({purge.rule})"
         return f"payloads {PURGED} by retention"
     if state.status == "waiting":
         parts = []
@@ -40,15 +51,17 @@ def _where(state: RunState, hide: Redactor) -> str:
 
 
 def render(state: RunState, records: Sequence[Recorded],
-           children: Mapping[str, str] | None = None, hide: Redactor | None = None) -> str:
+           children: Mapping[str, str] | None = None, hide: Redactor | None = None,
+           purge: PurgedRun | None = None) -> str:
     """The run's header and its timeline, as text (no trailing newline). ``children``: the
     status of each child run as its row says now (else what this run's journal knows).
     ``hide``: what the reader may not see (:mod:`underway.redaction`; None: a redactor
-    that learns ``records`` and reveals nothing)."""
+    that learns ``records`` and reveals nothing). ``purge``: the record of the run's purge,
+    when it was purged (it says whether retention or an erasure did it)."""
     hide = hide if hide is not None else Redactor().learn(r.event for r in records)
     records = [Recorded(r.seq, r.at, hide.event(r.event)) for r in records]
     c = counts(records)
-    detail = _where(state, hide)
+    detail = _where(state, hide, purge)
     head = [
         f"run      {state.run_id}",
         f"tenant   {state.tenant_id}",
@@ -79,7 +92,7 @@ def render(state: RunState, records: Sequence[Recorded],
     if sealed:
         head.append(f"payloads {ENCRYPTED}: {_n(sealed, 'event')} encrypted, and no key here "
                     "opens them (give --keyring, or set UNDERWAY_KEYRING or UNDERWAY_KEK)")
-    body = lines(records)
+    body = lines(records, purged_by=purged_by(purge))
     width = max((len(line.type) for line in body), default=4)
     seq_w = max(3, len(str(body[-1].seq)) if body else 3)
     table = [f"{'seq':>{seq_w}}  {'time (UTC)':<23}  {'event':<{width}}  summary"]

@@ -159,11 +159,12 @@ def show(ctx: typer.Context, run: RunArg, tenant: TenantOption = "default",
         state = client.readable_state(run, tenant_id=tenant)
         children = {c.run_id: c.status or "not created"
                     for c in client.children(run, tenant_id=tenant)} if state.children else {}
+        purges = client.store.purged_runs(tenant, run_id=run, limit=1) if state.purged else []
         record_read(client.store, "runs show", tenant, [run], purpose=purpose, by=by,
                     revealed=reveal)
     records = [Recorded(e.seq, e.at, e.event) for e in found]
     hide = Redactor(reveal=reveal).learn(r.event for r in records)
-    typer.echo(render(state, records, children, hide))
+    typer.echo(render(state, records, children, hide, purges[0] if purges else None))
 
 
 @app.command("events")

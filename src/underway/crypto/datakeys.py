@@ -37,7 +37,7 @@ from ..events import canonical_json
 from ..store.keys import KeyStore
 from ..store.records import SUBJECT_SCOPE, DataKeyRecord
 from ..store.subjects_erased import refuse_erased
-from .providers import KeyProvider
+from .providers import KeyProvider, refresh_provider
 from .vault import vault_of
 
 DEK_BYTES = 32
@@ -90,6 +90,11 @@ class DataKeys:
     it) by :meth:`prepare` once ``refresh`` seconds have passed — which the journal calls
     from its loads, on the store's I/O threads, never on an event loop. :meth:`get` opens:
     any key by id, unwrapped once and kept.
+
+    The KEKs may change under a running process (a rotation made by another): a data key
+    that does not unwrap has the provider read its KEKs again, once, before it is called
+    unavailable, and a new key is wrapped by the KEK current now
+    (:func:`~underway.crypto.providers.refresh_provider`).
     """
 
     def __init__(
@@ -136,6 +141,7 @@ class DataKeys:
         return key
 
     def _new(self, tenant_id: str, scope: str) -> DataKeyRecord:
+        refresh_provider(self.provider)  # wrap under the KEK current now, not at start
         key_id = uuid.uuid4().hex[:16]
         dek = os.urandom(DEK_BYTES)
         wrapped = self._wrap(tenant_id, key_id, scope, dek)
@@ -178,7 +184,14 @@ class DataKeys:
                     f"data key {rec.key_id!r} of tenant {rec.tenant_id!r} does not unwrap "
                     "with its subject's secret (altered, or copied from another row)"
                 ) from None
-        return self.provider.unwrap(wrapped, kek_id=rec.kek_id, context=context)
+        try:
+            return self.provider.unwrap(wrapped, kek_id=rec.kek_id, context=context)
+        except KeyUnavailable:
+            # Wrapped by a KEK added since the provider read its KEKs (a rotation made by
+            # another process): read them again, and try once more.
+            if not refresh_provider(self.provider):
+                raise
+            return self.provider.unwrap(wrapped, kek_id=rec.kek_id, context=context)
 
     def rotate(self, tenant_id: str, scope: str = "") -> DataKeyRecord:
         """Make a new data key the tenant's active one (the one active until now is
@@ -256,6 +269,7 @@ class DataKeys:
         current KEK anew with it: a KEK rotation, cheap (no payload is touched) and safe
         to repeat or to resume after a crash. Returns how many keys were re-wrapped."""
         done = 0
+        refresh_provider(self.provider)
         current = self.provider.kek_id
         for rec in self.store.list_data_keys(tenant_id):
             if rec.state == "destroyed" or rec.kek_id == current:

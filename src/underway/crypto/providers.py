@@ -13,6 +13,11 @@ its KEKs wrapped; the KEK never enters the database. Three ship:
 
 Every wrap is bound to a ``context`` (the tenant, key id and scope of the data key), so a
 wrapped data key copied to another tenant's row does not unwrap.
+
+A provider may be :class:`Refreshable`: it reads its KEKs again when where they are kept
+changed. :class:`~underway.crypto.DataKeys` asks it to when a data key does not unwrap and
+before it wraps a new one, so a running process follows a KEK rotation made by another
+(``underway keys rotate --new-kek``) without a restart.
 """
 
 from __future__ import annotations
@@ -21,12 +26,13 @@ import base64
 import binascii
 import hashlib
 import json
+import logging
 import os
 import stat
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -36,6 +42,8 @@ from .vault import SubjectDir, SubjectVault
 
 KEK_BYTES = 32
 """A key-encryption key is 256 bits (AES-256)."""
+
+log = logging.getLogger("underway.crypto")
 
 _FORMAT = "underway-keyring"
 
@@ -57,6 +65,21 @@ class KeyProvider(Protocol):
         :class:`~underway.errors.KeyUnavailable` when this provider does not hold that KEK,
         refuses, or the wrapped key does not unwrap for ``context``."""
         ...
+
+
+@runtime_checkable
+class Refreshable(Protocol):
+    """A key provider whose KEKs may change while the process runs (a keyring file another
+    process rotated)."""
+
+    def refresh(self) -> bool:
+        """Read the KEKs again if where they are kept changed; True when they did."""
+        ...
+
+
+def refresh_provider(provider: object) -> bool:
+    """Have ``provider`` read its KEKs again if it can and they changed; True when it did."""
+    return provider.refresh() if isinstance(provider, Refreshable) else False
 
 
 def new_kek() -> bytes:
@@ -100,6 +123,11 @@ class _LocalKeks:
         """The current KEK's id (its fingerprint)."""
         return self._current
 
+    @property
+    def ids(self) -> list[str]:
+        """The ids of every KEK held."""
+        return list(self._keks)
+
     def wrap(self, dek: bytes, *, context: bytes) -> bytes:
         """``dek`` wrapped by the current KEK."""
         return _wrap(self._keks[self._current], dek, context)
@@ -132,6 +160,7 @@ class KeyringFile:
                  subjects: str | os.PathLike[str] | None = None) -> None:
         self.path = Path(path)
         """The keyring file."""
+        self._seen: tuple[int, int, int, int] | None = None
         self._keks = self._read()
         self._vault = SubjectDir(subjects if subjects is not None
                                  else self.path.with_name(self.path.name + ".subjects"))
@@ -161,11 +190,12 @@ class KeyringFile:
 
     def _read(self) -> _LocalKeks:
         try:
-            mode = os.stat(self.path).st_mode
+            found = os.stat(self.path)
         except FileNotFoundError:
             raise ConfigurationError(
                 f"no keyring at {self.path}; create one with `underway keys init --keyring "
                 f"{self.path}`") from None
+        mode = found.st_mode
         if mode & 0o077:
             raise ConfigurationError(
                 f"keyring {self.path} has mode {stat.S_IMODE(mode):04o}: others may read or "
@@ -183,7 +213,29 @@ class KeyringFile:
         for kek_id, kek in keys.items():
             if len(kek) != KEK_BYTES or kek_fingerprint(kek) != kek_id:
                 raise ConfigurationError(f"keyring {self.path}: key {kek_id} is damaged")
+        self._seen = _identity(found)
         return _LocalKeks(order, f"keyring {self.path}")
+
+    def refresh(self) -> bool:
+        """Read the file again if it changed since it was read (another process added a
+        KEK: ``underway keys rotate --new-kek``); True when it did. A file that changed
+        and cannot be read (removed, made readable by others, damaged) leaves the KEKs
+        read before in use, and is logged."""
+        try:
+            now = _identity(os.stat(self.path))
+        except OSError:
+            now = None
+        if now == self._seen:
+            return False
+        try:
+            keks = self._read()
+        except ConfigurationError as exc:
+            log.warning("keyring changed and was not read again; the KEKs read before "
+                        "stay in use: %s", exc)
+            return False
+        changed = set(keks.ids) != set(self._keks.ids) or keks.kek_id != self.kek_id
+        self._keks = keks
+        return changed
 
     @property
     def kek_id(self) -> str:
@@ -218,6 +270,12 @@ class KeyringFile:
         return self.kek_id
 
 
+def _identity(found: os.stat_result) -> tuple[int, int, int, int]:
+    """What tells one version of a file from the next: replaced (inode), rewritten (time,
+    size)."""
+    return (found.st_dev, found.st_ino, found.st_mtime_ns, found.st_size)
+
+
 def _keyring_json(current: str, keks: Sequence[tuple[bytes, float]]) -> str:
     return json.dumps({
         "format": _FORMAT, "version": 1, "current": current,
@@ -235,9 +293,25 @@ class EnvKey:
                  subjects: str | os.PathLike[str] | None = None) -> None:
         self.var = var
         """The variable holding the current KEK."""
-        keks = [_env_kek(var)] + [_env_kek(v) for v in previous if os.environ.get(v)]
-        self._keks = _LocalKeks(keks, f"environment variable {var}")
+        self.previous = tuple(previous)
+        """The variables holding earlier KEKs."""
+        self._keks = self._read()
         self._vault = None if subjects is None else SubjectDir(subjects)
+
+    def _read(self) -> _LocalKeks:
+        keks = [_env_kek(self.var)] + [_env_kek(v) for v in self.previous if os.environ.get(v)]
+        return _LocalKeks(keks, f"environment variable {self.var}")
+
+    def refresh(self) -> bool:
+        """Read the variables again (changed by this process: another process cannot
+        change them); True when the KEKs changed."""
+        try:
+            keks = self._read()
+        except ConfigurationError:
+            return False
+        changed = set(keks.ids) != set(self._keks.ids) or keks.kek_id != self.kek_id
+        self._keks = keks
+        return changed
 
     @property
     def vault(self) -> SubjectVault | None:

@@ -42,6 +42,7 @@ from ..secrets import BoundSecrets, SecretProvider
 from ..state import Recorded, RunState
 from ..store._offload import INLINE, offload_of, run_io
 from ..store.base import Lease, RunRecord, Store
+from ..subjects import acting_for
 from ..telemetry import NO_METRICS, Metrics
 from ._activation import Activation, question_expiry, run_update
 from ._children import StepWithChildren
@@ -258,55 +259,59 @@ class Engine(EagerStarts):
         flow = self._flow(state.flow)
         signals: list[OpenedSignal] | None = loaded.signals
         heartbeat = asyncio.create_task(self._heartbeat(act, asyncio.current_task()))
-        try:
-            while True:
-                if act.control_pending:
-                    await read_inbox(self, act, signals)
-                signals = None
-                if not act.state.input_checked and not act.state.final:
-                    self._check_input(act, flow)
-                s = act.state
-                expiry = question_expiry(s)
-                if expiry is not None and self.clock.now() >= expiry:
-                    act.buffer(ev.EscalationExpired(
-                        request_id=str(s.escalation.request_id if s.escalation else None)
-                    ))
+        # The run's code — steps, tools, hooks — writes beside the journal as this run,
+        # about its subject (underway.subjects.acting_run).
+        with acting_for(state.tenant_id, state.run_id, state.subject):
+            try:
+                while True:
+                    if act.control_pending:
+                        await read_inbox(self, act, signals)
+                    signals = None
+                    if not act.state.input_checked and not act.state.final:
+                        self._check_input(act, flow)
                     s = act.state
-                if self._deadline_passed(s):
-                    self._escalate(act, ev.Escalated(
-                        reason=f"deadline {_iso(s.deadline)} passed", cause="deadline"
-                    ))
-                if s.final or s.status in ("escalated", "dead") or (
-                    s.status == "waiting" and (s.wake_at is None or self.clock.now() < s.wake_at)
-                ):
-                    await self._leave(act, idle=True)
-                    return s
-                if s.status == "waiting" and s.pending_approval is not None:
-                    act.buffer(ev.ApprovalExpired(
-                        request_id=s.pending_approval.request_id
-                    ))
-                elif s.status == "waiting":
-                    act.buffer(ev.TimerFired(timer_id=s.timer_id or ""))
-                await self._run_step(act, flow)
-                if act.state.status != "ready":
-                    # Waiting, escalated or finished: the step's commit hands the run back.
-                    await act.commit(release=True)
-                    return act.state
-                await act.commit()
-                if should_stop is not None and should_stop():
-                    await self._leave(act)
-                    return act.state
-                await self._renew_if_due(act)
-        except Unencodable as bad:
-            return await self._dead_letter_afresh(act, bad.reason, "UnencodableEvent")
-        except asyncio.CancelledError:
-            if act.lost:
-                raise FencedError(
-                    f"run {lease.run_id}: lease lost while a step ran; the step was cancelled"
-                ) from None
-            raise
-        finally:
-            heartbeat.cancel()
+                    expiry = question_expiry(s)
+                    if expiry is not None and self.clock.now() >= expiry:
+                        act.buffer(ev.EscalationExpired(
+                            request_id=str(s.escalation.request_id if s.escalation else None)
+                        ))
+                        s = act.state
+                    if self._deadline_passed(s):
+                        self._escalate(act, ev.Escalated(
+                            reason=f"deadline {_iso(s.deadline)} passed", cause="deadline"
+                        ))
+                    if s.final or s.status in ("escalated", "dead") or (
+                        s.status == "waiting"
+                        and (s.wake_at is None or self.clock.now() < s.wake_at)
+                    ):
+                        await self._leave(act, idle=True)
+                        return s
+                    if s.status == "waiting" and s.pending_approval is not None:
+                        act.buffer(ev.ApprovalExpired(
+                            request_id=s.pending_approval.request_id
+                        ))
+                    elif s.status == "waiting":
+                        act.buffer(ev.TimerFired(timer_id=s.timer_id or ""))
+                    await self._run_step(act, flow)
+                    if act.state.status != "ready":
+                        # Waiting, escalated or finished: the step's commit hands the run back.
+                        await act.commit(release=True)
+                        return act.state
+                    await act.commit()
+                    if should_stop is not None and should_stop():
+                        await self._leave(act)
+                        return act.state
+                    await self._renew_if_due(act)
+            except Unencodable as bad:
+                return await self._dead_letter_afresh(act, bad.reason, "UnencodableEvent")
+            except asyncio.CancelledError:
+                if act.lost:
+                    raise FencedError(
+                        f"run {lease.run_id}: lease lost while a step ran; the step was cancelled"
+                    ) from None
+                raise
+            finally:
+                heartbeat.cancel()
 
     def _load(self, lease: Lease, start: EagerStart | None = None) -> _Loaded:
         """What an activation starts from, read in one trip: the run row, the journal's

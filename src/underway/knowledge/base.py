@@ -6,6 +6,7 @@ from collections.abc import Collection
 from typing import Protocol
 
 from ..errors import ConfigurationError
+from ..subjects import subject_of_write
 from .record import KnowledgeHit, KnowledgeRecord, Reindexed, Sensitivity
 
 KNOWLEDGE_SCHEMA_VERSION = 16
@@ -22,7 +23,10 @@ class KnowledgeBase(Protocol):
     """
 
     def put(self, record: KnowledgeRecord) -> None:
-        """Store ``record``, replacing the tenant's record with the same id."""
+        """Store ``record``, replacing the tenant's record with the same id.
+
+        Written from a run about a data subject (a step, or a tool it calls), the record
+        is stored about that subject (:func:`written_record`)."""
         ...
 
     def get(
@@ -84,10 +88,28 @@ def check_key(what: str, value: str) -> None:
         raise ConfigurationError(f"{what} must be a non-empty string, not {value!r}")
 
 
-def check_record(record: KnowledgeRecord) -> None:
-    """Raise ConfigurationError unless ``record`` is a :class:`KnowledgeRecord`."""
+def written_record(record: KnowledgeRecord) -> KnowledgeRecord:
+    """``record`` as every backend stores it: about the acting run's data subject, if any.
+
+    This is where knowledge written from a run takes the run's subject, whatever wrote it
+    (:func:`~underway.knowledge.remember_tool`, another tool, a step calling
+    :meth:`KnowledgeBase.put`). So it is sealed under the subject's key, and erasing the
+    subject deletes it and counts it.
+
+    Args:
+        record: The record to store.
+
+    Raises:
+        ConfigurationError: ``record`` is not a :class:`KnowledgeRecord`, or the acting run
+            is about a subject and the record names another, or another tenant.
+    """
     if not isinstance(record, KnowledgeRecord):
         raise ConfigurationError(
             f"put() takes a KnowledgeRecord, not {type(record).__name__}; build one with "
             "KnowledgeRecord(tenant_id=..., text=..., source=..., created_at=...)"
         )
+    subject = subject_of_write(record.tenant_id, record.subject,
+                               what=f"knowledge record {record.id!r}")
+    if subject == record.subject:
+        return record
+    return record.model_copy(update={"subject": subject})

@@ -8,7 +8,7 @@ from collections import Counter
 from collections.abc import Collection
 
 from ..store._offload import INLINE, Inline
-from .base import check_key, check_record
+from .base import check_key, written_record
 from .query import plan
 from .record import KnowledgeHit, KnowledgeRecord, Reindexed, Sensitivity
 from .words import index_words
@@ -29,7 +29,7 @@ class MemoryKnowledge:
 
     def put(self, record: KnowledgeRecord) -> None:
         """Store ``record``, replacing the tenant's record with the same id."""
-        check_record(record)
+        record = written_record(record)
         entry = (record, Counter(index_words(record.text)))
         with self._lock:
             self._records[record.tenant_id, record.id] = entry

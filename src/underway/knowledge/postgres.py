@@ -18,7 +18,7 @@ from psycopg.types.json import Jsonb
 from ..errors import StoreError
 from ..store import queries
 from ..store.postgres import PostgresStore
-from .base import check_key, check_record
+from .base import check_key, written_record
 from .query import plan
 from .record import KnowledgeHit, KnowledgeRecord, Reindexed, Sensitivity
 from .sealing import opened_fields, query_terms, row_terms, stored_fields
@@ -54,7 +54,7 @@ class PostgresKnowledge:
 
     def put(self, record: KnowledgeRecord) -> None:
         """Store ``record``, replacing the tenant's record with the same id."""
-        check_record(record)
+        record = written_record(record)
         fields = stored_fields(self._store.codec, record)
         params = {**record.model_dump(), **fields, "roles": list(record.roles),
                   "metadata": Jsonb(fields["metadata"]), "tsv": tsvector(fields["terms"])}

@@ -15,7 +15,7 @@ from typing import Any
 from ..errors import StoreError
 from ..store import queries
 from ..store.sqlite import SQLiteStore
-from .base import check_key, check_record
+from .base import check_key, written_record
 from .query import plan
 from .record import KnowledgeHit, KnowledgeRecord, Reindexed, Sensitivity
 from .sealing import opened_fields, query_terms, row_terms, stored_fields
@@ -53,7 +53,7 @@ class SQLiteKnowledge:
 
     def put(self, record: KnowledgeRecord) -> None:
         """Store ``record``, replacing the tenant's record with the same id."""
-        check_record(record)
+        record = written_record(record)
         row = _row(record, stored_fields(self._store.codec, record))
         with self._write() as c:
             old = c.execute(_Q["knowledge_get"], _key(record.tenant_id, record.id)).fetchone()

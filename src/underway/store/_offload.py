@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import os
 import queue
 import threading
@@ -29,7 +30,8 @@ _T = TypeVar("_T")
 IDLE_EXIT_S = 60.0
 """Seconds an I/O thread waits for work before it ends (another starts when needed)."""
 
-_Job = tuple[asyncio.AbstractEventLoop, asyncio.Future[Any], Callable[..., Any], tuple[Any, ...]]
+_Job = tuple[asyncio.AbstractEventLoop, asyncio.Future[Any], contextvars.Context,
+             Callable[..., Any], tuple[Any, ...]]
 
 
 class Runs(Protocol):
@@ -64,7 +66,9 @@ class Offload:
     """Up to ``threads`` threads that run one store's blocking calls for async code.
 
     Threads start when calls are waiting and none is idle, and end after
-    :data:`IDLE_EXIT_S` without work. A call's result (or exception) is handed back to
+    :data:`IDLE_EXIT_S` without work. A call runs in a copy of its caller's context (as
+    with :func:`asyncio.to_thread`), so it knows the run it was made for
+    (:func:`underway.subjects.acting_run`). A call's result (or exception) is handed back to
     the loop that awaits it; a call whose waiter was cancelled before it started is never
     made, one already running finishes and its result is dropped (as with
     :func:`asyncio.to_thread`).
@@ -106,7 +110,7 @@ class Offload:
                 self._workers.append(worker)
                 self._idle += 1
                 worker.start()
-        self._jobs.put((loop, done, fn, args))
+        self._jobs.put((loop, done, contextvars.copy_context(), fn, args))
         return await done
 
     def _serve(self) -> None:
@@ -127,13 +131,13 @@ class Offload:
                 if job is None:
                     return
                 self._waiting -= 1
-            loop, done, fn, args = job
+            loop, done, context, fn, args = job
             result: Any = None
             failed: BaseException | None = None
             ran = not done.cancelled()
             if ran:
                 try:
-                    result = fn(*args)
+                    result = context.run(fn, *args)
                 except BaseException as exc:
                     failed = exc
             with self._lock:
@@ -141,7 +145,7 @@ class Offload:
             if ran:
                 # The last thing before waiting again: the waiter wakes to a free GIL.
                 _hand_back(loop, done, result, failed)
-            del job, loop, done, fn, args, result, failed
+            del job, loop, done, context, fn, args, result, failed
 
     def close(self) -> None:
         """Let the calls already submitted end, then stop the threads (not waiting for

@@ -453,6 +453,10 @@ class Purge:
     rule: str
 
 
+ERASURE_PREFIX = "erasure-"
+"""How the ``sweep_id`` of a purge made by an erasure of a data subject starts."""
+
+
 @dataclass(frozen=True, slots=True)
 class PurgedRun:
     """The record of a run's purge: when, by which sweep, how many events, by which
@@ -464,6 +468,12 @@ class PurgedRun:
     purged_at: float
     events: int
     rule: str
+
+    @property
+    def erasure(self) -> str | None:
+        """The reference of the erasure that purged the run (its ``sweep_id``), when the
+        purge erased the run's data subject on request; None for a retention purge."""
+        return self.sweep_id if self.sweep_id.startswith(ERASURE_PREFIX) else None
 
 
 @dataclass(frozen=True, slots=True)
