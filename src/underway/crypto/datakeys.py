@@ -126,6 +126,11 @@ class DataKeys:
         if found is None or self._clock() - found[1] >= self.refresh:
             self._load_active(tenant_id, scope)
 
+    def current(self, tenant_id: str, scope: str = "") -> DataKey:
+        """The tenant's active key as the store says now, read afresh (a rotation made by
+        another process a moment ago)."""
+        return self._load_active(tenant_id, scope)
+
     def _load_active(self, tenant_id: str, scope: str) -> DataKey:
         rec = self.store.active_data_key(tenant_id, scope)
         if rec is None:

@@ -34,7 +34,7 @@ from ..errors import ConfigurationError
 from ..flow import Flow, Next, RunContext
 from ..store.base import Store
 from ..store.records import SEALED_KINDS, SealedRow
-from ._box import box_key_id
+from ._box import box_key_id, seal_box
 from .envelope import Envelope
 
 ROTATION_FLOW = "underway.keys.rotate"
@@ -105,7 +105,8 @@ def reseal(
     again. Safe to repeat: a row already under the active key is left alone."""
     envelope = envelope_of(store)
     codec: Codec = store.codec
-    active = envelope.keys.active(tenant_id)
+    # Read afresh: this process may know the key the rotation retired as active still.
+    active = envelope.keys.current(tenant_id)
     rows = store.sealed_rows(tenant_id, kind, after=after, limit=limit)
     changed: list[tuple[SealedRow, bytes]] = []
     scopes: dict[str, str] = {}
@@ -128,7 +129,7 @@ def reseal(
             link = _plain_link(row.data) if kind == "blob" else b""
             raw = codec.open_blob(row.data, row.position[0], tenant_id) if kind == "blob" \
                 else row.data
-        changed.append((row, link + envelope.seal(raw, where)))
+        changed.append((row, link + seal_box(active.aead, active.key_id, raw, where.aad())))
     done = store.replace_sealed(changed) if changed else 0
     faults.point("reseal.after_batch")
     return (rows[-1].position if len(rows) == limit else None), done
