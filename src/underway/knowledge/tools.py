@@ -104,7 +104,9 @@ def remember_tool(
     Arguments ``{"text": str, "metadata": {...}}``; result ``{id, source, expires_at}``.
     The record's id is the call's idempotency key, so a call retried after a crash stores
     one record, the first. Its ``source`` is ``run:<run_id>`` and ``metadata["written_by"]``
-    names the run, step and (when known) principal. Who may read it (``roles``), how
+    names the run, step and (when known) principal. A run about a data subject stores
+    it about that subject, sealed under the subject's key, so that erasing the subject
+    deletes it. Who may read it (``roles``), how
     sensitive it is and how long it is kept (``retention`` seconds, None: until deleted)
     are set here, by the application, never by the model.
     """
