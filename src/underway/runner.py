@@ -58,6 +58,7 @@ class Runner:
         activations = 0
         io = self.engine.io
         await io(self.reclaim_dead_local_leases)
+        await io(self.engine.heal_rows)
         with redacting_logs(self.engine.redactor):
             while leases := await io(functools.partial(self.engine.claim, limit=self.batch)):
                 for i in range(0, len(leases), self.concurrency):

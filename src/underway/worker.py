@@ -60,6 +60,10 @@ R = TypeVar("R")
 SCHEDULES_EVERY = 1.0
 """Seconds between a worker's looks for due schedule ticks."""
 
+ROW_CHECK_EVERY = 300.0
+"""Seconds between a worker's looks for runs rows its journal contradicts (each such row is
+healed once, from the journal: :mod:`underway.engine._rows`)."""
+
 
 class Worker:
     """Leases ready runs of ``queues`` (every queue when None) and drives up to
@@ -76,7 +80,10 @@ class Worker:
     (:class:`~underway.retention.RetentionSweeper`); ``eager``: a run the engine starts
     while this worker has a free slot and no due run waits for a claim (``engine.start``,
     a schedule's tick, a step's child run) is leased to this worker in the start's own
-    transaction and activated at once (:mod:`underway.engine._eager`).
+    transaction and activated at once (:mod:`underway.engine._eager`); ``row_check_every``:
+    seconds between looks for runs rows that contradict their journal and would stop a run
+    for good (a finished status on a sleeping run, a wake time that is no time, a lease no
+    worker holds), each healed from the journal once.
     """
 
     def __init__(
@@ -92,6 +99,7 @@ class Worker:
         anchoring: Anchoring | None = None,
         retention: Retention | None = None,
         eager: bool = True,
+        row_check_every: float = ROW_CHECK_EVERY,
     ) -> None:
         if concurrency < 1:
             raise ConfigurationError(f"concurrency must be at least 1, not {concurrency}")
@@ -101,8 +109,14 @@ class Worker:
             raise ConfigurationError(f"grace must be 0 or more seconds, not {grace}")
         if queues is not None and (not queues or not all(queues)):
             raise ConfigurationError("queue names must not be empty")
+        if not row_check_every > 0:
+            raise ConfigurationError(
+                f"row_check_every must be positive seconds, not {row_check_every}")
         self.engine = engine
         self.eager = eager
+        self.row_check_every = row_check_every
+        self.rows_healed = 0
+        """Runs rows this worker rewrote from their journal."""
         self.queues = None if queues is None else sorted(set(queues))
         self.concurrency = concurrency
         self.poll = poll
@@ -251,7 +265,7 @@ class Worker:
         """Besides claiming: free the leases of dead processes of this host, start the
         runs of due schedule ticks (waking the loop when either made work), and anchor."""
         loop = asyncio.get_running_loop()
-        reclaim_at = fire_at = anchor_at = loop.time()
+        reclaim_at = fire_at = anchor_at = check_at = loop.time()
         while True:
             if self.anchoring is not None and loop.time() >= anchor_at:
                 anchor_at = loop.time() + self.anchoring.every
@@ -260,12 +274,19 @@ class Worker:
             if loop.time() >= reclaim_at:
                 reclaim_at = loop.time() + self.engine.lease_ttl / 3
                 found += await self._quietly(self._reclaim_dead_local_leases) or 0
+            if loop.time() >= check_at:
+                check_at = loop.time() + self.row_check_every
+                healed = await self._quietly(self._heal_rows) or 0
+                self.rows_healed += healed
+                found += healed
             if self._fire_schedules is not None and loop.time() >= fire_at:
                 fire_at = loop.time() + SCHEDULES_EVERY
                 found += await self._fire_due_schedules()
             if found:
                 self._wake.set()
-            later = reclaim_at if self._fire_schedules is None else min(reclaim_at, fire_at)
+            later = min(reclaim_at, check_at)
+            if self._fire_schedules is not None:
+                later = min(later, fire_at)
             if self.anchoring is not None:
                 later = min(later, anchor_at)
             await asyncio.sleep(max(0.0, later - loop.time()))
@@ -298,6 +319,9 @@ class Worker:
 
     def _reclaim_dead_local_leases(self) -> int:
         return Runner(self.engine).reclaim_dead_local_leases()
+
+    def _heal_rows(self) -> int:
+        return self.engine.heal_rows()
 
     async def _fire_due_schedules(self) -> int:
         assert self._fire_schedules is not None

@@ -1,7 +1,8 @@
 """Auditing stored journals: every run's hash chain and row, and — given an anchor log —
 that today's journal still extends every head that was signed outside the database.
 
-:func:`verify` checks every run in scope with each of :data:`RUN_CHECKS` and, when
+:func:`verify` checks every run in scope with each of :data:`RUN_CHECKS` (the chain,
+then the run row against the journal's fold) and, when
 anchors are given, with :func:`check_anchored`. Nothing in the database can make it
 raise: whatever is wrong becomes a :class:`~underway.audit.findings.Finding` and the
 audit goes on to the next run. Errors of the database itself (unreachable, refused) are
@@ -10,15 +11,18 @@ not findings and propagate.
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING
 
-from ..errors import IntegrityError
+from ..errors import IntegrityError, KeyUnavailable
 from ..events import genesis_hash, is_tombstone, link_hash, read_tombstone
 from ..journal import Journal
+from ..projection import Disagreement, disagreements, good_time, lease_problem
+from ..state import RunState, fold
 from ..store.base import RunRecord, Store, StoredEvent
 from .anchors import (
     AnchorRecord,
@@ -56,11 +60,47 @@ RunCheck = Callable[[AuditedRun], list[Finding]]
 
 
 def check_chain(run: AuditedRun) -> list[Finding]:
-    """The hash chain from the run's genesis, the sequence, payloads, blobs and the row."""
+    """The hash chain from the run's genesis, the sequence, payloads, blobs and the row's
+    head; once they hold, the rest of the row (:func:`check_row`)."""
     if not run.events and run.row is None:
         return []  # audited only because it was anchored: check_anchored says it is gone
     v = run.journal.verify_events(run.tenant_id, run.run_id, run.events, run.row)
-    return [] if v.ok else [Finding(run.tenant_id, run.run_id, v.bad_seq, v.reason)]
+    if not v.ok:
+        return [Finding(run.tenant_id, run.run_id, v.bad_seq, v.reason)]
+    # A journal that holds is the truth its row is checked against.
+    return check_row(run)
+
+
+def check_row(run: AuditedRun) -> list[Finding]:
+    """The run row against the journal (:mod:`underway.projection`): each field of the row
+    that the journal's fold up to the row's head contradicts is a finding. A journal that
+    cannot be read here (its head not in the journal, a payload sealed without its key
+    here) is checked for what needs no fold: the row's times and lease."""
+    row = run.row
+    if row is None or not run.events:
+        return []  # check_chain says what is missing
+    now = time.time()
+    state: RunState | None = None
+    if type(row.last_seq) is int and 0 < row.last_seq <= len(run.events):
+        try:
+            records = run.journal.decode(run.tenant_id, run.run_id,
+                                         run.events[:row.last_seq])
+            state = fold(records, start=RunState(tenant_id=run.tenant_id, run_id=run.run_id))
+        except (KeyUnavailable, IntegrityError, ValueError, TypeError, RecursionError):
+            state = None
+    if state is None:
+        found = []
+        if not good_time(row.next_wake_at):
+            found.append(Disagreement("next_wake_at", row.next_wake_at, "a time or nothing"))
+        problem = lease_problem(row, now=now)
+        if problem is not None:
+            found.append(Disagreement("lease", (row.lease_owner, row.lease_expires_at),
+                                      f"no live worker can hold it: {problem}"))
+    else:
+        found = disagreements(row, state, now=now)
+    return [Finding(run.tenant_id, run.run_id, row.last_seq if state is not None else None,
+                    f"the runs row disagrees with the journal: {d.describe()}")
+            for d in found]
 
 
 RUN_CHECKS: tuple[RunCheck, ...] = (check_chain,)

@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from .. import events as ev
 from .. import faults
 from ..codec import run_error_where
+from ..projection import expected_update
 from ..redaction import Hidden
 from ..state import Recorded, RunState, apply
-from ..store.base import AppendBatch, Lease, RunUpdate
+from ..store.base import AppendBatch, Lease, RunRecord
 from ._outbox import outbox
 from ._stops import Unencodable
 
@@ -48,6 +49,9 @@ class Activation:
     """The status the run row shows; the row is rewritten only when this must change."""
     queue: str = "default"
     """The queue the run is on (its child runs start on it unless told otherwise)."""
+    row: RunRecord | None = None
+    """The run row as claimed: an activation that leaves with nothing to commit heals it
+    from the journal when the two disagree (:mod:`._rows`)."""
     lost: bool = False
     """Set by the heartbeat when the lease was lost to another worker."""
     after_commit: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
@@ -109,7 +113,7 @@ class Activation:
         # The run row is a projection: a step that leaves the run ready and leased changes
         # nothing a reader of the row needs, so only its events are written.
         update = (
-            run_update(s, now, self.due_at)
+            expected_update(s, now, self.due_at)
             if release or s.status != self.row_status else None
         )
         codec = eng.journal.codec
@@ -149,28 +153,3 @@ class Activation:
         for fn in todo:
             await fn()
 
-
-def run_update(s: RunState, now: float, due_at: float | None) -> RunUpdate:
-    if s.status == "ready":
-        # A ready run keeps the due time it was claimed with: it stays claimable if this
-        # worker dies, and an unchanged indexed column spares index writes on every step.
-        return RunUpdate("ready", s.step, due_at if due_at is not None else now)
-    if s.status == "waiting":
-        wake = s.wake_at
-        if s.deadline is not None and not s.deadline_escalated:
-            wake = s.deadline if wake is None else min(wake, s.deadline)
-        return RunUpdate("waiting", s.step, wake, s.waiting_signal)
-    if s.status == "escalated":
-        reason = s.escalation.reason if s.escalation else None
-        # A question that expires is woken then, to tell the step nobody answered.
-        return RunUpdate("escalated", s.step, question_expiry(s), None, str(reason))
-    return RunUpdate(s.status, s.step, None, None, s.error)
-
-
-def question_expiry(s: RunState) -> float | None:
-    """When the question the run waits on expires (None: it is no question, or it never
-    expires)."""
-    esc = s.escalation
-    if s.status != "escalated" or esc is None or not esc.is_question:
-        return None
-    return esc.expires_at

@@ -37,6 +37,7 @@ from ..guard import Guard
 from ..identity import worker_identity
 from ..journal import Journal
 from ..jsonpatch import make_patch
+from ..projection import expected_update, good_time, question_expiry
 from ..redaction import Redactor
 from ..secrets import BoundSecrets, SecretProvider
 from ..state import Recorded, RunState
@@ -44,13 +45,14 @@ from ..store._offload import INLINE, offload_of, run_io
 from ..store.base import Lease, RunRecord, Store
 from ..subjects import acting_for
 from ..telemetry import NO_METRICS, Metrics
-from ._activation import Activation, question_expiry, run_update
+from ._activation import Activation
 from ._children import StepWithChildren
 from ._eager import Driver, EagerStart, EagerStarts
 from ._group import GroupCommit
 from ._inbox import OpenedSignal, pending_signals, read_inbox, verify_approval
 from ._operator import client_method as _client_method
 from ._registry import Registry
+from ._rows import SUSPECTS_PER_ROUND, checked_ttl, heal_rows, repair_leased
 from ._stops import DeadLetter, Escalate, Stop, Suspend, Unencodable
 
 if TYPE_CHECKING:
@@ -149,7 +151,8 @@ class Engine(EagerStarts):
         self.tools: dict[str, Tool] = self.registry.tools
         """The tools its flows call, by name."""
         self.owner = owner or worker_identity()
-        self.lease_ttl = lease_ttl
+        self.lease_ttl = checked_ttl(lease_ttl)
+        self.unhealed: set[tuple[str, str]] = set()  # suspect rows not healed, logged once
         self.metrics: Metrics = metrics or NO_METRICS
         """Where the engine reports what it does (``underway.telemetry``)."""
         self.redactor = Redactor()
@@ -213,6 +216,10 @@ class Engine(EagerStarts):
         return self.store.claim(owner=self.owner, now=self.clock.now(), ttl=self.lease_ttl,
                                 limit=limit, tenant_id=tenant_id, run_id=run_id)
 
+    def heal_rows(self, *, limit: int = SUSPECTS_PER_ROUND) -> int:
+        """Heal the suspect runs rows (:mod:`underway.engine._rows`); how many."""
+        return heal_rows(self, limit=limit)
+
     async def activate(
         self, lease: Lease, *, should_stop: Callable[[], bool] | None = None,
         start: EagerStart | None = None,
@@ -250,7 +257,8 @@ class Engine(EagerStarts):
                                          [(r.seq, r.at, r.event) for r in loaded.interrupted])
         act = Activation(
             self, lease, state, loaded.head, state.seq, control_pending=True,
-            due_at=row.next_wake_at, row_status=row.status, queue=row.queue,
+            due_at=row.next_wake_at if good_time(row.next_wake_at) else None,
+            row_status=row.status, queue=row.queue, row=row,
         )
         if loaded.refused is not None:
             # A forged checkpoint was ignored; the journal keeps the finding, since the
@@ -452,17 +460,19 @@ class Engine(EagerStarts):
         """Hand the run back: with the last commit when there is one, else on its own.
 
         ``idle``: the journal says the run is not due (waiting, escalated, dead or
-        finished). A row that says it is due anyway — edited, or left behind by a bug —
-        is not due again before the journal's own wake time (or a back-off when it has
-        none), so the run is never claimed in a loop for nothing.
+        finished). A row that contradicts the journal is rewritten from it; one that is
+        only due too early is not due again before the journal's own wake time (or a
+        back-off when it has none): the run is never claimed in a loop for nothing.
         """
         if act.pending:
             await act.commit(release=True)
             return
         retry_at = None
+        if idle and await self.io(functools.partial(repair_leased, self, act)):
+            return
         if idle:
             now = self.clock.now()
-            wake = run_update(act.state, now, act.due_at).next_wake_at
+            wake = expected_update(act.state, now, act.due_at).next_wake_at
             retry_at = wake if wake is not None and wake > now else now + IDLE_CLAIM_BACKOFF
         await self.io(functools.partial(self.store.release, act.lease, retry_at=retry_at))
 

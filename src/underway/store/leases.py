@@ -5,7 +5,11 @@ from __future__ import annotations
 from typing import Protocol
 
 from . import limits
-from .records import FINAL, Lease, NewRun, RunRecord, StartedRun
+from .records import FINAL, Lease, NewRun, RowRepair, RunRecord, StartedRun
+
+MAX_LEASE_TTL = 3600.0
+"""The longest lease a worker takes, in seconds. A lease that expires further ahead than
+this was taken by no worker: nobody renews it, and it would hold the run for good."""
 
 
 class LeaseStore(Protocol):
@@ -62,6 +66,20 @@ class LeaseStore(Protocol):
 
     def expire_lease(self, tenant_id: str, run_id: str, owner: str) -> int:
         """End ``owner``'s lease on the run now (its holder is known dead); 1 if it did."""
+        ...
+
+    def suspect_runs(self, *, now: float, limit: int = 100) -> list[tuple[str, str]]:
+        """(tenant, run) of rows that the journal likely contradicts and that would stop
+        their run for good: a wake time or lease expiry that is no time (text on SQLite,
+        NaN or infinite), a lease no worker can hold (no expiry, or further ahead than
+        :data:`MAX_LEASE_TTL`), a finished status whose head event
+        is no end, a ready run or a timer's run with no wake time. At most ``limit``."""
+        ...
+
+    def repair_run(self, repair: RowRepair, *, now: float) -> bool:
+        """Rewrite the row as ``repair`` says, if it is still as ``repair.seen`` and the
+        journal's head is still ``repair.head_seq``; True when it was rewritten. With
+        ``repair.token`` the lease with that token is released in the same write."""
         ...
 
     def next_due_at(self, *, now: float, queues: list[str] | None = None) -> float | None:

@@ -18,6 +18,7 @@ from .memory_access import MemoryAccess
 from .memory_consent import MemoryConsent
 from .memory_keys import MemoryKeys
 from .memory_retention import MemoryRetention
+from .memory_rows import MemoryRows
 from .records import (
     FINAL,
     AppendBatch,
@@ -43,7 +44,7 @@ _LINK = b'{"p":"'
 """How a blob that links to another begins (a codec list node); the key follows."""
 
 
-class MemoryStore(MemoryAccess, MemoryConsent, MemoryRetention, MemoryKeys):
+class MemoryStore(MemoryAccess, MemoryConsent, MemoryRetention, MemoryKeys, MemoryRows):
     """A :class:`~underway.store.base.Store` held in process memory.
 
     It does no I/O, so async code calls it inline (``offload``: see

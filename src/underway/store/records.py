@@ -67,6 +67,38 @@ class RunUpdate:
 
 
 @dataclass(frozen=True, slots=True)
+class RowRepair:
+    """A runs row rewritten from its journal (``underway.projection``), written only while
+    the row is still as it was read: the same lease token, head and status."""
+
+    tenant_id: str
+    run_id: str
+    seen: RunRecord
+    """The row as read before the journal was folded."""
+    head_seq: int
+    head_hash: str
+    update: RunUpdate
+    """What the row should say."""
+    clear_lease: bool = False
+    """Drop a lease no live worker can hold."""
+    token: int | None = None
+    """Repair a run leased with this token (its holder repairs it and hands it back);
+    None: a run nobody holds."""
+
+    def params(self, now: float) -> dict[str, object]:
+        """The named parameters of the ``repair_run`` statement (both dialects)."""
+        u, seen = self.update, self.seen
+        return {
+            "tenant_id": self.tenant_id, "run_id": self.run_id, "head_seq": self.head_seq,
+            "head_hash": self.head_hash, "status": u.status, "step": u.step,
+            "wake": u.next_wake_at, "waiting_signal": u.waiting_signal, "error": u.error,
+            "clear": self.clear_lease, "token": self.token, "now": now,
+            "seen_token": seen.lease_token, "seen_seq": seen.last_seq,
+            "seen_status": seen.status,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class NewRun:
     """A run to create together with its first event."""
 

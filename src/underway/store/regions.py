@@ -46,6 +46,7 @@ from .records import (
     Lease,
     NewRun,
     QueueConfig,
+    RowRepair,
     RunRecord,
     ScheduleRecord,
     SignalRecord,
@@ -297,6 +298,15 @@ class RegionalStore(RegionalRetention, RegionalKeys):
     def expire_lease(self, tenant_id: str, run_id: str, owner: str) -> int:
         """End a lease in the tenant's region."""
         return self._of(tenant_id).expire_lease(tenant_id, run_id, owner)
+
+    def suspect_runs(self, *, now: float, limit: int = 100) -> list[tuple[str, str]]:
+        """Suspect rows of every region."""
+        return sorted(r for s in self._all() for r in s.suspect_runs(now=now, limit=limit))[
+            :limit]
+
+    def repair_run(self, repair: RowRepair, *, now: float) -> bool:
+        """Repair in the run's region."""
+        return self._of(repair.tenant_id).repair_run(repair, now=now)
 
     def next_due_at(self, *, now: float, queues: list[str] | None = None) -> float | None:
         """The earliest due time of every region."""

@@ -10,8 +10,8 @@ import psycopg
 
 from ...errors import ConflictError
 from .. import limits
-from ..leases import eager_candidate
-from ..records import Lease, NewRun, QueueConfig, RunRecord, StartedRun
+from ..leases import MAX_LEASE_TTL, eager_candidate
+from ..records import Lease, NewRun, QueueConfig, RowRepair, RunRecord, StartedRun
 from .connection import _Q, Connection, _run
 from .journal import _run_params
 
@@ -158,6 +158,15 @@ class Leases(Connection):
     def expire_lease(self, tenant_id: str, run_id: str, owner: str) -> int:
         """End a dead owner's lease."""
         return self._count("expire_lease", tenant_id=tenant_id, run_id=run_id, owner=owner)
+
+    def suspect_runs(self, *, now: float, limit: int = 100) -> list[tuple[str, str]]:
+        """Rows the journal likely contradicts (see the protocol)."""
+        rows = self._all("suspect_runs", now=now, horizon=now + MAX_LEASE_TTL, limit=limit)
+        return [(r[0], r[1]) for r in rows]
+
+    def repair_run(self, repair: RowRepair, *, now: float) -> bool:
+        """Rewrite a row from its journal while it is as it was read."""
+        return self._count("repair_run", **repair.params(now)) == 1
 
     def next_due_at(self, *, now: float, queues: list[str] | None = None) -> float | None:
         """Earliest due time of an unfinished, unheld run of the queues."""

@@ -404,8 +404,11 @@ ON CONFLICT (queue, tenant_id) DO UPDATE
    SET tokens = excluded.tokens, updated_at = excluded.updated_at
 
 -- name: next_due_at
+-- NaN and infinities are nobody's next wake-up: the worker's row check heals them from the
+-- journal (underway.projection).
 SELECT MIN(next_wake_at) FROM runs
  WHERE next_wake_at IS NOT NULL AND status NOT IN ('completed', 'failed', 'cancelled')
+   AND next_wake_at > '-Infinity' AND next_wake_at < 'Infinity'
    AND (lease_owner IS NULL OR lease_expires_at < %(now)s)
    AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
 
@@ -551,6 +554,47 @@ UPDATE runs SET lease_expires_at = 0
 -- name: next_wake_at
 SELECT MIN(next_wake_at) FROM runs
  WHERE next_wake_at IS NOT NULL AND status NOT IN ('completed', 'failed', 'cancelled')
+   AND next_wake_at > '-Infinity' AND next_wake_at < 'Infinity'
+
+-- name: suspect_runs
+-- Rows that would stop their run for good if the journal contradicts them (see
+-- LeaseStore.suspect_runs): each is folded and compared by underway.projection.
+SELECT tenant_id, run_id FROM runs AS r
+ WHERE next_wake_at IN ('NaN', 'Infinity', '-Infinity')
+    OR lease_expires_at IN ('NaN', 'Infinity', '-Infinity')
+    OR (lease_owner IS NOT NULL AND (lease_expires_at IS NULL
+                                     OR lease_expires_at > %(horizon)s))
+    OR (status IN ('completed', 'failed', 'cancelled') AND NOT EXISTS (
+            SELECT 1 FROM events AS e
+             WHERE e.tenant_id = r.tenant_id AND e.run_id = r.run_id AND e.seq = r.last_seq
+               AND e.type IN ('RunCompleted', 'RunFailed', 'RunCancelled')))
+    OR (next_wake_at IS NULL AND status NOT IN ('completed', 'failed', 'cancelled')
+        AND (lease_owner IS NULL OR lease_expires_at < %(now)s)
+        AND (status = 'ready' OR EXISTS (
+            SELECT 1 FROM events AS e
+             WHERE e.tenant_id = r.tenant_id AND e.run_id = r.run_id AND e.seq = r.last_seq
+               AND e.type = 'TimerSet')))
+ ORDER BY tenant_id, run_id
+ LIMIT %(limit)s
+
+-- name: repair_run
+-- A row rewritten from its journal, only while it is as it was read and the journal's
+-- head has not moved; with token, the lease of that token is released with it. An append
+-- holds the row's lock, so the head cannot move between this check and its write.
+UPDATE runs
+   SET last_seq = %(head_seq)s, last_hash = %(head_hash)s::text, status = %(status)s,
+       step = %(step)s, next_wake_at = %(wake)s, waiting_signal = %(waiting_signal)s,
+       error = %(error)s,
+       lease_owner = CASE WHEN %(clear)s OR %(token)s::bigint IS NOT NULL THEN NULL
+                          ELSE lease_owner END,
+       lease_expires_at = CASE WHEN %(clear)s OR %(token)s::bigint IS NOT NULL THEN NULL
+                               ELSE lease_expires_at END,
+       updated_at = %(now)s
+ WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s AND lease_token = %(seen_token)s
+   AND last_seq = %(seen_seq)s AND status = %(seen_status)s
+   AND (%(token)s::bigint IS NULL OR lease_owner IS NOT NULL)
+   AND (SELECT COALESCE(MAX(seq), 0) FROM events AS e
+         WHERE e.tenant_id = %(tenant_id)s AND e.run_id = %(run_id)s) = %(head_seq)s
 
 -- Schedules and intake (migration 0004). Claiming schedules and finding the next one due
 -- span tenants, like claiming runs.

@@ -289,8 +289,11 @@ ON CONFLICT (queue, tenant_id) DO UPDATE
    SET tokens = excluded.tokens, updated_at = excluded.updated_at
 
 -- name: next_due_at
+-- A wake time that is no number (SQLite keeps text written by hand) is nobody's next
+-- wake-up: the worker's row check heals it from the journal (underway.projection).
 SELECT MIN(next_wake_at) FROM runs
  WHERE next_wake_at IS NOT NULL AND status NOT IN ('completed', 'failed', 'cancelled')
+   AND typeof(next_wake_at) IN ('integer', 'real')
    AND (lease_owner IS NULL OR lease_expires_at < :now)
    AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
 
@@ -375,6 +378,45 @@ UPDATE runs SET lease_expires_at = 0 WHERE tenant_id = ? AND run_id = ? AND leas
 -- name: next_wake_at
 SELECT MIN(next_wake_at) FROM runs
  WHERE next_wake_at IS NOT NULL AND status NOT IN ('completed', 'failed', 'cancelled')
+   AND typeof(next_wake_at) IN ('integer', 'real')
+
+-- name: suspect_runs
+-- Rows that would stop their run for good if the journal contradicts them (see
+-- LeaseStore.suspect_runs): each is folded and compared by underway.projection.
+SELECT tenant_id, run_id FROM runs AS r
+ WHERE (next_wake_at IS NOT NULL AND (typeof(next_wake_at) NOT IN ('integer', 'real')
+                                      OR abs(next_wake_at) > 1e300))
+    OR (lease_expires_at IS NOT NULL AND (typeof(lease_expires_at) NOT IN ('integer', 'real')
+                                          OR abs(lease_expires_at) > 1e300))
+    OR (lease_owner IS NOT NULL AND (lease_expires_at IS NULL OR lease_expires_at > :horizon))
+    OR (status IN ('completed', 'failed', 'cancelled') AND NOT EXISTS (
+            SELECT 1 FROM events AS e
+             WHERE e.tenant_id = r.tenant_id AND e.run_id = r.run_id AND e.seq = r.last_seq
+               AND e.type IN ('RunCompleted', 'RunFailed', 'RunCancelled')))
+    OR (next_wake_at IS NULL AND status NOT IN ('completed', 'failed', 'cancelled')
+        AND (lease_owner IS NULL OR lease_expires_at < :now)
+        AND (status = 'ready' OR EXISTS (
+            SELECT 1 FROM events AS e
+             WHERE e.tenant_id = r.tenant_id AND e.run_id = r.run_id AND e.seq = r.last_seq
+               AND e.type = 'TimerSet')))
+ ORDER BY tenant_id, run_id
+ LIMIT :limit
+
+-- name: repair_run
+-- A row rewritten from its journal, only while it is as it was read and the journal's
+-- head has not moved; with :token, the lease of that token is released with it.
+UPDATE runs
+   SET last_seq = :head_seq, last_hash = :head_hash, status = :status, step = :step,
+       next_wake_at = :wake, waiting_signal = :waiting_signal, error = :error,
+       lease_owner = CASE WHEN :clear OR :token IS NOT NULL THEN NULL ELSE lease_owner END,
+       lease_expires_at = CASE WHEN :clear OR :token IS NOT NULL THEN NULL
+                               ELSE lease_expires_at END,
+       updated_at = :now
+ WHERE tenant_id = :tenant_id AND run_id = :run_id AND lease_token = :seen_token
+   AND last_seq = :seen_seq AND status = :seen_status
+   AND (:token IS NULL OR lease_owner IS NOT NULL)
+   AND (SELECT COALESCE(MAX(seq), 0) FROM events AS e
+         WHERE e.tenant_id = :tenant_id AND e.run_id = :run_id) = :head_seq
 
 -- Schedules and intake (migration 0004). Claiming schedules and finding the next one due
 -- span tenants, like claiming runs.

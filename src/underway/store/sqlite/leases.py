@@ -9,8 +9,8 @@ import sqlite3
 import time
 
 from .. import limits
-from ..leases import eager_candidate
-from ..records import Lease, NewRun, QueueConfig, StartedRun
+from ..leases import MAX_LEASE_TTL, eager_candidate
+from ..records import Lease, NewRun, QueueConfig, RowRepair, StartedRun
 from .connection import _Q, Connection
 from .journal import _create_run
 
@@ -118,6 +118,17 @@ class Leases(Connection):
         with self._tx() as c:
             return c.execute(_Q["expire_lease"], (tenant_id, run_id, owner)).rowcount
 
+    def suspect_runs(self, *, now: float, limit: int = 100) -> list[tuple[str, str]]:
+        """Rows the journal likely contradicts (see the protocol)."""
+        rows = self._query_named("suspect_runs", now=now, horizon=now + MAX_LEASE_TTL,
+                                 limit=limit)
+        return [(r[0], r[1]) for r in rows]
+
+    def repair_run(self, repair: RowRepair, *, now: float) -> bool:
+        """Rewrite a row from its journal while it is as it was read."""
+        with self._tx() as c:
+            return c.execute(_Q["repair_run"], repair.params(now)).rowcount == 1
+
     def next_due_at(self, *, now: float, queues: list[str] | None = None) -> float | None:
         """Earliest due time of an unfinished, unheld run of the queues."""
         wanted = None if queues is None else json.dumps(list(queues))
@@ -205,3 +216,4 @@ def _admitted(c: sqlite3.Connection, cand: limits.Candidate, now: float) -> bool
         _Q["put_bucket"], [(q, t, tokens, now) for (q, t), tokens in plan.spent.items()]
     )
     return True
+

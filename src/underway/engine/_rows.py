@@ -1,0 +1,124 @@
+"""Runs rows healed from their journal.
+
+A row the journal contradicts can stop its run for good: a finished status on a sleeping
+run, a wake time that is no time, a lease nobody holds. A worker heals such a row once,
+from the journal (:mod:`underway.projection` says what it should be), and logs one
+warning naming what was wrong. It meets such rows two ways: a claimed run whose row
+disagrees with its journal (:func:`repair_leased`), and the rows no claim can reach,
+found by :meth:`~underway.store.leases.LeaseStore.suspect_runs` (:func:`heal_rows`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import TYPE_CHECKING
+
+from ..codec import Codec, run_error_where
+from ..errors import ConfigurationError
+from ..projection import Disagreement, disagreements, expected_update, good_time, lease_problem
+from ..state import RunState
+from ..store.leases import MAX_LEASE_TTL
+from ..store.records import FINAL, RowRepair, RunRecord, RunUpdate
+
+if TYPE_CHECKING:
+    from ._activation import Activation
+    from ._executor import Engine
+
+log = logging.getLogger("underway.engine")
+
+SUSPECTS_PER_ROUND = 100
+"""Suspect rows a worker checks at a time."""
+
+
+def row_update(codec: Codec, s: RunState, row: RunRecord, now: float) -> RunUpdate:
+    """What the row of a run nobody advances should say: the journal's projection (a
+    ready run keeps the due time the row had; one with signals waiting is due now), with
+    the error sealed like a payload."""
+    due = row.next_wake_at if good_time(row.next_wake_at) else None
+    update = expected_update(s, now, due)
+    if s.status not in FINAL and row.control_pending:
+        wake = update.next_wake_at
+        update = dataclasses.replace(update, next_wake_at=now if wake is None else min(wake, now))
+    if update.error is not None and codec.sealer is not None:
+        update = dataclasses.replace(update, error=codec.seal_text(
+            update.error, run_error_where(s.tenant_id, s.run_id, s.subject)))
+    return update
+
+
+def _report(row: RunRecord, found: list[Disagreement]) -> None:
+    log.warning(
+        "run %s (tenant %s): its runs row disagreed with the journal and was rewritten "
+        "from it: %s", row.run_id, row.tenant_id, "; ".join(d.describe() for d in found))
+
+
+def checked_ttl(ttl: float) -> float:
+    """``ttl`` as a lease's length, when it can be one (else a clear error)."""
+    if not 0 < ttl <= MAX_LEASE_TTL:
+        raise ConfigurationError(
+            f"lease_ttl {ttl!r}: a lease lasts more than 0 and at most {MAX_LEASE_TTL:g} "
+            "seconds (a longer one would look taken by no worker)")
+    return ttl
+
+
+def repair_leased(engine: Engine, act: Activation) -> bool:
+    """Rewrite the row of a run ``act`` holds, with nothing to commit, from its journal
+    when the two disagree, and hand the run back in the same write. True when it did."""
+    lease, row, s, head = act.lease, act.row, act.state, act.last_hash
+    if row is None:
+        return False
+    now = engine.clock.now()
+    found = [d for d in disagreements(row, s, now=now) if d.field != "lease"]
+    if not found:
+        return False
+    update = row_update(engine.journal.codec, s, row, now)
+    repair = RowRepair(lease.tenant_id, lease.run_id, row, s.seq, head, update,
+                       token=lease.token)
+    if not engine.store.repair_run(repair, now=now):
+        return False
+    _report(row, found)
+    return True
+
+
+def heal_row(engine: Engine, tenant_id: str, run_id: str) -> list[Disagreement]:
+    """Heal the row of a run no live worker holds, if the journal contradicts it; what
+    was wrong (empty: nothing, or a worker holds the run and will write the row)."""
+    store, now = engine.store, engine.clock.now()
+    row = store.get_run(tenant_id, run_id)
+    if row is None:
+        return []
+    suspect_lease = lease_problem(row, now=now) is not None
+    live = row.lease_owner is not None and good_time(row.lease_expires_at) \
+        and row.lease_expires_at is not None and row.lease_expires_at >= now
+    if live and not suspect_lease:
+        return []
+    s, head, _ = engine.journal.load_head(tenant_id, run_id)
+    found = disagreements(row, s, now=now)
+    if row.last_seq != s.seq or row.last_hash != head:
+        # Nobody holds the run: its row should record the journal's head.
+        found.append(Disagreement("last_seq", row.last_seq, repr(s.seq)))
+    if not found:
+        return []
+    update = row_update(engine.journal.codec, s, row, now)
+    repair = RowRepair(tenant_id, run_id, row, s.seq, head, update, clear_lease=suspect_lease)
+    if not store.repair_run(repair, now=now):
+        return []
+    _report(row, found)
+    return found
+
+
+def heal_rows(engine: Engine, *, limit: int = SUSPECTS_PER_ROUND) -> int:
+    """Heal the suspect rows the store finds (at most ``limit``); how many were rewritten.
+    A row that cannot be read or folded is logged and left for the audit to report."""
+    healed = 0
+    for tenant_id, run_id in engine.store.suspect_runs(now=engine.clock.now(), limit=limit):
+        try:
+            healed += bool(heal_row(engine, tenant_id, run_id))
+        except Exception as exc:  # one bad journal must not stop the others' healing
+            if (tenant_id, run_id) in engine.unhealed:
+                continue  # said once; the audit says it again whenever asked
+            engine.unhealed.add((tenant_id, run_id))
+            log.warning("run %s (tenant %s): its runs row looks wrong and its journal "
+                        "cannot be folded to heal it (%s: %s); `underway audit verify` "
+                        "reports it", run_id, tenant_id, type(exc).__name__, exc)
+    return healed
