@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -34,6 +35,7 @@ from ..errors import (
 from ..events import canonical_json
 from ..flow import Done, Fail, Flow, Goto, Next, RunContext, Sleep, Wait
 from ..guard import Guard
+from ..hooks import DEFAULT_HOOK_TIMEOUT, HookFailed, call_hook
 from ..identity import worker_identity
 from ..journal import Journal
 from ..jsonpatch import make_patch
@@ -59,6 +61,8 @@ if TYPE_CHECKING:
 
 _T = TypeVar("_T")
 
+
+log = logging.getLogger("underway.worker")
 
 IDLE_CLAIM_BACKOFF = 300.0
 """Seconds before a run claimed with nothing to do, and no wake time of its own, is due
@@ -156,6 +160,9 @@ class Engine(EagerStarts):
         10,000): what a worker keeps out of its log lines."""
         self.checkpoint_every = checkpoint_every
         self.retry_budget = retry_budget
+        self.notify_timeout = DEFAULT_HOOK_TIMEOUT
+        """Seconds the notifier may take; past them, or raising, it is logged (the run waits
+        in the inbox all the same)."""
         self.committer: GroupCommit | None = (
             GroupCommit(store) if group_commit and offload_of(store) is not INLINE else None
         )
@@ -421,8 +428,14 @@ class Engine(EagerStarts):
         # A notice leaves for mailboxes and chat rooms: no field a run hides goes with it
         # (the request's page shows the exact arguments to whoever may see them).
         self.redactor.learn(e)
-        await self.guard.notifier.notify(
-            self.redactor.fields(notice, "args", "evidence", "question"))
+        notifier = self.guard.notifier
+        try:
+            await call_hook("notify", f"notifier {type(notifier).__name__}", notifier.notify,
+                            self.redactor.fields(notice, "args", "evidence", "question"),
+                            timeout=self.notify_timeout)
+        except HookFailed as failed:  # the request is durable: only a courtesy failed
+            log.warning("run %s: %s; it waits for a person all the same", s.run_id,
+                        self.redactor.text(failed.message))
 
     def _deadline_passed(self, s: RunState) -> bool:
         return (
