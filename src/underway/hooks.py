@@ -18,7 +18,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["DEFAULT_HOOK_TIMEOUT", "HookFailed", "call_hook"]
+__all__ = ["DEFAULT_HOOK_TIMEOUT", "HookFailed", "call_hook", "notify"]
 
 DEFAULT_HOOK_TIMEOUT = 30.0
 """Seconds a hook may take by default (``Tool(hook_timeout=...)`` changes it per tool)."""
@@ -99,6 +99,25 @@ async def call_hook(
     if problem is not None:
         raise HookFailed(hook, owner, problem)
     return out
+
+
+async def notify(notifier: Any, notice: Any, run_id: str, *, timeout: float) -> None:
+    """Hand ``notice`` (already redacted) to ``notifier.notify`` through
+    :func:`call_hook`. The request it tells of is durable and in the inbox, so a notifier
+    that raises or runs past ``timeout`` is only logged, naming it: a notice is a
+    courtesy, and the run waits for a person all the same.
+
+    Args:
+        notifier: Has ``async def notify(notice)``.
+        notice: What to tell.
+        run_id: The run it is about, for the log line.
+        timeout: Seconds the notifier may take.
+    """
+    try:
+        await call_hook("notify", f"notifier {type(notifier).__name__}", notifier.notify,
+                        notice, timeout=timeout)
+    except HookFailed as failed:
+        log.warning("run %s: %s; it waits for a person all the same", run_id, failed.message)
 
 
 def _sync_call(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -35,7 +34,7 @@ from ..errors import (
 from ..events import canonical_json
 from ..flow import Done, Fail, Flow, Goto, Next, RunContext, Sleep, Wait
 from ..guard import Guard
-from ..hooks import DEFAULT_HOOK_TIMEOUT, HookFailed, call_hook
+from ..hooks import DEFAULT_HOOK_TIMEOUT, notify
 from ..identity import worker_identity
 from ..journal import Journal
 from ..jsonpatch import make_patch
@@ -61,8 +60,6 @@ if TYPE_CHECKING:
 
 _T = TypeVar("_T")
 
-
-log = logging.getLogger("underway.worker")
 
 IDLE_CLAIM_BACKOFF = 300.0
 """Seconds before a run claimed with nothing to do, and no wake time of its own, is due
@@ -428,14 +425,8 @@ class Engine(EagerStarts):
         # A notice leaves for mailboxes and chat rooms: no field a run hides goes with it
         # (the request's page shows the exact arguments to whoever may see them).
         self.redactor.learn(e)
-        notifier = self.guard.notifier
-        try:
-            await call_hook("notify", f"notifier {type(notifier).__name__}", notifier.notify,
-                            self.redactor.fields(notice, "args", "evidence", "question"),
-                            timeout=self.notify_timeout)
-        except HookFailed as failed:  # the request is durable: only a courtesy failed
-            log.warning("run %s: %s; it waits for a person all the same", s.run_id,
-                        self.redactor.text(failed.message))
+        await notify(self.guard.notifier, self.redactor.fields(
+            notice, "args", "evidence", "question"), s.run_id, timeout=self.notify_timeout)
 
     def _deadline_passed(self, s: RunState) -> bool:
         return (

@@ -6,13 +6,15 @@ person), and the name an allow-list must hold."""
 from __future__ import annotations
 
 import inspect
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from .. import events as ev
-from ..effects import COMPENSATE_SUFFIX, CallInfo, Reconciled, Tool
+from ..effects import COMPENSATE_SUFFIX, CallInfo, Reconciled, Tool, fence_of
+from ..egress import Egress
 from ..errors import ConfigurationError, ToolCallError
 from ..events import canonical_json
 from ..hooks import HookFailed, call_hook
+from ..intent import CallIntent
 from ..lost_track import lost_track
 from ..secrets import refresh
 from ._activation import Activation
@@ -25,20 +27,28 @@ __all__ = ["LOST_TRACK", "allowed_name", "ask_reconcile", "credentials_retry", "
            "lost_track"]
 
 
-async def ask_reconcile(tool: Tool[Any, Any], key: str, info: CallInfo) -> Reconciled:
-    """Ask the reconcile hook of ``tool`` what happened to ``key``, with the arguments
-    the hook takes, through :func:`~underway.hooks.call_hook`: within the tool's
-    ``hook_timeout``, and a :class:`Reconciled` it must answer.
+async def ask_reconcile(act: Activation, call: CallIntent, step: str) -> Reconciled:
+    """Ask the reconcile hook of ``call``'s tool what happened to the call, with the
+    arguments the hook takes, through :func:`~underway.hooks.call_hook`: within the tool's
+    ``hook_timeout``, answering a :class:`Reconciled`. A hook that raises, answers
+    something else or not in time escalates the call (:func:`hook_failed`).
 
-    Raises:
-        HookFailed: The hook raised, answered something else, or not in time.
+    The query carries the fence of the reconcile it makes: a fence-checking system
+    refuses the attempt in doubt should it arrive after the query.
     """
-    fn = tool.reconcile
+    t, s = call.tool, act.state
+    fn = t.reconcile
     if fn is None:
-        raise ConfigurationError(f"tool {tool.name!r} has no reconcile hook")
-    args = (key, info) if len(inspect.signature(fn).parameters) >= 2 else (key,)
-    found: Reconciled = await call_hook("reconcile", f"tool {tool.name!r}", fn, *args,
-                                        timeout=tool.hook_timeout, answer=_reconciled)
+        raise ConfigurationError(f"tool {t.name!r} has no reconcile hook")
+    query = CallInfo(call.key, s.tenant_id, s.run_id, step, call.index,
+                     fence_of(act.lease.token, s.seq + 1), s.principal, tuple(s.roles),
+                     egress=None if t.hosts is None else Egress(t.name, t.hosts))
+    args = (call.key, query) if len(inspect.signature(fn).parameters) >= 2 else (call.key,)
+    try:
+        found: Reconciled = await call_hook("reconcile", f"tool {t.name!r}", fn, *args,
+                                            timeout=t.hook_timeout, answer=_reconciled)
+    except HookFailed as failed:
+        hook_failed(t, call.key, call.index, failed)
     return found
 
 
