@@ -137,9 +137,13 @@ def _undone(out: object) -> str | None:
     """What is wrong with a compensate hook's answer ``out`` (None: nothing)."""
     if out is None:
         return "answered nothing (None); an undo says what it did"
+    if isinstance(out, BaseModel):
+        return None
+    try:
+        canonical_json(out)
+    except (TypeError, ValueError) as exc:
+        return f"answered a {type(out).__name__}, which is not JSON ({exc})"
     return None
-
-
 
 
 A = TypeVar("A", default=Any)
