@@ -187,7 +187,9 @@ def killed_flow(marker: Path | None, reconcile: Any = None,
 
     async def stuck(key: str) -> Reconciled:
         assert marker is not None
-        marker.write_text(key)
+        part = marker.with_suffix(".part")
+        part.write_text(key)
+        part.rename(marker)  # whole, at once: the test reads it as soon as it appears
         await asyncio.Event().wait()
         return Reconciled.unknown()
 

@@ -21,8 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes.outside_service import OutsideService
-from fakes.processes import finish
 from hook_world import (
     FAILURES,
     HOOK_TIMEOUT,
@@ -37,6 +35,8 @@ from hook_world import (
 )
 
 import underway as uw
+from fakes.outside_service import OutsideService
+from fakes.processes import finish
 from underway import events as ev
 from underway.clock import ManualClock
 from underway.engine import Engine
