@@ -34,6 +34,7 @@ from typing_extensions import TypeVar, Unpack
 from .egress import Egress, host_patterns
 from .errors import ConfigurationError, ResultInvalid
 from .events import JSON, canonical_json
+from .hooks import DEFAULT_HOOK_TIMEOUT, call_hook
 from .money import Direction, Money, Unreadable, read_money, valid_currency
 from .redaction import Hidden
 from .retry import CircuitBreaker, RetryPolicy
@@ -132,11 +133,17 @@ def fence_of(lease_token: int, seq: int) -> int:
     return lease_token * FENCE_STRIDE + min(seq, FENCE_STRIDE - 1)
 
 
-async def ask_reconcile(fn: ReconcileFn, key: str, info: CallInfo) -> Reconciled:
-    """Call a reconcile hook with the arguments it takes."""
-    if len(inspect.signature(fn).parameters) >= 2:
-        return await fn(key, info)  # type: ignore[call-arg]
-    return await fn(key)  # type: ignore[call-arg]
+def _undone(out: object) -> str | None:
+    """What is wrong with a compensate hook's answer ``out`` (None: nothing)."""
+    if out is None:
+        return "answered nothing (None); an undo says what it did"
+    if isinstance(out, BaseModel):
+        return None
+    try:
+        canonical_json(out)
+    except (TypeError, ValueError) as exc:
+        return f"answered a {type(out).__name__}, which is not JSON ({exc})"
+    return None
 
 
 A = TypeVar("A", default=Any)
@@ -173,13 +180,14 @@ class Tool(Generic[A, R]):
     are not); ``idempotent`` tools may safely run again with the same key;
     ``irreversible`` ones cannot be undone and are never run twice on their own;
     ``reconcile`` asks the outside system what happened to a key; ``compensate`` undoes a
-    completed call (see :meth:`compensation`); ``timeout`` (seconds) cancels a call that
-    runs too long; ``retry`` retries failures on durable timers; ``circuit`` fails fast
-    after repeated failures. ``permissions``, ``input_labels`` / ``output_labels``
-    (data sensitivity, e.g. ``personal``), ``amount`` / ``currency`` (where the money a
-    call moves sits in its arguments), ``money_direction`` (which way it moves, see
-    :mod:`underway.money`) and ``message`` (the call sends a message to a person) are what
-    policies and budgets see. ``secrets`` names the secrets fetched for
+    completed call (see :meth:`compensation`); ``hook_timeout`` (seconds) bounds both
+    hooks (one that fails in any way escalates to a person); ``timeout`` (seconds)
+    cancels a call that runs too long; ``retry`` retries failures on durable timers;
+    ``circuit`` fails fast after repeated failures. ``permissions``, ``input_labels`` /
+    ``output_labels`` (data sensitivity, e.g. ``personal``), ``amount`` / ``currency``
+    (where the money a call moves sits in its arguments), ``money_direction`` (which way
+    it moves, see :mod:`underway.money`) and ``message`` (the call sends a message to a
+    person) are what policies and budgets see. ``secrets`` names the secrets fetched for
     each call into :attr:`CallInfo.secrets`. ``sandbox`` is the isolation profile of a
     shell or code tool, hashed into its ``ToolStarted`` event. ``hosts`` is the tool's
     egress allow-list (:mod:`underway.egress`): when given, :mod:`underway.http` refuses
@@ -208,6 +216,12 @@ class Tool(Generic[A, R]):
     idempotent: bool = False
     timeout: float = 30.0
     reconcile: ReconcileFn | None = None
+    hook_timeout: float = DEFAULT_HOOK_TIMEOUT
+    """Seconds its ``reconcile`` and ``compensate`` hooks may take: one that runs longer,
+    raises or answers wrongly escalates the call to a person (:mod:`underway.hooks`)."""
+    hook: str | None = field(default=None, repr=False)
+    """The hook this tool runs instead of an effect of its own (``compensate``, for the
+    tool :meth:`compensation` makes): called through :func:`~underway.hooks.call_hook`."""
     args_model: type[BaseModel] | None = field(default=None, repr=False)
     result_model: type[BaseModel] | None = field(default=None, repr=False)
     wants_call_info: bool = field(default=False, repr=False)
@@ -248,6 +262,10 @@ class Tool(Generic[A, R]):
     """The hosts the tool may reach (``api.example.com``, ``*.bank.in``); None: any."""
 
     def __post_init__(self) -> None:
+        if not self.hook_timeout > 0:
+            raise ConfigurationError(
+                f"tool {self.name!r}: hook_timeout must be a positive number of seconds, "
+                f"not {self.hook_timeout!r}")
         if self.hosts is not None:
             object.__setattr__(self, "hosts", host_patterns(self.hosts,
                                                             owner=f"tool {self.name!r}"))
@@ -384,7 +402,8 @@ class Tool(Generic[A, R]):
             raise ConfigurationError(f"tool {self.name!r} has no compensate hook")
         return Tool(
             name=f"{self.name}{COMPENSATE_SUFFIX}", fn=self.compensate, mutating=True,
-            idempotent=True, timeout=self.timeout, retry=self.retry,
+            idempotent=True, timeout=self.hook_timeout, hook_timeout=self.hook_timeout,
+            hook="compensate", retry=self.retry,
             wants_call_info=len(inspect.signature(self.compensate).parameters) >= 2,
             description=f"undo a completed {self.name} call",
         )
@@ -420,6 +439,11 @@ class Tool(Generic[A, R]):
         call_args: tuple[Any, ...] = (
             (value, info) if self.wants_call_info else (value,) if self.takes_args else ()
         )
+        if self.hook is not None:
+            owner = f"tool {self.name.removesuffix(COMPENSATE_SUFFIX)!r}"
+            out = await call_hook(self.hook, owner, self.fn, *call_args,
+                                  timeout=self.hook_timeout, answer=_undone)
+            return out.model_dump(mode="json") if isinstance(out, BaseModel) else out
         # asyncio.timeout rather than wait_for: no extra task per call (a measurable share
         # of a no-op step, see bench/), same TimeoutError and cancellation of the call.
         async with asyncio.timeout(self.timeout):
@@ -440,6 +464,7 @@ class ToolOptions(TypedDict, total=False):
     idempotent: bool
     timeout: float
     reconcile: ReconcileFn | None
+    hook_timeout: float
     retry: RetryPolicy | None
     circuit: CircuitBreaker | None
     read_only: bool | None
@@ -502,6 +527,7 @@ def tool(
     idempotent: bool = False,
     timeout: float = 30.0,
     reconcile: ReconcileFn | None = None,
+    hook_timeout: float = DEFAULT_HOOK_TIMEOUT,
     retry: RetryPolicy | None = None,
     circuit: CircuitBreaker | None = None,
     read_only: bool | None = None,
@@ -531,7 +557,9 @@ def tool(
 
     ``reconcile(key)`` (or ``reconcile(key, info)``, to send ``info.fence`` along) is
     asked, after a crash or a timeout hid a call's outcome, whether the effect with that
-    idempotency key took place.
+    idempotency key took place. It must answer a :class:`Reconciled` within
+    ``hook_timeout`` seconds; raising, answering anything else or running longer
+    escalates the call to a person.
 
     The function takes the arguments (a pydantic model when its first parameter is
     annotated with one, else the JSON value) and, optionally, a :class:`CallInfo`; or
@@ -562,6 +590,7 @@ def tool(
             idempotent=idempotent,
             timeout=timeout,
             reconcile=reconcile,
+            hook_timeout=hook_timeout,
             retry=retry,
             circuit=circuit,
             args_model=first if _is_model(first) else None if params else NoArgs,

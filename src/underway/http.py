@@ -48,6 +48,7 @@ from pydantic import BaseModel, ValidationError
 from .effects import CallInfo
 from .errors import OutcomeUnknown, UnderwayError
 from .events import JSON
+from .lost_track import lost_track
 from .secrets import mask
 
 __all__ = ["HTTPError", "Interceptor", "Response", "ResponseInvalid", "install_interceptor",
@@ -66,12 +67,6 @@ MAX_REDIRECTS = 20
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
 """Methods that change nothing on the server (RFC 9110): losing their answer loses nothing."""
 
-# Errors raised once the request may have reached the server. (A connect error, a connect
-# timeout or a pool timeout happen before anything is sent.)
-_AFTER_SENDING = (
-    httpx.ReadError, httpx.WriteError, httpx.ReadTimeout, httpx.WriteTimeout,
-    httpx.RemoteProtocolError,
-)
 
 
 class HTTPError(Exception):
@@ -208,8 +203,10 @@ async def request(
     try:
         resp = await _send(http, http.build_request(
             verb, url, content=data, headers=all_headers, timeout=timeout), info)
-    except _AFTER_SENDING as exc:
-        if verb in SAFE_METHODS:
+    except Exception as exc:
+        # Read by its nature (:mod:`underway.lost_track`): sent, and the answer lost?
+        if verb in SAFE_METHODS or getattr(exc, "outcome_unknown", False) \
+                or not lost_track(exc):
             raise
         raise OutcomeUnknown(
             f"{verb} {url}: the request was sent but its answer was lost "

@@ -20,13 +20,13 @@ from ..effects import (
     Model,
     Tool,
     args_hash,
-    ask_reconcile,
     fence_of,
     idempotency_key,
 )
 from ..egress import Egress
 from ..errors import ConfigurationError, NonDeterminismError, ToolCallError, is_store_failure
 from ..events import JSON, canonical_json
+from ..hooks import HookFailed
 from ..intent import CallIntent
 from ..models.routing import ModelRouter
 from ..redaction import scrub
@@ -34,7 +34,8 @@ from ..secrets import credentials_rejected, mask, resolve
 from ..secrets import refusal as secret_refusal
 from ..state import REFUSAL_ERRORS, request_id_for, shadow_result
 from ._activation import Activation
-from ._outcomes import LOST_TRACK, allowed_name, credentials_retry, lost_track
+from ._outcomes import LOST_TRACK, allowed_name, ask_reconcile, credentials_retry, lost_track
+from ._outcomes import hook_failed as _hook_failed
 from ._stops import DeadLetter, Escalate, Stop, Suspend
 
 if TYPE_CHECKING:
@@ -201,14 +202,7 @@ class StepExecution:
         if t.reconcile is None:
             self._unknown(t, key, index, "and it has no reconcile hook; confirm whether it "
                                          "happened")
-        # The query carries the fence of the reconcile it makes: a fence-checking system
-        # refuses the attempt in doubt should it arrive after the query.
-        s = self._act.state
-        query = CallInfo(key, self.tenant_id, self.run_id, self.step, index,
-                         fence_of(self._act.lease.token, s.seq + 1), s.principal,
-                         tuple(s.roles), egress=None if t.hosts is None
-                         else Egress(t.name, t.hosts))
-        found = await ask_reconcile(t.reconcile, key, query)
+        found = await ask_reconcile(self._act, call, self.step)
         if found.outcome == "happened":
             self._act.buffer(ev.ToolSucceeded(
                 key=key, tool=t.name, index=index, args_hash=h, result=found.result,
@@ -434,6 +428,9 @@ class StepExecution:
         began = time.perf_counter()
         try:
             result = await t.invoke(call.args, info, validated=call.validated)
+        except HookFailed as failed:
+            # An undo that did not answer: whether it took effect is for a person to say.
+            _hook_failed(t, key, index, failed)
         except TimeoutError:
             self._act.buffer(ev.ToolTimedOut(
                 key=key, tool=t.name, index=index, args_hash=h, timeout_s=t.timeout

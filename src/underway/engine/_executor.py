@@ -34,6 +34,7 @@ from ..errors import (
 from ..events import canonical_json
 from ..flow import Done, Fail, Flow, Goto, Next, RunContext, Sleep, Wait
 from ..guard import Guard
+from ..hooks import DEFAULT_HOOK_TIMEOUT, notify
 from ..identity import worker_identity
 from ..journal import Journal
 from ..jsonpatch import make_patch
@@ -160,6 +161,9 @@ class Engine(EagerStarts):
         10,000): what a worker keeps out of its log lines."""
         self.checkpoint_every = checkpoint_every
         self.retry_budget = retry_budget
+        self.notify_timeout = DEFAULT_HOOK_TIMEOUT
+        """Seconds the notifier may take; past them, or raising, it is logged (the run waits
+        in the inbox all the same)."""
         self.committer: GroupCommit | None = (
             GroupCommit(store) if group_commit and offload_of(store) is not INLINE else None
         )
@@ -434,8 +438,8 @@ class Engine(EagerStarts):
         # A notice leaves for mailboxes and chat rooms: no field a run hides goes with it
         # (the request's page shows the exact arguments to whoever may see them).
         self.redactor.learn(e)
-        await self.guard.notifier.notify(
-            self.redactor.fields(notice, "args", "evidence", "question"))
+        await notify(self.guard.notifier, self.redactor.fields(
+            notice, "args", "evidence", "question"), s.run_id, timeout=self.notify_timeout)
 
     def _deadline_passed(self, s: RunState) -> bool:
         return (

@@ -1,15 +1,21 @@
 """How a tool call that did not simply succeed is read: an outcome lost (the effect may
-have happened), credentials refused (refresh and try once more, then a person), and the
-name an allow-list must hold."""
+have happened, :mod:`underway.lost_track`), its reconcile hook asked, a hook that did not
+answer (a person settles the call), credentials refused (refresh and try once more, then a
+person), and the name an allow-list must hold."""
 
 from __future__ import annotations
 
-import sys
+import inspect
 from typing import NoReturn
 
 from .. import events as ev
-from ..effects import COMPENSATE_SUFFIX, Tool
-from ..errors import ToolCallError
+from ..effects import COMPENSATE_SUFFIX, CallInfo, Reconciled, Tool, fence_of
+from ..egress import Egress
+from ..errors import ConfigurationError, ToolCallError
+from ..events import canonical_json
+from ..hooks import HookFailed, call_hook
+from ..intent import CallIntent
+from ..lost_track import lost_track
 from ..secrets import refresh
 from ._activation import Activation
 from ._stops import DeadLetter, Escalate, Suspend
@@ -17,22 +23,61 @@ from ._stops import DeadLetter, Escalate, Suspend
 LOST_TRACK = frozenset({"ToolTimedOut", "OutcomeUnknown"})
 """Error types of a mutating call whose outcome is unknown (not a failure)."""
 
+__all__ = ["LOST_TRACK", "allowed_name", "ask_reconcile", "credentials_retry", "hook_failed",
+           "lost_track"]
 
-def lost_track(exc: BaseException) -> bool:
-    """True when ``exc`` means the request may have reached the outside world and its
-    answer was lost: :class:`~underway.errors.OutcomeUnknown`, a connection reset or broken
-    pipe, or an HTTP client's read/write error or read timeout (httpx)."""
-    if getattr(exc, "outcome_unknown", False):
-        return True
-    if isinstance(exc, ConnectionResetError | BrokenPipeError | ConnectionAbortedError):
-        return True
-    httpx = sys.modules.get("httpx")
-    if httpx is not None and isinstance(exc, httpx.ReadError | httpx.WriteError
-                                        | httpx.ReadTimeout | httpx.WriteTimeout
-                                        | httpx.RemoteProtocolError):
-        return True
-    cause = exc.__cause__ or exc.__context__
-    return cause is not None and cause is not exc and lost_track(cause)
+
+async def ask_reconcile(act: Activation, call: CallIntent, step: str) -> Reconciled:
+    """Ask the reconcile hook of ``call``'s tool what happened to the call, with the
+    arguments the hook takes, through :func:`~underway.hooks.call_hook`: within the tool's
+    ``hook_timeout``, answering a :class:`Reconciled`. A hook that raises, answers
+    something else or not in time escalates the call (:func:`hook_failed`).
+
+    The query carries the fence of the reconcile it makes: a fence-checking system
+    refuses the attempt in doubt should it arrive after the query.
+    """
+    t, s = call.tool, act.state
+    fn = t.reconcile
+    if fn is None:
+        raise ConfigurationError(f"tool {t.name!r} has no reconcile hook")
+    query = CallInfo(call.key, s.tenant_id, s.run_id, step, call.index,
+                     fence_of(act.lease.token, s.seq + 1), s.principal, tuple(s.roles),
+                     egress=None if t.hosts is None else Egress(t.name, t.hosts))
+    args = (call.key, query) if len(inspect.signature(fn).parameters) >= 2 else (call.key,)
+    try:
+        found: Reconciled = await call_hook("reconcile", f"tool {t.name!r}", fn, *args,
+                                            timeout=t.hook_timeout, answer=_reconciled)
+    except HookFailed as failed:
+        hook_failed(t, call.key, call.index, failed)
+    return found
+
+
+def _reconciled(out: object) -> str | None:
+    """What is wrong with a reconcile hook's answer ``out`` (None: nothing)."""
+    if not isinstance(out, Reconciled):
+        return f"answered {_shown(out)}, not a Reconciled"
+    if out.outcome not in ("happened", "not_happened", "unknown"):
+        return f"answered the outcome {out.outcome!r}, not happened, not_happened or unknown"
+    try:
+        canonical_json(out.result)
+    except (TypeError, ValueError) as exc:
+        return f"answered a result that is not JSON ({exc})"
+    return None
+
+
+def _shown(out: object) -> str:
+    return "nothing (None)" if out is None else f"a {type(out).__name__}"
+
+
+def hook_failed(t: Tool, key: str, index: int, failed: HookFailed) -> NoReturn:
+    """A hook of ``t`` did not answer about call ``key``: the call's outcome stays
+    unknown, and a person settles it (never a failure the step could retry under new
+    keys). The escalation names the hook and why."""
+    raise Escalate(
+        f"outcome of tool {t.name!r} (key {key}) is unknown: {failed.message}; confirm "
+        "whether it happened, then resolve", key, t.name, index, cause="unknown_outcome",
+        hook=failed.hook,
+    )
 
 
 def credentials_retry(

@@ -24,10 +24,11 @@ class Escalate(BaseException):
 
     def __init__(
         self, reason: str, key: str | None, tool: str | None, index: int | None,
-        cause: str = "other",
+        cause: str = "other", hook: str | None = None,
     ) -> None:
         super().__init__(reason)
-        self.event = ev.Escalated(reason=reason, key=key, tool=tool, index=index, cause=cause)
+        self.event = ev.Escalated(reason=reason, key=key, tool=tool, index=index, cause=cause,
+                                  hook=hook)
 
     @classmethod
     def about(cls, event: ev.Escalated) -> Escalate:

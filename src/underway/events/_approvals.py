@@ -21,6 +21,9 @@ class Escalated(Event):
     cause: str = "other"
     """``unknown_outcome``, ``nondeterminism``, ``deadline``, ``budget``, ``question``,
     ``replan`` or ``other``."""
+    hook: str | None = None
+    """The user hook that did not answer (``reconcile``, ``compensate``), when one is why
+    the run escalated; None otherwise (and in events of earlier versions)."""
     request_id: str | None = None
     """For a question: the id a signed answer must name."""
     question: str | None = None

@@ -18,8 +18,9 @@ HELD: list[str] = []
 RELEASED: list[dict[str, Any]] = []
 
 
-class Crash(BaseException):
-    """Abandons an activation, as a SIGKILL would."""
+class Crash(SystemExit):
+    """Abandons an activation, as a SIGKILL would: the process stopping is no answer of
+    the hook's (any other exception from it escalates, see tests/adversarial/test_hooks.py)."""
 
 
 class Seat(BaseModel):
