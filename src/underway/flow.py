@@ -10,12 +10,12 @@ from __future__ import annotations
 import random as _random
 import uuid as _uuid
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast, overload
 
 from pydantic import BaseModel, ValidationError
 
+from ._next import ChildOutcome, Done, Fail, Goto, Next, Sleep, Wait
 from .errors import ConfigurationError
 from .events import JSON
 from .lineage import Lineage
@@ -29,64 +29,6 @@ S = TypeVar("S", bound=BaseModel)
 I = TypeVar("I", bound=BaseModel)  # noqa: E741 - conventional name for the input type
 ToolArgs = TypeVar("ToolArgs")
 ToolResult = TypeVar("ToolResult")
-
-
-@dataclass(frozen=True, slots=True)
-class Goto:
-    """Continue with ``step``."""
-
-    step: str
-
-
-@dataclass(frozen=True, slots=True)
-class Sleep:
-    """Wait ``seconds`` on a durable timer, then continue with ``then``."""
-
-    seconds: float
-    then: str
-
-
-@dataclass(frozen=True, slots=True)
-class Wait:
-    """Wait for signal ``signal`` (at most ``timeout`` seconds), then continue with ``then``."""
-
-    signal: str
-    timeout: float | None
-    then: str
-
-
-@dataclass(frozen=True, slots=True)
-class Done:
-    """Finish the run with ``result``."""
-
-    result: JSON
-
-
-@dataclass(frozen=True, slots=True)
-class Fail:
-    """Fail the run with ``reason``."""
-
-    reason: str
-
-
-Next = Goto | Sleep | Wait | Done | Fail
-"""What a step returns: where the run goes next."""
-
-
-@dataclass(frozen=True, slots=True)
-class ChildOutcome:
-    """How a child run ended (what :meth:`RunContext.wait_for` returns): ``completed``
-    with ``result``, or ``failed`` or ``cancelled`` with ``error`` saying why."""
-
-    run_id: str
-    status: Literal["completed", "failed", "cancelled"]
-    result: JSON = None
-    error: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        """True when the child completed."""
-        return self.status == "completed"
 
 
 def _seconds(duration: float | timedelta) -> float:
