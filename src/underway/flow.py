@@ -10,14 +10,15 @@ from __future__ import annotations
 import random as _random
 import uuid as _uuid
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast, overload
 
 from pydantic import BaseModel, ValidationError
 
+from ._next import ChildOutcome, Done, Fail, Goto, Next, Sleep, Wait
 from .errors import ConfigurationError
 from .events import JSON
+from .lineage import Lineage
 
 if TYPE_CHECKING:
     from .budgets import Budget
@@ -28,64 +29,6 @@ S = TypeVar("S", bound=BaseModel)
 I = TypeVar("I", bound=BaseModel)  # noqa: E741 - conventional name for the input type
 ToolArgs = TypeVar("ToolArgs")
 ToolResult = TypeVar("ToolResult")
-
-
-@dataclass(frozen=True, slots=True)
-class Goto:
-    """Continue with ``step``."""
-
-    step: str
-
-
-@dataclass(frozen=True, slots=True)
-class Sleep:
-    """Wait ``seconds`` on a durable timer, then continue with ``then``."""
-
-    seconds: float
-    then: str
-
-
-@dataclass(frozen=True, slots=True)
-class Wait:
-    """Wait for signal ``signal`` (at most ``timeout`` seconds), then continue with ``then``."""
-
-    signal: str
-    timeout: float | None
-    then: str
-
-
-@dataclass(frozen=True, slots=True)
-class Done:
-    """Finish the run with ``result``."""
-
-    result: JSON
-
-
-@dataclass(frozen=True, slots=True)
-class Fail:
-    """Fail the run with ``reason``."""
-
-    reason: str
-
-
-Next = Goto | Sleep | Wait | Done | Fail
-"""What a step returns: where the run goes next."""
-
-
-@dataclass(frozen=True, slots=True)
-class ChildOutcome:
-    """How a child run ended (what :meth:`RunContext.wait_for` returns): ``completed``
-    with ``result``, or ``failed`` or ``cancelled`` with ``error`` saying why."""
-
-    run_id: str
-    status: Literal["completed", "failed", "cancelled"]
-    result: JSON = None
-    error: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        """True when the child completed."""
-        return self.status == "completed"
 
 
 def _seconds(duration: float | timedelta) -> float:
@@ -107,6 +50,11 @@ class StepRuntime(Protocol):
     idempotency_key: str | None
     signal: dict[str, JSON] | None
     timed_out: bool
+
+    @property
+    def lineage(self) -> Lineage:
+        """What the run inherited and passes on."""
+        ...
 
     def clock(self) -> float:
         """The current time (epoch seconds), before it is journaled."""
@@ -139,9 +87,11 @@ class StepRuntime(Protocol):
 
     async def start_child(
         self, flow: Flow[Any, Any] | str, input: JSON, *, key: str | None, detached: bool,
-        queue: str | None,
+        queue: str | None, lineage: Lineage | None = None, taint: tuple[str, ...] = (),
     ) -> str:
-        """Start a child run once (journaled); its run id."""
+        """Start a child run once (journaled); its run id. ``lineage``: what the start
+        adds to what the run passes on; ``taint``: the taint sources the run's context has
+        now (its flow's :attr:`Flow.taint_of`)."""
         ...
 
     async def wait_child(self, run_id: str) -> ChildOutcome:
@@ -157,12 +107,14 @@ class StepRuntime(Protocol):
 class RunContext(Generic[S, I]):
     """What a step sees: the run's state and input, and the journaled ways to act."""
 
-    def __init__(self, execution: StepRuntime, state: S, input: I) -> None:
+    def __init__(self, execution: StepRuntime, state: S, input: I, *,
+                 taint_of: Callable[[S], Iterable[str]] | None = None) -> None:
         self._x = execution
         self.state: S = state
         """The run's typed state; changes are journaled as a patch when the step ends."""
         self.input: I = input
         """The run's typed input."""
+        self._taint_of = taint_of
 
     @property
     def run_id(self) -> str:
@@ -189,6 +141,12 @@ class RunContext(Generic[S, I]):
         """The key this run was started with; ``intake:<event key>`` when an outside event
         started it through :func:`~underway.intake.intake`."""
         return self._x.idempotency_key
+
+    @property
+    def lineage(self) -> Lineage:
+        """What this run inherited and passes on (:class:`~underway.lineage.Lineage`): its
+        outside origin and taint, shadow mode, subject, purpose, trace and labels."""
+        return self._x.lineage
 
     @property
     def signal(self) -> JSON:
@@ -282,6 +240,7 @@ class RunContext(Generic[S, I]):
         key: str | None = None,
         detached: bool = False,
         queue: str | None = None,
+        lineage: Lineage | None = None,
     ) -> str:
         """Start a run of ``flow`` as a child of this run, in this tenant; return its run id.
 
@@ -291,10 +250,19 @@ class RunContext(Generic[S, I]):
         for this run's principal, runs on ``queue`` (default: this run's queue), and its end
         reaches this run (:meth:`wait_for`). Cancelling this run cancels the child too,
         unless it is ``detached``.
+
+        The child inherits this run's :attr:`lineage` (outside origin, taint, shadow
+        mode, subject, purpose, consent, trace, labels), with the taint this run's context
+        has taken in since it started (:attr:`Flow.taint_of`) and shadow mode when this
+        run is in it. ``lineage`` adds to that (more taint, labels, shadow mode, a
+        subject or purpose where this run has none); it can never remove what the child
+        inherits.
         """
         if isinstance(input, BaseModel):
             input = input.model_dump(mode="json")
-        return await self._x.start_child(flow, input, key=key, detached=detached, queue=queue)
+        taint = () if self._taint_of is None else tuple(self._taint_of(self.state))
+        return await self._x.start_child(flow, input, key=key, detached=detached, queue=queue,
+                                         lineage=lineage, taint=taint)
 
     async def wait_for(self, run_id: str) -> ChildOutcome:
         """How child run ``run_id`` (started by this run with :meth:`start`) ended.
@@ -384,6 +352,9 @@ class Flow(Generic[S, I]):
     ``signals`` declares the names its steps wait for: the engine, ``underway runs signal``
     and intake then refuse any other name sent to its runs (a signal no step reads would
     sit unread); without it every name is accepted and the CLI warns.
+    ``taint_of`` reads from a run's state where the untrusted content its context holds
+    came from (an agent's flow: what its model has read); a child the run starts
+    inherits that taint.
 
     >>> flow = Flow("invoice_followup", state=FollowUp, input=Customer)
     >>> @flow.step(start=True)
@@ -404,8 +375,12 @@ class Flow(Generic[S, I]):
         deny_unlisted_mutating: bool | None = None,
         default_policy: Policy | None = None,
         signals: Iterable[str] | None = None,
+        taint_of: Callable[[S], Iterable[str]] | None = None,
     ) -> None:
         self.name = self.check_name(name)
+        self.taint_of = taint_of
+        """Where the untrusted content a run's context holds came from, read from its state
+        (an agent's: what its model has read); a child the run starts inherits it."""
         self.state_type = state
         self.input_type: type[Any] = input or _NoInput
         self._init = init

@@ -50,6 +50,7 @@ from .codec import signal_where
 from .errors import ConfigurationError
 from .events import JSON, canonical_json
 from .flow import Flow
+from .lineage import INTAKE_KEY_PREFIX, INTAKE_TAINT, Lineage
 from .store.base import IntakeRequest, NewRun, Store
 from .subjects import DEFAULT_PURPOSE, check_purpose, check_reference, check_subject
 
@@ -296,9 +297,10 @@ class IntakeResult:
     reason: str = ""
 
 
-RUN_KEY_PREFIX = "intake:"
-"""How the idempotency key of every run intake starts begins: such a run's input came from
-outside (an agent treats it as untrusted content)."""
+RUN_KEY_PREFIX = INTAKE_KEY_PREFIX
+"""How the idempotency key of every run intake starts begins. What marks such a run's
+input as outside content is its lineage (:class:`~underway.lineage.Lineage`: the event's
+source as its origin, ``intake`` taint), which every run it starts inherits."""
 
 
 def run_key(idempotency_key: str) -> str:
@@ -393,6 +395,7 @@ def _prepare_run(engine: Client | Engine, route: StartFlow, ev: IntakeEvent,
             route.flow, data, tenant_id=ev.tenant_id, idempotency_key=run_key(ev.idempotency_key),
             run_id=str(uuid.uuid4()), queue=route.queue, trace_context=trace_context,
             subject=subject, purpose=ev.purpose or route.purpose, consent=ev.consent,
+            lineage=Lineage(origin=ev.source, taint=(INTAKE_TAINT,)),
         )
     except ConfigurationError as exc:
         raise IntakeError(f"{where}: {exc}") from None

@@ -18,6 +18,7 @@ from . import events as ev
 from .control import CHILD as CHILD_SIGNAL
 from .events import JSON
 from .jsonpatch import apply_patch
+from .lineage import Lineage, restored
 
 RunStatus = Literal[
     "ready", "waiting", "escalated", "dead", "completed", "failed", "cancelled"
@@ -239,6 +240,17 @@ class RunState:
     path, False for the old one (:class:`~underway.events.VersionMarked`)."""
     forked_from: str | None = None
     """The run this one was forked from (``underway runs fork``), if any."""
+    lineage_record: Lineage | None = None
+    """What the run's start journaled in ``RunStarted.lineage`` (None: nothing); read
+    :attr:`lineage`, the whole of what the run inherited."""
+
+    @property
+    def lineage(self) -> Lineage:
+        """What the run inherited and passes on (:class:`~underway.lineage.Lineage`): its
+        journaled record with its subject, purpose, consent and trace context."""
+        return restored(self.lineage_record, idempotency_key=self.idempotency_key,
+                        subject=self.subject, purpose=self.purpose, consent=self.consent,
+                        trace_context=self.trace_context)
 
     @property
     def final(self) -> bool:
@@ -268,9 +280,13 @@ class RunState:
         data["children"] = {k: c.to_json() for k, c in self.children.items()}
         # Fields a run has only once it uses what they record: checkpoints of runs that do
         # not stay as they were, byte for byte.
-        for name, unused in (("versions", {}), ("forked_from", None)):
+        for name, unused in (("versions", {}), ("forked_from", None),
+                             ("lineage_record", None)):
             if data[name] == unused:
                 del data[name]
+        if self.lineage_record is not None:
+            data["lineage_record"] = self.lineage_record.model_dump(mode="json",
+                                                                    exclude_defaults=True)
         if not self.purged:
             # Only a purged run's state says so; checkpoints (never of a purged run) stay
             # as they were.
@@ -298,6 +314,8 @@ class RunState:
         data["children"] = {
             k: ChildRecord.model_validate(c) for k, c in (data.get("children") or {}).items()
         }
+        if data.get("lineage_record") is not None:
+            data["lineage_record"] = Lineage.model_validate(data["lineage_record"])
         return cls(**data)
 
     def clone(self) -> RunState:
@@ -419,6 +437,7 @@ def apply(s: RunState, rec: Recorded) -> RunState:
             s.trace_context = e.trace_context
             s.subject, s.purpose, s.consent = e.subject, e.purpose, e.consent
             s.forked_from = e.forked_from
+            s.lineage_record = e.lineage
             if e.fork is not None:
                 _carry_over(s, e.fork)
         case ev.InputChecked():

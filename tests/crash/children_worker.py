@@ -7,7 +7,7 @@ Parent ``i`` (flow ``order``) starts a ``charge`` child with ``ctx.start`` and w
 with ``ctx.wait_for``; the child sleeps on a durable timer, then completes with a result
 that includes a journaled uuid (so a second child, or a result taken from the wrong child,
 shows). Parents are started with idempotency keys, so a restarted process finds the runs of
-its predecessor.
+its predecessor, each with a lineage with every field set (:func:`parent_lineage`).
 
 The process exits when every parent is final, printing one JSON line with the fault points
 it passed (``UNDERWAY_CRASH_AFTER`` arms them; see :mod:`underway.faults`). With
@@ -29,6 +29,7 @@ from pydantic import BaseModel
 from worker import statuses_of, until_next_wake
 
 from underway import Engine, Flow, RunContext, Runner, connect, faults
+from underway.lineage import Lineage
 
 CHILD_SLEEP_S = 1.0
 """The child's durable sleep: long enough that parents wait for it, short for a test."""
@@ -37,6 +38,17 @@ CHILD_SLEEP_S = 1.0
 def parent_key(tenant: str, i: int) -> str:
     """The idempotency key that starts parent ``i`` of ``tenant``'s batch."""
     return f"{tenant}-order-{i}"
+
+
+def parent_lineage(tenant: str, i: int) -> Lineage:
+    """What parent ``i`` of ``tenant``'s batch starts with, every field set: its child
+    must inherit all of it, however the worker was killed."""
+    return Lineage(
+        origin="webhook:orders", taint=("intake", f"mail-{i}"), shadow=True,
+        subject=f"{tenant}-customer-{i}", purpose="billing", consent=f"consent-{i}",
+        trace_context={"traceparent": f"00-{i + 1:032x}-{i + 1:016x}-01"},
+        labels={"batch": tenant},
+    )
 
 
 class Order(BaseModel):
@@ -78,7 +90,8 @@ def build() -> list[Flow[Any, Any]]:
 async def drive(engine: Engine, tenant: str, runs: int, until_waiting: bool) -> dict[str, str]:
     """Start the batch (idempotently) and advance it until every parent is final."""
     ids = [engine.start("order", {"n": i}, tenant_id=tenant,
-                        idempotency_key=parent_key(tenant, i))[0] for i in range(runs)]
+                        idempotency_key=parent_key(tenant, i),
+                        lineage=parent_lineage(tenant, i))[0] for i in range(runs)]
     # Parents and children advance together: their commits, and the children's ends
     # signalled to their parents, share group commits.
     runner = Runner(engine, poll=0.05, concurrency=2 * runs)

@@ -9,8 +9,9 @@ parent's next commit (``child.after_create``), while the parents wait for their 
 nothing has read it), and at seeded points anywhere; fresh processes then take over.
 
 What is checked against the store: exactly one child per parent, each parent completes
-with its own child's result, every journal is contiguous and verifies, and whatever was
-committed before a kill is still there byte for byte.
+with its own child's result, each child carries its parent's whole lineage, every journal
+is contiguous and verifies, and whatever was committed before a kill is still there byte
+for byte.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from children_worker import parent_key
+from children_worker import parent_key, parent_lineage
 
 from fakes.invariants import Journals, check_prefix, journals
 from underway import connect
@@ -86,6 +87,14 @@ def check_batch(store: Store, tenant: str) -> list[str]:
             problems.append(f"parent {row.run_id}: children {mine}, intents {len(starts)}")
             continue
         child = journal.load(tenant, mine[0])
+        # Never a child without its lineage: whatever killed the worker, the child's own
+        # start event holds everything its parent had.
+        i = int(str(row.idempotency_key).rsplit("-", 1)[1])
+        if state.lineage != parent_lineage(tenant, i):
+            problems.append(f"parent {row.run_id}: lineage {state.lineage}")
+        if child.lineage != state.lineage.descend(row.run_id):
+            problems.append(f"child {mine[0]}: lineage {child.lineage} lacks its parent's "
+                            f"{state.lineage}")
         want = {"child": mine[0], "status": "completed", "charged": child.result}
         if state.status != "completed" or state.result != want:
             problems.append(f"parent {row.run_id}: {state.status} {state.result} != {want}")

@@ -20,7 +20,7 @@ from ..effects import Model, Tool
 from ..errors import ConfigurationError, ToolCallError
 from ..events import JSON
 from ..flow import Flow, Next, RunContext
-from ..intake import RUN_KEY_PREFIX
+from ..lineage import INTAKE_TAINT
 from ..models.types import Message, ModelResponse, ToolCall, ToolSpec
 from ..policy import DEFAULT_POLICY, Policy
 from .observations import UNTRUSTED, quote, repeated_from, untrusted_blocks
@@ -110,7 +110,7 @@ _CONTROL: dict[str, tuple[type[_Control], str]] = {
 
 _OWN_ACTIONS = frozenset({*_CONTROL, "set_plan", "wait_for_signal"})
 
-INTAKE = "intake"
+INTAKE = INTAKE_TAINT
 """The taint source of a run that an outside event started: its goal and context."""
 
 _PLAN_SPEC: JSON = ToolSpec(
@@ -193,6 +193,7 @@ class Agent:
         self.flow: Flow[AgentState, AgentInput] = Flow(
             name, state=AgentState, input=AgentInput, tools=list(tools), policy=policy,
             budget=budget, shadow=shadow, default_policy=DEFAULT_POLICY,
+            taint_of=_context_taint,
         )
         self._tool_specs: list[JSON] = [
             s.model_dump(mode="json", exclude_defaults=True) for s in self._specs()
@@ -437,14 +438,20 @@ class Agent:
 
 
 def _from_outside(ctx: RunContext[AgentState, AgentInput]) -> bool:
-    """Whether an outside event started this run (through intake): its input is untrusted."""
-    key = ctx.idempotency_key
-    return key is not None and key.startswith(RUN_KEY_PREFIX)
+    """Whether the run's input is untrusted: its lineage has an outside origin or taint
+    (intake started it, or a run that did, or a run whose context was tainted)."""
+    return ctx.lineage.tainted
 
 
 def _taint_input(ctx: RunContext[AgentState, AgentInput]) -> None:
-    if _from_outside(ctx):
-        _taint(ctx.state, INTAKE)
+    lineage = ctx.lineage
+    for source in lineage.taint or ((INTAKE,) if lineage.origin is not None else ()):
+        _taint(ctx.state, source)
+
+
+def _context_taint(st: AgentState) -> list[str]:
+    """What a run the agent starts (a sub-agent) inherits of its context's taint."""
+    return st.taint
 
 
 def _taint(st: AgentState, source: str) -> None:

@@ -24,6 +24,7 @@ from ..errors import AmbiguousRunId, ConfigurationError, KeyUnavailable, RunNotF
 from ..events import JSON, canonical_json
 from ..flow import Flow
 from ..journal import Journal, Verification
+from ..lineage import Lineage
 from ..redaction import Redactor, RunRedactors
 from ..state import ANSWER_SIGNAL, APPROVAL_SIGNAL, Recorded, RunState
 from ..store import connect
@@ -174,6 +175,7 @@ class Client(Consents, Forks):
         subject: str | None = None,
         purpose: str = DEFAULT_PURPOSE,
         consent: str | None = None,
+        lineage: Lineage | None = None,
     ) -> tuple[str, bool]:
         """Create a run (or find the one with this idempotency key): ``(run_id, created)``.
 
@@ -188,14 +190,13 @@ class Client(Consents, Forks):
         and ``tracestate``) is journaled with the run: its spans join that trace.
         ``subject`` names the data subject the run is about (an opaque id), ``purpose``
         what it is for, ``consent`` the reference of the consent it acts on; all three are
-        checked (:mod:`underway.subjects`) and journaled, and the run's children inherit
-        them (see docs/data-protection.md).
+        checked and journaled; ``lineage`` adds to them; descendants inherit it all.
         """
         rec, created = self._store.create_run(self.prepare_start(
             flow, input, tenant_id=tenant_id, idempotency_key=idempotency_key, run_id=run_id,
             start_at=start_at, queue=queue, deadline=deadline, principal=principal,
             roles=roles, trace_context=trace_context, subject=subject, purpose=purpose,
-            consent=consent,
+            consent=consent, lineage=lineage,
         ))
         return rec.run_id, created
 
@@ -216,6 +217,7 @@ class Client(Consents, Forks):
         subject: str | None = None,
         purpose: str = DEFAULT_PURPOSE,
         consent: str | None = None,
+        lineage: Lineage | None = None,
     ) -> NewRun:
         """The run :meth:`start` would create (input checked when the flow is known, first
         event encoded), for a caller that creates it inside a transaction of its own."""
@@ -231,7 +233,7 @@ class Client(Consents, Forks):
             run_id=run_id or str(uuid.uuid4()), idempotency_key=idempotency_key,
             start_at=start_at, queue=queue, deadline=deadline, principal=principal,
             roles=roles, trace_context=trace_context, subject=subject, purpose=purpose,
-            consent=consent,
+            consent=consent, lineage=lineage,
         )
 
     # -- steering runs ------------------------------------------------------------------

@@ -21,6 +21,7 @@ from ..journal import Journal
 from ..jsonpatch import apply_patch
 from ..state import APPROVAL_SIGNAL, RunState, usage_counters
 from ..store.base import ForkLink, NewRun, Store
+from ._starting import started_with
 
 MAX_REASON = 500
 """The longest reason a fork is given (journaled in both runs)."""
@@ -68,7 +69,8 @@ class Forks:
         ``step`` — by default the step the run stood at after that event, run from its
         start — with the run's input, its state then (``state_patch``: an RFC 7386 merge
         patch object, or a list of RFC 6902 JSON Patch operations, applied to it), the
-        same principal, roles, subject, purpose and consent, and the run's usage
+        same principal, roles and lineage (subject, purpose, consent, outside origin,
+        taint, shadow mode, trace, labels: :mod:`underway.lineage`), and the run's usage
         counters and version markers then (so budgets and counter rules keep counting).
         It never inherits approvals, pending requests, waits, timers or escalations: a
         forked call that needs an approval asks for its own. Both journals hold the link
@@ -198,7 +200,9 @@ def _records(
         # none, so it is never found by it.
         idempotency_key=at.idempotency_key, principal=at.principal, roles=list(at.roles),
         signals=None if at.signals is None else list(at.signals),
-        subject=at.subject, purpose=at.purpose, consent=at.consent, forked_from=parent,
+        # The fork inherits the run's lineage as a child would (the one record: origin,
+        # taint, shadow mode, subject, purpose, consent, trace, labels).
+        **started_with(at.lineage.descend(parent)), forked_from=parent,
         fork=ev.ForkOrigin(run_id=parent, seq=at_seq, step=at.step, by=by, reason=reason,
                            usage=usage_counters(at), versions=dict(at.versions)),
     )

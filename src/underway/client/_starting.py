@@ -13,6 +13,7 @@ from ..errors import ConfigurationError
 from ..events import JSON, canonical_json, genesis_hash
 from ..flow import Flow
 from ..journal import Journal
+from ..lineage import Lineage
 from ..store.base import NewRun
 from ..subjects import DEFAULT_PURPOSE, check_purpose, check_reference, check_subject
 
@@ -37,6 +38,7 @@ def new_run(
     subject: str | None = None,
     purpose: str = DEFAULT_PURPOSE,
     consent: str | None = None,
+    lineage: Lineage | None = None,
 ) -> NewRun:
     """The run to create for flow ``name`` (``flow``: its code, when known here).
 
@@ -46,15 +48,21 @@ def new_run(
     has the flow checks it before any step runs, and fails the run, naming the problem,
     when it does not match. ``parent_run_id``: the run starting this one as its child;
     ``trace_context``: the W3C trace context its spans join. ``subject``, ``purpose`` and
-    ``consent`` are checked (:mod:`underway.subjects`) and journaled.
+    ``consent`` are checked (:mod:`underway.subjects`) and journaled. ``lineage``: what
+    the run inherits (a child's, a fork's, a replay's: :meth:`Lineage.descend`) or starts
+    with (an outside origin, taint, shadow mode, labels); the other arguments add to it
+    and never replace what it has (:meth:`Lineage.join`). Every run is built here, so
+    this is where a run gets its whole lineage.
     """
     if not queue:
         raise ConfigurationError("queue name must not be empty")
-    if subject is not None:
-        check_subject(subject)
-    check_purpose(purpose)
-    if consent is not None:
-        check_reference(consent)
+    inherited = started_with(lineage, Lineage(
+        subject=subject, purpose=purpose, consent=consent, trace_context=trace_context))
+    if inherited["subject"] is not None:
+        check_subject(inherited["subject"])
+    check_purpose(inherited["purpose"])
+    if inherited["consent"] is not None:
+        check_reference(inherited["consent"])
     if flow is not None:
         if flow.start_step is None:
             raise ConfigurationError(f"flow {flow.name!r} has no steps")
@@ -66,8 +74,7 @@ def new_run(
             idempotency_key=idempotency_key, deadline=deadline, principal=principal,
             roles=sorted(set(roles)),
             signals=None if flow.signals is None else sorted(flow.signals),
-            parent_run_id=parent_run_id, trace_context=trace_context, subject=subject,
-            purpose=purpose, consent=consent,
+            parent_run_id=parent_run_id, **inherited,
         )
     else:
         Flow.check_name(name)
@@ -79,9 +86,7 @@ def new_run(
         event = ev.RunStarted(
             flow=name, input=raw, state=None, first_step="", checked=False,
             idempotency_key=idempotency_key, deadline=deadline, principal=principal,
-            roles=sorted(set(roles)), parent_run_id=parent_run_id,
-            trace_context=trace_context, subject=subject,
-            purpose=purpose, consent=consent,
+            roles=sorted(set(roles)), parent_run_id=parent_run_id, **inherited,
         )
     blobs: dict[str, bytes] = {}
     stored = journal.encode(tenant_id, run_id, [(1, now, event)],
@@ -92,3 +97,19 @@ def new_run(
         next_wake_at=start_at if start_at is not None else now, queue=queue,
         subject=event.subject, purpose=event.purpose,
     )
+
+
+def started_with(inherited: Lineage | None, adds: Lineage | None = None) -> dict[str, Any]:
+    """The fields of a :class:`~underway.events.RunStarted` that hold a run's lineage:
+    ``inherited`` (what it inherits, or starts with) with ``adds`` joined
+    (:meth:`Lineage.join`), as its ``subject``, ``purpose``, ``consent``,
+    ``trace_context`` and ``lineage`` (the rest). Every start writes them through here:
+    a run's start, a child's, a fork's.
+
+    Args:
+        inherited: the lineage the run inherits or is started with.
+        adds: what the start adds to it.
+    """
+    whole = (inherited or Lineage()).join(adds)
+    return {"subject": whole.subject, "purpose": whole.purpose, "consent": whole.consent,
+            "trace_context": whole.trace_context, "lineage": whole.journaled()}

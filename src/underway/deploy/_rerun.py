@@ -16,6 +16,7 @@ from ..engine import Registry, child_run_id
 from ..errors import ConfigurationError, ResultInvalid, ToolCallError
 from ..events import JSON
 from ..flow import ChildOutcome, Flow, RunContext
+from ..lineage import Lineage
 from ..state import RunState
 
 
@@ -54,6 +55,7 @@ class RecordedStep:
         self.run_id, self.tenant_id, self.step = state.run_id, state.tenant_id, step
         self.attempt = state.attempt
         self.idempotency_key = state.idempotency_key
+        self.lineage = state.lineage
         self.signal = state.signal
         self.timed_out = state.timed_out
         self.matched = 0
@@ -157,7 +159,7 @@ class RecordedStep:
 
     async def start_child(
         self, flow: Flow[Any, Any] | str, input: JSON, *, key: str | None, detached: bool,
-        queue: str | None,
+        queue: str | None, lineage: Lineage | None = None, taint: tuple[str, ...] = (),
     ) -> str:
         position = self._starts
         self._starts += 1
@@ -189,7 +191,8 @@ async def rerun_step(
     runtime = RecordedStep(state, step, tools)
     try:
         ctx: RunContext[Any, Any] = RunContext(
-            runtime, flow.parse_state(state.state), _input(flow, state.input))
+            runtime, flow.parse_state(state.state), _input(flow, state.input),
+            taint_of=flow.taint_of)
         async with asyncio.timeout(timeout):
             await flow.get_step(step)(ctx)
     except _Halt:

@@ -268,7 +268,8 @@ class StepExecution:
             if over is not None:
                 self._over_budget(over[0], over[1], t.name)
         policy = guard.policy_for(flow)
-        shadow = t.mutating and guard.shadow_for(flow)
+        # A run whose lineage is in shadow mode stays in it, whatever its flow says.
+        shadow = t.mutating and (guard.shadow_for(flow) or s.lineage.shadow)
         if policy is None:
             # No policy: nothing to decide or journal; the call goes ahead (or is shadowed).
             if shadow:

@@ -14,6 +14,7 @@ from ..control import CHILD as CHILD_SIGNAL
 from ..errors import ConfigurationError, NonDeterminismError, UnderwayError
 from ..events import JSON
 from ..flow import ChildOutcome, Flow
+from ..lineage import Lineage
 from ._calls import StepExecution
 from ._inbox import pending_signals
 from ._outbox import child_finished
@@ -40,9 +41,14 @@ class StepWithChildren(StepExecution):
         super().__init__(act, step)
         self._starts = 0
 
+    @property
+    def lineage(self) -> Lineage:
+        """What the run inherited and passes on (:attr:`RunContext.lineage`)."""
+        return self._act.state.lineage
+
     async def start_child(
         self, flow: Flow[Any, Any] | str, input: JSON, *, key: str | None, detached: bool,
-        queue: str | None,
+        queue: str | None, lineage: Lineage | None = None, taint: tuple[str, ...] = (),
     ) -> str:
         act, eng = self._act, self._act.engine
         s = act.state
@@ -66,13 +72,18 @@ class StepWithChildren(StepExecution):
                 f"start({name})",
             )
             raise self.broken
+        # What the child inherits, in one record: this run's lineage, the taint its
+        # context took in since it started and its shadow mode now, and what the start
+        # adds (never less than this run has).
+        inherited = s.lineage.descend(
+            self.run_id, lineage, taint=taint,
+            shadow=eng.guard.shadow_for(eng._flow(s.flow)),
+        )
         new = new_run(
             eng.journal, code, name, input, now=eng.clock.now(), tenant_id=self.tenant_id,
             run_id=run_id, idempotency_key=f"child:{self.run_id}:{key}", start_at=None,
             queue=queue or act.queue, deadline=None, principal=s.principal, roles=s.roles,
-            parent_run_id=self.run_id, trace_context=s.trace_context,
-            # A child acts for its parent: about the same person, for the same purpose.
-            subject=s.subject, purpose=s.purpose, consent=s.consent,
+            parent_run_id=self.run_id, lineage=inherited,
         )
         if known is None:
             # The intent, durable before the child exists: a cancel of this run from now on

@@ -22,6 +22,7 @@ from .. import faults
 from ..clock import Clock
 from ..events import JSON
 from ..flow import Flow
+from ..lineage import Lineage
 from ..store.base import Lease, NewRun, RunRecord, StartedRun, Store
 from ..subjects import DEFAULT_PURPOSE
 
@@ -102,6 +103,7 @@ class EagerStarts:
         subject: str | None = None,
         purpose: str = DEFAULT_PURPOSE,
         consent: str | None = None,
+        lineage: Lineage | None = None,
         eager: bool = True,
     ) -> tuple[str, bool]:
         """Create a run (or find the one with this idempotency key): ``(run_id, created)``,
@@ -116,7 +118,7 @@ class EagerStarts:
             flow, input, tenant_id=tenant_id, idempotency_key=idempotency_key, run_id=run_id,
             start_at=start_at, queue=queue, deadline=deadline, principal=principal,
             roles=roles, trace_context=trace_context, subject=subject, purpose=purpose,
-            consent=consent,
+            consent=consent, lineage=lineage,
         )
         return self.create_run(new, eager=eager)[:2]
 

@@ -488,7 +488,8 @@ class Engine(EagerStarts):
         x = self.execution(act, step)
         try:
             ctx: RunContext[Any, Any] = RunContext(
-                x, flow.parse_state(s.state), flow.input_type.model_validate(s.input)
+                x, flow.parse_state(s.state), flow.input_type.model_validate(s.input),
+                taint_of=flow.taint_of,
             )
             faults.point("step.before_run")
             nxt = await flow.get_step(step)(ctx)

@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..lineage import Lineage
 from ._base import JSON, Event
 
 
@@ -69,6 +70,11 @@ class RunStarted(Event):
     """The run (same tenant) this one was forked from (``underway runs fork``)."""
     fork: ForkOrigin | None = None
     """For a fork: where in its parent it starts and what it carries over."""
+    lineage: Lineage | None = None
+    """What the run inherited or was started with besides ``subject``, ``purpose``,
+    ``consent`` and ``trace_context`` (:class:`~underway.lineage.Lineage`: outside origin,
+    taint, shadow mode, labels, the root of its tree). None: nothing more, as every run
+    started before the record existed."""
 
 
 class InputChecked(Event):

@@ -186,6 +186,9 @@ def _start(engine: ReplayEngine, started: RunStarted, run_id: str, tenant_id: st
             idempotency_key=started.idempotency_key, deadline=started.deadline,
             principal=started.principal, roles=started.roles, subject=started.subject,
             purpose=started.purpose, consent=started.consent,
+            # The replay inherits the original's lineage whole: its outside origin and
+            # taint, shadow mode, trace and labels.
+            trace_context=started.trace_context, lineage=started.lineage,
         )
         return
     blobs: dict[str, bytes] = {}

@@ -1,0 +1,168 @@
+"""What a run inherits: the one record a run passes to every run it starts, to its forks
+and to its replays.
+
+A run's :class:`Lineage` says where its work came from and under what limits it runs: the
+outside origin that started its tree (an intake event's source), the taint of the
+content it starts with, shadow mode, the data subject, purpose and consent, the trace its
+spans join, its labels and the run at the top of its tree (the scope a tree's budgets
+count in). The start path (:func:`underway.client._starting.new_run`) is the only place
+that writes it; every descendant gets its parent's through :meth:`Lineage.descend`,
+which only ever adds restrictions: a child cannot drop the taint, shadow mode, subject or
+purpose its parent had.
+
+The record is journaled in the run's :class:`~underway.events.RunStarted` (``lineage``).
+Subject, purpose, consent and trace context keep their own fields there, as they always
+had; the journaled record holds the rest, and a run started before the record existed
+reads as the fields it has (a run intake started, known by its ``intake:`` key, has its
+outside origin).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .errors import ConfigurationError
+from .subjects import DEFAULT_PURPOSE
+
+__all__ = ["INTAKE_KEY_PREFIX", "INTAKE_TAINT", "Lineage", "restored"]
+
+INTAKE_KEY_PREFIX = "intake:"
+"""How the idempotency key of every run intake starts begins."""
+
+INTAKE_TAINT = "intake"
+"""The taint source of content an outside event brought in (a run intake started)."""
+
+_OWN_FIELDS = ("subject", "purpose", "consent", "trace_context")
+"""What :class:`~underway.events.RunStarted` holds in fields of its own."""
+
+
+class Lineage(BaseModel):
+    """What a run inherits from the run that started it, and passes on to every run it
+    starts, to its forks and to its replays.
+
+    ``origin``: the outside source whose event started the tree (an intake event's
+    ``source``; None: a person or a service started it). ``taint``: where the untrusted
+    content the run starts with came from (``intake``, tool names, ``signal:<name>``), in
+    order; an agent treats its input as untrusted when it is not empty. ``shadow``: the
+    run's mutating calls are journaled, never executed. ``subject``, ``purpose``,
+    ``consent``: the data subject, what the run is for and the consent it acts on.
+    ``trace_context``: the W3C trace context its spans join. ``labels``: names and values
+    it is found and shown by. ``root_run_id``: the run at the top of its tree (None: this
+    run is the top), the scope a tree's budgets count in.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    origin: str | None = None
+    taint: tuple[str, ...] = ()
+    shadow: bool = False
+    subject: str | None = None
+    purpose: str = DEFAULT_PURPOSE
+    consent: str | None = None
+    trace_context: dict[str, str] | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    root_run_id: str | None = None
+
+    @property
+    def tainted(self) -> bool:
+        """Whether the run starts with untrusted content (an outside origin, or taint)."""
+        return bool(self.taint) or self.origin is not None
+
+    def join(self, adds: Lineage | None) -> Lineage:
+        """This lineage with the restrictions of ``adds`` added: the outside origin, the
+        taint sources and the labels ``adds`` names besides these, shadow mode when either
+        has it, and the subject, purpose, consent and trace context where this one has
+        none. Nothing of this one is ever dropped or replaced.
+
+        Raises :class:`ConfigurationError` when ``adds`` names another data subject,
+        purpose or consent than this one (a run cannot act for someone else, or for
+        another purpose, than the run it comes from).
+        """
+        if adds is None:
+            return self
+        for name in ("subject", "consent"):
+            mine, theirs = getattr(self, name), getattr(adds, name)
+            if mine is not None and theirs is not None and mine != theirs:
+                raise ConfigurationError(
+                    f"a run inherits {name} {mine!r}; it cannot start with {name} {theirs!r}")
+        if DEFAULT_PURPOSE not in (self.purpose, adds.purpose) \
+                and self.purpose != adds.purpose:
+            raise ConfigurationError(
+                f"a run inherits purpose {self.purpose!r}; it cannot start with purpose "
+                f"{adds.purpose!r}")
+        return Lineage(
+            origin=self.origin if self.origin is not None else adds.origin,
+            taint=_union(self.taint, adds.taint),
+            shadow=self.shadow or adds.shadow,
+            subject=self.subject if self.subject is not None else adds.subject,
+            purpose=self.purpose if self.purpose != DEFAULT_PURPOSE else adds.purpose,
+            consent=self.consent if self.consent is not None else adds.consent,
+            trace_context=self.trace_context if self.trace_context is not None
+            else adds.trace_context,
+            labels={**adds.labels, **self.labels},
+            root_run_id=self.root_run_id if self.root_run_id is not None
+            else adds.root_run_id,
+        )
+
+    def descend(self, run_id: str, adds: Lineage | None = None, *, shadow: bool = False,
+                taint: Iterable[str] = ()) -> Lineage:
+        """The lineage of a run that run ``run_id`` (whose lineage this is) starts, forks
+        or replays: all of this one, with ``run_id``'s tree as its root, plus what the
+        start adds (``adds``, see :meth:`join`) and what the parent has at this moment
+        beyond its own start: ``shadow`` (it runs in shadow mode) and ``taint`` (sources
+        its context has taken in since).
+
+        Args:
+            run_id: the parent run.
+            adds: what the start asks for besides; it can add restrictions, never remove.
+            shadow: the parent runs in shadow mode now (its flow's or engine's setting).
+            taint: taint sources the parent's context has now.
+        """
+        here = Lineage(taint=tuple(taint), shadow=shadow,
+                       root_run_id=self.root_run_id or run_id)
+        return self.join(here).join(adds)
+
+    def journaled(self) -> Lineage | None:
+        """What :class:`~underway.events.RunStarted` journals of this lineage in its
+        ``lineage`` field: everything but the subject, purpose, consent and trace context
+        (fields of their own there); None when nothing is left, so such a run is
+        journaled as it always was."""
+        rest = self.model_copy(update={name: Lineage.model_fields[name].default
+                                       for name in _OWN_FIELDS})
+        return None if rest == _EMPTY else rest
+
+
+_EMPTY = Lineage()
+
+
+def restored(
+    journaled: Lineage | None, *, idempotency_key: str | None, subject: str | None,
+    purpose: str, consent: str | None, trace_context: Mapping[str, str] | None,
+) -> Lineage:
+    """A run's lineage from what its start journaled: the ``lineage`` record (None for a
+    run started before it existed, or with nothing more to inherit) and the fields of its
+    own. A run whose key says intake started it has its outside origin, whatever else
+    was journaled.
+
+    Args:
+        journaled: ``RunStarted.lineage``.
+        idempotency_key: the key the run was started with.
+        subject: the data subject.
+        purpose: what the run is for.
+        consent: the consent reference.
+        trace_context: the W3C trace context.
+    """
+    found = journaled or _EMPTY
+    if idempotency_key is not None and idempotency_key.startswith(INTAKE_KEY_PREFIX):
+        found = found.join(Lineage(origin=found.origin or INTAKE_TAINT,
+                                   taint=(INTAKE_TAINT,)))
+    return found.model_copy(update={
+        "subject": subject, "purpose": purpose, "consent": consent,
+        "trace_context": None if trace_context is None else dict(trace_context),
+    })
+
+
+def _union(first: tuple[str, ...], then: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys((*first, *then)))
