@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from ..errors import ConfigurationError
 from . import bwrap, docker, unsandboxed
@@ -16,6 +17,18 @@ from .workspace import CallDirs
 log = logging.getLogger("underway.sandbox")
 
 
+class Planner(Protocol):
+    """A backend's ``plan``: the :class:`Launch` of ``argv`` under ``profile``.
+
+    ``ceiling``: the most processes the sandbox user may run for the worker (its
+    :class:`~underway.sandbox.WorkerLimits` ``processes``), for backends that count them
+    per user."""
+
+    def __call__(self, profile: SandboxProfile, argv: Sequence[str], dirs: CallDirs,
+                 extra_env: Mapping[str, str] | None, /, *,
+                 ceiling: int | None = None) -> Launch: ...
+
+
 @dataclass(frozen=True, slots=True)
 class BackendImpl:
     """One backend: ``unavailable(profile)`` says why it cannot run here (None: it can);
@@ -23,7 +36,7 @@ class BackendImpl:
 
     name: str
     unavailable: Callable[[SandboxProfile], str | None]
-    plan: Callable[[SandboxProfile, Sequence[str], CallDirs, Mapping[str, str] | None], Launch]
+    plan: Planner
     isolated: bool = True
 
 

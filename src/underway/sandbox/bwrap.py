@@ -21,9 +21,9 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from .child import capped, child_setup, exec_chain, reachable
+from .child import Rlimit, capped, child_setup, exec_chain, reachable
 from .errors import SandboxError
-from .launch import Launch, command_env
+from .launch import Launch, command_env, deadline
 from .profile import ETC_NETWORK, ETC_RO, PROXY_SOCKET, ROOT_LINKS, SYSTEM_RO, SandboxProfile
 from .workspace import CallDirs
 
@@ -119,8 +119,14 @@ def reap_orphans(path: str, uid: int) -> list[int]:
 
 
 def plan(profile: SandboxProfile, argv: Sequence[str], dirs: CallDirs,
-         extra_env: Mapping[str, str] | None) -> Launch:
-    """How to run ``argv`` under ``profile`` with bubblewrap."""
+         extra_env: Mapping[str, str] | None, *, ceiling: int | None = None) -> Launch:
+    """How to run ``argv`` under ``profile`` with bubblewrap.
+
+    The process limit is set inside the sandbox, on its first process (see
+    :func:`process_limits`); ``ceiling``, when the worker runs as root, caps the sandbox
+    user's processes on the host from outside. A ``timeout`` process in front keeps the
+    time limit (:func:`~underway.sandbox.launch.deadline`).
+    """
     path = binary()
     if path is None:
         raise SandboxError("`bwrap` disappeared from PATH since it was probed")
@@ -165,8 +171,9 @@ def plan(profile: SandboxProfile, argv: Sequence[str], dirs: CallDirs,
     block_r, block_w = os.pipe()
     os.write(block_w, b"x")
     os.close(block_w)
-    args += ["--block-fd", str(block_r), "--", *argv]
-    rlimits = capped(profile.limits.rlimits())
+    rlimits, inner = process_limits(profile, ids, ceiling)
+    args += ["--block-fd", str(block_r), "--", *inner, *argv]
+    args = deadline(profile.limits) + args
     chain = None if stage else exec_chain(ids, rlimits)
     if chain is not None:
         args, setup = chain + args, None
@@ -175,7 +182,49 @@ def plan(profile: SandboxProfile, argv: Sequence[str], dirs: CallDirs,
     # The environment reaches the command through bubblewrap's own, never its argv: an
     # argv is readable by every user of the host.
     return Launch("bwrap", args, env, setup, pass_fds=(block_r, *fds), setup_fd=os.dup(block_r),
-                  close_after_spawn=[block_r])
+                  close_after_spawn=[block_r], kills_at_timeout=bool(deadline(profile.limits)))
+
+
+def process_limits(profile: SandboxProfile, ids: tuple[int, int] | None,
+                   ceiling: int | None) -> tuple[list[Rlimit], list[str]]:
+    """``(rlimits of the launcher, argv prefix inside the sandbox)``.
+
+    The kernel counts a process limit per user *and user namespace*, and every sandbox
+    has a namespace of its own. So ``max_processes`` is set inside, by ``prlimit`` as
+    the sandbox's first process: it counts only this call's processes, and a fork bomb
+    in one call cannot stop another call of the same user from starting any. Outside,
+    the launcher's own limit is what the kernel holds the sandbox user to across all of
+    its sandboxes: the worker's ``ceiling`` when it runs as root (a user it owns), its
+    own limit otherwise. Without ``prlimit`` where the sandbox sees it, the limit is set
+    on the launcher, as before: per user, shared by all calls.
+    """
+    wanted = profile.limits.rlimits()
+    nproc = [r for r in wanted if r[0] == "RLIMIT_NPROC"]
+    outside = [r for r in wanted if r[0] != "RLIMIT_NPROC"]
+    limiter = _inner_prlimit()
+    if nproc and limiter is None:
+        return capped(wanted), []
+    if ids is not None and ceiling is not None:
+        outside.append(("RLIMIT_NPROC", ceiling, ceiling))
+    outside = capped(outside)
+    if not nproc:
+        return outside, []
+    hard = next((h for n, _, h in outside if n == "RLIMIT_NPROC"), None)
+    ((_, soft, top),) = capped(nproc)
+    if hard is not None:
+        soft, top = min(soft, hard), min(top, hard)
+    assert limiter is not None
+    return outside, [limiter, f"--nproc={soft}:{top}", "--"]
+
+
+def _inner_prlimit() -> str | None:
+    """``prlimit`` at a path every sandbox shows (under ``/usr`` or a root link)."""
+    path = shutil.which("prlimit")
+    if path is None:
+        return None
+    real = os.path.realpath(path)
+    shown = (*SYSTEM_RO, *ROOT_LINKS)
+    return real if any(real.startswith(d + "/") for d in shown) else None
 
 
 def _system_mounts(*, network: bool) -> list[str]:

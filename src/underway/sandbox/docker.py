@@ -85,8 +85,9 @@ def reap_orphans(path: str) -> list[str]:
 
 
 def plan(profile: SandboxProfile, argv: Sequence[str], dirs: CallDirs,
-         extra_env: Mapping[str, str] | None) -> Launch:
-    """How to run ``argv`` under ``profile`` in a container."""
+         extra_env: Mapping[str, str] | None, *, ceiling: int | None = None) -> Launch:
+    """How to run ``argv`` under ``profile`` in a container. ``ceiling`` is unused:
+    Docker counts a container's processes in its own cgroup (``--pids-limit``)."""
     path = binary()
     if path is None:
         raise SandboxError("`docker` disappeared from PATH since it was probed")

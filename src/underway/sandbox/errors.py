@@ -2,7 +2,8 @@
 
     UnderwayError
     └── SandboxError            the sandbox could not be set up for a call
-        └── SandboxUnavailable  no usable backend (also a ConfigurationError)
+        ├── SandboxUnavailable  no usable backend (also a ConfigurationError)
+        └── SandboxLimitReached the worker's limits leave no room for the call
 
 A command that runs and fails is not an error: its exit code, output and ``timed_out``
 flag are in the :class:`~underway.sandbox.CommandResult`.
@@ -28,3 +29,14 @@ class SandboxUnavailable(SandboxError, ConfigurationError):
     The message names every backend tried, why each was refused, and how to fix it
     (usually: install bubblewrap). Commands are never run unsandboxed instead.
     """
+
+
+class SandboxLimitReached(SandboxError):
+    """The worker's sandboxed calls already hold what its limits allow; this call was
+    refused before it started (see :class:`~underway.sandbox.WorkerLimits`).
+
+    The message names the limit. ``retryable`` is True: the room comes back as running
+    calls finish.
+    """
+
+    retryable = True

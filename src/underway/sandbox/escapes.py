@@ -89,9 +89,11 @@ def marker() -> str:
     return f"underway-escape-{uuid.uuid4().hex[:12]}"
 
 
-LAUNCHERS = frozenset({b"bwrap", b"docker"})
-"""Programs that start a sandbox from the host side: they carry the command in their argv
-but run outside the sandbox, so they are not the sandboxed command's processes."""
+LAUNCHERS = frozenset({b"bwrap", b"docker", b"timeout"})
+"""Programs that start a sandbox from the host side (bubblewrap, Docker's client, and the
+``timeout`` that keeps the time limit in front of bubblewrap): they carry the command in
+their argv but run outside the sandbox, so they are not the sandboxed command's
+processes."""
 
 
 def processes_with(text: str) -> list[int]:

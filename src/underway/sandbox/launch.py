@@ -5,12 +5,13 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from ..errors import ConfigurationError
 from .child import ChildSetup
-from .profile import SandboxProfile
+from .profile import Limits, SandboxProfile
 
 SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -26,6 +27,8 @@ class Launch:
     up (so a setup failure is told apart from a failing command). ``close_after_spawn``: the
     parent's copies of descriptors handed to the child. ``on_kill``: extra work to stop
     the command when it is killed (Docker: the container outlives its client).
+    ``kills_at_timeout``: the launched process SIGKILLs itself and the command at the time
+    limit (:func:`deadline`), so its exit by SIGKILL means the time ran out.
     """
 
     backend: str
@@ -37,6 +40,7 @@ class Launch:
     setup_fd: int | None = None
     close_after_spawn: list[int] = field(default_factory=list)
     on_kill: Callable[[], None] | None = None
+    kills_at_timeout: bool = False
 
     def release(self) -> None:
         """Close the parent's ends of the launch's pipes."""
@@ -79,3 +83,16 @@ def command_env(profile: SandboxProfile, home: str,
             )
         env[name] = value
     return env
+
+
+def deadline(limits: Limits) -> list[str]:
+    """The argv prefix that SIGKILLs the command's whole process group at ``timeout_s``
+    (coreutils ``timeout``; empty where it is missing).
+
+    The worker kills the group at the time limit too, from its event loop. A loop held up
+    (a busy worker, a step computing for a while) would kill it late: this process, a
+    separate one, keeps the time regardless. It is the launched process, so when it fires
+    the worker sees it killed by SIGKILL (exit status -9) and reports ``timed_out``.
+    """
+    path = shutil.which("timeout")
+    return [] if path is None else [path, "--signal=KILL", f"{limits.timeout_s}s"]

@@ -62,12 +62,15 @@ class Limits:
 
     ``cpu_seconds``: CPU time (SIGXCPU, then SIGKILL a second later). ``memory_mb``: address
     space of each process. ``file_size_mb``: largest file a process may write (SIGXFSZ).
-    ``max_processes``: processes and threads of the sandbox user at once, the sandbox's own
-    two helper processes included. ``timeout_s``: wall time, after which every process of
-    the command is killed and the result says ``timed_out``. ``output_cap_bytes``: bytes
-    kept of stdout and of stderr each; the rest is read and counted, never buffered.
-    ``tmp_size_mb``: size of the private ``/tmp``. ``cpus``: CPU share (Docker only;
-    bubblewrap cannot cap the rate, only the CPU time).
+    ``max_processes``: processes and threads of this command at once (the egress relay
+    included), counted in the call's own user namespace, so other calls never count.
+    ``timeout_s``: wall time, after which every process of the command is killed and the
+    result says ``timed_out``. ``output_cap_bytes``: bytes kept of stdout and of stderr
+    each; the rest is read and counted, never buffered. ``egress_connections``: egress
+    proxy connections open at once (a profile with ``hosts``); more are refused with
+    ``503``. ``tmp_size_mb``: size of the private ``/tmp``. ``cpus``: CPU share (Docker
+    only; bubblewrap cannot cap the rate, only the CPU time). What a call reserves of
+    its worker follows from these (see :class:`~underway.sandbox.WorkerLimits`).
     """
 
     cpu_seconds: int | None = 60
@@ -78,8 +81,13 @@ class Limits:
     output_cap_bytes: int = 65_536
     tmp_size_mb: int = 64
     cpus: float | None = None
+    egress_connections: int = 16
 
     def __post_init__(self) -> None:
+        if not isinstance(self.egress_connections, int) or self.egress_connections < 1:
+            raise ConfigurationError(
+                f"sandbox limit egress_connections={self.egress_connections!r}: give a "
+                "whole number of at least 1")
         for name in ("cpu_seconds", "memory_mb", "file_size_mb", "max_processes"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 1):
@@ -291,7 +299,8 @@ class SandboxProfile:
             "image": self.image,
             "allow_unsandboxed": self.allow_unsandboxed,
             # Only when given, so the digests of profiles without hosts stay as they were.
-            **({"hosts": list(self.hosts)} if self.hosts else {}),
+            **({"hosts": list(self.hosts),
+                "egress_connections": self.limits.egress_connections} if self.hosts else {}),
         }
 
     @functools.cached_property

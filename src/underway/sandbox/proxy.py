@@ -16,18 +16,28 @@ connection to anything outside it. What it gets is an HTTP(S) proxy:
   and their lower-case forms), which curl, pip, requests, httpx and urllib follow.
 
 A program that ignores the proxy variables reaches nothing: there is no route out.
+
+What the proxy spends is the worker's, so it is bounded per call. It runs on the call's
+own event loop: no thread per connection. It keeps at most the call's
+``egress_connections`` open (reserved from the worker's budget when the call was
+admitted, :mod:`underway.sandbox.budget`); a connection past that is answered ``503``
+at once and closed, and the result says the limit was reached. A request head must
+arrive within :data:`HEAD_TIMEOUT_S` and fit in :data:`HEAD_LIMIT`; each direction of a
+connection buffers at most a few times :data:`CHUNK`; names resolve on the budget's own
+threads; and every connection ends with the call.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import ipaddress
 import os
-import socket
-import threading
 from collections.abc import Iterable
 from urllib.parse import urlsplit
 
 from ..egress import host_allowed
+from .budget import Budget
 from .errors import SandboxError
 from .profile import PROXY_SOCKET
 
@@ -36,46 +46,102 @@ PROXY_PORT = 3128
 RELAY_PYTHON = "/usr/bin/python3"
 """The interpreter the relay runs with: the system's, which every sandbox sees."""
 HEAD_LIMIT = 65_536
+"""Longest request head the proxy reads (request line and headers)."""
+HEAD_TIMEOUT_S = 10.0
+"""How long a connection may take to send its whole request head."""
 CONNECT_TIMEOUT_S = 10.0
+"""How long resolving and connecting to an allowed host may take."""
+CHUNK = 65_536
+REFUSALS_KEPT = 100
+"""How many refused destinations a result lists (the rest are counted)."""
 
 RELAY = """\
-import os, socket, subprocess, sys, threading
+import os, selectors, socket, subprocess, sys, threading
 path, port, argv = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 srv = socket.socket()
 srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 srv.bind(("127.0.0.1", port))
-srv.listen(64)
-def pipe(a, b):
+srv.listen(128)
+srv.setblocking(False)
+sel = selectors.DefaultSelector()
+R, W = selectors.EVENT_READ, selectors.EVENT_WRITE
+peer, out, eof, reg = {}, {}, set(), set()
+def update(s):
+    ev = (R if s not in eof and len(out[peer[s]]) < 262144 else 0) | (W if out[s] else 0)
+    if ev and s in reg:
+        sel.modify(s, ev)
+    elif ev:
+        sel.register(s, ev)
+        reg.add(s)
+    elif s in reg:
+        sel.unregister(s)
+        reg.discard(s)
+def drop(s):
+    for x in (s, peer.get(s)):
+        if x in peer:
+            if x in reg:
+                sel.unregister(x)
+                reg.discard(x)
+            x.close()
+            del peer[x], out[x]
+            eof.discard(x)
+def accept():
     try:
-        while True:
-            data = a.recv(65536)
-            if not data:
-                break
-            b.sendall(data)
-    except OSError:
-        pass
-    try:
-        b.shutdown(socket.SHUT_WR)
-    except OSError:
-        pass
-def serve():
-    while True:
         c, _ = srv.accept()
-        u = socket.socket(socket.AF_UNIX)
-        try:
-            u.connect(path)
-        except OSError:
-            c.close()
-            continue
-        threading.Thread(target=pipe, args=(c, u), daemon=True).start()
-        threading.Thread(target=pipe, args=(u, c), daemon=True).start()
+    except OSError:
+        return
+    u = socket.socket(socket.AF_UNIX)
+    try:
+        u.connect(path)
+    except OSError:
+        c.close()
+        u.close()
+        return
+    for a, b in ((c, u), (u, c)):
+        a.setblocking(False)
+        peer[a], out[a] = b, b""
+    update(c)
+    update(u)
+def serve():
+    sel.register(srv, R)
+    while True:
+        for key, ev in sel.select():
+            s = key.fileobj
+            if s is srv:
+                accept()
+                continue
+            if s not in peer:
+                continue
+            p = peer[s]
+            try:
+                if ev & W:
+                    out[s] = out[s][s.send(out[s]):]
+                    if not out[s] and p in eof:
+                        s.shutdown(socket.SHUT_WR)
+                if ev & R:
+                    data = s.recv(65536)
+                    if data:
+                        out[p] += data
+                    else:
+                        eof.add(s)
+                        if not out[p]:
+                            p.shutdown(socket.SHUT_WR)
+            except OSError:
+                drop(s)
+                continue
+            if s in eof and p in eof and not out[s] and not out[p]:
+                drop(s)
+                continue
+            update(s)
+            update(p)
 threading.Thread(target=serve, daemon=True).start()
 code = subprocess.call(argv)
 sys.stdout.flush()
 os._exit(code if code >= 0 else 128 - code)
 """
-"""The relay, run as ``python3 -c RELAY SOCKET PORT ARGV...``: it exits with the
-command's status (128 + the signal number when a signal ended it)."""
+"""The relay, run as ``python3 -c RELAY SOCKET PORT ARGV...``: one thread moves every
+connection's bytes (a selector loop, so connections cost the call no processes), and the
+relay exits with the command's status (128 + the signal number when a signal ended it)."""
 
 
 def relay_argv(argv: list[str]) -> list[str]:
@@ -94,94 +160,158 @@ def proxy_env() -> dict[str, str]:
 
 
 class EgressProxy:
-    """The host side: an allow-listing proxy on a Unix socket at ``path``, serving one
-    call (a context manager: listening inside, closed and removed after). ``refused``:
-    each ``host:port`` it refused, in order."""
+    """The host side: an allow-listing proxy on a Unix socket, serving one call.
 
-    def __init__(self, path: str, hosts: Iterable[str]) -> None:
+    An async context manager: listening inside, and on exit every connection closed and
+    the socket removed.
+
+    Args:
+        path: where the socket is made.
+        hosts: the patterns of the hosts allowed.
+        connections: connections open at once; more are refused with ``503``.
+        budget: the worker's budget, whose threads resolve names.
+
+    ``refused``: the first :data:`REFUSALS_KEPT` ``host:port`` refused, in order.
+    ``limits_reached``: a sentence for each limit the command ran into.
+    """
+
+    def __init__(self, path: str, hosts: Iterable[str], *, connections: int,
+                 budget: Budget) -> None:
         self.path = path
         self.hosts = tuple(hosts)
+        self.connections = connections
         self.refused: list[str] = []
-        self._server = socket.socket(socket.AF_UNIX)
-        self._thread = threading.Thread(target=self._serve, name="underway-egress",
-                                        daemon=True)
+        self._refused_more = 0
+        self._over_limit = 0
+        self._budget = budget
+        self._open: set[asyncio.Task[None]] = set()
+        self._writers: set[asyncio.StreamWriter] = set()
         self._closing = False
+        self._server: asyncio.AbstractServer | None = None
 
-    def __enter__(self) -> EgressProxy:
-        self._server.bind(self.path)
+    @property
+    def limits_reached(self) -> tuple[str, ...]:
+        """Each limit the command ran into, with how often."""
+        out = []
+        if self._over_limit:
+            out.append(f"egress connections limit {self.connections} reached: "
+                       f"{self._over_limit} connections refused")
+        if self._refused_more:
+            out.append(f"egress refusals listed limit {REFUSALS_KEPT} reached: "
+                       f"{self._refused_more} more refused")
+        return tuple(out)
+
+    async def __aenter__(self) -> EgressProxy:
+        self._server = await asyncio.start_unix_server(
+            self._accepted, path=self.path, limit=HEAD_LIMIT, backlog=128)
         # The sandbox's user connects; the socket's directory keeps everyone else out.
         os.chmod(self.path, 0o666)
-        self._server.listen(64)
-        self._thread.start()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         self._closing = True
-        with contextlib.suppress(OSError):
-            self._server.shutdown(socket.SHUT_RDWR)
-        self._server.close()
-        self._thread.join(5)
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._open):
+            task.cancel()
+        await asyncio.gather(*self._open, return_exceptions=True)
+        for writer in self._writers:
+            writer.transport.abort()
+        if self._server is not None:
+            await self._server.wait_closed()
         with contextlib.suppress(OSError):
             os.unlink(self.path)
 
-    def _serve(self) -> None:
-        while not self._closing:
-            try:
-                conn, _ = self._server.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
-
-    def _handle(self, conn: socket.socket) -> None:
-        upstream: socket.socket | None = None
+    async def _accepted(self, reader: asyncio.StreamReader,
+                        writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if self._closing or task is None:
+            writer.transport.abort()
+            return
+        if len(self._open) >= self.connections:
+            self._over_limit += 1
+            # Nothing is awaited: the answer goes to the socket buffer, the descriptor is
+            # closed once it is flushed, and the sandbox's flood costs no task.
+            _answer(writer, 503, f"egress connections limit {self.connections} reached: "
+                                 "the sandbox profile allows that many open connections "
+                                 "at once (Limits.egress_connections)")
+            writer.close()
+            return
+        self._open.add(task)
+        self._writers.add(writer)
+        upstream: list[asyncio.StreamWriter] = []
         try:
-            conn.settimeout(CONNECT_TIMEOUT_S)
-            head, rest = _read_head(conn)
-            line, _, headers = head.partition(b"\r\n")
-            method, target, version = _request_line(line)
-            host, port, path = _destination(method, target)
-            if not host_allowed(host, self.hosts):
-                self.refused.append(f"{host}:{port}")
-                _answer(conn, 403, f"egress to {host} is not allowed: the sandbox profile "
-                                   f"allows only {', '.join(self.hosts)}")
-                return
-            try:
-                upstream = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S)
-            except OSError as exc:
-                _answer(conn, 502, f"cannot reach {host}:{port}: {exc}")
-                return
-            conn.settimeout(None)
-            upstream.settimeout(None)
-            if method == "CONNECT":
-                conn.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
-                upstream.sendall(rest)
-            else:
-                upstream.sendall(f"{method} {path} {version}".encode() + b"\r\n" + headers
-                                 + rest)
-            other = threading.Thread(target=_pipe, args=(upstream, conn), daemon=True)
-            other.start()
-            _pipe(conn, upstream)
-            other.join()
-        except (OSError, ValueError) as exc:
+            await self._serve(reader, writer, upstream)
+        except (OSError, ValueError, asyncio.IncompleteReadError,
+                asyncio.LimitOverrunError, TimeoutError) as exc:
             with contextlib.suppress(OSError):
-                _answer(conn, 400, f"not a proxy request the sandbox serves: {exc}")
+                _answer(writer, 400, f"not a proxy request the sandbox serves: "
+                                     f"{_why(exc)}")
         finally:
-            conn.close()
-            if upstream is not None:
-                upstream.close()
+            self._open.discard(task)
+            for up in upstream:
+                up.transport.abort()  # its bytes were drained, or the call is over
+            writer.close()  # flushes an answer first
+            if not writer.transport.get_write_buffer_size():
+                self._writers.discard(writer)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                     upstream: list[asyncio.StreamWriter]) -> None:
+        """Serve one connection (``upstream`` gets the upstream's writer, once connected)."""
+        async with asyncio.timeout(HEAD_TIMEOUT_S):
+            head = await reader.readuntil(b"\r\n\r\n")
+        line, _, headers = head.partition(b"\r\n")
+        method, target, version = _request_line(line)
+        host, port, path = _destination(method, target)
+        if not host_allowed(host, self.hosts):
+            self._refuse(f"{host}:{port}")
+            _answer(writer, 403, f"egress to {host} is not allowed: the sandbox profile "
+                                 f"allows only {', '.join(self.hosts)}")
+            return
+        try:
+            async with asyncio.timeout(CONNECT_TIMEOUT_S):
+                up_reader, up_writer = await self._connect(host, port)
+        except (OSError, TimeoutError) as exc:
+            _answer(writer, 502, f"cannot reach {host}:{port}: {_why(exc)}")
+            return
+        upstream.append(up_writer)
+        if method == "CONNECT":
+            writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        else:
+            up_writer.write(f"{method} {path} {version}".encode() + b"\r\n" + headers)
+        await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+
+    async def _connect(self, host: str, port: int,
+                       ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        try:
+            ipaddress.ip_address(host)
+            addresses = [(host, port)]
+        except ValueError:
+            found = await self._budget.resolve(host, port)
+            addresses = [(str(info[4][0]), port) for info in found]
+        last: OSError = OSError(f"{host} has no address")
+        for address, p in addresses:
+            try:
+                return await asyncio.open_connection(address, p, limit=CHUNK)
+            except OSError as exc:
+                last = exc
+        raise last
+
+    def _refuse(self, where: str) -> None:
+        if len(self.refused) < REFUSALS_KEPT:
+            self.refused.append(where)
+        else:
+            self._refused_more += 1
 
 
-def _read_head(conn: socket.socket) -> tuple[bytes, bytes]:
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = conn.recv(4096)
-        if not chunk:
-            raise ValueError("the connection closed before a request arrived")
-        data += chunk
-        if len(data) > HEAD_LIMIT:
-            raise ValueError("the request head is too long")
-    head, _, rest = data.partition(b"\r\n\r\n")
-    return head + b"\r\n\r\n", rest
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    if isinstance(exc, asyncio.LimitOverrunError):
+        return f"the request head is longer than {HEAD_LIMIT} bytes"
+    if isinstance(exc, asyncio.IncompleteReadError):
+        return "the connection closed before a request arrived"
+    return str(exc) or type(exc).__name__
 
 
 def _request_line(line: bytes) -> tuple[str, str, str]:
@@ -206,18 +336,20 @@ def _destination(method: str, target: str) -> tuple[str, int, str]:
     return parts.hostname, parts.port or 80, path + (f"?{parts.query}" if parts.query else "")
 
 
-def _answer(conn: socket.socket, status: int, text: str) -> None:
-    reason = {400: "Bad Request", 403: "Forbidden", 502: "Bad Gateway"}[status]
+def _answer(writer: asyncio.StreamWriter, status: int, text: str) -> None:
+    reason = {400: "Bad Request", 403: "Forbidden", 502: "Bad Gateway",
+              503: "Service Unavailable"}[status]
     body = f"underway sandbox: {text}\n".encode()
-    conn.sendall(f"HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain\r\n"
+    writer.write(f"HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain\r\n"
                  f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
 
 
-def _pipe(src: socket.socket, dst: socket.socket) -> None:
+async def _pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
     try:
-        while data := src.recv(65_536):
-            dst.sendall(data)
+        while data := await src.read(CHUNK):
+            dst.write(data)
+            await dst.drain()
+        if dst.can_write_eof():
+            dst.write_eof()
     except OSError:
         pass
-    with contextlib.suppress(OSError):
-        dst.shutdown(socket.SHUT_WR)

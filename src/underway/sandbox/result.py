@@ -17,7 +17,9 @@ class CommandResult(BaseModel):
     was killed. ``backend`` is the one that ran it; ``profile_digest`` the
     :meth:`~underway.sandbox.SandboxProfile.digest` of the profile it ran under.
     ``egress_refused``: each ``host:port`` the command tried to reach through the egress
-    proxy and was refused (a profile with ``hosts``).
+    proxy and was refused (a profile with ``hosts``; the first 100).
+    ``limits_reached``: a sentence for each limit of the call that held the command back
+    while it ran (``"egress connections limit 16 reached: 2984 connections refused"``).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -32,6 +34,7 @@ class CommandResult(BaseModel):
     backend: str
     profile_digest: str
     egress_refused: tuple[str, ...] = ()
+    limits_reached: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:

@@ -5,7 +5,14 @@ read as they come and kept up to the profile's cap; the rest is counted and drop
 a command printing without end costs no memory. At the time limit, or when the calling
 task is cancelled, the whole group is killed with SIGKILL and reaped before the call
 returns; under bubblewrap that kills the sandbox's PID namespace, and with it every
-process the command left behind, however it detached itself.
+process the command left behind, however it detached itself. Under bubblewrap a
+``timeout`` process in front keeps the time limit as well, so a worker whose loop is
+held up still has the command killed on time.
+
+Every call is first admitted by the worker's :class:`~underway.sandbox.budget.Budget`,
+which reserves its share (processes, output, egress connections) or refuses it with
+:class:`SandboxLimitReached`; the call's directories are removed off the event loop, so
+a workspace left with a million files delays only its own call.
 """
 
 from __future__ import annotations
@@ -21,7 +28,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from ..errors import ConfigurationError
-from .backends import select
+from .backends import BackendImpl, select
+from .budget import Admission, Budget, worker_budget
 from .errors import SandboxError, SandboxUnavailable
 from .launch import Launch
 from .profile import SandboxProfile
@@ -47,6 +55,7 @@ async def run_command_async(
     workspace: Workspace = None,
     stdin: str | None = None,
     env: Mapping[str, str] | None = None,
+    budget: Budget | None = None,
 ) -> CommandResult:
     """Run ``command`` under ``profile`` and return what it did.
 
@@ -54,13 +63,16 @@ async def run_command_async(
     directory shown writable at the profile's ``workspace_dir`` (default: a fresh one,
     removed afterwards), resolved by this call; the tools resolve theirs once, when made.
     ``stdin``: text fed to the command. ``env``: variables set on top
-    of the sandbox's base environment and the profile's ``env_allow``.
+    of the sandbox's base environment and the profile's ``env_allow``. ``budget``: the
+    worker's budget the call is admitted by (default: this process's,
+    :func:`~underway.sandbox.budget.worker_budget`).
 
     Raises :class:`SandboxUnavailable` when no backend the profile allows is usable (the
-    command is never run unsandboxed instead) and :class:`SandboxError` when the sandbox
-    could not be set up, including when a mounted path is no longer the object it was
-    resolved to (see :mod:`underway.sandbox.mounts`); a command that runs and fails
-    returns its exit code.
+    command is never run unsandboxed instead), :class:`SandboxLimitReached` when the
+    worker's limits leave no room for the call, and :class:`SandboxError` when the
+    sandbox could not be set up, including when a mounted path is no longer the object
+    it was resolved to (see :mod:`underway.sandbox.mounts`); a command that runs and
+    fails returns its exit code.
     """
     argv = _argv(command)
     impl = select(profile)
@@ -69,26 +81,44 @@ async def run_command_async(
             "UNSANDBOXED: running %r with backend='none': it can read, write and reach "
             "everything this process can. Development only.", argv[:3],
         )
+    if profile.hosts and impl.name != "bwrap":
+        raise SandboxUnavailable(
+            f"the profile's hosts are enforced by bubblewrap only and the call would run "
+            f"under {impl.name}, so the command was not run")
     owner = (profile.uid, profile.gid) if impl.isolated and os.geteuid() == 0 else None
+    budget = budget or worker_budget()
+    with budget.admit(profile) as admission:
+        dirs = CallDirs(workspace, owner)
+        try:
+            return await _in_dirs(impl, profile, argv, dirs, stdin, env, admission)
+        finally:
+            # Off the loop: removing what a command left may take long, and only its
+            # own call should wait for it.
+            await asyncio.shield(budget.chore(dirs.close))
+
+
+async def _in_dirs(impl: BackendImpl, profile: SandboxProfile, argv: list[str],
+                   dirs: CallDirs, stdin: str | None, env: Mapping[str, str] | None,
+                   admission: Admission) -> CommandResult:
     digest = profile.digest()
-    with CallDirs(workspace, owner) as dirs:
-        if not profile.hosts:
-            launch = impl.plan(profile, argv, dirs, env)
-            try:
-                return await _execute(launch, profile, stdin, digest)
-            finally:
-                launch.release()
-        if impl.name != "bwrap":
-            raise SandboxUnavailable(
-                f"the profile's hosts are enforced by bubblewrap only and the call would run "
-                f"under {impl.name}, so the command was not run")
-        with EgressProxy(dirs.egress_socket, profile.hosts) as proxy:
-            launch = impl.plan(profile, relay_argv(argv), dirs, {**(env or {}), **proxy_env()})
-            try:
-                done = await _execute(launch, profile, stdin, digest)
-            finally:
-                launch.release()
-        return done.model_copy(update={"egress_refused": tuple(proxy.refused)})
+    ceiling = admission.budget.limits.processes
+    if not profile.hosts:
+        launch = impl.plan(profile, argv, dirs, env, ceiling=ceiling)
+        try:
+            return await _execute(launch, profile, stdin, digest)
+        finally:
+            launch.release()
+    async with EgressProxy(dirs.egress_socket, profile.hosts,
+                           connections=admission.share.egress_connections,
+                           budget=admission.budget) as proxy:
+        launch = impl.plan(profile, relay_argv(argv), dirs, {**(env or {}), **proxy_env()},
+                           ceiling=ceiling)
+        try:
+            done = await _execute(launch, profile, stdin, digest)
+        finally:
+            launch.release()
+    return done.model_copy(update={"egress_refused": tuple(proxy.refused),
+                                   "limits_reached": proxy.limits_reached})
 
 
 def run_command(
@@ -98,13 +128,15 @@ def run_command(
     workspace: Workspace = None,
     stdin: str | None = None,
     env: Mapping[str, str] | None = None,
+    budget: Budget | None = None,
 ) -> CommandResult:
     """Blocking :func:`run_command_async`, for code without an event loop."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
         return asyncio.run(run_command_async(
-            command, profile=profile, workspace=workspace, stdin=stdin, env=env
+            command, profile=profile, workspace=workspace, stdin=stdin, env=env,
+            budget=budget,
         ))
     raise ConfigurationError(
         "run_command() blocks and was called inside a running event loop; "
@@ -177,6 +209,9 @@ async def _execute(launch: Launch, profile: SandboxProfile, stdin: str | None,
             timed_out = True
             _kill(proc, launch)
             await proc.wait()
+        # Killed on time by the launcher's own deadline, before this loop got to it.
+        timed_out = timed_out or (launch.kills_at_timeout
+                                  and proc.returncode == -signal.SIGKILL)
         duration_ms = (time.perf_counter() - began) * 1000
         await asyncio.wait(tasks[:2], timeout=OUTPUT_GRACE_S)
     finally:

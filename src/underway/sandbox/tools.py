@@ -20,6 +20,7 @@ from ..effects import ReconcileFn, Tool, ToolFn
 from ..errors import ConfigurationError
 from ..retry import CircuitBreaker, RetryPolicy
 from .backends import select
+from .budget import Budget
 from .errors import SandboxError
 from .mounts import HostPath
 from .profile import SandboxProfile, python_prefix
@@ -61,6 +62,7 @@ def shell_tool(
     reconcile: ReconcileFn | None = None,
     retry: RetryPolicy | None = None,
     circuit: CircuitBreaker | None = None,
+    budget: Budget | None = None,
 ) -> Tool:
     """A tool running ``{"command": ..., "stdin": ...}`` with ``shell -c`` in the sandbox.
 
@@ -69,6 +71,7 @@ def shell_tool(
     not. A workspace the profile's mounts overlap (see docs/sandbox.md) is refused here,
     with a :class:`~underway.errors.ConfigurationError`.
     ``timeout`` (engine side) defaults to the profile's time limit plus a margin.
+    ``budget``: the worker budget every call is admitted by (default: the process's).
     The effect options mean what they mean for any :class:`~underway.effects.Tool`: a
     shell that changes its workspace is mutating, and idempotent only if running a
     command twice is harmless.
@@ -78,7 +81,8 @@ def shell_tool(
 
     async def run_shell(args: ShellArgs) -> CommandResult:
         return await run_command_async([shell, "-c", args.command], profile=profile,
-                                       workspace=pinned, stdin=args.stdin, env=frozen_env)
+                                       workspace=pinned, stdin=args.stdin, env=frozen_env,
+                                       budget=budget)
 
     return _tool(name, run_shell, ShellArgs, profile, mutating=mutating,
                  idempotent=idempotent, timeout=timeout, reconcile=reconcile, retry=retry,
@@ -97,6 +101,7 @@ def python_tool(
     reconcile: ReconcileFn | None = None,
     retry: RetryPolicy | None = None,
     circuit: CircuitBreaker | None = None,
+    budget: Budget | None = None,
 ) -> Tool:
     """A tool running ``{"code": ..., "stdin": ...}`` as Python in the sandbox.
 
@@ -113,7 +118,7 @@ def python_tool(
     async def run_python(args: PythonArgs) -> CommandResult:
         argv = [interpreter(select(profile).name), "-I", "-c", args.code]
         return await run_command_async(argv, profile=profile, workspace=pinned,
-                                       stdin=args.stdin, env=frozen_env)
+                                       stdin=args.stdin, env=frozen_env, budget=budget)
 
     return _tool(name, run_python, PythonArgs, profile, mutating=mutating,
                  idempotent=idempotent, timeout=timeout, reconcile=reconcile, retry=retry,

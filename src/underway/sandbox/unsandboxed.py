@@ -30,8 +30,9 @@ def unavailable(profile: SandboxProfile) -> str | None:
 
 
 def plan(profile: SandboxProfile, argv: Sequence[str], dirs: CallDirs,
-         extra_env: Mapping[str, str] | None) -> Launch:
-    """How to run ``argv`` directly, in the workspace."""
+         extra_env: Mapping[str, str] | None, *, ceiling: int | None = None) -> Launch:
+    """How to run ``argv`` directly, in the workspace. ``ceiling`` is unused: without a
+    sandbox, no process limit applies."""
     # The process limit is left off: for root it does not apply, and for anyone else it
     # would count every process of their session, not the command's.
     rlimits = capped([r for r in profile.limits.rlimits() if r[0] != "RLIMIT_NPROC"])

@@ -7,8 +7,9 @@ import underway.sandbox as sandbox
 
 def test_public_names_are_pinned_and_documented() -> None:
     assert sorted(sandbox.__all__) == [
-        "CommandResult", "Limits", "PythonArgs", "SandboxError", "SandboxProfile",
-        "SandboxUnavailable", "ShellArgs", "python_tool", "run_command", "run_command_async",
+        "Budget", "CommandResult", "Limits", "PythonArgs", "SandboxError",
+        "SandboxLimitReached", "SandboxProfile", "SandboxUnavailable", "ShellArgs",
+        "WorkerLimits", "configure_worker", "python_tool", "run_command", "run_command_async",
         "shell_tool", "why_unavailable",
     ]
     for name in sandbox.__all__:
