@@ -72,6 +72,16 @@ def settle_hold(act: Activation, call: CallIntent) -> None:
     settle_later(act, call.key, spent)
 
 
+async def settled_first(act: Activation) -> None:
+    """Commit what the step buffered when holds wait on it, before reserving again.
+
+    A call of this step that did not take effect releases its hold only once that is
+    durable; committing it first lets the next call use the room it gave back.
+    """
+    if act.after_commit and act.engine.guard.budget_of_tenant(act.state.tenant_id):
+        await act.commit()
+
+
 def settle_later(act: Activation, key: str, spent: Usage | None) -> None:
     """Settle call ``key``'s hold to ``spent`` (None: release it) once the activation's
     buffered events have committed."""

@@ -33,8 +33,8 @@ from ..redaction import scrub
 from ..secrets import credentials_rejected, mask, resolve
 from ..secrets import refusal as secret_refusal
 from ..state import REFUSAL_ERRORS, request_id_for, shadow_result
+from . import _budgets as budgets
 from ._activation import Activation
-from ._budgets import check_route_budget, model_pending, over_budget, settle_hold, settle_later
 from ._outcomes import LOST_TRACK, allowed_name, credentials_retry, lost_track
 from ._stops import DeadLetter, Escalate, Suspend
 
@@ -159,7 +159,7 @@ class StepExecution:
             return await self._through(call, rec)
         finally:
             if self._held:
-                settle_hold(self._act, call)
+                budgets.settle_hold(self._act, call)
 
     async def _through(self, call: CallIntent, rec: Any) -> JSON:
         t, key, index, h = call.tool, call.key, call.index, call.args_hash
@@ -283,9 +283,10 @@ class StepExecution:
             self._refuse(t, key, index, h, "policy_denied", call.refusal)
         now = eng.clock.now()
         if guard.has_budget(flow) and (usage := call.usage) is not None:
+            await budgets.settled_first(act)
             over = await guard.over_budget(flow, eng.store, s, key, usage, now)
             if over is not None:
-                over_budget(self._act, self.step, over[0], over[1], t.name)
+                budgets.over_budget(self._act, self.step, over[0], over[1], t.name)
             self._held = guard.budget_of_tenant(s.tenant_id) is not None
         policy = guard.policy_for(flow)
         shadow = t.mutating and guard.shadow_for(flow)
@@ -519,16 +520,17 @@ class StepExecution:
         flow = eng._flow(self._act.state.flow)
         held = False
         if eng.guard.has_budget(flow):
-            pending, unpriced = model_pending(model, request)
+            pending, unpriced = budgets.model_pending(model, request)
+            await budgets.settled_first(self._act)
             over = await eng.guard.over_budget(
                 flow, eng.store, self._act.state, key, pending, eng.clock.now(),
                 unpriced=unpriced,
             )
             if over is not None:
-                over_budget(self._act, self.step, over[0], over[1], None)
+                budgets.over_budget(self._act, self.step, over[0], over[1], None)
             held = eng.guard.budget_of_tenant(self.tenant_id) is not None
         try:
-            check_route_budget(self._act, model, request)
+            budgets.check_route_budget(self._act, model, request)
             began = time.perf_counter()
             try:
                 reply = await model.complete(request)
@@ -539,7 +541,7 @@ class StepExecution:
         except BaseException:
             # No response: the provider did not answer, nothing is journaled as spent.
             if held:
-                settle_later(self._act, key, None)
+                budgets.settle_later(self._act, key, None)
             raise
         self._act.buffer(ev.ModelResponded(
             key=key, index=index, model=reply.model, request=request, response=reply.response,
@@ -547,7 +549,7 @@ class StepExecution:
             latency_ms=(time.perf_counter() - began) * 1000, **eng.registry.hidden.declared(),
         ))
         if held:
-            settle_later(self._act, key, Usage(
+            budgets.settle_later(self._act, key, Usage(
                 tokens_in=reply.tokens_in, tokens_out=reply.tokens_out,
                 cost_usd=reply.cost_usd, model_calls=1))
         await self._act.commit()

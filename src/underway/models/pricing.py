@@ -50,12 +50,12 @@ class Price:
     cache_write: float | None = None
 
     def __post_init__(self) -> None:
-        for field, value in (("input", self.input), ("output", self.output),
+        for name, value in (("input", self.input), ("output", self.output),
                              ("cached_input", self.cached_input),
                              ("cache_write", self.cache_write)):
             if value is not None and (not math.isfinite(value) or value < 0):
                 raise ConfigurationError(
-                    f"price {field} must be a non-negative number, not {value}"
+                    f"price {name} must be a non-negative number, not {value}"
                 )
 
     def cost(
