@@ -23,17 +23,14 @@ from .journal import Journal
 from .models.routing import BudgetBreach, ModelRouter, RouteUsage, budget_breaches
 from .state import RunState
 from .store.base import FINAL, Store
+from .store.budgets import over as _over
 
 __all__ = [
-    "Budget", "Exceeded", "TenantBudgets", "TenantUsage", "Usage", "check", "route_breach",
-    "run_usage", "tenant_usage", "usage_of",
+    "Budget", "Exceeded", "TenantBudgets", "TenantUsage", "Usage", "check", "ledger_terms",
+    "route_breach", "run_usage", "tenant_usage", "usage_of",
 ]
 
 Scope = Literal["run", "tenant"]
-
-_TOLERANCE = 1e-9
-"""Relative slack when comparing sums of floats with a limit, so that 0.1 + 0.2 spent
-against a limit of 0.3 counts as at the limit, not over it."""
 
 _ALL_RUNS = 2**31 - 1
 
@@ -175,22 +172,22 @@ class Usage:
 
 @dataclass(frozen=True, slots=True)
 class Exceeded:
-    """One limit that is, or would be, crossed: ``used`` includes the pending action."""
+    """One limit that is, or would be, crossed: ``used`` includes the pending action.
+    ``reason`` says why an action that cannot be measured is refused (its price unknown)."""
 
     metric: str
     limit: float
     used: float
     scope: Scope
+    reason: str | None = None
 
     def __str__(self) -> str:
+        if self.reason is not None:
+            return f"{self.scope} budget {self.metric}: {self.reason}"
         return (
             f"{self.scope} budget {self.metric}: {self.used:g} would exceed "
             f"the limit {self.limit:g}"
         )
-
-
-def _over(used: float, limit: float) -> bool:
-    return used - limit > _TOLERANCE * max(1.0, abs(limit))
 
 
 def check(
@@ -231,6 +228,38 @@ def check(
     if budget.wall_clock_s is not None and usage.started_at is not None:
         limit("wall_clock_s", budget.wall_clock_s, now - usage.started_at)
     return found
+
+
+def ledger_terms(
+    budget: Budget | None, usage: Usage
+) -> tuple[dict[str, float], dict[str, float]]:
+    """``usage`` and ``budget`` as the ledger's metrics: (amounts, limits).
+
+    Amounts name only what ``usage`` spends. Limits name what ``budget`` caps; with
+    ``money`` set, a currency ``usage`` moves that the budget does not name is capped at 0.
+
+    Args:
+        budget: The budget whose limits apply (None: no limits).
+        usage: What is spent or about to be.
+    """
+    amounts = {
+        "tokens": float(usage.tokens), "cost_usd": usage.cost_usd,
+        "model_calls": float(usage.model_calls), "tool_calls": float(usage.tool_calls),
+        "messages": float(usage.messages),
+        **{f"money.{cur}": float(v) for cur, v in usage.money.items()},
+    }
+    amounts = {k: v for k, v in amounts.items() if v}
+    limits: dict[str, float] = {}
+    if budget is not None:
+        for metric in ("tokens", "cost_usd", "model_calls", "tool_calls", "messages"):
+            cap = getattr(budget, metric)
+            if cap is not None:
+                limits[metric] = float(cap)
+        if budget.money is not None:
+            limits.update({f"money.{cur}": float(cap) for cur, cap in budget.money.items()})
+            for cur in usage.money:
+                limits.setdefault(f"money.{cur}", 0.0)
+    return amounts, limits
 
 
 def run_usage(s: RunState) -> Usage:

@@ -658,8 +658,26 @@ class ModelReply:
     cost_usd: float = 0.0
 
 
+@dataclass(frozen=True, slots=True)
+class ModelQuote:
+    """The most a model request can spend, told before it is sent.
+
+    The guard reserves it against budgets and settles to the reply's usage. ``tokens`` and
+    ``cost_usd`` are upper bounds (None: no bound); ``reason`` says why one is missing.
+    A model offers one through an optional ``quote(request)`` method. Without one, a call
+    is refused wherever a token or cost budget applies.
+    """
+
+    tokens: int | None
+    cost_usd: float | None
+    reason: str | None = None
+
+
 class Model(Protocol):
-    """A language model adapter: ``complete(request)`` returns a :class:`ModelReply`."""
+    """A language model adapter: ``complete(request)`` returns a :class:`ModelReply`.
+
+    It may also have ``quote(request) -> ModelQuote``: the most the request can spend.
+    """
 
     name: str
 
@@ -672,6 +690,7 @@ __all__ = [
     "FENCE_STRIDE",
     "CallInfo",
     "Model",
+    "ModelQuote",
     "ModelReply",
     "NoArgs",
     "ReconcileFn",

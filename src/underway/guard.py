@@ -6,23 +6,24 @@ model, so a model that was talked into a harmful call still meets the same check
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from . import events as ev
 from .budgets import (
     Budget,
     Exceeded,
+    Scope,
     TenantBudgets,
     TenantUsage,
     Usage,
     check,
+    ledger_terms,
     run_usage,
-    usage_of,
 )
 from .codec import Codec
 from .intent import CallIntent
@@ -32,6 +33,7 @@ from .policy.context import Consent
 from .secrets import SecretProvider
 from .state import RunState
 from .store._offload import run_io
+from .store.budgets import UNSEEDED, Refused
 
 if TYPE_CHECKING:
     from .approvals.notify import Notifier
@@ -138,26 +140,70 @@ class Guard:
         return decide_with_money(policy, ctx, money)
 
     async def over_budget(
-        self, flow: Flow[Any, Any], store: Store, s: RunState, pending: Usage, now: float,
-        uncommitted: Iterable[ev.RunEvent] = (),
+        self, flow: Flow[Any, Any], store: Store, s: RunState, key: str, pending: Usage,
+        now: float, *, unpriced: str | None = None,
     ) -> tuple[Budget, Exceeded] | None:
-        """The first budget (run, then tenant) the next action would cross, if any.
-        ``uncommitted`` are this run's events not yet in the store (the tenant's usage is
-        read from the store)."""
+        """The first budget (run, then tenant) call ``key`` would cross, if any; otherwise
+        the call's ``pending`` usage is reserved against the tenant's budget.
+
+        The run's budget is checked against its folded journal: a run has one activation
+        at a time. The tenant's is a conditional write to the store's budget ledger
+        (:meth:`~underway.store.budgets.BudgetStore.reserve_budget`), atomic across every
+        worker, so no interleaving crosses it. ``unpriced`` says why the call's cost and
+        tokens cannot be bounded: any budget with a cost or token limit then refuses it.
+
+        Args:
+            flow: The run's flow (its budget overrides the engine's).
+            store: Where the tenant's ledger is.
+            s: The run's folded state.
+            key: The call's idempotency key, which names its hold.
+            pending: What the call adds, at most.
+            now: The guard's time (the tenant's day is the UTC day of it).
+            unpriced: Why the call cannot be priced (None: it can).
+        """
         budget = flow.budget if flow.budget is not None else self.budget
         if budget is not None:
-            found = check(budget, run_usage(s), now=now, scope="run", pending=pending)
+            found = _unpriced(budget, "run", unpriced) or check(
+                budget, run_usage(s), now=now, scope="run", pending=pending)
             if found:
                 return budget, found[0]
         tenant_budget = self.budget_of_tenant(s.tenant_id)
-        if tenant_budget is not None:
-            since = _day_start(now)
-            used = (await self.tenant_usage(store, s.tenant_id, since)).add(
-                usage_of(uncommitted))
-            found = check(tenant_budget, used, now=now, scope="tenant", pending=pending)
-            if found:
-                return tenant_budget, found[0]
+        if tenant_budget is None:
+            return None
+        found = _unpriced(tenant_budget, "tenant", unpriced)
+        if found:
+            return tenant_budget, found[0]
+        since = _day_start(now)
+        amounts, limits = ledger_terms(tenant_budget, pending)
+        outcome = await run_io(store, store.reserve_budget, s.tenant_id, since, key,
+                               amounts, limits)
+        if outcome == UNSEEDED:
+            # The tenant's first call today: the day starts from what the journal holds.
+            seen = TenantUsage(s.tenant_id, since=since, codec=self.codec)
+            baseline, _ = ledger_terms(None, await run_io(store, seen.refresh, store))
+            outcome = await run_io(store, functools.partial(
+                store.reserve_budget, baseline=baseline), s.tenant_id, since, key,
+                amounts, limits)
+        if isinstance(outcome, Refused):
+            return tenant_budget, Exceeded(outcome.metric, outcome.limit, outcome.used,
+                                           "tenant")
         return None
+
+    async def settle(self, store: Store, tenant_id: str, key: str, spent: Usage | None) -> None:
+        """Settle call ``key``'s hold on the tenant's budget to what it ``spent`` (None:
+        release it: the journal says the call did not take effect). Called only once the
+        outcome is committed; a call whose outcome is unknown keeps its hold.
+
+        Args:
+            store: Where the tenant's ledger is.
+            tenant_id: The run's tenant.
+            key: The call's idempotency key.
+            spent: What the call spent (None: nothing).
+        """
+        if self.tenant_budget is None or self.budget_of_tenant(tenant_id) is None:
+            return
+        amounts = {} if spent is None else ledger_terms(None, spent)[0]
+        await run_io(store, store.settle_budget, tenant_id, key, amounts)
 
     async def tenant_usage(self, store: Store, tenant_id: str, since: float) -> Usage:
         """The tenant's usage since ``since``, derived from the journal and cached briefly:
@@ -196,6 +242,17 @@ class _Kept:
             self.usage = self.tracker.refresh(store)
             self.checked = began
             return self.usage
+
+
+def _unpriced(budget: Budget, scope: Scope, why: str | None) -> list[Exceeded]:
+    """A refusal when ``budget`` limits cost or tokens and the call cannot be priced."""
+    if why is None:
+        return []
+    for metric in ("cost_usd", "tokens"):
+        cap = getattr(budget, metric)
+        if cap is not None:
+            return [Exceeded(metric, float(cap), float(cap), scope, reason=why)]
+    return []
 
 
 def decide_with_money(

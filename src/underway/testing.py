@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from .clock import ManualClock
-from .effects import ModelReply, Tool
+from .effects import ModelQuote, ModelReply, Tool
 from .engine import Engine
 from .events import JSON
 from .flow import Flow
@@ -36,10 +36,19 @@ class ScriptedModel:
 
     async def complete(self, request: JSON) -> ModelReply:
         """The next scripted response."""
+        reply = self._next(request)
+        self.requests.append(request)
+        return reply
+
+    def quote(self, request: JSON) -> ModelQuote:
+        """Exactly what the next scripted response will spend."""
+        reply = self._next(request)
+        return ModelQuote(reply.tokens_in + reply.tokens_out, reply.cost_usd)
+
+    def _next(self, request: JSON) -> ModelReply:
         if len(self.requests) >= len(self.responses):
             raise RuntimeError(f"scripted model {self.name!r} ran out of responses")
         response = self.responses[len(self.requests)]
-        self.requests.append(request)
         if isinstance(response, ModelResponse):
             r = response
             return ModelReply(r.to_json(), r.model, r.tokens_in, r.tokens_out, r.cost_usd)
@@ -79,6 +88,14 @@ class RuleModel:
     async def complete(self, request: JSON) -> ModelReply:
         """Answer ``request`` by the rules."""
         self.calls += 1
+        return self._answer(request)
+
+    def quote(self, request: JSON) -> ModelQuote:
+        """Exactly what the answer to ``request`` will spend (the rules are a function)."""
+        reply = self._answer(request)
+        return ModelQuote(reply.tokens_in + reply.tokens_out, reply.cost_usd)
+
+    def _answer(self, request: JSON) -> ModelReply:
         req = ModelRequest.from_json(request)
         out = self.decide(req)
         resp = out if isinstance(out, ModelResponse) else ModelResponse.from_json(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import random
 import time
 from typing import TYPE_CHECKING, Any, Literal, NoReturn
@@ -14,7 +15,7 @@ from pydantic import ValidationError
 
 from .. import events as ev
 from .. import faults
-from ..budgets import Usage, route_breach
+from ..budgets import Usage
 from ..effects import (
     CallInfo,
     Model,
@@ -28,18 +29,17 @@ from ..errors import ConfigurationError, NonDeterminismError, ToolCallError, is_
 from ..events import JSON, canonical_json
 from ..hooks import HookFailed
 from ..intent import CallIntent
-from ..models.routing import ModelRouter
 from ..redaction import scrub
 from ..secrets import credentials_rejected, mask, resolve
 from ..secrets import refusal as secret_refusal
 from ..state import REFUSAL_ERRORS, request_id_for, shadow_result
+from . import _budgets as budgets
 from ._activation import Activation
 from ._outcomes import LOST_TRACK, allowed_name, ask_reconcile, credentials_retry, lost_track
 from ._outcomes import hook_failed as _hook_failed
-from ._stops import DeadLetter, Escalate, Stop, Suspend
+from ._stops import DeadLetter, Escalate, Suspend
 
-if TYPE_CHECKING:
-    from ..budgets import Budget
+log = logging.getLogger("underway.engine")
 
 _ALWAYS_JSON = frozenset({type(None), bool, int})
 """Result types that always encode: a result of one is not encoded to be checked."""
@@ -63,6 +63,9 @@ class StepExecution:
         self._values = 0
         self.broken: NonDeterminismError | None = None
         self._decision: str | None = None
+        self._held = False
+        """Whether this attempt of the current call holds a reservation on the tenant's
+        budget."""
 
     def _record(self, index: int, kind: str, args: str) -> Any:
         rec = self._act.state.call(index)
@@ -149,6 +152,14 @@ class StepExecution:
         a crash or after ``reconcile`` said the effect did not happen: the whole guard at
         this moment (allow-list, schema, budgets, policy, an approval verified now), then
         the circuit, the journaled intent, and the call."""
+        self._held = False
+        try:
+            return await self._through(call, rec)
+        finally:
+            if self._held:
+                budgets.settle_hold(self._act, call)
+
+    async def _through(self, call: CallIntent, rec: Any) -> JSON:
         t, key, index, h = call.tool, call.key, call.index, call.args_hash
         maybe_happened = rec is not None and rec.maybe_happened
         try:
@@ -263,10 +274,11 @@ class StepExecution:
             self._refuse(t, key, index, h, "policy_denied", call.refusal)
         now = eng.clock.now()
         if guard.has_budget(flow) and (usage := call.usage) is not None:
-            over = await guard.over_budget(flow, eng.store, s, usage, now,
-                                           [e for _, _, e in act.pending])
+            await budgets.settled_first(act)
+            over = await guard.over_budget(flow, eng.store, s, key, usage, now)
             if over is not None:
-                self._over_budget(over[0], over[1], t.name)
+                budgets.over_budget(self._act, self.step, over[0], over[1], t.name)
+            self._held = guard.budget_of_tenant(s.tenant_id) is not None
         policy = guard.policy_for(flow)
         # A run whose lineage is in shadow mode stays in it, whatever its flow says.
         shadow = t.mutating and (guard.shadow_for(flow) or s.lineage.shadow)
@@ -317,22 +329,6 @@ class StepExecution:
             ))
             return True
         return False
-
-    def _over_budget(self, budget: Budget, exceeded: Any, tool: str | None) -> NoReturn:
-        action = budget.on_exceed
-        self._act.buffer(ev.BudgetExceeded(
-            metric=exceeded.metric, limit=float(exceeded.limit), used=float(exceeded.used),
-            scope=exceeded.scope, action=action, tool=tool,
-        ))
-        reason = (
-            f"{exceeded.scope} budget for {exceeded.metric} would be exceeded "
-            f"(limit {exceeded.limit:g}, would reach {exceeded.used:g})"
-            + (f" by a call of {tool!r}" if tool else "")
-        )
-        if action == "fail":
-            raise Stop(ev.RunFailed(reason=reason, error_type="BudgetExceeded", step=self.step))
-        raise Escalate(reason + "; raise the budget and resolve with retry, or cancel",
-                        None, tool, None, cause="budget")
 
     async def ask(self, question: str, *, context: JSON, role: str | None,
                   expires_in: float | None = None) -> JSON:
@@ -517,45 +513,42 @@ class StepExecution:
         key = idempotency_key(self.run_id, self.step, index, ordinal=self.ordinal)
         eng = self._act.engine
         flow = eng._flow(self._act.state.flow)
+        held = False
         if eng.guard.has_budget(flow):
+            pending, unpriced = budgets.model_pending(model, request)
+            await budgets.settled_first(self._act)
             over = await eng.guard.over_budget(
-                flow, eng.store, self._act.state, Usage(model_calls=1), eng.clock.now(),
-                [e for _, _, e in self._act.pending],
+                flow, eng.store, self._act.state, key, pending, eng.clock.now(),
+                unpriced=unpriced,
             )
             if over is not None:
-                self._over_budget(over[0], over[1], None)
-        self._check_route_budget(model, request)
-        began = time.perf_counter()
+                budgets.over_budget(self._act, self.step, over[0], over[1], None)
+            held = eng.guard.budget_of_tenant(self.tenant_id) is not None
         try:
-            reply = await model.complete(request)
-        except Exception as exc:
-            if not getattr(exc, "retryable", False):
-                raise
-            self._retry_model(key, index, rec, exc)
+            budgets.check_route_budget(self._act, model, request)
+            began = time.perf_counter()
+            try:
+                reply = await model.complete(request)
+            except Exception as exc:
+                if not getattr(exc, "retryable", False):
+                    raise
+                self._retry_model(key, index, rec, exc)
+        except BaseException:
+            # No response: the provider did not answer, nothing is journaled as spent.
+            if held:
+                budgets.settle_later(self._act, key, None)
+            raise
         self._act.buffer(ev.ModelResponded(
             key=key, index=index, model=reply.model, request=request, response=reply.response,
             tokens_in=reply.tokens_in, tokens_out=reply.tokens_out, cost_usd=reply.cost_usd,
             latency_ms=(time.perf_counter() - began) * 1000, **eng.registry.hidden.declared(),
         ))
+        if held:
+            budgets.settle_later(self._act, key, Usage(
+                tokens_in=reply.tokens_in, tokens_out=reply.tokens_out,
+                cost_usd=reply.cost_usd, model_calls=1))
         await self._act.commit()
         return reply.response
-
-    def _check_route_budget(self, model: Model, request: JSON) -> None:
-        """A :class:`~underway.models.ModelRouter` with route budgets: refuse a call whose
-        route has spent its budget in this run (usage folded from the journal)."""
-        if not isinstance(model, ModelRouter) or not model.budgets:
-            return
-        found = route_breach(model, request, self._act.state)
-        if found is not None:
-            route, b = found
-            self._act.buffer(ev.BudgetExceeded(
-                metric=f"route.{route}.{b.limit}", limit=float(b.allowed), used=float(b.used),
-                scope="run", action="escalate",
-            ))
-            raise Escalate(
-                f"model route {route!r} has spent its budget ({b}); raise the RouteBudget "
-                "and resolve with retry, or cancel", None, None, None, cause="budget",
-            )
 
     def _retry_model(self, key: str, index: int, rec: Any, exc: Exception) -> NoReturn:
         """A provider's transient failure (rate limit, outage) that outlasted the adapter's
@@ -595,3 +588,4 @@ class StepExecution:
             return values[index]
         self._act.buffer(ev.ValueRecorded(kind=kind, index=index, value=fresh))
         return fresh
+

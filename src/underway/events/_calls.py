@@ -196,6 +196,9 @@ class BudgetExceeded(Event):
     scope: Literal["run", "tenant"]
     action: Literal["escalate", "fail"]
     tool: str | None = None
+    reason: str | None = None
+    """Why a call that cannot be measured was refused (its price unknown); None when it
+    would have crossed the limit."""
 
 
 class ToolShadowed(Event):

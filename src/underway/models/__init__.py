@@ -38,13 +38,14 @@ if TYPE_CHECKING:
     from .anthropic_messages import AnthropicMessages
     from .env import from_env
     from .openai_chat import OpenAIChat
-    from .pricing import Price, PriceTable
+    from .pricing import MaintainedPrice, Price, PriceTable
     from .retries import DEFAULT_RETRY, RetryNotice
     from .types import Message, ModelRequest, ModelResponse, ToolCall, ToolSpec
 else:
     __getattr__, __dir__ = lazy_exports(__name__, {
         "AnthropicMessages": ".anthropic_messages", "from_env": ".env",
-        "OpenAIChat": ".openai_chat", "Price": ".pricing", "PriceTable": ".pricing",
+        "OpenAIChat": ".openai_chat", "MaintainedPrice": ".pricing", "Price": ".pricing",
+        "PriceTable": ".pricing",
         "DEFAULT_RETRY": ".retries", "RetryNotice": ".retries", "Message": ".types",
         "ModelRequest": ".types", "ModelResponse": ".types", "ToolCall": ".types",
         "ToolSpec": ".types",
@@ -54,6 +55,7 @@ __all__ = [
     "DEFAULT_RETRY",
     "AnthropicMessages",
     "BudgetBreach",
+    "MaintainedPrice",
     "Message",
     "ModelError",
     "ModelRequest",

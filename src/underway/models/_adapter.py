@@ -5,6 +5,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import importlib
+import json
 import logging
 import os
 import random
@@ -13,11 +14,11 @@ from collections.abc import Awaitable, Callable
 from types import ModuleType
 from typing import Any, ClassVar, Self
 
-from ..effects import ModelReply
+from ..effects import ModelQuote, ModelReply
 from ..errors import ConfigurationError
 from ..events import JSON
 from ..retry import RetryPolicy
-from .pricing import PriceTable
+from .pricing import MaintainedPrice, PriceTable
 from .retries import DEFAULT_RETRY, Failure, Retrier, RetryNotice, redactor, sdk_failure
 from .types import ModelRequest, ModelResponse
 
@@ -139,14 +140,43 @@ class Adapter(abc.ABC):
     def response(self, raw: Any, request: ModelRequest, attempts: int) -> ModelResponse:
         """The provider's reply as a :class:`ModelResponse`."""
 
-    def cost(self, model: str, tokens_in: int, tokens_out: int, cached_tokens_in: int) -> float:
+    def quote(self, request: JSON) -> ModelQuote:
+        """The most ``request`` can spend: its parameters' bytes bound its input tokens
+        (a token is at least a byte), and ``max_tokens`` (else the model's context
+        window) its output, priced at the dearest rate that applies to that many tokens."""
+        req = ModelRequest.from_json(request)
+        tokens_in = len(json.dumps(self.params(req), default=str).encode())
+        price = self.prices.lookup(self.model, provider=self.provider)
+        out = self.max_output(req)
+        if out is None and isinstance(price, MaintainedPrice):
+            out = price.context_window
+        if out is None:
+            return ModelQuote(None, None, f"a request to {self.name} sets no max_tokens, so "
+                                          "its output and cost have no bound; set max_tokens")
+        cost = self.prices.most(self.model, tokens_in, out, provider=self.provider)
+        if cost is None:
+            return ModelQuote(tokens_in + out, None,
+                              f"model {self.model!r} has no price in the price table or "
+                              "genai-prices; give it one in the prices TOML")
+        return ModelQuote(tokens_in + out, cost)
+
+    def max_output(self, request: ModelRequest) -> int | None:
+        """The most output tokens ``request`` allows (None: no bound of the adapter's)."""
+        return request.max_tokens
+
+    def cost(
+        self, model: str, tokens_in: int, tokens_out: int, cached_tokens_in: int,
+        cache_write_tokens_in: int = 0,
+    ) -> float:
         """USD for one call, priced by the model that answered, else the one asked for.
 
-        A model missing from the price table costs 0 and is logged once, so budgets
-        undercount visibly rather than silently: give local models an explicit 0 price.
+        A model with no price costs 0 and is logged once; a call to it is refused before
+        it is sent wherever a cost budget applies (:meth:`quote`). Give local models an
+        explicit 0 price.
         """
         for candidate in (model, self.model):
-            usd = self.prices.cost(candidate, tokens_in, tokens_out, cached_tokens_in)
+            usd = self.prices.cost(candidate, tokens_in, tokens_out, cached_tokens_in,
+                                   cache_write_tokens_in, provider=self.provider)
             if usd is not None:
                 return usd
         if model not in self._unpriced:

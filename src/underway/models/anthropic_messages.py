@@ -77,6 +77,10 @@ class AnthropicMessages(Adapter):
         self.base_url = base_url
         self.default_max_tokens = default_max_tokens
 
+    def max_output(self, request: ModelRequest) -> int | None:
+        """The request's ``max_tokens``, else the adapter's default (the API needs one)."""
+        return request.max_tokens or self.default_max_tokens
+
     def params(self, request: ModelRequest) -> dict[str, Any]:
         """The ``messages.create`` arguments for ``request``."""
         system = "\n\n".join(m.content for m in request.messages if m.role == "system")
@@ -157,7 +161,7 @@ class AnthropicMessages(Adapter):
             tokens_in=tokens_in,
             tokens_out=tokens_out,
             cached_tokens_in=cached,
-            cost_usd=self.cost(model, tokens_in, tokens_out, cached),
+            cost_usd=self.cost(model, tokens_in, tokens_out, cached, written),
             parsed=parsed,
             attempts=attempts,
         )

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..effects import Model, ModelReply
+from ..effects import Model, ModelQuote, ModelReply
 from ..errors import ConfigurationError, UnderwayError
 from ..events import JSON
 
@@ -208,6 +208,12 @@ class ModelRouter:
     def adapter_for(self, kind: str) -> Model:
         """The adapter that answers requests of this kind."""
         return self.adapters[self.routes.get(kind, self.default)]
+
+    def quote(self, request: JSON) -> ModelQuote | None:
+        """The quote of the adapter ``request``'s kind routes to (None: it gives none)."""
+        kind = request.get("kind", "default") if isinstance(request, dict) else "default"
+        quote = getattr(self.adapter_for(str(kind)), "quote", None)
+        return None if quote is None else quote(request)
 
     async def complete(self, request: JSON) -> ModelReply:
         """Send ``request`` to the adapter its ``kind`` routes to; the reply names the

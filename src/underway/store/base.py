@@ -12,6 +12,7 @@ schedules            :class:`.ScheduleStore`     cron schedules and their ticks
 intake               :class:`.IntakeStore`       outside events, entity owners
 registry             :class:`.RegistryStore`     approvers and their public keys
 limits               :class:`.LimitStore`        queue limits, circuit breakers
+budgets              :class:`.BudgetStore`       tenants' daily budget holds
 API keys             :class:`.ApiKeyStore`       API keys (hashed), webhook secrets
 access log           :class:`.AccessLogStore`    reads of run data, append-only
 keys                 :class:`.KeyStore`          tenants' data keys, wrapped
@@ -34,6 +35,7 @@ from typing import Literal, Protocol
 from ..codec import Codec
 from .access import AccessLogStore
 from .apikeys import ApiKeyStore
+from .budgets import BudgetStore
 from .consent import ConsentStore
 from .holds import HoldStore
 from .inbox import InboxStore
@@ -90,6 +92,7 @@ __all__ = [
     "AppendBatch",
     "AppendResult",
     "ApproverRecord",
+    "BudgetStore",
     "CheckpointTail",
     "ConsentRecord",
     "ConsentStore",
@@ -174,6 +177,7 @@ class Store(
     IntakeStore,
     RegistryStore,
     LimitStore,
+    BudgetStore,
     ApiKeyStore,
     AccessLogStore,
     KeyStore,

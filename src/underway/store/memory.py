@@ -15,6 +15,7 @@ from ._offload import INLINE, Inline
 from .base import Dialect
 from .journal import CHAIN_LIMIT, AppendResult
 from .memory_access import MemoryAccess
+from .memory_budgets import MemoryBudgets
 from .memory_consent import MemoryConsent
 from .memory_keys import MemoryKeys
 from .memory_retention import MemoryRetention
@@ -44,7 +45,8 @@ _LINK = b'{"p":"'
 """How a blob that links to another begins (a codec list node); the key follows."""
 
 
-class MemoryStore(MemoryAccess, MemoryConsent, MemoryRetention, MemoryKeys, MemoryRows):
+class MemoryStore(MemoryAccess, MemoryConsent, MemoryRetention, MemoryKeys, MemoryRows,
+                  MemoryBudgets):
     """A :class:`~underway.store.base.Store` held in process memory.
 
     It does no I/O, so async code calls it inline (``offload``: see
@@ -58,6 +60,7 @@ class MemoryStore(MemoryAccess, MemoryConsent, MemoryRetention, MemoryKeys, Memo
         MemoryConsent.__init__(self)
         MemoryRetention.__init__(self)
         MemoryKeys.__init__(self)
+        MemoryBudgets.__init__(self)
         self.codec = Codec()
         """How payloads are encoded, sealed and opened (``Database.codec``)."""
         self._lock = threading.RLock()

@@ -29,6 +29,7 @@ from typing import Any
 from ..codec import Codec
 from ..errors import ConfigurationError, ResidencyError
 from .base import Dialect, Store
+from .budgets import Outcome
 from .journal import CHAIN_LIMIT, AppendResult
 from .limits import SHARED
 from .records import (
@@ -426,6 +427,23 @@ class RegionalStore(RegionalRetention, RegionalKeys):
         """Record a call's outcome in the tenant's region."""
         self._of(tenant_id).circuit_record(tenant_id, name, ok=ok, now=now,
                                            threshold=threshold, cooldown=cooldown)
+
+    # -- budget ledger ------------------------------------------------------------------
+    def reserve_budget(
+        self, tenant_id: str, since: float, key: str, amounts: Mapping[str, float],
+        limits: Mapping[str, float], *, baseline: Mapping[str, float] | None = None,
+    ) -> Outcome:
+        """Reserve against the tenant's budget in its region."""
+        return self._of(tenant_id).reserve_budget(tenant_id, since, key, amounts, limits,
+                                                  baseline=baseline)
+
+    def settle_budget(self, tenant_id: str, key: str, amounts: Mapping[str, float]) -> None:
+        """Settle a call's hold in the tenant's region."""
+        self._of(tenant_id).settle_budget(tenant_id, key, amounts)
+
+    def budget_used(self, tenant_id: str, since: float) -> dict[str, float] | None:
+        """What the tenant's day holds, from its region."""
+        return self._of(tenant_id).budget_used(tenant_id, since)
 
     # -- API keys, webhook secrets, the access log, consent ----------------------------
     def put_api_key(self, rec: ApiKeyRecord) -> None:

@@ -92,7 +92,8 @@ def test_the_public_api_is_pinned() -> None:
     import underway.models
 
     assert set(underway.models.__all__) == {
-        "DEFAULT_RETRY", "AnthropicMessages", "BudgetBreach", "Message", "ModelError",
+        "DEFAULT_RETRY", "AnthropicMessages", "BudgetBreach", "MaintainedPrice", "Message",
+            "ModelError",
         "ModelRequest", "ModelResponse", "ModelRouter", "OpenAIChat", "Price", "PriceTable",
         "RetryNotice", "RouteBudget", "RouteBudgetExceeded", "RouteUsage", "ToolCall",
         "ToolSpec", "budget_breaches", "from_env", "route_usage",

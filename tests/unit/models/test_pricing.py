@@ -33,7 +33,7 @@ def test_cost_is_per_million_tokens_with_cached_input_priced_apart() -> None:
 
 def test_default_table_prices_well_known_dated_model_ids() -> None:
     table = PriceTable.default()
-    assert table.lookup("claude-sonnet-4-20250514") == Price(input=3, output=15, cached_input=0.3)
+    assert table.cost("claude-sonnet-4-20250514", 10**6, 10**6) == pytest.approx(18.0)
     assert table.lookup("gpt-4o-2024-08-06") == table.lookup("gpt-4o")
 
 
@@ -42,6 +42,7 @@ def test_with_prices_returns_a_new_table() -> None:
     local = base.with_prices({"llama*": {"input": 0, "output": 0}})
     assert local.cost("llama3.1:8b", 10_000, 10_000) == 0.0
     assert base.lookup("llama3.1:8b") is None
+    assert PriceTable(maintained=False).lookup("gpt-4o") is None
 
 
 def test_from_toml(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ announced with NOTIFY; a worker LISTENs (``wakeups``).
 (created by :meth:`PostgresStore.migrate`); without it the server's search path applies.
 
 The store is one class made of one part per role (``journal``, ``leases``, ``inbox``,
-``schedules``, ``access``, ``consent``, ``retention``, ``keys``) over one pool
+``schedules``, ``access``, ``consent``, ``retention``, ``keys``, ``budgets``) over one pool
 (``connection``); the SQL is in ``store/sql/postgres.sql``.
 """
 
@@ -22,6 +22,7 @@ from .._urls import split_url
 from ..base import Dialect
 from ..wakeups import Wakeups
 from .access import Access
+from .budgets import Budgets
 from .consent import Consent
 from .inbox import Inbox
 from .journal import Journal
@@ -34,7 +35,9 @@ from .wakeups import Listener
 __all__ = ["PostgresStore", "split_url"]
 
 
-class PostgresStore(Journal, Leases, Inbox, Schedules, Access, Consent, Retention, Keys):
+class PostgresStore(
+    Journal, Leases, Inbox, Schedules, Access, Consent, Retention, Keys, Budgets,
+):
     """A :class:`~underway.store.base.Store` on a PostgreSQL database (one schema of it).
 
     ``min_size``/``max_size`` bound the connection pool; ``connect_timeout`` is how long

@@ -1093,3 +1093,33 @@ UPDATE signals SET payload = %(new)s
 -- name: reseal_schedule
 UPDATE schedules SET input = %(new)s
  WHERE tenant_id = %(tenant_id)s AND name = %(first)s AND input = %(old)s
+
+-- name: budget_used
+SELECT used FROM budget_usage WHERE tenant_id = %(tenant_id)s AND since = %(since)s
+
+-- name: budget_lock_used
+SELECT used FROM budget_usage WHERE tenant_id = %(tenant_id)s AND since = %(since)s
+   FOR UPDATE
+
+-- name: budget_seed
+INSERT INTO budget_usage (tenant_id, since, used)
+VALUES (%(tenant_id)s, %(since)s, %(used)s)
+ON CONFLICT (tenant_id, since) DO NOTHING
+
+-- name: budget_put_used
+UPDATE budget_usage SET used = %(used)s WHERE tenant_id = %(tenant_id)s AND since = %(since)s
+
+-- name: budget_hold
+SELECT since, amounts FROM budget_holds WHERE tenant_id = %(tenant_id)s AND hold_key = %(key)s
+
+-- name: budget_put_hold
+INSERT INTO budget_holds (tenant_id, hold_key, since, amounts)
+VALUES (%(tenant_id)s, %(key)s, %(since)s, %(amounts)s)
+ON CONFLICT (tenant_id, hold_key) DO UPDATE SET since = excluded.since,
+                                                amounts = excluded.amounts
+
+-- name: budget_forget_holds
+DELETE FROM budget_holds WHERE tenant_id = %(tenant_id)s AND since < %(before)s
+
+-- name: budget_forget_used
+DELETE FROM budget_usage WHERE tenant_id = %(tenant_id)s AND since < %(before)s

@@ -852,3 +852,26 @@ UPDATE signals SET payload = ?
 
 -- name: reseal_schedule
 UPDATE schedules SET input = ? WHERE tenant_id = ? AND name = ? AND input = ?
+
+-- name: budget_used
+SELECT used FROM budget_usage WHERE tenant_id = ? AND since = ?
+
+-- name: budget_seed
+INSERT INTO budget_usage (tenant_id, since, used) VALUES (?, ?, ?)
+
+-- name: budget_put_used
+UPDATE budget_usage SET used = ? WHERE tenant_id = ? AND since = ?
+
+-- name: budget_hold
+SELECT since, amounts FROM budget_holds WHERE tenant_id = ? AND hold_key = ?
+
+-- name: budget_put_hold
+INSERT INTO budget_holds (tenant_id, hold_key, since, amounts) VALUES (?, ?, ?, ?)
+ON CONFLICT (tenant_id, hold_key) DO UPDATE SET since = excluded.since,
+                                                amounts = excluded.amounts
+
+-- name: budget_forget_holds
+DELETE FROM budget_holds WHERE tenant_id = ? AND since < ?
+
+-- name: budget_forget_used
+DELETE FROM budget_usage WHERE tenant_id = ? AND since < ?

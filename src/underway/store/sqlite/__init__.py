@@ -3,7 +3,7 @@
 Writers serialize through ``BEGIN IMMEDIATE``, which is also what makes claiming correct
 when several worker processes share one database file. The store is one class made of one
 part per role (``journal``, ``leases``, ``inbox``, ``schedules``, ``access``, ``consent``,
-``retention``, ``keys``), over one connection (``connection``); the SQL is in
+``retention``, ``keys``, ``budgets``), over one connection (``connection``); the SQL is in
 ``store/sql/sqlite.sql``.
 """
 
@@ -12,6 +12,7 @@ from __future__ import annotations
 from ..base import Dialect
 from ..wakeups import Polling, Wakeups
 from .access import Access
+from .budgets import Budgets
 from .consent import Consent
 from .inbox import Inbox
 from .journal import Journal
@@ -23,7 +24,9 @@ from .schedules import Schedules
 __all__ = ["SQLiteStore"]
 
 
-class SQLiteStore(Journal, Leases, Inbox, Schedules, Access, Consent, Retention, Keys):
+class SQLiteStore(
+    Journal, Leases, Inbox, Schedules, Access, Consent, Retention, Keys, Budgets,
+):
     """A :class:`~underway.store.base.Store` on one SQLite database file.
 
     ``busy_timeout_ms`` is how long a writer waits for another process's write lock.
