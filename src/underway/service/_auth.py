@@ -47,14 +47,19 @@ class Principal:
 @dataclass(frozen=True, slots=True)
 class ServiceState:
     """What every request of one app shares: the client, intake routes and the clock;
-    ``signed_resolutions`` refuses unsigned resolutions and resumes; ``reveal_roles`` may
-    see the fields tools declare sensitive (:mod:`underway.service._reading`)."""
+    ``reveal_roles`` may see the fields tools declare sensitive
+    (:mod:`underway.service._reading`)."""
 
     client: Client
     routes: Routes | None
     replay_window: float
-    signed_resolutions: bool = False
     reveal_roles: frozenset[str] = frozenset({"admin"})
+
+    @property
+    def signed_resolutions(self) -> bool:
+        """Whether unsigned resolutions and resumes are refused (the client refuses
+        them: :attr:`~underway.client.Client.signed_resolutions`)."""
+        return self.client.signed_resolutions
 
     @property
     def store(self) -> Store:

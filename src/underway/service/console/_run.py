@@ -97,6 +97,7 @@ async def run_page(request: Request, state: Console, session: Signed, run_id: Ru
         "stream": f"/runs/{run_id}/events/stream?after={last_seq}{keep}" if view.live else "",
         "state_url": f"/runs/{run_id}/state" + (f"?{rd.query}" if rd.query else ""),
         "may_steer": session.may("steer"), "notice": NOTICES.get(done, ""), "rd": rd,
+        "signed_only": state.signed_resolutions,
         "keep": keep,
     }, session=session)
 
