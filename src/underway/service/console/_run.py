@@ -137,8 +137,8 @@ async def event_stream(
         after = max(after, int(last_event_id))
     keep = f"&{rd.query}" if rd.query else ""
     return StreamingResponse(
-        tail(state, who.tenant_id, run_id, after, request, hide, status=True,
-             frame=partial(_frame, run_id, keep)),
+        tail(state, who, run_id, after, request, hide, status=True,
+             frame=partial(_frame, run_id, keep), until=session.expires_at),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )
