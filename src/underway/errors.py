@@ -14,6 +14,8 @@ Every error derives from :class:`UnderwayError`::
     ├── ModelError              a model provider refused or failed (``retryable`` flag)
     ├── RouteBudgetExceeded     a model route's per-run budget is spent
     ├── RunNotFound             no run with that id in that tenant
+    ├── SignedResolutionRequired  an unsigned resolve or resume where only signed ones
+    │                           settle runs (``[approvals] signed_resolutions``)
     ├── NonDeterminismError     a re-run issued a different call sequence
     ├── ToolCallError           a tool call failed; raised inside the step that made it
     ├── OutcomeUnknown          a tool lost track of an effect it started (the request left,
@@ -49,6 +51,22 @@ class UnderwayError(Exception):
 
 class ConfigurationError(UnderwayError):
     """The runtime was given something it cannot use: say what and how to fix it."""
+
+
+class SignedResolutionRequired(UnderwayError):
+    """This deployment settles escalations and dead runs only with signed resolutions
+    (``[approvals] signed_resolutions``), and an unsigned resolve or resume was asked for.
+    Nothing was sent: the workers would refuse it. The message says how to sign one."""
+
+    def __init__(self, run_id: str, action: str) -> None:
+        super().__init__(
+            f"run {run_id}: an unsigned {action} is refused here: runs are settled only "
+            "by resolutions signed by an approver ([approvals] signed_resolutions), and "
+            f"nothing was sent. Sign one with `underway approvals resolve {run_id}`, in "
+            f"the console's approvals inbox, or POST it to /v1/approvals/{run_id}/decision"
+        )
+        self.run_id = run_id
+        self.action = action
 
 
 class AmbiguousRunId(ConfigurationError):
@@ -271,6 +289,7 @@ __all__ = [
     "ResultInvalid",
     "RunNotFound",
     "SecretRefused",
+    "SignedResolutionRequired",
     "StoreError",
     "ToolCallError",
     "UnderwayError",

@@ -11,6 +11,14 @@ delivery::
 and the timestamp, or whose timestamp is further than the replay window (five minutes by
 default) from now, in either direction. A delivery that passes acts once per idempotency
 key (:func:`underway.intake.intake`), so a sender may retry it freely within the window.
+
+The idempotency key must be signed too, or a copy of one delivery posted under several
+keys would act several times. It is the body's ``idempotency_key`` (covered by ``v1``), or
+an ``Idempotency-Key`` header covered by a ``v2`` signature::
+
+    X-Underway-Signature: v2=<hex of HMAC-SHA256(secret, timestamp + "." + key + "." + body)>
+
+An ``Idempotency-Key`` header under a ``v1`` signature is refused.
 The secret is stored as given, not hashed: an HMAC cannot be checked without it.
 """
 
@@ -23,6 +31,7 @@ import time
 from typing import Literal
 
 __all__ = [
+    "IDEMPOTENCY_HEADER",
     "REPLAY_WINDOW",
     "SIGNATURE_HEADER",
     "TIMESTAMP_HEADER",
@@ -42,7 +51,8 @@ TIMESTAMP_HEADER = "X-Underway-Timestamp"
 REPLAY_WINDOW = 300.0
 """Seconds a signed delivery stays acceptable, either side of now."""
 
-Refusal = Literal["missing_signature", "stale_timestamp", "bad_signature"]
+Refusal = Literal["missing_signature", "stale_timestamp", "bad_signature",
+                  "unsigned_idempotency_key"]
 """Why a delivery is refused."""
 
 
@@ -51,25 +61,40 @@ def new_secret() -> str:
     return "whsec_" + secrets.token_urlsafe(32)
 
 
-def signature(secret: str, timestamp: str, body: bytes) -> str:
-    """The ``X-Underway-Signature`` value of ``body`` signed at ``timestamp``."""
-    mac = hmac.new(secret.encode("utf-8"), timestamp.encode("ascii") + b"." + body,
-                   hashlib.sha256)
-    return "v1=" + mac.hexdigest()
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+"""The header that may carry the idempotency key (only under a ``v2`` signature)."""
 
 
-def sign(secret: str, body: bytes, *, at: float | None = None) -> dict[str, str]:
-    """The two headers a sender adds to deliver ``body``, signed now (or ``at``)."""
+def signature(secret: str, timestamp: str, body: bytes, *,
+              idempotency_key: str | None = None) -> str:
+    """The ``X-Underway-Signature`` value of ``body`` signed at ``timestamp``: ``v1``, or
+    ``v2`` when it also covers an ``idempotency_key`` header."""
+    signed = timestamp.encode("ascii") + b"."
+    if idempotency_key is not None:
+        signed += idempotency_key.encode("utf-8") + b"."
+    mac = hmac.new(secret.encode("utf-8"), signed + body, hashlib.sha256)
+    return ("v1=" if idempotency_key is None else "v2=") + mac.hexdigest()
+
+
+def sign(secret: str, body: bytes, *, at: float | None = None,
+         idempotency_key: str | None = None) -> dict[str, str]:
+    """The headers a sender adds to deliver ``body``, signed now (or ``at``); with
+    ``idempotency_key``, its ``Idempotency-Key`` header too, under the signature."""
     timestamp = str(int(time.time() if at is None else at))
-    return {TIMESTAMP_HEADER: timestamp, SIGNATURE_HEADER: signature(secret, timestamp, body)}
+    headers = {TIMESTAMP_HEADER: timestamp, SIGNATURE_HEADER: signature(
+        secret, timestamp, body, idempotency_key=idempotency_key)}
+    if idempotency_key is not None:
+        headers[IDEMPOTENCY_HEADER] = idempotency_key
+    return headers
 
 
 def verify(
     secret: str, body: bytes, *, timestamp: str | None, signed: str | None, now: float,
-    window: float = REPLAY_WINDOW,
+    window: float = REPLAY_WINDOW, idempotency_key: str | None = None,
 ) -> Refusal | None:
-    """Why the delivery of ``body`` with headers ``timestamp`` and ``signed`` must be
-    refused, or None when it is genuine and fresh."""
+    """Why the delivery of ``body`` with headers ``timestamp``, ``signed`` and
+    ``idempotency_key`` (its ``Idempotency-Key``, if any) must be refused, or None when it
+    is genuine and fresh and the key header, if any, is under the signature."""
     if not timestamp or not signed:
         return "missing_signature"
     try:
@@ -78,8 +103,10 @@ def verify(
         return "stale_timestamp"
     if abs(now - at) > window:
         return "stale_timestamp"
-    expected = signature(secret, timestamp, body)
-    if not hmac.compare_digest(expected.encode("ascii"), signed.strip().encode("utf-8",
-                                                                                "replace")):
+    given = signed.strip()
+    if idempotency_key is not None and not given.startswith("v2="):
+        return "unsigned_idempotency_key"
+    expected = signature(secret, timestamp, body, idempotency_key=idempotency_key)
+    if not hmac.compare_digest(expected.encode("ascii"), given.encode("utf-8", "replace")):
         return "bad_signature"
     return None

@@ -17,6 +17,7 @@ from underway.approvals import ApproverRecord, generate_keypair, sign_decision
 from underway.approvals.keys import load_private_key, write_private_key
 from underway.clock import ManualClock
 from underway.engine import Engine
+from underway.errors import SignedResolutionRequired
 from underway.events import canonical_json
 from underway.policy import policy_from_dict
 from underway.runner import Runner
@@ -173,7 +174,10 @@ def test_signed_resolutions_refuse_an_unsigned_resume(
 ) -> None:
     w = World(db_url, tmp_path, signed=True)
     s, _ = _dead_after(w, how)
-    w.engine.resume(w.run_id, by="intern")
+    with pytest.raises(SignedResolutionRequired, match="unsigned resume is refused"):
+        w.engine.resume(w.run_id, by="intern")
+    # Sent past the refusal (a client that does not know the setting): the worker refuses.
+    uw.Client(w.engine.store, clock=w.clock).resume(w.run_id, by="intern")
     s = w.drive()
     assert s.status == "dead" and w.executed == []
     ignored = [e for e in w.events() if isinstance(e, ev.SignalIgnored)]
@@ -221,6 +225,8 @@ def test_signed_resolutions_refuse_an_unsigned_retry_resolution(
     run_id, _ = engine.start(flow)
     asyncio.run(Runner(engine).run_until_idle())
     assert engine.state(run_id).status == "escalated"
-    engine.resolve(run_id, resolution="retry", by="intern")
+    with pytest.raises(SignedResolutionRequired, match="unsigned resolution is refused"):
+        engine.resolve(run_id, resolution="retry", by="intern")
+    uw.Client(engine.store, clock=engine.clock).resolve(run_id, resolution="retry", by="intern")
     asyncio.run(Runner(engine).run_until_idle())
     assert engine.state(run_id).status == "escalated" and entries == ["x"]

@@ -309,7 +309,8 @@ signed_resolutions = true
             refused = http.post(f"/v1/runs/{run_id}/resolve",
                                 json={"resolution": "succeeded"})
             assert refused.status_code == 409
-            assert "only with signed resolutions" in refused.json()["detail"]
+            assert refused.headers["content-type"].startswith("application/problem+json")
+            assert "unsigned resolution is refused" in refused.json()["detail"]
             assert f"/v1/approvals/{run_id}/decision" in refused.json()["detail"]
 
     other = free_port()

@@ -347,9 +347,14 @@ def parse_json(text: str | None, option: str) -> JSON:
 
 @contextmanager
 def open_client(ctx: typer.Context, db: str | None) -> Iterator[Client]:
-    """A client on the store named by ``db`` / ``$UNDERWAY_DB`` (see :func:`open_store`)."""
+    """A client on the store named by ``db`` / ``$UNDERWAY_DB`` (see :func:`open_store`).
+    It refuses unsigned resolutions and resumes when ``./underway.toml`` (the file the
+    workers and ``underway serve`` read by default) says ``[approvals]
+    signed_resolutions = true``."""
+    found = find_config(None)
+    signed = found is not None and load_config(found).approvals.signed_resolutions
     with open_store(ctx, db) as store:
-        yield Client(store)
+        yield Client(store, signed_resolutions=signed)
 
 
 def find_run(client: Client, tenant_id: str, run: str) -> RunRecord:

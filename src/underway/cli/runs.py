@@ -372,17 +372,15 @@ def resolve(
 ) -> None:
     """Resolve a run's escalation, unsigned; the run continues from where it stopped.
 
-    A worker started with --signed-resolutions refuses this: sign a resolution with
+    Where runs settle only with signed resolutions ([approvals] signed_resolutions in
+    ./underway.toml) this is refused and nothing is sent: sign a resolution with
     `underway approvals resolve` instead.
     """
     if resolution not in ("succeeded", "failed", "retry"):
         raise Problem(f"--resolution must be succeeded, failed or retry, not {resolution!r}")
     data = parse_json(result, "--result")
     with open_client(ctx, db) as client:
-        row = find_run(client, tenant, run)
-        run = row.run_id
-        if row.status != "escalated":
-            raise Problem(f"run {run} is {row.status}, not escalated; there is nothing to resolve")
+        run = find_run(client, tenant, run).run_id
         client.resolve(run, resolution=resolution, by=by, result=data, tenant_id=tenant)
     typer.echo(f"escalation of run {run} resolved as {resolution} by {by} (unsigned: a "
                "worker with --signed-resolutions refuses it)")
@@ -404,13 +402,11 @@ def resume(
 ) -> None:
     """Resume a dead run, unsigned: failed calls are tried again — each through the whole
     guard (policy, budgets, a fresh approval where one is required) — completed ones are
-    not. A worker with ``--signed-resolutions`` refuses it; use ``underway approvals
+    not. Where runs settle only with signed resolutions ([approvals] signed_resolutions in
+    ./underway.toml) this is refused and nothing is sent; use ``underway approvals
     resolve RUN --outcome resume`` there."""
     with open_client(ctx, db) as client:
-        row = find_run(client, tenant, run)
-        run = row.run_id
-        if row.status != "dead":
-            raise Problem(f"run {run} is {row.status}, not dead; only dead runs can be resumed")
+        run = find_run(client, tenant, run).run_id
         client.resume(run, by=by, step=step, tenant_id=tenant)
     where = f"at step {step}" if step else "where it stopped"
     typer.echo(f"run {run} resumed {where} by {by} (unsigned: a worker with "

@@ -19,7 +19,7 @@ from ..approvals import ApprovalCheck, SignedDecision, verify_decision
 from ..approvals.decision import REASON_TEXT
 from ..clock import Clock, SystemClock
 from ..codec import Codec, signal_where
-from ..control import CANCEL, RESERVED_PREFIX, RESOLVE, RESUME, resolution_of, resumption_of
+from ..control import CANCEL, RESERVED_PREFIX, resolution_of, resumption_of
 from ..errors import AmbiguousRunId, ConfigurationError, KeyUnavailable, RunNotFound
 from ..events import JSON, canonical_json
 from ..flow import Flow
@@ -34,6 +34,7 @@ from ._activity import Activity, activity
 from ._consent import Consents
 from ._forking import Forks
 from ._requests import PendingRequest, readable_row, request_of, sealed_request, sealed_state
+from ._settling import Settling
 from ._starting import new_run
 
 
@@ -76,7 +77,7 @@ class ChildRun:
     error: str | None = None
 
 
-class Client(Consents, Forks):
+class Client(Consents, Forks, Settling):
     """Starts, steers and reads runs: what an operator, the CLI, an HTTP API or another
     service does. It needs no flow code and runs no step; workers (an
     :class:`~underway.Engine` driven by a :class:`~underway.Worker` or
@@ -87,7 +88,12 @@ class Client(Consents, Forks):
     runs of those are checked when started (input, steps, declared signals), others are
     started by name with their raw input, checked by the first worker that runs them.
     ``codec``: how payloads are encoded (default: like the store's, sealed when encryption
-    is on for the store). Every method takes ``tenant_id`` (default ``"default"``).
+    is on for the store). ``signed_resolutions``: the deployment settles escalations and
+    dead runs only with signed resolutions (``[approvals] signed_resolutions``, what its
+    workers enforce), so :meth:`resolve` and :meth:`resume` refuse at once with
+    :class:`~underway.errors.SignedResolutionRequired`. Every surface (the CLI, the API,
+    the console) goes through this check. Every method takes ``tenant_id`` (default
+    ``"default"``).
     """
 
     def __init__(
@@ -97,6 +103,7 @@ class Client(Consents, Forks):
         flows: Iterable[Flow[Any, Any]] = (),
         clock: Clock | None = None,
         codec: Codec | None = None,
+        signed_resolutions: bool = False,
     ) -> None:
         self._store = store
         self._journal = Journal(store, codec)
@@ -108,29 +115,35 @@ class Client(Consents, Forks):
         self._owns_store = False
         self._owner = "client"
         self._learned = RunRedactors()
+        self.signed_resolutions = signed_resolutions
+        """Whether unsigned resolutions and resumes are refused up front."""
 
     @classmethod
     def connect(
         cls, url: str, *, migrate: bool = True, flows: Iterable[Flow[Any, Any]] = (),
         clock: Clock | None = None, codec: Codec | None = None,
+        signed_resolutions: bool = False,
     ) -> Client:
         """A client on the store at ``url`` (``sqlite:///path.db``, ``postgresql://...``,
         ``memory://``), migrated unless ``migrate=False``; :meth:`close` closes the store."""
-        client = cls(connect(url, migrate=migrate), flows=flows, clock=clock, codec=codec)
+        client = cls(connect(url, migrate=migrate), flows=flows, clock=clock, codec=codec,
+                     signed_resolutions=signed_resolutions)
         client._owns_store = True
         return client
 
     @classmethod
     def _for_executor(
-        cls, store: Store, journal: Journal, clock: Clock, flows: dict[str, Flow[Any, Any]]
+        cls, store: Store, journal: Journal, clock: Clock, flows: dict[str, Flow[Any, Any]],
+        *, signed_resolutions: bool = False,
     ) -> Client:
         """The client an engine steers runs with: its store, journal, clock and registry
         (shared, so a flow registered later is known here too); an unknown flow is an
-        error, never a start by name."""
+        error, never a start by name. ``signed_resolutions``: its guard's."""
         client = cls.__new__(cls)
         client._store, client._journal, client.clock = store, journal, clock
         client.flows, client._strict, client._owns_store = flows, True, False
         client._owner, client._learned = "engine", RunRedactors()
+        client.signed_resolutions = signed_resolutions
         return client
 
     @property
@@ -306,47 +319,6 @@ class Client(Consents, Forks):
         """Ask for the run to be cancelled at its next step boundary (journaled with
         ``by`` and ``reason``)."""
         self._send(run_id, CANCEL, {"by": by, "reason": reason}, tenant_id, None, by)
-
-    def resolve(
-        self,
-        run_id: str,
-        *,
-        resolution: str,
-        by: str,
-        result: JSON = None,
-        tenant_id: str = "default",
-    ) -> None:
-        """Resolve an escalation: the effect ``succeeded`` (with result), ``failed``, or
-        may be ``retry``-ed. Unsigned: a worker with ``signed_resolutions`` refuses it
-        (journaled as ``SignalIgnored``) and waits for a signed one
-        (:meth:`submit_decision` with a ``resolve`` decision)."""
-        if resolution not in ("succeeded", "failed", "retry"):
-            raise ConfigurationError(
-                f"resolution must be 'succeeded', 'failed' or 'retry', not {resolution!r}"
-            )
-        row = self._store.get_run(tenant_id, run_id)
-        if row is not None and row.status != "escalated":
-            raise ConfigurationError(
-                f"run {run_id} is {row.status}, not escalated: there is nothing to resolve"
-            )
-        self._send(run_id, RESOLVE, {"resolution": resolution, "result": result, "by": by},
-                   tenant_id, None, by)
-
-    def resume(
-        self, run_id: str, *, by: str, step: str | None = None, tenant_id: str = "default"
-    ) -> None:
-        """Resume a dead run, at ``step`` or where it stopped (its failed calls are tried
-        again, each through the whole guard; completed ones are not)."""
-        row = self.get_run(run_id, tenant_id=tenant_id)
-        if row.status != "dead":
-            raise ConfigurationError(
-                f"run {run_id} is {row.status}, not dead: only dead runs can be resumed"
-            )
-        if step is not None and row.flow in self.flows:
-            # (Without the flow's code this is left to the worker: an unknown step stops
-            # the run dead again, naming the step.)
-            self.flows[row.flow].get_step(step)
-        self._send(run_id, RESUME, {"by": by, "step": step}, tenant_id, None, by)
 
     def submit_decision(self, decision: JSON, *, tenant_id: str = "default") -> bool:
         """Deliver a signed approval decision, answer or resolution (built and signed by the

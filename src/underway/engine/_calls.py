@@ -9,7 +9,7 @@ import json
 import logging
 import random
 import time
-from typing import TYPE_CHECKING, Any, Literal, NoReturn
+from typing import Any, Literal, NoReturn
 
 from pydantic import ValidationError
 

@@ -169,7 +169,8 @@ class Engine(EagerStarts):
         )
         """Where this engine's activations commit together (None: each on its own — the
         store does no I/O, or ``group_commit=False``)."""
-        self.client = Client._for_executor(store, self.journal, self.clock, self.flows)
+        self.client = Client._for_executor(store, self.journal, self.clock, self.flows,
+                                           signed_resolutions=self.guard.signed_resolutions)
         """The client this engine's operator actions (start, signal, cancel...) go through."""
         self.driver: Driver | None = None
         """The worker serving this engine, if one is: the runs the engine starts go to it

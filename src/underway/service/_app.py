@@ -55,10 +55,14 @@ def create_app(
     :class:`~underway.telemetry.PrometheusMetrics` whose engine runs in this process).
     ``session_secret`` MACs the console's session cookies (see
     :func:`~underway.service.console.install_console`). ``signed_resolutions`` (what the
-    workers enforce) answers an unsigned resolve, or resume of a dead run, with 409 at once
-    instead of accepting a signal the workers will refuse. ``reveal_roles``: the roles whose
+    workers enforce) makes the app's client refuse unsigned resolutions and resumes
+    (:meth:`~underway.client.Client.signed_only`): the API answers 409 and the console an
+    error page at once, instead of accepting a signal the workers will refuse; a client
+    that already refuses them keeps refusing. ``reveal_roles``: the roles whose
     keys may ask to see the fields tools declare sensitive (:mod:`underway.redaction`)."""
     client = target if isinstance(target, Client) else Client(target)
+    if signed_resolutions:
+        client = client.signed_only()
     table = None if routes is None else routes if isinstance(routes, Routes) else Routes(routes)
     app = FastAPI(
         title=title, version=_version(), openapi_url="/openapi.json", docs_url="/docs",
@@ -70,8 +74,7 @@ def create_app(
     if unknown:
         raise ConfigurationError(f"reveal_roles names unknown roles {sorted(unknown)}; "
                                  f"choose among {', '.join(ROLES)}")
-    app.state.underway = ServiceState(client, table, replay_window, signed_resolutions,
-                                      frozenset(reveal_roles))
+    app.state.underway = ServiceState(client, table, replay_window, frozenset(reveal_roles))
     install(app)
     for module in (_runs, _stream, _approvals, _intake, _consents, _erasures, _reads, _admin):
         app.include_router(module.router)

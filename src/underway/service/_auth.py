@@ -5,6 +5,7 @@ the OpenAPI document (``x-underway-roles``), so what is documented is what is en
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -12,7 +13,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from ..apikeys import PERMISSIONS, Permission, Role, authenticate, roles_with
+from ..apikeys import PERMISSIONS, ROLES, Permission, Role, authenticate, roles_with
 from ..client import Client
 from ..intake import Routes
 from ..store._offload import run_io
@@ -47,14 +48,19 @@ class Principal:
 @dataclass(frozen=True, slots=True)
 class ServiceState:
     """What every request of one app shares: the client, intake routes and the clock;
-    ``signed_resolutions`` refuses unsigned resolutions and resumes; ``reveal_roles`` may
-    see the fields tools declare sensitive (:mod:`underway.service._reading`)."""
+    ``reveal_roles`` may see the fields tools declare sensitive
+    (:mod:`underway.service._reading`)."""
 
     client: Client
     routes: Routes | None
     replay_window: float
-    signed_resolutions: bool = False
     reveal_roles: frozenset[str] = frozenset({"admin"})
+
+    @property
+    def signed_resolutions(self) -> bool:
+        """Whether unsigned resolutions and resumes are refused (the client refuses
+        them: :attr:`~underway.client.Client.signed_resolutions`)."""
+        return self.client.signed_resolutions
 
     @property
     def store(self) -> Store:
@@ -119,6 +125,25 @@ class _Require:
             raise ApiProblem(403, "forbidden", "Forbidden",
                              f"a {role} key may not do this; it needs one of: {allowed}")
         request.state.principal = Principal(record.key_id, record.name, record.tenant_id, role)
+
+
+def still_authorized(store: Store, who: Principal, permission: Permission, *,
+                     until: float | None = None, now: float | None = None) -> str | None:
+    """Why ``who`` may no longer do ``permission`` (None: it still may), read from the
+    store now: its key revoked or gone, moved to another tenant or role that lacks the
+    permission, or (``until``, e.g. a console session's expiry) expired. A long-lived
+    answer (a live tail) asks before each delivery, so a revocation ends it at once."""
+    if until is not None and (time.time() if now is None else now) >= until:
+        return "the session expired"
+    record = store.get_api_key(who.key_id)
+    if record is None or record.revoked_at is not None:
+        return "the API key was revoked"
+    if record.tenant_id != who.tenant_id or record.role not in ROLES:
+        return "the API key changed"
+    role: Role = record.role
+    if permission not in PERMISSIONS[role]:
+        return f"a {role} key may not do this"
+    return None
 
 
 def _identify(store: Store, token: str) -> ApiKeyRecord | None:

@@ -3,7 +3,9 @@
 and an HMAC-SHA256 signature of the timestamp and the exact body with the source's secret
 (:mod:`underway.webhooks`); a stale timestamp, a bad signature, a body changed after
 signing are refused before anything is read or stored. An accepted event acts once per
-idempotency key (the body's ``idempotency_key``, else the ``Idempotency-Key`` header)."""
+idempotency key, which the signature covers: the body's ``idempotency_key``, else an
+``Idempotency-Key`` header under a ``v2`` signature. A key header the signature does not
+cover is refused, so one signed delivery posted under several keys cannot act twice."""
 
 from __future__ import annotations
 
@@ -58,6 +60,9 @@ _REFUSED = {
     "missing_signature": f"send {webhooks.TIMESTAMP_HEADER} and {webhooks.SIGNATURE_HEADER}",
     "stale_timestamp": "the timestamp is outside the replay window; sign the delivery again",
     "bad_signature": "the signature does not match the body and timestamp",
+    "unsigned_idempotency_key": f"the {webhooks.IDEMPOTENCY_HEADER} header is not covered by "
+    "a v1 signature: sign it with v2 (timestamp.key.body) or put idempotency_key in the "
+    "body",
 }
 
 
@@ -76,18 +81,20 @@ async def deliver(
     secret = await run_io(state.store, state.store.get_intake_secret, who.tenant_id, source)
     if secret is None:
         raise not_found("such webhook source (set its secret first)")
+    header_key = request.headers.get(webhooks.IDEMPOTENCY_HEADER)
     refusal = webhooks.verify(
         secret.secret, body, timestamp=request.headers.get(webhooks.TIMESTAMP_HEADER),
         signed=request.headers.get(webhooks.SIGNATURE_HEADER), now=state.client.clock.now(),
-        window=state.replay_window,
+        window=state.replay_window, idempotency_key=header_key,
     )
     if refusal is not None:
         raise ApiProblem(401, refusal.replace("_", "-"), "Delivery refused", _REFUSED[refusal])
     event = _parse(body)
-    key = event.idempotency_key or request.headers.get("idempotency-key")
+    # Both are signed: a v2 signature covers the header, every signature the body.
+    key = event.idempotency_key or header_key
     if not key:
         raise invalid("body.idempotency_key", "give idempotency_key, or an Idempotency-Key "
-                      "header")
+                      "header under a v2 signature")
     carrier = None if traceparent is None else {k: v for k, v in (
         ("traceparent", traceparent), ("tracestate", tracestate)) if v is not None}
     return await run_io(state.store, _route, state, who.tenant_id, source, event, key,

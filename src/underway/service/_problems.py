@@ -14,7 +14,13 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..errors import ConfigurationError, KeyUnavailable, ResidencyError, RunNotFound
+from ..errors import (
+    ConfigurationError,
+    KeyUnavailable,
+    ResidencyError,
+    RunNotFound,
+    SignedResolutionRequired,
+)
 
 log = logging.getLogger("underway.service")
 
@@ -126,6 +132,12 @@ def install(app: FastAPI) -> None:
         return respond(Problem(type=PROBLEM_TYPE + "invalid-input", title="Invalid input",
                                status=422, detail=str(exc)))
 
+    async def on_signed_only(request: Request, exc: Exception) -> JSONResponse:
+        # The client refused an unsigned resolution: the workers would ignore it.
+        return respond(Problem(type=PROBLEM_TYPE + "signed-resolution-required",
+                               title="Signed resolution required", status=409,
+                               detail=str(exc)))
+
     async def on_key_unavailable(request: Request, exc: Exception) -> JSONResponse:
         # Reads show sealed payloads as "[encrypted]"; only a write gets here.
         return respond(Problem(type=PROBLEM_TYPE + "keys-unavailable",
@@ -146,6 +158,7 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(StarletteHTTPException, on_http)
     app.add_exception_handler(RunNotFound, on_run_not_found)
     app.add_exception_handler(ConfigurationError, on_configuration)
+    app.add_exception_handler(SignedResolutionRequired, on_signed_only)
     app.add_exception_handler(KeyUnavailable, on_key_unavailable)
     app.add_exception_handler(ResidencyError, on_no_region)
     app.add_exception_handler(Exception, on_unexpected)

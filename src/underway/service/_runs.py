@@ -38,9 +38,6 @@ Status = Literal["ready", "waiting", "escalated", "dead", "completed", "failed",
 RunId = Annotated[str, Path(min_length=1, description="The run's id.")]
 UNSIGNED = ("unsigned: a worker started with --signed-resolutions refuses it; submit a "
             "signed resolve decision to /v1/approvals/{run_id}/decision instead")
-SIGNED_ONLY = ("this deployment settles runs only with signed resolutions "
-               "(approvals.signed_resolutions): submit a signed resolve decision to "
-               "/v1/approvals/{run_id}/decision")
 
 
 @endpoint(router, "GET", "", permission="read", response_model=RunPage)
@@ -182,15 +179,14 @@ def cancel_run(state: State, who: Caller, run_id: RunId, body: Cancel) -> Accept
 @endpoint(router, "POST", "/{run_id}/resume", permission="steer", response_model=Accepted,
           status_code=202, problems=(404, 409))
 def resume_run(state: State, who: Caller, run_id: RunId, body: Resume) -> Accepted:
-    """Resume a dead run (unsigned; see ``note``)."""
+    """Resume a dead run (unsigned; see ``note``). Where runs settle only with signed
+    resolutions, a 409 says how to sign one."""
     row = state.client.get_run(run_id, tenant_id=who.tenant_id)
-    if state.signed_resolutions:
-        raise conflict(SIGNED_ONLY.format(run_id=run_id))
-    if row.status != "dead":
-        raise conflict(f"run {run_id} is {row.status}, not dead: only dead runs resume")
     try:
         state.client.resume(run_id, by=who.actor, step=body.step, tenant_id=who.tenant_id)
     except ConfigurationError as exc:
+        if row.status != "dead":
+            raise conflict(str(exc)) from None
         raise invalid("body.step", str(exc)) from None
     return Accepted(run_id=run_id, delivered=True, note=UNSIGNED)
 
@@ -198,12 +194,11 @@ def resume_run(state: State, who: Caller, run_id: RunId, body: Resume) -> Accept
 @endpoint(router, "POST", "/{run_id}/resolve", permission="steer", response_model=Accepted,
           status_code=202, problems=(404, 409))
 def resolve_run(state: State, who: Caller, run_id: RunId, body: Resolve) -> Accepted:
-    """Resolve an escalated run (unsigned; see ``note``)."""
-    row = state.client.get_run(run_id, tenant_id=who.tenant_id)
-    if state.signed_resolutions:
-        raise conflict(SIGNED_ONLY.format(run_id=run_id))
-    if row.status != "escalated":
-        raise conflict(f"run {run_id} is {row.status}, not escalated: nothing to resolve")
-    state.client.resolve(run_id, resolution=body.resolution, by=who.actor,
-                         result=body.result, tenant_id=who.tenant_id)
+    """Resolve an escalated run (unsigned; see ``note``). Where runs settle only with
+    signed resolutions, a 409 says how to sign one."""
+    try:
+        state.client.resolve(run_id, resolution=body.resolution, by=who.actor,
+                             result=body.result, tenant_id=who.tenant_id)
+    except ConfigurationError as exc:  # the run is not escalated
+        raise conflict(str(exc)) from None
     return Accepted(run_id=run_id, delivered=True, note=UNSIGNED)

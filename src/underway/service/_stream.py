@@ -1,8 +1,11 @@
 """``GET /v1/runs/{run_id}/events/stream``: a live tail of a run's journal as Server-Sent
 Events. Each event is sent as ``id: <seq>``, ``event: <type>``, ``data: <JSON>``; a client
 that reconnects with ``Last-Event-ID`` goes on after it. The stream ends (``event: end``)
-once the run is finished and every event was sent, or when the client goes away. The
-console's run page tails a run through the same :func:`tail`, with its own frames."""
+once the run is finished and every event was sent, or when the client goes away. Before
+each poll's frames leave, the key is looked up again (:func:`~._auth.still_authorized`):
+once it is revoked (or its session expired) the stream sends ``event: unauthorized`` and
+ends, with nothing read after the revocation. The console's run page tails a run through
+the same :func:`tail`, with its own frames and its session's expiry."""
 
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ from ..client import RunEvent
 from ..redaction import Redactor
 from ..store._offload import run_io
 from ..store.base import FINAL
-from ._auth import Caller, ServiceState, State, endpoint
+from ._auth import Caller, Principal, ServiceState, State, endpoint, still_authorized
 from ._models import Event
 from ._reading import Read
 
@@ -56,7 +59,7 @@ async def stream_events(
     await run_io(state.store, partial(state.record_reads, request, who, [run_id],
                                       purpose=read.purpose, revealed=read.reveal))
     return StreamingResponse(
-        tail(state, who.tenant_id, run_id, after, request, hide),
+        tail(state, who, run_id, after, request, hide),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )
@@ -70,19 +73,31 @@ def api_frame(e: RunEvent) -> str:
 
 
 async def tail(
-    state: ServiceState, tenant_id: str, run_id: str, seq: int, request: Request,
+    state: ServiceState, who: Principal, run_id: str, seq: int, request: Request,
     hide: Redactor, *, frame: Callable[[RunEvent], str] = api_frame, status: bool = False,
+    until: float | None = None,
 ) -> AsyncIterator[str]:
     """Server-Sent Events of the run's events after ``seq``, each redacted by ``hide``
     (which learns each new batch before any of it is shown) and written by ``frame``, as
     they are journaled; ``event: end`` once the run is finished and every event was sent.
     With ``status``, an ``event: status`` (the row's status, step and awaited signal)
-    whenever the row says something new while no event arrives."""
+    whenever the row says something new while no event arrives. ``who``'s key is checked
+    after each read and before anything read is sent (``until``: when its session
+    ends); once it may no longer read, ``event: unauthorized`` and the stream ends."""
     quiet = 0.0
     shown: dict[str, str | None] = {}
+    tenant_id = who.tenant_id
     while not await request.is_disconnected():
         found = await run_io(state.store, partial(
             state.client.events, run_id, tenant_id=tenant_id, after=seq))
+        row = None if found else await run_io(state.store, state.store.get_run, tenant_id,
+                                              run_id)
+        # Read first, then ask: whatever was read while the key held may go, nothing else.
+        refused = await run_io(state.store, partial(still_authorized, state.store, who,
+                                                    "read", until=until))
+        if refused is not None:
+            yield f"event: unauthorized\ndata: {json.dumps({'detail': refused})}\n\n"
+            return
         hide.learn(e.event for e in found)
         for e in found:
             seq = e.seq
@@ -90,7 +105,6 @@ async def tail(
         if found:
             quiet = 0.0
             continue
-        row = await run_io(state.store, state.store.get_run, tenant_id, run_id)
         if row is None or (row.status in FINAL and row.last_seq <= seq):
             ended = row.status if row is not None else None
             yield f"event: end\ndata: {json.dumps({'status': ended, 'seq': seq})}\n\n"

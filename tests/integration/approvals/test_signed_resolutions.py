@@ -24,6 +24,7 @@ from underway.approvals import public_key_of, register_approver, sign_decision
 from underway.approvals.notify import ApprovalNotice
 from underway.cli import app
 from underway.clock import ManualClock
+from underway.errors import SignedResolutionRequired
 from underway.runner import Runner
 from underway.state import ANSWER_SIGNAL
 
@@ -324,7 +325,12 @@ def test_a_resolution_cannot_be_replayed_on_a_later_escalation(world: World) -> 
 def test_a_strict_worker_refuses_unsigned_resolutions(strict: World) -> None:
     key = strict.register("alice", "ops")
     s = strict.escalate("pay-8")
-    strict.engine.resolve("pay-8", resolution="succeeded", result={"receipt": "x"}, by="ops")
+    with pytest.raises(SignedResolutionRequired, match="unsigned resolution is refused"):
+        strict.engine.resolve("pay-8", resolution="succeeded", result={"receipt": "x"},
+                              by="ops")
+    # Sent by a client that does not know the setting: the worker refuses it in any case.
+    uw.Client(strict.engine.store, clock=strict.clock).resolve(
+        "pay-8", resolution="succeeded", result={"receipt": "x"}, by="ops")
     strict.drive()
     assert strict.state("pay-8").status == "escalated"
     [ignored] = strict.events("pay-8", ev.SignalIgnored)

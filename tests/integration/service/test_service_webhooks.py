@@ -120,7 +120,7 @@ def test_an_unknown_source_or_a_bad_event_is_refused_naming_why(world: World,
 def test_the_idempotency_key_may_come_in_a_header(world: World, secret: str) -> None:
     data = json.dumps({"entity_id": "INV-1", "event_type": "invoice.created",
                        "payload": {"invoice": "INV-1", "amount": 1}}).encode()
-    headers = {**webhooks.sign(secret, data, at=world.clock.now()), "Idempotency-Key": "h-1"}
+    headers = webhooks.sign(secret, data, at=world.clock.now(), idempotency_key="h-1")
     assert deliver(world, data, headers).json()["action"] == "started"
     assert deliver(world, data, headers).json()["action"] == "duplicate"
 

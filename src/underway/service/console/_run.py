@@ -97,6 +97,7 @@ async def run_page(request: Request, state: Console, session: Signed, run_id: Ru
         "stream": f"/runs/{run_id}/events/stream?after={last_seq}{keep}" if view.live else "",
         "state_url": f"/runs/{run_id}/state" + (f"?{rd.query}" if rd.query else ""),
         "may_steer": session.may("steer"), "notice": NOTICES.get(done, ""), "rd": rd,
+        "signed_only": state.signed_resolutions,
         "keep": keep,
     }, session=session)
 
@@ -136,8 +137,8 @@ async def event_stream(
         after = max(after, int(last_event_id))
     keep = f"&{rd.query}" if rd.query else ""
     return StreamingResponse(
-        tail(state, who.tenant_id, run_id, after, request, hide, status=True,
-             frame=partial(_frame, run_id, keep)),
+        tail(state, who, run_id, after, request, hide, status=True,
+             frame=partial(_frame, run_id, keep), until=session.expires_at),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )

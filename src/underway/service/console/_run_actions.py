@@ -3,7 +3,10 @@ the session's CSRF token. Each is the client call the API makes for it
 (:mod:`underway.service._runs`), with the same checks, for a key that may steer runs
 (operator, admin): the page hides the forms from other roles and the server refuses them
 (403) whatever is posted. Done, each goes back to the run's page, which says what was
-sent; the run acts on it at its next step boundary."""
+sent; the run acts on it at its next step boundary. Where runs settle only with signed
+resolutions, the client refuses an unsigned resume or resolution
+(:class:`~underway.errors.SignedResolutionRequired`): the page says so (409) and nothing is
+sent."""
 
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ from typing import Annotated, Literal, cast
 from fastapi import APIRouter, Form, Path, Request
 from fastapi.responses import RedirectResponse, Response
 
-from ...errors import ConfigurationError, RunNotFound
+from ...errors import ConfigurationError, RunNotFound, SignedResolutionRequired
 from ...store._offload import run_io
 from ...store.base import FINAL, RunRecord
 from .._auth import Principal, ServiceState
@@ -91,14 +94,11 @@ async def resume(request: Request, state: Console, session: Signed, run_id: RunI
                  csrf: Csrf = "", step: Annotated[str, Form(max_length=200)] = "") -> Response:
     """Resume a dead run, at ``step`` or where it stopped (unsigned)."""
     def act(row: RunRecord, who: Principal) -> str:
-        if row.status != "dead":
-            raise _Refused(409, f"run {run_id} is {row.status}, not dead: only dead runs "
-                                "resume")
         try:
             state.client.resume(run_id, by=who.actor, step=step.strip() or None,
                                 tenant_id=who.tenant_id)
         except ConfigurationError as exc:
-            raise _Refused(422, str(exc)) from None
+            raise _Refused(409 if row.status != "dead" else 422, str(exc)) from None
         return "resume"
     return await _do(request, state, session, run_id, csrf, act)
 
@@ -112,15 +112,15 @@ async def resolve(request: Request, state: Console, session: Signed, run_id: Run
     def act(row: RunRecord, who: Principal) -> str:
         if resolution not in ("succeeded", "failed", "retry"):
             raise _Refused(422, "choose a resolution: succeeded, failed or retry")
-        if row.status != "escalated":
-            raise _Refused(409, f"run {run_id} is {row.status}, not escalated: nothing to "
-                                "resolve")
         try:
             value = json.loads(result) if result.strip() else None
         except ValueError as exc:
             raise _Refused(422, f"the result is not JSON: {exc}") from None
-        state.client.resolve(run_id, resolution=cast(Resolution, resolution), by=who.actor,
-                             result=value, tenant_id=who.tenant_id)
+        try:
+            state.client.resolve(run_id, resolution=cast(Resolution, resolution),
+                                 by=who.actor, result=value, tenant_id=who.tenant_id)
+        except ConfigurationError as exc:  # the run is not escalated
+            raise _Refused(409, str(exc)) from None
         return "resolve"
     return await _do(request, state, session, run_id, csrf, act)
 
@@ -144,6 +144,9 @@ async def _do(request: Request, state: ServiceState, session: Signed, run_id: st
     except _Refused as exc:
         return render(request, "error.html", {"title": "Not done", "reason": exc.reason},
                       session=session, status_code=exc.status)
+    except SignedResolutionRequired as exc:
+        return render(request, "error.html", {"title": "Not done", "reason": str(exc)},
+                      session=session, status_code=409)
     if done is None:
         return not_found(request, session, "run")
     return RedirectResponse(f"/runs/{run_id}?done={done}", status_code=303)

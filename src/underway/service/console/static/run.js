@@ -114,6 +114,13 @@
       live.textContent = "finished — reload for the final facts";
     }
   });
+  source.addEventListener("unauthorized", function (m) {
+    var data = JSON.parse(m.data);
+    source.close();
+    if (live) {
+      live.textContent = "stopped: " + data.detail + " — sign in again";
+    }
+  });
   source.onerror = function () {
     if (live) {
       live.textContent = "reconnecting…";

@@ -1,0 +1,101 @@
+"""The client's unsigned settling of runs: resolving an escalation and resuming a dead run.
+
+Where the deployment settles runs only with signed resolutions (``[approvals]
+signed_resolutions``), both refuse here, before anything is sent. This is the one place
+the rule is checked before the workers: the CLI, the HTTP API, the console and any Python
+caller reach runs through this client, so each refuses the same way, with the same
+message (:class:`~underway.errors.SignedResolutionRequired`)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Protocol, TypeVar
+
+from ..control import RESOLVE, RESUME
+from ..errors import ConfigurationError, SignedResolutionRequired
+from ..events import JSON
+from ..flow import Flow
+from ..store.base import RunRecord, Store
+
+
+class _Steering(Protocol):
+    """What settling needs of the client."""
+
+    _store: Store
+    _owns_store: bool
+    flows: dict[str, Flow[Any, Any]]
+    signed_resolutions: bool
+
+    def get_run(self, run_id: str, *, tenant_id: str = "default") -> RunRecord: ...
+
+    def _send(self, run_id: str, name: str, payload: JSON, tenant_id: str,
+              signal_id: str | None, sender: str | None) -> bool: ...
+
+
+C = TypeVar("C", bound=_Steering)
+
+
+class Settling:
+    """What :class:`~underway.client.Client` does to settle runs without a signature."""
+
+    signed_resolutions: bool
+
+    def signed_only(self: C) -> C:
+        """This client if it refuses unsigned resolutions and resumes, else a copy of it
+        on the same store that does. The copy never closes the store: this client still
+        owns it."""
+        if self.signed_resolutions:
+            return self
+        strict = copy.copy(self)
+        strict._owns_store = False
+        strict.signed_resolutions = True
+        return strict
+
+    def resolve(
+        self: _Steering,
+        run_id: str,
+        *,
+        resolution: str,
+        by: str,
+        result: JSON = None,
+        tenant_id: str = "default",
+    ) -> None:
+        """Resolve an escalation: the effect ``succeeded`` (with result), ``failed``, or
+        may be ``retry``-ed. Unsigned, so with :attr:`signed_resolutions` it raises
+        :class:`~underway.errors.SignedResolutionRequired` and sends nothing (sign one:
+        :meth:`submit_decision` with a ``resolve`` decision). A worker with
+        ``signed_resolutions`` refuses an unsigned one in any case (``SignalIgnored``)."""
+        if resolution not in ("succeeded", "failed", "retry"):
+            raise ConfigurationError(
+                f"resolution must be 'succeeded', 'failed' or 'retry', not {resolution!r}"
+            )
+        row = self.get_run(run_id, tenant_id=tenant_id)
+        if self.signed_resolutions:
+            raise SignedResolutionRequired(run_id, "resolution")
+        if row.status != "escalated":
+            raise ConfigurationError(
+                f"run {run_id} is {row.status}, not escalated: there is nothing to resolve"
+            )
+        self._send(run_id, RESOLVE, {"resolution": resolution, "result": result, "by": by},
+                   tenant_id, None, by)
+
+    def resume(
+        self: _Steering, run_id: str, *, by: str, step: str | None = None,
+        tenant_id: str = "default",
+    ) -> None:
+        """Resume a dead run, at ``step`` or where it stopped (its failed calls are tried
+        again, each through the whole guard; completed ones are not). Unsigned, so with
+        :attr:`signed_resolutions` it raises
+        :class:`~underway.errors.SignedResolutionRequired` and sends nothing."""
+        row = self.get_run(run_id, tenant_id=tenant_id)
+        if self.signed_resolutions:
+            raise SignedResolutionRequired(run_id, "resume")
+        if row.status != "dead":
+            raise ConfigurationError(
+                f"run {run_id} is {row.status}, not dead: only dead runs can be resumed"
+            )
+        if step is not None and row.flow in self.flows:
+            # (Without the flow's code this is left to the worker: an unknown step stops
+            # the run dead again, naming the step.)
+            self.flows[row.flow].get_step(step)
+        self._send(run_id, RESUME, {"by": by, "step": step}, tenant_id, None, by)
