@@ -35,6 +35,18 @@ class _Steering(Protocol):
 C = TypeVar("C", bound=_Steering)
 
 
+def _unsigned(client: _Steering, run_id: str, tenant_id: str, what: str, status: str,
+              why: str) -> RunRecord:
+    """The row of a run an unsigned ``what`` may settle: refused up front when only
+    signed resolutions count, or when the run is not ``status`` (``why`` says why)."""
+    row = client.get_run(run_id, tenant_id=tenant_id)
+    if client.signed_resolutions:
+        raise SignedResolutionRequired(run_id, what)
+    if row.status != status:
+        raise ConfigurationError(f"run {run_id} is {row.status}, not {status}: {why}")
+    return row
+
+
 class Settling:
     """What :class:`~underway.client.Client` does to settle runs without a signature."""
 
@@ -69,13 +81,8 @@ class Settling:
             raise ConfigurationError(
                 f"resolution must be 'succeeded', 'failed' or 'retry', not {resolution!r}"
             )
-        row = self.get_run(run_id, tenant_id=tenant_id)
-        if self.signed_resolutions:
-            raise SignedResolutionRequired(run_id, "resolution")
-        if row.status != "escalated":
-            raise ConfigurationError(
-                f"run {run_id} is {row.status}, not escalated: there is nothing to resolve"
-            )
+        _unsigned(self, run_id, tenant_id, "resolution", "escalated",
+                       "there is nothing to resolve")
         self._send(run_id, RESOLVE, {"resolution": resolution, "result": result, "by": by},
                    tenant_id, None, by)
 
@@ -87,13 +94,8 @@ class Settling:
         again, each through the whole guard; completed ones are not). Unsigned, so with
         :attr:`signed_resolutions` it raises
         :class:`~underway.errors.SignedResolutionRequired` and sends nothing."""
-        row = self.get_run(run_id, tenant_id=tenant_id)
-        if self.signed_resolutions:
-            raise SignedResolutionRequired(run_id, "resume")
-        if row.status != "dead":
-            raise ConfigurationError(
-                f"run {run_id} is {row.status}, not dead: only dead runs can be resumed"
-            )
+        row = _unsigned(self, run_id, tenant_id, "resume", "dead",
+                        "only dead runs can be resumed")
         if step is not None and row.flow in self.flows:
             # (Without the flow's code this is left to the worker: an unknown step stops
             # the run dead again, naming the step.)
