@@ -21,6 +21,8 @@ POLICY_FILE = Path(__file__).with_name("policy.toml")
 BUDGET = Budget(tokens=150_000, model_calls=40, messages=5, on_exceed="escalate")
 """Per run. The policy caps reminders at three (a refusal the agent can act on); the
 budget's message limit is the hard stop behind it, should a policy change let more out."""
+MAX_REPLY_TOKENS = 1024
+"""Each reply's bound: the token budget counts a call at most this much output."""
 BRAIN_PRICE_PER_1K_TOKENS = 0.00015
 """A notional price for the rule-based brain, so the demo's cost accounting shows figures."""
 
@@ -71,4 +73,5 @@ def build_agent(data: Path, *, day_seconds: float, model: Model | None = None) -
         budget=BUDGET,
         max_iterations=30,
         approver_role="finance",
+        max_tokens=MAX_REPLY_TOKENS,
     )

@@ -141,7 +141,7 @@ class Guard:
 
     async def over_budget(
         self, flow: Flow[Any, Any], store: Store, s: RunState, key: str, pending: Usage,
-        now: float, *, unpriced: str | None = None,
+        now: float, *, unpriced: Mapping[str, str] | None = None,
     ) -> tuple[Budget, Exceeded] | None:
         """The first budget (run, then tenant) call ``key`` would cross, if any; otherwise
         the call's ``pending`` usage is reserved against the tenant's budget.
@@ -149,8 +149,8 @@ class Guard:
         The run's budget is checked against its folded journal: a run has one activation
         at a time. The tenant's is a conditional write to the store's budget ledger
         (:meth:`~underway.store.budgets.BudgetStore.reserve_budget`), atomic across every
-        worker, so no interleaving crosses it. ``unpriced`` says why the call's cost and
-        tokens cannot be bounded: any budget with a cost or token limit then refuses it.
+        worker, so no interleaving crosses it. ``unpriced`` says, per metric (``tokens``,
+        ``cost_usd``), why the call cannot bound it: a budget limiting that metric refuses it.
 
         Args:
             flow: The run's flow (its budget overrides the engine's).
@@ -159,7 +159,7 @@ class Guard:
             key: The call's idempotency key, which names its hold.
             pending: What the call adds, at most.
             now: The guard's time (the tenant's day is the UTC day of it).
-            unpriced: Why the call cannot be priced (None: it can).
+            unpriced: Why each metric the call cannot bound has no bound.
         """
         budget = flow.budget if flow.budget is not None else self.budget
         if budget is not None:
@@ -244,14 +244,12 @@ class _Kept:
             return self.usage
 
 
-def _unpriced(budget: Budget, scope: Scope, why: str | None) -> list[Exceeded]:
-    """A refusal when ``budget`` limits cost or tokens and the call cannot be priced."""
-    if why is None:
-        return []
-    for metric in ("cost_usd", "tokens"):
+def _unpriced(budget: Budget, scope: Scope, why: Mapping[str, str] | None) -> list[Exceeded]:
+    """A refusal when ``budget`` limits a metric (cost or tokens) the call cannot bound."""
+    for metric, reason in (why or {}).items():
         cap = getattr(budget, metric)
         if cap is not None:
-            return [Exceeded(metric, float(cap), float(cap), scope, reason=why)]
+            return [Exceeded(metric, float(cap), float(cap), scope, reason=reason)]
     return []
 
 

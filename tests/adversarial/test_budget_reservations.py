@@ -267,3 +267,35 @@ def test_an_adapter_of_an_unknown_model_is_refused_and_a_known_one_quotes() -> N
     assert known.tokens is not None and known.cost_usd is not None
     # At most: the output allowed priced at gpt-5's $10 per 1M output tokens, plus input.
     assert 1000 * 10 / 1e6 < known.cost_usd < 0.02
+
+
+@pytest.mark.parametrize("limit", ["tokens", "cost_usd"])
+def test_a_bounded_but_unpriced_model_is_held_only_by_a_cost_budget(
+    store: uw.Store, limit: str,
+) -> None:
+    """A quote that bounds the tokens but not the cost: a token budget counts the call (the
+    tokens are known), a cost budget refuses it before it is sent."""
+    asked: list[Any] = []
+
+    class Unpriced:
+        name = "local"
+
+        async def complete(self, request: Any) -> uw.ModelReply:
+            asked.append(request)
+            return uw.ModelReply({"text": "ok"}, "local", 10, 10, 0.0)
+
+        def quote(self, request: Any) -> ModelQuote:
+            return ModelQuote(200, None, "model 'local' has no price")
+
+    budget = Budget(**{limit: 1000}, on_exceed="fail")  # type: ignore[arg-type]
+    flow = model_flow(Unpriced(), budget)
+    eng = uw.Engine(store, flows=[flow])
+    run_id, _ = eng.start(flow, {})
+    asyncio.run(Runner(eng).run_until_idle())
+    if limit == "tokens":
+        assert eng.state(run_id).status == "completed" and len(asked) == 1
+        assert journaled(eng, [run_id], ev.BudgetExceeded) == []
+    else:
+        assert eng.state(run_id).status == "failed" and asked == []
+        (refused,) = journaled(eng, [run_id], ev.BudgetExceeded)
+        assert refused.metric == "cost_usd" and "no price" in (refused.reason or "")

@@ -141,6 +141,8 @@ class Agent:
     signal's payload comes back as untrusted quoted data. ``question_ttl`` (seconds) bounds
     how long an ``ask_human`` question waits: unanswered, it comes back to the model as a
     failed action (``QuestionExpired``) so it re-plans; None waits for as long as it takes.
+    ``max_tokens`` bounds each reply: a token or cost budget refuses a call to a provider
+    adapter whose output has no bound (``docs/policy.md#budgets``).
     """
 
     def __init__(
@@ -160,6 +162,7 @@ class Agent:
         approver_role: str | None = None,
         signals: Mapping[str, str] | None = None,
         question_ttl: float | None = None,
+        max_tokens: int | None = None,
     ) -> None:
         for t in tools:
             if t.name in _CONTROL or t.name in ("set_plan", "wait_for_signal"):
@@ -177,7 +180,11 @@ class Agent:
         if question_ttl is not None and not question_ttl > 0:
             raise ConfigurationError(f"agent {name!r}: question_ttl must be a positive number "
                                      f"of seconds, not {question_ttl!r}")
+        if max_tokens is not None and max_tokens < 1:
+            raise ConfigurationError(f"agent {name!r}: max_tokens must be at least 1, not "
+                                     f"{max_tokens!r}")
         self.question_ttl = question_ttl
+        self.max_tokens = max_tokens
         self.name = name
         self.model = model
         self.tools = {t.name: t for t in tools}
@@ -240,6 +247,8 @@ class Agent:
         request: dict[str, JSON] = {"messages": messages + ctx.state.messages, "kind": kind}
         if tools:
             request["tools"] = tools
+        if self.max_tokens is not None:
+            request["max_tokens"] = self.max_tokens
         return request
 
     def _say(self, ctx: RunContext[AgentState, AgentInput], message: Message) -> None:

@@ -98,20 +98,21 @@ async def _settle(act: Activation, key: str, spent: Usage | None) -> None:
                     exc_info=True)
 
 
-def model_pending(model: Model, request: JSON) -> tuple[Usage, str | None]:
-    """What a model call may spend, from the model's quote, and why it cannot be priced
-    (None: it can)."""
+def model_pending(model: Model, request: JSON) -> tuple[Usage, dict[str, str]]:
+    """What a model call may spend, from the model's quote, and why each metric it cannot
+    bound has no bound (``tokens`` and ``cost_usd``; empty: both are bounded)."""
     quote_of = getattr(model, "quote", None)
     quote: ModelQuote | None = None if quote_of is None else quote_of(request)
     if quote is None:
         name = getattr(model, "name", type(model).__name__)
-        return Usage(model_calls=1), (f"model {name!r} cannot quote a request, so its "
-                                      "tokens and cost have no bound")
+        why = f"model {name!r} cannot quote a request, so its tokens and cost have no bound"
+        return Usage(model_calls=1), {"tokens": why, "cost_usd": why}
     pending = Usage(model_calls=1, tokens_in=quote.tokens or 0,
                     cost_usd=quote.cost_usd or 0.0)
-    if quote.tokens is None or quote.cost_usd is None:
-        return pending, quote.reason or "the model gave no bound on its tokens and cost"
-    return pending, None
+    why = quote.reason or "the model gave no bound on its tokens and cost"
+    unbounded = {m: why for m, v in (("tokens", quote.tokens), ("cost_usd", quote.cost_usd))
+                 if v is None}
+    return pending, unbounded
 
 
 def check_route_budget(act: Activation, model: Model, request: JSON) -> None:

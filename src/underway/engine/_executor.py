@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any, TypeVar, assert_never
 
 from .. import events as ev
 from .. import faults
-from ..approvals.notify import ApprovalNotice
 from ..client import Client
 from ..clock import Clock, SystemClock
 from ..codec import Codec
@@ -51,6 +50,7 @@ from ._children import StepWithChildren
 from ._eager import Driver, EagerStart, EagerStarts
 from ._group import GroupCommit
 from ._inbox import OpenedSignal, pending_signals, read_inbox, verify_approval
+from ._notices import notice_of
 from ._operator import client_method as _client_method
 from ._registry import Registry
 from ._rows import SUSPECTS_PER_ROUND, checked_ttl, heal_rows, repair_leased
@@ -417,25 +417,7 @@ class Engine(EagerStarts):
         redacted; a notifier's failures are its own."""
         if self.guard.notifier is None:
             return
-        if isinstance(e, ev.Escalated) and e.cause != "question":
-            notice = ApprovalNotice(
-                tenant_id=s.tenant_id, run_id=s.run_id,
-                request_id=(s.escalation.request_id if s.escalation else None) or "",
-                tool=e.tool or "", args=None,
-                kind="escalation", question=e.reason,
-            )
-        elif isinstance(e, ev.ApprovalRequested):
-            notice = ApprovalNotice(
-                tenant_id=s.tenant_id, run_id=s.run_id, request_id=e.request_id, tool=e.tool,
-                args=e.args, evidence=e.evidence, risks=tuple(e.risks),
-                required_role=e.required_role, expires_at=e.expires_at, kind="approval",
-            )
-        else:
-            notice = ApprovalNotice(
-                tenant_id=s.tenant_id, run_id=s.run_id, request_id=str(e.request_id), tool="",
-                args=None, evidence=e.context, required_role=e.required_role,
-                expires_at=e.expires_at or 0.0, kind="question", question=e.question,
-            )
+        notice = notice_of(s, e)
         # A notice leaves for mailboxes and chat rooms: no field a run hides goes with it
         # (the request's page shows the exact arguments to whoever may see them).
         self.redactor.learn(e)

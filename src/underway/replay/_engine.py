@@ -10,12 +10,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..effects import CallInfo, Model, ModelReply, Tool
+from ..effects import CallInfo, Model, ModelQuote, ModelReply, Tool
 from ..engine import Engine, StepWithChildren
 from ..events import JSON
 from ..intent import CallIntent
 from ._tape import Tape, same_request
-from ._trace import TracedCall
+from ._trace import TracedCall, TracedModel
 
 OnDivergence = Literal["stop", "stub"]
 """What a replay does at a call the original did not make: ``stop`` there, or answer it
@@ -164,18 +164,28 @@ class TapeModel:
     async def complete(self, request: JSON) -> ModelReply:
         """The next recorded response of the run (a divergence when the request differs
         from the recorded one; the replay stops when none is left)."""
-        tape = self._session.tape(self._run_id)
-        rec = tape.next_model() if tape is not None else None
-        if rec is None:
-            raise Diverged(Divergence(self._run_id, self._step, "model", (
-                "the replay asks the model again and the original has no further model "
-                "response recorded; replay with --model to ask a model")))
+        rec = self._recorded(take=True)
         if not same_request(rec.request, request):
             self._session.diverge(Divergence(self._run_id, self._step, "model", (
                 "the model request differs from the recorded one (what the model sees "
                 "changed); the recorded response is served as it was")))
         return ModelReply(rec.response, rec.model, rec.tokens_in, rec.tokens_out,
                           rec.cost_usd)
+
+    def quote(self, request: JSON) -> ModelQuote:
+        """What the recorded response served next spent: the replay's budgets count the
+        original's usage."""
+        rec = self._recorded()
+        return ModelQuote(rec.tokens_in + rec.tokens_out, rec.cost_usd)
+
+    def _recorded(self, *, take: bool = False) -> TracedModel:
+        tape = self._session.tape(self._run_id)
+        rec = None if tape is None else tape.next_model() if take else tape.peek_model()
+        if rec is None:
+            raise Diverged(Divergence(self._run_id, self._step, "model", (
+                "the replay asks the model again and the original has no further model "
+                "response recorded; replay with --model to ask a model")))
+        return rec
 
 
 class ReplayStep(StepWithChildren):

@@ -47,11 +47,16 @@ class Tape:
 
     def next_model(self) -> TracedModel | None:
         """The next recorded model response, in order (None: none left)."""
+        found = self.peek_model()
+        if found is not None:
+            self.models_used += 1
+        return found
+
+    def peek_model(self) -> TracedModel | None:
+        """The recorded model response :meth:`next_model` gives next, left in place."""
         if self.models_used >= len(self.trace.models):
             return None
-        found = self.trace.models[self.models_used]
-        self.models_used += 1
-        return found
+        return self.trace.models[self.models_used]
 
     def value(self, kind: str, fresh: JSON) -> JSON:
         """The next recorded value of ``kind`` (``now``, ``uuid``, ``random``), else

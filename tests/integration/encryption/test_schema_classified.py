@@ -85,6 +85,8 @@ COLUMNS: dict[str, dict[str, str]] = {
     "retention_sweeps": {"sweep_id": ID, "tenant_id": ID, "started_at": TIME, "swept_by": ID,
                          "finished_at": TIME, "purged": STATE, "held": STATE,
                          "skipped": STATE, "blobs_deleted": STATE, "collected_at": TIME},
+    "budget_usage": {"tenant_id": ID, "since": TIME, "used": STATE},
+    "budget_holds": {"tenant_id": ID, "hold_key": ID, "since": TIME, "amounts": STATE},
     "underway_schema_version": {"version": STATE, "name": ID, "applied_at": TIME},
     "sqlite_sequence": {"name": ID, "seq": STATE},
 }
