@@ -288,6 +288,21 @@ def scrub(text: str, hidden: Hidden, value: JSON) -> str:
     return redactor.text(text)
 
 
+def schema_failure(where: str, errors: Sequence[Mapping[str, JSON]], hidden: Hidden) -> str:
+    """The text of a failed schema check of a call's ``where`` (``args`` or ``result``):
+    each error's place and what is wrong, never the input it quotes. A value a hidden field
+    holds is taken out too, as a validator's own message may quote one. The worker raises
+    it, and the fold of the journal gives the same text when the call is read back."""
+    parts = []
+    for err in errors:
+        loc = err.get("loc")
+        place = ".".join(str(p) for p in loc) if isinstance(loc, list) and loc else ""
+        parts.append(f"{place}: {err.get('msg')}" if place else str(err.get("msg")))
+    verb = "does" if where == "result" else "do"
+    return scrub(f"{where} {verb} not match the schema: {'; '.join(parts)}", hidden,
+                 list(errors))
+
+
 def _collect(value: JSON, names: frozenset[str], out: list[str], inside: bool) -> None:
     """Append to ``out`` the scalar values (as text) under ``names`` in ``value``
     (``inside``: ``value`` itself is under one)."""
@@ -304,10 +319,14 @@ def _collect(value: JSON, names: frozenset[str], out: list[str], inside: bool) -
 
 
 def _hidden_loc(value: Mapping[str, JSON], names: set[str] | frozenset[str]) -> bool:
-    """A validation error (``loc``, ``input``) about a hidden field."""
+    """A validation error (``loc``, ``input``) whose ``input`` is at or under a hidden
+    field. A ``missing`` error's input is the object that lacks the field, not the field's
+    value: it is hidden only when that object is itself under a hidden field."""
     loc = value.get("loc")
-    return "input" in value and isinstance(loc, list) and any(
-        isinstance(p, str) and p in names for p in loc)
+    if "input" not in value or not isinstance(loc, list):
+        return False
+    within = loc[:-1] if value.get("type") == "missing" else loc
+    return any(isinstance(p, str) and p in names for p in within)
 
 
 def _hidden_path(value: Mapping[str, JSON], names: set[str] | frozenset[str]) -> bool:

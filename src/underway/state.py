@@ -19,6 +19,7 @@ from .control import CHILD as CHILD_SIGNAL
 from .events import JSON
 from .jsonpatch import apply_patch
 from .lineage import Lineage, restored
+from .redaction import Hidden, schema_failure
 
 RunStatus = Literal[
     "ready", "waiting", "escalated", "dead", "completed", "failed", "cancelled"
@@ -535,7 +536,8 @@ def apply(s: RunState, rec: Recorded) -> RunState:
                 s,
                 CallRecord(
                     e.index, e.key, e.tool, old.args_hash if old else "", "failed", None,
-                    "SchemaValidationFailed", f"{e.where} invalid: {e.errors}", False,
+                    "SchemaValidationFailed", schema_failure(e.where, e.errors, Hidden.of(e)),
+                    False,
                 ),
             )
         case ev.ModelResponded():

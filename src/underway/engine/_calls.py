@@ -29,7 +29,7 @@ from ..errors import ConfigurationError, NonDeterminismError, ToolCallError, is_
 from ..events import JSON, canonical_json
 from ..hooks import HookFailed
 from ..intent import CallIntent
-from ..redaction import scrub
+from ..redaction import schema_failure, scrub
 from ..secrets import credentials_rejected, mask, resolve
 from ..secrets import refusal as secret_refusal
 from ..state import REFUSAL_ERRORS, request_id_for, shadow_result
@@ -269,7 +269,7 @@ class StepExecution:
         if refused is not None:
             self._refuse(t, key, index, h, "secret_refused", str(refused))
         if call.schema_error is not None:
-            self._schema_failed(t, key, index, "args", call.schema_error, args)
+            self._schema_failed(t, key, index, "args", call.schema_error)
         if call.refusal is not None:
             self._refuse(t, key, index, h, "policy_denied", call.refusal)
         now = eng.clock.now()
@@ -467,7 +467,7 @@ class StepExecution:
             if type(result) not in _ALWAYS_JSON:
                 canonical_json(result)
         except ValidationError as exc:
-            self._schema_failed(t, key, index, "result", exc, result)
+            self._schema_failed(t, key, index, "result", exc)
         except (TypeError, ValueError) as exc:
             self._act.buffer(ev.SchemaValidationFailed(
                 key=key, tool=t.name, index=index, where="result",
@@ -493,14 +493,14 @@ class StepExecution:
 
     def _schema_failed(
         self, t: Tool, key: str, index: int, where: Literal["args", "result"],
-        exc: ValidationError, value: JSON,
+        exc: ValidationError,
     ) -> NoReturn:
+        errors = json.loads(exc.json(include_url=False))
         self._act.buffer(ev.SchemaValidationFailed(
-            key=key, tool=t.name, index=index, where=where,
-            errors=json.loads(exc.json(include_url=False)), **t.declared_hidden,
+            key=key, tool=t.name, index=index, where=where, errors=errors,
+            **t.declared_hidden,
         ))
-        # The error's text quotes the input: never a hidden field's value.
-        message = scrub(f"{where} do not match the schema: {exc}", t.hidden, value)
+        message = schema_failure(where, errors, t.hidden)
         raise ToolCallError(t.name, "SchemaValidationFailed", message,
                             retryable=False) from exc
 
