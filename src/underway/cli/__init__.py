@@ -39,11 +39,12 @@ import typer
 # Typer carries its own copy of click; its command group is what a lazy command plugs into.
 from typer._click.core import Command, Context
 from typer._click.exceptions import UsageError
-from typer.core import TyperGroup
+from typer._click.formatting import HelpFormatter
+from typer.core import TyperCommand, TyperGroup
 
 from ._common import DbOption, KeyringOption, RootOptions
 
-__all__ = ["LAZY", "app", "main"]
+__all__ = ["LAZY", "SUMMARY", "app", "main"]
 
 LAZY: dict[str, str] = {
     # command groups: a Typer of subcommands
@@ -82,20 +83,69 @@ needs and nothing else. ``serve`` needs FastAPI and uvicorn (the ``service`` ext
 starts in well under a second because no other command's module comes with it; ``worker``
 alone loads the executor."""
 
+SUMMARY: dict[str, str] = {
+    "access-log": "Who read which run's data, when, where and why; --verify its hash chain.",
+    "apikeys": "Issue, list and revoke API keys; read the access log.",
+    "approvals": "Review and decide requests that wait for a person.",
+    "approvers": "Register and revoke the people who sign decisions.",
+    "audit": "Audit the journal.",
+    "consent": "Record and show data subjects' consent per purpose.",
+    "db": "Manage the database schema.",
+    "deploy": "Check parked runs against new code before a deploy.",
+    "drift": "Whether the agents behave now as before: a recent window against a baseline, "
+             "from their journals",
+    "drill": "Run the app's flow in a scratch database",
+    "erase": "Erase data subjects (crypto-shredding); the erasure log.",
+    "eval": "How well the tenant's agents did, from their journals",
+    "events": "Deliver outside events to runs.",
+    "hold": "Place, lift and list legal holds",
+    "intake": "Take outside events in from queues and mail.",
+    "keys": "Approvers' signing keys; the keys of encryption at rest.",
+    "knowledge": "Erase long-term knowledge (what has expired, or one record on request)",
+    "policy": "Validate policy files and explain their decisions.",
+    "queues": "Set, list and remove queue limits.",
+    "replay": "Execute a historical run again against new code (--app), a new model "
+              "(--model) or a new policy (--policy), without side effects",
+    "retention": "Purge finished runs past their retention period; read the sweep log.",
+    "runs": "List, inspect and steer runs.",
+    "schedules": "List, add and remove cron schedules.",
+    "serve": "Serve the HTTP API: runs, approvals, webhooks, admin.",
+    "usage": "Tokens, model cost, model and tool calls, messages and money moved by a "
+             "tenant's runs since a time",
+    "webhooks": "Set, list and remove the secrets intake webhooks are signed with.",
+    "worker": "Lease ready runs and drive them until SIGTERM or SIGINT (then stop "
+              "gracefully).",
+}
+"""What ``underway --help`` lists for each :data:`LAZY` command, so that listing them
+imports none: each is how its command's own help begins (a test holds them to it)."""
+
 _SINGLE = frozenset({"access-log", "drift", "drill", "eval", "replay", "serve", "usage",
                      "worker"})
 """The :data:`LAZY` entries that are one command rather than a group of them."""
 
 
 class _Commands(TyperGroup):
-    """The root command group, with the :data:`LAZY` commands loaded on demand."""
+    """The root command group, with the :data:`LAZY` commands loaded on demand. Its help
+    lists them from :data:`SUMMARY`, loading none."""
+
+    _listing = False
 
     def list_commands(self, ctx: Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *LAZY})
 
+    def format_help(self, ctx: Context, formatter: HelpFormatter) -> None:
+        self._listing = True
+        try:
+            super().format_help(ctx, formatter)
+        finally:
+            self._listing = False
+
     def get_command(self, ctx: Context, cmd_name: str) -> Command | None:
         if cmd_name not in LAZY:
             return super().get_command(ctx, cmd_name)
+        if self._listing:
+            return TyperCommand(cmd_name, help=SUMMARY[cmd_name],
+                                short_help=SUMMARY[cmd_name])
         module_name, _, attribute = LAZY[cmd_name].partition(":")
         try:
             module = importlib.import_module(f"{__name__}.{module_name}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 import signal
 import sys
@@ -184,6 +185,10 @@ def worker(
     tenant_budget = config.make_tenant_budget()
     telemetry_opts = override(config.telemetry, metrics_port=metrics_port,
                               traces=traces or None)
+    if telemetry_opts.metrics_port is not None and not _installed("prometheus_client"):
+        raise Problem("metrics (--metrics-port, or [telemetry] metrics_port) need "
+                      "prometheus-client, which is not installed: pip install "
+                      "'underway[metrics]'")
     import_paths(config)
     flows, tools = load_app(opts.app)
     provider = config.make_tracer_provider() if telemetry_opts.traces else None
@@ -239,6 +244,15 @@ def _metrics(
         typer.echo(f"underway worker metrics on http://0.0.0.0:{port}/metrics", err=True)
         seams.append(metrics)
     return telemetry.Fanout(*seams) if seams else None
+
+
+def _installed(module: str) -> bool:
+    """Whether ``module`` can be imported."""
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError:
+        return False
+    return True
 
 
 def _anchoring(
