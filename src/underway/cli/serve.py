@@ -70,13 +70,15 @@ def serve(
     flows: list[Flow[Any, Any]] = load_app(opts.app)[0] if opts.app is not None else []
     table = load_routes(opts.routes) if opts.routes is not None else None
     session_secret = config.session_secret()
+    metrics_token = config.metrics_token()
     with open_store(ctx, db, config=config, keyring=keyring) as store:
         if not store.list_api_keys():
             typer.echo("note: no API key exists yet; make one with `underway apikeys new "
                        "--tenant T --role admin`", err=True)
         api = create_app(Client(store, flows=flows), routes=table,
                          signed_resolutions=config.approvals.signed_resolutions,
-                         session_secret=session_secret, reveal_roles=opts.reveal_roles)
+                         session_secret=session_secret, reveal_roles=opts.reveal_roles,
+                         metrics_token=metrics_token)
         typer.echo(f"underway serve on http://{opts.host}:{opts.port} (API under /v1, "
                    "OpenAPI at /openapi.json)", err=True)
         try:

@@ -119,6 +119,15 @@ class Config(Sections):
                               f"{MIN_SESSION_SECRET}")
         return value.encode()
 
+    def metrics_token(self, environ: Mapping[str, str] | None = None) -> str | None:
+        """The token ``/metrics`` asks for, named by ``[serve] metrics_token_env`` (None:
+        not named, so ``/metrics`` is open)."""
+        name = self.serve.metrics_token_env
+        if name is None:
+            return None
+        return self._secret(os.environ if environ is None else environ,
+                            "serve.metrics_token_env", name)
+
     def _secret(self, env: Mapping[str, str], key: str, name: str) -> str:
         value = env.get(name)
         if not value:

@@ -178,6 +178,9 @@ class ServeSection(Section):
     """The environment variable holding the console's session secret (at least 32
     characters): give every server behind one address the same, so a browser's session
     holds on each and across restarts (unset: a random secret per process)."""
+    metrics_token_env: EnvName | None = None
+    """The environment variable holding the token a scrape of ``/metrics`` must bear
+    (``Authorization: Bearer <token>``; unset: ``/metrics`` is open, like ``/healthz``)."""
     reveal_roles: list[RevealRole] = Field(default_factory=lambda: list[RevealRole](["admin"]))
     """The roles whose keys may ask to see the fields tools declare sensitive
     (``reveal=true`` on reads; secrets are never shown). An approver may always see the

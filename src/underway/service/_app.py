@@ -45,6 +45,7 @@ def create_app(
     session_secret: bytes | None = None,
     signed_resolutions: bool = False,
     reveal_roles: Iterable[str] = ("admin",),
+    metrics_token: str | None = None,
 ) -> FastAPI:
     """The ``underway serve`` app over a client (or a store, wrapped in a client without
     flow code: runs are started by name). ``routes`` is the intake routing table of
@@ -59,7 +60,8 @@ def create_app(
     (:meth:`~underway.client.Client.signed_only`): the API answers 409 and the console an
     error page at once, instead of accepting a signal the workers will refuse; a client
     that already refuses them keeps refusing. ``reveal_roles``: the roles whose
-    keys may ask to see the fields tools declare sensitive (:mod:`underway.redaction`)."""
+    keys may ask to see the fields tools declare sensitive (:mod:`underway.redaction`).
+    ``metrics_token``: a scrape of ``/metrics`` must bear it (None: ``/metrics`` is open)."""
     client = target if isinstance(target, Client) else Client(target)
     if signed_resolutions:
         client = client.signed_only()
@@ -79,7 +81,7 @@ def create_app(
     for module in (_runs, _stream, _approvals, _intake, _consents, _erasures, _reads, _admin):
         app.include_router(module.router)
     _health(app)
-    install_metrics(app, metrics)
+    install_metrics(app, metrics, token=metrics_token)
     install_console(app, session_secret=session_secret)
     return app
 

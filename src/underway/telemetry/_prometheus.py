@@ -14,6 +14,7 @@ from prometheus_client.registry import Collector
 
 from .. import events as ev
 from ..client import Client
+from ..errors import RunNotFound
 from ..state import RunState
 from ..store.base import Store
 from ._seam import Metrics
@@ -140,12 +141,20 @@ class DatabaseCollector(Collector):
     """What the database says, read on each scrape (call :meth:`collect` off an event
     loop: it queries the store): ``underway_runs{tenant,status}`` (runs by status),
     ``underway_dead_runs{tenant}``, and ``underway_pending_requests{tenant,kind}`` (runs
-    waiting for a person: ``approval``, ``question``, ``resolution``; each one's journal is
-    read, at most ``pending_limit`` per tenant and status)."""
+    waiting for a person: ``approval``, ``question``, ``resolution``; at most
+    ``pending_limit`` per tenant and status).
+
+    A scrape reads the runs table. What a waiting run waits for is remembered by the
+    run's last journal position: a journal is read again only for a run whose row moved
+    since the last scrape, so a steady scrape reads none."""
 
     def __init__(self, target: Client | Store, *, pending_limit: int = 1000) -> None:
         self.client = target if isinstance(target, Client) else Client(target)
         self.pending_limit = pending_limit
+        self._kinds: dict[tuple[str, str], tuple[int, str | None]] = {}
+        self._lock = threading.Lock()
+        self.journals_read = 0
+        """How many journals scrapes have read (each run once per change)."""
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         """The gauges, computed now."""
@@ -164,17 +173,38 @@ class DatabaseCollector(Collector):
             tenants.add(tenant)
             if status == "dead":
                 dead_by[tenant] = n
-        for tenant in sorted(tenants):
-            dead.add_metric([tenant], dead_by.get(tenant, 0))
-            kinds = {"approval": 0, "question": 0, "resolution": 0}
-            for req in self.client.pending_requests(tenant_id=tenant,
-                                                    limit=self.pending_limit):
-                kinds[req.kind] = kinds.get(req.kind, 0) + 1
-            for kind, n in sorted(kinds.items()):
-                pending.add_metric([tenant, kind], n)
+        with self._lock:
+            seen: set[tuple[str, str]] = set()
+            for tenant in sorted(tenants):
+                dead.add_metric([tenant], dead_by.get(tenant, 0))
+                kinds = {"approval": 0, "question": 0, "resolution": 0}
+                for kind in self._pending_kinds(tenant, seen):
+                    kinds[kind] = kinds.get(kind, 0) + 1
+                for kind, n in sorted(kinds.items()):
+                    pending.add_metric([tenant, kind], n)
+            for gone in set(self._kinds) - seen:
+                del self._kinds[gone]
         yield runs
         yield dead
         yield pending
+
+    def _pending_kinds(self, tenant: str, seen: set[tuple[str, str]]) -> Iterator[str]:
+        for status in ("waiting", "escalated"):
+            for row in self.client.store.list_runs(tenant, status=status,
+                                                   limit=self.pending_limit):
+                at = (tenant, row.run_id)
+                seen.add(at)
+                known = self._kinds.get(at)
+                if known is None or known[0] != row.last_seq:
+                    try:
+                        request = self.client.pending_request(row.run_id, tenant_id=tenant)
+                    except RunNotFound:  # purged since it was listed
+                        continue
+                    self.journals_read += 1
+                    known = (row.last_seq, None if request is None else request.kind)
+                    self._kinds[at] = known
+                if known[1] is not None:
+                    yield known[1]
 
 
 def serve_metrics(registry: CollectorRegistry, port: int, *,

@@ -1,0 +1,158 @@
+"""``/metrics`` stays cheap under load and can be closed.
+
+A steady scrape reads the runs table and no journal. Runs parked for an approval, for an
+answer and for a resolution are counted by kind. Only a run whose row moved since the
+last scrape has its journal read again. With ``[serve] metrics_token_env`` set, a scrape
+without the token gets a 401 problem. On SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
+from pydantic import BaseModel
+
+import underway as uw
+from underway.config import load_config
+from underway.errors import ConfigurationError, OutcomeUnknown
+from underway.policy import policy_from_dict
+from underway.runner import Runner
+from underway.service import ServerThread, create_app
+from underway.store import Store, connect
+from underway.telemetry import DatabaseCollector
+
+
+class Nothing(BaseModel):
+    pass
+
+
+class Ask(BaseModel):
+    kind: str = "approval"
+
+
+@uw.tool(mutating=True)
+async def pay(args: dict[str, Any]) -> dict[str, Any]:
+    """Pay (held for approval by the policy)."""
+    return {"paid": True}
+
+
+@uw.tool(mutating=True)
+async def broken(args: dict[str, Any]) -> dict[str, Any]:
+    """Lose track of an effect: only a person can settle it."""
+    raise OutcomeUnknown("the connection broke after the request was sent")
+
+
+POLICY = policy_from_dict({"version": "v1", "rules": [
+    {"id": "pay", "tools": ["pay"], "outcome": "require_approval", "approver_role": "fin",
+     "expires_in": 3600},
+]})
+
+flow: uw.Flow[Nothing, Ask] = uw.Flow("parked", state=Nothing, input=Ask, policy=POLICY,
+                                      tools=[pay, broken])
+
+
+@flow.step
+async def park(ctx: uw.RunContext[Nothing, Ask]) -> Any:
+    if ctx.input.kind == "question":
+        return ctx.done(await ctx.ask("which account?"))
+    if ctx.input.kind == "resolution":
+        await ctx.call(broken, {})
+    return ctx.done(await ctx.call(pay, {}))
+
+
+@pytest.fixture
+def parked(db_url: str) -> Iterator[tuple[Store, uw.Engine, dict[str, list[str]]]]:
+    store = connect(db_url)
+    engine = uw.Engine(store, flows=[flow])
+    runs = {k: [engine.start(flow, {"kind": k})[0] for _ in range(n)]
+            for k, n in (("approval", 4), ("question", 2), ("resolution", 3))}
+    asyncio.run(Runner(engine).run_until_idle())
+    yield store, engine, runs
+    store.close()
+
+
+def pending(collector: DatabaseCollector) -> dict[str, float]:
+    for family in collector.collect():
+        if family.name == "underway_pending_requests":
+            return {s.labels["kind"]: s.value for s in family.samples}
+    raise AssertionError("no underway_pending_requests")
+
+
+def test_a_steady_scrape_reads_no_journal(
+    parked: tuple[Store, uw.Engine, dict[str, list[str]]],
+) -> None:
+    store, engine, runs = parked
+    collector = DatabaseCollector(store)
+    assert pending(collector) == {"approval": 4, "question": 2, "resolution": 3}
+    first = collector.journals_read
+    assert first == 9
+    for _ in range(3):
+        assert pending(collector) == {"approval": 4, "question": 2, "resolution": 3}
+    assert collector.journals_read == first, "a scrape with nothing changed read journals"
+    # One run moves on (it is cancelled): it leaves the count, no journal is read.
+    engine.client.cancel(runs["question"][0], by="ops", reason="asked elsewhere")
+    asyncio.run(Runner(engine).run_until_idle())
+    assert engine.state(runs["question"][0]).status == "cancelled"
+    assert pending(collector) == {"approval": 4, "question": 1, "resolution": 3}
+    assert collector.journals_read == first
+
+
+def test_a_run_that_changes_is_read_once_more(
+    parked: tuple[Store, uw.Engine, dict[str, list[str]]],
+) -> None:
+    store, engine, runs = parked
+    collector = DatabaseCollector(store)
+    pending(collector)
+    before = collector.journals_read
+    seqs = {r: store.get_run("default", r).last_seq  # type: ignore[union-attr]
+            for rs in runs.values() for r in rs}
+    # A signal the run does not wait for is journaled to its inbox and moves its row.
+    engine.client.signal(runs["approval"][0], "note", {"seen": True})
+    asyncio.run(Runner(engine).run_until_idle())
+    moved = {r for rs in runs.values() for r in rs
+             if store.get_run("default", r).last_seq != seqs[r]}  # type: ignore[union-attr]
+    assert pending(collector) == {"approval": 4, "question": 2, "resolution": 3}
+    assert collector.journals_read - before == len(moved)
+
+
+@pytest.mark.parametrize("token", [None, "s3cret-metrics-token"])
+def test_metrics_need_the_token_when_one_is_set(
+    parked: tuple[Store, uw.Engine, dict[str, list[str]]], token: str | None,
+) -> None:
+    store, _, _ = parked
+    server = ServerThread(create_app(store, metrics=CollectorRegistry(), metrics_token=token))
+    server.start()
+    try:
+        with httpx.Client(base_url=server.url, timeout=30.0) as http:
+            bare = http.get("/metrics")
+            wrong = http.get("/metrics", headers={"Authorization": "Bearer nope"})
+            odd = http.get("/metrics", headers={"Authorization": "Bearer café".encode()})
+            right = http.get("/metrics", headers={"Authorization": f"Bearer {token}"})
+    finally:
+        server.stop()
+    if token is None:
+        assert bare.status_code == 200
+        return
+    for r in (bare, wrong, odd):
+        assert r.status_code == 401, r.text
+        assert r.headers["content-type"].startswith("application/problem+json")
+        assert "metrics token" in r.json()["detail"]
+        assert "underway_runs" not in r.text
+    assert right.status_code == 200
+    names = {f.name for f in text_string_to_metric_families(right.text)}
+    assert {"underway_runs", "underway_pending_requests"} <= names
+
+
+def test_a_metrics_token_named_but_not_set_is_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "underway.toml"
+    path.write_text('[serve]\nmetrics_token_env = "UW_METRICS_TOKEN_UNSET"\n')
+    config = load_config(path)
+    with pytest.raises(ConfigurationError, match=r"serve\.metrics_token_env"):
+        config.metrics_token({})
+    assert config.metrics_token({"UW_METRICS_TOKEN_UNSET": "tok"}) == "tok"
