@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 
 import agent
+import budget_ledger
 import console
 import deploy_check
 import encryption
@@ -77,6 +78,10 @@ GROUPS: dict[str, list[tuple[str, Callable[[], list[Figure]]]]] = {
         ("policy evaluation", policy.bench),
         ("approval verification and guarded calls", guard.bench),
         ("tenant usage, from scratch and kept", tenant_usage.bench),
+    ],
+    "budgets": [
+        ("SQLite tenant budget on the hot path", budget_ledger.bench_sqlite),
+        ("PostgreSQL tenant budget on the hot path", budget_ledger.bench_postgres),
     ],
     "agent": [
         ("agent iteration (memory)", agent.bench_memory),
