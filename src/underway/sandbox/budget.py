@@ -45,6 +45,8 @@ the setup pipe, mount sources, the proxy's listening socket, the child watcher."
 FDS_PER_CONNECTION = 2
 """Descriptors of one egress connection in the worker: the sandbox's end and the
 upstream's."""
+THREADS_PER_CALL = 2
+"""Threads a call may run in the worker: the child watcher's and a chore's."""
 FD_SHARE = 0.75
 """The largest part of the worker's open-files limit its sandboxed calls may hold: the
 rest is the store's, the service's and the engine's."""
@@ -84,6 +86,12 @@ class WorkerLimits:
     def descriptors(self) -> int:
         """The most descriptors the worker's sandboxed calls can hold at once."""
         return self.calls * FDS_PER_CALL + self.egress_connections * FDS_PER_CONNECTION
+
+    def threads(self) -> int:
+        """The most threads the worker's sandboxed calls can run at once: per call, the
+        thread that waits for its process (asyncio's child watcher) and one removing its
+        directories; and the resolvers. Egress connections cost none."""
+        return self.calls * THREADS_PER_CALL + self.resolver_threads
 
 
 @dataclass(frozen=True, slots=True)
