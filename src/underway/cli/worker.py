@@ -18,6 +18,7 @@ from ..crypto import Envelope, rotation_flow
 from ..engine import Engine
 from ..guard import DEFAULT_ENVIRONMENT
 from ..policy import load_policy
+from ..sandbox import configure_worker
 from ..store import queries
 from ..telemetry import Metrics
 from ..worker import Worker, load_app
@@ -157,12 +158,12 @@ def worker(
     """Lease ready runs and drive them until SIGTERM or SIGINT (then stop gracefully).
 
     Reads underway.toml (--config): the notifier that tells approvers, tenant budgets,
-    policy, telemetry, retention (a sweep every retention.every, off the event loop),
-    encryption and the options below, which override it; a flag turns on what the file
-    leaves off. On a database that holds encrypted payloads the worker needs the keys
-    ([encryption], --keyring, $UNDERWAY_KEYRING or $UNDERWAY_KEK) and refuses to start
-    without them. Prints `underway worker OWNER ready` once it serves, and a summary when
-    it stops.
+    the sandboxed calls' limits, policy, telemetry, retention (a sweep every
+    retention.every, off the event loop), encryption and the options below, which
+    override it; a flag turns on what the file leaves off. On a database that holds
+    encrypted payloads the worker needs the keys ([encryption], --keyring,
+    $UNDERWAY_KEYRING or $UNDERWAY_KEK) and refuses to start without them. Prints
+    `underway worker OWNER ready` once it serves, and a summary when it stops.
     """
     config = read_config(config_file, "worker")
     opts = override(config.worker, app=app_spec, queues=queue or None,
@@ -182,8 +183,11 @@ def worker(
     policy = load_policy(policy_file) if policy_file else config.make_policy()
     notifier = config.make_notifier()
     tenant_budget = config.make_tenant_budget()
+    sandbox_limits = config.make_worker_limits()
     telemetry_opts = override(config.telemetry, metrics_port=metrics_port,
                               traces=traces or None)
+    if sandbox_limits is not None:
+        configure_worker(sandbox_limits)
     import_paths(config)
     flows, tools = load_app(opts.app)
     provider = config.make_tracer_provider() if telemetry_opts.traces else None

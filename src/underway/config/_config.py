@@ -27,6 +27,7 @@ from ..crypto.envelope import encrypt
 from ..crypto.providers import EnvKey, KeyProvider, KeyringFile
 from ..errors import ConfigurationError
 from ..retention import Periods, Retention, Rules
+from ..sandbox.budget import WorkerLimits
 from ..secrets import BoundSecrets, EnvSecrets, SecretProvider
 from ..store import connect
 from ..store.base import Store
@@ -245,6 +246,21 @@ class Config(Sections):
             raise self._error("anchoring.key", str(exc)) from None
         return Anchoring(key=key, sink=FileAnchorLog(a.log), every=a.every)
 
+
+    def make_worker_limits(self) -> WorkerLimits | None:
+        """The ``[sandbox]`` limits of the worker's sandboxed calls (None: no such table,
+        so the defaults hold), checked against this process's open-files limit. The
+        worker makes them its own with :func:`~underway.sandbox.configure_worker`."""
+        s = self.sandbox
+        if s is None:
+            return None
+        given = {k: v for k, v in s.model_dump().items() if v is not None}
+        limits = WorkerLimits(**given)
+        try:
+            limits.check_descriptors()
+        except ConfigurationError as exc:
+            raise self._error("sandbox", str(exc)) from None
+        return limits
 
     def make_retention(self) -> Retention | None:
         """The ``[retention]`` rules (None: no such table, so nothing is ever purged)."""

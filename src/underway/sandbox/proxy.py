@@ -20,8 +20,11 @@ A program that ignores the proxy variables reaches nothing: there is no route ou
 What the proxy spends is the worker's, so it is bounded per call. It runs on the call's
 own event loop: no thread per connection. It keeps at most the call's
 ``egress_connections`` open (reserved from the worker's budget when the call was
-admitted, :mod:`underway.sandbox.budget`); a connection past that is answered ``503``
-at once and closed, and the result says the limit was reached. A request head must
+admitted, :mod:`underway.sandbox.budget`). It takes connections off its socket itself,
+at most :data:`ACCEPT_BATCH` a turn of the loop: one past the limit is answered ``503``
+and closed right there, so it holds no task, transport or descriptor, and the result
+says the limit was reached. A connection keeps its place until its descriptor is
+closed. A request head must
 arrive within :data:`HEAD_TIMEOUT_S` and fit in :data:`HEAD_LIMIT`; each direction of a
 connection buffers at most a few times :data:`CHUNK`; names resolve on the budget's own
 threads; and every connection ends with the call.
@@ -75,7 +78,7 @@ srv.listen(128)
 srv.setblocking(False)
 sel = selectors.DefaultSelector()
 R, W = selectors.EVENT_READ, selectors.EVENT_WRITE
-peer, out, eof, reg = {}, {}, set(), set()
+peer, out, eof, reg, gone = {}, {}, set(), set(), set()
 def update(s):
     ev = (R if s not in eof and len(out[peer[s]]) < 262144 else 0) | (W if out[s] else 0)
     if ev and s in reg:
@@ -95,6 +98,7 @@ def drop(s):
             x.close()
             del peer[x], out[x]
             eof.discard(x)
+            gone.discard(x)
 def accept():
     try:
         c, _ = srv.accept()
@@ -125,8 +129,14 @@ def serve():
             p = peer[s]
             try:
                 if ev & W:
-                    out[s] = out[s][s.send(out[s]):]
-                    if not out[s] and p in eof:
+                    try:
+                        out[s] = out[s][s.send(out[s]):]
+                    except OSError:
+                        # s takes nothing more (the proxy refused and closed): what was
+                        # for it is dropped, and its answer still reaches the other side.
+                        gone.add(s)
+                        out[s] = b""
+                    if not out[s] and p in eof and s not in gone:
                         s.shutdown(socket.SHUT_WR)
                 if ev & R:
                     try:
@@ -134,10 +144,11 @@ def serve():
                     except ConnectionResetError:
                         data = b""
                     if data:
-                        out[p] += data
+                        if p not in gone:
+                            out[p] += data
                     else:
                         eof.add(s)
-                        if not out[p]:
+                        if not out[p] and p not in gone:
                             p.shutdown(socket.SHUT_WR)
             except OSError:
                 drop(s)
