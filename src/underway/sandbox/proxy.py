@@ -264,8 +264,15 @@ class EgressProxy:
         """Connections being served now (never more than ``connections``)."""
         return len(self._open)
 
+    @property
+    def accepting(self) -> bool:
+        """Whether the proxy takes connections now: False once the call ends, and for a
+        moment when the worker has no descriptor left (the connections wait meanwhile)."""
+        return self._reading
+
     def _listen(self) -> None:
-        if self._loop is not None and self._listener is not None and not self._reading:
+        if (self._loop is not None and self._listener is not None and not self._reading
+                and not self._closing):
             self._loop.add_reader(self._listener.fileno(), self._accept)
             self._reading = True
 
@@ -295,9 +302,6 @@ class EgressProxy:
                 self._pause()
                 self._retry = self._loop.call_later(ACCEPT_RETRY_S, self._listen)
                 return
-            if self._closing:
-                conn.close()
-                continue
             if len(self._open) >= self.connections:
                 self._over_limit += 1
                 _refuse_now(conn, self._limit_answer)
@@ -308,8 +312,7 @@ class EgressProxy:
 
     def _ended(self, task: asyncio.Task[None]) -> None:
         self._open.discard(task)
-        if not self._closing:
-            self._listen()
+        self._listen()
 
     async def _serve_socket(self, conn: socket.socket) -> None:
         try:
@@ -332,8 +335,10 @@ class EgressProxy:
             try:
                 # The connection keeps its place until its descriptor is closed: a
                 # sandbox that never reads what it is sent holds its own slot, no other.
-                async with asyncio.timeout(LINGER_S):
-                    await writer.wait_closed()
+                # At the call's end the sandbox is gone, and nothing waits.
+                if not self._closing:
+                    async with asyncio.timeout(LINGER_S):
+                        await writer.wait_closed()
             except (OSError, TimeoutError):
                 pass
             finally:

@@ -7,7 +7,8 @@ descriptors and threads, sampled from ``/proc/self``, stay under the bounds its
 are answered ``503`` or closed. A neighbour call run during such a flood, on the same
 event loop, still finishes with the right result. A call the worker has no room for is
 refused with :class:`SandboxLimitReached` naming the limit. A call holding every process
-its limit allows does not keep another call of the same sandbox user from starting.
+its limit allows does not keep another call of the same sandbox user from starting. A
+worker out of descriptors loses no connection: its proxy waits, and serves it later.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import asyncio
 import json
 import os
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
@@ -336,3 +339,52 @@ def test_one_calls_process_limit_leaves_another_call_of_its_user_room(tmp_path: 
     assert held.ok, held.stderr
     count = int(held.stdout.split()[2])
     assert 0 < count < cap and "BlockingIOError" in held.stdout, held.stdout
+
+
+OUT_OF_DESCRIPTORS = r"""
+import asyncio, os, resource, socket, sys, tempfile
+from underway.sandbox.budget import Budget, WorkerLimits
+from underway.sandbox.proxy import EgressProxy
+
+resource.setrlimit(resource.RLIMIT_NOFILE, (256, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+async def main():
+    loop = asyncio.get_running_loop()
+    path = os.path.join(tempfile.mkdtemp(), "egress.sock")
+    budget = Budget(WorkerLimits(calls=1, egress_connections=4))
+    async with EgressProxy(path, ["allowed.example"], connections=4, budget=budget) as proxy:
+        client = socket.socket(socket.AF_UNIX)
+        hog = []
+        try:
+            while True:
+                hog.append(os.open("/dev/null", os.O_RDONLY))
+        except OSError as exc:
+            print("descriptors exhausted:", exc.strerror)
+        client.connect(path)
+        client.sendall(b"CONNECT denied.example:443 HTTP/1.1\r\n\r\n")
+        while proxy.accepting:
+            await asyncio.sleep(0.01)
+        print("paused, serving", proxy.open_connections)
+        for fd in hog:
+            os.close(fd)
+        client.setblocking(False)
+        head = await asyncio.wait_for(loop.sock_recv(client, 4096), 30)
+        print(head.split(b"\r\n")[0].decode(), "accepting", proxy.accepting)
+        client.close()
+    budget.close()
+
+asyncio.run(main())
+"""
+"""A worker out of descriptors: the proxy stops taking connections, without spinning,
+and serves the one waiting once descriptors are free again."""
+
+
+def test_a_worker_out_of_descriptors_serves_the_waiting_connection_later() -> None:
+    done = subprocess.run([sys.executable, "-c", OUT_OF_DESCRIPTORS], capture_output=True,
+                          text=True, timeout=WAIT_S, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "descriptors exhausted: Too many open files",
+        "paused, serving 0",
+        "HTTP/1.1 403 Forbidden accepting True",
+    ], done.stdout
