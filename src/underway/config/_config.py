@@ -27,7 +27,6 @@ from ..crypto.envelope import encrypt
 from ..crypto.providers import EnvKey, KeyProvider, KeyringFile
 from ..errors import ConfigurationError
 from ..retention import Periods, Retention, Rules
-from ..sandbox.budget import WorkerLimits
 from ..secrets import BoundSecrets, EnvSecrets, SecretProvider
 from ..store import connect
 from ..store.base import Store
@@ -38,6 +37,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
 
     from ..policy import Policy
+    from ..sandbox.budget import WorkerLimits
 
 
 class ConfigError(ConfigurationError):
@@ -254,6 +254,8 @@ class Config(Sections):
         s = self.sandbox
         if s is None:
             return None
+        # Here, not above: `underway serve` reads the same file and never loads the sandbox.
+        from ..sandbox.budget import WorkerLimits
         given = {k: v for k, v in s.model_dump().items() if v is not None}
         limits = WorkerLimits(**given)
         try:
