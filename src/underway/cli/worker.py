@@ -14,11 +14,13 @@ import typer
 from .. import telemetry
 from ..approvals import load_private_key
 from ..audit import Anchoring, FileAnchorLog
+from ..config import Config, ConfigError
 from ..crypto import Envelope, rotation_flow
 from ..engine import Engine
+from ..errors import ConfigurationError
 from ..guard import DEFAULT_ENVIRONMENT
 from ..policy import load_policy
-from ..sandbox import configure_worker
+from ..sandbox import WorkerLimits, configure_worker
 from ..store import queries
 from ..telemetry import Metrics
 from ..worker import Worker, load_app
@@ -183,11 +185,9 @@ def worker(
     policy = load_policy(policy_file) if policy_file else config.make_policy()
     notifier = config.make_notifier()
     tenant_budget = config.make_tenant_budget()
-    sandbox_limits = config.make_worker_limits()
     telemetry_opts = override(config.telemetry, metrics_port=metrics_port,
                               traces=traces or None)
-    if sandbox_limits is not None:
-        configure_worker(sandbox_limits)
+    _sandbox(config)
     import_paths(config)
     flows, tools = load_app(opts.app)
     provider = config.make_tracer_provider() if telemetry_opts.traces else None
@@ -229,6 +229,16 @@ def worker(
     purged = f", {w.purged} runs purged" if retention is not None else ""
     typer.echo(f"underway worker {w.owner} stopped: {w.activations} activations, "
                f"{w.handed_back} runs handed back{anchored}{purged}")
+
+
+def _sandbox(config: Config) -> None:
+    """Make the file's ``[sandbox]`` limits this process's (without it, the defaults)."""
+    if config.sandbox is None:
+        return
+    try:
+        configure_worker(WorkerLimits(**config.sandbox.limits()))
+    except ConfigurationError as exc:
+        raise ConfigError(config.source or "the configuration", "sandbox", str(exc)) from None
 
 
 def _metrics(

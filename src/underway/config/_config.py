@@ -37,7 +37,6 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
 
     from ..policy import Policy
-    from ..sandbox.budget import WorkerLimits
 
 
 class ConfigError(ConfigurationError):
@@ -246,23 +245,6 @@ class Config(Sections):
             raise self._error("anchoring.key", str(exc)) from None
         return Anchoring(key=key, sink=FileAnchorLog(a.log), every=a.every)
 
-
-    def make_worker_limits(self) -> WorkerLimits | None:
-        """The ``[sandbox]`` limits of the worker's sandboxed calls (None: no such table,
-        so the defaults hold), checked against this process's open-files limit. The
-        worker makes them its own with :func:`~underway.sandbox.configure_worker`."""
-        s = self.sandbox
-        if s is None:
-            return None
-        # Here, not above: `underway serve` reads the same file and never loads the sandbox.
-        from ..sandbox.budget import WorkerLimits
-        given = {k: v for k, v in s.model_dump().items() if v is not None}
-        limits = WorkerLimits(**given)
-        try:
-            limits.check_descriptors()
-        except ConfigurationError as exc:
-            raise self._error("sandbox", str(exc)) from None
-        return limits
 
     def make_retention(self) -> Retention | None:
         """The ``[retention]`` rules (None: no such table, so nothing is ever purged)."""

@@ -133,6 +133,12 @@ class SandboxSection(Section):
     resolver_threads: Count | None = None
     """Threads that resolve the names of egress destinations."""
 
+    def limits(self) -> dict[str, int]:
+        """The keys given, as keyword arguments of
+        :class:`~underway.sandbox.WorkerLimits` (``underway worker`` makes it; the config
+        never loads the sandbox, which ``underway serve`` does without)."""
+        return {k: v for k, v in self.model_dump().items() if v is not None}
+
 
 Environments = Annotated[list[Name], Field(min_length=1)] | Name
 
