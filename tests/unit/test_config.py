@@ -9,6 +9,7 @@ import hashlib
 import hmac
 import json
 import re
+import resource
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -28,6 +29,7 @@ from underway.budgets import Budget, TenantBudgets
 from underway.cli import app as cli
 from underway.config import Config, ConfigError, load_config
 from underway.errors import SecretRefused
+from underway.sandbox import WorkerLimits, configure_worker
 from underway.secrets import EnvSecrets
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -325,3 +327,36 @@ def test_secrets_are_bound_to_the_environments_that_may_read_them(tmp_path: Path
     assert isinstance(plain.make_secrets(environment="dev", env_prefix="APP_"), EnvSecrets)
     with pytest.raises(ConfigError, match=r"secrets\.environments\.ERP_TOKEN"):
         load_config(write(tmp_path, "[secrets.environments]\nERP_TOKEN = 3\n"))
+
+
+def test_the_sandbox_table_gives_the_workers_limits(tmp_path: Path) -> None:
+    assert Config().sandbox is None
+    config = load_config(write(tmp_path, "[sandbox]\ncalls = 3\negress_connections = 40\n"))
+    assert config.sandbox is not None
+    assert config.sandbox.limits() == {"calls": 3, "egress_connections": 40}
+    example = load_config(EXAMPLE).sandbox
+    assert example is not None and WorkerLimits(**example.limits()) == WorkerLimits()
+    err = problem(tmp_path, "[sandbox]\ncalls = 0\n")
+    assert err.key == "sandbox.calls" and "greater than or equal to 1" in err.problem
+    err = problem(tmp_path, "[sandbox]\nconections = 4\n")
+    assert "sandbox.conections: unknown key (did you mean 'egress_connections'?)" in str(err)
+
+
+def test_the_worker_takes_its_sandbox_limits_from_the_file(tmp_path: Path) -> None:
+    name = f"probe_{tmp_path.name.replace('-', '_')}"
+    (tmp_path / f"{name}.py").write_text(
+        "from underway.sandbox.budget import worker_budget\n"
+        "seen = worker_budget().limits\n", encoding="utf-8")
+    config = write(tmp_path, f'[worker]\napp = "{name}:absent"\n'
+                   "[sandbox]\ncalls = 3\nresolver_threads = 2\n")
+    try:
+        out = CliRunner().invoke(cli, ["worker", "--config", str(config), "--db", "memory://"])
+        assert out.exit_code == 2 and "absent" in out.output, out.output
+        assert sys.modules[name].seen == WorkerLimits(calls=3, resolver_threads=2)
+    finally:
+        configure_worker(WorkerLimits())
+        sys.modules.pop(name, None)
+    too_many = write(tmp_path, "[worker]\napp = \"x:y\"\n[sandbox]\negress_connections = "
+                     f"{resource.getrlimit(resource.RLIMIT_NOFILE)[0]}\n", "many.toml")
+    out = CliRunner().invoke(cli, ["worker", "--config", str(too_many), "--db", "memory://"])
+    assert out.exit_code == 2 and f"{too_many}: sandbox: " in out.output, out.output

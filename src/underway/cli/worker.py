@@ -15,10 +15,13 @@ import typer
 from .. import telemetry
 from ..approvals import load_private_key
 from ..audit import Anchoring, FileAnchorLog
+from ..config import Config, ConfigError
 from ..crypto import Envelope, rotation_flow
 from ..engine import Engine
+from ..errors import ConfigurationError
 from ..guard import DEFAULT_ENVIRONMENT
 from ..policy import load_policy
+from ..sandbox import WorkerLimits, configure_worker
 from ..store import queries
 from ..telemetry import Metrics
 from ..worker import Worker, load_app
@@ -158,12 +161,12 @@ def worker(
     """Lease ready runs and drive them until SIGTERM or SIGINT (then stop gracefully).
 
     Reads underway.toml (--config): the notifier that tells approvers, tenant budgets,
-    policy, telemetry, retention (a sweep every retention.every, off the event loop),
-    encryption and the options below, which override it; a flag turns on what the file
-    leaves off. On a database that holds encrypted payloads the worker needs the keys
-    ([encryption], --keyring, $UNDERWAY_KEYRING or $UNDERWAY_KEK) and refuses to start
-    without them. Prints `underway worker OWNER ready` once it serves, and a summary when
-    it stops.
+    the sandboxed calls' limits, policy, telemetry, retention (a sweep every
+    retention.every, off the event loop), encryption and the options below, which
+    override it; a flag turns on what the file leaves off. On a database that holds
+    encrypted payloads the worker needs the keys ([encryption], --keyring,
+    $UNDERWAY_KEYRING or $UNDERWAY_KEK) and refuses to start without them. Prints
+    `underway worker OWNER ready` once it serves, and a summary when it stops.
     """
     config = read_config(config_file, "worker")
     opts = override(config.worker, app=app_spec, queues=queue or None,
@@ -189,6 +192,7 @@ def worker(
         raise Problem("metrics (--metrics-port, or [telemetry] metrics_port) need "
                       "prometheus-client, which is not installed: pip install "
                       "'underway[metrics]'")
+    _sandbox(config)
     import_paths(config)
     flows, tools = load_app(opts.app)
     provider = config.make_tracer_provider() if telemetry_opts.traces else None
@@ -230,6 +234,16 @@ def worker(
     purged = f", {w.purged} runs purged" if retention is not None else ""
     typer.echo(f"underway worker {w.owner} stopped: {w.activations} activations, "
                f"{w.handed_back} runs handed back{anchored}{purged}")
+
+
+def _sandbox(config: Config) -> None:
+    """Make the file's ``[sandbox]`` limits this process's (without it, the defaults)."""
+    if config.sandbox is None:
+        return
+    try:
+        configure_worker(WorkerLimits(**config.sandbox.limits()))
+    except ConfigurationError as exc:
+        raise ConfigError(config.source or "the configuration", "sandbox", str(exc)) from None
 
 
 def _metrics(

@@ -114,6 +114,32 @@ class WorkerSection(Section):
     verbose: bool = False
 
 
+Count = Annotated[int, Field(ge=1)]
+
+
+class SandboxSection(Section):
+    """``[sandbox]``: what all sandboxed calls of one worker may hold at once
+    (:class:`~underway.sandbox.WorkerLimits`; an absent key keeps its default). A call
+    that does not fit is refused before it runs (docs/sandbox.md)."""
+
+    calls: Count | None = None
+    """Sandboxed calls running at once."""
+    processes: Count | None = None
+    """Processes and threads of all calls together."""
+    egress_connections: Count | None = None
+    """Egress proxy connections of all calls together."""
+    output_bytes: Count | None = None
+    """Command output kept in memory, all calls together."""
+    resolver_threads: Count | None = None
+    """Threads that resolve the names of egress destinations."""
+
+    def limits(self) -> dict[str, int]:
+        """The keys given, as keyword arguments of
+        :class:`~underway.sandbox.WorkerLimits` (``underway worker`` makes it; the config
+        never loads the sandbox, which ``underway serve`` does without)."""
+        return {k: v for k, v in self.model_dump().items() if v is not None}
+
+
 Environments = Annotated[list[Name], Field(min_length=1)] | Name
 
 
@@ -367,6 +393,7 @@ class Sections(Section):
 
     database: DatabaseUrl | None = None
     worker: WorkerSection = WorkerSection()
+    sandbox: SandboxSection | None = None
     serve: ServeSection = ServeSection()
     notifier: NotifierSection = NotifierSection()
     policy: PolicySection | None = None

@@ -45,6 +45,8 @@ the setup pipe, mount sources, the proxy's listening socket, the child watcher."
 FDS_PER_CONNECTION = 2
 """Descriptors of one egress connection in the worker: the sandbox's end and the
 upstream's."""
+THREADS_PER_CALL = 2
+"""Threads a call may run in the worker: the child watcher's and a chore's."""
 FD_SHARE = 0.75
 """The largest part of the worker's open-files limit its sandboxed calls may hold: the
 rest is the store's, the service's and the engine's."""
@@ -84,6 +86,24 @@ class WorkerLimits:
     def descriptors(self) -> int:
         """The most descriptors the worker's sandboxed calls can hold at once."""
         return self.calls * FDS_PER_CALL + self.egress_connections * FDS_PER_CONNECTION
+
+    def check_descriptors(self) -> None:
+        """Raise :class:`~underway.errors.ConfigurationError` when the calls could hold
+        more descriptors than :data:`FD_SHARE` of this process's open-files limit."""
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        room = int(soft * FD_SHARE) if soft != resource.RLIM_INFINITY else None
+        if room is not None and self.descriptors() > room:
+            raise ConfigurationError(
+                f"sandbox worker limits calls={self.calls} and egress_connections="
+                f"{self.egress_connections} could hold {self.descriptors()} file "
+                f"descriptors, more than {room} ({FD_SHARE:.0%} of this process's "
+                f"open-files limit {soft}): lower them or raise the limit (ulimit -n)")
+
+    def threads(self) -> int:
+        """The most threads the worker's sandboxed calls can run at once: per call, the
+        thread that waits for its process (asyncio's child watcher) and one removing its
+        directories; and the resolvers. Egress connections cost none."""
+        return self.calls * THREADS_PER_CALL + self.resolver_threads
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,14 +165,7 @@ class Budget:
 
     def __init__(self, limits: WorkerLimits | None = None) -> None:
         self.limits = limits or WorkerLimits()
-        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-        room = int(soft * FD_SHARE) if soft != resource.RLIM_INFINITY else None
-        if room is not None and self.limits.descriptors() > room:
-            raise ConfigurationError(
-                f"sandbox worker limits calls={self.limits.calls} and egress_connections="
-                f"{self.limits.egress_connections} could hold {self.limits.descriptors()} "
-                f"file descriptors, more than {room} ({FD_SHARE:.0%} of this process's "
-                f"open-files limit {soft}): lower them or raise the limit (ulimit -n)")
+        self.limits.check_descriptors()
         self._lock = threading.Lock()
         self._used = Usage(0, 0, 0, 0)
         self._resolver: ThreadPoolExecutor | None = None

@@ -20,8 +20,11 @@ A program that ignores the proxy variables reaches nothing: there is no route ou
 What the proxy spends is the worker's, so it is bounded per call. It runs on the call's
 own event loop: no thread per connection. It keeps at most the call's
 ``egress_connections`` open (reserved from the worker's budget when the call was
-admitted, :mod:`underway.sandbox.budget`); a connection past that is answered ``503``
-at once and closed, and the result says the limit was reached. A request head must
+admitted, :mod:`underway.sandbox.budget`). It takes connections off its socket itself,
+at most :data:`ACCEPT_BATCH` a turn of the loop: one past the limit is answered ``503``
+and closed right there, so it holds no task, transport or descriptor, and the result
+says the limit was reached. A connection keeps its place until its descriptor is
+closed. A request head must
 arrive within :data:`HEAD_TIMEOUT_S` and fit in :data:`HEAD_LIMIT`; each direction of a
 connection buffers at most a few times :data:`CHUNK`; names resolve on the budget's own
 threads; and every connection ends with the call.
@@ -33,6 +36,7 @@ import asyncio
 import contextlib
 import ipaddress
 import os
+import socket
 from collections.abc import Iterable
 from urllib.parse import urlsplit
 
@@ -52,6 +56,15 @@ HEAD_TIMEOUT_S = 10.0
 CONNECT_TIMEOUT_S = 10.0
 """How long resolving and connecting to an allowed host may take."""
 CHUNK = 65_536
+BACKLOG = 128
+"""Connections the proxy's socket queues before it takes them."""
+ACCEPT_BATCH = 32
+"""Connections the proxy takes in one turn of the event loop, before other work runs."""
+LINGER_S = 5.0
+"""How long an ended connection may take to deliver its last bytes to the sandbox."""
+ACCEPT_RETRY_S = 0.5
+"""How long the proxy stops taking connections when the worker has no descriptor left
+(sooner when one of its own connections ends)."""
 REFUSALS_KEPT = 100
 """How many refused destinations a result lists (the rest are counted)."""
 
@@ -65,7 +78,7 @@ srv.listen(128)
 srv.setblocking(False)
 sel = selectors.DefaultSelector()
 R, W = selectors.EVENT_READ, selectors.EVENT_WRITE
-peer, out, eof, reg = {}, {}, set(), set()
+peer, out, eof, reg, gone = {}, {}, set(), set(), set()
 def update(s):
     ev = (R if s not in eof and len(out[peer[s]]) < 262144 else 0) | (W if out[s] else 0)
     if ev and s in reg:
@@ -85,6 +98,7 @@ def drop(s):
             x.close()
             del peer[x], out[x]
             eof.discard(x)
+            gone.discard(x)
 def accept():
     try:
         c, _ = srv.accept()
@@ -115,16 +129,26 @@ def serve():
             p = peer[s]
             try:
                 if ev & W:
-                    out[s] = out[s][s.send(out[s]):]
-                    if not out[s] and p in eof:
+                    try:
+                        out[s] = out[s][s.send(out[s]):]
+                    except OSError:
+                        # s takes nothing more (the proxy refused and closed): what was
+                        # for it is dropped, and its answer still reaches the other side.
+                        gone.add(s)
+                        out[s] = b""
+                    if not out[s] and p in eof and s not in gone:
                         s.shutdown(socket.SHUT_WR)
                 if ev & R:
-                    data = s.recv(65536)
+                    try:
+                        data = s.recv(65536)
+                    except ConnectionResetError:
+                        data = b""
                     if data:
-                        out[p] += data
+                        if p not in gone:
+                            out[p] += data
                     else:
                         eof.add(s)
-                        if not out[p]:
+                        if not out[p] and p not in gone:
                             p.shutdown(socket.SHUT_WR)
             except OSError:
                 drop(s)
@@ -185,9 +209,14 @@ class EgressProxy:
         self._over_limit = 0
         self._budget = budget
         self._open: set[asyncio.Task[None]] = set()
-        self._writers: set[asyncio.StreamWriter] = set()
         self._closing = False
-        self._server: asyncio.AbstractServer | None = None
+        self._listener: socket.socket | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._reading = False
+        self._retry: asyncio.TimerHandle | None = None
+        self._limit_answer = _answer_bytes(
+            503, f"egress connections limit {connections} reached: the sandbox profile "
+                 "allows that many open connections at once (Limits.egress_connections)")
 
     @property
     def limits_reached(self) -> tuple[str, ...]:
@@ -202,43 +231,95 @@ class EgressProxy:
         return tuple(out)
 
     async def __aenter__(self) -> EgressProxy:
-        self._server = await asyncio.start_unix_server(
-            self._accepted, path=self.path, limit=HEAD_LIMIT, backlog=128)
-        # The sandbox's user connects; the socket's directory keeps everyone else out.
-        os.chmod(self.path, 0o666)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.bind(self.path)
+            # The sandbox's user connects; the socket's directory keeps everyone else out.
+            os.chmod(self.path, 0o666)
+            sock.listen(BACKLOG)
+            sock.setblocking(False)
+        except BaseException:
+            sock.close()
+            raise
+        self._listener = sock
+        self._loop = asyncio.get_running_loop()
+        self._listen()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         self._closing = True
-        if self._server is not None:
-            self._server.close()
+        self._pause()
+        if self._retry is not None:
+            self._retry.cancel()
         for task in list(self._open):
             task.cancel()
         await asyncio.gather(*self._open, return_exceptions=True)
-        for writer in self._writers:
-            writer.transport.abort()
-        if self._server is not None:
-            await self._server.wait_closed()
+        if self._listener is not None:
+            self._listener.close()
         with contextlib.suppress(OSError):
             os.unlink(self.path)
 
-    async def _accepted(self, reader: asyncio.StreamReader,
-                        writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        if self._closing or task is None:
-            writer.transport.abort()
-            return
-        if len(self._open) >= self.connections:
-            self._over_limit += 1
-            # Nothing is awaited: the answer goes to the socket buffer, the descriptor is
-            # closed once it is flushed, and the sandbox's flood costs no task.
-            _answer(writer, 503, f"egress connections limit {self.connections} reached: "
-                                 "the sandbox profile allows that many open connections "
-                                 "at once (Limits.egress_connections)")
-            writer.close()
-            return
-        self._open.add(task)
-        self._writers.add(writer)
+    @property
+    def open_connections(self) -> int:
+        """Connections being served now (never more than ``connections``)."""
+        return len(self._open)
+
+    @property
+    def accepting(self) -> bool:
+        """Whether the proxy takes connections now: False once the call ends, and for a
+        moment when the worker has no descriptor left (the connections wait meanwhile)."""
+        return self._reading
+
+    def _listen(self) -> None:
+        if (self._loop is not None and self._listener is not None and not self._reading
+                and not self._closing):
+            self._loop.add_reader(self._listener.fileno(), self._accept)
+            self._reading = True
+
+    def _pause(self) -> None:
+        if self._loop is not None and self._listener is not None and self._reading:
+            self._loop.remove_reader(self._listener.fileno())
+            self._reading = False
+
+    def _accept(self) -> None:
+        """Take what the listening socket holds, at most :data:`ACCEPT_BATCH` a turn.
+
+        A connection within the limit becomes a task. One past it is answered ``503``
+        and closed right here, without awaiting anything: it holds no task, no
+        transport and no descriptor once this returns. So a flood costs the worker a
+        few microseconds a connection and never more descriptors than the limit allows;
+        the batch lets the loop's other calls run between turns.
+        """
+        assert self._listener is not None and self._loop is not None
+        for _ in range(ACCEPT_BATCH):
+            try:
+                conn, _ = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                # Out of descriptors (EMFILE, ENFILE) or memory: leave the connections
+                # waiting in the backlog until one of ours ends, or a moment passes.
+                self._pause()
+                self._retry = self._loop.call_later(ACCEPT_RETRY_S, self._listen)
+                return
+            if len(self._open) >= self.connections:
+                self._over_limit += 1
+                _refuse_now(conn, self._limit_answer)
+                continue
+            task = self._loop.create_task(self._serve_socket(conn))
+            self._open.add(task)
+            task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        self._open.discard(task)
+        self._listen()
+
+    async def _serve_socket(self, conn: socket.socket) -> None:
+        try:
+            reader, writer = await asyncio.open_unix_connection(sock=conn, limit=HEAD_LIMIT)
+        except BaseException:
+            conn.close()
+            raise
         upstream: list[asyncio.StreamWriter] = []
         try:
             await self._serve(reader, writer, upstream)
@@ -248,12 +329,20 @@ class EgressProxy:
                 _answer(writer, 400, f"not a proxy request the sandbox serves: "
                                      f"{_why(exc)}")
         finally:
-            self._open.discard(task)
             for up in upstream:
                 up.transport.abort()  # its bytes were drained, or the call is over
             writer.close()  # flushes an answer first
-            if not writer.transport.get_write_buffer_size():
-                self._writers.discard(writer)
+            try:
+                # The connection keeps its place until its descriptor is closed: a
+                # sandbox that never reads what it is sent holds its own slot, no other.
+                # At the call's end the sandbox is gone, and nothing waits.
+                if not self._closing:
+                    async with asyncio.timeout(LINGER_S):
+                        await writer.wait_closed()
+            except (OSError, TimeoutError):
+                pass
+            finally:
+                writer.transport.abort()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                      upstream: list[asyncio.StreamWriter]) -> None:
@@ -336,12 +425,31 @@ def _destination(method: str, target: str) -> tuple[str, int, str]:
     return parts.hostname, parts.port or 80, path + (f"?{parts.query}" if parts.query else "")
 
 
-def _answer(writer: asyncio.StreamWriter, status: int, text: str) -> None:
+def _answer_bytes(status: int, text: str) -> bytes:
     reason = {400: "Bad Request", 403: "Forbidden", 502: "Bad Gateway",
               503: "Service Unavailable"}[status]
     body = f"underway sandbox: {text}\n".encode()
-    writer.write(f"HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain\r\n"
-                 f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
+    return (f"HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
+
+
+def _answer(writer: asyncio.StreamWriter, status: int, text: str) -> None:
+    writer.write(_answer_bytes(status, text))
+
+
+def _refuse_now(conn: socket.socket, answer: bytes) -> None:
+    """Answer ``conn`` and close it, without waiting for anything.
+
+    A fresh socket's send buffer takes the short answer whole. What the sandbox already
+    sent is read and dropped first: a Unix socket closed with unread bytes resets its
+    peer, which could then lose the answer.
+    """
+    with contextlib.suppress(OSError):
+        conn.setblocking(False)
+        conn.send(answer)
+        conn.shutdown(socket.SHUT_WR)
+        conn.recv(HEAD_LIMIT)
+    conn.close()
 
 
 async def _pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
