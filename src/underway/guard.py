@@ -142,12 +142,15 @@ class Guard:
     async def over_budget(
         self, flow: Flow[Any, Any], store: Store, s: RunState, key: str, pending: Usage,
         now: float, *, unpriced: Mapping[str, str] | None = None,
+        in_flight: Usage | None = None,
     ) -> tuple[Budget, Exceeded] | None:
         """The first budget (run, then tenant) call ``key`` would cross, if any; otherwise
         the call's ``pending`` usage is reserved against the tenant's budget.
 
-        The run's budget is checked against its folded journal: a run has one activation
-        at a time. The tenant's is a conditional write to the store's budget ledger
+        The run's budget is checked against its folded journal plus ``in_flight``, what the
+        calls its activation admitted and not yet settled may spend: a run has one
+        activation at a time, and calls a step runs at once count before any ends. The
+        tenant's is a conditional write to the store's budget ledger
         (:meth:`~underway.store.budgets.BudgetStore.reserve_budget`), atomic across every
         worker, so no interleaving crosses it. ``unpriced`` says, per metric (``tokens``,
         ``cost_usd``), why the call cannot bound it: a budget limiting that metric refuses it.
@@ -160,11 +163,13 @@ class Guard:
             pending: What the call adds, at most.
             now: The guard's time (the tenant's day is the UTC day of it).
             unpriced: Why each metric the call cannot bound has no bound.
+            in_flight: What the run's unsettled calls may still spend.
         """
         budget = flow.budget if flow.budget is not None else self.budget
         if budget is not None:
+            spent = run_usage(s) if in_flight is None else run_usage(s).add(in_flight)
             found = _unpriced(budget, "run", unpriced) or check(
-                budget, run_usage(s), now=now, scope="run", pending=pending)
+                budget, spent, now=now, scope="run", pending=pending)
             if found:
                 return budget, found[0]
         tenant_budget = self.budget_of_tenant(s.tenant_id)

@@ -299,3 +299,77 @@ def test_a_bounded_but_unpriced_model_is_held_only_by_a_cost_budget(
         assert eng.state(run_id).status == "failed" and asked == []
         (refused,) = journaled(eng, [run_id], ev.BudgetExceeded)
         assert refused.metric == "cost_usd" and "no price" in (refused.reason or "")
+
+
+PARALLEL = [
+    (Budget(money={"INR": 1000}, on_exceed="fail"), "pay", 1),
+    (Budget(money={"INR": 1400}, on_exceed="fail"), "pay", 2),
+    (Budget(tool_calls=3, on_exceed="fail"), "pay", 3),
+    (Budget(tool_calls=3, on_exceed="fail"), "look", 3),
+    (Budget(messages=2, on_exceed="fail"), "tell", 2),
+    (Budget(model_calls=2, on_exceed="fail"), "model", 2),
+    (Budget(tokens=45, on_exceed="fail"), "model", 2),
+]
+
+
+@pytest.mark.parametrize(("budget", "kind", "allowed"), PARALLEL,
+                         ids=[f"{k}-{i}" for i, (_, k, _) in enumerate(PARALLEL)])
+def test_calls_a_step_makes_at_once_never_cross_the_run_budget(
+    store: uw.Store, budget: Budget, kind: str, allowed: int,
+) -> None:
+    """Five calls gathered in one step, each admitted before any ends: the run's budget
+    counts the ones in flight. The step gathers with ``return_exceptions=True``, which
+    would swallow the refusal; the run still fails as its budget says."""
+    done: list[str] = []
+
+    @uw.tool(irreversible=True, amount="amount", currency="arg:currency")
+    async def pay(args: app.Pay) -> dict[str, Any]:
+        await asyncio.sleep(0)
+        done.append("pay")
+        return {"paid": args.amount}
+
+    @uw.tool(read_only=True)
+    async def look(args: dict[str, Any]) -> dict[str, Any]:
+        await asyncio.sleep(0)
+        done.append("look")
+        return {}
+
+    @uw.tool(idempotent=True, message=True)
+    async def tell(args: dict[str, Any]) -> dict[str, Any]:
+        await asyncio.sleep(0)
+        done.append("tell")
+        return {}
+
+    class Counted:
+        name = "counted"
+
+        async def complete(self, request: Any) -> uw.ModelReply:
+            await asyncio.sleep(0)
+            done.append("model")
+            return uw.ModelReply({"text": "ok"}, "counted", 10, 10, 0.0)
+
+        def quote(self, request: Any) -> ModelQuote:
+            return ModelQuote(20, 0.0)
+
+    model = Counted()
+    flow = uw.Flow("parallel_budget", state=app.Paid, budget=budget, tools=(pay, look, tell))
+
+    @flow.step
+    async def fan_out(ctx: uw.RunContext[app.Paid, Any]) -> Any:
+        def one(i: int) -> Any:
+            if kind == "model":
+                return ctx.model(model, {"messages": [{"role": "user", "content": str(i)}],
+                                         "max_tokens": 10})
+            args = {"amount": 700, "currency": "INR"} if kind == "pay" else {"i": i}
+            return ctx.call({"pay": pay, "look": look, "tell": tell}[kind], args)
+
+        got = await asyncio.gather(*(one(i) for i in range(5)), return_exceptions=True)
+        return ctx.done([type(g).__name__ for g in got])
+
+    eng = uw.Engine(store, flows=[flow])
+    run_id, _ = eng.start(flow, {})
+    asyncio.run(Runner(eng).run_until_idle())
+    s = eng.state(run_id)
+    assert len(done) == allowed, done
+    assert s.status == "failed" and "budget" in (s.error or ""), (s.status, s.error)
+    assert journaled(eng, [run_id], ev.BudgetExceeded)

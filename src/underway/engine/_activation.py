@@ -3,6 +3,7 @@ committed, and how a commit turns them into one fenced append."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -10,6 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from .. import events as ev
 from .. import faults
+from ..budgets import Usage
 from ..codec import run_error_where
 from ..projection import expected_update
 from ..redaction import Hidden
@@ -56,6 +58,11 @@ class Activation:
     """Set by the heartbeat when the lease was lost to another worker."""
     after_commit: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     """Work that must wait until the buffered events are durable (notifications)."""
+    in_flight: dict[str, tuple[int, Usage]] = field(default_factory=dict)
+    _commit_turn: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
+    """Calls of this activation the run's budget admitted and whose outcome is not yet
+    folded (key: call index, the most it may spend): calls a step runs at once count
+    against the run's budget before any of them ends."""
     store_error: Exception | None = None
     """A database failure met inside a step: the activation ends and the run is handed
     back (never dead-lettered: the run did nothing wrong), even if step code caught it."""
@@ -88,22 +95,34 @@ class Activation:
             self.engine.redactor.learn(event)
 
     async def commit(self, *, release: bool = False, force_checkpoint: bool = False) -> None:
+        # Calls a step makes at once commit one after another: each commits what was
+        # buffered when its turn came, and what is buffered meanwhile waits for the next.
+        async with self._commit_turn:
+            todo = await self._commit(release=release, force_checkpoint=force_checkpoint)
+        for fn in todo:
+            await fn()
+
+    async def _commit(
+        self, *, release: bool, force_checkpoint: bool,
+    ) -> list[Callable[[], Awaitable[None]]]:
+        """Commit what is buffered; return the work that waited for it."""
         if not self.pending:
-            return
+            return []
         eng, s = self.engine, self.state
+        taken, consumed, todo = list(self.pending), list(self.consumed), list(self.after_commit)
         blobs: dict[str, bytes] = {}
         try:
             checkpoint = None
             if force_checkpoint or release or s.seq - self.checkpoint_seq >= eng.checkpoint_every:
                 # The last event commits to the checkpoint's digest: see underway.checkpoint.
                 stored, checkpoint = eng.journal.encode_checkpointed(
-                    s, self.pending, self.last_hash, blobs
+                    s, taken, self.last_hash, blobs
                 )
             else:
-                stored = eng.journal.encode(s.tenant_id, s.run_id, self.pending,
+                stored = eng.journal.encode(s.tenant_id, s.run_id, taken,
                                             self.last_hash, blobs, s.subject)
         except (TypeError, ValueError) as exc:
-            kinds = sorted({type(e).__name__ for _, _, e in self.pending})
+            kinds = sorted({type(e).__name__ for _, _, e in taken})
             raise Unencodable(
                 f"the step produced data that cannot be journaled ({exc}) in one of "
                 f"{', '.join(kinds)}; return and record only JSON values"
@@ -124,16 +143,16 @@ class Activation:
         batch = AppendBatch(
             tenant_id=s.tenant_id,
             run_id=s.run_id,
-            expected_seq=self.pending[0][0] - 1,
+            expected_seq=taken[0][0] - 1,
             fence=self.lease.token,
             events=stored,
             now=now,
             update=update,
             blobs=fresh,
             checkpoint=checkpoint,
-            consumed_signals=self.consumed,
+            consumed_signals=consumed,
             release=release,
-            signals=outbox(s, [e for _, _, e in self.pending], now, codec),
+            signals=outbox(s, [e for _, _, e in taken], now, codec),
         )
         faults.point("append.before_commit")
         self.control_pending = await self._append(batch)
@@ -143,13 +162,13 @@ class Activation:
         eng.journal.remember(s.tenant_id, fresh)
         self.last_hash = stored[-1].hash
         if eng.metrics.enabled:
-            eng.metrics.committed(s.tenant_id, s.run_id, s.flow, self.pending)
+            eng.metrics.committed(s.tenant_id, s.run_id, s.flow, taken)
         if update is not None:
             self.row_status = update.status
         if checkpoint is not None:
             self.checkpoint_seq = checkpoint[0]
-        self.pending, self.consumed = [], []
-        todo, self.after_commit = self.after_commit, []
-        for fn in todo:
-            await fn()
+        del self.pending[:len(taken)]
+        del self.consumed[:len(consumed)]
+        del self.after_commit[:len(todo)]
+        return todo
 

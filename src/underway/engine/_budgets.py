@@ -3,6 +3,7 @@ settled once its outcome commits, a model call's quote, and route budgets."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from typing import TYPE_CHECKING, NoReturn
@@ -70,6 +71,29 @@ def settle_hold(act: Activation, call: CallIntent) -> None:
     else:
         return
     settle_later(act, call.key, spent)
+
+
+def in_flight(act: Activation) -> Usage:
+    """What the calls admitted in this activation and not yet settled may still spend.
+
+    A call leaves once the journal folds an outcome for it (any status but ``started``);
+    what it spent is then in the run's usage."""
+    total = Usage()
+    for key, (index, usage) in list(act.in_flight.items()):
+        rec = act.state.call(index)
+        if rec is None:
+            total = total.add(usage)
+        elif rec.key == key and rec.status == "started":
+            # Its intent is folded, and the fold counted the call itself.
+            total = total.add(dataclasses.replace(usage, tool_calls=0))
+        else:
+            del act.in_flight[key]
+    return total
+
+
+def admitted(act: Activation, key: str, index: int, usage: Usage) -> None:
+    """Call ``key`` passed the run's budget: count it in flight until it settles."""
+    act.in_flight[key] = (index, usage)
 
 
 async def settled_first(act: Activation) -> None:

@@ -37,7 +37,7 @@ from . import _budgets as budgets
 from ._activation import Activation
 from ._outcomes import LOST_TRACK, allowed_name, ask_reconcile, credentials_retry, lost_track
 from ._outcomes import hook_failed as _hook_failed
-from ._stops import DeadLetter, Escalate, Suspend
+from ._stops import DeadLetter, Escalate, Suspend, unswallowed
 
 log = logging.getLogger("underway.engine")
 
@@ -61,7 +61,8 @@ class StepExecution:
         self.clock = act.engine.clock.now
         self._calls = 0
         self._values = 0
-        self.broken: NonDeterminismError | None = None
+        self.broken: BaseException | None = None
+        """The first stop raised through this step (see :func:`._stops.unswallowed`)."""
         self._decision: str | None = None
         self._held = False
         """Whether this attempt of the current call holds a reservation on the tenant's
@@ -83,6 +84,7 @@ class StepExecution:
             raise self.broken
         return rec
 
+    @unswallowed
     async def call(
         self, tool: Tool | str, args: JSON, *, labels: frozenset[str] = frozenset(),
         evidence: JSON = None, risks: list[str] | None = None, typed: bool = False,
@@ -275,9 +277,11 @@ class StepExecution:
         now = eng.clock.now()
         if guard.has_budget(flow) and (usage := call.usage) is not None:
             await budgets.settled_first(act)
-            over = await guard.over_budget(flow, eng.store, s, key, usage, now)
+            over = await guard.over_budget(flow, eng.store, s, key, usage, now,
+                                           in_flight=budgets.in_flight(act))
             if over is not None:
                 budgets.over_budget(self._act, self.step, over[0], over[1], t.name)
+            budgets.admitted(act, key, index, usage)
             self._held = guard.budget_of_tenant(s.tenant_id) is not None
         policy = guard.policy_for(flow)
         # A run whose lineage is in shadow mode stays in it, whatever its flow says.
@@ -330,6 +334,7 @@ class StepExecution:
             return True
         return False
 
+    @unswallowed
     async def ask(self, question: str, *, context: JSON, role: str | None,
                   expires_in: float | None = None) -> JSON:
         index = self._calls
@@ -504,6 +509,7 @@ class StepExecution:
         raise ToolCallError(t.name, "SchemaValidationFailed", message,
                             retryable=False) from exc
 
+    @unswallowed
     async def model(self, model: Model, request: JSON) -> JSON:
         index = self._calls
         self._calls += 1
@@ -519,10 +525,11 @@ class StepExecution:
             await budgets.settled_first(self._act)
             over = await eng.guard.over_budget(
                 flow, eng.store, self._act.state, key, pending, eng.clock.now(),
-                unpriced=unpriced,
+                unpriced=unpriced, in_flight=budgets.in_flight(self._act),
             )
             if over is not None:
                 budgets.over_budget(self._act, self.step, over[0], over[1], None)
+            budgets.admitted(self._act, key, index, pending)
             held = eng.guard.budget_of_tenant(self.tenant_id) is not None
         try:
             budgets.check_route_budget(self._act, model, request)

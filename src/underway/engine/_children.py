@@ -18,7 +18,7 @@ from ..lineage import Lineage
 from ._calls import StepExecution
 from ._inbox import pending_signals
 from ._outbox import child_finished
-from ._stops import Suspend
+from ._stops import Suspend, unswallowed
 from ._versions import decide_version
 
 if TYPE_CHECKING:
@@ -46,6 +46,7 @@ class StepWithChildren(StepExecution):
         """What the run inherited and passes on (:attr:`RunContext.lineage`)."""
         return self._act.state.lineage
 
+    @unswallowed
     async def start_child(
         self, flow: Flow[Any, Any] | str, input: JSON, *, key: str | None, detached: bool,
         queue: str | None, lineage: Lineage | None = None, taint: tuple[str, ...] = (),
@@ -103,6 +104,7 @@ class StepWithChildren(StepExecution):
         return decide_version(self._act, change_id, self.step, calls=self._calls,
                               values=self._values)
 
+    @unswallowed
     async def wait_child(self, run_id: str) -> ChildOutcome:
         act, eng = self._act, self._act.engine
         s = act.state

@@ -4,6 +4,9 @@ catches around it. They derive from ``BaseException`` so step code that catches
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
+
 from .. import events as ev
 
 
@@ -55,3 +58,36 @@ class Stop(BaseException):
         super().__init__(str(event))
         self.event = event
 
+
+
+STOPS = (Suspend, DeadLetter, Escalate, Stop, Unencodable)
+"""What the engine raises through a step to stop it."""
+
+class _Stoppable(Protocol):
+    broken: BaseException | None
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+_S = TypeVar("_S", bound=_Stoppable)
+
+
+def unswallowed(
+    method: Callable[Concatenate[_S, _P], Awaitable[_R]],
+) -> Callable[Concatenate[_S, _P], Coroutine[Any, Any, _R]]:
+    """A call into the engine whose stop holds even if the step swallows it: the first
+    stop raised through it is remembered (``broken``) and raised again when the step
+    returns. A step that gathers calls with ``return_exceptions=True`` cannot turn a
+    budget's refusal, an approval wait or an escalation into a finished step."""
+
+    async def wrapper(self: _S, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return await method(self, *args, **kwargs)
+        except STOPS as stop:
+            if self.broken is None:
+                self.broken = stop
+            raise
+
+    wrapper.__name__, wrapper.__qualname__ = method.__name__, method.__qualname__
+    wrapper.__doc__ = method.__doc__
+    return wrapper
