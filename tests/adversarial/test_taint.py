@@ -219,8 +219,10 @@ def test_a_value_laundered_through_a_schema_error_is_held(db_url: str) -> None:
     def pay_from_error(req: ModelRequest) -> ModelResponse:
         last = [m.content for m in req.messages if m.role == "tool"][-1]
         assert "SchemaValidationFailed" in last and 'trust="untrusted"' in last
-        account = re.findall(r"ACC-\d+", last)[-1]
-        return say(None, ("pay", {"account": account, "amount": 5, "currency": "INR"}))
+        # A schema error names the place and what is wrong, never the value: the account
+        # does not come back. The model pays it from its own context, which is tainted.
+        assert ATTACKER not in last and "invoice" in last
+        return say(None, ("pay", {"account": ATTACKER, "amount": 5, "currency": "INR"}))
 
     engine, _, run_id = start(db_url, world, turns(READ, launder, pay_from_error))
     drive(engine, run_id)

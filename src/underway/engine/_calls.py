@@ -27,7 +27,7 @@ from ..effects import (
 from ..egress import Egress
 from ..errors import ConfigurationError, NonDeterminismError, ToolCallError, is_store_failure
 from ..events import JSON, canonical_json
-from ..hooks import HookFailed
+from ..hooks import HookFailed, call_hook
 from ..intent import CallIntent
 from ..redaction import schema_failure, scrub
 from ..secrets import credentials_rejected, mask, resolve
@@ -197,7 +197,7 @@ class StepExecution:
             if t.mutating and exc.error_type in LOST_TRACK:
                 return await self._timed_out(call, exc)
             if exc.credentials_rejected and t.secrets:
-                credentials_retry(self._act, t, key, index, exc)
+                await credentials_retry(self._act, t, key, index, exc)
             self._retry_or_raise(t, key, index, exc)
             raise
         if t.circuit is not None:
@@ -418,10 +418,24 @@ class StepExecution:
         self._act.buffer(ev.TimerSet(timer_id=timer, wake_at=eng.clock.now() + delay))
         raise Suspend
 
+    async def _secrets(self, t: Tool) -> dict[str, str]:
+        """The tool's secrets from the provider, a hook bounded like any other: one that
+        raises or does not answer fails the call before it runs (nothing was sent)."""
+        try:
+            found: dict[str, str] = await call_hook(
+                "get", "the secret provider", resolve, self._act.engine.guard.secrets,
+                t.secrets, timeout=t.hook_timeout)
+        except HookFailed as failed:
+            if isinstance(failed.__cause__, ConfigurationError):
+                raise failed.__cause__ from None
+            raise ToolCallError(t.name, "SecretUnavailable", failed.message,
+                                retryable=True) from None
+        return found
+
     async def _execute(self, call: CallIntent) -> JSON:
         t, key, index, h = call.tool, call.key, call.index, call.args_hash
         s = self._act.state
-        secrets = resolve(self._act.engine.guard.secrets, t.secrets)
+        secrets = await self._secrets(t) if t.secrets else {}
         egress = None if t.hosts is None else Egress(t.name, t.hosts)
         info = CallInfo(key, self.tenant_id, self.run_id, self.step, index,
                         fence_of(self._act.lease.token, s.seq), s.principal,

@@ -80,7 +80,7 @@ def hook_failed(t: Tool, key: str, index: int, failed: HookFailed) -> NoReturn:
     )
 
 
-def credentials_retry(
+async def credentials_retry(
     act: Activation, t: Tool, key: str, index: int, exc: ToolCallError
 ) -> NoReturn:
     """The service refused the credentials of ``t``: ask the secret provider to refresh
@@ -101,7 +101,15 @@ def credentials_retry(
             f"retry budget of {eng.retry_budget} retries per run is exhausted; last: "
             f"{t.name} failed with {exc.error_type}: {exc.message}", "RetryBudgetExhausted",
         )
-    refresh(eng.guard.secrets, t.secrets)
+    try:
+        await call_hook("refresh", "the secret provider", refresh, eng.guard.secrets,
+                        t.secrets, timeout=t.hook_timeout)
+    except HookFailed as failed:
+        raise Escalate(
+            f"the service refused the credentials of tool {t.name!r} and the secret "
+            f"provider could not refresh them: {failed.message}; renew them, then resolve "
+            "with retry", key, t.name, index, cause="credentials", hook=failed.hook,
+        ) from None
     timer = f"retry-{s.seq + 1}"
     act.buffer(ev.RetryScheduled(key=key, tool=t.name, index=index, attempt=attempts + 1,
                                  timer_id=timer, delay_s=0.0))
