@@ -13,8 +13,12 @@ told the call failed (it would try again under new keys).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
+import functools
 import inspect
 import logging
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -76,7 +80,7 @@ async def call_hook(
     if inspect.iscoroutinefunction(fn):
         task: asyncio.Future[Any] = asyncio.ensure_future(fn(*args))
     else:
-        task = asyncio.ensure_future(asyncio.to_thread(_sync_call, fn, args))
+        task = _on_own_thread(fn, args)
     try:
         done, _ = await asyncio.wait({task}, timeout=timeout)
     except BaseException:
@@ -120,8 +124,30 @@ async def notify(notifier: Any, notice: Any, run_id: str, *, timeout: float) -> 
         log.warning("run %s: %s; it waits for a person all the same", run_id, failed.message)
 
 
-def _sync_call(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
-    return fn(*args)
+def _on_own_thread(fn: Callable[..., Any], args: tuple[Any, ...]) -> asyncio.Future[Any]:
+    """``fn(*args)`` on a daemon thread of its own, as a future of the running loop. Not
+    the loop's default executor: a hook left behind past its time would hold up the
+    loop's shutdown there, and a worker's stop with it."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+    context = contextvars.copy_context()
+
+    def settle(outcome: Callable[[], None]) -> None:
+        if not future.done():
+            outcome()
+
+    def run() -> None:
+        try:
+            out = context.run(fn, *args)
+        except BaseException as exc:  # handed to the caller, who judges it
+            done: Callable[[], None] = functools.partial(future.set_exception, exc)
+        else:
+            done = functools.partial(future.set_result, out)
+        with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits for it
+            loop.call_soon_threadsafe(settle, done)
+
+    threading.Thread(target=run, name="underway-hook", daemon=True).start()
+    return future
 
 
 def _awaiting(awaitable: Any) -> Callable[[], Any]:

@@ -13,6 +13,7 @@ against a real local HTTP server and real stores.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -236,6 +237,63 @@ def test_credentials_refused_again_after_a_refresh_go_to_a_person(db_url: str,
         assert "refused the credentials of tool 'charge'" in esc.reason
         assert Service.seen == ["/auth", "/auth"] and vault.refreshed == 1
     finally:
+        store.close()
+
+
+class BrokenVault(Vault):
+    """A provider whose ``get`` or ``refresh`` raises or never answers."""
+
+    def __init__(self, where: str, how: str) -> None:
+        super().__init__(renews=True)
+        self.where, self.how = where, how
+        self.release = threading.Event()
+
+    def _fail(self) -> None:
+        if self.how == "raise":
+            raise RuntimeError("the vault is sealed")
+        self.release.wait(60)  # never answers within the hook's time
+
+    def get(self, name: str) -> str:
+        if self.where == "get":
+            self._fail()
+        return super().get(name)
+
+    def refresh(self, name: str) -> None:
+        if self.where == "refresh":
+            self._fail()
+        super().refresh(name)
+
+
+@pytest.mark.parametrize("how", ["raise", "hang"])
+@pytest.mark.parametrize("where", ["get", "refresh"])
+def test_a_secret_provider_that_fails_is_a_hook_that_fails(
+    db_url: str, base: str, where: str, how: str,
+) -> None:
+    """``get`` failing: the call fails before anything is sent. ``refresh`` failing after
+    a refusal: the call goes to a person, naming the hook. Never a stuck worker."""
+    vault = BrokenVault(where, how)
+    store = uw.connect(db_url)
+    try:
+        charge = dataclasses.replace(auth_tool(base), hook_timeout=0.5)
+        flow = one_call_flow(f"vault_{where}_{how}", charge)
+        engine = uw.Engine(store, flows=[flow], secrets=vault)
+        run_id, _ = engine.start(flow)
+        for _ in range(3):
+            asyncio.run(uw.Runner(engine, poll=0.01).run_until_idle())
+        state = engine.state(run_id)
+        journal = events_of(engine, run_id)
+        if where == "get":
+            assert Service.seen == [], "a call without its secrets was sent"
+            [failed] = [e for e in journal if isinstance(e, ev.ToolFailed)]
+            assert failed.error_type == "SecretUnavailable"
+            assert "the secret provider" in failed.message and "get" in failed.message
+        else:
+            assert Service.seen == ["/auth"] and state.status == "escalated"
+            [esc] = [e for e in journal if isinstance(e, ev.Escalated)]
+            assert (esc.cause, esc.hook) == ("credentials", "refresh")
+            assert "could not refresh them" in esc.reason
+    finally:
+        vault.release.set()
         store.close()
 
 

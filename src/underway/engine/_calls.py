@@ -418,9 +418,11 @@ class StepExecution:
         self._act.buffer(ev.TimerSet(timer_id=timer, wake_at=eng.clock.now() + delay))
         raise Suspend
 
-    async def _secrets(self, t: Tool) -> dict[str, str]:
+    async def _secrets(self, call: CallIntent) -> dict[str, str]:
         """The tool's secrets from the provider, a hook bounded like any other: one that
-        raises or does not answer fails the call before it runs (nothing was sent)."""
+        raises or does not answer fails the call before it runs (journaled: nothing was
+        sent, so the step may try again)."""
+        t = call.tool
         try:
             found: dict[str, str] = await call_hook(
                 "get", "the secret provider", resolve, self._act.engine.guard.secrets,
@@ -428,6 +430,10 @@ class StepExecution:
         except HookFailed as failed:
             if isinstance(failed.__cause__, ConfigurationError):
                 raise failed.__cause__ from None
+            self._act.buffer(ev.ToolFailed(
+                key=call.key, tool=t.name, index=call.index, args_hash=call.args_hash,
+                error_type="SecretUnavailable", message=failed.message, retryable=True,
+            ))
             raise ToolCallError(t.name, "SecretUnavailable", failed.message,
                                 retryable=True) from None
         return found
@@ -435,7 +441,7 @@ class StepExecution:
     async def _execute(self, call: CallIntent) -> JSON:
         t, key, index, h = call.tool, call.key, call.index, call.args_hash
         s = self._act.state
-        secrets = await self._secrets(t) if t.secrets else {}
+        secrets = await self._secrets(call) if t.secrets else {}
         egress = None if t.hosts is None else Egress(t.name, t.hosts)
         info = CallInfo(key, self.tenant_id, self.run_id, self.step, index,
                         fence_of(self._act.lease.token, s.seq), s.principal,
