@@ -215,9 +215,18 @@ class Injector:
         kind = PARTIAL_KINDS[int(draw(self.plan.seed, "partial-kind", info.key) * 3)]
         body, kind = _broken(resp.content, kind, draw(self.plan.seed, "field", info.key))
         self._note("partial", info, tool, "corrupted", kind=kind, method=req.method,
-                   url=_where(req))
+                   url=_where(req), whole=_json_or_none(resp.content))
         return httpx.Response(resp.status_code, content=body, request=req,
                               headers={"content-type": "application/json"})
+
+
+def _json_or_none(content: bytes) -> Any:
+    """The whole answer as JSON (None: it is not), so the report can tell a later
+    attempt's whole answer from the broken one."""
+    try:
+        return json.loads(content)
+    except ValueError:
+        return None
 
 
 def _broken(content: bytes, kind: str, choice: float) -> tuple[bytes, str]:

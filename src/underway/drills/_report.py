@@ -157,6 +157,11 @@ class _Journal:
                                                        or e.reconciled == reconciled)
                    for e in self.by_key.get(key, ()))
 
+    def result(self, key: str) -> Any:
+        """The result call ``key`` succeeded with (None: none)."""
+        return next((e.result for e in self.by_key.get(key, ())
+                     if isinstance(e, ev.ToolSucceeded)), None)
+
     def reactions(self) -> Counter[str]:
         """What the flow did, counted from its events."""
         out: Counter[str] = Counter()
@@ -177,6 +182,14 @@ class _Journal:
                 case ev.RunDeadLettered():
                     out["dead-lettered"] += 1
         return out
+
+
+def _from_whole(result: Any, whole: Any) -> bool:
+    """Whether ``result`` holds only what the whole answer said: every field it has, the
+    whole answer has with the same value."""
+    if not isinstance(result, dict) or not isinstance(whole, dict) or not result:
+        return False
+    return all(k in whole and whole[k] == v for k, v in result.items())
 
 
 def _call_verdict(fault: Fault, key: str, j: _Journal, notes: list[dict[str, Any]]
@@ -207,6 +220,10 @@ def _call_verdict(fault: Fault, key: str, j: _Journal, notes: list[dict[str, Any
         kind, method = corrupted["kind"], corrupted["method"]
         if ok and kind == "missing_field":
             return "accepted (a field was missing)", None
+        if ok and _from_whole(j.result(key), corrupted.get("whole")):
+            # The attempt that met the broken answer never committed (its worker lost the
+            # run, as under load); a later attempt took the whole one.
+            return "retried with the same key", None
         if ok:
             return "SILENT", f"took {BROKEN[kind]} for a success"
         if failed and method not in SAFE_METHODS:

@@ -27,13 +27,14 @@ from ..effects import (
 from ..egress import Egress
 from ..errors import ConfigurationError, NonDeterminismError, ToolCallError, is_store_failure
 from ..events import JSON, canonical_json
-from ..hooks import HookFailed, call_hook
+from ..hooks import HookFailed
 from ..intent import CallIntent
 from ..redaction import schema_failure, scrub
-from ..secrets import credentials_rejected, mask, resolve
+from ..secrets import credentials_rejected, mask
 from ..secrets import refusal as secret_refusal
 from ..state import REFUSAL_ERRORS, request_id_for, shadow_result
 from . import _budgets as budgets
+from . import _outcomes as outcomes
 from ._activation import Activation
 from ._outcomes import LOST_TRACK, allowed_name, ask_reconcile, credentials_retry, lost_track
 from ._outcomes import hook_failed as _hook_failed
@@ -418,30 +419,10 @@ class StepExecution:
         self._act.buffer(ev.TimerSet(timer_id=timer, wake_at=eng.clock.now() + delay))
         raise Suspend
 
-    async def _secrets(self, call: CallIntent) -> dict[str, str]:
-        """The tool's secrets from the provider, a hook bounded like any other: one that
-        raises or does not answer fails the call before it runs (journaled: nothing was
-        sent, so the step may try again)."""
-        t = call.tool
-        try:
-            found: dict[str, str] = await call_hook(
-                "get", "the secret provider", resolve, self._act.engine.guard.secrets,
-                t.secrets, timeout=t.hook_timeout)
-        except HookFailed as failed:
-            if isinstance(failed.__cause__, ConfigurationError):
-                raise failed.__cause__ from None
-            self._act.buffer(ev.ToolFailed(
-                key=call.key, tool=t.name, index=call.index, args_hash=call.args_hash,
-                error_type="SecretUnavailable", message=failed.message, retryable=True,
-            ))
-            raise ToolCallError(t.name, "SecretUnavailable", failed.message,
-                                retryable=True) from None
-        return found
-
     async def _execute(self, call: CallIntent) -> JSON:
         t, key, index, h = call.tool, call.key, call.index, call.args_hash
         s = self._act.state
-        secrets = await self._secrets(call) if t.secrets else {}
+        secrets = await outcomes.fetch_secrets(self._act, call) if t.secrets else {}
         egress = None if t.hosts is None else Egress(t.name, t.hosts)
         info = CallInfo(key, self.tenant_id, self.run_id, self.step, index,
                         fence_of(self._act.lease.token, s.seq), s.principal,

@@ -16,15 +16,15 @@ from ..events import canonical_json
 from ..hooks import HookFailed, call_hook
 from ..intent import CallIntent
 from ..lost_track import lost_track
-from ..secrets import refresh
+from ..secrets import refresh, resolve
 from ._activation import Activation
 from ._stops import DeadLetter, Escalate, Suspend
 
 LOST_TRACK = frozenset({"ToolTimedOut", "OutcomeUnknown"})
 """Error types of a mutating call whose outcome is unknown (not a failure)."""
 
-__all__ = ["LOST_TRACK", "allowed_name", "ask_reconcile", "credentials_retry", "hook_failed",
-           "lost_track"]
+__all__ = ["LOST_TRACK", "allowed_name", "ask_reconcile", "credentials_retry", "fetch_secrets",
+           "hook_failed", "lost_track"]
 
 
 async def ask_reconcile(act: Activation, call: CallIntent, step: str) -> Reconciled:
@@ -115,6 +115,27 @@ async def credentials_retry(
                                  timer_id=timer, delay_s=0.0))
     act.buffer(ev.TimerSet(timer_id=timer, wake_at=eng.clock.now()))
     raise Suspend
+
+
+async def fetch_secrets(act: Activation, call: CallIntent) -> dict[str, str]:
+    """The secrets of ``call``'s tool from the provider, a hook bounded like any other:
+    one that raises or does not answer fails the call before it runs (journaled: nothing
+    was sent, so the step may try again). A missing secret stays a configuration error."""
+    t = call.tool
+    try:
+        found: dict[str, str] = await call_hook(
+            "get", "the secret provider", resolve, act.engine.guard.secrets, t.secrets,
+            timeout=t.hook_timeout)
+    except HookFailed as failed:
+        if isinstance(failed.__cause__, ConfigurationError):
+            raise failed.__cause__ from None
+        act.buffer(ev.ToolFailed(
+            key=call.key, tool=t.name, index=call.index, args_hash=call.args_hash,
+            error_type="SecretUnavailable", message=failed.message, retryable=True,
+        ))
+        raise ToolCallError(t.name, "SecretUnavailable", failed.message,
+                            retryable=True) from None
+    return found
 
 
 def allowed_name(name: str) -> str:
