@@ -17,9 +17,10 @@ from ..store.access import verify_access_log
 from ..store.base import AccessRecord, ApiKeyRecord, IntakeSecretRecord
 from ..webhooks import new_secret
 from ._auth import Caller, State, endpoint
+from ._inputs import CheckedRoute
 from ._problems import conflict, invalid, not_found
 
-router = APIRouter(prefix="/v1", tags=["admin"])
+router = APIRouter(prefix="/v1", tags=["admin"], route_class=CheckedRoute)
 
 Name = Annotated[str, Path(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.\-]+$")]
 
@@ -242,7 +243,8 @@ def access_log(
     since: float | None = None,
     until: float | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    cursor: Annotated[str | None, Query(min_length=1)] = None,
+    cursor: Annotated[str | None, Query(min_length=1, max_length=18,
+                                        pattern=r"^[1-9][0-9]{0,17}$")] = None,
 ) -> AccessPage:
     """Who read which run's data, when, through which endpoint, why, and whether
     sensitive fields were revealed; newest first."""

@@ -28,7 +28,8 @@ def _checked(check: Callable[..., str], what: str) -> Callable[[str], str]:
     return validate
 
 
-Subject = Annotated[str, Field(min_length=1, max_length=MAX_ID, pattern=r"^\S+$",
+Subject = Annotated[str, Field(min_length=1, max_length=MAX_ID,
+                               pattern=r"^[^\s\x00-\x1f\x7f\x85]+$",
                                description="A data subject, as an opaque id (no whitespace)."),
                     AfterValidator(_checked(check_subject, "the subject"))]
 Purpose = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_.\-]{0,63}$",

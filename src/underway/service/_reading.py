@@ -50,7 +50,8 @@ def may_reveal(state: ServiceState, who: Principal, *, deciding: bool = False) -
     return who.role in state.reveal_roles or (deciding and "decide" in PERMISSIONS[who.role])
 
 
-_PURPOSE = Query(max_length=PURPOSE_MAX + 20,
+_PURPOSE = Query(min_length=1, max_length=PURPOSE_MAX,
+                 pattern=r"^[^\x00-\x1f\x7f]*[^\s\x00-\x1f\x7f\x85][^\x00-\x1f\x7f]*$",
                  description="Why the run's data is read (1 to 100 characters, written to the "
                  "access log).")
 

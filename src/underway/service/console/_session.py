@@ -86,7 +86,7 @@ class Sessions:
     def check_login_form(self, request: Request, form_token: str) -> None:
         """Refuse a sign-in whose form token does not match its cookie."""
         cookie = request.cookies.get(LOGIN_COOKIE, "")
-        if not cookie or not hmac.compare_digest(cookie, form_token):
+        if not cookie or not _same(cookie, form_token):
             raise Forbidden("the sign-in form expired or came from elsewhere; reload it")
         check_origin(request)
 
@@ -132,7 +132,7 @@ class Sessions:
             raise SignInRequired()
         record = await run_io(self.store, self.store.get_api_key, key_id)
         if (record is None or record.revoked_at is not None or record.role not in ROLES
-                or not hmac.compare_digest(mac, self._mac(payload, record.token_hash))):
+                or not _same(mac, self._mac(payload, record.token_hash))):
             raise SignInRequired()
         principal = Principal(record.key_id, record.name, record.tenant_id, _role(record))
         return Session(principal, self._mac("csrf:" + nonce, record.token_hash), expires)
@@ -140,7 +140,7 @@ class Sessions:
     def check_csrf(self, request: Request, session: Session, form_token: str | None) -> None:
         """Refuse a POST without the session's CSRF token or from a foreign origin."""
         given = form_token or request.headers.get(CSRF_HEADER, "")
-        if not given or not hmac.compare_digest(given, session.csrf):
+        if not given or not _same(given, session.csrf):
             raise Forbidden("the form's security token is missing or stale; reload the page")
         check_origin(request)
 
@@ -157,6 +157,13 @@ def check_origin(request: Request) -> None:
     own = f"{request.url.scheme}://{request.url.netloc}"
     if origin != own:
         raise Forbidden(f"a request from {origin} may not act here")
+
+
+def _same(given: str, expected: str) -> bool:
+    """``given == expected`` in constant time, for any text a browser sends (a cookie or
+    form field may hold what no token has: non-ASCII, lone surrogates)."""
+    return hmac.compare_digest(given.encode("utf-8", "surrogatepass"),
+                               expected.encode("utf-8", "surrogatepass"))
 
 
 def _role(record: ApiKeyRecord) -> Role:
