@@ -54,6 +54,15 @@ _BAD_CHAR = re.compile("[\x00\ud800-\udfff]")
 _NOT_FINITE = "not a finite number (NaN and infinities are not JSON)"
 
 
+def _printable(key: str) -> str:
+    """``key`` as a field's name may show it: at most 100 characters, what cannot be
+    encoded escaped (``\\udfff``, ``\\x00``)."""
+    key = key[:100]
+    if _BAD_CHAR.search(key) is None:
+        return key
+    return key.encode("unicode_escape", "backslashreplace").decode("ascii")
+
+
 class _NotFinite:
     """Where the document had NaN, Infinity or a number too large for a float."""
 
@@ -119,9 +128,10 @@ def json_value(field: str, value: Any, *, max_depth: int = MAX_DEPTH) -> Any:
                 raise InvalidInput(where, f"nests deeper than {max_depth} levels")
             if isinstance(item, dict):
                 for key, inner in item.items():
+                    name = f"{where}.{_printable(str(key))}"
                     if isinstance(key, str):
-                        text(f"{where}.{key[:50]}", key, max_length=1000)
-                    stack.append((f"{where}.{key}", inner, depth + 1))
+                        text(name, key, max_length=MAX_NAME)
+                    stack.append((name, inner, depth + 1))
             else:
                 stack.extend((f"{where}.{i}", inner, depth + 1)
                              for i, inner in enumerate(item))

@@ -34,7 +34,7 @@ from starlette.datastructures import UploadFile
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..inputs import MAX_NAME, InvalidInput, integer, number, parse_json, text
-from ._problems import PROBLEM_TYPE, Problem, respond
+from ._problems import PROBLEM_TYPE, FieldError, Problem, respond
 
 MAX_BODY_BYTES = 1024 * 1024
 """The largest request body the server reads by default: 1 MiB."""
@@ -173,10 +173,10 @@ class BodyLimit:
         await self.app(scope, _replay([whole], receive), send)
 
     async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
-        field = "body"
+        message = f"larger than {self.max_bytes} bytes (the server's max_body_bytes)"
         problem = Problem(type=PROBLEM_TYPE + "body-too-large", title="Body too large",
-                          status=413, detail=f"{field}: larger than {self.max_bytes} bytes "
-                          "(the server's max_body_bytes)")
+                          status=413, detail=f"body: {message}",
+                          errors=[FieldError(field="body", message=message)])
         response = respond(problem, {"Connection": "close"})
         await response(scope, receive, send)
 
