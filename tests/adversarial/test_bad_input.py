@@ -18,6 +18,7 @@ from urllib.parse import parse_qs, quote, urlparse
 import httpx
 import psycopg
 import pytest
+from fastapi.routing import APIRoute
 
 import underway as uw
 from fakes.console_browser import csrf_of, login_form_token, sign_in
@@ -27,6 +28,7 @@ from underway import webhooks
 from underway.apikeys import issue_key
 from underway.inputs import MAX_INT, InvalidInput
 from underway.service import ServerThread, create_app
+from underway.service._inputs import CheckedRoute
 from underway.store import connect
 from underway.store.base import IntakeSecretRecord
 
@@ -89,6 +91,26 @@ def raw(world: World, method: str, path: str, body: bytes, *, role: str = "admin
         **headers: str) -> httpx.Response:
     return world.call(method, path, role=role, content=body,
                       headers={"content-type": "application/json", **headers})
+
+
+# -- one door: every route checks its request before its endpoint runs ----------------------
+def test_every_route_of_the_app_is_checked() -> None:
+    store = connect("memory://")
+    try:
+        app = create_app(store)
+    finally:
+        store.close()
+    routes: list[APIRoute] = []
+    todo: list[Any] = list(app.routes)
+    while todo:  # included routers keep their routes (FastAPI serves them from there)
+        route = todo.pop()
+        inner = getattr(route, "original_router", None)
+        todo.extend(inner.routes if inner is not None else [])
+        if isinstance(route, APIRoute):
+            routes.append(route)
+    unchecked = [r.path for r in routes if not isinstance(r, CheckedRoute)
+                 and r.path not in ("/healthz", "/readyz", "/metrics")]
+    assert len(routes) > 40 and not unchecked
 
 
 # -- NUL characters wherever a string goes --------------------------------------------------

@@ -13,12 +13,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..apikeys import Role, issue_key
 from ..approvals import ApproverRecord, register_approver
 from ..errors import ConfigurationError
-from ..store.access import verify_access_log
+from ..store.access import PURPOSE_MAX, verify_access_log
 from ..store.base import AccessRecord, ApiKeyRecord, IntakeSecretRecord
 from ..webhooks import new_secret
 from ._auth import Caller, State, endpoint
 from ._inputs import CheckedRoute
 from ._problems import conflict, invalid, not_found
+from ._reading import PURPOSE_PATTERN
 
 router = APIRouter(prefix="/v1", tags=["admin"], route_class=CheckedRoute)
 
@@ -239,7 +240,8 @@ def access_log(
     by: Annotated[str | None, Query(min_length=1, max_length=200,
                                     description="Only reads by this key name (or, from "
                                     "the command line, this user).")] = None,
-    purpose: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
+    purpose: Annotated[str | None, Query(min_length=1, max_length=PURPOSE_MAX,
+                                         pattern=PURPOSE_PATTERN)] = None,
     since: float | None = None,
     until: float | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,

@@ -32,7 +32,8 @@ Subject = Annotated[str, Field(min_length=1, max_length=MAX_ID,
                                pattern=r"^[^\s\x00-\x1f\x7f\x85]+$",
                                description="A data subject, as an opaque id (no whitespace)."),
                     AfterValidator(_checked(check_subject, "the subject"))]
-Purpose = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_.\-]{0,63}$",
+Purpose = Annotated[str, Field(min_length=1, max_length=64,
+                               pattern=r"^[a-z][a-z0-9_.\-]{0,63}$",
                                description="A purpose name, e.g. `marketing`."),
                     AfterValidator(_checked(check_purpose, "the purpose"))]
 Reference = Annotated[str, Field(min_length=1, max_length=MAX_ID,
