@@ -42,7 +42,7 @@ from ._consent import Consents
 from ._forking import Forks
 from ._requests import PendingRequest, readable_row, request_of, sealed_request, sealed_state
 from ._settling import Settling
-from ._starting import new_run
+from ._starting import check_start, new_run
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,8 +245,8 @@ class Client(Consents, Forks, Settling):
         nesting deeper than :data:`~underway.inputs.MAX_DEPTH`) is refused first with
         :class:`~underway.errors.InvalidInput` naming the argument."""
         name = flow.name if isinstance(flow, Flow) else flow
-        _check_start(name, input, run_id=run_id, idempotency_key=idempotency_key,
-                     queue=queue, start_at=start_at, deadline=deadline)
+        check_start(name, input, run_id=run_id, idempotency_key=idempotency_key,
+                    queue=queue, start_at=start_at, deadline=deadline)
         code = flow if isinstance(flow, Flow) else self.flows.get(name)
         if code is None and self._strict:
             raise ConfigurationError(
@@ -572,21 +572,6 @@ class Client(Consents, Forks, Settling):
         what it learned of recent runs and reads only their newer events."""
         return self._learned.redactor((tenant_id, run_id), reveal, lambda after: [
             (e.seq, e.event) for e in self.events(run_id, tenant_id=tenant_id, after=after)])
-
-
-def _check_start(flow: str, input: object, *, run_id: str | None,
-                 idempotency_key: str | None, queue: str, start_at: float | None,
-                 deadline: float | None) -> None:
-    """Refuse (:class:`~underway.errors.InvalidInput`) a start no run can hold."""
-    for field, value in (("flow", flow), ("run_id", run_id),
-                         ("idempotency_key", idempotency_key), ("queue", queue)):
-        if value is not None:
-            inputs.text(field, value, max_length=inputs.MAX_NAME)
-    for field, when in (("start_at", start_at), ("deadline", deadline)):
-        if when is not None:
-            inputs.number(field, when)
-    if not isinstance(input, BaseModel):
-        inputs.json_value("input", input)
 
 
 def _encode_cursor(created_at: float, run_id: str) -> str:
