@@ -150,7 +150,7 @@ def parse_json(field: str, data: str | bytes, *, max_depth: int = MAX_DEPTH) -> 
         # The decoder guards its own recursion: a hostile depth ends here, cleanly.
         raise InvalidInput(field, f"nests deeper than {max_depth} levels") from None
     except ValueError as exc:
-        raise InvalidInput(field, f"is not valid JSON: {exc}", status=400) from None
+        raise InvalidInput(field, f"is not JSON: {exc}", status=400) from None
     return json_value(field, value, max_depth=max_depth)
 
 
