@@ -255,6 +255,25 @@ def _form(data: dict[str, str]) -> bytes:
                     for k, v in data.items()).encode()
 
 
+def test_a_forged_session_cookie_is_no_session(world: World) -> None:
+    """A cookie is read before its MAC is checked: a deep, NaN-laden or NUL-holding one
+    is no session (the sign-in page), never a 5xx, and the store is not asked about it."""
+    def cookie(body: bytes) -> str:
+        return base64.urlsafe_b64encode(body).decode().rstrip("=") + ".mac"
+
+    # (Deeper than the interpreter's stack; short enough for a header.)
+    for body in (b"[" * 3000 + b"]" * 3000, b'{"k": "0123456789abcdef", "e": NaN, "n": "x"}',
+                 b'{"k": "0123456789abcde\\u0000", "e": 1e12, "n": "x"}',
+                 b'{"k": "\\ud800", "e": 1e12, "n": "x"}', b'{"k": 1, "e": 1e999, "n": 2}'):
+        with httpx.Client(base_url=world.server.url, timeout=30.0,
+                          cookies={"uw_session": cookie(body)}) as browser:
+            before = stored(world)
+            r = browser.get("/runs", headers={"accept": "text/html"})
+            assert r.status_code == 303 and r.headers["location"].startswith("/login")
+            assert browser.post("/runs/x/cancel", data={"csrf": "x"}).status_code == 401
+            assert stored(world) == before
+
+
 # -- the console's forms ---------------------------------------------------------------------
 def test_the_console_refuses_what_its_forms_cannot_store(world: World) -> None:
     run_id = world.start()

@@ -15,6 +15,8 @@ import base64
 import hashlib
 import hmac
 import json
+import math
+import re
 import secrets
 import time
 from dataclasses import dataclass
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 from fastapi import Request, Response
 
 from ...apikeys import PERMISSIONS, ROLES, Role, authenticate
+from ...inputs import InvalidInput, parse_json
 from ...store._offload import run_io
 from ...store.base import ApiKeyRecord, Store
 from .._auth import Principal
@@ -34,6 +37,7 @@ CSRF_HEADER = "x-csrf-token"
 """The header a script's POST carries its CSRF token in."""
 SESSION_TTL = 8 * 3600.0
 """How long a session lasts, in seconds, before signing in again."""
+_KEY_ID = re.compile("[0-9a-f]{16}")
 
 
 class SignInRequired(Exception):
@@ -124,11 +128,14 @@ class Sessions:
             raise SignInRequired()
         payload, mac = raw.split(".")
         try:
-            body = json.loads(_unb64(payload))
+            # A cookie is outside input until its MAC is checked: parsed as strictly as a
+            # body (a deep or NaN-laden one is no session), its key id a key id.
+            body = parse_json("cookie", _unb64(payload))
             key_id, expires, nonce = str(body["k"]), float(body["e"]), str(body["n"])
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, InvalidInput):
             raise SignInRequired() from None
-        if expires <= time.time():
+        if not _KEY_ID.fullmatch(key_id) or not math.isfinite(expires) \
+                or expires <= time.time():
             raise SignInRequired()
         record = await run_io(self.store, self.store.get_api_key, key_id)
         if (record is None or record.revoked_at is not None or record.role not in ROLES
