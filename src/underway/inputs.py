@@ -5,6 +5,7 @@ field, raised before anything is stored.
 - :func:`text`: no NUL (PostgreSQL cannot store it), no lone surrogate (UTF-8 cannot
   encode it), at most a length.
 - :func:`number`: finite (NaN and infinities have no JSON form, and NaN equals nothing).
+- :func:`when`: a time a date can show (0 to :data:`MAX_TIME`).
 - :func:`integer`: fits a signed 64-bit column.
 - :func:`json_value`: a decoded JSON value whose strings, keys and numbers all pass the
   checks above, nested at most :data:`MAX_DEPTH` deep.
@@ -32,12 +33,14 @@ __all__ = [
     "MAX_INT",
     "MAX_NAME",
     "MAX_TEXT",
+    "MAX_TIME",
     "InvalidInput",
     "integer",
     "json_value",
     "number",
     "parse_json",
     "text",
+    "when",
 ]
 
 MAX_DEPTH = 64
@@ -46,6 +49,9 @@ MAX_TEXT = 100_000
 """The longest single string :func:`text` takes unless told otherwise."""
 MAX_INT = 2**63 - 1
 """The largest integer a database column takes (signed 64-bit)."""
+MAX_TIME = 253_402_300_799.0
+"""The latest time a run may name (epoch seconds): 9999-12-31 23:59:59 UTC, the last a
+date can show."""
 MAX_NAME = 2000
 """The longest id or name taken from outside (a run id, a signal id, a queue, a query
 parameter)."""
@@ -96,6 +102,16 @@ def number(field: str, value: float) -> float:
     """``value`` when it is finite; else :class:`InvalidInput` naming ``field``."""
     if not math.isfinite(value):
         raise InvalidInput(field, _NOT_FINITE)
+    return value
+
+
+def when(field: str, value: float) -> float:
+    """``value`` when it is a time a date can show (epoch seconds from 0 to
+    :data:`MAX_TIME`); else :class:`InvalidInput` naming ``field``."""
+    number(field, value)
+    if not 0 <= value <= MAX_TIME:
+        raise InvalidInput(field, f"must be a time in epoch seconds from 0 to {MAX_TIME:.0f} "
+                           f"(9999-12-31), not {value!r}")
     return value
 
 

@@ -184,6 +184,8 @@ def test_the_known_nul_witnesses(world: World) -> None:
     (b'{"flow": "reminders", "deadline": Infinity}', "body.deadline"),
     (b'{"flow": "reminders", "deadline": 1e309}', "body.deadline"),
     (b'{"flow": "reminders", "start_at": -1e309}', "body.start_at"),
+    (b'{"flow": "reminders", "start_at": 1e300}', "body.start_at"),
+    (b'{"flow": "reminders", "deadline": -5}', "body.deadline"),
     (b'{"flow": "reminders", "input": {"amount": NaN}}', "body.input.amount"),
     (b'{"flow": "reminders", "input": {"invoice": "\\ud800"}}', "body.input.invoice"),
     (b'{"flow": "reminders", "input": {"\\udfff": 1}}', "body.input"),
@@ -381,6 +383,7 @@ def test_the_client_refuses_what_the_store_cannot_hold(db_url: str) -> None:
             ({"input": "\ud800"}, "input"),
             ({"start_at": float("nan")}, "start_at"),
             ({"deadline": float("inf")}, "deadline"),
+            ({"start_at": 1e300}, "start_at"),
             ({"queue": "q\x00"}, "queue"),
         ]:
             with pytest.raises(InvalidInput) as caught:

@@ -126,6 +126,6 @@ def check_start(flow: str, input: object, *, run_id: str | None,
             inputs.text(field, value, max_length=inputs.MAX_NAME)
     for field, when in (("start_at", start_at), ("deadline", deadline)):
         if when is not None:
-            inputs.number(field, when)
+            inputs.when(field, when)
     if not isinstance(input, BaseModel):
         inputs.json_value("input", input)

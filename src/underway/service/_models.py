@@ -14,6 +14,7 @@ from ..client import PendingRequest, RunEvent
 from ..codec import ENCRYPTED
 from ..errors import ConfigurationError
 from ..events import Encrypted, PayloadPurged
+from ..inputs import MAX_TIME
 from ..redaction import Redactor
 from ..store.base import RunRecord
 from ..subjects import DEFAULT_PURPOSE, MAX_ID, check_purpose, check_reference, check_subject
@@ -177,8 +178,8 @@ class StartRun(_Request):
     flow: str = Field(min_length=1)
     input: JsonValue = None
     queue: str = Field(default="default", min_length=1)
-    start_at: float | None = None
-    deadline: float | None = None
+    start_at: float | None = Field(default=None, ge=0, le=MAX_TIME)
+    deadline: float | None = Field(default=None, ge=0, le=MAX_TIME)
     subject: Subject | None = None
     purpose: Purpose = DEFAULT_PURPOSE
     consent: Reference | None = None
