@@ -85,15 +85,15 @@ def _float(literal: str) -> float | _NotFinite:
     return value if math.isfinite(value) else _NAN
 
 
-def text(field: str, value: str, *, max_length: int = MAX_TEXT) -> str:
+def text(field: str, value: str, *, max_length: int | None = MAX_TEXT) -> str:
     """``value`` when it holds no NUL and no lone surrogate and is at most ``max_length``
-    characters long; else :class:`InvalidInput` naming ``field``."""
+    characters long (None: any length); else :class:`InvalidInput` naming ``field``."""
     found = _BAD_CHAR.search(value)
     if found is not None:
         what = "a NUL character" if found.group() == "\x00" else "a lone surrogate"
         raise InvalidInput(field, f"holds {what} (at index {found.start()}), which cannot "
                            "be stored")
-    if len(value) > max_length:
+    if max_length is not None and len(value) > max_length:
         raise InvalidInput(field, f"is {len(value)} characters long; at most {max_length}")
     return value
 
@@ -126,7 +126,8 @@ def integer(field: str, value: int, *, minimum: int = -MAX_INT - 1,
 
 def json_value(field: str, value: Any, *, max_depth: int = MAX_DEPTH) -> Any:
     """``value`` (decoded JSON, or what a caller would encode as JSON) when every string
-    and key passes :func:`text`, every float is finite and nothing nests deeper than
+    and key passes :func:`text` (strings of any length, keys of at most
+    :data:`MAX_NAME`), every float is finite and nothing nests deeper than
     ``max_depth``. Else :class:`InvalidInput` naming the path to the first bad part
     (``field.key.0``)."""
     # An explicit stack: a hostile value must not exhaust the interpreter's recursion.
@@ -134,7 +135,7 @@ def json_value(field: str, value: Any, *, max_depth: int = MAX_DEPTH) -> Any:
     while stack:
         where, item, depth = stack.pop()
         if isinstance(item, str):
-            text(where, item)
+            text(where, item, max_length=None)  # a document's size is the body's limit
         elif item is _NAN:
             raise InvalidInput(where, _NOT_FINITE)
         elif isinstance(item, float):
