@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import secrets
 from dataclasses import dataclass
 from typing import Literal, get_args
@@ -65,6 +66,8 @@ PERMISSIONS: dict[Role, frozenset[Permission]] = {
 
 TOKEN_PREFIX = "uwk_"
 _ID_HEX = 16
+_TOKEN = re.compile(rf"{TOKEN_PREFIX}[0-9a-f]{{{_ID_HEX}}}_[A-Za-z0-9_\-]+")
+"""What every token looks like: anything else is no key's, and never reaches the store."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +110,7 @@ def issue_key(
 def authenticate(store: ApiKeyStore, token: str) -> ApiKeyRecord | None:
     """The unrevoked key ``token`` belongs to, or None (a malformed token, an unknown or
     revoked key, a wrong secret: the caller cannot tell which)."""
-    if not token.startswith(TOKEN_PREFIX) or len(token) < len(TOKEN_PREFIX) + _ID_HEX + 2:
+    if not _TOKEN.fullmatch(token):
         return None
     key_id = token[len(TOKEN_PREFIX):len(TOKEN_PREFIX) + _ID_HEX]
     record = store.get_api_key(key_id)

@@ -5,6 +5,8 @@ Every error derives from :class:`UnderwayError`::
     UnderwayError
     ├── ConfigurationError      bad URL, unknown flow or step, invalid input
     │   ├── AmbiguousRunId      a run id prefix names several runs (lists them)
+    │   ├── InvalidInput        outside input a run cannot hold (NUL, NaN, too deep, too
+    │                           long): names the field (:mod:`underway.inputs`)
     │   ├── PolicyError         a policy file or rule is malformed (names rule and field)
     │   ├── ResidencyError      a tenant has no region where residency is configured
     │   ├── SecretMissing       a tool needs a secret its provider does not have
@@ -51,6 +53,18 @@ class UnderwayError(Exception):
 
 class ConfigurationError(UnderwayError):
     """The runtime was given something it cannot use: say what and how to fix it."""
+
+
+class InvalidInput(ConfigurationError):
+    """A value from outside cannot be stored or used: ``field`` names where it is (e.g.
+    ``body.input.items.0``), ``problem`` what is wrong. Raised before anything is stored;
+    the service answers it with a 4xx problem naming the field (``status``)."""
+
+    def __init__(self, field: str, problem: str, *, status: int = 422) -> None:
+        super().__init__(f"{field}: {problem}")
+        self.field = field
+        self.problem = problem
+        self.status = status
 
 
 class SignedResolutionRequired(UnderwayError):
@@ -281,6 +295,7 @@ __all__ = [
     "EgressDenied",
     "FencedError",
     "IntegrityError",
+    "InvalidInput",
     "KeyUnavailable",
     "MigrationError",
     "NonDeterminismError",

@@ -81,6 +81,7 @@ def test_no_file_means_the_defaults() -> None:
     config = Config()
     assert (config.source, config.folder, config.database) == (None, None, None)
     assert (config.worker.concurrency, config.serve.port) == (10, 8420)
+    assert config.serve.max_body_bytes == 1024 * 1024
     assert config.make_notifier({}) is None and config.make_tenant_budget() is None
     assert config.make_policy() is None and config.make_tracer_provider() is None
 
@@ -105,6 +106,7 @@ def test_an_unknown_key_is_named_with_its_path_and_a_suggestion(tmp_path: Path) 
     ("[worker]\nconcurrency = 0\n", "worker.concurrency", "greater than or equal to 1"),
     ('[worker]\nqueues = []\n', "worker.queues", "must not be empty"),
     ("[serve]\nport = 70000\n", "serve.port", "less than or equal to 65535, not 70000"),
+    ("[serve]\nmax_body_bytes = 0\n", "serve.max_body_bytes", "greater than or equal to 1"),
     ("worker = 3\n", "worker", "must be a table, not an integer"),
     ('[notifier.webhook]\nurl = "ftp://hooks"\n', "notifier.webhook.url",
      "'ftp://hooks' is not an http:// or https:// URL"),

@@ -54,6 +54,9 @@ def serve(
     log_level: Annotated[str | None, typer.Option(
         "--log-level", help="uvicorn's log level (default info).", show_default=False)]
     = None,
+    max_body_bytes: Annotated[int | None, typer.Option(
+        "--max-body-bytes", min=1, help="The largest request body read (default 1 MiB, "
+        "1048576); a larger one gets 413.", show_default=False)] = None,
     keyring: KeyringOption = None,
     config_file: ConfigOption = None,
     db: DbOption = None,
@@ -65,7 +68,7 @@ def serve(
     (without keys, encrypted payloads read as [encrypted] and writes are refused)."""
     config = read_config(config_file, "serve")
     opts = override(config.serve, host=host, port=port, routes=routes, app=app_spec,
-                    log_level=log_level)
+                    log_level=log_level, max_body_bytes=max_body_bytes)
     import_paths(config)
     flows: list[Flow[Any, Any]] = load_app(opts.app)[0] if opts.app is not None else []
     table = load_routes(opts.routes) if opts.routes is not None else None
@@ -78,7 +81,8 @@ def serve(
         api = create_app(Client(store, flows=flows), routes=table,
                          signed_resolutions=config.approvals.signed_resolutions,
                          session_secret=session_secret, reveal_roles=opts.reveal_roles,
-                         metrics_token=metrics_token)
+                         metrics_token=metrics_token,
+                         max_body_bytes=opts.max_body_bytes)
         typer.echo(f"underway serve on http://{opts.host}:{opts.port} (API under /v1, "
                    "OpenAPI at /openapi.json)", err=True)
         try:

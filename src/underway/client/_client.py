@@ -15,12 +15,19 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from .. import events as ev
+from .. import inputs
 from ..approvals import ApprovalCheck, SignedDecision, verify_decision
 from ..approvals.decision import REASON_TEXT
 from ..clock import Clock, SystemClock
 from ..codec import Codec, signal_where
 from ..control import CANCEL, RESERVED_PREFIX, resolution_of, resumption_of
-from ..errors import AmbiguousRunId, ConfigurationError, KeyUnavailable, RunNotFound
+from ..errors import (
+    AmbiguousRunId,
+    ConfigurationError,
+    InvalidInput,
+    KeyUnavailable,
+    RunNotFound,
+)
 from ..events import JSON, canonical_json
 from ..flow import Flow
 from ..journal import Journal, Verification
@@ -35,7 +42,7 @@ from ._consent import Consents
 from ._forking import Forks
 from ._requests import PendingRequest, readable_row, request_of, sealed_request, sealed_state
 from ._settling import Settling
-from ._starting import new_run
+from ._starting import check_start, new_run
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,8 +240,13 @@ class Client(Consents, Forks, Settling):
         lineage: Lineage | None = None,
     ) -> NewRun:
         """The run :meth:`start` would create (input checked when the flow is known, first
-        event encoded), for a caller that creates it inside a transaction of its own."""
+        event encoded), for a caller that creates it inside a transaction of its own.
+        Input no run can hold (a NUL or lone surrogate in a string, NaN or an infinity,
+        nesting deeper than :data:`~underway.inputs.MAX_DEPTH`) is refused first with
+        :class:`~underway.errors.InvalidInput` naming the argument."""
         name = flow.name if isinstance(flow, Flow) else flow
+        check_start(name, input, run_id=run_id, idempotency_key=idempotency_key,
+                    queue=queue, start_at=start_at, deadline=deadline)
         code = flow if isinstance(flow, Flow) else self.flows.get(name)
         if code is None and self._strict:
             raise ConfigurationError(
@@ -306,6 +318,11 @@ class Client(Consents, Forks, Settling):
         self, run_id: str, name: str, payload: JSON, tenant_id: str, signal_id: str | None,
         sender: str | None,
     ) -> bool:
+        inputs.text("run_id", run_id, max_length=inputs.MAX_NAME)
+        inputs.text("name", name, max_length=inputs.MAX_NAME)
+        if signal_id is not None:
+            inputs.text("signal_id", signal_id, max_length=inputs.MAX_NAME)
+        inputs.json_value("payload", payload)
         row = self.get_run(run_id, tenant_id=tenant_id)
         signal_id = signal_id or str(uuid.uuid4())
         return self._store.send_signal(SignalRecord(
@@ -318,6 +335,7 @@ class Client(Consents, Forks, Settling):
     def cancel(self, run_id: str, *, by: str, reason: str = "", tenant_id: str = "default") -> None:
         """Ask for the run to be cancelled at its next step boundary (journaled with
         ``by`` and ``reason``)."""
+        inputs.text("reason", reason)
         self._send(run_id, CANCEL, {"by": by, "reason": reason}, tenant_id, None, by)
 
     def submit_decision(self, decision: JSON, *, tenant_id: str = "default") -> bool:
@@ -564,9 +582,9 @@ def _encode_cursor(created_at: float, run_id: str) -> str:
 def _decode_cursor(cursor: str) -> tuple[float, str]:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        at, run_id = json.loads(raw)
+        at, run_id = inputs.parse_json("cursor", raw)
         if isinstance(at, int | float) and not isinstance(at, bool) and isinstance(run_id, str):
-            return float(at), run_id
-    except (binascii.Error, ValueError, TypeError):
+            return inputs.number("cursor", float(at)), run_id
+    except (binascii.Error, ValueError, TypeError, OverflowError, InvalidInput):
         pass
     raise ConfigurationError(f"invalid cursor {cursor!r}: pass a next_cursor as given")

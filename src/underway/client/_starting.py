@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from .. import events as ev
+from .. import inputs
 from ..errors import ConfigurationError
 from ..events import JSON, canonical_json, genesis_hash
 from ..flow import Flow
@@ -113,3 +114,18 @@ def started_with(inherited: Lineage | None, adds: Lineage | None = None) -> dict
     whole = (inherited or Lineage()).join(adds)
     return {"subject": whole.subject, "purpose": whole.purpose, "consent": whole.consent,
             "trace_context": whole.trace_context, "lineage": whole.journaled()}
+
+
+def check_start(flow: str, input: object, *, run_id: str | None,
+                idempotency_key: str | None, queue: str, start_at: float | None,
+                deadline: float | None) -> None:
+    """Refuse (:class:`~underway.errors.InvalidInput`) a start no run can hold."""
+    for field, value in (("flow", flow), ("run_id", run_id),
+                         ("idempotency_key", idempotency_key), ("queue", queue)):
+        if value is not None:
+            inputs.text(field, value, max_length=inputs.MAX_NAME)
+    for field, when in (("start_at", start_at), ("deadline", deadline)):
+        if when is not None:
+            inputs.when(field, when)
+    if not isinstance(input, BaseModel):
+        inputs.json_value("input", input)

@@ -211,6 +211,9 @@ class ServeSection(Section):
     """The roles whose keys may ask to see the fields tools declare sensitive
     (``reveal=true`` on reads; secrets are never shown). An approver may always see the
     exact arguments of a request it decides. ``[]``: nobody."""
+    max_body_bytes: int = Field(default=1024 * 1024, ge=1)
+    """The largest request body the server reads (default 1 MiB); a larger one is
+    answered 413 before it is parsed."""
 
 
 class WebhookSection(Section):

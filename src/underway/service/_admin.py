@@ -13,13 +13,15 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..apikeys import Role, issue_key
 from ..approvals import ApproverRecord, register_approver
 from ..errors import ConfigurationError
-from ..store.access import verify_access_log
+from ..store.access import PURPOSE_MAX, verify_access_log
 from ..store.base import AccessRecord, ApiKeyRecord, IntakeSecretRecord
 from ..webhooks import new_secret
 from ._auth import Caller, State, endpoint
+from ._inputs import CheckedRoute
 from ._problems import conflict, invalid, not_found
+from ._reading import PURPOSE_PATTERN
 
-router = APIRouter(prefix="/v1", tags=["admin"])
+router = APIRouter(prefix="/v1", tags=["admin"], route_class=CheckedRoute)
 
 Name = Annotated[str, Path(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.\-]+$")]
 
@@ -238,11 +240,13 @@ def access_log(
     by: Annotated[str | None, Query(min_length=1, max_length=200,
                                     description="Only reads by this key name (or, from "
                                     "the command line, this user).")] = None,
-    purpose: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
+    purpose: Annotated[str | None, Query(min_length=1, max_length=PURPOSE_MAX,
+                                         pattern=PURPOSE_PATTERN)] = None,
     since: float | None = None,
     until: float | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    cursor: Annotated[str | None, Query(min_length=1)] = None,
+    cursor: Annotated[str | None, Query(min_length=1, max_length=18,
+                                        pattern=r"^[1-9][0-9]{0,17}$")] = None,
 ) -> AccessPage:
     """Who read which run's data, when, through which endpoint, why, and whether
     sensitive fields were revealed; newest first."""

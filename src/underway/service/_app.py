@@ -5,6 +5,7 @@ at ``/openapi.json``, and the console under ``/`` (:mod:`underway.service.consol
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from functools import partial
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
@@ -23,6 +24,7 @@ from ..store.base import Store
 from ..webhooks import REPLAY_WINDOW
 from . import _admin, _approvals, _consents, _erasures, _intake, _reads, _runs, _stream
 from ._auth import ServiceState
+from ._inputs import MAX_BODY_BYTES, BodyLimit
 from ._metrics import install_metrics
 from ._problems import PROBLEM_TYPE, Problem, install, problem_responses, respond
 from .console import install_console
@@ -46,6 +48,7 @@ def create_app(
     signed_resolutions: bool = False,
     reveal_roles: Iterable[str] = ("admin",),
     metrics_token: str | None = None,
+    max_body_bytes: int = MAX_BODY_BYTES,
 ) -> FastAPI:
     """The ``underway serve`` app over a client (or a store, wrapped in a client without
     flow code: runs are started by name). ``routes`` is the intake routing table of
@@ -61,7 +64,9 @@ def create_app(
     error page at once, instead of accepting a signal the workers will refuse; a client
     that already refuses them keeps refusing. ``reveal_roles``: the roles whose
     keys may ask to see the fields tools declare sensitive (:mod:`underway.redaction`).
-    ``metrics_token``: a scrape of ``/metrics`` must bear it (None: ``/metrics`` is open)."""
+    ``metrics_token``: a scrape of ``/metrics`` must bear it (None: ``/metrics`` is open).
+    ``max_body_bytes``: a larger request body is answered 413 before it is read (every
+    request is also checked before it is parsed: :mod:`underway.service._inputs`)."""
     client = target if isinstance(target, Client) else Client(target)
     if signed_resolutions:
         client = client.signed_only()
@@ -76,6 +81,8 @@ def create_app(
     if unknown:
         raise ConfigurationError(f"reveal_roles names unknown roles {sorted(unknown)}; "
                                  f"choose among {', '.join(ROLES)}")
+    if max_body_bytes < 1:
+        raise ConfigurationError(f"max_body_bytes must be at least 1, not {max_body_bytes}")
     app.state.underway = ServiceState(client, table, replay_window, frozenset(reveal_roles))
     install(app)
     for module in (_runs, _stream, _approvals, _intake, _consents, _erasures, _reads, _admin):
@@ -83,6 +90,9 @@ def create_app(
     _health(app)
     install_metrics(app, metrics, token=metrics_token)
     install_console(app, session_secret=session_secret)
+    # Outermost: an over-long body is refused before any other layer reads it.
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    app.openapi = partial(_document, app)  # type: ignore[method-assign]
     return app
 
 
@@ -110,6 +120,21 @@ def _health(app: FastAPI) -> None:
             return _unready(f"schema version {found}, expected {expected}: run "
                             "`underway db migrate`")
         return Health(status="ready", schema_version=found)
+
+
+def _document(app: FastAPI) -> dict[str, Any]:
+    """The OpenAPI document FastAPI builds, with the schemas of bodies an endpoint reads
+    itself (the signed intake body, checked against its signature first) added to its
+    components, so every ``$ref`` resolves."""
+    if app.openapi_schema is None:
+        doc = FastAPI.openapi(app)
+        schemas = doc.setdefault("components", {}).setdefault("schemas", {})
+        for model in _intake.RAW_BODIES:
+            schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+            for name, inner in schema.pop("$defs", {}).items():
+                schemas.setdefault(name, inner)
+            schemas.setdefault(model.__name__, schema)
+    return app.openapi_schema or {}
 
 
 def _unready(detail: str) -> JSONResponse:

@@ -15,11 +15,12 @@ from ..approvals.decision import REASON_TEXT
 from ..client import PendingRequest, redact_request
 from ..errors import ConfigurationError
 from ._auth import Caller, ServiceState, State, endpoint
+from ._inputs import CheckedRoute
 from ._models import Accepted, Pending
 from ._problems import ApiProblem, invalid, not_found
 from ._reading import Read
 
-router = APIRouter(prefix="/v1/approvals", tags=["approvals"])
+router = APIRouter(prefix="/v1/approvals", tags=["approvals"], route_class=CheckedRoute)
 
 RunId = Annotated[str, Path(min_length=1, description="The run's id.")]
 

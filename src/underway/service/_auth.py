@@ -164,7 +164,7 @@ def endpoint(
     """Declare an endpoint of ``router`` that needs ``permission`` (and, with
     ``run_data``, records its reads in the access log)."""
     extra = dict(kwargs.pop("openapi_extra", None) or {})
-    responses = {**problem_responses(400, 401, 403, 422, *problems),
+    responses = {**problem_responses(400, 401, 403, 413, 422, *problems),
                  **kwargs.pop("responses", {})}
     extra[ROLES_EXTENSION] = list(roles_with(permission))
     extra[RUN_DATA_EXTENSION] = run_data

@@ -14,9 +14,10 @@ from pydantic import BaseModel
 from ..store.base import ConsentRecord
 from ..subjects import ConsentState
 from ._auth import Caller, State, endpoint
+from ._inputs import CheckedRoute
 from ._models import Purpose, Reference, Subject, _Request
 
-router = APIRouter(prefix="/v1/consents", tags=["consent"])
+router = APIRouter(prefix="/v1/consents", tags=["consent"], route_class=CheckedRoute)
 
 
 class ConsentChange(_Request):

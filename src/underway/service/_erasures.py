@@ -15,10 +15,11 @@ from pydantic import BaseModel, Field
 from ..erasure import ErasureRefused, erase_subject
 from ..store.records import ErasureRecord
 from ._auth import Caller, State, endpoint
+from ._inputs import CheckedRoute
 from ._models import Subject, _Request
 from ._problems import conflict
 
-router = APIRouter(prefix="/v1/erasures", tags=["erasure"])
+router = APIRouter(prefix="/v1/erasures", tags=["erasure"], route_class=CheckedRoute)
 
 
 class ErasureRequest(_Request):

@@ -10,7 +10,6 @@ cover is refused, so one signed delivery posted under several keys cannot act tw
 from __future__ import annotations
 
 import dataclasses
-import json
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -18,12 +17,14 @@ from fastapi import APIRouter, Header, Path, Request
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
 from .. import webhooks
+from ..inputs import parse_json
 from ..intake import IntakeError, intake
 from ..store._offload import run_io
 from ._auth import Caller, ServiceState, State, endpoint
+from ._inputs import CheckedRoute
 from ._problems import ApiProblem, FieldError, invalid, not_found
 
-router = APIRouter(prefix="/v1/intake", tags=["intake"])
+router = APIRouter(prefix="/v1/intake", tags=["intake"], route_class=CheckedRoute)
 
 Source = Annotated[str, Path(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.\-]+$")]
 
@@ -44,6 +45,11 @@ class WebhookEvent(BaseModel):
     """What the event asks to be acted on for (default: the route's purpose)."""
     consent: str | None = Field(default=None, min_length=1, max_length=200)
     """The reference of the consent the event comes with."""
+
+
+RAW_BODIES: tuple[type[BaseModel], ...] = (WebhookEvent,)
+"""Bodies an endpoint here reads itself (after checking the signature): the OpenAPI
+document names their schemas (``underway.service._app``)."""
 
 
 class IntakeOutcome(BaseModel):
@@ -102,12 +108,7 @@ async def deliver(
 
 
 def _parse(body: bytes) -> WebhookEvent:
-    try:
-        data = json.loads(body)
-    except ValueError as exc:
-        raise ApiProblem(400, "invalid-json", "Invalid JSON",
-                         f"the body is not valid JSON: {exc}",
-                         [FieldError(field="body", message=str(exc))]) from None
+    data = parse_json("body", body)
     try:
         return WebhookEvent.model_validate(data)
     except ValidationError as exc:

@@ -14,6 +14,7 @@ from ..client import PendingRequest, RunEvent
 from ..codec import ENCRYPTED
 from ..errors import ConfigurationError
 from ..events import Encrypted, PayloadPurged
+from ..inputs import MAX_TIME
 from ..redaction import Redactor
 from ..store.base import RunRecord
 from ..subjects import DEFAULT_PURPOSE, MAX_ID, check_purpose, check_reference, check_subject
@@ -28,10 +29,12 @@ def _checked(check: Callable[..., str], what: str) -> Callable[[str], str]:
     return validate
 
 
-Subject = Annotated[str, Field(min_length=1, max_length=MAX_ID, pattern=r"^\S+$",
+Subject = Annotated[str, Field(min_length=1, max_length=MAX_ID,
+                               pattern=r"^[^\s\x00-\x1f\x7f\x85]+$",
                                description="A data subject, as an opaque id (no whitespace)."),
                     AfterValidator(_checked(check_subject, "the subject"))]
-Purpose = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_.\-]{0,63}$",
+Purpose = Annotated[str, Field(min_length=1, max_length=64,
+                               pattern=r"^[a-z][a-z0-9_.\-]{0,63}$",
                                description="A purpose name, e.g. `marketing`."),
                     AfterValidator(_checked(check_purpose, "the purpose"))]
 Reference = Annotated[str, Field(min_length=1, max_length=MAX_ID,
@@ -175,8 +178,8 @@ class StartRun(_Request):
     flow: str = Field(min_length=1)
     input: JsonValue = None
     queue: str = Field(default="default", min_length=1)
-    start_at: float | None = None
-    deadline: float | None = None
+    start_at: float | None = Field(default=None, ge=0, le=MAX_TIME)
+    deadline: float | None = Field(default=None, ge=0, le=MAX_TIME)
     subject: Subject | None = None
     purpose: Purpose = DEFAULT_PURPOSE
     consent: Reference | None = None

@@ -16,6 +16,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..errors import (
     ConfigurationError,
+    InvalidInput,
     KeyUnavailable,
     ResidencyError,
     RunNotFound,
@@ -65,6 +66,15 @@ def invalid(field: str, message: str, *, status: int = 422) -> ApiProblem:
     """A problem naming one bad field."""
     return ApiProblem(status, "invalid-input", "Invalid input", f"{field}: {message}",
                       [FieldError(field=field, message=message)])
+
+
+def invalid_input(exc: InvalidInput) -> Problem:
+    """The problem answering ``exc``: its status, ``invalid-input`` (``invalid-json`` for
+    a body that is not JSON at all), the field named in ``detail`` and ``errors``."""
+    slug, title = (("invalid-json", "Invalid JSON") if exc.status == 400
+                   and exc.field == "body" else ("invalid-input", "Invalid input"))
+    return Problem(type=PROBLEM_TYPE + slug, title=title, status=exc.status,
+                   detail=str(exc), errors=[FieldError(field=exc.field, message=exc.problem)])
 
 
 def not_found(what: str) -> ApiProblem:
@@ -125,6 +135,10 @@ def install(app: FastAPI) -> None:
         return respond(Problem(type=PROBLEM_TYPE + slug, title=title, status=exc.status_code,
                                detail=detail), dict(exc.headers or {}))
 
+    async def on_invalid_input(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, InvalidInput)
+        return respond(invalid_input(exc))
+
     async def on_run_not_found(request: Request, exc: Exception) -> JSONResponse:
         return respond(not_found("such run").problem)
 
@@ -156,6 +170,7 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(ApiProblem, on_problem)
     app.add_exception_handler(RequestValidationError, on_validation)
     app.add_exception_handler(StarletteHTTPException, on_http)
+    app.add_exception_handler(InvalidInput, on_invalid_input)
     app.add_exception_handler(RunNotFound, on_run_not_found)
     app.add_exception_handler(ConfigurationError, on_configuration)
     app.add_exception_handler(SignedResolutionRequired, on_signed_only)
@@ -183,6 +198,7 @@ def _describe(status: int) -> str:
     return {
         400: "The body is not valid JSON", 401: "No valid API key, or a bad signature",
         403: "The key's role may not do this", 404: "Not found in the key's tenant",
-        409: "Not in a state to take this", 422: "Invalid input (the field is named)",
+        409: "Not in a state to take this", 413: "The body is larger than the server takes",
+        422: "Invalid input (the field is named)",
         503: "Not ready",
     }.get(status, "Problem")

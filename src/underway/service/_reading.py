@@ -18,6 +18,7 @@ from typing import Annotated
 from fastapi import Depends, Query
 
 from ..apikeys import PERMISSIONS
+from ..inputs import MAX_NAME
 from ..store.access import DEFAULT_PURPOSE, PURPOSE_MAX, check_purpose
 from ._auth import Principal, ServiceState
 from ._problems import ApiProblem, invalid
@@ -50,7 +51,14 @@ def may_reveal(state: ServiceState, who: Principal, *, deciding: bool = False) -
     return who.role in state.reveal_roles or (deciding and "decide" in PERMISSIONS[who.role])
 
 
-_PURPOSE = Query(max_length=PURPOSE_MAX + 20,
+PURPOSE_PATTERN = r"^[^\x00-\x1f\x7f]*[^\s\x00-\x1f\x7f\x85][^\x00-\x1f\x7f]*$"
+"""A read's purpose as the document states it: no control character, not only spaces
+(what :func:`~underway.store.access.check_purpose` takes, at most ``PURPOSE_MAX``)."""
+# The bounds are documented, and enforced by check_purpose, whose messages say what is
+# wrong in words (a pattern's would quote the pattern).
+_PURPOSE = Query(json_schema_extra={"minLength": 1, "maxLength": PURPOSE_MAX,
+                                    "pattern": PURPOSE_PATTERN},
+                 max_length=MAX_NAME,
                  description="Why the run's data is read (1 to 100 characters, written to the "
                  "access log).")
 

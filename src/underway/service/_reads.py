@@ -15,10 +15,11 @@ from ..budgets import tenant_usage
 from ..schedules import list_schedules
 from ..store.access import ALL_RUNS
 from ._auth import Caller, State, endpoint
+from ._inputs import CheckedRoute
 from ._problems import invalid, not_found
 from ._reading import Purpose
 
-router = APIRouter(prefix="/v1", tags=["reads"])
+router = APIRouter(prefix="/v1", tags=["reads"], route_class=CheckedRoute)
 
 
 class UsageReport(BaseModel):

@@ -9,11 +9,13 @@ from fastapi import APIRouter, Header, Path, Query, Request, Response
 
 from ..client import redact_request
 from ..control import CHILD
-from ..errors import ConfigurationError, ResidencyError
+from ..errors import ConfigurationError, InvalidInput, ResidencyError
+from ..inputs import MAX_INT
 from ..redaction import Redactor
 from ..state import APPROVAL_SIGNAL
 from ..store.base import FINAL, RunRecord
 from ._auth import Caller, ServiceState, State, endpoint
+from ._inputs import CheckedRoute
 from ._models import (
     Accepted,
     Cancel,
@@ -32,10 +34,13 @@ from ._models import (
 from ._problems import conflict, invalid
 from ._reading import Read
 
-router = APIRouter(prefix="/v1/runs", tags=["runs"])
+router = APIRouter(prefix="/v1/runs", tags=["runs"], route_class=CheckedRoute)
 
 Status = Literal["ready", "waiting", "escalated", "dead", "completed", "failed", "cancelled"]
 RunId = Annotated[str, Path(min_length=1, description="The run's id.")]
+CURSOR_PATTERN = r"^[A-Za-z0-9_\-]+$"
+"""A runs page's cursor: base64url, as ``next_cursor`` gives it."""
+CURSOR_MAX = 600
 UNSIGNED = ("unsigned: a worker started with --signed-resolutions refuses it; submit a "
             "signed resolve decision to /v1/approvals/{run_id}/decision instead")
 
@@ -52,7 +57,8 @@ def list_runs(
     q: Annotated[str | None, Query(min_length=1, max_length=200,
                                    description="A substring of the run id or flow.")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    cursor: Annotated[str | None, Query(min_length=1)] = None,
+    cursor: Annotated[str | None, Query(min_length=1, max_length=CURSOR_MAX,
+                                        pattern=CURSOR_PATTERN)] = None,
 ) -> RunPage:
     """A page of the tenant's runs, newest first, filtered."""
     try:
@@ -86,7 +92,7 @@ def start_run(
             trace_context=carrier if traceparent is not None else None, subject=body.subject,
             purpose=body.purpose, consent=body.consent,
         )
-    except ResidencyError:
+    except (ResidencyError, InvalidInput):
         raise
     except ConfigurationError as exc:
         field = "body.flow" if "not registered" in str(exc) else "body.input"
@@ -137,7 +143,8 @@ def waiting_on(state: ServiceState, row: RunRecord, hide: Redactor) -> WaitingOn
           response_model=list[Event], problems=(403, 404))
 def list_events(
     state: State, who: Caller, run_id: RunId, request: Request, read: Read,
-    after: Annotated[int, Query(ge=0, description="Only events with a higher seq.")] = 0,
+    after: Annotated[int, Query(ge=0, le=MAX_INT,
+                                description="Only events with a higher seq.")] = 0,
 ) -> list[Event]:
     """The run's journaled events, decoded, in order; the fields their tools hide
     redacted (``"[redacted]"``) unless ``reveal``."""

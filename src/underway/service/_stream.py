@@ -19,14 +19,16 @@ from fastapi import APIRouter, Header, Path, Query, Request
 from fastapi.responses import StreamingResponse
 
 from ..client import RunEvent
+from ..inputs import MAX_INT, InvalidInput, integer
 from ..redaction import Redactor
 from ..store._offload import run_io
 from ..store.base import FINAL
 from ._auth import Caller, Principal, ServiceState, State, endpoint, still_authorized
+from ._inputs import CheckedRoute
 from ._models import Event
 from ._reading import Read
 
-router = APIRouter(prefix="/v1/runs", tags=["runs"])
+router = APIRouter(prefix="/v1/runs", tags=["runs"], route_class=CheckedRoute)
 
 NOTHING_HIDDEN = Redactor(reveal=True)
 """A redactor that has learned nothing: for events already redacted."""
@@ -45,15 +47,15 @@ _DOC = {200: {"description": "Server-Sent Events: one per journaled event, then 
 async def stream_events(
     state: State, who: Caller, request: Request, read: Read,
     run_id: Annotated[str, Path(min_length=1)],
-    after: Annotated[int, Query(ge=0, description="Start after this seq.")] = 0,
+    after: Annotated[int, Query(ge=0, le=MAX_INT, description="Start after this seq.")] = 0,
     last_event_id: Annotated[str | None, Header(description="The last seq received.")] = None,
 ) -> StreamingResponse:
     """Tail the run's events as they are journaled (redacted as
     ``GET /v1/runs/{run_id}/events`` redacts them)."""
     read = read.allowed(state, who)
     await run_io(state.store, partial(state.client.get_run, run_id, tenant_id=who.tenant_id))
-    if last_event_id is not None and last_event_id.strip().isdigit():
-        after = max(after, int(last_event_id))
+    if last_event_id is not None:
+        after = max(after, _seq("header.last-event-id", last_event_id))
     hide = await run_io(state.store, partial(
         state.client.redactor, run_id, tenant_id=who.tenant_id, reveal=read.reveal))
     await run_io(state.store, partial(state.record_reads, request, who, [run_id],
@@ -63,6 +65,14 @@ async def stream_events(
         media_type="text/event-stream",
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )
+
+
+def _seq(field: str, value: str) -> int:
+    """A sequence number sent as text: digits, at most :data:`~underway.inputs.MAX_INT`."""
+    digits = value.strip()
+    if not digits.isascii() or not digits.isdigit():
+        raise InvalidInput(field, "must be an event's seq (digits), as the stream sent it")
+    return integer(field, int(digits[:20]), minimum=0)
 
 
 def api_frame(e: RunEvent) -> str:

@@ -5,8 +5,7 @@ admin reads it (per tenant) and nothing in the API can change or remove an entry
 
 from __future__ import annotations
 
-from route_table import SAMPLES, acme, endpoints
-
+from fakes.route_table import SAMPLES, acme, endpoints
 from fakes.service_world import World
 
 

@@ -50,7 +50,8 @@ def test_keys_webhooks_and_serve_from_the_command_line(sqlite_url: str) -> None:
     port = free_port()
     began = time.monotonic()
     server = subprocess.Popen([str(UNDERWAY), "--db", sqlite_url, "serve", "--port", str(port),
-                               "--log-level", "warning"], stdout=subprocess.PIPE,
+                               "--log-level", "warning", "--max-body-bytes", "4096"],
+                              stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
@@ -73,6 +74,8 @@ def test_keys_webhooks_and_serve_from_the_command_line(sqlite_url: str) -> None:
                           headers={"Idempotency-Key": "k"})
             assert r.status_code == 201
             run_id = r.json()["run_id"]
+            big = http.post("/v1/runs", json={"flow": "anything", "input": "x" * 5000})
+            assert big.status_code == 413 and "4096" in big.json()["detail"]
             assert http.get(f"/v1/runs/{run_id}").json()["flow"] == "anything"
             log = run("apikeys", "access-log", "--tenant", "acme", "--json", db=sqlite_url)
             assert [e["run_id"] for e in json.loads(log.stdout)] == [run_id]

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from route_table import CONSENT_REFERENCE, SAMPLES, SUBJECT, Acme, acme, endpoints
-
+from fakes.route_table import CONSENT_REFERENCE, SAMPLES, SUBJECT, Acme, acme, endpoints
 from fakes.service_world import World
 from underway.apikeys import ROLES
 

@@ -32,6 +32,7 @@ from ...store.access import DEFAULT_PURPOSE
 from .._admin import NewApprover, add_approver
 from .._approvals import deliver_decision
 from .._auth import ServiceState
+from .._inputs import CheckedRoute
 from .._problems import ApiProblem
 from ._base import (
     Console,
@@ -47,7 +48,7 @@ from ._base import (
 )
 from ._session import Forbidden, Session
 
-router = APIRouter(include_in_schema=False)
+router = APIRouter(include_in_schema=False, route_class=CheckedRoute)
 
 RunId = Annotated[str, Path(min_length=1, max_length=500)]
 INBOX = 200

@@ -17,12 +17,15 @@ from markupsafe import Markup
 
 from ..._charts import Chart, svg
 from ...apikeys import Permission
+from ...inputs import InvalidInput
 from ...store.access import DEFAULT_PURPOSE, PURPOSE_MAX, PURPOSES, check_purpose
 from .._auth import ServiceState
+from .._inputs import CheckedRoute
+from .._problems import invalid_input, respond
 from .._reading import may_reveal
 from ._session import Forbidden, Session, Sessions, SignInRequired
 
-router = APIRouter(include_in_schema=False)
+router = APIRouter(include_in_schema=False, route_class=CheckedRoute)
 
 _templates = Environment(
     loader=PackageLoader("underway.service.console", "templates"),
@@ -211,7 +214,9 @@ def _local(target: str) -> str:
 
 def install_handlers(app: FastAPI) -> None:
     """Answer a missing session with the sign-in page (a redirect for a page; 401 for a
-    script's request) and a refused request with a 403 page."""
+    script's request), a refused request with a 403 page, and bad input
+    (:class:`~underway.errors.InvalidInput`) with an error page naming the field for a
+    browser's page, a problem for anything else."""
 
     @app.exception_handler(SignInRequired)
     async def _sign_in(request: Request, exc: SignInRequired) -> Response:
@@ -225,6 +230,16 @@ def install_handlers(app: FastAPI) -> None:
     async def _forbidden(request: Request, exc: Forbidden) -> Response:
         return render(request, "error.html", {"title": "Refused", "reason": exc.reason},
                       status_code=403)
+
+    # Replaces the API's handler (underway.service._problems) with one that also knows
+    # the console: a browser's page gets an error page, anything else the problem.
+    @app.exception_handler(InvalidInput)
+    async def _invalid_input(request: Request, exc: InvalidInput) -> Response:
+        if request.url.path.startswith("/v1/") or "text/html" not in request.headers.get(
+                "accept", ""):
+            return respond(invalid_input(exc))
+        return render(request, "error.html", {"title": "Invalid", "reason": str(exc)},
+                      status_code=exc.status)
 
     @app.exception_handler(Invalid)
     async def _invalid(request: Request, exc: Invalid) -> Response:

@@ -29,10 +29,11 @@ from ..._charts import (
 from ...client import Activity, Client
 from ...client._activity import DAY
 from ...store._offload import run_io
+from .._inputs import CheckedRoute
 from ._base import Console, Signed, render
 from ._runs import STATUSES
 
-router = APIRouter(include_in_schema=False)
+router = APIRouter(include_in_schema=False, route_class=CheckedRoute)
 
 WINDOWS = (7, 30, 90)
 """The windows the page offers, in days."""

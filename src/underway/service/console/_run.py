@@ -31,6 +31,7 @@ from ...store._offload import run_io
 from ...store.access import DEFAULT_PURPOSE
 from ...store.base import FINAL, RunRecord
 from .._auth import Principal, ServiceState
+from .._inputs import CheckedRoute
 from .._models import WaitingOn
 from .._runs import waiting_on
 from .._stream import tail
@@ -38,7 +39,7 @@ from ._base import Console, Purpose, ReadAs, Reveal, Signed, fragment, not_found
 from ._events import PAGE, EventView, StateAt, state_at, views
 from ._run_actions import NOTICES
 
-router = APIRouter(include_in_schema=False)
+router = APIRouter(include_in_schema=False, route_class=CheckedRoute)
 
 RunId = Annotated[str, Path(min_length=1, max_length=200)]
 Seq = Annotated[int | None, Query(ge=1, le=2**62)]

@@ -10,20 +10,21 @@ sent."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Annotated, Literal, cast
 
 from fastapi import APIRouter, Form, Path, Request
 from fastapi.responses import RedirectResponse, Response
 
-from ...errors import ConfigurationError, RunNotFound, SignedResolutionRequired
+from ...errors import ConfigurationError, InvalidInput, RunNotFound, SignedResolutionRequired
+from ...inputs import parse_json
 from ...store._offload import run_io
 from ...store.base import FINAL, RunRecord
 from .._auth import Principal, ServiceState
+from .._inputs import CheckedRoute
 from ._base import Console, Signed, check_form, not_found, render, require
 
-router = APIRouter(include_in_schema=False)
+router = APIRouter(include_in_schema=False, route_class=CheckedRoute)
 
 NOTICES = {
     "cancel": "Cancel sent: the run stops at its next step boundary.",
@@ -68,9 +69,9 @@ async def signal(request: Request, state: Console, session: Signed, run_id: RunI
                  signal_id: Annotated[str, Form(max_length=200)] = "") -> Response:
     """Deliver a signal with a JSON payload (once per signal id when one is given)."""
     try:
-        value = json.loads(payload) if payload.strip() else None
-    except ValueError as exc:
-        value, bad = None, f"the payload is not JSON: {exc}"
+        value = parse_json("form.payload", payload) if payload.strip() else None
+    except InvalidInput as exc:
+        value, bad = None, str(exc)
     else:
         bad = ""
 
@@ -113,9 +114,9 @@ async def resolve(request: Request, state: Console, session: Signed, run_id: Run
         if resolution not in ("succeeded", "failed", "retry"):
             raise _Refused(422, "choose a resolution: succeeded, failed or retry")
         try:
-            value = json.loads(result) if result.strip() else None
-        except ValueError as exc:
-            raise _Refused(422, f"the result is not JSON: {exc}") from None
+            value = parse_json("form.result", result) if result.strip() else None
+        except InvalidInput as exc:
+            raise _Refused(422, str(exc)) from None
         try:
             state.client.resolve(run_id, resolution=cast(Resolution, resolution),
                                  by=who.actor, result=value, tenant_id=who.tenant_id)

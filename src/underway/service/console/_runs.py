@@ -11,9 +11,10 @@ from fastapi.responses import HTMLResponse
 from ...errors import ConfigurationError
 from ...store._offload import run_io
 from ...store.base import Store
+from .._inputs import CheckedRoute
 from ._base import Console, Signed, render
 
-router = APIRouter(include_in_schema=False)
+router = APIRouter(include_in_schema=False, route_class=CheckedRoute)
 
 STATUSES = ("ready", "waiting", "escalated", "dead", "completed", "failed", "cancelled")
 """Every status a run can have, in the order the console shows them."""

@@ -15,6 +15,8 @@ import base64
 import hashlib
 import hmac
 import json
+import math
+import re
 import secrets
 import time
 from dataclasses import dataclass
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 from fastapi import Request, Response
 
 from ...apikeys import PERMISSIONS, ROLES, Role, authenticate
+from ...inputs import InvalidInput, parse_json
 from ...store._offload import run_io
 from ...store.base import ApiKeyRecord, Store
 from .._auth import Principal
@@ -34,6 +37,7 @@ CSRF_HEADER = "x-csrf-token"
 """The header a script's POST carries its CSRF token in."""
 SESSION_TTL = 8 * 3600.0
 """How long a session lasts, in seconds, before signing in again."""
+_KEY_ID = re.compile("[0-9a-f]{16}")
 
 
 class SignInRequired(Exception):
@@ -86,7 +90,7 @@ class Sessions:
     def check_login_form(self, request: Request, form_token: str) -> None:
         """Refuse a sign-in whose form token does not match its cookie."""
         cookie = request.cookies.get(LOGIN_COOKIE, "")
-        if not cookie or not hmac.compare_digest(cookie, form_token):
+        if not cookie or not _same(cookie, form_token):
             raise Forbidden("the sign-in form expired or came from elsewhere; reload it")
         check_origin(request)
 
@@ -124,15 +128,18 @@ class Sessions:
             raise SignInRequired()
         payload, mac = raw.split(".")
         try:
-            body = json.loads(_unb64(payload))
+            # A cookie is outside input until its MAC is checked: parsed as strictly as a
+            # body (a deep or NaN-laden one is no session), its key id a key id.
+            body = parse_json("cookie", _unb64(payload))
             key_id, expires, nonce = str(body["k"]), float(body["e"]), str(body["n"])
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, InvalidInput):
             raise SignInRequired() from None
-        if expires <= time.time():
+        if not _KEY_ID.fullmatch(key_id) or not math.isfinite(expires) \
+                or expires <= time.time():
             raise SignInRequired()
         record = await run_io(self.store, self.store.get_api_key, key_id)
         if (record is None or record.revoked_at is not None or record.role not in ROLES
-                or not hmac.compare_digest(mac, self._mac(payload, record.token_hash))):
+                or not _same(mac, self._mac(payload, record.token_hash))):
             raise SignInRequired()
         principal = Principal(record.key_id, record.name, record.tenant_id, _role(record))
         return Session(principal, self._mac("csrf:" + nonce, record.token_hash), expires)
@@ -140,7 +147,7 @@ class Sessions:
     def check_csrf(self, request: Request, session: Session, form_token: str | None) -> None:
         """Refuse a POST without the session's CSRF token or from a foreign origin."""
         given = form_token or request.headers.get(CSRF_HEADER, "")
-        if not given or not hmac.compare_digest(given, session.csrf):
+        if not given or not _same(given, session.csrf):
             raise Forbidden("the form's security token is missing or stale; reload the page")
         check_origin(request)
 
@@ -157,6 +164,13 @@ def check_origin(request: Request) -> None:
     own = f"{request.url.scheme}://{request.url.netloc}"
     if origin != own:
         raise Forbidden(f"a request from {origin} may not act here")
+
+
+def _same(given: str, expected: str) -> bool:
+    """``given == expected`` in constant time, for any text a browser sends (a cookie or
+    form field may hold what no token has: non-ASCII, lone surrogates)."""
+    return hmac.compare_digest(given.encode("utf-8", "surrogatepass"),
+                               expected.encode("utf-8", "surrogatepass"))
 
 
 def _role(record: ApiKeyRecord) -> Role:
