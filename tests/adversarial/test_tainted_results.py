@@ -12,22 +12,27 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import BaseModel
 from typer.testing import CliRunner
 
 import underway as uw
+from fakes.console_browser import sign_in
+from fakes.recorded_journals import EXAMPLES, load
+from fakes.recorded_journals import app as example_app
+from fakes.service_world import World
 from underway import events as ev
 from underway.agent import Agent, AgentInput
-from underway.approvals import ApproverRecord, generate_keypair, sign_decision
+from underway.approvals import ApproverRecord, public_key_of, sign_decision
 from underway.cli import app
 from underway.clock import ManualClock
 from underway.evaluation import evaluate
 from underway.flow import Flow, RunContext
 from underway.intake import IntakeEvent, Routes, StartFlow, intake
 from underway.policy import FINISH, Policy, Rule, policy_from_dict
+from underway.replay import replay_run
 from underway.runner import Runner
 from underway.testing import RuleModel, say
 
@@ -176,3 +181,202 @@ def test_a_child_inherits_the_taint_its_parent_had_when_it_started(db_url: str) 
     # The child read only a trusted tool, inside a context its parent had tainted: its
     # answer names what its parent read first, then what it read itself.
     assert child.tainted_by == ["read_email", "lookup_invoice"]
+
+
+# -- every surface shows it -----------------------------------------------------------------
+
+def test_the_api_the_cli_the_console_and_eval_show_a_tainted_result(db_url: str) -> None:
+    world = World(db_url)
+    try:
+        tainted_agent = agent_of(READ, FINISH_TURN, name="reader")
+        clean_agent = agent_of(LOOKUP, FINISH_TURN, name="looker")
+        engine = uw.Engine(uw.connect(db_url), flows=[tainted_agent.flow, clean_agent.flow],
+                           clock=world.clock)
+        tainted, _ = engine.start(tainted_agent.flow, goal(), tenant_id="acme")
+        clean, _ = engine.start(clean_agent.flow, goal(), tenant_id="acme")
+        asyncio.run(Runner(engine).run_until_idle())
+        client = uw.Client(world.store)
+        assert client.state(tainted, tenant_id="acme").tainted_by == ["read_email"]
+        assert client.tainted_by(tainted, tenant_id="acme") == ["read_email"]
+        assert client.tainted_by(clean, tenant_id="acme") == []
+
+        # The HTTP API's run.
+        body = world.call("GET", f"/v1/runs/{tainted}", role="viewer").json()
+        assert body["status"] == "completed" and body["tainted_by"] == ["read_email"]
+        assert world.call("GET", f"/v1/runs/{clean}", role="viewer").json()["tainted_by"] == []
+        spec = world.http.get("/openapi.json").json()
+        assert "tainted_by" in spec["components"]["schemas"]["RunDetail"]["properties"]
+
+        # The CLI.
+        cli = CliRunner()
+        shown = cli.invoke(app, ["runs", "show", tainted, "--tenant", "acme", "--db", db_url])
+        assert shown.exit_code == 0, shown.output
+        assert "tainted  result shaped by untrusted content from read_email" in shown.output
+        assert "[shaped by untrusted content from read_email]" in shown.output
+        shown = cli.invoke(app, ["runs", "show", clean, "--tenant", "acme", "--db", db_url])
+        assert shown.exit_code == 0 and "untrusted" not in shown.output
+        listed = cli.invoke(app, ["runs", "ls", "--tenant", "acme", "--wide", "--db", db_url])
+        assert listed.exit_code == 0, listed.output
+        notes = {line.split()[0]: line for line in listed.output.splitlines()[1:]}
+        assert "tainted by read_email" in notes[tainted]
+        assert "tainted" not in notes[clean]
+        as_json = cli.invoke(app, ["runs", "ls", "--tenant", "acme", "--json", "--db", db_url])
+        taint = {r["run_id"]: r["tainted_by"] for r in json.loads(as_json.output)}
+        assert taint == {tainted: ["read_email"], clean: []}
+
+        # The console's run page.
+        with sign_in(world) as browser:
+            page = browser.get(f"/runs/{tainted}").text
+            clean_page = browser.get(f"/runs/{clean}").text
+        assert 'id="tainted-by"' in page and "<code>read_email</code>" in page
+        assert 'id="tainted-by"' not in clean_page
+
+        # underway eval.
+        figures = evaluate(world.store, tenant_id="acme")
+        assert (figures.outcomes.completed, figures.outcomes.tainted) == (2, 1)
+        assert figures.outcomes.tainted_by == {"read_email": 1}
+        text = cli.invoke(app, ["eval", "--tenant", "acme", "--db", db_url])
+        assert text.exit_code == 0, text.output
+        assert "1 of 2 completed results shaped by untrusted content (read_email 1)" \
+            in text.output
+        out = cli.invoke(app, ["eval", "--tenant", "acme", "--json", "--db", db_url])
+        assert json.loads(out.output)["outcomes"]["tainted"] == 1
+        engine.store.close()
+    finally:
+        world.close()
+
+
+# -- a policy at the finish ------------------------------------------------------------------
+
+HOLD_TAINTED = policy_from_dict({
+    "version": "results-1",
+    "rules": [{"id": "check-tainted-answers", "outcome": "require_approval",
+               "tools": [FINISH], "labels_any": ["untrusted"], "approver_role": "support",
+               "reason": "an answer shaped by untrusted content is checked by a person"}],
+})
+
+
+def approver(engine: uw.Engine) -> Ed25519PrivateKey:
+    key = Ed25519PrivateKey.generate()
+    engine.store.put_approver(ApproverRecord(
+        tenant_id="default", approver_id="sam", public_key=public_key_of(key),
+        roles=("support",), created_at=engine.clock.now()))
+    return key
+
+
+def decide(engine: uw.Engine, run_id: str, key: Ed25519PrivateKey,
+           decision: Literal["approve", "reject"]) -> None:
+    req = engine.state(run_id).pending_approval
+    assert req is not None
+    signed = sign_decision(key, request_id=req.request_id, run_id=run_id, tenant_id="default",
+                           tool=req.tool, args_hash=req.args_hash, decision=decision,
+                           expires_at=req.expires_at, approver_id="sam")
+    engine.submit_decision(signed.model_dump(mode="json"))
+
+
+def test_a_policy_holds_a_tainted_result_until_a_person_approves_it(db_url: str) -> None:
+    agent = agent_of(READ, FINISH_TURN)
+    engine = engine_of(db_url, agent.flow, policy=HOLD_TAINTED)
+    key = approver(engine)
+    run_id, _ = engine.start(agent.flow, goal())
+    s = drive(engine, run_id)
+    # Held, not completed: the answer waits for a person.
+    assert s.status == "waiting" and s.result is None
+    req = s.pending_approval
+    assert req is not None and req.tool == FINISH
+    assert req.args == {"result": {"result": "the invoice is paid", "iterations": 2},
+                        "tainted_by": ["read_email"]}
+    assert req.rule_id == "check-tainted-answers" and req.required_role == "support"
+    assert not [r for r in engine.journal.history("default", run_id)
+                if isinstance(r.event, ev.RunCompleted)]
+    models = s.model_calls
+
+    decide(engine, run_id, key, "approve")
+    s = drive(engine, run_id)
+    assert s.status == "completed"
+    assert s.result == {"result": "the invoice is paid", "iterations": 2}
+    assert s.tainted_by == ["read_email"]
+    # The step ran again from its journal: the model was not asked again.
+    assert s.model_calls == models
+    decisions = [r.event for r in engine.journal.history("default", run_id)
+                 if isinstance(r.event, ev.PolicyDecided) and r.event.tool == FINISH]
+    assert [d.decision for d in decisions] == ["require_approval", "require_approval"]
+    assert uw.Client(engine.store).verify(run_id).ok
+
+
+def test_a_rejected_result_fails_the_run(db_url: str) -> None:
+    agent = agent_of(READ, FINISH_TURN)
+    engine = engine_of(db_url, agent.flow, policy=HOLD_TAINTED)
+    key = approver(engine)
+    run_id, _ = engine.start(agent.flow, goal())
+    assert drive(engine, run_id).status == "waiting"
+    decide(engine, run_id, key, "reject")
+    s = drive(engine, run_id)
+    assert s.status == "failed" and s.result is None
+    assert s.error is not None and "the result was not released" in s.error
+
+
+def test_a_clean_result_passes_the_same_policy_without_a_decision(db_url: str) -> None:
+    agent = agent_of(LOOKUP, FINISH_TURN)
+    engine = engine_of(db_url, agent.flow, policy=HOLD_TAINTED)
+    run_id, _ = engine.start(agent.flow, goal())
+    s = drive(engine, run_id)
+    assert s.status == "completed" and s.tainted_by == []
+    decided = [r.event for r in engine.journal.history("default", run_id)
+               if isinstance(r.event, ev.PolicyDecided) and r.event.tool == FINISH]
+    assert [(d.decision, d.rule_id) for d in decided] == [("allow", None)]
+
+
+def test_a_policy_may_withhold_a_tainted_result(db_url: str) -> None:
+    policy = Policy("results-2", [Rule("no-tainted-answers", outcome="deny", tools=[FINISH],
+                                       labels_any=["source:read_email"])])
+    agent = agent_of(READ, FINISH_TURN)
+    engine = engine_of(db_url, agent.flow, policy=policy)
+    run_id, _ = engine.start(agent.flow, goal())
+    s = drive(engine, run_id)
+    assert s.status == "failed" and s.result is None
+    assert s.error is not None and "no-tainted-answers" in s.error
+
+
+def test_rules_that_do_not_name_the_finish_leave_it_alone(db_url: str) -> None:
+    # The default policy's rule on `untrusted` labels, and a rule on every tool, say
+    # nothing of results: a tainted run completes as it always did, nothing more journaled.
+    everything = Policy("calls-1", [Rule("all-calls", outcome="deny", tools=["*"],
+                                         labels_any=["untrusted"])])
+    for policy in (None, everything):
+        agent = agent_of(READ, FINISH_TURN)
+        engine = engine_of(db_url, agent.flow, policy=policy)
+        run_id, _ = engine.start(agent.flow, goal(), idempotency_key=f"p-{policy}")
+        s = drive(engine, run_id)
+        assert s.status == "completed" and s.tainted_by == ["read_email"]
+        assert not [r for r in engine.journal.history("default", run_id)
+                    if isinstance(r.event, ev.PolicyDecided | ev.ApprovalRequested)
+                    and r.event.tool == FINISH]
+        engine.store.close()
+
+
+# -- old journals -----------------------------------------------------------------------------
+
+def test_recorded_journals_replay_unchanged_and_their_results_name_nothing(
+    db_url: str, tmp_path: Path,
+) -> None:
+    environment = {"invoice_followup": None, "collections": "prod", "support": "prod"}
+    for example in EXAMPLES:
+        store = uw.connect(db_url)
+        try:
+            client = uw.Client(store)
+            runs = load(store, example)
+            flows, tools = example_app(example, tmp_path / example)
+            for run in runs:
+                rid, tenant = run["run_id"], run["tenant_id"]
+                assert client.verify(rid, tenant_id=tenant).ok
+                s = client.state(rid, tenant_id=tenant)
+                assert s.tainted_by == []
+                if s.status == "completed":
+                    assert client.tainted_by(rid, tenant_id=tenant) == []
+                result = asyncio.run(replay_run(store, rid, flows=flows, tools=tools,
+                                                environment=environment[example],
+                                                tenant_id=tenant))
+                assert result.changes == [], (rid, result.changes)
+        finally:
+            store.close()

@@ -416,6 +416,33 @@ class Client(Consents, Forks, Settling):
         except KeyUnavailable:
             return sealed_state(self.get_run(run_id, tenant_id=tenant_id))
 
+    def tainted_by(self, run: str | RunRecord, *, tenant_id: str = "default") -> list[str] | None:
+        """Where the untrusted content that shaped a completed run's result came from
+        (:attr:`~underway.events.RunCompleted.tainted_by`; empty: none did). None while
+        the run has not completed, or when its end cannot be read here (encrypted without
+        its key, or purged). Reads the end of the journal, not the whole of it.
+
+        Args:
+            run: the run's id, or its row (as :meth:`list_runs` gives it).
+            tenant_id: the run's tenant (when ``run`` is an id).
+        """
+        row = run if isinstance(run, RunRecord) else self.get_run(run, tenant_id=tenant_id)
+        if row.status != "completed":
+            return None
+        # The run's last append ends with its completion, give or take a few events.
+        tail = self.events(row.run_id, tenant_id=row.tenant_id,
+                           after=max(row.last_seq - _TAIL, 0))
+        for e in reversed(tail):
+            if isinstance(e.event, ev.RunCompleted):
+                return list(e.event.tainted_by)
+            if isinstance(e.event, ev.Encrypted | ev.PayloadPurged):
+                return None
+        try:
+            s = self.state(row.run_id, tenant_id=row.tenant_id)
+        except KeyUnavailable:
+            return None
+        return None if s.purged else list(s.tainted_by)
+
     def state_at(
         self, run_id: str, seq: int, *, tenant_id: str = "default"
     ) -> tuple[RunState, Recorded, RunState]:
@@ -554,6 +581,10 @@ class Client(Consents, Forks, Settling):
         what it learned of recent runs and reads only their newer events."""
         return self._learned.redactor((tenant_id, run_id), reveal, lambda after: [
             (e.seq, e.event) for e in self.events(run_id, tenant_id=tenant_id, after=after)])
+
+
+_TAIL = 8
+"""Events before a completed run's recorded head searched for its completion."""
 
 
 def _encode_cursor(created_at: float, run_id: str) -> str:
