@@ -418,18 +418,14 @@ class Client(Consents, Forks, Settling):
 
     def tainted_by(self, run: str | RunRecord, *, tenant_id: str = "default") -> list[str] | None:
         """Where the untrusted content that shaped a completed run's result came from
-        (:attr:`~underway.events.RunCompleted.tainted_by`; empty: none did). None while
-        the run has not completed, or when its end cannot be read here (encrypted without
-        its key, or purged). Reads the end of the journal, not the whole of it.
-
-        Args:
-            run: the run's id, or its row (as :meth:`list_runs` gives it).
-            tenant_id: the run's tenant (when ``run`` is an id).
+        (:attr:`~underway.events.RunCompleted.tainted_by`; empty: none did), read from the
+        end of its journal; ``run`` is its id or its row. None while the run has not
+        completed, or when its end cannot be read here (encrypted without its key, purged).
         """
         row = run if isinstance(run, RunRecord) else self.get_run(run, tenant_id=tenant_id)
         if row.status != "completed":
             return None
-        # The run's last append ends with its completion, give or take a few events.
+        # Its completion is among the last few events its row counts.
         tail = self.events(row.run_id, tenant_id=row.tenant_id,
                            after=max(row.last_seq - _TAIL, 0))
         for e in reversed(tail):
@@ -583,8 +579,7 @@ class Client(Consents, Forks, Settling):
             (e.seq, e.event) for e in self.events(run_id, tenant_id=tenant_id, after=after)])
 
 
-_TAIL = 8
-"""Events before a completed run's recorded head searched for its completion."""
+_TAIL = 8  # events before a completed run's recorded head searched for its completion
 
 
 def _encode_cursor(created_at: float, run_id: str) -> str:
