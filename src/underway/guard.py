@@ -148,7 +148,8 @@ class Guard:
         :attr:`~underway.policy.Policy.at_finish`, as on a read-only call of
         :data:`~underway.policy.FINISH`. None when no rule names the finish."""
         policy = self.policy_for(flow)
-        finish = None if policy is None else policy.at_finish
+        # A policy that cannot say which rules name the finish names none.
+        finish = getattr(policy, "at_finish", None)
         if policy is None or finish is None:
             return None
         tenant = None

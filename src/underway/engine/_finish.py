@@ -51,13 +51,13 @@ async def judge_finish(x: StepExecution, flow: Flow[Any, Any], done: Done,
     result is held for a person's approval."""
     act = x._act
     eng, s = act.engine, act.state
+    args = {"result": done.result, "tainted_by": sources}
     try:
-        h = args_hash(FINISH, {"result": done.result, "tainted_by": sources})
+        h = args_hash(FINISH, args)
     except (TypeError, ValueError):
         # Not JSON: the step's end says so, with or without a policy.
         return done
     now = eng.clock.now()
-    args = {"result": done.result, "tainted_by": sources}
     labels = frozenset([UNTRUSTED, *(f"source:{src}" for src in sources)] if sources else [])
     decided = await eng.guard.decide_finish(flow, eng.store, s, args, labels, now)
     if decided is None:
