@@ -380,3 +380,20 @@ def test_recorded_journals_replay_unchanged_and_their_results_name_nothing(
                 assert result.changes == [], (rid, result.changes)
         finally:
             store.close()
+
+
+def test_a_held_result_nobody_approves_in_time_is_not_released(db_url: str) -> None:
+    policy = Policy("results-3", [Rule("check-quickly", outcome="require_approval",
+                                       tools=[FINISH], labels_any=["untrusted"],
+                                       expires_in=3600)])
+    agent = agent_of(READ, FINISH_TURN)
+    clock = ManualClock(1.7e9)
+    engine = uw.Engine(uw.connect(db_url), flows=[agent.flow], clock=clock, policy=policy)
+    run_id, _ = engine.start(agent.flow, goal())
+    assert drive(engine, run_id).status == "waiting"
+    clock.advance(3601)
+    s = drive(engine, run_id)
+    assert s.status == "failed" and s.result is None
+    assert s.error is not None and "the result was not released" in s.error
+    assert [r.event for r in engine.journal.history("default", run_id)
+            if isinstance(r.event, ev.ApprovalExpired)]
