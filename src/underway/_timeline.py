@@ -152,7 +152,9 @@ def summarize(rec: Recorded, *, purged_by: str = "retention") -> str:
         case ev.SignalIgnored():
             return f"control signal {e.signal!r} ignored: {e.reason}"
         case ev.RunCompleted():
-            return f"run completed: {preview(e.result)}"
+            taint = f" [shaped by untrusted content from {', '.join(e.tainted_by)}]" \
+                if e.tainted_by else ""
+            return f"run completed: {preview(e.result)}{taint}"
         case ev.RunFailed():
             where = f" in step {e.step}" if e.step else ""
             return f"run FAILED{where}: {e.reason}"

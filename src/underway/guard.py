@@ -28,7 +28,7 @@ from .budgets import (
 from .codec import Codec
 from .intent import CallIntent
 from .money import Money, Unreadable
-from .policy import Amount, Decision, PolicyContext
+from .policy import FINISH, Amount, Decision, PolicyContext
 from .policy.context import Consent
 from .secrets import SecretProvider
 from .state import RunState
@@ -138,6 +138,36 @@ class Guard:
             consents=consents,
         )
         return decide_with_money(policy, ctx, money)
+
+    async def decide_finish(
+        self, flow: Flow[Any, Any], store: Store, s: RunState, args: Mapping[str, Any],
+        labels: frozenset[str], now: float,
+    ) -> tuple[Policy, Decision] | None:
+        """The policy's decision on the run's finish (its result and where the untrusted
+        content that shaped it came from, in ``args``): the rules of
+        :attr:`~underway.policy.Policy.at_finish`, as on a read-only call of
+        :data:`~underway.policy.FINISH`. None when no rule names the finish."""
+        policy = self.policy_for(flow)
+        # A policy that cannot say which rules name the finish names none.
+        finish = getattr(policy, "at_finish", None)
+        if policy is None or finish is None:
+            return None
+        tenant = None
+        if finish.reads_counters(FINISH, "tenant."):
+            tenant = await self.tenant_usage(store, s.tenant_id, _day_start(now))
+        consents: Mapping[str, Consent] = {}
+        wanted = list(finish.consent_purposes(FINISH))
+        if wanted and s.subject is not None:
+            consents = await run_io(store, store.current_consents, s.tenant_id, s.subject,
+                                    wanted)
+        ctx = PolicyContext(
+            tenant_id=s.tenant_id, principal=s.principal, roles=frozenset(s.roles),
+            environment=self.environment, flow=s.flow, tool=FINISH, mutating=False,
+            irreversible=False, permissions=frozenset(), args=args, labels=labels,
+            amount=None, counters=Counters(s, tenant), subject=s.subject, purpose=s.purpose,
+            consents=consents,
+        )
+        return policy, finish.evaluate(ctx)
 
     async def over_budget(
         self, flow: Flow[Any, Any], store: Store, s: RunState, key: str, pending: Usage,

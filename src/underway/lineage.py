@@ -70,6 +70,14 @@ class Lineage(BaseModel):
         """Whether the run starts with untrusted content (an outside origin, or taint)."""
         return bool(self.taint) or self.origin is not None
 
+    @property
+    def sources(self) -> tuple[str, ...]:
+        """Where the untrusted content the run starts with came from: its taint, or
+        ``intake`` for a run with an outside origin and no taint named."""
+        if self.taint:
+            return self.taint
+        return (INTAKE_TAINT,) if self.origin is not None else ()
+
     def join(self, adds: Lineage | None) -> Lineage:
         """This lineage with the restrictions of ``adds`` added: the outside origin, the
         taint sources and the labels ``adds`` names besides these, shadow mode when either

@@ -244,6 +244,9 @@ class RunState:
     lineage_record: Lineage | None = None
     """What the run's start journaled in ``RunStarted.lineage`` (None: nothing); read
     :attr:`lineage`, the whole of what the run inherited."""
+    tainted_by: list[str] = field(default_factory=list)
+    """Once the run completed: where the untrusted content that shaped its result came
+    from (:attr:`~underway.events.RunCompleted.tainted_by`; empty: none did)."""
 
     @property
     def lineage(self) -> Lineage:
@@ -282,7 +285,7 @@ class RunState:
         # Fields a run has only once it uses what they record: checkpoints of runs that do
         # not stay as they were, byte for byte.
         for name, unused in (("versions", {}), ("forked_from", None),
-                             ("lineage_record", None)):
+                             ("lineage_record", None), ("tainted_by", [])):
             if data[name] == unused:
                 del data[name]
         if self.lineage_record is not None:
@@ -635,6 +638,7 @@ def apply(s: RunState, rec: Recorded) -> RunState:
                     s.status, s.waiting_signal = "ready", None
         case ev.RunCompleted():
             s.status, s.result, s.wake_at = "completed", e.result, None
+            s.tainted_by = list(e.tainted_by)
         case ev.RunFailed():
             s.status, s.error, s.wake_at = "failed", e.reason, None
         case ev.RunCancelled():

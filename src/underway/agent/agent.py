@@ -453,8 +453,7 @@ def _from_outside(ctx: RunContext[AgentState, AgentInput]) -> bool:
 
 
 def _taint_input(ctx: RunContext[AgentState, AgentInput]) -> None:
-    lineage = ctx.lineage
-    for source in lineage.taint or ((INTAKE,) if lineage.origin is not None else ()):
+    for source in ctx.lineage.sources:
         _taint(ctx.state, source)
 
 

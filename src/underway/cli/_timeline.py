@@ -77,6 +77,9 @@ def render(state: RunState, records: Sequence[Recorded],
             f"{_n(c['resumed_steps'], 'step')} resumed after an interruption"
         ),
     ]
+    if state.status == "completed" and state.tainted_by:
+        head.append(f"tainted  result shaped by untrusted content from "
+                    f"{', '.join(state.tainted_by)}")
     if state.parent_run_id:
         head.append(f"parent   {state.parent_run_id}")
     for run_id, child in state.children.items():

@@ -434,6 +434,29 @@ class Client(Consents, Forks, Settling):
         except KeyUnavailable:
             return sealed_state(self.get_run(run_id, tenant_id=tenant_id))
 
+    def tainted_by(self, run: str | RunRecord, *, tenant_id: str = "default") -> list[str] | None:
+        """Where the untrusted content that shaped a completed run's result came from
+        (:attr:`~underway.events.RunCompleted.tainted_by`; empty: none did), read from the
+        end of its journal; ``run`` is its id or its row. None while the run has not
+        completed, or when its end cannot be read here (encrypted without its key, purged).
+        """
+        row = run if isinstance(run, RunRecord) else self.get_run(run, tenant_id=tenant_id)
+        if row.status != "completed":
+            return None
+        # Its completion is among the last few events its row counts.
+        tail = self.events(row.run_id, tenant_id=row.tenant_id,
+                           after=max(row.last_seq - _TAIL, 0))
+        for e in reversed(tail):
+            if isinstance(e.event, ev.RunCompleted):
+                return list(e.event.tainted_by)
+            if isinstance(e.event, ev.Encrypted | ev.PayloadPurged):
+                return None
+        try:
+            s = self.state(row.run_id, tenant_id=row.tenant_id)
+        except KeyUnavailable:
+            return None
+        return None if s.purged else list(s.tainted_by)
+
     def state_at(
         self, run_id: str, seq: int, *, tenant_id: str = "default"
     ) -> tuple[RunState, Recorded, RunState]:
@@ -572,6 +595,9 @@ class Client(Consents, Forks, Settling):
         what it learned of recent runs and reads only their newer events."""
         return self._learned.redactor((tenant_id, run_id), reveal, lambda after: [
             (e.seq, e.event) for e in self.events(run_id, tenant_id=tenant_id, after=after)])
+
+
+_TAIL = 8  # events before a completed run's recorded head searched for its completion
 
 
 def _encode_cursor(created_at: float, run_id: str) -> str:

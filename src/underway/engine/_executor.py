@@ -48,6 +48,7 @@ from ..telemetry import NO_METRICS, Metrics
 from ._activation import Activation
 from ._children import StepWithChildren
 from ._eager import Driver, EagerStart, EagerStarts
+from ._finish import judge_finish, tainted_by
 from ._group import GroupCommit
 from ._inbox import OpenedSignal, pending_signals, read_inbox, verify_approval
 from ._notices import notice_of
@@ -476,6 +477,8 @@ class Engine(EagerStarts):
             )
             faults.point("step.before_run")
             nxt = await flow.get_step(step)(ctx)
+            if isinstance(nxt, Done):
+                nxt = await judge_finish(x, flow, nxt, tainted_by(s, flow, ctx.state))
             if x.broken is not None:
                 raise x.broken
             if act.store_error is not None:
@@ -557,7 +560,8 @@ class Engine(EagerStarts):
                 if nxt.timeout is not None:
                     act.buffer(ev.TimerSet(timer_id=str(timer), wake_at=now + nxt.timeout))
             case Done():
-                act.buffer(ev.RunCompleted(result=nxt.result))
+                act.buffer(ev.RunCompleted(
+                    result=nxt.result, tainted_by=tainted_by(act.state, flow, ctx.state)))
             case Fail():
                 act.buffer(ev.RunFailed(reason=nxt.reason, step=step))
             case Goto():

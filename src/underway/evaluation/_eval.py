@@ -39,6 +39,10 @@ class Outcomes:
     dead: int = 0
     open: int = 0
     """Still running, waiting or escalated."""
+    tainted: int = 0
+    """Completed runs whose result untrusted content shaped (``tainted_by`` not empty)."""
+    tainted_by: dict[str, int] = field(default_factory=dict)
+    """Those runs, by each source named in their ``tainted_by``."""
 
     @property
     def completion_rate(self) -> float:
@@ -294,8 +298,10 @@ def _evaluation(tenant_id: str, flow: str | None, since: float | None, until: fl
 
 def _outcomes(runs: list[RunSummary]) -> Outcomes:
     n = Counter(r.status for r in runs)
+    tainted = [r for r in runs if r.status == "completed" and r.tainted_by]
+    sources = Counter(src for r in tainted for src in r.tainted_by)
     return Outcomes(len(runs), n["completed"], n["failed"], n["cancelled"], n["dead"],
-                    n["open"])
+                    n["open"], len(tainted), dict(sorted(sources.items())))
 
 
 def _resolution(runs: list[RunSummary]) -> Spread:

@@ -173,6 +173,8 @@ def _facts(e: Evaluation) -> str:
         ("policy denials", ", ".join(f"{k} {v}" for k, v in s.denials.items()) or "none"),
         ("refusals", ", ".join(f"{k} {v}" for k, v in s.refusals.items()) or "none"),
         ("shadowed, taint holds", f"{s.shadowed}, {s.taint_holds}"),
+        ("tainted results", f"{e.outcomes.tainted} of {e.outcomes.completed} completed"
+                            + "".join(f", {k} {v}" for k, v in e.outcomes.tainted_by.items())),
         ("executed unsafe", ", ".join(f"{u.tool} {u.key} (run {u.run_id})"
                                       for u in s.unsafe_calls) or "none"),
         ("duplicate effects", ", ".join(f"{d.tool} {d.key} x{d.times}"

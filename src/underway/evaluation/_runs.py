@@ -141,6 +141,8 @@ class RunSummary:
     """Every refusal by the guard, by cause."""
     shadowed: int = 0
     taint_holds: int = 0
+    tainted_by: list[str] = field(default_factory=list)
+    """Once completed: where the untrusted content that shaped its result came from."""
     unsafe: list[tuple[str, str]] = field(default_factory=list)
     """(key, tool) of each call executed unsafely."""
     mutating_keys: int = 0
@@ -230,6 +232,8 @@ class _Fold:
             s.flow, s.started_at = f.text("flow", "?"), f.at
         elif t in ENDS:
             s.status, s.ended_at = ENDS[t], f.at
+            sources = f.data.get("tainted_by") if t == "RunCompleted" else None
+            s.tainted_by = [str(x) for x in sources] if isinstance(sources, list) else []
             if t == "RunCancelled":
                 s.decisions[(f.text("by", "?"), "cancelled the run")] += 1
         elif t == "RunDeadLettered":

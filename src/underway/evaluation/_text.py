@@ -87,6 +87,8 @@ def eval_text(e: Evaluation) -> str:
         _row("runs", f"{o.started} started: {o.completed} completed, {o.failed} failed, "
              f"{o.dead} dead, {o.cancelled} cancelled, {o.open} still open"),
         _row("completion", f"{pct(o.completion_rate)} ({o.completed}/{o.started})"),
+        _row("tainted", f"{o.tainted} of {plural(o.completed, 'completed result')} shaped "
+             "by untrusted content" + (f" ({_counts(o.tainted_by)})" if o.tainted_by else "")),
         _row("resolution", f"{seconds(e.resolution_s)} ({plural(e.resolution_s.n, 'run')} "
              "ended)"),
         _row("takeover", f"{t.runs} of {plural(o.started, 'run')} needed a person "

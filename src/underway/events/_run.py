@@ -129,6 +129,11 @@ class RunCompleted(Event):
 
     type: Literal["RunCompleted"] = "RunCompleted"
     result: JSON
+    tainted_by: list[str] = Field(default_factory=list)
+    """Where the untrusted content that was in the run's context when it finished came
+    from (tool names, ``signal:<name>``, ``intake``, sources inherited from its parent),
+    in order. Empty: nothing untrusted shaped the result, as every run completed before
+    it was recorded."""
 
 
 class RunFailed(Event):

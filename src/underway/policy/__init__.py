@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .._lazy import lazy_exports
-from .context import Amount, Decision, Outcome, PolicyContext
+from .context import FINISH, Amount, Decision, Outcome, PolicyContext
 from .errors import PolicyError
 
 # What describes a call and a decision loads with the package (the guard needs it for every
@@ -38,6 +38,7 @@ else:
 
 __all__ = [
     "DEFAULT_POLICY",
+    "FINISH",
     "UNTRUSTED_INPUT",
     "Amount",
     "AmountCondition",

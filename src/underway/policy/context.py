@@ -36,6 +36,11 @@ def to_decimal(value: object) -> Decimal | None:
     return d if d.is_finite() else None
 
 
+FINISH = "run.finish"
+"""The name a rule gives in ``tools`` to decide on a run's finish (its result), as on one
+more call: the labels are ``untrusted`` and ``source:<source>`` when untrusted content
+shaped the result (``docs/policy.md#the-finish``)."""
+
 @dataclass(frozen=True, slots=True)
 class Amount:
     """Money a call moves. Amounts compare only within the same currency.

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Literal
 
 from .conditions import Unevaluable, consent_missing
-from .context import Decision, PolicyContext
+from .context import FINISH, Decision, PolicyContext
 from .errors import PolicyError
 from .rules import OUTCOMES, Rule
 
@@ -38,8 +38,9 @@ class Policy:
     """
 
     __slots__ = (
-        "_by_tool", "_consents", "_decisions", "_no_match", "_reads", "_unlisted", "default",
-        "deny_unlisted_mutating", "digest", "rules", "version",
+        "_by_tool", "_consents", "_decisions", "_finish", "_finish_known", "_no_match",
+        "_reads", "_unlisted", "default", "deny_unlisted_mutating", "digest", "rules",
+        "version",
     )
 
     def __init__(
@@ -92,6 +93,8 @@ class Policy:
             "deny", None, version,
             "no rule matched this mutating tool, and unlisted mutating tools are denied",
         )
+        self._finish: Policy | None = None
+        self._finish_known = False
 
     def __repr__(self) -> str:
         return f"Policy({self.version!r}, {len(self.rules)} rules, digest={self.digest[:12]})"
@@ -110,6 +113,18 @@ class Policy:
             "deny_unlisted_mutating": self.deny_unlisted_mutating,
             "rules": [r.to_dict() for r in self.rules],
         }
+
+    @property
+    def at_finish(self) -> Policy | None:
+        """The policy that decides on a run's finish: the rules whose ``tools`` name
+        :data:`FINISH` (by name, not by a pattern: a rule on ``*`` says nothing about
+        results), in order, under this version, with ``allow`` when none matches. None
+        when no rule names it: the finish is then no decision at all."""
+        if not self._finish_known:
+            rules = [r for r in self.rules if r.tools is not None and FINISH in r.tools]
+            self._finish = Policy(self.version, rules) if rules else None
+            self._finish_known = True
+        return self._finish
 
     def reads_counters(self, tool: str, prefix: str) -> bool:
         """Whether deciding on a call of ``tool`` may read a counter whose name starts with

@@ -136,9 +136,13 @@ class WaitingOn(BaseModel):
 
 
 class RunDetail(RunSummary):
-    """A run's row, the step it is at, and what it waits on (null once finished)."""
+    """A run's row, the step it is at, and what it waits on (null once finished).
+    ``tainted_by``: once it completed, where the untrusted content that shaped its result
+    came from (tool names, ``signal:<name>``, ``intake``; empty: none did); null while it
+    has not completed, or when its end cannot be read here."""
 
     waiting_on: WaitingOn | None
+    tainted_by: list[str] | None = None
 
 
 class Event(BaseModel):

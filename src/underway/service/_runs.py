@@ -115,7 +115,8 @@ def get_run(state: State, who: Caller, run_id: RunId, request: Request,
     state.record_reads(request, who, [run_id], purpose=read.purpose, revealed=read.reveal)
     summary = RunSummary.of(row).model_copy(
         update={"error": hide.text(row.error) if row.error else row.error})
-    return RunDetail(**summary.model_dump(), waiting_on=waiting)
+    return RunDetail(**summary.model_dump(), waiting_on=waiting,
+                     tainted_by=state.client.tainted_by(row))
 
 
 def waiting_on(state: ServiceState, row: RunRecord, hide: Redactor) -> WaitingOn | None:

@@ -200,6 +200,6 @@ def test_the_public_names_are_pinned() -> None:
 
     assert sorted(underway.policy.__all__) == [
         "Amount", "AmountCondition", "ArgCondition", "CounterCondition", "DEFAULT_POLICY",
-        "Decision", "Outcome", "Policy", "PolicyContext", "PolicyError", "Predicate", "Rule",
-        "UNTRUSTED_INPUT", "load_policy", "policy_from_dict",
+        "Decision", "FINISH", "Outcome", "Policy", "PolicyContext", "PolicyError", "Predicate",
+        "Rule", "UNTRUSTED_INPUT", "load_policy", "policy_from_dict",
     ]
