@@ -373,3 +373,32 @@ def test_calls_a_step_makes_at_once_never_cross_the_run_budget(
     assert len(done) == allowed, done
     assert s.status == "failed" and "budget" in (s.error or ""), (s.status, s.error)
     assert journaled(eng, [run_id], ev.BudgetExceeded)
+
+
+def test_calls_of_earlier_steps_are_not_counted_again_in_flight(store: uw.Store) -> None:
+    """Each step's calls are numbered from 0: a settled call of the step before never
+    counts in flight for the next one. Two steps, one message each, reach messages=2."""
+    sent: list[int] = []
+
+    @uw.tool(idempotent=True, message=True)
+    async def tell(args: dict[str, Any]) -> dict[str, Any]:
+        sent.append(int(args["n"]))
+        return {}
+
+    flow = uw.Flow("two_steps", state=app.Paid, budget=Budget(messages=2, on_exceed="fail"),
+                   tools=(tell,))
+
+    @flow.step
+    async def first(ctx: uw.RunContext[app.Paid, Any]) -> Any:
+        await ctx.call(tell, {"n": 1})
+        return ctx.goto(second)
+
+    @flow.step
+    async def second(ctx: uw.RunContext[app.Paid, Any]) -> Any:
+        await ctx.call(tell, {"n": 2})
+        return ctx.done("told")
+
+    eng = uw.Engine(store, flows=[flow])
+    run_id, _ = eng.start(flow, {})
+    asyncio.run(Runner(eng).run_until_idle())
+    assert eng.state(run_id).status == "completed" and sent == [1, 2]

@@ -469,6 +469,7 @@ class Engine(EagerStarts):
         # A run parked at a renamed or removed step continues at the step its alias names.
         step = flow.resolve_step(str(s.step))
         act.buffer(ev.StepStarted(step=step, attempt=s.attempt + 1))
+        act.in_flight.clear()  # calls are the step's own: a step's calls settle within it
         x = self.execution(act, step)
         try:
             ctx: RunContext[Any, Any] = RunContext(
