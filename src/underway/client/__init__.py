@@ -19,8 +19,9 @@ from ..journal import Verification
 from ..state import Recorded, RunState
 from ..store.base import ConsentRecord, RunRecord
 from ._activity import Activity, ActivityDay
-from ._client import ChildRun, Client, RunEvent, RunPage
+from ._client import Client
 from ._forking import Fork
+from ._pages import ChildRun, RunEvent, RunPage
 from ._requests import PendingRequest, redact_request
 
 __all__ = [

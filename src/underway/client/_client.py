@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
-import json
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from types import TracebackType
 from typing import Any
 
@@ -24,7 +21,6 @@ from ..control import CANCEL, RESERVED_PREFIX, resolution_of, resumption_of
 from ..errors import (
     AmbiguousRunId,
     ConfigurationError,
-    InvalidInput,
     KeyUnavailable,
     RunNotFound,
 )
@@ -40,48 +36,10 @@ from ..subjects import DEFAULT_PURPOSE
 from ._activity import Activity, activity
 from ._consent import Consents
 from ._forking import Forks
+from ._pages import ChildRun, RunEvent, RunPage, decode_cursor, encode_cursor
 from ._requests import PendingRequest, readable_row, request_of, sealed_request, sealed_state
 from ._settling import Settling
 from ._starting import check_start, new_run
-
-
-@dataclass(frozen=True, slots=True)
-class RunEvent:
-    """One event of a run as journaled: its sequence number, time (epoch seconds), the
-    decoded event and its chain hash."""
-
-    seq: int
-    at: float
-    event: Any
-    hash: str
-
-
-@dataclass(frozen=True, slots=True)
-class RunPage:
-    """One page of :meth:`Client.list_runs`: the runs, newest first, and the cursor of the
-    next page (None on the last page)."""
-
-    runs: list[RunRecord]
-    next_cursor: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class ChildRun:
-    """A run another run started with ``ctx.start`` (:meth:`Client.children`): its id,
-    ``flow``, the ``key`` it was started with and whether it is ``detached``; ``status``
-    is the child's status now (None: the parent journaled the start but the child is not
-    created yet — its worker stopped in between and will create it when the step runs
-    again); ``ended`` once the child's end reached the parent, with ``result`` or
-    ``error``."""
-
-    run_id: str
-    flow: str
-    key: str
-    detached: bool
-    status: str | None
-    ended: bool
-    result: JSON = None
-    error: str | None = None
 
 
 class Client(Consents, Forks, Settling):
@@ -532,7 +490,7 @@ class Client(Consents, Forks, Settling):
         last run shown, by creation time and id)."""
         if limit < 1:
             raise ConfigurationError(f"limit must be at least 1, not {limit}")
-        after = _decode_cursor(cursor) if cursor is not None else None
+        after = decode_cursor(cursor) if cursor is not None else None
         rows = self._store.list_runs(tenant_id, status=status, flow=flow, since=since,
                                      until=until, after=after, limit=limit + 1,
                                      updated_since=updated_since,
@@ -541,7 +499,7 @@ class Client(Consents, Forks, Settling):
         if len(rows) <= limit:
             return RunPage(rows, None)
         last = rows[limit - 1]
-        return RunPage(rows[:limit], _encode_cursor(last.created_at, last.run_id))
+        return RunPage(rows[:limit], encode_cursor(last.created_at, last.run_id))
 
     def activity(self, *, since: float, days: int, tenant_id: str = "default") -> Activity:
         """What the tenant's runs did on each of ``days`` days (of 86400 seconds) from
@@ -598,19 +556,3 @@ class Client(Consents, Forks, Settling):
 
 
 _TAIL = 8  # events before a completed run's recorded head searched for its completion
-
-
-def _encode_cursor(created_at: float, run_id: str) -> str:
-    raw = json.dumps([created_at, run_id], separators=(",", ":")).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def _decode_cursor(cursor: str) -> tuple[float, str]:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        at, run_id = inputs.parse_json("cursor", raw)
-        if isinstance(at, int | float) and not isinstance(at, bool) and isinstance(run_id, str):
-            return inputs.number("cursor", float(at)), run_id
-    except (binascii.Error, ValueError, TypeError, OverflowError, InvalidInput):
-        pass
-    raise ConfigurationError(f"invalid cursor {cursor!r}: pass a next_cursor as given")
