@@ -402,3 +402,20 @@ def test_calls_of_earlier_steps_are_not_counted_again_in_flight(store: uw.Store)
     run_id, _ = eng.start(flow, {})
     asyncio.run(Runner(eng).run_until_idle())
     assert eng.state(run_id).status == "completed" and sent == [1, 2]
+
+
+@pytest.mark.parametrize("model", ["gpt-5", "gpt-5-mini", "o3", "o4-mini",
+                                   "claude-opus-4-5"])
+def test_the_models_once_priced_at_none_are_priced_and_quoted(model: str) -> None:
+    """The witnesses of an unpriced call: each now has a price, so a cost budget counts
+    its calls before they are sent."""
+    from underway.models import AnthropicMessages, OpenAIChat
+
+    request = ModelRequest.model_validate({
+        "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1000}).to_json()
+    adapter = (AnthropicMessages(model, api_key="x") if model.startswith("claude")
+               else OpenAIChat(model, api_key="x"))
+    q = adapter.quote(request)
+    assert q.reason is None and q.tokens is not None and q.cost_usd is not None
+    assert q.cost_usd > 0
+    assert adapter.cost(model, 1000, 1000, 0) > 0
