@@ -118,7 +118,7 @@ def list_runs(
         typer.echo(f"next page: --cursor {page.next_cursor}", err=True)
 
 
-def _print_table(rows: list[RunRecord], taint: dict[str, list[str] | None], *,
+def _print_table(rows: list[RunRecord], taint: dict[str, list[str] | None] | None = None, *,
                  wide: bool) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -131,7 +131,8 @@ def _print_table(rows: list[RunRecord], taint: dict[str, list[str] | None], *,
         table.add_row(
             r.run_id if wide else r.run_id[:SHORT_ID], r.flow,
             Text(r.status, style=_STYLE.get(r.status, "")), r.step or "-", str(r.last_seq),
-            format_time(r.created_at), _note(r.error, r.waiting_signal, taint.get(r.run_id)),
+            format_time(r.created_at),
+            _note(r.error, r.waiting_signal, (taint or {}).get(r.run_id)),
         )
     # Wide output is never cut to the terminal: ids are meant to be copied.
     Console(width=10_000 if wide else None, highlight=False).print(table)
