@@ -82,8 +82,10 @@ def test_a_careful_flow_passes_every_fault(kind: str, request: pytest.FixtureReq
     assert faults["duplicates"]["reactions"] == {"3 starts made 1 run": 2}
     assert report["kills"] == faults["crash"]["injected"] >= 1
     settled = {"retried with the same key", "reconciled"}
-    for fault in ("partial", "slow"):
-        assert set(faults[fault]["reactions"]) <= settled, faults[fault]
+    assert set(faults["partial"]["reactions"]) <= settled, faults["partial"]
+    # Under load the worker that met the delay may lose the run before it journals the
+    # timeout; the next attempt answers in time ("succeeded"). Never a silent failure.
+    assert set(faults["slow"]["reactions"]) <= settled | {"succeeded"}, faults["slow"]
     # The service's own record: every key charged once, whatever the drill did.
     charges = json.loads(record.read_text())
     assert charges and all(len(v) == 1 for v in charges.values()), charges
