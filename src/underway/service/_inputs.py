@@ -99,9 +99,9 @@ async def check_request(request: Request, numeric: dict[str, type]) -> None:
         text(field, value, max_length=MAX_PARAM)
         kind = numeric.get(name)
         if kind is float:
-            _finite(field, value)
+            _checked(field, value, float, number)
         elif kind is int:
-            _int64(field, value)
+            _checked(field, value, int, integer)
     if request.method in ("GET", "HEAD", "OPTIONS"):
         return
     body = await request.body()
@@ -119,20 +119,14 @@ async def check_request(request: Request, numeric: dict[str, type]) -> None:
         parse_json("body", body)
 
 
-def _finite(field: str, value: str) -> None:
+def _checked(field: str, value: str, parse: Callable[[str], Any],
+             check: Callable[[str, Any], object]) -> None:
+    """``check`` the parsed ``value``; one that does not parse is left to FastAPI."""
     try:
-        parsed = float(value)
+        parsed = parse(value)
     except ValueError:
-        return  # not a number at all: FastAPI names it
-    number(field, parsed)
-
-
-def _int64(field: str, value: str) -> None:
-    try:
-        parsed = int(value)
-    except ValueError:
-        return  # not an integer at all: FastAPI names it
-    integer(field, parsed)
+        return
+    check(field, parsed)
 
 
 class BodyLimit:
