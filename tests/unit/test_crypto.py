@@ -42,7 +42,7 @@ def test_a_box_names_its_format_and_key_and_opens_only_where_it_was_sealed() -> 
     store = sealed_store()
     codec = store.codec
     box = codec.seal(b'{"aadhaar":"2345 6789 0123"}', HERE)
-    assert box[0] == SEALED_VERSION and b"2345" not in box
+    assert box[0] == SEALED_VERSION and b"2345 6789" not in box
     [key] = store.list_data_keys("acme")
     assert box_key_id(box) == key.key_id
     assert codec.open(box, HERE) == b'{"aadhaar":"2345 6789 0123"}'
