@@ -21,7 +21,7 @@ from pydantic import BaseModel
 
 import underway as uw
 from common import Figure, median, pg_schema, sqlite_dir
-from underway.budgets import Budget, tenant_usage
+from underway.guard.budgets import Budget, tenant_usage
 from underway.runner import Runner
 
 RUNS = 200

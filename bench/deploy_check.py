@@ -29,11 +29,11 @@ from pydantic import BaseModel
 import underway as uw
 from common import Figure, median, pg_schema, sqlite_dir
 from underway import events as ev
-from underway.deploy import BATCH, check_deploy
 from underway.events import genesis_hash
+from underway.guard.policy import policy_from_dict
 from underway.journal import Journal
-from underway.policy import policy_from_dict
-from underway.state import Recorded, RunState, apply
+from underway.journal.state import Recorded, RunState, apply
+from underway.ops.deploy import BATCH, check_deploy
 from underway.store import Lease, NewRun, RunUpdate, Store, connect
 from underway.store.base import AppendBatch
 from underway.testing import memory_engine

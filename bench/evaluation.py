@@ -7,8 +7,8 @@ agent stores it), the model's choice of tool with its arguments, a policy decisi
 call's intent and a result of about 2 KB, and the step's end with its state patch; then
 completed. The baseline is what a report that decodes every event costs: each run's whole
 journal read and decoded (``Journal.history``, blobs and conversations resolved). The
-figures are :func:`underway.evaluation.evaluate` and
-:func:`underway.evaluation.measure_drift` over the same runs; their figures must agree
+figures are :func:`underway.ops.evaluation.evaluate` and
+:func:`underway.ops.evaluation.measure_drift` over the same runs; their figures must agree
 with the baseline's count.
 """
 
@@ -20,9 +20,9 @@ from typing import Any
 import underway as uw
 from common import Figure, median, pg_schema, sqlite_dir
 from underway import events as ev
-from underway.evaluation import evaluate, measure_drift
 from underway.events import genesis_hash
 from underway.journal import Journal
+from underway.ops.evaluation import evaluate, measure_drift
 from underway.store import AppendBatch, NewRun, RunUpdate, Store
 
 RUNS = 400

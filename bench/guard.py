@@ -1,6 +1,6 @@
 """What the guard costs per tool call: approval verification and a whole guarded call.
 
-- ``approval_verify``: :func:`underway.approvals.verify_decision` on a valid signed
+- ``approval_verify``: :func:`underway.guard.approvals.verify_decision` on a valid signed
   decision (Ed25519 signature check, key decoding, field comparisons), median µs.
 - ``guarded_call_overhead``: one read-only tool call in a step on the in-memory store,
   with the realistic 50-rule policy of ``policy.py`` against the same call with no policy
@@ -21,7 +21,7 @@ from pydantic import BaseModel
 import underway as uw
 from common import Figure, median
 from policy import realistic_policy
-from underway.approvals import (
+from underway.guard.approvals import (
     ApprovalCheck,
     ApproverRecord,
     generate_keypair,

@@ -12,7 +12,7 @@ import time
 from decimal import Decimal
 
 from common import Figure, median
-from underway.policy import (
+from underway.guard.policy import (
     Amount,
     AmountCondition,
     ArgCondition,

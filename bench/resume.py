@@ -34,7 +34,7 @@ from common import Figure, median, pg_schema, pg_store_missing, sqlite_dir
 from underway import events as ev
 from underway.agent import Agent
 from underway.effects import args_hash, idempotency_key
-from underway.state import Recorded, apply
+from underway.journal.state import Recorded, apply
 from underway.store import Store, connect
 from underway.store.base import AppendBatch, RunUpdate
 from underway.store.journal import BLOB_BATCH

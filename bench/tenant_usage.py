@@ -1,8 +1,8 @@
 """What a tenant budget check costs as the tenant's runs pile up: the tenant's usage today
-counted from scratch against a kept :class:`underway.budgets.TenantUsage` refreshed.
+counted from scratch against a kept :class:`underway.guard.budgets.TenantUsage` refreshed.
 
 ``RUNS`` runs of one tenant on SQLite each call a model twice and a tool twice and
-finish (about 12 events each). The baseline is :func:`underway.budgets.tenant_usage`, a
+finish (about 12 events each). The baseline is :func:`underway.guard.budgets.tenant_usage`, a
 count from every journal (what each check cost before usage was kept); the figure is a
 refresh of a kept usage after ``MOVED`` of the runs took one more step — the steady state
 of a worker checking a tenant budget every few seconds. Both counts must agree.
@@ -20,7 +20,7 @@ from pydantic import BaseModel
 
 import underway as uw
 from common import Figure, median
-from underway.budgets import TenantUsage, tenant_usage
+from underway.guard.budgets import TenantUsage, tenant_usage
 from underway.testing import ScriptedModel
 
 RUNS = 1_000

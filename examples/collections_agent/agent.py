@@ -6,10 +6,10 @@ from pathlib import Path
 
 from underway import Tool
 from underway.agent import Agent
-from underway.budgets import Budget
 from underway.effects import Model
+from underway.guard.budgets import Budget
+from underway.guard.policy import load_policy
 from underway.models import from_env
-from underway.policy import load_policy
 from underway.testing import RuleModel
 
 from . import playbook

@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from underway.drills import DrillSite, Scenario
-from underway.intake import IntakeEvent
+from underway.ops.drills import DrillSite, Scenario
+from underway.scheduling.intake import IntakeEvent
 
 from . import playbook
 from .app import DATA_ENV

@@ -12,7 +12,7 @@ from typing import Any
 
 from underway import Client
 from underway.agent import AgentInput
-from underway.intake import IntakeEvent, IntakeResult, Routes, StartFlow, intake
+from underway.scheduling.intake import IntakeEvent, IntakeResult, Routes, StartFlow, intake
 
 from .agent import NAME
 from .services import Systems

@@ -39,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from underway import CallInfo, Client, Flow, RunContext, Tool, tool
 from underway.errors import ToolCallError
 from underway.flow import Next
-from underway.policy import load_policy
+from underway.guard.policy import load_policy
 
 from .languages import LANGUAGES, Language, Template, language_of, render
 

@@ -33,7 +33,7 @@ from examples.collections_agent.reminders import (
 )
 
 from underway import Client, Engine, Runner, connect
-from underway.approvals import (
+from underway.guard.approvals import (
     generate_keypair,
     load_private_key,
     register_approver,

@@ -1,7 +1,7 @@
 """What the runs did, read from the journal and the services' own records, and the
 invariants the demo and the tests hold them to.
 
-The journal's figures are ``underway eval``'s (:func:`underway.evaluation.evaluate`):
+The journal's figures are ``underway eval``'s (:func:`underway.ops.evaluation.evaluate`):
 completion, approvals and who signed them, policy denials, unsafe executions, duplicate
 effects, the takeover after the SIGKILL, cost. Nothing here trusts what the agent says
 about itself: messages are counted at the gateway, money at finance, payments at the
@@ -17,7 +17,7 @@ from typing import Any
 
 from underway import events as ev
 from underway.client import Client, Recorded, RunState, Verification
-from underway.evaluation import Evaluation, evaluate
+from underway.ops.evaluation import Evaluation, evaluate
 
 from .services import Systems
 from .tools import COERCIVE_PHRASES, CoerciveLanguage

@@ -24,7 +24,7 @@ from underway import Client
 from underway import events as ev
 from underway.crypto import KeyringFile, encrypt
 from underway.errors import UnderwayError
-from underway.intake import IntakeEvent, IntakeResult
+from underway.scheduling.intake import IntakeEvent, IntakeResult
 
 from . import ops, overdue, playbook
 from .app import flows

@@ -35,7 +35,7 @@ from examples.gst_reconciliation.flow import REVIEWER, gst_reconciliation, make_
 from examples.gst_reconciliation.systems import Erp
 
 from underway import Client, Engine, Runner, connect
-from underway.approvals import (
+from underway.guard.approvals import (
     generate_keypair,
     load_private_key,
     register_approver,

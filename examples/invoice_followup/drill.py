@@ -16,8 +16,8 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from underway.drills import DrillSite, Scenario
 from underway.errors import ConfigurationError
+from underway.ops.drills import DrillSite, Scenario
 
 from .flow import FollowUpInput, followup, make_tools
 

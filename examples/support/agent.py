@@ -14,11 +14,11 @@ from __future__ import annotations
 import weakref
 
 from underway.agent import Agent, AgentInput, AgentState
-from underway.budgets import Budget
 from underway.effects import Model
 from underway.flow import Goto, Next, RunContext
+from underway.guard.budgets import Budget
+from underway.guard.policy import Policy
 from underway.models.types import Message, ToolCall
-from underway.policy import Policy
 
 from .brain import REPLY_NOTE
 from .tools import DeskTools

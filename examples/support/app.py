@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from underway import Engine, Flow, Store
-from underway.budgets import Budget
 from underway.effects import Model
 from underway.errors import ConfigurationError
-from underway.intake import Routes
+from underway.guard.budgets import Budget
+from underway.guard.policy import Policy, load_policy
 from underway.knowledge import KnowledgeBase, open_knowledge
 from underway.models import from_env
-from underway.policy import Policy, load_policy
+from underway.scheduling.intake import Routes
 from underway.testing import RuleModel
 
 from .agent import SupportAgent

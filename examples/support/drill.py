@@ -23,10 +23,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from underway import connect
-from underway.drills import DrillSite, Scenario
 from underway.errors import ConfigurationError
-from underway.intake import IntakeEvent
 from underway.knowledge import open_knowledge
+from underway.ops.drills import DrillSite, Scenario
+from underway.scheduling.intake import IntakeEvent
 
 from . import helpcenter
 from .app import Settings, build, default_model

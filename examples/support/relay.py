@@ -2,9 +2,10 @@
 replies signal the run that owns the ticket.
 
 The relay is what a webhook endpoint would be: it reads desk events after a cursor and
-hands each to :func:`underway.intake.intake` as an :class:`~underway.intake.IntakeEvent`
-whose idempotency key is the desk's event number. Delivering an event twice (a webhook
-retried, a relay restarted from an old cursor) does nothing the second time.
+hands each to :func:`underway.scheduling.intake.intake` as an
+:class:`~underway.scheduling.intake.IntakeEvent` whose idempotency key is the desk's
+event number. Delivering an event twice (a webhook retried, a relay restarted from an old
+cursor) does nothing the second time.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from underway import Client, Flow
-from underway.intake import IntakeEvent, IntakeResult, Routes, Signal, StartFlow, intake
+from underway.scheduling.intake import IntakeEvent, IntakeResult, Routes, Signal, StartFlow, intake
 
 from .agent import CUSTOMER_REPLIED
 from .helpcenter import TENANT

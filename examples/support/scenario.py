@@ -34,16 +34,16 @@ from typing import Any, Literal
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from underway import Engine, RunState, connect
-from underway.approvals import (
+from underway.client import Recorded
+from underway.guard.approvals import (
     generate_keypair,
     load_private_key,
     register_approver,
     sign_decision,
     write_private_key,
 )
-from underway.client import Recorded
-from underway.intake import Routes
 from underway.knowledge import KnowledgeBase
+from underway.scheduling.intake import Routes
 
 from . import helpcenter
 from .agent import CUSTOMER_REPLIED

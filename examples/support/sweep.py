@@ -16,8 +16,8 @@ from pydantic import BaseModel
 
 from underway import Engine, Flow, RunContext
 from underway.flow import Next
-from underway.policy import Policy
-from underway.schedules import Schedule, add_schedule
+from underway.guard.policy import Policy
+from underway.scheduling.schedules import Schedule, add_schedule
 
 from .tools import DeskTools, OpenTickets
 

@@ -37,14 +37,14 @@ from examples.upi_reconciliation.psp import Psp, Script, replies
 
 from underway import Client, Engine, ManualClock, Runner, RunState, connect
 from underway import events as ev
-from underway.approvals import (
+from underway.client import Recorded
+from underway.guard.approvals import (
     generate_keypair,
     load_private_key,
     register_approver,
     sign_decision,
     write_private_key,
 )
-from underway.client import Recorded
 
 SCENARIOS: list[tuple[str, str, Script, dict[str, Any] | None]] = [
     # (name, payer VPA, what the PSP does, what payments ops answers if asked)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from . import _moved
 from ._lazy import lazy_exports
 from .clock import ManualClock, SystemClock
 from .effects import CallInfo, Model, ModelReply, Reconciled, Tool, tool
@@ -46,20 +47,23 @@ from .secrets import CallbackSecrets, EnvSecrets, FileSecrets
 # processes (PEP 562).
 if TYPE_CHECKING:
     from .agent import Agent
-    from .budgets import Budget
     from .client import Client
     from .engine import Engine
-    from .policy import Policy, load_policy
+    from .guard.budgets import Budget
+    from .guard.policy import Policy, load_policy
+    from .journal.state import RunState
     from .runner import Runner, run
-    from .state import RunState
     from .store import Store, connect
     from .worker import Worker
 else:
     __getattr__, __dir__ = lazy_exports(__name__, {
-        "Agent": ".agent", "Budget": ".budgets", "Client": ".client", "Engine": ".engine",
-        "Policy": ".policy", "load_policy": ".policy", "Runner": ".runner", "run": ".runner",
-        "RunState": ".state", "Store": ".store", "connect": ".store", "Worker": ".worker",
+        "Agent": ".agent", "Budget": ".guard.budgets", "Client": ".client",
+        "Engine": ".engine", "Policy": ".guard.policy", "load_policy": ".guard.policy",
+        "Runner": ".runner", "run": ".runner", "RunState": ".journal.state",
+        "Store": ".store", "connect": ".store", "Worker": ".worker",
     }, globals())
+
+_moved.install()
 
 __all__ = [
     "Agent",

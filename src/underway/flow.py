@@ -21,9 +21,9 @@ from .events import JSON
 from .lineage import Lineage
 
 if TYPE_CHECKING:
-    from .budgets import Budget
     from .effects import Model, Tool
-    from .policy import Policy
+    from .guard.budgets import Budget
+    from .guard.policy import Policy
 
 S = TypeVar("S", bound=BaseModel)
 I = TypeVar("I", bound=BaseModel)  # noqa: E741 - conventional name for the input type
@@ -139,7 +139,7 @@ class RunContext(Generic[S, I]):
     @property
     def idempotency_key(self) -> str | None:
         """The key this run was started with; ``intake:<event key>`` when an outside event
-        started it through :func:`~underway.intake.intake`."""
+        started it through :func:`~underway.scheduling.intake.intake`."""
         return self._x.idempotency_key
 
     @property
@@ -348,7 +348,7 @@ class Flow(Generic[S, I]):
     refused and journaled); ``policy``, ``budget`` and ``shadow`` override the engine's;
     ``deny_unlisted_mutating`` denies mutating tools that no policy rule covers;
     ``default_policy`` applies when neither the flow nor the engine has a policy (an
-    agent's flow: :data:`~underway.policy.DEFAULT_POLICY`).
+    agent's flow: :data:`~underway.guard.policy.DEFAULT_POLICY`).
     ``signals`` declares the names its steps wait for: the engine, ``underway runs signal``
     and intake then refuse any other name sent to its runs (a signal no step reads would
     sit unread); without it every name is accepted and the CLI warns.

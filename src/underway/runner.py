@@ -18,8 +18,8 @@ from .errors import ConflictError, FencedError
 from .events import JSON
 from .flow import Flow
 from .identity import owner_is_dead
+from .journal.state import APPROVAL_SIGNAL, RunState
 from .redaction import redacting_logs
-from .state import APPROVAL_SIGNAL, RunState
 from .store.base import Lease, RunRecord
 
 log = logging.getLogger("underway.runner")

@@ -10,7 +10,7 @@ delivery::
 :func:`verify` refuses a delivery whose signature does not match the exact bytes of the body
 and the timestamp, or whose timestamp is further than the replay window (five minutes by
 default) from now, in either direction. A delivery that passes acts once per idempotency
-key (:func:`underway.intake.intake`), so a sender may retry it freely within the window.
+key (:func:`underway.scheduling.intake.intake`), so a sender may retry it freely within the window.
 
 The idempotency key must be signed too, or a copy of one delivery posted under several
 keys would act several times. It is the body's ``idempotency_key`` (covered by ``v1``), or

@@ -21,9 +21,9 @@ cancels the steps still running and hands those runs back too; their uncommitted
 redone from the journal by whoever takes them next.
 
 With ``anchoring`` a worker also anchors the heads of the journals on a schedule (and once
-more when it stops): see :mod:`underway.audit`. With ``retention`` it sweeps finished runs
+more when it stops): see :mod:`underway.ops.audit`. With ``retention`` it sweeps finished runs
 past their retention period every ``retention.every`` seconds, on the store's I/O threads
-so no step waits for it: see :mod:`underway.retention`.
+so no step waits for it: see :mod:`underway.privacy.retention`.
 """
 
 from __future__ import annotations
@@ -36,19 +36,41 @@ import random
 import sys
 import threading
 from collections.abc import Callable, Coroutine, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast
 
 from .engine import EagerStart, Engine
 from .errors import ConfigurationError, ConflictError, FencedError, is_store_failure
 from .loading import App, load_app
+from .privacy.retention import Retention, RetentionSweeper
 from .redaction import redacting_logs
-from .retention import Retention, RetentionSweeper
 from .runner import Runner
-from .store.base import Lease
+from .store.base import Lease, Store
 from .store.wakeups import Polling, Wakeups
 
-if TYPE_CHECKING:
-    from .audit import Anchoring
+
+class Anchored(Protocol):
+    """What a worker logs of an anchor record."""
+
+    @property
+    def n(self) -> int: ...
+    @property
+    def root(self) -> str: ...
+    @property
+    def leaves(self) -> Sequence[object]: ...
+
+
+class Anchoring(Protocol):
+    """What a worker needs of :class:`~underway.ops.audit.Anchoring`: how often, and one
+    round of anchoring the heads that moved."""
+
+    @property
+    def every(self) -> float: ...
+
+    def run(
+        self, store: Store, anchored: dict[tuple[str, str], tuple[int, str]]
+    ) -> Anchored | None:
+        """Anchor the heads that moved since ``anchored``; None when none moved."""
+
 
 __all__ = ["App", "Worker", "load_app"]
 
@@ -77,7 +99,7 @@ class Worker:
     its waiting for its poll;
     ``anchoring`` signs the journals' heads every ``anchoring.every`` seconds;
     ``retention`` purges finished runs past their period every ``retention.every`` seconds
-    (:class:`~underway.retention.RetentionSweeper`); ``eager``: a run the engine starts
+    (:class:`~underway.privacy.retention.RetentionSweeper`); ``eager``: a run the engine starts
     while this worker has a free slot and no due run waits for a claim (``engine.start``,
     a schedule's tick, a step's child run) is leased to this worker in the start's own
     transaction and activated at once (:mod:`underway.engine._eager`); ``row_check_every``:
@@ -532,7 +554,7 @@ def handback_delay(failures: int) -> float:
 def _schedule_firing() -> ScheduleFiring | None:
     """The schedules module's ``fire_due_schedules``, when this installation has it."""
     try:
-        module = importlib.import_module("underway.schedules")
+        module = importlib.import_module("underway.scheduling.schedules")
     except ImportError:
         return None
     fire = getattr(module, "fire_due_schedules", None)

@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel
 
 import underway as uw
-from underway.budgets import Budget
+from underway.guard.budgets import Budget
 from underway.runner import Runner
 
 LIMIT_INR = 1000

@@ -24,12 +24,12 @@ from pydantic import BaseModel
 from typer.testing import CliRunner
 
 from underway import CallInfo, Engine, Flow, ManualClock, RunContext, Runner, Worker, connect, tool
-from underway.approvals import generate_keypair, load_private_key, write_private_key
-from underway.audit import Anchoring, FileAnchorLog, load_public_key, read_anchors, verify
 from underway.cli import app
 from underway.codec import blob_key
 from underway.events import canonical_json
 from underway.flow import Next
+from underway.guard.approvals import generate_keypair, load_private_key, write_private_key
+from underway.ops.audit import Anchoring, FileAnchorLog, load_public_key, read_anchors, verify
 
 # -- runs with read-only and mutating calls and a result ---------------------------------
 

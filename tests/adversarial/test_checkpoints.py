@@ -28,19 +28,19 @@ from typer.testing import CliRunner
 
 import underway as uw
 from underway import events as ev
-from underway.approvals import (
+from underway.cli import app
+from underway.codec import Codec, Where
+from underway.guard.approvals import (
     ApproverRecord,
     generate_keypair,
     load_private_key,
     sign_decision,
     write_private_key,
 )
-from underway.budgets import tenant_usage
-from underway.cli import app
-from underway.codec import Codec, Where
+from underway.guard.budgets import tenant_usage
+from underway.guard.policy import policy_from_dict
 from underway.journal import Journal
-from underway.policy import policy_from_dict
-from underway.state import RunState, apply
+from underway.journal.state import RunState, apply
 from underway.store import connect
 from underway.store.base import AppendBatch, NewRun, RunUpdate, StoredEvent
 from underway.store.postgres import split_url

@@ -24,10 +24,10 @@ from pydantic import BaseModel
 from typer.testing import CliRunner
 
 import underway as uw
-from underway.approvals import public_key_of, register_approver, sign_decision
 from underway.cli import app
 from underway.clock import ManualClock
-from underway.policy import policy_from_dict
+from underway.guard.approvals import public_key_of, register_approver, sign_decision
+from underway.guard.policy import policy_from_dict
 
 PAID: list[dict[str, Any]] = []
 
@@ -271,7 +271,7 @@ def test_a_flow_that_declares_no_signals_gets_them_with_a_warning(db_url: str) -
 ROUTES = """
 from pydantic import BaseModel
 import underway as uw
-from underway.intake import Routes, Signal, StartFlow
+from underway.scheduling.intake import Routes, Signal, StartFlow
 
 
 class Box(BaseModel):

@@ -23,9 +23,9 @@ from underway.codec import box_of
 from underway.crypto import KeyringFile, encrypt
 from underway.crypto._box import box_key_id
 from underway.effects import CallInfo
-from underway.erasure import erase_subject
 from underway.errors import ConfigurationError
 from underway.knowledge import KnowledgeRecord, open_knowledge, recall_tool, remember_tool
+from underway.privacy.erasure import erase_subject
 from underway.store import Store, connect
 from underway.store._offload import run_io
 

@@ -17,7 +17,7 @@ from fakes.guard_helpers import Approver, drive, of_type
 from underway import events as ev
 from underway.clock import ManualClock
 from underway.effects import args_hash
-from underway.policy import policy_from_dict
+from underway.guard.policy import policy_from_dict
 from underway.store import connect
 
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 import underway as uw
-from underway.jsonpatch import apply_patch, make_patch, same_json
+from underway.journal.patch import apply_patch, make_patch, same_json
 
 json_scalars = (
     st.none() | st.booleans() | st.integers() | st.integers(-3, 3)

@@ -25,12 +25,12 @@ from underway.agent import Agent, AgentInput, AgentState
 from underway.clock import ManualClock
 from underway.errors import ConfigurationError
 from underway.flow import Next
-from underway.intake import IntakeEvent, Routes, StartFlow, intake
+from underway.journal.state import RunState, fold
 from underway.lineage import Lineage, restored
 from underway.models.types import ModelRequest, ModelResponse, ToolCall
-from underway.replay import replay_run
+from underway.ops.replay import replay_run
 from underway.runner import Runner
-from underway.state import RunState, fold
+from underway.scheduling.intake import IntakeEvent, Routes, StartFlow, intake
 from underway.testing import RuleModel, say
 
 TENANT = "acme"

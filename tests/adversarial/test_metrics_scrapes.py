@@ -21,7 +21,7 @@ from pydantic import BaseModel
 import underway as uw
 from underway.config import load_config
 from underway.errors import ConfigurationError, OutcomeUnknown
-from underway.policy import policy_from_dict
+from underway.guard.policy import policy_from_dict
 from underway.runner import Runner
 from underway.service import ServerThread, create_app
 from underway.store import Store, connect

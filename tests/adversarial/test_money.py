@@ -20,11 +20,11 @@ from typer.testing import CliRunner
 import underway as uw
 from underway import events as ev
 from underway.agent import Agent
-from underway.budgets import Budget, tenant_usage
 from underway.cli import app
+from underway.guard.budgets import Budget, tenant_usage
+from underway.guard.policy import Policy, policy_from_dict
 from underway.models.types import ModelRequest
 from underway.money import MAX_AMOUNT, Money, Unreadable, read_money
-from underway.policy import Policy, policy_from_dict
 from underway.runner import Runner
 from underway.testing import RuleModel, say
 

@@ -21,14 +21,14 @@ from pydantic import BaseModel, Field
 
 import underway as uw
 from underway import events as ev
-from underway.budgets import Budget
 from underway.clock import ManualClock
 from underway.effects import Reconciled, Tool
 from underway.engine import Engine
-from underway.policy import policy_from_dict
+from underway.guard.budgets import Budget
+from underway.guard.policy import policy_from_dict
+from underway.journal.state import RunState
 from underway.retry import RetryPolicy
 from underway.runner import Runner
-from underway.state import RunState
 from underway.store import Store, connect
 
 
@@ -185,8 +185,8 @@ class Approver:
     """A registered approver of the tenant, holding its private key."""
 
     def __init__(self, w: World) -> None:
-        from underway.approvals import ApproverRecord, generate_keypair
-        from underway.approvals.keys import load_private_key, write_private_key
+        from underway.guard.approvals import ApproverRecord, generate_keypair
+        from underway.guard.approvals.keys import load_private_key, write_private_key
 
         pem, public = generate_keypair()
         path = w.tmp / "ops-lead.pem"
@@ -199,7 +199,7 @@ class Approver:
 
     def retry(self, s: RunState) -> dict[str, Any]:
         """A signed ``retry`` resolution of the escalated call of ``s``."""
-        from underway.approvals import sign_decision
+        from underway.guard.approvals import sign_decision
 
         esc = s.escalation
         assert esc is not None
@@ -212,7 +212,7 @@ class Approver:
 
     def resume(self, s: RunState) -> dict[str, Any]:
         """A signed resume of the dead run ``s``."""
-        from underway.approvals import sign_decision
+        from underway.guard.approvals import sign_decision
 
         return sign_decision(
             self.key, request_id=str(s.dead_request), run_id=s.run_id, tenant_id=s.tenant_id,

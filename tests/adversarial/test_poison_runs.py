@@ -17,7 +17,7 @@ import underway as uw
 from underway import events as ev
 from underway.clock import ManualClock
 from underway.engine import Engine
-from underway.policy import policy_from_dict
+from underway.guard.policy import policy_from_dict
 from underway.runner import Runner
 from underway.store import connect
 from underway.worker import POISON_AFTER, Worker

@@ -30,10 +30,10 @@ from fakes.receivers import Endpoint
 from fakes.sensitive_world import wait_for
 from fakes.service_world import World
 from underway import ToolCallError
-from underway.approvals import sign_decision
-from underway.approvals.notify import WebhookNotifier
 from underway.cli import app as cli
-from underway.policy import policy_from_dict
+from underway.guard.approvals import sign_decision
+from underway.guard.approvals.notify import WebhookNotifier
+from underway.guard.policy import policy_from_dict
 from underway.redaction import REDACTED, Redactor
 
 INVOICE = "INV-REDACT-7731"

@@ -13,15 +13,15 @@ from pydantic import BaseModel
 
 import underway as uw
 from underway import events as ev
-from underway.approvals import ApproverRecord, generate_keypair, sign_decision
-from underway.approvals.keys import load_private_key, write_private_key
 from underway.clock import ManualClock
 from underway.engine import Engine
 from underway.errors import SignedResolutionRequired
 from underway.events import canonical_json
-from underway.policy import policy_from_dict
+from underway.guard.approvals import ApproverRecord, generate_keypair, sign_decision
+from underway.guard.approvals.keys import load_private_key, write_private_key
+from underway.guard.policy import policy_from_dict
+from underway.journal.state import RunState
 from underway.runner import Runner
-from underway.state import RunState
 from underway.store import connect
 
 
@@ -111,7 +111,7 @@ def _dead_after(w: World, how: str) -> tuple[RunState, dict[str, Any]]:
 
 def _deliver_unchecked(w: World, decision: dict[str, Any], signal_id: str = "insider") -> None:
     """Put a decision in the run's inbox as an insider could, past the API's checks."""
-    from underway.state import ANSWER_SIGNAL, APPROVAL_SIGNAL
+    from underway.journal.state import ANSWER_SIGNAL, APPROVAL_SIGNAL
     from underway.store.base import SignalRecord
 
     w.engine.store.send_signal(SignalRecord(

@@ -17,9 +17,9 @@ from pydantic import BaseModel
 from typer.testing import CliRunner
 
 from underway import Flow, connect
-from underway.approvals import generate_keypair, write_private_key
 from underway.cli import app
 from underway.errors import MigrationError
+from underway.guard.approvals import generate_keypair, write_private_key
 from underway.knowledge import open_knowledge
 from underway.store import queries
 

@@ -23,9 +23,9 @@ import underway as uw
 from underway import events as ev
 from underway.agent import Agent, AgentState
 from underway.clock import ManualClock
-from underway.intake import IntakeEvent, Routes, StartFlow, intake
 from underway.models.types import ModelRequest, ModelResponse
 from underway.runner import Runner
+from underway.scheduling.intake import IntakeEvent, Routes, StartFlow, intake
 from underway.testing import RuleModel, say
 
 ATTACKER = "ACC-99887766"

@@ -16,7 +16,7 @@ from store_backends import Backend
 import underway as uw
 from underway import events as ev
 from underway.errors import RunNotFound
-from underway.state import RunState
+from underway.journal.state import RunState
 from underway.testing import ManualClock
 
 TENANT = "acme"

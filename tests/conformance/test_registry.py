@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import base64
 
-from underway.approvals import ApproverRecord
+from underway.guard.approvals import ApproverRecord
 from underway.store import Store
 
 # The store keeps public keys as given; checking them is the registry's job.

@@ -17,8 +17,8 @@ from store_backends import Backend
 
 import underway as uw
 from underway.clock import ManualClock
-from underway.cron import utc_iso
-from underway.intake import (
+from underway.scheduling.cron import utc_iso
+from underway.scheduling.intake import (
     IntakeError,
     IntakeEvent,
     IntakeResult,
@@ -28,7 +28,7 @@ from underway.intake import (
     intake,
     run_key,
 )
-from underway.schedules import (
+from underway.scheduling.schedules import (
     add_schedule,
     fire_due_schedules,
     get_schedule,

@@ -21,9 +21,9 @@ import pytest
 import underway as uw
 from fakes.processes import finish
 from fakes.retention_world import CANARIES, engine_for, start
-from underway import audit
 from underway.crypto import KeyringFile, encrypt
 from underway.events import is_tombstone
+from underway.ops import audit
 from underway.store import Store, connect
 
 pytestmark = [pytest.mark.crash, pytest.mark.timeout(900)]

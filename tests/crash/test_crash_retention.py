@@ -24,10 +24,10 @@ import pytest
 import underway as uw
 from fakes.processes import CHILD_TIMEOUT_S, finish
 from fakes.retention_world import CANARIES, engine_for, start
-from underway import audit
 from underway.events import is_tombstone
 from underway.journal import Journal
-from underway.retention import mark_blobs
+from underway.ops import audit
+from underway.privacy.retention import mark_blobs
 from underway.store import Store, connect
 from underway.store.base import HoldRecord
 

@@ -27,7 +27,7 @@ import underway as uw
 from fakes.span_files import tracer_provider
 from underway.effects import ModelReply
 from underway.events import JSON
-from underway.policy import policy_from_dict
+from underway.guard.policy import policy_from_dict
 from underway.runner import Runner
 from underway.store import connect
 from underway.telemetry import Tracing

@@ -25,10 +25,10 @@ from pydantic import BaseModel
 
 import underway as uw
 from fakes.guard_helpers import Approver
-from underway.intake import Routes, Signal, StartFlow, intake
+from underway.guard.policy import policy_from_dict
 from underway.knowledge import KnowledgeRecord, open_knowledge
-from underway.policy import policy_from_dict
-from underway.schedules import add_schedule
+from underway.scheduling.intake import Routes, Signal, StartFlow, intake
+from underway.scheduling.schedules import add_schedule
 from underway.store import Store
 from underway.store._urls import split_url
 from underway.testing import ScriptedModel

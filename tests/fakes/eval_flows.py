@@ -14,9 +14,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import BaseModel
 
 import underway as uw
-from underway.approvals import public_key_of, register_approver, sign_decision
 from underway.effects import ModelReply
-from underway.policy import UNTRUSTED_INPUT, Policy, Rule
+from underway.guard.approvals import public_key_of, register_approver, sign_decision
+from underway.guard.policy import UNTRUSTED_INPUT, Policy, Rule
 
 TOKENS_IN, TOKENS_OUT, COST = 100, 20, 0.25
 """What one call of :class:`DeskModel` is charged."""

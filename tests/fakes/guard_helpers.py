@@ -8,16 +8,16 @@ from pathlib import Path
 from typing import Any
 
 from underway import events as ev
-from underway.approvals import (
+from underway.engine import Engine
+from underway.guard.approvals import (
     ApproverRecord,
     generate_keypair,
     load_private_key,
     sign_decision,
     write_private_key,
 )
-from underway.engine import Engine
+from underway.journal.state import RunState
 from underway.runner import Runner
-from underway.state import RunState
 
 
 def run(coro: Any) -> Any:

@@ -33,8 +33,8 @@ import psycopg
 import pytest
 
 from underway import connect
-from underway.intake import Routes, Signal, StartFlow
 from underway.retry import RetryPolicy
+from underway.scheduling.intake import Routes, Signal, StartFlow
 from underway.store._urls import split_url
 from underway.store.base import Store
 
@@ -407,7 +407,7 @@ class IntakeProcess:
 
 # -- a consumer in a thread of its own ------------------------------------------------------
 class ConsumerThread:
-    """A :class:`~underway.intake_sources.NatsIntake` or ``RabbitMQIntake`` running in a
+    """A :class:`~underway.scheduling.intake_sources.NatsIntake` or ``RabbitMQIntake`` running in a
     thread with its own event loop, so synchronous test code can publish and check while
     it consumes. :meth:`close` stops it as SIGTERM would and re-raises what it raised."""
 

@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import BaseModel
 
 import underway as uw
-from underway.policy import policy_from_dict
+from underway.guard.policy import policy_from_dict
 
 
 class Invoice(BaseModel):

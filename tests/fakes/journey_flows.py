@@ -23,7 +23,7 @@ import underway as uw
 from fakes.invoice_flows import refunds, reminders
 from fakes.service_world import World
 from underway.effects import ModelReply
-from underway.policy import policy_from_dict
+from underway.guard.policy import policy_from_dict
 from underway.runner import Runner
 
 MARKUP = "<script>alert(1)</script>"

@@ -12,7 +12,7 @@ from typing import Any
 from fakes.service_world import World
 from underway import webhooks
 from underway.apikeys import issue_key
-from underway.approvals import public_key_of, sign_decision
+from underway.guard.approvals import public_key_of, sign_decision
 from underway.service import ROLES_EXTENSION, RUN_DATA_EXTENSION
 from underway.store.base import ConsentRecord, IntakeSecretRecord
 

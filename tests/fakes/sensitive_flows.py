@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field, SecretStr
 
 import underway as uw
 from underway import ToolCallError
-from underway.policy import policy_from_dict
+from underway.guard.policy import policy_from_dict
 
 PAN = "ABCPE1234Z"
 """A PAN-like canary (sensitive)."""

@@ -17,8 +17,8 @@ import underway as uw
 from fakes.receivers import Endpoint, SmtpSink
 from fakes.sensitive_flows import kyc
 from fakes.service_world import World
-from underway.approvals import sign_decision
-from underway.approvals.notify import MultiNotifier, SmtpNotifier, WebhookNotifier
+from underway.guard.approvals import sign_decision
+from underway.guard.approvals.notify import MultiNotifier, SmtpNotifier, WebhookNotifier
 
 
 @dataclass

@@ -15,10 +15,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 import underway as uw
 from fakes.invoice_flows import refunds, reminders
 from underway.apikeys import ROLES, issue_key
-from underway.approvals import public_key_of, register_approver
 from underway.clock import ManualClock
-from underway.intake import Routes, Signal, StartFlow
+from underway.guard.approvals import public_key_of, register_approver
 from underway.runner import Runner
+from underway.scheduling.intake import Routes, Signal, StartFlow
 from underway.service import ServerThread, create_app
 from underway.store import Store, connect
 

@@ -12,7 +12,7 @@ from pydantic import BaseModel
 
 from underway import Flow, RunContext, tool
 from underway.flow import Next
-from underway.intake import Routes, StartFlow
+from underway.scheduling.intake import Routes, StartFlow
 
 
 class Visit(BaseModel):

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 import underway as uw
 from underway.cli import app
-from underway.intake import IntakeError, Routes, StartFlow, intake
+from underway.scheduling.intake import IntakeError, Routes, StartFlow, intake
 from underway.store.base import Store
 
 ROUTES = Routes({"customer.visited": StartFlow("visit", subject_from="payload.customer.id",

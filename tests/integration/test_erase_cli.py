@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 import underway as uw
 from underway.cli import app
 from underway.crypto import KeyringFile, encrypt, refuse_plaintext
-from underway.erasure import ErasureRefused, erase_subject
+from underway.privacy.erasure import ErasureRefused, erase_subject
 from underway.store.base import Store
 from underway.store.records import HoldRecord
 

@@ -33,7 +33,7 @@ from underway.apikeys import issue_key
 from underway.cli import app as cli
 from underway.config import Config, ConfigError, load_config
 from underway.errors import ResidencyError
-from underway.intake import intake
+from underway.scheduling.intake import intake
 from underway.service import ServerThread, create_app
 from underway.store.base import IntakeSecretRecord, Store
 

@@ -14,11 +14,11 @@ import pytest
 
 import underway as uw
 from fakes.retention_world import DAY, PERSON, engine_for, make_runs, start
-from underway import audit
 from underway.codec import blob_key
 from underway.events import canonical_json
 from underway.journal import Journal
-from underway.retention import BLOB_GRACE, Retention, mark_blobs, sweep, sweep_blobs
+from underway.ops import audit
+from underway.privacy.retention import BLOB_GRACE, Retention, mark_blobs, sweep, sweep_blobs
 from underway.store import Store, connect
 
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from underway import Engine, Flow, ManualClock, RunContext, connect
 from underway.cli import app
 from underway.flow import Next
-from underway.schedules import fire_due_schedules, tick_key
+from underway.scheduling.schedules import fire_due_schedules, tick_key
 
 UNDERWAY = Path(sys.executable).with_name("underway")
 
@@ -132,7 +132,7 @@ def test_schedules_add_refuses_bad_input_with_the_reason(
 ROUTES_MODULE = """
 from pydantic import BaseModel
 import underway as uw
-from underway.intake import Routes, Signal, StartFlow
+from underway.scheduling.intake import Routes, Signal, StartFlow
 
 
 class Order(BaseModel):

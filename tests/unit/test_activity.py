@@ -13,9 +13,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 import underway as uw
 from fakes.activity_flows import COST, TOKENS_IN, TOKENS_OUT, metered
 from fakes.invoice_flows import refunds
-from underway.approvals import public_key_of, register_approver, sign_decision
 from underway.client import Activity, ActivityDay
 from underway.errors import ConfigurationError
+from underway.guard.approvals import public_key_of, register_approver, sign_decision
 from underway.runner import Runner
 from underway.testing import memory_engine
 

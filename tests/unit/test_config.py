@@ -19,16 +19,16 @@ import pytest
 from typer.testing import CliRunner
 
 from fakes.receivers import Endpoint, SmtpSink
-from underway.approvals.notify import (
+from underway.cli import app as cli
+from underway.config import Config, ConfigError, load_config
+from underway.errors import SecretRefused
+from underway.guard.approvals.notify import (
     ApprovalNotice,
     MultiNotifier,
     SmtpNotifier,
     WebhookNotifier,
 )
-from underway.budgets import Budget, TenantBudgets
-from underway.cli import app as cli
-from underway.config import Config, ConfigError, load_config
-from underway.errors import SecretRefused
+from underway.guard.budgets import Budget, TenantBudgets
 from underway.sandbox import WorkerLimits, configure_worker
 from underway.secrets import EnvSecrets
 

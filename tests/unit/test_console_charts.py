@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from underway._charts import (
+from underway.ops.charts import (
     BOTTOM,
     HEIGHT,
     TOP,

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from underway.cron import MACROS, Cron, CronError, last_fire, next_fire, utc_iso
+from underway.scheduling.cron import MACROS, Cron, CronError, last_fire, next_fire, utc_iso
 
 
 def at(text: str) -> float:

@@ -10,8 +10,8 @@ from typing import Any
 from pydantic import BaseModel
 
 import underway as uw
-from underway.deploy import DeployReport, check_deploy, rerun_step
 from underway.engine import Engine, Registry
+from underway.ops.deploy import DeployReport, check_deploy, rerun_step
 from underway.testing import ManualClock, MemoryStore
 
 

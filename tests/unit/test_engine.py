@@ -13,7 +13,7 @@ from underway import events as ev
 from underway.effects import FENCE_STRIDE
 from underway.engine import Engine
 from underway.errors import ConfigurationError, FencedError
-from underway.state import RunState
+from underway.journal.state import RunState
 from underway.testing import ScriptedModel, memory_engine
 
 PATIENCE_S = 120.0

@@ -11,7 +11,7 @@ import pytest
 from underway import events as ev
 from underway.errors import IntegrityError
 from underway.events._union import _UPCASTERS
-from underway.state import RunState, apply
+from underway.journal.state import RunState, apply
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 
@@ -89,7 +89,7 @@ def test_recorded_journals_from_earlier_versions_still_load_and_fold() -> None:
             assert ev.chain_hash(prev, payload) == row["hash"], f"{path.name} seq {row['seq']}"
             prev = row["hash"]
             env = json.loads(payload)
-            from underway.state import Recorded
+            from underway.journal.state import Recorded
 
             apply(state, Recorded(env["seq"], env["at"], ev.from_envelope(env)))
         folded = state.to_json()

@@ -18,8 +18,8 @@ from underway.codec import signal_where
 from underway.engine import Engine
 from underway.errors import ConfigurationError, ConflictError
 from underway.events import canonical_json
-from underway.policy import policy_from_dict
-from underway.state import APPROVAL_SIGNAL, request_id_for
+from underway.guard.policy import policy_from_dict
+from underway.journal.state import APPROVAL_SIGNAL, request_id_for
 from underway.store import Store
 from underway.store.base import SignalRecord
 from underway.testing import ManualClock, MemoryStore

@@ -26,12 +26,12 @@ from pydantic import BaseModel
 
 import underway as uw
 from fakes.keys import encrypted
-from underway.approvals import ApproverRecord, public_key_of, sign_decision
 from underway.clock import ManualClock
-from underway.policy import policy_from_dict
+from underway.guard.approvals import ApproverRecord, public_key_of, sign_decision
+from underway.guard.policy import policy_from_dict
 from underway.runner import Runner
 from underway.runner import run as run_to_end
-from underway.schedules import add_schedule, fire_due_schedules
+from underway.scheduling.schedules import add_schedule, fire_due_schedules
 from underway.store import MemoryStore, Store
 from underway.store._offload import INLINE, Offload, offload_of
 

@@ -3,7 +3,7 @@ and nothing else does."""
 
 from __future__ import annotations
 
-from underway.audit import inclusion_proof, merkle_root, verify_inclusion
+from underway.ops.audit import inclusion_proof, merkle_root, verify_inclusion
 
 
 def leaves(n: int) -> list[tuple[str, str, int, str]]:

@@ -15,8 +15,8 @@ from fakes.keys import encrypted
 from underway import events as ev
 from underway.codec import Codec, Where
 from underway.journal import Journal
-from underway.jsonpatch import apply_patch, make_patch
-from underway.state import RunState, apply
+from underway.journal.patch import apply_patch, make_patch
+from underway.journal.state import RunState, apply
 from underway.store.memory import MemoryStore
 from underway.testing import memory_engine
 

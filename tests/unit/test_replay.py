@@ -13,8 +13,8 @@ from pydantic import BaseModel
 
 import underway as uw
 from underway.engine import Engine
-from underway.policy import policy_from_dict
-from underway.replay import ReplayResult, replay_run
+from underway.guard.policy import policy_from_dict
+from underway.ops.replay import ReplayResult, replay_run
 from underway.testing import ManualClock, MemoryStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fakes"))

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from underway import events as ev
 from underway.events import canonical_json
-from underway.state import ApprovalRecord, Escalation, Recorded, RunState, apply
+from underway.journal.state import ApprovalRecord, Escalation, Recorded, RunState, apply
 
 OLD_ESCALATION = {"reason": "outcome unknown", "key": "r:0:go:0", "tool": "pay", "index": 0,
                   "was": "ready", "cause": "unknown_outcome", "request_id": "escalation-7"}

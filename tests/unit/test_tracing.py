@@ -16,8 +16,8 @@ from pydantic import BaseModel, SecretStr
 import underway as uw
 from underway import events as ev
 from underway.errors import ConfigurationError
+from underway.journal.state import RunState
 from underway.runner import Runner
-from underway.state import RunState
 from underway.telemetry import Tracing
 from underway.testing import memory_engine
 

@@ -15,10 +15,10 @@ from pydantic import BaseModel, model_validator
 
 import underway as uw
 from underway import events as ev
-from underway.deploy import DeployReport, check_deploy
 from underway.engine import Engine
 from underway.errors import ConfigurationError
-from underway.policy import policy_from_dict
+from underway.guard.policy import policy_from_dict
+from underway.ops.deploy import DeployReport, check_deploy
 from underway.store import Store
 from underway.testing import ManualClock, MemoryStore
 

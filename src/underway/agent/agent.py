@@ -15,14 +15,14 @@ from typing import Any, assert_never
 from pydantic import BaseModel, Field, model_validator
 
 from .. import events as ev
-from ..budgets import Budget
 from ..effects import Model, Tool
 from ..errors import ConfigurationError, ToolCallError
 from ..events import JSON
 from ..flow import Flow, Next, RunContext
+from ..guard.budgets import Budget
+from ..guard.policy import DEFAULT_POLICY, Policy
 from ..lineage import INTAKE_TAINT
 from ..models.types import Message, ModelResponse, ToolCall, ToolSpec
-from ..policy import DEFAULT_POLICY, Policy
 from .observations import UNTRUSTED, quote, repeated_from, untrusted_blocks
 
 RULES = """\
@@ -131,7 +131,7 @@ class Agent:
     and the input of a run started by intake are untrusted; once any is in the context,
     every call of a mutating, message or ``outbound`` tool not declared ``untrusted_ok``
     carries the ``untrusted`` label. With no policy on the flow or the engine the agent
-    runs under :data:`~underway.policy.DEFAULT_POLICY`, which holds such calls for a
+    runs under :data:`~underway.guard.policy.DEFAULT_POLICY`, which holds such calls for a
     person.
 
     ``plan=False`` skips the planning turn. ``signals`` names the outside events the agent

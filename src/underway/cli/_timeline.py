@@ -1,5 +1,5 @@
 """A readable timeline of one run: a header with where the run stands, then one line per
-event (sequence number, time, type and a one-line summary, from :mod:`underway._timeline`).
+event (sequence number, time, type and a one-line summary, from :mod:`underway.ops.timeline`).
 
 Plain text on purpose: ``underway runs show`` prints it (the examples print what that
 command prints), and it needs nothing beyond the standard library.
@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from .._timeline import counts, format_time, lines, preview
 from ..client import Recorded, RunState
 from ..codec import ENCRYPTED
 from ..events import PURGED, Encrypted
+from ..ops.timeline import counts, format_time, lines, preview
 from ..redaction import Redactor
 from ..store.records import PurgedRun
 

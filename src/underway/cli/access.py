@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from .._timeline import format_time
+from ..ops.timeline import format_time
 from ..store.access import verify_access_log
 from ._common import (
     DbOption,

@@ -11,8 +11,8 @@ from typing import Annotated
 
 import typer
 
-from .._timeline import format_time
 from ..apikeys import ROLES, issue_key
+from ..ops.timeline import format_time
 from ..store.base import IntakeSecretRecord
 from ..webhooks import new_secret
 from ._common import DbOption, Problem, TenantOption, handle_errors, open_store

@@ -17,8 +17,9 @@ from typing import Annotated, Any
 
 import typer
 
-from .._timeline import time_left
-from ..approvals import (
+from ..client import Client, PendingRequest, redact_request
+from ..events import JSON
+from ..guard.approvals import (
     ApprovalCheck,
     ApproverRecord,
     load_private_key,
@@ -27,9 +28,8 @@ from ..approvals import (
     sign_decision,
     verify_decision,
 )
-from ..approvals.decision import REASON_TEXT, Decision
-from ..client import Client, PendingRequest, redact_request
-from ..events import JSON
+from ..guard.approvals.decision import REASON_TEXT, Decision
+from ..ops.timeline import time_left
 from ..store.access import DEFAULT_PURPOSE
 from ..store.base import Store
 from ._common import (

@@ -8,10 +8,10 @@ from typing import Annotated
 
 import typer
 
-from ..approvals import generate_keypair, load_private_key, write_private_key
-from ..audit import FileAnchorLog, Report, anchor, key_id, load_public_key, read_anchors
-from ..audit import verify as verify_journals
 from ..client import Client
+from ..guard.approvals import generate_keypair, load_private_key, write_private_key
+from ..ops.audit import FileAnchorLog, Report, anchor, key_id, load_public_key, read_anchors
+from ..ops.audit import verify as verify_journals
 from ._common import DbOption, Problem, TenantOption, find_run, handle_errors, open_store
 
 app = typer.Typer(help="Audit the journal.", no_args_is_help=True)

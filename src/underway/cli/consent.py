@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from .._timeline import format_time
+from ..ops.timeline import format_time
 from ..store.base import ConsentRecord
 from ._common import DbOption, TenantOption, handle_errors, open_client
 

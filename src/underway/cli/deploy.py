@@ -1,5 +1,5 @@
 """``underway deploy check``: before a deploy, every unfinished run of the database against
-the new code (see :mod:`underway.deploy` and docs/versioning.md)."""
+the new code (see :mod:`underway.ops.deploy` and docs/versioning.md)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from typing import Annotated
 import typer
 
 from ..crypto import Envelope, rotation_flow
-from ..deploy import Breakage, check_deploy
 from ..loading import load_app
+from ..ops.deploy import Breakage, check_deploy
 from ._common import (
     ConfigOption,
     DbOption,

@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ..drills import DrillOptions, DrillReport, parse_faults, run_drill
+from ..ops.drills import DrillOptions, DrillReport, parse_faults, run_drill
 from ._common import DbOption, Problem, database_url, handle_errors
 
 app = typer.Typer(add_completion=False)

@@ -1,5 +1,5 @@
 """``underway erase subject ID --by WHO --reason R``: erase a data subject by crypto-shredding
-(:mod:`underway.erasure`); ``underway erase log``: the erasure log."""
+(:mod:`underway.privacy.erasure`); ``underway erase log``: the erasure log."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Annotated
 
 import typer
 
-from .._timeline import format_time
-from ..erasure import ErasureRefused, erase_subject
+from ..ops.timeline import format_time
+from ..privacy.erasure import ErasureRefused, erase_subject
 from ..store.records import ErasureRecord
 from ._common import DbOption, Problem, TenantOption, handle_errors, open_store
 

@@ -1,5 +1,5 @@
 """``underway eval``: how well a tenant's agents did; ``underway drift``: whether they behave
-now as they did before. Both computed from the journal (:mod:`underway.evaluation`), each
+now as they did before. Both computed from the journal (:mod:`underway.ops.evaluation`), each
 saying what it read; each read is written to the access log as one of run ``*``."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from ..evaluation import (
+from ..ops.evaluation import (
     DEFAULT_ALPHA,
     DEFAULT_MIN_SAMPLES,
     DEFAULT_THRESHOLDS,

@@ -14,8 +14,8 @@ from typing import Annotated, Any
 import typer
 
 from ..client import Client
-from ..intake import Routes, intake
 from ..loading import call_factory, import_object
+from ..scheduling.intake import Routes, intake
 from ._common import (
     DbOption,
     Problem,

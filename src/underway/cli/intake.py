@@ -15,10 +15,10 @@ from typing import Annotated, Any, Literal
 
 import typer
 
-from .. import intake_sources
 from ..client import Client
-from ..intake import Routes
-from ..intake_sources import IntakeCounts, MailOptions
+from ..scheduling import intake_sources
+from ..scheduling.intake import Routes
+from ..scheduling.intake_sources import IntakeCounts, MailOptions
 from ._common import DbOption, Problem, handle_errors, open_store
 from .events import load_routes
 

@@ -13,8 +13,6 @@ from typing import Annotated
 
 import typer
 
-from .._timeline import format_time
-from ..approvals import generate_keypair, write_private_key
 from ..client import Client
 from ..crypto import (
     ROTATION_FLOW,
@@ -24,6 +22,8 @@ from ..crypto import (
 )
 from ..crypto.rotation import envelope_of
 from ..engine import Engine
+from ..guard.approvals import generate_keypair, write_private_key
+from ..ops.timeline import format_time
 from ..runner import Runner
 from ..store.base import FINAL, RunRecord
 from ._common import (

@@ -12,10 +12,10 @@ from pydantic import ValidationError
 from ..effects import Tool
 from ..events import JSON
 from ..guard import decide_with_money
+from ..guard.policy import Amount, PolicyContext, load_policy
+from ..guard.policy.context import to_decimal
 from ..loading import load_app
 from ..money import Money, Unreadable, read_money
-from ..policy import Amount, PolicyContext, load_policy
-from ..policy.context import to_decimal
 from ..store.base import ConsentRecord
 from ._common import Problem, handle_errors, parse_json
 

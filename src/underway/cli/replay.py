@@ -1,6 +1,6 @@
 """``underway replay``: a historical run — or every run of a flow since a time — executed
 again against new code, a new model or a new policy, without side effects, and its
-decisions set beside the original's (see :mod:`underway.replay`, docs/evaluation.md)."""
+decisions set beside the original's (see :mod:`underway.ops.replay`, docs/evaluation.md)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,9 @@ import typer
 
 from ..client import Client
 from ..effects import Model
+from ..guard.policy import Policy, load_policy
 from ..loading import load_app
-from ..policy import Policy, load_policy
-from ..redaction import Redactor
-from ..replay import (
+from ..ops.replay import (
     CHANGES,
     BatchEntry,
     OnDivergence,
@@ -26,7 +25,8 @@ from ..replay import (
     replay_run,
     replay_runs,
 )
-from ..replay import rows as side_by_side
+from ..ops.replay import rows as side_by_side
+from ..redaction import Redactor
 from ..store.access import DEFAULT_PURPOSE
 from ._common import (
     ConfigOption,

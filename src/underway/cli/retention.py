@@ -11,10 +11,10 @@ from typing import Annotated
 
 import typer
 
-from .._timeline import format_time
 from ..client import Client
 from ..events import is_tombstone
-from ..retention import SweepReport, TenantSweep, sweep
+from ..ops.timeline import format_time
+from ..privacy.retention import SweepReport, TenantSweep, sweep
 from ..store.base import HoldRecord, Store
 from ._common import (
     ConfigOption,

@@ -13,13 +13,13 @@ from typing import Annotated, Any
 
 import typer
 
-from .._timeline import format_time
 from ..client import Client, Recorded
 from ..codec import ENCRYPTED
 from ..control import CHILD as CHILD_SIGNAL
 from ..events import JSON, PURGED, Encrypted, PayloadPurged
 from ..flow import Flow
 from ..loading import load_app
+from ..ops.timeline import format_time
 from ..redaction import Redactor
 from ..store.access import DEFAULT_PURPOSE
 from ..store.base import FINAL, RunRecord

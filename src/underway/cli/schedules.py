@@ -8,9 +8,9 @@ from typing import Annotated
 
 import typer
 
-from .._timeline import format_time
 from ..client import Client
-from ..schedules import add_schedule, list_schedules, remove_schedule
+from ..ops.timeline import format_time
+from ..scheduling.schedules import add_schedule, list_schedules, remove_schedule
 from ._common import DbOption, Problem, handle_errors, open_store, parse_json
 
 app = typer.Typer(help="List, add and remove cron schedules.", no_args_is_help=True)

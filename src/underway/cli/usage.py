@@ -9,8 +9,8 @@ from typing import Annotated
 
 import typer
 
-from ..budgets import TenantUsage
 from ..codec import ENCRYPTED
+from ..guard.budgets import TenantUsage
 from ..store.access import ALL_RUNS, DEFAULT_PURPOSE
 from ._common import (
     DbOption,

@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from .. import telemetry
-from ..approvals import load_private_key
-from ..audit import Anchoring, FileAnchorLog
 from ..config import Config, ConfigError
 from ..crypto import Envelope, rotation_flow
 from ..engine import Engine
 from ..errors import ConfigurationError
 from ..guard import DEFAULT_ENVIRONMENT
-from ..policy import load_policy
+from ..guard.approvals import load_private_key
+from ..guard.policy import load_policy
+from ..ops.audit import Anchoring, FileAnchorLog
 from ..sandbox import WorkerLimits, configure_worker
 from ..store import queries
 from ..telemetry import Metrics

@@ -16,7 +16,7 @@ client's, checked against the flows the engine has.
 from __future__ import annotations
 
 from ..journal import Verification
-from ..state import Recorded, RunState
+from ..journal.state import Recorded, RunState
 from ..store.base import ConsentRecord, RunRecord
 from ._activity import Activity, ActivityDay
 from ._client import Client

@@ -13,8 +13,6 @@ from pydantic import BaseModel, ValidationError
 
 from .. import events as ev
 from .. import inputs
-from ..approvals import ApprovalCheck, SignedDecision, verify_decision
-from ..approvals.decision import REASON_TEXT
 from ..clock import Clock, SystemClock
 from ..codec import Codec, signal_where
 from ..control import CANCEL, RESERVED_PREFIX, resolution_of, resumption_of
@@ -26,10 +24,12 @@ from ..errors import (
 )
 from ..events import JSON, canonical_json
 from ..flow import Flow
+from ..guard.approvals import ApprovalCheck, SignedDecision, verify_decision
+from ..guard.approvals.decision import REASON_TEXT
 from ..journal import Journal, Verification
+from ..journal.state import ANSWER_SIGNAL, APPROVAL_SIGNAL, Recorded, RunState
 from ..lineage import Lineage
 from ..redaction import Redactor, RunRedactors
-from ..state import ANSWER_SIGNAL, APPROVAL_SIGNAL, Recorded, RunState
 from ..store import connect
 from ..store.base import NewRun, RunRecord, SignalRecord, Store
 from ..subjects import DEFAULT_PURPOSE

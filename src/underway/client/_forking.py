@@ -18,8 +18,8 @@ from ..errors import ConfigurationError, ConflictError, IntegrityError, RunNotFo
 from ..events import JSON, canonical_json, genesis_hash
 from ..flow import Flow
 from ..journal import Journal
-from ..jsonpatch import apply_patch
-from ..state import APPROVAL_SIGNAL, RunState, usage_counters
+from ..journal.patch import apply_patch
+from ..journal.state import APPROVAL_SIGNAL, RunState, usage_counters
 from ..store.base import ForkLink, NewRun, Store
 from ._starting import started_with
 

@@ -8,8 +8,8 @@ from typing import Literal, cast
 
 from ..codec import ENCRYPTED, SEALED_TEXT, Codec, run_error_where
 from ..events import JSON
+from ..journal.state import APPROVAL_SIGNAL, RunState, RunStatus
 from ..redaction import Hidden, Redactor
-from ..state import APPROVAL_SIGNAL, RunState, RunStatus
 from ..store.base import RunRecord
 
 RequestKind = Literal["approval", "question", "resolution"]

@@ -17,16 +17,16 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, PrivateAttr, ValidationError
 
-from .. import policy as policies
 from .. import telemetry
-from ..approvals.keys import load_private_key
-from ..approvals.notify import MultiNotifier, Notifier, SmtpNotifier, WebhookNotifier
-from ..audit import Anchoring, FileAnchorLog
-from ..budgets import Budget, TenantBudgets
 from ..crypto.envelope import encrypt
 from ..crypto.providers import EnvKey, KeyProvider, KeyringFile
 from ..errors import ConfigurationError
-from ..retention import Periods, Retention, Rules
+from ..guard import policy as policies
+from ..guard.approvals.keys import load_private_key
+from ..guard.approvals.notify import MultiNotifier, Notifier, SmtpNotifier, WebhookNotifier
+from ..guard.budgets import Budget, TenantBudgets
+from ..ops.audit import Anchoring, FileAnchorLog
+from ..privacy.retention import Periods, Retention, Rules
 from ..secrets import BoundSecrets, EnvSecrets, SecretProvider
 from ..store import connect
 from ..store.base import Store
@@ -36,7 +36,7 @@ from ._sections import BASE, BudgetSection, PeriodsSection, Sections, TenantRete
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
 
-    from ..policy import Policy
+    from ..guard.policy import Policy
 
 
 class ConfigError(ConfigurationError):
@@ -83,7 +83,7 @@ class Config(Sections):
 
     def make_notifier(self, environ: Mapping[str, str] | None = None) -> Notifier | None:
         """The ``[notifier]``: a webhook, an SMTP notifier, both (one
-        :class:`~underway.approvals.notify.MultiNotifier`) or None. Secrets come from
+        :class:`~underway.guard.approvals.notify.MultiNotifier`) or None. Secrets come from
         ``environ`` (default ``os.environ``)."""
         env = os.environ if environ is None else environ
         found: list[Notifier] = []

@@ -20,7 +20,7 @@ from pydantic import (
 )
 
 from ..errors import ConfigurationError
-from ..retention import DEFAULT_EVERY, parse_period
+from ..privacy.retention import DEFAULT_EVERY, parse_period
 
 BASE = "base"
 """The validation context's key for the directory relative paths start from."""
@@ -262,7 +262,7 @@ class PolicySection(Section):
 
 
 class BudgetSection(Section):
-    """One budget (:class:`~underway.budgets.Budget`): limits per UTC day of all of a
+    """One budget (:class:`~underway.guard.budgets.Budget`): limits per UTC day of all of a
     tenant's runs; an absent limit is no limit."""
 
     tokens: Limit | None = None

@@ -16,7 +16,7 @@ are its client's.
 from __future__ import annotations
 
 from ..control import CANCEL, RESOLVE, RESUME
-from ..projection import question_expiry
+from ..journal.projection import question_expiry
 from ._calls import StepExecution
 from ._children import StepWithChildren, child_run_id
 from ._eager import EagerStart

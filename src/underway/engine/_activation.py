@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from .. import events as ev
 from .. import faults
-from ..budgets import Usage
 from ..codec import run_error_where
-from ..projection import expected_update
+from ..guard.budgets import Usage
+from ..journal.projection import expected_update
+from ..journal.state import Recorded, RunState, apply
 from ..redaction import Hidden
-from ..state import Recorded, RunState, apply
 from ..store.base import AppendBatch, Lease, RunRecord
 from ._outbox import outbox
 from ._stops import Unencodable

@@ -9,16 +9,16 @@ import logging
 from typing import TYPE_CHECKING, NoReturn
 
 from .. import events as ev
-from ..budgets import Exceeded, Usage, route_breach
 from ..effects import Model, ModelQuote
 from ..events import JSON
-from ..intent import CallIntent
+from ..guard.budgets import Exceeded, Usage, route_breach
+from ..guard.intent import CallIntent
+from ..journal.state import REFUSAL_ERRORS, shadow_result
 from ..models.routing import ModelRouter
-from ..state import REFUSAL_ERRORS, shadow_result
 from ._stops import Escalate, Stop
 
 if TYPE_CHECKING:
-    from ..budgets import Budget
+    from ..guard.budgets import Budget
     from ._activation import Activation
 
 log = logging.getLogger("underway.engine")

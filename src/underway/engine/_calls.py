@@ -15,7 +15,6 @@ from pydantic import ValidationError
 
 from .. import events as ev
 from .. import faults
-from ..budgets import Usage
 from ..effects import (
     CallInfo,
     Model,
@@ -27,12 +26,13 @@ from ..effects import (
 from ..egress import Egress
 from ..errors import ConfigurationError, NonDeterminismError, ToolCallError, is_store_failure
 from ..events import JSON, canonical_json
+from ..guard.budgets import Usage
+from ..guard.intent import CallIntent
 from ..hooks import HookFailed
-from ..intent import CallIntent
+from ..journal.state import REFUSAL_ERRORS, request_id_for, shadow_result
 from ..redaction import schema_failure, scrub
 from ..secrets import credentials_rejected, mask
 from ..secrets import refusal as secret_refusal
-from ..state import REFUSAL_ERRORS, request_id_for, shadow_result
 from . import _budgets as budgets
 from . import _outcomes as outcomes
 from ._activation import Activation

@@ -36,11 +36,11 @@ from ..guard import Guard
 from ..hooks import DEFAULT_HOOK_TIMEOUT, notify
 from ..identity import worker_identity
 from ..journal import Journal
-from ..jsonpatch import make_patch
-from ..projection import expected_update, good_time, question_expiry
+from ..journal.patch import make_patch
+from ..journal.projection import expected_update, good_time, question_expiry
+from ..journal.state import Recorded, RunState
 from ..redaction import Redactor
 from ..secrets import BoundSecrets, SecretProvider
-from ..state import Recorded, RunState
 from ..store._offload import INLINE, offload_of, run_io
 from ..store.base import Lease, RunRecord, Store
 from ..subjects import acting_for
@@ -58,9 +58,9 @@ from ._rows import SUSPECTS_PER_ROUND, checked_ttl, heal_rows, repair_leased
 from ._stops import DeadLetter, Escalate, Stop, Suspend, Unencodable
 
 if TYPE_CHECKING:
-    from ..approvals.notify import Notifier
-    from ..budgets import Budget, TenantBudgets
-    from ..policy import Policy
+    from ..guard.approvals.notify import Notifier
+    from ..guard.budgets import Budget, TenantBudgets
+    from ..guard.policy import Policy
 
 _T = TypeVar("_T")
 
@@ -86,8 +86,8 @@ class Engine(EagerStarts):
     always when a run leaves the worker: waiting, escalated, dead or finished).
     ``retry_budget``: retries one run may spend across all its tools before it stops dead
     (``None``: no limit). ``tenant_budget``: what each tenant's runs may spend per UTC
-    day, one :class:`~underway.budgets.Budget` for every tenant or
-    :class:`~underway.budgets.TenantBudgets` (a default and per-tenant budgets).
+    day, one :class:`~underway.guard.budgets.Budget` for every tenant or
+    :class:`~underway.guard.budgets.TenantBudgets` (a default and per-tenant budgets).
     ``metrics``: where steps, calls, activations and run ends are reported
     (:class:`underway.telemetry.PrometheusMetrics`; default: nowhere, at no cost).
     ``group_commit``: the commits of this engine's concurrent activations are written
@@ -104,7 +104,7 @@ class Engine(EagerStarts):
 
     execution: type[StepWithChildren] = StepWithChildren
     """What executes a step's calls (a counterfactual replay's engine serves recorded
-    results through its own, :mod:`underway.replay`)."""
+    results through its own, :mod:`underway.ops.replay`)."""
 
     def __init__(
         self,

@@ -5,7 +5,7 @@ brought in (:attr:`~underway.lineage.Lineage.sources`) and those its flow reads 
 state (:attr:`~underway.flow.Flow.taint_of`, an agent's context). It is journaled on
 :class:`~underway.events.RunCompleted` (``tainted_by``).
 
-A policy whose rules name :data:`~underway.policy.FINISH` decides on the finish as on one
+A policy whose rules name :data:`~underway.guard.policy.FINISH` decides on the finish as on one
 more call of the step, at the step's next call position: ``PolicyDecided`` is journaled,
 ``allow`` completes the run, ``deny`` fails it (the result is withheld), and
 ``require_approval`` holds the result (``ApprovalRequested``) until a signed decision
@@ -24,8 +24,8 @@ from pydantic import BaseModel
 from .. import events as ev
 from ..effects import args_hash, idempotency_key
 from ..flow import Done, Fail, Flow
-from ..policy import FINISH
-from ..state import RunState, request_id_for
+from ..guard.policy import FINISH
+from ..journal.state import RunState, request_id_for
 from ._stops import Escalate, Suspend
 
 if TYPE_CHECKING:

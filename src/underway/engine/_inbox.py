@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING
 from pydantic import ValidationError
 
 from .. import events as ev
-from ..approvals import ApprovalCheck, SignedDecision, verify_decision
 from ..codec import signal_where
 from ..control import CANCEL, RESOLVE, RESUME, resolution_of, resumption_of
 from ..control import CHILD as CHILD_SIGNAL
 from ..errors import IntegrityError, KeyUnavailable, UnderwayError
 from ..events import JSON
-from ..state import (
+from ..guard.approvals import ApprovalCheck, SignedDecision, verify_decision
+from ..journal.state import (
     ANSWER_SIGNAL,
     APPROVAL_SIGNAL,
     Escalation,

@@ -1,11 +1,11 @@
 """What a notifier is told when a run waits for a person: an approval request, a question
-or an escalation to resolve, as an :class:`~underway.approvals.notify.ApprovalNotice`."""
+or an escalation to resolve, as an :class:`~underway.guard.approvals.notify.ApprovalNotice`."""
 
 from __future__ import annotations
 
 from .. import events as ev
-from ..approvals.notify import ApprovalNotice
-from ..state import RunState
+from ..guard.approvals.notify import ApprovalNotice
+from ..journal.state import RunState
 
 
 def notice_of(s: RunState, e: ev.ApprovalRequested | ev.Escalated) -> ApprovalNotice:

@@ -9,7 +9,7 @@ from ..codec import Codec, signal_where
 from ..control import CANCEL
 from ..control import CHILD as CHILD_SIGNAL
 from ..events import JSON, canonical_json
-from ..state import FINAL_STATUSES, RunState
+from ..journal.state import FINAL_STATUSES, RunState
 from ..store.base import SignalRecord
 
 

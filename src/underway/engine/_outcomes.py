@@ -13,8 +13,8 @@ from ..effects import COMPENSATE_SUFFIX, CallInfo, Reconciled, Tool, fence_of
 from ..egress import Egress
 from ..errors import ConfigurationError, ToolCallError
 from ..events import canonical_json
+from ..guard.intent import CallIntent
 from ..hooks import HookFailed, call_hook
-from ..intent import CallIntent
 from ..lost_track import lost_track
 from ..secrets import refresh, resolve
 from ._activation import Activation

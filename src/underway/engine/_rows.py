@@ -2,7 +2,7 @@
 
 A row the journal contradicts can stop its run for good: a finished status on a sleeping
 run, a wake time that is no time, a lease nobody holds. A worker heals such a row once,
-from the journal (:mod:`underway.projection` says what it should be), and logs one
+from the journal (:mod:`underway.journal.projection` says what it should be), and logs one
 warning naming what was wrong. It meets such rows two ways: a claimed run whose row
 disagrees with its journal (:func:`repair_leased`), and the rows no claim can reach,
 found by :meth:`~underway.store.leases.LeaseStore.suspect_runs` (:func:`heal_rows`).
@@ -16,8 +16,14 @@ from typing import TYPE_CHECKING
 
 from ..codec import Codec, run_error_where
 from ..errors import ConfigurationError
-from ..projection import Disagreement, disagreements, expected_update, good_time, lease_problem
-from ..state import RunState
+from ..journal.projection import (
+    Disagreement,
+    disagreements,
+    expected_update,
+    good_time,
+    lease_problem,
+)
+from ..journal.state import RunState
 from ..store.leases import MAX_LEASE_TTL
 from ..store.records import FINAL, RowRepair, RunRecord, RunUpdate
 

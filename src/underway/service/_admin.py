@@ -11,8 +11,8 @@ from fastapi import APIRouter, Path, Query, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..apikeys import Role, issue_key
-from ..approvals import ApproverRecord, register_approver
 from ..errors import ConfigurationError
+from ..guard.approvals import ApproverRecord, register_approver
 from ..store.access import PURPOSE_MAX, verify_access_log
 from ..store.base import AccessRecord, ApiKeyRecord, IntakeSecretRecord
 from ..webhooks import new_secret

@@ -18,7 +18,7 @@ from starlette.concurrency import run_in_threadpool
 from ..apikeys import ROLES
 from ..client import Client
 from ..errors import ConfigurationError
-from ..intake import Route, Routes
+from ..scheduling.intake import Route, Routes
 from ..store import queries
 from ..store.base import Store
 from ..webhooks import REPLAY_WINDOW

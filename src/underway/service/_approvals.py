@@ -10,10 +10,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request
 
-from ..approvals import ApprovalCheck, SignedDecision, verify_decision
-from ..approvals.decision import REASON_TEXT
 from ..client import PendingRequest, redact_request
 from ..errors import ConfigurationError
+from ..guard.approvals import ApprovalCheck, SignedDecision, verify_decision
+from ..guard.approvals.decision import REASON_TEXT
 from ._auth import Caller, ServiceState, State, endpoint
 from ._inputs import CheckedRoute
 from ._models import Accepted, Pending

@@ -15,7 +15,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from ..apikeys import PERMISSIONS, ROLES, Permission, Role, authenticate, roles_with
 from ..client import Client
-from ..intake import Routes
+from ..scheduling.intake import Routes
 from ..store._offload import run_io
 from ..store.access import DEFAULT_PURPOSE
 from ..store.base import AccessRecord, ApiKeyRecord, Store

@@ -1,5 +1,5 @@
 """``/v1/erasures``: erase a data subject of the key's tenant by crypto-shredding
-(:mod:`underway.erasure`), and the erasure log. Both need an ``admin`` key: an erasure
+(:mod:`underway.privacy.erasure`), and the erasure log. Both need an ``admin`` key: an erasure
 cannot be undone. A refusal (a legal hold, a run of the subject not ended, no keys to read
 what must keep its skeleton) is a 409 that says why and destroys nothing; with
 ``cancel_active`` the runs not ended are asked to cancel first (journaled), and the erasure
@@ -12,7 +12,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
-from ..erasure import ErasureRefused, erase_subject
+from ..privacy.erasure import ErasureRefused, erase_subject
 from ..store.records import ErasureRecord
 from ._auth import Caller, State, endpoint
 from ._inputs import CheckedRoute

@@ -18,7 +18,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, JsonValue, Val
 
 from .. import webhooks
 from ..inputs import parse_json
-from ..intake import IntakeError, intake
+from ..scheduling.intake import IntakeError, intake
 from ..store._offload import run_io
 from ._auth import Caller, ServiceState, State, endpoint
 from ._inputs import CheckedRoute

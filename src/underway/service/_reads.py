@@ -10,9 +10,9 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, JsonValue
 
-from ..audit import verify
-from ..budgets import tenant_usage
-from ..schedules import list_schedules
+from ..guard.budgets import tenant_usage
+from ..ops.audit import verify
+from ..scheduling.schedules import list_schedules
 from ..store.access import ALL_RUNS
 from ._auth import Caller, State, endpoint
 from ._inputs import CheckedRoute

@@ -11,8 +11,8 @@ from ..client import redact_request
 from ..control import CHILD
 from ..errors import ConfigurationError, InvalidInput, ResidencyError
 from ..inputs import MAX_INT
+from ..journal.state import APPROVAL_SIGNAL
 from ..redaction import Redactor
-from ..state import APPROVAL_SIGNAL
 from ..store.base import FINAL, RunRecord
 from ._auth import Caller, ServiceState, State, endpoint
 from ._inputs import CheckedRoute

@@ -15,7 +15,7 @@ from prometheus_client.registry import Collector
 from .. import events as ev
 from ..client import Client
 from ..errors import RunNotFound
-from ..state import RunState
+from ..journal.state import RunState
 from ..store.base import Store
 from ._seam import Metrics
 

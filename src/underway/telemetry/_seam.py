@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from .. import events as ev
 from ..events import JSON
-from ..state import RunState
+from ..journal.state import RunState
 
 if TYPE_CHECKING:
     from ..effects import Tool

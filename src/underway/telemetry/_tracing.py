@@ -36,7 +36,7 @@ from opentelemetry.util.types import AttributeValue
 
 from .. import events as ev
 from ..events import JSON
-from ..state import RunState
+from ..journal.state import RunState
 from ._seam import Metrics
 
 if TYPE_CHECKING:

@@ -15,9 +15,9 @@ from typing import Any
 from pydantic import BaseModel
 
 import underway as uw
-from underway.budgets import Budget
 from underway.effects import ModelReply
 from underway.events import JSON
+from underway.guard.budgets import Budget
 from underway.runner import Runner
 from underway.store import connect
 

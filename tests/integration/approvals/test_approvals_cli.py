@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 import underway as uw
 from underway import events as ev
 from underway.cli import app
-from underway.policy import policy_from_dict
+from underway.guard.policy import policy_from_dict
 from underway.runner import Runner
 
 # -- a flow whose large refunds need a signed approval, and one that asks a question --------

@@ -7,8 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import underway.approvals
-import underway.approvals.notify
+import underway.guard.approvals
+import underway.guard.approvals.notify
 
 DOC = Path(__file__).parents[3] / "docs" / "approvals.md"
 
@@ -25,12 +25,12 @@ def test_the_python_examples_run(tmp_path: Path) -> None:
 
 
 def test_the_public_names_are_pinned() -> None:
-    assert sorted(underway.approvals.__all__) == [
+    assert sorted(underway.guard.approvals.__all__) == [
         "ApprovalCheck", "ApproverRecord", "SignedDecision", "generate_keypair",
         "load_private_key", "public_key_of", "register_approver", "sign_decision",
         "verify_decision", "write_private_key",
     ]
-    assert sorted(underway.approvals.notify.__all__) == [
+    assert sorted(underway.guard.approvals.notify.__all__) == [
         "ApprovalNotice", "LogNotifier", "MultiNotifier", "Notifier", "SmtpNotifier",
         "WebhookNotifier", "webhook_signature",
     ]

@@ -20,13 +20,13 @@ from typer.testing import CliRunner
 
 import underway as uw
 from underway import events as ev
-from underway.approvals import public_key_of, register_approver, sign_decision
-from underway.approvals.notify import ApprovalNotice
 from underway.cli import app
 from underway.clock import ManualClock
 from underway.errors import SignedResolutionRequired
+from underway.guard.approvals import public_key_of, register_approver, sign_decision
+from underway.guard.approvals.notify import ApprovalNotice
+from underway.journal.state import ANSWER_SIGNAL
 from underway.runner import Runner
-from underway.state import ANSWER_SIGNAL
 
 CHARGED: list[str] = []
 
@@ -363,7 +363,7 @@ def test_approvers_are_notified_of_an_escalation_once_it_is_durable(world: World
 
 
 def test_an_escalation_notice_says_how_to_resolve_it() -> None:
-    from underway.approvals.notify import email_body
+    from underway.guard.approvals.notify import email_body
 
     body = email_body(ApprovalNotice(
         tenant_id="acme", run_id="pay-11", request_id="escalation-5", tool="charge_card",

@@ -14,9 +14,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 import underway as uw
 from fakes.invoice_flows import Invoice, Notes, refunds, reminders
 from underway import events as ev
-from underway.approvals import public_key_of, register_approver, sign_decision
 from underway.clock import ManualClock
 from underway.errors import AmbiguousRunId
+from underway.guard.approvals import public_key_of, register_approver, sign_decision
 from underway.runner import Runner
 from underway.store import MemoryStore, Store, connect
 

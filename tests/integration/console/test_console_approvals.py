@@ -16,7 +16,7 @@ import pytest
 
 from fakes.console_browser import csrf_of, sign_in
 from fakes.service_world import World
-from underway.approvals import generate_keypair, sign_decision
+from underway.guard.approvals import generate_keypair, sign_decision
 from underway.service.console._approvals import time_left
 
 

@@ -24,10 +24,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
 
 from fakes.service_world import World
-from underway.approvals import SignedDecision, sign_decision, verify_decision
-from underway.approvals.decision import DOMAIN, ApprovalCheck
-from underway.approvals.keys import decode_public_key
 from underway.events import canonical_json
+from underway.guard.approvals import SignedDecision, sign_decision, verify_decision
+from underway.guard.approvals.decision import DOMAIN, ApprovalCheck
+from underway.guard.approvals.keys import decode_public_key
 
 CHROMIUM = os.environ.get("UNDERWAY_CHROMIUM", "/usr/bin/chromium")
 T = TypeVar("T")

@@ -23,7 +23,7 @@ from fakes.activity_flows import COST, TOKENS_IN, TOKENS_OUT
 from fakes.activity_flows import FLOWS as ACTIVITY_FLOWS
 from fakes.console_browser import sign_in
 from fakes.service_world import FLOWS, World
-from underway.approvals import sign_decision
+from underway.guard.approvals import sign_decision
 from underway.runner import Runner
 from underway.service.console import CONSOLE_CSP
 

@@ -24,8 +24,8 @@ from fakes.journey_flows import (
 )
 from fakes.service_world import World
 from underway import Client
-from underway.jsonpatch import make_patch
-from underway.state import RunState, fold
+from underway.journal.patch import make_patch
+from underway.journal.state import RunState, fold
 
 PAGE = 200
 

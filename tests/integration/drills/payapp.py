@@ -24,9 +24,9 @@ from typing import Any
 from pydantic import BaseModel
 
 from underway import CallInfo, Flow, Reconciled, RetryPolicy, RunContext, Tool, tool
-from underway.drills import DrillSite, Scenario
 from underway.flow import Next
 from underway.http import HTTPError, request
+from underway.ops.drills import DrillSite, Scenario
 
 URL_ENV = "PAYAPP_URL"
 RETRY = RetryPolicy(max_attempts=4, initial_interval=0.05, max_interval=0.5)

@@ -22,10 +22,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from underway.drills import FAULTS, Finding, parse_faults
-from underway.drills._inject import Logbook
-from underway.drills._report import _executed_twice
 from underway.errors import ConfigurationError
+from underway.ops.drills import FAULTS, Finding, parse_faults
+from underway.ops.drills._inject import Logbook
+from underway.ops.drills._report import _executed_twice
 
 HERE = Path(__file__).resolve().parent
 UNDERWAY = Path(sys.executable).with_name("underway")

@@ -26,7 +26,7 @@ from fakes.canaries import (
 from fakes.keys import encrypted
 from underway import Client
 from underway.knowledge import open_knowledge
-from underway.schedules import list_schedules
+from underway.scheduling.schedules import list_schedules
 from underway.store import connect
 
 

@@ -23,11 +23,11 @@ from underway.codec import Where, blob_where, box_of, signal_where
 from underway.crypto import Envelope, KeyringFile, encrypt, reseal
 from underway.crypto._box import box_key_id
 from underway.crypto.datakeys import DataKeys
-from underway.erasure import ErasureRefused, erase_subject
 from underway.errors import KeyUnavailable, SubjectErased
 from underway.events import PayloadPurged
 from underway.journal import Journal
 from underway.knowledge import open_knowledge
+from underway.privacy.erasure import ErasureRefused, erase_subject
 from underway.store import Store, connect
 from underway.store._urls import split_url
 

@@ -20,7 +20,7 @@ from underway.cli import app
 from underway.codec import box_of, is_sealed, split_event
 from underway.crypto import ROTATION_FLOW, KeyringFile, encrypt
 from underway.crypto._box import box_key_id
-from underway.schedules import add_schedule, list_schedules
+from underway.scheduling.schedules import add_schedule, list_schedules
 from underway.store import Store, connect
 from underway.store.records import SEALED_KINDS
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 import underway as uw
 from fakes.keys import encrypted
 from fakes.retention_world import DAY, THEN, make_runs
-from underway import audit
 from underway.codec import Codec
 from underway.crypto import refuse_plaintext
 from underway.events import PayloadPurged
-from underway.retention import Retention, sweep
+from underway.ops import audit
+from underway.privacy.retention import Retention, sweep
 from underway.store import MemoryStore
 
 NOW = THEN + 10 * DAY

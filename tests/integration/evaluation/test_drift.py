@@ -10,7 +10,7 @@ import pytest
 
 from fakes.seeded_journals import SHIFTS, Behaviour, Seeder, seed_periods
 from underway.errors import ConfigurationError
-from underway.evaluation import DEFAULT_THRESHOLDS, DRIFT_KINDS, measure_drift
+from underway.ops.evaluation import DEFAULT_THRESHOLDS, DRIFT_KINDS, measure_drift
 from underway.store import Store
 
 UNTIL = 1_800_000_000.0

@@ -18,10 +18,10 @@ from underway import events as ev
 from underway.clock import ManualClock
 from underway.crypto import KeyringFile, encrypt
 from underway.errors import ConfigurationError
-from underway.evaluation import EVAL_KINDS, evaluate
 from underway.guard import Guard
 from underway.journal import Journal
-from underway.retention import Rule, prepare
+from underway.ops.evaluation import EVAL_KINDS, evaluate
+from underway.privacy.retention import Rule, prepare
 from underway.store import Store
 
 T0 = 1_800_000_000.0

@@ -31,7 +31,7 @@ from underway import events as ev  # noqa: E402
 from underway.apikeys import authenticate  # noqa: E402
 from underway.crypto import KeyringFile, encrypt  # noqa: E402
 from underway.errors import ConfigurationError  # noqa: E402
-from underway.state import request_id_for  # noqa: E402
+from underway.journal.state import request_id_for  # noqa: E402
 from underway.store import connect  # noqa: E402
 
 DEMO = ROOT / "examples" / "collections_agent" / "demo.py"

@@ -43,7 +43,7 @@ from examples.collections_agent.tools import COERCIVE_PHRASES, Reminder  # noqa:
 
 from underway import Client, Engine, Runner, connect  # noqa: E402
 from underway import events as ev  # noqa: E402
-from underway.approvals import (  # noqa: E402
+from underway.guard.approvals import (  # noqa: E402
     generate_keypair,
     load_private_key,
     register_approver,

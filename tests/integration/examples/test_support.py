@@ -27,7 +27,7 @@ from examples.support.relay import forward  # noqa: E402
 
 from underway import Runner, connect  # noqa: E402
 from underway import events as ev  # noqa: E402
-from underway.approvals import (  # noqa: E402
+from underway.guard.approvals import (  # noqa: E402
     generate_keypair,
     load_private_key,
     register_approver,
@@ -35,7 +35,7 @@ from underway.approvals import (  # noqa: E402
     write_private_key,
 )
 from underway.journal import Journal  # noqa: E402
-from underway.state import Recorded  # noqa: E402
+from underway.journal.state import Recorded  # noqa: E402
 
 RUN = ROOT / "examples" / "support" / "run.py"
 

@@ -35,13 +35,13 @@ from examples.upi_reconciliation.psp import (  # noqa: E402
 
 from underway import Engine, connect  # noqa: E402
 from underway import events as ev  # noqa: E402
-from underway.approvals import (  # noqa: E402
+from underway.clock import ManualClock  # noqa: E402
+from underway.guard.approvals import (  # noqa: E402
     generate_keypair,
     load_private_key,
     register_approver,
     write_private_key,
 )
-from underway.clock import ManualClock  # noqa: E402
 
 DEMO = ROOT / "examples" / "upi_reconciliation" / "demo.py"
 MIN = 60.0

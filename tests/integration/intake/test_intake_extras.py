@@ -38,5 +38,5 @@ def test_the_maildir_command_loads_no_broker_client() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True)
     loaded = set(done.stdout.split())
-    assert "underway.intake_sources" in loaded
+    assert "underway.scheduling.intake_sources" in loaded
     assert not {m for m in loaded if m.split(".")[0] in ("nats", "aio_pika", "aiormq")}

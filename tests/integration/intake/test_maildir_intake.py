@@ -31,7 +31,7 @@ from underway import Client
 from underway.codec import blob_key
 from underway.errors import ConfigurationError
 from underway.events import canonical_json
-from underway.intake_sources import REASON_HEADER, MaildirIntake, MailOptions
+from underway.scheduling.intake_sources import REASON_HEADER, MaildirIntake, MailOptions
 from underway.store.base import Store
 
 

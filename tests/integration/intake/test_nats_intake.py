@@ -29,7 +29,7 @@ from fakes.intake_world import (
 )
 from underway import Client
 from underway.errors import ConfigurationError
-from underway.intake_sources import REASON_HEADER, NatsIntake
+from underway.scheduling.intake_sources import REASON_HEADER, NatsIntake
 from underway.store.base import Store
 
 

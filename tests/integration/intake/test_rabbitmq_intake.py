@@ -30,7 +30,7 @@ from fakes.intake_world import (
 )
 from underway import Client
 from underway.errors import ConfigurationError
-from underway.intake_sources import REASON_HEADER, RabbitMQIntake
+from underway.scheduling.intake_sources import REASON_HEADER, RabbitMQIntake
 from underway.store.base import Store
 
 

@@ -16,7 +16,7 @@ from pydantic import BaseModel
 import underway as uw
 from underway import events as ev
 from underway.errors import ToolCallError
-from underway.policy import Policy, Rule
+from underway.guard.policy import Policy, Rule
 from underway.store.base import Store
 
 SENT: list[tuple[str, str]] = []

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from underway import Flow, RunContext
 from underway.cli import app
-from underway.policy import PolicyContext, load_policy
+from underway.guard.policy import PolicyContext, load_policy
 
 FIXTURES = Path(__file__).parents[2] / "fixtures"
 DOC = Path(__file__).parents[3] / "docs" / "policy.md"

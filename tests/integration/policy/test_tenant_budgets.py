@@ -12,8 +12,8 @@ from pydantic import BaseModel
 
 import underway as uw
 from underway import events as ev
-from underway.budgets import Budget, TenantBudgets
 from underway.errors import ConfigurationError
+from underway.guard.budgets import Budget, TenantBudgets
 from underway.store.base import Store
 
 

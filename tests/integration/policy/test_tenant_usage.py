@@ -10,11 +10,11 @@ import pytest
 from pydantic import BaseModel
 
 from underway import Engine, Flow, ManualClock, RunContext, Runner, connect, tool
-from underway.budgets import TenantUsage, Usage, tenant_usage
 from underway.codec import checkpoint_where
 from underway.effects import Tool
 from underway.flow import Next
-from underway.state import RunState
+from underway.guard.budgets import TenantUsage, Usage, tenant_usage
+from underway.journal.state import RunState
 from underway.store.base import Store
 from underway.testing import ScriptedModel
 

@@ -16,8 +16,8 @@ import pytest
 
 from underway import Client
 from underway import events as ev
-from underway.policy import Policy, load_policy
-from underway.replay import ReplayResult, model_from_spec, replay_run, replay_runs
+from underway.guard.policy import Policy, load_policy
+from underway.ops.replay import ReplayResult, model_from_spec, replay_run, replay_runs
 from underway.store import Store, connect
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "fakes"))

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from fakes.service_world import World
-from underway.approvals import sign_decision
+from underway.guard.approvals import sign_decision
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import re
 from fakes.console_browser import sign_in
 from fakes.retention_world import CANARIES, DAY, make_runs
 from fakes.service_world import World
-from underway.retention import Retention, sweep
+from underway.privacy.retention import Retention, sweep
 
 
 def purged_runs(world: World) -> dict[str, str]:

@@ -19,10 +19,10 @@ from pydantic import BaseModel
 
 import underway as uw
 from underway.apikeys import issue_key
-from underway.approvals import public_key_of, register_approver, sign_decision
 from underway.clock import ManualClock
 from underway.effects import ModelReply
-from underway.policy import policy_from_dict
+from underway.guard.approvals import public_key_of, register_approver, sign_decision
+from underway.guard.policy import policy_from_dict
 from underway.runner import Runner
 from underway.service import ServerThread, create_app
 from underway.store import connect

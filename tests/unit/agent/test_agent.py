@@ -12,8 +12,8 @@ import underway as uw
 from fakes.guard_helpers import Approver
 from underway import events as ev
 from underway.agent import Agent
+from underway.guard.policy import policy_from_dict
 from underway.models.types import ModelRequest
-from underway.policy import policy_from_dict
 from underway.runner import Runner
 from underway.testing import RuleModel, memory_engine, say
 

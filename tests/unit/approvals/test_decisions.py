@@ -10,7 +10,9 @@ from typing import Any
 
 import pytest
 
-from underway.approvals import (
+from underway.errors import ConfigurationError
+from underway.events import canonical_json
+from underway.guard.approvals import (
     ApprovalCheck,
     ApproverRecord,
     SignedDecision,
@@ -18,9 +20,7 @@ from underway.approvals import (
     sign_decision,
     verify_decision,
 )
-from underway.approvals.decision import DOMAIN, REASONS
-from underway.errors import ConfigurationError
-from underway.events import canonical_json
+from underway.guard.approvals.decision import DOMAIN, REASONS
 
 NOW = 1_700_000_000.0
 EXPIRES = NOW + 3600

@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from underway.approvals import (
+from underway.errors import ConfigurationError, UnderwayError
+from underway.guard.approvals import (
     generate_keypair,
     load_private_key,
     public_key_of,
     register_approver,
     write_private_key,
 )
-from underway.approvals.keys import decode_public_key
-from underway.errors import ConfigurationError, UnderwayError
+from underway.guard.approvals.keys import decode_public_key
 from underway.store import MemoryStore
 
 

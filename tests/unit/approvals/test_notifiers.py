@@ -14,7 +14,8 @@ from collections.abc import Iterator
 import pytest
 
 from fakes.receivers import Endpoint, SmtpSink
-from underway.approvals.notify import (
+from underway.errors import ConfigurationError
+from underway.guard.approvals.notify import (
     ApprovalNotice,
     LogNotifier,
     MultiNotifier,
@@ -22,7 +23,6 @@ from underway.approvals.notify import (
     WebhookNotifier,
     webhook_signature,
 )
-from underway.errors import ConfigurationError
 
 NOTICE = ApprovalNotice(
     tenant_id="acme", run_id="run-7", request_id="req-3", tool="refund",

@@ -17,8 +17,8 @@ from pydantic import BaseModel
 import underway as uw
 from underway import events as ev
 from underway.agent import Agent
-from underway.approvals import public_key_of, register_approver, sign_decision
 from underway.clock import ManualClock
+from underway.guard.approvals import public_key_of, register_approver, sign_decision
 from underway.models.types import ModelRequest
 from underway.runner import Runner
 from underway.testing import RuleModel, say

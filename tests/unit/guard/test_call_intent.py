@@ -1,4 +1,4 @@
-"""A call's facts are computed once per attempt (:class:`~underway.intent.CallIntent`):
+"""A call's facts are computed once per attempt (:class:`~underway.guard.intent.CallIntent`):
 the guard's money rule, the budget and the usage journaled with the outcome read the same
 money, read once; a later attempt reads it again, at its own moment."""
 
@@ -13,11 +13,11 @@ from pydantic import BaseModel
 import underway as uw
 from fakes.guard_helpers import drive, of_type
 from underway import events as ev
-from underway.budgets import Budget
 from underway.events import JSON
-from underway.intent import CallIntent
+from underway.guard.budgets import Budget
+from underway.guard.intent import CallIntent
+from underway.guard.policy import policy_from_dict
 from underway.money import Money, Unreadable
-from underway.policy import policy_from_dict
 from underway.retry import RetryPolicy
 from underway.testing import memory_engine
 

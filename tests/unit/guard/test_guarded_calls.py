@@ -12,9 +12,9 @@ from pydantic import BaseModel
 import underway as uw
 from fakes.guard_helpers import Approver, drive, history, of_type
 from underway import events as ev
-from underway.budgets import Budget
+from underway.guard.budgets import Budget
+from underway.guard.policy import policy_from_dict
 from underway.money import Money
-from underway.policy import policy_from_dict
 from underway.secrets import EnvSecrets
 from underway.testing import ScriptedModel, memory_engine
 
@@ -314,7 +314,7 @@ def test_a_question_escalates_and_a_signed_answer_resumes_the_step(tmp_path: Pat
         ("question", "support", {"candidates": 2})]
 
     def answer(who: Approver, text: str) -> dict[str, Any]:
-        from underway.approvals import sign_decision
+        from underway.guard.approvals import sign_decision
 
         return sign_decision(
             who.key, request_id=esc.request_id, run_id=run_id, tenant_id="default",
@@ -356,7 +356,7 @@ def test_the_run_principal_and_roles_are_journaled_and_reach_tools() -> None:
 
 
 def test_approvers_are_notified_once_the_request_is_durable(tmp_path: Path) -> None:
-    from underway.approvals.notify import ApprovalNotice
+    from underway.guard.approvals.notify import ApprovalNotice
 
     seen: list[tuple[ApprovalNotice, int]] = []
     engine, _ = make()

@@ -15,8 +15,8 @@ from pydantic import BaseModel
 import underway as uw
 from fakes.guard_helpers import drive, of_type
 from underway import events as ev
+from underway.guard.policy import policy_from_dict
 from underway.http import HTTPError, request
-from underway.policy import policy_from_dict
 from underway.testing import memory_engine
 
 

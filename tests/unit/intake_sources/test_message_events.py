@@ -12,15 +12,15 @@ from email.message import EmailMessage
 import pytest
 
 from underway.errors import ConfigurationError
-from underway.intake_sources import (
+from underway.scheduling.intake_sources import (
     REASON_HEADER,
     MailOptions,
     MalformedMessage,
     event_from_body,
     event_from_mail,
 )
-from underway.intake_sources._messages import DeadLetter, header_reason
-from underway.intake_sources._nats import subject_matches
+from underway.scheduling.intake_sources._messages import DeadLetter, header_reason
+from underway.scheduling.intake_sources._nats import subject_matches
 
 AT = datetime(2026, 3, 3, 9, 0, tzinfo=UTC)
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from underway.policy import Amount, PolicyContext
+from underway.guard.policy import Amount, PolicyContext
 
 MakeContext = Callable[..., PolicyContext]
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from underway.budgets import Budget, Exceeded, Usage, check
 from underway.errors import ConfigurationError
-from underway.state import RunState
+from underway.guard.budgets import Budget, Exceeded, Usage, check
+from underway.journal.state import RunState
 
 NOW = 1_717_200_000.0
 ONE_CALL = Usage(tool_calls=1)

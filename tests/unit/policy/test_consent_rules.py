@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from conftest import MakeContext
 from underway.cli import app
-from underway.policy import Policy, PolicyError, Rule, load_policy, policy_from_dict
+from underway.guard.policy import Policy, PolicyError, Rule, load_policy, policy_from_dict
 from underway.store.base import ConsentRecord
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from underway.errors import ConfigurationError, UnderwayError
-from underway.policy import PolicyError, Rule, load_policy, policy_from_dict
+from underway.guard.policy import PolicyError, Rule, load_policy, policy_from_dict
 
 HEAD = 'version = "v1"\n\n[[rules]]\nid = "refunds"\n'
 
@@ -196,9 +196,9 @@ def test_a_policy_round_trips_through_its_dict() -> None:
 
 
 def test_the_public_names_are_pinned() -> None:
-    import underway.policy
+    import underway.guard.policy
 
-    assert sorted(underway.policy.__all__) == [
+    assert sorted(underway.guard.policy.__all__) == [
         "Amount", "AmountCondition", "ArgCondition", "CounterCondition", "DEFAULT_POLICY",
         "Decision", "FINISH", "Outcome", "Policy", "PolicyContext", "PolicyError", "Predicate",
         "Rule", "UNTRUSTED_INPUT", "load_policy", "policy_from_dict",

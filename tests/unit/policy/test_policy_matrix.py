@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from underway.policy import Policy, PolicyContext, load_policy
+from underway.guard.policy import Policy, PolicyContext, load_policy
 
 MakeContext = Callable[..., PolicyContext]
 

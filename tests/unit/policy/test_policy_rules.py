@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from underway.policy import (
+from underway.guard.policy import (
     AmountCondition,
     ArgCondition,
     CounterCondition,

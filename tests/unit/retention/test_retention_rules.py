@@ -11,7 +11,7 @@ import pytest
 
 from underway.config import ConfigError, load_config
 from underway.errors import ConfigurationError
-from underway.retention import Periods, Retention, Rules, format_period, parse_period
+from underway.privacy.retention import Periods, Retention, Rules, format_period, parse_period
 
 DAY = 86_400.0
 

@@ -14,12 +14,12 @@ import pytest
 
 import underway as uw
 from fakes.retention_world import CANARIES, DAY, THEN, Notes, make_runs
-from underway import audit
-from underway.approvals import generate_keypair, load_private_key, write_private_key
-from underway.budgets import tenant_usage
 from underway.cli._timeline import render
 from underway.events import PayloadPurged, Tombstone, genesis_hash, read_tombstone
-from underway.retention import Retention, sweep
+from underway.guard.approvals import generate_keypair, load_private_key, write_private_key
+from underway.guard.budgets import tenant_usage
+from underway.ops import audit
+from underway.privacy.retention import Retention, sweep
 from underway.store import MemoryStore, StoredEvent
 from underway.store.base import HoldRecord
 from underway.store.regions import RegionalStore

@@ -22,11 +22,11 @@ from fastapi import APIRouter, Form, Path, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import ValidationError
 
-from ..._timeline import time_left
-from ...approvals import SignedDecision
 from ...client import PendingRequest, redact_request
 from ...errors import RunNotFound
 from ...events import JSON
+from ...guard.approvals import SignedDecision
+from ...ops.timeline import time_left
 from ...store._offload import run_io
 from ...store.access import DEFAULT_PURPOSE
 from .._admin import NewApprover, add_approver

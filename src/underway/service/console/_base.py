@@ -15,9 +15,9 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 
-from ..._charts import Chart, svg
 from ...apikeys import Permission
 from ...inputs import InvalidInput
+from ...ops.charts import Chart, svg
 from ...store.access import DEFAULT_PURPOSE, PURPOSE_MAX, PURPOSES, check_purpose
 from .._auth import ServiceState
 from .._inputs import CheckedRoute
@@ -44,7 +44,7 @@ _templates.filters["when"] = _when
 
 
 def _svg(chart: Chart) -> Markup:
-    """A chart drawn as SVG (:func:`underway._charts.svg` escapes every text in it)."""
+    """A chart drawn as SVG (:func:`underway.ops.charts.svg` escapes every text in it)."""
     return Markup(svg(chart))
 
 

@@ -1,5 +1,5 @@
 """How the run page shows journaled events: each with its time, its kind, the one-line
-summary ``underway runs show`` prints (:mod:`underway._timeline`) and every field for the
+summary ``underway runs show`` prints (:mod:`underway.ops.timeline`) and every field for the
 expandable details — JSON pretty-printed, long values cut — and the state after an event
 with the patch from the state before it. Everything here is text: the templates escape it."""
 
@@ -9,10 +9,10 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..._timeline import format_time, lines
 from ...client import Recorded, RunEvent, RunState
 from ...events import JSON, PURGED, PayloadPurged
-from ...jsonpatch import make_patch
+from ...journal.patch import make_patch
+from ...ops.timeline import format_time, lines
 from ...redaction import Redactor
 
 PAGE = 200

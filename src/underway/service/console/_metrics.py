@@ -1,7 +1,7 @@
 """``/charts``: the tenant's metrics over the last 7, 30 or 90 days (UTC): runs created
 per day by status, model cost and tokens per day, how long approvals waited for a
 decision, escalations by cause, dead-letterings per day and the runs dead now, as charts
-drawn on the server (:mod:`underway._charts`); ``/charts/data`` is the same figures as JSON.
+drawn on the server (:mod:`underway.ops.charts`); ``/charts/data`` is the same figures as JSON.
 Everything is counted from the runs table and the journal (:meth:`Client.activity
 <underway.client.Client.activity>`), in the session's tenant. (``/metrics`` is the app's
 Prometheus endpoint.)"""
@@ -15,7 +15,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
 
-from ..._charts import (
+from ...client import Activity, Client
+from ...client._activity import DAY
+from ...ops.charts import (
     Chart,
     Series,
     columns,
@@ -26,8 +28,6 @@ from ..._charts import (
     rows,
     usd,
 )
-from ...client import Activity, Client
-from ...client._activity import DAY
 from ...store._offload import run_io
 from .._inputs import CheckedRoute
 from ._base import Console, Signed, render

@@ -21,11 +21,11 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Path, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 
-from ..._timeline import preview, type_of
 from ...client import ChildRun, RunEvent, RunState
 from ...codec import ENCRYPTED
 from ...errors import ConfigurationError, KeyUnavailable, RunNotFound
 from ...events import PURGED
+from ...ops.timeline import preview, type_of
 from ...redaction import Redactor
 from ...store._offload import run_io
 from ...store.access import DEFAULT_PURPOSE

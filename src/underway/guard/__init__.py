@@ -1,0 +1,30 @@
+"""The one door every call passes: guard, budgets, intent, policy, approvals.
+
+=================  ===========================================================
+module             holds
+=================  ===========================================================
+``_guard``         :class:`Guard`: allow-list, schema, money, budgets, policy
+``intent``         :class:`CallIntent`: a call's facts, computed once
+``budgets``        budgets, usage and what a run has spent
+``policy``         rules and decisions (a package)
+``approvals``      signed decisions and approvers' keys (a package)
+=================  ===========================================================
+
+Names load on first use, so ``import underway`` stays quick.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from ._guard import DEFAULT_ENVIRONMENT, Counters, Guard, decide_with_money
+else:
+    __getattr__, __dir__ = lazy_exports(__name__, {
+        "DEFAULT_ENVIRONMENT": "._guard", "Counters": "._guard", "Guard": "._guard",
+        "decide_with_money": "._guard",
+    }, globals())
+
+__all__ = ["DEFAULT_ENVIRONMENT", "Counters", "Guard", "decide_with_money"]

@@ -1,0 +1,194 @@
+"""Signed decisions on approval requests, and the checks a decision must pass.
+
+A decision is an Ed25519 signature by a registered approver over every field of
+:class:`SignedDecision` but the signature itself: the request, run, tenant, tool, the hash
+of the exact arguments, the verdict, an expiry, a nonce, the approver, a comment and (for a
+question or a resolution) the answer. The signed bytes are the canonical JSON of those
+fields after a domain tag, so a signature made for anything else can never pass as a
+decision.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import secrets
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel, ConfigDict, FiniteFloat, ValidationError
+
+from ...errors import ConfigurationError
+from ...events import JSON, canonical_json
+from ...store.base import ApproverRecord
+from .keys import decode_public_key
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+DOMAIN = b"underway-approval-v1\n"
+"""Prefix of every signed decision's bytes: binds a signature to this use and version."""
+
+Decision = Literal["approve", "reject", "answer", "resolve"]
+"""``resolve`` settles an escalation (an unknown outcome, a deadline, a budget): its
+``answer`` is ``{"resolution": "succeeded" | "failed" | "retry", "result": ...}``."""
+
+REASONS = (
+    "unknown_approver", "revoked", "wrong_tenant", "wrong_request", "wrong_run", "wrong_tool",
+    "args_mismatch", "missing_role", "bad_signature", "expired", "decision_expiry_mismatch",
+)
+"""Every reason :func:`verify_decision` can give, in the order it checks them."""
+
+REASON_TEXT = {
+    "unknown_approver": "this approver is not registered in the tenant",
+    "revoked": "this approver has been revoked",
+    "wrong_tenant": "the approver or decision belongs to another tenant",
+    "wrong_request": "the decision names another request",
+    "wrong_run": "the decision names another run",
+    "wrong_tool": "the decision names another tool",
+    "args_mismatch": "the decision is for other arguments",
+    "missing_role": "the approver lacks the role the request requires",
+    "bad_signature": "the signature does not verify with the registered public key",
+    "expired": "the request or the decision has expired",
+    "decision_expiry_mismatch": "the decision outlives the request",
+}
+"""Each of :data:`REASONS` in words, for messages to people."""
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalCheck:
+    """What a decision must match: the journaled request it answers.
+
+    For a question (an escalation asking a person for an answer) ``tool`` and
+    ``args_hash`` are empty strings; for a resolution they are the escalated call's (empty
+    when the escalation names no call).
+    """
+
+    request_id: str
+    run_id: str
+    tenant_id: str
+    tool: str
+    args_hash: str
+    required_role: str | None
+    expires_at: float
+
+
+class SignedDecision(BaseModel):
+    """An approver's signed verdict on one request, as sent to the run.
+
+    ``signature`` is the base64 Ed25519 signature of :meth:`signed_bytes`. The model is
+    frozen and refuses unknown fields, so what is verified is exactly what was signed.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    request_id: str
+    run_id: str
+    tenant_id: str
+    tool: str
+    args_hash: str
+    decision: Decision
+    expires_at: FiniteFloat
+    nonce: str
+    approver_id: str
+    comment: str = ""
+    answer: JSON = None
+    signature: str
+
+    def signed_bytes(self) -> bytes:
+        """The bytes the signature covers: :data:`DOMAIN` then the canonical JSON of every
+        field except ``signature``."""
+        return DOMAIN + canonical_json(self.model_dump(mode="json", exclude={"signature"}))
+
+
+def sign_decision(
+    private_key: Ed25519PrivateKey,
+    *,
+    request_id: str,
+    run_id: str,
+    tenant_id: str,
+    tool: str,
+    args_hash: str,
+    decision: Decision,
+    expires_at: float,
+    approver_id: str,
+    comment: str = "",
+    answer: JSON = None,
+    nonce: str | None = None,
+) -> SignedDecision:
+    """Sign a decision with ``private_key``; ``nonce`` defaults to 128 random bits in hex.
+
+    Signing happens where the key is: only the returned decision travels to the run.
+    """
+    try:
+        unsigned = SignedDecision(
+            request_id=request_id, run_id=run_id, tenant_id=tenant_id, tool=tool,
+            args_hash=args_hash, decision=decision, expires_at=expires_at,
+            nonce=nonce if nonce is not None else secrets.token_hex(16),
+            approver_id=approver_id, comment=comment, answer=answer, signature="",
+        )
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+        )
+        raise ConfigurationError(f"cannot sign this decision: {problems}") from None
+    try:
+        message = unsigned.signed_bytes()
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(
+            f"cannot sign this decision: its answer is not plain JSON ({exc})"
+        ) from None
+    signature = base64.b64encode(private_key.sign(message)).decode("ascii")
+    return unsigned.model_copy(update={"signature": signature})
+
+
+def verify_decision(
+    d: SignedDecision,
+    *,
+    check: ApprovalCheck,
+    approver: ApproverRecord | None,
+    now: float,
+) -> str | None:
+    """None when ``d`` is a valid decision on ``check`` by ``approver`` at time ``now``;
+    otherwise the first failed check's reason, one of :data:`REASONS`.
+
+    ``approver`` is the registry's record for ``d.approver_id`` (None when there is none);
+    a record for another id counts as no record. A revoked approver's decisions fail even
+    when signed before the revocation. The decision may expire earlier than the request,
+    never later.
+    """
+    if approver is None or approver.approver_id != d.approver_id:
+        return "unknown_approver"
+    if approver.revoked_at is not None:
+        return "revoked"
+    if approver.tenant_id != check.tenant_id or d.tenant_id != check.tenant_id:
+        return "wrong_tenant"
+    if d.request_id != check.request_id:
+        return "wrong_request"
+    if d.run_id != check.run_id:
+        return "wrong_run"
+    if d.tool != check.tool:
+        return "wrong_tool"
+    if d.args_hash != check.args_hash:
+        return "args_mismatch"
+    if check.required_role is not None and check.required_role not in approver.roles:
+        return "missing_role"
+    if not _signature_holds(d, approver.public_key):
+        return "bad_signature"
+    if now >= min(check.expires_at, d.expires_at):
+        return "expired"
+    if d.expires_at > check.expires_at:
+        return "decision_expiry_mismatch"
+    return None
+
+
+def _signature_holds(d: SignedDecision, public_key: str) -> bool:
+    from cryptography.exceptions import InvalidSignature
+
+    try:
+        key = decode_public_key(public_key)
+        signature = base64.b64decode(d.signature, validate=True)
+        key.verify(signature, d.signed_bytes())
+    except (ConfigurationError, binascii.Error, ValueError, TypeError, InvalidSignature):
+        return False
+    return True

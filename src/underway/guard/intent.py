@@ -1,0 +1,113 @@
+"""A tool call's facts, computed once: :class:`CallIntent`.
+
+The engine builds one intent each time a call reaches the door (a first attempt, a retry,
+a re-run after a crash, a resolution or a resume) and passes that value to everything that
+judges, counts or runs the call: the guard (allow-list, schema, money, budgets, policy),
+the ledger (``ToolStarted``, the usage journaled with the outcome) and the tool itself.
+Nothing reads the arguments a second time, so the policy, the budget and the tool cannot
+disagree about what the call is. An intent holds facts only; decisions (policy, budgets,
+approvals) are made from it at the moment of each attempt and never cached in it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ValidationError
+
+from ..effects import Tool, args_hash
+from ..events import JSON
+from ..money import Money, Unreadable
+from .budgets import Usage
+
+__all__ = ["CallIntent"]
+
+
+@dataclass(frozen=True, slots=True)
+class CallIntent:
+    """One call of ``tool`` with ``args``, as every check and the ledger see it.
+
+    ``key`` and ``index`` place the call in the run (the idempotency key, journaled);
+    ``args_hash`` binds approvals and the journal to the exact arguments; ``validated`` is
+    the argument model the tool receives (None for an untyped tool, or when the arguments
+    do not validate: then ``schema_error`` says why); ``money`` is what the call moves
+    (:func:`~underway.money.read_money`, read once); ``labels`` are the data labels a
+    policy sees (the tool's ``input_labels`` and the caller's); ``counts`` is what the
+    call journals with its outcome and :attr:`usage` what it adds to budgets (built only
+    when a budget asks; None when the money cannot be read: the guard refuses such a call
+    first).
+    """
+
+    tool: Tool
+    args: JSON
+    key: str
+    index: int
+    args_hash: str
+    labels: frozenset[str]
+    evidence: JSON
+    risks: tuple[str, ...]
+    validated: BaseModel | None
+    schema_error: ValidationError | None
+    money: Money | Unreadable | None
+    counts: dict[str, float] | None
+
+    @classmethod
+    def of(
+        cls, tool: Tool, args: JSON, *, key: str, index: int, h: str | None = None,
+        labels: frozenset[str] = frozenset(), evidence: JSON = None,
+        risks: tuple[str, ...] = (),
+    ) -> CallIntent:
+        """Compute the facts of a call of ``tool`` with ``args`` (``h``: its args hash,
+        when the caller already has it)."""
+        validated: BaseModel | None = None
+        schema_error: ValidationError | None = None
+        if tool.args_model is not None:
+            try:
+                validated = tool.args_model.model_validate(args)
+            except ValidationError as exc:
+                schema_error = exc
+        money = tool.money(args, validated=validated)
+        counts: dict[str, float] | None = None
+        if not isinstance(money, Unreadable):
+            found: dict[str, float] = {}
+            if tool.message:
+                found["messages"] = 1
+            if money is not None:
+                found[f"money.{money.currency}"] = money.counted()
+            counts = found or None
+        return cls(
+            tool=tool, args=args, key=key, index=index,
+            args_hash=h if h is not None else args_hash(tool.name, args),
+            labels=frozenset(tool.input_labels) | labels, evidence=evidence,
+            risks=tuple(risks), validated=validated, schema_error=schema_error,
+            money=money, counts=counts,
+        )
+
+    @property
+    def usage(self) -> Usage | None:
+        """What the call adds to a budget's usage: one tool call, a message when the tool
+        sends one, the money it moves (None when the money cannot be read)."""
+        money = self.money
+        if isinstance(money, Unreadable):
+            return None
+        return Usage(
+            tool_calls=1, messages=1 if self.tool.message else 0,
+            money={money.currency: money.counted()} if money is not None else {},
+        )
+
+    @property
+    def name(self) -> str:
+        """The tool's name."""
+        return self.tool.name
+
+    @property
+    def refusal(self) -> str | None:
+        """Why the call must be refused before any rule or budget looks at its money (the
+        money cannot be read), else None."""
+        return str(self.money) if isinstance(self.money, Unreadable) else None
+
+    @property
+    def policy_args(self) -> Mapping[str, JSON]:
+        """The arguments as a policy matches on them (a non-object under ``value``)."""
+        return self.args if isinstance(self.args, Mapping) else {"value": self.args}

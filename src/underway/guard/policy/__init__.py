@@ -1,0 +1,56 @@
+"""Guarded autonomy: the policy that decides, before every tool call, whether it may run.
+
+Build a :class:`Policy` from :class:`Rule` objects, or read one from a TOML or YAML file
+with :func:`load_policy`. The engine describes each call as a :class:`PolicyContext` and
+journals the :class:`Decision` that :meth:`Policy.evaluate` returns: ``allow``, ``deny``
+or ``require_approval``, with the rule that decided and the policy's version.
+
+See ``docs/policy.md`` for the rule schema and how outcomes combine. An agent with no
+policy runs under :data:`DEFAULT_POLICY`, which holds calls labelled ``untrusted``
+(:data:`UNTRUSTED_INPUT`) for approval.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..._lazy import lazy_exports
+from .context import FINISH, Amount, Decision, Outcome, PolicyContext
+from .errors import PolicyError
+
+# What describes a call and a decision loads with the package (the guard needs it for every
+# call); rules, conditions, policies and their parsers load the first time they are named
+# (PEP 562), so a process that never evaluates a policy never loads them.
+if TYPE_CHECKING:
+    from .conditions import AmountCondition, ArgCondition, CounterCondition
+    from .defaults import DEFAULT_POLICY, UNTRUSTED_INPUT
+    from .loading import load_policy, policy_from_dict
+    from .policies import Policy
+    from .rules import Predicate, Rule
+else:
+    __getattr__, __dir__ = lazy_exports(__name__, {
+        "AmountCondition": ".conditions", "ArgCondition": ".conditions",
+        "CounterCondition": ".conditions", "DEFAULT_POLICY": ".defaults",
+        "UNTRUSTED_INPUT": ".defaults", "load_policy": ".loading",
+        "policy_from_dict": ".loading", "Policy": ".policies", "Predicate": ".rules",
+        "Rule": ".rules",
+    }, globals())
+
+__all__ = [
+    "DEFAULT_POLICY",
+    "FINISH",
+    "UNTRUSTED_INPUT",
+    "Amount",
+    "AmountCondition",
+    "ArgCondition",
+    "CounterCondition",
+    "Decision",
+    "Outcome",
+    "Policy",
+    "PolicyContext",
+    "PolicyError",
+    "Predicate",
+    "Rule",
+    "load_policy",
+    "policy_from_dict",
+]

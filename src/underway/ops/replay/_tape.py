@@ -1,0 +1,91 @@
+"""The recorded answers a replay serves: a run's journaled tool results, model responses,
+values, signals and decisions, each served once, matched by call order and tool and
+arguments."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ...events import JSON, canonical_json
+from ._trace import Trace, TracedCall, TracedModel
+
+
+@dataclass(slots=True)
+class Tape:
+    """One original run's :class:`Trace`, with what the replay has used of it."""
+
+    trace: Trace
+    used: set[int] = field(default_factory=set)
+    """Indexes of the trace's calls a replay call was answered with."""
+    models_used: int = 0
+    values_used: dict[str, int] = field(default_factory=dict)
+    signals_used: set[int] = field(default_factory=set)
+    answers_used: int = 0
+
+    def match(self, tool: str, args_hash: str) -> tuple[int, TracedCall] | None:
+        """The first call not yet used with the same tool and arguments (the calls are in
+        the order they were journaled, so calls repeated with equal arguments are served
+        in order)."""
+        return self._first(lambda c: c.tool == tool and c.args_hash == args_hash)
+
+    def same_tool(self, tool: str) -> tuple[int, TracedCall] | None:
+        """The first call of ``tool`` not yet used whose tool ran (it has a result or a
+        failure), whatever its arguments: what ``--on-divergence stub`` answers with."""
+        return self._first(lambda c: c.tool == tool and c.has_result)
+
+    def _first(self, ok: Callable[[TracedCall], bool]) -> tuple[int, TracedCall] | None:
+        for i, c in enumerate(self.trace.calls):
+            if i not in self.used and ok(c):
+                return i, c
+        return None
+
+    @property
+    def calls_left(self) -> int:
+        """Calls of the original the replay has not used."""
+        return len(self.trace.calls) - len(self.used)
+
+    def next_model(self) -> TracedModel | None:
+        """The next recorded model response, in order (None: none left)."""
+        found = self.peek_model()
+        if found is not None:
+            self.models_used += 1
+        return found
+
+    def peek_model(self) -> TracedModel | None:
+        """The recorded model response :meth:`next_model` gives next, left in place."""
+        if self.models_used >= len(self.trace.models):
+            return None
+        return self.trace.models[self.models_used]
+
+    def value(self, kind: str, fresh: JSON) -> JSON:
+        """The next recorded value of ``kind`` (``now``, ``uuid``, ``random``), else
+        ``fresh``."""
+        seen = self.values_used.get(kind, 0)
+        recorded = [v for k, v in self.trace.values if k == kind]
+        self.values_used[kind] = seen + 1
+        return recorded[seen] if seen < len(recorded) else fresh
+
+    def signal(self, name: str) -> tuple[str, JSON, str | None] | None:
+        """The next recorded signal ``name``: (id, payload, sender); None when the
+        original received no more of them."""
+        for i, s in enumerate(self.trace.signals):
+            if i not in self.signals_used and s.signal == name:
+                self.signals_used.add(i)
+                return s.signal_id, s.payload, s.sender
+        return None
+
+    def answer(self) -> tuple[JSON, str] | None:
+        """The next recorded answer to a question and who gave it (None: none left)."""
+        if self.answers_used >= len(self.trace.answers):
+            return None
+        self.answers_used += 1
+        return self.trace.answers[self.answers_used - 1]
+
+
+def same_request(a: JSON, b: JSON) -> bool:
+    """True when two model requests are the same JSON."""
+    try:
+        return canonical_json(a) == canonical_json(b)
+    except (TypeError, ValueError):
+        return False

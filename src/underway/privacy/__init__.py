@@ -1,0 +1,4 @@
+"""Personal data over time: erasure of a data subject, and retention's purges.
+
+``erasure`` erases a subject; ``retention`` (a package) purges runs by rule.
+"""

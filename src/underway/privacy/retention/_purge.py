@@ -1,0 +1,54 @@
+"""Purging one run: its journal checked, each event's payload turned into a tombstone that
+keeps the event's skeleton and its place in the hash chain, all stored in one transaction
+(:meth:`~underway.store.retention.RetentionStore.purge_run`)."""
+
+from __future__ import annotations
+
+from ...events import Tombstone, genesis_hash, is_tombstone, skeleton
+from ...journal import Journal
+from ...store.base import Purge, RunRecord, StoredEvent
+from ._rules import Rule
+
+
+class Unpurgeable(Exception):
+    """A run the sweep leaves as it is, and why (it says so in its report)."""
+
+
+class AlreadyPurged(Unpurgeable):
+    """A run whose journal holds tombstones already."""
+
+
+def prepare(
+    journal: Journal, row: RunRecord, rule: Rule | str, *, sweep_id: str, at: float
+) -> Purge:
+    """The purge of the finished run ``row``, by ``rule`` (a retention rule, or what the
+    purge record says ordered it), as sweep ``sweep_id`` at ``at``.
+
+    Raises :class:`Unpurgeable` for a run whose journal does not verify (a purge must
+    never hide what the audit would find), is purged in part already, or cannot be read
+    (encrypted with a key this process does not have: nothing is purged that the sweep
+    cannot leave a skeleton of)."""
+    t, r = row.tenant_id, row.run_id
+    stored = journal.store.load_events(t, r)
+    if any(is_tombstone(s.payload) for s in stored):
+        raise AlreadyPurged("its journal holds tombstones already")
+    checked = journal.verify_events(t, r, stored, row)
+    if not checked.ok:
+        raise Unpurgeable(f"its journal fails verification at seq {checked.bad_seq} "
+                          f"({checked.reason}); run `underway audit verify`")
+    try:
+        records = journal.decode(t, r, stored)
+    except Exception as exc:
+        raise Unpurgeable(f"its events cannot be read here ({type(exc).__name__}: {exc})"
+                          ) from None
+    prev = genesis_hash(t, r)
+    stones = []
+    for s, rec in zip(stored, records, strict=True):
+        kept = skeleton(s.type, rec.event.model_dump(mode="json"))
+        stone = Tombstone.of(seq=s.seq, type=s.type, at=rec.at, kept=kept,
+                             payload=s.payload, prev=prev, hash=s.hash)
+        stones.append(StoredEvent(s.seq, s.type, stone.encode(), s.hash))
+        prev = s.hash
+    return Purge(tenant_id=t, run_id=r, last_seq=len(stored), tombstones=stones,
+                 sweep_id=sweep_id, at=at,
+                 rule=rule if isinstance(rule, str) else rule.describe())

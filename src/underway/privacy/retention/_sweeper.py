@@ -1,0 +1,78 @@
+"""Sweeping on a schedule beside a worker or a runner, off the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+
+from ...clock import Clock, SystemClock
+from ...codec import Codec
+from ...store._offload import run_io
+from ...store.base import Store
+from ._rules import Retention
+from ._sweep import SweepReport, sweep
+
+log = logging.getLogger("underway.retention")
+
+
+class RetentionSweeper:
+    """Sweeps ``store`` by ``retention`` every ``retention.every`` seconds (the first time
+    at once), on the store's I/O threads, so the steps of the runs on the same event loop
+    never wait for it::
+
+        sweeper = RetentionSweeper(store, retention, codec=engine.journal.codec)
+        stop = asyncio.Event()
+        await asyncio.gather(runner.serve(stop), sweeper.run(stop))
+
+    A sweep that fails (the database restarting, say) is logged and tried again at the
+    next interval. ``sweeps`` counts the sweeps that ended, ``purged`` the runs they
+    purged, ``last`` is the report of the latest.
+    """
+
+    def __init__(
+        self, store: Store, retention: Retention, *, codec: Codec | None = None,
+        clock: Clock | None = None, by: str = "sweeper",
+    ) -> None:
+        self.store = store
+        self.retention = retention
+        self.codec = codec
+        self.clock: Clock = clock or SystemClock()
+        self.by = by
+        self.sweeps = 0
+        self.purged = 0
+        self.last: SweepReport | None = None
+        self._stopping = threading.Event()
+
+    def run_once(self) -> SweepReport:
+        """Sweep now (this blocks: async code calls it through ``run_io``)."""
+        report = sweep(self.store, self.retention, by=self.by, clock=self.clock,
+                       codec=self.codec, stop=self._stopping.is_set)
+        self.sweeps += 1
+        self.purged += report.purged
+        self.last = report
+        return report
+
+    async def run(self, stop: asyncio.Event | None = None) -> None:
+        """Sweep at once and then every ``retention.every`` seconds, until ``stop`` is set
+        (or the task is cancelled: a sweep in progress then ends after the run it is at)."""
+        stop = stop or asyncio.Event()
+        self._stopping.clear()
+        while not stop.is_set():
+            try:
+                report = await run_io(self.store, self.run_once)
+            except asyncio.CancelledError:
+                self._stopping.set()
+                raise
+            except Exception:
+                log.exception("retention sweep failed; trying again in %gs",
+                              self.retention.every)
+            else:
+                for t in report.tenants:
+                    if t.outcomes or t.blobs_deleted:
+                        log.info("retention sweep of tenant %r: %d purged, %d held, %d "
+                                 "skipped, %s blobs deleted", t.tenant_id, t.count("purged"),
+                                 t.count("held"), t.count("skipped"), t.blobs_deleted or 0)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=self.retention.every)
