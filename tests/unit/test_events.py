@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import get_args
 
 import pytest
 
 from underway import events as ev
 from underway.errors import IntegrityError
+from underway.events._calls import CallEvent, HashedCallEvent
 from underway.events._union import _UPCASTERS
 from underway.journal.state import RunState, apply
 
@@ -23,6 +25,25 @@ def test_every_event_type_is_registered_with_a_version() -> None:
         "TimerFired", "SignalReceived", "Escalated", "RunCompleted", "RunFailed", "RunCancelled",
     }
     assert all(cls.VERSION >= 1 for cls in ev.EVENT_TYPES.values())
+
+
+def _subclasses(cls: type[ev.Event]) -> set[type[ev.Event]]:
+    return {c for s in cls.__subclasses__() for c in {s, *_subclasses(s)}}
+
+
+def test_the_union_event_types_and_all_name_the_same_events() -> None:
+    """``RunEvent`` lists the event types: ``EVENT_TYPES`` is built from it, and the
+    package's ``__all__`` (static, for type checkers) names exactly its members."""
+    members = get_args(ev.RunEvent)
+    assert get_args(ev.AnyEvent)[0] == ev.RunEvent
+    assert len(set(members)) == len(members)
+    assert {cls.__name__: cls for cls in members} == ev.EVENT_TYPES
+    assert all(cls.model_fields["type"].default == cls.__name__ for cls in members)
+    events = {n for n in ev.__all__ if isinstance(getattr(ev, n), type)
+              and issubclass(getattr(ev, n), ev.Event)}
+    assert events == {*ev.EVENT_TYPES, "Event", "Encrypted"}
+    defined = {c for c in _subclasses(ev.Event) if c.__module__.startswith("underway.events")}
+    assert defined == {*members, ev.Encrypted, CallEvent, HashedCallEvent}
 
 
 def test_canonical_json_is_stable() -> None:

@@ -105,6 +105,8 @@ from ._union import (
     RunEvent as RunEvent,  # the union of the event types (not in __all__, as before)
 )
 
+# Type checkers read only a literal __all__, so the event types are named here again, as
+# in RunEvent (_union); tests/unit/test_events.py keeps the two the same.
 __all__ = [
     "EVENT_TYPES",
     "JSON",

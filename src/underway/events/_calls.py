@@ -9,13 +9,28 @@ from ._base import JSON, Event
 from ._lean import Millis
 
 
-class ToolStarted(Event):
+class CallEvent(Event):
+    """Base of the events about one tool call: which call it is."""
+
+    type: str
+    """The event's type name (each event type fixes it)."""
+    key: str
+    """The call's idempotency key."""
+    tool: str
+    index: int
+    """The call's place among its step's calls."""
+
+
+class HashedCallEvent(CallEvent):
+    """Base of the call events that name the hash of the call's arguments."""
+
+    args_hash: str
+
+
+class ToolStarted(CallEvent):
     """Write-ahead intent: a mutating call is about to run with this idempotency key."""
 
     type: Literal["ToolStarted"] = "ToolStarted"
-    key: str
-    tool: str
-    index: int
     args: JSON
     args_hash: str
     sandbox_profile: str | None = None
@@ -27,14 +42,10 @@ class ToolStarted(Event):
     """The fields of its argument and result models typed as secrets."""
 
 
-class ToolSucceeded(Event):
+class ToolSucceeded(HashedCallEvent):
     """A call's result."""
 
     type: Literal["ToolSucceeded"] = "ToolSucceeded"
-    key: str
-    tool: str
-    index: int
-    args_hash: str
     result: JSON
     latency_ms: Millis = 0.0
     reconciled: bool = False
@@ -48,66 +59,47 @@ class ToolSucceeded(Event):
     """The fields of its argument and result models typed as secrets."""
 
 
-class ToolFailed(Event):
+class ToolFailed(HashedCallEvent):
     """A call raised; ``retryable`` is the tool's own verdict."""
 
     type: Literal["ToolFailed"] = "ToolFailed"
-    key: str
-    tool: str
-    index: int
-    args_hash: str
     error_type: str
     message: str
     retryable: bool = False
     latency_ms: Millis = 0.0
 
 
-class ToolTimedOut(Event):
+class ToolTimedOut(HashedCallEvent):
     """A call exceeded its timeout and was cancelled. For a read-only call it is a
     failure; for a mutating call (an intent was journaled) the outcome is **unknown**: the
     request may have taken effect, so the call is settled like an intent without outcome
     after a crash (same key if idempotent, ``reconcile``, else a person)."""
 
     type: Literal["ToolTimedOut"] = "ToolTimedOut"
-    key: str
-    tool: str
-    index: int
-    args_hash: str
     timeout_s: float
 
 
-class ToolOutcomeUnknown(Event):
+class ToolOutcomeUnknown(HashedCallEvent):
     """A mutating call lost track of its request after it may have left (a connection
     reset or a read error after sending): its outcome is unknown, never a failure."""
 
     type: Literal["ToolOutcomeUnknown"] = "ToolOutcomeUnknown"
-    key: str
-    tool: str
-    index: int
-    args_hash: str
     error_type: str
     message: str
 
 
-class ToolReconciled(Event):
+class ToolReconciled(HashedCallEvent):
     """A call's ``reconcile(key)`` hook said the effect did not happen: the unknown
     outcome is settled, and the call may run again (through the whole guard)."""
 
     type: Literal["ToolReconciled"] = "ToolReconciled"
-    key: str
-    tool: str
-    index: int
-    args_hash: str
     outcome: Literal["not_happened"] = "not_happened"
 
 
-class SchemaValidationFailed(Event):
+class SchemaValidationFailed(CallEvent):
     """A call's arguments or result did not match the tool's schema."""
 
     type: Literal["SchemaValidationFailed"] = "SchemaValidationFailed"
-    key: str
-    tool: str
-    index: int
     where: Literal["args", "result"]
     errors: list[JSON]
     sensitive_fields: list[str] | None = None
@@ -137,30 +129,23 @@ class ModelResponded(Event):
     """Every field the engine's tools type as secrets."""
 
 
-class RetryScheduled(Event):
+class RetryScheduled(CallEvent):
     """A failed call will be tried again (attempt ``attempt``) once timer ``timer_id`` fires;
     the step is suspended meanwhile and the run holds no worker."""
 
     type: Literal["RetryScheduled"] = "RetryScheduled"
-    key: str
-    tool: str
-    index: int
     attempt: int
     timer_id: str
     delay_s: float
 
 
-class ToolRefused(Event):
+class ToolRefused(HashedCallEvent):
     """A call was refused: before it ran — not on the allow-list, denied by policy, its
     approval rejected, invalid or expired, a budget exhausted, a secret of another
     environment — or while it ran, when it tried to reach a host its tool does not declare
     (``egress_denied``: that request was never sent)."""
 
     type: Literal["ToolRefused"] = "ToolRefused"
-    key: str
-    tool: str
-    index: int
-    args_hash: str
     cause: Literal[
         "not_allowed", "policy_denied", "approval_rejected", "approval_expired",
         "approval_invalid", "budget_exceeded", "guard_error", "egress_denied",
@@ -169,14 +154,10 @@ class ToolRefused(Event):
     reason: str
 
 
-class PolicyDecided(Event):
+class PolicyDecided(HashedCallEvent):
     """The policy's decision on a call, made before it ran and independent of any model."""
 
     type: Literal["PolicyDecided"] = "PolicyDecided"
-    key: str
-    tool: str
-    index: int
-    args_hash: str
     decision: Literal["allow", "deny", "require_approval"]
     rule_id: str | None
     policy_version: str
@@ -201,13 +182,10 @@ class BudgetExceeded(Event):
     would have crossed the limit."""
 
 
-class ToolShadowed(Event):
+class ToolShadowed(CallEvent):
     """Shadow mode: a mutating call was decided on but not executed."""
 
     type: Literal["ToolShadowed"] = "ToolShadowed"
-    key: str
-    tool: str
-    index: int
     args: JSON
     args_hash: str
     decision: str

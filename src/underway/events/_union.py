@@ -119,8 +119,9 @@ RunEvent: TypeAlias = (
     | CheckpointRefused
     | PayloadPurged
 )
-"""Every event type the journal can hold: what the journal, the fold and the executor pass
-around (a ``match`` over it ends with ``assert_never``)."""
+"""Every event type the journal can hold, listed once. :data:`EVENT_TYPES` is built from
+it. The package's ``__all__`` names the same types; a test keeps them equal. A ``match``
+over it ends with ``assert_never``."""
 
 AnyEvent = Annotated[RunEvent, Field(discriminator="type")]
 """Every event type the journal can hold, discriminated by ``type``."""
@@ -128,6 +129,7 @@ AnyEvent = Annotated[RunEvent, Field(discriminator="type")]
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.model_fields["type"].default: cls for cls in get_args(RunEvent)
 }
+"""Each event type by its name, built from :data:`RunEvent`."""
 
 
 @cache
