@@ -164,7 +164,7 @@ class Connection(SQLBase):
 
     @staticmethod
     def _run(row: Any) -> RunRecord:
-        return RunRecord(*row)
+        return _run(row)
 
 
 def _run(row: tuple[Any, ...]) -> RunRecord:
