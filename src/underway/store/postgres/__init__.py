@@ -13,7 +13,9 @@ announced with NOTIFY; a worker LISTENs (``wakeups``).
 
 The store is one class made of one part per role (``journal``, ``leases``, ``inbox``,
 ``schedules``, ``access``, ``consent``, ``retention``, ``keys``, ``budgets``) over one pool
-(``connection``); the SQL is in ``store/sql/postgres.sql``.
+(``connection``); the SQL is in ``store/sql/postgres.sql``. Each part inherits the bodies it
+shares with SQLite from :mod:`underway.store._sqlbase` and writes only what PostgreSQL does
+its own way.
 """
 
 from __future__ import annotations

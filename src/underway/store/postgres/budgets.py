@@ -7,13 +7,12 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
+from .._sqlbase.budgets import DAY, SQLBudgets
 from ..budgets import KEEP_DAYS, UNSEEDED, Outcome, apply_hold
 from .connection import _Q, Connection
 
-_DAY = 86_400.0
 
-
-class Budgets(Connection):
+class Budgets(SQLBudgets, Connection):
     """:class:`~underway.store.budgets.BudgetStore` on PostgreSQL."""
 
     def reserve_budget(
@@ -29,7 +28,7 @@ class Budgets(Connection):
             conn.execute("SET LOCAL synchronous_commit TO OFF")
             if baseline is not None and conn.execute(
                     _Q["budget_seed"], {**day, "used": json.dumps(dict(baseline))}).rowcount:
-                before = {"tenant_id": tenant_id, "before": since - KEEP_DAYS * _DAY}
+                before = {"tenant_id": tenant_id, "before": since - KEEP_DAYS * DAY}
                 conn.execute(_Q["budget_forget_holds"], before)
                 conn.execute(_Q["budget_forget_used"], before)
             row = conn.execute(_Q["budget_lock_used"], day).fetchone()
@@ -64,8 +63,3 @@ class Budgets(Connection):
                 conn.execute(_Q["budget_put_used"], {**day, "used": json.dumps(used)})
             conn.execute(_Q["budget_put_hold"], {**day, "key": key,
                                                  "amounts": json.dumps(dict(amounts))})
-
-    def budget_used(self, tenant_id: str, since: float) -> dict[str, float] | None:
-        """What the tenant's day holds (None: never seeded)."""
-        rows = self._all("budget_used", tenant_id=tenant_id, since=since)
-        return None if not rows else dict(json.loads(rows[0][0]))

@@ -4,6 +4,8 @@ shares, and the schema's migrations."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -15,13 +17,14 @@ from ...codec import Codec
 from ...errors import MigrationError, StoreError
 from .. import queries
 from .._offload import Offload
+from .._sqlbase.dialect import Read, Run, SQLBase
 from .._urls import split_url
 from ..records import RunRecord
 
 _Q = queries.load("postgres")
 
 
-class Connection:
+class Connection(SQLBase):
     """A pool of autocommit connections on the store's schema.
 
     ``min_size``/``max_size`` bound the connection pool; ``connect_timeout`` is how long
@@ -62,14 +65,7 @@ class Connection:
                 "URL right?"
             ) from exc
         # A database migrated by a newer underway is refused before anything is written.
-        try:
-            found, known = self.schema_version(), queries.latest_version("postgres")
-        except BaseException:
-            self._pool.close()
-            raise
-        if found > known:
-            self._pool.close()
-            raise MigrationError(queries.newer_schema_message(found, known))
+        self._refuse_newer_schema("postgres", self._pool.close)
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
         if self.schema is not None:
@@ -130,15 +126,51 @@ class Connection:
         tables kept beside the store's own, such as the knowledge base's."""
         return self._pool
 
-    # -- helpers ------------------------------------------------------------------------
-    def _all(self, name: str, **params: Any) -> list[tuple[Any, ...]]:
+    # -- the dialect of the shared SQL bodies (store/_sqlbase) ---------------------------
+    # One statement on an autocommit connection is a transaction of its own.
+    def _all(self, name: str, /, **params: Any) -> list[tuple[Any, ...]]:
         with self._pool.connection() as conn:
             return conn.execute(_Q[name], params or None).fetchall()
 
-    def _count(self, name: str, **params: Any) -> int:
+    def _count(self, name: str, /, **params: Any) -> int:
         with self._pool.connection() as conn:
             return conn.execute(_Q[name], params).rowcount
+
+    def _written(self, name: str, /, **params: Any) -> list[tuple[Any, ...]]:
+        return self._all(name, **params)
+
+    @contextmanager
+    def _reads(self) -> Iterator[Read]:
+        # Prepared: the reads of one block repeat one query.
+        with self._pool.connection() as conn:
+            yield lambda name, /, **params: conn.execute(_Q[name], params, prepare=True).fetchall()
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Run]:
+        with self._pool.connection() as conn, conn.transaction():
+            yield _runner(conn)
+
+    @staticmethod
+    def _array(values: Iterable[Any]) -> list[Any]:
+        return list(values)
+
+    @staticmethod
+    def _from_array(value: Any) -> list[Any]:
+        return list(value)
+
+    @staticmethod
+    def _blob(value: Any) -> bytes:
+        return bytes(value)
+
+    @staticmethod
+    def _run(row: Any) -> RunRecord:
+        return _run(row)
 
 
 def _run(row: tuple[Any, ...]) -> RunRecord:
     return RunRecord(*row)
+
+
+def _runner(conn: psycopg.Connection[Any]) -> Run:
+    """Runs named queries on ``conn`` (in the transaction open on it, if any)."""
+    return lambda name, /, **params: conn.execute(_Q[name], params)

@@ -12,15 +12,17 @@ from psycopg import errors as pg_errors
 
 from ... import faults
 from ...errors import ConflictError, FencedError, RunNotFound
-from ..journal import BLOB_BATCH, CHAIN_LIMIT, RUN_BATCH, AppendResult
-from ..records import AppendBatch, CheckpointTail, ForkLink, NewRun, RunRecord, StoredEvent
+from .._sqlbase.journal import SQLJournal
+from ..journal import AppendResult
+from ..records import AppendBatch, ForkLink, NewRun, RunRecord
 from .connection import _Q, Connection, _run
 from .inbox import _signal_params
 
 
-class Journal(Connection):
+class Journal(SQLJournal, Connection):
     """:class:`~underway.store.journal.JournalStore` and
-    :class:`~underway.store.runs.RunStore` on PostgreSQL."""
+    :class:`~underway.store.runs.RunStore` on PostgreSQL: an append is one pipeline, so
+    one round trip and one commit."""
 
     def create_run(self, new: NewRun) -> tuple[RunRecord, bool]:
         """Create the run with its first event, or return the one with the same key."""
@@ -139,123 +141,6 @@ class Journal(Connection):
                     f"{link.expected_seq}") from exc
             conn.execute(_Q["notify_run"], _run_params(new))
         return _run(row)
-
-    def load_checkpoints(
-        self, tenant_id: str, run_ids: Sequence[str]
-    ) -> dict[str, CheckpointTail]:
-        """Checkpoints with their tails, :data:`~underway.store.journal.RUN_BATCH` runs a
-        query."""
-        found: dict[str, CheckpointTail] = {}
-        for i in range(0, len(run_ids), RUN_BATCH):
-            rows = self._all("checkpoints_with_tails", tenant_id=tenant_id,
-                             runs=list(run_ids[i:i + RUN_BATCH]))
-            for r in rows:
-                if r[0] not in found:
-                    found[r[0]] = CheckpointTail(int(r[1]), bytes(r[2]), [])
-                found[r[0]].tail.append(StoredEvent(r[3], r[4], bytes(r[5]), r[6]))
-        return found
-
-    def load_events(self, tenant_id: str, run_id: str, after_seq: int = 0) -> list[StoredEvent]:
-        """Events after ``after_seq``."""
-        rows = self._all(
-            "load_events", tenant_id=tenant_id, run_id=run_id, after_seq=after_seq
-        )
-        return [StoredEvent(r[0], r[1], bytes(r[2]), r[3]) for r in rows]
-
-    def load_checkpoint(self, tenant_id: str, run_id: str) -> tuple[int, bytes] | None:
-        """The latest checkpoint."""
-        rows = self._all("load_checkpoint", tenant_id=tenant_id, run_id=run_id)
-        return (int(rows[0][0]), bytes(rows[0][1])) if rows else None
-
-    def delete_checkpoints(self, tenant_id: str, run_id: str | None = None) -> int:
-        """Drop checkpoints of a run or a whole tenant."""
-        if run_id is None:
-            return self._count("delete_checkpoints_of_tenant", tenant_id=tenant_id)
-        return self._count("delete_checkpoints_of_run", tenant_id=tenant_id, run_id=run_id)
-
-    def get_blobs(self, tenant_id: str, keys: list[str]) -> dict[str, bytes]:
-        """Blob bytes by key, :data:`~underway.store.journal.BLOB_BATCH` keys a query."""
-        found: dict[str, bytes] = {}
-        if not keys:
-            return found
-        with self._pool.connection() as conn:
-            for i in range(0, len(keys), BLOB_BATCH):
-                rows = conn.execute(_Q["get_blobs"], {
-                    "tenant_id": tenant_id, "keys": list(keys[i:i + BLOB_BATCH]),
-                }, prepare=True)
-                found.update((r[0], bytes(r[1])) for r in rows)
-        return found
-
-    def get_blob_chain(
-        self, tenant_id: str, key: str, *, limit: int = CHAIN_LIMIT
-    ) -> dict[str, bytes]:
-        """The blob and the blobs it links to, in one recursive query."""
-        rows = self._all("get_blob_chain", tenant_id=tenant_id, key=key, limit=limit)
-        return {r[0]: bytes(r[1]) for r in rows}
-
-    def events_by_type(
-        self, tenant_id: str, run_ids: Sequence[str], types: Sequence[str]
-    ) -> dict[str, list[StoredEvent]]:
-        """Events of some types of many runs, :data:`~underway.store.journal.RUN_BATCH`
-        runs a query."""
-        found: dict[str, list[StoredEvent]] = {}
-        kinds = list(types)
-        for i in range(0, len(run_ids), RUN_BATCH):
-            rows = self._all("events_by_type", tenant_id=tenant_id, types=kinds,
-                             runs=list(run_ids[i:i + RUN_BATCH]))
-            for r in rows:
-                found.setdefault(r[0], []).append(StoredEvent(r[1], r[2], bytes(r[3]), r[4]))
-        return found
-
-    # -- the run index ------------------------------------------------------------------
-    def get_run(self, tenant_id: str, run_id: str) -> RunRecord | None:
-        """The run's row."""
-        rows = self._all("get_run", tenant_id=tenant_id, run_id=run_id)
-        return _run(rows[0]) if rows else None
-
-    def list_runs(
-        self, tenant_id: str, *, status: str | None = None, limit: int = 100,
-        flow: str | None = None, since: float | None = None, until: float | None = None,
-        after: tuple[float, str] | None = None, id_prefix: str | None = None,
-        updated_since: float | None = None, updated_until: float | None = None,
-        search: str | None = None,
-    ) -> list[RunRecord]:
-        """Runs of a tenant, newest first, filtered and paged."""
-        rows = self._all(
-            "list_runs", tenant_id=tenant_id, status=status, flow=flow, since=since,
-            until=until, after_at=after[0] if after else None,
-            after_id=after[1] if after else None, prefix=id_prefix, limit=limit,
-            updated_since=updated_since, updated_until=updated_until, search=search,
-        )
-        return [_run(r) for r in rows]
-
-    def runs_of_subject(
-        self, tenant_id: str, subject: str, *, limit: int | None = None
-    ) -> list[RunRecord]:
-        """The tenant's runs about a subject, oldest first."""
-        rows = self._all("runs_of_subject", tenant_id=tenant_id, subject=subject, limit=limit)
-        return [_run(r) for r in rows]
-
-    def tenants(self) -> list[str]:
-        """Tenants with runs."""
-        return [r[0] for r in self._all("tenants")]
-
-    def run_counts(self) -> list[tuple[str, str, int]]:
-        """(tenant, status, count) of the runs."""
-        return [(r[0], r[1], int(r[2])) for r in self._all("run_counts")]
-
-    def runs_created(
-        self, tenant_id: str, *, since: float, until: float, width: float
-    ) -> list[tuple[int, str, int]]:
-        """(bucket, status, count) of the runs created in a window."""
-        rows = self._all("runs_created", tenant_id=tenant_id, since=since, until=until,
-                         width=width)
-        return [(int(r[0]), r[1], int(r[2])) for r in rows]
-
-    def runs_written(self, tenant_id: str, *, since: float, until: float) -> list[str]:
-        """Runs whose journals may hold events of a window."""
-        rows = self._all("runs_written", tenant_id=tenant_id, since=since, until=until)
-        return [r[0] for r in rows]
 
     def journaled_runs(self, tenant_id: str | None = None) -> list[tuple[str, str]]:
         """Runs with a row or events."""

@@ -3,32 +3,27 @@ within the queues' limits, and circuit breakers."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import psycopg
 
 from ...errors import ConflictError
 from .. import limits
-from ..leases import MAX_LEASE_TTL, eager_candidate
-from ..records import Lease, NewRun, QueueConfig, RowRepair, RunRecord, StartedRun
-from .connection import _Q, Connection, _run
+from .._sqlbase.leases import SQLLeases
+from ..leases import eager_candidate
+from ..records import Lease, NewRun, RunRecord, StartedRun
+from .connection import _Q, Connection, _run, _runner
 from .journal import _run_params
 
 
-class Leases(Connection):
+class Leases(SQLLeases, Connection):
     """:class:`~underway.store.leases.LeaseStore` and
-    :class:`~underway.store.limits.LimitStore` on PostgreSQL."""
+    :class:`~underway.store.limits.LimitStore` on PostgreSQL: claims skip rows other
+    workers lock (``FOR UPDATE SKIP LOCKED``); a circuit decides in one statement."""
 
     def claim(
-        self,
-        *,
-        owner: str,
-        now: float,
-        ttl: float,
-        limit: int = 1,
-        tenant_id: str | None = None,
-        run_id: str | None = None,
+        self, *, owner: str, now: float, ttl: float, limit: int = 1,
+        tenant_id: str | None = None, run_id: str | None = None,
         queues: list[str] | None = None,
     ) -> list[Lease]:
         """Lease due runs nobody holds, fairly across tenants, within the queues' limits,
@@ -36,22 +31,7 @@ class Leases(Connection):
         its ``queues`` row; claims on unlimited queues never wait for each other."""
         wanted = None if queues is None else list(queues)
         with self._pool.connection() as conn, conn.transaction():
-            configs = limits.limited(
-                QueueConfig(*r) for r in conn.execute(_Q["queue_limits"], {"queues": wanted})
-            )
-            names = sorted(configs)
-            leased: dict[str, int] = {}
-            buckets: dict[limits.BucketKey, limits.Bucket] = {}
-            if configs:
-                leased = {
-                    r[0]: int(r[1])
-                    for r in conn.execute(_Q["leased_per_queue"], {"queues": names, "now": now})
-                }
-                buckets = {
-                    (r[0], r[1]): limits.Bucket(r[2], r[3])
-                    for r in conn.execute(_Q["queue_buckets"], {"queues": names})
-                }
-            plan = limits.ClaimPlan(configs, leased, buckets, now=now, limit=limit)
+            plan = self._plan(_runner(conn), wanted, now=now, limit=limit)
             leases: list[Lease] = []
             while plan.wants_more():
                 empty = plan.empty()
@@ -76,11 +56,7 @@ class Leases(Connection):
                     for c in chosen
                 ]
             if plan.spent:
-                spent = sorted(plan.spent.items())
-                conn.execute(_Q["put_buckets"], {
-                    "now": now, "queues": [k[0] for k, _ in spent],
-                    "tenant_ids": [k[1] for k, _ in spent], "tokens": [t for _, t in spent],
-                })
+                _put_buckets(conn, plan)
         return leases
 
     def start_leased(
@@ -120,7 +96,7 @@ class Leases(Connection):
                 raise ConflictError(
                     f"run {new.run_id} already exists in tenant {new.tenant_id}")
             if got is None and eager_candidate(run, now=now, queues=queues) is not None:
-                got = _lease_limited(conn, run, params, lease_query)
+                got = self._lease_limited(conn, run, params, lease_query)
             if got is None:
                 conn.execute(_Q["notify_run"], {"tenant_id": run.tenant_id,
                                                 "run_id": run.run_id}, prepare=True)
@@ -133,73 +109,7 @@ class Leases(Connection):
             bool(got[-1]),
         )
 
-    def renew(self, lease: Lease, *, now: float, ttl: float) -> Lease | None:
-        """Extend a held lease; None when it was lost."""
-        renewed = self._count(
-            "renew_lease", expires_at=now + ttl, tenant_id=lease.tenant_id,
-            run_id=lease.run_id, owner=lease.owner, token=lease.token,
-        )
-        if renewed != 1:
-            return None
-        return Lease(lease.tenant_id, lease.run_id, lease.owner, lease.token, now + ttl)
-
-    def release(self, lease: Lease, *, retry_at: float | None = None) -> None:
-        """Give a lease back (not due again before ``retry_at`` when given)."""
-        self._count(
-            "release_lease" if retry_at is None else "release_lease_until",
-            tenant_id=lease.tenant_id, run_id=lease.run_id, owner=lease.owner,
-            token=lease.token, retry_at=retry_at,
-        )
-
-    def held_leases(self, *, now: float) -> list[tuple[str, str, str]]:
-        """Unexpired leases."""
-        return [(r[0], r[1], r[2]) for r in self._all("held_leases", now=now)]
-
-    def expire_lease(self, tenant_id: str, run_id: str, owner: str) -> int:
-        """End a dead owner's lease."""
-        return self._count("expire_lease", tenant_id=tenant_id, run_id=run_id, owner=owner)
-
-    def suspect_runs(self, *, now: float, limit: int = 100) -> list[tuple[str, str]]:
-        """Rows the journal likely contradicts (see the protocol)."""
-        rows = self._all("suspect_runs", now=now, horizon=now + MAX_LEASE_TTL, limit=limit)
-        return [(r[0], r[1]) for r in rows]
-
-    def repair_run(self, repair: RowRepair, *, now: float) -> bool:
-        """Rewrite a row from its journal while it is as it was read."""
-        return self._count("repair_run", **repair.params(now)) == 1
-
-    def next_due_at(self, *, now: float, queues: list[str] | None = None) -> float | None:
-        """Earliest due time of an unfinished, unheld run of the queues."""
-        rows = self._all("next_due_at", now=now, queues=None if queues is None else list(queues))
-        return None if not rows or rows[0][0] is None else float(rows[0][0])
-
-    def next_wake_at(self) -> float | None:
-        """Earliest due time of unfinished runs."""
-        rows = self._all("next_wake_at")
-        return None if not rows or rows[0][0] is None else float(rows[0][0])
-
-    # -- limits -------------------------------------------------------------------------
-    def set_queue(self, config: QueueConfig) -> None:
-        """Create or replace a queue's limits; its rate buckets start full."""
-        q = config
-        with self._pool.connection() as conn, conn.transaction():
-            conn.execute(_Q["set_queue"], {
-                "name": q.name, "max_concurrency": q.max_concurrency,
-                "rate_limit": q.rate_limit, "rate_period_s": q.rate_period_s,
-                "per_tenant": q.per_tenant, "now": time.time(),
-            })
-            conn.execute(_Q["reset_queue_buckets"], {"name": q.name})
-
-    def list_queues(self) -> list[QueueConfig]:
-        """Every configured queue."""
-        return [QueueConfig(*r) for r in self._all("list_queues")]
-
-    def delete_queue(self, name: str) -> bool:
-        """Remove a queue's limits."""
-        with self._pool.connection() as conn, conn.transaction():
-            conn.execute(_Q["reset_queue_buckets"], {"name": name})
-            return conn.execute(_Q["delete_queue"], {"name": name}).rowcount == 1
-
+    # -- circuits -----------------------------------------------------------------------
     def circuit_admit(self, tenant_id: str, name: str, *, now: float, cooldown: float) -> str:
         """Closed, open, or the half-open trial, decided in one statement."""
         rows = self._all(
@@ -218,36 +128,30 @@ class Leases(Connection):
             threshold=threshold, open_until=now + cooldown,
         )
 
+    def _lease_limited(
+        self, conn: psycopg.Connection[Any], run: RunRecord, params: dict[str, Any],
+        lease_query: str,
+    ) -> tuple[Any, ...] | None:
+        """Lease a started run of a limited queue as a claim would: in a transaction
+        holding the queue's row, within its concurrency and rate limits (None: they say
+        no, or the run is no longer free)."""
+        with conn.transaction():
+            plan = self._plan(_runner(conn), [run.queue], now=float(params["now"]), limit=1)
+            if plan.configs:
+                cand = limits.Candidate(run.tenant_id, run.run_id, run.queue,
+                                        run.lease_token == 0)
+                if not plan.admit([cand]):
+                    return None
+            got = conn.execute(lease_query, {**params, "limits_checked": True}).fetchone()
+            if got is not None and plan.configs and plan.spent:
+                _put_buckets(conn, plan)
+            return got
 
-def _lease_limited(
-    conn: psycopg.Connection[Any], run: RunRecord, params: dict[str, Any], lease_query: str
-) -> tuple[Any, ...] | None:
-    """Lease a started run of a limited queue as a claim would: in a transaction holding
-    the queue's row, within its concurrency and rate limits (None: they say no, or the run
-    is no longer free)."""
-    now = float(params["now"])
-    with conn.transaction():
-        configs = limits.limited(
-            QueueConfig(*r)
-            for r in conn.execute(_Q["queue_limits"], {"queues": [run.queue]})
-        )
-        plan = None
-        if configs:
-            names = [run.queue]
-            leased = {r[0]: int(r[1]) for r in conn.execute(
-                _Q["leased_per_queue"], {"queues": names, "now": now})}
-            buckets = {(r[0], r[1]): limits.Bucket(r[2], r[3]) for r in conn.execute(
-                _Q["queue_buckets"], {"queues": names})}
-            plan = limits.ClaimPlan(configs, leased, buckets, now=now, limit=1)
-            cand = limits.Candidate(run.tenant_id, run.run_id, run.queue,
-                                    run.lease_token == 0)
-            if not plan.admit([cand]):
-                return None
-        got = conn.execute(lease_query, {**params, "limits_checked": True}).fetchone()
-        if got is not None and plan is not None and plan.spent:
-            spent = sorted(plan.spent.items())
-            conn.execute(_Q["put_buckets"], {
-                "now": now, "queues": [k[0] for k, _ in spent],
-                "tenant_ids": [k[1] for k, _ in spent], "tokens": [t for _, t in spent],
-            })
-        return got
+
+def _put_buckets(conn: psycopg.Connection[Any], plan: limits.ClaimPlan) -> None:
+    """Store the rate tokens the plan spent, in its queues' and tenants' order."""
+    spent = sorted(plan.spent.items())
+    conn.execute(_Q["put_buckets"], {
+        "now": plan.now, "queues": [k[0] for k, _ in spent],
+        "tenant_ids": [k[1] for k, _ in spent], "tokens": [t for _, t in spent],
+    })

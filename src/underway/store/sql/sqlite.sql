@@ -26,7 +26,7 @@ ON CONFLICT DO NOTHING
 SELECT * FROM runs WHERE tenant_id = ? AND flow = ? AND idempotency_key = ?
 
 -- name: get_run
-SELECT * FROM runs WHERE tenant_id = ? AND run_id = ?
+SELECT * FROM runs WHERE tenant_id = :tenant_id AND run_id = :run_id
 
 -- name: list_runs
 SELECT * FROM runs
@@ -107,9 +107,9 @@ SELECT DISTINCT tenant_id, run_id FROM events
 ORDER BY 1, 2
 
 -- name: journaled_runs_of_tenant
-SELECT tenant_id, run_id FROM runs WHERE tenant_id = ?
+SELECT tenant_id, run_id FROM runs WHERE tenant_id = :tenant_id
 UNION
-SELECT DISTINCT tenant_id, run_id FROM events WHERE tenant_id = ?
+SELECT DISTINCT tenant_id, run_id FROM events WHERE tenant_id = :tenant_id
 ORDER BY 1, 2
 
 -- name: journal_heads
@@ -122,7 +122,7 @@ SELECT e.tenant_id, e.run_id, e.seq, lower(hex(e.hash)) AS hash
 -- name: journal_heads_of_tenant
 SELECT e.tenant_id, e.run_id, e.seq, lower(hex(e.hash)) AS hash
   FROM events e
-  JOIN (SELECT tenant_id, run_id, MAX(seq) AS seq FROM events WHERE tenant_id = ?
+  JOIN (SELECT tenant_id, run_id, MAX(seq) AS seq FROM events WHERE tenant_id = :tenant_id
          GROUP BY tenant_id, run_id) h
     ON e.tenant_id = h.tenant_id AND e.run_id = h.run_id AND e.seq = h.seq
  ORDER BY 1, 2
@@ -154,7 +154,7 @@ ON CONFLICT (tenant_id, name) DO UPDATE
 
 -- name: get_blobs
 SELECT key, data FROM blobs
-WHERE tenant_id = ? AND key IN (SELECT value FROM json_each(?))
+WHERE tenant_id = :tenant_id AND key IN (SELECT value FROM json_each(:keys))
 
 -- name: get_blob_chain
 -- A blob and the blobs it links to: one whose bytes begin {"p":" (a codec list node)
@@ -190,17 +190,17 @@ INSERT INTO checkpoints (tenant_id, run_id, seq, state) VALUES (?, ?, ?, ?)
 ON CONFLICT (tenant_id, run_id) DO UPDATE SET seq = excluded.seq, state = excluded.state
 
 -- name: load_checkpoint
-SELECT seq, state FROM checkpoints WHERE tenant_id = ? AND run_id = ?
+SELECT seq, state FROM checkpoints WHERE tenant_id = :tenant_id AND run_id = :run_id
 
 -- name: delete_checkpoints_of_run
-DELETE FROM checkpoints WHERE tenant_id = ? AND run_id = ?
+DELETE FROM checkpoints WHERE tenant_id = :tenant_id AND run_id = :run_id
 
 -- name: delete_checkpoints_of_tenant
-DELETE FROM checkpoints WHERE tenant_id = ?
+DELETE FROM checkpoints WHERE tenant_id = :tenant_id
 
 -- name: load_events
 SELECT seq, type, payload, lower(hex(hash)) AS hash FROM events
- WHERE tenant_id = ? AND run_id = ? AND seq > ? ORDER BY seq
+ WHERE tenant_id = :tenant_id AND run_id = :run_id AND seq > :after_seq ORDER BY seq
 
 -- name: queue_limits
 -- The limits of the queues a claim may take runs from (every queue when :queues is NULL;
@@ -299,20 +299,20 @@ SELECT MIN(next_wake_at) FROM runs
 
 -- name: set_queue
 INSERT INTO queues (name, max_concurrency, rate_limit, rate_period_s, per_tenant, updated_at)
-VALUES (?, ?, ?, ?, ?, ?)
+VALUES (:name, :max_concurrency, :rate_limit, :rate_period_s, :per_tenant, :now)
 ON CONFLICT (name) DO UPDATE
    SET max_concurrency = excluded.max_concurrency, rate_limit = excluded.rate_limit,
        rate_period_s = excluded.rate_period_s, per_tenant = excluded.per_tenant,
        updated_at = excluded.updated_at
 
 -- name: reset_queue_buckets
-DELETE FROM queue_buckets WHERE queue = ?
+DELETE FROM queue_buckets WHERE queue = :name
 
 -- name: list_queues
 SELECT name, max_concurrency, rate_limit, rate_period_s, per_tenant FROM queues ORDER BY name
 
 -- name: delete_queue
-DELETE FROM queues WHERE name = ?
+DELETE FROM queues WHERE name = :name
 
 -- name: take_lease
 UPDATE runs SET lease_owner = ?, lease_token = lease_token + 1, lease_expires_at = ?
@@ -323,18 +323,18 @@ RETURNING lease_token
 SELECT 1 FROM signals WHERE tenant_id = ? AND run_id = ? AND consumed = 0 LIMIT 1
 
 -- name: renew_lease
-UPDATE runs SET lease_expires_at = ?
- WHERE tenant_id = ? AND run_id = ? AND lease_owner = ? AND lease_token = ?
+UPDATE runs SET lease_expires_at = :expires_at
+ WHERE tenant_id = :tenant_id AND run_id = :run_id AND lease_owner = :owner AND lease_token = :token
 
 -- name: release_lease
 UPDATE runs SET lease_owner = NULL, lease_expires_at = NULL
- WHERE tenant_id = ? AND run_id = ? AND lease_owner = ? AND lease_token = ?
+ WHERE tenant_id = :tenant_id AND run_id = :run_id AND lease_owner = :owner AND lease_token = :token
 
 -- name: release_lease_until
--- A run handed back after a failure is not due again before ?: never claimed in a loop.
+-- A run handed back after a failure is not due again before retry_at: never claimed in a loop.
 UPDATE runs SET lease_owner = NULL, lease_expires_at = NULL,
-       next_wake_at = MAX(COALESCE(next_wake_at, ?), ?)
- WHERE tenant_id = ? AND run_id = ? AND lease_owner = ? AND lease_token = ?
+       next_wake_at = MAX(COALESCE(next_wake_at, :retry_at), :retry_at)
+ WHERE tenant_id = :tenant_id AND run_id = :run_id AND lease_owner = :owner AND lease_token = :token
 
 -- name: insert_signal
 INSERT INTO signals (tenant_id, run_id, signal_id, name, payload, sender, created_at)
@@ -347,7 +347,7 @@ UPDATE runs SET next_wake_at = ?, control_pending = control_pending OR (? LIKE '
 
 -- name: pending_signals
 SELECT tenant_id, run_id, signal_id, name, payload, sender, created_at FROM signals
- WHERE tenant_id = ? AND run_id = ? AND consumed = 0 ORDER BY created_at, signal_id
+ WHERE tenant_id = :tenant_id AND run_id = :run_id AND consumed = 0 ORDER BY created_at, signal_id
 
 -- name: consume_signal
 UPDATE signals SET consumed = 1 WHERE tenant_id = ? AND run_id = ? AND signal_id = ?
@@ -370,10 +370,10 @@ UPDATE runs SET control_pending = EXISTS (
 
 -- name: held_leases
 SELECT tenant_id, run_id, lease_owner FROM runs
- WHERE lease_owner IS NOT NULL AND lease_expires_at >= ?
+ WHERE lease_owner IS NOT NULL AND lease_expires_at >= :now
 
 -- name: expire_lease
-UPDATE runs SET lease_expires_at = 0 WHERE tenant_id = ? AND run_id = ? AND lease_owner = ?
+UPDATE runs SET lease_expires_at = 0 WHERE tenant_id = :tenant_id AND run_id = :run_id AND lease_owner = :owner
 
 -- name: next_wake_at
 SELECT MIN(next_wake_at) FROM runs
@@ -426,7 +426,7 @@ UPDATE runs
 -- schedule again (say, at every deploy) never skips a tick that is due.
 INSERT INTO schedules (tenant_id, name, flow, cron, timezone, input, queue, next_fire_at,
                        enabled, created_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+VALUES (:tenant_id, :schedule, :flow, :cron, :timezone, :input, :queue, :next_fire_at, :enabled, :created_at)
 ON CONFLICT (tenant_id, name) DO UPDATE
    SET flow = excluded.flow, cron = excluded.cron, timezone = excluded.timezone,
        input = excluded.input, queue = excluded.queue, enabled = excluded.enabled,
@@ -440,15 +440,15 @@ RETURNING tenant_id, name, flow, cron, timezone, input, queue, next_fire_at, ena
 -- name: get_schedule
 SELECT tenant_id, name, flow, cron, timezone, input, queue, next_fire_at, enabled,
        created_at, last_fired_at, claimed_until
-  FROM schedules WHERE tenant_id = ? AND name = ?
+  FROM schedules WHERE tenant_id = :tenant_id AND name = :schedule
 
 -- name: list_schedules
 SELECT tenant_id, name, flow, cron, timezone, input, queue, next_fire_at, enabled,
        created_at, last_fired_at, claimed_until
-  FROM schedules WHERE tenant_id = ? ORDER BY name
+  FROM schedules WHERE tenant_id = :tenant_id ORDER BY name
 
 -- name: delete_schedule
-DELETE FROM schedules WHERE tenant_id = ? AND name = ?
+DELETE FROM schedules WHERE tenant_id = :tenant_id AND name = :schedule
 
 -- name: claim_schedules
 -- Runs under BEGIN IMMEDIATE: no other writer sees the rows between choosing and marking.
@@ -464,17 +464,17 @@ RETURNING tenant_id, name, flow, cron, timezone, input, queue, next_fire_at, ena
 
 -- name: advance_schedule
 UPDATE schedules
-   SET next_fire_at = ?, last_fired_at = COALESCE(?, last_fired_at), claimed_until = NULL
- WHERE tenant_id = ? AND name = ? AND next_fire_at = ?
+   SET next_fire_at = :next_fire_at, last_fired_at = COALESCE(:fired_at, last_fired_at), claimed_until = NULL
+ WHERE tenant_id = :tenant_id AND name = :schedule AND next_fire_at = :expected
 
 -- name: next_schedule_at
 SELECT MIN(next_fire_at) FROM schedules
- WHERE enabled = 1 AND (claimed_until IS NULL OR claimed_until < ?)
-   AND flow IN (SELECT value FROM json_each(?))
+ WHERE enabled = 1 AND (claimed_until IS NULL OR claimed_until < :now)
+   AND flow IN (SELECT value FROM json_each(:flows))
 
 -- name: get_intake
 SELECT tenant_id, idempotency_key, entity_id, event_type, action, run_id, created_at
-  FROM intake WHERE tenant_id = ? AND idempotency_key = ?
+  FROM intake WHERE tenant_id = :tenant_id AND idempotency_key = :idempotency_key
 
 -- name: insert_intake
 INSERT INTO intake (tenant_id, idempotency_key, entity_id, event_type, action, run_id,
@@ -485,7 +485,7 @@ VALUES (?, ?, ?, ?, ?, ?, ?)
 -- Ownership ends when the run finishes; the row stays until a new owner replaces it.
 SELECT o.run_id FROM intake_owners o
   JOIN runs r ON r.tenant_id = o.tenant_id AND r.run_id = o.run_id
- WHERE o.tenant_id = ? AND o.entity_id = ?
+ WHERE o.tenant_id = :tenant_id AND o.entity_id = :entity_id
    AND r.status NOT IN ('completed', 'failed', 'cancelled')
 
 -- name: set_entity_owner
@@ -497,23 +497,23 @@ ON CONFLICT (tenant_id, entity_id) DO UPDATE SET run_id = excluded.run_id, since
 -- name: put_approver
 -- Registering an approver again replaces its key and roles and lifts any revocation.
 INSERT INTO approvers (tenant_id, approver_id, public_key, roles, created_at, revoked_at)
-VALUES (?, ?, ?, ?, ?, ?)
+VALUES (:tenant_id, :approver_id, :public_key, :roles, :created_at, :revoked_at)
 ON CONFLICT (tenant_id, approver_id) DO UPDATE
    SET public_key = excluded.public_key, roles = excluded.roles,
        created_at = excluded.created_at, revoked_at = excluded.revoked_at
 
 -- name: get_approver
 SELECT tenant_id, approver_id, public_key, roles, created_at, revoked_at
-  FROM approvers WHERE tenant_id = ? AND approver_id = ?
+  FROM approvers WHERE tenant_id = :tenant_id AND approver_id = :approver_id
 
 -- name: list_approvers
 SELECT tenant_id, approver_id, public_key, roles, created_at, revoked_at
-  FROM approvers WHERE tenant_id = ? ORDER BY approver_id
+  FROM approvers WHERE tenant_id = :tenant_id ORDER BY approver_id
 
 -- name: revoke_approver
 -- The first revocation's time stands.
-UPDATE approvers SET revoked_at = ?
- WHERE tenant_id = ? AND approver_id = ? AND revoked_at IS NULL
+UPDATE approvers SET revoked_at = :at
+ WHERE tenant_id = :tenant_id AND approver_id = :approver_id AND revoked_at IS NULL
 
 -- name: use_nonce
 -- The primary key makes a nonce usable once per tenant, whoever races for it.
@@ -601,12 +601,12 @@ SELECT k.seq, k.tenant_id, k.id, k.text, k.source, k.created_at, k.expires_at, k
 
 -- name: insert_api_key
 INSERT INTO api_keys (key_id, tenant_id, role, name, token_hash, created_at, revoked_at)
-VALUES (?, ?, ?, ?, ?, ?, ?)
+VALUES (:key_id, :tenant_id, :role, :name, :token_hash, :created_at, :revoked_at)
 ON CONFLICT DO NOTHING
 
 -- name: get_api_key
 SELECT key_id, tenant_id, role, name, token_hash, created_at, revoked_at
-  FROM api_keys WHERE key_id = ?
+  FROM api_keys WHERE key_id = :key_id
 
 -- name: list_api_keys
 SELECT key_id, tenant_id, role, name, token_hash, created_at, revoked_at
@@ -614,24 +614,24 @@ SELECT key_id, tenant_id, role, name, token_hash, created_at, revoked_at
  ORDER BY created_at, key_id
 
 -- name: revoke_api_key
-UPDATE api_keys SET revoked_at = ?
- WHERE tenant_id = ? AND key_id = ? AND revoked_at IS NULL
+UPDATE api_keys SET revoked_at = :at
+ WHERE tenant_id = :tenant_id AND key_id = :key_id AND revoked_at IS NULL
 
 -- name: put_intake_secret
-INSERT INTO intake_secrets (tenant_id, source, secret, created_at) VALUES (?, ?, ?, ?)
+INSERT INTO intake_secrets (tenant_id, source, secret, created_at) VALUES (:tenant_id, :source, :secret, :created_at)
 ON CONFLICT (tenant_id, source) DO UPDATE
    SET secret = excluded.secret, created_at = excluded.created_at
 
 -- name: get_intake_secret
 SELECT tenant_id, source, secret, created_at FROM intake_secrets
- WHERE tenant_id = ? AND source = ?
+ WHERE tenant_id = :tenant_id AND source = :source
 
 -- name: list_intake_secrets
 SELECT tenant_id, source, secret, created_at FROM intake_secrets
- WHERE tenant_id = ? ORDER BY source
+ WHERE tenant_id = :tenant_id ORDER BY source
 
 -- name: delete_intake_secret
-DELETE FROM intake_secrets WHERE tenant_id = ? AND source = ?
+DELETE FROM intake_secrets WHERE tenant_id = :tenant_id AND source = :source
 
 -- name: log_access
 INSERT INTO access_log (tenant_id, at, key_id, key_name, run_id, endpoint, purpose, revealed,
@@ -639,7 +639,7 @@ INSERT INTO access_log (tenant_id, at, key_id, key_name, run_id, endpoint, purpo
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 
 -- name: access_head
-SELECT tenant_id, seq, hash, entries FROM access_log_heads WHERE tenant_id = ?
+SELECT tenant_id, seq, hash, entries FROM access_log_heads WHERE tenant_id = :tenant_id
 
 -- name: put_access_head
 INSERT INTO access_log_heads (tenant_id, seq, hash, entries) VALUES (?, ?, ?, ?)
@@ -649,7 +649,7 @@ ON CONFLICT (tenant_id) DO UPDATE
 -- name: access_chain
 SELECT tenant_id, at, key_id, key_name, run_id, endpoint, seq, purpose, revealed, prev_hash,
        hash
-  FROM access_log WHERE tenant_id = ? AND seq > ? ORDER BY seq LIMIT ?
+  FROM access_log WHERE tenant_id = :tenant_id AND seq > :after ORDER BY seq LIMIT :limit
 
 -- name: list_access
 SELECT tenant_id, at, key_id, key_name, run_id, endpoint, seq, purpose, revealed, prev_hash,
@@ -691,15 +691,15 @@ SELECT tenant_id, subject, purpose, state, reference, recorded_by, at, seq FROM 
 -- A standing hold is left as it is (no row changes); a released one is replaced.
 INSERT INTO legal_holds (tenant_id, kind, target, reason, held_by, created_at, released_at,
                          released_by)
-VALUES (?, ?, ?, ?, ?, ?, NULL, NULL)
+VALUES (:tenant_id, :kind, :target, :reason, :by, :created_at, NULL, NULL)
 ON CONFLICT (tenant_id, kind, target) DO UPDATE
    SET reason = excluded.reason, held_by = excluded.held_by,
        created_at = excluded.created_at, released_at = NULL, released_by = NULL
  WHERE legal_holds.released_at IS NOT NULL
 
 -- name: release_hold
-UPDATE legal_holds SET released_at = ?, released_by = ?
- WHERE tenant_id = ? AND kind = ? AND target = ? AND released_at IS NULL
+UPDATE legal_holds SET released_at = :at, released_by = :by
+ WHERE tenant_id = :tenant_id AND kind = :kind AND target = :target AND released_at IS NULL
 
 -- name: list_holds
 SELECT tenant_id, kind, target, reason, held_by, created_at, released_at, released_by
@@ -769,7 +769,7 @@ DELETE FROM blobs
 -- name: record_sweep
 INSERT INTO retention_sweeps (sweep_id, tenant_id, started_at, swept_by, finished_at, purged,
                               held, skipped, blobs_deleted, collected_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+VALUES (:sweep_id, :tenant_id, :started_at, :by, :finished_at, :purged, :held, :skipped, :blobs_deleted, :collected_at)
 ON CONFLICT (sweep_id, tenant_id) DO UPDATE
    SET started_at = excluded.started_at, swept_by = excluded.swept_by,
        finished_at = excluded.finished_at, purged = excluded.purged, held = excluded.held,
@@ -793,11 +793,11 @@ VALUES (?, ?, ?, ?, ?, ?, 'active')
 
 -- name: get_data_key
 SELECT tenant_id, key_id, wrapped, kek_id, created_at, state, scope FROM data_keys
- WHERE tenant_id = ? AND key_id = ?
+ WHERE tenant_id = :tenant_id AND key_id = :key_id
 
 -- name: active_data_key
 SELECT tenant_id, key_id, wrapped, kek_id, created_at, state, scope FROM data_keys
- WHERE tenant_id = ? AND scope = ? AND state = 'active'
+ WHERE tenant_id = :tenant_id AND scope = :scope AND state = 'active'
 
 -- name: retire_data_key
 UPDATE data_keys SET state = 'retired' WHERE tenant_id = ? AND key_id = ? AND state = 'active'
@@ -808,12 +808,12 @@ SELECT tenant_id, key_id, wrapped, kek_id, created_at, state, scope FROM data_ke
  ORDER BY created_at, tenant_id, key_id
 
 -- name: rewrap_data_key
-UPDATE data_keys SET wrapped = ?, kek_id = ?
- WHERE tenant_id = ? AND key_id = ? AND kek_id = ? AND state <> 'destroyed'
+UPDATE data_keys SET wrapped = :wrapped, kek_id = :kek_id
+ WHERE tenant_id = :tenant_id AND key_id = :key_id AND kek_id = :expected_kek_id AND state <> 'destroyed'
 
 -- name: destroy_data_key
 UPDATE data_keys SET wrapped = X'', state = 'destroyed'
- WHERE tenant_id = ? AND key_id = ? AND state <> 'destroyed'
+ WHERE tenant_id = :tenant_id AND key_id = :key_id AND state <> 'destroyed'
 
 -- name: destroy_scope_keys
 UPDATE data_keys SET wrapped = X'', state = 'destroyed'
@@ -833,28 +833,28 @@ SELECT tenant_id, subject, erased_at, erased_by, reason, runs, knowledge, keys, 
  ORDER BY seq
 
 -- name: sealed_blob_rows
-SELECT key, data FROM blobs WHERE tenant_id = ? AND key > ? ORDER BY key LIMIT ?
+SELECT key, data FROM blobs WHERE tenant_id = :tenant_id AND key > :first ORDER BY key LIMIT :limit
 
 -- name: sealed_signal_rows
 SELECT run_id, signal_id, name, payload FROM signals
- WHERE tenant_id = ? AND consumed = 0 AND (run_id, signal_id) > (?, ?)
- ORDER BY run_id, signal_id LIMIT ?
+ WHERE tenant_id = :tenant_id AND consumed = 0 AND (run_id, signal_id) > (:first, :second)
+ ORDER BY run_id, signal_id LIMIT :limit
 
 -- name: sealed_schedule_rows
-SELECT name, input FROM schedules WHERE tenant_id = ? AND name > ? ORDER BY name LIMIT ?
+SELECT name, input FROM schedules WHERE tenant_id = :tenant_id AND name > :first ORDER BY name LIMIT :limit
 
 -- name: reseal_blob
-UPDATE blobs SET data = ? WHERE tenant_id = ? AND key = ? AND data = ?
+UPDATE blobs SET data = :new WHERE tenant_id = :tenant_id AND key = :first AND data = :old
 
 -- name: reseal_signal
-UPDATE signals SET payload = ?
- WHERE tenant_id = ? AND run_id = ? AND signal_id = ? AND consumed = 0 AND payload = ?
+UPDATE signals SET payload = :new
+ WHERE tenant_id = :tenant_id AND run_id = :first AND signal_id = :second AND consumed = 0 AND payload = :old
 
 -- name: reseal_schedule
-UPDATE schedules SET input = ? WHERE tenant_id = ? AND name = ? AND input = ?
+UPDATE schedules SET input = :new WHERE tenant_id = :tenant_id AND name = :first AND input = :old
 
 -- name: budget_used
-SELECT used FROM budget_usage WHERE tenant_id = ? AND since = ?
+SELECT used FROM budget_usage WHERE tenant_id = :tenant_id AND since = :since
 
 -- name: budget_seed
 INSERT INTO budget_usage (tenant_id, since, used) VALUES (?, ?, ?)

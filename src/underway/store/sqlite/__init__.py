@@ -4,7 +4,8 @@ Writers serialize through ``BEGIN IMMEDIATE``, which is also what makes claiming
 when several worker processes share one database file. The store is one class made of one
 part per role (``journal``, ``leases``, ``inbox``, ``schedules``, ``access``, ``consent``,
 ``retention``, ``keys``, ``budgets``), over one connection (``connection``); the SQL is in
-``store/sql/sqlite.sql``.
+``store/sql/sqlite.sql``. Each part inherits the bodies it shares with PostgreSQL from
+:mod:`underway.store._sqlbase` and writes only what SQLite does its own way.
 """
 
 from __future__ import annotations

@@ -6,13 +6,12 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
+from .._sqlbase.budgets import DAY, SQLBudgets
 from ..budgets import KEEP_DAYS, UNSEEDED, Outcome, apply_hold
 from .connection import _Q, Connection
 
-_DAY = 86_400.0
 
-
-class Budgets(Connection):
+class Budgets(SQLBudgets, Connection):
     """:class:`~underway.store.budgets.BudgetStore` on SQLite."""
 
     def reserve_budget(
@@ -21,11 +20,12 @@ class Budgets(Connection):
     ) -> Outcome:
         """Reserve ``amounts`` for ``key`` unless a limit would be crossed."""
         with self._tx() as c:
-            row = c.execute(_Q["budget_used"], (tenant_id, since)).fetchone()
+            row = c.execute(
+                _Q["budget_used"], {"tenant_id": tenant_id, "since": since}).fetchone()
             if row is None:
                 if baseline is None:
                     return UNSEEDED
-                before = since - KEEP_DAYS * _DAY
+                before = since - KEEP_DAYS * DAY
                 c.execute(_Q["budget_forget_holds"], (tenant_id, before))
                 c.execute(_Q["budget_forget_used"], (tenant_id, before))
                 used = dict(baseline)
@@ -48,14 +48,10 @@ class Budgets(Connection):
             if held is None:
                 return
             since = float(held[0])
-            row = c.execute(_Q["budget_used"], (tenant_id, since)).fetchone()
+            row = c.execute(
+                _Q["budget_used"], {"tenant_id": tenant_id, "since": since}).fetchone()
             if row is not None:
                 used = json.loads(row[0])
                 apply_hold(used, json.loads(held[1]), amounts, None)
                 c.execute(_Q["budget_put_used"], (json.dumps(used), tenant_id, since))
             c.execute(_Q["budget_put_hold"], (tenant_id, key, since, json.dumps(dict(amounts))))
-
-    def budget_used(self, tenant_id: str, since: float) -> dict[str, float] | None:
-        """What the tenant's day holds (None: never seeded)."""
-        rows = self._query("budget_used", tenant_id, since)
-        return None if not rows else dict(json.loads(rows[0][0]))

@@ -3,10 +3,11 @@ transactions, and the schema's migrations."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -14,6 +15,8 @@ from ...codec import Codec
 from ...errors import MigrationError
 from .. import queries
 from .._offload import Offload
+from .._sqlbase.dialect import Read, Run, SQLBase
+from ..records import RunRecord
 
 _Q = queries.load("sqlite")
 
@@ -23,8 +26,9 @@ IO_THREADS = 4
 time, and more than one lets a long read (a tenant's usage) interleave with commits."""
 
 
-class Connection:
-    """One SQLite connection, serialized by a lock; writes go through :meth:`_tx`.
+class Connection(SQLBase):
+    """One SQLite connection, serialized by a lock; writes go through :meth:`_tx`
+    (``BEGIN IMMEDIATE``: the write lock is taken before anything is read).
 
     ``offload``: where async code runs this store's calls (:mod:`underway.store._offload`).
     """
@@ -45,14 +49,7 @@ class Connection:
         self._conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
         # Before anything that could write (even switching the journal mode): a database
         # migrated by a newer underway is refused untouched.
-        try:
-            found, known = self.schema_version(), queries.latest_version("sqlite")
-        except BaseException:
-            self._conn.close()
-            raise
-        if found > known:
-            self._conn.close()
-            raise MigrationError(queries.newer_schema_message(found, known))
+        self._refuse_newer_schema("sqlite", self._conn.close)
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=FULL")
 
@@ -67,13 +64,44 @@ class Connection:
                 raise
             self._conn.execute("COMMIT")
 
-    def _query(self, name: str, *args: Any) -> list[sqlite3.Row]:
-        with self._lock:
-            return self._conn.execute(_Q[name], args).fetchall()
-
-    def _query_named(self, name: str, **params: Any) -> list[sqlite3.Row]:
+    # -- the dialect of the shared SQL bodies (store/_sqlbase) ---------------------------
+    def _all(self, name: str, /, **params: Any) -> list[sqlite3.Row]:
         with self._lock:
             return self._conn.execute(_Q[name], params).fetchall()
+
+    def _count(self, name: str, /, **params: Any) -> int:
+        with self._tx() as c:
+            return c.execute(_Q[name], params).rowcount
+
+    def _written(self, name: str, /, **params: Any) -> list[sqlite3.Row]:
+        with self._tx() as c:
+            return c.execute(_Q[name], params).fetchall()
+
+    @contextmanager
+    def _reads(self) -> Iterator[Read]:
+        with self._lock:
+            yield lambda name, /, **params: self._conn.execute(_Q[name], params).fetchall()
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Run]:
+        with self._tx() as c:
+            yield _runner(c)
+
+    @staticmethod
+    def _array(values: Iterable[Any]) -> str:
+        return json.dumps(list(values))
+
+    @staticmethod
+    def _from_array(value: Any) -> list[Any]:
+        return list(json.loads(value))
+
+    @staticmethod
+    def _blob(value: Any) -> bytes:
+        return _bytes(value)
+
+    @staticmethod
+    def _run(row: Any) -> RunRecord:
+        return _run(row)
 
     # -- schema -------------------------------------------------------------------------
     def schema_version(self) -> int:
@@ -150,3 +178,43 @@ def _unhex(text: object) -> bytes | None:
         return bytes.fromhex(text)
     except ValueError:
         return None
+
+
+def _run(row: sqlite3.Row) -> RunRecord:
+    return RunRecord(
+        tenant_id=row["tenant_id"],
+        run_id=row["run_id"],
+        flow=row["flow"],
+        status=row["status"],
+        step=row["step"],
+        idempotency_key=row["idempotency_key"],
+        last_seq=row["last_seq"],
+        last_hash=row["last_hash"],
+        next_wake_at=row["next_wake_at"],
+        waiting_signal=row["waiting_signal"],
+        control_pending=bool(row["control_pending"]),
+        lease_owner=row["lease_owner"],
+        lease_token=row["lease_token"],
+        lease_expires_at=row["lease_expires_at"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        error=row["error"],
+        queue=row["queue"],
+        subject=row["subject"],
+        purpose=row["purpose"],
+    )
+
+
+def _bytes(value: object) -> bytes:
+    """A BLOB column's value as bytes: SQLite keeps whatever type was written, and text
+    written by hand must reach the audit as bytes rather than fail to load."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "surrogatepass")
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    return str(value).encode("utf-8")
+
+
+def _runner(c: sqlite3.Connection) -> Run:
+    """Runs named queries on ``c`` (in the transaction open on it)."""
+    return lambda name, /, **params: c.execute(_Q[name], params)

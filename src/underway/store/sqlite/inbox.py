@@ -3,14 +3,14 @@ decision nonces and approvers."""
 
 from __future__ import annotations
 
-import json
 import sqlite3
 
-from ..records import ApproverRecord, SignalRecord
+from .._sqlbase.inbox import SQLInbox
+from ..records import SignalRecord
 from .connection import _Q, Connection
 
 
-class Inbox(Connection):
+class Inbox(SQLInbox, Connection):
     """:class:`~underway.store.inbox.InboxStore` and
     :class:`~underway.store.registry.RegistryStore` on SQLite."""
 
@@ -18,13 +18,6 @@ class Inbox(Connection):
         """Queue a signal once per id and wake the run if it waits for it."""
         with self._tx() as c:
             return _send_signal(c, signal)
-
-    def pending_signals(self, tenant_id: str, run_id: str) -> list[SignalRecord]:
-        """Unconsumed signals, oldest first."""
-        return [
-            SignalRecord(r[0], r[1], r[2], r[3], bytes(r[4]), r[5], r[6])
-            for r in self._query("pending_signals", tenant_id, run_id)
-        ]
 
     def use_nonce(
         self, tenant_id: str, nonce: str, *, run_id: str, request_id: str, at: float
@@ -38,29 +31,6 @@ class Inbox(Connection):
             owner = c.execute(_Q["nonce_owner"], (tenant_id, nonce)).fetchone()
             return owner is not None and tuple(owner) == (run_id, request_id)
 
-    # -- the registry -------------------------------------------------------------------
-    def put_approver(self, rec: ApproverRecord) -> None:
-        """Register or replace an approver."""
-        with self._tx() as c:
-            c.execute(_Q["put_approver"], (
-                rec.tenant_id, rec.approver_id, rec.public_key, json.dumps(list(rec.roles)),
-                rec.created_at, rec.revoked_at,
-            ))
-
-    def get_approver(self, tenant_id: str, approver_id: str) -> ApproverRecord | None:
-        """The approver with this id."""
-        rows = self._query("get_approver", tenant_id, approver_id)
-        return _approver(rows[0]) if rows else None
-
-    def list_approvers(self, tenant_id: str) -> list[ApproverRecord]:
-        """A tenant's approvers by id."""
-        return [_approver(r) for r in self._query("list_approvers", tenant_id)]
-
-    def revoke_approver(self, tenant_id: str, approver_id: str, *, at: float) -> bool:
-        """Revoke an approver that is not revoked yet."""
-        with self._tx() as c:
-            return c.execute(_Q["revoke_approver"], (at, tenant_id, approver_id)).rowcount == 1
-
 
 def _send_signal(c: sqlite3.Connection, s: SignalRecord) -> bool:
     """Queue a signal in the open transaction; wake its run if it waits for it."""
@@ -72,8 +42,3 @@ def _send_signal(c: sqlite3.Connection, s: SignalRecord) -> bool:
         return False
     c.execute(_Q["wake_for_signal"], (s.created_at, s.name, s.tenant_id, s.run_id, s.name, s.name))
     return True
-
-def _approver(row: sqlite3.Row) -> ApproverRecord:
-    return ApproverRecord(
-        row[0], row[1], row[2], tuple(json.loads(row[3])), row[4], row[5]
-    )
