@@ -4,9 +4,10 @@ Every failure ends the command with one line on stderr, never a traceback. The e
 status says whose move it is:
 
 * 2, a usage error: the command must change. A bad option or argument, a file, run or
-  name that does not exist, a config that cannot be used, a request the run refuses.
+  name that does not exist, a config that cannot be used, a request the run refuses, no
+  keys given for an encrypted database.
 * 1, a runtime failure: the command was sound and failed while it ran. The database
-  unreachable or not migrated, stored data that fails its checks, a key not here.
+  unreachable or not migrated, stored data that fails its checks.
 
 Commands that report findings (``audit verify``, ``drill``...) keep their own codes: 1
 for a finding, 2 when they could not check (:func:`handle_check_errors`). Set
@@ -38,6 +39,7 @@ from ..config import Config, find_config, load_config
 from ..crypto import EnvKey, KeyProvider, KeyringFile, encrypt, refuse_plaintext
 from ..errors import (
     ConfigurationError,
+    KeyUnavailable,
     RunNotFound,
     SignedResolutionRequired,
     UnderwayError,
@@ -111,17 +113,17 @@ class Failure(Problem):
 
 
 _USAGE_ERRORS = (
-    ConfigurationError, RunNotFound, SignedResolutionRequired,
+    Problem, ConfigurationError, RunNotFound, SignedResolutionRequired, KeyUnavailable,
     FileNotFoundError, IsADirectoryError, NotADirectoryError,
 )
-"""What the user must change the command for, besides a :class:`Problem`."""
+"""What the user must change the command for (a :class:`Failure` aside)."""
 
 
 def exit_status(exc: Exception) -> int:
     """The exit status of a command that ``exc`` ended: 2 or 1 (see the module)."""
     if isinstance(exc, Failure):
         return FAILURE
-    return USAGE if isinstance(exc, Problem | _USAGE_ERRORS) else FAILURE
+    return USAGE if isinstance(exc, _USAGE_ERRORS) else FAILURE
 
 
 def fail(message: str, status: int = USAGE) -> NoReturn:
