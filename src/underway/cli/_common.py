@@ -126,7 +126,7 @@ def exit_status(exc: Exception) -> int:
     return USAGE if isinstance(exc, _USAGE_ERRORS) else FAILURE
 
 
-def fail(message: str, status: int = USAGE) -> NoReturn:
+def fail(message: str, *, status: int = USAGE) -> NoReturn:
     """Print ``message`` as an error and exit with ``status`` (2 by default)."""
     typer.echo(f"underway: error: {message}", err=True)
     raise typer.Exit(status)
@@ -169,7 +169,7 @@ def _handled(fn: Callable[P, R], status: Callable[[Exception], int]) -> Callable
         except Exception as exc:
             if os.environ.get("UNDERWAY_DEBUG"):
                 raise
-            fail(_describe(exc), status(exc))
+            fail(_describe(exc), status=status(exc))
 
     return wrapper
 
