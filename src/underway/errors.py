@@ -1,44 +1,66 @@
 """The exceptions underway raises.
 
-Every error derives from :class:`UnderwayError`::
+Every error derives from :class:`UnderwayError`. This is the whole tree. A class defined
+elsewhere names its module in brackets, under ``underway``::
 
     UnderwayError
     ├── ConfigurationError      bad URL, unknown flow or step, invalid input
     │   ├── AmbiguousRunId      a run id prefix names several runs (lists them)
+    │   ├── ConfigError         underway.toml cannot be used [config]
+    │   ├── CronError           a cron expression or time zone is malformed [cron]
+    │   ├── IntakeError         an event or routing table intake cannot use [intake]
+    │   │   └── MalformedMessage  a message intake cannot act on [intake_sources]
     │   ├── InvalidInput        outside input a run cannot hold (NUL, NaN, too deep, too
-    │                           long): names the field (:mod:`underway.inputs`)
-    │   ├── PolicyError         a policy file or rule is malformed (names rule and field)
+    │   │                       long): names the field [inputs]
+    │   ├── PolicyError         a policy file or rule is malformed [policy]
     │   ├── ResidencyError      a tenant has no region where residency is configured
-    │   ├── SecretMissing       a tool needs a secret its provider does not have
-    │   └── SandboxUnavailable  no isolation backend can run a sandboxed tool (fail closed;
-    │                           also a SandboxError)
-    ├── SandboxError            a sandboxed command could not be set up or run
-    ├── ModelError              a model provider refused or failed (``retryable`` flag)
-    ├── RouteBudgetExceeded     a model route's per-run budget is spent
+    │   ├── SecretMissing       a tool needs a secret its provider lacks [secrets]
+    │   └── SandboxUnavailable  no isolation backend can run a sandboxed tool; also a
+    │                           SandboxError [sandbox]
+    ├── SandboxError            a sandboxed command could not be set up [sandbox]
+    │   └── SandboxLimitReached  the worker's sandbox limits are full [sandbox]
+    ├── ModelError              a model provider refused or failed [models]
+    ├── RouteBudgetExceeded     a model route's per-run budget is spent [models]
     ├── RunNotFound             no run with that id in that tenant
     ├── SignedResolutionRequired  an unsigned resolve or resume where only signed ones
     │                           settle runs (``[approvals] signed_resolutions``)
     ├── NonDeterminismError     a re-run issued a different call sequence
     ├── ToolCallError           a tool call failed; raised inside the step that made it
-    ├── OutcomeUnknown          a tool lost track of an effect it started (the request left,
-    │                           the answer was lost): it may or may not have happened
-    ├── EgressDenied            a tool's request went to a host it did not declare (refused
-    │                           before anything was sent)
-    ├── SecretRefused           a tool's secret is bound to another environment than the
-    │                           worker's (refused before the tool ran)
-    ├── KeyUnavailable          a payload is encrypted and no key to open it is here (none
-    │                           given, or its data key was destroyed); readers show
-    │                           ``[encrypted]``
-    ├── IntegrityError          stored data fails its hash or schema checks (an encrypted
-    │                           payload that does not open under its key: altered or moved)
-    │   └── ResultInvalid       a journaled tool result no longer fits the declared model
+    ├── CredentialsRejected     a service refused a tool's credentials [secrets]
+    ├── HTTPError               a service answered 4xx or 5xx [http]
+    ├── ResponseInvalid         a 2xx answer is not what the tool expects [http]
+    │   └── MutationAnswerInvalid  same, for a mutating request; also an
+    │                           OutcomeUnknown [http]
+    ├── OutcomeUnknown          a tool lost track of an effect it started: it may or may
+    │                           not have happened
+    ├── EgressDenied            a tool's request went to a host it did not declare
+    ├── SecretRefused           a tool's secret belongs to another environment
+    ├── KeyUnavailable          no key here opens an encrypted payload; readers show
+    │   │                       ``[encrypted]``
+    │   └── SubjectErased       the payload's data subject was erased
+    ├── IntegrityError          stored data fails its hash or schema checks
+    │   └── ResultInvalid       a journaled tool result no longer fits its model
+    ├── MalformedRecord         a line of the anchor log is not a record; also a
+    │                           ValueError [audit.anchors]
+    ├── Unevaluable             a policy condition cannot be evaluated [policy.conditions]
+    ├── ErasureRefused          an erasure refused before it destroyed anything [erasure]
+    ├── Unpurgeable             a run the retention sweep leaves as it is [retention]
+    │   └── AlreadyPurged       its journal holds tombstones already [erasure]
+    ├── ReplayedFailure         a replayed call fails as the original did [replay]
+    │   └── NoRecordedResult    a stubbed call the original never made [replay]
+    ├── DrillError              a drill could not be carried out [drills]
     └── StoreError              the database refused an operation
         ├── ConflictError       another writer appended first (expected sequence moved)
         ├── FencedError         the writer no longer holds the run's lease
         └── MigrationError      the schema cannot be brought to the expected version
 
-:class:`RunCancelledSignal` derives from ``BaseException`` so user code that catches
-``Exception`` cannot swallow a cancellation.
+Signals derive from ``BaseException``, so user code that catches ``Exception`` cannot
+swallow them::
+
+    BaseException
+    ├── RunCancelledSignal      the run was cancelled; raised inside its step
+    ├── HookFailed              a hook raised, answered wrongly or ran too long [hooks]
+    └── Diverged                stops a replay where it left the original [replay]
 """
 
 from __future__ import annotations

@@ -69,7 +69,7 @@ SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
 
 
 
-class HTTPError(Exception):
+class HTTPError(UnderwayError):
     """The service answered with an error status. ``retryable`` for 408, 425, 429 and 5xx,
     which the engine's retry policy honours; ``retry_after`` is the wait in seconds the
     service asked for with ``Retry-After`` (None when it sent none, or nothing readable)."""

@@ -141,7 +141,8 @@ def test_every_command_that_opens_a_store_refuses_it_and_writes_nothing(
     for argv in commands(tmp_path):
         result = CliRunner().invoke(app, [*argv, "--db", db_url])
         out = result.stdout + result.stderr
-        assert result.exit_code == 2, (argv, out)
+        # A runtime failure (1); a check that cannot be made says 2, never its finding's 1.
+        assert result.exit_code == (2 if argv[:2] == ["audit", "verify"] else 1), (argv, out)
         assert out.startswith("underway: error: the database schema is at "), (argv, out)
         assert found in out and known in out, (argv, out)
         assert out.count("\n") == 1, (argv, out)

@@ -395,7 +395,7 @@ def test_audit_verify_counts_what_it_checked(world: World) -> None:
     )
 
 
-# -- errors: one line, exit status 2 -----------------------------------------------------
+# -- errors: one line; exit status 2 for a usage error, 1 for a runtime failure ----------
 
 
 @pytest.mark.parametrize(
@@ -406,8 +406,6 @@ def test_audit_verify_counts_what_it_checked(world: World) -> None:
         (["runs", "ls"], "no database given: pass --db URL or set UNDERWAY_DB"),
         (["db", "migrate", "--db", "sqlite:///{tmp}/no/such/dir/x.db"],
          "its directory does not exist"),
-        (["runs", "ls", "--db", "postgresql://postgres@127.0.0.1:1/x"],
-         "cannot connect to PostgreSQL"),
         (["runs", "ls", "--status", "sleeping", "--db", "{url}"], "unknown status 'sleeping'"),
         (["runs", "show", "nope", "--db", "{url}"], "no run 'nope' in tenant 'default'"),
         (["runs", "events", "nope", "--db", "{url}"], "no run 'nope' in tenant 'default'"),
@@ -443,10 +441,31 @@ def test_errors_print_one_line_and_exit_2(
     assert len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("args", [
+    ["runs", "ls"], ["runs", "show", "r-1"], ["queues", "ls"], ["approvals", "ls"],
+])
+def test_an_unreachable_database_is_a_runtime_failure_exit_1(args: list[str]) -> None:
+    code, out, err = cli(*args, "--db", "postgresql://postgres@127.0.0.1:1/x")
+    assert code == 1, out + err
+    assert err.startswith("underway: error: cannot connect to PostgreSQL")
+    assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("args", [
+    ["audit", "verify", "--all"], ["access-log", "--verify"], ["access-log"],
+])
+def test_a_check_that_cannot_be_made_exits_2_never_1_which_is_a_finding(
+    args: list[str],
+) -> None:
+    code, out, err = cli(*args, "--db", "postgresql://postgres@127.0.0.1:1/x")
+    assert code == 2, out + err
+    assert err.startswith("underway: error: cannot connect to PostgreSQL")
+
+
 def test_an_empty_sqlite_file_is_reported_as_missing_its_schema(tmp_path: Path) -> None:
     (tmp_path / "empty.db").touch()
     code, _, err = cli("runs", "ls", "--db", f"sqlite:///{tmp_path}/empty.db")
-    assert code == 2
+    assert code == 1
     assert "has no underway schema; run `underway db migrate` first" in err
 
 
@@ -469,7 +488,7 @@ def test_a_database_migrated_by_an_older_version_is_reported_and_left_alone(
     url = f"sqlite:///{path}"
     for args in (("runs", "ls"), ("apikeys", "ls", "--tenant", "acme")):
         code, _, err = cli(*args, "--db", url)
-        assert code == 2, err
+        assert code == 1, err
         assert (f"schema is at version {len(older)} and this underway needs "
                 f"{len(older) + 1}: run `underway db migrate`") in err
     with sqlite3.connect(path) as conn:

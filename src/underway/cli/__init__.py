@@ -22,7 +22,9 @@ after the command) or ``$UNDERWAY_DB``; the keys of an encrypted database from
 ``--keyring FILE`` (before the command), ``$UNDERWAY_KEYRING`` or ``$UNDERWAY_KEK``. A RUN
 argument takes a run's id or a prefix of
 exactly one run's id.
-Errors print one line and exit with status 2; a failed audit exits with status 1.
+Errors print one line. A usage error exits with status 2, a runtime failure with 1;
+a command that reports findings (``audit verify``...) exits 1 for a finding and 2 for
+any error.
 
 Only this package imports typer and rich, so ``import underway`` stays light.
 """

@@ -1,8 +1,17 @@
 """What every command shares: finding the database, opening the store, reporting errors.
 
-Every failure a user can cause (a bad URL, an unknown run, invalid JSON, an unreachable
-server) ends the command with one line on stderr and exit status 2, never a traceback.
-Set ``UNDERWAY_DEBUG=1`` to see the traceback of an unexpected error.
+Every failure ends the command with one line on stderr, never a traceback. The exit
+status says whose move it is:
+
+* 2, a usage error: the command must change. A bad option or argument, a file, run or
+  name that does not exist, a config that cannot be used, a request the run refuses, no
+  keys given for an encrypted database.
+* 1, a runtime failure: the command was sound and failed while it ran. The database
+  unreachable or not migrated, stored data that fails its checks.
+
+Commands that report findings (``audit verify``, ``drill``...) keep their own codes: 1
+for a finding, 2 when they could not check (:func:`handle_check_errors`). Set
+``UNDERWAY_DEBUG=1`` to see the traceback of an unexpected error.
 """
 
 from __future__ import annotations
@@ -28,7 +37,13 @@ from pydantic import BaseModel
 from ..client import Client
 from ..config import Config, find_config, load_config
 from ..crypto import EnvKey, KeyProvider, KeyringFile, encrypt, refuse_plaintext
-from ..errors import RunNotFound, UnderwayError
+from ..errors import (
+    ConfigurationError,
+    KeyUnavailable,
+    RunNotFound,
+    SignedResolutionRequired,
+    UnderwayError,
+)
 from ..events import JSON
 from ..store import connect
 from ..store._urls import split_url
@@ -40,7 +55,9 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 USAGE = 2
-"""Exit status for anything the user can fix: bad arguments, URL, run id, JSON."""
+"""Exit status for a usage error: bad arguments, URL, run id, JSON, a missing file."""
+FAILURE = 1
+"""Exit status for a runtime failure: the command was sound and failed while it ran."""
 
 DbOption = Annotated[
     str | None,
@@ -88,13 +105,31 @@ ReaderOption = Annotated[str | None, typer.Option(
 
 
 class Problem(Exception):
-    """A user-facing failure with a one-line explanation."""
+    """A usage error, told in one line: exit status 2."""
 
 
-def fail(message: str) -> NoReturn:
-    """Print ``message`` as an error and exit with status 2."""
+class Failure(Problem):
+    """A runtime failure of a sound command, told in one line: exit status 1."""
+
+
+_USAGE_ERRORS = (
+    Problem, ConfigurationError, RunNotFound, SignedResolutionRequired, KeyUnavailable,
+    FileNotFoundError, IsADirectoryError, NotADirectoryError,
+)
+"""What the user must change the command for (a :class:`Failure` aside)."""
+
+
+def exit_status(exc: Exception) -> int:
+    """The exit status of a command that ``exc`` ended: 2 or 1 (see the module)."""
+    if isinstance(exc, Failure):
+        return FAILURE
+    return USAGE if isinstance(exc, _USAGE_ERRORS) else FAILURE
+
+
+def fail(message: str, *, status: int = USAGE) -> NoReturn:
+    """Print ``message`` as an error and exit with ``status`` (2 by default)."""
     typer.echo(f"underway: error: {message}", err=True)
-    raise typer.Exit(USAGE)
+    raise typer.Exit(status)
 
 
 def _describe(exc: BaseException) -> str:
@@ -109,8 +144,18 @@ def _describe(exc: BaseException) -> str:
 
 
 def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
-    """Turn any exception escaping a command into a one-line message and exit status 2."""
+    """Turn any exception escaping a command into a one-line message: exit status 2 for
+    a usage error, 1 for a runtime failure."""
+    return _handled(fn, exit_status)
 
+
+def handle_check_errors(fn: Callable[P, R]) -> Callable[P, R]:
+    """As :func:`handle_errors`, for a command whose status 1 is a finding: any error
+    exits 2 (the check could not be made), so it is never taken for a finding."""
+    return _handled(fn, lambda exc: USAGE)
+
+
+def _handled(fn: Callable[P, R], status: Callable[[Exception], int]) -> Callable[P, R]:
     @functools.wraps(fn)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
@@ -124,7 +169,7 @@ def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
         except Exception as exc:
             if os.environ.get("UNDERWAY_DEBUG"):
                 raise
-            fail(_describe(exc))
+            fail(_describe(exc), status=status(exc))
 
     return wrapper
 
@@ -279,7 +324,7 @@ def _open_regions(config: Config, migrate: bool) -> Iterator[Store]:
             try:
                 stores[region] = _open(url, migrate)
             except Problem as exc:
-                raise Problem(f"region {region!r}: {exc}") from None
+                raise type(exc)(f"region {region!r}: {exc}") from None
             opened.callback(stores[region].close)
         yield config.regional_store(stores)
 
@@ -310,10 +355,10 @@ def _open(url: str, migrate: bool) -> Store:
     try:
         found = store.schema_version()
         if found == 0:
-            raise Problem("the database has no underway schema; run `underway db migrate` "
+            raise Failure("the database has no underway schema; run `underway db migrate` "
                           "first")
         if store.dialect != "memory" and found < (known := latest_version(store.dialect)):
-            raise Problem(
+            raise Failure(
                 f"the database's schema is at version {found} and this underway needs "
                 f"{known}: run `underway db migrate` (nothing was changed)"
             )
@@ -332,7 +377,7 @@ def _probe_postgres(url: str) -> None:
     try:
         psycopg.connect(conninfo, connect_timeout=5).close()
     except psycopg.Error as exc:
-        raise Problem(f"cannot connect to PostgreSQL: {_describe(exc)}") from None
+        raise Failure(f"cannot connect to PostgreSQL: {_describe(exc)}") from None
 
 
 def parse_json(text: str | None, option: str) -> JSON:

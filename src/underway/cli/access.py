@@ -15,7 +15,7 @@ from ..store.access import verify_access_log
 from ._common import (
     DbOption,
     Problem,
-    handle_errors,
+    handle_check_errors,
     open_store,
     parse_time,
 )
@@ -27,7 +27,7 @@ BROKEN = 1
 
 
 @app.command("access-log")
-@handle_errors
+@handle_check_errors
 def access_log(
     ctx: typer.Context,
     tenant: Annotated[str, typer.Option("--tenant", help="The tenant whose log to read.")]

@@ -12,7 +12,15 @@ from ..client import Client
 from ..guard.approvals import generate_keypair, load_private_key, write_private_key
 from ..ops.audit import FileAnchorLog, Report, anchor, key_id, load_public_key, read_anchors
 from ..ops.audit import verify as verify_journals
-from ._common import DbOption, Problem, TenantOption, find_run, handle_errors, open_store
+from ._common import (
+    DbOption,
+    Problem,
+    TenantOption,
+    find_run,
+    handle_check_errors,
+    handle_errors,
+    open_store,
+)
 
 app = typer.Typer(help="Audit the journal.", no_args_is_help=True)
 
@@ -21,7 +29,7 @@ TAMPERED = 1
 
 
 @app.command("verify")
-@handle_errors
+@handle_check_errors
 def verify(
     ctx: typer.Context,
     run: Annotated[

@@ -20,7 +20,7 @@ from ._common import (
     DbOption,
     KeyringOption,
     Problem,
-    handle_errors,
+    handle_check_errors,
     import_paths,
     open_store,
     read_config,
@@ -34,7 +34,7 @@ BROKEN = 1
 
 
 @app.command("check")
-@handle_errors
+@handle_check_errors
 def check(
     ctx: typer.Context,
     app_spec: Annotated[

@@ -12,13 +12,13 @@ from rich.console import Console
 from rich.table import Table
 
 from ..ops.drills import DrillOptions, DrillReport, parse_faults, run_drill
-from ._common import DbOption, Problem, database_url, handle_errors
+from ._common import DbOption, Problem, database_url, handle_check_errors
 
 app = typer.Typer(add_completion=False)
 
 
 @app.command("drill")
-@handle_errors
+@handle_check_errors
 def drill(
     ctx: typer.Context,
     app_spec: Annotated[str, typer.Option(

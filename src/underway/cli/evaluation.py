@@ -33,6 +33,7 @@ from ._common import (
     PurposeOption,
     ReaderOption,
     TenantOption,
+    handle_check_errors,
     handle_errors,
     open_store,
     parse_time,
@@ -131,7 +132,7 @@ def eval_command(
 
 
 @drift_app.command("drift")
-@handle_errors
+@handle_check_errors
 def drift_command(
     ctx: typer.Context,
     flow: FlowOption = None,

@@ -28,6 +28,7 @@ from ..runner import Runner
 from ..store.base import FINAL, RunRecord
 from ._common import (
     DbOption,
+    Failure,
     KeyringOption,
     Problem,
     TenantOption,
@@ -202,7 +203,7 @@ def rotate(
         engine = Engine(store, flows=[rotation_flow(store)])
         row = asyncio.run(_drive(engine, tenant, run_id))
         if row.status != "completed":
-            raise Problem(f"rotation {run_id} stopped {row.status}: {row.error}; see "
+            raise Failure(f"rotation {run_id} stopped {row.status}: {row.error}; see "
                           f"`underway runs show {run_id} --tenant {tenant}`, then run this "
                           "again")
         result = client.state(run_id, tenant_id=tenant).result
@@ -223,7 +224,7 @@ async def _drive(engine: Engine, tenant_id: str, run_id: str) -> RunRecord:
             await engine.activate(lease)
         row = await engine.io(engine.store.get_run, tenant_id, run_id)
         if row is None:
-            raise Problem(f"rotation run {run_id} is gone")
+            raise Failure(f"rotation run {run_id} is gone")
         if row.status in FINAL or row.status in ("escalated", "dead"):
             return row
         await asyncio.sleep(0.2)

@@ -38,7 +38,7 @@ from ._common import (
     RevealOption,
     TenantOption,
     find_run,
-    handle_errors,
+    handle_check_errors,
     import_paths,
     open_store,
     parse_time,
@@ -53,7 +53,7 @@ CHANGED = 1
 
 
 @app.command("replay")
-@handle_errors
+@handle_check_errors
 def replay(
     ctx: typer.Context,
     run: Annotated[

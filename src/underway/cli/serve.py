@@ -17,8 +17,8 @@ from ..service import serve as run_server
 from ._common import (
     ConfigOption,
     DbOption,
+    Failure,
     KeyringOption,
-    Problem,
     handle_errors,
     import_paths,
     open_store,
@@ -88,4 +88,4 @@ def serve(
         try:
             run_server(api, host=opts.host, port=opts.port, log_level=opts.log_level)
         except SystemExit as exc:
-            raise Problem(f"the server could not start on {opts.host}:{opts.port}") from exc
+            raise Failure(f"the server could not start on {opts.host}:{opts.port}") from exc

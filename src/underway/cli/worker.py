@@ -28,6 +28,7 @@ from ..worker import Worker, load_app
 from ._common import (
     ConfigOption,
     DbOption,
+    Failure,
     KeyringOption,
     Problem,
     handle_errors,
@@ -203,7 +204,7 @@ def worker(
                 needed = max(v for v, _, _ in queries.migrations(dialect))
                 have = store.schema_version()
                 if have < needed:
-                    raise Problem(
+                    raise Failure(
                         f"the database schema is at version {have}; this worker needs "
                         f"{needed}: run `underway db migrate` first"
                     )

@@ -1,9 +1,7 @@
-"""The errors the sandbox raises, under :class:`underway.errors.UnderwayError`::
+"""The errors the sandbox raises: :class:`SandboxError` and its kinds.
 
-    UnderwayError
-    └── SandboxError            the sandbox could not be set up for a call
-        ├── SandboxUnavailable  no usable backend (also a ConfigurationError)
-        └── SandboxLimitReached the worker's limits leave no room for the call
+They sit under :class:`~underway.errors.UnderwayError`; :mod:`underway.errors` draws the
+whole tree.
 
 A command that runs and fails is not an error: its exit code, output and ``timed_out``
 flag are in the :class:`~underway.sandbox.CommandResult`.

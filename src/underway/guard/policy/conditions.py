@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any, ClassVar, Literal
 
+from ...errors import UnderwayError
 from .context import Amount, PolicyContext, to_decimal
 from .errors import PolicyError
 
@@ -39,7 +40,7 @@ ARG_OPS: tuple[str, ...] = (
 _MISSING = object()
 
 
-class Unevaluable(Exception):
+class Unevaluable(UnderwayError):
     """A condition could not be evaluated against this call (e.g. a string compared with
     a number): the policy denies the call rather than guess."""
 

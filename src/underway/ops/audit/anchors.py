@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ...errors import ConfigurationError
+from ...errors import ConfigurationError, UnderwayError
 from ...events import JSON, canonical_json
 from ...guard.approvals.keys import decode_public_key
 from ...store.base import Store
@@ -45,7 +45,7 @@ _CONTEXT = b"underway anchor v1\n"
 """Prefixed to what is signed, so an anchor signature can serve as nothing else."""
 
 
-class MalformedRecord(ValueError):
+class MalformedRecord(UnderwayError, ValueError):
     """A line of the anchor log is not an anchor record."""
 
 

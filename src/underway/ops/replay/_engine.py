@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from ...effects import CallInfo, Model, ModelQuote, ModelReply, Tool
 from ...engine import Engine, StepWithChildren
+from ...errors import UnderwayError
 from ...events import JSON
 from ...guard.intent import CallIntent
 from ._tape import Tape, same_request
@@ -49,7 +50,7 @@ class Diverged(BaseException):
         self.divergence = divergence
 
 
-class ReplayedFailure(Exception):
+class ReplayedFailure(UnderwayError):
     """The failure the original call met, raised again (its error type is the class
     name the journal recorded)."""
 

@@ -4,13 +4,14 @@ keeps the event's skeleton and its place in the hash chain, all stored in one tr
 
 from __future__ import annotations
 
+from ...errors import UnderwayError
 from ...events import Tombstone, genesis_hash, is_tombstone, skeleton
 from ...journal import Journal
 from ...store.base import Purge, RunRecord, StoredEvent
 from ._rules import Rule
 
 
-class Unpurgeable(Exception):
+class Unpurgeable(UnderwayError):
     """A run the sweep leaves as it is, and why (it says so in its report)."""
 
 
