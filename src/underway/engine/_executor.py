@@ -42,7 +42,8 @@ from ..redaction import Redactor
 from ..secrets import BoundSecrets, SecretProvider
 from ..state import Recorded, RunState
 from ..store._offload import INLINE, offload_of, run_io
-from ..store.base import Lease, RunRecord, Store
+from ..store.base import Lease, RunRecord, whole
+from ..store.features import EngineStore
 from ..subjects import acting_for
 from ..telemetry import NO_METRICS, Metrics
 from ._activation import Activation
@@ -102,13 +103,16 @@ class Engine(EagerStarts):
     call goes through :meth:`io` (see :mod:`underway.store._offload`).
     """
 
+    store: EngineStore
+    """The store this engine runs flows on: the core and the guard's roles."""
+
     execution: type[StepWithChildren] = StepWithChildren
     """What executes a step's calls (a counterfactual replay's engine serves recorded
     results through its own, :mod:`underway.replay`)."""
 
     def __init__(
         self,
-        store: Store,
+        store: EngineStore,
         *,
         flows: Iterable[Flow[Any, Any]] = (),
         tools: Iterable[Tool] = (),
@@ -170,8 +174,9 @@ class Engine(EagerStarts):
         )
         """Where this engine's activations commit together (None: each on its own — the
         store does no I/O, or ``group_commit=False``)."""
-        self.client = Client._for_executor(store, self.journal, self.clock, self.flows,
-                                           signed_resolutions=self.guard.signed_resolutions)
+        self.client = Client._for_executor(
+            whole(store, by="an engine's client"), self.journal, self.clock, self.flows,
+            signed_resolutions=self.guard.signed_resolutions)
         """The client this engine's operator actions (start, signal, cancel...) go through."""
         self.driver: Driver | None = None
         """The worker serving this engine, if one is: the runs the engine starts go to it
