@@ -39,7 +39,7 @@ from .retention._purge import AlreadyPurged, Unpurgeable, prepare
 from .store.base import FINAL, RunRecord, Store
 from .store.features import privacy
 from .store.records import ERASURE_PREFIX, ErasureRecord
-from .store.regions import RegionalStore
+from .store.regional import RegionalStore
 from .subjects import check_subject
 
 __all__ = ["ErasureRefused", "ErasureResult", "erase_subject"]

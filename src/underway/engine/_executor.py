@@ -42,7 +42,7 @@ from ..redaction import Redactor
 from ..secrets import BoundSecrets, SecretProvider
 from ..state import Recorded, RunState
 from ..store._offload import INLINE, offload_of, run_io
-from ..store.base import Lease, RunRecord, whole
+from ..store.base import Lease, RunRecord
 from ..store.features import EngineStore
 from ..subjects import acting_for
 from ..telemetry import NO_METRICS, Metrics
@@ -102,9 +102,6 @@ class Engine(EagerStarts):
     Async code here never calls the store synchronously on the event loop: every store
     call goes through :meth:`io` (see :mod:`underway.store._offload`).
     """
-
-    store: EngineStore
-    """The store this engine runs flows on: the core and the guard's roles."""
 
     execution: type[StepWithChildren] = StepWithChildren
     """What executes a step's calls (a counterfactual replay's engine serves recorded
@@ -174,9 +171,8 @@ class Engine(EagerStarts):
         )
         """Where this engine's activations commit together (None: each on its own — the
         store does no I/O, or ``group_commit=False``)."""
-        self.client = Client._for_executor(
-            whole(store, by="an engine's client"), self.journal, self.clock, self.flows,
-            signed_resolutions=self.guard.signed_resolutions)
+        self.client = Client._for_executor(store, self.journal, self.clock, self.flows,
+                                           signed_resolutions=self.guard.signed_resolutions)
         """The client this engine's operator actions (start, signal, cancel...) go through."""
         self.driver: Driver | None = None
         """The worker serving this engine, if one is: the runs the engine starts go to it
