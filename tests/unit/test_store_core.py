@@ -39,8 +39,8 @@ def test_a_store_without_a_feature_is_refused_by_name() -> None:
     class Core:
         def put_schedule(self) -> None: ...
 
-    with pytest.raises(ConfigurationError, match="scheduling and intake needs a "
-                                                 "SchedulingStore.*no advance_schedule"):
+    with pytest.raises(ConfigurationError, match=r"scheduling and intake needs a "
+                                                 r"SchedulingStore.*no advance_schedule"):
         scheduling(Core())
     with pytest.raises(ConfigurationError, match="privacy needs a PrivacyStore"):
         privacy(Core())

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ...errors import ConflictError
 from ..base import Store
 from ..budgets import Outcome
 from ..records import AccessHead, AccessRecord, ApiKeyRecord, ConsentRecord, IntakeSecretRecord
@@ -40,8 +41,13 @@ class RegionalAccess:
         return self._of(tenant_id).budget_used(tenant_id, since)
 
     def put_api_key(self, rec: ApiKeyRecord) -> None:
-        """Store a key in its tenant's region."""
-        self._of(rec.tenant_id).put_api_key(rec)
+        """Store a key in its tenant's region. Its id must be new in every region: a
+        token names only its key id, so one id in two regions would be ambiguous."""
+        home = self._of(rec.tenant_id)
+        for s in self._all():
+            if s is not home and s.get_api_key(rec.key_id) is not None:
+                raise ConflictError(f"API key id {rec.key_id!r} is taken in another region")
+        home.put_api_key(rec)
 
     def get_api_key(self, key_id: str) -> ApiKeyRecord | None:
         """The key, from whichever region knows its id."""
