@@ -14,9 +14,10 @@ guard                 :class:`~.budgets.BudgetStore`          tenants' budget le
 A store gains a feature by composition: :class:`~underway.store.base.Store` is the core
 and every feature protocol. Code of a feature asks for its protocol, not the whole store.
 
-An engine asks for :class:`EngineStore`: the core and what its guard uses on every call,
-the budget ledger and subjects' consent. A feature an engine hosts (schedules, intake,
-its client) takes its own protocol from the engine's store with :func:`require`.
+An engine asks for :class:`EngineStore`: the core and what its guard uses, the budget
+ledger and subjects' consent. A feature an engine hosts takes its own protocol from the
+engine's store, checked: :func:`scheduling`, :func:`privacy`, or
+:func:`~underway.store.base.whole` for a client, which reaches every feature.
 """
 
 from __future__ import annotations
