@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
+import sys
+
 import pytest
 
 from underway.errors import ConfigurationError
@@ -54,3 +57,25 @@ def test_a_whole_store_has_every_feature() -> None:
     assert privacy(store) is store
     assert whole(store, by="a test") is store
     assert methods_of(PrivacyStore) | methods_of(SchedulingStore) <= methods_of(Store)
+
+
+@pytest.mark.parametrize(("old", "new", "name"), [
+    ("underway.store.regions", "underway.store.regional", "RegionalStore"),
+    ("underway.store.regions_keys", "underway.store.regional.keys", "RegionalKeys"),
+    ("underway.store.regions_retention", "underway.store.regional.retention",
+     "RegionalRetention"),
+    ("underway.store.memory_access", "underway.store.memory.access", "MemoryAccess"),
+    ("underway.store.memory_budgets", "underway.store.memory.budgets", "MemoryBudgets"),
+    ("underway.store.memory_consent", "underway.store.memory.consent", "MemoryConsent"),
+    ("underway.store.memory_keys", "underway.store.memory.keys", "MemoryKeys"),
+    ("underway.store.memory_retention", "underway.store.memory.retention",
+     "MemoryRetention"),
+    ("underway.store.memory_rows", "underway.store.memory.rows", "MemoryRows"),
+])
+def test_an_old_module_path_warns_and_gives_the_same_names(
+    old: str, new: str, name: str
+) -> None:
+    sys.modules.pop(old, None)
+    with pytest.warns(DeprecationWarning, match=f"{old} moved to {new}"):
+        module = importlib.import_module(old)
+    assert getattr(module, name) is getattr(importlib.import_module(new), name)
