@@ -82,8 +82,15 @@ class EngineStore(CoreStore, BudgetStore, ConsentStore, Protocol):
 def require(store: object, protocol: type, feature: str) -> object:
     """``store`` itself, once it is known to have every method of ``protocol``.
 
-    Raises :class:`~underway.errors.ConfigurationError` naming ``feature`` (what needs
-    it) and the methods missing. Callers cast the answer to ``protocol`` (see :func:`scheduling`).
+    Callers cast the answer to ``protocol`` (see :func:`scheduling`).
+
+    Args:
+        store: The store to check.
+        protocol: The feature's protocol.
+        feature: What needs it, for the error.
+
+    Raises:
+        ConfigurationError: The store lacks a method; the error names the first three.
     """
     missing = sorted(m for m in methods_of(protocol) if not hasattr(store, m))
     if missing:
