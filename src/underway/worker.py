@@ -44,7 +44,7 @@ from .loading import App, load_app
 from .privacy.retention import Retention, RetentionSweeper
 from .redaction import redacting_logs
 from .runner import Runner
-from .store.base import Lease, Store
+from .store.base import Lease, Store, whole
 from .store.wakeups import Polling, Wakeups
 
 
@@ -150,7 +150,8 @@ class Worker:
         """Anchor records this worker appended."""
         self.retention = retention
         self._sweeper = None if retention is None else RetentionSweeper(
-            engine.store, retention, codec=engine.journal.codec, clock=engine.clock,
+            whole(engine.store, by="a retention sweep"), retention, codec=engine.journal.codec,
+            clock=engine.clock,
             by=f"worker {engine.owner}")
         self._anchored_heads: dict[tuple[str, str], tuple[int, str]] = {}
         self._anchor_lock = threading.Lock()
@@ -333,7 +334,8 @@ class Worker:
     def _anchor_once(self) -> None:
         assert self.anchoring is not None
         # Heads already in a record stay proven by it: sign only those that moved.
-        record = self.anchoring.run(self._store, self._anchored_heads)
+        record = self.anchoring.run(whole(self._store, by="anchoring"),
+                                     self._anchored_heads)
         if record is not None:
             self.anchored += 1
             log.info("anchored %d runs as record %d (root %s)", len(record.leaves),

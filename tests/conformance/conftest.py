@@ -1,8 +1,8 @@
-"""One store contract, three backends: every test here runs on memory, SQLite and a real
-PostgreSQL (a fresh schema per test). One suite per role of the store protocol
-(:mod:`underway.store.base`): test_database, test_journal, test_runs, test_leases,
-test_inbox, test_schedules_intake, test_registry, test_limits and test_wakeups; and
-test_engine_on_store, whole flows on each backend."""
+"""One store contract, four backends: every test here runs on memory, a regional store over
+two memory regions, SQLite and a real PostgreSQL (a fresh schema per test). One suite per
+role of the store protocol (:mod:`underway.store.base`): test_database, test_journal,
+test_runs, test_leases, test_inbox, test_schedules_intake, test_registry, test_limits and
+test_wakeups; and test_engine_on_store, whole flows on each backend."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from underway.store import Store
 
 
 @pytest.fixture(
-    params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+    params=["memory", "regional", "sqlite",
+            pytest.param("postgres", marks=pytest.mark.postgres)]
 )
 def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
     """A fresh database of each kind."""

@@ -65,7 +65,7 @@ class Raw:
                 yield pg
 
     def drop_triggers(self) -> None:
-        if self.backend.name == "memory":
+        if self.backend.in_memory:
             return
         with self._sql() as c:
             if self.backend.name == "sqlite":
@@ -75,17 +75,20 @@ class Raw:
                 c.execute("DROP TRIGGER access_log_no_change ON access_log")
 
     def delete(self, seq: int) -> None:
-        if self.backend.name == "memory":
-            log = self.store._access_log  # type: ignore[attr-defined]
-            log[:] = [r for r in log if r.seq != seq]
+        if self.backend.in_memory:
+            for memory in self.backend.memories(self.store):
+                log = memory._access_log
+                log[:] = [r for r in log if r.seq != seq]
             return
         with self._sql() as c:
             c.execute(f"DELETE FROM access_log WHERE seq = {seq}")
 
     def update(self, seq: int, **values: Any) -> None:
-        if self.backend.name == "memory":
-            log = self.store._access_log  # type: ignore[attr-defined]
-            log[:] = [dataclasses.replace(r, **values) if r.seq == seq else r for r in log]
+        if self.backend.in_memory:
+            for memory in self.backend.memories(self.store):
+                log = memory._access_log
+                log[:] = [dataclasses.replace(r, **values) if r.seq == seq else r
+                          for r in log]
             return
         marks = "?" if self.backend.name == "sqlite" else "%s"
         sets = ", ".join(f"{k} = {marks}" for k in values)
@@ -93,8 +96,8 @@ class Raw:
             c.execute(f"UPDATE access_log SET {sets} WHERE seq = {seq}", tuple(values.values()))
 
     def insert(self, rec: AccessRecord) -> None:
-        if self.backend.name == "memory":
-            log = self.store._access_log  # type: ignore[attr-defined]
+        if self.backend.in_memory:
+            log = self.backend.memory_of(self.store, rec.tenant_id)._access_log
             log.append(rec)
             log.sort(key=lambda r: r.seq)
             return

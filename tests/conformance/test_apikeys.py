@@ -33,6 +33,14 @@ def test_a_key_id_cannot_be_reused_and_the_first_key_stands(store: Store) -> Non
     assert store.get_api_key("k1") == key()
 
 
+def test_a_key_id_cannot_be_reused_by_a_tenant_of_another_region(store: Store) -> None:
+    store.put_api_key(key())
+    with pytest.raises(ConflictError):
+        store.put_api_key(key(tenant_id="t2", role="admin"))
+    assert store.get_api_key("k1") == key()
+    assert store.list_api_keys("t2") == []
+
+
 def test_keys_are_listed_per_tenant_oldest_first(store: Store) -> None:
     store.put_api_key(key(key_id="k2", created_at=200.0))
     store.put_api_key(key())

@@ -15,4 +15,4 @@ def test_migrate_is_repeatable(store: Store) -> None:
 
 
 def test_a_store_declares_its_dialect(store: Store, backend: Backend) -> None:
-    assert store.dialect == backend.name
+    assert store.dialect == backend.dialect

@@ -172,10 +172,10 @@ def test_a_blob_sent_again_is_written_again_once_its_mark_is_a_day_old(
 
 def age_blobs(backend: Backend, store: Store, seconds: float) -> None:
     """Move every blob's written mark ``seconds`` into the past (as time passing would)."""
-    if backend.name == "memory":
-        written = store._written  # type: ignore[attr-defined]
-        for key in written:
-            written[key] -= seconds
+    if backend.in_memory:
+        for memory in backend.memories(store):
+            for key in memory._written:
+                memory._written[key] -= seconds
     elif backend.name == "sqlite":
         assert backend.url is not None
         with sqlite3.connect(backend.url.removeprefix("sqlite:///")) as db:

@@ -14,7 +14,7 @@ from underway.apikeys import authenticate, issue_key
 from underway.errors import ConfigurationError, FencedError, ResidencyError
 from underway.store import AppendBatch, MemoryStore, NewRun, QueueConfig, Store, StoredEvent
 from underway.store.base import ConsentRecord
-from underway.store.regions import RegionalStore
+from underway.store.regional import RegionalStore
 from underway.store.wakeups import AnyOf, Polling
 
 T0 = 1_000.0

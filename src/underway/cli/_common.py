@@ -262,7 +262,7 @@ def open_store(
 ) -> Iterator[Store]:
     """Open the store named by ``db`` / the global ``--db`` / ``$UNDERWAY_DB``, else by
     the config file (``config``; when not given, ``./underway.toml`` if there is one): its
-    ``[residency]`` (a :class:`~underway.store.regions.RegionalStore` over every region's
+    ``[residency]`` (a :class:`~underway.store.regional.RegionalStore` over every region's
     database) or its ``database``. Close it afterwards.
 
     Without ``migrate`` each database must already hold an underway schema: a mistyped

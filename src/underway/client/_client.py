@@ -31,7 +31,7 @@ from ..journal.state import ANSWER_SIGNAL, APPROVAL_SIGNAL, Recorded, RunState
 from ..lineage import Lineage
 from ..redaction import Redactor, RunRedactors
 from ..store import connect
-from ..store.base import NewRun, RunRecord, SignalRecord, Store
+from ..store.base import CoreStore, NewRun, RunRecord, SignalRecord, Store, whole
 from ..subjects import DEFAULT_PURPOSE
 from ._activity import Activity, activity
 from ._consent import Consents
@@ -98,14 +98,17 @@ class Client(Consents, Forks, Settling):
 
     @classmethod
     def _for_executor(
-        cls, store: Store, journal: Journal, clock: Clock, flows: dict[str, Flow[Any, Any]],
+        cls, store: CoreStore, journal: Journal, clock: Clock,
+        flows: dict[str, Flow[Any, Any]],
         *, signed_resolutions: bool = False,
     ) -> Client:
         """The client an engine steers runs with: its store, journal, clock and registry
         (shared, so a flow registered later is known here too); an unknown flow is an
-        error, never a start by name. ``signed_resolutions``: its guard's."""
+        error, never a start by name. ``signed_resolutions``: its guard's. A client
+        reaches every feature, so the store must have them all."""
         client = cls.__new__(cls)
-        client._store, client._journal, client.clock = store, journal, clock
+        client._store = whole(store, by="an engine's client")
+        client._journal, client.clock = journal, clock
         client.flows, client._strict, client._owns_store = flows, True, False
         client._owner, client._learned = "engine", RunRedactors()
         client.signed_resolutions = signed_resolutions

@@ -30,7 +30,7 @@ from ..privacy.retention import Periods, Retention, Rules
 from ..secrets import BoundSecrets, EnvSecrets, SecretProvider
 from ..store import connect
 from ..store.base import Store
-from ..store.regions import RegionalStore
+from ..store.regional import RegionalStore
 from ._sections import BASE, BudgetSection, PeriodsSection, Sections, TenantRetentionSection
 
 if TYPE_CHECKING:
@@ -181,7 +181,7 @@ class Config(Sections):
         provider: KeyProvider = found
         return provider
     def open_store(self, *, migrate: bool = True) -> Store | None:
-        """The store the file names: a :class:`~underway.store.regions.RegionalStore` over
+        """The store the file names: a :class:`~underway.store.regional.RegionalStore` over
         every region's database for ``[residency]``, else the ``database``, else None —
         with encryption on when ``[encryption]`` is given. Each database is migrated unless
         ``migrate=False``; the caller closes the store."""

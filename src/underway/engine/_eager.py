@@ -23,7 +23,8 @@ from ..clock import Clock
 from ..events import JSON
 from ..flow import Flow
 from ..lineage import Lineage
-from ..store.base import Lease, NewRun, RunRecord, StartedRun, Store
+from ..store.base import Lease, NewRun, RunRecord, StartedRun
+from ..store.features import EngineStore
 from ..subjects import DEFAULT_PURPOSE
 
 
@@ -79,7 +80,7 @@ class EagerStarts:
     it, when that worker has a free slot."""
 
     if TYPE_CHECKING:
-        store: Store
+        store: EngineStore
         clock: Clock
         owner: str
         lease_ttl: float

@@ -42,7 +42,8 @@ from ..journal.state import Recorded, RunState
 from ..redaction import Redactor
 from ..secrets import BoundSecrets, SecretProvider
 from ..store._offload import INLINE, offload_of, run_io
-from ..store.base import Lease, RunRecord, Store
+from ..store.base import Lease, RunRecord
+from ..store.features import EngineStore
 from ..subjects import acting_for
 from ..telemetry import NO_METRICS, Metrics
 from ._activation import Activation
@@ -108,7 +109,7 @@ class Engine(EagerStarts):
 
     def __init__(
         self,
-        store: Store,
+        store: EngineStore,
         *,
         flows: Iterable[Flow[Any, Any]] = (),
         tools: Iterable[Tool] = (),

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from .. import faults
 from ..store._offload import run_io
-from ..store.base import AppendBatch, Store
+from ..store.base import AppendBatch, CoreStore
 
 GROUP_LIMIT = 256
 """The most batches one transaction writes (more wait for the next)."""
@@ -44,7 +44,7 @@ class GroupCommit:
     group size.
     """
 
-    def __init__(self, store: Store, *, limit: int = GROUP_LIMIT) -> None:
+    def __init__(self, store: CoreStore, *, limit: int = GROUP_LIMIT) -> None:
         if limit < 1:
             raise ValueError(f"a group holds at least one batch, not {limit}")
         self.store = store

@@ -25,7 +25,7 @@ from ..journal.state import (
     RunState,
     request_id_for,
 )
-from ..store.base import SignalRecord, Store
+from ..store.base import CoreStore, SignalRecord
 from ._activation import Activation
 from ._outbox import child_finished
 
@@ -39,7 +39,7 @@ OpenedSignal = tuple[SignalRecord, JSON | UnderwayError]
 (:class:`~underway.errors.IntegrityError`: altered, moved, not JSON)."""
 
 
-def pending_signals(store: Store, tenant_id: str, run_id: str) -> list[OpenedSignal]:
+def pending_signals(store: CoreStore, tenant_id: str, run_id: str) -> list[OpenedSignal]:
     """The run's unconsumed signals, oldest first, each with its payload opened through the
     store's codec (synchronous: run it on the store's I/O threads)."""
     out: list[OpenedSignal] = []

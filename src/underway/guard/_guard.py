@@ -36,7 +36,8 @@ from .policy import FINISH, Amount, Decision, PolicyContext
 from .policy.context import Consent
 
 if TYPE_CHECKING:
-    from ..store.base import Store
+    from ..store.core import CoreStore
+    from ..store.features import EngineStore
     from .approvals.notify import Notifier
     from .policy import Policy
 
@@ -117,7 +118,7 @@ class Guard:
         return self.shadow if flow.shadow is None else flow.shadow
 
     async def decide(
-        self, flow: Governed, store: Store, s: RunState, call: CallIntent, now: float,
+        self, flow: Governed, store: EngineStore, s: RunState, call: CallIntent, now: float,
     ) -> Decision:
         """The policy's decision on ``call`` now. A call whose money cannot be read is
         denied, with or without a policy (:attr:`CallIntent.refusal`). The tenant's usage
@@ -154,7 +155,7 @@ class Guard:
         return decide_with_money(policy, ctx, money)
 
     async def decide_finish(
-        self, flow: Governed, store: Store, s: RunState, args: Mapping[str, Any],
+        self, flow: Governed, store: EngineStore, s: RunState, args: Mapping[str, Any],
         labels: frozenset[str], now: float,
     ) -> tuple[Policy, Decision] | None:
         """The policy's decision on the run's finish (its result and where the untrusted
@@ -184,7 +185,7 @@ class Guard:
         return policy, finish.evaluate(ctx)
 
     async def over_budget(
-        self, flow: Governed, store: Store, s: RunState, key: str, pending: Usage,
+        self, flow: Governed, store: EngineStore, s: RunState, key: str, pending: Usage,
         now: float, *, unpriced: Mapping[str, str] | None = None,
         in_flight: Usage | None = None,
     ) -> tuple[Budget, Exceeded] | None:
@@ -238,7 +239,9 @@ class Guard:
                                            "tenant")
         return None
 
-    async def settle(self, store: Store, tenant_id: str, key: str, spent: Usage | None) -> None:
+    async def settle(
+        self, store: EngineStore, tenant_id: str, key: str, spent: Usage | None
+    ) -> None:
         """Settle call ``key``'s hold on the tenant's budget to what it ``spent`` (None:
         release it: the journal says the call did not take effect). Called only once the
         outcome is committed; a call whose outcome is unknown keeps its hold.
@@ -254,7 +257,7 @@ class Guard:
         amounts = {} if spent is None else ledger_terms(None, spent)[0]
         await run_io(store, store.settle_budget, tenant_id, key, amounts)
 
-    async def tenant_usage(self, store: Store, tenant_id: str, since: float) -> Usage:
+    async def tenant_usage(self, store: CoreStore, tenant_id: str, since: float) -> Usage:
         """The tenant's usage since ``since``, derived from the journal and cached briefly:
         at most every ``tenant_usage_ttl`` seconds the runs are listed again and only the
         events appended since are read (:class:`~underway.guard.budgets.TenantUsage`), on the
@@ -281,7 +284,7 @@ class _Kept:
     lock: threading.Lock = field(default_factory=threading.Lock)
     """One read at a time: activations of the tenant that ask at once share one."""
 
-    def refresh(self, store: Store, ttl: float) -> Usage:
+    def refresh(self, store: CoreStore, ttl: float) -> Usage:
         """The usage, read again unless a read that began less than ``ttl`` seconds ago
         (while this one waited for it) has it."""
         with self.lock:

@@ -22,7 +22,7 @@ from ..events import JSON
 from ..journal import Journal
 from ..journal.state import RunState
 from ..models.routing import BudgetBreach, ModelRouter, RouteUsage, budget_breaches
-from ..store.base import FINAL, Store
+from ..store.base import FINAL, CoreStore
 from ..store.budgets import over as _over
 
 __all__ = [
@@ -309,7 +309,7 @@ def route_breach(
 
 
 def tenant_usage(
-    store: Store, tenant_id: str, *, since: float, codec: Codec | None = None
+    store: CoreStore, tenant_id: str, *, since: float, codec: Codec | None = None
 ) -> Usage:
     """What the tenant's runs spent at or after ``since`` (epoch seconds), from the journal.
 
@@ -359,7 +359,7 @@ class TenantUsage:
         """Runs whose journals are encrypted and cannot be opened here (no key, or their
         key was destroyed): not counted."""
 
-    def refresh(self, store: Store) -> Usage:
+    def refresh(self, store: CoreStore) -> Usage:
         """Count what was appended since the last refresh; the usage so far."""
         journal = Journal(store, self.codec)
         for row in store.list_runs(self.tenant_id, limit=_ALL_RUNS):

@@ -23,7 +23,7 @@ from ..events import (
     placed,
     read_tombstone,
 )
-from ..store.base import NewRun, Store, StoredEvent
+from ..store.base import CoreStore, NewRun, StoredEvent
 from . import checkpoint
 from .blobs import BlobReader, blob_refs
 from .checks import CHECKPOINT_RACES, JournalChecks
@@ -47,7 +47,7 @@ class Journal(JournalChecks):
     are sealed once encryption is turned on for the store even after this journal was
     made), with a blob cache of this journal's own."""
 
-    def __init__(self, store: Store, codec: Codec | None = None) -> None:
+    def __init__(self, store: CoreStore, codec: Codec | None = None) -> None:
         self.store = store
         self._codec = codec
         self._like: tuple[Codec, Codec] | None = None

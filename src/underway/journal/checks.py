@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 from ..codec import ENCRYPTED, Codec, event_where, split_event
 from ..errors import KeyUnavailable
 from ..events import JSON, genesis_hash, is_tombstone, link_hash, read_tombstone
-from ..store.base import RunRecord, Store, StoredEvent
+from ..store.base import CoreStore, RunRecord, StoredEvent
+from ..store.features import privacy
 from . import checkpoint
 from .blobs import BlobReader, broken_blob, envelope_problem
 
@@ -36,7 +37,7 @@ class JournalChecks:
     :meth:`verify_events` events already loaded."""
 
     if TYPE_CHECKING:
-        store: Store
+        store: CoreStore
 
         @property
         def codec(self) -> Codec: ...
@@ -133,7 +134,7 @@ class JournalChecks:
                            "part")
         if row.status not in ("completed", "failed", "cancelled"):
             return 1, f"tombstones in a run that is {row.status}, not finished"
-        records = self.store.purged_runs(row.tenant_id, run_id=row.run_id, limit=1)
+        records = privacy(self.store).purged_runs(row.tenant_id, run_id=row.run_id, limit=1)
         if not records or records[0].events != len(stored):
             return 1, "tombstones without the record of the run's purge"
         return None

@@ -36,8 +36,9 @@ from ..errors import ConfigurationError, UnderwayError
 from ..journal import Journal
 from ..knowledge import KnowledgeBase, open_knowledge
 from ..store.base import FINAL, RunRecord, Store
+from ..store.features import privacy
 from ..store.records import ERASURE_PREFIX, ErasureRecord
-from ..store.regions import RegionalStore
+from ..store.regional import RegionalStore
 from ..subjects import check_subject
 from .retention._purge import AlreadyPurged, Unpurgeable, prepare
 
@@ -179,7 +180,7 @@ def _purge(journal: Journal, row: RunRecord, rule: str, sweep_id: str) -> bool:
     except Unpurgeable as exc:
         raise ErasureRefused(f"run {row.run_id}: {exc}; the subject's keys were not "
                              "destroyed", [row.run_id]) from None
-    result = journal.store.purge_run(purge)
+    result = privacy(journal.store).purge_run(purge)
     if result == "held":
         raise ErasureRefused(f"run {row.run_id}: a legal hold was placed on it during the "
                              "erasure; the subject's keys were not destroyed", [row.run_id])

@@ -51,7 +51,8 @@ from ..errors import ConfigurationError
 from ..events import JSON, canonical_json
 from ..flow import Flow
 from ..lineage import INTAKE_KEY_PREFIX, INTAKE_TAINT, Lineage
-from ..store.base import IntakeRequest, NewRun, Store
+from ..store.base import CoreStore, IntakeRequest, NewRun
+from ..store.features import scheduling
 from ..subjects import DEFAULT_PURPOSE, check_purpose, check_reference, check_subject
 
 if TYPE_CHECKING:
@@ -326,7 +327,7 @@ def intake(
     spans join the sender's trace; a signal to a live run stays in that run's trace."""
     ev = IntakeEvent.parse(event)
     table = routes if isinstance(routes, Routes) else Routes(routes)
-    store = engine.store
+    store = scheduling(engine.store)
     seen = store.get_intake(ev.tenant_id, ev.idempotency_key)
     if seen is not None:
         return _duplicate(seen.action, seen.run_id, ev.idempotency_key)
@@ -353,7 +354,7 @@ def intake(
     # The signal's id is the event's idempotency key; its payload is sealed for it.
     payload = engine.codec.seal(canonical_json(ev.model_dump(mode="json")), signal_where(
         ev.tenant_id, ev.idempotency_key, signal,
-        new_run.subject if new_run is not None else _subject_of(store, ev.tenant_id, owner)))
+        new_run.subject if new_run is not None else _subject_of(engine.store, ev.tenant_id, owner)))
     rec, fresh = store.apply_intake(IntakeRequest(
         tenant_id=ev.tenant_id, idempotency_key=ev.idempotency_key, entity_id=ev.entity_id,
         event_type=ev.event_type, now=engine.clock.now(), signal=signal,
@@ -370,7 +371,7 @@ def intake(
     return IntakeResult("started" if rec.action == "started" else "signalled", rec.run_id)
 
 
-def _subject_of(store: Store, tenant_id: str, run_id: str | None) -> str | None:
+def _subject_of(store: CoreStore, tenant_id: str, run_id: str | None) -> str | None:
     """The data subject of the run that would receive an event's signal (its payload is
     sealed under that subject's key), if there is such a run and it names one."""
     row = None if run_id is None else store.get_run(tenant_id, run_id)

@@ -28,6 +28,7 @@ from ..errors import ConfigurationError, KeyUnavailable, UnderwayError
 from ..events import JSON, canonical_json
 from ..flow import Flow
 from ..store.base import NewRun, ScheduleRecord
+from ..store.features import scheduling
 from .cron import Cron, CronError, utc_iso
 
 if TYPE_CHECKING:
@@ -134,7 +135,7 @@ def add_schedule(
     except (TypeError, ValueError) as exc:
         raise ConfigurationError(f"schedule {name!r}: input is not JSON: {exc}") from None
     now = engine.clock.now()
-    rec = engine.store.put_schedule(ScheduleRecord(
+    rec = scheduling(engine.store).put_schedule(ScheduleRecord(
         tenant_id=tenant_id, name=name, flow=flow_name, cron=parsed.expression,
         timezone=timezone, input=engine.codec.seal(data, schedule_where(tenant_id, name)),
         queue=queue, next_fire_at=parsed.next_fire(now), enabled=enabled, created_at=now,
@@ -144,21 +145,21 @@ def add_schedule(
 
 def remove_schedule(engine: Client | Engine, name: str, *, tenant_id: str = "default") -> bool:
     """Delete schedule ``name``; False when there was none. Runs it started carry on."""
-    return engine.store.delete_schedule(tenant_id, name)
+    return scheduling(engine.store).delete_schedule(tenant_id, name)
 
 
 def get_schedule(
     engine: Client | Engine, name: str, *, tenant_id: str = "default"
 ) -> Schedule | None:
     """Schedule ``name``, if it exists."""
-    rec = engine.store.get_schedule(tenant_id, name)
+    rec = scheduling(engine.store).get_schedule(tenant_id, name)
     return None if rec is None else Schedule.from_record(rec, engine.codec)
 
 
 def list_schedules(engine: Client | Engine, *, tenant_id: str = "default") -> list[Schedule]:
     """A tenant's schedules, by name."""
     return [Schedule.from_record(r, engine.codec)
-            for r in engine.store.list_schedules(tenant_id)]
+            for r in scheduling(engine.store).list_schedules(tenant_id)]
 
 
 def next_schedule_due(engine: Engine) -> float | None:
@@ -166,7 +167,8 @@ def next_schedule_due(engine: Engine) -> float | None:
     past when one is due now), so a worker can sleep until then."""
     if not engine.flows:
         return None
-    return engine.store.next_schedule_at(now=engine.clock.now(), flows=sorted(engine.flows))
+    return scheduling(engine.store).next_schedule_at(now=engine.clock.now(),
+                                                     flows=sorted(engine.flows))
 
 
 async def fire_due_schedules(engine: Engine, *, limit: int = 100) -> int:
@@ -199,7 +201,7 @@ def _claim(
     """Claim due schedules and open their inputs (with the keys their tenants seal with
     read now, off the event loop), in one trip."""
     out: list[tuple[ScheduleRecord, JSON | UnderwayError]] = []
-    for rec in engine.store.claim_schedules(now=now, until=now + engine.lease_ttl,
+    for rec in scheduling(engine.store).claim_schedules(now=now, until=now + engine.lease_ttl,
                                             flows=sorted(engine.flows), limit=limit):
         try:
             engine.codec.prepare(rec.tenant_id)
@@ -249,7 +251,7 @@ def _start(
     if new is not None:
         # Created False: a scheduler that died before moving the schedule on started it.
         _, created, _ = engine.create_run(new)
-    engine.store.advance_schedule(
+    scheduling(engine.store).advance_schedule(
         rec.tenant_id, rec.name, expected=rec.next_fire_at, next_fire_at=next_fire_at,
         fired_at=tick if new is not None else None,
     )
@@ -263,7 +265,7 @@ def _release_all(engine: Engine, claimed: list[ScheduleRecord]) -> None:
 
 
 def _release(engine: Engine, rec: ScheduleRecord) -> None:
-    engine.store.advance_schedule(
+    scheduling(engine.store).advance_schedule(
         rec.tenant_id, rec.name, expected=rec.next_fire_at, next_fire_at=rec.next_fire_at,
         fired_at=None,
     )

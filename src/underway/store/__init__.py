@@ -28,10 +28,10 @@ from .memory import MemoryStore
 # The SQLite and PostgreSQL stores load the first time they are named (PEP 562): the
 # PostgreSQL one brings psycopg and its pool, which memory and SQLite stores never need.
 _load, _dir = lazy_exports(__name__, {"SQLiteStore": ".sqlite", "PostgresStore": ".postgres",
-                                      "RegionalStore": ".regions"}, globals())
+                                      "RegionalStore": ".regional"}, globals())
 if TYPE_CHECKING:
     from .postgres import PostgresStore as PostgresStore
-    from .regions import RegionalStore as RegionalStore
+    from .regional import RegionalStore as RegionalStore
     from .sqlite import SQLiteStore as SQLiteStore
 else:
     __getattr__, __dir__ = _load, _dir

@@ -1,42 +1,49 @@
-"""The storage protocol: :class:`Store`, the union of small protocols, one per role.
+"""The storage protocol: :class:`Store`, the core and every feature, one protocol per role.
 
-===================  ==========================  =====================================
-role                 protocol                    holds
-===================  ==========================  =====================================
-database             :class:`Database`           schema, wake-ups, connections
-journal              :class:`.JournalStore`      events, checkpoints, blobs
-runs                 :class:`.RunStore`          the runs table, journals' heads
-leases and queue     :class:`.LeaseStore`        claiming due runs, leases
-inbox                :class:`.InboxStore`        signals, decision nonces
-schedules            :class:`.ScheduleStore`     cron schedules and their ticks
-intake               :class:`.IntakeStore`       outside events, entity owners
-registry             :class:`.RegistryStore`     approvers and their public keys
-limits               :class:`.LimitStore`        queue limits, circuit breakers
-budgets              :class:`.BudgetStore`       tenants' daily budget holds
-API keys             :class:`.ApiKeyStore`       API keys (hashed), webhook secrets
-access log           :class:`.AccessLogStore`    reads of run data, append-only
-keys                 :class:`.KeyStore`          tenants' data keys, wrapped
-reseal               :class:`.ResealStore`       sealed rows a key rotation seals again
-consent              :class:`.ConsentStore`      subjects' consent per purpose, append-only
-legal holds          :class:`.HoldStore`         holds on runs and data subjects
-retention            :class:`.RetentionStore`    purges, the sweep log, blob deletion
-===================  ==========================  =====================================
+The engine needs only :class:`~.core.CoreStore`. Each feature owns its roles
+(:mod:`underway.store.features`). A backend implements :class:`Store`, all of them.
 
-Each role has a conformance suite (``tests/conformance/test_<role>.py``) that runs on
-every backend. Every method takes the tenant (or, for work across tenants, says so). A
-backend implements :class:`Store`; code that needs one role may ask for just that protocol.
-The records exchanged live in :mod:`underway.store.records` and are re-exported here.
+=========  ==================  ===========================  =================================
+part       role                protocol                     holds
+=========  ==================  ===========================  =================================
+core       database            :class:`~.core.Database`     schema, wake-ups, connections
+core       journal             :class:`.JournalStore`       events, checkpoints, blobs
+core       runs                :class:`.RunStore`           the runs table, journals' heads
+core       leases and queue    :class:`.LeaseStore`         claiming due runs, leases
+core       inbox               :class:`.InboxStore`         signals, decision nonces
+core       registry            :class:`.RegistryStore`      approvers and their public keys
+core       limits              :class:`.LimitStore`         queue limits, circuit breakers
+guard      budgets             :class:`.BudgetStore`        tenants' daily budget holds
+privacy    access log          :class:`.AccessLogStore`     reads of run data, append-only
+privacy    keys                :class:`.KeyStore`           data keys, wrapped; erased subjects
+privacy    reseal              :class:`.ResealStore`        rows a key rotation seals again
+privacy    consent             :class:`.ConsentStore`       consent per purpose, append-only
+privacy    legal holds         :class:`.HoldStore`          holds on runs and data subjects
+privacy    retention           :class:`.RetentionStore`     purges, the sweep log, blobs
+schedules  schedules           :class:`.ScheduleStore`      cron schedules and their ticks
+schedules  intake              :class:`.IntakeStore`        outside events, entity owners
+service    API keys            :class:`.ApiKeyStore`        API keys (hashed), webhook secrets
+=========  ==================  ===========================  =================================
+
+Core roles make :class:`~.core.CoreStore`; privacy roles make
+:class:`~.features.PrivacyStore`; schedules and intake make
+:class:`~.features.SchedulingStore`. Each role has a conformance suite
+(``tests/conformance/test_<role>.py``) that runs on every backend. Every method takes the
+tenant (or, for work across tenants, says so). Code that needs one role or feature asks
+for just that protocol. The records exchanged live in :mod:`underway.store.records` and
+are re-exported here.
 """
 
 from __future__ import annotations
 
-from typing import Literal, Protocol
+from typing import Protocol, cast
 
-from ..codec import Codec
 from .access import AccessLogStore
 from .apikeys import ApiKeyStore
 from .budgets import BudgetStore
 from .consent import ConsentStore
+from .core import CoreStore, Database, Dialect
+from .features import PrivacyStore, SchedulingStore, require
 from .holds import HoldStore
 from .inbox import InboxStore
 from .intake import IntakeStore
@@ -96,6 +103,7 @@ __all__ = [
     "CheckpointTail",
     "ConsentRecord",
     "ConsentStore",
+    "CoreStore",
     "DataKeyRecord",
     "Database",
     "Dialect",
@@ -113,6 +121,7 @@ __all__ = [
     "LeaseStore",
     "LimitStore",
     "NewRun",
+    "PrivacyStore",
     "Purge",
     "PurgedRun",
     "QueueConfig",
@@ -124,6 +133,7 @@ __all__ = [
     "RunUpdate",
     "ScheduleRecord",
     "ScheduleStore",
+    "SchedulingStore",
     "SealedRow",
     "SignalRecord",
     "StartedRun",
@@ -131,60 +141,14 @@ __all__ = [
     "StoredEvent",
     "SweepRecord",
     "Wakeups",
+    "whole",
 ]
 
-Dialect = Literal["memory", "sqlite", "postgres"]
-"""Which backend a store is: its SQL dialect (``memory`` has none)."""
+
+class Store(CoreStore, PrivacyStore, SchedulingStore, ApiKeyStore, BudgetStore, Protocol):
+    """A whole backend: the engine's core and every feature's roles."""
 
 
-class Database(Protocol):
-    """What every backend is besides its roles: a schema, wake-ups and connections — and
-    ``codec``, how payloads are encoded, sealed and opened on their way to and from this
-    database: whoever reads or writes payloads on the store uses it, so turning
-    encryption on for a store (``underway.crypto.encrypt``) turns it on for every path."""
-
-    codec: Codec
-
-    @property
-    def dialect(self) -> Dialect:
-        """Which backend this is (the SQL files and migrations it uses)."""
-        ...
-
-    def migrate(self) -> int:
-        """Apply pending migrations; return the schema version now in place."""
-        ...
-
-    def schema_version(self) -> int:
-        """The highest migration applied (0 for an empty database)."""
-        ...
-
-    def wakeups(self, *, name: str) -> Wakeups:
-        """A source of wake-ups for one worker (``name`` tells its connections apart)."""
-        ...
-
-    def close(self) -> None:
-        """Release connections."""
-        ...
-
-
-class Store(
-    Database,
-    JournalStore,
-    RunStore,
-    LeaseStore,
-    InboxStore,
-    ScheduleStore,
-    IntakeStore,
-    RegistryStore,
-    LimitStore,
-    BudgetStore,
-    ApiKeyStore,
-    AccessLogStore,
-    KeyStore,
-    ResealStore,
-    ConsentStore,
-    HoldStore,
-    RetentionStore,
-    Protocol,
-):
-    """What the engine needs from a database: every role at once."""
+def whole(store: object, *, by: str) -> Store:
+    """``store`` as a whole :class:`Store` (every feature), checked; ``by`` needs it."""
+    return cast(Store, require(store, Store, by))

@@ -60,7 +60,7 @@ class Polling:
 
 class AnyOf:
     """The :class:`Wakeups` of several stores (the regions of a
-    :class:`~underway.store.regions.RegionalStore`): a wake-up from any of them wakes the
+    :class:`~underway.store.regional.RegionalStore`): a wake-up from any of them wakes the
     worker; it listens only while every one of them pushes."""
 
     def __init__(self, sources: Sequence[Wakeups]) -> None:

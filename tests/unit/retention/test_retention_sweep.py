@@ -22,7 +22,7 @@ from underway.ops import audit
 from underway.privacy.retention import Retention, sweep
 from underway.store import MemoryStore, StoredEvent
 from underway.store.base import HoldRecord
-from underway.store.regions import RegionalStore
+from underway.store.regional import RegionalStore
 
 NOW = THEN + 10 * DAY
 RULES = Retention(completed=5 * DAY, blob_grace=0.0)

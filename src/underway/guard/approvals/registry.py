@@ -6,12 +6,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ...errors import ConfigurationError
-from ...store.base import ApproverRecord, Store
+from ...store.base import ApproverRecord, CoreStore
 from .keys import decode_public_key
 
 
 def register_approver(
-    store: Store,
+    store: CoreStore,
     approver_id: str,
     *,
     public_key: str,

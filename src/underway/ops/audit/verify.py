@@ -23,7 +23,7 @@ from ...events import genesis_hash, is_tombstone, link_hash, read_tombstone
 from ...journal import Journal
 from ...journal.projection import Disagreement, disagreements, good_time, lease_problem
 from ...journal.state import RunState, fold
-from ...store.base import RunRecord, Store, StoredEvent
+from ...store.base import RunRecord, Store, StoredEvent, whole
 from .anchors import (
     AnchorRecord,
     MalformedRecord,
@@ -52,7 +52,7 @@ class AuditedRun:
     @property
     def store(self) -> Store:
         """The store the run was read from."""
-        return self.journal.store
+        return whole(self.journal.store, by="an audit")
 
 
 RunCheck = Callable[[AuditedRun], list[Finding]]

@@ -31,6 +31,7 @@ from ...codec import checkpoint_where, event_where
 from ...events import JSON, is_tombstone
 from ...journal import Journal
 from ...journal.blobs import BlobReader, broken_blob
+from ...store.features import privacy
 
 PAGE = 1000
 """Blob keys listed, and deleted, at a time."""
@@ -93,7 +94,7 @@ def sweep_blobs(journal: Journal, marks: Marks, *, grace: float) -> int:
     in the last ``grace`` seconds, nor since marking began; return how many."""
     if marks.problem:
         return 0
-    store, tenant = journal.store, marks.tenant_id
+    store, tenant = privacy(journal.store), marks.tenant_id
     deleted, after = 0, None
     while keys := store.blob_keys(tenant, after=after, limit=PAGE):
         doomed = [k for k in keys if k not in marks.reached]

@@ -23,7 +23,8 @@ from ...clock import Clock, SystemClock
 from ...codec import Codec
 from ...errors import ConflictError
 from ...journal import Journal
-from ...store.base import FINAL, RunRecord, Store, SweepRecord
+from ...store.base import FINAL, RunRecord, Store, SweepRecord, whole
+from ...store.features import privacy
 from ._blobs import mark_blobs, sweep_blobs
 from ._purge import Unpurgeable, prepare
 from ._rules import STATUSES, Retention, Rule
@@ -116,7 +117,7 @@ def sweep(
 def _sweep_tenant(journal: Journal, retention: Retention, tenant: str, report: SweepReport,
                   by: str, clock: Clock, collect: bool,
                   stopped: Callable[[], bool]) -> TenantSweep:
-    store, done = journal.store, TenantSweep(tenant)
+    store, done = whole(journal.store, by="a retention sweep"), TenantSweep(tenant)
     log = _Log(store, SweepRecord(report.sweep_id, tenant, report.started_at, by),
                report.dry_run)
     earlier = [] if report.dry_run else store.list_sweeps(tenant, limit=1)
@@ -235,7 +236,7 @@ def _one(journal: Journal, row: RunRecord, rule: Rule, held: dict[str, str],
     begin()
     faults.point("retention.before_purge")
     try:
-        result = journal.store.purge_run(purge)
+        result = privacy(journal.store).purge_run(purge)
     except ConflictError as exc:
         return outcome("skipped", reason=str(exc))
     faults.point("retention.after_purge")

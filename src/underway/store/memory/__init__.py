@@ -1,0 +1,95 @@
+"""In-memory store: the same protocol and rules as the databases, for tests.
+
+The store is one class made of one part per role, like the SQLite and PostgreSQL stores:
+``journal``, ``runs``, ``leases`` (with queue limits and circuits), ``inbox`` (with the
+registry), ``rows``, ``schedules`` (with intake), ``access`` (with API keys),
+``consent``, ``retention`` (with holds), ``keys`` (with reseal) and ``budgets``. Every
+part works on the dictionaries this class makes, under one lock.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from ...codec import Codec
+from .. import limits
+from .._offload import INLINE, Inline
+from ..base import Dialect
+from ..records import (
+    ApproverRecord,
+    IntakeRecord,
+    QueueConfig,
+    RunRecord,
+    ScheduleRecord,
+    SignalRecord,
+    StoredEvent,
+)
+from ..wakeups import Polling, Wakeups
+from .access import MemoryAccess
+from .budgets import MemoryBudgets
+from .consent import MemoryConsent
+from .inbox import MemoryInbox
+from .journal import MemoryJournal
+from .keys import MemoryKeys
+from .leases import MemoryLeases
+from .retention import MemoryRetention
+from .rows import MemoryRows
+from .runs import MemoryRuns
+from .schedules import MemorySchedules
+
+__all__ = ["SCHEMA_VERSION", "MemoryStore"]
+
+SCHEMA_VERSION = 1
+"""The schema version a migrated memory store reports."""
+
+
+class MemoryStore(MemoryJournal, MemoryRuns, MemoryLeases, MemoryInbox, MemorySchedules,
+                  MemoryAccess, MemoryConsent, MemoryRetention, MemoryKeys, MemoryRows,
+                  MemoryBudgets):
+    """A :class:`~underway.store.base.Store` held in process memory.
+
+    It does no I/O, so async code calls it inline (``offload``: see
+    :mod:`underway.store._offload`)."""
+
+    dialect: Dialect = "memory"
+    offload: Inline = INLINE
+
+    def __init__(self) -> None:
+        MemoryAccess.__init__(self)
+        MemoryConsent.__init__(self)
+        MemoryRetention.__init__(self)
+        MemoryKeys.__init__(self)
+        MemoryBudgets.__init__(self)
+        self.codec = Codec()
+        """How payloads are encoded, sealed and opened (``Database.codec``)."""
+        self._lock = threading.RLock()
+        self._runs: dict[tuple[str, str], RunRecord] = {}
+        self._events: dict[tuple[str, str], list[StoredEvent]] = {}
+        self._checkpoints: dict[tuple[str, str], tuple[int, bytes]] = {}
+        self._blobs: dict[tuple[str, str], bytes] = {}
+        self._signals: dict[tuple[str, str], dict[str, tuple[SignalRecord, bool]]] = {}
+        self._schedules: dict[tuple[str, str], ScheduleRecord] = {}
+        self._intake: dict[tuple[str, str], IntakeRecord] = {}
+        self._owners: dict[tuple[str, str], str] = {}
+        self._queues: dict[str, QueueConfig] = {}
+        self._buckets: dict[limits.BucketKey, limits.Bucket] = {}
+        self._version = 0
+        self._circuits: dict[tuple[str, str], tuple[int, float | None, float | None]] = {}
+        self._approvers: dict[tuple[str, str], ApproverRecord] = {}
+        self._nonces: dict[tuple[str, str], tuple[str, str]] = {}
+
+    def migrate(self) -> int:
+        """Nothing to migrate in memory."""
+        self._version = SCHEMA_VERSION
+        return self._version
+
+    def schema_version(self) -> int:
+        """The schema version (1 once migrated)."""
+        return self._version
+
+    def wakeups(self, *, name: str) -> Wakeups:
+        """Nothing is pushed in memory: workers poll."""
+        return Polling()
+
+    def close(self) -> None:
+        """Nothing to close."""
