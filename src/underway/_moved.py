@@ -39,6 +39,15 @@ MOVED = {
     "underway.drills": "underway.ops.drills",
     "underway._charts": "underway.ops.charts",
     "underway._timeline": "underway.ops.timeline",
+    "underway.store.regions": "underway.store.regional",
+    "underway.store.regions_keys": "underway.store.regional.keys",
+    "underway.store.regions_retention": "underway.store.regional.retention",
+    "underway.store.memory_access": "underway.store.memory.access",
+    "underway.store.memory_budgets": "underway.store.memory.budgets",
+    "underway.store.memory_consent": "underway.store.memory.consent",
+    "underway.store.memory_keys": "underway.store.memory.keys",
+    "underway.store.memory_retention": "underway.store.memory.retention",
+    "underway.store.memory_rows": "underway.store.memory.rows",
 }
 """Old module path -> where the module lives now."""
 

@@ -11,7 +11,6 @@ import inspect
 import json
 import pkgutil
 import re
-import warnings
 from pathlib import Path
 from types import ModuleType
 
@@ -25,17 +24,14 @@ PINNED = Path(__file__).with_name("public_surface.json")
 def public_modules() -> dict[str, ModuleType]:
     """Every importable module of the package whose own names are not private (no ``_``
     part below ``underway``) and that declares ``__all__``; the CLI is a command, not an
-    API. An old path that warns it moved is imported with its warning silenced."""
+    API. Old paths (``underway._moved``) are no files, so never among them."""
     found = {"underway": underway}
     for info in pkgutil.walk_packages(underway.__path__, "underway."):
         parts = info.name.split(".")[1:]
         if any(p.startswith("_") for p in parts) or parts[0] == "cli":
             continue
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            module = importlib.import_module(info.name)
-        # An old path kept for a release (``__moved_to__``) is not the surface.
-        if hasattr(module, "__all__") and not hasattr(module, "__moved_to__"):
+        module = importlib.import_module(info.name)
+        if hasattr(module, "__all__"):
             found[info.name] = module
     return found
 
