@@ -24,7 +24,7 @@ import underway as uw
 from fakes.processes import finish
 from underway import events as ev
 from underway.effects import ModelQuote
-from underway.guard import _day_start
+from underway.guard._guard import _day_start
 from underway.guard.budgets import Budget, tenant_usage
 from underway.models.types import ModelRequest
 from underway.runner import Runner
