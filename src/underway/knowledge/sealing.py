@@ -19,7 +19,7 @@ from typing import Any
 from ..codec import ENCRYPTED, Codec, knowledge_where
 from ..errors import KeyUnavailable
 from ..events import canonical_json
-from .record import KnowledgeRecord
+from ._record import KnowledgeRecord
 from .words import index_words
 
 

@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Literal
 
-from .conditions import Unevaluable, consent_missing
+from ._conditions import Unevaluable, consent_missing
 from .context import FINISH, Decision, PolicyContext
 from .errors import PolicyError
 from .rules import OUTCOMES, Rule

@@ -10,7 +10,7 @@ from typing import Any
 
 from ...errors import ConfigurationError
 from ...subjects import check_purpose
-from .conditions import (
+from ._conditions import (
     AmountCondition,
     ArgCondition,
     CounterCondition,
