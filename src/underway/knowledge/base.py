@@ -9,6 +9,8 @@ from ..errors import ConfigurationError
 from ..subjects import subject_of_write
 from ._record import KnowledgeHit, KnowledgeRecord, Reindexed, Sensitivity
 
+__all__ = ["KNOWLEDGE_SCHEMA_VERSION", "KnowledgeBase", "written_record"]
+
 KNOWLEDGE_SCHEMA_VERSION = 16
 """The first store schema version with the knowledge tables as this code reads them (made by
 migration 0007; migration 0014 added the column a sealed record is kept in, 0015 its data

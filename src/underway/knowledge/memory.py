@@ -13,6 +13,8 @@ from ._record import KnowledgeHit, KnowledgeRecord, Reindexed, Sensitivity
 from .base import check_key, written_record
 from .words import index_words
 
+__all__ = ["MemoryKnowledge"]
+
 
 class MemoryKnowledge:
     """A :class:`~underway.knowledge.base.KnowledgeBase` held in process memory.

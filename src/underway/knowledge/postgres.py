@@ -23,6 +23,8 @@ from ._record import KnowledgeHit, KnowledgeRecord, Reindexed, Sensitivity
 from .base import check_key, written_record
 from .sealing import opened_fields, query_terms, row_terms, stored_fields
 
+__all__ = ["PostgresKnowledge"]
+
 _Q = queries.load("postgres")
 _BATCH = 200
 """Rows a reindex reads, and writes in one transaction, at a time."""

@@ -22,6 +22,8 @@ from ..events import canonical_json
 from ._record import KnowledgeRecord
 from .words import index_words
 
+__all__ = ["opened_fields", "query_terms", "row_terms", "stored_fields"]
+
 
 def stored_fields(codec: Codec, record: KnowledgeRecord) -> dict[str, Any]:
     """The ``text``, ``source``, ``metadata`` and ``sealed`` columns of ``record``, and

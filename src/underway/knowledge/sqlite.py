@@ -20,6 +20,8 @@ from ._record import KnowledgeHit, KnowledgeRecord, Reindexed, Sensitivity
 from .base import check_key, written_record
 from .sealing import opened_fields, query_terms, row_terms, stored_fields
 
+__all__ = ["SQLiteKnowledge"]
+
 _Q = queries.load("sqlite")
 _BATCH = 200
 """Rows a reindex reads, and writes in one transaction, at a time."""

@@ -16,6 +16,8 @@ from ._workspace import CallDirs
 from .errors import SandboxUnavailable
 from .profile import BACKENDS, SandboxProfile
 
+__all__ = ["BackendImpl", "Planner", "select", "why_unavailable"]
+
 log = logging.getLogger("underway.sandbox")
 
 

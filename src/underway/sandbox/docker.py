@@ -31,6 +31,8 @@ from ._workspace import CallDirs
 from .errors import SandboxError
 from .profile import PYTHON_PREFIX, SandboxProfile
 
+__all__ = ["reap_orphans"]
+
 PROBE_TIMEOUT_S = 10.0
 KILL_TIMEOUT_S = 10.0
 LABEL = "underway.sandbox.owner"

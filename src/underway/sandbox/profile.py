@@ -24,6 +24,8 @@ from ..events import canonical_json
 from ._mounts import HostPath, Mount, overlap, replaceable_mount
 from .errors import SandboxError
 
+__all__ = ["BACKENDS", "Backend", "Limits", "SandboxProfile"]
+
 Backend = Literal["auto", "bwrap", "docker", "none"]
 BACKENDS: tuple[Backend, ...] = ("auto", "bwrap", "docker", "none")
 

@@ -37,6 +37,8 @@ from .errors import SandboxError, SandboxUnavailable
 from .profile import SandboxProfile
 from .result import CommandResult
 
+__all__ = ["DEFAULT_PROFILE", "run_command", "run_command_async"]
+
 log = logging.getLogger("underway.sandbox")
 
 READ_CHUNK = 65_536

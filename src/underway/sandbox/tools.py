@@ -28,6 +28,8 @@ from .profile import SandboxProfile, python_prefix
 from .result import CommandResult
 from .run import DEFAULT_PROFILE, run_command_async
 
+__all__ = ["PythonArgs", "ShellArgs", "python_tool", "shell_tool"]
+
 TOOL_TIMEOUT_MARGIN_S = 15.0
 """How much longer than the sandbox's own time limit the engine waits for a call: the
 sandbox reports ``timed_out`` itself, and cleans up, before the engine would cancel it."""

@@ -12,6 +12,8 @@ from .context import FINISH, Decision, PolicyContext
 from .errors import PolicyError
 from .rules import OUTCOMES, Rule
 
+__all__ = ["Policy"]
+
 _RANK = {outcome: rank for rank, outcome in enumerate(OUTCOMES)}
 _DENY = _RANK["deny"]
 _CACHE_LIMIT = 4096

@@ -20,6 +20,8 @@ from ._conditions import (
 from .context import DEFAULT_APPROVAL_EXPIRY, Outcome, PolicyContext
 from .errors import PolicyError
 
+__all__ = ["OUTCOMES", "Predicate", "Rule"]
+
 Predicate = Callable[[PolicyContext], bool]
 """A custom condition: called with the call's context, returns True when the rule applies."""
 
