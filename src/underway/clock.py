@@ -6,6 +6,8 @@ import asyncio
 import time
 from typing import Protocol
 
+__all__ = ["Clock", "ManualClock", "SystemClock"]
+
 
 class Clock(Protocol):
     """Where the engine reads time (epoch seconds) and how it waits."""

@@ -49,6 +49,8 @@ from typing import NamedTuple, Protocol
 from .errors import IntegrityError, KeyUnavailable, UnderwayError
 from .events import JSON, canonical_json
 
+__all__ = ["Codec", "Sealer", "Where", "blob_key", "is_sealed"]
+
 DEFAULT_BLOB_THRESHOLD = 1024
 """Values whose canonical encoding exceeds this many bytes are stored as blobs."""
 

@@ -12,6 +12,8 @@ from typing import Literal
 
 from .events import JSON
 
+__all__ = ["CANCEL", "CHILD", "RESERVED_PREFIX", "RESOLVE", "RESUME"]
+
 CANCEL = "underway.cancel"
 """Control signal: cancel the run at its next step boundary."""
 RESOLVE = "underway.resolve"

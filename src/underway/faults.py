@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import signal
 
+__all__ = ["POINTS", "hits", "point"]
+
 POINTS = (
     "append.before_commit",
     "append.after_commit",

@@ -12,6 +12,8 @@ import hashlib
 import os
 import socket
 
+__all__ = ["owner_is_dead", "worker_identity"]
+
 
 def _read(path: str) -> str:
     try:

@@ -12,6 +12,8 @@ from .effects import Tool
 from .errors import ConfigurationError
 from .flow import Flow
 
+__all__ = ["App", "call_factory", "import_object", "load_app"]
+
 App = tuple[list[Flow[Any, Any]], list[Tool]]
 """The flows and tools a worker runs."""
 

@@ -22,6 +22,8 @@ from .journal.state import APPROVAL_SIGNAL, RunState
 from .redaction import redacting_logs
 from .store.base import Lease, RunRecord
 
+__all__ = ["Runner", "run", "settled"]
+
 log = logging.getLogger("underway.runner")
 
 

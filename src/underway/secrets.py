@@ -27,6 +27,19 @@ from typing import Protocol
 
 from .errors import ConfigurationError, SecretRefused, UnderwayError
 
+__all__ = [
+    "MASK",
+    "BoundSecrets",
+    "CallbackSecrets",
+    "CredentialsRejected",
+    "EnvSecrets",
+    "FileSecrets",
+    "Refreshable",
+    "SecretMissing",
+    "SecretProvider",
+    "mask",
+]
+
 MASK = "[secret]"
 """What a secret value is replaced with wherever it would otherwise be recorded."""
 

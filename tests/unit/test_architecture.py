@@ -280,11 +280,11 @@ def test_heavy_pieces_load_on_first_use() -> None:
     assert done.returncode == 0, done.stderr
     loaded = done.stdout.split()
     lazy = ("psycopg", "psycopg_pool", "underway.client", "underway.engine",
-            "underway.runner", "underway.worker", "underway.agent.agent",
+            "underway.runner", "underway.worker", "underway.agent._agent",
             "underway.journal._journal",
             "underway.store.sqlite", "underway.store.postgres", "underway.knowledge.sqlite",
             "underway.knowledge.postgres", "underway.guard.policy.policies",
-            "underway.guard.policy.rules", "underway.guard.policy.loading", "underway.models.types",
-            "underway.models.openai_chat",
+            "underway.guard.policy.rules", "underway.guard.policy._loading",
+            "underway.models.types", "underway.models.openai_chat",
             "underway.models.anthropic_messages")
     assert [m for m in loaded if _within(m, *lazy)] == []

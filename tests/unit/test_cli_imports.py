@@ -30,7 +30,7 @@ def test_serve_loads_no_executor_and_no_other_command() -> None:
     loaded = loaded_by("serve")
     assert "fastapi" in loaded and "underway.service" in loaded
     assert within(loaded, "underway.engine", "underway.worker", "underway.runner",
-                  "underway.sandbox", "underway.agent.agent", "underway.models.openai_chat",
+                  "underway.sandbox", "underway.agent._agent", "underway.models.openai_chat",
                   "underway.models.anthropic_messages", "underway.telemetry._tracing",
                   "opentelemetry.sdk", "httpx", "psycopg") == []
     others = {f"underway.cli.{m}" for m in ("runs", "worker", "approvals", "audit", "policy",

@@ -347,7 +347,7 @@ def test_the_sandbox_table_gives_the_workers_limits(tmp_path: Path) -> None:
 def test_the_worker_takes_its_sandbox_limits_from_the_file(tmp_path: Path) -> None:
     name = f"probe_{tmp_path.name.replace('-', '_')}"
     (tmp_path / f"{name}.py").write_text(
-        "from underway.sandbox.budget import worker_budget\n"
+        "from underway.sandbox._budget import worker_budget\n"
         "seen = worker_budget().limits\n", encoding="utf-8")
     config = write(tmp_path, f'[worker]\napp = "{name}:absent"\n'
                    "[sandbox]\ncalls = 3\nresolver_threads = 2\n")

@@ -16,10 +16,11 @@ from .observations import UNTRUSTED, quote, repeated_from
 # named (PEP 562): the worker checks whether an app holds agents without loading them for
 # every command that imports it.
 if TYPE_CHECKING:
-    from .agent import RULES, Agent, AgentInput, AgentState
+    from ._agent import RULES, Agent, AgentInput, AgentState
 else:
     __getattr__, __dir__ = lazy_exports(__name__, {
-        "RULES": ".agent", "Agent": ".agent", "AgentInput": ".agent", "AgentState": ".agent",
+        "RULES": "._agent", "Agent": "._agent", "AgentInput": "._agent",
+        "AgentState": "._agent",
     }, globals())
 
 __all__ = ["RULES", "UNTRUSTED", "Agent", "AgentInput", "AgentState", "quote", "repeated_from"]

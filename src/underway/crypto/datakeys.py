@@ -40,6 +40,8 @@ from ..store.subjects_erased import refuse_erased
 from .providers import KeyProvider, refresh_provider
 from .vault import vault_of
 
+__all__ = ["DataKey", "DataKeys"]
+
 DEK_BYTES = 32
 """A data key is 256 bits."""
 

@@ -15,6 +15,8 @@ from ._box import NONCE, InvalidTag, box_key_id, seal_box
 from .datakeys import DataKeys
 from .providers import KeyProvider
 
+__all__ = ["Envelope", "NoKeys", "encrypt", "is_encrypted", "refuse_plaintext"]
+
 _TERM_LETTERS = "abcdefghijklmnop"
 _TERM_BYTES = 12
 

@@ -40,6 +40,16 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from ..errors import ConfigurationError, KeyUnavailable
 from .vault import SubjectDir, SubjectVault
 
+__all__ = [
+    "CallbackKeys",
+    "EnvKey",
+    "KeyProvider",
+    "KeyringFile",
+    "Refreshable",
+    "kek_fingerprint",
+    "new_kek",
+]
+
 KEK_BYTES = 32
 """A key-encryption key is 256 bits (AES-256)."""
 

@@ -37,6 +37,8 @@ from ..store.records import SEALED_KINDS, SealedRow
 from ._box import box_key_id, seal_box
 from .envelope import Envelope
 
+__all__ = ["ROTATION_FLOW", "RotationInput", "RotationState", "reseal", "rotation_flow"]
+
 ROTATION_FLOW = "underway.keys.rotate"
 """The flow whose runs re-seal a tenant's payloads after a data-key rotation."""
 

@@ -29,6 +29,8 @@ from typing import Protocol, runtime_checkable
 
 from ..errors import ConfigurationError, KeyUnavailable
 
+__all__ = ["SubjectDir", "SubjectVault"]
+
 SECRET_BYTES = 32
 """A subject's secret is 256 bits."""
 

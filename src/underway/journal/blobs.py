@@ -18,6 +18,8 @@ from ..events import JSON, placed
 from ..store.journal import CHAIN_LIMIT, JournalStore
 from ..store.records import StoredEvent
 
+__all__ = ["BlobReader", "blob_refs"]
+
 Fetch = Callable[[list[str]], dict[str, bytes]]
 """Reads blobs by key; keys not stored are absent from the result."""
 Content = Callable[[str, bytes], bytes]

@@ -30,6 +30,8 @@ from ..events import JSON, link_hash
 from ..store.base import StoredEvent
 from .state import RunState
 
+__all__ = ["Finding", "check", "commitment", "digest", "encode"]
+
 DIGEST_KEY = "checkpoint"
 """The envelope key through which an event commits to the checkpoint taken at its seq."""
 BINDING_KEY = "binding"

@@ -16,6 +16,8 @@ from ..store.features import privacy
 from . import checkpoint
 from .blobs import BlobReader, broken_blob, envelope_problem
 
+__all__ = ["JournalChecks", "Verification"]
+
 CHECKPOINT_RACES = 3
 """How many times a checkpoint found wrong is checked again when a writer moved it meanwhile."""
 

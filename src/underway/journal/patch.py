@@ -19,6 +19,8 @@ from collections.abc import Iterator
 from ..errors import IntegrityError
 from ..events import JSON
 
+__all__ = ["apply_patch", "make_patch", "same_json"]
+
 
 def _escape(token: str) -> str:
     return token.replace("~", "~0").replace("/", "~1")

@@ -20,6 +20,8 @@ from ..store.leases import MAX_LEASE_TTL
 from ..store.records import FINAL, RunRecord, RunUpdate
 from .state import RunState
 
+__all__ = ["Disagreement", "disagreements", "expected_update", "lease_problem"]
+
 FINAL_EVENTS = ("RunCompleted", "RunFailed", "RunCancelled")
 """The types of the event a finished run's journal ends with."""
 

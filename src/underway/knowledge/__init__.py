@@ -23,11 +23,11 @@ from .. import store as stores
 from .._lazy import lazy_exports
 from ..errors import ConfigurationError
 from ..store import MemoryStore, Store, connect
+from ._record import SENSITIVITIES, KnowledgeHit, KnowledgeRecord, Reindexed, Sensitivity
+from ._sweeper import KnowledgeSweeper, sweep
+from ._tools import recall_tool, remember_tool
 from .base import KNOWLEDGE_SCHEMA_VERSION, KnowledgeBase
 from .memory import MemoryKnowledge
-from .record import SENSITIVITIES, KnowledgeHit, KnowledgeRecord, Reindexed, Sensitivity
-from .sweeper import KnowledgeSweeper, sweep
-from .tools import recall_tool, remember_tool
 
 # The SQL backends load the first time a knowledge base is opened on their database
 # (PEP 562): the PostgreSQL one brings psycopg, which memory and SQLite never need.

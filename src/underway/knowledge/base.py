@@ -7,7 +7,9 @@ from typing import Protocol
 
 from ..errors import ConfigurationError
 from ..subjects import subject_of_write
-from .record import KnowledgeHit, KnowledgeRecord, Reindexed, Sensitivity
+from ._record import KnowledgeHit, KnowledgeRecord, Reindexed, Sensitivity
+
+__all__ = ["KNOWLEDGE_SCHEMA_VERSION", "KnowledgeBase", "written_record"]
 
 KNOWLEDGE_SCHEMA_VERSION = 16
 """The first store schema version with the knowledge tables as this code reads them (made by

@@ -8,10 +8,12 @@ from collections import Counter
 from collections.abc import Collection
 
 from ..store._offload import INLINE, Inline
+from ._query import plan
+from ._record import KnowledgeHit, KnowledgeRecord, Reindexed, Sensitivity
 from .base import check_key, written_record
-from .query import plan
-from .record import KnowledgeHit, KnowledgeRecord, Reindexed, Sensitivity
 from .words import index_words
+
+__all__ = ["MemoryKnowledge"]
 
 
 class MemoryKnowledge:

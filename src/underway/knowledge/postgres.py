@@ -18,10 +18,12 @@ from psycopg.types.json import Jsonb
 from ..errors import StoreError
 from ..store import queries
 from ..store.postgres import PostgresStore
+from ._query import plan
+from ._record import KnowledgeHit, KnowledgeRecord, Reindexed, Sensitivity
 from .base import check_key, written_record
-from .query import plan
-from .record import KnowledgeHit, KnowledgeRecord, Reindexed, Sensitivity
 from .sealing import opened_fields, query_terms, row_terms, stored_fields
+
+__all__ = ["PostgresKnowledge"]
 
 _Q = queries.load("postgres")
 _BATCH = 200

@@ -19,8 +19,10 @@ from typing import Any
 from ..codec import ENCRYPTED, Codec, knowledge_where
 from ..errors import KeyUnavailable
 from ..events import canonical_json
-from .record import KnowledgeRecord
+from ._record import KnowledgeRecord
 from .words import index_words
+
+__all__ = ["opened_fields", "query_terms", "row_terms", "stored_fields"]
 
 
 def stored_fields(codec: Codec, record: KnowledgeRecord) -> dict[str, Any]:

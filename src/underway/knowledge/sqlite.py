@@ -15,10 +15,12 @@ from typing import Any
 from ..errors import StoreError
 from ..store import queries
 from ..store.sqlite import SQLiteStore
+from ._query import plan
+from ._record import KnowledgeHit, KnowledgeRecord, Reindexed, Sensitivity
 from .base import check_key, written_record
-from .query import plan
-from .record import KnowledgeHit, KnowledgeRecord, Reindexed, Sensitivity
 from .sealing import opened_fields, query_terms, row_terms, stored_fields
+
+__all__ = ["SQLiteKnowledge"]
 
 _Q = queries.load("sqlite")
 _BATCH = 200

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from ..errors import UnderwayError
 
+__all__ = ["ModelError"]
+
 
 class ModelError(UnderwayError):
     """A model call failed: the provider refused it, or kept failing until retries ran out.

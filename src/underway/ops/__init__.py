@@ -3,3 +3,5 @@
 They sit on top of the executor and read journals; nothing below imports them.
 ``timeline`` says what each event means in one line; ``charts`` draws charts.
 """
+
+__all__: list[str] = []  # the package promises no names: its modules do

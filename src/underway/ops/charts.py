@@ -14,6 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from html import escape
 
+__all__ = ["Bar", "Chart", "Series", "Tick", "columns", "rows", "svg"]
+
 WIDTH, HEIGHT = 720, 200
 """The SVG's view box; the stylesheet scales it to the page's width."""
 LEFT, RIGHT, TOP, BOTTOM = 64, 32, 10, 24

@@ -16,6 +16,8 @@ from ..client import Recorded
 from ..codec import ENCRYPTED
 from ..events import JSON
 
+__all__ = ["Line", "counts", "format_time", "lines", "preview", "summarize", "time_left", "type_of"]
+
 _PREVIEW = 60
 _NOISE = frozenset({"key", "signal_id", "latency_ms", "checked", "reconciled"})
 """Kept fields of a purged event its timeline line leaves out (its details show them)."""

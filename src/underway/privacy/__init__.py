@@ -2,3 +2,5 @@
 
 ``erasure`` erases a subject; ``retention`` (a package) purges runs by rule.
 """
+
+__all__: list[str] = []  # the package promises no names: its modules do

@@ -16,8 +16,8 @@ prints how many each backend blocked.
 
 from __future__ import annotations
 
+from ._budget import Budget, WorkerLimits, configure_worker
 from .backends import why_unavailable
-from .budget import Budget, WorkerLimits, configure_worker
 from .errors import SandboxError, SandboxLimitReached, SandboxUnavailable
 from .profile import Limits, SandboxProfile
 from .result import CommandResult

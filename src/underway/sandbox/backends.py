@@ -8,11 +8,15 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ..errors import ConfigurationError
-from . import bwrap, docker, unsandboxed
+from . import _bwrap as bwrap
+from . import _unsandboxed as unsandboxed
+from . import docker
+from ._launch import Launch
+from ._workspace import CallDirs
 from .errors import SandboxUnavailable
-from .launch import Launch
 from .profile import BACKENDS, SandboxProfile
-from .workspace import CallDirs
+
+__all__ = ["BackendImpl", "Planner", "select", "why_unavailable"]
 
 log = logging.getLogger("underway.sandbox")
 

@@ -25,11 +25,13 @@ import uuid
 from collections.abc import Mapping, Sequence
 
 from ..identity import owner_is_dead, worker_identity
-from .child import child_setup, exec_chain
+from ._child import child_setup, exec_chain
+from ._launch import Launch, command_env
+from ._workspace import CallDirs
 from .errors import SandboxError
-from .launch import Launch, command_env
 from .profile import PYTHON_PREFIX, SandboxProfile
-from .workspace import CallDirs
+
+__all__ = ["reap_orphans"]
 
 PROBE_TIMEOUT_S = 10.0
 KILL_TIMEOUT_S = 10.0

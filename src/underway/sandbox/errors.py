@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from ..errors import ConfigurationError, UnderwayError
 
+__all__ = ["SandboxError", "SandboxLimitReached", "SandboxUnavailable"]
+
 
 class SandboxError(UnderwayError):
     """The sandbox could not be set up for this call; the command did not run.

@@ -21,8 +21,10 @@ from typing import Any, Literal
 from ..egress import host_patterns
 from ..errors import ConfigurationError
 from ..events import canonical_json
+from ._mounts import HostPath, Mount, overlap, replaceable_mount
 from .errors import SandboxError
-from .mounts import HostPath, Mount, overlap, replaceable_mount
+
+__all__ = ["BACKENDS", "Backend", "Limits", "SandboxProfile"]
 
 Backend = Literal["auto", "bwrap", "docker", "none"]
 BACKENDS: tuple[Backend, ...] = ("auto", "bwrap", "docker", "none")
@@ -139,7 +141,7 @@ class SandboxProfile:
     when usable, else Docker when an engine answers, else :class:`SandboxUnavailable`.
     ``network``: share the host's network (default: none at all, not even its loopback).
     ``hosts``: instead, reach only these hosts (``api.example.com``, ``*.bank.in``), over
-    HTTP and HTTPS through an allow-listing proxy (:mod:`underway.sandbox.proxy`;
+    HTTP and HTTPS through an allow-listing proxy (:mod:`underway.sandbox._proxy`;
     bubblewrap only).
     ``ro_paths`` / ``rw_paths``: host paths to show at the same path, read-only or writable.
     ``workspace_dir``: where the call's workspace appears (the working directory and HOME).
@@ -150,7 +152,7 @@ class SandboxProfile:
 
     The host paths (``ro_paths``, ``rw_paths``, the Python prefix) are resolved when the
     profile is made, each to the object it names then; every call binds that object or
-    refuses to run (see :mod:`underway.sandbox.mounts`). A path that does not exist yet is
+    refuses to run (see :mod:`underway.sandbox._mounts`). A path that does not exist yet is
     resolved by the first call that finds it. None may lie inside a writable one, and no
     mount target inside a writable target.
     """

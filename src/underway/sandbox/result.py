@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
+__all__ = ["CommandResult"]
+
 
 class CommandResult(BaseModel):
     """The outcome of one command: its output, exit code and how the sandbox ended it.

@@ -9,7 +9,7 @@ process the command left behind, however it detached itself. Under bubblewrap a
 ``timeout`` process in front keeps the time limit as well, so a worker whose loop is
 held up still has the command killed on time.
 
-Every call is first admitted by the worker's :class:`~underway.sandbox.budget.Budget`,
+Every call is first admitted by the worker's :class:`~underway.sandbox._budget.Budget`,
 which reserves its share (processes, output, egress connections) or refuses it with
 :class:`SandboxLimitReached`; the call's directories are removed off the event loop, so
 a workspace left with a million files delays only its own call.
@@ -28,14 +28,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from ..errors import ConfigurationError
+from ._budget import Admission, Budget, worker_budget
+from ._launch import Launch
+from ._proxy import EgressProxy, proxy_env, relay_argv
+from ._workspace import CallDirs, Workspace
 from .backends import BackendImpl, select
-from .budget import Admission, Budget, worker_budget
 from .errors import SandboxError, SandboxUnavailable
-from .launch import Launch
 from .profile import SandboxProfile
-from .proxy import EgressProxy, proxy_env, relay_argv
 from .result import CommandResult
-from .workspace import CallDirs, Workspace
+
+__all__ = ["DEFAULT_PROFILE", "run_command", "run_command_async"]
 
 log = logging.getLogger("underway.sandbox")
 
@@ -65,13 +67,13 @@ async def run_command_async(
     ``stdin``: text fed to the command. ``env``: variables set on top
     of the sandbox's base environment and the profile's ``env_allow``. ``budget``: the
     worker's budget the call is admitted by (default: this process's,
-    :func:`~underway.sandbox.budget.worker_budget`).
+    :func:`~underway.sandbox._budget.worker_budget`).
 
     Raises :class:`SandboxUnavailable` when no backend the profile allows is usable (the
     command is never run unsandboxed instead), :class:`SandboxLimitReached` when the
     worker's limits leave no room for the call, and :class:`SandboxError` when the
     sandbox could not be set up, including when a mounted path is no longer the object
-    it was resolved to (see :mod:`underway.sandbox.mounts`); a command that runs and
+    it was resolved to (see :mod:`underway.sandbox._mounts`); a command that runs and
     fails returns its exit code.
     """
     argv = _argv(command)

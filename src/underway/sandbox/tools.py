@@ -19,14 +19,16 @@ from pydantic import BaseModel, Field
 from ..effects import ReconcileFn, Tool, ToolFn
 from ..errors import ConfigurationError
 from ..retry import CircuitBreaker, RetryPolicy
+from ._budget import Budget
+from ._mounts import HostPath
+from ._workspace import pin_workspace
 from .backends import select
-from .budget import Budget
 from .errors import SandboxError
-from .mounts import HostPath
 from .profile import SandboxProfile, python_prefix
 from .result import CommandResult
 from .run import DEFAULT_PROFILE, run_command_async
-from .workspace import pin_workspace
+
+__all__ = ["PythonArgs", "ShellArgs", "python_tool", "shell_tool"]
 
 TOOL_TIMEOUT_MARGIN_S = 15.0
 """How much longer than the sandbox's own time limit the engine waits for a call: the

@@ -343,8 +343,8 @@ def test_one_calls_process_limit_leaves_another_call_of_its_user_room(tmp_path: 
 
 OUT_OF_DESCRIPTORS = r"""
 import asyncio, os, resource, socket, sys, tempfile
-from underway.sandbox.budget import Budget, WorkerLimits
-from underway.sandbox.proxy import EgressProxy
+from underway.sandbox._budget import Budget, WorkerLimits
+from underway.sandbox._proxy import EgressProxy
 
 resource.setrlimit(resource.RLIMIT_NOFILE, (256, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 

@@ -18,9 +18,9 @@ import pytest
 
 from underway.errors import ConfigurationError
 from underway.sandbox import SandboxError, SandboxProfile, run_command, shell_tool
-from underway.sandbox.mounts import HostPath
+from underway.sandbox._mounts import HostPath
+from underway.sandbox._workspace import CallDirs, pin_workspace
 from underway.sandbox.run import run_command_async
-from underway.sandbox.workspace import CallDirs, pin_workspace
 
 BWRAP = SandboxProfile(backend="bwrap")
 TOKEN = "the-vault-secret"

@@ -17,12 +17,14 @@ from underway.sandbox import (
     Limits,
     SandboxError,
     SandboxProfile,
-    bwrap,
     run_command,
     run_command_async,
 )
+from underway.sandbox import (
+    _bwrap as bwrap,
+)
+from underway.sandbox._workspace import CallDirs
 from underway.sandbox.escapes import marker, processes_with
-from underway.sandbox.workspace import CallDirs
 
 BWRAP = SandboxProfile(backend="bwrap", limits=Limits(timeout_s=30))
 PATIENCE_S = 120.0

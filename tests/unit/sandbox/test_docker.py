@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from underway.sandbox import Limits, SandboxProfile, docker
-from underway.sandbox.workspace import CallDirs
+from underway.sandbox._workspace import CallDirs
 
 
 @pytest.fixture(autouse=True)

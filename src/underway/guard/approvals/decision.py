@@ -26,6 +26,8 @@ from .keys import decode_public_key
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+__all__ = ["ApprovalCheck", "SignedDecision", "sign_decision", "verify_decision"]
+
 DOMAIN = b"underway-approval-v1\n"
 """Prefix of every signed decision's bytes: binds a signature to this use and version."""
 

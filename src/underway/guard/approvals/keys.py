@@ -23,6 +23,14 @@ if TYPE_CHECKING:
         Ed25519PublicKey,
     )
 
+__all__ = [
+    "decode_public_key",
+    "generate_keypair",
+    "load_private_key",
+    "public_key_of",
+    "write_private_key",
+]
+
 PUBLIC_KEY_BYTES = 32
 
 

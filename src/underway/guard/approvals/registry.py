@@ -9,6 +9,8 @@ from ...errors import ConfigurationError
 from ...store.base import ApproverRecord, CoreStore
 from .keys import decode_public_key
 
+__all__ = ["register_approver"]
+
 
 def register_approver(
     store: CoreStore,

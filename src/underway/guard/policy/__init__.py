@@ -22,17 +22,17 @@ from .errors import PolicyError
 # call); rules, conditions, policies and their parsers load the first time they are named
 # (PEP 562), so a process that never evaluates a policy never loads them.
 if TYPE_CHECKING:
-    from .conditions import AmountCondition, ArgCondition, CounterCondition
+    from ._conditions import AmountCondition, ArgCondition, CounterCondition
+    from ._loading import load_policy, policy_from_dict
     from .defaults import DEFAULT_POLICY, UNTRUSTED_INPUT
-    from .loading import load_policy, policy_from_dict
     from .policies import Policy
     from .rules import Predicate, Rule
 else:
     __getattr__, __dir__ = lazy_exports(__name__, {
-        "AmountCondition": ".conditions", "ArgCondition": ".conditions",
-        "CounterCondition": ".conditions", "DEFAULT_POLICY": ".defaults",
-        "UNTRUSTED_INPUT": ".defaults", "load_policy": ".loading",
-        "policy_from_dict": ".loading", "Policy": ".policies", "Predicate": ".rules",
+        "AmountCondition": "._conditions", "ArgCondition": "._conditions",
+        "CounterCondition": "._conditions", "DEFAULT_POLICY": ".defaults",
+        "UNTRUSTED_INPUT": ".defaults", "load_policy": "._loading",
+        "policy_from_dict": "._loading", "Policy": ".policies", "Predicate": ".rules",
         "Rule": ".rules",
     }, globals())
 

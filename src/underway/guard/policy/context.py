@@ -10,6 +10,8 @@ from typing import Any, Literal, Protocol
 
 from .errors import PolicyError
 
+__all__ = ["FINISH", "Amount", "Consent", "Decision", "Outcome", "PolicyContext"]
+
 Outcome = Literal["allow", "deny", "require_approval"]
 """What a policy decides for one call."""
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from ...errors import ConfigurationError
 
+__all__ = ["PolicyError"]
+
 
 class PolicyError(ConfigurationError):
     """A policy, a rule or a condition is invalid.

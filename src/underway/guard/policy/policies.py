@@ -7,10 +7,12 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Literal
 
-from .conditions import Unevaluable, consent_missing
+from ._conditions import Unevaluable, consent_missing
 from .context import FINISH, Decision, PolicyContext
 from .errors import PolicyError
 from .rules import OUTCOMES, Rule
+
+__all__ = ["Policy"]
 
 _RANK = {outcome: rank for rank, outcome in enumerate(OUTCOMES)}
 _DENY = _RANK["deny"]

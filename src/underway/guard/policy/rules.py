@@ -10,7 +10,7 @@ from typing import Any
 
 from ...errors import ConfigurationError
 from ...subjects import check_purpose
-from .conditions import (
+from ._conditions import (
     AmountCondition,
     ArgCondition,
     CounterCondition,
@@ -19,6 +19,8 @@ from .conditions import (
 )
 from .context import DEFAULT_APPROVAL_EXPIRY, Outcome, PolicyContext
 from .errors import PolicyError
+
+__all__ = ["OUTCOMES", "Predicate", "Rule"]
 
 Predicate = Callable[[PolicyContext], bool]
 """A custom condition: called with the call's context, returns True when the rule applies."""

@@ -13,11 +13,11 @@ nothing stored in the database makes it raise.
 
 from __future__ import annotations
 
-from .anchor_log import FileAnchorLog
-from .anchors import Anchoring, AnchorRecord, AnchorSink, anchor, key_id, load_public_key
-from .findings import Finding, Report
-from .merkle import inclusion_proof, merkle_root, verify_inclusion
-from .verify import (
+from ._anchor_log import FileAnchorLog
+from ._anchors import Anchoring, AnchorRecord, AnchorSink, anchor, key_id, load_public_key
+from ._findings import Finding, Report
+from ._merkle import inclusion_proof, merkle_root, verify_inclusion
+from ._verify import (
     RUN_CHECKS,
     Anchors,
     AuditedRun,

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
+from ._mounts import HostPath, Mount, overlap, replaceable_mount
 from .errors import SandboxError
-from .mounts import HostPath, Mount, overlap, replaceable_mount
 from .profile import SandboxProfile
 
 Workspace = str | os.PathLike[str] | HostPath | None
@@ -74,7 +74,7 @@ class CallDirs:
         be the object recorded when it was resolved (descriptors closed with the call).
 
         Raises :class:`SandboxError` when a source changed, when a mount lies inside a
-        writable one (see :func:`~underway.sandbox.mounts.overlap`), or, with ``ids``
+        writable one (see :func:`~underway.sandbox._mounts.overlap`), or, with ``ids``
         (the sandbox user commands run as), when that user could replace a directory on
         the way to a source."""
         mounts = profile.host_mounts(self.workspace_pin)

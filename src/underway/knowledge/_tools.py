@@ -14,8 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from ..clock import Clock, SystemClock
 from ..effects import CallInfo, Tool, tool
 from ..errors import ConfigurationError
+from ._record import SENSITIVITIES, KnowledgeRecord, Sensitivity
 from .base import KnowledgeBase
-from .record import SENSITIVITIES, KnowledgeRecord, Sensitivity
 
 
 class RecallArgs(BaseModel):

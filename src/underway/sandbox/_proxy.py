@@ -20,7 +20,7 @@ A program that ignores the proxy variables reaches nothing: there is no route ou
 What the proxy spends is the worker's, so it is bounded per call. It runs on the call's
 own event loop: no thread per connection. It keeps at most the call's
 ``egress_connections`` open (reserved from the worker's budget when the call was
-admitted, :mod:`underway.sandbox.budget`). It takes connections off its socket itself,
+admitted, :mod:`underway.sandbox._budget`). It takes connections off its socket itself,
 at most :data:`ACCEPT_BATCH` a turn of the loop: one past the limit is answered ``503``
 and closed right there, so it holds no task, transport or descriptor, and the result
 says the limit was reached. A connection keeps its place until its descriptor is
@@ -41,7 +41,7 @@ from collections.abc import Iterable
 from urllib.parse import urlsplit
 
 from ..egress import host_allowed
-from .budget import Budget
+from ._budget import Budget
 from .errors import SandboxError
 from .profile import PROXY_SOCKET
 

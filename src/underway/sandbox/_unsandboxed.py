@@ -13,10 +13,10 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 
-from .child import capped, child_setup, exec_chain
-from .launch import Launch, command_env
+from ._child import capped, child_setup, exec_chain
+from ._launch import Launch, command_env
+from ._workspace import CallDirs
 from .profile import SandboxProfile
-from .workspace import CallDirs
 
 OPT_OUT_ENV = "UNDERWAY_ALLOW_UNSANDBOXED"
 

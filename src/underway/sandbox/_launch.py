@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from ..errors import ConfigurationError
-from .child import ChildSetup
+from ._child import ChildSetup
 from .profile import Limits, SandboxProfile
 
 SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -22,7 +22,7 @@ class Launch:
     """Everything needed to start a command under one backend.
 
     ``setup``: the ``preexec_fn`` when the child must be prepared in Python (None: the
-    argv itself does it, see :func:`~underway.sandbox.child.exec_chain`).
+    argv itself does it, see :func:`~underway.sandbox._child.exec_chain`).
     ``setup_fd``: a pipe holding one byte that bubblewrap consumes once the sandbox is set
     up (so a setup failure is told apart from a failing command). ``close_after_spawn``: the
     parent's copies of descriptors handed to the child. ``on_kill``: extra work to stop

@@ -21,11 +21,11 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from .child import Rlimit, capped, child_setup, exec_chain, reachable
+from ._child import Rlimit, capped, child_setup, exec_chain, reachable
+from ._launch import Launch, command_env, deadline
+from ._workspace import CallDirs
 from .errors import SandboxError
-from .launch import Launch, command_env, deadline
 from .profile import ETC_NETWORK, ETC_RO, PROXY_SOCKET, ROOT_LINKS, SYSTEM_RO, SandboxProfile
-from .workspace import CallDirs
 
 PROBE_TIMEOUT_S = 20.0
 HOSTNAME = "underway-sandbox"
@@ -125,7 +125,7 @@ def plan(profile: SandboxProfile, argv: Sequence[str], dirs: CallDirs,
     The process limit is set inside the sandbox, on its first process (see
     :func:`process_limits`); ``ceiling``, when the worker runs as root, caps the sandbox
     user's processes on the host from outside. A ``timeout`` process in front keeps the
-    time limit (:func:`~underway.sandbox.launch.deadline`).
+    time limit (:func:`~underway.sandbox._launch.deadline`).
     """
     path = binary()
     if path is None:

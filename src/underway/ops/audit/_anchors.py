@@ -9,7 +9,7 @@ A record is one line of canonical JSON::
      "tenant": null, "v": 1}
 
 ``leaves`` are (tenant, run, seq, head) sorted by tenant and run; ``root`` is their
-Merkle root (:mod:`underway.ops.audit.merkle`); ``n`` is the record's line number in the log
+Merkle root (:mod:`underway.ops.audit._merkle`); ``n`` is the record's line number in the log
 and ``prev`` the SHA-256 of the line before it, so a record removed from the middle of the
 log is noticed; ``sig`` is an Ed25519 signature over every other field.
 """
@@ -31,7 +31,7 @@ from ...errors import ConfigurationError, UnderwayError
 from ...events import JSON, canonical_json
 from ...guard.approvals.keys import decode_public_key
 from ...store.base import Store
-from .merkle import Leaf, merkle_root
+from ._merkle import Leaf, merkle_root
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import (

@@ -4,7 +4,7 @@ that today's journal still extends every head that was signed outside the databa
 :func:`verify` checks every run in scope with each of :data:`RUN_CHECKS` (the chain,
 then the run row against the journal's fold) and, when
 anchors are given, with :func:`check_anchored`. Nothing in the database can make it
-raise: whatever is wrong becomes a :class:`~underway.ops.audit.findings.Finding` and the
+raise: whatever is wrong becomes a :class:`~underway.ops.audit._findings.Finding` and the
 audit goes on to the next run. Errors of the database itself (unreachable, refused) are
 not findings and propagate.
 """
@@ -24,7 +24,7 @@ from ...journal import Journal
 from ...journal.projection import Disagreement, disagreements, good_time, lease_problem
 from ...journal.state import RunState, fold
 from ...store.base import RunRecord, Store, StoredEvent, whole
-from .anchors import (
+from ._anchors import (
     AnchorRecord,
     MalformedRecord,
     key_id,
@@ -32,8 +32,8 @@ from .anchors import (
     signature_ok,
     sorted_unique,
 )
-from .findings import Finding, Report
-from .merkle import merkle_root
+from ._findings import Finding, Report
+from ._merkle import merkle_root
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey

@@ -1,4 +1,4 @@
-"""The anchor log as a JSON-lines file, the :class:`~underway.ops.audit.anchors.AnchorSink`
+"""The anchor log as a JSON-lines file, the :class:`~underway.ops.audit._anchors.AnchorSink`
 that ``underway audit anchor --log PATH`` and ``underway worker --anchor-log PATH`` use.
 
 Keep the file where those who can write the database cannot rewrite it: another machine,
@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ...errors import ConfigurationError
-from .anchors import AnchorRecord, line_digest
+from ._anchors import AnchorRecord, line_digest
 
 
 class FileAnchorLog:

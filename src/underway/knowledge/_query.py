@@ -12,8 +12,8 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from ..errors import ConfigurationError
+from ._record import SENSITIVITIES, Sensitivity
 from .base import check_key
-from .record import SENSITIVITIES, Sensitivity
 from .words import MAX_WORD_CHARS, words
 
 MAX_TERMS = 32
