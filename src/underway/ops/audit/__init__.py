@@ -14,7 +14,15 @@ nothing stored in the database makes it raise.
 from __future__ import annotations
 
 from ._anchor_log import FileAnchorLog
-from ._anchors import Anchoring, AnchorRecord, AnchorSink, anchor, key_id, load_public_key
+from ._anchors import (
+    Anchoring,
+    AnchorRecord,
+    AnchorSink,
+    MalformedRecord,
+    anchor,
+    key_id,
+    load_public_key,
+)
 from ._findings import Finding, Report
 from ._merkle import inclusion_proof, merkle_root, verify_inclusion
 from ._verify import (
@@ -37,6 +45,7 @@ __all__ = [
     "AuditedRun",
     "FileAnchorLog",
     "Finding",
+    "MalformedRecord",
     "Report",
     "RunCheck",
     "anchor",
