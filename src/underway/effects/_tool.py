@@ -1,24 +1,14 @@
-"""Tools, model calls and the write-ahead effect ledger's vocabulary.
-
-A :class:`Tool` wraps an async (or sync) function. A *mutating* tool gets an intent
-(``ToolStarted``) committed before it runs and its outcome after; on recovery an intent
-without an outcome is an *unknown outcome*, handled by :func:`resolution_for`: an
-idempotent tool is retried with the same idempotency key, a tool with a ``reconcile`` hook
-is asked what happened, any other tool escalates to a person. Read-only tools skip the
-intent. The idempotency key is ``{run_id}:{ordinal}:{step}:{index}``: the same on every
-attempt, and new each time a loop visits the step again.
-"""
+"""The :class:`Tool`: a named effect, its options checked when it is declared, and its
+call."""
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import inspect
 import typing
-from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Generic, Literal, Protocol, TypedDict, cast, overload
+from typing import Any, Generic, cast
 
 from pydantic import (
     BaseModel,
@@ -29,108 +19,16 @@ from pydantic import (
     ValidationError,
     model_validator,
 )
-from typing_extensions import TypeVar, Unpack
+from typing_extensions import TypeVar
 
-from .egress import Egress, host_patterns
-from .errors import ConfigurationError, ResultInvalid
-from .events import JSON, canonical_json
-from .hooks import DEFAULT_HOOK_TIMEOUT, call_hook
-from .money import Direction, Money, Unreadable, read_money, valid_currency
-from .redaction import Hidden
-from .retry import CircuitBreaker, RetryPolicy
-
-COMPENSATE_SUFFIX = ".compensate"
-"""Added to a tool's name to name the tool that undoes it (:meth:`Tool.compensation`)."""
-
-
-def idempotency_key(run_id: str, step: str, index: int, *, ordinal: int) -> str:
-    """The deterministic key of call ``index`` in ``step`` of ``run_id``.
-
-    ``ordinal`` is how many steps the run completed before this one, so a step that a
-    ``goto`` loop visits again gets fresh keys while a re-run after a crash gets the same.
-    """
-    return f"{run_id}:{ordinal}:{step}:{index}"
-
-
-def args_hash(tool: str, args: JSON) -> str:
-    """SHA-256 of the tool name and its canonical arguments."""
-    return hashlib.sha256(tool.encode() + b"\x00" + canonical_json(args)).hexdigest()
-
-
-@dataclass(frozen=True, slots=True)
-class CallInfo:
-    """Handed to a tool that accepts a second parameter: who is calling, with which key."""
-
-    key: str
-    tenant_id: str
-    run_id: str
-    step: str
-    index: int
-    fence: int = 0
-    """The run's fence (:func:`fence_of`: the caller's lease token, then the run's journal
-    position). It only grows per run; an outside system that remembers the highest
-    fence it saw per run and refuses lower ones stops a worker that lost its lease
-    (paused, partitioned) from acting after its successor, and a request whose call timed
-    out from arriving after the reconcile query that found it had not."""
-    principal: str | None = None
-    """Who the run acts for."""
-    roles: tuple[str, ...] = ()
-    """The principal's roles."""
-    secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
-    """The secrets the tool declared, fetched from the engine's secret provider for this
-    call only; never journaled, logged or traced (``repr`` hides them)."""
-    egress: Egress | None = field(default=None, repr=False, compare=False)
-    """The hosts this call may reach, when its tool declares them (:mod:`underway.egress`):
-    :func:`underway.http.request` refuses any other, and the engine journals the refusal."""
-
-
-@dataclass(frozen=True, slots=True)
-class Reconciled:
-    """What a ``reconcile(key)`` hook found out about an effect of unknown outcome.
-
-    ``happened``: the effect took place, ``result`` is its result. ``not_happened``: it
-    never took place and is safe to run. ``unknown``: nobody can tell; escalate.
-    """
-
-    outcome: Literal["happened", "not_happened", "unknown"]
-    result: JSON = None
-
-    @classmethod
-    def happened(cls, result: JSON = None) -> Reconciled:
-        """The effect took place with this result."""
-        return cls("happened", result)
-
-    @classmethod
-    def not_happened(cls) -> Reconciled:
-        """The effect never took place."""
-        return cls("not_happened")
-
-    @classmethod
-    def unknown(cls) -> Reconciled:
-        """The outside system cannot tell."""
-        return cls("unknown")
-
-
-ToolFn = Callable[..., Awaitable[Any]] | Callable[..., Any]
-ReconcileFn = Callable[[str], Awaitable[Reconciled]] | Callable[[str, "CallInfo"],
-                                                              Awaitable[Reconciled]]
-"""A reconcile hook: ``reconcile(key)``, or ``reconcile(key, info)`` to receive the
-:class:`CallInfo` of the query, whose ``fence`` a fence-checking outside system should be
-sent (see :func:`fence_of`)."""
-
-FENCE_STRIDE = 1 << 32
-"""How far apart the fences of two lease tokens are (see :func:`fence_of`)."""
-
-
-def fence_of(lease_token: int, seq: int) -> int:
-    """The fence of a run's calls: it grows with the lease token (a new holder of the
-    run) and, within one lease, with the run's journal (``seq``: its last event,
-    committed or about to be). A reconcile query is sent with the fence of ``seq + 1``,
-    above the attempt in doubt and at most the fence of every call after it, so an
-    outside system that remembers the highest fence per run refuses that attempt if it
-    arrives after the query — also when the same worker made it under the same lease (a
-    call that timed out while its request was still on its way)."""
-    return lease_token * FENCE_STRIDE + min(seq, FENCE_STRIDE - 1)
+from ..egress import host_patterns
+from ..errors import ConfigurationError, ResultInvalid
+from ..events import JSON, canonical_json
+from ..hooks import DEFAULT_HOOK_TIMEOUT, call_hook
+from ..money import Direction, Money, Unreadable, read_money, valid_currency
+from ..redaction import Hidden
+from ..retry import CircuitBreaker, RetryPolicy
+from ._ledger import COMPENSATE_SUFFIX, CallInfo, ReconcileFn, ToolFn
 
 
 def _undone(out: object) -> str | None:
@@ -456,172 +354,7 @@ class Tool(Generic[A, R]):
         return out
 
 
-class ToolOptions(TypedDict, total=False):
-    """The options of :func:`tool` (see :class:`Tool` for each)."""
-
-    name: str | None
-    mutating: bool
-    idempotent: bool
-    timeout: float
-    reconcile: ReconcileFn | None
-    hook_timeout: float
-    retry: RetryPolicy | None
-    circuit: CircuitBreaker | None
-    read_only: bool | None
-    irreversible: bool
-    compensate: ToolFn | None
-    permissions: tuple[str, ...]
-    input_labels: tuple[str, ...]
-    output_labels: tuple[str, ...]
-    secrets: tuple[str, ...]
-    amount: str | None
-    currency: str | None
-    money_direction: Direction
-    message: bool
-    description: str | None
-    trusted_output: bool
-    untrusted_ok: bool
-    outbound: bool
-    trace_args: bool | tuple[str, ...]
-    trace_result: bool | tuple[str, ...]
-    sensitive: tuple[str, ...]
-    hosts: Iterable[str] | None
-
-
-class ToolDecorator(Protocol):
-    """What ``@tool(...)`` with options returns: it makes a :class:`Tool` of a function,
-    typed by the function's argument and result annotations."""
-
-    @overload
-    def __call__(self, fn: Callable[[], Awaitable[R]], /) -> Tool[None, R]: ...
-    @overload
-    def __call__(self, fn: Callable[[A], Awaitable[R]], /) -> Tool[A, R]: ...
-    @overload
-    def __call__(self, fn: Callable[[A, CallInfo], Awaitable[R]], /) -> Tool[A, R]: ...
-    @overload
-    def __call__(self, fn: Callable[..., SyncResult], /) -> Tool[Any, SyncResult]: ...
-
-
-@overload
-def tool(fn: Callable[[], Awaitable[R]], /, **options: Unpack[ToolOptions]) -> Tool[None, R]: ...
-@overload
-def tool(fn: Callable[[A], Awaitable[R]], /, **options: Unpack[ToolOptions]) -> Tool[A, R]: ...
-@overload
-def tool(
-    fn: Callable[[A, CallInfo], Awaitable[R]], /, **options: Unpack[ToolOptions]
-) -> Tool[A, R]: ...
-@overload
-def tool(
-    fn: Callable[..., SyncResult], /, **options: Unpack[ToolOptions]
-) -> Tool[Any, SyncResult]: ...
-@overload
-def tool(fn: None = None, /, **options: Unpack[ToolOptions]) -> ToolDecorator: ...
-
-
-def tool(
-    fn: ToolFn | None = None,
-    /,
-    *,
-    name: str | None = None,
-    mutating: bool = True,
-    idempotent: bool = False,
-    timeout: float = 30.0,
-    reconcile: ReconcileFn | None = None,
-    hook_timeout: float = DEFAULT_HOOK_TIMEOUT,
-    retry: RetryPolicy | None = None,
-    circuit: CircuitBreaker | None = None,
-    read_only: bool | None = None,
-    irreversible: bool = False,
-    compensate: ToolFn | None = None,
-    permissions: tuple[str, ...] = (),
-    input_labels: tuple[str, ...] = (),
-    output_labels: tuple[str, ...] = (),
-    secrets: tuple[str, ...] = (),
-    amount: str | None = None,
-    currency: str | None = None,
-    money_direction: Direction = "both",
-    message: bool = False,
-    description: str | None = None,
-    trusted_output: bool = False,
-    untrusted_ok: bool = False,
-    outbound: bool = False,
-    trace_args: bool | tuple[str, ...] = False,
-    trace_result: bool | tuple[str, ...] = False,
-    sensitive: tuple[str, ...] = (),
-    hosts: Iterable[str] | None = None,
-) -> Tool[Any, Any] | ToolDecorator:
-    """Declare a tool. Use bare (``@tool``) or with options (``@tool(read_only=True)``).
-
-    ``read_only=True`` is ``mutating=False``. The description a model sees is
-    ``description`` or the function's docstring. See :class:`Tool` for every option.
-
-    ``reconcile(key)`` (or ``reconcile(key, info)``, to send ``info.fence`` along) is
-    asked, after a crash or a timeout hid a call's outcome, whether the effect with that
-    idempotency key took place. It must answer a :class:`Reconciled` within
-    ``hook_timeout`` seconds; raising, answering anything else or running longer
-    escalates the call to a person.
-
-    The function takes the arguments (a pydantic model when its first parameter is
-    annotated with one, else the JSON value) and, optionally, a :class:`CallInfo`; or
-    nothing at all: its calls then pass no arguments (:class:`NoArgs`).
-    """
-
-    def build(f: ToolFn) -> Tool[Any, Any]:
-        sig = inspect.signature(f)
-        params = list(sig.parameters.values())
-        try:
-            hints = inspect.get_annotations(f, eval_str=True)
-        except NameError as exc:
-            raise ConfigurationError(
-                f"tool {name or f.__name__!r}: cannot resolve its type annotations ({exc}); "
-                "define argument and result models at module level"
-            ) from exc
-        first = hints.get(params[0].name) if params else None
-        ret = hints.get("return")
-        if read_only is not None and read_only == mutating and mutating is not True:
-            raise ConfigurationError(
-                f"tool {name or f.__name__!r}: read_only={read_only} contradicts "
-                f"mutating={mutating}"
-            )
-        return Tool(
-            name=name or f.__name__,
-            fn=f,
-            mutating=mutating if read_only is None else not read_only,
-            idempotent=idempotent,
-            timeout=timeout,
-            reconcile=reconcile,
-            hook_timeout=hook_timeout,
-            retry=retry,
-            circuit=circuit,
-            args_model=first if _is_model(first) else None if params else NoArgs,
-            result_model=ret if _is_model(ret) else None,
-            wants_call_info=len(params) >= 2,
-            takes_args=bool(params),
-            description=description or inspect.getdoc(f) or "",
-            irreversible=irreversible,
-            compensate=compensate,
-            permissions=tuple(permissions),
-            input_labels=tuple(input_labels),
-            output_labels=tuple(output_labels),
-            secrets=tuple(secrets),
-            amount=amount,
-            currency=currency,
-            money_direction=money_direction,
-            message=message,
-            trusted_output=trusted_output,
-            untrusted_ok=untrusted_ok,
-            outbound=outbound,
-            trace_args=trace_args,
-            trace_result=trace_result,
-            sensitive=tuple(sensitive),
-            hosts=None if hosts is None else host_patterns(
-                hosts, owner=f"tool {name or f.__name__!r}"),
-        )
-
-    return build(fn) if fn is not None else cast(ToolDecorator, build)
-
-
-def _is_model(t: object) -> bool:
+def is_model(t: object) -> bool:
     return isinstance(t, type) and issubclass(t, BaseModel)
 
 
@@ -646,57 +379,3 @@ def _secret_fields(model: type[BaseModel] | None, seen: frozenset[type] = frozen
                 names |= _secret_fields(t, seen | {model})
     return frozenset(names)
 
-
-@dataclass(frozen=True, slots=True)
-class ModelReply:
-    """What a model adapter returns: the response and its usage."""
-
-    response: JSON
-    model: str
-    tokens_in: int = 0
-    tokens_out: int = 0
-    cost_usd: float = 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class ModelQuote:
-    """The most a model request can spend, told before it is sent.
-
-    The guard reserves it against budgets and settles to the reply's usage. ``tokens`` and
-    ``cost_usd`` are upper bounds (None: no bound); ``reason`` says why one is missing.
-    A model offers one through an optional ``quote(request)`` method. Without one, a call
-    is refused wherever a token or cost budget applies.
-    """
-
-    tokens: int | None
-    cost_usd: float | None
-    reason: str | None = None
-
-
-class Model(Protocol):
-    """A language model adapter: ``complete(request)`` returns a :class:`ModelReply`.
-
-    It may also have ``quote(request) -> ModelQuote``: the most the request can spend.
-    """
-
-    name: str
-
-    async def complete(self, request: JSON) -> ModelReply:
-        """Send ``request`` to the model."""
-        ...
-
-
-__all__ = [
-    "FENCE_STRIDE",
-    "CallInfo",
-    "Model",
-    "ModelQuote",
-    "ModelReply",
-    "NoArgs",
-    "ReconcileFn",
-    "Reconciled",
-    "Tool",
-    "ToolFn",
-    "fence_of",
-    "tool",
-]

@@ -1,0 +1,184 @@
+"""The :func:`tool` decorator: a :class:`~underway.effects.Tool` of a function, typed by
+its annotations."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, Protocol, TypedDict, cast, overload
+
+from typing_extensions import Unpack
+
+from ..egress import host_patterns
+from ..errors import ConfigurationError
+from ..hooks import DEFAULT_HOOK_TIMEOUT
+from ..money import Direction
+from ..retry import CircuitBreaker, RetryPolicy
+from ._ledger import CallInfo, ReconcileFn, ToolFn
+from ._tool import A, NoArgs, R, SyncResult, Tool, is_model
+
+
+class ToolOptions(TypedDict, total=False):
+    """The options of :func:`tool` (see :class:`Tool` for each)."""
+
+    name: str | None
+    mutating: bool
+    idempotent: bool
+    timeout: float
+    reconcile: ReconcileFn | None
+    hook_timeout: float
+    retry: RetryPolicy | None
+    circuit: CircuitBreaker | None
+    read_only: bool | None
+    irreversible: bool
+    compensate: ToolFn | None
+    permissions: tuple[str, ...]
+    input_labels: tuple[str, ...]
+    output_labels: tuple[str, ...]
+    secrets: tuple[str, ...]
+    amount: str | None
+    currency: str | None
+    money_direction: Direction
+    message: bool
+    description: str | None
+    trusted_output: bool
+    untrusted_ok: bool
+    outbound: bool
+    trace_args: bool | tuple[str, ...]
+    trace_result: bool | tuple[str, ...]
+    sensitive: tuple[str, ...]
+    hosts: Iterable[str] | None
+
+
+class ToolDecorator(Protocol):
+    """What ``@tool(...)`` with options returns: it makes a :class:`Tool` of a function,
+    typed by the function's argument and result annotations."""
+
+    @overload
+    def __call__(self, fn: Callable[[], Awaitable[R]], /) -> Tool[None, R]: ...
+    @overload
+    def __call__(self, fn: Callable[[A], Awaitable[R]], /) -> Tool[A, R]: ...
+    @overload
+    def __call__(self, fn: Callable[[A, CallInfo], Awaitable[R]], /) -> Tool[A, R]: ...
+    @overload
+    def __call__(self, fn: Callable[..., SyncResult], /) -> Tool[Any, SyncResult]: ...
+
+
+@overload
+def tool(fn: Callable[[], Awaitable[R]], /, **options: Unpack[ToolOptions]) -> Tool[None, R]: ...
+@overload
+def tool(fn: Callable[[A], Awaitable[R]], /, **options: Unpack[ToolOptions]) -> Tool[A, R]: ...
+@overload
+def tool(
+    fn: Callable[[A, CallInfo], Awaitable[R]], /, **options: Unpack[ToolOptions]
+) -> Tool[A, R]: ...
+@overload
+def tool(
+    fn: Callable[..., SyncResult], /, **options: Unpack[ToolOptions]
+) -> Tool[Any, SyncResult]: ...
+@overload
+def tool(fn: None = None, /, **options: Unpack[ToolOptions]) -> ToolDecorator: ...
+
+
+def tool(
+    fn: ToolFn | None = None,
+    /,
+    *,
+    name: str | None = None,
+    mutating: bool = True,
+    idempotent: bool = False,
+    timeout: float = 30.0,
+    reconcile: ReconcileFn | None = None,
+    hook_timeout: float = DEFAULT_HOOK_TIMEOUT,
+    retry: RetryPolicy | None = None,
+    circuit: CircuitBreaker | None = None,
+    read_only: bool | None = None,
+    irreversible: bool = False,
+    compensate: ToolFn | None = None,
+    permissions: tuple[str, ...] = (),
+    input_labels: tuple[str, ...] = (),
+    output_labels: tuple[str, ...] = (),
+    secrets: tuple[str, ...] = (),
+    amount: str | None = None,
+    currency: str | None = None,
+    money_direction: Direction = "both",
+    message: bool = False,
+    description: str | None = None,
+    trusted_output: bool = False,
+    untrusted_ok: bool = False,
+    outbound: bool = False,
+    trace_args: bool | tuple[str, ...] = False,
+    trace_result: bool | tuple[str, ...] = False,
+    sensitive: tuple[str, ...] = (),
+    hosts: Iterable[str] | None = None,
+) -> Tool[Any, Any] | ToolDecorator:
+    """Declare a tool. Use bare (``@tool``) or with options (``@tool(read_only=True)``).
+
+    ``read_only=True`` is ``mutating=False``. The description a model sees is
+    ``description`` or the function's docstring. See :class:`Tool` for every option.
+
+    ``reconcile(key)`` (or ``reconcile(key, info)``, to send ``info.fence`` along) is
+    asked, after a crash or a timeout hid a call's outcome, whether the effect with that
+    idempotency key took place. It must answer a :class:`Reconciled` within
+    ``hook_timeout`` seconds; raising, answering anything else or running longer
+    escalates the call to a person.
+
+    The function takes the arguments (a pydantic model when its first parameter is
+    annotated with one, else the JSON value) and, optionally, a :class:`CallInfo`; or
+    nothing at all: its calls then pass no arguments (:class:`NoArgs`).
+    """
+
+    def build(f: ToolFn) -> Tool[Any, Any]:
+        sig = inspect.signature(f)
+        params = list(sig.parameters.values())
+        try:
+            hints = inspect.get_annotations(f, eval_str=True)
+        except NameError as exc:
+            raise ConfigurationError(
+                f"tool {name or f.__name__!r}: cannot resolve its type annotations ({exc}); "
+                "define argument and result models at module level"
+            ) from exc
+        first = hints.get(params[0].name) if params else None
+        ret = hints.get("return")
+        if read_only is not None and read_only == mutating and mutating is not True:
+            raise ConfigurationError(
+                f"tool {name or f.__name__!r}: read_only={read_only} contradicts "
+                f"mutating={mutating}"
+            )
+        return Tool(
+            name=name or f.__name__,
+            fn=f,
+            mutating=mutating if read_only is None else not read_only,
+            idempotent=idempotent,
+            timeout=timeout,
+            reconcile=reconcile,
+            hook_timeout=hook_timeout,
+            retry=retry,
+            circuit=circuit,
+            args_model=first if is_model(first) else None if params else NoArgs,
+            result_model=ret if is_model(ret) else None,
+            wants_call_info=len(params) >= 2,
+            takes_args=bool(params),
+            description=description or inspect.getdoc(f) or "",
+            irreversible=irreversible,
+            compensate=compensate,
+            permissions=tuple(permissions),
+            input_labels=tuple(input_labels),
+            output_labels=tuple(output_labels),
+            secrets=tuple(secrets),
+            amount=amount,
+            currency=currency,
+            money_direction=money_direction,
+            message=message,
+            trusted_output=trusted_output,
+            untrusted_ok=untrusted_ok,
+            outbound=outbound,
+            trace_args=trace_args,
+            trace_result=trace_result,
+            sensitive=tuple(sensitive),
+            hosts=None if hosts is None else host_patterns(
+                hosts, owner=f"tool {name or f.__name__!r}"),
+        )
+
+    return build(fn) if fn is not None else cast(ToolDecorator, build)
+
