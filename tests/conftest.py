@@ -20,6 +20,12 @@ from urllib.parse import urlparse
 
 import psycopg
 import pytest
+from hypothesis import HealthCheck, settings
+
+# Property tests check results, never time: on a busy machine an example may take seconds.
+settings.register_profile(
+    "underway", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("underway")
 
 DEFAULT_PG = "postgresql://postgres@127.0.0.1:5432/test"
 
