@@ -40,14 +40,14 @@ MOVED = {
     "underway._charts": "underway.ops.charts",
     "underway._timeline": "underway.ops.timeline",
     "underway.store.regions": "underway.store.regional",
-    "underway.store.regions_keys": "underway.store.regional.keys",
-    "underway.store.regions_retention": "underway.store.regional.retention",
-    "underway.store.memory_access": "underway.store.memory.access",
-    "underway.store.memory_budgets": "underway.store.memory.budgets",
-    "underway.store.memory_consent": "underway.store.memory.consent",
-    "underway.store.memory_keys": "underway.store.memory.keys",
-    "underway.store.memory_retention": "underway.store.memory.retention",
-    "underway.store.memory_rows": "underway.store.memory.rows",
+    "underway.store.regions_keys": "underway.store.regional._keys",
+    "underway.store.regions_retention": "underway.store.regional._retention",
+    "underway.store.memory_access": "underway.store.memory._access",
+    "underway.store.memory_budgets": "underway.store.memory._budgets",
+    "underway.store.memory_consent": "underway.store.memory._consent",
+    "underway.store.memory_keys": "underway.store.memory._keys",
+    "underway.store.memory_retention": "underway.store.memory._retention",
+    "underway.store.memory_rows": "underway.store.memory._rows",
 }
 """Old module path -> where the module lives now."""
 

@@ -1,7 +1,8 @@
-"""The public surface, pinned: every module of the package that declares ``__all__`` is
-listed in ``public_surface.json`` with exactly those names, each documented; the examples
-and the docs' code import only public names (a name in the ``__all__`` of the module they
-import it from). Changing the surface means changing the pin, on purpose."""
+"""The public surface, pinned: every module of the package with a public name declares
+``__all__``, and is listed in ``public_surface.json`` with exactly those names, each
+documented; the examples and the docs' code import only public names (a name in the
+``__all__`` of the module they import it from). Changing the surface means changing the
+pin, on purpose."""
 
 from __future__ import annotations
 
@@ -21,19 +22,29 @@ ROOT = Path(__file__).resolve().parents[2]
 PINNED = Path(__file__).with_name("public_surface.json")
 
 
-def public_modules() -> dict[str, ModuleType]:
+def public_named() -> dict[str, ModuleType]:
     """Every importable module of the package whose own names are not private (no ``_``
-    part below ``underway``) and that declares ``__all__``; the CLI is a command, not an
-    API. Old paths (``underway._moved``) are no files, so never among them."""
+    part below ``underway``); the CLI is a command, not an API. Old paths
+    (``underway._moved``) are no files, so never among them."""
     found = {"underway": underway}
     for info in pkgutil.walk_packages(underway.__path__, "underway."):
         parts = info.name.split(".")[1:]
         if any(p.startswith("_") for p in parts) or parts[0] == "cli":
             continue
-        module = importlib.import_module(info.name)
-        if hasattr(module, "__all__"):
-            found[info.name] = module
+        found[info.name] = importlib.import_module(info.name)
     return found
+
+
+def public_modules() -> dict[str, ModuleType]:
+    """The modules of :func:`public_named` that declare ``__all__``."""
+    return {name: m for name, m in public_named().items() if hasattr(m, "__all__")}
+
+
+def test_every_public_named_module_declares_its_surface() -> None:
+    """A module with a public name promises its names: it says which (``__all__``), or
+    its name starts with ``_``."""
+    missing = sorted(name for name, m in public_named().items() if not hasattr(m, "__all__"))
+    assert missing == [], "declare __all__ in these modules, or make them private"
 
 
 def test_every_declared_surface_is_pinned() -> None:

@@ -61,16 +61,16 @@ def test_a_whole_store_has_every_feature() -> None:
 
 @pytest.mark.parametrize(("old", "new", "name"), [
     ("underway.store.regions", "underway.store.regional", "RegionalStore"),
-    ("underway.store.regions_keys", "underway.store.regional.keys", "RegionalKeys"),
-    ("underway.store.regions_retention", "underway.store.regional.retention",
+    ("underway.store.regions_keys", "underway.store.regional._keys", "RegionalKeys"),
+    ("underway.store.regions_retention", "underway.store.regional._retention",
      "RegionalRetention"),
-    ("underway.store.memory_access", "underway.store.memory.access", "MemoryAccess"),
-    ("underway.store.memory_budgets", "underway.store.memory.budgets", "MemoryBudgets"),
-    ("underway.store.memory_consent", "underway.store.memory.consent", "MemoryConsent"),
-    ("underway.store.memory_keys", "underway.store.memory.keys", "MemoryKeys"),
-    ("underway.store.memory_retention", "underway.store.memory.retention",
+    ("underway.store.memory_access", "underway.store.memory._access", "MemoryAccess"),
+    ("underway.store.memory_budgets", "underway.store.memory._budgets", "MemoryBudgets"),
+    ("underway.store.memory_consent", "underway.store.memory._consent", "MemoryConsent"),
+    ("underway.store.memory_keys", "underway.store.memory._keys", "MemoryKeys"),
+    ("underway.store.memory_retention", "underway.store.memory._retention",
      "MemoryRetention"),
-    ("underway.store.memory_rows", "underway.store.memory.rows", "MemoryRows"),
+    ("underway.store.memory_rows", "underway.store.memory._rows", "MemoryRows"),
 ])
 def test_an_old_module_path_warns_and_gives_the_same_names(
     old: str, new: str, name: str

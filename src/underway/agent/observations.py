@@ -21,6 +21,8 @@ from typing import Any
 
 from ..events import JSON
 
+__all__ = ["UNTRUSTED", "quote", "repeated_from", "untrusted_blocks"]
+
 UNTRUSTED = "untrusted"
 """The label of content from a source nobody vouches for, and of calls proposed after it."""
 

@@ -40,6 +40,8 @@ from .result import CommandResult
 from .run import run_command_async
 from .tools import interpreter
 
+__all__ = ["ESCAPES", "Escape", "Verdict", "main"]
+
 
 @dataclass(frozen=True, slots=True)
 class Verdict:

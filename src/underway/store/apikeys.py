@@ -7,6 +7,8 @@ from typing import Protocol
 
 from .records import ApiKeyRecord, IntakeSecretRecord
 
+__all__ = ["ApiKeyStore"]
+
 
 class ApiKeyStore(Protocol):
     """Issues, finds, lists and revokes API keys; keeps webhook secrets per source."""

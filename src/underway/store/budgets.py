@@ -22,6 +22,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+__all__ = ["UNSEEDED", "BudgetStore", "Outcome", "Refused", "over"]
+
 KEEP_DAYS = 2
 """Days of holds kept before the current one; older ones are dropped when a day is seeded."""
 

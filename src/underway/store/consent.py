@@ -14,6 +14,8 @@ from typing import Protocol
 
 from .records import ConsentRecord
 
+__all__ = ["ConsentStore"]
+
 
 class ConsentStore(Protocol):
     """Records consent changes and answers where consent stands."""

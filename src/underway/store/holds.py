@@ -8,6 +8,8 @@ from typing import Protocol
 
 from .records import HoldRecord
 
+__all__ = ["HoldStore"]
+
 
 class HoldStore(Protocol):
     """Places, releases and lists legal holds."""

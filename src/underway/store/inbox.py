@@ -6,6 +6,8 @@ from typing import Protocol
 
 from .records import SignalRecord
 
+__all__ = ["InboxStore"]
+
 
 class InboxStore(Protocol):
     """Delivers signals (decisions arrive as signals) and records decisions' nonces."""

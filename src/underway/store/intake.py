@@ -6,6 +6,8 @@ from typing import Protocol
 
 from .records import IntakeRecord, IntakeRequest
 
+__all__ = ["IntakeStore"]
+
 
 class IntakeStore(Protocol):
     """Applies outside events exactly once and remembers which run owns which entity."""

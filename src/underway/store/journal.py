@@ -14,6 +14,8 @@ from typing import Protocol
 
 from .records import AppendBatch, CheckpointTail, ForkLink, NewRun, RunRecord, StoredEvent
 
+__all__ = ["BLOB_BATCH", "CHAIN_LIMIT", "RUN_BATCH", "AppendResult", "JournalStore"]
+
 BLOB_BATCH = 500
 """Keys per query when many blobs are read at once (a bound on a query's ``IN`` list)."""
 

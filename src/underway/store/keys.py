@@ -7,6 +7,8 @@ from typing import Protocol
 
 from .records import DataKeyRecord, ErasureRecord
 
+__all__ = ["KeyStore"]
+
 
 class KeyStore(Protocol):
     """Keeps tenants' wrapped data keys: which one seals new payloads (``active``), which

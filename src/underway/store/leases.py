@@ -7,6 +7,8 @@ from typing import Protocol
 from . import limits
 from .records import FINAL, Lease, NewRun, RowRepair, RunRecord, StartedRun
 
+__all__ = ["MAX_LEASE_TTL", "LeaseStore"]
+
 MAX_LEASE_TTL = 3600.0
 """The longest lease a worker takes, in seconds. A lease that expires further ahead than
 this was taken by no worker: nobody renews it, and it would hold the run for good."""

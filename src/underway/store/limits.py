@@ -24,6 +24,8 @@ from typing import Protocol
 
 from .records import QueueConfig
 
+__all__ = ["LimitStore"]
+
 
 class LimitStore(Protocol):
     """Stores queue limits (applied by :meth:`LeaseStore.claim

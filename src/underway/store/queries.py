@@ -8,6 +8,8 @@ from __future__ import annotations
 from functools import cache
 from importlib import resources
 
+__all__ = ["latest_version", "load", "migrations", "newer_schema_message"]
+
 
 @cache
 def load(dialect: str) -> dict[str, str]:

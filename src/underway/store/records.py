@@ -9,7 +9,47 @@ from dataclasses import dataclass, field
 
 from ..errors import ConfigurationError
 
+__all__ = [
+    "ERASURE_PREFIX",
+    "FINAL",
+    "HOLD_KINDS",
+    "KEY_STATES",
+    "SEALED_KINDS",
+    "SUBJECT_SCOPE",
+    "VAULT_STATES",
+    "AccessHead",
+    "AccessRecord",
+    "ApiKeyRecord",
+    "AppendBatch",
+    "ApproverRecord",
+    "CheckpointTail",
+    "ConsentRecord",
+    "DataKeyRecord",
+    "ErasureRecord",
+    "ForkLink",
+    "HoldRecord",
+    "IntakeRecord",
+    "IntakeRequest",
+    "IntakeSecretRecord",
+    "Lease",
+    "NewRun",
+    "Purge",
+    "PurgedRun",
+    "QueueConfig",
+    "RowRepair",
+    "RunRecord",
+    "RunUpdate",
+    "ScheduleRecord",
+    "SealedRow",
+    "SignalRecord",
+    "StartedRun",
+    "StoredEvent",
+    "SweepRecord",
+    "subject_scope",
+]
+
 FINAL = ("completed", "failed", "cancelled")
+"""The statuses a run ends in: a run with one of them never runs again."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,6 +6,8 @@ from typing import Protocol
 
 from .records import ApproverRecord
 
+__all__ = ["RegistryStore"]
+
 
 class RegistryStore(Protocol):
     """Registers, lists and revokes approvers."""

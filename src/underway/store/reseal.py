@@ -9,6 +9,8 @@ from typing import Protocol
 
 from .records import SealedRow
 
+__all__ = ["ResealStore"]
+
 
 class ResealStore(Protocol):
     """Reads and replaces the sealed payloads of one kind of row at a time."""

@@ -17,6 +17,8 @@ from typing import Literal, Protocol
 from ..errors import ConflictError
 from .records import FINAL, Purge, PurgedRun, RunRecord, SweepRecord
 
+__all__ = ["PurgeResult", "RetentionStore"]
+
 BLOB_REFRESH = 86_400.0
 """An append that sends a blob already stored marks it written again when it was last
 written more than this many seconds before (sooner, it changes nothing)."""

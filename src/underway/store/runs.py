@@ -6,6 +6,8 @@ from typing import Protocol
 
 from .records import RunRecord
 
+__all__ = ["RunStore"]
+
 
 class RunStore(Protocol):
     """Reads the runs table (a projection of the journals) and the journals' heads."""

@@ -6,6 +6,8 @@ from typing import Protocol
 
 from .records import ScheduleRecord
 
+__all__ = ["ScheduleStore"]
+
 
 class ScheduleStore(Protocol):
     """Stores schedules and hands each due tick to one scheduler."""

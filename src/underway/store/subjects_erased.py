@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from ..errors import SubjectErased
 from .records import ErasureRecord
 
+__all__ = ["refuse_erased"]
+
 
 def refuse_erased(tenant_id: str, erasures: Sequence[ErasureRecord]) -> None:
     """Raise :class:`~underway.errors.SubjectErased` when ``erasures`` (the log of one of

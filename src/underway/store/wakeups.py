@@ -14,6 +14,8 @@ import asyncio
 from collections.abc import AsyncIterator, Sequence
 from typing import Protocol
 
+__all__ = ["RETRY_MAX_S", "AnyOf", "Polling", "Wakeups"]
+
 
 class Wakeups(Protocol):
     """A source of wake-ups for one worker."""

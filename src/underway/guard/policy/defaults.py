@@ -14,6 +14,8 @@ from __future__ import annotations
 from .policies import Policy
 from .rules import Rule
 
+__all__ = ["DEFAULT_POLICY", "UNTRUSTED_INPUT"]
+
 UNTRUSTED_INPUT = Rule(
     "untrusted-input",
     outcome="require_approval",

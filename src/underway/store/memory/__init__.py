@@ -25,17 +25,17 @@ from ..records import (
     StoredEvent,
 )
 from ..wakeups import Polling, Wakeups
-from .access import MemoryAccess
-from .budgets import MemoryBudgets
-from .consent import MemoryConsent
-from .inbox import MemoryInbox
-from .journal import MemoryJournal
-from .keys import MemoryKeys
-from .leases import MemoryLeases
-from .retention import MemoryRetention
-from .rows import MemoryRows
-from .runs import MemoryRuns
-from .schedules import MemorySchedules
+from ._access import MemoryAccess
+from ._budgets import MemoryBudgets
+from ._consent import MemoryConsent
+from ._inbox import MemoryInbox
+from ._journal import MemoryJournal
+from ._keys import MemoryKeys
+from ._leases import MemoryLeases
+from ._retention import MemoryRetention
+from ._rows import MemoryRows
+from ._runs import MemoryRuns
+from ._schedules import MemorySchedules
 
 __all__ = ["SCHEMA_VERSION", "MemoryStore"]
 

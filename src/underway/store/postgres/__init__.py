@@ -23,16 +23,16 @@ from __future__ import annotations
 from .._urls import split_url
 from ..base import Dialect
 from ..wakeups import Wakeups
-from .access import Access
-from .budgets import Budgets
-from .consent import Consent
-from .inbox import Inbox
-from .journal import Journal
-from .keys import Keys
-from .leases import Leases
-from .retention import Retention
-from .schedules import Schedules
-from .wakeups import Listener
+from ._access import Access
+from ._budgets import Budgets
+from ._consent import Consent
+from ._inbox import Inbox
+from ._journal import Journal
+from ._keys import Keys
+from ._leases import Leases
+from ._retention import Retention
+from ._schedules import Schedules
+from ._wakeups import Listener
 
 __all__ = ["PostgresStore", "split_url"]
 

@@ -30,12 +30,12 @@ from ...errors import ConfigurationError, ResidencyError
 from ..base import Dialect, Store
 from ..limits import SHARED
 from ..wakeups import AnyOf, Wakeups
-from .access import RegionalAccess
-from .journal import RegionalJournal
-from .keys import RegionalKeys
-from .leases import RegionalLeases
-from .retention import RegionalRetention
-from .schedules import RegionalSchedules
+from ._access import RegionalAccess
+from ._journal import RegionalJournal
+from ._keys import RegionalKeys
+from ._leases import RegionalLeases
+from ._retention import RegionalRetention
+from ._schedules import RegionalSchedules
 
 __all__ = ["RegionalStore"]
 

@@ -12,15 +12,15 @@ from __future__ import annotations
 
 from ..base import Dialect
 from ..wakeups import Polling, Wakeups
-from .access import Access
-from .budgets import Budgets
-from .consent import Consent
-from .inbox import Inbox
-from .journal import Journal
-from .keys import Keys
-from .leases import Leases
-from .retention import Retention
-from .schedules import Schedules
+from ._access import Access
+from ._budgets import Budgets
+from ._consent import Consent
+from ._inbox import Inbox
+from ._journal import Journal
+from ._keys import Keys
+from ._leases import Leases
+from ._retention import Retention
+from ._schedules import Schedules
 
 __all__ = ["SQLiteStore"]
 

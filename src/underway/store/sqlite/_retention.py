@@ -8,7 +8,7 @@ from ...errors import ConflictError
 from .._sqlbase.retention import SQLRetention
 from ..records import Purge
 from ..retention import PurgeResult, check_purge
-from .connection import _Q, Connection
+from ._connection import _Q, Connection
 
 
 class Retention(SQLRetention, Connection):

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 
 from .._sqlbase.budgets import DAY, SQLBudgets
 from ..budgets import KEEP_DAYS, UNSEEDED, Outcome, apply_hold
-from .connection import _Q, Connection
+from ._connection import _Q, Connection
 
 
 class Budgets(SQLBudgets, Connection):

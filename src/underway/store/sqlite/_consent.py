@@ -6,7 +6,7 @@ import dataclasses
 
 from .._sqlbase.consent import SQLConsent
 from ..records import ConsentRecord
-from .connection import _Q, Connection
+from ._connection import _Q, Connection
 
 
 class Consent(SQLConsent, Connection):

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from .._sqlbase.access import SQLAccess
 from ..access import genesis, link
 from ..records import AccessHead, AccessRecord
-from .connection import _Q, Connection
+from ._connection import _Q, Connection
 
 
 class Access(SQLAccess, Connection):

@@ -16,7 +16,7 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from ..wakeups import RETRY_MAX_S
-from .connection import _Q
+from ._connection import _Q
 
 log = logging.getLogger("underway.worker")
 

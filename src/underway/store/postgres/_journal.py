@@ -15,8 +15,8 @@ from ...errors import ConflictError, FencedError, RunNotFound
 from .._sqlbase.journal import SQLJournal
 from ..journal import AppendResult
 from ..records import AppendBatch, ForkLink, NewRun, RunRecord
-from .connection import _Q, Connection, _run
-from .inbox import _signal_params
+from ._connection import _Q, Connection, _run
+from ._inbox import _signal_params
 
 
 class Journal(SQLJournal, Connection):

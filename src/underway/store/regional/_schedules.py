@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from ..base import Store
 from ..records import IntakeRecord, IntakeRequest, ScheduleRecord
-from .leases import earliest
+from ._leases import earliest
 
 
 class RegionalSchedules:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from ...errors import ConflictError
 from .._sqlbase.schedules import SQLSchedules, schedule_record
 from ..records import IntakeRecord, IntakeRequest, ScheduleRecord, SignalRecord
-from .connection import _Q, Connection, _run
-from .inbox import _signal_params
-from .journal import _run_params
+from ._connection import _Q, Connection, _run
+from ._inbox import _signal_params
+from ._journal import _run_params
 
 
 class Schedules(SQLSchedules, Connection):

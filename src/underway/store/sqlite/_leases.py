@@ -11,8 +11,8 @@ from .. import limits
 from .._sqlbase.leases import SQLLeases
 from ..leases import eager_candidate
 from ..records import Lease, NewRun, StartedRun
-from .connection import _Q, Connection, _runner
-from .journal import _create_run
+from ._connection import _Q, Connection, _runner
+from ._journal import _create_run
 
 
 class Leases(SQLLeases, Connection):

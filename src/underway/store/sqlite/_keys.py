@@ -9,7 +9,7 @@ from ...errors import ConflictError
 from .._sqlbase.keys import SQLKeys, erasure
 from ..records import SUBJECT_SCOPE, DataKeyRecord, ErasureRecord
 from ..subjects_erased import refuse_erased
-from .connection import _Q, Connection
+from ._connection import _Q, Connection
 
 
 class Keys(SQLKeys, Connection):

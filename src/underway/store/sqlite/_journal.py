@@ -12,8 +12,8 @@ from ...errors import ConflictError, FencedError, RunNotFound
 from .._sqlbase.journal import SQLJournal
 from ..journal import AppendResult
 from ..records import AppendBatch, ForkLink, NewRun, RunRecord
-from .connection import _Q, Connection, _run
-from .inbox import _send_signal
+from ._connection import _Q, Connection, _run
+from ._inbox import _send_signal
 
 
 class Journal(SQLJournal, Connection):

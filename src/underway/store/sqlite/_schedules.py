@@ -6,9 +6,9 @@ import json
 
 from .._sqlbase.schedules import SQLSchedules, schedule_record
 from ..records import IntakeRecord, IntakeRequest, ScheduleRecord, SignalRecord
-from .connection import _Q, Connection
-from .inbox import _send_signal
-from .journal import _create_run
+from ._connection import _Q, Connection
+from ._inbox import _send_signal
+from ._journal import _create_run
 
 
 class Schedules(SQLSchedules, Connection):

@@ -7,7 +7,7 @@ from typing import Any
 
 from .._sqlbase.inbox import SQLInbox
 from ..records import SignalRecord
-from .connection import _Q, Connection
+from ._connection import _Q, Connection
 
 
 class Inbox(SQLInbox, Connection):

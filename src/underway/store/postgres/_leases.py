@@ -12,8 +12,8 @@ from .. import limits
 from .._sqlbase.leases import SQLLeases
 from ..leases import eager_candidate
 from ..records import Lease, NewRun, RunRecord, StartedRun
-from .connection import _Q, Connection, _run, _runner
-from .journal import _run_params
+from ._connection import _Q, Connection, _run, _runner
+from ._journal import _run_params
 
 
 class Leases(SQLLeases, Connection):
