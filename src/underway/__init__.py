@@ -47,7 +47,7 @@ from .secrets import CallbackSecrets, EnvSecrets, FileSecrets
 # processes (PEP 562).
 if TYPE_CHECKING:
     from .agent import Agent
-    from .client import Client
+    from .client import Client, StartOptions
     from .engine import Engine
     from .guard.budgets import Budget
     from .guard.policy import Policy, load_policy
@@ -60,7 +60,8 @@ else:
         "Agent": ".agent", "Budget": ".guard.budgets", "Client": ".client",
         "Engine": ".engine", "Policy": ".guard.policy", "load_policy": ".guard.policy",
         "Runner": ".runner", "run": ".runner", "RunState": ".journal.state",
-        "Store": ".store", "connect": ".store", "Worker": ".worker",
+        "StartOptions": ".client", "Store": ".store", "connect": ".store",
+        "Worker": ".worker",
     }, globals())
 
 _moved.install()
@@ -96,6 +97,7 @@ __all__ = [
     "RunNotFound",
     "RunState",
     "Runner",
+    "StartOptions",
     "Store",
     "StoreError",
     "SystemClock",

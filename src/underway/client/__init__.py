@@ -21,6 +21,7 @@ from ..store.base import ConsentRecord, RunRecord
 from ._activity import Activity, ActivityDay
 from ._client import Client
 from ._forking import Fork
+from ._options import StartKeywords, StartOptions
 from ._pages import ChildRun, RunEvent, RunPage
 from ._requests import PendingRequest, redact_request
 
@@ -37,6 +38,8 @@ __all__ = [
     "RunPage",
     "RunRecord",
     "RunState",
+    "StartKeywords",
+    "StartOptions",
     "Verification",
     "redact_request",
 ]

@@ -10,6 +10,7 @@ from types import TracebackType
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
+from typing_extensions import Unpack
 
 from .. import events as ev
 from .. import inputs
@@ -28,14 +29,13 @@ from ..guard.approvals import ApprovalCheck, SignedDecision, verify_decision
 from ..guard.approvals.decision import REASON_TEXT
 from ..journal import Journal, Verification
 from ..journal.state import ANSWER_SIGNAL, APPROVAL_SIGNAL, Recorded, RunState
-from ..lineage import Lineage
 from ..redaction import Redactor, RunRedactors
 from ..store import connect
 from ..store.base import CoreStore, NewRun, RunRecord, SignalRecord, Store, whole
-from ..subjects import DEFAULT_PURPOSE
 from ._activity import Activity, activity
 from ._consent import Consents
 from ._forking import Forks
+from ._options import StartKeywords, StartOptions
 from ._pages import ChildRun, RunEvent, RunPage, decode_cursor, encode_cursor
 from ._requests import PendingRequest, readable_row, request_of, sealed_request, sealed_state
 from ._settling import Settling
@@ -144,41 +144,24 @@ class Client(Consents, Forks, Settling):
         flow: Flow[Any, Any] | str,
         input: JSON | BaseModel = None,
         *,
-        tenant_id: str = "default",
-        idempotency_key: str | None = None,
-        run_id: str | None = None,
-        start_at: float | None = None,
-        queue: str = "default",
-        deadline: float | None = None,
-        principal: str | None = None,
-        roles: Iterable[str] = (),
-        trace_context: dict[str, str] | None = None,
-        subject: str | None = None,
-        purpose: str = DEFAULT_PURPOSE,
-        consent: str | None = None,
-        lineage: Lineage | None = None,
+        options: StartOptions | None = None,
+        **keywords: Unpack[StartKeywords],
     ) -> tuple[str, bool]:
         """Create a run (or find the one with this idempotency key): ``(run_id, created)``.
 
         ``flow`` is a :class:`~underway.Flow` or a flow's name. When this client has the
         flow's code the input is checked now (:class:`ConfigurationError` names what is
-        wrong; nothing is stored); when it does not, the raw input is journaled and the
-        first worker that has the flow checks it before any step runs, failing the run
-        (``InvalidInput``) when it does not match. ``start_at`` (epoch seconds) delays the
-        first step; ``queue`` names the queue whose workers run it; past ``deadline``
-        (epoch seconds) the run escalates to a person. ``principal`` and ``roles`` say whom
-        the run acts for (policies match on them). ``trace_context`` (W3C ``traceparent``
-        and ``tracestate``) is journaled with the run: its spans join that trace.
-        ``subject`` names the data subject the run is about (an opaque id), ``purpose``
-        what it is for, ``consent`` the reference of the consent it acts on; all three are
-        checked and journaled; ``lineage`` adds to them; descendants inherit it all.
+        wrong; nothing is stored). When it does not, the raw input is journaled. The first
+        worker that has the flow checks it before any step runs, and fails the run
+        (``InvalidInput``) when it does not match.
+
+        How the run is started (tenant, idempotency key, queue, times, principal, data
+        subject, lineage...) is a :class:`~underway.client.StartOptions`: give its fields
+        as keywords, or a ready one as ``options``, not both
+        (:class:`ConfigurationError` names a keyword given beside ``options``).
         """
-        rec, created = self._store.create_run(self.prepare_start(
-            flow, input, tenant_id=tenant_id, idempotency_key=idempotency_key, run_id=run_id,
-            start_at=start_at, queue=queue, deadline=deadline, principal=principal,
-            roles=roles, trace_context=trace_context, subject=subject, purpose=purpose,
-            consent=consent, lineage=lineage,
-        ))
+        rec, created = self._store.create_run(
+            self.prepare_start(flow, input, options=options, **keywords))
         return rec.run_id, created
 
     def prepare_start(
@@ -186,41 +169,25 @@ class Client(Consents, Forks, Settling):
         flow: Flow[Any, Any] | str,
         input: JSON | BaseModel = None,
         *,
-        tenant_id: str = "default",
-        idempotency_key: str | None = None,
-        run_id: str | None = None,
-        start_at: float | None = None,
-        queue: str = "default",
-        deadline: float | None = None,
-        principal: str | None = None,
-        roles: Iterable[str] = (),
-        trace_context: dict[str, str] | None = None,
-        subject: str | None = None,
-        purpose: str = DEFAULT_PURPOSE,
-        consent: str | None = None,
-        lineage: Lineage | None = None,
+        options: StartOptions | None = None,
+        **keywords: Unpack[StartKeywords],
     ) -> NewRun:
         """The run :meth:`start` would create (input checked when the flow is known, first
-        event encoded), for a caller that creates it inside a transaction of its own.
+        event encoded), for a caller that creates it inside a transaction of its own. It
+        takes what :meth:`start` takes.
         Input no run can hold (a NUL or lone surrogate in a string, NaN or an infinity,
         nesting deeper than :data:`~underway.inputs.MAX_DEPTH`) is refused first with
         :class:`~underway.errors.InvalidInput` naming the argument."""
         name = flow.name if isinstance(flow, Flow) else flow
-        check_start(name, input, run_id=run_id, idempotency_key=idempotency_key,
-                    queue=queue, start_at=start_at, deadline=deadline)
+        opts = check_start(name, input, options, keywords)
         code = flow if isinstance(flow, Flow) else self.flows.get(name)
         if code is None and self._strict:
             raise ConfigurationError(
                 f"flow {name!r} is not registered with this {self._owner}; known: "
                 f"{sorted(self.flows)}"
             )
-        return new_run(
-            self._journal, code, name, input, now=self.clock.now(), tenant_id=tenant_id,
-            run_id=run_id or str(uuid.uuid4()), idempotency_key=idempotency_key,
-            start_at=start_at, queue=queue, deadline=deadline, principal=principal,
-            roles=roles, trace_context=trace_context, subject=subject, purpose=purpose,
-            consent=consent, lineage=lineage,
-        )
+        return new_run(self._journal, code, name, input, opts, now=self.clock.now(),
+                       run_id=opts.run_id or str(uuid.uuid4()))
 
     # -- steering runs ------------------------------------------------------------------
     def signal(

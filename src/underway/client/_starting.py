@@ -3,7 +3,6 @@ the caller has it, journaled raw when it does not."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 from pydantic import BaseModel
@@ -16,7 +15,8 @@ from ..flow import Flow
 from ..journal import Journal
 from ..lineage import Lineage
 from ..store.base import NewRun
-from ..subjects import DEFAULT_PURPOSE, check_purpose, check_reference, check_subject
+from ..subjects import check_purpose, check_reference, check_subject
+from ._options import StartKeywords, StartOptions
 
 
 def new_run(
@@ -24,41 +24,39 @@ def new_run(
     flow: Flow[Any, Any] | None,
     name: str,
     input: JSON | BaseModel,
+    options: StartOptions,
     *,
     now: float,
-    tenant_id: str,
     run_id: str,
-    idempotency_key: str | None,
-    start_at: float | None,
-    queue: str,
-    deadline: float | None,
-    principal: str | None,
-    roles: Iterable[str],
     parent_run_id: str | None = None,
-    trace_context: dict[str, str] | None = None,
-    subject: str | None = None,
-    purpose: str = DEFAULT_PURPOSE,
-    consent: str | None = None,
-    lineage: Lineage | None = None,
 ) -> NewRun:
-    """The run to create for flow ``name`` (``flow``: its code, when known here).
+    """The run to create for flow ``name`` (``flow``: its code, when known here), started
+    with ``options`` as run ``run_id``.
 
     With the flow's code the input is parsed now (a bad input raises
     :class:`ConfigurationError` and nothing is stored) and the run starts with its state
     and first step. Without it the raw input is journaled unchecked: the first worker that
     has the flow checks it before any step runs, and fails the run, naming the problem,
-    when it does not match. ``parent_run_id``: the run starting this one as its child;
-    ``trace_context``: the W3C trace context its spans join. ``subject``, ``purpose`` and
-    ``consent`` are checked (:mod:`underway.subjects`) and journaled. ``lineage``: what
-    the run inherits (a child's, a fork's, a replay's: :meth:`Lineage.descend`) or starts
-    with (an outside origin, taint, shadow mode, labels); the other arguments add to it
-    and never replace what it has (:meth:`Lineage.join`). Every run is built here, so
-    this is where a run gets its whole lineage.
+    when it does not match. The subject, purpose and consent the run ends up with are
+    checked (:mod:`underway.subjects`) and journaled. Every run is built here, so this is
+    where a run gets its whole lineage: what ``options.lineage`` holds (a child's, a
+    fork's, a replay's: :meth:`Lineage.descend`), with the other options added
+    (:meth:`Lineage.join`).
+
+    Args:
+        journal: what encodes the run's first event.
+        flow: the flow's code, or None when this process does not have it.
+        name: the flow's name.
+        input: the run's input.
+        options: how the run is started (:class:`~underway.client.StartOptions`).
+        now: the time the run is created.
+        run_id: the new run's id.
+        parent_run_id: the run starting this one as its child.
     """
-    if not queue:
-        raise ConfigurationError("queue name must not be empty")
-    inherited = started_with(lineage, Lineage(
-        subject=subject, purpose=purpose, consent=consent, trace_context=trace_context))
+    o = options
+    inherited = started_with(o.lineage, Lineage(
+        subject=o.subject, purpose=o.purpose, consent=o.consent,
+        trace_context=o.trace_context))
     if inherited["subject"] is not None:
         check_subject(inherited["subject"])
     check_purpose(inherited["purpose"])
@@ -72,8 +70,8 @@ def new_run(
         event = ev.RunStarted(
             flow=flow.name, input=parsed.model_dump(mode="json"),
             state=state.model_dump(mode="json"), first_step=str(flow.start_step),
-            idempotency_key=idempotency_key, deadline=deadline, principal=principal,
-            roles=sorted(set(roles)),
+            idempotency_key=o.idempotency_key, deadline=o.deadline, principal=o.principal,
+            roles=sorted(set(o.roles)),
             signals=None if flow.signals is None else sorted(flow.signals),
             parent_run_id=parent_run_id, **inherited,
         )
@@ -86,16 +84,17 @@ def new_run(
             raise ConfigurationError(f"input for flow {name!r} is not JSON: {exc}") from None
         event = ev.RunStarted(
             flow=name, input=raw, state=None, first_step="", checked=False,
-            idempotency_key=idempotency_key, deadline=deadline, principal=principal,
-            roles=sorted(set(roles)), parent_run_id=parent_run_id, **inherited,
+            idempotency_key=o.idempotency_key, deadline=o.deadline, principal=o.principal,
+            roles=sorted(set(o.roles)), parent_run_id=parent_run_id, **inherited,
         )
     blobs: dict[str, bytes] = {}
-    stored = journal.encode(tenant_id, run_id, [(1, now, event)],
-                            genesis_hash(tenant_id, run_id), blobs, event.subject)
+    stored = journal.encode(o.tenant_id, run_id, [(1, now, event)],
+                            genesis_hash(o.tenant_id, run_id), blobs, event.subject)
     return NewRun(
-        tenant_id=tenant_id, run_id=run_id, flow=event.flow, idempotency_key=idempotency_key,
-        first_event=stored[0], blobs=blobs, step=event.first_step, now=now,
-        next_wake_at=start_at if start_at is not None else now, queue=queue,
+        tenant_id=o.tenant_id, run_id=run_id, flow=event.flow,
+        idempotency_key=o.idempotency_key, first_event=stored[0], blobs=blobs,
+        step=event.first_step, now=now,
+        next_wake_at=o.start_at if o.start_at is not None else now, queue=o.queue,
         subject=event.subject, purpose=event.purpose,
     )
 
@@ -116,16 +115,20 @@ def started_with(inherited: Lineage | None, adds: Lineage | None = None) -> dict
             "trace_context": whole.trace_context, "lineage": whole.journaled()}
 
 
-def check_start(flow: str, input: object, *, run_id: str | None,
-                idempotency_key: str | None, queue: str, start_at: float | None,
-                deadline: float | None) -> None:
-    """Refuse (:class:`~underway.errors.InvalidInput`) a start no run can hold."""
-    for field, value in (("flow", flow), ("run_id", run_id),
-                         ("idempotency_key", idempotency_key), ("queue", queue)):
-        if value is not None:
-            inputs.text(field, value, max_length=inputs.MAX_NAME)
-    for field, when in (("start_at", start_at), ("deadline", deadline)):
-        if when is not None:
-            inputs.when(field, when)
+def check_start(flow: str, input: object, options: StartOptions | None,
+                keywords: StartKeywords) -> StartOptions:
+    """The options of a start of ``flow`` (:meth:`StartOptions.of`), checked with the
+    flow's name and the input: what no run can hold raises
+    :class:`~underway.errors.InvalidInput` naming the field.
+
+    Args:
+        flow: the flow's name.
+        input: the run's input.
+        options: a ready :class:`StartOptions`, or None.
+        keywords: the start's keyword arguments.
+    """
+    inputs.text("flow", flow, max_length=inputs.MAX_NAME)
+    checked = StartOptions.of(options, keywords)
     if not isinstance(input, BaseModel):
         inputs.json_value("input", input)
+    return checked

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import events as ev
 from .. import faults
+from ..client import StartOptions
 from ..client._starting import new_run
 from ..control import CHILD as CHILD_SIGNAL
 from ..errors import ConfigurationError, NonDeterminismError, UnderwayError
@@ -80,12 +81,12 @@ class StepWithChildren(StepExecution):
             self.run_id, lineage, taint=taint,
             shadow=eng.guard.shadow_for(eng._flow(s.flow)),
         )
-        new = new_run(
-            eng.journal, code, name, input, now=eng.clock.now(), tenant_id=self.tenant_id,
-            run_id=run_id, idempotency_key=f"child:{self.run_id}:{key}", start_at=None,
-            queue=queue or act.queue, deadline=None, principal=s.principal, roles=s.roles,
-            parent_run_id=self.run_id, lineage=inherited,
+        options = StartOptions(
+            tenant_id=self.tenant_id, run_id=run_id, idempotency_key=f"child:{self.run_id}:{key}",
+            queue=queue or act.queue, principal=s.principal, roles=s.roles, lineage=inherited,
         )
+        new = new_run(eng.journal, code, name, input, options, now=eng.clock.now(),
+                      run_id=run_id, parent_run_id=self.run_id)
         if known is None:
             # The intent, durable before the child exists: a cancel of this run from now on
             # reaches the child, created or not yet.

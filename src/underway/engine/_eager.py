@@ -12,20 +12,19 @@ takes over once the lease runs out (at once when the dead process was on its hos
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel
+from typing_extensions import Unpack
 
 from .. import faults
+from ..client import StartKeywords, StartOptions
 from ..clock import Clock
 from ..events import JSON
 from ..flow import Flow
-from ..lineage import Lineage
 from ..store.base import Lease, NewRun, RunRecord, StartedRun
 from ..store.features import EngineStore
-from ..subjects import DEFAULT_PURPOSE
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,42 +84,32 @@ class EagerStarts:
         owner: str
         lease_ttl: float
         driver: Driver | None
-        prepare_start: Callable[..., NewRun]
+
+        def prepare_start(
+            self, flow: Flow[Any, Any] | str, input: JSON | BaseModel = None, *,
+            options: StartOptions | None = None, **keywords: Unpack[StartKeywords],
+        ) -> NewRun:
+            """The engine's client's :meth:`~underway.client.Client.prepare_start`."""
 
     def start(
         self,
         flow: Flow[Any, Any] | str,
         input: JSON | BaseModel = None,
         *,
-        tenant_id: str = "default",
-        idempotency_key: str | None = None,
-        run_id: str | None = None,
-        start_at: float | None = None,
-        queue: str = "default",
-        deadline: float | None = None,
-        principal: str | None = None,
-        roles: Iterable[str] = (),
-        trace_context: dict[str, str] | None = None,
-        subject: str | None = None,
-        purpose: str = DEFAULT_PURPOSE,
-        consent: str | None = None,
-        lineage: Lineage | None = None,
+        options: StartOptions | None = None,
         eager: bool = True,
+        **keywords: Unpack[StartKeywords],
     ) -> tuple[str, bool]:
         """Create a run (or find the one with this idempotency key): ``(run_id, created)``,
-        as :meth:`Client.start <underway.client.Client.start>` does (the same arguments).
+        as :meth:`Client.start <underway.client.Client.start>` does (the same arguments:
+        :class:`~underway.client.StartOptions` as keywords, or as ``options``).
 
         ``eager``: when a worker serves this engine (:attr:`driver`) and has a free slot,
         the run is leased to it in the same transaction and activated at once, the state
         it starts from taken from the start rather than read back (see
         :mod:`underway.engine._eager`); False always leaves the run to a claim.
         """
-        new = self.prepare_start(
-            flow, input, tenant_id=tenant_id, idempotency_key=idempotency_key, run_id=run_id,
-            start_at=start_at, queue=queue, deadline=deadline, principal=principal,
-            roles=roles, trace_context=trace_context, subject=subject, purpose=purpose,
-            consent=consent, lineage=lineage,
-        )
+        new = self.prepare_start(flow, input, options=options, **keywords)
         return self.create_run(new, eager=eager)[:2]
 
     def create_run(self, new: NewRun, *, eager: bool = True) -> tuple[str, bool, RunRecord]:
