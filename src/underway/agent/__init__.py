@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .._lazy import lazy_exports
-from .observations import UNTRUSTED, quote, repeated_from
+from ..guard.taint import UNTRUSTED
+from .observations import quote, repeated_from
 
 # The agent itself (with the model types and policies it needs) loads the first time it is
 # named (PEP 562): the worker checks whether an app holds agents without loading them for

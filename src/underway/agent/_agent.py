@@ -21,9 +21,16 @@ from ..events import JSON
 from ..flow import Flow, Next, RunContext
 from ..guard.budgets import Budget
 from ..guard.policy import DEFAULT_POLICY, Policy
-from ..lineage import INTAKE_TAINT
+from ..guard.taint import (
+    add_source,
+    exposed,
+    observation_trusted,
+    taint_labels,
+    trusts_output,
+    untrusted_outputs,
+)
 from ..models.types import Message, ModelResponse, ToolCall, ToolSpec
-from .observations import UNTRUSTED, quote, repeated_from, untrusted_blocks
+from .observations import quote, repeated_from, untrusted_blocks
 
 RULES = """\
 Work toward the goal with the tools you are given, one step at a time.
@@ -110,9 +117,6 @@ _CONTROL: dict[str, tuple[type[_Control], str]] = {
 
 _OWN_ACTIONS = frozenset({*_CONTROL, "set_plan", "wait_for_signal"})
 
-INTAKE = INTAKE_TAINT
-"""The taint source of a run that an outside event started: its goal and context."""
-
 _PLAN_SPEC: JSON = ToolSpec(
     name="set_plan", description="Set the plan: the steps toward the goal.",
     parameters=_Plan.model_json_schema(),
@@ -191,9 +195,7 @@ class Agent:
         self.instructions = instructions
         self.max_iterations = max_iterations
         self.max_failures = max_failures
-        self.untrusted = frozenset(untrusted) | {
-            t.name for t in tools if UNTRUSTED in t.output_labels
-        }
+        self.untrusted = untrusted_outputs(tools, untrusted)
         """Tools whose output is untrusted even if they declare ``trusted_output``."""
         self.approver_role = approver_role
         self.signals = dict(signals or {})
@@ -318,7 +320,7 @@ class Agent:
         self._say(ctx, Message.user(
             f"The {name!r} event arrived:\n" + quote(source, ctx.signal, trusted=False)
         ))
-        _taint(ctx.state, source)
+        add_source(ctx.state.taint, source)
 
     def _trusted_text(self, ctx: RunContext[AgentState, AgentInput]) -> str:
         """What trusted sources said (goal, run input, trusted results), lower-cased: content
@@ -347,11 +349,10 @@ class Agent:
                                       "message": f"no tool {call.name!r}; use one of "
                                                  f"{sorted(self.tools)}"}, failed=True)
             return None
-        labels: list[str] = []
+        labels = taint_labels(sources) if self.exposed(t) else []
         risks: list[str] = []
         repeats: list[str] = []
-        if sources and self.exposed(t):
-            labels = [UNTRUSTED, *(f"source:{s}" for s in sources)]
+        if labels:
             repeats = repeated_from(args, untrusted_blocks(st.messages),
                                     trusted=self._trusted_text(ctx))
             risks = [f"proposed by a model that has read untrusted content from "
@@ -376,13 +377,13 @@ class Agent:
 
     def trusts(self, t: Tool) -> bool:
         """Whether ``t``'s results and errors leave a clean context clean."""
-        return t.trusted_output and t.name not in self.untrusted
+        return trusts_output(t, self.untrusted)
 
     def exposed(self, t: Tool) -> bool:
         """Whether a call of ``t`` from a tainted context carries the ``untrusted`` label:
         it changes something, sends a message or sends its arguments out, and the tool is
         not declared ``untrusted_ok``."""
-        return not t.untrusted_ok and (t.mutating or t.message or t.outbound)
+        return exposed(t)
 
     def _observe(self, ctx: RunContext[AgentState, AgentInput], call: ToolCall, value: JSON,
                  *, failed: bool, tool: Tool | None = None) -> None:
@@ -391,11 +392,11 @@ class Agent:
         the call was proposed from it, so an error or an echo carries the taint of its
         inputs. An untrusted tool observation adds the tool to the context's taint."""
         st = ctx.state
-        trusted = not st.taint and (tool is None or self.trusts(tool))
+        trusted = observation_trusted(st.taint, tool is None or self.trusts(tool))
         self._say(ctx, Message.tool(call.id, quote(call.name, value, trusted=trusted),
                                     name=call.name))
         if not trusted and tool is not None:
-            _taint(st, tool.name)
+            add_source(st.taint, tool.name)
         st.failures = st.failures + 1 if failed else 0
 
     async def _control(
@@ -454,17 +455,12 @@ def _from_outside(ctx: RunContext[AgentState, AgentInput]) -> bool:
 
 def _taint_input(ctx: RunContext[AgentState, AgentInput]) -> None:
     for source in ctx.lineage.sources:
-        _taint(ctx.state, source)
+        add_source(ctx.state.taint, source)
 
 
 def _context_taint(st: AgentState) -> list[str]:
     """What a run the agent starts (a sub-agent) inherits of its context's taint."""
     return st.taint
-
-
-def _taint(st: AgentState, source: str) -> None:
-    if source not in st.taint:
-        st.taint.append(source)
 
 
 def _text(value: JSON) -> str:

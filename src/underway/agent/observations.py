@@ -2,7 +2,7 @@
 
 A result is wrapped in a ``<tool_output>`` block naming its source and whether that
 source is trusted; the system prompt tells the model that such blocks are data. Telling it
-is not enough, so the agent also tracks taint per context (``docs/agent.md``): once
+is not enough, so the agent also tracks taint per context (:mod:`underway.guard.taint`): once
 untrusted content is in the conversation, the agent's mutating and outbound calls carry
 the ``untrusted`` label whatever their arguments look like.
 
@@ -20,11 +20,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..events import JSON
+from ..guard.taint import UNTRUSTED
 
 __all__ = ["UNTRUSTED", "quote", "repeated_from", "untrusted_blocks"]
-
-UNTRUSTED = "untrusted"
-"""The label of content from a source nobody vouches for, and of calls proposed after it."""
 
 _MIN_MATCH = 4
 _BLOCK = re.compile(r'<tool_output source="([^"]*)" trust="untrusted">\n(.*?)\n</tool_output>',

@@ -99,7 +99,7 @@ class Tool(Generic[A, R]):
     in the argument or result model, is never recorded, whatever the opt-in says; naming
     one in ``trace_args`` or ``trace_result`` is a :class:`ConfigurationError`.
 
-    Taint (see ``docs/agent.md``): an agent treats every tool's output as untrusted unless
+    Taint (:mod:`underway.guard.taint`): an agent treats every tool's output as untrusted unless
     the tool declares ``trusted_output`` (its author vouches for every byte it returns,
     e.g. fields of one's own database that no outsider can write). Once untrusted content
     is in an agent's context, its calls of mutating tools, message tools and ``outbound``
@@ -167,6 +167,7 @@ class Tool(Generic[A, R]):
         if self.hosts is not None:
             object.__setattr__(self, "hosts", host_patterns(self.hosts,
                                                             owner=f"tool {self.name!r}"))
+        # The label is underway.guard.taint.UNTRUSTED, spelt out: the guard sits above tools.
         if self.trusted_output and "untrusted" in self.output_labels:
             raise ConfigurationError(
                 f"tool {self.name!r} declares trusted_output and the output label "

@@ -33,6 +33,7 @@ from ..errors import (
 from ..events import canonical_json
 from ..flow import Done, Fail, Flow, Goto, Next, RunContext, Sleep, Wait
 from ..guard import Guard
+from ..guard.taint import tainted_by
 from ..hooks import DEFAULT_HOOK_TIMEOUT, notify
 from ..identity import worker_identity
 from ..journal import Journal
@@ -49,7 +50,7 @@ from ..telemetry import NO_METRICS, Metrics
 from ._activation import Activation
 from ._children import StepWithChildren
 from ._eager import Driver, EagerStart, EagerStarts
-from ._finish import judge_finish, tainted_by
+from ._finish import judge_finish
 from ._group import GroupCommit
 from ._inbox import OpenedSignal, pending_signals, read_inbox, verify_approval
 from ._notices import notice_of
@@ -480,7 +481,7 @@ class Engine(EagerStarts):
             faults.point("step.before_run")
             nxt = await flow.get_step(step)(ctx)
             if isinstance(nxt, Done):
-                nxt = await judge_finish(x, flow, nxt, tainted_by(s, flow, ctx.state))
+                nxt = await judge_finish(x, flow, nxt, tainted_by(s.lineage, flow, ctx.state))
             if x.broken is not None:
                 raise x.broken
             if act.store_error is not None:
@@ -563,7 +564,7 @@ class Engine(EagerStarts):
                     act.buffer(ev.TimerSet(timer_id=str(timer), wake_at=now + nxt.timeout))
             case Done():
                 act.buffer(ev.RunCompleted(
-                    result=nxt.result, tainted_by=tainted_by(act.state, flow, ctx.state)))
+                    result=nxt.result, tainted_by=tainted_by(act.state.lineage, flow, ctx.state)))
             case Fail():
                 act.buffer(ev.RunFailed(reason=nxt.reason, step=step))
             case Goto():

@@ -1,9 +1,9 @@
-"""A run's finish: which untrusted content shaped its result, and the policy's say on it.
+"""A run's finish: the policy's say on its result.
 
-A result's taint is the run's when its step returns ``ctx.done``: the sources its lineage
-brought in (:attr:`~underway.lineage.Lineage.sources`) and those its flow reads from its
-state (:attr:`~underway.flow.Flow.taint_of`, an agent's context). It is journaled on
-:class:`~underway.events.RunCompleted` (``tainted_by``).
+A result's taint is the run's when its step returns ``ctx.done``
+(:func:`~underway.guard.taint.tainted_by`): the sources its lineage brought in and those
+its flow reads from its state. It is journaled on :class:`~underway.events.RunCompleted`
+(``tainted_by``), and the finish carries its labels to the policy.
 
 A policy whose rules name :data:`~underway.guard.policy.FINISH` decides on the finish as on one
 more call of the step, at the step's next call position: ``PolicyDecided`` is journaled,
@@ -19,30 +19,16 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel
-
 from .. import events as ev
 from ..effects import args_hash, idempotency_key
 from ..flow import Done, Fail, Flow
 from ..guard.policy import FINISH
-from ..journal.state import RunState, request_id_for
+from ..guard.taint import taint_labels
+from ..journal.state import request_id_for
 from ._stops import Escalate, Suspend
 
 if TYPE_CHECKING:
     from ._calls import StepExecution
-
-UNTRUSTED = "untrusted"
-"""The label of a finish shaped by untrusted content (as on an agent's calls)."""
-
-
-def tainted_by(s: RunState, flow: Flow[Any, Any], state: BaseModel) -> list[str]:
-    """Where the untrusted content that shaped the run's result came from, in order: what
-    its lineage brought in, then what its flow reads from its state."""
-    found: list[str] = list(s.lineage.sources)
-    if flow.taint_of is not None:
-        found += [str(source) for source in flow.taint_of(state)]
-    return list(dict.fromkeys(found))
-
 
 async def judge_finish(x: StepExecution, flow: Flow[Any, Any], done: Done,
                        sources: list[str]) -> Done | Fail:
@@ -58,7 +44,7 @@ async def judge_finish(x: StepExecution, flow: Flow[Any, Any], done: Done,
         # Not JSON: the step's end says so, with or without a policy.
         return done
     now = eng.clock.now()
-    labels = frozenset([UNTRUSTED, *(f"source:{src}" for src in sources)] if sources else [])
+    labels = frozenset(taint_labels(sources))
     decided = await eng.guard.decide_finish(flow, eng.store, s, args, labels, now)
     if decided is None:
         return done

@@ -6,6 +6,7 @@ module             holds
 ``_guard``         :class:`Guard`: allow-list, schema, money, budgets, policy
 ``intent``         :class:`CallIntent`: a call's facts, computed once
 ``budgets``        budgets, usage and what a run has spent
+``taint``          what untrusted content taints, labels and passes on
 ``policy``         rules and decisions (a package)
 ``approvals``      signed decisions and approvers' keys (a package)
 =================  ===========================================================

@@ -23,7 +23,8 @@ import pytest
 
 from fakes.docker_image import engine_reason, require_image
 from underway.sandbox import SandboxProfile, SandboxUnavailable, run_command, why_unavailable
-from underway.sandbox.escapes import ESCAPES, Escape, _bomb_ids, base_profile
+from underway.sandbox.escapes import ESCAPES, Escape, base_profile
+from underway.sandbox.escapes._processes import _bomb_ids
 
 BACKENDS = ["bwrap", "docker"]
 

@@ -2,15 +2,17 @@
 under when nobody configured one.
 
 An agent labels ``untrusted`` every mutating or outbound call it proposes once untrusted
-content has entered its model's context (see ``docs/agent.md``). A label only matters if a
-rule reads it: :data:`UNTRUSTED_INPUT` is that rule, and :data:`DEFAULT_POLICY` (everything
-allowed except what it holds) applies to an agent whose flow and engine have no policy. A
-policy you write replaces the default entirely: add the rule to it (``[*rules,
-UNTRUSTED_INPUT]``, or the same rule in TOML) to keep the protection.
+content has entered its model's context (:mod:`underway.guard.taint`). A label only
+matters if a rule reads it: :data:`UNTRUSTED_INPUT` is that rule, and
+:data:`DEFAULT_POLICY` (everything allowed except what it holds) applies to an agent whose
+flow and engine have no policy. A policy you write replaces the default entirely: add the
+rule to it (``[*rules, UNTRUSTED_INPUT]``, or the same rule in TOML) to keep the
+protection.
 """
 
 from __future__ import annotations
 
+from ..taint import UNTRUSTED
 from .policies import Policy
 from .rules import Rule
 
@@ -19,7 +21,7 @@ __all__ = ["DEFAULT_POLICY", "UNTRUSTED_INPUT"]
 UNTRUSTED_INPUT = Rule(
     "untrusted-input",
     outcome="require_approval",
-    labels_any=["untrusted"],
+    labels_any=[UNTRUSTED],
     reason="the model that proposed this call has read content nobody vouches for (tool "
            "output, an outside event); a person checks the call before it runs",
 )
