@@ -91,9 +91,23 @@ def hash_token(token: str) -> str:
 def issue_key(
     store: ApiKeyStore, *, tenant_id: str, role: str, now: float, name: str = ""
 ) -> IssuedKey:
-    """Make a key for ``tenant_id`` with ``role``, store its hash, and return it with its
-    token (show the token once; it cannot be recovered). :class:`ConfigurationError` for
-    an unknown role or an empty tenant."""
+    """Make a key for ``tenant_id`` with ``role``, and store its hash.
+
+    Show the token once: it cannot be recovered.
+
+    Args:
+        store: Where its hash is stored.
+        tenant_id: The key's tenant.
+        role: The key's role.
+        now: The time now.
+        name: Names the key for people.
+
+    Returns:
+        The key, with its token.
+
+    Raises:
+        ConfigurationError: An unknown role or an empty tenant.
+    """
     if role not in ROLES:
         raise ConfigurationError(f"unknown role {role!r}; choose one of {', '.join(ROLES)}")
     if not tenant_id or tenant_id != tenant_id.strip():

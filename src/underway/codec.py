@@ -191,9 +191,14 @@ class Sealer(Protocol):
         ...
 
     def terms(self, tenant_id: str, words: Sequence[str], *, every_key: bool) -> list[str]:
-        """Blind index terms for ``words`` (keyed hashes): under the key new records are
-        sealed with, or (``every_key``, for a search) under each key the tenant's records
-        may have been indexed with."""
+        """Blind index terms for ``words`` (keyed hashes).
+
+        Args:
+            tenant_id: The tenant whose keys hash them.
+            words: The words.
+            every_key: For a search: hash under each key the tenant's records may have been
+                indexed with. Else only under the key new records are sealed with.
+        """
         ...
 
     def prepare(self, tenant_id: str, subject: str | None = None) -> None:
@@ -230,11 +235,17 @@ def split_event(stored: bytes) -> tuple[JSON, bytes | None]:
 
 
 class Codec:
-    """Encodes JSON payloads to stored bytes and back, externalizing large values, and
-    seals and opens them when given a ``sealer`` (see the module's docstring).
+    """Encodes JSON payloads to stored bytes and back, externalizing large values.
 
-    Thread-safe: a journal is read on a store's I/O threads while the event loop encodes
-    (the cache of blobs read and written is shared under a lock)."""
+    It seals and opens them when given a ``sealer`` (see the module's docstring). Thread-safe:
+    a journal is read on a store's I/O threads while the event loop encodes. The cache of
+    blobs read and written is shared under a lock.
+
+    Args:
+        threshold: The size in bytes above which a value is moved into a blob.
+        sealer: Seals and opens payloads; None stores them as they are.
+        cache_size: The most blobs kept in the cache.
+    """
 
     def __init__(
         self,
@@ -302,12 +313,25 @@ class Codec:
 
     # -- encode -------------------------------------------------------------------------
     def encode(self, value: JSON, blobs: dict[str, bytes], where: Where) -> bytes:
-        """Stored bytes of ``value`` kept at ``where``, large parts moved into ``blobs``."""
+        """Stored bytes of ``value`` kept at ``where``, large parts moved into ``blobs``.
+
+        Args:
+            value: The value.
+            blobs: Receives the blobs made, by address.
+            where: Where it is kept.
+        """
         return self.seal(canonical_json(self.externalize(value, blobs, where)), where)
 
     def encode_event(self, env: dict[str, JSON], blobs: dict[str, bytes], where: Where) -> bytes:
-        """Stored bytes of an event's envelope ``env`` (its ``data`` externalized in place
-        when large): the canonical envelope, its ``data`` sealed when there is a sealer."""
+        """Stored bytes of an event's envelope ``env``.
+
+        They are the canonical envelope, its ``data`` sealed when there is a sealer.
+
+        Args:
+            env: The envelope; its ``data`` is externalized in place when large.
+            blobs: Receives the blobs made, by address.
+            where: Where it is kept.
+        """
         if self.sealer is None:
             raw = canonical_json(env)
             # A small event has no part over the threshold; '"$' would need escaping.
@@ -322,8 +346,13 @@ class Codec:
         return header + b"\x00" + self.sealer.seal(data, where)
 
     def externalize(self, value: JSON, blobs: dict[str, bytes], where: Where) -> JSON:
-        """``value`` with large parts replaced by references to ``blobs`` (addressed and
-        sealed for ``where``'s tenant)."""
+        """``value`` with large parts replaced by references to ``blobs``.
+
+        Args:
+            value: The value.
+            blobs: Receives the blobs made, addressed and sealed for ``where``'s tenant.
+            where: Where the value is kept.
+        """
         return self._ext(value, blobs, where)[0]
 
     def _store(
@@ -399,13 +428,23 @@ class Codec:
 
     # -- decode -------------------------------------------------------------------------
     def decode(self, stored: bytes, fetch: BlobFetcher, where: Where) -> JSON:
-        """The JSON value whose stored bytes at ``where`` are ``stored``, blobs resolved
-        through ``fetch`` (the tenant's)."""
+        """The JSON value whose stored bytes at ``where`` are ``stored``.
+
+        Args:
+            stored: The stored bytes.
+            fetch: Resolves the tenant's blobs.
+            where: Where they are kept.
+        """
         return self._internalize(self.open_json(stored, where), fetch, where.tenant_id)
 
     def decode_event(self, stored: bytes, fetch: BlobFetcher, where: Where) -> JSON:
-        """An event's envelope from its stored bytes at ``where``: data opened when sealed,
-        blobs resolved."""
+        """An event's envelope from its stored bytes: data opened when sealed, blobs resolved.
+
+        Args:
+            stored: The stored bytes.
+            fetch: Resolves the tenant's blobs.
+            where: Where they are kept.
+        """
         cut = stored.find(b"\x00")
         if cut < 0:
             return self._internalize(json.loads(stored), fetch, where.tenant_id)
@@ -472,9 +511,16 @@ class Codec:
         return raw
 
     def open_blob(self, stored: bytes, key: str, tenant_id: str) -> bytes:
-        """The content of the blob stored at address ``key`` as ``stored``: opened under
-        its key when sealed (which proves it is that blob of that tenant), else checked
-        against its SHA-256 address."""
+        """The content of a blob.
+
+        Opened under its key when sealed, which proves it is that blob of that tenant. Else
+        checked against its SHA-256 address.
+
+        Args:
+            stored: The blob as stored.
+            key: Its address.
+            tenant_id: Its tenant.
+        """
         if is_sealed(stored):
             return self.open(box_of(stored), blob_where(tenant_id, key))
         if blob_key(stored) != key:

@@ -78,9 +78,16 @@ class ConfigurationError(UnderwayError):
 
 
 class InvalidInput(ConfigurationError):
-    """A value from outside cannot be stored or used: ``field`` names where it is (e.g.
-    ``body.input.items.0``), ``problem`` what is wrong. Raised before anything is stored;
-    the service answers it with a 4xx problem naming the field (``status``)."""
+    """A value from outside cannot be stored or used.
+
+    Raised before anything is stored. The service answers it with a 4xx problem naming the
+    field.
+
+    Args:
+        field: Where the value is (e.g. ``body.input.items.0``).
+        problem: What is wrong with it.
+        status: The HTTP status the service answers with.
+    """
 
     def __init__(self, field: str, problem: str, *, status: int = 422) -> None:
         super().__init__(f"{field}: {problem}")
@@ -106,7 +113,13 @@ class SignedResolutionRequired(UnderwayError):
 
 
 class AmbiguousRunId(ConfigurationError):
-    """A run id prefix matches more than one run of the tenant: give more of the id."""
+    """A run id prefix matches more than one run of the tenant: give more of the id.
+
+    Args:
+        tenant_id: The tenant searched.
+        prefix: The prefix given.
+        matches: The run ids it matches.
+    """
 
     def __init__(self, tenant_id: str, prefix: str, matches: list[str]) -> None:
         shown = ", ".join(matches[:5]) + (", ..." if len(matches) > 5 else "")
@@ -144,9 +157,15 @@ class RunNotFound(UnderwayError):
 class NonDeterminismError(UnderwayError):
     """A step, run again after a crash, issued a different call than the journal records.
 
-    The journal says call ``index`` of ``step`` was ``expected``; the code now asks for
-    ``actual``. Keep step code deterministic: read time, randomness and ids through
-    ``ctx.now()``, ``ctx.random()`` and ``ctx.uuid()``.
+    Keep step code deterministic. Read time, randomness and ids through ``ctx.now()``,
+    ``ctx.random()`` and ``ctx.uuid()``.
+
+    Args:
+        run_id: The run.
+        step: The step.
+        index: The call's index within the step.
+        expected: The call the journal records.
+        actual: The call the code asks for now.
     """
 
     def __init__(self, run_id: str, step: str, index: int, expected: str, actual: str) -> None:
@@ -163,8 +182,13 @@ class NonDeterminismError(UnderwayError):
 class ToolCallError(UnderwayError):
     """A tool call failed. Raised inside the step at ``await ctx.call(...)``.
 
-    ``retryable`` says whether trying again may help; ``error_type`` is the original
-    exception's class name as journaled.
+    Args:
+        tool: The tool's name.
+        error_type: The original exception's class name, as journaled.
+        message: What went wrong.
+        retryable: Whether trying again may help.
+        retry_after: Seconds the tool asked to wait before a retry, if any.
+        credentials_rejected: True when the service refused the tool's credentials.
     """
 
     def __init__(
@@ -185,8 +209,16 @@ class ToolCallError(UnderwayError):
 
 class EgressDenied(UnderwayError):
     """A tool tried to reach a host outside the hosts it declares (``@tool(hosts=[...])``).
-    Nothing was sent; the engine journals the refusal (``ToolRefused``, cause
-    ``egress_denied``) and the call fails without a retry."""
+
+    Nothing was sent. The engine journals the refusal (``ToolRefused``, cause
+    ``egress_denied``). The call fails without a retry.
+
+    Args:
+        tool: The tool's name.
+        host: The host it tried to reach.
+        url: The URL it asked for.
+        allowed: The hosts it declares.
+    """
 
     def __init__(self, tool: str, host: str, url: str, allowed: tuple[str, ...]) -> None:
         super().__init__(
@@ -201,9 +233,16 @@ class EgressDenied(UnderwayError):
 
 
 class SecretRefused(UnderwayError):
-    """A tool needs a secret bound to environments the worker is not in (a ``dev`` worker
-    and a ``prod`` credential): refused before the tool runs, and journaled
-    (``ToolRefused``, cause ``secret_refused``)."""
+    """A tool needs a secret bound to environments the worker is not in.
+
+    Say, a ``dev`` worker and a ``prod`` credential. It is refused before the tool runs, and
+    journaled (``ToolRefused``, cause ``secret_refused``).
+
+    Args:
+        name: The secret's name.
+        bound: The environments it is bound to.
+        environment: The worker's environment.
+    """
 
     def __init__(self, name: str, bound: tuple[str, ...], environment: str) -> None:
         super().__init__(
@@ -218,17 +257,24 @@ class SecretRefused(UnderwayError):
 
 
 class OutcomeUnknown(UnderwayError):
-    """A tool started an effect and lost track of it: the request was sent, but the
-    connection broke (reset, read error, malformed answer) or timed out before the answer
-    arrived, so the effect **may or may not have happened**.
+    """A tool started an effect and lost track of it.
 
-    Raise it from a tool whenever that is the truth; :func:`underway.http.request` does for
-    a mutating request (anything but GET, HEAD, OPTIONS, TRACE) whose answer was lost, while
-    a failure before the request left (DNS, connection refused) stays an ordinary error. It
-    must never be journaled as "did not happen" nor retried blindly: like an intent without
-    an outcome after a crash, an idempotent tool may be retried with the same key, a tool
-    with ``reconcile(key)`` asks the outside system, and any other escalates to a person.
+    The request was sent, but the connection broke (reset, read error, malformed answer) or
+    timed out before the answer arrived. So the effect **may or may not have happened**.
+
+    Raise it from a tool whenever that is the truth. :func:`underway.http.request` does for
+    a mutating request (anything but GET, HEAD, OPTIONS, TRACE) whose answer was lost. A
+    failure before the request left (DNS, connection refused) stays an ordinary error.
+
+    It must never be journaled as "did not happen" nor retried blindly. It is like an intent
+    without an outcome after a crash. An idempotent tool may be retried with the same key. A
+    tool with ``reconcile(key)`` asks the outside system. Any other escalates to a person.
     ``retryable`` is False so that a retry policy never repeats the call on its own.
+
+    Args:
+        message: What happened.
+        method: The HTTP method of the lost request, if any.
+        url: Its URL, if any.
     """
 
     retryable = False
@@ -261,10 +307,17 @@ class IntegrityError(UnderwayError):
 
 
 class ResultInvalid(IntegrityError):
-    """A tool's journaled result does not validate against the result model the tool
-    declares now (the model changed since the call was journaled). ``tool``, ``key`` and
-    ``fields`` say which call and which fields; the run stops for an operator, who may
+    """A tool's journaled result does not validate against its result model now.
+
+    The model changed since the call was journaled. The run stops for an operator. They may
     make the model accept the journaled result (a default, an optional field) and resume.
+
+    Args:
+        tool: The tool's name.
+        key: The call's idempotency key.
+        model: The result model's name.
+        fields: The fields that fail.
+        detail: What the validation said.
     """
 
     def __init__(

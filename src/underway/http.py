@@ -70,9 +70,18 @@ SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
 
 
 class HTTPError(UnderwayError):
-    """The service answered with an error status. ``retryable`` for 408, 425, 429 and 5xx,
-    which the engine's retry policy honours; ``retry_after`` is the wait in seconds the
-    service asked for with ``Retry-After`` (None when it sent none, or nothing readable)."""
+    """The service answered with an error status.
+
+    ``retryable`` for 408, 425, 429 and 5xx, which the engine's retry policy honours.
+
+    Args:
+        status: The HTTP status.
+        body: The answer's body.
+        url: The URL asked.
+        retry_after: The wait in seconds the service asked for with ``Retry-After``. None
+            when it sent none, or nothing readable.
+        content_type: The answer's ``Content-Type``, if any.
+    """
 
     def __init__(
         self, status: int, body: str, url: str, *, retry_after: float | None = None,
@@ -91,10 +100,17 @@ class HTTPError(UnderwayError):
 
 
 class ResponseInvalid(UnderwayError):
-    """A 2xx answer whose body is not what the tool expects (:meth:`Response.expect`):
-    not JSON, cut short, a field missing, or an error reported with a success status.
-    ``retryable``: asking again may help (a safe request). For a mutating request the
-    error is also an :class:`~underway.errors.OutcomeUnknown` (see :func:`invalid`)."""
+    """A 2xx answer whose body is not what the tool expects (:meth:`Response.expect`).
+
+    It is not JSON, cut short, missing a field, or an error reported with a success status.
+    ``retryable``: asking again may help (a safe request). For a mutating request the error
+    is also an :class:`~underway.errors.OutcomeUnknown` (see :func:`invalid`).
+
+    Args:
+        message: What is wrong with the body.
+        method: The request's HTTP method.
+        url: The URL asked.
+    """
 
     retryable = True
 
@@ -183,9 +199,21 @@ async def request(
     timeout: float = 10.0,
     client: httpx.AsyncClient | None = None,
 ) -> Response:
-    """Send one request carrying the call's idempotency key and fence; see the module
-    docstring for what each outcome raises. Secret values never appear in an error.
-    ``client`` reuses a client of your own (its connection pool, transport, TLS settings)."""
+    """Send one request carrying the call's idempotency key and fence.
+
+    See the module docstring for what each outcome raises. Secret values never appear in an
+    error.
+
+    Args:
+        method: The HTTP method.
+        url: The URL.
+        info: The call's :class:`CallInfo`; it gives the key and the fence.
+        json_body: The body, sent as JSON.
+        headers: More headers.
+        timeout: Seconds to wait for the answer.
+        client: A client of your own to reuse (its connection pool, transport, TLS
+            settings).
+    """
     verb = method.upper()
     if info.egress is not None:
         info.egress.check(url)

@@ -86,8 +86,16 @@ def _float(literal: str) -> float | _NotFinite:
 
 
 def text(field: str, value: str, *, max_length: int | None = MAX_TEXT) -> str:
-    """``value`` when it holds no NUL and no lone surrogate and is at most ``max_length``
-    characters long (None: any length); else :class:`InvalidInput` naming ``field``."""
+    """``value`` when it holds no NUL and no lone surrogate and is not too long.
+
+    Args:
+        field: Where the value is, for the error.
+        value: The text.
+        max_length: The most characters allowed; None allows any length.
+
+    Raises:
+        InvalidInput: The text is refused; it names ``field``.
+    """
     found = _BAD_CHAR.search(value)
     if found is not None:
         what = "a NUL character" if found.group() == "\x00" else "a lone surrogate"
@@ -117,19 +125,37 @@ def when(field: str, value: float) -> float:
 
 def integer(field: str, value: int, *, minimum: int = -MAX_INT - 1,
             maximum: int = MAX_INT) -> int:
-    """``value`` when ``minimum <= value <= maximum`` (by default: what a signed 64-bit
-    column holds); else :class:`InvalidInput` naming ``field``."""
+    """``value`` when ``minimum <= value <= maximum``.
+
+    Args:
+        field: Where the value is, for the error.
+        value: The number.
+        minimum: The least allowed; by default, what a signed 64-bit column holds.
+        maximum: The most allowed; by default, what a signed 64-bit column holds.
+
+    Raises:
+        InvalidInput: The number is out of range; it names ``field``.
+    """
     if not minimum <= value <= maximum:
         raise InvalidInput(field, f"must be between {minimum} and {maximum}, not {value}")
     return value
 
 
 def json_value(field: str, value: Any, *, max_depth: int = MAX_DEPTH) -> Any:
-    """``value`` (decoded JSON, or what a caller would encode as JSON) when every string
-    and key passes :func:`text` (strings of any length, keys of at most
-    :data:`MAX_NAME`), every float is finite and nothing nests deeper than
-    ``max_depth``. Else :class:`InvalidInput` naming the path to the first bad part
-    (``field.key.0``)."""
+    """``value`` when every part of it can be stored as JSON.
+
+    Every string and key must pass :func:`text`. Strings may be of any length, keys of at
+    most :data:`MAX_NAME`. Every float must be finite.
+
+    Args:
+        field: Where the value is, for the error.
+        value: Decoded JSON, or what a caller would encode as JSON.
+        max_depth: The deepest nesting allowed.
+
+    Raises:
+        InvalidInput: A part is refused; it names the path to the first bad part
+            (``field.key.0``).
+    """
     # An explicit stack: a hostile value must not exhaust the interpreter's recursion.
     stack: list[tuple[str, Any, int]] = [(field, value, 0)]
     while stack:
@@ -156,11 +182,21 @@ def json_value(field: str, value: Any, *, max_depth: int = MAX_DEPTH) -> Any:
 
 
 def parse_json(field: str, data: str | bytes, *, max_depth: int = MAX_DEPTH) -> Any:
-    """The JSON document ``data`` decoded and checked by :func:`json_value`. Refused, as
-    :class:`InvalidInput` naming the path to the bad part (``status`` 400 when it is not
-    JSON at all): text that is not JSON or not UTF-8, ``NaN``, ``Infinity``, a number
-    that overflows a float (``1e309``), a NUL or lone surrogate in a string, a document
-    nested deeper than ``max_depth``."""
+    """The JSON document ``data`` decoded and checked by :func:`json_value`.
+
+    Refused: text that is not JSON or not UTF-8, ``NaN``, ``Infinity``, a number that
+    overflows a float (``1e309``), a NUL or lone surrogate in a string. So is a document
+    nested deeper than ``max_depth``.
+
+    Args:
+        field: Where the document is, for the error.
+        data: The document.
+        max_depth: The deepest nesting allowed.
+
+    Raises:
+        InvalidInput: The document is refused; it names the path to the bad part. Its
+            ``status`` is 400 when the document is not JSON at all.
+    """
     try:
         value = json.loads(data, parse_constant=_constant, parse_float=_float)
     except RecursionError:

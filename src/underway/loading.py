@@ -19,8 +19,18 @@ App = tuple[list[Flow[Any, Any]], list[Tool]]
 
 
 def import_object(spec: str, *, option: str, example: str) -> Any:
-    """The object ``spec`` names: ``module:attribute``, where dots in the attribute reach
-    into objects (``pkg.mod:registry.flows``). Errors name ``option`` and say what is wrong."""
+    """The object ``spec`` names.
+
+    Args:
+        spec: ``module:attribute``; dots in the attribute reach into objects
+            (``pkg.mod:registry.flows``).
+        option: The option that named it, for the errors.
+        example: A good ``spec``, for the error when it is malformed.
+
+    Raises:
+        ConfigurationError: ``spec`` is malformed or names nothing. It names ``option`` and
+            says what is wrong.
+    """
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise ConfigurationError(f"{option} {spec!r} must be module:attribute, e.g. {example}")
@@ -48,7 +58,16 @@ def import_object(spec: str, *, option: str, example: str) -> Any:
 
 
 def call_factory(obj: Any, *, option: str, spec: str) -> Any:
-    """``obj()``, with a failure reported against the option that named it."""
+    """``obj()``, with a failure reported against the option that named it.
+
+    Args:
+        obj: The factory.
+        option: The option that named it.
+        spec: What the option said.
+
+    Raises:
+        ConfigurationError: The call failed.
+    """
     try:
         return obj()
     except Exception as exc:

@@ -130,9 +130,17 @@ _MISSING: Any = object()
 def read_money(
     tool: MoneyDeclaration, args: JSON, *, validated: BaseModel | None = None
 ) -> Money | Unreadable | None:
-    """The money a call of ``tool`` with ``args`` moves: :class:`Money`, None when the
-    tool declares no amount, or :class:`Unreadable` (never an exception). ``validated``
-    is ``args`` already validated by the tool's argument model, when the caller has it."""
+    """The money a call of ``tool`` with ``args`` moves. Never raises.
+
+    Args:
+        tool: The tool's money declaration.
+        args: The call's arguments.
+        validated: ``args`` already validated by the tool's argument model, when the caller
+            has it.
+
+    Returns:
+        :class:`Money`, None when the tool declares no amount, or :class:`Unreadable`.
+    """
     if tool.amount is None or tool.currency is None:
         return None
     checked: Any = args

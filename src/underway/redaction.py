@@ -96,11 +96,18 @@ class Hidden:
 
 
 class Redactor:
-    """Hides from one viewer what the declarations it has learned say is hidden: secrets
-    always, sensitive fields unless ``reveal``. Learn from every event of a run before
-    showing any (:meth:`learn`), or from a tool's :class:`Hidden` and a call's values
-    (:meth:`learn_values`); then pass what is shown through :meth:`event`, :meth:`json`,
-    :meth:`text` or :meth:`fields`. Safe to share between threads."""
+    """Hides from one viewer what the declarations it has learned say is hidden.
+
+    Secrets are always hidden; sensitive fields unless ``reveal``. Learn from every event of
+    a run before showing any (:meth:`learn`). Or learn from a tool's :class:`Hidden` and a
+    call's values (:meth:`learn_values`). Then pass what is shown through :meth:`event`,
+    :meth:`json`, :meth:`text` or :meth:`fields`. Safe to share between threads.
+
+    Args:
+        reveal: Show sensitive fields to this viewer.
+        hidden: Field names to learn at once.
+        remember: The most hidden values remembered.
+    """
 
     def __init__(self, *, reveal: bool = False, hidden: Hidden | None = None,
                  remember: int = 10_000) -> None:
@@ -258,9 +265,16 @@ class RunRedactors:
 
     def redactor(self, run: Hashable, reveal: bool,
                  events_after: Callable[[int], Sequence[tuple[int, Event]]]) -> Redactor:
-        """A redactor for ``run`` (any key naming it) that learned every event
-        ``events_after(seq)`` returns — (seq, event) pairs after ``seq`` — from the first
-        on; a copy, the caller's to teach more."""
+        """A redactor for ``run`` that learned every event of it, from the first on.
+
+        Args:
+            run: Any key naming the run.
+            reveal: Show sensitive fields.
+            events_after: Returns the (seq, event) pairs after a ``seq``.
+
+        Returns:
+            A copy, the caller's to teach more.
+        """
         key = (run, reveal)
         with self._lock:
             found = self._learned.get(key)
@@ -278,9 +292,16 @@ class RunRedactors:
 
 
 def scrub(text: str, hidden: Hidden, value: JSON) -> str:
-    """``text`` without the values the fields ``hidden`` names hold in ``value``: for an
-    error's text, journaled once for every viewer (whoever may see those values sees them
-    where they were given)."""
+    """``text`` without the values the fields ``hidden`` names hold in ``value``.
+
+    It is for an error's text, journaled once for every viewer. Whoever may see those values
+    sees them where they were given.
+
+    Args:
+        text: The text.
+        hidden: The hidden fields.
+        value: Where their values are.
+    """
     if not hidden or not text:
         return text
     redactor = Redactor(hidden=hidden)

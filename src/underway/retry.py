@@ -45,8 +45,13 @@ class RetryPolicy:
             raise ConfigurationError("max_retry_after must not be negative")
 
     def delay(self, attempt: int, rnd: float, *, hint: float | None = None) -> float:
-        """Seconds to wait before ``attempt`` (2, 3, …); ``rnd`` is a number in [0, 1).
-        ``hint`` is the wait the service asked for (an error's ``retry_after``), if any."""
+        """Seconds to wait before ``attempt``.
+
+        Args:
+            attempt: The attempt about to be made (2, 3, …).
+            rnd: A number in [0, 1), for the jitter.
+            hint: The wait the service asked for (an error's ``retry_after``), if any.
+        """
         if hint is not None and math.isfinite(hint):
             return min(self.max_retry_after, max(0.0, hint))
         base = min(self.max_interval, self.initial_interval * self.backoff ** max(0, attempt - 2))

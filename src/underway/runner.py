@@ -30,10 +30,12 @@ log = logging.getLogger("underway.runner")
 class Runner:
     """Advances runs of one engine in this process.
 
-    ``poll`` bounds how long a sleeping runner takes to notice a signal or a new run.
-    ``batch``: runs claimed at a time. ``concurrency``: runs of a claimed batch advanced
-    at once (their commits are written together, :mod:`underway.engine._group`); 1
-    advances them one after another.
+    Args:
+        engine: The engine whose runs it advances.
+        poll: Bounds how long a sleeping runner takes to notice a signal or a new run.
+        batch: Runs claimed at a time.
+        concurrency: Runs of a claimed batch advanced at once. Their commits are written
+            together (:mod:`underway.engine._group`). 1 advances them one after another.
     """
 
     def __init__(
@@ -123,10 +125,19 @@ async def run(
 ) -> RunState:
     """Start a run (or find the one with this idempotency key) and drive it to an end.
 
-    ``eager``: the run is leased to this process in its start's transaction and activated
-    at once from what the start wrote (:mod:`underway.engine._eager`); a run found by its
-    key, held by another worker or not yet due is driven as a claim finds it. False: the
-    run is created, then claimed.
+    Args:
+        engine: The engine to run it on.
+        flow: The flow, or its name.
+        input: The run's input.
+        tenant_id: The run's tenant.
+        idempotency_key: Finds the run started with the same key, if any.
+        eager: Lease the run to this process in its start's transaction. It is activated at
+            once from what the start wrote (:mod:`underway.engine._eager`). A run found by
+            its key, held by another worker or not yet due is driven as a claim finds it.
+            False: the run is created, then claimed.
+
+    Returns:
+        The run's state at its end.
     """
     new = engine.prepare_start(flow, input, tenant_id=tenant_id, idempotency_key=idempotency_key)
     if not eager:

@@ -130,9 +130,14 @@ class BoundSecrets:
 
     ``BoundSecrets(EnvSecrets(prefix="APP_"), {"ERP_TOKEN": "prod", "ERP_SANDBOX": ["dev",
     "staging"]}, environment="dev")`` reads through ``provider`` for a worker in
-    ``environment``: a secret bound to other environments is refused with
-    :class:`~underway.errors.SecretRefused` and never fetched. ``default`` binds the secrets
-    not listed (None: any environment may read them).
+    ``environment``. A secret bound to other environments is refused with
+    :class:`~underway.errors.SecretRefused` and never fetched.
+
+    Args:
+        provider: Where the secrets are read.
+        bindings: Each secret's name and the environments it is bound to.
+        environment: The worker's environment.
+        default: Binds the secrets not listed; None lets any environment read them.
     """
 
     def __init__(

@@ -21,9 +21,14 @@ __all__ = ["ManualClock", "MemoryStore", "RuleModel", "ScriptedModel", "memory_e
 class ScriptedModel:
     """A model that returns scripted responses in order and records each request.
 
-    Each response is charged ``tokens_in`` = request size in characters / 4 and
-    ``tokens_out`` = response size / 4, at ``cost_per_token`` each; a scripted
-    :class:`~underway.models.ModelResponse` is returned with its own usage.
+    Each response is charged ``tokens_in`` = request size in characters / 4. It is charged
+    ``tokens_out`` = response size / 4. A scripted :class:`~underway.models.ModelResponse`
+    is returned with its own usage.
+
+    Args:
+        responses: The responses, in order.
+        name: The model's name.
+        cost_per_token: USD charged per estimated token.
     """
 
     def __init__(
@@ -59,7 +64,16 @@ class ScriptedModel:
 def memory_engine(
     flows: Iterable[Flow[Any, Any]] = (), tools: Iterable[Tool] = (), *, start: float = 1.7e9
 ) -> tuple[Engine, ManualClock]:
-    """An engine on a fresh in-memory store with a manual clock."""
+    """An engine on a fresh in-memory store with a manual clock.
+
+    Args:
+        flows: The flows it runs.
+        tools: The tools they call.
+        start: The clock's first time (epoch seconds).
+
+    Returns:
+        The engine and its clock.
+    """
     clock = ManualClock(start)
     store = MemoryStore()
     store.migrate()
@@ -69,11 +83,15 @@ def memory_engine(
 class RuleModel:
     """A deterministic model whose answer is a function of the request.
 
-    Unlike :class:`ScriptedModel`, it needs no memory of earlier calls, so a process that
-    restarts mid-run (or a replay) gets the same answers: ``decide(request)`` receives the
-    :class:`~underway.models.ModelRequest` and returns a
-    :class:`~underway.models.ModelResponse` (or its JSON). Usage is estimated at four
+    Unlike :class:`ScriptedModel`, it needs no memory of earlier calls. So a process that
+    restarts mid-run (or a replay) gets the same answers. Usage is estimated at four
     characters per token.
+
+    Args:
+        decide: Receives the :class:`~underway.models.ModelRequest`. Returns a
+            :class:`~underway.models.ModelResponse` (or its JSON).
+        name: The model's name.
+        cost_per_1k_tokens: USD charged per thousand estimated tokens.
     """
 
     def __init__(

@@ -67,8 +67,17 @@ IDEMPOTENCY_HEADER = "Idempotency-Key"
 
 def signature(secret: str, timestamp: str, body: bytes, *,
               idempotency_key: str | None = None) -> str:
-    """The ``X-Underway-Signature`` value of ``body`` signed at ``timestamp``: ``v1``, or
-    ``v2`` when it also covers an ``idempotency_key`` header."""
+    """The ``X-Underway-Signature`` value of ``body`` signed at ``timestamp``.
+
+    Args:
+        secret: The shared secret.
+        timestamp: The ``X-Underway-Timestamp`` value.
+        body: The delivery's body.
+        idempotency_key: The ``Idempotency-Key`` header, if any.
+
+    Returns:
+        A ``v1`` signature, or ``v2`` when it also covers an ``idempotency_key``.
+    """
     signed = timestamp.encode("ascii") + b"."
     if idempotency_key is not None:
         signed += idempotency_key.encode("utf-8") + b"."
@@ -78,8 +87,14 @@ def signature(secret: str, timestamp: str, body: bytes, *,
 
 def sign(secret: str, body: bytes, *, at: float | None = None,
          idempotency_key: str | None = None) -> dict[str, str]:
-    """The headers a sender adds to deliver ``body``, signed now (or ``at``); with
-    ``idempotency_key``, its ``Idempotency-Key`` header too, under the signature."""
+    """The headers a sender adds to deliver ``body``.
+
+    Args:
+        secret: The shared secret.
+        body: The delivery's body.
+        at: When it is signed (epoch seconds); None means now.
+        idempotency_key: Adds its ``Idempotency-Key`` header too, under the signature.
+    """
     timestamp = str(int(time.time() if at is None else at))
     headers = {TIMESTAMP_HEADER: timestamp, SIGNATURE_HEADER: signature(
         secret, timestamp, body, idempotency_key=idempotency_key)}
@@ -92,9 +107,21 @@ def verify(
     secret: str, body: bytes, *, timestamp: str | None, signed: str | None, now: float,
     window: float = REPLAY_WINDOW, idempotency_key: str | None = None,
 ) -> Refusal | None:
-    """Why the delivery of ``body`` with headers ``timestamp``, ``signed`` and
-    ``idempotency_key`` (its ``Idempotency-Key``, if any) must be refused, or None when it
-    is genuine and fresh and the key header, if any, is under the signature."""
+    """Why the delivery of ``body`` must be refused.
+
+    Args:
+        secret: The shared secret.
+        body: The delivery's body.
+        timestamp: Its ``X-Underway-Timestamp`` header, if any.
+        signed: Its ``X-Underway-Signature`` header, if any.
+        now: The time now (epoch seconds).
+        window: How old (or how far ahead) a timestamp may be, in seconds.
+        idempotency_key: Its ``Idempotency-Key`` header, if any.
+
+    Returns:
+        The refusal, or None when the delivery is genuine and fresh and the key header, if
+        any, is under the signature.
+    """
     if not timestamp or not signed:
         return "missing_signature"
     try:

@@ -88,24 +88,31 @@ healed once, from the journal: :mod:`underway.engine._rows`)."""
 
 
 class Worker:
-    """Leases ready runs of ``queues`` (every queue when None) and drives up to
-    ``concurrency`` of them at once on ``engine``.
+    """Leases ready runs and drives several of them at once on ``engine``.
 
-    ``poll`` bounds how long an idle worker sleeps before looking for work again (it
-    waits ``min_poll`` after finding work and twice as long each time it finds none, up to
-    ``poll``; a worker on PostgreSQL that listens waits ``poll`` outright); ``grace`` is how
-    long a stopping worker lets steps in flight finish before cancelling them; ``listen``
-    lets the store's wake-ups (on PostgreSQL, notifications) wake the worker instead of
-    its waiting for its poll;
-    ``anchoring`` signs the journals' heads every ``anchoring.every`` seconds;
-    ``retention`` purges finished runs past their period every ``retention.every`` seconds
-    (:class:`~underway.privacy.retention.RetentionSweeper`); ``eager``: a run the engine starts
-    while this worker has a free slot and no due run waits for a claim (``engine.start``,
-    a schedule's tick, a step's child run) is leased to this worker in the start's own
-    transaction and activated at once (:mod:`underway.engine._eager`); ``row_check_every``:
-    seconds between looks for runs rows that contradict their journal and would stop a run
-    for good (a finished status on a sleeping run, a wake time that is no time, a lease no
-    worker holds), each healed from the journal once.
+    Args:
+        engine: The engine the runs are driven on.
+        queues: The queues it leases runs of; None means every queue.
+        concurrency: The most runs driven at once.
+        poll: Bounds how long an idle worker sleeps before looking for work again. It waits
+            ``min_poll`` after finding work. It waits twice as long each time it finds none,
+            up to ``poll``. A worker on PostgreSQL that listens waits ``poll`` outright.
+        min_poll: The wait after finding work.
+        grace: How long a stopping worker lets steps in flight finish before cancelling
+            them.
+        listen: Let the store's wake-ups (on PostgreSQL, notifications) wake the worker.
+            Otherwise it waits for its poll.
+        anchoring: Signs the journals' heads every ``anchoring.every`` seconds.
+        retention: Purges finished runs past their period every ``retention.every`` seconds
+            (:class:`~underway.privacy.retention.RetentionSweeper`).
+        eager: Lease a run the engine starts to this worker in the start's own transaction.
+            It applies while the worker has a free slot and no due run waits for a claim.
+            Such a run (``engine.start``, a schedule's tick, a step's child run) is activated
+            at once (:mod:`underway.engine._eager`).
+        row_check_every: Seconds between looks for runs rows that contradict their journal.
+            Such a row would stop a run for good: a finished status on a sleeping run, a
+            wake time that is no time, a lease no worker holds. Each is healed from the
+            journal once.
     """
 
     def __init__(

@@ -124,29 +124,42 @@ _PLAN_SPEC: JSON = ToolSpec(
 
 
 class Agent:
-    """An autonomous delegate: a goal, a model, an allow-list of typed tools, and the
-    guard's policy and budgets around every action.
+    """An autonomous delegate with the guard's policy and budgets around every action.
 
-    ``max_iterations`` bounds the loop (the run fails past it); after ``max_failures``
-    failed actions in a row the agent asks a person how to proceed.
+    It has a goal, a model and an allow-list of typed tools.
 
-    Taint is tracked per context (``docs/agent.md``): the results and errors of every tool
-    not declared ``trusted_output`` (and of those named in ``untrusted``), signal payloads
-    and the input of a run started by intake are untrusted; once any is in the context,
-    every call of a mutating, message or ``outbound`` tool not declared ``untrusted_ok``
-    carries the ``untrusted`` label. With no policy on the flow or the engine the agent
-    runs under :data:`~underway.guard.policy.DEFAULT_POLICY`, which holds such calls for a
-    person.
+    Taint is tracked per context (``docs/agent.md``). Some content is untrusted: the results
+    and errors of every tool not declared ``trusted_output`` (and of those named in
+    ``untrusted``). So are signal payloads and the input of a run started by intake. Once any
+    is in the context, some calls carry the ``untrusted`` label: every call of a mutating,
+    message or ``outbound`` tool not declared ``untrusted_ok``. With no policy on the flow or
+    the engine the agent runs under :data:`~underway.guard.policy.DEFAULT_POLICY`. That
+    policy holds such calls for a person.
 
-    ``plan=False`` skips the planning turn. ``signals`` names the outside events the agent
-    may wait for (name → what it means, shown to the model), e.g. ``{"customer_replied":
-    "the customer answered our question"}``: the model then has a ``wait_for_signal``
-    action, the run waits durably (holding no worker) for the signal or the timeout, and the
-    signal's payload comes back as untrusted quoted data. ``question_ttl`` (seconds) bounds
-    how long an ``ask_human`` question waits: unanswered, it comes back to the model as a
-    failed action (``QuestionExpired``) so it re-plans; None waits for as long as it takes.
-    ``max_tokens`` bounds each reply: a token or cost budget refuses a call to a provider
-    adapter whose output has no bound (``docs/policy.md#budgets``).
+    Args:
+        name: The agent's flow name.
+        model: The model that decides.
+        tools: The tools it may call.
+        instructions: What the model is told about its task.
+        policy: The policy around its calls; None means the engine's.
+        budget: Its limits.
+        shadow: Run in shadow mode; None means the engine's setting.
+        max_iterations: Bounds the loop; the run fails past it.
+        max_failures: After this many failed actions in a row the agent asks a person how to
+            proceed.
+        untrusted: Tools whose results are untrusted, though declared ``trusted_output``.
+        plan: False skips the planning turn.
+        approver_role: The role asked when the agent needs a person.
+        signals: The outside events the agent may wait for: name → what it means, shown to
+            the model. E.g. ``{"customer_replied": "the customer answered our question"}``.
+            The model then has a ``wait_for_signal`` action. The run waits durably (holding
+            no worker) for the signal or the timeout. The signal's payload comes back as
+            untrusted quoted data.
+        question_ttl: Bounds how long an ``ask_human`` question waits, in seconds.
+            Unanswered, it comes back to the model as a failed action (``QuestionExpired``),
+            so it re-plans. None waits for as long as it takes.
+        max_tokens: Bounds each reply. A token or cost budget refuses a call to a provider
+            adapter whose output has no bound (``docs/policy.md#budgets``).
     """
 
     def __init__(
@@ -334,8 +347,18 @@ class Agent:
 
     async def perform(self, ctx: RunContext[AgentState, AgentInput], call: ToolCall,
                        why: str) -> Next | None:
-        """Carry out one tool call of the model (through the guard); a control action
-        returns where to go. Subclasses may override it, calling ``super().perform``."""
+        """Carry out one tool call of the model, through the guard.
+
+        Subclasses may override it, calling ``super().perform``.
+
+        Args:
+            ctx: The run's context.
+            call: The model's tool call.
+            why: The model's reasoning for it.
+
+        Returns:
+            Where to go, for a control action; else None.
+        """
         st = ctx.state
         if call.name in _CONTROL or call.name == "wait_for_signal":
             return await self._control(ctx, call)

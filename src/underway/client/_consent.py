@@ -19,19 +19,37 @@ class Consents:
         self, subject: str, purpose: str, *, by: str, reference: str | None = None,
         tenant_id: str = "default",
     ) -> ConsentRecord:
-        """Record that ``subject`` consents to ``purpose`` from now on (``reference``: the
-        consent artefact, e.g. a consent manager's id; ``by``: who records it). Policies
-        that require this consent let the subject's runs act for the purpose from their
-        next call on."""
+        """Record that ``subject`` consents to ``purpose`` from now on.
+
+        Policies that require this consent let the subject's runs act for the purpose from their
+        next call on.
+
+        Args:
+            subject: The data subject.
+            purpose: The purpose.
+            by: Who records it.
+            reference: The consent artefact, e.g. a consent manager's id.
+            tenant_id: The tenant.
+        """
         return self._record(tenant_id, subject, purpose, "granted", by, reference)
 
     def withdraw_consent(
         self, subject: str, purpose: str, *, by: str, reference: str | None = None,
         tenant_id: str = "default",
     ) -> ConsentRecord:
-        """Record that ``subject`` withdraws consent to ``purpose`` from now on: the next
-        call of any of the subject's runs that a policy rule requires this consent for is
-        denied (journaled with the rule and the reason), whenever the run started."""
+        """Record that ``subject`` withdraws consent to ``purpose`` from now on.
+
+        Some calls of the subject's runs are then denied, whenever the run started. They are the
+        calls a policy rule requires this consent for. The denial is journaled with the rule and
+        the reason.
+
+        Args:
+            subject: The data subject.
+            purpose: The purpose.
+            by: Who records it.
+            reference: The consent artefact, e.g. a consent manager's id.
+            tenant_id: The tenant.
+        """
         return self._record(tenant_id, subject, purpose, "withdrawn", by, reference)
 
     def _record(
@@ -57,8 +75,13 @@ class Consents:
     def consent_history(
         self, subject: str, *, purpose: str | None = None, tenant_id: str = "default"
     ) -> list[ConsentRecord]:
-        """Every consent record of the subject (of ``purpose`` only, when given), oldest
-        first."""
+        """Every consent record of the subject, oldest first.
+
+        Args:
+            subject: The data subject.
+            purpose: Only this purpose's records, when given.
+            tenant_id: The tenant.
+        """
         if purpose is not None:
             check_purpose(purpose)
         return self._store.consent_history(tenant_id, check_subject(subject), purpose=purpose)
@@ -66,7 +89,13 @@ class Consents:
     def runs_of_subject(
         self, subject: str, *, tenant_id: str = "default", limit: int | None = None
     ) -> list[RunRecord]:
-        """The tenant's runs about ``subject``, oldest first (at most ``limit``)."""
+        """The tenant's runs about ``subject``, oldest first.
+
+        Args:
+            subject: The data subject.
+            tenant_id: The tenant.
+            limit: The most runs returned.
+        """
         if limit is not None and limit < 0:
             raise ConfigurationError(f"limit must be 0 or more, not {limit}")
         return self._store.runs_of_subject(tenant_id, check_subject(subject), limit=limit)

@@ -61,28 +61,42 @@ class Forks:
         self, run_id: str, *, at_seq: int, by: str, reason: str = "",
         step: str | None = None, state_patch: JSON = None, tenant_id: str = "default",
     ) -> Fork:
-        """Start a new run from run ``run_id``'s state at its event ``at_seq`` — for
-        recovery (a run that went wrong, continued from before the mistake, or with its
-        state corrected by ``state_patch``) or a what-if.
+        """Start a new run from a run's state at one of its events.
 
-        The fork (a new id, in the same tenant and on the same queue) starts ready at
-        ``step`` — by default the step the run stood at after that event, run from its
-        start — with the run's input, its state then (``state_patch``: an RFC 7386 merge
-        patch object, or a list of RFC 6902 JSON Patch operations, applied to it), the
-        same principal, roles and lineage (subject, purpose, consent, outside origin,
-        taint, shadow mode, trace, labels: :mod:`underway.lineage`), and the run's usage
-        counters and version markers then (so budgets and counter rules keep counting).
-        It never inherits approvals, pending requests, waits, timers or escalations: a
-        forked call that needs an approval asks for its own. Both journals hold the link
-        (the fork's ``RunStarted.fork``; a ``RunForked`` appended to the run, with ``by``
-        and ``reason``), written in one transaction. The run is not changed otherwise,
-        whatever its status.
+        It is for recovery or a what-if. A run that went wrong is continued from before the
+        mistake, or with its state corrected.
 
-        Raises :class:`ConfigurationError` for a seq the run has no event at, a run whose
-        payloads were purged, an ended run without ``step``, a patch that does not apply
-        (or, when this client has the flow's code, a step the flow lacks or a state that
-        does not fit its model), and :class:`~underway.errors.ConflictError` while a
-        worker holds the run's lease (it is being advanced: fork it when handed back).
+        The fork has a new id, in the same tenant and on the same queue. It starts with:
+
+        - the run's input, and its state then, with ``state_patch`` applied;
+        - the same principal, roles and lineage (subject, purpose, consent, outside origin,
+          taint, shadow mode, trace, labels: :mod:`underway.lineage`);
+        - the run's usage counters and version markers then, so budgets and counter rules keep
+          counting.
+
+        It never inherits approvals, pending requests, waits, timers or escalations. A forked
+        call that needs an approval asks for its own. Both journals hold the link, written in
+        one transaction: the fork's ``RunStarted.fork``, and a ``RunForked`` appended to the
+        run. The run is not changed otherwise, whatever its status.
+
+        Args:
+            run_id: The run.
+            at_seq: The event whose state the fork starts from.
+            by: Who forks it; kept in ``RunForked``.
+            reason: Why; kept in ``RunForked``.
+            step: The step the fork starts ready at. By default, the step the run stood at after
+                that event, run from its start.
+            state_patch: An RFC 7386 merge patch object, or a list of RFC 6902 JSON Patch
+                operations, applied to the state.
+            tenant_id: The run's tenant.
+
+        Raises:
+            ConfigurationError: A seq the run has no event at, a run whose payloads were purged,
+                an ended run without ``step``, or a patch that does not apply. Also, when this
+                client has the flow's code, a step the flow lacks or a state that does not fit
+                its model.
+            ConflictError: A worker holds the run's lease. It is being advanced: fork it when
+                handed back.
         """
         return fork_run(self._store, self._journal, self.clock, self.flows, run_id,
                         at_seq=at_seq, step=step, state_patch=state_patch, by=by,

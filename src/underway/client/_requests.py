@@ -91,10 +91,17 @@ def request_of(state: RunState) -> PendingRequest | None:
 
 def redact_request(r: PendingRequest, *, reveal: bool = False,
                    redactor: Redactor | None = None) -> PendingRequest:
-    """``r`` as a viewer sees it (:mod:`underway.redaction`): the fields its tool hides
-    redacted in its arguments, evidence, question and context — secrets always, sensitive
-    fields unless ``reveal``. ``redactor``: one that learned the run's events (it hides
-    what else the run's hidden fields held), else a new one."""
+    """``r`` as a viewer sees it (:mod:`underway.redaction`).
+
+    The fields its tool hides are redacted in its arguments, evidence, question and context.
+    Secrets always are; sensitive fields unless ``reveal``.
+
+    Args:
+        r: The pending request.
+        reveal: Show sensitive fields.
+        redactor: One that learned the run's events: it hides what else the run's hidden
+            fields held. Else a new one.
+    """
     hidden = Hidden.of(r)
     red = redactor if redactor is not None else Redactor(reveal=reveal)
     if hidden:

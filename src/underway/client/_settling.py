@@ -72,11 +72,24 @@ class Settling:
         result: JSON = None,
         tenant_id: str = "default",
     ) -> None:
-        """Resolve an escalation: the effect ``succeeded`` (with result), ``failed``, or
-        may be ``retry``-ed. Unsigned, so with :attr:`signed_resolutions` it raises
-        :class:`~underway.errors.SignedResolutionRequired` and sends nothing (sign one:
-        :meth:`submit_decision` with a ``resolve`` decision). A worker with
-        ``signed_resolutions`` refuses an unsigned one in any case (``SignalIgnored``)."""
+        """Resolve an escalation.
+
+        It is unsigned. A worker with ``signed_resolutions`` refuses an unsigned one in any case
+        (``SignalIgnored``). To sign one, use :meth:`submit_decision` with a ``resolve``
+        decision.
+
+        Args:
+            run_id: The run.
+            resolution: The effect ``succeeded`` (with ``result``), ``failed``, or may be
+                ``retry``-ed.
+            by: Who resolves it.
+            result: The effect's result, when it succeeded.
+            tenant_id: The run's tenant.
+
+        Raises:
+            SignedResolutionRequired: This client has :attr:`signed_resolutions`; nothing is
+                sent.
+        """
         if resolution not in ("succeeded", "failed", "retry"):
             raise ConfigurationError(
                 f"resolution must be 'succeeded', 'failed' or 'retry', not {resolution!r}"
@@ -90,10 +103,20 @@ class Settling:
         self: _Steering, run_id: str, *, by: str, step: str | None = None,
         tenant_id: str = "default",
     ) -> None:
-        """Resume a dead run, at ``step`` or where it stopped (its failed calls are tried
-        again, each through the whole guard; completed ones are not). Unsigned, so with
-        :attr:`signed_resolutions` it raises
-        :class:`~underway.errors.SignedResolutionRequired` and sends nothing."""
+        """Resume a dead run, at ``step`` or where it stopped.
+
+        Its failed calls are tried again, each through the whole guard; completed ones are not.
+
+        Args:
+            run_id: The run.
+            by: Who resumes it.
+            step: The step to resume at; None means where it stopped.
+            tenant_id: The run's tenant.
+
+        Raises:
+            SignedResolutionRequired: This client has :attr:`signed_resolutions`. It is
+                unsigned, so nothing is sent.
+        """
         row = _unsigned(self, run_id, tenant_id, "resume", "dead",
                         "only dead runs can be resumed")
         if step is not None and row.flow in self.flows:

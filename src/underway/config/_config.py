@@ -40,10 +40,17 @@ if TYPE_CHECKING:
 
 
 class ConfigError(ConfigurationError):
-    """A config file that cannot be used: ``source`` is the file, ``key`` the dotted path
-    of the offending key (``notifier.webhook.url``; empty for the file as a whole) and
-    ``problem`` what is wrong with it. When a file has several problems these describe
-    the first, and the message lists them all."""
+    """A config file that cannot be used.
+
+    When a file has several problems, ``key`` and ``problem`` describe the first. The
+    message lists them all.
+
+    Args:
+        source: The file.
+        key: The dotted path of the offending key (``notifier.webhook.url``); empty for the
+            file as a whole.
+        problem: What is wrong with it.
+    """
 
     def __init__(self, source: str, key: str, problem: str) -> None:
         self.source, self.key, self.problem = source, key, problem
@@ -139,10 +146,17 @@ class Config(Sections):
         self, *, environment: str, env_prefix: str | None,
         environ: Mapping[str, str] | None = None,
     ) -> SecretProvider | None:
-        """The tools' secret provider for a worker in ``environment``: environment
-        variables under ``env_prefix`` (None: no provider, unless ``[secrets]`` binds
-        secrets to environments, which reads them without a prefix), bound by
-        ``[secrets]`` to the environments that may read them."""
+        """The tools' secret provider for a worker in ``environment``.
+
+        It reads environment variables. ``[secrets]`` binds them to the environments that may
+        read them.
+
+        Args:
+            environment: The worker's environment.
+            env_prefix: The variables' prefix. None: no provider, unless ``[secrets]`` binds
+                secrets to environments, which reads them without a prefix.
+            environ: The variables; None means ``os.environ``.
+        """
         bound = self.secrets.environments or self.secrets.default is not None
         if env_prefix is None and not bound:
             return None

@@ -86,17 +86,23 @@ def _subject(scope: str) -> str | None:
 class DataKeys:
     """The data keys of a store's tenants, through a key provider.
 
-    :meth:`active` is what seals: the tenant's active key, made (and stored wrapped) the
-    first time the tenant needs one. It reads the store only when it knows no key for the
-    tenant yet; a key it knows is looked at again (a rotation elsewhere may have replaced
-    it) by :meth:`prepare` once ``refresh`` seconds have passed — which the journal calls
-    from its loads, on the store's I/O threads, never on an event loop. :meth:`get` opens:
-    any key by id, unwrapped once and kept.
+    :meth:`active` is what seals: the tenant's active key. It is made (and stored wrapped)
+    the first time the tenant needs one. It reads the store only when it knows no key for
+    the tenant yet. A key it knows is looked at again by :meth:`prepare` once ``refresh``
+    seconds have passed: a rotation elsewhere may have replaced it. The journal calls
+    :meth:`prepare` from its loads, on the store's I/O threads, never on an event loop.
+    :meth:`get` opens: any key by id, unwrapped once and kept.
 
-    The KEKs may change under a running process (a rotation made by another): a data key
+    The KEKs may change under a running process (a rotation made by another). A data key
     that does not unwrap has the provider read its KEKs again, once, before it is called
-    unavailable, and a new key is wrapped by the KEK current now
+    unavailable. A new key is wrapped by the KEK current now
     (:func:`~underway.crypto.providers.refresh_provider`).
+
+    Args:
+        store: Where the wrapped keys are kept.
+        provider: Wraps and unwraps them.
+        refresh: Seconds before a known key is looked at again.
+        clock: The monotonic clock those seconds are read from.
     """
 
     def __init__(
@@ -232,7 +238,13 @@ class DataKeys:
         return self._headers.get((tenant_id, header))
 
     def remember_header(self, tenant_id: str, header: bytes, key: DataKey) -> None:
-        """Note that boxes of the tenant with ``header`` open with ``key``."""
+        """Note that boxes of the tenant with ``header`` open with ``key``.
+
+        Args:
+            tenant_id: The tenant.
+            header: The boxes' header.
+            key: The key they open with.
+        """
         if len(self._headers) > 10_000:
             self._headers.clear()
         self._headers[(tenant_id, header)] = key

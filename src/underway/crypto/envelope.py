@@ -64,9 +64,17 @@ class Envelope:
         return hmac.new(key.address_key, raw, hashlib.sha256).hexdigest()
 
     def terms(self, tenant_id: str, words: Sequence[str], *, every_key: bool) -> list[str]:
-        """Blind index terms of ``words`` (letters only, so every full-text parser keeps
-        each one whole), under the tenant's own keys (a data subject's records are
-        indexed under their tenant's key too: a search reads no subject's key)."""
+        """Blind index terms of ``words``, under the tenant's own keys.
+
+        They are letters only, so every full-text parser keeps each one whole. A data subject's
+        records are indexed under their tenant's key too: a search reads no subject's key.
+
+        Args:
+            tenant_id: The tenant.
+            words: The words.
+            every_key: For a search: under each key the tenant's records may have been indexed
+                with. Else under its active key only.
+        """
         keys = self.keys.every(tenant_id, "") if every_key else [self.keys.active(tenant_id)]
         out = []
         for key in keys:
@@ -118,7 +126,16 @@ class NoKeys:
         )
 
     def terms(self, tenant_id: str, words: Sequence[str], *, every_key: bool) -> list[str]:
-        """Unavailable: no keys here."""
+        """Unavailable: no keys here.
+
+        Args:
+            tenant_id: The tenant.
+            words: The words.
+            every_key: Unused.
+
+        Raises:
+            KeyUnavailable: Always.
+        """
         raise KeyUnavailable(f"the knowledge base of tenant {tenant_id!r} is encrypted: "
                              f"{self.why}")
 
@@ -127,11 +144,20 @@ class NoKeys:
 
 
 def encrypt(store: Store, provider: KeyProvider, *, refresh: float = 5.0) -> Envelope:
-    """Turn encryption at rest on for every payload read or written through ``store``
-    (and every engine, client, journal and knowledge base built on it): its codec seals
-    with an :class:`Envelope` over the tenants' data keys, wrapped by ``provider``.
-    ``refresh``: how long a process goes on sealing with a key it knows before it looks
-    for a newer one (a rotation made elsewhere). Returns the envelope."""
+    """Turn encryption at rest on for every payload read or written through ``store``.
+
+    So does every engine, client, journal and knowledge base built on it. Its codec seals
+    with an :class:`Envelope` over the tenants' data keys.
+
+    Args:
+        store: The store.
+        provider: Wraps the data keys.
+        refresh: How long a process goes on sealing with a key it knows before it looks for
+            a newer one (a rotation made elsewhere).
+
+    Returns:
+        The envelope.
+    """
     envelope = Envelope(DataKeys(store, provider, refresh=refresh))
     store.codec = Codec(threshold=store.codec.threshold, sealer=envelope)
     return envelope

@@ -71,9 +71,17 @@ class KeyProvider(Protocol):
         ...
 
     def unwrap(self, wrapped: bytes, *, kek_id: str, context: bytes) -> bytes:
-        """The data key that ``kek_id`` wrapped for ``context``. Raises
-        :class:`~underway.errors.KeyUnavailable` when this provider does not hold that KEK,
-        refuses, or the wrapped key does not unwrap for ``context``."""
+        """The data key that ``kek_id`` wrapped for ``context``.
+
+        Args:
+            wrapped: The wrapped data key.
+            kek_id: The KEK that wrapped it.
+            context: What it was wrapped for.
+
+        Raises:
+            KeyUnavailable: This provider does not hold that KEK, or refuses. Or the wrapped key
+                does not unwrap for ``context``.
+        """
         ...
 
 
@@ -257,7 +265,13 @@ class KeyringFile:
         return self._keks.wrap(dek, context=context)
 
     def unwrap(self, wrapped: bytes, *, kek_id: str, context: bytes) -> bytes:
-        """The data key, when this keyring holds ``kek_id``."""
+        """The data key, when this keyring holds ``kek_id``.
+
+        Args:
+            wrapped: The wrapped data key.
+            kek_id: The KEK that wrapped it.
+            context: What it was wrapped for.
+        """
         return self._keks.unwrap(wrapped, kek_id=kek_id, context=context)
 
     def add_kek(self) -> str:
@@ -295,9 +309,17 @@ def _keyring_json(current: str, keks: Sequence[tuple[bytes, float]]) -> str:
 
 
 class EnvKey:
-    """A KEK read from an environment variable (base64 of 32 random bytes: ``underway keys
-    kek`` prints one), and earlier KEKs from ``previous`` variables, kept while data keys
-    wrapped by them are re-wrapped (``underway keys rotate --rewrap``)."""
+    """A KEK read from an environment variable, and earlier KEKs from other variables.
+
+    A KEK is base64 of 32 random bytes: ``underway keys kek`` prints one. Earlier KEKs are
+    kept while data keys wrapped by them are re-wrapped (``underway keys rotate --rewrap``).
+
+    Args:
+        var: The variable holding the current KEK.
+        previous: The variables holding earlier KEKs.
+        subjects: The directory where data subjects' secrets are kept. None: nowhere, so an
+            erasure reaches the database but not its backups.
+    """
 
     def __init__(self, var: str = "UNDERWAY_KEK", *, previous: Sequence[str] = (),
                  subjects: str | os.PathLike[str] | None = None) -> None:
@@ -339,7 +361,13 @@ class EnvKey:
         return self._keks.wrap(dek, context=context)
 
     def unwrap(self, wrapped: bytes, *, kek_id: str, context: bytes) -> bytes:
-        """The data key, when ``kek_id`` is the current or a previous KEK."""
+        """The data key, when ``kek_id`` is the current or a previous KEK.
+
+        Args:
+            wrapped: The wrapped data key.
+            kek_id: The KEK that wrapped it.
+            context: What it was wrapped for.
+        """
         return self._keks.unwrap(wrapped, kek_id=kek_id, context=context)
 
 
@@ -363,16 +391,20 @@ def _env_kek(var: str) -> bytes:
 
 
 class CallbackKeys:
-    """A key provider made of your functions, e.g. around a cloud KMS:
-    ``wrap(dek, context) -> bytes`` with the KMS key named ``kek_id``, and
-    ``unwrap(wrapped, kek_id, context) -> bytes``. Pass ``context`` to the KMS as its
-    encryption context (or associated data). ``unwrap`` should raise
-    :class:`~underway.errors.KeyUnavailable` when the KMS refuses; any other error it
-    raises is reported as one.
+    """A key provider made of your functions, e.g. around a cloud KMS.
 
-    ``vault``: where data subjects' secrets are kept (a :class:`SubjectVault` — e.g. one
-    KMS key or Vault secret per subject); without one an erasure reaches the database but
-    not its backups."""
+    Pass ``context`` to the KMS as its encryption context (or associated data).
+
+    Args:
+        kek_id: The KMS key that wraps new data keys.
+        wrap: ``wrap(dek, context) -> bytes``, with the KMS key named ``kek_id``.
+        unwrap: ``unwrap(wrapped, kek_id, context) -> bytes``. It should raise
+            :class:`~underway.errors.KeyUnavailable` when the KMS refuses. Any other error
+            it raises is reported as one.
+        vault: Where data subjects' secrets are kept (a :class:`SubjectVault`, e.g. one KMS
+            key or Vault secret per subject). Without one an erasure reaches the database
+            but not its backups.
+    """
 
     def __init__(
         self,
@@ -404,7 +436,13 @@ class CallbackKeys:
         return self._wrap(dek, context)
 
     def unwrap(self, wrapped: bytes, *, kek_id: str, context: bytes) -> bytes:
-        """The data key from your ``unwrap``."""
+        """The data key from your ``unwrap``.
+
+        Args:
+            wrapped: The wrapped data key.
+            kek_id: The KEK that wrapped it.
+            context: What it was wrapped for.
+        """
         try:
             return self._unwrap(wrapped, kek_id, context)
         except KeyUnavailable:

@@ -99,12 +99,24 @@ def reseal(
     store: Store, tenant_id: str, kind: str, *, after: tuple[str, ...] = (),
     limit: int = BATCH,
 ) -> tuple[tuple[str, ...] | None, int]:
-    """Seal again under the tenant's active key one batch of its rows of ``kind`` after
-    ``after`` — sealed under another key, or stored in plaintext before encryption was
-    turned on — and store them where nobody changed them meanwhile. A row sealed under a
-    data subject's key stays as it is (erasing the subject must still reach it). Returns
-    the position to go on after (None: the kind is done) and how many rows were sealed
-    again. Safe to repeat: a row already under the active key is left alone."""
+    """Seal one batch of the tenant's rows again under its active key.
+
+    The rows were sealed under another key, or stored in plaintext before encryption was
+    turned on. They are stored where nobody changed them meanwhile. A row sealed under a data
+    subject's key stays as it is: erasing the subject must still reach it. Safe to repeat: a
+    row already under the active key is left alone.
+
+    Args:
+        store: The store.
+        tenant_id: The tenant.
+        kind: The kind of rows.
+        after: The position to start after.
+        limit: The most rows in the batch.
+
+    Returns:
+        The position to go on after (None: the kind is done), and how many rows were sealed
+        again.
+    """
     envelope = envelope_of(store)
     codec: Codec = store.codec
     # Read afresh: this process may know the key the rotation retired as active still.

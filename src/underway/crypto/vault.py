@@ -39,8 +39,15 @@ class SubjectVault(Protocol):
     """Keeps one secret per data subject outside the database, and destroys it on request."""
 
     def subject_secret(self, tenant_id: str, subject: str, *, create: bool) -> bytes | None:
-        """The subject's secret; made (at random) when there is none and ``create``, else
-        None. Processes creating one at once all get the same."""
+        """The subject's secret, or None when there is none and not ``create``.
+
+        Processes creating one at once all get the same.
+
+        Args:
+            tenant_id: The subject's tenant.
+            subject: The data subject.
+            create: Make one (at random) when there is none.
+        """
         ...
 
     def destroy_subject(self, tenant_id: str, subject: str) -> bool:
@@ -81,7 +88,13 @@ class SubjectDir:
         return self.path / name
 
     def subject_secret(self, tenant_id: str, subject: str, *, create: bool) -> bytes | None:
-        """The subject's secret (made when missing and ``create``)."""
+        """The subject's secret (made when missing and ``create``).
+
+        Args:
+            tenant_id: The subject's tenant.
+            subject: The data subject.
+            create: Make one when there is none.
+        """
         target = self._file(tenant_id, subject)
         found = self._read(target)
         if found is not None or not create:

@@ -114,18 +114,56 @@ def tool(
 ) -> Tool[Any, Any] | ToolDecorator:
     """Declare a tool. Use bare (``@tool``) or with options (``@tool(read_only=True)``).
 
-    ``read_only=True`` is ``mutating=False``. The description a model sees is
-    ``description`` or the function's docstring. See :class:`Tool` for every option.
+    See :class:`Tool` for what each option means to policies, budgets and traces.
 
-    ``reconcile(key)`` (or ``reconcile(key, info)``, to send ``info.fence`` along) is
-    asked, after a crash or a timeout hid a call's outcome, whether the effect with that
-    idempotency key took place. It must answer a :class:`Reconciled` within
-    ``hook_timeout`` seconds; raising, answering anything else or running longer
-    escalates the call to a person.
+    The function takes the arguments, and optionally a :class:`CallInfo`. The arguments are
+    a pydantic model when its first parameter is annotated with one, else the JSON value. Or
+    it takes nothing at all: its calls then pass no arguments (:class:`NoArgs`).
 
-    The function takes the arguments (a pydantic model when its first parameter is
-    annotated with one, else the JSON value) and, optionally, a :class:`CallInfo`; or
-    nothing at all: its calls then pass no arguments (:class:`NoArgs`).
+    Args:
+        fn: The function, when used bare.
+        name: The tool's name; defaults to the function's.
+        mutating: It changes the world; it is journaled write-ahead.
+        idempotent: It may safely run again with the same key.
+        timeout: Seconds before a call that runs too long is cancelled.
+        reconcile: ``reconcile(key)``, or ``reconcile(key, info)`` to send ``info.fence``
+            along. It is asked whether the effect with that idempotency key took place, after
+            a crash or a timeout hid a call's outcome. It must answer a :class:`Reconciled`
+            within ``hook_timeout`` seconds. Raising, answering anything else or running
+            longer escalates the call to a person.
+        hook_timeout: Seconds ``reconcile`` and ``compensate`` may take.
+        retry: Retries failures on durable timers.
+        circuit: Fails fast after repeated failures.
+        read_only: True is ``mutating=False``.
+        irreversible: It cannot be undone and is never run twice on its own.
+        compensate: Undoes a completed call (see :meth:`Tool.compensation`).
+        permissions: What policies see it require.
+        input_labels: Data labels of its inputs (e.g. ``personal``).
+        output_labels: Data labels of its outputs.
+        secrets: The secrets fetched for each call into :attr:`CallInfo.secrets`.
+        amount: Dotted path of the argument holding the money a call moves.
+        currency: A code (``"INR"``), or ``arg:`` and the dotted path of the argument
+            holding it.
+        money_direction: ``out`` (it pays), ``in`` (it collects) or ``both``.
+        message: A call sends a message to a person.
+        description: What a model sees; defaults to the function's docstring.
+        trusted_output: Its results (and errors) do not taint an agent's context.
+        untrusted_ok: Safe to call with arguments derived from untrusted content.
+        outbound: A read-only tool whose arguments leave the system; labelled like a
+            mutating one.
+        trace_args: Record the call's arguments on its span: True (every field), or these
+            fields.
+        trace_result: Record the call's result on its span: True (every field), or these
+            fields.
+        sensitive: Argument and result fields (at any depth) never traced, and hidden from
+            viewers not allowed to see them.
+        hosts: The hosts it may reach (``api.example.com``, ``*.bank.in``); None means any.
+
+    Returns:
+        The tool, or, given options only, a decorator that makes one.
+
+    Raises:
+        ConfigurationError: The options contradict each other or the function's signature.
     """
 
     def build(f: ToolFn) -> Tool[Any, Any]:

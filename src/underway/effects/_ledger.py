@@ -18,8 +18,14 @@ COMPENSATE_SUFFIX = ".compensate"
 def idempotency_key(run_id: str, step: str, index: int, *, ordinal: int) -> str:
     """The deterministic key of call ``index`` in ``step`` of ``run_id``.
 
-    ``ordinal`` is how many steps the run completed before this one, so a step that a
-    ``goto`` loop visits again gets fresh keys while a re-run after a crash gets the same.
+    A step that a ``goto`` loop visits again gets fresh keys. A re-run after a crash gets
+    the same.
+
+    Args:
+        run_id: The run.
+        step: The step.
+        index: The call's index within the step.
+        ordinal: How many steps the run completed before this one.
     """
     return f"{run_id}:{ordinal}:{step}:{index}"
 

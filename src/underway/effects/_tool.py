@@ -327,9 +327,17 @@ class Tool(Generic[A, R]):
     async def invoke(
         self, args: JSON, info: CallInfo, *, validated: BaseModel | None = None
     ) -> JSON:
-        """Run the tool once with validated arguments; return its JSON result.
-        ``validated``: ``args`` already validated by :attr:`args_model` (else validated
-        here)."""
+        """Run the tool once with validated arguments.
+
+        Args:
+            args: The call's arguments.
+            info: The call's :class:`CallInfo`.
+            validated: ``args`` already validated by :attr:`args_model`; else they are
+                validated here.
+
+        Returns:
+            Its JSON result.
+        """
         value: Any = args
         if validated is not None:
             value = validated

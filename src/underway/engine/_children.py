@@ -30,8 +30,16 @@ CHILD_NAMESPACE = uuid.UUID("6f0c3a52-8d1e-4c39-9a57-2b1f6c0de7a1")
 
 
 def child_run_id(tenant_id: str, parent_run_id: str, key: str) -> str:
-    """The run id of the child ``parent_run_id`` starts under ``key``: the same on every
-    re-run of the step, so a crash between journaling and creating it loses nothing."""
+    """The run id of the child ``parent_run_id`` starts under ``key``.
+
+    It is the same on every re-run of the step. So a crash between journaling and creating
+    it loses nothing.
+
+    Args:
+        tenant_id: The tenant.
+        parent_run_id: The parent run.
+        key: The child's key within the parent.
+    """
     return str(uuid.uuid5(CHILD_NAMESPACE, f"{tenant_id}\x00{parent_run_id}\x00{key}"))
 
 

@@ -45,9 +45,16 @@ def chain_hash(prev_hash: str, stored: bytes) -> str:
 
 
 def event_hash(prev_hash: str, seq: int, event_type: str, stored: bytes) -> str:
-    """``sha256(prev_hash || "<seq>,<len(type)>:<type>," || stored bytes)`` as hex: the
-    link of an event stored at ``seq`` as ``event_type`` whose envelope leaves both to its
-    row."""
+    """``sha256(prev_hash || "<seq>,<len(type)>:<type>," || stored bytes)`` as hex.
+
+    It is the link of an event whose envelope leaves its seq and type to its row.
+
+    Args:
+        prev_hash: The chain's hash before it.
+        seq: The event's seq.
+        event_type: The event's type.
+        stored: Its stored bytes.
+    """
     h = hashlib.sha256(bytes.fromhex(prev_hash))
     h.update(f"{int(seq)},{len(event_type)}:{event_type},".encode())
     h.update(stored)
@@ -67,17 +74,32 @@ def names_itself(stored: bytes) -> bool:
 
 
 def link_hash(prev_hash: str, seq: int, event_type: str, stored: bytes) -> str:
-    """The hash of the event stored at ``seq`` as ``event_type`` with bytes ``stored``,
-    after a chain that reached ``prev_hash``, by the rule it was written under."""
+    """The hash of an event, by the rule it was written under.
+
+    Args:
+        prev_hash: The hash the chain reached before it.
+        seq: The event's seq.
+        event_type: The type it is stored as.
+        stored: Its stored bytes.
+    """
     if names_itself(stored):
         return chain_hash(prev_hash, stored)
     return event_hash(prev_hash, seq, event_type, stored)
 
 
 def placed(env: JSON, seq: int, event_type: str) -> dict[str, JSON]:
-    """A stored envelope ``env`` read from the row at ``seq`` of type ``event_type``, with
-    the row's seq and type in it. ValueError when it is no object, or names a seq or type
-    that are not the row's (an envelope names both, as it was stored before, or neither)."""
+    """A stored envelope, with its row's seq and type in it.
+
+    An envelope names both, as it was stored before, or neither.
+
+    Args:
+        env: The envelope read from the row.
+        seq: The row's seq.
+        event_type: The row's type.
+
+    Raises:
+        ValueError: It is no object, or names a seq or type that are not the row's.
+    """
     if not isinstance(env, dict):
         raise ValueError("the stored envelope is not a JSON object")
     if "seq" not in env and "type" not in env:

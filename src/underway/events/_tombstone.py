@@ -63,8 +63,17 @@ class Tombstone:
         cls, *, seq: int, type: str, at: float | None, kept: dict[str, JSON], payload: bytes,
         prev: str, hash: str,
     ) -> Tombstone:
-        """The sealed tombstone of the event at ``seq`` whose stored bytes were
-        ``payload``, chained from ``prev`` to ``hash``."""
+        """The sealed tombstone of the event at ``seq``.
+
+        Args:
+            seq: The event's seq.
+            type: The event's type.
+            at: When it happened, if kept.
+            kept: What of its data is kept.
+            payload: Its stored bytes.
+            prev: The chain's hash before it.
+            hash: Its own hash.
+        """
         when = None if at is None else float(at)
         t = cls(seq, type, when, dict(kept), hashlib.sha256(payload).hexdigest(), prev, hash)
         return cls(seq, type, when, t.kept, t.digest, prev, hash, _seal(t._body()))
@@ -78,8 +87,14 @@ class Tombstone:
         return MARK + canonical_json({**self._body(), "seal": self.seal})
 
     def problem(self, *, seq: int, type: str, prev: str, hash: str) -> str | None:
-        """What is wrong with this tombstone standing at ``seq`` in a row of ``type``
-        whose hash is ``hash``, after a chain that reached ``prev``; None when nothing."""
+        """What is wrong with this tombstone standing in a row; None when nothing.
+
+        Args:
+            seq: The row's seq.
+            type: The row's type.
+            prev: The hash the chain reached before it.
+            hash: The row's hash.
+        """
         if _exact(self.seq) != _exact(seq) or self.type != type:
             return "stored seq/type differ from the tombstone's"
         if self.prev != prev:

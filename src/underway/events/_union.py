@@ -154,9 +154,17 @@ def upcaster(event_type: str, from_version: int) -> Callable[[Upcaster], Upcaste
 
 def envelope(event: Event, *, seq: int, at: float, run_id: str | None = None
              ) -> dict[str, JSON]:
-    """The dict that is canonically encoded and stored for ``event``: its data in the lean
-    form of :mod:`underway.events._lean` (``run_id``: the run whose journal holds it, whose
-    id its call keys are stored without; None keeps them whole). ``v`` is left out at 1."""
+    """The dict that is canonically encoded and stored for ``event``.
+
+    Its data is in the lean form of :mod:`underway.events._lean`. ``v`` is left out at 1.
+
+    Args:
+        event: The event.
+        seq: Its seq.
+        at: When it happened.
+        run_id: The run whose journal holds it; its call keys are stored without it. None
+            keeps them whole.
+    """
     data = lean(event.model_dump(mode="json", exclude_defaults=True), run_id)
     data.pop("type", None)
     env: dict[str, JSON] = {"at": at, "data": data, "seq": seq,

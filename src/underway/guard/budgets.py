@@ -200,10 +200,17 @@ def check(
 ) -> list[Exceeded]:
     """The limits of ``budget`` that ``usage`` plus ``pending`` would cross.
 
-    ``pending`` is what the action about to be taken adds (one tool call, one message, the
-    amount it moves), so an action that would cross a limit is stopped before it runs.
-    Reaching a limit exactly is allowed; only going past it is reported. Wall-clock time is
-    ``now - usage.started_at`` (not checked when ``started_at`` is None).
+    An action that would cross a limit is stopped before it runs. Reaching a limit exactly is
+    allowed; only going past it is reported.
+
+    Args:
+        budget: The limits.
+        usage: What was spent so far.
+        now: The time now. Wall-clock time is ``now - usage.started_at``; it is not checked
+            when ``started_at`` is None.
+        scope: Whose budget it is, the run's or the tenant's; each limit crossed says so.
+        pending: What the action about to be taken adds: one tool call, one message, the
+            amount it moves.
     """
     total = usage if pending is None else usage.add(pending)
     found: list[Exceeded] = []
@@ -290,9 +297,19 @@ def usage_of(events: Iterable[ev.RunEvent]) -> Usage:
 def route_breach(
     router: ModelRouter, request: JSON, s: RunState
 ) -> tuple[str, BudgetBreach] | None:
-    """The route a model ``request`` takes through ``router`` and the first limit of its
-    :class:`~underway.models.RouteBudget` that route has reached in run ``s`` (usage
-    folded from the journal), or None when the request may go ahead."""
+    """The route a model ``request`` takes and the first limit it has reached.
+
+    The limit is one of the route's :class:`~underway.models.RouteBudget`. Usage is folded
+    from the journal.
+
+    Args:
+        router: The model router.
+        request: The model request.
+        s: The run's state.
+
+    Returns:
+        The route and the breach, or None when the request may go ahead.
+    """
     kind = request.get("kind", "default") if isinstance(request, dict) else "default"
     route = router.route(str(kind))
     if route not in router.budgets:
@@ -311,18 +328,27 @@ def route_breach(
 def tenant_usage(
     store: CoreStore, tenant_id: str, *, since: float, codec: Codec | None = None
 ) -> Usage:
-    """What the tenant's runs spent at or after ``since`` (epoch seconds), from the journal.
+    """What the tenant's runs spent at or after ``since``, from the journal.
 
-    Counts, for events stamped at or after ``since``: model calls with their tokens and
-    cost (``ModelResponded``); tool calls, once per call key at the first ``ToolStarted``
-    or ``ToolSucceeded`` of that key (retries of one call count once); and the
-    ``messages`` and ``money.<CUR>`` counts journaled with successful calls.
+    It counts events stamped at or after ``since``:
+
+    - model calls with their tokens and cost (``ModelResponded``);
+    - tool calls, once per call key at its first ``ToolStarted`` or ``ToolSucceeded`` (retries
+      of one call count once);
+    - the ``messages`` and ``money.<CUR>`` counts journaled with successful calls.
+
     ``started_at`` is None: wall-clock limits are per run.
 
-    Cost is O(runs of the tenant) to list them, plus the events of each run that may hold
-    events since ``since``: finished runs last updated before it are skipped, and a run
-    whose checkpoint predates ``since`` is read from its checkpoint on. To ask again and
-    again, keep a :class:`TenantUsage`: it reads only what is new.
+    Cost is O(runs of the tenant) to list them. Add the events of each run that may hold
+    events since ``since``. Finished runs last updated before it are skipped. A run whose
+    checkpoint predates ``since`` is read from its checkpoint on. To ask again and again,
+    keep a :class:`TenantUsage`: it reads only what is new.
+
+    Args:
+        store: The store.
+        tenant_id: The tenant.
+        since: The instant (epoch seconds).
+        codec: Decodes the journal; None means the store's.
     """
     return TenantUsage(tenant_id, since=since, codec=codec).refresh(store)
 
@@ -341,10 +367,15 @@ class _Mark:
 class TenantUsage:
     """A tenant's usage since a fixed instant, kept up to date by :meth:`refresh`.
 
-    The first refresh reads what :func:`tenant_usage` reads; later ones list the runs and
-    read only events appended since: a run whose row is unleased with the lease token it
-    had when its events were last read cannot have new events (every append needs a new
-    lease), so its journal is not touched. Not thread-safe: one per thread.
+    The first refresh reads what :func:`tenant_usage` reads. Later ones list the runs and
+    read only events appended since. A run whose row is unleased with the lease token it had
+    when its events were last read cannot have new events: every append needs a new lease.
+    So its journal is not touched. Not thread-safe: one per thread.
+
+    Args:
+        tenant_id: The tenant.
+        since: The instant (epoch seconds).
+        codec: Decodes the journal; None means the store's.
     """
 
     def __init__(self, tenant_id: str, *, since: float, codec: Codec | None = None) -> None:

@@ -58,8 +58,18 @@ class CallIntent:
         labels: frozenset[str] = frozenset(), evidence: JSON = None,
         risks: tuple[str, ...] = (),
     ) -> CallIntent:
-        """Compute the facts of a call of ``tool`` with ``args`` (``h``: its args hash,
-        when the caller already has it)."""
+        """Compute the facts of a call of ``tool`` with ``args``.
+
+        Args:
+            tool: The tool.
+            args: The call's arguments.
+            key: The call's idempotency key.
+            index: The call's index within its step.
+            h: Its args hash, when the caller already has it.
+            labels: The caller's data labels for the inputs.
+            evidence: What the caller shows an approver.
+            risks: The risks the caller names, shown to an approver.
+        """
         validated: BaseModel | None = None
         schema_error: ValidationError | None = None
         if tool.args_model is not None:

@@ -73,8 +73,16 @@ class Journal(JournalChecks):
         blobs: dict[str, bytes],
         subject: str | None = None,
     ) -> list[StoredEvent]:
-        """Stored form of ``pending`` (seq, time, event) of run ``run_id``, chained from
-        ``prev_hash`` (``subject``: the run's data subject, whose key seals them)."""
+        """Stored form of ``pending`` events of a run, chained from ``prev_hash``.
+
+        Args:
+            tenant_id: The run's tenant.
+            run_id: The run.
+            pending: The events, as (seq, time, event).
+            prev_hash: The chain's hash before them.
+            blobs: Receives the blobs made, by address.
+            subject: The run's data subject, whose key seals them.
+        """
         return self._encode(tenant_id, run_id, pending, prev_hash, blobs, None, subject)[0]
 
     def encode_checkpointed(
@@ -84,8 +92,19 @@ class Journal(JournalChecks):
         prev_hash: str,
         blobs: dict[str, bytes],
     ) -> tuple[list[StoredEvent], tuple[int, bytes]]:
-        """Stored form of ``pending`` as :meth:`encode` gives it, with a checkpoint of
-        ``state`` (folded through the last pending event) that the last event commits to."""
+        """Stored form of ``pending`` as :meth:`encode` gives it, with a checkpoint.
+
+        The last event commits to the checkpoint.
+
+        Args:
+            state: The run's state, folded through the last pending event.
+            pending: The events, as (seq, time, event).
+            prev_hash: The chain's hash before them.
+            blobs: Receives the blobs made, by address.
+
+        Returns:
+            The stored events, and the checkpoint as (seq, stored bytes).
+        """
         stored, ckpt = self._encode(
             state.tenant_id, state.run_id, pending, prev_hash, blobs, state, state.subject
         )
@@ -152,18 +171,34 @@ class Journal(JournalChecks):
     def decode(
         self, tenant_id: str, run_id: str, stored: Sequence[StoredEvent]
     ) -> list[Recorded]:
-        """Decode stored events of run ``run_id`` (upcasting old versions). A sealed one
-        that cannot be opened here raises :class:`~underway.errors.KeyUnavailable`."""
+        """Decode stored events of a run, upcasting old versions.
+
+        Args:
+            tenant_id: The run's tenant.
+            run_id: The run.
+            stored: The stored events.
+
+        Raises:
+            KeyUnavailable: A sealed event cannot be opened here.
+        """
         return [rec for rec, _ in self._decode(tenant_id, run_id, stored)]
 
     def decode_readable(
         self, tenant_id: str, run_id: str, stored: Sequence[StoredEvent]
     ) -> list[tuple[int, float, RunEvent | Encrypted]]:
-        """(seq, time, event) of stored events of run ``run_id`` for a reader: an event
-        whose payload cannot be opened here (no key, or a destroyed one) is an
-        :class:`~underway.events.Encrypted` with its type and time, never an error. An
-        event that does not open under a key that is here still raises
-        :class:`~underway.errors.IntegrityError`."""
+        """(seq, time, event) of stored events of a run, for a reader.
+
+        An event whose payload cannot be opened here (no key, or a destroyed one) is an
+        :class:`~underway.events.Encrypted` with its type and time, never an error.
+
+        Args:
+            tenant_id: The run's tenant.
+            run_id: The run.
+            stored: The stored events.
+
+        Raises:
+            IntegrityError: An event does not open under a key that is here.
+        """
         try:
             return [(r.seq, r.at, r.event) for r in self.decode(tenant_id, run_id, stored)]
         except KeyUnavailable:
@@ -216,8 +251,13 @@ class Journal(JournalChecks):
         """The run's state: latest checkpoint plus the fold of the events after it.
 
         A checkpoint the journal does not vouch for is ignored (see
-        :mod:`underway.journal.checkpoint`): the state is then folded from the whole journal and a
-        warning is logged.
+        :mod:`underway.journal.checkpoint`). The state is then folded from the whole journal and
+        a warning is logged.
+
+        Args:
+            tenant_id: The run's tenant.
+            run_id: The run.
+            use_checkpoint: Start from the checkpoint; False folds the whole journal.
         """
         return self._loaded(self._load(tenant_id, run_id, use_checkpoint))[0]
 
@@ -397,9 +437,16 @@ class Journal(JournalChecks):
         )
 
     def step_attempt(self, tenant_id: str, run_id: str, seq: int) -> list[Recorded]:
-        """The events of the step attempt in progress at ``seq``, from its last
-        ``StepStarted`` to ``seq`` (empty when no step started). Read backwards in growing
-        windows, so it costs the attempt's length, not the journal's."""
+        """The events of the step attempt in progress at ``seq``.
+
+        They run from its last ``StepStarted`` to ``seq``; empty when no step started. They are
+        read backwards in growing windows. So it costs the attempt's length, not the journal's.
+
+        Args:
+            tenant_id: The run's tenant.
+            run_id: The run.
+            seq: Where the attempt is in progress.
+        """
         window = 16
         while True:
             after = max(seq - window, 0)
@@ -423,10 +470,17 @@ class Journal(JournalChecks):
     def states_at(
         self, tenant_id: str, run_id: str, seq: int
     ) -> tuple[RunState, Recorded, RunState]:
-        """The run's state just before its event at ``seq``, that event, and the state
-        just after it. One fold: from the run's checkpoint when the journal vouches for it
-        and it precedes ``seq`` (then only the events since it are read), else from the
-        first event up to ``seq``."""
+        """The run's state just before its event at ``seq``, that event, and the state after.
+
+        One fold. It starts from the run's checkpoint when the journal vouches for it and it
+        precedes ``seq``. Then only the events since it are read. Else it starts from the first
+        event up to ``seq``.
+
+        Args:
+            tenant_id: The run's tenant.
+            run_id: The run.
+            seq: The event's seq.
+        """
         row = self.store.load_checkpoint(tenant_id, run_id)
         if row is not None and row[0] < seq:
             tail = self.store.load_events(tenant_id, run_id, after_seq=max(row[0] - 1, 0))

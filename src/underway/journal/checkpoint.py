@@ -47,8 +47,15 @@ def digest(stored: bytes) -> str:
 def encode(
     codec: Codec, state: RunState, prev_hash: str, blobs: dict[str, bytes], where: Where
 ) -> bytes:
-    """Stored bytes of a checkpoint of ``state``, whose event at ``state.seq`` chains from
-    ``prev_hash``, kept at ``where`` (sealed there when the codec seals)."""
+    """Stored bytes of a checkpoint of ``state``, sealed when the codec seals.
+
+    Args:
+        codec: The codec.
+        state: The run's state.
+        prev_hash: The hash its event at ``state.seq`` chains from.
+        blobs: Receives the blobs made, by address.
+        where: Where it is kept.
+    """
     data = state.to_json(shared=True)  # encoded right away, never kept
     data[BINDING_KEY] = {"v": BINDING_VERSION, "prev": prev_hash}
     return codec.encode(data, blobs, where)
@@ -86,14 +93,19 @@ def check(
 ) -> Finding | None:
     """Check a run's checkpoint row against its journal; None when it can be trusted.
 
-    ``content`` is the row's decoded content (or why it could not be decoded), ``event``
-    the stored event at the row's seq and ``committed`` the digest that event commits to;
-    ``latest`` is the highest seq known to commit to a checkpoint (0: none).
-
-    A sealed checkpoint whose key is not here (an audit without keys, or after the key
-    was destroyed) is checked by its digest alone: the journal's commitment to its exact
-    bytes is what makes it the checkpoint that was written, and its seal binds it to its
+    A sealed checkpoint whose key is not here is checked by its digest alone. That is an
+    audit without keys, or after the key was destroyed. The journal's commitment to its
+    exact bytes is what makes it the checkpoint that was written. Its seal binds it to its
     tenant, run and seq for whoever opens it.
+
+    Args:
+        tenant_id: The run's tenant.
+        run_id: The run.
+        row: The checkpoint row, as (seq, stored bytes), if any.
+        content: The row's decoded content, or why it could not be decoded.
+        event: The stored event at the row's seq.
+        committed: The digest that event commits to.
+        latest: The highest seq known to commit to a checkpoint (0: none).
     """
     if row is None:
         if latest == 0:

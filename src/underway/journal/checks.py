@@ -63,10 +63,16 @@ class JournalChecks:
         stored: Sequence[StoredEvent],
         row: RunRecord | None,
     ) -> Verification:
-        """Check ``stored`` (every event of the run, as loaded) and the run's ``row``.
+        """Check the events of a run, as loaded, and the run's row.
 
-        Whatever the database holds, this reports and never raises on bad data: an
-        audit must get past one corrupt run to the next.
+        Whatever the database holds, this reports and never raises on bad data. An audit must
+        get past one corrupt run to the next.
+
+        Args:
+            tenant_id: The run's tenant.
+            run_id: The run.
+            stored: Every event of the run.
+            row: The run's row, if any.
         """
 
         def bad(seq: int | None, reason: str) -> Verification:

@@ -62,8 +62,13 @@ def journal_wake(s: RunState) -> float | None:
 
 
 def expected_update(s: RunState, now: float, due_at: float | None) -> RunUpdate:
-    """What the row of a run in state ``s`` should say. ``due_at``: the due time of a
-    ready run (None: ``now``)."""
+    """What the row of a run in state ``s`` should say.
+
+    Args:
+        s: The run's state.
+        now: The time now.
+        due_at: The due time of a ready run; None means ``now``.
+    """
     if s.status == "ready":
         # A ready run keeps the due time it was claimed with: it stays claimable if this
         # worker dies, and an unchanged indexed column spares index writes on every step.
@@ -108,8 +113,13 @@ def lease_problem(row: RunRecord, *, now: float) -> str | None:
 
 
 def disagreements(row: RunRecord, s: RunState, *, now: float) -> list[Disagreement]:
-    """Every field of ``row`` that ``s`` contradicts, where ``s`` is the run's state
-    folded up to the row's head (``row.last_seq``). Empty when the row can be trusted."""
+    """Every field of ``row`` that ``s`` contradicts. Empty when the row can be trusted.
+
+    Args:
+        row: The run's row.
+        s: The run's state, folded up to the row's head (``row.last_seq``).
+        now: The time now.
+    """
     out: list[Disagreement] = []
 
     def differ(name: str, stored: object, truth: object, shown: str | None = None) -> None:

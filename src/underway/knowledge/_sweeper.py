@@ -32,8 +32,13 @@ class KnowledgeSweeper:
         stop = asyncio.Event()
         await asyncio.gather(worker.run(), sweeper.run(stop))
 
-    A database failure is logged and tried again at the next pass, so a sweeper never
-    takes its worker down. ``purged`` counts the records it erased, ``passes`` its passes.
+    A database failure is logged and tried again at the next pass. So a sweeper never takes
+    its worker down. ``purged`` counts the records it erased, ``passes`` its passes.
+
+    Args:
+        knowledge: The knowledge base.
+        clock: Decides what has expired; None means the system clock.
+        every: Seconds between passes.
     """
 
     def __init__(

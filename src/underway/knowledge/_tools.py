@@ -54,17 +54,24 @@ def recall_tool(
     "each result names its source.",
     trusted_output: bool = False,
 ) -> Tool:
-    """A read-only tool searching ``knowledge`` for the calling run's tenant; ``description``
-    is what a model reads about it. Its results taint an agent's context unless
-    ``trusted_output``: declare that only for a knowledge base whose every record you vouch
-    for (articles your staff wrote), never for one that agents write to with
-    :func:`remember_tool`, which would carry one run's untrusted content into the next.
+    """A read-only tool searching ``knowledge`` for the calling run's tenant.
 
-    Arguments ``{"query": str, "limit": int = 5}``; result: a list of ``{id, text, source,
+    Arguments ``{"query": str, "limit": int = 5}``. Result: a list of ``{id, text, source,
     created_at, sensitivity, score}``, best first. The caller's roles come from its
-    ``CallInfo`` (none when it carries none, which shows only records open to every role);
-    records above ``max_sensitivity`` are never shown, since what a tool returns reaches the
-    model and the run's journal. ``clock`` decides what has expired.
+    ``CallInfo``. When it carries none, only records open to every role show.
+
+    Args:
+        knowledge: The knowledge base.
+        clock: Decides what has expired.
+        name: The tool's name.
+        max_sensitivity: Records above it are never shown: what a tool returns reaches the
+            model and the run's journal.
+        timeout: Seconds a call may take.
+        description: What a model reads about it.
+        trusted_output: Its results do not taint an agent's context. Declare it only for a
+            knowledge base whose every record you vouch for (articles your staff wrote).
+            Never declare it for one that agents write to with :func:`remember_tool`. That
+            would carry one run's untrusted content into the next.
     """
     _check_sensitivity(max_sensitivity)
     now = (clock or SystemClock()).now
@@ -98,17 +105,25 @@ def remember_tool(
     timeout: float = 30.0,
     description: str = "Remember a fact for later runs (stored with this run as its source).",
 ) -> Tool:
-    """A tool that stores what an agent wants remembered, for its run's tenant;
-    ``description`` is what a model reads about it.
+    """A tool that stores what an agent wants remembered, for its run's tenant.
 
     Arguments ``{"text": str, "metadata": {...}}``; result ``{id, source, expires_at}``.
-    The record's id is the call's idempotency key, so a call retried after a crash stores
-    one record, the first. Its ``source`` is ``run:<run_id>`` and ``metadata["written_by"]``
-    names the run, step and (when known) principal. A run about a data subject stores
-    it about that subject, sealed under the subject's key, so that erasing the subject
-    deletes it. Who may read it (``roles``), how
-    sensitive it is and how long it is kept (``retention`` seconds, None: until deleted)
-    are set here, by the application, never by the model.
+    The record's id is the call's idempotency key. So a call retried after a crash stores one
+    record, the first. Its ``source`` is ``run:<run_id>``. ``metadata["written_by"]`` names
+    the run, step and (when known) principal. A run about a data subject stores it about that
+    subject, sealed under the subject's key. So erasing the subject deletes it. Who may read
+    it, how sensitive it is and how long it is kept are set here. The application sets them,
+    never the model.
+
+    Args:
+        knowledge: The knowledge base.
+        clock: Decides when a record expires.
+        name: The tool's name.
+        roles: Who may read the records.
+        sensitivity: How sensitive they are.
+        retention: Seconds they are kept; None keeps them until deleted.
+        timeout: Seconds a call may take.
+        description: What a model reads about it.
     """
     _check_sensitivity(sensitivity)
     if isinstance(roles, str) or not all(isinstance(r, str) and r for r in roles):

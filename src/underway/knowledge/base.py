@@ -34,9 +34,16 @@ class KnowledgeBase(Protocol):
     def get(
         self, tenant_id: str, record_id: str, *, now: float | None = None
     ) -> KnowledgeRecord | None:
-        """The tenant's record with this id, or None. Access roles and sensitivity are not
-        checked: this is for the application, not for a reader. With ``now``, a record
-        expired at that time reads as absent."""
+        """The tenant's record with this id, or None.
+
+        Access roles and sensitivity are not checked: this is for the application, not for a
+        reader.
+
+        Args:
+            tenant_id: The tenant.
+            record_id: The record's id.
+            now: With it, a record expired at that time reads as absent.
+        """
         ...
 
     def search(
@@ -51,9 +58,16 @@ class KnowledgeBase(Protocol):
     ) -> list[KnowledgeHit]:
         """The tenant's records that match any word of ``query``, best first.
 
-        Only records a reader with ``roles`` may read (a record without roles is open to
-        every role), labelled at most ``max_sensitivity``, and not expired at ``now``.
-        A query without words finds nothing.
+        Only records a reader with ``roles`` may read, labelled at most ``max_sensitivity``, and
+        not expired at ``now``. A query without words finds nothing.
+
+        Args:
+            tenant_id: The tenant.
+            query: The words to match.
+            roles: The reader's roles. A record without roles is open to every role.
+            now: The time now; records expired then are left out.
+            limit: The most records returned.
+            max_sensitivity: The highest sensitivity label returned.
         """
         ...
 

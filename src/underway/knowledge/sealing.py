@@ -44,9 +44,21 @@ def stored_fields(codec: Codec, record: KnowledgeRecord) -> dict[str, Any]:
 def row_terms(
     codec: Codec, tenant_id: str, record_id: str, text: str, sealed: bytes | None
 ) -> list[str] | None:
-    """What a stored row is indexed under by this code (to index rows written by an earlier
-    one again): its words, or for a sealed row the blind terms of its words — None when the
-    row is sealed and its tenant's keys are not here."""
+    """What a stored row is indexed under by this code.
+
+    It serves to index again the rows an earlier version wrote.
+
+    Args:
+        codec: The codec.
+        tenant_id: The row's tenant.
+        record_id: The row's record id.
+        text: The row's text.
+        sealed: The row's sealed fields, if sealed.
+
+    Returns:
+        Its words, or for a sealed row the blind terms of its words. None when the row is
+        sealed and its tenant's keys are not here.
+    """
     if sealed is None:
         return index_words(text)
     if codec.sealer is None:
@@ -62,8 +74,20 @@ def opened_fields(
     codec: Codec, tenant_id: str, record_id: str, text: str, source: str,
     metadata: dict[str, Any], sealed: bytes | None, subject: str | None = None,
 ) -> tuple[str, str, dict[str, Any]]:
-    """A row's text, source and metadata as the record holds them (``[encrypted]`` when
-    they are sealed and cannot be opened here)."""
+    """A row's text, source and metadata as the record holds them.
+
+    They read ``[encrypted]`` when they are sealed and cannot be opened here.
+
+    Args:
+        codec: The codec.
+        tenant_id: The row's tenant.
+        record_id: The row's record id.
+        text: The row's text column.
+        source: The row's source column.
+        metadata: The row's metadata column.
+        sealed: The row's sealed fields, if sealed.
+        subject: The row's data subject, whose key sealed them.
+    """
     if sealed is None:
         return text, source, metadata
     try:
@@ -74,9 +98,16 @@ def opened_fields(
 
 
 def query_terms(codec: Codec, tenant_id: str, terms: Sequence[str]) -> list[str]:
-    """What to match for the words ``terms`` of a query: the words themselves (records
-    stored in plaintext) and, with a sealer, their blind terms under each of the tenant's
-    keys."""
+    """What to match for the words of a query.
+
+    The words themselves match records stored in plaintext. With a sealer, so do their blind
+    terms under each of the tenant's keys.
+
+    Args:
+        codec: The codec.
+        tenant_id: The tenant.
+        terms: The query's words.
+    """
     if codec.sealer is None:
         return list(terms)
     try:

@@ -47,8 +47,24 @@ def api_key(given: str | None, *, env: str, base_url: str | None, adapter: str) 
 
 
 class Adapter(abc.ABC):
-    """Base of the provider adapters: ``complete`` (the engine's JSON interface) over
-    ``send`` (typed), with retries and cost accounting."""
+    """Base of the provider adapters.
+
+    ``complete`` (the engine's JSON interface) runs over ``send`` (typed), with retries and
+    cost accounting.
+
+    Args:
+        model: The model id.
+        name: The model's name; None means ``provider:model``.
+        secret: The API key, kept out of every error.
+        sdk: The provider's SDK module; its errors are classified for retries.
+        make_client: Makes an SDK client; one is made per event loop.
+        prices: Prices calls; None means the maintained table.
+        retry: Attempts and back-off; None means the default.
+        max_retry_after: The longest provider-requested wait honoured in-process.
+        sleep: Waits between retries; injectable for tests.
+        jitter: A number in [0, 1) for the back-off; injectable for tests.
+        on_retry: Called before each retry.
+    """
 
     provider: ClassVar[str]
 
@@ -138,7 +154,13 @@ class Adapter(abc.ABC):
 
     @abc.abstractmethod
     def response(self, raw: Any, request: ModelRequest, attempts: int) -> ModelResponse:
-        """The provider's reply as a :class:`ModelResponse`."""
+        """The provider's reply as a :class:`ModelResponse`.
+
+        Args:
+            raw: The reply, as the SDK gives it.
+            request: The request it answers.
+            attempts: How many requests were sent.
+        """
 
     def quote(self, request: JSON) -> ModelQuote:
         """The most ``request`` can spend: its parameters' bytes bound its input tokens
@@ -170,9 +192,16 @@ class Adapter(abc.ABC):
     ) -> float:
         """USD for one call, priced by the model that answered, else the one asked for.
 
-        A model with no price costs 0 and is logged once; a call to it is refused before
-        it is sent wherever a cost budget applies (:meth:`quote`). Give local models an
-        explicit 0 price.
+        A model with no price costs 0 and is logged once. A call to it is refused before it is
+        sent wherever a cost budget applies (:meth:`quote`). Give local models an explicit 0
+        price.
+
+        Args:
+            model: The model that answered.
+            tokens_in: Every input token, cache reads and writes included.
+            tokens_out: Output tokens.
+            cached_tokens_in: The part of ``tokens_in`` read from the prompt cache.
+            cache_write_tokens_in: The part of ``tokens_in`` written to the prompt cache.
         """
         for candidate in (model, self.model):
             usd = self.prices.cost(candidate, tokens_in, tokens_out, cached_tokens_in,

@@ -33,15 +33,25 @@ _STOP: dict[str, StopReason] = {
 class AnthropicMessages(Adapter):
     """A Claude model behind the Messages API.
 
-    System messages become the ``system`` prompt; assistant tool calls become ``tool_use``
+    System messages become the ``system`` prompt. Assistant tool calls become ``tool_use``
     blocks and tool messages ``tool_result`` blocks. A ``response_schema`` is realised as a
-    tool named :data:`RESPONSE_TOOL` whose input schema is that schema, and which the model
-    is made to call (any tool, when the request also offers its own tools); its input comes
-    back as the response's ``text`` (JSON) and ``parsed``.
+    tool named :data:`RESPONSE_TOOL` whose input schema is that schema. The model is made to
+    call it (any tool, when the request also offers its own tools). Its input comes back as
+    the response's ``text`` (JSON) and ``parsed``.
 
-    The key is ``api_key`` or ``ANTHROPIC_API_KEY``; ``base_url`` points at a proxy or a
-    compatible server. ``max_tokens`` (required by the API) defaults to
-    ``default_max_tokens``. Retry options are those of :class:`OpenAIChat`.
+    Args:
+        model: The model id.
+        api_key: The key; None reads ``ANTHROPIC_API_KEY``.
+        base_url: Points at a proxy or a compatible server.
+        name: The model's name; None means ``anthropic:<model>``.
+        prices: Prices calls; None means the maintained table.
+        timeout: Seconds a request may take.
+        default_max_tokens: ``max_tokens`` (required by the API) when the request sets none.
+        retry: Attempts and back-off, as for :class:`OpenAIChat`.
+        max_retry_after: The longest provider-requested wait honoured in-process.
+        on_retry: Called before each retry.
+        sleep: Waits between retries; injectable for tests.
+        jitter: A number in [0, 1) for the back-off; injectable for tests.
     """
 
     provider = "anthropic"
@@ -123,7 +133,13 @@ class AnthropicMessages(Adapter):
         return await self.client().messages.create(**params)
 
     def response(self, raw: Any, request: ModelRequest, attempts: int) -> ModelResponse:
-        """A Messages API reply as a :class:`ModelResponse`."""
+        """A Messages API reply as a :class:`ModelResponse`.
+
+        Args:
+            raw: The reply, as the SDK gives it.
+            request: The request it answers.
+            attempts: How many requests were sent.
+        """
         texts: list[str] = []
         calls: list[ToolCall] = []
         parsed: Any = None

@@ -10,11 +10,14 @@ __all__ = ["ModelError"]
 class ModelError(UnderwayError):
     """A model call failed: the provider refused it, or kept failing until retries ran out.
 
-    ``provider`` and ``model`` say which call; ``status`` is the HTTP status (``None`` for a
-    connection error or timeout); ``provider_message`` is the provider's own explanation;
-    ``retryable`` says whether trying again later may help (rate limits, 5xx, timeouts);
-    ``retry_after`` is the wait in seconds the provider last asked for, if it did;
-    ``attempts`` is how many requests were sent.
+    Args:
+        provider: The provider called.
+        model: The model called.
+        status: The HTTP status; None for a connection error or timeout.
+        provider_message: The provider's own explanation.
+        retryable: Whether trying again later may help (rate limits, 5xx, timeouts).
+        retry_after: The wait in seconds the provider last asked for, if it did.
+        attempts: How many requests were sent.
     """
 
     def __init__(

@@ -31,19 +31,27 @@ _SCHEMA_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 class OpenAIChat(Adapter):
     """A model behind ``POST {base_url}/chat/completions``.
 
-    ``base_url`` selects the server: OpenAI by default (or ``OPENAI_BASE_URL``), or a local
-    one such as ``http://127.0.0.1:8000/v1`` (vLLM), ``http://127.0.0.1:11434/v1`` (Ollama)
-    or ``http://127.0.0.1:8080/v1`` (llama.cpp). The key is ``api_key`` or
-    ``OPENAI_API_KEY``; a server at a custom ``base_url`` may need none. The key is sent
-    as a header only: it is never logged, journaled or shown in an error.
+    The key is sent as a header only: it is never logged, journaled or shown in an error.
+    Retries are described in :mod:`underway.models.retries`.
 
-    ``max_tokens_field`` names the request field for the length limit: OpenAI's current
-    models take ``max_completion_tokens``, many local servers only ``max_tokens``; by default
-    the former for OpenAI and the latter for a custom ``base_url``.
-
-    Retries (see :mod:`underway.models.retries`): ``retry`` (attempts and back-off),
-    ``max_retry_after`` (longest provider-requested wait honoured in-process),
-    ``on_retry`` (called before each retry), ``sleep`` and ``jitter`` (injectable for tests).
+    Args:
+        model: The model id.
+        api_key: The key; None reads ``OPENAI_API_KEY``. A server at a custom ``base_url``
+            may need none.
+        base_url: Selects the server: OpenAI by default (or ``OPENAI_BASE_URL``). Or a local
+            one such as ``http://127.0.0.1:8000/v1`` (vLLM), ``http://127.0.0.1:11434/v1``
+            (Ollama) or ``http://127.0.0.1:8080/v1`` (llama.cpp).
+        name: The model's name; None means ``openai:<model>``.
+        prices: Prices calls; None means the maintained table.
+        timeout: Seconds a request may take.
+        max_tokens_field: Names the request field for the length limit. OpenAI's current
+            models take ``max_completion_tokens``, many local servers only ``max_tokens``.
+            By default, the former for OpenAI and the latter for a custom ``base_url``.
+        retry: Attempts and back-off.
+        max_retry_after: The longest provider-requested wait honoured in-process.
+        on_retry: Called before each retry.
+        sleep: Waits between retries; injectable for tests.
+        jitter: A number in [0, 1) for the back-off; injectable for tests.
     """
 
     provider = "openai"
@@ -111,7 +119,13 @@ class OpenAIChat(Adapter):
         return await self.client().chat.completions.create(**params)
 
     def response(self, raw: Any, request: ModelRequest, attempts: int) -> ModelResponse:
-        """A chat completion as a :class:`ModelResponse`."""
+        """A chat completion as a :class:`ModelResponse`.
+
+        Args:
+            raw: The completion, as the SDK gives it.
+            request: The request it answers.
+            attempts: How many requests were sent.
+        """
         if not raw.choices:
             raise ModelError(
                 self.provider, self.model, status=200,

@@ -102,7 +102,14 @@ class MaintainedPrice:
         self, tokens_in: int, tokens_out: int, cached_tokens_in: int = 0,
         cache_write_tokens_in: int = 0,
     ) -> float:
-        """USD for one call, as :meth:`Price.cost` counts tokens."""
+        """USD for one call, as :meth:`Price.cost` counts tokens.
+
+        Args:
+            tokens_in: Every input token, cache reads and writes included.
+            tokens_out: Output tokens.
+            cached_tokens_in: The part of ``tokens_in`` read from the prompt cache.
+            cache_write_tokens_in: The part of ``tokens_in`` written to the prompt cache.
+        """
         cached = min(max(cached_tokens_in, 0), tokens_in)
         written = min(max(cache_write_tokens_in, 0), tokens_in - cached)
         usage = genai_prices.Usage(
@@ -227,9 +234,16 @@ class PriceTable:
     def most(
         self, model: str, tokens_in: int, tokens_out: int, *, provider: str | None = None,
     ) -> float | None:
-        """The most a call of ``model`` with up to ``tokens_in`` input and ``tokens_out``
-        output tokens can cost (every input token a cache write, when writes cost more),
-        or ``None`` when it has no price."""
+        """The most a call of ``model`` can cost, or ``None`` when it has no price.
+
+        Every input token counts as a cache write, when writes cost more.
+
+        Args:
+            model: The model.
+            tokens_in: The most input tokens.
+            tokens_out: The most output tokens.
+            provider: The model's provider, when known.
+        """
         price = self.lookup(model, provider=provider)
         if price is None:
             return None

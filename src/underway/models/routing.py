@@ -71,7 +71,13 @@ class RouteUsage:
         return self.tokens_in + self.tokens_out
 
     def plus(self, tokens_in: int, tokens_out: int, cost_usd: float) -> RouteUsage:
-        """This usage and one more call."""
+        """This usage and one more call.
+
+        Args:
+            tokens_in: The call's input tokens.
+            tokens_out: The call's output tokens.
+            cost_usd: The call's cost.
+        """
         return RouteUsage(
             self.calls + 1, self.tokens_in + tokens_in, self.tokens_out + tokens_out,
             self.cost_usd + cost_usd,
@@ -160,10 +166,15 @@ def budget_breaches(
 class ModelRouter:
     """A model that sends each request to the adapter its ``kind`` routes to.
 
-    ``adapters`` are the models to choose from, each known by its ``name``; ``routes`` maps
-    a task kind to an adapter name; ``default`` names the adapter for every other kind.
-    ``budgets`` maps a route (a kind in ``routes``, or ``"default"``) to its
-    :class:`RouteBudget`; check them with :meth:`breaches` against the run's journal.
+    Check the budgets with :meth:`breaches` against the run's journal.
+
+    Args:
+        adapters: The models to choose from, each known by its ``name``.
+        routes: Maps a task kind to an adapter name.
+        default: Names the adapter for every other kind.
+        budgets: Maps a route (a kind in ``routes``, or ``"default"``) to its
+            :class:`RouteBudget`.
+        name: The router's name.
     """
 
     def __init__(

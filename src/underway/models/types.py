@@ -64,8 +64,13 @@ class ToolCall(_Frozen):
     def parse(cls, id: str, name: str, raw_arguments: str) -> ToolCall:
         """A call whose arguments arrived as JSON text (which may be malformed).
 
-        Empty text means no arguments (``{}``): some local servers send it for tools
-        without parameters.
+        Empty text means no arguments (``{}``): some local servers send it for tools without
+        parameters.
+
+        Args:
+            id: The call's id.
+            name: The tool's name.
+            raw_arguments: The arguments, as JSON text.
         """
         if not raw_arguments.strip():
             return cls(id=id, name=name, arguments={}, raw_arguments=raw_arguments)
@@ -85,7 +90,13 @@ class ToolCall(_Frozen):
 
     @classmethod
     def from_arguments(cls, id: str, name: str, arguments: dict[str, Any]) -> ToolCall:
-        """A call whose arguments arrived already parsed (as Anthropic sends them)."""
+        """A call whose arguments arrived already parsed (as Anthropic sends them).
+
+        Args:
+            id: The call's id.
+            name: The tool's name.
+            arguments: The arguments.
+        """
         return cls(
             id=id, name=name, arguments=arguments,
             raw_arguments=json.dumps(arguments, ensure_ascii=False, separators=(",", ":")),
@@ -132,7 +143,13 @@ class Message(_Frozen):
 
     @classmethod
     def tool(cls, tool_call_id: str, content: str, *, name: str | None = None) -> Message:
-        """The result of the tool call ``tool_call_id``, as text."""
+        """The result of the tool call ``tool_call_id``, as text.
+
+        Args:
+            tool_call_id: The call it answers.
+            content: The result.
+            name: The tool's name, for providers that want it.
+        """
         return cls(role="tool", content=content, tool_call_id=tool_call_id, name=name)
 
 

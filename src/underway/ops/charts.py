@@ -141,9 +141,17 @@ def columns(
     stacked: bool = False, label: str = "", every: int | None = None,
     ceiling: Callable[[float], float] = nice_ceiling,
 ) -> Chart:
-    """Vertical bars, one slot per label: the series side by side, or ``stacked``. The
-    value axis goes up to ``ceiling`` of the highest slot; the x axis names every
-    ``every``-th slot (default: about eight names)."""
+    """Vertical bars, one slot per label: the series side by side, or ``stacked``.
+
+    Args:
+        labels: The slots' names.
+        series: The series.
+        fmt: Writes a value.
+        stacked: Stack the series in each slot.
+        label: What the chart shows, for screen readers.
+        every: The x axis names every ``every``-th slot; by default, about eight names.
+        ceiling: The value axis goes up to ``ceiling`` of the highest slot.
+    """
     n = max(1, len(labels))
     totals = [
         (sum if stacked else max)([s.values[i] for s in series] or [0.0])
@@ -182,8 +190,16 @@ def columns(
 
 def rows(items: Sequence[tuple[str, float]], *, cls: str, fmt: Format = count,
          label: str = "") -> Chart:
-    """Horizontal bars, one per (name, value), longest first, the longest across the
-    plot; the name is the y tick and the value is written past the bar's end."""
+    """Horizontal bars, one per (name, value), longest first, the longest across the plot.
+
+    The name is the y tick. The value is written past the bar's end.
+
+    Args:
+        items: The (name, value) pairs.
+        cls: The bars' CSS class.
+        fmt: Writes a value.
+        label: What the chart shows, for screen readers.
+    """
     ordered = sorted(items, key=lambda kv: (-kv[1], kv[0]))
     top = max((v for _, v in ordered), default=0.0) or 1.0
     plot_w = WIDTH - 2 * LEFT - RIGHT - 40  # names are wider than numbers; room for values

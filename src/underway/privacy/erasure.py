@@ -78,12 +78,24 @@ def erase_subject(
     knowledge: KnowledgeBase | None = None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> ErasureResult:
-    """Erase data subject ``subject`` of the tenant (see the module's docstring), as
-    ``by`` for ``reason``. With ``cancel_active``, the subject's active runs are asked to
-    cancel and the erasure waits up to ``wait`` seconds for a worker to end them.
-    ``knowledge``: the knowledge base to erase the subject's records from (default: the
-    one in the store's database). Raises :class:`ErasureRefused` before anything is
-    destroyed when the erasure may not or cannot go ahead."""
+    """Erase a data subject of the tenant (see the module's docstring).
+
+    Args:
+        store: The store.
+        subject: The data subject.
+        by: Who erases it.
+        reason: Why.
+        tenant_id: The subject's tenant.
+        cancel_active: Ask the subject's active runs to cancel, and wait for a worker to end
+            them.
+        wait: Seconds to wait for that.
+        knowledge: The knowledge base to erase the subject's records from. By default, the
+            one in the store's database.
+        sleep: Waits between looks; injectable for tests.
+
+    Raises:
+        ErasureRefused: The erasure may not or cannot go ahead. Nothing was destroyed.
+    """
     check_subject(subject)
     if not by.strip() or not reason.strip():
         raise ConfigurationError("an erasure needs who asks for it (by) and why (reason)")

@@ -61,20 +61,26 @@ async def run_command_async(
 ) -> CommandResult:
     """Run ``command`` under ``profile`` and return what it did.
 
-    A string runs with ``/bin/sh -c``; a sequence is the exact argv. ``workspace``: a host
-    directory shown writable at the profile's ``workspace_dir`` (default: a fresh one,
-    removed afterwards), resolved by this call; the tools resolve theirs once, when made.
-    ``stdin``: text fed to the command. ``env``: variables set on top
-    of the sandbox's base environment and the profile's ``env_allow``. ``budget``: the
-    worker's budget the call is admitted by (default: this process's,
-    :func:`~underway.sandbox._budget.worker_budget`).
+    A command that runs and fails returns its exit code.
 
-    Raises :class:`SandboxUnavailable` when no backend the profile allows is usable (the
-    command is never run unsandboxed instead), :class:`SandboxLimitReached` when the
-    worker's limits leave no room for the call, and :class:`SandboxError` when the
-    sandbox could not be set up, including when a mounted path is no longer the object
-    it was resolved to (see :mod:`underway.sandbox._mounts`); a command that runs and
-    fails returns its exit code.
+    Args:
+        command: A string runs with ``/bin/sh -c``; a sequence is the exact argv.
+        profile: The sandbox profile.
+        workspace: A host directory shown writable at the profile's ``workspace_dir``. By
+            default, a fresh one, removed afterwards. This call resolves it; the tools
+            resolve theirs once, when made.
+        stdin: Text fed to the command.
+        env: Variables set on top of the sandbox's base environment and the profile's
+            ``env_allow``.
+        budget: The worker's budget the call is admitted by. By default, this process's
+            (:func:`~underway.sandbox._budget.worker_budget`).
+
+    Raises:
+        SandboxUnavailable: No backend the profile allows is usable. The command is never
+            run unsandboxed instead.
+        SandboxLimitReached: The worker's limits leave no room for the call.
+        SandboxError: The sandbox could not be set up. That includes a mounted path that is
+            no longer the object it was resolved to (see :mod:`underway.sandbox._mounts`).
     """
     argv = _argv(command)
     impl = select(profile)
@@ -132,7 +138,16 @@ def run_command(
     env: Mapping[str, str] | None = None,
     budget: Budget | None = None,
 ) -> CommandResult:
-    """Blocking :func:`run_command_async`, for code without an event loop."""
+    """Blocking :func:`run_command_async`, for code without an event loop.
+
+    Args:
+        command: A string runs with ``/bin/sh -c``; a sequence is the exact argv.
+        profile: The sandbox profile.
+        workspace: A host directory shown writable; by default, a fresh one.
+        stdin: Text fed to the command.
+        env: Variables set on top of the sandbox's base environment.
+        budget: The worker's budget the call is admitted by.
+    """
     try:
         asyncio.get_running_loop()
     except RuntimeError:

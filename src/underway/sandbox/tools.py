@@ -68,15 +68,29 @@ def shell_tool(
 ) -> Tool:
     """A tool running ``{"command": ..., "stdin": ...}`` with ``shell -c`` in the sandbox.
 
-    ``workspace``: a host directory every call works in (default: a fresh one per call),
-    resolved now: every call verifies it is still that directory, and refuses to run if
-    not. A workspace the profile's mounts overlap (see docs/sandbox.md) is refused here,
-    with a :class:`~underway.errors.ConfigurationError`.
-    ``timeout`` (engine side) defaults to the profile's time limit plus a margin.
-    ``budget``: the worker budget every call is admitted by (default: the process's).
-    The effect options mean what they mean for any :class:`~underway.effects.Tool`: a
-    shell that changes its workspace is mutating, and idempotent only if running a
-    command twice is harmless.
+    The effect options mean what they mean for any :class:`~underway.effects.Tool`. A shell
+    that changes its workspace is mutating. It is idempotent only if running a command twice
+    is harmless.
+
+    Args:
+        name: The tool's name.
+        profile: The sandbox profile.
+        workspace: A host directory every call works in; by default, a fresh one per call.
+            It is resolved now. Every call verifies it is still that directory, and refuses
+            to run if not.
+        shell: The shell that runs the command.
+        env: Variables set on top of the sandbox's base environment.
+        mutating: It changes the world.
+        idempotent: It may safely run again with the same key.
+        timeout: Engine side; defaults to the profile's time limit plus a margin.
+        reconcile: Asks the outside system what happened to a key.
+        retry: Retries failures on durable timers.
+        circuit: Fails fast after repeated failures.
+        budget: The worker budget every call is admitted by; by default, the process's.
+
+    Raises:
+        ConfigurationError: The profile's mounts overlap the workspace (see
+            docs/sandbox.md).
     """
     frozen_env = dict(env or {})
     pinned = _pin(profile, workspace)
@@ -107,11 +121,24 @@ def python_tool(
 ) -> Tool:
     """A tool running ``{"code": ..., "stdin": ...}`` as Python in the sandbox.
 
-    Under bubblewrap (or ``none``) the code runs on this process's own interpreter, its
-    prefix shown read-only (the profile gains ``python=True``), in isolated mode (``-I``:
-    no user site, no ``PYTHON*`` variables); the packages installed in that prefix can be
-    imported, those of a virtualenv cannot. Under Docker it runs on the image's ``python3``.
-    Other options as for :func:`shell_tool`.
+    Under bubblewrap (or ``none``) the code runs on this process's own interpreter. Its
+    prefix is shown read-only (the profile gains ``python=True``). It runs in isolated mode
+    (``-I``: no user site, no ``PYTHON*`` variables). The packages installed in that prefix
+    can be imported, those of a virtualenv cannot. Under Docker it runs on the image's
+    ``python3``.
+
+    Args:
+        name: The tool's name.
+        profile: The sandbox profile.
+        workspace: As for :func:`shell_tool`.
+        env: Variables set on top of the sandbox's base environment.
+        mutating: It changes the world.
+        idempotent: It may safely run again with the same key.
+        timeout: Engine side; defaults to the profile's time limit plus a margin.
+        reconcile: Asks the outside system what happened to a key.
+        retry: Retries failures on durable timers.
+        circuit: Fails fast after repeated failures.
+        budget: The worker budget every call is admitted by; by default, the process's.
     """
     profile = profile if profile.python else replace(profile, python=True)
     frozen_env = dict(env or {})

@@ -259,12 +259,24 @@ class Cron:
 
 
 def next_fire(expression: str, after: float, timezone: str = "UTC") -> float:
-    """The first fire time of ``expression`` in ``timezone`` strictly after ``after``."""
+    """The first fire time of ``expression`` in ``timezone`` strictly after ``after``.
+
+    Args:
+        expression: The cron expression.
+        after: The instant (epoch seconds).
+        timezone: The IANA time zone it is read in.
+    """
     return Cron.parse(expression, timezone).next_fire(after)
 
 
 def last_fire(expression: str, at: float, timezone: str = "UTC") -> float:
-    """The latest fire time of ``expression`` in ``timezone`` at or before ``at``."""
+    """The latest fire time of ``expression`` in ``timezone`` at or before ``at``.
+
+    Args:
+        expression: The cron expression.
+        at: The instant (epoch seconds).
+        timezone: The IANA time zone it is read in.
+    """
     return Cron.parse(expression, timezone).last_fire(at)
 
 

@@ -316,15 +316,21 @@ def intake(
     *,
     trace_context: dict[str, str] | None = None,
 ) -> IntakeResult:
-    """Act on ``event`` once: signal the live run that owns its entity, or start the route's
-    flow; see the module docstring for every case and for what a crash leaves behind.
+    """Act on ``event`` once: signal the live run that owns its entity, or start a flow.
 
-    ``engine`` is an :class:`~underway.Engine` or a :class:`~underway.client.Client`: a
-    route's flow given as a :class:`~underway.Flow`, or named and known to it, has its
-    input checked now; a flow named and unknown to a client is started by name, its input
-    checked by the first worker that runs it. ``trace_context`` (the W3C ``traceparent``
-    and ``tracestate`` of the delivery) is journaled with a run the event starts, so its
-    spans join the sender's trace; a signal to a live run stays in that run's trace."""
+    See the module docstring for every case and for what a crash leaves behind.
+
+    Args:
+        engine: An :class:`~underway.Engine` or a :class:`~underway.client.Client`. A route's
+            flow given as a :class:`~underway.Flow`, or named and known to it, has its input
+            checked now. A flow named and unknown to a client is started by name. Its input
+            is checked by the first worker that runs it.
+        event: The event.
+        routes: The routes, by event kind.
+        trace_context: The W3C ``traceparent`` and ``tracestate`` of the delivery. It is
+            journaled with a run the event starts, so its spans join the sender's trace. A
+            signal to a live run stays in that run's trace.
+    """
     ev = IntakeEvent.parse(event)
     table = routes if isinstance(routes, Routes) else Routes(routes)
     store = scheduling(engine.store)

@@ -104,12 +104,20 @@ def add_schedule(
 ) -> Schedule:
     """Create schedule ``name``, or update the one of that name, and return it.
 
-    The flow may be named by string: a worker that has the flow registered starts the runs.
-    When the flow is known here (a :class:`Flow`, or a name ``engine`` — an engine or a
-    client — has the code of),
-    ``input`` is checked against its input model now. Declaring an existing schedule again
-    with the same cron expression and time zone keeps its pending tick, so doing it at every
-    start-up never skips a tick.
+    Declaring an existing schedule again with the same cron expression and time zone keeps
+    its pending tick. So doing it at every start-up never skips a tick.
+
+    Args:
+        engine: An engine or a client.
+        name: The schedule's name.
+        flow: The flow, or its name. A worker that has the flow registered starts the runs.
+        cron: The cron expression.
+        input: The runs' input. When the flow is known here (a :class:`Flow`, or a name
+            ``engine`` has the code of), it is checked against its input model now.
+        tenant_id: The tenant.
+        timezone: The IANA time zone the expression is read in.
+        queue: The queue the runs go on.
+        enabled: False keeps it from firing.
     """
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise ConfigurationError(
@@ -144,14 +152,26 @@ def add_schedule(
 
 
 def remove_schedule(engine: Client | Engine, name: str, *, tenant_id: str = "default") -> bool:
-    """Delete schedule ``name``; False when there was none. Runs it started carry on."""
+    """Delete schedule ``name``; False when there was none. Runs it started carry on.
+
+    Args:
+        engine: An engine or a client.
+        name: The schedule's name.
+        tenant_id: The tenant.
+    """
     return scheduling(engine.store).delete_schedule(tenant_id, name)
 
 
 def get_schedule(
     engine: Client | Engine, name: str, *, tenant_id: str = "default"
 ) -> Schedule | None:
-    """Schedule ``name``, if it exists."""
+    """Schedule ``name``, if it exists.
+
+    Args:
+        engine: An engine or a client.
+        name: The schedule's name.
+        tenant_id: The tenant.
+    """
     rec = scheduling(engine.store).get_schedule(tenant_id, name)
     return None if rec is None else Schedule.from_record(rec, engine.codec)
 

@@ -50,23 +50,35 @@ def create_app(
     metrics_token: str | None = None,
     max_body_bytes: int = MAX_BODY_BYTES,
 ) -> FastAPI:
-    """The ``underway serve`` app over a client (or a store, wrapped in a client without
-    flow code: runs are started by name). ``routes`` is the intake routing table of
-    ``/v1/intake/{source}`` (none: intake answers 404); ``replay_window`` is how old (or how
-    far ahead) a webhook's signed timestamp may be, in seconds. The caller keeps owning
-    the client or store and closes it after the app stops. ``/metrics`` reports what the
-    database says on each scrape, followed by ``metrics`` when given (the registry of a
-    :class:`~underway.telemetry.PrometheusMetrics` whose engine runs in this process).
-    ``session_secret`` MACs the console's session cookies (see
-    :func:`~underway.service.console.install_console`). ``signed_resolutions`` (what the
-    workers enforce) makes the app's client refuse unsigned resolutions and resumes
-    (:meth:`~underway.client.Client.signed_only`): the API answers 409 and the console an
-    error page at once, instead of accepting a signal the workers will refuse; a client
-    that already refuses them keeps refusing. ``reveal_roles``: the roles whose
-    keys may ask to see the fields tools declare sensitive (:mod:`underway.redaction`).
-    ``metrics_token``: a scrape of ``/metrics`` must bear it (None: ``/metrics`` is open).
-    ``max_body_bytes``: a larger request body is answered 413 before it is read (every
-    request is also checked before it is parsed: :mod:`underway.service._inputs`)."""
+    """The ``underway serve`` app over a client, or a store.
+
+    A store is wrapped in a client without flow code: runs are started by name. The caller
+    keeps owning the client or store and closes it after the app stops. ``/metrics`` reports
+    what the database says on each scrape.
+
+    Args:
+        target: The client, or the store.
+        routes: The intake routing table of ``/v1/intake/{source}``; with none, intake
+            answers 404.
+        replay_window: How old (or how far ahead) a webhook's signed timestamp may be, in
+            seconds.
+        title: The app's title.
+        metrics: Reported on ``/metrics`` after the database's figures. It is the registry
+            of a :class:`~underway.telemetry.PrometheusMetrics` whose engine runs in this
+            process.
+        session_secret: MACs the console's session cookies (see
+            :func:`~underway.service.console.install_console`).
+        signed_resolutions: What the workers enforce. It makes the app's client refuse
+            unsigned resolutions and resumes (:meth:`~underway.client.Client.signed_only`).
+            The API answers 409 and the console an error page at once. It does not accept a
+            signal the workers will refuse. A client that already refuses them keeps
+            refusing.
+        reveal_roles: The roles whose keys may ask to see the fields tools declare sensitive
+            (:mod:`underway.redaction`).
+        metrics_token: A scrape of ``/metrics`` must bear it; None leaves ``/metrics`` open.
+        max_body_bytes: A larger request body is answered 413 before it is read. Every
+            request is also checked before it is parsed (:mod:`underway.service._inputs`).
+    """
     client = target if isinstance(target, Client) else Client(target)
     if signed_resolutions:
         client = client.signed_only()

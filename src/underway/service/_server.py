@@ -17,7 +17,14 @@ from ..errors import ConfigurationError
 
 def serve(app: FastAPI, *, host: str = "127.0.0.1", port: int = 8420,
           log_level: str = "info") -> None:
-    """Serve ``app`` until interrupted (SIGINT/SIGTERM end it gracefully)."""
+    """Serve ``app`` until interrupted (SIGINT/SIGTERM end it gracefully).
+
+    Args:
+        app: The app.
+        host: The address to listen on.
+        port: The port to listen on.
+        log_level: uvicorn's log level.
+    """
     uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)
 
 
@@ -27,8 +34,14 @@ class ServerThread:
     >>> with ServerThread(app) as server:  # doctest: +SKIP
     ...     httpx.get(server.url + "/healthz")
 
-    Entering waits until ``/healthz`` answers (at most ``ready_timeout`` seconds); leaving
-    stops the server and waits for its thread.
+    Entering waits until ``/healthz`` answers. Leaving stops the server and waits for its
+    thread.
+
+    Args:
+        app: The app.
+        host: The address to listen on.
+        ready_timeout: The most seconds entering waits.
+        limit_concurrency: The most connections served at once; None means no limit.
     """
 
     def __init__(self, app: FastAPI, *, host: str = "127.0.0.1", ready_timeout: float = 30.0,

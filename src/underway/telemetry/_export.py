@@ -32,21 +32,28 @@ def tracer_provider(
     protocol: Protocol = "http/protobuf",
     service_name: str = "underway",
 ) -> TracerProvider:
-    """An SDK tracer provider whose spans go to ``exporter``, batched, under the resource
-    ``service.name`` = ``service_name``; give it to
-    :class:`~underway.telemetry.Tracing` and call its ``shutdown()`` when the process
-    stops, which sends the spans still buffered.
+    """An SDK tracer provider whose spans go to ``exporter``, batched.
 
-    ``otlp`` sends to a collector at ``endpoint`` over ``protocol``: for
-    ``http/protobuf``, the collector's base URL (``http://collector:4318``; ``/v1/traces``
-    is added when the URL has no path) or the full traces URL; for ``grpc``, its address
-    (``http://collector:4317``). Without ``endpoint`` the exporter's own default applies
-    (``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``, ``OTEL_EXPORTER_OTLP_ENDPOINT``, else
-    localhost), as do ``OTEL_EXPORTER_OTLP_HEADERS`` and the other ``OTEL_EXPORTER_OTLP_*``
+    Give it to :class:`~underway.telemetry.Tracing`. Call its ``shutdown()`` when the
+    process stops: it sends the spans still buffered.
+
+    ``otlp`` sends to a collector at ``endpoint`` over ``protocol``. For ``http/protobuf``,
+    that is the collector's base URL (``http://collector:4318``) or the full traces URL.
+    ``/v1/traces`` is added when the URL has no path. For ``grpc``, it is the collector's
+    address (``http://collector:4317``). Without ``endpoint`` the exporter's own default
+    applies: ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``, ``OTEL_EXPORTER_OTLP_ENDPOINT``, else
+    localhost. So do ``OTEL_EXPORTER_OTLP_HEADERS`` and the other ``OTEL_EXPORTER_OTLP_*``
     variables. ``console`` writes each span as JSON on stderr (stdout is the worker's).
 
-    Raises :class:`~underway.errors.ConfigurationError` naming the package to install when
-    the SDK or the exporter is missing.
+    Args:
+        exporter: Where spans go: ``otlp`` or ``console``.
+        endpoint: The collector's URL or address, for ``otlp``.
+        protocol: ``http/protobuf`` or ``grpc``, for ``otlp``.
+        service_name: The resource's ``service.name``.
+
+    Raises:
+        ConfigurationError: The SDK or the exporter is missing; it names the package to
+            install.
     """
     try:
         from opentelemetry.sdk.resources import Resource

@@ -92,7 +92,13 @@ class PrometheusMetrics(Metrics):
 
     def activated(self, state: RunState, *, wake_latency: float | None,
                   takeover: bool) -> None:
-        """Count an activation, its wake-up latency and whether it took a run over."""
+        """Count an activation, its wake-up latency and whether it took a run over.
+
+        Args:
+            state: The run loaded.
+            wake_latency: Seconds from when it was due to now.
+            takeover: True when the run was taken over.
+        """
         flow = state.flow
         self.activations.labels(flow).inc()
         if wake_latency is not None:
@@ -102,7 +108,14 @@ class PrometheusMetrics(Metrics):
 
     def committed(self, tenant_id: str, run_id: str, flow: str,
                   events: Sequence[tuple[int, float, ev.RunEvent]]) -> None:
-        """Count what the committed events say."""
+        """Count what the committed events say.
+
+        Args:
+            tenant_id: The run's tenant.
+            run_id: The run's id.
+            flow: The run's flow.
+            events: The committed events ``(seq, at, event)``.
+        """
         key = (tenant_id, run_id)
         for _, at, e in events:
             if isinstance(e, ev.StepStarted):
@@ -209,7 +222,15 @@ class DatabaseCollector(Collector):
 
 def serve_metrics(registry: CollectorRegistry, port: int, *,
                   addr: str = "0.0.0.0") -> tuple[Any, threading.Thread]:
-    """Serve ``registry`` at ``http://addr:port/metrics`` from a daemon thread; return the
-    server and its thread (``server.shutdown()`` stops it)."""
+    """Serve ``registry`` at ``http://addr:port/metrics`` from a daemon thread.
+
+    Args:
+        registry: The registry to serve.
+        port: The port to listen on.
+        addr: The address to listen on.
+
+    Returns:
+        The server and its thread; ``server.shutdown()`` stops it.
+    """
     server, thread = start_http_server(port, addr=addr, registry=registry)
     return server, thread

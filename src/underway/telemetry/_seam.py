@@ -24,26 +24,55 @@ class Metrics:
 
     def activated(self, state: RunState, *, wake_latency: float | None,
                   takeover: bool) -> None:
-        """A leased run was loaded (``state``, as its journal says): ``wake_latency`` is
-        seconds from when it was due (its row's wake-up time) to now; ``takeover`` is true
-        when its journal shows a step started and not ended (the worker that held it died
-        or lost its lease)."""
+        """A leased run was loaded.
+
+        The worker that held a taken-over run died or lost its lease.
+
+        Args:
+            state: The run, as its journal says.
+            wake_latency: Seconds from when it was due (its row's wake-up time) to now.
+            takeover: True when its journal shows a step started and not ended.
+        """
 
     def interrupted(self, tenant_id: str, run_id: str, flow: str,
                     events: Sequence[tuple[int, float, ev.RunEvent]]) -> None:
-        """Told after :meth:`activated` on a takeover: the journaled events ``(seq, at,
-        event)`` of the step attempt that an earlier activation began and never ended (its
-        worker died or lost its lease), from its ``StepStarted`` on."""
+        """Told after :meth:`activated` on a takeover.
+
+        The events are those of the step attempt that an earlier activation began and never
+        ended. Its worker died or lost its lease.
+
+        Args:
+            tenant_id: The run's tenant.
+            run_id: The run's id.
+            flow: The run's flow.
+            events: The journaled events ``(seq, at, event)``, from its ``StepStarted`` on.
+        """
 
     def calling(self, tenant_id: str, run_id: str, key: str, tool: Tool,
                 args: JSON) -> None:
-        """A step calls ``tool`` with ``args`` under ``key`` (told only for a tool that
-        lets traces record its arguments or results, :attr:`Tool.traced`; also for a call
-        whose journaled result is returned again)."""
+        """A step calls a tool.
+
+        Told only for a tool that lets traces record its arguments or results
+        (:attr:`Tool.traced`). Also told for a call whose journaled result is returned again.
+
+        Args:
+            tenant_id: The run's tenant.
+            run_id: The run's id.
+            key: The call's idempotency key.
+            tool: The tool called.
+            args: The call's arguments.
+        """
 
     def committed(self, tenant_id: str, run_id: str, flow: str,
                   events: Sequence[tuple[int, float, ev.RunEvent]]) -> None:
-        """Events ``(seq, at, event)`` of one run were appended durably."""
+        """Events of one run were appended durably.
+
+        Args:
+            tenant_id: The run's tenant.
+            run_id: The run's id.
+            flow: The run's flow.
+            events: The events ``(seq, at, event)``.
+        """
 
     def abandoned(self, tenant_id: str, run_id: str) -> None:
         """The activation ends without handing the run back (its lease was lost, the
@@ -64,25 +93,53 @@ class Fanout(Metrics):
 
     def activated(self, state: RunState, *, wake_latency: float | None,
                   takeover: bool) -> None:
-        """Tell every seam."""
+        """Tell every seam.
+
+        Args:
+            state: The run loaded.
+            wake_latency: Seconds from when it was due to now.
+            takeover: True when the run was taken over.
+        """
         for s in self.seams:
             s.activated(state, wake_latency=wake_latency, takeover=takeover)
 
     def interrupted(self, tenant_id: str, run_id: str, flow: str,
                     events: Sequence[tuple[int, float, ev.RunEvent]]) -> None:
-        """Tell every seam."""
+        """Tell every seam.
+
+        Args:
+            tenant_id: The run's tenant.
+            run_id: The run's id.
+            flow: The run's flow.
+            events: The unended attempt's events ``(seq, at, event)``.
+        """
         for s in self.seams:
             s.interrupted(tenant_id, run_id, flow, events)
 
     def calling(self, tenant_id: str, run_id: str, key: str, tool: Tool,
                 args: JSON) -> None:
-        """Tell every seam."""
+        """Tell every seam.
+
+        Args:
+            tenant_id: The run's tenant.
+            run_id: The run's id.
+            key: The call's idempotency key.
+            tool: The tool called.
+            args: The call's arguments.
+        """
         for s in self.seams:
             s.calling(tenant_id, run_id, key, tool, args)
 
     def committed(self, tenant_id: str, run_id: str, flow: str,
                   events: Sequence[tuple[int, float, ev.RunEvent]]) -> None:
-        """Tell every seam."""
+        """Tell every seam.
+
+        Args:
+            tenant_id: The run's tenant.
+            run_id: The run's id.
+            flow: The run's flow.
+            events: The committed events ``(seq, at, event)``.
+        """
         for s in self.seams:
             s.committed(tenant_id, run_id, flow, events)
 

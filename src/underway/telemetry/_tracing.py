@@ -132,8 +132,15 @@ class Tracing(Metrics):
 
     def activated(self, state: RunState, *, wake_latency: float | None,
                   takeover: bool) -> None:
-        """Make the activation's span in the run's trace (ended at once: see the module's
-        docstring)."""
+        """Make the activation's span in the run's trace.
+
+        The span ends at once: see the module's docstring.
+
+        Args:
+            state: The run loaded.
+            wake_latency: Seconds from when it was due to now; the span starts then.
+            takeover: True when the run was taken over.
+        """
         parent = _PROPAGATOR.extract(state.trace_context) if state.trace_context else None
         now = time.time_ns()
         began = now - _ns(wake_latency) if wake_latency is not None and wake_latency > 0 \
@@ -152,8 +159,16 @@ class Tracing(Metrics):
 
     def interrupted(self, tenant_id: str, run_id: str, flow: str,
                     events: Sequence[tuple[int, float, ev.RunEvent]]) -> None:
-        """Keep the unended attempt to make at this activation's first commit (an
-        activation that commits nothing leaves it to the next)."""
+        """Keep the unended attempt to make at this activation's first commit.
+
+        An activation that commits nothing leaves it to the next.
+
+        Args:
+            tenant_id: The run's tenant.
+            run_id: The run's id.
+            flow: The run's flow.
+            events: The unended attempt's events ``(seq, at, event)``.
+        """
         run = self._run(tenant_id, run_id)
         if run is None:
             return
@@ -165,14 +180,29 @@ class Tracing(Metrics):
 
     def calling(self, tenant_id: str, run_id: str, key: str, tool: Tool,
                 args: JSON) -> None:
-        """Keep the arguments of a call whose tool lets some of them be recorded."""
+        """Keep the arguments of a call whose tool lets some of them be recorded.
+
+        Args:
+            tenant_id: The run's tenant.
+            run_id: The run's id.
+            key: The call's idempotency key.
+            tool: The tool called.
+            args: The call's arguments.
+        """
         run = self._run(tenant_id, run_id)
         if run is not None:
             run.calls[key] = (tool, args)
 
     def committed(self, tenant_id: str, run_id: str, flow: str,
                   events: Sequence[tuple[int, float, ev.RunEvent]]) -> None:
-        """Make the spans the committed events complete."""
+        """Make the spans the committed events complete.
+
+        Args:
+            tenant_id: The run's tenant.
+            run_id: The run's id.
+            flow: The run's flow.
+            events: The committed events ``(seq, at, event)``.
+        """
         run = self._run(tenant_id, run_id)
         if run is None:
             return

@@ -118,9 +118,23 @@ def sign_decision(
     answer: JSON = None,
     nonce: str | None = None,
 ) -> SignedDecision:
-    """Sign a decision with ``private_key``; ``nonce`` defaults to 128 random bits in hex.
+    """Sign a decision with ``private_key``.
 
     Signing happens where the key is: only the returned decision travels to the run.
+
+    Args:
+        private_key: The approver's key.
+        request_id: The request it answers.
+        run_id: The request's run.
+        tenant_id: The run's tenant.
+        tool: The escalated call's tool; empty for a question.
+        args_hash: The escalated call's arguments hash; empty for a question.
+        decision: The verdict.
+        expires_at: When the decision expires.
+        approver_id: The approver.
+        comment: Why, in the approver's words.
+        answer: The answer, for a question.
+        nonce: Defaults to 128 random bits in hex.
     """
     try:
         unsigned = SignedDecision(
@@ -151,13 +165,20 @@ def verify_decision(
     approver: ApproverRecord | None,
     now: float,
 ) -> str | None:
-    """None when ``d`` is a valid decision on ``check`` by ``approver`` at time ``now``;
-    otherwise the first failed check's reason, one of :data:`REASONS`.
+    """Why ``d`` is not a valid decision on ``check``; None when it is.
 
-    ``approver`` is the registry's record for ``d.approver_id`` (None when there is none);
-    a record for another id counts as no record. A revoked approver's decisions fail even
-    when signed before the revocation. The decision may expire earlier than the request,
-    never later.
+    A revoked approver's decisions fail even when signed before the revocation. The decision
+    may expire earlier than the request, never later.
+
+    Args:
+        d: The decision.
+        check: The journaled request it must answer.
+        approver: The registry's record for ``d.approver_id``, None when there is none. A
+            record for another id counts as no record.
+        now: The time now.
+
+    Returns:
+        None, or the first failed check's reason, one of :data:`REASONS`.
     """
     if approver is None or approver.approver_id != d.approver_id:
         return "unknown_approver"

@@ -131,12 +131,16 @@ def webhook_signature(body: bytes, secret: str | bytes) -> str:
 
 
 class WebhookNotifier:
-    """POSTs each notice as JSON (:meth:`ApprovalNotice.to_json`, canonical encoding) to
-    ``url``.
+    """POSTs each notice as JSON to ``url``.
 
-    With a ``secret``, the ``X-Underway-Signature`` header carries
-    :func:`webhook_signature` of the body. A response other than 2xx, a timeout (after
-    ``timeout`` seconds) or a connection failure is logged as a warning.
+    The body is :meth:`ApprovalNotice.to_json`, in canonical encoding. A response other than
+    2xx, a timeout or a connection failure is logged as a warning.
+
+    Args:
+        url: Where notices go.
+        secret: Makes the ``X-Underway-Signature`` header carry :func:`webhook_signature` of
+            the body.
+        timeout: Seconds to wait for the answer.
     """
 
     def __init__(self, url: str, *, secret: str | bytes | None = None, timeout: float = 10.0):
@@ -176,10 +180,18 @@ class WebhookNotifier:
 class SmtpNotifier:
     """E-mails each notice to the addresses listed for its required role.
 
-    ``recipients`` maps a role to addresses; addresses under ``"*"`` receive every notice
-    (and are the only ones for a request that requires no role). ``starttls`` upgrades the
-    connection before ``username``/``password`` log in. A notice nobody is listed for, or a
-    failed delivery, is logged as a warning.
+    A notice nobody is listed for, or a failed delivery, is logged as a warning.
+
+    Args:
+        host: The SMTP server.
+        port: Its port.
+        sender: The ``From`` address.
+        recipients: Maps a role to addresses. Addresses under ``"*"`` receive every notice.
+            They are the only ones for a request that requires no role.
+        starttls: Upgrade the connection before logging in.
+        username: The login, if any.
+        password: The login's password.
+        timeout: Seconds to wait for the server.
     """
 
     def __init__(

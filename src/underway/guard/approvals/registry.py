@@ -21,12 +21,24 @@ def register_approver(
     now: float,
     tenant_id: str = "default",
 ) -> ApproverRecord:
-    """Register ``approver_id`` in the tenant with ``public_key`` (base64 of the raw 32-byte
-    Ed25519 key) and ``roles``, replacing any earlier registration (and lifting its
-    revocation). Returns the stored record.
+    """Register ``approver_id`` in the tenant.
 
-    Raises :class:`~underway.errors.ConfigurationError` for an empty or spaced id or role,
-    or a public key that is not a base64 Ed25519 key.
+    It replaces any earlier registration and lifts its revocation.
+
+    Args:
+        store: The store.
+        approver_id: The approver.
+        public_key: Base64 of the raw 32-byte Ed25519 key.
+        roles: The approver's roles.
+        now: The time now.
+        tenant_id: The tenant.
+
+    Returns:
+        The stored record.
+
+    Raises:
+        ConfigurationError: An empty or spaced id or role, or a public key that is not a
+            base64 Ed25519 key.
     """
     _check_name("approver id", approver_id)
     wanted = list(dict.fromkeys(roles))

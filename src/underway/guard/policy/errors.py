@@ -10,9 +10,11 @@ __all__ = ["PolicyError"]
 class PolicyError(ConfigurationError):
     """A policy, a rule or a condition is invalid.
 
-    ``rule_id`` and ``field`` say where (``field`` is a path such as ``args[1].op``);
-    ``source`` is the file it came from, when it came from one; ``detail`` is the bare
-    explanation without that location.
+    Args:
+        detail: The bare explanation, without the location.
+        rule_id: The rule it is in, if any.
+        field: The field it is at, a path such as ``args[1].op``.
+        source: The file it came from, when it came from one.
     """
 
     def __init__(
@@ -37,7 +39,13 @@ class PolicyError(ConfigurationError):
     def located(
         self, *, rule_id: str | None = None, field_prefix: str = "", source: str | None = None
     ) -> PolicyError:
-        """The same error placed inside a rule, under a field, or in a file."""
+        """The same error placed inside a rule, under a field, or in a file.
+
+        Args:
+            rule_id: The rule.
+            field_prefix: The path the field is under.
+            source: The file.
+        """
         field = self.field
         if field_prefix:
             field = f"{field_prefix}.{field}" if field else field_prefix

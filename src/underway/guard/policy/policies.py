@@ -27,16 +27,19 @@ the rank of its outcome."""
 class Policy:
     """Rules that decide, before each tool call, whether it may run.
 
-    :meth:`evaluate` checks every rule; the most restrictive outcome among the rules that
-    match wins (``deny`` > ``require_approval`` > ``allow``) and, among rules with that
-    outcome, the first in order is reported. When no rule matches, a mutating tool is
-    denied if ``deny_unlisted_mutating`` is set; otherwise ``default`` applies. A rule
-    that cannot be evaluated (its predicate raised, an argument had the wrong type) denies
-    the call: the policy fails closed.
+    :meth:`evaluate` checks every rule. The most restrictive outcome among the rules that
+    match wins (``deny`` > ``require_approval`` > ``allow``). Among rules with that outcome,
+    the first in order is reported. A rule that cannot be evaluated denies the call: its
+    predicate raised, or an argument had the wrong type. The policy fails closed.
 
-    ``version`` names the policy in every decision; ``digest`` is a SHA-256 of its content
-    (rules, default and options), equal for the same rules written in TOML or YAML.
-    Evaluation is pure and does no I/O.
+    ``digest`` is a SHA-256 of its content (rules, default and options). It is equal for the
+    same rules written in TOML or YAML. Evaluation is pure and does no I/O.
+
+    Args:
+        version: Names the policy in every decision.
+        rules: The rules, in order.
+        default: The outcome when no rule matches.
+        deny_unlisted_mutating: Deny a mutating tool when no rule matches.
     """
 
     __slots__ = (

@@ -114,29 +114,40 @@ def _describe_predicate(fn: Predicate) -> str:
 class Rule:
     """One rule of a :class:`~underway.guard.policy.Policy`.
 
-    The rule applies to a call when every condition it gives holds (a condition left out
-    holds for any call):
+    The rule applies to a call when every condition it gives holds. A condition left out
+    holds for any call.
 
-    - ``tools``: tool names or glob patterns (``lookup_*``);
-    - ``tenants``, ``principals``, ``environments``, ``flows``: exact names;
-    - ``roles_any``: the caller has at least one of these roles; ``roles_none``: none;
-    - ``mutating`` / ``irreversible``: the tool's flags equal these;
-    - ``labels_any``: the call's inputs carry at least one of these labels (``personal``,
-      ``untrusted``); ``permissions``: the tool requires at least one of these;
-    - ``args``: :class:`ArgCondition` tests of the arguments; ``amount``: an
-      :class:`AmountCondition`; ``counters``: :class:`CounterCondition` tests of usage;
-    - ``purposes``: the run's purpose is one of these;
-    - ``require_consent``: a purpose; the condition holds when the run's data subject does
-      *not* consent to it at the time of the call (it never did, withdrew, or the run
-      names no subject), so the rule's outcome — ``deny`` or ``require_approval`` — is what
-      happens without consent, and the journaled reason says which case it was;
-    - ``when``: a predicate ``fn(ctx) -> bool``, or a ``"module:function"`` reference that
-      is imported when the rule is built. It runs last, only when every other condition
-      holds; if it raises or returns a non-bool the policy denies the call.
-
-    ``outcome`` is ``allow``, ``deny`` or ``require_approval``; ``approver_role`` and
-    ``expires_in`` (seconds, default 24 h) apply to ``require_approval`` only. ``reason``
-    is the text journaled with the decision (default: ``description``).
+    Args:
+        id: Names the rule.
+        outcome: ``allow``, ``deny`` or ``require_approval``.
+        description: What the rule is for.
+        reason: The text journaled with the decision; defaults to ``description``.
+        approver_role: Who may approve; for ``require_approval`` only.
+        expires_in: Seconds an approval request stays open (default 24 h); for
+            ``require_approval`` only.
+        tools: Tool names or glob patterns (``lookup_*``).
+        tenants: Exact tenant names.
+        principals: Exact principal names.
+        roles_any: The caller has at least one of these roles.
+        roles_none: The caller has none of these roles.
+        environments: Exact environment names.
+        flows: Exact flow names.
+        mutating: The tool's flag equals this.
+        irreversible: The tool's flag equals this.
+        labels_any: The call's inputs carry at least one of these labels (``personal``,
+            ``untrusted``).
+        permissions: The tool requires at least one of these.
+        args: :class:`ArgCondition` tests of the arguments.
+        amount: An :class:`AmountCondition`.
+        counters: :class:`CounterCondition` tests of usage.
+        when: A predicate ``fn(ctx) -> bool``, or a ``"module:function"`` reference. The
+            reference is imported when the rule is built. It runs last, only when every other
+            condition holds. If it raises or returns a non-bool the policy denies the call.
+        purposes: The run's purpose is one of these.
+        require_consent: A purpose. The condition holds when the run's data subject does
+            *not* consent to it at the time of the call. It never did, withdrew, or the run
+            names no subject. So the rule's outcome (``deny`` or ``require_approval``) is what
+            happens without consent. The journaled reason says which case it was.
     """
 
     __slots__ = (

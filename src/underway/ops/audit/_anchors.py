@@ -200,8 +200,18 @@ def anchor(
     tenant_id: str | None = None,
     now: float | None = None,
 ) -> AnchorRecord:
-    """Read the head of every run's journal (of ``tenant_id``, or of every tenant), sign
-    them and append the record to ``sink``."""
+    """Read the head of every run's journal, sign them and append the record to ``sink``.
+
+    Args:
+        store: The store.
+        key: The signing key.
+        sink: Where the record is appended.
+        tenant_id: Only this tenant's runs; None means every tenant's.
+        now: The record's time; None means now.
+
+    Returns:
+        The record appended.
+    """
     return sign_heads(store.journal_heads(tenant_id), key, sink, tenant_id=tenant_id, now=now)
 
 

@@ -66,8 +66,15 @@ def inclusion_proof(leaves: Sequence[Leaf], index: int) -> list[str]:
 
 
 def verify_inclusion(leaf: Leaf, index: int, size: int, proof: Sequence[str], root: str) -> bool:
-    """Whether ``proof`` shows ``leaf`` at ``index`` of a tree of ``size`` leaves with
-    ``root``."""
+    """Whether ``proof`` shows ``leaf`` at ``index`` of a tree with ``root``.
+
+    Args:
+        leaf: The leaf.
+        index: Its index.
+        size: The tree's number of leaves.
+        proof: The inclusion proof's hashes.
+        root: The tree's root.
+    """
     if not 0 <= index < size:
         return False
     # The path from the root down: at each level, which side the leaf is on.

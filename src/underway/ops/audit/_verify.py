@@ -242,9 +242,19 @@ def verify(
     journal: Journal | None = None,
     checks: Sequence[RunCheck] = RUN_CHECKS,
 ) -> Report:
-    """Audit the runs of ``tenant_id`` (every tenant when None), or the one run ``run_id``
-    of it: each of ``checks`` on every run, and with ``anchors`` (:func:`read_anchors`)
-    :func:`check_anchored` on every anchored run, including runs deleted since."""
+    """Audit the runs of a tenant, or one run.
+
+    Each of ``checks`` runs on every run. With ``anchors``, :func:`check_anchored` runs on
+    every anchored run, including runs deleted since.
+
+    Args:
+        store: The store.
+        tenant_id: The tenant; None means every tenant.
+        run_id: Only this run.
+        anchors: The anchors (:func:`read_anchors`).
+        journal: Reads the journals; None makes one on ``store``.
+        checks: The checks each run must pass.
+    """
     if run_id is not None and tenant_id is None:
         raise ValueError("a run id needs its tenant")
     journal = journal or Journal(store)

@@ -67,13 +67,26 @@ async def check_deploy(
     tenants: Iterable[str] | None = None, batch: int = BATCH,
     progress: Callable[[int], None] | None = None,
 ) -> DeployReport:
-    """Check every unfinished run of ``store`` (of ``tenants``, default every tenant)
-    against new code — ``flows`` and ``tools``, as a worker would register them: its flow
-    and current step exist (an alias counts), its input and state fit the new models
-    (their ``mode="before"`` validators — upcasters — applied), and a run parked mid-step
-    makes the same calls when its step is run again against its journal. Reads only;
-    states come from checkpoints, ``batch`` runs at a time. ``progress`` is told the number
-    of runs checked after each batch."""
+    """Check every unfinished run of ``store`` against new code.
+
+    A run passes when:
+
+    - its flow and current step exist (an alias counts);
+    - its input and state fit the new models, their ``mode="before"`` validators
+      (upcasters) applied;
+    - a run parked mid-step makes the same calls when its step is run again against its
+      journal.
+
+    It only reads. States come from checkpoints.
+
+    Args:
+        store: The store.
+        flows: The new flows, as a worker would register them.
+        tools: The new tools, as a worker would register them.
+        tenants: The tenants to check; None means every tenant.
+        batch: Runs checked at a time.
+        progress: Told the number of runs checked after each batch.
+    """
     registry = Registry()
     for f in flows:
         registry.register(f)

@@ -47,7 +47,13 @@ class Rerun:
 
 
 class RecordedStep:
-    """A :class:`~underway.flow.StepRuntime` that answers from the journal alone."""
+    """A :class:`~underway.flow.StepRuntime` that answers from the journal alone.
+
+    Args:
+        state: The run's state.
+        step: The step re-run.
+        tools: The new code's tools.
+    """
 
     def __init__(self, state: RunState, step: str, tools: Registry) -> None:
         self._s = state
@@ -89,6 +95,16 @@ class RecordedStep:
         self, tool: Tool | str, args: JSON, *, labels: frozenset[str], evidence: JSON,
         risks: list[str], typed: bool = False,
     ) -> Any:
+        """The journaled outcome of the call at this position, when it is the same call.
+
+        Args:
+            tool: The tool, or its name.
+            args: The call's arguments.
+            labels: Unused: nothing is guarded again.
+            evidence: Unused.
+            risks: Unused.
+            typed: Give the result as the tool's result model.
+        """
         try:
             t = self._tools.tool(tool)
         except ConfigurationError:
@@ -127,6 +143,14 @@ class RecordedStep:
 
     async def ask(self, question: str, *, context: JSON, role: str | None,
                   expires_in: float | None = None) -> JSON:
+        """The journaled answer to the question at this position.
+
+        Args:
+            question: Unused: nothing is asked.
+            context: Unused.
+            role: Unused.
+            expires_in: Unused.
+        """
         rec = self._next("ask", "a question (ctx.ask)", "")
         if rec.status == "succeeded":
             return rec.result
@@ -161,6 +185,17 @@ class RecordedStep:
         self, flow: Flow[Any, Any] | str, input: JSON, *, key: str | None, detached: bool,
         queue: str | None, lineage: Lineage | None = None, taint: tuple[str, ...] = (),
     ) -> str:
+        """The run id of the child the journal records at this position.
+
+        Args:
+            flow: Unused: nothing is started.
+            input: Unused.
+            key: The child's key; None means its position in the step.
+            detached: Unused.
+            queue: Unused.
+            lineage: Unused.
+            taint: Unused.
+        """
         position = self._starts
         self._starts += 1
         key = key if key is not None else f"{self._s.steps_completed}:{self.step}:{position}"
@@ -184,9 +219,17 @@ def _fields(exc: ValidationError) -> str:
 async def rerun_step(
     flow: Flow[Any, Any], state: RunState, tools: Registry, *, timeout: float = 10.0
 ) -> Rerun:
-    """Run the run's current step with the new ``flow``'s code against its journal (see
-    the module's docstring): ok when every call it makes matches the journal up to the end
-    of what the journal records (or the step returns first)."""
+    """Run the run's current step with the new ``flow``'s code against its journal.
+
+    See the module's docstring. It is ok when every call it makes matches the journal, up to
+    the end of what the journal records (or until the step returns first).
+
+    Args:
+        flow: The new flow.
+        state: The run's state.
+        tools: The new code's tools.
+        timeout: Seconds the step may take.
+    """
     step = flow.resolve_step(str(state.step))
     runtime = RecordedStep(state, step, tools)
     try:

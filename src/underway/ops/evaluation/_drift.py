@@ -168,9 +168,19 @@ def measure_drift(
     thresholds: Mapping[str, float] | None = None, min_samples: int = DEFAULT_MIN_SAMPLES,
     alpha: float = DEFAULT_ALPHA,
 ) -> Drift:
-    """Compare the ``window`` seconds before ``until`` with the ``baseline`` seconds before
-    that, for the tenant's runs (of ``flow``; None: every flow). ``thresholds`` override
-    :data:`DEFAULT_THRESHOLDS` by metric name."""
+    """Compare the ``window`` seconds before ``until`` with the ``baseline`` seconds before that.
+
+    Args:
+        store: The store.
+        until: The end of the window (epoch seconds).
+        tenant_id: The tenant whose runs are compared.
+        flow: Only this flow's runs; None means every flow.
+        window: The recent period, in seconds.
+        baseline: The period before it, in seconds.
+        thresholds: Override :data:`DEFAULT_THRESHOLDS`, by metric name.
+        min_samples: The fewest samples each period must hold for a metric to be judged.
+        alpha: The p-value a move must fall under to count as drift.
+    """
     limits = _thresholds(thresholds)
     _check(until=until, window=window, baseline=baseline, min_samples=min_samples,
            alpha=alpha)

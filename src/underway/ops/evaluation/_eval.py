@@ -249,11 +249,17 @@ def evaluate(
     since: float | None = None, until: float | None = None,
     taint_rules: Iterable[str] = TAINT_RULES,
 ) -> Evaluation:
-    """Measure the tenant's runs created at or after ``since`` and before ``until`` (epoch
-    seconds; None: no bound), of ``flow`` (None: every flow), from their journals.
+    """Measure the tenant's runs from their journals.
 
-    ``taint_rules``: the policy rules whose approval holds count as taint holds (default:
-    the built-in ``untrusted-input`` rule)."""
+    Args:
+        store: The store.
+        tenant_id: The tenant.
+        flow: Only this flow's runs; None means every flow.
+        since: Only runs created at or after it (epoch seconds); None means no bound.
+        until: Only runs created before it (epoch seconds); None means no bound.
+        taint_rules: The policy rules whose approval holds count as taint holds. By default,
+            the built-in ``untrusted-input`` rule.
+    """
     for name, value in (("since", since), ("until", until)):
         if value is not None and not math.isfinite(value):
             raise ConfigurationError(f"{name} must be a time in epoch seconds, not {value!r}")

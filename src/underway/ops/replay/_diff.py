@@ -69,10 +69,17 @@ def align(original: list[TracedCall], replay: list[TracedCall]) -> list[Pair]:
 
 
 def changes(original: Trace, replay: Trace, stopped: Divergence | None) -> list[Change]:
-    """How the replay decided differently from the original. A replay that stopped at a
-    divergence is compared up to where it stopped (the original's later calls are not
-    counted as missing); one that reached the end of an unfinished original is compared
-    as far as the original went."""
+    """How the replay decided differently from the original.
+
+    A replay that stopped at a divergence is compared up to where it stopped. The original's
+    later calls are not counted as missing. One that reached the end of an unfinished
+    original is compared as far as the original went.
+
+    Args:
+        original: The original's trace.
+        replay: The replay's trace.
+        stopped: Where the replay stopped, if it did.
+    """
     found: list[Change] = []
     complete = stopped is None
     moved_o: dict[str, float] = {}
@@ -115,9 +122,17 @@ def changes(original: Trace, replay: Trace, stopped: Divergence | None) -> list[
 
 def rows(original: Trace, replay: Trace, show: Callable[[JSON], JSON] = lambda v: v,
          stopped: Divergence | None = None) -> list[Row]:
-    """The side-by-side view: one row per aligned call, then how each run ended, the
-    money it moved and its model calls. ``show`` hides what a viewer may not see
-    (:meth:`underway.redaction.Redactor.json`); ``stopped``: where the replay stopped."""
+    """The side-by-side view.
+
+    It has one row per aligned call. Then come how each run ended, the money it moved and its
+    model calls.
+
+    Args:
+        original: The original's trace.
+        replay: The replay's trace.
+        show: Hides what a viewer may not see (:meth:`underway.redaction.Redactor.json`).
+        stopped: Where the replay stopped, if it did.
+    """
     out: list[Row] = []
     for n, (o, r) in enumerate(align(original.calls, replay.calls), start=1):
         step = (o or r).step if (o or r) is not None else ""  # type: ignore[union-attr]

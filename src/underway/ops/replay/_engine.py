@@ -155,7 +155,13 @@ def _next_of(tape: Tape | None) -> str:
 
 
 class TapeModel:
-    """A model that answers with the original run's recorded responses, in order."""
+    """A model that answers with the original run's recorded responses, in order.
+
+    Args:
+        session: The replay's session.
+        run_id: The original run.
+        step: The step asking.
+    """
 
     name = "replay"
 

@@ -66,19 +66,29 @@ async def replay_run(
     on_divergence: OnDivergence = "stop", environment: str | None = None,
     tenant_id: str = "default",
 ) -> ReplayResult:
-    """Execute run ``run_id`` of ``store`` again with ``flows`` and ``tools`` (the new
-    code), ``policy`` in place of every flow's and the engine's (None: the code's own) and
-    ``model`` in place of every model the steps ask (None: the original's recorded
-    responses, served in order), in the policy ``environment`` the original ran in.
+    """Execute a run of ``store`` again with the new code.
 
-    The replay runs on its own in-memory store: nothing is written to ``store`` (it is
-    only read), and no tool runs — each call passes the whole guard of the replay's engine
-    and is answered with the original's journaled result of the same call (same tool and
-    arguments, in call order; child runs from their own journals). A call the original did
-    not make is a divergence, answered as ``on_divergence`` says. The original's signals,
-    answers and timers are delivered when the replay waits for them, and its approval
-    decisions given again (signed by a replay approver in the replay's store); an approval
-    the original never needed is assumed granted, and said so.
+    The replay runs on its own in-memory store. Nothing is written to ``store``: it is only
+    read. No tool runs. Each call passes the whole guard of the replay's engine. It is
+    answered with the original's journaled result of the same call: same tool and
+    arguments, in call order. Child runs are answered from their own journals. A call the
+    original did not make is a divergence, answered as ``on_divergence`` says.
+
+    The original's signals, answers and timers are delivered when the replay waits for them.
+    Its approval decisions are given again, signed by a replay approver in the replay's
+    store. An approval the original never needed is assumed granted, and said so.
+
+    Args:
+        store: The store.
+        run_id: The run.
+        flows: The new code's flows.
+        tools: The new code's tools.
+        policy: In place of every flow's and the engine's; None keeps the code's own.
+        model: In place of every model the steps ask. None serves the original's recorded
+            responses, in order.
+        on_divergence: ``stop`` at a call the original did not make, or ``stub`` it.
+        environment: The policy environment the original ran in.
+        tenant_id: The run's tenant.
     """
     found = await run_io(store, _original, store, run_id, tenant_id)
     original = found.traces[run_id]
@@ -363,10 +373,25 @@ async def replay_runs(
     on_divergence: OnDivergence = "stop", environment: str | None = None,
     tenant_id: str = "default",
 ) -> list[BatchEntry]:
-    """Replay (:func:`replay_run`) the tenant's runs of ``flow`` created at or after
-    ``since`` (and before ``until``), newest first, at most ``limit`` of them. A run that
-    cannot be replayed (its payloads purged, a flow the new code lacks) is reported with
-    why, and the others go on."""
+    """Replay (:func:`replay_run`) the tenant's runs of ``flow``, newest first.
+
+    A run that cannot be replayed (its payloads purged, a flow the new code lacks) is
+    reported with why. The others go on.
+
+    Args:
+        store: The store.
+        flow: The flow whose runs are replayed.
+        since: Only runs created at or after it (epoch seconds).
+        until: Only runs created before it.
+        limit: The most runs replayed.
+        flows: The new code's flows.
+        tools: The new code's tools.
+        policy: In place of every flow's and the engine's; None keeps the code's own.
+        model: In place of every model the steps ask; None serves the recorded responses.
+        on_divergence: ``stop`` at a call the original did not make, or ``stub`` it.
+        environment: The policy environment the runs ran in.
+        tenant_id: The runs' tenant.
+    """
     code, kit = list(flows), list(tools)
     found: list[BatchEntry] = []
     after: tuple[float, str] | None = None

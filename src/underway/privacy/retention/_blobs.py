@@ -51,10 +51,16 @@ class Marks:
 
 def mark_blobs(journal: Journal, tenant_id: str,
                stop: Callable[[], bool] | None = None) -> Marks:
-    """Every blob reachable from the tenant's events and checkpoints (``stop``: asked
-    between runs; once True, the marks say so and collect nothing). Sealed payloads are
-    opened through the journal's codec; one that cannot be opened here stops the marking
-    (what it refers to is unknown)."""
+    """Every blob reachable from the tenant's events and checkpoints.
+
+    Sealed payloads are opened through the journal's codec. One that cannot be opened here
+    stops the marking: what it refers to is unknown.
+
+    Args:
+        journal: Reads the tenant's journals.
+        tenant_id: The tenant.
+        stop: Asked between runs. Once True, the marks say so and collect nothing.
+    """
     store, codec = journal.store, journal.codec
     marks = Marks(tenant_id, time.monotonic())
     fetch = BlobReader(store, tenant_id)
@@ -90,8 +96,18 @@ def mark_blobs(journal: Journal, tenant_id: str,
 
 
 def sweep_blobs(journal: Journal, marks: Marks, *, grace: float) -> int:
-    """Delete the tenant's blobs that ``marks`` did not reach and that were not written
-    in the last ``grace`` seconds, nor since marking began; return how many."""
+    """Delete the tenant's blobs that ``marks`` did not reach.
+
+    Blobs written in the last ``grace`` seconds, or since marking began, are kept.
+
+    Args:
+        journal: Reads and deletes the tenant's blobs.
+        marks: What the marking reached.
+        grace: Seconds a new blob is kept.
+
+    Returns:
+        How many blobs were deleted.
+    """
     if marks.problem:
         return 0
     store, tenant = privacy(journal.store), marks.tenant_id

@@ -22,13 +22,21 @@ class AlreadyPurged(Unpurgeable):
 def prepare(
     journal: Journal, row: RunRecord, rule: Rule | str, *, sweep_id: str, at: float
 ) -> Purge:
-    """The purge of the finished run ``row``, by ``rule`` (a retention rule, or what the
-    purge record says ordered it), as sweep ``sweep_id`` at ``at``.
+    """The purge of a finished run.
 
-    Raises :class:`Unpurgeable` for a run whose journal does not verify (a purge must
-    never hide what the audit would find), is purged in part already, or cannot be read
-    (encrypted with a key this process does not have: nothing is purged that the sweep
-    cannot leave a skeleton of)."""
+    Args:
+        journal: Reads the run's journal.
+        row: The run's row.
+        rule: A retention rule, or what the purge record says ordered it.
+        sweep_id: The sweep that purges it.
+        at: When.
+
+    Raises:
+        Unpurgeable: The run's journal does not verify: a purge must never hide what the
+            audit would find. Or it is purged in part already. Or it cannot be read
+            (encrypted with a key this process does not have): nothing is purged that the
+            sweep cannot leave a skeleton of.
+    """
     t, r = row.tenant_id, row.run_id
     stored = journal.store.load_events(t, r)
     if any(is_tombstone(s.payload) for s in stored):

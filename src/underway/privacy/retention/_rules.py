@@ -132,8 +132,16 @@ class Retention(Rules):
                                      f"{self.blob_grace!r}")
 
     def rule(self, tenant_id: str, flow: str, status: str) -> Rule | None:
-        """The period for a run of ``flow`` in ``tenant_id`` that ended ``status``, and
-        where it is said; None when nothing says one (the run is kept)."""
+        """The period for a run, and where it is said.
+
+        Args:
+            tenant_id: The run's tenant.
+            flow: The run's flow.
+            status: How the run ended.
+
+        Returns:
+            The rule, or None when nothing says one (the run is kept).
+        """
         tenant = self.tenants.get(tenant_id)
         places: list[tuple[Periods | None, str]] = []
         if tenant is not None:

@@ -93,14 +93,24 @@ def sweep(
     collect: bool = True,
     stop: Callable[[], bool] | None = None,
 ) -> SweepReport:
-    """Purge every finished run of ``tenant_id`` (every tenant when None) past its retention
-    period (see :class:`Retention`), except what legal holds hold; then collect the blobs
-    the purges left unreferenced (unless ``collect`` is False). ``dry_run``: change
-    nothing, write no log, report what would be purged. ``by``: who sweeps (logged).
-    ``codec``: how the runs are read (default: like the store's, which opens encrypted
-    payloads when encryption is on for the store).
-    ``stop``: asked between runs; once it says True the sweep ends early (a worker
-    stopping), logged as ended, with its collection not done."""
+    """Purge every finished run past its retention period (see :class:`Retention`).
+
+    What legal holds hold is kept. Then the blobs the purges left unreferenced are
+    collected.
+
+    Args:
+        store: The store.
+        retention: The retention periods.
+        tenant_id: The tenant; None means every tenant.
+        dry_run: Change nothing, write no log, report what would be purged.
+        by: Who sweeps (logged).
+        clock: Says the time now; None means the system clock.
+        codec: How the runs are read. By default, like the store's, which opens encrypted
+            payloads when encryption is on for the store.
+        collect: False leaves the blobs uncollected.
+        stop: Asked between runs. Once it says True the sweep ends early (a worker
+            stopping). It is logged as ended, with its collection not done.
+    """
     clock = clock or SystemClock()
     journal = Journal(store, codec)
     report = SweepReport(str(uuid.uuid4()), dry_run, clock.now())

@@ -18,17 +18,25 @@ log = logging.getLogger("underway.retention")
 
 
 class RetentionSweeper:
-    """Sweeps ``store`` by ``retention`` every ``retention.every`` seconds (the first time
-    at once), on the store's I/O threads, so the steps of the runs on the same event loop
-    never wait for it::
+    """Sweeps ``store`` by ``retention`` every ``retention.every`` seconds.
+
+    The first sweep is at once. Sweeps run on the store's I/O threads, so the steps of the
+    runs on the same event loop never wait for them::
 
         sweeper = RetentionSweeper(store, retention, codec=engine.journal.codec)
         stop = asyncio.Event()
         await asyncio.gather(runner.serve(stop), sweeper.run(stop))
 
-    A sweep that fails (the database restarting, say) is logged and tried again at the
-    next interval. ``sweeps`` counts the sweeps that ended, ``purged`` the runs they
-    purged, ``last`` is the report of the latest.
+    A sweep that fails (the database restarting, say) is logged and tried again at the next
+    interval. ``sweeps`` counts the sweeps that ended, ``purged`` the runs they purged.
+    ``last`` is the report of the latest.
+
+    Args:
+        store: The store.
+        retention: The retention periods.
+        codec: How the runs are read; None means like the store's.
+        clock: Says the time now; None means the system clock.
+        by: Who sweeps (logged).
     """
 
     def __init__(

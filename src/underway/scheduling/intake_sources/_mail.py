@@ -124,10 +124,18 @@ def _attachments(msg: EmailMessage, options: MailOptions) -> list[JSON]:
 
 def event_from_mail(raw: bytes, options: MailOptions,
                     received_at: datetime | None = None) -> IntakeEvent:
-    """The intake event of the e-mail ``raw`` (see the module's docstring);
-    :class:`MalformedMessage` naming the problem for a mail without a ``Message-ID`` or a
-    ``From`` address, or one that cannot be parsed. ``occurred_at`` is the ``Date``
-    header, else ``received_at`` (else now)."""
+    """The intake event of the e-mail ``raw`` (see the module's docstring).
+
+    Args:
+        raw: The e-mail.
+        options: How mail maps to events.
+        received_at: When it arrived. ``occurred_at`` is the ``Date`` header, else this,
+            else now.
+
+    Raises:
+        MalformedMessage: A mail without a ``Message-ID`` or a ``From`` address, or one that
+            cannot be parsed. It names the problem.
+    """
     try:
         payload, date = _read(raw, options)
     except MalformedMessage:

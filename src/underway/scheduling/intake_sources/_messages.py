@@ -71,12 +71,20 @@ def event_from_body(
     body: bytes, *, tenant_id: str, source: str, message_id: str | None,
     received_at: datetime | None = None,
 ) -> IntakeEvent:
-    """The intake event a message's ``body`` describes; :class:`MalformedMessage` naming
-    the problem when it describes none.
+    """The intake event a message's ``body`` describes.
 
-    ``message_id`` is the broker's id of the message (the idempotency key when the body
-    gives none; a message with neither is refused: acting on it could not be made to
-    happen once). ``received_at`` is when the broker took it (default: now)."""
+    Args:
+        body: The message's body.
+        tenant_id: The tenant.
+        source: The source it came from.
+        message_id: The broker's id of the message. It is the idempotency key when the body
+            gives none. A message with neither is refused: acting on it could not be made to
+            happen once.
+        received_at: When the broker took it; by default, now.
+
+    Raises:
+        MalformedMessage: It describes no event. It names the problem.
+    """
     try:
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:

@@ -95,20 +95,32 @@ def subject_matches(pattern: str, subject: str) -> bool:
 class NatsIntake:
     """Consume ``subject`` of JetStream stream ``stream`` into intake.
 
-    A durable pull consumer (``durable``; created when missing, with explicit acks,
-    ``ack_wait`` seconds before an unacknowledged message is delivered again, and one
-    message in flight, so messages are acted on in stream order even after a redelivery)
-    reads each message, acts on it through :func:`~underway.scheduling.intake.intake` with
-    ``routes`` for tenant ``tenant_id``, and acknowledges it after the intake committed.
-    The idempotency key is the body's ``idempotency_key``, else the ``Nats-Msg-Id``
-    header, else ``nats:{stream}:{stream sequence}``.
+    A durable pull consumer reads each message. It is created when missing, with explicit
+    acks and one message in flight. So messages are acted on in stream order, even after a
+    redelivery. Each message is acted on through :func:`~underway.scheduling.intake.intake`
+    and acknowledged after the intake committed. The idempotency key is the body's
+    ``idempotency_key``, else the ``Nats-Msg-Id`` header, else
+    ``nats:{stream}:{stream sequence}``.
 
-    A malformed message (not JSON, not an event, no route, refused by its route) is
-    published to ``dead_letter`` (a subject a stream captures; the reason in the
-    ``Underway-Dead-Letter-Reason`` header and in the JSON body) and then acknowledged;
-    without ``dead_letter`` it is terminated (never delivered again) and logged. When the
-    store fails, the message is handed back (a NAK with a delay) and the consumer pauses
-    (``backoff``). See docs/intake.md."""
+    A malformed message is not JSON, not an event, has no route, or is refused by its route.
+    It is published to ``dead_letter`` and then acknowledged. The reason is in the
+    ``Underway-Dead-Letter-Reason`` header and in the JSON body. Without ``dead_letter`` it
+    is terminated (never delivered again) and logged. When the store fails, the message is
+    handed back (a NAK with a delay) and the consumer pauses. See docs/intake.md.
+
+    Args:
+        client: The client runs are started and signalled through.
+        routes: The routes, by event kind.
+        stream: The JetStream stream.
+        subject: The subject consumed.
+        servers: The NATS servers.
+        durable: The durable consumer's name.
+        dead_letter: A subject a stream captures, for malformed messages.
+        tenant_id: The tenant events are for.
+        source: The events' source; by default ``nats:{stream}``.
+        ack_wait: Seconds before an unacknowledged message is delivered again.
+        backoff: How long the consumer pauses when the store fails.
+    """
 
     def __init__(
         self, client: Client, routes: Routes, *, stream: str, subject: str,

@@ -82,19 +82,30 @@ def _delivery(msg: AbstractIncomingMessage, channel: AbstractChannel, dead_queue
 class RabbitMQIntake:
     """Consume RabbitMQ queue ``queue`` into intake.
 
-    Each message (one in flight: prefetch 1, so messages are acted on in queue order) is
-    acted on through :func:`~underway.scheduling.intake.intake` with ``routes`` for tenant
-    ``tenant_id`` and acknowledged after the intake committed. The idempotency key is the
-    body's ``idempotency_key``, else the AMQP ``message_id`` property, else the
-    ``key_header`` header; a message with none is malformed (it could not be made to act
-    once).
+    Each message is acted on through :func:`~underway.scheduling.intake.intake` and
+    acknowledged after the intake committed. One is in flight (prefetch 1), so messages are
+    acted on in queue order. The idempotency key is the body's ``idempotency_key``, else the
+    AMQP ``message_id`` property, else the ``key_header`` header. A message with none is
+    malformed: it could not be made to act once.
 
-    A malformed message (not JSON, not an event, no key, no route, refused by its route)
-    is published to queue ``dead_letter`` (declared durable when missing; the reason in
-    the ``Underway-Dead-Letter-Reason`` header and in the JSON body; confirmed by the
-    broker) and then acknowledged; without ``dead_letter`` it is rejected without requeue,
-    so the queue's own dead-letter exchange, if any, takes it. When the store fails, the
-    message is requeued and the consumer pauses (``backoff``). See docs/intake.md."""
+    A malformed message is not JSON, not an event, has no key or no route, or is refused by
+    its route. It is published to queue ``dead_letter``, confirmed by the broker, and then
+    acknowledged. The reason is in the ``Underway-Dead-Letter-Reason`` header and in the JSON
+    body. Without ``dead_letter`` it is rejected without requeue, so the queue's own
+    dead-letter exchange, if any, takes it. When the store fails, the message is requeued
+    and the consumer pauses. See docs/intake.md.
+
+    Args:
+        client: The client runs are started and signalled through.
+        routes: The routes, by event kind.
+        queue: The queue consumed.
+        url: The broker's AMQP URL.
+        dead_letter: The queue for malformed messages; declared durable when missing.
+        key_header: The header that may carry the idempotency key.
+        tenant_id: The tenant events are for.
+        source: The events' source; by default ``rabbitmq:{queue}``.
+        backoff: How long the consumer pauses when the store fails.
+    """
 
     def __init__(
         self, client: Client, routes: Routes, *, queue: str, url: str = DEFAULT_URL,
