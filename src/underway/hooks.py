@@ -3,11 +3,11 @@
 and a notifier's ``notify`` (tell people a run waits for them).
 
 :func:`call_hook` bounds the hook in time and reads its answer. A hook that raises
-(any exception, a :class:`~underway.errors.ToolCallError` too, and any ``BaseException``,
-``SystemExit`` and ``KeyboardInterrupt`` included: the hook raised them, the process is not
-stopping), answers with the wrong type or nothing, or gives no answer in time raises
-:class:`HookFailed`, naming the hook and the reason. Only the caller's own cancellation
-passes. The
+(any exception, a :class:`~underway.errors.ToolCallError` too, and any ``BaseException``
+but the caller's cancellation or the process stopping), answers with the wrong type or nothing, or
+gives no answer in time raises :class:`HookFailed`, naming the hook and the reason. A plain
+function's hook runs on a thread of its own, where the process stopping is never raised:
+a ``SystemExit`` or ``KeyboardInterrupt`` it raises is its failure too. The
 engine turns that into an escalation: a person settles the call, and the step is never
 told the call failed (it would try again under new keys).
 """
@@ -29,9 +29,10 @@ __all__ = ["DEFAULT_HOOK_TIMEOUT", "HookFailed", "call_hook", "notify"]
 DEFAULT_HOOK_TIMEOUT = 30.0
 """Seconds a hook may take by default (``Tool(hook_timeout=...)`` changes it per tool)."""
 
-_STOPPING = (KeyboardInterrupt, SystemExit)
-"""What asyncio lets out of the event loop when a task raises it: one a hook raised would
-stop the worker, which would ask the hook again after its restart, forever."""
+_PASSING = (KeyboardInterrupt, SystemExit)
+"""What a hook may raise that is no answer about the effect: the process is stopping. The
+run keeps what its journal holds, and the next worker asks again. (The caller's own
+cancellation passes too; a cancellation the hook raised of itself is a failure.)"""
 
 log = logging.getLogger("underway.worker")
 
@@ -79,7 +80,7 @@ async def call_hook(
         HookFailed: The hook raised, gave a wrong answer or none in time.
     """
     if inspect.iscoroutinefunction(fn):
-        task: asyncio.Future[Any] = asyncio.ensure_future(_contained(fn(*args)))
+        task: asyncio.Future[Any] = asyncio.ensure_future(fn(*args))
     else:
         task = _on_own_thread(fn, args)
     try:
@@ -93,6 +94,8 @@ async def call_hook(
         raise HookFailed(hook, owner, f"gave no answer within {timeout:g}s")
     try:
         out = task.result()
+    except _PASSING:
+        raise
     except BaseException as exc:
         raised = exc.raised if isinstance(exc, _Raised) else exc
         raise HookFailed(hook, owner, f"raised {type(raised).__name__}: {raised}") from raised
@@ -139,8 +142,11 @@ def _on_own_thread(fn: Callable[..., Any], args: tuple[Any, ...]) -> asyncio.Fut
     def run() -> None:
         try:
             out = context.run(fn, *args)
+        except _PASSING as exc:
+            # Raised by the hook itself (signals stop the main thread, not this one).
+            done: Callable[[], None] = functools.partial(future.set_exception, _Raised(exc))
         except BaseException as exc:  # handed to the caller, who judges it
-            done: Callable[[], None] = functools.partial(future.set_exception, exc)
+            done = functools.partial(future.set_exception, exc)
         else:
             done = functools.partial(future.set_result, out)
         with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits for it
@@ -151,20 +157,12 @@ def _on_own_thread(fn: Callable[..., Any], args: tuple[Any, ...]) -> asyncio.Fut
 
 
 class _Raised(Exception):
-    """What a hook's coroutine raised that asyncio would let out of the event loop."""
+    """A ``SystemExit`` or ``KeyboardInterrupt`` a hook raised on its own thread, carried
+    to the caller as the hook's failure rather than as the process stopping."""
 
     def __init__(self, raised: BaseException) -> None:
         super().__init__(repr(raised))
         self.raised = raised
-
-
-async def _contained(coro: Any) -> Any:
-    """``coro``'s answer; a ``SystemExit`` or ``KeyboardInterrupt`` it raises is kept for
-    the caller as :class:`_Raised` instead of stopping the event loop."""
-    try:
-        return await coro
-    except _STOPPING as exc:
-        raise _Raised(exc) from exc
 
 
 def _awaiting(awaitable: Any) -> Callable[[], Any]:

@@ -32,8 +32,8 @@ import underway as uw
 from underway.effects import Reconciled
 
 HOOKS = ("loss", "crash", "compensate")
-FAILURES = ("tool_call_error", "exception", "base_exception", "system_exit",
-            "keyboard_interrupt", "non_answer", "wrong_answer", "hang")
+FAILURES = ("tool_call_error", "exception", "base_exception", "non_answer", "wrong_answer",
+            "hang")
 HOOK_TIMEOUT = 0.3
 """Seconds a failing hook gets (``hang`` runs past it)."""
 TRIES = 3
@@ -82,11 +82,6 @@ def failing(failure: str, hook: str) -> Any:
             raise RuntimeError("the ledger query broke")
         if failure == "base_exception":
             raise Boom("the ledger query was aborted")
-        if failure == "system_exit":
-            # What asyncio lets out of its loop: raised by the hook, not a stopping worker.
-            raise SystemExit("the ledger client called exit")
-        if failure == "keyboard_interrupt":
-            raise KeyboardInterrupt("the ledger client was interrupted")
         if failure == "non_answer":
             return None
         if failure == "wrong_answer":

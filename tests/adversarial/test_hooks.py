@@ -48,8 +48,6 @@ REASONS = {
     "tool_call_error": "raised ToolCallError: tool 'ledger' failed: LedgerDown",
     "exception": "raised RuntimeError: the ledger query broke",
     "base_exception": "raised Boom: the ledger query was aborted",
-    "system_exit": "raised SystemExit: the ledger client called exit",
-    "keyboard_interrupt": "raised KeyboardInterrupt: the ledger client was interrupted",
     "non_answer": "answered nothing (None)",
     "wrong_answer": "answered a",
     "hang": f"gave no answer within {HOOK_TIMEOUT:g}s",
