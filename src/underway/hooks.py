@@ -5,7 +5,9 @@ and a notifier's ``notify`` (tell people a run waits for them).
 :func:`call_hook` bounds the hook in time and reads its answer. A hook that raises
 (any exception, a :class:`~underway.errors.ToolCallError` too, and any ``BaseException``
 but the caller's cancellation or the process stopping), answers with the wrong type or nothing, or
-gives no answer in time raises :class:`HookFailed`, naming the hook and the reason. The
+gives no answer in time raises :class:`HookFailed`, naming the hook and the reason. A plain
+function's hook runs on a thread of its own, where the process stopping is never raised:
+a ``SystemExit`` or ``KeyboardInterrupt`` it raises is its failure too. The
 engine turns that into an escalation: a person settles the call, and the step is never
 told the call failed (it would try again under new keys).
 """
@@ -95,7 +97,8 @@ async def call_hook(
     except _PASSING:
         raise
     except BaseException as exc:
-        raise HookFailed(hook, owner, f"raised {type(exc).__name__}: {exc}") from exc
+        raised = exc.raised if isinstance(exc, _Raised) else exc
+        raise HookFailed(hook, owner, f"raised {type(raised).__name__}: {raised}") from raised
     if inspect.isawaitable(out):
         # A plain function that returned a coroutine: its answer is what that gives.
         return await call_hook(hook, owner, _awaiting(out), timeout=timeout, answer=answer)
@@ -139,8 +142,11 @@ def _on_own_thread(fn: Callable[..., Any], args: tuple[Any, ...]) -> asyncio.Fut
     def run() -> None:
         try:
             out = context.run(fn, *args)
+        except _PASSING as exc:
+            # Raised by the hook itself (signals stop the main thread, not this one).
+            done: Callable[[], None] = functools.partial(future.set_exception, _Raised(exc))
         except BaseException as exc:  # handed to the caller, who judges it
-            done: Callable[[], None] = functools.partial(future.set_exception, exc)
+            done = functools.partial(future.set_exception, exc)
         else:
             done = functools.partial(future.set_result, out)
         with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits for it
@@ -148,6 +154,15 @@ def _on_own_thread(fn: Callable[..., Any], args: tuple[Any, ...]) -> asyncio.Fut
 
     threading.Thread(target=run, name="underway-hook", daemon=True).start()
     return future
+
+
+class _Raised(Exception):
+    """A ``SystemExit`` or ``KeyboardInterrupt`` a hook raised on its own thread, carried
+    to the caller as the hook's failure rather than as the process stopping."""
+
+    def __init__(self, raised: BaseException) -> None:
+        super().__init__(repr(raised))
+        self.raised = raised
 
 
 def _awaiting(awaitable: Any) -> Callable[[], Any]:

@@ -193,3 +193,24 @@ def test_one_signed_delivery_acts_once_whatever_key_header_it_is_posted_with(
     later = _post(world, keyed, webhooks.sign(secret, keyed, at=world.clock.now() + 1))
     assert (first.json()["action"], later.json()["action"]) == ("started", "duplicate")
     assert len(world.store.list_runs("acme")) == 2
+
+
+@pytest.mark.parametrize("command", ["resolve", "resume"])
+def test_the_cli_reads_signed_only_from_the_config_the_deployment_names(
+    strict: tuple[World, httpx.Client], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    command: str,
+) -> None:
+    """Workers started with --config FILE settle runs only with signed resolutions: the
+    CLI run elsewhere with the same --config refuses up front, sending nothing."""
+    world, _ = strict
+    run_id = journey_to_the_question(world)
+    deployed = tmp_path / "etc" / "underway.toml"
+    deployed.parent.mkdir()
+    deployed.write_text("[approvals]\nsigned_resolutions = true\n")
+    monkeypatch.chdir(tmp_path)  # no ./underway.toml here
+    extra = ["--resolution", "failed"] if command == "resolve" else []
+    out = CliRunner().invoke(cli, ["runs", command, run_id, *extra, "--by", "ops",
+                                   "--tenant", "acme", "--db", world.store_url,
+                                   "--config", str(deployed)])
+    assert out.exit_code == 2 and "is refused here" in out.output, out.output
+    assert world.store.pending_signals("acme", run_id) == []

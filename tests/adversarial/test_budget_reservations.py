@@ -419,3 +419,40 @@ def test_the_models_once_priced_at_none_are_priced_and_quoted(model: str) -> Non
     assert q.reason is None and q.tokens is not None and q.cost_usd is not None
     assert q.cost_usd > 0
     assert adapter.cost(model, 1000, 1000, 0) > 0
+
+
+def test_a_model_call_that_lost_its_answer_keeps_its_reservation(store: uw.Store) -> None:
+    """A request that left and lost its answer may have been billed: its cost stays
+    reserved, so the calls after it cannot spend that room again. One that failed before
+    it was sent gives its room back."""
+
+    class Lossy:
+        name = "lossy"
+
+        def __init__(self) -> None:
+            self.sent = 0
+
+        async def complete(self, request: Any) -> uw.ModelReply:
+            self.sent += 1
+            if self.sent == 1:
+                raise uw.OutcomeUnknown("the answer was lost after the request left")
+            if self.sent == 2:
+                raise ConnectionRefusedError("nothing was sent")
+            return uw.ModelReply({"text": "ok"}, "lossy", 10, 10, 0.4)
+
+        def quote(self, request: Any) -> ModelQuote:
+            return ModelQuote(20, 0.4)
+
+    model = Lossy()
+    flow = model_flow(model)
+    eng = uw.Engine(store, flows=[flow])
+    eng.guard.tenant_budget = Budget(cost_usd=1.0, on_exceed="fail")
+    runs = [eng.start(flow, {})[0] for _ in range(4)]
+    for _ in range(4):
+        asyncio.run(Runner(eng).run_until_idle())
+    day = _day_start(eng.clock.now())
+    used = store.budget_used("default", day) or {}
+    # The lost request (0.4) and one answered call (0.4) hold 0.8: a second answered call
+    # would reach 1.2, past the limit.
+    assert used.get("cost_usd") == pytest.approx(0.8)
+    assert [eng.state(r).status for r in runs].count("completed") == 1

@@ -122,6 +122,30 @@ def test_a_hook_timeout_is_checked_when_the_tool_is_declared() -> None:
         async def nothing(args: Any) -> None: ...
 
 
+@pytest.mark.parametrize("raised", [SystemExit, KeyboardInterrupt])
+def test_a_plain_function_hook_that_raises_exit_escalates(
+    db_url: str, raised: type[BaseException]
+) -> None:
+    """A reconcile hook on a thread of its own that raises SystemExit or KeyboardInterrupt
+    did not stop the worker: it failed, and the run escalates naming it."""
+
+    def exits(key: str) -> uw.Reconciled:
+        raise raised("the ledger client gave up")
+
+    name = f"hooks-plain-{raised.__name__.lower()}"
+    flow = transfer_flow(name, after="loss", reconcile=exits)
+    engine = Engine(connect(db_url), flows=[flow], clock=ManualClock(), lease_ttl=60)
+    with OutsideService() as svc:
+        run_id, _ = engine.start(name, {"service": svc.url})
+        _drive(engine)
+        s = engine.state(run_id)
+        assert s.status == "escalated" and s.escalation is not None
+        assert f"the reconcile hook of tool 'transfer' raised {raised.__name__}" \
+            in s.escalation.reason
+        assert _performed(svc, "transfer") == 1
+        assert s.state["tries"] == 0
+
+
 def test_a_plain_function_hook_is_bounded_too(db_url: str) -> None:
     """A reconcile hook that is not a coroutine function runs on a thread, bounded."""
     gate = threading.Event()

@@ -18,6 +18,7 @@ import underway as uw
 from underway.cli import app
 from underway.clock import ManualClock
 from underway.engine import Engine
+from underway.privacy.erasure import erase_subject
 from underway.runner import Runner
 from underway.store import connect
 
@@ -145,3 +146,55 @@ def test_a_bad_wake_time_does_not_make_the_worker_warn_in_a_loop(db_url: str) ->
 def test_a_lease_longer_than_any_worker_takes_is_refused() -> None:
     with pytest.raises(uw.ConfigurationError, match="lease_ttl"):
         Engine(connect("memory:"), lease_ttl=7200)
+
+
+ROW_IDENTITY = {
+    "subject-cleared": ("UPDATE runs SET subject = NULL WHERE run_id = ?",
+                        "subject None; the journal says 'cust-9'"),
+    "subject-swapped": ("UPDATE runs SET subject = 'cust-1' WHERE run_id = ?",
+                        "subject 'cust-1'; the journal says 'cust-9'"),
+    "purpose-swapped": ("UPDATE runs SET purpose = 'marketing' WHERE run_id = ?",
+                        "purpose 'marketing'; the journal says 'billing'"),
+}
+
+
+@pytest.mark.parametrize("forgery", sorted(ROW_IDENTITY))
+def test_a_row_hiding_its_subject_or_purpose_is_reported(db_url: str, forgery: str) -> None:
+    """Erasures, legal holds and consent find a run by its row's subject and purpose: a
+    row that names another (or none) hides the run from them, and the audit says so."""
+    flow = _sleeper()
+    store = connect(db_url)
+    engine = Engine(store, flows=[flow], clock=ManualClock())
+    run_id, _ = engine.start(flow, subject="cust-9", purpose="billing")
+    asyncio.run(Runner(engine).run_until_idle())
+    assert _audit(db_url)[0] == 0
+    statement, said = ROW_IDENTITY[forgery]
+    with insider(db_url) as sql:
+        sql.q(statement, run_id)
+    code, out = _audit(db_url)
+    assert code == 1, out
+    line = next((x for x in out.splitlines() if x.startswith(f"TAMPERED run {run_id}")), "")
+    assert "the runs row disagrees with the journal" in line and said in line, out
+    # A worker's claims neither loop on it nor stop the run.
+    for _ in range(3):
+        asyncio.run(Runner(engine).run_until_idle())
+    assert engine.state(run_id).status == "waiting"
+
+
+def test_an_erased_runs_row_keeps_its_subject_and_verifies(db_url: str) -> None:
+    """An erasure purges the subject from the run's start; the row keeps it (for the
+    erasure log and holds), and that is no disagreement."""
+    flow = uw.Flow("row-erased", state=S)
+
+    @flow.step
+    async def only(ctx: Any) -> Any:
+        return ctx.done("ok")
+
+    store = connect(db_url)
+    engine = Engine(store, flows=[flow], clock=ManualClock())
+    run_id, _ = engine.start(flow, subject="cust-9", purpose="billing")
+    asyncio.run(Runner(engine).run_until_idle())
+    erase_subject(store, "cust-9", by="dpo", reason="request")
+    assert engine.state(run_id).purged
+    code, out = _audit(db_url)
+    assert code == 0, out

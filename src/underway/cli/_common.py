@@ -391,12 +391,13 @@ def parse_json(text: str | None, option: str) -> JSON:
 
 
 @contextmanager
-def open_client(ctx: typer.Context, db: str | None) -> Iterator[Client]:
+def open_client(ctx: typer.Context, db: str | None,
+                config: Path | None = None) -> Iterator[Client]:
     """A client on the store named by ``db`` / ``$UNDERWAY_DB`` (see :func:`open_store`).
-    It refuses unsigned resolutions and resumes when ``./underway.toml`` (the file the
-    workers and ``underway serve`` read by default) says ``[approvals]
-    signed_resolutions = true``."""
-    found = find_config(None)
+    It refuses unsigned resolutions and resumes when the deployment's config file
+    (``config``, else ``./underway.toml``, the file the workers and ``underway serve``
+    read by default) says ``[approvals] signed_resolutions = true``."""
+    found = find_config(config)
     signed = found is not None and load_config(found).approvals.signed_resolutions
     with open_store(ctx, db) as store:
         yield Client(store, signed_resolutions=signed)

@@ -24,6 +24,7 @@ from ..redaction import Redactor
 from ..store.access import DEFAULT_PURPOSE
 from ..store.base import FINAL, RunRecord
 from ._common import (
+    ConfigOption,
     DbOption,
     Problem,
     PurposeOption,
@@ -377,17 +378,18 @@ def resolve(
     ] = None,
     tenant: TenantOption = "default",
     db: DbOption = None,
+    config_file: ConfigOption = None,
 ) -> None:
     """Resolve a run's escalation, unsigned; the run continues from where it stopped.
 
     Where runs settle only with signed resolutions ([approvals] signed_resolutions in
-    ./underway.toml) this is refused and nothing is sent: sign a resolution with
-    `underway approvals resolve` instead.
+    the deployment's config: --config, else ./underway.toml) this is refused and nothing
+    is sent: sign a resolution with `underway approvals resolve` instead.
     """
     if resolution not in ("succeeded", "failed", "retry"):
         raise Problem(f"--resolution must be succeeded, failed or retry, not {resolution!r}")
     data = parse_json(result, "--result")
-    with open_client(ctx, db) as client:
+    with open_client(ctx, db, config_file) as client:
         run = find_run(client, tenant, run).run_id
         client.resolve(run, resolution=resolution, by=by, result=data, tenant_id=tenant)
     typer.echo(f"escalation of run {run} resolved as {resolution} by {by} (unsigned: a "
@@ -407,13 +409,14 @@ def resume(
     ] = None,
     tenant: TenantOption = "default",
     db: DbOption = None,
+    config_file: ConfigOption = None,
 ) -> None:
     """Resume a dead run, unsigned: failed calls are tried again — each through the whole
     guard (policy, budgets, a fresh approval where one is required) — completed ones are
     not. Where runs settle only with signed resolutions ([approvals] signed_resolutions in
-    ./underway.toml) this is refused and nothing is sent; use ``underway approvals
-    resolve RUN --outcome resume`` there."""
-    with open_client(ctx, db) as client:
+    the deployment's config: --config, else ./underway.toml) this is refused and nothing
+    is sent; use ``underway approvals resolve RUN --outcome resume`` there."""
+    with open_client(ctx, db, config_file) as client:
         run = find_run(client, tenant, run).run_id
         client.resume(run, by=by, step=step, tenant_id=tenant)
     where = f"at step {step}" if step else "where it stopped"

@@ -14,6 +14,7 @@ from ..events import JSON
 from ..guard.budgets import Exceeded, Usage, route_breach
 from ..guard.intent import CallIntent
 from ..journal.state import REFUSAL_ERRORS, shadow_result
+from ..lost_track import lost_track
 from ..models.routing import ModelRouter
 from ._stops import Escalate, Stop
 
@@ -104,6 +105,15 @@ async def settled_first(act: Activation) -> None:
     """
     if act.after_commit and act.engine.guard.budget_of_tenant(act.state.tenant_id):
         await act.commit()
+
+
+def unanswered(act: Activation, key: str, exc: BaseException) -> None:
+    """A model call ``key`` ended without a response (``exc``). Its hold is released when
+    the request never got an answer computed for it; a request that left and lost its
+    answer (a read timeout, a cut connection) may have been billed, so its hold stays as
+    reserved, as an unknown outcome's does."""
+    if not lost_track(exc):
+        settle_later(act, key, None)
 
 
 def settle_later(act: Activation, key: str, spent: Usage | None) -> None:

@@ -541,10 +541,9 @@ class StepExecution:
                 if not getattr(exc, "retryable", False):
                     raise
                 self._retry_model(key, index, rec, exc)
-        except BaseException:
-            # No response: the provider did not answer, nothing is journaled as spent.
+        except BaseException as exc:
             if held:
-                budgets.settle_later(self._act, key, None)
+                budgets.unanswered(self._act, key, exc)
             raise
         self._act.buffer(ev.ModelResponded(
             key=key, index=index, model=reply.model, request=request, response=reply.response,

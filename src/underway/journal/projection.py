@@ -9,6 +9,9 @@ with a row that is stored (:func:`disagreements`). The audit reports each disagr
 
 What the journal cannot say is not checked: the queue is not journaled, and the row's
 wake time may be earlier than the journal's (a signal or a hand-back makes a run due).
+The row's data subject and purpose (what erasures, legal holds and consent checks find a
+run by) are checked by the audit alone (:func:`identity_disagreements`): a worker does
+not rewrite them, so it would meet the same disagreement on every claim.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ from ..store.leases import MAX_LEASE_TTL
 from ..store.records import FINAL, RunRecord, RunUpdate
 from .state import RunState
 
-__all__ = ["Disagreement", "disagreements", "expected_update", "lease_problem"]
+__all__ = ["Disagreement", "disagreements", "expected_update", "identity_disagreements",
+           "lease_problem"]
 
 FINAL_EVENTS = ("RunCompleted", "RunFailed", "RunCancelled")
 """The types of the event a finished run's journal ends with."""
@@ -150,4 +154,17 @@ def disagreements(row: RunRecord, s: RunState, *, now: float) -> list[Disagreeme
     if problem is not None:
         differ("lease", (row.lease_owner, row.lease_expires_at), None,
                f"no live worker can hold it: {problem}")
+    return out
+
+
+def identity_disagreements(row: RunRecord, s: RunState) -> list[Disagreement]:
+    """The row's data subject and purpose where the journal's start says otherwise. A
+    purged run's start no longer says them, and is not checked."""
+    out: list[Disagreement] = []
+    if s.purged:
+        return out
+    if row.subject != s.subject:
+        out.append(Disagreement("subject", row.subject, repr(s.subject)))
+    if row.purpose != s.purpose:
+        out.append(Disagreement("purpose", row.purpose, repr(s.purpose)))
     return out

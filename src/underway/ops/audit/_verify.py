@@ -21,7 +21,13 @@ from typing import TYPE_CHECKING
 from ...errors import IntegrityError, KeyUnavailable
 from ...events import genesis_hash, is_tombstone, link_hash, read_tombstone
 from ...journal import Journal
-from ...journal.projection import Disagreement, disagreements, good_time, lease_problem
+from ...journal.projection import (
+    Disagreement,
+    disagreements,
+    good_time,
+    identity_disagreements,
+    lease_problem,
+)
 from ...journal.state import RunState, fold
 from ...store.base import RunRecord, Store, StoredEvent, whole
 from ._anchors import (
@@ -97,7 +103,7 @@ def check_row(run: AuditedRun) -> list[Finding]:
             found.append(Disagreement("lease", (row.lease_owner, row.lease_expires_at),
                                       f"no live worker can hold it: {problem}"))
     else:
-        found = disagreements(row, state, now=now)
+        found = disagreements(row, state, now=now) + identity_disagreements(row, state)
     return [Finding(run.tenant_id, run.run_id, row.last_seq if state is not None else None,
                     f"the runs row disagrees with the journal: {d.describe()}")
             for d in found]
