@@ -206,6 +206,31 @@ def test_no_module_or_subpackage_is_in_an_import_cycle() -> None:
     assert circles == []
 
 
+def test_the_engine_modules_import_one_another_without_a_circle() -> None:
+    """Step execution holds a ``StepServices``, never the engine: only the package imports
+    ``_executor``, and no module of the engine reaches itself, even for the type checker."""
+    imports = _imports()
+    inner = {m: {t for t in targets if _within(t, "underway.engine") and t != "underway.engine"}
+             for m, targets in imports.items()
+             if _within(m, "underway.engine") and m != "underway.engine"}
+    assert sorted(m for m, targets in inner.items() if "underway.engine._executor" in targets) \
+        == []
+
+    def reaches(start: str, goal: str) -> bool:
+        seen, todo = set(), [start]
+        while todo:
+            for nxt in inner.get(todo.pop(), set()):
+                if nxt == goal:
+                    return True
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        return False
+
+    assert "underway.engine._calls" in inner
+    assert sorted(m for m in inner if reaches(m, m)) == []
+
+
 def test_the_cli_reads_runs_through_the_client() -> None:
     bad = sorted(
         (module, target) for module, targets in _imports().items()

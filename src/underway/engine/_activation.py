@@ -21,7 +21,7 @@ from ._outbox import outbox
 from ._stops import Unencodable
 
 if TYPE_CHECKING:
-    from ._executor import Engine
+    from ._services import StepServices
 
 _T = TypeVar("_T")
 
@@ -37,7 +37,8 @@ _DECLARING = frozenset(
 class Activation:
     """A leased run being advanced: its folded state and the events not yet committed."""
 
-    engine: Engine
+    services: StepServices
+    """What the run's execution uses of the engine."""
     lease: Lease
     state: RunState
     last_hash: str
@@ -69,14 +70,14 @@ class Activation:
 
     async def store(self, fn: Callable[..., _T], *args: Any) -> _T:
         """A store call made while a step runs (remembered if it fails)."""
-        return await self._remembered(self.engine.io(fn, *args))
+        return await self._remembered(self.services.io(fn, *args))
 
     async def _append(self, batch: AppendBatch) -> bool:
         """Append ``batch``: with the other activations' batches when the engine commits
         in groups, else on its own (remembered if it fails, like :meth:`store`)."""
-        committer = self.engine.committer
+        committer = self.services.committer
         if committer is None:
-            return await self.store(self.engine.store.append, batch)
+            return await self.store(self.services.store.append, batch)
         return await self._remembered(committer.append(batch))
 
     async def _remembered(self, pending: Awaitable[_T]) -> _T:
@@ -87,12 +88,12 @@ class Activation:
             raise
 
     def buffer(self, event: ev.RunEvent) -> None:
-        at = self.engine.clock.now()
+        at = self.services.clock.now()
         seq = self.state.seq + 1
         apply(self.state, Recorded(seq, at, event))
         self.pending.append((seq, at, event))
         if type(event) in _DECLARING and Hidden.of(event):
-            self.engine.redactor.learn(event)
+            self.services.redactor.learn(event)
 
     async def commit(self, *, release: bool = False, force_checkpoint: bool = False) -> None:
         # Calls a step makes at once commit one after another: each commits what was
@@ -108,18 +109,18 @@ class Activation:
         """Commit what is buffered; return the work that waited for it."""
         if not self.pending:
             return []
-        eng, s = self.engine, self.state
+        svc, s = self.services, self.state
         taken, consumed, todo = list(self.pending), list(self.consumed), list(self.after_commit)
         blobs: dict[str, bytes] = {}
         try:
             checkpoint = None
-            if force_checkpoint or release or s.seq - self.checkpoint_seq >= eng.checkpoint_every:
+            if force_checkpoint or release or s.seq - self.checkpoint_seq >= svc.checkpoint_every:
                 # The last event commits to the checkpoint's digest: see underway.checkpoint.
-                stored, checkpoint = eng.journal.encode_checkpointed(
+                stored, checkpoint = svc.journal.encode_checkpointed(
                     s, taken, self.last_hash, blobs
                 )
             else:
-                stored = eng.journal.encode(s.tenant_id, s.run_id, taken,
+                stored = svc.journal.encode(s.tenant_id, s.run_id, taken,
                                             self.last_hash, blobs, s.subject)
         except (TypeError, ValueError) as exc:
             kinds = sorted({type(e).__name__ for _, _, e in taken})
@@ -127,15 +128,15 @@ class Activation:
                 f"the step produced data that cannot be journaled ({exc}) in one of "
                 f"{', '.join(kinds)}; return and record only JSON values"
             ) from exc
-        fresh = eng.journal.unknown_blobs(s.tenant_id, blobs)
-        now = eng.clock.now()
+        fresh = svc.journal.unknown_blobs(s.tenant_id, blobs)
+        now = svc.clock.now()
         # The run row is a projection: a step that leaves the run ready and leased changes
         # nothing a reader of the row needs, so only its events are written.
         update = (
             expected_update(s, now, self.due_at)
             if release or s.status != self.row_status else None
         )
-        codec = eng.journal.codec
+        codec = svc.journal.codec
         if update is not None and update.error is not None and codec.sealer is not None:
             # Why a run failed or escalated says what it was about: sealed like a payload.
             update = dataclasses.replace(update, error=codec.seal_text(
@@ -159,10 +160,10 @@ class Activation:
         faults.point("append.after_commit")
         if batch.signals:
             faults.point("signals.after_commit")
-        eng.journal.remember(s.tenant_id, fresh)
+        svc.journal.remember(s.tenant_id, fresh)
         self.last_hash = stored[-1].hash
-        if eng.metrics.enabled:
-            eng.metrics.committed(s.tenant_id, s.run_id, s.flow, taken)
+        if svc.metrics.enabled:
+            svc.metrics.committed(s.tenant_id, s.run_id, s.flow, taken)
         if update is not None:
             self.row_status = update.status
         if checkpoint is not None:

@@ -103,7 +103,7 @@ async def settled_first(act: Activation) -> None:
     A call of this step that did not take effect releases its hold only once that is
     durable; committing it first lets the next call use the room it gave back.
     """
-    if act.after_commit and act.engine.guard.budget_of_tenant(act.state.tenant_id):
+    if act.after_commit and act.services.guard.budget_of_tenant(act.state.tenant_id):
         await act.commit()
 
 
@@ -124,9 +124,9 @@ def settle_later(act: Activation, key: str, spent: Usage | None) -> None:
 
 async def _settle(act: Activation, key: str, spent: Usage | None) -> None:
     """Settle a hold; a failure leaves it as reserved (the limit still holds)."""
-    eng = act.engine
+    svc = act.services
     try:
-        await eng.guard.settle(eng.store, act.state.tenant_id, key, spent)
+        await svc.guard.settle(svc.store, act.state.tenant_id, key, spent)
     except Exception:
         log.warning("could not settle the budget hold of call %s; it stays reserved", key,
                     exc_info=True)

@@ -26,6 +26,7 @@ from ..effects import (
 from ..egress import Egress
 from ..errors import ConfigurationError, NonDeterminismError, ToolCallError, is_store_failure
 from ..events import JSON, canonical_json
+from ..guard.approvals.check import check_approval
 from ..guard.budgets import Usage
 from ..guard.intent import CallIntent
 from ..hooks import HookFailed
@@ -36,6 +37,7 @@ from ..secrets import refusal as secret_refusal
 from . import _budgets as budgets
 from . import _outcomes as outcomes
 from ._activation import Activation
+from ._notices import notify
 from ._outcomes import LOST_TRACK, allowed_name, ask_reconcile, credentials_retry, lost_track
 from ._outcomes import hook_failed as _hook_failed
 from ._stops import DeadLetter, Escalate, Suspend, unswallowed
@@ -59,7 +61,7 @@ class StepExecution:
         self.ordinal = s.steps_completed
         self.signal = s.signal
         self.timed_out = s.timed_out
-        self.clock = act.engine.clock.now
+        self.clock = act.services.clock.now
         self._calls = 0
         self._values = 0
         self.broken: BaseException | None = None
@@ -93,7 +95,7 @@ class StepExecution:
         """Call ``tool``: its journaled result if the call completed before, else through
         the door. With ``typed``, the result as the tool's result model, validated from
         the JSON the journal holds (on the first run and on every replay alike)."""
-        t = self._act.engine.tool(tool)
+        t = self._act.services.registry.tool(tool)
         index = self._calls
         self._calls += 1
         try:
@@ -108,7 +110,7 @@ class StepExecution:
         key = rec.key if rec is not None and rec.key else idempotency_key(
             self.run_id, self.step, index, ordinal=self.ordinal
         )
-        metrics = self._act.engine.metrics
+        metrics = self._act.services.metrics
         if t.traced and metrics.enabled:
             metrics.calling(self.tenant_id, self.run_id, key, t, args)
         result = await self._result(t, args, key, index, h, rec, labels, evidence, risks)
@@ -262,8 +264,8 @@ class StepExecution:
         """Allow-list, schema, money, budgets, policy, approval and shadow mode, in that
         order; True when the call is shadowed (journaled, not executed)."""
         t, args, key, index, h = call.tool, call.args, call.key, call.index, call.args_hash
-        act, eng = self._act, self._act.engine
-        s, flow, guard = act.state, eng._flow(act.state.flow), eng.guard
+        act, svc = self._act, self._act.services
+        s, flow, guard = act.state, svc.flow(act.state.flow), svc.guard
         self._decision = None
         if flow.allowed_tools is not None and allowed_name(t.name) not in flow.allowed_tools:
             self._refuse(t, key, index, h, "not_allowed",
@@ -275,10 +277,10 @@ class StepExecution:
             self._schema_failed(t, key, index, "args", call.schema_error)
         if call.refusal is not None:
             self._refuse(t, key, index, h, "policy_denied", call.refusal)
-        now = eng.clock.now()
+        now = svc.clock.now()
         if guard.has_budget(flow) and (usage := call.usage) is not None:
             await budgets.settled_first(act)
-            over = await guard.over_budget(flow, eng.store, s, key, usage, now,
+            over = await guard.over_budget(flow, svc.store, s, key, usage, now,
                                            in_flight=budgets.in_flight(act))
             if over is not None:
                 budgets.over_budget(self._act, self.step, over[0], over[1], t.name)
@@ -295,7 +297,7 @@ class StepExecution:
                     **t.declared_hidden,
                 ))
             return shadow
-        d = await guard.decide(flow, eng.store, s, call, now)
+        d = await guard.decide(flow, svc.store, s, call, now)
         act.buffer(ev.PolicyDecided(
             key=key, tool=t.name, index=index, args_hash=h, decision=d.outcome,
             rule_id=d.rule_id, policy_version=d.policy_version, reason=d.reason,
@@ -306,7 +308,7 @@ class StepExecution:
                          d.reason or f"denied by policy rule {d.rule_id}")
         if d.outcome == "require_approval" and not shadow and key in s.approvals:
             # Approved before: the approval must still hold for exactly this call, now.
-            reason = await eng.verify_approval(s, key, t.name, h)
+            reason = await check_approval(svc.store, s, key, t.name, h, now=svc.clock.now())
             if reason is not None:
                 cause = "approval_expired" if reason == "expired" else "approval_invalid"
                 self._refuse(t, key, index, h, cause,
@@ -324,7 +326,7 @@ class StepExecution:
             )
             act.buffer(request)
             if guard.notifier is not None:
-                act.after_commit.append(functools.partial(eng.notify, s, request))
+                act.after_commit.append(functools.partial(notify, svc, s, request))
             raise Suspend
         self._decision = d.outcome if d.rule_id is not None else None
         if shadow:
@@ -349,27 +351,25 @@ class StepExecution:
         key = rec.key if rec is not None and rec.key else idempotency_key(
             self.run_id, self.step, index, ordinal=self.ordinal
         )
+        svc = self._act.services
         event = ev.Escalated(
             reason=f"question: {question}", key=key, tool="ask", index=index,
             cause="question", request_id=request_id_for(key), question=question,
             context=context, required_role=role,
-            expires_at=None if expires_in is None else self._act.engine.clock.now() + expires_in,
+            expires_at=None if expires_in is None else svc.clock.now() + expires_in,
         )
-        eng = self._act.engine
-        if eng.guard.notifier is not None:
-            self._act.after_commit.append(
-                functools.partial(eng.notify, self._act.state, event)
-            )
+        if svc.guard.notifier is not None:
+            self._act.after_commit.append(functools.partial(notify, svc, self._act.state, event))
         raise Escalate.about(event)
 
     async def _admit(self, t: Tool, key: str, index: int, h: str) -> None:
         """Fail fast, journaled as ``CircuitOpen``, when the tool's circuit is open."""
         if t.circuit is None:
             return
-        eng = self._act.engine
+        svc = self._act.services
         verdict = await self._act.store(functools.partial(
-            eng.store.circuit_admit, t.circuit.scope(self.tenant_id), t.name,
-            now=eng.clock.now(), cooldown=t.circuit.cooldown,
+            svc.store.circuit_admit, t.circuit.scope(self.tenant_id), t.name,
+            now=svc.clock.now(), cooldown=t.circuit.cooldown,
         ))
         if verdict != "open":
             return
@@ -384,10 +384,10 @@ class StepExecution:
         """Tell the shared circuit how the call went (schema errors are not the tool's fault)."""
         if t.circuit is None or error_type in ("CircuitOpen", "SchemaValidationFailed"):
             return
-        eng = self._act.engine
+        svc = self._act.services
         await self._act.store(functools.partial(
-            eng.store.circuit_record, t.circuit.scope(self.tenant_id), t.name,
-            ok=error_type is None, now=eng.clock.now(),
+            svc.store.circuit_record, t.circuit.scope(self.tenant_id), t.name,
+            ok=error_type is None, now=svc.clock.now(),
             threshold=t.circuit.failure_threshold, cooldown=t.circuit.cooldown,
         ))
 
@@ -399,14 +399,14 @@ class StepExecution:
             return
         if not policy.retries(exc.error_type, exc.retryable):
             return
-        s, eng = self._act.state, self._act.engine
+        s, svc = self._act.state, self._act.services
         rec = s.call(index)
         attempts = rec.attempts if rec is not None else 1
         if attempts >= policy.max_attempts:
             return
-        if eng.retry_budget is not None and s.retries >= eng.retry_budget:
+        if svc.retry_budget is not None and s.retries >= svc.retry_budget:
             raise DeadLetter(
-                f"retry budget of {eng.retry_budget} retries per run is exhausted; last: "
+                f"retry budget of {svc.retry_budget} retries per run is exhausted; last: "
                 f"{t.name} failed with {exc.error_type}: {exc.message}",
                 "RetryBudgetExhausted",
             )
@@ -416,7 +416,7 @@ class StepExecution:
             key=key, tool=t.name, index=index, attempt=attempts + 1, timer_id=timer,
             delay_s=delay,
         ))
-        self._act.buffer(ev.TimerSet(timer_id=timer, wake_at=eng.clock.now() + delay))
+        self._act.buffer(ev.TimerSet(timer_id=timer, wake_at=svc.clock.now() + delay))
         raise Suspend
 
     async def _execute(self, call: CallIntent) -> JSON:
@@ -518,20 +518,20 @@ class StepExecution:
         if rec is not None and rec.status == "succeeded":
             return rec.result
         key = idempotency_key(self.run_id, self.step, index, ordinal=self.ordinal)
-        eng = self._act.engine
-        flow = eng._flow(self._act.state.flow)
+        svc = self._act.services
+        flow = svc.flow(self._act.state.flow)
         held = False
-        if eng.guard.has_budget(flow):
+        if svc.guard.has_budget(flow):
             pending, unpriced = budgets.model_pending(model, request)
             await budgets.settled_first(self._act)
-            over = await eng.guard.over_budget(
-                flow, eng.store, self._act.state, key, pending, eng.clock.now(),
+            over = await svc.guard.over_budget(
+                flow, svc.store, self._act.state, key, pending, svc.clock.now(),
                 unpriced=unpriced, in_flight=budgets.in_flight(self._act),
             )
             if over is not None:
                 budgets.over_budget(self._act, self.step, over[0], over[1], None)
             budgets.admitted(self._act, key, index, pending)
-            held = eng.guard.budget_of_tenant(self.tenant_id) is not None
+            held = svc.guard.budget_of_tenant(self.tenant_id) is not None
         try:
             budgets.check_route_budget(self._act, model, request)
             began = time.perf_counter()
@@ -548,7 +548,7 @@ class StepExecution:
         self._act.buffer(ev.ModelResponded(
             key=key, index=index, model=reply.model, request=request, response=reply.response,
             tokens_in=reply.tokens_in, tokens_out=reply.tokens_out, cost_usd=reply.cost_usd,
-            latency_ms=(time.perf_counter() - began) * 1000, **eng.registry.hidden.declared(),
+            latency_ms=(time.perf_counter() - began) * 1000, **svc.registry.hidden.declared(),
         ))
         if held:
             budgets.settle_later(self._act, key, Usage(
@@ -560,11 +560,11 @@ class StepExecution:
     def _retry_model(self, key: str, index: int, rec: Any, exc: Exception) -> NoReturn:
         """A provider's transient failure (rate limit, outage) that outlasted the adapter's
         own retries: wait on a durable timer, holding no worker, then ask again."""
-        s, eng = self._act.state, self._act.engine
+        s, svc = self._act.state, self._act.services
         attempt = (rec.attempts if rec is not None else 1) + 1
-        if eng.retry_budget is not None and s.retries >= eng.retry_budget:
+        if svc.retry_budget is not None and s.retries >= svc.retry_budget:
             raise DeadLetter(
-                f"retry budget of {eng.retry_budget} retries per run is exhausted; last: "
+                f"retry budget of {svc.retry_budget} retries per run is exhausted; last: "
                 f"model call failed with {type(exc).__name__}: {exc}", "RetryBudgetExhausted",
             )
         hinted = getattr(exc, "retry_after", None)
@@ -574,7 +574,7 @@ class StepExecution:
         self._act.buffer(ev.RetryScheduled(
             key=key, tool="model", index=index, attempt=attempt, timer_id=timer, delay_s=delay,
         ))
-        self._act.buffer(ev.TimerSet(timer_id=timer, wake_at=eng.clock.now() + delay))
+        self._act.buffer(ev.TimerSet(timer_id=timer, wake_at=svc.clock.now() + delay))
         raise Suspend
 
     def note(self, event: ev.PlanCreated | ev.PlanRevised | ev.ToolSelected) -> bool:

@@ -60,7 +60,7 @@ class StepWithChildren(StepExecution):
         self, flow: Flow[Any, Any] | str, input: JSON, *, key: str | None, detached: bool,
         queue: str | None, lineage: Lineage | None = None, taint: tuple[str, ...] = (),
     ) -> str:
-        act, eng = self._act, self._act.engine
+        act, svc = self._act, self._act.services
         s = act.state
         position = self._starts
         self._starts += 1
@@ -68,11 +68,11 @@ class StepWithChildren(StepExecution):
             raise ConfigurationError("a child run's key must not be empty")
         key = key if key is not None else f"{self.ordinal}:{self.step}:{position}"
         name = flow.name if isinstance(flow, Flow) else flow
-        code = flow if isinstance(flow, Flow) else eng.flows.get(name)
+        code = flow if isinstance(flow, Flow) else svc.registry.flows.get(name)
         if code is None:
             raise ConfigurationError(
                 f"step {self.step!r} of run {self.run_id} starts a run of flow {name!r}, "
-                f"which this engine does not have; known: {sorted(eng.flows)}"
+                f"which this engine does not have; known: {sorted(svc.registry.flows)}"
             )
         run_id = child_run_id(self.tenant_id, self.run_id, key)
         known = s.children.get(run_id)
@@ -87,13 +87,13 @@ class StepWithChildren(StepExecution):
         # adds (never less than this run has).
         inherited = s.lineage.descend(
             self.run_id, lineage, taint=taint,
-            shadow=eng.guard.shadow_for(eng._flow(s.flow)),
+            shadow=svc.guard.shadow_for(svc.flow(s.flow)),
         )
         options = StartOptions(
             tenant_id=self.tenant_id, run_id=run_id, idempotency_key=f"child:{self.run_id}:{key}",
             queue=queue or act.queue, principal=s.principal, roles=s.roles, lineage=inherited,
         )
-        new = new_run(eng.journal, code, name, input, options, now=eng.clock.now(),
+        new = new_run(svc.journal, code, name, input, options, now=svc.clock.now(),
                       run_id=run_id, parent_run_id=self.run_id)
         if known is None:
             # The intent, durable before the child exists: a cancel of this run from now on
@@ -103,7 +103,7 @@ class StepWithChildren(StepExecution):
         faults.point("child.before_create")
         # Idempotent by key: a re-run of the step finds the child created before a crash.
         # A worker serving the engine with a free slot takes the child at once.
-        await act.store(eng.create_run, new)
+        await act.store(svc.create_run, new)
         faults.point("child.after_create")
         return run_id
 
@@ -115,7 +115,7 @@ class StepWithChildren(StepExecution):
 
     @unswallowed
     async def wait_child(self, run_id: str) -> ChildOutcome:
-        act, eng = self._act, self._act.engine
+        act, svc = self._act, self._act.services
         s = act.state
         child = s.children.get(run_id)
         if child is None:
@@ -125,7 +125,7 @@ class StepWithChildren(StepExecution):
             )
         if not child.ended:
             # The child may have ended since the inbox was read: its word waits there.
-            for sig, payload in await act.store(pending_signals, eng.store, self.tenant_id,
+            for sig, payload in await act.store(pending_signals, svc.store, self.tenant_id,
                                                 self.run_id):
                 if sig.name == CHILD_SIGNAL and sig.signal_id not in act.consumed \
                         and not isinstance(payload, UnderwayError):

@@ -10,11 +10,12 @@ the lease token.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, TypeVar, assert_never
+from typing import Any, TypeVar, Unpack
 
 from .. import events as ev
 from .. import faults
@@ -30,18 +31,15 @@ from ..errors import (
     RunNotFound,
     is_store_failure,
 )
-from ..events import canonical_json
-from ..flow import Done, Fail, Flow, Goto, Next, RunContext, Sleep, Wait
-from ..guard import Guard
+from ..flow import Done, Flow, RunContext
+from ..guard import Guard, GuardOptions
+from ..guard.approvals.check import check_approval
 from ..guard.taint import tainted_by
-from ..hooks import DEFAULT_HOOK_TIMEOUT, notify
 from ..identity import worker_identity
 from ..journal import Journal
-from ..journal.patch import make_patch
 from ..journal.projection import expected_update, good_time, question_expiry
 from ..journal.state import Recorded, RunState
 from ..redaction import Redactor
-from ..secrets import BoundSecrets, SecretProvider
 from ..store._offload import INLINE, offload_of, run_io
 from ..store.base import Lease, RunRecord
 from ..store.features import EngineStore
@@ -50,19 +48,16 @@ from ..telemetry import NO_METRICS, Metrics
 from ._activation import Activation
 from ._children import StepWithChildren
 from ._eager import Driver, EagerStart, EagerStarts
-from ._finish import judge_finish
+from ._finish import finish_step, judge_finish
 from ._group import GroupCommit
-from ._inbox import OpenedSignal, pending_signals, read_inbox, verify_approval
-from ._notices import notice_of
+from ._inbox import OpenedSignal, pending_signals, read_inbox
+from ._notices import escalate, notify
 from ._operator import client_method as _client_method
+from ._options import EngineKeywords, EngineOptions, settle
 from ._registry import Registry
-from ._rows import SUSPECTS_PER_ROUND, checked_ttl, heal_rows, repair_leased
+from ._rows import SUSPECTS_PER_ROUND, heal_rows, repair_leased
+from ._services import StepServices
 from ._stops import DeadLetter, Escalate, Stop, Suspend, Unencodable
-
-if TYPE_CHECKING:
-    from ..guard.approvals.notify import Notifier
-    from ..guard.budgets import Budget, TenantBudgets
-    from ..guard.policy import Policy
 
 _T = TypeVar("_T")
 
@@ -83,30 +78,40 @@ class Engine(EagerStarts):
     only an executor can: the run goes to the worker serving the engine, leased in its
     start's transaction, while that worker has a free slot (:mod:`underway.engine._eager`).
 
-    ``lease_ttl``: seconds a lease lasts unless renewed (heartbeats renew it while a step
-    runs). ``checkpoint_every``: write a checkpoint at least every this many events (and
-    always when a run leaves the worker: waiting, escalated, dead or finished).
-    ``retry_budget``: retries one run may spend across all its tools before it stops dead
-    (``None``: no limit). ``tenant_budget``: what each tenant's runs may spend per UTC
-    day, one :class:`~underway.guard.budgets.Budget` for every tenant or
-    :class:`~underway.guard.budgets.TenantBudgets` (a default and per-tenant budgets).
-    ``metrics``: where steps, calls, activations and run ends are reported
-    (:class:`underway.telemetry.PrometheusMetrics`; default: nowhere, at no cost).
-    ``group_commit``: the commits of this engine's concurrent activations are written
-    together, one transaction and one flush for all that are waiting (see
-    :mod:`underway.engine._group`; nothing about durability changes); ``False`` writes each
-    on its own.
-    ``codec``: how payloads are encoded (default: like the store's — encryption at rest is
-    turned on for the store, ``underway.crypto.encrypt``, and applies to every engine and
-    client on it).
+    Its settings are two frozen objects: :class:`EngineOptions` for its own, and
+    :class:`~underway.guard.GuardOptions` for its guard's. The keywords of the same
+    names build them; a keyword beside an option object must agree with it.
 
     Async code here never calls the store synchronously on the event loop: every store
     call goes through :meth:`io` (see :mod:`underway.store._offload`).
+
+    Args:
+        store: Where runs and their journals are.
+        flows: The flows it runs.
+        tools: Tools its flows call by name, besides those they declare.
+        clock: Its time (default: the system's).
+        codec: How payloads are encoded (default: the store's). Encryption at rest is
+            turned on for the store (``underway.crypto.encrypt``), for every engine and
+            client on it.
+        guard: The guard to use (default: a new one). ``guard_options`` are set on it.
+        options: The engine's own settings, whole.
+        guard_options: The guard's settings, whole.
+        **keywords: The fields of :class:`EngineOptions` (``owner``, ``lease_ttl``,
+            ``checkpoint_every``, ``retry_budget``, ``metrics``, ``group_commit``,
+            ``notify_timeout``) and of :class:`~underway.guard.GuardOptions` (``policy``,
+            ``environment``, ``budget``, ``tenant_budget``, ``shadow``, ``secrets``,
+            ``notifier``, ``signed_resolutions``), one by one.
+
+    Raises:
+        ConfigurationError: A keyword disagrees with the option object given (the error
+            names the field), a lease length is out of range, or the secret provider
+            serves another environment.
     """
 
-    execution: type[StepWithChildren] = StepWithChildren
-    """What executes a step's calls (a counterfactual replay's engine serves recorded
-    results through its own, :mod:`underway.ops.replay`)."""
+    execution: Callable[[Activation, str], StepWithChildren] = StepWithChildren
+    """What executes a step's calls, given the activation and the step's name (a
+    counterfactual replay's engine serves recorded results through its own,
+    :mod:`underway.ops.replay`)."""
 
     def __init__(
         self,
@@ -116,35 +121,14 @@ class Engine(EagerStarts):
         tools: Iterable[Tool] = (),
         clock: Clock | None = None,
         codec: Codec | None = None,
-        owner: str | None = None,
-        lease_ttl: float = 30.0,
-        checkpoint_every: int = 100,
-        retry_budget: int | None = 100,
         guard: Guard | None = None,
-        policy: Policy | None = None,
-        environment: str | None = None,
-        budget: Budget | None = None,
-        tenant_budget: Budget | TenantBudgets | None = None,
-        shadow: bool | None = None,
-        secrets: SecretProvider | None = None,
-        notifier: Notifier | None = None,
-        signed_resolutions: bool | None = None,
-        metrics: Metrics | None = None,
-        group_commit: bool = True,
+        options: EngineOptions | None = None,
+        guard_options: GuardOptions | None = None,
+        **keywords: Unpack[EngineKeywords],
     ) -> None:
+        options, guarded = settle(options, guard_options, keywords)
         self.guard = guard or Guard()
-        for name, value in (
-            ("policy", policy), ("environment", environment), ("budget", budget),
-            ("tenant_budget", tenant_budget), ("shadow", shadow), ("secrets", secrets),
-            ("notifier", notifier), ("signed_resolutions", signed_resolutions),
-        ):
-            if value is not None:
-                setattr(self.guard, name, value)
-        bound = self.guard.secrets
-        if isinstance(bound, BoundSecrets) and bound.environment != self.guard.environment:
-            raise ConfigurationError(
-                f"the secret provider serves environment {bound.environment!r} but the "
-                f"engine runs in {self.guard.environment!r}; give both the same environment")
+        self.guard.configure(guarded)
         self.store = store
         self.journal = Journal(store, codec)
         self.guard.codec = codec  # None: the store's, whatever it is when used
@@ -154,24 +138,22 @@ class Engine(EagerStarts):
         """The flows this engine runs, by name."""
         self.tools: dict[str, Tool] = self.registry.tools
         """The tools its flows call, by name."""
-        self.owner = owner or worker_identity()
-        self.lease_ttl = checked_ttl(lease_ttl)
+        self.options = options if options.owner \
+            else dataclasses.replace(options, owner=worker_identity())
+        """Its own settings, with ``owner`` filled in. Setting an attribute of the same
+        name, such as :attr:`lease_ttl`, replaces them."""
         self.unhealed: set[tuple[str, str]] = set()  # suspect rows not healed, logged once
-        self.metrics: Metrics = metrics or NO_METRICS
-        """Where the engine reports what it does (``underway.telemetry``)."""
         self.redactor = Redactor()
         """The values hidden fields held in the events this engine journaled (the last
         10,000): what a worker keeps out of its log lines."""
-        self.checkpoint_every = checkpoint_every
-        self.retry_budget = retry_budget
-        self.notify_timeout = DEFAULT_HOOK_TIMEOUT
-        """Seconds the notifier may take; past them, or raising, it is logged (the run waits
-        in the inbox all the same)."""
         self.committer: GroupCommit | None = (
-            GroupCommit(store) if group_commit and offload_of(store) is not INLINE else None
+            GroupCommit(store)
+            if options.group_commit and offload_of(store) is not INLINE else None
         )
         """Where this engine's activations commit together (None: each on its own — the
         store does no I/O, or ``group_commit=False``)."""
+        self.services = self._services()
+        """What executing a step uses of this engine; rebuilt when a setting changes."""
         self.client = Client._for_executor(store, self.journal, self.clock, self.flows,
                                            signed_resolutions=self.guard.signed_resolutions)
         """The client this engine's operator actions (start, signal, cancel...) go through."""
@@ -182,6 +164,76 @@ class Engine(EagerStarts):
             self.register(f)
         for t in tools:
             self.tools[t.name] = t
+
+    def _services(self) -> StepServices:
+        o = self.options
+        return StepServices(
+            store=self.store, journal=self.journal, clock=self.clock, guard=self.guard,
+            registry=self.registry, redactor=self.redactor, committer=self.committer,
+            create_run=self.create_run, metrics=o.metrics or NO_METRICS,
+            checkpoint_every=o.checkpoint_every, retry_budget=o.retry_budget,
+            notify_timeout=o.notify_timeout,
+        )
+
+    def _configure(self, **changes: Any) -> None:
+        """Replace settings: the activations that start afterwards see them."""
+        self.options = dataclasses.replace(self.options, **changes)
+        self.services = self._services()
+
+    @property
+    def owner(self) -> str:
+        """Who this engine's leases are held by."""
+        return str(self.options.owner)
+
+    @owner.setter
+    def owner(self, value: str) -> None:
+        self._configure(owner=value)
+
+    @property
+    def lease_ttl(self) -> float:
+        """Seconds a lease lasts unless renewed (:attr:`EngineOptions.lease_ttl`)."""
+        return self.options.lease_ttl
+
+    @lease_ttl.setter
+    def lease_ttl(self, value: float) -> None:
+        self._configure(lease_ttl=value)
+
+    @property
+    def checkpoint_every(self) -> int:
+        """Write a checkpoint at least every this many events."""
+        return self.options.checkpoint_every
+
+    @checkpoint_every.setter
+    def checkpoint_every(self, value: int) -> None:
+        self._configure(checkpoint_every=value)
+
+    @property
+    def retry_budget(self) -> int | None:
+        """Retries one run may spend across all its tools (None: no limit)."""
+        return self.options.retry_budget
+
+    @retry_budget.setter
+    def retry_budget(self, value: int | None) -> None:
+        self._configure(retry_budget=value)
+
+    @property
+    def metrics(self) -> Metrics:
+        """Where the engine reports what it does (``underway.telemetry``)."""
+        return self.services.metrics
+
+    @metrics.setter
+    def metrics(self, value: Metrics | None) -> None:
+        self._configure(metrics=value)
+
+    @property
+    def notify_timeout(self) -> float:
+        """Seconds the notifier may take; past them, or raising, it is logged (the run
+        waits in the inbox all the same)."""
+        return self.options.notify_timeout
+
+    @notify_timeout.setter
+    def notify_timeout(self, value: float) -> None:
+        self._configure(notify_timeout=value)
 
     @property
     def codec(self) -> Codec:
@@ -226,7 +278,7 @@ class Engine(EagerStarts):
 
     def heal_rows(self, *, limit: int = SUSPECTS_PER_ROUND) -> int:
         """Heal the suspect runs rows (:mod:`underway.engine._rows`); how many."""
-        return heal_rows(self, limit=limit)
+        return heal_rows(self.services, self.unhealed, limit=limit)
 
     async def activate(
         self, lease: Lease, *, should_stop: Callable[[], bool] | None = None,
@@ -264,7 +316,7 @@ class Engine(EagerStarts):
                 self.metrics.interrupted(lease.tenant_id, lease.run_id, state.flow,
                                          [(r.seq, r.at, r.event) for r in loaded.interrupted])
         act = Activation(
-            self, lease, state, loaded.head, state.seq, control_pending=True,
+            self.services, lease, state, loaded.head, state.seq, control_pending=True,
             due_at=row.next_wake_at if good_time(row.next_wake_at) else None,
             row_status=row.status, queue=row.queue, row=row,
         )
@@ -281,7 +333,7 @@ class Engine(EagerStarts):
             try:
                 while True:
                     if act.control_pending:
-                        await read_inbox(self, act, signals)
+                        await read_inbox(act, signals)
                     signals = None
                     if not act.state.input_checked and not act.state.final:
                         self._check_input(act, flow)
@@ -293,7 +345,7 @@ class Engine(EagerStarts):
                         ))
                         s = act.state
                     if self._deadline_passed(s):
-                        self._escalate(act, ev.Escalated(
+                        escalate(act, ev.Escalated(
                             reason=f"deadline {_iso(s.deadline)} passed", cause="deadline"
                         ))
                     if s.final or s.status in ("escalated", "dead") or (
@@ -387,7 +439,7 @@ class Engine(EagerStarts):
         if state.final or state.status == "dead":
             await self.io(self.store.release, lease)
             return state
-        fresh = Activation(self, lease, state, head, state.seq, due_at=due_at,
+        fresh = Activation(self.services, lease, state, head, state.seq, due_at=due_at,
                             row_status=row.status if row is not None else state.status)
         fresh.buffer(ev.RunDeadLettered(reason=self.redactor.text(reason),
                                         error_type=error_type, step=state.step))
@@ -401,31 +453,15 @@ class Engine(EagerStarts):
 
     async def verify_approval(self, s: RunState, key: str, tool: str, h: str) -> str | None:
         """Check, right before an approved call runs, that its journaled approval still
-        holds for exactly this call: None when it does, else the reason."""
-        return await verify_approval(self, s, key, tool, h)
-
-    def _escalate(self, act: Activation, event: ev.Escalated) -> None:
-        """Journal an escalation; once it is durable, tell approvers (a question's notice
-        is sent by ``ctx.ask``, which knows more about it)."""
-        act.buffer(event)
-        if self.guard.notifier is not None and event.cause != "question":
-            act.after_commit.append(functools.partial(self._notify_escalated, act, event))
-
-    async def _notify_escalated(self, act: Activation, event: ev.Escalated) -> None:
-        await self.notify(act.state, event)
+        holds for exactly this call: None when it does, else the reason
+        (:func:`~underway.guard.approvals.check.check_approval`)."""
+        return await check_approval(self.store, s, key, tool, h, now=self.clock.now())
 
     async def notify(self, s: RunState, e: ev.ApprovalRequested | ev.Escalated) -> None:
         """Tell people a run waits for them — an approval request, a question or an
         escalation to resolve — once the request is durable, with every field a run hides
         redacted; a notifier's failures are its own."""
-        if self.guard.notifier is None:
-            return
-        notice = notice_of(s, e)
-        # A notice leaves for mailboxes and chat rooms: no field a run hides goes with it
-        # (the request's page shows the exact arguments to whoever may see them).
-        self.redactor.learn(e)
-        await notify(self.guard.notifier, self.redactor.fields(
-            notice, "args", "evidence", "question"), s.run_id, timeout=self.notify_timeout)
+        await notify(self.services, s, e)
 
     def _deadline_passed(self, s: RunState) -> bool:
         return (
@@ -458,7 +494,7 @@ class Engine(EagerStarts):
             await act.commit(release=True)
             return
         retry_at = None
-        if idle and await self.io(functools.partial(repair_leased, self, act)):
+        if idle and await self.io(functools.partial(repair_leased, act)):
             return
         if idle:
             now = self.clock.now()
@@ -487,7 +523,7 @@ class Engine(EagerStarts):
             if act.store_error is not None:
                 # Step code swallowed a database failure: its view of the run is unsure.
                 raise act.store_error
-            self._finish_step(act, flow, step, ctx, nxt)
+            finish_step(act, flow, step, ctx, nxt)
         except Suspend:
             pass
         except DeadLetter as dead:
@@ -495,11 +531,11 @@ class Engine(EagerStarts):
                 reason=dead.reason, error_type=dead.error_type, step=step
             ))
         except Escalate as esc:
-            self._escalate(act, esc.event)
+            escalate(act, esc.event)
         except Stop as stop:
             act.buffer(stop.event)
         except NonDeterminismError as exc:
-            self._escalate(act, ev.Escalated(reason=str(exc), index=exc.index))
+            escalate(act, ev.Escalated(reason=str(exc), index=exc.index))
         except RunCancelledSignal:
             act.buffer(ev.RunCancelled(by="step", reason="cancelled from inside the step"))
         except Exception as exc:
@@ -529,48 +565,6 @@ class Engine(EagerStarts):
                     step_task.cancel()
                 return
             act.lease = renewed
-
-    def _finish_step(self, act: Activation, flow: Flow[Any, Any], step: str,
-                     ctx: RunContext[Any, Any], nxt: Next) -> None:
-        if not isinstance(nxt, Goto | Sleep | Wait | Done | Fail):
-            raise ConfigurationError(
-                f"step {step!r} of flow {flow.name!r} returned {nxt!r}; return ctx.goto(), "
-                "ctx.sleep(), ctx.wait(), ctx.done() or ctx.fail()"
-            )
-        then = nxt.then if isinstance(nxt, Sleep | Wait) else (
-            nxt.step if isinstance(nxt, Goto) else None)
-        if then is not None:
-            flow.get_step(then)
-            then = flow.resolve_step(then)
-        if isinstance(nxt, Done):
-            try:
-                canonical_json(nxt.result)
-            except (TypeError, ValueError) as exc:
-                raise ConfigurationError(
-                    f"step {step!r} of flow {flow.name!r} finished with a result that is not "
-                    f"JSON ({exc}); return plain JSON values (e.g. an ISO string for a time)"
-                ) from None
-        patch = make_patch(act.state.state, ctx.state.model_dump(mode="json"))
-        act.buffer(ev.StepCompleted(step=step, next=then, patch=patch))
-        now = self.clock.now()
-        match nxt:
-            case Sleep():
-                act.buffer(ev.TimerSet(timer_id=f"timer-{act.state.seq}",
-                                       wake_at=now + nxt.seconds))
-            case Wait():
-                timer = f"timer-{act.state.seq + 1}" if nxt.timeout is not None else None
-                act.buffer(ev.SignalAwaited(signal=nxt.signal, timer_id=timer))
-                if nxt.timeout is not None:
-                    act.buffer(ev.TimerSet(timer_id=str(timer), wake_at=now + nxt.timeout))
-            case Done():
-                act.buffer(ev.RunCompleted(
-                    result=nxt.result, tainted_by=tainted_by(act.state.lineage, flow, ctx.state)))
-            case Fail():
-                act.buffer(ev.RunFailed(reason=nxt.reason, step=step))
-            case Goto():
-                pass
-            case _:
-                assert_never(nxt)
 
     def _flow(self, name: str) -> Flow[Any, Any]:
         return self.registry.flow(name)

@@ -1,4 +1,8 @@
-"""A run's finish: the policy's say on its result.
+"""A step's end, and a run's finish: the policy's say on its result.
+
+A step's end is journaled by :func:`finish_step`: ``StepCompleted`` with the patch of the
+state, then what the step returned asks for.
+
 
 A result's taint is the run's when its step returns ``ctx.done``
 (:func:`~underway.guard.taint.tainted_by`): the sources its lineage brought in and those
@@ -17,17 +21,23 @@ an expiry fails it.
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, assert_never
 
 from .. import events as ev
 from ..effects import args_hash, idempotency_key
-from ..flow import Done, Fail, Flow
+from ..errors import ConfigurationError
+from ..events import canonical_json
+from ..flow import Done, Fail, Flow, Goto, Next, RunContext, Sleep, Wait
+from ..guard.approvals.check import check_approval
 from ..guard.policy import FINISH
-from ..guard.taint import taint_labels
+from ..guard.taint import taint_labels, tainted_by
+from ..journal.patch import make_patch
 from ..journal.state import request_id_for
+from ._notices import notify
 from ._stops import Escalate, Suspend
 
 if TYPE_CHECKING:
+    from ._activation import Activation
     from ._calls import StepExecution
 
 async def judge_finish(x: StepExecution, flow: Flow[Any, Any], done: Done,
@@ -36,16 +46,16 @@ async def judge_finish(x: StepExecution, flow: Flow[Any, Any], done: Done,
     :class:`Fail` when the policy withholds the result. Raises :class:`Suspend` when the
     result is held for a person's approval."""
     act = x._act
-    eng, s = act.engine, act.state
+    svc, s = act.services, act.state
     args = {"result": done.result, "tainted_by": sources}
     try:
         h = args_hash(FINISH, args)
     except (TypeError, ValueError):
         # Not JSON: the step's end says so, with or without a policy.
         return done
-    now = eng.clock.now()
+    now = svc.clock.now()
     labels = frozenset(taint_labels(sources))
-    decided = await eng.guard.decide_finish(flow, eng.store, s, args, labels, now)
+    decided = await svc.guard.decide_finish(flow, svc.store, s, args, labels, now)
     if decided is None:
         return done
     policy, d = decided
@@ -68,14 +78,14 @@ async def judge_finish(x: StepExecution, flow: Flow[Any, Any], done: Done,
     if rec is not None and rec.status == "approved" and key in s.approvals:
         if rec.args_hash != h:
             return Fail("the result differs from the one the approval was requested for")
-        reason = await eng.verify_approval(s, key, FINISH, h)
+        reason = await check_approval(svc.store, s, key, FINISH, h, now=svc.clock.now())
         if reason is not None:
             return Fail(f"the approval of the result no longer holds: {reason}")
         return done
     if rec is not None and rec.status == "awaiting":
         raise Escalate(f"the result of run {x.run_id} awaits an approval but the run went on; "
                        "resolve with retry to ask again", key, FINISH, index)
-    ttl = d.expires_in if d.expires_in is not None else eng.guard.approval_ttl
+    ttl = d.expires_in if d.expires_in is not None else svc.guard.approval_ttl
     asked = rec.approval_requests if rec is not None and rec.key == key else 0
     risks = [f"the result was shaped by untrusted content from {', '.join(sources)}"] \
         if sources else []
@@ -86,6 +96,63 @@ async def judge_finish(x: StepExecution, flow: Flow[Any, Any], done: Done,
         policy_version=d.policy_version,
     )
     act.buffer(request)
-    if eng.guard.notifier is not None:
-        act.after_commit.append(functools.partial(eng.notify, s, request))
+    if svc.guard.notifier is not None:
+        act.after_commit.append(functools.partial(notify, svc, s, request))
     raise Suspend
+
+
+def finish_step(act: Activation, flow: Flow[Any, Any], step: str, ctx: RunContext[Any, Any],
+                nxt: Next) -> None:
+    """Journal the end of ``step``: ``StepCompleted`` with the state's patch, and what
+    ``nxt`` asks for (a timer, a wait, the run's end).
+
+    Args:
+        act: The activation the step ran in.
+        flow: The run's flow.
+        step: The step that returned.
+        ctx: The step's context, whose state it changed.
+        nxt: What the step returned.
+
+    Raises:
+        ConfigurationError: The step returned something other than ``ctx``'s answers, went
+            to an unknown step, or finished with a result that is not JSON.
+    """
+    if not isinstance(nxt, Goto | Sleep | Wait | Done | Fail):
+        raise ConfigurationError(
+            f"step {step!r} of flow {flow.name!r} returned {nxt!r}; return ctx.goto(), "
+            "ctx.sleep(), ctx.wait(), ctx.done() or ctx.fail()"
+        )
+    then = nxt.then if isinstance(nxt, Sleep | Wait) else (
+        nxt.step if isinstance(nxt, Goto) else None)
+    if then is not None:
+        flow.get_step(then)
+        then = flow.resolve_step(then)
+    if isinstance(nxt, Done):
+        try:
+            canonical_json(nxt.result)
+        except (TypeError, ValueError) as exc:
+            raise ConfigurationError(
+                f"step {step!r} of flow {flow.name!r} finished with a result that is not "
+                f"JSON ({exc}); return plain JSON values (e.g. an ISO string for a time)"
+            ) from None
+    patch = make_patch(act.state.state, ctx.state.model_dump(mode="json"))
+    act.buffer(ev.StepCompleted(step=step, next=then, patch=patch))
+    now = act.services.clock.now()
+    match nxt:
+        case Sleep():
+            act.buffer(ev.TimerSet(timer_id=f"timer-{act.state.seq}",
+                                   wake_at=now + nxt.seconds))
+        case Wait():
+            timer = f"timer-{act.state.seq + 1}" if nxt.timeout is not None else None
+            act.buffer(ev.SignalAwaited(signal=nxt.signal, timer_id=timer))
+            if nxt.timeout is not None:
+                act.buffer(ev.TimerSet(timer_id=str(timer), wake_at=now + nxt.timeout))
+        case Done():
+            act.buffer(ev.RunCompleted(
+                result=nxt.result, tainted_by=tainted_by(act.state.lineage, flow, ctx.state)))
+        case Fail():
+            act.buffer(ev.RunFailed(reason=nxt.reason, step=step))
+        case Goto():
+            pass
+        case _:
+            assert_never(nxt)

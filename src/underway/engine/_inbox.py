@@ -1,12 +1,11 @@
 """The run's inbox, read at a step boundary: cancellations, resolutions and resumes sent by
-operators, signed decisions (verified here against the request the run waits on, and again
-right before an approved call runs), the ends of its child runs, and the signals its steps
-wait for."""
+operators, signed decisions (verified here against the request the run waits on; again
+right before an approved call runs, by :mod:`underway.guard.approvals.check`), the ends of
+its child runs, and the signals its steps wait for."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
@@ -22,16 +21,10 @@ from ..journal.state import (
     APPROVAL_SIGNAL,
     Escalation,
     PendingApproval,
-    RunState,
-    request_id_for,
 )
 from ..store.base import CoreStore, SignalRecord
 from ._activation import Activation
 from ._outbox import child_finished
-
-if TYPE_CHECKING:
-    from ._executor import Engine
-
 
 OpenedSignal = tuple[SignalRecord, JSON | UnderwayError]
 """A signal of the inbox with its payload opened — or why it cannot be: its key is not here
@@ -55,13 +48,11 @@ def pending_signals(store: CoreStore, tenant_id: str, run_id: str) -> list[Opene
     return out
 
 
-async def read_inbox(
-    eng: Engine, act: Activation, signals: list[OpenedSignal] | None = None
-) -> None:
+async def read_inbox(act: Activation, signals: list[OpenedSignal] | None = None) -> None:
     """Take what the run's inbox holds (``signals``: read with the run already)."""
-    s = act.state
+    s, svc = act.state, act.services
     if signals is None:
-        signals = await eng.io(pending_signals, eng.store, s.tenant_id, s.run_id)
+        signals = await svc.io(pending_signals, svc.store, s.tenant_id, s.run_id)
     for sig, payload in signals:
         if s.final:
             break
@@ -83,7 +74,7 @@ async def read_inbox(
                                        reason=str(payload.get("reason", ""))))
         elif sig.name == RESOLVE:
             act.consumed.append(sig.signal_id)
-            if s.status == "escalated" and eng.guard.signed_resolutions:
+            if s.status == "escalated" and svc.guard.signed_resolutions:
                 act.buffer(ev.SignalIgnored(
                     signal=sig.name, signal_id=sig.signal_id,
                     reason="unsigned resolution refused: this worker requires a "
@@ -104,7 +95,7 @@ async def read_inbox(
                 ))
         elif sig.name == RESUME:
             act.consumed.append(sig.signal_id)
-            if s.status == "dead" and eng.guard.signed_resolutions:
+            if s.status == "dead" and svc.guard.signed_resolutions:
                 act.buffer(ev.SignalIgnored(
                     signal=sig.name, signal_id=sig.signal_id,
                     reason="unsigned resume refused: this worker requires a resume "
@@ -131,7 +122,7 @@ async def read_inbox(
                 ))
         elif sig.name in (APPROVAL_SIGNAL, ANSWER_SIGNAL):
             act.consumed.append(sig.signal_id)
-            await take_decision(eng, act, payload, sig.name == ANSWER_SIGNAL)
+            await take_decision(act, payload, sig.name == ANSWER_SIGNAL)
         elif s.waiting_signal == sig.name and s.status == "waiting":
             act.consumed.append(sig.signal_id)
             act.buffer(ev.SignalReceived(signal=sig.name, signal_id=sig.signal_id,
@@ -150,9 +141,15 @@ class DeadRequest:
     key: str | None = None
 
 
-async def take_decision(eng: Engine, act: Activation, payload: JSON, answer: bool) -> None:
+async def take_decision(act: Activation, payload: JSON, answer: bool) -> None:
     """Verify a submitted decision against the request the run waits on; journal the
-    verified decision, or why it was refused (the run then keeps waiting)."""
+    verified decision, or why it was refused (the run then keeps waiting).
+
+    Args:
+        act: The run's activation.
+        payload: The signal's payload: a signed decision.
+        answer: Whether it came as an answer (to a question, or a resolution).
+    """
     s = act.state
     try:
         d = SignedDecision.model_validate(payload)
@@ -202,8 +199,8 @@ async def take_decision(eng: Engine, act: Activation, payload: JSON, answer: boo
         args_hash=check_hash, required_role=pending.required_role,
         expires_at=float(expires) if expires is not None else float("inf"),
     )
-    now = eng.clock.now()
-    store = eng.store
+    now = act.services.clock.now()
+    store = act.services.store
 
     def judge() -> str | None:
         # One trip: the approver's key, the signature, and the nonce spent only when the
@@ -218,7 +215,7 @@ async def take_decision(eng: Engine, act: Activation, payload: JSON, answer: boo
             reason = "replayed_nonce"
         return reason
 
-    reason = await eng.io(judge)
+    reason = await act.services.io(judge)
     if reason is not None:
         act.buffer(ev.ApprovalInvalid(request_id=d.request_id, approver_id=d.approver_id,
                                       reason=reason))
@@ -244,30 +241,3 @@ async def take_decision(eng: Engine, act: Activation, payload: JSON, answer: boo
     else:
         act.buffer(ev.ApprovalRejected(request_id=d.request_id, approver_id=d.approver_id,
                                        decision=signed))
-
-
-async def verify_approval(eng: Engine, s: RunState, key: str, tool: str, h: str) -> str | None:
-    """Check, right before an approved call runs, that its journaled approval still
-    holds for exactly this call: None when it does, else the reason."""
-    held = s.approvals.get(key)
-    if held is None:
-        return "no approval is journaled for this call"
-    try:
-        d = SignedDecision.model_validate(held.decision)
-    except ValidationError:
-        return "malformed decision"
-    if d.decision != "approve":
-        return "decision is not an approval"
-    expires = held.expires_at
-    check = ApprovalCheck(
-        request_id=held.request_id or request_id_for(key), run_id=s.run_id,
-        tenant_id=s.tenant_id, tool=tool, args_hash=h, required_role=held.required_role,
-        expires_at=float(expires) if expires is not None else d.expires_at,
-    )
-    store, now = eng.store, eng.clock.now()
-
-    def judge() -> str | None:
-        approver = store.get_approver(s.tenant_id, d.approver_id)
-        return verify_decision(d, check=check, approver=approver, now=now)
-
-    return await eng.io(judge)

@@ -87,7 +87,7 @@ async def credentials_retry(
     them and try the call once more on a durable timer (a refused request did nothing, so
     trying again is safe whatever the tool); refused again after that, a person decides.
     Never a quiet failure."""
-    s, eng = act.state, act.engine
+    s, svc = act.state, act.services
     rec = s.call(index)
     attempts = rec.attempts if rec is not None else 1
     if attempts >= max(2, t.retry.max_attempts if t.retry is not None else 2):
@@ -96,13 +96,13 @@ async def credentials_retry(
             f"{', '.join(t.secrets)}) again after they were refreshed: {exc.message}; "
             "renew them, then resolve with retry", key, t.name, index, cause="credentials",
         )
-    if eng.retry_budget is not None and s.retries >= eng.retry_budget:
+    if svc.retry_budget is not None and s.retries >= svc.retry_budget:
         raise DeadLetter(
-            f"retry budget of {eng.retry_budget} retries per run is exhausted; last: "
+            f"retry budget of {svc.retry_budget} retries per run is exhausted; last: "
             f"{t.name} failed with {exc.error_type}: {exc.message}", "RetryBudgetExhausted",
         )
     try:
-        await call_hook("refresh", "the secret provider", refresh, eng.guard.secrets,
+        await call_hook("refresh", "the secret provider", refresh, svc.guard.secrets,
                         t.secrets, timeout=t.hook_timeout)
     except HookFailed as failed:
         raise Escalate(
@@ -113,7 +113,7 @@ async def credentials_retry(
     timer = f"retry-{s.seq + 1}"
     act.buffer(ev.RetryScheduled(key=key, tool=t.name, index=index, attempt=attempts + 1,
                                  timer_id=timer, delay_s=0.0))
-    act.buffer(ev.TimerSet(timer_id=timer, wake_at=eng.clock.now()))
+    act.buffer(ev.TimerSet(timer_id=timer, wake_at=svc.clock.now()))
     raise Suspend
 
 
@@ -124,7 +124,7 @@ async def fetch_secrets(act: Activation, call: CallIntent) -> dict[str, str]:
     t = call.tool
     try:
         found: dict[str, str] = await call_hook(
-            "get", "the secret provider", resolve, act.engine.guard.secrets, t.secrets,
+            "get", "the secret provider", resolve, act.services.guard.secrets, t.secrets,
             timeout=t.hook_timeout)
     except HookFailed as failed:
         if isinstance(failed.__cause__, ConfigurationError):

@@ -15,7 +15,6 @@ import logging
 from typing import TYPE_CHECKING
 
 from ..codec import Codec, run_error_where
-from ..errors import ConfigurationError
 from ..journal.projection import (
     Disagreement,
     disagreements,
@@ -24,12 +23,11 @@ from ..journal.projection import (
     lease_problem,
 )
 from ..journal.state import RunState
-from ..store.leases import MAX_LEASE_TTL
 from ..store.records import FINAL, RowRepair, RunRecord, RunUpdate
 
 if TYPE_CHECKING:
     from ._activation import Activation
-    from ._executor import Engine
+    from ._services import StepServices
 
 log = logging.getLogger("underway.engine")
 
@@ -58,38 +56,38 @@ def _report(row: RunRecord, found: list[Disagreement]) -> None:
         "from it: %s", row.run_id, row.tenant_id, "; ".join(d.describe() for d in found))
 
 
-def checked_ttl(ttl: float) -> float:
-    """``ttl`` as a lease's length, when it can be one (else a clear error)."""
-    if not 0 < ttl <= MAX_LEASE_TTL:
-        raise ConfigurationError(
-            f"lease_ttl {ttl!r}: a lease lasts more than 0 and at most {MAX_LEASE_TTL:g} "
-            "seconds (a longer one would look taken by no worker)")
-    return ttl
-
-
-def repair_leased(engine: Engine, act: Activation) -> bool:
+def repair_leased(act: Activation) -> bool:
     """Rewrite the row of a run ``act`` holds, with nothing to commit, from its journal
     when the two disagree, and hand the run back in the same write. True when it did."""
     lease, row, s, head = act.lease, act.row, act.state, act.last_hash
     if row is None:
         return False
-    now = engine.clock.now()
+    svc = act.services
+    now = svc.clock.now()
     found = [d for d in disagreements(row, s, now=now) if d.field != "lease"]
     if not found:
         return False
-    update = row_update(engine.journal.codec, s, row, now)
+    update = row_update(svc.journal.codec, s, row, now)
     repair = RowRepair(lease.tenant_id, lease.run_id, row, s.seq, head, update,
                        token=lease.token)
-    if not engine.store.repair_run(repair, now=now):
+    if not svc.store.repair_run(repair, now=now):
         return False
     _report(row, found)
     return True
 
 
-def heal_row(engine: Engine, tenant_id: str, run_id: str) -> list[Disagreement]:
-    """Heal the row of a run no live worker holds, if the journal contradicts it; what
-    was wrong (empty: nothing, or a worker holds the run and will write the row)."""
-    store, now = engine.store, engine.clock.now()
+def heal_row(svc: StepServices, tenant_id: str, run_id: str) -> list[Disagreement]:
+    """Heal the row of a run no live worker holds, if the journal contradicts it.
+
+    Args:
+        svc: The engine's store, journal and clock.
+        tenant_id: The run's tenant.
+        run_id: The run.
+
+    Returns:
+        What was wrong (empty: nothing, or a worker holds the run and will write the row).
+    """
+    store, now = svc.store, svc.clock.now()
     row = store.get_run(tenant_id, run_id)
     if row is None:
         return []
@@ -98,14 +96,14 @@ def heal_row(engine: Engine, tenant_id: str, run_id: str) -> list[Disagreement]:
         and row.lease_expires_at is not None and row.lease_expires_at >= now
     if live and not suspect_lease:
         return []
-    s, head, _ = engine.journal.load_head(tenant_id, run_id)
+    s, head, _ = svc.journal.load_head(tenant_id, run_id)
     found = disagreements(row, s, now=now)
     if row.last_seq != s.seq or row.last_hash != head:
         # Nobody holds the run: its row should record the journal's head.
         found.append(Disagreement("last_seq", row.last_seq, repr(s.seq)))
     if not found:
         return []
-    update = row_update(engine.journal.codec, s, row, now)
+    update = row_update(svc.journal.codec, s, row, now)
     repair = RowRepair(tenant_id, run_id, row, s.seq, head, update, clear_lease=suspect_lease)
     if not store.repair_run(repair, now=now):
         return []
@@ -113,17 +111,26 @@ def heal_row(engine: Engine, tenant_id: str, run_id: str) -> list[Disagreement]:
     return found
 
 
-def heal_rows(engine: Engine, *, limit: int = SUSPECTS_PER_ROUND) -> int:
-    """Heal the suspect rows the store finds (at most ``limit``); how many were rewritten.
-    A row that cannot be read or folded is logged and left for the audit to report."""
+def heal_rows(
+    svc: StepServices, unhealed: set[tuple[str, str]], *, limit: int = SUSPECTS_PER_ROUND,
+) -> int:
+    """Heal the suspect rows the store finds; how many were rewritten.
+
+    A row that cannot be read or folded is logged once and left for the audit to report.
+
+    Args:
+        svc: The engine's store, journal and clock.
+        unhealed: The runs whose rows could not be healed, and were logged; grows.
+        limit: How many suspect rows to check, at most.
+    """
     healed = 0
-    for tenant_id, run_id in engine.store.suspect_runs(now=engine.clock.now(), limit=limit):
+    for tenant_id, run_id in svc.store.suspect_runs(now=svc.clock.now(), limit=limit):
         try:
-            healed += bool(heal_row(engine, tenant_id, run_id))
+            healed += bool(heal_row(svc, tenant_id, run_id))
         except Exception as exc:  # one bad journal must not stop the others' healing
-            if (tenant_id, run_id) in engine.unhealed:
+            if (tenant_id, run_id) in unhealed:
                 continue  # said once; the audit says it again whenever asked
-            engine.unhealed.add((tenant_id, run_id))
+            unhealed.add((tenant_id, run_id))
             log.warning("run %s (tenant %s): its runs row looks wrong and its journal "
                         "cannot be folded to heal it (%s: %s); `underway audit verify` "
                         "reports it", run_id, tenant_id, type(exc).__name__, exc)

@@ -3,7 +3,8 @@
 =================  ===========================================================
 module             holds
 =================  ===========================================================
-``_guard``         :class:`Guard`: allow-list, schema, money, budgets, policy
+``_guard``         :class:`Guard`: allow-list, schema, money, budgets, policy;
+                   :class:`GuardOptions`, what an engine sets on it
 ``intent``         :class:`CallIntent`: a call's facts, computed once
 ``budgets``        budgets, usage and what a run has spent
 ``taint``          what untrusted content taints, labels and passes on
@@ -21,11 +22,11 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from ._guard import DEFAULT_ENVIRONMENT, Counters, Guard, decide_with_money
+    from ._guard import DEFAULT_ENVIRONMENT, Counters, Guard, GuardOptions, decide_with_money
 else:
     __getattr__, __dir__ = lazy_exports(__name__, {
         "DEFAULT_ENVIRONMENT": "._guard", "Counters": "._guard", "Guard": "._guard",
-        "decide_with_money": "._guard",
+        "GuardOptions": "._guard", "decide_with_money": "._guard",
     }, globals())
 
-__all__ = ["DEFAULT_ENVIRONMENT", "Counters", "Guard", "decide_with_money"]
+__all__ = ["DEFAULT_ENVIRONMENT", "Counters", "Guard", "GuardOptions", "decide_with_money"]

@@ -15,9 +15,10 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..codec import Codec
+from ..errors import ConfigurationError
 from ..journal.state import RunState
 from ..money import Money, Unreadable
-from ..secrets import SecretProvider
+from ..secrets import BoundSecrets, SecretProvider
 from ..store._offload import run_io
 from ..store.budgets import UNSEEDED, Refused
 from .budgets import (
@@ -61,6 +62,32 @@ class Governed(Protocol):
     def shadow(self) -> bool | None: ...
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GuardOptions:
+    """What an engine sets on its guard (:meth:`Guard.configure`).
+
+    A field left None keeps the guard's own value. ``Engine(guard_options=...)`` takes
+    one; the engine's keywords of the same names build one.
+    """
+
+    policy: Policy | None = None
+    """The policy of every flow that has none of its own."""
+    environment: str | None = None
+    """What policies match on (``dev``, ``staging``, ``prod``...)."""
+    budget: Budget | None = None
+    """What each run may spend, unless its flow has a budget."""
+    tenant_budget: Budget | TenantBudgets | None = None
+    """What each tenant's runs may spend per UTC day."""
+    shadow: bool | None = None
+    """Journal mutating calls without running them."""
+    secrets: SecretProvider | None = None
+    """Where tools' secrets come from."""
+    notifier: Notifier | None = None
+    """Who is told when a run waits for a person."""
+    signed_resolutions: bool | None = None
+    """Refuse unsigned resolutions and resumes."""
+
+
 @dataclass
 class Guard:
     """The engine-wide defaults; a flow may override ``policy``, ``budget`` and ``shadow``.
@@ -91,6 +118,29 @@ class Guard:
     """The engine's codec (set by the engine; None: the store's), to read journals it
     encrypted."""
     _usage_cache: dict[str, _Kept] = field(default_factory=dict, repr=False)
+
+    def configure(self, options: GuardOptions) -> None:
+        """Take every setting ``options`` gives; keep the rest.
+
+        Raises:
+            ConfigurationError: The secret provider is bound to another environment.
+        """
+        o = options
+        self.policy = o.policy if o.policy is not None else self.policy
+        self.environment = o.environment if o.environment is not None else self.environment
+        self.budget = o.budget if o.budget is not None else self.budget
+        self.tenant_budget = o.tenant_budget if o.tenant_budget is not None \
+            else self.tenant_budget
+        self.shadow = o.shadow if o.shadow is not None else self.shadow
+        self.secrets = o.secrets if o.secrets is not None else self.secrets
+        self.notifier = o.notifier if o.notifier is not None else self.notifier
+        self.signed_resolutions = o.signed_resolutions if o.signed_resolutions is not None \
+            else self.signed_resolutions
+        bound = self.secrets
+        if isinstance(bound, BoundSecrets) and bound.environment != self.environment:
+            raise ConfigurationError(
+                f"the secret provider serves environment {bound.environment!r} but the "
+                f"engine runs in {self.environment!r}; give both the same environment")
 
     def policy_for(self, flow: Governed) -> Policy | None:
         """The policy that governs ``flow``'s calls: the flow's, else the engine's, else the

@@ -3,8 +3,9 @@
 An approver holds an Ed25519 private key; the tenant's registry holds the public half
 (:class:`ApproverRecord`) with the approver's roles. A decision on an approval request is a
 :class:`SignedDecision`, made with :func:`sign_decision` where the private key lives, and
-checked by :func:`verify_decision` against the journaled request (:class:`ApprovalCheck`)
-right before the tool would run. Notices to approvers are in
+checked by :func:`verify_decision` against the journaled request (:class:`ApprovalCheck`).
+It is checked again right before the tool runs
+(:func:`~underway.guard.approvals.check.check_approval`). Notices to approvers are in
 :mod:`underway.guard.approvals.notify`.
 """
 

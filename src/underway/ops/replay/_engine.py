@@ -6,9 +6,10 @@ model is given."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ...effects import CallInfo, Model, ModelQuote, ModelReply, Tool
 from ...engine import Engine, StepWithChildren
@@ -17,6 +18,9 @@ from ...events import JSON
 from ...guard.intent import CallIntent
 from ._tape import Tape, same_request
 from ._trace import TracedCall, TracedModel
+
+if TYPE_CHECKING:
+    from ...engine._activation import Activation
 
 OnDivergence = Literal["stop", "stub"]
 """What a replay does at a call the original did not make: ``stop`` there, or answer it
@@ -200,11 +204,9 @@ class ReplayStep(StepWithChildren):
     whole guard of the replay's engine — allow-list, schema, budgets, policy, approval —
     and only the tool itself is replaced."""
 
-    @property
-    def _session(self) -> ReplaySession:
-        engine = self._act.engine
-        assert isinstance(engine, ReplayEngine)
-        return engine.session
+    def __init__(self, act: Activation, step: str, *, session: ReplaySession) -> None:
+        super().__init__(act, step)
+        self._session = session
 
     async def _execute(self, call: CallIntent) -> JSON:
         session = self._session
@@ -228,8 +230,7 @@ class ReplayStep(StepWithChildren):
 class ReplayEngine(Engine):
     """An :class:`~underway.engine.Engine` whose steps run as :class:`ReplayStep`."""
 
-    execution = ReplayStep
-
     def __init__(self, *args: Any, session: ReplaySession, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.session = session
+        self.execution = functools.partial(ReplayStep, session=session)
