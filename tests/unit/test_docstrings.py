@@ -23,17 +23,8 @@ PACKAGE = Path(underway.__file__).resolve().parent
 # callables get Args sections and the entries go. Paths are below src/underway; one
 # ending in "/" covers a whole package.
 PENDING = (
-    "agent/observations.py",
-    "client/_client.py",
-    "client/_starting.py",
-    "engine/_eager.py",
     "engine/_executor.py",
-    "engine/_inbox.py",
     "flow.py",
-    "guard/_guard.py",
-    "guard/policy/defaults.py",
-    "sandbox/escapes.py",
-    "store/",
 )
 
 _ENTRY = re.compile(r"(\*{0,2}\w+)(?: \([^)]*\))?:(?:\s|$)")

@@ -30,7 +30,13 @@ _BLOCK = re.compile(r'<tool_output source="([^"]*)" trust="untrusted">\n(.*?)\n<
 
 
 def quote(source: str, value: JSON, *, trusted: bool) -> str:
-    """``value`` as a quoted data block the model reads as data, with its provenance."""
+    """``value`` as a quoted data block the model reads as data, with its provenance.
+
+    Args:
+        source: Where the value came from (a tool's name, ``signal:<name>``...).
+        value: The result to quote; text as it is, anything else as JSON.
+        trusted: Whether its source is trusted.
+    """
     body = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False,
                                                            sort_keys=True, default=str)
     # A result cannot close the block early and smuggle text outside it.
@@ -47,11 +53,19 @@ def untrusted_blocks(messages: Iterable[Mapping[str, Any]]) -> list[dict[str, st
 
 def repeated_from(args: JSON, seen: Iterable[Mapping[str, str]], *,
                   trusted: str = "") -> list[str]:
-    """The untrusted sources whose content (``seen``: source and lower-cased text)
-    reappears verbatim in ``args`` (strings of at least four characters, or numbers with at
-    least four digits), in order, without repeats. A value that also appears in ``trusted``
-    text (the goal, trusted results) may have come from there and is not attributed.
-    Evidence for an approver only: an empty answer does not mean the arguments are clean."""
+    """The untrusted sources whose content reappears verbatim in ``args``.
+
+    Only strings of at least four characters and numbers of at least four digits are
+    sought. Sources come in order, without repeats. This is evidence for an approver only:
+    an empty answer does not mean the arguments are clean.
+
+    Args:
+        args: A held call's arguments.
+        seen: The untrusted blocks: each one's source and lower-cased text
+            (:func:`untrusted_blocks`).
+        trusted: Trusted text (the goal, trusted results). A value that also appears in it
+            may have come from there, and is not attributed.
+    """
     needles = [n for n in (v.lower() for v in _leaves(args)) if n not in trusted]
     found: list[str] = []
     for item in seen:

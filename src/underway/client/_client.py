@@ -43,22 +43,22 @@ from ._starting import check_start, new_run
 
 
 class Client(Consents, Forks, Settling):
-    """Starts, steers and reads runs: what an operator, the CLI, an HTTP API or another
-    service does. It needs no flow code and runs no step; workers (an
-    :class:`~underway.Engine` driven by a :class:`~underway.Worker` or
-    :class:`~underway.Runner`) do that.
+    """Starts, steers and reads runs: what an operator, the CLI, an HTTP API or another service
+    does. It needs no flow code and runs no step; workers (an :class:`~underway.Engine` driven by
+    a :class:`~underway.Worker` or :class:`~underway.Runner`) do that. Every method takes
+    ``tenant_id`` (default ``"default"``).
 
-    ``Client(store)`` uses a store you opened (and close); :meth:`Client.connect` opens one
-    from a URL and closes it with the client. ``flows``: flows whose code this process has;
-    runs of those are checked when started (input, steps, declared signals), others are
-    started by name with their raw input, checked by the first worker that runs them.
-    ``codec``: how payloads are encoded (default: like the store's, sealed when encryption
-    is on for the store). ``signed_resolutions``: the deployment settles escalations and
-    dead runs only with signed resolutions (``[approvals] signed_resolutions``, what its
-    workers enforce), so :meth:`resolve` and :meth:`resume` refuse at once with
-    :class:`~underway.errors.SignedResolutionRequired`. Every surface (the CLI, the API,
-    the console) goes through this check. Every method takes ``tenant_id`` (default
-    ``"default"``).
+    Args:
+        store: A store you opened (and close); :meth:`Client.connect` opens one from a URL
+            and closes it with the client.
+        flows: Flows whose code this process has. Runs of those are checked when started
+            (input, steps, declared signals). Others are started by name with their raw
+            input, checked by the first worker that runs them.
+        clock: What stamps starts and signals (default: the system's clock).
+        codec: How payloads are encoded (default: the store's; sealed when encryption is on).
+        signed_resolutions: Settle escalations and dead runs only with signed resolutions, as the
+            deployment's workers do (``[approvals] signed_resolutions``). :meth:`resolve` and
+            :meth:`resume` then refuse at once (:class:`~underway.errors.SignedResolutionRequired`).
     """
 
     def __init__(
@@ -89,8 +89,16 @@ class Client(Consents, Forks, Settling):
         clock: Clock | None = None, codec: Codec | None = None,
         signed_resolutions: bool = False,
     ) -> Client:
-        """A client on the store at ``url`` (``sqlite:///path.db``, ``postgresql://...``,
-        ``memory://``), migrated unless ``migrate=False``; :meth:`close` closes the store."""
+        """A client on the store at ``url``; :meth:`close` closes the store.
+
+        Args:
+            url: ``sqlite:///path.db``, ``postgresql://...`` or ``memory://``.
+            migrate: Migrate the store's schema first.
+            flows: As for :class:`Client`.
+            clock: As for :class:`Client`.
+            codec: As for :class:`Client`.
+            signed_resolutions: As for :class:`Client`.
+        """
         client = cls(connect(url, migrate=migrate), flows=flows, clock=clock, codec=codec,
                      signed_resolutions=signed_resolutions)
         client._owns_store = True
@@ -149,16 +157,18 @@ class Client(Consents, Forks, Settling):
     ) -> tuple[str, bool]:
         """Create a run (or find the one with this idempotency key): ``(run_id, created)``.
 
-        ``flow`` is a :class:`~underway.Flow` or a flow's name. When this client has the
-        flow's code the input is checked now (:class:`ConfigurationError` names what is
-        wrong; nothing is stored). When it does not, the raw input is journaled. The first
-        worker that has the flow checks it before any step runs, and fails the run
-        (``InvalidInput``) when it does not match.
+        When this client has the flow's code the input is checked now. When it does not, the raw
+        input is journaled. The first worker that has the flow checks it before any step runs,
+        and fails the run (``InvalidInput``) when it does not match.
 
-        How the run is started (tenant, idempotency key, queue, times, principal, data
-        subject, lineage...) is a :class:`~underway.client.StartOptions`: give its fields
-        as keywords, or a ready one as ``options``, not both
-        (:class:`ConfigurationError` names a keyword given beside ``options``).
+        Args:
+            flow: A :class:`~underway.Flow` or a flow's name.
+            input: The run's input.
+            options: How the run is started (tenant, idempotency key, queue, times, principal,
+                data subject, lineage...). Give its fields as keywords, or a ready one here.
+
+        Raises:
+            ConfigurationError: Wrong input (nothing is stored), or keywords beside ``options``.
         """
         rec, created = self._store.create_run(
             self.prepare_start(flow, input, options=options, **keywords))
@@ -173,11 +183,17 @@ class Client(Consents, Forks, Settling):
         **keywords: Unpack[StartKeywords],
     ) -> NewRun:
         """The run :meth:`start` would create (input checked when the flow is known, first
-        event encoded), for a caller that creates it inside a transaction of its own. It
-        takes what :meth:`start` takes.
-        Input no run can hold (a NUL or lone surrogate in a string, NaN or an infinity,
-        nesting deeper than :data:`~underway.inputs.MAX_DEPTH`) is refused first with
-        :class:`~underway.errors.InvalidInput` naming the argument."""
+        event encoded), for a caller that creates it inside a transaction of its own.
+
+        Args:
+            flow: As for :meth:`start`.
+            input: As for :meth:`start`.
+            options: As for :meth:`start`.
+
+        Raises:
+            InvalidInput: Input no run can hold, naming the argument: a NUL or lone surrogate in a
+                string, NaN or an infinity, nesting deeper than :data:`~underway.inputs.MAX_DEPTH`.
+        """
         name = flow.name if isinstance(flow, Flow) else flow
         opts = check_start(name, input, options, keywords)
         code = flow if isinstance(flow, Flow) else self.flows.get(name)
@@ -200,11 +216,18 @@ class Client(Consents, Forks, Settling):
         signal_id: str | None = None,
         sender: str | None = None,
     ) -> bool:
-        """Deliver a signal (once per ``signal_id``); False when it was a duplicate.
+        """Deliver a signal, once per ``signal_id``; False when it was a duplicate.
 
-        When the run's flow declares its signals (``Flow(signals=[...])``), a name it does
-        not declare is refused with :class:`ConfigurationError` (no step would ever read
-        it), unless the run is waiting for exactly that name right now.
+        A name the run's flow does not declare (``Flow(signals=[...])``) is refused with
+        :class:`ConfigurationError`, unless the run waits for it now: no step would read it.
+
+        Args:
+            run_id: The run.
+            name: The signal's name.
+            payload: What the signal carries.
+            tenant_id: The run's tenant.
+            signal_id: The signal's id (default: a new one).
+            sender: Who sends it.
         """
         if name.startswith(RESERVED_PREFIX):
             raise ConfigurationError(
@@ -228,9 +251,18 @@ class Client(Consents, Forks, Settling):
         return None if journaled is None else frozenset(journaled)
 
     def check_signal(self, run_id: str, name: str, *, tenant_id: str = "default") -> None:
-        """Raise :class:`ConfigurationError` when the run's flow declares its signals and
-        ``name`` is none of them (and not the signal the run waits for now); raise
-        :class:`RunNotFound` for an unknown run."""
+        """Refuse a signal ``name`` the run's flow would not take.
+
+        Args:
+            run_id: The run.
+            name: The signal's name.
+            tenant_id: The run's tenant.
+
+        Raises:
+            ConfigurationError: The flow declares its signals and ``name`` is none of them, nor
+                the signal the run waits for now.
+            RunNotFound: There is no such run.
+        """
         row = self.get_run(run_id, tenant_id=tenant_id)
         if name == row.waiting_signal:
             return
@@ -261,8 +293,14 @@ class Client(Consents, Forks, Settling):
         ))
 
     def cancel(self, run_id: str, *, by: str, reason: str = "", tenant_id: str = "default") -> None:
-        """Ask for the run to be cancelled at its next step boundary (journaled with
-        ``by`` and ``reason``)."""
+        """Ask for the run to be cancelled at its next step boundary.
+
+        Args:
+            run_id: The run.
+            by: Who asks; journaled.
+            reason: Why; journaled.
+            tenant_id: The run's tenant.
+        """
         inputs.text("reason", reason)
         self._send(run_id, CANCEL, {"by": by, "reason": reason}, tenant_id, None, by)
 
@@ -388,10 +426,18 @@ class Client(Consents, Forks, Settling):
     def state_at(
         self, run_id: str, seq: int, *, tenant_id: str = "default"
     ) -> tuple[RunState, Recorded, RunState]:
-        """The run's state just before its event at ``seq``, that event, and the state
-        just after it (folded once, from the run's checkpoint when that precedes ``seq``);
-        :class:`RunNotFound` when there is no such run, a
-        :class:`~underway.errors.ConfigurationError` when it has no event at ``seq``."""
+        """The run's state just before its event at ``seq``, that event, and the state after it,
+        folded once (from the run's checkpoint when that precedes ``seq``).
+
+        Args:
+            run_id: The run.
+            seq: The event's seq.
+            tenant_id: The run's tenant.
+
+        Raises:
+            RunNotFound: There is no such run.
+            ConfigurationError: The run has no event at ``seq``.
+        """
         if seq < 1:
             raise ConfigurationError(f"a run's events start at seq 1, not {seq}")
         return self._journal.states_at(tenant_id, run_id, seq)
@@ -406,11 +452,18 @@ class Client(Consents, Forks, Settling):
         self, run_id: str, *, tenant_id: str = "default", after: int = 0,
         limit: int | None = None,
     ) -> list[RunEvent]:
-        """Every event of the run (with ``seq`` above ``after``; the first ``limit`` of
-        them when given), decoded, with its chain hash; :class:`RunNotFound` when there is
-        no such run. An event whose payload is encrypted and cannot be opened here is an
-        :class:`~underway.events.Encrypted` (its type and time; the payload reads
-        ``[encrypted]``)."""
+        """Every event of the run, decoded, with its chain hash.
+
+        An event whose payload is encrypted and cannot be opened here is an
+        :class:`~underway.events.Encrypted`: its type and time, the payload ``[encrypted]``.
+        An unknown run raises :class:`RunNotFound`.
+
+        Args:
+            run_id: The run.
+            tenant_id: The run's tenant.
+            after: Only events with ``seq`` above it.
+            limit: Only the first ``limit`` of them (None: all).
+        """
         stored = self._store.load_events(tenant_id, run_id, after)
         if not stored and (after == 0 or self._store.get_run(tenant_id, run_id) is None):
             raise RunNotFound(tenant_id, run_id)
@@ -451,13 +504,21 @@ class Client(Consents, Forks, Settling):
         updated_until: float | None = None,
         search: str | None = None,
     ) -> RunPage:
-        """A page of the tenant's runs, newest first: only those with ``status``, of
-        ``flow``, created at or after ``since`` and before ``until``, last updated at or
-        after ``updated_since`` and before ``updated_until`` (epoch seconds), whose id or
-        flow contains ``search`` (a plain, case-sensitive substring).
-        Pass the page's ``next_cursor`` as ``cursor`` for the next page: pages follow on
-        exactly, whatever runs are created meanwhile (the cursor is the position of the
-        last run shown, by creation time and id)."""
+        """A page of the tenant's runs, newest first. Times are epoch seconds.
+
+        Args:
+            tenant_id: The tenant.
+            status: Only runs with this status.
+            flow: Only runs of this flow.
+            since: Only runs created at or after it.
+            until: Only runs created before it.
+            limit: The most runs on the page.
+            cursor: The previous page's ``next_cursor``, for the next page. Pages follow on
+                exactly, whatever runs are created meanwhile.
+            updated_since: Only runs last updated at or after it.
+            updated_until: Only runs last updated before it.
+            search: Only runs whose id or flow contains it (a plain, case-sensitive substring).
+        """
         if limit < 1:
             raise ConfigurationError(f"limit must be at least 1, not {limit}")
         after = decode_cursor(cursor) if cursor is not None else None
@@ -472,11 +533,16 @@ class Client(Consents, Forks, Settling):
         return RunPage(rows[:limit], encode_cursor(last.created_at, last.run_id))
 
     def activity(self, *, since: float, days: int, tenant_id: str = "default") -> Activity:
-        """What the tenant's runs did on each of ``days`` days (of 86400 seconds) from
-        ``since``: runs created by status, model calls, tokens and cost, approval waits,
-        escalations by cause, dead-letterings — counted from the runs table and the
-        journals of the runs written in the window (see :mod:`underway.client._activity`
-        for what that reads)."""
+        """What the tenant's runs did on each day of a window.
+
+        It counts runs created by status, model calls, tokens and cost, approval waits,
+        escalations by cause and dead-letterings (:mod:`underway.client._activity`).
+
+        Args:
+            since: The window's start.
+            days: How many days (of 86400 seconds) it spans.
+            tenant_id: The tenant.
+        """
         return activity(self._store, self._journal, tenant_id, since=since, days=days)
 
     def pending_requests(
@@ -517,10 +583,16 @@ class Client(Consents, Forks, Settling):
 
     def redactor(self, run_id: str, *, tenant_id: str = "default",
                  reveal: bool = False) -> Redactor:
-        """What hides the run's data from a viewer (:mod:`underway.redaction`): a
-        :class:`~underway.redaction.Redactor` that learned every event of the run —
-        secrets hidden always, sensitive fields unless ``reveal``. The client remembers
-        what it learned of recent runs and reads only their newer events."""
+        """What hides the run's data from a viewer (:mod:`underway.redaction`).
+
+        It is a :class:`~underway.redaction.Redactor` that learned every event of the run. The
+        client remembers what it learned of recent runs and reads only their newer events.
+
+        Args:
+            run_id: The run.
+            tenant_id: The run's tenant.
+            reveal: Show sensitive fields; secrets are hidden always.
+        """
         return self._learned.redactor((tenant_id, run_id), reveal, lambda after: [
             (e.seq, e.event) for e in self.events(run_id, tenant_id=tenant_id, after=after)])
 

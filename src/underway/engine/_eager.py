@@ -100,14 +100,22 @@ class EagerStarts:
         eager: bool = True,
         **keywords: Unpack[StartKeywords],
     ) -> tuple[str, bool]:
-        """Create a run (or find the one with this idempotency key): ``(run_id, created)``,
-        as :meth:`Client.start <underway.client.Client.start>` does (the same arguments:
-        :class:`~underway.client.StartOptions` as keywords, or as ``options``).
+        """Create a run, or find the one with this idempotency key.
 
-        ``eager``: when a worker serves this engine (:attr:`driver`) and has a free slot,
-        the run is leased to it in the same transaction and activated at once, the state
-        it starts from taken from the start rather than read back (see
-        :mod:`underway.engine._eager`); False always leaves the run to a claim.
+        It works as :meth:`Client.start <underway.client.Client.start>` does, with the same
+        arguments: :class:`~underway.client.StartOptions` as keywords, or as ``options``.
+
+        Args:
+            flow: The flow, or its name.
+            input: The run's input.
+            options: How the run starts; keywords may give them instead.
+            eager: When a worker serves this engine (:attr:`driver`) and has a free slot, the
+                run is leased to it in the same transaction and activated at once. The state it
+                starts from is taken from the start rather than read back (see
+                :mod:`underway.engine._eager`). False always leaves the run to a claim.
+
+        Returns:
+            ``(run_id, created)``: created is False when the key found an existing run.
         """
         new = self.prepare_start(flow, input, options=options, **keywords)
         return self.create_run(new, eager=eager)[:2]

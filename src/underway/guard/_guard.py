@@ -170,13 +170,22 @@ class Guard:
     async def decide(
         self, flow: Governed, store: EngineStore, s: RunState, call: CallIntent, now: float,
     ) -> Decision:
-        """The policy's decision on ``call`` now. A call whose money cannot be read is
-        denied, with or without a policy (:attr:`CallIntent.refusal`). The tenant's usage
-        is read (from the store, off the event loop) only for a decision that may match
-        on ``tenant.*`` counters. The run's subject's consent is read from the consent
-        store, now, for the purposes the rules that may apply to the tool require consent
-        for (none: no read), so a consent withdrawn after the run started stops its very
-        next such call."""
+        """The policy's decision on ``call`` now.
+
+        A call whose money cannot be read is denied, with or without a policy
+        (:attr:`CallIntent.refusal`). The tenant's usage is read (from the store, off the event
+        loop) only for a decision that may match on ``tenant.*`` counters. The subject's consent
+        is read from the consent store now, for the purposes that the rules that may apply to the
+        tool require consent for (none: no read). So a consent withdrawn after the run started
+        stops its very next such call.
+
+        Args:
+            flow: The run's flow, whose policy applies.
+            store: Where the tenant's usage and the subject's consent are read.
+            s: The run's state.
+            call: The call's facts.
+            now: The time of the decision.
+        """
         policy = self.policy_for(flow)
         money, t = call.money, call.tool
         if policy is None:
@@ -208,10 +217,22 @@ class Guard:
         self, flow: Governed, store: EngineStore, s: RunState, args: Mapping[str, Any],
         labels: frozenset[str], now: float,
     ) -> tuple[Policy, Decision] | None:
-        """The policy's decision on the run's finish (its result and where the untrusted
-        content that shaped it came from, in ``args``): the rules of
-        :attr:`~underway.guard.policy.Policy.at_finish`, as on a read-only call of
-        :data:`~underway.guard.policy.FINISH`. None when no rule names the finish."""
+        """The policy's decision on the run's finish.
+
+        These are the rules of :attr:`~underway.guard.policy.Policy.at_finish`, as on a read-only
+        call of :data:`~underway.guard.policy.FINISH`.
+
+        Args:
+            flow: The run's flow, whose policy applies.
+            store: Where the tenant's usage and the subject's consent are read.
+            s: The run's state.
+            args: The run's result, and where the untrusted content that shaped it came from.
+            labels: The finish's data labels.
+            now: The time of the decision.
+
+        Returns:
+            The policy and its decision; None when no rule names the finish.
+        """
         policy = self.policy_for(flow)
         # A policy that cannot say which rules name the finish names none.
         finish = getattr(policy, "at_finish", None)
@@ -308,10 +329,17 @@ class Guard:
         await run_io(store, store.settle_budget, tenant_id, key, amounts)
 
     async def tenant_usage(self, store: CoreStore, tenant_id: str, since: float) -> Usage:
-        """The tenant's usage since ``since``, derived from the journal and cached briefly:
-        at most every ``tenant_usage_ttl`` seconds the runs are listed again and only the
-        events appended since are read (:class:`~underway.guard.budgets.TenantUsage`), on the
-        store's I/O threads."""
+        """The tenant's usage since ``since``, derived from the journal and cached briefly.
+
+        At most every ``tenant_usage_ttl`` seconds the runs are listed again, and only the events
+        appended since are read (:class:`~underway.guard.budgets.TenantUsage`). The reads run on
+        the store's I/O threads.
+
+        Args:
+            store: The store holding the tenant's journals.
+            tenant_id: The tenant.
+            since: The start of the tenant's day (epoch seconds, 00:00 UTC).
+        """
         kept = self._usage_cache.get(tenant_id)
         if kept is None or kept.tracker.since != since:
             # A new day: the previous day's counts are of no more use.
@@ -358,10 +386,20 @@ def _unpriced(budget: Budget, scope: Scope, why: Mapping[str, str] | None) -> li
 def decide_with_money(
     policy: Policy, ctx: PolicyContext, money: Money | Unreadable | None
 ) -> Decision:
-    """``policy``'s decision on the call ``ctx`` describes, which moves ``money``: a deny
-    naming the argument when the money cannot be read; otherwise the policy evaluated with
-    ``ctx.amount`` set to the money's exposure (the size of the amount, whichever way it
-    moves) in its currency. The worker and ``underway policy explain`` both decide here."""
+    """``policy``'s decision on the call ``ctx`` describes, which moves ``money``.
+
+    The worker and ``underway policy explain`` both decide here.
+
+    Args:
+        policy: The policy.
+        ctx: The call, as the policy sees it.
+        money: The money the call moves (None: none).
+
+    Returns:
+        A deny naming the argument when the money cannot be read. Otherwise the policy's
+        decision, with ``ctx.amount`` set to the money's exposure in its currency (the size
+        of the amount, whichever way it moves).
+    """
     if isinstance(money, Unreadable):
         return Decision("deny", None, policy.version, str(money))
     amount = None if money is None else Amount(money.exposure, money.currency)

@@ -94,8 +94,13 @@ def add_source(taint: list[str], source: str) -> None:
 
 
 def tainted_by(lineage: Lineage, flow: Tracked, state: BaseModel) -> list[str]:
-    """Where the untrusted content that shaped a run's result came from, in order: what
-    its ``lineage`` brought in, then what ``flow`` reads from its ``state``."""
+    """Where the untrusted content that shaped a run's result came from, in order.
+
+    Args:
+        lineage: The run's lineage; what it brought in comes first.
+        flow: The run's flow; it reads the sources its context took in from ``state``.
+        state: The run's state.
+    """
     found: list[str] = list(lineage.sources)
     if flow.taint_of is not None:
         found += [str(source) for source in flow.taint_of(state)]

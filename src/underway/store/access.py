@@ -81,16 +81,30 @@ class AccessLogStore(Protocol):
         since: float | None = None, until: float | None = None, before: int | None = None,
         limit: int = 100, who: str | None = None, purpose: str | None = None,
     ) -> list[AccessRecord]:
-        """A tenant's entries, newest first (``seq`` descending), at most ``limit``: only
-        those of ``run_id``, by ``key_id``, by ``who`` (the key's name, or the CLI's user),
-        for ``purpose``, at or after ``since`` and before ``until``, with ``seq`` below
-        ``before`` (the last ``seq`` of the previous page)."""
+        """A tenant's entries, newest first (``seq`` descending).
+
+        Args:
+            tenant_id: The tenant.
+            run_id: Only the entries of this run.
+            key_id: Only the entries by this API key.
+            since: Only entries at or after this time.
+            until: Only entries before this time.
+            before: Only entries with ``seq`` below it: the last ``seq`` of the previous page.
+            limit: The most entries returned.
+            who: Only the entries by this key name, or by this CLI user.
+            purpose: Only the entries for this purpose.
+        """
         ...
 
     def access_chain(self, tenant_id: str, *, after: int = 0,
                      limit: int = 1000) -> list[AccessRecord]:
-        """A tenant's entries in the order of their chain (``seq`` ascending), those with
-        ``seq`` above ``after``, at most ``limit``."""
+        """A tenant's entries in the order of their chain (``seq`` ascending).
+
+        Args:
+            tenant_id: The tenant.
+            after: Only entries with ``seq`` above it.
+            limit: The most entries returned.
+        """
         ...
 
     def access_head(self, tenant_id: str) -> AccessHead | None:
@@ -142,13 +156,24 @@ class AccessVerdict:
 
 def verify_access_log(store: AccessLogStore, tenant_id: str, *,
                       page: int = 1000) -> AccessVerdict:
-    """Walk the tenant's chain from its start and check every link and hash, then the
-    head: the first entry altered (its hash does not match its fields), inserted or
-    following a deleted entry (its ``prev_hash`` is not the hash before it), lying beyond
-    the head, or a tail missing after the last entry (the head names a later one).
+    """Walk the tenant's chain from its start and check every link and hash, then the head.
 
-    Appends may go on meanwhile: the walk goes as far as the head read first, and follows
-    the head as long as it moves."""
+    It finds the first entry that was altered (its hash does not match its fields). It finds
+    one inserted, or following a deleted entry (its ``prev_hash`` is not the hash before it).
+    It finds one lying beyond the head, and a tail missing after the last entry (the head
+    names a later one).
+
+    Appends may go on meanwhile. The walk goes as far as the head read first, and follows
+    the head as long as it moves.
+
+    Args:
+        store: The store holding the log.
+        tenant_id: The tenant whose chain is walked.
+        page: How many entries are read a query.
+
+    Returns:
+        The verdict: intact, or the first bad entry and what is wrong with it.
+    """
     walk = _Walk(tenant_id)
     head = store.access_head(tenant_id)
     while True:

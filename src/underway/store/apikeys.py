@@ -29,8 +29,17 @@ class ApiKeyStore(Protocol):
         ...
 
     def revoke_api_key(self, tenant_id: str, key_id: str, *, at: float) -> bool:
-        """Revoke the tenant's key as of ``at``; False when the tenant has no such key or it
-        was already revoked (the first revocation's time stands)."""
+        """Revoke the tenant's key as of ``at``.
+
+        Args:
+            tenant_id: The key's tenant.
+            key_id: The key.
+            at: When it is revoked.
+
+        Returns:
+            False when the tenant has no such key or it was already revoked (the first
+            revocation's time stands).
+        """
         ...
 
     def put_intake_secret(self, rec: IntakeSecretRecord) -> None:

@@ -28,13 +28,26 @@ class ConsentStore(Protocol):
     def current_consents(
         self, tenant_id: str, subject: str, purposes: Sequence[str] | None = None
     ) -> dict[str, ConsentRecord]:
-        """The latest record of each of the subject's purposes (of ``purposes`` only, when
-        given), by purpose: a purpose with no record is absent. One query, whatever the
-        number of purposes (what a policy decision reads at call time)."""
+        """The latest record of each of the subject's purposes, by purpose.
+
+        A purpose with no record is absent. It is one query, whatever the number of purposes:
+        what a policy decision reads at call time.
+
+        Args:
+            tenant_id: The subject's tenant.
+            subject: The data subject.
+            purposes: Only these purposes (None: every one).
+        """
         ...
 
     def consent_history(
         self, tenant_id: str, subject: str, *, purpose: str | None = None
     ) -> list[ConsentRecord]:
-        """Every record of the subject (of ``purpose`` only, when given), oldest first."""
+        """Every record of the subject, oldest first.
+
+        Args:
+            tenant_id: The subject's tenant.
+            subject: The data subject.
+            purpose: Only the records of this purpose (None: of every one).
+        """
         ...

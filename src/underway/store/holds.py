@@ -22,8 +22,18 @@ class HoldStore(Protocol):
     def release_hold(
         self, tenant_id: str, kind: str, target: str, *, by: str, at: float
     ) -> bool:
-        """Lift the tenant's standing hold on ``target`` (a ``run`` or ``subject``:
-        ``kind``) as of ``at``, by ``by``; False when there is none."""
+        """Lift the tenant's standing hold on ``target``.
+
+        Args:
+            tenant_id: The hold's tenant.
+            kind: What ``target`` is: ``run`` or ``subject``.
+            target: The run id or the data subject held.
+            by: Who lifts the hold.
+            at: When it is lifted.
+
+        Returns:
+            False when there is no standing hold on ``target``.
+        """
         ...
 
     def list_holds(

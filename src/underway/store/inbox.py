@@ -25,9 +25,20 @@ class InboxStore(Protocol):
     def use_nonce(
         self, tenant_id: str, nonce: str, *, run_id: str, request_id: str, at: float
     ) -> bool:
-        """Record a decision's nonce as used: True the first time the nonce is seen in the
-        tenant, False ever after — except for the same ``run_id`` and ``request_id``, so a
-        decision redelivered after a crash (nonce recorded, grant not yet journaled) is not
-        mistaken for a replay. Atomic: of concurrent callers for different requests,
-        exactly one gets True."""
+        """Record a decision's nonce as used.
+
+        It is atomic: of concurrent callers for different requests, exactly one gets True.
+
+        Args:
+            tenant_id: The decision's tenant.
+            nonce: The decision's nonce.
+            run_id: The run the decision is for.
+            request_id: The request the decision answers.
+            at: When the nonce is used.
+
+        Returns:
+            True the first time the nonce is seen in the tenant, False ever after. The same
+            ``run_id`` and ``request_id`` get True again: a decision redelivered after a crash
+            (nonce recorded, grant not yet journaled) is not mistaken for a replay.
+        """
         ...

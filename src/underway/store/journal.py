@@ -73,7 +73,13 @@ class JournalStore(Protocol):
         ...
 
     def load_events(self, tenant_id: str, run_id: str, after_seq: int = 0) -> list[StoredEvent]:
-        """Events with ``seq > after_seq`` in order."""
+        """A run's events after ``after_seq``, in order.
+
+        Args:
+            tenant_id: The run's tenant.
+            run_id: The run.
+            after_seq: Only events with a greater ``seq`` (0: every event).
+        """
         ...
 
     def load_checkpoints(
@@ -88,10 +94,17 @@ class JournalStore(Protocol):
     def events_by_type(
         self, tenant_id: str, run_ids: Sequence[str], types: Sequence[str]
     ) -> dict[str, list[StoredEvent]]:
-        """The events of each run of ``run_ids`` whose type is one of ``types``, in order,
-        by run (a run with none is absent): a few kinds of event of many runs, read on the
-        journal's primary key in few queries (:data:`RUN_BATCH` runs a query) without
-        reading the other events' payloads."""
+        """The events of each run whose type is one of ``types``, in order, by run.
+
+        A run with none is absent. These few kinds of event of many runs are read on the
+        journal's primary key in few queries (:data:`RUN_BATCH` runs a query). The other events'
+        payloads are not read.
+
+        Args:
+            tenant_id: The runs' tenant.
+            run_ids: The runs.
+            types: The event types wanted.
+        """
         ...
 
     def load_checkpoint(self, tenant_id: str, run_id: str) -> tuple[int, bytes] | None:
@@ -110,12 +123,20 @@ class JournalStore(Protocol):
     def get_blob_chain(
         self, tenant_id: str, key: str, *, limit: int = CHAIN_LIMIT
     ) -> dict[str, bytes]:
-        """The blob ``key`` and the blobs it links to, in one query, up to ``limit`` blobs.
+        """The blob ``key`` and the blobs it links to, in one query.
 
         A blob links to the one whose key follows its first six bytes when those are
-        ``{"p":"`` — the shape of the codec's list nodes (``{"p": previous, "x": item}``),
-        so a conversation stored as a chain of nodes is read at once rather than a node a
-        query. A link is only a hint (whoever decodes checks every blob against its key);
-        sealed (encrypted) blobs link nowhere, and then this returns ``key`` alone.
+        ``{"p":"``. That is the shape of the codec's list nodes (``{"p": previous, "x": item}``).
+        So a conversation stored as a chain of nodes is read at once rather than a node a query.
+        A link is only a hint: whoever decodes checks every blob against its key. Sealed
+        (encrypted) blobs link nowhere, and then this returns ``key`` alone.
+
+        Args:
+            tenant_id: The blobs' tenant.
+            key: The first blob's content hash.
+            limit: The most blobs returned.
+
+        Returns:
+            Blob bytes by content hash.
         """
         ...

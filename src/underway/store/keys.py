@@ -43,8 +43,18 @@ class KeyStore(Protocol):
         self, tenant_id: str, key_id: str, *, wrapped: bytes, kek_id: str,
         expected_kek_id: str,
     ) -> bool:
-        """Store the key wrapped anew (by ``kek_id``), only if it is still wrapped by
-        ``expected_kek_id`` and not destroyed; True when it was."""
+        """Store the key wrapped anew, only if it is still wrapped as expected and not destroyed.
+
+        Args:
+            tenant_id: The key's tenant.
+            key_id: The key.
+            wrapped: The key's bytes wrapped anew.
+            kek_id: The key-encryption key that wrapped them.
+            expected_kek_id: The key-encryption key the stored bytes must still be wrapped by.
+
+        Returns:
+            True when the key was stored.
+        """
         ...
 
     def destroy_data_key(self, tenant_id: str, key_id: str) -> bool:

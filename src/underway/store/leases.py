@@ -28,15 +28,23 @@ class LeaseStore(Protocol):
         run_id: str | None = None,
         queues: list[str] | None = None,
     ) -> list[Lease]:
-        """Lease up to ``limit`` runs that are due and not leased by anyone else, of the
-        named ``queues`` (every queue when None).
+        """Lease runs that are due and not leased by anyone else.
 
         The queues' limits (:class:`~underway.store.records.QueueConfig`) hold in the same
-        transaction: a queue at its ``max_concurrency`` yields nothing, and a run's first
+        transaction. A queue at its ``max_concurrency`` yields nothing, and a run's first
         activation takes a token from its rate bucket or waits. Runs are taken round-robin
-        across tenants (each tenant's earliest due run, then each tenant's second, ...,
-        where a tenant's runs already leased count as turns it has had), so one tenant's
-        backlog cannot starve another.
+        across tenants: each tenant's earliest due run, then each tenant's second, and so on.
+        A tenant's runs already leased count as turns it has had. So one tenant's backlog
+        cannot starve another.
+
+        Args:
+            owner: The worker taking the leases.
+            now: The time of the claim.
+            ttl: How long the leases last, in seconds.
+            limit: The most runs leased.
+            tenant_id: Only runs of this tenant.
+            run_id: Only this run.
+            queues: Only runs of these queues (None: every queue).
         """
         ...
 
@@ -44,17 +52,35 @@ class LeaseStore(Protocol):
         self, new: NewRun, *, owner: str, now: float, ttl: float,
         queues: list[str] | None = None,
     ) -> StartedRun:
-        """Create the run as :meth:`~underway.store.journal.JournalStore.create_run` does
-        (or find the one with the same idempotency key) and, in the same transaction, lease
-        it to ``owner`` as :meth:`claim` with its ``run_id`` would: only when it is due at
-        ``now``, unfinished, held by nobody (an expired lease is nobody's), of ``queues``
-        (every queue when None), and its queue's limits admit it (a first activation takes
-        a token from its rate bucket). What a process that will advance the run at once
-        calls ("eager start"): one commit instead of a start's and a claim's."""
+        """Create the run and lease it to ``owner``, in one transaction.
+
+        The run is created as :meth:`~underway.store.journal.JournalStore.create_run` does, or
+        the one with the same idempotency key is found. It is leased as :meth:`claim` with its
+        ``run_id`` would. So only when it is due at ``now``, unfinished, and held by nobody (an
+        expired lease is nobody's). Its queue's limits must admit it: a first activation takes a
+        token from its rate bucket. A process that will advance the run at once calls this
+        ("eager start"): one commit instead of a start's and a claim's.
+
+        Args:
+            new: The run to create.
+            owner: The worker taking the lease.
+            now: The time of the start.
+            ttl: How long the lease lasts, in seconds.
+            queues: The queues the worker serves (None: every queue).
+        """
         ...
 
     def renew(self, lease: Lease, *, now: float, ttl: float) -> Lease | None:
-        """Extend a lease still held; None when it was lost."""
+        """Extend a lease still held.
+
+        Args:
+            lease: The lease.
+            now: The time of the renewal.
+            ttl: How long the lease lasts from ``now``, in seconds.
+
+        Returns:
+            The extended lease; None when it was lost.
+        """
         ...
 
     def release(self, lease: Lease, *, retry_at: float | None = None) -> None:
@@ -67,7 +93,16 @@ class LeaseStore(Protocol):
         ...
 
     def expire_lease(self, tenant_id: str, run_id: str, owner: str) -> int:
-        """End ``owner``'s lease on the run now (its holder is known dead); 1 if it did."""
+        """End ``owner``'s lease on the run now: its holder is known dead.
+
+        Args:
+            tenant_id: The run's tenant.
+            run_id: The run.
+            owner: The lease's holder.
+
+        Returns:
+            1 if a lease ended, else 0.
+        """
         ...
 
     def suspect_runs(self, *, now: float, limit: int = 100) -> list[tuple[str, str]]:

@@ -44,17 +44,37 @@ class LimitStore(Protocol):
         ...
 
     def circuit_admit(self, tenant_id: str, name: str, *, now: float, cooldown: float) -> str:
-        """May a call through circuit ``name`` proceed? ``closed``: yes; ``open``: no, fail
-        fast; ``trial``: yes, as the one half-open trial (others see ``open`` until it is
-        recorded or ``cooldown`` passes). ``tenant_id`` is ``*`` for a shared circuit."""
+        """May a call through circuit ``name`` proceed?
+
+        Args:
+            tenant_id: The circuit's tenant; ``*`` for a shared circuit.
+            name: The circuit.
+            now: The time of the call.
+            cooldown: How long a trial admitted holds the circuit, in seconds.
+
+        Returns:
+            ``closed``: yes. ``open``: no, fail fast. ``trial``: yes, as the one half-open
+            trial; others see ``open`` until it is recorded or ``cooldown`` passes.
+        """
         ...
 
     def circuit_record(
         self, tenant_id: str, name: str, *, ok: bool, now: float, threshold: int,
         cooldown: float,
     ) -> None:
-        """Record a call's outcome: success closes the circuit; the ``threshold``-th
-        consecutive failure, or a failed trial, opens it for ``cooldown`` seconds."""
+        """Record a call's outcome.
+
+        A success closes the circuit. The ``threshold``-th consecutive failure, or a failed
+        trial, opens it for ``cooldown`` seconds.
+
+        Args:
+            tenant_id: The circuit's tenant; ``*`` for a shared circuit.
+            name: The circuit.
+            ok: Whether the call succeeded.
+            now: The time of the outcome.
+            threshold: The consecutive failures that open the circuit.
+            cooldown: How long the circuit stays open, in seconds.
+        """
         ...
 
 

@@ -26,6 +26,15 @@ class RegistryStore(Protocol):
         ...
 
     def revoke_approver(self, tenant_id: str, approver_id: str, *, at: float) -> bool:
-        """Revoke an approver as of ``at``; False when there is no such approver or it was
-        already revoked (the first revocation's time stands)."""
+        """Revoke an approver as of ``at``.
+
+        Args:
+            tenant_id: The approver's tenant.
+            approver_id: The approver.
+            at: When it is revoked.
+
+        Returns:
+            False when there is no such approver or it was already revoked (the first
+            revocation's time stands).
+        """
         ...

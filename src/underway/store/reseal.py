@@ -18,9 +18,14 @@ class ResealStore(Protocol):
     def sealed_rows(
         self, tenant_id: str, kind: str, *, after: tuple[str, ...], limit: int
     ) -> list[SealedRow]:
-        """Up to ``limit`` rows of ``kind`` (one of
-        :data:`~underway.store.records.SEALED_KINDS`) of the tenant whose ``position``
-        comes after ``after`` (``()``: from the first), in ``position`` order."""
+        """The tenant's rows of one kind, in ``position`` order.
+
+        Args:
+            tenant_id: The rows' tenant.
+            kind: One of :data:`~underway.store.records.SEALED_KINDS`.
+            after: Only rows whose ``position`` comes after it (``()``: from the first).
+            limit: The most rows returned.
+        """
         ...
 
     def replace_sealed(self, rows: Sequence[tuple[SealedRow, bytes]]) -> int:

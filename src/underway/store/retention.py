@@ -36,11 +36,19 @@ class RetentionStore(Protocol):
         self, tenant_id: str, *, status: str, ended_before: float, flow: str | None = None,
         after: tuple[float, str] | None = None, limit: int = 100,
     ) -> list[RunRecord]:
-        """The tenant's runs with final ``status`` (``completed``, ``failed`` or
-        ``cancelled``), last written (``updated_at``: when they ended) before
-        ``ended_before``, not purged yet, of ``flow`` when given; oldest first
-        (``updated_at``, then run id), after the run ``after`` names (``(updated_at,
-        run_id)`` of the last one of the previous page), at most ``limit``."""
+        """The tenant's finished runs that are not purged yet, oldest first.
+
+        They are sorted by ``updated_at`` (when they ended), then run id.
+
+        Args:
+            tenant_id: The tenant.
+            status: The final status: ``completed``, ``failed`` or ``cancelled``.
+            ended_before: Only runs last written before this time.
+            flow: Only runs of this flow.
+            after: Only runs after this one: ``(updated_at, run_id)`` of the last run of the
+                previous page.
+            limit: The most runs returned.
+        """
         ...
 
     def purge_run(self, purge: Purge) -> PurgeResult:
@@ -56,19 +64,38 @@ class RetentionStore(Protocol):
         self, tenant_id: str, *, sweep_id: str | None = None, run_id: str | None = None,
         limit: int = 100,
     ) -> list[PurgedRun]:
-        """The tenant's purges (by sweep ``sweep_id``, of run ``run_id``, when given),
-        newest first."""
+        """The tenant's purges, newest first.
+
+        Args:
+            tenant_id: The tenant.
+            sweep_id: Only the purges of this sweep.
+            run_id: Only the purges of this run.
+            limit: The most purges returned.
+        """
         ...
 
     def blob_keys(self, tenant_id: str, *, after: str | None = None,
                   limit: int = 1000) -> list[str]:
-        """The keys of the tenant's blobs, sorted, those greater than ``after``, at most
-        ``limit``."""
+        """The keys of the tenant's blobs, sorted.
+
+        Args:
+            tenant_id: The tenant.
+            after: Only keys greater than it.
+            limit: The most keys returned.
+        """
         ...
 
     def delete_blobs(self, tenant_id: str, keys: Sequence[str], *, idle: float) -> int:
-        """Delete those of the tenant's blobs ``keys`` that were not written in the last
-        ``idle`` seconds (by the database's clock); return how many."""
+        """Delete those of the tenant's blobs ``keys`` that were not written lately.
+
+        Args:
+            tenant_id: The tenant.
+            keys: The blobs' keys.
+            idle: Spare a blob written in the last ``idle`` seconds (by the database's clock).
+
+        Returns:
+            How many blobs were deleted.
+        """
         ...
 
     def record_sweep(self, rec: SweepRecord) -> None:

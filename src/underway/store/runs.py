@@ -23,21 +23,38 @@ class RunStore(Protocol):
         updated_since: float | None = None, updated_until: float | None = None,
         search: str | None = None,
     ) -> list[RunRecord]:
-        """Runs of a tenant, newest first (``created_at`` descending, then run id), at most
-        ``limit``: only those with ``status``, of ``flow``, created at or after ``since``
-        and before ``until``, updated at or after ``updated_since`` and before
-        ``updated_until``, whose id starts with ``id_prefix``, whose id or flow contains
-        ``search`` (a plain substring, case-sensitive; no pattern characters). ``after`` is
-        the ``(created_at, run_id)`` of the last run of the previous page: the page goes on
-        from there, unchanged by runs created meanwhile."""
+        """Runs of a tenant, newest first (``created_at`` descending, then run id).
+
+        Args:
+            tenant_id: The tenant.
+            status: Only runs with this status.
+            limit: The most runs returned.
+            flow: Only runs of this flow.
+            since: Only runs created at or after this time.
+            until: Only runs created before this time.
+            after: The ``(created_at, run_id)`` of the last run of the previous page. The page
+                goes on from there, unchanged by runs created meanwhile.
+            id_prefix: Only runs whose id starts with it.
+            updated_since: Only runs updated at or after this time.
+            updated_until: Only runs updated before this time.
+            search: Only runs whose id or flow contains it: a plain substring, case-sensitive,
+                with no pattern characters.
+        """
         ...
 
     def runs_of_subject(
         self, tenant_id: str, subject: str, *, limit: int | None = None
     ) -> list[RunRecord]:
-        """The tenant's runs about data subject ``subject``, oldest first (``created_at``,
-        then run id), at most ``limit`` (None: all of them), read on the (tenant, subject)
-        index: what erasing, holding or answering for one person starts from."""
+        """The tenant's runs about one data subject, oldest first (``created_at``, then run id).
+
+        They are read on the (tenant, subject) index: what erasing, holding or answering for one
+        person starts from.
+
+        Args:
+            tenant_id: The tenant.
+            subject: The data subject.
+            limit: The most runs returned (None: all of them).
+        """
         ...
 
     def tenants(self) -> list[str]:
@@ -52,20 +69,35 @@ class RunStore(Protocol):
     def runs_created(
         self, tenant_id: str, *, since: float, until: float, width: float
     ) -> list[tuple[int, str, int]]:
-        """(bucket, status, number of runs) of the tenant's runs created at or after
-        ``since`` and before ``until``, where a run's bucket is ``floor((created_at - since)
-        / width)`` and its status the one it has now; sorted by bucket and status. With
-        ``width`` 86400 and ``since`` a midnight: runs created per day by status. One
-        grouped query on the (tenant, created_at) index."""
+        """(bucket, status, number of runs) of the tenant's runs created in a window.
+
+        A run's bucket is ``floor((created_at - since) / width)`` and its status the one it has
+        now. Rows are sorted by bucket and status. With ``width`` 86400 and ``since`` a midnight,
+        it counts runs created per day by status. It is one grouped query on the (tenant,
+        created_at) index.
+
+        Args:
+            tenant_id: The tenant.
+            since: Only runs created at or after this time.
+            until: Only runs created before this time.
+            width: A bucket's width, in seconds.
+        """
         ...
 
     def runs_written(self, tenant_id: str, *, since: float, until: float) -> list[str]:
-        """Ids, sorted, of the tenant's runs whose journals may hold events stamped at or
-        after ``since`` and before ``until``: runs created before ``until`` whose row was
-        written at or after ``since`` (a row is written with the run's last event whenever
-        the run changes status or is handed back), and runs leased now (a leased run's
-        journal may be ahead of its row). Read on the (tenant, updated_at) index: it costs
-        the runs written since ``since``, not every run the tenant ever had."""
+        """Ids, sorted, of the tenant's runs whose journals may hold events stamped in a window.
+
+        These are runs created before ``until`` whose row was written at or after ``since``. A
+        row is written with the run's last event whenever the run changes status or is handed
+        back. Runs leased now are included too: a leased run's journal may be ahead of its row.
+        It reads the (tenant, updated_at) index, so it costs the runs written since ``since``,
+        not every run the tenant ever had.
+
+        Args:
+            tenant_id: The tenant.
+            since: The window's start.
+            until: The window's end.
+        """
         ...
 
     def journaled_runs(self, tenant_id: str | None = None) -> list[tuple[str, str]]:

@@ -36,17 +36,38 @@ class ScheduleStore(Protocol):
     def claim_schedules(
         self, *, now: float, until: float, flows: list[str], limit: int
     ) -> list[ScheduleRecord]:
-        """Atomically claim up to ``limit`` enabled schedules of ``flows`` (any tenant) whose
-        ``next_fire_at`` is at or before ``now`` and that nobody else has claimed (or whose
-        claim ended): mark them claimed until ``until`` and return them, earliest first."""
+        """Atomically claim the enabled schedules that are due and that nobody else holds.
+
+        A schedule whose claim ended counts as held by nobody. Each one claimed is marked claimed
+        until ``until``.
+
+        Args:
+            now: Claim schedules whose ``next_fire_at`` is at or before it.
+            until: When the claims end.
+            flows: Only schedules of these flows (of any tenant).
+            limit: The most schedules claimed.
+
+        Returns:
+            The schedules claimed, earliest first.
+        """
         ...
 
     def advance_schedule(
         self, tenant_id: str, name: str, *, expected: float, next_fire_at: float,
         fired_at: float | None,
     ) -> bool:
-        """End a claim: set ``next_fire_at`` (and ``last_fired_at`` unless ``fired_at`` is
-        None) only if the schedule still waits for the tick ``expected``; True if it did."""
+        """End a claim, only if the schedule still waits for the tick ``expected``.
+
+        Args:
+            tenant_id: The schedule's tenant.
+            name: The schedule.
+            expected: The tick the claim was for.
+            next_fire_at: The next tick.
+            fired_at: When the tick fired; None leaves ``last_fired_at`` as it is.
+
+        Returns:
+            True if the schedule was advanced.
+        """
         ...
 
     def next_schedule_at(self, *, now: float, flows: list[str]) -> float | None:

@@ -38,7 +38,17 @@ class Report:
 async def check(backend: str, names: list[str] | None = None,
                 show: Callable[[str], None] | None = None, *,
                 image: str | None = None) -> Report:
-    """Run the escapes (all, or those ``names``) on ``backend`` (Docker: in ``image``)."""
+    """Run the escapes on ``backend``.
+
+    Args:
+        backend: The backend to check: ``bwrap``, ``docker`` or ``none``.
+        names: Only the escapes of these names (None or empty: all of them).
+        show: Called with a line on each escape's verdict as it comes.
+        image: The Docker image the escapes run in (None: the profile's default).
+
+    Returns:
+        The verdict on each escape, or why the backend could not run them.
+    """
     profile = base_profile(backend, image)
     report = Report(backend, why_unavailable(backend, profile))
     if report.unavailable is not None:

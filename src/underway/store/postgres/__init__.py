@@ -42,8 +42,11 @@ class PostgresStore(
 ):
     """A :class:`~underway.store.base.Store` on a PostgreSQL database (one schema of it).
 
-    ``min_size``/``max_size`` bound the connection pool; ``connect_timeout`` is how long
-    opening the store waits for the server before giving up.
+    Args:
+        url: The PostgreSQL URL; a ``schema=`` parameter names the schema to use.
+        min_size: The fewest connections the pool keeps.
+        max_size: The most connections the pool opens.
+        connect_timeout: How long opening the store waits for the server before giving up.
     """
 
     dialect: Dialect = "postgres"

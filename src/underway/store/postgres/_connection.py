@@ -27,10 +27,14 @@ _Q = queries.load("postgres")
 class Connection(SQLBase):
     """A pool of autocommit connections on the store's schema.
 
-    ``min_size``/``max_size`` bound the connection pool; ``connect_timeout`` is how long
-    opening the store waits for the server before giving up. ``offload``: where async code
-    runs this store's calls (:mod:`underway.store._offload`), as many threads as the pool
-    has connections.
+    Its ``offload`` is where async code runs this store's calls
+    (:mod:`underway.store._offload`): as many threads as the pool has connections.
+
+    Args:
+        url: The PostgreSQL URL; a ``schema=`` parameter names the schema to use.
+        min_size: The fewest connections the pool keeps.
+        max_size: The most connections the pool opens.
+        connect_timeout: How long opening the store waits for the server before giving up.
     """
 
     def __init__(

@@ -26,9 +26,20 @@ class Leases(SQLLeases, Connection):
         tenant_id: str | None = None, run_id: str | None = None,
         queues: list[str] | None = None,
     ) -> list[Lease]:
-        """Lease due runs nobody holds, fairly across tenants, within the queues' limits,
-        skipping rows other workers are locking. Claims on a limited queue take turns on
-        its ``queues`` row; claims on unlimited queues never wait for each other."""
+        """Lease due runs nobody holds, fairly across tenants, within the queues' limits.
+
+        Rows other workers are locking are skipped. Claims on a limited queue take turns on its
+        ``queues`` row; claims on unlimited queues never wait for each other.
+
+        Args:
+            owner: The worker taking the leases.
+            now: The time of the claim.
+            ttl: How long the leases last.
+            limit: The most runs leased.
+            tenant_id: Only runs of this tenant.
+            run_id: Only this run.
+            queues: Only runs of these queues (None: every queue).
+        """
         wanted = None if queues is None else list(queues)
         with self._pool.connection() as conn, conn.transaction():
             plan = self._plan(_runner(conn), wanted, now=now, limit=limit)
@@ -63,9 +74,18 @@ class Leases(SQLLeases, Connection):
         self, new: NewRun, *, owner: str, now: float, ttl: float,
         queues: list[str] | None = None,
     ) -> StartedRun:
-        """Create (or find) the run and lease it when a claim could, in one round trip
-        (one implicit transaction); a run of a limited queue is leased in a second
-        transaction that takes its turn on the queue's row, as a claim does."""
+        """Create (or find) the run and lease it when a claim could.
+
+        It takes one round trip (one implicit transaction). A run of a limited queue is leased
+        in a second transaction that takes its turn on the queue's row, as a claim does.
+
+        Args:
+            new: The run to create.
+            owner: The worker taking the lease.
+            now: The time of the start.
+            ttl: How long the lease lasts.
+            queues: The queues the worker serves (None: every queue).
+        """
         params = {
             **_run_params(new), "owner": owner, "now": now, "expires_at": now + ttl,
             "queues": None if queues is None else list(queues), "limits_checked": False,
@@ -111,7 +131,14 @@ class Leases(SQLLeases, Connection):
 
     # -- circuits -----------------------------------------------------------------------
     def circuit_admit(self, tenant_id: str, name: str, *, now: float, cooldown: float) -> str:
-        """Closed, open, or the half-open trial, decided in one statement."""
+        """Closed, open, or the half-open trial, decided in one statement.
+
+        Args:
+            tenant_id: The circuit's tenant (``*``: shared).
+            name: The circuit.
+            now: The time of the call.
+            cooldown: How long a trial holds the circuit.
+        """
         rows = self._all(
             "circuit_admit", tenant_id=tenant_id, circuit=name, now=now,
             trial_until=now + cooldown,
@@ -122,7 +149,16 @@ class Leases(SQLLeases, Connection):
         self, tenant_id: str, name: str, *, ok: bool, now: float, threshold: int,
         cooldown: float,
     ) -> None:
-        """Close on success; open on the threshold-th failure or a failed trial."""
+        """Close on success; open on the threshold-th failure or a failed trial.
+
+        Args:
+            tenant_id: The circuit's tenant (``*``: shared).
+            name: The circuit.
+            ok: Whether the call succeeded.
+            now: The time of the outcome.
+            threshold: The consecutive failures that open the circuit.
+            cooldown: How long it stays open.
+        """
         self._count(
             "circuit_record", tenant_id=tenant_id, circuit=name, ok=ok, now=now,
             threshold=threshold, open_until=now + cooldown,

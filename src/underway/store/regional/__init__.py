@@ -42,17 +42,21 @@ __all__ = ["RegionalStore"]
 
 class RegionalStore(RegionalJournal, RegionalLeases, RegionalSchedules, RegionalAccess,
                     RegionalRetention, RegionalKeys):
-    """A :class:`~underway.store.base.Store` that keeps each tenant in its region's
-    database (see the module docstring; holds and retention: :class:`RegionalRetention`;
-    encryption's data keys: :class:`RegionalKeys`). ``codec``: how payloads read and
-    written through it are encoded, sealed and opened (``underway.crypto.encrypt`` on the
-    regional store seals them all, each tenant's data keys in its region).
+    """A :class:`~underway.store.base.Store` that keeps each tenant in its region's database.
 
-    ``regions`` maps region names to their stores (opened and migrated by the caller; the
-    regional store closes them); ``tenants`` maps tenant ids to region names; ``default``
-    is the region of tenants not listed (None: such tenants are refused). Raises
-    :class:`~underway.errors.ConfigurationError` when a tenant or the default names a
-    region that is not given.
+    See the module docstring. Holds and retention are in :class:`RegionalRetention`;
+    encryption's data keys in :class:`RegionalKeys`. Its ``codec`` is how payloads read and
+    written through it are encoded, sealed and opened. ``underway.crypto.encrypt`` on the
+    regional store seals them all, each tenant's data keys in its region.
+
+    Args:
+        regions: The store of each region, by region name. The caller opens and migrates
+            them; the regional store closes them.
+        tenants: The region of each tenant, by tenant id.
+        default: The region of tenants not listed (None: such tenants are refused).
+
+    Raises:
+        ConfigurationError: A tenant or the default names a region that is not given.
     """
 
     def __init__(
