@@ -34,13 +34,7 @@ class SQLAccess(SQLBase):
         return [ApiKeyRecord(*r) for r in self._all("list_api_keys", tenant_id=tenant_id)]
 
     def revoke_api_key(self, tenant_id: str, key_id: str, *, at: float) -> bool:
-        """Revoke a key of the tenant that is not revoked yet.
-
-        Args:
-            tenant_id: The key's tenant.
-            key_id: The key.
-            at: When it is revoked.
-        """
+        """Revoke a key of the tenant that is not revoked yet."""
         return self._count("revoke_api_key", tenant_id=tenant_id, key_id=key_id, at=at) == 1
 
     def put_intake_secret(self, rec: IntakeSecretRecord) -> None:
@@ -68,19 +62,7 @@ class SQLAccess(SQLBase):
         since: float | None = None, until: float | None = None, before: int | None = None,
         limit: int = 100, who: str | None = None, purpose: str | None = None,
     ) -> list[AccessRecord]:
-        """A tenant's entries, newest first.
-
-        Args:
-            tenant_id: The tenant.
-            run_id: Only this run's entries.
-            key_id: Only this key's entries.
-            since: Only entries at or after it.
-            until: Only entries before it.
-            before: Only entries with ``seq`` below it.
-            limit: The most entries.
-            who: Only entries by this key name or CLI user.
-            purpose: Only entries for this purpose.
-        """
+        """A tenant's entries, newest first."""
         return [_access(r) for r in self._all(
             "list_access", tenant_id=tenant_id, run_id=run_id, key_id=key_id, since=since,
             until=until, before=before, limit=limit, who=who, purpose=purpose,
@@ -88,13 +70,7 @@ class SQLAccess(SQLBase):
 
     def access_chain(self, tenant_id: str, *, after: int = 0,
                      limit: int = 1000) -> list[AccessRecord]:
-        """A tenant's entries in chain order.
-
-        Args:
-            tenant_id: The tenant.
-            after: Only entries with ``seq`` above it.
-            limit: The most entries.
-        """
+        """A tenant's entries in chain order."""
         return [_access(r) for r in self._all(
             "access_chain", tenant_id=tenant_id, after=after, limit=limit)]
 

@@ -15,13 +15,7 @@ class SQLConsent(SQLBase):
     def current_consents(
         self, tenant_id: str, subject: str, purposes: Sequence[str] | None = None
     ) -> dict[str, ConsentRecord]:
-        """The latest record of each purpose of the subject.
-
-        Args:
-            tenant_id: The subject's tenant.
-            subject: The data subject.
-            purposes: Only these purposes (None: every one).
-        """
+        """The latest record of each purpose of the subject."""
         rows = self._all("current_consents", tenant_id=tenant_id, subject=subject,
                          purposes=None if purposes is None else self._array(purposes))
         return {r[2]: ConsentRecord(*r) for r in rows}
@@ -29,13 +23,7 @@ class SQLConsent(SQLBase):
     def consent_history(
         self, tenant_id: str, subject: str, *, purpose: str | None = None
     ) -> list[ConsentRecord]:
-        """Every record of the subject, oldest first.
-
-        Args:
-            tenant_id: The subject's tenant.
-            subject: The data subject.
-            purpose: Only this purpose's records (None: every one).
-        """
+        """Every record of the subject, oldest first."""
         rows = self._all("consent_history", tenant_id=tenant_id, subject=subject,
                          purpose=purpose)
         return [ConsentRecord(*r) for r in rows]

@@ -39,13 +39,7 @@ class SQLInbox(SQLBase):
         return [self._approver(r) for r in self._all("list_approvers", tenant_id=tenant_id)]
 
     def revoke_approver(self, tenant_id: str, approver_id: str, *, at: float) -> bool:
-        """Revoke an approver that is not revoked yet.
-
-        Args:
-            tenant_id: The approver's tenant.
-            approver_id: The approver.
-            at: When it is revoked.
-        """
+        """Revoke an approver that is not revoked yet."""
         return self._count(
             "revoke_approver", tenant_id=tenant_id, approver_id=approver_id, at=at
         ) == 1

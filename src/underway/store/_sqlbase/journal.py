@@ -30,13 +30,7 @@ class SQLJournal(SQLBase):
         return found
 
     def load_events(self, tenant_id: str, run_id: str, after_seq: int = 0) -> list[StoredEvent]:
-        """Events after ``after_seq``.
-
-        Args:
-            tenant_id: The run's tenant.
-            run_id: The run.
-            after_seq: Only events with a greater ``seq``.
-        """
+        """Events after ``after_seq``."""
         rows = self._all(
             "load_events", tenant_id=tenant_id, run_id=run_id, after_seq=after_seq
         )
@@ -47,11 +41,6 @@ class SQLJournal(SQLBase):
     ) -> dict[str, list[StoredEvent]]:
         """Events of some types of many runs, in queries of
         :data:`~underway.store.journal.RUN_BATCH` runs.
-
-        Args:
-            tenant_id: The runs' tenant.
-            run_ids: The runs.
-            types: The event types wanted.
         """
         found: dict[str, list[StoredEvent]] = {}
         kinds = self._array(types)
@@ -90,13 +79,7 @@ class SQLJournal(SQLBase):
     def get_blob_chain(
         self, tenant_id: str, key: str, *, limit: int = CHAIN_LIMIT
     ) -> dict[str, bytes]:
-        """The blob and the blobs it links to, in one recursive query.
-
-        Args:
-            tenant_id: The blobs' tenant.
-            key: The first blob's key.
-            limit: The most blobs.
-        """
+        """The blob and the blobs it links to, in one recursive query."""
         rows = self._all("get_blob_chain", tenant_id=tenant_id, key=key, limit=limit)
         return {r[0]: bytes(r[1]) for r in rows}
 
@@ -113,21 +96,7 @@ class SQLJournal(SQLBase):
         updated_since: float | None = None, updated_until: float | None = None,
         search: str | None = None,
     ) -> list[RunRecord]:
-        """Runs of a tenant, newest first, filtered and paged.
-
-        Args:
-            tenant_id: The tenant.
-            status: Only runs with this status.
-            limit: The most runs.
-            flow: Only runs of this flow.
-            since: Only runs created at or after it.
-            until: Only runs created before it.
-            after: The last run of the previous page.
-            id_prefix: Only runs whose id starts with it.
-            updated_since: Only runs updated at or after it.
-            updated_until: Only runs updated before it.
-            search: Only runs whose id or flow contains it.
-        """
+        """Runs of a tenant, newest first, filtered and paged."""
         rows = self._all(
             "list_runs", tenant_id=tenant_id, status=status, flow=flow, since=since,
             until=until, after_at=after[0] if after else None,
@@ -139,13 +108,7 @@ class SQLJournal(SQLBase):
     def runs_of_subject(
         self, tenant_id: str, subject: str, *, limit: int | None = None
     ) -> list[RunRecord]:
-        """The tenant's runs about a subject, oldest first.
-
-        Args:
-            tenant_id: The tenant.
-            subject: The data subject.
-            limit: The most runs (None: all).
-        """
+        """The tenant's runs about a subject, oldest first."""
         rows = self._all("runs_of_subject", tenant_id=tenant_id, subject=subject, limit=limit)
         return [self._run(r) for r in rows]
 
@@ -160,25 +123,12 @@ class SQLJournal(SQLBase):
     def runs_created(
         self, tenant_id: str, *, since: float, until: float, width: float
     ) -> list[tuple[int, str, int]]:
-        """(bucket, status, count) of the runs created in a window.
-
-        Args:
-            tenant_id: The tenant.
-            since: The window's start.
-            until: The window's end.
-            width: A bucket's width, in seconds.
-        """
+        """(bucket, status, count) of the runs created in a window."""
         rows = self._all("runs_created", tenant_id=tenant_id, since=since, until=until,
                          width=width)
         return [(int(r[0]), r[1], int(r[2])) for r in rows]
 
     def runs_written(self, tenant_id: str, *, since: float, until: float) -> list[str]:
-        """Runs whose journals may hold events of a window.
-
-        Args:
-            tenant_id: The tenant.
-            since: The window's start.
-            until: The window's end.
-        """
+        """Runs whose journals may hold events of a window."""
         rows = self._all("runs_written", tenant_id=tenant_id, since=since, until=until)
         return [r[0] for r in rows]

@@ -34,15 +34,7 @@ class SQLKeys(SQLBase):
         self, tenant_id: str, key_id: str, *, wrapped: bytes, kek_id: str,
         expected_kek_id: str,
     ) -> bool:
-        """Store the key wrapped anew if still wrapped by ``expected_kek_id``.
-
-        Args:
-            tenant_id: The key's tenant.
-            key_id: The key.
-            wrapped: Its bytes wrapped anew.
-            kek_id: The key-encryption key that wrapped them.
-            expected_kek_id: The one the stored bytes must still be wrapped by.
-        """
+        """Store the key wrapped anew if still wrapped by ``expected_kek_id``."""
         return self._count("rewrap_data_key", tenant_id=tenant_id, key_id=key_id,
                            wrapped=wrapped, kek_id=kek_id,
                            expected_kek_id=expected_kek_id) == 1
@@ -62,14 +54,7 @@ class SQLKeys(SQLBase):
     def sealed_rows(
         self, tenant_id: str, kind: str, *, after: tuple[str, ...], limit: int
     ) -> list[SealedRow]:
-        """Rows of ``kind`` after ``after``, in position order.
-
-        Args:
-            tenant_id: The rows' tenant.
-            kind: The kind of row.
-            after: Only rows whose ``position`` comes after it.
-            limit: The most rows.
-        """
+        """Rows of ``kind`` after ``after``, in position order."""
         params: dict[str, Any] = {
             "tenant_id": tenant_id, "first": after[0] if after else "",
             "second": after[1] if len(after) > 1 else "", "limit": limit,

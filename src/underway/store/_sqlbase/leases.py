@@ -17,16 +17,7 @@ class SQLLeases(SQLBase):
     :class:`~underway.store.limits.LimitStore`."""
 
     def renew(self, lease: Lease, *, now: float, ttl: float) -> Lease | None:
-        """Extend a held lease.
-
-        Args:
-            lease: The lease.
-            now: The time of the renewal.
-            ttl: How long it lasts from ``now``.
-
-        Returns:
-            None when it was lost.
-        """
+        """Extend a held lease."""
         renewed = self._count(
             "renew_lease", expires_at=now + ttl, tenant_id=lease.tenant_id,
             run_id=lease.run_id, owner=lease.owner, token=lease.token,
@@ -48,13 +39,7 @@ class SQLLeases(SQLBase):
         return [(r[0], r[1], r[2]) for r in self._all("held_leases", now=now)]
 
     def expire_lease(self, tenant_id: str, run_id: str, owner: str) -> int:
-        """End a dead owner's lease.
-
-        Args:
-            tenant_id: The run's tenant.
-            run_id: The run.
-            owner: The lease's dead holder.
-        """
+        """End a dead owner's lease."""
         return self._count("expire_lease", tenant_id=tenant_id, run_id=run_id, owner=owner)
 
     def suspect_runs(self, *, now: float, limit: int = 100) -> list[tuple[str, str]]:

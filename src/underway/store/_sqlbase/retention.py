@@ -24,15 +24,7 @@ class SQLRetention(SQLBase):
     def release_hold(
         self, tenant_id: str, kind: str, target: str, *, by: str, at: float
     ) -> bool:
-        """Lift a standing hold.
-
-        Args:
-            tenant_id: The hold's tenant.
-            kind: ``run`` or ``subject``.
-            target: The run id or data subject held.
-            by: Who lifts the hold.
-            at: When it is lifted.
-        """
+        """Lift a standing hold."""
         return self._count("release_hold", tenant_id=tenant_id, kind=kind, target=target,
                            by=by, at=at) == 1
 
@@ -48,16 +40,7 @@ class SQLRetention(SQLBase):
         self, tenant_id: str, *, status: str, ended_before: float, flow: str | None = None,
         after: tuple[float, str] | None = None, limit: int = 100,
     ) -> list[RunRecord]:
-        """Final runs past a time, not purged, oldest first.
-
-        Args:
-            tenant_id: The tenant.
-            status: The final status.
-            ended_before: Only runs last written before it.
-            flow: Only runs of this flow.
-            after: The last run of the previous page.
-            limit: The most runs.
-        """
+        """Final runs past a time, not purged, oldest first."""
         rows = self._all(
             "retention_candidates", tenant_id=tenant_id, status=status,
             ended_before=ended_before, flow=flow, after_at=after[0] if after else None,
@@ -69,14 +52,7 @@ class SQLRetention(SQLBase):
         self, tenant_id: str, *, sweep_id: str | None = None, run_id: str | None = None,
         limit: int = 100,
     ) -> list[PurgedRun]:
-        """Purges, newest first.
-
-        Args:
-            tenant_id: The tenant.
-            sweep_id: Only this sweep's purges.
-            run_id: Only this run's purges.
-            limit: The most purges.
-        """
+        """Purges, newest first."""
         return [PurgedRun(r[0], r[1], r[2], float(r[3]), int(r[4]), r[5])
                 for r in self._all("purged_runs", tenant_id=tenant_id, sweep_id=sweep_id,
                                    run_id=run_id, limit=limit)]
@@ -84,24 +60,12 @@ class SQLRetention(SQLBase):
     # -- blobs ------------------------------------------------------------------------------
     def blob_keys(self, tenant_id: str, *, after: str | None = None,
                   limit: int = 1000) -> list[str]:
-        """Blob keys in order.
-
-        Args:
-            tenant_id: The tenant.
-            after: Only keys greater than it.
-            limit: The most keys.
-        """
+        """Blob keys in order."""
         return [r[0] for r in self._all("blob_keys", tenant_id=tenant_id, after=after,
                                         limit=limit)]
 
     def delete_blobs(self, tenant_id: str, keys: Sequence[str], *, idle: float) -> int:
-        """Delete the blobs not written lately.
-
-        Args:
-            tenant_id: The tenant.
-            keys: The blobs' keys.
-            idle: Spare a blob written in the last ``idle`` seconds.
-        """
+        """Delete the blobs not written lately."""
         if not keys:
             return 0
         return self._count("delete_blobs", tenant_id=tenant_id, keys=self._array(keys),

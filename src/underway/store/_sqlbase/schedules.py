@@ -40,15 +40,7 @@ class SQLSchedules(SQLBase):
         self, tenant_id: str, name: str, *, expected: float, next_fire_at: float,
         fired_at: float | None,
     ) -> bool:
-        """Move a schedule on from the tick ``expected``.
-
-        Args:
-            tenant_id: The schedule's tenant.
-            name: The schedule.
-            expected: The tick claimed.
-            next_fire_at: The next tick.
-            fired_at: When the tick fired (None: leave ``last_fired_at``).
-        """
+        """Move a schedule on from the tick ``expected``."""
         return self._count(
             "advance_schedule", tenant_id=tenant_id, schedule=name, expected=expected,
             next_fire_at=next_fire_at, fired_at=fired_at,

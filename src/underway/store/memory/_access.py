@@ -42,13 +42,7 @@ class MemoryAccess:
         return sorted(found, key=lambda k: (k.created_at, k.key_id))
 
     def revoke_api_key(self, tenant_id: str, key_id: str, *, at: float) -> bool:
-        """Revoke a key of the tenant that is not revoked yet.
-
-        Args:
-            tenant_id: The key's tenant.
-            key_id: The key.
-            at: When it is revoked.
-        """
+        """Revoke a key of the tenant that is not revoked yet."""
         with self._access_lock:
             rec = self._api_keys.get(key_id)
             if rec is None or rec.tenant_id != tenant_id or rec.revoked_at is not None:
@@ -96,19 +90,7 @@ class MemoryAccess:
         since: float | None = None, until: float | None = None, before: int | None = None,
         limit: int = 100, who: str | None = None, purpose: str | None = None,
     ) -> list[AccessRecord]:
-        """A tenant's entries, newest first.
-
-        Args:
-            tenant_id: The tenant.
-            run_id: Only this run's entries.
-            key_id: Only this key's entries.
-            since: Only entries at or after it.
-            until: Only entries before it.
-            before: Only entries with ``seq`` below it.
-            limit: The most entries.
-            who: Only entries by this key name or CLI user.
-            purpose: Only entries for this purpose.
-        """
+        """A tenant's entries, newest first."""
         with self._access_lock:
             found = [
                 r for r in reversed(self._access_log)
@@ -123,13 +105,7 @@ class MemoryAccess:
 
     def access_chain(self, tenant_id: str, *, after: int = 0,
                      limit: int = 1000) -> list[AccessRecord]:
-        """A tenant's entries in chain order.
-
-        Args:
-            tenant_id: The tenant.
-            after: Only entries with ``seq`` above it.
-            limit: The most entries.
-        """
+        """A tenant's entries in chain order."""
         with self._access_lock:
             found = [r for r in self._access_log if r.tenant_id == tenant_id and r.seq > after]
         return found[:limit]

@@ -23,16 +23,7 @@ class MemoryBudgets:
         self, tenant_id: str, since: float, key: str, amounts: Mapping[str, float],
         limits: Mapping[str, float], *, baseline: Mapping[str, float] | None = None,
     ) -> Outcome:
-        """Reserve ``amounts`` for ``key`` unless a limit would be crossed.
-
-        Args:
-            tenant_id: The tenant.
-            since: The day's start.
-            key: The call's idempotency key.
-            amounts: What the call adds, by metric.
-            limits: The caps, by metric.
-            baseline: The day's usage, for a day with no row.
-        """
+        """Reserve ``amounts`` for ``key`` unless a limit would be crossed."""
         with self._budget_lock:
             used = self._budget_used.get((tenant_id, since))
             if used is None:
@@ -48,13 +39,7 @@ class MemoryBudgets:
             return refused
 
     def settle_budget(self, tenant_id: str, key: str, amounts: Mapping[str, float]) -> None:
-        """Replace the hold of ``key`` with what the call spent.
-
-        Args:
-            tenant_id: The tenant.
-            key: The call's idempotency key.
-            amounts: What the call spent (``{}``: release the hold).
-        """
+        """Replace the hold of ``key`` with what the call spent."""
         with self._budget_lock:
             held = self._budget_holds.get((tenant_id, key))
             if held is None:

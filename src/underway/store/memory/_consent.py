@@ -27,13 +27,7 @@ class MemoryConsent:
     def current_consents(
         self, tenant_id: str, subject: str, purposes: Sequence[str] | None = None
     ) -> dict[str, ConsentRecord]:
-        """The latest record of each purpose of the subject.
-
-        Args:
-            tenant_id: The subject's tenant.
-            subject: The data subject.
-            purposes: Only these purposes (None: every one).
-        """
+        """The latest record of each purpose of the subject."""
         wanted = None if purposes is None else set(purposes)
         found: dict[str, ConsentRecord] = {}
         for rec in self.consent_history(tenant_id, subject):
@@ -44,13 +38,7 @@ class MemoryConsent:
     def consent_history(
         self, tenant_id: str, subject: str, *, purpose: str | None = None
     ) -> list[ConsentRecord]:
-        """Every record of the subject, oldest first.
-
-        Args:
-            tenant_id: The subject's tenant.
-            subject: The data subject.
-            purpose: Only this purpose's records (None: every one).
-        """
+        """Every record of the subject, oldest first."""
         with self._consent_lock:
             return [r for r in self._consents
                     if r.tenant_id == tenant_id and r.subject == subject

@@ -61,13 +61,7 @@ class MemoryInbox:
             )
 
     def revoke_approver(self, tenant_id: str, approver_id: str, *, at: float) -> bool:
-        """Revoke an approver that is not revoked yet.
-
-        Args:
-            tenant_id: The approver's tenant.
-            approver_id: The approver.
-            at: When it is revoked.
-        """
+        """Revoke an approver that is not revoked yet."""
         with self._lock:
             rec = self._approvers.get((tenant_id, approver_id))
             if rec is None or rec.revoked_at is not None:
@@ -78,19 +72,7 @@ class MemoryInbox:
     def use_nonce(
         self, tenant_id: str, nonce: str, *, run_id: str, request_id: str, at: float
     ) -> bool:
-        """Record a decision's nonce as used.
-
-        Args:
-            tenant_id: The decision's tenant.
-            nonce: The decision's nonce.
-            run_id: The run the decision is for.
-            request_id: The request it answers.
-            at: When the nonce is used.
-
-        Returns:
-            True the first time the nonce is used in the tenant, or again for the same run and
-            request (a decision redelivered after a crash).
-        """
+        """Record a decision's nonce as used."""
         with self._lock:
             owner = self._nonces.setdefault((tenant_id, nonce), (run_id, request_id))
             return owner == (run_id, request_id)

@@ -170,26 +170,14 @@ class MemoryJournal:
             return found
 
     def load_events(self, tenant_id: str, run_id: str, after_seq: int = 0) -> list[StoredEvent]:
-        """Events after ``after_seq``.
-
-        Args:
-            tenant_id: The run's tenant.
-            run_id: The run.
-            after_seq: Only events with a greater ``seq``.
-        """
+        """Events after ``after_seq``."""
         with self._lock:
             return [e for e in self._events.get((tenant_id, run_id), []) if e.seq > after_seq]
 
     def events_by_type(
         self, tenant_id: str, run_ids: Sequence[str], types: Sequence[str]
     ) -> dict[str, list[StoredEvent]]:
-        """Events of some types of many runs.
-
-        Args:
-            tenant_id: The runs' tenant.
-            run_ids: The runs.
-            types: The event types wanted.
-        """
+        """Events of some types of many runs."""
         kinds = set(types)
         found: dict[str, list[StoredEvent]] = {}
         with self._lock:
@@ -222,13 +210,7 @@ class MemoryJournal:
     def get_blob_chain(
         self, tenant_id: str, key: str, *, limit: int = CHAIN_LIMIT
     ) -> dict[str, bytes]:
-        """The blob and the blobs it links to (see the protocol for what links).
-
-        Args:
-            tenant_id: The blobs' tenant.
-            key: The first blob's key.
-            limit: The most blobs.
-        """
+        """The blob and the blobs it links to (see the protocol for what links)."""
         found: dict[str, bytes] = {}
         next_key: str | None = key
         while next_key is not None and len(found) < limit:

@@ -99,15 +99,7 @@ class MemoryKeys:
         self, tenant_id: str, key_id: str, *, wrapped: bytes, kek_id: str,
         expected_kek_id: str,
     ) -> bool:
-        """Store the key wrapped anew if still wrapped by ``expected_kek_id``.
-
-        Args:
-            tenant_id: The key's tenant.
-            key_id: The key.
-            wrapped: Its bytes wrapped anew.
-            kek_id: The key-encryption key that wrapped them.
-            expected_kek_id: The one the stored bytes must still be wrapped by.
-        """
+        """Store the key wrapped anew if still wrapped by ``expected_kek_id``."""
         with self._keys_lock:
             k = self._data_keys.get((tenant_id, key_id))
             if k is None or k.state == "destroyed" or k.kek_id != expected_kek_id:
@@ -130,14 +122,7 @@ class MemoryKeys:
     def sealed_rows(
         self, tenant_id: str, kind: str, *, after: tuple[str, ...], limit: int
     ) -> list[SealedRow]:
-        """Rows of ``kind`` after ``after``, in position order.
-
-        Args:
-            tenant_id: The rows' tenant.
-            kind: The kind of row.
-            after: Only rows whose ``position`` comes after it.
-            limit: The most rows.
-        """
+        """Rows of ``kind`` after ``after``, in position order."""
         rows: list[SealedRow] = []
         with self._lock:
             if kind == "blob":

@@ -37,17 +37,7 @@ class MemoryLeases:
         run_id: str | None = None,
         queues: list[str] | None = None,
     ) -> list[Lease]:
-        """Lease due runs nobody holds, fairly across tenants, within the queues' limits.
-
-        Args:
-            owner: The worker taking the leases.
-            now: The time of the claim.
-            ttl: How long the leases last.
-            limit: The most runs leased.
-            tenant_id: Only runs of this tenant.
-            run_id: Only this run.
-            queues: Only runs of these queues (None: every queue).
-        """
+        """Lease due runs nobody holds, fairly across tenants, within the queues' limits."""
         with self._lock:
             configs = limits.limited(
                 c for c in self._queues.values() if queues is None or c.name in queues
@@ -108,15 +98,7 @@ class MemoryLeases:
         self, new: NewRun, *, owner: str, now: float, ttl: float,
         queues: list[str] | None = None,
     ) -> StartedRun:
-        """Create (or find) the run and claim it, under one hold of the lock.
-
-        Args:
-            new: The run to create.
-            owner: The worker taking the lease.
-            now: The time of the start.
-            ttl: How long the lease lasts.
-            queues: The queues the worker serves (None: every queue).
-        """
+        """Create (or find) the run and claim it, under one hold of the lock."""
         with self._lock:
             rec, created = self.create_run(new)
             leases = self.claim(owner=owner, now=now, ttl=ttl, tenant_id=rec.tenant_id,
@@ -156,13 +138,7 @@ class MemoryLeases:
             return self._queues.pop(name, None) is not None
 
     def renew(self, lease: Lease, *, now: float, ttl: float) -> Lease | None:
-        """Extend a held lease.
-
-        Args:
-            lease: The lease.
-            now: The time of the renewal.
-            ttl: How long it lasts from ``now``.
-        """
+        """Extend a held lease."""
         key = (lease.tenant_id, lease.run_id)
         with self._lock:
             r = self._runs.get(key)
@@ -193,13 +169,7 @@ class MemoryLeases:
             ]
 
     def expire_lease(self, tenant_id: str, run_id: str, owner: str) -> int:
-        """End a dead owner's lease.
-
-        Args:
-            tenant_id: The run's tenant.
-            run_id: The run.
-            owner: The lease's dead holder.
-        """
+        """End a dead owner's lease."""
         key = (tenant_id, run_id)
         with self._lock:
             r = self._runs.get(key)
@@ -218,14 +188,7 @@ class MemoryLeases:
         return min(due) if due else None
 
     def circuit_admit(self, tenant_id: str, name: str, *, now: float, cooldown: float) -> str:
-        """Closed, open, or the half-open trial.
-
-        Args:
-            tenant_id: The circuit's tenant (``*``: shared).
-            name: The circuit.
-            now: The time of the call.
-            cooldown: How long a trial holds the circuit.
-        """
+        """Closed, open, or the half-open trial."""
         with self._lock:
             failures, open_until, trial_until = self._circuits.get(
                 (tenant_id, name), (0, None, None)
@@ -241,16 +204,7 @@ class MemoryLeases:
         self, tenant_id: str, name: str, *, ok: bool, now: float, threshold: int,
         cooldown: float,
     ) -> None:
-        """Close on success; open on the threshold-th failure or a failed trial.
-
-        Args:
-            tenant_id: The circuit's tenant (``*``: shared).
-            name: The circuit.
-            ok: Whether the call succeeded.
-            now: The time of the outcome.
-            threshold: The consecutive failures that open the circuit.
-            cooldown: How long it stays open.
-        """
+        """Close on success; open on the threshold-th failure or a failed trial."""
         with self._lock:
             failures, open_until, _ = self._circuits.get((tenant_id, name), (0, None, None))
             if ok:

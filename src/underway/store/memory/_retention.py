@@ -64,15 +64,7 @@ class MemoryRetention:
     def release_hold(
         self, tenant_id: str, kind: str, target: str, *, by: str, at: float
     ) -> bool:
-        """Lift a standing hold.
-
-        Args:
-            tenant_id: The hold's tenant.
-            kind: ``run`` or ``subject``.
-            target: The run id or data subject held.
-            by: Who lifts the hold.
-            at: When it is lifted.
-        """
+        """Lift a standing hold."""
         key = (tenant_id, kind, target)
         with self._lock:
             old = self._holds.get(key)
@@ -94,16 +86,7 @@ class MemoryRetention:
         self, tenant_id: str, *, status: str, ended_before: float, flow: str | None = None,
         after: tuple[float, str] | None = None, limit: int = 100,
     ) -> list[RunRecord]:
-        """Final runs past a time, not purged, oldest first.
-
-        Args:
-            tenant_id: The tenant.
-            status: The final status.
-            ended_before: Only runs last written before it.
-            flow: Only runs of this flow.
-            after: The last run of the previous page.
-            limit: The most runs.
-        """
+        """Final runs past a time, not purged, oldest first."""
         with self._lock:
             found = sorted(
                 (r for (t, run_id), r in self._runs.items()
@@ -158,14 +141,7 @@ class MemoryRetention:
         self, tenant_id: str, *, sweep_id: str | None = None, run_id: str | None = None,
         limit: int = 100,
     ) -> list[PurgedRun]:
-        """Purges, newest first.
-
-        Args:
-            tenant_id: The tenant.
-            sweep_id: Only this sweep's purges.
-            run_id: Only this run's purges.
-            limit: The most purges.
-        """
+        """Purges, newest first."""
         with self._lock:
             found = [p for (t, r), p in self._purged.items()
                      if t == tenant_id and (sweep_id is None or p.sweep_id == sweep_id)
@@ -175,26 +151,14 @@ class MemoryRetention:
     # -- blobs ------------------------------------------------------------------------------
     def blob_keys(self, tenant_id: str, *, after: str | None = None,
                   limit: int = 1000) -> list[str]:
-        """Blob keys in order.
-
-        Args:
-            tenant_id: The tenant.
-            after: Only keys greater than it.
-            limit: The most keys.
-        """
+        """Blob keys in order."""
         with self._lock:
             keys = sorted(k for t, k in self._blobs if t == tenant_id
                           and (after is None or k > after))
         return keys[:limit]
 
     def delete_blobs(self, tenant_id: str, keys: Sequence[str], *, idle: float) -> int:
-        """Delete the blobs not written lately.
-
-        Args:
-            tenant_id: The tenant.
-            keys: The blobs' keys.
-            idle: Spare a blob written in the last ``idle`` seconds.
-        """
+        """Delete the blobs not written lately."""
         before = time.time() - idle
         deleted = 0
         with self._lock:

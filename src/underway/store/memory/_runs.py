@@ -28,21 +28,7 @@ class MemoryRuns:
         updated_since: float | None = None, updated_until: float | None = None,
         search: str | None = None,
     ) -> list[RunRecord]:
-        """Runs of a tenant, newest first, filtered and paged.
-
-        Args:
-            tenant_id: The tenant.
-            status: Only runs with this status.
-            limit: The most runs.
-            flow: Only runs of this flow.
-            since: Only runs created at or after it.
-            until: Only runs created before it.
-            after: The last run of the previous page.
-            id_prefix: Only runs whose id starts with it.
-            updated_since: Only runs updated at or after it.
-            updated_until: Only runs updated before it.
-            search: Only runs whose id or flow contains it.
-        """
+        """Runs of a tenant, newest first, filtered and paged."""
         with self._lock:
             found = [
                 r for r in self._runs.values()
@@ -62,13 +48,7 @@ class MemoryRuns:
     def runs_of_subject(
         self, tenant_id: str, subject: str, *, limit: int | None = None
     ) -> list[RunRecord]:
-        """The tenant's runs about a subject, oldest first.
-
-        Args:
-            tenant_id: The tenant.
-            subject: The data subject.
-            limit: The most runs (None: all).
-        """
+        """The tenant's runs about a subject, oldest first."""
         with self._lock:
             found = sorted((r for r in self._runs.values()
                             if r.tenant_id == tenant_id and r.subject == subject),
@@ -88,14 +68,7 @@ class MemoryRuns:
     def runs_created(
         self, tenant_id: str, *, since: float, until: float, width: float
     ) -> list[tuple[int, str, int]]:
-        """(bucket, status, count) of the runs created in a window.
-
-        Args:
-            tenant_id: The tenant.
-            since: The window's start.
-            until: The window's end.
-            width: A bucket's width, in seconds.
-        """
+        """(bucket, status, count) of the runs created in a window."""
         with self._lock:
             found = Counter(
                 (math.floor((r.created_at - since) / width), r.status)
@@ -105,13 +78,7 @@ class MemoryRuns:
         return [(b, s, n) for (b, s), n in sorted(found.items())]
 
     def runs_written(self, tenant_id: str, *, since: float, until: float) -> list[str]:
-        """Runs whose journals may hold events of a window.
-
-        Args:
-            tenant_id: The tenant.
-            since: The window's start.
-            until: The window's end.
-        """
+        """Runs whose journals may hold events of a window."""
         with self._lock:
             return sorted(
                 r.run_id for r in self._runs.values()

@@ -69,14 +69,7 @@ class MemorySchedules:
     def claim_schedules(
         self, *, now: float, until: float, flows: list[str], limit: int
     ) -> list[ScheduleRecord]:
-        """Claim due, unclaimed schedules of ``flows``.
-
-        Args:
-            now: The time of the claim.
-            until: When the claims end.
-            flows: Only schedules of these flows.
-            limit: The most schedules.
-        """
+        """Claim due, unclaimed schedules of ``flows``."""
         with self._lock:
             due = sorted(
                 (
@@ -95,15 +88,7 @@ class MemorySchedules:
         self, tenant_id: str, name: str, *, expected: float, next_fire_at: float,
         fired_at: float | None,
     ) -> bool:
-        """Move a schedule on from the tick ``expected``.
-
-        Args:
-            tenant_id: The schedule's tenant.
-            name: The schedule.
-            expected: The tick claimed.
-            next_fire_at: The next tick.
-            fired_at: When the tick fired (None: leave ``last_fired_at``).
-        """
+        """Move a schedule on from the tick ``expected``."""
         key = (tenant_id, name)
         with self._lock:
             s = self._schedules.get(key)

@@ -19,16 +19,7 @@ class Budgets(SQLBudgets, Connection):
         self, tenant_id: str, since: float, key: str, amounts: Mapping[str, float],
         limits: Mapping[str, float], *, baseline: Mapping[str, float] | None = None,
     ) -> Outcome:
-        """Reserve ``amounts`` for ``key`` unless a limit would be crossed.
-
-        Args:
-            tenant_id: The tenant.
-            since: The day's start.
-            key: The call's idempotency key.
-            amounts: What the call adds, by metric.
-            limits: The caps, by metric.
-            baseline: The day's usage, for a day with no row.
-        """
+        """Reserve ``amounts`` for ``key`` unless a limit would be crossed."""
         day = {"tenant_id": tenant_id, "since": since}
         with self._pool.connection() as conn, conn.transaction():
             # No wait for the WAL flush: the call's intent commits after this, on the same
@@ -56,13 +47,7 @@ class Budgets(SQLBudgets, Connection):
             return None
 
     def settle_budget(self, tenant_id: str, key: str, amounts: Mapping[str, float]) -> None:
-        """Replace the hold of ``key`` with what the call spent.
-
-        Args:
-            tenant_id: The tenant.
-            key: The call's idempotency key.
-            amounts: What the call spent (``{}``: release the hold).
-        """
+        """Replace the hold of ``key`` with what the call spent."""
         with self._pool.connection() as conn, conn.transaction():
             # A settle lost in a server crash leaves the hold as reserved: the safe side.
             conn.execute("SET LOCAL synchronous_commit TO OFF")

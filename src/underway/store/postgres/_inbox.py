@@ -28,19 +28,7 @@ class Inbox(SQLInbox, Connection):
     def use_nonce(
         self, tenant_id: str, nonce: str, *, run_id: str, request_id: str, at: float
     ) -> bool:
-        """Record a decision's nonce as used.
-
-        Args:
-            tenant_id: The decision's tenant.
-            nonce: The decision's nonce.
-            run_id: The run the decision is for.
-            request_id: The request it answers.
-            at: When the nonce is used.
-
-        Returns:
-            True the first time the nonce is used in the tenant, or again for the same run and
-            request (a decision redelivered after a crash).
-        """
+        """Record a decision's nonce as used."""
         if self._all(
             "use_nonce", tenant_id=tenant_id, nonce=nonce, run_id=run_id,
             request_id=request_id, at=at,

@@ -30,15 +30,6 @@ class Leases(SQLLeases, Connection):
 
         Rows other workers are locking are skipped. Claims on a limited queue take turns on its
         ``queues`` row; claims on unlimited queues never wait for each other.
-
-        Args:
-            owner: The worker taking the leases.
-            now: The time of the claim.
-            ttl: How long the leases last.
-            limit: The most runs leased.
-            tenant_id: Only runs of this tenant.
-            run_id: Only this run.
-            queues: Only runs of these queues (None: every queue).
         """
         wanted = None if queues is None else list(queues)
         with self._pool.connection() as conn, conn.transaction():
@@ -78,13 +69,6 @@ class Leases(SQLLeases, Connection):
 
         It takes one round trip (one implicit transaction). A run of a limited queue is leased
         in a second transaction that takes its turn on the queue's row, as a claim does.
-
-        Args:
-            new: The run to create.
-            owner: The worker taking the lease.
-            now: The time of the start.
-            ttl: How long the lease lasts.
-            queues: The queues the worker serves (None: every queue).
         """
         params = {
             **_run_params(new), "owner": owner, "now": now, "expires_at": now + ttl,
@@ -131,14 +115,7 @@ class Leases(SQLLeases, Connection):
 
     # -- circuits -----------------------------------------------------------------------
     def circuit_admit(self, tenant_id: str, name: str, *, now: float, cooldown: float) -> str:
-        """Closed, open, or the half-open trial, decided in one statement.
-
-        Args:
-            tenant_id: The circuit's tenant (``*``: shared).
-            name: The circuit.
-            now: The time of the call.
-            cooldown: How long a trial holds the circuit.
-        """
+        """Closed, open, or the half-open trial, decided in one statement."""
         rows = self._all(
             "circuit_admit", tenant_id=tenant_id, circuit=name, now=now,
             trial_until=now + cooldown,
@@ -149,16 +126,7 @@ class Leases(SQLLeases, Connection):
         self, tenant_id: str, name: str, *, ok: bool, now: float, threshold: int,
         cooldown: float,
     ) -> None:
-        """Close on success; open on the threshold-th failure or a failed trial.
-
-        Args:
-            tenant_id: The circuit's tenant (``*``: shared).
-            name: The circuit.
-            ok: Whether the call succeeded.
-            now: The time of the outcome.
-            threshold: The consecutive failures that open the circuit.
-            cooldown: How long it stays open.
-        """
+        """Close on success; open on the threshold-th failure or a failed trial."""
         self._count(
             "circuit_record", tenant_id=tenant_id, circuit=name, ok=ok, now=now,
             threshold=threshold, open_until=now + cooldown,

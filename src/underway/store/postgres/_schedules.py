@@ -17,14 +17,7 @@ class Schedules(SQLSchedules, Connection):
     def claim_schedules(
         self, *, now: float, until: float, flows: list[str], limit: int
     ) -> list[ScheduleRecord]:
-        """Claim due, unclaimed schedules of ``flows``, skipping rows others are claiming.
-
-        Args:
-            now: The time of the claim.
-            until: When the claims end.
-            flows: Only schedules of these flows.
-            limit: The most schedules.
-        """
+        """Claim due, unclaimed schedules of ``flows``, skipping rows others are claiming."""
         rows = self._all(
             "claim_schedules", now=now, until=until, flows=list(flows), limit=limit
         )

@@ -28,27 +28,12 @@ class RegionalAccess:
         self, tenant_id: str, since: float, key: str, amounts: Mapping[str, float],
         limits: Mapping[str, float], *, baseline: Mapping[str, float] | None = None,
     ) -> Outcome:
-        """Reserve against the tenant's budget in its region.
-
-        Args:
-            tenant_id: The tenant.
-            since: The day's start.
-            key: The call's idempotency key.
-            amounts: What the call adds, by metric.
-            limits: The caps, by metric.
-            baseline: The day's usage, for a day with no row.
-        """
+        """Reserve against the tenant's budget in its region."""
         return self._of(tenant_id).reserve_budget(tenant_id, since, key, amounts, limits,
                                                   baseline=baseline)
 
     def settle_budget(self, tenant_id: str, key: str, amounts: Mapping[str, float]) -> None:
-        """Settle a call's hold in the tenant's region.
-
-        Args:
-            tenant_id: The tenant.
-            key: The call's idempotency key.
-            amounts: What the call spent (``{}``: release the hold).
-        """
+        """Settle a call's hold in the tenant's region."""
         self._of(tenant_id).settle_budget(tenant_id, key, amounts)
 
     def budget_used(self, tenant_id: str, since: float) -> dict[str, float] | None:
@@ -80,13 +65,7 @@ class RegionalAccess:
                       key=lambda k: (k.created_at, k.key_id))
 
     def revoke_api_key(self, tenant_id: str, key_id: str, *, at: float) -> bool:
-        """Revoke a key in the tenant's region.
-
-        Args:
-            tenant_id: The key's tenant.
-            key_id: The key.
-            at: When it is revoked.
-        """
+        """Revoke a key in the tenant's region."""
         return self._of(tenant_id).revoke_api_key(tenant_id, key_id, at=at)
 
     def put_intake_secret(self, rec: IntakeSecretRecord) -> None:
@@ -119,13 +98,7 @@ class RegionalAccess:
 
     def access_chain(self, tenant_id: str, *, after: int = 0,
                      limit: int = 1000) -> list[AccessRecord]:
-        """The tenant's chained entries, from its region.
-
-        Args:
-            tenant_id: The tenant.
-            after: Only entries with ``seq`` above it.
-            limit: The most entries.
-        """
+        """The tenant's chained entries, from its region."""
         return self._of(tenant_id).access_chain(tenant_id, after=after, limit=limit)
 
     def access_head(self, tenant_id: str) -> AccessHead | None:
@@ -143,23 +116,11 @@ class RegionalAccess:
     def current_consents(
         self, tenant_id: str, subject: str, purposes: Sequence[str] | None = None
     ) -> dict[str, ConsentRecord]:
-        """Where a subject's consent stands, from the tenant's region.
-
-        Args:
-            tenant_id: The subject's tenant.
-            subject: The data subject.
-            purposes: Only these purposes (None: every one).
-        """
+        """Where a subject's consent stands, from the tenant's region."""
         return self._of(tenant_id).current_consents(tenant_id, subject, purposes)
 
     def consent_history(
         self, tenant_id: str, subject: str, *, purpose: str | None = None
     ) -> list[ConsentRecord]:
-        """A subject's consent records, from the tenant's region.
-
-        Args:
-            tenant_id: The subject's tenant.
-            subject: The data subject.
-            purpose: Only this purpose's records (None: every one).
-        """
+        """A subject's consent records, from the tenant's region."""
         return self._of(tenant_id).consent_history(tenant_id, subject, purpose=purpose)

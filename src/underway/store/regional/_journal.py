@@ -58,25 +58,13 @@ class RegionalJournal:
         return self._of(tenant_id).load_checkpoints(tenant_id, run_ids)
 
     def load_events(self, tenant_id: str, run_id: str, after_seq: int = 0) -> list[StoredEvent]:
-        """Events, from the tenant's region.
-
-        Args:
-            tenant_id: The run's tenant.
-            run_id: The run.
-            after_seq: Only events with a greater ``seq``.
-        """
+        """Events, from the tenant's region."""
         return self._of(tenant_id).load_events(tenant_id, run_id, after_seq)
 
     def events_by_type(
         self, tenant_id: str, run_ids: Sequence[str], types: Sequence[str]
     ) -> dict[str, list[StoredEvent]]:
-        """Events of some types, from the tenant's region.
-
-        Args:
-            tenant_id: The runs' tenant.
-            run_ids: The runs.
-            types: The event types wanted.
-        """
+        """Events of some types, from the tenant's region."""
         return self._of(tenant_id).events_by_type(tenant_id, run_ids, types)
 
     def load_checkpoint(self, tenant_id: str, run_id: str) -> tuple[int, bytes] | None:
@@ -94,13 +82,7 @@ class RegionalJournal:
     def get_blob_chain(
         self, tenant_id: str, key: str, *, limit: int = CHAIN_LIMIT
     ) -> dict[str, bytes]:
-        """A chain of blobs, from the tenant's region.
-
-        Args:
-            tenant_id: The blobs' tenant.
-            key: The first blob's key.
-            limit: The most blobs.
-        """
+        """A chain of blobs, from the tenant's region."""
         return self._of(tenant_id).get_blob_chain(tenant_id, key, limit=limit)
 
     def get_run(self, tenant_id: str, run_id: str) -> RunRecord | None:
@@ -114,13 +96,7 @@ class RegionalJournal:
     def runs_of_subject(
         self, tenant_id: str, subject: str, *, limit: int | None = None
     ) -> list[RunRecord]:
-        """The runs about a subject, from the tenant's region.
-
-        Args:
-            tenant_id: The tenant.
-            subject: The data subject.
-            limit: The most runs (None: all).
-        """
+        """The runs about a subject, from the tenant's region."""
         return self._of(tenant_id).runs_of_subject(tenant_id, subject, limit=limit)
 
     def tenants(self) -> list[str]:
@@ -134,25 +110,12 @@ class RegionalJournal:
     def runs_created(
         self, tenant_id: str, *, since: float, until: float, width: float
     ) -> list[tuple[int, str, int]]:
-        """Runs created per bucket, from the tenant's region.
-
-        Args:
-            tenant_id: The tenant.
-            since: The window's start.
-            until: The window's end.
-            width: A bucket's width, in seconds.
-        """
+        """Runs created per bucket, from the tenant's region."""
         return self._of(tenant_id).runs_created(tenant_id, since=since, until=until,
                                                 width=width)
 
     def runs_written(self, tenant_id: str, *, since: float, until: float) -> list[str]:
-        """Runs written in a window, from the tenant's region.
-
-        Args:
-            tenant_id: The tenant.
-            since: The window's start.
-            until: The window's end.
-        """
+        """Runs written in a window, from the tenant's region."""
         return self._of(tenant_id).runs_written(tenant_id, since=since, until=until)
 
     def journaled_runs(self, tenant_id: str | None = None) -> list[tuple[str, str]]:

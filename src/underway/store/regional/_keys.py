@@ -43,15 +43,7 @@ class RegionalKeys:
         self, tenant_id: str, key_id: str, *, wrapped: bytes, kek_id: str,
         expected_kek_id: str,
     ) -> bool:
-        """Re-wrap the key in its tenant's region.
-
-        Args:
-            tenant_id: The key's tenant.
-            key_id: The key.
-            wrapped: Its bytes wrapped anew.
-            kek_id: The key-encryption key that wrapped them.
-            expected_kek_id: The one the stored bytes must still be wrapped by.
-        """
+        """Re-wrap the key in its tenant's region."""
         return self._of(tenant_id).rewrap_data_key(
             tenant_id, key_id, wrapped=wrapped, kek_id=kek_id, expected_kek_id=expected_kek_id)
 
@@ -75,14 +67,7 @@ class RegionalKeys:
     def sealed_rows(
         self, tenant_id: str, kind: str, *, after: tuple[str, ...], limit: int
     ) -> list[SealedRow]:
-        """Sealed rows, from the tenant's region.
-
-        Args:
-            tenant_id: The rows' tenant.
-            kind: The kind of row.
-            after: Only rows whose ``position`` comes after it.
-            limit: The most rows.
-        """
+        """Sealed rows, from the tenant's region."""
         return self._of(tenant_id).sealed_rows(tenant_id, kind, after=after, limit=limit)
 
     def replace_sealed(self, rows: Sequence[tuple[SealedRow, bytes]]) -> int:

@@ -34,15 +34,7 @@ class RegionalLeases:
         self, new: NewRun, *, owner: str, now: float, ttl: float,
         queues: list[str] | None = None,
     ) -> StartedRun:
-        """Create and lease the run in its tenant's region.
-
-        Args:
-            new: The run to create.
-            owner: The worker taking the lease.
-            now: The time of the start.
-            ttl: How long the lease lasts.
-            queues: The queues the worker serves (None: every queue).
-        """
+        """Create and lease the run in its tenant's region."""
         return self._of(new.tenant_id).start_leased(new, owner=owner, now=now, ttl=ttl,
                                                     queues=queues)
 
@@ -55,15 +47,6 @@ class RegionalLeases:
 
         Without a tenant, from each region in turn, starting with the next region on each call,
         until ``limit`` are leased.
-
-        Args:
-            owner: The worker taking the leases.
-            now: The time of the claim.
-            ttl: How long the leases last.
-            limit: The most runs leased.
-            tenant_id: Only runs of this tenant.
-            run_id: Only this run.
-            queues: Only runs of these queues (None: every queue).
         """
         if tenant_id is not None:
             return self._of(tenant_id).claim(owner=owner, now=now, ttl=ttl, limit=limit,
@@ -80,13 +63,7 @@ class RegionalLeases:
         return leases
 
     def renew(self, lease: Lease, *, now: float, ttl: float) -> Lease | None:
-        """Renew in the lease's region.
-
-        Args:
-            lease: The lease.
-            now: The time of the renewal.
-            ttl: How long it lasts from ``now``.
-        """
+        """Renew in the lease's region."""
         return self._of(lease.tenant_id).renew(lease, now=now, ttl=ttl)
 
     def release(self, lease: Lease, *, retry_at: float | None = None) -> None:
@@ -98,13 +75,7 @@ class RegionalLeases:
         return sorted(h for s in self._all() for h in s.held_leases(now=now))
 
     def expire_lease(self, tenant_id: str, run_id: str, owner: str) -> int:
-        """End a lease in the tenant's region.
-
-        Args:
-            tenant_id: The run's tenant.
-            run_id: The run.
-            owner: The lease's dead holder.
-        """
+        """End a lease in the tenant's region."""
         return self._of(tenant_id).expire_lease(tenant_id, run_id, owner)
 
     def suspect_runs(self, *, now: float, limit: int = 100) -> list[tuple[str, str]]:
@@ -135,15 +106,7 @@ class RegionalLeases:
     def use_nonce(
         self, tenant_id: str, nonce: str, *, run_id: str, request_id: str, at: float
     ) -> bool:
-        """Record a nonce in the tenant's region.
-
-        Args:
-            tenant_id: The decision's tenant.
-            nonce: The decision's nonce.
-            run_id: The run the decision is for.
-            request_id: The request it answers.
-            at: When the nonce is used.
-        """
+        """Record a nonce in the tenant's region."""
         return self._of(tenant_id).use_nonce(tenant_id, nonce, run_id=run_id,
                                              request_id=request_id, at=at)
 
@@ -160,13 +123,7 @@ class RegionalLeases:
         return self._of(tenant_id).list_approvers(tenant_id)
 
     def revoke_approver(self, tenant_id: str, approver_id: str, *, at: float) -> bool:
-        """Revoke an approver in the tenant's region.
-
-        Args:
-            tenant_id: The approver's tenant.
-            approver_id: The approver.
-            at: When it is revoked.
-        """
+        """Revoke an approver in the tenant's region."""
         return self._of(tenant_id).revoke_approver(tenant_id, approver_id, at=at)
 
     def set_queue(self, config: QueueConfig) -> None:
@@ -183,30 +140,14 @@ class RegionalLeases:
         return any([s.delete_queue(name) for s in self._all()])
 
     def circuit_admit(self, tenant_id: str, name: str, *, now: float, cooldown: float) -> str:
-        """A circuit's verdict, from the tenant's region.
-
-        Args:
-            tenant_id: The circuit's tenant (``*``: shared).
-            name: The circuit.
-            now: The time of the call.
-            cooldown: How long a trial holds the circuit.
-        """
+        """A circuit's verdict, from the tenant's region."""
         return self._of(tenant_id).circuit_admit(tenant_id, name, now=now, cooldown=cooldown)
 
     def circuit_record(
         self, tenant_id: str, name: str, *, ok: bool, now: float, threshold: int,
         cooldown: float,
     ) -> None:
-        """Record a call's outcome in the tenant's region.
-
-        Args:
-            tenant_id: The circuit's tenant (``*``: shared).
-            name: The circuit.
-            ok: Whether the call succeeded.
-            now: The time of the outcome.
-            threshold: The consecutive failures that open the circuit.
-            cooldown: How long it stays open.
-        """
+        """Record a call's outcome in the tenant's region."""
         self._of(tenant_id).circuit_record(tenant_id, name, ok=ok, now=now,
                                            threshold=threshold, cooldown=cooldown)
 

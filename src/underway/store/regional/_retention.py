@@ -29,15 +29,7 @@ class RegionalRetention:
     def release_hold(
         self, tenant_id: str, kind: str, target: str, *, by: str, at: float
     ) -> bool:
-        """Lift a hold in the tenant's region.
-
-        Args:
-            tenant_id: The hold's tenant.
-            kind: ``run`` or ``subject``.
-            target: The run id or data subject held.
-            by: Who lifts the hold.
-            at: When it is lifted.
-        """
+        """Lift a hold in the tenant's region."""
         return self._of(tenant_id).release_hold(tenant_id, kind, target, by=by, at=at)
 
     def list_holds(
@@ -63,23 +55,11 @@ class RegionalRetention:
 
     def blob_keys(self, tenant_id: str, *, after: str | None = None,
                   limit: int = 1000) -> list[str]:
-        """The tenant's blob keys, from its region.
-
-        Args:
-            tenant_id: The tenant.
-            after: Only keys greater than it.
-            limit: The most keys.
-        """
+        """The tenant's blob keys, from its region."""
         return self._of(tenant_id).blob_keys(tenant_id, after=after, limit=limit)
 
     def delete_blobs(self, tenant_id: str, keys: Sequence[str], *, idle: float) -> int:
-        """Delete the tenant's blobs in its region.
-
-        Args:
-            tenant_id: The tenant.
-            keys: The blobs' keys.
-            idle: Spare a blob written in the last ``idle`` seconds.
-        """
+        """Delete the tenant's blobs in its region."""
         return self._of(tenant_id).delete_blobs(tenant_id, keys, idle=idle)
 
     def record_sweep(self, rec: SweepRecord) -> None:

@@ -39,14 +39,7 @@ class RegionalSchedules:
     def claim_schedules(
         self, *, now: float, until: float, flows: list[str], limit: int
     ) -> list[ScheduleRecord]:
-        """Claim due schedules from each region, earliest first overall.
-
-        Args:
-            now: The time of the claim.
-            until: When the claims end.
-            flows: Only schedules of these flows.
-            limit: The most schedules.
-        """
+        """Claim due schedules from each region, earliest first overall."""
         found: list[ScheduleRecord] = []
         for s in self._all():
             if len(found) >= limit:
@@ -59,15 +52,7 @@ class RegionalSchedules:
         self, tenant_id: str, name: str, *, expected: float, next_fire_at: float,
         fired_at: float | None,
     ) -> bool:
-        """End a schedule's claim in the tenant's region.
-
-        Args:
-            tenant_id: The schedule's tenant.
-            name: The schedule.
-            expected: The tick claimed.
-            next_fire_at: The next tick.
-            fired_at: When the tick fired (None: leave ``last_fired_at``).
-        """
+        """End a schedule's claim in the tenant's region."""
         return self._of(tenant_id).advance_schedule(
             tenant_id, name, expected=expected, next_fire_at=next_fire_at, fired_at=fired_at)
 

@@ -18,16 +18,7 @@ class Budgets(SQLBudgets, Connection):
         self, tenant_id: str, since: float, key: str, amounts: Mapping[str, float],
         limits: Mapping[str, float], *, baseline: Mapping[str, float] | None = None,
     ) -> Outcome:
-        """Reserve ``amounts`` for ``key`` unless a limit would be crossed.
-
-        Args:
-            tenant_id: The tenant.
-            since: The day's start.
-            key: The call's idempotency key.
-            amounts: What the call adds, by metric.
-            limits: The caps, by metric.
-            baseline: The day's usage, for a day with no row.
-        """
+        """Reserve ``amounts`` for ``key`` unless a limit would be crossed."""
         with self._tx() as c:
             row = c.execute(
                 _Q["budget_used"], {"tenant_id": tenant_id, "since": since}).fetchone()
@@ -51,13 +42,7 @@ class Budgets(SQLBudgets, Connection):
             return None
 
     def settle_budget(self, tenant_id: str, key: str, amounts: Mapping[str, float]) -> None:
-        """Replace the hold of ``key`` with what the call spent.
-
-        Args:
-            tenant_id: The tenant.
-            key: The call's idempotency key.
-            amounts: What the call spent (``{}``: release the hold).
-        """
+        """Replace the hold of ``key`` with what the call spent."""
         with self._tx() as c:
             held = c.execute(_Q["budget_hold"], (tenant_id, key)).fetchone()
             if held is None:

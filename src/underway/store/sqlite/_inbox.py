@@ -22,19 +22,7 @@ class Inbox(SQLInbox, Connection):
     def use_nonce(
         self, tenant_id: str, nonce: str, *, run_id: str, request_id: str, at: float
     ) -> bool:
-        """Record a decision's nonce as used.
-
-        Args:
-            tenant_id: The decision's tenant.
-            nonce: The decision's nonce.
-            run_id: The run the decision is for.
-            request_id: The request it answers.
-            at: When the nonce is used.
-
-        Returns:
-            True the first time the nonce is used in the tenant, or again for the same run and
-            request (a decision redelivered after a crash).
-        """
+        """Record a decision's nonce as used."""
         with self._tx() as c:
             cur = c.execute(_Q["use_nonce"], (tenant_id, nonce, run_id, request_id, at))
             if cur.rowcount == 1:

@@ -25,17 +25,7 @@ class Leases(SQLLeases, Connection):
         tenant_id: str | None = None, run_id: str | None = None,
         queues: list[str] | None = None,
     ) -> list[Lease]:
-        """Lease due runs nobody holds, fairly across tenants, within the queues' limits.
-
-        Args:
-            owner: The worker taking the leases.
-            now: The time of the claim.
-            ttl: How long the leases last.
-            limit: The most runs leased.
-            tenant_id: Only runs of this tenant.
-            run_id: Only this run.
-            queues: Only runs of these queues (None: every queue).
-        """
+        """Lease due runs nobody holds, fairly across tenants, within the queues' limits."""
         wanted = None if queues is None else self._array(queues)
         with self._tx() as c:
             plan = self._plan(_runner(c), wanted, now=now, limit=limit)
@@ -63,15 +53,7 @@ class Leases(SQLLeases, Connection):
         self, new: NewRun, *, owner: str, now: float, ttl: float,
         queues: list[str] | None = None,
     ) -> StartedRun:
-        """Create (or find) the run and lease it when a claim could, in one transaction.
-
-        Args:
-            new: The run to create.
-            owner: The worker taking the lease.
-            now: The time of the start.
-            ttl: How long the lease lasts.
-            queues: The queues the worker serves (None: every queue).
-        """
+        """Create (or find) the run and lease it when a claim could, in one transaction."""
         with self._tx() as c:
             run, created = _create_run(c, new)
             cand = eager_candidate(run, now=now, queues=queues)
@@ -88,14 +70,7 @@ class Leases(SQLLeases, Connection):
 
     # -- circuits -----------------------------------------------------------------------
     def circuit_admit(self, tenant_id: str, name: str, *, now: float, cooldown: float) -> str:
-        """Closed, open, or the half-open trial.
-
-        Args:
-            tenant_id: The circuit's tenant (``*``: shared).
-            name: The circuit.
-            now: The time of the call.
-            cooldown: How long a trial holds the circuit.
-        """
+        """Closed, open, or the half-open trial."""
         with self._tx() as c:
             row = c.execute(_Q["circuit_get"], (tenant_id, name)).fetchone()
             if row is None or row["open_until"] is None:
@@ -110,16 +85,7 @@ class Leases(SQLLeases, Connection):
         self, tenant_id: str, name: str, *, ok: bool, now: float, threshold: int,
         cooldown: float,
     ) -> None:
-        """Close on success; open on the threshold-th failure or a failed trial.
-
-        Args:
-            tenant_id: The circuit's tenant (``*``: shared).
-            name: The circuit.
-            ok: Whether the call succeeded.
-            now: The time of the outcome.
-            threshold: The consecutive failures that open the circuit.
-            cooldown: How long it stays open.
-        """
+        """Close on success; open on the threshold-th failure or a failed trial."""
         with self._tx() as c:
             row = c.execute(_Q["circuit_get"], (tenant_id, name)).fetchone()
             failures = 0 if row is None else int(row["failures"])

@@ -18,14 +18,7 @@ class Schedules(SQLSchedules, Connection):
     def claim_schedules(
         self, *, now: float, until: float, flows: list[str], limit: int
     ) -> list[ScheduleRecord]:
-        """Claim due, unclaimed schedules of ``flows`` under the write lock.
-
-        Args:
-            now: The time of the claim.
-            until: When the claims end.
-            flows: Only schedules of these flows.
-            limit: The most schedules.
-        """
+        """Claim due, unclaimed schedules of ``flows`` under the write lock."""
         names = json.dumps(list(flows))
         # Workers ask on every round: take the database's one write lock only for a tick
         # that is due (readers never wait in WAL mode).
