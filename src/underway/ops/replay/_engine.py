@@ -202,7 +202,13 @@ class TapeModel:
 class ReplayStep(StepWithChildren):
     """Step execution whose calls are answered from the tape: each call still passes the
     whole guard of the replay's engine — allow-list, schema, budgets, policy, approval —
-    and only the tool itself is replaced."""
+    and only the tool itself is replaced.
+
+    Args:
+        act: The activation of the replayed run.
+        step: The name of the step it executes.
+        session: What the replay answers calls with.
+    """
 
     def __init__(self, act: Activation, step: str, *, session: ReplaySession) -> None:
         super().__init__(act, step)
