@@ -1,9 +1,8 @@
 """Flows: named async steps over a typed state, and the context a step runs with.
 
-A step is ``async def step(ctx) -> Next``. It reads and changes ``ctx.state``, performs
-effects only through ``ctx.call`` / ``ctx.model``, and returns where to go next with
-``ctx.goto``, ``ctx.sleep``, ``ctx.wait``, ``ctx.done`` or ``ctx.fail``.
-"""
+A step is ``async def step(ctx) -> Next``. It reads and changes ``ctx.state``, acts only
+through ``ctx.call`` / ``ctx.model``, and returns where to go next: ``ctx.goto``,
+``ctx.sleep``, ``ctx.wait``, ``ctx.done`` or ``ctx.fail``."""
 
 from __future__ import annotations
 
@@ -40,8 +39,7 @@ def _step_name(target: str | Callable[..., Any]) -> str:
 
 
 class StepRuntime(Protocol):
-    """What a :class:`RunContext` needs from the executor running the step (the engine's
-    step execution): the run's identity, and journaled calls and values."""
+    """What a :class:`RunContext` needs of the step's executor: identity, journaled acts."""
 
     run_id: str
     tenant_id: str
@@ -64,13 +62,28 @@ class StepRuntime(Protocol):
         self, tool: Tool | str, args: JSON, *, labels: frozenset[str], evidence: JSON,
         risks: list[str], typed: bool = False,
     ) -> Any:
-        """A tool call through the guard and the effect ledger; with ``typed``, the result
-        as the tool's result model (:meth:`~underway.effects.Tool.parse_result`)."""
+        """A tool call through the guard and the effect ledger (:meth:`RunContext.call`).
+
+        Args:
+            tool: The tool, or its registered name.
+            args: The call's arguments, as JSON.
+            labels: What the arguments carry, for policies.
+            evidence: Shown to an approver.
+            risks: Shown to an approver.
+            typed: Return the tool's result model (:meth:`~underway.effects.Tool.parse_result`).
+        """
         ...
 
     async def ask(self, question: str, *, context: JSON, role: str | None,
                   expires_in: float | None = None) -> JSON:
-        """A question to a person (the run escalates until it is answered)."""
+        """A question to a person (the run escalates until it is answered).
+
+        Args:
+            question: What to ask.
+            context: Shown with the question.
+            role: The role of the approvers who may answer (None: any).
+            expires_in: Seconds an answer may take (None: no limit).
+        """
         ...
 
     async def model(self, model: Model, request: JSON) -> JSON:
@@ -89,9 +102,17 @@ class StepRuntime(Protocol):
         self, flow: Flow[Any, Any] | str, input: JSON, *, key: str | None, detached: bool,
         queue: str | None, lineage: Lineage | None = None, taint: tuple[str, ...] = (),
     ) -> str:
-        """Start a child run once (journaled); its run id. ``lineage``: what the start
-        adds to what the run passes on; ``taint``: the taint sources the run's context has
-        now (its flow's :attr:`Flow.taint_of`)."""
+        """Start a child run once (journaled); its run id (:meth:`RunContext.start`).
+
+        Args:
+            flow: The child's flow, or its name.
+            input: The child's input, as JSON.
+            key: Names the child among this step's (None: its position in the step).
+            detached: Cancelling the run leaves the child running.
+            queue: The child's queue (None: the run's).
+            lineage: What the start adds to what the run passes on.
+            taint: The taint sources the run's context has now (:attr:`Flow.taint_of`).
+        """
         ...
 
     async def wait_child(self, run_id: str) -> ChildOutcome:
@@ -99,13 +120,19 @@ class StepRuntime(Protocol):
         ...
 
     def version(self, change_id: str) -> bool:
-        """Whether the run takes the new path of change ``change_id`` (decided once per
-        run and journaled)."""
+        """Whether the run takes the new path of change ``change_id`` (decided once)."""
         ...
 
 
 class RunContext(Generic[S, I]):
-    """What a step sees: the run's state and input, and the journaled ways to act."""
+    """What a step sees: the run's state and input, and the journaled ways to act.
+
+    Args:
+        execution: The executor running the step.
+        state: The run's typed state.
+        input: The run's typed input.
+        taint_of: The flow's :attr:`Flow.taint_of`.
+    """
 
     def __init__(self, execution: StepRuntime, state: S, input: I, *,
                  taint_of: Callable[[S], Iterable[str]] | None = None) -> None:
@@ -138,14 +165,12 @@ class RunContext(Generic[S, I]):
 
     @property
     def idempotency_key(self) -> str | None:
-        """The key this run was started with; ``intake:<event key>`` when an outside event
-        started it through :func:`~underway.scheduling.intake.intake`."""
+        """The key this run was started with (``intake:<event key>`` for intake's runs)."""
         return self._x.idempotency_key
 
     @property
     def lineage(self) -> Lineage:
-        """What this run inherited and passes on (:class:`~underway.lineage.Lineage`): its
-        outside origin and taint, shadow mode, subject, purpose, trace and labels."""
+        """What this run inherited and passes on (:class:`~underway.lineage.Lineage`)."""
         return self._x.lineage
 
     @property
@@ -182,19 +207,23 @@ class RunContext(Generic[S, I]):
     ) -> Any:
         """Perform a tool call through the guard and the effect ledger; return its result.
 
-        Before the call runs: the flow's allow-list, the argument schema, budgets and the
-        policy are checked; a call the policy holds for approval suspends the run until a
-        signed decision arrives (``evidence`` and ``risks`` are shown to the approver).
-        ``labels`` mark what the arguments carry (e.g. ``untrusted`` content) for policies.
-        A call that already completed returns its journaled result without running again.
-        Raises :class:`~underway.errors.ToolCallError` when the call failed or was refused
-        (``error_type`` ``ToolNotAllowed``, ``PolicyDenied``, ``ApprovalRejected``,
-        ``ApprovalExpired``, ``ApprovalInvalid``, ``SchemaValidationFailed``...).
+        The allow-list, argument schema, budgets and policy are checked first; a call held
+        for approval waits for a signed decision. A completed call returns its journaled result.
 
-        Given a :class:`~underway.effects.Tool` that declares a result model, the result is
-        an instance of that model, validated from the journaled JSON the first time and on
-        every replay (:class:`~underway.errors.ResultInvalid` when a journaled result no
-        longer fits it); an untyped tool, or a tool named by a string, gives its JSON.
+        Args:
+            tool: A :class:`~underway.effects.Tool`, or a registered tool's name.
+            args: The arguments (JSON, or a model dumped to JSON).
+            labels: What the arguments carry (e.g. ``untrusted`` content), for policies.
+            evidence: Shown to the approver.
+            risks: Shown to the approver.
+
+        Returns:
+            An instance of the tool's result model, when it declares one; else the JSON.
+
+        Raises:
+            ToolCallError: The call failed or was refused (``error_type`` ``ToolNotAllowed``,
+                ``PolicyDenied``, ``ApprovalRejected``, ``SchemaValidationFailed``...).
+            ResultInvalid: A journaled result no longer fits the model (checked on replay).
         """
         if isinstance(args, BaseModel):
             args = args.model_dump(mode="json")
@@ -212,11 +241,16 @@ class RunContext(Generic[S, I]):
         expires_in: float | None = None,
     ) -> JSON:
         """Stop and ask a person; the run escalates (holding no worker) until an approver
-        with ``role`` sends a signed answer, which this returns (journaled: asked once).
+        sends a signed answer, which this returns (journaled: asked once).
 
-        With ``expires_in`` (seconds) an answer must arrive in time: past it the run is
-        woken and this raises :class:`~underway.errors.ToolCallError` with ``error_type``
-        ``QuestionExpired``, so the step can decide what to do without one.
+        Args:
+            question: What to ask.
+            context: Shown with the question.
+            role: The role of the approvers who may answer (None: any).
+            expires_in: Seconds an answer may take, more than 0 (None: no limit).
+
+        Raises:
+            ToolCallError: No answer came in time (``error_type`` ``QuestionExpired``).
         """
         if expires_in is not None and not expires_in > 0:
             raise ConfigurationError(f"expires_in must be a positive number of seconds, "
@@ -244,19 +278,17 @@ class RunContext(Generic[S, I]):
     ) -> str:
         """Start a run of ``flow`` as a child of this run, in this tenant; return its run id.
 
-        Started once: the intent is journaled before the child is created, and the child's
-        id derives from this run and ``key`` (default: this call's position in the step),
-        so a step re-run after a crash gets the same child, never a second. The child acts
-        for this run's principal, runs on ``queue`` (default: this run's queue), and its end
-        reaches this run (:meth:`wait_for`). Cancelling this run cancels the child too,
-        unless it is ``detached``.
+        Started once: its id derives from this run and ``key``, so a re-run step gets the
+        same child. It acts for this run's principal, its end reaches this run (:meth:`wait_for`),
+        and it inherits this run's :attr:`lineage` and the taint its context holds now.
 
-        The child inherits this run's :attr:`lineage` (outside origin, taint, shadow
-        mode, subject, purpose, consent, trace, labels), with the taint this run's context
-        has taken in since it started (:attr:`Flow.taint_of`) and shadow mode when this
-        run is in it. ``lineage`` adds to that (more taint, labels, shadow mode, a
-        subject or purpose where this run has none); it can never remove what the child
-        inherits.
+        Args:
+            flow: The child's flow, or its name.
+            input: The child's input.
+            key: Names the child (default: this call's position in the step).
+            detached: Cancelling this run leaves the child running.
+            queue: The child's queue (default: this run's).
+            lineage: Adds to what the child inherits (taint, labels, shadow mode...).
         """
         if isinstance(input, BaseModel):
             input = input.model_dump(mode="json")
@@ -265,14 +297,9 @@ class RunContext(Generic[S, I]):
                                          lineage=lineage, taint=taint)
 
     async def wait_for(self, run_id: str) -> ChildOutcome:
-        """How child run ``run_id`` (started by this run with :meth:`start`) ended.
-
-        When it has not ended yet the run waits, holding no worker, until the child
-        completes, fails or is cancelled; the step then runs again and this returns the
-        outcome (a dead child keeps this run waiting until an operator resumes or
-        cancels it). Raises :class:`~underway.errors.ConfigurationError` for a run that is
-        not a child of this run.
-        """
+        """How child run ``run_id`` (started by this run with :meth:`start`) ended. Until it
+        has, the run waits holding no worker (a dead child: until an operator resumes or
+        cancels it). Raises :class:`~underway.errors.ConfigurationError` for another run."""
         return await self._x.wait_child(run_id)
 
     def now(self) -> datetime:
@@ -290,16 +317,11 @@ class RunContext(Generic[S, I]):
     def version(self, change_id: str) -> bool:
         """True when this run takes the code path of change ``change_id``, False when it
         keeps the path it was on before the change was deployed (Temporal's ``patched``).
-
-        Decided the first time a run asks, and journaled (``VersionMarked``): every later
-        step of the run gets the same answer. A run asks for the first time either in a
-        step whose journal has nothing past this point — it takes the new path — or while
-        a step is re-run (after an approval, a retry timer, a crash) whose journaled calls
-        or values go further than this point without the marker: the old code made them,
-        so the run keeps the old path and its journaled calls still match. Once no
-        unfinished run is on the old path (``underway deploy check`` lists them), delete
-        the old branch and the ``ctx.version`` call. See docs/versioning.md.
-        """
+        Decided once per run and journaled (``VersionMarked``): a step whose journal has
+        nothing past this point takes the new path; a re-run step whose journaled calls go
+        further without the marker keeps the old one, which made them. Once ``underway
+        deploy check`` lists no run on the old path, delete the old branch and the
+        ``ctx.version`` call (docs/versioning.md)."""
         if not isinstance(change_id, str) or not change_id.strip():
             raise ConfigurationError(f"a change id must be a non-empty string, not {change_id!r}")
         return self._x.version(change_id)
@@ -320,7 +342,13 @@ class RunContext(Generic[S, I]):
         timeout: float | timedelta | None = None,
         then: str | Callable[..., Any],
     ) -> Wait:
-        """Wait for a signal (or the timeout), then go to ``then``; read ``ctx.signal`` there."""
+        """Wait for a signal (or the timeout), then go on; read ``ctx.signal`` there.
+
+        Args:
+            signal: The signal's name.
+            timeout: How long to wait (None: for ever); see :attr:`timed_out`.
+            then: The step to go to.
+        """
         return Wait(signal, None if timeout is None else _seconds(timeout), _step_name(then))
 
     def done(self, result: JSON | BaseModel = None) -> Done:
@@ -344,17 +372,22 @@ class _NoInput(BaseModel):
 class Flow(Generic[S, I]):
     """A named set of steps over a typed state.
 
-    ``tools`` is the allow-list of tools its steps may call (a call to any other is
-    refused and journaled); ``policy``, ``budget`` and ``shadow`` override the engine's;
-    ``deny_unlisted_mutating`` denies mutating tools that no policy rule covers;
-    ``default_policy`` applies when neither the flow nor the engine has a policy (an
-    agent's flow: :data:`~underway.guard.policy.DEFAULT_POLICY`).
-    ``signals`` declares the names its steps wait for: the engine, ``underway runs signal``
-    and intake then refuse any other name sent to its runs (a signal no step reads would
-    sit unread); without it every name is accepted and the CLI warns.
-    ``taint_of`` reads from a run's state where the untrusted content its context holds
-    came from (an agent's flow: what its model has read); a child the run starts
-    inherits that taint.
+    Args:
+        name: The flow's name (letters, digits, ``_``, ``-``, ``.``).
+        state: The model of a run's state.
+        input: The model of a run's input (None: no input).
+        init: Builds the first state from the input (default: the state's defaults).
+        tools: The tools its steps may call; a call to any other is refused and journaled.
+        policy: Overrides the engine's policy.
+        budget: Overrides the engine's budget.
+        shadow: Overrides the engine's shadow mode.
+        deny_unlisted_mutating: Deny mutating tools that no policy rule covers.
+        default_policy: Applies when neither the flow nor the engine has a policy (an
+            agent's flow: :data:`~underway.guard.policy.DEFAULT_POLICY`).
+        signals: The names its steps wait for; any other sent to its runs is refused
+            (None: every name accepted, and the CLI warns).
+        taint_of: Where the untrusted content a run's context holds came from, read from
+            its state; a child the run starts inherits it.
 
     >>> flow = Flow("invoice_followup", state=FollowUp, input=Customer)
     >>> @flow.step(start=True)
@@ -379,8 +412,7 @@ class Flow(Generic[S, I]):
     ) -> None:
         self.name = self.check_name(name)
         self.taint_of = taint_of
-        """Where the untrusted content a run's context holds came from, read from its state
-        (an agent's: what its model has read); a child the run starts inherits it."""
+        """Where the untrusted content a run's context holds came from (see the class)."""
         self.state_type = state
         self.input_type: type[Any] = input or _NoInput
         self._init = init
@@ -430,9 +462,12 @@ class Flow(Generic[S, I]):
     ) -> StepFn[S, I] | Callable[[StepFn[S, I]], StepFn[S, I]]:
         """Register a step (bare ``@flow.step`` or ``@flow.step(start=True)``).
 
-        ``aliases``: the names this step had before (a rename): runs parked at an old
-        name, and ``goto`` targets still spelled that way, continue here (see
-        :meth:`alias`)."""
+        Args:
+            fn: The step function (None: return a decorator).
+            name: The step's name (default: the function's).
+            start: Runs begin at this step (default: the first step registered).
+            aliases: Its old names; runs and ``goto`` targets there continue here (:meth:`alias`).
+        """
         if isinstance(aliases, str):
             raise ConfigurationError(
                 f"flow {self.name!r}: aliases must be a list of names, not the string "
@@ -456,12 +491,9 @@ class Flow(Generic[S, I]):
         return register(fn) if fn is not None else register
 
     def alias(self, old: str, to: str | Callable[..., Any]) -> None:
-        """Runs journaled at step ``old`` — a step renamed or removed — continue at step
-        ``to``: a run parked there (waiting, escalated, dead, or interrupted mid-step)
-        executes ``to`` when it next runs, and ``goto``/``then`` targets named ``old`` go
-        to ``to``. Journaled calls keep the keys they were made with; the journal records
-        the step under its new name from then on. ``to`` must be a step of this flow by
-        the time the flow is registered with an engine. See docs/versioning.md."""
+        """Runs parked at step ``old`` (renamed or removed) continue at step ``to``, as do
+        ``goto``/``then`` targets named ``old``; journaled calls keep their keys. ``to``
+        must be a step once the flow is registered (docs/versioning.md)."""
         target = _step_name(to)
         if not old or not isinstance(old, str):
             raise ConfigurationError(f"flow {self.name!r}: an alias must be a non-empty "
@@ -538,10 +570,9 @@ class Flow(Generic[S, I]):
             ) from None
 
     def parse_state(self, data: JSON) -> S:
-        """A run's journaled state as this flow's state model — the model's defaults and
-        its ``mode="before"`` validators (the state's upcasters, see docs/versioning.md)
-        applied. Raises :class:`ConfigurationError` naming the flow and the fields that no
-        longer fit."""
+        """A run's journaled state as this flow's state model, with its defaults and its
+        ``mode="before"`` validators (upcasters, docs/versioning.md) applied. Raises
+        :class:`ConfigurationError` naming the flow and the fields that no longer fit."""
         try:
             return self.state_type.model_validate(data)
         except ValidationError as exc:

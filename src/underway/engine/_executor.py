@@ -71,36 +71,25 @@ class Engine(EagerStarts):
     """Runs flows against a store: activates leased runs and executes their steps. Use one
     engine per process; it is not a singleton.
 
-    Operator actions — :meth:`start`, :meth:`signal`, :meth:`cancel`, :meth:`resolve`,
-    :meth:`resume`, :meth:`submit_decision`, :meth:`state` — are those of its
-    :attr:`client` (a :class:`~underway.client.Client` that knows this engine's flows); a
-    process that only steers runs needs a client, not an engine. :meth:`start` adds what
-    only an executor can: the run goes to the worker serving the engine, leased in its
-    start's transaction, while that worker has a free slot (:mod:`underway.engine._eager`).
-
-    Its settings are two frozen objects: :class:`EngineOptions` for its own, and
-    :class:`~underway.guard.GuardOptions` for its guard's. The keywords of the same
-    names build them; a keyword beside an option object must agree with it.
-
-    Async code here never calls the store synchronously on the event loop: every store
-    call goes through :meth:`io` (see :mod:`underway.store._offload`).
+    Operator actions (:meth:`start`, :meth:`signal`, :meth:`cancel`, :meth:`resolve`...)
+    are those of its :attr:`client`; a process that only steers runs needs a client. Its
+    :meth:`start` also hands the run to the worker serving the engine, leased in the start's
+    transaction, while that worker has a free slot (:mod:`underway.engine._eager`).
+    Every store call from async code goes through :meth:`io`, never blocking the loop.
 
     Args:
         store: Where runs and their journals are.
         flows: The flows it runs.
         tools: Tools its flows call by name, besides those they declare.
         clock: Its time (default: the system's).
-        codec: How payloads are encoded (default: the store's). Encryption at rest is
-            turned on for the store (``underway.crypto.encrypt``), for every engine and
-            client on it.
+        codec: How payloads are encoded (default: the store's; encryption at rest is
+            turned on for the store, ``underway.crypto.encrypt``).
         guard: The guard to use (default: a new one). ``guard_options`` are set on it.
-        options: The engine's own settings, whole.
-        guard_options: The guard's settings, whole.
-        **keywords: The fields of :class:`EngineOptions` (``owner``, ``lease_ttl``,
-            ``checkpoint_every``, ``retry_budget``, ``metrics``, ``group_commit``,
-            ``notify_timeout``) and of :class:`~underway.guard.GuardOptions` (``policy``,
-            ``environment``, ``budget``, ``tenant_budget``, ``shadow``, ``secrets``,
-            ``notifier``, ``signed_resolutions``), one by one.
+        options: The engine's own settings, whole (frozen).
+        guard_options: The guard's settings, whole (frozen).
+        **keywords: The fields of :class:`EngineOptions` and of
+            :class:`~underway.guard.GuardOptions` (``owner``, ``lease_ttl``, ``policy``,
+            ``budget``, ``notifier``...), one by one.
 
     Raises:
         ConfigurationError: A keyword disagrees with the option object given (the error
@@ -241,11 +230,9 @@ class Engine(EagerStarts):
         return self.journal.codec
 
     async def io(self, fn: Callable[..., _T], *args: Any) -> _T:
-        """``fn(*args)`` — a call that reaches this engine's store — run on the store's
-        I/O threads and awaited, so that one worker's many concurrent activations never
-        wait on each other's database round trips (inline on the in-memory store, which
-        does no I/O). Everything the engine asks of its store from async code goes through
-        here; a sync ``fn`` that makes several store calls makes one trip."""
+        """``fn(*args)``, a call that reaches this engine's store, run on the store's I/O
+        threads and awaited (inline on the in-memory store): one worker's activations never
+        wait on each other's round trips. A sync ``fn`` of several store calls is one trip."""
         return await run_io(self.store, fn, *args)
 
     def register(self, flow: Flow[Any, Any]) -> None:
@@ -272,7 +259,13 @@ class Engine(EagerStarts):
     # -- advancing runs -----------------------------------------------------------------
     def claim(self, *, limit: int = 1, tenant_id: str | None = None,
               run_id: str | None = None) -> list[Lease]:
-        """Lease due runs for this engine's owner identity."""
+        """Lease due runs for this engine's owner identity.
+
+        Args:
+            limit: How many runs at most.
+            tenant_id: Only this tenant's runs (None: any tenant's).
+            run_id: Only this run (None: any run).
+        """
         return self.store.claim(owner=self.owner, now=self.clock.now(), ttl=self.lease_ttl,
                                 limit=limit, tenant_id=tenant_id, run_id=run_id)
 
@@ -286,11 +279,12 @@ class Engine(EagerStarts):
     ) -> RunState:
         """Advance a leased run until it waits, finishes or escalates; return its state.
 
-        ``should_stop`` is asked after each committed step; when it answers True the run is
-        handed back at that step boundary (a stopping worker) and the state returned is
-        still ``ready``. ``start``: the eager start that took ``lease``
-        (:meth:`start_leased`); a run it created is activated from what it wrote, read
-        from nothing.
+        Args:
+            lease: The run's lease.
+            should_stop: Asked after each committed step. True hands the run back at that
+                step boundary (a stopping worker), its state still ``ready``.
+            start: The eager start that took ``lease`` (:meth:`start_leased`). A run it
+                created is activated from what it wrote, read from nothing.
         """
         if not self.metrics.enabled:
             return await self._activate(lease, should_stop, start)
@@ -431,10 +425,15 @@ class Engine(EagerStarts):
     async def dead_letter(
         self, lease: Lease, *, reason: str, error_type: str, due_at: float | None = None
     ) -> RunState:
-        """Journal a leased run dead (``RunDeadLettered``) from what its journal holds, and
-        hand it back: for a run whose activation keeps failing in a way nothing journaled.
-        An operator resumes or cancels it. Values the engine knows hidden fields held are
-        removed from ``reason`` (:mod:`underway.redaction`)."""
+        """Journal a leased run dead (``RunDeadLettered``) from its journal and hand it back,
+        when its activation keeps failing in a way nothing journaled (for an operator).
+
+        Args:
+            lease: The run's lease.
+            reason: Why; values hidden fields held are removed (:mod:`underway.redaction`).
+            error_type: The kind of failure.
+            due_at: The run row's ``next_wake_at`` when claimed.
+        """
         state, head, row = await self.io(self._load_journal, lease)
         if state.final or state.status == "dead":
             await self.io(self.store.release, lease)
@@ -453,8 +452,17 @@ class Engine(EagerStarts):
 
     async def verify_approval(self, s: RunState, key: str, tool: str, h: str) -> str | None:
         """Check, right before an approved call runs, that its journaled approval still
-        holds for exactly this call: None when it does, else the reason
-        (:func:`~underway.guard.approvals.check.check_approval`)."""
+        holds for exactly this call (:func:`~underway.guard.approvals.check.check_approval`).
+
+        Args:
+            s: The run's state, which holds the journaled approval.
+            key: The call's idempotency key.
+            tool: The tool about to run.
+            h: The hash of the arguments it is about to run with.
+
+        Returns:
+            None when the approval holds; otherwise the reason it does not.
+        """
         return await check_approval(self.store, s, key, tool, h, now=self.clock.now())
 
     async def notify(self, s: RunState, e: ev.ApprovalRequested | ev.Escalated) -> None:
@@ -485,11 +493,9 @@ class Engine(EagerStarts):
     async def _leave(self, act: Activation, *, idle: bool = False) -> None:
         """Hand the run back: with the last commit when there is one, else on its own.
 
-        ``idle``: the journal says the run is not due (waiting, escalated, dead or
-        finished). A row that contradicts the journal is rewritten from it; one that is
-        only due too early is not due again before the journal's own wake time (or a
-        back-off when it has none): the run is never claimed in a loop for nothing.
-        """
+        ``idle``: the journal says the run is not due (waiting, escalated, dead or finished).
+        A row that contradicts the journal is rewritten from it; one only due too early is
+        not due before the journal's wake time (or a back-off): never claimed in a loop."""
         if act.pending:
             await act.commit(release=True)
             return
