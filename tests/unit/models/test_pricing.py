@@ -74,3 +74,39 @@ def test_bad_price_tables_say_what_is_wrong(tmp_path: Path, text: str, message: 
 def test_a_missing_file_is_a_configuration_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match="cannot read price table"):
         PriceTable.from_toml(tmp_path / "nope.toml")
+
+
+# List prices, USD per million tokens, as the providers publish them.
+LIST = {
+    # model: (input, output)
+    "gpt-5": (1.25, 10.0),
+    "gpt-5-mini": (0.25, 2.0),
+    "o3": (2.0, 8.0),
+    "o4-mini": (1.10, 4.40),
+    "claude-opus-4-5": (5.0, 25.0),
+}
+
+
+@pytest.mark.parametrize("model", sorted(LIST))
+def test_models_once_unpriced_cost_their_list_price(model: str) -> None:
+    per_in, per_out = LIST[model]
+    cost = PriceTable.default().cost(model, 2_000_000, 500_000)
+    assert cost == pytest.approx(2 * per_in + 0.5 * per_out)
+
+
+@pytest.mark.parametrize(("tokens_in", "tokens_out", "cached", "written", "usd"), [
+    # Sonnet 4.5 up to 200k input: $3 in, $15 out, $3.75 cache write, $0.30 cache read.
+    (100_000, 1_000, 0, 0, 0.3 + 0.015),
+    (100_000, 1_000, 0, 100_000, 0.375 + 0.015),
+    (100_000, 1_000, 100_000, 0, 0.03 + 0.015),
+    # Past 200k input the whole call is long-context: $6 in, $22.50 out, $7.50 write.
+    (300_000, 10_000, 0, 0, 1.8 + 0.225),
+    (300_000, 1_000, 0, 300_000, 2.25 + 0.0225),
+])
+def test_long_context_and_cache_writes_cost_their_list_price(
+    tokens_in: int, tokens_out: int, cached: int, written: int, usd: float,
+) -> None:
+    cost = PriceTable.default().cost(
+        "claude-sonnet-4-5", tokens_in, tokens_out, cached_tokens_in=cached,
+        cache_write_tokens_in=written)
+    assert cost == pytest.approx(usd)
