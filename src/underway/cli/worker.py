@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from .. import telemetry
-from ..config import Config, ConfigError
+from ..config import Config, ConfigError, TelemetrySection
 from ..crypto import Envelope, rotation_flow
 from ..engine import Engine
 from ..errors import ConfigurationError
@@ -141,7 +141,9 @@ def worker(
         int | None,
         typer.Option("--metrics-port", min=0, max=65535, help="Serve Prometheus metrics "
                      "(steps, tool and model calls, wake-ups, takeovers) at "
-                     "http://0.0.0.0:PORT/metrics.", show_default=False),
+                     "http://ADDR:PORT/metrics ([telemetry] metrics_addr, 0.0.0.0 by "
+                     "default; [telemetry] metrics_token_env asks scrapes for a token).",
+                     show_default=False),
     ] = None,
     traces: Annotated[
         bool,
@@ -193,6 +195,7 @@ def worker(
         raise Problem("metrics (--metrics-port, or [telemetry] metrics_port) need "
                       "prometheus-client, which is not installed: pip install "
                       "'underway[metrics]'")
+    metrics_token = config.worker_metrics_token()
     _sandbox(config)
     import_paths(config)
     flows, tools = load_app(opts.app)
@@ -215,8 +218,7 @@ def worker(
                                             env_prefix=opts.secrets_env_prefix),
                 signed_resolutions=signed_resolutions or config.approvals.signed_resolutions,
                 notifier=notifier, tenant_budget=tenant_budget,
-                metrics=_metrics(telemetry_opts.metrics_port, telemetry_opts.traces,
-                                 provider),
+                metrics=_metrics(telemetry_opts, metrics_token, provider),
                 group_commit=opts.group_commit,
             )
             if config.budgets is not None:
@@ -248,15 +250,19 @@ def _sandbox(config: Config) -> None:
 
 
 def _metrics(
-    port: int | None, traces: bool, provider: TracerProvider | None
+    opts: TelemetrySection, token: str | None, provider: TracerProvider | None
 ) -> Metrics | None:
-    """The worker's Prometheus metrics, served on ``port`` (None: no metrics), and its
-    spans when ``traces``, made with ``provider`` (None: the global one)."""
-    seams: list[Metrics] = [telemetry.Tracing(provider)] if traces else []
-    if port is not None:
+    """The worker's Prometheus metrics, served as ``opts`` say (no port: no metrics) and
+    asking scrapes for ``token`` when one is given, and its spans when ``opts.traces``,
+    made with ``provider`` (None: the global one)."""
+    seams: list[Metrics] = [telemetry.Tracing(provider)] if opts.traces else []
+    if opts.metrics_port is not None:
         metrics = telemetry.PrometheusMetrics()
-        telemetry.serve_metrics(metrics.registry, port)
-        typer.echo(f"underway worker metrics on http://0.0.0.0:{port}/metrics", err=True)
+        telemetry.serve_metrics(metrics.registry, opts.metrics_port, addr=opts.metrics_addr,
+                                token=token)
+        typer.echo(f"underway worker metrics on http://{opts.metrics_addr}:"
+                   f"{opts.metrics_port}/metrics" + (" (token required)" if token else ""),
+                   err=True)
         seams.append(metrics)
     return telemetry.Fanout(*seams) if seams else None
 

@@ -135,6 +135,15 @@ class Config(Sections):
         return self._secret(os.environ if environ is None else environ,
                             "serve.metrics_token_env", name)
 
+    def worker_metrics_token(self, environ: Mapping[str, str] | None = None) -> str | None:
+        """The token the worker's metrics ask for, named by ``[telemetry]
+        metrics_token_env`` (None: not named, so they are open)."""
+        name = self.telemetry.metrics_token_env
+        if name is None:
+            return None
+        return self._secret(os.environ if environ is None else environ,
+                            "telemetry.metrics_token_env", name)
+
     def _secret(self, env: Mapping[str, str], key: str, name: str) -> str:
         value = env.get(name)
         if not value:

@@ -293,7 +293,12 @@ class TelemetrySection(Section):
     """``[telemetry]``: Prometheus metrics and OpenTelemetry traces of the worker."""
 
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
-    """Serve the worker's metrics at ``http://0.0.0.0:PORT/metrics``."""
+    """Serve the worker's metrics at ``http://ADDR:PORT/metrics``."""
+    metrics_addr: Name = "0.0.0.0"
+    """The address the worker's metrics listen on (``127.0.0.1``: this machine only)."""
+    metrics_token_env: EnvName | None = None
+    """The environment variable holding the token a scrape of the worker's metrics must
+    send (``Authorization: Bearer <token>``); unset, they are open."""
     traces: bool = False
     """Make spans of activations, steps, tool and model calls."""
     exporter: Literal["otlp", "console"] | None = None

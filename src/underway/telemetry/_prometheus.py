@@ -4,11 +4,20 @@ drives runs; :class:`DatabaseCollector`, what the database says, read on each sc
 
 from __future__ import annotations
 
+import hmac
 import threading
 from collections.abc import Iterator, Sequence
+from socketserver import ThreadingMixIn
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    make_wsgi_app,
+    start_http_server,
+)
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -220,17 +229,55 @@ class DatabaseCollector(Collector):
                     yield known[1]
 
 
-def serve_metrics(registry: CollectorRegistry, port: int, *,
-                  addr: str = "0.0.0.0") -> tuple[Any, threading.Thread]:
+def serve_metrics(registry: CollectorRegistry, port: int, *, addr: str = "0.0.0.0",
+                  token: str | None = None) -> tuple[Any, threading.Thread]:
     """Serve ``registry`` at ``http://addr:port/metrics`` from a daemon thread.
 
     Args:
         registry: The registry to serve.
         port: The port to listen on.
         addr: The address to listen on.
+        token: The bearer token a scrape must send (None: none is asked for).
 
     Returns:
         The server and its thread; ``server.shutdown()`` stops it.
     """
-    server, thread = start_http_server(port, addr=addr, registry=registry)
+    if token is None:
+        server, thread = start_http_server(port, addr=addr, registry=registry)
+        return server, thread
+    app = _guarded(make_wsgi_app(registry), token)
+    server = make_server(addr, port, app, _ThreadingServer, handler_class=_QuietHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True,
+                              name="underway-metrics")
+    thread.start()
     return server, thread
+
+
+class _ThreadingServer(ThreadingMixIn, WSGIServer):
+    """One thread a scrape, as prometheus-client's own server."""
+
+    daemon_threads = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    """No line on stderr for each scrape."""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return None
+
+
+def _guarded(app: Any, token: str) -> Any:
+    """``app`` behind ``Authorization: Bearer <token>``; anything else is a 401."""
+    expected = f"Bearer {token}".encode()
+
+    def guarded(environ: dict[str, Any], start_response: Any) -> Any:
+        given = environ.get("HTTP_AUTHORIZATION", "").encode("latin-1", "replace")
+        if hmac.compare_digest(given, expected):
+            return app(environ, start_response)
+        start_response("401 Unauthorized", [
+            ("Content-Type", "text/plain; charset=utf-8"),
+            ("WWW-Authenticate", 'Bearer realm="metrics"'),
+        ])
+        return [b"scraping these metrics needs Authorization: Bearer <token>\n"]
+
+    return guarded
