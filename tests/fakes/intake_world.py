@@ -158,6 +158,25 @@ def check_once(store: Store, sent: Iterable[Sent]) -> None:
         assert inbox == changes, f"{entity}: signals {inbox}, expected {changes}"
 
 
+def rows_digest(url: str) -> dict[str, str]:
+    """A digest of every table's rows in the database at ``url``, by table: equal before
+    and after something means it stored nothing."""
+    if url.startswith("sqlite"):
+        with sqlite3.connect(url.removeprefix("sqlite:///")) as db:
+            tables = [r[0] for r in db.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'")]
+            return {t: repr(sorted(map(repr, db.execute(f'SELECT * FROM "{t}"'))))
+                    for t in tables}
+    conninfo, schema = split_url(url)
+    with psycopg.connect(conninfo, autocommit=True) as db:
+        tables = [r[0] for r in db.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = %s",
+            (schema,))]
+        return {t: str(db.execute(
+            "SELECT md5(coalesce(string_agg(r::text, '|' ORDER BY r::text), '')) "
+            f'FROM "{schema}"."{t}" r').fetchone()) for t in tables}
+
+
 def open_store(url: str) -> Store:
     """The store at ``url``, its schema created."""
     return connect(url, migrate=True)

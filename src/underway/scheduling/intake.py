@@ -43,11 +43,20 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
+from .. import inputs
 from ..client import Client
 from ..codec import signal_where
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, InvalidInput
 from ..events import JSON, canonical_json
 from ..flow import Flow
 from ..lineage import INTAKE_KEY_PREFIX, INTAKE_TAINT, Lineage
@@ -81,6 +90,13 @@ class IntakeEvent(BaseModel):
     ``occurred_at`` needs a time zone (an ISO 8601 time with an offset, an aware
     ``datetime``, or epoch seconds). ``permissions`` travel with the event to the run (in
     the signal payload, or in the input with ``input_from="event"``).
+
+    Every event, from any source, is checked here with :mod:`underway.inputs` before
+    anything is read or stored. Each id, name and permission is text a database can hold
+    (no NUL, no lone surrogate, at most :data:`~underway.inputs.MAX_NAME` characters).
+    The payload is JSON: finite numbers, such text in every string, keys of at most
+    :data:`~underway.inputs.MAX_NAME` characters, at most
+    :data:`~underway.inputs.MAX_DEPTH` levels deep. A refusal names the field.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -98,6 +114,28 @@ class IntakeEvent(BaseModel):
     route's)."""
     consent: str | None = None
     """The reference of the consent the event comes with (journaled with a run it starts)."""
+
+    @field_validator("tenant_id", "entity_id", "event_type", "source", "idempotency_key",
+                     "purpose", "consent")
+    @classmethod
+    def _storable(cls, value: str | None, info: ValidationInfo) -> str | None:
+        # InvalidInput is no ValueError: it leaves pydantic as raised, naming the field.
+        if value is None:
+            return None
+        return inputs.text(str(info.field_name), value, max_length=inputs.MAX_NAME)
+
+    @field_validator("permissions")
+    @classmethod
+    def _storable_permissions(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for i, permission in enumerate(value):
+            inputs.text(f"permissions.{i}", permission, max_length=inputs.MAX_NAME)
+        return value
+
+    @field_validator("payload", mode="before")
+    @classmethod
+    def _storable_payload(cls, value: Any) -> Any:
+        # Before pydantic's own walk: a hostile depth must not reach its recursion.
+        return inputs.json_value("payload", value)
 
     @field_validator("purpose")
     @classmethod
@@ -120,7 +158,8 @@ class IntakeEvent(BaseModel):
 
     @classmethod
     def parse(cls, data: Mapping[str, Any] | IntakeEvent) -> IntakeEvent:
-        """Validate ``data`` as an event; raise :class:`IntakeError` naming each bad field."""
+        """Validate ``data`` as an event; raise :class:`IntakeError` naming each bad field
+        (the first one a database could not hold, see the class)."""
         if isinstance(data, IntakeEvent):
             return data
         if not isinstance(data, Mapping):
@@ -129,6 +168,8 @@ class IntakeEvent(BaseModel):
             )
         try:
             return cls.model_validate(dict(data))
+        except InvalidInput as exc:
+            raise IntakeError(f"invalid intake event: {exc}") from None
         except ValidationError as exc:
             problems = "; ".join(
                 f"{'.'.join(str(p) for p in err['loc']) or 'event'}: {err['msg']}"
