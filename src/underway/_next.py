@@ -4,8 +4,10 @@ beside the steps that return them."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Literal
 
 from .events import JSON
 
@@ -52,15 +54,27 @@ Next = Goto | Sleep | Wait | Done | Fail
 """What a step returns: where the run goes next."""
 
 
+def _seconds(duration: float | timedelta) -> float:
+    return duration.total_seconds() if isinstance(duration, timedelta) else float(duration)
+
+
+def _step_name(target: str | Callable[..., Any]) -> str:
+    return target if isinstance(target, str) else getattr(target, "__name__", str(target))
+
+
 @dataclass(frozen=True, slots=True)
 class ChildOutcome:
     """How a child run ended (what :meth:`RunContext.wait_for` returns): ``completed``
-    with ``result``, or ``failed`` or ``cancelled`` with ``error`` saying why."""
+    with ``result``, or ``failed`` or ``cancelled`` with ``error`` saying why.
+    ``tainted_by``: where the untrusted content that shaped its result came from (its
+    :attr:`~underway.events.RunCompleted.tainted_by`; empty: none did). The run that
+    receives it is shaped by that content too: its own result names those sources."""
 
     run_id: str
     status: Literal["completed", "failed", "cancelled"]
     result: JSON = None
     error: str | None = None
+    tainted_by: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:

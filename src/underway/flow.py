@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast, overloa
 
 from pydantic import BaseModel, ValidationError
 
-from ._next import ChildOutcome, Done, Fail, Goto, Next, Sleep, Wait
+from ._next import ChildOutcome, Done, Fail, Goto, Next, Sleep, Wait, _seconds, _step_name
 from .errors import ConfigurationError
 from .events import JSON
 from .lineage import Lineage
@@ -28,14 +28,6 @@ S = TypeVar("S", bound=BaseModel)
 I = TypeVar("I", bound=BaseModel)  # noqa: E741 - conventional name for the input type
 ToolArgs = TypeVar("ToolArgs")
 ToolResult = TypeVar("ToolResult")
-
-
-def _seconds(duration: float | timedelta) -> float:
-    return duration.total_seconds() if isinstance(duration, timedelta) else float(duration)
-
-
-def _step_name(target: str | Callable[..., Any]) -> str:
-    return target if isinstance(target, str) else getattr(target, "__name__", str(target))
 
 
 class StepRuntime(Protocol):
@@ -52,6 +44,11 @@ class StepRuntime(Protocol):
     @property
     def lineage(self) -> Lineage:
         """What the run inherited and passes on."""
+        ...
+
+    @property
+    def child_taint(self) -> list[str]:
+        """Where the untrusted content of the child outcomes the run received came from."""
         ...
 
     def clock(self) -> float:
@@ -172,6 +169,11 @@ class RunContext(Generic[S, I]):
     def lineage(self) -> Lineage:
         """What this run inherited and passes on (:class:`~underway.lineage.Lineage`)."""
         return self._x.lineage
+
+    @property
+    def child_taint(self) -> list[str]:
+        """Where the untrusted content of the child outcomes this run received came from."""
+        return self._x.child_taint
 
     @property
     def signal(self) -> JSON:
@@ -437,15 +439,13 @@ class Flow(Generic[S, I]):
         if signals is not None:
             if isinstance(signals, str):
                 raise ConfigurationError(
-                    f"flow {name!r}: signals must be a list of names, not the string {signals!r}"
-                )
+                    f"flow {name!r}: signals must be a list of names, not the string {signals!r}")
             names = frozenset(signals)
             bad = sorted(n for n in names if not n or n.startswith("underway."))
             if bad:
                 raise ConfigurationError(
                     f"flow {name!r}: signal names must be non-empty and must not start with "
-                    f"'underway.' (reserved): {bad}"
-                )
+                    f"'underway.' (reserved): {bad}")
             self.signals = names
 
     @overload

@@ -175,12 +175,13 @@ def test_a_child_inherits_the_taint_its_parent_had_when_it_started(db_url: str) 
     engine = engine_of(db_url, parent, sub.flow)
     run_id, _ = engine.start(parent, goal())
     s = drive(engine, run_id)
-    assert s.status == "completed" and s.tainted_by == ["read_email"]
     child = engine.state(str(s.state["child"]))
     assert child.status == "completed"
     # The child read only a trusted tool, inside a context its parent had tainted: its
     # answer names what its parent read first, then what it read itself.
     assert child.tainted_by == ["read_email", "lookup_invoice"]
+    # The parent waited for that answer: what shaped it shaped the parent's too.
+    assert s.status == "completed" and s.tainted_by == ["read_email", "lookup_invoice"]
 
 
 # -- every surface shows it -----------------------------------------------------------------

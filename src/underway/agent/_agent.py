@@ -271,7 +271,7 @@ class Agent:
 
     # -- steps --------------------------------------------------------------------------
     async def _plan(self, ctx: RunContext[AgentState, AgentInput]) -> Next:
-        _taint_input(ctx)
+        _take_taint(ctx)
         reply = ModelResponse.from_json(await ctx.model(self.model, self._request(
             ctx, "plan", [_PLAN_SPEC])))
         steps: list[str] = []
@@ -292,7 +292,7 @@ class Agent:
         if st.iterations >= self.max_iterations:
             return ctx.fail(f"agent {self.name!r} reached {self.max_iterations} iterations "
                             "without finishing")
-        _taint_input(ctx)
+        _take_taint(ctx)
         self._observe_signal(ctx)
         st.iterations += 1
         reply = ModelResponse.from_json(await ctx.model(self.model, self._request(
@@ -364,6 +364,7 @@ class Agent:
             return await self._control(ctx, call)
         t = self.tools.get(call.name)
         args: JSON = call.arguments if call.arguments is not None else call.raw_arguments
+        _take_taint(ctx)
         sources = list(st.taint)
         ctx.note(ev.ToolSelected(tool=call.name, args=args, reason=why[:2000], tainted=sources,
                                  **(t.hidden.declared() if t is not None else {})))
@@ -413,8 +414,11 @@ class Agent:
         """Give the model ``value``, the result or error of ``tool`` (None: the agent's own
         words). It is untrusted when the tool's output is, or when the context already is:
         the call was proposed from it, so an error or an echo carries the taint of its
-        inputs. An untrusted tool observation adds the tool to the context's taint."""
+        inputs. An untrusted tool observation adds the tool to the context's taint. A
+        tainted child outcome the run received (a sub-agent's result) joins it first, so
+        the observation that reports it is untrusted."""
         st = ctx.state
+        _take_taint(ctx)
         trusted = observation_trusted(st.taint, tool is None or self.trusts(tool))
         self._say(ctx, Message.tool(call.id, quote(call.name, value, trusted=trusted),
                                     name=call.name))
@@ -476,8 +480,10 @@ def _from_outside(ctx: RunContext[AgentState, AgentInput]) -> bool:
     return ctx.lineage.tainted
 
 
-def _taint_input(ctx: RunContext[AgentState, AgentInput]) -> None:
-    for source in ctx.lineage.sources:
+def _take_taint(ctx: RunContext[AgentState, AgentInput]) -> None:
+    """Add to the context's taint what the run's lineage brought in and what the child
+    outcomes it received carried (:attr:`~underway.flow.RunContext.child_taint`)."""
+    for source in (*ctx.lineage.sources, *ctx.child_taint):
         add_source(ctx.state.taint, source)
 
 

@@ -215,8 +215,9 @@ def _records(
         idempotency_key=at.idempotency_key, principal=at.principal, roles=list(at.roles),
         signals=None if at.signals is None else list(at.signals),
         # The fork inherits the run's lineage as a child would (the one record: origin,
-        # taint, shadow mode, subject, purpose, consent, trace, labels).
-        **started_with(at.lineage.descend(parent)), forked_from=parent,
+        # taint, shadow mode, subject, purpose, consent, trace, labels), with the taint of
+        # the child outcomes the run had received: its state may hold them.
+        **started_with(at.lineage.descend(parent, taint=at.child_taint)), forked_from=parent,
         fork=ev.ForkOrigin(run_id=parent, seq=at_seq, step=at.step, by=by, reason=reason,
                            usage=usage_counters(at), versions=dict(at.versions)),
     )

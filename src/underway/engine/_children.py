@@ -49,11 +49,18 @@ class StepWithChildren(StepExecution):
     def __init__(self, act: Activation, step: str) -> None:
         super().__init__(act, step)
         self._starts = 0
+        self._received: list[str] = []
 
     @property
     def lineage(self) -> Lineage:
         """What the run inherited and passes on (:attr:`RunContext.lineage`)."""
         return self._act.state.lineage
+
+    @property
+    def child_taint(self) -> list[str]:
+        """Where the untrusted content of the child outcomes the run received came from:
+        in the steps it completed, then in this one (:attr:`RunContext.child_taint`)."""
+        return list(dict.fromkeys([*self._act.state.child_taint, *self._received]))
 
     @unswallowed
     async def start_child(
@@ -83,10 +90,10 @@ class StepWithChildren(StepExecution):
             )
             raise self.broken
         # What the child inherits, in one record: this run's lineage, the taint its
-        # context took in since it started and its shadow mode now, and what the start
-        # adds (never less than this run has).
+        # context and the child outcomes it received took in since it started, its shadow
+        # mode now, and what the start adds (never less than this run has).
         inherited = s.lineage.descend(
-            self.run_id, lineage, taint=taint,
+            self.run_id, lineage, taint=(*self.child_taint, *taint),
             shadow=svc.guard.shadow_for(svc.flow(s.flow)),
         )
         options = StartOptions(
@@ -137,5 +144,8 @@ class StepWithChildren(StepExecution):
         if child.status is None:
             act.buffer(ev.ChildAwaited(run_id=run_id))
             raise Suspend
+        # The outcome's taint is now the run's: what the step does with it was shaped by
+        # it. The step's end journals it (StepCompleted.child_taint).
+        self._received += [src for src in child.tainted_by if src not in self.child_taint]
         return ChildOutcome(run_id=run_id, status=child.status, result=child.result,
-                            error=child.error)
+                            error=child.error, tainted_by=list(child.tainted_by))

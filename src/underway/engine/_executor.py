@@ -34,7 +34,6 @@ from ..errors import (
 from ..flow import Done, Flow, RunContext
 from ..guard import Guard, GuardOptions
 from ..guard.approvals.check import check_approval
-from ..guard.taint import tainted_by
 from ..identity import worker_identity
 from ..journal import Journal
 from ..journal.projection import expected_update, good_time, question_expiry
@@ -48,7 +47,7 @@ from ..telemetry import NO_METRICS, Metrics
 from ._activation import Activation
 from ._children import StepWithChildren
 from ._eager import Driver, EagerStart, EagerStarts
-from ._finish import finish_step, judge_finish
+from ._finish import finish_step, judge_finish, result_taint
 from ._group import GroupCommit
 from ._inbox import OpenedSignal, pending_signals, read_inbox
 from ._notices import escalate, notify
@@ -523,7 +522,7 @@ class Engine(EagerStarts):
             faults.point("step.before_run")
             nxt = await flow.get_step(step)(ctx)
             if isinstance(nxt, Done):
-                nxt = await judge_finish(x, flow, nxt, tainted_by(s.lineage, flow, ctx.state))
+                nxt = await judge_finish(x, flow, nxt, result_taint(s, flow, ctx))
             if x.broken is not None:
                 raise x.broken
             if act.store_error is not None:

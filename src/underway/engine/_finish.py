@@ -5,8 +5,10 @@ state, then what the step returned asks for.
 
 
 A result's taint is the run's when its step returns ``ctx.done``
-(:func:`~underway.guard.taint.tainted_by`): the sources its lineage brought in and those
-its flow reads from its state. It is journaled on :class:`~underway.events.RunCompleted`
+(:func:`~underway.guard.taint.tainted_by`): the sources its lineage brought in, those its
+flow reads from its state and those of the child outcomes it received
+(``ctx.child_taint``; each step's end journals what it received,
+``StepCompleted.child_taint``). It is journaled on :class:`~underway.events.RunCompleted`
 (``tainted_by``), and the finish carries its labels to the policy.
 
 A policy whose rules name :data:`~underway.guard.policy.FINISH` decides on the finish as on one
@@ -32,13 +34,26 @@ from ..guard.approvals.check import check_approval
 from ..guard.policy import FINISH
 from ..guard.taint import taint_labels, tainted_by
 from ..journal.patch import make_patch
-from ..journal.state import request_id_for
+from ..journal.state import RunState, request_id_for
 from ._notices import notify
 from ._stops import Escalate, Suspend
 
 if TYPE_CHECKING:
     from ._activation import Activation
     from ._calls import StepExecution
+
+
+def result_taint(s: RunState, flow: Flow[Any, Any], ctx: RunContext[Any, Any]) -> list[str]:
+    """Where the untrusted content that shaped the result of ``ctx``'s step came from
+    (:func:`~underway.guard.taint.tainted_by`).
+
+    Args:
+        s: The run's state.
+        flow: The run's flow.
+        ctx: The step's context: its state, and the child outcomes the run received.
+    """
+    return tainted_by(s.lineage, flow, ctx.state, ctx.child_taint)
+
 
 async def judge_finish(x: StepExecution, flow: Flow[Any, Any], done: Done,
                        sources: list[str]) -> Done | Fail:
@@ -136,7 +151,8 @@ def finish_step(act: Activation, flow: Flow[Any, Any], step: str, ctx: RunContex
                 f"JSON ({exc}); return plain JSON values (e.g. an ISO string for a time)"
             ) from None
     patch = make_patch(act.state.state, ctx.state.model_dump(mode="json"))
-    act.buffer(ev.StepCompleted(step=step, next=then, patch=patch))
+    received = [src for src in ctx.child_taint if src not in act.state.child_taint]
+    act.buffer(ev.StepCompleted(step=step, next=then, patch=patch, child_taint=received))
     now = act.services.clock.now()
     match nxt:
         case Sleep():
@@ -148,8 +164,8 @@ def finish_step(act: Activation, flow: Flow[Any, Any], step: str, ctx: RunContex
             if nxt.timeout is not None:
                 act.buffer(ev.TimerSet(timer_id=str(timer), wake_at=now + nxt.timeout))
         case Done():
-            act.buffer(ev.RunCompleted(
-                result=nxt.result, tainted_by=tainted_by(act.state.lineage, flow, ctx.state)))
+            act.buffer(ev.RunCompleted(result=nxt.result,
+                                       tainted_by=result_taint(act.state, flow, ctx)))
         case Fail():
             act.buffer(ev.RunFailed(reason=nxt.reason, step=step))
         case Goto():

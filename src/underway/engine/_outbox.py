@@ -14,17 +14,19 @@ from ..store.base import SignalRecord
 
 
 def child_finished(s: RunState, payload: JSON) -> ev.ChildFinished | None:
-    """The ``ChildFinished`` event a child's signal means to run ``s``: None when the
-    signal names no child of the run, or one whose end is journaled already."""
+    """The ``ChildFinished`` event a child's signal means to run ``s`` (with what shaped a
+    completed child's result): None when the signal names no child of the run, or one
+    whose end is journaled already."""
     if not isinstance(payload, dict):
         return None
     run_id, status = payload.get("run_id"), payload.get("status")
     child = s.children.get(str(run_id))
     if child is None or child.ended or status not in FINAL_STATUSES:
         return None
-    error = payload.get("error")
+    error, taint = payload.get("error"), payload.get("tainted_by")
+    sources = [str(t) for t in taint] if isinstance(taint, list) else []
     return ev.ChildFinished(run_id=str(run_id), status=status, result=payload.get("result"),
-                            error=None if error is None else str(error))
+                            error=None if error is None else str(error), tainted_by=sources)
 
 
 def outbox(
@@ -41,9 +43,12 @@ def outbox(
             status = {"RunCompleted": "completed", "RunFailed": "failed"}.get(
                 type(e).__name__, "cancelled")
             error = None if isinstance(e, ev.RunCompleted) else s.error
-            payload = {"run_id": s.run_id, "status": status,
-                       "result": e.result if isinstance(e, ev.RunCompleted) else None,
-                       "error": error}
+            payload: dict[str, JSON] = {
+                "run_id": s.run_id, "status": status,
+                "result": e.result if isinstance(e, ev.RunCompleted) else None, "error": error}
+            if isinstance(e, ev.RunCompleted) and e.tainted_by:
+                # What shaped the result goes up with it; an untainted end is sent as it was.
+                payload["tainted_by"] = list(e.tainted_by)
             signal_id = f"child:{s.run_id}"
             out.append(SignalRecord(
                 s.tenant_id, s.parent_run_id, signal_id, CHILD_SIGNAL,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+from pydantic import Field
+
 from ._base import JSON, Event
 
 
@@ -62,3 +64,7 @@ class ChildFinished(Event):
     status: Literal["completed", "failed", "cancelled"]
     result: JSON = None
     error: str | None = None
+    tainted_by: list[str] = Field(default_factory=list)
+    """Where the untrusted content that shaped a completed child's result came from (its
+    :attr:`~underway.events.RunCompleted.tainted_by`). Empty: none did, as for every child
+    that ended before it was recorded."""

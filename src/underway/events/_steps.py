@@ -25,6 +25,10 @@ class StepCompleted(Event):
     step: str
     next: str | None
     patch: list[JSON]
+    child_taint: list[str] = Field(default_factory=list)
+    """Where the untrusted content of the child outcomes the step received came from
+    (:attr:`~underway.events.ChildFinished.tainted_by`), as far as the run had not received
+    it before. Empty: none, as for every step completed before it was recorded."""
 
 
 class ValueRecorded(Event):

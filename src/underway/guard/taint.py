@@ -16,8 +16,10 @@ taint is the list of sources that content came from (tool names, ``signal:<name>
 - **What holds.** The default policy holds every call labelled :data:`UNTRUSTED` for a
   person (:data:`~underway.guard.policy.UNTRUSTED_INPUT`).
 - **What a result carries.** A run's result names what its lineage brought in, then what
-  its context took in (:func:`tainted_by`, journaled as ``RunCompleted.tainted_by``). A
-  run it starts inherits both through its :class:`~underway.lineage.Lineage`.
+  its context took in, then what the child outcomes it received carried (:func:`tainted_by`,
+  journaled as ``RunCompleted.tainted_by``): taint flows down to the runs a run starts,
+  and up with their results. A run it starts inherits all of it through its
+  :class:`~underway.lineage.Lineage`.
 """
 
 from __future__ import annotations
@@ -93,15 +95,19 @@ def add_source(taint: list[str], source: str) -> None:
         taint.append(source)
 
 
-def tainted_by(lineage: Lineage, flow: Tracked, state: BaseModel) -> list[str]:
+def tainted_by(lineage: Lineage, flow: Tracked, state: BaseModel,
+               received: Iterable[str] = ()) -> list[str]:
     """Where the untrusted content that shaped a run's result came from, in order.
 
     Args:
         lineage: The run's lineage; what it brought in comes first.
         flow: The run's flow; it reads the sources its context took in from ``state``.
         state: The run's state.
+        received: Where the untrusted content of the child outcomes the run received came
+            from (:attr:`~underway.flow.RunContext.child_taint`).
     """
     found: list[str] = list(lineage.sources)
     if flow.taint_of is not None:
         found += [str(source) for source in flow.taint_of(state)]
+    found += received
     return list(dict.fromkeys(found))

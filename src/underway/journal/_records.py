@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from .. import events as ev
 from ..events import JSON
@@ -113,7 +113,8 @@ class ChildRecord(BaseModel):
     """A child run this run started (:class:`~underway.events.ChildStarted`, journaled at
     ``seq``): its ``flow``, ``key`` and whether it is ``detached``; once its end reached
     this run (:class:`~underway.events.ChildFinished`), ``status`` with ``result`` or
-    ``error``."""
+    ``error``, and ``tainted_by``: where the untrusted content that shaped its result came
+    from."""
 
     model_config = ConfigDict(frozen=True, extra="ignore")
 
@@ -124,6 +125,7 @@ class ChildRecord(BaseModel):
     status: Literal["completed", "failed", "cancelled"] | None = None
     result: JSON = None
     error: str | None = None
+    tainted_by: list[str] = Field(default_factory=list)
 
     @property
     def ended(self) -> bool:
@@ -131,8 +133,11 @@ class ChildRecord(BaseModel):
         return self.status is not None
 
     def to_json(self) -> dict[str, JSON]:
-        """The record as checkpoints hold it."""
-        return self.model_dump(mode="json")
+        """The record as checkpoints hold it (those of untainted children as they were)."""
+        data = self.model_dump(mode="json")
+        if not self.tainted_by:
+            del data["tainted_by"]
+        return data
 
 
 PendingApproval = ev.ApprovalRequested

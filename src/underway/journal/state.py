@@ -122,6 +122,9 @@ class RunState:
     tainted_by: list[str] = field(default_factory=list)
     """Once the run completed: where the untrusted content that shaped its result came
     from (:attr:`~underway.events.RunCompleted.tainted_by`; empty: none did)."""
+    child_taint: list[str] = field(default_factory=list)
+    """Where the untrusted content of the child outcomes the run received came from, in
+    order (:attr:`~underway.events.StepCompleted.child_taint`)."""
 
     @property
     def lineage(self) -> Lineage:
@@ -159,8 +162,8 @@ class RunState:
         data["children"] = {k: c.to_json() for k, c in self.children.items()}
         # Fields a run has only once it uses what they record: checkpoints of runs that do
         # not stay as they were, byte for byte.
-        for name, unused in (("versions", {}), ("forked_from", None),
-                             ("lineage_record", None), ("tainted_by", [])):
+        for name, unused in (("versions", {}), ("forked_from", None), ("lineage_record", None),
+                             ("tainted_by", []), ("child_taint", [])):
             if data[name] == unused:
                 del data[name]
         if self.lineage_record is not None:
@@ -225,8 +228,6 @@ def _set_call(s: RunState, rec: CallRecord, *, settles: bool = False) -> None:
             CallRecord(i, "", "", "", "retry") for i in range(len(s.calls), rec.index)
         )
         s.calls.append(rec)
-
-
 
 
 def _request_key(request_id: str) -> str:
@@ -302,6 +303,7 @@ def apply(s: RunState, rec: Recorded) -> RunState:
             s.signal, s.timed_out = None, False
             s.steps_completed += 1
             s.approvals = {}
+            s.child_taint += [src for src in e.child_taint if src not in s.child_taint]
         case ev.ValueRecorded():
             s.values.append(e.value)
         case ev.VersionMarked():
@@ -477,7 +479,7 @@ def apply(s: RunState, rec: Recorded) -> RunState:
             if child is not None:
                 s.children[e.run_id] = child.model_copy(update={
                     "status": e.status, "result": copy.deepcopy(e.result), "error": e.error,
-                })
+                    "tainted_by": list(e.tainted_by)})
             if s.awaiting_child == e.run_id:
                 s.awaiting_child = None
                 if s.status == "waiting" and s.waiting_signal == CHILD_SIGNAL:

@@ -210,7 +210,9 @@ def summarize(rec: Recorded, *, purged_by: str = "retention") -> str:
             return f"waiting for child run {e.run_id}"
         case ev.ChildFinished():
             how = preview(e.result, 48) if e.status == "completed" else str(e.error)
-            return f"child run {e.run_id} {e.status.upper()}: {how}"
+            taint = f" [shaped by untrusted content from {', '.join(e.tainted_by)}]" \
+                if e.tainted_by else ""
+            return f"child run {e.run_id} {e.status.upper()}: {how}{taint}"
         case ev.CheckpointRefused():
             at = f" at seq {e.checkpoint_seq}" if e.checkpoint_seq is not None else ""
             return f"checkpoint{at} REFUSED, state folded from the journal: {e.reason}"

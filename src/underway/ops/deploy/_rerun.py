@@ -65,6 +65,7 @@ class RecordedStep:
         self.signal = state.signal
         self.timed_out = state.timed_out
         self.matched = 0
+        self.child_taint = list(state.child_taint)
         self._calls = 0
         self._values = 0
         self._starts = 0
@@ -208,8 +209,9 @@ class RecordedStep:
         child = self._s.children.get(run_id)
         if child is None or child.status is None:
             raise _Halt
+        self.child_taint += [src for src in child.tainted_by if src not in self.child_taint]
         return ChildOutcome(run_id=run_id, status=child.status, result=child.result,
-                            error=child.error)
+                            error=child.error, tainted_by=list(child.tainted_by))
 
 
 def _fields(exc: ValidationError) -> str:
