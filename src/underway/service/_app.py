@@ -25,6 +25,7 @@ from ..webhooks import REPLAY_WINDOW
 from . import _admin, _approvals, _consents, _erasures, _intake, _reads, _runs, _stream
 from ._auth import ServiceState
 from ._inputs import MAX_BODY_BYTES, BodyLimit
+from ._links import add_links
 from ._metrics import install_metrics
 from ._problems import PROBLEM_TYPE, Problem, install, problem_responses, respond
 from .console import install_console
@@ -137,7 +138,8 @@ def _health(app: FastAPI) -> None:
 def _document(app: FastAPI) -> dict[str, Any]:
     """The OpenAPI document FastAPI builds, with the schemas of bodies an endpoint reads
     itself (the signed intake body, checked against its signature first) added to its
-    components, so every ``$ref`` resolves."""
+    components, so every ``$ref`` resolves, and the links from the ids a response names to
+    the operations that take them (:mod:`underway.service._links`)."""
     if app.openapi_schema is None:
         doc = FastAPI.openapi(app)
         schemas = doc.setdefault("components", {}).setdefault("schemas", {})
@@ -146,6 +148,7 @@ def _document(app: FastAPI) -> dict[str, Any]:
             for name, inner in schema.pop("$defs", {}).items():
                 schemas.setdefault(name, inner)
             schemas.setdefault(model.__name__, schema)
+        add_links(doc)
     return app.openapi_schema or {}
 
 

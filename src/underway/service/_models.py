@@ -14,6 +14,7 @@ from ..client import PendingRequest, RunEvent
 from ..codec import ENCRYPTED
 from ..errors import ConfigurationError
 from ..events import Encrypted, PayloadPurged
+from ..flow import Flow
 from ..inputs import MAX_TIME
 from ..redaction import Redactor
 from ..store.base import RunRecord
@@ -37,6 +38,23 @@ Purpose = Annotated[str, Field(min_length=1, max_length=64,
                                pattern=r"^[a-z][a-z0-9_.\-]{0,63}$",
                                description="A purpose name, e.g. `marketing`."),
                     AfterValidator(_checked(check_purpose, "the purpose"))]
+
+
+def _flow_name(name: str) -> str:
+    try:
+        return Flow.check_name(name)
+    except ConfigurationError as exc:
+        raise ValueError(str(exc)) from None
+
+
+FLOW_NAME_PATTERN = r"^[\w.\-]*[^\W_][\w.\-]*$"
+"""What :meth:`~underway.flow.Flow.check_name` accepts, as a regular expression of
+Python's, whose word characters are those ``isalnum()`` and ``_``."""
+# Checked here, not only by the client, so a bad name is refused as ``body.flow``. The
+# pattern is only documented: the check itself stays Flow.check_name's.
+FlowName = Annotated[str, Field(min_length=1, description="A flow's name.",
+                                json_schema_extra={"pattern": FLOW_NAME_PATTERN}),
+                     AfterValidator(_flow_name)]
 Reference = Annotated[str, Field(min_length=1, max_length=MAX_ID,
                                  description="A consent reference (a consent artefact's id)."),
                       AfterValidator(_checked(check_reference, "the reference"))]
@@ -179,7 +197,7 @@ class StartRun(_Request):
     run is about, ``purpose`` what it is for, ``consent`` the reference of the consent it
     acts on (see docs/data-protection.md)."""
 
-    flow: str = Field(min_length=1)
+    flow: FlowName
     input: JsonValue = None
     queue: str = Field(default="default", min_length=1)
     start_at: float | None = Field(default=None, ge=0, le=MAX_TIME)

@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from underway.errors import ConfigurationError
+from underway.flow import Flow
 from underway.service import create_app
 from underway.store import connect
 
@@ -97,3 +99,21 @@ def test_checked_parameters_document_their_bounds(
         assert not [v for v in refused if fits(v)], where
         if "access-log" not in where:  # its cursor is a number; its purpose a filter
             assert all(fits(v) for v in accepted), where
+
+
+def test_a_flow_name_is_documented_as_the_server_checks_it(document: dict[str, Any]) -> None:
+    documented = document["components"]["schemas"]["StartRun"]["properties"]["flow"]["pattern"]
+    # JSON Schema's ``$`` is the end of the text; Python's also matches before a last newline.
+    pattern = re.compile(documented.removesuffix("$") + r"\Z")
+
+    def accepted(name: str) -> bool:
+        try:
+            Flow.check_name(name)
+        except ConfigurationError:
+            return False
+        return True
+
+    names = ["reminders", "a.b-c_d", "\u00e92", "\u00b2", "", "_", "-.", "a b", "z#", "\u00a1",
+             "a\x00", "a\n"]
+    assert [n for n in names if bool(pattern.search(n)) != accepted(n)] == []
+    assert any(accepted(n) for n in names) and not all(accepted(n) for n in names)

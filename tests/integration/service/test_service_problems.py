@@ -59,6 +59,14 @@ def test_bad_input_is_a_problem_naming_the_field_and_stores_nothing(
     assert len(strict.store.list_api_keys("acme")) == 5
 
 
+def test_a_malformed_flow_name_is_named_by_a_server_without_the_flows(world: World) -> None:
+    for name in ("a b", "z#", "\u00a1"):
+        r = world.call("POST", "/v1/runs", role="operator", json={"flow": name, "input": {}})
+        assert r.status_code == 422, r.text
+        assert [e["field"] for e in r.json()["errors"]] == ["body.flow"]
+    assert world.store.list_runs("acme") == []
+
+
 def test_steering_bodies_are_checked(world: World) -> None:
     run_id = world.start()
     for action, body, field in (
