@@ -16,6 +16,7 @@ from typing import Any
 from test_public_surface import public_modules
 
 import underway
+from underway.knowledge.base import KnowledgeBase
 from underway.store import Store
 
 PACKAGE = Path(underway.__file__).resolve().parent
@@ -25,9 +26,11 @@ PACKAGE = Path(underway.__file__).resolve().parent
 # src/underway, and one ending in "/" covers a whole package.
 PENDING: tuple[str, ...] = ()
 
-STORE_BACKENDS = tuple(f"store/{d}/" for d in ("memory", "sqlite", "postgres", "regional",
-                                                 "_sqlbase"))
-"""The store's backends: each implements the role protocols of :class:`Store`."""
+BACKENDS: dict[str, type] = {
+    **{f"store/{d}/": Store for d in ("memory", "sqlite", "postgres", "regional", "_sqlbase")},
+    **{f"knowledge/{d}.py": KnowledgeBase for d in ("memory", "sqlite", "postgres")},
+}
+"""Backends by path, each with the protocol that documents its methods."""
 
 _ENTRY = re.compile(r"(\*{0,2}\w+)(?: \([^)]*\))?:(?:\s|$)")
 
@@ -70,9 +73,11 @@ def describe(fn: Callable[..., Any], *, bound: bool, owner: type | None = None) 
         definer = next(k for k in owner.__mro__ if vars(k).get("__init__") is fn)
         docs.append(definer.__doc__ or "")
     where = path.relative_to(PACKAGE).as_posix() if path.is_relative_to(PACKAGE) else None
-    if owner is not None and where is not None and where.startswith(STORE_BACKENDS):
-        # A backend's method is documented where its role protocol declares it.
-        declared = getattr(Store, fn.__name__, None)
+    protocol = next((p for path, p in BACKENDS.items()
+                     if where is not None and where.startswith(path)), None)
+    if owner is not None and protocol is not None:
+        # A backend's method is documented where its protocol declares it.
+        declared = getattr(protocol, fn.__name__, None)
         if declared is not None:
             docs.append(declared.__doc__ or "")
     return Public(where, params[1:] if bound else params, docs, variadic)

@@ -39,13 +39,7 @@ class MemoryKnowledge:
     def get(
         self, tenant_id: str, record_id: str, *, now: float | None = None
     ) -> KnowledgeRecord | None:
-        """The tenant's record with this id, or None (also when expired at ``now``).
-
-        Args:
-            tenant_id: The tenant.
-            record_id: The record's id.
-            now: With it, a record expired at that time reads as absent.
-        """
+        """The tenant's record with this id, or None (also when expired at ``now``)."""
         check_key("tenant_id", tenant_id)
         check_key("record id", record_id)
         with self._lock:
@@ -64,16 +58,7 @@ class MemoryKnowledge:
         limit: int = 10,
         max_sensitivity: Sensitivity = "sensitive",
     ) -> list[KnowledgeHit]:
-        """The tenant's readable, unexpired records matching any word of ``query``.
-
-        Args:
-            tenant_id: The tenant.
-            query: The words to match.
-            roles: The reader's roles. A record without roles is open to every role.
-            now: The time now; records expired then are left out.
-            limit: The most records returned.
-            max_sensitivity: The highest sensitivity label returned.
-        """
+        """The tenant's readable, unexpired records matching any word of ``query``."""
         s = plan(tenant_id, query, roles=roles, now=now, limit=limit,
                  max_sensitivity=max_sensitivity)
         if not s.terms:

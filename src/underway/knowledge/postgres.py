@@ -66,13 +66,7 @@ class PostgresKnowledge:
     def get(
         self, tenant_id: str, record_id: str, *, now: float | None = None
     ) -> KnowledgeRecord | None:
-        """The tenant's record with this id, or None (also when expired at ``now``).
-
-        Args:
-            tenant_id: The tenant.
-            record_id: The record's id.
-            now: With it, a record expired at that time reads as absent.
-        """
+        """The tenant's record with this id, or None (also when expired at ``now``)."""
         check_key("tenant_id", tenant_id)
         check_key("record id", record_id)
         with self._conn() as conn:
@@ -95,14 +89,6 @@ class PostgresKnowledge:
         """The tenant's readable, unexpired records matching any word of ``query``.
 
         Best first, by ts_rank.
-
-        Args:
-            tenant_id: The tenant.
-            query: The words to match.
-            roles: The reader's roles. A record without roles is open to every role.
-            now: The time now; records expired then are left out.
-            limit: The most records returned.
-            max_sensitivity: The highest sensitivity label returned.
         """
         s = plan(tenant_id, query, roles=roles, now=now, limit=limit,
                  max_sensitivity=max_sensitivity)
