@@ -101,12 +101,15 @@ class SignedResolutionRequired(UnderwayError):
     (``[approvals] signed_resolutions``), and an unsigned resolve or resume was asked for.
     Nothing was sent: the workers would refuse it. The message says how to sign one."""
 
-    def __init__(self, run_id: str, action: str) -> None:
+    def __init__(self, run_id: str, action: str, *, how: str | None = None) -> None:
+        where = f"run {run_id}: " if run_id else ""
+        how = how or (f"Sign one with `underway approvals resolve {run_id}`, in the "
+                      "console's approvals inbox, or POST it to "
+                      f"/v1/approvals/{run_id}/decision")
         super().__init__(
-            f"run {run_id}: an unsigned {action} is refused here: runs are settled only "
-            "by resolutions signed by an approver ([approvals] signed_resolutions), and "
-            f"nothing was sent. Sign one with `underway approvals resolve {run_id}`, in "
-            f"the console's approvals inbox, or POST it to /v1/approvals/{run_id}/decision"
+            f"{where}an unsigned {action} is refused here: runs are settled only by "
+            "resolutions signed by an approver ([approvals] signed_resolutions), and "
+            f"nothing was sent. {how}"
         )
         self.run_id = run_id
         self.action = action

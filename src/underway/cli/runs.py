@@ -35,15 +35,16 @@ from ._common import (
     handle_errors,
     open_client,
     parse_json,
-    parse_time,
     record_read,
     warn_undeclared,
 )
+from ._filters import FlowOption, SinceOption, StatusOption, UntilOption, run_filter
 from ._timeline import render
+from .bulk import app as bulk_app
 
 app = typer.Typer(help="List, inspect and steer runs.", no_args_is_help=True)
+app.add_typer(bulk_app, name="bulk")
 
-STATUSES = ("ready", "waiting", "escalated", "dead", "completed", "failed", "cancelled")
 _STYLE = {
     "completed": "green", "failed": "red", "cancelled": "yellow", "escalated": "magenta",
     "dead": "bold red",
@@ -64,20 +65,10 @@ ByOption = Annotated[
 @handle_errors
 def list_runs(
     ctx: typer.Context,
-    status: Annotated[
-        str | None,
-        typer.Option("--status", help=f"Only runs with this status: {', '.join(STATUSES)}."),
-    ] = None,
-    flow: Annotated[str | None, typer.Option("--flow", help="Only runs of this flow.")] = None,
-    since: Annotated[
-        str | None,
-        typer.Option("--since", help="Only runs created at or after this time: ISO 8601 "
-                     "(UTC unless it has an offset) or epoch seconds.", show_default=False),
-    ] = None,
-    until: Annotated[
-        str | None,
-        typer.Option("--until", help="Only runs created before this time.", show_default=False),
-    ] = None,
+    status: StatusOption = None,
+    flow: FlowOption = None,
+    since: SinceOption = None,
+    until: UntilOption = None,
     limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many runs.")] = 100,
     cursor: Annotated[
         str | None,
@@ -97,12 +88,10 @@ def list_runs(
     a prefix); --wide, --json and piped output show them whole. When more runs match, a
     last line on stderr gives the --cursor of the next page.
     """
-    if status is not None and status not in STATUSES:
-        raise Problem(f"unknown status {status!r}; choose one of {', '.join(STATUSES)}")
-    since_at, until_at = parse_time(since, "--since"), parse_time(until, "--until")
+    chosen = run_filter(status=status, flow=flow, since=since, until=until)
     with open_client(ctx, db) as client:
-        page = client.list_runs(tenant_id=tenant, status=status, flow=flow, since=since_at,
-                                until=until_at, limit=limit, cursor=cursor)
+        page = client.list_runs(tenant_id=tenant, limit=limit, cursor=cursor,
+                                **chosen.keywords())
         rows = page.runs
         # Only a completed run's end can name what shaped its result.
         taint = {r.run_id: client.tainted_by(r) for r in rows if r.status == "completed"}

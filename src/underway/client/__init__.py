@@ -19,6 +19,7 @@ from ..journal import Verification
 from ..journal.state import Recorded, RunState
 from ..store.base import ConsentRecord, RunRecord
 from ._activity import Activity, ActivityDay
+from ._bulk import ACTIONS, BulkAction, BulkItem, BulkResult, KeySigner, RunFilter, Signer
 from ._client import Client
 from ._forking import Fork
 from ._options import StartKeywords, StartOptions
@@ -26,18 +27,25 @@ from ._pages import ChildRun, RunEvent, RunPage
 from ._requests import PendingRequest, redact_request
 
 __all__ = [
+    "ACTIONS",
     "Activity",
     "ActivityDay",
+    "BulkAction",
+    "BulkItem",
+    "BulkResult",
     "ChildRun",
     "Client",
     "ConsentRecord",
     "Fork",
+    "KeySigner",
     "PendingRequest",
     "Recorded",
     "RunEvent",
+    "RunFilter",
     "RunPage",
     "RunRecord",
     "RunState",
+    "Signer",
     "StartKeywords",
     "StartOptions",
     "Verification",

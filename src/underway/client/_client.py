@@ -16,7 +16,7 @@ from .. import events as ev
 from .. import inputs
 from ..clock import Clock, SystemClock
 from ..codec import Codec, signal_where
-from ..control import CANCEL, RESERVED_PREFIX, resolution_of, resumption_of
+from ..control import RESERVED_PREFIX, resolution_of, resumption_of
 from ..errors import (
     AmbiguousRunId,
     ConfigurationError,
@@ -33,6 +33,7 @@ from ..redaction import Redactor, RunRedactors
 from ..store import connect
 from ..store.base import CoreStore, NewRun, RunRecord, SignalRecord, Store, whole
 from ._activity import Activity, activity
+from ._bulk import Bulk
 from ._consent import Consents
 from ._forking import Forks
 from ._options import StartKeywords, StartOptions
@@ -42,7 +43,7 @@ from ._settling import Settling
 from ._starting import check_start, new_run
 
 
-class Client(Consents, Forks, Settling):
+class Client(Bulk, Consents, Forks, Settling):
     """Starts, steers and reads runs: what an operator, the CLI, an HTTP API or another service
     does. It needs no flow code and runs no step; workers (an :class:`~underway.Engine` driven by
     a :class:`~underway.Worker` or :class:`~underway.Runner`) do that. Every method takes
@@ -291,18 +292,6 @@ class Client(Consents, Forks, Settling):
                                      signal_where(tenant_id, signal_id, name, row.subject)),
             sender, self.clock.now(),
         ))
-
-    def cancel(self, run_id: str, *, by: str, reason: str = "", tenant_id: str = "default") -> None:
-        """Ask for the run to be cancelled at its next step boundary.
-
-        Args:
-            run_id: The run.
-            by: Who asks; journaled.
-            reason: Why; journaled.
-            tenant_id: The run's tenant.
-        """
-        inputs.text("reason", reason)
-        self._send(run_id, CANCEL, {"by": by, "reason": reason}, tenant_id, None, by)
 
     def submit_decision(self, decision: JSON, *, tenant_id: str = "default") -> bool:
         """Deliver a signed approval decision, answer or resolution (built and signed by the

@@ -1,4 +1,5 @@
-"""The client's unsigned settling of runs: resolving an escalation and resuming a dead run.
+"""The client's operator actions that need no signature: cancelling a run, resolving an
+escalation and resuming a dead run.
 
 Where the deployment settles runs only with signed resolutions (``[approvals]
 signed_resolutions``), both refuse here, before anything is sent. This is the one place
@@ -11,7 +12,8 @@ from __future__ import annotations
 import copy
 from typing import Any, Protocol, TypeVar
 
-from ..control import RESOLVE, RESUME
+from .. import inputs
+from ..control import CANCEL, RESOLVE, RESUME
 from ..errors import ConfigurationError, SignedResolutionRequired
 from ..events import JSON
 from ..flow import Flow
@@ -48,7 +50,9 @@ def _unsigned(client: _Steering, run_id: str, tenant_id: str, what: str, status:
 
 
 class Settling:
-    """What :class:`~underway.client.Client` does to settle runs without a signature."""
+    """What :class:`~underway.client.Client` does to cancel and settle runs without a
+    signature. Each takes a ``signal_id``: sent once per id, as :meth:`Client.signal`
+    (bulk operations pass one per run and state, so a repeat sends nothing)."""
 
     signed_resolutions: bool
 
@@ -63,6 +67,24 @@ class Settling:
         strict.signed_resolutions = True
         return strict
 
+    def cancel(
+        self: _Steering, run_id: str, *, by: str, reason: str = "",
+        tenant_id: str = "default", signal_id: str | None = None,
+    ) -> bool:
+        """Ask for the run to be cancelled at its next step boundary; False when
+        ``signal_id`` was sent before.
+
+        Args:
+            run_id: The run.
+            by: Who asks; journaled.
+            reason: Why; journaled.
+            tenant_id: The run's tenant.
+            signal_id: Sent once per id (default: a new one).
+        """
+        inputs.text("reason", reason)
+        return self._send(run_id, CANCEL, {"by": by, "reason": reason}, tenant_id, signal_id,
+                          by)
+
     def resolve(
         self: _Steering,
         run_id: str,
@@ -71,8 +93,9 @@ class Settling:
         by: str,
         result: JSON = None,
         tenant_id: str = "default",
-    ) -> None:
-        """Resolve an escalation.
+        signal_id: str | None = None,
+    ) -> bool:
+        """Resolve an escalation; False when ``signal_id`` was sent before.
 
         It is unsigned. A worker with ``signed_resolutions`` refuses an unsigned one in any case
         (``SignalIgnored``). To sign one, use :meth:`submit_decision` with a ``resolve``
@@ -85,6 +108,7 @@ class Settling:
             by: Who resolves it.
             result: The effect's result, when it succeeded.
             tenant_id: The run's tenant.
+            signal_id: Sent once per id (default: a new one).
 
         Raises:
             SignedResolutionRequired: This client has :attr:`signed_resolutions`; nothing is
@@ -96,14 +120,16 @@ class Settling:
             )
         _unsigned(self, run_id, tenant_id, "resolution", "escalated",
                        "there is nothing to resolve")
-        self._send(run_id, RESOLVE, {"resolution": resolution, "result": result, "by": by},
-                   tenant_id, None, by)
+        return self._send(run_id, RESOLVE,
+                          {"resolution": resolution, "result": result, "by": by},
+                          tenant_id, signal_id, by)
 
     def resume(
         self: _Steering, run_id: str, *, by: str, step: str | None = None,
-        tenant_id: str = "default",
-    ) -> None:
-        """Resume a dead run, at ``step`` or where it stopped.
+        tenant_id: str = "default", signal_id: str | None = None,
+    ) -> bool:
+        """Resume a dead run, at ``step`` or where it stopped; False when ``signal_id`` was
+        sent before.
 
         Its failed calls are tried again, each through the whole guard; completed ones are not.
 
@@ -112,6 +138,7 @@ class Settling:
             by: Who resumes it.
             step: The step to resume at; None means where it stopped.
             tenant_id: The run's tenant.
+            signal_id: Sent once per id (default: a new one).
 
         Raises:
             SignedResolutionRequired: This client has :attr:`signed_resolutions`. It is
@@ -123,4 +150,4 @@ class Settling:
             # (Without the flow's code this is left to the worker: an unknown step stops
             # the run dead again, naming the step.)
             self.flows[row.flow].get_step(step)
-        self._send(run_id, RESUME, {"by": by, "step": step}, tenant_id, None, by)
+        return self._send(run_id, RESUME, {"by": by, "step": step}, tenant_id, signal_id, by)
