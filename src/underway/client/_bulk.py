@@ -93,11 +93,14 @@ class BulkItem:
 
     ``outcome``: ``done`` (the action was sent), ``eligible`` (a dry run would send it),
     ``skipped`` (``reason`` says why) or ``failed`` (``reason`` is the error).
+    ``request_id``: the request the run waits on, when the action settles one (what a
+    signer signs for that run).
     """
 
     run_id: str
     outcome: Outcome
     reason: str = ""
+    request_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,10 +283,11 @@ def _one(client: _Acting, plan: _Plan, run_id: str, dry_run: bool) -> BulkItem:
             why = _unfit_request(plan, request)
         if why is None and _sent(client.store, row, plan.action):
             why = f"a {plan.action} was already sent and the run has not taken it yet"
+        asked = request.request_id if request is not None else None
         if why is not None:
-            return BulkItem(run_id, "skipped", why)
+            return BulkItem(run_id, "skipped", why, asked)
         if dry_run:
-            return BulkItem(run_id, "eligible")
+            return BulkItem(run_id, "eligible", "", asked)
         faults.point("bulk.before_action")
         sent = _act(client, plan, row, request)
         faults.point("bulk.after_action")
@@ -295,8 +299,8 @@ def _one(client: _Acting, plan: _Plan, run_id: str, dry_run: bool) -> BulkItem:
     except UnderwayError as exc:
         return BulkItem(run_id, "failed", str(exc))
     if not sent:
-        return BulkItem(run_id, "skipped", f"this {plan.action} was sent before")
-    return BulkItem(run_id, "done")
+        return BulkItem(run_id, "skipped", f"this {plan.action} was sent before", asked)
+    return BulkItem(run_id, "done", "", asked)
 
 
 def _unfit(action: str, row: RunRecord) -> str | None:
@@ -350,7 +354,12 @@ def _act(client: _Acting, plan: _Plan, row: RunRecord, request: PendingRequest |
     decision = plan.signer(tenant, request, _DECISION[plan.action], answer)
     if decision is None:
         raise ConfigurationError(f"no signed decision was given for run {row.run_id}")
-    return client.submit_decision(decision, tenant_id=tenant)
+    try:
+        return client.submit_decision(decision, tenant_id=tenant)
+    except ConfigurationError as exc:
+        # A decision the run would refuse (a bad signature, an approver not registered):
+        # a failure of this run's action, not a run that moved.
+        raise UnderwayError(str(exc)) from None
 
 
 def request_nonce(request: PendingRequest, approver_id: str) -> str:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Header, Path, Query, Request, Response
+from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 
-from ..client import redact_request
+from ..client import RunFilter, redact_request
 from ..control import CHILD
 from ..errors import ConfigurationError, InvalidInput, ResidencyError
 from ..inputs import MAX_INT
@@ -45,9 +45,7 @@ UNSIGNED = ("unsigned: a worker started with --signed-resolutions refuses it; su
             "signed resolve decision to /v1/approvals/{run_id}/decision instead")
 
 
-@endpoint(router, "GET", "", permission="read", response_model=RunPage)
-def list_runs(
-    state: State, who: Caller,
+def run_query(
     status: Status | None = None,
     flow: Annotated[str | None, Query(min_length=1)] = None,
     created_since: float | None = None,
@@ -56,17 +54,38 @@ def list_runs(
     updated_until: float | None = None,
     q: Annotated[str | None, Query(min_length=1, max_length=200,
                                    description="A substring of the run id or flow.")] = None,
+) -> RunFilter:
+    """The runs filter a request's query names: what ``GET /v1/runs`` lists and a bulk
+    operation acts on (:mod:`underway.service._bulk`).
+
+    Args:
+        status: Only runs with this status.
+        flow: Only runs of this flow.
+        created_since: Only runs created at or after it.
+        created_until: Only runs created before it.
+        updated_since: Only runs last updated at or after it.
+        updated_until: Only runs last updated before it.
+        q: Only runs whose id or flow contains it.
+    """
+    return RunFilter(status=status, flow=flow, since=created_since, until=created_until,
+                     updated_since=updated_since, updated_until=updated_until, search=q)
+
+
+RunQuery = Annotated[RunFilter, Depends(run_query)]
+"""A request's runs filter, read from its query."""
+
+
+@endpoint(router, "GET", "", permission="read", response_model=RunPage)
+def list_runs(
+    state: State, who: Caller, chosen: RunQuery,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     cursor: Annotated[str | None, Query(min_length=1, max_length=CURSOR_MAX,
                                         pattern=CURSOR_PATTERN)] = None,
 ) -> RunPage:
     """A page of the tenant's runs, newest first, filtered."""
     try:
-        page = state.client.list_runs(
-            tenant_id=who.tenant_id, status=status, flow=flow, since=created_since,
-            until=created_until, updated_since=updated_since, updated_until=updated_until,
-            search=q, limit=limit, cursor=cursor,
-        )
+        page = state.client.list_runs(tenant_id=who.tenant_id, limit=limit, cursor=cursor,
+                                      **chosen.keywords())
     except ConfigurationError as exc:
         raise invalid("query.cursor", str(exc)) from None
     return RunPage(runs=[RunSummary.of(r) for r in page.runs], next_cursor=page.next_cursor)

@@ -6,9 +6,9 @@ from __future__ import annotations
 import threading
 
 import pytest
-from conftest import World
 
 import underway as uw
+from conftest import World
 from fakes import bulk_flows
 from fakes.bulk_flows import QUESTION
 from underway import events as ev
