@@ -86,6 +86,19 @@ SAMPLES: dict[tuple[str, str], Sample] = {
                                                          {"json": {}}),
     ("POST", "/v1/runs/{run_id}/resolve"): lambda w, a: (
         f"/v1/runs/{a.run}/resolve", {"json": {"resolution": "retry"}}),
+    # Bulk operations, as dry runs: what each selects, nothing sent.
+    ("POST", "/v1/runs/bulk/resume"): lambda w, a: ("/v1/runs/bulk/resume", {"json": {}}),
+    ("POST", "/v1/runs/bulk/cancel"): lambda w, a: (
+        "/v1/runs/bulk/cancel", {"params": {"flow": "reminders"}, "json": {}}),
+    ("POST", "/v1/runs/bulk/resolve"): lambda w, a: (
+        "/v1/runs/bulk/resolve", {"json": {"resolution": "retry"}}),
+    ("POST", "/v1/runs/bulk/settle"): lambda w, a: (
+        "/v1/runs/bulk/settle", {"json": {"resolution": "resume"}}),
+    ("POST", "/v1/runs/bulk/answer"): lambda w, a: (
+        "/v1/runs/bulk/answer", {"json": {"question": "Which one?", "answer": "A"}}),
+    ("POST", "/v1/runs/bulk/approve"): lambda w, a: (
+        "/v1/runs/bulk/approve", {"json": {"decisions": [a.decision]}}),
+    ("POST", "/v1/runs/bulk/reject"): lambda w, a: ("/v1/runs/bulk/reject", {"json": {}}),
     ("GET", "/v1/approvals"): lambda w, a: ("/v1/approvals", {}),
     ("GET", "/v1/approvals/{run_id}"): lambda w, a: (f"/v1/approvals/{a.refund}", {}),
     ("POST", "/v1/approvals/{run_id}/decision"): lambda w, a: (

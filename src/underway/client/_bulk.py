@@ -259,7 +259,7 @@ def _plan(client: _Acting, action: str, **options: Any) -> _Plan:
     if action in ("resume", "resolve") and plan.signer is None and client.signed_resolutions:
         raise SignedResolutionRequired("", f"bulk {action}", how=(
             f"Sign one per run: `underway runs bulk {action} --key FILE --as APPROVER`, or "
-            f"POST signed decisions to /v1/runs/bulk/{action}"))
+            "POST signed decisions to /v1/runs/bulk/settle"))
     if action == "resolve" and plan.resolution not in ("succeeded", "failed", "retry"):
         raise ConfigurationError("a bulk resolve needs a resolution: succeeded, failed or "
                                  f"retry, not {plan.resolution!r}")

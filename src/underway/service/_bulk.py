@@ -4,10 +4,11 @@ selects — the filter of ``GET /v1/runs``. Each is :meth:`~underway.client.Clie
 A request is a dry run unless its body says ``"dry_run": false``. The answer counts the
 runs by outcome and lists each with its outcome. Unsigned actions (resume, cancel,
 resolve) need a key that may steer runs; each run journals the key's name as who acted.
-Answers, approvals and rejections are signed decisions: the server only verifies them. A
-dry run names the request each run waits on; the caller signs one decision per run and
-sends them as ``decisions``, which needs a key that may decide. Where runs settle only
-with signed resolutions, resume and resolve take ``decisions`` too, or are refused (409).
+Signed ones (answer, approve, reject, and settle: a signed resume or resolution) need a
+key that may decide; the server only verifies them. Their dry run names the request each
+run waits on; the caller signs one decision per run and sends them as ``decisions``.
+Where runs settle only with signed resolutions, resume and resolve are refused (409):
+settle them instead.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from typing import Annotated, Literal
 from fastapi import APIRouter
 from pydantic import BaseModel, Field, JsonValue, ValidationError
 
-from ..apikeys import PERMISSIONS, Permission, roles_with
 from ..client import BulkAction, BulkResult, PendingRequest, RunFilter
 from ..events import JSON
 from ..guard.approvals import SignedDecision
@@ -25,7 +25,7 @@ from ..guard.approvals.decision import Decision
 from ._auth import Caller, Principal, State, endpoint
 from ._inputs import CheckedRoute
 from ._models import _Request
-from ._problems import ApiProblem, invalid
+from ._problems import invalid
 from ._runs import RunQuery
 
 router = APIRouter(prefix="/v1/runs/bulk", tags=["bulk"], route_class=CheckedRoute)
@@ -39,15 +39,15 @@ class _Bulk(_Request):
 
 
 class _Signed(_Bulk):
-    decisions: Annotated[list[JsonValue] | None, Field(
-        default=None, max_length=MAX_DECISIONS,
+    decisions: Annotated[list[JsonValue], Field(
+        default_factory=list, max_length=MAX_DECISIONS,
         description="One signed decision per run, each on the request a dry run named for "
-        "it (``POST /v1/approvals/{run_id}/decision`` takes the same). Present, even "
-        "empty, the operation is signed: a dry run then names each run's request.")]
+        "it (``POST /v1/approvals/{run_id}/decision`` takes the same). A run without one "
+        "is skipped.")]
 
 
-class BulkResume(_Signed):
-    """Resume dead runs, at ``step`` or where each stopped; signed with ``decisions``."""
+class BulkResume(_Bulk):
+    """Resume dead runs, at ``step`` or where each stopped (unsigned)."""
 
     step: str | None = Field(default=None, min_length=1)
 
@@ -58,11 +58,21 @@ class BulkCancel(_Bulk):
     reason: str = ""
 
 
-class BulkResolve(_Signed):
-    """Resolve escalations: the effect ``succeeded`` (with ``result``), ``failed``, or may
-    be ``retry``-ed; signed with ``decisions``."""
+class BulkResolve(_Bulk):
+    """Resolve escalations, unsigned: the effect ``succeeded`` (with ``result``),
+    ``failed``, or may be ``retry``-ed."""
 
     resolution: Literal["succeeded", "failed", "retry"]
+    result: JsonValue = None
+
+
+class BulkSettle(_Signed):
+    """Settle runs with signed resolutions: ``resume`` dead runs (at ``step``), or say
+    of escalated calls that they ``succeeded`` (with ``result``), ``failed`` or may be
+    ``retry``-ed. Each run's decision is a ``resolve`` carrying that resolution."""
+
+    resolution: Literal["resume", "succeeded", "failed", "retry"]
+    step: str | None = Field(default=None, min_length=1)
     result: JsonValue = None
 
 
@@ -125,8 +135,8 @@ class _Given:
                 raise invalid(f"body.decisions.{index}", f"not a signed decision: "
                               f"{where or 'decision'}: {first['msg']}") from None
             if d.tenant_id != tenant_id:
-                raise invalid(f"body.decisions.{index}", f"the decision is for tenant "
-                              f"{d.tenant_id!r}, not this key's tenant")
+                raise invalid(f"body.decisions.{index}",
+                              "the decision is for another tenant than this key's")
             if d.run_id in self.by_run:
                 raise invalid(f"body.decisions.{index}",
                               f"a second decision for run {d.run_id}")
@@ -151,29 +161,18 @@ class _Given:
 
 def _run(state: State, who: Principal, action: BulkAction, chosen: RunFilter,
          body: _Bulk, **options: object) -> BulkReport:
-    signer: _Given | None = None
-    signed = isinstance(body, _Signed) and (body.decisions is not None
-                                            or action in ("answer", "approve", "reject"))
-    # Resume and resolve admit two roles: who steers sends them unsigned, who decides signed.
-    needed: Permission = "decide" if signed else "steer"
-    if needed not in PERMISSIONS[who.role]:
-        what = "deliver signed decisions" if signed else "steer runs unsigned"
-        raise ApiProblem(403, "forbidden", "Forbidden",
-                         f"a {who.role} key may not {what}; it needs one of: "
-                         f"{', '.join(roles_with(needed))}")
-    if isinstance(body, _Signed) and signed:
-        signer = _Given(body.decisions or [], who.tenant_id)
+    signer = _Given(body.decisions, who.tenant_id) if isinstance(body, _Signed) else None
     result = state.client.bulk(action, chosen, by=who.actor, tenant_id=who.tenant_id,
                                dry_run=body.dry_run, signer=signer,
                                **options)  # type: ignore[arg-type]
     return _report(result, signer.unused(result) if signer is not None else [])
 
 
-@endpoint(router, "POST", "/resume", permission=("steer", "decide"), response_model=BulkReport,
+@endpoint(router, "POST", "/resume", permission="steer", response_model=BulkReport,
           problems=(409,))
 def bulk_resume(state: State, who: Caller, chosen: RunQuery, body: BulkResume) -> BulkReport:
-    """Resume every dead run the query selects (``status`` defaults to dead): unsigned
-    with a key that steers, signed (``decisions``) with a key that decides."""
+    """Resume every dead run the query selects (``status`` defaults to dead), unsigned.
+    Where runs settle only with signed resolutions, a 409 says to use ``settle``."""
     return _run(state, who, "resume", chosen, body, step=body.step)
 
 
@@ -183,13 +182,25 @@ def bulk_cancel(state: State, who: Caller, chosen: RunQuery, body: BulkCancel) -
     return _run(state, who, "cancel", chosen, body, reason=body.reason)
 
 
-@endpoint(router, "POST", "/resolve", permission=("steer", "decide"), response_model=BulkReport,
+@endpoint(router, "POST", "/resolve", permission="steer", response_model=BulkReport,
           problems=(409,))
 def bulk_resolve(state: State, who: Caller, chosen: RunQuery,
                  body: BulkResolve) -> BulkReport:
-    """Resolve the escalation of every escalated run the query selects (runs asking a
-    question are skipped: answer them): unsigned with a key that steers, signed
-    (``decisions``) with a key that decides."""
+    """Resolve the escalation of every escalated run the query selects, unsigned (runs
+    asking a question are skipped: answer them). Where runs settle only with signed
+    resolutions, a 409 says to use ``settle``."""
+    return _run(state, who, "resolve", chosen, body, resolution=body.resolution,
+                result=body.result)
+
+
+@endpoint(router, "POST", "/settle", permission="decide", response_model=BulkReport)
+def bulk_settle(state: State, who: Caller, chosen: RunQuery, body: BulkSettle) -> BulkReport:
+    """Settle every selected run with the resolution signed for it: resume dead runs
+    (``status`` defaults to dead) or resolve escalations (to escalated)."""
+    if body.resolution == "resume":
+        return _run(state, who, "resume", chosen, body, step=body.step)
+    if body.step is not None:
+        raise invalid("body.step", "a step goes with the resolution resume only")
     return _run(state, who, "resolve", chosen, body, resolution=body.resolution,
                 result=body.result)
 

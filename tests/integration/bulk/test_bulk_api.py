@@ -137,8 +137,10 @@ def test_keys_act_only_in_their_tenant_and_role(world: World) -> None:
     theirs = start(world, "brittle", 3, tenant="globex")
     assert world.call("POST", "/v1/runs/bulk/resume", role="viewer",
                       json={"dry_run": False}).status_code == 403
-    r = world.call("POST", "/v1/runs/bulk/resume", role="approver", json={"dry_run": False})
-    assert r.status_code == 403 and "steer runs unsigned" in r.json()["detail"]
+    assert world.call("POST", "/v1/runs/bulk/resume", role="approver",
+                      json={"dry_run": False}).status_code == 403
+    assert world.call("POST", "/v1/runs/bulk/settle", role="operator",
+                      json={"resolution": "resume"}).status_code == 403
     assert world.call("POST", "/v1/runs/bulk/cancel", role="approver",
                       json={"dry_run": False}).status_code == 403
     assert world.call("POST", "/v1/runs/bulk/answer", role="operator",
@@ -146,7 +148,7 @@ def test_keys_act_only_in_their_tenant_and_role(world: World) -> None:
     # An operator key may steer, not deliver signed decisions.
     r = world.call("POST", "/v1/runs/bulk/resume", role="operator",
                    json={"dry_run": False, "decisions": [{}]})
-    assert r.status_code == 403 and "signed decisions" in r.json()["detail"]
+    assert r.status_code == 422 and "body.decisions" in r.json()["detail"]
 
     r = world.call("POST", "/v1/runs/bulk/cancel", tenant="globex", role="admin",
                    json={"dry_run": False})
@@ -165,13 +167,14 @@ def test_bad_requests_name_the_problem_and_send_nothing(world: World) -> None:
     cases: list[tuple[str, dict[str, Any], dict[str, Any], str]] = [
         ("resume", {"status": "deadish"}, {"dry_run": False}, "query.status"),
         ("resume", {}, {"dry_run": False, "stepp": "x"}, "body.stepp"),
+        ("settle", {}, {"resolution": "failed", "step": "x"}, "body.step"),
         ("resolve", {}, {"dry_run": False}, "body.resolution"),
         ("answer", {}, {"dry_run": False, "answer": "A"}, "body.question"),
         ("answer", {}, {"dry_run": False, "question": QUESTION, "answer": "A",
                         "decisions": [{"run_id": dead[0]}]}, "body.decisions.0"),
     ]
     for action, query, body, field in cases:
-        role = "approver" if action == "answer" else "operator"
+        role = "approver" if action in ("answer", "settle") else "operator"
         r = world.call("POST", f"/v1/runs/bulk/{action}", params=query, json=body, role=role)
         assert r.status_code == 422, (action, r.text)
         assert field in r.json()["detail"], r.text
@@ -182,9 +185,9 @@ def test_bad_requests_name_the_problem_and_send_nothing(world: World) -> None:
 
 def test_bulk_operations_are_in_the_openapi_document_with_their_roles(world: World) -> None:
     paths = world.http.get("/openapi.json").json()["paths"]
-    for action, roles in (("resume", {"operator", "approver", "admin"}),
-                          ("cancel", {"operator", "admin"}),
-                          ("resolve", {"operator", "approver", "admin"}), ("answer", {"approver"}),
+    for action, roles in (("resume", {"operator", "admin"}), ("cancel", {"operator", "admin"}),
+                          ("resolve", {"operator", "admin"}), ("settle", {"approver"}),
+                          ("answer", {"approver"}),
                           ("approve", {"approver"}), ("reject", {"approver"})):
         op = paths[f"/v1/runs/bulk/{action}"]["post"]
         assert set(op["x-underway-roles"]) == roles
@@ -200,11 +203,12 @@ def test_where_resolutions_are_signed_a_bulk_resume_is_refused_or_signed_per_run
     r = world.call("POST", "/v1/runs/bulk/resume", role="operator", json={"dry_run": False})
     assert r.status_code == 409, r.text
     assert "an unsigned bulk resume is refused here" in r.json()["detail"]
+    assert "/v1/runs/bulk/settle" in r.json()["detail"]
     assert all(world.store.pending_signals("acme", x) == [] for x in dead)
 
     key = world.approver("acme", "lead", "ops")
-    dry = world.call("POST", "/v1/runs/bulk/resume", role="approver",
-                     json={"decisions": []})
+    dry = world.call("POST", "/v1/runs/bulk/settle", role="approver",
+                     json={"resolution": "resume"})
     assert dry.status_code == 200, dry.text
     decisions = [sign_decision(
         key, request_id=x["request_id"], run_id=x["run_id"], tenant_id="acme", tool="",
@@ -212,8 +216,8 @@ def test_where_resolutions_are_signed_a_bulk_resume_is_refused_or_signed_per_run
         approver_id="lead", answer={"resolution": "resume", "step": None},
     ).model_dump(mode="json") for x in dry.json()["runs"]]
     assert len(decisions) == 2
-    r = world.call("POST", "/v1/runs/bulk/resume", role="approver",
-                   json={"dry_run": False, "decisions": decisions})
+    r = world.call("POST", "/v1/runs/bulk/settle", role="approver",
+                   json={"resolution": "resume", "dry_run": False, "decisions": decisions})
     assert r.json()["counts"]["done"] == 2, r.text
     bulk_flows.OUTAGE[0] = False
     world.engine.guard.signed_resolutions = True
