@@ -22,7 +22,8 @@ from schemathesis.specs.openapi.checks import (
 from fakes.service_world import World
 
 EXAMPLES = 12
-ROLE = {"/v1/approvals/{run_id}/decision": "approver", "/v1/intake/{source}": "intake"}
+ROLE = {"/v1/approvals/{run_id}/decision": "approver", "/v1/intake/{source}": "intake",
+        **{f"/v1/runs/bulk/{a}": "approver" for a in ("settle", "answer", "approve", "reject")}}
 
 
 def fuzz(world: World, op: Any, role: str, run_id: str, calls: list[int]) -> None:

@@ -4,7 +4,8 @@ API. Sign-in exchanges an API key for a session cookie (:mod:`._session`); every
 sees only its key's tenant and does only what its key's role may; reads of a run's data
 are written to the access log like the API's.
 
-- ``/runs``: the runs, filtered and searched, with counts by status;
+- ``/runs``: the runs, filtered and searched, with counts by status; resume, cancel or
+  resolve every run of the filter, after a dry run;
 - ``/runs/{id}``: a run's timeline, its state at any event, live while it moves;
 - ``/approvals``: the inbox, with decisions signed in the browser;
 - ``/charts``: the tenant's metrics per day, charts from the runs table and the journal
@@ -18,7 +19,7 @@ from pathlib import Path
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
-from . import _approvals, _base, _metrics, _run, _run_actions, _runs
+from . import _approvals, _base, _bulk, _metrics, _run, _run_actions, _runs
 from ._security import CONSOLE_CSP, SecurityHeaders
 from ._session import Sessions
 
@@ -35,7 +36,7 @@ def install_console(app: FastAPI, *, session_secret: bytes | None = None) -> Non
     browser out)."""
     app.state.console = Sessions(app.state.underway.store, session_secret)
     _base.install_handlers(app)
-    for module in (_base, _runs, _run, _run_actions, _approvals, _metrics):
+    for module in (_base, _runs, _bulk, _run, _run_actions, _approvals, _metrics):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.add_middleware(SecurityHeaders)

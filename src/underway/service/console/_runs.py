@@ -1,5 +1,7 @@
 """``/runs``: the tenant's runs, newest first, filtered by status and flow and searched by
-id or flow, with the counts by status above; a page of 50 with a cursor to the next."""
+id or flow, with the counts by status above; a page of 50 with a cursor to the next. A
+key that may steer runs gets a form to act on every run of the filter
+(:mod:`._bulk`)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 
+from ...client import RunFilter
 from ...errors import ConfigurationError
 from ...store._offload import run_io
 from ...store.base import Store
@@ -31,12 +34,12 @@ async def runs_page(
 ) -> HTMLResponse:
     """The runs table."""
     tenant = session.principal.tenant_id
-    status = status if status in STATUSES else None
+    filtered = chosen(status, flow, q)
+    status = filtered.status
     error = ""
     try:
         page = await run_io(state.store, lambda: state.client.list_runs(
-            tenant_id=tenant, status=status, flow=flow or None, search=q or None,
-            limit=PAGE, cursor=cursor or None))
+            tenant_id=tenant, limit=PAGE, cursor=cursor or None, **filtered.keywords()))
     except ConfigurationError as exc:
         error, page = str(exc), None
     counts = await run_io(state.store, _counts, state.store, tenant)
@@ -45,7 +48,21 @@ async def runs_page(
         "next_cursor": page.next_cursor if page else None, "error": error,
         "status": status, "flow": flow or "", "q": q or "", "counts": counts,
         "statuses": STATUSES, "total": sum(counts.values()),
+        "may_steer": session.may("steer"),
     }, session=session)
+
+
+def chosen(status: str | None, flow: str | None, q: str | None) -> RunFilter:
+    """The runs filter the page's fields name: what the runs list shows and a bulk action
+    acts on (an unknown status is no filter, as the list's links never make one).
+
+    Args:
+        status: The status field.
+        flow: The flow field.
+        q: The search field.
+    """
+    return RunFilter(status=status if status in STATUSES else None, flow=flow or None,
+                     search=q or None)
 
 
 def _counts(store: Store, tenant: str) -> dict[str, int]:
