@@ -99,7 +99,13 @@ class InvalidInput(ConfigurationError):
 class SignedResolutionRequired(UnderwayError):
     """This deployment settles escalations and dead runs only with signed resolutions
     (``[approvals] signed_resolutions``), and an unsigned resolve or resume was asked for.
-    Nothing was sent: the workers would refuse it. The message says how to sign one."""
+    Nothing was sent: the workers would refuse it. The message says how to sign one.
+
+    Args:
+        run_id: The run (empty for a bulk operation: it names no one run).
+        action: What was refused, e.g. ``resume``.
+        how: How to sign one instead (default: for the one run).
+    """
 
     def __init__(self, run_id: str, action: str, *, how: str | None = None) -> None:
         where = f"run {run_id}: " if run_id else ""
