@@ -11,6 +11,7 @@ import underway as uw
 from conftest import World
 from fakes import bulk_flows
 from fakes.bulk_flows import QUESTION
+from fakes.invoice_flows import refunds
 from underway import events as ev
 from underway.client import BulkItem, KeySigner, RunFilter
 from underway.errors import SignedResolutionRequired
@@ -235,3 +236,27 @@ def test_a_bulk_operation_stays_in_its_tenant(world: World) -> None:
     assert sorted(report.ids("done")) == sorted(ours)
     world.drive()
     assert {world.status(r, tenant="acme") for r in theirs} == {"dead"}
+
+
+def test_approving_in_bulk_signs_each_held_call_for_its_own_run(world: World) -> None:
+    world.engine.register(refunds)
+    key = world.approver("meera", "finance")
+    held = [world.client.start("refunds", {"invoice": f"INV-{i}", "amount": 10 + i})[0]
+            for i in range(4)]
+    world.drive()
+    assert {world.status(r) for r in held} == {"waiting"}
+    with pytest.raises(uw.ConfigurationError, match="signer"):
+        world.client.bulk("approve", RunFilter(), by="meera")
+    dry = world.client.bulk("approve", RunFilter(flow="refunds"), by="meera",
+                            signer=KeySigner(key, approver_id="meera"))
+    requests = {i.run_id: i.request_id for i in dry.items}
+    assert set(requests) == set(held) and None not in requests.values()
+
+    report = world.client.bulk("approve", RunFilter(flow="refunds"), by="meera",
+                               signer=KeySigner(key, approver_id="meera"), dry_run=False)
+    assert report.counts["done"] == 4
+    world.drive()
+    for run_id in held:
+        [granted] = world.events(run_id, ev.ApprovalGranted)
+        assert granted.approver_id == "meera" and granted.request_id == requests[run_id]
+        assert world.status(run_id) == "completed"
