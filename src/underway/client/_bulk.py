@@ -9,7 +9,7 @@ signed answer, approval, rejection or resolution. So each run journals its own a
 with the operator, when its worker takes it.
 
 A repeat acts on nothing twice. An unsigned action is sent under a signal id made of the
-action, the run and its journal head, so a second operation (concurrent, or a re-run
+action and the run's journal head, so a second operation (concurrent, or a re-run
 after a crash) sends nothing new while the run has not moved. A run with the same kind of
 action already in its inbox is skipped. A signed decision gets a nonce made of the run and
 the request, so two signings of one request are one decision.
@@ -331,7 +331,8 @@ def _sent(store: Store, row: RunRecord, action: str) -> bool:
 
 def _act(client: _Acting, plan: _Plan, row: RunRecord, request: PendingRequest | None) -> bool:
     """Send the action to the run: the single-run call, once per run and journal head."""
-    once = f"bulk:{plan.action}:{row.run_id}:{row.last_seq}"
+    # Signal ids are the run's own: the action and the journal head name one sending.
+    once = f"bulk:{plan.action}:{row.last_seq}"
     tenant = plan.tenant_id
     if plan.action == "cancel":
         return client.cancel(row.run_id, by=plan.by, reason=plan.reason, tenant_id=tenant,
@@ -379,7 +380,9 @@ class KeySigner:
 
     Each decision's nonce is :func:`request_nonce`. A request with no expiry gets a
     decision valid for a day, counted from the start of the hour: signing the same
-    request again within the hour makes the very same decision.
+    request again within the hour makes the very same decision. Signed in two hours,
+    they are two decisions with one nonce: the run takes the first and refuses the other
+    (journaled), so it still acts once.
 
     Args:
         private_key: The approver's key (:func:`~underway.guard.approvals.load_private_key`).

@@ -4,6 +4,7 @@ the operator journaled per run. Every test runs on SQLite and a real PostgreSQL.
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -259,4 +260,66 @@ def test_approving_in_bulk_signs_each_held_call_for_its_own_run(world: World) ->
     for run_id in held:
         [granted] = world.events(run_id, ev.ApprovalGranted)
         assert granted.approver_id == "meera" and granted.request_id == requests[run_id]
+        assert world.status(run_id) == "completed"
+
+
+def test_two_operations_past_the_inbox_check_at_once_still_send_one_action(
+    world: World, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The race the inbox check cannot close: two operations both find the inbox empty,
+    then both send. The signal id (unsigned) and the decision itself (signed) are the
+    same for both, so the store keeps one."""
+    from underway.client import _bulk
+
+    dead = world.start("brittle", 3)
+    asking = world.start("asking", 3)
+    key = world.approver("priya", "support")
+    now = time.time()  # (one hour for both signings: a decision with no expiry is valid a day)
+    monkeypatch.setattr(_bulk, "_sent", lambda *args: False)
+    for by in ("ops-1", "ops-2"):
+        world.client.bulk("resume", RunFilter(flow="brittle"), by=by, dry_run=False)
+        world.client.bulk("answer", RunFilter(flow="asking"), by="priya", question=QUESTION,
+                          answer="Pune", signer=KeySigner(key, approver_id="priya",
+                                                          clock=lambda: now),
+                          dry_run=False)
+    second = world.client.bulk("resume", RunFilter(flow="brittle"), by="ops-3", dry_run=False)
+    assert [i.reason for i in second.items] == ["this resume was sent before"] * 3
+    bulk_flows.OUTAGE[0] = False
+    world.drive()
+    for run_id in dead:
+        assert [e.by for e in world.events(run_id, ev.RunResumed)] == ["ops-1"]
+        assert world.events(run_id, ev.SignalIgnored) == []
+    for run_id in asking:
+        assert len(world.events(run_id, ev.EscalationAnswered)) == 1
+        assert world.events(run_id, ev.ApprovalInvalid) == []
+
+
+def test_two_concurrent_bulk_answers_answer_each_run_once(world: World) -> None:
+    asking = world.start("asking", 12)
+    key = world.approver("priya", "support")
+    now = time.time()
+    signer = KeySigner(key, approver_id="priya", clock=lambda: now)
+    start = threading.Barrier(2)
+    reports = []
+
+    def operate() -> None:
+        client = uw.Client(uw.connect(world.url, migrate=False))
+        try:
+            start.wait()
+            reports.append(client.bulk(
+                "answer", RunFilter(flow="asking"), by="priya", question=QUESTION,
+                answer="Pune", signer=signer, dry_run=False, page_size=3))
+        finally:
+            client.store.close()
+
+    threads = [threading.Thread(target=operate) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(r.counts["done"] for r in reports) == 12
+    world.drive()
+    for run_id in asking:
+        assert len(world.events(run_id, ev.EscalationAnswered)) == 1
+        assert world.events(run_id, ev.ApprovalInvalid) == []
         assert world.status(run_id) == "completed"
