@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol, cast
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -232,12 +232,12 @@ class Bulk:
         if page_size < 1:
             raise ConfigurationError(f"page_size must be at least 1, not {page_size}")
         if filter.status is None and action in _STATUS:
-            filter = RunFilter(**{**filter.keywords(), "status": _STATUS[action]})
+            filter = replace(filter, status=_STATUS[action])
         out = BulkResult(action, dry_run, filter)
         cursor: str | None = None
         while True:
             page = client.list_runs(tenant_id=tenant_id, limit=page_size, cursor=cursor,
-                                  **filter.keywords())
+                                    **filter.keywords())
             for row in page.runs:
                 item = _one(client, plan, row.run_id, dry_run)
                 out.items.append(item)

@@ -57,10 +57,11 @@ def test_an_operator_resumes_the_filtered_runs_after_a_dry_run(world: World) -> 
     asking = start(world, "asking", 2)
     with sign_in(world, role="operator") as browser:
         page = browser.get("/runs", params={"status": "dead", "flow": "brittle"}).text
-        assert 'id="bulk-form"' in page
-        form = {"csrf": csrf_of(page), "action": "resume", "status": "dead",
-                "flow": "brittle", "q": ""}
-        dry = browser.post("/runs/bulk", data=form)
+        # The form acts on the page's own filter: its query.
+        assert 'action="/runs/bulk?status=dead&amp;flow=brittle" id="bulk-form"' in page
+        form = {"csrf": csrf_of(page), "action": "resume"}
+        dry = browser.post("/runs/bulk", params={"status": "dead", "flow": "brittle"},
+                           data=form)
         assert dry.status_code == 200, dry.text
         assert "dry run" in dry.text and "Nothing was sent." in dry.text
         assert count(dry.text, "eligible") == 9
@@ -70,10 +71,14 @@ def test_an_operator_resumes_the_filtered_runs_after_a_dry_run(world: World) -> 
         assert {status(world, r, "acme") for r in dead} == {"dead"}
 
         bulk_flows.OUTAGE[0] = False
+        form_html = dry.text.split('id="bulk-confirm"', 1)[0].rsplit("<form", 1)[1]
+        target = re.search(r'action="([^"]+)"', form_html)
+        assert target and html.unescape(target.group(1)) == (
+            "/runs/bulk?status=dead&flow=brittle")
         confirm = dict(re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)">',
                                   dry.text.split('id="bulk-confirm"', 1)[1]))
-        done = browser.post("/runs/bulk", data={k: html.unescape(v)
-                                                for k, v in confirm.items()})
+        done = browser.post(html.unescape(target.group(1)),
+                            data={k: html.unescape(v) for k, v in confirm.items()})
         assert done.status_code == 200, done.text
         assert count(done.text, "done") == 9
     world.drive()

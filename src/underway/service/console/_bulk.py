@@ -1,6 +1,7 @@
 """``POST /runs/bulk``: resume, cancel or resolve every run of the runs list's filter.
 
-The runs page posts the form with its filter and the session's CSRF token. The first post
+The runs page posts the form to ``/runs/bulk`` with its own query (the filter, read by
+:func:`~._runs.page_filter` as the list reads it) and the session's CSRF token. The first post
 is a dry run: the page shows how many runs match, how many the action fits, the first
 ids and why the others are skipped, with a form to confirm. The confirming post acts,
 run by run, and shows what was done to each. It is :meth:`~underway.client.Client.bulk`,
@@ -22,7 +23,7 @@ from ...inputs import parse_json
 from ...store._offload import run_io
 from .._inputs import CheckedRoute
 from ._base import Console, Signed, check_form, render, require
-from ._runs import chosen
+from ._runs import PageFilter, query_of
 
 router = APIRouter(include_in_schema=False, route_class=CheckedRoute)
 
@@ -36,18 +37,19 @@ Field = Annotated[str, Form(max_length=200)]
 
 @router.post("/runs/bulk")
 async def bulk(
-    request: Request, state: Console, session: Signed, csrf: Field = "",
-    action: Field = "", status: Field = "", flow: Field = "", q: Field = "",
+    request: Request, state: Console, session: Signed, filtered: PageFilter,
+    csrf: Field = "", action: Field = "",
     reason: Annotated[str, Form(max_length=2000)] = "", step: Field = "",
     resolution: Field = "", result: Annotated[str, Form(max_length=100_000)] = "",
     confirm: Field = "",
 ) -> HTMLResponse:
-    """A dry run of ``action`` on the filter's runs; with ``confirm``, the action."""
+    """A dry run of ``action`` on the runs of the query's filter; with ``confirm``, the
+    action."""
     check_form(request, session, csrf)
     require(session, "steer")
     who = session.principal
-    fields = {"action": action, "status": status, "flow": flow, "q": q, "reason": reason,
-              "step": step, "resolution": resolution, "result": result}
+    fields = {"action": action, "reason": reason, "step": step, "resolution": resolution,
+              "result": result}
 
     def refuse(reason: str, status_code: int) -> HTMLResponse:
         return render(request, "error.html", {"title": "Not done", "reason": reason},
@@ -68,7 +70,6 @@ async def bulk(
             options["result"] = parse_json("form.result", result) if result.strip() else None
         except ConfigurationError as exc:
             return refuse(str(exc), 422)
-    filtered = chosen(status, flow, q)
     try:
         report: BulkResult = await run_io(state.store, lambda: state.client.bulk(
             action, filtered, by=who.actor, tenant_id=who.tenant_id,  # type: ignore[arg-type]
@@ -86,4 +87,5 @@ async def bulk(
         "nav": "runs", "report": report, "counts": report.counts, "fields": fields,
         "filter": described, "preview": report.ids("eligible")[:PREVIEW],
         "skipped": sorted(skipped.items()), "items": report.items,
+        "query": query_of(filtered),
     }, session=session)

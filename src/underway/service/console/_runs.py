@@ -6,8 +6,9 @@ key that may steer runs gets a form to act on every run of the filter
 from __future__ import annotations
 
 from typing import Annotated
+from urllib.parse import urlencode
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import HTMLResponse
 
 from ...client import RunFilter
@@ -24,18 +25,45 @@ STATUSES = ("ready", "waiting", "escalated", "dead", "completed", "failed", "can
 PAGE = 50
 
 
-@router.get("/runs")
-async def runs_page(
-    request: Request, state: Console, session: Signed,
+def page_filter(
     status: Annotated[str | None, Query(max_length=20)] = None,
     flow: Annotated[str | None, Query(max_length=200)] = None,
     q: Annotated[str | None, Query(max_length=200)] = None,
+) -> RunFilter:
+    """The runs filter of the page's query (``?status=&flow=&q=``): what the runs list
+    shows and a bulk action acts on. An unknown status is no filter, as the list's links
+    never make one.
+
+    Args:
+        status: Only runs with this status.
+        flow: Only runs of this flow.
+        q: Only runs whose id or flow contains it.
+    """
+    return RunFilter(status=status if status in STATUSES else None, flow=flow or None,
+                     search=q or None)
+
+
+PageFilter = Annotated[RunFilter, Depends(page_filter)]
+"""The runs filter a console request's query names."""
+
+
+def query_of(filtered: RunFilter) -> str:
+    """The query string that names ``filtered`` (as :func:`page_filter` reads it).
+
+    Args:
+        filtered: The filter.
+    """
+    fields = {"status": filtered.status, "flow": filtered.flow, "q": filtered.search}
+    return urlencode({k: v for k, v in fields.items() if v})
+
+
+@router.get("/runs")
+async def runs_page(
+    request: Request, state: Console, session: Signed, filtered: PageFilter,
     cursor: Annotated[str | None, Query(max_length=500)] = None,
 ) -> HTMLResponse:
     """The runs table."""
     tenant = session.principal.tenant_id
-    filtered = chosen(status, flow, q)
-    status = filtered.status
     error = ""
     try:
         page = await run_io(state.store, lambda: state.client.list_runs(
@@ -46,23 +74,10 @@ async def runs_page(
     return render(request, "runs.html", {
         "nav": "runs", "runs": page.runs if page else [],
         "next_cursor": page.next_cursor if page else None, "error": error,
-        "status": status, "flow": flow or "", "q": q or "", "counts": counts,
-        "statuses": STATUSES, "total": sum(counts.values()),
-        "may_steer": session.may("steer"),
+        "status": filtered.status, "flow": filtered.flow or "", "q": filtered.search or "",
+        "counts": counts, "statuses": STATUSES, "total": sum(counts.values()),
+        "may_steer": session.may("steer"), "query": query_of(filtered),
     }, session=session)
-
-
-def chosen(status: str | None, flow: str | None, q: str | None) -> RunFilter:
-    """The runs filter the page's fields name: what the runs list shows and a bulk action
-    acts on (an unknown status is no filter, as the list's links never make one).
-
-    Args:
-        status: The status field.
-        flow: The flow field.
-        q: The search field.
-    """
-    return RunFilter(status=status if status in STATUSES else None, flow=flow or None,
-                     search=q or None)
 
 
 def _counts(store: Store, tenant: str) -> dict[str, int]:
