@@ -24,13 +24,15 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol, cast
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from pydantic import ValidationError
 
 from .. import faults
+from ..clock import Clock
 from ..control import CANCEL, RESOLVE, RESUME
 from ..errors import ConfigurationError, SignedResolutionRequired, UnderwayError
 from ..events import JSON
-from ..guard.approvals import sign_decision
-from ..guard.approvals.decision import Decision
+from ..guard.approvals import ApprovalCheck, SignedDecision, sign_decision, verify_decision
+from ..guard.approvals.decision import REASON_TEXT, Decision
 from ..journal.state import ANSWER_SIGNAL, APPROVAL_SIGNAL
 from ..store.base import FINAL, RunRecord, Store
 from ._pages import RunPage
@@ -134,6 +136,7 @@ class _Acting(Protocol):
     """What a bulk operation needs of the client."""
 
     signed_resolutions: bool
+    clock: Clock
 
     @property
     def store(self) -> Store: ...
@@ -355,12 +358,31 @@ def _act(client: _Acting, plan: _Plan, row: RunRecord, request: PendingRequest |
     decision = plan.signer(tenant, request, _DECISION[plan.action], answer)
     if decision is None:
         raise ConfigurationError(f"no signed decision was given for run {row.run_id}")
+    _check(client, tenant, request, decision)
     try:
         return client.submit_decision(decision, tenant_id=tenant)
     except ConfigurationError as exc:
         # A decision the run would refuse (a bad signature, an approver not registered):
         # a failure of this run's action, not a run that moved.
         raise UnderwayError(str(exc)) from None
+
+
+def _check(client: _Acting, tenant_id: str, request: PendingRequest, decision: JSON) -> None:
+    """Refuse a decision the run would refuse, before it is sent: the run's own check, its
+    required role and expiry included (:meth:`Client.submit_decision` checks the rest)."""
+    try:
+        d = SignedDecision.model_validate(decision)
+    except ValidationError:
+        return  # submit_decision names what is wrong with it
+    check = ApprovalCheck(
+        request_id=request.request_id, run_id=request.run_id, tenant_id=tenant_id,
+        tool=request.tool, args_hash=request.args_hash,
+        required_role=request.required_role, expires_at=request.expires_at)
+    approver = client.store.get_approver(tenant_id, d.approver_id)
+    reason = verify_decision(d, check=check, approver=approver, now=client.clock.now())
+    if reason is not None:
+        raise UnderwayError(f"run {request.run_id} would refuse the decision by "
+                            f"{d.approver_id!r}: {REASON_TEXT[reason]} ({reason})")
 
 
 def request_nonce(request: PendingRequest, approver_id: str) -> str:

@@ -323,3 +323,15 @@ def test_two_concurrent_bulk_answers_answer_each_run_once(world: World) -> None:
         assert len(world.events(run_id, ev.EscalationAnswered)) == 1
         assert world.events(run_id, ev.ApprovalInvalid) == []
         assert world.status(run_id) == "completed"
+
+
+def test_a_decision_the_run_would_refuse_fails_before_it_is_sent(world: World) -> None:
+    waiting = world.start("asking", 3)
+    key = world.approver("sam", "sales")  # the question asks for the support role
+    report = world.client.bulk("answer", RunFilter(), by="sam", question=QUESTION,
+                               answer="Pune", signer=KeySigner(key, approver_id="sam"),
+                               dry_run=False)
+    assert report.counts["failed"] == 3
+    assert all("the approver lacks the role the request requires" in i.reason
+               for i in report.items)
+    assert all(world.client_store.pending_signals("default", r) == [] for r in waiting)

@@ -132,3 +132,17 @@ def test_runs_bulk_cancel_names_what_it_skipped(world: World) -> None:
     assert f"skipped  {done[0]}: it is already completed" in out
     world.drive()
     assert {world.status(r) for r in asking} == {"cancelled"}
+
+
+def test_runs_bulk_answer_exits_1_when_the_runs_would_refuse_it(
+    world: World, tmp_path: Path,
+) -> None:
+    asking = world.start("asking", 2)
+    key = new_key(world, tmp_path, "sam", "sales")
+    code, out, err = cli("runs", "bulk", "answer", "--question", QUESTION, "--answer", "B",
+                         "--key", str(key), "--as", "sam", "--yes", db=world.url)
+    assert code == 1
+    assert "0 sent, 0 skipped, 2 failed of 2 runs matched" in out
+    assert out.count("the approver lacks the role the request requires") == 2
+    assert "2 of 2 runs failed" in err
+    assert all(world.client_store.pending_signals("default", r) == [] for r in asking)
