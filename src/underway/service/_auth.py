@@ -102,8 +102,8 @@ Caller = Annotated[Principal, Depends(principal)]
 class _Require:
     """A dependency that authenticates the bearer token and checks one permission."""
 
-    def __init__(self, permission: Permission | tuple[Permission, ...]) -> None:
-        self.permissions = permission if isinstance(permission, tuple) else (permission,)
+    def __init__(self, permission: Permission) -> None:
+        self.permission = permission
 
     async def __call__(
         self, request: Request,
@@ -120,8 +120,8 @@ class _Require:
                              "the API key is unknown or revoked",
                              headers={"WWW-Authenticate": "Bearer"})
         role: Role = record.role  # type: ignore[assignment]
-        if not any(p in PERMISSIONS[role] for p in self.permissions):
-            allowed = ", ".join(_roles(self.permissions))
+        if self.permission not in PERMISSIONS[role]:
+            allowed = ", ".join(roles_with(self.permission))
             raise ApiProblem(403, "forbidden", "Forbidden",
                              f"a {role} key may not do this; it needs one of: {allowed}")
         request.state.principal = Principal(record.key_id, record.name, record.tenant_id, role)
@@ -157,25 +157,16 @@ def _identify(store: Store, token: str) -> ApiKeyRecord | None:
     return record
 
 
-def _roles(permissions: tuple[Permission, ...]) -> list[str]:
-    """The roles holding any of ``permissions``, in the order :data:`ROLES` names them."""
-    held = {r for p in permissions for r in roles_with(p)}
-    return [r for r in ROLES if r in held]
-
-
 def endpoint(
-    router: APIRouter, method: str, path: str, *,
-    permission: Permission | tuple[Permission, ...], run_data: bool = False,
-    problems: tuple[int, ...] = (), **kwargs: Any,
+    router: APIRouter, method: str, path: str, *, permission: Permission,
+    run_data: bool = False, problems: tuple[int, ...] = (), **kwargs: Any,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Declare an endpoint of ``router`` that needs ``permission`` (any one of several,
-    when a tuple: the endpoint checks which its request needs) and, with ``run_data``,
-    records its reads in the access log."""
+    """Declare an endpoint of ``router`` that needs ``permission`` (and, with
+    ``run_data``, records its reads in the access log)."""
     extra = dict(kwargs.pop("openapi_extra", None) or {})
     responses = {**problem_responses(400, 401, 403, 413, 422, *problems),
                  **kwargs.pop("responses", {})}
-    extra[ROLES_EXTENSION] = _roles(permission if isinstance(permission, tuple)
-                                    else (permission,))
+    extra[ROLES_EXTENSION] = list(roles_with(permission))
     extra[RUN_DATA_EXTENSION] = run_data
     return router.api_route(
         path, methods=[method], dependencies=[Depends(_Require(permission))],
