@@ -26,10 +26,15 @@ from typing import Any, Literal, Protocol, cast
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import ValidationError
 
-from .. import faults
+from .. import faults, inputs
 from ..clock import Clock
 from ..control import CANCEL, RESOLVE, RESUME
-from ..errors import ConfigurationError, SignedResolutionRequired, UnderwayError
+from ..errors import (
+    ConfigurationError,
+    RunNotFound,
+    SignedResolutionRequired,
+    UnderwayError,
+)
 from ..events import JSON
 from ..guard.approvals import ApprovalCheck, SignedDecision, sign_decision, verify_decision
 from ..guard.approvals.decision import REASON_TEXT, Decision
@@ -256,6 +261,9 @@ def _plan(client: _Acting, action: str, **options: Any) -> _Plan:
         raise ConfigurationError(f"unknown bulk action {action!r}; choose one of "
                                  f"{', '.join(ACTIONS)}")
     plan = _Plan(action=action, **options)
+    inputs.text("reason", plan.reason)
+    inputs.json_value("result", plan.result)
+    inputs.json_value("answer", plan.answer)
     if action in SIGNED_ONLY and plan.signer is None:
         raise ConfigurationError(f"a bulk {action} is a signed decision per run: give a "
                                  "signer (an approver's key)")
@@ -296,6 +304,8 @@ def _one(client: _Acting, plan: _Plan, run_id: str, dry_run: bool) -> BulkItem:
         faults.point("bulk.after_action")
     except SignedResolutionRequired:
         raise
+    except RunNotFound:
+        return BulkItem(run_id, "skipped", "it no longer exists")
     except ConfigurationError as exc:
         # The run moved between the read and the action: the client refused it.
         return BulkItem(run_id, "skipped", str(exc))

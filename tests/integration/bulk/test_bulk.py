@@ -335,3 +335,21 @@ def test_a_decision_the_run_would_refuse_fails_before_it_is_sent(world: World) -
     assert all("the approver lacks the role the request requires" in i.reason
                for i in report.items)
     assert all(world.client_store.pending_signals("default", r) == [] for r in waiting)
+
+
+def test_bad_options_are_refused_before_any_run_is_touched(world: World) -> None:
+    asking = world.start("asking", 2)
+    for action, options, problem in (
+        ("cancel", {"reason": "recall\x00"}, "reason: holds a NUL character"),
+        ("frobnicate", {}, "unknown bulk action 'frobnicate'"),
+        ("resolve", {"resolution": "maybe"}, "needs a resolution"),
+        ("answer", {"question": QUESTION, "answer": None,
+                    "signer": KeySigner(world.approver("p", "support"), approver_id="p")},
+         "needs the answer"),
+    ):
+        with pytest.raises(uw.ConfigurationError, match=problem):
+            world.client.bulk(action, RunFilter(), by="ops", dry_run=False,
+                              **options)
+    with pytest.raises(uw.ConfigurationError, match="page_size must be at least 1"):
+        world.client.bulk("cancel", RunFilter(), by="ops", dry_run=False, page_size=0)
+    assert all(world.client_store.pending_signals("default", r) == [] for r in asking)
