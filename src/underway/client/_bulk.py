@@ -367,7 +367,8 @@ def _act(client: _Acting, plan: _Plan, row: RunRecord, request: PendingRequest |
         answer = {"resolution": plan.resolution, "result": plan.result}
     decision = plan.signer(tenant, request, _DECISION[plan.action], answer)
     if decision is None:
-        raise ConfigurationError(f"no signed decision was given for run {row.run_id}")
+        raise ConfigurationError(f"no signed decision was given for run {row.run_id} on "
+                                 "its request, with this verdict and answer")
     _check(client, tenant, request, decision)
     try:
         return client.submit_decision(decision, tenant_id=tenant)

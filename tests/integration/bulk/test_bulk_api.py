@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from fakes import bulk_flows
 from fakes.bulk_flows import QUESTION
@@ -124,7 +125,20 @@ def test_a_run_without_its_signed_decision_is_skipped(world: World) -> None:
                          "decisions": [signed]})
     outcomes = {x["run_id"]: (x["outcome"], x["reason"]) for x in r.json()["runs"]}
     assert outcomes[first] == ("done", "")
-    assert outcomes[second] == ("skipped", f"no signed decision was given for run {second}")
+    assert outcomes[second] == ("skipped", f"no signed decision was given for run {second} "
+                                            "on its request, with this verdict and answer")
+    # A decision the run would refuse fails for that run, and is not sent.
+    forged = sign_decision(
+        Ed25519PrivateKey.generate(), request_id=request_of[second], run_id=second,
+        tenant_id="acme", tool="", args_hash="", decision="answer",
+        expires_at=world.clock.now() + 3600, approver_id="priya",
+        answer="Pune").model_dump(mode="json")
+    r = world.call("POST", "/v1/runs/bulk/answer", role="approver",
+                   json={"question": QUESTION, "answer": "Pune", "dry_run": False,
+                         "decisions": [forged]})
+    [failed] = [x for x in r.json()["runs"] if x["run_id"] == second]
+    assert failed["outcome"] == "failed" and "bad_signature" in failed["reason"]
+    assert world.store.pending_signals("acme", second) == []
     # A decision whose answer is not the one the request sends is not used either.
     r = world.call("POST", "/v1/runs/bulk/answer", role="approver",
                    json={"question": QUESTION, "answer": "Delhi", "dry_run": False,
