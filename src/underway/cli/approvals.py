@@ -132,17 +132,16 @@ def list_requests(
         typer.echo(f"no runs wait for a person in tenant {tenant!r}")
         return
     from rich.table import Table
+    from rich.text import Text
 
     now = time.time()
     table = Table(box=None, pad_edge=False, show_edge=False)
-    for header in ("RUN", "KIND", "ACTION", "ROLE", "EXPIRES (UTC)", "LEFT"):
+    for header in ("RUN", "KIND", "SUMMARY", "MONEY", "ROLE", "EXPIRES (UTC)", "LEFT"):
         table.add_column(header, no_wrap=True)
     for r in found:
-        action = r.tool if r.kind == "approval" else (r.question or "")[:60]
-        if r.kind == "resolution" and r.tool:
-            action = f"{r.tool}: {action}"
-        table.add_row(r.run_id, r.kind, action, r.required_role or "any",
-                      _iso(r.expires_at), time_left(r.expires_at, now))
+        table.add_row(r.run_id, r.kind, Text(r.summary), Text(r.moves or ""),
+                      r.required_role or "any", _iso(r.expires_at),
+                      time_left(r.expires_at, now))
     _console().print(table)
 
 
@@ -175,17 +174,22 @@ def show(
         typer.echo(json.dumps(_as_json(r), indent=2))
         return
     now = time.time()
-    out = [f"run:           {r.run_id} (tenant {tenant})", f"request:       {r.request_id}"]
+    out = [f"summary:       {r.summary}"]
+    if r.moves:
+        out.append(f"money:         {r.moves}")
+    if r.kind == "approval":
+        # What the approver weighs comes first: the evidence and the risks.
+        if r.evidence is not None:
+            out += ["evidence:", *("  " + line for line in _pretty(r.evidence).splitlines())]
+        out.append("risks:         " + ("none stated" if not r.risks else ""))
+        out += [f"  - {risk}" for risk in r.risks]
+    out += [f"run:           {r.run_id} (tenant {tenant})", f"request:       {r.request_id}"]
     if r.kind == "approval":
         out += [
             f"action:        call tool {r.tool!r}",
             f"arguments:     sha256 {r.args_hash}",
             *("  " + line for line in _pretty(r.args).splitlines()),
         ]
-        if r.evidence is not None:
-            out += ["evidence:", *("  " + line for line in _pretty(r.evidence).splitlines())]
-        out.append("risks:         " + ("none stated" if not r.risks else ""))
-        out += [f"  - {risk}" for risk in r.risks]
     elif r.kind == "resolution":
         out += [f"escalated:     {r.question} (cause {r.cause})"]
         if r.tool:

@@ -1,4 +1,4 @@
-"""The client: start, signal, cancel, resume, resolve and decide runs, and read them —
+"""The client: start, signal, cancel, resume, resolve, decide and answer runs, and read them —
 everything done to runs from outside a worker, with no flow code needed.
 
 >>> import underway as uw
@@ -20,6 +20,7 @@ from ..journal.state import Recorded, RunState
 from ..store.base import ConsentRecord, RunRecord
 from ._activity import Activity, ActivityDay
 from ._client import Client
+from ._deciding import waiting_words
 from ._forking import Fork
 from ._options import StartKeywords, StartOptions
 from ._pages import ChildRun, RunEvent, RunPage
@@ -42,4 +43,5 @@ __all__ = [
     "StartOptions",
     "Verification",
     "redact_request",
+    "waiting_words",
 ]

@@ -17,12 +17,7 @@ from .. import inputs
 from ..clock import Clock, SystemClock
 from ..codec import Codec, signal_where
 from ..control import CANCEL, RESERVED_PREFIX, resolution_of, resumption_of
-from ..errors import (
-    AmbiguousRunId,
-    ConfigurationError,
-    KeyUnavailable,
-    RunNotFound,
-)
+from ..errors import AmbiguousRunId, ConfigurationError, KeyUnavailable, RunNotFound
 from ..events import JSON, canonical_json
 from ..flow import Flow
 from ..guard.approvals import ApprovalCheck, SignedDecision, verify_decision
@@ -34,6 +29,7 @@ from ..store import connect
 from ..store.base import CoreStore, NewRun, RunRecord, SignalRecord, Store, whole
 from ._activity import Activity, activity
 from ._consent import Consents
+from ._deciding import Deciding
 from ._forking import Forks
 from ._options import StartKeywords, StartOptions
 from ._pages import ChildRun, RunEvent, RunPage, decode_cursor, encode_cursor
@@ -42,7 +38,7 @@ from ._settling import Settling
 from ._starting import check_start, new_run
 
 
-class Client(Consents, Forks, Settling):
+class Client(Consents, Deciding, Forks, Settling):
     """Starts, steers and reads runs: what an operator, the CLI, an HTTP API or another service
     does. It needs no flow code and runs no step; workers (an :class:`~underway.Engine` driven by
     a :class:`~underway.Worker` or :class:`~underway.Runner`) do that. Every method takes
