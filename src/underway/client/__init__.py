@@ -18,7 +18,7 @@ from __future__ import annotations
 from ..journal import Verification
 from ..journal.state import Recorded, RunState
 from ..store.base import ConsentRecord, RunRecord
-from ._activity import Activity, ActivityDay
+from ._activity import Activity, ActivityDay, RoleApprovals
 from ._client import Client
 from ._deciding import waiting_words
 from ._forking import Fork
@@ -35,6 +35,7 @@ __all__ = [
     "Fork",
     "PendingRequest",
     "Recorded",
+    "RoleApprovals",
     "RunEvent",
     "RunPage",
     "RunRecord",

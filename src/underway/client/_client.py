@@ -528,18 +528,22 @@ class Client(Consents, Deciding, Forks, Settling):
         last = rows[limit - 1]
         return RunPage(rows[:limit], encode_cursor(last.created_at, last.run_id))
 
-    def activity(self, *, since: float, days: int, tenant_id: str = "default") -> Activity:
-        """What the tenant's runs did on each day of a window.
+    def activity(self, *, since: float, days: int, hourly: bool = False,
+                 tenant_id: str = "default") -> Activity:
+        """What the tenant's runs did on each day (or hour) of a window.
 
-        It counts runs created by status, model calls, tokens and cost, approval waits,
-        escalations by cause and dead-letterings (:mod:`underway.client._activity`).
+        It counts runs created by status, model calls, tokens and cost, approval waits and
+        takeovers per approver role, escalations by cause and dead-letterings
+        (:mod:`underway.client._activity`).
 
         Args:
             since: The window's start.
             days: How many days (of 86400 seconds) it spans.
+            hourly: Count each hour of the window apart, not each day.
             tenant_id: The tenant.
         """
-        return activity(self._store, self._journal, tenant_id, since=since, days=days)
+        return activity(self._store, self._journal, tenant_id, since=since, days=days,
+                        hourly=hourly)
 
     def pending_requests(
         self, *, tenant_id: str = "default", limit: int = 100

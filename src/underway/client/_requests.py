@@ -112,7 +112,7 @@ def request_of(state: RunState) -> PendingRequest | None:
             args=None, args_hash="", evidence=None, risks=[],
             required_role=esc.required_role, expires_at=_expiry(esc.expires_at),
             question=esc.question, context=esc.context,
-            summary=one_line(f"Answer: {esc.question or 'a question'}"),
+            summary=one_line(esc.question or "A question"),
         )
     if state.status == "dead" and state.dead_request is not None:
         return PendingRequest(

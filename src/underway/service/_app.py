@@ -22,7 +22,17 @@ from ..scheduling.intake import Route, Routes
 from ..store import queries
 from ..store.base import Store
 from ..webhooks import REPLAY_WINDOW
-from . import _admin, _approvals, _consents, _erasures, _intake, _reads, _runs, _stream
+from . import (
+    _activity,
+    _admin,
+    _approvals,
+    _consents,
+    _erasures,
+    _intake,
+    _reads,
+    _runs,
+    _stream,
+)
 from ._auth import ServiceState
 from ._inputs import MAX_BODY_BYTES, BodyLimit
 from ._links import add_links
@@ -98,7 +108,8 @@ def create_app(
         raise ConfigurationError(f"max_body_bytes must be at least 1, not {max_body_bytes}")
     app.state.underway = ServiceState(client, table, replay_window, frozenset(reveal_roles))
     install(app)
-    for module in (_runs, _stream, _approvals, _intake, _consents, _erasures, _reads, _admin):
+    for module in (_runs, _stream, _approvals, _intake, _consents, _erasures, _reads,
+                   _activity, _admin):
         app.include_router(module.router)
     _health(app)
     install_metrics(app, metrics, token=metrics_token)
