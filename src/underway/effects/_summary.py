@@ -97,9 +97,10 @@ def one_line(text: str) -> str:
 def _value(value: Any, spec: str, money: Money | None) -> str:
     if value is _MISSING or value is None:
         return "?"
-    if spec == "money" and money is not None and not isinstance(value, bool) \
-            and isinstance(value, int | float | Decimal):
-        return format_money(value, money.currency)
+    if spec == "money" and money is not None:
+        amount = _number(value)
+        if amount is not None:
+            return format_money(amount, money.currency)
     if isinstance(value, bool):
         text = "yes" if value else "no"
     elif isinstance(value, str):
@@ -110,6 +111,23 @@ def _value(value: Any, spec: str, money: Money | None) -> str:
         text = json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
     text = _SPACE.sub(" ", text).strip()
     return text if len(text) <= MAX_VALUE else text[:MAX_VALUE - 1] + "…"
+
+
+def _number(value: Any) -> Decimal | None:
+    """``value`` as a finite number: a JSON number, or a decimal string (a ``Decimal``
+    field's JSON form); else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float | Decimal):
+        number = Decimal(repr(value)) if isinstance(value, float) else Decimal(value)
+    elif isinstance(value, str):
+        try:
+            number = Decimal(value.strip())
+        except ArithmeticError:
+            return None
+    else:
+        return None
+    return number if number.is_finite() else None
 
 
 def argument_at(args: JSON, path: str) -> JSON:
