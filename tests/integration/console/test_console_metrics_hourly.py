@@ -1,12 +1,15 @@
 """Metrics by hour, and approvals per approver role: after refunds approved, rejected and
 left to expire at known hours of one day, the console's figures (``/charts/data``), the
-API's (``GET /v1/activity``) and the page agree, hour by hour, on SQLite and PostgreSQL.
+API's (``GET /v1/activity``), the page and ``underway activity`` agree, hour by hour, on
+SQLite and PostgreSQL.
 A role's takeover rate is the share of its decided requests the person rejected."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import math
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 import pytest
@@ -107,3 +110,28 @@ def test_an_hourly_window_longer_than_a_week_is_refused(world: World,
     with sign_in(world, role="viewer") as browser:
         page = browser.get("/charts", params=params)
     assert page.status_code == 400 and "by hour, at most 7 days" in page.text
+
+
+def test_the_cli_counts_the_same_hours_and_roles(world: World) -> None:
+    from typer.testing import CliRunner
+
+    from underway.cli import app
+
+    day = play(world)
+    first = datetime.fromtimestamp(day, UTC).strftime("%Y-%m-%d")
+    args = ["activity", "--from", first, "--days", "1", "--by", "hour", "--tenant", "acme",
+            "--db", world.store_url]
+    out = CliRunner().invoke(app, [*args, "--json"])
+    assert out.exit_code == 0, out.stdout + out.stderr
+    found = json.loads(out.stdout)
+    assert found["since"] == day and len(found["buckets"]) == 24
+    assert [len(b["approval_waits"]) for b in found["buckets"][:4]] == [0, 0, 2, 0]
+    assert found["roles"]["finance"]["takeover_rate"] == 0.5
+    assert found["roles"]["finance"]["expired"] == 1
+    text = CliRunner().invoke(app, args).stdout
+    assert f"{first} 02:00" in text
+    [row] = [line for line in text.splitlines() if line.startswith("finance")]
+    assert row.split() == ["finance", "2", "1", "1", "1", "50%", "10m"]
+    refused = CliRunner().invoke(app, ["activity", "--days", "30", "--by", "hour",
+                                       "--db", world.store_url])
+    assert refused.exit_code == 2 and "at most 7" in refused.stderr
