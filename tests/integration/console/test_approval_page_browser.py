@@ -4,7 +4,7 @@ evidence and risks above the call's details), and "Exactly what is signed" shows
 bytes the browser signed: after an approval and after a rejection, the preview verifies
 against the signature the journal recorded, with the recorded nonce.
 
-A screenshot of the request page goes to ``UNDERWAY_SCREENSHOTS`` when set
+Screenshots of the inbox and the request page go to ``UNDERWAY_SCREENSHOTS`` when set
 (``scripts/console-screenshots`` writes docs/img), else under the test's directory."""
 
 from __future__ import annotations
@@ -111,7 +111,9 @@ def test_the_request_reads_like_the_decision_and_the_preview_is_what_was_signed(
         expect(page.locator("#key-status")).to_contain_text("No signing key", timeout=WAIT)
         page.fill("#key-approver", "pat")
         page.click("#key-new button[type=submit]")
+        expect(page.locator("#key-status")).to_contain_text("not registered yet", timeout=WAIT)
         public_key = page.locator("#key-public").inner_text().strip()
+        assert len(base64.b64decode(public_key, validate=True)) == 32
         r = world.call("POST", "/v1/approvers", json={
             "approver_id": "pat", "public_key": public_key, "roles": ["procurement"]})
         assert r.status_code == 201, r.text
@@ -123,6 +125,10 @@ def test_the_request_reads_like_the_decision_and_the_preview_is_what_was_signed(
         expect(row.locator(".money")).to_have_text("moves ₹2,32,000.00 out of HDFC-OPS-0042")
         expect(page.locator(f"#requests tr[data-run='{refused}'] .money")).to_have_text(
             "moves $1,234.50 out of CITI-US-9")
+        expect(page.locator("#key-status")).to_contain_text("registered", timeout=WAIT)
+        shots = Path(os.environ.get("UNDERWAY_SCREENSHOTS") or tmp_path)
+        shots.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(shots / "console-approvals-summary.png"), full_page=True)
 
         page.goto(f"/approvals/{paid}")
         expect(page.locator("h1")).to_have_text(
@@ -136,8 +142,6 @@ def test_the_request_reads_like_the_decision_and_the_preview_is_what_was_signed(
         assert len(ys) == 5 and ys == sorted(ys), top
         expect(page.locator("#approve")).to_be_enabled(timeout=WAIT)
         page.locator(".signed-bytes summary").click()
-        shots = Path(os.environ.get("UNDERWAY_SCREENSHOTS") or tmp_path)
-        shots.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(shots / "console-approval-summary.png"), full_page=True)
 
         approved = decide_in_page(page, paid, "approve")
