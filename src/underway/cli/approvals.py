@@ -239,6 +239,16 @@ def _decide(
         if approver.public_key != public_key_of(key):
             raise Problem(f"the key in {str(key_file)!r} is not the one registered for "
                           f"approver {approver_id!r}")
+        # Approvals and answers take the client's one path (Client.decide, Client.answer).
+        if decision in ("approve", "reject"):
+            signed = client.decide(run_id, decision, key=key, approver_id=approver_id,
+                                   comment=comment, tenant_id=tenant)
+        elif decision == "answer":
+            signed = client.answer(run_id, answer, key=key, approver_id=approver_id,
+                                   comment=comment, tenant_id=tenant)
+        if decision != "resolve":
+            _sent(decision, r, approver_id, signed.nonce)
+            return
         signed = sign_decision(
             key, request_id=r.request_id, run_id=r.run_id, tenant_id=tenant, tool=r.tool,
             args_hash=r.args_hash, decision=decision,
@@ -256,11 +266,15 @@ def _decide(
             raise Problem(f"run {run_id!r} would refuse this decision: {REASON_TEXT[reason]} "
                           f"({reason})")
         client.submit_decision(signed.model_dump(mode="json"), tenant_id=tenant)
+    _sent(decision, r, approver_id, signed.nonce)
+
+
+def _sent(decision: Decision, r: PendingRequest, approver_id: str, nonce: str) -> None:
     what = {"approve": "approval", "reject": "rejection", "answer": "answer",
             "resolve": "resolution"}[decision]
     target = f"of {r.tool!r} (arguments sha256 {r.args_hash})" if r.tool else "to the question"
-    typer.echo(f"{what} {target} signed by {approver_id!r} and sent to run {run_id!r} "
-               f"(request {r.request_id}, nonce {signed.nonce}); the run verifies it when it "
+    typer.echo(f"{what} {target} signed by {approver_id!r} and sent to run {r.run_id!r} "
+               f"(request {r.request_id}, nonce {nonce}); the run verifies it when it "
                "resumes")
 
 
