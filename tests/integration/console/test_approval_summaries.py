@@ -134,6 +134,9 @@ def test_deciding_and_answering_from_python(desk: World) -> None:
     asked = start(world, "restock", {"sku": "STEEL-8"})
     assert client.waiting_on(client.get_run(asked, tenant_id="acme")) \
         == "an answer from procurement"
+    question = world.call("GET", f"/v1/approvals/{asked}", role="viewer").json()
+    assert (question["kind"], question["summary"], question["moves"]) == (
+        "question", "Which warehouse restocks STEEL-8?", None)
 
     # The wrong kind, or a key not registered for the approver, is refused up front.
     with pytest.raises(ConfigurationError, match="waits for an approval, not an answer"):
