@@ -57,7 +57,7 @@ class StepRuntime(Protocol):
 
     async def call(
         self, tool: Tool | str, args: JSON, *, labels: frozenset[str], evidence: JSON,
-        risks: list[str], typed: bool = False,
+        risks: list[str], typed: bool = False, summary: str | None = None,
     ) -> Any:
         """A tool call through the guard and the effect ledger (:meth:`RunContext.call`).
 
@@ -68,6 +68,7 @@ class StepRuntime(Protocol):
             evidence: Shown to an approver.
             risks: Shown to an approver.
             typed: Return the tool's result model (:meth:`~underway.effects.Tool.parse_result`).
+            summary: One line shown to an approver.
         """
         ...
 
@@ -190,22 +191,18 @@ class RunContext(Generic[S, I]):
     async def call(
         self, tool: Tool[ToolArgs, ToolResult], args: ToolArgs | JSON | BaseModel = None, *,
         labels: tuple[str, ...] | list[str] = (), evidence: JSON = None,
-        risks: tuple[str, ...] | list[str] = (),
+        risks: tuple[str, ...] | list[str] = (), summary: str | None = None,
     ) -> ToolResult: ...
     @overload
     async def call(
         self, tool: str, args: JSON | BaseModel = None, *,
         labels: tuple[str, ...] | list[str] = (), evidence: JSON = None,
-        risks: tuple[str, ...] | list[str] = (),
+        risks: tuple[str, ...] | list[str] = (), summary: str | None = None,
     ) -> JSON: ...
     async def call(
-        self,
-        tool: Tool[Any, Any] | str,
-        args: Any = None,
-        *,
-        labels: tuple[str, ...] | list[str] = (),
-        evidence: JSON = None,
-        risks: tuple[str, ...] | list[str] = (),
+        self, tool: Tool[Any, Any] | str, args: Any = None, *,
+        labels: tuple[str, ...] | list[str] = (), evidence: JSON = None,
+        risks: tuple[str, ...] | list[str] = (), summary: str | None = None,
     ) -> Any:
         """Perform a tool call through the guard and the effect ledger; return its result.
 
@@ -218,6 +215,7 @@ class RunContext(Generic[S, I]):
             labels: What the arguments carry (e.g. ``untrusted`` content), for policies.
             evidence: Shown to the approver.
             risks: Shown to the approver.
+            summary: One line the approver reads first (else the tool's template's).
 
         Returns:
             An instance of the tool's result model, when it declares one; else the JSON.
@@ -231,7 +229,7 @@ class RunContext(Generic[S, I]):
             args = args.model_dump(mode="json")
         return await self._x.call(
             tool, args, labels=frozenset(labels), evidence=evidence, risks=list(risks),
-            typed=not isinstance(tool, str),
+            typed=not isinstance(tool, str), summary=summary,
         )
 
     async def ask(

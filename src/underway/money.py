@@ -28,7 +28,10 @@ from pydantic import BaseModel, ValidationError
 
 from .events import JSON
 
-__all__ = ["MAX_AMOUNT", "Direction", "Money", "Unreadable", "read_money", "valid_currency"]
+__all__ = [
+    "MAX_AMOUNT", "Direction", "Money", "Unreadable", "format_money", "read_money",
+    "valid_currency",
+]
 
 Direction = Literal["out", "in", "both"]
 """Which way a tool moves money: ``out`` (it pays), ``in`` (it collects) or ``both`` (the
@@ -227,3 +230,56 @@ def _dig(value: Any, path: str) -> Any:
         if value is _MISSING:
             return _MISSING
     return value
+
+
+# -- money as people read it -------------------------------------------------------------
+# Symbol, minor digits and grouping as CLDR's English locale of the currency's home country
+# writes them (en_IN for INR, en_US for USD...). A small table rather than Babel: the
+# console needs a symbol, a digit count and one of two groupings, not 30 MB of locale data.
+_STYLE: dict[str, tuple[str, int]] = {
+    "INR": ("₹", 2), "USD": ("$", 2), "EUR": ("€", 2), "GBP": ("£", 2), "JPY": ("¥", 0),
+    "CNY": ("CN¥", 2), "AUD": ("A$", 2), "CAD": ("CA$", 2), "SGD": ("SGD\u00a0", 2),
+    "CHF": ("CHF\u00a0", 2), "AED": ("AED\u00a0", 2), "HKD": ("HK$", 2), "NZD": ("NZ$", 2),
+    "KRW": ("₩", 0), "BRL": ("R$", 2), "MXN": ("MX$", 2), "ZAR": ("ZAR\u00a0", 2),
+    "NPR": ("NPR\u00a0", 2), "LKR": ("LKR\u00a0", 2), "BDT": ("BDT\u00a0", 2),
+    "PKR": ("PKR\u00a0", 2), "KWD": ("KWD\u00a0", 3), "BHD": ("BHD\u00a0", 3),
+    "OMR": ("OMR\u00a0", 3),
+}
+_LAKH = frozenset({"INR", "NPR", "LKR", "BDT", "PKR"})
+"""Currencies whose home locales group digits in lakhs and crores (2,32,000)."""
+
+
+def format_money(amount: Decimal | float | int, currency: str) -> str:
+    """``amount`` written as money in ``currency``'s own locale: ``₹2,32,000.00`` (Indian
+    grouping), ``$1,234.50``, ``€1,234.50``, ``¥1,235``... A currency not in the table
+    reads ``1,234.50 XYZ``. Never rounds away a digit the amount has: ``$0.005`` stays.
+
+    Args:
+        amount: How much (its sign is kept).
+        currency: A three-letter code.
+    """
+    code = valid_currency(currency) or str(currency)
+    value = amount if isinstance(amount, Decimal) else Decimal(
+        repr(amount) if isinstance(amount, float) else amount)
+    if not value.is_finite():
+        return f"{value} {code}"
+    symbol, digits = _STYLE.get(code, ("", 2))
+    sign = "-" if value < 0 else ""
+    text = format(value.copy_abs(), "f")
+    whole, _, fraction = text.partition(".")
+    fraction = fraction.rstrip("0").ljust(digits, "0")
+    grouped = _group(whole, lakh=code in _LAKH)
+    number = f"{grouped}.{fraction}" if fraction else grouped
+    return f"{sign}{symbol}{number}" if symbol else f"{sign}{number}\u00a0{code}"
+
+
+def _group(digits: str, *, lakh: bool) -> str:
+    if len(digits) <= 3:
+        return digits
+    head, tail = digits[:-3], digits[-3:]
+    size = 2 if lakh else 3
+    parts: list[str] = []
+    while len(head) > size:
+        parts.insert(0, head[-size:])
+        head = head[:-size]
+    return ",".join([head, *parts, tail])

@@ -111,6 +111,8 @@ SAMPLES: dict[tuple[str, str], Sample] = {
     ("POST", "/v1/erasures"): lambda w, a: ("/v1/erasures", {"json": {
         "subject": "gone-1", "reason": "a request"}}),
     ("GET", "/v1/usage"): lambda w, a: ("/v1/usage", {"params": {"days": 1}}),
+    ("GET", "/v1/activity"): lambda w, a: ("/v1/activity", {"params": {"days": 1,
+                                                                       "by": "hour"}}),
     ("GET", "/v1/audit/verify"): lambda w, a: ("/v1/audit/verify", {}),
     ("GET", "/v1/schedules"): lambda w, a: ("/v1/schedules", {}),
     ("GET", "/v1/queues"): lambda w, a: ("/v1/queues", {}),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -201,7 +202,9 @@ def test_runs_ls_lists_runs_with_status_and_filters(world: World) -> None:
     rows = {line.split()[0]: line.split() for line in out.splitlines()[1:]}
     assert set(rows) == {"waits-1", "naps-1"}
     assert rows["waits-1"][1:4] == ["approval", "waiting", "decide"]
-    assert "waiting for signal 'approve'" in out
+    # What each waits on, in words: a signal, a timer and when it fires.
+    assert "waiting on signal approve" in out
+    assert re.search(r"naps-1 .* waiting on a timer until \d{4}-\d\d-\d\d \d\d:\d\d UTC", out)
 
     code, out, _ = cli("runs", "ls", "--db", world.url, "--status", "completed")
     assert (code, out.strip()) == (0, "no completed runs in tenant 'default'")

@@ -71,6 +71,7 @@ LAZY: dict[str, str] = {
     "webhooks": "apikeys:webhooks",  # underway serve: webhook secrets
     # single commands: a Typer of one command
     "access-log": "access:app",  # reads of run data: who, when, why; --verify its chain
+    "activity": "activity:app",  # per day or hour; approvals and takeovers per role
     "drift": "evaluation:drift_app",  # recent behaviour against a baseline, from journals
     "drill": "drill:app",  # fault drills: a flow against crashes, duplicates, bad answers
     "eval": "evaluation:eval_app",  # completion, takeover, safety, cost... from journals
@@ -87,6 +88,7 @@ alone loads the executor."""
 
 SUMMARY: dict[str, str] = {
     "access-log": "Who read which run's data, when, where and why; --verify its hash chain.",
+    "activity": "What a tenant's runs did per day or per hour",
     "apikeys": "Issue, list and revoke API keys; read the access log.",
     "approvals": "Review and decide requests that wait for a person.",
     "approvers": "Register and revoke the people who sign decisions.",
@@ -121,8 +123,8 @@ SUMMARY: dict[str, str] = {
 """What ``underway --help`` lists for each :data:`LAZY` command, so that listing them
 imports none: each is how its command's own help begins (a test holds them to it)."""
 
-_SINGLE = frozenset({"access-log", "drift", "drill", "eval", "replay", "serve", "usage",
-                     "worker"})
+_SINGLE = frozenset({"access-log", "activity", "drift", "drill", "eval", "replay", "serve",
+                     "usage", "worker"})
 """The :data:`LAZY` entries that are one command rather than a group of them."""
 
 

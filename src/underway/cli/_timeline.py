@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from ..client import Recorded, RunState
+from ..client import Recorded, RunState, waiting_words
 from ..codec import ENCRYPTED
 from ..events import PURGED, Encrypted
 from ..ops.timeline import counts, format_time, lines, preview
@@ -35,14 +35,9 @@ def _where(state: RunState, hide: Redactor, purge: PurgedRun | None) -> str:
             return f"payloads {PURGED}: {purged_by(purge)} ({purge.rule})"
         return f"payloads {PURGED} by retention"
     if state.status == "waiting":
-        parts = []
-        if state.waiting_signal:
-            parts.append(f"for signal {state.waiting_signal!r}")
-        if state.wake_at is not None:
-            parts.append(f"until {format_time(state.wake_at)}")
-        return " ".join(parts)
+        return f"on {waiting_words(state)}"
     if state.status == "escalated" and state.escalation:
-        return hide.text(state.escalation.reason)
+        return f"on {waiting_words(state)}: {hide.text(state.escalation.reason)}"
     if state.status == "completed":
         return f"result {preview(hide.json(state.result))}"
     if state.status in ("failed", "cancelled"):

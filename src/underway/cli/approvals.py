@@ -132,17 +132,16 @@ def list_requests(
         typer.echo(f"no runs wait for a person in tenant {tenant!r}")
         return
     from rich.table import Table
+    from rich.text import Text
 
     now = time.time()
     table = Table(box=None, pad_edge=False, show_edge=False)
-    for header in ("RUN", "KIND", "ACTION", "ROLE", "EXPIRES (UTC)", "LEFT"):
+    for header in ("RUN", "KIND", "SUMMARY", "MONEY", "ROLE", "EXPIRES (UTC)", "LEFT"):
         table.add_column(header, no_wrap=True)
     for r in found:
-        action = r.tool if r.kind == "approval" else (r.question or "")[:60]
-        if r.kind == "resolution" and r.tool:
-            action = f"{r.tool}: {action}"
-        table.add_row(r.run_id, r.kind, action, r.required_role or "any",
-                      _iso(r.expires_at), time_left(r.expires_at, now))
+        table.add_row(r.run_id, r.kind, Text(r.summary), Text(r.moves or ""),
+                      r.required_role or "any", _iso(r.expires_at),
+                      time_left(r.expires_at, now))
     _console().print(table)
 
 
@@ -175,17 +174,22 @@ def show(
         typer.echo(json.dumps(_as_json(r), indent=2))
         return
     now = time.time()
-    out = [f"run:           {r.run_id} (tenant {tenant})", f"request:       {r.request_id}"]
+    out = [f"summary:       {r.summary}"]
+    if r.moves:
+        out.append(f"money:         {r.moves}")
+    if r.kind == "approval":
+        # What the approver weighs comes first: the evidence and the risks.
+        if r.evidence is not None:
+            out += ["evidence:", *("  " + line for line in _pretty(r.evidence).splitlines())]
+        out.append("risks:         " + ("none stated" if not r.risks else ""))
+        out += [f"  - {risk}" for risk in r.risks]
+    out += [f"run:           {r.run_id} (tenant {tenant})", f"request:       {r.request_id}"]
     if r.kind == "approval":
         out += [
             f"action:        call tool {r.tool!r}",
             f"arguments:     sha256 {r.args_hash}",
             *("  " + line for line in _pretty(r.args).splitlines()),
         ]
-        if r.evidence is not None:
-            out += ["evidence:", *("  " + line for line in _pretty(r.evidence).splitlines())]
-        out.append("risks:         " + ("none stated" if not r.risks else ""))
-        out += [f"  - {risk}" for risk in r.risks]
     elif r.kind == "resolution":
         out += [f"escalated:     {r.question} (cause {r.cause})"]
         if r.tool:
@@ -235,6 +239,16 @@ def _decide(
         if approver.public_key != public_key_of(key):
             raise Problem(f"the key in {str(key_file)!r} is not the one registered for "
                           f"approver {approver_id!r}")
+        # Approvals and answers take the client's one path (Client.decide, Client.answer).
+        if decision in ("approve", "reject"):
+            signed = client.decide(run_id, decision, key=key, approver_id=approver_id,
+                                   comment=comment, tenant_id=tenant)
+        elif decision == "answer":
+            signed = client.answer(run_id, answer, key=key, approver_id=approver_id,
+                                   comment=comment, tenant_id=tenant)
+        if decision != "resolve":
+            _sent(decision, r, approver_id, signed.nonce)
+            return
         signed = sign_decision(
             key, request_id=r.request_id, run_id=r.run_id, tenant_id=tenant, tool=r.tool,
             args_hash=r.args_hash, decision=decision,
@@ -252,11 +266,15 @@ def _decide(
             raise Problem(f"run {run_id!r} would refuse this decision: {REASON_TEXT[reason]} "
                           f"({reason})")
         client.submit_decision(signed.model_dump(mode="json"), tenant_id=tenant)
+    _sent(decision, r, approver_id, signed.nonce)
+
+
+def _sent(decision: Decision, r: PendingRequest, approver_id: str, nonce: str) -> None:
     what = {"approve": "approval", "reject": "rejection", "answer": "answer",
             "resolve": "resolution"}[decision]
     target = f"of {r.tool!r} (arguments sha256 {r.args_hash})" if r.tool else "to the question"
-    typer.echo(f"{what} {target} signed by {approver_id!r} and sent to run {run_id!r} "
-               f"(request {r.request_id}, nonce {signed.nonce}); the run verifies it when it "
+    typer.echo(f"{what} {target} signed by {approver_id!r} and sent to run {r.run_id!r} "
+               f"(request {r.request_id}, nonce {nonce}); the run verifies it when it "
                "resumes")
 
 

@@ -15,7 +15,6 @@ import typer
 
 from ..client import Client, Recorded
 from ..codec import ENCRYPTED
-from ..control import CHILD as CHILD_SIGNAL
 from ..events import JSON, PURGED, Encrypted, PayloadPurged
 from ..flow import Flow
 from ..loading import load_app
@@ -95,21 +94,22 @@ def list_runs(
         rows = page.runs
         # Only a completed run's end can name what shaped its result.
         taint = {r.run_id: client.tainted_by(r) for r in rows if r.status == "completed"}
+        waiting = {r.run_id: client.waiting_on(r) for r in rows}
     if as_json:
-        typer.echo(json.dumps([{**dataclasses.asdict(r), "tainted_by": taint.get(r.run_id)}
-                               for r in rows], indent=2))
+        typer.echo(json.dumps([{**dataclasses.asdict(r), "tainted_by": taint.get(r.run_id),
+                                "waiting": waiting[r.run_id]} for r in rows], indent=2))
     elif not rows:
         what = " ".join(x for x in (status, f"{flow!r}" if flow else None) if x)
         typer.echo(f"no {what + ' ' if what else ''}runs in tenant {tenant!r}"
                    + (" on this page" if cursor else ""))
     else:
-        _print_table(rows, taint, wide=wide or not sys.stdout.isatty())
+        _print_table(rows, taint, waiting, wide=wide or not sys.stdout.isatty())
     if page.next_cursor is not None:
         typer.echo(f"next page: --cursor {page.next_cursor}", err=True)
 
 
-def _print_table(rows: list[RunRecord], taint: dict[str, list[str] | None] | None = None, *,
-                 wide: bool) -> None:
+def _print_table(rows: list[RunRecord], taint: dict[str, list[str] | None] | None = None,
+                 waiting: dict[str, str | None] | None = None, *, wide: bool) -> None:
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
@@ -122,20 +122,18 @@ def _print_table(rows: list[RunRecord], taint: dict[str, list[str] | None] | Non
             r.run_id if wide else r.run_id[:SHORT_ID], r.flow,
             Text(r.status, style=_STYLE.get(r.status, "")), r.step or "-", str(r.last_seq),
             format_time(r.created_at),
-            _note(r.error, r.waiting_signal, (taint or {}).get(r.run_id)),
+            _note(r.error, (waiting or {}).get(r.run_id), (taint or {}).get(r.run_id)),
         )
     # Wide output is never cut to the terminal: ids are meant to be copied.
     Console(width=10_000 if wide else None, highlight=False).print(table)
 
 
-def _note(error: str | None, waiting_signal: str | None,
+def _note(error: str | None, waiting: str | None,
           tainted_by: list[str] | None = None) -> str:
     if tainted_by:
         return f"tainted by {', '.join(tainted_by)}"
-    if waiting_signal == CHILD_SIGNAL:
-        return "waiting for a child run"
-    if waiting_signal:
-        return f"waiting for signal {waiting_signal!r}"
+    if waiting and waiting != "a worker":
+        return f"waiting on {waiting}"
     if error:
         return error if len(error) <= 60 else error[:59] + "…"
     return ""

@@ -1,4 +1,4 @@
-"""The client: start, signal, cancel, resume, resolve and decide runs, and read them —
+"""The client: start, signal, cancel, resume, resolve, decide and answer runs, and read them —
 everything done to runs from outside a worker, with no flow code needed.
 
 >>> import underway as uw
@@ -18,9 +18,10 @@ from __future__ import annotations
 from ..journal import Verification
 from ..journal.state import Recorded, RunState
 from ..store.base import ConsentRecord, RunRecord
-from ._activity import Activity, ActivityDay
+from ._activity import Activity, ActivityDay, RoleApprovals
 from ._bulk import ACTIONS, BulkAction, BulkItem, BulkResult, KeySigner, RunFilter, Signer
 from ._client import Client
+from ._deciding import waiting_words
 from ._forking import Fork
 from ._options import StartKeywords, StartOptions
 from ._pages import ChildRun, RunEvent, RunPage
@@ -40,6 +41,7 @@ __all__ = [
     "KeySigner",
     "PendingRequest",
     "Recorded",
+    "RoleApprovals",
     "RunEvent",
     "RunFilter",
     "RunPage",
@@ -50,4 +52,5 @@ __all__ = [
     "StartOptions",
     "Verification",
     "redact_request",
+    "waiting_words",
 ]

@@ -1,7 +1,14 @@
-"""What a tenant's runs did, day by day (UTC days of 86400 seconds), over a window: runs
-created by status, model calls with their tokens and cost, how long approvals waited for a
-signed decision, escalations by cause and dead-letterings. Counted from the runs table and
-the journal, never from logs; nothing is kept between two calls.
+"""What a tenant's runs did, day by day (UTC days of 86400 seconds) or hour by hour, over a
+window: runs created by status, model calls with their tokens and cost, how long approvals
+waited for a signed decision (in all and per approver role, with each role's takeover
+rate), escalations by cause and dead-letterings. Counted from the runs table and the
+journal, never from logs; nothing is kept between two calls.
+
+A role's **takeover rate** is the share of its decided approval requests that the person
+rejected: the run proposed an exact call and the person overrode it. A decision cannot
+change a call's arguments (a changed call is a new request), so a rejection is the one way
+a person takes a held action away from the run. Expired requests are counted apart; they
+were decided by nobody.
 
 What it reads: one grouped query on the runs table for the runs created in the window;
 the ids of the runs written in the window (or leased now), on the (tenant, updated_at)
@@ -26,6 +33,10 @@ from ..store.journal import RUN_BATCH
 
 DAY = 86_400.0
 """The length of a day of the window, in seconds."""
+HOUR = 3_600.0
+"""The length of an hour of the window, in seconds."""
+ANY_ROLE = "any approver"
+"""The role a request that requires none is counted under."""
 
 MAX_DAYS = 366
 """The longest window :func:`activity` counts."""
@@ -37,10 +48,32 @@ ACTIVITY_EVENTS = (
 """The kinds of event the figures are counted from."""
 
 
+@dataclass(slots=True)
+class RoleApprovals:
+    """The approval requests of one approver role decided or expired in a bucket."""
+
+    approved: int = 0
+    rejected: int = 0
+    expired: int = 0
+    waits: list[float] = field(default_factory=list)
+    """Seconds from each request to its signed decision, shortest first."""
+
+    @property
+    def decided(self) -> int:
+        """Requests approved or rejected."""
+        return self.approved + self.rejected
+
+    @property
+    def takeover_rate(self) -> float | None:
+        """Share of the decided requests the person rejected (None: none decided)."""
+        return self.rejected / self.decided if self.decided else None
+
+
 @dataclass(frozen=True, slots=True)
 class ActivityDay:
-    """What a tenant's runs did on one day of the window, which starts at ``start``
-    (epoch seconds). Everything but ``runs`` counts events journaled that day."""
+    """What a tenant's runs did in one bucket of the window — a day, or an hour when the
+    window is counted by hour — which starts at ``start`` (epoch seconds). Everything but
+    ``runs`` counts events journaled in it."""
 
     start: float
     runs: dict[str, int]
@@ -59,6 +92,9 @@ class ActivityDay:
     ``question``, ``budget``, ``deadline``...)."""
     dead_lettered: int
     """Runs dead-lettered that day (a run dead-lettered twice counts twice)."""
+    approvals_by_role: dict[str, RoleApprovals] = field(default_factory=dict)
+    """Approval decisions and expiries by the role the request required
+    (:data:`ANY_ROLE` when it required none)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,11 +111,13 @@ class Activity:
     runs_read: int
     events_read: int
     unreadable: list[str] = field(default_factory=list)
+    width: float = DAY
+    """The length of each bucket of ``days``: :data:`DAY` or :data:`HOUR`."""
 
     @property
     def until(self) -> float:
         """Where the window ends (not included)."""
-        return self.since + len(self.days) * DAY
+        return self.since + len(self.days) * self.width
 
 
 @dataclass(slots=True)
@@ -93,31 +131,41 @@ class _Tally:
     expired: int = 0
     escalations: Counter[str] = field(default_factory=Counter)
     dead: int = 0
+    roles: dict[str, RoleApprovals] = field(default_factory=dict)
+
+    def role(self, name: str | None) -> RoleApprovals:
+        return self.roles.setdefault(name or ANY_ROLE, RoleApprovals())
 
     def day(self, start: float) -> ActivityDay:
+        for r in self.roles.values():
+            r.waits.sort()
         return ActivityDay(
             start=start, runs=dict(sorted(self.runs.items())), model_calls=self.model_calls,
             tokens_in=self.tokens_in, tokens_out=self.tokens_out,
             cost_usd=math.fsum(self.cost), approval_waits=sorted(self.waits),
             approvals_expired=self.expired, escalations=dict(sorted(self.escalations.items())),
-            dead_lettered=self.dead,
+            dead_lettered=self.dead, approvals_by_role=dict(sorted(self.roles.items())),
         )
 
 
 def activity(
-    store: Store, journal: Journal, tenant_id: str, *, since: float, days: int
+    store: Store, journal: Journal, tenant_id: str, *, since: float, days: int,
+    hourly: bool = False,
 ) -> Activity:
     """What ``tenant_id``'s runs did on each of ``days`` days from ``since`` (epoch
-    seconds; a midnight UTC for calendar days)."""
+    seconds; a midnight UTC for calendar days), or on each of their hours when
+    ``hourly``."""
     if isinstance(days, bool) or not isinstance(days, int) or not 1 <= days <= MAX_DAYS:
         raise ConfigurationError(f"days must be a whole number from 1 to {MAX_DAYS}, "
                                  f"not {days!r}")
     if not math.isfinite(since):
         raise ConfigurationError(f"since must be a time in epoch seconds, not {since!r}")
+    width = HOUR if hourly else DAY
+    buckets = days * 24 if hourly else days
     until = since + days * DAY
-    tallies = [_Tally() for _ in range(days)]
+    tallies = [_Tally() for _ in range(buckets)]
     for bucket, status, n in store.runs_created(tenant_id, since=since, until=until,
-                                                width=DAY):
+                                                width=width):
         tallies[bucket].runs[status] = n
     run_ids = store.runs_written(tenant_id, since=since, until=until)
     events_read, unreadable = 0, []
@@ -130,25 +178,56 @@ def activity(
                 unreadable.append(run_id)
                 continue
             events_read += len(records)
-            asked: dict[str, float] = {}
+            asked: dict[str, _Asked] = {}
             for rec in records:
                 e = rec.event
                 if isinstance(e, ev.ApprovalRequested):
-                    asked[e.request_id] = rec.at
+                    asked[e.request_id] = _Asked(rec.at, e.required_role)
                 elif isinstance(e, ev.PayloadPurged) and e.event_type == "ApprovalRequested":
-                    asked[str(e.kept.get("request_id"))] = rec.at
-                bucket = math.floor((rec.at - since) / DAY)
-                if not 0 <= bucket < days:
+                    role = e.kept.get("required_role")
+                    asked[str(e.kept.get("request_id"))] = _Asked(
+                        rec.at, role if isinstance(role, str) else None)
+                bucket = math.floor((rec.at - since) / width)
+                if not 0 <= bucket < buckets:
                     continue
                 _count(tallies[bucket], e, rec.at, asked)
     return Activity(
         tenant_id=tenant_id, since=since,
-        days=[t.day(since + n * DAY) for n, t in enumerate(tallies)],
-        runs_read=len(run_ids), events_read=events_read, unreadable=unreadable,
+        days=[t.day(since + n * width) for n, t in enumerate(tallies)],
+        runs_read=len(run_ids), events_read=events_read, unreadable=unreadable, width=width,
     )
 
 
-def _count(t: _Tally, e: ev.RunEvent, at: float, asked: dict[str, float]) -> None:
+@dataclass(frozen=True, slots=True)
+class _Asked:
+    """When an approval request was made, and the role it required."""
+
+    at: float
+    role: str | None
+
+
+def _decided(t: _Tally, asked: dict[str, _Asked], request_id: str, at: float,
+             approved: bool) -> None:
+    request = asked.get(request_id)
+    if request is None:
+        return
+    wait = max(0.0, at - request.at)
+    t.waits.append(wait)
+    role = t.role(request.role)
+    role.waits.append(wait)
+    if approved:
+        role.approved += 1
+    else:
+        role.rejected += 1
+
+
+def _expired(t: _Tally, asked: dict[str, _Asked], request_id: str) -> None:
+    t.expired += 1
+    request = asked.get(request_id)
+    t.role(request.role if request is not None else None).expired += 1
+
+
+def _count(t: _Tally, e: ev.RunEvent, at: float, asked: dict[str, _Asked]) -> None:
     if isinstance(e, ev.PayloadPurged):
         _count_purged(t, e, at, asked)
     elif isinstance(e, ev.ModelResponded):
@@ -157,18 +236,17 @@ def _count(t: _Tally, e: ev.RunEvent, at: float, asked: dict[str, float]) -> Non
         t.tokens_out += e.tokens_out
         t.cost.append(e.cost_usd)
     elif isinstance(e, ev.ApprovalGranted | ev.ApprovalRejected):
-        requested = asked.get(e.request_id)
-        if requested is not None:
-            t.waits.append(max(0.0, at - requested))
+        _decided(t, asked, e.request_id, at, isinstance(e, ev.ApprovalGranted))
     elif isinstance(e, ev.ApprovalExpired):
-        t.expired += 1
+        _expired(t, asked, e.request_id)
     elif isinstance(e, ev.Escalated):
         t.escalations[e.cause] += 1
     elif isinstance(e, ev.RunDeadLettered):
         t.dead += 1
 
 
-def _count_purged(t: _Tally, e: ev.PayloadPurged, at: float, asked: dict[str, float]) -> None:
+def _count_purged(t: _Tally, e: ev.PayloadPurged, at: float,
+                  asked: dict[str, _Asked]) -> None:
     """What the skeleton of a purged event still counts, as :func:`_count` counts the
     event: model usage, approval waits, expiries, escalations by cause, dead-letterings."""
     k = e.kept
@@ -179,11 +257,9 @@ def _count_purged(t: _Tally, e: ev.PayloadPurged, at: float, asked: dict[str, fl
         cost = k.get("cost_usd")
         t.cost.append(float(cost) if isinstance(cost, int | float) else 0.0)
     elif e.event_type in ("ApprovalGranted", "ApprovalRejected"):
-        requested = asked.get(str(k.get("request_id")))
-        if requested is not None:
-            t.waits.append(max(0.0, at - requested))
+        _decided(t, asked, str(k.get("request_id")), at, e.event_type == "ApprovalGranted")
     elif e.event_type == "ApprovalExpired":
-        t.expired += 1
+        _expired(t, asked, str(k.get("request_id")))
     elif e.event_type == "Escalated":
         t.escalations[str(k.get("cause") or "other")] += 1
     elif e.event_type == "RunDeadLettered":

@@ -35,6 +35,7 @@ from ..store.base import CoreStore, NewRun, RunRecord, SignalRecord, Store, whol
 from ._activity import Activity, activity
 from ._bulk import Bulk
 from ._consent import Consents
+from ._deciding import Deciding
 from ._forking import Forks
 from ._options import StartKeywords, StartOptions
 from ._pages import ChildRun, RunEvent, RunPage, decode_cursor, encode_cursor
@@ -43,7 +44,7 @@ from ._settling import Settling
 from ._starting import check_start, new_run
 
 
-class Client(Bulk, Consents, Forks, Settling):
+class Client(Bulk, Consents, Deciding, Forks, Settling):
     """Starts, steers and reads runs: what an operator, the CLI, an HTTP API or another service
     does. It needs no flow code and runs no step; workers (an :class:`~underway.Engine` driven by
     a :class:`~underway.Worker` or :class:`~underway.Runner`) do that. Every method takes
@@ -521,18 +522,22 @@ class Client(Bulk, Consents, Forks, Settling):
         last = rows[limit - 1]
         return RunPage(rows[:limit], encode_cursor(last.created_at, last.run_id))
 
-    def activity(self, *, since: float, days: int, tenant_id: str = "default") -> Activity:
-        """What the tenant's runs did on each day of a window.
+    def activity(self, *, since: float, days: int, hourly: bool = False,
+                 tenant_id: str = "default") -> Activity:
+        """What the tenant's runs did on each day (or hour) of a window.
 
-        It counts runs created by status, model calls, tokens and cost, approval waits,
-        escalations by cause and dead-letterings (:mod:`underway.client._activity`).
+        It counts runs created by status, model calls, tokens and cost, approval waits and
+        takeovers per approver role, escalations by cause and dead-letterings
+        (:mod:`underway.client._activity`).
 
         Args:
             since: The window's start.
             days: How many days (of 86400 seconds) it spans.
+            hourly: Count each hour of the window apart, not each day.
             tenant_id: The tenant.
         """
-        return activity(self._store, self._journal, tenant_id, since=since, days=days)
+        return activity(self._store, self._journal, tenant_id, since=since, days=days,
+                        hourly=hourly)
 
     def pending_requests(
         self, *, tenant_id: str = "default", limit: int = 100

@@ -4,11 +4,14 @@ from its folded state."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from decimal import Decimal
 from typing import Literal, cast
 
 from ..codec import ENCRYPTED, SEALED_TEXT, Codec, run_error_where
+from ..effects._summary import one_line
 from ..events import JSON
-from ..journal.state import APPROVAL_SIGNAL, RunState, RunStatus
+from ..journal.state import APPROVAL_SIGNAL, PendingApproval, RunState, RunStatus
+from ..money import format_money
 from ..redaction import Hidden, Redactor
 from ..store.base import RunRecord
 
@@ -48,6 +51,46 @@ class PendingRequest:
     key: str | None = None
     sensitive_fields: tuple[str, ...] = ()
     secret_fields: tuple[str, ...] = ()
+    summary: str = ""
+    """One line that says what is decided: the step's or the tool's summary, else the
+    call, question or escalation in words."""
+    money: JSON = None
+    """The money the guard read for an approval's call (``amount`` as a decimal string,
+    ``currency``, ``direction``, ``account``); None when it moves none."""
+    moves: str | None = None
+    """:attr:`money` in words, in the currency's locale: ``moves ₹2,32,000.00 out of
+    ACME-OPS``."""
+
+
+def money_words(money: JSON) -> str | None:
+    """The money a call moves, as an approver reads it (``moves ₹2,32,000.00 out of
+    ACME-OPS``, ``brings in $1,234.50``; ``moves €12.00`` for a tool whose amount's sign
+    says the way); None when ``money`` is not a reading.
+
+    Args:
+        money: An ``ApprovalRequested`` event's ``money``.
+    """
+    if not isinstance(money, dict) or not isinstance(money.get("currency"), str):
+        return None
+    try:
+        amount = Decimal(str(money.get("amount")))
+    except ArithmeticError:
+        return None
+    account = money.get("account")
+    shown = format_money(amount.copy_abs(), str(money["currency"]))
+    way = money.get("direction")
+    if way == "out":
+        return f"moves {shown} out of {account}" if account else f"pays out {shown}"
+    if way == "in":
+        return f"moves {shown} into {account}" if account else f"brings in {shown}"
+    return f"moves {shown}" + (f" through {account}" if account else "")
+
+
+def _approval_summary(p: PendingApproval) -> str:
+    if p.summary:
+        return p.summary
+    words = money_words(p.money)
+    return f"Call {p.tool}" + (f": {words}" if words else "")
 
 
 def request_of(state: RunState) -> PendingRequest | None:
@@ -59,7 +102,8 @@ def request_of(state: RunState) -> PendingRequest | None:
             args=p.args, args_hash=p.args_hash, evidence=p.evidence, risks=list(p.risks),
             required_role=p.required_role, expires_at=p.expires_at, rule_id=p.rule_id,
             policy_version=p.policy_version, sensitive_fields=tuple(p.sensitive_fields or ()),
-            secret_fields=tuple(p.secret_fields or ()),
+            secret_fields=tuple(p.secret_fields or ()), summary=_approval_summary(p),
+            money=p.money, moves=money_words(p.money),
         )
     esc = state.escalation
     if state.status == "escalated" and esc is not None and esc.is_question:
@@ -68,12 +112,14 @@ def request_of(state: RunState) -> PendingRequest | None:
             args=None, args_hash="", evidence=None, risks=[],
             required_role=esc.required_role, expires_at=_expiry(esc.expires_at),
             question=esc.question, context=esc.context,
+            summary=one_line(esc.question or "A question"),
         )
     if state.status == "dead" and state.dead_request is not None:
         return PendingRequest(
             run_id=state.run_id, kind="resolution", request_id=state.dead_request, tool="",
             args=None, args_hash="", evidence=None, risks=[], required_role=None,
             expires_at=float("inf"), question=state.error, cause="dead",
+            summary=one_line(f"Resume a dead run: {state.error or 'it stopped'}"),
         )
     if state.status == "escalated" and esc is not None and esc.request_id:
         # Anything else a person must settle: an unknown outcome, a deadline, a budget.
@@ -85,6 +131,7 @@ def request_of(state: RunState) -> PendingRequest | None:
             args_hash=call.args_hash if call is not None else "", evidence=None, risks=[],
             required_role=None, expires_at=float("inf"), question=esc.reason,
             cause=esc.cause, key=key,
+            summary=one_line(f"Settle {esc.tool or 'the run'}: {esc.reason}"),
         )
     return None
 
@@ -107,7 +154,7 @@ def redact_request(r: PendingRequest, *, reveal: bool = False,
     if hidden:
         red.learn_names(hidden)
         red.learn_values([r.args, r.evidence], hidden)
-    return red.fields(r, "args", "evidence", "question", "context")
+    return red.fields(r, "args", "evidence", "question", "context", "summary", "money", "moves")
 
 
 def _expiry(value: float | None) -> float:

@@ -39,6 +39,8 @@ class ToolOptions(TypedDict, total=False):
     amount: str | None
     currency: str | None
     money_direction: Direction
+    account: str | None
+    summary: str | None
     message: bool
     description: str | None
     trusted_output: bool
@@ -102,6 +104,8 @@ def tool(
     amount: str | None = None,
     currency: str | None = None,
     money_direction: Direction = "both",
+    account: str | None = None,
+    summary: str | None = None,
     message: bool = False,
     description: str | None = None,
     trusted_output: bool = False,
@@ -145,6 +149,10 @@ def tool(
         currency: A code (``"INR"``), or ``arg:`` and the dotted path of the argument
             holding it.
         money_direction: ``out`` (it pays), ``in`` (it collects) or ``both``.
+        account: Dotted path of the argument naming the account the money moves out of
+            (or into), shown to an approver.
+        summary: A one-line template an approver reads, such as ``"Pay {amount:money}
+            to {supplier}"``: dotted paths of arguments only.
         message: A call sends a message to a person.
         description: What a model sees; defaults to the function's docstring.
         trusted_output: Its results (and errors) do not taint an agent's context.
@@ -207,6 +215,8 @@ def tool(
             amount=amount,
             currency=currency,
             money_direction=money_direction,
+            account=account,
+            summary=summary,
             message=message,
             trusted_output=trusted_output,
             untrusted_ok=untrusted_ok,

@@ -29,6 +29,7 @@ from ..money import Direction, Money, Unreadable, read_money, valid_currency
 from ..redaction import Hidden
 from ..retry import CircuitBreaker, RetryPolicy
 from ._ledger import COMPENSATE_SUFFIX, CallInfo, ReconcileFn, ToolFn
+from ._summary import argument_at, check_template, render_summary
 
 
 def _undone(out: object) -> str | None:
@@ -141,6 +142,12 @@ class Tool(Generic[A, R]):
     money_direction: Direction = "both"
     """``out``: the tool pays; ``in``: it collects; a negative amount is then refused.
     ``both`` (default): the sign says which way, and either way counts."""
+    account: str | None = None
+    """Dotted path of the argument naming the account the money moves out of (or into):
+    an approver reads "moves ₹2,32,000.00 out of <account>"."""
+    summary: str | None = None
+    """A one-line summary template an approver reads (``"Pay {amount:money} to
+    {supplier}"``): dotted paths of arguments only (:mod:`underway.effects._summary`)."""
     message: bool = False
     sandbox: Any = field(default=None, repr=False)
     trusted_output: bool = False
@@ -195,12 +202,14 @@ class Tool(Generic[A, R]):
         if self.args_model is not None:
             fields = self.args_model.model_fields
             names = set(fields) | {f.alias for f in fields.values() if f.alias}
-            for path in (self.amount, (self.currency or "")[4:] or None):
+            for path in (self.amount, (self.currency or "")[4:] or None, self.account):
                 if path is not None and path.split(".")[0] not in names:
                     raise ConfigurationError(
                         f"tool {self.name!r} reads money from argument {path!r}, which its "
                         f"argument model {self.args_model.__name__} does not have"
                     )
+        if self.summary is not None:
+            check_template(self.summary, tool=self.name)
         if self.money_direction not in ("out", "in", "both"):
             raise ConfigurationError(
                 f"tool {self.name!r}: money_direction must be 'out', 'in' or 'both', not "
@@ -278,6 +287,21 @@ class Tool(Generic[A, R]):
         """The money a call with ``args`` moves (:func:`underway.money.read_money`);
         ``validated``: the arguments already validated by :attr:`args_model`."""
         return read_money(self, args, validated=validated)
+
+    def summary_of(self, args: JSON, money: Money | Unreadable | None) -> str | None:
+        """The one-line summary of a call with ``args`` from :attr:`summary` (None when
+        the tool declares no template); ``money``: what the guard read for the call."""
+        if self.summary is None:
+            return None
+        return render_summary(self.summary, args, money if isinstance(money, Money) else None)
+
+    def account_of(self, args: JSON) -> str | None:
+        """The account a call with ``args`` moves money out of or into, as text (None when
+        the tool names no :attr:`account` or the argument holds none)."""
+        if self.account is None:
+            return None
+        found = argument_at(args, self.account)
+        return None if found is None or isinstance(found, dict | list) else str(found)
 
     def parse_result(self, result: JSON, *, key: str) -> R:
         """The journaled ``result`` of call ``key`` as this tool declares it: its result

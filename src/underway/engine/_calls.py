@@ -91,6 +91,7 @@ class StepExecution:
     async def call(
         self, tool: Tool | str, args: JSON, *, labels: frozenset[str] = frozenset(),
         evidence: JSON = None, risks: list[str] | None = None, typed: bool = False,
+        summary: str | None = None,
     ) -> Any:
         """Call ``tool``: its journaled result if the call completed before, else through
         the door. With ``typed``, the result as the tool's result model, validated from
@@ -113,7 +114,7 @@ class StepExecution:
         metrics = self._act.services.metrics
         if t.traced and metrics.enabled:
             metrics.calling(self.tenant_id, self.run_id, key, t, args)
-        result = await self._result(t, args, key, index, h, rec, labels, evidence, risks)
+        result = await self._result(t, args, key, index, h, rec, labels, evidence, risks, summary)
         if not typed or result == shadow_result(t.name):
             # Shadow mode's placeholder stands in for a result the tool never produced.
             return result
@@ -121,7 +122,7 @@ class StepExecution:
 
     async def _result(
         self, t: Tool, args: JSON, key: str, index: int, h: str, rec: Any,
-        labels: frozenset[str], evidence: JSON, risks: list[str] | None,
+        labels: frozenset[str], evidence: JSON, risks: list[str] | None, summary: str | None,
     ) -> JSON:
         """The JSON result of call ``index``: journaled, reconciled, or from the door."""
         if rec is not None and rec.status == "succeeded":
@@ -143,7 +144,8 @@ class StepExecution:
         # The call's facts, computed once for this attempt: everything below judges,
         # counts and runs this one value. A later attempt computes its own.
         call = CallIntent.of(t, args, key=key, index=index, h=h, labels=labels,
-                             evidence=evidence, risks=tuple(risks or ()))
+                             evidence=evidence, risks=tuple(risks or ()),
+                             summary=summary)
         if rec is not None and rec.status == "started":
             # Unknown outcome: the intent is journaled, the outcome is not.
             settled = await self._settle_unknown(call)
@@ -322,7 +324,7 @@ class StepExecution:
                 request_id=request_id_for(key, asked + 1), key=key, tool=t.name, index=index,
                 args=args, args_hash=h, evidence=call.evidence, risks=list(call.risks),
                 required_role=d.approver_role, expires_at=now + ttl, rule_id=d.rule_id,
-                policy_version=d.policy_version, **t.declared_hidden,
+                policy_version=d.policy_version, **call.for_approver(), **t.declared_hidden,
             )
             act.buffer(request)
             if guard.notifier is not None:

@@ -108,7 +108,7 @@ async def judge_finish(x: StepExecution, flow: Flow[Any, Any], done: Done,
         request_id=request_id_for(key, asked + 1), key=key, tool=FINISH, index=index,
         args=args, args_hash=h, evidence={"tainted_by": sources}, risks=risks,
         required_role=d.approver_role, expires_at=now + ttl, rule_id=d.rule_id,
-        policy_version=d.policy_version,
+        policy_version=d.policy_version, summary=f"Release the result of run {x.run_id}",
     )
     act.buffer(request)
     if svc.guard.notifier is not None:

@@ -68,6 +68,12 @@ class ApprovalRequested(Event):
     (:mod:`underway.redaction`)."""
     secret_fields: list[str] | None = None
     """The fields of its argument and result models typed as secrets."""
+    summary: str | None = None
+    """One line an approver reads: the step's ``summary=``, else the tool's template
+    (None in events of earlier versions)."""
+    money: dict[str, JSON] | None = None
+    """The money the guard read for the call: ``amount`` (a decimal string),
+    ``currency``, ``direction`` and, when the tool names it, ``account``."""
 
 
 class ApprovalGranted(Event):

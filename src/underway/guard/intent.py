@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ValidationError
 
 from ..effects import Tool, args_hash
+from ..effects._summary import one_line
 from ..events import JSON
 from ..money import Money, Unreadable
 from .budgets import Usage
@@ -51,12 +52,13 @@ class CallIntent:
     schema_error: ValidationError | None
     money: Money | Unreadable | None
     counts: dict[str, float] | None
+    summary: str | None = None
 
     @classmethod
     def of(
         cls, tool: Tool, args: JSON, *, key: str, index: int, h: str | None = None,
         labels: frozenset[str] = frozenset(), evidence: JSON = None,
-        risks: tuple[str, ...] = (),
+        risks: tuple[str, ...] = (), summary: str | None = None,
     ) -> CallIntent:
         """Compute the facts of a call of ``tool`` with ``args``.
 
@@ -69,6 +71,7 @@ class CallIntent:
             labels: The caller's data labels for the inputs.
             evidence: What the caller shows an approver.
             risks: The risks the caller names, shown to an approver.
+            summary: The caller's one-line summary for an approver.
         """
         validated: BaseModel | None = None
         schema_error: ValidationError | None = None
@@ -91,7 +94,7 @@ class CallIntent:
             args_hash=h if h is not None else args_hash(tool.name, args),
             labels=frozenset(tool.input_labels) | labels, evidence=evidence,
             risks=tuple(risks), validated=validated, schema_error=schema_error,
-            money=money, counts=counts,
+            money=money, counts=counts, summary=one_line(summary) if summary else None,
         )
 
     @property
@@ -105,6 +108,21 @@ class CallIntent:
             tool_calls=1, messages=1 if self.tool.message else 0,
             money={money.currency: money.counted()} if money is not None else {},
         )
+
+    def for_approver(self) -> dict[str, JSON]:
+        """What an approval request shows of the call besides its arguments: its one-line
+        ``summary`` (the caller's, else the tool's template) and the ``money`` the guard
+        read (``amount`` as a decimal string, ``currency``, ``direction``, ``account``)."""
+        summary = self.summary or self.tool.summary_of(self.args, self.money)
+        m = self.money
+        if not isinstance(m, Money):
+            return {"summary": summary, "money": None}
+        shown: dict[str, JSON] = {"amount": str(m.amount), "currency": m.currency,
+                                  "direction": m.direction}
+        account = self.tool.account_of(self.args)
+        if account is not None:
+            shown["account"] = account
+        return {"summary": summary, "money": shown}
 
     @property
     def name(self) -> str:

@@ -147,7 +147,7 @@ PendingApproval = ev.ApprovalRequested
 def pending_json(p: ev.ApprovalRequested) -> dict[str, JSON]:
     data = p.model_dump(mode="json", exclude={"type"})
     # A request of a tool that hides nothing encodes as it did before tools declared it.
-    for name in ("sensitive_fields", "secret_fields"):
+    for name in ("sensitive_fields", "secret_fields", "summary", "money"):
         if data.get(name) is None:
             data.pop(name, None)
     return data

@@ -22,7 +22,18 @@ from ..scheduling.intake import Route, Routes
 from ..store import queries
 from ..store.base import Store
 from ..webhooks import REPLAY_WINDOW
-from . import _admin, _approvals, _bulk, _consents, _erasures, _intake, _reads, _runs, _stream
+from . import (
+    _activity,
+    _admin,
+    _approvals,
+    _bulk,
+    _consents,
+    _erasures,
+    _intake,
+    _reads,
+    _runs,
+    _stream,
+)
 from ._auth import ServiceState
 from ._inputs import MAX_BODY_BYTES, BodyLimit
 from ._links import add_links
@@ -100,7 +111,7 @@ def create_app(
     install(app)
     # Bulk first: /v1/runs/bulk/resume is a bulk operation, not a run named "bulk".
     for module in (_bulk, _runs, _stream, _approvals, _intake, _consents, _erasures, _reads,
-                   _admin):
+                   _activity, _admin):
         app.include_router(module.router)
     _health(app)
     install_metrics(app, metrics, token=metrics_token)

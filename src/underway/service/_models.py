@@ -81,6 +81,9 @@ class RunSummary(BaseModel):
     error: str | None
     subject: str | None = None
     purpose: str = DEFAULT_PURPOSE
+    waiting: str | None = None
+    """What it waits on, in words (``approval by procurement``, ``signal paid``); null
+    once finished. ``waiting_signal`` is the machine's name of it."""
 
     @classmethod
     def of(cls, row: RunRecord) -> RunSummary:
@@ -127,6 +130,14 @@ class Pending(BaseModel):
     key: str | None
     sensitive_fields: list[str] = Field(default_factory=list)
     secret_fields: list[str] = Field(default_factory=list)
+    summary: str = ""
+    """One line that says what is decided."""
+    money: JsonValue = None
+    """The money the guard read for the call: ``amount`` (a decimal string),
+    ``currency``, ``direction``, ``account``; null when it moves none."""
+    moves: str | None = None
+    """``money`` in words, in the currency's locale (``moves ₹2,32,000.00 out of
+    ACME-OPS``)."""
 
     @classmethod
     def of(cls, r: PendingRequest) -> Pending:
@@ -139,6 +150,7 @@ class Pending(BaseModel):
             question=r.question, context=r.context, rule_id=r.rule_id,
             policy_version=r.policy_version, cause=r.cause, key=r.key,
             sensitive_fields=list(r.sensitive_fields), secret_fields=list(r.secret_fields),
+            summary=r.summary, money=r.money, moves=r.moves,
         )
 
 
@@ -148,6 +160,9 @@ class WaitingOn(BaseModel):
     (``approval``, ``question``, ``resolution``: ``request``)."""
 
     kind: Literal["worker", "timer", "signal", "child", "approval", "question", "resolution"]
+    text: str = ""
+    """The same in words: ``approval by procurement``, ``an answer from finance``,
+    ``signal paid (until ...)``, ``a timer until ...``."""
     signal: str | None = None
     until: float | None = None
     request: Pending | None = None

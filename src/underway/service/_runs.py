@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 
-from ..client import RunFilter, redact_request
+from ..client import RunFilter, redact_request, waiting_words
 from ..control import CHILD
 from ..errors import ConfigurationError, InvalidInput, ResidencyError
 from ..inputs import MAX_INT
@@ -88,7 +88,9 @@ def list_runs(
                                       **chosen.keywords())
     except ConfigurationError as exc:
         raise invalid("query.cursor", str(exc)) from None
-    return RunPage(runs=[RunSummary.of(r) for r in page.runs], next_cursor=page.next_cursor)
+    runs = [RunSummary.of(r).model_copy(update={"waiting": state.client.waiting_on(r)})
+            for r in page.runs]
+    return RunPage(runs=runs, next_cursor=page.next_cursor)
 
 
 @endpoint(router, "POST", "", permission="steer", response_model=Started, status_code=201,
@@ -133,7 +135,8 @@ def get_run(state: State, who: Caller, run_id: RunId, request: Request,
     waiting = waiting_on(state, row, hide)
     state.record_reads(request, who, [run_id], purpose=read.purpose, revealed=read.reveal)
     summary = RunSummary.of(row).model_copy(
-        update={"error": hide.text(row.error) if row.error else row.error})
+        update={"error": hide.text(row.error) if row.error else row.error,
+                "waiting": waiting.text if waiting is not None else None})
     return RunDetail(**summary.model_dump(), waiting_on=waiting,
                      tainted_by=state.client.tainted_by(row))
 
@@ -145,18 +148,20 @@ def waiting_on(state: ServiceState, row: RunRecord, hide: Redactor) -> WaitingOn
     if row.status in FINAL:
         return None
     # Only a person's request needs the folded state; the row says the rest.
+    text = waiting_words(row, None) or ""
     if row.status in ("escalated", "dead") or row.waiting_signal == APPROVAL_SIGNAL:
         request = state.client.pending_request(row.run_id, tenant_id=row.tenant_id)
         if request is not None:
-            return WaitingOn(kind=request.kind,
+            return WaitingOn(kind=request.kind, text=waiting_words(row, request) or "",
                              request=Pending.of(redact_request(request, redactor=hide)))
     if row.status == "ready":
-        return WaitingOn(kind="worker", until=row.next_wake_at)
+        return WaitingOn(kind="worker", text=text, until=row.next_wake_at)
     if row.waiting_signal == CHILD:
-        return WaitingOn(kind="child", until=row.next_wake_at)
+        return WaitingOn(kind="child", text=text, until=row.next_wake_at)
     if row.waiting_signal is not None:
-        return WaitingOn(kind="signal", signal=row.waiting_signal, until=row.next_wake_at)
-    return WaitingOn(kind="timer", until=row.next_wake_at)
+        return WaitingOn(kind="signal", text=text, signal=row.waiting_signal,
+                         until=row.next_wake_at)
+    return WaitingOn(kind="timer", text=text, until=row.next_wake_at)
 
 
 @endpoint(router, "GET", "/{run_id}/events", permission="read", run_data=True,

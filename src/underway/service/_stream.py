@@ -90,7 +90,8 @@ async def tail(
     """Server-Sent Events of the run's events after ``seq``, each redacted by ``hide``
     (which learns each new batch before any of it is shown) and written by ``frame``, as
     they are journaled; ``event: end`` once the run is finished and every event was sent.
-    With ``status``, an ``event: status`` (the row's status, step and awaited signal)
+    With ``status``, an ``event: status`` (the row's status, step, awaited signal and
+    ``waiting``, what it waits on in words)
     whenever the row says something new while no event arrives. ``who``'s key is checked
     after each read and before anything read is sent (``until``: when its session
     ends); once it may no longer read, ``event: unauthorized`` and the stream ends."""
@@ -123,7 +124,9 @@ async def tail(
                                       "signal": row.waiting_signal}
         if status and now != shown:
             shown = now
-            yield f"event: status\ndata: {json.dumps(now)}\n\n"
+            # What it waits on, in words, read only when the row changed.
+            words = await run_io(state.store, state.client.waiting_on, row)
+            yield f"event: status\ndata: {json.dumps({**now, 'waiting': words})}\n\n"
         quiet += POLL_S
         if quiet >= KEEPALIVE_S:
             quiet = 0.0

@@ -210,12 +210,19 @@ def test_an_approval_signed_on_the_command_line_lets_the_run_act(
 
     code, out, _ = cli("approvals", "ls", db=world.url)
     assert code == 0
-    [row] = [line.split() for line in out.splitlines()[1:]]
-    assert row[:4] == ["refund-1", "approval", "issue_refund", "finance"]
+    [line] = out.splitlines()[1:]
+    row = line.split()
+    assert row[:2] == ["refund-1", "approval"] and "finance" in row
+    # The summary names the call and the money the guard read, in Indian grouping.
+    assert "Call issue_refund: moves ₹25,000.00" in line
     assert row[-2] == "in"  # "in 24.0h"
 
     code, out, _ = cli("approvals", "show", "refund-1", db=world.url)
     assert code == 0
+    assert out.splitlines()[:2] == ["summary:       Call issue_refund: moves ₹25,000.00",
+                                    "money:         moves ₹25,000.00"]
+    # Evidence and risks come before the call's details.
+    assert out.index("money leaves the company") < out.index("call tool 'issue_refund'")
     assert "call tool 'issue_refund'" in out and '"amount": 25000' in out
     assert '"ticket": "T-42"' in out and "money leaves the company" in out
     assert "required role: finance" in out and re.search(r"expires: +\d{4}-\d\d-\d\dT", out)

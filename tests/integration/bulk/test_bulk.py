@@ -7,9 +7,9 @@ import threading
 import time
 
 import pytest
+from bulk_world import World
 
 import underway as uw
-from conftest import World
 from fakes import bulk_flows
 from fakes.bulk_flows import QUESTION
 from fakes.invoice_flows import refunds

@@ -7,9 +7,9 @@ import json
 import re
 from pathlib import Path
 
+from bulk_world import World
 from typer.testing import CliRunner
 
-from conftest import World
 from fakes import bulk_flows
 from fakes.bulk_flows import QUESTION
 from underway import events as ev

@@ -217,7 +217,7 @@ def test_the_page_draws_the_figures_as_svg(world: World, scene: Scene) -> None:
     for run_id in scene.dead["acme"]:
         assert f'<a href="/runs/{run_id}">{run_id}</a>' in html
     assert '<option value="7" selected>' in html
-    assert '<a href="/charts/data?days=7">' in html
+    assert '<a href="/charts/data?days=7&amp;by=day">' in html
 
 
 def test_an_empty_window_says_so(world: World) -> None:
@@ -233,16 +233,20 @@ def test_an_empty_window_says_so(world: World) -> None:
     assert "No run is dead." in page
 
 
+BAD_WINDOW = ("days must be one of 1, 7, 30, 90, and by 'day' or 'hour' (by hour, at most 7 "
+              "days)")
+
+
 @pytest.mark.parametrize("days", ["13", "0", "-7", "7.5", "abc", "30days", "1" * 40])
 def test_a_window_not_offered_is_a_400(world: World, days: str) -> None:
     with sign_in(world) as browser:
         page = browser.get("/charts", params={"days": days})
         assert page.status_code == 400
-        assert "Bad window" in page.text and "days must be one of 7, 30, 90" in page.text
+        assert "Bad window" in page.text and "days must be one of 1, 7, 30, 90" in page.text
         assert page.headers["content-security-policy"] == CONSOLE_CSP
         js = browser.get("/charts/data", params={"days": days})
         assert js.status_code == 400
-        assert js.json() == {"error": "bad-window", "detail": "days must be one of 7, 30, 90"}
+        assert js.json() == {"error": "bad-window", "detail": BAD_WINDOW}
 
 
 def test_the_page_needs_a_session(world: World) -> None:

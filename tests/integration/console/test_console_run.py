@@ -73,7 +73,7 @@ def test_the_timeline_shows_every_kind_of_event_and_the_facts(world: World) -> N
     started = r.text.split('<span class="kind">ToolStarted</span>', 1)[1].split("</li>")[0]
     assert "<dt>args</dt>" in started and "INV-9" in started
     facts = _text(r.text.split('id="facts"', 1)[1].split("</section>", 1)[0])
-    for fact in ("journey", "escalated", "trip-9", "acme", "question", "helper (detached)",
+    for fact in ("journey", "escalated", "trip-9", "acme", "an answer from", "helper (detached)",
                  "completed", "tokens 120 in, 30 out", "cost $0.0125"):
         assert fact in facts, fact
     assert f'href="/approvals/{run_id}"' in r.text
@@ -90,7 +90,8 @@ def test_a_run_waiting_for_an_approval_links_to_its_request(world: World) -> Non
     assert "policy: require_approval refund" in summary["PolicyDecided"]
     assert "rule refunds" in summary["PolicyDecided"]
     facts = _text(r.text.split('id="facts"', 1)[1].split("</section>", 1)[0])
-    assert "a person: approval of refund (rule refunds)" in " ".join(facts.split())
+    # What it waits on, in words, with the request's one-line summary.
+    assert "approval by finance: Call refund — open the request" in " ".join(facts.split())
     assert f'href="/approvals/{run_id}"' in r.text
 
 

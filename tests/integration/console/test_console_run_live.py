@@ -65,6 +65,8 @@ def test_the_page_streams_new_events_as_the_run_moves(world: World) -> None:
         assert not reader.is_alive()
         done = browser.get(f"/runs/{run_id}").text
     assert received[0][1] == "status" and received[0][2]["status"] == "waiting"
+    # The stream says what the run waits on in words, beside the signal's machine name.
+    assert (received[0][2]["signal"], received[0][2]["waiting"]) == ("paid", "signal paid")
     assert received[-1][1] == "end" and received[-1][2]["status"] == "completed"
     events = [(i, d) for i, kind, d in received if kind == "message"]
     journal = Client(world.store).history(run_id, tenant_id="acme")

@@ -15,7 +15,7 @@ def test_every_run_data_read_appends_one_entry_per_run(world: World) -> None:
     assert {(e.method, e.path) for e in run_data} == {
         ("GET", "/v1/runs/{run_id}"), ("GET", "/v1/runs/{run_id}/events"),
         ("GET", "/v1/runs/{run_id}/events/stream"), ("GET", "/v1/approvals"),
-        ("GET", "/v1/approvals/{run_id}"), ("GET", "/v1/usage"),
+        ("GET", "/v1/approvals/{run_id}"), ("GET", "/v1/usage"), ("GET", "/v1/activity"),
     }
     for e in endpoints(world):
         if e.method != "GET":
@@ -30,7 +30,8 @@ def test_every_run_data_read_appends_one_entry_per_run(world: World) -> None:
             assert added == [], e.path
             continue
         expected = ({fx.refund} if e.path == "/v1/approvals" else
-                    {"*"} if e.path == "/v1/usage" else {path.split("/")[3]})
+                    {"*"} if e.path in ("/v1/usage", "/v1/activity") else
+                    {path.split("/")[3]})
         assert {a.run_id for a in added} == expected and len(added) == len(expected)
         for a in added:
             assert (a.key_id, a.key_name, a.endpoint) == (

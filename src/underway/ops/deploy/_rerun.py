@@ -94,7 +94,7 @@ class RecordedStep:
 
     async def call(
         self, tool: Tool | str, args: JSON, *, labels: frozenset[str], evidence: JSON,
-        risks: list[str], typed: bool = False,
+        risks: list[str], typed: bool = False, summary: str | None = None,
     ) -> Any:
         """The journaled outcome of the call at this position, when it is the same call.
 
@@ -104,6 +104,7 @@ class RecordedStep:
             labels: Unused: nothing is guarded again.
             evidence: Unused.
             risks: Unused.
+            summary: Unused.
             typed: Give the result as the tool's result model.
         """
         try:

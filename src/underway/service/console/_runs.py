@@ -71,7 +71,11 @@ async def runs_page(
     except ConfigurationError as exc:
         error, page = str(exc), None
     counts = await run_io(state.store, _counts, state.store, tenant)
+    rows = page.runs if page else []
+    waiting = await run_io(state.store, lambda: {r.run_id: state.client.waiting_on(r)
+                                                 for r in rows})
     return render(request, "runs.html", {
+        "waiting": waiting,
         "nav": "runs", "runs": page.runs if page else [],
         "next_cursor": page.next_cursor if page else None, "error": error,
         "status": filtered.status, "flow": filtered.flow or "", "q": filtered.search or "",

@@ -235,6 +235,9 @@ class Decider {
     this.kind = section.dataset.kind;
     this.fields = parse($("decision-fields").textContent);
     this.nonce = randomHex(16);
+    // The exact text of the decision signed and sent from this page, once it is: the
+    // preview then shows it, never a decision that was not signed.
+    this.sent = null;
     this.expired = false;
     this.busy = false;
     this.buttons = [...section.querySelectorAll("button[data-decision]")];
@@ -294,11 +297,24 @@ class Decider {
 
   preview() {
     const out = $("signed-preview");
+    const note = $("signed-note");
+    if (this.sent !== null) {
+      out.textContent = this.sent;
+      out.dataset.state = "signed";
+      note.textContent = "Signed and sent: these exact bytes, with this nonce.";
+      return;
+    }
+    out.dataset.state = "unsigned";
     if (!this.keys.record) {
       out.textContent = "(a key is needed)";
+      note.textContent = "";
       return;
     }
     const decision = this.buttons[0]?.dataset.decision ?? "approve";
+    const others = this.buttons.slice(1).map((b) => `“${b.textContent.trim()}”`).join(", ");
+    note.textContent = `What “${this.buttons[0]?.textContent.trim() ?? decision}” signs`
+      + (others ? ` (${others} differs only in its decision)` : "")
+      + ". The nonce is the one it will be signed with.";
     try {
       out.textContent = DOMAIN + canonical(this.unsigned(decision));
     } catch (err) {
@@ -330,7 +346,8 @@ class Decider {
     this.update();
     try {
       const fields = this.unsigned(decision);
-      const message = new TextEncoder().encode(DOMAIN + canonical(fields));
+      const text = DOMAIN + canonical(fields);
+      const message = new TextEncoder().encode(text);
       const signature = await crypto.subtle.sign({ name: "Ed25519" }, this.keys.record.privateKey,
         message);
       const body = canonical({ ...fields, signature: base64(new Uint8Array(signature)) });
@@ -348,7 +365,7 @@ class Decider {
         this.result(`${what} signed by ${fields.approver_id} and sent (nonce ${fields.nonce}). `
           + (answer.delivered ? "The run verifies it when a worker picks it up."
             : answer.note), "ok");
-        this.nonce = randomHex(16);
+        this.sent = text;
         for (const b of this.buttons) b.classList.add("hidden");
         pollRun(this.fields.run_id);
       } else {

@@ -100,15 +100,24 @@
     if (step) {
       step.textContent = data.step || "—";
     }
+    var words = data.waiting || (data.status === "ready" ? "a worker"
+      : data.signal ? "signal " + data.signal : "reload the page to see what");
     var waiting = byId("facts-waiting");
     if (waiting) {
-      waiting.textContent = data.status === "ready" ? "a worker"
-        : data.signal ? "signal " + data.signal : "reload the page to see what";
+      waiting.textContent = words;
+    }
+    var heading = byId("waiting-on");
+    if (heading) {
+      heading.textContent = "on " + words;
     }
   });
   source.addEventListener("end", function (m) {
     var data = JSON.parse(m.data);
     setStatus(data.status);
+    var heading = byId("waiting-on");
+    if (heading) {
+      heading.textContent = "";
+    }
     source.close();
     if (live) {
       live.textContent = "finished — reload for the final facts";
