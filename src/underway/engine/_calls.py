@@ -540,7 +540,8 @@ class StepExecution:
             except Exception as exc:
                 if not getattr(exc, "retryable", False):
                     raise
-                self._retry_model(key, index, rec, exc)
+                self._retry_model(key, index, rec, exc, model=str(getattr(model, "name", "")),
+                                  latency_ms=(time.perf_counter() - began) * 1000)
         except BaseException as exc:
             if held:
                 budgets.unanswered(self._act, key, exc)
@@ -549,6 +550,7 @@ class StepExecution:
             key=key, index=index, model=reply.model, request=request, response=reply.response,
             tokens_in=reply.tokens_in, tokens_out=reply.tokens_out, cost_usd=reply.cost_usd,
             latency_ms=(time.perf_counter() - began) * 1000, **svc.registry.hidden.declared(),
+            tokens_cached_in=reply.tokens_cached_in, provider=reply.provider,
         ))
         if held:
             budgets.settle_later(self._act, key, Usage(
@@ -557,7 +559,8 @@ class StepExecution:
         await self._act.commit()
         return reply.response
 
-    def _retry_model(self, key: str, index: int, rec: Any, exc: Exception) -> NoReturn:
+    def _retry_model(self, key: str, index: int, rec: Any, exc: Exception, *,
+                     model: str, latency_ms: float) -> NoReturn:
         """A provider's transient failure (rate limit, outage) that outlasted the adapter's
         own retries: wait on a durable timer, holding no worker, then ask again."""
         s, svc = self._act.state, self._act.services
@@ -573,6 +576,7 @@ class StepExecution:
         timer = f"retry-{s.seq + 1}"
         self._act.buffer(ev.RetryScheduled(
             key=key, tool="model", index=index, attempt=attempt, timer_id=timer, delay_s=delay,
+            model=model or None, error_type=type(exc).__name__, latency_ms=latency_ms,
         ))
         self._act.buffer(ev.TimerSet(timer_id=timer, wake_at=svc.clock.now() + delay))
         raise Suspend

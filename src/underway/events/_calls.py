@@ -122,6 +122,10 @@ class ModelResponded(Event):
     tokens_out: int
     cost_usd: float
     latency_ms: Millis
+    tokens_cached_in: int = 0
+    """The part of ``tokens_in`` read from the provider's prompt cache."""
+    provider: str | None = None
+    """The provider that answered (``openai``, ``anthropic``), as its adapter names it."""
     sensitive_fields: list[str] | None = None
     """Every field the engine's tools declare sensitive: a prompt or an answer may carry
     any of them (:mod:`underway.redaction`)."""
@@ -137,6 +141,12 @@ class RetryScheduled(CallEvent):
     attempt: int
     timer_id: str
     delay_s: float
+    model: str | None = None
+    """For a model call (``tool`` is ``model``): the model asked."""
+    error_type: str | None = None
+    """For a model call: the type of the failure it is retried after."""
+    latency_ms: Millis = 0.0
+    """For a model call: how long the failed request took."""
 
 
 class ToolRefused(HashedCallEvent):

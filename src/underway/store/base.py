@@ -86,6 +86,7 @@ from .reseal import ResealStore
 from .retention import RetentionStore
 from .runs import RunStore
 from .schedules import ScheduleStore
+from .spans import SpanExportStore
 from .wakeups import Wakeups
 
 __all__ = [
@@ -136,6 +137,7 @@ __all__ = [
     "SchedulingStore",
     "SealedRow",
     "SignalRecord",
+    "SpanExportStore",
     "StartedRun",
     "Store",
     "StoredEvent",
@@ -145,7 +147,8 @@ __all__ = [
 ]
 
 
-class Store(CoreStore, PrivacyStore, SchedulingStore, ApiKeyStore, BudgetStore, Protocol):
+class Store(CoreStore, PrivacyStore, SchedulingStore, ApiKeyStore, BudgetStore,
+            SpanExportStore, Protocol):
     """A whole backend: the engine's core and every feature's roles."""
 
 
