@@ -1,7 +1,11 @@
-"""Child process for the trace crash test: a worker with OpenTelemetry spans written to
-files as they end (``fakes.span_files``), driving one run to its end.
+"""Child process for the trace crash test: a worker exporting its spans over OTLP/HTTP
+(the stock exporter) to the test's receiver, driving one run to its end.
 
-    python tests/crash/traced_worker.py --db URL --spans DIR --run RUN_ID
+    python tests/crash/traced_worker.py --db URL --otlp URL --run RUN_ID [--interval S]
+
+A long ``--interval`` keeps the worker from sending a batch before it is killed; the
+worker sends what is left when it stops. ``--no-recover`` keeps it from sending, at
+start, what other workers journaled and did not send.
 
 The run (flow ``traced_orders``, started by the test over HTTP with a ``traceparent``)
 looks the customer up, then quotes the invoice (read-only; its tool records the invoice
@@ -18,19 +22,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, SecretStr
 
 import underway as uw
-from fakes.span_files import tracer_provider
 from underway.effects import ModelReply
 from underway.events import JSON
 from underway.guard.policy import policy_from_dict
 from underway.runner import Runner
 from underway.store import connect
-from underway.telemetry import Tracing
+from underway.telemetry import Tracing, span_exporter
 
 CUSTOMER = "Ananya-SECRET-customer"
 CARD = "4111-SECRET-card-0042"
@@ -145,15 +147,18 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the child process."""
     p = argparse.ArgumentParser()
     p.add_argument("--db", required=True)
-    p.add_argument("--spans", required=True, type=Path)
+    p.add_argument("--otlp", required=True)
     p.add_argument("--run", required=True)
+    p.add_argument("--interval", type=float, default=0.5)
+    p.add_argument("--no-recover", action="store_true")
     a = p.parse_args(argv)
-    provider = tracer_provider(a.spans)
     store = connect(a.db)
-    engine = uw.Engine(store, flows=[orders], lease_ttl=1.0, metrics=Tracing(provider))
+    tracing = Tracing(store, span_exporter("otlp", endpoint=a.otlp), flows=[orders],
+                      interval=a.interval, recover_window=None if a.no_recover else 3600.0)
+    engine = uw.Engine(store, flows=[orders], lease_ttl=1.0, metrics=tracing)
     status = asyncio.run(drive(engine, a.run))
+    tracing.shutdown()
     store.close()
-    provider.shutdown()
     print(status, flush=True)
     return 0
 

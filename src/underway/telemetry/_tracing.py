@@ -28,6 +28,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from .. import events as ev
+from .. import faults
 from ..journal import Journal
 from ..journal.state import RunState
 from ._seam import Metrics
@@ -88,7 +89,7 @@ class Tracing(Metrics):
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._passing = threading.Lock()
-        self._stopped = False
+        self._stop = threading.Event()
         self._recover = recover_window
         self._thread = threading.Thread(target=self._loop, name="underway-spans", daemon=True)
         self._thread.start()
@@ -143,7 +144,7 @@ class Tracing(Metrics):
 
     def shutdown(self) -> None:
         """Send what is noted, stop the thread and shut the exporter down."""
-        self._stopped = True
+        self._stop.set()
         self._wake.set()
         self._thread.join()
         self._pass()
@@ -152,14 +153,16 @@ class Tracing(Metrics):
     def _loop(self) -> None:
         if self._recover is not None:
             self._recovered(time.time() - self._recover)
-        while not self._stopped:
+        while True:
             self._wake.wait()
-            if self._stopped:
-                return
             # Gather the commits of a little while into one batch.
-            time.sleep(self.interval)
+            if self._stop.wait(self.interval):
+                return
             self._wake.clear()
-            self._pass()
+            try:
+                self._pass()
+            except Exception:
+                log.exception("spans could not be sent; they are sent again later")
 
     def _recovered(self, since: float) -> None:
         try:
@@ -189,7 +192,13 @@ class Tracing(Metrics):
                     spans += [self._readable(s) for s in found[0]]
                     heads.append((tenant_id, run_id, found[1]))
             if spans:
-                result = self.exporter.export(spans)
+                faults.point("spans.before_send")
+                try:
+                    result = self.exporter.export(spans)
+                except Exception:
+                    log.exception("the exporter failed")
+                    result = SpanExportResult.FAILURE
+                faults.point("spans.after_send")
                 if result is not SpanExportResult.SUCCESS:
                     # Not sent: the cursors stay; the runs are tried again next batch.
                     log.warning("the exporter refused %d spans; sending them again later",
@@ -197,6 +206,7 @@ class Tracing(Metrics):
                     self._forget(runs)
                     with self._lock:
                         self._pending |= runs
+                    self._wake.set()
                     return 0
             for tenant_id, run_id, head in heads:
                 try:
