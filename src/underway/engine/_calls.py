@@ -458,6 +458,7 @@ class StepExecution:
                 key=key, tool=t.name, index=index, args_hash=h, error_type=type(exc).__name__,
                 message=message, retryable=retryable,
                 latency_ms=(time.perf_counter() - began) * 1000,
+                traced_args=t.traced_args_of(call.args),
             ))
             raise ToolCallError(
                 t.name, type(exc).__name__, message, retryable=retryable,
@@ -484,7 +485,7 @@ class StepExecution:
             ) from exc
         self._act.buffer(ev.ToolSucceeded(
             key=key, tool=t.name, index=index, args_hash=h, result=result, latency_ms=latency,
-            counts=call.counts, **t.declared_hidden,
+            counts=call.counts, **t.declared_hidden, traced_args=t.traced_args_of(call.args),
         ))
         return result
 

@@ -48,6 +48,9 @@ class ToolSucceeded(HashedCallEvent):
     type: Literal["ToolSucceeded"] = "ToolSucceeded"
     result: JSON
     latency_ms: Millis = 0.0
+    traced_args: dict[str, str | bool | int | float] | None = None
+    """The argument fields the tool lets traces record (``trace_args``), as span
+    attributes; None when it records none."""
     reconciled: bool = False
     """True when the result came from the tool's reconcile hook, not from running it."""
     counts: dict[str, float] | None = None
@@ -67,6 +70,9 @@ class ToolFailed(HashedCallEvent):
     message: str
     retryable: bool = False
     latency_ms: Millis = 0.0
+    traced_args: dict[str, str | bool | int | float] | None = None
+    """The argument fields the tool lets traces record (``trace_args``), as span
+    attributes; None when it records none."""
 
 
 class ToolTimedOut(HashedCallEvent):

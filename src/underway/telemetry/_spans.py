@@ -20,20 +20,16 @@ The spans of a run (OpenTelemetry GenAI conventions where they apply):
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from .. import events as ev
-from ..events import JSON
+from ..effects._traced import Attribute, recorded
 from ..lineage import minted_context, root_span_id, trace_parent
 
 if TYPE_CHECKING:
     from ..effects import Tool
-
-Attribute = str | bool | int | float
-"""A span attribute's value."""
 
 _TOOL_ENDS = (ev.ToolSucceeded, ev.ToolFailed, ev.ToolTimedOut, ev.ToolOutcomeUnknown)
 _DECISIONS = (ev.ApprovalGranted, ev.ApprovalRejected, ev.ApprovalExpired)
@@ -95,7 +91,6 @@ class _Deriving:
     started: float = 0.0
     attempt: _Attempt | None = None
     requested: dict[str, tuple[float, int]] = field(default_factory=dict)
-    args: dict[str, JSON] = field(default_factory=dict)
     out: list[SpanRecord] = field(default_factory=list)
     seq: int = 0
     ended: bool = False
@@ -185,8 +180,6 @@ def _event(d: _Deriving, seq: int, at: float, e: ev.RunEvent,
     if isinstance(e, ev.StepCompleted):
         if attempt is not None:
             _end_attempt(d, seq, at)
-    elif isinstance(e, ev.ToolStarted):
-        d.args[e.key] = e.args
     elif isinstance(e, _TOOL_ENDS):
         _tool_span(d, seq, at, e, tool(e.tool))
     elif isinstance(e, ev.PolicyDecided):
@@ -280,11 +273,9 @@ def _tool_span(d: _Deriving, seq: int, at: float, e: Any, code: Tool | None) -> 
         "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": e.tool,
         "gen_ai.tool.call.id": e.key, "gen_ai.tool.type": "function",
         "underway.outcome": outcome, "underway.call_index": e.index}
+    if e.traced_args:
+        attributes |= e.traced_args
     if code is not None:
-        args = d.args.pop(e.key, None)
-        if args is not None:
-            attributes |= recorded("underway.tool.args", args, code.trace_args,
-                                   code.never_traced)
         if isinstance(e, ev.ToolSucceeded):
             attributes |= recorded("underway.tool.result", e.result, code.trace_result,
                                    code.never_traced)
@@ -308,56 +299,6 @@ def gen_ai_provider(model: str) -> str:
         if m.startswith(prefix):
             return provider
     return "_OTHER"
-
-
-def recorded(prefix: str, value: JSON, chosen: bool | tuple[str, ...],
-             hidden: frozenset[str]) -> dict[str, Attribute]:
-    """The span attributes recording ``value`` (a call's arguments or result).
-
-    Every field is recorded when ``chosen`` is True; else the fields at the dotted paths
-    ``chosen`` names. A field named in ``hidden`` is never recorded, at any depth. A
-    scalar is recorded as it is, a list or null as JSON, an object as one attribute per
-    field (``prefix.field``).
-
-    Args:
-        prefix: The attributes' common name.
-        value: The arguments or result.
-        chosen: True, or the dotted paths of the fields to record.
-        hidden: Field names never recorded.
-    """
-    out: dict[str, Attribute] = {}
-    if chosen is True:
-        _flatten(prefix, value, hidden, out)
-    elif chosen:
-        for path in chosen:
-            found: Any = value
-            for part in path.split("."):
-                if not isinstance(found, dict) or part not in found:
-                    break
-                found = found[part]
-            else:
-                _flatten(f"{prefix}.{path}", found, hidden, out)
-    return out
-
-
-def _flatten(name: str, value: JSON, hidden: frozenset[str],
-             out: dict[str, Attribute]) -> None:
-    if isinstance(value, dict):
-        for k, v in value.items():
-            if k not in hidden:
-                _flatten(f"{name}.{k}", v, hidden, out)
-    elif isinstance(value, str | bool | int | float):
-        out[name] = value
-    else:
-        out[name] = json.dumps(_scrub(value, hidden), sort_keys=True, separators=(",", ":"))
-
-
-def _scrub(value: JSON, hidden: frozenset[str]) -> JSON:
-    if isinstance(value, dict):
-        return {k: _scrub(v, hidden) for k, v in value.items() if k not in hidden}
-    if isinstance(value, list):
-        return [_scrub(v, hidden) for v in value]
-    return value
 
 
 def tools_of(flows: Iterable[Any]) -> Mapping[str, Tool]:
