@@ -17,11 +17,6 @@ class ModelReply:
     tokens_in: int = 0
     tokens_out: int = 0
     cost_usd: float = 0.0
-    tokens_cached_in: int = 0
-    """The part of ``tokens_in`` read from the provider's prompt cache."""
-    provider: str | None = None
-    """The provider that answered (its ``gen_ai.provider.name``); None: told by the model's
-    name where it can be."""
 
 
 @dataclass(frozen=True, slots=True)

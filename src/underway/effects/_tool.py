@@ -29,7 +29,6 @@ from ..money import Direction, Money, Unreadable, read_money, valid_currency
 from ..redaction import Hidden
 from ..retry import CircuitBreaker, RetryPolicy
 from ._ledger import COMPENSATE_SUFFIX, CallInfo, ReconcileFn, ToolFn
-from ._traced import Attribute, recorded
 
 
 def _undone(out: object) -> str | None:
@@ -255,17 +254,6 @@ class Tool(Generic[A, R]):
     def traced(self) -> bool:
         """True when traces may record some of this tool's arguments or results."""
         return bool(self.trace_args or self.trace_result)
-
-    def traced_args_of(self, args: JSON) -> dict[str, Attribute] | None:
-        """The span attributes a call's arguments may be recorded as (the fields
-        ``trace_args`` opts in to, never a sensitive one); None when it opts in to none.
-
-        Args:
-            args: The call's arguments.
-        """
-        if not self.trace_args:
-            return None
-        return recorded("underway.tool.args", args, self.trace_args, self.never_traced) or None
 
     @property
     def read_only(self) -> bool:

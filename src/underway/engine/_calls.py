@@ -458,7 +458,6 @@ class StepExecution:
                 key=key, tool=t.name, index=index, args_hash=h, error_type=type(exc).__name__,
                 message=message, retryable=retryable,
                 latency_ms=(time.perf_counter() - began) * 1000,
-                traced_args=t.traced_args_of(call.args),
             ))
             raise ToolCallError(
                 t.name, type(exc).__name__, message, retryable=retryable,
@@ -485,7 +484,7 @@ class StepExecution:
             ) from exc
         self._act.buffer(ev.ToolSucceeded(
             key=key, tool=t.name, index=index, args_hash=h, result=result, latency_ms=latency,
-            counts=call.counts, **t.declared_hidden, traced_args=t.traced_args_of(call.args),
+            counts=call.counts, **t.declared_hidden,
         ))
         return result
 
@@ -541,8 +540,7 @@ class StepExecution:
             except Exception as exc:
                 if not getattr(exc, "retryable", False):
                     raise
-                self._retry_model(key, index, rec, exc, model=str(getattr(model, "name", "")),
-                                  latency_ms=(time.perf_counter() - began) * 1000)
+                self._retry_model(key, index, rec, exc)
         except BaseException as exc:
             if held:
                 budgets.unanswered(self._act, key, exc)
@@ -551,7 +549,6 @@ class StepExecution:
             key=key, index=index, model=reply.model, request=request, response=reply.response,
             tokens_in=reply.tokens_in, tokens_out=reply.tokens_out, cost_usd=reply.cost_usd,
             latency_ms=(time.perf_counter() - began) * 1000, **svc.registry.hidden.declared(),
-            tokens_cached_in=reply.tokens_cached_in, provider=reply.provider,
         ))
         if held:
             budgets.settle_later(self._act, key, Usage(
@@ -560,8 +557,7 @@ class StepExecution:
         await self._act.commit()
         return reply.response
 
-    def _retry_model(self, key: str, index: int, rec: Any, exc: Exception, *,
-                     model: str, latency_ms: float) -> NoReturn:
+    def _retry_model(self, key: str, index: int, rec: Any, exc: Exception) -> NoReturn:
         """A provider's transient failure (rate limit, outage) that outlasted the adapter's
         own retries: wait on a durable timer, holding no worker, then ask again."""
         s, svc = self._act.state, self._act.services
@@ -577,7 +573,6 @@ class StepExecution:
         timer = f"retry-{s.seq + 1}"
         self._act.buffer(ev.RetryScheduled(
             key=key, tool="model", index=index, attempt=attempt, timer_id=timer, delay_s=delay,
-            model=model or None, error_type=type(exc).__name__, latency_ms=latency_ms,
         ))
         self._act.buffer(ev.TimerSet(timer_id=timer, wake_at=svc.clock.now() + delay))
         raise Suspend

@@ -48,9 +48,6 @@ class ToolSucceeded(HashedCallEvent):
     type: Literal["ToolSucceeded"] = "ToolSucceeded"
     result: JSON
     latency_ms: Millis = 0.0
-    traced_args: dict[str, str | bool | int | float] | None = None
-    """The argument fields the tool lets traces record (``trace_args``), as span
-    attributes; None when it records none."""
     reconciled: bool = False
     """True when the result came from the tool's reconcile hook, not from running it."""
     counts: dict[str, float] | None = None
@@ -70,9 +67,6 @@ class ToolFailed(HashedCallEvent):
     message: str
     retryable: bool = False
     latency_ms: Millis = 0.0
-    traced_args: dict[str, str | bool | int | float] | None = None
-    """The argument fields the tool lets traces record (``trace_args``), as span
-    attributes; None when it records none."""
 
 
 class ToolTimedOut(HashedCallEvent):
@@ -128,10 +122,6 @@ class ModelResponded(Event):
     tokens_out: int
     cost_usd: float
     latency_ms: Millis
-    tokens_cached_in: int = 0
-    """The part of ``tokens_in`` read from the provider's prompt cache."""
-    provider: str | None = None
-    """The provider that answered (``openai``, ``anthropic``), as its adapter names it."""
     sensitive_fields: list[str] | None = None
     """Every field the engine's tools declare sensitive: a prompt or an answer may carry
     any of them (:mod:`underway.redaction`)."""
@@ -147,12 +137,6 @@ class RetryScheduled(CallEvent):
     attempt: int
     timer_id: str
     delay_s: float
-    model: str | None = None
-    """For a model call (``tool`` is ``model``): the model asked."""
-    error_type: str | None = None
-    """For a model call: the type of the failure it is retried after."""
-    latency_ms: Millis = 0.0
-    """For a model call: how long the failed request took."""
 
 
 class ToolRefused(HashedCallEvent):

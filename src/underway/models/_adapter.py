@@ -115,8 +115,7 @@ class Adapter(abc.ABC):
         response = await self.send(ModelRequest.from_json(request))
         return ModelReply(
             response.to_json(), response.model, response.tokens_in, response.tokens_out,
-            response.cost_usd, tokens_cached_in=response.cached_tokens_in,
-            provider=self.provider,
+            response.cost_usd,
         )
 
     async def send(self, request: ModelRequest) -> ModelResponse:

@@ -23,6 +23,7 @@ privacy    retention           :class:`.RetentionStore`     purges, the sweep lo
 schedules  schedules           :class:`.ScheduleStore`      cron schedules and their ticks
 schedules  intake              :class:`.IntakeStore`        outside events, entity owners
 service    API keys            :class:`.ApiKeyStore`        API keys (hashed), webhook secrets
+telemetry  span exports        :class:`.SpanExportStore`    how far each run's spans were sent
 =========  ==================  ===========================  =================================
 
 Core roles make :class:`~.core.CoreStore`; privacy roles make

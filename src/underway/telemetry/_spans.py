@@ -20,16 +20,20 @@ The spans of a run (OpenTelemetry GenAI conventions where they apply):
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from .. import events as ev
-from ..effects._traced import Attribute, recorded
+from ..events import JSON
 from ..lineage import minted_context, root_span_id, trace_parent
 
 if TYPE_CHECKING:
     from ..effects import Tool
+
+Attribute = str | bool | int | float
+"""A span attribute's value."""
 
 _TOOL_ENDS = (ev.ToolSucceeded, ev.ToolFailed, ev.ToolTimedOut, ev.ToolOutcomeUnknown)
 _DECISIONS = (ev.ApprovalGranted, ev.ApprovalRejected, ev.ApprovalExpired)
@@ -91,9 +95,11 @@ class _Deriving:
     started: float = 0.0
     attempt: _Attempt | None = None
     requested: dict[str, tuple[float, int]] = field(default_factory=dict)
+    args: dict[str, JSON] = field(default_factory=dict)
     out: list[SpanRecord] = field(default_factory=list)
     seq: int = 0
     ended: bool = False
+    calls: Callable[[str], JSON | None] = lambda _: None
 
 
 class RunSpans:
@@ -106,12 +112,15 @@ class RunSpans:
         tool: The tool of a name, whose opt-ins say which argument and result fields a
             span records (None: none).
         agent: Whether a flow is an agent's.
+        calls: The arguments of a read-only call by key, as this process saw them (the
+            journal keeps only a mutating call's).
     """
 
     def __init__(self, tenant_id: str, run_id: str, *,
                  tool: Callable[[str], Tool | None] = lambda _: None,
-                 agent: Callable[[str], bool] = lambda _: False) -> None:
-        self._d = _Deriving(tenant_id, run_id)
+                 agent: Callable[[str], bool] = lambda _: False,
+                 calls: Callable[[str], JSON | None] = lambda _: None) -> None:
+        self._d = _Deriving(tenant_id, run_id, calls=calls)
         self._tool = tool
         self._agent = agent
 
@@ -187,22 +196,15 @@ def _event(d: _Deriving, seq: int, at: float, e: ev.RunEvent,
             "underway.tool": e.tool, "underway.policy.decision": e.decision,
             "underway.policy.rule_id": e.rule_id or "",
             "underway.policy.version": e.policy_version})
+    elif isinstance(e, ev.ToolStarted):
+        d.args[e.key] = e.args
     elif isinstance(e, ev.ModelResponded):
-        _child(d, seq, f"chat {e.model}", at - e.latency_ms / 1000.0, at, {
-            "gen_ai.operation.name": "chat",
-            "gen_ai.provider.name": e.provider or gen_ai_provider(e.model),
-            "gen_ai.request.model": e.model, "gen_ai.response.model": e.model,
-            "gen_ai.usage.input_tokens": e.tokens_in,
-            "gen_ai.usage.output_tokens": e.tokens_out,
-            "gen_ai.usage.cache_read.input_tokens": e.tokens_cached_in,
-            "underway.cost_usd": e.cost_usd,
-        }, kind="client")
+        _chat_span(d, seq, at, e)
     elif isinstance(e, ev.RetryScheduled) and e.tool == "model":
-        model = e.model or "model"
-        _child(d, seq, f"chat {model}", at - e.latency_ms / 1000.0, at, {
-            "gen_ai.operation.name": "chat", "gen_ai.provider.name": gen_ai_provider(model),
-            "gen_ai.request.model": model, "underway.retry.attempt": e.attempt,
-        }, error=e.error_type or "_OTHER", kind="client")
+        # A model call that failed and waits to be asked again: the journal keeps no more.
+        _child(d, seq, "chat", at, at, {
+            "gen_ai.operation.name": "chat", "underway.retry.attempt": e.attempt},
+            error="_OTHER", kind="client")
     elif isinstance(e, ev.ApprovalRequested):
         d.requested[e.request_id] = (at, seq)
     elif isinstance(e, _DECISIONS):
@@ -273,15 +275,37 @@ def _tool_span(d: _Deriving, seq: int, at: float, e: Any, code: Tool | None) -> 
         "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": e.tool,
         "gen_ai.tool.call.id": e.key, "gen_ai.tool.type": "function",
         "underway.outcome": outcome, "underway.call_index": e.index}
-    if e.traced_args:
-        attributes |= e.traced_args
     if code is not None:
+        args = d.args.pop(e.key, None)
+        if args is None:
+            args = d.calls(e.key)
+        if args is not None:
+            attributes |= recorded("underway.tool.args", args, code.trace_args,
+                                   code.never_traced)
         if isinstance(e, ev.ToolSucceeded):
             attributes |= recorded("underway.tool.result", e.result, code.trace_result,
                                    code.never_traced)
     error = None if isinstance(e, ev.ToolSucceeded) else str(
         getattr(e, "error_type", None) or {"TimedOut": "timeout"}.get(outcome, outcome))
     _child(d, seq, f"execute_tool {e.tool}", at - latency, at, attributes, error=error)
+
+
+def _chat_span(d: _Deriving, seq: int, at: float, e: ev.ModelResponded) -> None:
+    """A model call's span. An adapter's response (as journaled) tells the model that
+    answered and the tokens read from the prompt cache."""
+    response = e.response if isinstance(e.response, dict) else {}
+    request = e.request if isinstance(e.request, dict) else {}
+    asked = request.get("model") if isinstance(request.get("model"), str) else e.model
+    answered = response.get("model") if isinstance(response.get("model"), str) else e.model
+    cached = response.get("cached_tokens_in")
+    attributes: dict[str, Attribute] = {
+        "gen_ai.operation.name": "chat", "gen_ai.provider.name": gen_ai_provider(str(asked)),
+        "gen_ai.request.model": str(asked), "gen_ai.response.model": str(answered),
+        "gen_ai.usage.input_tokens": e.tokens_in, "gen_ai.usage.output_tokens": e.tokens_out,
+        "underway.cost_usd": e.cost_usd}
+    if isinstance(cached, int) and not isinstance(cached, bool):
+        attributes["gen_ai.usage.cache_read.input_tokens"] = cached
+    _child(d, seq, f"chat {asked}", at - e.latency_ms / 1000.0, at, attributes, kind="client")
 
 
 def gen_ai_provider(model: str) -> str:
@@ -299,6 +323,56 @@ def gen_ai_provider(model: str) -> str:
         if m.startswith(prefix):
             return provider
     return "_OTHER"
+
+
+def recorded(prefix: str, value: JSON, chosen: bool | tuple[str, ...],
+             hidden: frozenset[str]) -> dict[str, Attribute]:
+    """The span attributes recording ``value`` (a call's arguments or result).
+
+    Every field is recorded when ``chosen`` is True; else the fields at the dotted paths
+    ``chosen`` names. A field named in ``hidden`` is never recorded, at any depth. A
+    scalar is recorded as it is, a list or null as JSON, an object as one attribute per
+    field (``prefix.field``).
+
+    Args:
+        prefix: The attributes' common name.
+        value: The arguments or result.
+        chosen: True, or the dotted paths of the fields to record.
+        hidden: Field names never recorded.
+    """
+    out: dict[str, Attribute] = {}
+    if chosen is True:
+        _flatten(prefix, value, hidden, out)
+    elif chosen:
+        for path in chosen:
+            found: Any = value
+            for part in path.split("."):
+                if not isinstance(found, dict) or part not in found:
+                    break
+                found = found[part]
+            else:
+                _flatten(f"{prefix}.{path}", found, hidden, out)
+    return out
+
+
+def _flatten(name: str, value: JSON, hidden: frozenset[str],
+             out: dict[str, Attribute]) -> None:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if k not in hidden:
+                _flatten(f"{name}.{k}", v, hidden, out)
+    elif isinstance(value, str | bool | int | float):
+        out[name] = value
+    else:
+        out[name] = json.dumps(_scrub(value, hidden), sort_keys=True, separators=(",", ":"))
+
+
+def _scrub(value: JSON, hidden: frozenset[str]) -> JSON:
+    if isinstance(value, dict):
+        return {k: _scrub(v, hidden) for k, v in value.items() if k not in hidden}
+    if isinstance(value, list):
+        return [_scrub(v, hidden) for v in value]
+    return value
 
 
 def tools_of(flows: Iterable[Any]) -> Mapping[str, Tool]:

@@ -29,12 +29,15 @@ from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, Trace
 
 from .. import events as ev
 from .. import faults
+from ..agent import AgentState
+from ..events import JSON
 from ..journal import Journal
 from ..journal.state import RunState
 from ._seam import Metrics
 from ._spans import RunSpans, SpanRecord, tools_of
 
 if TYPE_CHECKING:
+    from ..effects import Tool
     from ..flow import Flow
     from ..store.base import Store
 
@@ -46,6 +49,8 @@ _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _CACHED_RUNS = 4096
 """Runs whose derivation a process keeps between batches (the rest read their journal
 again)."""
+_KEPT_ARGS = 4096
+"""Read-only calls whose opted-in arguments a process keeps until their span is sent."""
 
 
 class Tracing(Metrics):
@@ -86,6 +91,7 @@ class Tracing(Metrics):
         self._resource = Resource.create({"service.name": service_name})
         self._pending: set[tuple[str, str]] = set()
         self._runs: OrderedDict[tuple[str, str], RunSpans] = OrderedDict()
+        self._args: OrderedDict[str, JSON] = OrderedDict()
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._passing = threading.Lock()
@@ -117,6 +123,28 @@ class Tracing(Metrics):
             events: The committed events ``(seq, at, event)``.
         """
         self._note(tenant_id, run_id)
+
+    def calling(self, tenant_id: str, run_id: str, key: str, tool: Tool,
+                args: JSON) -> None:
+        """Keep the arguments of a call whose tool lets some of them be recorded: the
+        journal keeps a mutating call's, not a read-only one's.
+
+        Args:
+            tenant_id: The run's tenant.
+            run_id: The run's id.
+            key: The call's idempotency key.
+            tool: The tool called.
+            args: The call's arguments.
+        """
+        if tool.trace_args and not tool.mutating:
+            with self._lock:
+                self._args[key] = args
+                while len(self._args) > _KEPT_ARGS:
+                    self._args.popitem(last=False)
+
+    def _call_args(self, key: str) -> JSON | None:
+        with self._lock:
+            return self._args.pop(key, None)
 
     def _note(self, tenant_id: str, run_id: str) -> None:
         with self._lock:
@@ -224,7 +252,7 @@ class Tracing(Metrics):
         derived = self._runs.pop(key, None)
         if derived is None or derived.seq < cursor:
             derived = RunSpans(tenant_id, run_id, tool=self._tools.get,
-                               agent=self._agents.__contains__)
+                               agent=self._agents.__contains__, calls=self._call_args)
         stored = self.store.load_events(tenant_id, run_id, after_seq=derived.seq)
         if not stored:
             self._keep(key, derived)
@@ -260,6 +288,4 @@ class Tracing(Metrics):
 
 
 def _is_agent(flow: Flow[Any, Any]) -> bool:
-    from ..agent import AgentState
-
     return flow.state_type is AgentState
