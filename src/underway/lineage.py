@@ -10,6 +10,9 @@ that writes it; every descendant gets its parent's through :meth:`Lineage.descen
 which only ever adds restrictions: a child cannot drop the taint, shadow mode, subject or
 purpose its parent had.
 
+Every run has a trace context: the caller's, or one minted at its start
+(:func:`minted_context`). Its descendants sit below its root span, in its trace.
+
 The record is journaled in the run's :class:`~underway.events.RunStarted` (``lineage``).
 Subject, purpose, consent and trace context keep their own fields there, as they always
 had; the journaled record holds the rest, and a run started before the record existed
@@ -124,6 +127,9 @@ class Lineage(BaseModel):
         start adds (``adds``, see :meth:`join`) and what the parent has at this moment
         beyond its own start: ``shadow`` (it runs in shadow mode) and ``taint`` (sources
         its context has taken in since).
+
+        The descendant stays in this run's trace, with this run's root span as its parent
+        (:func:`below`).
 
         Args:
             run_id: the parent run.
