@@ -51,7 +51,7 @@ NEVER = 3600.0
 """A batch interval no worker reaches: it sends only when it stops."""
 
 
-def worker(url: str, otlp: str, run_id: str, *, crash_at: str | None = None,
+def worker(url: str, otlp: str, run_id: str | list[str], *, crash_at: str | None = None,
            crash_after: int = 1, interval: float = 0.2, recover: bool = True
            ) -> subprocess.CompletedProcess[str]:
     """Run one worker process to its end (or its SIGKILL)."""
@@ -59,8 +59,10 @@ def worker(url: str, otlp: str, run_id: str, *, crash_at: str | None = None,
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TESTS), env.get("PYTHONPATH")]))
     if crash_at is not None:
         env.update(UNDERWAY_CRASH_AFTER=str(crash_after), UNDERWAY_CRASH_POINTS=crash_at)
+    runs = [run_id] if isinstance(run_id, str) else run_id
     return subprocess.run(
-        [sys.executable, str(WORKER), "--db", url, "--otlp", otlp, "--run", run_id,
+        [sys.executable, str(WORKER), "--db", url, "--otlp", otlp,
+         *(a for r in runs for a in ("--run", r)),
          "--interval", str(interval), *([] if recover else ["--no-recover"])],
         env=env, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
 
@@ -218,3 +220,51 @@ def test_a_batch_sent_before_a_kill_is_sent_again_with_the_same_ids(
     assert len({s["span_id"] for s in sent}) == len(sent)
     (quoted,) = [s for s in sent if s["name"] == "execute_tool quote"]
     assert quoted["attributes"]["underway.tool.args.invoice"] == INVOICE
+
+
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres",
+                                                            marks=pytest.mark.postgres)])
+def test_many_runs_through_repeated_kills_lose_no_span(
+    backend: str, request: pytest.FixtureRequest
+) -> None:
+    """Ten runs, workers killed again and again right after a tool ran (while batches go
+    out every 0.2 s), then a worker that finishes them: every journaled call, model call,
+    step attempt and run has its span in the receiver, and copies share their id."""
+    url = request.getfixturevalue("sqlite_url" if backend == "sqlite" else "pg_url")
+    run_ids = [start_run(url) for _ in range(10)]
+    kills = 0
+    with OtlpReceiver() as receiver:
+        for after in (4, 7, 5, 9, 6, 11):
+            done = worker(url, receiver.url, run_ids, crash_at="effect.after_run",
+                          crash_after=after)
+            if done.returncode == 0:
+                break
+            assert done.returncode == -signal.SIGKILL, done.stderr[-4000:]
+            kills += 1
+        last = worker(url, receiver.url, run_ids)
+        assert last.returncode == 0, last.stderr[-4000:]
+        assert last.stdout.split() == ["completed"] * len(run_ids)
+        spans = list(receiver.spans)
+    assert kills >= 3, "the workers were killed mid-way several times"
+
+    by_id: dict[str, list[dict[str, Any]]] = {}
+    for s in spans:
+        by_id.setdefault(s["span_id"], []).append(s)
+    for copies in by_id.values():
+        assert len({(c["name"], c["parent_id"], c["start"], c["end"]) for c in copies}) == 1
+    unique = [copies[0] for copies in by_id.values()]
+    for run_id in run_ids:
+        events = journal(url, run_id)
+        mine = [s for s in unique if s["attributes"].get("underway.run_id") == run_id
+                or s["parent_id"] in {x["span_id"] for x in unique
+                                      if x["attributes"].get("underway.run_id") == run_id
+                                      and x["name"].startswith("underway.step ")}]
+        calls = sorted(e.key for e in events if isinstance(e, ev.ToolSucceeded))
+        assert sorted(s["attributes"]["gen_ai.tool.call.id"] for s in mine
+                      if s["name"].startswith("execute_tool ")) == calls, run_id
+        assert len([s for s in mine if s["name"].startswith("chat ")]) \
+            == len([e for e in events if isinstance(e, ev.ModelResponded)]), run_id
+        assert len([s for s in mine if s["name"].startswith("underway.step ")]) \
+            == len([e for e in events if isinstance(e, ev.StepStarted)]), run_id
+        assert len([s for s in mine if s["name"] == "underway.run traced_orders"]) == 1
+    assert {s["trace_id"] for s in unique} == {TRACE_ID}
