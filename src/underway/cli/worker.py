@@ -144,10 +144,10 @@ def worker(
     ] = None,
     traces: Annotated[
         bool,
-        typer.Option("--traces", help="Make OpenTelemetry spans of activations, steps, "
-                     "tool and model calls: to the config file's telemetry.exporter, else "
-                     "with the global tracer provider (configure an SDK, the `otel` extra, "
-                     "for them to go anywhere)."),
+        typer.Option("--traces", help="Send OpenTelemetry spans of runs, steps, tool and "
+                     "model calls, derived from the journal, to the config file's "
+                     "telemetry.exporter (OTLP unless it names another; needs the `otel` "
+                     "extra)."),
     ] = False,
     no_retention: Annotated[
         bool,

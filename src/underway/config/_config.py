@@ -1,5 +1,5 @@
 """Reading ``underway.toml`` (:func:`load_config`) and making what it describes: the
-notifier, tenant budgets, policy, tracer provider, anchoring and retention a worker runs
+notifier, tenant budgets, policy, span exporter, anchoring and retention a worker runs
 with."""
 
 from __future__ import annotations
