@@ -15,13 +15,13 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from common import Figure, median, pg_schema, sqlite_dir
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
-from throughput import TENANT, loop_flow
 
 import underway as uw
+from common import Figure, median, pg_schema, sqlite_dir
+from throughput import TENANT, loop_flow
 from underway.store import connect
 from underway.telemetry import Tracing
 
