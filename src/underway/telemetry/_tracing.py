@@ -92,6 +92,7 @@ class Tracing(Metrics):
         self._pending: set[tuple[str, str]] = set()
         self._runs: OrderedDict[tuple[str, str], RunSpans] = OrderedDict()
         self._args: OrderedDict[str, JSON] = OrderedDict()
+        self._taken_up: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._passing = threading.Lock()
@@ -110,6 +111,8 @@ class Tracing(Metrics):
             wake_latency: Seconds from when it was due to now.
             takeover: True when the run was taken over.
         """
+        with self._lock:
+            self._taken_up.add((state.tenant_id, state.run_id))
         self._note(state.tenant_id, state.run_id)
 
     def committed(self, tenant_id: str, run_id: str, flow: str,
@@ -248,9 +251,17 @@ class Tracing(Metrics):
     def _derive(self, tenant_id: str, run_id: str) -> tuple[list[SpanRecord], int] | None:
         """The spans run ``run_id`` ended past its cursor, and its journal's head."""
         key = (tenant_id, run_id)
-        cursor = self.store.span_cursor(tenant_id, run_id)
         derived = self._runs.pop(key, None)
-        if derived is None or derived.seq < cursor:
+        with self._lock:
+            if key in self._taken_up:
+                # Another worker may have had the run since: its cursor says what it sent.
+                self._taken_up.discard(key)
+                derived = None
+        if derived is not None:
+            # This process sent everything up to there, and has had the run since.
+            cursor = derived.seq
+        else:
+            cursor = self.store.span_cursor(tenant_id, run_id)
             derived = RunSpans(tenant_id, run_id, tool=self._tools.get,
                                agent=self._agents.__contains__, calls=self._call_args)
         stored = self.store.load_events(tenant_id, run_id, after_seq=derived.seq)
