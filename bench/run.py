@@ -38,6 +38,7 @@ import step_bytes
 import storage
 import tenant_usage
 import throughput
+import tracing
 import workers
 from common import Figure, pg_base_url, pg_reachable, pg_store_missing
 
@@ -113,6 +114,10 @@ GROUPS: dict[str, list[tuple[str, Callable[[], list[Figure]]]]] = {
     "evaluation": [
         ("SQLite eval and drift", evaluation.bench_sqlite),
         ("PostgreSQL eval and drift", evaluation.bench_postgres),
+    ],
+    "tracing": [
+        ("SQLite traces from the journal", tracing.bench_sqlite),
+        ("PostgreSQL traces from the journal", tracing.bench_postgres),
     ],
 }
 

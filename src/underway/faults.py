@@ -38,6 +38,8 @@ POINTS = (
     "intake.after_dead_letter",
     "bulk.before_action",
     "bulk.after_action",
+    "spans.before_send",
+    "spans.after_send",
 )
 """Every fault point the engine, the retention sweep, an erasure and the queue and mail
 consumers pass (``group.uncommitted`` inside a group commit's transaction, before it
@@ -45,7 +47,9 @@ commits; ``retention.purge_uncommitted`` inside a purge's transaction, before it
 ``start.eager_after_commit`` after an eager start committed a run with its lease, before
 anything activates it; ``intake.after_commit`` after a message's intake committed, before
 it is acknowledged or filed as seen; ``bulk.before_action`` and ``bulk.after_action``
-around each run's action in a bulk operation)."""
+around each run's action in a bulk operation; ``spans.before_send`` and
+``spans.after_send`` around the sending of a batch of spans, before its runs' span cursors
+move)."""
 
 _remaining = int(os.environ.get("UNDERWAY_CRASH_AFTER", "0") or 0)
 _only = frozenset(p for p in os.environ.get("UNDERWAY_CRASH_POINTS", "").split(",") if p)

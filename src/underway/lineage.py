@@ -10,6 +10,9 @@ that writes it; every descendant gets its parent's through :meth:`Lineage.descen
 which only ever adds restrictions: a child cannot drop the taint, shadow mode, subject or
 purpose its parent had.
 
+Every run has a trace context: the caller's, or one minted at its start
+(:func:`minted_context`). Its descendants sit below its root span, in its trace.
+
 The record is journaled in the run's :class:`~underway.events.RunStarted` (``lineage``).
 Subject, purpose, consent and trace context keep their own fields there, as they always
 had; the journaled record holds the rest, and a run started before the record existed
@@ -19,6 +22,8 @@ outside origin).
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import Iterable, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -26,7 +31,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from .errors import ConfigurationError
 from .subjects import DEFAULT_PURPOSE
 
-__all__ = ["INTAKE_KEY_PREFIX", "INTAKE_TAINT", "Lineage", "restored"]
+__all__ = ["INTAKE_KEY_PREFIX", "INTAKE_TAINT", "Lineage", "below", "minted_context",
+           "restored", "root_span_id", "trace_parent"]
 
 INTAKE_KEY_PREFIX = "intake:"
 """How the idempotency key of every run intake starts begins."""
@@ -122,6 +128,9 @@ class Lineage(BaseModel):
         beyond its own start: ``shadow`` (it runs in shadow mode) and ``taint`` (sources
         its context has taken in since).
 
+        The descendant stays in this run's trace, with this run's root span as its parent
+        (:func:`below`).
+
         Args:
             run_id: the parent run.
             adds: what the start asks for besides; it can add restrictions, never remove.
@@ -130,7 +139,11 @@ class Lineage(BaseModel):
         """
         here = Lineage(taint=tuple(taint), shadow=shadow,
                        root_run_id=self.root_run_id or run_id)
-        return self.join(here).join(adds)
+        whole = self.join(here).join(adds)
+        if self.trace_context is None:
+            return whole
+        # The descendant's spans sit below this run's root span, in this run's trace.
+        return whole.model_copy(update={"trace_context": below(self.trace_context, run_id)})
 
     def journaled(self) -> Lineage | None:
         """What :class:`~underway.events.RunStarted` journals of this lineage in its
@@ -170,6 +183,69 @@ def restored(
         "subject": subject, "purpose": purpose, "consent": consent,
         "trace_context": None if trace_context is None else dict(trace_context),
     })
+
+
+_TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
+
+
+def trace_parent(context: Mapping[str, str] | None) -> tuple[str, str, str] | None:
+    """The trace id, parent span id and flags of a W3C trace context; None when it has no
+    valid ``traceparent`` (W3C: such a context is ignored and a new trace begins).
+
+    Args:
+        context: The carrier (``traceparent``, ``tracestate``).
+    """
+    if not context:
+        return None
+    found = _TRACEPARENT.fullmatch(str(context.get("traceparent", "")).strip().lower())
+    if found is None or set(found[1]) == {"0"} or set(found[2]) == {"0"}:
+        return None
+    return found[1], found[2], found[3]
+
+
+def _digest(*parts: str) -> str:
+    return hashlib.sha256("\x00".join(parts).encode()).hexdigest()
+
+
+def root_span_id(run_id: str) -> str:
+    """The span id of run ``run_id``'s root span (16 hex digits, never zero): the same in
+    every process, so every activation, child and fork can name it as a parent.
+
+    Args:
+        run_id: The run.
+    """
+    found = _digest("underway.run", run_id)[:16]
+    return found if set(found) != {"0"} else "1" * 16
+
+
+def minted_context(tenant_id: str, run_id: str) -> dict[str, str]:
+    """The trace context a run starts a trace with when none is given: a trace id of its
+    own (derived from the tenant and run, so a replay makes the same), naming the run's
+    own root span, which then has no parent.
+
+    Args:
+        tenant_id: The run's tenant.
+        run_id: The run.
+    """
+    trace_id = _digest("underway.trace", tenant_id, run_id)[:32]
+    return {"traceparent": f"00-{trace_id}-{root_span_id(run_id)}-01"}
+
+
+def below(context: Mapping[str, str], run_id: str) -> dict[str, str] | None:
+    """The trace context of a run that run ``run_id`` starts, forks or replays: the same
+    trace, with the run's root span as parent. None when ``context`` is not valid.
+
+    Args:
+        context: Run ``run_id``'s trace context.
+        run_id: The run whose root span is the parent.
+    """
+    found = trace_parent(context)
+    if found is None:
+        return None
+    out = {"traceparent": f"00-{found[0]}-{root_span_id(run_id)}-{found[2]}"}
+    if context.get("tracestate"):
+        out["tracestate"] = context["tracestate"]
+    return out
 
 
 def _union(first: tuple[str, ...], then: tuple[str, ...]) -> tuple[str, ...]:

@@ -26,7 +26,7 @@ from underway.clock import ManualClock
 from underway.errors import ConfigurationError
 from underway.flow import Next
 from underway.journal.state import RunState, fold
-from underway.lineage import Lineage, restored
+from underway.lineage import Lineage, below, minted_context, restored, trace_parent
 from underway.models.types import ModelRequest, ModelResponse, ToolCall
 from underway.ops.replay import replay_run
 from underway.runner import Runner
@@ -197,6 +197,13 @@ def app(db_url: str) -> App:
     return App(db_url)
 
 
+def same_trace(got: dict[str, str] | None, want: dict[str, str] | None) -> bool:
+    """Whether two trace contexts are of one trace (trace id, flags and tracestate)."""
+    a, b = trace_parent(got), trace_parent(want)
+    return a is not None and b is not None and (a[0], a[2]) == (b[0], b[2]) \
+        and (got or {}).get("tracestate") == (want or {}).get("tracestate")
+
+
 def missing(got: RunState, want: Lineage, *, root: str | None) -> list[str]:
     """The fields of ``want`` that descendant ``got`` does not carry (tenant included)."""
     have = got.lineage
@@ -208,8 +215,9 @@ def missing(got: RunState, want: Lineage, *, root: str | None) -> list[str]:
         "subject": have.subject == want.subject and got.subject == want.subject,
         "purpose": have.purpose == want.purpose and got.purpose == want.purpose,
         "consent": have.consent == want.consent,
-        "trace_context": have.trace_context == want.trace_context
-        and got.trace_context == want.trace_context,
+        # The same trace; a descendant's spans sit below its parent's root span.
+        "trace_context": same_trace(have.trace_context, want.trace_context)
+        and got.trace_context == have.trace_context,
         "labels": all(have.labels.get(k) == v for k, v in want.labels.items()),
         "budget scope": have.root_run_id == root,
     }
@@ -347,7 +355,9 @@ def test_a_plain_child_of_a_clean_run_pays_for_real(app: App) -> None:
     root, _ = app.engine.start("root", {"kind": "child"}, tenant_id=TENANT)
     app.drive()
     assert app.state(root).status == "completed"
-    assert app.state(app.child_of(root)).lineage == Lineage(root_run_id=root)
+    # It inherits nothing but its tree's root and its trace: below the root run's span.
+    assert app.state(app.child_of(root)).lineage == Lineage(
+        root_run_id=root, trace_context=below(minted_context(TENANT, root), root))
     assert len(app.world.paid) == 1
 
 

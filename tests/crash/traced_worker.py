@@ -1,7 +1,12 @@
-"""Child process for the trace crash test: a worker with OpenTelemetry spans written to
-files as they end (``fakes.span_files``), driving one run to its end.
+"""Child process for the trace crash test: a worker exporting its spans over OTLP/HTTP
+(the stock exporter) to the test's receiver, driving one run to its end.
 
-    python tests/crash/traced_worker.py --db URL --spans DIR --run RUN_ID
+    python tests/crash/traced_worker.py --db URL --otlp URL --run RUN_ID [--run ...]
+        [--interval S] [--no-recover]
+
+A long ``--interval`` keeps the worker from sending a batch before it is killed; the
+worker sends what is left when it stops. ``--no-recover`` keeps it from sending, at
+start, what other workers journaled and did not send.
 
 The run (flow ``traced_orders``, started by the test over HTTP with a ``traceparent``)
 looks the customer up, then quotes the invoice (read-only; its tool records the invoice
@@ -18,19 +23,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, SecretStr
 
 import underway as uw
-from fakes.span_files import tracer_provider
 from underway.effects import ModelReply
 from underway.events import JSON
 from underway.guard.policy import policy_from_dict
 from underway.runner import Runner
 from underway.store import connect
-from underway.telemetry import Tracing
+from underway.telemetry import Tracing, span_exporter
 
 CUSTOMER = "Ananya-SECRET-customer"
 CARD = "4111-SECRET-card-0042"
@@ -128,16 +131,18 @@ async def finish(ctx: uw.RunContext[Progress, Order]) -> Any:
     return ctx.done({"charged": ctx.state.charged})
 
 
-async def drive(engine: uw.Engine, run_id: str) -> str:
-    """Advance the run until it is final; a run still leased by a dead worker is claimed
-    once its lease expires."""
+async def drive(engine: uw.Engine, run_ids: list[str]) -> list[str]:
+    """Advance the runs until they are final; a run still leased by a dead worker is
+    claimed once its lease expires."""
     runner = Runner(engine, poll=0.05)
     while True:
         await runner.run_until_idle()
-        row = await engine.io(engine.store.get_run, "default", run_id)
-        assert row is not None
-        if row.status in ("completed", "failed", "cancelled", "escalated", "dead"):
-            return str(row.status)
+        rows = [await engine.io(engine.store.get_run, "default", r) for r in run_ids]
+        statuses = [str(row.status) for row in rows if row is not None]
+        if len(statuses) == len(run_ids) and all(
+                s in ("completed", "failed", "cancelled", "escalated", "dead")
+                for s in statuses):
+            return statuses
         await engine.clock.sleep_until(engine.clock.now() + runner.poll)
 
 
@@ -145,16 +150,19 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the child process."""
     p = argparse.ArgumentParser()
     p.add_argument("--db", required=True)
-    p.add_argument("--spans", required=True, type=Path)
-    p.add_argument("--run", required=True)
+    p.add_argument("--otlp", required=True)
+    p.add_argument("--run", required=True, action="append")
+    p.add_argument("--interval", type=float, default=0.5)
+    p.add_argument("--no-recover", action="store_true")
     a = p.parse_args(argv)
-    provider = tracer_provider(a.spans)
     store = connect(a.db)
-    engine = uw.Engine(store, flows=[orders], lease_ttl=1.0, metrics=Tracing(provider))
-    status = asyncio.run(drive(engine, a.run))
+    tracing = Tracing(store, span_exporter("otlp", endpoint=a.otlp), flows=[orders],
+                      interval=a.interval, recover_window=None if a.no_recover else 3600.0)
+    engine = uw.Engine(store, flows=[orders], lease_ttl=1.0, metrics=tracing)
+    statuses = asyncio.run(drive(engine, a.run))
+    tracing.shutdown()
     store.close()
-    provider.shutdown()
-    print(status, flush=True)
+    print(*statuses, flush=True)
     return 0
 
 

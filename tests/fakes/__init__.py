@@ -9,6 +9,6 @@ package).
   delivered to them;
 - :mod:`fakes.guard_helpers` — an approvals-enabled engine and signing helpers;
 - :mod:`fakes.docker_image` — which Docker image the sandbox tests run in.
-- :mod:`fakes.span_files` — an OpenTelemetry exporter writing each span to a file as it
-  ends, so a worker killed with SIGKILL has lost none it ended.
+- :mod:`fakes.otlp_receiver` — a real OTLP/HTTP trace receiver that decodes and keeps
+  every span posted to it.
 """

@@ -16,6 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.trace.export import ConsoleSpanExporter
 from typer.testing import CliRunner
 
 from fakes.receivers import Endpoint, SmtpSink
@@ -83,7 +85,7 @@ def test_no_file_means_the_defaults() -> None:
     assert (config.worker.concurrency, config.serve.port) == (10, 8420)
     assert config.serve.max_body_bytes == 1024 * 1024
     assert config.make_notifier({}) is None and config.make_tenant_budget() is None
-    assert config.make_policy() is None and config.make_tracer_provider() is None
+    assert config.make_policy() is None and config.make_span_exporter() is None
 
 
 # -- errors name the file, the key and the problem ------------------------------------------
@@ -238,12 +240,17 @@ def test_traces_go_to_the_exporter_the_file_names(tmp_path: Path) -> None:
     config = load_config(write(tmp_path, (
         '[telemetry]\ntraces = true\nexporter = "otlp"\nendpoint = "http://127.0.0.1:9"\n'
         'service_name = "billing"\n')))
-    provider = config.make_tracer_provider()
-    assert provider is not None
-    assert provider.resource.attributes["service.name"] == "billing"
-    provider.shutdown()
+    exporter = config.make_span_exporter()
+    assert isinstance(exporter, OTLPSpanExporter)
+    assert exporter._endpoint == "http://127.0.0.1:9/v1/traces"
+    exporter.shutdown()
+    console = load_config(write(tmp_path, '[telemetry]\ntraces = true\nexporter = "console"\n'))
+    assert isinstance(console.make_span_exporter(), ConsoleSpanExporter)
+    # Traces on with no exporter named: OTLP, to where OTEL_EXPORTER_OTLP_* say.
+    plain = load_config(write(tmp_path, '[telemetry]\ntraces = true\n'))
+    assert isinstance(plain.make_span_exporter(), OTLPSpanExporter)
     off = load_config(write(tmp_path, '[telemetry]\ntraces = false\nexporter = "console"\n'))
-    assert off.make_tracer_provider() is None
+    assert off.make_span_exporter() is None
 
 
 def test_a_missing_exporter_package_is_named_with_what_to_install(tmp_path: Path) -> None:
@@ -254,7 +261,7 @@ def test_a_missing_exporter_package_is_named_with_what_to_install(tmp_path: Path
         "sys.modules['opentelemetry.exporter.otlp.proto.http'] = None\n"
         "from underway.config import load_config, ConfigError\n"
         "try:\n"
-        f"    load_config({str(path)!r}).make_tracer_provider()\n"
+        f"    load_config({str(path)!r}).make_span_exporter()\n"
         "except ConfigError as exc:\n"
         "    print(exc)\n"
     )

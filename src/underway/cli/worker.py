@@ -8,7 +8,7 @@ import logging
 import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
@@ -37,9 +37,6 @@ from ._common import (
     override,
     read_config,
 )
-
-if TYPE_CHECKING:
-    from opentelemetry.sdk.trace import TracerProvider
 
 app = typer.Typer(add_completion=False)
 
@@ -147,10 +144,10 @@ def worker(
     ] = None,
     traces: Annotated[
         bool,
-        typer.Option("--traces", help="Make OpenTelemetry spans of activations, steps, "
-                     "tool and model calls: to the config file's telemetry.exporter, else "
-                     "with the global tracer provider (configure an SDK, the `otel` extra, "
-                     "for them to go anywhere)."),
+        typer.Option("--traces", help="Send OpenTelemetry spans of runs, steps, tool and "
+                     "model calls, derived from the journal, to the config file's "
+                     "telemetry.exporter (OTLP unless it names another; needs the `otel` "
+                     "extra)."),
     ] = False,
     no_retention: Annotated[
         bool,
@@ -199,40 +196,44 @@ def worker(
     _sandbox(config)
     import_paths(config)
     flows, tools = load_app(opts.app)
-    provider = config.make_tracer_provider() if telemetry_opts.traces else None
-    try:
-        with open_store(ctx, db, config=config, keyring=keyring, need_keys=True) as store:
-            dialect = store.dialect
-            if dialect != "memory":
-                needed = max(v for v, _, _ in queries.migrations(dialect))
-                have = store.schema_version()
-                if have < needed:
-                    raise Failure(
-                        f"the database schema is at version {have}; this worker needs "
-                        f"{needed}: run `underway db migrate` first"
-                    )
-            engine = Engine(
-                store, flows=flows, tools=tools, lease_ttl=opts.lease_ttl,
-                environment=opts.environment, policy=policy,
-                secrets=config.make_secrets(environment=opts.environment or DEFAULT_ENVIRONMENT,
-                                            env_prefix=opts.secrets_env_prefix),
-                signed_resolutions=signed_resolutions or config.approvals.signed_resolutions,
-                notifier=notifier, tenant_budget=tenant_budget,
-                metrics=_metrics(telemetry_opts, metrics_token, provider),
-                group_commit=opts.group_commit,
-            )
-            if config.budgets is not None:
-                engine.guard.tenant_usage_ttl = config.budgets.usage_ttl
-            if isinstance(store.codec.sealer, Envelope):
-                # Key rotations started anywhere are carried on by any worker.
-                engine.register(rotation_flow(store))
-            w = Worker(engine, queues=opts.queues, concurrency=opts.concurrency,
-                       poll=opts.poll, grace=opts.grace, anchoring=anchoring,
-                       retention=retention, eager=opts.eager_start)
+    exporter = config.make_span_exporter(telemetry_opts)
+    tracing: telemetry.Tracing | None = None
+    with open_store(ctx, db, config=config, keyring=keyring, need_keys=True) as store:
+        dialect = store.dialect
+        if dialect != "memory":
+            needed = max(v for v, _, _ in queries.migrations(dialect))
+            have = store.schema_version()
+            if have < needed:
+                raise Failure(
+                    f"the database schema is at version {have}; this worker needs "
+                    f"{needed}: run `underway db migrate` first"
+                )
+        if exporter is not None:
+            tracing = telemetry.Tracing(store, exporter, flows=flows,
+                                        service_name=telemetry_opts.service_name)
+        engine = Engine(
+            store, flows=flows, tools=tools, lease_ttl=opts.lease_ttl,
+            environment=opts.environment, policy=policy,
+            secrets=config.make_secrets(environment=opts.environment or DEFAULT_ENVIRONMENT,
+                                        env_prefix=opts.secrets_env_prefix),
+            signed_resolutions=signed_resolutions or config.approvals.signed_resolutions,
+            notifier=notifier, tenant_budget=tenant_budget,
+            metrics=_metrics(telemetry_opts, metrics_token, tracing),
+            group_commit=opts.group_commit,
+        )
+        if config.budgets is not None:
+            engine.guard.tenant_usage_ttl = config.budgets.usage_ttl
+        if isinstance(store.codec.sealer, Envelope):
+            # Key rotations started anywhere are carried on by any worker.
+            engine.register(rotation_flow(store))
+        w = Worker(engine, queues=opts.queues, concurrency=opts.concurrency,
+                   poll=opts.poll, grace=opts.grace, anchoring=anchoring,
+                   retention=retention, eager=opts.eager_start)
+        try:
             asyncio.run(_serve(w))
-    finally:
-        if provider is not None:
-            provider.shutdown()  # sends the spans still buffered
+        finally:
+            if tracing is not None:
+                tracing.shutdown()  # sends what was journaled and not yet sent
     anchored = f", {w.anchored} anchor records" if anchoring is not None else ""
     purged = f", {w.purged} runs purged" if retention is not None else ""
     typer.echo(f"underway worker {w.owner} stopped: {w.activations} activations, "
@@ -250,12 +251,11 @@ def _sandbox(config: Config) -> None:
 
 
 def _metrics(
-    opts: TelemetrySection, token: str | None, provider: TracerProvider | None
+    opts: TelemetrySection, token: str | None, tracing: Metrics | None
 ) -> Metrics | None:
     """The worker's Prometheus metrics, served as ``opts`` say (no port: no metrics) and
-    asking scrapes for ``token`` when one is given, and its spans when ``opts.traces``,
-    made with ``provider`` (None: the global one)."""
-    seams: list[Metrics] = [telemetry.Tracing(provider)] if opts.traces else []
+    asking scrapes for ``token`` when one is given, and its spans (``tracing``)."""
+    seams: list[Metrics] = [tracing] if tracing is not None else []
     if opts.metrics_port is not None:
         metrics = telemetry.PrometheusMetrics()
         telemetry.serve_metrics(metrics.registry, opts.metrics_port, addr=opts.metrics_addr,

@@ -217,7 +217,8 @@ def _records(
         # The fork inherits the run's lineage as a child would (the one record: origin,
         # taint, shadow mode, subject, purpose, consent, trace, labels), with the taint of
         # the child outcomes the run had received: its state may hold them.
-        **started_with(at.lineage.descend(parent, taint=at.child_taint)), forked_from=parent,
+        **started_with(at.lineage.descend(parent, taint=at.child_taint),
+                       tenant_id=tenant_id, run_id=fork_id), forked_from=parent,
         fork=ev.ForkOrigin(run_id=parent, seq=at_seq, step=at.step, by=by, reason=reason,
                            usage=usage_counters(at), versions=dict(at.versions)),
     )

@@ -13,7 +13,7 @@ from ..errors import ConfigurationError
 from ..events import JSON, canonical_json, genesis_hash
 from ..flow import Flow
 from ..journal import Journal
-from ..lineage import Lineage
+from ..lineage import Lineage, minted_context, trace_parent
 from ..store.base import NewRun
 from ..subjects import check_purpose, check_reference, check_subject
 from ._options import StartKeywords, StartOptions
@@ -56,7 +56,7 @@ def new_run(
     o = options
     inherited = started_with(o.lineage, Lineage(
         subject=o.subject, purpose=o.purpose, consent=o.consent,
-        trace_context=o.trace_context))
+        trace_context=o.trace_context), tenant_id=o.tenant_id, run_id=run_id)
     if inherited["subject"] is not None:
         check_subject(inherited["subject"])
     check_purpose(inherited["purpose"])
@@ -99,18 +99,24 @@ def new_run(
     )
 
 
-def started_with(inherited: Lineage | None, adds: Lineage | None = None) -> dict[str, Any]:
+def started_with(inherited: Lineage | None, adds: Lineage | None = None, *,
+                 tenant_id: str, run_id: str) -> dict[str, Any]:
     """The fields of a :class:`~underway.events.RunStarted` that hold a run's lineage:
     ``inherited`` (what it inherits, or starts with) with ``adds`` joined
     (:meth:`Lineage.join`), as its ``subject``, ``purpose``, ``consent``,
     ``trace_context`` and ``lineage`` (the rest). Every start writes them through here:
-    a run's start, a child's, a fork's.
+    a run's start, a child's, a fork's. A run given no valid trace context starts a trace
+    of its own (:func:`~underway.lineage.minted_context`): every run has one trace.
 
     Args:
         inherited: the lineage the run inherits or is started with.
         adds: what the start adds to it.
+        tenant_id: the run's tenant.
+        run_id: the run's id.
     """
     whole = (inherited or Lineage()).join(adds)
+    if trace_parent(whole.trace_context) is None:
+        whole = whole.model_copy(update={"trace_context": minted_context(tenant_id, run_id)})
     return {"subject": whole.subject, "purpose": whole.purpose, "consent": whole.consent,
             "trace_context": whole.trace_context, "lineage": whole.journaled()}
 

@@ -1,5 +1,5 @@
 """Reading ``underway.toml`` (:func:`load_config`) and making what it describes: the
-notifier, tenant budgets, policy, tracer provider, anchoring and retention a worker runs
+notifier, tenant budgets, policy, span exporter, anchoring and retention a worker runs
 with."""
 
 from __future__ import annotations
@@ -31,10 +31,17 @@ from ..secrets import BoundSecrets, EnvSecrets, SecretProvider
 from ..store import connect
 from ..store.base import Store
 from ..store.regional import RegionalStore
-from ._sections import BASE, BudgetSection, PeriodsSection, Sections, TenantRetentionSection
+from ._sections import (
+    BASE,
+    BudgetSection,
+    PeriodsSection,
+    Sections,
+    TelemetrySection,
+    TenantRetentionSection,
+)
 
 if TYPE_CHECKING:
-    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SpanExporter
 
     from ..guard.policy import Policy
 
@@ -254,15 +261,23 @@ class Config(Sections):
         the field)."""
         return None if self.policy is None else policies.load_policy(self.policy.file)
 
-    def make_tracer_provider(self) -> TracerProvider | None:
-        """An OpenTelemetry SDK provider for ``[telemetry]``'s exporter; None when traces
-        are off or go to the global provider. Needs the ``otel`` extra."""
-        t = self.telemetry
-        if not t.traces or t.exporter is None:
+    def make_span_exporter(self, section: TelemetrySection | None = None
+                           ) -> SpanExporter | None:
+        """The OpenTelemetry SDK exporter ``[telemetry]`` names (``otlp`` when traces are
+        on and no exporter is named); None when traces are off. Needs the ``otel``
+        extra.
+
+        Args:
+            section: The ``[telemetry]`` section with the command line's overrides
+                (None: the file's).
+        """
+        t = self.telemetry if section is None else section
+        if not t.traces:
             return None
         try:
-            return telemetry.tracer_provider(t.exporter, endpoint=t.endpoint,
-                                             protocol=t.protocol, service_name=t.service_name)
+            return telemetry.span_exporter(
+                t.exporter or "otlp", endpoint=None if t.endpoint is None else str(t.endpoint),
+                protocol=t.protocol)
         except ConfigurationError as exc:
             raise self._error("telemetry.exporter", str(exc)) from None
 

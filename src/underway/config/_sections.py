@@ -300,10 +300,10 @@ class TelemetrySection(Section):
     """The environment variable holding the token a scrape of the worker's metrics must
     send (``Authorization: Bearer <token>``); unset, they are open."""
     traces: bool = False
-    """Make spans of activations, steps, tool and model calls."""
+    """Send spans of runs, steps, tool and model calls, derived from the journal."""
     exporter: Literal["otlp", "console"] | None = None
-    """Where spans go: ``otlp`` (to a collector), ``console`` (stderr); absent: the
-    process's global tracer provider (configured by something else, or nowhere)."""
+    """Where spans go: ``otlp`` (to a collector), ``console`` (stderr); absent: ``otlp``,
+    to where the ``OTEL_EXPORTER_OTLP_*`` variables say."""
     endpoint: HttpUrl | None = None
     protocol: Literal["http/protobuf", "grpc"] = "http/protobuf"
     service_name: Name = "underway"

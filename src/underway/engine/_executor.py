@@ -391,7 +391,7 @@ class Engine(EagerStarts):
         # What an activation that died mid-step committed of that step, for the telemetry
         # it made and could not report.
         interrupted = self.journal.step_attempt(lease.tenant_id, lease.run_id, state.seq) \
-            if self.metrics.enabled and _taken_over(state) else []
+            if self.metrics.wants_interrupted and _taken_over(state) else []
         return _Loaded(row, state, head, refused, signals, interrupted)
 
     def _check_input(self, act: Activation, flow: Flow[Any, Any]) -> None:

@@ -23,6 +23,7 @@ privacy    retention           :class:`.RetentionStore`     purges, the sweep lo
 schedules  schedules           :class:`.ScheduleStore`      cron schedules and their ticks
 schedules  intake              :class:`.IntakeStore`        outside events, entity owners
 service    API keys            :class:`.ApiKeyStore`        API keys (hashed), webhook secrets
+telemetry  span exports        :class:`.SpanExportStore`    how far each run's spans were sent
 =========  ==================  ===========================  =================================
 
 Core roles make :class:`~.core.CoreStore`; privacy roles make
@@ -86,6 +87,7 @@ from .reseal import ResealStore
 from .retention import RetentionStore
 from .runs import RunStore
 from .schedules import ScheduleStore
+from .spans import SpanExportStore
 from .wakeups import Wakeups
 
 __all__ = [
@@ -136,6 +138,7 @@ __all__ = [
     "SchedulingStore",
     "SealedRow",
     "SignalRecord",
+    "SpanExportStore",
     "StartedRun",
     "Store",
     "StoredEvent",
@@ -145,7 +148,8 @@ __all__ = [
 ]
 
 
-class Store(CoreStore, PrivacyStore, SchedulingStore, ApiKeyStore, BudgetStore, Protocol):
+class Store(CoreStore, PrivacyStore, SchedulingStore, ApiKeyStore, BudgetStore,
+            SpanExportStore, Protocol):
     """A whole backend: the engine's core and every feature's roles."""
 
 

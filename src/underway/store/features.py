@@ -9,6 +9,7 @@ privacy               :class:`PrivacyStore`                   access log, consen
 scheduling, intake    :class:`SchedulingStore`                schedules, intake
 service               :class:`~.apikeys.ApiKeyStore`          API keys, webhook secrets
 guard                 :class:`~.budgets.BudgetStore`          tenants' budget ledger
+telemetry             :class:`~.spans.SpanExportStore`        span export cursors
 ====================  ======================================  ==========================
 
 A store gains a feature by composition: :class:`~underway.store.base.Store` is the core
@@ -36,6 +37,7 @@ from .keys import KeyStore
 from .reseal import ResealStore
 from .retention import RetentionStore
 from .schedules import ScheduleStore
+from .spans import SpanExportStore
 
 __all__ = [
     "FEATURES",
@@ -71,6 +73,7 @@ FEATURES: dict[str, type] = {
     "scheduling": SchedulingStore,
     "service": ApiKeyStore,
     "guard": BudgetStore,
+    "telemetry": SpanExportStore,
 }
 """Each feature's store protocol, by feature name."""
 

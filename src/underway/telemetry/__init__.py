@@ -7,10 +7,11 @@
 - :class:`DatabaseCollector`: what the database says — runs by status, pending approvals,
   dead runs — computed on each scrape (``/metrics`` of ``underway serve``);
 - :func:`serve_metrics`: a registry served over HTTP from a background thread;
-- :class:`Tracing`: OpenTelemetry spans of activations, steps, tool and model calls,
-  policy decisions and approval waits, in the trace the run was started in;
-- :func:`tracer_provider`: an OpenTelemetry SDK provider exporting spans over OTLP or to
-  the console (the ``otel`` extra), for a process that sets up tracing itself;
+- :class:`Tracing`: OpenTelemetry spans of runs, steps, tool and model calls, policy
+  decisions and approval waits, one trace per run, exported from the journal;
+- :func:`span_exporter`: an OpenTelemetry SDK exporter sending spans over OTLP or to the
+  console (the ``otel`` extra);
+- :func:`gen_ai_provider`: the ``gen_ai.provider.name`` a model's id tells;
 - :class:`Fanout`: several seams as one.
 
 ``prometheus_client`` and OpenTelemetry are imported only when a name that needs them is
@@ -26,15 +27,16 @@ from ._seam import NO_METRICS, Fanout, Metrics
 
 # The engine loads the seam only: Prometheus and OpenTelemetry load when first named.
 if TYPE_CHECKING:
-    from ._export import tracer_provider
+    from ._export import span_exporter
     from ._prometheus import DatabaseCollector, PrometheusMetrics, serve_metrics
-    from ._tracing import Tracing, gen_ai_system
+    from ._spans import gen_ai_provider
+    from ._tracing import Tracing
 else:
     __getattr__, __dir__ = lazy_exports(__name__, {
         "DatabaseCollector": "._prometheus", "PrometheusMetrics": "._prometheus",
         "serve_metrics": "._prometheus", "Tracing": "._tracing",
-        "gen_ai_system": "._tracing", "tracer_provider": "._export",
+        "gen_ai_provider": "._spans", "span_exporter": "._export",
     }, globals())
 
 __all__ = ["NO_METRICS", "DatabaseCollector", "Fanout", "Metrics", "PrometheusMetrics",
-           "Tracing", "gen_ai_system", "serve_metrics", "tracer_provider"]
+           "Tracing", "gen_ai_provider", "serve_metrics", "span_exporter"]

@@ -1,9 +1,8 @@
-"""Sending spans somewhere: an OpenTelemetry SDK tracer provider with an OTLP or console
-exporter, for a process that configures tracing itself (``underway worker`` with traces
-in its config file).
+"""Where spans go: an OpenTelemetry SDK span exporter, OTLP or console, for
+:class:`~underway.telemetry.Tracing` (``underway worker`` with traces in its config file).
 
 The SDK and the OTLP exporters are optional (the ``otel`` extra); they are imported only
-when a provider is made here, and their absence is reported naming what to install.
+when an exporter is made here, and their absence is reported naming what to install.
 """
 
 from __future__ import annotations
@@ -16,7 +15,6 @@ from urllib.parse import urlsplit
 from ..errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SpanExporter
 
 Exporter = Literal["otlp", "console"]
@@ -25,17 +23,14 @@ Protocol = Literal["http/protobuf", "grpc"]
 _EXTRA = "pip install 'underway[otel]'"
 
 
-def tracer_provider(
+def span_exporter(
     exporter: Exporter,
     *,
     endpoint: str | None = None,
     protocol: Protocol = "http/protobuf",
-    service_name: str = "underway",
-) -> TracerProvider:
-    """An SDK tracer provider whose spans go to ``exporter``, batched.
-
-    Give it to :class:`~underway.telemetry.Tracing`. Call its ``shutdown()`` when the
-    process stops: it sends the spans still buffered.
+) -> SpanExporter:
+    """An SDK span exporter sending to ``exporter``; give it to
+    :class:`~underway.telemetry.Tracing`, which batches.
 
     ``otlp`` sends to a collector at ``endpoint`` over ``protocol``. For ``http/protobuf``,
     that is the collector's base URL (``http://collector:4318``) or the full traces URL.
@@ -49,28 +44,20 @@ def tracer_provider(
         exporter: Where spans go: ``otlp`` or ``console``.
         endpoint: The collector's URL or address, for ``otlp``.
         protocol: ``http/protobuf`` or ``grpc``, for ``otlp``.
-        service_name: The resource's ``service.name``.
 
     Raises:
         ConfigurationError: The SDK or the exporter is missing; it names the package to
             install.
     """
     try:
-        from opentelemetry.sdk.resources import Resource
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export import ConsoleSpanExporter
     except ModuleNotFoundError as exc:
         raise ConfigurationError(
             f"traces need the OpenTelemetry SDK ({exc.name} is missing): {_EXTRA}"
         ) from None
-    provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
     if exporter == "console":
-        from opentelemetry.sdk.trace.export import ConsoleSpanExporter
-
-        provider.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter(out=sys.stderr)))
-    else:
-        provider.add_span_processor(BatchSpanProcessor(_otlp(endpoint, protocol)))
-    return provider
+        return ConsoleSpanExporter(out=sys.stderr)
+    return _otlp(endpoint, protocol)
 
 
 def _otlp(endpoint: str | None, protocol: Protocol) -> SpanExporter:

@@ -21,6 +21,9 @@ class Metrics:
     base, so the engine skips even computing what it would report."""
 
     enabled: bool = False
+    wants_interrupted: bool = False
+    """Whether :meth:`interrupted` is wanted: the engine reads the journal for it only
+    then."""
 
     def activated(self, state: RunState, *, wake_latency: float | None,
                   takeover: bool) -> None:
@@ -36,7 +39,7 @@ class Metrics:
 
     def interrupted(self, tenant_id: str, run_id: str, flow: str,
                     events: Sequence[tuple[int, float, ev.RunEvent]]) -> None:
-        """Told after :meth:`activated` on a takeover.
+        """Told after :meth:`activated` on a takeover, when :attr:`wants_interrupted`.
 
         The events are those of the step attempt that an earlier activation began and never
         ended. Its worker died or lost its lease.
@@ -90,6 +93,7 @@ class Fanout(Metrics):
     def __init__(self, *seams: Metrics) -> None:
         self.seams = [s for s in seams if s.enabled]
         self.enabled = bool(self.seams)
+        self.wants_interrupted = any(s.wants_interrupted for s in self.seams)
 
     def activated(self, state: RunState, *, wake_latency: float | None,
                   takeover: bool) -> None:

@@ -1,186 +1,136 @@
-"""OpenTelemetry traces of the runs an engine drives: one span per activation, with a span
-per step attempt, tool call (and its policy decision), model call and approval wait below
-it, made from the events each commit made durable, at the times the journal gives them.
+"""OpenTelemetry traces of the runs an engine drives, exported from the journal.
 
-Spans carry names, ids, outcomes, tokens and latencies; a call's arguments and result only
-where its tool opts in (:attr:`~underway.Tool.trace_args`, :attr:`~underway.Tool.trace_result`),
-never a sensitive field, a prompt or a response. A run started with a trace context
-(``traceparent`` on ``POST /v1/runs`` or on an intake webhook, ``Client.start(trace_context=
-...)``) has it journaled in ``RunStarted``: every activation of the run, in any worker and
-however late, joins that trace. With only the OpenTelemetry API installed (no SDK
-configured) every span is a no-op.
+A worker never holds a span in memory that the journal does not hold. The spans of a run
+are derived from its journaled events (:mod:`._spans`), with ids derived from the run and
+the events, and sent by a background thread in batches. After a batch is sent, each run's
+span cursor (:class:`~underway.store.spans.SpanExportStore`) moves to the last event sent.
+A worker killed at any moment loses nothing: the next worker that takes a run up, or the
+next worker to start, sends what was journaled and not yet sent. A batch sent twice has the
+same span ids, so a backend keeps one copy.
 
-**A worker may die at any moment**, and a span that has not ended is never exported. So no
-span is exported before its parent: an activation's span ends as soon as it begins (it
-covers the wait from when the run was due until a worker took it up), and a step attempt's
-span and the spans below it are made together when the attempt ends. An attempt cut short
-by a crash or a lost lease is made by the activation that takes the run over, from the
-journal, with ``underway.recovered`` set: every span a worker exports reaches the caller's
-span, and a call journaled before a crash still has its span.
+The step never waits on this. A commit only notes the run (a set insertion); the thread
+reads the new events and sends their spans.
 """
 
 from __future__ import annotations
 
-import json
+import logging
 import threading
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from opentelemetry import trace
-from opentelemetry.context import Context
-from opentelemetry.trace import SpanKind, Status, StatusCode, TracerProvider
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-from opentelemetry.util.types import AttributeValue
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from .. import events as ev
+from .. import faults
+from ..agent import AgentState
 from ..events import JSON
+from ..journal import Journal
 from ..journal.state import RunState
 from ._seam import Metrics
+from ._spans import RunSpans, SpanRecord, tools_of
 
 if TYPE_CHECKING:
     from ..effects import Tool
+    from ..flow import Flow
+    from ..store.base import Store
 
-_PROPAGATOR = TraceContextTextMapPropagator()
-_TOOL_ENDS = (ev.ToolSucceeded, ev.ToolFailed, ev.ToolTimedOut, ev.ToolOutcomeUnknown)
-_DECISIONS = (ev.ApprovalGranted, ev.ApprovalRejected, ev.ApprovalExpired)
+log = logging.getLogger(__name__)
 
-
-def _ns(at: float) -> int:
-    return int(at * 1e9)
-
-
-def gen_ai_system(model: str) -> str:
-    """The ``gen_ai.system`` of a model id, as far as its name tells (``_OTHER`` when it
-    does not)."""
-    m = model.lower()
-    for prefix, system in (("gpt", "openai"), ("o1", "openai"), ("o3", "openai"),
-                           ("o4", "openai"), ("text-embedding", "openai"),
-                           ("claude", "anthropic"), ("gemini", "gcp.gemini"),
-                           ("mistral", "mistral_ai"), ("command", "cohere")):
-        if m.startswith(prefix):
-            return system
-    return "_OTHER"
-
-
-@dataclass
-class _Child:
-    """A span below a step, kept until the step attempt ends."""
-
-    name: str
-    start: float
-    end: float
-    attributes: dict[str, AttributeValue]
-    error: str | None = None
-    call: tuple[str, ev.ToolSucceeded | None] | None = None
-    """A tool call's key and its success (whose result the tool may let us record)."""
-
-
-@dataclass
-class _Attempt:
-    """A step attempt: its spans are made when it ends."""
-
-    step: str
-    attempt: int
-    started: float
-    last: float
-    recovered: bool = False
-    children: list[_Child] = field(default_factory=list)
-
-
-@dataclass
-class _Run:
-    ctx: Context
-    requested: dict[str, float] = field(default_factory=dict)
-    attempt: _Attempt | None = None
-    recovered: _Attempt | None = None
-    """The attempt an earlier activation left unended, made at this one's first commit."""
-    calls: dict[str, tuple[Tool, JSON]] = field(default_factory=dict)
-    """Calls of tools that opt in to recording, by key: the tool and its arguments."""
+_SCOPE = InstrumentationScope("underway")
+_KINDS = {"internal": SpanKind.INTERNAL, "client": SpanKind.CLIENT}
+_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+_CACHED_RUNS = 4096
+"""Runs whose derivation a process keeps between batches (the rest read their journal
+again)."""
+_KEPT_ARGS = 4096
+"""Read-only calls whose opted-in arguments a process keeps until their span is sent."""
 
 
 class Tracing(Metrics):
-    """Spans of the runs an engine drives (``Engine(metrics=Tracing())``, or with
-    Prometheus metrics, ``Engine(metrics=Fanout(PrometheusMetrics(), Tracing()))``), made
-    with ``tracer_provider`` (default: the global one):
+    """Spans of the runs an engine drives, derived from their journals and sent to
+    ``exporter`` (``Engine(metrics=Tracing(store, exporter, flows=flows))``; with
+    Prometheus metrics, ``Fanout(PrometheusMetrics(), Tracing(...))``).
 
-    - ``underway.activation {flow}``: a worker took the run up, child of the run's
-      journaled trace context when it has one (attributes ``underway.tenant``,
-      ``underway.run_id``, ``underway.flow``, ``underway.takeover``); from when the run
-      was due to when it was loaded;
-    - ``underway.step {step}``: a step attempt (``underway.step``, ``underway.attempt``;
-      ``underway.recovered`` when made from the journal after its worker died);
-    - ``underway.tool {tool}`` (``underway.tool``, ``underway.outcome``; an error status
-      when the call failed; ``underway.tool.args.*`` and ``underway.tool.result.*`` as
-      the tool opts in); ``underway.policy {tool}`` (``underway.policy.decision``,
-      ``underway.policy.rule_id``);
-    - ``chat {model}`` (GenAI conventions: ``gen_ai.operation.name``, ``gen_ai.system``,
-      ``gen_ai.request.model``, ``gen_ai.response.model``, ``gen_ai.usage.input_tokens``,
-      ``gen_ai.usage.output_tokens``; and ``underway.cost_usd``);
-    - ``underway.approval_wait``: from the request to the decision (or expiry), when the
-      decision is read (``underway.approval.outcome``).
+    Args:
+        store: The store the engine journals into; the span cursors live there too.
+        exporter: Where spans go (:func:`~underway.telemetry.span_exporter`, or any
+            OpenTelemetry SDK span exporter).
+        flows: The engine's flows (or agents' flows): their tools' opt-ins say which
+            argument and result fields a span records, and an agent's runs are
+            ``invoke_agent`` spans.
+        service_name: The resource's ``service.name``.
+        interval: Seconds the thread gathers commits before it sends a batch.
+        recover_window: At start, send what runs handed back in this many seconds
+            journaled and no worker sent (None: do not look).
     """
 
     enabled = True
 
-    def __init__(self, tracer_provider: TracerProvider | None = None) -> None:
-        self.tracer = trace.get_tracer("underway", tracer_provider=tracer_provider)
-        """The tracer spans are made with."""
-        self._runs: dict[tuple[str, str], _Run] = {}
+    def __init__(self, store: Store, exporter: SpanExporter, *,
+                 flows: Iterable[Flow[Any, Any]] = (), service_name: str = "underway",
+                 interval: float = 0.5, recover_window: float | None = 86_400.0) -> None:
+        self.store = store
+        """Where journals and span cursors are read."""
+        self.exporter = exporter
+        """Where spans are sent."""
+        self.interval = interval
+        """Seconds a batch gathers commits."""
+        self.exported = 0
+        """Spans sent so far by this process."""
+        flows = list(flows)
+        self._tools = tools_of(flows)
+        self._agents = frozenset(f.name for f in flows if _is_agent(f))
+        self._journal = Journal(store)
+        self._resource = Resource.create({"service.name": service_name})
+        self._pending: set[tuple[str, str]] = set()
+        self._runs: OrderedDict[tuple[str, str], RunSpans] = OrderedDict()
+        self._args: OrderedDict[str, JSON] = OrderedDict()
+        self._taken_up: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._passing = threading.Lock()
+        self._stop = threading.Event()
+        self._recover = recover_window
+        self._thread = threading.Thread(target=self._loop, name="underway-spans", daemon=True)
+        self._thread.start()
 
+    # -- the engine's seam: a set insertion per commit --------------------------------
     def activated(self, state: RunState, *, wake_latency: float | None,
                   takeover: bool) -> None:
-        """Make the activation's span in the run's trace.
-
-        The span ends at once: see the module's docstring.
+        """Note the run: what an earlier worker journaled and did not send goes now.
 
         Args:
             state: The run loaded.
-            wake_latency: Seconds from when it was due to now; the span starts then.
+            wake_latency: Seconds from when it was due to now.
             takeover: True when the run was taken over.
         """
-        parent = _PROPAGATOR.extract(state.trace_context) if state.trace_context else None
-        now = time.time_ns()
-        began = now - _ns(wake_latency) if wake_latency is not None and wake_latency > 0 \
-            else now
-        span = self.tracer.start_span(
-            f"underway.activation {state.flow}", context=parent, kind=SpanKind.CONSUMER,
-            start_time=began,
-            attributes={"underway.tenant": state.tenant_id, "underway.run_id": state.run_id,
-                        "underway.flow": state.flow, "underway.takeover": takeover})
-        span.end(end_time=now)
-        run = _Run(trace.set_span_in_context(span))
-        if state.pending_approval is not None and state.approval_requested_at is not None:
-            run.requested[state.pending_approval.request_id] = state.approval_requested_at
         with self._lock:
-            self._runs[(state.tenant_id, state.run_id)] = run
+            self._taken_up.add((state.tenant_id, state.run_id))
+        self._note(state.tenant_id, state.run_id)
 
-    def interrupted(self, tenant_id: str, run_id: str, flow: str,
-                    events: Sequence[tuple[int, float, ev.RunEvent]]) -> None:
-        """Keep the unended attempt to make at this activation's first commit.
-
-        An activation that commits nothing leaves it to the next.
+    def committed(self, tenant_id: str, run_id: str, flow: str,
+                  events: Sequence[tuple[int, float, ev.RunEvent]]) -> None:
+        """Note the run: the thread sends the spans its new events end.
 
         Args:
             tenant_id: The run's tenant.
             run_id: The run's id.
             flow: The run's flow.
-            events: The unended attempt's events ``(seq, at, event)``.
+            events: The committed events ``(seq, at, event)``.
         """
-        run = self._run(tenant_id, run_id)
-        if run is None:
-            return
-        for _, at, e in events:
-            self._event(run, at, e)
-        run.recovered, run.attempt = run.attempt, None
-        if run.recovered is not None:
-            run.recovered.recovered = True
+        self._note(tenant_id, run_id)
 
     def calling(self, tenant_id: str, run_id: str, key: str, tool: Tool,
                 args: JSON) -> None:
-        """Keep the arguments of a call whose tool lets some of them be recorded.
+        """Keep the arguments of a call whose tool lets some of them be recorded: the
+        journal keeps a mutating call's, not a read-only one's.
 
         Args:
             tenant_id: The run's tenant.
@@ -189,166 +139,164 @@ class Tracing(Metrics):
             tool: The tool called.
             args: The call's arguments.
         """
-        run = self._run(tenant_id, run_id)
-        if run is not None:
-            run.calls[key] = (tool, args)
+        if tool.trace_args and not tool.mutating:
+            with self._lock:
+                self._args[key] = args
+                while len(self._args) > _KEPT_ARGS:
+                    self._args.popitem(last=False)
 
-    def committed(self, tenant_id: str, run_id: str, flow: str,
-                  events: Sequence[tuple[int, float, ev.RunEvent]]) -> None:
-        """Make the spans the committed events complete.
+    def _call_args(self, key: str) -> JSON | None:
+        with self._lock:
+            return self._args.pop(key, None)
+
+    def _note(self, tenant_id: str, run_id: str) -> None:
+        with self._lock:
+            self._pending.add((tenant_id, run_id))
+        self._wake.set()
+
+    # -- the thread ---------------------------------------------------------------------
+    def flush(self) -> int:
+        """Send the spans of every noted run now, in the calling thread; the spans sent.
+
+        Use it before a process stops, or in a test.
+        """
+        return self._pass()
+
+    def export_runs(self, runs: Iterable[tuple[str, str]]) -> int:
+        """Send what the journals of ``runs`` (``(tenant_id, run_id)``) hold and their
+        span cursors say was not sent; the spans sent.
 
         Args:
-            tenant_id: The run's tenant.
-            run_id: The run's id.
-            flow: The run's flow.
-            events: The committed events ``(seq, at, event)``.
+            runs: The runs.
         """
-        run = self._run(tenant_id, run_id)
-        if run is None:
-            return
-        if run.recovered is not None:
-            self._flush(run, run.recovered)
-            run.recovered = None
-        for _, at, e in events:
-            self._event(run, at, e)
-
-    def abandoned(self, tenant_id: str, run_id: str) -> None:
-        """Drop the attempt in progress: the activation that takes the run over makes it."""
-        run = self._run(tenant_id, run_id)
-        if run is not None:
-            run.attempt = run.recovered = None
-
-    def left(self, tenant_id: str, run_id: str) -> None:
-        """Make the attempt the run was handed back in (it waits, escalated or stopped)."""
         with self._lock:
-            run = self._runs.pop((tenant_id, run_id), None)
-        if run is not None and run.attempt is not None:
-            self._flush(run, run.attempt)
+            self._pending.update(runs)
+        return self._pass()
 
-    def _run(self, tenant_id: str, run_id: str) -> _Run | None:
-        with self._lock:
-            return self._runs.get((tenant_id, run_id))
+    def shutdown(self) -> None:
+        """Send what is noted, stop the thread and shut the exporter down."""
+        self._stop.set()
+        self._wake.set()
+        self._thread.join()
+        self._pass()
+        self.exporter.shutdown()
 
-    def _event(self, run: _Run, at: float, e: ev.RunEvent) -> None:
-        attempt = run.attempt
-        if isinstance(e, ev.StepStarted):
-            if attempt is not None:
-                self._flush(run, attempt)
-            run.attempt = _Attempt(e.step, e.attempt, at, at)
+    def _loop(self) -> None:
+        if self._recover is not None:
+            self._recovered(time.time() - self._recover)
+        while True:
+            self._wake.wait()
+            # Gather the commits of a little while into one batch.
+            if self._stop.wait(self.interval):
+                return
+            self._wake.clear()
+            try:
+                self._pass()
+            except Exception:
+                log.exception("spans could not be sent; they are sent again later")
+
+    def _recovered(self, since: float) -> None:
+        try:
+            runs = self.store.unexported_runs(since=since, limit=10_000)
+        except Exception:
+            log.exception("could not find the runs whose spans were not sent")
             return
-        if attempt is not None:
-            attempt.last = max(attempt.last, at)
-        if isinstance(e, ev.StepCompleted):
-            if attempt is not None:
-                self._flush(run, attempt)
-            run.attempt = None
-        elif isinstance(e, _TOOL_ENDS):
-            latency = getattr(e, "latency_ms", 0.0) / 1000.0
-            outcome = type(e).__name__.removeprefix("Tool")
-            self._child(run, _Child(
-                f"underway.tool {e.tool}", at - latency, at,
-                {"underway.tool": e.tool, "underway.outcome": outcome,
-                 "underway.call_index": e.index},
-                None if isinstance(e, ev.ToolSucceeded) else outcome,
-                (e.key, e if isinstance(e, ev.ToolSucceeded) else None)))
-        elif isinstance(e, ev.PolicyDecided):
-            self._child(run, _Child(
-                f"underway.policy {e.tool}", at, at,
-                {"underway.tool": e.tool, "underway.policy.decision": e.decision,
-                 "underway.policy.rule_id": e.rule_id or "",
-                 "underway.policy.version": e.policy_version}))
-        elif isinstance(e, ev.ModelResponded):
-            self._child(run, _Child(f"chat {e.model}", at - e.latency_ms / 1000.0, at, {
-                "gen_ai.operation.name": "chat", "gen_ai.system": gen_ai_system(e.model),
-                "gen_ai.request.model": e.model, "gen_ai.response.model": e.model,
-                "gen_ai.usage.input_tokens": e.tokens_in,
-                "gen_ai.usage.output_tokens": e.tokens_out, "underway.cost_usd": e.cost_usd,
-            }))
-        elif isinstance(e, ev.ApprovalRequested):
-            run.requested[e.request_id] = at
-        elif isinstance(e, _DECISIONS):
-            began = run.requested.pop(e.request_id, None)
-            if began is not None:
-                outcome = type(e).__name__.removeprefix("Approval").lower()
-                self._child(run, _Child("underway.approval_wait", began, at, {
-                    "underway.approval.request_id": e.request_id,
-                    "underway.approval.outcome": outcome}))
+        if runs:
+            self.export_runs(runs)
 
-    def _child(self, run: _Run, child: _Child) -> None:
-        if run.attempt is not None:
-            run.attempt.children.append(child)
+    def _pass(self) -> int:
+        with self._passing:
+            with self._lock:
+                runs, self._pending = self._pending, set()
+            if not runs:
+                return 0
+            spans: list[ReadableSpan] = []
+            heads: list[tuple[str, str, int]] = []
+            for tenant_id, run_id in sorted(runs):
+                try:
+                    found = self._derive(tenant_id, run_id)
+                except Exception:
+                    log.exception("spans of run %s/%s could not be derived", tenant_id,
+                                  run_id)
+                    continue
+                if found is not None:
+                    spans += [self._readable(s) for s in found[0]]
+                    heads.append((tenant_id, run_id, found[1]))
+            if spans:
+                faults.point("spans.before_send")
+                try:
+                    result = self.exporter.export(spans)
+                except Exception:
+                    log.exception("the exporter failed")
+                    result = SpanExportResult.FAILURE
+                faults.point("spans.after_send")
+                if result is not SpanExportResult.SUCCESS:
+                    # Not sent: the cursors stay; the runs are tried again next batch.
+                    log.warning("the exporter refused %d spans; sending them again later",
+                                len(spans))
+                    self._forget(runs)
+                    with self._lock:
+                        self._pending |= runs
+                    self._wake.set()
+                    return 0
+            for tenant_id, run_id, head in heads:
+                try:
+                    self.store.advance_span_cursor(tenant_id, run_id, head)
+                except Exception:
+                    log.exception("the span cursor of run %s/%s could not be moved",
+                                  tenant_id, run_id)
+            self.exported += len(spans)
+            return len(spans)
+
+    def _derive(self, tenant_id: str, run_id: str) -> tuple[list[SpanRecord], int] | None:
+        """The spans run ``run_id`` ended past its cursor, and its journal's head."""
+        key = (tenant_id, run_id)
+        derived = self._runs.pop(key, None)
+        with self._lock:
+            if key in self._taken_up:
+                # Another worker may have had the run since: its cursor says what it sent.
+                self._taken_up.discard(key)
+                derived = None
+        if derived is not None:
+            # This process sent everything up to there, and has had the run since.
+            cursor = derived.seq
         else:
-            self._make(run, child, run.ctx)
+            cursor = self.store.span_cursor(tenant_id, run_id)
+            derived = RunSpans(tenant_id, run_id, tool=self._tools.get,
+                               agent=self._agents.__contains__, calls=self._call_args)
+        stored = self.store.load_events(tenant_id, run_id, after_seq=derived.seq)
+        if not stored:
+            self._keep(key, derived)
+            return None
+        records = self._journal.decode(tenant_id, run_id, stored)
+        spans = [s for s in derived.feed((r.seq, r.at, r.event) for r in records)
+                 if s.ended_at_seq > cursor]
+        self._keep(key, derived)
+        return spans, derived.seq
 
-    def _flush(self, run: _Run, attempt: _Attempt) -> None:
-        """Make an ended attempt's span, then the spans below it: a parent is exported
-        before its children, so a worker killed in between leaves no orphan."""
-        attributes: dict[str, AttributeValue] = {
-            "underway.step": attempt.step, "underway.attempt": attempt.attempt}
-        if attempt.recovered:
-            attributes["underway.recovered"] = True
-        span = self.tracer.start_span(f"underway.step {attempt.step}", context=run.ctx,
-                                      start_time=_ns(attempt.started), attributes=attributes)
-        span.end(end_time=_ns(attempt.last))
-        ctx = trace.set_span_in_context(span)
-        for child in attempt.children:
-            self._make(run, child, ctx)
-        attempt.children = []
+    def _keep(self, key: tuple[str, str], derived: RunSpans) -> None:
+        if derived.ended:
+            return
+        self._runs[key] = derived
+        while len(self._runs) > _CACHED_RUNS:
+            self._runs.popitem(last=False)
 
-    def _make(self, run: _Run, child: _Child, parent: Context) -> None:
-        attributes = child.attributes
-        if child.call is not None and child.call[0] in run.calls:
-            tool, args = run.calls[child.call[0]]
-            done = child.call[1]
-            attributes = {
-                **attributes,
-                **recorded("underway.tool.args", args, tool.trace_args, tool.never_traced),
-                **(recorded("underway.tool.result", done.result, tool.trace_result,
-                            tool.never_traced) if done is not None else {}),
-            }
-        span = self.tracer.start_span(child.name, context=parent,
-                                      start_time=_ns(child.start), attributes=attributes)
-        if child.error is not None:
-            span.set_status(Status(StatusCode.ERROR, child.error))
-        span.end(end_time=_ns(child.end))
+    def _forget(self, runs: Iterable[tuple[str, str]]) -> None:
+        for key in runs:
+            self._runs.pop(key, None)
 
-
-def recorded(prefix: str, value: JSON, chosen: bool | tuple[str, ...],
-             hidden: frozenset[str]) -> dict[str, AttributeValue]:
-    """The span attributes recording ``value`` (a call's arguments or result): every
-    field when ``chosen`` is True, else the fields at the dotted paths ``chosen`` names;
-    never a field named in ``hidden``, at any depth. A scalar is recorded as it is, a
-    list or null as JSON; an object is one attribute per field (``prefix.field``)."""
-    out: dict[str, AttributeValue] = {}
-    if chosen is True:
-        _flatten(prefix, value, hidden, out)
-    elif chosen:
-        for path in chosen:
-            found: Any = value
-            for part in path.split("."):
-                if not isinstance(found, dict) or part not in found:
-                    break
-                found = found[part]
-            else:
-                _flatten(f"{prefix}.{path}", found, hidden, out)
-    return out
+    def _readable(self, s: SpanRecord) -> ReadableSpan:
+        trace_id = int(s.trace_id, 16)
+        parent = None if s.parent_id is None else SpanContext(
+            trace_id, int(s.parent_id, 16), is_remote=False, trace_flags=_SAMPLED)
+        status = Status(StatusCode.ERROR, s.error) if s.error is not None else Status()
+        return ReadableSpan(
+            s.name, SpanContext(trace_id, int(s.span_id, 16), is_remote=False,
+                                trace_flags=_SAMPLED),
+            parent, self._resource, s.attributes, kind=_KINDS[s.kind], status=status,
+            start_time=int(s.start * 1e9), end_time=int(s.end * 1e9),
+            instrumentation_scope=_SCOPE)
 
 
-def _flatten(name: str, value: JSON, hidden: frozenset[str],
-             out: dict[str, AttributeValue]) -> None:
-    if isinstance(value, dict):
-        for k, v in value.items():
-            if k not in hidden:
-                _flatten(f"{name}.{k}", v, hidden, out)
-    elif isinstance(value, str | bool | int | float):
-        out[name] = value
-    else:
-        out[name] = json.dumps(_scrub(value, hidden), sort_keys=True, separators=(",", ":"))
-
-
-def _scrub(value: JSON, hidden: frozenset[str]) -> JSON:
-    if isinstance(value, dict):
-        return {k: _scrub(v, hidden) for k, v in value.items() if k not in hidden}
-    if isinstance(value, list):
-        return [_scrub(v, hidden) for v in value]
-    return value
+def _is_agent(flow: Flow[Any, Any]) -> bool:
+    return flow.state_type is AgentState

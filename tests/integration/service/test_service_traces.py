@@ -1,7 +1,9 @@
-"""OpenTelemetry traces with the SDK's in-memory exporter: a run started over HTTP with a
-``traceparent`` yields, from the worker, an activation span in the caller's trace with its
-steps, tool call, policy decision and model call below it, and no argument values; an
-approval wait is a span from the request to the decision, in the run's trace."""
+"""OpenTelemetry traces, exported from the journal to the SDK's in-memory exporter, on
+SQLite and PostgreSQL: a run started over HTTP, with a ``traceparent`` or without one, is
+one trace: its root span (below the caller's span when there is one), its steps, and its
+tool call, policy decision and model call below them, with no argument values; a run that
+waits for an approval and is activated again stays in its trace, and the wait is a span
+from the request to the decision."""
 
 from __future__ import annotations
 
@@ -12,8 +14,7 @@ from typing import Any
 import httpx
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from pydantic import BaseModel
 
@@ -23,6 +24,7 @@ from underway.clock import ManualClock
 from underway.effects import ModelReply
 from underway.guard.approvals import public_key_of, register_approver, sign_decision
 from underway.guard.policy import policy_from_dict
+from underway.lineage import root_span_id
 from underway.runner import Runner
 from underway.service import ServerThread, create_app
 from underway.store import connect
@@ -78,25 +80,28 @@ def db_url(request: pytest.FixtureRequest) -> str:
     return str(request.getfixturevalue(name))
 
 
-def test_a_run_joins_the_callers_trace_without_argument_values(db_url: str) -> None:
+@pytest.mark.parametrize("caller", [True, False], ids=["traceparent", "none"])
+def test_a_run_is_one_trace_without_argument_values(db_url: str, caller: bool) -> None:
     exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
     clock = ManualClock(time.time())
     store, worker_store = connect(db_url), connect(db_url)
+    tracing = Tracing(worker_store, exporter, flows=[orders], recover_window=None)
     engine = uw.Engine(worker_store, flows=[orders], clock=clock,
-                       metrics=Fanout(PrometheusMetrics(), Tracing(provider)))
+                       metrics=Fanout(PrometheusMetrics(), tracing))
     app = create_app(uw.Client(store, clock=clock))
     token = issue_key(store, tenant_id="acme", role="operator", name="op",
                       now=clock.now()).token
+    headers = {"Authorization": f"Bearer {token}"}
+    if caller:
+        headers["traceparent"] = f"00-{TRACE_ID}-{CALLER_SPAN}-01"
     try:
         with ServerThread(app) as server, httpx.Client(base_url=server.url) as http:
             r = http.post("/v1/runs", json={"flow": "orders", "input": {"card": SECRET}},
-                          headers={"Authorization": f"Bearer {token}",
-                                   "traceparent": f"00-{TRACE_ID}-{CALLER_SPAN}-01"})
+                          headers=headers)
             assert r.status_code == 201, r.text
             run_id = r.json()["run_id"]
         asyncio.run(Runner(engine).run_until_idle())
+        tracing.shutdown()
     finally:
         store.close()
         worker_store.close()
@@ -104,29 +109,35 @@ def test_a_run_joins_the_callers_trace_without_argument_values(db_url: str) -> N
     spans = exporter.get_finished_spans()
     by_name = {s.name: s for s in spans}
     assert sorted(by_name) == sorted([
-        "underway.activation orders", "underway.step pay", "underway.step finish",
-        "underway.policy charge", "underway.tool charge", "chat claude-test"])
+        "underway.run orders", "underway.step pay", "underway.step finish",
+        "underway.policy charge", "execute_tool charge", "chat claude-test"])
     assert len(spans) == 6
-    assert {format(s.context.trace_id, "032x") for s in spans} == {TRACE_ID}
+    trace_ids = {format(s.context.trace_id, "032x") for s in spans}
+    assert len(trace_ids) == 1
+    if caller:
+        assert trace_ids == {TRACE_ID}
 
     def parent(s: ReadableSpan) -> str:
-        assert s.parent is not None
-        return next(p.name for p in spans if p.context.span_id == s.parent.span_id) \
-            if s.parent.span_id != int(CALLER_SPAN, 16) else "caller"
+        if s.parent is None:
+            return "none"
+        if s.parent.span_id == int(CALLER_SPAN, 16):
+            return "caller"
+        return next(p.name for p in spans if p.context.span_id == s.parent.span_id)
 
-    act = by_name["underway.activation orders"]
-    assert parent(act) == "caller"
-    assert act.attributes is not None and act.attributes["underway.run_id"] == run_id
-    assert parent(by_name["underway.step pay"]) == act.name
-    assert parent(by_name["underway.step finish"]) == act.name
-    for child in ("underway.policy charge", "underway.tool charge", "chat claude-test"):
+    root = by_name["underway.run orders"]
+    assert parent(root) == ("caller" if caller else "none")
+    assert format(root.context.span_id, "016x") == root_span_id(run_id)
+    assert root.attributes is not None and root.attributes["underway.run_id"] == run_id
+    assert parent(by_name["underway.step pay"]) == root.name
+    assert parent(by_name["underway.step finish"]) == root.name
+    for child in ("underway.policy charge", "execute_tool charge", "chat claude-test"):
         assert parent(by_name[child]) == "underway.step pay"
     assert dict(by_name["underway.policy charge"].attributes or {})[
         "underway.policy.decision"] == "allow"
-    assert dict(by_name["underway.tool charge"].attributes or {})[
+    assert dict(by_name["execute_tool charge"].attributes or {})[
         "underway.outcome"] == "Succeeded"
     model = dict(by_name["chat claude-test"].attributes or {})
-    assert model["gen_ai.system"] == "anthropic"
+    assert model["gen_ai.provider.name"] == "anthropic" and "gen_ai.system" not in model
     assert model["gen_ai.request.model"] == model["gen_ai.response.model"] == "claude-test"
     assert (model["gen_ai.usage.input_tokens"], model["gen_ai.usage.output_tokens"]) == (12, 7)
     # No arguments, results or prompts anywhere.
@@ -153,13 +164,12 @@ async def pay_back(ctx: uw.RunContext[Seen, Order]) -> Any:
     return ctx.done(await ctx.call(refund, {"card": ctx.input.card}))
 
 
-def test_an_approval_wait_is_a_span_from_request_to_decision(sqlite_url: str) -> None:
+def test_an_approval_wait_is_a_span_from_request_to_decision(db_url: str) -> None:
     exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
     clock = ManualClock(1.7e9)
-    store = connect(sqlite_url)
-    engine = uw.Engine(store, flows=[refunds], clock=clock, metrics=Tracing(provider))
+    store = connect(db_url)
+    tracing = Tracing(store, exporter, flows=[refunds], recover_window=None)
+    engine = uw.Engine(store, flows=[refunds], clock=clock, metrics=tracing)
     key = Ed25519PrivateKey.generate()
     register_approver(store, "fin", public_key=public_key_of(key), roles=["finance"],
                       now=clock.now())
@@ -178,6 +188,7 @@ def test_an_approval_wait_is_a_span_from_request_to_decision(sqlite_url: str) ->
             expires_at=asked.expires_at, approver_id="fin").model_dump(mode="json"))
         asyncio.run(Runner(engine).run_until_idle())
         assert engine.state(run_id).status == "completed"
+        tracing.shutdown()
     finally:
         store.close()
 
@@ -187,7 +198,9 @@ def test_an_approval_wait_is_a_span_from_request_to_decision(sqlite_url: str) ->
     assert wait.start_time is not None and wait.end_time is not None
     assert (wait.end_time - wait.start_time) / 1e9 == pytest.approx(60.0)
     assert dict(wait.attributes or {})["underway.approval.outcome"] == "granted"
-    assert [x.name for x in spans].count("underway.activation refunds") == 2
-    assert [x.name for x in spans].count("underway.tool refund") == 1
+    # Two activations (before the wait and after the decision), one trace, one root.
+    assert [x.name for x in spans].count("underway.step pay_back") == 2
+    assert [x.name for x in spans].count("underway.run refunds") == 1
+    assert [x.name for x in spans].count("execute_tool refund") == 1
     for x in spans:
         assert SECRET not in repr(dict(x.attributes or {}))

@@ -36,6 +36,7 @@ from ._retention import MemoryRetention
 from ._rows import MemoryRows
 from ._runs import MemoryRuns
 from ._schedules import MemorySchedules
+from ._spans import MemorySpanExports
 
 __all__ = ["SCHEMA_VERSION", "MemoryStore"]
 
@@ -45,7 +46,7 @@ SCHEMA_VERSION = 1
 
 class MemoryStore(MemoryJournal, MemoryRuns, MemoryLeases, MemoryInbox, MemorySchedules,
                   MemoryAccess, MemoryConsent, MemoryRetention, MemoryKeys, MemoryRows,
-                  MemoryBudgets):
+                  MemoryBudgets, MemorySpanExports):
     """A :class:`~underway.store.base.Store` held in process memory.
 
     It does no I/O, so async code calls it inline (``offload``: see
@@ -58,6 +59,7 @@ class MemoryStore(MemoryJournal, MemoryRuns, MemoryLeases, MemoryInbox, MemorySc
         MemoryAccess.__init__(self)
         MemoryConsent.__init__(self)
         MemoryRetention.__init__(self)
+        MemorySpanExports.__init__(self)
         MemoryKeys.__init__(self)
         MemoryBudgets.__init__(self)
         self.codec = Codec()

@@ -20,6 +20,7 @@ its own way.
 
 from __future__ import annotations
 
+from .._sqlbase.spans import SQLSpanExports
 from .._urls import split_url
 from ..base import Dialect
 from ..wakeups import Wakeups
@@ -39,6 +40,7 @@ __all__ = ["PostgresStore", "split_url"]
 
 class PostgresStore(
     Journal, Leases, Inbox, Schedules, Access, Consent, Retention, Keys, Budgets,
+    SQLSpanExports,
 ):
     """A :class:`~underway.store.base.Store` on a PostgreSQL database (one schema of it).
 

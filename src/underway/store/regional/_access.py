@@ -124,3 +124,20 @@ class RegionalAccess:
     ) -> list[ConsentRecord]:
         """A subject's consent records, from the tenant's region."""
         return self._of(tenant_id).consent_history(tenant_id, subject, purpose=purpose)
+
+    def span_cursor(self, tenant_id: str, run_id: str) -> int:
+        """The seq the run's spans were exported up to, in its tenant's region."""
+        return self._of(tenant_id).span_cursor(tenant_id, run_id)
+
+    def advance_span_cursor(self, tenant_id: str, run_id: str, seq: int) -> None:
+        """Move the run's span cursor, in its tenant's region."""
+        self._of(tenant_id).advance_span_cursor(tenant_id, run_id, seq)
+
+    def unexported_runs(self, *, since: float, limit: int) -> list[tuple[str, str]]:
+        """Runs of every region whose head is past their span cursor."""
+        found: list[tuple[str, str]] = []
+        for store in self.regions.values():
+            found += store.unexported_runs(since=since, limit=limit - len(found))
+            if len(found) >= limit:
+                break
+        return found

@@ -1123,3 +1123,19 @@ DELETE FROM budget_holds WHERE tenant_id = %(tenant_id)s AND since < %(before)s
 
 -- name: budget_forget_used
 DELETE FROM budget_usage WHERE tenant_id = %(tenant_id)s AND since < %(before)s
+
+-- name: span_cursor
+SELECT exported_seq FROM span_exports
+ WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s
+
+-- name: advance_span_cursor
+INSERT INTO span_exports (tenant_id, run_id, exported_seq)
+VALUES (%(tenant_id)s, %(run_id)s, %(seq)s)
+ON CONFLICT (tenant_id, run_id) DO UPDATE
+   SET exported_seq = GREATEST(span_exports.exported_seq, excluded.exported_seq)
+
+-- name: unexported_runs
+SELECT r.tenant_id, r.run_id FROM runs r
+  LEFT JOIN span_exports x ON x.tenant_id = r.tenant_id AND x.run_id = r.run_id
+ WHERE r.updated_at >= %(since)s AND r.last_seq > COALESCE(x.exported_seq, 0)
+ ORDER BY r.updated_at LIMIT %(limit)s

@@ -10,6 +10,7 @@ part per role (``journal``, ``leases``, ``inbox``, ``schedules``, ``access``, ``
 
 from __future__ import annotations
 
+from .._sqlbase.spans import SQLSpanExports
 from ..base import Dialect
 from ..wakeups import Polling, Wakeups
 from ._access import Access
@@ -27,6 +28,7 @@ __all__ = ["SQLiteStore"]
 
 class SQLiteStore(
     Journal, Leases, Inbox, Schedules, Access, Consent, Retention, Keys, Budgets,
+    SQLSpanExports,
 ):
     """A :class:`~underway.store.base.Store` on one SQLite database file.
 
