@@ -93,25 +93,50 @@
       }
     });
   };
+  // The facts as the server renders them (what the run waits on, with its links), put in
+  // place whenever the run's status or step changes; until they arrive the old ones stay.
+  var factsList = byId("facts-list");
+  var shown = { status: byId("run-status") ? byId("run-status").textContent : "",
+                step: byId("facts-step") ? byId("facts-step").textContent : "" };
+  function refreshFacts() {
+    if (!factsList) {
+      return;
+    }
+    fetch(factsList.getAttribute("data-facts"), { credentials: "same-origin" })
+      .then(function (r) {
+        if (!r.ok) {
+          throw new Error("facts " + r.status);
+        }
+        return r.text();
+      })
+      .then(function (html) {
+        factsList.innerHTML = html; // rendered and escaped by the server
+      })
+      .catch(function () {
+        var waiting = byId("facts-waiting");
+        if (waiting) {
+          waiting.textContent = "changed: reload the page to see it";
+        }
+      });
+  }
   source.addEventListener("status", function (m) {
     var data = JSON.parse(m.data);
+    var step = data.step || "—";
+    if (data.status === shown.status && step === shown.step) {
+      return; // what the page already shows
+    }
+    shown = { status: data.status, step: step };
     setStatus(data.status);
-    var step = byId("facts-step");
-    if (step) {
-      step.textContent = data.step || "—";
-    }
-    var waiting = byId("facts-waiting");
-    if (waiting) {
-      waiting.textContent = data.status === "ready" ? "a worker"
-        : data.signal ? "signal " + data.signal : "reload the page to see what";
-    }
+    refreshFacts();
   });
   source.addEventListener("end", function (m) {
     var data = JSON.parse(m.data);
     setStatus(data.status);
     source.close();
+    refreshFacts();
     if (live) {
-      live.textContent = "finished — reload for the final facts";
+      live.textContent = "finished";
+      live.classList.remove("live");
     }
   });
   source.addEventListener("unauthorized", function (m) {
