@@ -95,19 +95,19 @@ def drive(world: World, owner: str) -> None:
     asyncio.run(Runner(engine).run_until_idle())
 
 
-def start(world: World, flow: str, owner: str) -> str:
+def start(world: World, flow: str, owner: str, *, message: str = MESSAGE) -> str:
     """Start a run of ``flow`` by name through the API and drive it as ``owner``."""
     r = world.call("POST", "/v1/runs", role="operator",
-                   json={"flow": flow, "input": {"patient": PATIENT, "message": MESSAGE}})
+                   json={"flow": flow, "input": {"patient": PATIENT, "message": message}})
     assert r.status_code == 201, r.text
     drive(world, owner)
     return str(r.json()["run_id"])
 
 
-def confirmed_visit(world: World) -> str:
+def confirmed_visit(world: World, *, message: str = MESSAGE) -> str:
     """A ``clinic`` run: its first step on worker-a, the rest on worker-b, the patient's
     confirmation 45 s after the timer fired."""
-    run_id = start(world, "clinic", "host-a:0f0f0f0f0f0f:101:5")
+    run_id = start(world, "clinic", "host-a:0f0f0f0f0f0f:101:5", message=message)
     world.clock.advance(31)
     drive(world, "host-b:0e0e0e0e0e0e:202:7")
     world.clock.advance(45)

@@ -101,7 +101,8 @@ class Attempt:
 @dataclass(frozen=True, slots=True)
 class Edge:
     """A transition the run took: from step ``source`` to ``target`` (``end`` once it
-    finished), ``count`` times, and what it waited on in between."""
+    finished), ``count`` times, and what it waited on in between (or how it ended, when
+    it did not end by finishing: ``failed``, ``dead``, ``cancelled``)."""
 
     source: str
     target: str
@@ -334,12 +335,16 @@ def _graph(rows: Sequence[Attempt], declared: Sequence[str], ended: str | None) 
             continue
         if row.step not in order:
             order.append(row.step)
-        if row.outcome.startswith("->"):
-            target = row.next or "end"
-            count, waits = edges.get((row.step, target), (0, []))
-            if row.wait is not None and row.wait.what not in waits:
-                waits.append(row.wait.what)
-            edges[(row.step, target)] = (count + 1, waits)
+        target = row.next or "end" if row.outcome.startswith("->") else \
+            "end" if row.outcome in ("completed", "failed", "cancelled", "dead") else None
+        if target is None:
+            continue
+        count, waits = edges.get((row.step, target), (0, []))
+        said = row.wait.what if row.wait is not None and target != "end" else \
+            None if row.outcome.startswith("->") else row.outcome
+        if said is not None and said not in waits:
+            waits.append(said)
+        edges[(row.step, target)] = (count + 1, waits)
     for (_, target) in list(edges):
         if target != "end" and target not in order:
             order.append(target)

@@ -148,6 +148,10 @@ def test_a_dead_runs_page_keeps_its_resolution_link_and_is_not_live(world: World
     (_, parse) = _rows(page)
     assert parse["title"] == "step parse dead" and "waiting for an operator" in parse["more"]
     assert parse["took"] != ""
+    edges = [(html.unescape(t), html.unescape(x)) for t, x in re.findall(
+        r'<g class="edge"><title>([^<]*)</title>.*?<text[^>]*>([^<]*)</text>', _graph(page))]
+    assert edges == [("parse → end: taken 1 time", "1x · dead")]
+    assert '<g class="node end ended-dead"><title>end · dead</title>' in _graph(page)
 
 
 def test_the_facts_fragment_is_a_read_of_the_tenant_in_the_access_log(

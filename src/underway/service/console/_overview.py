@@ -103,14 +103,12 @@ def _took(start: float, end: float | None) -> str:
 
 
 def _row(a: Attempt, now: float, bar: _BarFn) -> Row:
+    # Drawn in this order, so the step's bar shows over its wait's and calls over both.
     bars = []
-    if a.step:
-        bars.append(bar(a.start, a.end, "g-step", f"{a.title}: {_took(a.start, a.end)}"))
     lines = [Line(f"{c.label} {c.outcome}", _took(c.start, c.end),
                   bar(c.start, c.end if c.end is not None else now, f"g-{c.kind}",
                       f"{c.label}: {_took(c.start, c.end)}"), c.seq)
              for c in a.calls]
-    bars += [line.bar for line in lines]
     if a.wait is not None:
         w = a.wait
         took = _took(w.start, w.end) if w.end is not None else "still waiting"
@@ -118,10 +116,15 @@ def _row(a: Attempt, now: float, bar: _BarFn) -> Row:
         bars.append(wait_bar)
         then = f", then {w.outcome}" if w.outcome else ""
         lines.append(Line(f"waiting for {w.what}{then}", took, wait_bar, a.last_seq))
+    if a.step:
+        bars.append(bar(a.start, a.end, "g-step", f"{a.title}: {_took(a.start, a.end)}"))
+    bars += [c.bar for c in lines if c.bar.cls != "g-wait"]
+    called = {c.seq for c in a.calls}
     family = "run" if not a.step else "dead" if a.outcome in ("dead", "failed") else "step"
     return Row((a.first_seq, a.last_seq), a.title, a.outcome, short_worker(a.worker),
                a.worker or "", format_time(a.start), _took(a.start, a.end) if a.step else "",
-               tuple(bars), tuple(lines), tuple((n.seq, n.summary) for n in a.notes), family)
+               tuple(bars), tuple(lines),
+               tuple((n.seq, n.summary) for n in a.notes if n.seq not in called), family)
 
 
 # -- the graph ------------------------------------------------------------------------------

@@ -119,6 +119,30 @@
         }
       });
   }
+  // The overview (steps and graph) as the server draws it now: the page itself, read
+  // again, its two sections put in place of the old ones (parsed, never run).
+  function refreshOverview() {
+    fetch(window.location.pathname + window.location.search, { credentials: "same-origin" })
+      .then(function (r) {
+        if (!r.ok) {
+          throw new Error("page " + r.status);
+        }
+        return r.text();
+      })
+      .then(function (html) {
+        var fresh = new DOMParser().parseFromString(html, "text/html");
+        ["overview", "graph"].forEach(function (id) {
+          var now = fresh.getElementById(id);
+          var old = byId(id);
+          if (now && old) {
+            old.replaceWith(document.importNode(now, true));
+          }
+        });
+      })
+      .catch(function () {
+        return; // the old overview stays; a reload shows the new one
+      });
+  }
   source.addEventListener("status", function (m) {
     var data = JSON.parse(m.data);
     var step = data.step || "—";
@@ -128,15 +152,18 @@
     shown = { status: data.status, step: step };
     setStatus(data.status);
     refreshFacts();
+    refreshOverview();
   });
   source.addEventListener("end", function (m) {
     var data = JSON.parse(m.data);
     setStatus(data.status);
     source.close();
     refreshFacts();
+    refreshOverview();
     if (live) {
       live.textContent = "finished";
       live.classList.remove("live");
+      live.classList.add("stopped");
     }
   });
   source.addEventListener("unauthorized", function (m) {
