@@ -87,9 +87,10 @@ class Attempt:
 
     @property
     def title(self) -> str:
-        """``step fetch`` (``, attempt 2`` past the first), or ``run`` for the first row."""
+        """``step fetch`` (``, attempt 2`` past the first); ``run`` for the first row, or
+        ``an earlier step`` when the events read start inside one."""
         if not self.step:
-            return "run"
+            return "run" if self.first_seq <= 1 else "an earlier step"
         return f"step {self.step}" + (f", attempt {self.attempt}" if self.attempt > 1 else "")
 
     @property
@@ -272,7 +273,9 @@ def overview(records: Sequence[Recorded], *, now: float | None = None,
     if rows[0].last_seq == 0 and len(rows) > 1:
         rows.pop(0)
     graph = _graph(rows, declared, ended)
-    return Overview(tuple(rows), first_at, max(last, now or last), graph)
+    # A call's start is read back from its latency: it may lie before the first event.
+    start = min([first_at, *(c.start for row in rows for c in row.calls)])
+    return Overview(tuple(rows), start, max(last, now or last), graph)
 
 
 def _close_row(row: Attempt, at: float, why: str) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import re
+from itertools import pairwise
 
 import httpx
 
@@ -15,7 +16,9 @@ from fakes.clinic_flows import MESSAGE, PATIENT, confirmed_visit, start
 from fakes.console_browser import sign_in
 from fakes.service_world import World
 from underway import Client
-from underway.events import StepStarted
+from underway.events import StepCompleted, StepStarted
+from underway.service.console._overview import ROWS
+from underway.service.console._run import OVERVIEW_EVENTS
 
 WORKER_A = "host-a:0f0f0f0f0f0f:101:5"
 WORKER_B = "host-b:0e0e0e0e0e0e:202:7"
@@ -35,13 +38,14 @@ def _rows(page: str) -> list[dict[str, str]]:
         head, more = body.split("</summary>", 1)
         worker = re.search(r'class="g-worker muted" title="([^"]*)">([^<]*)<', head)
         assert worker is not None
+        title = re.search(r'class="g-title">(.*?)</span>\s*<span class="g-worker', head, re.S)
+        took = re.search(r'class="g-took mono">([^<]*)<', head)
+        assert title is not None and took is not None
         found.append({
             "first": m.group(1), "last": m.group(2),
-            "title": " ".join(_text(re.search(r'class="g-title">(.*?)</span>\s*<span class="g-worker',
-                                              head, re.S).group(1)).split()),  # type: ignore[union-attr]
+            "title": " ".join(_text(title.group(1)).split()),
             "owner": html.unescape(worker.group(1)), "worker": worker.group(2),
-            "took": _text(re.search(r'class="g-took mono">([^<]*)<', head).group(1)),  # type: ignore[union-attr]
-            "more": " ".join(_text(more).split()),
+            "took": _text(took.group(1)), "more": " ".join(_text(more).split()),
         })
     return found
 
@@ -53,8 +57,8 @@ def test_each_step_attempt_is_a_row_with_its_worker_durations_and_events(world: 
     rows = _rows(page)
     # The rows cover every event of the journal once, in order.
     head = len(Client(world.store).events(run_id, tenant_id="acme"))
-    assert [(int(r["first"]), int(r["last"])) for r in rows][0][0] == 1
-    assert all(int(a["last"]) + 1 == int(b["first"]) for a, b in zip(rows, rows[1:]))
+    assert rows[0]["first"] == "1"
+    assert all(int(a["last"]) + 1 == int(b["first"]) for a, b in pairwise(rows))
     assert int(rows[-1]["last"]) == head
     run, remind, confirm, close = rows
     assert run["title"] == "run" and run["owner"] == ""
@@ -66,12 +70,12 @@ def test_each_step_attempt_is_a_row_with_its_worker_durations_and_events(world: 
     assert "tool send_sms #0 ok:" in remind["more"] and MESSAGE[:10] in remind["more"]
     assert "model clinic-model-1 #1 40+12 tokens" in remind["more"]
     assert "waiting for a timer, then timer fired 31s" in remind["more"]
-    assert (f"waiting for signal 'confirmed', then signal 'confirmed' from "
-            f"apikey:acme-operator 45s") in confirm["more"]
+    assert ("waiting for signal 'confirmed', then signal 'confirmed' from "
+            "apikey:acme-operator 45s") in confirm["more"]
     assert PATIENT in confirm["more"]  # the signal's payload, in Hindi, as text
     assert "run completed" in close["more"]
     # The raw events are a click away: each row links to its first event in the log.
-    assert f'href="/runs/{run_id}?page=1#e-{remind["first"]}"' in page
+    assert f'href="?page=1#e-{remind["first"]}"' in page
     assert f'id="e-{remind["first"]}"' in page
     # The workers line says who ran how many attempts, with their owner ids.
     workers = " ".join(_text(page.split('id="workers"', 1)[1].split("</p>", 1)[0]).split())
@@ -181,8 +185,30 @@ def test_a_loop_is_one_edge_and_a_long_run_shows_its_newest_attempts(world: Worl
         r'<g class="edge"><title>([^<]*)</title>.*?<text[^>]*>([^<]*)</text>', _graph(page))]
     assert edges == [("lap → lap: taken 159 times", "159x"), ("lap → end: taken 1 time", "1x")]
     rows = _rows(page)
-    # 161 rows in all (the run's first events, then 160 attempts): the newest 150 shown.
-    assert len(rows) == 150 and "The 11 oldest attempts are left out." in _text(page)
-    assert rows[-1]["title"] == "step lap -> end" and int(rows[-1]["last"]) == len(
-        Client(world.store).events(run_id, tenant_id="acme"))
+    # 161 rows in all (the run's first events, then 160 attempts): the newest shown.
+    assert len(rows) == ROWS and f"The {161 - ROWS} oldest attempts are left out." in _text(page)
+    head = len(Client(world.store).events(run_id, tenant_id="acme"))
+    assert rows[-1]["title"] == "step lap -> end" and int(rows[-1]["last"]) == head
     assert all(r["title"] == "step lap -> lap" for r in rows[:-1])
+
+
+def test_a_run_longer_than_the_overview_reads_says_where_it_starts(world: World) -> None:
+    from fakes.journey_flows import start as start_laps
+
+    run_id = start_laps(world, "laps", {"laps": 400})
+    head = len(Client(world.store).events(run_id, tenant_id="acme"))
+    first = head - OVERVIEW_EVENTS + 1
+    with sign_in(world) as browser:
+        page = browser.get(f"/runs/{run_id}").text
+    text = " ".join(_text(page).split())
+    assert f"the rows start at event {first} (older events are in the event log)" in text
+    assert f"and the transitions it took from event {first} on" in text
+    # The transitions counted are the ones in the events read: one per step completed.
+    steps = sum(1 for e in Client(world.store).events(run_id, tenant_id="acme")
+                if e.seq >= first and isinstance(e.event, StepCompleted))
+    edges = [(html.unescape(t), html.unescape(x)) for t, x in re.findall(
+        r'<g class="edge"><title>([^<]*)</title>.*?<text[^>]*>([^<]*)</text>', _graph(page))]
+    assert edges == [(f"lap → lap: taken {steps - 1} times", f"{steps - 1}x"),
+                     ("lap → end: taken 1 time", "1x")]
+    # The newest page of the event log is still the one it opens on.
+    assert f'id="e-{head}"' in page

@@ -23,7 +23,7 @@ SPAN = 1000.0
 """The width of a bar's view box: the run's whole span."""
 MIN_W = 3.0
 """The narrowest bar drawn, so an instant still shows."""
-ROWS = 150
+ROWS = 100
 """Attempts the chart draws at most: the newest (the event log holds the rest)."""
 
 

@@ -51,7 +51,7 @@ STILL = (*FINAL, "dead")
 
 RunId = Annotated[str, Path(min_length=1, max_length=200)]
 Seq = Annotated[int | None, Query(ge=1, le=2**62)]
-OVERVIEW_EVENTS = 20_000
+OVERVIEW_EVENTS = 1_000
 """The newest events the overview reads at most (the event log pages hold the rest)."""
 
 
