@@ -84,6 +84,9 @@ class Attempt:
     notes: list[Line] = field(default_factory=list)
     """The lines of its events the compact view shows under the row (what its row does
     not say: calls' outcomes, waits, people, children, the run's end)."""
+    again: str = ""
+    """Why a later attempt ran: its start's line (``step x, attempt 2 (again after an
+    interruption)``, ``... (continues after the approval)``)."""
 
     @property
     def title(self) -> str:
@@ -91,7 +94,9 @@ class Attempt:
         ``an earlier step`` when the events read start inside one."""
         if not self.step:
             return "run" if self.first_seq <= 1 else "an earlier step"
-        return f"step {self.step}" + (f", attempt {self.attempt}" if self.attempt > 1 else "")
+        if self.attempt > 1:
+            return self.again or f"step {self.step}, attempt {self.attempt}"
+        return f"step {self.step}"
 
     @property
     def took(self) -> float | None:
@@ -242,7 +247,8 @@ def overview(records: Sequence[Recorded], *, now: float | None = None,
         row = rows[-1]
         if started is not None:
             _close_row(row, r.at, "interrupted")
-            row = Attempt(started[0], started[1], started[2], r.at, r.seq)
+            row = Attempt(started[0], started[1], started[2], r.at, r.seq,
+                          again=line.summary if started[1] > 1 else "")
             rows.append(row)
         row.last_seq = r.seq
         if not _quiet(e, settled):

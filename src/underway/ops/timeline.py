@@ -20,7 +20,7 @@ __all__ = ["Line", "counts", "duration", "format_time", "lines", "preview", "sum
            "time_left", "type_of"]
 
 _PREVIEW = 60
-_NOISE = frozenset({"key", "signal_id", "latency_ms", "checked", "reconciled"})
+_NOISE = frozenset({"key", "signal_id", "latency_ms", "checked", "reconciled", "worker"})
 """Kept fields of a purged event its timeline line leaves out (its details show them)."""
 _OUTCOMES = (ev.ToolSucceeded, ev.ToolFailed, ev.ToolTimedOut, ev.SchemaValidationFailed)
 
