@@ -273,8 +273,8 @@ def overview(records: Sequence[Recorded], *, now: float | None = None,
                 row.wait = Wait(what, r.at)
             elif row.wait.what == "a timer":
                 row.wait.what = what  # a signal's timeout: the signal is what it waits on
-        if isinstance(e, ev.RunResumed | ev.RunCancelled):
-            ended = None if isinstance(e, ev.RunResumed) else "cancelled"
+        if isinstance(e, ev.RunResumed):
+            ended = None  # a dead run an operator resumed moves on
     last = records[-1].at if records else 0.0
     if rows[0].last_seq == 0 and len(rows) > 1:
         rows.pop(0)
@@ -339,13 +339,16 @@ def _said(e: ev.Event) -> str:
 def _graph(rows: Sequence[Attempt], declared: Sequence[str], ended: str | None) -> Graph:
     order = list(dict.fromkeys(declared))
     edges: dict[tuple[str, str], tuple[int, list[str]]] = {}
+    last = next((r for r in reversed(rows) if r.step), None)
     for row in rows:
         if not row.step:
             continue
         if row.step not in order:
             order.append(row.step)
+        # A run that died and was resumed did not end there: only its last step ends it.
         target = row.next or "end" if row.outcome.startswith("->") else \
-            "end" if row.outcome in ("completed", "failed", "cancelled", "dead") else None
+            "end" if row is last and row.outcome in ("completed", "failed", "cancelled",
+                                                     "dead") else None
         if target is None:
             continue
         count, waits = edges.get((row.step, target), (0, []))
@@ -358,8 +361,9 @@ def _graph(rows: Sequence[Attempt], declared: Sequence[str], ended: str | None) 
         if target != "end" and target not in order:
             order.append(target)
     visited = frozenset(r.step for r in rows if r.step)
-    steps = [r for r in rows if r.step]
-    current = steps[-1].step if steps and ended is None else None
+    # Where the run is: the step its last attempt went on to, or that attempt's own.
+    current = None if last is None or ended is not None else \
+        last.next if last.outcome.startswith("->") and last.next else last.step
     return Graph(tuple(order), visited,
                  tuple(Edge(s, t, n, tuple(w)) for (s, t), (n, w) in edges.items()),
                  current, ended)

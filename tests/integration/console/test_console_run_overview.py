@@ -2,7 +2,8 @@
 (journaled on the attempt's ``StepStarted``), its duration, its calls and the wait it
 ended in, its events one click away; the graph of its steps and the transitions it took
 (every declared step when the server has the flow's code); a dead run's page that keeps
-its resolution link and does not say "live"; the facts the page's script fetches."""
+its resolution link and does not say "live"; the facts the page's script fetches; and the
+same rows printed by ``underway runs show``."""
 
 from __future__ import annotations
 
@@ -11,11 +12,13 @@ import re
 from itertools import pairwise
 
 import httpx
+from typer.testing import CliRunner
 
 from fakes.clinic_flows import MESSAGE, PATIENT, confirmed_visit, start
 from fakes.console_browser import sign_in
 from fakes.service_world import World
 from underway import Client
+from underway.cli import app as cli
 from underway.events import StepCompleted, StepStarted
 from underway.service.console._overview import ROWS
 from underway.service.console._run import OVERVIEW_EVENTS
@@ -127,8 +130,8 @@ def test_with_the_flows_code_the_graph_shows_the_steps_not_taken(db_url: str) ->
     graph = _graph(page)
     nodes = [(html.unescape(t), c) for c, t in re.findall(
         r'<g class="node ([^"]*)"><title>([^<]*)</title>', graph)]
-    # Declared order; the run waits in remind's timer, so remind is where it is.
-    assert nodes == [("remind", "taken current"), ("confirm", "untaken"),
+    # Declared order; the run sleeps before confirm, so confirm is where it is.
+    assert nodes == [("remind", "taken"), ("confirm", "untaken current"),
                      ("call_patient", "untaken"), ("close", "untaken"), ("end", "end")]
     assert "The flow&#39;s steps as its code declares them" in page or \
         "The flow's steps as its code declares them" in page
@@ -212,3 +215,28 @@ def test_a_run_longer_than_the_overview_reads_says_where_it_starts(world: World)
                      ("lap → end: taken 1 time", "1x")]
     # The newest page of the event log is still the one it opens on.
     assert f'id="e-{head}"' in page
+
+
+def test_runs_show_prints_a_row_per_attempt_with_its_worker_and_durations(
+    world: World,
+) -> None:
+    run_id = confirmed_visit(world)
+    shown = CliRunner().invoke(cli, ["runs", "show", run_id, "--tenant", "acme",
+                                     "--db", world.store_url])
+    assert shown.exit_code == 0, shown.output
+    out = shown.output
+    assert "workers  host-a pid 101 (1 attempt), host-b pid 202 (2 attempts)" in out
+    rows = {line.split()[0]: line for line in out.splitlines()
+            if re.match(r"\s*\d+-\d+ ", line)}
+    assert list(rows) == ["1-2", "3-9", "10-14", "15-17"]
+    assert rows["3-9"].endswith("step remind -> confirm, 2 calls, worker host-a pid 101")
+    assert rows["10-14"].endswith("step confirm -> close, worker host-b pid 202")
+    assert "waiting for a timer: 31s, then timer fired" in out
+    assert (f"waiting for signal 'confirmed': 45s, then signal 'confirmed' from "
+            f"apikey:acme-operator") in out
+    assert PATIENT in out and MESSAGE[:20] in out  # Hindi and Tamil, as they are
+    # --events prints every event, the worker of each attempt among its fields' lines.
+    every = CliRunner().invoke(cli, ["runs", "show", run_id, "--tenant", "acme", "--events",
+                                     "--db", world.store_url]).output
+    assert len([x for x in every.splitlines() if re.match(r"\s*\d+  \d{4}-", x)]) == 17
+    assert "step confirm, attempt 1" in every
