@@ -7,6 +7,7 @@ transitions taken, and a run that died and was resumed does not end where it die
 from __future__ import annotations
 
 import asyncio
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -102,9 +103,8 @@ def test_each_attempt_keeps_its_worker_and_why_it_ran_again() -> None:
     assert resumed.title.startswith("step pack, attempt 2")
     assert seen.workers == {WORKER_A: 2, WORKER_B: 2}
     # Every event is in exactly one row.
-    assert [(a.first_seq, a.last_seq) for a in seen.attempts][0][0] == 1
-    assert all(a.last_seq + 1 == b.first_seq for a, b in zip(seen.attempts,
-                                                             seen.attempts[1:], strict=False))
+    assert seen.attempts[0].first_seq == 1
+    assert all(a.last_seq + 1 == b.first_seq for a, b in pairwise(seen.attempts))
     assert seen.attempts[-1].last_seq == records[-1].seq
 
     graph = seen.graph

@@ -232,8 +232,8 @@ def test_runs_show_prints_a_row_per_attempt_with_its_worker_and_durations(
     assert rows["3-9"].endswith("step remind -> confirm, 2 calls, worker host-a pid 101")
     assert rows["10-14"].endswith("step confirm -> close, worker host-b pid 202")
     assert "waiting for a timer: 31s, then timer fired" in out
-    assert (f"waiting for signal 'confirmed': 45s, then signal 'confirmed' from "
-            f"apikey:acme-operator") in out
+    assert ("waiting for signal 'confirmed': 45s, then signal 'confirmed' from "
+            "apikey:acme-operator") in out
     assert PATIENT in out and MESSAGE[:20] in out  # Hindi and Tamil, as they are
     # --events prints every event, the worker of each attempt among its fields' lines.
     every = CliRunner().invoke(cli, ["runs", "show", run_id, "--tenant", "acme", "--events",
