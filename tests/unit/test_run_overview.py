@@ -109,6 +109,7 @@ def test_each_attempt_keeps_its_worker_and_why_it_ran_again() -> None:
 
     graph = seen.graph
     assert graph.steps == ("pick", "pack") and graph.ended == "completed"
+    assert graph.about == {"pick": "2 attempts", "pack": "2 attempts · an operator"}
     # The run died in pack and was resumed: it ended by completing, once.
     assert [(e.source, e.target, e.count, e.waits) for e in graph.edges] == [
         ("pick", "pack", 1, ("a timer",)), ("pack", "end", 1, ())]

@@ -84,6 +84,8 @@ class Attempt:
     notes: list[Line] = field(default_factory=list)
     """The lines of its events the compact view shows under the row (what its row does
     not say: calls' outcomes, waits, people, children, the run's end)."""
+    children: list[str] = field(default_factory=list)
+    """The flows of the child runs it started."""
     again: str = ""
     """Why a later attempt ran: its start's line (``step x, attempt 2 (again after an
     interruption)``, ``... (continues after the approval)``)."""
@@ -126,6 +128,9 @@ class Graph:
     current: str | None
     ended: str | None
     """The run's end (``completed``, ``failed``, ``cancelled``, ``dead``) or None."""
+    about: dict[str, str] = field(default_factory=dict)
+    """What happened in each step taken, in a few words: its attempts past the first,
+    what it waited on, the children it started."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,6 +259,8 @@ def overview(records: Sequence[Recorded], *, now: float | None = None,
         if not _quiet(e, settled):
             row.notes.append(line)
         _call(row, r, intents)
+        if isinstance(e, ev.ChildStarted):
+            row.children.append(e.flow)
         if isinstance(e, ev.StepCompleted):
             row.end, row.next = r.at, e.next
             row.outcome = f"-> {e.next or 'end'}"
@@ -366,4 +373,21 @@ def _graph(rows: Sequence[Attempt], declared: Sequence[str], ended: str | None) 
         last.next if last.outcome.startswith("->") and last.next else last.step
     return Graph(tuple(order), visited,
                  tuple(Edge(s, t, n, tuple(w)) for (s, t), (n, w) in edges.items()),
-                 current, ended)
+                 current, ended, _about(rows))
+
+
+def _about(rows: Sequence[Attempt]) -> dict[str, str]:
+    """Per step taken: ``3 attempts · an approval of refund · child helper``."""
+    seen: dict[str, list[str]] = {}
+    attempts: Counter[str] = Counter()
+    for row in rows:
+        if not row.step:
+            continue
+        attempts[row.step] += 1
+        said = seen.setdefault(row.step, [])
+        found = [row.wait.what] if row.wait is not None and row.wait.what != "a timer" else []
+        for item in [*found, *(f"child {flow}" for flow in row.children)]:
+            if item not in said:
+                said.append(item)
+    return {step: " · ".join(([f"{n} attempts"] if n > 1 else []) + seen[step])
+            for step, n in attempts.items()}

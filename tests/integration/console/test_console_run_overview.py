@@ -108,9 +108,11 @@ def test_the_graph_shows_the_steps_and_the_transitions_taken(world: World) -> No
         graph = _graph(browser.get(f"/runs/{run_id}").text)
     nodes = re.findall(r'<g class="node ([^"]*)"><title>([^<]*)</title>', graph)
     # This server has no flow code: the steps the run took, in order, and its end.
+    # A step's node says what it waited on (a sleep is its edge's, not the step's).
     assert [(html.unescape(t), c) for c, t in nodes] == [
-        ("remind", "taken"), ("confirm", "taken"), ("close", "taken"),
+        ("remind", "taken"), ("confirm: signal 'confirmed'", "taken"), ("close", "taken"),
         ("end · completed", "end ended-completed")]
+    assert '<text class="about"' in graph and "signal 'confirmed'</text>" in html.unescape(graph)
     edges = [(html.unescape(t), html.unescape(x)) for t, x in re.findall(
         r'<g class="edge"><title>([^<]*)</title>.*?<text[^>]*>([^<]*)</text>', graph)]
     # Each transition with how often it was taken and what the run waited on between.

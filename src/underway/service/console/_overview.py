@@ -128,7 +128,7 @@ def _row(a: Attempt, now: float, bar: _BarFn) -> Row:
 
 
 # -- the graph ------------------------------------------------------------------------------
-_X, _W, _H, _GAP, _TOP = 24, 200, 30, 26, 28
+_X, _W, _H, _GAP, _TOP = 24, 220, 36, 26, 28
 """A node's left edge, width and height, the gap between nodes, the space above the first."""
 
 
@@ -171,10 +171,14 @@ def graph_svg(g: Graph) -> Markup:
             if name == g.current:
                 cls.append("current")
             text = name
-        parts.append(f'<g class="{" ".join(cls)}"><title>{escape(text)}</title>'
+        about = g.about.get(name, "")
+        title = f"{text}: {about}" if about else text
+        line = (f'<text class="about" x="{_X + _W / 2}" y="{y[i] + _H - 5}">'
+                f'{escape(_fit(about, 34))}</text>' if about else "")
+        parts.append(f'<g class="{" ".join(cls)}"><title>{escape(title)}</title>'
                      f'<rect x="{_X}" y="{y[i]}" width="{_W}" height="{_H}" rx="6"/>'
-                     f'<text x="{_X + _W / 2}" y="{y[i] + _H / 2 + 4}">'
-                     f'{escape(_fit(text))}</text></g>')
+                     f'<text x="{_X + _W / 2}" y="{y[i] + (15 if about else _H / 2 + 4)}">'
+                     f'{escape(_fit(text))}</text>{line}</g>')
     start = f'<path class="start" d="M{_X + _W / 2},4 L{_X + _W / 2},{_TOP - 2}" ' \
             'marker-end="url(#arrow)"/>'
     width = _X + _W + reach + 220
