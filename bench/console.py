@@ -108,8 +108,9 @@ def _figures(url: str, db: str) -> list[Figure]:
         token = issue_key(client.store, tenant_id=TENANT, role="viewer", name="bench",
                           now=clock.now()).token
         auth = {"Authorization": f"Bearer {token}"}
-        samples: dict[str, list[float]] = {"api": [], "page": [], "first": [], "state": []}
-        paths = {"api": f"/v1/runs/{run_id}", "page": f"/runs/{run_id}",
+        samples: dict[str, list[float]] = {"api": [], "page": [], "first": [], "state": [],
+                                           "listing": []}
+        paths = {"api": f"/v1/runs/{run_id}", "page": f"/runs/{run_id}", "listing": "/runs",
                  "first": f"/runs/{run_id}?page=1",
                  "state": f"/runs/{run_id}/state?at={events - 1}"}
         with ServerThread(create_app(client)) as server, \
@@ -122,7 +123,7 @@ def _figures(url: str, db: str) -> list[Figure]:
                 for name, path in paths.items():
                     _ms(http, path, auth if name == "api" else None)
             for _ in range(REQUESTS):
-                for name in ("api", "page"):
+                for name in ("api", "page", "listing"):
                     samples[name].append(_ms(http, paths[name],
                                              auth if name == "api" else None))
             for _ in range(max(REQUESTS // 4, 5)):
@@ -140,6 +141,10 @@ def _figures(url: str, db: str) -> list[Figure]:
         figures.append(Figure(f"{db}.console_run_page_{stat}", value, "ms", base,
                               value / base, f"< {TARGET_MS:g} ms", value < TARGET_MS,
                               note=note if stat == "p50" else ""))
+    figures.append(Figure(f"{db}.console_run_page_vs_listing_p50", p50["page"], "ms",
+                          p50["listing"], p50["page"] / p50["listing"], "diagnostic",
+                          note="baseline: the console's runs listing, GET /runs"
+                          if db == "sqlite" else ""))
     figures.append(Figure(f"{db}.console_run_oldest_page_p50", p50["first"], "ms",
                           p50["api"], p50["first"] / p50["api"], "diagnostic"))
     figures.append(Figure(f"{db}.console_state_at_deep_p50", p50["state"], "ms",

@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 from underway import CallInfo, Engine, Flow, ManualClock, RunContext, Runner, connect, tool
 from underway.cli import app
 from underway.flow import Next
+from underway.ops.overview import short_worker
 from underway.store import queries
 from underway.store.base import Store
 
@@ -255,7 +256,7 @@ def test_runs_show_prints_status_counts_and_a_timeline(world: World) -> None:
     world.drive()
     world.store.close()
 
-    code, out, _ = cli("runs", "show", "show-1", "--db", world.url)
+    code, out, _ = cli("runs", "show", "show-1", "--events", "--db", world.url)
     assert code == 0
     assert "run      show-1" in out
     assert 'status   completed - result {"approved_by":"dana"}' in out
@@ -269,6 +270,40 @@ def test_runs_show_prints_status_counts_and_a_timeline(world: World) -> None:
     assert "waiting for signal 'approve'" in text
     assert "signal 'approve' from dana" in text
     assert "run completed" in text
+
+
+def test_runs_show_groups_each_step_attempt_with_its_worker_and_durations(
+    world: World,
+) -> None:
+    world.start(approval, "rows-1")
+    world.drive()
+    world.clock.advance(90)
+    world.engine.signal("rows-1", "approve", {"by": "dana"}, sender="dana")
+    world.clock.advance(5)
+    world.drive()
+    world.store.close()
+
+    code, out, _ = cli("runs", "show", "rows-1", "--db", world.url)
+    assert code == 0, out
+    worker = short_worker(world.engine.owner)
+    assert f"workers  {worker} (2 attempts)" in out
+    rows = out.splitlines()
+    top = rows.index(next(x for x in rows if x.lstrip().startswith("seqs")))
+    heads = [x.split()[0] for x in rows[top + 2:] if not x.startswith(" ")]
+    # A row per step attempt, each with the seqs of its events: nothing left out.
+    assert heads == ["1-1", "2-6", "7-9"]
+    (ask,) = [x for x in rows if x.startswith("2-6")]
+    assert f"step ask -> decide, 1 call, worker {worker}" in ask
+    (decide,) = [x for x in rows if x.startswith("7-9")]
+    assert f"step decide -> end, worker {worker}" in decide
+    text = "\n".join(rows)
+    # The wait says what it waited on, for how long (the clock moved 95s) and what ended it.
+    assert "waiting for signal 'approve': 95s, then signal 'approve' from dana" in text
+    assert "lookup #0 key=rows-1:0:ask:0 ok" in text and "run completed" in text
+    # Bookkeeping is folded into the rows; --events prints it.
+    assert "StepStarted" not in text and "step ask, attempt 1" not in text
+    code, raw, _ = cli("runs", "show", "rows-1", "--events", "--db", world.url)
+    assert "StepStarted" in raw and "step ask, attempt 1" in raw
 
 
 def test_runs_events_prints_every_decoded_event_with_its_hash(world: World) -> None:

@@ -70,7 +70,8 @@ def test_a_step_is_stored_lean_and_reads_back_whole() -> None:
     assert type(data["latency_us"]) is int and "latency_ms" not in data
     assert not {"reconciled", "counts", "sensitive_fields", "secret_fields"} & set(data)
     started = next(s for s in stored if s.type == "StepStarted")
-    assert json.loads(started.payload)["data"] == {"step": "go"}  # attempt 1 left out
+    # attempt 1 left out; the worker that ran the attempt kept
+    assert json.loads(started.payload)["data"] == {"step": "go", "worker": engine.owner}
 
     rec = next(r for r in engine.journal.history("default", run_id)
                if isinstance(r.event, ev.ToolSucceeded))

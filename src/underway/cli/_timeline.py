@@ -1,5 +1,7 @@
-"""A readable timeline of one run: a header with where the run stands, then one line per
-event (sequence number, time, type and a one-line summary, from :mod:`underway.ops.timeline`).
+"""A readable timeline of one run: a header with where the run stands, then either one row
+per step attempt (its worker, how long it took, its calls and the wait it ended in, with the
+lines of its notable events under it: :mod:`underway.ops.overview`) or one line per event
+(sequence number, time, type and a one-line summary, from :mod:`underway.ops.timeline`).
 
 Plain text on purpose: ``underway runs show`` prints it (the examples print what that
 command prints), and it needs nothing beyond the standard library.
@@ -12,7 +14,8 @@ from collections.abc import Mapping, Sequence
 from ..client import Recorded, RunState, waiting_words
 from ..codec import ENCRYPTED
 from ..events import PURGED, Encrypted
-from ..ops.timeline import counts, format_time, lines, preview
+from ..ops.overview import Attempt, Overview, overview, short_worker
+from ..ops.timeline import counts, duration, format_time, lines, preview
 from ..redaction import Redactor
 from ..store.records import PurgedRun
 
@@ -47,12 +50,20 @@ def _where(state: RunState, hide: Redactor, purge: PurgedRun | None) -> str:
 
 def render(state: RunState, records: Sequence[Recorded],
            children: Mapping[str, str] | None = None, hide: Redactor | None = None,
-           purge: PurgedRun | None = None) -> str:
-    """The run's header and its timeline, as text (no trailing newline). ``children``: the
-    status of each child run as its row says now (else what this run's journal knows).
-    ``hide``: what the reader may not see (:mod:`underway.redaction`; None: a redactor
-    that learns ``records`` and reveals nothing). ``purge``: the record of the run's purge,
-    when it was purged (it says whether retention or an erasure did it)."""
+           purge: PurgedRun | None = None, *, compact: bool = False) -> str:
+    """The run's header and its timeline, as text (no trailing newline).
+
+    Args:
+        state: The run's folded state.
+        records: The run's events.
+        children: The status of each child run as its row says now (else what this run's
+            journal knows).
+        hide: What the reader may not see (:mod:`underway.redaction`; None: a redactor
+            that learns ``records`` and reveals nothing).
+        purge: The record of the run's purge, when it was purged (it says whether
+            retention or an erasure did it).
+        compact: One row per step attempt instead of one line per event.
+    """
     hide = hide if hide is not None else Redactor().learn(r.event for r in records)
     records = [Recorded(r.seq, r.at, hide.event(r.event)) for r in records]
     c = counts(records)
@@ -90,6 +101,12 @@ def render(state: RunState, records: Sequence[Recorded],
     if sealed:
         head.append(f"payloads {ENCRYPTED}: {_n(sealed, 'event')} encrypted, and no key here "
                     "opens them (give --keyring, or set UNDERWAY_KEYRING or UNDERWAY_KEK)")
+    if compact:
+        seen = overview(records, purged_by=purged_by(purge))
+        if seen.workers:
+            head.append("workers  " + ", ".join(
+                f"{short_worker(w)} ({_n(n, 'attempt')})" for w, n in seen.workers.items()))
+        return "\n".join([*head, "", *_compact(seen)])
     body = lines(records, purged_by=purged_by(purge))
     width = max((len(line.type) for line in body), default=4)
     seq_w = max(3, len(str(body[-1].seq)) if body else 3)
@@ -99,3 +116,41 @@ def render(state: RunState, records: Sequence[Recorded],
         for line in body
     ]
     return "\n".join([*head, "", *table])
+
+
+def _took(start: float, end: float | None) -> str:
+    return "running" if end is None else duration(max(0.0, end - start))
+
+
+def _compact(seen: Overview) -> list[str]:
+    """One row per attempt (seqs, start, duration, what, worker), its notable lines under
+    it: each call's with its duration, and the wait it ended in."""
+    rows = seen.attempts
+    seq_w = max(3, len(f"{rows[-1].first_seq}-{rows[-1].last_seq}") if rows else 3)
+    out = [f"{'seqs':>{seq_w}}  {'started (UTC)':<23}  {'took':>8}  step, worker",
+           "(one row per step attempt; --events prints every event)"]
+    for row in rows:
+        took = _took(row.start, row.end) if row.step else ""
+        out.append(f"{row.first_seq}-{row.last_seq}".rjust(seq_w) + "  "
+                   f"{format_time(row.start):<23}  {took:>8}  {_what(row)}")
+        pad = " " * (seq_w + 2)
+        calls = {c.seq: c for c in row.calls}
+        for note in row.notes:
+            call = calls.get(note.seq)
+            took = f" [{_took(call.start, call.end)}]" if call is not None else ""
+            out.append(f"{pad}{note.seq:>5}  {note.summary}{took}")
+        if row.wait is not None:
+            w = row.wait
+            then = f", then {w.outcome}" if w.outcome else ""
+            out.append(f"{pad}       waiting for {w.what}: "
+                       f"{_took(w.start, w.end) if w.end is not None else 'still waiting'}{then}")
+    return out
+
+
+def _what(row: Attempt) -> str:
+    if not row.step:
+        return "run"
+    outcome = f" {row.outcome}" if row.outcome else " (running)"
+    worker = f", worker {short_worker(row.worker)}" if row.worker else ""
+    calls = f", {_n(len(row.calls), 'call')}" if row.calls else ""
+    return f"{row.title}{outcome}{calls}{worker}"

@@ -143,8 +143,15 @@ def _note(error: str | None, waiting: str | None,
 @handle_errors
 def show(ctx: typer.Context, run: RunArg, tenant: TenantOption = "default",
          purpose: PurposeOption = DEFAULT_PURPOSE, reveal: RevealOption = False,
-         by: ReaderOption = None, db: DbOption = None) -> None:
-    """Show a run's status, counts and a readable timeline of its events.
+         by: ReaderOption = None, db: DbOption = None,
+         every_event: Annotated[bool, typer.Option(
+             "--events", help="One line per event instead of one row per step attempt.")]
+         = False) -> None:
+    """Show a run's status, counts and a readable timeline.
+
+    By default one row per step attempt: when it started, how long it took, the worker
+    that ran it, its calls with their durations and the wait it ended in. --events prints
+    one line per event instead.
 
     The fields its tools declare sensitive are redacted unless --reveal; secrets always
     are; payloads this command has no key for read [encrypted]. The read is written to
@@ -160,7 +167,8 @@ def show(ctx: typer.Context, run: RunArg, tenant: TenantOption = "default",
                     revealed=reveal)
     records = [Recorded(e.seq, e.at, e.event) for e in found]
     hide = Redactor(reveal=reveal).learn(r.event for r in records)
-    typer.echo(render(state, records, children, hide, purges[0] if purges else None))
+    typer.echo(render(state, records, children, hide, purges[0] if purges else None,
+                      compact=not every_event))
 
 
 @app.command("events")

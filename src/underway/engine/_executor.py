@@ -511,7 +511,7 @@ class Engine(EagerStarts):
         s = act.state
         # A run parked at a renamed or removed step continues at the step its alias names.
         step = flow.resolve_step(str(s.step))
-        act.buffer(ev.StepStarted(step=step, attempt=s.attempt + 1))
+        act.buffer(ev.StepStarted(step=step, attempt=s.attempt + 1, worker=self.owner))
         act.in_flight.clear()  # calls are the step's own: a step's calls settle within it
         x = self.execution(act, step)
         try:

@@ -29,7 +29,7 @@ SKELETON: dict[str, tuple[str, ...]] = {
     "RunStarted": ("flow", "first_step", "checked", "parent_run_id", "deadline", "purpose",
                    "forked_from"),
     "InputChecked": ("first_step",),
-    "StepStarted": ("step", "attempt"),
+    "StepStarted": ("step", "attempt", "worker"),
     "StepCompleted": ("step", "next"),
     "ValueRecorded": ("kind", "index"),
     "VersionMarked": ("change_id", "patched", "step"),

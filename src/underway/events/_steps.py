@@ -16,6 +16,9 @@ class StepStarted(Event):
     type: Literal["StepStarted"] = "StepStarted"
     step: str
     attempt: int = 1
+    worker: str | None = None
+    """The owner id of the worker that ran this attempt (:func:`~underway.identity.
+    worker_identity`); None in journals written before it was recorded."""
 
 
 class StepCompleted(Event):

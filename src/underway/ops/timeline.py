@@ -16,10 +16,11 @@ from ..client import Recorded
 from ..codec import ENCRYPTED
 from ..events import JSON
 
-__all__ = ["Line", "counts", "format_time", "lines", "preview", "summarize", "time_left", "type_of"]
+__all__ = ["Line", "counts", "duration", "format_time", "lines", "preview", "summarize",
+           "time_left", "type_of"]
 
 _PREVIEW = 60
-_NOISE = frozenset({"key", "signal_id", "latency_ms", "checked", "reconciled"})
+_NOISE = frozenset({"key", "signal_id", "latency_ms", "checked", "reconciled", "worker"})
 """Kept fields of a purged event its timeline line leaves out (its details show them)."""
 _OUTCOMES = (ev.ToolSucceeded, ev.ToolFailed, ev.ToolTimedOut, ev.SchemaValidationFailed)
 
@@ -228,6 +229,15 @@ def type_of(event: ev.Event) -> str:
     if isinstance(event, ev.PayloadPurged | ev.Encrypted):
         return event.event_type
     return type(event).__name__
+
+
+def duration(seconds: float) -> str:
+    """A duration for people: ``9.06µs``, ``12.3ms``, ``4.56s``, ``3.2m``, ``1.5h``, ``2.1d``."""
+    if 0 < seconds < 0.001:
+        return f"{seconds * 1e6:.3g}µs"
+    if seconds < 1:
+        return f"{seconds * 1000:.3g}ms"
+    return _duration(seconds)
 
 
 def _duration(seconds: float) -> str:

@@ -245,7 +245,7 @@ def test_the_cli_without_keys_shows_encrypted_and_refuses_plaintext(
         done = cli(*args, "--tenant", "acme", "--db", url)
         assert done.exit_code == 0, (args, done.stdout)
         assert SECRET not in done.stdout
-    shown = cli("runs", "show", run, "--tenant", "acme", "--db", url).stdout
+    shown = cli("runs", "show", run, "--tenant", "acme", "--events", "--db", url).stdout
     assert "payloads [encrypted]" in shown and "ToolSucceeded   [encrypted]" in shown
     assert "not counted: 1 runs" in cli("usage", "--tenant", "acme", "--db", url).stdout
     refused = cli("runs", "signal", run, "more", "--payload", '{"id": 1}', "--tenant", "acme",

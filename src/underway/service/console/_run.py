@@ -1,6 +1,8 @@
 """``/runs/{run_id}``: one run — its facts (flow, status, step, what it waits on, times,
-idempotency key, children, a pending request), its timeline a page of
-:data:`~._events.PAGE` events at a time (the newest page unless another is asked for),
+idempotency key, children, a pending request; ``/runs/{run_id}/facts`` for the page's
+script once the run's status changes), its overview (a Gantt chart of its step attempts
+with their workers, calls and waits, and the graph of its steps: :mod:`._overview`), its
+events a page of :data:`~._events.PAGE` at a time (the newest page unless another is asked for),
 the state after any event with the patch that event made (``?at=SEQ``, or
 ``/runs/{run_id}/state?at=SEQ`` for the page's script), and a live tail of new events
 while the run moves (``/runs/{run_id}/events/stream``, the API's tail with the session's
@@ -20,11 +22,13 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Path, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+from markupsafe import Markup
 
-from ...client import ChildRun, RunEvent, RunState
+from ...client import ChildRun, Recorded, RunEvent, RunState
 from ...codec import ENCRYPTED
 from ...errors import ConfigurationError, KeyUnavailable, RunNotFound
 from ...events import PURGED
+from ...ops.overview import overview
 from ...ops.timeline import preview, type_of
 from ...redaction import Redactor
 from ...store._offload import run_io
@@ -37,12 +41,42 @@ from .._runs import waiting_on
 from .._stream import tail
 from ._base import Console, Purpose, ReadAs, Reveal, Signed, fragment, not_found, read_as, render
 from ._events import PAGE, EventView, StateAt, state_at, views
+from ._overview import Chart, chart, graph_svg
 from ._run_actions import NOTICES
 
 router = APIRouter(include_in_schema=False, route_class=CheckedRoute)
 
+STILL = (*FINAL, "dead")
+"""Statuses in which a run does not move until someone acts: its page does not tail it."""
+
 RunId = Annotated[str, Path(min_length=1, max_length=200)]
 Seq = Annotated[int | None, Query(ge=1, le=2**62)]
+OVERVIEW_EVENTS = 1_000
+"""The newest events the overview reads at most (the event log pages hold the rest)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Facts:
+    """The facts card: the run's row, its folded state, what it waits on and its children
+    (redacted for its viewer)."""
+
+    row: RunRecord
+    folded: RunState
+    waiting: WaitingOn | None
+    children: list[ChildRun]
+    hide: Redactor
+
+    @property
+    def result(self) -> str:
+        """The run's result, on one line (``[purged]`` once retention purged it)."""
+        if self.folded.purged:
+            return PURGED
+        return preview(self.hide.json(self.folded.result), 300)
+
+    @property
+    def error(self) -> str:
+        """The run's error, if any."""
+        return self.hide.text(self.folded.error or "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,24 +94,23 @@ class RunView:
     picked: StateAt | None
     picked_error: str
     hide: Redactor
+    chart: Chart
+    graph: Markup
+    overview_from: int
+    """The first seq the overview covers (1 unless the run is longer than it reads)."""
+    declared: bool
+    """Whether the graph's steps are the flow's declared ones (this server has its code)."""
 
     @property
-    def result(self) -> str:
-        """The run's result, on one line (``[purged]`` once retention purged it)."""
-        if self.folded.purged:
-            return PURGED
-        return preview(self.hide.json(self.folded.result), 300)
-
-    @property
-    def error(self) -> str:
-        """The run's error, if any."""
-        return self.hide.text(self.folded.error or "")
+    def facts(self) -> Facts:
+        """What the facts card shows."""
+        return Facts(self.row, self.folded, self.waiting, self.children, self.hide)
 
     @property
     def live(self) -> bool:
-        """Whether the page tails new events: the run is not finished and this is the
-        newest page."""
-        return self.row.status not in FINAL and self.page == self.pages
+        """Whether the page tails new events: the run moves on by itself (it is neither
+        finished nor dead, which waits for an operator) and this is the newest page."""
+        return self.row.status not in STILL and self.page == self.pages
 
 
 @router.get("/runs/{run_id}")
@@ -97,10 +130,25 @@ async def run_page(request: Request, state: Console, session: Signed, run_id: Ru
         "nav": "runs", "v": view, "row": view.row, "run_id": run_id, "page_size": PAGE,
         "stream": f"/runs/{run_id}/events/stream?after={last_seq}{keep}" if view.live else "",
         "state_url": f"/runs/{run_id}/state" + (f"?{rd.query}" if rd.query else ""),
+        "facts_url": f"/runs/{run_id}/facts" + (f"?{rd.query}" if rd.query else ""),
         "may_steer": session.may("steer"), "notice": NOTICES.get(done, ""), "rd": rd,
         "signed_only": state.signed_resolutions,
         "keep": keep,
     }, session=session)
+
+
+@router.get("/runs/{run_id}/facts")
+async def facts(request: Request, state: Console, session: Signed, run_id: RunId,
+                purpose: Purpose = DEFAULT_PURPOSE, reveal: Reveal = False) -> Response:
+    """The run's facts as the page shows them, for its script to put in place once the
+    run's status changes (so what it waits on keeps its links)."""
+    rd = read_as(state, session, purpose, reveal)
+    found = await run_io(state.store, _facts_read, state, request, session.principal,
+                         run_id, rd)
+    if found is None:
+        return JSONResponse({"detail": "no run in this tenant"}, status_code=404)
+    html = fragment("_facts.html", {"f": found})
+    return Response(html, media_type="text/html", headers={"Cache-Control": "no-store"})
 
 
 @router.get("/runs/{run_id}/state")
@@ -160,35 +208,43 @@ def _read(state: ServiceState, request: Request, who: Principal, run_id: str,
     except RunNotFound:
         return None
     hide = client.redactor(run_id, tenant_id=tenant, reveal=rd.reveal)
-    events, page = _page(state, row, page)
-    head = max(row.last_seq, events[-1].seq if events else 0)
+    recent = client.events(run_id, tenant_id=tenant,
+                           after=max(0, row.last_seq - OVERVIEW_EVENTS))
+    events, page = _page(state, row, page, recent)
+    head = max(row.last_seq, events[-1].seq if events else 0, recent[-1].seq if recent else 0)
     folded = client.readable_state(run_id, tenant_id=tenant)
     children = client.children(run_id, tenant_id=tenant) if folded.children else []
     picked, error = None, ""
     if at is not None:
         picked, error = _picked(state, row, at, hide)
-    shown = [RunEvent(e.seq, e.at, hide.event(e.event), e.hash) for e in events]
-    view = RunView(row, folded, waiting_on(state, row, hide), children, views(shown), page,
-                   max((head - 1) // PAGE + 1, page, 1), head, picked, error, hide)
+    shown = {e.seq: RunEvent(e.seq, e.at, hide.event(e.event), e.hash) for e in recent}
+    page_shown = [shown.get(e.seq) or RunEvent(e.seq, e.at, hide.event(e.event), e.hash)
+                  for e in events]
+    flow = client.flows.get(row.flow)
+    seen = overview([Recorded(e.seq, e.at, e.event) for e in shown.values()],
+                    now=client.clock.now() if row.status not in STILL else None,
+                    declared=list(flow.steps) if flow is not None else ())
+    view = RunView(row, folded, waiting_on(state, row, hide), children, views(page_shown),
+                   page, max((head - 1) // PAGE + 1, page, 1), head, picked, error, hide,
+                   chart(seen), graph_svg(seen.graph), recent[0].seq if recent else 1,
+                   flow is not None)
     state.record_reads(request, who, [run_id], purpose=rd.purpose, revealed=rd.reveal)
     return view
 
 
-def _page(state: ServiceState, row: RunRecord, page: int | None) -> tuple[list[RunEvent], int]:
-    """The events of timeline page ``page`` (None: the newest) and its number."""
-    client = state.client
-    if page is not None:
-        base = (page - 1) * PAGE
-        return client.events(row.run_id, tenant_id=row.tenant_id, after=base,
-                             limit=PAGE), page
-    # The row's head may lag a step in flight: start from it, move on if the journal is
-    # a page or more ahead.
-    base = (max(row.last_seq, 1) - 1) // PAGE * PAGE
-    found = client.events(row.run_id, tenant_id=row.tenant_id, after=base)
-    if len(found) > PAGE:
-        base = (found[-1].seq - 1) // PAGE * PAGE
-        found = [e for e in found if e.seq > base]
-    return found, base // PAGE + 1
+def _page(state: ServiceState, row: RunRecord, page: int | None,
+          recent: list[RunEvent]) -> tuple[list[RunEvent], int]:
+    """The events of timeline page ``page`` (None: the newest) and its number, from the
+    ``recent`` events read for the overview when they hold the page."""
+    # The row's head may lag a step in flight: the journal read says how far it goes.
+    head = max(row.last_seq, recent[-1].seq if recent else 0, 1)
+    if page is None:
+        page = (head - 1) // PAGE + 1
+    base = (page - 1) * PAGE
+    if recent and recent[0].seq <= base + 1:
+        return [e for e in recent if base < e.seq <= base + PAGE], page
+    return state.client.events(row.run_id, tenant_id=row.tenant_id, after=base,
+                               limit=PAGE), page
 
 
 def _picked(state: ServiceState, row: RunRecord, at: int,
@@ -214,6 +270,21 @@ def _picked_read(state: ServiceState, request: Request, who: Principal, run_id: 
         return error
     state.record_reads(request, who, [run_id], purpose=rd.purpose, revealed=rd.reveal)
     return picked
+
+
+def _facts_read(state: ServiceState, request: Request, who: Principal, run_id: str,
+                rd: ReadAs) -> Facts | None:
+    client = state.client
+    try:
+        row = client.get_run(run_id, tenant_id=who.tenant_id)
+    except RunNotFound:
+        return None
+    hide = client.redactor(run_id, tenant_id=who.tenant_id, reveal=rd.reveal)
+    folded = client.readable_state(run_id, tenant_id=who.tenant_id)
+    children = client.children(run_id, tenant_id=who.tenant_id) if folded.children else []
+    found = Facts(row, folded, waiting_on(state, row, hide), children, hide)
+    state.record_reads(request, who, [run_id], purpose=rd.purpose, revealed=rd.reveal)
+    return found
 
 
 def _stream_read(state: ServiceState, request: Request, who: Principal, run_id: str,

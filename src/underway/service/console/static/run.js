@@ -93,23 +93,70 @@
       }
     });
   };
+  // The facts as the server renders them (what the run waits on, with its links), put in
+  // place whenever the run's status or step changes; until they arrive the old ones stay.
+  var factsList = byId("facts-list");
+  var shown = { status: byId("run-status") ? byId("run-status").textContent : "",
+                step: byId("facts-step") ? byId("facts-step").textContent : "" };
+  function refreshFacts() {
+    if (!factsList) {
+      return;
+    }
+    fetch(factsList.getAttribute("data-facts"), { credentials: "same-origin" })
+      .then(function (r) {
+        if (!r.ok) {
+          throw new Error("facts " + r.status);
+        }
+        return r.text();
+      })
+      .then(function (html) {
+        factsList.innerHTML = html; // rendered and escaped by the server
+      })
+      .catch(function () {
+        var waiting = byId("facts-waiting");
+        if (waiting) {
+          waiting.textContent = "changed: reload the page to see it";
+        }
+      });
+  }
+  // The overview (steps and graph) as the server draws it now: the page itself, read
+  // again, its two sections put in place of the old ones (parsed, never run).
+  function refreshOverview() {
+    fetch(window.location.pathname + window.location.search, { credentials: "same-origin" })
+      .then(function (r) {
+        if (!r.ok) {
+          throw new Error("page " + r.status);
+        }
+        return r.text();
+      })
+      .then(function (html) {
+        var fresh = new DOMParser().parseFromString(html, "text/html");
+        ["overview", "graph"].forEach(function (id) {
+          var now = fresh.getElementById(id);
+          var old = byId(id);
+          if (now && old) {
+            old.replaceWith(document.importNode(now, true));
+          }
+        });
+      })
+      .catch(function () {
+        return; // the old overview stays; a reload shows the new one
+      });
+  }
   source.addEventListener("status", function (m) {
     var data = JSON.parse(m.data);
+    var step = data.step || "—";
+    if (data.status === shown.status && step === shown.step) {
+      return; // what the page already shows
+    }
+    shown = { status: data.status, step: step };
     setStatus(data.status);
-    var step = byId("facts-step");
-    if (step) {
-      step.textContent = data.step || "—";
-    }
-    var words = data.waiting || (data.status === "ready" ? "a worker"
-      : data.signal ? "signal " + data.signal : "reload the page to see what");
-    var waiting = byId("facts-waiting");
-    if (waiting) {
-      waiting.textContent = words;
-    }
     var heading = byId("waiting-on");
     if (heading) {
-      heading.textContent = "on " + words;
+      heading.textContent = data.waiting ? "on " + data.waiting : "";
     }
+    refreshFacts();
+    refreshOverview();
   });
   source.addEventListener("end", function (m) {
     var data = JSON.parse(m.data);
@@ -119,8 +166,12 @@
       heading.textContent = "";
     }
     source.close();
+    refreshFacts();
+    refreshOverview();
     if (live) {
-      live.textContent = "finished — reload for the final facts";
+      live.textContent = "finished";
+      live.classList.remove("live");
+      live.classList.add("stopped");
     }
   });
   source.addEventListener("unauthorized", function (m) {
