@@ -76,7 +76,7 @@ def replay(
     policy_file: Annotated[
         str | None,
         typer.Option("--policy", help="Decide every call by this policy file instead of the "
-                     "code's policy.", show_default=False),
+                     "code's policy and the config file's [policy].", show_default=False),
     ] = None,
     on_divergence: Annotated[
         str,
@@ -150,7 +150,8 @@ def replay(
     flows, tools = load_app(spec)
     policy: Policy | None = load_policy(policy_file) if policy_file else None
     model: Model | None = model_from_spec(model_spec) if model_spec else None
-    env = environment or config.worker.environment
+    # The worker's own guard: [policy], [budgets], environment, [secrets], [approvals].
+    guard = config.make_guard_options(environment=environment, notify=False)
     mode = cast(OnDivergence, on_divergence)
     with open_store(ctx, db, config=config, keyring=keyring, need_keys=True) as store:
         if run is not None:
@@ -159,7 +160,7 @@ def replay(
                         revealed=reveal)
             result = asyncio.run(replay_run(
                 store, run_id, flows=flows, tools=tools, policy=policy, model=model,
-                on_divergence=mode, environment=env, tenant_id=tenant))
+                on_divergence=mode, tenant_id=tenant, guard=guard))
             _one(result, reveal=reveal, as_json=as_json)
             changed = result.changed
         else:
@@ -167,8 +168,8 @@ def replay(
             entries = asyncio.run(replay_runs(
                 store, flow=flow, since=parse_time(since, "--since") or 0.0,
                 until=parse_time(until, "--until"), limit=limit, flows=flows, tools=tools,
-                policy=policy, model=model, on_divergence=mode, environment=env,
-                tenant_id=tenant))
+                policy=policy, model=model, on_divergence=mode, tenant_id=tenant,
+                guard=guard))
             if entries:
                 record_read(store, "replay", tenant, [e.run_id for e in entries],
                             purpose=purpose, by=by, revealed=reveal)

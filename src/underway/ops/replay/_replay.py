@@ -4,6 +4,7 @@ a new policy, without side effects, and its decisions compared with the original
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from ...effects import Model, Tool
 from ...errors import ConfigurationError, RunNotFound
 from ...events import RunStarted, genesis_hash
 from ...flow import Flow
+from ...guard import GuardOptions
 from ...guard.approvals import public_key_of, register_approver, sign_decision
 from ...guard.policy import Policy
 from ...journal.state import APPROVAL_SIGNAL, Recorded, RunState
@@ -64,7 +66,7 @@ async def replay_run(
     store: Store, run_id: str, *, flows: Iterable[Flow[Any, Any]], tools: Iterable[Tool] = (),
     policy: Policy | None = None, model: Model | None = None,
     on_divergence: OnDivergence = "stop", environment: str | None = None,
-    tenant_id: str = "default",
+    tenant_id: str = "default", guard: GuardOptions | None = None,
 ) -> ReplayResult:
     """Execute a run of ``store`` again with the new code.
 
@@ -87,8 +89,11 @@ async def replay_run(
         model: In place of every model the steps ask. None serves the original's recorded
             responses, in order.
         on_divergence: ``stop`` at a call the original did not make, or ``stub`` it.
-        environment: The policy environment the original ran in.
+        environment: The policy environment the original ran in (None: ``guard``'s).
         tenant_id: The run's tenant.
+        guard: The worker's guard settings (:meth:`~underway.config.Config.make_guard_options`):
+            its policy for flows without their own, budgets, environment and secrets
+            bindings. None: the defaults. Its notifier is never used.
     """
     found = await run_io(store, _original, store, run_id, tenant_id)
     original = found.traces[run_id]
@@ -109,9 +114,12 @@ async def replay_run(
     clock = ManualClock(at)
     mem = MemoryStore()
     mem.migrate()
+    settings = dataclasses.replace(guard or GuardOptions(), notifier=None)
+    if environment is not None:
+        settings = dataclasses.replace(settings, environment=environment)
     engine = ReplayEngine(
         mem, flows=[_with_policy(f, policy) for f in code.values()], tools=tools,
-        clock=clock, environment=environment, session=session, retry_budget=None,
+        clock=clock, guard_options=settings, session=session, retry_budget=None,
     )
     await engine.io(_start, engine, started, run_id, tenant_id, at, found.consents)
     driver = _Driver(engine, clock, session, tenant_id, run_id)
@@ -261,14 +269,20 @@ class _Driver:
             if s.status == "waiting" and s.waiting_signal and s.waiting_signal != \
                     "underway.child":
                 tape = self.session.tape(s.run_id)
-                found = tape.signal(s.waiting_signal) if tape is not None else None
-                if found is not None:
-                    signal_id, payload, sender = found
-                    self.engine.client.signal(s.run_id, s.waiting_signal, payload,
-                                              tenant_id=self.tenant_id, signal_id=signal_id,
-                                              sender=sender)
+                # The journal's order is the truth: the original's matching wait either
+                # got its signal (given now, before any timer) or timed out (its timer is
+                # given below; a signal that came later belongs to a later wait).
+                waited = tape.wait(s.steps_completed, s.waiting_signal) \
+                    if tape is not None else None
+                got = waited.received if waited is not None else None
+                if got is not None:
+                    self.engine.client.signal(s.run_id, s.waiting_signal, got.payload,
+                                              tenant_id=self.tenant_id,
+                                              signal_id=got.signal_id, sender=got.sender)
                     return True
-                if s.wake_at is None or tape is None or not tape.trace.finished:
+                timed_out = waited is not None and waited.timed_out
+                if s.wake_at is None or (not timed_out and (
+                        tape is None or not tape.trace.finished)):
                     # No such signal recorded: an unfinished original may still get it;
                     # a finished one waited in vain until its timeout (given below).
                     raise Diverged(self._missing(s, f"signal {s.waiting_signal!r}"))
@@ -371,7 +385,7 @@ async def replay_runs(
     flows: Iterable[Flow[Any, Any]], tools: Iterable[Tool] = (),
     policy: Policy | None = None, model: Model | None = None,
     on_divergence: OnDivergence = "stop", environment: str | None = None,
-    tenant_id: str = "default",
+    tenant_id: str = "default", guard: GuardOptions | None = None,
 ) -> list[BatchEntry]:
     """Replay (:func:`replay_run`) the tenant's runs of ``flow``, newest first.
 
@@ -389,8 +403,9 @@ async def replay_runs(
         policy: In place of every flow's and the engine's; None keeps the code's own.
         model: In place of every model the steps ask; None serves the recorded responses.
         on_divergence: ``stop`` at a call the original did not make, or ``stub`` it.
-        environment: The policy environment the runs ran in.
+        environment: The policy environment the runs ran in (None: ``guard``'s).
         tenant_id: The runs' tenant.
+        guard: The worker's guard settings, as for :func:`replay_run`.
     """
     code, kit = list(flows), list(tools)
     found: list[BatchEntry] = []
@@ -405,7 +420,7 @@ async def replay_runs(
                 result = await replay_run(
                     store, row.run_id, flows=code, tools=kit, policy=policy, model=model,
                     on_divergence=on_divergence, environment=environment,
-                    tenant_id=tenant_id)
+                    tenant_id=tenant_id, guard=guard)
                 found.append(BatchEntry(row.run_id, result))
             except ConfigurationError as exc:
                 found.append(BatchEntry(row.run_id, None, str(exc)))
