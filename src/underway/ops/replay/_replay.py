@@ -325,7 +325,10 @@ class _Driver:
         p = s.pending_approval
         assert p is not None
         tape = self.session.tape(s.run_id)
-        found = tape.match(p.tool, p.args_hash) if tape is not None else None
+        # The request id ends with the call's key: the original's call of that key was
+        # decided, not an earlier one with equal arguments.
+        key = p.request_id.split(":", 1)[-1]
+        found = tape.match(p.tool, p.args_hash, key) if tape is not None else None
         verdict = found[1].approval if found is not None else None
         approver = (found[1].approver if found is not None else None) or APPROVER
         if verdict == "expired":

@@ -24,11 +24,15 @@ class Tape:
     waits_taken: dict[tuple[int, str], Waited | None] = field(default_factory=dict)
     answers_used: int = 0
 
-    def match(self, tool: str, args_hash: str) -> tuple[int, TracedCall] | None:
-        """The first call not yet used with the same tool and arguments (the calls are in
-        the order they were journaled, so calls repeated with equal arguments are served
-        in order)."""
-        return self._first(lambda c: c.tool == tool and c.args_hash == args_hash)
+    def match(self, tool: str, args_hash: str,
+              key: str | None = None) -> tuple[int, TracedCall] | None:
+        """The call not yet used with the same tool and arguments: the one with idempotency
+        ``key`` (a replay on the original's path makes its calls under the original's
+        keys), else the first (the calls are in the order they were journaled, so calls
+        repeated with equal arguments are served in order)."""
+        same = self._first(lambda c: c.key == key and c.tool == tool
+                           and c.args_hash == args_hash) if key is not None else None
+        return same or self._first(lambda c: c.tool == tool and c.args_hash == args_hash)
 
     def same_tool(self, tool: str) -> tuple[int, TracedCall] | None:
         """The first call of ``tool`` not yet used whose tool ran (it has a result or a
