@@ -114,13 +114,14 @@ def _print_stopped(stopped: list[StoppedRun], *, wide: bool) -> None:
         return
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(box=None, pad_edge=False, show_edge=False)
     for header in ("RUN", "TENANT", "FLOW", "STEP", "STATUS", "VERDICT", "WHY"):
         table.add_column(header, no_wrap=header != "WHY", overflow="fold")
     for r in stopped:
         table.add_row(r.run_id if wide else r.run_id[:8], r.tenant_id, r.flow, r.step or "-",
-                      r.status, r.verdict, r.why)
+                      r.status, r.verdict, Text(r.why))
     Console(width=10_000 if wide else None, highlight=False).print(table)
 
 

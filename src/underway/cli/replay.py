@@ -76,7 +76,7 @@ def replay(
     policy_file: Annotated[
         str | None,
         typer.Option("--policy", help="Decide every call by this policy file instead of the "
-                     "code's policy and the config file's [policy].", show_default=False),
+                     "code's policy and the config file's policy file.", show_default=False),
     ] = None,
     on_divergence: Annotated[
         str,
@@ -124,12 +124,15 @@ def replay(
     original's: tool choices, arguments, policy outcomes, approvals needed, how it ended,
     money moved, model cost.
 
-    The replay runs on its own in-memory journal; nothing is written to the original run.
+    The replay decides as the worker did: it reads the config file's policy file, budgets,
+    environment, secrets bindings and approvals settings, as the worker does (--policy and
+    --environment override them). The replay runs on its own in-memory journal; nothing is
+    written to the original run.
     No tool runs: each call passes the guard and is answered with the original's recorded
     result of the same call (tool and arguments, in call order). Model calls get the
     recorded responses unless --model is given. Signals, answers and timers are given as
-    the original got them, and approvals decided as the original's were (one the
-    original never needed is assumed granted, and said so).
+    the original got them, in the journal's order, and approvals decided as the
+    original's were (one the original never needed is assumed granted, and said so).
 
     With --flow and --since, replays every run of the flow created since then and prints
     how many would have decided differently, and how. Reads of the runs' data are written

@@ -262,8 +262,8 @@ class Config(Sections):
     ) -> GuardOptions:
         """The guard a worker runs with: ``[policy]``, ``[budgets]``, ``[worker]``
         environment and secrets prefix, ``[secrets]`` bindings, ``[approvals]`` and the
-        ``[notifier]``. ``underway worker``, ``replay`` and ``deploy check`` all build their
-        guard here, so they decide calls alike.
+        ``[notifier]``. ``underway worker`` and ``underway replay`` both build their guard
+        here, so a replay decides calls as the worker did.
 
         Args:
             environment: In place of ``worker.environment``.

@@ -111,3 +111,27 @@ def test_unchanged_code_reports_no_change_on_every_journal(
     # A purchase that died of its supplier's 503s resumes under the same code.
     dead = [r for r in unfinished if statuses[r] == "dead"]
     assert dead and all(stopped[r] == "resumes" for r in dead), stopped
+
+
+def test_replay_decides_by_the_workers_config_unless_an_option_overrides_it(
+    db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(SECRET, "token-for-the-original-runs")
+    runs = produce(tmp_path, db_url, Scenario(verdict="approve", signal="on_time"), Approver)
+    with Client.connect(db_url, migrate=False) as client:
+        held = [r.event for r in client.history(runs["purchase"])
+                if r.event.type == "ApprovalRequested"]
+    assert len(held) == 1  # the config's [policy] file held the order (in prod)
+
+    same = underway(tmp_path, "replay", runs["purchase"], "--fail-on-change")
+    assert same.returncode == 0, same.stdout + same.stderr
+    assert "approval: needed, granted by pat-" in same.stdout
+    assert same.stdout.rstrip().endswith("no decision changed")
+
+    # --environment overrides the file's. In dev the supplier's secret, bound to prod by
+    # [secrets], is refused before the call: the run would have died.
+    dev = underway(tmp_path, "replay", runs["purchase"], "--environment", "dev",
+                   "--fail-on-change")
+    assert dev.returncode == 1, dev.stdout + dev.stderr
+    assert "would have ended differently (completed → dead)" in dev.stdout
+    assert SECRET in dev.stdout, dev.stdout
