@@ -82,3 +82,19 @@ def test_a_signal_that_came_in_time_is_given_before_the_timer() -> None:
     result = asyncio.run(replay_run(store, run_id, flows=[order_flow()]))
     assert result.changes == [] and result.replay.result == engine.state(run_id).result
     assert result.replay.calls == []
+
+
+def test_a_run_cancelled_while_it_waited_is_cancelled_there_in_the_replay() -> None:
+    store = MemoryStore()
+    store.migrate()
+    engine = Engine(store, flows=[order_flow()], clock=ManualClock(1.7e9))
+    run_id, _ = engine.start("order")
+    drive(engine)
+    engine.client.cancel(run_id, by="ops", reason="supplier gone")
+    drive(engine)
+    assert engine.state(run_id).status == "cancelled"
+    result = asyncio.run(replay_run(store, run_id, flows=[order_flow()]))
+    # Not timed out and carried on to tell procurement: cancelled where the original was.
+    assert result.changes == [] and result.stopped is None
+    assert (result.replay.status, result.replay.error) == ("cancelled", "supplier gone")
+    assert result.replay.calls == []

@@ -7,9 +7,9 @@ The flows cover what a journal can hold: approvals granted, rejected and expired
 that came in time, late (after the wait timed out) or never; a supplier that fails now and
 then (retries) or for good (a dead run); a step interrupted mid-call and taken over by a
 second engine (a crash); a call whose outcome was lost (an escalated run); questions
-answered or left open; child runs; an agent asking a model; forks. :func:`produce` runs
-one scenario of each, its parameters chosen by the caller (the property test lets
-hypothesis choose them).
+answered or left open; child runs; an agent asking a model; forks; a cancelled run.
+:func:`produce` runs one scenario of each, its parameters chosen by the caller (the
+property test lets hypothesis choose them).
 
 ``corpus:app`` is what the commands load (``--app``, or ``worker.app`` of the config file
 :func:`write_config` writes).
@@ -291,6 +291,7 @@ def produce(folder: Path, db: str, s: Scenario, approver: type) -> dict[str, str
         _fulfilment(w, s, store)
         _agents(w, s)
         _forks(w)
+        _cancels(w)
     finally:
         store.close()
     return w.runs
@@ -350,6 +351,16 @@ def _agents(w: World, s: Scenario) -> None:
     w.runs["buyer"] = rid
     w.drive()
     w.decide(rid, s.verdict)
+
+
+def _cancels(w: World) -> None:
+    """A purchase cancelled while it waits for the supplier."""
+    rid, _ = w.engine.start("purchase", {"amount": 300.0})
+    w.runs["cancelled"] = rid
+    for _ in range(2):
+        w.drive()
+    w.engine.client.cancel(rid, by="ops", reason="the supplier closed")
+    w.drive()
 
 
 def _forks(w: World) -> None:

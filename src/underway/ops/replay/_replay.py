@@ -229,6 +229,7 @@ class _Driver:
         self.tenant_id, self.run_id = tenant_id, run_id
         self.assumed: list[str] = []
         self._roles: dict[str, set[str]] = {}
+        self._cancelled: set[str] = set()
         self._key: Any = None
 
     async def run(self) -> Divergence | None:
@@ -257,9 +258,12 @@ class _Driver:
         rows = [r for status in ("waiting", "escalated", "ready")
                 for r in self.engine.store.list_runs(self.tenant_id, status=status,
                                                      limit=1000)]
+        rows.sort(key=lambda r: r.run_id != self.run_id)  # the replayed run first
         wakes = []
         for row in rows:
             s = self._state(row.run_id)
+            if self._cancel(s):
+                return True
             if s.status == "waiting" and s.waiting_signal == APPROVAL_SIGNAL:
                 self._decide(s)
                 return True
@@ -291,6 +295,18 @@ class _Driver:
         if not wakes:
             return False
         self.clock.advance(max(min(wakes) - self.clock.now(), 0.0) + 0.001)
+        return True
+
+    def _cancel(self, s: RunState) -> bool:
+        """Cancel ``s`` where the original was cancelled: once the replay has completed as
+        many steps, before it is given anything more. True when the cancel is sent."""
+        tape = self.session.tape(s.run_id)
+        cancel = tape.trace.cancelled if tape is not None else None
+        if cancel is None or s.steps_completed < cancel[0] or s.run_id in self._cancelled:
+            return False
+        self._cancelled.add(s.run_id)
+        self.engine.client.cancel(s.run_id, by=cancel[1].by, reason=cancel[1].reason,
+                                  tenant_id=self.tenant_id)
         return True
 
     def _missing(self, s: RunState, what: str) -> Divergence:

@@ -91,6 +91,8 @@ class Trace:
     signals: list[ev.SignalReceived] = field(default_factory=list)
     waits: list[Waited] = field(default_factory=list)
     """Every wait for a signal, in order, with how it ended."""
+    cancelled: tuple[int, ev.RunCancelled] | None = None
+    """When the run was cancelled: the steps it had completed then, and the cancel."""
     answers: list[tuple[JSON, str]] = field(default_factory=list)
     """Answers to the run's questions (``ctx.ask``) and who gave each, in order."""
     status: str = "ready"
@@ -136,6 +138,7 @@ class Trace:
         by_key: dict[str, TracedCall] = {}
         step = ""
         waiting: Waited | None = None
+        completed = 0
         for rec in records:
             e = rec.event
             match e:
@@ -143,6 +146,8 @@ class Trace:
                     t.run_id, t.flow, t.started = "", e.flow, e
                 case ev.StepStarted():
                     step = e.step
+                case ev.StepCompleted():
+                    completed += 1
                 case ev.ValueRecorded():
                     t.values.append((e.kind, e.value))
                 case ev.SignalAwaited():
@@ -165,7 +170,7 @@ class Trace:
                 case ev.RunFailed():
                     t.status, t.error = "failed", e.reason
                 case ev.RunCancelled():
-                    t.status, t.error = "cancelled", e.reason
+                    t.status, t.error, t.cancelled = "cancelled", e.reason, (completed, e)
                 case ev.RunDeadLettered():
                     t.status, t.error = "dead", e.reason
                 case ev.Escalated() if e.cause != "question":
