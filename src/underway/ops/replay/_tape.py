@@ -29,7 +29,13 @@ class Tape:
         """The call not yet used with the same tool and arguments: the one with idempotency
         ``key`` (a replay on the original's path makes its calls under the original's
         keys), else the first (the calls are in the order they were journaled, so calls
-        repeated with equal arguments are served in order)."""
+        repeated with equal arguments are served in order).
+
+        Args:
+            tool: The tool's name.
+            args_hash: The hash the journal binds the call's arguments to.
+            key: The replay's idempotency key of the call; None matches by order alone.
+        """
         same = self._first(lambda c: c.key == key and c.tool == tool
                            and c.args_hash == args_hash) if key is not None else None
         return same or self._first(lambda c: c.tool == tool and c.args_hash == args_hash)
@@ -72,9 +78,14 @@ class Tape:
         return recorded[seen] if seen < len(recorded) else fresh
 
     def wait(self, at: int, name: str) -> Waited | None:
-        """How the original's wait for ``name`` that matches the replay's wait ``at`` (its
-        count of completed steps) ended: the original's waits for ``name`` in journal
-        order, one per replay wait. None: the original made no such wait."""
+        """How the original's wait for ``name`` that matches the replay's wait ended: the
+        original's waits for ``name`` in journal order, one per replay wait. None: the
+        original made no such wait.
+
+        Args:
+            at: The replay run's count of completed steps: it names the wait.
+            name: The signal waited for.
+        """
         key = (at, name)
         if key not in self.waits_taken:
             found = next((i for i, w in enumerate(self.trace.waits)
