@@ -74,6 +74,9 @@ def check(
     if spec is None:
         raise Problem("no app given: pass --app module:attribute (the new code) or set "
                       "worker.app in the config file")
+    # The worker's own reading of the file: a policy file or secrets binding the worker
+    # would refuse to start with fails the check too.
+    config.make_guard_options(notify=False)
     import_paths(config)
     flows, tools = load_app(spec)
     began = time.perf_counter()

@@ -263,7 +263,8 @@ class Config(Sections):
         """The guard a worker runs with: ``[policy]``, ``[budgets]``, ``[worker]``
         environment and secrets prefix, ``[secrets]`` bindings, ``[approvals]`` and the
         ``[notifier]``. ``underway worker`` and ``underway replay`` both build their guard
-        here, so a replay decides calls as the worker did.
+        here, so a replay decides calls as the worker did. ``underway deploy check`` reads it
+        too, so a file the worker would refuse fails the check.
 
         Args:
             environment: In place of ``worker.environment``.

@@ -23,7 +23,7 @@ from underway import Client
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parents[1] / "fakes"))
-from corpus import SECRET, Scenario, produce  # noqa: E402
+from corpus import SECRET, Scenario, produce, write_config  # noqa: E402
 from guard_helpers import Approver  # noqa: E402
 
 UNDERWAY = Path(sys.executable).with_name("underway")
@@ -136,3 +136,12 @@ def test_replay_decides_by_the_workers_config_unless_an_option_overrides_it(
     assert dev.returncode == 1, dev.stdout + dev.stderr
     assert "would have ended differently (completed → dead)" in dev.stdout
     assert SECRET in dev.stdout, dev.stdout
+
+
+def test_deploy_check_refuses_a_config_the_worker_would_refuse(tmp_path: Path) -> None:
+    write_config(tmp_path, f"sqlite:///{tmp_path / 'journal.db'}")
+    (tmp_path / "policy.toml").write_text('version = "broken"\n[[rules]]\nid = 3\n')
+    out = underway(tmp_path, "deploy", "check")
+    # Status 2: the check could not be made (never 1, which names runs that would break).
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "policy.toml" in out.stderr
