@@ -19,7 +19,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
+import subprocess
+import sys
 import tempfile
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +33,8 @@ from typing import Any
 from pydantic import BaseModel
 
 import underway as uw
+from underway import Client, RunState
+from underway import events as ev
 from underway.agent import Agent
 from underway.config import Config, load_config
 from underway.engine import Engine
@@ -35,6 +43,8 @@ from underway.runner import Runner
 from underway.store import connect
 from underway.testing import ManualClock, RuleModel, say
 
+HERE = Path(__file__).resolve().parent
+UNDERWAY = Path(sys.executable).with_name("underway")
 SECRET = "SUPPLIER_TOKEN"
 """The supplier's secret: bound to ``prod`` in the config file; set for the original runs
 only (a replay never reads a secret)."""
@@ -351,6 +361,57 @@ def _agents(w: World, s: Scenario) -> None:
     w.runs["buyer"] = rid
     w.drive()
     w.decide(rid, s.verdict)
+
+
+def killed(folder: Path, db: str, approver: type) -> str:
+    """A ``fulfil`` run whose ``underway worker`` process is SIGKILLed right after ``ship``
+    ran and before the journal recorded it; a second worker takes it over, ``ship`` runs
+    again under its key, the question is answered, and the run completes. The run's id."""
+    config = load_config(write_config(folder, db))
+    store = connect(db)
+    try:
+        run_id, _ = Client(store).start("fulfil", {})
+        env = {k: v for k, v in os.environ.items() if not k.startswith("UNDERWAY_")}
+        env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])
+        worker = [str(UNDERWAY), "worker", "--config", str(folder / "underway.toml"),
+                  "--poll", "0.05", "--grace", "5"]
+        crash = {"UNDERWAY_CRASH_AFTER": "1", "UNDERWAY_CRASH_POINTS": "effect.after_run"}
+        first = subprocess.run(worker, env=env | crash, cwd=HERE, capture_output=True,
+                               timeout=120, check=False)
+        assert first.returncode == -signal.SIGKILL, first.stderr.decode(errors="replace")
+        second = subprocess.Popen(worker, env=env, cwd=HERE, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE)
+        try:
+            asked = _until(store, run_id, lambda s: s.escalation is not None)
+            engine = engine_of(config, store, ManualClock(time.time()), "approver")
+            person = approver(engine, Path(tempfile.mkdtemp(dir=folder)), "killed-pat",
+                              ("procurement",))
+            assert asked.escalation is not None and asked.escalation.is_question
+            engine.submit_decision(person.decide(
+                asked, "answer", request_id=asked.escalation.request_id, tool="",
+                args_hash="", answer="no", expires_at=time.time() + 3600))
+            assert _until(store, run_id, lambda s: s.final).status == "completed"
+            # The step the kill interrupted ran again under the second worker.
+            history = [r.event for r in Client(store).history(run_id)]
+            assert [e.attempt for e in history if isinstance(e, ev.StepStarted)
+                    and e.step == "book"][:2] == [1, 2], history
+        finally:
+            second.terminate()
+            second.communicate(timeout=120)
+    finally:
+        store.close()
+    return run_id
+
+
+def _until(store: Any, run_id: str, ok: Callable[[RunState], bool]) -> RunState:
+    """The run's state once ``ok`` holds for it (a worker process moves it)."""
+    deadline = time.monotonic() + 120
+    while True:
+        state = Client(store).state(run_id)
+        if ok(state):
+            return state
+        assert time.monotonic() < deadline, f"run {run_id} stuck: {state.status}"
+        time.sleep(0.05)
 
 
 def _cancels(w: World) -> None:

@@ -1,7 +1,8 @@
 """The property a change gate needs: ``underway replay`` and ``underway deploy check`` of
 unchanged code, under the unchanged config file, report no change and exit 0 on every
 journal — approvals granted, rejected and expired; signals in time, late and never;
-retries and dead runs; crashes taken over; escalations; children; agents; forks. The
+retries and dead runs; crashes taken over (a worker process SIGKILLed among them);
+escalations; children; agents; forks; cancels. The
 journals come from :mod:`corpus`, with hypothesis choosing each scenario's parameters,
 on SQLite and PostgreSQL; the commands run as a user runs them."""
 
@@ -23,7 +24,7 @@ from underway import Client
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parents[1] / "fakes"))
-from corpus import SECRET, Scenario, produce, write_config  # noqa: E402
+from corpus import SECRET, Scenario, killed, produce, write_config  # noqa: E402
 from guard_helpers import Approver  # noqa: E402
 
 UNDERWAY = Path(sys.executable).with_name("underway")
@@ -76,6 +77,9 @@ def test_unchanged_code_reports_no_change_on_every_journal(
             made[run_id] = s
             assert what
 
+    # A real SIGKILL of a worker process right after a tool ran, before the journal knew
+    # (first: the worker processes would drive every due run of the database).
+    sigkilled = killed(tmp_path, db_url, Approver)
     corpus()
     with Client.connect(db_url, migrate=False) as client:
         statuses = {r.run_id: r.status for f in FLOWS
@@ -98,7 +102,7 @@ def test_unchanged_code_reports_no_change_on_every_journal(
             assert run["assumed"] == [], where
             assert run["original"]["approvals"] == run["replay"]["approvals"], where
         replayed += report["replayed"]
-    assert replayed == len(statuses)
+    assert replayed == len(statuses) and statuses[sigkilled] == "completed"
 
     check = underway(tmp_path, "deploy", "check", "--json")
     assert check.returncode == 0, (check.stdout[-3000:], check.stderr[-3000:])
