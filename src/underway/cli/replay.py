@@ -155,6 +155,10 @@ def replay(
     model: Model | None = model_from_spec(model_spec) if model_spec else None
     # The worker's own guard: [policy], [budgets], environment, [secrets], [approvals].
     guard = config.make_guard_options(environment=environment, notify=False)
+    if config.source is None and environment is None:
+        typer.echo("underway replay: no config file, so the replay decides as a worker "
+                   f"without one would (environment {guard.environment}, no policy file); "
+                   "pass --config with your workers' file", err=True)
     mode = cast(OnDivergence, on_divergence)
     with open_store(ctx, db, config=config, keyring=keyring, need_keys=True) as store:
         if run is not None:
