@@ -28,6 +28,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 from underway.errors import ConfigurationError
@@ -51,9 +52,17 @@ DRAFT_NOTES = (
 _BLOCK = re.compile(r'<tool_output source="[^"]*" trust="[^"]*">\n(.*)\n</tool_output>', re.S)
 
 
-def day_seconds(environ: Mapping[str, str] | None = None) -> float:
-    """The length of a day in seconds, from ``UNDERWAY_DEMO_DAY_SECONDS`` (default 86,400)."""
+DAY_FILE = "day_seconds"
+"""The file of a data directory that records the length of its day (written by the demo):
+a worker, a replay or a deploy check on the same data sees the same day."""
+
+
+def day_seconds(environ: Mapping[str, str] | None = None, data: Path | None = None) -> float:
+    """The length of a day in seconds: ``UNDERWAY_DEMO_DAY_SECONDS``, else what ``data``
+    records (:func:`record_day`), else 86,400."""
     raw = (os.environ if environ is None else environ).get(DAY_ENV, "").strip()
+    if not raw and data is not None and (data / DAY_FILE).is_file():
+        raw = (data / DAY_FILE).read_text().strip()
     if not raw:
         return 86_400.0
     try:
@@ -63,6 +72,12 @@ def day_seconds(environ: Mapping[str, str] | None = None) -> float:
     if not value > 0:
         raise ConfigurationError(f"{DAY_ENV}={raw!r} must be a positive number of seconds")
     return value
+
+
+def record_day(data: Path, seconds: float) -> None:
+    """Record in ``data`` that its day lasts ``seconds``. The agent's instructions name the
+    day's length, so a replay on this data must ask the model with the same one."""
+    (data / DAY_FILE).write_text(f"{seconds!r}\n")
 
 
 @dataclass(frozen=True)

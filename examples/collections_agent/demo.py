@@ -37,6 +37,7 @@ if not __package__:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from examples.collections_agent import ops
+from examples.collections_agent.app import DATA_ENV
 from examples.collections_agent.brain import DAY_ENV, WAIT_DAYS, day_seconds
 from examples.collections_agent.report import Findings
 from examples.collections_agent.scenario import Scenario
@@ -173,6 +174,15 @@ def summary(scenario: Scenario, findings: Findings, wall: float) -> None:
     say(ops.cli("eval", db=scenario.db, keyring=scenario.keyring).stdout.rstrip(), 4)
     say()
 
+    say("$ underway replay --config underway.toml --flow collections --since 2000-01-01 "
+        "--fail-on-change   (the same code: no decision may change)")
+    replayed = ops.replay_unchanged(scenario.data, scenario.db, scenario.keyring)
+    say((replayed.stdout + replayed.stderr).rstrip(), 4)
+    if replayed.returncode != 0:
+        findings.violations.append(f"a replay of the unchanged code exited with "
+                                   f"{replayed.returncode}: a decision would change")
+    say()
+
     e = findings.evaluation
     total = len(findings.runs)
     delivered = len(findings.messages)
@@ -233,6 +243,10 @@ def demo(data: Path, db: str) -> int:
         "5,000 INR moved only with a signed finance approval; every hash chain verifies")
     say(f"explore: {underway_command()} --db {shlex.quote(db)} --keyring "
         f"{shlex.quote(str(keyring))} runs ls")
+    say(f"replay: {DATA_ENV}={shlex.quote(str(data))} {underway_command()} --db "
+        f"{shlex.quote(db)} --keyring {shlex.quote(str(keyring))} replay --config "
+        f"{shlex.quote(str(data / 'underway.toml'))} --flow collections --since 2000-01-01 "
+        "--fail-on-change")
     say()
     console(db, findings, keyring)
     return 0

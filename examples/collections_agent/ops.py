@@ -17,7 +17,7 @@ from underway.client import Client, RunState
 from underway.errors import UnderwayError
 
 from .app import DATA_ENV
-from .brain import DAY_ENV
+from .brain import DAY_ENV, record_day
 
 ROOT = Path(__file__).resolve().parents[2]
 """The directory ``examples.collections_agent`` is imported from (the worker's working
@@ -54,6 +54,32 @@ def cli(*args: str, db: str | None = None,
     return done
 
 
+def replay_unchanged(data: Path, db: str,
+                     keyring: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """``underway replay`` of every collections run against this same code, under the
+    workers' config file and data directory, with ``--fail-on-change`` (exit 1 if a
+    decision would change). Nothing else is passed: no environment, no day length."""
+    env = {k: v for k, v in os.environ.items() if k != DAY_ENV} | {DATA_ENV: str(data)}
+    keys = ["--keyring", str(keyring)] if keyring is not None else []
+    cmd = [*underway_command(), *keys, "replay", "--config", str(data / "underway.toml"),
+           "--db", db, "--flow", "collections", "--since", "2000-01-01", "--fail-on-change"]
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120, check=False)
+
+
+def worker_config(data: Path, *, day_seconds: float) -> Path:
+    """Write the workers' ``underway.toml`` into ``data`` and record its day length there.
+    ``underway replay`` and ``underway deploy check`` given this file (``--config``) and
+    ``UNDERWAY_COLLECTIONS_DATA`` see what the workers saw: the same policy environment,
+    the same instructions."""
+    record_day(data, day_seconds)
+    path = data / "underway.toml"
+    path.write_text(
+        "# The collections agent's workers read this file; so do replay and deploy check.\n"
+        f"[worker]\napp = {APP!r}\nenvironment = \"prod\"\n")
+    return path
+
+
 def start_worker(db: str, data: Path, *, day_seconds: float, log: Path, concurrency: int = 10,
                  crash_after_effects: int | None = None,
                  keyring: Path | None = None) -> subprocess.Popen[bytes]:
@@ -63,14 +89,15 @@ def start_worker(db: str, data: Path, *, day_seconds: float, log: Path, concurre
     with SIGKILL right after its N-th tool call ran and before the journal recorded it.
     ``keyring``: the journal is encrypted with this keyring's key (``--keyring``).
     """
+    config = worker_config(data, day_seconds=day_seconds)
     env = {k: v for k, v in os.environ.items() if not k.startswith("UNDERWAY_CRASH")}
     env |= {DATA_ENV: str(data), DAY_ENV: repr(day_seconds)}
     if crash_after_effects is not None:
         env |= {"UNDERWAY_CRASH_AFTER": str(crash_after_effects),
                 "UNDERWAY_CRASH_POINTS": "effect.after_run"}
-    cmd = [*underway_command(), "worker", "--app", APP, "--db", db,
+    cmd = [*underway_command(), "worker", "--config", str(config), "--db", db,
            "--concurrency", str(concurrency), "--poll", "0.1", "--grace", "10",
-           "--environment", "prod", *(["--keyring", str(keyring)] if keyring else [])]
+           *(["--keyring", str(keyring)] if keyring else [])]
     with log.open("ab") as out:
         return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
 

@@ -195,3 +195,65 @@ def test_a_step_that_waits_on_something_outside_ctx_is_reported() -> None:
     state = uw.Client(store).state(run_id)
     found = asyncio.run(rerun_step(flow, state, registry, timeout=0.05))
     assert (found.ok, found.kind, found.calls) == (False, "timeout", 1)
+
+
+
+def buggy_flow(looking: uw.Tool) -> uw.Flow[Box, Any]:
+    """A flow whose step raises after its call: its runs die of their own bug."""
+    buggy = uw.Flow("buggy", state=Box, tools=[looking])
+
+    @buggy.step
+    async def count(ctx: uw.RunContext[Box, Any]) -> Any:
+        found = await ctx.call(looking, {})
+        raise ValueError(f"cannot count {found.count}")
+
+    return buggy
+
+def dead_runs() -> tuple[MemoryStore, str, str]:
+    """Two dead runs: one whose supplier kept failing (its retries spent, the step did not
+    catch the failure), one whose step raised after its calls."""
+    store = MemoryStore()
+    store.migrate()
+    clock = ManualClock(1.7e9)
+
+    @uw.tool(name="reserve", retry=uw.RetryPolicy(max_attempts=1))
+    async def down(args: Any) -> dict[str, Any]:
+        raise RuntimeError("503 Service Unavailable")
+
+    flow, looking = shop(reserving=down)
+    engine = Engine(store, flows=[flow, buggy_flow(looking)], clock=clock)
+    supplier, _ = engine.start(flow, {})
+    bug, _ = engine.start("buggy", {})
+    asyncio.run(uw.Runner(engine).run_until_idle())
+    assert engine.state(supplier).status == engine.state(bug).status == "dead"
+    return store, supplier, bug
+
+
+def test_runs_dead_for_unrelated_reasons_are_judged_apart_and_break_nothing() -> None:
+    store, supplier, bug = dead_runs()
+    flow, looking = shop()
+    report = asyncio.run(check_deploy(store, [flow, buggy_flow(looking)], [looking]))
+    # The same code: nothing would break, and each dead run has its own verdict.
+    assert report.ok and report.broken == [] and report.checked == 2
+    verdicts = {r.run_id: (r.status, r.verdict) for r in report.stopped}
+    # A resume runs the supplier's failed call again: the step gets that far again.
+    assert verdicts[supplier] == ("dead", "resumes")
+    # The step's own bug stops it again, as it stopped before: not the deploy's doing.
+    assert verdicts[bug] == ("dead", "stops again")
+    assert "ValueError" in next(r.why for r in report.stopped if r.run_id == bug)
+
+
+def test_a_dead_run_the_new_code_cannot_continue_still_breaks() -> None:
+    store, supplier, bug = dead_runs()
+    flow, looking = shop()
+    other = uw.Flow("buggy", state=Box, tools=[looking])
+
+    @other.step
+    async def count(ctx: uw.RunContext[Box, Any]) -> Any:
+        await ctx.call(reserve, {"sku": "s-1"})  # another call where the journal has stock
+        return ctx.done()
+
+    report = asyncio.run(check_deploy(store, [flow, other], [looking, reserve]))
+    assert [(b.run_id, b.status, b.kind) for b in report.broken] == [
+        (bug, "dead", "nondeterminism")]
+    assert [(r.run_id, r.verdict) for r in report.stopped] == [(supplier, "resumes")]

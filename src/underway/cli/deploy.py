@@ -8,13 +8,14 @@ import dataclasses
 import json
 import sys
 import time
+from collections import Counter
 from typing import Annotated
 
 import typer
 
 from ..crypto import Envelope, rotation_flow
 from ..loading import load_app
-from ..ops.deploy import Breakage, check_deploy
+from ..ops.deploy import Breakage, StoppedRun, check_deploy
 from ._common import (
     ConfigOption,
     DbOption,
@@ -59,13 +60,23 @@ def check(
     its step runs again against its journal. Nothing is written; no tool or model is
     called (the steps' own code runs).
 
-    Exit status 1 with a table of the runs that would break and why; 0 when none would.
+    Runs that had stopped already (dead or escalated) are judged apart, each with a
+    verdict: "resumes" (the new code continues it once resumed or resolved; a dead run's
+    failed calls run again) or "stops again" (the new code stops it for the reason it
+    stopped). Neither counts as breaking: a run that died of a failing supplier is no
+    fault of the deploy.
+
+    Exit status 1 with a table of the runs that would break and why; 0 when none would
+    (so unchanged code always passes, and the command can gate a CI pipeline).
     """
     config = read_config(config_file, "deploy check")
     spec = app_spec or config.worker.app
     if spec is None:
         raise Problem("no app given: pass --app module:attribute (the new code) or set "
                       "worker.app in the config file")
+    # The worker's own reading of the file: a policy file or secrets binding the worker
+    # would refuse to start with fails the check too.
+    config.make_guard_options(notify=False)
     import_paths(config)
     flows, tools = load_app(spec)
     began = time.perf_counter()
@@ -79,20 +90,42 @@ def check(
             "checked": report.checked, "rerun": report.rerun, "ok": report.ok,
             "seconds": round(took, 3), "old_paths": dict(report.old_paths),
             "broken": [dataclasses.asdict(b) for b in report.broken],
+            "stopped": [dataclasses.asdict(r) for r in report.stopped],
         }, indent=2))
     else:
         _print(report.broken, wide=not sys.stdout.isatty())
+        _print_stopped(report.stopped, wide=not sys.stdout.isatty())
         paths = "".join(f"\n  {n} unfinished run{'s' if n != 1 else ''} on the old path of "
                         f"ctx.version({c!r}): keep that branch"
                         for c, n in sorted(report.old_paths.items()))
         verdict = (f"{len(report.broken)} would break" if report.broken
                    else "none would break")
         runs = "run" if report.checked == 1 else "runs"
+        verdicts = Counter(r.verdict for r in report.stopped)
+        stopped = "".join(f"\n  {n} stopped already (dead or escalated) and {v}"
+                          for v, n in sorted(verdicts.items()))
         typer.echo(f"checked {report.checked} unfinished {runs} in {took:.1f}s "
                    f"({report.rerun} parked mid-step, their steps run again against their "
-                   f"journals): {verdict}{paths}")
+                   f"journals): {verdict}{stopped}{paths}")
     if not report.ok:
         raise typer.Exit(BROKEN)
+
+
+def _print_stopped(stopped: list[StoppedRun], *, wide: bool) -> None:
+    """The runs that had stopped before the deploy, apart, each with its verdict."""
+    if not stopped:
+        return
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(box=None, pad_edge=False, show_edge=False)
+    for header in ("RUN", "TENANT", "FLOW", "STEP", "STATUS", "VERDICT", "WHY"):
+        table.add_column(header, no_wrap=header != "WHY", overflow="fold")
+    for r in stopped:
+        table.add_row(r.run_id if wide else r.run_id[:8], r.tenant_id, r.flow, r.step or "-",
+                      r.status, r.verdict, Text(r.why))
+    Console(width=10_000 if wide else None, highlight=False).print(table)
 
 
 def _print(broken: list[Breakage], *, wide: bool) -> None:

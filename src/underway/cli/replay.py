@@ -76,7 +76,7 @@ def replay(
     policy_file: Annotated[
         str | None,
         typer.Option("--policy", help="Decide every call by this policy file instead of the "
-                     "code's policy.", show_default=False),
+                     "code's policy and the config file's policy file.", show_default=False),
     ] = None,
     on_divergence: Annotated[
         str,
@@ -124,12 +124,15 @@ def replay(
     original's: tool choices, arguments, policy outcomes, approvals needed, how it ended,
     money moved, model cost.
 
-    The replay runs on its own in-memory journal; nothing is written to the original run.
+    The replay decides as the worker did: it reads the config file's policy file, budgets,
+    environment, secrets bindings and approvals settings, as the worker does (--policy and
+    --environment override them). The replay runs on its own in-memory journal; nothing is
+    written to the original run.
     No tool runs: each call passes the guard and is answered with the original's recorded
     result of the same call (tool and arguments, in call order). Model calls get the
     recorded responses unless --model is given. Signals, answers and timers are given as
-    the original got them, and approvals decided as the original's were (one the
-    original never needed is assumed granted, and said so).
+    the original got them, in the journal's order, and approvals decided as the
+    original's were (one the original never needed is assumed granted, and said so).
 
     With --flow and --since, replays every run of the flow created since then and prints
     how many would have decided differently, and how. Reads of the runs' data are written
@@ -150,7 +153,12 @@ def replay(
     flows, tools = load_app(spec)
     policy: Policy | None = load_policy(policy_file) if policy_file else None
     model: Model | None = model_from_spec(model_spec) if model_spec else None
-    env = environment or config.worker.environment
+    # The worker's own guard: [policy], [budgets], environment, [secrets], [approvals].
+    guard = config.make_guard_options(environment=environment, notify=False)
+    if config.source is None and environment is None:
+        typer.echo("underway replay: no config file, so the replay decides as a worker "
+                   f"without one would (environment {guard.environment}, no policy file); "
+                   "pass --config with your workers' file", err=True)
     mode = cast(OnDivergence, on_divergence)
     with open_store(ctx, db, config=config, keyring=keyring, need_keys=True) as store:
         if run is not None:
@@ -159,7 +167,7 @@ def replay(
                         revealed=reveal)
             result = asyncio.run(replay_run(
                 store, run_id, flows=flows, tools=tools, policy=policy, model=model,
-                on_divergence=mode, environment=env, tenant_id=tenant))
+                on_divergence=mode, tenant_id=tenant, guard=guard))
             _one(result, reveal=reveal, as_json=as_json)
             changed = result.changed
         else:
@@ -167,8 +175,8 @@ def replay(
             entries = asyncio.run(replay_runs(
                 store, flow=flow, since=parse_time(since, "--since") or 0.0,
                 until=parse_time(until, "--until"), limit=limit, flows=flows, tools=tools,
-                policy=policy, model=model, on_divergence=mode, environment=env,
-                tenant_id=tenant))
+                policy=policy, model=model, on_divergence=mode, tenant_id=tenant,
+                guard=guard))
             if entries:
                 record_read(store, "replay", tenant, [e.run_id for e in entries],
                             purpose=purpose, by=by, revealed=reveal)

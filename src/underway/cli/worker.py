@@ -17,9 +17,7 @@ from ..config import Config, ConfigError, TelemetrySection
 from ..crypto import Envelope, rotation_flow
 from ..engine import Engine
 from ..errors import ConfigurationError
-from ..guard import DEFAULT_ENVIRONMENT
 from ..guard.approvals import load_private_key
-from ..guard.policy import load_policy
 from ..ops.audit import Anchoring, FileAnchorLog
 from ..sandbox import WorkerLimits, configure_worker
 from ..store import queries
@@ -183,9 +181,9 @@ def worker(
     )
     anchoring = _anchoring(anchor_every, anchor_key, anchor_log) or config.make_anchoring()
     retention = None if no_retention else config.make_retention()
-    policy = load_policy(policy_file) if policy_file else config.make_policy()
-    notifier = config.make_notifier()
-    tenant_budget = config.make_tenant_budget()
+    guard = config.make_guard_options(
+        environment=opts.environment, policy_file=policy_file,
+        secrets_env_prefix=opts.secrets_env_prefix, signed_resolutions=signed_resolutions)
     telemetry_opts = override(config.telemetry, metrics_port=metrics_port,
                               traces=traces or None)
     if telemetry_opts.metrics_port is not None and not _installed("prometheus_client"):
@@ -213,12 +211,7 @@ def worker(
                                         service_name=telemetry_opts.service_name)
         engine = Engine(
             store, flows=flows, tools=tools, lease_ttl=opts.lease_ttl,
-            environment=opts.environment, policy=policy,
-            secrets=config.make_secrets(environment=opts.environment or DEFAULT_ENVIRONMENT,
-                                        env_prefix=opts.secrets_env_prefix),
-            signed_resolutions=signed_resolutions or config.approvals.signed_resolutions,
-            notifier=notifier, tenant_budget=tenant_budget,
-            metrics=_metrics(telemetry_opts, metrics_token, tracing),
+            guard_options=guard, metrics=_metrics(telemetry_opts, metrics_token, tracing),
             group_commit=opts.group_commit,
         )
         if config.budgets is not None:

@@ -21,6 +21,7 @@ from .. import telemetry
 from ..crypto.envelope import encrypt
 from ..crypto.providers import EnvKey, KeyProvider, KeyringFile
 from ..errors import ConfigurationError
+from ..guard import DEFAULT_ENVIRONMENT, GuardOptions
 from ..guard import policy as policies
 from ..guard.approvals.keys import load_private_key
 from ..guard.approvals.notify import MultiNotifier, Notifier, SmtpNotifier, WebhookNotifier
@@ -260,6 +261,35 @@ class Config(Sections):
         """The policy the ``[policy]`` file holds (its errors name that file, the rule and
         the field)."""
         return None if self.policy is None else policies.load_policy(self.policy.file)
+
+    def make_guard_options(
+        self, *, environment: str | None = None, policy_file: str | None = None,
+        secrets_env_prefix: str | None = None, signed_resolutions: bool = False,
+        notify: bool = True,
+    ) -> GuardOptions:
+        """The guard a worker runs with: ``[policy]``, ``[budgets]``, ``[worker]``
+        environment and secrets prefix, ``[secrets]`` bindings, ``[approvals]`` and the
+        ``[notifier]``. ``underway worker`` and ``underway replay`` both build their guard
+        here, so a replay decides calls as the worker did. ``underway deploy check`` reads it
+        too, so a file the worker would refuse fails the check.
+
+        Args:
+            environment: In place of ``worker.environment``.
+            policy_file: A policy file in place of ``[policy]``.
+            secrets_env_prefix: In place of ``worker.secrets_env_prefix``.
+            signed_resolutions: Require signed resolutions even when the file does not.
+            notify: Build the notifier. A replay tells nobody, so it passes False.
+        """
+        env = environment or self.worker.environment or DEFAULT_ENVIRONMENT
+        policy = (policies.load_policy(policy_file) if policy_file is not None
+                  else self.make_policy())
+        prefix = secrets_env_prefix or self.worker.secrets_env_prefix
+        return GuardOptions(
+            policy=policy, environment=env, tenant_budget=self.make_tenant_budget(),
+            secrets=self.make_secrets(environment=env, env_prefix=prefix),
+            notifier=self.make_notifier() if notify else None,
+            signed_resolutions=signed_resolutions or self.approvals.signed_resolutions,
+        )
 
     def make_span_exporter(self, section: TelemetrySection | None = None
                            ) -> SpanExporter | None:

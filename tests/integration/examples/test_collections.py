@@ -166,6 +166,12 @@ def test_demo_exits_zero_and_ends_by_saying_how_to_open_the_console(tmp_path: Pa
     assert "1 step taken over after a crash or a lost lease" in evaluation
     assert "priya: granted an approval 1" in evaluation
 
+    # The demo's journals pass a replay of the same code given only the workers' config
+    # file and the data directory: no day length in the environment, no --environment.
+    replayed = out[out.index("$ underway replay"):out.index("what the outside systems saw")]
+    assert ("replayed 3 runs of flow 'collections' (tenant 'default'): 0 would have "
+            "decided differently") in replayed
+
     # The last section: the command serving the console on the demo's journal (with the
     # keyring that opens it), a key that signs in to the demo's tenant as admin, the URL,
     # and a real run that waited for a signed approval.

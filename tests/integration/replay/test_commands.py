@@ -57,6 +57,8 @@ def test_replay_shows_the_decisions_side_by_side(db: str, tmp_path: Path) -> Non
     same = underway(db, "replay", run[:8], "--app", "example_apps:collections",
                     "--environment", "prod", tmp=tmp_path)
     assert same.returncode == 0, same.stderr
+    # No config file, but an environment given: nothing to warn about.
+    assert "no config file" not in same.stderr
     assert "replay of run" in same.stdout and same.stdout.rstrip().endswith(
         "no decision changed")
     assert "write_off" in same.stdout and "approval: needed, granted by priya" in same.stdout
@@ -95,6 +97,9 @@ def test_replay_many_runs_fails_on_change_when_asked(db: str, tmp_path: Path) ->
                          "--app", "example_apps:invoice_followup", "--fail-on-change",
                          tmp=tmp_path)
     assert unchanged.returncode == 0, unchanged.stderr
+    # Without a config file the replay says which worker it decides as.
+    assert "no config file, so the replay decides as a worker without one would " \
+        "(environment dev, no policy file)" in unchanged.stderr
     assert "0 would have decided differently" in unchanged.stdout
 
 

@@ -44,17 +44,42 @@ class Breakage:
     problem: str
 
 
+STOPPED = ("dead", "escalated")
+"""The statuses of runs that stopped before the deploy: judged apart (:class:`StoppedRun`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoppedRun:
+    """A run that had stopped already (dead or escalated), and what the new code would do
+    with it: ``verdict`` ``resumes`` (a resume or resolution continues it under the new
+    code; a dead run's failed calls run again, as on ``runs resume``) or ``stops again``
+    (the new code stops it for the reason it stopped: the same exception, the same
+    non-determinism). ``why`` says more. A stopped run the new code would break otherwise
+    (a flow or step gone, other calls) is a :class:`Breakage`."""
+
+    tenant_id: str
+    run_id: str
+    flow: str
+    step: str | None
+    status: str
+    verdict: str
+    why: str
+
+
 @dataclass(slots=True)
 class DeployReport:
     """What a deploy check found: how many unfinished runs it ``checked``, how many of
     them it ran a step of again (``rerun``: runs parked mid-step), the runs that would
     break, and per ``ctx.version`` change id how many unfinished runs are on its old path
-    (``old_paths``: the old branch must stay until that is zero)."""
+    (``old_paths``: the old branch must stay until that is zero). Runs that had stopped
+    already are judged apart: those the new code would not break are in ``stopped``."""
 
     checked: int = 0
     rerun: int = 0
     broken: list[Breakage] = field(default_factory=list)
     old_paths: Counter[str] = field(default_factory=Counter)
+    stopped: list[StoppedRun] = field(default_factory=list)
+    """The dead and escalated runs that would not break, each with its verdict."""
 
     @property
     def ok(self) -> bool:
@@ -108,7 +133,12 @@ async def check_deploy(
                     for change, patched in state.versions.items():
                         if not patched:
                             report.old_paths[change] += 1
-                    found = await _check(registry, row, state, report)
+                    found, raised = await _check(registry, row, state, report)
+                    if state.status in STOPPED:
+                        judged = _judge_stopped(state, found, raised)
+                        if judged is not None:
+                            report.stopped.append(judged)
+                            continue
                     if found is not None:
                         report.broken.append(found)
                 if progress is not None and rows:
@@ -128,11 +158,34 @@ def _page(
     return rows, Journal(store).load_many(tenant_id, [r.run_id for r in rows])
 
 
+def _judge_stopped(s: RunState, found: Breakage | None,
+                   raised: str | None) -> StoppedRun | None:
+    """A stopped run's verdict; None when the new code would break it (a breakage)."""
+    def verdict(v: str, why: str) -> StoppedRun:
+        return StoppedRun(s.tenant_id, s.run_id, s.flow, s.step, s.status, v, why)
+
+    if found is None:
+        return verdict("resumes", "the new code continues it from its journal once it is "
+                       + ("resumed (its failed calls run again)" if s.status == "dead"
+                          else "resolved"))
+    esc = s.escalation
+    same = (
+        found.kind == "error" and s.status == "dead" and raised is not None
+        and (s.error or "").startswith(f"{raised}:")
+    ) or (
+        found.kind == "nondeterminism" and esc is not None
+        and (esc.cause == "nondeterminism" or esc.index is not None)
+    )
+    return verdict("stops again", f"{s.error or (esc.reason if esc else '')} "
+                   f"(as it stopped before: {found.problem})") if same else None
+
+
 async def _check(
     registry: Registry, row: RunRecord, s: RunState, report: DeployReport
-) -> Breakage | None:
-    def broken(kind: str, problem: str) -> Breakage:
-        return Breakage(s.tenant_id, s.run_id, s.flow, s.step, s.status, kind, problem)
+) -> tuple[Breakage | None, str | None]:
+    """The run's breakage (None: none) and, when its step raised, the exception's type."""
+    def broken(kind: str, problem: str) -> tuple[Breakage, None]:
+        return Breakage(s.tenant_id, s.run_id, s.flow, s.step, s.status, kind, problem), None
 
     flow = registry.flows.get(s.flow)
     if flow is None:
@@ -143,7 +196,7 @@ async def _check(
             flow.parse_input(s.input)
         except ConfigurationError as exc:
             return broken("input", str(exc))
-        return None
+        return None, None
     try:
         flow.input_type.model_validate(s.input)
     except ValueError as exc:
@@ -154,13 +207,15 @@ async def _check(
     except ConfigurationError as exc:
         return broken("state", str(exc))
     if s.step is None:
-        return None
+        return None, None
     if not flow.has_step(s.step):
         return broken("step", f"step {s.step!r} is not in the new code (no step or alias of "
                               f"that name; steps: {sorted(flow.steps)}): give it an alias "
                               "(flow.alias) or keep the step until no run is parked there")
     if not (s.calls or s.values):
-        return None  # at a step boundary: the step starts afresh under the new code
+        return None, None  # at a step boundary: the step starts afresh under the new code
     report.rerun += 1
-    found = await rerun_step(flow, s, registry)
-    return None if found.ok else broken(found.kind, found.problem)
+    found = await rerun_step(flow, s, registry, resumed=s.status == "dead")
+    if found.ok:
+        return None, None
+    return broken(found.kind, found.problem)[0], found.error_type

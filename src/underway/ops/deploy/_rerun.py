@@ -44,6 +44,8 @@ class Rerun:
     problem: str = ""
     calls: int = 0
     """How many journaled calls the re-run matched."""
+    error_type: str | None = None
+    """The type of the exception the step raised (kind ``error``)."""
 
 
 class RecordedStep:
@@ -53,11 +55,14 @@ class RecordedStep:
         state: The run's state.
         step: The step re-run.
         tools: The new code's tools.
+        resumed: Re-run it as ``underway runs resume`` would: its failed calls run again.
     """
 
-    def __init__(self, state: RunState, step: str, tools: Registry) -> None:
+    def __init__(self, state: RunState, step: str, tools: Registry, *,
+                 resumed: bool = False) -> None:
         self._s = state
         self._tools = tools
+        self._resumed = resumed
         self.run_id, self.tenant_id, self.step = state.run_id, state.tenant_id, step
         self.attempt = state.attempt
         self.idempotency_key = state.idempotency_key
@@ -119,7 +124,7 @@ class RecordedStep:
             raise _Broken("error", f"step {self.step!r} passes {t.name!r} arguments that "
                                    f"are not JSON: {exc}") from None
         rec = self._next(t.name, f"{t.name}(args {h[:12]})", h)
-        if rec.status in ("awaiting", "approved", "started", "retry"):
+        if rec.status in ("awaiting", "approved", "started", "retry") or self._again(rec):
             # The call runs (again) under the new code: its arguments must fit the tool.
             if t.args_model is not None:
                 try:
@@ -154,12 +159,18 @@ class RecordedStep:
             expires_in: Unused.
         """
         rec = self._next("ask", "a question (ctx.ask)", "")
+        if self._again(rec):
+            raise _Halt
         if rec.status == "succeeded":
             return rec.result
         if rec.status == "failed":
             raise ToolCallError("ask", rec.error_type or "QuestionExpired", rec.message or "",
                                 retryable=False)
         raise _Halt
+
+    def _again(self, rec: Any) -> bool:
+        """True when a resume runs this journaled call again (it failed)."""
+        return self._resumed and rec.status == "failed"
 
     async def model(self, model: Model, request: JSON) -> JSON:
         rec = self._next("model", "a model call", "")
@@ -220,7 +231,8 @@ def _fields(exc: ValidationError) -> str:
 
 
 async def rerun_step(
-    flow: Flow[Any, Any], state: RunState, tools: Registry, *, timeout: float = 10.0
+    flow: Flow[Any, Any], state: RunState, tools: Registry, *, timeout: float = 10.0,
+    resumed: bool = False,
 ) -> Rerun:
     """Run the run's current step with the new ``flow``'s code against its journal.
 
@@ -232,9 +244,10 @@ async def rerun_step(
         state: The run's state.
         tools: The new code's tools.
         timeout: Seconds the step may take.
+        resumed: Re-run it as a resume of a dead run would: its failed calls run again.
     """
     step = flow.resolve_step(str(state.step))
-    runtime = RecordedStep(state, step, tools)
+    runtime = RecordedStep(state, step, tools, resumed=resumed)
     try:
         ctx: RunContext[Any, Any] = RunContext(
             runtime, flow.parse_state(state.state), _input(flow, state.input),
@@ -252,7 +265,7 @@ async def rerun_step(
     except Exception as exc:
         return Rerun(False, "error", (
             f"step {step!r} raises {type(exc).__name__} when run again with its journaled "
-            f"calls: {exc}"), runtime.matched)
+            f"calls: {exc}"), runtime.matched, type(exc).__name__)
     return Rerun(True, calls=runtime.matched)
 
 

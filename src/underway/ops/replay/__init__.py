@@ -30,7 +30,7 @@ from ._engine import (
 from ._model import model_from_spec
 from ._replay import BatchEntry, ReplayResult, replay_run, replay_runs
 from ._tape import Tape
-from ._trace import APPROVER, Trace, TracedCall, TracedModel
+from ._trace import APPROVER, Trace, TracedCall, TracedModel, Waited
 
 __all__ = [
     "APPROVER",
@@ -52,6 +52,7 @@ __all__ = [
     "Trace",
     "TracedCall",
     "TracedModel",
+    "Waited",
     "align",
     "changes",
     "model_from_spec",

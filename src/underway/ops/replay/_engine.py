@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ...effects import CallInfo, Model, ModelQuote, ModelReply, Tool
 from ...engine import Engine, StepWithChildren
-from ...errors import UnderwayError
+from ...errors import ToolCallError, UnderwayError
 from ...events import JSON
 from ...guard.intent import CallIntent
 from ._tape import Tape, same_request
@@ -97,11 +97,14 @@ class ReplaySession:
 
     def stub(self, tool: Tool) -> Tool:
         """``tool`` with everything the guard and the ledger see, whose function answers
-        from the tape."""
+        from the tape. It reads no secret: the guard has judged the tool's secrets
+        already, and a replay never needs their values."""
         found = self._stubs.get(tool.name)
         if found is None or found.mutating != tool.mutating:
+            # No secret is read and no reconcile hook asked: both would reach outside.
             found = self._stubs[tool.name] = dataclasses.replace(
-                tool, fn=self._invoke, wants_call_info=True, takes_args=True)
+                tool, fn=self._invoke, wants_call_info=True, takes_args=True, secrets=(),
+                reconcile=None)
         return found
 
     def diverge(self, d: Divergence) -> None:
@@ -114,7 +117,17 @@ class ReplaySession:
         call = self._pending.pop(info.key)
         tape = self.tape(info.run_id)
         name = call.tool.name
-        found = tape.match(name, call.args_hash) if tape is not None else None
+        found = tape.match(name, call.args_hash, info.key) if tape is not None else None
+        if tape is not None and found is not None and found[1].outcome == "unknown":
+            tape.used.add(found[0])
+            if not tape.trace.finished and tape.trace.status != "escalated":
+                raise Diverged(Divergence(info.run_id, info.step, "end", (
+                    f"the original run has gone no further (it is {tape.trace.status}); "
+                    f"the outcome of its {name} #{info.index} is not journaled yet")))
+            # The original lost track of this call: so does the replay, and the engine
+            # settles it as it settled the original's (a person decides).
+            raise ToolCallError(name, "OutcomeUnknown", "the original run lost track of "
+                                "this call's outcome", retryable=False)
         if tape is not None and found is not None and not found[1].has_result:
             tape.used.add(found[0])
             self.diverge(Divergence(info.run_id, info.step, "not_run", (

@@ -4,6 +4,7 @@ a new policy, without side effects, and its decisions compared with the original
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from ...effects import Model, Tool
 from ...errors import ConfigurationError, RunNotFound
 from ...events import RunStarted, genesis_hash
 from ...flow import Flow
+from ...guard import GuardOptions
 from ...guard.approvals import public_key_of, register_approver, sign_decision
 from ...guard.policy import Policy
 from ...journal.state import APPROVAL_SIGNAL, Recorded, RunState
@@ -64,7 +66,7 @@ async def replay_run(
     store: Store, run_id: str, *, flows: Iterable[Flow[Any, Any]], tools: Iterable[Tool] = (),
     policy: Policy | None = None, model: Model | None = None,
     on_divergence: OnDivergence = "stop", environment: str | None = None,
-    tenant_id: str = "default",
+    tenant_id: str = "default", guard: GuardOptions | None = None,
 ) -> ReplayResult:
     """Execute a run of ``store`` again with the new code.
 
@@ -87,8 +89,11 @@ async def replay_run(
         model: In place of every model the steps ask. None serves the original's recorded
             responses, in order.
         on_divergence: ``stop`` at a call the original did not make, or ``stub`` it.
-        environment: The policy environment the original ran in.
+        environment: The policy environment the original ran in (None: ``guard``'s).
         tenant_id: The run's tenant.
+        guard: The worker's guard settings (:meth:`~underway.config.Config.make_guard_options`):
+            its policy for flows without their own, budgets, environment and secrets
+            bindings. None: the defaults. Its notifier is never used.
     """
     found = await run_io(store, _original, store, run_id, tenant_id)
     original = found.traces[run_id]
@@ -109,9 +114,12 @@ async def replay_run(
     clock = ManualClock(at)
     mem = MemoryStore()
     mem.migrate()
+    settings = dataclasses.replace(guard or GuardOptions(), notifier=None)
+    if environment is not None:
+        settings = dataclasses.replace(settings, environment=environment)
     engine = ReplayEngine(
         mem, flows=[_with_policy(f, policy) for f in code.values()], tools=tools,
-        clock=clock, environment=environment, session=session, retry_budget=None,
+        clock=clock, guard_options=settings, session=session, retry_budget=None,
     )
     await engine.io(_start, engine, started, run_id, tenant_id, at, found.consents)
     driver = _Driver(engine, clock, session, tenant_id, run_id)
@@ -221,6 +229,7 @@ class _Driver:
         self.tenant_id, self.run_id = tenant_id, run_id
         self.assumed: list[str] = []
         self._roles: dict[str, set[str]] = {}
+        self._cancelled: set[str] = set()
         self._key: Any = None
 
     async def run(self) -> Divergence | None:
@@ -249,9 +258,12 @@ class _Driver:
         rows = [r for status in ("waiting", "escalated", "ready")
                 for r in self.engine.store.list_runs(self.tenant_id, status=status,
                                                      limit=1000)]
+        rows.sort(key=lambda r: r.run_id != self.run_id)  # the replayed run first
         wakes = []
         for row in rows:
             s = self._state(row.run_id)
+            if self._cancel(s):
+                return True
             if s.status == "waiting" and s.waiting_signal == APPROVAL_SIGNAL:
                 self._decide(s)
                 return True
@@ -261,14 +273,20 @@ class _Driver:
             if s.status == "waiting" and s.waiting_signal and s.waiting_signal != \
                     "underway.child":
                 tape = self.session.tape(s.run_id)
-                found = tape.signal(s.waiting_signal) if tape is not None else None
-                if found is not None:
-                    signal_id, payload, sender = found
-                    self.engine.client.signal(s.run_id, s.waiting_signal, payload,
-                                              tenant_id=self.tenant_id, signal_id=signal_id,
-                                              sender=sender)
+                # The journal's order is the truth: the original's matching wait either
+                # got its signal (given now, before any timer) or timed out (its timer is
+                # given below; a signal that came later belongs to a later wait).
+                waited = tape.wait(s.steps_completed, s.waiting_signal) \
+                    if tape is not None else None
+                got = waited.received if waited is not None else None
+                if got is not None:
+                    self.engine.client.signal(s.run_id, s.waiting_signal, got.payload,
+                                              tenant_id=self.tenant_id,
+                                              signal_id=got.signal_id, sender=got.sender)
                     return True
-                if s.wake_at is None or tape is None or not tape.trace.finished:
+                timed_out = waited is not None and waited.timed_out
+                if s.wake_at is None or (not timed_out and (
+                        tape is None or not tape.trace.finished)):
                     # No such signal recorded: an unfinished original may still get it;
                     # a finished one waited in vain until its timeout (given below).
                     raise Diverged(self._missing(s, f"signal {s.waiting_signal!r}"))
@@ -277,6 +295,18 @@ class _Driver:
         if not wakes:
             return False
         self.clock.advance(max(min(wakes) - self.clock.now(), 0.0) + 0.001)
+        return True
+
+    def _cancel(self, s: RunState) -> bool:
+        """Cancel ``s`` where the original was cancelled: once the replay has completed as
+        many steps, before it is given anything more. True when the cancel is sent."""
+        tape = self.session.tape(s.run_id)
+        cancel = tape.trace.cancelled if tape is not None else None
+        if cancel is None or s.steps_completed < cancel[0] or s.run_id in self._cancelled:
+            return False
+        self._cancelled.add(s.run_id)
+        self.engine.client.cancel(s.run_id, by=cancel[1].by, reason=cancel[1].reason,
+                                  tenant_id=self.tenant_id)
         return True
 
     def _missing(self, s: RunState, what: str) -> Divergence:
@@ -311,7 +341,10 @@ class _Driver:
         p = s.pending_approval
         assert p is not None
         tape = self.session.tape(s.run_id)
-        found = tape.match(p.tool, p.args_hash) if tape is not None else None
+        # The request id ends with the call's key: the original's call of that key was
+        # decided, not an earlier one with equal arguments.
+        key = p.request_id.split(":", 1)[-1]
+        found = tape.match(p.tool, p.args_hash, key) if tape is not None else None
         verdict = found[1].approval if found is not None else None
         approver = (found[1].approver if found is not None else None) or APPROVER
         if verdict == "expired":
@@ -371,7 +404,7 @@ async def replay_runs(
     flows: Iterable[Flow[Any, Any]], tools: Iterable[Tool] = (),
     policy: Policy | None = None, model: Model | None = None,
     on_divergence: OnDivergence = "stop", environment: str | None = None,
-    tenant_id: str = "default",
+    tenant_id: str = "default", guard: GuardOptions | None = None,
 ) -> list[BatchEntry]:
     """Replay (:func:`replay_run`) the tenant's runs of ``flow``, newest first.
 
@@ -389,8 +422,9 @@ async def replay_runs(
         policy: In place of every flow's and the engine's; None keeps the code's own.
         model: In place of every model the steps ask; None serves the recorded responses.
         on_divergence: ``stop`` at a call the original did not make, or ``stub`` it.
-        environment: The policy environment the runs ran in.
+        environment: The policy environment the runs ran in (None: ``guard``'s).
         tenant_id: The runs' tenant.
+        guard: The worker's guard settings, as for :func:`replay_run`.
     """
     code, kit = list(flows), list(tools)
     found: list[BatchEntry] = []
@@ -405,7 +439,7 @@ async def replay_runs(
                 result = await replay_run(
                     store, row.run_id, flows=code, tools=kit, policy=policy, model=model,
                     on_divergence=on_divergence, environment=environment,
-                    tenant_id=tenant_id)
+                    tenant_id=tenant_id, guard=guard)
                 found.append(BatchEntry(row.run_id, result))
             except ConfigurationError as exc:
                 found.append(BatchEntry(row.run_id, None, str(exc)))

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ...events import JSON, canonical_json
-from ._trace import Trace, TracedCall, TracedModel
+from ._trace import Trace, TracedCall, TracedModel, Waited
 
 
 @dataclass(slots=True)
@@ -20,14 +20,25 @@ class Tape:
     """Indexes of the trace's calls a replay call was answered with."""
     models_used: int = 0
     values_used: dict[str, int] = field(default_factory=dict)
-    signals_used: set[int] = field(default_factory=set)
+    waits_used: set[int] = field(default_factory=set)
+    waits_taken: dict[tuple[int, str], Waited | None] = field(default_factory=dict)
     answers_used: int = 0
 
-    def match(self, tool: str, args_hash: str) -> tuple[int, TracedCall] | None:
-        """The first call not yet used with the same tool and arguments (the calls are in
-        the order they were journaled, so calls repeated with equal arguments are served
-        in order)."""
-        return self._first(lambda c: c.tool == tool and c.args_hash == args_hash)
+    def match(self, tool: str, args_hash: str,
+              key: str | None = None) -> tuple[int, TracedCall] | None:
+        """The call not yet used with the same tool and arguments: the one with idempotency
+        ``key`` (a replay on the original's path makes its calls under the original's
+        keys), else the first (the calls are in the order they were journaled, so calls
+        repeated with equal arguments are served in order).
+
+        Args:
+            tool: The tool's name.
+            args_hash: The hash the journal binds the call's arguments to.
+            key: The replay's idempotency key of the call; None matches by order alone.
+        """
+        same = self._first(lambda c: c.key == key and c.tool == tool
+                           and c.args_hash == args_hash) if key is not None else None
+        return same or self._first(lambda c: c.tool == tool and c.args_hash == args_hash)
 
     def same_tool(self, tool: str) -> tuple[int, TracedCall] | None:
         """The first call of ``tool`` not yet used whose tool ran (it has a result or a
@@ -66,14 +77,23 @@ class Tape:
         self.values_used[kind] = seen + 1
         return recorded[seen] if seen < len(recorded) else fresh
 
-    def signal(self, name: str) -> tuple[str, JSON, str | None] | None:
-        """The next recorded signal ``name``: (id, payload, sender); None when the
-        original received no more of them."""
-        for i, s in enumerate(self.trace.signals):
-            if i not in self.signals_used and s.signal == name:
-                self.signals_used.add(i)
-                return s.signal_id, s.payload, s.sender
-        return None
+    def wait(self, at: int, name: str) -> Waited | None:
+        """How the original's wait for ``name`` that matches the replay's wait ended: the
+        original's waits for ``name`` in journal order, one per replay wait. None: the
+        original made no such wait.
+
+        Args:
+            at: The replay run's count of completed steps: it names the wait.
+            name: The signal waited for.
+        """
+        key = (at, name)
+        if key not in self.waits_taken:
+            found = next((i for i, w in enumerate(self.trace.waits)
+                          if i not in self.waits_used and w.signal == name), None)
+            if found is not None:
+                self.waits_used.add(found)
+            self.waits_taken[key] = None if found is None else self.trace.waits[found]
+        return self.waits_taken[key]
 
     def answer(self) -> tuple[JSON, str] | None:
         """The next recorded answer to a question and who gave it (None: none left)."""

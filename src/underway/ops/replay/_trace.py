@@ -69,6 +69,16 @@ class TracedModel:
 
 
 @dataclass(slots=True)
+class Waited:
+    """One wait for a signal (``ctx.wait``) and how it ended in the journal: the signal it
+    ``received``, or ``timed_out``; neither while it still waits."""
+
+    signal: str
+    received: ev.SignalReceived | None = None
+    timed_out: bool = False
+
+
+@dataclass(slots=True)
 class Trace:
     """A run's decisions (see the module's docstring)."""
 
@@ -79,6 +89,10 @@ class Trace:
     values: list[tuple[str, JSON]] = field(default_factory=list)
     """Journaled values (``now``, ``uuid``, ``random``) in order."""
     signals: list[ev.SignalReceived] = field(default_factory=list)
+    waits: list[Waited] = field(default_factory=list)
+    """Every wait for a signal, in order, with how it ended."""
+    cancelled: tuple[int, ev.RunCancelled] | None = None
+    """When the run was cancelled: the steps it had completed then, and the cancel."""
     answers: list[tuple[JSON, str]] = field(default_factory=list)
     """Answers to the run's questions (``ctx.ask``) and who gave each, in order."""
     status: str = "ready"
@@ -123,6 +137,8 @@ class Trace:
         t = cls()
         by_key: dict[str, TracedCall] = {}
         step = ""
+        waiting: Waited | None = None
+        completed = 0
         for rec in records:
             e = rec.event
             match e:
@@ -130,10 +146,20 @@ class Trace:
                     t.run_id, t.flow, t.started = "", e.flow, e
                 case ev.StepStarted():
                     step = e.step
+                case ev.StepCompleted():
+                    completed += 1
                 case ev.ValueRecorded():
                     t.values.append((e.kind, e.value))
+                case ev.SignalAwaited():
+                    waiting = Waited(e.signal)
+                    t.waits.append(waiting)
                 case ev.SignalReceived():
                     t.signals.append(e)
+                    if waiting is not None:
+                        waiting.received, waiting = e, None
+                case ev.TimerFired():
+                    if waiting is not None:
+                        waiting.timed_out, waiting = True, None
                 case ev.EscalationAnswered():
                     t.answers.append((e.answer, e.approver_id))
                 case ev.ModelResponded():
@@ -144,7 +170,7 @@ class Trace:
                 case ev.RunFailed():
                     t.status, t.error = "failed", e.reason
                 case ev.RunCancelled():
-                    t.status, t.error = "cancelled", e.reason
+                    t.status, t.error, t.cancelled = "cancelled", e.reason, (completed, e)
                 case ev.RunDeadLettered():
                     t.status, t.error = "dead", e.reason
                 case ev.Escalated() if e.cause != "question":
