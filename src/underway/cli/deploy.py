@@ -13,15 +13,14 @@ from typing import Annotated
 import typer
 
 from ..crypto import Envelope, rotation_flow
-from ..loading import load_app
 from ..ops.deploy import Breakage, check_deploy
 from ._common import (
     ConfigOption,
     DbOption,
     KeyringOption,
     Problem,
+    app_code,
     handle_check_errors,
-    import_paths,
     open_store,
     read_config,
 )
@@ -66,8 +65,7 @@ def check(
     if spec is None:
         raise Problem("no app given: pass --app module:attribute (the new code) or set "
                       "worker.app in the config file")
-    import_paths(config)
-    flows, tools = load_app(spec)
+    flows, tools = app_code(spec, config)
     began = time.perf_counter()
     with open_store(ctx, db, config=config, keyring=keyring, need_keys=True) as store:
         if isinstance(store.codec.sealer, Envelope):

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import sys
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -14,7 +12,7 @@ from typing import Annotated, Any
 import typer
 
 from ..client import Client
-from ..loading import call_factory, import_object
+from ..loading import call_factory, import_object, put_on_path
 from ..scheduling.intake import Routes, intake
 from ._common import (
     DbOption,
@@ -22,18 +20,18 @@ from ._common import (
     handle_errors,
     open_store,
     parse_json,
+    search_path,
     warn_undeclared,
 )
 
 app = typer.Typer(help="Deliver outside events to runs.", no_args_is_help=True)
 
 
-def load_routes(spec: str) -> Routes:
+def load_routes(spec: str, *, search: list[str] | None = None) -> Routes:
     """Resolve ``module:attribute`` to a routing table: a :class:`Routes`, a mapping of
-    event type to route, or a function of no arguments returning one. The current
-    directory is on the import path."""
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
+    event type to route, or a function of no arguments returning one. It is imported as
+    ``--app`` is (``search``, by default :func:`search_path`, first on the import path)."""
+    put_on_path(search_path() if search is None else search)
     obj: Any = import_object(spec, option="--routes", example="myapp.intake:routes")
     if callable(obj) and not isinstance(obj, Mapping):
         obj = call_factory(obj, option="--routes", spec=spec)
