@@ -590,9 +590,10 @@ class _Loaded:
 
 
 def _taken_over(state: RunState) -> bool:
-    """Whether the journal shows a step started and not ended: the activation that ran it
-    died or lost its lease."""
-    return state.status == "ready" and state.attempt > 0
+    """Whether the journal shows a step started and neither ended nor suspended: the
+    activation that ran it died or lost its lease. A step that continues after its
+    approval, answer or retry timer was not taken over."""
+    return state.status == "ready" and state.step_open
 
 
 def _iso(t: float | None) -> str:
