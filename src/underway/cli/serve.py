@@ -25,7 +25,7 @@ from ._common import (
     read_config,
     search_path,
 )
-from .events import load_routes
+from .events import load_routes, warn_unchecked
 
 app = typer.Typer(add_completion=False)
 
@@ -72,6 +72,8 @@ def serve(
     flows: list[Flow[Any, Any]] = app_code(opts.app, config)[0] if opts.app is not None else []
     table = (load_routes(opts.routes, search=search_path(config))
              if opts.routes is not None else None)
+    if table is not None:
+        warn_unchecked(table, flows)
     session_secret = config.session_secret()
     metrics_token = config.metrics_token()
     with open_store(ctx, db, config=config, keyring=keyring) as store:

@@ -4,14 +4,18 @@ A step that suspends itself — an approval, a question, a retry timer, a child,
 letter an operator resumes — runs again as its next attempt, on purpose. Only a step
 whose attempt was left unended (the worker crashed, was taken over or lost its lease)
 was interrupted. Every reader counts interruptions here: ``underway runs show``, the
-console, the evaluation, the drills, and the worker's takeover metrics and spans.
+console, the evaluation, the drills, and the worker's takeover metrics and spans
+(:func:`left_open`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["ENDS_ATTEMPT", "Attempts"]
+from ._records import Recorded
+
+__all__ = ["ENDS_ATTEMPT", "Attempts", "left_open"]
 
 ENDS_ATTEMPT = frozenset({
     "StepCompleted", "RetryScheduled", "ApprovalRequested", "Escalated", "RunDeadLettered",
@@ -48,3 +52,17 @@ class Attempts:
         if event_type in ENDS_ATTEMPT:
             self.open = False
         return False
+
+
+def left_open(records: Sequence[Recorded]) -> list[Recorded]:
+    """``records``, the events of a step attempt from its ``StepStarted`` on, when the
+    attempt neither ended nor suspended itself: the activation that ran it was interrupted.
+    Empty otherwise.
+
+    Args:
+        records: The attempt's events (:meth:`~underway.journal.Journal.step_attempt`).
+    """
+    attempts = Attempts()
+    for r in records:
+        attempts.see(getattr(r.event, "event_type", None) or type(r.event).__name__)
+    return list(records) if attempts.open else []

@@ -35,7 +35,6 @@ from ._records import (
     request_id_for,
     shadow_result,
 )
-from .attempts import ENDS_ATTEMPT
 from .patch import apply_patch
 
 
@@ -51,10 +50,6 @@ class RunState:
     state: JSON = None
     step: str | None = None
     attempt: int = 0
-    step_open: bool = False
-    """A step attempt started and neither ended nor suspended itself: when the run is
-    leased again now, the activation that ran it was interrupted (a crash, a takeover, a
-    lost lease). See :mod:`underway.journal.attempts`."""
     calls: list[CallRecord] = field(default_factory=list)
     values: list[JSON] = field(default_factory=list)
     waiting_signal: str | None = None
@@ -174,10 +169,6 @@ class RunState:
         if self.lineage_record is not None:
             data["lineage_record"] = self.lineage_record.model_dump(mode="json",
                                                                     exclude_defaults=True)
-        if not self.step_open:
-            # Only a step in flight says so; checkpoints (taken between steps) stay as
-            # they were.
-            del data["step_open"]
         if not self.purged:
             # Only a purged run's state says so; checkpoints (never of a purged run) stay
             # as they were.
@@ -305,7 +296,7 @@ def apply(s: RunState, rec: Recorded) -> RunState:
             s.step, s.input_checked = e.first_step, True
             s.signals = None if e.signals is None else list(e.signals)
         case ev.StepStarted():
-            s.attempt, s.step_open = e.attempt, True
+            s.attempt = e.attempt
         case ev.StepCompleted():
             s.state = apply_patch(s.state, e.patch)
             s.step, s.attempt, s.calls, s.values = e.next, 0, [], []
@@ -507,13 +498,7 @@ def apply(s: RunState, rec: Recorded) -> RunState:
             pass  # the audit trail's: they change nothing a run does next
         case _:
             assert_never(e)
-    if type(e) in _ENDING:
-        s.step_open = False
     return s
-
-
-_ENDING = frozenset(getattr(ev, name) for name in ENDS_ATTEMPT)
-"""The event classes of :data:`~underway.journal.attempts.ENDS_ATTEMPT`."""
 
 
 USAGE_COUNTERS = ("tool_calls", "read_calls", "model_calls", "tokens_in", "tokens_out",
