@@ -1,4 +1,5 @@
-"""docs/approvals.md's Python examples run as written, and the public API is what it lists."""
+"""docs/approvals.md's Python examples run as written (a step giving evidence and risks, and
+signing from Python), and the public API is what it lists."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ DOC = Path(__file__).parents[3] / "docs" / "approvals.md"
 
 def test_the_python_examples_run(tmp_path: Path) -> None:
     blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)
-    assert len(blocks) == 2
+    assert len(blocks) == 3
     script = tmp_path / "example.py"
     script.write_text("\n".join(blocks))
     out = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True,
