@@ -8,6 +8,7 @@ import re
 from typing import Any
 
 import pytest
+import typer.rich_utils
 from typer.testing import CliRunner
 
 from fakes.cli_commands import COMMANDS, with_option
@@ -25,8 +26,15 @@ def _source_words(command: Any) -> set[str]:
     return found
 
 
+@pytest.fixture(autouse=True)
+def _wide(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Wide enough that rich never cuts a long word (a URL) short with an ellipsis: what
+    is tested is the markup, not the terminal's width."""
+    monkeypatch.setattr(typer.rich_utils, "MAX_WIDTH", 200)
+
+
 def _shown(args: list[str]) -> str:
-    result = CliRunner().invoke(app, [*args, "--help"], env={"TERMINAL_WIDTH": "100"})
+    result = CliRunner().invoke(app, [*args, "--help"])
     assert result.exit_code == 0, result.output
     # Box borders and wrapping aside, the words as a reader sees them.
     return " ".join(re.sub(r"[│╭╮╰╯─]", " ", result.output).split())
