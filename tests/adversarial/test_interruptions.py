@@ -23,6 +23,7 @@ from underway.guard.policy import Policy, Rule
 from underway.journal.state import RunState
 from underway.ops.evaluation import evaluate
 from underway.runner import Runner
+from underway.service.console._events import views
 from underway.telemetry import Metrics
 
 
@@ -124,6 +125,11 @@ class World:
             expires_at=float(esc.expires_at or self.clock.now() + 3600),
             approver_id="priya", answer=value).model_dump(mode="json"))
 
+    def console_steps(self, run_id: str) -> list[str]:
+        """The summaries the console's run page shows for the run's step starts."""
+        events = uw.Client(self.engine.store).events(run_id)
+        return [v.summary for v in views(events) if v.type == "StepStarted"]
+
     def show(self, run_id: str) -> str:
         result = CliRunner().invoke(app, ["runs", "show", run_id[:10], "--db", self.url])
         assert result.exit_code == 0, result.output
@@ -167,6 +173,10 @@ def test_continuations_after_an_answer_an_approval_and_a_retry_are_not_interrupt
     assert "attempt 2 (continues after the answer)" in out
     assert "attempt 3 (continues after the approval)" in out
     assert "attempt 4 (continues after the retry timer)" in out
+    assert world.console_steps(run_id) == [
+        "step order, attempt 1", "step order, attempt 2 (continues after the answer)",
+        "step order, attempt 3 (continues after the approval)",
+        "step order, attempt 4 (continues after the retry timer)"]
     assert world.metrics.activations and not any(world.metrics.activations)
     assert world.metrics.taken_over == []
     report = evaluate(world.engine.store, tenant_id="default")
@@ -190,6 +200,7 @@ def test_a_crash_mid_step_is_one_interruption_everywhere(world: World) -> None:
     assert "1 step resumed after an interruption" in out
     assert "attempt 4 (again after an interruption)" in out
     assert "attempt 5 (continues after the resolution)" in out
+    assert "step order, attempt 4 (again after an interruption)" in world.console_steps(run_id)
     assert world.metrics.activations.count(True) == 1
     assert world.metrics.taken_over == [run_id]
     report = evaluate(world.engine.store, tenant_id="default")
