@@ -207,6 +207,11 @@ BAD_QUANTITY = "event type 'order.placed': invalid input for flow 'order': quant
     "Input should be a valid integer, unable to parse string as an integer"
 
 
+BAD_QUANTITY_ERRORS = [{"loc": ["input", "quantity"], "msg": "Input should be a valid "
+                        "integer, unable to parse string as an integer", "type": "int_parsing"}]
+"""Each bad field, as the webhook's 422 lists them."""
+
+
 def refused_at_the_door(store: Store, db_url: str, consumer: ConsumerThread,
                         publish: Any, settled: Any) -> None:
     """A bad order is dead-lettered and stores nothing; the good one after it starts."""
@@ -236,6 +241,7 @@ def test_nats_refuses_input_that_does_not_fit_the_flow(store: Store, db_url: str
     refused_at_the_door(store, db_url, consumer, nats_stream.publish, nats_stream.settled)
     [(_, letter)] = nats_stream.dead_letters()
     assert letter["message_id"] == "bad-qty" and letter["reason"] == BAD_QUANTITY
+    assert letter["errors"] == BAD_QUANTITY_ERRORS
 
 
 def test_rabbitmq_refuses_input_that_does_not_fit_the_flow(
@@ -248,6 +254,7 @@ def test_rabbitmq_refuses_input_that_does_not_fit_the_flow(
                         lambda: rabbit_queue.ready() == 0)
     [(_, letter)] = rabbit_queue.dead_letters()
     assert letter["message_id"] == "bad-qty" and letter["reason"] == BAD_QUANTITY
+    assert letter["errors"] == BAD_QUANTITY_ERRORS
 
 
 def test_maildir_refuses_input_that_does_not_fit_the_flow(store: Store, db_url: str,
