@@ -67,6 +67,8 @@ from __future__ import annotations
 
 import sqlite3
 import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 
 class UnderwayError(Exception):
@@ -77,23 +79,40 @@ class ConfigurationError(UnderwayError):
     """The runtime was given something it cannot use: say what and how to fix it."""
 
 
+@dataclass(frozen=True, slots=True)
+class FieldProblem:
+    """One bad field of a value from outside.
+
+    ``loc`` is where it is (keys and indexes from the value's root), ``msg`` what is wrong,
+    ``type`` the kind of error (pydantic's: ``missing``, ``int_parsing``...)."""
+
+    loc: tuple[str | int, ...]
+    msg: str
+    type: str
+
+
 class InvalidInput(ConfigurationError):
     """A value from outside cannot be stored or used.
 
     Raised before anything is stored. The service answers it with a 4xx problem naming the
-    field.
+    field, and listing each bad one (``errors``).
 
     Args:
         field: Where the value is (e.g. ``body.input.items.0``).
         problem: What is wrong with it.
         status: The HTTP status the service answers with.
+        errors: Each bad field (default: ``field`` with ``problem``).
+        message: The error's text (default: ``"{field}: {problem}"``).
     """
 
-    def __init__(self, field: str, problem: str, *, status: int = 422) -> None:
-        super().__init__(f"{field}: {problem}")
+    def __init__(self, field: str, problem: str, *, status: int = 422,
+                 errors: Sequence[FieldProblem] = (), message: str | None = None) -> None:
+        super().__init__(message or f"{field}: {problem}")
         self.field = field
         self.problem = problem
         self.status = status
+        self.errors = tuple(errors) or (
+            FieldProblem(tuple(field.split(".")), problem, "invalid"),)
 
 
 class SignedResolutionRequired(UnderwayError):
@@ -378,6 +397,7 @@ __all__ = [
     "ConflictError",
     "EgressDenied",
     "FencedError",
+    "FieldProblem",
     "IntegrityError",
     "InvalidInput",
     "KeyUnavailable",

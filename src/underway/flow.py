@@ -17,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 from ._next import ChildOutcome, Done, Fail, Goto, Next, Sleep, Wait, _seconds, _step_name
 from .errors import ConfigurationError
 from .events import JSON
+from .inputs import invalid_model_input
 from .lineage import Lineage
 
 if TYPE_CHECKING:
@@ -531,16 +532,15 @@ class Flow(Generic[S, I]):
         return name
 
     def parse_input(self, data: JSON | BaseModel) -> I:
-        """Validate ``data`` as this flow's input; raise ConfigurationError naming the fields."""
+        """``data`` as this flow's input; every door refuses bad input with its InvalidInput."""
         if isinstance(data, self.input_type):
             return cast(I, data)
         if isinstance(data, BaseModel):
             data = data.model_dump(mode="json")
         try:
-            parsed: I = self.input_type.model_validate(data or {})
-            return parsed
+            return cast(I, self.input_type.model_validate(data or {}))
         except ValidationError as exc:
-            raise ConfigurationError(f"invalid input for flow {self.name!r}: {exc}") from exc
+            raise invalid_model_input(exc, f"invalid input for flow {self.name!r}") from None
 
     def initial_state(self, input: I) -> S:
         """The state a new run starts from."""

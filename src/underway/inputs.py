@@ -26,7 +26,9 @@ import math
 import re
 from typing import Any
 
-from .errors import InvalidInput
+from pydantic import ValidationError
+
+from .errors import FieldProblem, InvalidInput
 
 __all__ = [
     "MAX_DEPTH",
@@ -36,6 +38,7 @@ __all__ = [
     "MAX_TIME",
     "InvalidInput",
     "integer",
+    "invalid_model_input",
     "json_value",
     "number",
     "parse_json",
@@ -207,3 +210,22 @@ def parse_json(field: str, data: str | bytes, *, max_depth: int = MAX_DEPTH) -> 
     return json_value(field, value, max_depth=max_depth)
 
 
+
+
+def invalid_model_input(exc: ValidationError, what: str, *, field: str = "input") -> InvalidInput:
+    """The :class:`InvalidInput` that refuses a value ``exc`` found not to fit its model:
+    its text names each bad field in words (``"{what}: sku: Field required; qty: ..."``),
+    and its ``errors`` list each (loc, msg, type), ``loc`` starting at ``field``.
+
+    Args:
+        exc: The model's validation error.
+        what: What the value was for, starting the text.
+        field: Where the value is.
+    """
+    root = tuple(field.split("."))
+    problems = [FieldProblem((*root, *e["loc"]), e["msg"], e["type"])
+                for e in exc.errors(include_url=False)]
+    words = "; ".join(
+        f"{'.'.join(str(p) for p in e.loc[len(root):]) or 'the value'}: {e.msg}"
+        for e in problems)
+    return InvalidInput(field, words, errors=problems, message=f"{what}: {words}")

@@ -5,6 +5,9 @@ and :func:`load_app`, the flows and tools an ``--app`` names (without loading th
 from __future__ import annotations
 
 import importlib
+import os
+import sys
+from collections.abc import Sequence
 from typing import Any
 
 from . import agent as agents
@@ -12,7 +15,7 @@ from .effects import Tool
 from .errors import ConfigurationError
 from .flow import Flow
 
-__all__ = ["App", "call_factory", "import_object", "load_app"]
+__all__ = ["App", "call_factory", "import_object", "load_app", "put_on_path"]
 
 App = tuple[list[Flow[Any, Any]], list[Tool]]
 """The flows and tools a worker runs."""
@@ -77,15 +80,22 @@ def call_factory(obj: Any, *, option: str, spec: str) -> Any:
         ) from exc
 
 
-def load_app(spec: str) -> App:
+def load_app(spec: str, *, search: Sequence[str | os.PathLike[str]] = ()) -> App:
     """Resolve ``module:attribute`` to the flows and tools a worker runs.
 
     The attribute (dots reach into objects: ``pkg.mod:registry.flows``) may be a
     :class:`Flow` or :class:`~underway.agent.Agent`, a list or tuple of Flows, Agents and
     Tools, or a callable taking no arguments that returns one of those. The module is
-    imported as Python would import it, so it must be on ``sys.path`` (``underway worker``
-    adds the current directory).
+    imported as Python would import it, so it must be on ``sys.path``. Every command
+    that takes ``--app`` passes the current directory and its config file's folder as
+    ``search``, so they all find the same code.
+
+    Args:
+        spec: ``module:attribute``.
+        search: Folders to put first on ``sys.path`` before importing, in this order
+            (none: ``sys.path`` as it is).
     """
+    put_on_path(search)
     obj = import_object(spec, option="--app", example="myapp.flows:flows")
     if callable(obj) and not isinstance(obj, Flow | Tool | type):
         obj = call_factory(obj, option="--app", spec=spec)
@@ -111,3 +121,15 @@ def load_app(spec: str) -> App:
     if not flows:
         raise ConfigurationError(f"--app {spec!r} names no Flow: a worker needs at least one")
     return flows, tools
+
+
+def put_on_path(folders: Sequence[str | os.PathLike[str]]) -> None:
+    """Put ``folders`` first on ``sys.path``, the first of them first (one already there
+    stays where it is).
+
+    Args:
+        folders: The folders.
+    """
+    for folder in reversed([os.fspath(f) for f in folders]):
+        if folder not in sys.path:
+            sys.path.insert(0, folder)

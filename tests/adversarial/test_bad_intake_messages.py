@@ -2,7 +2,9 @@
 whose fields a database cannot hold (a NUL, a lone surrogate), that are not JSON
 (NaN, infinities, 1e309) or that nest too deep is refused naming the field, settled once
 as the source settles a malformed message (a dead letter, the ``.dead`` folder), and the
-good message after it still starts its run. Attacked on real NATS JetStream and
+good message after it still starts its run. Input that does not fit its flow's input
+model is refused at the door the same way, with the words the webhook's 422 uses, and
+no run is created. Attacked on real NATS JetStream and
 RabbitMQ brokers and a maildir, over SQLite and a real PostgreSQL (where a NUL in a key
 once failed the driver, and the message was handed back forever)."""
 
@@ -16,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from fakes import intake_world
 from fakes.intake_world import (
     QUICK,
     TENANT,
@@ -80,20 +83,9 @@ def store(db_url: str) -> Iterator[Store]:
     s.close()
 
 
-@pytest.fixture
-def nats_stream(nats_url: str) -> Iterator[NatsStream]:
-    stream = NatsStream(nats_url)
-    stream.create()
-    yield stream
-    stream.delete()
-
-
-@pytest.fixture
-def rabbit_queue(amqp_url: str) -> Iterator[RabbitQueue]:
-    q = RabbitQueue(amqp_url)
-    q.create()
-    yield q
-    q.delete()
+# The brokers' fixtures, shared with tests/integration/intake.
+nats_stream = intake_world.nats_stream
+rabbit_queue = intake_world.rabbit_queue
 
 
 def nothing_for_the_bad(store: Store) -> None:
@@ -204,3 +196,77 @@ def test_maildir_refuses_each_bad_field_once(store: Store, db_url: str,
     assert watcher.process_new() == []
     assert (watcher.counts.dead, watcher.counts.retried) == (len(MAILS), 0)
     assert [r.run_id for r in store.list_runs(TENANT, limit=100)] == [outcome.result.run_id]
+
+
+# -- input that does not fit the flow's model: refused at the door, as the webhook does --
+
+
+KNOWING = intake_world.flows
+"""The flows' code, as `underway intake --app` gives it."""
+BAD_QUANTITY = "event type 'order.placed': invalid input for flow 'order': quantity: " \
+    "Input should be a valid integer, unable to parse string as an integer"
+
+
+BAD_QUANTITY_ERRORS = [{"loc": ["input", "quantity"], "msg": "Input should be a valid "
+                        "integer, unable to parse string as an integer", "type": "int_parsing"}]
+"""Each bad field, as the webhook's 422 lists them."""
+
+
+def refused_at_the_door(store: Store, db_url: str, consumer: ConsumerThread,
+                        publish: Any, settled: Any) -> None:
+    """A bad order is dead-lettered and stores nothing; the good one after it starts."""
+    before = rows_digest(db_url)
+    try:
+        publish([("bad-qty", json.dumps(order("e-bad", "placed", quantity="lots")).encode())])
+        wait_until(lambda: consumer.counts.dead + consumer.counts.retried > 0,
+                   "the bad order to be settled")
+        assert rows_digest(db_url) == before
+        publish([GOOD])
+        wait_until(lambda: consumer.counts.acted == 1 and settled(),
+                   "the good message to be acted on")
+    finally:
+        consumer.close()
+    assert (consumer.counts.dead, consumer.counts.retried) == (1, 0)
+    assert store.get_intake(TENANT, "bad-qty") is None
+    assert store.entity_owner(TENANT, "e-bad") is None
+    the_good_one_started(store)
+
+
+def test_nats_refuses_input_that_does_not_fit_the_flow(store: Store, db_url: str,
+                                                       nats_stream: NatsStream) -> None:
+    consumer = ConsumerThread(NatsIntake(
+        Client(store, flows=KNOWING), routes, stream=nats_stream.name,
+        subject=nats_stream.subject, servers=nats_stream.url, dead_letter=nats_stream.dead,
+        tenant_id=TENANT, ack_wait=2.0, backoff=QUICK))
+    refused_at_the_door(store, db_url, consumer, nats_stream.publish, nats_stream.settled)
+    [(_, letter)] = nats_stream.dead_letters()
+    assert letter["message_id"] == "bad-qty" and letter["reason"] == BAD_QUANTITY
+    assert letter["errors"] == BAD_QUANTITY_ERRORS
+
+
+def test_rabbitmq_refuses_input_that_does_not_fit_the_flow(
+    store: Store, db_url: str, rabbit_queue: RabbitQueue,
+) -> None:
+    consumer = ConsumerThread(RabbitMQIntake(
+        Client(store, flows=KNOWING), routes, queue=rabbit_queue.name, url=rabbit_queue.url,
+        dead_letter=rabbit_queue.dead, tenant_id=TENANT, backoff=QUICK))
+    refused_at_the_door(store, db_url, consumer, rabbit_queue.publish,
+                        lambda: rabbit_queue.ready() == 0)
+    [(_, letter)] = rabbit_queue.dead_letters()
+    assert letter["message_id"] == "bad-qty" and letter["reason"] == BAD_QUANTITY
+    assert letter["errors"] == BAD_QUANTITY_ERRORS
+
+
+def test_maildir_refuses_input_that_does_not_fit_the_flow(store: Store, db_url: str,
+                                                          tmp_path: Path) -> None:
+    box = mailbox.Maildir(tmp_path / "inbox", create=True)
+    watcher = MaildirIntake(Client(store, flows=KNOWING), routes, tmp_path / "inbox",
+                            MailOptions(tenant_id=TENANT))
+    before = rows_digest(db_url)
+    box.add(_mail(b"<m1@x>"))
+    [outcome] = watcher.process_new()
+    assert outcome.action == "dead"
+    assert outcome.reason == ("event type 'mail.received': invalid input for flow 'desk': "
+                              "priority: Field required")
+    assert rows_digest(db_url) == before
+    assert len(mailbox.Maildir(tmp_path / "inbox" / ".dead", create=False)) == 1

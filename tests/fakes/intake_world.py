@@ -31,8 +31,9 @@ import aio_pika
 import nats
 import psycopg
 import pytest
+from pydantic import BaseModel
 
-from underway import connect
+from underway import Flow, Next, RunContext, connect
 from underway.retry import RetryPolicy
 from underway.scheduling.intake import Routes, Signal, StartFlow
 from underway.store._urls import split_url
@@ -55,6 +56,37 @@ routes = Routes({
     "mail.received": StartFlow("desk", signal="mail.received"),
 })
 """The routes every intake test uses (``--routes fakes.intake_world:routes``)."""
+
+
+class OrderInput(BaseModel):
+    """What an order's run takes: its payload, when it fits."""
+
+    quantity: int = 1
+
+
+class MailInput(BaseModel):
+    """What a desk run takes: a mail's payload never has a priority, so none fits."""
+
+    priority: int
+
+
+_order: Flow[OrderInput, OrderInput] = Flow("order", input=OrderInput, state=OrderInput)
+_desk: Flow[MailInput, MailInput] = Flow("desk", input=MailInput, state=MailInput)
+
+
+@_order.step(start=True)
+async def _take(ctx: RunContext[OrderInput, OrderInput]) -> Next:
+    return ctx.done()
+
+
+@_desk.step(start=True)
+async def _read(ctx: RunContext[MailInput, MailInput]) -> Next:
+    return ctx.done()
+
+
+flows = [_order, _desk]
+"""The code of the flows the routes start by name, for the tests that give it
+(``--app fakes.intake_world:flows``): with it, input is checked at the door."""
 
 
 def order(entity: str, kind: str, **payload: Any) -> dict[str, Any]:
@@ -472,3 +504,24 @@ class ConsumerThread:
         assert not self._thread.is_alive(), "the consumer did not stop"
         if self.error is not None:
             raise self.error
+
+
+# -- fixtures: the intake tests import them (pytest finds a fixture by its name) --------
+
+
+@pytest.fixture
+def nats_stream(nats_url: str) -> Iterator[NatsStream]:
+    """A fresh JetStream stream and its dead-letter stream."""
+    stream = NatsStream(nats_url)
+    stream.create()
+    yield stream
+    stream.delete()
+
+
+@pytest.fixture
+def rabbit_queue(amqp_url: str) -> Iterator[RabbitQueue]:
+    """A fresh RabbitMQ queue (and, once used, its dead-letter queue)."""
+    q = RabbitQueue(amqp_url)
+    q.create()
+    yield q
+    q.delete()

@@ -45,6 +45,7 @@ from typer._click.formatting import HelpFormatter
 from typer.core import TyperCommand, TyperGroup
 
 from ._common import DbOption, KeyringOption, RootOptions
+from ._help import plain, plain_help
 
 __all__ = ["LAZY", "SUMMARY", "app", "main"]
 
@@ -146,10 +147,11 @@ class _Commands(TyperGroup):
 
     def get_command(self, ctx: Context, cmd_name: str) -> Command | None:
         if cmd_name not in LAZY:
-            return super().get_command(ctx, cmd_name)
+            found = super().get_command(ctx, cmd_name)
+            return None if found is None else plain_help(found)
         if self._listing:
-            return TyperCommand(cmd_name, help=SUMMARY[cmd_name],
-                                short_help=SUMMARY[cmd_name])
+            return TyperCommand(cmd_name, help=plain(SUMMARY[cmd_name]),
+                                short_help=plain(SUMMARY[cmd_name]))
         module_name, _, attribute = LAZY[cmd_name].partition(":")
         try:
             module = importlib.import_module(f"{__name__}.{module_name}")
@@ -163,7 +165,7 @@ class _Commands(TyperGroup):
         command = typer.main.get_command(sub) if cmd_name in _SINGLE \
             else typer.main.get_group(sub)
         command.name = cmd_name
-        return command
+        return plain_help(command)
 
 
 app = typer.Typer(

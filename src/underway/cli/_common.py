@@ -22,7 +22,6 @@ import getpass
 import json
 import os
 import sqlite3
-import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -45,6 +44,7 @@ from ..errors import (
     UnderwayError,
 )
 from ..events import JSON
+from ..loading import App, load_app
 from ..store import connect
 from ..store._urls import split_url
 from ..store.access import check_purpose
@@ -207,12 +207,17 @@ def override(section: S, **options: object) -> S:
     return section.model_copy(update={k: v for k, v in options.items() if v is not None})
 
 
-def import_paths(config: Config) -> None:
-    """Put the current directory and the config file's on the import path, so that
-    ``--app module:attr`` finds a module in either (the current directory first)."""
-    for folder in (None if config.folder is None else str(config.folder), os.getcwd()):
-        if folder is not None and folder not in sys.path:
-            sys.path.insert(0, folder)
+def search_path(config: Config | None = None) -> list[str]:
+    """Where a command imports the code an option names from, before ``sys.path``: the
+    current directory, then the config file's folder (when there is one)."""
+    folder = None if config is None or config.folder is None else str(config.folder)
+    return [os.getcwd()] + ([folder] if folder is not None else [])
+
+
+def app_code(spec: str, config: Config | None = None) -> App:
+    """The flows and tools ``--app spec`` names, imported as ``underway worker`` imports
+    them (:func:`search_path` first): every command that takes ``--app`` loads it here."""
+    return load_app(spec, search=search_path(config))
 
 
 def database_url(ctx: typer.Context, db: str | None, default: str | None = None) -> str:
@@ -413,6 +418,25 @@ def find_run(client: Client, tenant_id: str, run: str) -> RunRecord:
             f"no run {run!r} in tenant {tenant_id!r}"
             + ("" if tenant_id != "default" else " (use --tenant for another tenant)")
         ) from None
+
+
+def run_id_of(store: Store, tenant_id: str, run: str, *,
+              known: Callable[[str], bool] | None = None) -> str:
+    """The run id a run option names, for a command that reads records kept about runs (an
+    access log, a journal) rather than the runs themselves: a whole id that ``known``
+    says is on record stays as it is, even when its run row is gone; else the id of the
+    one run whose id it is or starts with (:func:`find_run`). None matching, or several,
+    is an error naming the problem, never an empty answer.
+
+    Args:
+        store: The store to look in.
+        tenant_id: The tenant.
+        run: What the option said.
+        known: Whether records name ``run`` as a whole id (None: only runs count).
+    """
+    if store.get_run(tenant_id, run) is None and known is not None and known(run):
+        return run
+    return find_run(Client(store), tenant_id, run).run_id
 
 
 def parse_time(text: str | None, option: str) -> float | None:

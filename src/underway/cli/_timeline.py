@@ -80,7 +80,7 @@ def render(state: RunState, records: Sequence[Recorded],
             f"{_n(c['tool_calls'], 'tool call')} ({c['tool_failures']} failed), "
             f"{_n(c['model_calls'], 'model call')}, {_n(c['signals'], 'signal')}, "
             f"{_n(c['escalations'], 'escalation')}, "
-            f"{_n(c['resumed_steps'], 'step')} resumed after an interruption"
+            f"{_n(c['interrupted_steps'], 'step')} resumed after an interruption"
         ),
     ]
     if state.status == "completed" and state.tainted_by:

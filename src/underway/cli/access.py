@@ -18,6 +18,7 @@ from ._common import (
     handle_check_errors,
     open_store,
     parse_time,
+    run_id_of,
 )
 
 app = typer.Typer(add_completion=False)
@@ -32,8 +33,9 @@ def access_log(
     ctx: typer.Context,
     tenant: Annotated[str, typer.Option("--tenant", help="The tenant whose log to read.")]
     = "default",
-    run: Annotated[str | None, typer.Option("--run", help="Only reads of this run.",
-                                            show_default=False)] = None,
+    run: Annotated[str | None, typer.Option(
+        "--run", help="Only reads of this run: its id, or a prefix of exactly one run's id.",
+        show_default=False)] = None,
     who: Annotated[str | None, typer.Option(
         "--who", help="Only reads by this API key name, or command-line user.",
         show_default=False)] = None,
@@ -66,6 +68,10 @@ def access_log(
         if verify:
             verdict = verify_access_log(store, tenant)
         else:
+            if run is not None:
+                # The log outlives the runs it names: a whole id of a deleted run still counts.
+                run = run_id_of(store, tenant, run, known=lambda r: bool(
+                    store.list_access(tenant, run_id=r, limit=1)))
             found = store.list_access(tenant, run_id=run, key_id=key, who=who,
                                       purpose=purpose, since=since_at, until=until_at,
                                       limit=limit)
@@ -87,7 +93,8 @@ def access_log(
         typer.echo(json.dumps([asdict(r) for r in found], indent=2))
         return
     if not found:
-        typer.echo(f"no reads recorded in tenant {tenant!r}")
+        of = f" of run {run}" if run is not None else ""
+        typer.echo(f"no reads recorded{of} in tenant {tenant!r}")
         return
     for r in found:
         shown = "  revealed" if r.revealed else ""

@@ -24,19 +24,18 @@ webhooks = typer.Typer(help="Set, list and remove the secrets intake webhooks ar
                        "with.", no_args_is_help=True)
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON.")]
-KeyTenant = Annotated[str, typer.Option("--tenant", help="The tenant the key acts in.",
-                                        show_default=False)]
+KeyTenant = Annotated[str, typer.Option("--tenant", help="The tenant the key acts in.")]
 
 
 @app.command("new")
 @handle_errors
 def new(
     ctx: typer.Context,
-    tenant: KeyTenant,
     role: Annotated[str, typer.Option("--role", help=f"One of: {', '.join(ROLES)}.",
                                       show_default=False)],
     name: Annotated[str, typer.Option("--name", help="Who or what uses it (shown in the "
                                       "access log and journals).")] = "",
+    tenant: KeyTenant = "default",
     db: DbOption = None,
 ) -> None:
     """Issue a key and print its token once (only a hash of it is stored)."""
@@ -81,7 +80,7 @@ def ls(
 def revoke(
     ctx: typer.Context,
     key_id: Annotated[str, typer.Argument(help="The key's id.", show_default=False)],
-    tenant: KeyTenant,
+    tenant: KeyTenant = "default",
     db: DbOption = None,
 ) -> None:
     """Revoke a key: it authenticates nothing from now on."""

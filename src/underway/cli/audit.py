@@ -8,7 +8,6 @@ from typing import Annotated
 
 import typer
 
-from ..client import Client
 from ..guard.approvals import generate_keypair, load_private_key, write_private_key
 from ..ops.audit import FileAnchorLog, Report, anchor, key_id, load_public_key, read_anchors
 from ..ops.audit import verify as verify_journals
@@ -16,10 +15,10 @@ from ._common import (
     DbOption,
     Problem,
     TenantOption,
-    find_run,
     handle_check_errors,
     handle_errors,
     open_store,
+    run_id_of,
 )
 
 app = typer.Typer(help="Audit the journal.", no_args_is_help=True)
@@ -69,13 +68,11 @@ def verify(
         trusted = read_anchors(FileAnchorLog(anchors).lines(), load_public_key(public_key))
     scope = None if every_tenant else tenant
     with open_store(ctx, db) as store:
-        if (
-            run is not None and store.get_run(tenant, run) is None
-            and not store.load_events(tenant, run)
-            and (trusted is None or (tenant, run) not in trusted.heads)
-        ):
-            # Not a whole id: a prefix of exactly one run's id will do.
-            run = find_run(Client(store), tenant, run).run_id
+        if run is not None:
+            # A journal whose row is gone, or an anchored head, is still checked by its id.
+            run = run_id_of(store, tenant, run, known=lambda r: bool(
+                store.load_events(tenant, r)) or (
+                trusted is not None and (tenant, r) in trusted.heads))
         report = verify_journals(store, tenant_id=scope, run_id=run, anchors=trusted)
     for finding in report.findings:
         typer.echo(finding.describe())

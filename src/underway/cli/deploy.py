@@ -14,15 +14,14 @@ from typing import Annotated
 import typer
 
 from ..crypto import Envelope, rotation_flow
-from ..loading import load_app
 from ..ops.deploy import Breakage, StoppedRun, check_deploy
 from ._common import (
     ConfigOption,
     DbOption,
     KeyringOption,
     Problem,
+    app_code,
     handle_check_errors,
-    import_paths,
     open_store,
     read_config,
 )
@@ -77,8 +76,7 @@ def check(
     # The worker's own reading of the file: a policy file or secrets binding the worker
     # would refuse to start with fails the check too.
     config.make_guard_options(notify=False)
-    import_paths(config)
-    flows, tools = load_app(spec)
+    flows, tools = app_code(spec, config)
     began = time.perf_counter()
     with open_store(ctx, db, config=config, keyring=keyring, need_keys=True) as store:
         if isinstance(store.codec.sealer, Envelope):

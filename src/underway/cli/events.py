@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import sys
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -14,26 +12,70 @@ from typing import Annotated, Any
 import typer
 
 from ..client import Client
-from ..loading import call_factory, import_object
-from ..scheduling.intake import Routes, intake
+from ..flow import Flow
+from ..loading import call_factory, import_object, put_on_path
+from ..scheduling.intake import Routes, StartFlow, intake
+from ..store.base import Store
 from ._common import (
     DbOption,
     Problem,
+    app_code,
     handle_errors,
     open_store,
     parse_json,
+    search_path,
     warn_undeclared,
 )
 
 app = typer.Typer(help="Deliver outside events to runs.", no_args_is_help=True)
 
 
-def load_routes(spec: str) -> Routes:
+AppOption = Annotated[str | None, typer.Option(
+    "--app", help="The flows, as module:attribute (as for `underway worker`). An event "
+    "that starts a run has its input checked against the flow's input model at once: a "
+    "bad one is refused with its fields named, and no run is created.",
+    show_default=False)]
+
+
+def intake_client(store: Store, table: Routes, app_spec: str | None) -> Client:
+    """The client an intake command acts through: it knows the flows of ``--app``, so a
+    route's input is checked at the door, as ``underway serve --app`` checks a webhook's.
+    Routes that start a flow it does not know are named on stderr: their input is
+    checked only by the worker, which fails the run.
+
+    Args:
+        store: The store.
+        table: The routes.
+        app_spec: What ``--app`` said (None: no flows).
+    """
+    flows = app_code(app_spec)[0] if app_spec is not None else []
+    warn_unchecked(table, flows)
+    return Client(store, flows=flows)
+
+
+def warn_unchecked(table: Routes, flows: list[Flow[Any, Any]]) -> None:
+    """Name on stderr the routes' flows whose input nothing can check at the door: they
+    start a flow by a name none of ``flows`` has.
+
+    Args:
+        table: The routes.
+        flows: The flows of ``--app``.
+    """
+    known = {f.name for f in flows}
+    unchecked = sorted({str(r.flow) for r in table.values() if isinstance(r, StartFlow)
+                        and isinstance(r.flow, str) and r.flow not in known})
+    if unchecked:
+        typer.echo(
+            f"warning: the routes start {', '.join(map(repr, unchecked))} by name, and no "
+            "--app gives that code: an event whose input does not fit is not refused at "
+            "the door; the worker fails its run instead", err=True)
+
+
+def load_routes(spec: str, *, search: list[str] | None = None) -> Routes:
     """Resolve ``module:attribute`` to a routing table: a :class:`Routes`, a mapping of
-    event type to route, or a function of no arguments returning one. The current
-    directory is on the import path."""
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
+    event type to route, or a function of no arguments returning one. It is imported as
+    ``--app`` is (``search``, by default :func:`search_path`, first on the import path)."""
+    put_on_path(search_path() if search is None else search)
     obj: Any = import_object(spec, option="--routes", example="myapp.intake:routes")
     if callable(obj) and not isinstance(obj, Mapping):
         obj = call_factory(obj, option="--routes", spec=spec)
@@ -83,6 +125,7 @@ def send(
                      show_default=False),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+    app_spec: AppOption = None,
     tenant: Annotated[str, typer.Option("--tenant", help="Tenant the event belongs to.")]
     = "default",
     db: DbOption = None,
@@ -96,7 +139,7 @@ def send(
     }
     table = load_routes(routes)
     with open_store(ctx, db) as store:
-        client = Client(store)
+        client = intake_client(store, table, app_spec)
         result = intake(client, event, table)
         if result.action == "signalled" and result.run_id is not None:
             row = store.get_run(tenant, result.run_id)

@@ -20,7 +20,7 @@ from ..scheduling import intake_sources
 from ..scheduling.intake import Routes
 from ..scheduling.intake_sources import IntakeCounts, MailOptions
 from ._common import DbOption, Problem, handle_errors, open_store
-from .events import load_routes
+from .events import AppOption, intake_client, load_routes
 
 app = typer.Typer(help="Take outside events in from queues and mail.", no_args_is_help=True)
 
@@ -54,10 +54,11 @@ def _extra(name: str, extra: str) -> Any:
 
 
 @contextmanager
-def _client(ctx: typer.Context, db: str | None, routes: str) -> Iterator[tuple[Client, Routes]]:
+def _client(ctx: typer.Context, db: str | None, routes: str,
+            app_spec: str | None) -> Iterator[tuple[Client, Routes]]:
     table = load_routes(routes)
     with open_store(ctx, db) as store:
-        yield Client(store), table
+        yield intake_client(store, table, app_spec), table
 
 
 def _until_signalled(run: Callable[[asyncio.Event, asyncio.Event],
@@ -108,6 +109,7 @@ def nats(
     ack_wait: Annotated[float, typer.Option(
         "--ack-wait", min=0.1, help="Seconds before a message taken and not acknowledged "
         "(its consumer died) is delivered again; used when the durable is created.")] = 30.0,
+    app_spec: AppOption = None,
     tenant: TenantOption = "default",
     source: SourceOption = None,
     verbose: VerboseOption = False,
@@ -116,7 +118,7 @@ def nats(
     """Consume a JetStream subject; each message is acked after its intake commits."""
     _logging("nats", verbose)
     nats_intake = _extra("NatsIntake", "nats")
-    with _client(ctx, db, routes) as (client, table):
+    with _client(ctx, db, routes, app_spec) as (client, table):
         consumer = nats_intake(client, table, stream=stream, subject=subject, servers=server,
                                durable=durable, dead_letter=dead_letter, tenant_id=tenant,
                                source=source, ack_wait=ack_wait)
@@ -140,6 +142,7 @@ def rabbitmq(
     key_header: Annotated[str, typer.Option(
         "--key-header", help="The header read for the idempotency key when a message has "
         "no message_id.")] = "Idempotency-Key",
+    app_spec: AppOption = None,
     tenant: TenantOption = "default",
     source: SourceOption = None,
     verbose: VerboseOption = False,
@@ -148,7 +151,7 @@ def rabbitmq(
     """Consume a RabbitMQ queue; each message is acked after its intake commits."""
     _logging("rabbitmq", verbose)
     rabbitmq_intake = _extra("RabbitMQIntake", "rabbitmq")
-    with _client(ctx, db, routes) as (client, table):
+    with _client(ctx, db, routes, app_spec) as (client, table):
         consumer = rabbitmq_intake(client, table, queue=queue, url=url,
                                    dead_letter=dead_letter, key_header=key_header,
                                    tenant_id=tenant, source=source)
@@ -180,6 +183,7 @@ def maildir(
     once: Annotated[bool, typer.Option(
         "--once", help="Take in what new/ holds now, then exit (status 1 when a store "
         "failure left mails in new/).")] = False,
+    app_spec: AppOption = None,
     tenant: TenantOption = "default",
     source: Annotated[str, typer.Option("--source", help="The events' source.")] = "mail",
     verbose: VerboseOption = False,
@@ -195,7 +199,7 @@ def maildir(
         tenant_id=tenant, source=source, event_type=event_type,
         entity="thread" if entity == "thread" else "sender",
         attachments=_attachments(attachments), max_attachment=max_attachment)
-    with _client(ctx, db, routes) as (client, table):
+    with _client(ctx, db, routes, app_spec) as (client, table):
         watcher = intake_sources.MaildirIntake(client, table, directory, options)
         if once:
             watcher.process_new()

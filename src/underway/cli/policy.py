@@ -14,10 +14,9 @@ from ..events import JSON
 from ..guard import decide_with_money
 from ..guard.policy import Amount, PolicyContext, load_policy
 from ..guard.policy.context import to_decimal
-from ..loading import load_app
 from ..money import Money, Unreadable, read_money
 from ..store.base import ConsentRecord
-from ._common import Problem, handle_errors, parse_json
+from ._common import Problem, app_code, handle_errors, parse_json
 
 app = typer.Typer(help="Validate policy files and explain their decisions.",
                   no_args_is_help=True)
@@ -51,7 +50,7 @@ def _amount(text: str | None) -> Amount | None:
 
 
 def _app_tool(spec: str, name: str) -> Tool:
-    flows, tools = load_app(spec)
+    flows, tools = app_code(spec)
     known = {t.name: t for f in flows for t in f.declared_tools} | {t.name: t for t in tools}
     if name not in known:
         raise Problem(f"--app {spec!r} declares no tool {name!r}; it declares "

@@ -15,7 +15,6 @@ import typer
 from ..client import Client
 from ..effects import Model
 from ..guard.policy import Policy, load_policy
-from ..loading import load_app
 from ..ops.replay import (
     CHANGES,
     BatchEntry,
@@ -37,9 +36,9 @@ from ._common import (
     ReaderOption,
     RevealOption,
     TenantOption,
+    app_code,
     find_run,
     handle_check_errors,
-    import_paths,
     open_store,
     parse_time,
     read_config,
@@ -149,8 +148,7 @@ def replay(
     if spec is None:
         raise Problem("no app given: pass --app module:attribute (the code to replay "
                       "against) or set worker.app in the config file")
-    import_paths(config)
-    flows, tools = load_app(spec)
+    flows, tools = app_code(spec, config)
     policy: Policy | None = load_policy(policy_file) if policy_file else None
     model: Model | None = model_from_spec(model_spec) if model_spec else None
     # The worker's own guard: [policy], [budgets], environment, [secrets], [approvals].

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import sys
 from typing import Annotated, Any
 
@@ -17,7 +16,6 @@ from ..client import Client, Recorded
 from ..codec import ENCRYPTED
 from ..events import JSON, PURGED, Encrypted, PayloadPurged
 from ..flow import Flow
-from ..loading import load_app
 from ..ops.timeline import format_time
 from ..redaction import Redactor
 from ..store.access import DEFAULT_PURPOSE
@@ -30,6 +28,7 @@ from ._common import (
     ReaderOption,
     RevealOption,
     TenantOption,
+    app_code,
     find_run,
     handle_errors,
     open_client,
@@ -267,9 +266,7 @@ def start(
     data = parse_json(input, "--input")
     flows: list[Flow[Any, Any]] = []
     if app_spec is not None:
-        if os.getcwd() not in sys.path:
-            sys.path.insert(0, os.getcwd())
-        flows = load_app(app_spec)[0]
+        flows = app_code(app_spec)[0]
     with open_client(ctx, db) as client:
         if flows:
             client = Client(client.store, flows=flows)
@@ -464,9 +461,7 @@ def fork(
     patch = parse_json(state_patch, "--state-patch")
     flows: list[Flow[Any, Any]] = []
     if app_spec is not None:
-        if os.getcwd() not in sys.path:
-            sys.path.insert(0, os.getcwd())
-        flows = load_app(app_spec)[0]
+        flows = app_code(app_spec)[0]
     with open_client(ctx, db) as client:
         if flows:
             client = Client(client.store, flows=flows)

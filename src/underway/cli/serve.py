@@ -11,7 +11,6 @@ import typer
 
 from ..client import Client
 from ..flow import Flow
-from ..loading import load_app
 from ..service import create_app
 from ..service import serve as run_server
 from ._common import (
@@ -19,13 +18,14 @@ from ._common import (
     DbOption,
     Failure,
     KeyringOption,
+    app_code,
     handle_errors,
-    import_paths,
     open_store,
     override,
     read_config,
+    search_path,
 )
-from .events import load_routes
+from .events import load_routes, warn_unchecked
 
 app = typer.Typer(add_completion=False)
 
@@ -69,9 +69,11 @@ def serve(
     config = read_config(config_file, "serve")
     opts = override(config.serve, host=host, port=port, routes=routes, app=app_spec,
                     log_level=log_level, max_body_bytes=max_body_bytes)
-    import_paths(config)
-    flows: list[Flow[Any, Any]] = load_app(opts.app)[0] if opts.app is not None else []
-    table = load_routes(opts.routes) if opts.routes is not None else None
+    flows: list[Flow[Any, Any]] = app_code(opts.app, config)[0] if opts.app is not None else []
+    table = (load_routes(opts.routes, search=search_path(config))
+             if opts.routes is not None else None)
+    if table is not None:
+        warn_unchecked(table, flows)
     session_secret = config.session_secret()
     metrics_token = config.metrics_token()
     with open_store(ctx, db, config=config, keyring=keyring) as store:

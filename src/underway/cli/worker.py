@@ -22,15 +22,15 @@ from ..ops.audit import Anchoring, FileAnchorLog
 from ..sandbox import WorkerLimits, configure_worker
 from ..store import queries
 from ..telemetry import Metrics
-from ..worker import Worker, load_app
+from ..worker import Worker
 from ._common import (
     ConfigOption,
     DbOption,
     Failure,
     KeyringOption,
     Problem,
+    app_code,
     handle_errors,
-    import_paths,
     open_store,
     override,
     read_config,
@@ -192,8 +192,7 @@ def worker(
                       "'underway[metrics]'")
     metrics_token = config.worker_metrics_token()
     _sandbox(config)
-    import_paths(config)
-    flows, tools = load_app(opts.app)
+    flows, tools = app_code(opts.app, config)
     exporter = config.make_span_exporter(telemetry_opts)
     tracing: telemetry.Tracing | None = None
     with open_store(ctx, db, config=config, keyring=keyring, need_keys=True) as store:

@@ -36,6 +36,7 @@ from ..guard import Guard, GuardOptions
 from ..guard.approvals.check import check_approval
 from ..identity import worker_identity
 from ..journal import Journal
+from ..journal.attempts import left_open
 from ..journal.projection import expected_update, good_time, question_expiry
 from ..journal.state import Recorded, RunState
 from ..redaction import Redactor
@@ -304,7 +305,7 @@ class Engine(EagerStarts):
             due = row.next_wake_at
             self.metrics.activated(
                 state, wake_latency=None if due is None else self.clock.now() - due,
-                takeover=_taken_over(state))
+                takeover=bool(loaded.interrupted))
             if loaded.interrupted:
                 self.metrics.interrupted(lease.tenant_id, lease.run_id, state.flow,
                                          [(r.seq, r.at, r.event) for r in loaded.interrupted])
@@ -388,10 +389,11 @@ class Engine(EagerStarts):
             raise RunNotFound(lease.tenant_id, lease.run_id)
         state, head, refused = self.journal.load_head(lease.tenant_id, lease.run_id)
         signals = pending_signals(self.store, lease.tenant_id, lease.run_id)
-        # What an activation that died mid-step committed of that step, for the telemetry
-        # it made and could not report.
-        interrupted = self.journal.step_attempt(lease.tenant_id, lease.run_id, state.seq) \
-            if self.metrics.wants_interrupted and _taken_over(state) else []
+        # What an interrupted activation committed of its step, for the telemetry it made
+        # and could not report.
+        maybe = self.metrics.wants_interrupted and _taken_over(state)
+        interrupted = left_open(self.journal.step_attempt(
+            lease.tenant_id, lease.run_id, state.seq)) if maybe else []
         return _Loaded(row, state, head, refused, signals, interrupted)
 
     def _check_input(self, act: Activation, flow: Flow[Any, Any]) -> None:
@@ -590,8 +592,8 @@ class _Loaded:
 
 
 def _taken_over(state: RunState) -> bool:
-    """Whether the journal shows a step started and not ended: the activation that ran it
-    died or lost its lease."""
+    """Whether a step started and did not complete: its events tell if it was taken over
+    (:func:`~underway.journal.attempts.left_open`)."""
     return state.status == "ready" and state.attempt > 0
 
 

@@ -6,6 +6,7 @@ module              holds
 ``_journal``        :class:`Journal`: encoding, recovery, verifying a chain
 ``checks``          the checks that verify one run's journal
 ``state``           :class:`RunState` and the fold of events into it
+``attempts``        why a step runs again: a continuation or an interruption
 ``checkpoint``      checkpoints bound to the journal
 ``blobs``           the blobs a payload refers to, followed to the end
 ``patch``           state patches (JSON Patch)

@@ -15,6 +15,7 @@ from .. import events as ev
 from ..client import Recorded
 from ..codec import ENCRYPTED
 from ..events import JSON
+from ..journal.attempts import Attempts
 
 __all__ = ["Line", "counts", "duration", "format_time", "lines", "preview", "summarize",
            "time_left", "type_of"]
@@ -90,8 +91,8 @@ def summarize(rec: Recorded, *, purged_by: str = "retention") -> str:
         case ev.InputChecked():
             return f"input checked by a worker with the flow; first step {e.first_step}"
         case ev.StepStarted():
-            again = " (again after an interruption)" if e.attempt > 1 else ""
-            return f"step {e.step}, attempt {e.attempt}{again}"
+            # Whether it follows an interruption depends on the events before it (lines).
+            return f"step {e.step}, attempt {e.attempt}"
         case ev.StepCompleted():
             changes = f"{len(e.patch)} state change{'' if len(e.patch) == 1 else 's'}"
             return f"step {e.step} -> {e.next or 'end'} ({changes})"
@@ -253,7 +254,9 @@ def _duration(seconds: float) -> str:
 def lines(records: Sequence[Recorded], *, purged_by: str = "retention") -> list[Line]:
     """The timeline lines of ``records``.
 
-    An outcome journaled only after its step was interrupted and started again (found by
+    A step started again says why: after an interruption (a crash, a takeover, a lost
+    lease; :mod:`underway.journal.attempts`), or continuing after what it waited for. An
+    outcome journaled only after its step was interrupted and started again (found by
     ``reconcile``, retried, or resolved by a person) says so.
 
     Args:
@@ -265,16 +268,20 @@ def lines(records: Sequence[Recorded], *, purged_by: str = "retention") -> list[
     open_intents: set[str] = set()
     interrupted: set[str] = set()
     resumed_by: str | None = None
+    attempts = Attempts()
     for r in records:
         e = r.event
         summary = summarize(r, purged_by=purged_by)
+        again = attempts.see(type_of(e))
         if isinstance(e, ev.ToolStarted):
             open_intents.add(e.key)
         elif isinstance(e, ev.StepStarted):
             interrupted |= open_intents
-            if e.attempt > 1 and resumed_by is not None:
+            if again:
+                summary += " (again after an interruption)"
+            elif e.attempt > 1 and resumed_by is not None:
                 # Not a crash: the step suspended on purpose and runs again now.
-                summary = f"step {e.step}, attempt {e.attempt} (continues after {resumed_by})"
+                summary += f" (continues after {resumed_by})"
             resumed_by = None
         elif isinstance(e, _OUTCOMES):
             open_intents.discard(e.key)
@@ -295,14 +302,19 @@ _RESUMERS: dict[type[ev.Event], str] = {
     ev.ApprovalExpired: "the approval expired", ev.EscalationAnswered: "the answer",
     ev.EscalationExpired: "the question expired",
     ev.EscalationResolved: "the resolution", ev.TimerFired: "the retry timer",
-    ev.RunResumed: "an operator resumed it",
+    ev.RunResumed: "an operator resumed it", ev.ChildFinished: "its child run ended",
+    ev.SignalReceived: "the signal",
 }
 
 
 def counts(records: Sequence[Recorded]) -> dict[str, int]:
     """Totals over a run's events: steps, tool calls (and failures), model calls,
-    signals, escalations and re-executed steps."""
+    signals, escalations, and steps started again after an interruption (not those that
+    continue after an approval, an answer or a timer)."""
     kinds = Counter(type_of(r.event) for r in records)
+    attempts = Attempts()
+    for r in records:
+        attempts.see(type_of(r.event))
     outcomes = [t.__name__ for t in _OUTCOMES]
     return {
         "events": len(records),
@@ -312,15 +324,5 @@ def counts(records: Sequence[Recorded]) -> dict[str, int]:
         "model_calls": kinds["ModelResponded"],
         "signals": kinds["SignalReceived"],
         "escalations": kinds["Escalated"],
-        "resumed_steps": sum(1 for r in records if _attempt(r.event) > 1),
+        "interrupted_steps": attempts.interruptions,
     }
-
-
-def _attempt(e: ev.Event) -> int:
-    """A step start's attempt (a purged one's, as its skeleton keeps it); 0 for others."""
-    if isinstance(e, ev.StepStarted):
-        return e.attempt
-    if isinstance(e, ev.PayloadPurged) and e.event_type == "StepStarted":
-        attempt = e.kept.get("attempt")
-        return attempt if isinstance(attempt, int) else 0
-    return 0

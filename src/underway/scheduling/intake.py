@@ -39,7 +39,7 @@ until they are done with the entity.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -56,7 +56,7 @@ from pydantic import (
 from .. import inputs
 from ..client import Client
 from ..codec import signal_where
-from ..errors import ConfigurationError, InvalidInput
+from ..errors import ConfigurationError, FieldProblem, InvalidInput
 from ..events import JSON, canonical_json
 from ..flow import Flow
 from ..lineage import INTAKE_KEY_PREFIX, INTAKE_TAINT, Lineage
@@ -81,7 +81,17 @@ __all__ = [
 
 
 class IntakeError(ConfigurationError):
-    """An event or routing table that intake cannot use; the message says which part."""
+    """An event or routing table that intake cannot use; the message says which part.
+
+    Args:
+        message: What is wrong, naming the part.
+        errors: Each bad field, when the event's input does not fit its flow's model
+            (as :attr:`~underway.errors.InvalidInput.errors`).
+    """
+
+    def __init__(self, message: str, *, errors: Sequence[FieldProblem] = ()) -> None:
+        super().__init__(message)
+        self.errors = tuple(errors)
 
 
 class IntakeEvent(BaseModel):
@@ -446,4 +456,5 @@ def _prepare_run(engine: Client | Engine, route: StartFlow, ev: IntakeEvent,
             lineage=Lineage(origin=ev.source, taint=(INTAKE_TAINT,)),
         )
     except ConfigurationError as exc:
-        raise IntakeError(f"{where}: {exc}") from None
+        errors = exc.errors if isinstance(exc, InvalidInput) else ()
+        raise IntakeError(f"{where}: {exc}", errors=errors) from None

@@ -170,7 +170,7 @@ class BodyLimit:
         message = f"larger than {self.max_bytes} bytes (the server's max_body_bytes)"
         problem = Problem(type=PROBLEM_TYPE + "body-too-large", title="Body too large",
                           status=413, detail=f"body: {message}",
-                          errors=[FieldError(field="body", message=message)])
+                          errors=[FieldError.of(["body"], message, "too_large")])
         response = respond(problem, {"Connection": "close"})
         await response(scope, receive, send)
 

@@ -22,7 +22,7 @@ from ..scheduling.intake import IntakeError, intake
 from ..store._offload import run_io
 from ._auth import Caller, ServiceState, State, endpoint
 from ._inputs import CheckedRoute
-from ._problems import ApiProblem, FieldError, invalid, not_found
+from ._problems import ApiProblem, FieldError, field_errors, invalid, not_found
 
 router = APIRouter(prefix="/v1/intake", tags=["intake"], route_class=CheckedRoute)
 
@@ -112,7 +112,7 @@ def _parse(body: bytes) -> WebhookEvent:
     try:
         return WebhookEvent.model_validate(data)
     except ValidationError as exc:
-        fields = [FieldError(field=".".join(["body", *map(str, e["loc"])]), message=e["msg"])
+        fields = [FieldError.of(("body", *e["loc"]), e["msg"], e["type"])
                   for e in exc.errors(include_url=False)]
         raise ApiProblem(422, "invalid-input", "Invalid input",
                          "; ".join(f"{f.field}: {f.message}" for f in fields), fields) from None
@@ -135,5 +135,8 @@ def _route(
     try:
         result = intake(state.client, data, state.routes, trace_context=trace_context)
     except IntakeError as exc:
-        raise ApiProblem(422, "intake-refused", "Event refused", str(exc)) from None
+        # Input that does not fit the flow's model is refused here, as every queue
+        # refuses it (a dead letter with the same words): each bad field listed.
+        raise ApiProblem(422, "intake-refused", "Event refused", str(exc),
+                         field_errors(exc.errors)) from None
     return IntakeOutcome(**dataclasses.asdict(result))

@@ -16,6 +16,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..errors import (
     ConfigurationError,
+    FieldProblem,
     InvalidInput,
     KeyUnavailable,
     ResidencyError,
@@ -32,11 +33,39 @@ MEDIA_TYPE = "application/problem+json"
 
 
 class FieldError(BaseModel):
-    """One bad part of a request: where (``query.limit``, ``body.flow``,
-    ``header.idempotency-key``) and what is wrong with it."""
+    """One bad part of a request: where (``field``: ``query.limit``, ``body.input.sku``,
+    ``header.idempotency-key``; ``loc``: the same as a list of keys and indexes), what is
+    wrong with it (``message``, ``msg``) and the kind of error (``type``: ``missing``,
+    ``int_parsing``...)."""
 
     field: str
     message: str
+    loc: list[str | int] = Field(default_factory=list)
+    msg: str = ""
+    type: str = "invalid"
+
+    @classmethod
+    def of(cls, loc: Sequence[str | int], msg: str, type: str = "invalid") -> FieldError:
+        """The error at ``loc``.
+
+        Args:
+            loc: Where, as keys and indexes (``("body", "input", "sku")``).
+            msg: What is wrong.
+            type: The kind of error.
+        """
+        return cls(field=_field(loc), message=msg, loc=list(loc), msg=msg, type=type)
+
+
+def field_errors(problems: Iterable[FieldProblem], *, within: Sequence[str] = ()
+                 ) -> list[FieldError]:
+    """The problem's ``errors`` for ``problems`` (an :class:`InvalidInput`'s, an
+    intake refusal's), each ``loc`` put ``within`` a part of the request.
+
+    Args:
+        problems: The bad fields.
+        within: Where the checked value sits in the request (``("body",)``).
+    """
+    return [FieldError.of((*within, *p.loc), p.msg, p.type) for p in problems]
 
 
 class Problem(BaseModel):
@@ -61,20 +90,38 @@ class ApiProblem(Exception):
                                detail=detail, errors=list(errors))
         self.headers = headers
 
+    @classmethod
+    def answering(cls, problem: Problem) -> ApiProblem:
+        """The exception that answers with ``problem`` as it is.
+
+        Args:
+            problem: The problem.
+        """
+        raised = cls(problem.status, "", problem.title, problem.detail)
+        raised.problem = problem
+        return raised
+
 
 def invalid(field: str, message: str, *, status: int = 422) -> ApiProblem:
     """A problem naming one bad field."""
     return ApiProblem(status, "invalid-input", "Invalid input", f"{field}: {message}",
-                      [FieldError(field=field, message=message)])
+                      [FieldError.of(field.split("."), message)])
 
 
-def invalid_input(exc: InvalidInput) -> Problem:
+def invalid_input(exc: InvalidInput, *, within: Sequence[str] = ()) -> Problem:
     """The problem answering ``exc``: its status, ``invalid-input`` (``invalid-json`` for
-    a body that is not JSON at all), the field named in ``detail`` and ``errors``."""
+    a body that is not JSON at all), the fields named in ``detail`` and listed in
+    ``errors``.
+
+    Args:
+        exc: The refusal.
+        within: Where the checked value sits in the request (``("body",)`` for a run's
+            input checked against its flow's model).
+    """
     slug, title = (("invalid-json", "Invalid JSON") if exc.status == 400
                    and exc.field == "body" else ("invalid-input", "Invalid input"))
     return Problem(type=PROBLEM_TYPE + slug, title=title, status=exc.status,
-                   detail=str(exc), errors=[FieldError(field=exc.field, message=exc.problem)])
+                   detail=str(exc), errors=field_errors(exc.errors, within=within))
 
 
 def not_found(what: str) -> ApiProblem:
@@ -104,9 +151,9 @@ def _validation(exc: RequestValidationError) -> Problem:
         detail = "; ".join(str(e.get("ctx", {}).get("error", e.get("msg"))) for e in errors)
         return Problem(type=PROBLEM_TYPE + "invalid-json", title="Invalid JSON", status=400,
                        detail=f"the body is not valid JSON: {detail}",
-                       errors=[FieldError(field="body", message=detail)])
-    fields = [FieldError(field=_field(e.get("loc", ())), message=str(e.get("msg", "")))
-              for e in errors]
+                       errors=[FieldError.of(["body"], detail, "json_invalid")])
+    fields = [FieldError.of(tuple(e.get("loc", ())), str(e.get("msg", "")),
+                            str(e.get("type", "invalid"))) for e in errors]
     return Problem(type=PROBLEM_TYPE + "invalid-input", title="Invalid input", status=422,
                    detail="; ".join(f"{f.field}: {f.message}" for f in fields), errors=fields)
 

@@ -31,7 +31,7 @@ from ._models import (
     StartRun,
     WaitingOn,
 )
-from ._problems import conflict, invalid
+from ._problems import ApiProblem, conflict, invalid, invalid_input
 from ._reading import Read
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"], route_class=CheckedRoute)
@@ -113,7 +113,12 @@ def start_run(
             trace_context=carrier if traceparent is not None else None, subject=body.subject,
             purpose=body.purpose, consent=body.consent,
         )
-    except (ResidencyError, InvalidInput):
+    except InvalidInput as exc:
+        if exc.field != "input":
+            raise  # a value no run can hold, named where it is in the body
+        # The input does not fit the flow's model: each field, under body.input.
+        raise ApiProblem.answering(invalid_input(exc, within=("body",))) from None
+    except ResidencyError:
         raise
     except ConfigurationError as exc:
         field = "body.flow" if "not registered" in str(exc) else "body.input"

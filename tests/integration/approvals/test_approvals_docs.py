@@ -1,4 +1,5 @@
-"""docs/approvals.md's Python examples run as written, and the public API is what it lists."""
+"""docs/approvals.md's Python examples run as written (a step giving evidence and risks, and
+signing from Python), and the public API is what it lists."""
 
 from __future__ import annotations
 

@@ -3,29 +3,12 @@ real brokers, removed afterwards."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
-from fakes.intake_world import NatsStream, RabbitQueue
+from fakes import intake_world
 
-
-@pytest.fixture
-def nats_stream(nats_url: str) -> Iterator[NatsStream]:
-    """A fresh JetStream stream and its dead-letter stream."""
-    stream = NatsStream(nats_url)
-    stream.create()
-    yield stream
-    stream.delete()
-
-
-@pytest.fixture
-def rabbit_queue(amqp_url: str) -> Iterator[RabbitQueue]:
-    """A fresh RabbitMQ queue (and, once used, its dead-letter queue)."""
-    q = RabbitQueue(amqp_url)
-    q.create()
-    yield q
-    q.delete()
+nats_stream = intake_world.nats_stream
+rabbit_queue = intake_world.rabbit_queue
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

@@ -240,3 +240,37 @@ def test_the_command_once_says_when_the_store_failed(sqlite_url: str,
     finally:
         again.close()
     assert "1 acted on" in again.out[-1] and files(maildir, "new") == []
+
+
+def test_the_command_with_the_app_refuses_input_that_does_not_fit(
+    sqlite_url: str, maildir: mailbox.Maildir,
+) -> None:
+    """With --app the flow's input model is checked at the door: the mail goes to the
+    dead letters with the reason, and no run is created (as the webhook's 422)."""
+    open_store(sqlite_url).close()
+    maildir.add(mail("<p1@example.com>", "one"))
+    proc = IntakeProcess("maildir", str(maildir._path), "--db", sqlite_url, "--once",
+                         "--app", "fakes.intake_world:flows")
+    try:
+        assert proc.wait() == 0, proc.stderr()
+    finally:
+        proc.close()
+    assert "0 acted on (0 duplicates), 1 dead-lettered" in proc.out[-1]
+    assert ("invalid input for flow 'desk': priority: Field required"
+            in proc.stderr()), proc.stderr()
+    assert "warning" not in proc.stderr()
+    with stored(sqlite_url) as store:
+        assert store.list_runs(TENANT) == []
+
+
+def test_the_command_without_the_app_says_what_it_cannot_check(
+    sqlite_url: str, maildir: mailbox.Maildir,
+) -> None:
+    open_store(sqlite_url).close()
+    proc = IntakeProcess("maildir", str(maildir._path), "--db", sqlite_url, "--once")
+    try:
+        assert proc.wait() == 0, proc.stderr()
+    finally:
+        proc.close()
+    assert ("warning: the routes start 'desk', 'order' by name, and no --app gives that "
+            "code") in proc.stderr()

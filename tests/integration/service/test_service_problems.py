@@ -26,7 +26,7 @@ CASES: list[tuple[str, str, dict[str, Any], int, str]] = [
         "content-type": "application/json"}}, 400, "body"),
     ("POST", "/v1/runs", {"json": {"flow": "nope", "input": {}}}, 422, "body.flow"),
     ("POST", "/v1/runs", {"json": {"flow": "reminders", "input": {"invoice": 1}}}, 422,
-     "body.input"),
+     "body.input.invoice"),
     ("POST", "/v1/runs", {"json": {"input": {}}}, 422, "body.flow"),
     ("POST", "/v1/runs", {"json": {"flow": 7}}, 422, "body.flow"),
     ("POST", "/v1/runs", {"json": {"flow": "reminders", "inptu": {}}}, 422, "body.inptu"),

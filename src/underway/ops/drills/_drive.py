@@ -22,7 +22,7 @@ from typing import IO
 from ...client import Client
 from ...errors import ConfigurationError, UnderwayError
 from ...events import JSON
-from ...loading import load_app
+from ...loading import load_app, put_on_path
 from ...scheduling.intake import intake
 from ...store import connect
 from ._inject import Logbook
@@ -79,8 +79,7 @@ def run_drill(opts: DrillOptions, *, say: Callable[[str], None] = lambda _: None
               ) -> DrillReport:
     """Run the drill ``opts`` describes and return what it found; ``say`` hears progress.
     The current directory is on the import path, as for ``underway worker``."""
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
+    put_on_path([os.getcwd()])
     workdir = Path(tempfile.mkdtemp(prefix="underway-drill-"))
     try:
         with scratch_database(opts.db, workdir, keep=opts.keep) as url:

@@ -10,6 +10,7 @@ from typing import Any, Literal
 from ... import events as ev
 from ...client import Client
 from ...http import SAFE_METHODS
+from ...journal.attempts import Attempts
 from ...journal.state import APPROVAL_SIGNAL, RunState
 from ._inject import Logbook
 from ._plan import FAULTS, Fault
@@ -165,9 +166,11 @@ class _Journal:
     def reactions(self) -> Counter[str]:
         """What the flow did, counted from its events."""
         out: Counter[str] = Counter()
+        attempts = Attempts()
         for e in self.events:
+            again = attempts.see(type(e).__name__)
             match e:
-                case ev.StepStarted() if e.attempt > 1:
+                case ev.StepStarted() if again:
                     out["step taken over and run again from the journal"] += 1
                 case ev.RetryScheduled():
                     out["retried with the same key"] += 1

@@ -41,8 +41,7 @@ def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s drill worker %(process)d %(message)s")
     plan = Plan.load(Path(argv[0]))
-    sys.path.insert(0, os.getcwd())
-    flows, tools = load_app(plan.app)
+    flows, tools = load_app(plan.app, search=[os.getcwd()])
     store = connect(plan.db, migrate=False)
     try:
         inner = (EnvSecrets(prefix=plan.secrets_env_prefix)

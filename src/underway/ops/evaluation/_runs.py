@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from ...journal.attempts import Attempts
 from ._reading import Fact
 
 EVAL_KINDS = (
@@ -42,13 +43,10 @@ EVAL_KINDS = (
     "ApprovalInvalid", "ChildStarted", "ChildAwaited", "TimerSet", "SignalAwaited",
 )
 """The kinds of event the evaluation reads; the others (step ends and their state patches,
-recorded values, signals, plans, timers firing) are never read."""
+recorded values, signals, plans, timers firing) are never read. Every event that ends a
+step's attempt but the step end is among them, so takeovers count right
+(:mod:`underway.journal.attempts`)."""
 
-SUSPENDING = frozenset({
-    "RetryScheduled", "ApprovalRequested", "Escalated", "RunDeadLettered", "ChildAwaited",
-    "TimerSet", "SignalAwaited",
-})
-"""Events after which a step's next attempt is expected (it suspended itself)."""
 
 ENDS = {"RunCompleted": "completed", "RunFailed": "failed", "RunCancelled": "cancelled"}
 UNSAFE_VERDICTS = frozenset({"deny", "refused", "shadowed"})
@@ -196,7 +194,7 @@ class _Fold:
         self.taint_rules = taint_rules
         self.calls: dict[str, _Call] = {}
         self.requests: dict[str, tuple[str, float]] = {}
-        self.open_attempt = False
+        self.attempts = Attempts()
         self.last_at: float | None = None
 
     def run(self, facts: list[Fact], until: float | None) -> RunSummary:
@@ -226,8 +224,8 @@ class _Fold:
 
     def fact(self, f: Fact) -> None:
         s, t = self.s, f.type
-        if t in SUSPENDING:
-            self.open_attempt = False
+        if t != "StepStarted":
+            self.attempts.see(t)
         if t == "RunStarted":
             s.flow, s.started_at = f.text("flow", "?"), f.at
         elif t in ENDS:
@@ -261,14 +259,13 @@ class _Fold:
             self.guarded(f)
 
     def step_started(self, f: Fact) -> None:
-        attempt = int(f.number("attempt")) or 1
-        if attempt > 1 and self.open_attempt and self.last_at is not None:
+        again = self.attempts.see("StepStarted", int(f.number("attempt")) or 1)
+        if again and self.last_at is not None:
             self.s.takeover_gaps.append(max(0.0, f.at - self.last_at))
             for c in self.calls.values():
                 if c.pending:
                     c.pending, c.in_doubt = False, True
                     self.s.unknown_outcomes["takeover"] += 1
-        self.open_attempt = True
 
     def person(self, f: Fact) -> None:
         s, t = self.s, f.type

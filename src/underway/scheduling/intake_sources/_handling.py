@@ -20,7 +20,7 @@ from typing import Literal, Protocol
 
 from ... import faults
 from ...client import Client
-from ...errors import KeyUnavailable, is_store_failure
+from ...errors import FieldProblem, KeyUnavailable, is_store_failure
 from ...retry import RetryPolicy
 from ...store._offload import run_io
 from ..intake import IntakeError, IntakeEvent, IntakeResult, Routes, intake
@@ -124,7 +124,8 @@ class MessageHandler:
         try:
             result = await run_io(self.client.store, self._act, event, _trace(delivery))
         except IntakeError as exc:
-            return await self._dead(delivery, event.idempotency_key, str(exc), stop)
+            return await self._dead(delivery, event.idempotency_key, str(exc), stop,
+                                    exc.errors)
         except Exception as exc:
             if not transient(exc):
                 log.exception("intake of %s key %r failed unexpectedly", self.source,
@@ -148,8 +149,9 @@ class MessageHandler:
         return intake(self.client, event, self.routes, trace_context=trace)
 
     async def _dead(self, delivery: Delivery, key: str | None, reason: str,
-                    stop: asyncio.Event | None) -> Outcome:
-        letter = DeadLetter(reason, self.source, key, delivery.body, delivery.headers)
+                    stop: asyncio.Event | None,
+                    errors: tuple[FieldProblem, ...] = ()) -> Outcome:
+        letter = DeadLetter(reason, self.source, key, delivery.body, delivery.headers, errors)
         try:
             await delivery.dead_letter(letter)
         except Exception as exc:

@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
+from ...errors import FieldProblem
 from ...events import JSON, canonical_json
 from ..intake import IntakeError, IntakeEvent
 
@@ -130,13 +131,15 @@ def header_reason(reason: str, limit: int = _REASON_LIMIT) -> str:
 @dataclass(frozen=True, slots=True)
 class DeadLetter:
     """What a dead letter says: why, where from, the message's id, its headers and its
-    body (as text when it is UTF-8, else base64)."""
+    body (as text when it is UTF-8, else base64). When the event's input did not fit its
+    flow, ``errors`` lists each bad field (loc, msg, type), as the webhook's 422 does."""
 
     reason: str
     source: str
     message_id: str | None
     body: bytes
     headers: Mapping[str, str]
+    errors: tuple[FieldProblem, ...] = ()
 
     def encode(self) -> bytes:
         """The dead letter's JSON body."""
@@ -144,6 +147,9 @@ class DeadLetter:
             "reason": self.reason, "source": self.source, "message_id": self.message_id,
             "headers": dict(self.headers),
         }
+        if self.errors:
+            doc["errors"] = [{"loc": list(p.loc), "msg": p.msg, "type": p.type}
+                             for p in self.errors]
         try:
             doc["body"] = self.body.decode("utf-8")
         except UnicodeDecodeError:

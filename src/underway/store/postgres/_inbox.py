@@ -7,7 +7,7 @@ from typing import Any
 
 from .._sqlbase.inbox import SQLInbox
 from ..records import SignalRecord
-from ._connection import _Q, Connection
+from ._connection import _Q, Connection, pipelined
 
 
 class Inbox(SQLInbox, Connection):
@@ -18,7 +18,7 @@ class Inbox(SQLInbox, Connection):
         """Queue a signal once per id and wake the run if it waits for it."""
         params = _signal_params(signal)
         with self._pool.connection() as conn:
-            with conn.pipeline():
+            with pipelined(conn):
                 conn.execute(_Q["lock_run"], params, prepare=True)
                 sent = conn.execute(_Q["send_signal"], params, prepare=True)
                 conn.execute(_Q["notify_run"], params, prepare=True)

@@ -15,7 +15,7 @@ from ...errors import ConflictError, FencedError, RunNotFound
 from .._sqlbase.journal import SQLJournal
 from ..journal import AppendResult
 from ..records import AppendBatch, ForkLink, NewRun, RunRecord
-from ._connection import _Q, Connection, _run
+from ._connection import _Q, Connection, _run, pipelined
 from ._inbox import _signal_params
 
 
@@ -28,7 +28,7 @@ class Journal(SQLJournal, Connection):
         """Create the run with its first event, or return the one with the same key."""
         params = _run_params(new)
         with self._pool.connection() as conn:
-            with conn.pipeline():
+            with pipelined(conn):
                 created = conn.execute(_Q["create_run"], params)
                 # Queued behind the insert in the same round trip: finds the run that made
                 # the insert a no-op when the idempotency key was already taken.
@@ -54,7 +54,7 @@ class Journal(SQLJournal, Connection):
         key = {"tenant_id": batch.tenant_id, "run_id": batch.run_id}
         with self._pool.connection() as conn:
             try:
-                with conn.pipeline():
+                with pipelined(conn):
                     # A pipeline with no explicit transaction runs as one implicit
                     # transaction, committed at its end.
                     answer = _queue_append(conn, batch)
@@ -90,7 +90,7 @@ class Journal(SQLJournal, Connection):
         if len(together) > 1:
             try:
                 with self._pool.connection() as conn:
-                    with conn.pipeline():
+                    with pipelined(conn):
                         answers = [(i, _queue_append(conn, batches[i])) for i in together]
                         faults.point("group.uncommitted")
                     for i, answer in answers:

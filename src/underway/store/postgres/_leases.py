@@ -12,7 +12,7 @@ from .. import limits
 from .._sqlbase.leases import SQLLeases
 from ..leases import eager_candidate
 from ..records import Lease, NewRun, RunRecord, StartedRun
-from ._connection import _Q, Connection, _run, _runner
+from ._connection import _Q, Connection, _run, _runner, pipelined
 from ._journal import _run_params
 
 
@@ -77,7 +77,7 @@ class Leases(SQLLeases, Connection):
         lease_query = _Q["lease_started_by_id" if new.idempotency_key is None
                          else "lease_started_by_key"]
         with self._pool.connection() as conn:
-            with conn.pipeline():
+            with pipelined(conn):
                 created = conn.execute(_Q["create_run"], params, prepare=True)
                 existing = (
                     conn.execute(_Q["find_by_idempotency"], params, prepare=True)
