@@ -149,6 +149,15 @@ class BoundSecrets:
         self.bindings = {name: _environments(name, envs) for name, envs in bindings.items()}
         self.default = None if default is None else _environments("default", default)
 
+    def rebound(self, environment: str) -> BoundSecrets:
+        """The same provider and bindings for a worker in another environment.
+
+        Args:
+            environment: That worker's environment.
+        """
+        return BoundSecrets(self.provider, self.bindings, environment=environment,
+                            default=self.default)
+
     def bound_to(self, name: str) -> tuple[str, ...] | None:
         """The environments that may read ``name`` (None: every one)."""
         return self.bindings.get(name, self.default)

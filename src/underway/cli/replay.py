@@ -86,7 +86,8 @@ def replay(
     environment: Annotated[
         str | None,
         typer.Option("--environment", help="The environment policies saw when the original "
-                     "ran (default: worker.environment of the config file, else dev).",
+                     "ran (default: the one each run's journal records, else "
+                     "worker.environment of the config file, else dev).",
                      show_default=False),
     ] = None,
     flow: Annotated[
@@ -155,8 +156,9 @@ def replay(
     guard = config.make_guard_options(environment=environment, notify=False)
     if config.source is None and environment is None:
         typer.echo("underway replay: no config file, so the replay decides as a worker "
-                   f"without one would (environment {guard.environment}, no policy file); "
-                   "pass --config with your workers' file", err=True)
+                   "without one would (no policy file; each run in the environment its "
+                   f"journal records, else {guard.environment}); pass --config with your "
+                   "workers' file", err=True)
     mode = cast(OnDivergence, on_divergence)
     with open_store(ctx, db, config=config, keyring=keyring, need_keys=True) as store:
         if run is not None:
@@ -165,7 +167,7 @@ def replay(
                         revealed=reveal)
             result = asyncio.run(replay_run(
                 store, run_id, flows=flows, tools=tools, policy=policy, model=model,
-                on_divergence=mode, tenant_id=tenant, guard=guard))
+                on_divergence=mode, tenant_id=tenant, guard=guard, environment=environment))
             _one(result, reveal=reveal, as_json=as_json)
             changed = result.changed
         else:
@@ -174,7 +176,7 @@ def replay(
                 store, flow=flow, since=parse_time(since, "--since") or 0.0,
                 until=parse_time(until, "--until"), limit=limit, flows=flows, tools=tools,
                 policy=policy, model=model, on_divergence=mode, tenant_id=tenant,
-                guard=guard))
+                guard=guard, environment=environment))
             if entries:
                 record_read(store, "replay", tenant, [e.run_id for e in entries],
                             purpose=purpose, by=by, revealed=reveal)

@@ -303,7 +303,7 @@ class StepExecution:
         act.buffer(ev.PolicyDecided(
             key=key, tool=t.name, index=index, args_hash=h, decision=d.outcome,
             rule_id=d.rule_id, policy_version=d.policy_version, reason=d.reason,
-            policy_digest=policy.digest,
+            policy_digest=policy.digest, environment=guard.environment,
         ))
         if d.outcome == "deny":
             self._refuse(t, key, index, h, "policy_denied",

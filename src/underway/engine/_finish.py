@@ -82,7 +82,7 @@ async def judge_finish(x: StepExecution, flow: Flow[Any, Any], done: Done,
     act.buffer(ev.PolicyDecided(
         key=key, tool=FINISH, index=index, args_hash=h, decision=d.outcome,
         rule_id=d.rule_id, policy_version=d.policy_version, reason=d.reason,
-        policy_digest=policy.digest,
+        policy_digest=policy.digest, environment=svc.guard.environment,
     ))
     if rec is not None and rec.status == "failed":
         return Fail(f"the result was not released: {rec.message or rec.error_type}")

@@ -164,6 +164,9 @@ class PolicyDecided(HashedCallEvent):
     reason: str = ""
     policy_digest: str | None = None
     """SHA-256 of the policy's content: proves which rule set decided."""
+    environment: str | None = None
+    """The environment the guard decided in (``dev``, ``prod``...): what a replay decides
+    in unless told otherwise. None in journals written before it was recorded."""
 
 
 class BudgetExceeded(Event):

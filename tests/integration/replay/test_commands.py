@@ -99,7 +99,8 @@ def test_replay_many_runs_fails_on_change_when_asked(db: str, tmp_path: Path) ->
     assert unchanged.returncode == 0, unchanged.stderr
     # Without a config file the replay says which worker it decides as.
     assert "no config file, so the replay decides as a worker without one would " \
-        "(environment dev, no policy file)" in unchanged.stderr
+        "(no policy file; each run in the environment its journal records, else dev)" \
+        in unchanged.stderr
     assert "0 would have decided differently" in unchanged.stdout
 
 

@@ -149,3 +149,26 @@ def test_deploy_check_refuses_a_config_the_worker_would_refuse(tmp_path: Path) -
     # Status 2: the check could not be made (never 1, which names runs that would break).
     assert out.returncode == 2, out.stdout + out.stderr
     assert "policy.toml" in out.stderr
+
+
+def test_a_replay_decides_in_the_environment_the_journal_records(
+    db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(SECRET, "token-for-the-original-runs")
+    runs = produce(tmp_path, db_url, Scenario(verdict="approve", signal="on_time"), Approver)
+    with Client.connect(db_url, migrate=False) as client:
+        decided = {r.event.environment for r in client.history(runs["purchase"])
+                   if r.event.type == "PolicyDecided"}
+    assert decided == {"prod"}  # each decision journals the environment it was made in
+
+    # The same file without its environment: the replay decides in prod all the same, the
+    # secret bound to prod read there, the held order held again.
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "policy.toml").write_text((tmp_path / "policy.toml").read_text())
+    (bare / "underway.toml").write_text(
+        (tmp_path / "underway.toml").read_text().replace('environment = "prod"\n', ""))
+    same = underway(bare, "replay", runs["purchase"], "--fail-on-change")
+    assert same.returncode == 0, same.stdout + same.stderr
+    assert "approval: needed, granted by pat-" in same.stdout
+    assert same.stdout.rstrip().endswith("no decision changed")

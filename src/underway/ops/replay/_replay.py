@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ... import events as ev
 from ...client import Client
 from ...clock import ManualClock
 from ...effects import Model, Tool
@@ -21,6 +22,7 @@ from ...guard.approvals import public_key_of, register_approver, sign_decision
 from ...guard.policy import Policy
 from ...journal.state import APPROVAL_SIGNAL, Recorded, RunState
 from ...runner import Runner
+from ...secrets import BoundSecrets
 from ...store._offload import run_io
 from ...store.base import ConsentRecord, NewRun, Store
 from ...store.memory import MemoryStore
@@ -89,7 +91,8 @@ async def replay_run(
         model: In place of every model the steps ask. None serves the original's recorded
             responses, in order.
         on_divergence: ``stop`` at a call the original did not make, or ``stub`` it.
-        environment: The policy environment the original ran in (None: ``guard``'s).
+        environment: The environment to decide in. None: the one the original's journal
+            records, else ``guard``'s.
         tenant_id: The run's tenant.
         guard: The worker's guard settings (:meth:`~underway.config.Config.make_guard_options`):
             its policy for flows without their own, budgets, environment and secrets
@@ -114,9 +117,8 @@ async def replay_run(
     clock = ManualClock(at)
     mem = MemoryStore()
     mem.migrate()
-    settings = dataclasses.replace(guard or GuardOptions(), notifier=None)
-    if environment is not None:
-        settings = dataclasses.replace(settings, environment=environment)
+    settings = _decided_in(dataclasses.replace(guard or GuardOptions(), notifier=None),
+                           environment or _recorded_environment(found.records))
     engine = ReplayEngine(
         mem, flows=[_with_policy(f, policy) for f in code.values()], tools=tools,
         clock=clock, guard_options=settings, session=session, retry_budget=None,
@@ -145,6 +147,25 @@ class _Original:
     records: list[Recorded]
     traces: dict[str, Trace]
     consents: list[ConsentRecord]
+
+
+def _recorded_environment(records: list[Recorded]) -> str | None:
+    """The environment the original's guard decided in, as its journal says (None: it
+    decided nothing, or before the environment was recorded)."""
+    for r in records:
+        if isinstance(r.event, ev.PolicyDecided) and r.event.environment is not None:
+            return r.event.environment
+    return None
+
+
+def _decided_in(settings: GuardOptions, environment: str | None) -> GuardOptions:
+    """``settings`` for a guard in ``environment``, its secrets bound there too."""
+    if environment is None or environment == settings.environment:
+        return settings
+    secrets = settings.secrets
+    if isinstance(secrets, BoundSecrets):
+        secrets = secrets.rebound(environment)
+    return dataclasses.replace(settings, environment=environment, secrets=secrets)
 
 
 def _original(store: Store, run_id: str, tenant_id: str) -> _Original:
@@ -422,7 +443,8 @@ async def replay_runs(
         policy: In place of every flow's and the engine's; None keeps the code's own.
         model: In place of every model the steps ask; None serves the recorded responses.
         on_divergence: ``stop`` at a call the original did not make, or ``stub`` it.
-        environment: The policy environment the runs ran in (None: ``guard``'s).
+        environment: The environment to decide in. None: the one each run's journal
+            records, else ``guard``'s.
         tenant_id: The runs' tenant.
         guard: The worker's guard settings, as for :func:`replay_run`.
     """
