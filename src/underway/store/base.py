@@ -79,6 +79,7 @@ from .records import (
     SignalRecord,
     StartedRun,
     StoredEvent,
+    StoredLabel,
     SweepRecord,
 )
 from .registry import RegistryStore
@@ -139,6 +140,7 @@ __all__ = [
     "StartedRun",
     "Store",
     "StoredEvent",
+    "StoredLabel",
     "SweepRecord",
     "Wakeups",
     "whole",

@@ -52,6 +52,12 @@ WITH created AS (
      ORDER BY b.key
     ON CONFLICT (tenant_id, key) DO UPDATE SET written_at = excluded.written_at
      WHERE blobs.written_at < excluded.written_at - 86400
+), first_labels AS (
+    INSERT INTO run_labels (tenant_id, run_id, key, value, kind, sensitive)
+    SELECT created.tenant_id, created.run_id, l.key, l.value, l.kind, l.sensitive
+      FROM created, unnest(%(label_keys)s::text[], %(label_values)s::text[],
+                           %(label_kinds)s::text[], %(label_sensitive)s::bool[])
+                    AS l(key, value, kind, sensitive)
 )
 SELECT * FROM created
 
@@ -87,8 +93,32 @@ SELECT tenant_id, run_id, flow, status, step, idempotency_key, last_seq, last_ha
    AND (%(updated_until)s::float8 IS NULL OR updated_at < %(updated_until)s)
    AND (%(search)s::text IS NULL OR strpos(run_id, %(search)s) > 0
         OR strpos(flow, %(search)s) > 0)
+   AND (%(label_keys)s::text[] IS NULL OR run_id IN (
+        SELECT l.run_id
+          FROM unnest(%(label_keys)s::text[], %(label_values)s::text[]) AS f(key, value)
+          JOIN run_labels AS l
+            ON l.tenant_id = %(tenant_id)s AND l.key = f.key AND l.value = f.value
+         GROUP BY l.run_id HAVING COUNT(*) = cardinality(%(label_keys)s::text[])))
  ORDER BY created_at DESC, run_id COLLATE "C"
  LIMIT %(limit)s
+
+-- name: put_labels
+-- Keys in one order, so two writers of one run's labels cannot deadlock.
+INSERT INTO run_labels (tenant_id, run_id, key, value, kind, sensitive)
+SELECT %(tenant_id)s, %(run_id)s, l.key, l.value, l.kind, l.sensitive
+  FROM unnest(%(label_keys)s::text[], %(label_values)s::text[], %(label_kinds)s::text[],
+              %(label_sensitive)s::bool[]) AS l(key, value, kind, sensitive)
+ ORDER BY l.key
+ON CONFLICT (tenant_id, run_id, key) DO UPDATE
+   SET value = excluded.value, kind = excluded.kind, sensitive = excluded.sensitive
+
+-- name: run_labels
+SELECT run_id, key, value, kind, sensitive FROM run_labels
+ WHERE tenant_id = %(tenant_id)s AND run_id = ANY(%(run_ids)s::text[])
+ ORDER BY run_id COLLATE "C", key COLLATE "C"
+
+-- name: delete_labels_of_run
+DELETE FROM run_labels WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s
 
 -- name: runs_of_subject
 SELECT tenant_id, run_id, flow, status, step, idempotency_key, last_seq, last_hash,

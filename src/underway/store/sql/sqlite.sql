@@ -42,8 +42,29 @@ SELECT * FROM runs
    AND (:updated_since IS NULL OR updated_at >= :updated_since)
    AND (:updated_until IS NULL OR updated_at < :updated_until)
    AND (:search IS NULL OR instr(run_id, :search) > 0 OR instr(flow, :search) > 0)
+   AND (:label_keys IS NULL OR run_id IN (
+        SELECT l.run_id
+          FROM json_each(:label_keys) AS k
+          JOIN json_each(:label_values) AS v ON v.key = k.key
+          JOIN run_labels AS l
+            ON l.tenant_id = :tenant_id AND l.key = k.value AND l.value = v.value
+         GROUP BY l.run_id HAVING COUNT(*) = json_array_length(:label_keys)))
  ORDER BY created_at DESC, run_id
  LIMIT :limit
+
+-- name: put_label
+INSERT INTO run_labels (tenant_id, run_id, key, value, kind, sensitive)
+VALUES (?, ?, ?, ?, ?, ?)
+ON CONFLICT (tenant_id, run_id, key) DO UPDATE
+   SET value = excluded.value, kind = excluded.kind, sensitive = excluded.sensitive
+
+-- name: run_labels
+SELECT run_id, key, value, kind, sensitive FROM run_labels
+ WHERE tenant_id = :tenant_id AND run_id IN (SELECT value FROM json_each(:run_ids))
+ ORDER BY run_id, key
+
+-- name: delete_labels_of_run
+DELETE FROM run_labels WHERE tenant_id = ? AND run_id = ?
 
 -- name: runs_of_subject
 SELECT * FROM runs
