@@ -28,8 +28,8 @@ from ..flow import Flow
 from ..guard.approvals import ApprovalCheck, SignedDecision, verify_decision
 from ..guard.approvals.decision import REASON_TEXT
 from ..journal import Journal, Verification
-from ..labels import LabelValue
 from ..journal.state import ANSWER_SIGNAL, APPROVAL_SIGNAL, Recorded, RunState
+from ..labels import LabelValue
 from ..redaction import Redactor, RunRedactors
 from ..store import connect
 from ..store.base import CoreStore, NewRun, RunRecord, SignalRecord, Store, whole
