@@ -21,7 +21,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from typing import Any
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+)
 
 from .errors import ConfigurationError
 from .labels import LabelValue, check_key, check_labels
@@ -72,6 +81,14 @@ class Lineage(BaseModel):
     @classmethod
     def _labels(cls, value: dict[str, LabelValue]) -> dict[str, LabelValue]:
         return check_labels(value)
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Left out when empty, so a journal written before it existed stores the same.
+        dumped: dict[str, Any] = handler(self)
+        if not dumped.get("sensitive_labels"):
+            dumped.pop("sensitive_labels", None)
+        return dumped
 
     @field_validator("sensitive_labels", mode="after")
     @classmethod
