@@ -20,7 +20,6 @@ outside origin).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-
 from typing import Any
 
 from pydantic import (
