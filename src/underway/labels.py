@@ -196,8 +196,12 @@ def parse_label(given: str, *, field: str = "label") -> tuple[str, str]:
     key, sep, value = given.partition("=")
     if not sep:
         raise InvalidInput(field, f"{given[:60]!r}: give a label as name=value")
-    check_key(key, field=field)
-    check_value(key, value, field=field)
+    try:
+        check_key(key, field=field)
+        check_value(key, value, field=field)
+    except InvalidInput as exc:
+        # The pair is the field here: the name may be what is wrong.
+        raise InvalidInput(field, exc.problem) from None
     return key, value
 
 
