@@ -26,8 +26,8 @@ from ...client import PendingRequest, redact_request
 from ...errors import RunNotFound
 from ...events import JSON
 from ...guard.approvals import SignedDecision
-from ...ops.timeline import time_left
 from ...labels import LabelValue
+from ...ops.timeline import time_left
 from ...store._offload import run_io
 from ...store.access import DEFAULT_PURPOSE
 from .._admin import NewApprover, add_approver
