@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +37,8 @@ from opentelemetry.util.types import AttributeValue
 from .. import events as ev
 from ..events import JSON
 from ..journal.state import RunState
+from ..labels import LabelValue
+from ..redaction import REDACTED
 from ._seam import Metrics
 
 if TYPE_CHECKING:
@@ -98,6 +100,8 @@ class _Run:
     """The attempt an earlier activation left unended, made at this one's first commit."""
     calls: dict[str, tuple[Tool, JSON]] = field(default_factory=dict)
     """Calls of tools that opt in to recording, by key: the tool and its arguments."""
+    labels: dict[str, AttributeValue] = field(default_factory=dict)
+    """The run's labels as span attributes (``underway.label.<name>``)."""
 
 
 class Tracing(Metrics):
@@ -111,6 +115,8 @@ class Tracing(Metrics):
       was due to when it was loaded;
     - ``underway.step {step}``: a step attempt (``underway.step``, ``underway.attempt``;
       ``underway.recovered`` when made from the journal after its worker died);
+    - on both, the run's labels as they stand (``underway.label.<name>``; a sensitive
+      one ``[redacted]``);
     - ``underway.tool {tool}`` (``underway.tool``, ``underway.outcome``; an error status
       when the call failed; ``underway.tool.args.*`` and ``underway.tool.result.*`` as
       the tool opts in); ``underway.policy {tool}`` (``underway.policy.decision``,
@@ -145,13 +151,16 @@ class Tracing(Metrics):
         now = time.time_ns()
         began = now - _ns(wake_latency) if wake_latency is not None and wake_latency > 0 \
             else now
+        lineage = state.lineage
+        labels = label_attributes(lineage.labels, lineage.sensitive_labels)
         span = self.tracer.start_span(
             f"underway.activation {state.flow}", context=parent, kind=SpanKind.CONSUMER,
             start_time=began,
             attributes={"underway.tenant": state.tenant_id, "underway.run_id": state.run_id,
-                        "underway.flow": state.flow, "underway.takeover": takeover})
+                        "underway.flow": state.flow, "underway.takeover": takeover,
+                        **labels})
         span.end(end_time=now)
-        run = _Run(trace.set_span_in_context(span))
+        run = _Run(trace.set_span_in_context(span), labels=labels)
         if state.pending_approval is not None and state.approval_requested_at is not None:
             run.requested[state.pending_approval.request_id] = state.approval_requested_at
         with self._lock:
@@ -242,6 +251,8 @@ class Tracing(Metrics):
             if attempt is not None:
                 self._flush(run, attempt)
             run.attempt = None
+        elif isinstance(e, ev.RunLabeled):
+            run.labels.update(label_attributes(e.labels, e.sensitive_fields or ()))
         elif isinstance(e, _TOOL_ENDS):
             latency = getattr(e, "latency_ms", 0.0) / 1000.0
             outcome = type(e).__name__.removeprefix("Tool")
@@ -284,7 +295,7 @@ class Tracing(Metrics):
         """Make an ended attempt's span, then the spans below it: a parent is exported
         before its children, so a worker killed in between leaves no orphan."""
         attributes: dict[str, AttributeValue] = {
-            "underway.step": attempt.step, "underway.attempt": attempt.attempt}
+            "underway.step": attempt.step, "underway.attempt": attempt.attempt, **run.labels}
         if attempt.recovered:
             attributes["underway.recovered"] = True
         span = self.tracer.start_span(f"underway.step {attempt.step}", context=run.ctx,
@@ -311,6 +322,19 @@ class Tracing(Metrics):
         if child.error is not None:
             span.set_status(Status(StatusCode.ERROR, child.error))
         span.end(end_time=_ns(child.end))
+
+
+def label_attributes(labels: Mapping[str, LabelValue], sensitive: Iterable[str]
+                     ) -> dict[str, AttributeValue]:
+    """A run's labels as span attributes, ``underway.label.<name>``, typed; a sensitive
+    one's value is ``[redacted]``.
+
+    Args:
+        labels: The labels.
+        sensitive: The names of those that are sensitive.
+    """
+    hidden = set(sensitive)
+    return {f"underway.label.{k}": REDACTED if k in hidden else v for k, v in labels.items()}
 
 
 def recorded(prefix: str, value: JSON, chosen: bool | tuple[str, ...],
