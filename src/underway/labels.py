@@ -38,6 +38,7 @@ __all__ = [
     "check_key",
     "check_labels",
     "check_value",
+    "label_filter",
     "label_kind",
     "label_text",
     "parse_label",
@@ -142,6 +143,20 @@ def label_text(value: LabelValue) -> str:
     if isinstance(value, float):
         return repr(value)
     return str(value)
+
+
+def label_filter(labels: Mapping[str, object] | None) -> dict[str, str]:
+    """A filter by labels as the store takes it: names and value texts, checked.
+
+    Raises :class:`~underway.errors.InvalidInput` naming a bad name or value.
+
+    Args:
+        labels: Names and values (typed, or as text).
+    """
+    if not labels:
+        return {}
+    return {check_key(k, field="labels"):
+            label_text(check_value(k, v, field="labels")) for k, v in labels.items()}
 
 
 def label_kind(value: LabelValue) -> str:

@@ -29,14 +29,14 @@ from ..guard.approvals import ApprovalCheck, SignedDecision, verify_decision
 from ..guard.approvals.decision import REASON_TEXT
 from ..journal import Journal, Verification
 from ..journal.state import ANSWER_SIGNAL, APPROVAL_SIGNAL, Recorded, RunState
-from ..labels import LabelValue
+from ..labels import LabelValue, label_filter
 from ..redaction import Redactor, RunRedactors
 from ..store import connect
 from ..store.base import CoreStore, NewRun, RunRecord, SignalRecord, Store, whole
 from ._activity import Activity, activity
 from ._consent import Consents
 from ._forking import Forks
-from ._labels import Labels, label_filter
+from ._labels import Labels
 from ._options import StartKeywords, StartOptions
 from ._pages import ChildRun, RunEvent, RunPage, decode_cursor, encode_cursor
 from ._requests import PendingRequest, readable_row, request_of, sealed_request, sealed_state

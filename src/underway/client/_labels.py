@@ -1,27 +1,13 @@
-"""The client's reads of run labels: the labels of a page of runs, and a filter checked
-before it reaches the store (:mod:`underway.labels`)."""
+"""The client's reads of run labels: the labels of a page of runs, as a viewer may see
+them (:mod:`underway.labels`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
-from ..labels import LabelValue, check_key, check_value, label_text, stored_value
+from ..labels import LabelValue, stored_value
 from ..redaction import REDACTED
 from ..store.base import Store, StoredLabel
-
-
-def label_filter(labels: Mapping[str, object] | None) -> dict[str, str]:
-    """A filter by labels as the store takes it: names and value texts, checked.
-
-    Raises :class:`~underway.errors.InvalidInput` naming a bad name or value.
-
-    Args:
-        labels: Names and values (typed, or as text).
-    """
-    if not labels:
-        return {}
-    return {check_key(k, field="labels"):
-            label_text(check_value(k, v, field="labels")) for k, v in labels.items()}
 
 
 def shown_labels(rows: Sequence[StoredLabel], *, reveal: bool) -> dict[str, LabelValue]:
