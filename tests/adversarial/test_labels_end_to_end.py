@@ -9,6 +9,7 @@ import asyncio
 from typing import Any
 
 import pytest
+from insider import insider
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -22,6 +23,7 @@ from underway.flow import Next
 from underway.journal.projection import stored_labels
 from underway.journal.state import RunState, fold
 from underway.lineage import Lineage
+from underway.ops.audit import verify
 from underway.ops.replay import replay_run
 from underway.privacy.erasure import erase_subject
 from underway.redaction import REDACTED, Redactor
@@ -242,3 +244,18 @@ def test_the_runs_spans_carry_its_labels_and_never_a_sensitive_value(db_url: str
         "underway.label.qty": 1, "underway.label.weight": 2.5,
         "underway.label.fragile": True, "underway.label.patient": REDACTED}
     assert not any("Asha Rao" in str(v) for a in spans.values() for v in a.values())
+
+
+def test_the_audit_finds_a_label_index_the_journal_contradicts(app: App, db_url: str) -> None:
+    run_id = app.start()
+    assert verify(app.store, tenant_id=TENANT).ok
+    with insider(db_url) as sql:
+        sql.q("UPDATE run_labels SET value = ? WHERE tenant_id = ? AND run_id = ? "
+              "AND key = ?", "B-9", TENANT, run_id, "sku")
+        sql.q("DELETE FROM run_labels WHERE tenant_id = ? AND run_id = ? AND key = ?",
+              TENANT, run_id, "stage")
+    found = [f.reason for f in verify(app.store, tenant_id=TENANT).findings]
+    assert len(found) == 2, found
+    assert "the label index disagrees with the journal" in found[0]
+    assert "label sku" in found[0] and "'B-9'" in found[0] and "'A-7'" in found[0]
+    assert "label stage" in found[1] and "None" in found[1]

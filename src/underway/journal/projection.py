@@ -17,7 +17,7 @@ not rewrite them, so it would meet the same disagreement on every claim.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from .. import events as ev
@@ -28,7 +28,7 @@ from ..store.records import FINAL, RunRecord, RunUpdate, StoredLabel
 from .state import RunState
 
 __all__ = ["Disagreement", "disagreements", "expected_update", "identity_disagreements",
-           "labels_set", "lease_problem", "stored_labels"]
+           "label_disagreements", "labels_set", "lease_problem", "stored_labels"]
 
 FINAL_EVENTS = ("RunCompleted", "RunFailed", "RunCancelled")
 """The types of the event a finished run's journal ends with."""
@@ -187,6 +187,22 @@ def disagreements(row: RunRecord, s: RunState, *, now: float) -> list[Disagreeme
         differ("lease", (row.lease_owner, row.lease_expires_at), None,
                f"no live worker can hold it: {problem}")
     return out
+
+
+def label_disagreements(stored: Sequence[StoredLabel], s: RunState) -> list[Disagreement]:
+    """The label index's rows of a run where its whole journal (folded into ``s``) says
+    otherwise, one per label name. A purged run's journal no longer says them.
+
+    Args:
+        stored: The run's labels as the index holds them.
+        s: The run's state, folded from every event of its journal.
+    """
+    if s.purged:
+        return []
+    have = {x.key: x for x in stored}
+    want = {x.key: x for x in stored_labels(s.lineage_record)}
+    return [Disagreement(f"label {k}", have.get(k), repr(want.get(k)))
+            for k in sorted(have.keys() | want.keys()) if have.get(k) != want.get(k)]
 
 
 def identity_disagreements(row: RunRecord, s: RunState) -> list[Disagreement]:
