@@ -97,8 +97,10 @@ class SQLJournal(SQLBase):
         search: str | None = None, labels: Mapping[str, str] | None = None,
     ) -> list[RunRecord]:
         """Runs of a tenant, newest first, filtered and paged."""
+        # A label filter reads the label index first: its own query.
         rows = self._all(
-            "list_runs", tenant_id=tenant_id, status=status, flow=flow, since=since,
+            "list_runs_labelled" if labels else "list_runs", tenant_id=tenant_id,
+            status=status, flow=flow, since=since,
             until=until, after_at=after[0] if after else None,
             after_id=after[1] if after else None, prefix=id_prefix, limit=limit,
             updated_since=updated_since, updated_until=updated_until, search=search,
