@@ -23,8 +23,7 @@ TARGETS = {"label_filter": 5.0, "two_label_filter": 10.0, "page_with_labels": 4.
 """The most each may cost, as a ratio of a plain page. A filtered page reads the index,
 then sorts its matches by time: a few plain pages, never a scan of the tenant's runs (a
 scan is over 100 times a plain page here). Two labels read the runs of the rarer one and
-check each for the other."""The most each may cost, as a ratio of a plain page. Two labels AND together by reading
-the index entries of both: ``warehouse`` matches 2,000 runs here, so it reads more."""
+check each for the other."""
 
 
 def _fill(client: uw.Client, clock: uw.ManualClock) -> None:
