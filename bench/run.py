@@ -28,6 +28,7 @@ import evaluation
 import groupcommit
 import guard
 import imports
+import labels
 import listing
 import policy
 import resume
@@ -92,6 +93,10 @@ GROUPS: dict[str, list[tuple[str, Callable[[], list[Figure]]]]] = {
     "listing": [
         ("SQLite run listing", listing.bench_sqlite),
         ("PostgreSQL run listing", listing.bench_postgres),
+    ],
+    "labels": [
+        ("SQLite runs by label", labels.bench_sqlite),
+        ("PostgreSQL runs by label", labels.bench_postgres),
     ],
     "sandbox": [("bubblewrap sandbox overhead", sandbox.bench)],
     "service": [

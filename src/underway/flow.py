@@ -18,6 +18,7 @@ from ._next import ChildOutcome, Done, Fail, Goto, Next, Sleep, Wait, _seconds, 
 from .errors import ConfigurationError
 from .events import JSON
 from .inputs import invalid_model_input
+from .labels import LabelValue
 from .lineage import Lineage
 
 if TYPE_CHECKING:
@@ -29,6 +30,7 @@ S = TypeVar("S", bound=BaseModel)
 I = TypeVar("I", bound=BaseModel)  # noqa: E741 - conventional name for the input type
 ToolArgs = TypeVar("ToolArgs")
 ToolResult = TypeVar("ToolResult")
+Strings = tuple[str, ...] | list[str]
 
 
 class StepRuntime(Protocol):
@@ -97,6 +99,9 @@ class StepRuntime(Protocol):
         """A journaled value: ``fresh`` the first time, the journaled one after."""
         ...
 
+    def label(self, labels: dict[str, Any], sensitive: bool) -> None:
+        """Journal labels set on the run (:meth:`RunContext.label`)."""
+
     async def start_child(
         self, flow: Flow[Any, Any] | str, input: JSON, *, key: str | None, detached: bool,
         queue: str | None, lineage: Lineage | None = None, taint: tuple[str, ...] = (),
@@ -116,11 +121,9 @@ class StepRuntime(Protocol):
 
     async def wait_child(self, run_id: str) -> ChildOutcome:
         """How a child run ended, suspending the run until it has."""
-        ...
 
     def version(self, change_id: str) -> bool:
         """Whether the run takes the new path of change ``change_id`` (decided once)."""
-        ...
 
 
 class RunContext(Generic[S, I]):
@@ -191,20 +194,16 @@ class RunContext(Generic[S, I]):
     @overload
     async def call(
         self, tool: Tool[ToolArgs, ToolResult], args: ToolArgs | JSON | BaseModel = None, *,
-        labels: tuple[str, ...] | list[str] = (), evidence: JSON = None,
-        risks: tuple[str, ...] | list[str] = (), summary: str | None = None,
+        labels: Strings = (), evidence: JSON = None, risks: Strings = (),
+        summary: str | None = None,
     ) -> ToolResult: ...
     @overload
-    async def call(
-        self, tool: str, args: JSON | BaseModel = None, *,
-        labels: tuple[str, ...] | list[str] = (), evidence: JSON = None,
-        risks: tuple[str, ...] | list[str] = (), summary: str | None = None,
-    ) -> JSON: ...
-    async def call(
-        self, tool: Tool[Any, Any] | str, args: Any = None, *,
-        labels: tuple[str, ...] | list[str] = (), evidence: JSON = None,
-        risks: tuple[str, ...] | list[str] = (), summary: str | None = None,
-    ) -> Any:
+    async def call(self, tool: str, args: JSON | BaseModel = None, *, labels: Strings = (),
+                   evidence: JSON = None, risks: Strings = (),
+                   summary: str | None = None) -> JSON: ...
+    async def call(self, tool: Tool[Any, Any] | str, args: Any = None, *,
+                   labels: Strings = (), evidence: JSON = None, risks: Strings = (),
+                   summary: str | None = None) -> Any:
         """Perform a tool call through the guard and the effect ledger; return its result.
 
         The allow-list, argument schema, budgets and policy are checked first; a call held
@@ -315,6 +314,18 @@ class RunContext(Generic[S, I]):
         """A random float in [0, 1), journaled."""
         return float(self._x.value("random", _random.random()))
 
+    def label(self, *, sensitive: bool = False, **labels: LabelValue) -> None:
+        """Set labels on this run, journaled: ``ctx.label(sku="A-7", qty=3)``. A name set
+        again takes the new value; the same value again journals nothing. Children started
+        later inherit them. A bad name or value raises
+        :class:`~underway.errors.InvalidInput` naming the label (:mod:`underway.labels`).
+
+        Args:
+            sensitive: Show these labels redacted to viewers who may not reveal them.
+            **labels: Names and values (text, whole numbers, numbers, true/false).
+        """
+        self._x.label(labels, sensitive)
+
     def version(self, change_id: str) -> bool:
         """True when this run takes the code path of change ``change_id``, False when it
         keeps the path it was on before the change was deployed (Temporal's ``patched``).
@@ -336,13 +347,8 @@ class RunContext(Generic[S, I]):
         """Sleep on a durable timer (the run holds no worker meanwhile), then go to ``then``."""
         return Sleep(_seconds(duration), _step_name(then))
 
-    def wait(
-        self,
-        signal: str,
-        *,
-        timeout: float | timedelta | None = None,
-        then: str | Callable[..., Any],
-    ) -> Wait:
+    def wait(self, signal: str, *, timeout: float | timedelta | None = None,
+             then: str | Callable[..., Any]) -> Wait:
         """Wait for a signal (or the timeout), then go on; read ``ctx.signal`` there.
 
         Args:

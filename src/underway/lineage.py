@@ -25,10 +25,19 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable, Mapping
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+)
 
 from .errors import ConfigurationError
+from .labels import LabelValue, check_key, check_labels
 from .subjects import DEFAULT_PURPOSE
 
 __all__ = ["INTAKE_KEY_PREFIX", "INTAKE_TAINT", "Lineage", "below", "minted_context",
@@ -54,8 +63,9 @@ class Lineage(BaseModel):
     order; an agent treats its input as untrusted when it is not empty. ``shadow``: the
     run's mutating calls are journaled, never executed. ``subject``, ``purpose``,
     ``consent``: the data subject, what the run is for and the consent it acts on.
-    ``trace_context``: the W3C trace context its spans join. ``labels``: names and values
-    it is found and shown by. ``root_run_id``: the run at the top of its tree (None: this
+    ``trace_context``: the W3C trace context its spans join. ``labels``: typed names and
+    values it is found and shown by (:mod:`underway.labels`); ``sensitive_labels``: those
+    of them shown redacted. ``root_run_id``: the run at the top of its tree (None: this
     run is the top), the scope a tree's budgets count in.
     """
 
@@ -68,8 +78,40 @@ class Lineage(BaseModel):
     purpose: str = DEFAULT_PURPOSE
     consent: str | None = None
     trace_context: dict[str, str] | None = None
-    labels: dict[str, str] = Field(default_factory=dict)
+    labels: dict[str, LabelValue] = Field(default_factory=dict)
+    sensitive_labels: tuple[str, ...] = ()
     root_run_id: str | None = None
+
+    @field_validator("labels", mode="after")
+    @classmethod
+    def _labels(cls, value: dict[str, LabelValue]) -> dict[str, LabelValue]:
+        return check_labels(value)
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Left out when empty, so a journal written before it existed stores the same.
+        dumped: dict[str, Any] = handler(self)
+        if not dumped.get("sensitive_labels"):
+            dumped.pop("sensitive_labels", None)
+        return dumped
+
+    @field_validator("sensitive_labels", mode="after")
+    @classmethod
+    def _sensitive(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(sorted({check_key(k, field="sensitive_labels") for k in value}))
+
+    def labeled(self, labels: dict[str, LabelValue], sensitive: tuple[str, ...] = ()
+                ) -> Lineage:
+        """This lineage with ``labels`` set (a name given again takes the new value)
+        and ``sensitive`` added to the sensitive ones.
+
+        Args:
+            labels: Names and values.
+            sensitive: Names of labels shown redacted.
+        """
+        return self.model_copy(update={
+            "labels": check_labels({**self.labels, **labels}),
+            "sensitive_labels": tuple(sorted({*self.sensitive_labels, *sensitive}))})
 
     @property
     def tainted(self) -> bool:
@@ -85,10 +127,11 @@ class Lineage(BaseModel):
         return (INTAKE_TAINT,) if self.origin is not None else ()
 
     def join(self, adds: Lineage | None) -> Lineage:
-        """This lineage with the restrictions of ``adds`` added: the outside origin, the
-        taint sources and the labels ``adds`` names besides these, shadow mode when either
-        has it, and the subject, purpose, consent and trace context where this one has
-        none. Nothing of this one is ever dropped or replaced.
+        """This lineage with the restrictions of ``adds`` added: the outside origin and
+        the taint sources ``adds`` names besides these, shadow mode when either has it,
+        and the subject, purpose, consent and trace context where this one has none.
+        Nothing of this one is ever dropped or replaced, but for labels: ``adds`` sets
+        its labels over these (a child started with ``sku=B`` is about ``B``).
 
         Raises :class:`ConfigurationError` when ``adds`` names another data subject,
         purpose or consent than this one (a run cannot act for someone else, or for
@@ -115,7 +158,8 @@ class Lineage(BaseModel):
             consent=self.consent if self.consent is not None else adds.consent,
             trace_context=self.trace_context if self.trace_context is not None
             else adds.trace_context,
-            labels={**adds.labels, **self.labels},
+            labels={**self.labels, **adds.labels},
+            sensitive_labels=_union(self.sensitive_labels, adds.sensitive_labels),
             root_run_id=self.root_run_id if self.root_run_id is not None
             else adds.root_run_id,
         )

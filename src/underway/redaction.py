@@ -39,6 +39,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from pydantic import BaseModel, ValidationError
+
 from .events import JSON, Event
 
 __all__ = [
@@ -211,7 +213,7 @@ class Redactor:
                 continue
             hidden = self._json(value)
             if hidden != value:
-                changed[name] = hidden
+                changed[name] = _as_field(getattr(event, name), hidden)
         return event.model_copy(update=changed) if changed else event
 
     def fields(self, obj: T, *names: str) -> T:
@@ -289,6 +291,17 @@ class RunRedactors:
             while len(self._learned) > self._size:
                 self._learned.popitem(last=False)
         return red.copy()
+
+
+def _as_field(current: object, hidden: JSON) -> object:
+    """A redacted value in the type of the field it replaces: a nested model (a run's
+    lineage, whose labels may be hidden) stays a model, so the event still dumps."""
+    if not isinstance(current, BaseModel) or not isinstance(hidden, dict):
+        return hidden
+    try:
+        return type(current).model_validate(hidden)
+    except ValidationError:
+        return type(current).model_construct(**hidden)
 
 
 def scrub(text: str, hidden: Hidden, value: JSON) -> str:

@@ -96,6 +96,12 @@ class RootOptions:
 PurposeOption = Annotated[str, typer.Option(
     "--purpose", help="Why you read the run's data: written to the access log with who and "
     "when (1 to 100 characters).")]
+LabelFilterOption = Annotated[list[str] | None, typer.Option(
+    "--label", help="Only runs with this label, as name=value (repeat: all must match). "
+    "A value matches by its text: qty=7 finds 7 and \"7\".", show_default=False)]
+LabelOption = Annotated[list[str] | None, typer.Option(
+    "--label", help="A label of the run, as name=value (repeat for more). A number or "
+    "true/false is typed when its text is exactly that value.", show_default=False)]
 RevealOption = Annotated[bool, typer.Option(
     "--reveal", help="Show the fields tools declare sensitive (the access log records "
     "it); secrets are never shown.")]

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from ..client import RunFilter
+from ..labels import parse_labels
 from ._common import Problem, parse_time
 
 STATUSES = ("ready", "waiting", "escalated", "dead", "completed", "failed", "cancelled")
@@ -33,7 +34,7 @@ UntilOption = Annotated[
 
 
 def run_filter(*, status: str | None, flow: str | None, since: str | None,
-               until: str | None) -> RunFilter:
+               until: str | None, label: list[str] | None = None) -> RunFilter:
     """The filter the options name; a bad status or time is a :class:`Problem`.
 
     Args:
@@ -41,8 +42,10 @@ def run_filter(*, status: str | None, flow: str | None, since: str | None,
         flow: ``--flow``.
         since: ``--since``.
         until: ``--until``.
+        label: ``--label`` name=value filters (all must match).
     """
     if status is not None and status not in STATUSES:
         raise Problem(f"unknown status {status!r}; choose one of {', '.join(STATUSES)}")
     return RunFilter(status=status, flow=flow, since=parse_time(since, "--since"),
-                     until=parse_time(until, "--until"))
+                     until=parse_time(until, "--until"),
+                     labels=parse_labels(label or (), field="--label") or None)

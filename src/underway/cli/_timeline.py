@@ -9,6 +9,7 @@ command prints), and it needs nothing beyond the standard library.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 
 from ..client import Recorded, RunState, waiting_words
@@ -86,6 +87,10 @@ def render(state: RunState, records: Sequence[Recorded],
     if state.status == "completed" and state.tainted_by:
         head.append(f"tainted  result shaped by untrusted content from "
                     f"{', '.join(state.tainted_by)}")
+    shown = hide.json(dict(state.lineage.labels))
+    if isinstance(shown, dict) and shown:
+        head.append("labels   " + ", ".join(
+            f"{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in shown.items()))
     if state.parent_run_id:
         head.append(f"parent   {state.parent_run_id}")
     for run_id, child in state.children.items():

@@ -29,6 +29,7 @@ from ..guard.approvals import (
     verify_decision,
 )
 from ..guard.approvals.decision import REASON_TEXT, Decision
+from ..labels import label_text
 from ..ops.timeline import time_left
 from ..store.access import DEFAULT_PURPOSE
 from ..store.base import Store
@@ -117,16 +118,19 @@ def list_requests(
     db: DbOption = None,
 ) -> None:
     """List runs that wait for an approval, an answer or a resolution, soonest expiry
-    first (sensitive fields redacted unless --reveal; the read is written to the access
-    log)."""
+    first, with their runs' labels (sensitive fields and labels redacted unless --reveal;
+    the read is written to the access log)."""
     with open_client(ctx, db) as client:
         found = client.pending_requests(tenant_id=tenant, limit=limit)
+        labels = client.run_labels([r.run_id for r in found], tenant_id=tenant,
+                                   reveal=reveal)
         found = [redact_request(r, redactor=client.redactor(r.run_id, tenant_id=tenant,
                                                             reveal=reveal)) for r in found]
         record_read(client.store, "approvals ls", tenant, [r.run_id for r in found],
                     purpose=purpose, by=by, revealed=reveal)
     if as_json:
-        typer.echo(json.dumps([_as_json(r) for r in found], indent=2))
+        typer.echo(json.dumps([{**_as_json(r), "labels": labels.get(r.run_id, {})}
+                               for r in found], indent=2, ensure_ascii=False))
         return
     if not found:
         typer.echo(f"no runs wait for a person in tenant {tenant!r}")
@@ -136,12 +140,14 @@ def list_requests(
 
     now = time.time()
     table = Table(box=None, pad_edge=False, show_edge=False)
-    for header in ("RUN", "KIND", "SUMMARY", "MONEY", "ROLE", "EXPIRES (UTC)", "LEFT"):
+    for header in ("RUN", "KIND", "SUMMARY", "MONEY", "ROLE", "EXPIRES (UTC)", "LEFT",
+                   "LABELS"):
         table.add_column(header, no_wrap=True)
     for r in found:
+        shown = ", ".join(f"{k}={label_text(v)}" for k, v in labels.get(r.run_id, {}).items())
         table.add_row(r.run_id, r.kind, Text(r.summary), Text(r.moves or ""),
                       r.required_role or "any", _iso(r.expires_at),
-                      time_left(r.expires_at, now))
+                      time_left(r.expires_at, now), Text(shown or "-"))
     _console().print(table)
 
 

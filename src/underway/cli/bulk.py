@@ -20,6 +20,7 @@ from ._common import (
     ConfigOption,
     DbOption,
     Failure,
+    LabelFilterOption,
     Problem,
     TenantOption,
     handle_errors,
@@ -75,11 +76,13 @@ def resume(
         show_default=False)] = None,
     key: KeyOption = None, approver: AsOption = None,
     status: StatusOption = None, flow: FlowOption = None, since: SinceOption = None,
+    label: LabelFilterOption = None,
     until: UntilOption = None, as_json: JsonFlag = False, tenant: TenantOption = "default",
     db: DbOption = None, config_file: ConfigOption = None,
 ) -> None:
     """Resume every dead run the filter selects (--status defaults to dead)."""
-    _run(ctx, "resume", run_filter(status=status, flow=flow, since=since, until=until),
+    _run(ctx, "resume", run_filter(status=status, flow=flow, since=since, until=until,
+                    label=label),
          by=by, yes=yes, tenant=tenant, db=db, config_file=config_file, as_json=as_json,
          signer=_signer(key, approver, ""), step=step)
 
@@ -90,11 +93,13 @@ def cancel(
     ctx: typer.Context, by: ByOption, yes: YesOption = False,
     reason: Annotated[str, typer.Option("--reason", help="Why (journaled).")] = "",
     status: StatusOption = None, flow: FlowOption = None, since: SinceOption = None,
+    label: LabelFilterOption = None,
     until: UntilOption = None, as_json: JsonFlag = False, tenant: TenantOption = "default",
     db: DbOption = None,
 ) -> None:
     """Cancel every unfinished run the filter selects, at its next step boundary."""
-    _run(ctx, "cancel", run_filter(status=status, flow=flow, since=since, until=until),
+    _run(ctx, "cancel", run_filter(status=status, flow=flow, since=since, until=until,
+                    label=label),
          by=by, yes=yes, tenant=tenant, db=db, config_file=None, as_json=as_json,
          reason=reason)
 
@@ -112,6 +117,7 @@ def resolve(
         show_default=False)] = None,
     key: KeyOption = None, approver: AsOption = None,
     status: StatusOption = None, flow: FlowOption = None, since: SinceOption = None,
+    label: LabelFilterOption = None,
     until: UntilOption = None, as_json: JsonFlag = False, tenant: TenantOption = "default",
     db: DbOption = None, config_file: ConfigOption = None,
 ) -> None:
@@ -119,7 +125,8 @@ def resolve(
     question are skipped: answer them)."""
     if resolution not in ("succeeded", "failed", "retry"):
         raise Problem(f"--resolution must be succeeded, failed or retry, not {resolution!r}")
-    _run(ctx, "resolve", run_filter(status=status, flow=flow, since=since, until=until),
+    _run(ctx, "resolve", run_filter(status=status, flow=flow, since=since, until=until,
+                    label=label),
          by=by, yes=yes, tenant=tenant, db=db, config_file=config_file, as_json=as_json,
          signer=_signer(key, approver, ""), resolution=resolution,
          result=parse_json(result, "--result"))
@@ -137,6 +144,7 @@ def answer(
         show_default=False)],
     yes: YesOption = False, comment: CommentOption = "",
     status: StatusOption = None, flow: FlowOption = None, since: SinceOption = None,
+    label: LabelFilterOption = None,
     until: UntilOption = None, as_json: JsonFlag = False, tenant: TenantOption = "default",
     db: DbOption = None,
 ) -> None:
@@ -146,7 +154,8 @@ def answer(
         value: JSON = json.loads(text)
     except ValueError:
         value = text
-    _run(ctx, "answer", run_filter(status=status, flow=flow, since=since, until=until),
+    _run(ctx, "answer", run_filter(status=status, flow=flow, since=since, until=until,
+                    label=label),
          by=approver, yes=yes, tenant=tenant, db=db, config_file=None, as_json=as_json,
          signer=_signer(key, approver, comment), question=question, answer=value)
 
@@ -157,11 +166,13 @@ def approve(
     ctx: typer.Context, key: NeededKey, approver: NeededAs, yes: YesOption = False,
     comment: CommentOption = "",
     status: StatusOption = None, flow: FlowOption = None, since: SinceOption = None,
+    label: LabelFilterOption = None,
     until: UntilOption = None, as_json: JsonFlag = False, tenant: TenantOption = "default",
     db: DbOption = None,
 ) -> None:
     """Sign an approval of the exact action each selected run waits on, and send it."""
-    _run(ctx, "approve", run_filter(status=status, flow=flow, since=since, until=until),
+    _run(ctx, "approve", run_filter(status=status, flow=flow, since=since, until=until,
+                    label=label),
          by=approver, yes=yes, tenant=tenant, db=db, config_file=None, as_json=as_json,
          signer=_signer(key, approver, comment))
 
@@ -172,11 +183,13 @@ def reject(
     ctx: typer.Context, key: NeededKey, approver: NeededAs, yes: YesOption = False,
     comment: CommentOption = "",
     status: StatusOption = None, flow: FlowOption = None, since: SinceOption = None,
+    label: LabelFilterOption = None,
     until: UntilOption = None, as_json: JsonFlag = False, tenant: TenantOption = "default",
     db: DbOption = None,
 ) -> None:
     """Sign a rejection of the action each selected run waits on, and send it."""
-    _run(ctx, "reject", run_filter(status=status, flow=flow, since=since, until=until),
+    _run(ctx, "reject", run_filter(status=status, flow=flow, since=since, until=until,
+                    label=label),
          by=approver, yes=yes, tenant=tenant, db=db, config_file=None, as_json=as_json,
          signer=_signer(key, approver, comment))
 

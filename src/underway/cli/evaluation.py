@@ -13,6 +13,7 @@ from typing import Annotated
 
 import typer
 
+from ..labels import parse_labels
 from ..ops.evaluation import (
     DEFAULT_ALPHA,
     DEFAULT_MIN_SAMPLES,
@@ -29,6 +30,7 @@ from ..store.access import ALL_RUNS, DEFAULT_PURPOSE
 from ._common import (
     ConfigOption,
     DbOption,
+    LabelFilterOption,
     Problem,
     PurposeOption,
     ReaderOption,
@@ -100,6 +102,10 @@ def eval_command(
         "--taint-rule", help="A policy rule whose approval holds count as taint holds "
         f"(repeat for several; default: {', '.join(sorted(TAINT_RULES))}).",
         show_default=False)] = None,
+    group_by: Annotated[str | None, typer.Option(
+        "--group-by", help="Also give the figures per value of a label, as label:NAME "
+        "(label:sku).", show_default=False)] = None,
+    label: LabelFilterOption = None,
     purpose: PurposeOption = DEFAULT_PURPOSE,
     by: ReaderOption = None,
     db: DbOption = None,
@@ -114,9 +120,16 @@ def eval_command(
     says what it read."""
     start = parse_time(since, "--since")
     end = parse_time(until, "--until")
+    key = None
+    if group_by is not None:
+        kind, sep, key = group_by.partition(":")
+        if kind != "label" or not sep:
+            raise Problem(f"--group-by {group_by!r}: give label:NAME, as label:sku")
+    wanted = parse_labels(label or (), field="--label")
     with open_store(ctx, db) as store:
         found = evaluate(store, tenant_id=tenant, flow=flow, since=start, until=end,
-                         taint_rules=taint_rule or TAINT_RULES)
+                         taint_rules=taint_rule or TAINT_RULES, group_by=key,
+                         labels=wanted)
         record_read(store, "eval", tenant, [ALL_RUNS], purpose=purpose, by=by)
     if html is not None:
         try:

@@ -16,6 +16,7 @@ from ..client import Client, Recorded
 from ..codec import ENCRYPTED
 from ..events import JSON, PURGED, Encrypted, PayloadPurged
 from ..flow import Flow
+from ..labels import LabelValue, label_text, parse_labels, typed_value
 from ..ops.timeline import format_time
 from ..redaction import Redactor
 from ..store.access import DEFAULT_PURPOSE
@@ -23,6 +24,8 @@ from ..store.base import FINAL, RunRecord
 from ._common import (
     ConfigOption,
     DbOption,
+    LabelFilterOption,
+    LabelOption,
     Problem,
     PurposeOption,
     ReaderOption,
@@ -77,16 +80,19 @@ def list_runs(
         bool, typer.Option("--wide", help="Full run ids and notes, whatever the terminal width.")
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array.")] = False,
+    label: LabelFilterOption = None,
+    reveal: RevealOption = False,
     tenant: TenantOption = "default",
     db: DbOption = None,
 ) -> None:
-    """List a tenant's runs, newest first, a page at a time.
+    """List a tenant's runs, newest first, a page at a time, with their labels.
 
     At a terminal, run ids are cut to their first characters (any RUN argument takes such
     a prefix); --wide, --json and piped output show them whole. When more runs match, a
-    last line on stderr gives the --cursor of the next page.
+    last line on stderr gives the --cursor of the next page. Sensitive labels read
+    [redacted] unless --reveal.
     """
-    chosen = run_filter(status=status, flow=flow, since=since, until=until)
+    chosen = run_filter(status=status, flow=flow, since=since, until=until, label=label)
     with open_client(ctx, db) as client:
         page = client.list_runs(tenant_id=tenant, limit=limit, cursor=cursor,
                                 **chosen.keywords())
@@ -94,33 +100,46 @@ def list_runs(
         # Only a completed run's end can name what shaped its result.
         taint = {r.run_id: client.tainted_by(r) for r in rows if r.status == "completed"}
         waiting = {r.run_id: client.waiting_on(r) for r in rows}
+        labels = client.run_labels([r.run_id for r in rows], tenant_id=tenant, reveal=reveal)
     if as_json:
         typer.echo(json.dumps([{**dataclasses.asdict(r), "tainted_by": taint.get(r.run_id),
-                                "waiting": waiting[r.run_id]} for r in rows], indent=2))
+                                "waiting": waiting[r.run_id],
+                                "labels": labels.get(r.run_id, {})} for r in rows],
+                              indent=2, ensure_ascii=False))
     elif not rows:
         what = " ".join(x for x in (status, f"{flow!r}" if flow else None) if x)
         typer.echo(f"no {what + ' ' if what else ''}runs in tenant {tenant!r}"
                    + (" on this page" if cursor else ""))
     else:
-        _print_table(rows, taint, waiting, wide=wide or not sys.stdout.isatty())
+        _print_table(rows, taint, waiting, labels, wide=wide or not sys.stdout.isatty())
     if page.next_cursor is not None:
         typer.echo(f"next page: --cursor {page.next_cursor}", err=True)
 
 
 def _print_table(rows: list[RunRecord], taint: dict[str, list[str] | None] | None = None,
-                 waiting: dict[str, str | None] | None = None, *, wide: bool) -> None:
+                 waiting: dict[str, str | None] | None = None,
+                 labels: dict[str, dict[str, LabelValue]] | None = None, *,
+                 wide: bool) -> None:
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
+    labels = labels or {}
+    # A column per label name the page has, in name order (the label columns).
+    names = sorted({k for found in labels.values() for k in found})
     table = Table(box=None, pad_edge=False, show_edge=False)
-    for header in ("RUN", "FLOW", "STATUS", "STEP", "EVENTS", "CREATED (UTC)", "NOTE"):
+    for header in ("RUN", "FLOW", "STATUS", "STEP", "EVENTS", "CREATED (UTC)"):
         table.add_column(header, no_wrap=True, justify="right" if header == "EVENTS" else "left")
+    for name in names:
+        table.add_column(name.upper(), no_wrap=True)
+    table.add_column("NOTE", no_wrap=True)
     for r in rows:
+        have = labels.get(r.run_id, {})
         table.add_row(
             r.run_id if wide else r.run_id[:SHORT_ID], r.flow,
             Text(r.status, style=_STYLE.get(r.status, "")), r.step or "-", str(r.last_seq),
             format_time(r.created_at),
+            *(Text(label_text(have[n])) if n in have else "-" for n in names),
             _note(r.error, (waiting or {}).get(r.run_id), (taint or {}).get(r.run_id)),
         )
     # Wide output is never cut to the terminal: ids are meant to be copied.
@@ -253,6 +272,10 @@ def start(
     as_json: Annotated[
         bool, typer.Option("--json", help='Print {"run_id": ..., "created": ...}.')
     ] = False,
+    label: LabelOption = None,
+    sensitive_label: Annotated[list[str] | None, typer.Option(
+        "--sensitive-label", help="A label shown redacted to viewers without --reveal, "
+        "as name=value (repeat for more).", show_default=False)] = None,
     tenant: TenantOption = "default",
     db: DbOption = None,
 ) -> None:
@@ -264,6 +287,9 @@ def start(
     model. With --app the input is checked now and nothing is stored when it is wrong.
     """
     data = parse_json(input, "--input")
+    plain = {k: typed_value(v) for k, v in parse_labels(label or (), field="--label").items()}
+    hidden = {k: typed_value(v) for k, v in
+              parse_labels(sensitive_label or (), field="--sensitive-label").items()}
     flows: list[Flow[Any, Any]] = []
     if app_spec is not None:
         flows = app_code(app_spec)[0]
@@ -275,7 +301,8 @@ def start(
         new_name = not flows and not client.list_runs(tenant_id=tenant, flow=flow, limit=1).runs
         run_id, created = client.start(flow, data, tenant_id=tenant, idempotency_key=key,
                                        queue=queue, subject=subject, purpose=purpose,
-                                       consent=consent)
+                                       consent=consent, labels={**plain, **hidden},
+                                       sensitive_labels=hidden)
     if new_name:
         typer.echo(f"note: tenant {tenant!r} has no earlier run of flow {flow!r}; only a "
                    "worker that has a flow of that name runs it (check the name, or pass "

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol, cast
 
@@ -39,6 +39,7 @@ from ..events import JSON
 from ..guard.approvals import ApprovalCheck, SignedDecision, sign_decision, verify_decision
 from ..guard.approvals.decision import REASON_TEXT, Decision
 from ..journal.state import ANSWER_SIGNAL, APPROVAL_SIGNAL
+from ..labels import LabelValue
 from ..store.base import FINAL, RunRecord, Store
 from ._pages import RunPage
 from ._requests import PendingRequest
@@ -86,12 +87,15 @@ class RunFilter:
     updated_since: float | None = None
     updated_until: float | None = None
     search: str | None = None
+    labels: Mapping[str, LabelValue] | None = None
+    """Only runs with every one of these labels (a value matches by its text)."""
 
     def keywords(self) -> dict[str, Any]:
         """The keywords of :meth:`Client.list_runs` this filter stands for."""
         return {"status": self.status, "flow": self.flow, "since": self.since,
                 "until": self.until, "updated_since": self.updated_since,
-                "updated_until": self.updated_until, "search": self.search}
+                "updated_until": self.updated_until, "search": self.search,
+                "labels": self.labels}
 
 
 @dataclass(frozen=True, slots=True)

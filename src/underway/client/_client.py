@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from types import TracebackType
 from typing import Any
@@ -29,6 +29,7 @@ from ..guard.approvals import ApprovalCheck, SignedDecision, verify_decision
 from ..guard.approvals.decision import REASON_TEXT
 from ..journal import Journal, Verification
 from ..journal.state import ANSWER_SIGNAL, APPROVAL_SIGNAL, Recorded, RunState
+from ..labels import LabelValue, label_filter
 from ..redaction import Redactor, RunRedactors
 from ..store import connect
 from ..store.base import CoreStore, NewRun, RunRecord, SignalRecord, Store, whole
@@ -37,6 +38,7 @@ from ._bulk import Bulk
 from ._consent import Consents
 from ._deciding import Deciding
 from ._forking import Forks
+from ._labels import Labels
 from ._options import StartKeywords, StartOptions
 from ._pages import ChildRun, RunEvent, RunPage, decode_cursor, encode_cursor
 from ._requests import PendingRequest, readable_row, request_of, sealed_request, sealed_state
@@ -44,7 +46,7 @@ from ._settling import Settling
 from ._starting import check_start, new_run
 
 
-class Client(Bulk, Consents, Deciding, Forks, Settling):
+class Client(Bulk, Consents, Deciding, Forks, Labels, Settling):
     """Starts, steers and reads runs: what an operator, the CLI, an HTTP API or another service
     does. It needs no flow code and runs no step; workers (an :class:`~underway.Engine` driven by
     a :class:`~underway.Worker` or :class:`~underway.Runner`) do that. Every method takes
@@ -481,18 +483,11 @@ class Client(Bulk, Consents, Deciding, Forks, Settling):
         return self._journal.verify(tenant_id, run_id)
 
     def list_runs(
-        self,
-        *,
-        tenant_id: str = "default",
-        status: str | None = None,
-        flow: str | None = None,
-        since: float | None = None,
-        until: float | None = None,
-        limit: int = 100,
-        cursor: str | None = None,
-        updated_since: float | None = None,
-        updated_until: float | None = None,
-        search: str | None = None,
+        self, *, tenant_id: str = "default", status: str | None = None,
+        flow: str | None = None, since: float | None = None, until: float | None = None,
+        limit: int = 100, cursor: str | None = None, updated_since: float | None = None,
+        updated_until: float | None = None, search: str | None = None,
+        labels: Mapping[str, LabelValue] | None = None,
     ) -> RunPage:
         """A page of the tenant's runs, newest first. Times are epoch seconds.
 
@@ -508,14 +503,18 @@ class Client(Bulk, Consents, Deciding, Forks, Settling):
             updated_since: Only runs last updated at or after it.
             updated_until: Only runs last updated before it.
             search: Only runs whose id or flow contains it (a plain, case-sensitive substring).
+            labels: Only runs with all these labels. A value matches by its text:
+                ``{"qty": "7"}`` finds ``qty=7`` (:mod:`underway.labels`).
         """
         if limit < 1:
             raise ConfigurationError(f"limit must be at least 1, not {limit}")
         after = decode_cursor(cursor) if cursor is not None else None
+        wanted = label_filter(labels)
         rows = self._store.list_runs(tenant_id, status=status, flow=flow, since=since,
                                      until=until, after=after, limit=limit + 1,
                                      updated_since=updated_since,
-                                     updated_until=updated_until, search=search)
+                                     updated_until=updated_until, search=search,
+                                     labels=wanted or None)
         rows = [self._readable(r) for r in rows]
         if len(rows) <= limit:
             return RunPage(rows, None)

@@ -19,6 +19,7 @@ from ..events import JSON, canonical_json, genesis_hash
 from ..flow import Flow
 from ..journal import Journal
 from ..journal.patch import apply_patch
+from ..journal.projection import stored_labels
 from ..journal.state import APPROVAL_SIGNAL, RunState, usage_counters
 from ..store.base import ForkLink, NewRun, Store
 from ._starting import started_with
@@ -230,7 +231,7 @@ def _records(
     new = NewRun(
         tenant_id=tenant_id, run_id=fork_id, flow=at.flow, idempotency_key=None,
         first_event=first, blobs=blobs, step=start, now=now, next_wake_at=now, queue=queue,
-        subject=at.subject, purpose=at.purpose,
+        subject=at.subject, purpose=at.purpose, labels=stored_labels(started.lineage),
     )
     return new, ForkLink(tenant_id, parent, head, linked, now)
 

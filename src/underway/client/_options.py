@@ -15,12 +15,13 @@ takes either the keywords or a ready ``options=StartOptions(...)``, never both.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from typing import TypedDict
 
 from .. import inputs
 from ..errors import ConfigurationError
+from ..labels import LabelValue, check_key, check_labels
 from ..lineage import Lineage
 from ..subjects import DEFAULT_PURPOSE
 
@@ -42,6 +43,8 @@ class StartKeywords(TypedDict, total=False):
     purpose: str
     consent: str | None
     lineage: Lineage | None
+    labels: Mapping[str, LabelValue] | None
+    sensitive_labels: Iterable[str]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -71,6 +74,11 @@ class StartOptions:
         lineage: what the run starts with besides (an outside origin, taint, shadow mode,
             labels). The fields above add to it and never replace what it has. Every
             descendant inherits it all.
+        labels: typed names and values the run is found and shown by
+            (:mod:`underway.labels`). They are checked and journaled. They are set over
+            the labels ``lineage`` holds.
+        sensitive_labels: names of labels shown redacted to a viewer who may not reveal
+            sensitive data.
     """
 
     tenant_id: str = "default"
@@ -86,10 +94,15 @@ class StartOptions:
     purpose: str = DEFAULT_PURPOSE
     consent: str | None = None
     lineage: Lineage | None = None
+    labels: Mapping[str, LabelValue] | None = None
+    sensitive_labels: Iterable[str] = ()
 
     def __post_init__(self) -> None:
         # A one-shot iterable of roles would be empty the second time it is read.
         object.__setattr__(self, "roles", tuple(self.roles))
+        object.__setattr__(self, "labels", check_labels(self.labels) or None)
+        object.__setattr__(self, "sensitive_labels", tuple(sorted(
+            {check_key(k, field="sensitive_labels") for k in self.sensitive_labels})))
         for field, value in (("run_id", self.run_id),
                              ("idempotency_key", self.idempotency_key),
                              ("queue", self.queue)):

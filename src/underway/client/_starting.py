@@ -13,6 +13,7 @@ from ..errors import ConfigurationError
 from ..events import JSON, canonical_json, genesis_hash
 from ..flow import Flow
 from ..journal import Journal
+from ..journal.projection import stored_labels
 from ..lineage import Lineage, minted_context, trace_parent
 from ..store.base import NewRun
 from ..subjects import check_purpose, check_reference, check_subject
@@ -56,7 +57,8 @@ def new_run(
     o = options
     inherited = started_with(o.lineage, Lineage(
         subject=o.subject, purpose=o.purpose, consent=o.consent,
-        trace_context=o.trace_context), tenant_id=o.tenant_id, run_id=run_id)
+        trace_context=o.trace_context, labels=dict(o.labels or {}),
+        sensitive_labels=tuple(o.sensitive_labels)), tenant_id=o.tenant_id, run_id=run_id)
     if inherited["subject"] is not None:
         check_subject(inherited["subject"])
     check_purpose(inherited["purpose"])
@@ -96,6 +98,7 @@ def new_run(
         step=event.first_step, now=now,
         next_wake_at=o.start_at if o.start_at is not None else now, queue=o.queue,
         subject=event.subject, purpose=event.purpose,
+        labels=stored_labels(event.lineage),
     )
 
 

@@ -13,7 +13,7 @@ from .. import events as ev
 from .. import faults
 from ..codec import run_error_where
 from ..guard.budgets import Usage
-from ..journal.projection import expected_update
+from ..journal.projection import expected_update, labels_set
 from ..journal.state import Recorded, RunState, apply
 from ..redaction import Hidden
 from ..store.base import AppendBatch, Lease, RunRecord
@@ -154,6 +154,7 @@ class Activation:
             consumed_signals=consumed,
             release=release,
             signals=outbox(s, [e for _, _, e in taken], now, codec),
+            labels=labels_set((e for _, _, e in taken), s.lineage_record),
         )
         faults.point("append.before_commit")
         self.control_pending = await self._append(batch)

@@ -15,6 +15,7 @@ from ..control import CHILD as CHILD_SIGNAL
 from ..errors import ConfigurationError, NonDeterminismError, UnderwayError
 from ..events import JSON
 from ..flow import ChildOutcome, Flow
+from ..labels import check_labels, label_kind
 from ..lineage import Lineage
 from ._calls import StepExecution
 from ._inbox import pending_signals
@@ -61,6 +62,24 @@ class StepWithChildren(StepExecution):
         """Where the untrusted content of the child outcomes the run received came from:
         in the steps it completed, then in this one (:attr:`RunContext.child_taint`)."""
         return list(dict.fromkeys([*self._act.state.child_taint, *self._received]))
+
+    def label(self, labels: dict[str, Any], sensitive: bool) -> None:
+        """Journal the labels that change the run's (:meth:`RunContext.label`): a re-run
+        step that sets them again journals nothing.
+
+        Args:
+            labels: Names and values.
+            sensitive: They are shown redacted.
+        """
+        have = self._act.state.lineage
+        checked = check_labels(labels, field="ctx.label",
+                               present=len(set(have.labels) - set(labels)))
+        fresh = {k: v for k, v in checked.items()
+                 if k not in have.labels or label_kind(v) != label_kind(have.labels[k])
+                 or have.labels[k] != v or (sensitive and k not in have.sensitive_labels)}
+        if fresh:
+            self._act.buffer(ev.RunLabeled(
+                labels=fresh, sensitive_fields=sorted(fresh) if sensitive else None))
 
     @unswallowed
     async def start_child(

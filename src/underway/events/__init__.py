@@ -70,6 +70,7 @@ from ._run import (
     RunDeadLettered,
     RunFailed,
     RunForked,
+    RunLabeled,
     RunResumed,
     RunStarted,
 )
@@ -142,6 +143,7 @@ __all__ = [
     "RunDeadLettered",
     "RunFailed",
     "RunForked",
+    "RunLabeled",
     "RunResumed",
     "RunStarted",
     "SchemaValidationFailed",

@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..labels import LabelValue
 from ..lineage import Lineage
 from ._base import JSON, Event
 
@@ -75,6 +76,21 @@ class RunStarted(Event):
     ``consent`` and ``trace_context`` (:class:`~underway.lineage.Lineage`: outside origin,
     taint, shadow mode, labels, the root of its tree). None: nothing more, as every run
     started before the record existed."""
+
+    @property
+    def sensitive_fields(self) -> list[str] | None:
+        """The labels the run starts with that are shown redacted (what a
+        :class:`~underway.redaction.Redactor` learns, as from a tool's event)."""
+        return list(self.lineage.sensitive_labels) or None if self.lineage else None
+
+
+class RunLabeled(Event):
+    """The flow set labels on its run (``ctx.label``): names and typed values, set over
+    those the run had. ``sensitive_fields`` names those shown redacted."""
+
+    type: Literal["RunLabeled"] = "RunLabeled"
+    labels: dict[str, LabelValue]
+    sensitive_fields: list[str] | None = None
 
 
 class InputChecked(Event):

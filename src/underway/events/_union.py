@@ -47,6 +47,7 @@ from ._run import (
     RunDeadLettered,
     RunFailed,
     RunForked,
+    RunLabeled,
     RunResumed,
     RunStarted,
 )
@@ -99,6 +100,7 @@ RunEvent: TypeAlias = (
     | RunFailed
     | RunCancelled
     | RunForked
+    | RunLabeled
     | ChildStarted
     | ChildAwaited
     | ChildFinished

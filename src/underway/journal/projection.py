@@ -17,14 +17,18 @@ not rewrite them, so it would meet the same disagreement on every claim.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from .. import events as ev
+from ..labels import label_kind, label_text
+from ..lineage import Lineage
 from ..store.leases import MAX_LEASE_TTL
-from ..store.records import FINAL, RunRecord, RunUpdate
+from ..store.records import FINAL, RunRecord, RunUpdate, StoredLabel
 from .state import RunState
 
 __all__ = ["Disagreement", "disagreements", "expected_update", "identity_disagreements",
-           "lease_problem"]
+           "label_disagreements", "labels_set", "lease_problem", "stored_labels"]
 
 FINAL_EVENTS = ("RunCompleted", "RunFailed", "RunCancelled")
 """The types of the event a finished run's journal ends with."""
@@ -84,6 +88,34 @@ def expected_update(s: RunState, now: float, due_at: float | None) -> RunUpdate:
         # A question that expires is woken then, to tell the step nobody answered.
         return RunUpdate("escalated", s.step, journal_wake(s), None, str(reason))
     return RunUpdate(s.status, s.step, None, None, s.error)
+
+
+def stored_labels(lineage: Lineage | None) -> tuple[StoredLabel, ...]:
+    """The rows of the label index a run's lineage says it has (its labels, sorted by
+    name): what a start writes, and what rebuilding the index from a journal writes.
+
+    Args:
+        lineage: The run's lineage (None: no labels).
+    """
+    if lineage is None:
+        return ()
+    hidden = set(lineage.sensitive_labels)
+    return tuple(StoredLabel(key=k, value=label_text(v), kind=label_kind(v),
+                             sensitive=k in hidden) for k, v in sorted(lineage.labels.items()))
+
+
+def labels_set(events: Iterable[ev.Event], lineage: Lineage | None) -> tuple[StoredLabel, ...]:
+    """The rows of the label index an append writes: the labels its ``RunLabeled`` events
+    set, as ``lineage`` (the run's, after these events) has them now.
+
+    Args:
+        events: The events appended.
+        lineage: The run's lineage once they are applied.
+    """
+    named = {k for e in events if isinstance(e, ev.RunLabeled) for k in e.labels}
+    if not named:
+        return ()
+    return tuple(x for x in stored_labels(lineage) if x.key in named)
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +187,22 @@ def disagreements(row: RunRecord, s: RunState, *, now: float) -> list[Disagreeme
         differ("lease", (row.lease_owner, row.lease_expires_at), None,
                f"no live worker can hold it: {problem}")
     return out
+
+
+def label_disagreements(stored: Sequence[StoredLabel], s: RunState) -> list[Disagreement]:
+    """The label index's rows of a run where its whole journal (folded into ``s``) says
+    otherwise, one per label name. A purged run's journal no longer says them.
+
+    Args:
+        stored: The run's labels as the index holds them.
+        s: The run's state, folded from every event of its journal.
+    """
+    if s.purged:
+        return []
+    have = {x.key: x for x in stored}
+    want = {x.key: x for x in stored_labels(s.lineage_record)}
+    return [Disagreement(f"label {k}", have.get(k), repr(want.get(k)))
+            for k in sorted(have.keys() | want.keys()) if have.get(k) != want.get(k)]
 
 
 def identity_disagreements(row: RunRecord, s: RunState) -> list[Disagreement]:

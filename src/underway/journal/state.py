@@ -493,6 +493,9 @@ def apply(s: RunState, rec: Recorded) -> RunState:
             s.status, s.error, s.wake_at = "cancelled", f"cancelled by {e.by}: {e.reason}", None
         case ev.PayloadPurged():
             _apply_purged(s, rec.at, e)
+        case ev.RunLabeled():
+            s.lineage_record = (s.lineage_record or Lineage()).labeled(
+                e.labels, tuple(e.sensitive_fields or ()))
         case (ev.PolicyDecided() | ev.BudgetExceeded() | ev.ApprovalInvalid()
               | ev.SignalIgnored() | ev.CheckpointRefused() | ev.RunForked()):
             pass  # the audit trail's: they change nothing a run does next
@@ -578,23 +581,8 @@ def fold(records: Iterable[Recorded], *, start: RunState) -> RunState:
 
 
 __all__ = [
-    "ANSWER_SIGNAL",
-    "APPROVAL_SIGNAL",
-    "FINAL_STATUSES",
-    "REFUSAL_ERRORS",
-    "USAGE_COUNTERS",
-    "ApprovalRecord",
-    "CallRecord",
-    "CallStatus",
-    "ChildRecord",
-    "Escalation",
-    "PendingApproval",
-    "Recorded",
-    "RunState",
-    "RunStatus",
-    "apply",
-    "fold",
-    "request_id_for",
-    "shadow_result",
-    "usage_counters",
+    "ANSWER_SIGNAL", "APPROVAL_SIGNAL", "FINAL_STATUSES", "REFUSAL_ERRORS", "USAGE_COUNTERS",
+    "ApprovalRecord", "CallRecord", "CallStatus", "ChildRecord", "Escalation",
+    "PendingApproval", "Recorded", "RunState", "RunStatus", "apply", "fold", "request_id_for",
+    "shadow_result", "usage_counters",
 ]

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import (
@@ -59,6 +59,7 @@ from ..codec import signal_where
 from ..errors import ConfigurationError, FieldProblem, InvalidInput
 from ..events import JSON, canonical_json
 from ..flow import Flow
+from ..labels import LabelValue, check_key, check_labels
 from ..lineage import INTAKE_KEY_PREFIX, INTAKE_TAINT, Lineage
 from ..store.base import CoreStore, IntakeRequest, NewRun
 from ..store.features import scheduling
@@ -223,6 +224,11 @@ class StartFlow:
     the field must hold an id (a string or an integer) — an event without one is refused,
     naming the path. ``purpose`` is the purpose of the runs the route starts for events
     that name none (``IntakeEvent.purpose`` wins).
+
+    ``labels_from`` maps label names to dotted paths into the event
+    (``{"sku": "payload.sku"}``): the run starts with those labels. A path the event does
+    not have gives no label; a value no label can hold refuses the event, naming the
+    label. ``sensitive_labels`` names labels shown redacted.
     """
 
     flow: Flow[Any, Any] | str
@@ -231,6 +237,8 @@ class StartFlow:
     queue: str = "default"
     subject_from: str | None = None
     purpose: str = DEFAULT_PURPOSE
+    labels_from: Mapping[str, str] = field(default_factory=dict)
+    sensitive_labels: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         name = self.flow.name if isinstance(self.flow, Flow) else self.flow
@@ -255,8 +263,15 @@ class StartFlow:
             )
         try:
             check_purpose(self.purpose)
+            for key in (*self.labels_from, *self.sensitive_labels):
+                check_key(key, field="labels_from")
         except ConfigurationError as exc:
             raise IntakeError(f"StartFlow({name!r}): {exc}") from None
+        bad = [p for p in self.labels_from.values() if not isinstance(p, str) or not all(
+            p.split("."))]
+        if bad:
+            raise IntakeError(f"StartFlow({name!r}): labels_from maps names to dotted paths "
+                              f"into the event ('payload.sku'), not {bad[0]!r}")
 
     def input_for(self, event: IntakeEvent) -> Any:
         """The input of a run this route starts for ``event``."""
@@ -271,9 +286,7 @@ class StartFlow:
         ``subject_from``); :class:`IntakeError` when the event holds no id there."""
         if self.subject_from is None:
             return None
-        found: Any = event.model_dump(mode="json")
-        for part in self.subject_from.split("."):
-            found = found.get(part) if isinstance(found, dict) else None
+        found = _at(event.model_dump(mode="json"), self.subject_from)
         if isinstance(found, int) and not isinstance(found, bool):
             found = str(found)
         if not isinstance(found, str):
@@ -286,6 +299,27 @@ class StartFlow:
             return check_subject(found, field=f"the subject at {self.subject_from!r}")
         except ConfigurationError as exc:
             raise IntakeError(f"event type {event.event_type!r}: {exc}") from None
+
+
+    def labels_for(self, event: IntakeEvent) -> dict[str, LabelValue]:
+        """The labels of a run this route starts for ``event``; :class:`IntakeError`
+        naming the label when the event holds a value no label can hold."""
+        if not self.labels_from:
+            return {}
+        data = event.model_dump(mode="json")
+        found = {k: _at(data, path) for k, path in self.labels_from.items()}
+        try:
+            return check_labels({k: v for k, v in found.items() if v is not None},
+                                field="labels")
+        except ConfigurationError as exc:
+            raise IntakeError(f"event type {event.event_type!r}: {exc}") from None
+
+
+def _at(data: JSON, path: str) -> JSON:
+    """The value at a dotted path into an event's JSON (None: it has none there)."""
+    for part in path.split("."):
+        data = data.get(part) if isinstance(data, dict) else None
+    return data
 
 
 @dataclass(frozen=True, slots=True)
@@ -444,6 +478,7 @@ def _prepare_run(engine: Client | Engine, route: StartFlow, ev: IntakeEvent,
     """The run ``engine.start`` would create for ``ev`` (input checked, state, first event)."""
     where = f"event type {ev.event_type!r}"
     subject = route.subject_for(ev)
+    labels = route.labels_for(ev)
     try:
         data = route.input_for(ev)
     except Exception as exc:
@@ -454,6 +489,7 @@ def _prepare_run(engine: Client | Engine, route: StartFlow, ev: IntakeEvent,
             run_id=str(uuid.uuid4()), queue=route.queue, trace_context=trace_context,
             subject=subject, purpose=ev.purpose or route.purpose, consent=ev.consent,
             lineage=Lineage(origin=ev.source, taint=(INTAKE_TAINT,)),
+            labels=labels, sensitive_labels=route.sensitive_labels,
         )
     except ConfigurationError as exc:
         errors = exc.errors if isinstance(exc, InvalidInput) else ()

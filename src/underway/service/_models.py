@@ -16,6 +16,7 @@ from ..errors import ConfigurationError
 from ..events import Encrypted, PayloadPurged
 from ..flow import Flow
 from ..inputs import MAX_TIME
+from ..labels import MAX_LABELS, LabelValue
 from ..redaction import Redactor
 from ..store.base import RunRecord
 from ..subjects import DEFAULT_PURPOSE, MAX_ID, check_purpose, check_reference, check_subject
@@ -84,16 +85,18 @@ class RunSummary(BaseModel):
     waiting: str | None = None
     """What it waits on, in words (``approval by procurement``, ``signal paid``); null
     once finished. ``waiting_signal`` is the machine's name of it."""
+    labels: dict[str, LabelValue] = Field(default_factory=dict)
+    """The run's labels; a sensitive one's value reads ``[redacted]`` unless revealed."""
 
     @classmethod
-    def of(cls, row: RunRecord) -> RunSummary:
-        """The summary of a stored row."""
+    def of(cls, row: RunRecord, labels: dict[str, LabelValue] | None = None) -> RunSummary:
+        """The summary of a stored row, with its labels as the viewer sees them."""
         return cls(
             run_id=row.run_id, flow=row.flow, status=row.status, step=row.step,
             queue=row.queue, idempotency_key=row.idempotency_key, last_seq=row.last_seq,
             waiting_signal=row.waiting_signal, next_wake_at=row.next_wake_at,
             created_at=row.created_at, updated_at=row.updated_at, error=row.error,
-            subject=row.subject, purpose=row.purpose,
+            subject=row.subject, purpose=row.purpose, labels=labels or {},
         )
 
 
@@ -210,7 +213,8 @@ class StartRun(_Request):
     """Start a run of ``flow`` (by name) with ``input``. ``start_at`` delays its first
     step; past ``deadline`` it escalates to a person. ``subject`` is the data subject the
     run is about, ``purpose`` what it is for, ``consent`` the reference of the consent it
-    acts on (see docs/data-protection.md)."""
+    acts on (see docs/data-protection.md). ``labels`` are typed names and values the run
+    is found and shown by; ``sensitive_labels`` names those shown redacted."""
 
     flow: FlowName
     input: JsonValue = None
@@ -220,6 +224,8 @@ class StartRun(_Request):
     subject: Subject | None = None
     purpose: Purpose = DEFAULT_PURPOSE
     consent: Reference | None = None
+    labels: dict[str, LabelValue] | None = Field(default=None, max_length=MAX_LABELS)
+    sensitive_labels: list[str] = Field(default_factory=list, max_length=MAX_LABELS)
 
 
 class Started(BaseModel):

@@ -12,6 +12,7 @@ from ..control import CHILD
 from ..errors import ConfigurationError, InvalidInput, ResidencyError
 from ..inputs import MAX_INT
 from ..journal.state import APPROVAL_SIGNAL
+from ..labels import MAX_LABELS, check_key, check_labels, parse_labels
 from ..redaction import Redactor
 from ..store.base import FINAL, RunRecord
 from ._auth import Caller, ServiceState, State, endpoint
@@ -54,6 +55,9 @@ def run_query(
     updated_until: float | None = None,
     q: Annotated[str | None, Query(min_length=1, max_length=200,
                                    description="A substring of the run id or flow.")] = None,
+    label: Annotated[list[str] | None, Query(
+        max_length=MAX_LABELS, description="Only runs with this label, as name=value; "
+        "repeat it and all must match. A value matches by its text.")] = None,
 ) -> RunFilter:
     """The runs filter a request's query names: what ``GET /v1/runs`` lists and a bulk
     operation acts on (:mod:`underway.service._bulk`).
@@ -66,9 +70,11 @@ def run_query(
         updated_since: Only runs last updated at or after it.
         updated_until: Only runs last updated before it.
         q: Only runs whose id or flow contains it.
+        label: Only runs with every one of these labels (``name=value``).
     """
     return RunFilter(status=status, flow=flow, since=created_since, until=created_until,
-                     updated_since=updated_since, updated_until=updated_until, search=q)
+                     updated_since=updated_since, updated_until=updated_until, search=q,
+                     labels=parse_labels(label or (), field="query.label") or None)
 
 
 RunQuery = Annotated[RunFilter, Depends(run_query)]
@@ -82,14 +88,16 @@ def list_runs(
     cursor: Annotated[str | None, Query(min_length=1, max_length=CURSOR_MAX,
                                         pattern=CURSOR_PATTERN)] = None,
 ) -> RunPage:
-    """A page of the tenant's runs, newest first, filtered."""
+    """A page of the tenant's runs, newest first, filtered, with their labels (a
+    sensitive label's value reads ``[redacted]``)."""
     try:
         page = state.client.list_runs(tenant_id=who.tenant_id, limit=limit, cursor=cursor,
                                       **chosen.keywords())
     except ConfigurationError as exc:
         raise invalid("query.cursor", str(exc)) from None
-    runs = [RunSummary.of(r).model_copy(update={"waiting": state.client.waiting_on(r)})
-            for r in page.runs]
+    labels = state.client.run_labels([r.run_id for r in page.runs], tenant_id=who.tenant_id)
+    runs = [RunSummary.of(r, labels.get(r.run_id)).model_copy(
+        update={"waiting": state.client.waiting_on(r)}) for r in page.runs]
     return RunPage(runs=runs, next_cursor=page.next_cursor)
 
 
@@ -106,12 +114,15 @@ def start_run(
     its spans join the caller's trace."""
     carrier = {k: v for k, v in (("traceparent", traceparent), ("tracestate", tracestate))
                if v is not None}
+    labels = check_labels(body.labels, field="body.labels")
+    hidden = [check_key(k, field="body.sensitive_labels") for k in body.sensitive_labels]
     try:
         run_id, created = state.client.start(
             body.flow, body.input, tenant_id=who.tenant_id, idempotency_key=idempotency_key,
             queue=body.queue, start_at=body.start_at, deadline=body.deadline,
             trace_context=carrier if traceparent is not None else None, subject=body.subject,
-            purpose=body.purpose, consent=body.consent,
+            purpose=body.purpose, consent=body.consent, labels=labels,
+            sensitive_labels=hidden,
         )
     except InvalidInput as exc:
         if exc.field != "input":
@@ -139,7 +150,9 @@ def get_run(state: State, who: Caller, run_id: RunId, request: Request,
     hide = state.client.redactor(run_id, tenant_id=who.tenant_id, reveal=read.reveal)
     waiting = waiting_on(state, row, hide)
     state.record_reads(request, who, [run_id], purpose=read.purpose, revealed=read.reveal)
-    summary = RunSummary.of(row).model_copy(
+    labels = state.client.run_labels([run_id], tenant_id=who.tenant_id, reveal=read.reveal)
+    shown = hide.json(dict(labels.get(run_id, {})))
+    summary = RunSummary.of(row, shown if isinstance(shown, dict) else None).model_copy(
         update={"error": hide.text(row.error) if row.error else row.error,
                 "waiting": waiting.text if waiting is not None else None})
     return RunDetail(**summary.model_dump(), waiting_on=waiting,

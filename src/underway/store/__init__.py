@@ -22,6 +22,7 @@ from .base import (
     StartedRun,
     Store,
     StoredEvent,
+    StoredLabel,
 )
 from .memory import MemoryStore
 
@@ -52,6 +53,7 @@ __all__ = [
     "StartedRun",
     "Store",
     "StoredEvent",
+    "StoredLabel",
     "connect",
 ]
 

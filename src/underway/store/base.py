@@ -80,6 +80,7 @@ from .records import (
     SignalRecord,
     StartedRun,
     StoredEvent,
+    StoredLabel,
     SweepRecord,
 )
 from .registry import RegistryStore
@@ -142,6 +143,7 @@ __all__ = [
     "StartedRun",
     "Store",
     "StoredEvent",
+    "StoredLabel",
     "SweepRecord",
     "Wakeups",
     "whole",

@@ -61,6 +61,7 @@ __all__ = [
     "SignalRecord",
     "StartedRun",
     "StoredEvent",
+    "StoredLabel",
     "SweepRecord",
     "subject_scope",
 ]
@@ -77,6 +78,18 @@ class StoredEvent:
     type: str
     payload: bytes
     hash: str
+
+
+@dataclass(frozen=True, slots=True)
+class StoredLabel:
+    """One label of a run as the index holds it: its name, its value as text (what a
+    filter compares), the value's type (``str``, ``int``, ``float``, ``bool``) and whether
+    it is sensitive (shown redacted to a viewer who may not reveal it)."""
+
+    key: str
+    value: str
+    kind: str = "str"
+    sensitive: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +186,8 @@ class NewRun:
     """The data subject the run is about (kept on the run row: a legal hold on the
     subject holds the run)."""
     purpose: str = "operations"
+    labels: tuple[StoredLabel, ...] = ()
+    """The labels it starts with, written to the index with the run."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +208,9 @@ class AppendBatch:
     signals: list[SignalRecord] = field(default_factory=list)
     """Signals to other runs of the tenant, delivered in the append's transaction (a
     child's end to its parent, a cancel to the children of a cancelled run)."""
+    labels: tuple[StoredLabel, ...] = ()
+    """Labels the events set (``RunLabeled``), written to the index in the append's
+    transaction: a label named again gets the new value."""
 
 
 @dataclass(frozen=True, slots=True)

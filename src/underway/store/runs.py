@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-from .records import RunRecord
+from .records import RunRecord, StoredLabel
 
 __all__ = ["RunStore"]
 
@@ -21,7 +22,7 @@ class RunStore(Protocol):
         flow: str | None = None, since: float | None = None, until: float | None = None,
         after: tuple[float, str] | None = None, id_prefix: str | None = None,
         updated_since: float | None = None, updated_until: float | None = None,
-        search: str | None = None,
+        search: str | None = None, labels: Mapping[str, str] | None = None,
     ) -> list[RunRecord]:
         """Runs of a tenant, newest first (``created_at`` descending, then run id).
 
@@ -39,6 +40,20 @@ class RunStore(Protocol):
             updated_until: Only runs updated before this time.
             search: Only runs whose id or flow contains it: a plain substring, case-sensitive,
                 with no pattern characters.
+            labels: Only runs with every one of these labels, by name and value text
+                (:func:`underway.labels.label_text`).
+        """
+        ...
+
+    def run_labels(
+        self, tenant_id: str, run_ids: Sequence[str]
+    ) -> dict[str, tuple[StoredLabel, ...]]:
+        """The labels of these runs, by run id, sorted by name (a run without labels is
+        left out). One query on the index, however many runs.
+
+        Args:
+            tenant_id: The tenant.
+            run_ids: The runs.
         """
         ...
 

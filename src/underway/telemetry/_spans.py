@@ -27,7 +27,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from .. import events as ev
 from ..events import JSON
+from ..labels import LabelValue
 from ..lineage import minted_context, root_span_id, trace_parent
+from ..redaction import REDACTED
 
 if TYPE_CHECKING:
     from ..effects import Tool
@@ -100,6 +102,10 @@ class _Deriving:
     seq: int = 0
     ended: bool = False
     calls: Callable[[str], JSON | None] = lambda _: None
+    labels: dict[str, Attribute] = field(default_factory=dict)
+    """The run's labels as they stand, as span attributes (``underway.label.<name>``)."""
+    hidden: set[str] = field(default_factory=set)
+    """The names of its sensitive labels, whose values spans never carry."""
 
 
 class RunSpans:
@@ -205,6 +211,8 @@ def _event(d: _Deriving, seq: int, at: float, e: ev.RunEvent,
         _child(d, seq, "chat", at, at, {
             "gen_ai.operation.name": "chat", "underway.retry.attempt": e.attempt},
             error="_OTHER", kind="client")
+    elif isinstance(e, ev.RunLabeled):
+        _labeled(d, e.labels, e.sensitive_fields or ())
     elif isinstance(e, ev.ApprovalRequested):
         d.requested[e.request_id] = (at, seq)
     elif isinstance(e, _DECISIONS):
@@ -227,13 +235,23 @@ def _started(d: _Deriving, at: float, e: ev.RunStarted, agent: Callable[[str], b
     d.trace_id, d.root_parent = found[0], None if found[1] == root else found[1]
     d.flow, d.started = e.flow, at
     d.root_name = f"invoke_agent {e.flow}" if agent(e.flow) else f"underway.run {e.flow}"
+    if e.lineage is not None:
+        _labeled(d, e.lineage.labels, e.lineage.sensitive_labels)
+
+
+def _labeled(d: _Deriving, labels: Mapping[str, LabelValue], sensitive: Iterable[str]
+             ) -> None:
+    """Labels set over the run's: a sensitive one stays sensitive, its value never shown."""
+    d.hidden.update(sensitive)
+    for k, v in labels.items():
+        d.labels[f"underway.label.{k}"] = REDACTED if k in d.hidden else v
 
 
 def _end_root(d: _Deriving, seq: int, at: float, e: ev.RunEvent) -> None:
     status = type(e).__name__.removeprefix("Run").lower()
     attributes: dict[str, Attribute] = {
         "underway.tenant": d.tenant_id, "underway.run_id": d.run_id, "underway.flow": d.flow,
-        "underway.status": status}
+        "underway.status": status, **d.labels}
     if d.root_name.startswith("invoke_agent"):
         attributes |= {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": d.flow}
     error = None
@@ -249,7 +267,8 @@ def _end_attempt(d: _Deriving, seq: int, end: float, *, recovered: bool = False)
     a = d.attempt
     assert a is not None
     attributes: dict[str, Attribute] = {
-        "underway.step": a.step, "underway.attempt": a.attempt, "underway.run_id": d.run_id}
+        "underway.step": a.step, "underway.attempt": a.attempt, "underway.run_id": d.run_id,
+        **d.labels}
     if recovered:
         attributes["underway.recovered"] = True
     d.out.append(SpanRecord(f"underway.step {a.step}", d.trace_id, a.span_id,

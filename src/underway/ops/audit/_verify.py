@@ -26,9 +26,10 @@ from ...journal.projection import (
     disagreements,
     good_time,
     identity_disagreements,
+    label_disagreements,
     lease_problem,
 )
-from ...journal.state import RunState, fold
+from ...journal.state import RunState, apply, fold
 from ...store.base import RunRecord, Store, StoredEvent, whole
 from ._anchors import (
     AnchorRecord,
@@ -106,7 +107,29 @@ def check_row(run: AuditedRun) -> list[Finding]:
         found = disagreements(row, state, now=now) + identity_disagreements(row, state)
     return [Finding(run.tenant_id, run.run_id, row.last_seq if state is not None else None,
                     f"the runs row disagrees with the journal: {d.describe()}")
-            for d in found]
+            for d in found] + check_labels(run, state)
+
+
+def check_labels(run: AuditedRun, state: RunState | None) -> list[Finding]:
+    """The label index against the whole journal: the labels of ``state`` (the fold up to
+    the row's head) and of the events after it, which an append indexes with them."""
+    if state is None or (state.seq != len(run.events) and not _folded_on(run, state)):
+        return []
+    stored = run.store.run_labels(run.tenant_id, [run.run_id]).get(run.run_id, ())
+    return [Finding(run.tenant_id, run.run_id, state.seq,
+                    f"the label index disagrees with the journal: {d.describe()}")
+            for d in label_disagreements(stored, state)]
+
+
+def _folded_on(run: AuditedRun, state: RunState) -> bool:
+    """Fold the events after ``state``'s seq onto it (in place); False when they cannot
+    be read here."""
+    try:
+        for rec in run.journal.decode(run.tenant_id, run.run_id, run.events[state.seq:]):
+            apply(state, rec)
+    except (KeyUnavailable, IntegrityError, ValueError, TypeError, RecursionError):
+        return False
+    return True
 
 
 RUN_CHECKS: tuple[RunCheck, ...] = (check_chain,)

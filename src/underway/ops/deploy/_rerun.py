@@ -17,6 +17,7 @@ from ...errors import ConfigurationError, ResultInvalid, ToolCallError
 from ...events import JSON
 from ...flow import ChildOutcome, Flow, RunContext
 from ...journal.state import RunState
+from ...labels import check_labels
 from ...lineage import Lineage
 
 
@@ -187,6 +188,10 @@ class RecordedStep:
         index = self._values
         self._values += 1
         return self._s.values[index] if index < len(self._s.values) else fresh
+
+    def label(self, labels: dict[str, Any], sensitive: bool) -> None:
+        # Labels change nothing a run does next: the check has nothing to compare.
+        check_labels(labels, field="ctx.label")
 
     def version(self, change_id: str) -> bool:
         known = self._s.versions.get(change_id)

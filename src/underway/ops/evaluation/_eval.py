@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
-from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from ...errors import ConfigurationError
 from ...guard.policy.defaults import UNTRUSTED_INPUT
+from ...labels import LabelValue, check_key, label_filter
+from ...redaction import REDACTED
 from ...store.base import Store
+from ...store.journal import RUN_BATCH
 from ._reading import Reading, Tally, created_runs, read_facts
 from ._runs import EVAL_KINDS, ModelTally, RunSummary, ToolTally, summarize
 from ._stats import Spread, ratio
@@ -153,7 +156,8 @@ class Cost:
 
 @dataclass(frozen=True, slots=True)
 class FlowFigures:
-    """One flow's runs in brief."""
+    """One flow's runs in brief; or, in :attr:`Evaluation.groups`, the runs with one value
+    of a label (``flow`` holds that value)."""
 
     flow: str
     outcomes: Outcomes
@@ -232,6 +236,13 @@ class Evaluation:
     """Runs started per UTC day (``YYYY-MM-DD``), by the status they have at the end."""
     reading: Reading
     taint_rules: tuple[str, ...] = field(default=tuple(sorted(TAINT_RULES)))
+    group_by: str | None = None
+    """The label the runs are grouped by (None: not grouped)."""
+    groups: list[FlowFigures] = field(default_factory=list)
+    """The runs of each value of label :attr:`group_by` (its text in ``flow``; ``-``: runs
+    without the label), as the label stands now; a sensitive value reads ``[redacted]``."""
+    labels: dict[str, str] = field(default_factory=dict)
+    """Only runs with these labels were measured."""
 
     def to_json(self) -> dict[str, Any]:
         """Every figure as JSON-ready values (what ``underway eval --json`` prints)."""
@@ -241,13 +252,16 @@ class Evaluation:
             flow["outcomes"]["completion_rate"] = flow_figures.outcomes.completion_rate
         for tool, tool_figures in zip(out["tools"], self.tools, strict=True):
             tool["error_rate"] = tool_figures.error_rate
+        for group, group_figures in zip(out["groups"], self.groups, strict=True):
+            group["outcomes"]["completion_rate"] = group_figures.outcomes.completion_rate
         return out
 
 
 def evaluate(
     store: Store, *, tenant_id: str = "default", flow: str | None = None,
     since: float | None = None, until: float | None = None,
-    taint_rules: Iterable[str] = TAINT_RULES,
+    taint_rules: Iterable[str] = TAINT_RULES, group_by: str | None = None,
+    labels: Mapping[str, LabelValue] | None = None,
 ) -> Evaluation:
     """Measure the tenant's runs from their journals.
 
@@ -259,20 +273,50 @@ def evaluate(
         until: Only runs created before it (epoch seconds); None means no bound.
         taint_rules: The policy rules whose approval holds count as taint holds. By default,
             the built-in ``untrusted-input`` rule.
+        group_by: Also measure the runs of each value of this label
+            (:attr:`Evaluation.groups`).
+        labels: Only runs with all these labels (matched by their text).
     """
     for name, value in (("since", since), ("until", until)):
         if value is not None and not math.isfinite(value):
             raise ConfigurationError(f"{name} must be a time in epoch seconds, not {value!r}")
     if since is not None and until is not None and until <= since:
         raise ConfigurationError("the window is empty: until must be after since")
+    wanted = label_filter(labels)
+    if group_by is not None:
+        check_key(group_by, field="group_by")
     tally = Tally(EVAL_KINDS)
     rules = frozenset(taint_rules)
-    run_ids = created_runs(store, tenant_id, flow=flow, since=since, until=until)
+    run_ids = created_runs(store, tenant_id, flow=flow, since=since, until=until,
+                           labels=wanted)
     summaries = [summarize(run_id, facts, until=until, taint_rules=rules)
                  for run_id, facts in read_facts(store, tenant_id, run_ids, EVAL_KINDS, tally)]
     summaries.sort(key=lambda s: (s.started_at or 0.0, s.run_id))
-    return _evaluation(tenant_id, flow, since, until, summaries, tally.done(),
-                       tuple(sorted(rules)))
+    found = _evaluation(tenant_id, flow, since, until, summaries, tally.done(),
+                        tuple(sorted(rules)))
+    groups = [] if group_by is None else _groups(store, tenant_id, group_by, summaries)
+    return replace(found, group_by=group_by, groups=groups, labels=wanted)
+
+
+NO_VALUE = "-"
+"""The group of the runs without the label grouped by."""
+
+
+def _groups(store: Store, tenant_id: str, key: str, runs: list[RunSummary]
+            ) -> list[FlowFigures]:
+    """The runs of each value of label ``key``, from the label index (a projection of the
+    journals), a batch of runs a query."""
+    values: dict[str, str] = {}
+    for i in range(0, len(runs), RUN_BATCH):
+        found = store.run_labels(tenant_id, [r.run_id for r in runs[i:i + RUN_BATCH]])
+        for run_id, rows in found.items():
+            for x in rows:
+                if x.key == key:
+                    values[run_id] = REDACTED if x.sensitive else x.value
+    by_value: dict[str, list[RunSummary]] = defaultdict(list)
+    for r in runs:
+        by_value[values.get(r.run_id, NO_VALUE)].append(r)
+    return [_flow(value, rs) for value, rs in sorted(by_value.items())]
 
 
 def _evaluation(tenant_id: str, flow: str | None, since: float | None, until: float | None,

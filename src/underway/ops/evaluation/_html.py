@@ -94,16 +94,19 @@ def eval_html(e: Evaluation) -> str:
         "</section>",
         _card("figures", _facts(e)),
     ]
-    if e.flows:
-        parts.append(_card("per flow", _html_table(
-            ["flow", "runs", "completed", "rate", "p50", "p90", "needed a person",
+    for title, first, figures in (("per flow", "flow", e.flows),
+                                  (f"per label {e.group_by}", e.group_by, e.groups)):
+        if first is None or not figures:
+            continue
+        parts.append(_card(title, _html_table(
+            [first, "runs", "completed", "rate", "p50", "p90", "needed a person",
              "unsafe stopped", "executed unsafe", "duplicates", "takeovers", "model cost",
              "per completed"],
             [[f.flow, f.outcomes.started, f.outcomes.completed,
               pct(f.outcomes.completion_rate), duration(f.resolution_s.p50),
               duration(f.resolution_s.p90), pct(f.takeover_rate), f.unsafe_attempts,
               f.executed_unsafe, f.duplicates, f.takeovers, usd(f.model_cost_usd),
-              usd(f.cost_per_completed_usd)] for f in e.flows])))
+              usd(f.cost_per_completed_usd)] for f in figures])))
     if e.tools:
         parts.append(_card("per tool", _html_table(
             ["tool", "ok", "failed", "timed out", "lost", "schema", "refused", "denied",

@@ -89,15 +89,16 @@ class Tally:
 
 def created_runs(
     store: Store, tenant_id: str, *, flow: str | None, since: float | None,
-    until: float | None,
+    until: float | None, labels: Mapping[str, str] | None = None,
 ) -> list[str]:
-    """Ids of the tenant's runs (of ``flow``) created at or after ``since`` and before
-    ``until``: pages of the run index, read on its (tenant, created_at) index."""
+    """Ids of the tenant's runs (of ``flow``, with ``labels``) created at or after
+    ``since`` and before ``until``: pages of the run index, read on its (tenant,
+    created_at) index."""
     found: list[str] = []
     after: tuple[float, str] | None = None
     while True:
         page = store.list_runs(tenant_id, flow=flow, since=since, until=until,
-                               limit=RUN_BATCH, after=after)
+                               limit=RUN_BATCH, after=after, labels=labels or None)
         found += [row.run_id for row in page]
         if len(page) < RUN_BATCH:
             return found

@@ -134,15 +134,17 @@ def eval_text(e: Evaluation) -> str:
             for cur, v in c.money.items()) or "none"),
         _row("latency", f"model {ms(c.model_latency_ms)}; tools {ms(c.tool_latency_ms)}"),
     ]
-    if e.flows:
-        lines += ["", "per flow:", _table(
-            ["flow", "runs", "done", "rate", "p50", "p90", "person", "unsafe", "unsafe-run",
-             "dup", "takeovers", "cost", "cost/done"],
-            [[f.flow, f.outcomes.started, f.outcomes.completed,
-              pct(f.outcomes.completion_rate), duration(f.resolution_s.p50),
-              duration(f.resolution_s.p90), pct(f.takeover_rate), f.unsafe_attempts,
-              f.executed_unsafe, f.duplicates, f.takeovers, usd(f.model_cost_usd),
-              usd(f.cost_per_completed_usd)] for f in e.flows])]
+    for title, first, figures in (("per flow:", "flow", e.flows),
+                                  (f"per label {e.group_by}:", e.group_by, e.groups)):
+        if first is not None and figures:
+            lines += ["", title, _table(
+                [first, "runs", "done", "rate", "p50", "p90", "person", "unsafe",
+                 "unsafe-run", "dup", "takeovers", "cost", "cost/done"],
+                [[f.flow, f.outcomes.started, f.outcomes.completed,
+                  pct(f.outcomes.completion_rate), duration(f.resolution_s.p50),
+                  duration(f.resolution_s.p90), pct(f.takeover_rate), f.unsafe_attempts,
+                  f.executed_unsafe, f.duplicates, f.takeovers, usd(f.model_cost_usd),
+                  usd(f.cost_per_completed_usd)] for f in figures])]
     if e.tools:
         lines += ["", "per tool:", _table(
             ["tool", "ok", "failed", "timeout", "lost", "schema", "refused", "denied",

@@ -20,6 +20,7 @@ from ...flow import Flow
 from ...guard import GuardOptions
 from ...guard.approvals import public_key_of, register_approver, sign_decision
 from ...guard.policy import Policy
+from ...journal.projection import stored_labels
 from ...journal.state import APPROVAL_SIGNAL, Recorded, RunState
 from ...runner import Runner
 from ...secrets import BoundSecrets
@@ -237,6 +238,7 @@ def _start(engine: ReplayEngine, started: RunStarted, run_id: str, tenant_id: st
         tenant_id=tenant_id, run_id=run_id, flow=started.flow, idempotency_key=None,
         first_event=first, blobs=blobs, step=started.first_step, now=at, next_wake_at=at,
         subject=started.subject, purpose=started.purpose,
+        labels=stored_labels(started.lineage),
     ))
 
 

@@ -26,6 +26,7 @@ from ...client import PendingRequest, redact_request
 from ...errors import RunNotFound
 from ...events import JSON
 from ...guard.approvals import SignedDecision
+from ...labels import LabelValue
 from ...ops.timeline import time_left
 from ...store._offload import run_io
 from ...store.access import DEFAULT_PURPOSE
@@ -46,6 +47,7 @@ from ._base import (
     render,
     require,
 )
+from ._labels import label_columns
 from ._session import Forbidden, Session
 
 router = APIRouter(include_in_schema=False, route_class=CheckedRoute)
@@ -64,14 +66,16 @@ async def inbox(request: Request, state: Console, session: Signed,
     """The runs that wait for a person: approvals, questions, escalations."""
     tenant = session.principal.tenant_id
     rd = read_as(state, session, purpose, reveal)
-    found = await run_io(state.store, _read_inbox, state, request, session, rd)
+    found, labels = await run_io(state.store, _read_inbox, state, request, session, rd)
     now = state.client.clock.now()
     rows = [{"r": r, "left": time_left(r.expires_at, now), "never": math.isinf(r.expires_at),
              "action": _action(r)} for r in found]
+    names, cells = label_columns(labels)
     return render(request, "approvals.html", {
         "nav": "approvals", "rows": rows, "tenant": tenant, "now": now,
         "can_decide": session.may("decide"), "is_admin": session.may("admin"),
-        "suggested_id": _suggested_id(session), "rd": rd,
+        "suggested_id": _suggested_id(session), "rd": rd, "label_names": names,
+        "cells": cells,
     }, session=session)
 
 
@@ -218,14 +222,23 @@ async def register(
 
 # -- reading ----------------------------------------------------------------------------
 def _read_inbox(state: ServiceState, request: Request, session: Session, rd: ReadAs
-                ) -> list[PendingRequest]:
+                ) -> tuple[list[PendingRequest], dict[str, dict[str, LabelValue]]]:
+    """The requests and their runs' labels, each as the run's redactor lets the reader
+    see them."""
     found = state.client.pending_requests(tenant_id=session.principal.tenant_id, limit=INBOX)
     state.record_reads(request, session.principal, [r.run_id for r in found],
                        purpose=rd.purpose, revealed=rd.reveal)
     tenant = session.principal.tenant_id
-    return [redact_request(r, redactor=state.client.redactor(r.run_id, tenant_id=tenant,
-                                                             reveal=rd.reveal))
-            for r in found]
+    labels = state.client.run_labels([r.run_id for r in found], tenant_id=tenant,
+                                     reveal=rd.reveal)
+    shown, shown_labels = [], {}
+    for r in found:
+        hide = state.client.redactor(r.run_id, tenant_id=tenant, reveal=rd.reveal)
+        shown.append(redact_request(r, redactor=hide))
+        if r.run_id in labels:
+            hidden = hide.json(dict(labels[r.run_id]))
+            shown_labels[r.run_id] = hidden if isinstance(hidden, dict) else {}
+    return shown, shown_labels
 
 
 def _read_request(state: ServiceState, request: Request, session: Session, run_id: str,

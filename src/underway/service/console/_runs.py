@@ -1,10 +1,11 @@
-"""``/runs``: the tenant's runs, newest first, filtered by status and flow and searched by
-id or flow, with the counts by status above; a page of 50 with a cursor to the next. A
-key that may steer runs gets a form to act on every run of the filter
-(:mod:`._bulk`)."""
+"""``/runs``: the tenant's runs, newest first, filtered by status, flow and labels and
+searched by id or flow, with the counts by status above and a column per label; a page of
+50 with a cursor to the next. A key that may steer runs gets a form to act on every run of
+the filter (:mod:`._bulk`)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Annotated
 from urllib.parse import urlencode
 
@@ -13,10 +14,12 @@ from fastapi.responses import HTMLResponse
 
 from ...client import RunFilter
 from ...errors import ConfigurationError
+from ...labels import MAX_LABELS
 from ...store._offload import run_io
 from ...store.base import Store
 from .._inputs import CheckedRoute
 from ._base import Console, Signed, render
+from ._labels import filter_of, label_columns
 
 router = APIRouter(include_in_schema=False, route_class=CheckedRoute)
 
@@ -29,18 +32,21 @@ def page_filter(
     status: Annotated[str | None, Query(max_length=20)] = None,
     flow: Annotated[str | None, Query(max_length=200)] = None,
     q: Annotated[str | None, Query(max_length=200)] = None,
+    label: Annotated[list[str] | None, Query(max_length=MAX_LABELS)] = None,
 ) -> RunFilter:
-    """The runs filter of the page's query (``?status=&flow=&q=``): what the runs list
-    shows and a bulk action acts on. An unknown status is no filter, as the list's links
-    never make one.
+    """The runs filter of the page's query (``?status=&flow=&q=&label=``): what the runs
+    list shows and a bulk action acts on. An unknown status is no filter, as the list's
+    links never make one. A bad label raises :class:`~underway.errors.InvalidInput`
+    naming it.
 
     Args:
         status: Only runs with this status.
         flow: Only runs of this flow.
         q: Only runs whose id or flow contains it.
+        label: Only runs with every one of these labels (``name=value``).
     """
     return RunFilter(status=status if status in STATUSES else None, flow=flow or None,
-                     search=q or None)
+                     search=q or None, labels=filter_of(label or ()) or None)
 
 
 PageFilter = Annotated[RunFilter, Depends(page_filter)]
@@ -53,34 +59,48 @@ def query_of(filtered: RunFilter) -> str:
     Args:
         filtered: The filter.
     """
-    fields = {"status": filtered.status, "flow": filtered.flow, "q": filtered.search}
-    return urlencode({k: v for k, v in fields.items() if v})
+    fields: list[tuple[str, str]] = [
+        (k, v) for k, v in (("status", filtered.status), ("flow", filtered.flow),
+                            ("q", filtered.search)) if v]
+    fields += [("label", f"{k}={v}") for k, v in (filtered.labels or {}).items()]
+    return urlencode(fields)
 
 
 @router.get("/runs")
 async def runs_page(
-    request: Request, state: Console, session: Signed, filtered: PageFilter,
+    request: Request, state: Console, session: Signed,
+    status: Annotated[str | None, Query(max_length=20)] = None,
+    flow: Annotated[str | None, Query(max_length=200)] = None,
+    q: Annotated[str | None, Query(max_length=200)] = None,
+    label: Annotated[list[str] | None, Query(max_length=MAX_LABELS)] = None,
     cursor: Annotated[str | None, Query(max_length=500)] = None,
 ) -> HTMLResponse:
-    """The runs table."""
+    """The runs table, with a column per label (a sensitive one reads ``[redacted]``)."""
     tenant = session.principal.tenant_id
-    error = ""
+    error, labels, shown = "", {}, ", ".join(label or ())
+    filtered = RunFilter(status=status if status in STATUSES else None, flow=flow or None,
+                         search=q or None)
     try:
+        filtered = replace(filtered, labels=filter_of(label or ()) or None)
         page = await run_io(state.store, lambda: state.client.list_runs(
             tenant_id=tenant, limit=PAGE, cursor=cursor or None, **filtered.keywords()))
+        labels = await run_io(state.store, lambda: state.client.run_labels(
+            [r.run_id for r in page.runs], tenant_id=tenant))
     except ConfigurationError as exc:
         error, page = str(exc), None
     counts = await run_io(state.store, _counts, state.store, tenant)
     rows = page.runs if page else []
     waiting = await run_io(state.store, lambda: {r.run_id: state.client.waiting_on(r)
                                                  for r in rows})
+    names, cells = label_columns(labels)
     return render(request, "runs.html", {
         "waiting": waiting,
         "nav": "runs", "runs": page.runs if page else [],
         "next_cursor": page.next_cursor if page else None, "error": error,
         "status": filtered.status, "flow": filtered.flow or "", "q": filtered.search or "",
         "counts": counts, "statuses": STATUSES, "total": sum(counts.values()),
-        "may_steer": session.may("steer"), "query": query_of(filtered),
+        "may_steer": session.may("steer"), "query": query_of(filtered), "label": shown,
+        "label_names": names, "cells": cells,
     }, session=session)
 
 

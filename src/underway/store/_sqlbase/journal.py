@@ -3,10 +3,10 @@ dialects run them."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from ..journal import BLOB_BATCH, CHAIN_LIMIT, RUN_BATCH
-from ..records import CheckpointTail, RunRecord, StoredEvent
+from ..records import CheckpointTail, RunRecord, StoredEvent, StoredLabel
 from .dialect import SQLBase
 
 
@@ -94,16 +94,33 @@ class SQLJournal(SQLBase):
         flow: str | None = None, since: float | None = None, until: float | None = None,
         after: tuple[float, str] | None = None, id_prefix: str | None = None,
         updated_since: float | None = None, updated_until: float | None = None,
-        search: str | None = None,
+        search: str | None = None, labels: Mapping[str, str] | None = None,
     ) -> list[RunRecord]:
         """Runs of a tenant, newest first, filtered and paged."""
+        # A label filter reads the label index first: its own query.
         rows = self._all(
-            "list_runs", tenant_id=tenant_id, status=status, flow=flow, since=since,
+            "list_runs_labelled" if labels else "list_runs", tenant_id=tenant_id,
+            status=status, flow=flow, since=since,
             until=until, after_at=after[0] if after else None,
             after_id=after[1] if after else None, prefix=id_prefix, limit=limit,
             updated_since=updated_since, updated_until=updated_until, search=search,
+            label_keys=self._array(labels) if labels else None,
+            label_values=self._array(labels.values()) if labels else None,
         )
         return [self._run(r) for r in rows]
+
+    def run_labels(
+        self, tenant_id: str, run_ids: Sequence[str]
+    ) -> dict[str, tuple[StoredLabel, ...]]:
+        """The labels of these runs, by run id."""
+        found: dict[str, list[StoredLabel]] = {}
+        if run_ids:
+            rows = self._all("run_labels", tenant_id=tenant_id,
+                             run_ids=self._array(run_ids))
+            for r in rows:
+                found.setdefault(r[0], []).append(
+                    StoredLabel(key=r[1], value=r[2], kind=r[3], sensitive=bool(r[4])))
+        return {k: tuple(v) for k, v in found.items()}
 
     def runs_of_subject(
         self, tenant_id: str, subject: str, *, limit: int | None = None

@@ -23,6 +23,7 @@ from ..records import (
     ScheduleRecord,
     SignalRecord,
     StoredEvent,
+    StoredLabel,
 )
 from ..wakeups import Polling, Wakeups
 from ._access import MemoryAccess
@@ -69,6 +70,7 @@ class MemoryStore(MemoryJournal, MemoryRuns, MemoryLeases, MemoryInbox, MemorySc
         self._events: dict[tuple[str, str], list[StoredEvent]] = {}
         self._checkpoints: dict[tuple[str, str], tuple[int, bytes]] = {}
         self._blobs: dict[tuple[str, str], bytes] = {}
+        self._labels: dict[tuple[str, str], dict[str, StoredLabel]] = {}
         self._signals: dict[tuple[str, str], dict[str, tuple[SignalRecord, bool]]] = {}
         self._schedules: dict[tuple[str, str], ScheduleRecord] = {}
         self._intake: dict[tuple[str, str], IntakeRecord] = {}

@@ -19,6 +19,7 @@ from ..records import (
     RunRecord,
     SignalRecord,
     StoredEvent,
+    StoredLabel,
 )
 
 _LINK = b'{"p":"'
@@ -33,6 +34,7 @@ class MemoryJournal:
     _events: dict[tuple[str, str], list[StoredEvent]]
     _checkpoints: dict[tuple[str, str], tuple[int, bytes]]
     _blobs: dict[tuple[str, str], bytes]
+    _labels: dict[tuple[str, str], dict[str, StoredLabel]]
     _signals: dict[tuple[str, str], dict[str, tuple[SignalRecord, bool]]]
 
     if TYPE_CHECKING:
@@ -63,6 +65,8 @@ class MemoryJournal:
             )
             self._runs[key] = rec
             self._events[key] = [new.first_event]
+            if new.labels:
+                self._labels[key] = {x.key: x for x in new.labels}
             self._write_blobs(new.tenant_id, new.blobs)
             return rec, True
 
@@ -123,6 +127,8 @@ class MemoryJournal:
                 changes["next_wake_at"] = batch.now
             self._runs[key] = dataclasses.replace(rec, **changes)  # type: ignore[arg-type]
             self._events[key].extend(batch.events)
+            if batch.labels:
+                self._labels.setdefault(key, {}).update((x.key, x) for x in batch.labels)
             for signal in batch.signals:
                 self.send_signal(signal)
             self._write_blobs(batch.tenant_id, batch.blobs)

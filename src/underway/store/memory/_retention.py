@@ -18,6 +18,7 @@ from ..records import (
     RunRecord,
     SignalRecord,
     StoredEvent,
+    StoredLabel,
     SweepRecord,
 )
 from ..retention import BLOB_REFRESH, PurgeResult, check_purge
@@ -33,6 +34,7 @@ class MemoryRetention:
     _checkpoints: dict[tuple[str, str], tuple[int, bytes]]
     _blobs: dict[tuple[str, str], bytes]
     _signals: dict[tuple[str, str], dict[str, tuple[SignalRecord, bool]]]
+    _labels: dict[tuple[str, str], dict[str, StoredLabel]]
 
     def __init__(self) -> None:
         self._holds: dict[tuple[str, str, str], HoldRecord] = {}
@@ -120,6 +122,7 @@ class MemoryRetention:
                                  for t in sorted(purge.tombstones, key=lambda t: t.seq)]
             self._checkpoints.pop(key, None)
             self._signals.pop(key, None)
+            self._labels.pop(key, None)
             assert row is not None
             self._runs[key] = dataclasses.replace(row, error=None, subject=None)
             self._purged[key] = PurgedRun(purge.tenant_id, purge.run_id, purge.sweep_id,

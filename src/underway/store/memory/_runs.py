@@ -6,8 +6,9 @@ from __future__ import annotations
 import math
 import threading
 from collections import Counter
+from collections.abc import Mapping, Sequence
 
-from ..records import RunRecord, StoredEvent
+from ..records import RunRecord, StoredEvent, StoredLabel
 
 
 class MemoryRuns:
@@ -16,6 +17,7 @@ class MemoryRuns:
     _lock: threading.RLock
     _runs: dict[tuple[str, str], RunRecord]
     _events: dict[tuple[str, str], list[StoredEvent]]
+    _labels: dict[tuple[str, str], dict[str, StoredLabel]]
 
     def get_run(self, tenant_id: str, run_id: str) -> RunRecord | None:
         """The run's row."""
@@ -26,7 +28,7 @@ class MemoryRuns:
         flow: str | None = None, since: float | None = None, until: float | None = None,
         after: tuple[float, str] | None = None, id_prefix: str | None = None,
         updated_since: float | None = None, updated_until: float | None = None,
-        search: str | None = None,
+        search: str | None = None, labels: Mapping[str, str] | None = None,
     ) -> list[RunRecord]:
         """Runs of a tenant, newest first, filtered and paged."""
         with self._lock:
@@ -41,9 +43,23 @@ class MemoryRuns:
                 and (updated_since is None or r.updated_at >= updated_since)
                 and (updated_until is None or r.updated_at < updated_until)
                 and (search is None or search in r.run_id or search in r.flow)
+                and (not labels or self._labelled(r, labels))
             ]
         found.sort(key=lambda r: (-r.created_at, r.run_id))
         return found[:limit]
+
+    def _labelled(self, r: RunRecord, labels: Mapping[str, str]) -> bool:
+        have = self._labels.get((r.tenant_id, r.run_id), {})
+        return all(k in have and have[k].value == v for k, v in labels.items())
+
+    def run_labels(
+        self, tenant_id: str, run_ids: Sequence[str]
+    ) -> dict[str, tuple[StoredLabel, ...]]:
+        """The labels of these runs, by run id."""
+        with self._lock:
+            return {r: tuple(sorted(found.values(), key=lambda x: x.key))
+                    for r in dict.fromkeys(run_ids)
+                    if (found := self._labels.get((tenant_id, r)))}
 
     def runs_of_subject(
         self, tenant_id: str, subject: str, *, limit: int | None = None

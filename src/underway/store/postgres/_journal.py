@@ -14,7 +14,7 @@ from ... import faults
 from ...errors import ConflictError, FencedError, RunNotFound
 from .._sqlbase.journal import SQLJournal
 from ..journal import AppendResult
-from ..records import AppendBatch, ForkLink, NewRun, RunRecord
+from ..records import AppendBatch, ForkLink, NewRun, RunRecord, StoredLabel
 from ._connection import _Q, Connection, _run, pipelined
 from ._inbox import _signal_params
 
@@ -192,6 +192,9 @@ def _queue_append(conn: psycopg.Connection[Any], batch: AppendBatch) -> psycopg.
             "tenant_id": batch.tenant_id, "keys": keys,
             "data": [batch.blobs[k] for k in keys],
         }, prepare=True)
+    if batch.labels:
+        conn.execute(_Q["put_labels"], {**key, **_label_params(batch.labels)},
+                     prepare=True)
     if batch.checkpoint is not None:
         seq, state = batch.checkpoint
         conn.execute(_Q["upsert_checkpoint"], {**key, "seq": seq, "state": state},
@@ -240,4 +243,12 @@ def _run_params(new: NewRun) -> dict[str, Any]:
         "next_wake_at": new.next_wake_at, "now": new.now, "queue": new.queue,
         "subject": new.subject, "purpose": new.purpose,
         "blob_keys": keys, "blob_data": [new.blobs[k] for k in keys],
+        **_label_params(new.labels),
     }
+
+
+def _label_params(labels: Sequence[StoredLabel]) -> dict[str, Any]:
+    """The label arrays of the ``create_run`` and ``put_labels`` statements."""
+    return {"label_keys": [x.key for x in labels], "label_values": [x.value for x in labels],
+            "label_kinds": [x.kind for x in labels],
+            "label_sensitive": [x.sensitive for x in labels]}

@@ -41,6 +41,7 @@ class Retention(SQLRetention, Connection):
             conn.execute(_Q["delete_checkpoints_of_run"], key)
             conn.execute(_Q["delete_signals_of_run"], key)
             conn.execute(_Q["clear_run_fields"], key)
+            conn.execute(_Q["delete_labels_of_run"], key)
             conn.execute(_Q["insert_purged_run"], {
                 **key, "sweep_id": purge.sweep_id, "at": purge.at, "events": len(stones),
                 "rule": purge.rule,

@@ -9,7 +9,15 @@ from typing import TYPE_CHECKING, Any
 from ...errors import ConfigurationError
 from ..base import Store
 from ..journal import CHAIN_LIMIT, AppendResult
-from ..records import AppendBatch, CheckpointTail, ForkLink, NewRun, RunRecord, StoredEvent
+from ..records import (
+    AppendBatch,
+    CheckpointTail,
+    ForkLink,
+    NewRun,
+    RunRecord,
+    StoredEvent,
+    StoredLabel,
+)
 
 
 class RegionalJournal:
@@ -92,6 +100,12 @@ class RegionalJournal:
     def list_runs(self, tenant_id: str, **filters: Any) -> list[RunRecord]:
         """The tenant's runs, from its region."""
         return self._of(tenant_id).list_runs(tenant_id, **filters)
+
+    def run_labels(
+        self, tenant_id: str, run_ids: Sequence[str]
+    ) -> dict[str, tuple[StoredLabel, ...]]:
+        """The runs' labels, from the tenant's region."""
+        return self._of(tenant_id).run_labels(tenant_id, run_ids)
 
     def runs_of_subject(
         self, tenant_id: str, subject: str, *, limit: int | None = None

@@ -52,6 +52,12 @@ WITH created AS (
      ORDER BY b.key
     ON CONFLICT (tenant_id, key) DO UPDATE SET written_at = excluded.written_at
      WHERE blobs.written_at < excluded.written_at - 86400
+), first_labels AS (
+    INSERT INTO run_labels (tenant_id, run_id, key, value, kind, sensitive)
+    SELECT created.tenant_id, created.run_id, l.key, l.value, l.kind, l.sensitive
+      FROM created, unnest(%(label_keys)s::text[], %(label_values)s::text[],
+                           %(label_kinds)s::text[], %(label_sensitive)s::bool[])
+                    AS l(key, value, kind, sensitive)
 )
 SELECT * FROM created
 
@@ -89,6 +95,64 @@ SELECT tenant_id, run_id, flow, status, step, idempotency_key, last_seq, last_ha
         OR strpos(flow, %(search)s) > 0)
  ORDER BY created_at DESC, run_id COLLATE "C"
  LIMIT %(limit)s
+
+-- name: list_runs_labelled
+-- list_runs of the runs with every label asked, read from the (tenant, key, value) index:
+-- the runs of the label with the fewest, each checked for the others on its primary key.
+-- So a rare label never scans the tenant's runs, nor a common one's many entries.
+WITH wanted AS MATERIALIZED (
+    SELECT f.key, f.value
+      FROM unnest(%(label_keys)s::text[], %(label_values)s::text[]) AS f(key, value)
+), rarest AS MATERIALIZED (
+    SELECT key, value FROM wanted
+     ORDER BY (SELECT COUNT(*) FROM run_labels AS c
+                WHERE c.tenant_id = %(tenant_id)s AND c.key = wanted.key
+                  AND c.value = wanted.value)
+     LIMIT 1
+), matched AS MATERIALIZED (
+    SELECT l.run_id FROM rarest JOIN run_labels AS l
+        ON l.tenant_id = %(tenant_id)s AND l.key = rarest.key AND l.value = rarest.value
+     WHERE (SELECT COUNT(*) FROM wanted JOIN run_labels AS m
+              ON m.tenant_id = %(tenant_id)s AND m.run_id = l.run_id AND m.key = wanted.key
+             AND m.value = wanted.value) = cardinality(%(label_keys)s::text[])
+)
+SELECT r.tenant_id, r.run_id, r.flow, r.status, r.step, r.idempotency_key, r.last_seq,
+       r.last_hash, r.next_wake_at, r.waiting_signal, r.control_pending, r.lease_owner,
+       r.lease_token, r.lease_expires_at, r.created_at, r.updated_at, r.error, r.queue,
+       r.subject, r.purpose
+  FROM matched JOIN runs AS r ON r.tenant_id = %(tenant_id)s AND r.run_id = matched.run_id
+ WHERE (%(status)s::text IS NULL OR r.status = %(status)s)
+   AND (%(flow)s::text IS NULL OR r.flow = %(flow)s)
+   AND (%(since)s::float8 IS NULL OR r.created_at >= %(since)s)
+   AND (%(until)s::float8 IS NULL OR r.created_at < %(until)s)
+   AND (%(after_at)s::float8 IS NULL OR r.created_at <= %(after_at)s)
+   AND (%(after_at)s::float8 IS NULL OR r.created_at < %(after_at)s
+        OR (r.created_at = %(after_at)s AND r.run_id COLLATE "C" > %(after_id)s))
+   AND (%(prefix)s::text IS NULL OR starts_with(r.run_id, %(prefix)s))
+   AND (%(updated_since)s::float8 IS NULL OR r.updated_at >= %(updated_since)s)
+   AND (%(updated_until)s::float8 IS NULL OR r.updated_at < %(updated_until)s)
+   AND (%(search)s::text IS NULL OR strpos(r.run_id, %(search)s) > 0
+        OR strpos(r.flow, %(search)s) > 0)
+ ORDER BY r.created_at DESC, r.run_id COLLATE "C"
+ LIMIT %(limit)s
+
+-- name: put_labels
+-- Keys in one order, so two writers of one run's labels cannot deadlock.
+INSERT INTO run_labels (tenant_id, run_id, key, value, kind, sensitive)
+SELECT %(tenant_id)s, %(run_id)s, l.key, l.value, l.kind, l.sensitive
+  FROM unnest(%(label_keys)s::text[], %(label_values)s::text[], %(label_kinds)s::text[],
+              %(label_sensitive)s::bool[]) AS l(key, value, kind, sensitive)
+ ORDER BY l.key
+ON CONFLICT (tenant_id, run_id, key) DO UPDATE
+   SET value = excluded.value, kind = excluded.kind, sensitive = excluded.sensitive
+
+-- name: run_labels
+SELECT run_id, key, value, kind, sensitive FROM run_labels
+ WHERE tenant_id = %(tenant_id)s AND run_id = ANY(%(run_ids)s::text[])
+ ORDER BY run_id COLLATE "C", key COLLATE "C"
+
+-- name: delete_labels_of_run
+DELETE FROM run_labels WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s
 
 -- name: runs_of_subject
 SELECT tenant_id, run_id, flow, status, step, idempotency_key, last_seq, last_hash,

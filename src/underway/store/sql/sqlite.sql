@@ -45,6 +45,58 @@ SELECT * FROM runs
  ORDER BY created_at DESC, run_id
  LIMIT :limit
 
+-- name: list_runs_labelled
+-- list_runs of the runs with every label asked, read from the (tenant, key, value) index:
+-- the runs of the label with the fewest, each checked for the others on its primary key.
+-- So a rare label never scans the tenant's runs, nor a common one's many entries. CROSS
+-- JOIN keeps the order written.
+WITH wanted AS (
+    SELECT k.value AS key, v.value AS value
+      FROM json_each(:label_keys) AS k CROSS JOIN json_each(:label_values) AS v
+     WHERE v.key = k.key
+), rarest AS (
+    SELECT key, value FROM wanted
+     ORDER BY (SELECT COUNT(*) FROM run_labels AS c
+                WHERE c.tenant_id = :tenant_id AND c.key = wanted.key
+                  AND c.value = wanted.value)
+     LIMIT 1
+), matched AS (
+    SELECT l.run_id FROM rarest CROSS JOIN run_labels AS l
+     WHERE l.tenant_id = :tenant_id AND l.key = rarest.key AND l.value = rarest.value
+       AND (SELECT COUNT(*) FROM wanted CROSS JOIN run_labels AS m
+             WHERE m.tenant_id = :tenant_id AND m.run_id = l.run_id AND m.key = wanted.key
+               AND m.value = wanted.value) = json_array_length(:label_keys)
+)
+SELECT runs.* FROM matched CROSS JOIN runs
+ WHERE runs.tenant_id = :tenant_id AND runs.run_id = matched.run_id
+   AND (:status IS NULL OR status = :status)
+   AND (:flow IS NULL OR flow = :flow)
+   AND (:since IS NULL OR created_at >= :since)
+   AND (:until IS NULL OR created_at < :until)
+   AND created_at <= coalesce(:after_at, 9e999)
+   AND (:after_at IS NULL OR created_at < :after_at
+        OR (created_at = :after_at AND runs.run_id > :after_id))
+   AND (:prefix IS NULL OR substr(runs.run_id, 1, length(:prefix)) = :prefix)
+   AND (:updated_since IS NULL OR updated_at >= :updated_since)
+   AND (:updated_until IS NULL OR updated_at < :updated_until)
+   AND (:search IS NULL OR instr(runs.run_id, :search) > 0 OR instr(flow, :search) > 0)
+ ORDER BY created_at DESC, runs.run_id
+ LIMIT :limit
+
+-- name: put_label
+INSERT INTO run_labels (tenant_id, run_id, key, value, kind, sensitive)
+VALUES (?, ?, ?, ?, ?, ?)
+ON CONFLICT (tenant_id, run_id, key) DO UPDATE
+   SET value = excluded.value, kind = excluded.kind, sensitive = excluded.sensitive
+
+-- name: run_labels
+SELECT run_id, key, value, kind, sensitive FROM run_labels
+ WHERE tenant_id = :tenant_id AND run_id IN (SELECT value FROM json_each(:run_ids))
+ ORDER BY run_id, key
+
+-- name: delete_labels_of_run
+DELETE FROM run_labels WHERE tenant_id = ? AND run_id = ?
+
 -- name: runs_of_subject
 SELECT * FROM runs
  WHERE tenant_id = :tenant_id AND subject = :subject

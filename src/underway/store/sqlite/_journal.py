@@ -11,7 +11,7 @@ from ... import faults
 from ...errors import ConflictError, FencedError, RunNotFound
 from .._sqlbase.journal import SQLJournal
 from ..journal import AppendResult
-from ..records import AppendBatch, ForkLink, NewRun, RunRecord
+from ..records import AppendBatch, ForkLink, NewRun, RunRecord, StoredLabel
 from ._connection import _Q, Connection, _run
 from ._inbox import _send_signal
 
@@ -115,6 +115,7 @@ def _create_run(c: sqlite3.Connection, new: NewRun) -> tuple[RunRecord, bool]:
         (new.tenant_id, new.run_id, ev.seq, ev.type, ev.payload, ev.hash),
     )
     c.executemany(_Q["insert_blob"], [(new.tenant_id, k, v) for k, v in new.blobs.items()])
+    _put_labels(c, new.tenant_id, new.run_id, new.labels)
     row = c.execute(
         _Q["get_run"], {"tenant_id": new.tenant_id, "run_id": new.run_id}).fetchone()
     return _run(row), True
@@ -141,6 +142,7 @@ def _append(c: sqlite3.Connection, batch: AppendBatch) -> bool:
         )
     if batch.blobs:
         c.executemany(_Q["insert_blob"], [(t, k, v) for k, v in batch.blobs.items()])
+    _put_labels(c, t, r, batch.labels)
     if batch.checkpoint is not None:
         c.execute(_Q["upsert_checkpoint"], (t, r, *batch.checkpoint))
     for signal_id in batch.consumed_signals:
@@ -159,6 +161,13 @@ def _append(c: sqlite3.Connection, batch: AppendBatch) -> bool:
     for signal in batch.signals:
         _send_signal(c, signal)
     return control_pending
+
+
+def _put_labels(c: sqlite3.Connection, tenant_id: str, run_id: str,
+                labels: Sequence[StoredLabel]) -> None:
+    if labels:
+        c.executemany(_Q["put_label"], [(tenant_id, run_id, x.key, x.value, x.kind,
+                                         int(x.sensitive)) for x in labels])
 
 
 def _check_fence(row: sqlite3.Row | None, batch: AppendBatch) -> None:

@@ -38,6 +38,7 @@ class Retention(SQLRetention, Connection):
             c.execute(_Q["delete_checkpoints_of_run"], {"tenant_id": t, "run_id": r})
             c.execute(_Q["delete_signals_of_run"], (t, r))
             c.execute(_Q["clear_run_fields"], (t, r))
+            c.execute(_Q["delete_labels_of_run"], (t, r))
             c.execute(_Q["insert_purged_run"], (t, r, purge.sweep_id, purge.at,
                                                 len(purge.tombstones), purge.rule))
         return "purged"
