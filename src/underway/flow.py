@@ -97,7 +97,6 @@ class StepRuntime(Protocol):
 
     def value(self, kind: Any, fresh: JSON) -> JSON:
         """A journaled value: ``fresh`` the first time, the journaled one after."""
-        ...
 
     def label(self, labels: dict[str, Any], sensitive: bool) -> None:
         """Journal labels set on the run (:meth:`RunContext.label`)."""
@@ -192,15 +191,13 @@ class RunContext(Generic[S, I]):
         return self._x.timed_out
 
     @overload
-    async def call(
-        self, tool: Tool[ToolArgs, ToolResult], args: ToolArgs | JSON | BaseModel = None, *,
-        labels: Strings = (), evidence: JSON = None, risks: Strings = (),
-        summary: str | None = None,
-    ) -> ToolResult: ...
+    async def call(self, tool: Tool[ToolArgs, ToolResult], args: ToolArgs | JSON | BaseModel
+                   = None, *, labels: Strings = (), evidence: JSON = None, risks: Strings = (),
+                   summary: str | None = None) -> ToolResult: ...
     @overload
     async def call(self, tool: str, args: JSON | BaseModel = None, *, labels: Strings = (),
-                   evidence: JSON = None, risks: Strings = (),
-                   summary: str | None = None) -> JSON: ...
+                   evidence: JSON = None, risks: Strings = (), summary: str | None = None
+                   ) -> JSON: ...
     async def call(self, tool: Tool[Any, Any] | str, args: Any = None, *,
                    labels: Strings = (), evidence: JSON = None, risks: Strings = (),
                    summary: str | None = None) -> Any:
@@ -316,9 +313,8 @@ class RunContext(Generic[S, I]):
 
     def label(self, *, sensitive: bool = False, **labels: LabelValue) -> None:
         """Set labels on this run, journaled: ``ctx.label(sku="A-7", qty=3)``. A name set
-        again takes the new value; the same value again journals nothing. Children started
-        later inherit them. A bad name or value raises
-        :class:`~underway.errors.InvalidInput` naming the label (:mod:`underway.labels`).
+        again takes the new value; the same value journals nothing. Children started later
+        inherit them. A bad label raises :class:`~underway.errors.InvalidInput` naming it.
 
         Args:
             sensitive: Show these labels redacted to viewers who may not reveal them.

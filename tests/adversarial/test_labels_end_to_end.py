@@ -10,8 +10,6 @@ from typing import Any
 
 import pytest
 from insider import insider
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from pydantic import BaseModel
 
@@ -225,24 +223,24 @@ def test_bad_labels_are_refused_naming_the_label(app: App) -> None:
 
 def test_the_runs_spans_carry_its_labels_and_never_a_sensitive_value(db_url: str) -> None:
     exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    engine = uw.Engine(uw.connect(db_url), flows=flows(), clock=ManualClock(1.7e9),
-                       metrics=Tracing(provider))
+    store = uw.connect(db_url)
+    tracing = Tracing(store, exporter, flows=flows(), recover_window=None)
+    engine = uw.Engine(store, flows=flows(), clock=ManualClock(1.7e9), metrics=tracing)
     engine.start("order", {}, tenant_id=TENANT, labels={"sku": "A-7"})
     asyncio.run(Runner(engine).run_until_idle())
+    tracing.shutdown()  # sends what the run journaled
     spans = {s.name: dict(s.attributes or {}) for s in exporter.get_finished_spans()}
     labels = {name: {k: v for k, v in a.items() if k.startswith("underway.label.")}
               for name, a in spans.items()}
-    assert labels["underway.activation order"] == {"underway.label.sku": "A-7"}
     # A step's span has the labels as they stood when it ended, set by it included.
     assert labels["underway.step pick"] == {
         "underway.label.sku": "A-7", "underway.label.stage": "picked",
         "underway.label.qty": 1}
-    assert labels["underway.step pack"] == {
-        "underway.label.sku": "A-7", "underway.label.stage": "packed",
-        "underway.label.qty": 1, "underway.label.weight": 2.5,
-        "underway.label.fragile": True, "underway.label.patient": REDACTED}
+    packed = {"underway.label.sku": "A-7", "underway.label.stage": "packed",
+              "underway.label.qty": 1, "underway.label.weight": 2.5,
+              "underway.label.fragile": True, "underway.label.patient": REDACTED}
+    assert labels["underway.step pack"] == packed
+    assert labels["underway.run order"] == packed  # the run's root span, at its end
     assert not any("Asha Rao" in str(v) for a in spans.values() for v in a.values())
 
 

@@ -390,7 +390,7 @@ class Engine(EagerStarts):
         state, head, refused = self.journal.load_head(lease.tenant_id, lease.run_id)
         signals = pending_signals(self.store, lease.tenant_id, lease.run_id)
         # What an interrupted activation committed of its step: telemetry it did not report.
-        maybe = self.metrics.wants_interrupted and _taken_over(state)
+        maybe = self.metrics.enabled and _taken_over(state)
         interrupted = left_open(self.journal.step_attempt(
             lease.tenant_id, lease.run_id, state.seq)) if maybe else []
         return _Loaded(row, state, head, refused, signals, interrupted)
