@@ -32,14 +32,18 @@ def inbox(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> list[Pending]:
     """Runs waiting for a person — approvals (exact action, args and their hash, evidence,
-    risks, role, expiry), questions, escalations — soonest expiry first; the fields their
-    tools hide redacted unless ``reveal``."""
+    risks, role, expiry), questions, escalations — soonest expiry first, each with its
+    run's labels; the fields their tools hide, and sensitive labels, redacted unless
+    ``reveal``."""
     read = read.allowed(state, who)
     found = state.client.pending_requests(tenant_id=who.tenant_id, limit=limit)
     state.record_reads(request, who, [r.run_id for r in found], purpose=read.purpose,
                        revealed=read.reveal)
+    labels = state.client.run_labels([r.run_id for r in found], tenant_id=who.tenant_id,
+                                     reveal=read.reveal)
     return [Pending.of(redact_request(r, redactor=state.client.redactor(
-        r.run_id, tenant_id=who.tenant_id, reveal=read.reveal))) for r in found]
+        r.run_id, tenant_id=who.tenant_id, reveal=read.reveal))).model_copy(
+            update={"labels": labels.get(r.run_id, {})}) for r in found]
 
 
 @endpoint(router, "GET", "/{run_id}", permission="read", run_data=True,
@@ -57,7 +61,9 @@ def detail(state: State, who: Caller, run_id: RunId, request: Request,
         raise not_found("pending request for this run")
     hide = state.client.redactor(run_id, tenant_id=who.tenant_id, reveal=read.reveal)
     state.record_reads(request, who, [run_id], purpose=read.purpose, revealed=read.reveal)
-    return Pending.of(redact_request(found, redactor=hide))
+    labels = state.client.run_labels([run_id], tenant_id=who.tenant_id, reveal=read.reveal)
+    return Pending.of(redact_request(found, redactor=hide)).model_copy(
+        update={"labels": labels.get(run_id, {})})
 
 
 @endpoint(router, "POST", "/{run_id}/decision", permission="decide", response_model=Accepted,

@@ -138,6 +138,8 @@ class Pending(BaseModel):
     money: JsonValue = None
     """The money the guard read for the call: ``amount`` (a decimal string),
     ``currency``, ``direction``, ``account``; null when it moves none."""
+    labels: dict[str, LabelValue] = Field(default_factory=dict)
+    """The run's labels; a sensitive one's value reads ``[redacted]`` unless revealed."""
     moves: str | None = None
     """``money`` in words, in the currency's locale (``moves ₹2,32,000.00 out of
     ACME-OPS``)."""

@@ -91,3 +91,23 @@ def test_bad_labels_are_refused_naming_the_field(world: World) -> None:
         r = world.call("GET", "/v1/runs", role="viewer", params={"label": bad})
         assert r.status_code == 422, r.text
         assert r.json()["errors"][0]["field"] == "query.label"
+
+
+def test_the_inbox_shows_each_runs_labels_a_sensitive_one_redacted(world: World) -> None:
+    r = world.call("POST", "/v1/runs", role="operator", json={
+        "flow": "refunds", "input": INPUT, "labels": {"sku": "A-7", "patient": "Asha Rao"},
+        "sensitive_labels": ["patient"]})
+    assert r.status_code == 201, r.text
+    run_id = r.json()["run_id"]
+    world.drive()  # the refund is held for a person
+    inbox = world.call("GET", "/v1/approvals", role="viewer")
+    assert inbox.status_code == 200, inbox.text
+    [held] = inbox.json()
+    assert held["run_id"] == run_id
+    assert held["labels"] == {"patient": "[redacted]", "sku": "A-7"}
+    one = world.call("GET", f"/v1/approvals/{run_id}", role="viewer").json()
+    assert one["labels"] == held["labels"] and "Asha Rao" not in inbox.text
+    shown = world.call("GET", f"/v1/approvals/{run_id}", role="admin",
+                       params={"reveal": "true", "purpose": "care"})
+    assert shown.status_code == 200, shown.text
+    assert shown.json()["labels"]["patient"] == "Asha Rao"
