@@ -34,7 +34,7 @@ from underway.store.base import IntakeSecretRecord
 
 PROBLEM = "application/problem+json"
 LITERALS = {"events", "stream", "signals", "cancel", "resume", "resolve", "decision",
-            "verify"}
+            "verify", "bulk", "settle", "answer", "approve", "reject"}
 SECRET = "s" * 32
 DEEP = b"[" * 100_000 + b"]" * 100_000
 

@@ -123,6 +123,9 @@ def test_an_app_that_is_nowhere_is_named(shop_dir: Path) -> None:
 
 
 def test_every_command_with_an_app_option_is_covered() -> None:
-    """A new command with --app joins the tests above."""
+    """A new command with --app joins the tests above (the intake commands and `events
+    send` check input with it: tests/integration/intake/test_maildir_intake.py and
+    tests/adversarial/test_bad_intake_messages.py)."""
     assert with_option("--app") == {"policy explain", "runs start", "runs fork", "deploy check",
-                        "replay", "worker", "serve", "drill"}
+                        "replay", "worker", "serve", "drill", "intake nats",
+                        "intake rabbitmq", "intake maildir", "events send"}

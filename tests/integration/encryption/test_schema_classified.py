@@ -22,6 +22,8 @@ TIME = "a time"
 HASH = "a hash or a content address"
 KEY = "key material, itself protected (wrapped, hashed, public) or a secret kept as given"
 NOTE = "a note an operator writes (a legal hold's reason): keep personal data out of it"
+LABEL = ("a run label's text, readable so runs are found by it (a sensitive one is shown "
+         "redacted, stored as it is): keep personal data out of labels")
 
 COLUMNS: dict[str, dict[str, str]] = {
     "events": {"tenant_id": ID, "run_id": ID, "seq": STATE, "type": ID,
@@ -87,6 +89,9 @@ COLUMNS: dict[str, dict[str, str]] = {
                          "skipped": STATE, "blobs_deleted": STATE, "collected_at": TIME},
     "budget_usage": {"tenant_id": ID, "since": TIME, "used": STATE},
     "budget_holds": {"tenant_id": ID, "hold_key": ID, "since": TIME, "amounts": STATE},
+    "run_labels": {"tenant_id": ID, "run_id": ID, "key": ID, "value": LABEL, "kind": STATE,
+                   "sensitive": STATE},
+    "span_exports": {"tenant_id": ID, "run_id": ID, "exported_seq": STATE},
     "underway_schema_version": {"version": STATE, "name": ID, "applied_at": TIME},
     "sqlite_sequence": {"name": ID, "seq": STATE},
 }
