@@ -126,7 +126,8 @@ def test_an_approver_approves_some_held_calls_and_rejects_others(world: World) -
                                                      "flow": "procure"})
         assert dry.status_code == 200, dry.text
         fields = fields_of(dry.text)
-        assert len(fields) == 4 and all(f["tool"] == "pay_supplier" for f in fields)
+        assert sorted(f["run_id"] for f in fields) == sorted(held)
+        assert all(f["tool"] == "pay_supplier" for f in fields)
         csrf = csrf_of(dry.text)
         yes, no = fields[:2], fields[2:]
         r = post(browser, csrf, {"action": "approve",
@@ -161,6 +162,9 @@ def test_bulk_decisions_are_refused_without_csrf_or_an_approver_key(world: World
         assert post(browser, "not-the-token", body).status_code == 403
         unknown = post(browser, csrf_of(dry.text), {**body, "action": "resume"})
         assert unknown.status_code == 422 and "action" in unknown.json()["detail"]
+        junk = post(browser, csrf_of(dry.text), {**body, "decisions": [{"run_id": 1}]})
+        assert junk.status_code == 422
+        assert "body.decisions.0: not a signed decision" in junk.json()["detail"]
         # The answer each decision carries must be the one the post names.
         other = post(browser, csrf_of(dry.text), {**body, "answer": "Delhi"})
         assert other.status_code == 200 and other.json()["counts"]["done"] == 0

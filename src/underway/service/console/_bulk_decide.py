@@ -116,7 +116,7 @@ async def send(request: Request, state: Console, session: Signed,
             state, session.principal, action, filtered, body, **options))
     except ApiProblem as exc:
         return _refused(exc.problem.status, exc.problem.detail + "".join(
-            f" {e.where}: {e.message}" for e in exc.problem.errors))
+            f" {e.field}: {e.message}" for e in exc.problem.errors))
     except ConfigurationError as exc:
         return _refused(422, str(exc))
     return JSONResponse(report.model_dump(mode="json"), headers={"Cache-Control": "no-store"})
