@@ -22,6 +22,7 @@ from fakes.console_browser import csrf_of, sign_in
 from fakes.procurement_flows import FLOWS as DESK
 from fakes.service_world import FLOWS, World
 from underway.guard.approvals import sign_decision
+from underway.service.console import _bulk_decide
 
 ORDER = {"po": "PO-1", "supplier": {"name": "Shakti Steel"}, "amount": "1200.00",
          "currency": "INR", "from_account": "HDFC-OPS-0042"}
@@ -188,3 +189,16 @@ def test_a_filter_without_a_question_lists_the_questions_its_runs_ask(world: Wor
         page = browser.get("/approvals/bulk", params={"action": "answer", "flow": "asking"})
         assert page.status_code == 200
         assert f"{html.escape(bulk_flows.QUESTION)}</a>: 3 runs" in page.text
+
+
+def test_a_page_signs_for_at_most_its_cap_and_says_how_many_fit(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    asking = start(world, "asking", {"sku": "A"}, 3)
+    monkeypatch.setattr(_bulk_decide, "MAX_RUNS", 2)
+    with sign_in(world, role="approver") as browser:
+        page = browser.get("/approvals/bulk", params={"action": "answer",
+                                                      "question": bulk_flows.QUESTION}).text
+    assert re.search(r'data-count="eligible">3<', page)
+    assert "3 runs fit: this page signs for the first 2." in page
+    fields = fields_of(page)
+    assert len(fields) == 2 and {f["run_id"] for f in fields} < set(asking)

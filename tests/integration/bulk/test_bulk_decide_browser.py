@@ -115,7 +115,7 @@ def test_an_approver_answers_28_waiting_runs_in_one_go(browser: Browser, world: 
         first.locator("details summary").click()
         expect(first.locator("pre.signed")).to_contain_text('"answer":"Pune"', timeout=WAIT)
         before = first.locator("pre.signed").inner_text()
-        page.screenshot(path=str(shots / "console-bulk-answer-dry-run.png"), full_page=True)
+        page.screenshot(path=str(shots / "console-bulk-answer-dry-run.png"))
 
         button.click()
         expect(page.locator('#bulk-result [data-count="done"]')).to_have_text(
@@ -125,7 +125,8 @@ def test_an_approver_answers_28_waiting_runs_in_one_go(browser: Browser, world: 
         expect(page.locator('#bulk-runs pre.signed[data-state="signed"]')).to_have_count(RUNS)
         shown: dict[str, str] = dict(rows.evaluate_all(
             "rs => rs.map(r => [r.dataset.run, r.querySelector('pre.signed').textContent])"))
-        page.screenshot(path=str(shots / "console-bulk-answer-done.png"), full_page=True)
+        page.evaluate("window.scrollTo(0, 0)")
+        page.screenshot(path=str(shots / "console-bulk-answer-done.png"))
     finally:
         context.close()
     # The preview before the click was what the first run's decision then signed.

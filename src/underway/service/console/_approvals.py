@@ -292,7 +292,11 @@ def _action(r: PendingRequest) -> str:
 
 
 def suggested_id(session: Session) -> str:
-    """The key's name as a first guess at the approver id (ids hold no spaces)."""
+    """The key's name as a first guess at the approver id (ids hold no spaces).
+
+    Args:
+        session: The signed-in session.
+    """
     name = session.principal.name
     return name if name and not any(c.isspace() for c in name) else ""
 
@@ -305,7 +309,13 @@ def signing_fields(r: PendingRequest, tenant: str, now: float) -> dict[str, JSON
     """The fields of a decision on ``r`` that the server knows, exactly as the journal has
     them. ``expires_at`` is the request's (a decision may not outlive it) or, for a request
     without an expiry, a day from now. Rendered with Python's JSON, so a float keeps the
-    digits Python's canonical JSON gives it."""
+    digits Python's canonical JSON gives it. The bulk page gives them per run.
+
+    Args:
+        r: The pending request.
+        tenant: The run's tenant.
+        now: The server's time.
+    """
     expires = now + OPEN_ENDED if math.isinf(r.expires_at) else r.expires_at
     return {"request_id": r.request_id, "run_id": r.run_id, "tenant_id": tenant,
             "tool": r.tool, "args_hash": r.args_hash, "expires_at": float(expires),

@@ -73,8 +73,9 @@ async def dry_run(request: Request, state: Console, session: Signed, filtered: P
                                      action, filtered, question, tool)
     except ConfigurationError as exc:
         return _page_error(request, session, str(exc), 422)
+    total, runs = len(runs), runs[:MAX_RUNS]
     roles = sorted({r["role"] for r in runs if r["role"]})
-    context.update(runs=runs, skipped=skipped, too_many=len(runs) > MAX_RUNS,
+    context.update(runs=runs, skipped=skipped, total=total, max_runs=MAX_RUNS,
                    required_role=roles[0] if len(roles) == 1 else None, roles=roles,
                    signing=[r["signing"] for r in runs])
     return render(request, "approvals_bulk.html", context, session=session)

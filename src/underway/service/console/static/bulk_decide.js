@@ -184,5 +184,6 @@ export class BulkDecider {
     part(", skipped ", "skipped");
     el.append(". Each run verifies its decision when a worker picks it up.");
     el.dataset.tone = counts.done === signed ? "ok" : "warn";
+    $("bulk-state").textContent = "Signed and sent: each run's outcome is below.";
   }
 }
