@@ -183,12 +183,16 @@ def test_bulk_decisions_are_refused_without_csrf_or_an_approver_key(world: World
 
 def test_a_filter_without_a_question_lists_the_questions_its_runs_ask(world: World) -> None:
     start(world, "asking", {"sku": "A"}, 3)
+    start(world, "lost", {"sku": "A"}, 1)  # escalated for a resolution: no question
     with sign_in(world, role="approver") as browser:
         runs = browser.get("/runs", params={"flow": "asking"}).text
         assert "/approvals/bulk?action=answer&amp;flow=asking" in runs
         page = browser.get("/approvals/bulk", params={"action": "answer", "flow": "asking"})
         assert page.status_code == 200
         assert f"{html.escape(bulk_flows.QUESTION)}</a>: 3 runs" in page.text
+        every = browser.get("/approvals/bulk", params={"action": "answer"}).text
+        listed = every.split('id="bulk-questions"', 1)[1].split("</section>", 1)[0]
+        assert listed.count("<li>") == 1 and ": 3 runs" in listed
 
 
 def test_a_page_signs_for_at_most_its_cap_and_says_how_many_fit(

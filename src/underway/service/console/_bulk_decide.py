@@ -15,6 +15,7 @@ decision fails or is skipped alone, with the reason; the others go on.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
@@ -158,16 +159,24 @@ def _read(state: ServiceState, request: Request, session: Session, rd: ReadAs, a
 
 def _questions(state: ServiceState, session: Session, filtered: RunFilter
                ) -> list[tuple[str, int]]:
-    """The questions the filter's escalated runs ask, with how many ask each."""
+    """The questions the filter's escalated runs ask (the first :data:`MAX_RUNS` runs),
+    with how many ask each, most asked first."""
     tenant = session.principal.tenant_id
+    chosen = replace(filtered, status=filtered.status or "escalated")
     counts: dict[str, int] = {}
-    report = state.client.bulk("answer", filtered, by=session.principal.actor,
-                               tenant_id=tenant, dry_run=True, question="\x00",
-                               answer="", signer=lambda *_: None)
-    for item in report.items[:MAX_RUNS]:
-        pending = state.client.pending_request(item.run_id, tenant_id=tenant)
-        if pending is not None and pending.kind == "question" and pending.question:
-            counts[pending.question] = counts.get(pending.question, 0) + 1
+    cursor: str | None = None
+    seen = 0
+    while seen < MAX_RUNS:
+        page = state.client.list_runs(tenant_id=tenant, limit=100, cursor=cursor,
+                                      **chosen.keywords())
+        for row in page.runs[:MAX_RUNS - seen]:
+            pending = state.client.pending_request(row.run_id, tenant_id=tenant)
+            if pending is not None and pending.kind == "question" and pending.question:
+                counts[pending.question] = counts.get(pending.question, 0) + 1
+        seen += len(page.runs)
+        if page.next_cursor is None:
+            break
+        cursor = page.next_cursor
     return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
 
 
