@@ -159,8 +159,20 @@ class _Given:
         return sorted(r for r in self.by_run if r not in seen)
 
 
-def _run(state: State, who: Principal, action: BulkAction, chosen: RunFilter,
-         body: _Bulk, **options: object) -> BulkReport:
+def run_bulk(state: State, who: Principal, action: BulkAction, chosen: RunFilter,
+             body: _Bulk, **options: object) -> BulkReport:
+    """``action`` on the runs ``chosen`` selects, as ``body`` says: what every bulk
+    endpoint (and the console's signed bulk form) does. Signed decisions in ``body`` go
+    each to the run it names, when it answers that run's request.
+
+    Args:
+        state: The service.
+        who: The caller (journaled with each run's action).
+        action: The bulk action.
+        chosen: Which runs.
+        body: The request's body.
+        options: The action's options (:meth:`~underway.client.Client.bulk`).
+    """
     signer = _Given(body.decisions, who.tenant_id) if isinstance(body, _Signed) else None
     result = state.client.bulk(action, chosen, by=who.actor, tenant_id=who.tenant_id,
                                dry_run=body.dry_run, signer=signer,
@@ -173,13 +185,13 @@ def _run(state: State, who: Principal, action: BulkAction, chosen: RunFilter,
 def bulk_resume(state: State, who: Caller, chosen: RunQuery, body: BulkResume) -> BulkReport:
     """Resume every dead run the query selects (``status`` defaults to dead), unsigned.
     Where runs settle only with signed resolutions, a 409 says to use ``settle``."""
-    return _run(state, who, "resume", chosen, body, step=body.step)
+    return run_bulk(state, who, "resume", chosen, body, step=body.step)
 
 
 @endpoint(router, "POST", "/cancel", permission="steer", response_model=BulkReport)
 def bulk_cancel(state: State, who: Caller, chosen: RunQuery, body: BulkCancel) -> BulkReport:
     """Cancel every unfinished run the query selects, at its next step boundary."""
-    return _run(state, who, "cancel", chosen, body, reason=body.reason)
+    return run_bulk(state, who, "cancel", chosen, body, reason=body.reason)
 
 
 @endpoint(router, "POST", "/resolve", permission="steer", response_model=BulkReport,
@@ -189,7 +201,7 @@ def bulk_resolve(state: State, who: Caller, chosen: RunQuery,
     """Resolve the escalation of every escalated run the query selects, unsigned (runs
     asking a question are skipped: answer them). Where runs settle only with signed
     resolutions, a 409 says to use ``settle``."""
-    return _run(state, who, "resolve", chosen, body, resolution=body.resolution,
+    return run_bulk(state, who, "resolve", chosen, body, resolution=body.resolution,
                 result=body.result)
 
 
@@ -198,10 +210,10 @@ def bulk_settle(state: State, who: Caller, chosen: RunQuery, body: BulkSettle) -
     """Settle every selected run with the resolution signed for it: resume dead runs
     (``status`` defaults to dead) or resolve escalations (to escalated)."""
     if body.resolution == "resume":
-        return _run(state, who, "resume", chosen, body, step=body.step)
+        return run_bulk(state, who, "resume", chosen, body, step=body.step)
     if body.step is not None:
         raise invalid("body.step", "a step goes with the resolution resume only")
-    return _run(state, who, "resolve", chosen, body, resolution=body.resolution,
+    return run_bulk(state, who, "resolve", chosen, body, resolution=body.resolution,
                 result=body.result)
 
 
@@ -209,7 +221,7 @@ def bulk_settle(state: State, who: Caller, chosen: RunQuery, body: BulkSettle) -
 def bulk_answer(state: State, who: Caller, chosen: RunQuery, body: BulkAnswer) -> BulkReport:
     """Answer every run the query selects that asks ``question``, each with the decision
     signed for it (``status`` defaults to escalated)."""
-    return _run(state, who, "answer", chosen, body, question=body.question,
+    return run_bulk(state, who, "answer", chosen, body, question=body.question,
                 answer=body.answer)
 
 
@@ -217,11 +229,11 @@ def bulk_answer(state: State, who: Caller, chosen: RunQuery, body: BulkAnswer) -
 def bulk_approve(state: State, who: Caller, chosen: RunQuery, body: BulkDecide) -> BulkReport:
     """Approve the action every selected run waits on, each with the decision signed
     for it (``status`` defaults to waiting)."""
-    return _run(state, who, "approve", chosen, body)
+    return run_bulk(state, who, "approve", chosen, body)
 
 
 @endpoint(router, "POST", "/reject", permission="decide", response_model=BulkReport)
 def bulk_reject(state: State, who: Caller, chosen: RunQuery, body: BulkDecide) -> BulkReport:
     """Reject the action every selected run waits on, each with the decision signed
     for it (``status`` defaults to waiting)."""
-    return _run(state, who, "reject", chosen, body)
+    return run_bulk(state, who, "reject", chosen, body)

@@ -19,7 +19,7 @@ from pathlib import Path
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
-from . import _approvals, _base, _bulk, _metrics, _run, _run_actions, _runs
+from . import _approvals, _base, _bulk, _bulk_decide, _metrics, _run, _run_actions, _runs
 from ._security import CONSOLE_CSP, SecurityHeaders
 from ._session import Sessions
 
@@ -36,7 +36,8 @@ def install_console(app: FastAPI, *, session_secret: bytes | None = None) -> Non
     browser out)."""
     app.state.console = Sessions(app.state.underway.store, session_secret)
     _base.install_handlers(app)
-    for module in (_base, _runs, _bulk, _run, _run_actions, _approvals, _metrics):
+    for module in (_base, _runs, _bulk, _run, _run_actions, _bulk_decide, _approvals,
+                   _metrics):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.add_middleware(SecurityHeaders)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 from typing import Annotated, Any
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, Form, Path, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
@@ -73,8 +74,9 @@ async def inbox(request: Request, state: Console, session: Signed,
     names, cells = label_columns(labels)
     return render(request, "approvals.html", {
         "nav": "approvals", "rows": rows, "tenant": tenant, "now": now,
+        "groups": _groups(found),
         "can_decide": session.may("decide"), "is_admin": session.may("admin"),
-        "suggested_id": _suggested_id(session), "rd": rd, "label_names": names,
+        "suggested_id": suggested_id(session), "rd": rd, "label_names": names,
         "cells": cells,
     }, session=session)
 
@@ -98,7 +100,7 @@ async def detail(request: Request, state: Console, session: Signed,
     context: dict[str, Any] = {
         "nav": "approvals", "run": row, "r": pending, "now": now, "tenant": tenant,
         "can_decide": session.may("decide"), "is_admin": session.may("admin"),
-        "suggested_id": _suggested_id(session), "rd": rd,
+        "suggested_id": suggested_id(session), "rd": rd,
         "required_role": pending.required_role if pending is not None else None,
     }
     if pending is not None:
@@ -107,7 +109,7 @@ async def detail(request: Request, state: Console, session: Signed,
             args=_pretty(pending.args), evidence=_pretty(pending.evidence),
             context_text=_pretty(pending.context),
             expires=None if math.isinf(pending.expires_at) else pending.expires_at,
-            signing=_signing(pending, tenant, now),
+            signing=signing_fields(pending, tenant, now),
         )
     return render(request, "approval.html", context, session=session)
 
@@ -266,6 +268,21 @@ async def _approvers(request: Request, state: ServiceState, session: Session, *,
 
 
 # -- presenting -------------------------------------------------------------------------
+def _groups(found: list[PendingRequest]) -> list[dict[str, Any]]:
+    """The requests many runs share, for a bulk decision: each question asked, each
+    tool held for approval, with how many runs wait on it (most first)."""
+    counts: dict[tuple[str, str], int] = {}
+    for r in found:
+        key = (("answer", r.question) if r.kind == "question" and r.question
+               else ("approve", r.tool) if r.kind == "approval" else None)
+        if key is not None:
+            counts[key] = counts.get(key, 0) + 1
+    return [{"action": action, "what": what, "n": n,
+             "query": urlencode({"action": action,
+                                 "question" if action == "answer" else "tool": what})}
+            for (action, what), n in sorted(counts.items(), key=lambda kv: -kv[1])]
+
+
 def _action(r: PendingRequest) -> str:
     if r.kind == "approval":
         return f"call {r.tool}"
@@ -274,8 +291,12 @@ def _action(r: PendingRequest) -> str:
     return f"{r.tool}: {r.question or ''}" if r.tool else (r.question or "an escalation")
 
 
-def _suggested_id(session: Session) -> str:
-    """The key's name as a first guess at the approver id (ids hold no spaces)."""
+def suggested_id(session: Session) -> str:
+    """The key's name as a first guess at the approver id (ids hold no spaces).
+
+    Args:
+        session: The signed-in session.
+    """
     name = session.principal.name
     return name if name and not any(c.isspace() for c in name) else ""
 
@@ -284,11 +305,17 @@ def _pretty(value: JSON) -> str:
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
 
 
-def _signing(r: PendingRequest, tenant: str, now: float) -> dict[str, JSON]:
+def signing_fields(r: PendingRequest, tenant: str, now: float) -> dict[str, JSON]:
     """The fields of a decision on ``r`` that the server knows, exactly as the journal has
     them. ``expires_at`` is the request's (a decision may not outlive it) or, for a request
     without an expiry, a day from now. Rendered with Python's JSON, so a float keeps the
-    digits Python's canonical JSON gives it."""
+    digits Python's canonical JSON gives it. The bulk page gives them per run.
+
+    Args:
+        r: The pending request.
+        tenant: The run's tenant.
+        now: The server's time.
+    """
     expires = now + OPEN_ENDED if math.isinf(r.expires_at) else r.expires_at
     return {"request_id": r.request_id, "run_id": r.run_id, "tenant_id": tenant,
             "tool": r.tool, "args_hash": r.args_hash, "expires_at": float(expires),

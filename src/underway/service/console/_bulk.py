@@ -6,7 +6,8 @@ is a dry run: the page shows how many runs match, how many the action fits, the 
 ids and why the others are skipped, with a form to confirm. The confirming post acts,
 run by run, and shows what was done to each. It is :meth:`~underway.client.Client.bulk`,
 for a key that may steer runs; each run journals the key's name as who acted. Answers and
-approvals are signed per run by an approver: the page says where to do them. Where runs
+approvals are signed per run by an approver, in bulk on ``/approvals/bulk``
+(:mod:`._bulk_decide`). Where runs
 settle only with signed resolutions, resume and resolve are refused (409) and nothing is
 sent."""
 
@@ -57,8 +58,8 @@ async def bulk(
 
     if action not in ACTIONS:
         return refuse(f"choose an action: {', '.join(ACTIONS)} (answers and approvals are "
-                      "signed per run in the approvals inbox, or in bulk with `underway "
-                      "runs bulk answer`)", 422)
+                      "signed per run by an approver: /approvals/bulk signs them in bulk in "
+                      "the browser)", 422)
     options: dict[str, Any] = {}
     if action == "cancel":
         options["reason"] = reason

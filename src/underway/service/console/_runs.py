@@ -99,7 +99,8 @@ async def runs_page(
         "next_cursor": page.next_cursor if page else None, "error": error,
         "status": filtered.status, "flow": filtered.flow or "", "q": filtered.search or "",
         "counts": counts, "statuses": STATUSES, "total": sum(counts.values()),
-        "may_steer": session.may("steer"), "query": query_of(filtered), "label": shown,
+        "may_steer": session.may("steer"), "may_decide": session.may("decide"),
+        "query": query_of(filtered), "label": shown,
         "label_names": names, "cells": cells,
     }, session=session)
 

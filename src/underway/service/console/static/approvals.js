@@ -5,12 +5,13 @@
 // The pair is kept in IndexedDB (one per tenant), its public half shown as base64 of the
 // raw 32 bytes, the form `underway approvers add --public-key` takes.
 //
-// A decision is signed over "underway-approval-v1\n" + the canonical JSON of its fields
-// (canonical.js writes it byte for byte as Python does) and posted with the session's
-// CSRF token; the server checks it and hands it to the run, which verifies it again.
-import { asFloat, canonical, parse } from "./canonical.js";
+// A decision is signed by signing.js (the one signing code of the single and the bulk
+// decisions) and posted with the session's CSRF token; the server checks it and hands it
+// to the run, which verifies it again. Bulk decisions: bulk_decide.js.
+import { asFloat, parse } from "./canonical.js";
+import { BulkDecider } from "./bulk_decide.js";
+import { base64, csrf, signDecision, signedText } from "./signing.js";
 
-const DOMAIN = "underway-approval-v1\n";
 const DB_NAME = "underway-console";
 const DB_STORE = "signing-keys";
 const POLL_MS = 2000;
@@ -18,16 +19,9 @@ const POLL_FOR_MS = 10 * 60 * 1000;
 const FINISHED = new Set(["completed", "failed", "cancelled", "dead"]);
 
 const $ = (id) => document.getElementById(id);
-const csrf = () => document.querySelector('meta[name="csrf-token"]')?.content ?? "";
 
 function show(el, visible) {
   if (el) el.classList.toggle("hidden", !visible);
-}
-
-function base64(bytes) {
-  let text = "";
-  for (const b of bytes) text += String.fromCharCode(b);
-  return btoa(text);
 }
 
 function randomHex(n) {
@@ -316,7 +310,7 @@ class Decider {
       + (others ? ` (${others} differs only in its decision)` : "")
       + ". The nonce is the one it will be signed with.";
     try {
-      out.textContent = DOMAIN + canonical(this.unsigned(decision));
+      out.textContent = signedText(this.unsigned(decision));
     } catch (err) {
       out.textContent = String(err.message);
     }
@@ -346,11 +340,7 @@ class Decider {
     this.update();
     try {
       const fields = this.unsigned(decision);
-      const text = DOMAIN + canonical(fields);
-      const message = new TextEncoder().encode(text);
-      const signature = await crypto.subtle.sign({ name: "Ed25519" }, this.keys.record.privateKey,
-        message);
-      const body = canonical({ ...fields, signature: base64(new Uint8Array(signature)) });
+      const { text, body } = await signDecision(this.keys.record, fields);
       const r = await fetch(`/approvals/${encodeURIComponent(this.fields.run_id)}/decision`, {
         method: "POST",
         headers: { "Content-Type": "application/json", Accept: "application/json",
@@ -405,9 +395,11 @@ function pollRun(runId) {
 async function main() {
   const panel = $("key-panel");
   const section = $("decide");
+  const bulk = $("bulk-decide");
   let decider = null;
   const keys = panel ? new KeyPanel(panel, () => decider?.update()) : null;
   if (keys && section && $("decision-fields")) decider = new Decider(section, keys);
+  if (keys && bulk && $("bulk-fields")) decider = new BulkDecider(bulk, keys);
   startCountdowns((expired) => decider?.update(expired));
   if (keys) await keys.load();
 }
