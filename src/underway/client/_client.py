@@ -546,9 +546,15 @@ class Client(Bulk, Consents, Deciding, Forks, Labels, Settling):
         encrypted and cannot be opened here shows ``[encrypted]`` for what it asks."""
         found = []
         for status in ("waiting", "escalated"):
-            for row in self._store.list_runs(tenant_id, status=status, limit=limit):
+            rows = self._store.list_runs(tenant_id, status=status, limit=limit)
+            try:  # the states of the page together, not a load a run
+                states = self._journal.load_many(tenant_id, [r.run_id for r in rows])
+            except KeyUnavailable:
+                states = {}  # a sealed run among them: each is read alone below
+            for row in rows:
                 try:
-                    request = request_of(self._journal.load(tenant_id, row.run_id))
+                    state = states.get(row.run_id) or self._journal.load(tenant_id, row.run_id)
+                    request = request_of(state)
                 except KeyUnavailable:
                     request = sealed_request(row)
                 if request is not None:
