@@ -22,6 +22,7 @@ from collections.abc import Callable
 import agent
 import budget_ledger
 import console
+import console_labels
 import deploy_check
 import encryption
 import evaluation
@@ -106,6 +107,10 @@ GROUPS: dict[str, list[tuple[str, Callable[[], list[Figure]]]]] = {
     "console": [
         ("SQLite console run page", console.bench_sqlite),
         ("PostgreSQL console run page", console.bench_postgres),
+    ],
+    "console_labels": [
+        ("SQLite console pages at 10,000 labelled runs", console_labels.bench_sqlite),
+        ("PostgreSQL console pages at 10,000 labelled runs", console_labels.bench_postgres),
     ],
     "startup": [("underway serve start-up", service.bench_startup)],
     "deploy": [

@@ -546,18 +546,23 @@ class Client(Bulk, Consents, Deciding, Forks, Labels, Settling):
         encrypted and cannot be opened here shows ``[encrypted]`` for what it asks."""
         found = []
         for status in ("waiting", "escalated"):
-            for row in self._store.list_runs(tenant_id, status=status, limit=limit):
+            rows = self._store.list_runs(tenant_id, status=status, limit=limit)
+            try:  # the states of the page together; with a sealed run, each alone
+                states = self._journal.load_many(tenant_id, [r.run_id for r in rows])
+            except KeyUnavailable:
+                states = {}
+            for row in rows:
                 try:
-                    request = request_of(self._journal.load(tenant_id, row.run_id))
+                    request = request_of(states.get(row.run_id)
+                                         or self._journal.load(tenant_id, row.run_id))
                 except KeyUnavailable:
                     request = sealed_request(row)
                 if request is not None:
                     found.append(request)
         return sorted(found, key=lambda r: (r.expires_at, r.run_id))[:limit]
 
-    def pending_request(
-        self, run_id: str, *, tenant_id: str = "default"
-    ) -> PendingRequest | None:
+    def pending_request(self, run_id: str, *,
+                        tenant_id: str = "default") -> PendingRequest | None:
         """What the run waits for a person to decide (None: nothing); a resolution of an
         escalated call carries the arguments the call was journaled with."""
         try:
@@ -576,18 +581,20 @@ class Client(Bulk, Consents, Deciding, Forks, Labels, Settling):
 
     def redactor(self, run_id: str, *, tenant_id: str = "default",
                  reveal: bool = False) -> Redactor:
-        """What hides the run's data from a viewer (:mod:`underway.redaction`).
-
-        It is a :class:`~underway.redaction.Redactor` that learned every event of the run. The
-        client remembers what it learned of recent runs and reads only their newer events.
+        """What hides the run's data from a viewer: a :class:`~underway.redaction.Redactor`
+        that learned every event of the run (of a run seen lately, the newer ones: a query).
 
         Args:
             run_id: The run.
             tenant_id: The run's tenant.
             reveal: Show sensitive fields; secrets are hidden always.
         """
-        return self._learned.redactor((tenant_id, run_id), reveal, lambda after: [
-            (e.seq, e.event) for e in self.events(run_id, tenant_id=tenant_id, after=after)])
+        def newer(after: int) -> list[tuple[int, ev.Event]]:
+            if after == 0:  # an unknown run raises RunNotFound
+                return [(e.seq, e.event) for e in self.events(run_id, tenant_id=tenant_id)]
+            stored = self._store.load_events(tenant_id, run_id, after)  # a run it learned of
+            return [(s, e) for s, _, e in self._journal.decode_readable(tenant_id, run_id, stored)]
+        return self._learned.redactor((tenant_id, run_id), reveal, newer)
 
 
 _TAIL = 8  # events before a completed run's recorded head searched for its completion

@@ -25,6 +25,7 @@ from underway.codec import split_event
 from underway.crypto import Envelope, KeyringFile, encrypt, refuse_plaintext
 from underway.errors import IntegrityError, KeyUnavailable
 from underway.events import genesis_hash, link_hash
+from underway.guard.policy import policy_from_dict
 from underway.store import Store, connect
 
 SECRET = "2345 6789 0123"
@@ -302,3 +303,38 @@ def test_the_api_and_console_without_keys_show_encrypted(sqlite_url: str,
     finally:
         world.close()
 
+
+
+@uw.tool(irreversible=True)
+async def wire(args: dict[str, Any]) -> dict[str, Any]:
+    """A payment the policy holds for approval."""
+    return {"sent": args["to"]}
+
+
+def test_the_inbox_without_keys_lists_every_held_run_as_encrypted(
+    tmp_path: Path, keyring: Path
+) -> None:
+    policy = policy_from_dict({"version": "p1", "rules": [
+        {"id": "wires", "tools": ["wire"], "outcome": "require_approval",
+         "approver_role": "finance"}]})
+    pay = uw.Flow("pay", state=Notes, tools=[wire], policy=policy)
+
+    @pay.step(start=True)
+    async def send(ctx: uw.RunContext[Notes, Any]) -> Any:
+        return ctx.done(await ctx.call(wire, {"to": SECRET}))
+
+    url = f"sqlite:///{tmp_path / 'u.db'}"
+    store = sealed_store(url, keyring)
+    engine = uw.Engine(store, flows=[pay, notes])
+    held = {engine.start(pay, tenant_id="acme")[0] for _ in range(3)}
+    engine.start(notes, tenant_id="acme")  # waits on a signal: no one's to decide
+    asyncio.run(uw.Runner(engine).run_until_idle())
+
+    with_keys = uw.Client(store).pending_requests(tenant_id="acme")
+    assert {r.run_id for r in with_keys} == held
+    assert {(r.kind, r.tool, r.required_role) for r in with_keys} == {
+        ("approval", "wire", "finance")}
+    keyless = uw.Client(connect(url)).pending_requests(tenant_id="acme")
+    assert {r.run_id for r in keyless} == held
+    assert {(r.kind, r.tool, r.args) for r in keyless} == {
+        ("approval", "[encrypted]", "[encrypted]")}
