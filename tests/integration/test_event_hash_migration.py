@@ -67,6 +67,8 @@ def as_before_0017(url: str) -> None:
         # Later migrations are undone too, so the store runs 0017 and each after it again.
         q("DROP TABLE budget_holds")
         q("DROP TABLE budget_usage")
+        q("DROP TABLE run_labels")
+        q("DROP TABLE span_exports")
         q("DELETE FROM underway_schema_version WHERE version >= 17")
 
 

@@ -263,7 +263,8 @@ service_name = "config-test-worker"
                for h, _ in endpoint.received)
     sent = b"".join(body for _, body in endpoint.received)
     assert b"config-test-worker" in sent
-    assert b"underway.activation mailer" in sent and b"underway.tool send_message" in sent
+    # The run's root span and its tool call's span, in the GenAI conventions' name.
+    assert b"underway.run mailer" in sent and b"execute_tool send_message" in sent
 
 
 def free_port() -> int:
