@@ -127,7 +127,8 @@ class Unreadable:
         )
 
 
-_MISSING: Any = object()
+MISSING: Any = object()
+"""What :func:`at_path` gives for a path the value does not hold."""
 
 
 def read_money(
@@ -156,19 +157,19 @@ def read_money(
             n = exc.error_count()
             return Unreadable(tool.name, "arguments", "invalid",
                               f"not matching the tool's schema ({n} error{'s' * (n != 1)})")
-    raw = _dig(args, tool.amount)
+    raw = at_path(args, tool.amount)
     if isinstance(raw, bool):
         return Unreadable(tool.name, tool.amount, _shown(raw), "a boolean, not an amount")
-    amount = _amount(tool, _dig(checked, tool.amount))
+    amount = _amount(tool, at_path(checked, tool.amount))
     if isinstance(amount, Unreadable):
         return amount
     if tool.currency.startswith("arg:"):
         path = tool.currency[4:]
-        found = _dig(checked, path)
+        found = at_path(checked, path)
         currency = valid_currency(found)
         if currency is None:
-            if found is _MISSING or found is None:
-                return Unreadable(tool.name, path, "missing" if found is _MISSING else "None",
+            if found is MISSING or found is None:
+                return Unreadable(tool.name, path, "missing" if found is MISSING else "None",
                                   "and the tool reads the currency of its amount there")
             return Unreadable(tool.name, path, _shown(found),
                               "not a three-letter currency code such as 'INR'")
@@ -183,8 +184,8 @@ def _amount(tool: MoneyDeclaration, value: Any) -> Decimal | Unreadable:
     def bad(shown: str, problem: str) -> Unreadable:
         return Unreadable(tool.name, path, shown, problem)
 
-    if value is _MISSING or value is None:
-        return bad("missing" if value is _MISSING else "None",
+    if value is MISSING or value is None:
+        return bad("missing" if value is MISSING else "None",
                    "and a call of a tool that moves money must say how much")
     if isinstance(value, bool):
         return bad(_shown(value), "a boolean, not an amount")
@@ -219,16 +220,23 @@ def _python_value(model: BaseModel) -> Any:
     return model.model_dump(by_alias=True)
 
 
-def _dig(value: Any, path: str) -> Any:
+def at_path(value: Any, path: str) -> Any:
+    """What ``value`` holds at a dotted path of names and list indices, or
+    :data:`MISSING`.
+
+    Args:
+        value: Plain containers: a call's arguments.
+        path: Dotted names (and list indices).
+    """
     for part in path.split("."):
         if isinstance(value, dict):
-            value = value.get(part, _MISSING)
+            value = value.get(part, MISSING)
         elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
             value = value[int(part)]
         else:
-            return _MISSING
-        if value is _MISSING:
-            return _MISSING
+            return MISSING
+        if value is MISSING:
+            return MISSING
     return value
 
 

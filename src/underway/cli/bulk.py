@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 
@@ -160,38 +160,31 @@ def answer(
          signer=_signer(key, approver, comment), question=question, answer=value)
 
 
-@app.command("approve")
-@handle_errors
-def approve(
-    ctx: typer.Context, key: NeededKey, approver: NeededAs, yes: YesOption = False,
-    comment: CommentOption = "",
-    status: StatusOption = None, flow: FlowOption = None, since: SinceOption = None,
-    label: LabelFilterOption = None,
-    until: UntilOption = None, as_json: JsonFlag = False, tenant: TenantOption = "default",
-    db: DbOption = None,
-) -> None:
-    """Sign an approval of the exact action each selected run waits on, and send it."""
-    _run(ctx, "approve", run_filter(status=status, flow=flow, since=since, until=until,
-                    label=label),
-         by=approver, yes=yes, tenant=tenant, db=db, config_file=None, as_json=as_json,
-         signer=_signer(key, approver, comment))
+def _decide(action: Literal["approve", "reject"], doc: str) -> None:
+    """Register ``underway runs bulk ACTION``: sign ``action`` of what each selected run
+    waits on, and send it (``approve`` and ``reject`` differ only in the decision)."""
+
+    @handle_errors
+    def command(
+        ctx: typer.Context, key: NeededKey, approver: NeededAs, yes: YesOption = False,
+        comment: CommentOption = "",
+        status: StatusOption = None, flow: FlowOption = None, since: SinceOption = None,
+        label: LabelFilterOption = None,
+        until: UntilOption = None, as_json: JsonFlag = False,
+        tenant: TenantOption = "default", db: DbOption = None,
+    ) -> None:
+        _run(ctx, action, run_filter(status=status, flow=flow, since=since, until=until,
+                                     label=label),
+             by=approver, yes=yes, tenant=tenant, db=db, config_file=None, as_json=as_json,
+             signer=_signer(key, approver, comment))
+
+    command.__doc__ = doc
+    app.command(action)(command)
 
 
-@app.command("reject")
-@handle_errors
-def reject(
-    ctx: typer.Context, key: NeededKey, approver: NeededAs, yes: YesOption = False,
-    comment: CommentOption = "",
-    status: StatusOption = None, flow: FlowOption = None, since: SinceOption = None,
-    label: LabelFilterOption = None,
-    until: UntilOption = None, as_json: JsonFlag = False, tenant: TenantOption = "default",
-    db: DbOption = None,
-) -> None:
-    """Sign a rejection of the action each selected run waits on, and send it."""
-    _run(ctx, "reject", run_filter(status=status, flow=flow, since=since, until=until,
-                    label=label),
-         by=approver, yes=yes, tenant=tenant, db=db, config_file=None, as_json=as_json,
-         signer=_signer(key, approver, comment))
+_decide("approve", "Sign an approval of the exact action each selected run waits on, and "
+        "send it.")
+_decide("reject", "Sign a rejection of the action each selected run waits on, and send it.")
 
 
 def _signer(key: Path | None, approver: str | None, comment: str) -> KeySigner | None:

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..errors import ConfigurationError
 from ..events import JSON
-from ..money import Money, format_money
+from ..money import MISSING, Money, at_path, format_money
 
 MAX_SUMMARY = 200
 """A summary longer than this many characters is cut (with ``…``)."""
@@ -28,7 +28,6 @@ MAX_VALUE = 80
 _PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*")
 _SPACE = re.compile(r"\s+")
 _FORMATTER = string.Formatter()
-_MISSING: Any = object()
 
 
 def check_template(template: str, *, tool: str) -> None:
@@ -73,7 +72,7 @@ def render_summary(template: str, args: JSON, money: Money | None) -> str:
     for literal, field, spec, _ in _FORMATTER.parse(template):
         out.append(literal)
         if field is not None:
-            out.append(_value(_dig(args, field), spec or "", money))
+            out.append(_value(at_path(args, field), spec or "", money))
     return one_line("".join(out))
 
 
@@ -95,7 +94,7 @@ def one_line(text: str) -> str:
 
 
 def _value(value: Any, spec: str, money: Money | None) -> str:
-    if value is _MISSING or value is None:
+    if value is MISSING or value is None:
         return "?"
     if spec == "money" and money is not None:
         amount = _number(value)
@@ -137,18 +136,5 @@ def argument_at(args: JSON, path: str) -> JSON:
         args: A call's arguments.
         path: Dotted names (and list indices).
     """
-    found = _dig(args, path)
-    return None if found is _MISSING else found
-
-
-def _dig(value: Any, path: str) -> Any:
-    for part in path.split("."):
-        if isinstance(value, dict):
-            value = value.get(part, _MISSING)
-        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
-            value = value[int(part)]
-        else:
-            return _MISSING
-        if value is _MISSING:
-            return _MISSING
-    return value
+    found = at_path(args, path)
+    return None if found is MISSING else found
