@@ -36,7 +36,7 @@ WAIT_BINS: tuple[tuple[float, str], ...] = (
 
 @endpoint(router, "GET", "/activity", permission="read", run_data=True,
           response_model=dict[str, JsonValue])
-def activity_figures(
+def get_activity(
     state: State, who: Caller, request: Request, purpose: Purpose,
     days: Annotated[int, Query(ge=1, le=90, description="The last N days (UTC), today "
                                "included.")] = 7,

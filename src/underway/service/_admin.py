@@ -13,7 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..apikeys import Role, issue_key
 from ..errors import ConfigurationError
 from ..guard.approvals import ApproverRecord, register_approver
-from ..store.access import PURPOSE_MAX, verify_access_log
+from ..store import access
+from ..store.access import PURPOSE_MAX
 from ..store.base import AccessRecord, ApiKeyRecord, IntakeSecretRecord
 from ..webhooks import new_secret
 from ._auth import Caller, State, endpoint
@@ -144,7 +145,7 @@ class AccessCheck(BaseModel):
 # -- API keys ----------------------------------------------------------------------------
 @endpoint(router, "POST", "/api-keys", permission="admin", response_model=IssuedApiKey,
           status_code=201)
-def new_key(state: State, who: Caller, body: NewKey) -> IssuedApiKey:
+def create_api_key(state: State, who: Caller, body: NewKey) -> IssuedApiKey:
     """Issue a key in the admin's tenant; its token is in this response only."""
     issued = issue_key(state.store, tenant_id=who.tenant_id, role=body.role,
                        name=body.name, now=state.client.clock.now())
@@ -152,14 +153,14 @@ def new_key(state: State, who: Caller, body: NewKey) -> IssuedApiKey:
 
 
 @endpoint(router, "GET", "/api-keys", permission="admin", response_model=list[ApiKey])
-def list_keys(state: State, who: Caller) -> list[ApiKey]:
+def list_api_keys(state: State, who: Caller) -> list[ApiKey]:
     """The tenant's keys, oldest first, revoked ones included."""
     return [ApiKey.of(k) for k in state.store.list_api_keys(who.tenant_id)]
 
 
 @endpoint(router, "DELETE", "/api-keys/{key_id}", permission="admin", status_code=204,
           problems=(404,), response_class=Response)
-def revoke_key(state: State, who: Caller, key_id: Name) -> Response:
+def revoke_api_key(state: State, who: Caller, key_id: Name) -> Response:
     """Revoke a key of the tenant: it authenticates nothing from now on."""
     if not state.store.revoke_api_key(who.tenant_id, key_id, at=state.client.clock.now()):
         raise not_found("unrevoked API key with this id")
@@ -205,7 +206,7 @@ def revoke_approver(state: State, who: Caller, approver_id: Name) -> Response:
 # -- webhook secrets ----------------------------------------------------------------------
 @endpoint(router, "PUT", "/intake-secrets/{source}", permission="admin",
           response_model=IntakeSecret)
-def set_secret(state: State, who: Caller, source: Name, body: SetSecret) -> IntakeSecret:
+def set_intake_secret(state: State, who: Caller, source: Name, body: SetSecret) -> IntakeSecret:
     """Set (or rotate) a webhook source's secret; the response shows it this once. It is
     stored as given: an HMAC cannot be checked without it."""
     secret = body.secret or new_secret()
@@ -216,7 +217,7 @@ def set_secret(state: State, who: Caller, source: Name, body: SetSecret) -> Inta
 
 @endpoint(router, "GET", "/intake-secrets", permission="admin",
           response_model=list[IntakeSecret])
-def list_secrets(state: State, who: Caller) -> list[IntakeSecret]:
+def list_intake_secrets(state: State, who: Caller) -> list[IntakeSecret]:
     """The tenant's webhook sources (not their secrets)."""
     return [IntakeSecret(source=s.source, created_at=s.created_at)
             for s in state.store.list_intake_secrets(who.tenant_id)]
@@ -224,7 +225,7 @@ def list_secrets(state: State, who: Caller) -> list[IntakeSecret]:
 
 @endpoint(router, "DELETE", "/intake-secrets/{source}", permission="admin", status_code=204,
           problems=(404,), response_class=Response)
-def remove_secret(state: State, who: Caller, source: Name) -> Response:
+def remove_intake_secret(state: State, who: Caller, source: Name) -> Response:
     """Remove a source's secret: its deliveries are refused from now on."""
     if not state.store.delete_intake_secret(who.tenant_id, source):
         raise not_found("such webhook source")
@@ -233,7 +234,7 @@ def remove_secret(state: State, who: Caller, source: Name) -> Response:
 
 # -- the access log -----------------------------------------------------------------------
 @endpoint(router, "GET", "/access-log", permission="admin", response_model=AccessPage)
-def access_log(
+def list_access_log(
     state: State, who: Caller,
     run_id: Annotated[str | None, Query(min_length=1)] = None,
     key_id: Annotated[str | None, Query(min_length=1)] = None,
@@ -265,9 +266,9 @@ def access_log(
 
 
 @endpoint(router, "GET", "/access-log/verify", permission="admin", response_model=AccessCheck)
-def verify_access(state: State, who: Caller) -> AccessCheck:
+def verify_access_log(state: State, who: Caller) -> AccessCheck:
     """Walk the tenant's access-log hash chain and name the first entry that was altered,
     inserted or follows a deleted one, or a cut tail (``underway access-log --verify``)."""
-    v = verify_access_log(state.store, who.tenant_id)
+    v = access.verify_access_log(state.store, who.tenant_id)
     return AccessCheck(ok=v.ok, entries=v.entries, legacy=v.legacy, bad_seq=v.bad_seq,
                        problem=v.problem)

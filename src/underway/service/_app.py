@@ -11,6 +11,7 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from prometheus_client import CollectorRegistry
 from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
@@ -97,7 +98,7 @@ def create_app(
     table = None if routes is None else routes if isinstance(routes, Routes) else Routes(routes)
     app = FastAPI(
         title=title, version=_version(), openapi_url="/openapi.json", docs_url="/docs",
-        redoc_url=None,
+        redoc_url=None, generate_unique_id_function=operation_id,
         description="The underway API: runs, approvals, intake webhooks and admin, every "
         "request scoped to its API key's tenant and role.",
     )
@@ -126,7 +127,7 @@ def _health(app: FastAPI) -> None:
     state: ServiceState = app.state.underway
 
     @app.get("/healthz", response_model=Health, tags=["health"])
-    def healthz() -> Health:
+    def get_health() -> Health:
         """The server is up."""
         return Health(status="ok")
 
@@ -134,7 +135,7 @@ def _health(app: FastAPI) -> None:
     # problem response refers to it.
     @app.get("/readyz", response_model=Health, tags=["health"],
              responses=problem_responses(503, register=True))
-    async def readyz() -> Any:
+    async def get_readiness() -> Any:
         """The database answers and its schema is the one this code knows."""
         try:
             found = await run_in_threadpool(state.store.schema_version)
@@ -146,6 +147,15 @@ def _health(app: FastAPI) -> None:
             return _unready(f"schema version {found}, expected {expected}: run "
                             "`underway db migrate`")
         return Health(status="ready", schema_version=found)
+
+
+def operation_id(route: APIRoute) -> str:
+    """An operation's id in the OpenAPI document: its endpoint function's name, such as
+    ``list_runs`` or ``send_signal``. A client generated from the document names its
+    methods by them, so each endpoint is named like a method, once in the app (a test
+    holds them unique and method-like); FastAPI's default would be
+    ``list_runs_v1_runs_get``."""
+    return route.name
 
 
 def _document(app: FastAPI) -> dict[str, Any]:

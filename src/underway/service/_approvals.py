@@ -27,7 +27,7 @@ RunId = Annotated[str, Path(min_length=1, description="The run's id.")]
 
 @endpoint(router, "GET", "", permission="read", run_data=True, response_model=list[Pending],
           problems=(403,))
-def inbox(
+def list_approvals(
     state: State, who: Caller, request: Request, read: Read,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> list[Pending]:
@@ -48,7 +48,7 @@ def inbox(
 
 @endpoint(router, "GET", "/{run_id}", permission="read", run_data=True,
           response_model=Pending, problems=(403, 404))
-def detail(state: State, who: Caller, run_id: RunId, request: Request,
+def get_approval(state: State, who: Caller, run_id: RunId, request: Request,
            read: Read) -> Pending:
     """What the run waits for a person to decide (a resolution carries the escalated
     call's arguments). The fields the tool hides are redacted unless ``reveal``, which an
@@ -68,7 +68,7 @@ def detail(state: State, who: Caller, run_id: RunId, request: Request,
 
 @endpoint(router, "POST", "/{run_id}/decision", permission="decide", response_model=Accepted,
           status_code=202, problems=(404,))
-def decide(state: State, who: Caller, run_id: RunId, body: SignedDecision) -> Accepted:
+def submit_decision(state: State, who: Caller, run_id: RunId, body: SignedDecision) -> Accepted:
     """Deliver a decision signed by a registered approver (the canonical payload
     ``underway approvals approve|reject|answer|resolve`` signs). Refused with a 422 when
     it could never pass: another run or tenant, an unregistered or revoked approver, a

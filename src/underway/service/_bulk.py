@@ -182,21 +182,21 @@ def run_bulk(state: State, who: Principal, action: BulkAction, chosen: RunFilter
 
 @endpoint(router, "POST", "/resume", permission="steer", response_model=BulkReport,
           problems=(409,))
-def bulk_resume(state: State, who: Caller, chosen: RunQuery, body: BulkResume) -> BulkReport:
+def resume_runs(state: State, who: Caller, chosen: RunQuery, body: BulkResume) -> BulkReport:
     """Resume every dead run the query selects (``status`` defaults to dead), unsigned.
     Where runs settle only with signed resolutions, a 409 says to use ``settle``."""
     return run_bulk(state, who, "resume", chosen, body, step=body.step)
 
 
 @endpoint(router, "POST", "/cancel", permission="steer", response_model=BulkReport)
-def bulk_cancel(state: State, who: Caller, chosen: RunQuery, body: BulkCancel) -> BulkReport:
+def cancel_runs(state: State, who: Caller, chosen: RunQuery, body: BulkCancel) -> BulkReport:
     """Cancel every unfinished run the query selects, at its next step boundary."""
     return run_bulk(state, who, "cancel", chosen, body, reason=body.reason)
 
 
 @endpoint(router, "POST", "/resolve", permission="steer", response_model=BulkReport,
           problems=(409,))
-def bulk_resolve(state: State, who: Caller, chosen: RunQuery,
+def resolve_runs(state: State, who: Caller, chosen: RunQuery,
                  body: BulkResolve) -> BulkReport:
     """Resolve the escalation of every escalated run the query selects, unsigned (runs
     asking a question are skipped: answer them). Where runs settle only with signed
@@ -206,7 +206,7 @@ def bulk_resolve(state: State, who: Caller, chosen: RunQuery,
 
 
 @endpoint(router, "POST", "/settle", permission="decide", response_model=BulkReport)
-def bulk_settle(state: State, who: Caller, chosen: RunQuery, body: BulkSettle) -> BulkReport:
+def settle_runs(state: State, who: Caller, chosen: RunQuery, body: BulkSettle) -> BulkReport:
     """Settle every selected run with the resolution signed for it: resume dead runs
     (``status`` defaults to dead) or resolve escalations (to escalated)."""
     if body.resolution == "resume":
@@ -218,7 +218,7 @@ def bulk_settle(state: State, who: Caller, chosen: RunQuery, body: BulkSettle) -
 
 
 @endpoint(router, "POST", "/answer", permission="decide", response_model=BulkReport)
-def bulk_answer(state: State, who: Caller, chosen: RunQuery, body: BulkAnswer) -> BulkReport:
+def answer_runs(state: State, who: Caller, chosen: RunQuery, body: BulkAnswer) -> BulkReport:
     """Answer every run the query selects that asks ``question``, each with the decision
     signed for it (``status`` defaults to escalated)."""
     return run_bulk(state, who, "answer", chosen, body, question=body.question,
@@ -226,14 +226,14 @@ def bulk_answer(state: State, who: Caller, chosen: RunQuery, body: BulkAnswer) -
 
 
 @endpoint(router, "POST", "/approve", permission="decide", response_model=BulkReport)
-def bulk_approve(state: State, who: Caller, chosen: RunQuery, body: BulkDecide) -> BulkReport:
+def approve_runs(state: State, who: Caller, chosen: RunQuery, body: BulkDecide) -> BulkReport:
     """Approve the action every selected run waits on, each with the decision signed
     for it (``status`` defaults to waiting)."""
     return run_bulk(state, who, "approve", chosen, body)
 
 
 @endpoint(router, "POST", "/reject", permission="decide", response_model=BulkReport)
-def bulk_reject(state: State, who: Caller, chosen: RunQuery, body: BulkDecide) -> BulkReport:
+def reject_runs(state: State, who: Caller, chosen: RunQuery, body: BulkDecide) -> BulkReport:
     """Reject the action every selected run waits on, each with the decision signed
     for it (``status`` defaults to waiting)."""
     return run_bulk(state, who, "reject", chosen, body)

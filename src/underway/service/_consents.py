@@ -61,7 +61,7 @@ class SubjectConsents(BaseModel):
 
 @endpoint(router, "POST", "", permission="steer", response_model=ConsentEntry,
           status_code=201)
-def record(state: State, who: Caller, body: ConsentChange) -> ConsentEntry:
+def record_consent(state: State, who: Caller, body: ConsentChange) -> ConsentEntry:
     """Record a grant or a withdrawal. A withdrawal stops the subject's runs at their next
     call that a policy rule requires this consent for (denied, and journaled with the rule
     and the reason)."""
@@ -73,7 +73,7 @@ def record(state: State, who: Caller, body: ConsentChange) -> ConsentEntry:
 
 
 @endpoint(router, "GET", "", permission="read", response_model=SubjectConsents)
-def show(
+def get_consents(
     state: State, who: Caller, subject: Annotated[Subject, Query()],
     purpose: Annotated[Purpose | None, Query()] = None,
 ) -> SubjectConsents:

@@ -12,7 +12,8 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
-from ..privacy.erasure import ErasureRefused, erase_subject
+from ..privacy import erasure
+from ..privacy.erasure import ErasureRefused
 from ..store.records import ErasureRecord
 from ._auth import Caller, State, endpoint
 from ._inputs import CheckedRoute
@@ -54,11 +55,11 @@ class ErasureEntry(BaseModel):
 
 @endpoint(router, "POST", "", permission="admin", response_model=ErasureEntry,
           status_code=201)
-def erase(state: State, who: Caller, body: ErasureRequest) -> ErasureEntry:
+def erase_subject(state: State, who: Caller, body: ErasureRequest) -> ErasureEntry:
     """Erase a data subject: its runs reduced to their skeleton, its knowledge records
     deleted, its keys destroyed; the erasure logged."""
     try:
-        done = erase_subject(state.store, body.subject, by=who.actor, reason=body.reason,
+        done = erasure.erase_subject(state.store, body.subject, by=who.actor, reason=body.reason,
                              tenant_id=who.tenant_id, cancel_active=body.cancel_active,
                              wait=0.0)
     except ErasureRefused as exc:
@@ -67,7 +68,7 @@ def erase(state: State, who: Caller, body: ErasureRequest) -> ErasureEntry:
 
 
 @endpoint(router, "GET", "", permission="admin", response_model=list[ErasureEntry])
-def log(state: State, who: Caller,
+def list_erasures(state: State, who: Caller,
         subject: Annotated[Subject | None, Query()] = None) -> list[ErasureEntry]:
     """The tenant's erasure log, oldest first (of one subject, when given)."""
     return [ErasureEntry.of(r) for r in state.store.list_erasures(who.tenant_id,

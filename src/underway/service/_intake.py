@@ -75,7 +75,7 @@ _REFUSED = {
 @endpoint(router, "POST", "/{source}", permission="intake", response_model=IntakeOutcome,
           problems=(404,), openapi_extra={"requestBody": {"required": True, "content": {
               "application/json": {"schema": {"$ref": "#/components/schemas/WebhookEvent"}}}}})
-async def deliver(
+async def deliver_webhook(
     source: Source, request: Request, state: State, who: Caller,
     traceparent: Annotated[str | None, Header(max_length=200)] = None,
     tracestate: Annotated[str | None, Header(max_length=1000)] = None,

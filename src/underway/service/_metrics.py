@@ -35,7 +35,7 @@ def install_metrics(app: FastAPI, extra: CollectorRegistry | None = None, *,
     @app.get("/metrics", tags=["health"], response_class=Response,
              responses={200: {"content": {CONTENT_TYPE_LATEST: {}}},
                         **problem_responses(401)})
-    async def metrics(request: Request) -> Response:
+    async def get_metrics(request: Request) -> Response:
         """Prometheus metrics: runs by tenant and status, dead runs and pending requests,
         read from the database when scraped."""
         if expected is not None:

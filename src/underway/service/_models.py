@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from enum import StrEnum
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue
@@ -61,6 +62,20 @@ Reference = Annotated[str, Field(min_length=1, max_length=MAX_ID,
                       AfterValidator(_checked(check_reference, "the reference"))]
 
 
+class RunStatus(StrEnum):
+    """Where a run stands (:data:`underway.journal.state.RunStatus`). One named schema, so
+    a generated client has one enum for the filter of every runs query and for the
+    status of every run it reads."""
+
+    READY = "ready"
+    WAITING = "waiting"
+    ESCALATED = "escalated"
+    DEAD = "dead"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
 class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -70,7 +85,7 @@ class RunSummary(BaseModel):
 
     run_id: str
     flow: str
-    status: str
+    status: RunStatus
     step: str | None
     queue: str
     idempotency_key: str | None
@@ -92,7 +107,7 @@ class RunSummary(BaseModel):
     def of(cls, row: RunRecord, labels: dict[str, LabelValue] | None = None) -> RunSummary:
         """The summary of a stored row, with its labels as the viewer sees them."""
         return cls(
-            run_id=row.run_id, flow=row.flow, status=row.status, step=row.step,
+            run_id=row.run_id, flow=row.flow, status=RunStatus(row.status), step=row.step,
             queue=row.queue, idempotency_key=row.idempotency_key, last_seq=row.last_seq,
             waiting_signal=row.waiting_signal, next_wake_at=row.next_wake_at,
             created_at=row.created_at, updated_at=row.updated_at, error=row.error,

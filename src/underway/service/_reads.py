@@ -12,7 +12,7 @@ from pydantic import BaseModel, JsonValue
 
 from ..guard.budgets import tenant_usage
 from ..ops.audit import verify
-from ..scheduling.schedules import list_schedules
+from ..scheduling import schedules
 from ..store.access import ALL_RUNS
 from ._auth import Caller, State, endpoint
 from ._inputs import CheckedRoute
@@ -79,7 +79,7 @@ class Queue(BaseModel):
 
 @endpoint(router, "GET", "/usage", permission="read", run_data=True,
           response_model=UsageReport)
-def usage(
+def get_usage(
     state: State, who: Caller, request: Request, purpose: Purpose,
     since: Annotated[float | None, Query(description="Epoch seconds (default: 00:00 UTC "
                                          "today).")] = None,
@@ -107,7 +107,7 @@ def usage(
 
 @endpoint(router, "GET", "/audit/verify", permission="read", response_model=AuditReport,
           problems=(404,))
-def audit(
+def verify_audit(
     state: State, who: Caller,
     run_id: Annotated[str | None, Query(min_length=1, description="Only this run.")] = None,
 ) -> AuditReport:
@@ -124,18 +124,18 @@ def audit(
 
 
 @endpoint(router, "GET", "/schedules", permission="read", response_model=list[Schedule])
-def schedules(state: State, who: Caller) -> list[Schedule]:
+def list_schedules(state: State, who: Caller) -> list[Schedule]:
     """The tenant's schedules by name."""
     return [
         Schedule(name=s.name, flow=s.flow, cron=s.cron, timezone=s.timezone, input=s.input,
                  queue=s.queue, enabled=s.enabled, next_fire_at=s.next_fire_at,
                  last_fired_at=s.last_fired_at, created_at=s.created_at)
-        for s in list_schedules(state.client, tenant_id=who.tenant_id)
+        for s in schedules.list_schedules(state.client, tenant_id=who.tenant_id)
     ]
 
 
 @endpoint(router, "GET", "/queues", permission="read", response_model=list[Queue])
-def queues(state: State, who: Caller) -> list[Queue]:
+def list_queues(state: State, who: Caller) -> list[Queue]:
     """Queues that have limits (shared by every tenant: limits are the operator's)."""
     return [Queue(name=c.name, max_concurrency=c.max_concurrency, rate_limit=c.rate_limit,
                   rate_period_s=c.rate_period_s, per_tenant=c.per_tenant)

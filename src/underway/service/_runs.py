@@ -3,7 +3,7 @@ tenant (another tenant's run is a 404, like a missing one)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 
@@ -26,6 +26,7 @@ from ._models import (
     Resume,
     RunDetail,
     RunPage,
+    RunStatus,
     RunSummary,
     SendSignal,
     Started,
@@ -37,7 +38,6 @@ from ._reading import Read
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"], route_class=CheckedRoute)
 
-Status = Literal["ready", "waiting", "escalated", "dead", "completed", "failed", "cancelled"]
 RunId = Annotated[str, Path(min_length=1, description="The run's id.")]
 CURSOR_PATTERN = r"^[A-Za-z0-9_\-]+$"
 """A runs page's cursor: base64url, as ``next_cursor`` gives it."""
@@ -47,7 +47,7 @@ UNSIGNED = ("unsigned: a worker started with --signed-resolutions refuses it; su
 
 
 def run_query(
-    status: Status | None = None,
+    status: RunStatus | None = None,
     flow: Annotated[str | None, Query(min_length=1)] = None,
     created_since: float | None = None,
     created_until: float | None = None,
@@ -72,8 +72,9 @@ def run_query(
         q: Only runs whose id or flow contains it.
         label: Only runs with every one of these labels (``name=value``).
     """
-    return RunFilter(status=status, flow=flow, since=created_since, until=created_until,
-                     updated_since=updated_since, updated_until=updated_until, search=q,
+    return RunFilter(status=None if status is None else status.value, flow=flow,
+                     since=created_since, until=created_until, updated_since=updated_since,
+                     updated_until=updated_until, search=q,
                      labels=parse_labels(label or (), field="query.label") or None)
 
 
