@@ -117,3 +117,60 @@ def test_a_flow_name_is_documented_as_the_server_checks_it(document: dict[str, A
              "a\x00", "a\n"]
     assert [n for n in names if bool(pattern.search(n)) != accepted(n)] == []
     assert any(accepted(n) for n in names) and not all(accepted(n) for n in names)
+
+
+VERBS = {"add", "answer", "approve", "cancel", "create", "deliver", "erase", "get", "list",
+         "record", "reject", "remove", "resolve", "resume", "revoke", "send", "set", "settle",
+         "start", "stream", "submit", "verify"}
+"""What an operation id may start with: it reads as a method of a generated client."""
+
+PINNED = {
+    "GET /v1/runs": "list_runs", "POST /v1/runs": "start_run",
+    "GET /v1/runs/{run_id}": "get_run", "GET /v1/runs/{run_id}/events": "list_events",
+    "GET /v1/runs/{run_id}/events/stream": "stream_events",
+    "POST /v1/runs/{run_id}/signals": "send_signal",
+    "POST /v1/runs/{run_id}/cancel": "cancel_run", "POST /v1/runs/{run_id}/resume": "resume_run",
+    "POST /v1/runs/{run_id}/resolve": "resolve_run",
+    "POST /v1/runs/bulk/resume": "resume_runs", "POST /v1/runs/bulk/cancel": "cancel_runs",
+    "POST /v1/runs/bulk/resolve": "resolve_runs", "POST /v1/runs/bulk/settle": "settle_runs",
+    "POST /v1/runs/bulk/answer": "answer_runs", "POST /v1/runs/bulk/approve": "approve_runs",
+    "POST /v1/runs/bulk/reject": "reject_runs",
+    "GET /v1/approvals": "list_approvals", "GET /v1/approvals/{run_id}": "get_approval",
+    "POST /v1/approvals/{run_id}/decision": "submit_decision",
+    "POST /v1/intake/{source}": "deliver_webhook",
+    "POST /v1/consents": "record_consent", "GET /v1/consents": "get_consents",
+    "POST /v1/erasures": "erase_subject", "GET /v1/erasures": "list_erasures",
+    "GET /v1/usage": "get_usage", "GET /v1/audit/verify": "verify_audit",
+    "GET /v1/schedules": "list_schedules", "GET /v1/queues": "list_queues",
+    "GET /v1/activity": "get_activity",
+    "GET /v1/api-keys": "list_api_keys", "POST /v1/api-keys": "create_api_key",
+    "DELETE /v1/api-keys/{key_id}": "revoke_api_key",
+    "GET /v1/approvers": "list_approvers", "POST /v1/approvers": "add_approver",
+    "DELETE /v1/approvers/{approver_id}": "revoke_approver",
+    "GET /v1/intake-secrets": "list_intake_secrets",
+    "PUT /v1/intake-secrets/{source}": "set_intake_secret",
+    "DELETE /v1/intake-secrets/{source}": "remove_intake_secret",
+    "GET /v1/access-log": "list_access_log", "GET /v1/access-log/verify": "verify_access_log",
+    "GET /healthz": "get_health", "GET /readyz": "get_readiness", "GET /metrics": "get_metrics",
+}
+"""The operation ids clients are generated with: renaming one breaks their code."""
+
+
+def test_operation_ids_read_like_methods_are_unique_and_stable(
+        document: dict[str, Any]) -> None:
+    ids = {f"{method.upper()} {path}": op["operationId"]
+           for path, ops in document["paths"].items() for method, op in ops.items()}
+    assert {where: ids.get(where) for where in PINNED} == PINNED
+    unlike = {where: name for where, name in ids.items()
+              if not re.fullmatch(r"[a-z]+(_[a-z0-9]+)+", name)
+              or name.split("_")[0] not in VERBS}
+    assert unlike == {}
+    assert len(set(ids.values())) == len(ids)
+
+
+def test_the_console_pages_are_not_in_the_api_document(document: dict[str, Any]) -> None:
+    paths = set(document["paths"])
+    assert {p for p in paths if not p.startswith("/v1/")} == {"/healthz", "/readyz", "/metrics"}
+    media = {kind for ops in document["paths"].values() for op in ops.values()
+             for response in op["responses"].values() for kind in response.get("content", {})}
+    assert "text/html" not in media and "application/json" in media
