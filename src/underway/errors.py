@@ -6,6 +6,8 @@ elsewhere names its module in brackets, under ``underway``::
     UnderwayError
     ├── ConfigurationError      bad URL, unknown flow or step, invalid input
     │   ├── AmbiguousRunId      a run id prefix names several runs (lists them)
+    │   ├── MissingExtra        an optional package is not installed: names the extra;
+    │   │                       also a ModuleNotFoundError
     │   ├── ConfigError         underway.toml cannot be used [config]
     │   ├── CronError           a cron expression or time zone is malformed [cron]
     │   ├── IntakeError         an event or routing table intake cannot use [intake]
@@ -113,6 +115,34 @@ class InvalidInput(ConfigurationError):
         self.status = status
         self.errors = tuple(errors) or (
             FieldProblem(tuple(field.split(".")), problem, "invalid"),)
+
+
+class MissingExtra(ConfigurationError, ModuleNotFoundError):
+    """An optional package is not installed. The message names the extra that installs
+    it: ``OpenAIChat needs the openai extra (openai is missing): pip install
+    'underway[openai]'``. It is also a ``ModuleNotFoundError``; its ``name`` is the missing
+    module, when one is known.
+
+    Args:
+        what: What needs the package (``underway serve``, ``OpenAIChat``).
+        extra: The extra that installs it.
+        module: The module that is missing.
+        reason: Why the import failed, when no module is missing (a package found, but
+            not its native library).
+    """
+
+    def __init__(self, what: str, *, extra: str, module: str | None = None,
+                 reason: str | None = None) -> None:
+        why = f"{module} is missing" if module else reason
+        super().__init__(f"{what} needs the {extra} extra{f' ({why})' if why else ''}: "
+                         f"pip install 'underway[{extra}]'", name=module)
+        self.what = what
+        self.extra = extra
+        self.reason = reason
+
+    def about(self, what: str) -> MissingExtra:
+        """The same error, for ``what`` (a command that needs the package)."""
+        return MissingExtra(what, extra=self.extra, module=self.name, reason=self.reason)
 
 
 class SignedResolutionRequired(UnderwayError):
@@ -402,6 +432,7 @@ __all__ = [
     "InvalidInput",
     "KeyUnavailable",
     "MigrationError",
+    "MissingExtra",
     "NonDeterminismError",
     "OutcomeUnknown",
     "ResidencyError",

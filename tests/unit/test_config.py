@@ -267,7 +267,7 @@ def test_a_missing_exporter_package_is_named_with_what_to_install(tmp_path: Path
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                          check=True).stdout
-    assert "underway.toml: telemetry.exporter: OTLP over HTTP needs its exporter" in out
+    assert "underway.toml: telemetry.exporter: traces over OTLP/HTTP needs the otel extra" in out
     assert "pip install 'underway[otel]'" in out
 
 

@@ -44,6 +44,7 @@ from typer._click.exceptions import UsageError
 from typer._click.formatting import HelpFormatter
 from typer.core import TyperCommand, TyperGroup
 
+from ..errors import MissingExtra
 from ._common import DbOption, KeyringOption, RootOptions
 from ._help import plain, plain_help
 
@@ -155,12 +156,8 @@ class _Commands(TyperGroup):
         module_name, _, attribute = LAZY[cmd_name].partition(":")
         try:
             module = importlib.import_module(f"{__name__}.{module_name}")
-        except ModuleNotFoundError as exc:
-            if exc.name not in ("fastapi", "uvicorn", "starlette"):
-                raise
-            raise UsageError(
-                f"`underway {cmd_name}` needs the service extra ({exc.name} is missing): "
-                "pip install 'underway[service]'") from None
+        except MissingExtra as exc:
+            raise UsageError(str(exc.about(f"`underway {cmd_name}`"))) from None
         sub: typer.Typer = getattr(module, attribute)
         command = typer.main.get_command(sub) if cmd_name in _SINGLE \
             else typer.main.get_group(sub)

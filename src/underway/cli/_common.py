@@ -33,6 +33,7 @@ from typing import Annotated, NoReturn, ParamSpec, TypeVar
 import typer
 from pydantic import BaseModel
 
+from .._extras import import_extra
 from ..client import Client
 from ..config import Config, find_config, load_config
 from ..crypto import EnvKey, KeyProvider, KeyringFile, encrypt, refuse_plaintext
@@ -382,8 +383,8 @@ def _open(url: str, migrate: bool) -> Store:
 def _probe_postgres(url: str) -> None:
     """Fail fast with the server's own reason (refused, unknown database, bad password)
     instead of letting the connection pool retry until its timeout."""
-    import psycopg  # the PostgreSQL driver loads only for a PostgreSQL URL
-
+    # The PostgreSQL driver loads only for a PostgreSQL URL.
+    psycopg = import_extra("psycopg", what="a PostgreSQL URL", extra="postgres")
     conninfo, _ = split_url(url)
     try:
         psycopg.connect(conninfo, connect_timeout=5).close()

@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 import typer
 
 from ..client import Client
+from ..errors import MissingExtra
 from ..scheduling import intake_sources
 from ..scheduling.intake import Routes
 from ..scheduling.intake_sources import IntakeCounts, MailOptions
@@ -48,9 +49,8 @@ def _extra(name: str, extra: str) -> Any:
     """``underway.intake_sources.<name>``, or a clear error when its extra is missing."""
     try:
         return getattr(intake_sources, name)
-    except ModuleNotFoundError as exc:
-        raise Problem(f"`underway intake {extra}` needs the {extra} extra ({exc.name} is "
-                      f"missing): pip install 'underway[{extra}]'") from None
+    except MissingExtra as exc:
+        raise exc.about(f"`underway intake {extra}`") from None
 
 
 @contextmanager

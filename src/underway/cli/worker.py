@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import importlib
 import logging
 import signal
 import sys
@@ -13,6 +12,7 @@ from typing import Annotated
 import typer
 
 from .. import telemetry
+from .._extras import import_extra
 from ..config import Config, ConfigError, TelemetrySection
 from ..crypto import Envelope, rotation_flow
 from ..engine import Engine
@@ -186,10 +186,9 @@ def worker(
         secrets_env_prefix=opts.secrets_env_prefix, signed_resolutions=signed_resolutions)
     telemetry_opts = override(config.telemetry, metrics_port=metrics_port,
                               traces=traces or None)
-    if telemetry_opts.metrics_port is not None and not _installed("prometheus_client"):
-        raise Problem("metrics (--metrics-port, or [telemetry] metrics_port) need "
-                      "prometheus-client, which is not installed: pip install "
-                      "'underway[metrics]'")
+    if telemetry_opts.metrics_port is not None:
+        import_extra("prometheus_client",
+                     what="metrics (--metrics-port, or [telemetry] metrics_port)")
     metrics_token = config.worker_metrics_token()
     _sandbox(config)
     flows, tools = app_code(opts.app, config)
@@ -257,15 +256,6 @@ def _metrics(
                    err=True)
         seams.append(metrics)
     return telemetry.Fanout(*seams) if seams else None
-
-
-def _installed(module: str) -> bool:
-    """Whether ``module`` can be imported."""
-    try:
-        importlib.import_module(module)
-    except ModuleNotFoundError:
-        return False
-    return True
 
 
 def _anchoring(

@@ -1,10 +1,9 @@
-"""What every provider adapter shares: the Model protocol, retries, pricing, lazy SDK import."""
+"""What every provider adapter shares: the Model protocol, retries, pricing."""
 
 from __future__ import annotations
 
 import abc
 import asyncio
-import importlib
 import json
 import logging
 import os
@@ -23,16 +22,6 @@ from .retries import DEFAULT_RETRY, Failure, Retrier, RetryNotice, redactor, sdk
 from .types import ModelRequest, ModelResponse
 
 log = logging.getLogger("underway.models")
-
-
-def import_sdk(module: str, *, adapter: str, extra: str) -> ModuleType:
-    """Import a provider SDK, or say which extra installs it."""
-    try:
-        return importlib.import_module(module)
-    except ImportError as exc:
-        raise ConfigurationError(
-            f"{adapter} needs the {module!r} package: pip install 'underway[{extra}]'"
-        ) from exc
 
 
 def api_key(given: str | None, *, env: str, base_url: str | None, adapter: str) -> str:

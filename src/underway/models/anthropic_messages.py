@@ -6,9 +6,10 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from .._extras import import_extra
 from ..errors import ConfigurationError
 from ..retry import RetryPolicy
-from ._adapter import Adapter, import_sdk
+from ._adapter import Adapter
 from ._adapter import api_key as resolve_key
 from .pricing import PriceTable
 from .retries import RetryNotice
@@ -72,7 +73,7 @@ class AnthropicMessages(Adapter):
         sleep: Callable[[float], Awaitable[None]] | None = None,
         jitter: Callable[[], float] | None = None,
     ) -> None:
-        anthropic = import_sdk("anthropic", adapter="AnthropicMessages", extra="anthropic")
+        anthropic = import_extra("anthropic", what="AnthropicMessages")
         key = resolve_key(api_key, env="ANTHROPIC_API_KEY", base_url=base_url,
                           adapter="AnthropicMessages")
         if default_max_tokens < 1:

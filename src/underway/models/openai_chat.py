@@ -7,8 +7,9 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
+from .._extras import import_extra
 from ..retry import RetryPolicy
-from ._adapter import Adapter, import_sdk
+from ._adapter import Adapter
 from ._adapter import api_key as resolve_key
 from .errors import ModelError
 from .pricing import PriceTable
@@ -72,7 +73,7 @@ class OpenAIChat(Adapter):
         sleep: Callable[[float], Awaitable[None]] | None = None,
         jitter: Callable[[], float] | None = None,
     ) -> None:
-        openai = import_sdk("openai", adapter="OpenAIChat", extra="openai")
+        openai = import_extra("openai", what="OpenAIChat")
         key = resolve_key(api_key, env="OPENAI_API_KEY", base_url=base_url, adapter="OpenAIChat")
         super().__init__(
             model, name=name, secret=key, sdk=openai, prices=prices, retry=retry,

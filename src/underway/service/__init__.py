@@ -14,10 +14,17 @@ See docs/service.md for every endpoint, the roles and the webhook signature.
 
 from __future__ import annotations
 
-from ._app import create_app
-from ._auth import ROLES_EXTENSION, RUN_DATA_EXTENSION, Principal
-from ._problems import PROBLEM_TYPE, Problem
-from ._server import ServerThread, serve
+from .._extras import needs_extra
+
+with needs_extra("service", "underway.service"):
+    # FastAPI checks for python-multipart only when a form route is declared, and then
+    # raises its own error: import it first, so its absence is told like the others'.
+    import python_multipart  # noqa: F401
+
+    from ._app import create_app
+    from ._auth import ROLES_EXTENSION, RUN_DATA_EXTENSION, Principal
+    from ._problems import PROBLEM_TYPE, Problem
+    from ._server import ServerThread, serve
 
 __all__ = [
     "PROBLEM_TYPE",

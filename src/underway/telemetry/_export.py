@@ -12,6 +12,7 @@ import sys
 from typing import TYPE_CHECKING, Literal
 from urllib.parse import urlsplit
 
+from .._extras import needs_extra
 from ..errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -19,9 +20,6 @@ if TYPE_CHECKING:
 
 Exporter = Literal["otlp", "console"]
 Protocol = Literal["http/protobuf", "grpc"]
-
-_EXTRA = "pip install 'underway[otel]'"
-
 
 def span_exporter(
     exporter: Exporter,
@@ -46,15 +44,12 @@ def span_exporter(
         protocol: ``http/protobuf`` or ``grpc``, for ``otlp``.
 
     Raises:
-        ConfigurationError: The SDK or the exporter is missing; it names the package to
-            install.
+        MissingExtra: The SDK or the OTLP/HTTP exporter is missing; it names the otel
+            extra.
+        ConfigurationError: The gRPC exporter is missing; it names the package.
     """
-    try:
+    with needs_extra("otel", "traces"):
         from opentelemetry.sdk.trace.export import ConsoleSpanExporter
-    except ModuleNotFoundError as exc:
-        raise ConfigurationError(
-            f"traces need the OpenTelemetry SDK ({exc.name} is missing): {_EXTRA}"
-        ) from None
     if exporter == "console":
         return ConsoleSpanExporter(out=sys.stderr)
     return _otlp(endpoint, protocol)
@@ -74,14 +69,10 @@ def _otlp(endpoint: str | None, protocol: Protocol) -> SpanExporter:
             ) from None
         found: SpanExporter = grpc.OTLPSpanExporter(endpoint=endpoint)
         return found
-    try:
+    with needs_extra("otel", "traces over OTLP/HTTP"):
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
             OTLPSpanExporter as HttpExporter,
         )
-    except ModuleNotFoundError as exc:
-        raise ConfigurationError(
-            f"OTLP over HTTP needs its exporter ({exc.name} is missing): {_EXTRA}"
-        ) from None
     return HttpExporter(endpoint=None if endpoint is None else traces_url(endpoint))
 
 

@@ -11,22 +11,24 @@ from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import (
-    CollectorRegistry,
-    Counter,
-    Histogram,
-    make_wsgi_app,
-    start_http_server,
-)
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.registry import Collector
-
 from .. import events as ev
+from .._extras import needs_extra
 from ..client import Client
 from ..errors import RunNotFound
 from ..journal.state import RunState
 from ..store.base import Store
 from ._seam import Metrics
+
+with needs_extra("prometheus", "Prometheus metrics (underway.telemetry)"):
+    from prometheus_client import (
+        CollectorRegistry,
+        Counter,
+        Histogram,
+        make_wsgi_app,
+        start_http_server,
+    )
+    from prometheus_client.core import GaugeMetricFamily
+    from prometheus_client.registry import Collector
 
 LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
                    30.0, 60.0, 300.0, float("inf"))

@@ -21,20 +21,23 @@ from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
-from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from .. import events as ev
 from .. import faults
+from .._extras import needs_extra
 from ..agent import AgentState
 from ..events import JSON
 from ..journal import Journal
 from ..journal.state import RunState
 from ._seam import Metrics
 from ._spans import RunSpans, SpanRecord, tools_of
+
+with needs_extra("otel", "traces (underway.telemetry.Tracing)"):
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import ReadableSpan
+    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+    from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 if TYPE_CHECKING:
     from ..effects import Tool

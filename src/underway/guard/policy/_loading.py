@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import importlib
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..._extras import import_extra
 from .errors import PolicyError
 from .policies import Policy
 from .rules import Rule
@@ -101,13 +101,7 @@ def _parse_toml(raw: bytes, source: str) -> Any:
 
 
 def _parse_yaml(raw: bytes, source: str) -> Any:
-    try:
-        yaml: Any = importlib.import_module("yaml")
-    except ImportError:
-        raise PolicyError(
-            "reading a YAML policy needs PyYAML: pip install 'underway[yaml]' "
-            "(or write the policy in TOML)", source=source,
-        ) from None
+    yaml: Any = import_extra("yaml", what=f"the YAML policy {source} (a TOML one needs none)")
     try:
         data = yaml.safe_load(raw)
     except yaml.YAMLError as exc:

@@ -8,21 +8,23 @@ import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-import nats
-from nats.aio.client import Client as NatsClient
-from nats.aio.msg import Msg
-from nats.errors import ConnectionClosedError, NoServersError
-from nats.errors import TimeoutError as NatsTimeout
-from nats.js import JetStreamContext
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from nats.js.errors import NotFoundError
-
+from ..._extras import needs_extra
 from ...client import Client
 from ...errors import ConfigurationError
 from ...retry import RetryPolicy
 from ..intake import Routes
 from ._handling import DEFAULT_BACKOFF, IntakeCounts, MessageHandler, pause
 from ._messages import DeadLetter
+
+with needs_extra("nats", "NatsIntake"):
+    import nats
+    from nats.aio.client import Client as NatsClient
+    from nats.aio.msg import Msg
+    from nats.errors import ConnectionClosedError, NoServersError
+    from nats.errors import TimeoutError as NatsTimeout
+    from nats.js import JetStreamContext
+    from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+    from nats.js.errors import NotFoundError
 
 log = logging.getLogger("underway.intake")
 

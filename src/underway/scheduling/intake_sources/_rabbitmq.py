@@ -10,16 +10,18 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import aio_pika
-from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
-from aiormq.exceptions import AMQPConnectionError, ChannelNotFoundEntity
-
+from ..._extras import needs_extra
 from ...client import Client
 from ...errors import ConfigurationError
 from ...retry import RetryPolicy
 from ..intake import Routes
 from ._handling import DEFAULT_BACKOFF, IntakeCounts, MessageHandler
 from ._messages import DeadLetter
+
+with needs_extra("rabbitmq", "RabbitMQIntake"):
+    import aio_pika
+    from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
+    from aiormq.exceptions import AMQPConnectionError, ChannelNotFoundEntity
 
 log = logging.getLogger("underway.intake")
 
