@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from underway.errors import ConfigurationError, UnderwayError
+from underway.errors import ConfigurationError, MissingExtra, UnderwayError
 from underway.guard.policy import PolicyError, Rule, load_policy, policy_from_dict
 
 HEAD = 'version = "v1"\n\n[[rules]]\nid = "refunds"\n'
@@ -149,8 +149,9 @@ def test_yaml_without_pyyaml_says_how_to_install_it(
     path = tmp_path / "policy.yaml"
     path.write_text("version: v1\n")
     monkeypatch.setitem(sys.modules, "yaml", None)
-    with pytest.raises(PolicyError, match=r"pip install 'underway\[yaml\]'"):
+    with pytest.raises(MissingExtra, match=r"pip install 'underway\[yaml\]'") as raised:
         load_policy(path)
+    assert str(path) in str(raised.value)
 
 
 def test_policy_errors_are_configuration_errors() -> None:

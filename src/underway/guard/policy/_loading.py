@@ -73,7 +73,8 @@ def _rule(index: int, entry: object) -> Rule:
 
 def load_policy(path: str | Path) -> Policy:
     """Read a policy from a ``.toml`` file, or a ``.yaml``/``.yml`` file (needs PyYAML:
-    ``pip install 'underway[yaml]'``). Errors name the file, the rule and the field."""
+    ``pip install 'underway[yaml]'``, else :class:`~underway.errors.MissingExtra`). Errors
+    name the file, the rule and the field."""
     p = Path(path)
     source = str(p)
     suffix = p.suffix.lower()
