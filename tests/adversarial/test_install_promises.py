@@ -24,8 +24,8 @@ import typer
 from underway.cli import LAZY, SUMMARY, app
 
 EXTRAS = ("fastapi", "uvicorn", "starlette", "jinja2", "prometheus_client", "multipart",
-          "nats", "aio_pika", "openai", "anthropic", "yaml", "opentelemetry.sdk",
-          "opentelemetry.exporter")
+          "python_multipart", "nats", "aio_pika", "openai", "anthropic", "yaml",
+          "opentelemetry.sdk", "opentelemetry.exporter")
 
 BASE_INSTALL = textwrap.dedent(f"""
     import importlib.abc, sys
