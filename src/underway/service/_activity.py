@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import math
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from enum import StrEnum
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
-from pydantic import JsonValue
+from pydantic import BaseModel
 
 from ..client import Activity, Client
 from ..client._activity import DAY
@@ -34,22 +35,117 @@ WAIT_BINS: tuple[tuple[float, str], ...] = (
 """The approval waits' histogram: (upper bound in seconds, label) of each bin."""
 
 
+class Period(StrEnum):
+    """What one value of a figure counts: a day, or an hour."""
+
+    DAY = "day"
+    HOUR = "hour"
+
+
+class WaitBin(BaseModel):
+    """One bin of the approval waits' histogram: how many waits fell in it."""
+
+    label: str
+    count: int
+
+
+class RoleFigures(BaseModel):
+    """An approver role's decisions over the window. ``takeover_rate``: the share of
+    decided requests it rejected (null: none decided)."""
+
+    role: str
+    approved: int
+    rejected: int
+    expired: int
+    decided: int
+    takeover_rate: float | None
+    wait_p50_s: float | None
+    wait_p90_s: float | None
+
+
+class ApprovalFigures(BaseModel):
+    """Approvals per day or hour (decided, expired, waiting time), over the window, and
+    per approver role."""
+
+    decided: list[int]
+    expired: list[int]
+    wait_p50_s: list[float | None]
+    wait_p90_s: list[float | None]
+    window_p50_s: float | None
+    window_p90_s: float | None
+    histogram: list[WaitBin]
+    by_role: list[RoleFigures]
+
+
+class EscalationFigures(BaseModel):
+    """Escalations per day or hour, and by cause over the window."""
+
+    per_day: list[int]
+    by_cause: dict[str, int]
+
+
+class DeadRun(BaseModel):
+    """A dead run, dead ``since``."""
+
+    run_id: str
+    flow: str
+    step: str | None
+    since: float
+
+
+class DeadNow(BaseModel):
+    """The dead runs now (the newest 50); ``more``: there are others."""
+
+    runs: list[DeadRun]
+    more: bool
+
+
+class ReadFigures(BaseModel):
+    """What was read to count: runs, events, and the runs that could not be read."""
+
+    runs: int
+    events: int
+    unreadable: list[str]
+
+
+class ActivityFigures(BaseModel):
+    """The tenant's figures: a list per figure, one value per date of ``dates``."""
+
+    tenant: str
+    days: int
+    by: Period
+    since: float
+    until: float
+    dates: list[str]
+    runs: dict[str, list[int]]
+    """Runs created, by status."""
+    model_calls: list[int]
+    tokens_in: list[int]
+    tokens_out: list[int]
+    cost_usd: list[float]
+    approvals: ApprovalFigures
+    escalations: EscalationFigures
+    dead_lettered: list[int]
+    dead_now: DeadNow
+    read: ReadFigures
+
+
 @endpoint(router, "GET", "/activity", permission="read", run_data=True,
-          response_model=dict[str, JsonValue])
+          response_model=ActivityFigures)
 def get_activity(
     state: State, who: Caller, request: Request, purpose: Purpose,
     days: Annotated[int, Query(ge=1, le=90, description="The last N days (UTC), today "
                                "included.")] = 7,
-    by: Annotated[Literal["day", "hour"], Query(description="One figure per day, or per "
-                                                "hour (windows of up to 7 days).")] = "day",
+    by: Annotated[Period, Query(description="One figure per day, or per hour (windows of up "
+                                "to 7 days).")] = Period.DAY,
 ) -> dict[str, Any]:
     """Runs created by status, model calls, tokens and cost, approval waits, approvals and
     takeover rate per approver role, escalations and dead-letterings: a list per figure,
     one value per day or hour (read from every run's journal in the window: the access
     log records it as a read of run ``*``)."""
-    if by == "hour" and days > MAX_HOURLY_DAYS:
+    if by is Period.HOUR and days > MAX_HOURLY_DAYS:
         raise invalid("query.days", f"by hour, days is at most {MAX_HOURLY_DAYS}")
-    figures = figures_of(state.client, who.tenant_id, days, hourly=by == "hour")
+    figures = figures_of(state.client, who.tenant_id, days, hourly=by is Period.HOUR)
     state.record_reads(request, who, [ALL_RUNS], purpose=purpose)
     return figures
 

@@ -33,7 +33,8 @@ def install_metrics(app: FastAPI, extra: CollectorRegistry | None = None, *,
         return body if extra is None else body + generate_latest(extra)
 
     @app.get("/metrics", tags=["health"], response_class=Response,
-             responses={200: {"content": {CONTENT_TYPE_LATEST: {}}},
+             responses={200: {"content": {CONTENT_TYPE_LATEST: {"schema": {"type": "string"}}},
+                              "description": "Prometheus text exposition"},
                         **problem_responses(401)})
     async def get_metrics(request: Request) -> Response:
         """Prometheus metrics: runs by tenant and status, dead runs and pending requests,

@@ -115,6 +115,9 @@ def test_a_generated_client_starts_reads_signals_and_finishes_a_run(
     events = operation("runs", "list_events").sync(started.run_id, client=operator)
     assert events[-1].type_ == "RunCompleted"
     assert events[-1].data.to_dict()["result"] == {"paid": {"amount": 5}}
+    figures = operation("reads", "get_activity").sync(client=operator, days=1)
+    assert isinstance(figures, models.ActivityFigures)
+    assert figures.runs["completed"] == [1] and figures.dead_now.runs == []
 
 
 def test_a_generated_client_reads_problems_as_problems(clients: dict[str, Any]) -> None:
