@@ -107,12 +107,12 @@ def test_the_library_names_the_extra(blocked: str, code: str, extra: str,
 
 
 def test_psycopg_without_a_libpq_names_the_postgres_extra(tmp_path: Path) -> None:
-    done = run(LIBRARY, NO_LIBPQ, "import underway.store.postgres", cwd=tmp_path)
-    assert done.returncode != 0 and "no pq wrapper available" in done.stderr, done.stderr
-    done = run(LIBRARY, NO_LIBPQ, LIBRARY_CASES[-1][1], cwd=tmp_path)
-    assert done.stdout.splitlines()[1] == (
-        "a PostgreSQL URL needs the postgres extra (no pq wrapper available): "
-        "pip install 'underway[postgres]'")
+    for code in ("import underway.store.postgres", LIBRARY_CASES[-1][1],
+                 "from underway.store import PostgresStore"):
+        done = run(LIBRARY, NO_LIBPQ, code, cwd=tmp_path)
+        assert done.stdout.splitlines()[1:] == [
+            "the PostgreSQL store needs the postgres extra (no pq wrapper available): "
+            "pip install 'underway[postgres]'"], done.stdout + done.stderr
 
 
 @pytest.mark.parametrize(("blocked", "args", "extra"), [

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .._extras import needs_extra
 from .._lazy import lazy_exports
 from ..errors import ConfigurationError
 from .base import (
@@ -76,8 +75,7 @@ def connect(url: str, *, migrate: bool = True) -> Store:
         sqlite: type[SQLiteStore] = _load("SQLiteStore")
         store = sqlite(path)
     elif url.startswith(("postgresql://", "postgres://")):
-        with needs_extra("postgres", "a PostgreSQL URL"):
-            postgres: type[PostgresStore] = _load("PostgresStore")
+        postgres: type[PostgresStore] = _load("PostgresStore")
         store = postgres(url)
     else:
         raise ConfigurationError(

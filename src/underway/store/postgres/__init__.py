@@ -20,20 +20,25 @@ its own way.
 
 from __future__ import annotations
 
+from ..._extras import needs_extra
 from .._sqlbase.spans import SQLSpanExports
 from .._urls import split_url
 from ..base import Dialect
 from ..wakeups import Wakeups
-from ._access import Access
-from ._budgets import Budgets
-from ._consent import Consent
-from ._inbox import Inbox
-from ._journal import Journal
-from ._keys import Keys
-from ._leases import Leases
-from ._retention import Retention
-from ._schedules import Schedules
-from ._wakeups import Listener
+
+# psycopg fails on import where it finds no libpq (its plain package on a machine without
+# one): the postgres extra brings its binary build, which has its own.
+with needs_extra("postgres", "the PostgreSQL store"):
+    from ._access import Access
+    from ._budgets import Budgets
+    from ._consent import Consent
+    from ._inbox import Inbox
+    from ._journal import Journal
+    from ._keys import Keys
+    from ._leases import Leases
+    from ._retention import Retention
+    from ._schedules import Schedules
+    from ._wakeups import Listener
 
 __all__ = ["PostgresStore", "split_url"]
 
