@@ -142,11 +142,15 @@ def test_the_command_line_names_the_extra(blocked: str, args: list[str], extra: 
     assert f"pip install 'underway[{extra}]'" in said, said
 
 
-def test_every_extra_named_is_one_pyproject_declares() -> None:
+def test_every_extra_named_is_declared_and_in_dev() -> None:
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
         "optional-dependencies"]
-    assert set(EXTRAS.values()) == set(declared) - {"dev", "metrics"}
+    extras = set(declared) - {"dev", "metrics"}
+    assert set(EXTRAS.values()) == extras
     assert declared["metrics"] == ["underway[prometheus]"]
+    # dev is made of the extras themselves, so its list cannot drift from theirs
+    (composed,) = [r for r in declared["dev"] if r.startswith("underway[")]
+    assert set(composed.removeprefix("underway[").removesuffix("]").split(",")) == extras
 
 
 def test_an_import_error_of_underway_itself_is_not_taken_for_a_missing_extra() -> None:
