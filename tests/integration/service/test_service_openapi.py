@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 
 from underway.errors import ConfigurationError
 from underway.flow import Flow
+from underway.journal import state
 from underway.service import create_app
+from underway.service._models import RunStatus
 from underway.store import connect
 
 
@@ -174,3 +176,12 @@ def test_the_console_pages_are_not_in_the_api_document(document: dict[str, Any])
     media = {kind for ops in document["paths"].values() for op in ops.values()
              for response in op["responses"].values() for kind in response.get("content", {})}
     assert "text/html" not in media and "application/json" in media
+
+
+def test_the_run_status_enum_is_every_status_a_run_can_have(document: dict[str, Any]) -> None:
+    statuses = set(get_args(state.RunStatus))
+    assert {s.value for s in RunStatus} == statuses
+    assert set(document["components"]["schemas"]["RunStatus"]["enum"]) == statuses
+    listed = next(p for p in document["paths"]["/v1/runs"]["get"]["parameters"]
+                  if p["name"] == "status")
+    assert {"$ref": "#/components/schemas/RunStatus"} in listed["schema"]["anyOf"]
