@@ -17,11 +17,12 @@ export function base64(bytes) {
   return btoa(text);
 }
 
-// JSON.parse cannot tell 1e16 from the integer 10000000000000000, and the run reads such
-// a number as an integer, which JCS signs only up to 2^53 (its numbers are IEEE doubles).
-// A whole number past that is refused here, before signing, not later as a bad signature.
+// JSON writes a whole number below 1e21 without a fraction or exponent, so the run reads
+// it as an integer, and JCS signs integers only up to 2^53 (its numbers are IEEE doubles).
+// Such a number past 2^53 is refused here, before signing, not later as a bad signature.
 function refuseInexact(value) {
-  if (typeof value === "number" && Number.isInteger(value) && !Number.isSafeInteger(value)) {
+  if (typeof value === "number" && Number.isInteger(value) && !Number.isSafeInteger(value)
+    && Math.abs(value) < 1e21) {
     throw new RangeError(`${value} is a whole number past 2^53, which a signature cannot `
       + "hold exactly: write it as a string");
   }
