@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 import rfc8785
-from pydantic import BaseModel, ConfigDict, FiniteFloat, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, ValidationError
 
 from ...errors import ConfigurationError
 from ...events import JSON, canonical_json
@@ -110,7 +110,9 @@ class SignedDecision(BaseModel):
     approver_id: str
     comment: str = ""
     answer: JSON = None
-    canon: Literal["jcs"] | None = None
+    canon: Literal["jcs"] | None = Field(
+        default=None, description='How the signed fields are written: "jcs" (RFC 8785); '
+        "absent or null for a decision signed before JCS.")
     signature: str
 
     def signed_bytes(self) -> bytes:
