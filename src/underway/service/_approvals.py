@@ -69,8 +69,9 @@ def get_approval(state: State, who: Caller, run_id: RunId, request: Request,
 @endpoint(router, "POST", "/{run_id}/decision", permission="decide", response_model=Accepted,
           status_code=202, problems=(404,))
 def submit_decision(state: State, who: Caller, run_id: RunId, body: SignedDecision) -> Accepted:
-    """Deliver a decision signed by a registered approver (the canonical payload
-    ``underway approvals approve|reject|answer|resolve`` signs). Refused with a 422 when
+    """Deliver a decision signed by a registered approver: the RFC 8785 (JCS) payload
+    ``underway approvals approve|reject|answer|resolve`` signs, or one signed before JCS
+    (without ``canon``). Refused with a 422 when
     it could never pass: another run or tenant, an unregistered or revoked approver, a
     signature that does not verify, an expired decision, or — while the run waits for a
     person — one that does not answer what it waits for (another request, tool or

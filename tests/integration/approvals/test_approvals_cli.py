@@ -277,6 +277,27 @@ def test_an_answer_signed_on_the_command_line_resumes_the_question(
     assert world.state("q-1").result == {"answer": {"warehouse": "B"}}
 
 
+def test_the_command_line_signs_over_jcs_and_refuses_what_jcs_cannot_hold(
+    world: World, tmp_path: Path,
+) -> None:
+    carol = register(world, tmp_path, "carol", "support")
+    world.start(curious, "q-2")
+    code, _, err = cli("approvals", "answer", "q-2", "--key", str(carol), "--as", "carol",
+                       "--answer", '{"units": 12345678901234567890}', db=world.url)
+    assert code == 2 and "past 2**53 as a string" in err, err
+    world.drive()
+    assert world.state("q-2").status == "escalated"  # nothing was sent
+
+    answer = {"units": "12345678901234567890", "w": 2.0, "é": [1e-7, 1e21]}
+    code, _, err = cli("approvals", "answer", "q-2", "--key", str(carol), "--as", "carol",
+                       "--answer", json.dumps(answer), db=world.url)
+    assert code == 0, err
+    world.drive()
+    [answered] = world.events("q-2", ev.EscalationAnswered)
+    assert answered.decision["canon"] == "jcs"
+    assert world.state("q-2").result == {"answer": answer}
+
+
 def test_a_decision_the_run_would_refuse_is_not_sent(world: World, tmp_path: Path) -> None:
     intern = register(world, tmp_path, "ivan", "intern")
     alice = register(world, tmp_path, "alice", "finance")

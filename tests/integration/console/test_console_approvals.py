@@ -100,9 +100,10 @@ def test_an_approvers_page_carries_the_fields_to_sign_and_no_inline_script(
                         "args_hash": pending["args_hash"],
                         "expires_at": pending["expires_at"], "kind": "approval",
                         "dead": False}
-        # The float is written as Python writes it, so the browser signs Python's bytes.
+        # The float is written so that it reads back as the same double: the browser signs it as
+        # JCS writes that double.
         assert f'"expires_at": {pending["expires_at"]!r}' in fields.group(1)
-        for name in ("canonical.js", "approvals.js", "approvals.css"):
+        for name in ("jcs.js", "signing.js", "approvals.js", "approvals.css"):
             assert browser.get(f"/static/{name}").status_code == 200
 
 

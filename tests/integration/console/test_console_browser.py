@@ -1,7 +1,8 @@
 """The console in a real headless Chromium (the system's, driven by Playwright): an approver
 signs in, makes an Ed25519 key in the browser, an admin registers it, the approver approves
-the held refund in the browser, and the run completes; the canonical JSON the browser signs
-is Python's byte for byte; forged decisions posted directly are refused with nothing stored.
+the held refund in the browser, and the run completes; the RFC 8785 (JCS) JSON the browser
+signs is Python's byte for byte; forged decisions posted directly are refused with nothing
+stored.
 
 A screenshot of every page visited is saved under the test's directory, or under
 ``UNDERWAY_SCREENSHOTS`` when set (``scripts/console-screenshots`` writes docs/img)."""
@@ -20,12 +21,17 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+import rfc8785
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
 
 from fakes.service_world import World
-from underway.events import canonical_json
-from underway.guard.approvals import SignedDecision, sign_decision, verify_decision
+from underway.guard.approvals import (
+    ApproverRecord,
+    SignedDecision,
+    sign_decision,
+    verify_decision,
+)
 from underway.guard.approvals.decision import DOMAIN, ApprovalCheck
 from underway.guard.approvals.keys import decode_public_key
 
@@ -240,7 +246,7 @@ def test_an_approver_signs_in_the_browser_and_the_held_refund_runs(
 
 # -- forgeries ---------------------------------------------------------------------------
 SIGN_IN_PAGE = """async ([fields, tenant]) => {
-  const { canonical, asFloat } = await import("/static/canonical.js");
+  const { signedText } = await import("/static/signing.js");
   const db = await new Promise((ok, no) => {
     const r = indexedDB.open("underway-console", 1);
     r.onsuccess = () => ok(r.result); r.onerror = () => no(r.error);
@@ -250,8 +256,7 @@ SIGN_IN_PAGE = """async ([fields, tenant]) => {
     r.onsuccess = () => ok(r.result); r.onerror = () => no(r.error);
   });
   db.close();
-  const unsigned = { ...fields, expires_at: asFloat(fields.expires_at) };
-  const bytes = new TextEncoder().encode("underway-approval-v1\\n" + canonical(unsigned));
+  const bytes = new TextEncoder().encode(signedText(fields));
   const sig = new Uint8Array(await crypto.subtle.sign("Ed25519", record.privateKey, bytes));
   let text = ""; for (const b of sig) text += String.fromCharCode(b);
   let exported = null;
@@ -299,7 +304,7 @@ def test_forged_decisions_are_refused_by_the_console_and_the_api(
             out = page.evaluate(SIGN_IN_PAGE, [unsigned, "acme"])
             # The private key cannot be read out of the browser, not even by the page.
             assert out["exported"] == "InvalidAccessError"
-            return {**unsigned, "signature": out["signature"]}
+            return {**unsigned, "canon": "jcs", "signature": out["signature"]}
 
         def python_signed(key: Ed25519PrivateKey, unsigned: dict[str, Any]) -> dict[str, Any]:
             d = {k: v for k, v in unsigned.items() if k != "signature"}
@@ -423,14 +428,15 @@ def test_only_a_registered_key_in_this_browser_signs_a_rejection_then_a_resumpti
         context.close()
 
 
-# -- the browser's canonical JSON is Python's ----------------------------------------------
+# -- the browser's JCS is RFC 8785's, as Python's rfc8785 writes it ------------------------
 def _tricky_floats(rng: random.Random) -> list[float]:
     found = [struct.unpack("<d", rng.randbytes(8))[0] for _ in range(5000)]
     found = [f for f in found if f == f and abs(f) != float("inf")]
     found += [1700000000.0, 1767225600.123456, 0.1, 0.30000000000000004, 1e16, 1e15,
               9999999999999998.0, 1e-5, 1e-4, 0.0001234, 5e-324, 2.2250738585072014e-308,
               1.7976931348623157e308, -0.0, 0.0, 1e22, 1e21, 123456789012345680.0, 2.5,
-              100.0, -1.5, 1e100, 1.5e-7]
+              100.0, -1.5, 1e100, 1.5e-7, 9.999999999999997e-7, 333333333.33333325,
+              1424953923781206.2, 295147905179352830000.0]
     for e in range(-25, 25):
         found += [10.0 ** e, 1.5 * 10.0 ** e, rng.random() * 10.0 ** e]
     return found
@@ -441,65 +447,68 @@ def _tricky_payloads() -> list[Any]:
     return [
         _tricky_floats(rng),
         {"\U0001F600": 1, "\uffff": 2, "\ue000": 3, "\ud7ff": 4, "a": 5, "": 6, "B": 7,
-         "__proto__": {"x": [1, 2 ** 64, -(2 ** 100), 10 ** 30, -0, 0]},
+         "\ufb33": 8, "\u20ac": 9, "\r": 10, "\u0080": 11,
+         "__proto__": {"x": [1, 2 ** 53 - 1, -(2 ** 53 - 1), -0, 0]},
          "é": "é\u2028\u2029\x7f\x00\x1f\"\\/\b\f\n\r\t 😀 ﷽ 𝄞 </script>"},
         [[], {}, [[]], [{}], True, False, None, 0, "", -1.0, 3, 1e2, {"z": {"y": {"x": []}}}],
-        "".join(chr(c) for c in range(0x800)),
+        "".join(chr(c) for c in range(0xD800)),
         {"request_id": "apr:r:0:pay:0", "run_id": "r", "tenant_id": "acme", "tool": "refund",
          "args_hash": "ab" * 32, "decision": "approve", "expires_at": 1767225600.0,
-         "nonce": "00" * 16, "approver_id": "alice", "comment": "ok ✓", "answer": None},
+         "nonce": "00" * 16, "approver_id": "alice", "comment": "ok ✓", "answer": None,
+         "canon": "jcs"},
         {"resolution": "succeeded", "result": {"receipt": "r-1", "amount": 12.5, "n": 10}},
         "plain text",
-        12345678901234567890123456789,
+        9007199254740991,
         -0.0,
     ]
 
 
-def test_the_browsers_canonical_json_is_pythons_byte_for_byte(
+def test_the_browsers_jcs_is_rfc8785s_byte_for_byte(
         browser: Browser, sqlite_world: World) -> None:
     rng = random.Random(7)
     texts = []
     for payload in _tricky_payloads():
         texts.append(json.dumps(payload, ensure_ascii=True))
         texts.append(json.dumps(payload, ensure_ascii=False, indent=rng.choice([None, 2])))
-    expected = [canonical_json(json.loads(t)).decode("utf-8") for t in texts]
+    expected = [rfc8785.dumps(json.loads(t)) for t in texts]
     context = context_for(browser, sqlite_world)
     page = context.new_page()
     try:
         page.goto("/login")
         got = page.evaluate("""async (texts) => {
-          const c = await import("/static/canonical.js");
+          const { jcs } = await import("/static/jcs.js");
           const enc = new TextEncoder();
-          return texts.map((t) => Array.from(enc.encode(c.canonical(c.parse(t)))));
+          return texts.map((t) => Array.from(enc.encode(jcs(JSON.parse(t)))));
         }""", texts)
         for text, want, have in zip(texts, expected, got, strict=True):
-            assert bytes(have) == want.encode("utf-8"), text[:200]
+            assert bytes(have) == want, text[:200]
 
-        # The float written for a whole number is Python's repr: "1700000000.0" even when
-        # JavaScript holds it as 1700000000; an integer literal stays an integer.
-        floats = _tricky_floats(random.Random(11))
-        reprs = page.evaluate("""async (xs) => {
-          const c = await import("/static/canonical.js");
-          return [xs.map(c.floatRepr), c.canonical(c.asFloat(1700000000)),
-                  c.canonical(c.parse("1700000000")), c.canonical(c.parse("1E2")),
-                  c.canonical(1700000000)];
-        }""", floats)
-        assert reprs[0] == [repr(f) for f in floats]
-        assert reprs[1:] == ["1700000000.0", "1700000000", "100.0", "1700000000"]
+        # A whole expiry is written without a fraction, as JCS writes every double.
+        assert page.evaluate("""async () => {
+          const { jcs } = await import("/static/jcs.js");
+          return [jcs(1767225600), jcs(JSON.parse("1767225600.0")), jcs(JSON.parse("1E2")),
+                  jcs(-0)];
+        }""") == ["1767225600", "1767225600", "100", "0"]
 
+        # What JCS cannot hold is refused, and so is a whole number past 2^53 before it is
+        # signed: the run would read it as an integer that JCS cannot sign exactly.
         refused = page.evaluate("""async () => {
-          const c = await import("/static/canonical.js");
+          const { jcs } = await import("/static/jcs.js");
+          const { signedText } = await import("/static/signing.js");
           const out = [];
-          for (const bad of [() => c.canonical("\\ud800"), () => c.canonical(NaN),
-                             () => c.canonical(Infinity), () => c.canonical(2 ** 60),
-                             () => c.canonical(c.parse("1e400")), () => c.parse("{'a': 1}"),
-                             () => c.parse("[1,]"), () => c.parse("01"),
-                             () => c.canonical({ f: () => 1 })]) {
+          for (const bad of [() => jcs("\\ud800"), () => jcs({ "\\udc00": 1 }),
+                             () => jcs(NaN), () => jcs(Infinity), () => jcs({ f: () => 1 }),
+                             () => jcs(undefined), () => signedText({ answer: 2 ** 53 }),
+                             () => signedText({ answer: [JSON.parse("12345678901234567890")] }),
+                             () => signedText({ answer: { n: -1e20 } })]) {
             try { bad(); out.push("accepted"); } catch (e) { out.push(e.name); }
           }
+          out.push(signedText({ answer: [2 ** 53 - 1, -1e300, 1e21] }));
           return out;
         }""")
-        assert "accepted" not in refused, refused
+        assert refused[:-1] == ["RangeError"] * 4 + ["TypeError"] * 2 + ["RangeError"] * 3
+        assert refused[-1] == ('underway-approval-v2\n'
+                               '{"answer":[9007199254740991,-1e+300,1e+21],"canon":"jcs"}')
     finally:
         context.close()
 
@@ -507,34 +516,44 @@ def test_the_browsers_canonical_json_is_pythons_byte_for_byte(
 def test_a_decision_signed_by_the_browser_verifies_in_python(
         browser: Browser, sqlite_world: World) -> None:
     """The signature scheme end to end, without a run: WebCrypto's Ed25519 signature over
-    the browser's bytes verifies with ``cryptography`` over Python's bytes."""
+    the console's signed text verifies with ``cryptography`` over Python's bytes."""
     context = context_for(browser, sqlite_world)
     page = context.new_page()
     try:
         page.goto("/login")
         out = page.evaluate("""async () => {
-          const c = await import("/static/canonical.js");
+          const { signedText, signDecision } = await import("/static/signing.js");
           const pair = await crypto.subtle.generateKey({ name: "Ed25519" }, false,
                                                        ["sign", "verify"]);
           const raw = new Uint8Array(await crypto.subtle.exportKey("raw", pair.publicKey));
           const fields = { request_id: "q-7", run_id: "r-1", tenant_id: "acme", tool: "",
-            args_hash: "", decision: "answer", expires_at: c.asFloat(1767225600),
-            nonce: "ff".repeat(16), approver_id: "carol", comment: "ünïcode \\u2028 ok",
-            answer: c.parse(
-              '{"warehouse": "B", "qty": 3, "w": 2.0, "big": 123456789012345678901}') };
-          const bytes = new TextEncoder().encode("underway-approval-v1\\n" + c.canonical(fields));
-          const sig = new Uint8Array(await crypto.subtle.sign("Ed25519", pair.privateKey, bytes));
+            args_hash: "", decision: "answer", expires_at: 1767225600.123456,
+            nonce: "ff".repeat(16), approver_id: "carol", comment: "ünïcode \\u2028 ok 😀",
+            answer: JSON.parse('{"warehouse": "B", "qty": 3, "w": 2.0, "tiny": 1e-7, ' +
+                               '"huge": 1e300, "safe": 9007199254740991, ' +
+                               '"\\ufb33": {"\\ud83d\\ude00": [0.1, 1e21]}}') };
+          const { text, body } = await signDecision({ privateKey: pair.privateKey }, fields);
           const b64 = (u) => btoa(String.fromCharCode(...u));
-          return { publicKey: b64(raw), body: c.canonical({ ...fields, signature: b64(sig) }),
+          return { publicKey: b64(raw), text, body, again: signedText(fields),
                    extractable: pair.privateKey.extractable, isSecure: window.isSecureContext };
         }""")
     finally:
         context.close()
     assert out["isSecure"] is True and out["extractable"] is False
     decision = SignedDecision.model_validate_json(out["body"])
-    assert decision.answer == {"warehouse": "B", "qty": 3, "w": 2.0,
-                               "big": 123456789012345678901}
+    assert decision.canon == "jcs"
+    assert decision.answer == {"warehouse": "B", "qty": 3, "w": 2, "tiny": 1e-7, "huge": 1e300,
+                               "safe": 9007199254740991, "\ufb33": {"😀": [0.1, 1e21]}}
+    # The text the page showed is what Python rebuilds, and the signature holds over it.
+    assert out["text"] == out["again"]
+    assert out["text"].encode("utf-8") == decision.signed_bytes()
     assert decision.signed_bytes().startswith(DOMAIN)
-    # The public key is in the registry's form; the signature holds over Python's bytes.
     decode_public_key(out["publicKey"]).verify(base64.b64decode(decision.signature),
                                                decision.signed_bytes())
+    check = ApprovalCheck(request_id="q-7", run_id="r-1", tenant_id="acme", tool="",
+                          args_hash="", required_role=None, expires_at=1767225600.123456)
+    carol = ApproverRecord("acme", "carol", out["publicKey"], (), 0.0)
+    assert verify_decision(decision, check=check, approver=carol, now=1_700_000_000.0) is None
+    tampered = decision.model_copy(update={"comment": "ünïcode ok"})
+    assert verify_decision(tampered, check=check, approver=carol,
+                           now=1_700_000_000.0) == "bad_signature"

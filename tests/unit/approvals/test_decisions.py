@@ -9,6 +9,7 @@ import dataclasses
 from typing import Any
 
 import pytest
+import rfc8785
 
 from underway.errors import ConfigurationError
 from underway.events import canonical_json
@@ -80,8 +81,9 @@ def test_every_decision_has_a_fresh_nonce() -> None:
 def test_the_signature_covers_every_field_behind_a_domain_tag() -> None:
     d = signed()
     body = d.model_dump(mode="json", exclude={"signature"})
-    assert d.signed_bytes() == DOMAIN + canonical_json(body)
-    assert d.signed_bytes().startswith(b"underway-approval-v1\n")
+    assert d.canon == "jcs" and body["canon"] == "jcs"
+    assert d.signed_bytes() == DOMAIN + rfc8785.dumps(body)
+    assert d.signed_bytes().startswith(b"underway-approval-v2\n")
 
 
 def test_no_approver_is_unknown_approver() -> None:

@@ -3,9 +3,14 @@
 A decision is an Ed25519 signature by a registered approver over every field of
 :class:`SignedDecision` but the signature itself: the request, run, tenant, tool, the hash
 of the exact arguments, the verdict, an expiry, a nonce, the approver, a comment and (for a
-question or a resolution) the answer. The signed bytes are the canonical JSON of those
-fields after a domain tag, so a signature made for anything else can never pass as a
+question or a resolution) the answer. The signed bytes are a domain tag, then those
+fields as RFC 8785 (JCS) canonical JSON, so a verifier in any language rebuilds them with
+a stock JCS library. The tag means a signature made for anything else never passes as a
 decision.
+
+Decisions signed before JCS carry no ``canon`` field. They signed another tag and
+underway's own canonical JSON, and they verify exactly as they always did. Each format
+has its own tag, so relabelling a decision as the other format breaks its signature.
 """
 
 from __future__ import annotations
@@ -16,7 +21,8 @@ import secrets
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, FiniteFloat, ValidationError
+import rfc8785
+from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, ValidationError
 
 from ...errors import ConfigurationError
 from ...events import JSON, canonical_json
@@ -28,8 +34,15 @@ if TYPE_CHECKING:
 
 __all__ = ["ApprovalCheck", "SignedDecision", "sign_decision", "verify_decision"]
 
-DOMAIN = b"underway-approval-v1\n"
-"""Prefix of every signed decision's bytes: binds a signature to this use and version."""
+DOMAIN = b"underway-approval-v2\n"
+"""Prefix of the bytes a decision over JCS signs: binds a signature to this use and
+format."""
+
+LEGACY_DOMAIN = b"underway-approval-v1\n"
+"""Prefix of the bytes a decision without ``canon`` signed (the format before JCS)."""
+
+JCS = "jcs"
+"""The ``canon`` of every decision signed now: its fields are written by RFC 8785."""
 
 Decision = Literal["approve", "reject", "answer", "resolve"]
 """``resolve`` settles an escalation (an unknown outcome, a deadline, a budget): its
@@ -78,8 +91,10 @@ class ApprovalCheck:
 class SignedDecision(BaseModel):
     """An approver's signed verdict on one request, as sent to the run.
 
-    ``signature`` is the base64 Ed25519 signature of :meth:`signed_bytes`. The model is
-    frozen and refuses unknown fields, so what is verified is exactly what was signed.
+    ``signature`` is the base64 Ed25519 signature of :meth:`signed_bytes`. ``canon`` names
+    how the fields are written: ``"jcs"`` (RFC 8785) for every decision signed now, None
+    for one signed before JCS. The model is frozen and refuses unknown fields, so what is
+    verified is exactly what was signed.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -95,12 +110,26 @@ class SignedDecision(BaseModel):
     approver_id: str
     comment: str = ""
     answer: JSON = None
+    canon: Literal["jcs"] | None = Field(
+        default=None, description='How the signed fields are written: "jcs" (RFC 8785); '
+        "absent or null for a decision signed before JCS.")
     signature: str
 
     def signed_bytes(self) -> bytes:
-        """The bytes the signature covers: :data:`DOMAIN` then the canonical JSON of every
-        field except ``signature``."""
-        return DOMAIN + canonical_json(self.model_dump(mode="json", exclude={"signature"}))
+        """The bytes the signature covers.
+
+        Over JCS: :data:`DOMAIN`, then the RFC 8785 JSON of every field except
+        ``signature``. Before JCS (no ``canon``): :data:`LEGACY_DOMAIN`, then underway's
+        canonical JSON of every field except ``signature`` and ``canon``.
+
+        Raises:
+            ValueError: A value JCS cannot write exactly (an integer past 2**53, a lone
+                surrogate).
+        """
+        if self.canon == JCS:
+            return DOMAIN + rfc8785.dumps(self.model_dump(mode="json", exclude={"signature"}))
+        fields = self.model_dump(mode="json", exclude={"signature", "canon"})
+        return LEGACY_DOMAIN + canonical_json(fields)
 
 
 def sign_decision(
@@ -118,9 +147,11 @@ def sign_decision(
     answer: JSON = None,
     nonce: str | None = None,
 ) -> SignedDecision:
-    """Sign a decision with ``private_key``.
+    """Sign a decision with ``private_key``, over RFC 8785 (JCS).
 
     Signing happens where the key is: only the returned decision travels to the run.
+    JCS writes numbers as IEEE doubles, so an answer holding an integer past 2**53 is
+    refused: send such a number as a string.
 
     Args:
         private_key: The approver's key.
@@ -141,7 +172,8 @@ def sign_decision(
             request_id=request_id, run_id=run_id, tenant_id=tenant_id, tool=tool,
             args_hash=args_hash, decision=decision, expires_at=expires_at,
             nonce=nonce if nonce is not None else secrets.token_hex(16),
-            approver_id=approver_id, comment=comment, answer=answer, signature="",
+            approver_id=approver_id, comment=comment, answer=answer, canon=JCS,
+            signature="",
         )
     except ValidationError as exc:
         problems = "; ".join(
@@ -150,6 +182,11 @@ def sign_decision(
         raise ConfigurationError(f"cannot sign this decision: {problems}") from None
     try:
         message = unsigned.signed_bytes()
+    except rfc8785.IntegerDomainError as exc:
+        raise ConfigurationError(
+            f"cannot sign this decision: {exc}; JCS writes numbers as IEEE doubles, so "
+            "send an integer past 2**53 as a string"
+        ) from None
     except (TypeError, ValueError) as exc:
         raise ConfigurationError(
             f"cannot sign this decision: its answer is not plain JSON ({exc})"
@@ -168,7 +205,8 @@ def verify_decision(
     """Why ``d`` is not a valid decision on ``check``; None when it is.
 
     A revoked approver's decisions fail even when signed before the revocation. The decision
-    may expire earlier than the request, never later.
+    may expire earlier than the request, never later. Both formats verify: over JCS, and
+    the one before it (see :meth:`SignedDecision.signed_bytes`).
 
     Args:
         d: The decision.

@@ -6,10 +6,10 @@ their browser with WebCrypto, non-extractable, and kept in its IndexedDB
 (``static/approvals.js``); its public half is registered by an admin like any other
 (``/approvers`` here, ``POST /v1/approvers`` or ``underway approvers add``). The page
 renders the request's fields as the journal has them; the browser builds the decision,
-writes its canonical JSON byte for byte as Python's ``canonical_json`` does
-(``static/canonical.js``), signs it and posts it here, where it takes the API's one path
-(:func:`underway.service._approvals.deliver_decision`): checked against what the run waits
-for, then delivered to the run, which verifies it again before anything happens.
+writes it as RFC 8785 (JCS) JSON (``static/jcs.js``), signs it and posts it here. There it
+takes the API's one path (:func:`underway.service._approvals.deliver_decision`): checked
+against what the run waits for, then delivered to the run, which verifies it again before
+anything happens.
 """
 
 from __future__ import annotations

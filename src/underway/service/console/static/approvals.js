@@ -8,7 +8,6 @@
 // A decision is signed by signing.js (the one signing code of the single and the bulk
 // decisions) and posted with the session's CSRF token; the server checks it and hands it
 // to the run, which verifies it again. Bulk decisions: bulk_decide.js.
-import { asFloat, parse } from "./canonical.js";
 import { BulkDecider } from "./bulk_decide.js";
 import { base64, csrf, signDecision, signedText } from "./signing.js";
 
@@ -227,7 +226,7 @@ class Decider {
     this.section = section;
     this.keys = keys;
     this.kind = section.dataset.kind;
-    this.fields = parse($("decision-fields").textContent);
+    this.fields = JSON.parse($("decision-fields").textContent);
     this.nonce = randomHex(16);
     // The exact text of the decision signed and sent from this page, once it is: the
     // preview then shows it, never a decision that was not signed.
@@ -246,7 +245,7 @@ class Decider {
     if (this.kind === "question") {
       const text = $("answer").value;
       try {
-        return parse(text);
+        return JSON.parse(text);
       } catch {
         return text; // not JSON: plain text, as `underway approvals answer` takes it
       }
@@ -261,7 +260,7 @@ class Decider {
       let result = null;
       if (text) {
         try {
-          result = parse(text);
+          result = JSON.parse(text);
         } catch (err) {
           throw new Error(`the result is not JSON: ${err.message}`);
         }
@@ -281,7 +280,7 @@ class Decider {
       tool: f.tool,
       args_hash: f.args_hash,
       decision,
-      expires_at: asFloat(f.expires_at),
+      expires_at: f.expires_at,
       nonce: this.nonce,
       approver_id: this.keys.record.approverId,
       comment: $("comment").value,

@@ -2,7 +2,7 @@
 // this browser with the approver's key by signing.js (the single decision's code), then
 // posted together with the session's CSRF token. Each run's nonce is the one Python's
 // `request_nonce` gives, so signing a request again makes the same decision.
-import { asFloat, canonical, parse } from "./canonical.js";
+import { jcs } from "./jcs.js";
 import { csrf, requestNonce, signDecision, signedText } from "./signing.js";
 
 const $ = (id) => document.getElementById(id);
@@ -15,7 +15,7 @@ export class BulkDecider {
     this.kind = section.dataset.kind;
     this.query = section.dataset.query;
     this.question = section.dataset.question ?? "";
-    this.runs = parse($("bulk-fields").textContent);
+    this.runs = JSON.parse($("bulk-fields").textContent);
     this.rows = new Map([...document.querySelectorAll("#bulk-runs tr[data-run]")]
       .map((tr) => [tr.dataset.run, tr]));
     // The exact text signed and sent for each run, once it is.
@@ -44,7 +44,7 @@ export class BulkDecider {
     const text = $("answer").value;
     if (!text.trim()) throw new Error("write the answer first");
     try {
-      return parse(text);
+      return JSON.parse(text);
     } catch {
       return text; // not JSON: plain text, as `underway approvals answer` takes it
     }
@@ -60,7 +60,7 @@ export class BulkDecider {
       tool: f.tool,
       args_hash: f.args_hash,
       decision,
-      expires_at: asFloat(f.expires_at),
+      expires_at: f.expires_at,
       nonce: await requestNonce(f.run_id, f.request_id, approverId),
       approver_id: approverId,
       comment: $("comment").value,
@@ -136,7 +136,7 @@ export class BulkDecider {
       }
       let head = `{"action":${JSON.stringify(decision)}`;
       if (decision === "answer") {
-        head += `,"question":${JSON.stringify(this.question)},"answer":${canonical(answer)}`;
+        head += `,"question":${JSON.stringify(this.question)},"answer":${jcs(answer)}`;
       }
       const r = await fetch(`/approvals/bulk?${this.query}`, {
         method: "POST",
