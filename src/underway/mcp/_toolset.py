@@ -135,6 +135,8 @@ class Toolset:
             await waiter
 
     async def _connect(self) -> Client:
+        # Refused here, before the SDK is involved: nothing is sent to a host not allowed.
+        self.server.check_egress(f"MCP server {self.server.name}")
         conn = self._connection
         loop = asyncio.get_running_loop()
         if conn is None or conn.finished or conn.loop is not loop:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 
 LEDGER = Path(sys.argv[2])
@@ -75,7 +76,7 @@ def fetch(url: str) -> str:
         with urllib.request.urlopen(url, timeout=10) as resp:
             return f"{resp.status} {resp.read().decode()}"
     except Exception as exc:
-        raise ValueError(f"fetch failed: {exc}") from None
+        raise ToolError(f"fetch failed: {exc}") from None
 
 
 @server.tool()
