@@ -5,9 +5,9 @@ sandbox) or Streamable HTTP.
     python server.py http LEDGER_DIR PORT
 
 Every effect is appended to ``LEDGER_DIR/effects`` (one JSON line per tool run, with the
-idempotency key the call carried), so a test counts from outside what ran. ``hold`` waits
-until the file ``LEDGER_DIR/release`` exists, after writing ``LEDGER_DIR/holding``: a crash
-test kills the worker while it is held.
+idempotency key the call carried), so a test counts from outside what ran. ``hold`` and
+``hold_put`` write ``LEDGER_DIR/holding-LABEL`` and wait until ``LEDGER_DIR/release-LABEL``
+exists: a crash test kills the worker while a call is held.
 """
 
 from __future__ import annotations
@@ -79,14 +79,31 @@ def fetch(url: str) -> str:
         raise ToolError(f"fetch failed: {exc}") from None
 
 
+def held(label: str) -> None:
+    """Say the call is here (``holding-LABEL``), then wait for ``release-LABEL``."""
+    (LEDGER / f"holding-{label}").write_text(label)
+    while not (LEDGER / f"release-{label}").exists():
+        time.sleep(0.01)
+
+
 @server.tool()
 def hold(label: str, ctx: Context) -> str:
-    """A mutating effect that waits for LEDGER/release before it answers."""
+    """A mutating effect (no annotations) that waits for its release before it answers."""
     record(ctx, "hold", label=label)
-    (LEDGER / "holding").write_text(label)
-    while not (LEDGER / "release").exists():
-        time.sleep(0.01)
+    held(label)
     return f"held {label}"
+
+
+@server.tool(annotations=ToolAnnotations(idempotent_hint=True))
+def hold_put(label: str, ctx: Context) -> str:
+    """An idempotent effect that waits for its release the first time; a repeat of the
+    same key answers at once and changes nothing."""
+    meta = ctx.request_context.meta or {}
+    if seen(str(meta.get("io.underway/idempotency-key", "")), "hold_put"):
+        return f"stored {label} (again)"
+    record(ctx, "hold_put", label=label)
+    held(label)
+    return f"stored {label}"
 
 
 @server.tool(annotations=ToolAnnotations(read_only_hint=True))
@@ -108,6 +125,8 @@ def ping() -> str:
 
 
 if __name__ == "__main__":
+    # The stdio server (the sandbox's user) and the HTTP one (the test's) share the ledger.
+    os.umask(0)
     if sys.argv[1] == "stdio":
         server.run("stdio")
     else:
