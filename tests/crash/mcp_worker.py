@@ -23,10 +23,10 @@ from pydantic import BaseModel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration" / "mcp"))
 
-import mcp_ledger  # noqa: E402
+import mcp_ledger
 
-import underway as uw  # noqa: E402
-import underway.mcp as uw_mcp  # noqa: E402
+import underway as uw
+import underway.mcp as uw_mcp
 
 
 class Order(BaseModel):

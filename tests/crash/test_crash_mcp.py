@@ -27,12 +27,12 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration" / "mcp"))
 
-import mcp_ledger  # noqa: E402
+import mcp_ledger
 
-from underway import events as ev  # noqa: E402
-from underway.client import Client  # noqa: E402
-from underway.journal import Journal  # noqa: E402
-from underway.store import connect  # noqa: E402
+from underway import events as ev
+from underway.client import Client
+from underway.journal import Journal
+from underway.store import connect
 
 pytestmark = [pytest.mark.crash, pytest.mark.timeout(600)]
 

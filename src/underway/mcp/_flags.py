@@ -36,7 +36,7 @@ class ToolFlags:
     trusted_output: bool
     outbound: bool
 
-    def options(self) -> dict[str, bool]:
+    def options(self) -> dict[str, Any]:
         """The flags as :class:`underway.Tool` keyword arguments."""
         return asdict(self)
 

@@ -77,10 +77,11 @@ def arguments_model(server: str, tool: types.Tool) -> type[MCPArguments]:
     props = schema.get("properties")
     fields: dict[str, Any] = {}
     for i, prop in enumerate(props if isinstance(props, dict) else {}):
-        name = prop if prop.isidentifier() and not keyword.iskeyword(prop) \
-            and not prop.startswith("_") and not hasattr(BaseModel, prop) else f"field_{i}"
+        plain = prop.isidentifier() and not keyword.iskeyword(prop) \
+            and not prop.startswith(("_", "model_")) and not hasattr(BaseModel, prop)
+        name = prop if plain else f"field_{i}"
         fields[name] = (Any, Field(default=None, alias=prop))
-    model: type[MCPArguments] = create_model(  # type: ignore[call-overload]
+    model: type[MCPArguments] = create_model(
         _class_name(tool.name), __base__=MCPArguments, **fields)
     model.input_schema = schema
     model.validator = cls(schema)

@@ -164,12 +164,14 @@ class Toolset:
     def _make(self, listed: types.Tool) -> Tool:
         options: dict[str, Any] = dict(self.overrides.get(listed.name, {}))
         unknown = sorted(set(options) - set(ToolOptions.__annotations__))
-        if unknown or "name" in options:
+        fixed = sorted({"name", "hosts"} & set(options))
+        if unknown or fixed:
             raise ConfigurationError(
                 f"MCP server {self.server.name}: overrides of tool {listed.name!r} name "
-                f"options a tool does not take: {unknown or ['name']}")
+                + (f"options a tool does not take: {unknown}" if unknown else
+                   f"{fixed}, which the toolset sets (prefix=, the server's hosts)"))
         hosts = self.server.hosts
-        for key in FLAG_OPTIONS | {"hosts"}:
+        for key in FLAG_OPTIONS:
             options.pop(key, None)
         decided = flags(listed.annotations, self.overrides.get(listed.name))
         model = arguments_model(self.server.name, listed)

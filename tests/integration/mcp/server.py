@@ -12,6 +12,7 @@ exists: a crash test kills the worker while a call is held.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -112,10 +113,9 @@ async def reshape(ctx: Context) -> str:
     server.remove_tool("charge")
     server.add_tool(ping, annotations=ToolAnnotations(read_only_hint=True))
     await ctx.notify_tools_changed()
-    try:
+    # A 2025 connection hears of it so; a 2026 one through its subscription only.
+    with contextlib.suppress(Exception):
         await ctx.request_context.session.send_tool_list_changed()
-    except Exception:
-        pass  # a 2026 connection hears of it through its subscription only
     return "reshaped"
 
 

@@ -104,7 +104,7 @@ def test_an_http_server_off_the_allow_list_is_refused(led: Path) -> None:
         allowed = uw_mcp.HTTP(url=url, hosts=("127.0.0.1",), name="ledger")
         elsewhere = uw_mcp.HTTP(url=url, hosts=("tools.example.com",), name="ledger")
 
-        with pytest.raises(EgressDenied, match="tools.example.com; refused http://127.0.0.1"):
+        with pytest.raises(EgressDenied, match=r"tools\.example\.com; refused http://127\.0\.0\.1"):
             uw_mcp.Toolset(elsewhere).load_sync()
 
         async def main() -> tuple[uw.RunState, list[ev.Event]]:

@@ -35,7 +35,7 @@ def run(server: uw_mcp.Server, body: Step, **options: Any
 
     async def main() -> tuple[uw.RunState, list[ev.Event], uw_mcp.Toolset]:
         toolset = await uw_mcp.Toolset(server, **options).load()
-        flow = uw.Flow("uses_mcp", state=Seen, tools=toolset.tools + ["ping"])
+        flow = uw.Flow("uses_mcp", state=Seen, tools=[*toolset.tools, "ping"])
 
         @flow.step
         async def use(ctx: uw.RunContext[Seen, Any]) -> Any:
