@@ -121,6 +121,34 @@ class Toolset:
         raise ConfigurationError("Toolset.load_sync() was called inside a running event "
                                  "loop; await toolset.load() instead")
 
+    async def query(self, name: str, args: Mapping[str, JSON] | None = None) -> JSON:
+        """Call the server's read-only tool ``name`` directly, outside any run.
+
+        It is for a ``reconcile`` hook asking the server what became of a key: such a
+        call is not journaled, so only a tool that changes nothing may be called so.
+
+        Args:
+            name: The tool's name on the server.
+            args: Its arguments, checked against its schema.
+
+        Raises:
+            ConfigurationError: The tool is not read-only, or the server lists no such tool.
+            ToolError: The server answered with an error.
+        """
+        tool = self.tool(name)
+        if tool.mutating:
+            raise ConfigurationError(
+                f"MCP server {self.server.name}: query() calls read-only tools only, and "
+                f"{name!r} is mutating; call it with ctx.call so it is journaled")
+        assert tool.args_model is not None
+        checked = tool.args_model.model_validate(dict(args or {}))
+        assert isinstance(checked, MCPArguments)
+        client = await self._connect()
+        result = await client.call_tool(name, checked.arguments())
+        if result.is_error:
+            raise ToolError(self.server.name, name, error_text(result))
+        return result_json(result)
+
     async def aclose(self) -> None:
         """Close the connection (a stdio server is stopped)."""
         conn, self._connection = self._connection, None
