@@ -24,7 +24,8 @@ from ._errors import ToolError, ToolVanished
 from ._flags import ToolFlags, flags
 from ._schema import MCPArguments
 from ._servers import HTTP, Server, Stdio
-from ._toolset import FENCE_META, KEY_META, Toolset
+from ._toolset import Toolset
+from ._wire import FENCE_META, KEY_META
 
 __all__ = [
     "FENCE_META",

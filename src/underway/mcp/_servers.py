@@ -14,13 +14,14 @@ import httpx2
 import mcp_types as types
 from mcp.client._transport import TransportStreams
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
 from mcp.shared.message import SessionMessage
 
 from ..egress import Egress, host_patterns
 from ..errors import ConfigurationError
 from ..sandbox import SandboxProfile
 from ..sandbox._process import sandboxed_process
+from ._wire import Wire
 
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 """The longest message (one line) a stdio server may send; a longer one ends the
@@ -71,9 +72,9 @@ class Stdio:
         """Nothing to check in the worker: the sandbox's proxy holds the server."""
         return None
 
-    def connect(self) -> Any:
+    def connect(self, wire: Wire) -> Any:
         """The transport: the server started in the sandbox, messages over its pipes."""
-        return _stdio(self)
+        return _stdio(self, wire)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,31 +114,56 @@ class HTTP:
         egress.check(self.url)
         return egress
 
-    def connect(self) -> Any:
+    def connect(self, wire: Wire) -> Any:
         """The transport: Streamable HTTP, every request's host checked."""
-        return _http(self)
+        return _http(self, wire)
 
 
 Server = Stdio | HTTP
 """Either kind of MCP server."""
 
 
+class _Sending(httpx2.AsyncBaseTransport):
+    """HTTP that records a call as sent once its request's first byte is about to leave
+    (the transport's trace says so); a request refused or cancelled before that never
+    left."""
+
+    def __init__(self, wire: Wire) -> None:
+        self.wire = wire
+        self.inner = httpx2.AsyncHTTPTransport()
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        body = request.content
+
+        async def trace(event: str, info: Any) -> None:
+            if event.endswith("send_request_headers.started"):
+                self.wire.leaving(body)
+
+        request.extensions = {**request.extensions, "trace": trace}
+        return await self.inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
 @asynccontextmanager
-async def _http(server: HTTP) -> AsyncIterator[TransportStreams]:
+async def _http(server: HTTP, wire: Wire) -> AsyncIterator[TransportStreams]:
     egress = Egress(f"MCP server {server.name}", server.hosts)
 
     async def check(request: httpx2.Request) -> None:
         # Every request, redirects included: nothing leaves for a host not allowed.
         egress.check(str(request.url))
 
-    client = create_mcp_http_client(headers=dict(server.headers))
-    client.event_hooks["request"] = [check]
+    client = httpx2.AsyncClient(
+        headers=dict(server.headers), transport=_Sending(wire),
+        timeout=httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT),
+        event_hooks={"request": [check]})
     async with client, streamable_http_client(server.url, http_client=client) as streams:
         yield streams
 
 
 @asynccontextmanager
-async def _stdio(server: Stdio) -> AsyncIterator[TransportStreams]:
+async def _stdio(server: Stdio, wire: Wire) -> AsyncIterator[TransportStreams]:
     async with sandboxed_process(server.command, profile=server.profile, env=server.env,
                                  workspace=server.workspace) as proc:
         read_send, read_recv = anyio.create_memory_object_stream[SessionMessage | Exception](0)
@@ -156,6 +182,7 @@ async def _stdio(server: Stdio) -> AsyncIterator[TransportStreams]:
                     for line in lines:
                         if line.strip():
                             await read_send.send(_parse(line))
+                wire.ended.set()
                 tail = proc.stderr_text().strip()
                 if tail:
                     await read_send.send(ConnectionError(
@@ -165,10 +192,16 @@ async def _stdio(server: Stdio) -> AsyncIterator[TransportStreams]:
             async with write_recv:
                 async for message in write_recv:
                     data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                    if wire.ended.is_set():
+                        continue
+                    wire.leaving(data)
                     try:
                         proc.stdin.write(data.encode() + b"\n")
                         await proc.stdin.drain()
                     except (ConnectionError, OSError):
+                        # A pipe that takes nothing more passes no line: none of it is read.
+                        wire.not_sent(data)
+                        wire.ended.set()
                         await read_send.aclose()
                         return
 

@@ -35,14 +35,10 @@ from ._errors import ToolError, ToolVanished
 from ._flags import FLAG_OPTIONS, flags
 from ._schema import MCPArguments, arguments_model, error_text, result_json
 from ._servers import Server
+from ._wire import FENCE_META, KEY_META, Wire
 
 log = logging.getLogger("underway.mcp")
 
-KEY_META = "io.underway/idempotency-key"
-"""The ``_meta`` field of every ``tools/call`` holding the call's idempotency key: a server
-that records it can tell a repeat from a new call."""
-FENCE_META = "io.underway/fence"
-"""The ``_meta`` field holding the call's lease fence (:attr:`CallInfo.fence`)."""
 LIST_PAGES = 100
 """Pages of ``tools/list`` read at most (a server that pages without end is cut off)."""
 _LOST = (MCPError, anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream,
@@ -103,8 +99,20 @@ class Toolset:
         return name in self._listed
 
     async def load(self) -> Toolset:
-        """Connect (on this event loop) and read the server's tools; returns itself."""
-        await self._connect()
+        """Connect (on this event loop) and read the server's tools; returns itself.
+
+        Raises:
+            EgressDenied: An HTTP server's host is not among its ``hosts``; nothing was
+                sent.
+            ConnectionError: The server could not be started or reached, or would not
+                list its tools.
+        """
+        self.server.check_egress(f"MCP server {self.server.name}")
+        try:
+            await self._connect()
+        except Exception as exc:
+            raise ConnectionError(f"MCP server {self.server.name}: could not connect and "
+                                  f"list its tools ({_said(exc)})") from exc
         return self
 
     def load_sync(self) -> Toolset:
@@ -143,6 +151,7 @@ class Toolset:
         assert tool.args_model is not None
         checked = tool.args_model.model_validate(dict(args or {}))
         assert isinstance(checked, MCPArguments)
+        self.server.check_egress(f"MCP server {self.server.name}")
         client = await self._connect()
         result = await client.call_tool(name, checked.arguments())
         if result.is_error:
@@ -163,8 +172,6 @@ class Toolset:
             await waiter
 
     async def _connect(self) -> Client:
-        # Refused here, before the SDK is involved: nothing is sent to a host not allowed.
-        self.server.check_egress(f"MCP server {self.server.name}")
         conn = self._connection
         loop = asyncio.get_running_loop()
         if conn is None or conn.finished or conn.loop is not loop:
@@ -219,9 +226,16 @@ class Toolset:
         tool = self._built[name]
         if info.egress is not None:
             info.egress.check(getattr(self.server, "url", ""))
-        client = await self._connect()
+        try:
+            client = await self._connect()
+        except Exception as exc:
+            # Nothing was sent: the outcome is known.
+            raise ToolError(self.server.name, name, f"could not connect ({_said(exc)})",
+                            retryable=True) from None
         if name not in self._listed:
             raise ToolVanished(self.server.name, name, sorted(self._listed))
+        conn = self._connection
+        assert conn is not None
         meta: Any = {KEY_META: info.key, FENCE_META: info.fence}
         try:
             result = await client.call_tool(name, args.arguments(), meta=meta)
@@ -229,6 +243,9 @@ class Toolset:
             if isinstance(exc, MCPError) and exc.code not in _LOST_CODES:
                 raise ToolError(self.server.name, name, exc.message) from None
             self._drop()
+            if info.key not in conn.wire.sent:
+                raise ToolError(self.server.name, name, f"the call could not be sent ({exc})",
+                                retryable=True) from None
             if tool.mutating:
                 raise OutcomeUnknown(f"MCP server {self.server.name}: the call of {name!r} "
                                      f"was sent and its answer lost ({exc})") from None
@@ -245,6 +262,13 @@ class Toolset:
             conn.stop.set()
 
 
+def _said(exc: BaseException) -> str:
+    """What an error says, through the exception groups the SDK's task groups raise."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return f"{type(exc).__name__}: {exc}"
+
+
 class _Connection:
     """One open connection to the server, held by a task of its own (the SDK's client
     must be entered and left by the same task)."""
@@ -254,13 +278,14 @@ class _Connection:
         self.loop = loop
         self.stop = asyncio.Event()
         self.relist = asyncio.Event()
+        self.wire = Wire()
         self._ready: asyncio.Future[Client] = loop.create_future()
         self.task = loop.create_task(self._hold(), name=f"mcp:{toolset.server.name}")
 
     @property
     def finished(self) -> bool:
         """The connection ended (closed, broken, or never made)."""
-        return self.task.done() or self.stop.is_set()
+        return self.task.done() or self.stop.is_set() or self.wire.ended.is_set()
 
     async def ready(self) -> Client:
         """The connected client, once the tools were listed."""
@@ -275,7 +300,7 @@ class _Connection:
     async def _hold(self) -> None:
         server = self.toolset.server
         try:
-            async with Client(server.connect(), mode=self.toolset.mode, cache=None,
+            async with Client(server.connect(self.wire), mode=self.toolset.mode, cache=None,
                               message_handler=self._on_message) as client:
                 await self._list(client)
                 self._ready.set_result(client)

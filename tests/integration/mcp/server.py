@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -117,6 +118,13 @@ async def reshape(ctx: Context) -> str:
     with contextlib.suppress(Exception):
         await ctx.request_context.session.send_tool_list_changed()
     return "reshaped"
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def quit() -> str:
+    """End the server just after this answer is sent (as a crashed server would)."""
+    threading.Thread(target=lambda: (time.sleep(0.2), os._exit(0)), daemon=True).start()
+    return "bye"
 
 
 def ping() -> str:
