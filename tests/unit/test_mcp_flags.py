@@ -106,3 +106,21 @@ def test_without_the_sdk_the_import_names_the_extra() -> None:
     assert done.returncode == 1
     assert "ConfigurationError" in done.stderr
     assert "pip install 'underway[mcp]'" in done.stderr
+
+
+def test_a_toolset_refuses_overrides_and_names_the_server_does_not_have() -> None:
+    from underway.mcp import HTTP, Toolset
+
+    listing = [types.Tool(name="lookup", input_schema={"type": "object"})]
+    typo = Toolset(HTTP(url="http://127.0.0.1/mcp", hosts=["127.0.0.1"]),
+                   overrides={"lookpu": {"read_only": True}})
+    with pytest.raises(ConfigurationError, match=r"lists no tool \['lookpu'\]"):
+        typo._absorb(listing)
+    bad = Toolset(HTTP(url="http://127.0.0.1/mcp", hosts=["127.0.0.1"]),
+                  overrides={"lookup": {"name": "other"}})
+    with pytest.raises(ConfigurationError, match=r"\['name'\], which the toolset sets"):
+        bad._absorb(listing)
+    odd = Toolset(HTTP(url="http://127.0.0.1/mcp", hosts=["127.0.0.1"]),
+                  overrides={"lookup": {"colour": "red"}})  # type: ignore[typeddict-unknown-key]
+    with pytest.raises(ConfigurationError, match=r"options a tool does not take: \['colour'\]"):
+        odd._absorb(listing)

@@ -3,7 +3,7 @@ sandbox) and :class:`HTTP` (a Streamable HTTP endpoint behind the egress allow-l
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -43,10 +43,10 @@ class Stdio:
         profile: The sandbox profile it runs under.
         env: Variables set in its environment.
         workspace: A host directory shown as its workspace (None: a fresh one each start).
-        name: What errors and tool descriptions call it (default: the command's name).
+        name: What errors call it (default: the program's file name).
     """
 
-    command: tuple[str, ...]
+    command: Sequence[str]
     profile: SandboxProfile
     env: Mapping[str, str] = field(default_factory=dict)
     workspace: str | None = None
@@ -60,7 +60,7 @@ class Stdio:
         object.__setattr__(self, "command", tuple(self.command))
         object.__setattr__(self, "env", MappingProxyType(dict(self.env)))
         if not self.name:
-            object.__setattr__(self, "name", self.command[-1].rsplit("/", 1)[-1])
+            object.__setattr__(self, "name", self.command[0].rsplit("/", 1)[-1])
 
     @property
     def hosts(self) -> tuple[str, ...] | None:
@@ -89,11 +89,11 @@ class HTTP:
         url: The server's endpoint (``https://tools.example.com/mcp``).
         hosts: The hosts the connection may reach.
         headers: Headers sent with every request (an ``Authorization``, say).
-        name: What errors and tool descriptions call it (default: the URL's host).
+        name: What errors call it (default: the URL's host).
     """
 
     url: str
-    hosts: tuple[str, ...]
+    hosts: Sequence[str]
     headers: Mapping[str, str] = field(default_factory=dict)
     name: str = ""
 
@@ -110,7 +110,7 @@ class HTTP:
     def check_egress(self, tool: str) -> Egress:
         """Check the server's URL against ``hosts``: :class:`~underway.errors.EgressDenied`
         when its host is not allowed."""
-        egress = Egress(tool, self.hosts)
+        egress = Egress(tool, tuple(self.hosts))
         egress.check(self.url)
         return egress
 
@@ -148,7 +148,7 @@ class _Sending(httpx2.AsyncBaseTransport):
 
 @asynccontextmanager
 async def _http(server: HTTP, wire: Wire) -> AsyncIterator[TransportStreams]:
-    egress = Egress(f"MCP server {server.name}", server.hosts)
+    egress = Egress(f"MCP server {server.name}", tuple(server.hosts))
 
     async def check(request: httpx2.Request) -> None:
         # Every request, redirects included: nothing leaves for a host not allowed.

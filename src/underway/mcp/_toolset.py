@@ -182,9 +182,25 @@ class Toolset:
 
     def _absorb(self, listing: list[types.Tool]) -> None:
         tools = {t.name: t for t in listing if self.include is None or t.name in self.include}
-        for name, listed in tools.items():
-            if name not in self._built:
+        if not self.generation:
+            # A name the server does not list is a typo until proven otherwise: an
+            # override meant for a dangerous tool must not be lost quietly.
+            missing = sorted((set(self.overrides) | (self.include or set())) - set(tools))
+            if missing:
+                raise ConfigurationError(
+                    f"MCP server {self.server.name} lists no tool {missing} (include= or "
+                    f"overrides= name it); it lists {sorted(t.name for t in listing)}")
+        for name, listed in list(tools.items()):
+            if name in self._built:
+                continue
+            try:
                 self._built[name] = self._make(listed)
+            except ConfigurationError:
+                if not self.generation:
+                    raise
+                log.warning("MCP server %s: new tool %r left out", self.server.name, name,
+                            exc_info=True)
+                del tools[name]
         gone = sorted(set(self._listed) - set(tools))
         new = sorted(set(tools) - set(self._listed))
         if self.generation and (gone or new):
@@ -205,7 +221,7 @@ class Toolset:
                 f"MCP server {self.server.name}: overrides of tool {listed.name!r} name "
                 + (f"options a tool does not take: {unknown}" if unknown else
                    f"{fixed}, which the toolset sets (prefix=, the server's hosts)"))
-        hosts = self.server.hosts
+        hosts = None if self.server.hosts is None else tuple(self.server.hosts)
         for key in FLAG_OPTIONS:
             options.pop(key, None)
         decided = flags(listed.annotations, self.overrides.get(listed.name))
@@ -215,7 +231,6 @@ class Toolset:
         async def call(args: MCPArguments, info: CallInfo) -> JSON:
             return await self._call(name, args, info)
 
-        call.__name__ = name
         description = options.pop("description", None) or listed.description or \
             (listed.annotations.title if listed.annotations else None) or ""
         return Tool(name=f"{self.prefix}{name}", fn=call, args_model=model,
