@@ -4,9 +4,10 @@ test MCP server (tests/integration/mcp/server.py), and drive it until it settles
     python tests/crash/mcp_worker.py --db URL --ledger DIR --http URL
 
 The run's one step looks a price up (read-only, over HTTP), stores it with ``hold_put``
-(idempotent, over HTTP), then posts it with ``hold`` (mutating, not idempotent, no
-reconcile hook; over stdio, inside the sandbox). Both held calls wait for the test to
-release them, so the test can SIGKILL this process while either is in flight. The child
+(idempotent, over HTTP), looks again with ``peek`` (read-only, over HTTP), then posts it
+with ``hold`` (mutating, not idempotent, no reconcile hook; over stdio, inside the
+sandbox). The held calls wait for the test to release them, so the test can SIGKILL this
+process while any of them is in flight. The child
 prints one JSON line with the run's status when the run completes or escalates.
 """
 
@@ -34,6 +35,7 @@ class Order(BaseModel):
 
     price: Any = None
     stored: Any = None
+    seen: Any = None
     posted: Any = None
 
 
@@ -41,13 +43,15 @@ async def main(db: str, ledger: Path, http_url: str) -> dict[str, Any]:
     web = await uw_mcp.Toolset(mcp_ledger.http(http_url), prefix="web_").load()
     box = await uw_mcp.Toolset(mcp_ledger.stdio(ledger), prefix="box_",
                                include=["hold"]).load()
-    lookup, hold_put, hold = web.tool("lookup"), web.tool("hold_put"), box.tool("hold")
-    flow = uw.Flow("mcp_order", state=Order, tools=[lookup, hold_put, hold])
+    lookup, hold_put, peek = web.tool("lookup"), web.tool("hold_put"), web.tool("peek")
+    hold = box.tool("hold")
+    flow = uw.Flow("mcp_order", state=Order, tools=[lookup, hold_put, peek, hold])
 
     @flow.step(start=True)
     async def order(ctx: uw.RunContext[Order, Any]) -> Any:
         ctx.state.price = await ctx.call(lookup, {"item": "tea"})
         ctx.state.stored = await ctx.call(hold_put, {"label": "put"})
+        ctx.state.seen = await ctx.call(peek, {"label": "peek"})
         ctx.state.posted = await ctx.call(hold, {"label": "post"})
         return ctx.done(ctx.state.model_dump(mode="json"))
 

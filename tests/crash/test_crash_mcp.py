@@ -9,7 +9,8 @@ ran:
   recognizes: it stored once;
 - the mutating, non-idempotent ``hold`` is never sent again: the run escalates to a
   person, who settles it from the ledger, and the run completes;
-- the read-only ``lookup``, journaled with the first intent, is not asked again.
+- the read-only ``peek``, killed in flight, simply runs again; the read-only ``lookup``,
+  journaled with the first intent, is not asked again.
 """
 
 from __future__ import annotations
@@ -81,12 +82,14 @@ def test_no_mcp_effect_runs_twice_across_sigkills(db: str, tmp_path: Path,
     try:
         kill_when_held(spawn(url, ledger, http_url), ledger, "put")
         (ledger / "release-put").touch()
+        kill_when_held(spawn(url, ledger, http_url), ledger, "peek")
+        (ledger / "release-peek").touch()
         kill_when_held(spawn(url, ledger, http_url), ledger, "post")
         (ledger / "release-post").touch()
         escalated = finish(spawn(url, ledger, http_url))
         assert escalated["status"] == "escalated"
         done = Counter(e["tool"] for e in mcp_ledger.effects(ledger))
-        assert done == {"hold_put": 1, "hold": 1}, "no mutating MCP tool ran twice"
+        assert done == {"hold_put": 1, "peek": 2, "hold": 1}, "no mutating MCP tool ran twice"
 
         # The operator reads the server's ledger: the post happened. The run goes on.
         (posted,) = [e for e in mcp_ledger.effects(ledger) if e["tool"] == "hold"]
@@ -110,8 +113,9 @@ def test_no_mcp_effect_runs_twice_across_sigkills(db: str, tmp_path: Path,
     assert completed["status"] == "completed"
     assert completed["result"] == {
         "price": {"item": "tea", "price": 30}, "stored": {"result": "stored put (again)"},
-        "posted": {"result": "held post"}}
-    assert Counter(e["tool"] for e in mcp_ledger.effects(ledger)) == {"hold_put": 1, "hold": 1}
+        "seen": {"result": "peeked peek"}, "posted": {"result": "held post"}}
+    assert Counter(e["tool"] for e in mcp_ledger.effects(ledger)) == {
+        "hold_put": 1, "peek": 2, "hold": 1}
     store = connect(url)
     try:
         history = [r.event for r in Journal(store).history("default", run_id)]

@@ -109,6 +109,14 @@ def hold_put(label: str, ctx: Context) -> str:
 
 
 @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def peek(label: str, ctx: Context) -> str:
+    """A read-only look that waits for its release; each run of it is logged."""
+    record(ctx, "peek", label=label)
+    held(label)
+    return f"peeked {label}"
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
 async def reshape(ctx: Context) -> str:
     """Retire `charge` and add `ping`, then announce the changed tool list."""
     server.remove_tool("charge")

@@ -68,8 +68,8 @@ def test_annotations_set_the_flags_and_the_schema_is_the_servers(server: uw_mcp.
     _, _, toolset = run(server, nothing, prefix="ledger_")
     by_name = {t.name: t for t in toolset.tools}
     assert sorted(by_name) == ["ledger_charge", "ledger_fetch", "ledger_hold",
-                               "ledger_hold_put", "ledger_lookup", "ledger_put",
-                               "ledger_quit", "ledger_reshape"]
+                               "ledger_hold_put", "ledger_lookup", "ledger_peek",
+                               "ledger_put", "ledger_quit", "ledger_reshape"]
     lookup, charge, put = (toolset.tool(n) for n in ("lookup", "charge", "put"))
     # readOnlyHint, openWorldHint false: read-only, its output trusted.
     assert (lookup.mutating, lookup.trusted_output, lookup.outbound) == (False, True, False)
