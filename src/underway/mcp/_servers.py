@@ -3,6 +3,7 @@ sandbox) and :class:`HTTP` (a Streamable HTTP endpoint behind the egress allow-l
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -188,6 +189,12 @@ async def _stdio(server: Stdio, wire: Wire) -> AsyncIterator[TransportStreams]:
                     await read_send.send(ConnectionError(
                         f"MCP server {server.name} ended; its last words: {tail[-500:]}"))
 
+        async def reading() -> None:
+            # The session stops reading when it closes: what the server says after is
+            # nobody's.
+            with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+                await from_server()
+
         async def to_server() -> None:
             async with write_recv:
                 async for message in write_recv:
@@ -206,7 +213,7 @@ async def _stdio(server: Stdio, wire: Wire) -> AsyncIterator[TransportStreams]:
                         return
 
         async with anyio.create_task_group() as tg:
-            tg.start_soon(from_server)
+            tg.start_soon(reading)
             tg.start_soon(to_server)
             try:
                 yield read_recv, write_send
