@@ -42,14 +42,14 @@ class Stdio:
     Args:
         command: The exact argv of the server, as the sandbox sees it.
         profile: The sandbox profile it runs under.
-        env: Variables set in its environment.
+        env: Variables set in its environment (never shown in its repr).
         workspace: A host directory shown as its workspace (None: a fresh one each start).
         name: What errors call it (default: the program's file name).
     """
 
     command: Sequence[str]
     profile: SandboxProfile
-    env: Mapping[str, str] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=dict, repr=False)
     workspace: str | None = None
     name: str = ""
 
@@ -89,13 +89,14 @@ class HTTP:
     Args:
         url: The server's endpoint (``https://tools.example.com/mcp``).
         hosts: The hosts the connection may reach.
-        headers: Headers sent with every request (an ``Authorization``, say).
+        headers: Headers sent with every request (an ``Authorization``, say; never shown
+            in its repr).
         name: What errors call it (default: the URL's host).
     """
 
     url: str
     hosts: Sequence[str]
-    headers: Mapping[str, str] = field(default_factory=dict)
+    headers: Mapping[str, str] = field(default_factory=dict, repr=False)
     name: str = ""
 
     def __post_init__(self) -> None:

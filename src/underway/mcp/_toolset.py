@@ -27,8 +27,7 @@ from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from ..effects import CallInfo, Tool
-from ..effects._declare import ToolOptions
+from ..effects import CallInfo, Tool, ToolOptions
 from ..errors import ConfigurationError, OutcomeUnknown
 from ..events import JSON
 from ._errors import ToolError, ToolVanished
@@ -49,7 +48,7 @@ _LOST_CODES = (types.CONNECTION_CLOSED, types.REQUEST_TIMEOUT)
 class Toolset:
     """The tools of one MCP server.
 
-    >>> files = uw.mcp.Toolset(uw.mcp.Stdio(command=["files-server"], profile=profile),
+    >>> files = uw_mcp.Toolset(uw_mcp.Stdio(command=["files-server"], profile=profile),
     ...                        overrides={"delete": {"idempotent": True}})
     >>> files.load_sync()
     >>> flow = uw.Flow("tidy", state=S, tools=files.tools)
@@ -233,8 +232,11 @@ class Toolset:
 
         description = options.pop("description", None) or listed.description or \
             (listed.annotations.title if listed.annotations else None) or ""
+        # A stdio server's profile is journaled with every intent (ToolStarted), as a
+        # shell tool's is: an audit tells which rules each call ran under.
         return Tool(name=f"{self.prefix}{name}", fn=call, args_model=model,
                     wants_call_info=True, description=description, hosts=hosts,
+                    sandbox=getattr(self.server, "profile", None),
                     **decided.options(), **options)
 
     async def _call(self, name: str, args: MCPArguments, info: CallInfo) -> JSON:

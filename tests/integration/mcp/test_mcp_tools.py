@@ -87,6 +87,12 @@ def test_annotations_set_the_flags_and_the_schema_is_the_servers(server: uw_mcp.
     assert spec["parameters"]["properties"]["amount"]["type"] == "integer"  # type: ignore[index]
 
 
+def test_a_servers_credentials_stay_out_of_its_repr() -> None:
+    shown = repr(uw_mcp.HTTP(url="https://crm.example.com/mcp", hosts=["crm.example.com"],
+                             headers={"Authorization": "Bearer s3cret"}))
+    assert "s3cret" not in shown and "crm.example.com" in shown
+
+
 def test_overrides_win_over_the_annotations(server: uw_mcp.Server) -> None:
     async def nothing(ctx: uw.RunContext[Seen, Any], toolset: uw_mcp.Toolset) -> None:
         return None
@@ -118,6 +124,9 @@ def test_calls_are_journaled_through_the_guard(server: uw_mcp.Server, led: Path)
     assert "'amount' is a required property" in state.result["errors"][1]
     started = [e for e in events if isinstance(e, ev.ToolStarted)]
     assert [e.tool for e in started] == ["charge"], "read-only lookup writes no intent"
+    # A sandboxed server's profile is journaled with the intent, as a shell tool's is.
+    profile = server.profile.digest() if isinstance(server, uw_mcp.Stdio) else None
+    assert started[0].sandbox_profile == profile
     succeeded = [e for e in events if isinstance(e, ev.ToolSucceeded)]
     assert [e.tool for e in succeeded] == ["lookup", "charge"]
     refused = [e for e in events if isinstance(e, ev.SchemaValidationFailed)]
