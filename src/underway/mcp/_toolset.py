@@ -110,6 +110,9 @@ class Toolset:
         try:
             await self._connect()
         except Exception as exc:
+            first = _first(exc)
+            if isinstance(first, ConfigurationError):
+                raise first from None
             raise ConnectionError(f"MCP server {self.server.name}: could not connect and "
                                   f"list its tools ({_said(exc)})") from exc
         return self
@@ -279,11 +282,17 @@ class Toolset:
             conn.stop.set()
 
 
-def _said(exc: BaseException) -> str:
-    """What an error says, through the exception groups the SDK's task groups raise."""
+def _first(exc: BaseException) -> BaseException:
+    """The error inside the exception groups the SDK's task groups raise."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
-    return f"{type(exc).__name__}: {exc}"
+    return exc
+
+
+def _said(exc: BaseException) -> str:
+    """What an error says, through the exception groups the SDK's task groups raise."""
+    first = _first(exc)
+    return f"{type(first).__name__}: {first}"
 
 
 class _Connection:

@@ -17,6 +17,7 @@ from pydantic import BaseModel
 import underway as uw
 import underway.mcp as uw_mcp
 from underway import events as ev
+from underway.errors import ConfigurationError
 from underway.testing import RuleModel, memory_engine, say
 
 
@@ -189,3 +190,8 @@ def test_an_agent_calls_mcp_tools_through_the_guard(server: uw_mcp.Server, led: 
     assert [e.tool for e in events if isinstance(e, ev.PolicyDecided)] == ["lookup", "charge"]
     (charged,) = effects(led)
     assert (charged["tool"], charged["amount"]) == ("charge", 60)
+
+
+def test_a_name_the_server_does_not_list_is_refused_at_load(server: uw_mcp.Server) -> None:
+    with pytest.raises(ConfigurationError, match=r"lists no tool \['chrage'\]"):
+        uw_mcp.Toolset(server, overrides={"chrage": {"idempotent": True}}).load_sync()
