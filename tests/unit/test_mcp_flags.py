@@ -124,3 +124,10 @@ def test_a_toolset_refuses_overrides_and_names_the_server_does_not_have() -> Non
                   overrides={"lookup": {"colour": "red"}})  # type: ignore[typeddict-unknown-key]
     with pytest.raises(ConfigurationError, match=r"options a tool does not take: \['colour'\]"):
         odd._absorb(listing)
+
+
+def test_an_unknown_protocol_mode_is_refused() -> None:
+    from underway.mcp import HTTP, Toolset
+
+    with pytest.raises(ConfigurationError, match="mode must be 'auto', 'legacy'"):
+        Toolset(HTTP(url="http://127.0.0.1/mcp", hosts=["127.0.0.1"]), mode="2024-01-01")

@@ -61,12 +61,17 @@ class Toolset:
             over what the annotations say: the flags (``read_only``, ``idempotent``...),
             ``reconcile``, ``timeout``, ``permissions``, ``amount``...
         mode: How to agree on the protocol: ``"auto"`` (the SDK probes, and falls back to
-            the 2025 handshake) or ``"legacy"`` (the handshake only).
+            the 2025 handshake), ``"legacy"`` (the handshake only), or a 2026 protocol
+            version to adopt at once.
     """
 
     def __init__(self, server: Server, *, prefix: str = "", include: Iterable[str] | None = None,
                  overrides: Mapping[str, ToolOptions] | None = None,
                  mode: str = "auto") -> None:
+        if mode not in ("auto", "legacy") and mode not in MODERN_PROTOCOL_VERSIONS:
+            raise ConfigurationError(
+                f"Toolset mode must be 'auto', 'legacy' or one of "
+                f"{list(MODERN_PROTOCOL_VERSIONS)}, not {mode!r}")
         self.server = server
         self.prefix = prefix
         self.include = None if include is None else frozenset(include)
