@@ -179,13 +179,17 @@ class Toolset:
             await waiter
 
     async def _connect(self) -> Client:
+        return (await self._open())[1]
+
+    async def _open(self) -> tuple[_Connection, Client]:
+        """The connection of this event loop and its client, opened when needed."""
         conn = self._connection
         loop = asyncio.get_running_loop()
         if conn is None or conn.finished or conn.loop is not loop:
             if conn is not None and conn.loop is loop:
                 await conn.close()
             conn = self._connection = _Connection(self, loop)
-        return await conn.ready()
+        return conn, await conn.ready()
 
     def _absorb(self, listing: list[types.Tool]) -> None:
         tools = {t.name: t for t in listing if self.include is None or t.name in self.include}
@@ -252,22 +256,21 @@ class Toolset:
         if info.egress is not None:
             info.egress.check(getattr(self.server, "url", ""))
         try:
-            client = await self._connect()
+            conn, client = await self._open()
         except Exception as exc:
             # Nothing was sent: the outcome is known.
             raise ToolError(self.server.name, name, f"could not connect ({_said(exc)})",
                             retryable=True) from None
         if name not in self._listed:
             raise ToolVanished(self.server.name, name, sorted(self._listed))
-        conn = self._connection
-        assert conn is not None
         meta: Any = {KEY_META: info.key, FENCE_META: info.fence}
         try:
             result = await client.call_tool(name, args.arguments(), meta=meta)
         except _LOST as exc:
             if isinstance(exc, MCPError) and exc.code not in _LOST_CODES:
                 raise ToolError(self.server.name, name, exc.message) from None
-            self._drop()
+            # Broken: the next call opens a new connection.
+            conn.stop.set()
             if info.key not in conn.wire.sent:
                 raise ToolError(self.server.name, name, f"the call could not be sent ({exc})",
                                 retryable=True) from None
@@ -279,12 +282,6 @@ class Toolset:
         if result.is_error:
             raise ToolError(self.server.name, name, error_text(result))
         return result_json(result)
-
-    def _drop(self) -> None:
-        """Forget a connection that broke: the next call opens a new one."""
-        conn = self._connection
-        if conn is not None:
-            conn.stop.set()
 
 
 def _first(exc: BaseException) -> BaseException:
