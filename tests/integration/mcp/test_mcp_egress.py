@@ -18,6 +18,7 @@ import underway as uw
 import underway.mcp as uw_mcp
 from underway import events as ev
 from underway.errors import EgressDenied
+from underway.sandbox import SandboxProfile, SandboxUnavailable
 from underway.testing import memory_engine
 
 
@@ -141,3 +142,11 @@ def test_an_http_server_off_the_allow_list_is_refused(led: Path) -> None:
     assert (refused.tool, refused.cause) == ("charge", "egress_denied")
     assert "tools.example.com" in refused.reason
     assert effects(led) == []
+
+
+def test_a_stdio_server_never_runs_unsandboxed(led: Path) -> None:
+    server = stdio(led)
+    loose = uw_mcp.Stdio(command=server.command, env=server.env, name="ledger",
+                         profile=SandboxProfile(backend="none", allow_unsandboxed=True))
+    with pytest.raises(SandboxUnavailable, match="must run isolated"):
+        uw_mcp.Toolset(loose).load_sync()
