@@ -9,6 +9,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -66,8 +67,6 @@ def start_http(led: Path) -> tuple[subprocess.Popen[bytes], str]:
 def wait_listening(proc: subprocess.Popen[bytes], port: int) -> None:
     """Return once ``port`` accepts a connection (the server is up), or fail when the
     process ends first."""
-    import time
-
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:
