@@ -31,6 +31,7 @@ import guard
 import imports
 import labels
 import listing
+import mcp_tools
 import policy
 import resume
 import sandbox
@@ -100,6 +101,7 @@ GROUPS: dict[str, list[tuple[str, Callable[[], list[Figure]]]]] = {
         ("PostgreSQL runs by label", labels.bench_postgres),
     ],
     "sandbox": [("bubblewrap sandbox overhead", sandbox.bench)],
+    "mcp": [("MCP tool calls and a sandboxed MCP server's start", mcp_tools.bench)],
     "service": [
         ("SQLite HTTP API under load", service.bench_sqlite),
         ("PostgreSQL HTTP API under load", service.bench_postgres),

@@ -37,6 +37,8 @@ elsewhere names its module in brackets, under ``underway``::
     │                           not have happened
     ├── EgressDenied            a tool's request went to a host it did not declare
     ├── SecretRefused           a tool's secret belongs to another environment
+    ├── ToolError               an MCP server answered a call with an error [mcp]
+    ├── ToolVanished            an MCP server no longer lists the tool called [mcp]
     ├── KeyUnavailable          no key here opens an encrypted payload; readers show
     │   │                       ``[encrypted]``
     │   └── SubjectErased       the payload's data subject was erased
