@@ -25,13 +25,13 @@ def test_no_annotation_is_the_worst_case() -> None:
 
 @pytest.mark.parametrize(("hints", "expected"), [
     ({"readOnlyHint": True}, (False, False, False, False, True)),
-    ({"readOnlyHint": True, "openWorldHint": False}, (False, False, False, True, False)),
+    ({"readOnlyHint": True, "openWorldHint": False}, (False, False, False, False, False)),
     ({"destructiveHint": False}, (True, False, False, False, False)),
     ({"idempotentHint": True}, (True, True, False, False, False)),
     ({"idempotentHint": True, "destructiveHint": False}, (True, True, False, False, False)),
     # Said destructive and idempotent: a lost call is for a person, never repeated.
     ({"idempotentHint": True, "destructiveHint": True}, (True, False, True, False, False)),
-    ({"openWorldHint": False}, (True, False, True, True, False)),
+    ({"openWorldHint": False}, (True, False, True, False, False)),
     # readOnlyHint false is the default, spelt out.
     ({"readOnlyHint": False, "destructiveHint": True}, (True, False, True, False, False)),
 ])
@@ -50,8 +50,8 @@ def test_each_hint_sets_its_flag(hints: dict[str, bool],
     ({}, {"idempotent": True}, (True, True, False, False, False)),
     ({"idempotentHint": True}, {"irreversible": True}, (True, False, True, False, False)),
     ({"readOnlyHint": True}, {"mutating": True}, (True, False, True, False, False)),
-    ({"readOnlyHint": True, "openWorldHint": False}, {"trusted_output": False},
-     (False, False, False, False, False)),
+    ({"readOnlyHint": True, "openWorldHint": False}, {"trusted_output": True},
+     (False, False, False, True, False)),
     ({"readOnlyHint": True}, {"outbound": False}, (False, False, False, False, False)),
     ({}, {"timeout": 5, "permissions": ("x",)}, (True, False, True, False, False)),
 ])
@@ -104,7 +104,7 @@ def test_without_the_sdk_the_import_names_the_extra() -> None:
         [sys.executable, "-c", "import sys; sys.modules['mcp'] = None; import underway.mcp"],
         capture_output=True, text=True, check=False)
     assert done.returncode == 1
-    assert "ConfigurationError" in done.stderr
+    assert "MissingExtra" in done.stderr
     assert "pip install 'underway[mcp]'" in done.stderr
 
 

@@ -11,14 +11,9 @@ Needs the ``mcp`` extra: ``pip install 'underway[mcp]'``.
 
 from __future__ import annotations
 
-from ..errors import ConfigurationError
+from .._extras import import_extra
 
-try:
-    import mcp as _sdk  # noqa: F401
-except ImportError:  # pragma: no cover - the dev environment has the extra
-    raise ConfigurationError(
-        "underway.mcp needs the official MCP SDK (the 'mcp' package): "
-        "pip install 'underway[mcp]'") from None
+import_extra("mcp", what="underway.mcp")
 
 from ._errors import ToolError, ToolVanished
 from ._flags import ToolFlags, flags

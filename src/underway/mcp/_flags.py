@@ -67,8 +67,9 @@ def flags(annotations: Any = None, overrides: Mapping[str, Any] | None = None) -
       nothing of destruction is idempotent, not irreversible: running it again with the
       same arguments changes nothing more. A tool that says both is taken as irreversible
       and not idempotent (an underway tool cannot be both): a person settles a lost call.
-    - ``openWorldHint`` (default true): its output is untrusted and, read-only, it is
-      ``outbound``. False: it works in a closed domain; its output is trusted.
+    - ``openWorldHint`` (default true): read-only, it is ``outbound``. False: it works in a
+      closed domain and is not outbound. Either way its output stays untrusted: trust is
+      the user's to give (``trusted_output=True``), never a server's to claim.
 
     Args:
         annotations: The tool's ``annotations`` (the SDK's ``ToolAnnotations``, a mapping
@@ -107,7 +108,7 @@ def flags(annotations: Any = None, overrides: Mapping[str, Any] | None = None) -
     if irreversible and not mutating:
         raise ConfigurationError("a tool set read-only cannot be irreversible")
     closed = _hint(annotations, "openWorldHint") is False
-    trusted = bool(given.get("trusted_output", closed))
+    trusted = bool(given.get("trusted_output", False))
     outbound = bool(given.get("outbound", not closed and not mutating))
     return ToolFlags(mutating=bool(mutating), idempotent=idempotent, irreversible=irreversible,
                      trusted_output=trusted, outbound=outbound)

@@ -72,8 +72,9 @@ def test_annotations_set_the_flags_and_the_schema_is_the_servers(server: uw_mcp.
                                "ledger_hold_put", "ledger_lookup", "ledger_peek",
                                "ledger_put", "ledger_quit", "ledger_reshape"]
     lookup, charge, put = (toolset.tool(n) for n in ("lookup", "charge", "put"))
-    # readOnlyHint, openWorldHint false: read-only, its output trusted.
-    assert (lookup.mutating, lookup.trusted_output, lookup.outbound) == (False, True, False)
+    # readOnlyHint, openWorldHint false: read-only, not outbound, and its output still
+    # untrusted: a server cannot vouch for itself.
+    assert (lookup.mutating, lookup.trusted_output, lookup.outbound) == (False, False, False)
     # No annotation at all: mutating, irreversible (destructive by default), untrusted.
     assert (charge.mutating, charge.irreversible, charge.idempotent,
             charge.trusted_output) == (True, True, False, False)
