@@ -1,0 +1,1 @@
+"""Integrations with agent frameworks: pydantic-ai and the OpenAI Agents SDK."""
