@@ -178,3 +178,45 @@ def closed_port_url() -> str:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     return f"http://127.0.0.1:{port}"
+
+
+# -- OpenAI Responses wire format ---------------------------------------------------------
+
+def openai_response(
+    *output: dict[str, Any],
+    model: str = "gpt-4o-mini-2024-07-18",
+    input_tokens: int = 15,
+    output_tokens: int = 6,
+) -> Reply:
+    """A 200 ``POST /responses`` reply with these output items (see :func:`response_text`
+    and :func:`response_call`)."""
+    return Reply(200, {
+        "id": "resp_1",
+        "object": "response",
+        "created_at": 1_700_000_000,
+        "model": model,
+        "status": "completed",
+        "output": list(output),
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "usage": {
+            "input_tokens": input_tokens,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": output_tokens,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": input_tokens + output_tokens,
+        },
+    })
+
+
+def response_text(text: str) -> dict[str, Any]:
+    """A Responses API output message holding ``text``."""
+    return {"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
+            "content": [{"type": "output_text", "text": text, "annotations": []}]}
+
+
+def response_call(call_id: str, name: str, arguments: str) -> dict[str, Any]:
+    """A Responses API function call."""
+    return {"type": "function_call", "id": f"fc_{call_id}", "call_id": call_id, "name": name,
+            "arguments": arguments, "status": "completed"}

@@ -24,7 +24,7 @@ except ImportError as exc:
 
 from ._agent import AgentInput, AgentRun, DurableAgent, DurableModel
 from ._requests import AgentsModel, decode_request, decode_response, encode_request
-from ._tools import NEEDS_APPROVAL, NEEDS_APPROVAL_LABEL
+from ._tools import NEEDS_APPROVAL, NEEDS_APPROVAL_LABEL, current_call
 
 __all__ = [
     "NEEDS_APPROVAL",
@@ -34,6 +34,7 @@ __all__ = [
     "AgentsModel",
     "DurableAgent",
     "DurableModel",
+    "current_call",
     "decode_request",
     "decode_response",
     "encode_request",

@@ -53,6 +53,18 @@ class StepScope:
 
 SCOPE: ContextVar[StepScope] = ContextVar("underway_openai_agents_scope")
 _TOOL_CONTEXT: ContextVar[ToolContext[Any]] = ContextVar("underway_openai_agents_tool")
+_CALL: ContextVar[CallInfo] = ContextVar("underway_openai_agents_call")
+
+
+def current_call() -> CallInfo:
+    """The :class:`~underway.effects.CallInfo` of the tool call running now: an SDK tool
+    reads its idempotency key (``current_call().key``) here to pass it to the outside
+    system. A :class:`ConfigurationError` outside a durable agent's tool call."""
+    info = _CALL.get(None)
+    if info is None:
+        raise ConfigurationError("current_call() is known only inside a durable agent's "
+                                 "tool call")
+    return info
 
 
 def scope() -> StepScope:
@@ -130,7 +142,11 @@ def durable_tool(sdk: FunctionTool, options: ToolOptions) -> tuple[FunctionTool,
         if tool_ctx is None:
             raise ConfigurationError(
                 f"tool {sdk.name!r} of an Agents SDK agent runs only when its agent calls it")
-        out = await original(tool_ctx, json.dumps(args.arguments()))
+        token = _CALL.set(info)
+        try:
+            out = await original(tool_ctx, json.dumps(args.arguments()))
+        finally:
+            _CALL.reset(token)
         return to_jsonable_python(out, fallback=str)
 
     opts: dict[str, Any] = {"description": sdk.description, "name": sdk.name}
