@@ -137,14 +137,16 @@ def durable_tool(sdk: FunctionTool, options: ToolOptions) -> tuple[FunctionTool,
     """
     original = sdk.on_invoke_tool
 
-    async def run(args: SchemaArgs, info: CallInfo) -> JSON:
+    # Typed Any so that the tool is built first, then given its argument model (whose
+    # fields are the schema's properties, where money paths point).
+    async def run(args: Any, info: CallInfo) -> JSON:
         tool_ctx = _TOOL_CONTEXT.get(None)
         if tool_ctx is None:
             raise ConfigurationError(
                 f"tool {sdk.name!r} of an Agents SDK agent runs only when its agent calls it")
         token = _CALL.set(info)
         try:
-            out = await original(tool_ctx, json.dumps(args.arguments()))
+            out = await original(tool_ctx, json.dumps(SchemaArgs.arguments(args)))
         finally:
             _CALL.reset(token)
         return to_jsonable_python(out, fallback=str)
