@@ -76,11 +76,16 @@ class LiveStream:
             self._add({"type": "restart", "attempt": self.attempt})
 
     async def emit(self, delta: JSON) -> None:
-        """Forward one delta (a JSON object with a ``type``) from the model."""
+        """Forward one delta (a JSON object with a ``type``) from the model. A model that
+        starts its answer over (an adapter's retry after part of an answer) emits
+        ``{"type": "restart"}``: the call goes on under the next attempt."""
         if not isinstance(delta, dict) or not isinstance(delta.get("type"), str):
             raise ConfigurationError(
                 f"a streamed model delta must be a JSON object with a 'type', not {delta!r} "
                 f"(call {self._key})")
+        if delta["type"] == "restart":
+            self.attempt += 1
+            delta = {"type": "restart", "attempt": self.attempt}
         self._add(delta)
 
     async def flush(self) -> None:

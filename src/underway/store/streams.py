@@ -15,16 +15,24 @@ makes the call again under the next attempt and first writes a ``restart`` delta
 reader learns that the partial answer it holds was abandoned.
 
 Writes are fenced by the lease: a worker that lost the run writes nothing more.
+
+A reader waits for more with a :class:`StreamBell` (:meth:`LiveStreamStore.stream_bell`).
+PostgreSQL rings it: every write sends ``NOTIFY underway_stream, '<run id>'``. SQLite and
+memory push nothing: their bell only waits, so a reader there polls (:data:`POLL_S`).
 """
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Protocol
 
 from ..events import JSON
 
-__all__ = ["LiveStreamStore", "NewDelta", "StreamDelta"]
+__all__ = ["POLL_S", "LiveStreamStore", "NewDelta", "PollingBell", "StreamBell", "StreamDelta"]
+
+POLL_S = 0.1
+"""How often a reader of a store that pushes nothing looks for new deltas (seconds)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +85,42 @@ class StreamDelta:
         return {"offset": self.offset, "key": self.key, "step": self.step,
                 "index": self.index, "attempt": self.attempt, "delta": self.delta,
                 "written_at": self.written_at}
+
+
+class StreamBell(Protocol):
+    """Wakes a reader when a run's live stream may have grown."""
+
+    async def wait(self, run_id: str, timeout: float) -> None:
+        """Return once run ``run_id``'s stream may have grown, at the latest after
+        ``timeout`` seconds (a reader looks again either way).
+
+        Args:
+            run_id: The run read.
+            timeout: The longest wait, in seconds.
+        """
+        ...
+
+    async def close(self) -> None:
+        """Let go of what the bell holds (a listening connection)."""
+        ...
+
+
+class PollingBell:
+    """The bell of a store that pushes nothing: it waits ``poll`` seconds at most.
+
+    Args:
+        poll: The longest wait between two looks, in seconds.
+    """
+
+    def __init__(self, poll: float = POLL_S) -> None:
+        self.poll = poll
+
+    async def wait(self, run_id: str, timeout: float) -> None:
+        """Sleep the shorter of ``timeout`` and the poll interval."""
+        await asyncio.sleep(min(timeout, self.poll))
+
+    async def close(self) -> None:
+        """Nothing to let go of."""
 
 
 class LiveStreamStore(Protocol):
@@ -137,4 +181,9 @@ class LiveStreamStore(Protocol):
         Args:
             before: The oldest write kept (epoch seconds).
         """
+        ...
+
+    def stream_bell(self) -> StreamBell:
+        """A new bell for one reader: it rings when a run's stream grows (PostgreSQL), or
+        only waits (the stores that push nothing)."""
         ...

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from ..streams import NewDelta
+from ..streams import NewDelta, PollingBell, StreamBell
 from .dialect import SQLBase
 
 
@@ -50,3 +50,7 @@ class SQLStreams(SQLBase):
     def prune_streams(self, *, before: float) -> int:
         """Delete the deltas written before ``before`` of every run no worker holds."""
         return self._count("stream_prune", before=before)
+
+    def stream_bell(self) -> StreamBell:
+        """A bell that only waits: readers poll (PostgreSQL rings its own)."""
+        return PollingBell()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 from ..records import RunRecord
-from ..streams import NewDelta
+from ..streams import NewDelta, PollingBell, StreamBell
 
 
 class MemoryStreams:
@@ -64,3 +64,7 @@ class MemoryStreams:
                 dropped += len(rows) - len(kept)
                 self._streams[key] = kept
         return dropped
+
+    def stream_bell(self) -> StreamBell:
+        """A bell that only waits: readers poll."""
+        return PollingBell()

@@ -21,7 +21,6 @@ writes only what PostgreSQL does its own way.
 from __future__ import annotations
 
 from .._sqlbase.spans import SQLSpanExports
-from .._sqlbase.streams import SQLStreams
 from .._urls import split_url
 from ..base import Dialect
 from ..wakeups import Wakeups
@@ -34,6 +33,7 @@ from ._keys import Keys
 from ._leases import Leases
 from ._retention import Retention
 from ._schedules import Schedules
+from ._streams import Streams
 from ._wakeups import Listener
 
 __all__ = ["PostgresStore", "split_url"]
@@ -41,7 +41,7 @@ __all__ = ["PostgresStore", "split_url"]
 
 class PostgresStore(
     Journal, Leases, Inbox, Schedules, Access, Consent, Retention, Keys, Budgets,
-    SQLSpanExports, SQLStreams,
+    SQLSpanExports, Streams,
 ):
     """A :class:`~underway.store.base.Store` on a PostgreSQL database (one schema of it).
 

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from ..base import Store
-from ..streams import NewDelta
+from ..streams import NewDelta, PollingBell, StreamBell
 
 
 class RegionalStreams:
@@ -39,3 +39,7 @@ class RegionalStreams:
     def prune_streams(self, *, before: float) -> int:
         """Delete old deltas of runs no worker holds, in every region."""
         return sum(store.prune_streams(before=before) for store in self._all())
+
+    def stream_bell(self) -> StreamBell:
+        """A bell that only waits: the regions' own bells are not merged, readers poll."""
+        return PollingBell()

@@ -1242,3 +1242,7 @@ DELETE FROM stream_deltas
    AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.tenant_id = stream_deltas.tenant_id
                                           AND r.run_id = stream_deltas.run_id
                                           AND r.lease_owner IS NOT NULL)
+
+-- name: stream_listen
+-- A reader of live streams listens here; the payload of a notification is a run id.
+LISTEN underway_stream
