@@ -31,6 +31,7 @@ from fakes.model_provider import (
     Reply,
     openai_completion,
     openai_response,
+    openai_stream,
     response_call,
     response_text,
 )
@@ -38,7 +39,13 @@ from underway import events as ev
 from underway.errors import ConfigurationError
 from underway.guard.budgets import Budget
 from underway.guard.policy import Policy, Rule
-from underway.integrations.openai_agents import DurableAgent, current_call
+from underway.integrations.openai_agents import (
+    AgentsModel,
+    DurableAgent,
+    current_call,
+    decode_response,
+    encode_request,
+)
 from underway.testing import memory_engine
 
 agents.set_tracing_disabled(True)
@@ -320,3 +327,50 @@ def test_the_flow_registers_with_a_real_engine_by_name(sqlite_url: str) -> None:
         run_id, _ = engine.start("Front_Desk", {"input": "Hello"})
         s = drive(engine, run_id)
     assert s.status == "completed" and s.result == "Hi"
+
+
+def test_streamed_model_calls_reach_the_live_stream_and_are_journaled_once() -> None:
+    with FakeProvider(
+        openai_stream(tool_calls=[("c1", "lookup", ['{"city": ', '"Pune"}'])]),
+        openai_stream("It is ", "31C ", "in Pune."),
+    ) as server:
+        agent = Agent("streamer", tools=[lookup], model=chat(server))
+        durable = DurableAgent(agent, tools={"lookup": {"read_only": True}}, stream=True)
+        engine, _ = memory_engine([durable.flow])
+        run_id, _ = engine.start(durable.flow, {"input": "Weather in Pune?"})
+        s = drive(engine, run_id)
+        assert all(r.body.get("stream") is True for r in server.received)
+    assert s.status == "completed" and s.result == "It is 31C in Pune."
+    # The live stream keeps the deltas of the run's latest call.
+    client = uw.Client(engine.store)
+    deltas = [d.delta for d in client.read_stream(run_id)]
+    assert deltas == [{"type": "text", "text": "It is "}, {"type": "text", "text": "31C "},
+                      {"type": "text", "text": "in Pune."}, {"type": "done"}]
+    responded = of_type(engine, run_id, ev.ModelResponded)
+    assert len(responded) == 2 and responded[1].tokens_out == 5
+    # Driven again, a finished run streams nothing more.
+    drive(engine, run_id)
+    assert len(client.read_stream(run_id)) == len(deltas)
+
+
+def test_the_adapter_streams_tool_call_deltas_and_replies_as_complete_does() -> None:
+    request = encode_request(
+        system_instructions="Be brief.", input="Weather in Pune?",
+        model_settings=ModelSettings(), tools=[lookup], output_schema=None, handoffs=[],
+        previous_response_id=None, conversation_id=None, prompt=None)
+    got: list[Any] = []
+
+    async def emit(delta: Any) -> None:
+        got.append(delta)
+
+    with FakeProvider(openai_stream(tool_calls=[("c1", "lookup", ['{"city": ', '"Pune"}'])]),
+                      calls(("c1", "lookup", {"city": "Pune"}))) as server:
+        model = AgentsModel(chat(server))
+        streamed = asyncio.run(model.stream(request, emit))
+        completed = asyncio.run(model.complete(request))
+    assert got == [
+        {"type": "tool_call", "index": 0, "id": "c1", "name": "lookup", "arguments": p}
+        for p in ('{"city": ', '"Pune"}')]
+    assert decode_response(streamed.response).output[0].arguments == '{"city": "Pune"}'
+    assert decode_response(completed.response).output[0].arguments == '{"city": "Pune"}'
+    assert (streamed.model, streamed.tokens_in, streamed.tokens_out) == ("gpt-4o-mini", 12, 5)

@@ -61,7 +61,8 @@ class DurableModel(Model):
             model_settings=model_settings, tools=tools, output_schema=output_schema,
             handoffs=handoffs, previous_response_id=previous_response_id,
             conversation_id=conversation_id, prompt=prompt)
-        return decode_response(await scope().ctx.model(self.adapter, request))
+        step = scope()
+        return decode_response(await step.ctx.model(self.adapter, request, stream=step.stream))
 
     def stream_response(
         self, system_instructions: str | None, input: str | list[TResponseInputItem],
@@ -215,6 +216,8 @@ class DurableAgent:
         run_config: Passed to ``Runner.run``; its model provider is made durable.
         hooks: The SDK hooks to call.
         max_turns: Passed to ``Runner.run``.
+        stream: Stream each model call's text and tool-call deltas to the run's live stream
+            as they arrive (``Client.stream``); the complete response is journaled once.
         context: Makes the SDK run context from the step's context (default: None).
         prices: Prices model calls; None means the maintained table.
     """
@@ -230,6 +233,7 @@ class DurableAgent:
         run_config: RunConfig | None = None,
         hooks: RunHooks[Any] | None = None,
         max_turns: int = 10,
+        stream: bool = False,
         context: Callable[[RunContext[AgentRun, AgentInput]], Any] | None = None,
         prices: PriceTable | None = None,
     ) -> None:
@@ -242,7 +246,7 @@ class DurableAgent:
         self.run_config = dataclasses.replace(
             config, model_provider=_Provider(config.model_provider or MultiProvider(), prices))
         self._hooks = _Hooks(set(graph.clones), hooks)
-        self._max_turns, self._context = max_turns, context
+        self._max_turns, self._context, self._stream = max_turns, context, stream
         if any(t.needs_approval is not False for t in graph.originals):
             base = policy or DEFAULT_POLICY
             policy = Policy(f"{base.version}+{NEEDS_APPROVAL.id}", [*base.rules, NEEDS_APPROVAL],
@@ -256,7 +260,7 @@ class DurableAgent:
         self.flow.step(self._run, name="run", start=True)
 
     async def _run(self, ctx: RunContext[AgentRun, AgentInput]) -> Next:
-        token = SCOPE.set(StepScope(ctx))
+        token = SCOPE.set(StepScope(ctx, stream=self._stream))
         try:
             result = await Runner.run(
                 self.agent, ctx.input.input,  # type: ignore[arg-type]

@@ -42,11 +42,13 @@ NEEDS_APPROVAL = Rule(
 
 @dataclass
 class StepScope:
-    """What the SDK's calls inside one step reach: the step's context, the lock that runs
-    the tools of a turn one at a time (so their journal order is the same on every re-run),
-    and where the untrusted content in the agent's context came from."""
+    """What the SDK's calls inside one step reach: the step's context, whether model calls
+    stream, the lock that runs the tools of a turn one at a time (so their journal order is
+    the same on every re-run), and where the untrusted content in the agent's context came
+    from."""
 
     ctx: RunContext[Any, Any]
+    stream: bool = False
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     taint: list[str] = field(default_factory=list)
 
