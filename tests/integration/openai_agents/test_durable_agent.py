@@ -30,6 +30,7 @@ from fakes.model_provider import (
     FakeProvider,
     Reply,
     openai_completion,
+    openai_error,
     openai_response,
     openai_stream,
     response_call,
@@ -374,3 +375,24 @@ def test_the_adapter_streams_tool_call_deltas_and_replies_as_complete_does() -> 
     assert decode_response(streamed.response).output[0].arguments == '{"city": "Pune"}'
     assert decode_response(completed.response).output[0].arguments == '{"city": "Pune"}'
     assert (streamed.model, streamed.tokens_in, streamed.tokens_out) == ("gpt-4o-mini", 12, 5)
+
+
+def test_a_provider_outage_is_retried_on_a_durable_timer_and_a_bad_request_fails() -> None:
+    with FakeProvider(openai_error(503, "overloaded"),
+                      openai_completion(content="Hi")) as server:
+        durable = DurableAgent(Agent("patient", model=chat(server)))
+        engine, clock = memory_engine([durable.flow])
+        run_id, _ = engine.start(durable.flow, {"input": "Hello"})
+        s = drive(engine, run_id)
+        assert s.status == "waiting" and len(server.received) == 1
+        [retry] = of_type(engine, run_id, ev.RetryScheduled)
+        assert retry.tool == "model"
+        clock.advance(retry.delay_s + 1)
+        s = drive(engine, run_id)
+    assert s.status == "completed" and s.result == "Hi"
+    with FakeProvider(openai_error(400, "no such model")) as server:
+        durable = DurableAgent(Agent("wrong", model=chat(server)))
+        engine, _ = memory_engine([durable.flow])
+        run_id, _ = engine.start(durable.flow, {"input": "Hello"})
+        s = drive(engine, run_id)
+    assert s.status == "failed" and "no such model" in (s.error or "")

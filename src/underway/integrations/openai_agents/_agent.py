@@ -25,6 +25,7 @@ from ...errors import ConfigurationError
 from ...flow import Flow, Next, RunContext
 from ...guard.budgets import Budget
 from ...guard.policy import DEFAULT_POLICY, Policy
+from ...models.errors import ModelError
 from ...models.pricing import PriceTable
 from ._requests import AgentsModel, decode_response, encode_request
 from ._tools import NEEDS_APPROVAL, SCOPE, StepScope, durable_tool, scope, tool_options
@@ -266,7 +267,8 @@ class DurableAgent:
                 self.agent, ctx.input.input,  # type: ignore[arg-type]
                 context=None if self._context is None else self._context(ctx),
                 max_turns=self._max_turns, hooks=self._hooks, run_config=self.run_config)
-        except AgentsException as exc:
+        except (AgentsException, ModelError) as exc:
+            # A transient ModelError never gets here: the engine retries it on a timer.
             return ctx.fail(f"{type(exc).__name__}: {exc}")
         finally:
             SCOPE.reset(token)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import openai
 from agents import FunctionTool, Handoff, ModelSettings
 from agents.agent_output import AgentOutputSchemaBase
 from agents.exceptions import ModelBehaviorError
@@ -24,7 +25,9 @@ from pydantic_core import to_jsonable_python
 from ...effects import ModelQuote, ModelReply
 from ...errors import ConfigurationError
 from ...events import JSON, canonical_json
+from ...models.errors import ModelError
 from ...models.pricing import PriceTable
+from ...models.retries import Failure, sdk_failure
 
 _SETTINGS: TypeAdapter[ModelSettings] = TypeAdapter(ModelSettings)
 _RESPONSE: TypeAdapter[ModelResponse] = TypeAdapter(ModelResponse)
@@ -160,13 +163,28 @@ class AgentsModel:
         self.prices = prices if prices is not None else PriceTable.default()
 
     async def complete(self, request: JSON) -> ModelReply:
-        """Ask the SDK model; its response as JSON, with its usage and cost."""
-        response = await self.model.get_response(**decode_request(request))
+        """Ask the SDK model; its response as JSON, with its usage and cost.
+
+        Raises:
+            ModelError: The provider refused or could not be reached; ``retryable`` says
+                whether the engine asks again later, on a durable timer.
+        """
+        try:
+            response = await self.model.get_response(**decode_request(request))
+        except openai.APIError as exc:
+            raise self._failed(exc) from exc
         return self._reply(response)
 
     async def stream(self, request: JSON, emit: Emit) -> ModelReply:
         """Ask the SDK model for a stream: each text and tool-call delta goes to ``emit`` as
         it arrives; the complete response comes back as from :meth:`complete`."""
+        try:
+            done = await self._stream(request, emit)
+        except openai.APIError as exc:
+            raise self._failed(exc) from exc
+        return self._reply(done)
+
+    async def _stream(self, request: JSON, emit: Emit) -> ModelResponse:
         names: dict[str, tuple[int, str, str]] = {}
         done: ModelResponse | None = None
         async for event in self.model.stream_response(**decode_request(request)):
@@ -192,7 +210,18 @@ class AgentsModel:
                 done = ModelResponse(output=list(r.output), usage=usage, response_id=r.id)
         if done is None:
             raise ModelBehaviorError(f"{self.name}: the stream ended without a response")
-        return self._reply(done)
+        return done
+
+    def _failed(self, exc: openai.APIError) -> ModelError:
+        """The provider's failure as underway's :class:`ModelError` (a rate limit or an
+        outage is retryable; a bad request is not)."""
+        found = sdk_failure(exc, status_error=openai.APIStatusError,
+                            connection_error=openai.APIConnectionError)
+        if found is None:
+            found = Failure(None, str(exc), False)
+        return ModelError("openai", self.model_id, status=found.status,
+                          provider_message=found.message, retryable=found.retryable,
+                          retry_after=found.retry_after)
 
     def _reply(self, response: ModelResponse) -> ModelReply:
         usage = response.usage
