@@ -396,3 +396,34 @@ def test_a_provider_outage_is_retried_on_a_durable_timer_and_a_bad_request_fails
         run_id, _ = engine.start(durable.flow, {"input": "Hello"})
         s = drive(engine, run_id)
     assert s.status == "failed" and "no such model" in (s.error or "")
+
+
+def test_the_tool_calls_of_one_turn_run_in_order_and_none_twice(tmp_path: Path) -> None:
+    looked: list[str] = []
+
+    @function_tool
+    def weather(city: str) -> str:
+        """The weather in a city."""
+        looked.append(city)
+        return f"31C in {city}"
+
+    with FakeProvider(calls(("c1", "weather", {"city": "Pune"}),
+                            ("c2", "pay", {"account": "ACC-1", "amount": 5}),
+                            ("c3", "weather", {"city": "Goa"})),
+                      openai_completion(content="Done.")) as server:
+        agent = Agent("busy", tools=[weather, pay], model=chat(server))
+        durable = DurableAgent(agent, tools={"weather": {"read_only": True,
+                                                         "trusted_output": True}})
+        engine, _ = memory_engine([durable.flow])
+        boss = Approver(engine, tmp_path, "boss", ("finance",))
+        run_id, _ = engine.start(durable.flow, {"input": "weather, then pay"})
+        s = drive(engine, run_id)
+        # The first call ran; the second waits for a person; the third has not started.
+        assert s.status == "waiting" and looked == ["Pune"] and PAID == []
+        engine.submit_decision(boss.decide(s))
+        s = drive(engine, run_id)
+        assert len(server.received) == 2
+    assert s.status == "completed" and looked == ["Pune", "Goa"]
+    assert PAID == [{"account": "ACC-1", "amount": 5}]
+    done = of_type(engine, run_id, ev.ToolSucceeded)
+    assert [(e.tool, e.index) for e in done] == [("weather", 1), ("pay", 2), ("weather", 3)]
