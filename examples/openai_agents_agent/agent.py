@@ -60,9 +60,13 @@ async def refund_went_through(key: str) -> uw.Reconciled:
     return uw.Reconciled.happened(f"refund {found['refund_id']} of {found['amount']} INR issued")
 
 
-def refund_desk(model_url: str) -> Agent[Any]:
+def model_client(model_url: str) -> AsyncOpenAI:
+    """A client of the model server at ``model_url``."""
+    return AsyncOpenAI(base_url=model_url, api_key="unused", max_retries=0)
+
+
+def refund_desk(client: AsyncOpenAI) -> Agent[Any]:
     """The agent, as written for the Agents SDK."""
-    client = AsyncOpenAI(base_url=model_url, api_key="unused", max_retries=0)
     return Agent(
         "refund_desk",
         instructions="Answer questions about orders. Refund an order when asked.",
@@ -71,12 +75,12 @@ def refund_desk(model_url: str) -> Agent[Any]:
     )
 
 
-def durable_desk(model_url: str, payments_url: str) -> DurableAgent:
+def durable_desk(client: AsyncOpenAI, payments_url: str) -> DurableAgent:
     """The same agent run by underway: the order lookup reads the shop's own database
     (read-only, trusted); a refund is reconciled with the payments service after a crash."""
     global PAYMENTS
     PAYMENTS = payments_url
-    return DurableAgent(refund_desk(model_url), tools={
+    return DurableAgent(refund_desk(client), tools={
         "look_up_order": {"read_only": True, "trusted_output": True},
         "issue_refund": {"reconcile": refund_went_through, "amount": "amount",
                          "currency": "INR", "money_direction": "out",

@@ -56,6 +56,9 @@ class ModelServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # Headers and body go out as separate writes: without this, Nagle's algorithm
+            # and the client's delayed ACK hold each reply back for tens of milliseconds.
+            disable_nagle_algorithm = True
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["content-length"])))

@@ -24,6 +24,9 @@ class Payments:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # Headers and body go out as separate writes: without this, Nagle's algorithm
+            # and the client's delayed ACK hold each reply back for tens of milliseconds.
+            disable_nagle_algorithm = True
 
             def _send(self, body: Any) -> None:
                 data = json.dumps(body).encode()

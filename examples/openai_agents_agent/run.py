@@ -26,7 +26,7 @@ if not __package__:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import underway as uw
-from openai_agents_agent.agent import durable_desk
+from openai_agents_agent.agent import durable_desk, model_client
 from openai_agents_agent.model_server import ModelServer
 from openai_agents_agent.payments import Payments
 from underway import events as ev
@@ -76,7 +76,7 @@ def main() -> int:
             os.kill(pid, signal.SIGKILL)
 
     with ModelServer() as model, Payments(data / "payments.json", kill_worker_2) as pay:
-        desk = durable_desk(model.url, pay.url)
+        desk = durable_desk(model_client(model.url), pay.url)
         engine = uw.Engine(uw.connect(db), flows=[desk.flow])
         pem, public = generate_keypair()
         write_private_key(data / "manager.pem", pem)

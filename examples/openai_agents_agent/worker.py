@@ -16,7 +16,7 @@ if not __package__:
 import agents
 
 import underway as uw
-from openai_agents_agent.agent import durable_desk
+from openai_agents_agent.agent import durable_desk, model_client
 
 
 def main() -> None:
@@ -28,7 +28,7 @@ def main() -> None:
     a = p.parse_args()
     # The journal is the record of every call; the SDK's traces would leave the machine.
     agents.set_tracing_disabled(True)
-    desk = durable_desk(a.model, a.payments)
+    desk = durable_desk(model_client(a.model), a.payments)
     # A short lease: the next worker takes a killed worker's run over within a second.
     engine = uw.Engine(uw.connect(a.db), flows=[desk.flow], lease_ttl=1.0)
 
