@@ -215,7 +215,8 @@ class DurableAgent:
             :data:`NEEDS_APPROVAL` added, in place of the engine's.
         budget: The flow's budget (default: the engine's).
         run_config: Passed to ``Runner.run``; its model provider is made durable.
-        hooks: The SDK hooks to call.
+        hooks: The SDK hooks to call. They are called again each time the step runs again
+            (after a crash or an approval), as the agent walks its journaled path.
         max_turns: Passed to ``Runner.run``.
         stream: Stream each model call's text and tool-call deltas to the run's live stream
             as they arrive (``Client.stream``); the complete response is journaled once.

@@ -51,6 +51,9 @@ class StepScope:
     stream: bool = False
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     taint: list[str] = field(default_factory=list)
+    stopped: BaseException | None = None
+    """The stop (an approval wait, a budget's refusal...) a call of this step raised: the
+    calls queued behind it end with it instead of running."""
 
 
 SCOPE: ContextVar[StepScope] = ContextVar("underway_openai_agents_scope")
@@ -171,6 +174,8 @@ def durable_tool(sdk: FunctionTool, options: ToolOptions) -> tuple[FunctionTool,
             labels.append(NEEDS_APPROVAL_LABEL)
         tainted = bool(step.taint)
         async with step.lock:
+            if step.stopped is not None:
+                raise step.stopped
             token = _TOOL_CONTEXT.set(tool_ctx)
             try:
                 result: Any = await step.ctx.call(
@@ -183,6 +188,10 @@ def durable_tool(sdk: FunctionTool, options: ToolOptions) -> tuple[FunctionTool,
             except ToolCallError as exc:
                 result = f"The tool call was not carried out ({exc.error_type}): {exc.message}"
                 came_from_tool = exc.error_type not in _REFUSED
+            except BaseException as exc:
+                if not isinstance(exc, Exception | asyncio.CancelledError):
+                    step.stopped = exc
+                raise
             finally:
                 _TOOL_CONTEXT.reset(token)
             if came_from_tool and not trusts_output(made):
