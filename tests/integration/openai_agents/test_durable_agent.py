@@ -19,6 +19,7 @@ from agents import (
     ModelSettings,
     OpenAIChatCompletionsModel,
     OpenAIResponsesModel,
+    WebSearchTool,
     function_tool,
 )
 from openai import AsyncOpenAI, DefaultAsyncHttpxClient
@@ -427,3 +428,31 @@ def test_the_tool_calls_of_one_turn_run_in_order_and_none_twice(tmp_path: Path) 
     assert PAID == [{"account": "ACC-1", "amount": 5}]
     done = of_type(engine, run_id, ev.ToolSucceeded)
     assert [(e.tool, e.index) for e in done] == [("weather", 1), ("pay", 2), ("weather", 3)]
+
+
+def test_a_hosted_web_search_is_journaled_with_the_response_and_taints_the_context() -> None:
+    @function_tool
+    def note(text: str) -> str:
+        """Write a note."""
+        return "noted"
+
+    search = {"type": "web_search_call", "id": "ws_1", "status": "completed",
+              "action": {"type": "search", "query": "weather in Pune"}}
+    with FakeProvider(openai_response(search, response_call("c1", "note", '{"text": "31C"}'))
+                      ) as server:
+        agent = Agent("searcher", tools=[WebSearchTool(), note],
+                      model=OpenAIResponsesModel("gpt-4o-mini", client(server)))
+        durable = DurableAgent(agent)
+        engine, _ = memory_engine([durable.flow])
+        run_id, _ = engine.start(durable.flow, {"input": "note the weather in Pune"})
+        s = drive(engine, run_id)
+        assert [t["type"] for t in server.received[0].body["tools"]] == ["web_search",
+                                                                          "function"]
+    [responded] = of_type(engine, run_id, ev.ModelResponded)
+    assert responded.request["tools"][0] == {"hosted": "WebSearchTool",
+                                             "config": {"search_context_size": "medium"}}
+    assert responded.response["output"][0]["type"] == "web_search_call"
+    # What the search found may carry an attacker's words: the note waits for a person.
+    assert s.status == "waiting" and s.pending_approval is not None
+    assert s.pending_approval.rule_id == "untrusted-input"
+    assert "web_search" in json.dumps(s.pending_approval.evidence)

@@ -25,9 +25,10 @@ from ...errors import ConfigurationError
 from ...flow import Flow, Next, RunContext
 from ...guard.budgets import Budget
 from ...guard.policy import DEFAULT_POLICY, Policy
+from ...guard.taint import add_source
 from ...models.errors import ModelError
 from ...models.pricing import PriceTable
-from ._requests import AgentsModel, decode_response, encode_request
+from ._requests import HOSTED, AgentsModel, decode_response, encode_request
 from ._tools import NEEDS_APPROVAL, SCOPE, StepScope, durable_tool, scope, tool_options
 
 
@@ -63,7 +64,13 @@ class DurableModel(Model):
             handoffs=handoffs, previous_response_id=previous_response_id,
             conversation_id=conversation_id, prompt=prompt)
         step = scope()
-        return decode_response(await step.ctx.model(self.adapter, request, stream=step.stream))
+        response = decode_response(
+            await step.ctx.model(self.adapter, request, stream=step.stream))
+        for item in response.output:
+            if item.type in ("web_search_call", "file_search_call"):
+                # What the provider's search found is in the model's context now.
+                add_source(step.taint, item.type.removesuffix("_call"))
+        return response
 
     def stream_response(
         self, system_instructions: str | None, input: str | list[TResponseInputItem],
@@ -162,12 +169,15 @@ class _Graph:
                           for h in agent.handoffs]
         return clone
 
-    def tool(self, agent: Agent[Any], t: SDKTool) -> FunctionTool:
+    def tool(self, agent: Agent[Any], t: SDKTool) -> SDKTool:
+        if isinstance(t, tuple(HOSTED.values())):
+            return t
         if not isinstance(t, FunctionTool) or t._is_agent_tool:
             kind = "an agent used as a tool" if isinstance(t, FunctionTool) else type(t).__name__
             raise ConfigurationError(
                 f"agent {agent.name!r}: tool {getattr(t, 'name', t)!r} is {kind}; a durable "
-                "agent takes function tools only, each run through ctx.call")
+                "agent takes function tools, each run through ctx.call, and the provider's "
+                f"{' and '.join(HOSTED)}")
         made = self.tools.get(id(t))
         if made is None:
             if t.name in self.names:

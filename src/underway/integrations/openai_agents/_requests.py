@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import openai
-from agents import FunctionTool, Handoff, ModelSettings
+from agents import FileSearchTool, FunctionTool, Handoff, ModelSettings, WebSearchTool
 from agents.agent_output import AgentOutputSchemaBase
 from agents.exceptions import ModelBehaviorError
 from agents.items import ModelResponse
@@ -29,6 +29,10 @@ from ...models.errors import ModelError
 from ...models.pricing import PriceTable
 from ...models.retries import Failure, sdk_failure
 
+HOSTED: dict[str, type[Any]] = {"WebSearchTool": WebSearchTool, "FileSearchTool": FileSearchTool}
+"""The tools the provider runs itself that a durable agent may have: their calls and
+results arrive inside the model's response, so the journal holds them with it."""
+
 _SETTINGS: TypeAdapter[ModelSettings] = TypeAdapter(ModelSettings)
 _RESPONSE: TypeAdapter[ModelResponse] = TypeAdapter(ModelResponse)
 
@@ -42,10 +46,16 @@ def encode_request(
     :func:`decode_request` turns back into the same call."""
     encoded_tools: list[JSON] = []
     for t in tools:
+        hosted = HOSTED.get(type(t).__name__)
+        if hosted is not None and isinstance(t, hosted):
+            encoded_tools.append({"hosted": type(t).__name__, "config": TypeAdapter(
+                hosted).dump_python(t, mode="json", exclude_none=True)})
+            continue
         if not isinstance(t, FunctionTool):
             raise ConfigurationError(
                 f"tool {getattr(t, 'name', t)!r} is a {type(t).__name__}; a durable agent "
-                "takes function tools only (each runs through ctx.call)")
+                "takes function tools (each runs through ctx.call) and the provider's "
+                f"{' and '.join(HOSTED)}")
         encoded_tools.append({"name": t.name, "description": t.description,
                               "parameters": t.params_json_schema,
                               "strict": t.strict_json_schema})
@@ -109,10 +119,7 @@ def decode_request(request: JSON) -> dict[str, Any]:
         "system_instructions": request.get("system_instructions"),
         "input": request["input"],
         "model_settings": _SETTINGS.validate_python(request.get("model_settings") or {}),
-        "tools": [FunctionTool(name=t["name"], description=t["description"],
-                               params_json_schema=t["parameters"], on_invoke_tool=_not_here,
-                               strict_json_schema=t["strict"])
-                  for t in request.get("tools") or []],
+        "tools": [_tool(t) for t in request.get("tools") or []],
         "output_schema": _OutputSchema(schema) if isinstance(schema, dict) else None,
         "handoffs": [Handoff(tool_name=h["tool_name"], tool_description=h["tool_description"],
                              input_json_schema=h["input_json_schema"],
@@ -125,6 +132,14 @@ def decode_request(request: JSON) -> dict[str, Any]:
         "conversation_id": request.get("conversation_id"),
         "prompt": request.get("prompt"),
     }
+
+
+def _tool(data: dict[str, Any]) -> Any:
+    if "hosted" in data:
+        return TypeAdapter(HOSTED[data["hosted"]]).validate_python(data["config"])
+    return FunctionTool(name=data["name"], description=data["description"],
+                        params_json_schema=data["parameters"], on_invoke_tool=_not_here,
+                        strict_json_schema=data["strict"])
 
 
 def encode_response(response: ModelResponse) -> JSON:
