@@ -48,6 +48,8 @@ from underway.integrations.openai_agents import (
     decode_response,
     encode_request,
 )
+from underway.ops.deploy import check_deploy
+from underway.ops.replay import replay_run
 from underway.testing import memory_engine
 
 agents.set_tracing_disabled(True)
@@ -456,3 +458,20 @@ def test_a_hosted_web_search_is_journaled_with_the_response_and_taints_the_conte
     assert s.status == "waiting" and s.pending_approval is not None
     assert s.pending_approval.rule_id == "untrusted-input"
     assert "web_search" in json.dumps(s.pending_approval.evidence)
+
+
+def test_replay_and_deploy_check_find_no_change_on_unchanged_code(tmp_path: Path) -> None:
+    with FakeProvider(calls(("c1", "lookup", {"city": "Pune"})),
+                      calls(("c2", "pay", {"account": "ACC-1", "amount": 5}))) as server:
+        agent = Agent("auditable", tools=[lookup, pay], model=chat(server))
+        durable = DurableAgent(agent, tools={"lookup": {"read_only": True,
+                                                        "trusted_output": True}})
+        engine, _ = memory_engine([durable.flow])
+        run_id, _ = engine.start(durable.flow, {"input": "pay"})
+        s = drive(engine, run_id)
+    assert s.status == "waiting" and s.pending_approval is not None
+    # The same code, replayed without a model or a tool: the journal answers every call.
+    replayed = asyncio.run(replay_run(engine.store, run_id, flows=[durable.flow]))
+    assert replayed.divergences == [] and replayed.changes == []
+    report = asyncio.run(check_deploy(engine.store, [durable.flow]))
+    assert report.ok and (report.checked, report.rerun) == (1, 1)
