@@ -19,6 +19,7 @@ from agents import (
     ModelSettings,
     OpenAIChatCompletionsModel,
     OpenAIResponsesModel,
+    RunContextWrapper,
     WebSearchTool,
     function_tool,
 )
@@ -475,3 +476,23 @@ def test_replay_and_deploy_check_find_no_change_on_unchanged_code(tmp_path: Path
     assert replayed.divergences == [] and replayed.changes == []
     report = asyncio.run(check_deploy(engine.store, [durable.flow]))
     assert report.ok and (report.checked, report.rerun) == (1, 1)
+
+
+def test_the_sdk_run_context_is_made_from_the_step() -> None:
+    seen: list[Any] = []
+
+    @function_tool
+    def whoami(ctx: RunContextWrapper[dict[str, str]]) -> str:
+        """Who the agent runs for."""
+        seen.append(ctx.context)
+        return ctx.context["run"]
+
+    with FakeProvider(calls(("c1", "whoami", {})), openai_completion(content="ok")) as server:
+        agent = Agent("context", tools=[whoami], model=chat(server))
+        durable = DurableAgent(agent, tools={"whoami": {"read_only": True}},
+                               context=lambda ctx: {"run": ctx.run_id})
+        engine, _ = memory_engine([durable.flow])
+        run_id, _ = engine.start(durable.flow, {"input": "who?"})
+        s = drive(engine, run_id)
+    assert s.status == "completed" and seen == [{"run": run_id}]
+    assert of_type(engine, run_id, ev.ToolSucceeded)[0].result == run_id
