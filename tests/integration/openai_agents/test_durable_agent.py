@@ -496,3 +496,26 @@ def test_the_sdk_run_context_is_made_from_the_step() -> None:
         s = drive(engine, run_id)
     assert s.status == "completed" and seen == [{"run": run_id}]
     assert of_type(engine, run_id, ev.ToolSucceeded)[0].result == run_id
+
+
+def test_a_call_proposed_beside_an_untrusted_one_is_not_tainted_by_it() -> None:
+    notes: list[str] = []
+
+    @function_tool
+    def jot(text: str) -> str:
+        """Write a note."""
+        notes.append(text)
+        return "noted"
+
+    with FakeProvider(calls(("c1", "lookup", {"city": "Pune"}), ("c2", "jot", {"text": "a"})),
+                      calls(("c3", "jot", {"text": "31C"}))) as server:
+        agent = Agent("jotter", tools=[lookup, jot], model=chat(server))
+        durable = DurableAgent(agent, tools={"lookup": {"read_only": True}})
+        engine, _ = memory_engine([durable.flow])
+        run_id, _ = engine.start(durable.flow, {"input": "jot"})
+        s = drive(engine, run_id)
+    # The first note was proposed before the model read the lookup's output; the second,
+    # after: only the second waits for a person.
+    assert notes == ["a"]
+    assert s.status == "waiting" and s.pending_approval is not None
+    assert s.pending_approval.args == {"text": "31C"}

@@ -66,10 +66,13 @@ class DurableModel(Model):
         step = scope()
         response = decode_response(
             await step.ctx.model(self.adapter, request, stream=step.stream))
+        # The calls this response proposes come from the context the model saw.
+        step.proposed_from = list(step.taint)
         for item in response.output:
             if item.type in ("web_search_call", "file_search_call"):
                 # What the provider's search found is in the model's context now.
                 add_source(step.taint, item.type.removesuffix("_call"))
+                add_source(step.proposed_from, item.type.removesuffix("_call"))
         return response
 
     def stream_response(

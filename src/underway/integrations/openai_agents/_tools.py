@@ -51,6 +51,9 @@ class StepScope:
     stream: bool = False
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     taint: list[str] = field(default_factory=list)
+    proposed_from: list[str] = field(default_factory=list)
+    """The taint of the context the model's latest response was made in: the calls it
+    proposes carry it (not what the other calls of the same turn add)."""
     stopped: BaseException | None = None
     """The stop (an approval wait, a budget's refusal...) a call of this step raised: the
     calls queued behind it end with it instead of running."""
@@ -169,20 +172,22 @@ def durable_tool(sdk: FunctionTool, options: ToolOptions) -> tuple[FunctionTool,
             args: JSON = json.loads(raw) if raw else {}
         except ValueError:
             args = raw  # the door's schema check refuses it, journaled
-        labels = taint_labels(step.taint) if exposed(made) else []
-        if await _needs_approval(sdk, tool_ctx, args):
-            labels.append(NEEDS_APPROVAL_LABEL)
-        tainted = bool(step.taint)
+        # The calls of a turn reach the lock in the model's order, as the SDK starts them;
+        # nothing here may wait on anything else before it.
         async with step.lock:
             if step.stopped is not None:
                 raise step.stopped
+            sources = list(step.proposed_from)
+            labels = taint_labels(sources) if exposed(made) else []
+            if await _needs_approval(sdk, tool_ctx, args):
+                labels.append(NEEDS_APPROVAL_LABEL)
             token = _TOOL_CONTEXT.set(tool_ctx)
             try:
                 result: Any = await step.ctx.call(
                     made, args, labels=labels,
-                    evidence={"call_id": tool_ctx.tool_call_id, "tainted_by": list(step.taint)},
+                    evidence={"call_id": tool_ctx.tool_call_id, "tainted_by": sources},
                     risks=[f"proposed by a model that has read untrusted content from "
-                           f"{', '.join(step.taint)}"] if tainted else [],
+                           f"{', '.join(sources)}"] if sources else [],
                 )
                 came_from_tool = True
             except ToolCallError as exc:
