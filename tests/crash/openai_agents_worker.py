@@ -36,11 +36,11 @@ def _http(method: str, url: str, body: Any = None) -> Any:
 
 
 @function_tool
-async def record(run: str, step: int) -> str:
-    """Record one step of the run in the outside ledger."""
+async def record(run: str, step: int, part: int) -> str:
+    """Record one part of a step of the run in the outside ledger."""
     key = current_call().key
     body = {"key": key, "kind": "record", "idempotent": False,
-            "payload": {"run": run, "step": step}}
+            "payload": {"run": run, "step": step, "part": part}}
     out = await asyncio.to_thread(_http, "POST", f"{SERVICE}/effects", body)
     return str(out["id"])
 

@@ -1,7 +1,8 @@
 """A durable Agents SDK agent across worker SIGKILLs, on SQLite and PostgreSQL.
 
 Worker processes run one agent run whose model (the SDK's Chat Completions model) is a
-local server and whose tool records non-idempotent effects in an outside service. The
+local server and whose tool records non-idempotent effects in an outside service. Each
+turn the model asks for two calls at once, which the SDK starts together. The
 first is killed with SIGKILL at its first fault point, the next at its second, and so on,
 until one finishes the run: every kind of commit and effect boundary is hit once. The
 model server counts the requests of each turn and the service the deliveries of each key.
@@ -30,8 +31,10 @@ from underway.store import connect
 pytestmark = [pytest.mark.crash, pytest.mark.timeout(900)]
 
 WORKER = Path(__file__).with_name("openai_agents_worker.py")
-TOOLS = 3
-"""Tool calls in a run: the model asks for ``record`` three times, then answers."""
+TURNS = 3
+"""Turns with tool calls: the model asks for ``record`` in three turns, then answers."""
+CALLS = 2
+"""Calls the model asks for in each of those turns."""
 CHILD_TIMEOUT_S = 120.0
 """Against a hang only."""
 
@@ -67,7 +70,7 @@ def test_kills_at_every_fault_point_repeat_no_model_request_or_effect(
     url = str(request.getfixturevalue("sqlite_url" if db == "sqlite" else "pg_url"))
     connect(url).close()
     kills = 0
-    with AgentWire(tools=TOOLS) as wire, OutsideService() as svc:
+    with AgentWire(turns=TURNS, calls=CALLS) as wire, OutsideService() as svc:
         for crash_after in range(1, 200):
             journaled = answered_turns(url)
             before = dict(wire.asked)
@@ -85,10 +88,11 @@ def test_kills_at_every_fault_point_repeat_no_model_request_or_effect(
         effects = svc.ledger.snapshot()
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["results"] == ["done run-0"]
-    assert kills >= 2 * TOOLS  # every turn's commits and effects were hit
-    assert set(asked) == {("run-0", t) for t in range(TOOLS + 1)}
+    assert kills >= TURNS * CALLS  # the kills spread over the whole run, not a lucky few
+    assert set(asked) == {("run-0", t) for t in range(TURNS + 1)}
     # Each tool call took effect once, whatever the kill hid from the journal.
-    assert sorted(d.payload["step"] for d in effects.values()) == list(range(TOOLS))
+    assert sorted((d.payload["step"], d.payload["part"]) for d in effects.values()) == [
+        (t, p) for t in range(TURNS) for p in range(CALLS)]
     assert all(d.performed == 1 for d in effects.values()), effects
     store = connect(url)
     try:
@@ -97,6 +101,10 @@ def test_kills_at_every_fault_point_repeat_no_model_request_or_effect(
     finally:
         store.close()
     assert row.status == "completed"
-    assert sum(isinstance(e, ev.ModelResponded) for e in history) == TOOLS + 1
+    assert sum(isinstance(e, ev.ModelResponded) for e in history) == TURNS + 1
     succeeded = [e for e in history if isinstance(e, ev.ToolSucceeded)]
     assert sorted(e.key for e in succeeded) == sorted(effects)
+    # The calls of a turn are journaled in the model's order, whatever the kills.
+    assert [(e.args["step"], e.args["part"]) for e in history
+            if isinstance(e, ev.ToolStarted)] == [(t, p) for t in range(TURNS)
+                                                  for p in range(CALLS)]

@@ -2,9 +2,10 @@
 sent, not by the order of requests, so a process killed and restarted mid-run gets the same
 answer to the same question. It counts every request per run and turn.
 
-The user message names the run (``run-3``). Turn ``t`` (the number of tool results in the
-conversation) below ``tools`` asks for ``record({"run": <run>, "step": t})``; then it
-answers ``done <run>``.
+The user message names the run (``run-3``). Turn ``t`` below ``turns`` asks for ``calls``
+calls in one response, ``record({"run": <run>, "step": t, "part": p})`` for each part
+``p``; then it answers ``done <run>``. A turn is told by the tool results in the
+conversation.
 """
 
 from __future__ import annotations
@@ -18,15 +19,16 @@ from typing import Any
 from fakes.model_provider import openai_completion
 
 
-def answer(body: dict[str, Any], tools: int) -> tuple[str, int, dict[str, Any]]:
+def answer(body: dict[str, Any], turns: int, calls: int) -> tuple[str, int, dict[str, Any]]:
     """The run, the turn and the completion a request gets."""
     messages = body["messages"]
     run = next(str(m["content"]) for m in messages if m["role"] == "user")
-    turn = sum(1 for m in messages if m["role"] == "tool")
-    if turn < tools:
+    turn = sum(1 for m in messages if m["role"] == "tool") // calls
+    if turn < turns:
         reply = openai_completion(
-            tool_calls=[(f"call_{turn}", "record",
-                         json.dumps({"run": run, "step": turn}))],
+            tool_calls=[(f"call_{turn}_{p}", "record",
+                         json.dumps({"run": run, "step": turn, "part": p}))
+                        for p in range(calls)],
             finish_reason="tool_calls")
     else:
         reply = openai_completion(content=f"done {run}")
@@ -37,7 +39,7 @@ class AgentWire:
     """Serves the conversation on 127.0.0.1 at a free port; ``asked[(run, turn)]`` counts
     the requests for each turn."""
 
-    def __init__(self, tools: int = 3) -> None:
+    def __init__(self, turns: int = 3, calls: int = 1) -> None:
         self.asked: Counter[tuple[str, int]] = Counter()
         self._lock = threading.Lock()
         wire = self
@@ -47,7 +49,7 @@ class AgentWire:
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("content-length", "0"))))
-                run, turn, reply = answer(body, tools)
+                run, turn, reply = answer(body, turns, calls)
                 with wire._lock:
                     wire.asked[(run, turn)] += 1
                 data = json.dumps(reply).encode()
