@@ -18,7 +18,9 @@ from agents import (
     Agent,
     ModelSettings,
     OpenAIChatCompletionsModel,
+    OpenAIProvider,
     OpenAIResponsesModel,
+    RunConfig,
     RunContextWrapper,
     WebSearchTool,
     function_tool,
@@ -519,3 +521,17 @@ def test_a_call_proposed_beside_an_untrusted_one_is_not_tainted_by_it() -> None:
     assert notes == ["a"]
     assert s.status == "waiting" and s.pending_approval is not None
     assert s.pending_approval.args == {"text": "31C"}
+
+
+def test_a_model_named_by_string_comes_from_the_run_configs_provider() -> None:
+    with FakeProvider(openai_completion(content="Hi")) as server:
+        provider = OpenAIProvider(openai_client=client(server), use_responses=False)
+        agent = Agent("named", model="gpt-4o-mini")
+        durable = DurableAgent(agent, run_config=RunConfig(model_provider=provider))
+        engine, _ = memory_engine([durable.flow])
+        run_id, _ = engine.start(durable.flow, {"input": "Hello"})
+        s = drive(engine, run_id)
+        assert [r.path for r in server.received] == ["/v1/chat/completions"]
+    assert s.status == "completed" and s.result == "Hi"
+    [responded] = of_type(engine, run_id, ev.ModelResponded)
+    assert responded.model == "gpt-4o-mini"
