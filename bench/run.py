@@ -32,6 +32,7 @@ import imports
 import labels
 import listing
 import mcp_tools
+import openai_agents
 import policy
 import resume
 import sandbox
@@ -95,6 +96,11 @@ GROUPS: dict[str, list[tuple[str, Callable[[], list[Figure]]]]] = {
     "listing": [
         ("SQLite run listing", listing.bench_sqlite),
         ("PostgreSQL run listing", listing.bench_postgres),
+    ],
+    "openai_agents": [
+        ("SQLite OpenAI Agents SDK run, durable against bare", openai_agents.bench_sqlite),
+        ("PostgreSQL OpenAI Agents SDK run, durable against bare",
+         openai_agents.bench_postgres),
     ],
     "labels": [
         ("SQLite runs by label", labels.bench_sqlite),

@@ -17,12 +17,7 @@ from .. import inputs
 from ..clock import Clock, SystemClock
 from ..codec import Codec, signal_where
 from ..control import RESERVED_PREFIX, resolution_of, resumption_of
-from ..errors import (
-    AmbiguousRunId,
-    ConfigurationError,
-    KeyUnavailable,
-    RunNotFound,
-)
+from ..errors import AmbiguousRunId, ConfigurationError, KeyUnavailable, RunNotFound
 from ..events import JSON, canonical_json
 from ..flow import Flow
 from ..guard.approvals import ApprovalCheck, SignedDecision, verify_decision
@@ -44,9 +39,10 @@ from ._pages import ChildRun, RunEvent, RunPage, decode_cursor, encode_cursor
 from ._requests import PendingRequest, readable_row, request_of, sealed_request, sealed_state
 from ._settling import Settling
 from ._starting import check_start, new_run
+from ._streams import Streams
 
 
-class Client(Bulk, Consents, Deciding, Forks, Labels, Settling):
+class Client(Bulk, Consents, Deciding, Forks, Labels, Settling, Streams):
     """Starts, steers and reads runs: what an operator, the CLI, an HTTP API or another service
     does. It needs no flow code and runs no step; workers (an :class:`~underway.Engine` driven by
     a :class:`~underway.Worker` or :class:`~underway.Runner`) do that. Every method takes

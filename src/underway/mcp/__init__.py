@@ -11,16 +11,17 @@ Needs the ``mcp`` extra: ``pip install 'underway[mcp]'``.
 
 from __future__ import annotations
 
-from .._extras import import_extra
+from .._extras import needs_extra
 
-import_extra("mcp", what="underway.mcp")
+with needs_extra("mcp", "underway.mcp"):
+    import mcp as _sdk  # noqa: F401  (first, so a missing SDK is named before anything)
 
-from ._errors import ToolError, ToolVanished
-from ._flags import ToolFlags, flags
-from ._schema import MCPArguments
-from ._servers import HTTP, Server, Stdio
-from ._toolset import Toolset
-from ._wire import FENCE_META, KEY_META
+    from ._errors import ToolError, ToolVanished
+    from ._flags import ToolFlags, flags
+    from ._schema import MCPArguments
+    from ._servers import HTTP, Server, Stdio
+    from ._toolset import Toolset
+    from ._wire import FENCE_META, KEY_META
 
 __all__ = [
     "FENCE_META",

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from types import ModuleType
 from typing import Any, ClassVar, Self
 
-from ..effects import ModelQuote, ModelReply
+from ..effects import Emit, ModelQuote, ModelReply
 from ..errors import ConfigurationError
 from ..events import JSON
 from ..retry import RetryPolicy
@@ -39,7 +39,7 @@ class Adapter(abc.ABC):
     """Base of the provider adapters.
 
     ``complete`` (the engine's JSON interface) runs over ``send`` (typed), with retries and
-    cost accounting.
+    cost accounting; ``stream`` over ``send_streaming`` likewise, emitting deltas.
 
     Args:
         model: The model id.
@@ -87,6 +87,7 @@ class Adapter(abc.ABC):
             weakref.WeakKeyDictionary()
         )
         status_error, connection_error = sdk.APIStatusError, sdk.APIConnectionError
+        self._connection_error: Any = connection_error
 
         def classify(exc: Exception) -> Failure | None:
             return sdk_failure(exc, status_error=status_error, connection_error=connection_error)
@@ -111,6 +112,43 @@ class Adapter(abc.ABC):
         """Ask the model directly, outside any flow (nothing is journaled)."""
         params = self.params(request)
         raw, attempts = await self._retrier.run(lambda: self.call(params))
+        return self.response(raw, request, attempts)
+
+    async def stream(self, request: JSON, emit: Emit) -> ModelReply:
+        """:meth:`complete`, streamed: each text and tool-call delta is emitted as it
+        arrives (``ctx.model(..., stream=True)``), and the reply carries the usage and cost
+        of the whole answer."""
+        response = await self.send_streaming(ModelRequest.from_json(request), emit)
+        return ModelReply(
+            response.to_json(), response.model, response.tokens_in, response.tokens_out,
+            response.cost_usd,
+        )
+
+    async def send_streaming(self, request: ModelRequest, emit: Emit) -> ModelResponse:
+        """Ask the model directly with streaming, outside any flow: ``emit`` gets each
+        delta. When a retry follows an attempt that emitted deltas, ``emit`` gets
+        ``{"type": "restart"}`` first: what came before it is abandoned.
+
+        Args:
+            request: The request.
+            emit: Called with each delta.
+        """
+        params = self.params(request)
+        emitted = False
+
+        async def forward(delta: JSON) -> None:
+            nonlocal emitted
+            emitted = True
+            await emit(delta)
+
+        async def attempt() -> Any:
+            nonlocal emitted
+            if emitted:
+                emitted = False
+                await emit({"type": "restart"})
+            return await self.call_stream(params, forward)
+
+        raw, attempts = await self._retrier.run(attempt)
         return self.response(raw, request, attempts)
 
     def client(self) -> Any:
@@ -140,6 +178,21 @@ class Adapter(abc.ABC):
     @abc.abstractmethod
     async def call(self, params: dict[str, Any]) -> Any:
         """One request to the provider."""
+
+    def lost(self, exc: Exception) -> Exception:
+        """A transport failure in the middle of a streamed answer, as the SDK's connection
+        error: retried like a connection lost before the answer began."""
+        try:
+            request = exc.request  # type: ignore[attr-defined]
+        except (AttributeError, RuntimeError):
+            return exc
+        lost: Exception = self._connection_error(message=f"stream cut: {exc}", request=request)
+        lost.__cause__ = exc
+        return lost
+
+    @abc.abstractmethod
+    async def call_stream(self, params: dict[str, Any], emit: Emit) -> Any:
+        """One streamed request: emits each delta, returns what :meth:`call` would."""
 
     @abc.abstractmethod
     def response(self, raw: Any, request: ModelRequest, attempts: int) -> ModelResponse:

@@ -6,8 +6,12 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import httpx
+
 from .._extras import import_extra
+from ..effects import Emit
 from ..errors import ConfigurationError
+from ..events import JSON
 from ..retry import RetryPolicy
 from ._adapter import Adapter
 from ._adapter import api_key as resolve_key
@@ -133,6 +137,23 @@ class AnthropicMessages(Adapter):
         """One ``POST /v1/messages``."""
         return await self.client().messages.create(**params)
 
+    async def call_stream(self, params: dict[str, Any], emit: Emit) -> Any:
+        """One streamed ``POST /v1/messages`` (the SDK's ``messages.stream``): text and
+        tool-call deltas are emitted as they arrive, and the final message is what
+        :meth:`call` would return. The input of the structured-answer tool
+        (:data:`RESPONSE_TOOL`) is not streamed: it comes whole with the reply."""
+        calls: dict[int, int] = {}
+        """Content block index -> the tool call's place among the reply's tool calls."""
+        try:
+            async with self.client().messages.stream(**params) as events:
+                async for event in events:
+                    delta = _delta(event, calls)
+                    if delta is not None:
+                        await emit(delta)
+                return await events.get_final_message()
+        except httpx.TransportError as exc:
+            raise self.lost(exc) from exc
+
     def response(self, raw: Any, request: ModelRequest, attempts: int) -> ModelResponse:
         """A Messages API reply as a :class:`ModelResponse`.
 
@@ -182,6 +203,25 @@ class AnthropicMessages(Adapter):
             parsed=parsed,
             attempts=attempts,
         )
+
+
+def _delta(event: Any, calls: dict[int, int]) -> JSON:
+    """The delta one stream event carries (None: none), learning tool blocks in ``calls``."""
+    kind = event.type
+    if kind == "text":
+        return {"type": "text", "text": event.text}
+    if kind == "content_block_start" and event.content_block.type == "tool_use":
+        block = event.content_block
+        if block.name == RESPONSE_TOOL:
+            return None
+        calls[event.index] = len(calls)
+        return {"type": "tool_call", "index": calls[event.index], "id": block.id,
+                "name": block.name, "arguments": ""}
+    if (kind == "content_block_delta" and event.delta.type == "input_json_delta"
+            and event.index in calls):
+        return {"type": "tool_call", "index": calls[event.index], "id": None, "name": None,
+                "arguments": event.delta.partial_json}
+    return None
 
 
 def _messages(messages: list[Message]) -> list[dict[str, Any]]:

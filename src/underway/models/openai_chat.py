@@ -7,7 +7,11 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
+import httpx
+
 from .._extras import import_extra
+from ..effects import Emit
+from ..events import JSON
 from ..retry import RetryPolicy
 from ._adapter import Adapter
 from ._adapter import api_key as resolve_key
@@ -83,6 +87,8 @@ class OpenAIChat(Adapter):
             max_retry_after=max_retry_after, sleep=sleep, jitter=jitter, on_retry=on_retry,
         )
         self.base_url = base_url
+        self._stream_state = import_extra("openai.lib.streaming.chat", what="OpenAIChat",
+                                          extra="openai").ChatCompletionStreamState
         self.max_tokens_field = max_tokens_field or (
             "max_completion_tokens" if base_url is None else "max_tokens"
         )
@@ -118,6 +124,25 @@ class OpenAIChat(Adapter):
     async def call(self, params: dict[str, Any]) -> Any:
         """One ``POST /chat/completions``."""
         return await self.client().chat.completions.create(**params)
+
+    async def call_stream(self, params: dict[str, Any], emit: Emit) -> Any:
+        """One streamed ``POST /chat/completions`` (``stream_options.include_usage``, so
+        the last chunk carries the usage): text and tool-call deltas are emitted as they
+        arrive; the chunks add up to the completion :meth:`call` would return (the SDK's
+        ``ChatCompletionStreamState``)."""
+        state = self._stream_state()
+        chunks = await self.client().chat.completions.create(
+            **params, stream=True, stream_options={"include_usage": True})
+        try:
+            async for chunk in chunks:
+                state.handle_chunk(chunk)
+                for delta in _deltas(chunk):
+                    await emit(delta)
+        except httpx.TransportError as exc:
+            raise self.lost(exc) from exc
+        finally:
+            await chunks.close()
+        return state.get_final_completion()
 
     def response(self, raw: Any, request: ModelRequest, attempts: int) -> ModelResponse:
         """A chat completion as a :class:`ModelResponse`.
@@ -165,6 +190,21 @@ class OpenAIChat(Adapter):
             parsed=_json_or_none(text) if request.response_schema is not None else None,
             attempts=attempts,
         )
+
+
+def _deltas(chunk: Any) -> list[JSON]:
+    """The text and tool-call deltas of one streamed chunk."""
+    out: list[JSON] = []
+    for choice in chunk.choices[:1]:
+        d = choice.delta
+        if d.content:
+            out.append({"type": "text", "text": d.content})
+        for tc in d.tool_calls or []:
+            fn = tc.function
+            out.append({"type": "tool_call", "index": tc.index, "id": tc.id,
+                        "name": fn.name if fn else None,
+                        "arguments": (fn.arguments if fn else None) or ""})
+    return out
 
 
 def _message(m: Message) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..effects import Model, ModelQuote, ModelReply
+from ..effects import Emit, Model, ModelQuote, ModelReply
 from ..errors import ConfigurationError, UnderwayError
 from ..events import JSON
 
@@ -229,10 +229,21 @@ class ModelRouter:
     async def complete(self, request: JSON) -> ModelReply:
         """Send ``request`` to the adapter its ``kind`` routes to; the reply names the
         concrete model that answered."""
+        return await self._routed(request).complete(request)
+
+    async def stream(self, request: JSON, emit: Emit) -> ModelReply:
+        """:meth:`complete`, streamed by the adapter its ``kind`` routes to (whole, with
+        no deltas, when that adapter cannot stream)."""
+        adapter = self._routed(request)
+        streams = getattr(adapter, "stream", None)
+        return await (streams(request, emit) if streams is not None
+                      else adapter.complete(request))
+
+    def _routed(self, request: JSON) -> Model:
         kind = request.get("kind", DEFAULT_ROUTE) if isinstance(request, dict) else DEFAULT_ROUTE
         if not isinstance(kind, str):
             raise ConfigurationError(f"request kind must be a string, not {kind!r}")
-        return await self.adapter_for(kind).complete(request)
+        return self.adapter_for(kind)
 
     def usage(self, events: Iterable[Any]) -> dict[str, RouteUsage]:
         """Usage per route from a run's journal (see :func:`route_usage`)."""

@@ -12,10 +12,10 @@ announced with NOTIFY; a worker LISTENs (``wakeups``).
 (created by :meth:`PostgresStore.migrate`); without it the server's search path applies.
 
 The store is one class made of one part per role (``journal``, ``leases``, ``inbox``,
-``schedules``, ``access``, ``consent``, ``retention``, ``keys``, ``budgets``) over one pool
-(``connection``); the SQL is in ``store/sql/postgres.sql``. Each part inherits the bodies it
-shares with SQLite from :mod:`underway.store._sqlbase` and writes only what PostgreSQL does
-its own way.
+``schedules``, ``access``, ``consent``, ``retention``, ``keys``, ``budgets``, span exports
+and live streams) over one pool (``connection``); the SQL is in ``store/sql/postgres.sql``.
+Each part inherits the bodies it shares with SQLite from :mod:`underway.store._sqlbase` and
+writes only what PostgreSQL does its own way.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ with needs_extra("postgres", "the PostgreSQL store"):
     from ._leases import Leases
     from ._retention import Retention
     from ._schedules import Schedules
+    from ._streams import Streams
     from ._wakeups import Listener
 
 __all__ = ["PostgresStore", "split_url"]
@@ -45,7 +46,7 @@ __all__ = ["PostgresStore", "split_url"]
 
 class PostgresStore(
     Journal, Leases, Inbox, Schedules, Access, Consent, Retention, Keys, Budgets,
-    SQLSpanExports,
+    SQLSpanExports, Streams,
 ):
     """A :class:`~underway.store.base.Store` on a PostgreSQL database (one schema of it).
 

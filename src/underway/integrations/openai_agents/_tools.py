@@ -1,0 +1,218 @@
+"""The Agents SDK's function tools through the one door: each call of the model's becomes
+``ctx.call`` of an underway tool (allow-list, schema, policy, budgets, approvals, taint)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import inspect
+import json
+from collections.abc import Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from agents import FunctionTool
+from agents.tool_context import ToolContext
+from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
+from pydantic_core import to_jsonable_python
+
+from ...effects import CallInfo, Tool, ToolOptions, tool
+from ...errors import ConfigurationError, ToolCallError
+from ...events import JSON
+from ...flow import RunContext
+from ...guard.policy import Rule
+from ...guard.taint import add_source, exposed, taint_labels, trusts_output
+from ...journal.state import REFUSAL_ERRORS
+
+_REFUSED = frozenset({*REFUSAL_ERRORS.values(), "SchemaValidationFailed"})
+"""Errors the guard gives instead of running a tool: they carry nothing the tool said."""
+
+NEEDS_APPROVAL_LABEL = "needs_approval"
+"""The label of a call whose SDK tool says it ``needs_approval``."""
+
+NEEDS_APPROVAL = Rule(
+    "openai-agents-needs-approval",
+    outcome="require_approval",
+    labels_any=[NEEDS_APPROVAL_LABEL],
+    reason="the agent's tool is declared with needs_approval; a person signs before it runs",
+)
+"""Holds for a signed approval every call labelled :data:`NEEDS_APPROVAL_LABEL`."""
+
+
+@dataclass
+class StepScope:
+    """What the SDK's calls inside one step reach: the step's context, whether model calls
+    stream, the lock that runs the tools of a turn one at a time (so their journal order is
+    the same on every re-run), and where the untrusted content in the agent's context came
+    from."""
+
+    ctx: RunContext[Any, Any]
+    stream: bool = False
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    taint: list[str] = field(default_factory=list)
+    proposed_from: list[str] = field(default_factory=list)
+    """The taint of the context the model's latest response was made in: the calls it
+    proposes carry it (not what the other calls of the same turn add)."""
+    stopped: BaseException | None = None
+    """The stop (an approval wait, a budget's refusal...) a call of this step raised: the
+    calls queued behind it end with it instead of running."""
+
+
+SCOPE: ContextVar[StepScope] = ContextVar("underway_openai_agents_scope")
+_TOOL_CONTEXT: ContextVar[ToolContext[Any]] = ContextVar("underway_openai_agents_tool")
+_CALL: ContextVar[CallInfo] = ContextVar("underway_openai_agents_call")
+
+
+def current_call() -> CallInfo:
+    """The :class:`~underway.effects.CallInfo` of the tool call running now: an SDK tool
+    reads its idempotency key (``current_call().key``) here to pass it to the outside
+    system. A :class:`ConfigurationError` outside a durable agent's tool call."""
+    info = _CALL.get(None)
+    if info is None:
+        raise ConfigurationError("current_call() is known only inside a durable agent's "
+                                 "tool call")
+    return info
+
+
+def scope() -> StepScope:
+    """The step the SDK runs in; a :class:`ConfigurationError` outside one."""
+    found = SCOPE.get(None)
+    if found is None:
+        raise ConfigurationError(
+            "a durable agent's models and tools run only inside its underway step; start "
+            "a run of DurableAgent.flow instead of calling Runner.run on the agent")
+    return found
+
+
+class SchemaArgs(BaseModel):
+    """The arguments of a tool known by its JSON Schema: checked against the schema."""
+
+    model_config = ConfigDict(extra="allow", frozen=True, populate_by_name=True)
+    schema_of: ClassVar[dict[str, Any]] = {}
+    validator_of: ClassVar[Any] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fits_schema(cls, value: Any) -> Any:
+        errors = sorted(cls.validator_of.iter_errors(value), key=lambda e: list(e.path))
+        if errors:
+            raise ValueError("; ".join(
+                f"{'.'.join(map(str, e.path)) or '(arguments)'}: {e.message}" for e in errors))
+        return value
+
+    @classmethod
+    def model_json_schema(cls, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """The tool's own JSON Schema."""
+        return dict(cls.schema_of)
+
+    def arguments(self) -> dict[str, Any]:
+        """The arguments as the model sent them."""
+        return self.model_dump(by_alias=True, exclude_unset=True)
+
+
+def schema_args(name: str, schema: dict[str, Any]) -> type[SchemaArgs]:
+    """An argument model for tool ``name`` that checks its JSON Schema (its top-level
+    properties are fields, so money paths can name them)."""
+    from jsonschema.validators import validator_for
+
+    props = schema.get("properties") or {}
+    fields: dict[str, Any] = {
+        f"arg_{i}": (Any, Field(default=None, alias=prop)) for i, prop in enumerate(props)
+    }
+    model = create_model(f"{name}_args", __base__=SchemaArgs, **fields)
+    model.schema_of = schema
+    model.validator_of = validator_for(schema)(schema)
+    return model
+
+
+async def _needs_approval(tool: FunctionTool, ctx: ToolContext[Any], args: JSON) -> bool:
+    rule = tool.needs_approval
+    if isinstance(rule, bool):
+        return rule
+    out = rule(ctx, args if isinstance(args, dict) else {}, ctx.tool_call_id)
+    return bool(await out if inspect.isawaitable(out) else out)
+
+
+def durable_tool(sdk: FunctionTool, options: ToolOptions) -> tuple[FunctionTool, Tool]:
+    """The SDK tool ``sdk`` made durable: the copy the agent keeps, whose every call goes
+    through ``ctx.call``, and the underway tool that runs the original.
+
+    Args:
+        sdk: The SDK's function tool.
+        options: Underway's options of the tool (:func:`underway.tool`); by default a tool
+            is mutating, not idempotent, and its output untrusted.
+    """
+    original = sdk.on_invoke_tool
+
+    # Typed Any so that the tool is built first, then given its argument model (whose
+    # fields are the schema's properties, where money paths point).
+    async def run(args: Any, info: CallInfo) -> JSON:
+        tool_ctx = _TOOL_CONTEXT.get(None)
+        if tool_ctx is None:
+            raise ConfigurationError(
+                f"tool {sdk.name!r} of an Agents SDK agent runs only when its agent calls it")
+        token = _CALL.set(info)
+        try:
+            out = await original(tool_ctx, json.dumps(SchemaArgs.arguments(args)))
+        finally:
+            _CALL.reset(token)
+        return to_jsonable_python(out, fallback=str)
+
+    opts: dict[str, Any] = {"description": sdk.description, "name": sdk.name}
+    if sdk.timeout_seconds is not None:
+        opts["timeout"] = sdk.timeout_seconds
+    opts.update(options)
+    made = tool(run, **opts)
+    made = dataclasses.replace(made, args_model=schema_args(sdk.name, sdk.params_json_schema))
+
+    async def invoke(tool_ctx: ToolContext[Any], raw: str) -> Any:
+        step = scope()
+        try:
+            args: JSON = json.loads(raw) if raw else {}
+        except ValueError:
+            args = raw  # the door's schema check refuses it, journaled
+        # The calls of a turn reach the lock in the model's order, as the SDK starts them;
+        # nothing here may wait on anything else before it.
+        async with step.lock:
+            if step.stopped is not None:
+                raise step.stopped
+            sources = list(step.proposed_from)
+            labels = taint_labels(sources) if exposed(made) else []
+            if await _needs_approval(sdk, tool_ctx, args):
+                labels.append(NEEDS_APPROVAL_LABEL)
+            token = _TOOL_CONTEXT.set(tool_ctx)
+            try:
+                result: Any = await step.ctx.call(
+                    made, args, labels=labels,
+                    evidence={"call_id": tool_ctx.tool_call_id, "tainted_by": sources},
+                    risks=[f"proposed by a model that has read untrusted content from "
+                           f"{', '.join(sources)}"] if sources else [],
+                )
+                came_from_tool = True
+            except ToolCallError as exc:
+                result = f"The tool call was not carried out ({exc.error_type}): {exc.message}"
+                came_from_tool = exc.error_type not in _REFUSED
+            except BaseException as exc:
+                if not isinstance(exc, Exception | asyncio.CancelledError):
+                    step.stopped = exc
+                raise
+            finally:
+                _TOOL_CONTEXT.reset(token)
+            if came_from_tool and not trusts_output(made):
+                # What the tool said enters the model's context: its later calls carry it.
+                add_source(step.taint, made.name)
+        return result
+
+    copy = dataclasses.replace(sdk, on_invoke_tool=invoke, needs_approval=False,
+                               timeout_seconds=None)
+    return copy, made
+
+
+def tool_options(tools: Mapping[str, ToolOptions] | None, known: set[str]) -> None:
+    """Check that every tool named in ``tools`` is one of the agent's."""
+    unknown = sorted(set(tools or {}) - known)
+    if unknown:
+        raise ConfigurationError(
+            f"options given for tools the agent does not have: {unknown}; its tools: "
+            f"{sorted(known)}")
