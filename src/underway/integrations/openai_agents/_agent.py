@@ -95,7 +95,20 @@ class DurableModel(Model):
         tracing: ModelTracing, *, previous_response_id: str | None,
         conversation_id: str | None, prompt: Any,
     ) -> AsyncIterator[TResponseStreamEvent]:
-        """Not offered: the durable step runs the agent with ``Runner.run``."""
+        """Not offered: the durable step runs the agent with ``Runner.run``.
+
+        Args:
+            system_instructions: As for :meth:`get_response`.
+            input: As for :meth:`get_response`.
+            model_settings: As for :meth:`get_response`.
+            tools: As for :meth:`get_response`.
+            output_schema: As for :meth:`get_response`.
+            handoffs: As for :meth:`get_response`.
+            tracing: As for :meth:`get_response`.
+            previous_response_id: As for :meth:`get_response`.
+            conversation_id: As for :meth:`get_response`.
+            prompt: As for :meth:`get_response`.
+        """
         raise ConfigurationError(
             "a durable agent runs inside its step with Runner.run; Runner.run_streamed is "
             "not offered")
