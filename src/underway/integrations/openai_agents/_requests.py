@@ -43,7 +43,19 @@ def encode_request(
     previous_response_id: str | None, conversation_id: str | None, prompt: Any,
 ) -> dict[str, JSON]:
     """The arguments of one ``Model.get_response`` as JSON: what the journal keeps and what
-    :func:`decode_request` turns back into the same call."""
+    :func:`decode_request` turns back into the same call.
+
+    Args:
+        system_instructions: The agent's instructions.
+        input: The conversation so far.
+        model_settings: The agent's model settings.
+        tools: The tools the model may call (function tools and hosted ones).
+        output_schema: The shape of the final output, if any.
+        handoffs: The agents the model may hand over to.
+        previous_response_id: A server-side conversation to continue.
+        conversation_id: A server-side conversation to join.
+        prompt: A stored prompt of the provider's.
+    """
     encoded_tools: list[JSON] = []
     for t in tools:
         hosted = HOSTED.get(type(t).__name__)
