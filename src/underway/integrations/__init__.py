@@ -1,0 +1,5 @@
+"""Agents written with other frameworks, run durably and guarded by underway.
+
+Each integration is a subpackage that needs its own extra: ``underway.integrations.pydantic_ai``
+needs ``pip install 'underway[pydantic-ai]'``.
+"""

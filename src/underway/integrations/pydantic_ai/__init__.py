@@ -1,0 +1,38 @@
+"""pydantic-ai agents, unmodified, run durably and guarded by underway.
+
+>>> from underway.integrations.pydantic_ai import DurableAgent
+>>> durable = DurableAgent(agent, name="support")
+>>> engine = uw.Engine(store, flows=[durable.flow])
+
+Every model request is an underway model call (journaled, quoted, counted by budgets,
+never asked twice) and every tool call passes the one door (allow-list, schema, policy,
+budgets, approvals, taint). See ``docs/pydantic-ai.md``.
+"""
+
+from __future__ import annotations
+
+from ...errors import ConfigurationError
+
+try:
+    import pydantic_ai  # noqa: F401
+except ImportError as exc:
+    raise ConfigurationError(
+        "underway.integrations.pydantic_ai needs the 'pydantic-ai' package: "
+        "pip install 'underway[pydantic-ai]'"
+    ) from exc
+
+from ._agent import AgentInput, AgentState, DurableAgent, approval_policy, usage_budget
+from ._model import JournaledModel, PydanticAIModel
+from ._toolset import APPROVAL_LABEL, GuardedToolset
+
+__all__ = [
+    "APPROVAL_LABEL",
+    "AgentInput",
+    "AgentState",
+    "DurableAgent",
+    "GuardedToolset",
+    "JournaledModel",
+    "PydanticAIModel",
+    "approval_policy",
+    "usage_budget",
+]

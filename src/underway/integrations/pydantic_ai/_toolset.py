@@ -1,0 +1,233 @@
+"""pydantic-ai toolsets as underway tools: every call passes the one door.
+
+:class:`GuardedToolset` wraps each leaf toolset of an agent (a ``FunctionToolset``, an MCP
+server, any ``AbstractToolset``). Each of its tools becomes an underway
+:class:`~underway.effects.Tool` and each call a ``ctx.call``: allow-list, argument schema,
+budgets, policy, approvals and taint, journaled write-ahead when it changes the world.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic_ai.exceptions import ModelRetry, ToolFailed
+from pydantic_ai.tools import RunContext as PaiContext
+from pydantic_ai.toolsets import AbstractToolset, ToolsetTool, WrapperToolset
+from pydantic_core import SchemaValidator, core_schema, to_jsonable_python
+
+from ...effects import Tool
+from ...errors import ConfigurationError, ToolCallError
+from ...events import JSON
+from ...journal.state import REFUSAL_ERRORS
+from ...guard.taint import add_source, exposed, taint_labels, trusts_output
+from ._model import SCOPE
+
+APPROVAL_LABEL = "pydantic_ai.requires_approval"
+"""The label of a call of a tool pydantic-ai says ``requires_approval``: the durable agent's
+policy holds every call that carries it for a signed decision."""
+
+FLAG_NAMES = frozenset(
+    f.name for f in dataclasses.fields(Tool)
+    if f.name not in {"name", "fn", "args_model", "result_model", "wants_call_info",
+                      "takes_args", "hook", "description"}
+)
+"""The options of an underway tool a user may set for a pydantic-ai tool."""
+
+_ANY_ARGS = SchemaValidator(core_schema.dict_schema(core_schema.str_schema(),
+                                                    core_schema.any_schema()))
+"""Lets the model's arguments through to the door, which checks them against the tool's own
+validator and journals a failure (``SchemaValidationFailed``)."""
+
+
+@dataclass(frozen=True)
+class _Call:
+    """The pydantic-ai call an underway tool function carries out."""
+
+    toolset: AbstractToolset[Any]
+    tool: ToolsetTool[Any]
+    ctx: PaiContext[Any]
+    args: dict[str, Any]
+
+
+_REFUSED = frozenset({*REFUSAL_ERRORS.values(), "SchemaValidationFailed"})
+"""Errors of calls the guard refused: no tool ran, so nothing untrusted came back."""
+
+_CALL: ContextVar[_Call | None] = ContextVar("underway_pydantic_ai_call", default=None)
+
+
+async def _carry_out(args: BaseModel) -> JSON:
+    """The body of every underway tool made here: run the pydantic-ai tool once.
+
+    Its result is returned as JSON, the form the journal keeps, so a first run and a
+    re-run hand the agent the same value."""
+    call = _CALL.get()
+    if call is None:
+        raise ConfigurationError("a pydantic-ai tool ran outside the durable agent's step")
+    validated = call.tool.args_validator.validate_python(
+        call.args, context=call.ctx.validation_context)
+    out = await call.toolset.call_tool(call.tool.tool_def.name, validated, call.ctx, call.tool)
+    result: JSON = to_jsonable_python(out)
+    return result
+
+
+class _Arguments(BaseModel):
+    """Base of the argument models made for pydantic-ai tools."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+def _arguments_model(name: str, tool: ToolsetTool[Any]) -> type[BaseModel]:
+    """An argument model whose validation is the pydantic-ai tool's own validator."""
+    validator = tool.args_validator
+
+    def check(cls: type[BaseModel], value: Any) -> Any:
+        try:
+            validator.validate_python(value if value is not None else {})
+        except ValidationError as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
+    checked = model_validator(mode="before")(classmethod(check))  # type: ignore[arg-type]
+    model: type[BaseModel] = type(
+        f"{name}_args", (_Arguments,), {"__module__": __name__, "_check": checked})
+    return model
+
+
+def _flags_from_metadata(tool: ToolsetTool[Any]) -> dict[str, Any]:
+    """What an MCP tool's annotations say of it (none: mutating, output untrusted)."""
+    meta = tool.tool_def.metadata or {}
+    notes = meta.get("annotations") if isinstance(meta, dict) else None
+    if not isinstance(notes, dict):
+        return {}
+    flags: dict[str, Any] = {}
+    if notes.get("readOnlyHint") is True:
+        flags["mutating"] = False
+        flags["outbound"] = notes.get("openWorldHint") is not False
+    elif notes.get("idempotentHint") is True:
+        flags["idempotent"] = True
+    return flags
+
+
+def check_flags(flags: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The user's per-tool options, each a keyword of :class:`~underway.effects.Tool`."""
+    checked: dict[str, dict[str, Any]] = {}
+    for name, options in flags.items():
+        unknown = sorted(set(options) - FLAG_NAMES)
+        if unknown:
+            raise ConfigurationError(
+                f"tool {name!r}: unknown options {unknown}; use options of underway.Tool: "
+                f"{sorted(FLAG_NAMES)}")
+        checked[name] = dict(options)
+    return checked
+
+
+@dataclass
+class Tools:
+    """The underway tools made for one durable agent, by name, with the user's options."""
+
+    flags: dict[str, dict[str, Any]]
+    made: dict[str, Tool] = field(default_factory=dict)
+    held: set[str] = field(default_factory=set)
+    """Tools pydantic-ai marks ``requires_approval``: their calls carry
+    :data:`APPROVAL_LABEL`."""
+    external: set[str] = field(default_factory=set)
+    """Deferred tools whose result comes from outside the run: a person answers them."""
+
+    def tool(self, tool: ToolsetTool[Any]) -> Tool:
+        """The underway tool standing for ``tool`` (made once)."""
+        name = tool.tool_def.name
+        found = self.made.get(name)
+        if found is None:
+            options = {"timeout": tool.tool_def.timeout or 30.0,
+                       **_flags_from_metadata(tool), **self.flags.get(name, {})}
+            found = self.made[name] = Tool(
+                name=name, fn=_carry_out, args_model=_arguments_model(name, tool),
+                description=tool.tool_def.description or "", **options)
+        return found
+
+
+@dataclass
+class GuardedToolset(WrapperToolset[Any]):
+    """A pydantic-ai toolset whose every call goes through ``ctx.call``.
+
+    Tools that ``requires_approval`` wait for a signed approval; deferred (external) tools
+    ask a person for their result; neither goes back to the caller as
+    ``DeferredToolRequests``.
+    """
+
+    tools: Tools = field(default_factory=lambda: Tools({}))
+
+    async def get_tools(self, ctx: PaiContext[Any]) -> dict[str, ToolsetTool[Any]]:
+        listed = await super().get_tools(ctx)
+        if SCOPE.get() is None:
+            return listed
+        out: dict[str, ToolsetTool[Any]] = {}
+        for name, t in listed.items():
+            kind = t.tool_def.kind
+            if kind == "output":
+                out[name] = t
+                continue
+            if kind == "unapproved":
+                self.tools.held.add(name)
+            elif kind == "external":
+                self.tools.external.add(name)
+            tool_def = dataclasses.replace(t.tool_def, kind="function")
+            validator = t.args_validator if t.args_validator_func is not None else _ANY_ARGS
+            out[name] = dataclasses.replace(t, tool_def=tool_def, args_validator=validator,
+                                            toolset=self)
+            # The door checks arguments with the tool's own validator.
+            self._originals[name] = t
+        return out
+
+    def __post_init__(self) -> None:
+        self._originals: dict[str, ToolsetTool[Any]] = {}
+
+    async def call_tool(self, name: str, tool_args: dict[str, Any], ctx: PaiContext[Any],
+                        tool: ToolsetTool[Any]) -> Any:
+        scope = SCOPE.get()
+        if scope is None:
+            return await super().call_tool(name, tool_args, ctx, tool)
+        original = self._originals.get(name, tool)
+        args = to_jsonable_python(tool_args)
+        if name in self.tools.external:
+            return await scope.ctx.ask(
+                f"The agent asks for the result of {name!r}.",
+                context={"tool": name, "args": args, "description": tool.tool_def.description})
+        t = self.tools.tool(original)
+        labels = taint_labels(scope.sources) if scope.sources and exposed(t) else []
+        if name in self.tools.held:
+            labels.append(APPROVAL_LABEL)
+        risks = ([f"proposed by a model that has read untrusted content from "
+                  f"{', '.join(scope.sources)}: its arguments may be an attacker's"]
+                 if labels and scope.sources else [])
+        token = _CALL.set(_Call(self.wrapped, original, ctx, args))
+        try:
+            result = await scope.ctx.call(t, args, labels=labels, risks=risks,
+                                        evidence={"agent": scope.agent, "tainted_by":
+                                                  list(scope.sources)})
+        except ToolCallError as exc:
+            if exc.error_type not in _REFUSED and not trusts_output(t):
+                add_source(scope.sources, t.name)
+            if exc.error_type in ("SchemaValidationFailed", "ModelRetry"):
+                raise ModelRetry(exc.message) from None
+            raise ToolFailed(f"{exc.error_type}: {exc.message}") from None
+        else:
+            if not trusts_output(t):
+                add_source(scope.sources, t.name)
+            return result
+        finally:
+            _CALL.reset(token)
+
+
+def guard_toolset(toolset: AbstractToolset[Any], tools: Tools) -> AbstractToolset[Any]:
+    """``toolset`` with each leaf toolset wrapped in a :class:`GuardedToolset`."""
+
+    def wrap(leaf: AbstractToolset[Any]) -> AbstractToolset[Any]:
+        return GuardedToolset(leaf, tools=tools)
+
+    return toolset.visit_and_replace(wrap)
