@@ -89,7 +89,9 @@ def _arguments_model(name: str, tool: ToolsetTool[Any]) -> type[BaseModel]:
         try:
             validator.validate_python(value if value is not None else {})
         except ValidationError as exc:
-            raise ValueError(str(exc)) from None
+            raise ValueError("; ".join(
+                f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}"
+                for e in exc.errors(include_url=False))) from None
         return value
 
     checked = model_validator(mode="before")(classmethod(check))  # type: ignore[arg-type]
