@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
+from openai import AsyncOpenAI
 from pydantic_ai import Agent
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
@@ -17,9 +18,20 @@ from underway import events as ev
 from underway.integrations.pydantic_ai import DurableAgent
 
 
-def support(server: FakeProvider, effects: list[str]) -> Agent[None, str]:
-    model = OpenAIChatModel("gpt-4o-mini", provider=OpenAIProvider(
-        base_url=f"{server.origin}/v1", api_key="sk-test"))
+def openai_model(server: FakeProvider) -> tuple[OpenAIChatModel, AsyncOpenAI]:
+    client = AsyncOpenAI(base_url=f"{server.origin}/v1", api_key="sk-test")
+    return OpenAIChatModel("gpt-4o-mini", provider=OpenAIProvider(openai_client=client)), client
+
+
+def drive(engine: uw.Engine, client: AsyncOpenAI) -> None:
+    async def go() -> None:
+        await uw.Runner(engine).run_until_idle()
+        await client.close()  # its connections belong to this event loop
+
+    asyncio.run(go())
+
+
+def support(model: OpenAIChatModel, effects: list[str]) -> Agent[None, str]:
     agent = Agent(model, instructions="You help with orders.",
                   model_settings={"max_tokens": 200})
 
@@ -40,12 +52,13 @@ def test_an_openai_chat_agent_runs_durably_over_the_wire() -> None:
         openai_completion(content="Order A1 has shipped.", prompt_tokens=80,
                           completion_tokens=7),
     ) as server:
-        durable = DurableAgent(support(server, effects), name="support",
+        model, client = openai_model(server)
+        durable = DurableAgent(support(model, effects), name="support",
                                tools={"order_status": {"mutating": False}},
                                usage_limits=UsageLimits(total_tokens_limit=100_000))
         engine = uw.Engine(uw.connect("memory://"), flows=[durable.flow])
         run_id, _ = engine.start(durable.flow, {"prompt": "Where is A1?"})
-        asyncio.run(uw.Runner(engine).run_until_idle())
+        drive(engine, client)
 
     state = engine.state(run_id)
     assert state.status == "completed", state
@@ -69,13 +82,12 @@ def test_an_openai_chat_agent_runs_durably_over_the_wire() -> None:
 
 def test_a_token_budget_refuses_a_request_whose_output_has_no_bound() -> None:
     with FakeProvider(openai_completion(content="never sent")) as server:
-        model = OpenAIChatModel("gpt-4o-mini", provider=OpenAIProvider(
-            base_url=f"{server.origin}/v1", api_key="sk-test"))
+        model, client = openai_model(server)
         durable = DurableAgent(Agent(model), name="unbounded",
                                usage_limits=UsageLimits(total_tokens_limit=1000))
         engine = uw.Engine(uw.connect("memory://"), flows=[durable.flow])
         run_id, _ = engine.start(durable.flow, {"prompt": "hello"})
-        asyncio.run(uw.Runner(engine).run_until_idle())
+        drive(engine, client)
 
     assert server.received == []
     state = engine.state(run_id)

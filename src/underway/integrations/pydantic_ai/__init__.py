@@ -23,7 +23,7 @@ except ImportError as exc:
 
 from ._agent import AgentInput, AgentState, DurableAgent, approval_policy, usage_budget
 from ._model import JournaledModel, PydanticAIModel
-from ._toolset import APPROVAL_LABEL, GuardedToolset
+from ._toolset import APPROVAL_LABEL, GuardedToolset, call_info
 
 __all__ = [
     "APPROVAL_LABEL",
@@ -34,5 +34,6 @@ __all__ = [
     "JournaledModel",
     "PydanticAIModel",
     "approval_policy",
+    "call_info",
     "usage_budget",
 ]

@@ -20,7 +20,7 @@ from pydantic_ai.tools import RunContext as PaiContext
 from pydantic_ai.toolsets import AbstractToolset, ToolsetTool, WrapperToolset
 from pydantic_core import SchemaValidator, core_schema, to_jsonable_python
 
-from ...effects import Tool
+from ...effects import CallInfo, Tool
 from ...errors import ConfigurationError, ToolCallError
 from ...events import JSON
 from ...journal.state import REFUSAL_ERRORS
@@ -58,9 +58,24 @@ _REFUSED = frozenset({*REFUSAL_ERRORS.values(), "SchemaValidationFailed"})
 """Errors of calls the guard refused: no tool ran, so nothing untrusted came back."""
 
 _CALL: ContextVar[_Call | None] = ContextVar("underway_pydantic_ai_call", default=None)
+_INFO: ContextVar[CallInfo | None] = ContextVar("underway_pydantic_ai_info", default=None)
 
 
-async def _carry_out(args: BaseModel) -> JSON:
+def call_info() -> CallInfo:
+    """The underway call a pydantic-ai tool is running as: its idempotency ``key`` (send it
+    to the outside system, so a ``reconcile`` hook can ask about it), run, tenant, fence.
+
+    Raises:
+        ConfigurationError: Called outside a tool call of a durable agent.
+    """
+    info = _INFO.get()
+    if info is None:
+        raise ConfigurationError("call_info() is for a pydantic-ai tool running in a "
+                                 "DurableAgent's run")
+    return info
+
+
+async def _carry_out(args: BaseModel, info: CallInfo) -> JSON:
     """The body of every underway tool made here: run the pydantic-ai tool once.
 
     Its result is returned as JSON, the form the journal keeps, so a first run and a
@@ -70,7 +85,12 @@ async def _carry_out(args: BaseModel) -> JSON:
         raise ConfigurationError("a pydantic-ai tool ran outside the durable agent's step")
     validated = call.tool.args_validator.validate_python(
         call.args, context=call.ctx.validation_context)
-    out = await call.toolset.call_tool(call.tool.tool_def.name, validated, call.ctx, call.tool)
+    token = _INFO.set(info)
+    try:
+        out = await call.toolset.call_tool(call.tool.tool_def.name, validated, call.ctx,
+                                           call.tool)
+    finally:
+        _INFO.reset(token)
     result: JSON = to_jsonable_python(out)
     return result
 
@@ -149,6 +169,7 @@ class Tools:
                        **_flags_from_metadata(tool), **self.flags.get(name, {})}
             found = self.made[name] = Tool(
                 name=name, fn=_carry_out, args_model=_arguments_model(name, tool),
+                wants_call_info=True,
                 description=tool.tool_def.description or "", **options)
         return found
 
