@@ -191,13 +191,12 @@ class DurableAgent:
 def _stop_in(exc: BaseException) -> BaseException | None:
     """The engine's stop (an approval wait, an escalation, a budget...) inside ``exc``, which
     pydantic-ai may have wrapped in an exception group."""
-    if not isinstance(exc, Exception) or isinstance(exc, NonDeterminismError):
-        if not isinstance(exc, BaseExceptionGroup):
-            return exc
     if isinstance(exc, BaseExceptionGroup):
         for inner in exc.exceptions:
             found = _stop_in(inner)
             if found is not None:
                 return found
+        return None
+    if not isinstance(exc, Exception) or isinstance(exc, NonDeterminismError):
+        return exc
     return None
-

@@ -12,9 +12,9 @@ import dataclasses
 from collections.abc import Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model, model_validator
 from pydantic_ai.exceptions import ModelRetry, ToolFailed
 from pydantic_ai.tools import RunContext as PaiContext
 from pydantic_ai.toolsets import AbstractToolset, ToolsetTool, WrapperToolset
@@ -23,8 +23,8 @@ from pydantic_core import SchemaValidator, core_schema, to_jsonable_python
 from ...effects import CallInfo, Tool
 from ...errors import ConfigurationError, ToolCallError
 from ...events import JSON
-from ...journal.state import REFUSAL_ERRORS
 from ...guard.taint import add_source, exposed, taint_labels, trusts_output
+from ...journal.state import REFUSAL_ERRORS
 from ._model import SCOPE
 
 APPROVAL_LABEL = "pydantic_ai.requires_approval"
@@ -102,7 +102,9 @@ class _Arguments(BaseModel):
 
 
 def _arguments_model(name: str, tool: ToolsetTool[Any]) -> type[BaseModel]:
-    """An argument model whose validation is the pydantic-ai tool's own validator."""
+    """An argument model whose validation is the pydantic-ai tool's own validator. It
+    declares the schema's top-level properties, so a tool's options may name them
+    (``amount="amount"``); each holds what the model sent."""
     validator = tool.args_validator
 
     def check(cls: type[BaseModel], value: Any) -> Any:
@@ -114,9 +116,14 @@ def _arguments_model(name: str, tool: ToolsetTool[Any]) -> type[BaseModel]:
                 for e in exc.errors(include_url=False))) from None
         return value
 
-    checked = model_validator(mode="before")(classmethod(check))  # type: ignore[arg-type]
-    model: type[BaseModel] = type(
-        f"{name}_args", (_Arguments,), {"__module__": __name__, "_check": checked})
+    props = tool.tool_def.parameters_json_schema.get("properties") or {}
+    fields: dict[str, Any] = {p: (Any, None) for p in props
+                              if p.isidentifier() and not p.startswith(("_", "model_"))}
+    model: type[BaseModel] = create_model(
+        f"{name}_args", __base__=_Arguments, __module__=__name__,
+        # create_model's stubs want plain functions; pydantic takes the decorated one.
+        __validators__={"_check": cast(Any, model_validator(mode="before")(check))},
+        **fields)
     return model
 
 
