@@ -24,7 +24,6 @@ if not __package__:
 
 from pydantic_ai_agent.durable import durable_refunds
 from pydantic_ai_agent.shop import ORDERS, Shop, ShopServer
-
 from underway import Engine, connect
 from underway import events as ev
 
@@ -76,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
 
         say("[3] worker 2 takes over once worker 1's leases expire")
         second = worker(db, server.url)
-        out, err = second.communicate(timeout=120)
+        _, err = second.communicate(timeout=120)
         if second.returncode != 0:
             say(err)
             return 1

@@ -14,7 +14,6 @@ if not __package__:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pydantic_ai_agent.durable import durable_refunds
-
 from underway import Engine, Runner, connect
 
 ENDED = ("completed", "failed", "cancelled", "escalated", "dead_lettered")
