@@ -37,6 +37,7 @@ _PARAMS = TypeAdapter(ModelRequestParameters)
 _RESPONSE = TypeAdapter(ModelResponse)
 
 Emit = Callable[[JSON], Awaitable[None]]
+Decoded = tuple[list[ModelMessage], ModelSettings | None, ModelRequestParameters]
 
 
 @dataclass
@@ -51,6 +52,9 @@ class StepScope:
     sources: list[str] = field(default_factory=list)
     """Where the untrusted content in the agent's context came from (tool names, the run's
     lineage), in order of arrival."""
+    pending: tuple[JSON, Decoded] | None = None
+    """The request about to be sent and the objects it was encoded from: the adapter uses
+    them instead of decoding its own JSON again."""
 
 
 SCOPE: ContextVar[StepScope | None] = ContextVar("underway_pydantic_ai_scope", default=None)
@@ -136,8 +140,10 @@ class PydanticAIModel:
         return f"PydanticAIModel(name={self.name!r})"
 
 
-def _decode(request: JSON) -> tuple[list[ModelMessage], ModelSettings | None,
-                                   ModelRequestParameters]:
+def _decode(request: JSON) -> Decoded:
+    scope = SCOPE.get()
+    if scope is not None and scope.pending is not None and scope.pending[0] is request:
+        return scope.pending[1]
     assert isinstance(request, dict)
     messages = ModelMessagesTypeAdapter.validate_python(request["messages"])
     settings: Any = request.get("settings")
@@ -178,8 +184,12 @@ class JournaledModel(WrapperModel):
         scope = SCOPE.get()
         if scope is None:
             return await super().request(messages, model_settings, model_request_parameters)
-        reply = await scope.ctx.model(self.adapter, encode(
-            messages, model_settings, model_request_parameters, stream=False))
+        request = encode(messages, model_settings, model_request_parameters, stream=False)
+        scope.pending = (request, (messages, model_settings, model_request_parameters))
+        try:
+            reply = await scope.ctx.model(self.adapter, request)
+        finally:
+            scope.pending = None
         return _RESPONSE.validate_python(reply)
 
     @asynccontextmanager
@@ -196,10 +206,11 @@ class JournaledModel(WrapperModel):
             return
         request = encode(messages, model_settings, model_request_parameters, stream=True)
         scope.run_context = run_context
+        scope.pending = (request, (messages, model_settings, model_request_parameters))
         try:
             reply = await stream_model(scope.ctx, self.adapter, request)
         finally:
-            scope.run_context = None
+            scope.run_context = scope.pending = None
         # The handler saw the live events inside the call (or, on a re-run, saw them then):
         # the agent's own stream replays none, so nobody sees an event twice.
         yield CompletedStreamedResponse(_RESPONSE.validate_python(reply),
