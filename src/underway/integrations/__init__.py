@@ -3,3 +3,5 @@
 Each integration is a subpackage that needs its own extra: ``underway.integrations.pydantic_ai``
 needs ``pip install 'underway[pydantic-ai]'``.
 """
+
+__all__: list[str] = []
