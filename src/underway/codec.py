@@ -78,7 +78,8 @@ class Where(NamedTuple):
     to (the associated data of the seal), so sealed bytes copied to another row, run,
     seq or tenant fail to open.
 
-    ``kind``: ``event``, ``checkpoint``, ``blob``, ``signal``, ``schedule``, ``knowledge``;
+    ``kind``: ``event``, ``checkpoint``, ``blob``, ``signal``, ``schedule``, ``knowledge``,
+    ``stream_delta``;
     ``ident``: the row's identity within the tenant (an event's run, seq and type; a
     blob's address; a signal's id and name...); ``run_id``: the run the payload belongs
     to, when it belongs to one; ``subject``: the data subject it is about, when known —
@@ -163,6 +164,12 @@ def schedule_where(tenant_id: str, name: str) -> Where:
 def run_error_where(tenant_id: str, run_id: str, subject: str | None = None) -> Where:
     """Where the run row's ``error`` (why it failed, stopped or escalated) lives."""
     return Where("run_error", tenant_id, (run_id,), run_id, subject)
+
+
+def stream_where(tenant_id: str, run_id: str, key: str, attempt: int,
+                 subject: str | None = None) -> Where:
+    """Where a delta of the live stream of call ``key`` (its ``attempt``) lives."""
+    return Where("stream_delta", tenant_id, (run_id, key, attempt), run_id, subject)
 
 
 def knowledge_where(tenant_id: str, record_id: str, subject: str | None = None) -> Where:

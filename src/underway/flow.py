@@ -87,8 +87,14 @@ class StepRuntime(Protocol):
         """
         ...
 
-    async def model(self, model: Model, request: JSON) -> JSON:
-        """A journaled model call."""
+    async def model(self, model: Model, request: JSON, *, stream: bool = False) -> JSON:
+        """A journaled model call (:meth:`RunContext.model`).
+
+        Args:
+            model: The adapter.
+            request: The request, as JSON.
+            stream: Forward the model's deltas to the run's live stream.
+        """
         ...
 
     def note(self, event: Any) -> bool:
@@ -229,14 +235,8 @@ class RunContext(Generic[S, I]):
             typed=not isinstance(tool, str), summary=summary,
         )
 
-    async def ask(
-        self,
-        question: str,
-        *,
-        context: JSON = None,
-        role: str | None = None,
-        expires_in: float | None = None,
-    ) -> JSON:
+    async def ask(self, question: str, *, context: JSON = None, role: str | None = None,
+                  expires_in: float | None = None) -> JSON:
         """Stop and ask a person; the run escalates (holding no worker) until an approver
         sends a signed answer, which this returns (journaled: asked once).
 
@@ -254,9 +254,15 @@ class RunContext(Generic[S, I]):
                                      f"not {expires_in!r}")
         return await self._x.ask(question, context=context, role=role, expires_in=expires_in)
 
-    async def model(self, model: Model, request: JSON) -> JSON:
-        """Ask a model; the response is journaled and never requested twice."""
-        return await self._x.model(model, request)
+    async def model(self, model: Model, request: JSON, *, stream: bool = False) -> JSON:
+        """Ask a model; the response is journaled and never requested twice.
+
+        Args:
+            model: The adapter.
+            request: The request, as JSON.
+            stream: Forward its deltas to the run's live stream (a journaled call: none).
+        """
+        return await self._x.model(model, request, stream=stream)
 
     def note(self, event: Any) -> bool:
         """Journal an agent event (``PlanCreated``, ``PlanRevised``, ``ToolSelected``) once:
@@ -585,16 +591,5 @@ class Flow(Generic[S, I]):
             ) from None
 
 
-__all__ = [
-    "ChildOutcome",
-    "Done",
-    "Fail",
-    "Flow",
-    "Goto",
-    "Next",
-    "RunContext",
-    "Sleep",
-    "StepFn",
-    "StepRuntime",
-    "Wait",
-]
+__all__ = ["ChildOutcome", "Done", "Fail", "Flow", "Goto", "Next", "RunContext", "Sleep",
+           "StepFn", "StepRuntime", "Wait"]

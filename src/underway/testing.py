@@ -4,11 +4,12 @@ scripted model."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from .clock import ManualClock
-from .effects import ModelQuote, ModelReply, Tool
+from .effects import Emit, ModelQuote, ModelReply, Tool
 from .engine import Engine
 from .events import JSON
 from .flow import Flow
@@ -50,6 +51,15 @@ class ScriptedModel:
         reply = self._next(request)
         return ModelQuote(reply.tokens_in + reply.tokens_out, reply.cost_usd)
 
+    async def stream(self, request: JSON, emit: Emit) -> ModelReply:
+        """The next scripted response, its text emitted a word at a time first, then each
+        tool call (``ctx.model(..., stream=True)``)."""
+        reply = self._next(request)
+        for delta in _deltas(reply.response):
+            await emit(delta)
+        self.requests.append(request)
+        return reply
+
     def _next(self, request: JSON) -> ModelReply:
         if len(self.requests) >= len(self.responses):
             raise RuntimeError(f"scripted model {self.name!r} ran out of responses")
@@ -59,6 +69,22 @@ class ScriptedModel:
             return ModelReply(r.to_json(), r.model, r.tokens_in, r.tokens_out, r.cost_usd)
         tin, tout = len(str(request)) // 4, len(str(response)) // 4
         return ModelReply(response, self.name, tin, tout, (tin + tout) * self.cost_per_token)
+
+
+def _deltas(response: JSON) -> list[JSON]:
+    """The deltas a streaming provider would send for ``response``: its text in words, then
+    its tool calls whole."""
+    if not isinstance(response, dict):
+        return []
+    text = response.get("text")
+    out: list[JSON] = [{"type": "text", "text": w}
+                       for w in re.findall(r"\S+\s*|\s+", text)] if isinstance(text, str) else []
+    for i, call in enumerate(response.get("tool_calls") or []):
+        if isinstance(call, dict):
+            out.append({"type": "tool_call", "index": i, "id": call.get("id"),
+                        "name": call.get("name"), "arguments": call.get("raw_arguments")
+                        or json.dumps(call.get("arguments") or {})})
+    return out
 
 
 def memory_engine(

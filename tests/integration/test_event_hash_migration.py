@@ -69,6 +69,7 @@ def as_before_0017(url: str) -> None:
         q("DROP TABLE budget_usage")
         q("DROP TABLE run_labels")
         q("DROP TABLE span_exports")
+        q("DROP TABLE stream_deltas")
         q("DELETE FROM underway_schema_version WHERE version >= 17")
 
 

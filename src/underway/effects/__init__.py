@@ -22,19 +22,21 @@ from ._ledger import (
     fence_of,
     idempotency_key,
 )
-from ._model import Model, ModelQuote, ModelReply
+from ._model import Emit, Model, ModelQuote, ModelReply, StreamingModel
 from ._tool import NoArgs, Tool
 
 __all__ = [
     "COMPENSATE_SUFFIX",
     "FENCE_STRIDE",
     "CallInfo",
+    "Emit",
     "Model",
     "ModelQuote",
     "ModelReply",
     "NoArgs",
     "ReconcileFn",
     "Reconciled",
+    "StreamingModel",
     "Tool",
     "ToolDecorator",
     "ToolFn",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -34,14 +35,34 @@ class ModelQuote:
     reason: str | None = None
 
 
+Emit = Callable[[JSON], Awaitable[None]]
+"""What a streaming model calls with each delta as it arrives (:class:`StreamingModel`)."""
+
+
 class Model(Protocol):
     """A language model adapter: ``complete(request)`` returns a :class:`ModelReply`.
 
-    It may also have ``quote(request) -> ModelQuote``: the most the request can spend.
+    It may also have ``quote(request) -> ModelQuote``: the most the request can spend;
+    and ``stream(request, emit) -> ModelReply`` (:class:`StreamingModel`).
     """
 
     name: str
 
     async def complete(self, request: JSON) -> ModelReply:
         """Send ``request`` to the model."""
+        ...
+
+
+class StreamingModel(Model, Protocol):
+    """A model adapter that can stream: ``ctx.model(model, request, stream=True)`` calls
+    :meth:`stream` instead of ``complete``.
+
+    A delta is a JSON object with a ``type``: ``{"type": "text", "text": "..."}``, or
+    ``{"type": "tool_call", "index": 0, "id": "...", "name": "...", "arguments": "..."}``
+    (a fragment of the arguments' JSON text); an integration may add its own types.
+    """
+
+    async def stream(self, request: JSON, emit: Emit) -> ModelReply:
+        """Send ``request``, ``await emit(delta)`` for each delta as it arrives, and return
+        the complete reply (with its usage), as :meth:`complete` would."""
         ...

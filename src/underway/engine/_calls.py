@@ -17,7 +17,6 @@ from .. import events as ev
 from .. import faults
 from ..effects import (
     CallInfo,
-    Model,
     Tool,
     args_hash,
     fence_of,
@@ -27,7 +26,6 @@ from ..egress import Egress
 from ..errors import ConfigurationError, NonDeterminismError, ToolCallError, is_store_failure
 from ..events import JSON, canonical_json
 from ..guard.approvals.check import check_approval
-from ..guard.budgets import Usage
 from ..guard.intent import CallIntent
 from ..hooks import HookFailed
 from ..journal.state import REFUSAL_ERRORS, request_id_for, shadow_result
@@ -37,6 +35,7 @@ from ..secrets import refusal as secret_refusal
 from . import _budgets as budgets
 from . import _outcomes as outcomes
 from ._activation import Activation
+from ._model_calls import ModelCalls
 from ._notices import notify
 from ._outcomes import LOST_TRACK, allowed_name, ask_reconcile, credentials_retry, lost_track
 from ._outcomes import hook_failed as _hook_failed
@@ -48,7 +47,7 @@ _ALWAYS_JSON = frozenset({type(None), bool, int})
 """Result types that always encode: a result of one is not encoded to be checked."""
 
 
-class StepExecution:
+class StepExecution(ModelCalls):
     """The engine side of a :class:`RunContext`: memoized calls and journaled values."""
 
     def __init__(self, act: Activation, step: str) -> None:
@@ -511,73 +510,6 @@ class StepExecution:
         message = schema_failure(where, errors, t.hidden)
         raise ToolCallError(t.name, "SchemaValidationFailed", message,
                             retryable=False) from exc
-
-    @unswallowed
-    async def model(self, model: Model, request: JSON) -> JSON:
-        index = self._calls
-        self._calls += 1
-        rec = self._record(index, "model", "")
-        if rec is not None and rec.status == "succeeded":
-            return rec.result
-        key = idempotency_key(self.run_id, self.step, index, ordinal=self.ordinal)
-        svc = self._act.services
-        flow = svc.flow(self._act.state.flow)
-        held = False
-        if svc.guard.has_budget(flow):
-            pending, unpriced = budgets.model_pending(model, request)
-            await budgets.settled_first(self._act)
-            over = await svc.guard.over_budget(
-                flow, svc.store, self._act.state, key, pending, svc.clock.now(),
-                unpriced=unpriced, in_flight=budgets.in_flight(self._act),
-            )
-            if over is not None:
-                budgets.over_budget(self._act, self.step, over[0], over[1], None)
-            budgets.admitted(self._act, key, index, pending)
-            held = svc.guard.budget_of_tenant(self.tenant_id) is not None
-        try:
-            budgets.check_route_budget(self._act, model, request)
-            began = time.perf_counter()
-            try:
-                reply = await model.complete(request)
-            except Exception as exc:
-                if not getattr(exc, "retryable", False):
-                    raise
-                self._retry_model(key, index, rec, exc)
-        except BaseException as exc:
-            if held:
-                budgets.unanswered(self._act, key, exc)
-            raise
-        self._act.buffer(ev.ModelResponded(
-            key=key, index=index, model=reply.model, request=request, response=reply.response,
-            tokens_in=reply.tokens_in, tokens_out=reply.tokens_out, cost_usd=reply.cost_usd,
-            latency_ms=(time.perf_counter() - began) * 1000, **svc.registry.hidden.declared(),
-        ))
-        if held:
-            budgets.settle_later(self._act, key, Usage(
-                tokens_in=reply.tokens_in, tokens_out=reply.tokens_out,
-                cost_usd=reply.cost_usd, model_calls=1))
-        await self._act.commit()
-        return reply.response
-
-    def _retry_model(self, key: str, index: int, rec: Any, exc: Exception) -> NoReturn:
-        """A provider's transient failure (rate limit, outage) that outlasted the adapter's
-        own retries: wait on a durable timer, holding no worker, then ask again."""
-        s, svc = self._act.state, self._act.services
-        attempt = (rec.attempts if rec is not None else 1) + 1
-        if svc.retry_budget is not None and s.retries >= svc.retry_budget:
-            raise DeadLetter(
-                f"retry budget of {svc.retry_budget} retries per run is exhausted; last: "
-                f"model call failed with {type(exc).__name__}: {exc}", "RetryBudgetExhausted",
-            )
-        hinted = getattr(exc, "retry_after", None)
-        delay = (float(hinted) if hinted
-                 else min(600.0, 2.0 ** attempt) * (0.5 + random.random() / 2))
-        timer = f"retry-{s.seq + 1}"
-        self._act.buffer(ev.RetryScheduled(
-            key=key, tool="model", index=index, attempt=attempt, timer_id=timer, delay_s=delay,
-        ))
-        self._act.buffer(ev.TimerSet(timer_id=timer, wake_at=svc.clock.now() + delay))
-        raise Suspend
 
     def note(self, event: ev.PlanCreated | ev.PlanRevised | ev.ToolSelected) -> bool:
         """Journal an agent's own event once (a re-run of the step does not repeat it);

@@ -24,6 +24,7 @@ schedules  schedules           :class:`.ScheduleStore`      cron schedules and t
 schedules  intake              :class:`.IntakeStore`        outside events, entity owners
 service    API keys            :class:`.ApiKeyStore`        API keys (hashed), webhook secrets
 telemetry  span exports        :class:`.SpanExportStore`    how far each run's spans were sent
+streams    live streams        :class:`.LiveStreamStore`    deltas of model calls in flight
 =========  ==================  ===========================  =================================
 
 Core roles make :class:`~.core.CoreStore`; privacy roles make
@@ -89,6 +90,7 @@ from .retention import RetentionStore
 from .runs import RunStore
 from .schedules import ScheduleStore
 from .spans import SpanExportStore
+from .streams import LiveStreamStore, NewDelta, StreamDelta
 from .wakeups import Wakeups
 
 __all__ = [
@@ -123,6 +125,8 @@ __all__ = [
     "Lease",
     "LeaseStore",
     "LimitStore",
+    "LiveStreamStore",
+    "NewDelta",
     "NewRun",
     "PrivacyStore",
     "Purge",
@@ -144,6 +148,7 @@ __all__ = [
     "Store",
     "StoredEvent",
     "StoredLabel",
+    "StreamDelta",
     "SweepRecord",
     "Wakeups",
     "whole",
@@ -151,7 +156,7 @@ __all__ = [
 
 
 class Store(CoreStore, PrivacyStore, SchedulingStore, ApiKeyStore, BudgetStore,
-            SpanExportStore, Protocol):
+            SpanExportStore, LiveStreamStore, Protocol):
     """A whole backend: the engine's core and every feature's roles."""
 
 

@@ -10,6 +10,7 @@ scheduling, intake    :class:`SchedulingStore`                schedules, intake
 service               :class:`~.apikeys.ApiKeyStore`          API keys, webhook secrets
 guard                 :class:`~.budgets.BudgetStore`          tenants' budget ledger
 telemetry             :class:`~.spans.SpanExportStore`        span export cursors
+streams               :class:`~.streams.LiveStreamStore`      model calls' live deltas
 ====================  ======================================  ==========================
 
 A store gains a feature by composition: :class:`~underway.store.base.Store` is the core
@@ -38,6 +39,7 @@ from .reseal import ResealStore
 from .retention import RetentionStore
 from .schedules import ScheduleStore
 from .spans import SpanExportStore
+from .streams import LiveStreamStore
 
 __all__ = [
     "FEATURES",
@@ -74,6 +76,7 @@ FEATURES: dict[str, type] = {
     "service": ApiKeyStore,
     "guard": BudgetStore,
     "telemetry": SpanExportStore,
+    "streams": LiveStreamStore,
 }
 """Each feature's store protocol, by feature name."""
 

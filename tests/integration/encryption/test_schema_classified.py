@@ -92,6 +92,9 @@ COLUMNS: dict[str, dict[str, str]] = {
     "run_labels": {"tenant_id": ID, "run_id": ID, "key": ID, "value": LABEL, "kind": STATE,
                    "sensitive": STATE},
     "span_exports": {"tenant_id": ID, "run_id": ID, "exported_seq": STATE},
+    "stream_deltas": {"stream_offset": STATE, "tenant_id": ID, "run_id": ID, "call_key": ID,
+                      "step": ID, "call_index": STATE, "attempt": STATE,
+                      "delta": SEALED + " (a sealed text)", "written_at": TIME},
     "underway_schema_version": {"version": STATE, "name": ID, "applied_at": TIME},
     "sqlite_sequence": {"name": ID, "seq": STATE},
 }

@@ -173,7 +173,14 @@ class RecordedStep:
         """True when a resume runs this journaled call again (it failed)."""
         return self._resumed and rec.status == "failed"
 
-    async def model(self, model: Model, request: JSON) -> JSON:
+    async def model(self, model: Model, request: JSON, *, stream: bool = False) -> JSON:
+        """The journaled response of the model call at this position.
+
+        Args:
+            model: Unused: no model is asked.
+            request: Unused.
+            stream: Unused: a journaled call streams nothing.
+        """
         rec = self._next("model", "a model call", "")
         if rec.status != "succeeded":
             raise _Halt

@@ -233,10 +233,17 @@ class ReplayStep(StepWithChildren):
         session.args[call.key] = call.args
         return await super()._execute(dataclasses.replace(call, tool=session.stub(call.tool)))
 
-    async def model(self, model: Model, request: JSON) -> JSON:
+    async def model(self, model: Model, request: JSON, *, stream: bool = False) -> JSON:
+        """A model call answered by the replay's model, else from the tape.
+
+        Args:
+            model: The original's model (the replay asks its own, or the tape).
+            request: The request.
+            stream: Forward the deltas to the replay's live stream.
+        """
         session = self._session
         chosen = session.model or TapeModel(session, self.run_id, self.step)
-        return await super().model(chosen, request)
+        return await super().model(chosen, request, stream=stream)
 
     def value(self, kind: Any, fresh: JSON) -> JSON:
         if self._values >= len(self._act.state.values):

@@ -3,8 +3,8 @@
 The store is one class made of one part per role, like the SQLite and PostgreSQL stores:
 ``journal``, ``runs``, ``leases`` (with queue limits and circuits), ``inbox`` (with the
 registry), ``rows``, ``schedules`` (with intake), ``access`` (with API keys),
-``consent``, ``retention`` (with holds), ``keys`` (with reseal) and ``budgets``. Every
-part works on the dictionaries this class makes, under one lock.
+``consent``, ``retention`` (with holds), ``keys`` (with reseal), ``budgets``, ``spans``
+and ``streams``. Every part works on the dictionaries this class makes, under one lock.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from ._rows import MemoryRows
 from ._runs import MemoryRuns
 from ._schedules import MemorySchedules
 from ._spans import MemorySpanExports
+from ._streams import MemoryStreams
 
 __all__ = ["SCHEMA_VERSION", "MemoryStore"]
 
@@ -47,7 +48,7 @@ SCHEMA_VERSION = 1
 
 class MemoryStore(MemoryJournal, MemoryRuns, MemoryLeases, MemoryInbox, MemorySchedules,
                   MemoryAccess, MemoryConsent, MemoryRetention, MemoryKeys, MemoryRows,
-                  MemoryBudgets, MemorySpanExports):
+                  MemoryBudgets, MemorySpanExports, MemoryStreams):
     """A :class:`~underway.store.base.Store` held in process memory.
 
     It does no I/O, so async code calls it inline (``offload``: see
@@ -61,6 +62,7 @@ class MemoryStore(MemoryJournal, MemoryRuns, MemoryLeases, MemoryInbox, MemorySc
         MemoryConsent.__init__(self)
         MemoryRetention.__init__(self)
         MemorySpanExports.__init__(self)
+        MemoryStreams.__init__(self)
         MemoryKeys.__init__(self)
         MemoryBudgets.__init__(self)
         self.codec = Codec()

@@ -12,15 +12,16 @@ announced with NOTIFY; a worker LISTENs (``wakeups``).
 (created by :meth:`PostgresStore.migrate`); without it the server's search path applies.
 
 The store is one class made of one part per role (``journal``, ``leases``, ``inbox``,
-``schedules``, ``access``, ``consent``, ``retention``, ``keys``, ``budgets``) over one pool
-(``connection``); the SQL is in ``store/sql/postgres.sql``. Each part inherits the bodies it
-shares with SQLite from :mod:`underway.store._sqlbase` and writes only what PostgreSQL does
-its own way.
+``schedules``, ``access``, ``consent``, ``retention``, ``keys``, ``budgets``, span exports
+and live streams) over one pool (``connection``); the SQL is in ``store/sql/postgres.sql``.
+Each part inherits the bodies it shares with SQLite from :mod:`underway.store._sqlbase` and
+writes only what PostgreSQL does its own way.
 """
 
 from __future__ import annotations
 
 from .._sqlbase.spans import SQLSpanExports
+from .._sqlbase.streams import SQLStreams
 from .._urls import split_url
 from ..base import Dialect
 from ..wakeups import Wakeups
@@ -40,7 +41,7 @@ __all__ = ["PostgresStore", "split_url"]
 
 class PostgresStore(
     Journal, Leases, Inbox, Schedules, Access, Consent, Retention, Keys, Budgets,
-    SQLSpanExports,
+    SQLSpanExports, SQLStreams,
 ):
     """A :class:`~underway.store.base.Store` on a PostgreSQL database (one schema of it).
 

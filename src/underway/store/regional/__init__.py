@@ -36,12 +36,13 @@ from ._keys import RegionalKeys
 from ._leases import RegionalLeases
 from ._retention import RegionalRetention
 from ._schedules import RegionalSchedules
+from ._streams import RegionalStreams
 
 __all__ = ["RegionalStore"]
 
 
 class RegionalStore(RegionalJournal, RegionalLeases, RegionalSchedules, RegionalAccess,
-                    RegionalRetention, RegionalKeys):
+                    RegionalRetention, RegionalKeys, RegionalStreams):
     """A :class:`~underway.store.base.Store` that keeps each tenant in its region's database.
 
     See the module docstring. Holds and retention are in :class:`RegionalRetention`;

@@ -1203,3 +1203,42 @@ SELECT r.tenant_id, r.run_id FROM runs r
   LEFT JOIN span_exports x ON x.tenant_id = r.tenant_id AND x.run_id = r.run_id
  WHERE r.updated_at >= %(since)s AND r.last_seq > COALESCE(x.exported_seq, 0)
  ORDER BY r.updated_at LIMIT %(limit)s
+
+-- name: stream_append
+-- Written in the arrays' order, in one statement; nothing is written unless the worker
+-- still holds the run. Readers that LISTEN on underway_stream are woken with the run id.
+WITH ins AS (
+    INSERT INTO stream_deltas (tenant_id, run_id, call_key, step, call_index, attempt,
+                               delta, written_at)
+    SELECT %(tenant_id)s, %(run_id)s, u.k, u.s, u.i, u.a, u.d, u.w
+      FROM unnest(%(keys)s::text[], %(steps)s::text[], %(indexes)s::int[],
+                  %(attempts)s::int[], %(deltas)s::text[], %(written)s::float8[])
+           WITH ORDINALITY AS u(k, s, i, a, d, w, n)
+     WHERE EXISTS (SELECT 1 FROM runs WHERE tenant_id = %(tenant_id)s
+                                        AND run_id = %(run_id)s AND lease_token = %(fence)s)
+     ORDER BY u.n
+    RETURNING stream_offset
+), top AS (SELECT max(stream_offset) AS o FROM ins)
+SELECT o, pg_notify('underway_stream', %(run_id)s) FROM top WHERE o IS NOT NULL
+
+-- name: stream_attempt
+SELECT COALESCE(MAX(attempt), 0) FROM stream_deltas
+ WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s AND call_key = %(key)s
+
+-- name: stream_read
+SELECT stream_offset, call_key, step, call_index, attempt, delta, written_at
+  FROM stream_deltas
+ WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s AND stream_offset > %(after)s
+ ORDER BY stream_offset LIMIT %(limit)s
+
+-- name: stream_drop
+DELETE FROM stream_deltas
+ WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s
+   AND (%(keep)s::text IS NULL OR call_key <> %(keep)s::text)
+
+-- name: stream_prune
+DELETE FROM stream_deltas
+ WHERE written_at < %(before)s
+   AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.tenant_id = stream_deltas.tenant_id
+                                          AND r.run_id = stream_deltas.run_id
+                                          AND r.lease_owner IS NOT NULL)

@@ -941,3 +941,38 @@ SELECT r.tenant_id, r.run_id FROM runs r
   LEFT JOIN span_exports x ON x.tenant_id = r.tenant_id AND x.run_id = r.run_id
  WHERE r.updated_at >= :since AND r.last_seq > COALESCE(x.exported_seq, 0)
  ORDER BY r.updated_at LIMIT :limit
+
+-- name: stream_append
+-- The rows are a JSON array of [key, step, index, attempt, delta, written_at], written in
+-- order; nothing is written unless the worker still holds the run.
+INSERT INTO stream_deltas (tenant_id, run_id, call_key, step, call_index, attempt, delta,
+                           written_at)
+SELECT :tenant_id, :run_id, json_extract(j.value, '$[0]'), json_extract(j.value, '$[1]'),
+       json_extract(j.value, '$[2]'), json_extract(j.value, '$[3]'),
+       json_extract(j.value, '$[4]'), json_extract(j.value, '$[5]')
+  FROM json_each(:rows) AS j
+ WHERE EXISTS (SELECT 1 FROM runs WHERE tenant_id = :tenant_id AND run_id = :run_id
+                                    AND lease_token = :fence)
+ ORDER BY j.key
+RETURNING stream_offset
+
+-- name: stream_attempt
+SELECT COALESCE(MAX(attempt), 0) FROM stream_deltas
+ WHERE tenant_id = :tenant_id AND run_id = :run_id AND call_key = :key
+
+-- name: stream_read
+SELECT stream_offset, call_key, step, call_index, attempt, delta, written_at
+  FROM stream_deltas
+ WHERE tenant_id = :tenant_id AND run_id = :run_id AND stream_offset > :after
+ ORDER BY stream_offset LIMIT :limit
+
+-- name: stream_drop
+DELETE FROM stream_deltas
+ WHERE tenant_id = :tenant_id AND run_id = :run_id AND (:keep IS NULL OR call_key <> :keep)
+
+-- name: stream_prune
+DELETE FROM stream_deltas
+ WHERE written_at < :before
+   AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.tenant_id = stream_deltas.tenant_id
+                                          AND r.run_id = stream_deltas.run_id
+                                          AND r.lease_owner IS NOT NULL)

@@ -3,14 +3,16 @@
 Writers serialize through ``BEGIN IMMEDIATE``, which is also what makes claiming correct
 when several worker processes share one database file. The store is one class made of one
 part per role (``journal``, ``leases``, ``inbox``, ``schedules``, ``access``, ``consent``,
-``retention``, ``keys``, ``budgets``), over one connection (``connection``); the SQL is in
-``store/sql/sqlite.sql``. Each part inherits the bodies it shares with PostgreSQL from
-:mod:`underway.store._sqlbase` and writes only what SQLite does its own way.
+``retention``, ``keys``, ``budgets``, span exports and live streams), over one connection
+(``connection``); the SQL is in ``store/sql/sqlite.sql``. Each part inherits the bodies it
+shares with PostgreSQL from :mod:`underway.store._sqlbase` and writes only what SQLite does
+its own way.
 """
 
 from __future__ import annotations
 
 from .._sqlbase.spans import SQLSpanExports
+from .._sqlbase.streams import SQLStreams
 from ..base import Dialect
 from ..wakeups import Polling, Wakeups
 from ._access import Access
@@ -28,7 +30,7 @@ __all__ = ["SQLiteStore"]
 
 class SQLiteStore(
     Journal, Leases, Inbox, Schedules, Access, Consent, Retention, Keys, Budgets,
-    SQLSpanExports,
+    SQLSpanExports, SQLStreams,
 ):
     """A :class:`~underway.store.base.Store` on one SQLite database file.
 

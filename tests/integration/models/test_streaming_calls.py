@@ -1,0 +1,167 @@
+"""``ctx.model(model, request, stream=True)``: deltas reach the run's live stream with
+offsets that only grow, the complete reply is journaled once and counted once, a
+journaled call streams nothing, and a call made again says first that the partial answer
+before it was abandoned."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+import underway as uw
+from underway import events as ev
+from underway.codec import stream_where
+from underway.effects import Emit, ModelReply
+from underway.engine import Engine
+from underway.events import JSON
+from underway.models import ModelError
+from underway.retry import RetryPolicy
+from underway.runner import Runner
+from underway.store import Store, connect
+from underway.testing import ManualClock, ScriptedModel
+
+
+class S(BaseModel):
+    answer: str = ""
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+def store(request: pytest.FixtureRequest) -> Iterator[Store]:
+    if request.param == "memory":
+        url = "memory://"
+    elif request.param == "sqlite":
+        url = request.getfixturevalue("sqlite_url")
+    else:
+        url = request.getfixturevalue("pg_url")
+    s = connect(url)
+    yield s
+    s.close()
+
+
+def live(store: Store, run_id: str, after: int = 0) -> list[tuple[int, JSON]]:
+    """The run's live stream as (offset, delta)."""
+    return [(o, json.loads(store.codec.open_text(
+                 d.data, stream_where("default", run_id, d.key, d.attempt))))
+            for o, d in store.read_stream("default", run_id, after=after, limit=1000)]
+
+
+def drive(engine: Engine) -> None:
+    asyncio.run(Runner(engine).run_until_idle())
+
+
+def events(engine: Engine, run_id: str, cls: type[Any]) -> list[Any]:
+    return [r.event for r in engine.journal.history("default", run_id)
+            if isinstance(r.event, cls)]
+
+
+def test_deltas_reach_the_live_stream_and_the_reply_is_journaled_once(store: Store) -> None:
+    model = ScriptedModel([{"text": "the tide turns at noon"}])
+    flow = uw.Flow("tide", state=S)
+
+    @flow.step
+    async def ask(ctx: uw.RunContext[S, Any]) -> Any:
+        reply = await ctx.model(model, {"messages": []}, stream=True)
+        return ctx.done(reply)
+
+    engine = Engine(store, flows=[flow], clock=ManualClock(1.7e9))
+    run_id, _ = engine.start(flow)
+    drive(engine)
+    s = engine.state(run_id)
+    assert s.status == "completed" and s.result == {"text": "the tide turns at noon"}
+    rows = live(store, run_id)
+    offsets = [o for o, _ in rows]
+    assert offsets == sorted(set(offsets)), "offsets strictly increase"
+    texts = [d["text"] for _, d in rows if d["type"] == "text"]
+    assert "".join(texts) == "the tide turns at noon" and len(texts) == 5
+    assert rows[-1][1] == {"type": "done"}
+    assert len(events(engine, run_id, ev.ModelResponded)) == 1 and s.model_calls == 1
+    assert live(store, run_id, after=offsets[2]) == rows[3:], "a reader resumes at its offset"
+
+
+class Cut:
+    """Streams half an answer and fails as a provider outage would, then answers whole."""
+
+    name = "cut"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def complete(self, request: JSON) -> ModelReply:
+        raise AssertionError("a streamed call is made with stream()")
+
+    async def stream(self, request: JSON, emit: Emit) -> ModelReply:
+        self.calls += 1
+        await emit({"type": "text", "text": "half "})
+        if self.calls == 1:
+            raise ModelError("test", "cut-1", status=503, provider_message="gone",
+                             retryable=True, retry_after=5.0)
+        await emit({"type": "text", "text": "whole"})
+        return ModelReply({"text": "half whole"}, "cut-1", 7, 2, 0.01)
+
+
+def test_a_call_made_again_says_the_partial_answer_was_abandoned(store: Store) -> None:
+    model = Cut()
+    flow = uw.Flow("cut", state=S)
+
+    @flow.step
+    async def ask(ctx: uw.RunContext[S, Any]) -> Any:
+        return ctx.done(await ctx.model(model, {"messages": []}, stream=True))
+
+    clock = ManualClock(1.7e9)
+    engine = Engine(store, flows=[flow], clock=clock)
+    run_id, _ = engine.start(flow)
+    drive(engine)
+    assert engine.state(run_id).status == "waiting"
+    clock.advance(6)
+    drive(engine)
+    s = engine.state(run_id)
+    assert s.status == "completed" and s.model_calls == 1 and model.calls == 2
+    rows = live(store, run_id)
+    assert [d for _, d in rows] == [
+        {"type": "text", "text": "half "},
+        {"type": "restart", "attempt": 2},
+        {"type": "text", "text": "half "},
+        {"type": "text", "text": "whole"},
+        {"type": "done"},
+    ]
+    assert [o for o, _ in rows] == sorted({o for o, _ in rows})
+    assert [e.response for e in events(engine, run_id, ev.ModelResponded)] == [
+        {"text": "half whole"}]
+
+
+def test_a_journaled_call_streams_nothing_when_its_step_runs_again(store: Store) -> None:
+    model = ScriptedModel([{"text": "once only"}])
+    tries = {"n": 0}
+
+    @uw.tool(mutating=False, retry=RetryPolicy(max_attempts=3, initial_interval=1.0,
+                                               jitter=False))
+    async def flaky(args: JSON) -> JSON:
+        tries["n"] += 1
+        if tries["n"] == 1:
+            raise RuntimeError("try again")
+        return {"ok": True}
+
+    flow = uw.Flow("again", state=S)
+
+    @flow.step
+    async def ask(ctx: uw.RunContext[S, Any]) -> Any:
+        reply = await ctx.model(model, {"messages": []}, stream=True)
+        await ctx.call(flaky, {})
+        return ctx.done(reply)
+
+    clock = ManualClock(1.7e9)
+    engine = Engine(store, flows=[flow], tools=[flaky], clock=clock)
+    run_id, _ = engine.start(flow)
+    drive(engine)
+    before = live(store, run_id)
+    clock.advance(5)
+    drive(engine)
+    s = engine.state(run_id)
+    assert s.status == "completed" and tries["n"] == 2 and len(model.requests) == 1
+    assert live(store, run_id) == before, "the re-run step answered from the journal"
+    assert s.model_calls == 1
