@@ -5,6 +5,7 @@ reads the journal instead of asking again."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any
 
@@ -15,8 +16,10 @@ from pydantic_ai.messages import (
     ModelMessage,
     ModelResponse,
     PartDeltaEvent,
+    PartStartEvent,
     TextPart,
     ToolCallPart,
+    ToolCallPartDelta,
     ToolReturnPart,
 )
 from pydantic_ai.models.function import AgentInfo, DeltaToolCalls, FunctionModel
@@ -25,7 +28,9 @@ from pydantic_ai.tools import RunContext as PaiContext
 
 import underway as uw
 from underway import events as ev
+from underway.codec import stream_where
 from underway.integrations.pydantic_ai import DurableAgent
+from underway.integrations.pydantic_ai._model import delta_of
 
 
 def drive(engine: uw.Engine) -> None:
@@ -146,6 +151,31 @@ def test_the_event_stream_handler_sees_the_live_events_of_a_durable_run() -> Non
     assert "".join(deltas) == "status: shipped"
     # Journaled once each, as complete responses.
     assert kinds(engine, run_id).count("ModelResponded") == 2
+    # The same deltas reached the run's live stream, in the shapes every reader knows (the
+    # stream keeps the last streamed call's).
+    deltas = live(engine, run_id)
+    assert "".join(d["text"] for d in deltas if d["type"] == "text") == \
+        "Order status: shipped"
+    assert {d["type"] for d in deltas} == {"text", "pydantic_ai", "done"}
+    assert deltas[-1] == {"type": "done"}
+
+
+def test_a_tool_call_streams_as_a_tool_call_delta() -> None:
+    start = PartStartEvent(index=0, part=ToolCallPart("order_status", {"order": "A1"},
+                                                      tool_call_id="c1"))
+    more = PartDeltaEvent(index=0, delta=ToolCallPartDelta(args_delta='"}',
+                                                           tool_call_id="c1"))
+    assert delta_of(start) == {"type": "tool_call", "index": 0, "id": "c1",
+                               "name": "order_status", "arguments": '{"order": "A1"}'}
+    assert delta_of(more) == {"type": "tool_call", "index": 0, "id": "c1", "name": None,
+                              "arguments": '"}'}
+
+
+def live(engine: uw.Engine, run_id: str) -> list[Any]:
+    """The run's live stream, decoded."""
+    return [json.loads(engine.store.codec.open_text(
+                d.data, stream_where("default", run_id, d.key, d.attempt)))
+            for _, d in engine.store.read_stream("default", run_id, after=0, limit=1000)]
 
 
 def _call_delta() -> Any:

@@ -9,9 +9,8 @@ quoted and counted by budgets, and a re-run reads the record instead of asking a
 
 from __future__ import annotations
 
-import inspect
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -21,7 +20,17 @@ from genai_prices import Usage as PriceUsage
 from genai_prices import calc_price
 from pydantic import TypeAdapter
 from pydantic_ai.agent import EventStreamHandler
-from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelResponse
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelResponse,
+    PartDeltaEvent,
+    PartStartEvent,
+    TextPart,
+    TextPartDelta,
+    ToolCallPart,
+    ToolCallPartDelta,
+)
 from pydantic_ai.models import CompletedStreamedResponse, Model, ModelRequestParameters
 from pydantic_ai.models import StreamedResponse as PaiStream
 from pydantic_ai.models.wrapper import WrapperModel
@@ -29,14 +38,13 @@ from pydantic_ai.settings import ModelSettings
 from pydantic_ai.tools import RunContext as PaiContext
 from pydantic_core import to_jsonable_python
 
-from ...effects import ModelQuote, ModelReply
+from ...effects import Emit, ModelQuote, ModelReply
 from ...events import JSON
 from ...flow import RunContext
 
 _PARAMS = TypeAdapter(ModelRequestParameters)
 _RESPONSE = TypeAdapter(ModelResponse)
 
-Emit = Callable[[JSON], Awaitable[None]]
 Decoded = tuple[list[ModelMessage], ModelSettings | None, ModelRequestParameters]
 
 
@@ -82,7 +90,8 @@ class PydanticAIModel:
         self.name = f"pydantic-ai:{model.system}:{model.model_name}"
 
     async def complete(self, request: JSON) -> ModelReply:
-        """Ask the model; a request marked ``stream`` is streamed to the run's handler."""
+        """Ask the model; a request marked ``stream`` is streamed to the run's handler (an
+        engine that does not stream the call still lets the handler see the events)."""
         assert isinstance(request, dict)
         if request.get("stream"):
             return await self.stream(request, _no_emit)
@@ -165,8 +174,32 @@ def encode(messages: list[ModelMessage], settings: ModelSettings | None,
 
 async def _tee(streamed: PaiStream, emit: Emit) -> AsyncIterator[Any]:
     async for event in streamed:
-        await emit({"type": "pydantic_ai", "event": to_jsonable_python(event)})
+        await emit(delta_of(event))
         yield event
+
+
+def delta_of(event: Any) -> JSON:
+    """The live-stream delta of a pydantic-ai stream event: text and tool-call deltas in
+    the shapes every stream reader knows, any other event as ``{"type": "pydantic_ai",
+    "event": ...}``."""
+    part = event.part if isinstance(event, PartStartEvent) else (
+        event.delta if isinstance(event, PartDeltaEvent) else None)
+    if isinstance(part, TextPart) and part.content:
+        return {"type": "text", "text": part.content}
+    if isinstance(part, TextPartDelta) and part.content_delta:
+        return {"type": "text", "text": part.content_delta}
+    if isinstance(part, ToolCallPart):
+        return _tool_call(event.index, part.tool_call_id, part.tool_name, part.args)
+    if isinstance(part, ToolCallPartDelta):
+        return _tool_call(event.index, part.tool_call_id, part.tool_name_delta,
+                          part.args_delta)
+    return {"type": "pydantic_ai", "event": to_jsonable_python(event)}
+
+
+def _tool_call(index: int, call_id: str | None, name: str | None, args: Any) -> JSON:
+    return {"type": "tool_call", "index": index, "id": call_id, "name": name,
+            "arguments": args if isinstance(args, str) or args is None
+            else json.dumps(args)}
 
 
 class JournaledModel(WrapperModel):
@@ -208,7 +241,8 @@ class JournaledModel(WrapperModel):
         scope.run_context = run_context
         scope.pending = (request, (messages, model_settings, model_request_parameters))
         try:
-            reply = await stream_model(scope.ctx, self.adapter, request)
+            # The engine calls stream(): deltas go to the run's live stream as they come.
+            reply = await scope.ctx.model(self.adapter, request, stream=True)
         finally:
             scope.run_context = scope.pending = None
         # The handler saw the live events inside the call (or, on a re-run, saw them then):
@@ -217,15 +251,3 @@ class JournaledModel(WrapperModel):
                                         model_request_parameters=model_request_parameters)
 
 
-async def stream_model(ctx: RunContext[Any, Any], model: PydanticAIModel, request: JSON) -> JSON:
-    """``ctx.model`` with ``stream=True`` when the engine streams deltas to the run's live
-    stream; else a plain call, whose ``complete`` streams to the handler alone."""
-    call: Any = ctx.model
-    if _streams(call):
-        reply: JSON = await call(model, request, stream=True)
-        return reply
-    return await ctx.model(model, request)
-
-
-def _streams(call: Callable[..., Any]) -> bool:
-    return "stream" in inspect.signature(call).parameters
