@@ -10,6 +10,7 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic_ai import Agent
+from pydantic_ai.exceptions import ApprovalRequired
 from pydantic_ai.messages import (
     ModelMessage,
     ModelResponse,
@@ -19,8 +20,9 @@ from pydantic_ai.messages import (
     ToolReturnPart,
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.tools import RunContext as PaiContext
 from pydantic_ai.tools import ToolDefinition
-from pydantic_ai.toolsets import ExternalToolset
+from pydantic_ai.toolsets import ExternalToolset, FunctionToolset
 from pydantic_ai.usage import UsageLimits
 
 import underway as uw
@@ -269,3 +271,77 @@ def test_a_deferred_tool_asks_a_person_whose_signed_answer_is_its_result() -> No
     state = engine.state(run_id)
     assert state.status == "completed"
     assert state.result == "Monday"
+
+
+def approve(engine: uw.Engine, run_id: str, key: Ed25519PrivateKey) -> None:
+    asked = engine.state(run_id).pending_approval
+    assert asked is not None
+    engine.submit_decision(sign_decision(
+        key, request_id=asked.request_id, run_id=run_id, tenant_id="default",
+        tool=asked.tool, args_hash=asked.args_hash, decision="approve",
+        expires_at=asked.expires_at, approver_id="priya").model_dump(mode="json"))
+
+
+def test_a_tool_that_raises_approval_required_waits_for_a_signed_approval() -> None:
+    effects: list[str] = []
+    script = Script(("refund", {"order": "A1", "amount": 900}))
+    agent = Agent(FunctionModel(script))
+
+    @agent.tool
+    def refund(ctx: PaiContext[None], order: str, amount: int) -> str:
+        if amount > 500 and not ctx.tool_call_approved:
+            raise ApprovalRequired
+        effects.append(f"refund {order} {amount}")
+        return f"refunded {amount}"
+
+    durable = DurableAgent(agent, name="dynamic")
+    engine = uw.Engine(uw.connect("memory://"), flows=[durable.flow])
+    key = approver(engine)
+    run_id, _ = engine.start(durable.flow, {"prompt": "refund A1"})
+    drive(engine)
+    assert engine.state(run_id).status == "waiting"
+    assert effects == []
+    approve(engine, run_id, key)
+    drive(engine)
+
+    state = engine.state(run_id)
+    assert state.status == "completed"
+    assert state.result == "refunded 900"
+    assert effects == ["refund A1 900"]
+    assert [e.error_type for e in journal(engine, run_id, ev.ToolFailed)] == ["ApprovalRequired"]
+
+
+def test_an_approval_required_toolset_holds_its_calls_for_a_signed_approval() -> None:
+    effects: list[str] = []
+    script = Script(("order_status", {"order": "A1"}), ("refund", {"order": "A1", "amount": 5}))
+    tools = FunctionToolset[None]()
+
+    @tools.tool_plain
+    def order_status(order: str) -> str:
+        effects.append(f"status {order}")
+        return "shipped"
+
+    @tools.tool_plain
+    def refund(order: str, amount: int) -> str:
+        effects.append(f"refund {order} {amount}")
+        return f"refunded {amount}"
+
+    held = tools.approval_required(lambda ctx, tool_def, args: tool_def.name == "refund")
+    agent = Agent(FunctionModel(script), toolsets=[held])
+    durable = DurableAgent(agent, name="held", tools={
+        "order_status": {"mutating": False, "trusted_output": True}})
+    engine = uw.Engine(uw.connect("memory://"), flows=[durable.flow])
+    key = approver(engine)
+    run_id, _ = engine.start(durable.flow, {"prompt": "refund A1"})
+    drive(engine)
+    state = engine.state(run_id)
+    assert state.status == "waiting"
+    assert state.pending_approval is not None and state.pending_approval.tool == "refund"
+    assert effects == ["status A1"]
+    approve(engine, run_id, key)
+    drive(engine)
+
+    state = engine.state(run_id)
+    assert state.status == "completed"
+    assert state.result == "shipped | refunded 5"
+    assert effects == ["status A1", "refund A1 5"]

@@ -9,7 +9,7 @@ budgets, policy, approvals and taint, journaled write-ahead when it changes the 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -17,7 +17,14 @@ from typing import Any, cast
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model, model_validator
 from pydantic_ai.exceptions import ModelRetry, ToolFailed
 from pydantic_ai.tools import RunContext as PaiContext
-from pydantic_ai.toolsets import AbstractToolset, ToolsetTool, WrapperToolset
+from pydantic_ai.tools import ToolDefinition
+from pydantic_ai.toolsets import (
+    AbstractToolset,
+    ApprovalRequiredToolset,
+    CombinedToolset,
+    ToolsetTool,
+    WrapperToolset,
+)
 from pydantic_core import SchemaValidator, core_schema, to_jsonable_python
 
 from ...effects import CallInfo, Tool
@@ -25,7 +32,7 @@ from ...errors import ConfigurationError, ToolCallError
 from ...events import JSON
 from ...guard.taint import add_source, exposed, taint_labels, trusts_output
 from ...journal.state import REFUSAL_ERRORS
-from ._model import SCOPE
+from ._model import SCOPE, StepScope
 
 APPROVAL_LABEL = "pydantic_ai.requires_approval"
 """The label of a call of a tool pydantic-ai says ``requires_approval``: the durable agent's
@@ -54,7 +61,7 @@ class _Call:
     args: dict[str, Any]
 
 
-_REFUSED = frozenset({*REFUSAL_ERRORS.values(), "SchemaValidationFailed"})
+_REFUSED = frozenset({*REFUSAL_ERRORS.values(), "SchemaValidationFailed", "ApprovalRequired"})
 """Errors of calls the guard refused: no tool ran, so nothing untrusted came back."""
 
 _CALL: ContextVar[_Call | None] = ContextVar("underway_pydantic_ai_call", default=None)
@@ -228,36 +235,83 @@ class GuardedToolset(WrapperToolset[Any]):
             return await scope.ctx.ask(
                 f"The agent asks for the result of {name!r}.",
                 context={"tool": name, "args": args, "description": tool.tool_def.description})
+        held = name in self.tools.held or _HELD.get()
+        try:
+            return await self._door(scope, original, ctx, args, held=held)
+        except _AskedForApproval:
+            # The tool raised ApprovalRequired before acting: the same call again, held
+            # for a signed approval, then run as approved.
+            return await self._door(scope, original, ctx, args, held=True)
+
+    async def _door(self, scope: StepScope, original: ToolsetTool[Any], ctx: PaiContext[Any],
+                    args: dict[str, Any], *, held: bool) -> Any:
+        """One ``ctx.call`` of the tool, its refusals and failures in pydantic-ai's terms."""
         t = self.tools.tool(original)
         labels = taint_labels(scope.sources) if scope.sources and exposed(t) else []
-        if name in self.tools.held:
+        if held:
             labels.append(APPROVAL_LABEL)
+            # The door lets the call through only once a person approved it.
+            ctx = dataclasses.replace(ctx, tool_call_approved=True)
         risks = ([f"proposed by a model that has read untrusted content from "
                   f"{', '.join(scope.sources)}: its arguments may be an attacker's"]
-                 if labels and scope.sources else [])
+                 if scope.sources and exposed(t) else [])
         token = _CALL.set(_Call(self.wrapped, original, ctx, args))
         try:
             result = await scope.ctx.call(t, args, labels=labels, risks=risks,
-                                        evidence={"agent": scope.agent, "tainted_by":
-                                                  list(scope.sources)})
+                                          evidence={"agent": scope.agent, "tainted_by":
+                                                    list(scope.sources)})
         except ToolCallError as exc:
+            if exc.error_type == "ApprovalRequired" and not held:
+                raise _AskedForApproval from None
             if exc.error_type not in _REFUSED and not trusts_output(t):
                 add_source(scope.sources, t.name)
             if exc.error_type in ("SchemaValidationFailed", "ModelRetry"):
                 raise ModelRetry(exc.message) from None
             raise ToolFailed(f"{exc.error_type}: {exc.message}") from None
-        else:
-            if not trusts_output(t):
-                add_source(scope.sources, t.name)
-            return result
         finally:
             _CALL.reset(token)
+        if not trusts_output(t):
+            add_source(scope.sources, t.name)
+        return result
+
+
+class _AskedForApproval(Exception):
+    """A tool raised pydantic-ai's ``ApprovalRequired``: its call is to be held."""
+
+
+_HELD: ContextVar[bool] = ContextVar("underway_pydantic_ai_held", default=False)
+"""Set by :class:`_HeldByPolicy` for a call an ``ApprovalRequiredToolset`` would defer."""
+
+
+@dataclass
+class _HeldByPolicy(WrapperToolset[Any]):
+    """Stands for an ``ApprovalRequiredToolset``: a call its function says needs approval
+    is held by the durable agent's policy for a signed decision, not deferred."""
+
+    approval_required_func: Callable[[PaiContext[Any], ToolDefinition, dict[str, Any]], bool] \
+        = field(default=lambda ctx, tool_def, args: True)
+
+    async def call_tool(self, name: str, tool_args: dict[str, Any], ctx: PaiContext[Any],
+                        tool: ToolsetTool[Any]) -> Any:
+        if SCOPE.get() is None or ctx.tool_call_approved or not self.approval_required_func(
+                ctx, tool.tool_def, tool_args):
+            return await super().call_tool(name, tool_args, ctx, tool)
+        token = _HELD.set(True)
+        try:
+            return await super().call_tool(name, tool_args, ctx, tool)
+        finally:
+            _HELD.reset(token)
 
 
 def guard_toolset(toolset: AbstractToolset[Any], tools: Tools) -> AbstractToolset[Any]:
-    """``toolset`` with each leaf toolset wrapped in a :class:`GuardedToolset`."""
-
-    def wrap(leaf: AbstractToolset[Any]) -> AbstractToolset[Any]:
-        return GuardedToolset(leaf, tools=tools)
-
-    return toolset.visit_and_replace(wrap)
+    """``toolset`` with each leaf toolset wrapped in a :class:`GuardedToolset`, and each
+    ``ApprovalRequiredToolset`` holding its calls for a signed approval instead."""
+    if isinstance(toolset, ApprovalRequiredToolset):
+        return _HeldByPolicy(guard_toolset(toolset.wrapped, tools),
+                             approval_required_func=toolset.approval_required_func)
+    if isinstance(toolset, WrapperToolset):
+        return dataclasses.replace(toolset, wrapped=guard_toolset(toolset.wrapped, tools))
+    if isinstance(toolset, CombinedToolset):
+        return dataclasses.replace(toolset, toolsets=[guard_toolset(t, tools)
+                                                      for t in toolset.toolsets])
+    return GuardedToolset(toolset, tools=tools)
