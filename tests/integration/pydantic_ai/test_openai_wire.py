@@ -13,7 +13,7 @@ from pydantic_ai.providers.openai import OpenAIProvider
 from pydantic_ai.usage import UsageLimits
 
 import underway as uw
-from fakes.model_provider import FakeProvider, openai_completion
+from fakes.model_provider import FakeProvider, openai_completion, openai_error
 from underway import events as ev
 from underway.integrations.pydantic_ai import DurableAgent
 
@@ -93,3 +93,35 @@ def test_a_token_budget_refuses_a_request_whose_output_has_no_bound() -> None:
     state = engine.state(run_id)
     assert state.status == "escalated"
     assert state.escalation is not None and "max_tokens" in state.escalation.reason
+
+
+def test_a_provider_outage_is_asked_again_on_a_durable_timer() -> None:
+    with FakeProvider(
+        openai_error(503, "overloaded, try again", {"retry-after": "7"}),
+        openai_completion(content="Back again."),
+    ) as server:
+        client = AsyncOpenAI(base_url=f"{server.origin}/v1", api_key="sk-test", max_retries=0)
+        model = OpenAIChatModel("gpt-4o-mini", provider=OpenAIProvider(openai_client=client))
+        durable = DurableAgent(Agent(model), name="outage")
+        clock = uw.ManualClock(1.7e9)
+        engine = uw.Engine(uw.connect("memory://"), flows=[durable.flow], clock=clock)
+        run_id, _ = engine.start(durable.flow, {"prompt": "hello"})
+
+        async def go() -> None:
+            runner = uw.Runner(engine)
+            await runner.run_until_idle()
+            # Waiting on a durable timer, holding no worker, as long as the provider asked.
+            assert engine.state(run_id).status == "waiting"
+            [retry] = [e.event for e in engine.client.events(run_id)
+                       if isinstance(e.event, ev.RetryScheduled)]
+            assert (retry.tool, retry.delay_s) == ("model", 7.0)
+            clock.advance(8)
+            await runner.run_until_idle()
+            await client.close()
+
+        asyncio.run(go())
+
+    state = engine.state(run_id)
+    assert state.status == "completed"
+    assert state.result == "Back again."
+    assert len(server.received) == 2

@@ -10,8 +10,8 @@ quoted and counted by budgets, and a re-run reads the record instead of asking a
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator, AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +20,13 @@ from genai_prices import Usage as PriceUsage
 from genai_prices import calc_price
 from pydantic import TypeAdapter
 from pydantic_ai.agent import EventStreamHandler
+from pydantic_ai.exceptions import (
+    ModelAPIError,
+    ModelConnectionError,
+    ModelRateLimitError,
+    ModelServerError,
+    ModelUnavailableError,
+)
 from pydantic_ai.messages import (
     ModelMessage,
     ModelMessagesTypeAdapter,
@@ -41,6 +48,7 @@ from pydantic_core import to_jsonable_python
 from ...effects import Emit, ModelQuote, ModelReply
 from ...events import JSON
 from ...flow import RunContext
+from ...models.errors import ModelError
 
 _PARAMS = TypeAdapter(ModelRequestParameters)
 _RESPONSE = TypeAdapter(ModelResponse)
@@ -96,7 +104,28 @@ class PydanticAIModel:
         if request.get("stream"):
             return await self.stream(request, _no_emit)
         messages, settings, params = _decode(request)
-        return self._reply(await self.wrapped.request(messages, settings, params))
+        with self._failures():
+            response = await self.wrapped.request(messages, settings, params)
+        return self._reply(response)
+
+    @contextmanager
+    def _failures(self) -> Iterator[None]:
+        """A provider's transient failure (rate limit, outage, lost connection) as an
+        underway :class:`~underway.models.ModelError` marked retryable: the engine asks
+        again on a durable timer, holding no worker. Any other failure stays as it is."""
+        try:
+            yield
+        except ModelAPIError as exc:
+            status = getattr(exc, "status_code", None)
+            transient = isinstance(exc, ModelRateLimitError | ModelUnavailableError
+                                   | ModelServerError | ModelConnectionError) or (
+                isinstance(status, int) and (status in (408, 409, 429) or status >= 500))
+            if not transient:
+                raise
+            raise ModelError(self.wrapped.system, self.wrapped.model_name,
+                             status=status if isinstance(status, int) else None,
+                             provider_message=str(exc), retryable=True,
+                             retry_after=exc.retry_after) from exc
 
     async def stream(self, request: JSON, emit: Emit) -> ModelReply:
         """Stream the response: each pydantic-ai event goes to ``emit`` as
@@ -106,13 +135,14 @@ class PydanticAIModel:
         scope = SCOPE.get()
         handler = scope.handler if scope is not None else None
         run_context = scope.run_context if scope is not None else None
-        async with self.wrapped.request_stream(messages, settings, params,
-                                               run_context) as streamed:
-            events = _tee(streamed, emit)
-            if handler is not None and run_context is not None:
-                await handler(run_context, events)
-            async for _ in events:
-                pass
+        with self._failures():
+            async with self.wrapped.request_stream(messages, settings, params,
+                                                   run_context) as streamed:
+                events = _tee(streamed, emit)
+                if handler is not None and run_context is not None:
+                    await handler(run_context, events)
+                async for _ in events:
+                    pass
         return self._reply(streamed.get())
 
     def quote(self, request: JSON) -> ModelQuote:
