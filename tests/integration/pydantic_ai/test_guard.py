@@ -345,3 +345,17 @@ def test_an_approval_required_toolset_holds_its_calls_for_a_signed_approval() ->
     assert state.status == "completed"
     assert state.result == "shipped | refunded 5"
     assert effects == ["status A1", "refund A1 5"]
+
+
+def test_the_result_carries_the_taint_of_the_untrusted_output_that_shaped_it() -> None:
+    effects: list[str] = []
+    script = Script(("order_status", {"order": "A1"}))
+    durable = DurableAgent(shop(script, effects), name="shop",
+                           tools={"order_status": {"mutating": False}})
+    engine = uw.Engine(uw.connect("memory://"), flows=[durable.flow])
+    run_id, _ = engine.start(durable.flow, {"prompt": "status of A1"})
+    drive(engine)
+
+    state = engine.state(run_id)
+    assert state.status == "completed"
+    assert state.tainted_by == ["order_status"]

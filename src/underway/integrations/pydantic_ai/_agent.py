@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterable, Callable, Mapping, Sequence
 from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from pydantic_ai import Agent
 from pydantic_ai.agent import EventStreamHandler
 from pydantic_ai.models import Model, infer_model
@@ -37,6 +37,10 @@ class AgentInput(BaseModel):
 
 class AgentState(BaseModel):
     """A durable pydantic-ai run's state: the agent's conversation lives in the journal."""
+
+    taint: list[str] = Field(default_factory=list)
+    """Where the untrusted content that reached the agent's context came from (tool names,
+    the run's lineage), in order: the run's result carries it."""
 
 
 def usage_budget(limits: UsageLimits, *, on_exceed: Literal["escalate", "fail"]) -> Budget:
@@ -159,7 +163,7 @@ class DurableAgent:
             tools=list(allow) if allow is not None else None,
             policy=approval_policy(policy, approver_role=approver_role),
             budget=_tighter(budget, usage_budget(limits, on_exceed=on_exceed)),
-            shadow=shadow,
+            shadow=shadow, taint_of=_taint_of,
         )
         self.flow.step(self._run, name="run", start=True)
 
@@ -185,7 +189,12 @@ class DurableAgent:
             raise stop from None
         finally:
             SCOPE.reset(token)
+        ctx.state.taint = list(scope.sources)
         return ctx.done(to_jsonable_python(result.output))
+
+
+def _taint_of(state: AgentState) -> list[str]:
+    return state.taint
 
 
 def _stop_in(exc: BaseException) -> BaseException | None:
