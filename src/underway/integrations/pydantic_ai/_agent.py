@@ -104,11 +104,13 @@ class DurableAgent:
             (keywords of :class:`~underway.Tool`: ``mutating``, ``idempotent``,
             ``trusted_output``, ``reconcile``, ``amount``...). A tool without options is
             mutating, not idempotent, and its output untrusted; an MCP tool's annotations
-            (``readOnlyHint``, ``idempotentHint``) say otherwise where present.
+            (``readOnlyHint``, ``idempotentHint``, ``openWorldHint``) say otherwise where
+            present. A tool's timeout is its pydantic-ai ``timeout``, else 30 seconds.
         allow: The tools the agent may call (None: every tool its toolsets offer).
         policy: The policy around its calls (None: the default agent policy, which holds
             calls proposed from a tainted context). The rule that holds the calls of
-            ``requires_approval`` tools is added to it.
+            ``requires_approval`` tools is added to it. It is the flow's policy, so the
+            engine's does not apply: pass yours here.
         budget: Its limits, besides those of ``usage_limits``.
         usage_limits: pydantic-ai's limits, enforced as underway budgets (the default is
             pydantic-ai's: 50 requests). Input and output token limits stay pydantic-ai's.
