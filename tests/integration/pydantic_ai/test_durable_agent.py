@@ -65,11 +65,13 @@ def support_agent(effects: list[str]) -> Agent[None, str]:
     return agent
 
 
-def test_a_function_model_run_journals_each_request_and_call_and_returns_the_output() -> None:
+def test_a_function_model_run_journals_each_request_and_call_and_returns_the_output(
+    store_url: str,
+) -> None:
     effects: list[str] = []
     durable = DurableAgent(support_agent(effects), name="support",
                            tools={"order_status": {"mutating": False}})
-    engine = uw.Engine(uw.connect("memory://"), flows=[durable.flow])
+    engine = uw.Engine(uw.connect(store_url), flows=[durable.flow])
     run_id, _ = engine.start(durable.flow, {"prompt": "Where is order A1?"})
     drive(engine)
 

@@ -81,11 +81,13 @@ def shop(script: Script, effects: list[str], **approval: Any) -> Agent[None, str
     return agent
 
 
-def test_a_tool_off_the_allow_list_is_refused_journaled_and_reported_to_the_model() -> None:
+def test_a_tool_off_the_allow_list_is_refused_journaled_and_reported_to_the_model(
+    store_url: str,
+) -> None:
     effects: list[str] = []
     script = Script(("refund", {"order": "A1", "amount": 5}))
     durable = DurableAgent(shop(script, effects), name="shop", allow=["order_status"])
-    engine = uw.Engine(uw.connect("memory://"), flows=[durable.flow])
+    engine = uw.Engine(uw.connect(store_url), flows=[durable.flow])
     run_id, _ = engine.start(durable.flow, {"prompt": "refund A1"})
     drive(engine)
 
@@ -117,12 +119,14 @@ def test_a_policy_denial_reaches_the_model_as_a_failed_tool() -> None:
     assert str(state.result).endswith("| shipped")
 
 
-def test_arguments_that_break_the_tool_schema_are_journaled_and_sent_back_for_a_retry() -> None:
+def test_arguments_that_break_the_tool_schema_are_journaled_and_sent_back_for_a_retry(
+    store_url: str,
+) -> None:
     effects: list[str] = []
     script = Script(("order_status", {"order": 5}), ("order_status", {"order": "A1"}))
     durable = DurableAgent(shop(script, effects), name="shop",
                            tools={"order_status": {"mutating": False}})
-    engine = uw.Engine(uw.connect("memory://"), flows=[durable.flow])
+    engine = uw.Engine(uw.connect(store_url), flows=[durable.flow])
     run_id, _ = engine.start(durable.flow, {"prompt": "status of A1"})
     drive(engine)
 
@@ -135,13 +139,15 @@ def test_arguments_that_break_the_tool_schema_are_journaled_and_sent_back_for_a_
     assert str(state.result).endswith("| shipped")
 
 
-def test_a_request_limit_becomes_a_budget_that_refuses_the_next_request() -> None:
+def test_a_request_limit_becomes_a_budget_that_refuses_the_next_request(
+    store_url: str,
+) -> None:
     effects: list[str] = []
     script = Script(*[("order_status", {"order": f"A{i}"}) for i in range(10)])
     durable = DurableAgent(shop(script, effects), name="shop",
                            usage_limits=UsageLimits(request_limit=3, tool_calls_limit=None),
                            tools={"order_status": {"mutating": False}})
-    engine = uw.Engine(uw.connect("memory://"), flows=[durable.flow])
+    engine = uw.Engine(uw.connect(store_url), flows=[durable.flow])
     run_id, _ = engine.start(durable.flow, {"prompt": "check them all"})
     drive(engine)
 
@@ -174,12 +180,14 @@ def approver(engine: uw.Engine) -> Ed25519PrivateKey:
     return key
 
 
-def test_a_requires_approval_tool_waits_for_a_signed_decision_then_runs_once() -> None:
+def test_a_requires_approval_tool_waits_for_a_signed_decision_then_runs_once(
+    store_url: str,
+) -> None:
     effects: list[str] = []
     script = Script(("refund", {"order": "A1", "amount": 500}))
     durable = DurableAgent(shop(script, effects, requires_approval=True), name="shop",
                            approver_role="finance")
-    engine = uw.Engine(uw.connect("memory://"), flows=[durable.flow])
+    engine = uw.Engine(uw.connect(store_url), flows=[durable.flow])
     key = approver(engine)
     run_id, _ = engine.start(durable.flow, {"prompt": "refund A1"})
     drive(engine)
