@@ -98,8 +98,8 @@ class PydanticAIModel:
         self.name = f"pydantic-ai:{model.system}:{model.model_name}"
 
     async def complete(self, request: JSON) -> ModelReply:
-        """Ask the model; a request marked ``stream`` is streamed to the run's handler (an
-        engine that does not stream the call still lets the handler see the events)."""
+        """Ask the model. A request marked ``stream`` is streamed all the same, so the run's
+        handler sees its events when the call is made without ``stream=True``."""
         assert isinstance(request, dict)
         if request.get("stream"):
             return await self.stream(request, _no_emit)
@@ -128,9 +128,9 @@ class PydanticAIModel:
                              retry_after=exc.retry_after) from exc
 
     async def stream(self, request: JSON, emit: Emit) -> ModelReply:
-        """Stream the response: each pydantic-ai event goes to ``emit`` as
-        ``{"type": "pydantic_ai", "event": ...}`` and to the run's event stream handler;
-        the complete response is returned."""
+        """Stream the response: each pydantic-ai event goes to ``emit`` (as
+        :func:`delta_of` says) and to the run's event stream handler; the complete
+        response is returned."""
         messages, settings, params = _decode(request)
         scope = SCOPE.get()
         handler = scope.handler if scope is not None else None
