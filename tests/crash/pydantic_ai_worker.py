@@ -6,7 +6,8 @@
 Run ``i`` refunds order ``order-i``. Its agent is an unmodified pydantic-ai ``Agent`` whose
 model is pydantic-ai's ``OpenAIChatModel``, talking to the local server at ``--model`` (which
 counts the requests). It looks the order up (read-only) and sends the refund to the outside
-service (mutating, not idempotent, reconciled with the service by its key). Runs are
+service (mutating, not idempotent, reconciled with the service by its key; with
+``--no-reconcile`` it has no hook, and a hidden outcome escalates). Runs are
 started with idempotency keys, so a restarted child finds its predecessor's runs.
 
 The child exits when every run is final or escalated, printing one JSON line of statuses.
@@ -45,8 +46,10 @@ def _http(method: str, url: str, body: Any = None) -> Any:
         return json.loads(resp.read())
 
 
-def build(model_url: str, service: str) -> tuple[DurableAgent, AsyncOpenAI]:
-    """The durable refunds agent, its model at ``model_url``, its effects at ``service``."""
+def build(model_url: str, service: str, *, reconcile: bool = True
+          ) -> tuple[DurableAgent, AsyncOpenAI]:
+    """The durable refunds agent, its model at ``model_url``, its effects at ``service``;
+    without ``reconcile``, a refund whose outcome a kill hid escalates to an operator."""
     client = AsyncOpenAI(base_url=f"{model_url}/v1", api_key="sk-test", max_retries=0)
     model = OpenAIChatModel("gpt-4o-mini", provider=OpenAIProvider(openai_client=client))
     agent = Agent(model, instructions="Refund the order the user names.")
@@ -72,7 +75,7 @@ def build(model_url: str, service: str) -> tuple[DurableAgent, AsyncOpenAI]:
 
     durable = DurableAgent(agent, name="refunds", tools={
         "order_status": {"mutating": False, "trusted_output": True},
-        "send_refund": {"reconcile": was_sent, "timeout": TIMEOUT_S},
+        "send_refund": {"reconcile": was_sent if reconcile else None, "timeout": TIMEOUT_S},
     })
     return durable, client
 
@@ -108,8 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--service", required=True)
     p.add_argument("--tenant", required=True)
     p.add_argument("--runs", type=int, default=4)
+    p.add_argument("--no-reconcile", action="store_true")
     a = p.parse_args(argv)
-    durable, client = build(a.model, a.service)
+    durable, client = build(a.model, a.service, reconcile=not a.no_reconcile)
     store = connect(a.db)
     engine = Engine(store, flows=[durable.flow], lease_ttl=2.0)
     statuses = asyncio.run(drive(engine, durable, client, a.tenant, a.runs))
