@@ -4,7 +4,8 @@ Child processes (``pydantic_ai_worker.py``) drive a batch of runs of an unmodifi
 pydantic-ai agent whose ``OpenAIChatModel`` talks to a local Chat Completions server in this
 process, and whose refund tool posts to the outside service here. Each child is killed:
 at the edge of an effect (the refund reached the service, its outcome is not journaled),
-or from outside after a seeded delay. Fresh children take over until every run is final.
+or from outside once the model server has answered two more requests (others are then in
+flight). Fresh children take over until every run is final.
 
 What is checked: every run completes with the agent's output; no refund reaches the
 outside world twice; one whose outcome a kill hid is reconciled, not repeated, or, when
