@@ -34,6 +34,7 @@ import listing
 import mcp_tools
 import openai_agents
 import policy
+import pydantic_ai_overhead
 import resume
 import sandbox
 import service
@@ -92,6 +93,12 @@ GROUPS: dict[str, list[tuple[str, Callable[[], list[Figure]]]]] = {
         ("agent iteration (memory)", agent.bench_memory),
         ("SQLite agent iterations", agent.bench_sqlite),
         ("PostgreSQL agent iterations", agent.bench_postgres),
+    ],
+    "pydantic_ai": [
+        ("pydantic-ai run, durable against bare (memory)", pydantic_ai_overhead.bench_memory),
+        ("SQLite pydantic-ai run, durable against bare", pydantic_ai_overhead.bench_sqlite),
+        ("PostgreSQL pydantic-ai run, durable against bare",
+         pydantic_ai_overhead.bench_postgres),
     ],
     "listing": [
         ("SQLite run listing", listing.bench_sqlite),

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -46,10 +46,16 @@ class Received:
 
 
 class FakeProvider:
-    """Serves ``replies`` in order on 127.0.0.1 at a free port; records every request."""
+    """Serves ``replies`` in order on 127.0.0.1 at a free port; records every request.
 
-    def __init__(self, *replies: Reply) -> None:
+    ``answer``, when given, answers each request from its JSON body instead: a server whose
+    reply depends on the conversation, not on how many requests came before (a client
+    killed mid-request asks again and gets the same answer).
+    """
+
+    def __init__(self, *replies: Reply, answer: Callable[[Any], Reply] | None = None) -> None:
         self.replies = list(replies)
+        self.answer = answer
         self.received: list[Received] = []
         self._lock = threading.Lock()
         provider = self
@@ -64,7 +70,8 @@ class FakeProvider:
                         self.path, {k.lower(): v for k, v in self.headers.items()}, raw
                     ))
                     reply = (
-                        provider.replies.pop(0) if provider.replies
+                        provider.answer(json.loads(raw)) if provider.answer is not None
+                        else provider.replies.pop(0) if provider.replies
                         else Reply(599, {"error": {"message": "script exhausted"}})
                     )
                 if reply.events is not None:
