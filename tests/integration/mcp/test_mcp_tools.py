@@ -164,7 +164,8 @@ def test_a_changed_tool_list_retires_and_adds_tools(server: uw_mcp.Server, led: 
     assert effects(led) == [], "the vanished tool was never sent"
 
 
-def test_an_agent_calls_mcp_tools_through_the_guard(server: uw_mcp.Server, led: Path) -> None:
+def _buy_coffee(server: uw_mcp.Server, overrides: dict[str, Any]
+                ) -> tuple[uw.RunState, list[ev.Event]]:
     def decide(req: Any) -> Any:
         seen = [m for m in req.messages if m.role == "tool"]
         if not seen:
@@ -174,23 +175,41 @@ def test_an_agent_calls_mcp_tools_through_the_guard(server: uw_mcp.Server, led: 
         return say("Done.", ("finish", {"result": "charged acme for coffee"}))
 
     async def main() -> tuple[uw.RunState, list[ev.Event]]:
-        toolset = await uw_mcp.Toolset(server, include=["lookup", "charge"]).load()
+        toolset = await uw_mcp.Toolset(server, include=["lookup", "charge"],
+                                       overrides=overrides).load()
         agent = uw.Agent("buyer", model=RuleModel(decide), tools=toolset.tools,
                          plan=False)
         engine, _ = memory_engine([agent.flow])
         try:
             run_id, _ = engine.start(agent.flow, {"goal": "buy coffee for acme"})
-            state = await uw.Runner(engine).run_until_complete(run_id)
+            runner = uw.Runner(engine)
+            await runner.run_until_idle()
+            state = engine.state(run_id)
             return state, [r.event for r in engine.journal.history("default", run_id)]
         finally:
             await toolset.aclose()
 
-    state, events = asyncio.run(main())
+    return asyncio.run(main())
+
+
+def test_an_agent_calls_mcp_tools_through_the_guard(server: uw_mcp.Server, led: Path) -> None:
+    # The user vouches for the lookup's output; the server's closed-world hint alone does not.
+    state, events = _buy_coffee(server, {"lookup": {"trusted_output": True}})
     assert state.status == "completed"
     assert [e.tool for e in events if isinstance(e, ev.ToolSucceeded)] == ["lookup", "charge"]
     assert [e.tool for e in events if isinstance(e, ev.PolicyDecided)] == ["lookup", "charge"]
     (charged,) = effects(led)
     assert (charged["tool"], charged["amount"]) == ("charge", 60)
+
+
+def test_a_servers_own_output_holds_the_agents_next_write(server: uw_mcp.Server,
+                                                         led: Path) -> None:
+    # lookup says openWorldHint false, yet nobody vouched for it: the charge proposed after
+    # reading it waits for a person, and nothing is charged.
+    state, events = _buy_coffee(server, {})
+    assert state.status == "waiting"
+    assert [e.tool for e in events if isinstance(e, ev.ToolSucceeded)] == ["lookup"]
+    assert effects(led) == []
 
 
 def test_a_name_the_server_does_not_list_is_refused_at_load(server: uw_mcp.Server) -> None:

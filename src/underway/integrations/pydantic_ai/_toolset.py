@@ -226,6 +226,14 @@ class GuardedToolset(WrapperToolset[Any]):
 
     async def call_tool(self, name: str, tool_args: dict[str, Any], ctx: PaiContext[Any],
                         tool: ToolsetTool[Any]) -> Any:
+        """Call a tool through underway's door when inside a durable step, else directly.
+
+        Args:
+            name: The tool's name.
+            tool_args: Its arguments, as the model gave them.
+            ctx: pydantic-ai's run context.
+            tool: The tool as this toolset listed it.
+        """
         scope = SCOPE.get()
         if scope is None:
             return await super().call_tool(name, tool_args, ctx, tool)
