@@ -193,13 +193,31 @@ def encode(messages: list[ModelMessage], settings: ModelSettings | None,
            params: ModelRequestParameters, *, stream: bool) -> JSON:
     """A pydantic-ai request as the JSON an underway model call journals."""
     request: dict[str, JSON] = {
-        "messages": ModelMessagesTypeAdapter.dump_python(messages, mode="json"),
+        "messages": _steady(ModelMessagesTypeAdapter.dump_python(messages, mode="json")),
         "settings": to_jsonable_python(settings) if settings else None,
         "parameters": _PARAMS.dump_python(params, mode="json"),
     }
     if stream:
         request["stream"] = True
     return request
+
+
+_VOLATILE = ("timestamp", "run_id", "conversation_id")
+"""What pydantic-ai stamps on messages and parts from the clock and fresh ids: no model
+sees it, and it differs each time the same request is made."""
+
+
+def _steady(messages: list[dict[str, Any]]) -> JSON:
+    """The messages without what differs between two makings of the same request, so that
+    a re-run, a replay and ``deploy check`` of unchanged code see the request recorded."""
+    for message in messages:
+        for key in _VOLATILE:
+            message.pop(key, None)
+        for part in message.get("parts") or ():
+            for key in _VOLATILE:
+                part.pop(key, None)
+    out: JSON = messages
+    return out
 
 
 async def _tee(streamed: PaiStream, emit: Emit) -> AsyncIterator[Any]:
