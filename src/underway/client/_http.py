@@ -263,8 +263,12 @@ class HttpTransport:
         return None if journaled is None else frozenset(journaled)
 
     def verify(self, tenant_id: str, run_id: str) -> Verification:
-        """``GET /v1/audit/verify?run_id=...``."""
-        d = self._json("GET", "/v1/audit/verify", params={"run_id": run_id}, run_id=run_id)
+        """``GET /v1/audit/verify?run_id=...`` (no such run: not ok, as on a database)."""
+        try:
+            d = self._json("GET", "/v1/audit/verify", params={"run_id": run_id},
+                           run_id=run_id)
+        except RunNotFound:
+            return Verification(tenant_id, run_id, False, 0, None, "no such run")
         first = d["findings"][0] if d["findings"] else {}
         return Verification(tenant_id, run_id, d["ok"], d["events"], first.get("seq"),
                             first.get("reason", ""))
