@@ -148,7 +148,9 @@ class _Acting(Protocol):
     """What a bulk operation needs of the client."""
 
     signed_resolutions: bool
-    clock: Clock
+
+    @property
+    def clock(self) -> Clock: ...
     _transport: Transport
 
     @property

@@ -28,13 +28,13 @@ from ._consent import Consents
 from ._database import DatabaseTransport
 from ._deciding import Deciding
 from ._forking import Forks
-from ._http import HttpTransport, is_http
+from ._http import HttpTransport
 from ._labels import Labels
 from ._options import StartKeywords, StartOptions
 from ._reads import Reads
 from ._settling import Settling
 from ._starting import check_start
-from ._transport import Transport
+from ._transport import Transport, is_http
 
 
 class Client(Bulk, Consents, Deciding, Forks, Labels, Reads, Settling):

@@ -39,7 +39,9 @@ class _Reading(Protocol):
     """What deciding needs of the client."""
 
     _transport: Transport
-    clock: Clock
+
+    @property
+    def clock(self) -> Clock: ...
 
     def pending_request(self, run_id: str, *,
                         tenant_id: str = "default") -> PendingRequest | None: ...

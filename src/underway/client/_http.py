@@ -10,10 +10,10 @@ from its events, by the same code a worker folds them with."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from functools import cache
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-import httpx
 from pydantic import BaseModel, TypeAdapter
 
 from .. import events as ev
@@ -35,14 +35,17 @@ from ._options import StartOptions
 from ._pages import RunEvent, RunPage
 from ._requests import PendingRequest
 
+if TYPE_CHECKING:
+    import httpx
+
 _NOT_OVER_HTTP = ("run_id", "principal", "roles", "lineage")
 """Start options the API does not take: it names the run and whom it acts for itself."""
-_ACTIVITY = TypeAdapter(Activity)
 
 
-def is_http(url: str) -> bool:
-    """Whether ``url`` names a server (``http://`` or ``https://``), not a database."""
-    return url.lower().startswith(("http://", "https://"))
+@cache
+def _activity() -> TypeAdapter[Activity]:
+    """The validator of an activity report, built on first use."""
+    return TypeAdapter(Activity)
 
 
 class HttpTransport:
@@ -63,8 +66,12 @@ class HttpTransport:
         self.clock = clock
         self.flows = flows
         self._reveal = {"reveal": "true"} if reveal else {}
+        # httpx loads with an HTTP client only: a database client (the CLI, a worker)
+        # never needs it.
+        import httpx
         self._http = httpx.Client(base_url=self.where, timeout=timeout,
                                   headers={"Authorization": f"Bearer {api_key}"})
+        self._unreachable = httpx.TransportError
         self._tenant: str | None = None
 
     def close(self) -> None:
@@ -85,7 +92,7 @@ class HttpTransport:
               **kwargs: Any) -> httpx.Response:
         try:
             r = self._http.request(method, path, **kwargs)
-        except httpx.TransportError as exc:
+        except self._unreachable as exc:
             raise ServiceError(
                 f"cannot reach underway serve at {self.where} ({type(exc).__name__}: "
                 f"{exc}); is it running, and is the URL right?") from None
@@ -292,7 +299,7 @@ class HttpTransport:
     def activity(self, tenant_id: str, *, since: float, days: int,
                  hourly: bool) -> Activity:
         """``GET /v1/activity/days``."""
-        return _ACTIVITY.validate_python(self._json(
+        return _activity().validate_python(self._json(
             "GET", "/v1/activity/days",
             params={"since": since, "days": days, "hourly": str(hourly).lower()}))
 

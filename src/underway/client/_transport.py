@@ -132,3 +132,7 @@ class Transport(Protocol):
     def approver(self, tenant_id: str, approver_id: str) -> ApproverRecord | None:
         """The registered approver, or None."""
 
+
+def is_http(url: str) -> bool:
+    """Whether ``url`` names a server (``http://`` or ``https://``), not a database."""
+    return url.lower().startswith(("http://", "https://"))

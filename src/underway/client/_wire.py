@@ -5,9 +5,8 @@ database transport raises, with the same messages where the server sends them.""
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 from pydantic import ValidationError
 
 from .. import events as ev
@@ -28,6 +27,9 @@ from ..store.base import ApproverRecord, ConsentRecord, RunRecord
 from ._forking import Fork
 from ._pages import RunEvent
 from ._requests import PendingRequest
+
+if TYPE_CHECKING:
+    import httpx
 
 PROBLEM = "urn:underway:problem:"
 """The prefix of every problem type the API answers with."""

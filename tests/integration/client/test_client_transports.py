@@ -174,7 +174,7 @@ def test_a_submitted_signed_approval_lets_the_call_run(world: World) -> None:
         tool=request.tool, args_hash=request.args_hash, decision="approve",
         expires_at=request.expires_at, approver_id="alice", comment="ok",
     ).model_dump(mode="json")
-    with pytest.raises(uw.ConfigurationError, match="would be refused: .*signature"):
+    with pytest.raises(uw.ConfigurationError, match=r"would be refused: .*signature"):
         world.deciding.submit_decision(dict(decision, args_hash="0" * 64))
     with pytest.raises(uw.ConfigurationError, match="not a valid signed decision"):
         world.deciding.submit_decision({"run_id": run_id})
