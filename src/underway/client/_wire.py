@@ -149,8 +149,9 @@ def error_of(r: httpx.Response, where: str, *, tenant_id: str | None = None,
                             "revoked key stays refused)", status=401)
     if r.status_code == 403:
         return ServiceError(f"{where} refused: {detail}", status=403)
-    return ServiceError(f"{where} answered {r.status_code} ({body.get('title', slug)}): "
-                        f"{detail}", status=r.status_code)
+    return ServiceError(f"{where} answered {r.status_code} to {r.request.method} "
+                        f"{r.request.url.path} ({body.get('title', slug)}): {detail}",
+                        status=r.status_code)
 
 
 def _invalid(status: int, detail: str, errors: list[dict[str, Any]]) -> ConfigurationError:
