@@ -43,7 +43,16 @@ async def ask(ctx: uw.RunContext[Notes, Invoice]) -> Any:
     return ctx.done({"warehouse": answer})
 
 
-FLOWS = [reminders, refunds, broken, asker]
+parent: uw.Flow[Notes, Invoice] = uw.Flow("parent", state=Notes, input=Invoice)
+
+
+@parent.step
+async def spawn(ctx: uw.RunContext[Notes, Invoice]) -> Any:
+    await ctx.start("reminders", ctx.input.model_dump(), key="first")
+    return ctx.done("spawned")
+
+
+FLOWS = [reminders, refunds, broken, asker, parent]
 
 
 class World:
@@ -53,6 +62,7 @@ class World:
 
     def __init__(self, transport: str, url: str) -> None:
         self.transport = transport
+        self.url = url
         self.clock = ManualClock(T0)
         self.store: Store = connect(url)
         self.worker_store: Store = connect(url)

@@ -90,8 +90,7 @@ class Client(Bulk, Consents, Deciding, Forks, Labels, Reads, Settling):
     ) -> None:
         self.flows: dict[str, Flow[Any, Any]] = {f.name: f for f in flows}
         """Flows whose code this client has, by name."""
-        self.signed_resolutions = signed_resolutions
-        """Whether unsigned resolutions and resumes are refused up front."""
+        self._signed = signed_resolutions
         self._owns = isinstance(target, str)
         if isinstance(target, str) and is_http(target):
             if codec is not None:
@@ -146,10 +145,20 @@ class Client(Bulk, Consents, Deciding, Forks, Labels, Reads, Settling):
         reaches every feature, so the store must have them all."""
         client = cls.__new__(cls)
         client.flows, client._owns = flows, False
-        client.signed_resolutions = signed_resolutions
+        client._signed = signed_resolutions
         client._transport = DatabaseTransport(whole(store, by="an engine's client"), journal,
                                               clock, flows, strict=True, owner="engine")
         return client
+
+    @property
+    def signed_resolutions(self) -> bool:
+        """Whether unsigned resolutions and resumes are refused up front: this client was
+        told so, or (over HTTP) the server refuses them itself."""
+        return self._signed or self._transport.settles_signed_only()
+
+    @signed_resolutions.setter
+    def signed_resolutions(self, value: bool) -> None:
+        self._signed = value
 
     @property
     def clock(self) -> Clock:

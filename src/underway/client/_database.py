@@ -77,6 +77,10 @@ class DatabaseTransport:
         """Any tenant of the store."""
         return tenant_id
 
+    def settles_signed_only(self) -> bool:
+        """Never: the client's own setting decides, as the deployment's workers do."""
+        return False
+
     # -- writes -------------------------------------------------------------------------
     def prepare_start(self, flow: Flow[Any, Any] | str, input: JSON | BaseModel,
                       options: StartOptions) -> NewRun:

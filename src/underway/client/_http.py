@@ -73,20 +73,31 @@ class HttpTransport:
                                   headers={"Authorization": f"Bearer {api_key}"})
         self._unreachable = httpx.TransportError
         self._tenant: str | None = None
+        self._me: dict[str, Any] | None = None
 
     def close(self) -> None:
         """Close the pooled connections."""
         self._http.close()
 
+    def _whoami(self) -> dict[str, Any]:
+        """The key's tenant and the server's rules, asked once."""
+        if self._me is None:
+            self._me = dict(self._json("GET", "/v1/whoami"))
+            self._tenant = str(self._me["tenant_id"])
+        return self._me
+
     def tenant(self, tenant_id: str) -> str:
-        """The key's tenant (asked once): ``default`` stands for it, another is refused."""
-        if self._tenant is None:
-            self._tenant = str(self._json("GET", "/v1/whoami")["tenant_id"])
-        if tenant_id not in ("default", self._tenant):
+        """The key's tenant: ``default`` stands for it, another is refused."""
+        mine = str(self._whoami()["tenant_id"])
+        if tenant_id not in ("default", mine):
             raise ConfigurationError(
-                f"the API key belongs to tenant {self._tenant!r}; over HTTP a client reaches "
+                f"the API key belongs to tenant {mine!r}; over HTTP a client reaches "
                 f"its key's tenant only, not {tenant_id!r}")
-        return self._tenant
+        return mine
+
+    def settles_signed_only(self) -> bool:
+        """What the server says of itself."""
+        return bool(self._whoami()["signed_resolutions"])
 
     def _call(self, method: str, path: str, *, run_id: str | None = None,
               **kwargs: Any) -> httpx.Response:

@@ -47,6 +47,10 @@ class Transport(Protocol):
     def tenant(self, tenant_id: str) -> str:
         """The tenant a call with ``tenant_id`` reaches (over HTTP: the API key's)."""
 
+    def settles_signed_only(self) -> bool:
+        """Whether the other side itself refuses unsigned resolutions and resumes (a
+        server started with ``signed_resolutions``)."""
+
     # -- writes -------------------------------------------------------------------------
     def start(self, flow: Flow[Any, Any] | str, input: JSON | BaseModel,
               options: StartOptions) -> tuple[str, bool]:

@@ -5,6 +5,7 @@ database transport raises, with the same messages where the server sends them.""
 from __future__ import annotations
 
 import math
+import re
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
 PROBLEM = "urn:underway:problem:"
 """The prefix of every problem type the API answers with."""
 
-_PLAIN = frozenset({"conflict", "decision-refused", "no-region"})
+_PLAIN = frozenset({"conflict", "decision-refused"})
 """Problems that are a :class:`ConfigurationError` in the database client."""
 _WHERE = ("body.", "query.", "path.", "header.")
 
@@ -133,13 +134,14 @@ def error_of(r: httpx.Response, where: str, *, tenant_id: str | None = None,
     if slug == "not-found" and run_id is not None and tenant_id is not None:
         return RunNotFound(tenant_id, run_id)
     if slug == "signed-resolution-required":
-        return _worded(SignedResolutionRequired, detail)
+        return _signed_only(detail, run_id)
     if slug == "keys-unavailable":
         return KeyUnavailable(detail)
     if slug == "run-busy":
         return ConflictError(detail)
     if slug == "no-region":
-        return _worded(ResidencyError, detail)
+        found = re.search(r"\(regions (.*?)\)", detail)
+        return ResidencyError(tenant_id or "", found.group(1).split(", ") if found else [])
     if slug in _PLAIN:
         return ConfigurationError(detail)
     if slug in ("invalid-input", "invalid-json"):
@@ -170,9 +172,10 @@ def _invalid(status: int, detail: str, errors: list[dict[str, Any]]) -> Configur
                         status=status, errors=problems, message=detail)
 
 
-def _worded(cls: type[UnderwayError], message: str) -> UnderwayError:
-    """An error of ``cls`` with the server's words: its own constructor builds them from
-    facts the server already put in ``message``."""
-    exc = cls.__new__(cls)
-    UnderwayError.__init__(exc, message)
-    return exc
+def _signed_only(detail: str, run_id: str | None) -> SignedResolutionRequired:
+    """The refusal again, from the words the server built it with."""
+    found = re.match(r"(?:run (?P<run>.+?): )?an unsigned (?P<action>.+?) is refused here:"
+                     r".*?nothing was sent\. (?P<how>.*)\Z", detail, re.DOTALL)
+    if found is None:
+        return SignedResolutionRequired(run_id or "", "resolution", how=detail)
+    return SignedResolutionRequired(found["run"] or "", found["action"], how=found["how"])

@@ -147,18 +147,22 @@ def queues(state: State, who: Caller) -> list[Queue]:
 
 
 class Identity(BaseModel):
-    """The API key a request was made with: its id, name, tenant and role."""
+    """The API key a request was made with (its id, name, tenant and role), and whether
+    this server settles escalations and dead runs only with signed resolutions."""
 
     key_id: str
     name: str
     tenant_id: str
     role: str
+    signed_resolutions: bool
 
 
 @endpoint(router, "GET", "/whoami", permission="read", response_model=Identity)
-def whoami(who: Caller) -> Identity:
-    """The key this request was made with (a client learns its tenant here)."""
-    return Identity(key_id=who.key_id, name=who.name, tenant_id=who.tenant_id, role=who.role)
+def whoami(state: State, who: Caller) -> Identity:
+    """The key this request was made with, and what the server asks of it (a client
+    learns its tenant here, and whether to refuse unsigned resolutions up front)."""
+    return Identity(key_id=who.key_id, name=who.name, tenant_id=who.tenant_id,
+                    role=who.role, signed_resolutions=state.signed_resolutions)
 
 
 @endpoint(router, "GET", "/labels", permission="read",

@@ -23,6 +23,8 @@ import pytest
 import underway as uw
 from fakes.service_world import World
 from underway.client import RunFilter
+from underway.errors import SignedResolutionRequired
+from underway.service import ServerThread, create_app
 
 UNDERWAY = Path(sys.executable).with_name("underway")
 
@@ -93,6 +95,24 @@ def test_a_refused_key_or_role_says_so(world: World) -> None:
                        reveal=True) as revealing, \
                 pytest.raises(uw.ServiceError, match="may not reveal sensitive fields"):
             revealing.events(run_id)
+
+
+def test_a_server_that_settles_only_signed_refuses_as_a_database_client(world: World) -> None:
+    run_id = world.start()
+    strict = create_app(uw.Client(world.store, clock=world.clock), signed_resolutions=True)
+    with ServerThread(strict) as server, \
+            uw.Client(server.url, api_key=world.token["acme"]["operator"]) as remote:
+        for settle in (lambda c: c.resume(run_id, by="ops", tenant_id="acme"),
+                       lambda c: c.resolve(run_id, resolution="retry", by="ops",
+                                           tenant_id="acme")):
+            with pytest.raises(SignedResolutionRequired) as over_http:
+                settle(remote)
+            with pytest.raises(SignedResolutionRequired) as local:
+                settle(uw.Client(world.store).signed_only())
+            assert str(over_http.value) == str(local.value)
+            assert (over_http.value.run_id, over_http.value.action) == \
+                (local.value.run_id, local.value.action)
+        assert remote.signed_resolutions
 
 
 def test_a_server_that_is_down_gives_a_clear_error() -> None:

@@ -5,7 +5,9 @@ Over HTTP the journal names the API key as who acted (:meth:`World.by`)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -95,6 +97,9 @@ def test_signal_delivers_once_per_id_and_wakes_the_run(world: World) -> None:
         world.client.signal(run_id, "refunded")
     with pytest.raises(uw.RunNotFound, match="no run 'no-such-run' in tenant 'default'"):
         world.client.signal("no-such-run", "paid")
+    world.client.check_signal(run_id, "paid")
+    with pytest.raises(uw.ConfigurationError, match="takes only the signals"):
+        world.client.check_signal(run_id, "refunded")
     with pytest.raises(InvalidInput, match="signal_id"):
         world.client.signal(run_id, "paid", signal_id="a\x00")
     world.drive()
@@ -267,6 +272,12 @@ def test_events_states_and_verification_read_the_same(world: World) -> None:
         world.client.state_at(run_id, 0)
     assert world.client.readable_state(run_id).result == {"paid": {"amount": 5}}
     assert world.client.children(run_id) == []
+    spawner = start(world, "P-1", flow="parent")
+    world.drive()
+    [child] = world.client.children(spawner)
+    assert (child.flow, child.key, child.detached, child.status) == \
+        ("reminders", "first", False, "waiting")
+    assert world.client.get_run(child.run_id).flow == "reminders"
     assert world.client.verify("nope") == uw.client.Verification(
         "default", "nope", False, 0, None, "no such run")
     for read in (world.client.events, world.client.get_run, world.client.state,
@@ -295,6 +306,10 @@ def test_list_runs_filters_and_pages_follow_on(world: World) -> None:
     assert sorted(seen) == sorted(ids) and len(seen) == 5
     prefix = seen[0][:8]
     assert world.client.find_run(prefix).run_id == seen[0]
+    assert [r.run_id for r in world.client.list_runs(id_prefix=prefix).runs] == [seen[0]]
+    assert [r.flow for r in world.client.list_runs(search="refu").runs] == ["refunds"]
+    assert len(world.client.list_runs(updated_since=T0 + 2).runs) == 1
+    assert len(world.client.list_runs(updated_until=T0 + 2).runs) == 4
     with pytest.raises(uw.ConfigurationError, match="limit must be at least 1, not 0"):
         world.client.list_runs(limit=0)
     with pytest.raises(uw.ConfigurationError, match="invalid cursor"):
@@ -368,6 +383,16 @@ def test_activity_counts_the_tenants_runs(world: World) -> None:
     assert len(hourly.days) == 24
 
 
+def test_connect_opens_what_close_closes(world: World) -> None:
+    url, key = (world.server.url, world.key("viewer", "v")) if world.server else \
+        (world.url, None)
+    run_id = start(world, "C-1")
+    with uw.Client.connect(url, api_key=key, clock=world.clock) as opened:
+        assert opened.clock is world.clock
+        assert opened.get_run(run_id).status == "ready"
+    opened.close()  # closing twice is harmless
+
+
 # -- what works on a database only ----------------------------------------------------------
 
 
@@ -382,3 +407,13 @@ def test_what_needs_the_database_says_so_over_http(world: World, use: str) -> No
     with pytest.raises(uw.ConfigurationError, match=rf"Client\.{use} works on a database "
                        r"only, not over HTTP \(http://127\.0\.0\.1:\d+\): "):
         calls[use]()
+
+
+def test_every_public_method_of_the_client_is_exercised_here() -> None:
+    """The suite above calls each public method (and reads each public property) of
+    :class:`~underway.Client`, so each is proven on both transports."""
+    source = Path(__file__).read_text()
+    public = [n for n in dir(uw.Client) if not n.startswith("_")]
+    missing = [n for n in public
+               if not re.search(rf"\b(client|deciding|Client|opened)\.{n}\b", source)]
+    assert len(public) > 40 and missing == []
