@@ -234,8 +234,9 @@ class Bulk:
             answer: With answer: the answer each run gets.
             signer: Signs each run's decision (:class:`KeySigner`). Answers, approvals
                 and rejections need one; with one, resume and resolve are signed too.
-            page_size: Runs read per page.
-            on_item: Called with each run's item as soon as it is known.
+            page_size: Runs read per page (over HTTP the server reads its own pages).
+            on_item: Called with each run's item as soon as it is known (over HTTP, once
+                the server answers).
 
         Raises:
             ConfigurationError: The action or its options are wrong; nothing was sent.

@@ -303,7 +303,14 @@ class Client(Bulk, Consents, Deciding, Forks, Labels, Reads, Settling):
         """The signal names the run's flow declares (None: it declares none, or the run was
         started by name and no worker has checked it yet). The flow's code answers when
         this client has it; otherwise the declaration journaled with the run."""
-        return self._transport.declared_signals(self.get_run(run_id, tenant_id=tenant_id))
+        return self._declared(self.get_run(run_id, tenant_id=tenant_id))
+
+    def _declared(self, row: RunRecord) -> frozenset[str] | None:
+        flow = self.flows.get(row.flow)
+        if flow is not None:
+            return flow.signals
+        journaled = self._transport.state(row.tenant_id, row.run_id).signals
+        return None if journaled is None else frozenset(journaled)
 
     def check_signal(self, run_id: str, name: str, *, tenant_id: str = "default") -> None:
         """Refuse a signal ``name`` the run's flow would not take.
@@ -321,7 +328,7 @@ class Client(Bulk, Consents, Deciding, Forks, Labels, Reads, Settling):
         row = self.get_run(run_id, tenant_id=tenant_id)
         if name == row.waiting_signal:
             return
-        declared = self._transport.declared_signals(row)
+        declared = self._declared(row)
         if declared is not None and name not in declared:
             raise ConfigurationError(
                 f"run {run_id} of flow {row.flow!r} takes only the signals its flow declares "

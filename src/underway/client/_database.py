@@ -195,14 +195,6 @@ class DatabaseTransport:
         """Every event of the run, decoded."""
         return self.journal.history(tenant_id, run_id)
 
-    def declared_signals(self, row: RunRecord) -> frozenset[str] | None:
-        """The flow's declaration when the client has its code, else the journal's."""
-        flow = self.flows.get(row.flow)
-        if flow is not None:
-            return flow.signals
-        journaled = self.journal.load(row.tenant_id, row.run_id).signals
-        return None if journaled is None else frozenset(journaled)
-
     def verify(self, tenant_id: str, run_id: str) -> Verification:
         """The run's hash chain, sequence and tail checked against its row."""
         return self.journal.verify(tenant_id, run_id)

@@ -191,19 +191,15 @@ class HttpTransport:
         leaves) and the decisions are sent together."""
         path, body = _bulk_body(plan)
         params = _filter_params(filter)
-        signed = plan.signer is not None
-        found = self._bulk_call(path, params, {**body, "dry_run": dry_run or signed})
-        if signed and not dry_run:
+        signer = plan.signer
+        found = self._bulk_call(path, params, {**body, "dry_run": dry_run or bool(signer)})
+        if signer is not None and not dry_run:
             decisions = []
             for item in found.items:
-                if item.outcome != "eligible":
-                    continue
-                request = self.pending_request(plan.tenant_id, item.run_id)
-                if request is None:
-                    continue
-                answer = plan_answer(plan)
-                made = plan.signer(plan.tenant_id, request, _DECISION[plan.action],
-                                   answer) if plan.signer is not None else None
+                request = self.pending_request(plan.tenant_id, item.run_id) \
+                    if item.outcome == "eligible" else None
+                made = None if request is None else signer(
+                    plan.tenant_id, request, _DECISION[plan.action], plan_answer(plan))
                 if made is not None:
                     decisions.append(made)
             found = self._bulk_call(path, params,
@@ -223,12 +219,16 @@ class HttpTransport:
 
     # -- reads --------------------------------------------------------------------------
     def get_run(self, tenant_id: str, run_id: str) -> RunRecord | None:
-        """``GET /v1/runs/{run_id}``; None on a 404."""
-        try:
-            return _wire.run_record(self._json("GET", _run(run_id), params=self._reveal,
-                                               run_id=run_id))
-        except RunNotFound:
-            return None
+        """The run's row from ``GET /v1/runs?id_prefix=...``: a row, not the run's data,
+        so the access log records no read (``GET /v1/runs/{run_id}`` would). Runs whose
+        ids merely start with ``run_id`` are paged past."""
+        cursor = None
+        while True:
+            page = self.list_runs(tenant_id, limit=100, cursor=cursor, id_prefix=run_id)
+            found = next((r for r in page.runs if r.run_id == run_id), None)
+            if found is not None or page.next_cursor is None:
+                return found
+            cursor = page.next_cursor
 
     def list_runs(self, tenant_id: str, *, limit: int, cursor: str | None,
                   id_prefix: str | None = None, **filters: Any) -> RunPage:
@@ -271,14 +271,6 @@ class HttpTransport:
         """The run's events folded here up to ``seq``."""
         records = [r for r in self.history(tenant_id, run_id) if r.seq <= seq]
         return _around(RunState(tenant_id=tenant_id, run_id=run_id), records, seq)
-
-    def declared_signals(self, row: RunRecord) -> frozenset[str] | None:
-        """The flow's declaration when the client has its code, else the journal's."""
-        flow = self.flows.get(row.flow)
-        if flow is not None:
-            return flow.signals
-        journaled = self.state(row.tenant_id, row.run_id).signals
-        return None if journaled is None else frozenset(journaled)
 
     def verify(self, tenant_id: str, run_id: str) -> Verification:
         """``GET /v1/audit/verify?run_id=...`` (no such run: not ok, as on a database)."""

@@ -102,9 +102,6 @@ class Transport(Protocol):
     def history(self, tenant_id: str, run_id: str) -> list[Recorded]:
         """Every event of the run, decoded."""
 
-    def declared_signals(self, row: RunRecord) -> frozenset[str] | None:
-        """The signal names the run's flow declares (None: none declared)."""
-
     def verify(self, tenant_id: str, run_id: str) -> Verification:
         """Check the run's hash chain."""
 

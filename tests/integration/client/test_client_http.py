@@ -78,6 +78,17 @@ def test_a_key_reaches_its_own_tenant_and_no_other(world: World) -> None:
         assert acme.get_run(ours).status == "cancelled"
 
 
+def test_steering_reads_rows_and_the_access_log_records_only_data_reads(world: World) -> None:
+    run_id = world.start()
+    with client(world, role="operator") as ops:
+        ops.signal(run_id, "paid", {"amount": 5}, signal_id="s1")
+        assert ops.get_run(run_id).run_id == run_id
+        assert world.store.list_access("acme") == []
+        ops.events(run_id)
+    assert [(a.run_id, a.key_name, a.endpoint) for a in world.store.list_access("acme")] == \
+        [(run_id, "acme-operator", "GET /v1/runs/{run_id}/events")]
+
+
 def test_a_refused_key_or_role_says_so(world: World) -> None:
     run_id = world.start()
     with uw.Client(world.server.url, api_key="uwk_not-a-key") as stranger, \
