@@ -131,8 +131,9 @@ class HttpTransport:
             data = code.parse_input(input).model_dump(mode="json")
         elif isinstance(input, BaseModel):
             data = input.model_dump(mode="json")
-        headers = {k: v for k, v in {"Idempotency-Key": o.idempotency_key,
-                                     **(o.trace_context or {})}.items() if v is not None}
+        carried = {k: (o.trace_context or {}).get(k) for k in ("traceparent", "tracestate")}
+        headers = {k: v for k, v in {"Idempotency-Key": o.idempotency_key, **carried}.items()
+                   if v is not None}
         body = {"flow": name, "input": data, "queue": o.queue, "start_at": o.start_at,
                 "deadline": o.deadline, "subject": o.subject, "purpose": o.purpose,
                 "consent": o.consent, "labels": dict(o.labels) if o.labels else None,

@@ -60,6 +60,14 @@ def test_start_finds_by_idempotency_key_and_a_worker_runs_it(world: World) -> No
     assert world.client.run_labels([first]) == {first: {"region": "eu", "qty": 7}}
 
 
+def test_a_start_joins_the_callers_trace(world: World) -> None:
+    parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    run_id, _ = world.client.start("reminders", {"invoice": "T", "amount": 1},
+                                   trace_context={"traceparent": parent, "tracestate": "a=1"})
+    assert world.client.state(run_id).trace_context == {"traceparent": parent,
+                                                        "tracestate": "a=1"}
+
+
 def test_bad_starts_are_refused_naming_the_problem_and_store_nothing(world: World) -> None:
     with pytest.raises(uw.ConfigurationError, match="flow name"):
         world.client.start("no spaces please", {})
