@@ -52,6 +52,7 @@ class DatabaseTransport:
     """
 
     where = "the database"
+    remote = False
 
     def __init__(self, store: Store, journal: Journal, clock: Clock,
                  flows: dict[str, Flow[Any, Any]], *, strict: bool,

@@ -60,6 +60,8 @@ class HttpTransport:
         reveal: Ask to see the fields tools declare sensitive.
     """
 
+    remote = True
+
     def __init__(self, url: str, *, api_key: str, clock: Clock,
                  flows: dict[str, Flow[Any, Any]], timeout: float, reveal: bool) -> None:
         self.where = url.rstrip("/")
@@ -143,7 +145,8 @@ class HttpTransport:
 
     def signal(self, tenant_id: str, run_id: str, name: str, payload: JSON,
                signal_id: str | None, sender: str | None) -> bool:
-        """``POST /v1/runs/{run_id}/signals`` (the server names the key as its sender)."""
+        """``POST /v1/runs/{run_id}/signals``: the server checks the name against the
+        run's flow (:meth:`Client.check_signal`) and names the key as the sender."""
         body = {"name": name, "payload": payload, "signal_id": signal_id}
         return bool(self._json("POST", f"{_run(run_id)}/signals", json=body,
                                run_id=run_id)["delivered"])

@@ -40,6 +40,9 @@ class Transport(Protocol):
     """What stamps the client's decisions (and, on a database, its starts and signals)."""
     where: str
     """Where the runs are, for messages: ``the database``, ``https://host``."""
+    remote: bool
+    """Calls go to a server that runs the client's own checks before it acts (it is a
+    client on its database): a check that would read the run first is left to it."""
 
     def close(self) -> None:
         """Let go of what the transport opened."""
