@@ -164,6 +164,8 @@ def test_resume_and_resolve_settle_dead_and_escalated_runs(world: World) -> None
 def test_a_signed_only_client_refuses_unsigned_settling_up_front(world: World) -> None:
     dead = start(world, "INV-8", flow="broken")
     world.drive()
+    assert not world.client.signed_resolutions
+    assert world.client.signed_only().signed_resolutions
     with pytest.raises(uw.errors.SignedResolutionRequired, match=f"run {dead}: "):
         world.client.signed_only().resume(dead, by="ops")
     assert world.client.get_run(dead).status == "dead"
