@@ -38,6 +38,8 @@ from ._requests import PendingRequest
 if TYPE_CHECKING:
     import httpx
 
+API_PAGE = 1000
+"""The most runs ``GET /v1/runs`` answers with at once."""
 _NOT_OVER_HTTP = ("run_id", "principal", "roles", "lineage")
 """Start options the API does not take: it names the run and whom it acts for itself."""
 
@@ -236,14 +238,20 @@ class HttpTransport:
 
     def list_runs(self, tenant_id: str, *, limit: int, cursor: str | None,
                   id_prefix: str | None = None, **filters: Any) -> RunPage:
-        """``GET /v1/runs``."""
-        params = [*_filter_params(RunFilter(**filters)), ("limit", str(limit))]
-        if cursor is not None:
-            params.append(("cursor", cursor))
+        """``GET /v1/runs``; a page longer than the API's is read in several."""
+        query = _filter_params(RunFilter(**filters))
         if id_prefix is not None:
-            params.append(("id_prefix", id_prefix))
-        d = self._json("GET", "/v1/runs", params=params)
-        return RunPage([_wire.run_record(r) for r in d["runs"]], d["next_cursor"])
+            query.append(("id_prefix", id_prefix))
+        runs: list[RunRecord] = []
+        while True:
+            params = [*query, ("limit", str(min(limit - len(runs), API_PAGE)))]
+            if cursor is not None:
+                params.append(("cursor", cursor))
+            d = self._json("GET", "/v1/runs", params=params)
+            runs += [_wire.run_record(r) for r in d["runs"]]
+            cursor = d["next_cursor"]
+            if cursor is None or len(runs) >= limit:
+                return RunPage(runs, cursor)
 
     def events(self, tenant_id: str, run_id: str, after: int,
                limit: int | None) -> list[RunEvent]:

@@ -22,7 +22,7 @@ import pytest
 
 import underway as uw
 from fakes.service_world import World
-from underway.client import RunFilter
+from underway.client import RunFilter, _http
 from underway.errors import SignedResolutionRequired
 from underway.service import ServerThread, create_app
 
@@ -87,6 +87,18 @@ def test_steering_reads_rows_and_the_access_log_records_only_data_reads(world: W
         ops.events(run_id)
     assert [(a.run_id, a.key_name, a.endpoint) for a in world.store.list_access("acme")] == \
         [(run_id, "acme-operator", "GET /v1/runs/{run_id}/events")]
+
+
+def test_a_page_longer_than_the_apis_is_read_in_several(world: World,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    started = [world.start(invoice=f"P-{i}", drive=False) for i in range(5)]
+    monkeypatch.setattr(_http, "API_PAGE", 2)
+    with client(world) as acme:
+        page = acme.list_runs(limit=4)
+        assert len(page.runs) == 4 and page.next_cursor is not None
+        rest = acme.list_runs(limit=4, cursor=page.next_cursor)
+        assert rest.next_cursor is None
+        assert sorted(r.run_id for r in page.runs + rest.runs) == sorted(started)
 
 
 def test_a_refused_key_or_role_says_so(world: World) -> None:
