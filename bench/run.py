@@ -21,8 +21,8 @@ from collections.abc import Callable
 
 import agent
 import budget_ledger
-import console
 import client_http
+import console
 import console_labels
 import deploy_check
 import encryption

@@ -23,7 +23,7 @@ from ..errors import ConfigurationError, KeyUnavailable, RunNotFound, ServiceErr
 from ..events import JSON
 from ..flow import Flow
 from ..journal import Verification
-from ..journal._journal import _around
+from ..journal._journal import states_around
 from ..journal.state import Recorded, RunState, fold
 from ..labels import LabelValue, label_filter
 from ..store.base import ApproverRecord, ConsentRecord, RunRecord
@@ -282,7 +282,7 @@ class HttpTransport:
                   ) -> tuple[RunState, Recorded, RunState]:
         """The run's events folded here up to ``seq``."""
         records = [r for r in self.history(tenant_id, run_id) if r.seq <= seq]
-        return _around(RunState(tenant_id=tenant_id, run_id=run_id), records, seq)
+        return states_around(RunState(tenant_id=tenant_id, run_id=run_id), records, seq)
 
     def verify(self, tenant_id: str, run_id: str) -> Verification:
         """``GET /v1/audit/verify?run_id=...`` (no such run: not ok, as on a database)."""
