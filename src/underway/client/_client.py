@@ -104,9 +104,11 @@ class Client(Bulk, Consents, Deciding, Forks, Labels, Reads, Settling):
                 target, api_key=api_key, clock=clock or SystemClock(), flows=self.flows,
                 timeout=timeout, reveal=reveal)
             return
-        if api_key is not None:
-            raise ConfigurationError("api_key= goes with an http:// or https:// URL; a "
-                                     "database client needs none")
+        if api_key is not None or reveal:
+            raise ConfigurationError(
+                f"{'api_key=' if api_key is not None else 'reveal='} goes with an http:// "
+                "or https:// URL; a database client needs none (it reads what the store "
+                "holds; Client.redactor hides what a viewer may not see)")
         store = connect(target, migrate=migrate) if isinstance(target, str) else target
         self._transport = DatabaseTransport(store, Journal(store, codec),
                                             clock or SystemClock(), self.flows,

@@ -172,8 +172,11 @@ def test_options_only_a_database_takes_are_named(world: World, sqlite_url: str) 
         uw.Client(world.server.url)
     with pytest.raises(uw.ConfigurationError, match="api_key= goes with an http"):
         uw.Client(sqlite_url, api_key="k")
-    with pytest.raises(uw.ConfigurationError, match="codec= is a database client's"):
-        uw.Client(world.server.url, api_key="k", codec=uw.Client(sqlite_url).codec)
+    with pytest.raises(uw.ConfigurationError, match="reveal= goes with an http"):
+        uw.Client(sqlite_url, reveal=True)
+    with uw.Client(sqlite_url) as local, \
+            pytest.raises(uw.ConfigurationError, match="codec= is a database client's"):
+        uw.Client(world.server.url, api_key="k", codec=local.codec)
     with client(world) as acme:
         with pytest.raises(uw.ConfigurationError, match="a start over HTTP takes no "
                            "run_id, principal: the API names the run"):
