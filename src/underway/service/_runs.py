@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 from ..client import RunFilter, redact_request, waiting_words
 from ..control import CHILD
 from ..errors import ConfigurationError, ConflictError, InvalidInput, ResidencyError
-from ..inputs import MAX_INT
+from ..inputs import MAX_INT, MAX_NAME
 from ..journal.state import APPROVAL_SIGNAL
 from ..labels import MAX_LABELS, check_key, check_labels, parse_labels
 from ..redaction import Redactor
@@ -89,7 +89,7 @@ def list_runs(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     cursor: Annotated[str | None, Query(min_length=1, max_length=CURSOR_MAX,
                                         pattern=CURSOR_PATTERN)] = None,
-    id_prefix: Annotated[str | None, Query(min_length=1, max_length=200,
+    id_prefix: Annotated[str | None, Query(min_length=1, max_length=MAX_NAME,
                                            description="Only runs whose id starts with "
                                            "it.")] = None,
 ) -> RunPage:
