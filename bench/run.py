@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 import agent
 import budget_ledger
+import client_http
 import console
 import console_labels
 import deploy_check
@@ -118,6 +119,10 @@ GROUPS: dict[str, list[tuple[str, Callable[[], list[Figure]]]]] = {
     "service": [
         ("SQLite HTTP API under load", service.bench_sqlite),
         ("PostgreSQL HTTP API under load", service.bench_postgres),
+    ],
+    "client_http": [
+        ("SQLite client over HTTP", client_http.bench_sqlite),
+        ("PostgreSQL client over HTTP", client_http.bench_postgres),
     ],
     "console": [
         ("SQLite console run page", console.bench_sqlite),

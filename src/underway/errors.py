@@ -24,6 +24,8 @@ elsewhere names its module in brackets, under ``underway``::
     ├── ModelError              a model provider refused or failed [models]
     ├── RouteBudgetExceeded     a model route's per-run budget is spent [models]
     ├── RunNotFound             no run with that id in that tenant
+    ├── ServiceError            ``underway serve`` cannot be reached, or refuses the API
+    │                           key (401, 403), or fails (5xx)
     ├── SignedResolutionRequired  an unsigned resolve or resume where only signed ones
     │                           settle runs (``[approvals] signed_resolutions``)
     ├── NonDeterminismError     a re-run issued a different call sequence
@@ -212,6 +214,21 @@ class RunNotFound(UnderwayError):
         super().__init__(f"no run {run_id!r} in tenant {tenant_id!r}")
         self.tenant_id = tenant_id
         self.run_id = run_id
+
+
+class ServiceError(UnderwayError):
+    """A client over HTTP got no usable answer from ``underway serve``. The server cannot be
+    reached, or it refused the API key (unknown or revoked: 401; a role that may not do
+    this: 403), or it failed (5xx). The message says which, and what to do.
+
+    Args:
+        message: What happened.
+        status: The HTTP status (None: no answer at all).
+    """
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class NonDeterminismError(UnderwayError):
@@ -441,6 +458,7 @@ __all__ = [
     "ResultInvalid",
     "RunNotFound",
     "SecretRefused",
+    "ServiceError",
     "SignedResolutionRequired",
     "StoreError",
     "ToolCallError",

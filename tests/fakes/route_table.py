@@ -84,6 +84,8 @@ SAMPLES: dict[tuple[str, str], Sample] = {
                                                          {"json": {"reason": "test"}}),
     ("POST", "/v1/runs/{run_id}/resume"): lambda w, a: (f"/v1/runs/{a.run}/resume",
                                                          {"json": {}}),
+    ("POST", "/v1/runs/{run_id}/fork"): lambda w, a: (
+        f"/v1/runs/{a.run}/fork", {"json": {"at_seq": 1, "reason": "what if"}}),
     ("POST", "/v1/runs/{run_id}/resolve"): lambda w, a: (
         f"/v1/runs/{a.run}/resolve", {"json": {"resolution": "retry"}}),
     # Bulk operations, as dry runs: what each selects, nothing sent.
@@ -113,7 +115,14 @@ SAMPLES: dict[tuple[str, str], Sample] = {
     ("GET", "/v1/usage"): lambda w, a: ("/v1/usage", {"params": {"days": 1}}),
     ("GET", "/v1/activity"): lambda w, a: ("/v1/activity", {"params": {"days": 1,
                                                                        "by": "hour"}}),
+    ("GET", "/v1/activity/days"): lambda w, a: ("/v1/activity/days", {"params": {
+        "since": w.clock.now() - 3600, "days": 1}}),
     ("GET", "/v1/audit/verify"): lambda w, a: ("/v1/audit/verify", {}),
+    ("GET", "/v1/whoami"): lambda w, a: ("/v1/whoami", {}),
+    ("GET", "/v1/labels"): lambda w, a: ("/v1/labels", {"params": {"run_id": a.run}}),
+    ("GET", "/v1/subjects/runs"): lambda w, a: ("/v1/subjects/runs",
+                                                {"params": {"subject": SUBJECT}}),
+    ("GET", "/v1/approvers/{approver_id}"): lambda w, a: ("/v1/approvers/alice", {}),
     ("GET", "/v1/schedules"): lambda w, a: ("/v1/schedules", {}),
     ("GET", "/v1/queues"): lambda w, a: ("/v1/queues", {}),
     ("GET", "/v1/api-keys"): lambda w, a: ("/v1/api-keys", {}),

@@ -8,6 +8,11 @@ everything done to runs from outside a worker, with no flow code needed.
 ...     client.signal(run_id, "paid", {"amount": 120})
 ...     client.list_runs(status="waiting").runs
 
+The same client reaches runs through ``underway serve``: give it the server's URL and an API
+key, and every method works as on a database (``docs/service.md``).
+
+>>> client = uw.Client("https://runs.example.com", api_key="uwk_...")  # doctest: +SKIP
+
 The executor (:class:`~underway.Engine`, driven by a :class:`~underway.Worker`) activates
 runs and executes their steps; its own ``start``, ``signal``, ``cancel``... are this
 client's, checked against the flows the engine has.

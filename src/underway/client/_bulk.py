@@ -21,7 +21,7 @@ import hashlib
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Protocol, cast
+from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import ValidationError
@@ -43,6 +43,9 @@ from ..labels import LabelValue
 from ..store.base import FINAL, RunRecord, Store
 from ._pages import RunPage
 from ._requests import PendingRequest
+
+if TYPE_CHECKING:
+    from ._transport import Transport
 
 BulkAction = Literal["resume", "cancel", "resolve", "answer", "approve", "reject"]
 ACTIONS: tuple[BulkAction, ...] = ("resume", "cancel", "resolve", "answer", "approve",
@@ -145,7 +148,10 @@ class _Acting(Protocol):
     """What a bulk operation needs of the client."""
 
     signed_resolutions: bool
-    clock: Clock
+
+    @property
+    def clock(self) -> Clock: ...
+    _transport: Transport
 
     @property
     def store(self) -> Store: ...
@@ -228,8 +234,9 @@ class Bulk:
             answer: With answer: the answer each run gets.
             signer: Signs each run's decision (:class:`KeySigner`). Answers, approvals
                 and rejections need one; with one, resume and resolve are signed too.
-            page_size: Runs read per page.
-            on_item: Called with each run's item as soon as it is known.
+            page_size: Runs read per page (over HTTP the server reads its own pages).
+            on_item: Called with each run's item as soon as it is known (over HTTP, once
+                the server answers).
 
         Raises:
             ConfigurationError: The action or its options are wrong; nothing was sent.
@@ -238,6 +245,7 @@ class Bulk:
         """
         # (A protocol cannot spell list_runs' keywords as the filter's; the client has them.)
         client = cast(_Acting, self)
+        tenant_id = client._transport.tenant(tenant_id)
         plan = _plan(client, action, by=by, tenant_id=tenant_id, reason=reason, step=step,
                      resolution=resolution, result=result, question=question,
                      answer=answer, signer=signer)
@@ -245,19 +253,36 @@ class Bulk:
             raise ConfigurationError(f"page_size must be at least 1, not {page_size}")
         if filter.status is None and action in _STATUS:
             filter = replace(filter, status=_STATUS[action])
-        out = BulkResult(action, dry_run, filter)
-        cursor: str | None = None
-        while True:
-            page = client.list_runs(tenant_id=tenant_id, limit=page_size, cursor=cursor,
-                                    **filter.keywords())
-            for row in page.runs:
-                item = _one(client, plan, row.run_id, dry_run)
-                out.items.append(item)
-                if on_item is not None:
-                    on_item(item)
-            if page.next_cursor is None:
-                return out
-            cursor = page.next_cursor
+        return client._transport.bulk(client, plan, filter, dry_run=dry_run,
+                                      page_size=page_size, on_item=on_item)
+
+
+def run_each(client: _Acting, plan: _Plan, filter: RunFilter, *, dry_run: bool,
+             page_size: int, on_item: Callable[[BulkItem], None] | None) -> BulkResult:
+    """``plan`` applied to each run ``filter`` selects, read a page at a time and acted
+    on one run at a time through ``client`` (see the module's docstring).
+
+    Args:
+        client: The client whose single-run actions act.
+        plan: The checked operation.
+        filter: Which runs (its status already defaulted).
+        dry_run: Report only; send nothing.
+        page_size: Runs read per page.
+        on_item: Called with each run's item as soon as it is known.
+    """
+    out = BulkResult(plan.action, dry_run, filter)
+    cursor: str | None = None
+    while True:
+        page = client.list_runs(tenant_id=plan.tenant_id, limit=page_size, cursor=cursor,
+                                **filter.keywords())
+        for row in page.runs:
+            item = _one(client, plan, row.run_id, dry_run)
+            out.items.append(item)
+            if on_item is not None:
+                on_item(item)
+        if page.next_cursor is None:
+            return out
+        cursor = page.next_cursor
 
 
 def _plan(client: _Acting, action: str, **options: Any) -> _Plan:
@@ -364,12 +389,7 @@ def _act(client: _Acting, plan: _Plan, row: RunRecord, request: PendingRequest |
         request = client.pending_request(row.run_id, tenant_id=tenant)
         if request is None:
             raise ConfigurationError(f"run {row.run_id} waits for nothing to decide")
-    answer: JSON = plan.answer
-    if plan.action == "resume":
-        answer = {"resolution": "resume", "step": plan.step}
-    elif plan.action == "resolve":
-        answer = {"resolution": plan.resolution, "result": plan.result}
-    decision = plan.signer(tenant, request, _DECISION[plan.action], answer)
+    decision = plan.signer(tenant, request, _DECISION[plan.action], plan_answer(plan))
     if decision is None:
         raise ConfigurationError(f"no signed decision was given for run {row.run_id} on "
                                  "its request, with this verdict and answer")
@@ -380,6 +400,15 @@ def _act(client: _Acting, plan: _Plan, row: RunRecord, request: PendingRequest |
         # A decision the run would refuse (a bad signature, an approver not registered):
         # a failure of this run's action, not a run that moved.
         raise UnderwayError(str(exc)) from None
+
+
+def plan_answer(plan: _Plan) -> JSON:
+    """What a signed decision of ``plan`` carries: the answer, or the resolution."""
+    if plan.action == "resume":
+        return {"resolution": "resume", "step": plan.step}
+    if plan.action == "resolve":
+        return {"resolution": plan.resolution, "result": plan.result}
+    return plan.answer
 
 
 def _check(client: _Acting, tenant_id: str, request: PendingRequest, decision: JSON) -> None:

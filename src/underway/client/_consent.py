@@ -3,17 +3,16 @@ granted and withdrawn as new records (never edits), and the runs about a subject
 
 from __future__ import annotations
 
-from ..clock import Clock
 from ..errors import ConfigurationError
-from ..store.base import ConsentRecord, RunRecord, Store
+from ..store.base import ConsentRecord, RunRecord
 from ..subjects import ConsentState, check_purpose, check_reference, check_subject
+from ._transport import Transport
 
 
 class Consents:
     """What :class:`~underway.client.Client` does with consent and subjects."""
 
-    _store: Store
-    clock: Clock
+    _transport: Transport
 
     def grant_consent(
         self, subject: str, purpose: str, *, by: str, reference: str | None = None,
@@ -63,14 +62,14 @@ class Consents:
         if not isinstance(by, str) or not by.strip():
             raise ConfigurationError("say who records the consent change (by must not be "
                                      "empty)")
-        return self._store.record_consent(ConsentRecord(
-            tenant_id, subject, purpose, state, reference, by, self.clock.now(),
-        ))
+        return self._transport.record_consent(self._transport.tenant(tenant_id), subject,
+                                              purpose, state, by, reference)
 
     def consents(self, subject: str, *, tenant_id: str = "default") -> dict[str, ConsentRecord]:
         """Where the subject's consent stands for each purpose it was ever recorded for:
         the latest record of each, by purpose."""
-        return self._store.current_consents(tenant_id, check_subject(subject))
+        return self._transport.consents(self._transport.tenant(tenant_id),
+                                        check_subject(subject))
 
     def consent_history(
         self, subject: str, *, purpose: str | None = None, tenant_id: str = "default"
@@ -84,7 +83,8 @@ class Consents:
         """
         if purpose is not None:
             check_purpose(purpose)
-        return self._store.consent_history(tenant_id, check_subject(subject), purpose=purpose)
+        return self._transport.consent_history(self._transport.tenant(tenant_id),
+                                               check_subject(subject), purpose)
 
     def runs_of_subject(
         self, subject: str, *, tenant_id: str = "default", limit: int | None = None
@@ -98,4 +98,5 @@ class Consents:
         """
         if limit is not None and limit < 0:
             raise ConfigurationError(f"limit must be 0 or more, not {limit}")
-        return self._store.runs_of_subject(tenant_id, check_subject(subject), limit=limit)
+        return self._transport.runs_of_subject(self._transport.tenant(tenant_id),
+                                               check_subject(subject), limit)

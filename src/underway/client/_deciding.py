@@ -20,9 +20,10 @@ from ..guard.approvals import ApprovalCheck, SignedDecision, sign_decision, veri
 from ..guard.approvals.decision import REASON_TEXT, Decision
 from ..guard.approvals.keys import public_key_of
 from ..journal.state import RunState
-from ..store.base import RunRecord, Store
+from ..store.base import RunRecord
 from ..store.records import FINAL
 from ._requests import PendingRequest, request_of
+from ._transport import Transport
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -37,8 +38,10 @@ _TEXT = {"approval": "an approval", "question": "an answer", "resolution": "a re
 class _Reading(Protocol):
     """What deciding needs of the client."""
 
-    _store: Store
-    clock: Clock
+    _transport: Transport
+
+    @property
+    def clock(self) -> Clock: ...
 
     def pending_request(self, run_id: str, *,
                         tenant_id: str = "default") -> PendingRequest | None: ...
@@ -166,13 +169,14 @@ def _at(at: float | None) -> str | None:
 def _sign_and_send(client: _Reading, run_id: str, decision: Decision, *,
                    key: Ed25519PrivateKey, approver_id: str, comment: str, answer: JSON,
                    tenant_id: str) -> SignedDecision:
+    tenant_id = client._transport.tenant(tenant_id)
     row = client.find_run(run_id, tenant_id=tenant_id)
     r = client.pending_request(row.run_id, tenant_id=tenant_id)
     wanted = _KIND[decision]
     if r is None or r.kind != wanted:
         has = "nothing" if r is None else _TEXT[r.kind]
         raise ConfigurationError(f"run {row.run_id!r} waits for {has}, not {_TEXT[wanted]}")
-    approver = client._store.get_approver(tenant_id, approver_id)
+    approver = client._transport.approver(tenant_id, approver_id)
     if approver is None or approver.public_key != public_key_of(key):
         raise ConfigurationError(
             f"this key is not the one registered for approver {approver_id!r} in tenant "

@@ -9,7 +9,7 @@ import copy
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import events as ev
 from ..clock import Clock
@@ -23,6 +23,9 @@ from ..journal.projection import stored_labels
 from ..journal.state import APPROVAL_SIGNAL, RunState, usage_counters
 from ..store.base import ForkLink, NewRun, Store
 from ._starting import started_with
+
+if TYPE_CHECKING:
+    from ._transport import Transport
 
 MAX_REASON = 500
 """The longest reason a fork is given (journaled in both runs)."""
@@ -53,10 +56,7 @@ class Fork:
 class Forks:
     """What :class:`~underway.client.Client` does to fork runs."""
 
-    _store: Store
-    _journal: Journal
-    clock: Clock
-    flows: dict[str, Flow[Any, Any]]
+    _transport: Transport
 
     def fork(
         self, run_id: str, *, at_seq: int, by: str, reason: str = "",
@@ -99,9 +99,9 @@ class Forks:
             ConflictError: A worker holds the run's lease. It is being advanced: fork it when
                 handed back.
         """
-        return fork_run(self._store, self._journal, self.clock, self.flows, run_id,
-                        at_seq=at_seq, step=step, state_patch=state_patch, by=by,
-                        reason=reason, tenant_id=tenant_id)
+        return self._transport.fork(self._transport.tenant(tenant_id), run_id,
+                                    at_seq=at_seq, step=step, state_patch=state_patch, by=by,
+                                    reason=reason)
 
 
 def fork_run(

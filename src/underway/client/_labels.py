@@ -4,10 +4,14 @@ them (:mod:`underway.labels`)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from ..labels import LabelValue, stored_value
 from ..redaction import REDACTED
-from ..store.base import Store, StoredLabel
+from ..store.base import StoredLabel
+
+if TYPE_CHECKING:
+    from ._transport import Transport
 
 
 def shown_labels(rows: Sequence[StoredLabel], *, reveal: bool) -> dict[str, LabelValue]:
@@ -25,7 +29,7 @@ def shown_labels(rows: Sequence[StoredLabel], *, reveal: bool) -> dict[str, Labe
 class Labels:
     """What :class:`~underway.client.Client` reads of runs' labels."""
 
-    _store: Store
+    _transport: Transport
 
     def run_labels(self, run_ids: Sequence[str], *, tenant_id: str = "default",
                    reveal: bool = False) -> dict[str, dict[str, LabelValue]]:
@@ -38,5 +42,5 @@ class Labels:
             tenant_id: The tenant.
             reveal: Show sensitive labels' values.
         """
-        found = self._store.run_labels(tenant_id, list(run_ids))
-        return {r: shown_labels(rows, reveal=reveal) for r, rows in found.items()}
+        return self._transport.run_labels(self._transport.tenant(tenant_id), list(run_ids),
+                                          reveal)

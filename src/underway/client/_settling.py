@@ -17,21 +17,19 @@ from ..control import CANCEL, RESOLVE, RESUME
 from ..errors import ConfigurationError, SignedResolutionRequired
 from ..events import JSON
 from ..flow import Flow
-from ..store.base import RunRecord, Store
+from ..store.base import FINAL, RunRecord
+from ._transport import Transport
 
 
 class _Steering(Protocol):
     """What settling needs of the client."""
 
-    _store: Store
-    _owns_store: bool
+    _transport: Transport
+    _owns: bool
     flows: dict[str, Flow[Any, Any]]
     signed_resolutions: bool
 
     def get_run(self, run_id: str, *, tenant_id: str = "default") -> RunRecord: ...
-
-    def _send(self, run_id: str, name: str, payload: JSON, tenant_id: str,
-              signal_id: str | None, sender: str | None) -> bool: ...
 
 
 C = TypeVar("C", bound=_Steering)
@@ -58,12 +56,12 @@ class Settling:
 
     def signed_only(self: C) -> C:
         """This client if it refuses unsigned resolutions and resumes, else a copy of it
-        on the same store that does. The copy never closes the store: this client still
-        owns it."""
+        on the same store (or server) that does. The copy never closes it: this client
+        still owns it."""
         if self.signed_resolutions:
             return self
         strict = copy.copy(self)
-        strict._owns_store = False
+        strict._owns = False
         strict.signed_resolutions = True
         return strict
 
@@ -82,8 +80,13 @@ class Settling:
             signal_id: Sent once per id (default: a new one).
         """
         inputs.text("reason", reason)
-        return self._send(run_id, CANCEL, {"by": by, "reason": reason}, tenant_id, signal_id,
-                          by)
+        tenant_id = self._transport.tenant(tenant_id)
+        row = self.get_run(run_id, tenant_id=tenant_id)
+        if row.status in FINAL:
+            raise ConfigurationError(f"run {run_id} is already {row.status}; nothing to "
+                                     "cancel")
+        return self._transport.control(tenant_id, run_id, CANCEL,
+                                       {"by": by, "reason": reason}, signal_id, by)
 
     def resolve(
         self: _Steering,
@@ -118,11 +121,12 @@ class Settling:
             raise ConfigurationError(
                 f"resolution must be 'succeeded', 'failed' or 'retry', not {resolution!r}"
             )
+        tenant_id = self._transport.tenant(tenant_id)
         _unsigned(self, run_id, tenant_id, "resolution", "escalated",
-                       "there is nothing to resolve")
-        return self._send(run_id, RESOLVE,
-                          {"resolution": resolution, "result": result, "by": by},
-                          tenant_id, signal_id, by)
+                  "there is nothing to resolve")
+        return self._transport.control(tenant_id, run_id, RESOLVE,
+                                       {"resolution": resolution, "result": result, "by": by},
+                                       signal_id, by)
 
     def resume(
         self: _Steering, run_id: str, *, by: str, step: str | None = None,
@@ -144,10 +148,12 @@ class Settling:
             SignedResolutionRequired: This client has :attr:`signed_resolutions`. It is
                 unsigned, so nothing is sent.
         """
+        tenant_id = self._transport.tenant(tenant_id)
         row = _unsigned(self, run_id, tenant_id, "resume", "dead",
                         "only dead runs can be resumed")
         if step is not None and row.flow in self.flows:
             # (Without the flow's code this is left to the worker: an unknown step stops
             # the run dead again, naming the step.)
             self.flows[row.flow].get_step(step)
-        return self._send(run_id, RESUME, {"by": by, "step": step}, tenant_id, signal_id, by)
+        return self._transport.control(tenant_id, run_id, RESUME, {"by": by, "step": step},
+                                       signal_id, by)

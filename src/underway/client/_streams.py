@@ -13,9 +13,8 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 
-from ..codec import ENCRYPTED, stream_where
+from ..codec import ENCRYPTED, Codec, stream_where
 from ..errors import RunNotFound
-from ..journal import Journal
 from ..store._offload import run_io
 from ..store.base import FINAL, Store
 from ..store.streams import StreamDelta
@@ -29,8 +28,15 @@ WAIT_S = 1.0
 class Streams:
     """What :class:`~underway.client.Client` reads of runs' live streams."""
 
-    _store: Store
-    _journal: Journal
+    @property
+    def store(self) -> Store:
+        """The store (a database client's only)."""
+        raise NotImplementedError
+
+    @property
+    def codec(self) -> Codec:
+        """How payloads are opened (a database client's only)."""
+        raise NotImplementedError
 
     def read_stream(self, run_id: str, *, after: int = 0, limit: int = PAGE,
                     tenant_id: str = "default") -> list[StreamDelta]:
@@ -48,12 +54,12 @@ class Streams:
         Raises:
             RunNotFound: There is no such run in the tenant.
         """
-        row = self._store.get_run(tenant_id, run_id)
+        row = self.store.get_run(tenant_id, run_id)
         if row is None:
             raise RunNotFound(tenant_id, run_id)
         out = []
-        for offset, d in self._store.read_stream(tenant_id, run_id, after=after, limit=limit):
-            text = self._journal.codec.open_text(
+        for offset, d in self.store.read_stream(tenant_id, run_id, after=after, limit=limit):
+            text = self.codec.open_text(
                 d.data, stream_where(tenant_id, run_id, d.key, d.attempt, row.subject))
             delta = {"type": "encrypted"} if text == ENCRYPTED else json.loads(text)
             out.append(StreamDelta(offset, d.key, d.step, d.index, d.attempt, delta,
@@ -78,10 +84,10 @@ class Streams:
         Raises:
             RunNotFound: There is no such run in the tenant.
         """
-        bell = self._store.stream_bell()
+        bell = self.store.stream_bell()
         try:
             while True:
-                found = await run_io(self._store, self._stream_page, run_id, after, tenant_id)
+                found = await run_io(self.store, self._stream_page, run_id, after, tenant_id)
                 for d in found[0]:
                     after = d.offset
                     yield d
@@ -101,7 +107,7 @@ class Streams:
         found = self.read_stream(run_id, after=after, tenant_id=tenant_id)
         if found:
             return found, False
-        row = self._store.get_run(tenant_id, run_id)
+        row = self.store.get_run(tenant_id, run_id)
         if row is None or row.status not in FINAL:
             return [], False
         found = self.read_stream(run_id, after=after, tenant_id=tenant_id)

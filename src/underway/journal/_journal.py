@@ -486,12 +486,12 @@ class Journal(JournalChecks):
             tail = self.store.load_events(tenant_id, run_id, after_seq=max(row[0] - 1, 0))
             start, records = self._trusted(tenant_id, run_id, row, tail)
             if start is not None:
-                return _around(start, records, seq)
+                return states_around(start, records, seq)
         stored = self.store.load_events(tenant_id, run_id)
         if not stored:
             raise RunNotFound(tenant_id, run_id)
         upto = [s for s in stored if s.seq <= seq]
-        return _around(RunState(tenant_id=tenant_id, run_id=run_id),
+        return states_around(RunState(tenant_id=tenant_id, run_id=run_id),
                        self.decode(tenant_id, run_id, upto), seq)
 
 
@@ -517,11 +517,21 @@ def _purged(s: StoredEvent) -> tuple[Recorded, None]:
     return Recorded(s.seq, 0.0 if t.at is None else t.at, event), None
 
 
-def _around(
+def states_around(
     state: RunState, records: Sequence[Recorded], seq: int
 ) -> tuple[RunState, Recorded, RunState]:
     """Fold ``records`` onto ``state`` (changed in place) up to the event at ``seq``: the
-    state before it, the event, the state after it."""
+    state before it, the event, the state after it (:meth:`Journal.states_at`, and a client
+    over HTTP folding the events it read).
+
+    Args:
+        state: Where the fold starts.
+        records: The events from there on, in order.
+        seq: The event's seq.
+
+    Raises:
+        ConfigurationError: No event of ``records`` is at ``seq``.
+    """
     for rec in records:
         if rec.seq == seq:
             before = state.clone()

@@ -13,7 +13,8 @@ from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel
 
 from ..client import Activity, Client
-from ..client._activity import DAY
+from ..client._activity import DAY, MAX_DAYS
+from ..inputs import MAX_TIME
 from ..store.access import ALL_RUNS
 from ._auth import Caller, State, endpoint
 from ._inputs import CheckedRoute
@@ -148,6 +149,25 @@ def get_activity(
     figures = figures_of(state.client, who.tenant_id, days, hourly=by is Period.HOUR)
     state.record_reads(request, who, [ALL_RUNS], purpose=purpose)
     return figures
+
+
+@endpoint(router, "GET", "/activity/days", permission="read", run_data=True,
+          response_model=Activity)
+def activity_days(
+    state: State, who: Caller, request: Request, purpose: Purpose,
+    since: Annotated[float, Query(ge=0, le=MAX_TIME, description="The window's start "
+                                  "(epoch seconds).")],
+    days: Annotated[int, Query(ge=1, le=MAX_DAYS, description="How many days it "
+                               "spans.")],
+    hourly: Annotated[bool, Query(description="Count each hour apart.")] = False,
+) -> Activity:
+    """What the tenant's runs did on each day (or hour) of a window, bucket by bucket, as
+    :meth:`Client.activity <underway.client.Client.activity>` counts it (the access log
+    records it as a read of run ``*``)."""
+    found = state.client.activity(since=since, days=days, hourly=hourly,
+                                  tenant_id=who.tenant_id)
+    state.record_reads(request, who, [ALL_RUNS], purpose=purpose)
+    return found
 
 
 def figures_of(client: Client, tenant_id: str, days: int, *,

@@ -12,11 +12,12 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue
 
 from ..client import PendingRequest, RunEvent
+from ..client._forking import MAX_REASON
 from ..codec import ENCRYPTED
 from ..errors import ConfigurationError
 from ..events import Encrypted, PayloadPurged
 from ..flow import Flow
-from ..inputs import MAX_TIME
+from ..inputs import MAX_INT, MAX_TIME
 from ..labels import MAX_LABELS, LabelValue
 from ..redaction import Redactor
 from ..store.base import RunRecord
@@ -81,7 +82,9 @@ class _Request(BaseModel):
 
 
 class RunSummary(BaseModel):
-    """A run's row: what listing shows."""
+    """A run's row: what listing shows. ``last_hash`` chains the run's next event;
+    ``control_pending`` says a cancel, resume or resolution waits in its inbox; the
+    ``lease_*`` fields name the worker that holds it now, if any."""
 
     run_id: str
     flow: str
@@ -102,6 +105,12 @@ class RunSummary(BaseModel):
     once finished. ``waiting_signal`` is the machine's name of it."""
     labels: dict[str, LabelValue] = Field(default_factory=dict)
     """The run's labels; a sensitive one's value reads ``[redacted]`` unless revealed."""
+    tenant_id: str = "default"
+    last_hash: str = ""
+    control_pending: bool = False
+    lease_owner: str | None = None
+    lease_token: int = 0
+    lease_expires_at: float | None = None
 
     @classmethod
     def of(cls, row: RunRecord, labels: dict[str, LabelValue] | None = None) -> RunSummary:
@@ -112,6 +121,9 @@ class RunSummary(BaseModel):
             waiting_signal=row.waiting_signal, next_wake_at=row.next_wake_at,
             created_at=row.created_at, updated_at=row.updated_at, error=row.error,
             subject=row.subject, purpose=row.purpose, labels=labels or {},
+            tenant_id=row.tenant_id, last_hash=row.last_hash,
+            control_pending=row.control_pending, lease_owner=row.lease_owner,
+            lease_token=row.lease_token, lease_expires_at=row.lease_expires_at,
         )
 
 
@@ -260,16 +272,23 @@ class SendSignal(_Request):
     signal_id: str | None = Field(default=None, min_length=1)
 
 
+SignalId = Annotated[str | None, Field(
+    default=None, min_length=1,
+    description="Sent once per id: a repeat with the same id is not delivered again.")]
+
+
 class Cancel(_Request):
     """Why the run is cancelled (journaled with the key's name)."""
 
     reason: str = ""
+    signal_id: SignalId = None
 
 
 class Resume(_Request):
     """Resume a dead run at ``step``, or where it stopped."""
 
     step: str | None = Field(default=None, min_length=1)
+    signal_id: SignalId = None
 
 
 class Resolve(_Request):
@@ -278,6 +297,34 @@ class Resolve(_Request):
 
     resolution: Literal["succeeded", "failed", "retry"]
     result: JsonValue = None
+    signal_id: SignalId = None
+
+
+class ForkRun(_Request):
+    """Start a new run from the run's state at its event ``at_seq``: at ``step`` (default:
+    the step it stood at then, from its start), with ``state_patch`` applied (an RFC 7386
+    merge patch object, or a list of RFC 6902 operations). ``reason`` is journaled in
+    both runs, with the key's name."""
+
+    at_seq: int = Field(ge=1, le=MAX_INT)
+    step: str | None = Field(default=None, min_length=1)
+    state_patch: JsonValue = None
+    reason: str = Field(default="", max_length=MAX_REASON)
+
+
+class Forked(BaseModel):
+    """The fork: its ``run_id``, the parent, the parent's ``seq`` it starts from and the
+    step the parent stood at then (with its status), the ``step`` the fork starts at,
+    the calls it makes again (``redone``) and what else it does not inherit (``notes``)."""
+
+    run_id: str
+    parent_run_id: str
+    seq: int
+    step: str
+    parent_step: str | None
+    parent_status: str
+    redone: list[str]
+    notes: list[str]
 
 
 class Accepted(BaseModel):

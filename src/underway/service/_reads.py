@@ -1,5 +1,6 @@
-"""Read endpoints for what the CLI shows besides runs: usage (``underway usage``), the
-audit of the tenant's hash chains (``underway audit verify``), schedules and queues."""
+"""Read endpoints for what the CLI and the client show besides runs: usage (``underway
+usage``), the audit of the tenant's hash chains (``underway audit verify``), schedules,
+queues, runs' labels, a data subject's runs, an approver, and who the key is."""
 
 from __future__ import annotations
 
@@ -7,17 +8,20 @@ import time
 from datetime import UTC, datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Path, Query, Request
 from pydantic import BaseModel, JsonValue
 
 from ..guard.budgets import tenant_usage
+from ..labels import LabelValue
 from ..ops.audit import verify
 from ..scheduling import schedules
 from ..store.access import ALL_RUNS
+from ._admin import Approver
 from ._auth import Caller, State, endpoint
 from ._inputs import CheckedRoute
+from ._models import RunSummary, Subject
 from ._problems import invalid, not_found
-from ._reading import Purpose
+from ._reading import Purpose, Read
 
 router = APIRouter(prefix="/v1", tags=["reads"], route_class=CheckedRoute)
 
@@ -140,3 +144,58 @@ def list_queues(state: State, who: Caller) -> list[Queue]:
     return [Queue(name=c.name, max_concurrency=c.max_concurrency, rate_limit=c.rate_limit,
                   rate_period_s=c.rate_period_s, per_tenant=c.per_tenant)
             for c in state.store.list_queues()]
+
+
+class Identity(BaseModel):
+    """The API key a request was made with (its id, name, tenant and role), and whether
+    this server settles escalations and dead runs only with signed resolutions."""
+
+    key_id: str
+    name: str
+    tenant_id: str
+    role: str
+    signed_resolutions: bool
+
+
+@endpoint(router, "GET", "/whoami", permission="read", response_model=Identity)
+def whoami(state: State, who: Caller) -> Identity:
+    """The key this request was made with, and what the server asks of it (a client
+    learns its tenant here, and whether to refuse unsigned resolutions up front)."""
+    return Identity(key_id=who.key_id, name=who.name, tenant_id=who.tenant_id,
+                    role=who.role, signed_resolutions=state.signed_resolutions)
+
+
+@endpoint(router, "GET", "/labels", permission="read",
+          response_model=dict[str, dict[str, LabelValue]], problems=(403,))
+def labels(
+    state: State, who: Caller, read: Read,
+    run_id: Annotated[list[str], Query(min_length=1, max_length=1000,
+                                       description="A run; repeat it for each run.")],
+) -> dict[str, dict[str, LabelValue]]:
+    """The labels of these runs, by run id (a run without labels, or not in the tenant,
+    is left out); a sensitive label's value reads ``[redacted]`` unless ``reveal``."""
+    read = read.allowed(state, who)
+    return state.client.run_labels(run_id, tenant_id=who.tenant_id, reveal=read.reveal)
+
+
+@endpoint(router, "GET", "/subjects/runs", permission="read",
+          response_model=list[RunSummary])
+def subject_runs(
+    state: State, who: Caller, subject: Annotated[Subject, Query()],
+    limit: Annotated[int | None, Query(ge=0, le=10_000)] = None,
+) -> list[RunSummary]:
+    """The tenant's runs about a data subject, oldest first."""
+    return [RunSummary.of(r) for r in state.client.runs_of_subject(
+        subject, tenant_id=who.tenant_id, limit=limit)]
+
+
+@endpoint(router, "GET", "/approvers/{approver_id}", permission="read",
+          response_model=Approver, problems=(404,))
+def approver(state: State, who: Caller,
+             approver_id: Annotated[str, Path(min_length=1, max_length=200)]) -> Approver:
+    """A registered approver of the tenant: its public key (what a signed decision is
+    checked with), roles and whether it was revoked."""
+    found = state.store.get_approver(who.tenant_id, approver_id)
+    if found is None:
+        raise not_found("such approver")
+    return Approver.of(found)

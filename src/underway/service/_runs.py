@@ -9,8 +9,8 @@ from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 
 from ..client import RunFilter, redact_request, waiting_words
 from ..control import CHILD
-from ..errors import ConfigurationError, InvalidInput, ResidencyError
-from ..inputs import MAX_INT
+from ..errors import ConfigurationError, ConflictError, InvalidInput, ResidencyError
+from ..inputs import MAX_INT, MAX_NAME
 from ..journal.state import APPROVAL_SIGNAL
 from ..labels import MAX_LABELS, check_key, check_labels, parse_labels
 from ..redaction import Redactor
@@ -21,6 +21,8 @@ from ._models import (
     Accepted,
     Cancel,
     Event,
+    Forked,
+    ForkRun,
     Pending,
     Resolve,
     Resume,
@@ -88,12 +90,15 @@ def list_runs(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     cursor: Annotated[str | None, Query(min_length=1, max_length=CURSOR_MAX,
                                         pattern=CURSOR_PATTERN)] = None,
+    id_prefix: Annotated[str | None, Query(min_length=1, max_length=MAX_NAME,
+                                           description="Only runs whose id starts with "
+                                           "it.")] = None,
 ) -> RunPage:
     """A page of the tenant's runs, newest first, filtered, with their labels (a
     sensitive label's value reads ``[redacted]``)."""
     try:
         page = state.client.list_runs(tenant_id=who.tenant_id, limit=limit, cursor=cursor,
-                                      **chosen.keywords())
+                                      id_prefix=id_prefix, **chosen.keywords())
     except ConfigurationError as exc:
         raise invalid("query.cursor", str(exc)) from None
     labels = state.client.run_labels([r.run_id for r in page.runs], tenant_id=who.tenant_id)
@@ -189,11 +194,13 @@ def list_events(
     state: State, who: Caller, run_id: RunId, request: Request, read: Read,
     after: Annotated[int, Query(ge=0, le=MAX_INT,
                                 description="Only events with a higher seq.")] = 0,
+    limit: Annotated[int | None, Query(ge=0, le=MAX_INT,
+                                       description="Only the first N of them.")] = None,
 ) -> list[Event]:
     """The run's journaled events, decoded, in order; the fields their tools hide
     redacted (``"[redacted]"``) unless ``reveal``."""
     read = read.allowed(state, who)
-    found = state.client.events(run_id, tenant_id=who.tenant_id, after=after)
+    found = state.client.events(run_id, tenant_id=who.tenant_id, after=after, limit=limit)
     hide = (Redactor(reveal=read.reveal).learn(e.event for e in found) if after == 0 else
             state.client.redactor(run_id, tenant_id=who.tenant_id, reveal=read.reveal))
     state.record_reads(request, who, [run_id], purpose=read.purpose, revealed=read.reveal)
@@ -223,8 +230,9 @@ def cancel_run(state: State, who: Caller, run_id: RunId, body: Cancel) -> Accept
     row = state.client.get_run(run_id, tenant_id=who.tenant_id)
     if row.status in FINAL:
         raise conflict(f"run {run_id} is already {row.status}; nothing to cancel")
-    state.client.cancel(run_id, by=who.actor, reason=body.reason, tenant_id=who.tenant_id)
-    return Accepted(run_id=run_id, delivered=True)
+    delivered = state.client.cancel(run_id, by=who.actor, reason=body.reason,
+                                    tenant_id=who.tenant_id, signal_id=body.signal_id)
+    return Accepted(run_id=run_id, delivered=delivered)
 
 
 @endpoint(router, "POST", "/{run_id}/resume", permission="steer", response_model=Accepted,
@@ -234,12 +242,13 @@ def resume_run(state: State, who: Caller, run_id: RunId, body: Resume) -> Accept
     resolutions, a 409 says how to sign one."""
     row = state.client.get_run(run_id, tenant_id=who.tenant_id)
     try:
-        state.client.resume(run_id, by=who.actor, step=body.step, tenant_id=who.tenant_id)
+        delivered = state.client.resume(run_id, by=who.actor, step=body.step,
+                                        tenant_id=who.tenant_id, signal_id=body.signal_id)
     except ConfigurationError as exc:
         if row.status != "dead":
             raise conflict(str(exc)) from None
         raise invalid("body.step", str(exc)) from None
-    return Accepted(run_id=run_id, delivered=True, note=UNSIGNED)
+    return Accepted(run_id=run_id, delivered=delivered, note=UNSIGNED)
 
 
 @endpoint(router, "POST", "/{run_id}/resolve", permission="steer", response_model=Accepted,
@@ -248,8 +257,27 @@ def resolve_run(state: State, who: Caller, run_id: RunId, body: Resolve) -> Acce
     """Resolve an escalated run (unsigned; see ``note``). Where runs settle only with
     signed resolutions, a 409 says how to sign one."""
     try:
-        state.client.resolve(run_id, resolution=body.resolution, by=who.actor,
-                             result=body.result, tenant_id=who.tenant_id)
+        delivered = state.client.resolve(run_id, resolution=body.resolution, by=who.actor,
+                                         result=body.result, tenant_id=who.tenant_id,
+                                         signal_id=body.signal_id)
     except ConfigurationError as exc:  # the run is not escalated
         raise conflict(str(exc)) from None
-    return Accepted(run_id=run_id, delivered=True, note=UNSIGNED)
+    return Accepted(run_id=run_id, delivered=delivered, note=UNSIGNED)
+
+
+@endpoint(router, "POST", "/{run_id}/fork", permission="steer", response_model=Forked,
+          status_code=201, problems=(404, 409))
+def fork_run(state: State, who: Caller, run_id: RunId, body: ForkRun) -> Forked:
+    """Start a new run from the run's state at one of its events (for recovery or a
+    what-if; see ``underway runs fork``). A 409 while a worker holds the run: fork it
+    once handed back."""
+    try:
+        made = state.client.fork(run_id, at_seq=body.at_seq, by=who.actor,
+                                 reason=body.reason, step=body.step,
+                                 state_patch=body.state_patch, tenant_id=who.tenant_id)
+    except ConflictError as exc:
+        raise ApiProblem(409, "run-busy", "Run busy", str(exc)) from None
+    return Forked(run_id=made.run_id, parent_run_id=made.parent_run_id, seq=made.seq,
+                  step=made.step, parent_step=made.parent_step,
+                  parent_status=made.parent_status, redone=list(made.redone),
+                  notes=list(made.notes))

@@ -16,6 +16,7 @@ def test_every_run_data_read_appends_one_entry_per_run(world: World) -> None:
         ("GET", "/v1/runs/{run_id}"), ("GET", "/v1/runs/{run_id}/events"),
         ("GET", "/v1/runs/{run_id}/events/stream"), ("GET", "/v1/approvals"),
         ("GET", "/v1/approvals/{run_id}"), ("GET", "/v1/usage"), ("GET", "/v1/activity"),
+        ("GET", "/v1/activity/days"),
     }
     for e in endpoints(world):
         if e.method != "GET":
@@ -30,7 +31,7 @@ def test_every_run_data_read_appends_one_entry_per_run(world: World) -> None:
             assert added == [], e.path
             continue
         expected = ({fx.refund} if e.path == "/v1/approvals" else
-                    {"*"} if e.path in ("/v1/usage", "/v1/activity") else
+                    {"*"} if e.path in ("/v1/usage", "/v1/activity", "/v1/activity/days") else
                     {path.split("/")[3]})
         assert {a.run_id for a in added} == expected and len(added) == len(expected)
         for a in added:
