@@ -153,7 +153,7 @@ def get_activity(
 
 @endpoint(router, "GET", "/activity/days", permission="read", run_data=True,
           response_model=Activity)
-def activity_days(
+def get_activity_days(
     state: State, who: Caller, request: Request, purpose: Purpose,
     since: Annotated[float, Query(ge=0, le=MAX_TIME, description="The window's start "
                                   "(epoch seconds).")],

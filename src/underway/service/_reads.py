@@ -158,7 +158,7 @@ class Identity(BaseModel):
 
 
 @endpoint(router, "GET", "/whoami", permission="read", response_model=Identity)
-def whoami(state: State, who: Caller) -> Identity:
+def get_identity(state: State, who: Caller) -> Identity:
     """The key this request was made with, and what the server asks of it (a client
     learns its tenant here, and whether to refuse unsigned resolutions up front)."""
     return Identity(key_id=who.key_id, name=who.name, tenant_id=who.tenant_id,
@@ -167,7 +167,7 @@ def whoami(state: State, who: Caller) -> Identity:
 
 @endpoint(router, "GET", "/labels", permission="read",
           response_model=dict[str, dict[str, LabelValue]], problems=(403,))
-def labels(
+def list_labels(
     state: State, who: Caller, read: Read,
     run_id: Annotated[list[str], Query(min_length=1, max_length=1000,
                                        description="A run; repeat it for each run.")],
@@ -180,7 +180,7 @@ def labels(
 
 @endpoint(router, "GET", "/subjects/runs", permission="read",
           response_model=list[RunSummary])
-def subject_runs(
+def list_subject_runs(
     state: State, who: Caller, subject: Annotated[Subject, Query()],
     limit: Annotated[int | None, Query(ge=0, le=10_000)] = None,
 ) -> list[RunSummary]:
@@ -191,7 +191,7 @@ def subject_runs(
 
 @endpoint(router, "GET", "/approvers/{approver_id}", permission="read",
           response_model=Approver, problems=(404,))
-def approver(state: State, who: Caller,
+def get_approver(state: State, who: Caller,
              approver_id: Annotated[str, Path(min_length=1, max_length=200)]) -> Approver:
     """A registered approver of the tenant: its public key (what a signed decision is
     checked with), roles and whether it was revoked."""

@@ -121,7 +121,8 @@ def test_a_flow_name_is_documented_as_the_server_checks_it(document: dict[str, A
     assert any(accepted(n) for n in names) and not all(accepted(n) for n in names)
 
 
-VERBS = {"add", "answer", "approve", "cancel", "create", "deliver", "erase", "get", "list",
+VERBS = {"add", "answer", "approve", "cancel", "create", "deliver", "erase", "fork", "get",
+         "list",
          "record", "reject", "remove", "resolve", "resume", "revoke", "send", "set", "settle",
          "start", "stream", "submit", "verify"}
 """What an operation id may start with: it reads as a method of a generated client."""
@@ -144,7 +145,10 @@ PINNED = {
     "POST /v1/erasures": "erase_subject", "GET /v1/erasures": "list_erasures",
     "GET /v1/usage": "get_usage", "GET /v1/audit/verify": "verify_audit",
     "GET /v1/schedules": "list_schedules", "GET /v1/queues": "list_queues",
-    "GET /v1/activity": "get_activity",
+    "GET /v1/activity": "get_activity", "GET /v1/activity/days": "get_activity_days",
+    "POST /v1/runs/{run_id}/fork": "fork_run", "GET /v1/whoami": "get_identity",
+    "GET /v1/labels": "list_labels", "GET /v1/subjects/runs": "list_subject_runs",
+    "GET /v1/approvers/{approver_id}": "get_approver",
     "GET /v1/api-keys": "list_api_keys", "POST /v1/api-keys": "create_api_key",
     "DELETE /v1/api-keys/{key_id}": "revoke_api_key",
     "GET /v1/approvers": "list_approvers", "POST /v1/approvers": "add_approver",
