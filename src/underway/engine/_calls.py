@@ -27,6 +27,7 @@ from ..errors import ConfigurationError, NonDeterminismError, ToolCallError, is_
 from ..events import JSON, canonical_json
 from ..guard.approvals.check import check_approval
 from ..guard.intent import CallIntent
+from ..guard.policy import declares_approval
 from ..hooks import HookFailed
 from ..journal.state import REFUSAL_ERRORS, request_id_for, shadow_result
 from ..redaction import schema_failure, scrub
@@ -290,7 +291,7 @@ class StepExecution(ModelCalls):
         policy = guard.policy_for(flow)
         # A run whose lineage is in shadow mode stays in it, whatever its flow says.
         shadow = t.mutating and (guard.shadow_for(flow) or s.lineage.shadow)
-        if policy is None:
+        if policy is None and not declares_approval(call.labels):
             # No policy: nothing to decide or journal; the call goes ahead (or is shadowed).
             if shadow:
                 act.buffer(ev.ToolShadowed(
@@ -302,7 +303,8 @@ class StepExecution(ModelCalls):
         act.buffer(ev.PolicyDecided(
             key=key, tool=t.name, index=index, args_hash=h, decision=d.outcome,
             rule_id=d.rule_id, policy_version=d.policy_version, reason=d.reason,
-            policy_digest=policy.digest, environment=guard.environment,
+            policy_digest=None if policy is None else policy.digest,
+            environment=guard.environment,
         ))
         if d.outcome == "deny":
             self._refuse(t, key, index, h, "policy_denied",

@@ -33,7 +33,7 @@ from .budgets import (
     run_usage,
 )
 from .intent import CallIntent
-from .policy import FINISH, Amount, Decision, PolicyContext
+from .policy import FINISH, Amount, Decision, PolicyContext, declared_approval
 from .policy.context import Consent
 
 if TYPE_CHECKING:
@@ -191,7 +191,8 @@ class Guard:
         if policy is None:
             if isinstance(money, Unreadable):
                 return Decision("deny", None, "none", str(money))
-            return Decision("allow", None, "none", "no policy configured")
+            return declared_approval(Decision("allow", None, "none", "no policy configured"),
+                                     call.labels)
         tenant = None
         # A policy that cannot say which counters it reads may read any.
         reads = getattr(policy, "reads_counters", None)
@@ -403,7 +404,8 @@ def decide_with_money(
     if isinstance(money, Unreadable):
         return Decision("deny", None, policy.version, str(money))
     amount = None if money is None else Amount(money.exposure, money.currency)
-    return policy.evaluate(dataclasses.replace(ctx, amount=amount))
+    return declared_approval(policy.evaluate(dataclasses.replace(ctx, amount=amount)),
+                             ctx.labels)
 
 
 class Counters(Mapping[str, float]):

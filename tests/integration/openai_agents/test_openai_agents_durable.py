@@ -233,7 +233,7 @@ def test_needs_approval_waits_for_a_signed_decision_then_runs_once(tmp_path: Pat
     assert s.status == "completed" and s.result == "Paid."
     assert PAID == [{"account": "ACC-1", "amount": 5}]
     [requested] = of_type(engine, run_id, ev.ApprovalRequested)
-    assert requested.rule_id == "openai-agents-needs-approval"
+    assert requested.rule_id == "tool-requires-approval"
     assert [requested.key] == KEYS
 
 

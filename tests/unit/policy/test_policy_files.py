@@ -200,7 +200,8 @@ def test_the_public_names_are_pinned() -> None:
     import underway.guard.policy
 
     assert sorted(underway.guard.policy.__all__) == [
-        "Amount", "AmountCondition", "ArgCondition", "CounterCondition", "DEFAULT_POLICY",
-        "Decision", "FINISH", "Outcome", "Policy", "PolicyContext", "PolicyError", "Predicate",
-        "Rule", "UNTRUSTED_INPUT", "load_policy", "policy_from_dict",
+        "APPROVAL_LABEL", "Amount", "AmountCondition", "ArgCondition", "CounterCondition",
+        "DEFAULT_POLICY", "Decision", "FINISH", "Outcome", "Policy", "PolicyContext",
+        "PolicyError", "Predicate", "Rule", "UNTRUSTED_INPUT", "approval_label",
+        "declared_approval", "declares_approval", "load_policy", "policy_from_dict",
     ]

@@ -15,7 +15,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..._lazy import lazy_exports
-from .context import FINISH, Amount, Decision, Outcome, PolicyContext
+from .context import (
+    APPROVAL_LABEL,
+    FINISH,
+    Amount,
+    Decision,
+    Outcome,
+    PolicyContext,
+    approval_label,
+    declared_approval,
+    declares_approval,
+)
 from .errors import PolicyError
 
 # What describes a call and a decision loads with the package (the guard needs it for every
@@ -37,6 +47,7 @@ else:
     }, globals())
 
 __all__ = [
+    "APPROVAL_LABEL",
     "DEFAULT_POLICY",
     "FINISH",
     "UNTRUSTED_INPUT",
@@ -51,6 +62,9 @@ __all__ = [
     "PolicyError",
     "Predicate",
     "Rule",
+    "approval_label",
+    "declared_approval",
+    "declares_approval",
     "load_policy",
     "policy_from_dict",
 ]

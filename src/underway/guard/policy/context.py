@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
@@ -149,3 +150,50 @@ class Decision:
     def allowed(self) -> bool:
         """True when the call may run without anyone's approval."""
         return self.outcome == "allow"
+
+
+APPROVAL_LABEL = "approval.required"
+"""The label of a call whose tool declares that a person approves each call (pydantic-ai's
+``requires_approval``, the Agents SDK's ``needs_approval``). ``approval.required:<role>``
+names who may approve. The guard holds such a call for a signed decision whatever the
+policy says, unless the policy denies it."""
+
+
+def approval_label(role: str | None = None) -> str:
+    """The label that holds a call for a signed approval, by an approver of ``role``.
+
+    Args:
+        role: The approvers' role (None: the policy's, else any approver's).
+    """
+    return APPROVAL_LABEL if role is None else f"{APPROVAL_LABEL}:{role}"
+
+
+def declares_approval(labels: frozenset[str] | set[str]) -> bool:
+    """Whether ``labels`` declare that the call needs a person's approval.
+
+    Args:
+        labels: The call's labels.
+    """
+    return any(x == APPROVAL_LABEL or x.startswith(APPROVAL_LABEL + ":") for x in labels)
+
+
+def declared_approval(decision: Decision, labels: frozenset[str] | set[str]) -> Decision:
+    """``decision``, held for a signed approval when ``labels`` declare that the call
+    needs one (:data:`APPROVAL_LABEL`). A deny stands; an approval the policy already
+    asks for keeps its rule, taking the declared role where the rule names none.
+
+    Args:
+        decision: The policy's decision (or the allow of no policy).
+        labels: The call's labels.
+    """
+    if not declares_approval(labels) or decision.outcome == "deny":
+        return decision
+    declared = [x for x in labels if x.startswith(APPROVAL_LABEL + ":")]
+    roles = sorted(x.partition(":")[2] for x in declared)
+    role = roles[0] if roles else None
+    if decision.outcome == "require_approval":
+        if decision.approver_role is None and role is not None:
+            return dataclasses.replace(decision, approver_role=role)
+        return decision
+    return Decision("require_approval", "tool-requires-approval", decision.policy_version,
+                    "the tool declares that a person approves each call", approver_role=role)

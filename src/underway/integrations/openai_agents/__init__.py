@@ -19,11 +19,9 @@ with needs_extra("openai-agents", "underway.integrations.openai_agents"):
 
     from ._agent import AgentInput, AgentRun, DurableAgent, DurableModel
     from ._requests import AgentsModel, decode_request, decode_response, encode_request
-    from ._tools import NEEDS_APPROVAL, NEEDS_APPROVAL_LABEL, current_call
+    from ._tools import current_call
 
 __all__ = [
-    "NEEDS_APPROVAL",
-    "NEEDS_APPROVAL_LABEL",
     "AgentInput",
     "AgentRun",
     "AgentsModel",

@@ -29,7 +29,7 @@ from ...guard.taint import add_source
 from ...models.errors import ModelError
 from ...models.pricing import PriceTable
 from ._requests import HOSTED, AgentsModel, decode_response, encode_request
-from ._tools import NEEDS_APPROVAL, SCOPE, StepScope, durable_tool, scope, tool_options
+from ._tools import SCOPE, StepScope, durable_tool, scope, tool_options
 
 
 class AgentInput(BaseModel):
@@ -249,9 +249,10 @@ class DurableAgent:
         tools: Underway's options per tool name (``{"refund": {"idempotent": True}}``, see
             :func:`underway.tool`). A tool is mutating, not idempotent and untrusted unless
             its options say otherwise.
-        policy: The flow's policy. When a tool needs approval, the flow's policy is this one
-            (default :data:`~underway.guard.policy.DEFAULT_POLICY`) with
-            :data:`NEEDS_APPROVAL` added, in place of the engine's.
+        policy: The flow's policy (None: the engine's, else
+            :data:`~underway.guard.policy.DEFAULT_POLICY`). Whatever the policy, the guard
+            holds a call of a ``needs_approval`` tool for a signed decision unless the
+            policy denies it.
         budget: The flow's budget (default: the engine's).
         run_config: Passed to ``Runner.run``; its model provider is made durable.
         hooks: The SDK hooks to call. They are called again each time the step runs again
@@ -288,11 +289,6 @@ class DurableAgent:
             config, model_provider=_Provider(config.model_provider or MultiProvider(), prices))
         self._hooks = _Hooks(set(graph.clones), hooks)
         self._max_turns, self._context, self._stream = max_turns, context, stream
-        if any(t.needs_approval is not False for t in graph.originals):
-            base = policy or DEFAULT_POLICY
-            policy = Policy(f"{base.version}+{NEEDS_APPROVAL.id}", [*base.rules, NEEDS_APPROVAL],
-                            default=base.default,
-                            deny_unlisted_mutating=base.deny_unlisted_mutating)
         flow_name = name or re.sub(r"[^A-Za-z0-9_.-]+", "_", agent.name).strip("_")
         self.flow: Flow[AgentRun, AgentInput] = Flow(
             flow_name, state=AgentRun, input=AgentInput, tools=list[Tool | str](self.tools),

@@ -21,23 +21,13 @@ from ...effects import CallInfo, Tool, ToolOptions, tool
 from ...errors import ConfigurationError, ToolCallError
 from ...events import JSON
 from ...flow import RunContext
-from ...guard.policy import Rule
+from ...guard.policy import APPROVAL_LABEL
 from ...guard.taint import add_source, exposed, taint_labels, trusts_output
 from ...journal.state import REFUSAL_ERRORS
 
 _REFUSED = frozenset({*REFUSAL_ERRORS.values(), "SchemaValidationFailed"})
 """Errors the guard gives instead of running a tool: they carry nothing the tool said."""
 
-NEEDS_APPROVAL_LABEL = "needs_approval"
-"""The label of a call whose SDK tool says it ``needs_approval``."""
-
-NEEDS_APPROVAL = Rule(
-    "openai-agents-needs-approval",
-    outcome="require_approval",
-    labels_any=[NEEDS_APPROVAL_LABEL],
-    reason="the agent's tool is declared with needs_approval; a person signs before it runs",
-)
-"""Holds for a signed approval every call labelled :data:`NEEDS_APPROVAL_LABEL`."""
 
 
 @dataclass
@@ -180,7 +170,7 @@ def durable_tool(sdk: FunctionTool, options: ToolOptions) -> tuple[FunctionTool,
             sources = list(step.proposed_from)
             labels = taint_labels(sources) if exposed(made) else []
             if await _needs_approval(sdk, tool_ctx, args):
-                labels.append(NEEDS_APPROVAL_LABEL)
+                labels.append(APPROVAL_LABEL)
             token = _TOOL_CONTEXT.set(tool_ctx)
             try:
                 result: Any = await step.ctx.call(

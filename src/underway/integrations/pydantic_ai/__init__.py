@@ -16,19 +16,17 @@ from ..._extras import needs_extra
 with needs_extra("pydantic-ai", "underway.integrations.pydantic_ai"):
     import pydantic_ai  # noqa: F401  (first, so a missing package is named before anything)
 
-    from ._agent import AgentInput, AgentState, DurableAgent, approval_policy, usage_budget
+    from ._agent import AgentInput, AgentState, DurableAgent, usage_budget
     from ._model import JournaledModel, PydanticAIModel
-    from ._toolset import APPROVAL_LABEL, GuardedToolset, call_info
+    from ._toolset import GuardedToolset, call_info
 
 __all__ = [
-    "APPROVAL_LABEL",
     "AgentInput",
     "AgentState",
     "DurableAgent",
     "GuardedToolset",
     "JournaledModel",
     "PydanticAIModel",
-    "approval_policy",
     "call_info",
     "usage_budget",
 ]

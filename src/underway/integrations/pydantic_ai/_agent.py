@@ -24,9 +24,9 @@ from pydantic_core import to_jsonable_python
 from ...errors import ConfigurationError, NonDeterminismError
 from ...flow import Flow, Next, RunContext
 from ...guard.budgets import Budget
-from ...guard.policy import DEFAULT_POLICY, Policy, Rule
+from ...guard.policy import DEFAULT_POLICY, Policy
 from ._model import SCOPE, JournaledModel, StepScope
-from ._toolset import APPROVAL_LABEL, Tools, check_flags, guard_toolset
+from ._toolset import Tools, check_flags, guard_toolset
 
 
 class AgentInput(BaseModel):
@@ -71,17 +71,6 @@ def _tighter(a: Budget | None, b: Budget) -> Budget:
     )
 
 
-def approval_policy(policy: Policy | None, *, approver_role: str | None) -> Policy:
-    """``policy`` (None: :data:`~underway.guard.policy.DEFAULT_POLICY`) with the rule that
-    holds the calls of tools pydantic-ai says ``requires_approval`` for a signed decision."""
-    base = policy if policy is not None else DEFAULT_POLICY
-    rule = Rule("pydantic-ai-requires-approval", outcome="require_approval",
-                labels_any=[APPROVAL_LABEL], approver_role=approver_role,
-                reason="the agent's tool is declared requires_approval")
-    return Policy(f"{base.version}+pydantic-ai", [*base.rules, rule], default=base.default,
-                  deny_unlisted_mutating=base.deny_unlisted_mutating)
-
-
 async def _drain(ctx: PaiContext[Any], events: AsyncIterable[Any]) -> None:
     """Asks the agent to stream; the user's handler sees the live events inside the call."""
     async for _ in events:
@@ -107,10 +96,10 @@ class DurableAgent:
             (``readOnlyHint``, ``idempotentHint``, ``openWorldHint``) say otherwise where
             present. A tool's timeout is its pydantic-ai ``timeout``, else 30 seconds.
         allow: The tools the agent may call (None: every tool its toolsets offer).
-        policy: The policy around its calls (None: the default agent policy, which holds
-            calls proposed from a tainted context). The rule that holds the calls of
-            ``requires_approval`` tools is added to it. It is the flow's policy, so the
-            engine's does not apply: pass yours here.
+        policy: The flow's policy (None: the engine's, else the default agent policy,
+            which holds calls proposed from a tainted context). Whatever the policy, the
+            guard holds a call of a ``requires_approval`` tool for a signed decision
+            unless the policy denies it.
         budget: Its limits, besides those of ``usage_limits``.
         usage_limits: pydantic-ai's limits, enforced as underway budgets (the default is
             pydantic-ai's: 50 requests). Input and output token limits stay pydantic-ai's.
@@ -149,7 +138,7 @@ class DurableAgent:
         self.agent = agent
         self.name = name
         self.model = JournaledModel(model if isinstance(model, Model) else infer_model(model))
-        self.tools = Tools(check_flags(tools or {}))
+        self.tools = Tools(check_flags(tools or {}), approver_role=approver_role)
         self.toolsets = [guard_toolset(ts, self.tools) for ts in agent.toolsets]
         limits = usage_limits if usage_limits is not None else UsageLimits()
         self._limits = UsageLimits(
@@ -163,7 +152,7 @@ class DurableAgent:
         self.flow: Flow[AgentState, AgentInput] = Flow(
             name, state=AgentState, input=AgentInput,
             tools=list(allow) if allow is not None else None,
-            policy=approval_policy(policy, approver_role=approver_role),
+            policy=policy, default_policy=DEFAULT_POLICY,
             budget=_tighter(budget, usage_budget(limits, on_exceed=on_exceed)),
             shadow=shadow, taint_of=_taint_of,
         )

@@ -30,13 +30,10 @@ from pydantic_core import SchemaValidator, core_schema, to_jsonable_python
 from ...effects import CallInfo, Tool
 from ...errors import ConfigurationError, ToolCallError
 from ...events import JSON
+from ...guard.policy import approval_label
 from ...guard.taint import add_source, exposed, taint_labels, trusts_output
 from ...journal.state import REFUSAL_ERRORS
 from ._model import SCOPE, StepScope
-
-APPROVAL_LABEL = "pydantic_ai.requires_approval"
-"""The label of a call of a tool pydantic-ai says ``requires_approval``: the durable agent's
-policy holds every call that carries it for a signed decision."""
 
 FLAG_NAMES = frozenset(
     f.name for f in dataclasses.fields(Tool)
@@ -170,9 +167,11 @@ class Tools:
     made: dict[str, Tool] = field(default_factory=dict)
     held: set[str] = field(default_factory=set)
     """Tools pydantic-ai marks ``requires_approval``: their calls carry
-    :data:`APPROVAL_LABEL`."""
+    :data:`~underway.guard.policy.APPROVAL_LABEL`."""
     external: set[str] = field(default_factory=set)
     """Deferred tools whose result comes from outside the run: a person answers them."""
+    approver_role: str | None = None
+    """Who approves the calls held for approval (None: the policy's, else any approver)."""
 
     def tool(self, tool: ToolsetTool[Any]) -> Tool:
         """The underway tool standing for ``tool`` (made once)."""
@@ -257,7 +256,7 @@ class GuardedToolset(WrapperToolset[Any]):
         t = self.tools.tool(original)
         labels = taint_labels(scope.sources) if scope.sources and exposed(t) else []
         if held:
-            labels.append(APPROVAL_LABEL)
+            labels.append(approval_label(self.tools.approver_role))
             # The door lets the call through only once a person approved it.
             ctx = dataclasses.replace(ctx, tool_call_approved=True)
         risks = ([f"proposed by a model that has read untrusted content from "
