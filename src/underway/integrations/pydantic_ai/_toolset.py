@@ -12,9 +12,9 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError, create_model, model_validator
+from pydantic import BaseModel, ValidationError
 from pydantic_ai.exceptions import ModelRetry, ToolFailed
 from pydantic_ai.tools import RunContext as PaiContext
 from pydantic_ai.tools import ToolDefinition
@@ -28,6 +28,7 @@ from pydantic_ai.toolsets import (
 from pydantic_core import SchemaValidator, core_schema, to_jsonable_python
 
 from ...effects import CallInfo, Tool
+from ...effects._schema_args import SchemaArguments, arguments_model
 from ...errors import ConfigurationError, ToolCallError
 from ...events import JSON
 from ...guard.taint import add_source, exposed, taint_labels, trusts_output
@@ -102,36 +103,19 @@ async def _carry_out(args: BaseModel, info: CallInfo) -> JSON:
     return result
 
 
-class _Arguments(BaseModel):
-    """Base of the argument models made for pydantic-ai tools."""
+class _Arguments(SchemaArguments):
+    """Base of the argument models made for pydantic-ai tools: checked by the tool's own
+    validator (the one pydantic-ai runs), its schema the tool's."""
 
-    model_config = ConfigDict(extra="allow")
-
-
-def _arguments_model(name: str, tool: ToolsetTool[Any]) -> type[BaseModel]:
-    """An argument model whose validation is the pydantic-ai tool's own validator. It
-    declares the schema's top-level properties, so a tool's options may name them
-    (``amount="amount"``); each holds what the model sent."""
-    validator = tool.args_validator
-
-    def check(cls: type[BaseModel], value: Any) -> Any:
+    @classmethod
+    def schema_errors(cls, value: Any) -> list[str]:
+        """What the pydantic-ai tool's validator finds wrong with ``value``."""
         try:
-            validator.validate_python(value if value is not None else {})
+            cls.validator.validate_python(value)
         except ValidationError as exc:
-            raise ValueError("; ".join(
-                f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}"
-                for e in exc.errors(include_url=False))) from None
-        return value
-
-    props = tool.tool_def.parameters_json_schema.get("properties") or {}
-    fields: dict[str, Any] = {p: (Any, None) for p in props
-                              if p.isidentifier() and not p.startswith(("_", "model_"))}
-    model: type[BaseModel] = create_model(
-        f"{name}_args", __base__=_Arguments, __module__=__name__,
-        # create_model's stubs want plain functions; pydantic takes the decorated one.
-        __validators__={"_check": cast(Any, model_validator(mode="before")(check))},
-        **fields)
-    return model
+            return [f"{'.'.join(map(str, e['loc'])) or '(arguments)'}: {e['msg']}"
+                    for e in exc.errors(include_url=False)]
+        return []
 
 
 def _flags_from_metadata(tool: ToolsetTool[Any]) -> dict[str, Any]:
@@ -182,7 +166,9 @@ class Tools:
             options = {"timeout": tool.tool_def.timeout or 30.0,
                        **_flags_from_metadata(tool), **self.flags.get(name, {})}
             found = self.made[name] = Tool(
-                name=name, fn=_carry_out, args_model=_arguments_model(name, tool),
+                name=name, fn=_carry_out, args_model=arguments_model(
+                    name, tool.tool_def.parameters_json_schema, tool.args_validator,
+                    _Arguments),
                 wants_call_info=True,
                 description=tool.tool_def.description or "", **options)
         return found
