@@ -11,15 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mcp_ledger import effects, start_http, stdio
-from pydantic import BaseModel
+from mcp_ledger import Seen, effects, run_to_end, start_http, stdio, stop
 
 import underway as uw
 import underway.mcp as uw_mcp
 from underway import events as ev
 from underway.errors import EgressDenied
 from underway.sandbox import SandboxProfile, SandboxUnavailable
-from underway.testing import memory_engine
 
 
 class _Hello(BaseHTTPRequestHandler):
@@ -46,11 +44,6 @@ def site() -> Iterator[int]:
         httpd.server_close()
 
 
-class Seen(BaseModel):
-    results: list[Any] = []
-    errors: list[str] = []
-
-
 def test_a_sandboxed_server_reaches_only_the_hosts_its_profile_lists(led: Path,
                                                                      site: int) -> None:
     async def main() -> tuple[uw.RunState, list[ev.Event]]:
@@ -67,13 +60,7 @@ def test_a_sandboxed_server_reaches_only_the_hosts_its_profile_lists(led: Path,
                     ctx.state.errors.append(f"{exc.error_type}: {exc.message}")
             return ctx.done({"results": ctx.state.results, "errors": ctx.state.errors})
 
-        engine, _ = memory_engine([flow])
-        try:
-            run_id, _ = engine.start(flow)
-            state = await uw.Runner(engine).run_until_complete(run_id)
-            return state, [r.event for r in engine.journal.history("default", run_id)]
-        finally:
-            await toolset.aclose()
+        return await run_to_end(flow, toolset)
 
     state, events = asyncio.run(main())
     assert state.result["results"] == [{"result": "200 hello from the host"}]
@@ -126,17 +113,11 @@ def test_an_http_server_off_the_allow_list_is_refused(led: Path) -> None:
                     return ctx.done({"error": exc.error_type})
                 return ctx.done({"error": None})
 
-            engine, _ = memory_engine([flow])
-            run_id, _ = engine.start(flow)
-            state = await uw.Runner(engine).run_until_complete(run_id)
-            return state, [r.event for r in engine.journal.history("default", run_id)]
+            return await run_to_end(flow)
 
         state, events = asyncio.run(main())
     finally:
-        proc.kill()
-        proc.wait()
-        if proc.stderr is not None:
-            proc.stderr.close()
+        stop(proc)
     assert state.result == {"error": "EgressDenied"}
     (refused,) = [e for e in events if isinstance(e, ev.ToolRefused)]
     assert (refused.tool, refused.cause) == ("charge", "egress_denied")
