@@ -4,9 +4,7 @@ its profile lists, and an HTTP server is reached only at a host its allow-list n
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -15,37 +13,21 @@ from mcp_ledger import Seen, effects, run_to_end, start_http, stdio, stop
 
 import underway as uw
 import underway.mcp as uw_mcp
+from fakes.host_site import HostSite
 from underway import events as ev
 from underway.errors import EgressDenied
 from underway.sandbox import SandboxProfile, SandboxUnavailable
 
 
-class _Hello(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:
-        body = b"hello from the host"
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: Any) -> None:
-        return None
-
-
 @pytest.fixture
-def site() -> Iterator[int]:
+def site() -> Iterator[HostSite]:
     """A local web site on a free port of the host."""
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Hello)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
-        yield httpd.server_address[1]
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with HostSite() as served:
+        yield served
 
 
 def test_a_sandboxed_server_reaches_only_the_hosts_its_profile_lists(led: Path,
-                                                                     site: int) -> None:
+                                                                     site: HostSite) -> None:
     async def main() -> tuple[uw.RunState, list[ev.Event]]:
         toolset = await uw_mcp.Toolset(stdio(led, hosts=("127.0.0.1",))).load()
         fetch = toolset.tool("fetch")
@@ -53,7 +35,7 @@ def test_a_sandboxed_server_reaches_only_the_hosts_its_profile_lists(led: Path,
 
         @flow.step
         async def go(ctx: uw.RunContext[Seen, Any]) -> Any:
-            for url in (f"http://127.0.0.1:{site}/", f"http://localhost:{site}/"):
+            for url in (f"http://127.0.0.1:{site.port}/", f"http://localhost:{site.port}/"):
                 try:
                     ctx.state.results.append(await ctx.call(fetch, {"url": url}))
                 except uw.ToolCallError as exc:
@@ -69,14 +51,15 @@ def test_a_sandboxed_server_reaches_only_the_hosts_its_profile_lists(led: Path,
     assert "403" in refused, "the sandbox's proxy refused a host the profile does not list"
     failed = [e for e in events if isinstance(e, ev.ToolFailed)]
     assert [(e.tool, e.error_type) for e in failed] == [("fetch", "ToolError")]
+    assert site.paths == ["/"], "the refused host was never reached"
 
 
-def test_a_sandboxed_server_without_hosts_has_no_network(led: Path, site: int) -> None:
+def test_a_sandboxed_server_without_hosts_has_no_network(led: Path, site: HostSite) -> None:
     async def main() -> str:
         toolset = await uw_mcp.Toolset(stdio(led)).load()
         try:
             client = await toolset._connect()
-            result = await client.call_tool("fetch", {"url": f"http://127.0.0.1:{site}/"})
+            result = await client.call_tool("fetch", {"url": f"http://127.0.0.1:{site.port}/"})
             assert result.is_error
             return str(result.content[0].text)  # type: ignore[union-attr]
         finally:
@@ -84,6 +67,7 @@ def test_a_sandboxed_server_without_hosts_has_no_network(led: Path, site: int) -
 
     said = asyncio.run(main())
     assert "fetch failed" in said and "Connection refused" in said
+    assert site.paths == []
 
 
 def test_an_http_server_off_the_allow_list_is_refused(led: Path) -> None:
