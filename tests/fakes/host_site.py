@@ -3,15 +3,16 @@ it answers every GET with ``hello from the host`` and records the paths asked fo
 
 from __future__ import annotations
 
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Self
+from http.server import BaseHTTPRequestHandler
+from typing import Any
+
+from fakes.served import Served
 
 BODY = b"hello from the host"
 """What every GET is answered with."""
 
 
-class HostSite:
+class HostSite(Served):
     """Serves on 127.0.0.1 in a thread while entered; ``paths`` lists the paths asked for."""
 
     def __init__(self) -> None:
@@ -29,20 +30,4 @@ class HostSite:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    @property
-    def port(self) -> int:
-        """The port it listens on."""
-        return int(self._server.server_address[1])
-
-    def __enter__(self) -> Self:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(10)
+        super().__init__(Handler)
