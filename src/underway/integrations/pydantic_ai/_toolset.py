@@ -28,6 +28,7 @@ from pydantic_ai.toolsets import (
 from pydantic_core import SchemaValidator, core_schema, to_jsonable_python
 
 from ...effects import CallInfo, Tool
+from ...effects._mcp_hints import flags
 from ...effects._schema_args import SchemaArguments, arguments_model
 from ...errors import ConfigurationError, ToolCallError
 from ...events import JSON
@@ -118,19 +119,17 @@ class _Arguments(SchemaArguments):
         return []
 
 
-def _flags_from_metadata(tool: ToolsetTool[Any]) -> dict[str, Any]:
-    """What an MCP tool's annotations say of it (none: mutating, output untrusted)."""
-    meta = tool.tool_def.metadata or {}
-    notes = meta.get("annotations") if isinstance(meta, dict) else None
-    if not isinstance(notes, dict):
+def _flags_from_metadata(tool: ToolsetTool[Any], overrides: Mapping[str, Any]
+                         ) -> dict[str, Any]:
+    """The effect flags of an MCP tool, by the rules of :func:`underway.mcp.flags` (no
+    annotation: mutating, irreversible, output untrusted), the user's ``overrides``
+    winning. An MCP tool is one whose metadata carries ``annotations``, as pydantic-ai's
+    MCP toolsets give them (None when the server gave none); other tools get nothing
+    here."""
+    meta = tool.tool_def.metadata
+    if not isinstance(meta, dict) or "annotations" not in meta:
         return {}
-    flags: dict[str, Any] = {}
-    if notes.get("readOnlyHint") is True:
-        flags["mutating"] = False
-        flags["outbound"] = notes.get("openWorldHint") is not False
-    elif notes.get("idempotentHint") is True:
-        flags["idempotent"] = True
-    return flags
+    return flags(meta["annotations"], overrides).options()
 
 
 def check_flags(flags: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -163,8 +162,9 @@ class Tools:
         name = tool.tool_def.name
         found = self.made.get(name)
         if found is None:
+            given = self.flags.get(name, {})
             options = {"timeout": tool.tool_def.timeout or 30.0,
-                       **_flags_from_metadata(tool), **self.flags.get(name, {})}
+                       **_flags_from_metadata(tool, given), **given}
             found = self.made[name] = Tool(
                 name=name, fn=_carry_out, args_model=arguments_model(
                     name, tool.tool_def.parameters_json_schema, tool.args_validator,
