@@ -22,11 +22,7 @@ from ...errors import ConfigurationError, ToolCallError
 from ...events import JSON
 from ...flow import RunContext
 from ...guard.policy import Rule
-from ...guard.taint import add_source, exposed, taint_labels, trusts_output
-from ...journal.state import REFUSAL_ERRORS
-
-_REFUSED = frozenset({*REFUSAL_ERRORS.values(), "SchemaValidationFailed"})
-"""Errors the guard gives instead of running a tool: they carry nothing the tool said."""
+from ...guard.taint import add_source, exposed, output_taints, taint_labels
 
 NEEDS_APPROVAL_LABEL = "needs_approval"
 """The label of a call whose SDK tool says it ``needs_approval``."""
@@ -150,17 +146,17 @@ def durable_tool(sdk: FunctionTool, options: ToolOptions) -> tuple[FunctionTool,
                     risks=[f"proposed by a model that has read untrusted content from "
                            f"{', '.join(sources)}"] if sources else [],
                 )
-                came_from_tool = True
+                failed: str | None = None
             except ToolCallError as exc:
                 result = f"The tool call was not carried out ({exc.error_type}): {exc.message}"
-                came_from_tool = exc.error_type not in _REFUSED
+                failed = exc.error_type
             except BaseException as exc:
                 if not isinstance(exc, Exception | asyncio.CancelledError):
                     step.stopped = exc
                 raise
             finally:
                 _TOOL_CONTEXT.reset(token)
-            if came_from_tool and not trusts_output(made):
+            if output_taints(made, failed):
                 # What the tool said enters the model's context: its later calls carry it.
                 add_source(step.taint, made.name)
         return result

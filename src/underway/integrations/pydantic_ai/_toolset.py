@@ -32,8 +32,7 @@ from ...effects._mcp_hints import flags
 from ...effects._schema_args import SchemaArguments, arguments_model
 from ...errors import ConfigurationError, ToolCallError
 from ...events import JSON
-from ...guard.taint import add_source, exposed, taint_labels, trusts_output
-from ...journal.state import REFUSAL_ERRORS
+from ...guard.taint import add_source, exposed, output_taints, taint_labels
 from ._model import SCOPE, StepScope
 
 APPROVAL_LABEL = "pydantic_ai.requires_approval"
@@ -62,9 +61,6 @@ class _Call:
     ctx: PaiContext[Any]
     args: dict[str, Any]
 
-
-_REFUSED = frozenset({*REFUSAL_ERRORS.values(), "SchemaValidationFailed", "ApprovalRequired"})
-"""Errors of calls the guard refused: no tool ran, so nothing untrusted came back."""
 
 _CALL: ContextVar[_Call | None] = ContextVar("underway_pydantic_ai_call", default=None)
 _INFO: ContextVar[CallInfo | None] = ContextVar("underway_pydantic_ai_info", default=None)
@@ -257,14 +253,15 @@ class GuardedToolset(WrapperToolset[Any]):
         except ToolCallError as exc:
             if exc.error_type == "ApprovalRequired" and not held:
                 raise _AskedForApproval from None
-            if exc.error_type not in _REFUSED and not trusts_output(t):
+            # A tool that raised ApprovalRequired did so before acting: it said nothing.
+            if exc.error_type != "ApprovalRequired" and output_taints(t, exc.error_type):
                 add_source(scope.sources, t.name)
             if exc.error_type in ("SchemaValidationFailed", "ModelRetry"):
                 raise ModelRetry(exc.message) from None
             raise ToolFailed(f"{exc.error_type}: {exc.message}") from None
         finally:
             _CALL.reset(token)
-        if not trusts_output(t):
+        if output_taints(t):
             add_source(scope.sources, t.name)
         return result
 
