@@ -23,6 +23,7 @@ import sys
 from typing import Any
 
 from pydantic import BaseModel
+from worker import until_next_wake
 
 from underway import CallInfo, Engine, Flow, Reconciled, RunContext, Runner, connect, faults, tool
 from underway.guard.policy import policy_from_dict
@@ -92,10 +93,7 @@ async def drive(engine: Engine, until: tuple[str, ...]) -> dict[str, str]:
             return statuses
         # A killed predecessor's lease keeps a run until it lapses: wait for the next due
         # run, one poll at most.
-        wake = engine.store.next_wake_at()
-        now = engine.clock.now()
-        await engine.clock.sleep_until(now + runner.poll if wake is None
-                                       else min(wake, now + runner.poll))
+        await until_next_wake(engine, runner)
 
 
 def main(argv: list[str] | None = None) -> int:

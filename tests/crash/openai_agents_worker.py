@@ -14,25 +14,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import urllib.request
-from typing import Any
 
 import agents
 from agents import Agent, OpenAIChatCompletionsModel, function_tool
 from openai import AsyncOpenAI
+from worker import http_json
 
 import underway as uw
 from underway.integrations.openai_agents import DurableAgent, current_call
 
 SERVICE = ""
-
-
-def _http(method: str, url: str, body: Any = None) -> Any:
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, method=method,
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=60) as resp:
-        return json.loads(resp.read())
 
 
 @function_tool
@@ -41,13 +32,13 @@ async def record(run: str, step: int, part: int) -> str:
     key = current_call().key
     body = {"key": key, "kind": "record", "idempotent": False,
             "payload": {"run": run, "step": step, "part": part}}
-    out = await asyncio.to_thread(_http, "POST", f"{SERVICE}/effects", body)
+    out = await asyncio.to_thread(http_json, "POST", f"{SERVICE}/effects", body)
     return str(out["id"])
 
 
 async def was_recorded(key: str) -> uw.Reconciled:
     """Ask the ledger whether the effect with ``key`` took place."""
-    found = await asyncio.to_thread(_http, "GET", f"{SERVICE}/effects/{key}")
+    found = await asyncio.to_thread(http_json, "GET", f"{SERVICE}/effects/{key}")
     if found.get("seen"):
         return uw.Reconciled.happened(str(found["result"]["id"]))
     return uw.Reconciled.not_happened()

@@ -19,13 +19,12 @@ import argparse
 import asyncio
 import json
 import sys
-import urllib.request
-from typing import Any
 
 from openai import AsyncOpenAI
 from pydantic_ai import Agent
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
+from worker import http_json
 
 from underway import Engine, Reconciled, Runner, connect
 from underway.integrations.pydantic_ai import DurableAgent, call_info
@@ -36,14 +35,6 @@ TIMEOUT_S = 60.0
 def order(i: int) -> str:
     """The order run ``i`` refunds."""
     return f"order-{i}"
-
-
-def _http(method: str, url: str, body: Any = None) -> Any:
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, method=method,
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=TIMEOUT_S) as resp:
-        return json.loads(resp.read())
 
 
 def build(model_url: str, service: str, *, reconcile: bool = True
@@ -62,13 +53,13 @@ def build(model_url: str, service: str, *, reconcile: bool = True
     @agent.tool_plain
     def send_refund(order: str, cents: int) -> str:
         """Send a refund."""
-        sent = _http("POST", f"{service}/effects", {
+        sent = http_json("POST", f"{service}/effects", {
             "key": call_info().key, "kind": "refund", "idempotent": False,
             "payload": {"order": order, "cents": cents}})
         return f"refund {sent['id']} sent"
 
     async def was_sent(key: str) -> Reconciled:
-        seen = await asyncio.to_thread(_http, "GET", f"{service}/effects/{key}")
+        seen = await asyncio.to_thread(http_json, "GET", f"{service}/effects/{key}")
         if not seen["seen"]:
             return Reconciled.not_happened()
         return Reconciled.happened(f"refund {seen['result']['id']} sent")

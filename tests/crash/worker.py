@@ -57,7 +57,8 @@ def run_key(tenant: str, i: int) -> str:
     return f"{tenant}-run-{i}"
 
 
-def _http(method: str, url: str, body: Any = None) -> Any:
+def http_json(method: str, url: str, body: Any = None) -> Any:
+    """Send ``body`` as JSON to the outside service; its JSON answer."""
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(url, data=data, method=method,
                                  headers={"Content-Type": "application/json"})
@@ -108,14 +109,14 @@ def build(service: str) -> tuple[list[Flow[Any, Any]], list[Any]]:
 
     @tool(mutating=False, timeout=CALL_TIMEOUT_S)
     def lookup_customer(args: dict[str, Any]) -> Any:
-        return _http("GET", f"{service}/customers/{args['customer']}")
+        return http_json("GET", f"{service}/customers/{args['customer']}")
 
     def effect(kind: str, idempotent: bool, args: dict[str, Any], info: CallInfo) -> Any:
-        return _http("POST", f"{service}/effects",
+        return http_json("POST", f"{service}/effects",
                      {"key": info.key, "kind": kind, "idempotent": idempotent, "payload": args})
 
     async def reminder_delivered(key: str) -> Reconciled:
-        seen = await asyncio.to_thread(_http, "GET", f"{service}/effects/{key}")
+        seen = await asyncio.to_thread(http_json, "GET", f"{service}/effects/{key}")
         return Reconciled.happened(seen["result"]) if seen["seen"] else Reconciled.not_happened()
 
     @tool(mutating=True, idempotent=False, timeout=CALL_TIMEOUT_S, reconcile=reminder_delivered)

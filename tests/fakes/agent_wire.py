@@ -11,15 +11,13 @@ conversation.
 from __future__ import annotations
 
 import json
-import threading
 from collections import Counter
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from fakes.model_provider import openai_completion
+from fakes.model_provider import FakeProvider, Reply, openai_completion
 
 
-def answer(body: dict[str, Any], turns: int, calls: int) -> tuple[str, int, dict[str, Any]]:
+def answer(body: dict[str, Any], turns: int, calls: int) -> tuple[str, int, Reply]:
     """The run, the turn and the completion a request gets."""
     messages = body["messages"]
     run = next(str(m["content"]) for m in messages if m["role"] == "user")
@@ -32,50 +30,25 @@ def answer(body: dict[str, Any], turns: int, calls: int) -> tuple[str, int, dict
             finish_reason="tool_calls")
     else:
         reply = openai_completion(content=f"done {run}")
-    return run, turn, reply.body
+    return run, turn, reply
 
 
-class AgentWire:
+class AgentWire(FakeProvider):
     """Serves the conversation on 127.0.0.1 at a free port; ``asked[(run, turn)]`` counts
     the requests for each turn."""
 
     def __init__(self, turns: int = 3, calls: int = 1) -> None:
         self.asked: Counter[tuple[str, int]] = Counter()
-        self._lock = threading.Lock()
-        wire = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
+        def reply(body: Any) -> Reply:
+            # Called under the server's lock: the count needs none of its own.
+            run, turn, completion = answer(body, turns, calls)
+            self.asked[(run, turn)] += 1
+            return completion
 
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers.get("content-length", "0"))))
-                run, turn, reply = answer(body, turns, calls)
-                with wire._lock:
-                    wire.asked[(run, turn)] += 1
-                data = json.dumps(reply).encode()
-                self.send_response(200)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.01,),
-                                        daemon=True)
+        super().__init__(answer=reply)
 
     @property
     def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}/v1"
-
-    def __enter__(self) -> AgentWire:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join()
+        """The base URL an OpenAI client is given."""
+        return f"{self.origin}/v1"

@@ -13,8 +13,10 @@ import json
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from fakes.served import Served
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,7 @@ class Received:
         return json.loads(self.raw)
 
 
-class FakeProvider:
+class FakeProvider(Served):
     """Serves ``replies`` in order on 127.0.0.1 at a free port; records every request.
 
     ``answer``, when given, answers each request from its JSON body instead: a server whose
@@ -109,24 +111,7 @@ class FakeProvider:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, args=(0.01,), daemon=True
-        )
-
-    @property
-    def origin(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
-
-    def __enter__(self) -> FakeProvider:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join()
+        super().__init__(Handler)
 
 
 # -- OpenAI Chat Completions wire format --------------------------------------------------

@@ -30,6 +30,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel
 
 from ..effects import Tool
+from ..journal.state import REFUSAL_ERRORS
 from ..lineage import Lineage
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "add_source",
     "exposed",
     "observation_trusted",
+    "output_taints",
     "taint_labels",
     "tainted_by",
     "trusts_output",
@@ -66,6 +68,18 @@ def trusts_output(tool: Tool, untrusted: Collection[str] = ()) -> bool:
     """Whether ``tool``'s results and errors leave a clean context clean: it declares
     ``trusted_output`` and is not among ``untrusted``."""
     return tool.trusted_output and tool.name not in untrusted
+
+
+_NOT_RUN = frozenset({*REFUSAL_ERRORS.values(), "SchemaValidationFailed"})
+"""The errors of a call the door refused before its tool ran: they carry nothing a tool
+said."""
+
+
+def output_taints(tool: Tool, error_type: str | None = None) -> bool:
+    """Whether what a call of ``tool`` gave back (its result, or an error of
+    ``error_type``) brings untrusted content into the context: the tool ran (the door did
+    not refuse the call) and nobody vouches for its output (:func:`trusts_output`)."""
+    return error_type not in _NOT_RUN and not trusts_output(tool)
 
 
 def observation_trusted(taint: Collection[str], output_trusted: bool) -> bool:

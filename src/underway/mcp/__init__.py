@@ -16,8 +16,8 @@ from .._extras import needs_extra
 with needs_extra("mcp", "underway.mcp"):
     import mcp as _sdk  # noqa: F401  (first, so a missing SDK is named before anything)
 
+    from ..effects._mcp_hints import ToolFlags, flags
     from ._errors import ToolError, ToolVanished
-    from ._flags import ToolFlags, flags
     from ._schema import MCPArguments
     from ._servers import HTTP, Server, Stdio
     from ._toolset import Toolset

@@ -28,10 +28,10 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from ..effects import CallInfo, Tool, ToolOptions
+from ..effects._mcp_hints import FLAG_OPTIONS, flags
 from ..errors import ConfigurationError, OutcomeUnknown
 from ..events import JSON
 from ._errors import ToolError, ToolVanished
-from ._flags import FLAG_OPTIONS, flags
 from ._schema import MCPArguments, arguments_model, error_text, result_json
 from ._servers import Server
 from ._wire import FENCE_META, KEY_META, Wire

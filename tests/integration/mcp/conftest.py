@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from mcp_ledger import http, ledger, start_http, stdio
+from mcp_ledger import http, ledger, start_http, stdio, stop
 
 import underway.mcp as uw_mcp
 
@@ -27,7 +27,4 @@ def server(request: pytest.FixtureRequest, led: Path) -> Iterator[uw_mcp.Server]
     try:
         yield http(url)
     finally:
-        proc.kill()
-        proc.wait()
-        if proc.stderr is not None:
-            proc.stderr.close()
+        stop(proc)

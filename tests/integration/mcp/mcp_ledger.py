@@ -1,6 +1,7 @@
 """The test MCP server (server.py) as the tests reach it: over stdio inside the sandbox, or
 over Streamable HTTP from a process of its own on a free local port. Both write what they
-do to a ledger directory, read back by :func:`effects`."""
+do to a ledger directory, read back by :func:`effects`. A flow that calls it runs to its
+end with :func:`run_to_end`."""
 
 from __future__ import annotations
 
@@ -13,8 +14,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
+import underway as uw
 import underway.mcp as uw_mcp
+from underway import events as ev
 from underway.sandbox import Limits, SandboxProfile
+from underway.testing import memory_engine
 
 SERVER = Path(__file__).with_name("server.py")
 SITE = next(p for p in sys.path if p.endswith("site-packages"))
@@ -64,6 +70,14 @@ def start_http(led: Path) -> tuple[subprocess.Popen[bytes], str]:
     return proc, f"http://127.0.0.1:{port}/mcp"
 
 
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    """Stop a server :func:`start_http` started."""
+    proc.kill()
+    proc.wait()
+    if proc.stderr is not None:
+        proc.stderr.close()
+
+
 def wait_listening(proc: subprocess.Popen[bytes], port: int) -> None:
     """Return once ``port`` accepts a connection (the server is up), or fail when the
     process ends first."""
@@ -91,3 +105,24 @@ def effects(led: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+class Seen(BaseModel):
+    """A test flow's state: what its calls returned, and the errors they raised."""
+
+    results: list[Any] = []
+    errors: list[str] = []
+
+
+async def run_to_end(flow: uw.Flow[Any, Any], toolset: uw_mcp.Toolset | None = None
+                     ) -> tuple[uw.RunState, list[ev.Event]]:
+    """Run ``flow`` once on a memory engine to its end: the run's state and its journal.
+    ``toolset`` is closed after, whatever happened."""
+    engine, _ = memory_engine([flow])
+    try:
+        run_id, _ = engine.start(flow)
+        state = await uw.Runner(engine).run_until_complete(run_id)
+        return state, [r.event for r in engine.journal.history("default", run_id)]
+    finally:
+        if toolset is not None:
+            await toolset.aclose()

@@ -7,18 +7,11 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from mcp_ledger import effects, start_http, stdio
-from pydantic import BaseModel
+from mcp_ledger import Seen, effects, run_to_end, start_http, stdio, stop
 
 import underway as uw
 import underway.mcp as uw_mcp
 from underway import events as ev
-from underway.testing import memory_engine
-
-
-class Seen(BaseModel):
-    results: list[Any] = []
-    errors: list[str] = []
 
 
 def test_a_stdio_server_that_exited_is_started_again(led: Path) -> None:
@@ -36,13 +29,7 @@ def test_a_stdio_server_that_exited_is_started_again(led: Path) -> None:
             ctx.state.results.append(await ctx.call(charge, {"account": "a", "amount": 2}))
             return ctx.done(ctx.state.results)
 
-        engine, _ = memory_engine([flow])
-        try:
-            run_id, _ = engine.start(flow)
-            state = await uw.Runner(engine).run_until_complete(run_id)
-            return state, [r.event for r in engine.journal.history("default", run_id)]
-        finally:
-            await toolset.aclose()
+        return await run_to_end(flow, toolset)
 
     state, events = asyncio.run(main())
     assert state.status == "completed"
@@ -67,23 +54,14 @@ def test_a_call_to_an_http_server_that_is_gone_never_left(led: Path) -> None:
                 return ctx.done({"error": exc.error_type, "retryable": exc.retryable})
             return ctx.done({"error": None})
 
-        engine, _ = memory_engine([flow])
-        try:
-            proc.kill()
-            proc.wait()
-            run_id, _ = engine.start(flow)
-            state = await uw.Runner(engine).run_until_complete(run_id)
-            return state, [r.event for r in engine.journal.history("default", run_id)]
-        finally:
-            await toolset.aclose()
+        proc.kill()
+        proc.wait()
+        return await run_to_end(flow, toolset)
 
     try:
         state, events = asyncio.run(main())
     finally:
-        proc.kill()
-        proc.wait()
-        if proc.stderr is not None:
-            proc.stderr.close()
+        stop(proc)
     # The connection was refused: nothing was sent, so the outcome is known.
     assert state.result == {"error": "ToolError", "retryable": True}
     assert not [e for e in events if isinstance(e, ev.ToolOutcomeUnknown)]

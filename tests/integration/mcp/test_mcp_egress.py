@@ -4,55 +4,30 @@ its profile lists, and an HTTP server is reached only at a host its allow-list n
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
-from mcp_ledger import effects, start_http, stdio
-from pydantic import BaseModel
+from mcp_ledger import Seen, effects, run_to_end, start_http, stdio, stop
 
 import underway as uw
 import underway.mcp as uw_mcp
+from fakes.host_site import HostSite
 from underway import events as ev
 from underway.errors import EgressDenied
 from underway.sandbox import SandboxProfile, SandboxUnavailable
-from underway.testing import memory_engine
-
-
-class _Hello(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:
-        body = b"hello from the host"
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: Any) -> None:
-        return None
 
 
 @pytest.fixture
-def site() -> Iterator[int]:
+def site() -> Iterator[HostSite]:
     """A local web site on a free port of the host."""
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Hello)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
-        yield httpd.server_address[1]
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-
-
-class Seen(BaseModel):
-    results: list[Any] = []
-    errors: list[str] = []
+    with HostSite() as served:
+        yield served
 
 
 def test_a_sandboxed_server_reaches_only_the_hosts_its_profile_lists(led: Path,
-                                                                     site: int) -> None:
+                                                                     site: HostSite) -> None:
     async def main() -> tuple[uw.RunState, list[ev.Event]]:
         toolset = await uw_mcp.Toolset(stdio(led, hosts=("127.0.0.1",))).load()
         fetch = toolset.tool("fetch")
@@ -60,20 +35,14 @@ def test_a_sandboxed_server_reaches_only_the_hosts_its_profile_lists(led: Path,
 
         @flow.step
         async def go(ctx: uw.RunContext[Seen, Any]) -> Any:
-            for url in (f"http://127.0.0.1:{site}/", f"http://localhost:{site}/"):
+            for url in (f"http://127.0.0.1:{site.port}/", f"http://localhost:{site.port}/"):
                 try:
                     ctx.state.results.append(await ctx.call(fetch, {"url": url}))
                 except uw.ToolCallError as exc:
                     ctx.state.errors.append(f"{exc.error_type}: {exc.message}")
             return ctx.done({"results": ctx.state.results, "errors": ctx.state.errors})
 
-        engine, _ = memory_engine([flow])
-        try:
-            run_id, _ = engine.start(flow)
-            state = await uw.Runner(engine).run_until_complete(run_id)
-            return state, [r.event for r in engine.journal.history("default", run_id)]
-        finally:
-            await toolset.aclose()
+        return await run_to_end(flow, toolset)
 
     state, events = asyncio.run(main())
     assert state.result["results"] == [{"result": "200 hello from the host"}]
@@ -82,14 +51,15 @@ def test_a_sandboxed_server_reaches_only_the_hosts_its_profile_lists(led: Path,
     assert "403" in refused, "the sandbox's proxy refused a host the profile does not list"
     failed = [e for e in events if isinstance(e, ev.ToolFailed)]
     assert [(e.tool, e.error_type) for e in failed] == [("fetch", "ToolError")]
+    assert site.paths == ["/"], "the refused host was never reached"
 
 
-def test_a_sandboxed_server_without_hosts_has_no_network(led: Path, site: int) -> None:
+def test_a_sandboxed_server_without_hosts_has_no_network(led: Path, site: HostSite) -> None:
     async def main() -> str:
         toolset = await uw_mcp.Toolset(stdio(led)).load()
         try:
             client = await toolset._connect()
-            result = await client.call_tool("fetch", {"url": f"http://127.0.0.1:{site}/"})
+            result = await client.call_tool("fetch", {"url": f"http://127.0.0.1:{site.port}/"})
             assert result.is_error
             return str(result.content[0].text)  # type: ignore[union-attr]
         finally:
@@ -97,6 +67,7 @@ def test_a_sandboxed_server_without_hosts_has_no_network(led: Path, site: int) -
 
     said = asyncio.run(main())
     assert "fetch failed" in said and "Connection refused" in said
+    assert site.paths == []
 
 
 def test_an_http_server_off_the_allow_list_is_refused(led: Path) -> None:
@@ -126,17 +97,11 @@ def test_an_http_server_off_the_allow_list_is_refused(led: Path) -> None:
                     return ctx.done({"error": exc.error_type})
                 return ctx.done({"error": None})
 
-            engine, _ = memory_engine([flow])
-            run_id, _ = engine.start(flow)
-            state = await uw.Runner(engine).run_until_complete(run_id)
-            return state, [r.event for r in engine.journal.history("default", run_id)]
+            return await run_to_end(flow)
 
         state, events = asyncio.run(main())
     finally:
-        proc.kill()
-        proc.wait()
-        if proc.stderr is not None:
-            proc.stderr.close()
+        stop(proc)
     assert state.result == {"error": "EgressDenied"}
     (refused,) = [e for e in events if isinstance(e, ev.ToolRefused)]
     assert (refused.tool, refused.cause) == ("charge", "egress_denied")

@@ -11,20 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mcp_ledger import effects
-from pydantic import BaseModel
+from mcp_ledger import Seen, effects, run_to_end
 
 import underway as uw
 import underway.mcp as uw_mcp
 from underway import events as ev
 from underway.errors import ConfigurationError
 from underway.testing import RuleModel, memory_engine, say
-
-
-class Seen(BaseModel):
-    results: list[Any] = []
-    errors: list[str] = []
-
 
 Step = Callable[[uw.RunContext[Seen, Any], uw_mcp.Toolset], Awaitable[None]]
 
@@ -43,14 +36,8 @@ def run(server: uw_mcp.Server, body: Step, **options: Any
             await body(ctx, toolset)
             return ctx.done({"results": ctx.state.results, "errors": ctx.state.errors})
 
-        engine, _ = memory_engine([flow])
-        try:
-            run_id, _ = engine.start(flow)
-            state = await uw.Runner(engine).run_until_complete(run_id)
-            events = [r.event for r in engine.journal.history("default", run_id)]
-            return state, events, toolset
-        finally:
-            await toolset.aclose()
+        state, events = await run_to_end(flow, toolset)
+        return state, events, toolset
 
     return asyncio.run(main())
 

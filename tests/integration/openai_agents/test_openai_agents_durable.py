@@ -5,6 +5,7 @@ through underway's guard."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import subprocess
 import sys
@@ -314,6 +315,10 @@ def test_what_cannot_be_made_durable_is_refused_when_wrapped() -> None:
     with pytest.raises(ConfigurationError, match="inside its underway step"):
         asyncio.run(DurableAgent(Agent("b", tools=[lookup])).agent.tools[0].on_invoke_tool(
             None, "{}"))  # type: ignore[arg-type, union-attr]
+    broken = dataclasses.replace(lookup, params_json_schema={"type": "object",
+                                                             "properties": 3})
+    with pytest.raises(ConfigurationError, match="tool 'lookup' has an invalid input schema"):
+        DurableAgent(Agent("c", tools=[broken]))
 
 
 def test_importing_without_the_sdk_names_the_extra() -> None:

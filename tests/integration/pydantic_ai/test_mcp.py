@@ -1,6 +1,7 @@
-"""An MCP server used as a pydantic-ai toolset: its tools are underway tools. The read-only
-annotation makes a tool read-only; a tool without annotations is mutating, journaled before
-it runs, and its output untrusted."""
+"""An MCP server used as a pydantic-ai toolset: its tools are underway tools, their flags set
+by the rules of underway.mcp. The read-only annotation makes a tool read-only; a tool
+without annotations is mutating, irreversible, journaled before it runs, and its output
+untrusted; the user's options win."""
 
 from __future__ import annotations
 
@@ -64,6 +65,25 @@ def test_mcp_tools_are_guarded_underway_tools_with_flags_from_their_annotations(
     assert [t.mutating for t in (durable.tools.made["order_status"],
                                  durable.tools.made["refund"])] == [False, True]
     assert durable.tools.made["refund"].trusted_output is False
+    # The flags are underway.mcp's: a closed world is not outbound; no annotation at all is
+    # the worst case, irreversible too.
+    assert durable.tools.made["order_status"].outbound is False
+    assert durable.tools.made["refund"].irreversible is True
+
+
+def test_the_user_s_options_win_over_the_annotations_by_the_same_rules(tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger.txt"
+    durable = DurableAgent(agent_with_mcp(ledger), name="mcp-idempotent",
+                           policy=uw.Policy("open-1", []), tools={"refund": {"idempotent": True}})
+    engine = uw.Engine(uw.connect("memory://"), flows=[durable.flow])
+    run_id, _ = engine.start(durable.flow, {"prompt": "refund A1"})
+    asyncio.run(uw.Runner(engine).run_until_idle())
+
+    assert engine.state(run_id).status == "completed"
+    refund = durable.tools.made["refund"]
+    # Idempotent, so no longer irreversible (a tool cannot be both), and still mutating.
+    assert (refund.idempotent, refund.irreversible, refund.mutating) == (True, False, True)
+    assert ledger.read_text() == "A1 300\n"
 
 
 def test_the_default_policy_holds_a_refund_proposed_after_untrusted_mcp_output(

@@ -7,15 +7,14 @@ refused."""
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 from pydantic import BaseModel
 
 import underway as uw
+from fakes.host_site import HostSite
 from underway.errors import ConfigurationError
 from underway.sandbox import Limits, SandboxProfile, run_command, shell_tool
 from underway.testing import memory_engine
@@ -24,32 +23,10 @@ PY = "/usr/bin/python3"
 LIMITS = Limits(timeout_s=60)
 
 
-class Seen(BaseHTTPRequestHandler):
-    paths: list[str] = []
-
-    def do_GET(self) -> None:
-        Seen.paths.append(self.path)
-        body = b"hello from the host"
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
 @pytest.fixture
-def port() -> Iterator[int]:
-    Seen.paths = []
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Seen)
-    httpd.daemon_threads = True
-    t = threading.Thread(target=httpd.serve_forever, daemon=True)
-    t.start()
-    yield int(httpd.server_address[1])
-    httpd.shutdown()
-    httpd.server_close()
-    t.join(10)
+def site() -> Iterator[HostSite]:
+    with HostSite() as served:
+        yield served
 
 
 class S(BaseModel):
@@ -67,22 +44,22 @@ def profile(*hosts: str) -> SandboxProfile:
     return SandboxProfile(backend="bwrap", hosts=hosts, limits=LIMITS)
 
 
-def test_a_listed_host_is_reached_through_the_proxy(port: int) -> None:
+def test_a_listed_host_is_reached_through_the_proxy(site: HostSite) -> None:
     for host in ("127.0.0.1", "localhost"):
-        r = run_command(fetch(f"http://{host}:{port}/page?q=1"), profile=profile(host))
+        r = run_command(fetch(f"http://{host}:{site.port}/page?q=1"), profile=profile(host))
         assert r.ok and r.stdout == "hello from the host\n", r.stderr
         assert r.egress_refused == ()
-    assert Seen.paths == ["/page?q=1", "/page?q=1"]
+    assert site.paths == ["/page?q=1", "/page?q=1"]
 
 
-def test_a_host_not_listed_is_refused_and_never_reached(port: int) -> None:
-    r = run_command(fetch(f"http://127.0.0.1:{port}/secret"), profile=profile("*.example.com"))
+def test_a_host_not_listed_is_refused_and_never_reached(site: HostSite) -> None:
+    r = run_command(fetch(f"http://127.0.0.1:{site.port}/secret"), profile=profile("*.example.com"))
     assert r.exit_code == 7 and "HTTP Error 403" in r.stdout
-    assert r.egress_refused == (f"127.0.0.1:{port}",)
-    assert Seen.paths == []
+    assert r.egress_refused == (f"127.0.0.1:{site.port}",)
+    assert site.paths == []
 
 
-def test_connect_tunnels_to_listed_hosts_only(port: int) -> None:
+def test_connect_tunnels_to_listed_hosts_only(site: HostSite) -> None:
     """HTTPS goes through CONNECT: a raw tunnel, here carrying plain HTTP."""
     tunnel = (
         "import socket, sys\n"
@@ -97,19 +74,19 @@ def test_connect_tunnels_to_listed_hosts_only(port: int) -> None:
         "    while chunk := s.recv(4096):\n"
         "        data += chunk\n"
         "    print(data.split(b'\\r\\n\\r\\n', 1)[1].decode())\n")
-    ok = run_command([PY, "-c", tunnel, f"127.0.0.1:{port}"], profile=profile("127.0.0.1"))
+    ok = run_command([PY, "-c", tunnel, f"127.0.0.1:{site.port}"], profile=profile("127.0.0.1"))
     assert ok.ok and ok.stdout.splitlines() == [
         "HTTP/1.1 200 Connection established", "hello from the host"], ok.stderr
-    no = run_command([PY, "-c", tunnel, f"127.0.0.1:{port}"], profile=profile("api.bank.in"))
+    no = run_command([PY, "-c", tunnel, f"127.0.0.1:{site.port}"], profile=profile("api.bank.in"))
     assert no.ok and no.stdout.splitlines() == ["HTTP/1.1 403 Forbidden"]
-    assert no.egress_refused == (f"127.0.0.1:{port}",)
-    assert Seen.paths == ["/tunnelled"]
+    assert no.egress_refused == (f"127.0.0.1:{site.port}",)
+    assert site.paths == ["/tunnelled"]
 
 
-def test_without_the_proxy_there_is_no_way_out(port: int) -> None:
+def test_without_the_proxy_there_is_no_way_out(site: HostSite) -> None:
     direct = [PY, "-c", "import socket, sys\n"
               "try:\n"
-              f"    socket.create_connection(('127.0.0.1', {port}), timeout=5)\n"
+              f"    socket.create_connection(('127.0.0.1', {site.port}), timeout=5)\n"
               "except OSError as exc:\n"
               "    print('refused', type(exc).__name__); sys.exit(0)\n"
               "sys.exit(1)"]
@@ -117,10 +94,10 @@ def test_without_the_proxy_there_is_no_way_out(port: int) -> None:
         r = run_command(direct, profile=p)
         assert r.ok and r.stdout.startswith("refused"), (r.stdout, r.stderr)
     # Still no network by default: no proxy either.
-    r = run_command(fetch(f"http://127.0.0.1:{port}/x"),
+    r = run_command(fetch(f"http://127.0.0.1:{site.port}/x"),
                     profile=SandboxProfile(backend="bwrap", limits=LIMITS))
     assert r.exit_code == 7 and "URLError" in r.stdout
-    assert Seen.paths == []
+    assert site.paths == []
 
 
 def test_the_profile_says_what_it_allows_and_refuses_what_cannot_hold() -> None:
@@ -138,7 +115,7 @@ def test_the_profile_says_what_it_allows_and_refuses_what_cannot_hold() -> None:
         SandboxProfile(hosts=["a.example.com"], rw_paths=["/run"])
 
 
-def test_a_shell_tool_journals_what_the_proxy_refused(port: int) -> None:
+def test_a_shell_tool_journals_what_the_proxy_refused(site: HostSite) -> None:
     sh = shell_tool(name="fetch_page", profile=profile("127.0.0.1"))
     flow: uw.Flow[S, Any] = uw.Flow("egress_shell", state=S, tools=[sh])
 
@@ -147,7 +124,7 @@ def test_a_shell_tool_journals_what_the_proxy_refused(port: int) -> None:
         out = await ctx.call(sh, {"command": (
             f"{PY} -c \"import urllib.request as u\n"
             f"for h in ('127.0.0.1', 'localhost'):\n"
-            f"    try: print(u.urlopen('http://' + h + ':{port}/p').read().decode())\n"
+            f"    try: print(u.urlopen('http://' + h + ':{site.port}/p').read().decode())\n"
             f"    except Exception as e: print(e)\"")})
         return ctx.done(out.model_dump() if hasattr(out, "model_dump") else out)
 
@@ -156,7 +133,7 @@ def test_a_shell_tool_journals_what_the_proxy_refused(port: int) -> None:
     asyncio.run(uw.Runner(engine).run_until_idle())
     state = engine.state(run_id)
     assert state.status == "completed", state.error
-    assert state.result["egress_refused"] == [f"localhost:{port}"]
+    assert state.result["egress_refused"] == [f"localhost:{site.port}"]
     assert "hello from the host" in state.result["stdout"]
     assert "403" in state.result["stdout"]
-    assert Seen.paths == ["/p"]
+    assert site.paths == ["/p"]

@@ -10,23 +10,19 @@ import json
 from collections.abc import Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 from agents import FunctionTool
 from agents.tool_context import ToolContext
-from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 from pydantic_core import to_jsonable_python
 
 from ...effects import CallInfo, Tool, ToolOptions, tool
+from ...effects._schema_args import SchemaArguments, schema_arguments
 from ...errors import ConfigurationError, ToolCallError
 from ...events import JSON
 from ...flow import RunContext
 from ...guard.policy import APPROVAL_LABEL
-from ...guard.taint import add_source, exposed, taint_labels, trusts_output
-from ...journal.state import REFUSAL_ERRORS
-
-_REFUSED = frozenset({*REFUSAL_ERRORS.values(), "SchemaValidationFailed"})
-"""Errors the guard gives instead of running a tool: they carry nothing the tool said."""
+from ...guard.taint import add_source, exposed, output_taints, taint_labels
 
 
 
@@ -75,47 +71,6 @@ def scope() -> StepScope:
     return found
 
 
-class SchemaArgs(BaseModel):
-    """The arguments of a tool known by its JSON Schema: checked against the schema."""
-
-    model_config = ConfigDict(extra="allow", frozen=True, populate_by_name=True)
-    schema_of: ClassVar[dict[str, Any]] = {}
-    validator_of: ClassVar[Any] = None
-
-    @model_validator(mode="before")
-    @classmethod
-    def _fits_schema(cls, value: Any) -> Any:
-        errors = sorted(cls.validator_of.iter_errors(value), key=lambda e: list(e.path))
-        if errors:
-            raise ValueError("; ".join(
-                f"{'.'.join(map(str, e.path)) or '(arguments)'}: {e.message}" for e in errors))
-        return value
-
-    @classmethod
-    def model_json_schema(cls, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        """The tool's own JSON Schema."""
-        return dict(cls.schema_of)
-
-    def arguments(self) -> dict[str, Any]:
-        """The arguments as the model sent them."""
-        return self.model_dump(by_alias=True, exclude_unset=True)
-
-
-def schema_args(name: str, schema: dict[str, Any]) -> type[SchemaArgs]:
-    """An argument model for tool ``name`` that checks its JSON Schema (its top-level
-    properties are fields, so money paths can name them)."""
-    from jsonschema.validators import validator_for
-
-    props = schema.get("properties") or {}
-    fields: dict[str, Any] = {
-        f"arg_{i}": (Any, Field(default=None, alias=prop)) for i, prop in enumerate(props)
-    }
-    model = create_model(f"{name}_args", __base__=SchemaArgs, **fields)
-    model.schema_of = schema
-    model.validator_of = validator_for(schema)(schema)
-    return model
-
-
 async def _needs_approval(tool: FunctionTool, ctx: ToolContext[Any], args: JSON) -> bool:
     rule = tool.needs_approval
     if isinstance(rule, bool):
@@ -144,7 +99,7 @@ def durable_tool(sdk: FunctionTool, options: ToolOptions) -> tuple[FunctionTool,
                 f"tool {sdk.name!r} of an Agents SDK agent runs only when its agent calls it")
         token = _CALL.set(info)
         try:
-            out = await original(tool_ctx, json.dumps(SchemaArgs.arguments(args)))
+            out = await original(tool_ctx, json.dumps(SchemaArguments.arguments(args)))
         finally:
             _CALL.reset(token)
         return to_jsonable_python(out, fallback=str)
@@ -154,7 +109,9 @@ def durable_tool(sdk: FunctionTool, options: ToolOptions) -> tuple[FunctionTool,
         opts["timeout"] = sdk.timeout_seconds
     opts.update(options)
     made = tool(run, **opts)
-    made = dataclasses.replace(made, args_model=schema_args(sdk.name, sdk.params_json_schema))
+    made = dataclasses.replace(made, args_model=schema_arguments(
+        sdk.name, sdk.params_json_schema, where="OpenAI Agents SDK", extra="openai-agents",
+        base=SchemaArguments))
 
     async def invoke(tool_ctx: ToolContext[Any], raw: str) -> Any:
         step = scope()
@@ -179,17 +136,17 @@ def durable_tool(sdk: FunctionTool, options: ToolOptions) -> tuple[FunctionTool,
                     risks=[f"proposed by a model that has read untrusted content from "
                            f"{', '.join(sources)}"] if sources else [],
                 )
-                came_from_tool = True
+                failed: str | None = None
             except ToolCallError as exc:
                 result = f"The tool call was not carried out ({exc.error_type}): {exc.message}"
-                came_from_tool = exc.error_type not in _REFUSED
+                failed = exc.error_type
             except BaseException as exc:
                 if not isinstance(exc, Exception | asyncio.CancelledError):
                     step.stopped = exc
                 raise
             finally:
                 _TOOL_CONTEXT.reset(token)
-            if came_from_tool and not trusts_output(made):
+            if output_taints(made, failed):
                 # What the tool said enters the model's context: its later calls carry it.
                 add_source(step.taint, made.name)
         return result

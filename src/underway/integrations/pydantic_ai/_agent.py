@@ -93,8 +93,9 @@ class DurableAgent:
             (keywords of :class:`~underway.Tool`: ``mutating``, ``idempotent``,
             ``trusted_output``, ``reconcile``, ``amount``...). A tool without options is
             mutating, not idempotent, and its output untrusted; an MCP tool's annotations
-            (``readOnlyHint``, ``idempotentHint``, ``openWorldHint``) say otherwise where
-            present. A tool's timeout is its pydantic-ai ``timeout``, else 30 seconds.
+            set its flags as :func:`underway.mcp.flags` does (none: also irreversible),
+            these options winning. A tool's timeout is its pydantic-ai ``timeout``, else
+            30 seconds.
         allow: The tools the agent may call (None: every tool its toolsets offer).
         policy: The flow's policy (None: the engine's, else the default agent policy,
             which holds calls proposed from a tainted context). Whatever the policy, the

@@ -12,9 +12,9 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError, create_model, model_validator
+from pydantic import BaseModel, ValidationError
 from pydantic_ai.exceptions import ModelRetry, ToolFailed
 from pydantic_ai.tools import RunContext as PaiContext
 from pydantic_ai.tools import ToolDefinition
@@ -28,11 +28,12 @@ from pydantic_ai.toolsets import (
 from pydantic_core import SchemaValidator, core_schema, to_jsonable_python
 
 from ...effects import CallInfo, Tool
+from ...effects._mcp_hints import flags
+from ...effects._schema_args import SchemaArguments, arguments_model
 from ...errors import ConfigurationError, ToolCallError
 from ...events import JSON
 from ...guard.policy import approval_label
-from ...guard.taint import add_source, exposed, taint_labels, trusts_output
-from ...journal.state import REFUSAL_ERRORS
+from ...guard.taint import add_source, exposed, output_taints, taint_labels
 from ._model import SCOPE, StepScope
 
 FLAG_NAMES = frozenset(
@@ -57,9 +58,6 @@ class _Call:
     ctx: PaiContext[Any]
     args: dict[str, Any]
 
-
-_REFUSED = frozenset({*REFUSAL_ERRORS.values(), "SchemaValidationFailed", "ApprovalRequired"})
-"""Errors of calls the guard refused: no tool ran, so nothing untrusted came back."""
 
 _CALL: ContextVar[_Call | None] = ContextVar("underway_pydantic_ai_call", default=None)
 _INFO: ContextVar[CallInfo | None] = ContextVar("underway_pydantic_ai_info", default=None)
@@ -99,51 +97,32 @@ async def _carry_out(args: BaseModel, info: CallInfo) -> JSON:
     return result
 
 
-class _Arguments(BaseModel):
-    """Base of the argument models made for pydantic-ai tools."""
+class _Arguments(SchemaArguments):
+    """Base of the argument models made for pydantic-ai tools: checked by the tool's own
+    validator (the one pydantic-ai runs), its schema the tool's."""
 
-    model_config = ConfigDict(extra="allow")
-
-
-def _arguments_model(name: str, tool: ToolsetTool[Any]) -> type[BaseModel]:
-    """An argument model whose validation is the pydantic-ai tool's own validator. It
-    declares the schema's top-level properties, so a tool's options may name them
-    (``amount="amount"``); each holds what the model sent."""
-    validator = tool.args_validator
-
-    def check(cls: type[BaseModel], value: Any) -> Any:
+    @classmethod
+    def schema_errors(cls, value: Any) -> list[str]:
+        """What the pydantic-ai tool's validator finds wrong with ``value``."""
         try:
-            validator.validate_python(value if value is not None else {})
+            cls.validator.validate_python(value)
         except ValidationError as exc:
-            raise ValueError("; ".join(
-                f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}"
-                for e in exc.errors(include_url=False))) from None
-        return value
-
-    props = tool.tool_def.parameters_json_schema.get("properties") or {}
-    fields: dict[str, Any] = {p: (Any, None) for p in props
-                              if p.isidentifier() and not p.startswith(("_", "model_"))}
-    model: type[BaseModel] = create_model(
-        f"{name}_args", __base__=_Arguments, __module__=__name__,
-        # create_model's stubs want plain functions; pydantic takes the decorated one.
-        __validators__={"_check": cast(Any, model_validator(mode="before")(check))},
-        **fields)
-    return model
+            return [f"{'.'.join(map(str, e['loc'])) or '(arguments)'}: {e['msg']}"
+                    for e in exc.errors(include_url=False)]
+        return []
 
 
-def _flags_from_metadata(tool: ToolsetTool[Any]) -> dict[str, Any]:
-    """What an MCP tool's annotations say of it (none: mutating, output untrusted)."""
-    meta = tool.tool_def.metadata or {}
-    notes = meta.get("annotations") if isinstance(meta, dict) else None
-    if not isinstance(notes, dict):
+def _flags_from_metadata(tool: ToolsetTool[Any], overrides: Mapping[str, Any]
+                         ) -> dict[str, Any]:
+    """The effect flags of an MCP tool, by the rules of :func:`underway.mcp.flags` (no
+    annotation: mutating, irreversible, output untrusted), the user's ``overrides``
+    winning. An MCP tool is one whose metadata carries ``annotations``, as pydantic-ai's
+    MCP toolsets give them (None when the server gave none); other tools get nothing
+    here."""
+    meta = tool.tool_def.metadata
+    if not isinstance(meta, dict) or "annotations" not in meta:
         return {}
-    flags: dict[str, Any] = {}
-    if notes.get("readOnlyHint") is True:
-        flags["mutating"] = False
-        flags["outbound"] = notes.get("openWorldHint") is not False
-    elif notes.get("idempotentHint") is True:
-        flags["idempotent"] = True
-    return flags
+    return flags(meta["annotations"], overrides).options()
 
 
 def check_flags(flags: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -178,10 +157,13 @@ class Tools:
         name = tool.tool_def.name
         found = self.made.get(name)
         if found is None:
+            given = self.flags.get(name, {})
             options = {"timeout": tool.tool_def.timeout or 30.0,
-                       **_flags_from_metadata(tool), **self.flags.get(name, {})}
+                       **_flags_from_metadata(tool, given), **given}
             found = self.made[name] = Tool(
-                name=name, fn=_carry_out, args_model=_arguments_model(name, tool),
+                name=name, fn=_carry_out, args_model=arguments_model(
+                    name, tool.tool_def.parameters_json_schema, tool.args_validator,
+                    _Arguments),
                 wants_call_info=True,
                 description=tool.tool_def.description or "", **options)
         return found
@@ -270,14 +252,15 @@ class GuardedToolset(WrapperToolset[Any]):
         except ToolCallError as exc:
             if exc.error_type == "ApprovalRequired" and not held:
                 raise _AskedForApproval from None
-            if exc.error_type not in _REFUSED and not trusts_output(t):
+            # A tool that raised ApprovalRequired did so before acting: it said nothing.
+            if exc.error_type != "ApprovalRequired" and output_taints(t, exc.error_type):
                 add_source(scope.sources, t.name)
             if exc.error_type in ("SchemaValidationFailed", "ModelRetry"):
                 raise ModelRetry(exc.message) from None
             raise ToolFailed(f"{exc.error_type}: {exc.message}") from None
         finally:
             _CALL.reset(token)
-        if not trusts_output(t):
+        if output_taints(t):
             add_source(scope.sources, t.name)
         return result
 

@@ -3,8 +3,10 @@
 The MCP annotations are hints a server gives about its own tools. They set the effect
 flags of the underway tool unless the user says otherwise, and when a server says
 nothing the tool is taken at its worst: it changes the world, cannot be undone, and its
-output is untrusted. The pydantic-ai integration reads MCP tools through this same
-function.
+output is untrusted. :mod:`underway.mcp` and the pydantic-ai integration (whose MCP
+toolsets give a tool's annotations in its metadata) read MCP tools through this same
+function. It lives here, beside the tools, so that the pydantic-ai integration reads it
+without loading the MCP SDK.
 """
 
 from __future__ import annotations
