@@ -63,9 +63,14 @@ def brain(req: ModelRequest) -> ModelResponse:
 
 async def toolsets(data: Path, shipping_url: str) -> tuple[uw_mcp.Toolset, uw_mcp.Toolset]:
     """Both servers' tools, loaded; the courier booking reconciled with the shipper."""
-    store = await uw_mcp.Toolset(warehouse(data), prefix="warehouse_").load()
+    # Both servers are our own: we vouch for what they return (a server's own hints never
+    # make its output trusted), so the courier booking that follows needs no person.
+    mine = {"trusted_output": True}
+    store = await uw_mcp.Toolset(warehouse(data), prefix="warehouse_",
+                                 overrides={"stock": mine, "reserve": mine}).load()
     ship = await uw_mcp.Toolset(shipping(shipping_url), prefix="shipping_",
-                                include=["quote", "book_courier", "find_booking"]).load()
+                                include=["quote", "book_courier", "find_booking"],
+                                overrides={"quote": mine}).load()
 
     @ship.tool("book_courier").reconciler
     async def was_booked(key: str) -> uw.Reconciled:

@@ -25,7 +25,6 @@ from ...guard.policy import APPROVAL_LABEL
 from ...guard.taint import add_source, exposed, output_taints, taint_labels
 
 
-
 @dataclass
 class StepScope:
     """What the SDK's calls inside one step reach: the step's context, whether model calls
