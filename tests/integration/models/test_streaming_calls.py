@@ -23,6 +23,7 @@ from underway.models import ModelError
 from underway.retry import RetryPolicy
 from underway.runner import Runner
 from underway.store import Store, connect
+from underway.store.streams import StreamDelta
 from underway.testing import ManualClock, ScriptedModel
 
 
@@ -165,3 +166,55 @@ def test_a_journaled_call_streams_nothing_when_its_step_runs_again(store: Store)
     assert s.status == "completed" and tries["n"] == 2 and len(model.requests) == 1
     assert live(store, run_id) == before, "the re-run step answered from the journal"
     assert s.model_calls == 1
+
+
+class Paced:
+    """Says one word, waits until a reader has seen it, then says the rest."""
+
+    name = "paced"
+
+    def __init__(self) -> None:
+        self.seen = asyncio.Event()
+
+    async def complete(self, request: JSON) -> ModelReply:
+        raise AssertionError("a streamed call is made with stream()")
+
+    async def stream(self, request: JSON, emit: Emit) -> ModelReply:
+        await emit({"type": "text", "text": "first "})
+        await self.seen.wait()
+        await emit({"type": "text", "text": "second"})
+        return ModelReply({"text": "first second"}, "paced-1", 3, 2, 0.0)
+
+
+def test_a_client_follows_the_stream_while_the_model_answers(store: Store) -> None:
+    model = Paced()
+    flow = uw.Flow("paced", state=S)
+
+    @flow.step
+    async def ask(ctx: uw.RunContext[S, Any]) -> Any:
+        return ctx.done(await ctx.model(model, {"messages": []}, stream=True))
+
+    engine = Engine(store, flows=[flow], clock=ManualClock(1.7e9))
+    run_id, _ = engine.start(flow)
+    client = uw.Client(store)
+    got: list[StreamDelta] = []
+
+    async def follow() -> None:
+        async for d in client.stream(run_id):
+            got.append(d)
+            if d.delta == {"type": "text", "text": "first "}:
+                model.seen.set()  # the model goes on only once this reader saw its word
+
+    async def both() -> None:
+        await asyncio.gather(Runner(engine).run_until_idle(), follow())
+
+    asyncio.run(both())
+    assert [d.delta for d in got] == [{"type": "text", "text": "first "},
+                                      {"type": "text", "text": "second"}, {"type": "done"}]
+    assert engine.state(run_id).status == "completed"
+    offsets = [d.offset for d in got]
+    assert offsets == sorted(set(offsets))
+    later = client.read_stream(run_id, after=offsets[0])
+    assert [d.offset for d in later] == offsets[1:], "a reader resumes after its offset"
+    with pytest.raises(uw.errors.RunNotFound):
+        client.read_stream(run_id, tenant_id="other")
