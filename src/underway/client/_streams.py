@@ -81,7 +81,7 @@ class Streams:
         bell = self._store.stream_bell()
         try:
             while True:
-                found = await run_io(self._store, self._stream_page, run_id, after, tenant_id)
+                found = await run_io(self._store, self.stream_page, run_id, after, tenant_id)
                 for d in found[0]:
                     after = d.offset
                     yield d
@@ -93,7 +93,7 @@ class Streams:
         finally:
             await bell.close()
 
-    def _stream_page(self, run_id: str, after: int,
+    def stream_page(self, run_id: str, after: int,
                      tenant_id: str) -> tuple[list[StreamDelta], bool]:
         """The deltas after ``after``, and whether the run has finished with none left.
         Every delta is written before the run's last commit, so one more read after the
