@@ -23,7 +23,7 @@ from underway.models import ModelError
 from underway.retry import RetryPolicy
 from underway.runner import Runner
 from underway.store import Store, connect
-from underway.store.streams import StreamDelta
+from underway.store.streams import NewDelta, StreamDelta
 from underway.testing import ManualClock, ScriptedModel
 
 
@@ -218,3 +218,52 @@ def test_a_client_follows_the_stream_while_the_model_answers(store: Store) -> No
     assert [d.offset for d in later] == offsets[1:], "a reader resumes after its offset"
     with pytest.raises(uw.errors.RunNotFound):
         client.read_stream(run_id, tenant_id="other")
+
+
+def test_a_later_call_drops_earlier_deltas_and_retention_drops_the_rest(store: Store) -> None:
+    model = ScriptedModel([{"text": "one two"}, {"text": "three four"}, {"text": "five"}])
+    flow = uw.Flow("twice", state=S)
+
+    @flow.step
+    async def ask(ctx: uw.RunContext[S, Any]) -> Any:
+        await ctx.model(model, {"messages": []}, stream=True)
+        return ctx.done(await ctx.model(model, {"messages": ["again"]}, stream=True))
+
+    once = uw.Flow("once", state=S)
+
+    @once.step
+    async def say(ctx: uw.RunContext[S, Any]) -> Any:
+        return ctx.done(await ctx.model(model, {"messages": []}, stream=True))
+
+    clock = ManualClock(1.7e9)
+    engine = Engine(store, flows=[flow, once], clock=clock)
+    run_id, _ = engine.start(flow)
+    drive(engine)
+    rows = live(store, run_id)
+    assert [d.get("text") for _, d in rows] == ["three ", "four", None], \
+        "the first call's deltas went once the second call's reply was journaled"
+    assert store.prune_streams(before=clock.now() - 60) == 0, "recent deltas stay"
+    assert store.prune_streams(before=clock.now() + 1) == 3
+    assert live(store, run_id) == []
+    later, _ = engine.start(once)
+    drive(engine)
+    assert live(store, later)[0][0] > rows[-1][0], "an offset is never reused"
+
+
+def test_retention_keeps_the_stream_of_a_run_a_worker_holds_and_a_lost_lease_writes_none(
+        store: Store) -> None:
+    flow = uw.Flow("held", state=S)
+
+    @flow.step
+    async def wait(ctx: uw.RunContext[S, Any]) -> Any:
+        return ctx.done(None)
+
+    engine = Engine(store, flows=[flow], clock=ManualClock(1.7e9))
+    run_id, _ = engine.start(flow)
+    (lease,) = store.claim(owner="w1", now=1.7e9, ttl=30.0, run_id=run_id)
+    row = NewDelta("k", "wait", 0, 1, '{"type":"text","text":"x"}', 1.7e9)
+    assert store.append_stream("default", run_id, lease.token, [row])
+    assert store.prune_streams(before=1.8e9) == 0, "a held run's stream stays"
+    assert not store.append_stream("default", run_id, lease.token + 1, [row]), \
+        "a worker that does not hold the lease writes nothing"
+    assert len(live(store, run_id)) == 1
