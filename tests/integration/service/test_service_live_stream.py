@@ -114,3 +114,36 @@ def test_a_bad_last_event_id_is_refused(db_url: str) -> None:
                    headers={"Last-Event-ID": "not-a-number"})
     assert r.status_code == 422 and "header.last-event-id" in r.text
     world.close()
+
+
+def test_an_open_live_stream_ends_when_its_key_is_revoked(db_url: str) -> None:
+    world = World(db_url)
+    run_id = world.start()  # a run that waits for a signal: it streams nothing yet
+    opened = threading.Event()
+    got: list[tuple[str, str]] = []
+
+    def read() -> None:
+        with world.http.stream("GET", f"/v1/runs/{run_id}/stream",
+                               headers=world.headers(role="viewer")) as r:
+            assert r.status_code == 200
+            opened.set()
+            fields: dict[str, str] = {}
+            for line in r.iter_lines():
+                if line:
+                    name, _, value = line.partition(": ")
+                    fields[name] = value
+                    continue
+                if "event" in fields:
+                    got.append((fields["event"], fields["data"]))
+                fields = {}
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    assert opened.wait(30)
+    key_id = world.token["acme"]["viewer"].split("_")[1]
+    assert world.store.revoke_api_key("acme", key_id, at=world.clock.now())
+    reader.join(60)
+    assert not reader.is_alive()
+    assert [kind for kind, _ in got] == ["unauthorized"] and "revoked" in got[0][1]
+    assert world.call("GET", f"/v1/runs/{run_id}/stream", role="viewer").status_code == 401
+    world.close()
