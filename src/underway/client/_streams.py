@@ -94,10 +94,17 @@ class Streams:
             await bell.close()
 
     def stream_page(self, run_id: str, after: int,
-                     tenant_id: str) -> tuple[list[StreamDelta], bool]:
+                    tenant_id: str = "default") -> tuple[list[StreamDelta], bool]:
         """The deltas after ``after``, and whether the run has finished with none left.
+
         Every delta is written before the run's last commit, so one more read after the
-        row says it finished finds any that landed in between."""
+        row says it finished finds any that landed in between.
+
+        Args:
+            run_id: The run.
+            after: The offset of the last delta already seen.
+            tenant_id: The run's tenant.
+        """
         found = self.read_stream(run_id, after=after, tenant_id=tenant_id)
         if found:
             return found, False

@@ -267,3 +267,36 @@ def test_retention_keeps_the_stream_of_a_run_a_worker_holds_and_a_lost_lease_wri
     assert not store.append_stream("default", run_id, lease.token + 1, [row]), \
         "a worker that does not hold the lease writes nothing"
     assert len(live(store, run_id)) == 1
+
+
+@pytest.mark.postgres
+def test_on_postgres_a_write_wakes_readers_that_share_one_listening_connection(
+        pg_url: str) -> None:
+    store = connect(pg_url)
+    flow = uw.Flow("bell", state=S)
+
+    @flow.step
+    async def idle(ctx: uw.RunContext[S, Any]) -> Any:
+        return ctx.done(None)
+
+    engine = Engine(store, flows=[flow], clock=ManualClock(1.7e9))
+    runs = [engine.start(flow)[0] for _ in range(2)]
+    leases = {r: store.claim(owner="w", now=1.7e9, ttl=600.0, run_id=r)[0] for r in runs}
+
+    async def go() -> None:
+        bells = [store.stream_bell() for _ in runs]
+        for bell, run in zip(bells, runs, strict=True):
+            await bell.wait(run, 600)  # the first wait watches the run and returns
+        waiting = [asyncio.ensure_future(b.wait(r, 600)) for b, r in zip(bells, runs,
+                                                                        strict=True)]
+        await asyncio.sleep(0)
+        for run in runs:  # only a notification ends a wait of ten minutes
+            row = NewDelta("k", "idle", 0, 1, '{"type":"text","text":"x"}', 1.7e9)
+            await asyncio.to_thread(store.append_stream, "default", run,
+                                    leases[run].token, [row])
+        await asyncio.gather(*waiting)
+        for bell in bells:
+            await bell.close()
+
+    asyncio.run(go())
+    store.close()
