@@ -78,7 +78,7 @@ class Streams:
         Raises:
             RunNotFound: There is no such run in the tenant.
         """
-        bell = self._store.stream_bell()
+        bell = await run_io(self._store, self._store.stream_bell)
         try:
             while True:
                 found = await run_io(self._store, self.stream_page, run_id, after, tenant_id)

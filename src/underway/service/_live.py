@@ -81,7 +81,7 @@ async def live(
     ``hide`` and written by ``frame``; ``event: end`` once the run has finished and every
     delta was sent. ``who``'s key is checked after each read and before anything read is
     sent (``until``: when its session ends)."""
-    bell = state.store.stream_bell()
+    bell = await run_io(state.store, state.store.stream_bell)
     quiet = 0.0
     try:
         while not await request.is_disconnected():
