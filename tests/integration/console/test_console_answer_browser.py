@@ -2,7 +2,10 @@
 Playwright): a worker streams a model call from a local OpenAI wire server; the page shows
 the words as they arrive, while the model is still answering. An answer cut mid-way and
 asked again shows once, from its restart: the page says it started over and never shows
-the abandoned words twice. Once the reply is journaled, the page says so."""
+the abandoned words twice. Once the reply is journaled, the page says so.
+
+The screenshot goes under the test's directory, or under ``UNDERWAY_SCREENSHOTS`` when set
+(``scripts/console-screenshots`` writes docs/img)."""
 
 from __future__ import annotations
 
@@ -87,7 +90,10 @@ def test_the_page_shows_tokens_live_and_an_abandoned_answer_once(
                 "started over (attempt 2)", timeout=WAIT)
             expect(page.locator("#answer")).to_be_visible()
             assert world.engine.state(run_id, tenant_id="acme").status != "completed"
-            page.screenshot(path=str(tmp_path / "answer-streaming.png"))
+            shots = Path(os.environ.get("UNDERWAY_SCREENSHOTS") or tmp_path) \
+                if db == "sqlite" else tmp_path
+            shots.mkdir(parents=True, exist_ok=True)
+            page.locator("#answer").screenshot(path=str(shots / "console-run-answer.png"))
             hold.set()
             expect(answer).to_have_text("Once upon a time.", timeout=WAIT)
             expect(page.locator("#answer .answer-note")).to_have_text("journaled",
