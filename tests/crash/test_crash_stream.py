@@ -1,6 +1,6 @@
 """A streamed model call across a worker SIGKILL, on SQLite and PostgreSQL.
 
-A real worker process streams a model call from a local OpenAI wire server. The server
+A real worker process streams a model call from a local OpenAI or Anthropic wire server. The server
 holds the answer after two words; a consumer following the run's live stream has them;
 the worker is killed with SIGKILL. A second process takes the run over and makes the call
 again. The consumer, which only ever asks for what comes after its last offset, sees
@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 import underway as uw
-from fakes.model_provider import FakeProvider, openai_stream
+from fakes.model_provider import FakeProvider, anthropic_stream, openai_stream
 from fakes.processes import CHILD_TIMEOUT_S, finish
 from underway import events as ev
 from underway.journal import Journal
@@ -36,23 +36,27 @@ WORKER = Path(__file__).with_name("stream_worker.py")
 WORDS = ("Once ", "upon ", "a ", "time.")
 
 
-def worker(url: str, base_url: str, run_id: str) -> subprocess.Popen[bytes]:
+def worker(url: str, base_url: str, run_id: str, provider: str) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("UNDERWAY_CRASH")}
     return subprocess.Popen([sys.executable, str(WORKER), "--db", url, "--base-url",
-                             base_url, "--run", run_id], env=env,
+                             base_url, "--run", run_id,
+                             *(["--anthropic"] if provider == "anthropic" else [])], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
 @pytest.mark.parametrize("db", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def test_a_consumer_never_sees_a_token_twice_across_a_kill(
-        db: str, request: pytest.FixtureRequest) -> None:
+        db: str, provider: str, request: pytest.FixtureRequest) -> None:
     url = str(request.getfixturevalue("sqlite_url" if db == "sqlite" else "pg_url"))
     store = connect(url)
     client = uw.Client(store)
     run_id, _ = client.start("story", {})
     hold = threading.Event()
-    # Two opening events (the role chunk, then "Once "), "upon ", then the server holds.
-    cut = openai_stream(*WORDS, hold=hold, hold_after=3)
+    # The opening events (OpenAI: the role chunk; Anthropic: the message and its text
+    # block), "Once ", "upon ", then the server holds.
+    wire = openai_stream if provider == "openai" else anthropic_stream
+    cut = wire(*WORDS, hold=hold, hold_after=3 if provider == "openai" else 4)
     seen: list[StreamDelta] = []
     two_words = threading.Event()
 
@@ -69,17 +73,17 @@ def test_a_consumer_never_sees_a_token_twice_across_a_kill(
                 reader.close()
         asyncio.run(go())
 
-    with FakeProvider(cut, openai_stream(*WORDS)) as server:
+    with FakeProvider(cut, wire(*WORDS)) as server:
         consumer = threading.Thread(target=consume)
         consumer.start()
-        first = worker(url, f"{server.origin}/v1", run_id)
+        first = worker(url, f"{server.origin}/v1", run_id, provider)
         try:
             assert two_words.wait(CHILD_TIMEOUT_S), "the first words reached the consumer"
         finally:
             first.send_signal(signal.SIGKILL)
         assert finish(first), "the first worker was killed mid-answer"
         hold.set()
-        second = worker(url, f"{server.origin}/v1", run_id)
+        second = worker(url, f"{server.origin}/v1", run_id, provider)
         assert not finish(second)
         consumer.join(CHILD_TIMEOUT_S)
         assert not consumer.is_alive()
