@@ -42,6 +42,7 @@ import service
 import starts
 import step_bytes
 import storage
+import streaming
 import tenant_usage
 import throughput
 import tracing
@@ -148,6 +149,10 @@ GROUPS: dict[str, list[tuple[str, Callable[[], list[Figure]]]]] = {
     "tracing": [
         ("SQLite traces from the journal", tracing.bench_sqlite),
         ("PostgreSQL traces from the journal", tracing.bench_postgres),
+    ],
+    "streaming": [
+        ("SQLite first streamed token", streaming.bench_sqlite),
+        ("PostgreSQL first streamed token", streaming.bench_postgres),
     ],
 }
 

@@ -84,7 +84,11 @@ SCHEDULES_EVERY = 1.0
 
 ROW_CHECK_EVERY = 300.0
 """Seconds between a worker's looks for runs rows its journal contradicts (each such row is
-healed once, from the journal: :mod:`underway.engine._rows`)."""
+healed once, from the journal: :mod:`underway.engine._rows`). Old live streams are dropped
+at the same pace."""
+STREAM_KEEP_S = 3600.0
+"""Seconds the deltas of a run no worker holds stay in its live stream (the journal keeps
+each call's whole reply): a reader that fell behind has this long to catch up."""
 
 
 class Worker:
@@ -309,6 +313,7 @@ class Worker:
                 healed = await self._quietly(self._heal_rows) or 0
                 self.rows_healed += healed
                 found += healed
+                await self._quietly(self._prune_streams)
             if self._fire_schedules is not None and loop.time() >= fire_at:
                 fire_at = loop.time() + SCHEDULES_EVERY
                 found += await self._fire_due_schedules()
@@ -353,6 +358,11 @@ class Worker:
 
     def _heal_rows(self) -> int:
         return self.engine.heal_rows()
+
+    def _prune_streams(self) -> int:
+        prune = getattr(self._store, "prune_streams", None)
+        return 0 if prune is None else int(prune(
+            before=self.engine.clock.now() - STREAM_KEEP_S))
 
     async def _fire_due_schedules(self) -> int:
         assert self._fire_schedules is not None

@@ -79,7 +79,8 @@ def flows() -> list[uw.Flow[Any, Any]]:
     async def look(ctx: uw.RunContext[Notes, Case]) -> Any:
         found = await ctx.call(lookup_customer, {"pan": PAN})
         reply = await ctx.model(model, {"messages": [
-            {"role": "user", "content": f"summarise customer {ctx.input.aadhaar}"}]})
+            {"role": "user", "content": f"summarise customer {ctx.input.aadhaar}"}]},
+            stream=True)  # its words go to the live stream too
         ctx.state.notes += [found["aadhaar"], str(reply)]
         for i in range(40):  # a conversation that grows: a chain of blobs
             ctx.state.history.append({"role": "user", "content": f"{i}: call {PHONE} " * 5})

@@ -78,6 +78,7 @@ SAMPLES: dict[tuple[str, str], Sample] = {
     ("GET", "/v1/runs/{run_id}/events"): lambda w, a: (f"/v1/runs/{a.run}/events", {}),
     ("GET", "/v1/runs/{run_id}/events/stream"):
         lambda w, a: (f"/v1/runs/{a.done}/events/stream", {}),
+    ("GET", "/v1/runs/{run_id}/stream"): lambda w, a: (f"/v1/runs/{a.done}/stream", {}),
     ("POST", "/v1/runs/{run_id}/signals"): lambda w, a: (
         f"/v1/runs/{a.run}/signals", {"json": {"name": "paid", "signal_id": "s1"}}),
     ("POST", "/v1/runs/{run_id}/cancel"): lambda w, a: (f"/v1/runs/{a.run}/cancel",

@@ -160,6 +160,8 @@ class Agent:
             so it re-plans. None waits for as long as it takes.
         max_tokens: Bounds each reply. A token or cost budget refuses a call to a provider
             adapter whose output has no bound (``docs/policy.md#budgets``).
+        stream: Stream each model call (``ctx.model(..., stream=True)``): its tokens and
+            tool-call deltas reach the run's live stream as they arrive.
     """
 
     def __init__(
@@ -180,6 +182,7 @@ class Agent:
         signals: Mapping[str, str] | None = None,
         question_ttl: float | None = None,
         max_tokens: int | None = None,
+        stream: bool = False,
     ) -> None:
         for t in tools:
             if t.name in _CONTROL or t.name in ("set_plan", "wait_for_signal"):
@@ -202,6 +205,7 @@ class Agent:
                                      f"{max_tokens!r}")
         self.question_ttl = question_ttl
         self.max_tokens = max_tokens
+        self.stream = stream
         self.name = name
         self.model = model
         self.tools = {t.name: t for t in tools}
@@ -273,7 +277,7 @@ class Agent:
     async def _plan(self, ctx: RunContext[AgentState, AgentInput]) -> Next:
         _take_taint(ctx)
         reply = ModelResponse.from_json(await ctx.model(self.model, self._request(
-            ctx, "plan", [_PLAN_SPEC])))
+            ctx, "plan", [_PLAN_SPEC]), stream=self.stream))
         steps: list[str] = []
         for call in reply.tool_calls:
             if call.name == "set_plan" and call.arguments is not None:
@@ -296,7 +300,7 @@ class Agent:
         self._observe_signal(ctx)
         st.iterations += 1
         reply = ModelResponse.from_json(await ctx.model(self.model, self._request(
-            ctx, "act", self._tool_specs)))
+            ctx, "act", self._tool_specs), stream=self.stream))
         self._say(ctx, reply.assistant_message())
         if not reply.tool_calls:
             return ctx.done({"result": reply.text, "iterations": st.iterations})

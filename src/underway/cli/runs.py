@@ -5,6 +5,7 @@ shows them at a terminal)."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import sys
@@ -232,6 +233,55 @@ def events(
     else:
         for item in items:
             typer.echo(json.dumps(item, ensure_ascii=False, separators=(",", ":")))
+
+
+@app.command("stream")
+@handle_errors
+def stream(
+    ctx: typer.Context,
+    run: RunArg,
+    after: Annotated[int, typer.Option("--after", min=0, help=(
+        "Start after this offset (the last one seen)."))] = 0,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print each delta with its offset as JSON lines.")
+    ] = False,
+    tenant: TenantOption = "default",
+    purpose: PurposeOption = DEFAULT_PURPOSE,
+    reveal: RevealOption = False,
+    by: ReaderOption = None,
+    db: DbOption = None,
+) -> None:
+    """Follow a run's live model output: the tokens and tool-call deltas of its streamed
+    model calls, as they arrive, until the run has finished (docs/models.md#streaming).
+
+    Text is printed as it comes; a call that starts over says so on a line of its own.
+    The deltas pass the run's redactor. The read is written to the access log."""
+    with open_client(ctx, db) as client:
+        run = find_run(client, tenant, run).run_id
+        hide = client.redactor(run, tenant_id=tenant, reveal=reveal)
+        record_read(client.store, "runs stream", tenant, [run], purpose=purpose, by=by,
+                    revealed=reveal)
+
+        async def follow() -> None:
+            async for d in client.stream(run, after=after, tenant_id=tenant):
+                delta = hide.json(d.delta)
+                if as_json:
+                    typer.echo(json.dumps({**d.to_json(), "delta": delta},
+                                          ensure_ascii=False, separators=(",", ":")))
+                    continue
+                kind = delta.get("type") if isinstance(delta, dict) else None
+                if kind == "text" and isinstance(delta, dict):
+                    sys.stdout.write(str(delta.get("text", "")))
+                elif kind == "tool_call" and isinstance(delta, dict):
+                    sys.stdout.write(f"\n[tool {delta['name']}] " if delta.get("name")
+                                     else str(delta.get("arguments") or ""))
+                elif kind == "restart" and isinstance(delta, dict):
+                    sys.stdout.write(f"\n[restart: attempt {delta.get('attempt')}]\n")
+                elif kind == "done":
+                    sys.stdout.write("\n")
+                sys.stdout.flush()
+
+        asyncio.run(follow())
 
 
 @app.command("start")

@@ -84,10 +84,10 @@ class Streams:
         Raises:
             RunNotFound: There is no such run in the tenant.
         """
-        bell = self.store.stream_bell()
+        bell = await run_io(self.store, self.store.stream_bell)
         try:
             while True:
-                found = await run_io(self.store, self._stream_page, run_id, after, tenant_id)
+                found = await run_io(self.store, self.stream_page, run_id, after, tenant_id)
                 for d in found[0]:
                     after = d.offset
                     yield d
@@ -99,11 +99,18 @@ class Streams:
         finally:
             await bell.close()
 
-    def _stream_page(self, run_id: str, after: int,
-                     tenant_id: str) -> tuple[list[StreamDelta], bool]:
+    def stream_page(self, run_id: str, after: int,
+                    tenant_id: str = "default") -> tuple[list[StreamDelta], bool]:
         """The deltas after ``after``, and whether the run has finished with none left.
+
         Every delta is written before the run's last commit, so one more read after the
-        row says it finished finds any that landed in between."""
+        row says it finished finds any that landed in between.
+
+        Args:
+            run_id: The run.
+            after: The offset of the last delta already seen.
+            tenant_id: The run's tenant.
+        """
         found = self.read_stream(run_id, after=after, tenant_id=tenant_id)
         if found:
             return found, False

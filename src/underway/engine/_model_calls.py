@@ -98,7 +98,7 @@ class ModelCalls:
         before the reply is returned (and so before it is journaled)."""
         if live is None:
             return await model.complete(request)
-        await live.open()
+        live.open()
         try:
             reply = await cast(StreamingModel, model).stream(request, live.emit)
         except asyncio.CancelledError:

@@ -53,27 +53,28 @@ class LiveStream:
         self._act = act
         self._store = live_store(act.services.store)
         self._key, self._step, self._index = key, step, index
-        self._pending: list[NewDelta] = []
+        self._pending: list[tuple[str | None, float]] = []
+        """Deltas not yet written: their JSON text (None: the model started over) and
+        when they came."""
+        self._opening: asyncio.Task[int] | None = None
         self._writer: asyncio.Task[None] | None = None
         self._fenced_out = False
-        self.attempt = 1
-        """This attempt of the call: one more than the last that streamed it."""
+        self.attempt = 0
+        """This attempt of the call: one more than the last that streamed it (0 until
+        known)."""
 
-    async def open(self) -> None:
-        """Find the attempt; when an earlier one streamed part of an answer, say first
-        that it was abandoned (a ``restart`` delta)."""
-        if self._store is None:
-            return
-        s = self._act.state
-        try:
-            last = await self._act.services.io(
-                self._store.stream_attempt, s.tenant_id, s.run_id, self._key)
-        except Exception as exc:  # the stream is a cache: the call goes on
-            log.warning("run %s: live stream of call %s not read: %s", s.run_id, self._key, exc)
-            last = 0
-        self.attempt = last + 1
-        if last:
-            self._add({"type": "restart", "attempt": self.attempt})
+    def open(self) -> None:
+        """Look up the last attempt that streamed this call, while the model is asked:
+        the request does not wait for the store. The first write waits for the answer,
+        and says first, when an earlier attempt streamed, that it was abandoned (a
+        ``restart`` delta)."""
+        if self._store is not None:
+            self._opening = asyncio.ensure_future(self._act.services.io(
+                self._store.stream_attempt, self._act.state.tenant_id,
+                self._act.state.run_id, self._key))
+            # A call that fails before it emits never reads the answer: its failure is
+            # retrieved here, not reported as lost.
+            self._opening.add_done_callback(lambda t: t.cancelled() or t.exception())
 
     async def emit(self, delta: JSON) -> None:
         """Forward one delta (a JSON object with a ``type``) from the model. A model that
@@ -83,10 +84,18 @@ class LiveStream:
             raise ConfigurationError(
                 f"a streamed model delta must be a JSON object with a 'type', not {delta!r} "
                 f"(call {self._key})")
+        if self._store is None or self._fenced_out:
+            return
         if delta["type"] == "restart":
-            self.attempt += 1
-            delta = {"type": "restart", "attempt": self.attempt}
-        self._add(delta)
+            self._add(None)
+            return
+        try:
+            text = json.dumps(delta, separators=(",", ":"), ensure_ascii=False,
+                              allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise ConfigurationError(
+                f"a streamed model delta is not JSON: {exc} (call {self._key})") from exc
+        self._add(text)
 
     async def flush(self) -> None:
         """Wait until every delta forwarded so far is written."""
@@ -97,7 +106,7 @@ class LiveStream:
         """After the reply is journaled: write ``done`` and drop earlier calls' deltas."""
         if self._store is None:
             return
-        self._add({"type": "done"})
+        self._add('{"type":"done"}')
         await self.flush()
         s = self._act.state
         try:
@@ -108,32 +117,52 @@ class LiveStream:
 
     def abandon(self) -> None:
         """Stop writing: the step was cancelled."""
-        if self._writer is not None:
-            self._writer.cancel()
+        for task in (self._opening, self._writer):
+            if task is not None:
+                task.cancel()
 
-    def _add(self, delta: JSON) -> None:
+    def _add(self, text: str | None) -> None:
         if self._store is None or self._fenced_out:
             return
-        try:
-            text = json.dumps(delta, separators=(",", ":"), ensure_ascii=False,
-                              allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            raise ConfigurationError(
-                f"a streamed model delta is not JSON: {exc} (call {self._key})") from exc
-        s, svc = self._act.state, self._act.services
-        where = stream_where(s.tenant_id, s.run_id, self._key, self.attempt, s.subject)
-        self._pending.append(NewDelta(
-            key=self._key, step=self._step, index=self._index, attempt=self.attempt,
-            data=svc.journal.codec.seal_text(text, where), written_at=svc.clock.now(),
-        ))
+        self._pending.append((text, self._act.services.clock.now()))
         if self._writer is None or self._writer.done():
             self._writer = asyncio.ensure_future(self._write())
+
+    async def _first(self) -> None:
+        """Learn this attempt before the first write (see :meth:`open`)."""
+        last = 0
+        try:
+            if self._opening is not None:
+                last = await self._opening
+        except Exception as exc:  # the stream is a cache: the call goes on
+            log.warning("run %s: live stream of call %s not read: %s",
+                        self._act.state.run_id, self._key, exc)
+        self.attempt = last + 1
+        if last:
+            self._pending.insert(0, (None, self._pending[0][1]))
+            self.attempt = last
+
+    def _rows(self, pending: list[tuple[str | None, float]]) -> list[NewDelta]:
+        """The rows of deltas, each sealed where its attempt puts it."""
+        s, codec = self._act.state, self._act.services.journal.codec
+        rows = []
+        for text, at in pending:
+            if text is None:
+                self.attempt += 1
+                text = f'{{"type":"restart","attempt":{self.attempt}}}'
+            where = stream_where(s.tenant_id, s.run_id, self._key, self.attempt, s.subject)
+            rows.append(NewDelta(key=self._key, step=self._step, index=self._index,
+                                 attempt=self.attempt, data=codec.seal_text(text, where),
+                                 written_at=at))
+        return rows
 
     async def _write(self) -> None:
         assert self._store is not None
         s, svc = self._act.state, self._act.services
+        if self.attempt == 0:
+            await self._first()
         while self._pending and not self._fenced_out:
-            batch, self._pending = self._pending, []
+            batch, self._pending = self._rows(self._pending), []
             try:
                 written = await svc.io(self._store.append_stream, s.tenant_id, s.run_id,
                                        self._act.lease.token, batch)

@@ -31,6 +31,7 @@ from . import (
     _consents,
     _erasures,
     _intake,
+    _live,
     _reads,
     _runs,
     _stream,
@@ -111,7 +112,7 @@ def create_app(
     app.state.underway = ServiceState(client, table, replay_window, frozenset(reveal_roles))
     install(app)
     # Bulk first: /v1/runs/bulk/resume is a bulk operation, not a run named "bulk".
-    for module in (_bulk, _runs, _stream, _approvals, _intake, _consents, _erasures, _reads,
+    for module in (_bulk, _runs, _stream, _live, _approvals, _intake, _consents, _erasures, _reads,
                    _activity, _admin):
         app.include_router(module.router)
     _health(app)

@@ -55,7 +55,7 @@ async def stream_events(
     read = read.allowed(state, who)
     await run_io(state.store, partial(state.client.get_run, run_id, tenant_id=who.tenant_id))
     if last_event_id is not None:
-        after = max(after, _seq("header.last-event-id", last_event_id))
+        after = max(after, header_seq("header.last-event-id", last_event_id))
     hide = await run_io(state.store, partial(
         state.client.redactor, run_id, tenant_id=who.tenant_id, reveal=read.reveal))
     await run_io(state.store, partial(state.record_reads, request, who, [run_id],
@@ -67,11 +67,12 @@ async def stream_events(
     )
 
 
-def _seq(field: str, value: str) -> int:
-    """A sequence number sent as text: digits, at most :data:`~underway.inputs.MAX_INT`."""
+def header_seq(field: str, value: str) -> int:
+    """A sequence number or offset sent as text (``Last-Event-ID``): digits, at most
+    :data:`~underway.inputs.MAX_INT`."""
     digits = value.strip()
     if not digits.isascii() or not digits.isdigit():
-        raise InvalidInput(field, "must be an event's seq (digits), as the stream sent it")
+        raise InvalidInput(field, "must be a seq or an offset (digits), as the stream sent it")
     return integer(field, int(digits[:20]), minimum=0)
 
 

@@ -31,7 +31,7 @@ from ..events import JSON
 
 __all__ = ["POLL_S", "LiveStreamStore", "NewDelta", "PollingBell", "StreamBell", "StreamDelta"]
 
-POLL_S = 0.1
+POLL_S = 0.05
 """How often a reader of a store that pushes nothing looks for new deltas (seconds)."""
 
 

@@ -47,6 +47,9 @@ def _reads_back_whole(store_url: str, kek: bytes, runs: dict[str, str]) -> None:
         record = open_knowledge(store).get(TENANT, "pref-1")
         assert record is not None and record.metadata == {"aadhaar": AADHAAR}
         assert client.verify(runs["main"], tenant_id=TENANT).ok
+        streamed = client.read_stream(runs["main"], tenant_id=TENANT)
+        assert PAN in "".join(str(d.delta.get("text", "")) for d in streamed
+                              if isinstance(d.delta, dict))
     finally:
         store.close()
 

@@ -180,3 +180,26 @@ def test_a_durable_streamed_call_journals_the_whole_answer_once(
         "The tide ", "turns ", "at noon."]
     assert deltas[-1] == {"type": "done"}
     store.close()
+
+
+def test_an_agent_streams_its_model_calls(sqlite_url: str) -> None:
+    store = connect(sqlite_url)
+    with FakeProvider(openai_stream("Nothing ", "to do.")) as server:
+        model = openai(server)
+        agent = uw.Agent("quiet", model=model, tools=[], plan=False, stream=True,
+                         max_tokens=32)
+        engine = uw.Engine(store, flows=[agent.flow])
+
+        async def run() -> str:
+            async with model:
+                run_id, _ = engine.start(agent.flow, {"goal": "rest"})
+                await Runner(engine).run_until_idle()
+                return run_id
+
+        run_id = asyncio.run(run())
+    s = engine.state(run_id)
+    assert s.status == "completed" and s.result["result"] == "Nothing to do."
+    texts = [d.delta.get("text") for d in uw.Client(store).read_stream(run_id)
+             if isinstance(d.delta, dict) and d.delta["type"] == "text"]
+    assert texts == ["Nothing ", "to do."] and s.model_calls == 1
+    store.close()

@@ -14,7 +14,8 @@ def test_every_run_data_read_appends_one_entry_per_run(world: World) -> None:
     run_data = [e for e in endpoints(world) if e.run_data]
     assert {(e.method, e.path) for e in run_data} == {
         ("GET", "/v1/runs/{run_id}"), ("GET", "/v1/runs/{run_id}/events"),
-        ("GET", "/v1/runs/{run_id}/events/stream"), ("GET", "/v1/approvals"),
+        ("GET", "/v1/runs/{run_id}/events/stream"), ("GET", "/v1/runs/{run_id}/stream"),
+        ("GET", "/v1/approvals"),
         ("GET", "/v1/approvals/{run_id}"), ("GET", "/v1/usage"), ("GET", "/v1/activity"),
         ("GET", "/v1/activity/days"),
     }

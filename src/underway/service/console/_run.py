@@ -4,9 +4,10 @@ script once the run's status changes), its overview (a Gantt chart of its step a
 with their workers, calls and waits, and the graph of its steps: :mod:`._overview`), its
 events a page of :data:`~._events.PAGE` at a time (the newest page unless another is asked for),
 the state after any event with the patch that event made (``?at=SEQ``, or
-``/runs/{run_id}/state?at=SEQ`` for the page's script), and a live tail of new events
+``/runs/{run_id}/state?at=SEQ`` for the page's script), a live tail of new events
 while the run moves (``/runs/{run_id}/events/stream``, the API's tail with the session's
-cookie and frames the page inserts as they are).
+cookie and frames the page inserts as they are), and the tokens of the model calls it
+streams as they arrive (``/runs/{run_id}/stream``, the API's live stream likewise).
 
 Another tenant's run is the same 404 page as a missing one. Every answer that carries the
 run's data appends its access-log entry first, as the API's reads do, with the page's
@@ -36,6 +37,7 @@ from ...store.access import DEFAULT_PURPOSE
 from ...store.base import FINAL, RunRecord
 from .._auth import Principal, ServiceState
 from .._inputs import CheckedRoute
+from .._live import live
 from .._models import WaitingOn
 from .._runs import waiting_on
 from .._stream import tail
@@ -129,6 +131,8 @@ async def run_page(request: Request, state: Console, session: Signed, run_id: Ru
     return render(request, "run.html", {
         "nav": "runs", "v": view, "row": view.row, "run_id": run_id, "page_size": PAGE,
         "stream": f"/runs/{run_id}/events/stream?after={last_seq}{keep}" if view.live else "",
+        "tokens": f"/runs/{run_id}/stream{'?' + rd.query if rd.query else ''}"
+                  if view.live else "",
         "state_url": f"/runs/{run_id}/state" + (f"?{rd.query}" if rd.query else ""),
         "facts_url": f"/runs/{run_id}/facts" + (f"?{rd.query}" if rd.query else ""),
         "may_steer": session.may("steer"), "notice": NOTICES.get(done, ""), "rd": rd,
@@ -188,6 +192,29 @@ async def event_stream(
     return StreamingResponse(
         tail(state, who, run_id, after, request, hide, status=True,
              frame=partial(_frame, run_id, keep), until=session.expires_at),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    )
+
+
+@router.get("/runs/{run_id}/stream")
+async def token_stream(
+    request: Request, state: Console, session: Signed, run_id: RunId,
+    after: Annotated[int, Query(ge=0, le=2**62)] = 0,
+    last_event_id: Annotated[str | None, Header(max_length=30)] = None,
+    purpose: Purpose = DEFAULT_PURPOSE, reveal: Reveal = False,
+) -> Response:
+    """The run's live stream (the deltas of its streamed model calls) as Server-Sent
+    Events, as the API sends them; ``event: end`` once the run is done."""
+    who = session.principal
+    rd = read_as(state, session, purpose, reveal)
+    hide = await run_io(state.store, _stream_read, state, request, who, run_id, rd)
+    if hide is None:
+        return not_found(request, session, "run")
+    if last_event_id is not None and last_event_id.strip().isdigit():
+        after = max(after, int(last_event_id))
+    return StreamingResponse(
+        live(state, who, run_id, after, request, hide, until=session.expires_at),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )
