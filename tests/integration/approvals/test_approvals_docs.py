@@ -16,7 +16,7 @@ DOC = Path(__file__).parents[3] / "docs" / "approvals.md"
 
 def test_the_python_examples_run(tmp_path: Path) -> None:
     blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)
-    assert len(blocks) == 4
+    assert len(blocks) == 5
     script = tmp_path / "example.py"
     script.write_text("\n".join(blocks))
     out = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True,
