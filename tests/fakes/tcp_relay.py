@@ -3,6 +3,7 @@ drops a client's connection mid-answer, while new connections go through."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 from types import TracebackType
@@ -72,8 +73,6 @@ def _pump(src: socket.socket, dst: socket.socket) -> None:
 
 
 def _shut(s: socket.socket) -> None:
-    try:
+    with contextlib.suppress(OSError):  # already closed
         s.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass  # already closed
     s.close()
