@@ -33,8 +33,8 @@ from underway.store import connect
 from underway.store.base import IntakeSecretRecord
 
 PROBLEM = "application/problem+json"
-LITERALS = {"events", "stream", "signals", "cancel", "resume", "resolve", "decision",
-            "verify", "bulk", "settle", "answer", "approve", "reject", "fork", "days",
+LITERALS = {"events", "stream", "deltas", "signals", "cancel", "resume", "resolve",
+            "decision", "verify", "bulk", "settle", "answer", "approve", "reject", "fork", "days",
             "runs"}
 SECRET = "s" * 32
 DEEP = b"[" * 100_000 + b"]" * 100_000

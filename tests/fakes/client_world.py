@@ -14,10 +14,13 @@ import underway as uw
 from fakes.invoice_flows import Invoice, Notes, refunds, reminders
 from underway.apikeys import issue_key
 from underway.clock import ManualClock
+from underway.effects import Emit, ModelReply
+from underway.events import JSON
 from underway.guard.approvals import public_key_of, register_approver
 from underway.runner import Runner
 from underway.service import ServerThread, create_app
 from underway.store import Store, connect
+from underway.testing import ScriptedModel
 
 T0 = 1.8e9
 TRANSPORTS = ("database", "http")
@@ -52,7 +55,38 @@ async def spawn(ctx: uw.RunContext[Notes, Invoice]) -> Any:
     return ctx.done("spawned")
 
 
-FLOWS = [reminders, refunds, broken, asker, parent]
+class Paced:
+    """A streaming model that says its first word, waits until ``seen`` is set (a reader
+    saw that word), then says the rest: a reader sees the answer while it is made."""
+
+    name = "paced"
+
+    def __init__(self) -> None:
+        self.seen = asyncio.Event()
+
+    async def complete(self, request: JSON) -> ModelReply:
+        raise AssertionError("a streamed call is made with stream()")
+
+    async def stream(self, request: JSON, emit: Emit) -> ModelReply:
+        await emit({"type": "text", "text": "once "})
+        await self.seen.wait()
+        for word in ("upon ", "a ", "time"):
+            await emit({"type": "text", "text": word})
+        return ModelReply({"text": "once upon a time"}, "paced-1", 3, 4, 0.0)
+
+
+PACED: list[Paced] = []
+"""The model the next ``teller`` run streams from (none: a scripted model)."""
+teller: uw.Flow[Notes, Invoice] = uw.Flow("teller", state=Notes, input=Invoice)
+
+
+@teller.step
+async def tell(ctx: uw.RunContext[Notes, Invoice]) -> Any:
+    model = PACED[-1] if PACED else ScriptedModel([{"text": "once upon a time"}])
+    return ctx.done(await ctx.model(model, {"messages": [ctx.input.invoice]}, stream=True))
+
+
+FLOWS = [reminders, refunds, broken, asker, parent, teller]
 
 
 class World:
@@ -69,6 +103,7 @@ class World:
         self.engine = uw.Engine(self.worker_store, flows=FLOWS, clock=self.clock)
         self.server: ServerThread | None = None
         FIXED.clear()
+        PACED.clear()
         if transport == "database":
             self.client = uw.Client(url, clock=self.clock)
             self.deciding = self.client

@@ -79,6 +79,8 @@ SAMPLES: dict[tuple[str, str], Sample] = {
     ("GET", "/v1/runs/{run_id}/events/stream"):
         lambda w, a: (f"/v1/runs/{a.done}/events/stream", {}),
     ("GET", "/v1/runs/{run_id}/stream"): lambda w, a: (f"/v1/runs/{a.done}/stream", {}),
+    ("GET", "/v1/runs/{run_id}/stream/deltas"):
+        lambda w, a: (f"/v1/runs/{a.done}/stream/deltas", {}),
     ("POST", "/v1/runs/{run_id}/signals"): lambda w, a: (
         f"/v1/runs/{a.run}/signals", {"json": {"name": "paid", "signal_id": "s1"}}),
     ("POST", "/v1/runs/{run_id}/cancel"): lambda w, a: (f"/v1/runs/{a.run}/cancel",

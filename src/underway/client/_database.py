@@ -4,8 +4,9 @@ journal's codec (:class:`~underway.client.Client` over a store or a database URL
 from __future__ import annotations
 
 import hashlib
+import json
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -13,7 +14,7 @@ from pydantic import BaseModel
 
 from .. import events as ev
 from ..clock import Clock
-from ..codec import Codec, signal_where
+from ..codec import ENCRYPTED, Codec, signal_where, stream_where
 from ..errors import ConfigurationError, KeyUnavailable, RunNotFound
 from ..events import JSON, canonical_json
 from ..flow import Flow
@@ -21,7 +22,9 @@ from ..journal import Journal, Verification
 from ..journal.state import ANSWER_SIGNAL, APPROVAL_SIGNAL, Recorded, RunState
 from ..labels import LabelValue, label_filter
 from ..redaction import Redactor, RunRedactors
+from ..store._offload import run_io
 from ..store.base import (
+    FINAL,
     ApproverRecord,
     ConsentRecord,
     NewRun,
@@ -29,6 +32,7 @@ from ..store.base import (
     SignalRecord,
     Store,
 )
+from ..store.streams import StreamDelta
 from ._activity import Activity, activity
 from ._bulk import BulkItem, BulkResult, RunFilter, _Acting, _Plan, run_each
 from ._forking import Fork, fork_run
@@ -37,6 +41,9 @@ from ._options import StartOptions
 from ._pages import RunEvent, RunPage, decode_cursor, encode_cursor
 from ._requests import PendingRequest, readable_row, request_of, sealed_request
 from ._starting import new_run
+
+WAIT_S = 1.0
+"""The longest a reader of a live stream waits for a bell before it looks again."""
 
 
 class DatabaseTransport:
@@ -277,3 +284,53 @@ class DatabaseTransport:
     def approver(self, tenant_id: str, approver_id: str) -> ApproverRecord | None:
         """The approver as registered in the tenant."""
         return self.store.get_approver(tenant_id, approver_id)
+
+    # -- live streams -------------------------------------------------------------------
+    def read_stream(self, tenant_id: str, run_id: str, after: int,
+                    limit: int) -> list[StreamDelta]:
+        """The run's live deltas after ``after``, opened with the codec."""
+        row = self.get_run(tenant_id, run_id)
+        if row is None:
+            raise RunNotFound(tenant_id, run_id)
+        out = []
+        for offset, d in self.store.read_stream(tenant_id, run_id, after=after, limit=limit):
+            text = self.codec.open_text(
+                d.data, stream_where(tenant_id, run_id, d.key, d.attempt, row.subject))
+            delta = {"type": "encrypted"} if text == ENCRYPTED else json.loads(text)
+            out.append(StreamDelta(offset, d.key, d.step, d.index, d.attempt, delta,
+                                   d.written_at))
+        return out
+
+    def stream_page(self, tenant_id: str, run_id: str, after: int,
+                    limit: int) -> tuple[list[StreamDelta], bool]:
+        """The deltas after ``after``, and whether the run has finished with none left.
+        Every delta is written before the run's last commit, so one more read after the
+        row says it finished finds any that landed in between."""
+        found = self.read_stream(tenant_id, run_id, after, limit)
+        if found:
+            return found, False
+        row = self.get_run(tenant_id, run_id)
+        if row is None or row.status not in FINAL:
+            return [], False
+        found = self.read_stream(tenant_id, run_id, after, limit)
+        return found, not found
+
+    async def stream(self, tenant_id: str, run_id: str, after: int, follow: bool,
+                     limit: int) -> AsyncIterator[StreamDelta]:
+        """The deltas after ``after`` as they are written, read on the store's I/O
+        threads; a write rings the bell on PostgreSQL, elsewhere the reader polls."""
+        bell = await run_io(self.store, self.store.stream_bell)
+        try:
+            while True:
+                found, ended = await run_io(self.store, self.stream_page, tenant_id, run_id,
+                                            after, limit)
+                for d in found:
+                    after = d.offset
+                    yield d
+                if found:
+                    continue
+                if ended or not follow:
+                    return
+                await bell.wait(run_id, WAIT_S)
+        finally:
+            await bell.close()

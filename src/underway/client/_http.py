@@ -9,7 +9,9 @@ from its events, by the same code a worker folds them with."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable, Sequence
 from functools import cache
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -27,6 +29,7 @@ from ..journal._journal import states_around
 from ..journal.state import Recorded, RunState, fold
 from ..labels import LabelValue, label_filter
 from ..store.base import ApproverRecord, ConsentRecord, RunRecord
+from ..store.streams import StreamDelta
 from . import _wire
 from ._activity import Activity
 from ._bulk import _DECISION, BulkItem, BulkResult, RunFilter, _Acting, _Plan, plan_answer
@@ -40,6 +43,14 @@ if TYPE_CHECKING:
 
 API_PAGE = 1000
 """The most runs ``GET /v1/runs`` answers with at once."""
+STREAM_PAGE = 500
+"""The most deltas ``GET /v1/runs/{run_id}/stream/deltas`` answers with at once."""
+STREAM_READ_S = 45.0
+"""The least a read of an open live stream may wait: the server sends a keep-alive at
+least every 15 seconds, so a longer silence is a dead connection."""
+DROPS = 3
+"""How many times in a row a live stream is reopened after its connection dropped with
+nothing new, before the drop is an error."""
 _NOT_OVER_HTTP = ("run_id", "principal", "roles", "lineage")
 """Start options the API does not take: it names the run and whom it acts for itself."""
 
@@ -73,8 +84,9 @@ class HttpTransport:
         # httpx loads with an HTTP client only: a database client (the CLI, a worker)
         # never needs it.
         import httpx
-        self._http = httpx.Client(base_url=self.where, timeout=timeout,
-                                  headers={"Authorization": f"Bearer {api_key}"})
+        self._headers = {"Authorization": f"Bearer {api_key}"}
+        self._timeout = timeout
+        self._http = httpx.Client(base_url=self.where, timeout=timeout, headers=self._headers)
         self._unreachable = httpx.TransportError
         self._tenant: str | None = None
         self._me: dict[str, Any] | None = None
@@ -108,9 +120,7 @@ class HttpTransport:
         try:
             r = self._http.request(method, path, **kwargs)
         except self._unreachable as exc:
-            raise ServiceError(
-                f"cannot reach underway serve at {self.where} ({type(exc).__name__}: "
-                f"{exc}); is it running, and is the URL right?") from None
+            raise ServiceError(self._unreachable_words(exc)) from None
         if r.is_success:
             return r
         raise _wire.error_of(r, self.where, tenant_id=self._tenant, run_id=run_id)
@@ -357,6 +367,110 @@ class HttpTransport:
         if not r.is_success:
             raise _wire.error_of(r, self.where)
         return _wire.approver(tenant_id, r.json())
+
+    # -- live streams -------------------------------------------------------------------
+    def read_stream(self, tenant_id: str, run_id: str, after: int,
+                    limit: int) -> list[StreamDelta]:
+        """``GET /v1/runs/{run_id}/stream/deltas``; more than a page is read in several."""
+        found: list[StreamDelta] = []
+        while True:
+            page, _ = self.stream_page(tenant_id, run_id, after,
+                                       min(max(limit - len(found), 0), STREAM_PAGE))
+            found += page
+            if len(page) < STREAM_PAGE or len(found) >= limit:
+                return found
+            after = page[-1].offset
+
+    def stream_page(self, tenant_id: str, run_id: str, after: int,
+                    limit: int) -> tuple[list[StreamDelta], bool]:
+        """``GET /v1/runs/{run_id}/stream/deltas``."""
+        d = self._json("GET", f"{_run(run_id)}/stream/deltas", run_id=run_id,
+                       params={"after": after, "limit": min(limit, STREAM_PAGE),
+                               **self._reveal})
+        return [_wire.stream_delta(x) for x in d["deltas"]], bool(d["ended"])
+
+    async def stream(self, tenant_id: str, run_id: str, after: int, follow: bool,
+                     limit: int) -> AsyncIterator[StreamDelta]:
+        """``GET /v1/runs/{run_id}/stream`` as Server-Sent Events (without ``follow``:
+        pages of ``/stream/deltas``). A connection that drops is reopened with
+        ``Last-Event-ID``: the last offset given, so no delta comes twice."""
+        import httpx
+        await asyncio.to_thread(self.tenant, tenant_id)
+        timeout = httpx.Timeout(self._timeout, read=max(self._timeout, STREAM_READ_S))
+        async with httpx.AsyncClient(base_url=self.where, timeout=timeout,
+                                     headers=self._headers) as http:
+            if not follow:
+                while True:
+                    r = await self._async_call(http, f"{_run(run_id)}/stream/deltas", run_id,
+                                               {"after": after, "limit": limit})
+                    page = [_wire.stream_delta(x) for x in r.json()["deltas"]]
+                    for d in page:
+                        after = d.offset
+                        yield d
+                    if not page:
+                        return
+            drops = 0
+            while True:
+                try:
+                    async with http.stream(
+                        "GET", f"{_run(run_id)}/stream", params=self._reveal,
+                        headers={"Last-Event-ID": str(after), "Accept": "text/event-stream"},
+                    ) as r:
+                        if not r.is_success:
+                            await r.aread()
+                            raise _wire.error_of(r, self.where, tenant_id=self._tenant,
+                                                 run_id=run_id)
+                        async for kind, data in _server_events(r):
+                            if kind == "end":
+                                return
+                            if kind == "unauthorized":
+                                raise _wire.refused_key(self.where, json.loads(data)["detail"])
+                            got = _wire.stream_delta(json.loads(data)) \
+                                if kind == "delta" else None
+                            if got is not None and got.offset > after:
+                                after, drops = got.offset, 0
+                                yield got
+                except (httpx.ReadError, httpx.ReadTimeout, httpx.RemoteProtocolError):
+                    pass
+                except self._unreachable as exc:
+                    raise ServiceError(self._unreachable_words(exc)) from None
+                # The connection ended before ``end``: open it again after ``after``.
+                drops += 1
+                if drops > DROPS:
+                    raise ServiceError(
+                        f"{self.where} dropped the live stream of run {run_id} {DROPS} "
+                        f"times in a row with nothing new after offset {after}")
+
+    async def _async_call(self, http: httpx.AsyncClient, path: str, run_id: str,
+                          params: dict[str, Any]) -> httpx.Response:
+        try:
+            r = await http.get(path, params={**params, **self._reveal})
+        except self._unreachable as exc:
+            raise ServiceError(self._unreachable_words(exc)) from None
+        if r.is_success:
+            return r
+        raise _wire.error_of(r, self.where, tenant_id=self._tenant, run_id=run_id)
+
+    def _unreachable_words(self, exc: Exception) -> str:
+        return (f"cannot reach underway serve at {self.where} ({type(exc).__name__}: "
+                f"{exc}); is it running, and is the URL right?")
+
+
+async def _server_events(r: httpx.Response) -> AsyncIterator[tuple[str, str]]:
+    """The ``(event, data)`` of each Server-Sent Event of ``r``; comments skipped."""
+    kind, data = "message", list[str]()
+    async for line in r.aiter_lines():
+        if not line:
+            if data:
+                yield kind, "\n".join(data)
+            kind, data = "message", []
+        elif not line.startswith(":"):
+            name, _, value = line.partition(":")
+            value = value.removeprefix(" ")
+            if name == "event":
+                kind = value
+            elif name == "data":
+                data.append(value)
 
 
 def _run(run_id: str) -> str:

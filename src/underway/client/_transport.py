@@ -11,7 +11,7 @@ method says so, else :class:`~underway.errors.RunNotFound`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel
@@ -23,6 +23,7 @@ from ..journal import Verification
 from ..journal.state import Recorded, RunState
 from ..labels import LabelValue
 from ..store.base import ApproverRecord, ConsentRecord, RunRecord
+from ..store.streams import StreamDelta
 from ._activity import Activity
 from ._forking import Fork
 from ._options import StartOptions
@@ -135,6 +136,20 @@ class Transport(Protocol):
 
     def approver(self, tenant_id: str, approver_id: str) -> ApproverRecord | None:
         """The registered approver, or None."""
+
+    # -- live streams -------------------------------------------------------------------
+    def read_stream(self, tenant_id: str, run_id: str, after: int,
+                    limit: int) -> list[StreamDelta]:
+        """At most ``limit`` of the run's live deltas after offset ``after``."""
+
+    def stream_page(self, tenant_id: str, run_id: str, after: int,
+                    limit: int) -> tuple[list[StreamDelta], bool]:
+        """The deltas after ``after``, and whether the run has finished with none left."""
+
+    def stream(self, tenant_id: str, run_id: str, after: int, follow: bool,
+               limit: int) -> AsyncIterator[StreamDelta]:
+        """The deltas after ``after`` as they are written, each once; ends once the run has
+        finished and none is left (without ``follow``: once none is left now)."""
 
 
 def is_http(url: str) -> bool:

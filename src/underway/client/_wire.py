@@ -25,6 +25,7 @@ from ..errors import (
     UnderwayError,
 )
 from ..store.base import ApproverRecord, ConsentRecord, RunRecord
+from ..store.streams import StreamDelta
 from ._forking import Fork
 from ._pages import RunEvent
 from ._requests import PendingRequest
@@ -52,6 +53,18 @@ def run_record(d: dict[str, Any]) -> RunRecord:
         updated_at=d["updated_at"], error=d["error"], queue=d["queue"],
         subject=d["subject"], purpose=d["purpose"],
     )
+
+
+def stream_delta(d: dict[str, Any]) -> StreamDelta:
+    """A delta of a run's live stream from a ``Delta`` (or an SSE ``delta`` frame)."""
+    return StreamDelta(d["offset"], d["key"], d["step"], d["index"], d["attempt"],
+                       d["delta"], d["written_at"])
+
+
+def refused_key(where: str, detail: str) -> ServiceError:
+    """The API key was refused (revoked, expired, unknown), as a 401 answer reads."""
+    return ServiceError(f"{where} refused the API key: {detail}. Check api_key= (a "
+                        "revoked key stays refused)", status=401)
 
 
 def pending(d: dict[str, Any]) -> PendingRequest:
@@ -147,8 +160,7 @@ def error_of(r: httpx.Response, where: str, *, tenant_id: str | None = None,
     if slug in ("invalid-input", "invalid-json"):
         return _invalid(r.status_code, detail, errors)
     if r.status_code == 401:
-        return ServiceError(f"{where} refused the API key: {detail}. Check api_key= (a "
-                            "revoked key stays refused)", status=401)
+        return refused_key(where, detail)
     if r.status_code == 403:
         return ServiceError(f"{where} refused: {detail}", status=403)
     return ServiceError(f"{where} answered {r.status_code} to {r.request.method} "

@@ -9,6 +9,9 @@ partial answer of that call. A ``done`` delta says the call's reply is journaled
 stream ends (``event: end``) once the run has finished and every delta was sent. A
 revoked key ends it (``event: unauthorized``), as the events tail does
 (:mod:`._stream`). Each delta passes the run's redactor, as the journal's events do.
+
+``GET /v1/runs/{run_id}/stream/deltas`` answers the same deltas a page at a time, as JSON,
+without waiting: for a reader that polls, or that wants what is there now.
 """
 
 from __future__ import annotations
@@ -20,7 +23,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Path, Query, Request
 from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, JsonValue
 
+from ..client._streams import PAGE
 from ..inputs import MAX_INT
 from ..redaction import Redactor
 from ..store._offload import run_io
@@ -65,6 +70,51 @@ async def stream_run(
         media_type="text/event-stream",
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )
+
+
+class Delta(BaseModel):
+    """One delta of a run's live stream, with its call: its ``offset`` (strictly increasing
+    along the run's stream, never reused), the call's idempotency ``key``, ``step`` and
+    ``index``, the ``attempt`` that streamed it, the ``delta`` itself (``type``: ``text``,
+    ``tool_call``, ``restart``, ``done``...) and when it was written."""
+
+    offset: int
+    key: str
+    step: str
+    index: int
+    attempt: int
+    delta: JsonValue
+    written_at: float
+
+
+class DeltaPage(BaseModel):
+    """The deltas after an offset, oldest first; ``ended``: the run has finished and none
+    is left after that offset."""
+
+    deltas: list[Delta]
+    ended: bool
+
+
+@endpoint(router, "GET", "/{run_id}/stream/deltas", permission="read", run_data=True,
+          response_model=DeltaPage, problems=(403, 404))
+def list_stream_deltas(
+    state: State, who: Caller, request: Request, read: Read,
+    run_id: Annotated[str, Path(min_length=1, description="The run's id.")],
+    after: Annotated[int, Query(ge=0, le=MAX_INT,
+                                description="Only deltas after this offset.")] = 0,
+    limit: Annotated[int, Query(ge=1, le=PAGE,
+                                description="The most deltas answered.")] = PAGE,
+) -> DeltaPage:
+    """The run's live deltas after an offset, a page at a time, without waiting
+    (redacted as ``GET /v1/runs/{run_id}/stream`` redacts them)."""
+    read = read.allowed(state, who)
+    found, ended = state.client.stream_page(run_id, after, who.tenant_id, limit=limit)
+    hide = state.client.redactor(run_id, tenant_id=who.tenant_id, reveal=read.reveal)
+    state.record_reads(request, who, [run_id], purpose=read.purpose, revealed=read.reveal)
+    return DeltaPage(deltas=[Delta(offset=d.offset, key=d.key, step=d.step, index=d.index,
+                                   attempt=d.attempt, delta=hide.json(d.delta),
+                                   written_at=d.written_at) for d in found],
+                     ended=ended)
 
 
 def api_frame(d: StreamDelta) -> str:

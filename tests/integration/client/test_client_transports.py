@@ -5,19 +5,23 @@ Over HTTP the journal names the API key as who acted (:meth:`World.by`)."""
 
 from __future__ import annotations
 
+import asyncio
 import re
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import underway as uw
-from fakes.client_world import FIXED, T0, World
+from fakes.client_world import FIXED, PACED, T0, Paced, World
+from fakes.tcp_relay import Relay
 from underway import events as ev
 from underway.client import BulkItem, KeySigner, RunFilter
-from underway.errors import AmbiguousRunId, InvalidInput
+from underway.errors import AmbiguousRunId, InvalidInput, ServiceError
 from underway.guard.approvals import sign_decision
+from underway.runner import Runner
+from underway.store.streams import StreamDelta
 
 
 @pytest.fixture(params=[
@@ -401,6 +405,136 @@ def test_connect_opens_what_close_closes(world: World) -> None:
         assert opened.clock is world.clock
         assert opened.get_run(run_id).status == "ready"
     opened.close()  # closing twice is harmless
+
+
+# -- live streams ---------------------------------------------------------------------------
+
+WORDS = [{"type": "text", "text": w} for w in ("once ", "upon ", "a ", "time")] + \
+    [{"type": "done"}]
+
+
+async def collect(deltas: AsyncIterator[StreamDelta]) -> list[StreamDelta]:
+    return [d async for d in deltas]
+
+
+def test_a_finished_runs_live_stream_reads_the_same_by_offset(world: World) -> None:
+    run_id = start(world, "S-1", flow="teller")
+    assert world.client.read_stream(run_id) == []
+    assert world.client.stream_page(run_id, 0) == ([], False), "not finished: more may come"
+    world.drive()
+    got = world.client.read_stream(run_id)
+    assert [d.delta for d in got] == WORDS
+    assert {(d.step, d.index, d.attempt) for d in got} == {("tell", 0, 1)}
+    offsets = [d.offset for d in got]
+    assert offsets == sorted(set(offsets))
+    assert world.client.read_stream(run_id, after=offsets[1], limit=2) == got[2:4]
+    assert world.client.stream_page(run_id, 0) == (got, False)
+    assert world.client.stream_page(run_id, offsets[-1]) == ([], True)
+    assert world.client.stream_page(run_id, offsets[0], limit=1) == (got[1:2], False)
+    assert asyncio.run(collect(world.client.stream(run_id))) == got
+    assert asyncio.run(collect(world.client.stream(run_id, after=offsets[2]))) == got[3:]
+    assert asyncio.run(collect(world.client.stream(run_id, after=offsets[1],
+                                                   follow=False))) == got[2:]
+    assert world.client.get_run(run_id).status == "completed"
+
+
+def test_a_reader_follows_the_model_answering_and_resumes_after_its_offset(
+        world: World) -> None:
+    model = Paced()
+    PACED.append(model)
+    run_id = start(world, "S-2", flow="teller")
+    first: list[StreamDelta] = []
+    rest: list[StreamDelta] = []
+
+    async def follow() -> None:
+        # The reader leaves after the first word, while the model waits, keeping its offset.
+        async for d in world.client.stream(run_id):
+            first.append(d)
+            break
+        assert await collect(world.client.stream(run_id, after=first[-1].offset,
+                                                 follow=False)) == []
+        model.seen.set()
+        async for d in world.client.stream(run_id, after=first[-1].offset):
+            rest.append(d)
+
+    async def both() -> None:
+        await asyncio.gather(Runner(world.engine).run_until_idle(), follow())
+
+    asyncio.run(both())
+    assert [d.delta for d in first + rest] == WORDS, "each delta once, in order"
+    offsets = [d.offset for d in first + rest]
+    assert offsets == sorted(set(offsets))
+    assert world.client.state(run_id).result == {"text": "once upon a time"}
+
+
+def test_a_dropped_connection_is_reopened_after_the_last_offset(world: World) -> None:
+    if world.server is None:
+        return  # a database client holds no connection to drop
+    model = Paced()
+    PACED.append(model)
+    run_id = start(world, "S-5", flow="teller")
+    got: list[StreamDelta] = []
+    with Relay(world.server.url) as relay:
+        async def follow() -> None:
+            with uw.Client(relay.url, api_key=world.key("viewer", "r")) as reader:
+                async for d in reader.stream(run_id):
+                    got.append(d)
+                    if len(got) == 1:
+                        before = relay.accepted
+                        relay.cut()  # mid-answer: the model waits for this reader
+                        model.seen.set()
+                assert relay.accepted > before, "the stream was opened again"
+
+        async def both() -> None:
+            await asyncio.gather(Runner(world.engine).run_until_idle(), follow())
+
+        asyncio.run(both())
+    assert [d.delta for d in got] == WORDS, "each delta once, across the reconnect"
+
+
+def test_stream_reads_refuse_an_unknown_run_and_another_tenants(world: World) -> None:
+    other, _ = world.engine.start("teller", {"invoice": "S-3", "amount": 1},
+                                  tenant_id="globex")
+    world.drive()
+    assert [d.delta for d in world.engine.client.read_stream(other, tenant_id="globex")] \
+        == WORDS
+    for run_id in ("nope", other):
+        missing = rf"no run '{run_id}' in tenant 'default'"
+        with pytest.raises(uw.RunNotFound, match=missing):
+            world.client.read_stream(run_id)
+        with pytest.raises(uw.RunNotFound, match=missing):
+            world.client.stream_page(run_id, 0)
+        for follow in (True, False):
+            with pytest.raises(uw.RunNotFound, match=missing):
+                asyncio.run(collect(world.client.stream(run_id, follow=follow)))
+
+
+def test_a_revoked_key_ends_an_open_stream_as_it_refuses_any_read(world: World) -> None:
+    if world.server is None:
+        return  # a database client has no key to revoke
+    model = Paced()
+    PACED.append(model)
+    token = world.key("viewer", "reader")
+    run_id = start(world, "S-4", flow="teller")
+    seen: list[StreamDelta] = []
+
+    async def follow() -> None:
+        with uw.Client(world.server.url, api_key=token) as reader:  # type: ignore[union-attr]
+            with pytest.raises(ServiceError, match="refused the API key") as refused:
+                async for d in reader.stream(run_id):
+                    seen.append(d)
+                    assert world.store.revoke_api_key("default", token.split("_")[1],
+                                                      at=world.clock.now())
+            assert refused.value.status == 401
+            model.seen.set()
+            with pytest.raises(ServiceError, match="refused the API key"):
+                reader.read_stream(run_id)
+
+    async def both() -> None:
+        await asyncio.gather(Runner(world.engine).run_until_idle(), follow())
+
+    asyncio.run(both())
+    assert [d.delta for d in seen] == WORDS[:1], "nothing read after the revocation is sent"
 
 
 # -- what works on a database only ----------------------------------------------------------

@@ -15,7 +15,7 @@ def test_every_run_data_read_appends_one_entry_per_run(world: World) -> None:
     assert {(e.method, e.path) for e in run_data} == {
         ("GET", "/v1/runs/{run_id}"), ("GET", "/v1/runs/{run_id}/events"),
         ("GET", "/v1/runs/{run_id}/events/stream"), ("GET", "/v1/runs/{run_id}/stream"),
-        ("GET", "/v1/approvals"),
+        ("GET", "/v1/runs/{run_id}/stream/deltas"), ("GET", "/v1/approvals"),
         ("GET", "/v1/approvals/{run_id}"), ("GET", "/v1/usage"), ("GET", "/v1/activity"),
         ("GET", "/v1/activity/days"),
     }
@@ -43,7 +43,8 @@ def test_every_run_data_read_appends_one_entry_per_run(world: World) -> None:
 
 
 def test_a_read_that_finds_nothing_records_nothing(world: World) -> None:
-    for path in ("/v1/runs/nope", "/v1/runs/nope/events", "/v1/approvals/nope"):
+    for path in ("/v1/runs/nope", "/v1/runs/nope/events", "/v1/runs/nope/stream/deltas",
+                 "/v1/approvals/nope"):
         assert world.call("GET", path, role="viewer").status_code == 404
     assert world.store.list_access("acme") == []
 

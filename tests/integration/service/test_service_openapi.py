@@ -131,6 +131,8 @@ PINNED = {
     "GET /v1/runs": "list_runs", "POST /v1/runs": "start_run",
     "GET /v1/runs/{run_id}": "get_run", "GET /v1/runs/{run_id}/events": "list_events",
     "GET /v1/runs/{run_id}/events/stream": "stream_events",
+    "GET /v1/runs/{run_id}/stream": "stream_run",
+    "GET /v1/runs/{run_id}/stream/deltas": "list_stream_deltas",
     "POST /v1/runs/{run_id}/signals": "send_signal",
     "POST /v1/runs/{run_id}/cancel": "cancel_run", "POST /v1/runs/{run_id}/resume": "resume_run",
     "POST /v1/runs/{run_id}/resolve": "resolve_run",
