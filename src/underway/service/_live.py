@@ -33,7 +33,7 @@ from ..store.streams import StreamDelta
 from ._auth import Caller, Principal, ServiceState, State, endpoint, still_authorized
 from ._inputs import CheckedRoute
 from ._reading import Read
-from ._stream import KEEPALIVE_S, header_seq
+from ._stream import KEEPALIVE_S, sse_of_run
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"], route_class=CheckedRoute)
 
@@ -57,19 +57,7 @@ async def stream_run(
 ) -> StreamingResponse:
     """Follow the run's live stream: the deltas of its streamed model calls, as they are
     written (redacted as ``GET /v1/runs/{run_id}/events`` redacts events)."""
-    read = read.allowed(state, who)
-    await run_io(state.store, partial(state.client.get_run, run_id, tenant_id=who.tenant_id))
-    if last_event_id is not None:
-        after = max(after, header_seq("header.last-event-id", last_event_id))
-    hide = await run_io(state.store, partial(
-        state.client.redactor, run_id, tenant_id=who.tenant_id, reveal=read.reveal))
-    await run_io(state.store, partial(state.record_reads, request, who, [run_id],
-                                      purpose=read.purpose, revealed=read.reveal))
-    return StreamingResponse(
-        live(state, who, run_id, after, request, hide),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
-    )
+    return await sse_of_run(state, who, request, read, run_id, after, last_event_id, live)
 
 
 class Delta(BaseModel):

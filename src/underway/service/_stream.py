@@ -52,6 +52,30 @@ async def stream_events(
 ) -> StreamingResponse:
     """Tail the run's events as they are journaled (redacted as
     ``GET /v1/runs/{run_id}/events`` redacts them)."""
+    return await sse_of_run(state, who, request, read, run_id, after, last_event_id, tail)
+
+
+Follow = Callable[[ServiceState, Principal, str, int, Request, Redactor], AsyncIterator[str]]
+"""What an SSE endpoint sends: the frames of a run after a position, redacted by ``hide``."""
+
+
+async def sse_of_run(state: ServiceState, who: Principal, request: Request, read: Read,
+                     run_id: str, after: int, last_event_id: str | None,
+                     follow: Follow) -> StreamingResponse:
+    """The SSE answer of a run's stream: the caller may read the run (404 otherwise), its
+    ``Last-Event-ID`` resumes after ``after``, the read is in the access log, and the
+    frames of ``follow`` are redacted for the caller.
+
+    Args:
+        state: The service.
+        who: The caller.
+        request: The request (to notice a client that left).
+        read: The caller's read options (purpose, reveal).
+        run_id: The run.
+        after: The position to start after.
+        last_event_id: The header a reconnecting client sends.
+        follow: Makes the frames.
+    """
     read = read.allowed(state, who)
     await run_io(state.store, partial(state.client.get_run, run_id, tenant_id=who.tenant_id))
     if last_event_id is not None:
@@ -61,7 +85,7 @@ async def stream_events(
     await run_io(state.store, partial(state.record_reads, request, who, [run_id],
                                       purpose=read.purpose, revealed=read.reveal))
     return StreamingResponse(
-        tail(state, who, run_id, after, request, hide),
+        follow(state, who, run_id, after, request, hide),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )
