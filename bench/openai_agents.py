@@ -23,7 +23,9 @@ from agents import Runner
 import underway as uw
 from common import Figure, median, pg_schema, pg_store_missing, sqlite_dir
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+# Appended, not put first: the examples' package names (``streaming``) must not hide the
+# benches' own modules of the same names.
+sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
 
 from openai_agents_agent.agent import durable_desk, model_client, refund_desk
 from openai_agents_agent.model_server import ModelServer
