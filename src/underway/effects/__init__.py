@@ -10,7 +10,7 @@ attempt, and new each time a loop visits the step again.
 """
 
 
-from ._declare import ToolDecorator, ToolOptions, tool
+from ._declare import ToolDecorator, ToolOptions, tool, tool_options
 from ._ledger import (
     COMPENSATE_SUFFIX,
     FENCE_STRIDE,
@@ -45,4 +45,5 @@ __all__ = [
     "fence_of",
     "idempotency_key",
     "tool",
+    "tool_options",
 ]

@@ -4,7 +4,7 @@ its annotations."""
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Protocol, TypedDict, cast, overload
 
 from typing_extensions import Unpack
@@ -50,6 +50,26 @@ class ToolOptions(TypedDict, total=False):
     trace_result: bool | tuple[str, ...]
     sensitive: tuple[str, ...]
     hosts: Iterable[str] | None
+
+
+def tool_options(owner: str, options: Mapping[str, Any]) -> ToolOptions:
+    """``options`` checked as the keywords of :func:`tool`, for tools declared elsewhere
+    (an agent framework's, an MCP server's).
+
+    Args:
+        owner: What the options are for, for the error (``tool 'refund'``).
+        options: The options.
+
+    Raises:
+        ConfigurationError: An option :func:`tool` does not take, or ``name`` (the tool
+            keeps its own).
+    """
+    unknown = sorted(set(options) - set(ToolOptions.__annotations__) | ({"name"} & set(options)))
+    if unknown:
+        raise ConfigurationError(
+            f"{owner}: unknown options {unknown}; use the options of underway.tool: "
+            f"{sorted(set(ToolOptions.__annotations__) - {'name'})}")
+    return cast(ToolOptions, dict(options))
 
 
 class ToolDecorator(Protocol):

@@ -20,7 +20,7 @@ from agents.tool import Tool as SDKTool
 from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 
-from ...effects import Tool, ToolOptions
+from ...effects import Tool, ToolOptions, tool_options
 from ...errors import ConfigurationError
 from ...flow import Flow, Next, RunContext
 from ...guard.budgets import Budget
@@ -29,7 +29,7 @@ from ...guard.taint import add_source
 from ...models.errors import ModelError
 from ...models.pricing import PriceTable
 from ._requests import HOSTED, AgentsModel, decode_response, encode_request
-from ._tools import SCOPE, StepScope, durable_tool, scope, tool_options
+from ._tools import SCOPE, StepScope, check_tools, durable_tool, scope
 
 
 class AgentInput(BaseModel):
@@ -279,9 +279,11 @@ class DurableAgent:
         context: Callable[[RunContext[AgentRun, AgentInput]], Any] | None = None,
         prices: PriceTable | None = None,
     ) -> None:
+        for tool_name, options in (tools or {}).items():
+            tool_options(f"tool {tool_name!r}", options)
         graph = _Graph(tools or {}, prices)
         self.agent = graph.agent(agent)
-        tool_options(dict(tools or {}), set(graph.names))
+        check_tools(dict(tools or {}), set(graph.names))
         self.tools = [made for _, made in graph.tools.values()]
         """The underway tools the agent's calls go through."""
         config = run_config or RunConfig()

@@ -155,7 +155,7 @@ def durable_tool(sdk: FunctionTool, options: ToolOptions) -> tuple[FunctionTool,
     return copy, made
 
 
-def tool_options(tools: Mapping[str, ToolOptions] | None, known: set[str]) -> None:
+def check_tools(tools: Mapping[str, ToolOptions] | None, known: set[str]) -> None:
     """Check that every tool named in ``tools`` is one of the agent's."""
     unknown = sorted(set(tools or {}) - known)
     if unknown:

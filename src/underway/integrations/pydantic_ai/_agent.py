@@ -90,7 +90,7 @@ class DurableAgent:
         agent: The agent, unmodified. It must have a model.
         name: The flow's name.
         tools: Options of the underway tool each pydantic-ai tool becomes, by tool name
-            (keywords of :class:`~underway.Tool`: ``mutating``, ``idempotent``,
+            (keywords of :func:`~underway.tool`: ``read_only``, ``idempotent``,
             ``trusted_output``, ``reconcile``, ``amount``...). A tool without options is
             mutating, not idempotent, and its output untrusted; an MCP tool's annotations
             set its flags as :func:`underway.mcp.flags` does (none: also irreversible),

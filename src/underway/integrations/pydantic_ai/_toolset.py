@@ -14,7 +14,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 from pydantic_ai.exceptions import ModelRetry, ToolFailed
 from pydantic_ai.tools import RunContext as PaiContext
 from pydantic_ai.tools import ToolDefinition
@@ -27,7 +27,8 @@ from pydantic_ai.toolsets import (
 )
 from pydantic_core import SchemaValidator, core_schema, to_jsonable_python
 
-from ...effects import CallInfo, Tool
+from ...effects import CallInfo, Tool, tool_options
+from ...effects import tool as declare_tool
 from ...effects._mcp_hints import flags
 from ...effects._schema_args import SchemaArguments, arguments_model
 from ...errors import ConfigurationError, ToolCallError
@@ -35,13 +36,6 @@ from ...events import JSON
 from ...guard.policy import approval_label
 from ...guard.taint import add_source, exposed, output_taints, taint_labels
 from ._model import SCOPE, StepScope
-
-FLAG_NAMES = frozenset(
-    f.name for f in dataclasses.fields(Tool)
-    if f.name not in {"name", "fn", "args_model", "result_model", "wants_call_info",
-                      "takes_args", "hook", "description"}
-)
-"""The options of an underway tool a user may set for a pydantic-ai tool."""
 
 _ANY_ARGS = SchemaValidator(core_schema.dict_schema(core_schema.str_schema(),
                                                     core_schema.any_schema()))
@@ -77,7 +71,7 @@ def call_info() -> CallInfo:
     return info
 
 
-async def _carry_out(args: BaseModel, info: CallInfo) -> JSON:
+async def _carry_out(args: Any, info: CallInfo) -> JSON:
     """The body of every underway tool made here: run the pydantic-ai tool once.
 
     Its result is returned as JSON, the form the journal keeps, so a first run and a
@@ -126,15 +120,12 @@ def _flags_from_metadata(tool: ToolsetTool[Any], overrides: Mapping[str, Any]
 
 
 def check_flags(flags: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
-    """The user's per-tool options, each a keyword of :class:`~underway.effects.Tool`."""
+    """The user's per-tool options, each a keyword of :func:`~underway.tool`, checked now
+    (their values too) rather than when a run first lists the tool."""
     checked: dict[str, dict[str, Any]] = {}
     for name, options in flags.items():
-        unknown = sorted(set(options) - FLAG_NAMES)
-        if unknown:
-            raise ConfigurationError(
-                f"tool {name!r}: unknown options {unknown}; use options of underway.Tool: "
-                f"{sorted(FLAG_NAMES)}")
-        checked[name] = dict(options)
+        checked[name] = dict(tool_options(f"tool {name!r}", options))
+        declare_tool(_carry_out, name=name, **checked[name])
     return checked
 
 
@@ -160,12 +151,14 @@ class Tools:
             given = self.flags.get(name, {})
             options = {"timeout": tool.tool_def.timeout or 30.0,
                        **_flags_from_metadata(tool, given), **given}
-            found = self.made[name] = Tool(
-                name=name, fn=_carry_out, args_model=arguments_model(
-                    name, tool.tool_def.parameters_json_schema, tool.args_validator,
-                    _Arguments),
-                wants_call_info=True,
-                description=tool.tool_def.description or "", **options)
+            # Declared as any underway tool is (read_only, hosts and the rest checked the
+            # same way), then given the tool's own argument model.
+            described = options.pop("description", None) or tool.tool_def.description or ""
+            made = declare_tool(_carry_out, name=name, **options)
+            found = self.made[name] = dataclasses.replace(
+                made, description=described,
+                args_model=arguments_model(name, tool.tool_def.parameters_json_schema,
+                                           tool.args_validator, _Arguments))
         return found
 
 
