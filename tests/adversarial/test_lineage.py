@@ -319,7 +319,7 @@ def test_an_agent_child_of_an_intake_flow_paying_an_injected_account_is_held(
     child = app.child_of(done.run_id)
     held = app.events(child, ev.ApprovalRequested)
     assert [(e.tool, e.rule_id, e.args["account"]) for e in held] == [
-        ("pay", "untrusted-input", ATTACKER)]
+        ("pay", "untrusted-argument", ATTACKER)]
     assert app.state(child).status == "waiting"
     assert app.world.paid == [] and not app.events(child, ev.ToolStarted)
     assert app.state(child).lineage.origin == "webhook:mail"

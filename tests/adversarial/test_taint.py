@@ -180,7 +180,7 @@ def assert_held(engine: uw.Engine, run_id: str, tool: str, executed: Sequence[An
     s = engine.state(run_id)
     held = journal(engine, run_id, ev.ApprovalRequested)
     assert [e.tool for e in held] == [tool], f"expected {tool} held, got {held}"
-    assert held[0].rule_id == "untrusted-input"
+    assert held[0].rule_id in ("untrusted-argument", "unrequested-call")
     assert s.status == "waiting" and s.pending_approval is not None
     assert not executed, f"{tool} ran: {executed}"
     assert not [e for e in journal(engine, run_id, ev.ToolStarted) if e.tool == tool]
@@ -321,9 +321,9 @@ def test_taint_outlives_many_turns_and_a_worker_restart(db_url: str) -> None:
     engine2, _ = engine_for(db_url, world2, turns(*script), clock=clock)
     drive(engine2, run_id)
     assert_held(engine2, run_id, "pay", world2.paid)
-    # The lookups answered inside the tainted context count as its sources too.
-    assert journal(engine2, run_id, ev.ToolSelected)[-1].tainted == ["read_email",
-                                                                     "lookup_invoice"]
+    # A trusted tool answering inside the tainted context is no source: what it was given
+    # came from the e-mail, which is named already.
+    assert journal(engine2, run_id, ev.ToolSelected)[-1].tainted == ["read_email"]
 
 
 # -- what is not held --------------------------------------------------------------------

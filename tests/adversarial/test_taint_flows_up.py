@@ -320,8 +320,8 @@ def test_a_run_started_after_a_tainted_outcome_inherits_it(db_url: str) -> None:
     looker = app.state(app.state(relay).state["child"])
     # The e-mail's content came up from one child and goes down to the next.
     assert looker.lineage.taint == ("read_email",)
-    assert looker.tainted_by == ["read_email", "lookup_invoice"]
-    assert app.tainted_by(relay) == ["read_email", "lookup_invoice"]
+    assert looker.tainted_by == ["read_email"]
+    assert app.tainted_by(relay) == ["read_email"]
     app.close()
 
 
@@ -341,7 +341,7 @@ def test_a_parent_agent_reads_a_tainted_sub_agent_result_as_untrusted(db_url: st
     assert selected.tainted == ["read_email"]
     held = app.events(boss, ev.ApprovalRequested)
     assert [(e.tool, e.rule_id, e.args["account"]) for e in held] == [
-        ("pay", "untrusted-input", ATTACKER)]
+        ("pay", "untrusted-argument", ATTACKER)]
     assert s.status == "waiting" and app.paid == []
     assert not app.events(boss, ev.ToolStarted)
     app.close()

@@ -107,8 +107,8 @@ def test_a_result_shaped_by_an_untrusted_tool_names_it(db_url: str) -> None:
     run_id, _ = engine.start(agent.flow, goal())
     s = drive(engine, run_id)
     assert s.status == "completed"
-    assert s.tainted_by == ["read_email", "lookup_invoice"]
-    assert completed(engine, run_id).tainted_by == ["read_email", "lookup_invoice"]
+    assert s.tainted_by == ["read_email"]
+    assert completed(engine, run_id).tainted_by == ["read_email"]
 
 
 def test_a_clean_result_names_nothing(db_url: str) -> None:
@@ -178,10 +178,10 @@ def test_a_child_inherits_the_taint_its_parent_had_when_it_started(db_url: str) 
     child = engine.state(str(s.state["child"]))
     assert child.status == "completed"
     # The child read only a trusted tool, inside a context its parent had tainted: its
-    # answer names what its parent read first, then what it read itself.
-    assert child.tainted_by == ["read_email", "lookup_invoice"]
+    # answer names what its parent read; the trusted tool is no source of its own.
+    assert child.tainted_by == ["read_email"]
     # The parent waited for that answer: what shaped it shaped the parent's too.
-    assert s.status == "completed" and s.tainted_by == ["read_email", "lookup_invoice"]
+    assert s.status == "completed" and s.tainted_by == ["read_email"]
 
 
 # -- every surface shows it -----------------------------------------------------------------

@@ -21,16 +21,34 @@ from ..events import JSON
 from ..flow import Flow, Next, RunContext
 from ..guard.budgets import Budget
 from ..guard.policy import DEFAULT_POLICY, Policy
+from ..guard.provenance import Assessment, Corpus, Mark, assess, mark_answer
 from ..guard.taint import (
     add_source,
+    door_refused,
     exposed,
     observation_trusted,
-    taint_labels,
     trusts_output,
     untrusted_outputs,
 )
 from ..models.types import Message, ModelResponse, ToolCall, ToolSpec
-from .observations import quote, repeated_from, untrusted_blocks
+from ._actions import (
+    _CONTROL,
+    _OWN_ACTIONS,
+    _PLAN_SPEC,
+    PLAN_NAMES_TOOLS,
+    _Ask,
+    _Control,
+    _Finish,
+    _NamedPlan,
+    _Plan,
+    _plan_schema,
+    _plan_spec,
+    _Wait,
+    _WaitFor,
+)
+from ._provenance import TRUSTED_HEAD as _TRUSTED_HEAD
+from ._provenance import blocks_of, corpus_of, requested_by
+from .observations import quote
 
 RULES = """\
 Work toward the goal with the tools you are given, one step at a time.
@@ -63,13 +81,30 @@ class AgentState(BaseModel):
     context is tainted for the rest of the run."""
     waiting_for: str | None = None
     """The signal a ``wait_for_signal`` action waits for."""
+    vouched: list[int] = Field(default_factory=list)
+    """The messages trusted per value (:mod:`underway.guard.provenance`), by index: a
+    person's words, and what trusted tools gave back for trusted arguments. What the model
+    sees is quoted per context; these are what trusted sources put in it."""
+    carried: dict[int, list[str]] = Field(default_factory=dict)
+    """For an untrusted observation of a trusted tool, by index: the untrusted sources its
+    arguments came from (the tool itself is not one)."""
+    requested: list[str] | None = None
+    """The tools a trusted source asked for: those the plan named or mentioned, when the
+    plan was made from a clean context. None: no such plan, so every mutating or outbound
+    call from a tainted context is ``unrequested``."""
 
     @model_validator(mode="before")
     @classmethod
-    def _taint_of_older_states(cls, data: Any) -> Any:
-        # A state journaled before taint was tracked per context has no `taint`; what was in
+    def _of_older_states(cls, data: Any) -> Any:
+        # A state journaled before provenance was tracked per value has no `vouched`: what
+        # was quoted as trusted then was. One journaled before taint was tracked per context
+        # has no `taint`; what was in
         # its context then is: the results of every tool it called (older versions trusted
         # them by default) and the signals it remembered as untrusted.
+        if isinstance(data, dict) and "vouched" not in data and data.get("messages"):
+            data = {**data, "vouched": [i for i, m in enumerate(data["messages"])
+                                        if isinstance(m, dict) and _TRUSTED_HEAD.match(
+                                            str(m.get("content") or ""))]}
         if not isinstance(data, dict) or "taint" in data or not data.get("messages"):
             return data
         found = [str(m.get("name")) for m in data["messages"] if isinstance(m, dict)
@@ -78,49 +113,6 @@ class AgentState(BaseModel):
                   if isinstance(u, dict)]
         return {**data, "taint": list(dict.fromkeys(found))}
 
-
-class _Finish(BaseModel):
-    result: Any = Field(description="the outcome: what was done, or why it cannot be done")
-
-
-class _Ask(BaseModel):
-    question: str
-    context: Any = None
-
-
-class _Plan(BaseModel):
-    steps: list[str] = Field(min_length=1)
-    reason: str = ""
-
-
-class _Wait(BaseModel):
-    seconds: float = Field(gt=0)
-    reason: str = ""
-
-
-class _WaitFor(BaseModel):
-    signal: str
-    timeout_seconds: float = Field(gt=0)
-    reason: str = ""
-
-
-_Control = _Finish | _Ask | _Plan | _Wait | _WaitFor
-"""The agent's own actions, as the model calls them."""
-
-_CONTROL: dict[str, tuple[type[_Control], str]] = {
-    "finish": (_Finish, "Finish the run with its outcome."),
-    "ask_human": (_Ask, "Ask a person a question and wait for the answer."),
-    "revise_plan": (_Plan, "Replace the plan with new steps, saying why."),
-    "wait": (_Wait, "Pause for this many seconds (durably), then continue."),
-}
-
-
-_OWN_ACTIONS = frozenset({*_CONTROL, "set_plan", "wait_for_signal"})
-
-_PLAN_SPEC: JSON = ToolSpec(
-    name="set_plan", description="Set the plan: the steps toward the goal.",
-    parameters=_Plan.model_json_schema(),
-).model_dump(mode="json", exclude_defaults=True)
 
 
 class Agent:
@@ -222,17 +214,24 @@ class Agent:
             taint_of=_context_taint,
         )
         self._tool_specs: list[JSON] = [
-            s.model_dump(mode="json", exclude_defaults=True) for s in self._specs()
+            s.model_dump(mode="json", exclude_defaults=True) for s in self._specs(_Plan)
         ]
+        writers = sorted(n for n, t in self.tools.items() if self.exposed(t))
+        self._named_specs: list[JSON] = [
+            s.model_dump(mode="json", exclude_defaults=True)
+            for s in self._specs(_NamedPlan, writers)
+        ]
+        self._plan_spec = _plan_spec(_NamedPlan, writers)
         self.flow.step(self._plan, name="plan", start=plan)
         self.flow.step(self.act, name="act", start=not plan)
 
     # -- the conversation ---------------------------------------------------------------
-    def _specs(self) -> list[ToolSpec]:
+    def _specs(self, plan: type[_Plan], writers: list[str] | None = None) -> list[ToolSpec]:
         specs = [ToolSpec.for_tool(t, description=t.description or None)
                  for t in self.tools.values()]
         specs += [
-            ToolSpec(name=n, description=d, parameters=m.model_json_schema())
+            ToolSpec(name=n, description=d, parameters=_plan_schema(plan, writers or [])
+                     if m is _Plan else m.model_json_schema())
             for n, (m, d) in _CONTROL.items()
         ]
         if self.signals:
@@ -277,15 +276,20 @@ class Agent:
     async def _plan(self, ctx: RunContext[AgentState, AgentInput]) -> Next:
         _take_taint(ctx)
         reply = ModelResponse.from_json(await ctx.model(self.model, self._request(
-            ctx, "plan", [_PLAN_SPEC]), stream=self.stream))
+            ctx, "plan", [self._plan_spec if ctx.version(PLAN_NAMES_TOOLS) else _PLAN_SPEC]),
+            stream=self.stream))
         steps: list[str] = []
+        named: list[str] = []
         for call in reply.tool_calls:
             if call.name == "set_plan" and call.arguments is not None:
                 steps = [str(s) for s in call.arguments.get("steps", []) if str(s).strip()]
+                named = [str(t) for t in call.arguments.get("tools", None) or ()
+                         if isinstance(t, str)]
         if not steps and reply.text:
             steps = [line.strip(" -*0123456789.").strip() for line in reply.text.splitlines()
                      if line.strip(" -*0123456789.").strip()]
         ctx.state.plan = steps or [ctx.input.goal]
+        self._request_from_plan(ctx, named)
         ctx.note(ev.PlanCreated(plan=ctx.state.plan, model=reply.model))
         return ctx.goto("act")
 
@@ -300,7 +304,8 @@ class Agent:
         self._observe_signal(ctx)
         st.iterations += 1
         reply = ModelResponse.from_json(await ctx.model(self.model, self._request(
-            ctx, "act", self._tool_specs), stream=self.stream))
+            ctx, "act", self._named_specs if ctx.version(PLAN_NAMES_TOOLS)
+            else self._tool_specs), stream=self.stream))
         self._say(ctx, reply.assistant_message())
         if not reply.tool_calls:
             return ctx.done({"result": reply.text, "iterations": st.iterations})
@@ -322,6 +327,7 @@ class Agent:
                 role=self.approver_role,
             )
             self._say(ctx, Message.user(f"Guidance from a person: {_text(answer)}"))
+            st.vouched.append(len(st.messages) - 1)
             st.failures = 0
         return ctx.goto("act")
 
@@ -339,15 +345,55 @@ class Agent:
         ))
         add_source(ctx.state.taint, source)
 
-    def _trusted_text(self, ctx: RunContext[AgentState, AgentInput]) -> str:
-        """What trusted sources said (goal, run input, trusted results), lower-cased: content
-        found there is not attributed to an untrusted source."""
-        parts = [] if _from_outside(ctx) else [ctx.input.goal,
-                                               json.dumps(ctx.input.context, default=str)]
-        # Only the block's own header counts: a quoted body may contain any text.
-        parts += [m.get("content", "") for m in ctx.state.messages if m.get("role") == "tool"
-                  and m.get("content", "").split("\n", 1)[0].endswith('trust="trusted">')]
-        return "\n".join(parts).lower()
+    def _request_from_plan(self, ctx: RunContext[AgentState, AgentInput],
+                           named: list[str]) -> None:
+        """A plan made from a clean context is a trusted source: the tools it names or
+        mentions are requested. One made after untrusted content was read asks for nothing
+        new."""
+        if not ctx.state.taint:
+            ctx.state.requested = requested_by(ctx.state.plan, named, self.tools)
+
+    def corpus(self, ctx: RunContext[AgentState, AgentInput]) -> Corpus:
+        """What trusted sources put in the model's context (:mod:`underway.guard.provenance`):
+        the instructions, the goal and input of a run whose lineage is clean, a person's
+        answers and trusted results for trusted arguments.
+
+        Args:
+            ctx: The run's context.
+        """
+        clean = not _from_outside(ctx)
+        return corpus_of(self.instructions, ctx.input.goal if clean else None,
+                         ctx.input.context, ctx.state.messages, ctx.state.vouched)
+
+    def assess(self, ctx: RunContext[AgentState, AgentInput], t: Tool,
+               args: JSON) -> Assessment:
+        """The provenance of a proposed call of ``t``: each argument traced to trusted
+        sources, and the labels that follow.
+
+        Args:
+            ctx: The run's context.
+            t: The tool the model proposes to call.
+            args: The proposed arguments.
+        """
+        st = ctx.state
+        if not st.taint:
+            return assess(t, args, Corpus(), taint=(), requested=st.requested)
+        return assess(t, args, self.corpus(ctx), taint=st.taint, requested=st.requested,
+                      blocks=blocks_of(st.messages, st.vouched, st.carried), label=self.exposed(t))
+
+    def answer_marks(self, ctx: RunContext[AgentState, AgentInput], result: JSON) -> list[Mark]:
+        """The parts of ``result`` that trusted sources do not account for.
+
+        Args:
+            ctx: The run's context.
+            result: The run's answer.
+        """
+        st = ctx.state
+        _take_taint(ctx)
+        if not st.taint:
+            return []
+        return mark_answer(result, self.corpus(ctx), taint=st.taint,
+                           blocks=blocks_of(st.messages, st.vouched, st.carried))
 
     async def perform(self, ctx: RunContext[AgentState, AgentInput], call: ToolCall,
                        why: str) -> Next | None:
@@ -377,30 +423,32 @@ class Agent:
                                       "message": f"no tool {call.name!r}; use one of "
                                                  f"{sorted(self.tools)}"}, failed=True)
             return None
-        labels = taint_labels(sources) if self.exposed(t) else []
+        found = self.assess(ctx, t, args)
+        labels = list(found.labels)
         risks: list[str] = []
-        repeats: list[str] = []
+        evidence: dict[str, JSON] = {"goal": ctx.input.goal, "plan": st.plan,
+                                     "reasoning": why[:2000], "tainted_by": sources}
         if labels:
-            repeats = repeated_from(args, untrusted_blocks(st.messages),
-                                    trusted=self._trusted_text(ctx))
             risks = [f"proposed by a model that has read untrusted content from "
-                     f"{', '.join(sources)}: its arguments may be an attacker's"]
-            risks += [f"arguments repeat content from untrusted source {s}" for s in repeats]
+                     f"{', '.join(sources)}", *found.risks()]
+            evidence |= found.evidence()
+            evidence["repeats"] = list(dict.fromkeys(
+                s for tr in found.traces if tr.repeats for s in tr.sources))
+        given = list(dict.fromkeys(s for tr in found.traces if not tr.trusted
+                                   for s in tr.sources))
         try:
-            result = await ctx.call(
-                t, args, labels=labels,
-                evidence={"goal": ctx.input.goal, "plan": st.plan, "reasoning": why[:2000],
-                          "tainted_by": sources, "repeats": repeats},
-                risks=risks,
-            )
+            result = await ctx.call(t, args, labels=labels, evidence=evidence, risks=risks)
         except ToolCallError as exc:
+            # A person's rejection is a decision, not a failure: it does not count
+            # towards asking a person how to proceed.
             self._observe(ctx, call, {"error": exc.error_type, "message": exc.message},
-                          failed=True, tool=t)
+                          failed=None if exc.error_type == "ApprovalRejected" else True,
+                          tool=t, given=given, error_type=exc.error_type)
             return None
         if isinstance(result, BaseModel):
             # The model reads results as JSON, whatever type the tool declares.
             result = result.model_dump(mode="json")
-        self._observe(ctx, call, result, failed=False, tool=t)
+        self._observe(ctx, call, result, failed=False, tool=t, given=given)
         return None
 
     def trusts(self, t: Tool) -> bool:
@@ -414,26 +462,48 @@ class Agent:
         return exposed(t)
 
     def _observe(self, ctx: RunContext[AgentState, AgentInput], call: ToolCall, value: JSON,
-                 *, failed: bool, tool: Tool | None = None) -> None:
+                 *, failed: bool | None, tool: Tool | None = None, vouched: bool = False,
+                 given: list[str] | None = None, error_type: str | None = None) -> None:
         """Give the model ``value``, the result or error of ``tool`` (None: the agent's own
-        words). It is untrusted when the tool's output is, or when the context already is:
-        the call was proposed from it, so an error or an echo carries the taint of its
-        inputs. An untrusted tool observation adds the tool to the context's taint. A
-        tainted child outcome the run received (a sub-agent's result) joins it first, so
-        the observation that reports it is untrusted."""
+        words), quoted with its provenance.
+
+        In a clean context everything is trusted but an untrusted tool's output. In a
+        tainted one only a person's answer (``vouched``) and what a tool gave back for
+        trusted arguments (``given`` empty: the untrusted sources of its arguments) when
+        nobody else spoke: a trusted tool, or the door refusing the call
+        (``error_type``). The agent's own words then echo a model that read untrusted
+        content, so they are untrusted too. An untrusted tool that ran joins the
+        context's taint; a tainted child outcome the run received joins it first.
+        ``failed`` None neither counts a failure nor clears the count (a rejection)."""
         st = ctx.state
         _take_taint(ctx)
-        trusted = observation_trusted(st.taint, tool is None or self.trusts(tool))
-        self._say(ctx, Message.tool(call.id, quote(call.name, value, trusted=trusted),
+        # What the model reads is quoted per context, as it always was: a replay of an
+        # older journal sees the same request.
+        quoted = observation_trusted(st.taint, tool is None or self.trusts(tool))
+        spoke = tool is not None and not door_refused(error_type) and not self.trusts(tool)
+        via = [] if spoke else [s for s in given or () if s]
+        if vouched:
+            trusted = True
+        elif tool is None:
+            trusted = not st.taint
+        else:
+            trusted = not spoke and not via
+        self._say(ctx, Message.tool(call.id, quote(call.name, value, trusted=quoted),
                                     name=call.name))
-        if not trusted and tool is not None:
+        if trusted:
+            st.vouched.append(len(st.messages) - 1)
+        elif via:
+            st.carried[len(st.messages) - 1] = via
+        if spoke and tool is not None:
             add_source(st.taint, tool.name)
-        st.failures = st.failures + 1 if failed else 0
+        if failed is not None:
+            st.failures = st.failures + 1 if failed else 0
 
     async def _control(
         self, ctx: RunContext[AgentState, AgentInput], call: ToolCall
     ) -> Next | None:
-        model = _WaitFor if call.name == "wait_for_signal" else _CONTROL[call.name][0]
+        model = (_WaitFor if call.name == "wait_for_signal" else _NamedPlan
+                 if call.name == "revise_plan" else _CONTROL[call.name][0])
         try:
             args = call.arguments if call.arguments is not None else {}
             parsed: _Control = model.model_validate(args)
@@ -455,9 +525,11 @@ class Agent:
                     self._observe(ctx, call, {"error": exc.error_type, "message": exc.message},
                                   failed=True)
                     return None
-                self._observe(ctx, call, {"answer_from_a_person": answer}, failed=False)
+                self._observe(ctx, call, {"answer_from_a_person": answer}, failed=False,
+                              vouched=True)
             case _Plan():
                 st.plan = list(parsed.steps)
+                self._request_from_plan(ctx, getattr(parsed, "tools", []))
                 ctx.note(ev.PlanRevised(plan=st.plan, reason=parsed.reason))
                 self._observe(ctx, call, "plan revised", failed=False)
             case _Wait():

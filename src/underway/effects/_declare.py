@@ -45,6 +45,7 @@ class ToolOptions(TypedDict, total=False):
     description: str | None
     trusted_output: bool
     untrusted_ok: bool
+    untrusted_args: Iterable[str]
     outbound: bool
     trace_args: bool | tuple[str, ...]
     trace_result: bool | tuple[str, ...]
@@ -130,6 +131,7 @@ def tool(
     description: str | None = None,
     trusted_output: bool = False,
     untrusted_ok: bool = False,
+    untrusted_args: Iterable[str] = (),
     outbound: bool = False,
     trace_args: bool | tuple[str, ...] = False,
     trace_result: bool | tuple[str, ...] = False,
@@ -177,6 +179,9 @@ def tool(
         description: What a model sees; defaults to the function's docstring.
         trusted_output: Its results (and errors) do not taint an agent's context.
         untrusted_ok: Safe to call with arguments derived from untrusted content.
+        untrusted_args: The arguments (top-level fields) that may carry untrusted content,
+            such as an e-mail's ``body``; every other argument must come from trusted
+            sources (:mod:`underway.guard.provenance`).
         outbound: A read-only tool whose arguments leave the system; labelled like a
             mutating one.
         trace_args: Record the call's arguments on its span: True (every field), or these
@@ -240,6 +245,7 @@ def tool(
             message=message,
             trusted_output=trusted_output,
             untrusted_ok=untrusted_ok,
+            untrusted_args=tuple(untrusted_args),
             outbound=outbound,
             trace_args=trace_args,
             trace_result=trace_result,

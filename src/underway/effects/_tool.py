@@ -154,6 +154,9 @@ class Tool(Generic[A, R]):
     """Its results (and errors) are trusted: they do not taint an agent's context."""
     untrusted_ok: bool = False
     """Safe to call with arguments derived from untrusted content: never labelled."""
+    untrusted_args: tuple[str, ...] = ()
+    """The arguments that may carry untrusted content (``body``); the others may not
+    (:mod:`underway.guard.provenance`)."""
     outbound: bool = False
     """A read-only tool whose arguments leave the system; labelled like a mutating one."""
     trace_args: bool | tuple[str, ...] = False
@@ -180,6 +183,7 @@ class Tool(Generic[A, R]):
                 f"tool {self.name!r} declares trusted_output and the output label "
                 "'untrusted'; keep one"
             )
+        self._check_untrusted_args()
         if self.irreversible and self.idempotent:
             raise ConfigurationError(
                 f"tool {self.name!r} cannot be both irreversible and idempotent"
@@ -231,6 +235,23 @@ class Tool(Generic[A, R]):
                         f"tool {self.name!r}: {option} names {path!r}, "
                         + (f"which holds the sensitive field {hidden[0]!r}: sensitive fields "
                            "are never traced" if hidden else "an empty path"))
+
+    def _check_untrusted_args(self) -> None:
+        names = self.untrusted_args
+        if isinstance(names, str):
+            raise ConfigurationError(
+                f"tool {self.name!r}: untrusted_args must be a list of argument names, not "
+                f"the string {names!r}")
+        if names and self.untrusted_ok:
+            raise ConfigurationError(
+                f"tool {self.name!r} declares untrusted_ok (every argument may carry "
+                f"untrusted content) and untrusted_args {list(names)}; keep one")
+        fields = getattr(self.args_model, "model_fields", None)
+        unknown = sorted(set(names) - set(fields)) if fields is not None else []
+        if unknown:
+            raise ConfigurationError(
+                f"tool {self.name!r}: untrusted_args names {unknown}, which are not among "
+                f"its arguments {sorted(fields or ())}")
 
     @cached_property
     def hidden(self) -> Hidden:

@@ -37,6 +37,7 @@ __all__ = [
     "UNTRUSTED",
     "Tracked",
     "add_source",
+    "door_refused",
     "exposed",
     "observation_trusted",
     "output_taints",
@@ -75,11 +76,17 @@ _NOT_RUN = frozenset({*REFUSAL_ERRORS.values(), "SchemaValidationFailed"})
 said."""
 
 
+def door_refused(error_type: str | None) -> bool:
+    """Whether an error of ``error_type`` is the door's refusal of a call: its tool never
+    ran, so the error carries nothing the tool said."""
+    return error_type in _NOT_RUN
+
+
 def output_taints(tool: Tool, error_type: str | None = None) -> bool:
     """Whether what a call of ``tool`` gave back (its result, or an error of
     ``error_type``) brings untrusted content into the context: the tool ran (the door did
     not refuse the call) and nobody vouches for its output (:func:`trusts_output`)."""
-    return error_type not in _NOT_RUN and not trusts_output(tool)
+    return not door_refused(error_type) and not trusts_output(tool)
 
 
 def observation_trusted(taint: Collection[str], output_trusted: bool) -> bool:

@@ -166,7 +166,8 @@ def test_prompt_injection_cannot_move_money_without_a_person() -> None:
     assert (decided.decision, decided.rule_id) == ("require_approval", "untrusted-into-mutating")
     risks = s.pending_approval.risks
     assert "untrusted content from read_customer_email" in risks[0]
-    assert "arguments repeat content from untrusted source read_customer_email" in risks[1]
+    assert ("argument 'account' is not derivable from trusted sources; it repeats content "
+            "of read_customer_email") in risks
     # Nobody approves: the request expires, the model hears it and gives up.
     clock.advance(25 * 3600)
     s = drive(engine, run_id)

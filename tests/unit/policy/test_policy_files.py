@@ -201,7 +201,8 @@ def test_the_public_names_are_pinned() -> None:
 
     assert sorted(underway.guard.policy.__all__) == [
         "APPROVAL_LABEL", "Amount", "AmountCondition", "ArgCondition", "CounterCondition",
-        "DEFAULT_POLICY", "Decision", "FINISH", "Outcome", "Policy", "PolicyContext",
-        "PolicyError", "Predicate", "Rule", "UNTRUSTED_INPUT", "approval_label",
-        "declared_approval", "declares_approval", "load_policy", "policy_from_dict",
+        "DEFAULT_POLICY", "Decision", "FINISH", "Outcome", "PROVENANCE_RULES", "Policy",
+        "PolicyContext", "PolicyError", "Predicate", "Rule", "UNREQUESTED_CALL",
+        "UNTRUSTED_ARGUMENT", "UNTRUSTED_INPUT", "approval_label", "declared_approval",
+        "declares_approval", "load_policy", "policy_from_dict",
     ]

@@ -6,8 +6,8 @@ journals the :class:`Decision` that :meth:`Policy.evaluate` returns: ``allow``, 
 or ``require_approval``, with the rule that decided and the policy's version.
 
 See ``docs/policy.md`` for the rule schema and how outcomes combine. An agent with no
-policy runs under :data:`DEFAULT_POLICY`, which holds calls labelled ``untrusted``
-(:data:`UNTRUSTED_INPUT`) for approval.
+policy runs under :data:`DEFAULT_POLICY`, which holds for approval the calls whose arguments
+untrusted content may have chosen (:data:`PROVENANCE_RULES`).
 """
 
 from __future__ import annotations
@@ -34,14 +34,22 @@ from .errors import PolicyError
 if TYPE_CHECKING:
     from ._conditions import AmountCondition, ArgCondition, CounterCondition
     from ._loading import load_policy, policy_from_dict
-    from .defaults import DEFAULT_POLICY, UNTRUSTED_INPUT
+    from .defaults import (
+        DEFAULT_POLICY,
+        PROVENANCE_RULES,
+        UNREQUESTED_CALL,
+        UNTRUSTED_ARGUMENT,
+        UNTRUSTED_INPUT,
+    )
     from .policies import Policy
     from .rules import Predicate, Rule
 else:
     __getattr__, __dir__ = lazy_exports(__name__, {
         "AmountCondition": "._conditions", "ArgCondition": "._conditions",
         "CounterCondition": "._conditions", "DEFAULT_POLICY": ".defaults",
-        "UNTRUSTED_INPUT": ".defaults", "load_policy": "._loading",
+        "UNTRUSTED_INPUT": ".defaults", "PROVENANCE_RULES": ".defaults",
+        "UNREQUESTED_CALL": ".defaults", "UNTRUSTED_ARGUMENT": ".defaults",
+        "load_policy": "._loading",
         "policy_from_dict": "._loading", "Policy": ".policies", "Predicate": ".rules",
         "Rule": ".rules",
     }, globals())
@@ -50,6 +58,9 @@ __all__ = [
     "APPROVAL_LABEL",
     "DEFAULT_POLICY",
     "FINISH",
+    "PROVENANCE_RULES",
+    "UNREQUESTED_CALL",
+    "UNTRUSTED_ARGUMENT",
     "UNTRUSTED_INPUT",
     "Amount",
     "AmountCondition",

@@ -245,6 +245,15 @@ class ReplayStep(StepWithChildren):
         chosen = session.model or TapeModel(session, self.run_id, self.step)
         return await super().model(chosen, request, stream=stream)
 
+    def version(self, change_id: str) -> bool:
+        """The original's answer: a change it never asked about came after it, so the
+        replay keeps the path the original ran (the old one)."""
+        if change_id not in self._act.state.versions:
+            tape = self._session.tape(self.run_id)
+            if tape is not None:
+                self._act.state.versions[change_id] = tape.trace.versions.get(change_id, False)
+        return super().version(change_id)
+
     def value(self, kind: Any, fresh: JSON) -> JSON:
         if self._values >= len(self._act.state.values):
             tape = self._session.tape(self.run_id)

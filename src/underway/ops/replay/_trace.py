@@ -88,6 +88,8 @@ class Trace:
     models: list[TracedModel] = field(default_factory=list)
     values: list[tuple[str, JSON]] = field(default_factory=list)
     """Journaled values (``now``, ``uuid``, ``random``) in order."""
+    versions: dict[str, bool] = field(default_factory=dict)
+    """The run's answers to ``ctx.version``: change id → whether it took the new path."""
     signals: list[ev.SignalReceived] = field(default_factory=list)
     waits: list[Waited] = field(default_factory=list)
     """Every wait for a signal, in order, with how it ended."""
@@ -150,6 +152,8 @@ class Trace:
                     completed += 1
                 case ev.ValueRecorded():
                     t.values.append((e.kind, e.value))
+                case ev.VersionMarked():
+                    t.versions.setdefault(e.change_id, e.patched)
                 case ev.SignalAwaited():
                     waiting = Waited(e.signal)
                     t.waits.append(waiting)

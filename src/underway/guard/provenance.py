@@ -1,0 +1,377 @@
+"""Provenance per value: which arguments of a proposed call come from trusted sources.
+
+Taint (:mod:`underway.guard.taint`) says whether a model's context holds untrusted
+content. Provenance says, for each argument of a call the model proposes from such a
+context, whether it is **derivable from trusted sources**: the run's goal and input (unless
+its lineage is tainted), the flow's constants, a person's answers, and the results of
+trusted tools called with trusted arguments. Those values form a :class:`Corpus`.
+
+An argument is trusted only when every value in it is found whole in the corpus: a string
+as an exact trusted value or a word-bounded span of trusted text, a number as a number
+some trusted text holds, ``true``/``false``/``null`` only as the argument's default.
+Anything else is untrusted, so the check can only err towards holding: padding, an
+encoding, a value split across calls or passed through an echo changes the value and it is
+no longer found. Unknown provenance is untrusted.
+
+Three rules follow (:func:`assess`):
+
+- A tool declares which arguments may carry untrusted content (``untrusted_args``); an
+  untrusted argument that may not carries :data:`UNTRUSTED_ARG` and
+  ``untrusted-arg:<name>``.
+- A call of a tool that the trusted plan did not ask for carries :data:`UNREQUESTED`.
+- The context's own labels (:func:`~underway.guard.taint.taint_labels`) stay, as an input
+  to policies that want them.
+
+The default policy (:data:`~underway.guard.policy.DEFAULT_POLICY`) holds a call for a
+person on the first two only.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from ..effects import Tool
+from .taint import exposed, taint_labels
+
+__all__ = [
+    "UNREQUESTED",
+    "UNTRUSTED_ARG",
+    "ArgTrace",
+    "Assessment",
+    "Corpus",
+    "Mark",
+    "assess",
+    "mark_answer",
+    "trace_args",
+]
+
+UNTRUSTED_ARG = "untrusted-arg"
+"""The label of a call with an argument that carries untrusted content and may not."""
+UNREQUESTED = "unrequested"
+"""The label of a call from a tainted context that no trusted source asked for."""
+
+_SHORT = 4
+"""Strings shorter than this are trusted only as a whole trusted value or word."""
+_NUMBER = re.compile(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)?(?![\w])")
+_EDGE = "\"'()[]{}<>,.;:!?*`"
+
+
+def _norm(text: str) -> str:
+    return unicodedata.normalize("NFC", text).strip()
+
+
+def _number(value: Any) -> str | None:
+    """The canonical form of a number (``1,250.00`` and ``1250`` alike), or None."""
+    text = str(value).replace(",", "") if not isinstance(value, float) else repr(value)
+    try:
+        d = Decimal(text)
+    except (InvalidOperation, ValueError):
+        return None
+    if not d.is_finite():
+        return None
+    d = d.normalize()
+    return format(d if d != 0 else Decimal(0), "f")
+
+
+@dataclass
+class Corpus:
+    """The values trusted sources put in a model's context.
+
+    Build it with :meth:`add` (a JSON value) and :meth:`add_text` (text); ask it with
+    :meth:`derives`.
+    """
+
+    atoms: set[str] = field(default_factory=set)
+    """Whole trusted values and words."""
+    numbers: set[str] = field(default_factory=set)
+    """Every number trusted content holds, canonical."""
+    texts: list[str] = field(default_factory=list)
+    """Trusted strings, searched for word-bounded spans."""
+
+    def add(self, value: Any) -> None:
+        """Add a trusted JSON value: each of its strings, numbers and keys."""
+        for leaf in _leaves(value, keys=True):
+            if isinstance(leaf, str):
+                self.add_text(leaf)
+            elif (not isinstance(leaf, bool) and isinstance(leaf, int | float)
+                  and (n := _number(leaf)) is not None):
+                self.numbers.add(n)
+
+    def add_text(self, text: str) -> None:
+        """Add trusted text: the whole of it, its words and its numbers."""
+        text = _norm(text)
+        if not text:
+            return
+        self.atoms.add(text)
+        self.texts.append(text)
+        for word in text.split():
+            self.atoms.add(word)
+            self.atoms.add(word.strip(_EDGE))
+        for m in _NUMBER.finditer(text):
+            if (n := _number(m.group())) is not None:
+                self.numbers.add(n)
+
+    def derives(self, value: Any) -> bool:
+        """Whether ``value`` (a string or number) is found whole in trusted content."""
+        if isinstance(value, bool) or value is None:
+            return False
+        if isinstance(value, int | float):
+            return (n := _number(value)) is not None and n in self.numbers
+        text = _norm(str(value))
+        if not text or text in self.atoms:
+            return True
+        if _NUMBER.fullmatch(text) and (n := _number(text)) is not None and n in self.numbers:
+            return True
+        if len(text) < _SHORT:
+            return False
+        bounded = re.compile(r"(?<!\w)" + re.escape(text) + r"(?!\w)")
+        return any(bounded.search(t) for t in self.texts)
+
+
+@dataclass(frozen=True, slots=True)
+class ArgTrace:
+    """Where one argument of a proposed call could have come from."""
+
+    name: str
+    """The argument (a top-level field)."""
+    trusted: bool
+    """Derivable from trusted sources alone."""
+    sources: tuple[str, ...] = ()
+    """The untrusted sources it could come from: those whose content it repeats, else
+    every source the context took in (it may be an encoding of any)."""
+    repeats: bool = False
+    """It repeats content of :attr:`sources` verbatim."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The trace as evidence: ``{"arg", "trusted", "sources", "repeats"}``."""
+        return {"arg": self.name, "trusted": self.trusted, "sources": list(self.sources),
+                "repeats": self.repeats}
+
+
+def _leaves(value: Any, *, keys: bool = False, skip: Collection[str] = ()) -> Iterator[Any]:
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            if keys and str(k) not in skip:
+                yield str(k)
+            yield from _leaves(v, keys=keys, skip=skip)
+    elif isinstance(value, list | tuple):
+        for v in value:
+            yield from _leaves(v, keys=keys, skip=skip)
+    else:
+        yield value
+
+
+def _repeated_in(leaves: Sequence[Any], blocks: Iterable[tuple[str, str]]) -> list[str]:
+    """The sources of ``blocks`` (source, lower-cased text) that hold a leaf verbatim."""
+    needles = [_norm(str(v)).lower() for v in leaves
+               if v is not None and not isinstance(v, bool) and _norm(str(v))]
+    found: list[str] = []
+    for source, text in blocks:
+        if source not in found and any(n in text for n in needles):
+            found.append(source)
+    return found
+
+
+def trace_args(args: Any, corpus: Corpus, *, taint: Sequence[str],
+               blocks: Iterable[tuple[str, str]] = (),
+               defaults: Mapping[str, Any] | None = None,
+               structure: Collection[str] = ()) -> list[ArgTrace]:
+    """Trace each top-level argument of a call proposed from a context holding ``taint``.
+
+    Args:
+        args: The call's arguments (a JSON object; anything else is one argument, ``*``).
+        corpus: What trusted sources put in the context.
+        taint: The sources of the untrusted content in the context, in order; empty means
+            a clean context, whose arguments are all trusted.
+        blocks: The untrusted content, as (source, lower-cased text): which of it an
+            argument repeats names its sources.
+        defaults: Each argument's declared default: an argument equal to it is a
+            constant of the tool, trusted.
+        structure: Key names that are the schema's own (field names), not content.
+    """
+    items = args.items() if isinstance(args, Mapping) else [("*", args)]
+    listed = list(blocks)
+    traces: list[ArgTrace] = []
+    for name, value in items:
+        name = str(name)
+        if not taint or (defaults is not None and name in defaults
+                         and defaults[name] == value):
+            traces.append(ArgTrace(name, True))
+            continue
+        leaves = [v for v in _leaves(value, keys=True, skip=structure)]
+        if all(corpus.derives(v) for v in leaves if not (isinstance(v, str) and not v.strip())):
+            traces.append(ArgTrace(name, True))
+            continue
+        repeated = _repeated_in([v for v in leaves if not corpus.derives(v)], listed)
+        traces.append(ArgTrace(name, False, tuple(repeated or taint), bool(repeated)))
+    return traces
+
+
+@dataclass(frozen=True, slots=True)
+class Assessment:
+    """What provenance says of one proposed call (:func:`assess`)."""
+
+    traces: tuple[ArgTrace, ...]
+    """Each argument's provenance."""
+    held: tuple[ArgTrace, ...]
+    """The untrusted arguments the tool does not let carry untrusted content."""
+    requested: bool
+    """Whether a trusted source asked for a call of this tool."""
+    labels: tuple[str, ...]
+    """The call's labels for the policy."""
+
+    def evidence(self) -> dict[str, Any]:
+        """What an approver reads: each argument's provenance, and what held the call."""
+        return {"provenance": [t.to_json() for t in self.traces],
+                "held_by": [t.to_json() for t in self.held],
+                "requested": self.requested}
+
+    def risks(self) -> list[str]:
+        """One sentence per reason to hold the call, naming the argument and its source."""
+        out = [f"argument {t.name!r} is not derivable from trusted sources; it "
+               f"{'repeats content of' if t.repeats else 'may come from'} "
+               f"{', '.join(t.sources)}" for t in self.held]
+        if not self.requested:
+            out.append("no trusted source (the goal, the plan made before untrusted content "
+                       "was read) asked for a call of this tool")
+        return out
+
+
+def assess(tool: Tool, args: Any, corpus: Corpus, *, taint: Sequence[str],
+           requested: Collection[str] | None,
+           blocks: Iterable[tuple[str, str]] = (), label: bool | None = None) -> Assessment:
+    """Assess a call of ``tool`` that a model proposed from a context holding ``taint``.
+
+    Args:
+        tool: The tool.
+        args: The proposed arguments.
+        corpus: What trusted sources put in the context.
+        taint: The context's untrusted sources; empty means clean (nothing is labelled).
+        requested: The tools a trusted source asked for (a plan made from a clean
+            context); None means none is known, so every call from a tainted context is
+            unrequested.
+        blocks: The untrusted content (source, lower-cased text), to name what an
+            argument repeats.
+        label: Whether the call is labelled at all; None means when the tool is
+            :func:`~underway.guard.taint.exposed`. An unlabelled call is still traced:
+            what a trusted tool gives back for untrusted arguments is untrusted.
+    """
+    if not taint:
+        return Assessment(tuple(trace_args(args, corpus, taint=())), (), True, ())
+    model = tool.args_model
+    fields = getattr(model, "model_fields", {}) or {}
+    defaults = {n: f.default for n, f in fields.items() if not f.is_required()}
+    traces = trace_args(args, corpus, taint=taint, blocks=blocks, defaults=defaults,
+                        structure=_field_names(model))
+    if not (exposed(tool) if label is None else label):
+        return Assessment(tuple(traces), (), True, ())
+    held = tuple(t for t in traces if not t.trusted and t.name not in tool.untrusted_args)
+    ok = requested is not None and tool.name in requested
+    labels = list(taint_labels(taint))
+    if held:
+        labels.append(UNTRUSTED_ARG)
+        labels += [f"{UNTRUSTED_ARG}:{t.name}" for t in held]
+    if not ok:
+        labels.append(UNREQUESTED)
+    return Assessment(tuple(traces), held, ok, tuple(labels))
+
+
+def _field_names(model: Any) -> frozenset[str]:
+    """Every property name in ``model``'s JSON schema, at any depth."""
+    schema = getattr(model, "model_json_schema", None)
+    if schema is None:
+        return frozenset()
+    names: set[str] = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, Mapping):
+            props = node.get("properties")
+            if isinstance(props, Mapping):
+                names.update(str(k) for k in props)
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(schema())
+    return frozenset(names)
+
+
+@dataclass(frozen=True, slots=True)
+class Mark:
+    """A part of a run's answer that trusted sources do not account for."""
+
+    path: str
+    """Where in the result (``result``, ``result.items[0]``)."""
+    sources: tuple[str, ...]
+    """The untrusted sources it repeats, else every source that could have shaped it."""
+    repeats: bool
+    """It repeats untrusted content verbatim."""
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"path", "sources", "repeats"}``."""
+        return {"path": self.path, "sources": list(self.sources), "repeats": self.repeats}
+
+
+def _paths(value: Any, path: str) -> Iterator[tuple[str, Any]]:
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            yield from _paths(v, f"{path}.{k}" if path else str(k))
+    elif isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            yield from _paths(v, f"{path}[{i}]")
+    else:
+        yield path, value
+
+
+def mark_answer(result: Any, corpus: Corpus, *, taint: Sequence[str],
+                blocks: Iterable[tuple[str, str]] = (), root: str = "result") -> list[Mark]:
+    """The parts of a run's answer that trusted sources do not account for.
+
+    In a clean context nothing is marked. In a tainted one every string or number the
+    corpus does not derive is marked: with the sources whose text it repeats (``repeats``),
+    else with every source of the context.
+
+    Args:
+        result: The answer.
+        corpus: What trusted sources put in the context.
+        taint: The context's untrusted sources.
+        blocks: The untrusted content (source, lower-cased text).
+        root: The path of ``result`` itself.
+    """
+    if not taint:
+        return []
+    listed = list(blocks)
+    marks: list[Mark] = []
+    for path, leaf in _paths(result, root):
+        if leaf is None or isinstance(leaf, bool) or corpus.derives(leaf):
+            continue
+        if isinstance(leaf, str) and not leaf.strip():
+            continue
+        repeated = _spans_repeated(str(leaf), listed)
+        marks.append(Mark(path, tuple(repeated or taint), bool(repeated)))
+    return marks
+
+
+_SPAN_WORDS = 4
+
+
+def _spans_repeated(text: str, blocks: Sequence[tuple[str, str]]) -> list[str]:
+    """The sources whose text holds the whole of ``text``, or any run of four of its
+    words: an answer that quotes part of an injected instruction repeats it."""
+    low = _norm(text).lower()
+    words = low.split()
+    spans = {low} | {" ".join(words[i:i + _SPAN_WORDS])
+                     for i in range(max(0, len(words) - _SPAN_WORDS + 1))}
+    found: list[str] = []
+    for source, body in blocks:
+        flat = " ".join(body.split())
+        if source not in found and any(s and s in flat for s in spans):
+            found.append(source)
+    return found
