@@ -245,7 +245,9 @@ def tool(
             message=message,
             trusted_output=trusted_output,
             untrusted_ok=untrusted_ok,
-            untrusted_args=tuple(untrusted_args),
+            # A lone string reaches Tool as it is, which refuses it by name.
+            untrusted_args=cast(tuple[str, ...], untrusted_args)
+            if isinstance(untrusted_args, str) else tuple(untrusted_args),
             outbound=outbound,
             trace_args=trace_args,
             trace_result=trace_result,
