@@ -120,13 +120,16 @@ class Agent:
 
     It has a goal, a model and an allow-list of typed tools.
 
-    Taint is tracked per context (``docs/agent.md``). Some content is untrusted: the results
-    and errors of every tool not declared ``trusted_output`` (and of those named in
-    ``untrusted``). So are signal payloads and the input of a run started by intake. Once any
-    is in the context, some calls carry the ``untrusted`` label: every call of a mutating,
-    message or ``outbound`` tool not declared ``untrusted_ok``. With no policy on the flow or
-    the engine the agent runs under :data:`~underway.guard.policy.DEFAULT_POLICY`. That
-    policy holds such calls for a person.
+    Taint is tracked per context and provenance per value (``docs/agent.md``). Some content
+    is untrusted: the results and errors of every tool not declared ``trusted_output`` (and
+    of those named in ``untrusted``). So are signal payloads and the input of a run started
+    by intake. Once any is in the context, each argument of a call of a mutating, message or
+    ``outbound`` tool is traced to its sources (:meth:`assess`). A call carries
+    ``untrusted-arg`` when an argument outside the tool's ``untrusted_args`` is not
+    derivable from trusted sources, and ``unrequested`` when the plan made from a clean
+    context did not ask for its tool. With no policy on the flow or the engine the agent
+    runs under :data:`~underway.guard.policy.DEFAULT_POLICY`, which holds such calls for a
+    person.
 
     Args:
         name: The agent's flow name.

@@ -100,13 +100,15 @@ class Tool(Generic[A, R]):
     in the argument or result model, is never recorded, whatever the opt-in says; naming
     one in ``trace_args`` or ``trace_result`` is a :class:`ConfigurationError`.
 
-    Taint (:mod:`underway.guard.taint`): an agent treats every tool's output as untrusted unless
-    the tool declares ``trusted_output`` (its author vouches for every byte it returns,
-    e.g. fields of one's own database that no outsider can write). Once untrusted content
-    is in an agent's context, its calls of mutating tools, message tools and ``outbound``
-    read-only tools (whose arguments leave the system: a web search, a third-party API)
-    carry the ``untrusted`` label, unless the tool declares ``untrusted_ok`` (safe whatever
-    its arguments say).
+    Taint and provenance (:mod:`underway.guard.taint`, :mod:`underway.guard.provenance`):
+    an agent treats every tool's output as untrusted unless the tool declares
+    ``trusted_output`` (its author vouches for every byte it returns, e.g. fields of one's
+    own database that no outsider can write). Once untrusted content is in an agent's
+    context, each argument of a call of a mutating tool, a message tool or an ``outbound``
+    read-only tool (whose arguments leave the system) is traced to its sources. An
+    argument not derivable from trusted sources holds the call, unless the tool lists it in
+    ``untrusted_args`` (content such as an e-mail's body) or declares ``untrusted_ok`` (safe
+    whatever its arguments say).
     """
 
     name: str
