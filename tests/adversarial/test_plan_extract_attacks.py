@@ -89,6 +89,19 @@ def test_an_injected_recipient_is_held_naming_the_argument_and_its_source(
     assert asked.evidence["filled_by"] == {"to": ["s2_x1"], "body": ["s2_x2"]}
     assert desk.sent == []
 
+    # A person approves: the call runs as held, and nothing is asked or read again.
+    key = Ed25519PrivateKey.generate()
+    register_approver(engine.store, "priya", public_key=public_key_of(key), roles=["ops"],
+                      now=engine.clock.now())
+    engine.submit_decision(sign_decision(
+        key, request_id=asked.request_id, run_id=run_id, tenant_id="default",
+        tool=asked.tool, args_hash=asked.args_hash, decision="approve",
+        expires_at=asked.expires_at, approver_id="priya").model_dump(mode="json"))
+    s = drive(engine, run_id)
+    assert s.status == "completed" and [m["to"] for m in desk.sent] == [[ATTACKER_MAIL]]
+    assert desk.reads == 1 and len(desk.extractor_requests) == 2
+    assert len(desk.planner_requests) == 1
+
 
 def test_an_injection_cannot_change_a_recipient_the_goal_gave(db_url: str) -> None:
     desk = Desk(mail=INJECTION)
@@ -142,7 +155,7 @@ def test_an_injected_iban_is_held_and_a_rejection_replans_from_trusted_facts(
     text = "\n".join(m.content for m in again.messages)
     assert "step s2 (send_money) failed with ApprovalRejected" in text
     assert ATTACKER_IBAN not in text and "IGNORE" not in text
-    assert "(untrusted: not shown; reference it)" in text
+    assert '[{"id": "s1", "tool": "read_email"}, {"id": "s2_x1", "tool": "extract"}]' in text
     assert len(desk.planner_requests) == 2
 
 

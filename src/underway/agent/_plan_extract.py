@@ -17,6 +17,7 @@ fills an argument that may not carry untrusted content.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -46,6 +47,8 @@ from ._program import (
     schema_errors,
 )
 from .observations import quote
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]{0,63}")
 
 PLANNER_RULES = """\
 You plan the task without seeing any of the data it will touch. Call `submit_program` once
@@ -204,15 +207,14 @@ class PlanAndExtract:
                                             trusted=not ctx.lineage.tainted)
         messages = [Message.system(system), Message.user(goal)]
         if st.failures:
-            # Only what the run itself knows: ids, tools, error types and trusted values.
-            done = [{"id": d["id"], "tool": d["tool"],
-                     **({"value": st.values.get(d["id"])} if not st.sources.get(d["id"])
-                        else {"value": "(untrusted: not shown; reference it)"})}
-                    for d in st.done]
+            # Only what the program itself says: ids, tools and error types. No value, not
+            # even a trusted one: the planner reads nothing a tool gave back.
+            done = [{"id": d["id"], "tool": d["tool"]} for d in st.done]
             last = st.failures[-1]
             messages.append(Message.user(
                 f"The program stopped: step {last['step']} ({last['tool']}) failed with "
-                f"{last['error']}. Steps done, which new steps may reference by id: "
+                f"{last['error']}. Steps done, which new steps may reference by id (their values "
+                "are not shown): "
                 f"{json.dumps(done, ensure_ascii=False, sort_keys=True)}. Submit a program "
                 "for what remains, with new step ids; do not repeat the steps done."))
         return [m.model_dump(mode="json", exclude_defaults=True) for m in messages]
@@ -358,7 +360,7 @@ class PlanAndExtract:
             result = await ctx.call(t, args, labels=list(found.labels), evidence=evidence,
                                     risks=found.risks())
         except ToolCallError as exc:
-            return exc.error_type
+            return _error_name(exc.error_type)
         if isinstance(result, BaseModel):
             result = result.model_dump(mode="json")
         st.values[step["id"]] = result
@@ -439,6 +441,12 @@ def marks_of(state: PlanExtractState, literal: Sequence[str] = ()) -> list[Mark]
 def _used_taint(st: PlanExtractState) -> list[str]:
     """What a run the agent starts inherits: the sources of the values it used."""
     return st.taint
+
+
+def _error_name(error_type: str) -> str:
+    """An error's type as the planner may read it: a name, never free text (a remote
+    service may choose what a tool's error type says)."""
+    return error_type if _NAME.fullmatch(error_type) else "ToolError"
 
 
 def _json_in(text: str | None) -> Any:

@@ -8,7 +8,9 @@ import asyncio
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
+import underway as uw
 from fakes.mail_desk import (
     CUSTOMER,
     REPLY_GOAL,
@@ -170,3 +172,26 @@ def test_a_value_the_extractor_takes_from_a_trusted_result_is_trusted(db_url: st
     assert desk.sent[0]["to"] == ["bob.smith@acme.example"]
     assert 'trust="trusted"' in desk.extractor_requests[0].messages[1].content
     assert events(engine, run_id, ev.RunCompleted)[-1].tainted_by == []
+
+
+class Boss(BaseModel):
+    result: Any = None
+
+
+def test_a_parent_that_waits_for_the_agent_is_shaped_by_what_it_used(db_url: str) -> None:
+    desk = Desk()
+    agent = agent_for(desk, planner(desk, reply_program()), extractor(desk, lambda r: REPLY))
+    boss: uw.Flow[Boss, Any] = uw.Flow("boss", state=Boss)
+
+    @boss.step(start=True)
+    async def delegate(ctx: uw.RunContext[Boss, Any]) -> uw.Next:
+        child = await ctx.start(agent.flow, {"goal": REPLY_GOAL}, key="reply")
+        out = await ctx.wait_for(child)
+        return ctx.done({"child": out.result})
+
+    engine = uw.Engine(uw.connect(db_url), flows=[boss, agent.flow], clock=ManualClock(1.7e9))
+    run_id, _ = engine.start(boss, {})
+    s = drive(engine, run_id)
+    assert s.status == "completed", s
+    assert events(engine, run_id, ev.RunCompleted)[-1].tainted_by == ["read_email"]
+    assert len(desk.sent) == 1
