@@ -27,6 +27,7 @@ from underway import events as ev
 from underway.agent import PlanExtractState
 from underway.agent._plan_extract import marks_of
 from underway.clock import ManualClock
+from underway.loading import load_app
 from underway.models.types import ModelRequest
 from underway.ops.replay import replay_run
 
@@ -195,3 +196,13 @@ def test_a_parent_that_waits_for_the_agent_is_shaped_by_what_it_used(db_url: str
     assert s.status == "completed", s
     assert events(engine, run_id, ev.RunCompleted)[-1].tainted_by == ["read_email"]
     assert len(desk.sent) == 1
+
+
+def test_a_worker_loads_the_agent_from_an_app(tmp_path: Any) -> None:
+    (tmp_path / "plan_extract_app.py").write_text(
+        "from fakes.mail_desk import Desk, agent_for, extractor, planner\n"
+        "desk = Desk()\n"
+        "agent = agent_for(desk, planner(desk, {}), extractor(desk, lambda r: ''))\n",
+        encoding="utf-8")
+    flows, tools = load_app("plan_extract_app:agent", search=[tmp_path])
+    assert [f.name for f in flows] == ["mail-desk"] and tools == []
