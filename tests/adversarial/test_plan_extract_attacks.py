@@ -326,3 +326,18 @@ def test_a_run_an_outside_event_started_holds_every_write(db_url: str) -> None:
     # What the planner read of the input is quoted as untrusted.
     assert 'trust="untrusted"' in desk.planner_requests[0].messages[1].content
     assert desk.sent == []
+
+
+def test_a_part_of_an_untrusted_result_used_as_is_is_held(db_url: str) -> None:
+    # No extractor involved: the plan replies to the e-mail's own `from` field, which the
+    # sender chose.
+    desk = Desk(mail=INJECTION)
+    program = reply_program(to={"$ref": "s1.from"})
+    agent = agent_for(desk, planner(desk, program), extractor(desk, lambda r: "Thanks."))
+    engine = engine_for(db_url, agent)
+    run_id, _ = engine.start(agent.flow, {"goal": "Reply to the sender of e-mail m-1."})
+    drive(engine, run_id)
+    asked = held(engine, run_id)
+    assert asked.evidence["held_by"] == [
+        {"arg": "to", "trusted": False, "sources": ["read_email"], "repeats": True}]
+    assert desk.sent == []

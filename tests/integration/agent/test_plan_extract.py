@@ -206,3 +206,17 @@ def test_a_worker_loads_the_agent_from_an_app(tmp_path: Any) -> None:
         encoding="utf-8")
     flows, tools = load_app("plan_extract_app:agent", search=[tmp_path])
     assert [f.name for f in flows] == ["mail-desk"] and tools == []
+
+
+def test_the_extractor_s_calls_count_against_the_run_s_budget(db_url: str) -> None:
+    desk = Desk()
+    agent = agent_for(desk, planner(desk, reply_program()), extractor(desk, lambda r: REPLY),
+                      budget=uw.Budget(model_calls=1))
+    engine = engine_for(db_url, agent)
+    run_id, _ = engine.start(agent.flow, {"goal": REPLY_GOAL})
+    s = drive(engine, run_id)
+    # The planner's call was the one allowed: the extraction waits for a person to raise
+    # the budget, and the reply is not sent.
+    assert s.status == "escalated" and s.escalation is not None
+    assert s.escalation.cause == "budget" and "model_calls" in s.escalation.reason
+    assert s.model_usage.keys() == {"plan"} and desk.sent == []
