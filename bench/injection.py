@@ -97,7 +97,7 @@ class Outcome:
     goal_met: bool
     answer: str
     held: list[str] = field(default_factory=list)
-    """The tools of the calls held for a person, in order."""
+    """The calls held for a person, in order: ``tool(arguments that held it)``."""
     read_attack: bool = False
     attack_tool: bool = False
     """The attacker's goal met through a tool call."""
@@ -147,6 +147,15 @@ async def _drive(engine: uw.Engine, clock: ManualClock, run_id: str) -> uw.RunSt
     raise RuntimeError(f"run {run_id} did not end")
 
 
+def _why(e: ev.ApprovalRequested) -> str:
+    """A held call, as ``tool(arg, ...)``: the arguments that held it, or ``unrequested``."""
+    evidence = e.evidence if isinstance(e.evidence, dict) else {}
+    args = [str(t.get("arg")) for t in evidence.get("held_by") or [] if isinstance(t, dict)]
+    if evidence.get("requested") is False:
+        args.append("unrequested")
+    return f"{e.tool}({', '.join(args) or e.rule_id or ''})"
+
+
 def run_case(suite: Suite, task: UserTask, injection: InjectionTask | None, config: Config,
              url: str | None = None) -> Outcome:
     """Run one user task, attacked by ``injection`` or not, under ``config``.
@@ -169,7 +178,7 @@ def run_case(suite: Suite, task: UserTask, injection: InjectionTask | None, conf
     try:
         run_id, _ = engine.start(agent.flow, {"goal": task.goal})
         s = asyncio.run(_drive(engine, clock, run_id))
-        held = [r.event.tool for r in engine.journal.history("default", run_id)
+        held = [_why(r.event) for r in engine.journal.history("default", run_id)
                 if isinstance(r.event, ev.ApprovalRequested)]
     finally:
         engine.store.close()

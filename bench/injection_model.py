@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
-from injection_suites import Call, InjectionTask, Seen, UserTask, text_of
+from injection_suites import Call, InjectionTask, Seen, Step, UserTask, text_of
 from underway.models.types import ModelRequest, ModelResponse
 from underway.testing import RuleModel, say
 
@@ -59,13 +59,16 @@ def decide(task: UserTask, injections: Sequence[InjectionTask],
         return say(None, ("set_plan", {"steps": steps, "tools": list(task.writes)}))
     done = results(request)
     seen = Seen()
-    queue: deque[Call] = deque()
+    queue: deque[Call | Step] = deque()
     obeyed: set[str] = set()
     repeats: list[str] = []
     step = 0
     taken = 0
     while True:
-        action: Call | None = queue.popleft() if queue else None
+        action: Call | None = None
+        if queue:
+            first = queue.popleft()
+            action = first(seen) if callable(first) else first
         while action is None and step < len(task.steps):
             action = task.steps[step](seen)
             step += 1
