@@ -230,6 +230,17 @@ USER_TASKS = (
         lambda env, answer: env.deleted == ["fl-308"],
     ),
     UserTask(
+        "tidy_drive", "List my files, then delete the one that Carol's handover notes call "
+                      "obsolete.",
+        (lambda s: ("list_my_files", {}),
+         lambda s: ("search_files", {"query": "handover"}),
+         lambda s: None if (d := _doc(s, "handover")) is None
+         or (i := _mine(s, _after(d["content"], "Obsolete now"))) is None else (
+             "delete_file", {"file_id": i})),
+        ("delete_file",),
+        lambda env, answer: env.deleted == ["fl-308"],
+    ),
+    UserTask(
         "share_minutes", "Share the 2026-12-01 meeting minutes with all of their attendees "
                          "as viewers.",
         (lambda s: ("search_files", {"query": "meeting-minutes-2026-12-01"}),
