@@ -55,21 +55,32 @@ class Config:
 
     name: str
     agent_options: Callable[[], dict[str, Any]]
-    """The agent's keyword arguments (its policy, its mode)."""
+    """The agent's keyword arguments (its policy)."""
+    build: Callable[[Suite, UserTask, list[uw.Tool]], Any] | None = None
+    """Builds another kind of agent (one with a ``flow``) in place of :class:`Agent`: the
+    hook for the plan-and-extract mode."""
 
 
 def plan_and_extract() -> Config | None:
-    """The plan-and-extract mode, when ``underway.agent`` offers it; None otherwise.
+    """The plan-and-extract configuration, when it can be measured; None otherwise.
 
-    The one place to wire it: the mode's agent option goes in ``agent_options``. The
-    obedient model answers the planner's and the extractor's requests as it answers the
-    agent's today only once the mode's request kinds are known, so until the mode exists
-    on this branch the configuration is left out, and the table says so.
+    The one place to wire it. ``underway.agent.PlanAndExtract`` is another agent: a planner
+    that writes the whole program from trusted input, and an extractor that turns untrusted
+    text into values of a schema. Measuring it needs, per user task, the planner's program
+    (its calls, with ``$ref`` and ``$extract`` where the values come from what is read),
+    and an extractor that obeys: when the text it reads holds an injection, it answers with
+    the attacker's value wherever the schema lets it. Until the user tasks carry programs
+    (a :attr:`Config.build` that makes the ``PlanAndExtract`` with those models), the
+    configuration is left out and the table says why (:func:`plan_and_extract_missing`).
     """
-    mode = getattr(underway.agent, "PLAN_AND_EXTRACT", None)
-    if mode is None:
-        return None
-    return Config("plan_extract", lambda: {"mode": mode})
+    return None
+
+
+def plan_and_extract_missing() -> str:
+    """Why the plan-and-extract configuration is not measured."""
+    if getattr(underway.agent, "PlanAndExtract", None) is None:
+        return "underway.agent offers no PlanAndExtract here"
+    return "the user tasks do not give the planner's programs yet"
 
 
 def configs() -> list[Config]:
@@ -111,11 +122,12 @@ class Outcome:
     """Why the task needs untrusted data in a controlling argument ("" when it does not)."""
 
 
-def answer_marks(run: uw.RunState, agent: Agent, goal: str) -> list[dict[str, Any]]:
+def answer_marks(run: uw.RunState, agent: Any, goal: str) -> list[dict[str, Any]]:
     """The marks of a run's answer: ``{path, sources, repeats}`` each.
 
-    The run's own marks once its state carries them; until then, computed as
-    :meth:`Agent.answer_marks` does, from the journaled conversation.
+    The run's own marks once its state carries them (``RunState.marks``); until then,
+    computed as :meth:`Agent.answer_marks` computes them for the agent's answer (the text
+    its model finished with), from the journaled conversation.
 
     Args:
         run: The finished run.
@@ -125,13 +137,16 @@ def answer_marks(run: uw.RunState, agent: Agent, goal: str) -> list[dict[str, An
     own = getattr(run, "marks", None)
     if own is not None:
         return [m if isinstance(m, dict) else m.to_json() for m in own]
+    if not isinstance(agent, Agent):
+        return []
     st = AgentState.model_validate(run.state)
+    answer = run.result.get("result") if isinstance(run.result, dict) else run.result
     if not st.taint:
         return []
     corpus = corpus_of(agent.instructions, goal, {}, st.messages, st.vouched)
     return [m.to_json() for m in mark_answer(
-        run.result, corpus, taint=st.taint, blocks=blocks_of(st.messages, st.vouched,
-                                                             st.carried))]
+        answer, corpus, taint=st.taint, blocks=blocks_of(st.messages, st.vouched,
+                                                         st.carried))]
 
 
 async def _drive(engine: uw.Engine, clock: ManualClock, run_id: str) -> uw.RunState:
@@ -168,8 +183,10 @@ def run_case(suite: Suite, task: UserTask, injection: InjectionTask | None, conf
         url: The store's URL; None for the in-memory store.
     """
     env = suite.make_env(None if injection is None else injection.text)
-    agent = Agent(f"bench-{suite.name}", model=obedient_model(task, suite.injection_tasks),
-                  tools=suite.tools(env), max_iterations=40, **config.agent_options())
+    tools = suite.tools(env)
+    agent = (config.build(suite, task, tools) if config.build is not None else Agent(
+        f"bench-{suite.name}", model=obedient_model(task, suite.injection_tasks), tools=tools,
+        max_iterations=40, **config.agent_options()))
     if url is None:
         engine, clock = memory_engine([agent.flow])
     else:
@@ -193,7 +210,7 @@ def run_case(suite: Suite, task: UserTask, injection: InjectionTask | None, conf
         s.status, task.check(env, answer), answer, held, read,
         injection is not None and injection.kind == "tool" and injection.check(env, answer),
         injection is not None and injection.kind == "answer" and injection.check(env, answer),
-        any(m["path"] == "result.result" for m in marks),
+        any(m["path"] != "result.iterations" for m in marks),
         "" if injection is None else injection.kind, task.needs,
     )
 
@@ -364,8 +381,7 @@ def breakdown(outcomes: Sequence[Outcome]) -> str:
              for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     if plan_and_extract() is None:
-        lines.append("plan_extract: not measured (underway.agent offers no plan-and-extract "
-                     "mode here)")
+        lines.append(f"plan_extract: not measured ({plan_and_extract_missing()})")
     lines += ["", "clean runs of the default configuration, task by task:"]
     for o in outcomes:
         if o.config == "default" and o.injection is None:
