@@ -363,7 +363,8 @@ class Agent:
         """
         clean = not _from_outside(ctx)
         return corpus_of(self.instructions, ctx.input.goal if clean else None,
-                         ctx.input.context, ctx.state.messages, ctx.state.vouched)
+                         ctx.input.context, ctx.state.messages, ctx.state.vouched,
+                         tainted=not clean or bool(ctx.child_taint))
 
     def assess(self, ctx: RunContext[AgentState, AgentInput], t: Tool,
                args: JSON) -> Assessment:

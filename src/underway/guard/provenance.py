@@ -7,11 +7,15 @@ its lineage is tainted), the flow's constants, a person's answers, and the resul
 trusted tools called with trusted arguments. Those values form a :class:`Corpus`.
 
 An argument is trusted only when every value in it is found whole in the corpus: a string
-as an exact trusted value or a word-bounded span of trusted text, a number as a number
-some trusted text holds, ``true``/``false``/``null`` only as the argument's default.
-Anything else is untrusted, so the check can only err towards holding: padding, an
-encoding, a value split across calls or passed through an echo changes the value and it is
-no longer found. Unknown provenance is untrusted.
+as an exact trusted value or a span of whole words of trusted text (it starts and ends
+where a word does, between spaces or edge punctuation, so ``ACC-1234`` is not found in
+``ACC-1234-5678`` nor ``corp.example`` in ``bob@corp.example``), a number as a number some
+trusted text holds (written plainly: ``1,000`` and ``1000.0`` are 1000, but ``4,5`` is no
+number, ``007`` is not 7 and ``1.2.3`` holds no 1.2), ``true``/``false``/``null`` only as
+the argument's default. Digits are ASCII digits only. Anything else is untrusted, so the
+check can only err towards holding: padding, an encoding, a value split across calls or
+passed through an echo changes the value and it is no longer found. Unknown provenance is
+untrusted.
 
 Three rules follow (:func:`assess`):
 
@@ -57,8 +61,17 @@ UNREQUESTED = "unrequested"
 
 _SHORT = 4
 """Strings shorter than this are trusted only as a whole trusted value or word."""
-_NUMBER = re.compile(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)?(?![\w])")
-_EDGE = "\"'()[]{}<>,.;:!?*`"
+_DIGITS = r"(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]+)?"
+_NUMBER = re.compile(r"(?:(?<![\w.,-])-|(?<![\w.,-]))" + _DIGITS
+                     + r"(?![\w]|[.,][0-9]|-\w)")
+"""A number written plainly in text: ASCII digits, commas only between groups of three, not
+part of a word or code (``INV-7``, ``555-1234``), a version (``1.2.3``) or a list
+(``4,5``)."""
+_PLAIN = re.compile(r"-?(?:0|[1-9][0-9]{0,2}(?:,[0-9]{3})+|[1-9][0-9]*)(?:\.[0-9]+)?")
+"""A string that reads as a number, and no other: no leading zeros (``007`` is a code)."""
+_EDGE = "\"'()[]{}<>,.;:!?*`\u201c\u201d\u2018\u2019\u00ab\u00bb"
+_OPEN = r"(?:^|(?<=\s))[" + re.escape(_EDGE) + r"]*"
+_CLOSE = r"(?:['\u2019]s)?[" + re.escape(_EDGE) + r"]*(?=\s|$)"
 
 
 def _norm(text: str) -> str:
@@ -113,7 +126,7 @@ class Corpus:
             self.atoms.add(word)
             self.atoms.add(word.strip(_EDGE))
         for m in _NUMBER.finditer(text):
-            if (n := _number(m.group())) is not None:
+            if _PLAIN.fullmatch(m.group()) and (n := _number(m.group())) is not None:
                 self.numbers.add(n)
 
     def derives(self, value: Any) -> bool:
@@ -125,12 +138,15 @@ class Corpus:
         text = _norm(str(value))
         if not text or text in self.atoms:
             return True
-        if _NUMBER.fullmatch(text) and (n := _number(text)) is not None and n in self.numbers:
+        if _PLAIN.fullmatch(text) and (n := _number(text)) is not None and n in self.numbers:
             return True
         if len(text) < _SHORT:
             return False
-        bounded = re.compile(r"(?<!\w)" + re.escape(text) + r"(?!\w)")
-        return any(bounded.search(t) for t in self.texts)
+        # A span of whole words: it starts after a space (or the text's start) and any
+        # opening punctuation, and ends before a space (or the end) and any closing
+        # punctuation, so a value cut out of a longer token is not found.
+        bounded = re.compile(_OPEN + re.escape(text) + _CLOSE)
+        return any(bounded.search(t) for t in self.texts if len(t) >= len(text))
 
 
 @dataclass(frozen=True, slots=True)
