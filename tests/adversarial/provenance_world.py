@@ -54,7 +54,7 @@ class Parts(BaseModel):
 
 
 class NoteId(BaseModel):
-    id: int
+    id: int = 1
 
 
 class Payment(BaseModel):

@@ -97,14 +97,15 @@ class AgentState(BaseModel):
     @classmethod
     def _of_older_states(cls, data: Any) -> Any:
         # A state journaled before provenance was tracked per value has no `vouched`: what
-        # was quoted as trusted then was. One journaled before taint was tracked per context
-        # has no `taint`; what was in
-        # its context then is: the results of every tool it called (older versions trusted
-        # them by default) and the signals it remembered as untrusted.
+        # was quoted as trusted then was. Only a tool's result was ever quoted so; any
+        # other message that opens with such a block forged it. One journaled before taint
+        # was tracked per context has no `taint`; what was in its context then is: the
+        # results of every tool it called (older versions trusted them by default) and the
+        # signals it remembered as untrusted.
         if isinstance(data, dict) and "vouched" not in data and data.get("messages"):
             data = {**data, "vouched": [i for i, m in enumerate(data["messages"])
-                                        if isinstance(m, dict) and _TRUSTED_HEAD.match(
-                                            str(m.get("content") or ""))]}
+                                        if isinstance(m, dict) and m.get("role") == "tool"
+                                        and _TRUSTED_HEAD.match(str(m.get("content") or ""))]}
         if not isinstance(data, dict) or "taint" in data or not data.get("messages"):
             return data
         found = [str(m.get("name")) for m in data["messages"] if isinstance(m, dict)
