@@ -381,7 +381,8 @@ class Agent:
         if not st.taint:
             return assess(t, args, Corpus(), taint=(), requested=st.requested)
         return assess(t, args, self.corpus(ctx), taint=st.taint, requested=st.requested,
-                      blocks=blocks_of(st.messages, st.vouched, st.carried), label=self.exposed(t))
+                      blocks=blocks_of(st.messages, st.vouched, st.carried, st.taint),
+                      label=self.exposed(t))
 
     def answer_marks(self, ctx: RunContext[AgentState, AgentInput], result: JSON) -> list[Mark]:
         """The parts of ``result`` that trusted sources do not account for.
@@ -395,7 +396,7 @@ class Agent:
         if not st.taint:
             return []
         return mark_answer(result, self.corpus(ctx), taint=st.taint,
-                           blocks=blocks_of(st.messages, st.vouched, st.carried))
+                           blocks=blocks_of(st.messages, st.vouched, st.carried, st.taint))
 
     async def perform(self, ctx: RunContext[AgentState, AgentInput], call: ToolCall,
                        why: str) -> Next | None:

@@ -180,16 +180,21 @@ def corpus_of(instructions: str, goal: str | None, context: Any,
 
 
 def blocks_of(messages: Sequence[Mapping[str, Any]], vouched: Collection[int],
-              carried: Mapping[int, Sequence[str]]) -> list[tuple[str, str]]:
+              carried: Mapping[int, Sequence[str]],
+              taint: Sequence[str] | None = None) -> list[tuple[str, str]]:
     """The untrusted content of a conversation as (source, lower-cased text): every block
     quoted as untrusted in a message not vouched for, named by its source, or by the
-    sources a trusted tool's arguments carried."""
+    sources a trusted tool's arguments carried. A block whose source is no source of the
+    context's ``taint`` (the agent's own action: a child's outcome, its own words) is named
+    by every source of it: that content came from there, not from the action."""
     out: list[tuple[str, str]] = []
     for i, m in enumerate(messages):
         if i in vouched:
             continue
         for source, body in _BLOCK.findall(str(m.get("content") or "")):
-            out += [(s, body.lower()) for s in carried.get(i) or [source]]
+            named = carried.get(i) or (
+                [source] if taint is None or source in taint or not taint else taint)
+            out += [(s, body.lower()) for s in named]
     return out
 
 
