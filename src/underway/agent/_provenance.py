@@ -20,7 +20,7 @@ import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
-from ..guard.provenance import _CLOSE, _OPEN, _PLAIN, _SHORT, Corpus, _leaves, _norm, _number
+from ..guard.provenance import _PLAIN, _SHORT, Corpus, _leaves, _norm, _number, _spanned
 from ._actions import _OWN_ACTIONS
 
 TRUSTED_HEAD = re.compile(r'<tool_output source="[^"]*" trust="trusted">\n')
@@ -78,8 +78,7 @@ class _Written:
             return True
         if len(text) < _SHORT:
             return False
-        bounded = re.compile(_OPEN + re.escape(text) + _CLOSE)
-        return any(bounded.search(w) for w in self.texts if len(w) >= len(text))
+        return any(_spanned(text, w) for w in self.texts)
 
 
 def _pieces(args: Any) -> list[str]:
