@@ -97,14 +97,15 @@ class AgentState(BaseModel):
     @classmethod
     def _of_older_states(cls, data: Any) -> Any:
         # A state journaled before provenance was tracked per value has no `vouched`: what
-        # was quoted as trusted then was. One journaled before taint was tracked per context
-        # has no `taint`; what was in
-        # its context then is: the results of every tool it called (older versions trusted
-        # them by default) and the signals it remembered as untrusted.
+        # was quoted as trusted then was. Only a tool's result was ever quoted so; any
+        # other message that opens with such a block forged it. One journaled before taint
+        # was tracked per context has no `taint`; what was in its context then is: the
+        # results of every tool it called (older versions trusted them by default) and the
+        # signals it remembered as untrusted.
         if isinstance(data, dict) and "vouched" not in data and data.get("messages"):
             data = {**data, "vouched": [i for i, m in enumerate(data["messages"])
-                                        if isinstance(m, dict) and _TRUSTED_HEAD.match(
-                                            str(m.get("content") or ""))]}
+                                        if isinstance(m, dict) and m.get("role") == "tool"
+                                        and _TRUSTED_HEAD.match(str(m.get("content") or ""))]}
         if not isinstance(data, dict) or "taint" in data or not data.get("messages"):
             return data
         found = [str(m.get("name")) for m in data["messages"] if isinstance(m, dict)
@@ -366,7 +367,8 @@ class Agent:
         """
         clean = not _from_outside(ctx)
         return corpus_of(self.instructions, ctx.input.goal if clean else None,
-                         ctx.input.context, ctx.state.messages, ctx.state.vouched)
+                         ctx.input.context, ctx.state.messages, ctx.state.vouched,
+                         tainted=not clean or bool(ctx.child_taint))
 
     def assess(self, ctx: RunContext[AgentState, AgentInput], t: Tool,
                args: JSON) -> Assessment:
@@ -382,7 +384,8 @@ class Agent:
         if not st.taint:
             return assess(t, args, Corpus(), taint=(), requested=st.requested)
         return assess(t, args, self.corpus(ctx), taint=st.taint, requested=st.requested,
-                      blocks=blocks_of(st.messages, st.vouched, st.carried), label=self.exposed(t))
+                      blocks=blocks_of(st.messages, st.vouched, st.carried, st.taint),
+                      label=self.exposed(t))
 
     def answer_marks(self, ctx: RunContext[AgentState, AgentInput], result: JSON) -> list[Mark]:
         """The parts of ``result`` that trusted sources do not account for.
@@ -396,7 +399,7 @@ class Agent:
         if not st.taint:
             return []
         return mark_answer(result, self.corpus(ctx), taint=st.taint,
-                           blocks=blocks_of(st.messages, st.vouched, st.carried))
+                           blocks=blocks_of(st.messages, st.vouched, st.carried, st.taint))
 
     async def perform(self, ctx: RunContext[AgentState, AgentInput], call: ToolCall,
                        why: str) -> Next | None:

@@ -7,11 +7,15 @@ its lineage is tainted), the flow's constants, a person's answers, and the resul
 trusted tools called with trusted arguments. Those values form a :class:`Corpus`.
 
 An argument is trusted only when every value in it is found whole in the corpus: a string
-as an exact trusted value or a word-bounded span of trusted text, a number as a number
-some trusted text holds, ``true``/``false``/``null`` only as the argument's default.
-Anything else is untrusted, so the check can only err towards holding: padding, an
-encoding, a value split across calls or passed through an echo changes the value and it is
-no longer found. Unknown provenance is untrusted.
+as an exact trusted value or a span of whole words of trusted text (it starts and ends
+where a word does, between spaces or edge punctuation, so ``ACC-1234`` is not found in
+``ACC-1234-5678`` nor ``corp.example`` in ``bob@corp.example``), a number as a number some
+trusted text holds (written plainly: ``1,000`` and ``1000.0`` are 1000, but ``4,5`` is no
+number, ``007`` is not 7 and ``1.2.3`` holds no 1.2), ``true``/``false``/``null`` only as
+the argument's default. Digits are ASCII digits only. Anything else is untrusted, so the
+check can only err towards holding: padding, an encoding, a value split across calls or
+passed through an echo changes the value and it is no longer found. Unknown provenance is
+untrusted.
 
 Three rules follow (:func:`assess`):
 
@@ -57,8 +61,39 @@ UNREQUESTED = "unrequested"
 
 _SHORT = 4
 """Strings shorter than this are trusted only as a whole trusted value or word."""
-_NUMBER = re.compile(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)?(?![\w])")
-_EDGE = "\"'()[]{}<>,.;:!?*`"
+_DIGITS = r"(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]+)?"
+_NUMBER = re.compile(r"(?<![\w.,-])-?" + _DIGITS + r"(?![\w]|[.,][0-9]|-\w)")
+"""A number written plainly in text: ASCII digits, commas only between groups of three, not
+part of a word or code (``INV-7``, ``555-1234``), a version (``1.2.3``) or a list
+(``4,5``)."""
+_PLAIN = re.compile(r"-?(?:0|[1-9][0-9]{0,2}(?:,[0-9]{3})+|[1-9][0-9]*)(?:\.[0-9]+)?")
+"""A string that reads as a number, and no other: no leading zeros (``007`` is a code)."""
+_EDGE = "\"'()[]{}<>,.;:!?*`\u201c\u201d\u2018\u2019\u00ab\u00bb"
+_SEP = "\n\x00\n"
+"""Between the trusted texts searched as one: a value holding it is searched text by text."""
+
+
+def _spanned(text: str, hay: str) -> bool:
+    """Whether ``text`` is a span of whole words of ``hay``: it starts after a space (or the
+    start) and any opening punctuation, and ends before a space (or the end), after any
+    closing punctuation or a possessive ``'s``. A value cut out of a longer token (an
+    account out of ``ACC-1234-5678``, a domain out of an address) is not one."""
+    n = len(text)
+    at = hay.find(text)
+    while at != -1:
+        i = at
+        while i > 0 and hay[i - 1] in _EDGE:
+            i -= 1
+        if i == 0 or hay[i - 1].isspace():
+            j = at + n
+            if hay.startswith(("'s", "\u2019s"), j):
+                j += 2
+            while j < len(hay) and hay[j] in _EDGE:
+                j += 1
+            if j == len(hay) or hay[j].isspace():
+                return True
+        at = hay.find(text, at + 1)
+    return False
 
 
 def _norm(text: str) -> str:
@@ -91,7 +126,8 @@ class Corpus:
     numbers: set[str] = field(default_factory=set)
     """Every number trusted content holds, canonical."""
     texts: list[str] = field(default_factory=list)
-    """Trusted strings, searched for word-bounded spans."""
+    """Trusted strings, searched for spans of whole words."""
+    _hay: str | None = field(default=None, init=False, repr=False, compare=False)
 
     def add(self, value: Any) -> None:
         """Add a trusted JSON value: each of its strings, numbers and keys."""
@@ -109,11 +145,12 @@ class Corpus:
             return
         self.atoms.add(text)
         self.texts.append(text)
-        for word in text.split():
-            self.atoms.add(word)
-            self.atoms.add(word.strip(_EDGE))
+        self._hay = None
+        words = text.split()
+        self.atoms.update(words)
+        self.atoms.update([word.strip(_EDGE) for word in words])
         for m in _NUMBER.finditer(text):
-            if (n := _number(m.group())) is not None:
+            if _PLAIN.fullmatch(m.group()) and (n := _number(m.group())) is not None:
                 self.numbers.add(n)
 
     def derives(self, value: Any) -> bool:
@@ -125,12 +162,15 @@ class Corpus:
         text = _norm(str(value))
         if not text or text in self.atoms:
             return True
-        if _NUMBER.fullmatch(text) and (n := _number(text)) is not None and n in self.numbers:
+        if _PLAIN.fullmatch(text) and (n := _number(text)) is not None and n in self.numbers:
             return True
         if len(text) < _SHORT:
             return False
-        bounded = re.compile(r"(?<!\w)" + re.escape(text) + r"(?!\w)")
-        return any(bounded.search(t) for t in self.texts)
+        if _SEP in text:
+            return any(_spanned(text, t) for t in self.texts)
+        if self._hay is None:
+            self._hay = _SEP.join(self.texts)
+        return _spanned(text, self._hay)
 
 
 @dataclass(frozen=True, slots=True)
@@ -347,7 +387,8 @@ def mark_answer(result: Any, corpus: Corpus, *, taint: Sequence[str],
     """
     if not taint:
         return []
-    listed = list(blocks)
+    flats = [(source, " ".join(body.split())) for source, body in blocks]
+    listed = [(source, flat, _grams(flat.split())) for source, flat in flats]
     marks: list[Mark] = []
     for path, leaf in _paths(result, root):
         if leaf is None or isinstance(leaf, bool) or corpus.derives(leaf):
@@ -362,16 +403,22 @@ def mark_answer(result: Any, corpus: Corpus, *, taint: Sequence[str],
 _SPAN_WORDS = 4
 
 
-def _spans_repeated(text: str, blocks: Sequence[tuple[str, str]]) -> list[str]:
-    """The sources whose text holds the whole of ``text``, or any run of four of its
-    words: an answer that quotes part of an injected instruction repeats it."""
-    low = _norm(text).lower()
-    words = low.split()
-    spans = {low} | {" ".join(words[i:i + _SPAN_WORDS])
-                     for i in range(max(0, len(words) - _SPAN_WORDS + 1))}
+def _grams(words: Sequence[str]) -> set[tuple[str, ...]]:
+    """Every run of four words, edge punctuation left off: a set, so that an answer is
+    matched against a long block in time linear in both."""
+    bare = [w.strip(_EDGE) for w in words]
+    return {tuple(bare[i:i + _SPAN_WORDS]) for i in range(max(0, len(bare) - _SPAN_WORDS + 1))}
+
+
+def _spans_repeated(text: str,
+                    blocks: Sequence[tuple[str, str, set[tuple[str, ...]]]]) -> list[str]:
+    """The sources whose text (source, flattened text, its runs of words) holds the whole
+    of ``text``, or any run of four of its words: an answer that quotes part of an
+    injected instruction repeats it."""
+    low = " ".join(_norm(text).lower().split())
+    spans = _grams(low.split())
     found: list[str] = []
-    for source, body in blocks:
-        flat = " ".join(body.split())
-        if source not in found and any(s and s in flat for s in spans):
+    for source, flat, grams in blocks:
+        if source not in found and ((low and low in flat) or not spans.isdisjoint(grams)):
             found.append(source)
     return found
