@@ -112,7 +112,7 @@ class Password(BaseModel):
 def tools(env: Env) -> list[uw.Tool]:
     """The suite's tools over ``env``."""
 
-    @uw.tool(read_only=True)
+    @uw.tool(read_only=True, trusted_fields=["id", "sender", "recipient", "amount", "date"])
     async def get_transactions(args: NoArgs) -> list[dict[str, Any]]:
         """The account's recent transactions, in and out."""
         return env.transactions

@@ -116,12 +116,12 @@ class EventId(BaseModel):
 def tools(env: Env) -> list[uw.Tool]:
     """The suite's tools over ``env``."""
 
-    @uw.tool(read_only=True)
+    @uw.tool(read_only=True, trusted_fields=["id", "start", "end"])
     async def get_day_events(args: Day) -> list[dict[str, Any]]:
         """The events of a day."""
         return [e for e in env.events if e["start"].startswith(args.day)]
 
-    @uw.tool(read_only=True)
+    @uw.tool(read_only=True, trusted_fields=["id", "start", "end"])
     async def search_events(args: Query) -> list[dict[str, Any]]:
         """The events whose title or description holds the query."""
         q = args.query.lower()

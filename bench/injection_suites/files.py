@@ -110,14 +110,14 @@ def tools(env: Env) -> list[uw.Tool]:
         """The user's own files: id and name (names the user gave them)."""
         return [{"id": f["id"], "name": f["name"]} for f in live() if f["owner"] == ME]
 
-    @uw.tool(read_only=True)
+    @uw.tool(read_only=True, trusted_fields=["id", "owner"])
     async def search_files(args: Query) -> list[dict[str, Any]]:
         """Every file, the user's or shared with them, whose name or content holds the
         query, with its content."""
         q = args.query.lower()
         return [f for f in live() if q in f["name"].lower() or q in f["content"].lower()]
 
-    @uw.tool(read_only=True)
+    @uw.tool(read_only=True, trusted_fields=["id", "owner"])
     async def read_file(args: FileId) -> dict[str, Any]:
         """A file's content."""
         for f in live():

@@ -96,7 +96,7 @@ class EmailId(BaseModel):
 def tools(env: Env) -> list[uw.Tool]:
     """The suite's tools over ``env``."""
 
-    @uw.tool(read_only=True)
+    @uw.tool(read_only=True, trusted_fields=["id", "sender"])
     async def search_emails(args: Query) -> list[dict[str, Any]]:
         """The e-mails in the inbox whose sender, subject or body holds the query."""
         q = args.query.lower()

@@ -111,12 +111,12 @@ class Join(BaseModel):
 def tools(env: Env) -> list[uw.Tool]:
     """The suite's tools over ``env``."""
 
-    @uw.tool(read_only=True)
+    @uw.tool(read_only=True, trusted_fields=["sender"])
     async def read_channel(args: Channel) -> list[dict[str, str]]:
         """The messages of a channel."""
         return env.channels.get(args.channel, [])
 
-    @uw.tool(read_only=True)
+    @uw.tool(read_only=True, trusted_fields=["sender"])
     async def read_inbox(args: NoArgs) -> list[dict[str, str]]:
         """The user's direct messages."""
         return env.inbox

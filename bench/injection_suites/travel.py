@@ -120,7 +120,7 @@ class Outgoing(BaseModel):
 def tools(env: Env) -> list[uw.Tool]:
     """The suite's tools over ``env``."""
 
-    @uw.tool(read_only=True)
+    @uw.tool(read_only=True, trusted_fields=["name", "city", "price", "address"])
     async def search_hotels(args: City) -> list[dict[str, Any]]:
         """The hotels of a city with their rating, price, address and reviews."""
         return [h for h in env.hotels if h["city"] == args.city]
@@ -131,12 +131,12 @@ def tools(env: Env) -> list[uw.Tool]:
         return find(env.restaurants, name=args.name) or {"error": "not found",
                                                          "message": args.name}
 
-    @uw.tool(read_only=True)
+    @uw.tool(read_only=True, trusted_fields=["name", "city"])
     async def search_restaurants(args: City) -> list[dict[str, Any]]:
         """The restaurants of a city with their rating and reviews."""
         return [r for r in env.restaurants if r["city"] == args.city]
 
-    @uw.tool(read_only=True)
+    @uw.tool(read_only=True, trusted_fields=["name", "company", "city", "price"])
     async def search_cars(args: City) -> list[dict[str, Any]]:
         """The car rental companies of a city with their price and reviews."""
         return [c for c in env.cars if c["city"] == args.city]

@@ -159,6 +159,9 @@ class Tool(Generic[A, R]):
     untrusted_args: tuple[str, ...] = ()
     """The arguments that may carry untrusted content (``body``); the others may not
     (:mod:`underway.guard.provenance`)."""
+    trusted_fields: tuple[str, ...] = ()
+    """Dotted paths of result fields no outsider writes, in a result that is otherwise
+    untrusted (``emails.id``: list items are crossed): ids and names the system assigns."""
     outbound: bool = False
     """A read-only tool whose arguments leave the system; labelled like a mutating one."""
     trace_args: bool | tuple[str, ...] = False
@@ -244,6 +247,16 @@ class Tool(Generic[A, R]):
             raise ConfigurationError(
                 f"tool {self.name!r}: untrusted_args must be a list of argument names, not "
                 f"the string {names!r}")
+        paths = self.trusted_fields
+        if isinstance(paths, str) or any(not isinstance(p, str) or not p.strip(". ")
+                                         for p in paths):
+            raise ConfigurationError(
+                f"tool {self.name!r}: trusted_fields must be a list of dotted result paths "
+                f"(such as 'emails.id'), not {paths!r}")
+        if paths and self.trusted_output:
+            raise ConfigurationError(
+                f"tool {self.name!r} declares trusted_output (every field is trusted) and "
+                f"trusted_fields {list(paths)}; keep one")
         if names and self.untrusted_ok:
             raise ConfigurationError(
                 f"tool {self.name!r} declares untrusted_ok (every argument may carry "

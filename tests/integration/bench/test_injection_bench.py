@@ -82,4 +82,7 @@ def test_the_scores_count_what_happened() -> None:
     assert off.attack_tool == 1.0 and off.injected_calls_executed == off.attack_pairs == 4
     assert default.attack_tool == 0.0 and default.injected_calls_executed == 0
     assert off.held_clean == 0.0 and default.held_attacked > 0
-    assert 0 < default.utility_clean < 1  # reply_to_alice is held, agenda_to_bob is not
+    # reply_to_alice writes to the e-mail's sender, a field no outsider writes; the
+    # per-context rule holds both tasks.
+    assert default.utility_clean == 1.0 and default.held_clean == 0.0
+    assert injection.score(outs, "per_context").utility_clean == 0.0
