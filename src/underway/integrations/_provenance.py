@@ -84,6 +84,8 @@ class Provenance:
     """The untrusted content, as (source, lower-cased text)."""
     pending: list[JSON] = field(default_factory=list)
     """Trusted values the model was not sent yet."""
+    said: set[str] = field(default_factory=set)
+    """The instructions taken in already: each request sends them again."""
 
     def start(self, given: JSON, *, tainted: Sequence[str]) -> None:
         """Take in the run's prompt or input: trusted, unless the run's lineage brought
@@ -106,7 +108,8 @@ class Provenance:
             texts: What the model is sent as instructions (None and empty are skipped).
         """
         for text in texts:
-            if text:
+            if text and text not in self.said:
+                self.said.add(text)
                 self.corpus.add_text(text)
 
     def seen(self) -> None:
