@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fastmcp.client.transports import StdioTransport
 from pydantic_ai import Agent
@@ -32,6 +33,7 @@ from pydantic_ai.toolsets import ExternalToolset
 
 import underway as uw
 from underway import events as ev
+from underway.errors import ConfigurationError
 from underway.guard.approvals import public_key_of, register_approver, sign_decision
 from underway.integrations.pydantic_ai import DurableAgent
 from underway.lineage import Lineage
@@ -314,3 +316,10 @@ def test_a_prompt_from_outside_is_no_trusted_source(store_url: str) -> None:
     held = by_arg(asked.evidence)
     assert held["iban"]["sources"] == ["intake"] and held["iban"]["repeats"] is True
     assert asked.evidence["tainted_by"] == ["intake"]
+
+
+def test_writes_names_only_allowed_tools() -> None:
+    with pytest.raises(ConfigurationError, match=r"writes= names \['send_mail'\]"):
+        bank([], [], writes=["send_mail"], allow=["read_inbox", "send_money"])
+    with pytest.raises(ConfigurationError, match="not the string"):
+        bank([], [], writes="send_money")  # type: ignore[arg-type]

@@ -117,7 +117,7 @@ class DurableAgent:
             one from a context that has read untrusted content is not ``unrequested``;
             its arguments are still traced (:mod:`underway.guard.provenance`). None: no
             tool is requested, so the default policy holds every mutating or outbound
-            call from a tainted context.
+            call from a tainted context. Each name must be in ``allow`` when it is given.
     """
 
     def __init__(
