@@ -52,6 +52,7 @@ __all__ = [
     "assess",
     "far_pointers",
     "mark_answer",
+    "split_fields",
     "trace_args",
 ]
 
@@ -333,8 +334,9 @@ class Assessment:
                + f"{'repeats content of' if t.repeats else 'may come from'} "
                f"{', '.join(t.sources)}" for t in self.held]
         if not self.requested:
-            out.append("no trusted source (the goal, the plan made before untrusted content "
-                       "was read) asked for a call of this tool")
+            out.append("no trusted source asked for a call of this tool (a plan made before "
+                       "untrusted content was read, or the tools the flow declares it "
+                       "writes with)")
         return out
 
 
@@ -396,6 +398,38 @@ def far_pointers(value: Any, corpus: Corpus) -> tuple[str, ...]:
     found = [m.group().rstrip(".,;:!?)") for leaf in _leaves(value) if isinstance(leaf, str)
              for m in _POINTER.finditer(leaf)]
     return tuple(dict.fromkeys(p for p in found if not corpus.derives(p)))
+
+
+def split_fields(value: Any, paths: Sequence[str]) -> tuple[Any, Any]:
+    """``value`` split at dotted ``paths`` (list items are crossed): the part the paths
+    name (a tool's ``trusted_fields``), and the rest.
+
+    Args:
+        value: A tool's result (JSON).
+        paths: Dotted paths such as ``emails.id``.
+    """
+    split = [p.split(".") for p in paths]
+
+    def walk(node: Any, ways: list[list[str]], keep: bool) -> Any:
+        if isinstance(node, list):
+            kept = [walk(v, ways, keep) for v in node]
+            return [k for k in kept if k is not None] if keep else kept
+        if not isinstance(node, dict):
+            return None if keep else node
+        out: dict[str, Any] = {}
+        for k, v in node.items():
+            ends = any(w == [k] for w in ways)
+            deeper = [w[1:] for w in ways if len(w) > 1 and w[0] == k]
+            if keep:
+                if ends:
+                    out[k] = v
+                elif deeper and (inner := walk(v, deeper, True)) not in (None, {}, []):
+                    out[k] = inner
+            elif not ends:
+                out[k] = walk(v, deeper, False) if deeper else v
+        return out
+
+    return walk(value, split, True), walk(value, split, False)
 
 
 def _field_names(model: Any) -> frozenset[str]:
