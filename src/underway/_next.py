@@ -128,13 +128,16 @@ class ChildOutcome:
     with ``result``, or ``failed`` or ``cancelled`` with ``error`` saying why.
     ``tainted_by``: where the untrusted content that shaped its result came from (its
     :attr:`~underway.events.RunCompleted.tainted_by`; empty: none did). The run that
-    receives it is shaped by that content too: its own result names those sources."""
+    receives it is shaped by that content too: its own result names those sources.
+    ``marks``: the parts of its result that trusted sources do not account for (its
+    :attr:`~underway.events.RunCompleted.marks`; paths into its result)."""
 
     run_id: str
     status: Literal["completed", "failed", "cancelled"]
     result: JSON = None
     error: str | None = None
     tainted_by: list[str] = field(default_factory=list)
+    marks: list[dict[str, JSON]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:

@@ -205,6 +205,60 @@ def test_a_step_returning_a_bad_mark_does_not_complete(db_url: str) -> None:
                 if isinstance(r.event, ev.RunCompleted)]
 
 
+class Parent(BaseModel):
+    child: str | None = None
+
+
+def test_a_childs_outcome_carries_its_marks_to_the_run_that_waits_for_it(db_url: str) -> None:
+    sub = agent_of(READ, finish(REPEATED), name="sub")
+    parent: Flow[Parent, Any] = Flow("parent", state=Parent)
+
+    @parent.step(start=True)
+    async def begin(ctx: RunContext[Parent, Any]) -> Any:
+        ctx.state.child = await ctx.start(sub.flow, GOAL)
+        return ctx.goto("end")
+
+    @parent.step()
+    async def end(ctx: RunContext[Parent, Any]) -> Any:
+        outcome = await ctx.wait_for(str(ctx.state.child))
+        # The child's answer, passed on as this run's: its marks go with it.
+        return ctx.done(outcome.result, marks=outcome.marks)
+
+    engine = engine_of(db_url, parent, sub.flow)
+    run_id, _ = engine.start(parent, {})
+    s = drive(engine, run_id)
+    child = str(s.state["child"])
+    assert engine.state(child).marks == [REPEATS]
+    finished = [r.event for r in engine.journal.history("default", run_id)
+                if isinstance(r.event, ev.ChildFinished)]
+    assert [f.marks for f in finished] == [[REPEATS]]
+    assert s.children[child].marks == [REPEATS]
+    assert s.status == "completed" and s.marks == [REPEATS]
+    assert s.tainted_by == ["read_email"]
+
+
+def test_a_clean_childs_end_is_the_event_it_always_was(db_url: str) -> None:
+    sub = agent_of(LOOKUP, finish("INV-1 has 1200 due"), name="sub")
+    parent: Flow[Parent, Any] = Flow("parent", state=Parent)
+
+    @parent.step(start=True)
+    async def begin(ctx: RunContext[Parent, Any]) -> Any:
+        ctx.state.child = await ctx.start(sub.flow, GOAL)
+        outcome = await ctx.wait_for(ctx.state.child)
+        return ctx.done(outcome.result, marks=outcome.marks)
+
+    engine = engine_of(db_url, parent, sub.flow)
+    run_id, _ = engine.start(parent, {})
+    s = drive(engine, run_id)
+    assert s.status == "completed" and s.marks == []
+    finished = [r.event for r in engine.journal.history("default", run_id)
+                if isinstance(r.event, ev.ChildFinished)]
+    assert [f.model_dump(exclude_defaults=True) for f in finished] == [{
+        "run_id": s.state["child"], "status": "completed",
+        "result": {"result": "INV-1 has 1200 due", "iterations": 2}}]
+    assert "marks" not in s.to_json()["children"][s.state["child"]]
+
+
 # -- a policy at the finish ---------------------------------------------------------------------
 
 HOLD_REPEATS = Policy("answers-1", [Rule(

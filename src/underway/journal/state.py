@@ -483,7 +483,7 @@ def apply(s: RunState, rec: Recorded) -> RunState:
             if child is not None:
                 s.children[e.run_id] = child.model_copy(update={
                     "status": e.status, "result": copy.deepcopy(e.result), "error": e.error,
-                    "tainted_by": list(e.tainted_by)})
+                    "tainted_by": list(e.tainted_by), "marks": copy.deepcopy(e.marks)})
             if s.awaiting_child == e.run_id:
                 s.awaiting_child = None
                 if s.status == "waiting" and s.waiting_signal == CHILD_SIGNAL:
