@@ -30,7 +30,7 @@ from underway.flow import Done, Flow, RunContext
 from underway.guard.policy import FINISH, Policy, Rule
 from underway.guard.provenance import Mark
 from underway.journal.state import RunState
-from underway.ops.evaluation import evaluate
+from underway.ops.evaluation import eval_html, evaluate
 from underway.runner import Runner
 from underway.testing import RuleModel, say
 
@@ -152,6 +152,13 @@ def test_a_clean_answer_is_not_marked_and_its_event_is_unchanged(db_url: str) ->
     assert stored.model_dump(exclude_defaults=True) == {
         "result": {"result": "INV-1 has 1200 due", "iterations": 2}}
     assert "marks" not in s.to_json()
+
+
+def test_a_checkpoint_keeps_the_marks() -> None:
+    s = RunState(tenant_id="default", run_id="r", status="completed", marks=[REPEATS])
+    assert s.to_json()["marks"] == [REPEATS]
+    assert RunState.from_json(s.to_json()).marks == [REPEATS]
+    assert RunState.from_json(s.to_json(shared=True)).marks == [REPEATS]
 
 
 class Note(BaseModel):
@@ -356,6 +363,8 @@ def test_the_client_the_api_the_cli_the_console_and_eval_show_the_marks(db_url: 
         o = figures.outcomes
         assert (o.completed, o.answers_marked, o.answers_repeating) == (2, 1, 1)
         assert o.repeated_from == {"read_email": 1}
+        assert "marked answers</dt><dd>1 of 2 completed, 1 repeating untrusted text, " \
+            "read_email 1" in eval_html(figures)
         text = cli.invoke(app, ["eval", "--tenant", "acme", "--db", db_url])
         assert text.exit_code == 0, text.output
         assert ("1 of 2 completed results with marked parts, 1 repeating untrusted text "
