@@ -249,12 +249,14 @@ def _leaves(value: Any, *, keys: bool = False, skip: Collection[str] = ()) -> It
 
 
 def _repeated_in(leaves: Sequence[Any], blocks: Iterable[tuple[str, str]]) -> list[str]:
-    """The sources of ``blocks`` (source, lower-cased text) that hold a leaf verbatim."""
-    needles = [_norm(str(v)).lower() for v in leaves
-               if v is not None and not isinstance(v, bool) and _norm(str(v))]
+    """The sources of ``blocks`` (source, lower-cased text) that hold a leaf verbatim, as
+    whole words. A leaf shorter than four characters is found anywhere by chance: it
+    names no source of its own (the caller names every source)."""
+    needles = [n for n in (_norm(str(v)).lower() for v in leaves
+                           if v is not None and not isinstance(v, bool)) if len(n) >= _SHORT]
     found: list[str] = []
     for source, text in blocks:
-        if source not in found and any(n in text for n in needles):
+        if source not in found and any(_spanned(n, text) for n in needles):
             found.append(source)
     return found
 
@@ -524,12 +526,15 @@ def _grams(words: Sequence[str]) -> set[tuple[str, ...]]:
 def _spans_repeated(text: str,
                     blocks: Sequence[tuple[str, str, set[tuple[str, ...]]]]) -> list[str]:
     """The sources whose text (source, flattened text, its runs of words) holds the whole
-    of ``text``, or any run of four of its words: an answer that quotes part of an
-    injected instruction repeats it."""
+    of ``text`` as whole words, or any run of four of its words: an answer that quotes
+    part of an injected instruction repeats it. A value shorter than four characters (a
+    count, a code) is found in any text by chance: it never repeats on its own."""
     low = " ".join(_norm(text).lower().split())
     spans = _grams(low.split())
+    whole = len(low) >= _SHORT
     found: list[str] = []
     for source, flat, grams in blocks:
-        if source not in found and ((low and low in flat) or not spans.isdisjoint(grams)):
+        if source not in found and ((whole and _spanned(low, flat))
+                                    or not spans.isdisjoint(grams)):
             found.append(source)
     return found
