@@ -32,7 +32,7 @@ from typing import Any
 from ..effects import Tool
 from ..errors import ConfigurationError
 from ..events import JSON
-from ..guard.provenance import Assessment, Corpus, assess, split_fields
+from ..guard.provenance import Assessment, Corpus, assess, mark_answer, split_fields
 from ..guard.taint import add_source, output_taints
 
 __all__ = ["Provenance", "check_writes", "labelled"]
@@ -119,6 +119,19 @@ class Provenance:
         for value, listed in self.pending:
             self.corpus.add(value, listed=listed)
         self.pending.clear()
+
+    def marks(self, result: Any) -> list[dict[str, Any]]:
+        """The parts of the run's ``result`` that trusted sources do not account for
+        (:func:`~underway.guard.provenance.mark_answer`): none from a clean context.
+
+        Args:
+            result: The run's result, as journaled.
+        """
+        self.seen()
+        if not self.taint:
+            return []
+        return [m.to_json() for m in mark_answer(result, self.corpus, taint=self.taint,
+                                                 blocks=self.blocks)]
 
     def answered(self, answer: JSON) -> None:
         """Take in a person's answer (a deferred tool's result): trusted.

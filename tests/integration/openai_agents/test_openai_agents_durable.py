@@ -293,7 +293,10 @@ def test_untrusted_tool_output_holds_the_next_mutating_call() -> None:
     # "31C" comes from the lookup's output, not from the user: its text holds the call.
     assert s.pending_approval.rule_id == "untrusted-argument"
     [held_by] = s.pending_approval.evidence["held_by"]
-    assert (held_by["arg"], held_by["sources"], held_by["repeats"]) == ("text", ["lookup"], True)
+    # Three characters are found in any text by chance: it may come from any source of the
+    # context, and repeating none of them is no evidence.
+    assert (held_by["arg"], held_by["sources"], held_by["repeats"]) == ("text", ["lookup"],
+                                                                        False)
 
 
 def test_a_handoff_target_with_its_own_model_is_durable_too() -> None:

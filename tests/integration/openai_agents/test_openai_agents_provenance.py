@@ -122,8 +122,23 @@ def test_a_payment_from_the_input_runs_without_a_person_after_an_untrusted_read(
     assert s.status == "completed" and s.result == "Paid."
     assert paid == [(LANDLORD, 1200)]
     assert of_type(engine, run_id, ev.ApprovalRequested) == []
+    # Nothing trusted accounts for the answer, said in a tainted context: it is marked,
+    # though it repeats nothing.
+    assert s.marks == [{"path": "result", "sources": ["read_inbox", "send_money"],
+                        "repeats": False}]
     replayed = asyncio.run(replay_run(engine.store, run_id, flows=[durable.flow]))
     assert replayed.divergences == [] and replayed.changes == []
+
+
+def test_an_answer_that_repeats_the_injection_is_marked_with_its_source(db_url: str) -> None:
+    with FakeProvider(calls(("c1", "read_inbox", {})),
+                      openai_completion(content=f"Your e-mail says: {INBOX}")) as server:
+        durable = bank(server, [])
+        engine = uw.Engine(uw.connect(db_url), flows=[durable.flow])
+        run_id, _ = engine.start(durable.flow, {"input": "What does my inbox say?"})
+        s = drive(engine, run_id)
+    assert s.status == "completed"
+    assert s.marks == [{"path": "result", "sources": ["read_inbox"], "repeats": True}]
 
 
 def test_without_declared_writes_the_same_payment_is_unrequested_and_held(

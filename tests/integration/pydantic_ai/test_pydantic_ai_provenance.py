@@ -171,6 +171,8 @@ def test_a_payment_from_the_prompt_runs_without_a_person_after_an_untrusted_read
     assert decided.decision == "allow"
     # What the payment tool said back is untrusted too (nobody vouched for it).
     assert state.tainted_by == ["read_inbox", "send_money"]
+    # The answer repeats the e-mail: it is marked, with its source.
+    assert state.marks == [{"path": "result", "sources": ["read_inbox"], "repeats": True}]
     # The same code, replayed without a model or a tool, reports no change.
     again: list[tuple[str, int]] = []
     replayed = asyncio.run(replay_run(engine.store, run_id,

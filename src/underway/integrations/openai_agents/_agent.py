@@ -329,5 +329,6 @@ class DurableAgent:
             return ctx.fail(f"{type(exc).__name__}: {exc}")
         finally:
             SCOPE.reset(token)
-        return ctx.done(to_jsonable_python(result.final_output, fallback=str))
+        output = to_jsonable_python(result.final_output, fallback=str)
+        return ctx.done(output, marks=step.provenance.marks(output))
 

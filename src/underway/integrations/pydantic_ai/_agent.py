@@ -196,7 +196,8 @@ class DurableAgent:
         finally:
             SCOPE.reset(token)
         ctx.state.taint = list(scope.sources)
-        return ctx.done(to_jsonable_python(result.output))
+        output = to_jsonable_python(result.output)
+        return ctx.done(output, marks=scope.provenance.marks(output))
 
 
 def _taint_of(state: AgentState) -> list[str]:
