@@ -257,3 +257,12 @@ def test_a_whole_trusted_value_inside_text_is_trusted(trusted: str, value: str) 
     corpus = Corpus()
     corpus.add_text(trusted)
     assert corpus.derives(value)
+
+
+def test_no_span_crosses_from_one_trusted_text_into_the_next() -> None:
+    corpus = Corpus()
+    corpus.add(["pay ACC-1234", "5678 now"])
+    for value in ("ACC-1234 5678", "ACC-1234\n\x00\n5678", "ACC-1234\n\x00", "\x00\n5678",
+                  "ACC-12345678"):
+        assert not corpus.derives(value), repr(value)
+    assert corpus.derives("ACC-1234") and corpus.derives("5678 now")

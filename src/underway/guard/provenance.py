@@ -70,7 +70,8 @@ _PLAIN = re.compile(r"-?(?:0|[1-9][0-9]{0,2}(?:,[0-9]{3})+|[1-9][0-9]*)(?:\.[0-9
 """A string that reads as a number, and no other: no leading zeros (``007`` is a code)."""
 _EDGE = "\"'()[]{}<>,.;:!?*`\u201c\u201d\u2018\u2019\u00ab\u00bb"
 _SEP = "\n\x00\n"
-"""Between the trusted texts searched as one: a value holding it is searched text by text."""
+"""Between the trusted texts searched as one: a value holding a NUL is searched text by
+text, so that no span crosses from one trusted text into the next."""
 
 
 def _spanned(text: str, hay: str) -> bool:
@@ -166,7 +167,7 @@ class Corpus:
             return True
         if len(text) < _SHORT:
             return False
-        if _SEP in text:
+        if "\x00" in text:
             return any(_spanned(text, t) for t in self.texts)
         if self._hay is None:
             self._hay = _SEP.join(self.texts)
