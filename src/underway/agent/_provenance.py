@@ -157,15 +157,18 @@ def corpus_of(instructions: str, goal: str | None, context: Any,
                 value: Any = json.loads(body)
             except ValueError:
                 value = body
-            if written.texts or written.numbers:
-                value = _strip(value, written.holds)
+            # Only a tool's result: a person's words are trusted as given.
             if (given := calls.get(str(m.get("tool_call_id")))) is not None:
+                if written.texts or written.numbers:
+                    value = _strip(value, written.holds)
                 value = _strip(value, _composed(given))
             if isinstance(value, str):
                 corpus.add_text(value)
             elif value is not None:
                 corpus.add(value)
             continue
+        if m.get("role") == "assistant":
+            calls = {}  # the results that follow answer this turn's calls
         if tainted:
             for call in m.get("tool_calls") or ():
                 if isinstance(call, Mapping) and call.get("name") not in _OWN_ACTIONS:
