@@ -197,7 +197,7 @@ def test_a_persons_answer_is_trusted_even_when_it_repeats_what_the_run_wrote(
     # The run noted the mail's account (untrusted), then asked; the person confirms that
     # very account. Their words are trusted as given: the payment runs.
     bench = Bench(db_url)
-    note = say(None, ("save_note", {"text": f"mail says: {ATTACKER_IBAN}"}))
+    note = say(None, ("save_note", {"text": ATTACKER_IBAN}))
     ask = say(None, ("ask_human", {"question": f"Is {ATTACKER_IBAN} Acme's new account?"}))
     run_id = bench.run(turns(READ, note, ask, pay_to(ATTACKER_IBAN), DONE), goal=LEDGER_GOAL)
     bench.answer(run_id, f"Yes, pay {ATTACKER_IBAN}; I confirmed it by phone.")
