@@ -30,6 +30,7 @@ import evaluation
 import groupcommit
 import guard
 import imports
+import injection
 import labels
 import listing
 import mcp_tools
@@ -150,6 +151,8 @@ GROUPS: dict[str, list[tuple[str, Callable[[], list[Figure]]]]] = {
         ("SQLite traces from the journal", tracing.bench_sqlite),
         ("PostgreSQL traces from the journal", tracing.bench_postgres),
     ],
+    "injection": [("prompt injection: utility and attacks, defence off, per context and per "
+                   "value", injection.bench)],
     "streaming": [
         ("SQLite first streamed token", streaming.bench_sqlite),
         ("PostgreSQL first streamed token", streaming.bench_postgres),

@@ -84,11 +84,11 @@ def load_app(spec: str, *, search: Sequence[str | os.PathLike[str]] = ()) -> App
     """Resolve ``module:attribute`` to the flows and tools a worker runs.
 
     The attribute (dots reach into objects: ``pkg.mod:registry.flows``) may be a
-    :class:`Flow` or :class:`~underway.agent.Agent`, a list or tuple of Flows, Agents and
-    Tools, or a callable taking no arguments that returns one of those. The module is
-    imported as Python would import it, so it must be on ``sys.path``. Every command
-    that takes ``--app`` passes the current directory and its config file's folder as
-    ``search``, so they all find the same code.
+    :class:`Flow`, :class:`~underway.agent.Agent` or :class:`~underway.agent.PlanAndExtract`,
+    a list or tuple of Flows, Agents and Tools, or a callable taking no arguments that
+    returns one of those. The module is imported as Python would import it, so it must
+    be on ``sys.path``. Every command that takes ``--app`` passes the current directory
+    and its config file's folder as ``search``, so they all find the same code.
 
     Args:
         spec: ``module:attribute``.
@@ -99,7 +99,7 @@ def load_app(spec: str, *, search: Sequence[str | os.PathLike[str]] = ()) -> App
     obj = import_object(spec, option="--app", example="myapp.flows:flows")
     if callable(obj) and not isinstance(obj, Flow | Tool | type):
         obj = call_factory(obj, option="--app", spec=spec)
-    items = [obj] if isinstance(obj, Flow | agents.Agent) else obj
+    items = [obj] if isinstance(obj, Flow | agents.Agent | agents.PlanAndExtract) else obj
     if not isinstance(items, list | tuple):
         raise ConfigurationError(
             f"--app {spec!r} is a {type(obj).__name__}; it must be a Flow, a list of Flows "
@@ -110,7 +110,7 @@ def load_app(spec: str, *, search: Sequence[str | os.PathLike[str]] = ()) -> App
     for i, item in enumerate(items):
         if isinstance(item, Flow):
             flows.append(item)
-        elif isinstance(item, agents.Agent):
+        elif isinstance(item, agents.Agent | agents.PlanAndExtract):
             flows.append(item.flow)
         elif isinstance(item, Tool):
             tools.append(item)

@@ -38,8 +38,9 @@ def test_a_write_whose_arguments_come_from_the_goal_runs_after_untrusted_reads(
     db_url: str,
 ) -> None:
     bench = Bench(db_url)
+    words = INJECTION.split(" to ")[0]  # the e-mail's words, none of its addresses
     mail = say(None, ("send_email", {"to": "billing@acme.example", "subject": "INV-7 paid",
-                                     "body": f"Paid. You wrote: {INJECTION}"}))
+                                     "body": f"Paid. You wrote: {words}"}))
     run_id = bench.run(turns(READ, LOOKUP, pay_to(ACME_IBAN, 1200), mail, DONE))
     assert bench.state(run_id).status == "completed", bench.state(run_id).error
     assert not bench.held(run_id)
@@ -47,6 +48,21 @@ def test_a_write_whose_arguments_come_from_the_goal_runs_after_untrusted_reads(
                                  "memo": {}}]
     # The body may carry the e-mail's words; the recipient came from the goal.
     assert [m["to"] for m in bench.world.sent] == ["billing@acme.example"]
+    bench.close()
+
+
+def test_a_body_that_may_carry_the_mails_words_may_not_carry_its_addresses(
+    db_url: str,
+) -> None:
+    bench = Bench(db_url)
+    mail = say(None, ("send_email", {"to": "billing@acme.example", "subject": "INV-7 paid",
+                                     "body": f"Paid. You wrote: {INJECTION}"}))
+    run_id = bench.run(turns(READ, mail, DONE))
+    [held] = bench.held(run_id)
+    assert held.tool == "send_email" and bench.world.sent == []
+    [why] = held.evidence["held_by"]
+    assert (why["arg"], why["points_to"], why["sources"]) == (
+        "body", [ATTACKER_MAIL], ["read_email"])
     bench.close()
 
 

@@ -19,6 +19,7 @@ from underway.engine import Engine
 from underway.errors import ConfigurationError
 from underway.guard.policy import policy_from_dict
 from underway.ops.deploy import DeployReport, check_deploy
+from underway.ops.replay import replay_run
 from underway.store import Store
 from underway.testing import ManualClock, MemoryStore
 
@@ -305,6 +306,29 @@ def test_ctx_version_keeps_parked_runs_on_the_old_path_and_new_runs_on_the_new(
     marks = of_type(new, fresh, ev.VersionMarked)
     assert [(m.change_id, m.patched, m.step) for m in marks] == [
         ("pay-with-fee", True, "settle")]
+
+
+def test_a_replay_keeps_the_path_each_original_ran(tmp_path: Path) -> None:
+    """A run the old code completed replays under the patched code on the old path (no
+    change reported); a run the patched code made replays on the path it took."""
+    store, clock, old_run, approver = parked_payment(tmp_path)
+    old_flow, _ = payer()
+    approve_and_drive(store, clock, old_flow, old_run, approver)
+    flow, paying = payer(v2=True, marker=True)
+    new = Engine(store, flows=[flow], clock=clock)
+    new_run, _ = new.start("payer")
+    drive(new, new_run)
+    new.submit_decision(approver.decide(new.state(new_run)))
+    drive(new, new_run)
+    clock.advance(61)
+    assert drive(new, new_run).result == {"paid": 130}
+    for run_id in (old_run, new_run):
+        replayed = run(replay_run(store, run_id, flows=[flow], tools=[quote, paying]))
+        assert replayed.changes == [], (run_id, replayed.changes)
+    # Without the marker the same code would replay the old run down the new path.
+    unmarked, unmarked_pay = payer(v2=True)
+    changed = run(replay_run(store, old_run, flows=[unmarked], tools=[quote, unmarked_pay]))
+    assert changed.changes
 
 
 def test_the_version_decided_first_holds_for_the_rest_of_the_run() -> None:

@@ -3,6 +3,9 @@
 >>> agent = Agent("collections", model=model, tools=[lookup_invoice, send_reminder])
 >>> engine.register(agent.flow)
 >>> engine.start(agent.flow, {"goal": "collect invoice INV-7"})
+
+:class:`PlanAndExtract` is the dual-model mode: a planner that never reads the data writes
+the program, and a quarantined extractor turns untrusted text into typed values.
 """
 
 from __future__ import annotations
@@ -18,10 +21,13 @@ from .observations import quote, repeated_from
 # every command that imports it.
 if TYPE_CHECKING:
     from ._agent import RULES, Agent, AgentInput, AgentState
+    from ._plan_extract import PlanAndExtract, PlanExtractState
 else:
     __getattr__, __dir__ = lazy_exports(__name__, {
         "RULES": "._agent", "Agent": "._agent", "AgentInput": "._agent",
-        "AgentState": "._agent",
+        "AgentState": "._agent", "PlanAndExtract": "._plan_extract",
+        "PlanExtractState": "._plan_extract",
     }, globals())
 
-__all__ = ["RULES", "UNTRUSTED", "Agent", "AgentInput", "AgentState", "quote", "repeated_from"]
+__all__ = ["RULES", "UNTRUSTED", "Agent", "AgentInput", "AgentState", "PlanAndExtract",
+           "PlanExtractState", "quote", "repeated_from"]

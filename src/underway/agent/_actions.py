@@ -68,7 +68,9 @@ def _plan_spec(model: type[_Plan], names: list[str]) -> JSON:
 
 
 def _plan_schema(model: type[_Plan], names: list[str]) -> dict[str, Any]:
-    schema = model.model_json_schema()
+    """``model``'s schema; for a plan that names tools, ``tools`` chooses among ``names``
+    (an agent with no tool to write with is asked for none)."""
+    schema = (model if names else _Plan).model_json_schema()
     if "tools" in schema.get("properties", {}):
         schema["properties"]["tools"]["items"] = {"type": "string", "enum": names}
     return schema

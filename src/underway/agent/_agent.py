@@ -88,6 +88,9 @@ class AgentState(BaseModel):
     carried: dict[int, list[str]] = Field(default_factory=dict)
     """For an untrusted observation of a trusted tool, by index: the untrusted sources its
     arguments came from (the tool itself is not one)."""
+    fields: dict[int, list[str]] = Field(default_factory=dict)
+    """For an untrusted result of a tool called with trusted arguments, by index: the
+    fields of it no outsider writes (the tool's ``trusted_fields``)."""
     requested: list[str] | None = None
     """The tools a trusted source asked for: those the plan named or mentioned, when the
     plan was made from a clean context. None: no such plan, so every mutating or outbound
@@ -121,13 +124,16 @@ class Agent:
 
     It has a goal, a model and an allow-list of typed tools.
 
-    Taint is tracked per context (``docs/agent.md``). Some content is untrusted: the results
-    and errors of every tool not declared ``trusted_output`` (and of those named in
-    ``untrusted``). So are signal payloads and the input of a run started by intake. Once any
-    is in the context, some calls carry the ``untrusted`` label: every call of a mutating,
-    message or ``outbound`` tool not declared ``untrusted_ok``. With no policy on the flow or
-    the engine the agent runs under :data:`~underway.guard.policy.DEFAULT_POLICY`. That
-    policy holds such calls for a person.
+    Taint is tracked per context and provenance per value (``docs/agent.md``). Some content
+    is untrusted: the results and errors of every tool not declared ``trusted_output`` (and
+    of those named in ``untrusted``). So are signal payloads and the input of a run started
+    by intake. Once any is in the context, each argument of a call of a mutating, message or
+    ``outbound`` tool is traced to its sources (:meth:`assess`). A call carries
+    ``untrusted-arg`` when an argument outside the tool's ``untrusted_args`` is not
+    derivable from trusted sources, and ``unrequested`` when the plan made from a clean
+    context did not ask for its tool. With no policy on the flow or the engine the agent
+    runs under :data:`~underway.guard.policy.DEFAULT_POLICY`, which holds such calls for a
+    person.
 
     Args:
         name: The agent's flow name.
@@ -365,7 +371,7 @@ class Agent:
         clean = not _from_outside(ctx)
         return corpus_of(self.instructions, ctx.input.goal if clean else None,
                          ctx.input.context, ctx.state.messages, ctx.state.vouched,
-                         tainted=not clean or bool(ctx.child_taint))
+                         tainted=not clean or bool(ctx.child_taint), fields=ctx.state.fields)
 
     def assess(self, ctx: RunContext[AgentState, AgentInput], t: Tool,
                args: JSON) -> Assessment:
@@ -381,7 +387,7 @@ class Agent:
         if not st.taint:
             return assess(t, args, Corpus(), taint=(), requested=st.requested)
         return assess(t, args, self.corpus(ctx), taint=st.taint, requested=st.requested,
-                      blocks=blocks_of(st.messages, st.vouched, st.carried, st.taint),
+                      blocks=blocks_of(st.messages, st.vouched, st.carried, st.taint, st.fields),
                       label=self.exposed(t))
 
     def answer_marks(self, ctx: RunContext[AgentState, AgentInput], result: JSON) -> list[Mark]:
@@ -396,7 +402,8 @@ class Agent:
         if not st.taint:
             return []
         return mark_answer(result, self.corpus(ctx), taint=st.taint,
-                           blocks=blocks_of(st.messages, st.vouched, st.carried, st.taint))
+                           blocks=blocks_of(st.messages, st.vouched, st.carried, st.taint,
+                                            st.fields))
 
     async def perform(self, ctx: RunContext[AgentState, AgentInput], call: ToolCall,
                        why: str) -> Next | None:
@@ -497,6 +504,9 @@ class Agent:
             st.vouched.append(len(st.messages) - 1)
         elif via:
             st.carried[len(st.messages) - 1] = via
+        elif spoke and tool is not None and tool.trusted_fields and not given \
+                and error_type is None and not failed:
+            st.fields[len(st.messages) - 1] = list(tool.trusted_fields)
         if spoke and tool is not None:
             add_source(st.taint, tool.name)
         if failed is not None:

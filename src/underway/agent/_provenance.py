@@ -125,7 +125,8 @@ def _composed(args: Any) -> Callable[[Any], bool]:
 
 def corpus_of(instructions: str, goal: str | None, context: Any,
               messages: Sequence[Mapping[str, Any]], vouched: Iterable[int], *,
-              tainted: bool = False) -> Corpus:
+              tainted: bool = False, fields: Mapping[int, Sequence[str]] | None = None,
+              ) -> Corpus:
     """The corpus of an agent's context.
 
     It is read in the conversation's order. Once the context is tainted, each value the
@@ -140,7 +141,10 @@ def corpus_of(instructions: str, goal: str | None, context: Any,
         vouched: The indices of the messages trusted per value.
         tainted: Whether the context was tainted from its start (its lineage, or a child
             outcome it received); else from its first untrusted block.
+        fields: For an untrusted result of a tool called with trusted arguments, by
+            index: the fields of it no outsider writes (the tool's ``trusted_fields``).
     """
+    fields = fields or {}
     corpus = Corpus()
     corpus.add_text(instructions)
     if goal is not None:
@@ -162,13 +166,16 @@ def corpus_of(instructions: str, goal: str | None, context: Any,
                 if written.texts or written.numbers:
                     value = _strip(value, written.holds)
                 value = _strip(value, _composed(given))
-            if isinstance(value, str):
-                corpus.add_text(value)
-            elif value is not None:
-                corpus.add(value)
+            if value is not None:
+                corpus.add(value, listed=m.get("role") == "tool"
+                           and m.get("name") not in _OWN_ACTIONS)
             continue
         if m.get("role") == "assistant":
             calls = {}  # the results that follow answer this turn's calls
+        if i in fields and (part := _fields_of(_body(content), fields[i], keep=True)):
+            if written.texts or written.numbers:
+                part = _strip(part, written.holds)
+            corpus.add(part, listed=True)
         if tainted:
             for call in m.get("tool_calls") or ():
                 if isinstance(call, Mapping) and call.get("name") not in _OWN_ACTIONS:
@@ -183,21 +190,57 @@ def corpus_of(instructions: str, goal: str | None, context: Any,
 
 def blocks_of(messages: Sequence[Mapping[str, Any]], vouched: Collection[int],
               carried: Mapping[int, Sequence[str]],
-              taint: Sequence[str] | None = None) -> list[tuple[str, str]]:
+              taint: Sequence[str] | None = None,
+              fields: Mapping[int, Sequence[str]] | None = None) -> list[tuple[str, str]]:
     """The untrusted content of a conversation as (source, lower-cased text): every block
     quoted as untrusted in a message not vouched for, named by its source, or by the
     sources a trusted tool's arguments carried. A block whose source is no source of the
     context's ``taint`` (the agent's own action: a child's outcome, its own words) is named
-    by every source of it: that content came from there, not from the action."""
+    by every source of it: that content came from there, not from the action. Of a result
+    with ``fields`` no outsider writes, the rest is the untrusted content."""
     out: list[tuple[str, str]] = []
     for i, m in enumerate(messages):
         if i in vouched:
             continue
         for source, body in _BLOCK.findall(str(m.get("content") or "")):
+            if fields and i in fields:
+                body = json.dumps(_fields_of(body, fields[i], keep=False), ensure_ascii=False,
+                                  sort_keys=True)
             named = carried.get(i) or (
                 [source] if taint is None or source in taint or not taint else taint)
             out += [(s, body.lower()) for s in named]
     return out
+
+
+def _fields_of(body: str, paths: Sequence[str], *, keep: bool) -> Any:
+    """The parts of a JSON ``body`` at dotted ``paths`` (list items crossed), or, with
+    ``keep`` False, the body without them. A body that is no JSON keeps nothing."""
+    try:
+        value = json.loads(body)
+    except ValueError:
+        return None if keep else body
+    split = [p.split(".") for p in paths]
+
+    def walk(node: Any, ways: list[list[str]]) -> Any:
+        if isinstance(node, list):
+            kept = [walk(v, ways) for v in node]
+            return [k for k in kept if k is not None] if keep else kept
+        if not isinstance(node, dict):
+            return None if keep else node
+        out: dict[str, Any] = {}
+        for k, v in node.items():
+            ends = any(w == [k] for w in ways)
+            deeper = [w[1:] for w in ways if len(w) > 1 and w[0] == k]
+            if keep:
+                if ends:
+                    out[k] = v
+                elif deeper and (inner := walk(v, deeper)) not in (None, {}, []):
+                    out[k] = inner
+            elif not ends:
+                out[k] = walk(v, deeper) if deeper else v
+        return out
+
+    return walk(value, split)
 
 
 def requested_by(steps: Iterable[str], named: Iterable[str], tools: Iterable[str]) -> list[str]:

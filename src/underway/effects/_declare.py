@@ -46,6 +46,7 @@ class ToolOptions(TypedDict, total=False):
     trusted_output: bool
     untrusted_ok: bool
     untrusted_args: Iterable[str]
+    trusted_fields: Iterable[str]
     outbound: bool
     trace_args: bool | tuple[str, ...]
     trace_result: bool | tuple[str, ...]
@@ -132,6 +133,7 @@ def tool(
     trusted_output: bool = False,
     untrusted_ok: bool = False,
     untrusted_args: Iterable[str] = (),
+    trusted_fields: Iterable[str] = (),
     outbound: bool = False,
     trace_args: bool | tuple[str, ...] = False,
     trace_result: bool | tuple[str, ...] = False,
@@ -182,6 +184,8 @@ def tool(
         untrusted_args: The arguments (top-level fields) that may carry untrusted content,
             such as an e-mail's ``body``; every other argument must come from trusted
             sources (:mod:`underway.guard.provenance`).
+        trusted_fields: Dotted paths of result fields no outsider writes, in an otherwise
+            untrusted result (``emails.id``; list items are crossed).
         outbound: A read-only tool whose arguments leave the system; labelled like a
             mutating one.
         trace_args: Record the call's arguments on its span: True (every field), or these
@@ -245,7 +249,11 @@ def tool(
             message=message,
             trusted_output=trusted_output,
             untrusted_ok=untrusted_ok,
-            untrusted_args=tuple(untrusted_args),
+            # A lone string reaches Tool as it is, which refuses it by name.
+            untrusted_args=cast(tuple[str, ...], untrusted_args)
+            if isinstance(untrusted_args, str) else tuple(untrusted_args),
+            trusted_fields=cast(tuple[str, ...], trusted_fields)
+            if isinstance(trusted_fields, str) else tuple(trusted_fields),
             outbound=outbound,
             trace_args=trace_args,
             trace_result=trace_result,

@@ -100,13 +100,15 @@ class Tool(Generic[A, R]):
     in the argument or result model, is never recorded, whatever the opt-in says; naming
     one in ``trace_args`` or ``trace_result`` is a :class:`ConfigurationError`.
 
-    Taint (:mod:`underway.guard.taint`): an agent treats every tool's output as untrusted unless
-    the tool declares ``trusted_output`` (its author vouches for every byte it returns,
-    e.g. fields of one's own database that no outsider can write). Once untrusted content
-    is in an agent's context, its calls of mutating tools, message tools and ``outbound``
-    read-only tools (whose arguments leave the system: a web search, a third-party API)
-    carry the ``untrusted`` label, unless the tool declares ``untrusted_ok`` (safe whatever
-    its arguments say).
+    Taint and provenance (:mod:`underway.guard.taint`, :mod:`underway.guard.provenance`):
+    an agent treats every tool's output as untrusted unless the tool declares
+    ``trusted_output`` (its author vouches for every byte it returns, e.g. fields of one's
+    own database that no outsider can write). Once untrusted content is in an agent's
+    context, each argument of a call of a mutating tool, a message tool or an ``outbound``
+    read-only tool (whose arguments leave the system) is traced to its sources. An
+    argument not derivable from trusted sources holds the call, unless the tool lists it in
+    ``untrusted_args`` (content such as an e-mail's body) or declares ``untrusted_ok`` (safe
+    whatever its arguments say).
     """
 
     name: str
@@ -157,6 +159,9 @@ class Tool(Generic[A, R]):
     untrusted_args: tuple[str, ...] = ()
     """The arguments that may carry untrusted content (``body``); the others may not
     (:mod:`underway.guard.provenance`)."""
+    trusted_fields: tuple[str, ...] = ()
+    """Dotted paths of result fields no outsider writes, in a result that is otherwise
+    untrusted (``emails.id``: list items are crossed): ids and names the system assigns."""
     outbound: bool = False
     """A read-only tool whose arguments leave the system; labelled like a mutating one."""
     trace_args: bool | tuple[str, ...] = False
@@ -242,6 +247,16 @@ class Tool(Generic[A, R]):
             raise ConfigurationError(
                 f"tool {self.name!r}: untrusted_args must be a list of argument names, not "
                 f"the string {names!r}")
+        paths = self.trusted_fields
+        if isinstance(paths, str) or any(not isinstance(p, str) or not p.strip(". ")
+                                         for p in paths):
+            raise ConfigurationError(
+                f"tool {self.name!r}: trusted_fields must be a list of dotted result paths "
+                f"(such as 'emails.id'), not {paths!r}")
+        if paths and self.trusted_output:
+            raise ConfigurationError(
+                f"tool {self.name!r} declares trusted_output (every field is trusted) and "
+                f"trusted_fields {list(paths)}; keep one")
         if names and self.untrusted_ok:
             raise ConfigurationError(
                 f"tool {self.name!r} declares untrusted_ok (every argument may carry "

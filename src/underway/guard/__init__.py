@@ -8,6 +8,7 @@ module             holds
 ``intent``         :class:`CallIntent`: a call's facts, computed once
 ``budgets``        budgets, usage and what a run has spent
 ``taint``          what untrusted content taints, labels and passes on
+``provenance``     which arguments trusted sources account for, per value
 ``policy``         rules and decisions (a package)
 ``approvals``      signed decisions and approvers' keys (a package)
 =================  ===========================================================

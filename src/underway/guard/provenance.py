@@ -35,7 +35,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -68,7 +68,9 @@ part of a word or code (``INV-7``, ``555-1234``), a version (``1.2.3``) or a lis
 (``4,5``)."""
 _PLAIN = re.compile(r"-?(?:0|[1-9][0-9]{0,2}(?:,[0-9]{3})+|[1-9][0-9]*)(?:\.[0-9]+)?")
 """A string that reads as a number, and no other: no leading zeros (``007`` is a code)."""
-_EDGE = "\"'()[]{}<>,.;:!?*`\u201c\u201d\u2018\u2019\u00ab\u00bb"
+_EDGE = "\"'()[]{}<>,.;:!?*`#\u201c\u201d\u2018\u2019\u00ab\u00bb"
+_DATETIME = re.compile(r"([0-9]{4}-[0-9]{2}-[0-9]{2})[T ]([0-9]{1,2}:[0-9]{2})(?::00)?")
+"""A date and a time, each of which trusted text may hold on its own."""
 _SEP = "\n\x00\n"
 """Between the trusted texts searched as one: a value holding a NUL is searched text by
 text, so that no span crosses from one trusted text into the next."""
@@ -128,10 +130,24 @@ class Corpus:
     """Every number trusted content holds, canonical."""
     texts: list[str] = field(default_factory=list)
     """Trusted strings, searched for spans of whole words."""
+    listed: Corpus | None = field(default=None, repr=False, compare=False)
+    """What trusted tools gave back, apart from what a person or the flow stated: a value
+    found only there is one of several a tool listed, so untrusted content that names it
+    may have chosen it (:func:`trace_args`)."""
     _hay: str | None = field(default=None, init=False, repr=False, compare=False)
 
-    def add(self, value: Any) -> None:
-        """Add a trusted JSON value: each of its strings, numbers and keys."""
+    def add(self, value: Any, *, listed: bool = False) -> None:
+        """Add a trusted JSON value: each of its strings, numbers and keys.
+
+        Args:
+            value: The value.
+            listed: A trusted tool gave it back (else a person or the flow stated it).
+        """
+        if listed:
+            if self.listed is None:
+                self.listed = Corpus()
+            self.listed.add(value)
+            return
         for leaf in _leaves(value, keys=True):
             if isinstance(leaf, str):
                 self.add_text(leaf)
@@ -155,7 +171,23 @@ class Corpus:
                 self.numbers.add(n)
 
     def derives(self, value: Any) -> bool:
-        """Whether ``value`` (a string or number) is found whole in trusted content."""
+        """Whether ``value`` (a string or number) is found whole in trusted content.
+
+        Args:
+            value: The value.
+        """
+        return self.stated(value) or (self.listed is not None and self.listed.derives(value))
+
+    def stated(self, value: Any) -> bool:
+        """Whether ``value`` is found whole in what a person or the flow stated (not only
+        in what trusted tools listed). A date and time (``2026-12-10 12:00``) is found when
+        its date and its time are.
+
+        Args:
+            value: The value.
+        """
+        if isinstance(value, str) and (when := _DATETIME.fullmatch(_norm(value))):
+            return self.stated(when.group(1)) and self.stated(when.group(2))
         if isinstance(value, bool) or value is None:
             return False
         if isinstance(value, int | float):
@@ -187,11 +219,19 @@ class ArgTrace:
     every source the context took in (it may be an encoding of any)."""
     repeats: bool = False
     """It repeats content of :attr:`sources` verbatim."""
+    points_to: tuple[str, ...] = ()
+    """The links and addresses inside it that no trusted source holds: in an argument
+    that may carry untrusted content, where that content sends its reader still may not
+    come from there."""
 
     def to_json(self) -> dict[str, Any]:
-        """The trace as evidence: ``{"arg", "trusted", "sources", "repeats"}``."""
-        return {"arg": self.name, "trusted": self.trusted, "sources": list(self.sources),
-                "repeats": self.repeats}
+        """The trace as evidence: ``{"arg", "trusted", "sources", "repeats"}``, and
+        ``points_to`` when it holds any."""
+        out: dict[str, Any] = {"arg": self.name, "trusted": self.trusted,
+                               "sources": list(self.sources), "repeats": self.repeats}
+        if self.points_to:
+            out["points_to"] = list(self.points_to)
+        return out
 
 
 def _leaves(value: Any, *, keys: bool = False, skip: Collection[str] = ()) -> Iterator[Any]:
@@ -216,6 +256,17 @@ def _repeated_in(leaves: Sequence[Any], blocks: Iterable[tuple[str, str]]) -> li
         if source not in found and any(n in text for n in needles):
             found.append(source)
     return found
+
+
+def _chosen(leaves: Sequence[Any], corpus: Corpus,
+            blocks: Sequence[tuple[str, str]]) -> list[Any]:
+    """The leaves that only a trusted tool's listing accounts for and that untrusted
+    content names as a whole word: the injection may have picked them out of the list."""
+    if corpus.listed is None:
+        return []
+    return [v for v in leaves if isinstance(v, str) and len(_norm(v)) >= _SHORT
+            and not corpus.stated(v) and corpus.listed.derives(v)
+            and any(_spanned(_norm(v).lower(), text) for _, text in blocks)]
 
 
 def trace_args(args: Any, corpus: Corpus, *, taint: Sequence[str],
@@ -244,11 +295,13 @@ def trace_args(args: Any, corpus: Corpus, *, taint: Sequence[str],
                          and defaults[name] == value):
             traces.append(ArgTrace(name, True))
             continue
-        leaves = [v for v in _leaves(value, keys=True, skip=structure)]
-        if all(corpus.derives(v) for v in leaves if not (isinstance(v, str) and not v.strip())):
+        leaves = [v for v in _leaves(value, keys=True, skip=structure)
+                  if not (isinstance(v, str) and not v.strip())]
+        chosen = _chosen(leaves, corpus, listed)
+        if not chosen and all(corpus.derives(v) for v in leaves):
             traces.append(ArgTrace(name, True))
             continue
-        repeated = _repeated_in([v for v in leaves if not corpus.derives(v)], listed)
+        repeated = _repeated_in([v for v in leaves if not corpus.derives(v)] + chosen, listed)
         traces.append(ArgTrace(name, False, tuple(repeated or taint), bool(repeated)))
     return traces
 
@@ -274,8 +327,10 @@ class Assessment:
 
     def risks(self) -> list[str]:
         """One sentence per reason to hold the call, naming the argument and its source."""
-        out = [f"argument {t.name!r} is not derivable from trusted sources; it "
-               f"{'repeats content of' if t.repeats else 'may come from'} "
+        out = [f"argument {t.name!r} "
+               + (f"points to {', '.join(t.points_to)}, which no trusted source holds; it "
+                  if t.points_to else "is not derivable from trusted sources; it ")
+               + f"{'repeats content of' if t.repeats else 'may come from'} "
                f"{', '.join(t.sources)}" for t in self.held]
         if not self.requested:
             out.append("no trusted source (the goal, the plan made before untrusted content "
@@ -311,7 +366,11 @@ def assess(tool: Tool, args: Any, corpus: Corpus, *, taint: Sequence[str],
                         structure=_field_names(model))
     if not (exposed(tool) if label is None else label):
         return Assessment(tuple(traces), (), True, ())
-    held = tuple(t for t in traces if not t.trusted and t.name not in tool.untrusted_args)
+    held = tuple(t if t.name not in tool.untrusted_args else replace(t, points_to=far)
+                 for t in traces if not t.trusted and (
+                     t.name not in tool.untrusted_args
+                     or (far := _pointers(args.get(t.name) if isinstance(args, Mapping)
+                                          else args, corpus))))
     ok = requested is not None and tool.name in requested
     labels = list(taint_labels(taint))
     if held:
@@ -320,6 +379,17 @@ def assess(tool: Tool, args: Any, corpus: Corpus, *, taint: Sequence[str],
     if not ok:
         labels.append(UNREQUESTED)
     return Assessment(tuple(traces), held, ok, tuple(labels))
+
+
+_POINTER = re.compile(r"(?i)\b(?:https?://|www\.)[^\s<>\"']+|[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
+"""A link or an e-mail address inside text."""
+
+
+def _pointers(value: Any, corpus: Corpus) -> tuple[str, ...]:
+    """The links and addresses in ``value``'s strings that ``corpus`` does not derive."""
+    found = [m.group().rstrip(".,;:!?)") for leaf in _leaves(value) if isinstance(leaf, str)
+             for m in _POINTER.finditer(leaf)]
+    return tuple(dict.fromkeys(p for p in found if not corpus.derives(p)))
 
 
 def _field_names(model: Any) -> frozenset[str]:

@@ -13,8 +13,10 @@ taint is the list of sources that content came from (tool names, ``signal:<name>
   a message or sends its arguments out (:func:`exposed`; not a tool declared
   ``untrusted_ok``) carry :data:`UNTRUSTED` and ``source:<source>`` (:func:`taint_labels`),
   as does a finish shaped by untrusted content.
-- **What holds.** The default policy holds every call labelled :data:`UNTRUSTED` for a
-  person (:data:`~underway.guard.policy.UNTRUSTED_INPUT`).
+- **What holds.** Nothing, by the context alone: each argument of a labelled call is then
+  traced to its sources (:mod:`underway.guard.provenance`), and the default policy holds
+  what provenance flags. The stricter rule
+  :data:`~underway.guard.policy.UNTRUSTED_INPUT` holds every call labelled :data:`UNTRUSTED`.
 - **What a result carries.** A run's result names what its lineage brought in, then what
   its context took in, then what the child outcomes it received carried (:func:`tainted_by`,
   journaled as ``RunCompleted.tainted_by``): taint flows down to the runs a run starts,

@@ -59,7 +59,9 @@ class Toolset:
         include: Only these tools of the server (by the server's names); None: all.
         overrides: Per tool (the server's name), options of :func:`underway.tool` that win
             over what the annotations say: the flags (``read_only``, ``idempotent``...),
-            ``reconcile``, ``timeout``, ``permissions``, ``amount``...
+            ``reconcile``, ``timeout``, ``permissions``, ``amount``, and
+            ``untrusted_args`` (the arguments that may carry untrusted content, such as a
+            message's ``body``; an annotation never says so)...
         mode: How to agree on the protocol: ``"auto"`` (the SDK probes, and falls back to
             the 2025 handshake), ``"legacy"`` (the handshake only), or a 2026 protocol
             version to adopt at once.
@@ -235,6 +237,10 @@ class Toolset:
         hosts = None if self.server.hosts is None else tuple(self.server.hosts)
         for key in FLAG_OPTIONS:
             options.pop(key, None)
+        names = options.get("untrusted_args")
+        if names is not None and not isinstance(names, str):
+            # The arguments that may carry untrusted content, checked against the schema.
+            options["untrusted_args"] = tuple(names)
         decided = flags(listed.annotations, self.overrides.get(listed.name))
         model = arguments_model(self.server.name, listed)
         name = listed.name

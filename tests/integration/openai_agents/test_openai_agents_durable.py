@@ -290,7 +290,10 @@ def test_untrusted_tool_output_holds_the_next_mutating_call() -> None:
         s = drive(engine, run_id)
     assert s.status == "waiting" and s.pending_approval is not None
     assert s.pending_approval.tool == "note"
-    assert s.pending_approval.rule_id == "untrusted-input"
+    # "31C" comes from the lookup's output, not from the user: its text holds the call.
+    assert s.pending_approval.rule_id == "untrusted-argument"
+    [held_by] = s.pending_approval.evidence["held_by"]
+    assert (held_by["arg"], held_by["sources"], held_by["repeats"]) == ("text", ["lookup"], True)
 
 
 def test_a_handoff_target_with_its_own_model_is_durable_too() -> None:
@@ -464,8 +467,8 @@ def test_a_hosted_web_search_is_journaled_with_the_response_and_taints_the_conte
     assert responded.response["output"][0]["type"] == "web_search_call"
     # What the search found may carry an attacker's words: the note waits for a person.
     assert s.status == "waiting" and s.pending_approval is not None
-    assert s.pending_approval.rule_id == "untrusted-input"
-    assert "web_search" in json.dumps(s.pending_approval.evidence)
+    assert s.pending_approval.rule_id == "untrusted-argument"
+    assert s.pending_approval.evidence["held_by"][0]["sources"] == ["web_search"]
 
 
 def test_replay_and_deploy_check_find_no_change_on_unchanged_code(tmp_path: Path) -> None:

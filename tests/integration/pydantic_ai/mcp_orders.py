@@ -1,6 +1,6 @@
 """A real MCP server over stdio, written with the official ``mcp`` SDK: an order lookup
-declared read-only, and a refund with no annotation. Each refund is appended to the file
-named by ``$ORDERS_LEDGER``, an outside record of the effects."""
+declared read-only, and a refund and a note with no annotation. Each refund and note is
+appended to the file named by ``$ORDERS_LEDGER``, an outside record of the effects."""
 
 from __future__ import annotations
 
@@ -24,6 +24,14 @@ def refund(order: str, amount: int) -> str:
     with open(os.environ["ORDERS_LEDGER"], "a", encoding="utf-8") as ledger:
         ledger.write(f"{order} {amount}\n")
     return f"refunded {amount} for {order}"
+
+
+@server.tool()
+def note(order: str, text: str) -> str:
+    """Add a note to an order."""
+    with open(os.environ["ORDERS_LEDGER"], "a", encoding="utf-8") as ledger:
+        ledger.write(f"note {order}: {text}\n")
+    return f"noted on {order}"
 
 
 if __name__ == "__main__":

@@ -249,8 +249,14 @@ def test_a_mutating_call_after_untrusted_output_is_held_by_the_default_policy() 
     asked = state.pending_approval
     assert asked is not None and asked.tool == "refund"
     [held] = journal(engine, run_id, ev.ApprovalRequested)
-    assert held.rule_id == "untrusted-input"
-    assert held.evidence == {"agent": "shop", "tainted_by": ["order_status"]}
+    # The order comes from the prompt; the amount from nowhere trusted, and no trusted
+    # source asked for a refund (no writes=): both hold it.
+    assert held.rule_id == "untrusted-argument"
+    assert held.evidence["agent"] == "shop"
+    assert held.evidence["tainted_by"] == ["order_status"]
+    assert held.evidence["held_by"] == [{"arg": "amount", "trusted": False,
+                                         "sources": ["order_status"], "repeats": False}]
+    assert held.evidence["requested"] is False
     assert effects == ["status A1"]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 from agents import Agent, FunctionTool, Handoff, RunConfig, RunHooks, Runner
@@ -28,6 +28,7 @@ from ...guard.policy import DEFAULT_POLICY, Policy
 from ...guard.taint import add_source
 from ...models.errors import ModelError
 from ...models.pricing import PriceTable
+from .._provenance import Provenance, check_writes
 from ._requests import HOSTED, AgentsModel, decode_response, encode_request
 from ._tools import SCOPE, StepScope, check_tools, durable_tool, scope
 
@@ -77,6 +78,10 @@ class DurableModel(Model):
             handoffs=handoffs, previous_response_id=previous_response_id,
             conversation_id=conversation_id, prompt=prompt)
         step = scope()
+        # The agent's instructions are the flow's constants; what trusted tools gave back
+        # since the last request is in the context the model is sent now.
+        step.traced().instructions(system_instructions)
+        step.traced().seen()
         response = decode_response(
             await step.ctx.model(self.adapter, request, stream=step.stream))
         # The calls this response proposes come from the context the model saw.
@@ -84,8 +89,9 @@ class DurableModel(Model):
         for item in response.output:
             if item.type in ("web_search_call", "file_search_call"):
                 # What the provider's search found is in the model's context now.
-                add_source(step.taint, item.type.removesuffix("_call"))
-                add_source(step.proposed_from, item.type.removesuffix("_call"))
+                source = item.type.removesuffix("_call")
+                step.traced().untrusted(source, to_jsonable_python(item))
+                add_source(step.proposed_from, source)
         return response
 
     def stream_response(
@@ -262,6 +268,11 @@ class DurableAgent:
             as they arrive (``Client.stream``); the complete response is journaled once.
         context: Makes the SDK run context from the step's context (default: None).
         prices: Prices model calls; None means the maintained table.
+        writes: The tools the agent's task writes with, a constant of the flow: a call of
+            one from a context that has read untrusted content is not ``unrequested``;
+            its arguments are still traced (:mod:`underway.guard.provenance`). None: no
+            tool is requested, so the default policy holds every mutating or outbound
+            call from a tainted context.
     """
 
     def __init__(
@@ -278,12 +289,15 @@ class DurableAgent:
         stream: bool = False,
         context: Callable[[RunContext[AgentRun, AgentInput]], Any] | None = None,
         prices: PriceTable | None = None,
+        writes: Sequence[str] | None = None,
     ) -> None:
         for tool_name, options in (tools or {}).items():
             tool_options(f"tool {tool_name!r}", options)
         graph = _Graph(tools or {}, prices)
         self.agent = graph.agent(agent)
         check_tools(dict(tools or {}), set(graph.names))
+        self.writes = check_writes(writes, set(graph.names), f"agent {agent.name!r}")
+        """The tools the agent's task writes with (None: none declared)."""
         self.tools = [made for _, made in graph.tools.values()]
         """The underway tools the agent's calls go through."""
         config = run_config or RunConfig()
@@ -299,7 +313,12 @@ class DurableAgent:
         self.flow.step(self._run, name="run", start=True)
 
     async def _run(self, ctx: RunContext[AgentRun, AgentInput]) -> Next:
-        token = SCOPE.set(StepScope(ctx, stream=self._stream))
+        step = StepScope(ctx, stream=self._stream, taint=[*ctx.lineage.sources])
+        # Rebuilt on every run of the step, from the input and what the journal answers.
+        step.provenance = Provenance(step.taint, requested=self.writes)
+        step.provenance.start(to_jsonable_python(ctx.input.input),
+                              tainted=ctx.lineage.sources)
+        token = SCOPE.set(step)
         try:
             result = await Runner.run(
                 self.agent, ctx.input.input,  # type: ignore[arg-type]

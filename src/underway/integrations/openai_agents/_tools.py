@@ -22,7 +22,7 @@ from ...errors import ConfigurationError, ToolCallError
 from ...events import JSON
 from ...flow import RunContext
 from ...guard.policy import APPROVAL_LABEL
-from ...guard.taint import add_source, exposed, output_taints, taint_labels
+from .._provenance import Provenance, labelled
 
 
 @dataclass
@@ -42,6 +42,14 @@ class StepScope:
     stopped: BaseException | None = None
     """The stop (an approval wait, a budget's refusal...) a call of this step raised: the
     calls queued behind it end with it instead of running."""
+    provenance: Provenance | None = None
+    """What trusted and untrusted sources put in the agent's context, per value."""
+
+    def traced(self) -> Provenance:
+        """The step's provenance, made on first use (sharing :attr:`taint`)."""
+        if self.provenance is None:
+            self.provenance = Provenance(self.taint)
+        return self.provenance
 
 
 SCOPE: ContextVar[StepScope] = ContextVar("underway_openai_agents_scope")
@@ -124,17 +132,15 @@ def durable_tool(sdk: FunctionTool, options: ToolOptions) -> tuple[FunctionTool,
             if step.stopped is not None:
                 raise step.stopped
             sources = list(step.proposed_from)
-            labels = taint_labels(sources) if exposed(made) else []
+            found = step.traced().assess(made, args, sources)
+            labels, risks, evidence = labelled(found, sources,
+                                               {"call_id": tool_ctx.tool_call_id})
             if await _needs_approval(sdk, tool_ctx, args):
                 labels.append(APPROVAL_LABEL)
             token = _TOOL_CONTEXT.set(tool_ctx)
             try:
-                result: Any = await step.ctx.call(
-                    made, args, labels=labels,
-                    evidence={"call_id": tool_ctx.tool_call_id, "tainted_by": sources},
-                    risks=[f"proposed by a model that has read untrusted content from "
-                           f"{', '.join(sources)}"] if sources else [],
-                )
+                result: Any = await step.ctx.call(made, args, labels=labels,
+                                                  evidence=evidence, risks=risks)
                 failed: str | None = None
             except ToolCallError as exc:
                 result = f"The tool call was not carried out ({exc.error_type}): {exc.message}"
@@ -145,9 +151,8 @@ def durable_tool(sdk: FunctionTool, options: ToolOptions) -> tuple[FunctionTool,
                 raise
             finally:
                 _TOOL_CONTEXT.reset(token)
-            if output_taints(made, failed):
-                # What the tool said enters the model's context: its later calls carry it.
-                add_source(step.taint, made.name)
+            # What the tool said enters the model's context: its later calls carry it.
+            step.traced().took(made, found, result, failed)
         return result
 
     copy = dataclasses.replace(sdk, on_invoke_tool=invoke, needs_approval=False,

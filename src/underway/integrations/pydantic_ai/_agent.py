@@ -25,6 +25,7 @@ from ...errors import ConfigurationError, NonDeterminismError
 from ...flow import Flow, Next, RunContext
 from ...guard.budgets import Budget
 from ...guard.policy import DEFAULT_POLICY, Policy
+from .._provenance import Provenance, check_writes
 from ._model import SCOPE, JournaledModel, StepScope
 from ._toolset import Tools, check_flags, guard_toolset
 
@@ -91,16 +92,17 @@ class DurableAgent:
         name: The flow's name.
         tools: Options of the underway tool each pydantic-ai tool becomes, by tool name
             (keywords of :func:`~underway.tool`: ``read_only``, ``idempotent``,
-            ``trusted_output``, ``reconcile``, ``amount``...). A tool without options is
-            mutating, not idempotent, and its output untrusted; an MCP tool's annotations
-            set its flags as :func:`underway.mcp.flags` does (none: also irreversible),
-            these options winning. A tool's timeout is its pydantic-ai ``timeout``, else
-            30 seconds.
+            ``trusted_output``, ``untrusted_args``, ``reconcile``, ``amount``...). A tool
+            without options is mutating, not idempotent, and its output untrusted; an MCP
+            tool's annotations set its flags as :func:`underway.mcp.flags` does (none:
+            also irreversible), these options winning. A tool's timeout is its
+            pydantic-ai ``timeout``, else 30 seconds.
         allow: The tools the agent may call (None: every tool its toolsets offer).
         policy: The flow's policy (None: the engine's, else the default agent policy,
-            which holds calls proposed from a tainted context). Whatever the policy, the
-            guard holds a call of a ``requires_approval`` tool for a signed decision
-            unless the policy denies it.
+            which holds a call from a tainted context when an argument that may not
+            carry untrusted content does, or when ``writes`` does not name its tool).
+            Whatever the policy, the guard holds a call of a ``requires_approval`` tool
+            for a signed decision unless the policy denies it.
         budget: Its limits, besides those of ``usage_limits``.
         usage_limits: pydantic-ai's limits, enforced as underway budgets (the default is
             pydantic-ai's: 50 requests). Input and output token limits stay pydantic-ai's.
@@ -111,6 +113,11 @@ class DurableAgent:
             the agent's own handler, if any).
         deps: Makes the agent's dependencies for each run (None: no dependencies).
         shadow: Run in shadow mode; None means the engine's setting.
+        writes: The tools the agent's task writes with, a constant of the flow: a call of
+            one from a context that has read untrusted content is not ``unrequested``;
+            its arguments are still traced (:mod:`underway.guard.provenance`). None: no
+            tool is requested, so the default policy holds every mutating or outbound
+            call from a tainted context. Each name must be in ``allow`` when it is given.
     """
 
     def __init__(
@@ -128,6 +135,7 @@ class DurableAgent:
         event_stream_handler: EventStreamHandler[Any] | None = None,
         deps: Callable[[], Any] | None = None,
         shadow: bool | None = None,
+        writes: Sequence[str] | None = None,
     ) -> None:
         if not isinstance(agent, Agent):
             raise ConfigurationError(f"DurableAgent wraps a pydantic_ai.Agent, not "
@@ -138,6 +146,9 @@ class DurableAgent:
                                      "Agent one (model=...) before making it durable")
         self.agent = agent
         self.name = name
+        self.writes = check_writes(writes, list(allow) if allow is not None else None,
+                                   f"agent {name!r}")
+        """The tools the agent's task writes with (None: none declared)."""
         self.model = JournaledModel(model if isinstance(model, Model) else infer_model(model))
         self.tools = Tools(check_flags(tools or {}), approver_role=approver_role)
         self.toolsets = [guard_toolset(ts, self.tools) for ts in agent.toolsets]
@@ -162,6 +173,9 @@ class DurableAgent:
     async def _run(self, ctx: RunContext[AgentState, AgentInput]) -> Next:
         scope = StepScope(ctx, agent=self.name, handler=self.handler,
                           sources=[*ctx.lineage.sources])
+        # Rebuilt on every run of the step, from the input and what the journal answers.
+        scope.provenance = Provenance(scope.sources, requested=self.writes)
+        scope.provenance.start(ctx.input.prompt, tainted=ctx.lineage.sources)
         token = SCOPE.set(scope)
         try:
             with (

@@ -30,9 +30,11 @@ from pydantic_ai.exceptions import (
 from pydantic_ai.messages import (
     ModelMessage,
     ModelMessagesTypeAdapter,
+    ModelRequest,
     ModelResponse,
     PartDeltaEvent,
     PartStartEvent,
+    SystemPromptPart,
     TextPart,
     TextPartDelta,
     ToolCallPart,
@@ -49,6 +51,7 @@ from ...effects import Emit, ModelQuote, ModelReply
 from ...events import JSON
 from ...flow import RunContext
 from ...models.errors import ModelError
+from .._provenance import Provenance
 
 _PARAMS = TypeAdapter(ModelRequestParameters)
 _RESPONSE = TypeAdapter(ModelResponse)
@@ -68,6 +71,8 @@ class StepScope:
     sources: list[str] = field(default_factory=list)
     """Where the untrusted content in the agent's context came from (tool names, the run's
     lineage), in order of arrival."""
+    provenance: Provenance | None = None
+    """What trusted and untrusted sources put in the agent's context, per value."""
     pending: tuple[JSON, Decoded] | None = None
     """The request about to be sent and the objects it was encoded from: the adapter uses
     them instead of decoding its own JSON again."""
@@ -250,6 +255,20 @@ def _tool_call(index: int, call_id: str | None, name: str | None, args: Any) -> 
             else json.dumps(args)}
 
 
+def _sent(scope: StepScope, messages: list[ModelMessage]) -> None:
+    """The model is sent ``messages``: its instructions and system prompts (the agent's,
+    constants of the flow) are trusted, and so is what trusted sources gave back since the
+    last request."""
+    found = scope.provenance
+    if found is None:
+        return
+    for message in messages:
+        if isinstance(message, ModelRequest):
+            found.instructions(message.instructions, *(
+                p.content for p in message.parts if isinstance(p, SystemPromptPart)))
+    found.seen()
+
+
 class JournaledModel(WrapperModel):
     """The model a durable pydantic-ai run uses: each request is an underway model call.
 
@@ -266,6 +285,7 @@ class JournaledModel(WrapperModel):
         if scope is None:
             return await super().request(messages, model_settings, model_request_parameters)
         request = encode(messages, model_settings, model_request_parameters, stream=False)
+        _sent(scope, messages)
         scope.pending = (request, (messages, model_settings, model_request_parameters))
         try:
             reply = await scope.ctx.model(self.adapter, request)
@@ -286,6 +306,7 @@ class JournaledModel(WrapperModel):
                 yield s
             return
         request = encode(messages, model_settings, model_request_parameters, stream=True)
+        _sent(scope, messages)
         scope.run_context = run_context
         scope.pending = (request, (messages, model_settings, model_request_parameters))
         try:

@@ -34,7 +34,7 @@ from ...effects._schema_args import SchemaArguments, arguments_model
 from ...errors import ConfigurationError, ToolCallError
 from ...events import JSON
 from ...guard.policy import approval_label
-from ...guard.taint import add_source, exposed, output_taints, taint_labels
+from .._provenance import Provenance, labelled
 from ._model import SCOPE, StepScope
 
 _ANY_ARGS = SchemaValidator(core_schema.dict_schema(core_schema.str_schema(),
@@ -214,9 +214,13 @@ class GuardedToolset(WrapperToolset[Any]):
         original = self._originals.get(name, tool)
         args = to_jsonable_python(tool_args)
         if name in self.tools.external:
-            return await scope.ctx.ask(
+            answer = await scope.ctx.ask(
                 f"The agent asks for the result of {name!r}.",
                 context={"tool": name, "args": args, "description": tool.tool_def.description})
+            if scope.provenance is not None:
+                # A person's answer is trusted, whatever the context.
+                scope.provenance.answered(answer)
+            return answer
         held = name in self.tools.held or _HELD.get()
         try:
             return await self._door(scope, original, ctx, args, held=held)
@@ -229,33 +233,38 @@ class GuardedToolset(WrapperToolset[Any]):
                     args: dict[str, Any], *, held: bool) -> Any:
         """One ``ctx.call`` of the tool, its refusals and failures in pydantic-ai's terms."""
         t = self.tools.tool(original)
-        labels = taint_labels(scope.sources) if scope.sources and exposed(t) else []
+        found = _provenance(scope).assess(t, args, scope.sources)
+        labels, risks, evidence = labelled(found, scope.sources, {"agent": scope.agent})
         if held:
             labels.append(approval_label(self.tools.approver_role))
             # The door lets the call through only once a person approved it.
             ctx = dataclasses.replace(ctx, tool_call_approved=True)
-        risks = ([f"proposed by a model that has read untrusted content from "
-                  f"{', '.join(scope.sources)}: its arguments may be an attacker's"]
-                 if scope.sources and exposed(t) else [])
         token = _CALL.set(_Call(self.wrapped, original, ctx, args))
         try:
             result = await scope.ctx.call(t, args, labels=labels, risks=risks,
-                                          evidence={"agent": scope.agent, "tainted_by":
-                                                    list(scope.sources)})
+                                          evidence=evidence)
         except ToolCallError as exc:
             if exc.error_type == "ApprovalRequired" and not held:
                 raise _AskedForApproval from None
+            retry = exc.error_type in ("SchemaValidationFailed", "ModelRetry")
+            told = exc.message if retry else f"{exc.error_type}: {exc.message}"
             # A tool that raised ApprovalRequired did so before acting: it said nothing.
-            if exc.error_type != "ApprovalRequired" and output_taints(t, exc.error_type):
-                add_source(scope.sources, t.name)
-            if exc.error_type in ("SchemaValidationFailed", "ModelRetry"):
+            if exc.error_type != "ApprovalRequired":
+                _provenance(scope).took(t, found, told, exc.error_type)
+            if retry:
                 raise ModelRetry(exc.message) from None
-            raise ToolFailed(f"{exc.error_type}: {exc.message}") from None
+            raise ToolFailed(told) from None
         finally:
             _CALL.reset(token)
-        if output_taints(t):
-            add_source(scope.sources, t.name)
+        _provenance(scope).took(t, found, result)
         return result
+
+
+def _provenance(scope: StepScope) -> Provenance:
+    """The provenance of the step's agent: made on first use for a scope that has none."""
+    if scope.provenance is None:
+        scope.provenance = Provenance(scope.sources)
+    return scope.provenance
 
 
 class _AskedForApproval(Exception):

@@ -107,6 +107,7 @@ async def detail(request: Request, state: Console, session: Signed,
         context.update(
             left=time_left(pending.expires_at, now), action=_action(pending),
             args=_pretty(pending.args), evidence=_pretty(pending.evidence),
+            held=held_arguments(pending.args, pending.evidence),
             context_text=_pretty(pending.context),
             expires=None if math.isinf(pending.expires_at) else pending.expires_at,
             signing=signing_fields(pending, tenant, now),
@@ -299,6 +300,30 @@ def suggested_id(session: Session) -> str:
     """
     name = session.principal.name
     return name if name and not any(c.isspace() for c in name) else ""
+
+
+def held_arguments(args: JSON, evidence: JSON) -> list[dict[str, Any]]:
+    """The arguments whose provenance held a call, from its evidence's ``held_by``
+    (:meth:`~underway.guard.provenance.Assessment.evidence`): each one's name, its value as
+    the request shows it, the sources it could come from and whether it repeats them.
+
+    Args:
+        args: The held call's arguments, as shown to this reader.
+        evidence: The call's evidence.
+    """
+    held = evidence.get("held_by") if isinstance(evidence, dict) else None
+    if not isinstance(held, list):
+        return []
+    rows: list[dict[str, Any]] = []
+    for item in held:
+        if not isinstance(item, dict) or not isinstance(item.get("arg"), str):
+            continue
+        name = item["arg"]
+        value = args.get(name) if isinstance(args, dict) else None
+        rows.append({"arg": name, "value": _pretty(value),
+                     "sources": [str(s) for s in item.get("sources") or []],
+                     "repeats": bool(item.get("repeats"))})
+    return rows
 
 
 def _pretty(value: JSON) -> str:
