@@ -20,7 +20,16 @@ import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
-from ..guard.provenance import _PLAIN, _SHORT, Corpus, _leaves, _norm, _number, _spanned
+from ..guard.provenance import (
+    _PLAIN,
+    _SEP,
+    _SHORT,
+    Corpus,
+    _leaves,
+    _norm,
+    _number,
+    _spanned,
+)
 from ._actions import _OWN_ACTIONS
 
 TRUSTED_HEAD = re.compile(r'<tool_output source="[^"]*" trust="trusted">\n')
@@ -40,6 +49,9 @@ def _body(content: str) -> str:
     return content
 
 
+_WORD = re.compile(r"\w+")
+
+
 class _Written:
     """The values a run passed to its tools from a tainted context that trusted sources did
     not account for when it did: what it may have stored with attacker content in it."""
@@ -47,6 +59,9 @@ class _Written:
     def __init__(self) -> None:
         self.texts: list[str] = []
         self.numbers: set[str] = set()
+        self._exact: set[str] = set()
+        self._words: set[str] = set()
+        self._hay: str | None = None
 
     def note(self, args: Any, corpus: Corpus) -> None:
         for leaf in _leaves(args):
@@ -59,6 +74,9 @@ class _Written:
             text = _norm(str(leaf))
             if text:
                 self.texts.append(text.casefold())
+                self._exact.add(text.casefold())
+                self._words.update(_WORD.findall(text.casefold()))
+                self._hay = None
                 if _PLAIN.fullmatch(text) and (n := _number(text)) is not None:
                     self.numbers.add(n)
 
@@ -74,11 +92,21 @@ class _Written:
             return False
         if _PLAIN.fullmatch(text) and _number(text) in self.numbers:
             return True
-        if any(w == text or (len(w) >= _SHORT and w in text) for w in self.texts):
+        if text in self._exact or any(len(w) >= _SHORT and len(w) <= len(text) and w in text
+                                      for w in self.texts):
             return True
         if len(text) < _SHORT:
             return False
-        return any(_spanned(text, w) for w in self.texts)
+        # A span of whole words holds only whole runs of word characters of the written
+        # text (its edges are spaces or punctuation): a run the text lacks rules it out.
+        runs = _WORD.findall(text)
+        if runs and not self._words.issuperset(runs):
+            return False
+        if "\x00" in text:
+            return any(_spanned(text, w) for w in self.texts)
+        if self._hay is None:
+            self._hay = _SEP.join(self.texts)
+        return _spanned(text, self._hay)
 
 
 def _pieces(args: Any) -> list[str]:
