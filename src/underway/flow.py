@@ -360,11 +360,15 @@ class RunContext(Generic[S, I]):
         """
         return Wait(signal, None if timeout is None else _seconds(timeout), _step_name(then))
 
-    def done(self, result: JSON | BaseModel = None) -> Done:
-        """Finish the run successfully."""
+    def done(self, result: JSON | BaseModel = None, *, marks: Iterable[Any] | None = None) -> Done:
+        """Finish the run successfully.
+
+        Args:
+            result: The run's result.
+            marks: Its parts untrusted content shaped (:attr:`.RunCompleted.marks`)."""
         if isinstance(result, BaseModel):
             result = result.model_dump(mode="json")
-        return Done(result)
+        return Done(result, cast(Any, () if marks is None else marks))
 
     def fail(self, reason: str) -> Fail:
         """Finish the run as failed."""

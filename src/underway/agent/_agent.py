@@ -315,7 +315,8 @@ class Agent:
             else self._tool_specs), stream=self.stream))
         self._say(ctx, reply.assistant_message())
         if not reply.tool_calls:
-            return ctx.done({"result": reply.text, "iterations": st.iterations})
+            return ctx.done({"result": reply.text, "iterations": st.iterations},
+                            marks=[m.to_json() for m in self.answer_marks(ctx, reply.text)])
         ending: Next | None = None
         for call in reply.tool_calls:
             if ending is not None:
@@ -528,7 +529,8 @@ class Agent:
         match parsed:
             case _Finish():
                 self._observe(ctx, call, "finished", failed=False)
-                return ctx.done({"result": parsed.result, "iterations": st.iterations})
+                return ctx.done({"result": parsed.result, "iterations": st.iterations},
+                                marks=[m.to_json() for m in self.answer_marks(ctx, parsed.result)])
             case _Ask():
                 try:
                     answer = await ctx.ask(parsed.question, context=parsed.context,

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -30,7 +31,15 @@ from ..events import JSON
 from ..flow import Flow, Next, RunContext
 from ..guard.budgets import Budget
 from ..guard.policy import DEFAULT_POLICY, Policy
-from ..guard.provenance import UNREQUESTED, UNTRUSTED_ARG, ArgTrace, Assessment, Mark
+from ..guard.provenance import (
+    UNREQUESTED,
+    UNTRUSTED_ARG,
+    ArgTrace,
+    Assessment,
+    Corpus,
+    Mark,
+    far_pointers,
+)
 from ..guard.taint import add_source, exposed, taint_labels, trusts_output, untrusted_outputs
 from ..models.types import Message, ModelResponse, ToolSpec
 from ._agent import AgentInput
@@ -311,6 +320,17 @@ class PlanAndExtract:
         st.replans += 1
         return ctx.goto("plan")
 
+    def _said(self, ctx: RunContext[PlanExtractState, AgentInput]) -> Corpus:
+        """What the flow and the program's trusted input state: the instructions, and the
+        goal, its context and the program's literals unless the lineage is tainted."""
+        said = Corpus()
+        said.add_text(self.instructions)
+        if not ctx.lineage.tainted:
+            said.add_text(ctx.input.goal)
+            said.add(ctx.input.context)
+            said.add([s.get("args") for s in ctx.state.steps])
+        return said
+
     def _literal(self, ctx: RunContext[PlanExtractState, AgentInput]) -> list[str]:
         """The sources of the program's own literals: none, unless the run's lineage is
         tainted (then the goal the planner read is untrusted)."""
@@ -348,6 +368,10 @@ class PlanAndExtract:
             return Assessment(tuple(traces), (), True, ())
         used = list(dict.fromkeys(s for tr in traces for s in tr.sources))
         held = tuple(tr for tr in traces if not tr.trusted and tr.name not in t.untrusted_args)
+        said = self._said(ctx)
+        held += tuple(replace(tr, points_to=far) for tr in traces
+                      if not tr.trusted and tr.name in t.untrusted_args
+                      and (far := far_pointers(fill(template[tr.name], st.values), said)))
         requested = not ctx.lineage.tainted
         labels = taint_labels(used)
         if held:

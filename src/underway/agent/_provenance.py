@@ -29,6 +29,7 @@ from ..guard.provenance import (
     _norm,
     _number,
     _spanned,
+    split_fields,
 )
 from ._actions import _OWN_ACTIONS
 
@@ -241,34 +242,14 @@ def blocks_of(messages: Sequence[Mapping[str, Any]], vouched: Collection[int],
 
 
 def _fields_of(body: str, paths: Sequence[str], *, keep: bool) -> Any:
-    """The parts of a JSON ``body`` at dotted ``paths`` (list items crossed), or, with
-    ``keep`` False, the body without them. A body that is no JSON keeps nothing."""
+    """:func:`~underway.guard.provenance.split_fields` of a JSON ``body``: the part at
+    ``paths``, or (``keep`` False) the rest. A body that is no JSON keeps nothing."""
     try:
         value = json.loads(body)
     except ValueError:
         return None if keep else body
-    split = [p.split(".") for p in paths]
-
-    def walk(node: Any, ways: list[list[str]]) -> Any:
-        if isinstance(node, list):
-            kept = [walk(v, ways) for v in node]
-            return [k for k in kept if k is not None] if keep else kept
-        if not isinstance(node, dict):
-            return None if keep else node
-        out: dict[str, Any] = {}
-        for k, v in node.items():
-            ends = any(w == [k] for w in ways)
-            deeper = [w[1:] for w in ways if len(w) > 1 and w[0] == k]
-            if keep:
-                if ends:
-                    out[k] = v
-                elif deeper and (inner := walk(v, deeper)) not in (None, {}, []):
-                    out[k] = inner
-            elif not ends:
-                out[k] = walk(v, deeper) if deeper else v
-        return out
-
-    return walk(value, split)
+    kept, rest = split_fields(value, paths)
+    return kept if keep else rest
 
 
 def requested_by(steps: Iterable[str], named: Iterable[str], tools: Iterable[str]) -> list[str]:

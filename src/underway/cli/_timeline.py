@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from ..client import Recorded, RunState, waiting_words
 from ..codec import ENCRYPTED
@@ -87,6 +88,8 @@ def render(state: RunState, records: Sequence[Recorded],
     if state.status == "completed" and state.tainted_by:
         head.append(f"tainted  result shaped by untrusted content from "
                     f"{', '.join(state.tainted_by)}")
+    if state.status == "completed":
+        head += [f"marked   {mark_words(m)}" for m in state.marks]
     shown = hide.json(dict(state.lineage.labels))
     if isinstance(shown, dict) and shown:
         head.append("labels   " + ", ".join(
@@ -159,3 +162,15 @@ def _what(row: Attempt) -> str:
     worker = f", worker {short_worker(row.worker)}" if row.worker else ""
     calls = f", {_n(len(row.calls), 'call')}" if row.calls else ""
     return f"{row.title}{outcome}{calls}{worker}"
+
+
+def mark_words(mark: Mapping[str, Any]) -> str:
+    """A marked part of a run's result in words: its path, its sources, and whether it
+    repeats their text (``result repeats untrusted text from read_email``).
+
+    Args:
+        mark: The mark, ``{"path", "sources", "repeats"}``.
+    """
+    sources = ", ".join(map(str, mark.get("sources") or [])) or "an unknown source"
+    how = "repeats untrusted text from" if mark.get("repeats") else "not accounted for; from"
+    return f"{mark.get('path')} {how} {sources}"

@@ -100,10 +100,13 @@ def list_runs(
         rows = page.runs
         # Only a completed run's end can name what shaped its result.
         taint = {r.run_id: client.tainted_by(r) for r in rows if r.status == "completed"}
+        marks = {r.run_id: client.marks(r) for r in rows
+                 if as_json and r.status == "completed"}
         waiting = {r.run_id: client.waiting_on(r) for r in rows}
         labels = client.run_labels([r.run_id for r in rows], tenant_id=tenant, reveal=reveal)
     if as_json:
         typer.echo(json.dumps([{**dataclasses.asdict(r), "tainted_by": taint.get(r.run_id),
+                                "marks": marks.get(r.run_id),
                                 "waiting": waiting[r.run_id],
                                 "labels": labels.get(r.run_id, {})} for r in rows],
                               indent=2, ensure_ascii=False))

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from .. import events as ev
 from ..errors import ConfigurationError, KeyUnavailable
+from ..events import JSON
 from ..journal import Verification
 from ..journal.state import Recorded, RunState
 from ..labels import LabelValue
@@ -55,6 +56,23 @@ class Reads:
         end of its journal; ``run`` is its id or its row. None while the run has not
         completed, or when its end cannot be read here (encrypted without its key, purged).
         """
+        ended = self._completion(run, tenant_id)
+        return None if ended is None else list(ended.tainted_by)
+
+    def marks(self, run: str | RunRecord, *,
+              tenant_id: str = "default") -> list[dict[str, JSON]] | None:
+        """The parts of a completed run's result that trusted sources do not account for,
+        each ``{"path", "sources", "repeats"}`` (:attr:`~underway.events.RunCompleted.marks`;
+        empty: none), read from the end of its journal; ``run`` is its id or its row. None
+        as for :meth:`tainted_by`.
+        """
+        ended = self._completion(run, tenant_id)
+        return None if ended is None else [dict(m) for m in ended.marks]
+
+    def _completion(self, run: str | RunRecord, tenant_id: str
+                    ) -> ev.RunCompleted | RunState | None:
+        """What says how a completed run ended: its ``RunCompleted``, else its folded state.
+        """
         row = run if isinstance(run, RunRecord) else self.get_run(run, tenant_id=tenant_id)
         if row.status != "completed":
             return None
@@ -63,14 +81,14 @@ class Reads:
                            after=max(row.last_seq - _TAIL, 0))
         for e in reversed(tail):
             if isinstance(e.event, ev.RunCompleted):
-                return list(e.event.tainted_by)
+                return e.event
             if isinstance(e.event, ev.Encrypted | ev.PayloadPurged):
                 return None
         try:
             s = self.state(row.run_id, tenant_id=row.tenant_id)
         except KeyUnavailable:
             return None
-        return None if s.purged else list(s.tainted_by)
+        return None if s.purged else s
 
     def state_at(
         self, run_id: str, seq: int, *, tenant_id: str = "default"

@@ -167,4 +167,5 @@ class StepWithChildren(StepExecution):
         # it. The step's end journals it (StepCompleted.child_taint).
         self._received += [src for src in child.tainted_by if src not in self.child_taint]
         return ChildOutcome(run_id=run_id, status=child.status, result=child.result,
-                            error=child.error, tainted_by=list(child.tainted_by))
+                            error=child.error, tainted_by=list(child.tainted_by),
+                            marks=[dict(m) for m in child.marks])

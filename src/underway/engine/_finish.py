@@ -9,7 +9,10 @@ A result's taint is the run's when its step returns ``ctx.done``
 flow reads from its state and those of the child outcomes it received
 (``ctx.child_taint``; each step's end journals what it received,
 ``StepCompleted.child_taint``). It is journaled on :class:`~underway.events.RunCompleted`
-(``tainted_by``), and the finish carries its labels to the policy.
+(``tainted_by``), and the finish carries its labels to the policy. The marks the step
+gave ``ctx.done`` (the parts of the result trusted sources do not account for) are
+journaled beside it (``marks``); the finish carries them as evidence, with the label
+:data:`ANSWER_REPEATS_UNTRUSTED` when a part repeats untrusted text.
 
 A policy whose rules name :data:`~underway.guard.policy.FINISH` decides on the finish as on one
 more call of the step, at the step's next call position: ``PolicyDecided`` is journaled,
@@ -42,6 +45,10 @@ if TYPE_CHECKING:
     from ._activation import Activation
     from ._calls import StepExecution
 
+ANSWER_REPEATS_UNTRUSTED = "answer-repeats-untrusted"
+"""The finish's label when a part of the result repeats untrusted text (a mark with
+``repeats``)."""
+
 
 def result_taint(s: RunState, flow: Flow[Any, Any], ctx: RunContext[Any, Any]) -> list[str]:
     """Where the untrusted content that shaped the result of ``ctx``'s step came from
@@ -69,7 +76,9 @@ async def judge_finish(x: StepExecution, flow: Flow[Any, Any], done: Done,
         # Not JSON: the step's end says so, with or without a policy.
         return done
     now = svc.clock.now()
-    labels = frozenset(taint_labels(sources))
+    repeated = [m for m in done.marks if m.get("repeats") is True]
+    labels = frozenset(taint_labels(sources)) | (
+        {ANSWER_REPEATS_UNTRUSTED} if repeated else frozenset())
     decided = await svc.guard.decide_finish(flow, svc.store, s, args, labels, now)
     if decided is None:
         return done
@@ -104,9 +113,13 @@ async def judge_finish(x: StepExecution, flow: Flow[Any, Any], done: Done,
     asked = rec.approval_requests if rec is not None and rec.key == key else 0
     risks = [f"the result was shaped by untrusted content from {', '.join(sources)}"] \
         if sources else []
+    risks += [_repeats_risk(m) for m in repeated]
+    evidence: dict[str, Any] = {"tainted_by": sources}
+    if done.marks:
+        evidence["marks"] = [dict(m) for m in done.marks]
     request = ev.ApprovalRequested(
         request_id=request_id_for(key, asked + 1), key=key, tool=FINISH, index=index,
-        args=args, args_hash=h, evidence={"tainted_by": sources}, risks=risks,
+        args=args, args_hash=h, evidence=evidence, risks=risks,
         required_role=d.approver_role, expires_at=now + ttl, rule_id=d.rule_id,
         policy_version=d.policy_version, summary=f"Release the result of run {x.run_id}",
     )
@@ -114,6 +127,12 @@ async def judge_finish(x: StepExecution, flow: Flow[Any, Any], done: Done,
     if svc.guard.notifier is not None:
         act.after_commit.append(functools.partial(notify, svc, s, request))
     raise Suspend
+
+
+def _repeats_risk(mark: dict[str, Any]) -> str:
+    sources = mark.get("sources")
+    named = ", ".join(map(str, sources)) if isinstance(sources, list) and sources else "?"
+    return f"{mark.get('path')} repeats untrusted text from {named}"
 
 
 def finish_step(act: Activation, flow: Flow[Any, Any], step: str, ctx: RunContext[Any, Any],
@@ -165,7 +184,8 @@ def finish_step(act: Activation, flow: Flow[Any, Any], step: str, ctx: RunContex
                 act.buffer(ev.TimerSet(timer_id=str(timer), wake_at=now + nxt.timeout))
         case Done():
             act.buffer(ev.RunCompleted(result=nxt.result,
-                                       tainted_by=result_taint(act.state, flow, ctx)))
+                                       tainted_by=result_taint(act.state, flow, ctx),
+                                       marks=[dict(m) for m in nxt.marks]))
         case Fail():
             act.buffer(ev.RunFailed(reason=nxt.reason, step=step))
         case Goto():

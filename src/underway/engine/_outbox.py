@@ -5,9 +5,11 @@ end means to its parent when it arrives."""
 from __future__ import annotations
 
 from .. import events as ev
+from .._next import checked_marks
 from ..codec import Codec, signal_where
 from ..control import CANCEL
 from ..control import CHILD as CHILD_SIGNAL
+from ..errors import ConfigurationError
 from ..events import JSON, canonical_json
 from ..journal.state import FINAL_STATUSES, RunState
 from ..store.base import SignalRecord
@@ -25,8 +27,13 @@ def child_finished(s: RunState, payload: JSON) -> ev.ChildFinished | None:
         return None
     error, taint = payload.get("error"), payload.get("tainted_by")
     sources = [str(t) for t in taint] if isinstance(taint, list) else []
+    try:
+        marks = [dict(m) for m in checked_marks(payload.get("marks") or [])]
+    except ConfigurationError:
+        marks = []  # not what a child's end sends: nothing is marked rather than a guess
     return ev.ChildFinished(run_id=str(run_id), status=status, result=payload.get("result"),
-                            error=None if error is None else str(error), tainted_by=sources)
+                            error=None if error is None else str(error), tainted_by=sources,
+                            marks=marks)
 
 
 def outbox(
@@ -49,6 +56,8 @@ def outbox(
             if isinstance(e, ev.RunCompleted) and e.tainted_by:
                 # What shaped the result goes up with it; an untainted end is sent as it was.
                 payload["tainted_by"] = list(e.tainted_by)
+            if isinstance(e, ev.RunCompleted) and e.marks:
+                payload["marks"] = [dict(m) for m in e.marks]
             signal_id = f"child:{s.run_id}"
             out.append(SignalRecord(
                 s.tenant_id, s.parent_run_id, signal_id, CHILD_SIGNAL,

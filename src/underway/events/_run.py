@@ -150,6 +150,12 @@ class RunCompleted(Event):
     from (tool names, ``signal:<name>``, ``intake``, sources inherited from its parent),
     in order. Empty: nothing untrusted shaped the result, as every run completed before
     it was recorded."""
+    marks: list[dict[str, JSON]] = Field(default_factory=list)
+    """The parts of the result that trusted sources do not account for, each
+    ``{"path", "sources", "repeats"}``: where in the result, the untrusted sources it came
+    from, and whether it repeats their text (:class:`~underway.guard.provenance.Mark`).
+    Paths and source names only, never a value. Empty: nothing was marked, as for every
+    run completed before marks were recorded."""
 
 
 class RunFailed(Event):

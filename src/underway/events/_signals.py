@@ -68,3 +68,7 @@ class ChildFinished(Event):
     """Where the untrusted content that shaped a completed child's result came from (its
     :attr:`~underway.events.RunCompleted.tainted_by`). Empty: none did, as for every child
     that ended before it was recorded."""
+    marks: list[dict[str, JSON]] = Field(default_factory=list)
+    """The parts of a completed child's result that trusted sources do not account for
+    (its :attr:`~underway.events.RunCompleted.marks`). Empty: none, as for every child that
+    ended before they were recorded."""

@@ -50,7 +50,9 @@ __all__ = [
     "Corpus",
     "Mark",
     "assess",
+    "far_pointers",
     "mark_answer",
+    "split_fields",
     "trace_args",
 ]
 
@@ -266,12 +268,14 @@ def _leaves(value: Any, *, keys: bool = False, skip: Collection[str] = ()) -> It
 
 
 def _repeated_in(leaves: Sequence[Any], blocks: Iterable[tuple[str, str]]) -> list[str]:
-    """The sources of ``blocks`` (source, lower-cased text) that hold a leaf verbatim."""
-    needles = [_norm(str(v)).lower() for v in leaves
-               if v is not None and not isinstance(v, bool) and _norm(str(v))]
+    """The sources of ``blocks`` (source, lower-cased text) that hold a leaf verbatim, as
+    whole words. A leaf shorter than four characters is found anywhere by chance: it
+    names no source of its own (the caller names every source)."""
+    needles = [n for n in (_norm(str(v)).lower() for v in leaves
+                           if v is not None and not isinstance(v, bool)) if len(n) >= _SHORT]
     found: list[str] = []
     for source, text in blocks:
-        if source not in found and any(n in text for n in needles):
+        if source not in found and any(_spanned(n, text) for n in needles):
             found.append(source)
     return found
 
@@ -351,8 +355,9 @@ class Assessment:
                + f"{'repeats content of' if t.repeats else 'may come from'} "
                f"{', '.join(t.sources)}" for t in self.held]
         if not self.requested:
-            out.append("no trusted source (the goal, the plan made before untrusted content "
-                       "was read) asked for a call of this tool")
+            out.append("no trusted source asked for a call of this tool (a plan made before "
+                       "untrusted content was read, or the tools the flow declares it "
+                       "writes with)")
         return out
 
 
@@ -387,7 +392,7 @@ def assess(tool: Tool, args: Any, corpus: Corpus, *, taint: Sequence[str],
     held = tuple(t if t.name not in tool.untrusted_args else replace(t, points_to=far)
                  for t in traces if not t.trusted and (
                      t.name not in tool.untrusted_args
-                     or (far := _pointers(args.get(t.name) if isinstance(args, Mapping)
+                     or (far := far_pointers(args.get(t.name) if isinstance(args, Mapping)
                                           else args, corpus))))
     ok = requested is not None and tool.name in requested
     labels = list(taint_labels(taint))
@@ -405,11 +410,49 @@ _POINTER = re.compile(r"(?i)\b(?:https?://|www\.)[^\s<>\"']+"
 of characters only, so a long run without an ``@`` costs its length, not its square."""
 
 
-def _pointers(value: Any, corpus: Corpus) -> tuple[str, ...]:
-    """The links and addresses in ``value``'s strings that ``corpus`` does not derive."""
+def far_pointers(value: Any, corpus: Corpus) -> tuple[str, ...]:
+    """The links and e-mail addresses in ``value``'s strings that ``corpus`` does not
+    derive: where untrusted content would send its reader.
+
+    Args:
+        value: A JSON value (an argument).
+        corpus: What trusted sources put in the context.
+    """
     found = [m.group().rstrip(".,;:!?)") for leaf in _leaves(value) if isinstance(leaf, str)
              for m in _POINTER.finditer(leaf)]
     return tuple(dict.fromkeys(p for p in found if not corpus.derives(p)))
+
+
+def split_fields(value: Any, paths: Sequence[str]) -> tuple[Any, Any]:
+    """``value`` split at dotted ``paths`` (list items are crossed): the part the paths
+    name (a tool's ``trusted_fields``), and the rest.
+
+    Args:
+        value: A tool's result (JSON).
+        paths: Dotted paths such as ``emails.id``.
+    """
+    split = [p.split(".") for p in paths]
+
+    def walk(node: Any, ways: list[list[str]], keep: bool) -> Any:
+        if isinstance(node, list):
+            kept = [walk(v, ways, keep) for v in node]
+            return [k for k in kept if k is not None] if keep else kept
+        if not isinstance(node, dict):
+            return None if keep else node
+        out: dict[str, Any] = {}
+        for k, v in node.items():
+            ends = any(w == [k] for w in ways)
+            deeper = [w[1:] for w in ways if len(w) > 1 and w[0] == k]
+            if keep:
+                if ends:
+                    out[k] = v
+                elif deeper and (inner := walk(v, deeper, True)) not in (None, {}, []):
+                    out[k] = inner
+            elif not ends:
+                out[k] = walk(v, deeper, False) if deeper else v
+        return out
+
+    return walk(value, split, True), walk(value, split, False)
 
 
 def _field_names(model: Any) -> frozenset[str]:
@@ -504,12 +547,15 @@ def _grams(words: Sequence[str]) -> set[tuple[str, ...]]:
 def _spans_repeated(text: str,
                     blocks: Sequence[tuple[str, str, set[tuple[str, ...]]]]) -> list[str]:
     """The sources whose text (source, flattened text, its runs of words) holds the whole
-    of ``text``, or any run of four of its words: an answer that quotes part of an
-    injected instruction repeats it."""
+    of ``text`` as whole words, or any run of four of its words: an answer that quotes
+    part of an injected instruction repeats it. A value shorter than four characters (a
+    count, a code) is found in any text by chance: it never repeats on its own."""
     low = " ".join(_norm(text).lower().split())
     spans = _grams(low.split())
+    whole = len(low) >= _SHORT
     found: list[str] = []
     for source, flat, grams in blocks:
-        if source not in found and ((low and low in flat) or not spans.isdisjoint(grams)):
+        if source not in found and ((whole and _spanned(low, flat))
+                                    or not spans.isdisjoint(grams)):
             found.append(source)
     return found

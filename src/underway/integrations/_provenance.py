@@ -32,7 +32,7 @@ from typing import Any
 from ..effects import Tool
 from ..errors import ConfigurationError
 from ..events import JSON
-from ..guard.provenance import Assessment, Corpus, assess
+from ..guard.provenance import Assessment, Corpus, assess, split_fields
 from ..guard.taint import add_source, output_taints
 
 __all__ = ["Provenance", "check_writes", "labelled"]
@@ -82,8 +82,9 @@ class Provenance:
     """What trusted sources put in the context the model was sent."""
     blocks: list[tuple[str, str]] = field(default_factory=list)
     """The untrusted content, as (source, lower-cased text)."""
-    pending: list[JSON] = field(default_factory=list)
-    """Trusted values the model was not sent yet."""
+    pending: list[tuple[JSON, bool]] = field(default_factory=list)
+    """Trusted values the model was not sent yet, each with whether a tool listed it
+    (else a person said it)."""
     said: set[str] = field(default_factory=set)
     """The instructions taken in already: each request sends them again."""
 
@@ -115,8 +116,8 @@ class Provenance:
     def seen(self) -> None:
         """The model is sent its context now: the trusted values it was not sent before
         join the corpus, so a call is traced only to what its model could have read."""
-        for value in self.pending:
-            self.corpus.add(value)
+        for value, listed in self.pending:
+            self.corpus.add(value, listed=listed)
         self.pending.clear()
 
     def answered(self, answer: JSON) -> None:
@@ -125,7 +126,7 @@ class Provenance:
         Args:
             answer: The answer.
         """
-        self.pending.append(answer)
+        self.pending.append((answer, False))
 
     def untrusted(self, source: str, value: JSON) -> None:
         """Take in content nobody vouches for (a provider's search results): a block of
@@ -156,9 +157,9 @@ class Provenance:
         """Take in what a call gave back (its result, or an error's message).
 
         A tool nobody vouches for that ran is a source: its output is a block of its
-        own and it joins the taint. What a trusted tool or the door said carries the
-        sources of the call's untrusted arguments (the tool is never named); with none,
-        it is trusted.
+        own and it joins the taint, but for its ``trusted_fields`` when its arguments were
+        trusted. What a trusted tool or the door said carries the sources of the call's
+        untrusted arguments (the tool is never named); with none, it is trusted.
 
         Args:
             tool: The tool called.
@@ -166,14 +167,17 @@ class Provenance:
             value: What the model is given back.
             error_type: The error's type, when the call failed.
         """
+        via = list(dict.fromkeys(s for t in found.traces if not t.trusted for s in t.sources))
         if output_taints(tool, error_type):
+            if tool.trusted_fields and not via and error_type is None:
+                kept, value = split_fields(value, tool.trusted_fields)
+                self.pending.append((kept, True))
             self.untrusted(tool.name, value)
             return
-        via = list(dict.fromkeys(s for t in found.traces if not t.trusted for s in t.sources))
         if via:
             self.blocks += [(s, _text(value).lower()) for s in via]
         else:
-            self.pending.append(value if error_type is None else _text(value))
+            self.pending.append((value if error_type is None else _text(value), True))
 
 
 def labelled(found: Assessment, sources: Sequence[str], extra: dict[str, JSON]

@@ -114,7 +114,7 @@ class ChildRecord(BaseModel):
     ``seq``): its ``flow``, ``key`` and whether it is ``detached``; once its end reached
     this run (:class:`~underway.events.ChildFinished`), ``status`` with ``result`` or
     ``error``, and ``tainted_by``: where the untrusted content that shaped its result came
-    from."""
+    from, and ``marks``: the parts of its result trusted sources do not account for."""
 
     model_config = ConfigDict(frozen=True, extra="ignore")
 
@@ -126,6 +126,7 @@ class ChildRecord(BaseModel):
     result: JSON = None
     error: str | None = None
     tainted_by: list[str] = Field(default_factory=list)
+    marks: list[dict[str, JSON]] = Field(default_factory=list)
 
     @property
     def ended(self) -> bool:
@@ -135,8 +136,9 @@ class ChildRecord(BaseModel):
     def to_json(self) -> dict[str, JSON]:
         """The record as checkpoints hold it (those of untainted children as they were)."""
         data = self.model_dump(mode="json")
-        if not self.tainted_by:
-            del data["tainted_by"]
+        for name in ("tainted_by", "marks"):
+            if not data[name]:
+                del data[name]
         return data
 
 

@@ -122,6 +122,9 @@ class RunState:
     tainted_by: list[str] = field(default_factory=list)
     """Once the run completed: where the untrusted content that shaped its result came
     from (:attr:`~underway.events.RunCompleted.tainted_by`; empty: none did)."""
+    marks: list[dict[str, JSON]] = field(default_factory=list)
+    """Once the run completed: the parts of its result that trusted sources do not account
+    for (:attr:`~underway.events.RunCompleted.marks`; empty: none)."""
     child_taint: list[str] = field(default_factory=list)
     """Where the untrusted content of the child outcomes the run received came from, in
     order (:attr:`~underway.events.StepCompleted.child_taint`)."""
@@ -163,7 +166,8 @@ class RunState:
         # Fields a run has only once it uses what they record: checkpoints of runs that do
         # not stay as they were, byte for byte.
         for name, unused in (("versions", {}), ("forked_from", None), ("lineage_record", None),
-                             ("tainted_by", []), ("child_taint", [])):
+                             ("tainted_by", []), ("marks", []),
+                             ("child_taint", [])):
             if data[name] == unused:
                 del data[name]
         if self.lineage_record is not None:
@@ -479,7 +483,7 @@ def apply(s: RunState, rec: Recorded) -> RunState:
             if child is not None:
                 s.children[e.run_id] = child.model_copy(update={
                     "status": e.status, "result": copy.deepcopy(e.result), "error": e.error,
-                    "tainted_by": list(e.tainted_by)})
+                    "tainted_by": list(e.tainted_by), "marks": copy.deepcopy(e.marks)})
             if s.awaiting_child == e.run_id:
                 s.awaiting_child = None
                 if s.status == "waiting" and s.waiting_signal == CHILD_SIGNAL:
@@ -487,6 +491,7 @@ def apply(s: RunState, rec: Recorded) -> RunState:
         case ev.RunCompleted():
             s.status, s.result, s.wake_at = "completed", e.result, None
             s.tainted_by = list(e.tainted_by)
+            s.marks = copy.deepcopy(e.marks)
         case ev.RunFailed():
             s.status, s.error, s.wake_at = "failed", e.reason, None
         case ev.RunCancelled():

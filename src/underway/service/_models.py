@@ -200,14 +200,26 @@ class WaitingOn(BaseModel):
     request: Pending | None = None
 
 
+class AnswerMark(BaseModel):
+    """A part of a run's result that trusted sources do not account for: where it is in
+    the result (``result``, ``result.items[0]``), the untrusted sources it came from, and
+    whether it repeats their text. Names only, never the value."""
+
+    path: str
+    sources: list[str]
+    repeats: bool
+
+
 class RunDetail(RunSummary):
     """A run's row, the step it is at, and what it waits on (null once finished).
     ``tainted_by``: once it completed, where the untrusted content that shaped its result
     came from (tool names, ``signal:<name>``, ``intake``; empty: none did); null while it
-    has not completed, or when its end cannot be read here."""
+    has not completed, or when its end cannot be read here. ``marks``: likewise, the parts
+    of its result that untrusted content shaped (empty: none)."""
 
     waiting_on: WaitingOn | None
     tainted_by: list[str] | None = None
+    marks: list[AnswerMark] | None = None
 
 
 class Event(BaseModel):

@@ -19,6 +19,7 @@ from ._auth import Caller, ServiceState, State, endpoint
 from ._inputs import CheckedRoute
 from ._models import (
     Accepted,
+    AnswerMark,
     Cancel,
     Event,
     Forked,
@@ -161,8 +162,11 @@ def get_run(state: State, who: Caller, run_id: RunId, request: Request,
     summary = RunSummary.of(row, shown if isinstance(shown, dict) else None).model_copy(
         update={"error": hide.text(row.error) if row.error else row.error,
                 "waiting": waiting.text if waiting is not None else None})
+    marks = state.client.marks(row)
     return RunDetail(**summary.model_dump(), waiting_on=waiting,
-                     tainted_by=state.client.tainted_by(row))
+                     tainted_by=state.client.tainted_by(row),
+                     marks=None if marks is None else [AnswerMark.model_validate(m)
+                                                       for m in marks])
 
 
 def waiting_on(state: ServiceState, row: RunRecord, hide: Redactor) -> WaitingOn | None:

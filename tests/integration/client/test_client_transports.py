@@ -118,6 +118,7 @@ def test_signal_delivers_once_per_id_and_wakes_the_run(world: World) -> None:
     s = world.client.state(run_id)
     assert s.status == "completed" and s.result == {"paid": {"by": "bank"}}
     assert world.client.tainted_by(run_id) == []
+    assert world.client.marks(run_id) == [] and s.marks == []
 
 
 def test_cancel_is_journaled_with_who_asked_and_a_finished_run_refuses(world: World) -> None:

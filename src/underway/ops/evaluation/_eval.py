@@ -46,6 +46,13 @@ class Outcomes:
     """Completed runs whose result untrusted content shaped (``tainted_by`` not empty)."""
     tainted_by: dict[str, int] = field(default_factory=dict)
     """Those runs, by each source named in their ``tainted_by``."""
+    answers_marked: int = 0
+    """Completed runs whose result has marked parts (``RunCompleted.marks``: parts trusted
+    sources do not account for)."""
+    answers_repeating: int = 0
+    """Those whose result repeats untrusted text (a mark with ``repeats``)."""
+    repeated_from: dict[str, int] = field(default_factory=dict)
+    """Those runs, by each source whose text their result repeats."""
 
     @property
     def completion_rate(self) -> float:
@@ -350,8 +357,13 @@ def _outcomes(runs: list[RunSummary]) -> Outcomes:
     n = Counter(r.status for r in runs)
     tainted = [r for r in runs if r.status == "completed" and r.tainted_by]
     sources = Counter(src for r in tainted for src in r.tainted_by)
+    marked = [r for r in runs if r.status == "completed" and r.marks]
+    repeating = [r for r in marked if any(repeats for _, repeats in r.marks)]
+    repeated = Counter(src for r in repeating
+                       for src in dict.fromkeys(x for srcs, rep in r.marks if rep for x in srcs))
     return Outcomes(len(runs), n["completed"], n["failed"], n["cancelled"], n["dead"],
-                    n["open"], len(tainted), dict(sorted(sources.items())))
+                    n["open"], len(tainted), dict(sorted(sources.items())), len(marked),
+                    len(repeating), dict(sorted(repeated.items())))
 
 
 def _resolution(runs: list[RunSummary]) -> Spread:

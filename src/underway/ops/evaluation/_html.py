@@ -178,6 +178,9 @@ def _facts(e: Evaluation) -> str:
         ("shadowed, taint holds", f"{s.shadowed}, {s.taint_holds}"),
         ("tainted results", f"{e.outcomes.tainted} of {e.outcomes.completed} completed"
                             + "".join(f", {k} {v}" for k, v in e.outcomes.tainted_by.items())),
+        ("marked answers", f"{e.outcomes.answers_marked} of {e.outcomes.completed} completed, "
+                           f"{e.outcomes.answers_repeating} repeating untrusted text"
+                           + "".join(f", {k} {v}" for k, v in e.outcomes.repeated_from.items())),
         ("executed unsafe", ", ".join(f"{u.tool} {u.key} (run {u.run_id})"
                                       for u in s.unsafe_calls) or "none"),
         ("duplicate effects", ", ".join(f"{d.tool} {d.key} x{d.times}"

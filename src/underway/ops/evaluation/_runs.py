@@ -141,6 +141,8 @@ class RunSummary:
     taint_holds: int = 0
     tainted_by: list[str] = field(default_factory=list)
     """Once completed: where the untrusted content that shaped its result came from."""
+    marks: list[tuple[list[str], bool]] = field(default_factory=list)
+    """Once completed: the marked parts of its result, as (sources, repeats)."""
     unsafe: list[tuple[str, str]] = field(default_factory=list)
     """(key, tool) of each call executed unsafely."""
     mutating_keys: int = 0
@@ -232,6 +234,7 @@ class _Fold:
             s.status, s.ended_at = ENDS[t], f.at
             sources = f.data.get("tainted_by") if t == "RunCompleted" else None
             s.tainted_by = [str(x) for x in sources] if isinstance(sources, list) else []
+            s.marks = _marks(f.data.get("marks")) if t == "RunCompleted" else []
             if t == "RunCancelled":
                 s.decisions[(f.text("by", "?"), "cancelled the run")] += 1
         elif t == "RunDeadLettered":
@@ -403,3 +406,11 @@ class _Fold:
             c.unsafe = True
             self.s.unsafe.append((f.text("key"), c.tool))
             self.tool(c.tool).executed_unsafe += 1
+
+
+def _marks(found: object) -> list[tuple[list[str], bool]]:
+    """The (sources, repeats) of each mark of a ``RunCompleted``'s ``marks``."""
+    if not isinstance(found, list):
+        return []
+    return [([str(x) for x in m.get("sources") or [] if isinstance(x, str)],
+             m.get("repeats") is True) for m in found if isinstance(m, dict)]

@@ -89,6 +89,9 @@ def eval_text(e: Evaluation) -> str:
         _row("completion", f"{pct(o.completion_rate)} ({o.completed}/{o.started})"),
         _row("tainted", f"{o.tainted} of {plural(o.completed, 'completed result')} shaped "
              "by untrusted content" + (f" ({_counts(o.tainted_by)})" if o.tainted_by else "")),
+        _row("marked", f"{o.answers_marked} of {plural(o.completed, 'completed result')} "
+             f"with marked parts, {o.answers_repeating} repeating untrusted text"
+             + (f" ({_counts(o.repeated_from)})" if o.repeated_from else "")),
         _row("resolution", f"{seconds(e.resolution_s)} ({plural(e.resolution_s.n, 'run')} "
              "ended)"),
         _row("takeover", f"{t.runs} of {plural(o.started, 'run')} needed a person "

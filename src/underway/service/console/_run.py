@@ -17,6 +17,7 @@ that may (:mod:`underway.redaction`)."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from functools import partial
 from typing import Annotated
@@ -28,7 +29,7 @@ from markupsafe import Markup
 from ...client import ChildRun, Recorded, RunEvent, RunState
 from ...codec import ENCRYPTED
 from ...errors import ConfigurationError, KeyUnavailable, RunNotFound
-from ...events import PURGED
+from ...events import JSON, PURGED
 from ...ops.overview import overview
 from ...ops.timeline import preview, type_of
 from ...redaction import Redactor
@@ -79,6 +80,56 @@ class Facts:
     def error(self) -> str:
         """The run's error, if any."""
         return self.hide.text(self.folded.error or "")
+
+    @property
+    def marks(self) -> list[MarkedPart]:
+        """The parts of the run's result that trusted sources do not account for, each
+        with what it holds as the viewer may see it (none once the result was purged)."""
+        if self.folded.purged:
+            return []
+        parts = []
+        for m in self.folded.marks:
+            found, value = _part(self.folded.result, str(m.get("path", "")))
+            sources = m.get("sources")
+            parts.append(MarkedPart(
+                str(m.get("path", "")),
+                [str(x) for x in sources] if isinstance(sources, list) else [],
+                m.get("repeats") is True,
+                preview(self.hide.json(value), 300) if found else None))
+        return parts
+
+
+@dataclass(frozen=True, slots=True)
+class MarkedPart:
+    """A marked part of a run's result as the run page shows it."""
+
+    path: str
+    sources: list[str]
+    repeats: bool
+    shown: str | None
+    """What the part holds, redacted for the viewer (None: its path names no part)."""
+
+
+_STEP = re.compile(r"\[(\d+)\]|\.?([^.\[]+)")
+
+
+def _part(result: JSON, path: str) -> tuple[bool, JSON]:
+    """The part of ``result`` that a mark's ``path`` names: keys and ``[index]``es from the
+    result (``result.items[0]``); a first ``result`` the result has no key for is the
+    result itself."""
+    steps = [(int(i) if i else None, key) for i, key in _STEP.findall(path)]
+    if steps and steps[0] == (None, "result") and not (
+            isinstance(result, dict) and "result" in result):
+        steps = steps[1:]
+    node = result
+    for index, key in steps:
+        if index is not None and isinstance(node, list) and index < len(node):
+            node = node[index]
+        elif index is None and isinstance(node, dict) and key in node:
+            node = node[key]
+        else:
+            return False, None
+    return True, node
 
 
 @dataclass(frozen=True, slots=True)
