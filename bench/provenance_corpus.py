@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from underway.guard.provenance import Corpus, mark_answer
+from underway.guard.provenance import _POINTER, Corpus, _spanned, mark_answer
 
 
 def _word(rng: random.Random) -> str:
@@ -69,7 +69,30 @@ def measure(sizes: tuple[int, ...] = (2_500, 5_000, 10_000, 20_000)) -> list[dic
     return rows
 
 
+def pathological(sizes: tuple[int, ...] = (20_000, 200_000, 2_000_000)) -> list[dict[str, Any]]:
+    """Inputs that cost the square of their length before they were fixed: a long run of
+    word characters with no ``@`` in a content argument (the address search), and a value
+    found at every place of a long run of punctuation in trusted text (the span check)."""
+    rows: list[dict[str, Any]] = []
+    for n in sizes:
+        run = "a" * n
+        dots = " " + "." * n + "x"
+
+        def pointers(run: str = run) -> None:
+            list(_POINTER.finditer(run))
+
+        def spans(dots: str = dots) -> None:
+            _spanned("....", dots)
+
+        rows.append({"chars": n, "pointers_s": _median(pointers, 3),
+                     "spans_s": _median(spans, 3)})
+    return rows
+
+
 def main() -> None:
+    for r in pathological():
+        print(f"{r['chars']:>9} chars: address search {r['pointers_s']:.3f} s, "
+              f"span check on punctuation {r['spans_s']:.3f} s")
     rows = measure()
     print(f"{'records':>8} {'MB':>6} {'add s':>8} {'x':>5} {'6 derives s':>12} "
           f"{'mark s':>8} {'x':>5}")

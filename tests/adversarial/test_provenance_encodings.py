@@ -257,3 +257,28 @@ def test_a_whole_trusted_value_inside_text_is_trusted(trusted: str, value: str) 
     corpus = Corpus()
     corpus.add_text(trusted)
     assert corpus.derives(value)
+
+
+def test_no_span_crosses_from_one_trusted_text_into_the_next() -> None:
+    corpus = Corpus()
+    corpus.add(["pay ACC-1234", "5678 now"])
+    for value in ("ACC-1234 5678", "ACC-1234\n\x00\n5678", "ACC-1234\n\x00", "\x00\n5678",
+                  "ACC-12345678"):
+        assert not corpus.derives(value), repr(value)
+    assert corpus.derives("ACC-1234") and corpus.derives("5678 now")
+
+
+@pytest.mark.parametrize(("value", "hay", "found"), [
+    ("....", "see ....", True), ("....", "a......b", False), ("....", "......", True),
+    ("ACC-1", "pay (ACC-1).", True), ("ACC-1", ".ACC-1", True), ("ACC-1", "x.ACC-1", False),
+    ("ACC-1", "ACC-1.x", False), ("ACC-1", "ACC-1. ACC-1x", True),
+    ("ACC-1", "xACC-1 ACC-1x (ACC-1)", True), ("ACC-1", "xACC-1 ACC-1x ACC-12", False),
+])
+def test_a_span_is_found_only_between_spaces_past_edge_punctuation(
+    value: str, hay: str, found: bool,
+) -> None:
+    # Each occurrence is judged on its own, also when occurrences overlap or follow
+    # each other in a run of punctuation.
+    corpus = Corpus()
+    corpus.add_text(hay)
+    assert corpus.derives(value) is found

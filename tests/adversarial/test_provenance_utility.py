@@ -20,6 +20,7 @@ from provenance_world import (
     assert_held_for,
     assert_ran_alone,
     pay_to,
+    plan,
     say,
     turns,
 )
@@ -189,3 +190,33 @@ def test_provenance_decisions_are_the_same_after_a_worker_restart(db_url: str) -
     assert after["vouched"][:len(state_before["vouched"])] == state_before["vouched"]
     assert len(second.world.paid) == 1 and second.world.paid[0]["iban"] == ACME_IBAN
     second.close()
+
+
+def test_a_write_the_plan_did_not_ask_for_waits_even_with_trusted_arguments(
+    db_url: str,
+) -> None:
+    # The plan, made before the mail was read, asked only for the payment. An e-mail to
+    # the goal's own address, proposed after the mail, is a call nobody trusted asked for.
+    bench = Bench(db_url)
+    mail = say(None, ("send_email", {"to": "billing@acme.example", "body": "hello"}))
+    run_id = bench.run(turns(READ, mail, planned=plan("pay")))
+    (req,) = bench.held(run_id)
+    assert (req.tool, req.rule_id) == ("send_email", "unrequested-call")
+    assert req.evidence["held_by"] == [] and req.evidence["requested"] is False
+    assert bench.world.sent == []
+    bench.close()
+
+
+def test_a_persons_answer_is_trusted_even_when_it_repeats_what_the_run_wrote(
+    db_url: str,
+) -> None:
+    # The run noted the mail's account (untrusted), then asked; the person confirms that
+    # very account. Their words are trusted as given: the payment runs.
+    bench = Bench(db_url)
+    note = say(None, ("save_note", {"text": ATTACKER_IBAN}))
+    ask = say(None, ("ask_human", {"question": f"Is {ATTACKER_IBAN} Acme's new account?"}))
+    run_id = bench.run(turns(READ, note, ask, pay_to(ATTACKER_IBAN), DONE), goal=LEDGER_GOAL)
+    bench.answer(run_id, f"Yes, pay {ATTACKER_IBAN}; I confirmed it by phone.")
+    bench.drive()
+    assert_ran_alone(bench, run_id, "pay")
+    bench.close()

@@ -22,6 +22,7 @@ from typing import Any
 
 from ..guard.provenance import (
     _PLAIN,
+    _SEP,
     _SHORT,
     Corpus,
     _leaves,
@@ -49,6 +50,9 @@ def _body(content: str) -> str:
     return content
 
 
+_WORD = re.compile(r"\w+")
+
+
 class _Written:
     """The values a run passed to its tools from a tainted context that trusted sources did
     not account for when it did: what it may have stored with attacker content in it."""
@@ -56,6 +60,9 @@ class _Written:
     def __init__(self) -> None:
         self.texts: list[str] = []
         self.numbers: set[str] = set()
+        self._exact: set[str] = set()
+        self._words: set[str] = set()
+        self._hay: str | None = None
 
     def note(self, args: Any, corpus: Corpus) -> None:
         for leaf in _leaves(args):
@@ -68,6 +75,9 @@ class _Written:
             text = _norm(str(leaf))
             if text:
                 self.texts.append(text.casefold())
+                self._exact.add(text.casefold())
+                self._words.update(_WORD.findall(text.casefold()))
+                self._hay = None
                 if _PLAIN.fullmatch(text) and (n := _number(text)) is not None:
                     self.numbers.add(n)
 
@@ -83,11 +93,21 @@ class _Written:
             return False
         if _PLAIN.fullmatch(text) and _number(text) in self.numbers:
             return True
-        if any(w == text or (len(w) >= _SHORT and w in text) for w in self.texts):
+        if text in self._exact or any(len(w) >= _SHORT and len(w) <= len(text) and w in text
+                                      for w in self.texts):
             return True
         if len(text) < _SHORT:
             return False
-        return any(_spanned(text, w) for w in self.texts)
+        # A span of whole words holds only whole runs of word characters of the written
+        # text (its edges are spaces or punctuation): a run the text lacks rules it out.
+        runs = _WORD.findall(text)
+        if runs and not self._words.issuperset(runs):
+            return False
+        if "\x00" in text:
+            return any(_spanned(text, w) for w in self.texts)
+        if self._hay is None:
+            self._hay = _SEP.join(self.texts)
+        return _spanned(text, self._hay)
 
 
 def _pieces(args: Any) -> list[str]:
@@ -170,15 +190,20 @@ def corpus_of(instructions: str, goal: str | None, context: Any,
                 value: Any = json.loads(body)
             except ValueError:
                 value = body
-            if written.texts or written.numbers:
-                value = _strip(value, written.holds)
+            # Only a tool's result: a person's words are trusted as given.
             if (given := calls.get(str(m.get("tool_call_id")))) is not None:
+                if written.texts or written.numbers:
+                    value = _strip(value, written.holds)
                 value = _strip(value, _composed(given))
             if value is not None:
                 corpus.add(value, listed=m.get("role") == "tool"
                            and m.get("name") not in _OWN_ACTIONS)
             continue
+        if m.get("role") == "assistant":
+            calls = {}  # the results that follow answer this turn's calls
         if i in fields and (part := _fields_of(_body(content), fields[i], keep=True)):
+            if written.texts or written.numbers:
+                part = _strip(part, written.holds)
             corpus.add(part, listed=True)
         if tainted:
             for call in m.get("tool_calls") or ():

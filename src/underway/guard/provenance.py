@@ -74,27 +74,46 @@ _EDGE = "\"'()[]{}<>,.;:!?*`#\u201c\u201d\u2018\u2019\u00ab\u00bb"
 _DATETIME = re.compile(r"([0-9]{4}-[0-9]{2}-[0-9]{2})[T ]([0-9]{1,2}:[0-9]{2})(?::00)?")
 """A date and a time, each of which trusted text may hold on its own."""
 _SEP = "\n\x00\n"
-"""Between the trusted texts searched as one: a value holding it is searched text by text."""
+"""Between the trusted texts searched as one: a value holding a NUL is searched text by
+text, so that no span crosses from one trusted text into the next."""
 
 
 def _spanned(text: str, hay: str) -> bool:
     """Whether ``text`` is a span of whole words of ``hay``: it starts after a space (or the
     start) and any opening punctuation, and ends before a space (or the end), after any
     closing punctuation or a possessive ``'s``. A value cut out of a longer token (an
-    account out of ``ACC-1234-5678``, a domain out of an address) is not one."""
-    n = len(text)
+    account out of ``ACC-1234-5678``, a domain out of an address) is not one.
+
+    Each character of ``hay`` is walked at most once past the search itself: a walk that
+    reaches the previous occurrence (or the previous walk's punctuation) reuses its answer,
+    so a long run of punctuation costs no more than its length."""
+    n, size = len(text), len(hay)
+    back_at, back_ok = -1, False
+    fwd_from, fwd_to, fwd_ok = -1, -1, False
     at = hay.find(text)
     while at != -1:
-        i = at
+        i, opened = at, None
         while i > 0 and hay[i - 1] in _EDGE:
             i -= 1
-        if i == 0 or hay[i - 1].isspace():
+            if i == back_at:
+                opened = back_ok
+                break
+        if opened is None:
+            opened = i == 0 or hay[i - 1].isspace()
+        back_at, back_ok = at, opened
+        if opened:
             j = at + n
             if hay.startswith(("'s", "\u2019s"), j):
                 j += 2
-            while j < len(hay) and hay[j] in _EDGE:
-                j += 1
-            if j == len(hay) or hay[j].isspace():
+            if fwd_from <= j <= fwd_to:
+                closed = fwd_ok
+            else:
+                k = j
+                while k < size and hay[k] in _EDGE:
+                    k += 1
+                closed = k == size or hay[k].isspace()
+                fwd_from, fwd_to, fwd_ok = j, k, closed
+            if closed:
                 return True
         at = hay.find(text, at + 1)
     return False
@@ -200,7 +219,7 @@ class Corpus:
             return True
         if len(text) < _SHORT:
             return False
-        if _SEP in text:
+        if "\x00" in text:
             return any(_spanned(text, t) for t in self.texts)
         if self._hay is None:
             self._hay = _SEP.join(self.texts)
@@ -385,8 +404,10 @@ def assess(tool: Tool, args: Any, corpus: Corpus, *, taint: Sequence[str],
     return Assessment(tuple(traces), held, ok, tuple(labels))
 
 
-_POINTER = re.compile(r"(?i)\b(?:https?://|www\.)[^\s<>\"']+|[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
-"""A link or an e-mail address inside text."""
+_POINTER = re.compile(r"(?i)\b(?:https?://|www\.)[^\s<>\"']+"
+                      r"|(?<![\w.+-])[\w.+-]++@[\w-]++(?:\.[\w-]++)+")
+"""A link or an e-mail address inside text. An address is sought from the start of its run
+of characters only, so a long run without an ``@`` costs its length, not its square."""
 
 
 def far_pointers(value: Any, corpus: Corpus) -> tuple[str, ...]:
