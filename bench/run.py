@@ -31,6 +31,7 @@ import groupcommit
 import guard
 import imports
 import injection
+import provenance
 import labels
 import listing
 import mcp_tools
@@ -153,6 +154,7 @@ GROUPS: dict[str, list[tuple[str, Callable[[], list[Figure]]]]] = {
     ],
     "injection": [("prompt injection: utility and attacks, defence off, per context and per "
                    "value", injection.bench)],
+    "provenance": [("provenance per value: what tracing costs an agent", provenance.bench)],
     "streaming": [
         ("SQLite first streamed token", streaming.bench_sqlite),
         ("PostgreSQL first streamed token", streaming.bench_postgres),
