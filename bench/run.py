@@ -31,12 +31,12 @@ import groupcommit
 import guard
 import imports
 import injection
-import provenance
 import labels
 import listing
 import mcp_tools
 import openai_agents
 import policy
+import provenance
 import pydantic_ai_overhead
 import resume
 import sandbox
