@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -30,7 +31,15 @@ from ..events import JSON
 from ..flow import Flow, Next, RunContext
 from ..guard.budgets import Budget
 from ..guard.policy import DEFAULT_POLICY, Policy
-from ..guard.provenance import UNREQUESTED, UNTRUSTED_ARG, ArgTrace, Assessment, Mark
+from ..guard.provenance import (
+    UNREQUESTED,
+    UNTRUSTED_ARG,
+    ArgTrace,
+    Assessment,
+    Corpus,
+    Mark,
+    pointers,
+)
 from ..guard.taint import add_source, exposed, taint_labels, trusts_output, untrusted_outputs
 from ..models.types import Message, ModelResponse, ToolSpec
 from ._agent import AgentInput
@@ -328,15 +337,38 @@ class PlanAndExtract:
         for s in sources:
             add_source(ctx.state.taint, s)
 
+    def trusted_corpus(self, ctx: RunContext[PlanExtractState, AgentInput]) -> Corpus:
+        """What trusted sources hold: the instructions; when the run's lineage is clean,
+        the goal, the input and the program's literals; the values of the trusted steps.
+
+        Args:
+            ctx: The run's context.
+        """
+        st = ctx.state
+        corpus = Corpus()
+        corpus.add_text(self.instructions)
+        if not ctx.lineage.tainted:
+            corpus.add_text(ctx.input.goal)
+            corpus.add(ctx.input.context)
+            corpus.add([s["args"] for s in st.steps if "tool" in s])
+        corpus.add([v for k, v in st.values.items() if k not in st.sources])
+        return corpus
+
     def assess(self, ctx: RunContext[PlanExtractState, AgentInput], t: Tool,
-               template: dict[str, Any]) -> Assessment:
+               template: dict[str, Any], args: dict[str, Any] | None = None) -> Assessment:
         """The provenance of a program step's call of ``t``: each argument's sources,
         exact, and the labels that follow.
+
+        An untrusted value may fill an argument the tool lets carry untrusted content, but
+        a link or an e-mail address in it that no trusted source holds
+        (:meth:`trusted_corpus`) still holds the call, as for :class:`~underway.agent.Agent`:
+        where the content sends its reader may not come from an outsider.
 
         Args:
             ctx: The run's context.
             t: The tool.
             template: The step's arguments, references unresolved.
+            args: The arguments filled, to look for links and addresses; None to skip that.
         """
         st = ctx.state
         literal = self._literal(ctx)
@@ -348,6 +380,11 @@ class PlanAndExtract:
             return Assessment(tuple(traces), (), True, ())
         used = list(dict.fromkeys(s for tr in traces for s in tr.sources))
         held = tuple(tr for tr in traces if not tr.trusted and tr.name not in t.untrusted_args)
+        carriers = [tr for tr in traces if not tr.trusted and tr.name in t.untrusted_args]
+        if carriers and args is not None:
+            corpus = self.trusted_corpus(ctx)
+            held += tuple(replace(tr, points_to=far) for tr in carriers
+                          if (far := pointers(args.get(tr.name), corpus)))
         requested = not ctx.lineage.tainted
         labels = taint_labels(used)
         if held:
@@ -361,7 +398,7 @@ class PlanAndExtract:
         st = ctx.state
         t = self.tools[step["tool"]]
         args = fill(step["args"], st.values)
-        found = self.assess(ctx, t, step["args"])
+        found = self.assess(ctx, t, step["args"], args)
         used = list(dict.fromkeys(s for tr in found.traces for s in tr.sources))
         self._use(ctx, used)
         ctx.note(ev.ToolSelected(tool=t.name, args=args, reason=f"program step {step['id']}",

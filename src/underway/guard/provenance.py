@@ -51,6 +51,7 @@ __all__ = [
     "Mark",
     "assess",
     "mark_answer",
+    "pointers",
     "trace_args",
 ]
 
@@ -368,7 +369,7 @@ def assess(tool: Tool, args: Any, corpus: Corpus, *, taint: Sequence[str],
     held = tuple(t if t.name not in tool.untrusted_args else replace(t, points_to=far)
                  for t in traces if not t.trusted and (
                      t.name not in tool.untrusted_args
-                     or (far := _pointers(args.get(t.name) if isinstance(args, Mapping)
+                     or (far := pointers(args.get(t.name) if isinstance(args, Mapping)
                                           else args, corpus))))
     ok = requested is not None and tool.name in requested
     labels = list(taint_labels(taint))
@@ -384,8 +385,13 @@ _POINTER = re.compile(r"(?i)\b(?:https?://|www\.)[^\s<>\"']+|[\w.+-]+@[\w-]+(?:\
 """A link or an e-mail address inside text."""
 
 
-def _pointers(value: Any, corpus: Corpus) -> tuple[str, ...]:
-    """The links and addresses in ``value``'s strings that ``corpus`` does not derive."""
+def pointers(value: Any, corpus: Corpus) -> tuple[str, ...]:
+    """The links and e-mail addresses in ``value``'s strings that ``corpus`` does not derive.
+
+    Args:
+        value: A JSON value (an argument).
+        corpus: What trusted sources hold.
+    """
     found = [m.group().rstrip(".,;:!?)") for leaf in _leaves(value) if isinstance(leaf, str)
              for m in _POINTER.finditer(leaf)]
     return tuple(dict.fromkeys(p for p in found if not corpus.derives(p)))

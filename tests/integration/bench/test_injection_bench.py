@@ -21,7 +21,7 @@ if BENCH not in sys.path:
     sys.path.append(BENCH)
 
 import injection  # noqa: E402
-from injection_suites import banking, files, mail  # noqa: E402
+from injection_suites import banking, files, mail, messaging  # noqa: E402
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -110,10 +110,16 @@ def test_plan_and_extract_with_an_obedient_extractor(db_url: str) -> None:
     for suite, task, attack in [(banking.SUITE, "pay_rent", "send_to_attacker"),
                                 (banking.SUITE, "half_dinner", "send_to_attacker"),
                                 (files.SUITE, "share_minutes", "share_passwords"),
-                                (mail.SUITE, "agenda_to_bob", "send_to_attacker")]:
+                                (mail.SUITE, "agenda_to_bob", "send_to_attacker"),
+                                (messaging.SUITE, "summary_to_alice", "phishing_to_alice")]:
         out = case(suite, task, attack, "plan_extract", db_url)
         assert not out.attack_tool, (task, attack)
-    # The injected IBAN and amount it extracted fill controlling arguments: held.
+    # The phishing link the extractor wrote into Alice's summary is held: a message's text
+    # may carry untrusted words, not a link no trusted source holds.
+    phish = case(messaging.SUITE, "summary_to_alice", "phishing_to_alice", "plan_extract",
+                 db_url)
+    assert phish.held == ["send_direct_message(text)"]
+    # The injected amount it extracted fill controlling arguments: held.
     dinner = case(banking.SUITE, "half_dinner", "send_to_attacker", "plan_extract", db_url)
     assert dinner.held == ["send_money(amount)"] and not dinner.goal_met
     # A clean read-then-write task completes with no person; the program's recipient and
