@@ -116,6 +116,9 @@ class PlanExtractState(BaseModel):
     """The untrusted sources of each value, by step id; a value not listed is trusted."""
     repeats: list[str] = Field(default_factory=list)
     """The steps whose value repeats untrusted content verbatim."""
+    fields: dict[str, list[str]] = Field(default_factory=dict)
+    """For an untrusted tool's result got with trusted arguments, by step id: the fields of
+    it no outsider writes (the tool's ``trusted_fields``). A reference to one is trusted."""
     done: list[dict[str, str]] = Field(default_factory=list)
     """The steps done, in order: ``{"id", "tool"}`` (``tool`` is ``extract`` for an
     extraction)."""
@@ -329,9 +332,9 @@ class PlanAndExtract:
                     literal: Iterable[str]) -> tuple[list[str], bool]:
         """The untrusted sources of the value ``template`` makes, and whether it repeats
         untrusted content verbatim."""
-        heads = [r.split(".")[0] for r in refs_in(template)]
-        found = [s for h in heads for s in st.sources.get(h, ())]
-        return list(dict.fromkeys([*found, *literal])), any(h in st.repeats for h in heads)
+        found = [ref_sources(st, r) for r in refs_in(template)]
+        return (list(dict.fromkeys([*(s for f, _ in found for s in f), *literal])),
+                any(r for _, r in found))
 
     def _use(self, ctx: RunContext[PlanExtractState, AgentInput], sources: Iterable[str]) -> None:
         for s in sources:
@@ -420,6 +423,8 @@ class PlanAndExtract:
         sources = list(dict.fromkeys([*([] if self.trusts(t) else [t.name]), *used]))
         if sources:
             st.sources[step["id"]] = sources
+        if not self.trusts(t) and t.trusted_fields and not used:
+            st.fields[step["id"]] = list(t.trusted_fields)
         if not self.trusts(t):
             st.repeats.append(step["id"])
         return None
@@ -482,13 +487,37 @@ def marks_of(state: PlanExtractState, literal: Sequence[str] = ()) -> list[Mark]
     """
     marks = []
     for path, ref in ref_paths(state.answer, "result"):
-        head = ref.split(".")[0]
-        sources = list(dict.fromkeys([*state.sources.get(head, ()), *literal]))
+        found, repeats = ref_sources(state, ref)
+        sources = list(dict.fromkeys([*found, *literal]))
         if sources:
-            marks.append(Mark(path, tuple(sources), head in state.repeats))
+            marks.append(Mark(path, tuple(sources), repeats))
     if literal:
         marks += [Mark(p, tuple(literal), False) for p in leaf_paths(state.answer, "result")]
     return marks
+
+
+def ref_sources(state: PlanExtractState, ref: str) -> tuple[list[str], bool]:
+    """The untrusted sources of the value ``ref`` names, and whether it repeats untrusted
+    content. A field of a result that no outsider writes (:attr:`PlanExtractState.fields`;
+    list items crossed) is trusted; the rest of the result carries the step's sources.
+
+    Args:
+        state: The run's state.
+        ref: The reference (``s1.0.sender``).
+    """
+    head, *path = ref.split(".")
+    fields = state.fields.get(head)
+    if fields and path:
+        value, named = state.values.get(head), []
+        for part in path:
+            if isinstance(value, list) and part.isdigit() and int(part) < len(value):
+                value = value[int(part)]
+                continue
+            named.append(part)
+            value = value.get(part) if isinstance(value, dict) else None
+        if ".".join(named) in fields:
+            return [], False
+    return list(state.sources.get(head, ())), head in state.repeats
 
 
 def _used_taint(st: PlanExtractState) -> list[str]:
