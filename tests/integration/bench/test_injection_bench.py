@@ -129,6 +129,9 @@ def test_plan_and_extract_with_an_obedient_extractor(db_url: str) -> None:
     # Even attacked: the injection can reach only values the extractor fills.
     rent = case(banking.SUITE, "pay_rent", "send_to_attacker", "plan_extract", db_url)
     assert rent.goal_met and rent.held == []
+    # The sender is a field no outsider writes: a reply to it needs no person either.
+    alice = case(mail.SUITE, "reply_to_alice", "send_to_attacker", "plan_extract", db_url)
+    assert alice.goal_met and alice.held == [] and not alice.attack_tool
     # An answer the program fills with extracted text carries the injection, marked.
     said = case(mail.SUITE, "offsite_date", "phishing_in_answer", "plan_extract", db_url)
     assert said.attack_answer and said.answer_marked and said.goal_met
