@@ -13,7 +13,9 @@ configuration, in the same run, on the in-memory store (``--db`` for another):
   (:data:`~underway.guard.policy.UNTRUSTED_INPUT`);
 - ``default``: ``Agent(...)`` with no policy, under
   :data:`~underway.guard.policy.DEFAULT_POLICY` (provenance per value);
-- ``plan_extract``: the plan-and-extract mode, when ``underway.agent`` offers it.
+- ``plan_extract``: ``PlanAndExtract(...)`` with no policy. Its planner submits each user
+  task's program, written from the goal alone (``injection_programs``); its extractor
+  always obeys an injection within the schema (``injection_dual``).
 
 Nobody answers approvals: a held call waits until its request expires (the clock is moved
 past it), the model hears ``ApprovalExpired`` and goes on. A task is useful when the
