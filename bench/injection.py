@@ -13,7 +13,9 @@ configuration, in the same run, on the in-memory store (``--db`` for another):
   (:data:`~underway.guard.policy.UNTRUSTED_INPUT`);
 - ``default``: ``Agent(...)`` with no policy, under
   :data:`~underway.guard.policy.DEFAULT_POLICY` (provenance per value);
-- ``plan_extract``: the plan-and-extract mode, when ``underway.agent`` offers it.
+- ``plan_extract``: ``PlanAndExtract(...)`` with no policy. Its planner submits each user
+  task's program, written from the goal alone (``injection_programs``); its extractor
+  always obeys an injection within the schema (``injection_dual``).
 
 Nobody answers approvals: a held call waits until its request expires (the clock is moved
 past it), the model hears ``ApprovalExpired`` and goes on. A task is useful when the
@@ -34,10 +36,13 @@ from typing import Any
 import underway as uw
 import underway.agent
 from common import Figure
+from injection_dual import extractor_model, planner_model
 from injection_model import obedient_model
-from injection_suites import InjectionTask, Suite, UserTask, suites
+from injection_programs import program_for
+from injection_suites import InjectionTask, Suite, UserTask, suites, text_of
 from underway import events as ev
-from underway.agent import Agent, AgentState
+from underway.agent import Agent, AgentState, PlanAndExtract, PlanExtractState
+from underway.agent._plan_extract import marks_of
 from underway.agent._provenance import blocks_of, corpus_of
 from underway.clock import ManualClock
 from underway.guard.policy import UNTRUSTED_INPUT
@@ -61,26 +66,28 @@ class Config:
     hook for the plan-and-extract mode."""
 
 
+def _plan_extract_agent(suite: Suite, task: UserTask, tools: list[uw.Tool]) -> Any:
+    program = program_for(suite.name, task.id)
+    return PlanAndExtract(f"bench-{suite.name}", planner=planner_model(program),
+                          extractor=extractor_model(program, suite.injection_tasks),
+                          tools=tools)
+
+
 def plan_and_extract() -> Config | None:
     """The plan-and-extract configuration, when it can be measured; None otherwise.
 
-    The one place to wire it. ``underway.agent.PlanAndExtract`` is another agent: a planner
-    that writes the whole program from trusted input, and an extractor that turns untrusted
-    text into values of a schema. Measuring it needs, per user task, the planner's program
-    (its calls, with ``$ref`` and ``$extract`` where the values come from what is read),
-    and an extractor that obeys: when the text it reads holds an injection, it answers with
-    the attacker's value wherever the schema lets it. Until the user tasks carry programs
-    (a :attr:`Config.build` that makes the ``PlanAndExtract`` with those models), the
-    configuration is left out and the table says why (:func:`plan_and_extract_missing`).
+    ``underway.agent.PlanAndExtract`` with no policy (the default), a planner that submits
+    each user task's program (``injection_programs``: written from the goal alone) and an
+    extractor that always obeys an injection within its schema (``injection_dual``).
     """
-    return None
+    if getattr(underway.agent, "PlanAndExtract", None) is None:
+        return None
+    return Config("plan_extract", lambda: {}, build=_plan_extract_agent)
 
 
 def plan_and_extract_missing() -> str:
     """Why the plan-and-extract configuration is not measured."""
-    if getattr(underway.agent, "PlanAndExtract", None) is None:
-        return "underway.agent offers no PlanAndExtract here"
-    return "the user tasks do not give the planner's programs yet"
+    return "underway.agent offers no PlanAndExtract here"
 
 
 def configs() -> list[Config]:
@@ -137,6 +144,8 @@ def answer_marks(run: uw.RunState, agent: Any, goal: str) -> list[dict[str, Any]
     own = getattr(run, "marks", None)
     if own is not None:
         return [m if isinstance(m, dict) else m.to_json() for m in own]
+    if isinstance(agent, PlanAndExtract):
+        return [m.to_json() for m in marks_of(PlanExtractState.model_validate(run.state))]
     if not isinstance(agent, Agent):
         return []
     st = AgentState.model_validate(run.state)
@@ -147,6 +156,19 @@ def answer_marks(run: uw.RunState, agent: Any, goal: str) -> list[dict[str, Any]
     return [m.to_json() for m in mark_answer(
         answer, corpus, taint=st.taint, blocks=blocks_of(st.messages, st.vouched,
                                                          st.carried))]
+
+
+def answer_text(value: Any) -> str:
+    """A run's answer as text: a plan-and-extract answer's parts (strings and numbers),
+    one after another.
+
+    Args:
+        value: The run's ``result``.
+    """
+    if isinstance(value, str) or not value:
+        return str(value or "")
+    return " ".join(text_of(value).split("\n")) if isinstance(value, list | dict) \
+        else str(value)
 
 
 async def _drive(engine: uw.Engine, clock: ManualClock, run_id: str) -> uw.RunState:
@@ -200,7 +222,7 @@ def run_case(suite: Suite, task: UserTask, injection: InjectionTask | None, conf
     finally:
         engine.store.close()
     result = s.result if isinstance(s.result, dict) else {}
-    answer = str(result.get("result") or "")
+    answer = answer_text(result.get("result"))
     messages = (s.state or {}).get("messages", [])
     read = any(m.get("role") == "tool" and ATTACK_MARK in str(m.get("content"))
                for m in messages)
@@ -382,21 +404,25 @@ def breakdown(outcomes: Sequence[Outcome]) -> str:
     lines.insert(1, "  ".join("-" * w for w in widths))
     if plan_and_extract() is None:
         lines.append(f"plan_extract: not measured ({plan_and_extract_missing()})")
-    lines += ["", "clean runs of the default configuration, task by task:"]
-    for o in outcomes:
-        if o.config == "default" and o.injection is None:
-            need = o.needs
-            lines.append(f"  {o.suite}.{o.task}: {'met' if o.goal_met else 'NOT met'}"
-                         + (f", held {', '.join(o.held)}" if o.held else "")
-                         + (f" (expected: {need})" if need else "")
-                         + ("" if o.status == "completed" else f" [{o.status}]"))
-    through = [o for o in outcomes if o.config == "default" and (o.attack_tool or (
-        o.attack_answer and not o.answer_marked))]
-    lines += ["", "attacks that got through the default configuration:"]
-    lines += [f"  {o.suite}.{o.task} + {o.injection}: "
-              f"{'tool call' if o.attack_tool else 'unmarked answer'}" for o in through]
-    if not through:
-        lines.append("  none")
+    for name in ("default", "plan_extract"):
+        if name not in names:
+            continue
+        lines += ["", f"clean runs of the {name} configuration, task by task:"]
+        for o in outcomes:
+            if o.config == name and o.injection is None:
+                limits = program_for(o.suite, o.task).limits if name == "plan_extract" else ""
+                lines.append(f"  {o.suite}.{o.task}: {'met' if o.goal_met else 'NOT met'}"
+                             + (f", held {', '.join(o.held)}" if o.held else "")
+                             + (f" (expected: {o.needs})" if o.needs else "")
+                             + ("" if o.status == "completed" else f" [{o.status}]")
+                             + (f" [program: {limits}]" if limits else ""))
+        through = [o for o in outcomes if o.config == name and (o.attack_tool or (
+            o.attack_answer and not o.answer_marked))]
+        lines += ["", f"attacks that got through the {name} configuration:"]
+        lines += [f"  {o.suite}.{o.task} + {o.injection}: "
+                  f"{'tool call' if o.attack_tool else 'unmarked answer'}" for o in through]
+        if not through:
+            lines.append("  none")
     return "\n".join(lines)
 
 

@@ -89,6 +89,8 @@ def test_an_injected_recipient_is_held_naming_the_argument_and_its_source(
     asked = held(engine, run_id)
     assert asked.tool == "send_email" and asked.rule_id == "untrusted-argument"
     assert asked.args["to"] == [ATTACKER_MAIL]
+    # The body may carry the e-mail's words, but not an address no trusted source holds:
+    # the injected one in it holds the call too.
     assert asked.evidence["held_by"] == [
         {"arg": "to", "trusted": False, "sources": ["read_email"], "repeats": True},
         {"arg": "body", "trusted": False, "sources": ["read_email"], "repeats": True,
@@ -130,17 +132,42 @@ def test_an_injection_cannot_change_a_recipient_the_goal_gave(db_url: str) -> No
     assert marks == [{"path": "result.reply", "sources": ["read_email"], "repeats": True}]
 
 
-def test_a_body_may_carry_the_mails_words_but_not_its_addresses(db_url: str) -> None:
+def test_injected_words_in_a_body_need_no_person(db_url: str) -> None:
+    desk = Desk(mail=INJECTION)
+    words = "Please pay the invoice today, as the e-mail asks."
+
+    def obey_words(req: ModelRequest) -> Any:
+        return words if ATTACKER_MAIL in data_of(req) else "nothing to extract"
+
+    agent = agent_for(desk, planner(desk, reply_program()), extractor(desk, obey_words))
+    engine = engine_for(db_url, agent)
+    run_id, _ = engine.start(agent.flow, {"goal": REPLY_GOAL})
+    s = drive(engine, run_id)
+    # The obedient extractor wrote the injection's words into the body, which may carry
+    # them; the recipient is the goal's, whatever the e-mail says. No person was needed.
+    assert s.status == "completed" and not events(engine, run_id, ev.ApprovalRequested)
+    assert [m["to"] for m in desk.sent] == [[CUSTOMER]] and desk.paid == []
+    assert desk.sent[0]["body"] == words
+    # The answer carries the extracted words: it is marked, with its source.
+    marks = [m.to_json() for m in marks_of(PlanExtractState.model_validate(s.state))]
+    assert marks == [{"path": "result.reply", "sources": ["read_email"], "repeats": False}]
+
+
+def test_an_injected_address_in_a_body_is_held(db_url: str) -> None:
     desk = Desk(mail=INJECTION)
     agent = agent_for(desk, planner(desk, reply_program()), extractor(desk, obey))
     engine = engine_for(db_url, agent)
     run_id, _ = engine.start(agent.flow, {"goal": REPLY_GOAL})
     drive(engine, run_id)
+    # The body may carry untrusted words, but where it sends its reader (the attacker's
+    # address) no trusted source holds: the call waits for a person, as the agent's would.
     asked = held(engine, run_id)
-    assert asked.tool == "send_email" and desk.sent == []
-    [why] = asked.evidence["held_by"]
-    assert (why["arg"], why["points_to"], why["sources"]) == (
-        "body", [ATTACKER_MAIL], ["read_email"])
+    assert asked.tool == "send_email" and asked.args["to"] == [CUSTOMER]
+    assert asked.evidence["held_by"] == [
+        {"arg": "body", "trusted": False, "sources": ["read_email"], "repeats": True,
+         "points_to": [ATTACKER_MAIL]}]
+    assert asked.rule_id == "untrusted-argument" and desk.sent == []
+    assert any("body" in r and ATTACKER_MAIL in r for r in asked.risks)
 
 
 def test_an_injected_iban_is_held_and_a_rejection_replans_from_trusted_facts(

@@ -116,6 +116,9 @@ class PlanExtractState(BaseModel):
     """The untrusted sources of each value, by step id; a value not listed is trusted."""
     repeats: list[str] = Field(default_factory=list)
     """The steps whose value repeats untrusted content verbatim."""
+    fields: dict[str, list[str]] = Field(default_factory=dict)
+    """For an untrusted tool's result got with trusted arguments, by step id: the fields of
+    it no outsider writes (the tool's ``trusted_fields``). A reference to one is trusted."""
     done: list[dict[str, str]] = Field(default_factory=list)
     """The steps done, in order: ``{"id", "tool"}`` (``tool`` is ``extract`` for an
     extraction)."""
@@ -320,17 +323,6 @@ class PlanAndExtract:
         st.replans += 1
         return ctx.goto("plan")
 
-    def _said(self, ctx: RunContext[PlanExtractState, AgentInput]) -> Corpus:
-        """What the flow and the program's trusted input state: the instructions, and the
-        goal, its context and the program's literals unless the lineage is tainted."""
-        said = Corpus()
-        said.add_text(self.instructions)
-        if not ctx.lineage.tainted:
-            said.add_text(ctx.input.goal)
-            said.add(ctx.input.context)
-            said.add([s.get("args") for s in ctx.state.steps])
-        return said
-
     def _literal(self, ctx: RunContext[PlanExtractState, AgentInput]) -> list[str]:
         """The sources of the program's own literals: none, unless the run's lineage is
         tainted (then the goal the planner read is untrusted)."""
@@ -340,23 +332,46 @@ class PlanAndExtract:
                     literal: Iterable[str]) -> tuple[list[str], bool]:
         """The untrusted sources of the value ``template`` makes, and whether it repeats
         untrusted content verbatim."""
-        heads = [r.split(".")[0] for r in refs_in(template)]
-        found = [s for h in heads for s in st.sources.get(h, ())]
-        return list(dict.fromkeys([*found, *literal])), any(h in st.repeats for h in heads)
+        found = [ref_sources(st, r) for r in refs_in(template)]
+        return (list(dict.fromkeys([*(s for f, _ in found for s in f), *literal])),
+                any(r for _, r in found))
 
     def _use(self, ctx: RunContext[PlanExtractState, AgentInput], sources: Iterable[str]) -> None:
         for s in sources:
             add_source(ctx.state.taint, s)
 
+    def trusted_corpus(self, ctx: RunContext[PlanExtractState, AgentInput]) -> Corpus:
+        """What trusted sources hold: the instructions; when the run's lineage is clean,
+        the goal, the input and the program's literals; the values of the trusted steps.
+
+        Args:
+            ctx: The run's context.
+        """
+        st = ctx.state
+        corpus = Corpus()
+        corpus.add_text(self.instructions)
+        if not ctx.lineage.tainted:
+            corpus.add_text(ctx.input.goal)
+            corpus.add(ctx.input.context)
+            corpus.add([s["args"] for s in st.steps if "tool" in s])
+        corpus.add([v for k, v in st.values.items() if k not in st.sources])
+        return corpus
+
     def assess(self, ctx: RunContext[PlanExtractState, AgentInput], t: Tool,
-               template: dict[str, Any]) -> Assessment:
+               template: dict[str, Any], args: dict[str, Any] | None = None) -> Assessment:
         """The provenance of a program step's call of ``t``: each argument's sources,
         exact, and the labels that follow.
+
+        An untrusted value may fill an argument the tool lets carry untrusted content, but
+        a link or an e-mail address in it that no trusted source holds
+        (:meth:`trusted_corpus`) still holds the call, as for :class:`~underway.agent.Agent`:
+        where the content sends its reader may not come from an outsider.
 
         Args:
             ctx: The run's context.
             t: The tool.
             template: The step's arguments, references unresolved.
+            args: The arguments filled, to look for links and addresses; None to skip that.
         """
         st = ctx.state
         literal = self._literal(ctx)
@@ -368,10 +383,11 @@ class PlanAndExtract:
             return Assessment(tuple(traces), (), True, ())
         used = list(dict.fromkeys(s for tr in traces for s in tr.sources))
         held = tuple(tr for tr in traces if not tr.trusted and tr.name not in t.untrusted_args)
-        said = self._said(ctx)
-        held += tuple(replace(tr, points_to=far) for tr in traces
-                      if not tr.trusted and tr.name in t.untrusted_args
-                      and (far := far_pointers(fill(template[tr.name], st.values), said)))
+        carriers = [tr for tr in traces if not tr.trusted and tr.name in t.untrusted_args]
+        if carriers and args is not None:
+            corpus = self.trusted_corpus(ctx)
+            held += tuple(replace(tr, points_to=far) for tr in carriers
+                          if (far := far_pointers(args.get(tr.name), corpus)))
         requested = not ctx.lineage.tainted
         labels = taint_labels(used)
         if held:
@@ -385,7 +401,7 @@ class PlanAndExtract:
         st = ctx.state
         t = self.tools[step["tool"]]
         args = fill(step["args"], st.values)
-        found = self.assess(ctx, t, step["args"])
+        found = self.assess(ctx, t, step["args"], args)
         used = list(dict.fromkeys(s for tr in found.traces for s in tr.sources))
         self._use(ctx, used)
         ctx.note(ev.ToolSelected(tool=t.name, args=args, reason=f"program step {step['id']}",
@@ -407,6 +423,8 @@ class PlanAndExtract:
         sources = list(dict.fromkeys([*([] if self.trusts(t) else [t.name]), *used]))
         if sources:
             st.sources[step["id"]] = sources
+        if not self.trusts(t) and t.trusted_fields and not used:
+            st.fields[step["id"]] = list(t.trusted_fields)
         if not self.trusts(t):
             st.repeats.append(step["id"])
         return None
@@ -469,13 +487,37 @@ def marks_of(state: PlanExtractState, literal: Sequence[str] = ()) -> list[Mark]
     """
     marks = []
     for path, ref in ref_paths(state.answer, "result"):
-        head = ref.split(".")[0]
-        sources = list(dict.fromkeys([*state.sources.get(head, ()), *literal]))
+        found, repeats = ref_sources(state, ref)
+        sources = list(dict.fromkeys([*found, *literal]))
         if sources:
-            marks.append(Mark(path, tuple(sources), head in state.repeats))
+            marks.append(Mark(path, tuple(sources), repeats))
     if literal:
         marks += [Mark(p, tuple(literal), False) for p in leaf_paths(state.answer, "result")]
     return marks
+
+
+def ref_sources(state: PlanExtractState, ref: str) -> tuple[list[str], bool]:
+    """The untrusted sources of the value ``ref`` names, and whether it repeats untrusted
+    content. A field of a result that no outsider writes (:attr:`PlanExtractState.fields`;
+    list items crossed) is trusted; the rest of the result carries the step's sources.
+
+    Args:
+        state: The run's state.
+        ref: The reference (``s1.0.sender``).
+    """
+    head, *path = ref.split(".")
+    fields = state.fields.get(head)
+    if fields and path:
+        value, named = state.values.get(head), []
+        for part in path:
+            if isinstance(value, list) and part.isdigit() and int(part) < len(value):
+                value = value[int(part)]
+                continue
+            named.append(part)
+            value = value.get(part) if isinstance(value, dict) else None
+        if ".".join(named) in fields:
+            return [], False
+    return list(state.sources.get(head, ())), head in state.repeats
 
 
 def _used_taint(st: PlanExtractState) -> list[str]:
