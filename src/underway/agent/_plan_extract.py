@@ -311,7 +311,8 @@ class PlanAndExtract:
         except MissingValue:
             return self._failed(ctx, "answer", "answer", "ReferenceMissing")
         self._use(ctx, self._sources_in(st, st.answer, self._literal(ctx))[0])
-        return ctx.done({"result": result, "steps": len(st.done)})
+        return ctx.done({"result": result, "steps": len(st.done)},
+                        marks=[m.to_json() for m in self.answer_marks(ctx)])
 
     def _failed(self, ctx: RunContext[PlanExtractState, AgentInput], step: str, tool: str,
                 error: str) -> Next:

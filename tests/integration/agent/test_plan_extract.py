@@ -67,6 +67,9 @@ def test_a_reply_after_reading_an_email_runs_without_a_person(db_url: str) -> No
         {"path": "result.reply", "sources": ["read_email"], "repeats": False}]
     done = events(engine, run_id, ev.RunCompleted)[-1]
     assert done.tainted_by == ["read_email"]
+    # The run's result carries them, as every surface shows them.
+    assert s.marks == done.marks == [
+        {"path": "result.reply", "sources": ["read_email"], "repeats": False}]
     # The call carried its provenance to the policy: untrusted body, allowed by the tool.
     (picked,) = [e for e in events(engine, run_id, ev.ToolSelected) if e.tool == "send_email"]
     assert picked.tainted == ["read_email"]
