@@ -92,13 +92,13 @@ def bench() -> list[Figure]:
     add = rows[-1]["add_s"] / rows[-2]["add_s"]
     mark = rows[-1]["mark_s"] / rows[-2]["mark_s"]
     return [
-        Figure("agent iteration, tainted context (every call traced)", tainted * 1e3, "ms",
+        Figure("provenance.agent_iteration_tainted", tainted * 1e3, "ms",
                baseline=clean * 1e3, ratio=tainted / clean, target="< 1.5x the clean "
                "iteration", ok=tainted / clean < 1.5),
-        Figure("corpus: add 20k trusted records, over 10k", rows[-1]["add_s"], "s",
+        Figure("provenance.corpus_add_20k_over_10k", rows[-1]["add_s"], "s",
                baseline=rows[-2]["add_s"], ratio=add, target="< 2.5 (linear is 2)",
                ok=add < 2.5),
-        Figure("mark an answer against 20k records of untrusted text, over 10k",
+        Figure("provenance.mark_answer_20k_over_10k",
                rows[-1]["mark_s"], "s", baseline=rows[-2]["mark_s"], ratio=mark,
                target="< 2.5 (linear is 2)", ok=mark < 2.5),
     ]
