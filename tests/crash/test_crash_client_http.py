@@ -6,55 +6,17 @@ real PostgreSQL."""
 
 from __future__ import annotations
 
-import contextlib
-import socket
 import subprocess
-import sys
-import time
-from collections.abc import Iterator
-from pathlib import Path
 
-import httpx
 import pytest
 
 import underway as uw
+from fakes.serving import UNDERWAY, serve
 
 pytestmark = [pytest.mark.crash, pytest.mark.timeout(600)]
 
-UNDERWAY = Path(sys.executable).with_name("underway")
 RUNS = 12
 KILLED_AFTER = 7
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextlib.contextmanager
-def serve(db: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
-    """``underway serve`` on ``db`` on a free port, once ``/healthz`` answers."""
-    port = free_port()
-    server = subprocess.Popen([str(UNDERWAY), "--db", db, "serve", "--port", str(port),
-                               "--log-level", "warning"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(f"{url}/healthz").status_code == 200:
-                    break
-            assert server.poll() is None, server.communicate()
-            assert time.monotonic() < deadline, "underway serve did not answer /healthz"
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                server.wait(0.05)
-        yield url, server
-    finally:
-        if server.poll() is None:
-            server.kill()
-        server.communicate(timeout=60)
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

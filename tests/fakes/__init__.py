@@ -12,6 +12,8 @@ package).
   delivered to them;
 - :mod:`fakes.guard_helpers` — an approvals-enabled engine and signing helpers;
 - :mod:`fakes.docker_image` — which Docker image the sandbox tests run in.
+- :mod:`fakes.serving` — ``underway serve`` in its own process, ready once ``/healthz``
+  answers;
 - :mod:`fakes.otlp_receiver` — a real OTLP/HTTP trace receiver that decodes and keeps
   every span posted to it.
 """

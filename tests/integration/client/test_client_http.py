@@ -5,28 +5,21 @@ run as a user runs it, and uvicorn in this process (:mod:`fakes.service_world`).
 
 from __future__ import annotations
 
-import contextlib
-import signal
-import socket
 import subprocess
-import sys
 import threading
-import time
 from collections.abc import Iterator
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-import httpx
 import pytest
 
 import underway as uw
 from fakes.service_world import World
+from fakes.serving import UNDERWAY, free_port, serve
 from underway.client import RunFilter, _http
 from underway.errors import SignedResolutionRequired
 from underway.service import ServerThread, create_app
-
-UNDERWAY = Path(sys.executable).with_name("underway")
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -39,12 +32,6 @@ def world(request: pytest.FixtureRequest) -> Iterator[World]:
 
 def client(world: World, tenant: str = "acme", role: str = "admin") -> uw.Client:
     return uw.Client(world.server.url, api_key=world.token[tenant][role])
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_a_key_reaches_its_own_tenant_and_no_other(world: World) -> None:
@@ -192,33 +179,16 @@ def test_the_client_drives_a_real_underway_serve(sqlite_url: str) -> None:
 
     cli("db", "migrate")
     token = cli("apikeys", "new", "--tenant", "acme", "--role", "operator", "--name", "ops")
-    port = free_port()
-    server = subprocess.Popen([str(UNDERWAY), "--db", sqlite_url, "serve", "--port",
-                               str(port), "--log-level", "warning"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(f"{url}/healthz").status_code == 200:
-                    break
-            assert server.poll() is None, server.communicate()
-            assert time.monotonic() < deadline, "underway serve did not answer /healthz"
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                server.wait(0.05)
-        with uw.Client(url, api_key=token) as remote:
-            run_id, created = remote.start("anything", {"n": 1}, idempotency_key="k",
-                                           labels={"team": "ops"})
-            assert created and remote.start("anything", {"n": 2},
-                                            idempotency_key="k") == (run_id, False)
-            assert remote.get_run(run_id).tenant_id == "acme"
-            assert remote.state(run_id).input == {"n": 1}
-            assert remote.list_runs(labels={"team": "ops"}).runs[0].run_id == run_id
-            assert remote.cancel(run_id, by="ops", reason="done with it")
-    finally:
-        server.send_signal(signal.SIGTERM)
-        server.communicate(timeout=30)
+    with serve(sqlite_url, ready_within=60) as (url, _), \
+            uw.Client(url, api_key=token) as remote:
+        run_id, created = remote.start("anything", {"n": 1}, idempotency_key="k",
+                                       labels={"team": "ops"})
+        assert created and remote.start("anything", {"n": 2},
+                                        idempotency_key="k") == (run_id, False)
+        assert remote.get_run(run_id).tenant_id == "acme"
+        assert remote.state(run_id).input == {"n": 1}
+        assert remote.list_runs(labels={"team": "ops"}).runs[0].run_id == run_id
+        assert remote.cancel(run_id, by="ops", reason="done with it")
     with uw.Client(sqlite_url) as local:
         assert local.state(run_id, tenant_id="acme").input == {"n": 1}
         assert [e.event.type for e in local.events(run_id, tenant_id="acme")] == ["RunStarted"]
