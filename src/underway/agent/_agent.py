@@ -9,7 +9,7 @@ point resumes where it stood without asking the model or calling a tool twice.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, assert_never
 
 from pydantic import BaseModel, Field, model_validator
@@ -388,7 +388,8 @@ class Agent:
         if not st.taint:
             return assess(t, args, Corpus(), taint=(), requested=st.requested)
         return assess(t, args, self.corpus(ctx), taint=st.taint, requested=st.requested,
-                      blocks=blocks_of(st.messages, st.vouched, st.carried, st.taint, st.fields),
+                      blocks=_lazily(blocks_of, st.messages, st.vouched, st.carried,
+                                     st.taint, st.fields),
                       label=self.exposed(t))
 
     def answer_marks(self, ctx: RunContext[AgentState, AgentInput], result: JSON) -> list[Mark]:
@@ -585,3 +586,8 @@ def _context_taint(st: AgentState) -> list[str]:
 
 def _text(value: JSON) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def _lazily(make: Callable[..., list[tuple[str, str]]], *args: Any) -> Iterator[tuple[str, str]]:
+    """``make(*args)``, computed only when first iterated."""
+    yield from make(*args)

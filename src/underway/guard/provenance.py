@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -281,14 +281,15 @@ def _repeated_in(leaves: Sequence[Any], blocks: Iterable[tuple[str, str]]) -> li
 
 
 def _chosen(leaves: Sequence[Any], corpus: Corpus,
-            blocks: Sequence[tuple[str, str]]) -> list[Any]:
+            blocks: Callable[[], Sequence[tuple[str, str]]]) -> list[Any]:
     """The leaves that only a trusted tool's listing accounts for and that untrusted
-    content names as a whole word: the injection may have picked them out of the list."""
+    content (``blocks()``, read only when such a leaf exists) names as a whole word: the
+    injection may have picked them out of the list."""
     if corpus.listed is None:
         return []
-    return [v for v in leaves if isinstance(v, str) and len(_norm(v)) >= _SHORT
-            and not corpus.stated(v) and corpus.listed.derives(v)
-            and any(_spanned(_norm(v).lower(), text) for _, text in blocks)]
+    only = [v for v in leaves if isinstance(v, str) and len(_norm(v)) >= _SHORT
+            and not corpus.stated(v) and corpus.listed.derives(v)]
+    return [v for v in only if any(_spanned(_norm(v).lower(), text) for _, text in blocks())]
 
 
 def trace_args(args: Any, corpus: Corpus, *, taint: Sequence[str],
@@ -309,7 +310,15 @@ def trace_args(args: Any, corpus: Corpus, *, taint: Sequence[str],
         structure: Key names that are the schema's own (field names), not content.
     """
     items = args.items() if isinstance(args, Mapping) else [("*", args)]
-    listed = list(blocks)
+    read: list[list[tuple[str, str]]] = []
+
+    def listed() -> list[tuple[str, str]]:
+        # The untrusted content is read once, and only for an argument that needs it: a
+        # call whose arguments are all stated reads none of the conversation's blocks.
+        if not read:
+            read.append(list(blocks))
+        return read[0]
+
     traces: list[ArgTrace] = []
     for name, value in items:
         name = str(name)
@@ -323,7 +332,7 @@ def trace_args(args: Any, corpus: Corpus, *, taint: Sequence[str],
         if not chosen and all(corpus.derives(v) for v in leaves):
             traces.append(ArgTrace(name, True))
             continue
-        repeated = _repeated_in([v for v in leaves if not corpus.derives(v)] + chosen, listed)
+        repeated = _repeated_in([v for v in leaves if not corpus.derives(v)] + chosen, listed())
         traces.append(ArgTrace(name, False, tuple(repeated or taint), bool(repeated)))
     return traces
 
