@@ -180,9 +180,12 @@ def corpus_of(instructions: str, goal: str | None, context: Any,
         corpus.add_text(goal)
         corpus.add(context)
     trusted = set(vouched)
+    # What the run wrote matters only to trusted content after it: past the last, nothing
+    # is noted (a run that reads only untrusted tools notes nothing at all).
+    last = max([*trusted, *fields], default=-1)
     written = _Written()
     calls: dict[str, Any] = {}
-    for i, m in enumerate(messages):
+    for i, m in enumerate(messages[:last + 1]):
         content = str(m.get("content") or "")
         if i in trusted:
             body = _body(content)
@@ -212,7 +215,7 @@ def corpus_of(instructions: str, goal: str | None, context: Any,
                     args = call.get("raw_arguments") if args is None else args
                     written.note(args, corpus)
                     calls[str(call.get("id"))] = args
-        if _BLOCK.search(content):
+        if not tainted and _BLOCK.search(content):
             tainted = True
     return corpus
 
