@@ -12,8 +12,9 @@ from collections import Counter
 from typing import Any
 
 import schemathesis
-from hypothesis import HealthCheck, Phase, settings
+from hypothesis import HealthCheck, Phase, seed, settings
 from hypothesis.errors import FlakyStrategyDefinition
+from hypothesis.stateful import get_state_machine_test
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
@@ -100,11 +101,15 @@ def test_linked_calls_make_no_server_error_and_match_their_schemas(world: World)
                 failures.append(f"{case.operation.label}: {exc}")
                 raise
 
-    for _ in range(RUNS):
+    for attempt in range(RUNS):
+        # A seed of its own for each run: under a derandomized profile (Hypothesis loads
+        # one by itself on a CI machine) every run would otherwise draw the same scenarios,
+        # and a run that followed no link to an answer would be repeated, not varied.
+        machine = seed(attempt)(get_state_machine_test(Machine, settings=settings(
+            max_examples=SCENARIOS, stateful_step_count=STEPS, deadline=None,
+            database=None, phases=[Phase.generate], suppress_health_check=list(HealthCheck))))
         try:
-            Machine.run(settings=settings(
-                max_examples=SCENARIOS, stateful_step_count=STEPS, deadline=None,
-                database=None, phases=[Phase.generate], suppress_health_check=list(HealthCheck)))
+            machine()
         except FlakyStrategyDefinition:
             # A scenario Hypothesis replayed drew other steps than the first time (a real
             # server's answers are not a pure function of the calls): that run ends, as in
