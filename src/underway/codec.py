@@ -41,12 +41,14 @@ import binascii
 import functools
 import hashlib
 import json
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple, Protocol
 
-from .errors import IntegrityError, KeyUnavailable, UnderwayError
+from . import _chunked as chunked
+from .errors import IntegrityError, KeyUnavailable, UnderwayError, ValueTooLarge
 from .events import JSON, canonical_json
 
 __all__ = ["Codec", "Sealer", "Where", "blob_key", "is_sealed"]
@@ -248,10 +250,16 @@ class Codec:
     a journal is read on a store's I/O threads while the event loop encodes. The cache of
     blobs read and written is shared under a lock.
 
+    A string longer than ``chunk_bytes`` characters is a chunked blob, encoded, hashed,
+    written and read a chunk at a time (:mod:`underway._chunked`).
+
     Args:
         threshold: The size in bytes above which a value is moved into a blob.
         sealer: Seals and opens payloads; None stores them as they are.
         cache_size: The most blobs kept in the cache.
+        chunk_bytes: Strings longer than this are stored in chunks of about this size.
+        max_value_bytes: The most bytes one stored value's canonical JSON may have; a
+            larger one raises :class:`~underway.errors.ValueTooLarge`.
     """
 
     def __init__(
@@ -260,10 +268,17 @@ class Codec:
         threshold: int = DEFAULT_BLOB_THRESHOLD,
         sealer: Sealer | None = None,
         cache_size: int = 4096,
+        chunk_bytes: int = chunked.DEFAULT_CHUNK_BYTES,
+        max_value_bytes: int = chunked.DEFAULT_MAX_VALUE_BYTES,
     ) -> None:
         self.threshold = threshold
         self.sealer = sealer
         """Seals and opens payloads (None: they are stored as they are)."""
+        self.chunk_bytes = chunk_bytes
+        self.max_value_bytes = max_value_bytes
+        self._large: dict[tuple[int, str, str | None], chunked.LargeBlob] = {}
+        """Chunked blobs made lately, by the string's id, tenant and subject: a value in a
+        call's result, the state's patch and the checkpoint is hashed once."""
         self._cache: OrderedDict[str, bytes] = OrderedDict()
         self._cache_size = cache_size
         self._cache_lock = threading.Lock()
@@ -340,14 +355,17 @@ class Codec:
             where: Where it is kept.
         """
         if self.sealer is None:
-            raw = canonical_json(env)
-            # A small event has no part over the threshold; '"$' would need escaping.
-            if len(raw) > self.threshold or b'"$' in raw:
+            # A small event has no part over the threshold; '"$' would need escaping. While
+            # a chunked value is about, nothing is encoded whole first.
+            raw = b"" if self._large else canonical_json(env)
+            if not raw or len(raw) > self.threshold or b'"$' in raw:
+                del raw
                 env["data"] = self.externalize(env["data"], blobs, where)
                 raw = canonical_json(env)
             return raw
-        data = canonical_json(env["data"])
-        if len(data) > self.threshold or b'"$' in data:
+        data = b"" if self._large else canonical_json(env["data"])
+        if not data or len(data) > self.threshold or b'"$' in data:
+            del data
             data = canonical_json(self.externalize(env["data"], blobs, where))
         header = canonical_json({k: v for k, v in env.items() if k != "data"})
         return header + b"\x00" + self.sealer.seal(data, where)
@@ -390,12 +408,16 @@ class Codec:
         it) at one C-speed encode per message instead of a Python walk of every field."""
         if isinstance(value, str):
             size = len(value) + 2
+            if len(value) > self.chunk_bytes:
+                blob = self.large_blob(value, where)
+                blobs[blob.key] = blob
+                return {"$blob": blob.key}, 80, None
             if size > self.threshold:
                 return {"$blob": self._store(canonical_json(value), blobs, where)}, 80, None
             return value, size, None
         if isinstance(value, dict):
             try:
-                raw = canonical_json(value)
+                raw = None if self._large else canonical_json(value)
             except (TypeError, ValueError):
                 raw = None
             if raw is not None and len(raw) <= self.threshold and b'"$' not in raw:
@@ -432,6 +454,54 @@ class Codec:
         if type(value) is int:
             return value, len(repr(value)), None
         return value, len(json.dumps(value)), None
+
+    def large_blob(self, value: str, where: Where) -> chunked.LargeBlob:
+        """The chunked blob of string ``value`` kept at ``where``: hashed a chunk at a time
+        (once: it is remembered while ``value`` is held elsewhere), its chunks made only
+        when written. Slow for a large value: call it off the event loop.
+
+        Raises:
+            ValueTooLarge: Its canonical JSON is over :attr:`max_value_bytes`.
+        """
+        subject = None if self.sealer is None else where.subject
+        memo = (id(value), where.tenant_id, subject)
+        with self._cache_lock:
+            self._forget_large()
+            found = self._large.get(memo)
+        if found is not None:
+            return found
+        sealer = self.sealer
+        hasher = getattr(sealer, "address_hasher", None)
+        what = f"a value of {where.what()}"
+        if sealer is None or hasher is not None:
+            digest = hashlib.sha256() if hasher is None else hasher(where)
+            size = chunked.measure(value, self.chunk_bytes, self.max_value_bytes, digest, what)
+            key = digest.hexdigest()
+        else:  # a sealer that hashes only whole values
+            raw = b"".join(chunked.pieces(value, self.chunk_bytes))
+            if len(raw) > self.max_value_bytes:
+                raise ValueTooLarge(what, len(raw), self.max_value_bytes)
+            size, key = len(raw), sealer.address(raw, where)
+            del raw
+        seal = None if sealer is None else functools.partial(
+            _seal_chunk, sealer, Where("blob_chunk", where.tenant_id, (key,), where.run_id,
+                                       where.subject))
+        blob = chunked.LargeBlob(key, value, self.chunk_bytes, size, seal)
+        with self._cache_lock:
+            self._large[memo] = blob
+        return blob
+
+    def _forget_large(self) -> None:
+        """Drop the chunked blobs whose string nobody else holds (call under the lock)."""
+        for memo, blob in list(self._large.items()):
+            # Two references: the blob's own, and getrefcount's argument.
+            if sys.getrefcount(blob.value) <= 2:
+                del self._large[memo]
+
+    def forget_large(self) -> None:
+        """Drop the chunked blobs remembered whose string nobody else holds."""
+        with self._cache_lock:
+            self._forget_large()
 
     # -- decode -------------------------------------------------------------------------
     def decode(self, stored: bytes, fetch: BlobFetcher, where: Where) -> JSON:
@@ -479,6 +549,8 @@ class Codec:
         if isinstance(value, dict):
             if "$blob" in value and len(value) == 1:
                 raw = self._get(value["$blob"], fetch, tenant_id)
+                if chunked.is_manifest(raw):
+                    return self.read_large(value["$blob"], raw, fetch, tenant_id)
                 return self._internalize(json.loads(raw), fetch, tenant_id)
             if "$chain" in value and len(value) == 2:
                 return self._read_chain(value["$chain"], int(value["n"]), fetch, tenant_id)
@@ -513,9 +585,37 @@ class Codec:
         found = fetch([key]).get(key)
         if found is None:
             raise IntegrityError(f"blob {key} is referenced but missing from the store")
+        if chunked.is_manifest(found):
+            return found  # read by read_large, never cached whole
         raw = self.open_blob(found, key, tenant_id)
         self._remember(key, raw)
         return raw
+
+    def read_large(self, key: str, stored: bytes, fetch: BlobFetcher, tenant_id: str) -> JSON:
+        """The value of chunked blob ``key`` (its manifest row ``stored``), read a chunk at a
+        time through ``fetch`` (a :class:`~underway.journal.blobs.BlobReader`, which keeps
+        it for the other decodes it serves: one string, however many events refer to it).
+        """
+        values = getattr(fetch, "values", None)
+        if values is not None and key in values:
+            return values[key]
+        with self._cache_lock:
+            self._forget_large()
+            held = next((b.value for b in self._large.values() if b.key == key), None)
+        if held is not None:
+            return held  # written by this process and still in memory: not read again
+        chunk = getattr(fetch, "chunk", None)
+        if chunk is None:
+            raise IntegrityError(f"blob {key} is stored in chunks, which this reader "
+                                 "cannot read (read it through a journal)")
+
+        def open_chunk(box: bytes, i: int, n: int) -> bytes:
+            return self.open(box, Where("blob_chunk", tenant_id, (key, i, n)))
+
+        value = chunked.read_str(key, stored, chunk(key), open_chunk)
+        if values is not None:
+            values[key] = value
+        return value
 
     def open_blob(self, stored: bytes, key: str, tenant_id: str) -> bytes:
         """The content of a blob.
@@ -530,6 +630,8 @@ class Codec:
         """
         if is_sealed(stored):
             return self.open(box_of(stored), blob_where(tenant_id, key))
+        if chunked.is_manifest(stored):
+            raise IntegrityError(f"blob {key} is stored in chunks: read it through a journal")
         if blob_key(stored) != key:
             raise IntegrityError(f"blob {key} does not match its content hash")
         return stored
@@ -540,6 +642,12 @@ class Codec:
             self._cache.move_to_end(key)
             if len(self._cache) > self._cache_size:
                 self._cache.popitem(last=False)
+
+
+def _seal_chunk(sealer: Sealer, where: Where, raw: bytes, i: int, n: int) -> bytes:
+    """Chunk ``i`` of ``n`` of a chunked blob, sealed: bound to the blob's tenant and
+    address (``where``), its index and the number of chunks."""
+    return sealer.seal(raw, where._replace(ident=(*where.ident, i, n)))
 
 
 def _unbase64(box: str, where: Where) -> bytes:

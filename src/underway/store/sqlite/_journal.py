@@ -23,6 +23,7 @@ class Journal(SQLJournal, Connection):
 
     def create_run(self, new: NewRun) -> tuple[RunRecord, bool]:
         """Create the run with its first event, or return the one with the same key."""
+        self._write_large(new.tenant_id, new.blobs)
         with self._tx() as c:
             return _create_run(c, new)
 
@@ -30,6 +31,7 @@ class Journal(SQLJournal, Connection):
         """Append atomically, fenced by lease token and expected sequence."""
         if not batch.events:
             return False
+        self._write_large(batch.tenant_id, batch.blobs)
         with self._tx() as c:
             return _append(c, batch)
 
@@ -37,6 +39,8 @@ class Journal(SQLJournal, Connection):
         """Append several runs' batches in one transaction (one fsync), each inside its
         own savepoint: a batch refused or failing is rolled back alone."""
         out: list[AppendResult] = []
+        for batch in batches:
+            self._write_large(batch.tenant_id, batch.blobs)
         with self._tx() as c:
             for batch in batches:
                 if not batch.events:
@@ -55,6 +59,7 @@ class Journal(SQLJournal, Connection):
     def fork_run(self, new: NewRun, link: ForkLink) -> RunRecord:
         """Create the fork and append the parent's event in one transaction."""
         t, r, e = link.tenant_id, link.run_id, link.event
+        self._write_large(new.tenant_id, new.blobs)
         with self._tx() as c:
             parent = c.execute(_Q["fork_parent"], (t, r)).fetchone()
             if parent is None:
