@@ -188,3 +188,34 @@ def json_size(value: Any, chars: int, limit: int) -> int:
     if type(value) is str:
         return encoded_size(value, chars, limit)
     return len(canonical_json(value))
+
+
+def make(value: str, where: Any, sealer: Any, chars: int, limit: int) -> LargeBlob:
+    """The chunked blob of ``value`` kept at ``where`` (a :class:`underway.codec.Where`),
+    addressed by a hash fed a chunk at a time (the sealer's keyed one when there is a
+    sealer; one that cannot hash a chunk at a time is given the value whole).
+
+    Raises:
+        ValueTooLarge: Its canonical JSON is over ``limit`` bytes.
+    """
+    hasher = getattr(sealer, "address_hasher", None)
+    what = f"a value of {where.what()}"
+    if sealer is None or hasher is not None:
+        digest = hashlib.sha256() if hasher is None else hasher(where)
+        size = measure(value, chars, limit, digest, what)
+        key = digest.hexdigest()
+    else:
+        raw = b"".join(pieces(value, chars))
+        if len(raw) > limit:
+            raise ValueTooLarge(what, len(raw), limit)
+        size, key = len(raw), sealer.address(raw, where)
+        del raw
+    if sealer is None:
+        return LargeBlob(key, value, chars, size, None)
+    chunk_where = where._replace(kind="blob_chunk", ident=(key,))
+
+    def seal(raw: bytes, i: int, n: int) -> bytes:
+        # Bound to the blob's tenant and address, the chunk's index and the chunk count.
+        return bytes(sealer.seal(raw, chunk_where._replace(ident=(key, i, n))))
+
+    return LargeBlob(key, value, chars, size, seal)

@@ -38,17 +38,26 @@ from __future__ import annotations
 
 import base64
 import binascii
-import functools
 import hashlib
 import json
 import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
 from . import _chunked as chunked
-from .errors import IntegrityError, KeyUnavailable, UnderwayError, ValueTooLarge
+from ._where import UNSEALED as UNSEALED
+from ._where import Where as Where
+from ._where import blob_where as blob_where
+from ._where import checkpoint_where as checkpoint_where
+from ._where import event_where as event_where
+from ._where import knowledge_where as knowledge_where
+from ._where import run_error_where as run_error_where
+from ._where import schedule_where as schedule_where
+from ._where import signal_where as signal_where
+from ._where import stream_where as stream_where
+from .errors import IntegrityError, KeyUnavailable, UnderwayError
 from .events import JSON, canonical_json
 
 __all__ = ["Codec", "Sealer", "Where", "blob_key", "is_sealed"]
@@ -73,111 +82,6 @@ _BOX = bytes([SEALED_VERSION])
 
 BlobFetcher = Callable[[list[str]], Mapping[str, bytes]]
 """Fetches blob bytes by address; missing addresses are simply absent from the result."""
-
-
-class Where(NamedTuple):
-    """What a stored payload is and where it lives: the identity its ciphertext is bound
-    to (the associated data of the seal), so sealed bytes copied to another row, run,
-    seq or tenant fail to open.
-
-    ``kind``: ``event``, ``checkpoint``, ``blob``, ``signal``, ``schedule``, ``knowledge``,
-    ``stream_delta``;
-    ``ident``: the row's identity within the tenant (an event's run, seq and type; a
-    blob's address; a signal's id and name...); ``run_id``: the run the payload belongs
-    to, when it belongs to one; ``subject``: the data subject it is about, when known —
-    it is then sealed under the subject's key, which erasing the subject destroys. Neither
-    is part of the associated data: the key a box names is what opens it."""
-
-    kind: str
-    tenant_id: str
-    ident: tuple[str | int, ...] = ()
-    run_id: str | None = None
-    subject: str | None = None
-
-    def what(self) -> str:
-        """The payload, in words: ``an event of tenant 'acme'``."""
-        article = "an" if self.kind[:1] in "aeiou" else "a"
-        return f"{article} {self.kind.replace('_', ' ')} of tenant {self.tenant_id!r}"
-
-    def aad(self) -> bytes:
-        """The associated data a seal of this payload is bound to: each part of the
-        identity as a netstring (``<length>:<text>,``; an integer as ``#<digits>``), so no
-        two identities encode alike."""
-        ident = self.ident
-        if not ident or type(ident[0]) is not str:
-            return _aad_head(self.kind, self.tenant_id, None) + _aad_parts(ident)
-        # The head (kind, tenant, first part: a run's id for its events) repeats across a
-        # run's payloads: it is made once.
-        return _aad_head(self.kind, self.tenant_id, ident[0]) + _aad_parts(ident[1:])
-
-
-@functools.lru_cache(maxsize=4096)
-def _aad_head(kind: str, tenant_id: str, first: str | None) -> bytes:
-    text = f"underway/1:{len(kind)}:{kind},{len(tenant_id)}:{tenant_id},"
-    return (text if first is None else f"{text}{len(first)}:{first},").encode()
-
-
-def _aad_parts(parts: tuple[str | int, ...]) -> bytes:
-    text = ""
-    for p in parts:
-        text += f"{len(p)}:{p}," if type(p) is str else f"#{p},"
-    return text.encode()
-
-
-UNSEALED = Where("unsealed", "")
-"""What a writer may pass as the identity of a payload when its codec seals nothing (it is
-never read then), sparing the making of one per event."""
-
-
-def event_where(tenant_id: str, run_id: str, seq: int, event_type: str,
-                subject: str | None = None) -> Where:
-    """Where the event of ``run_id`` at ``seq`` lives: its sealed data is bound to the
-    tenant, run, seq and type (``subject``: the run's data subject)."""
-    return Where("event", tenant_id, (run_id, seq, event_type), run_id, subject)
-
-
-def checkpoint_where(tenant_id: str, run_id: str, seq: int,
-                     subject: str | None = None) -> Where:
-    """Where the run's checkpoint of ``seq`` lives."""
-    return Where("checkpoint", tenant_id, (run_id, seq), run_id, subject)
-
-
-def blob_where(tenant_id: str, key: str, run_id: str | None = None,
-               subject: str | None = None) -> Where:
-    """Where the tenant's blob at address ``key`` lives (``run_id``: the run writing it;
-    ``subject``: the data subject it is about)."""
-    return Where("blob", tenant_id, (key,), run_id, subject)
-
-
-def signal_where(tenant_id: str, signal_id: str, name: str,
-                 subject: str | None = None) -> Where:
-    """Where a signal's payload lives: bound to its tenant, id and name. Not to its run:
-    an outside event's run is chosen in the store's transaction, after its payload is
-    sealed (a signed decision names its run inside, and is verified against it).
-    ``subject``: the data subject of the run it goes to, when the sender knows it."""
-    return Where("signal", tenant_id, (signal_id, name), None, subject)
-
-
-def schedule_where(tenant_id: str, name: str) -> Where:
-    """Where the input of the tenant's schedule ``name`` lives."""
-    return Where("schedule", tenant_id, (name,))
-
-
-def run_error_where(tenant_id: str, run_id: str, subject: str | None = None) -> Where:
-    """Where the run row's ``error`` (why it failed, stopped or escalated) lives."""
-    return Where("run_error", tenant_id, (run_id,), run_id, subject)
-
-
-def stream_where(tenant_id: str, run_id: str, key: str, attempt: int,
-                 subject: str | None = None) -> Where:
-    """Where a delta of the live stream of call ``key`` (its ``attempt``) lives."""
-    return Where("stream_delta", tenant_id, (run_id, key, attempt), run_id, subject)
-
-
-def knowledge_where(tenant_id: str, record_id: str, subject: str | None = None) -> Where:
-    """Where the tenant's knowledge record ``record_id`` lives (``subject``: the data
-    subject it is about)."""
-    return Where("knowledge", tenant_id, (record_id,), None, subject)
 
 
 class Sealer(Protocol):
@@ -456,40 +360,28 @@ class Codec:
         return value, len(json.dumps(value)), None
 
     def large_blob(self, value: str, where: Where) -> chunked.LargeBlob:
-        """The chunked blob of string ``value`` kept at ``where``: hashed a chunk at a time
-        (once: it is remembered while ``value`` is held elsewhere), its chunks made only
-        when written. Slow for a large value: call it off the event loop.
+        """The chunked blob of a long string, hashed a chunk at a time.
+
+        It is hashed once: remembered while the string is held elsewhere. Its chunks are
+        made only when written. Slow for a large value: call it off the event loop.
+
+        Args:
+            value: The string.
+            where: Where it is kept (its tenant, run and data subject).
 
         Raises:
             ValueTooLarge: Its canonical JSON is over :attr:`max_value_bytes`.
         """
-        subject = None if self.sealer is None else where.subject
-        memo = (id(value), where.tenant_id, subject)
+        memo = (id(value), where.tenant_id, None if self.sealer is None else where.subject)
         with self._cache_lock:
             self._forget_large()
             found = self._large.get(memo)
-        if found is not None:
-            return found
-        sealer = self.sealer
-        hasher = getattr(sealer, "address_hasher", None)
-        what = f"a value of {where.what()}"
-        if sealer is None or hasher is not None:
-            digest = hashlib.sha256() if hasher is None else hasher(where)
-            size = chunked.measure(value, self.chunk_bytes, self.max_value_bytes, digest, what)
-            key = digest.hexdigest()
-        else:  # a sealer that hashes only whole values
-            raw = b"".join(chunked.pieces(value, self.chunk_bytes))
-            if len(raw) > self.max_value_bytes:
-                raise ValueTooLarge(what, len(raw), self.max_value_bytes)
-            size, key = len(raw), sealer.address(raw, where)
-            del raw
-        seal = None if sealer is None else functools.partial(
-            _seal_chunk, sealer, Where("blob_chunk", where.tenant_id, (key,), where.run_id,
-                                       where.subject))
-        blob = chunked.LargeBlob(key, value, self.chunk_bytes, size, seal)
-        with self._cache_lock:
-            self._large[memo] = blob
-        return blob
+        if found is None:
+            found = chunked.make(value, where, self.sealer, self.chunk_bytes,
+                                 self.max_value_bytes)
+            with self._cache_lock:
+                self._large[memo] = found
+        return found
 
     def _forget_large(self) -> None:
         """Drop the chunked blobs whose string nobody else holds (call under the lock)."""
@@ -592,9 +484,14 @@ class Codec:
         return raw
 
     def read_large(self, key: str, stored: bytes, fetch: BlobFetcher, tenant_id: str) -> JSON:
-        """The value of chunked blob ``key`` (its manifest row ``stored``), read a chunk at a
-        time through ``fetch`` (a :class:`~underway.journal.blobs.BlobReader`, which keeps
-        it for the other decodes it serves: one string, however many events refer to it).
+        """The value of a chunked blob, read a chunk at a time.
+
+        Args:
+            key: The blob's address.
+            stored: Its manifest row.
+            fetch: A :class:`~underway.journal.blobs.BlobReader`: reads the chunks and
+                keeps the value for the other decodes it serves.
+            tenant_id: The blob's tenant.
         """
         values = getattr(fetch, "values", None)
         if values is not None and key in values:
@@ -631,7 +528,7 @@ class Codec:
         if is_sealed(stored):
             return self.open(box_of(stored), blob_where(tenant_id, key))
         if chunked.is_manifest(stored):
-            raise IntegrityError(f"blob {key} is stored in chunks: read it through a journal")
+            raise IntegrityError(f"blob {key} is stored in chunks: read it with read_large")
         if blob_key(stored) != key:
             raise IntegrityError(f"blob {key} does not match its content hash")
         return stored
@@ -642,12 +539,6 @@ class Codec:
             self._cache.move_to_end(key)
             if len(self._cache) > self._cache_size:
                 self._cache.popitem(last=False)
-
-
-def _seal_chunk(sealer: Sealer, where: Where, raw: bytes, i: int, n: int) -> bytes:
-    """Chunk ``i`` of ``n`` of a chunked blob, sealed: bound to the blob's tenant and
-    address (``where``), its index and the number of chunks."""
-    return sealer.seal(raw, where._replace(ident=(*where.ident, i, n)))
 
 
 def _unbase64(box: str, where: Where) -> bytes:

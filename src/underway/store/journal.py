@@ -155,5 +155,11 @@ class JournalStore(Protocol):
         ...
 
     def read_blob_chunk(self, tenant_id: str, key: str, idx: int) -> bytes | None:
-        """The stored bytes of chunk ``idx`` of chunked blob ``key`` (None: not stored)."""
+        """The stored bytes of chunk ``idx`` of chunked blob ``key`` (None: not stored).
+
+        Args:
+            tenant_id: The blob's tenant.
+            key: Its address.
+            idx: The chunk's index (from 0).
+        """
         ...

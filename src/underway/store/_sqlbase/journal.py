@@ -86,12 +86,24 @@ class SQLJournal(SQLBase):
 
     def write_blob_chunks(self, tenant_id: str, key: str, chunks: Iterable[bytes]) -> None:
         """Write a chunked blob's chunks, each in a transaction of its own, so that other
-        writers' commits go between them."""
+        writers' commits go between them.
+
+        Args:
+            tenant_id: The blob's tenant.
+            key: Its address.
+            chunks: The stored bytes of each chunk, in order.
+        """
         for idx, data in enumerate(chunks):
             self._count("put_blob_chunk", tenant_id=tenant_id, key=key, idx=idx, data=data)
 
     def read_blob_chunk(self, tenant_id: str, key: str, idx: int) -> bytes | None:
-        """Chunk ``idx`` of a chunked blob (None: not stored)."""
+        """Chunk ``idx`` of a chunked blob (None: not stored).
+
+        Args:
+            tenant_id: The blob's tenant.
+            key: Its address.
+            idx: The chunk's index (from 0).
+        """
         rows = self._all("get_blob_chunk", tenant_id=tenant_id, key=key, idx=idx)
         return self._blob(rows[0][0]) if rows else None
 

@@ -215,13 +215,25 @@ class MemoryJournal:
         return {k: self._blobs[(tenant_id, k)] for k in keys if (tenant_id, k) in self._blobs}
 
     def write_blob_chunks(self, tenant_id: str, key: str, chunks: Iterable[bytes]) -> None:
-        """Keep a chunked blob's chunks."""
+        """Keep a chunked blob's chunks.
+
+        Args:
+            tenant_id: The blob's tenant.
+            key: Its address.
+            chunks: The stored bytes of each chunk, in order.
+        """
         got = list(chunks)
         with self._lock:
             self._chunks[(tenant_id, key)] = got
 
     def read_blob_chunk(self, tenant_id: str, key: str, idx: int) -> bytes | None:
-        """Chunk ``idx`` of a chunked blob (None: not stored)."""
+        """Chunk ``idx`` of a chunked blob (None: not stored).
+
+        Args:
+            tenant_id: The blob's tenant.
+            key: Its address.
+            idx: The chunk's index (from 0).
+        """
         got = self._chunks.get((tenant_id, key))
         return got[idx] if got is not None and 0 <= idx < len(got) else None
 
