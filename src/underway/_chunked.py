@@ -45,6 +45,9 @@ DEFAULT_MAX_VALUE_BYTES = 256 << 20
 """The most bytes the canonical JSON of one stored value may have (256 MiB)."""
 
 _ENCODE = json.JSONEncoder(ensure_ascii=False, allow_nan=False).encode
+_ESCAPED = bytes(range(32)) + b'"\\'
+"""The bytes JSON escapes in a string (every other character, ``ensure_ascii=False``,
+stands for itself)."""
 
 
 def pieces(value: str, chars: int) -> Iterator[bytes]:
@@ -52,21 +55,19 @@ def pieces(value: str, chars: int) -> Iterator[bytes]:
     module's docstring)."""
     n = max(1, -(-len(value) // chars))
     for i in range(n):
-        body = _ENCODE(value[i * chars:(i + 1) * chars]).encode("utf-8")
-        yield body if n == 1 else body[:-1] if i == 0 else body[1:] if i == n - 1 \
-            else body[1:-1]
-
-
-def encoded_size(value: str, chars: int, limit: int | None = None) -> int:
-    """The size of ``value``'s canonical JSON in bytes, counted a chunk at a time; past
-    ``limit`` it stops counting (the size returned is then only over the limit). Raises
-    ValueError as encoding it whole would (a lone surrogate)."""
-    size = 0
-    for piece in pieces(value, chars):
-        size += len(piece)
-        if limit is not None and size > limit:
-            return size
-    return size
+        part = value[i * chars:(i + 1) * chars]
+        # Text without quotes, backslashes or control characters is its own JSON: its
+        # UTF-8 bytes, checked by a C scan (the JSON encoder is several times slower,
+        # and holds the interpreter's lock all the while).
+        body = part.encode("utf-8")
+        if len(body.translate(None, _ESCAPED)) != len(body):
+            body = _ENCODE(part)[1:-1].encode("utf-8")
+        del part
+        if i == 0:
+            body = b'"' + body
+        if i == n - 1:
+            body += b'"'
+        yield body
 
 
 class LargeBlob(bytes):
@@ -181,16 +182,8 @@ def measure(value: str, chars: int, limit: int, digest: Any, what: str) -> int:
     return size
 
 
-def json_size(value: Any, chars: int, limit: int) -> int:
-    """The size of ``value``'s canonical JSON: a string's counted a chunk at a time (past
-    ``limit``, only as far as the limit), anything else encoded whole. Raises TypeError or
-    ValueError when ``value`` is not JSON."""
-    if type(value) is str:
-        return encoded_size(value, chars, limit)
-    return len(canonical_json(value))
-
-
-def make(value: str, where: Any, sealer: Any, chars: int, limit: int) -> LargeBlob:
+def make(value: str, where: Any, sealer: Any, chars: int, limit: int,
+         what: str | None = None) -> LargeBlob:
     """The chunked blob of ``value`` kept at ``where`` (a :class:`underway.codec.Where`),
     addressed by a hash fed a chunk at a time (the sealer's keyed one when there is a
     sealer; one that cannot hash a chunk at a time is given the value whole).
@@ -199,7 +192,7 @@ def make(value: str, where: Any, sealer: Any, chars: int, limit: int) -> LargeBl
         ValueTooLarge: Its canonical JSON is over ``limit`` bytes.
     """
     hasher = getattr(sealer, "address_hasher", None)
-    what = f"a value of {where.what()}"
+    what = what or f"a value of {where.what()}"
     if sealer is None or hasher is not None:
         digest = hashlib.sha256() if hasher is None else hasher(where)
         size = measure(value, chars, limit, digest, what)

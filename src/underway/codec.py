@@ -359,7 +359,8 @@ class Codec:
             return value, len(repr(value)), None
         return value, len(json.dumps(value)), None
 
-    def large_blob(self, value: str, where: Where) -> chunked.LargeBlob:
+    def large_blob(self, value: str, where: Where, what: str | None = None,
+                   ) -> chunked.LargeBlob:
         """The chunked blob of a long string, hashed a chunk at a time.
 
         It is hashed once: remembered while the string is held elsewhere. Its chunks are
@@ -368,17 +369,21 @@ class Codec:
         Args:
             value: The string.
             where: Where it is kept (its tenant, run and data subject).
+            what: The value, in words, for the error when it is too large.
 
         Raises:
             ValueTooLarge: Its canonical JSON is over :attr:`max_value_bytes`.
         """
-        memo = (id(value), where.tenant_id, None if self.sealer is None else where.subject)
+        # Unsealed, the address is the SHA-256 of the content: the same for every tenant
+        # (and an unsealed event's place names none).
+        memo = ((id(value), "", None) if self.sealer is None
+                else (id(value), where.tenant_id, where.subject))
         with self._cache_lock:
             self._forget_large()
             found = self._large.get(memo)
         if found is None:
             found = chunked.make(value, where, self.sealer, self.chunk_bytes,
-                                 self.max_value_bytes)
+                                 self.max_value_bytes, what)
             with self._cache_lock:
                 self._large[memo] = found
         return found

@@ -367,7 +367,7 @@ DatabaseUrl = Annotated[Name, BeforeValidator(_database)]
 
 
 class BlobsSection(Section):
-    """``[blobs]``: how large values are stored (see docs/storage.md#large-values)."""
+    """``[blobs]``: how large values are stored (see docs/architecture.md#large-values)."""
 
     max_value_bytes: int = Field(default=256 * 1024 * 1024, ge=1024)
     """The most bytes one value's canonical JSON may have (a tool's result, a value in the

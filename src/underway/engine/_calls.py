@@ -15,7 +15,6 @@ from pydantic import ValidationError
 
 from .. import events as ev
 from .. import faults
-from .._chunked import json_size
 from ..codec import blob_where
 from ..effects import (
     CallInfo,
@@ -32,7 +31,7 @@ from ..errors import (
     ValueTooLarge,
     is_store_failure,
 )
-from ..events import JSON
+from ..events import JSON, canonical_json
 from ..guard.approvals.check import check_approval
 from ..guard.intent import CallIntent
 from ..guard.policy import declares_approval
@@ -479,14 +478,29 @@ class StepExecution(ModelCalls):
         faults.point("effect.after_run")
         latency = (time.perf_counter() - began) * 1000
         codec = self._act.services.journal.codec
-        size = 0
+        what = f"the result of tool {t.name!r} (call {key})"
         try:
             if t.result_model is not None:
                 result = t.result_model.model_validate(result).model_dump(mode="json")
-            if type(result) not in _ALWAYS_JSON:
-                size = json_size(result, codec.chunk_bytes, codec.max_value_bytes)
+            if type(result) is str and len(result) > codec.chunk_bytes:
+                # Measured and hashed a chunk at a time, off the event loop: the commit
+                # finds its blob made.
+                s = self._act.state
+                await self._act.services.io(
+                    codec.large_blob, result,
+                    blob_where(s.tenant_id, "", s.run_id, s.subject), what)
+            elif type(result) not in _ALWAYS_JSON:
+                size = len(canonical_json(result))
+                if size > codec.max_value_bytes:
+                    raise ValueTooLarge(what, size, codec.max_value_bytes)
         except ValidationError as exc:
             self._schema_failed(t, key, index, "result", exc)
+        except ValueTooLarge as exc:
+            self._act.buffer(ev.ToolFailed(
+                key=key, tool=t.name, index=index, args_hash=h, error_type="ValueTooLarge",
+                message=str(exc), retryable=False, latency_ms=latency,
+            ))
+            raise ToolCallError(t.name, "ValueTooLarge", str(exc), retryable=False) from exc
         except (TypeError, ValueError) as exc:
             self._act.buffer(ev.SchemaValidationFailed(
                 key=key, tool=t.name, index=index, where="result",
@@ -495,21 +509,6 @@ class StepExecution(ModelCalls):
             raise ToolCallError(
                 t.name, "SchemaValidationFailed", f"result is not JSON: {exc}", retryable=False
             ) from exc
-        try:
-            if size > codec.max_value_bytes:
-                raise ValueTooLarge(f"the result of tool {t.name!r} (call {key})", size,
-                                    codec.max_value_bytes)
-            if type(result) is str and len(result) > codec.chunk_bytes:
-                # Hashed now, off the event loop: the commit finds it done.
-                s = self._act.state
-                await self._act.store(codec.large_blob, result,
-                                      blob_where(s.tenant_id, "", s.run_id, s.subject))
-        except ValueTooLarge as exc:
-            self._act.buffer(ev.ToolFailed(
-                key=key, tool=t.name, index=index, args_hash=h, error_type="ValueTooLarge",
-                message=str(exc), retryable=False, latency_ms=latency,
-            ))
-            raise ToolCallError(t.name, "ValueTooLarge", str(exc), retryable=False) from exc
         self._act.buffer(ev.ToolSucceeded(
             key=key, tool=t.name, index=index, args_hash=h, result=result, latency_ms=latency,
             counts=call.counts, **t.declared_hidden,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
+from ... import faults
 from ..._chunked import LargeBlob
 from ..journal import BLOB_BATCH, CHAIN_LIMIT, RUN_BATCH
 from ..records import CheckpointTail, RunRecord, StoredEvent, StoredLabel
@@ -95,6 +96,7 @@ class SQLJournal(SQLBase):
         """
         for idx, data in enumerate(chunks):
             self._count("put_blob_chunk", tenant_id=tenant_id, key=key, idx=idx, data=data)
+            faults.point("blob.after_chunk")
 
     def read_blob_chunk(self, tenant_id: str, key: str, idx: int) -> bytes | None:
         """Chunk ``idx`` of a chunked blob (None: not stored).
