@@ -136,7 +136,9 @@ def read_str(
         raise IntegrityError(f"blob {key} holds a chunked {kind!r}, which this version "
                              "cannot read")
     digest = hashlib.sha256()
-    parts: list[str] = []
+    # Grown in place (CPython resizes a string nothing else refers to, and a large one
+    # without copying it): the value and one chunk in memory, not the value twice.
+    text = ""
     total = 0
     sealed = False
     for i in range(n):
@@ -154,8 +156,8 @@ def read_str(
             raise IntegrityError(f"blob {key}: chunk {i} of {n} is not part of a string")
         body = raw[1 if first else 0:len(raw) - 1 if last else len(raw)]
         try:
-            parts.append(json.loads(b'"' + body + b'"') if b"\\" in body
-                         else body.decode("utf-8"))
+            text += (json.loads(b'"' + body + b'"') if b"\\" in body
+                     else body.decode("utf-8"))
         except ValueError:
             raise IntegrityError(f"blob {key}: chunk {i} of {n} is not JSON text") from None
         del raw, body
@@ -163,7 +165,7 @@ def read_str(
         raise IntegrityError(f"blob {key} holds {total} bytes, its manifest says {size}")
     if not sealed and digest.hexdigest() != key:
         raise IntegrityError(f"blob {key} does not match its content hash")
-    return "".join(parts)
+    return text
 
 
 def measure(value: str, chars: int, limit: int, digest: Any, what: str) -> int:

@@ -4,6 +4,7 @@ dialects run them."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from ... import faults
 from ..._chunked import LargeBlob
@@ -89,14 +90,23 @@ class SQLJournal(SQLBase):
         """Write a chunked blob's chunks, each in a transaction of its own, so that other
         writers' commits go between them.
 
+        A chunk's commit does not wait for the disk. The commit of the event that refers
+        to the blob does: the database's log is written in order, so syncing it for that
+        commit syncs the chunks before it. A crash before then loses chunks nothing
+        refers to.
+
         Args:
             tenant_id: The blob's tenant.
             key: Its address.
             chunks: The stored bytes of each chunk, in order.
         """
         for idx, data in enumerate(chunks):
-            self._count("put_blob_chunk", tenant_id=tenant_id, key=key, idx=idx, data=data)
+            self._put_chunk({"tenant_id": tenant_id, "key": key, "idx": idx, "data": data})
             faults.point("blob.after_chunk")
+
+    def _put_chunk(self, params: dict[str, Any]) -> None:
+        """Write one chunk in a transaction of its own that does not wait for the disk."""
+        self._count("put_blob_chunk", **params)
 
     def read_blob_chunk(self, tenant_id: str, key: str, idx: int) -> bytes | None:
         """Chunk ``idx`` of a chunked blob (None: not stored).

@@ -111,6 +111,13 @@ class Journal(SQLJournal, Connection):
                     out[i] = exc
         return [r for r in out if r is not None]
 
+    def _put_chunk(self, params: dict[str, Any]) -> None:
+        """A chunk's transaction, with ``synchronous_commit`` off: its commit does not
+        wait for the log's flush; the next synchronous commit (the event's) flushes it."""
+        with self._pool.connection() as conn, conn.transaction():
+            conn.execute("SET LOCAL synchronous_commit = off")
+            conn.execute(_Q["put_blob_chunk"], params)
+
     def fork_run(self, new: NewRun, link: ForkLink) -> RunRecord:
         """Create the fork and append the parent's event in one transaction, the parent's
         row locked while its lease and head are checked."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import sqlite3
 from collections.abc import Sequence
+from typing import Any
 
 from ... import faults
 from ...errors import ConflictError, FencedError, RunNotFound
@@ -78,6 +79,17 @@ class Journal(SQLJournal, Connection):
             c.execute(_Q["insert_event"], (t, r, e.seq, e.type, e.payload, e.hash))
             c.execute(_Q["advance_head"], (e.seq, e.hash, link.now, t, r))
             return forked
+
+    def _put_chunk(self, params: dict[str, Any]) -> None:
+        """A chunk's transaction, with ``synchronous=NORMAL``: in WAL mode its commit does
+        not sync the log; the next ``FULL`` commit (the event's) syncs it."""
+        with self._lock:
+            self._conn.execute("PRAGMA synchronous=NORMAL")
+            try:
+                with self._tx() as c:
+                    c.execute(_Q["put_blob_chunk"], params)
+            finally:
+                self._conn.execute("PRAGMA synchronous=FULL")
 
     def journaled_runs(self, tenant_id: str | None = None) -> list[tuple[str, str]]:
         """Runs with a row or events."""
