@@ -1,7 +1,8 @@
 """A large value of a data subject's run, with encryption at rest, on SQLite and
 PostgreSQL: each chunk is its own sealed box under the subject's key (none of the text is
 stored in the clear), the run reads back whole, a chunk moved to another place does not
-open, and once the subject is erased no chunk opens."""
+open, a rotation of the tenant's key leaves the chunks readable, and once the subject is
+erased no chunk opens."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 from pydantic import BaseModel
 
 import underway as uw
-from underway.crypto import KeyringFile, encrypt
+from underway.crypto import Envelope, KeyringFile, encrypt, reseal
 from underway.errors import IntegrityError, KeyUnavailable
 from underway.journal import Journal
 from underway.journal.blobs import BlobReader
@@ -84,6 +85,14 @@ def test_chunks_are_sealed_under_the_subjects_key_and_erased_with_it(
                                   "default") == value
     with pytest.raises(IntegrityError):
         store.codec.read_large(key, bytes(manifest), Swapped(store, "default"), "default")
+
+    # A rotation of the tenant's key reseals the blobs it can; a chunked one is left
+    # under the key that sealed it, and still reads.
+    envelope = store.codec.sealer
+    assert isinstance(envelope, Envelope)
+    envelope.keys.rotate("default")
+    reseal(store, "default", "blob", limit=1000)
+    assert Journal(store).history("default", run_id)
 
     erase_subject(store, SUBJECT, by="dpo", reason="request 9")
     with pytest.raises(KeyUnavailable):
