@@ -57,7 +57,7 @@ from ._where import run_error_where as run_error_where
 from ._where import schedule_where as schedule_where
 from ._where import signal_where as signal_where
 from ._where import stream_where as stream_where
-from .errors import IntegrityError, KeyUnavailable, UnderwayError
+from .errors import IntegrityError, KeyUnavailable, UnderwayError, ValueTooLarge
 from .events import JSON, canonical_json
 
 __all__ = ["Codec", "Sealer", "Where", "blob_key", "is_sealed"]
@@ -287,6 +287,8 @@ class Codec:
     def _store(
         self, raw: bytes, blobs: dict[str, bytes], where: Where, *, node: bool = False
     ) -> str:
+        if len(raw) > self.max_value_bytes:
+            raise ValueTooLarge(f"a value of {where.what()}", len(raw), self.max_value_bytes)
         if self.sealer is None:
             key = blob_key(raw)
             blobs[key] = raw
@@ -312,7 +314,7 @@ class Codec:
         it) at one C-speed encode per message instead of a Python walk of every field."""
         if isinstance(value, str):
             size = len(value) + 2
-            if len(value) > self.chunk_bytes:
+            if len(value) > self.chunk_bytes and size > self.threshold:
                 blob = self.large_blob(value, where)
                 blobs[blob.key] = blob
                 return {"$blob": blob.key}, 80, None
@@ -539,6 +541,8 @@ class Codec:
         return stored
 
     def _remember(self, key: str, raw: bytes) -> None:
+        if len(raw) > self.chunk_bytes:
+            return  # a large object's blob is not kept: the cache would hold it for long
         with self._cache_lock:
             self._cache[key] = raw
             self._cache.move_to_end(key)

@@ -482,7 +482,7 @@ class StepExecution(ModelCalls):
         try:
             if t.result_model is not None:
                 result = t.result_model.model_validate(result).model_dump(mode="json")
-            if type(result) is str and len(result) > codec.chunk_bytes:
+            if type(result) is str and len(result) > max(codec.chunk_bytes, codec.threshold):
                 # Measured and hashed a chunk at a time, off the event loop: the commit
                 # finds its blob made.
                 s = self._act.state
