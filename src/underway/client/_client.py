@@ -294,15 +294,15 @@ class Client(Bulk, Consents, Deciding, Forks, Labels, Reads, Settling, Streams):
         return self._transport.signal(tenant_id, run_id, name, payload, signal_id, sender)
 
     def prepared_signal(
-        self, run_id: str, name: str, payload: JSON = None, *, tenant_id: str = "default",
-        signal_id: str | None = None, sender: str | None = None,
+        self, run: str | RunRecord, name: str, payload: JSON = None, *,
+        tenant_id: str = "default", signal_id: str | None = None, sender: str | None = None,
     ) -> SignalRecord:
         """The inbox row :meth:`signal` would write, checked as it checks it, not written
         (a database client's only): a server writes the signals of concurrent requests in
         one transaction (:meth:`~underway.store.sqlite.SQLiteStore.send_signals`).
 
         Args:
-            run_id: The run.
+            run: The run's id, or its row as :meth:`get_run` read it just now.
             name: The signal's name.
             payload: What the signal carries.
             tenant_id: The run's tenant.
@@ -315,10 +315,12 @@ class Client(Bulk, Consents, Deciding, Forks, Labels, Reads, Settling, Streams):
                 f"signal names starting with 'underway.' are reserved ({name!r}); use "
                 "cancel() or resolve() for those"
             )
+        run_id = run if isinstance(run, str) else run.run_id
         _check_signal_input(run_id, name, signal_id, payload)
         tenant_id = db.tenant(tenant_id)
-        self.check_signal(run_id, name, tenant_id=tenant_id)
-        return db.signal_record(tenant_id, run_id, name, payload, signal_id, sender)
+        row = run if isinstance(run, RunRecord) else self.get_run(run_id, tenant_id=tenant_id)
+        self._check_signal(row, name)
+        return db.signal_record(tenant_id, run_id, name, payload, signal_id, sender, row=row)
 
     def _send(
         self, run_id: str, name: str, payload: JSON, tenant_id: str, signal_id: str | None,
@@ -356,7 +358,11 @@ class Client(Bulk, Consents, Deciding, Forks, Labels, Reads, Settling, Streams):
                 the signal the run waits for now.
             RunNotFound: There is no such run.
         """
-        row = self.get_run(run_id, tenant_id=tenant_id)
+        self._check_signal(self.get_run(run_id, tenant_id=tenant_id), name)
+
+    def _check_signal(self, row: RunRecord, name: str) -> None:
+        """:meth:`check_signal` of the run ``row``."""
+        run_id = row.run_id
         if name == row.waiting_signal:
             return
         declared = self._declared(row)

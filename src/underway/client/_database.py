@@ -116,9 +116,11 @@ class DatabaseTransport:
             self.signal_record(tenant_id, run_id, name, payload, signal_id, sender))
 
     def signal_record(self, tenant_id: str, run_id: str, name: str, payload: JSON,
-                      signal_id: str | None, sender: str | None) -> SignalRecord:
-        """The inbox row of the signal, sealed, not yet written."""
-        row = self.get_run(tenant_id, run_id)
+                      signal_id: str | None, sender: str | None, *,
+                      row: RunRecord | None = None) -> SignalRecord:
+        """The inbox row of the signal, sealed, not yet written (``row``: the run's, read
+        just now; else it is read)."""
+        row = row if row is not None else self.get_run(tenant_id, run_id)
         if row is None:
             raise RunNotFound(tenant_id, run_id)
         signal_id = signal_id or str(uuid.uuid4())

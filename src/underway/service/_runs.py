@@ -4,7 +4,7 @@ tenant (another tenant's run is a 404, like a missing one)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 
@@ -187,10 +187,13 @@ def run_detail(state: ServiceState, who: Principal, run_id: str, read: Reading,
     """:func:`get_run`'s reads: its answer serialized, and the access-log entries to
     write, durably, before it is sent."""
     row = state.client.get_run(run_id, tenant_id=who.tenant_id)
-    hide = state.client.redactor(run_id, tenant_id=who.tenant_id, reveal=read.reveal)
-    waiting = waiting_on(state, row, hide)
     labels = state.client.run_labels([run_id], tenant_id=who.tenant_id, reveal=read.reveal)
-    shown = hide.json(dict(labels.get(run_id, {})))
+    # What the run's tools hide is learned from its journal: read only when something
+    # shown could hold it (labels, an error, a person's request).
+    hide = _Hiding(state, run_id, who.tenant_id, read.reveal)
+    waiting = waiting_on(state, row, hide)
+    found = dict(labels.get(run_id, {}))
+    shown = hide.json(found) if found else found
     summary = RunSummary.of(row, shown if isinstance(shown, dict) else None).model_copy(
         update={"error": hide.text(row.error) if row.error else row.error,
                 "waiting": waiting.text if waiting is not None else None})
@@ -203,7 +206,35 @@ def run_detail(state: ServiceState, who: Principal, run_id: str, read: Reading,
     return detail.model_dump_json().encode(), logged
 
 
-def waiting_on(state: ServiceState, row: RunRecord, hide: Redactor) -> WaitingOn | None:
+class _Hiding:
+    """The run's :class:`~underway.redaction.Redactor` (as the client makes it), made on
+    first use."""
+
+    def __init__(self, state: ServiceState, run_id: str, tenant_id: str, reveal: bool) -> None:
+        self._made: Redactor | None = None
+        self._args = (state, run_id, tenant_id, reveal)
+
+    def _redactor(self) -> Redactor:
+        if self._made is None:
+            state, run_id, tenant_id, reveal = self._args
+            self._made = state.client.redactor(run_id, tenant_id=tenant_id, reveal=reveal)
+        return self._made
+
+    def json(self, value: Any) -> Any:
+        """:meth:`Redactor.json`."""
+        return self._redactor().json(value)
+
+    def text(self, value: str) -> str:
+        """:meth:`Redactor.text`."""
+        return self._redactor().text(value)
+
+    def hider(self) -> Redactor:
+        """The redactor itself."""
+        return self._redactor()
+
+
+def waiting_on(state: ServiceState, row: RunRecord, hide: Redactor | _Hiding
+               ) -> WaitingOn | None:
     """What the run ``row`` waits on (None once it is finished): a person's request (as
     ``hide`` lets the viewer see it), a worker, a child, a signal or a timer. It reads the
     store (call it off the loop)."""
@@ -215,7 +246,9 @@ def waiting_on(state: ServiceState, row: RunRecord, hide: Redactor) -> WaitingOn
         request = state.client.pending_request(row.run_id, tenant_id=row.tenant_id)
         if request is not None:
             return WaitingOn(kind=request.kind, text=waiting_words(row, request) or "",
-                             request=Pending.of(redact_request(request, redactor=hide)))
+                             request=Pending.of(redact_request(
+                                 request, redactor=hide.hider() if isinstance(hide, _Hiding)
+                                 else hide)))
     if row.status == "ready":
         return WaitingOn(kind="worker", text=text, until=row.next_wake_at)
     if row.waiting_signal == CHILD:
@@ -262,7 +295,7 @@ def signal_run(state: ServiceState, who: Principal, run_id: str, body: SendSigna
     run's status."""
     row = state.client.get_run(run_id, tenant_id=who.tenant_id)
     try:
-        record = state.client.prepared_signal(run_id, body.name, body.payload,
+        record = state.client.prepared_signal(row, body.name, body.payload,
                                               tenant_id=who.tenant_id,
                                               signal_id=body.signal_id, sender=who.actor)
     except ConfigurationError as exc:
