@@ -129,7 +129,9 @@ class Loaders:
         if failures:
             raise RuntimeError(f"requests failed: {failures}")
         latencies = sorted(x for r in results for x in r["latencies"])
-        p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
+        # None answered within the window: the p99 is longer than the window.
+        p99 = (latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
+               if latencies else float("inf"))
         cpu = sum(r["cpu"] for r in results) / (SECONDS + WARMUP)
         return len(latencies) / SECONDS, p99, cpu
 
