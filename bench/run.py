@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 
 import agent
+import api
 import big_values
 import budget_ledger
 import client_http
@@ -128,6 +129,10 @@ GROUPS: dict[str, list[tuple[str, Callable[[], list[Figure]]]]] = {
     "service": [
         ("SQLite HTTP API under load", service.bench_sqlite),
         ("PostgreSQL HTTP API under load", service.bench_postgres),
+    ],
+    "api": [
+        ("SQLite underway serve against a bare FastAPI endpoint", api.bench_sqlite),
+        ("PostgreSQL underway serve against a bare FastAPI endpoint", api.bench_postgres),
     ],
     "client_http": [
         ("SQLite client over HTTP", client_http.bench_sqlite),

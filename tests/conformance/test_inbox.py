@@ -192,3 +192,21 @@ def test_runs_signalling_each_other_in_their_appends_never_deadlock(backend: Bac
         assert all(isinstance(r, bool) for r in results), f"round {i}: {results}"
         assert a.pending_signals("t1", second) == [to_second]
         assert a.pending_signals("t1", first) == [to_first]
+
+
+def test_signals_sent_together_are_each_queued_once_and_wake_their_runs(store: Store) -> None:
+    many = getattr(store, "send_signals", None)
+    if many is None:  # the memory stores send one at a time
+        assert store.dialect == "memory"
+        return
+    create(store, "r1")
+    create(store, "r2")
+    store.append(batch(lease_of(store, "r2"), 1, update=WAIT_GO, release=True))
+    assert store.send_signal(signal("a", "old"))
+    sent = many([signal("go", "s1", run_id="r2", at=T0 + 7), signal("a", "old"),
+                 signal("b", "s2"), signal("b", "s2", at=T0 + 9), signal("c", "s3")])
+    assert sent == [True, False, True, False, True]
+    assert [s.signal_id for s in store.pending_signals("t1", "r1")] == ["old", "s2", "s3"]
+    assert [s.signal_id for s in store.pending_signals("t1", "r2")] == ["s1"]
+    woken = store.get_run("t1", "r2")
+    assert woken is not None and woken.next_wake_at == T0 + 7
