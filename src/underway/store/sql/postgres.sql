@@ -201,8 +201,9 @@ SELECT c.run_id, c.seq, c.state, e.seq, e.type, e.payload, encode(e.hash, 'hex')
 -- What forking a run checks of its parent, its row locked for the fork's transaction: its
 -- lease and its journal's head.
 SELECT lease_owner, lease_expires_at,
-       (SELECT COALESCE(MAX(seq), 0) FROM events e
-         WHERE e.tenant_id = runs.tenant_id AND e.run_id = runs.run_id) AS last_seq
+       COALESCE((SELECT e.seq FROM events e
+                  WHERE e.tenant_id = runs.tenant_id AND e.run_id = runs.run_id
+                  ORDER BY e.seq DESC LIMIT 1), 0) AS last_seq
   FROM runs WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s
    FOR NO KEY UPDATE
 
@@ -235,15 +236,19 @@ ORDER BY 1, 2
 -- The fence and the events in one statement. The run row is locked (FOR NO KEY UPDATE: a
 -- lock, not a new row version), so a claim bumping the lease token, or a second writer,
 -- either waits for this transaction or is seen by it; the journal's own head is the
--- sequence check, backed by its primary key. When either refuses, the events take their
+-- sequence check, backed by its primary key. The head is the last key of the run's range
+-- (ORDER BY seq DESC LIMIT 1), one probe: a MAX(seq) planned without statistics walked the
+-- whole journal, 30,000 events read on every append of a 30,000-event run. When either
+-- refuses, the events take their
 -- tenant and run from the empty fence, violate NOT NULL, and the error aborts the whole
 -- pipelined transaction before anything after it runs.
 WITH fence AS (
     SELECT tenant_id, run_id, control_pending FROM runs
      WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s
        AND lease_token = %(fence)s AND lease_owner IS NOT NULL
-       AND (SELECT COALESCE(MAX(seq), 0) FROM events
-             WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s) = %(expected_seq)s
+       AND COALESCE((SELECT seq FROM events
+                      WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s
+                      ORDER BY seq DESC LIMIT 1), 0) = %(expected_seq)s
        FOR NO KEY UPDATE
 ), appended AS (
     INSERT INTO events (tenant_id, run_id, seq, type, payload, hash)
@@ -263,8 +268,9 @@ UPDATE runs
  WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s
 
 -- name: last_seq
-SELECT COALESCE(MAX(seq), 0) FROM events
- WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s
+SELECT COALESCE((SELECT seq FROM events
+                  WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s
+                  ORDER BY seq DESC LIMIT 1), 0)
 
 -- name: insert_blobs
 -- Keys in one order everywhere, so two writers sharing blobs cannot deadlock. written_at
@@ -681,8 +687,9 @@ UPDATE runs
  WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s AND lease_token = %(seen_token)s
    AND last_seq = %(seen_seq)s AND status = %(seen_status)s
    AND (%(token)s::bigint IS NULL OR lease_owner IS NOT NULL)
-   AND (SELECT COALESCE(MAX(seq), 0) FROM events AS e
-         WHERE e.tenant_id = %(tenant_id)s AND e.run_id = %(run_id)s) = %(head_seq)s
+   AND COALESCE((SELECT e.seq FROM events AS e
+                  WHERE e.tenant_id = %(tenant_id)s AND e.run_id = %(run_id)s
+                  ORDER BY e.seq DESC LIMIT 1), 0) = %(head_seq)s
 
 -- Schedules and intake (migration 0004). Claiming schedules and finding the next one due
 -- span tenants, like claiming runs.
@@ -1034,8 +1041,9 @@ SELECT r.status, r.last_seq,
                 WHERE p.tenant_id = r.tenant_id AND p.run_id = r.run_id),
        (SELECT COUNT(*) FROM events AS e
          WHERE e.tenant_id = r.tenant_id AND e.run_id = r.run_id),
-       (SELECT COALESCE(MAX(seq), 0) FROM events AS e
-         WHERE e.tenant_id = r.tenant_id AND e.run_id = r.run_id)
+       COALESCE((SELECT e.seq FROM events AS e
+                  WHERE e.tenant_id = r.tenant_id AND e.run_id = r.run_id
+                  ORDER BY e.seq DESC LIMIT 1), 0)
   FROM runs AS r WHERE r.tenant_id = %(tenant_id)s AND r.run_id = %(run_id)s
    FOR UPDATE OF r
 
