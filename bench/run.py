@@ -33,6 +33,7 @@ import imports
 import injection
 import labels
 import listing
+import long_runs
 import mcp_tools
 import openai_agents
 import policy
@@ -71,6 +72,11 @@ GROUPS: dict[str, list[tuple[str, Callable[[], list[Figure]]]]] = {
     "resume": [
         ("SQLite resume latency", resume.bench_sqlite),
         ("PostgreSQL resume latency", resume.bench_postgres),
+    ],
+    "long_runs": [
+        ("SQLite long runs: signals, steps, checkpoints, inbox", long_runs.bench_sqlite),
+        ("PostgreSQL long runs: signals, steps, checkpoints, inbox",
+         long_runs.bench_postgres),
     ],
     "storage": [
         ("SQLite bytes per turn", storage.bench_sqlite),
