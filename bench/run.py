@@ -35,6 +35,7 @@ import imports
 import injection
 import labels
 import listing
+import long_runs
 import mcp_tools
 import openai_agents
 import policy
@@ -78,6 +79,11 @@ GROUPS: dict[str, list[tuple[str, Callable[[], list[Figure]]]]] = {
         ("SQLite 200 MB tool result: worker RSS and other runs' steps", big_values.bench_sqlite),
         ("PostgreSQL 200 MB tool result: worker RSS and other runs' steps",
          big_values.bench_postgres),
+    ],
+    "long_runs": [
+        ("SQLite long runs: signals, steps, checkpoints, inbox", long_runs.bench_sqlite),
+        ("PostgreSQL long runs: signals, steps, checkpoints, inbox",
+         long_runs.bench_postgres),
     ],
     "storage": [
         ("SQLite bytes per turn", storage.bench_sqlite),

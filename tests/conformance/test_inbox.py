@@ -41,6 +41,29 @@ def test_signals_are_consumed_by_the_append_that_handles_them(store: Store) -> N
     assert not store.send_signal(signal("go", "s1"))  # consumed ids stay taken
 
 
+def test_an_activation_reads_control_signals_and_the_oldest_it_waits_for(
+        store: Store) -> None:
+    create(store)
+    lease = lease_of(store)
+    store.send_signal(signal("note", "n1", at=T0 + 1))
+    store.send_signal(signal("go", "g2", at=T0 + 3))
+    store.send_signal(signal("underway.cancel", "c1", at=T0 + 4))
+    store.send_signal(signal("go", "g1", at=T0 + 2))
+    store.send_signal(signal("note", "n2", at=T0 + 5))
+    store.send_signal(signal("underway.child", "c2", at=T0 + 6))
+
+    def ids(waiting: str | None) -> list[str]:
+        return [s.signal_id for s in store.actionable_signals("t1", "r1", waiting=waiting)]
+
+    assert ids("go") == ["g1", "c1", "c2"]
+    assert ids("note") == ["n1", "c1", "c2"]
+    assert ids(None) == ids("absent") == ids("underway.child") == ["c1", "c2"]
+    store.append(batch(lease, 1, consumed=["g1", "c1"]))
+    assert ids("go") == ["g2", "c2"]
+    assert store.actionable_signals("t1", "r1", waiting="go")[0] == signal("go", "g2",
+                                                                           at=T0 + 3)
+
+
 def test_a_signal_wakes_the_run_waiting_for_it(store: Store) -> None:
     create(store)
     store.append(batch(lease_of(store), 1, update=WAIT_GO, release=True))

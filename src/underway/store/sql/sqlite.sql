@@ -383,7 +383,10 @@ UPDATE runs SET lease_owner = ?, lease_token = lease_token + 1, lease_expires_at
 RETURNING lease_token
 
 -- name: has_signals
-SELECT 1 FROM signals WHERE tenant_id = ? AND run_id = ? AND consumed = 0 LIMIT 1
+-- The signals reads name their partial index (0022): without statistics the planner would
+-- walk the primary key, through every signal the run ever consumed.
+SELECT 1 FROM signals INDEXED BY signals_waiting
+ WHERE tenant_id = ? AND run_id = ? AND consumed = 0 LIMIT 1
 
 -- name: renew_lease
 UPDATE runs SET lease_expires_at = :expires_at
@@ -409,8 +412,28 @@ UPDATE runs SET next_wake_at = ?, control_pending = control_pending OR (? LIKE '
    AND (waiting_signal = ? OR ? LIKE 'underway.%')
 
 -- name: pending_signals
-SELECT tenant_id, run_id, signal_id, name, payload, sender, created_at FROM signals
+SELECT tenant_id, run_id, signal_id, name, payload, sender, created_at
+  FROM signals INDEXED BY signals_waiting
  WHERE tenant_id = :tenant_id AND run_id = :run_id AND consumed = 0 ORDER BY created_at, signal_id
+
+-- name: actionable_signals
+-- What an activation acts on, oldest first: every control signal, and the oldest signal
+-- named :waiting (NULL: none). Each half walks its own partial index of unconsumed signals,
+-- so the read costs the rows it returns: never the signals the run consumed, nor those it
+-- leaves unread.
+SELECT * FROM (
+    SELECT tenant_id, run_id, signal_id, name, payload, sender, created_at
+      FROM signals INDEXED BY signals_control
+     WHERE tenant_id = :tenant_id AND run_id = :run_id AND consumed = 0
+       AND name LIKE 'underway.%'
+    UNION ALL
+    SELECT * FROM (
+        SELECT tenant_id, run_id, signal_id, name, payload, sender, created_at
+          FROM signals INDEXED BY signals_waiting
+         WHERE tenant_id = :tenant_id AND run_id = :run_id AND consumed = 0
+           AND name = :waiting
+         ORDER BY created_at, signal_id LIMIT 1))
+ ORDER BY created_at, signal_id
 
 -- name: consume_signal
 UPDATE signals SET consumed = 1 WHERE tenant_id = ? AND run_id = ? AND signal_id = ?
@@ -420,13 +443,13 @@ UPDATE runs SET next_wake_at = ?
  WHERE tenant_id = ? AND run_id = ? AND status NOT IN ('completed', 'failed', 'cancelled')
    AND (control_pending = 1
         OR (waiting_signal IS NOT NULL
-            AND EXISTS (SELECT 1 FROM signals s
+            AND EXISTS (SELECT 1 FROM signals AS s INDEXED BY signals_waiting
                          WHERE s.tenant_id = runs.tenant_id AND s.run_id = runs.run_id
                            AND s.name = runs.waiting_signal AND s.consumed = 0)))
 
 -- name: refresh_control_pending
 UPDATE runs SET control_pending = EXISTS (
-        SELECT 1 FROM signals s
+        SELECT 1 FROM signals AS s INDEXED BY signals_control
          WHERE s.tenant_id = runs.tenant_id AND s.run_id = runs.run_id
            AND s.consumed = 0 AND s.name LIKE 'underway.%')
  WHERE tenant_id = ? AND run_id = ?
