@@ -299,7 +299,7 @@ UPDATE signals SET consumed = true
 -- that now waits for a signal already in its inbox, and let the lease go. A statement of
 -- its own, so it sees every signal committed while the append held the run's row lock.
 -- Each look into the inbox asks for the oldest row in the order of its partial index
--- (0022): an EXISTS would let the planner bet on a scan that stops at the first match, and
+-- (0023): an EXISTS would let the planner bet on a scan that stops at the first match, and
 -- walk every signal the run consumed, or every one it leaves unread.
 UPDATE runs
    SET control_pending = CASE

@@ -383,7 +383,7 @@ UPDATE runs SET lease_owner = ?, lease_token = lease_token + 1, lease_expires_at
 RETURNING lease_token
 
 -- name: has_signals
--- The signals reads name their partial index (0022): without statistics the planner would
+-- The signals reads name their partial index (0023): without statistics the planner would
 -- walk the primary key, through every signal the run ever consumed.
 SELECT 1 FROM signals INDEXED BY signals_waiting
  WHERE tenant_id = ? AND run_id = ? AND consumed = 0 LIMIT 1
