@@ -21,13 +21,16 @@ from protocol import CLOCK, step_result
 from pydantic import BaseModel
 
 import underway as uw
+import underway.store.postgres
+import underway.store.sqlite
 from underway.engine import EagerStart
 from underway.store import connect
 
 TENANT = "default"
 Engine, Runner = uw.Engine, uw.Runner
 """Read here, not on first use, so the package root has loaded them before the resuming
-process notes that its imports are done."""
+process notes that its imports are done. So are both stores above (``connect`` would load
+one on first use), as LangGraph's worker imports both of its checkpointers and psycopg."""
 
 
 class LoopState(BaseModel):
