@@ -47,18 +47,12 @@ class SQLBase(ABC):
     Queries are looked up by name in the dialect's SQL file and take named parameters.
     """
 
-    _version_at_open: int | None = None
-    """The schema version read on opening, until the first :meth:`_up_to_date` takes it."""
-
     @abstractmethod
     def schema_version(self) -> int:
         """The highest migration applied (0 before the first)."""
 
     def _refuse_newer_schema(self, dialect: str, close: Callable[[], None]) -> None:
-        """Close and refuse a database that a newer underway migrated, untouched.
-
-        The version read is kept for the first :meth:`_up_to_date` (``migrate`` right
-        after opening, as ``connect`` does), which then needs no query of its own."""
+        """Close and refuse a database that a newer underway migrated, untouched."""
         try:
             found, known = self.schema_version(), queries.latest_version(dialect)
         except BaseException:
@@ -67,19 +61,11 @@ class SQLBase(ABC):
         if found > known:
             close()
             raise MigrationError(queries.newer_schema_message(found, known))
-        self._version_at_open = found
 
     def _up_to_date(self, dialect: str) -> int | None:
         """The schema version when it is the newest this code knows (nothing to migrate),
-        else None. A newer one is refused.
-
-        The version read when the store opened answers the first call, the database
-        otherwise. That saves a fresh process's takeover a round trip; a version raised
-        by another process meanwhile is as if it had been raised just after this call."""
-        found, self._version_at_open = self._version_at_open, None
-        if found is None:
-            found = self.schema_version()
-        known = queries.latest_version(dialect)
+        else None; a newer one is refused. One read of the version, no lock, no file read."""
+        found, known = self.schema_version(), queries.latest_version(dialect)
         if found > known:
             raise MigrationError(queries.newer_schema_message(found, known))
         return found if found == known else None

@@ -91,7 +91,7 @@ class Connection(SQLBase):
         transaction that holds an advisory lock, so concurrent migrators take turns.
 
         A schema already at the newest version is left alone after one read of its
-        version (the one made on opening, if this is the first call), without the lock."""
+        version, without the lock."""
         if target is None and (current := self._up_to_date("postgres")) is not None:
             return current
         name = "(version table)"
