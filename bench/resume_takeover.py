@@ -200,6 +200,43 @@ def measure(db: str, cycles: int, *, python: str = sys.executable,
         return Measured(underway, floors, langgraph)
 
 
+def figures(db: str, cycles: int = 5) -> list[Any]:
+    """The takeover figures of one database (see bench/README.md, Resume latency)."""
+    from common import Figure, median
+
+    lg_live = langgraph_available()
+    got = measure(db, cycles, with_langgraph=lg_live)
+    uw = got.underway
+    ms, floor = median(uw.first_ms), median(got.floor_ms)
+    out = [Figure(f"{db}.takeover_fresh_process", ms, "ms", floor, ms / floor,
+                  "diagnostic", None,
+                  note="bench-peers' first resumed step; baseline: connect, select, insert "
+                       f"in a fresh process; runs: {_summary(uw.first_ms)}; floors: "
+                       f"{_summary(got.floor_ms)}")]
+    if got.langgraph is not None:
+        lg_ms, where = median(got.langgraph.first_ms), "LangGraph, measured in this run"
+    else:
+        recorded = recorded_langgraph_ms(db)
+        lg_ms, where = (recorded or float("nan")), "LangGraph, recorded in bench/peers.json"
+    out.append(Figure(f"{db}.takeover_vs_langgraph", ms, "ms", lg_ms, ms / lg_ms,
+                      "ratio <= 1", ms <= lg_ms, note=f"baseline: {where}"))
+    lg_cpu = median(got.langgraph.cpu_ms) if got.langgraph and got.langgraph.cpu_ms else None
+    cpu = median(uw.cpu_ms)
+    out.append(Figure(f"{db}.takeover_fresh_process_cpu", cpu, "ms", lg_cpu,
+                      None if lg_cpu is None else cpu / lg_cpu, "diagnostic", None,
+                      note="CPU of the resuming process (every thread) over the same "
+                           "interval" + ("; baseline: LangGraph's" if lg_cpu else "")))
+    kill = median(uw.kill_to_first_ms)
+    lg_kill = (median(got.langgraph.kill_to_first_ms) if got.langgraph is not None
+               else None)
+    out.append(Figure(f"{db}.takeover_kill_to_first_step", kill, "ms", lg_kill,
+                      None if lg_kill is None else kill / lg_kill, "diagnostic", None,
+                      note="from the kill to the first resumed step: the fresh process's "
+                           "start and imports included" +
+                           ("; baseline: LangGraph's" if lg_kill else "")))
+    return out
+
+
 def _floor_main(db: str, url: str) -> None:
     """The floor process: connect, read one row, commit one insert."""
     if db == "sqlite":
