@@ -213,13 +213,14 @@ def figures(db: str, cycles: int = 5) -> list[Any]:
                   note="bench-peers' first resumed step; baseline: connect, select, insert "
                        f"in a fresh process; runs: {_summary(uw.first_ms)}; floors: "
                        f"{_summary(got.floor_ms)}")]
+    lg_ms: float | None
     if got.langgraph is not None:
         lg_ms, where = median(got.langgraph.first_ms), "LangGraph, measured in this run"
     else:
-        recorded = recorded_langgraph_ms(db)
-        lg_ms, where = (recorded or float("nan")), "LangGraph, recorded in bench/peers.json"
-    out.append(Figure(f"{db}.takeover_vs_langgraph", ms, "ms", lg_ms, ms / lg_ms,
-                      "ratio <= 1", ms <= lg_ms, note=f"baseline: {where}"))
+        lg_ms, where = recorded_langgraph_ms(db), "LangGraph, recorded in bench/peers.json"
+    if lg_ms:  # neither measured nor recorded: no figure
+        out.append(Figure(f"{db}.takeover_vs_langgraph", ms, "ms", lg_ms, ms / lg_ms,
+                          "ratio <= 1", ms <= lg_ms, note=f"baseline: {where}"))
     lg_cpu = median(got.langgraph.cpu_ms) if got.langgraph and got.langgraph.cpu_ms else None
     cpu = median(uw.cpu_ms)
     out.append(Figure(f"{db}.takeover_fresh_process_cpu", cpu, "ms", lg_cpu,
