@@ -19,9 +19,6 @@ CREATE TABLE IF NOT EXISTS underway_schema_version (
     applied_at double precision NOT NULL
 )
 
--- name: has_schema_version_table
-SELECT to_regclass('underway_schema_version') IS NOT NULL
-
 -- name: schema_version
 SELECT COALESCE(MAX(version), 0) FROM underway_schema_version
 
