@@ -15,7 +15,6 @@ from ..codec import run_error_where
 from ..guard.budgets import Usage
 from ..journal.projection import expected_update, labels_set
 from ..journal.state import Recorded, RunState, apply
-from ..redaction import Hidden
 from ..store.base import AppendBatch, Lease, RunRecord
 from ._outbox import outbox
 from ._stops import Unencodable
@@ -92,7 +91,9 @@ class Activation:
         seq = self.state.seq + 1
         apply(self.state, Recorded(seq, at, event))
         self.pending.append((seq, at, event))
-        if type(event) in _DECLARING and Hidden.of(event):
+        if type(event) in _DECLARING and (
+            getattr(event, "sensitive_fields", None) or getattr(event, "secret_fields", None)
+        ):
             self.services.redactor.learn(event)
 
     async def commit(self, *, release: bool = False, force_checkpoint: bool = False) -> None:

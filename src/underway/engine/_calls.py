@@ -427,9 +427,10 @@ class StepExecution(ModelCalls):
         s = self._act.state
         secrets = await outcomes.fetch_secrets(self._act, call) if t.secrets else {}
         egress = None if t.hosts is None else Egress(t.name, t.hosts)
+        # Made only for a tool that is handed it.
         info = CallInfo(key, self.tenant_id, self.run_id, self.step, index,
                         fence_of(self._act.lease.token, s.seq), s.principal,
-                        tuple(s.roles), secrets, egress)
+                        tuple(s.roles), secrets, egress) if t.wants_call_info else None
         faults.point("effect.before_run")
         began = time.perf_counter()
         try:

@@ -133,6 +133,9 @@ EVENT_TYPES: dict[str, type[Event]] = {
 }
 """Each event type by its name, built from :data:`RunEvent`."""
 
+_NAMES: dict[type[Event], str] = {cls: name for name, cls in EVENT_TYPES.items()}
+"""Each event type's name (asking the model for its field's default costs more)."""
+
 
 @cache
 def _adapter() -> TypeAdapter[AnyEvent]:
@@ -169,8 +172,9 @@ def envelope(event: Event, *, seq: int, at: float, run_id: str | None = None
     """
     data = lean(event.model_dump(mode="json", exclude_defaults=True), run_id)
     data.pop("type", None)
+    cls = type(event)
     env: dict[str, JSON] = {"at": at, "data": data, "seq": seq,
-                            "type": type(event).model_fields["type"].default}
+                            "type": _NAMES.get(cls) or cls.model_fields["type"].default}
     if event.VERSION != 1:
         env["v"] = event.VERSION
     return env
