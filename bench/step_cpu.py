@@ -31,7 +31,7 @@ TARGET_M = 0.4
 """Million instructions per read-only step the issue asks for."""
 RECORDED_M = 0.77
 """What a read-only step cost when the issue was filed (million instructions)."""
-SMALL, LARGE = 200, 1200
+SMALL, LARGE = 100, 600
 """The two step counts whose difference is counted."""
 
 
@@ -82,25 +82,35 @@ def child(kind: str, n: int) -> None:
 
 
 # -- counting --------------------------------------------------------------------------------
-def instructions(kind: str, n: int) -> int:
-    """Instructions one process of ``kind`` running ``n`` steps executes (callgrind)."""
-    with tempfile.TemporaryDirectory(prefix="underway-step-cpu-") as d:
-        out = os.path.join(d, "callgrind.out")
-        env = dict(os.environ, PYTHONHASHSEED="0")
-        subprocess.run(
-            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
-             sys.executable, os.path.abspath(__file__), "--child", kind, str(n)],
-            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
-        with open(out, encoding="utf-8") as f:
-            for line in f:
-                if m := re.match(r"(?:summary|totals):\s+(\d+)", line):
-                    return int(m.group(1))
-    raise RuntimeError("callgrind wrote no total")
+def _callgrind(kind: str, n: int, out: str) -> subprocess.Popen[bytes]:
+    """Start one counted process of ``kind`` running ``n`` steps, writing ``out``."""
+    return subprocess.Popen(
+        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
+         sys.executable, os.path.abspath(__file__), "--child", kind, str(n)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        env=dict(os.environ, PYTHONHASHSEED="0"))
+
+
+def _total(out: str) -> int:
+    with open(out, encoding="utf-8") as f:
+        for line in f:
+            if m := re.match(r"(?:summary|totals):\s+(\d+)", line):
+                return int(m.group(1))
+    raise RuntimeError(f"callgrind wrote no total to {out}")
 
 
 def per_step(kind: str, small: int = SMALL, large: int = LARGE) -> float:
-    """Instructions per step of ``kind``, start-up cancelled out."""
-    return (instructions(kind, large) - instructions(kind, small)) / (large - small)
+    """Instructions per step of ``kind``, start-up cancelled out: the two processes
+    (``small`` and ``large`` steps) run side by side."""
+    with tempfile.TemporaryDirectory(prefix="underway-step-cpu-") as d:
+        outs = [os.path.join(d, f"callgrind.{n}") for n in (small, large)]
+        procs = [_callgrind(kind, n, out) for n, out in zip((small, large), outs, strict=True)]
+        for proc in procs:
+            _, err = proc.communicate()
+            if proc.returncode != 0:
+                raise RuntimeError(f"callgrind of {kind} failed: {err.decode()[-2000:]}")
+        low, high = (_total(out) for out in outs)
+    return (high - low) / (large - small)
 
 
 def bench() -> list[Any]:

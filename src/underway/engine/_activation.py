@@ -129,7 +129,7 @@ class Activation:
                 f"the step produced data that cannot be journaled ({exc}) in one of "
                 f"{', '.join(kinds)}; return and record only JSON values"
             ) from exc
-        fresh = svc.journal.unknown_blobs(s.tenant_id, blobs)
+        fresh = svc.journal.unknown_blobs(s.tenant_id, blobs) if blobs else blobs
         now = svc.clock.now()
         # The run row is a projection: a step that leaves the run ready and leased changes
         # nothing a reader of the row needs, so only its events are written.
@@ -142,6 +142,7 @@ class Activation:
             # Why a run failed or escalated says what it was about: sealed like a payload.
             update = dataclasses.replace(update, error=codec.seal_text(
                 update.error, run_error_where(s.tenant_id, s.run_id, s.subject)))
+        events = [e for _, _, e in taken]
         batch = AppendBatch(
             tenant_id=s.tenant_id,
             run_id=s.run_id,
@@ -154,15 +155,16 @@ class Activation:
             checkpoint=checkpoint,
             consumed_signals=consumed,
             release=release,
-            signals=outbox(s, [e for _, _, e in taken], now, codec),
-            labels=labels_set((e for _, _, e in taken), s.lineage_record),
+            signals=outbox(s, events, now, codec),
+            labels=labels_set(events, s.lineage_record),
         )
         faults.point("append.before_commit")
         self.control_pending = await self._append(batch)
         faults.point("append.after_commit")
         if batch.signals:
             faults.point("signals.after_commit")
-        svc.journal.remember(s.tenant_id, fresh)
+        if fresh:
+            svc.journal.remember(s.tenant_id, fresh)
         self.last_hash = stored[-1].hash
         if svc.metrics.enabled:
             svc.metrics.committed(s.tenant_id, s.run_id, s.flow, taken)

@@ -77,10 +77,9 @@ def event_hash(prev_hash: str, seq: int, event_type: str, stored: bytes) -> str:
         event_type: The event's type.
         stored: Its stored bytes.
     """
-    h = hashlib.sha256(bytes.fromhex(prev_hash))
-    h.update(f"{int(seq)},{len(event_type)}:{event_type},".encode())
-    h.update(stored)
-    return h.hexdigest()
+    return hashlib.sha256(b"%b%d,%d:%b,%b" % (
+        bytes.fromhex(prev_hash), int(seq), len(event_type), event_type.encode(), stored,
+    )).hexdigest()
 
 
 def names_itself(stored: bytes) -> bool:

@@ -170,7 +170,9 @@ def envelope(event: Event, *, seq: int, at: float, run_id: str | None = None
         run_id: The run whose journal holds it; its call keys are stored without it. None
             keeps them whole.
     """
-    data = lean(event.model_dump(mode="json", exclude_defaults=True), run_id)
+    # model_dump(mode="json", exclude_defaults=True), without its Python wrapper.
+    data = lean(event.__pydantic_serializer__.to_python(
+        event, mode="json", exclude_defaults=True), run_id)
     data.pop("type", None)
     cls = type(event)
     env: dict[str, JSON] = {"at": at, "data": data, "seq": seq,
