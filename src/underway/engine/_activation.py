@@ -142,7 +142,7 @@ class Activation:
             # Why a run failed or escalated says what it was about: sealed like a payload.
             update = dataclasses.replace(update, error=codec.seal_text(
                 update.error, run_error_where(s.tenant_id, s.run_id, s.subject)))
-        events = [e for _, _, e in taken]
+        events: list[ev.Event] = [e for _, _, e in taken]
         batch = AppendBatch(
             tenant_id=s.tenant_id,
             run_id=s.run_id,

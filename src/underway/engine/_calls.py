@@ -272,7 +272,7 @@ class StepExecution(ModelCalls):
         if flow.allowed_tools is not None and allowed_name(t.name) not in flow.allowed_tools:
             self._refuse(t, key, index, h, "not_allowed",
                          f"tool {t.name!r} is not on the allow-list of flow {flow.name!r}")
-        refused = secret_refusal(guard.secrets, t.secrets)
+        refused = secret_refusal(guard.secrets, t.secrets) if t.secrets else None
         if refused is not None:
             self._refuse(t, key, index, h, "secret_refused", str(refused))
         if call.schema_error is not None:
@@ -291,7 +291,7 @@ class StepExecution(ModelCalls):
         policy = guard.policy_for(flow)
         # A run whose lineage is in shadow mode stays in it, whatever its flow says.
         shadow = t.mutating and (guard.shadow_for(flow) or s.lineage.shadow)
-        if policy is None and not declares_approval(call.labels):
+        if policy is None and not (call.labels and declares_approval(call.labels)):
             # No policy: nothing to decide or journal; the call goes ahead (or is shadowed).
             if shadow:
                 act.buffer(ev.ToolShadowed(

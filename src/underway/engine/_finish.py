@@ -160,7 +160,7 @@ def finish_step(act: Activation, flow: Flow[Any, Any], step: str, ctx: RunContex
             f"step {step!r} of flow {flow.name!r} returned {nxt!r}; return ctx.goto(), "
             "ctx.sleep(), ctx.wait(), ctx.done() or ctx.fail()"
         )
-    then = nxt.step if type(nxt) is Goto else (
+    then = nxt.step if isinstance(nxt, Goto) else (
         nxt.then if isinstance(nxt, Sleep | Wait) else None)
     if then is not None:
         flow.get_step(then)
