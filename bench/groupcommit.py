@@ -168,13 +168,29 @@ def bench_postgres(*, steps: int = 20, reps: int = 3) -> list[Figure]:
     return _figures("postgres", fl, on, off, "synchronous_commit=on", cpu, busy)
 
 
+def _workers_steps_per_second(n: int) -> float:
+    """Steps/s of ``n`` worker processes sharing :data:`RUNS` runs in flight (as
+    :func:`workers.steps_per_second`, with a start margin that allows a loaded machine)."""
+    import workers
+
+    with workers.fresh_db("postgres") as url, workers.Workers(
+            url, n, "--concurrency", str(RUNS // n)):
+        store = connect(url, migrate=False)
+        try:
+            engine = uw.Engine(store, flows=workers.FLOWS)
+            ids, at = workers.start_together(engine, workers.noop_loop,
+                                             [{"n": WORKER_STEPS}] * RUNS, margin=5.0)
+            last = workers.wait_until_final(store, ids)
+        finally:
+            store.close()
+    return RUNS * WORKER_STEPS / (last - at)
+
+
 def bench_postgres_workers(*, reps: int = 2) -> list[Figure]:
     """1 and 2 worker processes with 100 runs in flight between them, against the floor
     measured in the same run (interleaved)."""
     if pg_store_missing():
         return []
-    import workers
-
     with pg_schema() as (schema, _):
         floor = PostgresFloor(schema)
         try:
@@ -184,8 +200,7 @@ def bench_postgres_workers(*, reps: int = 2) -> list[Figure]:
             for _ in range(reps):
                 for n in (1, 2):
                     fl.append(floor.seconds_per_commit(500))
-                    rates[n].append(workers.steps_per_second(
-                        "postgres", workers.noop_loop, n, RUNS, WORKER_STEPS, RUNS // n))
+                    rates[n].append(_workers_steps_per_second(n))
         finally:
             floor.close()
     floor_rate = 1.0 / median(fl)
