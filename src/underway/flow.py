@@ -521,8 +521,6 @@ class Flow(Generic[S, I]):
 
     def resolve_step(self, name: str) -> str:
         """The step ``name`` stands for: itself, or the step its aliases lead to."""
-        if name in self.steps:
-            return name
         seen = {name}
         while name not in self.steps and name in self.aliases:
             name = self.aliases[name]
