@@ -46,6 +46,7 @@ import sandbox
 import service
 import starts
 import step_bytes
+import step_cpu
 import storage
 import streaming
 import tenant_usage
@@ -65,7 +66,10 @@ GROUPS: dict[str, list[tuple[str, Callable[[], list[Figure]]]]] = {
     "groupcommit": [
         ("SQLite group commit, 100 runs in flight", groupcommit.bench_sqlite),
         ("PostgreSQL group commit, 100 runs in flight", groupcommit.bench_postgres),
+        ("PostgreSQL worker processes, 100 runs in flight", groupcommit.bench_postgres_workers),
     ],
+    "step_cpu": [("instructions per read-only step (callgrind, in-memory store)",
+                  step_cpu.bench)],
     "starts": [
         ("SQLite 100 runs of 10 steps, start + claim or eager start", starts.bench_sqlite),
         ("PostgreSQL 100 runs of 10 steps, start + claim or eager start",

@@ -28,6 +28,7 @@ from ..hooks import DEFAULT_HOOK_TIMEOUT, call_hook
 from ..money import Direction, Money, Unreadable, read_money, valid_currency
 from ..redaction import Hidden
 from ..retry import CircuitBreaker, RetryPolicy
+from ._bounded import bounded
 from ._ledger import COMPENSATE_SUFFIX, CallInfo, ReconcileFn, ToolFn
 from ._summary import argument_at, check_template, render_summary
 
@@ -385,13 +386,13 @@ class Tool(Generic[A, R]):
         return fn
 
     async def invoke(
-        self, args: JSON, info: CallInfo, *, validated: BaseModel | None = None
+        self, args: JSON, info: CallInfo | None, *, validated: BaseModel | None = None
     ) -> JSON:
         """Run the tool once with validated arguments.
 
         Args:
             args: The call's arguments.
-            info: The call's :class:`CallInfo`.
+            info: The call's :class:`CallInfo` (needed only when :attr:`wants_call_info`).
             validated: ``args`` already validated by :attr:`args_model`; else they are
                 validated here.
 
@@ -411,12 +412,12 @@ class Tool(Generic[A, R]):
             out = await call_hook(self.hook, owner, self.fn, *call_args,
                                   timeout=self.hook_timeout, answer=_undone)
             return out.model_dump(mode="json") if isinstance(out, BaseModel) else out
-        # asyncio.timeout rather than wait_for: no extra task per call (a measurable share
-        # of a no-op step, see bench/), same TimeoutError and cancellation of the call.
-        async with asyncio.timeout(self.timeout):
-            if self.is_async:
-                out = await self.fn(*call_args)
-            else:
+        # Bounded in the caller's task (no extra task per call, unlike wait_for), and
+        # without a timer when the call returns without waiting (see ._bounded).
+        if self.is_async:
+            out = await bounded(self.fn(*call_args), self.timeout)
+        else:
+            async with asyncio.timeout(self.timeout):
                 out = await asyncio.to_thread(self.fn, *call_args)
         if isinstance(out, BaseModel):
             return out.model_dump(mode="json")

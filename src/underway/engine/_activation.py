@@ -16,7 +16,6 @@ from ..codec import run_error_where
 from ..guard.budgets import Usage
 from ..journal.projection import expected_update, labels_set
 from ..journal.state import Recorded, RunState, apply
-from ..redaction import Hidden
 from ..store.base import AppendBatch, CoreStore, Lease, RunRecord
 from ._outbox import outbox
 from ._stops import Unencodable
@@ -93,7 +92,9 @@ class Activation:
         seq = self.state.seq + 1
         apply(self.state, Recorded(seq, at, event))
         self.pending.append((seq, at, event))
-        if type(event) in _DECLARING and Hidden.of(event):
+        if type(event) in _DECLARING and (
+            getattr(event, "sensitive_fields", None) or getattr(event, "secret_fields", None)
+        ):
             self.services.redactor.learn(event)
 
     async def commit(self, *, release: bool = False, force_checkpoint: bool = False) -> None:
@@ -129,7 +130,7 @@ class Activation:
                 f"the step produced data that cannot be journaled ({exc}) in one of "
                 f"{', '.join(kinds)}; return and record only JSON values"
             ) from exc
-        fresh = svc.journal.unknown_blobs(s.tenant_id, blobs)
+        fresh = svc.journal.unknown_blobs(s.tenant_id, blobs) if blobs else blobs
         for blob in fresh.values():
             if isinstance(blob, LargeBlob) and not blob.written:
                 # Written before the batch, a chunk a transaction on the store's I/O
@@ -147,6 +148,7 @@ class Activation:
             # Why a run failed or escalated says what it was about: sealed like a payload.
             update = dataclasses.replace(update, error=codec.seal_text(
                 update.error, run_error_where(s.tenant_id, s.run_id, s.subject)))
+        events: list[ev.Event] = [e for _, _, e in taken]
         batch = AppendBatch(
             tenant_id=s.tenant_id,
             run_id=s.run_id,
@@ -159,15 +161,16 @@ class Activation:
             checkpoint=checkpoint,
             consumed_signals=consumed,
             release=release,
-            signals=outbox(s, [e for _, _, e in taken], now, codec),
-            labels=labels_set((e for _, _, e in taken), s.lineage_record),
+            signals=outbox(s, events, now, codec),
+            labels=labels_set(events, s.lineage_record),
         )
         faults.point("append.before_commit")
         self.control_pending = await self._append(batch)
         faults.point("append.after_commit")
         if batch.signals:
             faults.point("signals.after_commit")
-        svc.journal.remember(s.tenant_id, fresh)
+        if fresh:
+            svc.journal.remember(s.tenant_id, fresh)
         if blobs:
             svc.journal.codec.forget_large()
         self.last_hash = stored[-1].hash

@@ -279,7 +279,7 @@ class StepExecution(ModelCalls):
         if flow.allowed_tools is not None and allowed_name(t.name) not in flow.allowed_tools:
             self._refuse(t, key, index, h, "not_allowed",
                          f"tool {t.name!r} is not on the allow-list of flow {flow.name!r}")
-        refused = secret_refusal(guard.secrets, t.secrets)
+        refused = secret_refusal(guard.secrets, t.secrets) if t.secrets else None
         if refused is not None:
             self._refuse(t, key, index, h, "secret_refused", str(refused))
         if call.schema_error is not None:
@@ -298,7 +298,7 @@ class StepExecution(ModelCalls):
         policy = guard.policy_for(flow)
         # A run whose lineage is in shadow mode stays in it, whatever its flow says.
         shadow = t.mutating and (guard.shadow_for(flow) or s.lineage.shadow)
-        if policy is None and not declares_approval(call.labels):
+        if policy is None and not (call.labels and declares_approval(call.labels)):
             # No policy: nothing to decide or journal; the call goes ahead (or is shadowed).
             if shadow:
                 act.buffer(ev.ToolShadowed(
@@ -434,9 +434,10 @@ class StepExecution(ModelCalls):
         s = self._act.state
         secrets = await outcomes.fetch_secrets(self._act, call) if t.secrets else {}
         egress = None if t.hosts is None else Egress(t.name, t.hosts)
+        # Made only for a tool that is handed it.
         info = CallInfo(key, self.tenant_id, self.run_id, self.step, index,
                         fence_of(self._act.lease.token, s.seq), s.principal,
-                        tuple(s.roles), secrets, egress)
+                        tuple(s.roles), secrets, egress) if t.wants_call_info else None
         faults.point("effect.before_run")
         began = time.perf_counter()
         try:

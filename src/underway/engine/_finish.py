@@ -135,6 +135,10 @@ def _repeats_risk(mark: dict[str, Any]) -> str:
     return f"{mark.get('path')} repeats untrusted text from {named}"
 
 
+_ANSWERS = (Goto, Sleep, Wait, Done, Fail)
+"""What a step may return."""
+
+
 def finish_step(act: Activation, flow: Flow[Any, Any], step: str, ctx: RunContext[Any, Any],
                 nxt: Next) -> None:
     """Journal the end of ``step``: ``StepCompleted`` with the state's patch, and what
@@ -151,13 +155,13 @@ def finish_step(act: Activation, flow: Flow[Any, Any], step: str, ctx: RunContex
         ConfigurationError: The step returned something other than ``ctx``'s answers, went
             to an unknown step, or finished with a result that is not JSON.
     """
-    if not isinstance(nxt, Goto | Sleep | Wait | Done | Fail):
+    if not isinstance(nxt, _ANSWERS):
         raise ConfigurationError(
             f"step {step!r} of flow {flow.name!r} returned {nxt!r}; return ctx.goto(), "
             "ctx.sleep(), ctx.wait(), ctx.done() or ctx.fail()"
         )
-    then = nxt.then if isinstance(nxt, Sleep | Wait) else (
-        nxt.step if isinstance(nxt, Goto) else None)
+    then = nxt.step if isinstance(nxt, Goto) else (
+        nxt.then if isinstance(nxt, Sleep | Wait) else None)
     if then is not None:
         flow.get_step(then)
         then = flow.resolve_step(then)
@@ -170,7 +174,8 @@ def finish_step(act: Activation, flow: Flow[Any, Any], step: str, ctx: RunContex
                 f"JSON ({exc}); return plain JSON values (e.g. an ISO string for a time)"
             ) from None
     patch = make_patch(act.state.state, ctx.state.model_dump(mode="json"))
-    received = [src for src in ctx.child_taint if src not in act.state.child_taint]
+    taint = ctx.child_taint
+    received = [src for src in taint if src not in act.state.child_taint] if taint else []
     act.buffer(ev.StepCompleted(step=step, next=then, patch=patch, child_taint=received))
     now = act.services.clock.now()
     match nxt:

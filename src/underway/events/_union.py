@@ -132,6 +132,9 @@ EVENT_TYPES: dict[str, type[Event]] = {
 }
 """Each event type by its name, built from :data:`RunEvent`."""
 
+_NAMES: dict[type[Event], str] = {cls: name for name, cls in EVENT_TYPES.items()}
+"""Each event type's name (asking the model for its field's default costs more)."""
+
 
 Upcaster = Callable[[dict[str, JSON]], dict[str, JSON]]
 _UPCASTERS: dict[tuple[str, int], Upcaster] = {}
@@ -160,10 +163,13 @@ def envelope(event: Event, *, seq: int, at: float, run_id: str | None = None
         run_id: The run whose journal holds it; its call keys are stored without it. None
             keeps them whole.
     """
-    data = lean(event.model_dump(mode="json", exclude_defaults=True), run_id)
+    # model_dump(mode="json", exclude_defaults=True), without its Python wrapper.
+    data = lean(event.__pydantic_serializer__.to_python(
+        event, mode="json", exclude_defaults=True), run_id)
     data.pop("type", None)
+    cls = type(event)
     env: dict[str, JSON] = {"at": at, "data": data, "seq": seq,
-                            "type": type(event).model_fields["type"].default}
+                            "type": _NAMES.get(cls) or cls.model_fields["type"].default}
     if event.VERSION != 1:
         env["v"] = event.VERSION
     return env

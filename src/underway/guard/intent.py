@@ -80,7 +80,9 @@ class CallIntent:
                 validated = tool.args_model.model_validate(args)
             except ValidationError as exc:
                 schema_error = exc
-        money = tool.money(args, validated=validated)
+        # A tool that declares no amount moves no money (read_money's first answer).
+        money = None if tool.amount is None or tool.currency is None \
+            else tool.money(args, validated=validated)
         counts: dict[str, float] | None = None
         if not isinstance(money, Unreadable):
             found: dict[str, float] = {}

@@ -87,18 +87,23 @@ def _all_same(pairs: Iterator[tuple[JSON, JSON]]) -> bool:
 
 
 def _diff(old: JSON, new: JSON, path: str, ops: list[JSON]) -> None:
-    if same_json(old, new):
-        return
     if isinstance(old, dict) and isinstance(new, dict):
+        # Two objects: key by key (equal ones yield nothing, as same_json would find).
         for key in old:
             if key not in new:
                 ops.append({"op": "remove", "path": f"{path}/{_escape(key)}"})
         for key, value in new.items():
-            sub = f"{path}/{_escape(key)}"
             if key in old:
-                _diff(old[key], value, sub, ops)
+                was = old[key]
+                if was is value or (type(was) is type(value) and type(value) in _BY_EQUALITY
+                                    and was == value):
+                    continue
+                _diff(was, value, f"{path}/{_escape(key)}", ops)
             else:
-                ops.append({"op": "add", "path": sub, "value": _copy(value)})
+                ops.append({"op": "add", "path": f"{path}/{_escape(key)}",
+                            "value": _copy(value)})
+        return
+    if same_json(old, new):
         return
     if isinstance(old, list) and isinstance(new, list):
         n = len(old)

@@ -112,7 +112,7 @@ def labels_set(events: Iterable[ev.Event], lineage: Lineage | None) -> tuple[Sto
         events: The events appended.
         lineage: The run's lineage once they are applied.
     """
-    named = {k for e in events if isinstance(e, ev.RunLabeled) for k in e.labels}
+    named = {k for e in events if type(e) is ev.RunLabeled for k in e.labels}
     if not named:
         return ()
     return tuple(x for x in stored_labels(lineage) if x.key in named)

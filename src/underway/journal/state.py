@@ -281,6 +281,25 @@ def apply(s: RunState, rec: Recorded) -> RunState:
     # Each case is a type test tried in turn; no event type derives from another, so the
     # order only sets the cost, and the events every step journals come early.
     match e:
+        case ev.StepStarted():
+            s.attempt = e.attempt
+        case ev.ToolSucceeded():
+            _count_read(s, e.index, e.key)
+            _set_call(s, CallRecord(e.index, e.key, e.tool, e.args_hash, "succeeded", e.result),
+                      settles=True)
+            for name, n in (e.counts or {}).items():
+                if name == "messages":
+                    s.messages += int(n)
+                elif name.startswith("money."):
+                    s.money[name[6:]] = s.money.get(name[6:], 0.0) + n
+        case ev.StepCompleted():
+            s.state = apply_patch(s.state, e.patch)
+            s.step, s.attempt, s.calls, s.values = e.next, 0, [], []
+            s.signal, s.timed_out = None, False
+            s.steps_completed += 1
+            s.approvals = {}
+            if e.child_taint:
+                s.child_taint += [src for src in e.child_taint if src not in s.child_taint]
         case ev.RunStarted():
             s.flow, s.input, s.state = e.flow, copy.deepcopy(e.input), copy.deepcopy(e.state)
             s.step, s.status, s.deadline = e.first_step, "ready", e.deadline
@@ -299,15 +318,6 @@ def apply(s: RunState, rec: Recorded) -> RunState:
             s.input, s.state = copy.deepcopy(e.input), copy.deepcopy(e.state)
             s.step, s.input_checked = e.first_step, True
             s.signals = None if e.signals is None else list(e.signals)
-        case ev.StepStarted():
-            s.attempt = e.attempt
-        case ev.StepCompleted():
-            s.state = apply_patch(s.state, e.patch)
-            s.step, s.attempt, s.calls, s.values = e.next, 0, [], []
-            s.signal, s.timed_out = None, False
-            s.steps_completed += 1
-            s.approvals = {}
-            s.child_taint += [src for src in e.child_taint if src not in s.child_taint]
         case ev.ValueRecorded():
             s.values.append(e.value)
         case ev.VersionMarked():
@@ -321,15 +331,6 @@ def apply(s: RunState, rec: Recorded) -> RunState:
                 _set_call(s, CallRecord(e.index, e.key, e.tool, e.args_hash, "started",
                                         maybe_happened=True))
             s.tool_calls += 1
-        case ev.ToolSucceeded():
-            _count_read(s, e.index, e.key)
-            _set_call(s, CallRecord(e.index, e.key, e.tool, e.args_hash, "succeeded", e.result),
-                      settles=True)
-            for name, n in (e.counts or {}).items():
-                if name == "messages":
-                    s.messages += int(n)
-                elif name.startswith("money."):
-                    s.money[name[6:]] = s.money.get(name[6:], 0.0) + n
         case ev.ToolShadowed():
             _set_call(s, CallRecord(e.index, e.key, e.tool, e.args_hash, "succeeded",
                                     shadow_result(e.tool)))

@@ -126,7 +126,10 @@ class MemoryJournal:
             status = u.status if u is not None else rec.status
             if status not in FINAL and (waited or (batch.release and control)):
                 changes["next_wake_at"] = batch.now
-            self._runs[key] = dataclasses.replace(rec, **changes)  # type: ignore[arg-type]
+            # A step that leaves the row as it was (ready, leased, nothing new to act on)
+            # is not copied into an equal row.
+            if any(getattr(rec, k) != v for k, v in changes.items()):
+                self._runs[key] = dataclasses.replace(rec, **changes)  # type: ignore[arg-type]
             self._events[key].extend(batch.events)
             if batch.labels:
                 self._labels.setdefault(key, {}).update((x.key, x) for x in batch.labels)
