@@ -107,7 +107,7 @@ class MemoryJournal:
                 changes.update(
                     last_seq=last.seq, last_hash=last.hash, status=u.status, step=u.step,
                     next_wake_at=u.next_wake_at, waiting_signal=u.waiting_signal, error=u.error,
-                    updated_at=batch.now,
+                    request_kind=u.request_kind, updated_at=batch.now,
                 )
             if batch.release:
                 changes.update(lease_owner=None, lease_expires_at=None)

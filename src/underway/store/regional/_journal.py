@@ -121,6 +121,16 @@ class RegionalJournal:
         """(tenant, status, count), of every region."""
         return sorted(c for s in self._all() for c in s.run_counts())
 
+    def request_counts(self) -> list[tuple[str, str, int]]:
+        """(tenant, kind, count), of every region."""
+        return sorted(c for s in self._all() for c in s.request_counts())
+
+    def status_counts(
+        self, tenant_id: str, statuses: Sequence[str], *, cap: int
+    ) -> dict[str, int]:
+        """The tenant's runs by status, from its region."""
+        return self._of(tenant_id).status_counts(tenant_id, statuses, cap=cap)
+
     def runs_created(
         self, tenant_id: str, *, since: float, until: float, width: float
     ) -> list[tuple[int, str, int]]:

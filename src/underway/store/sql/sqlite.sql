@@ -29,15 +29,50 @@ SELECT * FROM runs WHERE tenant_id = ? AND flow = ? AND idempotency_key = ?
 SELECT * FROM runs WHERE tenant_id = :tenant_id AND run_id = :run_id
 
 -- name: list_runs
+-- A page of a tenant's runs, newest first, read in order from the listing index (0008)
+-- from the cursor on: the time bounds are always given (infinite when not asked), so they
+-- are a range of the index, and the page stops at :limit, however many runs the tenant has.
+-- A status, a flow or both have their own query, each on an index in the same order (0023).
 SELECT * FROM runs
  WHERE tenant_id = :tenant_id
-   AND (:status IS NULL OR status = :status)
-   AND (:flow IS NULL OR flow = :flow)
-   AND (:since IS NULL OR created_at >= :since)
-   AND (:until IS NULL OR created_at < :until)
-   AND created_at <= coalesce(:after_at, 9e999)
-   AND (:after_at IS NULL OR created_at < :after_at
-        OR (created_at = :after_at AND run_id > :after_id))
+   AND created_at >= :since AND created_at < :until AND created_at <= :after_at
+   AND (created_at < :after_at OR (created_at = :after_at AND run_id > :after_id))
+   AND (:prefix IS NULL OR substr(run_id, 1, length(:prefix)) = :prefix)
+   AND (:updated_since IS NULL OR updated_at >= :updated_since)
+   AND (:updated_until IS NULL OR updated_at < :updated_until)
+   AND (:search IS NULL OR instr(run_id, :search) > 0 OR instr(flow, :search) > 0)
+ ORDER BY created_at DESC, run_id
+ LIMIT :limit
+
+-- name: list_runs_by_status
+SELECT * FROM runs
+ WHERE tenant_id = :tenant_id AND status = :status
+   AND created_at >= :since AND created_at < :until AND created_at <= :after_at
+   AND (created_at < :after_at OR (created_at = :after_at AND run_id > :after_id))
+   AND (:prefix IS NULL OR substr(run_id, 1, length(:prefix)) = :prefix)
+   AND (:updated_since IS NULL OR updated_at >= :updated_since)
+   AND (:updated_until IS NULL OR updated_at < :updated_until)
+   AND (:search IS NULL OR instr(run_id, :search) > 0 OR instr(flow, :search) > 0)
+ ORDER BY created_at DESC, run_id
+ LIMIT :limit
+
+-- name: list_runs_by_flow
+SELECT * FROM runs
+ WHERE tenant_id = :tenant_id AND flow = :flow
+   AND created_at >= :since AND created_at < :until AND created_at <= :after_at
+   AND (created_at < :after_at OR (created_at = :after_at AND run_id > :after_id))
+   AND (:prefix IS NULL OR substr(run_id, 1, length(:prefix)) = :prefix)
+   AND (:updated_since IS NULL OR updated_at >= :updated_since)
+   AND (:updated_until IS NULL OR updated_at < :updated_until)
+   AND (:search IS NULL OR instr(run_id, :search) > 0 OR instr(flow, :search) > 0)
+ ORDER BY created_at DESC, run_id
+ LIMIT :limit
+
+-- name: list_runs_by_flow_status
+SELECT * FROM runs
+ WHERE tenant_id = :tenant_id AND flow = :flow AND status = :status
+   AND created_at >= :since AND created_at < :until AND created_at <= :after_at
+   AND (created_at < :after_at OR (created_at = :after_at AND run_id > :after_id))
    AND (:prefix IS NULL OR substr(run_id, 1, length(:prefix)) = :prefix)
    AND (:updated_since IS NULL OR updated_at >= :updated_since)
    AND (:updated_until IS NULL OR updated_at < :updated_until)
@@ -108,6 +143,19 @@ SELECT DISTINCT tenant_id FROM runs ORDER BY tenant_id
 
 -- name: run_counts
 SELECT tenant_id AS tenant_id, status, COUNT(*) FROM runs GROUP BY 1, 2 ORDER BY 1, 2
+
+-- name: request_counts
+-- Entries of the partial index runs_requests (migration 0022): runs that wait for a person.
+SELECT tenant_id, request_kind, COUNT(*) FROM runs
+ WHERE request_kind IS NOT NULL AND status IN ('waiting', 'escalated')
+ GROUP BY 1, 2 ORDER BY 1, 2
+
+-- name: status_counts
+-- Each status's runs counted up to :cap on the (tenant, status) index: a flat cost.
+SELECT s.value, (SELECT COUNT(*) FROM (SELECT 1 FROM runs
+                                        WHERE tenant_id = :tenant_id AND status = s.value
+                                        LIMIT :cap))
+  FROM json_each(:statuses) AS s
 
 -- name: runs_created
 -- Bucket numbers are never negative here, so CAST (which truncates) is floor.
@@ -224,7 +272,7 @@ SELECT key, data FROM chain
 -- name: advance_run
 UPDATE runs
    SET last_seq = ?, last_hash = ?, status = ?, step = ?, next_wake_at = ?, waiting_signal = ?,
-       error = ?, updated_at = ?
+       error = ?, request_kind = ?, updated_at = ?
  WHERE tenant_id = ? AND run_id = ?
 
 -- name: fence
@@ -460,6 +508,7 @@ SELECT tenant_id, run_id FROM runs AS r
 UPDATE runs
    SET last_seq = :head_seq, last_hash = :head_hash, status = :status, step = :step,
        next_wake_at = :wake, waiting_signal = :waiting_signal, error = :error,
+       request_kind = :request_kind,
        lease_owner = CASE WHEN :clear OR :token IS NOT NULL THEN NULL ELSE lease_owner END,
        lease_expires_at = CASE WHEN :clear OR :token IS NOT NULL THEN NULL
                                ELSE lease_expires_at END,
