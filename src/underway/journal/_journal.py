@@ -337,15 +337,18 @@ class Journal(JournalChecks):
 
     def _trusted(
         self, tenant_id: str, run_id: str, row: tuple[int, bytes], tail: list[StoredEvent],
-        fetch: BlobReader | None = None,
+        fetch: BlobReader | None = None, *, past: bool = False,
     ) -> tuple[RunState | None, list[Recorded]]:
         """The state ``row`` holds, when ``tail`` (the events from the row's seq on) shows
-        that the journal committed to it, and the decoded events after it."""
+        that the journal committed to it, and the decoded events after it. A ``past``
+        checkpoint (one a newer one replaced, read for a state at its place in the run)
+        is not refused for being older than the latest."""
         # The tail's conversation holds the row's: one reader serves both.
         fetch = fetch or BlobReader(self.store, tenant_id)
         decoded = self._decode(tenant_id, run_id, tail, fetch)
         at = tail[0] if tail and tail[0].seq == row[0] else None
-        later = [rec.seq for rec, digest in decoded if digest is not None and rec.seq > row[0]]
+        later = [] if past else [rec.seq for rec, digest in decoded
+                                 if digest is not None and rec.seq > row[0]]
         content = self._content(tenant_id, run_id, row, fetch)
         found = checkpoint.check(
             tenant_id, run_id, row, content, at,
@@ -472,19 +475,21 @@ class Journal(JournalChecks):
     ) -> tuple[RunState, Recorded, RunState]:
         """The run's state just before its event at ``seq``, that event, and the state after.
 
-        One fold. It starts from the run's checkpoint when the journal vouches for it and it
-        precedes ``seq``. Then only the events since it are read. Else it starts from the first
-        event up to ``seq``.
+        One fold, from the newest checkpoint before ``seq`` that the journal vouches for:
+        the current one or one it replaced (they are kept). Only the events from it through
+        ``seq`` are read, so a state deep in a long run costs one checkpoint interval.
+        Without such a checkpoint (a run older than kept checkpoints, or one refused), it
+        starts from the first event.
 
         Args:
             tenant_id: The run's tenant.
             run_id: The run.
             seq: The event's seq.
         """
-        row = self.store.load_checkpoint(tenant_id, run_id)
-        if row is not None and row[0] < seq:
-            tail = self.store.load_events(tenant_id, run_id, after_seq=max(row[0] - 1, 0))
-            start, records = self._trusted(tenant_id, run_id, row, tail)
+        found = self.store.checkpoint_before(tenant_id, run_id, seq)
+        if found is not None and found.tail and found.tail[-1].seq == seq:
+            start, records = self._trusted(tenant_id, run_id, (found.seq, found.state),
+                                           found.tail, past=True)
             if start is not None:
                 return states_around(start, records, seq)
         stored = self.store.load_events(tenant_id, run_id)

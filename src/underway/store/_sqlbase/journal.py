@@ -35,6 +35,17 @@ class SQLJournal(SQLBase):
                 found[r[0]].tail.append(StoredEvent(r[3], r[4], self._blob(r[5]), r[6]))
         return found
 
+    def checkpoint_before(
+        self, tenant_id: str, run_id: str, seq: int
+    ) -> CheckpointTail | None:
+        """The newest checkpoint before ``seq``, with the events through ``seq``: one
+        statement."""
+        rows = self._all("checkpoint_before", tenant_id=tenant_id, run_id=run_id, seq=seq)
+        if not rows:
+            return None
+        tail = [StoredEvent(r[2], r[3], self._blob(r[4]), r[5]) for r in rows]
+        return CheckpointTail(int(rows[0][0]), self._blob(rows[0][1]), tail)
+
     def load_events(self, tenant_id: str, run_id: str, after_seq: int = 0) -> list[StoredEvent]:
         """Events after ``after_seq``."""
         rows = self._all(

@@ -79,6 +79,12 @@ class RegionalJournal:
         """The checkpoint, from the tenant's region."""
         return self._of(tenant_id).load_checkpoint(tenant_id, run_id)
 
+    def checkpoint_before(
+        self, tenant_id: str, run_id: str, seq: int
+    ) -> CheckpointTail | None:
+        """The newest checkpoint before ``seq``, from the tenant's region."""
+        return self._of(tenant_id).checkpoint_before(tenant_id, run_id, seq)
+
     def delete_checkpoints(self, tenant_id: str, run_id: str | None = None) -> int:
         """Drop checkpoints in the tenant's region."""
         return self._of(tenant_id).delete_checkpoints(tenant_id, run_id)

@@ -274,6 +274,33 @@ SELECT c.run_id, c.seq, c.state, e.seq, e.type, e.payload, encode(e.hash, 'hex')
  WHERE c.tenant_id = %(tenant_id)s AND c.run_id = ANY(%(runs)s)
  ORDER BY c.run_id COLLATE "C", e.seq
 
+-- name: checkpoint_before
+-- A run's newest checkpoint before the seq (the current one, or one it replaced, kept in
+-- checkpoint_history by migration 0024) with the events from its seq through the seq;
+-- the state on the first row only. The seq is found on the primary keys alone.
+WITH found AS (
+    SELECT max(seq) AS seq FROM (
+        SELECT seq FROM checkpoints
+         WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s AND seq < %(seq)s
+        UNION ALL
+        SELECT max(seq) FROM checkpoint_history
+         WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s AND seq < %(seq)s) AS s
+), c AS (
+    (SELECT seq, state FROM checkpoints
+      WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s
+        AND seq = (SELECT seq FROM found)
+     UNION ALL
+     SELECT seq, state FROM checkpoint_history
+      WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s
+        AND seq = (SELECT seq FROM found))
+    LIMIT 1
+)
+SELECT c.seq, CASE WHEN e.seq = c.seq THEN c.state END, e.seq, e.type, e.payload,
+       encode(e.hash, 'hex') AS hash
+  FROM c JOIN events e ON e.tenant_id = %(tenant_id)s AND e.run_id = %(run_id)s
+                      AND e.seq >= c.seq AND e.seq <= %(seq)s
+ ORDER BY e.seq
+
 -- name: fork_parent
 -- What forking a run checks of its parent, its row locked for the fork's transaction: its
 -- lease and its journal's head.

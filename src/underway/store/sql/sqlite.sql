@@ -188,6 +188,31 @@ SELECT c.run_id, c.seq, c.state, e.seq, e.type, e.payload, lower(hex(e.hash)) AS
    AND c.run_id IN (SELECT value FROM json_each(:runs))
  ORDER BY c.run_id, e.seq
 
+-- name: checkpoint_before
+-- A run's newest checkpoint before :seq (the current one, or one it replaced, kept in
+-- checkpoint_history by migration 0024) with the events from its seq through :seq;
+-- the state on the first row only. The seq is found on the primary keys alone.
+WITH found AS (
+    SELECT max(seq) AS seq FROM (
+        SELECT seq FROM checkpoints
+         WHERE tenant_id = :tenant_id AND run_id = :run_id AND seq < :seq
+        UNION ALL
+        SELECT max(seq) FROM checkpoint_history
+         WHERE tenant_id = :tenant_id AND run_id = :run_id AND seq < :seq)
+), c AS (
+    SELECT seq, state FROM checkpoints
+     WHERE tenant_id = :tenant_id AND run_id = :run_id AND seq = (SELECT seq FROM found)
+    UNION ALL
+    SELECT seq, state FROM checkpoint_history
+     WHERE tenant_id = :tenant_id AND run_id = :run_id AND seq = (SELECT seq FROM found)
+    LIMIT 1
+)
+SELECT c.seq, CASE WHEN e.seq = c.seq THEN c.state END, e.seq, e.type, e.payload,
+       lower(hex(e.hash)) AS hash
+  FROM c JOIN events e ON e.tenant_id = :tenant_id AND e.run_id = :run_id
+                      AND e.seq >= c.seq AND e.seq <= :seq
+ ORDER BY e.seq
+
 -- name: fork_parent
 -- What forking a run checks of its parent, in the fork's transaction: its lease and its
 -- journal's head.
