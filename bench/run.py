@@ -33,6 +33,7 @@ import imports
 import injection
 import labels
 import listing
+import observe
 import mcp_tools
 import openai_agents
 import policy
@@ -134,6 +135,12 @@ GROUPS: dict[str, list[tuple[str, Callable[[], list[Figure]]]]] = {
     "console_labels": [
         ("SQLite console pages at 10,000 labelled runs", console_labels.bench_sqlite),
         ("PostgreSQL console pages at 10,000 labelled runs", console_labels.bench_postgres),
+    ],
+    "observe": [
+        ("SQLite cheap observation: /metrics, a deep state, the runs list at 1M runs",
+         observe.bench_sqlite),
+        ("PostgreSQL cheap observation: /metrics, a deep state, the runs list at 1M runs",
+         observe.bench_postgres),
     ],
     "startup": [("underway serve start-up", service.bench_startup)],
     "deploy": [

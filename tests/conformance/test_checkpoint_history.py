@@ -105,3 +105,45 @@ def test_dropping_a_runs_checkpoints_drops_the_kept_ones(
     before, _, after = engine.journal.states_at("default", run_id, last // 2)
     assert after.to_json() == folded(engine, run_id, last // 2)[1].to_json()
     assert before.to_json() == folded(engine, run_id, last // 2)[0].to_json()
+
+
+def _forge_kept(backend: Backend, run_id: str, seq: int) -> None:
+    """Overwrite a kept checkpoint's bytes with the current checkpoint's (another state)."""
+    assert backend.url is not None
+    if backend.dialect == "sqlite":
+        import sqlite3
+
+        with sqlite3.connect(backend.url.removeprefix("sqlite:///")) as conn:
+            n = conn.execute(
+                "UPDATE checkpoint_history SET state = (SELECT state FROM checkpoints "
+                "WHERE run_id = ?) WHERE run_id = ? AND seq = ?", (run_id, run_id, seq),
+            ).rowcount
+    else:
+        import psycopg
+
+        base, _, schema = backend.url.partition("?schema=")
+        with psycopg.connect(base, autocommit=True) as conn:
+            n = conn.execute(
+                f'UPDATE "{schema}".checkpoint_history SET state = (SELECT state FROM '
+                f'"{schema}".checkpoints WHERE run_id = %s) WHERE run_id = %s AND seq = %s',
+                (run_id, run_id, seq),
+            ).rowcount
+    assert n == 1
+
+
+def test_a_forged_kept_checkpoint_is_refused(
+    backend: Backend, run: tuple[Store, uw.Engine, str],
+) -> None:
+    if backend.in_memory:
+        pytest.skip("a kept checkpoint is edited in the database's own table")
+    store, engine, run_id = run
+    last = store.get_run("default", run_id).last_seq  # type: ignore[union-attr]
+    found = store.checkpoint_before("default", run_id, last // 2)
+    assert found is not None
+    _forge_kept(backend, run_id, found.seq)
+    assert store.checkpoint_before("default", run_id, last // 2).state != found.state  # type: ignore[union-attr]
+    seq = found.seq + 2
+    before, _, after = engine.journal.states_at("default", run_id, seq)
+    want_before, want_after = folded(engine, run_id, seq)
+    assert before.to_json() == want_before.to_json()
+    assert after.to_json() == want_after.to_json()

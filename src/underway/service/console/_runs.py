@@ -1,7 +1,7 @@
 """``/runs``: the tenant's runs, newest first, filtered by status, flow and labels and
 searched by id or flow, with the counts by status above (each up to :data:`COUNT_CAP`) and
-a column per label; a page of 50 with a cursor to the next. A key that may steer runs gets a form to act on every run of
-the filter (:mod:`._bulk`)."""
+a column per label; a page of 50 with a cursor to the next. A key that may steer runs gets
+a form to act on every run of the filter (:mod:`._bulk`)."""
 
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ router = APIRouter(include_in_schema=False, route_class=CheckedRoute)
 STATUSES = ("ready", "waiting", "escalated", "dead", "completed", "failed", "cancelled")
 """Every status a run can have, in the order the console shows them."""
 PAGE = 50
-COUNT_CAP = 10_000
-"""The most runs of a status counted above the list; more show as ``10000+``. Each
+COUNT_CAP = 1_000
+"""The most runs of a status counted above the list; more show as ``1000+``. Each
 count reads at most this many index entries, so the page costs the same at a million runs
 as at ten thousand."""
 

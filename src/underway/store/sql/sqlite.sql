@@ -154,6 +154,7 @@ SELECT tenant_id, request_kind, COUNT(*) FROM runs
 -- Each status's runs counted up to :cap on the (tenant, status) index: a flat cost.
 SELECT s.value, (SELECT COUNT(*) FROM (SELECT 1 FROM runs
                                         WHERE tenant_id = :tenant_id AND status = s.value
+                                        ORDER BY created_at DESC
                                         LIMIT :cap))
   FROM json_each(:statuses) AS s
 
