@@ -13,12 +13,16 @@ from typing import Any
 
 import httpx
 import pytest
+from insider import insider
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel
+from typer.testing import CliRunner
 
 import underway as uw
+from underway.cli import app
 from underway.config import load_config
+from underway.engine._rows import heal_row
 from underway.errors import ConfigurationError, OutcomeUnknown
 from underway.guard.policy import policy_from_dict
 from underway.runner import Runner
@@ -112,6 +116,48 @@ def test_a_scrape_reads_no_journal(
     for method in ("load_events", "load_checkpoint", "load_checkpoints"):
         monkeypatch.setattr(store, method, no_journal)
     assert pending(collector) == {"approval": 4, "question": 2, "resolution": 3}
+
+
+def test_forged_request_kinds_are_reported_and_rebuilt_from_the_journal(
+    db_url: str, parked: tuple[Store, uw.Engine, dict[str, list[str]]],
+) -> None:
+    store, engine, runs = parked
+    collector = DatabaseCollector(store)
+    with insider(db_url) as sql:
+        sql.q("UPDATE runs SET request_kind = NULL WHERE run_id = ?", runs["approval"][0])
+        sql.q("UPDATE runs SET request_kind = 'approval' WHERE run_id = ?",
+              runs["question"][0])
+        sql.q("UPDATE runs SET request_kind = 'question' WHERE run_id = ?",
+              runs["resolution"][0])
+    assert pending(collector) == {"approval": 4, "question": 2, "resolution": 2}
+    result = CliRunner().invoke(app, ["audit", "verify", "--db", db_url, "--all"])
+    assert result.exit_code == 1, result.stdout
+    forged = {runs["approval"][0], runs["question"][0], runs["resolution"][0]}
+    reported = {line.split()[2] for line in result.stdout.splitlines()
+                if line.startswith("TAMPERED run") and "request_kind" in line}
+    assert reported == forged, result.stdout
+    for run_id in sorted(forged):  # the rows rebuilt from their journals
+        found = heal_row(engine.services, "default", run_id)
+        assert [d.field for d in found] == ["request_kind"]
+    assert pending(collector) == {"approval": 4, "question": 2, "resolution": 3}
+    result = CliRunner().invoke(app, ["audit", "verify", "--db", db_url, "--all"])
+    assert result.exit_code == 0, result.stdout
+
+
+def test_the_row_names_the_request_the_journal_names(
+    parked: tuple[Store, uw.Engine, dict[str, list[str]]],
+) -> None:
+    store, engine, runs = parked
+    for kind, ids in runs.items():
+        for run_id in ids:
+            row = store.get_run("default", run_id)
+            request = engine.client.pending_request(run_id)
+            assert row is not None and request is not None
+            assert row.request_kind == request.kind == kind
+    engine.client.cancel(runs["approval"][0], by="ops", reason="not needed")
+    asyncio.run(Runner(engine).run_until_idle())
+    row = store.get_run("default", runs["approval"][0])
+    assert row is not None and row.status == "cancelled" and row.request_kind is None
 
 
 @pytest.mark.parametrize("token", [None, "s3cret-metrics-token"])
