@@ -128,7 +128,8 @@ def _fill(url: str, count: int, mix: dict[str, str]) -> None:
     base, _, schema = url.partition("?schema=")
     with psycopg.connect(base, autocommit=True) as conn:
         conn.execute(f'SET search_path TO "{schema}"')
-        conn.execute(_PG_ROWS.format(**mix).encode(),
+        pg_mix = {k: v.replace("%", "%%") for k, v in mix.items()}
+        conn.execute(_PG_ROWS.format(**pg_mix).encode(),
                      {"count": count, "tenant": TENANT, "t0": T0})
         conn.execute("VACUUM ANALYZE runs")
 

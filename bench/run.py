@@ -33,8 +33,8 @@ import imports
 import injection
 import labels
 import listing
-import observe
 import mcp_tools
+import observe
 import openai_agents
 import policy
 import provenance

@@ -1,8 +1,10 @@
 """``/metrics`` stays cheap under load and can be closed.
 
 A scrape counts the runs table's rows and reads no journal. Runs parked for an approval,
-for an answer and for a resolution are counted by kind, as their rows record it. With ``[serve] metrics_token_env`` set, a scrape
-without the token gets a 401 problem. On SQLite and PostgreSQL."""
+for an answer and for a resolution are counted by kind, as their rows record it. A forged
+kind is reported by the audit and rebuilt from the journal. With
+``[serve] metrics_token_env`` set, a scrape without the token gets a 401 problem. On
+SQLite and PostgreSQL."""
 
 from __future__ import annotations
 

@@ -166,7 +166,8 @@ class RowRepair:
             "tenant_id": self.tenant_id, "run_id": self.run_id, "head_seq": self.head_seq,
             "head_hash": self.head_hash, "status": u.status, "step": u.step,
             "wake": u.next_wake_at, "waiting_signal": u.waiting_signal, "error": u.error,
-            "request_kind": u.request_kind, "clear": self.clear_lease, "token": self.token, "now": now,
+            "request_kind": u.request_kind, "clear": self.clear_lease, "token": self.token,
+            "now": now,
             "seen_token": seen.lease_token, "seen_seq": seen.last_seq,
             "seen_status": seen.status,
         }
