@@ -95,7 +95,7 @@ _PG_ROWS = """
 INSERT INTO runs (tenant_id, run_id, flow, status, step, last_seq, last_hash, next_wake_at,
                   waiting_signal, created_at, updated_at, request_kind)
 SELECT %(tenant)s, 'r' || lpad(i::text, 8, '0'),
-       CASE i % 3 WHEN 0 THEN 'invoices' WHEN 1 THEN 'refunds' ELSE 'triage' END,
+       CASE i %% 3 WHEN 0 THEN 'invoices' WHEN 1 THEN 'refunds' ELSE 'triage' END,
        {status}, 'step', 3, 'h', NULL, {signal}, %(t0)s + i * 0.25, %(t0)s + i * 0.25, {kind}
   FROM generate_series(0, %(count)s - 1) AS i
 """

@@ -24,6 +24,7 @@ from ..events import (
     read_tombstone,
 )
 from ..store.base import CoreStore, NewRun, StoredEvent
+from ..store.observation import ObservationStore
 from . import checkpoint
 from .blobs import BlobReader, blob_refs
 from .checks import CHECKPOINT_RACES, JournalChecks
@@ -486,7 +487,10 @@ class Journal(JournalChecks):
             run_id: The run.
             seq: The event's seq.
         """
-        found = self.store.checkpoint_before(tenant_id, run_id, seq)
+        # Kept checkpoints are the observation role's, beside the core (every backend has it).
+        kept = cast(ObservationStore | None,
+                    self.store if hasattr(self.store, "checkpoint_before") else None)
+        found = kept.checkpoint_before(tenant_id, run_id, seq) if kept is not None else None
         if found is not None and found.tail and found.tail[-1].seq == seq:
             start, records = self._trusted(tenant_id, run_id, (found.seq, found.state),
                                            found.tail, past=True)

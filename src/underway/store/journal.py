@@ -111,23 +111,6 @@ class JournalStore(Protocol):
         """The latest checkpoint (its sequence number and bytes), if any."""
         ...
 
-    def checkpoint_before(
-        self, tenant_id: str, run_id: str, seq: int
-    ) -> CheckpointTail | None:
-        """The run's newest checkpoint before ``seq`` with the events from its seq through
-        ``seq``, read together (None: no checkpoint precedes it).
-
-        It may be the current checkpoint or one a newer one replaced: those are kept, so a
-        state deep in a long run is a checkpoint and at most one interval of events away.
-        The caller checks it against the journal as it checks the current one.
-
-        Args:
-            tenant_id: The run's tenant.
-            run_id: The run.
-            seq: The last event wanted; the checkpoint is older.
-        """
-        ...
-
     def delete_checkpoints(self, tenant_id: str, run_id: str | None = None) -> int:
         """Drop checkpoints (they are caches); return how many were removed."""
         ...

@@ -81,29 +81,6 @@ class RunStore(Protocol):
         by tenant and status (what ``/metrics`` reports on a scrape)."""
         ...
 
-    def request_counts(self) -> list[tuple[str, str, int]]:
-        """(tenant, kind, number of runs) of the runs that wait for a person, by what they
-        wait for (``approval``, ``question``, ``resolution``), among waiting and escalated
-        runs, sorted by tenant and kind. It counts entries of one partial index, never
-        reading a journal (what ``/metrics`` reports on a scrape)."""
-        ...
-
-    def status_counts(
-        self, tenant_id: str, statuses: Sequence[str], *, cap: int
-    ) -> dict[str, int]:
-        """How many of the tenant's runs have each status, each counted up to ``cap``.
-
-        A count that reaches ``cap`` means "at least ``cap``". Each status reads at most
-        ``cap`` entries of the (tenant, status) index, so the cost stays flat however many
-        runs the tenant has (what the console's runs page shows above the list).
-
-        Args:
-            tenant_id: The tenant.
-            statuses: The statuses to count.
-            cap: The most runs counted of a status.
-        """
-        ...
-
     def runs_created(
         self, tenant_id: str, *, since: float, until: float, width: float
     ) -> list[tuple[int, str, int]]:
