@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Sequence
@@ -365,6 +366,26 @@ class Journal(JournalChecks):
             return None, []
         return state, [rec for rec, _ in decoded[1:]]
 
+    def _prefetched(self, tenant_id: str, run_id: str, stored: Sequence[StoredEvent],
+                    row: tuple[int, bytes]) -> BlobReader:
+        """A blob reader that already read, in one query, the blobs ``stored`` and the
+        checkpoint ``row`` refer to directly (a decode would ask for them one event at a
+        time)."""
+        fetch = BlobReader(self.store, tenant_id)
+        refs: list[str] = []
+        # A checkpoint that does not open is judged, and refused, later.
+        with contextlib.suppress(Exception):
+            refs += blob_refs(self.codec.open_json(
+                row[1], checkpoint_where(tenant_id, run_id, row[0])))
+        for s in stored:
+            try:
+                refs += blob_refs(self.codec.event_data(
+                    s.payload, event_where(tenant_id, run_id, s.seq, s.type)))
+            except Exception:  # an event that does not open is judged when decoded
+                continue
+        fetch.prefetch(refs)
+        return fetch
+
     def _content(
         self, tenant_id: str, run_id: str, row: tuple[int, bytes],
         fetch: BlobReader | None = None,
@@ -492,8 +513,9 @@ class Journal(JournalChecks):
                     self.store if hasattr(self.store, "checkpoint_before") else None)
         found = kept.checkpoint_before(tenant_id, run_id, seq) if kept is not None else None
         if found is not None and found.tail and found.tail[-1].seq == seq:
+            fetch = self._prefetched(tenant_id, run_id, found.tail, (found.seq, found.state))
             start, records = self._trusted(tenant_id, run_id, (found.seq, found.state),
-                                           found.tail, past=True)
+                                           found.tail, fetch, past=True)
             if start is not None:
                 return states_around(start, records, seq)
         stored = self.store.load_events(tenant_id, run_id)

@@ -281,14 +281,14 @@ SELECT c.run_id, c.seq, c.state, e.seq, e.type, e.payload, encode(e.hash, 'hex')
 -- A run's newest checkpoint before the seq (the current one, or one it replaced, kept in
 -- checkpoint_history by migration 0024) with the events from its seq through the seq;
 -- the state on the first row only. The seq is found on the primary keys alone.
-WITH found AS (
+WITH found AS MATERIALIZED (
     SELECT max(seq) AS seq FROM (
         SELECT seq FROM checkpoints
          WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s AND seq < %(seq)s
         UNION ALL
         SELECT max(seq) FROM checkpoint_history
          WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s AND seq < %(seq)s) AS s
-), c AS (
+), c AS MATERIALIZED (
     (SELECT seq, state FROM checkpoints
       WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s
         AND seq = (SELECT seq FROM found)
@@ -298,10 +298,14 @@ WITH found AS (
         AND seq = (SELECT seq FROM found))
     LIMIT 1
 )
+-- LATERAL: the events are an index range from the checkpoint's seq, never a scan from 1.
 SELECT c.seq, CASE WHEN e.seq = c.seq THEN c.state END, e.seq, e.type, e.payload,
        encode(e.hash, 'hex') AS hash
-  FROM c JOIN events e ON e.tenant_id = %(tenant_id)s AND e.run_id = %(run_id)s
-                      AND e.seq >= c.seq AND e.seq <= %(seq)s
+  FROM c CROSS JOIN LATERAL (
+        SELECT seq, type, payload, hash FROM events
+         WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s
+           AND seq >= c.seq AND seq <= %(seq)s
+         ORDER BY seq) AS e
  ORDER BY e.seq
 
 -- name: fork_parent
