@@ -39,6 +39,7 @@ from pydantic import BaseModel
 import underway as uw
 from common import Figure, median, pg_schema, sqlite_dir
 from underway.apikeys import issue_key
+from underway.effects import ModelReply
 from underway.journal import Journal
 from underway.journal._journal import states_around
 from underway.journal.state import RunState
@@ -62,21 +63,39 @@ PAGE = "/runs?status=completed"
 runs' rows of this database have none)."""
 
 
-class Count(BaseModel):
+class Turns(BaseModel):
     n: int = 0
-    notes: list[int] = []
 
 
-deep_flow: uw.Flow[Count, Any] = uw.Flow("deep", state=Count, signals=["poke"])
-STEPS = (DEEP_EVENTS - 2) // 3
-"""Three events a step (start, a journaled random value, completion), the start's two."""
+class Echo:
+    """A model that answers at once, with usage (as the console benchmark's)."""
+
+    name = "bench-model"
+
+    async def complete(self, request: Any) -> ModelReply:
+        return ModelReply({"text": "noted", "request": request}, "bench-model", 50, 10, 0.001)
+
+
+@uw.tool(read_only=True)
+async def look(args: Turns) -> dict[str, Any]:
+    """A lookup with a small result."""
+    return {"n": args.n, "note": "nothing to report " * 3}
+
+
+deep_flow: uw.Flow[Turns, Any] = uw.Flow("deep", state=Turns, tools=[look], signals=["poke"])
+STEPS = (DEEP_EVENTS - 4) // 4
+"""Four events a step (start, a tool call, a model call, completion), as the console
+benchmark's run: the start's two, the first step's clock reading and the final wait."""
 
 
 @deep_flow.step(start=True)
-async def tick(ctx: uw.RunContext[Count, Any]) -> Any:
+async def turn(ctx: uw.RunContext[Turns, Any]) -> Any:
+    if ctx.state.n == 0:
+        ctx.now()
+    await ctx.call(look, {"n": ctx.state.n})
+    await ctx.model(Echo(), {"prompt": f"turn {ctx.state.n}"})
     ctx.state.n += 1
-    ctx.state.notes = [*ctx.state.notes[-19:], int(ctx.random() * 1000)]
-    return ctx.goto(tick) if ctx.state.n < STEPS else ctx.wait("poke", then=tick)
+    return ctx.goto(turn) if ctx.state.n < STEPS else ctx.wait("poke", then=turn)
 
 
 # One statement a database: the mix of statuses of the listing (i % 10) and of the
