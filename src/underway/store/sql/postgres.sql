@@ -233,7 +233,7 @@ SELECT DISTINCT tenant_id COLLATE "C" AS tenant_id FROM runs ORDER BY 1
 SELECT tenant_id COLLATE "C" AS tenant_id, status, COUNT(*) FROM runs GROUP BY 1, 2 ORDER BY 1, 2
 
 -- name: request_counts
--- Entries of the partial index runs_requests (migration 0022): runs that wait for a person.
+-- Entries of the partial index runs_requests (migration 0023): runs that wait for a person.
 SELECT tenant_id COLLATE "C" AS tenant_id, request_kind, COUNT(*) FROM runs
  WHERE request_kind IS NOT NULL AND status IN ('waiting', 'escalated')
  GROUP BY 1, 2 ORDER BY 1, 2
@@ -279,7 +279,7 @@ SELECT c.run_id, c.seq, c.state, e.seq, e.type, e.payload, encode(e.hash, 'hex')
 
 -- name: checkpoint_before
 -- A run's newest checkpoint before the seq (the current one, or one it replaced, kept in
--- checkpoint_history by migration 0024) with the events from its seq through the seq;
+-- checkpoint_history by migration 0025) with the events from its seq through the seq;
 -- the state on the first row only. The seq is found on the primary keys alone.
 WITH found AS MATERIALIZED (
     SELECT max(seq) AS seq FROM (

@@ -32,7 +32,7 @@ SELECT * FROM runs WHERE tenant_id = :tenant_id AND run_id = :run_id
 -- A page of a tenant's runs, newest first, read in order from the listing index (0008)
 -- from the cursor on: the time bounds are always given (infinite when not asked), so they
 -- are a range of the index, and the page stops at :limit, however many runs the tenant has.
--- A status, a flow or both have their own query, each on an index in the same order (0023).
+-- A status, a flow or both have their own query, each on an index in the same order (0024).
 SELECT * FROM runs
  WHERE tenant_id = :tenant_id
    AND created_at >= :since AND created_at < :until AND created_at <= :after_at
@@ -145,7 +145,7 @@ SELECT DISTINCT tenant_id FROM runs ORDER BY tenant_id
 SELECT tenant_id AS tenant_id, status, COUNT(*) FROM runs GROUP BY 1, 2 ORDER BY 1, 2
 
 -- name: request_counts
--- Entries of the partial index runs_requests (migration 0022): runs that wait for a person.
+-- Entries of the partial index runs_requests (migration 0023): runs that wait for a person.
 SELECT tenant_id, request_kind, COUNT(*) FROM runs
  WHERE request_kind IS NOT NULL AND status IN ('waiting', 'escalated')
  GROUP BY 1, 2 ORDER BY 1, 2
@@ -191,7 +191,7 @@ SELECT c.run_id, c.seq, c.state, e.seq, e.type, e.payload, lower(hex(e.hash)) AS
 
 -- name: checkpoint_before
 -- A run's newest checkpoint before :seq (the current one, or one it replaced, kept in
--- checkpoint_history by migration 0024) with the events from its seq through :seq;
+-- checkpoint_history by migration 0025) with the events from its seq through :seq;
 -- the state on the first row only. The seq is found on the primary keys alone.
 WITH found AS (
     SELECT max(seq) AS seq FROM (
