@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 
 import agent
+import big_values
 import budget_ledger
 import client_http
 import console
@@ -72,6 +73,11 @@ GROUPS: dict[str, list[tuple[str, Callable[[], list[Figure]]]]] = {
     "resume": [
         ("SQLite resume latency", resume.bench_sqlite),
         ("PostgreSQL resume latency", resume.bench_postgres),
+    ],
+    "big_values": [
+        ("SQLite 200 MB tool result: worker RSS and other runs' steps", big_values.bench_sqlite),
+        ("PostgreSQL 200 MB tool result: worker RSS and other runs' steps",
+         big_values.bench_postgres),
     ],
     "storage": [
         ("SQLite bytes per turn", storage.bench_sqlite),

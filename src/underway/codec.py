@@ -38,15 +38,26 @@ from __future__ import annotations
 
 import base64
 import binascii
-import functools
 import hashlib
 import json
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
-from .errors import IntegrityError, KeyUnavailable, UnderwayError
+from . import _chunked as chunked
+from ._where import UNSEALED as UNSEALED
+from ._where import Where as Where
+from ._where import blob_where as blob_where
+from ._where import checkpoint_where as checkpoint_where
+from ._where import event_where as event_where
+from ._where import knowledge_where as knowledge_where
+from ._where import run_error_where as run_error_where
+from ._where import schedule_where as schedule_where
+from ._where import signal_where as signal_where
+from ._where import stream_where as stream_where
+from .errors import IntegrityError, KeyUnavailable, UnderwayError, ValueTooLarge
 from .events import JSON, canonical_json
 
 __all__ = ["Codec", "Sealer", "Where", "blob_key", "is_sealed"]
@@ -71,111 +82,6 @@ _BOX = bytes([SEALED_VERSION])
 
 BlobFetcher = Callable[[list[str]], Mapping[str, bytes]]
 """Fetches blob bytes by address; missing addresses are simply absent from the result."""
-
-
-class Where(NamedTuple):
-    """What a stored payload is and where it lives: the identity its ciphertext is bound
-    to (the associated data of the seal), so sealed bytes copied to another row, run,
-    seq or tenant fail to open.
-
-    ``kind``: ``event``, ``checkpoint``, ``blob``, ``signal``, ``schedule``, ``knowledge``,
-    ``stream_delta``;
-    ``ident``: the row's identity within the tenant (an event's run, seq and type; a
-    blob's address; a signal's id and name...); ``run_id``: the run the payload belongs
-    to, when it belongs to one; ``subject``: the data subject it is about, when known —
-    it is then sealed under the subject's key, which erasing the subject destroys. Neither
-    is part of the associated data: the key a box names is what opens it."""
-
-    kind: str
-    tenant_id: str
-    ident: tuple[str | int, ...] = ()
-    run_id: str | None = None
-    subject: str | None = None
-
-    def what(self) -> str:
-        """The payload, in words: ``an event of tenant 'acme'``."""
-        article = "an" if self.kind[:1] in "aeiou" else "a"
-        return f"{article} {self.kind.replace('_', ' ')} of tenant {self.tenant_id!r}"
-
-    def aad(self) -> bytes:
-        """The associated data a seal of this payload is bound to: each part of the
-        identity as a netstring (``<length>:<text>,``; an integer as ``#<digits>``), so no
-        two identities encode alike."""
-        ident = self.ident
-        if not ident or type(ident[0]) is not str:
-            return _aad_head(self.kind, self.tenant_id, None) + _aad_parts(ident)
-        # The head (kind, tenant, first part: a run's id for its events) repeats across a
-        # run's payloads: it is made once.
-        return _aad_head(self.kind, self.tenant_id, ident[0]) + _aad_parts(ident[1:])
-
-
-@functools.lru_cache(maxsize=4096)
-def _aad_head(kind: str, tenant_id: str, first: str | None) -> bytes:
-    text = f"underway/1:{len(kind)}:{kind},{len(tenant_id)}:{tenant_id},"
-    return (text if first is None else f"{text}{len(first)}:{first},").encode()
-
-
-def _aad_parts(parts: tuple[str | int, ...]) -> bytes:
-    text = ""
-    for p in parts:
-        text += f"{len(p)}:{p}," if type(p) is str else f"#{p},"
-    return text.encode()
-
-
-UNSEALED = Where("unsealed", "")
-"""What a writer may pass as the identity of a payload when its codec seals nothing (it is
-never read then), sparing the making of one per event."""
-
-
-def event_where(tenant_id: str, run_id: str, seq: int, event_type: str,
-                subject: str | None = None) -> Where:
-    """Where the event of ``run_id`` at ``seq`` lives: its sealed data is bound to the
-    tenant, run, seq and type (``subject``: the run's data subject)."""
-    return Where("event", tenant_id, (run_id, seq, event_type), run_id, subject)
-
-
-def checkpoint_where(tenant_id: str, run_id: str, seq: int,
-                     subject: str | None = None) -> Where:
-    """Where the run's checkpoint of ``seq`` lives."""
-    return Where("checkpoint", tenant_id, (run_id, seq), run_id, subject)
-
-
-def blob_where(tenant_id: str, key: str, run_id: str | None = None,
-               subject: str | None = None) -> Where:
-    """Where the tenant's blob at address ``key`` lives (``run_id``: the run writing it;
-    ``subject``: the data subject it is about)."""
-    return Where("blob", tenant_id, (key,), run_id, subject)
-
-
-def signal_where(tenant_id: str, signal_id: str, name: str,
-                 subject: str | None = None) -> Where:
-    """Where a signal's payload lives: bound to its tenant, id and name. Not to its run:
-    an outside event's run is chosen in the store's transaction, after its payload is
-    sealed (a signed decision names its run inside, and is verified against it).
-    ``subject``: the data subject of the run it goes to, when the sender knows it."""
-    return Where("signal", tenant_id, (signal_id, name), None, subject)
-
-
-def schedule_where(tenant_id: str, name: str) -> Where:
-    """Where the input of the tenant's schedule ``name`` lives."""
-    return Where("schedule", tenant_id, (name,))
-
-
-def run_error_where(tenant_id: str, run_id: str, subject: str | None = None) -> Where:
-    """Where the run row's ``error`` (why it failed, stopped or escalated) lives."""
-    return Where("run_error", tenant_id, (run_id,), run_id, subject)
-
-
-def stream_where(tenant_id: str, run_id: str, key: str, attempt: int,
-                 subject: str | None = None) -> Where:
-    """Where a delta of the live stream of call ``key`` (its ``attempt``) lives."""
-    return Where("stream_delta", tenant_id, (run_id, key, attempt), run_id, subject)
-
-
-def knowledge_where(tenant_id: str, record_id: str, subject: str | None = None) -> Where:
-    """Where the tenant's knowledge record ``record_id`` lives (``subject``: the data
-    subject it is about)."""
-    return Where("knowledge", tenant_id, (record_id,), None, subject)
 
 
 class Sealer(Protocol):
@@ -248,10 +154,16 @@ class Codec:
     a journal is read on a store's I/O threads while the event loop encodes. The cache of
     blobs read and written is shared under a lock.
 
+    A string longer than ``chunk_bytes`` characters is a chunked blob, encoded, hashed,
+    written and read a chunk at a time (:mod:`underway._chunked`).
+
     Args:
         threshold: The size in bytes above which a value is moved into a blob.
         sealer: Seals and opens payloads; None stores them as they are.
         cache_size: The most blobs kept in the cache.
+        chunk_bytes: Strings longer than this are stored in chunks of about this size.
+        max_value_bytes: The most bytes one stored value's canonical JSON may have; a
+            larger one raises :class:`~underway.errors.ValueTooLarge`.
     """
 
     def __init__(
@@ -260,10 +172,17 @@ class Codec:
         threshold: int = DEFAULT_BLOB_THRESHOLD,
         sealer: Sealer | None = None,
         cache_size: int = 4096,
+        chunk_bytes: int = chunked.DEFAULT_CHUNK_BYTES,
+        max_value_bytes: int = chunked.DEFAULT_MAX_VALUE_BYTES,
     ) -> None:
         self.threshold = threshold
         self.sealer = sealer
         """Seals and opens payloads (None: they are stored as they are)."""
+        self.chunk_bytes = chunk_bytes
+        self.max_value_bytes = max_value_bytes
+        self._large: dict[tuple[int, str, str | None], chunked.LargeBlob] = {}
+        """Chunked blobs made lately, by the string's id, tenant and subject: a value in a
+        call's result, the state's patch and the checkpoint is hashed once."""
         self._cache: OrderedDict[str, bytes] = OrderedDict()
         self._cache_size = cache_size
         self._cache_lock = threading.Lock()
@@ -340,14 +259,17 @@ class Codec:
             where: Where it is kept.
         """
         if self.sealer is None:
-            raw = canonical_json(env)
-            # A small event has no part over the threshold; '"$' would need escaping.
-            if len(raw) > self.threshold or b'"$' in raw:
+            # A small event has no part over the threshold; '"$' would need escaping. While
+            # a chunked value is about, nothing is encoded whole first.
+            raw = b"" if self._large else canonical_json(env)
+            if not raw or len(raw) > self.threshold or b'"$' in raw:
+                del raw
                 env["data"] = self.externalize(env["data"], blobs, where)
                 raw = canonical_json(env)
             return raw
-        data = canonical_json(env["data"])
-        if len(data) > self.threshold or b'"$' in data:
+        data = b"" if self._large else canonical_json(env["data"])
+        if not data or len(data) > self.threshold or b'"$' in data:
+            del data
             data = canonical_json(self.externalize(env["data"], blobs, where))
         header = canonical_json({k: v for k, v in env.items() if k != "data"})
         return header + b"\x00" + self.sealer.seal(data, where)
@@ -365,6 +287,8 @@ class Codec:
     def _store(
         self, raw: bytes, blobs: dict[str, bytes], where: Where, *, node: bool = False
     ) -> str:
+        if len(raw) > self.max_value_bytes:
+            raise ValueTooLarge(f"a value of {where.what()}", len(raw), self.max_value_bytes)
         if self.sealer is None:
             key = blob_key(raw)
             blobs[key] = raw
@@ -390,12 +314,16 @@ class Codec:
         it) at one C-speed encode per message instead of a Python walk of every field."""
         if isinstance(value, str):
             size = len(value) + 2
+            if len(value) > self.chunk_bytes and size > self.threshold:
+                blob = self.large_blob(value, where)
+                blobs[blob.key] = blob
+                return {"$blob": blob.key}, 80, None
             if size > self.threshold:
                 return {"$blob": self._store(canonical_json(value), blobs, where)}, 80, None
             return value, size, None
         if isinstance(value, dict):
             try:
-                raw = canonical_json(value)
+                raw = None if self._large else canonical_json(value)
             except (TypeError, ValueError):
                 raw = None
             if raw is not None and len(raw) <= self.threshold and b'"$' not in raw:
@@ -432,6 +360,47 @@ class Codec:
         if type(value) is int:
             return value, len(repr(value)), None
         return value, len(json.dumps(value)), None
+
+    def large_blob(self, value: str, where: Where, what: str | None = None,
+                   ) -> chunked.LargeBlob:
+        """The chunked blob of a long string, hashed a chunk at a time.
+
+        It is hashed once: remembered while the string is held elsewhere. Its chunks are
+        made only when written. Slow for a large value: call it off the event loop.
+
+        Args:
+            value: The string.
+            where: Where it is kept (its tenant, run and data subject).
+            what: The value, in words, for the error when it is too large.
+
+        Raises:
+            ValueTooLarge: Its canonical JSON is over :attr:`max_value_bytes`.
+        """
+        # Unsealed, the address is the SHA-256 of the content: the same for every tenant
+        # (and an unsealed event's place names none).
+        memo = ((id(value), "", None) if self.sealer is None
+                else (id(value), where.tenant_id, where.subject))
+        with self._cache_lock:
+            self._forget_large()
+            found = self._large.get(memo)
+        if found is None:
+            found = chunked.make(value, where, self.sealer, self.chunk_bytes,
+                                 self.max_value_bytes, what)
+            with self._cache_lock:
+                self._large[memo] = found
+        return found
+
+    def _forget_large(self) -> None:
+        """Drop the chunked blobs whose string nobody else holds (call under the lock)."""
+        for memo, blob in list(self._large.items()):
+            # Two references: the blob's own, and getrefcount's argument.
+            if sys.getrefcount(blob.value) <= 2:
+                del self._large[memo]
+
+    def forget_large(self) -> None:
+        """Drop the chunked blobs remembered whose string nobody else holds."""
+        with self._cache_lock:
+            self._forget_large()
 
     # -- decode -------------------------------------------------------------------------
     def decode(self, stored: bytes, fetch: BlobFetcher, where: Where) -> JSON:
@@ -479,6 +448,8 @@ class Codec:
         if isinstance(value, dict):
             if "$blob" in value and len(value) == 1:
                 raw = self._get(value["$blob"], fetch, tenant_id)
+                if chunked.is_manifest(raw):
+                    return self.read_large(value["$blob"], raw, fetch, tenant_id)
                 return self._internalize(json.loads(raw), fetch, tenant_id)
             if "$chain" in value and len(value) == 2:
                 return self._read_chain(value["$chain"], int(value["n"]), fetch, tenant_id)
@@ -513,9 +484,42 @@ class Codec:
         found = fetch([key]).get(key)
         if found is None:
             raise IntegrityError(f"blob {key} is referenced but missing from the store")
+        if chunked.is_manifest(found):
+            return found  # read by read_large, never cached whole
         raw = self.open_blob(found, key, tenant_id)
         self._remember(key, raw)
         return raw
+
+    def read_large(self, key: str, stored: bytes, fetch: BlobFetcher, tenant_id: str) -> JSON:
+        """The value of a chunked blob, read a chunk at a time.
+
+        Args:
+            key: The blob's address.
+            stored: Its manifest row.
+            fetch: A :class:`~underway.journal.blobs.BlobReader`: reads the chunks and
+                keeps the value for the other decodes it serves.
+            tenant_id: The blob's tenant.
+        """
+        values = getattr(fetch, "values", None)
+        if values is not None and key in values:
+            return values[key]
+        with self._cache_lock:
+            self._forget_large()
+            held = next((b.value for b in self._large.values() if b.key == key), None)
+        if held is not None:
+            return held  # written by this process and still in memory: not read again
+        chunk = getattr(fetch, "chunk", None)
+        if chunk is None:
+            raise IntegrityError(f"blob {key} is stored in chunks, which this reader "
+                                 "cannot read (read it through a journal)")
+
+        def open_chunk(box: bytes, i: int, n: int) -> bytes:
+            return self.open(box, Where("blob_chunk", tenant_id, (key, i, n)))
+
+        value = chunked.read_str(key, stored, chunk(key), open_chunk)
+        if values is not None:
+            values[key] = value
+        return value
 
     def open_blob(self, stored: bytes, key: str, tenant_id: str) -> bytes:
         """The content of a blob.
@@ -530,11 +534,15 @@ class Codec:
         """
         if is_sealed(stored):
             return self.open(box_of(stored), blob_where(tenant_id, key))
+        if chunked.is_manifest(stored):
+            raise IntegrityError(f"blob {key} is stored in chunks: read it with read_large")
         if blob_key(stored) != key:
             raise IntegrityError(f"blob {key} does not match its content hash")
         return stored
 
     def _remember(self, key: str, raw: bytes) -> None:
+        if len(raw) > self.chunk_bytes:
+            return  # a large object's blob is not kept: the cache would hold it for long
         with self._cache_lock:
             self._cache[key] = raw
             self._cache.move_to_end(key)

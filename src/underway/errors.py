@@ -44,6 +44,8 @@ elsewhere names its module in brackets, under ``underway``::
     ├── KeyUnavailable          no key here opens an encrypted payload; readers show
     │   │                       ``[encrypted]``
     │   └── SubjectErased       the payload's data subject was erased
+    ├── ValueTooLarge           a value is over the size limit for one stored value;
+    │                           also a ValueError
     ├── IntegrityError          stored data fails its hash or schema checks
     │   └── ResultInvalid       a journaled tool result no longer fits its model
     ├── MalformedRecord         a line of the anchor log is not a record; also a
@@ -379,6 +381,27 @@ class SubjectErased(KeyUnavailable):
     is sealed (a run for it is refused)."""
 
 
+class ValueTooLarge(UnderwayError, ValueError):
+    """A value is larger than the most one stored value may be (``Codec.max_value_bytes``,
+    ``[blobs] max_value_bytes`` in underway.toml). Nothing of it was stored.
+
+    Args:
+        what: The value, in words (``the result of tool 'fetch' (call <key>)``).
+        size: Its encoded size in bytes (at least this; counting stopped past the limit).
+        limit: The limit in bytes.
+    """
+
+    def __init__(self, what: str, size: int, limit: int) -> None:
+        super().__init__(
+            f"{what} is {size:,} bytes encoded, over the limit of {limit:,} bytes for one "
+            "stored value; nothing of it was stored. Return less (a reference to where the "
+            "data lives, or a part of it), or raise [blobs] max_value_bytes"
+        )
+        self.what = what
+        self.size = size
+        self.limit = limit
+
+
 class IntegrityError(UnderwayError):
     """Stored data does not match its hash, chain or schema."""
 
@@ -463,4 +486,5 @@ __all__ = [
     "StoreError",
     "ToolCallError",
     "UnderwayError",
+    "ValueTooLarge",
 ]

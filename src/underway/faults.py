@@ -40,6 +40,7 @@ POINTS = (
     "bulk.after_action",
     "spans.before_send",
     "spans.after_send",
+    "blob.after_chunk",
 )
 """Every fault point the engine, the retention sweep, an erasure and the queue and mail
 consumers pass (``group.uncommitted`` inside a group commit's transaction, before it
@@ -49,7 +50,8 @@ anything activates it; ``intake.after_commit`` after a message's intake committe
 it is acknowledged or filed as seen; ``bulk.before_action`` and ``bulk.after_action``
 around each run's action in a bulk operation; ``spans.before_send`` and
 ``spans.after_send`` around the sending of a batch of spans, before its runs' span cursors
-move)."""
+move; ``blob.after_chunk`` after each chunk of a large value is written, before the event
+that refers to it)."""
 
 _remaining = int(os.environ.get("UNDERWAY_CRASH_AFTER", "0") or 0)
 _only = frozenset(p for p in os.environ.get("UNDERWAY_CRASH_POINTS", "").split(",") if p)

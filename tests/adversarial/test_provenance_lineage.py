@@ -230,3 +230,42 @@ def test_a_run_an_outside_event_started_does_not_trust_its_goal(db_url: str) -> 
     # The currency is the tool's own default: a constant, trusted.
     assert {h["arg"] for h in req.evidence["held_by"]} == {"iban", "amount"}
     bench.close()
+
+
+# -- forks -------------------------------------------------------------------------------
+
+def _forked_after_the_mail(db_url: str, then: ModelResponse) -> tuple[Bench, str, str]:
+    """A run that read the mail and parked on a timer, and its fork at its last event; the
+    fork's model then answers ``then``. Both are driven to a stop."""
+    bench = Bench(db_url)
+    wait = say(None, ("wait", {"seconds": 60, "reason": "let the bank confirm"}))
+    run_id = bench.run(turns(READ, wait, then, DONE))
+    assert bench.state(run_id).status == "waiting"
+    head = bench.engine.journal.history("default", run_id)[-1].seq
+    fork = bench.engine.client.fork(run_id, at_seq=head, by="ops@acme", reason="what if")
+    bench.clock.advance(61)
+    bench.drive()
+    return bench, run_id, fork.run_id
+
+
+def test_a_fork_after_an_untrusted_read_holds_what_the_mail_shaped(db_url: str) -> None:
+    # The fork starts from the state the mail already entered: its values keep their
+    # provenance, so the attacker's account is held in the fork as in the run itself.
+    bench, run_id, fork = _forked_after_the_mail(db_url, pay_to(ATTACKER_IBAN, 95000))
+    for run in (run_id, fork):
+        req = assert_held_for(bench, run, "pay", "iban", "read_email")
+        assert {h["arg"] for h in req.evidence["held_by"]} >= {"iban"}
+    assert bench.state(fork).state["taint"] == bench.state(run_id).state["taint"]
+    bench.close()
+
+
+def test_a_fork_after_an_untrusted_read_keeps_what_the_user_asked_trusted(
+    db_url: str,
+) -> None:
+    # What the goal states stays trusted in the fork: the payment the user asked for runs
+    # there with nobody asked, after the mail was read.
+    bench, run_id, fork = _forked_after_the_mail(db_url, pay_to(ACME_IBAN))
+    for run in (run_id, fork):
+        assert_ran_alone(bench, run, "pay")
+        assert bench.state(run).status == "completed"
+    bench.close()

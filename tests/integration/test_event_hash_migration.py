@@ -70,6 +70,7 @@ def as_before_0017(url: str) -> None:
         q("DROP TABLE run_labels")
         q("DROP TABLE span_exports")
         q("DROP TABLE stream_deltas")
+        q("DROP TABLE blob_chunks")
         q("DELETE FROM underway_schema_version WHERE version >= 17")
 
 

@@ -7,7 +7,8 @@ them, the ``[policy]`` file, per-tenant ``[budgets]``, ``[telemetry]`` (Promethe
 metrics, OpenTelemetry traces and their exporter), ``[approvals]`` (signed
 resolutions), ``[anchoring]``, ``[residency]`` (a database per region, the region of
 each tenant), ``[retention]`` (how long finished runs' payloads are kept) and
-``[encryption]`` (encryption at rest). An unknown key, a value of the wrong type, a
+``[encryption]`` (encryption at rest) and ``[blobs]`` (the size limit of one value, and
+the chunks large values are stored in). An unknown key, a value of the wrong type, a
 missing file or an unset secret variable is a :class:`ConfigError` naming the file, the
 key (``notifier.webhook.url``) and the problem. The ``make_*`` methods of
 :class:`Config` build the objects an :class:`~underway.Engine` takes, so a program that
@@ -20,6 +21,7 @@ from ._config import DEFAULT_FILE, Config, ConfigError, find_config, load_config
 from ._sections import (
     AnchoringSection,
     ApprovalsSection,
+    BlobsSection,
     BudgetSection,
     BudgetsSection,
     EncryptionSection,
@@ -42,6 +44,7 @@ __all__ = [
     "DEFAULT_FILE",
     "AnchoringSection",
     "ApprovalsSection",
+    "BlobsSection",
     "BudgetSection",
     "BudgetsSection",
     "Config",

@@ -225,6 +225,9 @@ class Config(Sections):
             except BaseException:
                 store.close()
                 raise
+        if store is not None:
+            store.codec.max_value_bytes = self.blobs.max_value_bytes
+            store.codec.chunk_bytes = self.blobs.chunk_bytes
         return store
 
     def _open_store(self, migrate: bool) -> Store | None:

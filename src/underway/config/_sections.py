@@ -366,6 +366,18 @@ DatabaseUrl = Annotated[Name, BeforeValidator(_database)]
 """A database URL; a relative SQLite path is relative to the config file's directory."""
 
 
+class BlobsSection(Section):
+    """``[blobs]``: how large values are stored (see docs/architecture.md#large-values)."""
+
+    max_value_bytes: int = Field(default=256 * 1024 * 1024, ge=1024)
+    """The most bytes one value's canonical JSON may have (a tool's result, a value in the
+    state): a larger one fails its call (or its step) with ``ValueTooLarge``, and
+    nothing of it is stored. Default 256 MiB."""
+    chunk_bytes: int = Field(default=1024 * 1024, ge=1024)
+    """Strings longer than this are stored in chunks of about this many bytes, written and
+    read a chunk at a time. Default 1 MiB."""
+
+
 class ResidencySection(Section):
     """``[residency]``: one database per region (``regions``: region name to database
     URL), the region of each tenant (``tenants``: tenant id to region name) and the
@@ -413,6 +425,7 @@ class Sections(Section):
     retention: RetentionSection | None = None
     residency: ResidencySection | None = None
     encryption: EncryptionSection | None = None
+    blobs: BlobsSection = BlobsSection()
 
     @model_validator(mode="after")
     def _one_place_for_data(self) -> Sections:

@@ -63,6 +63,12 @@ class Envelope:
         key = self.keys.active(where.tenant_id, _scope(where))
         return hmac.new(key.address_key, raw, hashlib.sha256).hexdigest()
 
+    def address_hasher(self, where: Where) -> hmac.HMAC:
+        """The keyed hash :meth:`address` finishes, to be fed a large blob a chunk at a
+        time (:meth:`underway.codec.Codec.large_blob`)."""
+        key = self.keys.active(where.tenant_id, _scope(where))
+        return hmac.new(key.address_key, digestmod=hashlib.sha256)
+
     def terms(self, tenant_id: str, words: Sequence[str], *, every_key: bool) -> list[str]:
         """Blind index terms of ``words``, under the tenant's own keys.
 
@@ -159,7 +165,9 @@ def encrypt(store: Store, provider: KeyProvider, *, refresh: float = 5.0) -> Env
         The envelope.
     """
     envelope = Envelope(DataKeys(store, provider, refresh=refresh))
-    store.codec = Codec(threshold=store.codec.threshold, sealer=envelope)
+    store.codec = Codec(threshold=store.codec.threshold, sealer=envelope,
+                        chunk_bytes=store.codec.chunk_bytes,
+                        max_value_bytes=store.codec.max_value_bytes)
     return envelope
 
 
@@ -174,5 +182,7 @@ def refuse_plaintext(store: Store, why: str) -> bool:
     how to give keys); True when it did."""
     if store.codec.sealer is not None or not is_encrypted(store):
         return False
-    store.codec = Codec(threshold=store.codec.threshold, sealer=NoKeys(why))
+    store.codec = Codec(threshold=store.codec.threshold, sealer=NoKeys(why),
+                        chunk_bytes=store.codec.chunk_bytes,
+                        max_value_bytes=store.codec.max_value_bytes)
     return True

@@ -11,12 +11,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from .. import events as ev
 from .. import faults
+from .._chunked import LargeBlob
 from ..codec import run_error_where
 from ..guard.budgets import Usage
 from ..journal.projection import expected_update, labels_set
 from ..journal.state import Recorded, RunState, apply
 from ..redaction import Hidden
-from ..store.base import AppendBatch, Lease, RunRecord
+from ..store.base import AppendBatch, CoreStore, Lease, RunRecord
 from ._outbox import outbox
 from ._stops import Unencodable
 
@@ -129,6 +130,11 @@ class Activation:
                 f"{', '.join(kinds)}; return and record only JSON values"
             ) from exc
         fresh = svc.journal.unknown_blobs(s.tenant_id, blobs)
+        for blob in fresh.values():
+            if isinstance(blob, LargeBlob) and not blob.written:
+                # Written before the batch, a chunk a transaction on the store's I/O
+                # thread: the other runs' commits go between them, none waits for all.
+                await self.store(_write_chunks, svc.store, s.tenant_id, blob)
         now = svc.clock.now()
         # The run row is a projection: a step that leaves the run ready and leased changes
         # nothing a reader of the row needs, so only its events are written.
@@ -162,6 +168,8 @@ class Activation:
         if batch.signals:
             faults.point("signals.after_commit")
         svc.journal.remember(s.tenant_id, fresh)
+        if blobs:
+            svc.journal.codec.forget_large()
         self.last_hash = stored[-1].hash
         if svc.metrics.enabled:
             svc.metrics.committed(s.tenant_id, s.run_id, s.flow, taken)
@@ -174,3 +182,9 @@ class Activation:
         del self.after_commit[:len(todo)]
         return todo
 
+
+def _write_chunks(store: CoreStore, tenant_id: str, blob: LargeBlob) -> None:
+    """Write a chunked blob's chunks (on the store's I/O thread), once."""
+    if not blob.written:
+        store.write_blob_chunks(tenant_id, blob.key, blob.chunks())
+        blob.written = True

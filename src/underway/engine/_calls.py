@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from .. import events as ev
 from .. import faults
+from ..codec import blob_where
 from ..effects import (
     CallInfo,
     Tool,
@@ -23,7 +24,13 @@ from ..effects import (
     idempotency_key,
 )
 from ..egress import Egress
-from ..errors import ConfigurationError, NonDeterminismError, ToolCallError, is_store_failure
+from ..errors import (
+    ConfigurationError,
+    NonDeterminismError,
+    ToolCallError,
+    ValueTooLarge,
+    is_store_failure,
+)
 from ..events import JSON, canonical_json
 from ..guard.approvals.check import check_approval
 from ..guard.intent import CallIntent
@@ -470,13 +477,30 @@ class StepExecution(ModelCalls):
         self._egress_refused(call, egress)
         faults.point("effect.after_run")
         latency = (time.perf_counter() - began) * 1000
+        codec = self._act.services.journal.codec
+        what = f"the result of tool {t.name!r} (call {key})"
         try:
             if t.result_model is not None:
                 result = t.result_model.model_validate(result).model_dump(mode="json")
-            if type(result) not in _ALWAYS_JSON:
-                canonical_json(result)
+            if type(result) is str and len(result) > max(codec.chunk_bytes, codec.threshold):
+                # Measured and hashed a chunk at a time, off the event loop: the commit
+                # finds its blob made.
+                s = self._act.state
+                await self._act.services.io(
+                    codec.large_blob, result,
+                    blob_where(s.tenant_id, "", s.run_id, s.subject), what)
+            elif type(result) not in _ALWAYS_JSON:
+                size = len(canonical_json(result))
+                if size > codec.max_value_bytes:
+                    raise ValueTooLarge(what, size, codec.max_value_bytes)
         except ValidationError as exc:
             self._schema_failed(t, key, index, "result", exc)
+        except ValueTooLarge as exc:
+            self._act.buffer(ev.ToolFailed(
+                key=key, tool=t.name, index=index, args_hash=h, error_type="ValueTooLarge",
+                message=str(exc), retryable=False, latency_ms=latency,
+            ))
+            raise ToolCallError(t.name, "ValueTooLarge", str(exc), retryable=False) from exc
         except (TypeError, ValueError) as exc:
             self._act.buffer(ev.SchemaValidationFailed(
                 key=key, tool=t.name, index=index, where="result",

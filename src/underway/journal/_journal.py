@@ -62,7 +62,9 @@ class Journal(JournalChecks):
             return self._codec
         base = self.store.codec
         if self._like is None or self._like[0] is not base:
-            self._like = (base, Codec(threshold=base.threshold, sealer=base.sealer))
+            self._like = (base, Codec(threshold=base.threshold, sealer=base.sealer,
+                                      chunk_bytes=base.chunk_bytes,
+                                      max_value_bytes=base.max_value_bytes))
         return self._like[1]
 
     # -- writing ------------------------------------------------------------------------
@@ -275,6 +277,7 @@ class Journal(JournalChecks):
     ) -> tuple[RunState, str, CheckpointRefused | None]:
         """``found``, once the key its run's data subject is sealed under is at hand (a
         load runs off the event loop; the commits that follow then read nothing)."""
+        self.codec.forget_large()
         if found[0].subject is not None:
             self.codec.prepare(found[0].tenant_id, found[0].subject)
         return found

@@ -224,7 +224,9 @@ class JournalChecks:
         except Exception as exc:
             return (f"sealed payload does not open under its key here: altered, or moved "
                     f"from another place ({exc})")
-        broken = broken_blob(data, fetch, seen, content=content)
+        broken = broken_blob(data, fetch, seen, content=content,
+                             chunked=lambda key, row: self.codec.read_large(
+                                 key, row, fetch, tenant))
         if broken is not None:
             return f"refers to blob {broken}, which is missing or altered"
         return None

@@ -9,7 +9,7 @@ every step, so a step's commit writes little more than its events.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 from .records import AppendBatch, CheckpointTail, ForkLink, NewRun, RunRecord, StoredEvent
@@ -138,5 +138,28 @@ class JournalStore(Protocol):
 
         Returns:
             Blob bytes by content hash.
+        """
+        ...
+
+    def write_blob_chunks(self, tenant_id: str, key: str, chunks: Iterable[bytes]) -> None:
+        """Write the chunks of chunked blob ``key`` (:mod:`underway._chunked`), in order,
+        each in a transaction of its own, consuming ``chunks`` one at a time. A chunk
+        written before is replaced. The blob's row (its manifest) is written later, with
+        the first event that refers to it; until then nothing refers to these chunks.
+
+        Args:
+            tenant_id: The blob's tenant.
+            key: Its address.
+            chunks: The stored bytes of each chunk.
+        """
+        ...
+
+    def read_blob_chunk(self, tenant_id: str, key: str, idx: int) -> bytes | None:
+        """The stored bytes of chunk ``idx`` of chunked blob ``key`` (None: not stored).
+
+        Args:
+            tenant_id: The blob's tenant.
+            key: Its address.
+            idx: The chunk's index (from 0).
         """
         ...

@@ -87,7 +87,9 @@ def mark_blobs(journal: Journal, tenant_id: str,
             except Exception:
                 marks.problem = f"run {run_id} {where} cannot be read"
                 return marks
-            bad = broken_blob(value, fetch, marks.reached, content=content, sealed_ok=False)
+            bad = broken_blob(value, fetch, marks.reached, content=content, sealed_ok=False,
+                              chunked=lambda key, row: codec.read_large(
+                                  key, row, fetch, tenant_id))
             if bad is not None:
                 marks.problem = (f"run {run_id} {where} refers to blob {bad}, which is "
                                  "missing or cannot be read")

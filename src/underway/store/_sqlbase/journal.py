@@ -3,8 +3,11 @@ dialects run them."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
+from ... import faults
+from ..._chunked import LargeBlob
 from ..journal import BLOB_BATCH, CHAIN_LIMIT, RUN_BATCH
 from ..records import CheckpointTail, RunRecord, StoredEvent, StoredLabel
 from .dialect import SQLBase
@@ -99,6 +102,47 @@ class SQLJournal(SQLBase):
         """The blob and the blobs it links to, in one recursive query."""
         rows = self._all("get_blob_chain", tenant_id=tenant_id, key=key, limit=limit)
         return {r[0]: bytes(r[1]) for r in rows}
+
+    def write_blob_chunks(self, tenant_id: str, key: str, chunks: Iterable[bytes]) -> None:
+        """Write a chunked blob's chunks, each in a transaction of its own, so that other
+        writers' commits go between them.
+
+        A chunk's commit does not wait for the disk. The commit of the event that refers
+        to the blob does: the database's log is written in order, so syncing it for that
+        commit syncs the chunks before it. A crash before then loses chunks nothing
+        refers to.
+
+        Args:
+            tenant_id: The blob's tenant.
+            key: Its address.
+            chunks: The stored bytes of each chunk, in order.
+        """
+        for idx, data in enumerate(chunks):
+            self._put_chunk({"tenant_id": tenant_id, "key": key, "idx": idx, "data": data})
+            faults.point("blob.after_chunk")
+
+    def _put_chunk(self, params: dict[str, Any]) -> None:
+        """Write one chunk in a transaction of its own that does not wait for the disk."""
+        self._count("put_blob_chunk", **params)
+
+    def read_blob_chunk(self, tenant_id: str, key: str, idx: int) -> bytes | None:
+        """Chunk ``idx`` of a chunked blob (None: not stored).
+
+        Args:
+            tenant_id: The blob's tenant.
+            key: Its address.
+            idx: The chunk's index (from 0).
+        """
+        rows = self._all("get_blob_chunk", tenant_id=tenant_id, key=key, idx=idx)
+        return self._blob(rows[0][0]) if rows else None
+
+    def _write_large(self, tenant_id: str, blobs: Mapping[str, bytes]) -> None:
+        """Write the chunks of the chunked blobs in ``blobs`` not written yet (before the
+        transaction that writes their rows)."""
+        for blob in blobs.values():
+            if isinstance(blob, LargeBlob) and not blob.written:
+                self.write_blob_chunks(tenant_id, blob.key, blob.chunks())
+                blob.written = True
 
     # -- the run index ------------------------------------------------------------------
     def get_run(self, tenant_id: str, run_id: str) -> RunRecord | None:

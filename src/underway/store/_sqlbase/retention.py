@@ -68,8 +68,10 @@ class SQLRetention(SQLBase):
         """Delete the blobs not written lately."""
         if not keys:
             return 0
-        return self._count("delete_blobs", tenant_id=tenant_id, keys=self._array(keys),
-                           idle=idle)
+        deleted = self._count("delete_blobs", tenant_id=tenant_id, keys=self._array(keys),
+                              idle=idle)
+        self._count("delete_loose_chunks", tenant_id=tenant_id, idle=idle)
+        return deleted
 
     # -- the sweep log ------------------------------------------------------------------------
     def record_sweep(self, rec: SweepRecord) -> None:

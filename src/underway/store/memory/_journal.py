@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from ...errors import ConflictError, FencedError, RunNotFound
@@ -35,6 +35,7 @@ class MemoryJournal:
     _checkpoints: dict[tuple[str, str], tuple[int, bytes]]
     _checkpoint_history: dict[tuple[str, str], dict[int, bytes]]
     _blobs: dict[tuple[str, str], bytes]
+    _chunks: dict[tuple[str, str], list[bytes]]
     _labels: dict[tuple[str, str], dict[str, StoredLabel]]
     _signals: dict[tuple[str, str], dict[str, tuple[SignalRecord, bool]]]
 
@@ -233,6 +234,29 @@ class MemoryJournal:
     def get_blobs(self, tenant_id: str, keys: list[str]) -> dict[str, bytes]:
         """Blob bytes by key."""
         return {k: self._blobs[(tenant_id, k)] for k in keys if (tenant_id, k) in self._blobs}
+
+    def write_blob_chunks(self, tenant_id: str, key: str, chunks: Iterable[bytes]) -> None:
+        """Keep a chunked blob's chunks.
+
+        Args:
+            tenant_id: The blob's tenant.
+            key: Its address.
+            chunks: The stored bytes of each chunk, in order.
+        """
+        got = list(chunks)
+        with self._lock:
+            self._chunks[(tenant_id, key)] = got
+
+    def read_blob_chunk(self, tenant_id: str, key: str, idx: int) -> bytes | None:
+        """Chunk ``idx`` of a chunked blob (None: not stored).
+
+        Args:
+            tenant_id: The blob's tenant.
+            key: Its address.
+            idx: The chunk's index (from 0).
+        """
+        got = self._chunks.get((tenant_id, key))
+        return got[idx] if got is not None and 0 <= idx < len(got) else None
 
     def get_blob_chain(
         self, tenant_id: str, key: str, *, limit: int = CHAIN_LIMIT

@@ -10,6 +10,7 @@ import time
 from collections.abc import Sequence
 
 from ... import faults
+from ..._chunked import LargeBlob
 from ...errors import ConflictError
 from ..records import (
     HoldRecord,
@@ -34,6 +35,7 @@ class MemoryRetention:
     _checkpoints: dict[tuple[str, str], tuple[int, bytes]]
     _checkpoint_history: dict[tuple[str, str], dict[int, bytes]]
     _blobs: dict[tuple[str, str], bytes]
+    _chunks: dict[tuple[str, str], list[bytes]]
     _signals: dict[tuple[str, str], dict[str, tuple[SignalRecord, bool]]]
     _labels: dict[tuple[str, str], dict[str, StoredLabel]]
 
@@ -49,6 +51,11 @@ class MemoryRetention:
         now = time.time()
         for k, v in blobs.items():
             key = (tenant_id, k)
+            if isinstance(v, LargeBlob):
+                if not v.written:
+                    self._chunks[key] = list(v.chunks())
+                    v.written = True
+                v = bytes(v)  # the manifest, without the value it was made from
             self._blobs.setdefault(key, v)
             if self._written.get(key, -BLOB_REFRESH) < now - BLOB_REFRESH:
                 self._written[key] = now
@@ -171,6 +178,7 @@ class MemoryRetention:
                 key = (tenant_id, k)
                 if key in self._blobs and self._written.get(key, 0.0) < before:
                     del self._blobs[key]
+                    self._chunks.pop(key, None)
                     self._written.pop(key, None)
                     deleted += 1
         return deleted

@@ -26,6 +26,7 @@ class Journal(SQLJournal, Connection):
 
     def create_run(self, new: NewRun) -> tuple[RunRecord, bool]:
         """Create the run with its first event, or return the one with the same key."""
+        self._write_large(new.tenant_id, new.blobs)
         params = _run_params(new)
         with self._pool.connection() as conn:
             with pipelined(conn):
@@ -52,6 +53,7 @@ class Journal(SQLJournal, Connection):
         if not batch.events:
             return False
         key = {"tenant_id": batch.tenant_id, "run_id": batch.run_id}
+        self._write_large(batch.tenant_id, batch.blobs)
         with self._pool.connection() as conn:
             try:
                 with pipelined(conn):
@@ -83,6 +85,8 @@ class Journal(SQLJournal, Connection):
         nothing and each batch is appended again on its own, so the refused one is left
         out and the others commit (refusals are rare: a lost lease, a second writer)."""
         out: list[AppendResult | None] = [None] * len(batches)
+        for batch in batches:
+            self._write_large(batch.tenant_id, batch.blobs)
         together = [i for i, b in enumerate(batches) if b.events and not b.signals]
         # Runs in one order in every group, so two groups (or a group and a signal's
         # sender, which locks runs in this order too) cannot deadlock.
@@ -107,10 +111,18 @@ class Journal(SQLJournal, Connection):
                     out[i] = exc
         return [r for r in out if r is not None]
 
+    def _put_chunk(self, params: dict[str, Any]) -> None:
+        """A chunk's transaction, with ``synchronous_commit`` off: its commit does not
+        wait for the log's flush; the next synchronous commit (the event's) flushes it."""
+        with self._pool.connection() as conn, conn.transaction():
+            conn.execute("SET LOCAL synchronous_commit = off")
+            conn.execute(_Q["put_blob_chunk"], params)
+
     def fork_run(self, new: NewRun, link: ForkLink) -> RunRecord:
         """Create the fork and append the parent's event in one transaction, the parent's
         row locked while its lease and head are checked."""
         key = {"tenant_id": link.tenant_id, "run_id": link.run_id}
+        self._write_large(new.tenant_id, new.blobs)
         with self._pool.connection() as conn, conn.transaction():
             parent = conn.execute(_Q["fork_parent"], key).fetchone()
             if parent is None:
@@ -191,7 +203,7 @@ def _queue_append(conn: psycopg.Connection[Any], batch: AppendBatch) -> psycopg.
         keys = sorted(batch.blobs)
         conn.execute(_Q["insert_blobs"], {
             "tenant_id": batch.tenant_id, "keys": keys,
-            "data": [batch.blobs[k] for k in keys],
+            "data": [bytes(batch.blobs[k]) for k in keys],
         }, prepare=True)
     if batch.labels:
         conn.execute(_Q["put_labels"], {**key, **_label_params(batch.labels)},
@@ -243,7 +255,7 @@ def _run_params(new: NewRun) -> dict[str, Any]:
         "type": ev.type, "payload": ev.payload, "hash": ev.hash,
         "next_wake_at": new.next_wake_at, "now": new.now, "queue": new.queue,
         "subject": new.subject, "purpose": new.purpose,
-        "blob_keys": keys, "blob_data": [new.blobs[k] for k in keys],
+        "blob_keys": keys, "blob_data": [bytes(new.blobs[k]) for k in keys],
         **_label_params(new.labels),
     }
 

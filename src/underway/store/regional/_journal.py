@@ -99,6 +99,26 @@ class RegionalJournal:
         """A chain of blobs, from the tenant's region."""
         return self._of(tenant_id).get_blob_chain(tenant_id, key, limit=limit)
 
+    def write_blob_chunks(self, tenant_id: str, key: str, chunks: Iterable[bytes]) -> None:
+        """A chunked blob's chunks, written in the tenant's region.
+
+        Args:
+            tenant_id: The blob's tenant.
+            key: Its address.
+            chunks: The stored bytes of each chunk, in order.
+        """
+        self._of(tenant_id).write_blob_chunks(tenant_id, key, chunks)
+
+    def read_blob_chunk(self, tenant_id: str, key: str, idx: int) -> bytes | None:
+        """A chunk of a chunked blob, from the tenant's region.
+
+        Args:
+            tenant_id: The blob's tenant.
+            key: Its address.
+            idx: The chunk's index (from 0).
+        """
+        return self._of(tenant_id).read_blob_chunk(tenant_id, key, idx)
+
     def get_run(self, tenant_id: str, run_id: str) -> RunRecord | None:
         """The run's row, from the tenant's region."""
         return self._of(tenant_id).get_run(tenant_id, run_id)

@@ -701,6 +701,18 @@ ON CONFLICT (tenant_id, name) DO UPDATE
        trial_until = NULL,
        updated_at = %(now)s
 
+-- name: put_blob_chunk
+-- A chunk written again (a retry after a crash) replaces the one before and is marked
+-- written now, so the blob collector spares it while its blob's row is on its way.
+INSERT INTO blob_chunks (tenant_id, key, idx, data, written_at)
+VALUES (%(tenant_id)s, %(key)s, %(idx)s, %(data)s, extract(epoch FROM clock_timestamp()))
+ON CONFLICT (tenant_id, key, idx) DO UPDATE
+   SET data = excluded.data, written_at = excluded.written_at
+
+-- name: get_blob_chunk
+SELECT data FROM blob_chunks
+ WHERE tenant_id = %(tenant_id)s AND key = %(key)s AND idx = %(idx)s
+
 -- name: get_blobs
 SELECT key, data FROM blobs WHERE tenant_id = %(tenant_id)s AND key = ANY(%(keys)s)
 
@@ -1162,6 +1174,15 @@ SELECT key FROM blobs
 DELETE FROM blobs
  WHERE tenant_id = %(tenant_id)s AND key = ANY(%(keys)s::text[])
    AND written_at < extract(epoch FROM clock_timestamp()) - %(idle)s
+
+-- name: delete_loose_chunks
+-- Chunks no blob row refers to (their blob was deleted, or a crash came before its row
+-- was written), not written lately.
+DELETE FROM blob_chunks
+ WHERE tenant_id = %(tenant_id)s
+   AND written_at < extract(epoch FROM clock_timestamp()) - %(idle)s
+   AND NOT EXISTS (SELECT 1 FROM blobs AS b
+                    WHERE b.tenant_id = blob_chunks.tenant_id AND b.key = blob_chunks.key)
 
 -- name: record_sweep
 INSERT INTO retention_sweeps (sweep_id, tenant_id, started_at, swept_by, finished_at, purged,

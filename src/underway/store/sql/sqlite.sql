@@ -278,6 +278,17 @@ ON CONFLICT (tenant_id, name) DO UPDATE
    SET failures = excluded.failures, open_until = excluded.open_until, trial_until = NULL,
        updated_at = excluded.updated_at
 
+-- name: put_blob_chunk
+-- A chunk written again (a retry after a crash) replaces the one before and is marked
+-- written now, so the blob collector spares it while its blob's row is on its way.
+INSERT INTO blob_chunks (tenant_id, key, idx, data, written_at)
+VALUES (:tenant_id, :key, :idx, :data, (julianday('now') - 2440587.5) * 86400.0)
+ON CONFLICT (tenant_id, key, idx) DO UPDATE
+   SET data = excluded.data, written_at = excluded.written_at
+
+-- name: get_blob_chunk
+SELECT data FROM blob_chunks WHERE tenant_id = :tenant_id AND key = :key AND idx = :idx
+
 -- name: get_blobs
 SELECT key, data FROM blobs
 WHERE tenant_id = :tenant_id AND key IN (SELECT value FROM json_each(:keys))
@@ -892,6 +903,15 @@ SELECT key FROM blobs WHERE tenant_id = :tenant_id AND (:after IS NULL OR key > 
 DELETE FROM blobs
  WHERE tenant_id = :tenant_id AND key IN (SELECT value FROM json_each(:keys))
    AND written_at < (julianday('now') - 2440587.5) * 86400.0 - :idle
+
+-- name: delete_loose_chunks
+-- Chunks no blob row refers to (their blob was deleted, or a crash came before its row
+-- was written), not written lately.
+DELETE FROM blob_chunks
+ WHERE tenant_id = :tenant_id
+   AND written_at < (julianday('now') - 2440587.5) * 86400.0 - :idle
+   AND NOT EXISTS (SELECT 1 FROM blobs AS b
+                    WHERE b.tenant_id = blob_chunks.tenant_id AND b.key = blob_chunks.key)
 
 -- name: record_sweep
 INSERT INTO retention_sweeps (sweep_id, tenant_id, started_at, swept_by, finished_at, purged,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import sqlite3
 from collections.abc import Sequence
+from typing import Any
 
 from ... import faults
 from ...errors import ConflictError, FencedError, RunNotFound
@@ -23,6 +24,7 @@ class Journal(SQLJournal, Connection):
 
     def create_run(self, new: NewRun) -> tuple[RunRecord, bool]:
         """Create the run with its first event, or return the one with the same key."""
+        self._write_large(new.tenant_id, new.blobs)
         with self._tx() as c:
             return _create_run(c, new)
 
@@ -30,6 +32,7 @@ class Journal(SQLJournal, Connection):
         """Append atomically, fenced by lease token and expected sequence."""
         if not batch.events:
             return False
+        self._write_large(batch.tenant_id, batch.blobs)
         with self._tx() as c:
             return _append(c, batch)
 
@@ -37,6 +40,8 @@ class Journal(SQLJournal, Connection):
         """Append several runs' batches in one transaction (one fsync), each inside its
         own savepoint: a batch refused or failing is rolled back alone."""
         out: list[AppendResult] = []
+        for batch in batches:
+            self._write_large(batch.tenant_id, batch.blobs)
         with self._tx() as c:
             for batch in batches:
                 if not batch.events:
@@ -55,6 +60,7 @@ class Journal(SQLJournal, Connection):
     def fork_run(self, new: NewRun, link: ForkLink) -> RunRecord:
         """Create the fork and append the parent's event in one transaction."""
         t, r, e = link.tenant_id, link.run_id, link.event
+        self._write_large(new.tenant_id, new.blobs)
         with self._tx() as c:
             parent = c.execute(_Q["fork_parent"], (t, r)).fetchone()
             if parent is None:
@@ -73,6 +79,17 @@ class Journal(SQLJournal, Connection):
             c.execute(_Q["insert_event"], (t, r, e.seq, e.type, e.payload, e.hash))
             c.execute(_Q["advance_head"], (e.seq, e.hash, link.now, t, r))
             return forked
+
+    def _put_chunk(self, params: dict[str, Any]) -> None:
+        """A chunk's transaction, with ``synchronous=NORMAL``: in WAL mode its commit does
+        not sync the log; the next ``FULL`` commit (the event's) syncs it."""
+        with self._lock:
+            self._conn.execute("PRAGMA synchronous=NORMAL")
+            try:
+                with self._tx() as c:
+                    c.execute(_Q["put_blob_chunk"], params)
+            finally:
+                self._conn.execute("PRAGMA synchronous=FULL")
 
     def journaled_runs(self, tenant_id: str | None = None) -> list[tuple[str, str]]:
         """Runs with a row or events."""
