@@ -88,6 +88,10 @@ WARM_UP = (Shape("warm", "sequential", 1, 50), Shape("warm", "in_flight", 10, 5)
 SYNC_SHAPES = (Shape("1x200", "sequential", 1, 200), Shape("20x10", "sequential", 20, 10))
 KILL_STEPS, KILL_AT = 1_000, 500
 ANSWER_TIMEOUT = 900.0
+WORKER_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+"""Every worker reads and writes bytecode caches, as Python does by default and as an
+installed package has them (the peers' are compiled on install; the project's own modules,
+installed editable, get theirs on first import)."""
 
 
 class WorkerFailed(RuntimeError):
@@ -128,7 +132,7 @@ class Worker:
         self.proc = subprocess.Popen(
             [target.python, target.script, target.db, target.url, mode, *args],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
-            cwd=WORKERS)
+            cwd=WORKERS, env=WORKER_ENV)
 
     @property
     def pid(self) -> int:
@@ -257,6 +261,8 @@ def kill_and_resume(target: Target, cycle: int) -> None:
     target.resumes.append({
         "first_step_ms": (got["first_step"] - got["ready"]) * 1000,
         "kill_to_first_step_ms": (got["first_step"] - killed_at) * 1000,
+        "first_step_cpu_ms": ((got["first_step_cpu"] - got["ready_cpu"]) * 1000
+                              if got.get("first_step_cpu") is not None else None),
         "steps_rerun": sum(1 for i in ran if i < KILL_AT),
         "steps_run": len(ran),
         "complete": ran == list(range(KILL_AT, KILL_STEPS)) and got["result"] == KILL_STEPS,

@@ -8,6 +8,9 @@ Two figures per database:
   figure should stay within 2x the 1k one;
 * a run killed mid-flight (SIGKILL at a fault point) and a fresh process that resumes it:
   the milliseconds from "imports done, store opened" to the start of the first resumed step;
+* a run killed as ``make bench-peers`` kills it, taken over by a fresh process of its
+  worker: the milliseconds from "imports done" (the store not yet open) to its first
+  resumed step, against a floor process and LangGraph (``resume_takeover.py``);
 * an agent whose conversation holds 200 messages, stopped mid-step (its worker gone, the
   lease left behind) and taken over by a fresh engine: the store queries and milliseconds
   its state load takes, against the same load reading one blob a query, as the journal
@@ -29,6 +32,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+import resume_takeover
 import underway as uw
 from common import Figure, median, pg_schema, pg_store_missing, sqlite_dir
 from underway import events as ev
@@ -374,7 +378,7 @@ def bench_sqlite(*, reps: int = 15, cycles: int = 5) -> list[Figure]:
             crash_resume_ms(f"sqlite:///{d}/crash{i}.db", f"crash-{i}") for i in range(cycles)
         ]
     figures.append(_crash_figure("sqlite", values, "median of fresh-process resumes"))
-    return figures
+    return figures + resume_takeover.figures("sqlite", cycles)
 
 
 def bench_postgres(*, reps: int = 15, cycles: int = 5) -> list[Figure]:
@@ -394,4 +398,4 @@ def bench_postgres(*, reps: int = 15, cycles: int = 5) -> list[Figure]:
         with pg_schema() as (_, url):
             values.append(crash_resume_ms(url, f"crash-{i}"))
     figures.append(_crash_figure("postgres", values, "median of fresh-process resumes"))
-    return figures
+    return figures + resume_takeover.figures("postgres", cycles)

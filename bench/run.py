@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 
 import agent
+import api
 import big_values
 import budget_ledger
 import client_http
@@ -34,6 +35,7 @@ import imports
 import injection
 import labels
 import listing
+import long_runs
 import mcp_tools
 import observe
 import openai_agents
@@ -78,6 +80,11 @@ GROUPS: dict[str, list[tuple[str, Callable[[], list[Figure]]]]] = {
         ("SQLite 200 MB tool result: worker RSS and other runs' steps", big_values.bench_sqlite),
         ("PostgreSQL 200 MB tool result: worker RSS and other runs' steps",
          big_values.bench_postgres),
+    ],
+    "long_runs": [
+        ("SQLite long runs: signals, steps, checkpoints, inbox", long_runs.bench_sqlite),
+        ("PostgreSQL long runs: signals, steps, checkpoints, inbox",
+         long_runs.bench_postgres),
     ],
     "storage": [
         ("SQLite bytes per turn", storage.bench_sqlite),
@@ -129,6 +136,10 @@ GROUPS: dict[str, list[tuple[str, Callable[[], list[Figure]]]]] = {
     "service": [
         ("SQLite HTTP API under load", service.bench_sqlite),
         ("PostgreSQL HTTP API under load", service.bench_postgres),
+    ],
+    "api": [
+        ("SQLite underway serve against a bare FastAPI endpoint", api.bench_sqlite),
+        ("PostgreSQL underway serve against a bare FastAPI endpoint", api.bench_postgres),
     ],
     "client_http": [
         ("SQLite client over HTTP", client_http.bench_sqlite),

@@ -15,7 +15,9 @@ project's for underway) and is started in one of three modes:
 ``resume RUN_ID STEPS``
     a fresh process that finishes the killed run the library's documented way, and prints
     one JSON line: the monotonic time its imports were done (``ready``), the time the first
-    step it ran was entered (``first_step``), which steps it ran, and the run's result.
+    step it ran was entered (``first_step``), which steps it ran, and the run's result;
+    ``ready_cpu`` and ``first_step_cpu`` are the process's CPU time (every thread's) at
+    those two moments.
 
 Only the standard library is imported here: the module runs in both environments.
 """
@@ -56,12 +58,15 @@ class StepClock:
 
     kill_at: int | None = None
     first_at: float | None = None
+    first_cpu: float | None = None
+    """The process's CPU time (every thread's) when the first step was entered."""
     ran: list[int] = field(default_factory=list)
 
     def enter(self, i: int) -> None:
         """Called first thing in every step, with the step's number."""
         if self.first_at is None:
             self.first_at = time.monotonic()
+            self.first_cpu = time.process_time()
         if i == self.kill_at:
             os.kill(os.getpid(), signal.SIGKILL)
         self.ran.append(i)
@@ -127,7 +132,7 @@ def main(open_peer: Callable[[str, str], Peer], version: str) -> None:
     ``open_peer(db, url)`` opens the library on the database (``db`` is ``sqlite`` or
     ``postgres``, ``url`` a file path or a PostgreSQL URL); ``version`` is reported with
     every answer."""
-    ready = time.monotonic()
+    ready, ready_cpu = time.monotonic(), time.process_time()
     _keep_stdout_for_answers()
     db, url, mode, *args = sys.argv[1:]
     if mode == "crash":
@@ -142,7 +147,8 @@ def main(open_peer: Callable[[str, str], Peer], version: str) -> None:
         elif mode == "resume":
             result = peer.resume(args[0], int(args[1]))
             _reply({"ready": ready, "first_step": CLOCK.first_at, "ran": CLOCK.ran,
-                    "result": result, "version": version})
+                    "result": result, "version": version, "ready_cpu": ready_cpu,
+                    "first_step_cpu": CLOCK.first_cpu})
         else:
             raise SystemExit(f"unknown mode {mode!r}: serve, crash or resume")
     finally:

@@ -12,6 +12,8 @@ Runs in the project's virtual environment; see ``protocol.py`` for the modes.
 from __future__ import annotations
 
 import asyncio
+import importlib
+import sys
 import uuid
 from importlib.metadata import version
 from typing import Any
@@ -28,6 +30,11 @@ TENANT = "default"
 Engine, Runner = uw.Engine, uw.Runner
 """Read here, not on first use, so the package root has loaded them before the resuming
 process notes that its imports are done."""
+STORE_MODULE = importlib.import_module(
+    "underway.store.postgres" if sys.argv[1:2] == ["postgres"] else "underway.store.sqlite")
+"""The store of the worker's database, imported before the process notes it is ready, as
+LangGraph's worker imports its checkpointers and psycopg (``connect`` would load it on
+first use). Only the one needed: the other would add to the time from kill to first step."""
 
 
 class LoopState(BaseModel):

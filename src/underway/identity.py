@@ -23,13 +23,22 @@ def _read(path: str) -> str:
         return ""
 
 
+_spaces: dict[int, str] = {}
+"""This process's space, read once (by process id: a forked child reads its own)."""
+
+
 def _space() -> str:
+    pid = os.getpid()
+    if (known := _spaces.get(pid)) is not None:
+        return known
     try:
         namespace = str(os.stat("/proc/self/ns/pid").st_ino)
     except OSError:
         namespace = ""
     boot = _read("/proc/sys/kernel/random/boot_id")
-    return hashlib.sha256(f"{boot}/{namespace}".encode()).hexdigest()[:12]
+    _spaces.clear()
+    _spaces[pid] = found = hashlib.sha256(f"{boot}/{namespace}".encode()).hexdigest()[:12]
+    return found
 
 
 def _process_start(pid: int) -> str:

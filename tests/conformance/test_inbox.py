@@ -41,6 +41,29 @@ def test_signals_are_consumed_by_the_append_that_handles_them(store: Store) -> N
     assert not store.send_signal(signal("go", "s1"))  # consumed ids stay taken
 
 
+def test_an_activation_reads_control_signals_and_the_oldest_it_waits_for(
+        store: Store) -> None:
+    create(store)
+    lease = lease_of(store)
+    store.send_signal(signal("note", "n1", at=T0 + 1))
+    store.send_signal(signal("go", "g2", at=T0 + 3))
+    store.send_signal(signal("underway.cancel", "c1", at=T0 + 4))
+    store.send_signal(signal("go", "g1", at=T0 + 2))
+    store.send_signal(signal("note", "n2", at=T0 + 5))
+    store.send_signal(signal("underway.child", "c2", at=T0 + 6))
+
+    def ids(waiting: str | None) -> list[str]:
+        return [s.signal_id for s in store.actionable_signals("t1", "r1", waiting=waiting)]
+
+    assert ids("go") == ["g1", "c1", "c2"]
+    assert ids("note") == ["n1", "c1", "c2"]
+    assert ids(None) == ids("absent") == ids("underway.child") == ["c1", "c2"]
+    store.append(batch(lease, 1, consumed=["g1", "c1"]))
+    assert ids("go") == ["g2", "c2"]
+    assert store.actionable_signals("t1", "r1", waiting="go")[0] == signal("go", "g2",
+                                                                           at=T0 + 3)
+
+
 def test_a_signal_wakes_the_run_waiting_for_it(store: Store) -> None:
     create(store)
     store.append(batch(lease_of(store), 1, update=WAIT_GO, release=True))
@@ -192,3 +215,21 @@ def test_runs_signalling_each_other_in_their_appends_never_deadlock(backend: Bac
         assert all(isinstance(r, bool) for r in results), f"round {i}: {results}"
         assert a.pending_signals("t1", second) == [to_second]
         assert a.pending_signals("t1", first) == [to_first]
+
+
+def test_signals_sent_together_are_each_queued_once_and_wake_their_runs(store: Store) -> None:
+    many = getattr(store, "send_signals", None)
+    if many is None:  # the memory stores send one at a time
+        assert store.dialect == "memory"
+        return
+    create(store, "r1")
+    create(store, "r2")
+    store.append(batch(lease_of(store, "r2"), 1, update=WAIT_GO, release=True))
+    assert store.send_signal(signal("a", "old"))
+    sent = many([signal("go", "s1", run_id="r2", at=T0 + 7), signal("a", "old"),
+                 signal("b", "s2"), signal("b", "s2", at=T0 + 9), signal("c", "s3")])
+    assert sent == [True, False, True, False, True]
+    assert [s.signal_id for s in store.pending_signals("t1", "r1")] == ["old", "s2", "s3"]
+    assert [s.signal_id for s in store.pending_signals("t1", "r2")] == ["s1"]
+    woken = store.get_run("t1", "r2")
+    assert woken is not None and woken.next_wake_at == T0 + 7

@@ -9,7 +9,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import httpx
@@ -25,12 +25,14 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def serve(db: str, *, ready_within: float = 120) -> Iterator[tuple[str, subprocess.Popen[str]]]:
-    """``underway serve`` on ``db``: its URL and process once ``/healthz`` answers; stopped
-    (SIGTERM, then SIGKILL if it lingers) when the block ends, unless it ended already."""
+def serve(db: str, *, ready_within: float = 120, options: Sequence[str] = ()
+          ) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """``underway serve`` on ``db`` (with more ``options``): its URL and process once
+    ``/healthz`` answers; stopped (SIGTERM, then SIGKILL if it lingers) when the block ends,
+    unless it ended already."""
     port = free_port()
     server = subprocess.Popen([str(UNDERWAY), "--db", db, "serve", "--port", str(port),
-                               "--log-level", "warning"],
+                               "--log-level", "warning", *options],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"
     try:

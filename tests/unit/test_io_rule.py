@@ -293,7 +293,7 @@ def test_no_path_calls_the_store_on_the_event_loop(watched: Watched) -> None:
 
     assert watched.on_loop == [], "\n".join(watched.on_loop)
     assert {
-        "get_run", "load_checkpoint", "load_events", "pending_signals", "append_many", "claim",
+        "get_run", "load_checkpoint", "load_events", "actionable_signals", "append_many", "claim",
         "renew", "create_run", "held_leases", "next_wake_at", "get_approver",
         "use_nonce", "circuit_admit", "circuit_record", "list_runs", "claim_schedules",
         "advance_schedule", "start_leased",

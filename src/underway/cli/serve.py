@@ -5,14 +5,20 @@ when ``serve`` is run or listed (see :data:`underway.cli.LAZY`)."""
 
 from __future__ import annotations
 
+import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated, Any
 
 import typer
+from fastapi import FastAPI
 
 from ..client import Client
 from ..flow import Flow
-from ..service import create_app
+from ..service import create_app, serve_workers
 from ..service import serve as run_server
+from ..service._workers import listening
+from ..store.base import Store
 from ._common import (
     ConfigOption,
     DbOption,
@@ -57,6 +63,11 @@ def serve(
     max_body_bytes: Annotated[int | None, typer.Option(
         "--max-body-bytes", min=1, help="The largest request body read (default 1 MiB, "
         "1048576); a larger one gets 413.", show_default=False)] = None,
+    workers: Annotated[int | None, typer.Option(
+        "--workers", min=1, help="Server processes sharing the port (default 1). Each "
+        "opens its own database connections; the kernel spreads connections over them. "
+        "SIGINT or SIGTERM stops them all gracefully (requests in progress finish).",
+        show_default=False)] = None,
     keyring: KeyringOption = None,
     config_file: ConfigOption = None,
     db: DbOption = None,
@@ -74,20 +85,50 @@ def serve(
              if opts.routes is not None else None)
     if table is not None:
         warn_unchecked(table, flows)
-    session_secret = config.session_secret()
+    count = workers or 1
+    # Every worker signs the console's sessions alike, or one would refuse another's.
+    session_secret = config.session_secret() or (
+        secrets.token_bytes(32) if count > 1 else None)
     metrics_token = config.metrics_token()
+
+    def build(store: Store) -> FastAPI:
+        return create_app(Client(store, flows=flows), routes=table,
+                          signed_resolutions=config.approvals.signed_resolutions,
+                          session_secret=session_secret, reveal_roles=opts.reveal_roles,
+                          metrics_token=metrics_token, max_body_bytes=opts.max_body_bytes)
+
+    @contextmanager
+    def served() -> Iterator[FastAPI]:
+        with open_store(ctx, db, config=config, keyring=keyring) as store:
+            yield build(store)
+
     with open_store(ctx, db, config=config, keyring=keyring) as store:
         if not store.list_api_keys():
             typer.echo("note: no API key exists yet; make one with `underway apikeys new "
                        "--tenant T --role admin`", err=True)
-        api = create_app(Client(store, flows=flows), routes=table,
-                         signed_resolutions=config.approvals.signed_resolutions,
-                         session_secret=session_secret, reveal_roles=opts.reveal_roles,
-                         metrics_token=metrics_token,
-                         max_body_bytes=opts.max_body_bytes)
-        typer.echo(f"underway serve on http://{opts.host}:{opts.port} (API under /v1, "
-                   "OpenAPI at /openapi.json)", err=True)
-        try:
-            run_server(api, host=opts.host, port=opts.port, log_level=opts.log_level)
-        except SystemExit as exc:
-            raise Failure(f"the server could not start on {opts.host}:{opts.port}") from exc
+        if count == 1:
+            api = build(store)
+            _announce(opts.host, opts.port, count)
+            try:
+                run_server(api, host=opts.host, port=opts.port, log_level=opts.log_level)
+            except SystemExit as exc:
+                raise Failure(f"the server could not start on {opts.host}:{opts.port}") \
+                    from exc
+            return
+    # Each worker opens its own store after the fork; the parent holds none open.
+    try:
+        sockets = listening(opts.host, opts.port, count)
+    except OSError as exc:
+        raise Failure(f"the server could not start on {opts.host}:{opts.port}: {exc}") from exc
+    _announce(opts.host, opts.port, count)
+    try:
+        serve_workers(served, workers=count, log_level=opts.log_level, sockets=sockets)
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def _announce(host: str, port: int, workers: int) -> None:
+    processes = "" if workers == 1 else f", {workers} processes"
+    typer.echo(f"underway serve on http://{host}:{port} (API under /v1, OpenAPI at "
+               f"/openapi.json{processes})", err=True)

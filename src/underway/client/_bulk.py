@@ -368,7 +368,9 @@ def _unfit_request(plan: _Plan, r: PendingRequest | None) -> str | None:
 def _sent(store: Store, row: RunRecord, action: str) -> bool:
     """Whether the run's inbox already holds an untaken signal carrying ``action``."""
     names = _INBOX[action]
-    return any(s.name in names for s in store.pending_signals(row.tenant_id, row.run_id))
+    # Every action travels as a control signal: the rest of the inbox is not read.
+    return any(s.name in names for s in store.actionable_signals(
+        row.tenant_id, row.run_id, waiting=None))
 
 
 def _act(client: _Acting, plan: _Plan, row: RunRecord, request: PendingRequest | None) -> bool:

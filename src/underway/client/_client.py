@@ -22,7 +22,7 @@ from ..guard.approvals import ApprovalCheck, SignedDecision, verify_decision
 from ..guard.approvals.decision import REASON_TEXT
 from ..journal import Journal
 from ..store import connect
-from ..store.base import CoreStore, NewRun, RunRecord, Store, whole
+from ..store.base import CoreStore, NewRun, RunRecord, SignalRecord, Store, whole
 from ._bulk import Bulk
 from ._consent import Consents
 from ._database import DatabaseTransport
@@ -293,6 +293,35 @@ class Client(Bulk, Consents, Deciding, Forks, Labels, Reads, Settling, Streams):
             self.check_signal(run_id, name, tenant_id=tenant_id)
         return self._transport.signal(tenant_id, run_id, name, payload, signal_id, sender)
 
+    def prepared_signal(
+        self, run: str | RunRecord, name: str, payload: JSON = None, *,
+        tenant_id: str = "default", signal_id: str | None = None, sender: str | None = None,
+    ) -> SignalRecord:
+        """The inbox row :meth:`signal` would write, checked as it checks it, not written
+        (a database client's only): a server writes the signals of concurrent requests in
+        one transaction (:meth:`~underway.store.sqlite.SQLiteStore.send_signals`).
+
+        Args:
+            run: The run's id, or its row as :meth:`get_run` read it just now.
+            name: The signal's name.
+            payload: What the signal carries.
+            tenant_id: The run's tenant.
+            signal_id: The signal's id (default: a new one).
+            sender: Who sends it.
+        """
+        db = self._database("prepared_signal", "the server writes the signals it is sent")
+        if name.startswith(RESERVED_PREFIX):
+            raise ConfigurationError(
+                f"signal names starting with 'underway.' are reserved ({name!r}); use "
+                "cancel() or resolve() for those"
+            )
+        run_id = run if isinstance(run, str) else run.run_id
+        _check_signal_input(run_id, name, signal_id, payload)
+        tenant_id = db.tenant(tenant_id)
+        row = run if isinstance(run, RunRecord) else self.get_run(run_id, tenant_id=tenant_id)
+        self._check_signal(row, name)
+        return db.signal_record(tenant_id, run_id, name, payload, signal_id, sender, row=row)
+
     def _send(
         self, run_id: str, name: str, payload: JSON, tenant_id: str, signal_id: str | None,
         sender: str | None,
@@ -329,7 +358,11 @@ class Client(Bulk, Consents, Deciding, Forks, Labels, Reads, Settling, Streams):
                 the signal the run waits for now.
             RunNotFound: There is no such run.
         """
-        row = self.get_run(run_id, tenant_id=tenant_id)
+        self._check_signal(self.get_run(run_id, tenant_id=tenant_id), name)
+
+    def _check_signal(self, row: RunRecord, name: str) -> None:
+        """:meth:`check_signal` of the run ``row``."""
+        run_id = row.run_id
         if name == row.waiting_signal:
             return
         declared = self._declared(row)

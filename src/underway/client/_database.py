@@ -112,16 +112,24 @@ class DatabaseTransport:
     def signal(self, tenant_id: str, run_id: str, name: str, payload: JSON,
                signal_id: str | None, sender: str | None) -> bool:
         """Seal and append the signal to the run's inbox."""
-        row = self.get_run(tenant_id, run_id)
+        return self.store.send_signal(
+            self.signal_record(tenant_id, run_id, name, payload, signal_id, sender))
+
+    def signal_record(self, tenant_id: str, run_id: str, name: str, payload: JSON,
+                      signal_id: str | None, sender: str | None, *,
+                      row: RunRecord | None = None) -> SignalRecord:
+        """The inbox row of the signal, sealed, not yet written (``row``: the run's, read
+        just now; else it is read)."""
+        row = row if row is not None else self.get_run(tenant_id, run_id)
         if row is None:
             raise RunNotFound(tenant_id, run_id)
         signal_id = signal_id or str(uuid.uuid4())
-        return self.store.send_signal(SignalRecord(
+        return SignalRecord(
             tenant_id, run_id, signal_id, name,
             self.codec.seal(canonical_json(payload),
                             signal_where(tenant_id, signal_id, name, row.subject)),
             sender, self.clock.now(),
-        ))
+        )
 
     def control(self, tenant_id: str, run_id: str, action: str, payload: dict[str, JSON],
                 signal_id: str | None, by: str) -> bool:

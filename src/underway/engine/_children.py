@@ -152,7 +152,7 @@ class StepWithChildren(StepExecution):
         if not child.ended:
             # The child may have ended since the inbox was read: its word waits there.
             for sig, payload in await act.store(pending_signals, svc.store, self.tenant_id,
-                                                self.run_id):
+                                                self.run_id, None):
                 if sig.name == CHILD_SIGNAL and sig.signal_id not in act.consumed \
                         and not isinstance(payload, UnderwayError):
                     finished = child_finished(s, payload)

@@ -381,14 +381,14 @@ class Engine(EagerStarts):
         (the inbox read only when signals were sent before the run existed)."""
         if start is not None and start.fresh and start.lease == lease:
             state, head = self.journal.load_created(start.new)
-            signals = pending_signals(self.store, lease.tenant_id, lease.run_id) \
-                if start.result.inbox else []
+            signals = pending_signals(self.store, lease.tenant_id, lease.run_id, None) \
+                if start.result.inbox else []  # a run just created waits for nothing
             return _Loaded(start.result.run, state, head, None, signals, [])
         row = self.store.get_run(lease.tenant_id, lease.run_id)
         if row is None:
             raise RunNotFound(lease.tenant_id, lease.run_id)
         state, head, refused = self.journal.load_head(lease.tenant_id, lease.run_id)
-        signals = pending_signals(self.store, lease.tenant_id, lease.run_id)
+        signals = pending_signals(self.store, lease.tenant_id, lease.run_id, state.waiting_signal)
         # What an interrupted activation committed of its step: telemetry it did not report.
         maybe = self.metrics.enabled and _taken_over(state)
         interrupted = left_open(self.journal.step_attempt(

@@ -32,11 +32,16 @@ OpenedSignal = tuple[SignalRecord, JSON | UnderwayError]
 (:class:`~underway.errors.IntegrityError`: altered, moved, not JSON)."""
 
 
-def pending_signals(store: CoreStore, tenant_id: str, run_id: str) -> list[OpenedSignal]:
-    """The run's unconsumed signals, oldest first, each with its payload opened through the
-    store's codec (synchronous: run it on the store's I/O threads)."""
+def pending_signals(
+    store: CoreStore, tenant_id: str, run_id: str, waiting: str | None
+) -> list[OpenedSignal]:
+    """What the run acts on of its inbox, oldest first: its control signals and the oldest
+    signal named ``waiting`` (:meth:`~underway.store.inbox.InboxStore.actionable_signals`),
+    each with its payload opened through the store's codec (synchronous: run it on the
+    store's I/O threads). The signals it consumed, and those it leaves unread, are not
+    read: the cost stays that of the first activation however long the run lives."""
     out: list[OpenedSignal] = []
-    for sig in store.pending_signals(tenant_id, run_id):
+    for sig in store.actionable_signals(tenant_id, run_id, waiting=waiting):
         try:
             out.append((sig, store.codec.open_json(
                 sig.payload, signal_where(tenant_id, sig.signal_id, sig.name))))
@@ -52,7 +57,8 @@ async def read_inbox(act: Activation, signals: list[OpenedSignal] | None = None)
     """Take what the run's inbox holds (``signals``: read with the run already)."""
     s, svc = act.state, act.services
     if signals is None:
-        signals = await svc.io(pending_signals, svc.store, s.tenant_id, s.run_id)
+        signals = await svc.io(pending_signals, svc.store, s.tenant_id, s.run_id,
+                               s.waiting_signal)
     for sig, payload in signals:
         if s.final:
             break

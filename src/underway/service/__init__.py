@@ -25,6 +25,7 @@ with needs_extra("service", "underway.service"):
     from ._auth import ROLES_EXTENSION, RUN_DATA_EXTENSION, Principal
     from ._problems import PROBLEM_TYPE, Problem
     from ._server import ServerThread, serve
+    from ._workers import serve_workers
 
 __all__ = [
     "PROBLEM_TYPE",
@@ -35,4 +36,5 @@ __all__ = [
     "ServerThread",
     "create_app",
     "serve",
+    "serve_workers",
 ]

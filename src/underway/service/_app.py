@@ -37,6 +37,7 @@ from . import (
     _stream,
 )
 from ._auth import ServiceState
+from ._fast import FastRoutes
 from ._inputs import MAX_BODY_BYTES, BodyLimit
 from ._links import add_links
 from ._metrics import install_metrics
@@ -117,6 +118,9 @@ def create_app(
         app.include_router(module.router)
     _health(app)
     install_metrics(app, metrics, token=metrics_token)
+    # Inside the console's security headers and the body limit: the plain reads of a run
+    # and signals, answered without FastAPI's per-request machinery (see _fast).
+    app.add_middleware(FastRoutes)
     install_console(app, session_secret=session_secret)
     # Outermost: an over-long body is refused before any other layer reads it.
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
@@ -19,6 +19,7 @@ from ..scheduling.intake import Routes
 from ..store._offload import run_io
 from ..store.access import DEFAULT_PURPOSE
 from ..store.base import AccessRecord, ApiKeyRecord, Store
+from ._batch import Writes
 from ._problems import ApiProblem, problem_responses
 
 ROLES_EXTENSION = "x-underway-roles"
@@ -55,6 +56,12 @@ class ServiceState:
     routes: Routes | None
     replay_window: float
     reveal_roles: frozenset[str] = frozenset({"admin"})
+    writes: Writes = field(init=False)
+    """The access-log entries and signals of concurrent requests, grouped into shared
+    transactions (:mod:`underway.service._batch`)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "writes", Writes(self.client.store))
 
     @property
     def signed_resolutions(self) -> bool:
@@ -72,15 +79,30 @@ class ServiceState:
         """Append one access-log entry per run whose data this request reads, with the
         read's ``purpose`` and whether sensitive fields were ``revealed`` (before the data
         leaves: a read the log could not record is not answered)."""
+        self.log_reads(who, self.endpoint_of(request), run_ids, purpose=purpose,
+                       revealed=revealed)
+
+    @staticmethod
+    def endpoint_of(request: Request) -> str:
+        """How the access log names the endpoint a request reached (``GET
+        /v1/runs/{run_id}``)."""
         route = request.scope.get("route")
         path = getattr(route, "path", request.url.path)
-        endpoint = f"{request.method} {path}"
+        return f"{request.method} {path}"
+
+    def log_reads(self, who: Principal, endpoint: str, run_ids: list[str], *,
+                  purpose: str = DEFAULT_PURPOSE, revealed: bool = False) -> None:
+        """:meth:`record_reads` of a request whose endpoint is named already (a call off
+        the event loop, where the request is not to be touched)."""
+        self.store.log_access(self.reads(who, endpoint, run_ids, purpose=purpose,
+                                         revealed=revealed))
+
+    def reads(self, who: Principal, endpoint: str, run_ids: list[str], *,
+              purpose: str = DEFAULT_PURPOSE, revealed: bool = False) -> list[AccessRecord]:
+        """The access-log entries of a read (for :attr:`writes`, or :meth:`log_reads`)."""
         now = self.client.clock.now()
-        self.store.log_access([
-            AccessRecord(who.tenant_id, now, who.key_id, who.name, run_id, endpoint,
-                         purpose=purpose, revealed=revealed)
-            for run_id in run_ids
-        ])
+        return [AccessRecord(who.tenant_id, now, who.key_id, who.name, run_id, endpoint,
+                             purpose=purpose, revealed=revealed) for run_id in run_ids]
 
 
 def service(request: Request) -> ServiceState:
@@ -89,13 +111,19 @@ def service(request: Request) -> ServiceState:
     return state
 
 
-def principal(request: Request) -> Principal:
+async def shared(request: Request) -> ServiceState:
+    """The app's shared state, as a dependency (async: FastAPI calls a plain function
+    dependency on a worker thread, a hop this needs no more than :func:`service` does)."""
+    return service(request)
+
+
+async def principal(request: Request) -> Principal:
     """The key the request was authenticated with (set by the endpoint's permission)."""
     who: Principal = request.state.principal
     return who
 
 
-State = Annotated[ServiceState, Depends(service)]
+State = Annotated[ServiceState, Depends(shared)]
 Caller = Annotated[Principal, Depends(principal)]
 
 
@@ -114,17 +142,24 @@ class _Require:
                              "send an API key as 'Authorization: Bearer <token>'",
                              headers={"WWW-Authenticate": "Bearer"})
         state = service(request)
-        record = await run_io(state.store, _identify, state.store, credentials.credentials)
-        if record is None:
-            raise ApiProblem(401, "unauthorized", "Unauthorized",
-                             "the API key is unknown or revoked",
-                             headers={"WWW-Authenticate": "Bearer"})
-        role: Role = record.role  # type: ignore[assignment]
-        if self.permission not in PERMISSIONS[role]:
-            allowed = ", ".join(roles_with(self.permission))
-            raise ApiProblem(403, "forbidden", "Forbidden",
-                             f"a {role} key may not do this; it needs one of: {allowed}")
-        request.state.principal = Principal(record.key_id, record.name, record.tenant_id, role)
+        record = await run_io(state.store, identify, state.store, credentials.credentials)
+        request.state.principal = admit(record, self.permission)
+
+
+def admit(record: ApiKeyRecord | None, permission: Permission) -> Principal:
+    """Who the key ``record`` (from :func:`identify`) is, once it may do ``permission``:
+    a 401 problem when there is no such key (unknown, revoked, a wrong secret), a 403
+    when its role lacks the permission."""
+    if record is None:
+        raise ApiProblem(401, "unauthorized", "Unauthorized",
+                         "the API key is unknown or revoked",
+                         headers={"WWW-Authenticate": "Bearer"})
+    role: Role = record.role  # type: ignore[assignment]
+    if permission not in PERMISSIONS[role]:
+        allowed = ", ".join(roles_with(permission))
+        raise ApiProblem(403, "forbidden", "Forbidden",
+                         f"a {role} key may not do this; it needs one of: {allowed}")
+    return Principal(record.key_id, record.name, record.tenant_id, role)
 
 
 def still_authorized(store: Store, who: Principal, permission: Permission, *,
@@ -146,7 +181,7 @@ def still_authorized(store: Store, who: Principal, permission: Permission, *,
     return None
 
 
-def _identify(store: Store, token: str) -> ApiKeyRecord | None:
+def identify(store: Store, token: str) -> ApiKeyRecord | None:
     """The key behind ``token`` (:func:`~underway.apikeys.authenticate`). Under residency
     a key whose tenant has no region (the configuration changed since it was issued)
     reaches nothing: :class:`~underway.errors.ResidencyError`, before any endpoint tries."""

@@ -153,7 +153,7 @@ class BodyLimit:
             message = await receive()
             if message["type"] != "http.request":
                 # The client went away: the app learns it on its first read.
-                await self.app(scope, _replay([message], receive), send)
+                await self.app(scope, replay([message], receive), send)
                 return
             chunk = message.get("body", b"")
             size += len(chunk)
@@ -164,7 +164,7 @@ class BodyLimit:
             if not message.get("more_body", False):
                 break
         whole: Message = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
-        await self.app(scope, _replay([whole], receive), send)
+        await self.app(scope, replay([whole], receive), send)
 
     async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
         message = f"larger than {self.max_bytes} bytes (the server's max_body_bytes)"
@@ -185,7 +185,7 @@ def _content_length(scope: Scope) -> int | None:
     return None
 
 
-def _replay(messages: list[Message], receive: Receive) -> Receive:
+def replay(messages: list[Message], receive: Receive) -> Receive:
     """``receive`` that first hands out ``messages``, then asks the server."""
     pending = list(messages)
 

@@ -63,7 +63,7 @@ _PURPOSE = Query(json_schema_extra={"minLength": 1, "maxLength": PURPOSE_MAX,
                  "access log).")
 
 
-def purpose_of(purpose: Annotated[str, _PURPOSE] = DEFAULT_PURPOSE) -> str:
+async def purpose_of(purpose: Annotated[str, _PURPOSE] = DEFAULT_PURPOSE) -> str:
     """The read's purpose, checked (a 422 problem naming ``query.purpose``)."""
     try:
         return check_purpose(purpose)
@@ -71,7 +71,7 @@ def purpose_of(purpose: Annotated[str, _PURPOSE] = DEFAULT_PURPOSE) -> str:
         raise invalid("query.purpose", str(exc)) from None
 
 
-def reading(
+async def reading(
     purpose: Annotated[str, Depends(purpose_of)],
     reveal: Annotated[bool, Query(
         description="Show the fields tools declare sensitive (for roles that may; the "
@@ -79,6 +79,10 @@ def reading(
 ) -> Reading:
     """The read's purpose and reveal."""
     return Reading(purpose, reveal)
+
+
+# Both are async though they wait for nothing: FastAPI calls a plain function dependency on
+# a worker thread, two hops per request for a few comparisons.
 
 
 Purpose = Annotated[str, Depends(purpose_of)]

@@ -3,10 +3,12 @@ tenant (another tenant's run is a 404, like a missing one)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from dataclasses import dataclass
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 
+from ..apikeys import Permission
 from ..client import RunFilter, redact_request, waiting_words
 from ..control import CHILD
 from ..errors import ConfigurationError, ConflictError, InvalidInput, ResidencyError
@@ -14,8 +16,9 @@ from ..inputs import MAX_INT, MAX_NAME
 from ..journal.state import APPROVAL_SIGNAL
 from ..labels import MAX_LABELS, check_key, check_labels, parse_labels
 from ..redaction import Redactor
-from ..store.base import FINAL, RunRecord
-from ._auth import Caller, ServiceState, State, endpoint
+from ..store._offload import run_io
+from ..store.base import FINAL, AccessRecord, RunRecord, SignalRecord
+from ._auth import Caller, Principal, ServiceState, State, endpoint
 from ._inputs import CheckedRoute
 from ._models import (
     Accepted,
@@ -37,7 +40,7 @@ from ._models import (
     WaitingOn,
 )
 from ._problems import ApiProblem, conflict, invalid, invalid_input
-from ._reading import Read
+from ._reading import Read, Reading
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"], route_class=CheckedRoute)
 
@@ -49,7 +52,7 @@ UNSIGNED = ("unsigned: a worker started with --signed-resolutions refuses it; su
             "signed resolve decision to /v1/approvals/{run_id}/decision instead")
 
 
-def run_query(
+async def run_query(
     status: RunStatus | None = None,
     flow: Annotated[str | None, Query(min_length=1)] = None,
     created_since: float | None = None,
@@ -146,30 +149,92 @@ def start_run(
     return Started(run_id=run_id, created=created)
 
 
-@endpoint(router, "GET", "/{run_id}", permission="read", run_data=True,
+@dataclass(frozen=True, slots=True)
+class Route:
+    """An endpoint's method and path (as the access log names it) and permission, where
+    :mod:`underway.service._fast` needs them too."""
+
+    method: str
+    path: str
+    permission: Permission
+
+    @property
+    def name(self) -> str:
+        """``GET /v1/runs/{run_id}``."""
+        return f"{self.method} {router.prefix}{self.path}"
+
+
+GET_RUN = Route("GET", "/{run_id}", "read")
+SEND_SIGNAL = Route("POST", "/{run_id}/signals", "steer")
+
+
+@endpoint(router, GET_RUN.method, GET_RUN.path, permission=GET_RUN.permission, run_data=True,
           response_model=RunDetail, problems=(403, 404))
-def get_run(state: State, who: Caller, run_id: RunId, request: Request,
-            read: Read) -> RunDetail:
+async def get_run(state: State, who: Caller, run_id: RunId, request: Request,
+                  read: Read) -> Response:
     """The run: its row, the step it is at, and what it waits on (what its tools hide
     redacted unless ``reveal``)."""
     read = read.allowed(state, who)
+    where = state.endpoint_of(request)
+    # One trip to the store's thread, answered as JSON bytes: the model is the document's.
+    body, logged = await run_io(state.store, run_detail, state, who, run_id, read, where)
+    await state.writes.log_access(logged)  # durable before the answer leaves
+    return Response(body, media_type="application/json")
+
+
+def run_detail(state: ServiceState, who: Principal, run_id: str, read: Reading,
+               where: str) -> tuple[bytes, list[AccessRecord]]:
+    """:func:`get_run`'s reads: its answer serialized, and the access-log entries to
+    write, durably, before it is sent."""
     row = state.client.get_run(run_id, tenant_id=who.tenant_id)
-    hide = state.client.redactor(run_id, tenant_id=who.tenant_id, reveal=read.reveal)
-    waiting = waiting_on(state, row, hide)
-    state.record_reads(request, who, [run_id], purpose=read.purpose, revealed=read.reveal)
     labels = state.client.run_labels([run_id], tenant_id=who.tenant_id, reveal=read.reveal)
-    shown = hide.json(dict(labels.get(run_id, {})))
+    # What the run's tools hide is learned from its journal: read only when something
+    # shown could hold it (labels, an error, a person's request).
+    hide = _Hiding(state, run_id, who.tenant_id, read.reveal)
+    waiting = waiting_on(state, row, hide)
+    found = dict(labels.get(run_id, {}))
+    shown = hide.json(found) if found else found
     summary = RunSummary.of(row, shown if isinstance(shown, dict) else None).model_copy(
         update={"error": hide.text(row.error) if row.error else row.error,
                 "waiting": waiting.text if waiting is not None else None})
     marks = state.client.marks(row)
-    return RunDetail(**summary.model_dump(), waiting_on=waiting,
-                     tainted_by=state.client.tainted_by(row),
-                     marks=None if marks is None else [AnswerMark.model_validate(m)
-                                                       for m in marks])
+    detail = RunDetail(**summary.model_dump(), waiting_on=waiting,
+                       tainted_by=state.client.tainted_by(row),
+                       marks=None if marks is None else [AnswerMark.model_validate(m)
+                                                         for m in marks])
+    logged = state.reads(who, where, [run_id], purpose=read.purpose, revealed=read.reveal)
+    return detail.model_dump_json().encode(), logged
 
 
-def waiting_on(state: ServiceState, row: RunRecord, hide: Redactor) -> WaitingOn | None:
+class _Hiding:
+    """The run's :class:`~underway.redaction.Redactor` (as the client makes it), made on
+    first use."""
+
+    def __init__(self, state: ServiceState, run_id: str, tenant_id: str, reveal: bool) -> None:
+        self._made: Redactor | None = None
+        self._args = (state, run_id, tenant_id, reveal)
+
+    def _redactor(self) -> Redactor:
+        if self._made is None:
+            state, run_id, tenant_id, reveal = self._args
+            self._made = state.client.redactor(run_id, tenant_id=tenant_id, reveal=reveal)
+        return self._made
+
+    def json(self, value: Any) -> Any:
+        """:meth:`Redactor.json`."""
+        return self._redactor().json(value)
+
+    def text(self, value: str) -> str:
+        """:meth:`Redactor.text`."""
+        return self._redactor().text(value)
+
+    def hider(self) -> Redactor:
+        """The redactor itself."""
+        return self._redactor()
+
+
+def waiting_on(state: ServiceState, row: RunRecord, hide: Redactor | _Hiding
+               ) -> WaitingOn | None:
     """What the run ``row`` waits on (None once it is finished): a person's request (as
     ``hide`` lets the viewer see it), a worker, a child, a signal or a timer. It reads the
     store (call it off the loop)."""
@@ -181,7 +246,9 @@ def waiting_on(state: ServiceState, row: RunRecord, hide: Redactor) -> WaitingOn
         request = state.client.pending_request(row.run_id, tenant_id=row.tenant_id)
         if request is not None:
             return WaitingOn(kind=request.kind, text=waiting_words(row, request) or "",
-                             request=Pending.of(redact_request(request, redactor=hide)))
+                             request=Pending.of(redact_request(
+                                 request, redactor=hide.hider() if isinstance(hide, _Hiding)
+                                 else hide)))
     if row.status == "ready":
         return WaitingOn(kind="worker", text=text, until=row.next_wake_at)
     if row.waiting_signal == CHILD:
@@ -211,20 +278,35 @@ def list_events(
     return [Event.of(e, hide) for e in found]
 
 
-@endpoint(router, "POST", "/{run_id}/signals", permission="steer", response_model=Accepted,
-          status_code=202, problems=(404,))
-def send_signal(state: State, who: Caller, run_id: RunId, body: SendSignal) -> Accepted:
+@endpoint(router, SEND_SIGNAL.method, SEND_SIGNAL.path, permission=SEND_SIGNAL.permission,
+          response_model=Accepted, status_code=202, problems=(404,))
+async def send_signal(state: State, who: Caller, run_id: RunId, body: SendSignal) -> Response:
     """Deliver a signal (once per ``signal_id``); a name the run's flow does not declare
     is refused."""
+    record, status = await run_io(state.store, signal_run, state, who, run_id, body)
+    delivered = await state.writes.send_signal(record)
+    return Response(signal_answer(run_id, status, delivered), status_code=202,
+                    media_type="application/json")
+
+
+def signal_run(state: ServiceState, who: Principal, run_id: str, body: SendSignal
+               ) -> tuple[SignalRecord, str]:
+    """:func:`send_signal`'s reads and checks: the signal's inbox row to write, and the
+    run's status."""
     row = state.client.get_run(run_id, tenant_id=who.tenant_id)
     try:
-        delivered = state.client.signal(run_id, body.name, body.payload,
-                                        tenant_id=who.tenant_id, signal_id=body.signal_id,
-                                        sender=who.actor)
+        record = state.client.prepared_signal(row, body.name, body.payload,
+                                              tenant_id=who.tenant_id,
+                                              signal_id=body.signal_id, sender=who.actor)
     except ConfigurationError as exc:
         raise invalid("body.name", str(exc)) from None
-    note = f"run is {row.status} and will not read it" if row.status in FINAL else ""
-    return Accepted(run_id=run_id, delivered=delivered, note=note)
+    return record, row.status
+
+
+def signal_answer(run_id: str, status: str, delivered: bool) -> bytes:
+    """:func:`send_signal`'s answer, serialized."""
+    note = f"run is {status} and will not read it" if status in FINAL else ""
+    return Accepted(run_id=run_id, delivered=delivered, note=note).model_dump_json().encode()
 
 
 @endpoint(router, "POST", "/{run_id}/cancel", permission="steer", response_model=Accepted,

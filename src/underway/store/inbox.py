@@ -22,6 +22,22 @@ class InboxStore(Protocol):
         """Unconsumed signals of a run, oldest first."""
         ...
 
+    def actionable_signals(
+        self, tenant_id: str, run_id: str, *, waiting: str | None
+    ) -> list[SignalRecord]:
+        """The unconsumed signals an activation acts on, oldest first.
+
+        They are every control signal (a name starting ``underway.``) and the oldest
+        signal named ``waiting``. The rest of the inbox is not read, so the cost does not
+        grow with the signals the run consumed or leaves unread.
+
+        Args:
+            tenant_id: The run's tenant.
+            run_id: The run.
+            waiting: The signal the run waits for (None: none but control signals).
+        """
+        ...
+
     def use_nonce(
         self, tenant_id: str, nonce: str, *, run_id: str, request_id: str, at: float
     ) -> bool:

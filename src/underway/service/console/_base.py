@@ -19,7 +19,7 @@ from ...apikeys import Permission
 from ...inputs import InvalidInput
 from ...ops.charts import Chart, svg
 from ...store.access import DEFAULT_PURPOSE, PURPOSE_MAX, PURPOSES, check_purpose
-from .._auth import ServiceState
+from .._auth import ServiceState, shared
 from .._inputs import CheckedRoute
 from .._problems import invalid_input, respond
 from .._reading import may_reveal
@@ -88,7 +88,7 @@ async def signed_in(request: Request) -> Session:
 
 Signed = Annotated[Session, Depends(signed_in)]
 """A page's parameter: the signed-in session."""
-Console = Annotated[ServiceState, Depends(service)]
+Console = Annotated[ServiceState, Depends(shared)]
 """A page's parameter: the app's shared state."""
 
 

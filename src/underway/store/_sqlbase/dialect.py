@@ -62,6 +62,14 @@ class SQLBase(ABC):
             close()
             raise MigrationError(queries.newer_schema_message(found, known))
 
+    def _up_to_date(self, dialect: str) -> int | None:
+        """The schema version when it is the newest this code knows (nothing to migrate),
+        else None; a newer one is refused. One read of the version, no lock, no file read."""
+        found, known = self.schema_version(), queries.latest_version(dialect)
+        if found > known:
+            raise MigrationError(queries.newer_schema_message(found, known))
+        return found if found == known else None
+
     @abstractmethod
     def _all(self, name: str, /, **params: Any) -> list[Any]:
         """The rows of one read."""

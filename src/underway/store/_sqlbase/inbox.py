@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...control import RESERVED_PREFIX
 from ..records import ApproverRecord, SignalRecord
 from .dialect import SQLBase
 
@@ -18,6 +19,18 @@ class SQLInbox(SQLBase):
         return [
             SignalRecord(r[0], r[1], r[2], r[3], bytes(r[4]), r[5], r[6])
             for r in self._all("pending_signals", tenant_id=tenant_id, run_id=run_id)
+        ]
+
+    def actionable_signals(
+        self, tenant_id: str, run_id: str, *, waiting: str | None
+    ) -> list[SignalRecord]:
+        """Unconsumed control signals and the oldest one named ``waiting``, oldest first."""
+        if waiting is not None and waiting.startswith(RESERVED_PREFIX):
+            waiting = None  # a control name: read with the other control signals
+        return [
+            SignalRecord(r[0], r[1], r[2], r[3], bytes(r[4]), r[5], r[6])
+            for r in self._all("actionable_signals", tenant_id=tenant_id, run_id=run_id,
+                               waiting=waiting)
         ]
 
     # -- the registry -------------------------------------------------------------------

@@ -43,6 +43,20 @@ class MemoryInbox:
             pending = [s for s, consumed in inbox.values() if not consumed]
         return sorted(pending, key=lambda s: (s.created_at, s.signal_id))
 
+    def actionable_signals(
+        self, tenant_id: str, run_id: str, *, waiting: str | None
+    ) -> list[SignalRecord]:
+        """Unconsumed control signals and the oldest one named ``waiting``, oldest first
+        (this store for tests reads the whole inbox to find them)."""
+        out, found = [], False
+        for s in self.pending_signals(tenant_id, run_id):
+            if s.name.startswith("underway."):
+                out.append(s)
+            elif s.name == waiting and not found:
+                out.append(s)
+                found = True
+        return out
+
     def put_approver(self, rec: ApproverRecord) -> None:
         """Register or replace an approver."""
         with self._lock:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from .._sqlbase.access import SQLAccess
 from ..access import genesis, link
 from ..records import AccessHead, AccessRecord
-from ._connection import _Q, Connection
+from ._connection import _Q, Connection, pipelined
 
 
 class Access(SQLAccess, Connection):
@@ -21,35 +21,40 @@ class Access(SQLAccess, Connection):
         while holding the lock on the chain's head (tenants locked in name order)."""
         if not records:
             return []
-        stored = []
-        with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+        with self._pool.connection() as conn, conn.transaction():
             heads: dict[str, AccessHead] = {}
-            for tenant in sorted({r.tenant_id for r in records}):
-                cur.execute(_Q["open_access_head"],
-                            {"tenant_id": tenant, "genesis": genesis(tenant)})
-                cur.execute(_Q["lock_access_head"], {"tenant_id": tenant})
-                row = cur.fetchone()
-                assert row is not None
-                heads[tenant] = AccessHead(*row)
+            with conn.cursor() as cur:
+                for tenant in sorted({r.tenant_id for r in records}):
+                    cur.execute(_Q["open_access_head"],
+                                {"tenant_id": tenant, "genesis": genesis(tenant)})
+                    cur.execute(_Q["lock_access_head"], {"tenant_id": tenant})
+                    row = cur.fetchone()
+                    assert row is not None
+                    heads[tenant] = AccessHead(*row)
+            # Each entry's hash needs only the one before it, not its seq: the inserts go
+            # out together, in one round trip, and their seqs are read after.
+            linked = []
+            ends = dict(heads)
             for rec in records:
-                head = heads[rec.tenant_id]
-                linked = link(rec, head.hash)
-                cur.execute(_Q["log_access"], {
-                    "tenant_id": linked.tenant_id, "at": linked.at, "key_id": linked.key_id,
-                    "key_name": linked.key_name, "run_id": linked.run_id,
-                    "endpoint": linked.endpoint, "purpose": linked.purpose,
-                    "revealed": linked.revealed, "prev_hash": linked.prev_hash,
-                    "hash": linked.hash,
-                })
+                entry = link(rec, ends[rec.tenant_id].hash)
+                ends[rec.tenant_id] = dataclasses.replace(ends[rec.tenant_id], hash=entry.hash)
+                linked.append(entry)
+            with pipelined(conn):
+                inserted = [conn.execute(_Q["log_access"], {
+                    "tenant_id": e.tenant_id, "at": e.at, "key_id": e.key_id,
+                    "key_name": e.key_name, "run_id": e.run_id, "endpoint": e.endpoint,
+                    "purpose": e.purpose, "revealed": e.revealed, "prev_hash": e.prev_hash,
+                    "hash": e.hash,
+                }) for e in linked]
+            stored = []
+            for entry, cur in zip(linked, inserted, strict=True):
                 row = cur.fetchone()
                 assert row is not None
-                linked = dataclasses.replace(linked, seq=int(row[0]))
-                heads[rec.tenant_id] = AccessHead(rec.tenant_id, linked.seq, linked.hash,
-                                                  head.entries + 1)
-                stored.append(linked)
-            for head in heads.values():
-                cur.execute(_Q["set_access_head"], {
-                    "tenant_id": head.tenant_id, "seq": head.seq, "hash": head.hash,
-                    "entries": head.entries,
+                stored.append(dataclasses.replace(entry, seq=int(row[0])))
+            for tenant, head in heads.items():
+                mine = [e for e in stored if e.tenant_id == tenant]
+                conn.execute(_Q["set_access_head"], {
+                    "tenant_id": tenant, "seq": mine[-1].seq, "hash": mine[-1].hash,
+                    "entries": head.entries + len(mine),
                 })
         return stored

@@ -78,17 +78,22 @@ class Connection(SQLBase):
 
     # -- schema -------------------------------------------------------------------------
     def schema_version(self) -> int:
-        """The highest migration applied (0 before the first)."""
+        """The highest migration applied (0 before the first): one query."""
         with self._pool.connection() as conn:
-            exists = conn.execute(_Q["has_schema_version_table"]).fetchone()
-            if not exists or not exists[0]:
-                return 0
-            row = conn.execute(_Q["schema_version"]).fetchone()
+            try:
+                row = conn.execute(_Q["schema_version"]).fetchone()
+            except psycopg.errors.UndefinedTable:
+                return 0  # never migrated (an autocommit connection stays usable)
             return int(row[0]) if row else 0
 
     def migrate(self, *, target: int | None = None) -> int:
         """Apply pending numbered migrations (up to ``target``, default all) in one
-        transaction that holds an advisory lock, so concurrent migrators take turns."""
+        transaction that holds an advisory lock, so concurrent migrators take turns.
+
+        A schema already at the newest version is left alone after one read of its
+        version, without the lock."""
+        if target is None and (current := self._up_to_date("postgres")) is not None:
+            return current
         name = "(version table)"
         try:
             with self._pool.connection() as conn, conn.transaction():

@@ -3,6 +3,7 @@ decision nonces and approvers."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from .._sqlbase.inbox import SQLInbox
@@ -24,6 +25,28 @@ class Inbox(SQLInbox, Connection):
                 conn.execute(_Q["notify_run"], params, prepare=True)
             row = sent.fetchone()
         return bool(row and row[0])
+
+    def send_signals(self, signals: Sequence[SignalRecord]) -> list[bool]:
+        """:meth:`send_signal` of each, in one transaction: one commit for them all (False
+        for a duplicate signal_id, also of one earlier in the list). Runs are locked in
+        (tenant, run) order, the order of the journal's group commits, so neither can
+        deadlock the other."""
+        order = sorted(range(len(signals)),
+                       key=lambda i: (signals[i].tenant_id, signals[i].run_id))
+        sent: list[bool] = [False] * len(signals)
+        with self._pool.connection() as conn:
+            # One pipeline, one sync: the statements are one implicit transaction.
+            with pipelined(conn):
+                answers = []
+                for i in order:
+                    params = _signal_params(signals[i])
+                    conn.execute(_Q["lock_run"], params, prepare=True)
+                    answers.append((i, conn.execute(_Q["send_signal"], params, prepare=True)))
+                    conn.execute(_Q["notify_run"], params, prepare=True)
+            for i, answer in answers:
+                row = answer.fetchone()
+                sent[i] = bool(row and row[0])
+        return sent
 
     def use_nonce(
         self, tenant_id: str, nonce: str, *, run_id: str, request_id: str, at: float

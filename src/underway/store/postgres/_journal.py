@@ -212,9 +212,8 @@ def _queue_append(conn: psycopg.Connection[Any], batch: AppendBatch) -> psycopg.
         seq, state = batch.checkpoint
         conn.execute(_Q["upsert_checkpoint"], {**key, "seq": seq, "state": state},
                      prepare=True)
-    if batch.consumed_signals:
-        conn.execute(_Q["consume_signals"],
-                     {**key, "signal_ids": list(batch.consumed_signals)}, prepare=True)
+    for signal_id in batch.consumed_signals:
+        conn.execute(_Q["consume_signal"], {**key, "signal_id": signal_id}, prepare=True)
     settled = conn.execute(_Q["settle_run"], {
         **key, "consumed": bool(batch.consumed_signals), "now": batch.now,
         "release": batch.release,

@@ -103,6 +103,12 @@ class RegionalLeases:
         """A run's inbox, from the tenant's region."""
         return self._of(tenant_id).pending_signals(tenant_id, run_id)
 
+    def actionable_signals(
+        self, tenant_id: str, run_id: str, *, waiting: str | None
+    ) -> list[SignalRecord]:
+        """What an activation acts on of a run's inbox, from the tenant's region."""
+        return self._of(tenant_id).actionable_signals(tenant_id, run_id, waiting=waiting)
+
     def use_nonce(
         self, tenant_id: str, nonce: str, *, run_id: str, request_id: str, at: float
     ) -> bool:

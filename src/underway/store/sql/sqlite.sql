@@ -32,7 +32,7 @@ SELECT * FROM runs WHERE tenant_id = :tenant_id AND run_id = :run_id
 -- A page of a tenant's runs, newest first, read in order from the listing index (0008)
 -- from the cursor on: the time bounds are always given (infinite when not asked), so they
 -- are a range of the index, and the page stops at :limit, however many runs the tenant has.
--- A status, a flow or both have their own query, each on an index in the same order (0024).
+-- A status, a flow or both have their own query, each on an index in the same order (0025).
 SELECT * FROM runs
  WHERE tenant_id = :tenant_id
    AND created_at >= :since AND created_at < :until AND created_at <= :after_at
@@ -145,7 +145,7 @@ SELECT DISTINCT tenant_id FROM runs ORDER BY tenant_id
 SELECT tenant_id AS tenant_id, status, COUNT(*) FROM runs GROUP BY 1, 2 ORDER BY 1, 2
 
 -- name: request_counts
--- Entries of the partial index runs_requests (migration 0023): runs that wait for a person.
+-- Entries of the partial index runs_requests (migration 0024): runs that wait for a person.
 SELECT tenant_id, request_kind, COUNT(*) FROM runs
  WHERE request_kind IS NOT NULL AND status IN ('waiting', 'escalated')
  GROUP BY 1, 2 ORDER BY 1, 2
@@ -191,7 +191,7 @@ SELECT c.run_id, c.seq, c.state, e.seq, e.type, e.payload, lower(hex(e.hash)) AS
 
 -- name: checkpoint_before
 -- A run's newest checkpoint before :seq (the current one, or one it replaced, kept in
--- checkpoint_history by migration 0025) with the events from its seq through :seq;
+-- checkpoint_history by migration 0026) with the events from its seq through :seq;
 -- the state on the first row only. The seq is found on the primary keys alone.
 WITH found AS (
     SELECT max(seq) AS seq FROM (
@@ -457,7 +457,10 @@ UPDATE runs SET lease_owner = ?, lease_token = lease_token + 1, lease_expires_at
 RETURNING lease_token
 
 -- name: has_signals
-SELECT 1 FROM signals WHERE tenant_id = ? AND run_id = ? AND consumed = 0 LIMIT 1
+-- The signals reads name their partial index (0023): without statistics the planner would
+-- walk the primary key, through every signal the run ever consumed.
+SELECT 1 FROM signals INDEXED BY signals_waiting
+ WHERE tenant_id = ? AND run_id = ? AND consumed = 0 LIMIT 1
 
 -- name: renew_lease
 UPDATE runs SET lease_expires_at = :expires_at
@@ -483,8 +486,28 @@ UPDATE runs SET next_wake_at = ?, control_pending = control_pending OR (? LIKE '
    AND (waiting_signal = ? OR ? LIKE 'underway.%')
 
 -- name: pending_signals
-SELECT tenant_id, run_id, signal_id, name, payload, sender, created_at FROM signals
+SELECT tenant_id, run_id, signal_id, name, payload, sender, created_at
+  FROM signals INDEXED BY signals_waiting
  WHERE tenant_id = :tenant_id AND run_id = :run_id AND consumed = 0 ORDER BY created_at, signal_id
+
+-- name: actionable_signals
+-- What an activation acts on, oldest first: every control signal, and the oldest signal
+-- named :waiting (NULL: none). Each half walks its own partial index of unconsumed signals,
+-- so the read costs the rows it returns: never the signals the run consumed, nor those it
+-- leaves unread.
+SELECT * FROM (
+    SELECT tenant_id, run_id, signal_id, name, payload, sender, created_at
+      FROM signals INDEXED BY signals_control
+     WHERE tenant_id = :tenant_id AND run_id = :run_id AND consumed = 0
+       AND name LIKE 'underway.%'
+    UNION ALL
+    SELECT * FROM (
+        SELECT tenant_id, run_id, signal_id, name, payload, sender, created_at
+          FROM signals INDEXED BY signals_waiting
+         WHERE tenant_id = :tenant_id AND run_id = :run_id AND consumed = 0
+           AND name = :waiting
+         ORDER BY created_at, signal_id LIMIT 1))
+ ORDER BY created_at, signal_id
 
 -- name: consume_signal
 UPDATE signals SET consumed = 1 WHERE tenant_id = ? AND run_id = ? AND signal_id = ?
@@ -494,13 +517,13 @@ UPDATE runs SET next_wake_at = ?
  WHERE tenant_id = ? AND run_id = ? AND status NOT IN ('completed', 'failed', 'cancelled')
    AND (control_pending = 1
         OR (waiting_signal IS NOT NULL
-            AND EXISTS (SELECT 1 FROM signals s
+            AND EXISTS (SELECT 1 FROM signals AS s INDEXED BY signals_waiting
                          WHERE s.tenant_id = runs.tenant_id AND s.run_id = runs.run_id
                            AND s.name = runs.waiting_signal AND s.consumed = 0)))
 
 -- name: refresh_control_pending
 UPDATE runs SET control_pending = EXISTS (
-        SELECT 1 FROM signals s
+        SELECT 1 FROM signals AS s INDEXED BY signals_control
          WHERE s.tenant_id = runs.tenant_id AND s.run_id = runs.run_id
            AND s.consumed = 0 AND s.name LIKE 'underway.%')
  WHERE tenant_id = ? AND run_id = ?

@@ -117,10 +117,9 @@ class Connection(SQLBase):
         Each transaction reads the version again under the write lock, so processes that
         migrate the same file at once take turns instead of applying a migration twice.
         """
-        known = queries.latest_version("sqlite")
+        if (current := self._up_to_date("sqlite")) is not None:
+            return current  # nothing to migrate: no migration file is read
         current = self.schema_version()
-        if current > known:
-            raise MigrationError(queries.newer_schema_message(current, known))
         for version, name, sql in queries.migrations("sqlite"):
             if version <= current:
                 continue

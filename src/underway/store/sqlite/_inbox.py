@@ -4,6 +4,7 @@ decision nonces and approvers."""
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
 
 from .._sqlbase.inbox import SQLInbox
 from ..records import SignalRecord
@@ -18,6 +19,12 @@ class Inbox(SQLInbox, Connection):
         """Queue a signal once per id and wake the run if it waits for it."""
         with self._tx() as c:
             return _send_signal(c, signal)
+
+    def send_signals(self, signals: Sequence[SignalRecord]) -> list[bool]:
+        """:meth:`send_signal` of each, in order, in one transaction: one flush to disk for
+        them all (False for a duplicate signal_id, also of one earlier in the list)."""
+        with self._tx() as c:
+            return [_send_signal(c, s) for s in signals]
 
     def use_nonce(
         self, tenant_id: str, nonce: str, *, run_id: str, request_id: str, at: float

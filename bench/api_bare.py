@@ -1,0 +1,45 @@
+"""The baseline server of ``bench/api.py``: a bare FastAPI endpoint that reads one run row
+(``store.get_run``) and returns it, served by :func:`underway.service.serve` (the uvicorn
+settings ``underway serve`` uses) on the same database: the least an HTTP read of a run can
+cost here.
+
+    python bench/api_bare.py DATABASE_URL PORT
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from fastapi import FastAPI
+
+import underway as uw
+from underway.service import serve
+from underway.store.base import Store
+
+
+def bare(store: Store) -> FastAPI:
+    """The bare app over ``store``: ``GET /bare/{run_id}`` and ``/healthz``."""
+    app = FastAPI()
+
+    @app.get("/bare/{run_id}")
+    def read(run_id: str) -> dict[str, Any]:
+        row = store.get_run("bench", run_id)
+        return {"run_id": run_id, "status": None if row is None else row.status}
+
+    @app.get("/healthz")
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    return app
+
+
+def main() -> None:
+    """Serve the bare app on the database and port named by the arguments."""
+    url, port = sys.argv[1], int(sys.argv[2])
+    with uw.Client.connect(url, migrate=False) as client:
+        serve(bare(client.store), port=port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main()
