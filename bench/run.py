@@ -37,6 +37,7 @@ import labels
 import listing
 import long_runs
 import mcp_tools
+import observe
 import openai_agents
 import policy
 import provenance
@@ -155,6 +156,12 @@ GROUPS: dict[str, list[tuple[str, Callable[[], list[Figure]]]]] = {
     "console_labels": [
         ("SQLite console pages at 10,000 labelled runs", console_labels.bench_sqlite),
         ("PostgreSQL console pages at 10,000 labelled runs", console_labels.bench_postgres),
+    ],
+    "observe": [
+        ("SQLite cheap observation: /metrics, a deep state, the runs list at 1M runs",
+         observe.bench_sqlite),
+        ("PostgreSQL cheap observation: /metrics, a deep state, the runs list at 1M runs",
+         observe.bench_postgres),
     ],
     "startup": [("underway serve start-up", service.bench_startup)],
     "deploy": [

@@ -1,9 +1,10 @@
 """``/metrics`` stays cheap under load and can be closed.
 
-A steady scrape reads the runs table and no journal. Runs parked for an approval, for an
-answer and for a resolution are counted by kind. Only a run whose row moved since the
-last scrape has its journal read again. With ``[serve] metrics_token_env`` set, a scrape
-without the token gets a 401 problem. On SQLite and PostgreSQL."""
+A scrape counts the runs table's rows and reads no journal. Runs parked for an approval,
+for an answer and for a resolution are counted by kind, as their rows record it. A forged
+kind is reported by the audit and rebuilt from the journal. With
+``[serve] metrics_token_env`` set, a scrape without the token gets a 401 problem. On
+SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -14,12 +15,16 @@ from typing import Any
 
 import httpx
 import pytest
+from insider import insider
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel
+from typer.testing import CliRunner
 
 import underway as uw
+from underway.cli import app
 from underway.config import load_config
+from underway.engine._rows import heal_row
 from underway.errors import ConfigurationError, OutcomeUnknown
 from underway.guard.policy import policy_from_dict
 from underway.runner import Runner
@@ -84,41 +89,77 @@ def pending(collector: DatabaseCollector) -> dict[str, float]:
     raise AssertionError("no underway_pending_requests")
 
 
-def test_a_steady_scrape_reads_no_journal(
+def test_a_scrape_counts_requests_from_the_runs_table(
     parked: tuple[Store, uw.Engine, dict[str, list[str]]],
 ) -> None:
     store, engine, runs = parked
     collector = DatabaseCollector(store)
     assert pending(collector) == {"approval": 4, "question": 2, "resolution": 3}
-    first = collector.journals_read
-    assert first == 9
-    for _ in range(3):
-        assert pending(collector) == {"approval": 4, "question": 2, "resolution": 3}
-    assert collector.journals_read == first, "a scrape with nothing changed read journals"
-    # One run moves on (it is cancelled): it leaves the count, no journal is read.
+    # One run moves on (it is cancelled): it leaves the count with its row.
     engine.client.cancel(runs["question"][0], by="ops", reason="asked elsewhere")
     asyncio.run(Runner(engine).run_until_idle())
     assert engine.state(runs["question"][0]).status == "cancelled"
     assert pending(collector) == {"approval": 4, "question": 1, "resolution": 3}
-    assert collector.journals_read == first
+    # A signal the run does not wait for moves its row and leaves its request as it was.
+    engine.client.signal(runs["approval"][0], "note", {"seen": True})
+    asyncio.run(Runner(engine).run_until_idle())
+    assert pending(collector) == {"approval": 4, "question": 1, "resolution": 3}
 
 
-def test_a_run_that_changes_is_read_once_more(
-    parked: tuple[Store, uw.Engine, dict[str, list[str]]],
+def test_a_scrape_reads_no_journal(
+    parked: tuple[Store, uw.Engine, dict[str, list[str]]], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store, _, _ = parked
+    collector = DatabaseCollector(store)
+
+    def no_journal(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a scrape read a journal")
+
+    for method in ("load_events", "load_checkpoint", "load_checkpoints"):
+        monkeypatch.setattr(store, method, no_journal)
+    assert pending(collector) == {"approval": 4, "question": 2, "resolution": 3}
+
+
+def test_forged_request_kinds_are_reported_and_rebuilt_from_the_journal(
+    db_url: str, parked: tuple[Store, uw.Engine, dict[str, list[str]]],
 ) -> None:
     store, engine, runs = parked
     collector = DatabaseCollector(store)
-    pending(collector)
-    before = collector.journals_read
-    seqs = {r: store.get_run("default", r).last_seq  # type: ignore[union-attr]
-            for rs in runs.values() for r in rs}
-    # A signal the run does not wait for is journaled to its inbox and moves its row.
-    engine.client.signal(runs["approval"][0], "note", {"seen": True})
-    asyncio.run(Runner(engine).run_until_idle())
-    moved = {r for rs in runs.values() for r in rs
-             if store.get_run("default", r).last_seq != seqs[r]}  # type: ignore[union-attr]
+    with insider(db_url) as sql:
+        sql.q("UPDATE runs SET request_kind = NULL WHERE run_id = ?", runs["approval"][0])
+        sql.q("UPDATE runs SET request_kind = 'approval' WHERE run_id = ?",
+              runs["question"][0])
+        sql.q("UPDATE runs SET request_kind = 'question' WHERE run_id = ?",
+              runs["resolution"][0])
+    assert pending(collector) == {"approval": 4, "question": 2, "resolution": 2}
+    result = CliRunner().invoke(app, ["audit", "verify", "--db", db_url, "--all"])
+    assert result.exit_code == 1, result.stdout
+    forged = {runs["approval"][0], runs["question"][0], runs["resolution"][0]}
+    reported = {line.split()[2] for line in result.stdout.splitlines()
+                if line.startswith("TAMPERED run") and "request_kind" in line}
+    assert reported == forged, result.stdout
+    for run_id in sorted(forged):  # the rows rebuilt from their journals
+        found = heal_row(engine.services, "default", run_id)
+        assert [d.field for d in found] == ["request_kind"]
     assert pending(collector) == {"approval": 4, "question": 2, "resolution": 3}
-    assert collector.journals_read - before == len(moved)
+    result = CliRunner().invoke(app, ["audit", "verify", "--db", db_url, "--all"])
+    assert result.exit_code == 0, result.stdout
+
+
+def test_the_row_names_the_request_the_journal_names(
+    parked: tuple[Store, uw.Engine, dict[str, list[str]]],
+) -> None:
+    store, engine, runs = parked
+    for kind, ids in runs.items():
+        for run_id in ids:
+            row = store.get_run("default", run_id)
+            request = engine.client.pending_request(run_id)
+            assert row is not None and request is not None
+            assert row.request_kind == request.kind == kind
+    engine.client.cancel(runs["approval"][0], by="ops", reason="not needed")
+    asyncio.run(Runner(engine).run_until_idle())
+    row = store.get_run("default", runs["approval"][0])
+    assert row is not None and row.status == "cancelled" and row.request_kind is None
 
 
 @pytest.mark.parametrize("token", [None, "s3cret-metrics-token"])

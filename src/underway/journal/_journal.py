@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Sequence
@@ -24,6 +25,7 @@ from ..events import (
     read_tombstone,
 )
 from ..store.base import CoreStore, NewRun, StoredEvent
+from ..store.observation import ObservationStore
 from . import checkpoint
 from .blobs import BlobReader, blob_refs
 from .checks import CHECKPOINT_RACES, JournalChecks
@@ -340,15 +342,18 @@ class Journal(JournalChecks):
 
     def _trusted(
         self, tenant_id: str, run_id: str, row: tuple[int, bytes], tail: list[StoredEvent],
-        fetch: BlobReader | None = None,
+        fetch: BlobReader | None = None, *, past: bool = False,
     ) -> tuple[RunState | None, list[Recorded]]:
         """The state ``row`` holds, when ``tail`` (the events from the row's seq on) shows
-        that the journal committed to it, and the decoded events after it."""
+        that the journal committed to it, and the decoded events after it. A ``past``
+        checkpoint (one a newer one replaced, read for a state at its place in the run)
+        is not refused for being older than the latest."""
         # The tail's conversation holds the row's: one reader serves both.
         fetch = fetch or BlobReader(self.store, tenant_id)
         decoded = self._decode(tenant_id, run_id, tail, fetch)
         at = tail[0] if tail and tail[0].seq == row[0] else None
-        later = [rec.seq for rec, digest in decoded if digest is not None and rec.seq > row[0]]
+        later = [] if past else [rec.seq for rec, digest in decoded
+                                 if digest is not None and rec.seq > row[0]]
         content = self._content(tenant_id, run_id, row, fetch)
         found = checkpoint.check(
             tenant_id, run_id, row, content, at,
@@ -363,6 +368,26 @@ class Journal(JournalChecks):
             # changed): only a cache, so the state is folded from the journal instead.
             return None, []
         return state, [rec for rec, _ in decoded[1:]]
+
+    def _prefetched(self, tenant_id: str, run_id: str, stored: Sequence[StoredEvent],
+                    row: tuple[int, bytes]) -> BlobReader:
+        """A blob reader that already read, in one query, the blobs ``stored`` and the
+        checkpoint ``row`` refer to directly (a decode would ask for them one event at a
+        time)."""
+        fetch = BlobReader(self.store, tenant_id)
+        refs: list[str] = []
+        # A checkpoint that does not open is judged, and refused, later.
+        with contextlib.suppress(Exception):
+            refs += blob_refs(self.codec.open_json(
+                row[1], checkpoint_where(tenant_id, run_id, row[0])))
+        for s in stored:
+            try:
+                refs += blob_refs(self.codec.event_data(
+                    s.payload, event_where(tenant_id, run_id, s.seq, s.type)))
+            except Exception:  # an event that does not open is judged when decoded
+                continue
+        fetch.prefetch(refs)
+        return fetch
 
     def _content(
         self, tenant_id: str, run_id: str, row: tuple[int, bytes],
@@ -475,19 +500,25 @@ class Journal(JournalChecks):
     ) -> tuple[RunState, Recorded, RunState]:
         """The run's state just before its event at ``seq``, that event, and the state after.
 
-        One fold. It starts from the run's checkpoint when the journal vouches for it and it
-        precedes ``seq``. Then only the events since it are read. Else it starts from the first
-        event up to ``seq``.
+        One fold, from the newest checkpoint before ``seq`` that the journal vouches for:
+        the current one or one it replaced (they are kept). Only the events from it through
+        ``seq`` are read, so a state deep in a long run costs one checkpoint interval.
+        Without such a checkpoint (a run older than kept checkpoints, or one refused), it
+        starts from the first event.
 
         Args:
             tenant_id: The run's tenant.
             run_id: The run.
             seq: The event's seq.
         """
-        row = self.store.load_checkpoint(tenant_id, run_id)
-        if row is not None and row[0] < seq:
-            tail = self.store.load_events(tenant_id, run_id, after_seq=max(row[0] - 1, 0))
-            start, records = self._trusted(tenant_id, run_id, row, tail)
+        # Kept checkpoints are the observation role's, beside the core (every backend has it).
+        kept = cast(ObservationStore | None,
+                    self.store if hasattr(self.store, "checkpoint_before") else None)
+        found = kept.checkpoint_before(tenant_id, run_id, seq) if kept is not None else None
+        if found is not None and found.tail and found.tail[-1].seq == seq:
+            fetch = self._prefetched(tenant_id, run_id, found.tail, (found.seq, found.state))
+            start, records = self._trusted(tenant_id, run_id, (found.seq, found.state),
+                                           found.tail, fetch, past=True)
             if start is not None:
                 return states_around(start, records, seq)
         stored = self.store.load_events(tenant_id, run_id)

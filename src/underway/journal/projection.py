@@ -28,7 +28,8 @@ from ..store.records import FINAL, RunRecord, RunUpdate, StoredLabel
 from .state import RunState
 
 __all__ = ["Disagreement", "disagreements", "expected_update", "identity_disagreements",
-           "label_disagreements", "labels_set", "lease_problem", "stored_labels"]
+           "label_disagreements", "labels_set", "lease_problem", "request_kind",
+           "stored_labels"]
 
 FINAL_EVENTS = ("RunCompleted", "RunFailed", "RunCancelled")
 """The types of the event a finished run's journal ends with."""
@@ -69,6 +70,24 @@ def journal_wake(s: RunState) -> float | None:
     return None
 
 
+def request_kind(s: RunState) -> str | None:
+    """What the run waits for a person to do, as its row records it: ``approval`` (a held
+    call), ``question`` (``ctx.ask``), ``resolution`` (an escalation or a dead run to
+    settle), or None. The same kinds :func:`underway.client.Client.pending_request` names.
+    """
+    if s.status == "waiting" and s.pending_approval is not None:
+        return "approval"
+    esc = s.escalation
+    if s.status == "escalated" and esc is not None:
+        if esc.is_question:
+            return "question"
+        if esc.request_id:
+            return "resolution"
+    if s.status == "dead" and s.dead_request is not None:
+        return "resolution"
+    return None
+
+
 def expected_update(s: RunState, now: float, due_at: float | None) -> RunUpdate:
     """What the row of a run in state ``s`` should say.
 
@@ -82,12 +101,14 @@ def expected_update(s: RunState, now: float, due_at: float | None) -> RunUpdate:
         # worker dies, and an unchanged indexed column spares index writes on every step.
         return RunUpdate("ready", s.step, due_at if due_at is not None else now)
     if s.status == "waiting":
-        return RunUpdate("waiting", s.step, journal_wake(s), s.waiting_signal)
+        return RunUpdate("waiting", s.step, journal_wake(s), s.waiting_signal,
+                         request_kind=request_kind(s))
     if s.status == "escalated":
         reason = s.escalation.reason if s.escalation else None
         # A question that expires is woken then, to tell the step nobody answered.
-        return RunUpdate("escalated", s.step, journal_wake(s), None, str(reason))
-    return RunUpdate(s.status, s.step, None, None, s.error)
+        return RunUpdate("escalated", s.step, journal_wake(s), None, str(reason),
+                         request_kind(s))
+    return RunUpdate(s.status, s.step, None, None, s.error, request_kind(s))
 
 
 def stored_labels(lineage: Lineage | None) -> tuple[StoredLabel, ...]:
@@ -169,6 +190,8 @@ def disagreements(row: RunRecord, s: RunState, *, now: float) -> list[Disagreeme
         differ("step", row.step, s.step)
     if s.status == "waiting" and row.waiting_signal != s.waiting_signal:
         differ("waiting_signal", row.waiting_signal, s.waiting_signal)
+    if row.status == s.status and row.request_kind != request_kind(s):
+        differ("request_kind", row.request_kind, request_kind(s))
     wake = row.next_wake_at
     if not good_time(wake):
         differ("next_wake_at", wake, None, "a time or nothing")

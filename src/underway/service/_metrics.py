@@ -1,8 +1,8 @@
 """``/metrics``: Prometheus text. What the database says (runs by status, dead runs, runs
-waiting for a person) is read from the runs table on each scrape, on a worker thread
-(never on the event loop); a journal is read only for a run that changed since the last
-scrape (:class:`~underway.telemetry.DatabaseCollector`). An engine's metrics registry,
-when the app is given one (an engine in the same process), is served with it.
+waiting for a person) is counted on indexes of the runs table on each scrape, on a worker
+thread (never on the event loop). No journal is read
+(:class:`~underway.telemetry.DatabaseCollector`). An engine's metrics registry, when the
+app is given one (an engine in the same process), is served with it.
 
 Without a token it is open, like ``/healthz``; with one (``[serve] metrics_token_env``),
 a scrape must carry it as ``Authorization: Bearer <token>``."""

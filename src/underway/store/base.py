@@ -25,6 +25,7 @@ schedules  intake              :class:`.IntakeStore`        outside events, enti
 service    API keys            :class:`.ApiKeyStore`        API keys (hashed), webhook secrets
 telemetry  span exports        :class:`.SpanExportStore`    how far each run's spans were sent
 streams    live streams        :class:`.LiveStreamStore`    deltas of model calls in flight
+observe    observation         :class:`.ObservationStore`   index counts, kept checkpoints
 =========  ==================  ===========================  =================================
 
 Core roles make :class:`~.core.CoreStore`; privacy roles make
@@ -53,6 +54,7 @@ from .journal import AppendResult, JournalStore
 from .keys import KeyStore
 from .leases import LeaseStore
 from .limits import LimitStore
+from .observation import ObservationStore
 from .records import (
     FINAL,
     HOLD_KINDS,
@@ -128,6 +130,7 @@ __all__ = [
     "LiveStreamStore",
     "NewDelta",
     "NewRun",
+    "ObservationStore",
     "PrivacyStore",
     "Purge",
     "PurgedRun",
@@ -156,7 +159,7 @@ __all__ = [
 
 
 class Store(CoreStore, PrivacyStore, SchedulingStore, ApiKeyStore, BudgetStore,
-            SpanExportStore, LiveStreamStore, Protocol):
+            SpanExportStore, LiveStreamStore, ObservationStore, Protocol):
     """A whole backend: the engine's core and every feature's roles."""
 
 

@@ -11,6 +11,8 @@ service               :class:`~.apikeys.ApiKeyStore`          API keys, webhook 
 guard                 :class:`~.budgets.BudgetStore`          tenants' budget ledger
 telemetry             :class:`~.spans.SpanExportStore`        span export cursors
 streams               :class:`~.streams.LiveStreamStore`      model calls' live deltas
+observation           :class:`~.observation.ObservationStore` request and status counts,
+                                                              kept checkpoints
 ====================  ======================================  ==========================
 
 A store gains a feature by composition: :class:`~underway.store.base.Store` is the core
@@ -35,6 +37,7 @@ from .core import CoreStore, methods_of
 from .holds import HoldStore
 from .intake import IntakeStore
 from .keys import KeyStore
+from .observation import ObservationStore
 from .reseal import ResealStore
 from .retention import RetentionStore
 from .schedules import ScheduleStore
@@ -77,6 +80,7 @@ FEATURES: dict[str, type] = {
     "guard": BudgetStore,
     "telemetry": SpanExportStore,
     "streams": LiveStreamStore,
+    "observation": ObservationStore,
 }
 """Each feature's store protocol, by feature name."""
 

@@ -123,6 +123,9 @@ class RunRecord:
     """The data subject the run is about (None: it names none)."""
     purpose: str = "operations"
     """What the run is for."""
+    request_kind: str | None = None
+    """What the run waits for a person to do: ``approval``, ``question`` or ``resolution``
+    (None: nothing). A projection of the journal, like the status; ``/metrics`` counts it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +137,7 @@ class RunUpdate:
     next_wake_at: float | None
     waiting_signal: str | None = None
     error: str | None = None
+    request_kind: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +166,8 @@ class RowRepair:
             "tenant_id": self.tenant_id, "run_id": self.run_id, "head_seq": self.head_seq,
             "head_hash": self.head_hash, "status": u.status, "step": u.step,
             "wake": u.next_wake_at, "waiting_signal": u.waiting_signal, "error": u.error,
-            "clear": self.clear_lease, "token": self.token, "now": now,
+            "request_kind": u.request_kind, "clear": self.clear_lease, "token": self.token,
+            "now": now,
             "seen_token": seen.lease_token, "seen_seq": seen.last_seq,
             "seen_status": seen.status,
         }

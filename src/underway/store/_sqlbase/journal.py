@@ -12,6 +12,12 @@ from ..journal import BLOB_BATCH, CHAIN_LIMIT, RUN_BATCH
 from ..records import CheckpointTail, RunRecord, StoredEvent, StoredLabel
 from .dialect import SQLBase
 
+_FOREVER = float("inf")
+"""The bound of a listing's time range that was not asked for: every time is within it."""
+_LISTINGS = {(False, False): "list_runs", (True, False): "list_runs_by_status",
+             (False, True): "list_runs_by_flow", (True, True): "list_runs_by_flow_status"}
+"""The listing query for (a status asked, a flow asked)."""
+
 
 class SQLJournal(SQLBase):
     """The shared part of :class:`~underway.store.journal.JournalStore` and
@@ -31,6 +37,17 @@ class SQLJournal(SQLBase):
                     found[r[0]] = CheckpointTail(int(r[1]), self._blob(r[2]), [])
                 found[r[0]].tail.append(StoredEvent(r[3], r[4], self._blob(r[5]), r[6]))
         return found
+
+    def checkpoint_before(
+        self, tenant_id: str, run_id: str, seq: int
+    ) -> CheckpointTail | None:
+        """The newest checkpoint before ``seq``, with the events through ``seq``: one
+        statement."""
+        rows = self._all("checkpoint_before", tenant_id=tenant_id, run_id=run_id, seq=seq)
+        if not rows:
+            return None
+        tail = [StoredEvent(r[2], r[3], self._blob(r[4]), r[5]) for r in rows]
+        return CheckpointTail(int(rows[0][0]), self._blob(rows[0][1]), tail)
 
     def load_events(self, tenant_id: str, run_id: str, after_seq: int = 0) -> list[StoredEvent]:
         """Events after ``after_seq``."""
@@ -141,12 +158,16 @@ class SQLJournal(SQLBase):
         search: str | None = None, labels: Mapping[str, str] | None = None,
     ) -> list[RunRecord]:
         """Runs of a tenant, newest first, filtered and paged."""
-        # A label filter reads the label index first: its own query.
+        # A label filter reads the label index first: its own query. Else a status, a flow
+        # or both pick the query whose index holds them in the listing's order.
+        name = "list_runs_labelled" if labels else _LISTINGS[status is not None,
+                                                             flow is not None]
         rows = self._all(
-            "list_runs_labelled" if labels else "list_runs", tenant_id=tenant_id,
-            status=status, flow=flow, since=since,
-            until=until, after_at=after[0] if after else None,
-            after_id=after[1] if after else None, prefix=id_prefix, limit=limit,
+            name, tenant_id=tenant_id, status=status, flow=flow,
+            since=-_FOREVER if since is None else since,
+            until=_FOREVER if until is None else until,
+            after_at=after[0] if after else _FOREVER,
+            after_id=after[1] if after else "", prefix=id_prefix, limit=limit,
             updated_since=updated_since, updated_until=updated_until, search=search,
             label_keys=self._array(labels) if labels else None,
             label_values=self._array(labels.values()) if labels else None,
@@ -180,6 +201,19 @@ class SQLJournal(SQLBase):
     def run_counts(self) -> list[tuple[str, str, int]]:
         """(tenant, status, count) of the runs."""
         return [(r[0], r[1], int(r[2])) for r in self._all("run_counts")]
+
+    def request_counts(self) -> list[tuple[str, str, int]]:
+        """(tenant, kind, count) of the runs that wait for a person."""
+        return [(r[0], r[1], int(r[2])) for r in self._all("request_counts")]
+
+    def status_counts(
+        self, tenant_id: str, statuses: Sequence[str], *, cap: int
+    ) -> dict[str, int]:
+        """The tenant's runs by status, each counted up to ``cap``."""
+        rows = self._all("status_counts", tenant_id=tenant_id,
+                         statuses=self._array(statuses), cap=cap)
+        found = {r[0]: int(r[1]) for r in rows}
+        return {s: found.get(s, 0) for s in statuses}
 
     def runs_created(
         self, tenant_id: str, *, since: float, until: float, width: float

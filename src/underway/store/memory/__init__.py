@@ -71,6 +71,7 @@ class MemoryStore(MemoryJournal, MemoryRuns, MemoryLeases, MemoryInbox, MemorySc
         self._runs: dict[tuple[str, str], RunRecord] = {}
         self._events: dict[tuple[str, str], list[StoredEvent]] = {}
         self._checkpoints: dict[tuple[str, str], tuple[int, bytes]] = {}
+        self._checkpoint_history: dict[tuple[str, str], dict[int, bytes]] = {}
         self._blobs: dict[tuple[str, str], bytes] = {}
         self._chunks: dict[tuple[str, str], list[bytes]] = {}
         self._labels: dict[tuple[str, str], dict[str, StoredLabel]] = {}

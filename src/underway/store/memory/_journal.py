@@ -33,6 +33,7 @@ class MemoryJournal:
     _runs: dict[tuple[str, str], RunRecord]
     _events: dict[tuple[str, str], list[StoredEvent]]
     _checkpoints: dict[tuple[str, str], tuple[int, bytes]]
+    _checkpoint_history: dict[tuple[str, str], dict[int, bytes]]
     _blobs: dict[tuple[str, str], bytes]
     _chunks: dict[tuple[str, str], list[bytes]]
     _labels: dict[tuple[str, str], dict[str, StoredLabel]]
@@ -108,7 +109,7 @@ class MemoryJournal:
                 changes.update(
                     last_seq=last.seq, last_hash=last.hash, status=u.status, step=u.step,
                     next_wake_at=u.next_wake_at, waiting_signal=u.waiting_signal, error=u.error,
-                    updated_at=batch.now,
+                    request_kind=u.request_kind, updated_at=batch.now,
                 )
             if batch.release:
                 changes.update(lease_owner=None, lease_expires_at=None)
@@ -137,6 +138,9 @@ class MemoryJournal:
                 self.send_signal(signal)
             self._write_blobs(batch.tenant_id, batch.blobs)
             if batch.checkpoint is not None:
+                old = self._checkpoints.get(key)
+                if old is not None and old[0] < batch.checkpoint[0]:
+                    self._checkpoint_history.setdefault(key, {})[old[0]] = old[1]
                 self._checkpoints[key] = batch.checkpoint
             return control
 
@@ -202,8 +206,24 @@ class MemoryJournal:
         """The latest checkpoint."""
         return self._checkpoints.get((tenant_id, run_id))
 
+    def checkpoint_before(
+        self, tenant_id: str, run_id: str, seq: int
+    ) -> CheckpointTail | None:
+        """The newest checkpoint before ``seq``, with the events through ``seq``."""
+        key = (tenant_id, run_id)
+        with self._lock:
+            kept = dict(self._checkpoint_history.get(key, {}))
+            current = self._checkpoints.get(key)
+            if current is not None:
+                kept[current[0]] = current[1]
+            at = max((s for s in kept if s < seq), default=None)
+            if at is None:
+                return None
+            tail = [e for e in self._events.get(key, []) if at <= e.seq <= seq]
+            return CheckpointTail(at, kept[at], tail)
+
     def delete_checkpoints(self, tenant_id: str, run_id: str | None = None) -> int:
-        """Drop checkpoints."""
+        """Drop checkpoints (and the ones they replaced)."""
         with self._lock:
             doomed = [
                 k for k in self._checkpoints
@@ -211,6 +231,7 @@ class MemoryJournal:
             ]
             for k in doomed:
                 del self._checkpoints[k]
+                self._checkpoint_history.pop(k, None)
             return len(doomed)
 
     def get_blobs(self, tenant_id: str, keys: list[str]) -> dict[str, bytes]:

@@ -33,6 +33,7 @@ class MemoryRetention:
     _runs: dict[tuple[str, str], RunRecord]
     _events: dict[tuple[str, str], list[StoredEvent]]
     _checkpoints: dict[tuple[str, str], tuple[int, bytes]]
+    _checkpoint_history: dict[tuple[str, str], dict[int, bytes]]
     _blobs: dict[tuple[str, str], bytes]
     _chunks: dict[tuple[str, str], list[bytes]]
     _signals: dict[tuple[str, str], dict[str, tuple[SignalRecord, bool]]]
@@ -128,6 +129,7 @@ class MemoryRetention:
             self._events[key] = [dataclasses.replace(by_seq[t.seq], payload=t.payload)
                                  for t in sorted(purge.tombstones, key=lambda t: t.seq)]
             self._checkpoints.pop(key, None)
+            self._checkpoint_history.pop(key, None)
             self._signals.pop(key, None)
             self._labels.pop(key, None)
             assert row is not None

@@ -63,7 +63,7 @@ class MemoryRows:
             self._runs[key] = dataclasses.replace(
                 row, last_seq=repair.head_seq, last_hash=repair.head_hash, status=u.status,
                 step=u.step, next_wake_at=u.next_wake_at, waiting_signal=u.waiting_signal,
-                error=u.error, updated_at=now,
+                error=u.error, request_kind=u.request_kind, updated_at=now,
                 lease_owner=None if drop else row.lease_owner,
                 lease_expires_at=None if drop else row.lease_expires_at,
             )

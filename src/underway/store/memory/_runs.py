@@ -81,6 +81,22 @@ class MemoryRuns:
             found = Counter((r.tenant_id, r.status) for r in self._runs.values())
         return [(t, s, n) for (t, s), n in sorted(found.items())]
 
+    def request_counts(self) -> list[tuple[str, str, int]]:
+        """(tenant, kind, count) of the runs that wait for a person."""
+        with self._lock:
+            found = Counter((r.tenant_id, r.request_kind) for r in self._runs.values()
+                            if r.request_kind is not None
+                            and r.status in ("waiting", "escalated"))
+        return [(t, str(k), n) for (t, k), n in sorted(found.items())]
+
+    def status_counts(
+        self, tenant_id: str, statuses: Sequence[str], *, cap: int
+    ) -> dict[str, int]:
+        """The tenant's runs by status, each counted up to ``cap``."""
+        with self._lock:
+            found = Counter(r.status for r in self._runs.values() if r.tenant_id == tenant_id)
+        return {s: min(found.get(s, 0), cap) for s in statuses}
+
     def runs_created(
         self, tenant_id: str, *, since: float, until: float, width: float
     ) -> list[tuple[int, str, int]]:

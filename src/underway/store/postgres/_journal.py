@@ -196,7 +196,8 @@ def _queue_append(conn: psycopg.Connection[Any], batch: AppendBatch) -> psycopg.
             **key,
             "last_seq": last.seq, "last_hash": last.hash, "status": u.status,
             "step": u.step, "next_wake_at": u.next_wake_at,
-            "waiting_signal": u.waiting_signal, "error": u.error, "now": batch.now,
+            "waiting_signal": u.waiting_signal, "error": u.error,
+            "request_kind": u.request_kind, "now": batch.now,
         }, prepare=True)
     if batch.blobs:
         keys = sorted(batch.blobs)

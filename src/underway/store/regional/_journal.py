@@ -79,6 +79,12 @@ class RegionalJournal:
         """The checkpoint, from the tenant's region."""
         return self._of(tenant_id).load_checkpoint(tenant_id, run_id)
 
+    def checkpoint_before(
+        self, tenant_id: str, run_id: str, seq: int
+    ) -> CheckpointTail | None:
+        """The newest checkpoint before ``seq``, from the tenant's region."""
+        return self._of(tenant_id).checkpoint_before(tenant_id, run_id, seq)
+
     def delete_checkpoints(self, tenant_id: str, run_id: str | None = None) -> int:
         """Drop checkpoints in the tenant's region."""
         return self._of(tenant_id).delete_checkpoints(tenant_id, run_id)
@@ -140,6 +146,16 @@ class RegionalJournal:
     def run_counts(self) -> list[tuple[str, str, int]]:
         """(tenant, status, count), of every region."""
         return sorted(c for s in self._all() for c in s.run_counts())
+
+    def request_counts(self) -> list[tuple[str, str, int]]:
+        """(tenant, kind, count), of every region."""
+        return sorted(c for s in self._all() for c in s.request_counts())
+
+    def status_counts(
+        self, tenant_id: str, statuses: Sequence[str], *, cap: int
+    ) -> dict[str, int]:
+        """The tenant's runs by status, from its region."""
+        return self._of(tenant_id).status_counts(tenant_id, statuses, cap=cap)
 
     def runs_created(
         self, tenant_id: str, *, since: float, until: float, width: float

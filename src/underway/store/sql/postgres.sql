@@ -37,7 +37,8 @@ WITH created AS (
     ON CONFLICT DO NOTHING
     RETURNING tenant_id, run_id, flow, status, step, idempotency_key, last_seq, last_hash,
               next_wake_at, waiting_signal, control_pending, lease_owner, lease_token,
-              lease_expires_at, created_at, updated_at, error, queue, subject, purpose
+              lease_expires_at, created_at, updated_at, error, queue, subject, purpose,
+       request_kind
 ), first_event AS (
     INSERT INTO events (tenant_id, run_id, seq, type, payload, hash)
     SELECT tenant_id, run_id, %(seq)s, %(type)s, %(payload)s, decode(%(hash)s::text, 'hex')
@@ -61,30 +62,91 @@ SELECT * FROM created
 -- name: find_by_idempotency
 SELECT tenant_id, run_id, flow, status, step, idempotency_key, last_seq, last_hash,
        next_wake_at, waiting_signal, control_pending, lease_owner, lease_token,
-       lease_expires_at, created_at, updated_at, error, queue, subject, purpose
+       lease_expires_at, created_at, updated_at, error, queue, subject, purpose,
+       request_kind
   FROM runs
  WHERE tenant_id = %(tenant_id)s AND flow = %(flow)s AND idempotency_key = %(idempotency_key)s
 
 -- name: get_run
 SELECT tenant_id, run_id, flow, status, step, idempotency_key, last_seq, last_hash,
        next_wake_at, waiting_signal, control_pending, lease_owner, lease_token,
-       lease_expires_at, created_at, updated_at, error, queue, subject, purpose
+       lease_expires_at, created_at, updated_at, error, queue, subject, purpose,
+       request_kind
   FROM runs
  WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s
 
 -- name: list_runs
+-- A page of a tenant's runs, newest first, read in order from the listing index (0008)
+-- from the cursor on: the time bounds are always given (infinite when not asked), so they
+-- are a range of the index, and the page stops at the limit, however many runs the tenant
+-- has. A status, a flow or both have their own query, each on an index in the same order.
 SELECT tenant_id, run_id, flow, status, step, idempotency_key, last_seq, last_hash,
        next_wake_at, waiting_signal, control_pending, lease_owner, lease_token,
-       lease_expires_at, created_at, updated_at, error, queue, subject, purpose
+       lease_expires_at, created_at, updated_at, error, queue, subject, purpose,
+       request_kind
   FROM runs
  WHERE tenant_id = %(tenant_id)s
-   AND (%(status)s::text IS NULL OR status = %(status)s)
-   AND (%(flow)s::text IS NULL OR flow = %(flow)s)
-   AND (%(since)s::float8 IS NULL OR created_at >= %(since)s)
-   AND (%(until)s::float8 IS NULL OR created_at < %(until)s)
-   AND (%(after_at)s::float8 IS NULL OR created_at <= %(after_at)s)
-   AND (%(after_at)s::float8 IS NULL OR created_at < %(after_at)s
-        OR (created_at = %(after_at)s AND run_id COLLATE "C" > %(after_id)s))
+   AND created_at >= %(since)s::float8 AND created_at < %(until)s::float8
+   AND created_at <= %(after_at)s::float8
+   AND (created_at < %(after_at)s::float8
+        OR (created_at = %(after_at)s::float8 AND run_id COLLATE "C" > %(after_id)s))
+   AND (%(prefix)s::text IS NULL OR starts_with(run_id, %(prefix)s))
+   AND (%(updated_since)s::float8 IS NULL OR updated_at >= %(updated_since)s)
+   AND (%(updated_until)s::float8 IS NULL OR updated_at < %(updated_until)s)
+   AND (%(search)s::text IS NULL OR strpos(run_id, %(search)s) > 0
+        OR strpos(flow, %(search)s) > 0)
+ ORDER BY created_at DESC, run_id COLLATE "C"
+ LIMIT %(limit)s
+
+-- name: list_runs_by_status
+SELECT tenant_id, run_id, flow, status, step, idempotency_key, last_seq, last_hash,
+       next_wake_at, waiting_signal, control_pending, lease_owner, lease_token,
+       lease_expires_at, created_at, updated_at, error, queue, subject, purpose,
+       request_kind
+  FROM runs
+ WHERE tenant_id = %(tenant_id)s AND status = %(status)s
+   AND created_at >= %(since)s::float8 AND created_at < %(until)s::float8
+   AND created_at <= %(after_at)s::float8
+   AND (created_at < %(after_at)s::float8
+        OR (created_at = %(after_at)s::float8 AND run_id COLLATE "C" > %(after_id)s))
+   AND (%(prefix)s::text IS NULL OR starts_with(run_id, %(prefix)s))
+   AND (%(updated_since)s::float8 IS NULL OR updated_at >= %(updated_since)s)
+   AND (%(updated_until)s::float8 IS NULL OR updated_at < %(updated_until)s)
+   AND (%(search)s::text IS NULL OR strpos(run_id, %(search)s) > 0
+        OR strpos(flow, %(search)s) > 0)
+ ORDER BY created_at DESC, run_id COLLATE "C"
+ LIMIT %(limit)s
+
+-- name: list_runs_by_flow
+SELECT tenant_id, run_id, flow, status, step, idempotency_key, last_seq, last_hash,
+       next_wake_at, waiting_signal, control_pending, lease_owner, lease_token,
+       lease_expires_at, created_at, updated_at, error, queue, subject, purpose,
+       request_kind
+  FROM runs
+ WHERE tenant_id = %(tenant_id)s AND flow = %(flow)s
+   AND created_at >= %(since)s::float8 AND created_at < %(until)s::float8
+   AND created_at <= %(after_at)s::float8
+   AND (created_at < %(after_at)s::float8
+        OR (created_at = %(after_at)s::float8 AND run_id COLLATE "C" > %(after_id)s))
+   AND (%(prefix)s::text IS NULL OR starts_with(run_id, %(prefix)s))
+   AND (%(updated_since)s::float8 IS NULL OR updated_at >= %(updated_since)s)
+   AND (%(updated_until)s::float8 IS NULL OR updated_at < %(updated_until)s)
+   AND (%(search)s::text IS NULL OR strpos(run_id, %(search)s) > 0
+        OR strpos(flow, %(search)s) > 0)
+ ORDER BY created_at DESC, run_id COLLATE "C"
+ LIMIT %(limit)s
+
+-- name: list_runs_by_flow_status
+SELECT tenant_id, run_id, flow, status, step, idempotency_key, last_seq, last_hash,
+       next_wake_at, waiting_signal, control_pending, lease_owner, lease_token,
+       lease_expires_at, created_at, updated_at, error, queue, subject, purpose,
+       request_kind
+  FROM runs
+ WHERE tenant_id = %(tenant_id)s AND flow = %(flow)s AND status = %(status)s
+   AND created_at >= %(since)s::float8 AND created_at < %(until)s::float8
+   AND created_at <= %(after_at)s::float8
+   AND (created_at < %(after_at)s::float8
+        OR (created_at = %(after_at)s::float8 AND run_id COLLATE "C" > %(after_id)s))
    AND (%(prefix)s::text IS NULL OR starts_with(run_id, %(prefix)s))
    AND (%(updated_since)s::float8 IS NULL OR updated_at >= %(updated_since)s)
    AND (%(updated_until)s::float8 IS NULL OR updated_at < %(updated_until)s)
@@ -116,7 +178,7 @@ WITH wanted AS MATERIALIZED (
 SELECT r.tenant_id, r.run_id, r.flow, r.status, r.step, r.idempotency_key, r.last_seq,
        r.last_hash, r.next_wake_at, r.waiting_signal, r.control_pending, r.lease_owner,
        r.lease_token, r.lease_expires_at, r.created_at, r.updated_at, r.error, r.queue,
-       r.subject, r.purpose
+       r.subject, r.purpose, r.request_kind
   FROM matched JOIN runs AS r ON r.tenant_id = %(tenant_id)s AND r.run_id = matched.run_id
  WHERE (%(status)s::text IS NULL OR r.status = %(status)s)
    AND (%(flow)s::text IS NULL OR r.flow = %(flow)s)
@@ -154,7 +216,8 @@ DELETE FROM run_labels WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s
 -- name: runs_of_subject
 SELECT tenant_id, run_id, flow, status, step, idempotency_key, last_seq, last_hash,
        next_wake_at, waiting_signal, control_pending, lease_owner, lease_token,
-       lease_expires_at, created_at, updated_at, error, queue, subject, purpose
+       lease_expires_at, created_at, updated_at, error, queue, subject, purpose,
+       request_kind
   FROM runs
  WHERE tenant_id = %(tenant_id)s AND subject = %(subject)s
  ORDER BY created_at, run_id COLLATE "C"
@@ -165,6 +228,23 @@ SELECT DISTINCT tenant_id COLLATE "C" AS tenant_id FROM runs ORDER BY 1
 
 -- name: run_counts
 SELECT tenant_id COLLATE "C" AS tenant_id, status, COUNT(*) FROM runs GROUP BY 1, 2 ORDER BY 1, 2
+
+-- name: request_counts
+-- Entries of the partial index runs_requests (migration 0024): runs that wait for a person.
+SELECT tenant_id COLLATE "C" AS tenant_id, request_kind, COUNT(*) FROM runs
+ WHERE request_kind IS NOT NULL AND status IN ('waiting', 'escalated')
+ GROUP BY 1, 2 ORDER BY 1, 2
+
+-- name: status_counts
+-- Each status's runs counted up to the cap on the (tenant, status) index: a flat cost.
+-- The index's order keeps the planner on it, even for a status no run has (a scan of the
+-- table that stops at the cap would read every row for it).
+SELECT s.status, (SELECT COUNT(*) FROM (SELECT 1 FROM runs
+                                        WHERE tenant_id = %(tenant_id)s
+                                          AND status = s.status
+                                        ORDER BY created_at DESC
+                                        LIMIT %(cap)s) AS capped)
+  FROM unnest(%(statuses)s::text[]) AS s(status)
 
 -- name: runs_created
 SELECT floor((created_at - %(since)s::float8) / %(width)s::float8)::bigint AS bucket,
@@ -193,6 +273,37 @@ SELECT c.run_id, c.seq, c.state, e.seq, e.type, e.payload, encode(e.hash, 'hex')
   JOIN events e ON e.tenant_id = c.tenant_id AND e.run_id = c.run_id AND e.seq >= c.seq
  WHERE c.tenant_id = %(tenant_id)s AND c.run_id = ANY(%(runs)s)
  ORDER BY c.run_id COLLATE "C", e.seq
+
+-- name: checkpoint_before
+-- A run's newest checkpoint before the seq (the current one, or one it replaced, kept in
+-- checkpoint_history by migration 0026) with the events from its seq through the seq;
+-- the state on the first row only. The seq is found on the primary keys alone.
+WITH found AS MATERIALIZED (
+    SELECT max(seq) AS seq FROM (
+        SELECT seq FROM checkpoints
+         WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s AND seq < %(seq)s
+        UNION ALL
+        SELECT max(seq) FROM checkpoint_history
+         WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s AND seq < %(seq)s) AS s
+), c AS MATERIALIZED (
+    (SELECT seq, state FROM checkpoints
+      WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s
+        AND seq = (SELECT seq FROM found)
+     UNION ALL
+     SELECT seq, state FROM checkpoint_history
+      WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s
+        AND seq = (SELECT seq FROM found))
+    LIMIT 1
+)
+-- LATERAL: the events are an index range from the checkpoint's seq, never a scan from 1.
+SELECT c.seq, CASE WHEN e.seq = c.seq THEN c.state END, e.seq, e.type, e.payload,
+       encode(e.hash, 'hex') AS hash
+  FROM c CROSS JOIN LATERAL (
+        SELECT seq, type, payload, hash FROM events
+         WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s
+           AND seq >= c.seq AND seq <= %(seq)s
+         ORDER BY seq) AS e
+ ORDER BY e.seq
 
 -- name: fork_parent
 -- What forking a run checks of its parent, its row locked for the fork's transaction: its
@@ -261,7 +372,8 @@ SELECT control_pending FROM fence
 UPDATE runs
    SET last_seq = %(last_seq)s, last_hash = %(last_hash)s, status = %(status)s,
        step = %(step)s, next_wake_at = %(next_wake_at)s,
-       waiting_signal = %(waiting_signal)s, error = %(error)s, updated_at = %(now)s
+       waiting_signal = %(waiting_signal)s, error = %(error)s,
+       request_kind = %(request_kind)s, updated_at = %(now)s
  WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s
 
 -- name: last_seq
@@ -446,6 +558,7 @@ UPDATE runs
 RETURNING tenant_id, run_id, flow, status, step, idempotency_key, last_seq, last_hash,
           next_wake_at, waiting_signal, control_pending, lease_owner, lease_token,
           lease_expires_at, created_at, updated_at, error, queue, subject, purpose,
+          request_kind,
           (SELECT true FROM signals AS s
             WHERE s.tenant_id = runs.tenant_id AND s.run_id = runs.run_id AND NOT s.consumed
             ORDER BY s.name, s.created_at, s.signal_id COLLATE "C" LIMIT 1) IS NOT NULL
@@ -466,6 +579,7 @@ UPDATE runs
 RETURNING tenant_id, run_id, flow, status, step, idempotency_key, last_seq, last_hash,
           next_wake_at, waiting_signal, control_pending, lease_owner, lease_token,
           lease_expires_at, created_at, updated_at, error, queue, subject, purpose,
+          request_kind,
           (SELECT true FROM signals AS s
             WHERE s.tenant_id = runs.tenant_id AND s.run_id = runs.run_id AND NOT s.consumed
             ORDER BY s.name, s.created_at, s.signal_id COLLATE "C" LIMIT 1) IS NOT NULL
@@ -687,7 +801,7 @@ SELECT tenant_id, run_id FROM runs AS r
 UPDATE runs
    SET last_seq = %(head_seq)s, last_hash = %(head_hash)s::text, status = %(status)s,
        step = %(step)s, next_wake_at = %(wake)s, waiting_signal = %(waiting_signal)s,
-       error = %(error)s,
+       error = %(error)s, request_kind = %(request_kind)s,
        lease_owner = CASE WHEN %(clear)s OR %(token)s::bigint IS NOT NULL THEN NULL
                           ELSE lease_owner END,
        lease_expires_at = CASE WHEN %(clear)s OR %(token)s::bigint IS NOT NULL THEN NULL
@@ -1026,7 +1140,7 @@ SELECT tenant_id, kind, target, reason, held_by, created_at, released_at, releas
 SELECT r.tenant_id, r.run_id, r.flow, r.status, r.step, r.idempotency_key, r.last_seq,
        r.last_hash, r.next_wake_at, r.waiting_signal, r.control_pending, r.lease_owner,
        r.lease_token, r.lease_expires_at, r.created_at, r.updated_at, r.error, r.queue,
-       r.subject, r.purpose
+       r.subject, r.purpose, r.request_kind
   FROM runs AS r
  WHERE r.tenant_id = %(tenant_id)s AND r.status = %(status)s
    AND r.updated_at < %(ended_before)s

@@ -29,15 +29,50 @@ SELECT * FROM runs WHERE tenant_id = ? AND flow = ? AND idempotency_key = ?
 SELECT * FROM runs WHERE tenant_id = :tenant_id AND run_id = :run_id
 
 -- name: list_runs
+-- A page of a tenant's runs, newest first, read in order from the listing index (0008)
+-- from the cursor on: the time bounds are always given (infinite when not asked), so they
+-- are a range of the index, and the page stops at :limit, however many runs the tenant has.
+-- A status, a flow or both have their own query, each on an index in the same order (0025).
 SELECT * FROM runs
  WHERE tenant_id = :tenant_id
-   AND (:status IS NULL OR status = :status)
-   AND (:flow IS NULL OR flow = :flow)
-   AND (:since IS NULL OR created_at >= :since)
-   AND (:until IS NULL OR created_at < :until)
-   AND created_at <= coalesce(:after_at, 9e999)
-   AND (:after_at IS NULL OR created_at < :after_at
-        OR (created_at = :after_at AND run_id > :after_id))
+   AND created_at >= :since AND created_at < :until AND created_at <= :after_at
+   AND (created_at < :after_at OR (created_at = :after_at AND run_id > :after_id))
+   AND (:prefix IS NULL OR substr(run_id, 1, length(:prefix)) = :prefix)
+   AND (:updated_since IS NULL OR updated_at >= :updated_since)
+   AND (:updated_until IS NULL OR updated_at < :updated_until)
+   AND (:search IS NULL OR instr(run_id, :search) > 0 OR instr(flow, :search) > 0)
+ ORDER BY created_at DESC, run_id
+ LIMIT :limit
+
+-- name: list_runs_by_status
+SELECT * FROM runs
+ WHERE tenant_id = :tenant_id AND status = :status
+   AND created_at >= :since AND created_at < :until AND created_at <= :after_at
+   AND (created_at < :after_at OR (created_at = :after_at AND run_id > :after_id))
+   AND (:prefix IS NULL OR substr(run_id, 1, length(:prefix)) = :prefix)
+   AND (:updated_since IS NULL OR updated_at >= :updated_since)
+   AND (:updated_until IS NULL OR updated_at < :updated_until)
+   AND (:search IS NULL OR instr(run_id, :search) > 0 OR instr(flow, :search) > 0)
+ ORDER BY created_at DESC, run_id
+ LIMIT :limit
+
+-- name: list_runs_by_flow
+SELECT * FROM runs
+ WHERE tenant_id = :tenant_id AND flow = :flow
+   AND created_at >= :since AND created_at < :until AND created_at <= :after_at
+   AND (created_at < :after_at OR (created_at = :after_at AND run_id > :after_id))
+   AND (:prefix IS NULL OR substr(run_id, 1, length(:prefix)) = :prefix)
+   AND (:updated_since IS NULL OR updated_at >= :updated_since)
+   AND (:updated_until IS NULL OR updated_at < :updated_until)
+   AND (:search IS NULL OR instr(run_id, :search) > 0 OR instr(flow, :search) > 0)
+ ORDER BY created_at DESC, run_id
+ LIMIT :limit
+
+-- name: list_runs_by_flow_status
+SELECT * FROM runs
+ WHERE tenant_id = :tenant_id AND flow = :flow AND status = :status
+   AND created_at >= :since AND created_at < :until AND created_at <= :after_at
+   AND (created_at < :after_at OR (created_at = :after_at AND run_id > :after_id))
    AND (:prefix IS NULL OR substr(run_id, 1, length(:prefix)) = :prefix)
    AND (:updated_since IS NULL OR updated_at >= :updated_since)
    AND (:updated_until IS NULL OR updated_at < :updated_until)
@@ -109,6 +144,20 @@ SELECT DISTINCT tenant_id FROM runs ORDER BY tenant_id
 -- name: run_counts
 SELECT tenant_id AS tenant_id, status, COUNT(*) FROM runs GROUP BY 1, 2 ORDER BY 1, 2
 
+-- name: request_counts
+-- Entries of the partial index runs_requests (migration 0024): runs that wait for a person.
+SELECT tenant_id, request_kind, COUNT(*) FROM runs
+ WHERE request_kind IS NOT NULL AND status IN ('waiting', 'escalated')
+ GROUP BY 1, 2 ORDER BY 1, 2
+
+-- name: status_counts
+-- Each status's runs counted up to :cap on the (tenant, status) index: a flat cost.
+SELECT s.value, (SELECT COUNT(*) FROM (SELECT 1 FROM runs
+                                        WHERE tenant_id = :tenant_id AND status = s.value
+                                        ORDER BY created_at DESC
+                                        LIMIT :cap))
+  FROM json_each(:statuses) AS s
+
 -- name: runs_created
 -- Bucket numbers are never negative here, so CAST (which truncates) is floor.
 SELECT CAST((created_at - :since) / :width AS INTEGER) AS bucket, status, COUNT(*)
@@ -139,6 +188,31 @@ SELECT c.run_id, c.seq, c.state, e.seq, e.type, e.payload, lower(hex(e.hash)) AS
  WHERE c.tenant_id = :tenant_id
    AND c.run_id IN (SELECT value FROM json_each(:runs))
  ORDER BY c.run_id, e.seq
+
+-- name: checkpoint_before
+-- A run's newest checkpoint before :seq (the current one, or one it replaced, kept in
+-- checkpoint_history by migration 0026) with the events from its seq through :seq;
+-- the state on the first row only. The seq is found on the primary keys alone.
+WITH found AS (
+    SELECT max(seq) AS seq FROM (
+        SELECT seq FROM checkpoints
+         WHERE tenant_id = :tenant_id AND run_id = :run_id AND seq < :seq
+        UNION ALL
+        SELECT max(seq) FROM checkpoint_history
+         WHERE tenant_id = :tenant_id AND run_id = :run_id AND seq < :seq)
+), c AS (
+    SELECT seq, state FROM checkpoints
+     WHERE tenant_id = :tenant_id AND run_id = :run_id AND seq = (SELECT seq FROM found)
+    UNION ALL
+    SELECT seq, state FROM checkpoint_history
+     WHERE tenant_id = :tenant_id AND run_id = :run_id AND seq = (SELECT seq FROM found)
+    LIMIT 1
+)
+SELECT c.seq, CASE WHEN e.seq = c.seq THEN c.state END, e.seq, e.type, e.payload,
+       lower(hex(e.hash)) AS hash
+  FROM c JOIN events e ON e.tenant_id = :tenant_id AND e.run_id = :run_id
+                      AND e.seq >= c.seq AND e.seq <= :seq
+ ORDER BY e.seq
 
 -- name: fork_parent
 -- What forking a run checks of its parent, in the fork's transaction: its lease and its
@@ -235,7 +309,7 @@ SELECT key, data FROM chain
 -- name: advance_run
 UPDATE runs
    SET last_seq = ?, last_hash = ?, status = ?, step = ?, next_wake_at = ?, waiting_signal = ?,
-       error = ?, updated_at = ?
+       error = ?, request_kind = ?, updated_at = ?
  WHERE tenant_id = ? AND run_id = ?
 
 -- name: fence
@@ -494,6 +568,7 @@ SELECT tenant_id, run_id FROM runs AS r
 UPDATE runs
    SET last_seq = :head_seq, last_hash = :head_hash, status = :status, step = :step,
        next_wake_at = :wake, waiting_signal = :waiting_signal, error = :error,
+       request_kind = :request_kind,
        lease_owner = CASE WHEN :clear OR :token IS NOT NULL THEN NULL ELSE lease_owner END,
        lease_expires_at = CASE WHEN :clear OR :token IS NOT NULL THEN NULL
                                ELSE lease_expires_at END,

@@ -191,6 +191,7 @@ def _run(row: sqlite3.Row) -> RunRecord:
         last_hash=row["last_hash"],
         next_wake_at=row["next_wake_at"],
         waiting_signal=row["waiting_signal"],
+        request_kind=row["request_kind"],
         control_pending=bool(row["control_pending"]),
         lease_owner=row["lease_owner"],
         lease_token=row["lease_token"],

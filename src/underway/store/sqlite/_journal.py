@@ -154,7 +154,7 @@ def _append(c: sqlite3.Connection, batch: AppendBatch) -> bool:
             _Q["advance_run"],
             (
                 last.seq, last.hash, u.status, u.step, u.next_wake_at, u.waiting_signal,
-                u.error, batch.now, t, r,
+                u.error, u.request_kind, batch.now, t, r,
             ),
         )
     if batch.blobs:

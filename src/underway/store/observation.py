@@ -1,0 +1,59 @@
+"""What observing runs reads cheaply: counts on the runs table's indexes and the
+checkpoints a newer one replaced. ``/metrics`` counts runs by the request they wait for,
+the console counts runs by status up to a cap, and a state deep in a long run starts from
+the nearest kept checkpoint. None reads more than an index range or one checkpoint
+interval, however many runs or events there are."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from .records import CheckpointTail
+
+__all__ = ["ObservationStore"]
+
+
+class ObservationStore(Protocol):
+    """Cheap reads for observing runs: request counts, capped status counts and kept
+    checkpoints."""
+
+    def request_counts(self) -> list[tuple[str, str, int]]:
+        """(tenant, kind, number of runs) of the runs that wait for a person, by what they
+        wait for (``approval``, ``question``, ``resolution``), among waiting and escalated
+        runs, sorted by tenant and kind. It counts entries of one partial index, never
+        reading a journal (what ``/metrics`` reports on a scrape)."""
+        ...
+
+    def status_counts(
+        self, tenant_id: str, statuses: Sequence[str], *, cap: int
+    ) -> dict[str, int]:
+        """How many of the tenant's runs have each status, each counted up to ``cap``.
+
+        A count that reaches ``cap`` means "at least ``cap``". Each status reads at most
+        ``cap`` entries of the (tenant, status) index, so the cost stays flat however many
+        runs the tenant has (what the console's runs page shows above the list).
+
+        Args:
+            tenant_id: The tenant.
+            statuses: The statuses to count.
+            cap: The most runs counted of a status.
+        """
+        ...
+
+    def checkpoint_before(
+        self, tenant_id: str, run_id: str, seq: int
+    ) -> CheckpointTail | None:
+        """The run's newest checkpoint before ``seq`` with the events from its seq through
+        ``seq``, read together (None: no checkpoint precedes it).
+
+        It may be the current checkpoint or one a newer one replaced: those are kept, so a
+        state deep in a long run is a checkpoint and at most one interval of events away.
+        The caller checks it against the journal as it checks the current one.
+
+        Args:
+            tenant_id: The run's tenant.
+            run_id: The run.
+            seq: The last event wanted; the checkpoint is older.
+        """
+        ...
