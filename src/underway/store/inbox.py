@@ -18,10 +18,6 @@ class InboxStore(Protocol):
         the append that handles it (``AppendBatch.consumed_signals``)."""
         ...
 
-    def pending_signals(self, tenant_id: str, run_id: str) -> list[SignalRecord]:
-        """Unconsumed signals of a run, oldest first."""
-        ...
-
     def actionable_signals(
         self, tenant_id: str, run_id: str, *, waiting: str | None
     ) -> list[SignalRecord]:

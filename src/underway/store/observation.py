@@ -1,22 +1,29 @@
-"""What observing runs reads cheaply: counts on the runs table's indexes and the
-checkpoints a newer one replaced. ``/metrics`` counts runs by the request they wait for,
-the console counts runs by status up to a cap, and a state deep in a long run starts from
-the nearest kept checkpoint. None reads more than an index range or one checkpoint
-interval, however many runs or events there are."""
+"""What observing runs reads: counts on the runs table's indexes, the checkpoints a
+newer one replaced, and a run's whole inbox. ``/metrics`` counts runs by the request they
+wait for, the console counts runs by status up to a cap, and a state deep in a long run
+starts from the nearest kept checkpoint: none of these reads more than an index range or
+one checkpoint interval, however many runs or events there are. A run's whole inbox is
+for an operator or a test; the engine reads only what it acts on."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Protocol
 
-from .records import CheckpointTail
+from .records import CheckpointTail, SignalRecord
 
 __all__ = ["ObservationStore"]
 
 
 class ObservationStore(Protocol):
-    """Cheap reads for observing runs: request counts, capped status counts and kept
-    checkpoints."""
+    """Cheap reads for observing runs: request counts, capped status counts, kept
+    checkpoints and a run's unconsumed signals."""
+
+    def pending_signals(self, tenant_id: str, run_id: str) -> list[SignalRecord]:
+        """Every unconsumed signal of a run, oldest first. The engine never reads the
+        whole inbox (it reads ``actionable_signals``); this is for an operator or a test
+        that looks at what a run was sent and has not consumed."""
+        ...
 
     def request_counts(self) -> list[tuple[str, str, int]]:
         """(tenant, kind, number of runs) of the runs that wait for a person, by what they
