@@ -102,10 +102,19 @@ class Planner:
         return json.dumps(found[0])
 
 
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
+    """A fresh database of each SQL kind: a plan is theirs (the suite's own ``backend``
+    also gives the in-memory stores)."""
+    b = Backend(request.param, request.getfixturevalue(f"{request.param}_url"
+                                                       if request.param == "sqlite"
+                                                       else "pg_url"))
+    yield b
+    b.close()
+
+
 @pytest.fixture
 def planner(backend: Backend, store: Store) -> Iterator[Planner]:
-    if backend.in_memory:
-        pytest.skip("a plan is the SQL databases'")
     p = Planner(backend)
     p.fill()
     yield p

@@ -27,7 +27,27 @@ def load(dialect: str) -> dict[str, str]:
             lines.append(line)
     if name:
         queries[name] = "\n".join(lines).strip()
+    for narrowed, columns in _NARROWED.items():
+        queries[narrowed] = _narrow(queries["list_runs"], columns, dialect)
     return queries
+
+
+_NARROWED = {"list_runs_by_status": ("status",), "list_runs_by_flow": ("flow",),
+             "list_runs_by_flow_status": ("flow", "status")}
+"""The listing's variants: ``list_runs`` with an equality on these columns. Each is a query
+of its own, planned on the index that holds its columns in the listing's order."""
+
+_PLACEHOLDER = {"sqlite": ":{}", "postgres": "%({})s"}
+
+
+def _narrow(query: str, columns: tuple[str, ...], dialect: str) -> str:
+    """``query``, whose filter opens ``WHERE tenant_id = <tenant>``, with an equality on
+    each of ``columns`` after that one."""
+    opening = "WHERE tenant_id = " + _PLACEHOLDER[dialect].format("tenant_id")
+    if query.count(opening) != 1:
+        raise ValueError(f"the {dialect} listing query does not open with {opening!r}")
+    more = "".join(f" AND {c} = {_PLACEHOLDER[dialect].format(c)}" for c in columns)
+    return query.replace(opening, opening + more)
 
 
 def migrations(dialect: str) -> list[tuple[int, str, str]]:

@@ -79,70 +79,14 @@ SELECT tenant_id, run_id, flow, status, step, idempotency_key, last_seq, last_ha
 -- A page of a tenant's runs, newest first, read in order from the listing index (0008)
 -- from the cursor on: the time bounds are always given (infinite when not asked), so they
 -- are a range of the index, and the page stops at the limit, however many runs the tenant
--- has. A status, a flow or both have their own query, each on an index in the same order.
+-- has. A status, a flow or both have their own query, each on an index in the same order:
+-- this one with an equality on them, made by underway.store.queries (list_runs_by_*).
 SELECT tenant_id, run_id, flow, status, step, idempotency_key, last_seq, last_hash,
        next_wake_at, waiting_signal, control_pending, lease_owner, lease_token,
        lease_expires_at, created_at, updated_at, error, queue, subject, purpose,
        request_kind
   FROM runs
  WHERE tenant_id = %(tenant_id)s
-   AND created_at >= %(since)s::float8 AND created_at < %(until)s::float8
-   AND created_at <= %(after_at)s::float8
-   AND (created_at < %(after_at)s::float8
-        OR (created_at = %(after_at)s::float8 AND run_id COLLATE "C" > %(after_id)s))
-   AND (%(prefix)s::text IS NULL OR starts_with(run_id, %(prefix)s))
-   AND (%(updated_since)s::float8 IS NULL OR updated_at >= %(updated_since)s)
-   AND (%(updated_until)s::float8 IS NULL OR updated_at < %(updated_until)s)
-   AND (%(search)s::text IS NULL OR strpos(run_id, %(search)s) > 0
-        OR strpos(flow, %(search)s) > 0)
- ORDER BY created_at DESC, run_id COLLATE "C"
- LIMIT %(limit)s
-
--- name: list_runs_by_status
-SELECT tenant_id, run_id, flow, status, step, idempotency_key, last_seq, last_hash,
-       next_wake_at, waiting_signal, control_pending, lease_owner, lease_token,
-       lease_expires_at, created_at, updated_at, error, queue, subject, purpose,
-       request_kind
-  FROM runs
- WHERE tenant_id = %(tenant_id)s AND status = %(status)s
-   AND created_at >= %(since)s::float8 AND created_at < %(until)s::float8
-   AND created_at <= %(after_at)s::float8
-   AND (created_at < %(after_at)s::float8
-        OR (created_at = %(after_at)s::float8 AND run_id COLLATE "C" > %(after_id)s))
-   AND (%(prefix)s::text IS NULL OR starts_with(run_id, %(prefix)s))
-   AND (%(updated_since)s::float8 IS NULL OR updated_at >= %(updated_since)s)
-   AND (%(updated_until)s::float8 IS NULL OR updated_at < %(updated_until)s)
-   AND (%(search)s::text IS NULL OR strpos(run_id, %(search)s) > 0
-        OR strpos(flow, %(search)s) > 0)
- ORDER BY created_at DESC, run_id COLLATE "C"
- LIMIT %(limit)s
-
--- name: list_runs_by_flow
-SELECT tenant_id, run_id, flow, status, step, idempotency_key, last_seq, last_hash,
-       next_wake_at, waiting_signal, control_pending, lease_owner, lease_token,
-       lease_expires_at, created_at, updated_at, error, queue, subject, purpose,
-       request_kind
-  FROM runs
- WHERE tenant_id = %(tenant_id)s AND flow = %(flow)s
-   AND created_at >= %(since)s::float8 AND created_at < %(until)s::float8
-   AND created_at <= %(after_at)s::float8
-   AND (created_at < %(after_at)s::float8
-        OR (created_at = %(after_at)s::float8 AND run_id COLLATE "C" > %(after_id)s))
-   AND (%(prefix)s::text IS NULL OR starts_with(run_id, %(prefix)s))
-   AND (%(updated_since)s::float8 IS NULL OR updated_at >= %(updated_since)s)
-   AND (%(updated_until)s::float8 IS NULL OR updated_at < %(updated_until)s)
-   AND (%(search)s::text IS NULL OR strpos(run_id, %(search)s) > 0
-        OR strpos(flow, %(search)s) > 0)
- ORDER BY created_at DESC, run_id COLLATE "C"
- LIMIT %(limit)s
-
--- name: list_runs_by_flow_status
-SELECT tenant_id, run_id, flow, status, step, idempotency_key, last_seq, last_hash,
-       next_wake_at, waiting_signal, control_pending, lease_owner, lease_token,
-       lease_expires_at, created_at, updated_at, error, queue, subject, purpose,
-       request_kind
-  FROM runs
- WHERE tenant_id = %(tenant_id)s AND flow = %(flow)s AND status = %(status)s
    AND created_at >= %(since)s::float8 AND created_at < %(until)s::float8
    AND created_at <= %(after_at)s::float8
    AND (created_at < %(after_at)s::float8

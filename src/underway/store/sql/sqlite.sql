@@ -32,45 +32,10 @@ SELECT * FROM runs WHERE tenant_id = :tenant_id AND run_id = :run_id
 -- A page of a tenant's runs, newest first, read in order from the listing index (0008)
 -- from the cursor on: the time bounds are always given (infinite when not asked), so they
 -- are a range of the index, and the page stops at :limit, however many runs the tenant has.
--- A status, a flow or both have their own query, each on an index in the same order (0025).
+-- A status, a flow or both have their own query, each on an index in the same order (0025):
+-- this one with an equality on them, made by underway.store.queries (list_runs_by_*).
 SELECT * FROM runs
  WHERE tenant_id = :tenant_id
-   AND created_at >= :since AND created_at < :until AND created_at <= :after_at
-   AND (created_at < :after_at OR (created_at = :after_at AND run_id > :after_id))
-   AND (:prefix IS NULL OR substr(run_id, 1, length(:prefix)) = :prefix)
-   AND (:updated_since IS NULL OR updated_at >= :updated_since)
-   AND (:updated_until IS NULL OR updated_at < :updated_until)
-   AND (:search IS NULL OR instr(run_id, :search) > 0 OR instr(flow, :search) > 0)
- ORDER BY created_at DESC, run_id
- LIMIT :limit
-
--- name: list_runs_by_status
-SELECT * FROM runs
- WHERE tenant_id = :tenant_id AND status = :status
-   AND created_at >= :since AND created_at < :until AND created_at <= :after_at
-   AND (created_at < :after_at OR (created_at = :after_at AND run_id > :after_id))
-   AND (:prefix IS NULL OR substr(run_id, 1, length(:prefix)) = :prefix)
-   AND (:updated_since IS NULL OR updated_at >= :updated_since)
-   AND (:updated_until IS NULL OR updated_at < :updated_until)
-   AND (:search IS NULL OR instr(run_id, :search) > 0 OR instr(flow, :search) > 0)
- ORDER BY created_at DESC, run_id
- LIMIT :limit
-
--- name: list_runs_by_flow
-SELECT * FROM runs
- WHERE tenant_id = :tenant_id AND flow = :flow
-   AND created_at >= :since AND created_at < :until AND created_at <= :after_at
-   AND (created_at < :after_at OR (created_at = :after_at AND run_id > :after_id))
-   AND (:prefix IS NULL OR substr(run_id, 1, length(:prefix)) = :prefix)
-   AND (:updated_since IS NULL OR updated_at >= :updated_since)
-   AND (:updated_until IS NULL OR updated_at < :updated_until)
-   AND (:search IS NULL OR instr(run_id, :search) > 0 OR instr(flow, :search) > 0)
- ORDER BY created_at DESC, run_id
- LIMIT :limit
-
--- name: list_runs_by_flow_status
-SELECT * FROM runs
- WHERE tenant_id = :tenant_id AND flow = :flow AND status = :status
    AND created_at >= :since AND created_at < :until AND created_at <= :after_at
    AND (created_at < :after_at OR (created_at = :after_at AND run_id > :after_id))
    AND (:prefix IS NULL OR substr(run_id, 1, length(:prefix)) = :prefix)
