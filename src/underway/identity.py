@@ -16,9 +16,11 @@ __all__ = ["owner_is_dead", "worker_identity"]
 
 
 def _read(path: str) -> str:
+    # Read as bytes and decoded by the built-in Latin-1 codec (ASCII text reads the same):
+    # a text-mode open would look up and import its codec in a process taking a run over.
     try:
-        with open(path, encoding="ascii") as f:
-            return f.read().strip()
+        with open(path, "rb") as f:
+            return f.read().decode("latin-1").strip()
     except OSError:
         return ""
 

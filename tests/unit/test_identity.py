@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
+from underway import identity
 from underway.identity import owner_is_dead, worker_identity
 
 
@@ -29,3 +31,11 @@ def test_other_hosts_namespaces_and_malformed_ids_are_never_judged_dead() -> Non
 def test_a_recycled_pid_is_not_the_original_holder() -> None:
     host, space, pid, start = worker_identity().split(":")
     assert owner_is_dead(f"{host}:{space}:{pid}:{int(start) + 1}")
+
+
+def test_a_proc_file_with_bytes_beyond_ascii_is_read_not_raised(tmp_path: Path) -> None:
+    # /proc/PID/stat holds the process name as the process set it, in any bytes.
+    stat = tmp_path / "stat"
+    stat.write_bytes(b"4242 (caf\xc3\xa9 w\xff) S 1 2 3\n")
+    assert identity._read(str(stat)) == "4242 (caf\xc3\xa9 w\xff) S 1 2 3"
+    assert identity._read(str(tmp_path / "missing")) == ""
