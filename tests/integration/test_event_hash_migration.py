@@ -71,6 +71,23 @@ def as_before_0017(url: str) -> None:
         q("DROP TABLE span_exports")
         q("DROP TABLE stream_deltas")
         q("DROP TABLE blob_chunks")
+        q("DROP INDEX signals_waiting")
+        q("DROP INDEX signals_control")
+        q("DROP INDEX runs_requests")
+        q("ALTER TABLE runs DROP COLUMN request_kind")
+        q("DROP INDEX runs_listing_status")
+        q("DROP INDEX runs_listing_flow")
+        q("DROP INDEX runs_listing_flow_status")
+        q("CREATE INDEX runs_status ON runs (tenant_id, status, created_at)")
+        if url.startswith("sqlite:///"):
+            q("DROP TRIGGER checkpoint_replaced")
+            q("DROP TRIGGER checkpoint_dropped")
+        else:
+            q("DROP TRIGGER checkpoint_replaced ON checkpoints")
+            q("DROP TRIGGER checkpoint_dropped ON checkpoints")
+            q("DROP FUNCTION checkpoint_replaced()")
+            q("DROP FUNCTION checkpoint_dropped()")
+        q("DROP TABLE checkpoint_history")
         q("DELETE FROM underway_schema_version WHERE version >= 17")
 
 

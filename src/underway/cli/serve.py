@@ -8,10 +8,9 @@ from __future__ import annotations
 import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from fastapi import FastAPI
 
 from ..client import Client
 from ..flow import Flow
@@ -32,6 +31,9 @@ from ._common import (
     search_path,
 )
 from .events import load_routes, warn_unchecked
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
 
 app = typer.Typer(add_completion=False)
 

@@ -112,6 +112,15 @@ def test_signal_delivers_once_per_id_and_wakes_the_run(world: World) -> None:
     world.client.check_signal(run_id, "paid")
     with pytest.raises(uw.ConfigurationError, match="takes only the signals"):
         world.client.check_signal(run_id, "refunded")
+    # The row a signal would write, checked but not written: a database client's only.
+    if world.transport == "database":
+        row = world.client.prepared_signal(run_id, "paid", {"by": "bank"}, signal_id="s-2")
+        assert (row.run_id, row.name, row.signal_id) == (run_id, "paid", "s-2")
+        with pytest.raises(uw.ConfigurationError, match="takes only the signals"):
+            world.client.prepared_signal(run_id, "refunded")
+    else:
+        with pytest.raises(uw.ConfigurationError, match="works on a database only"):
+            world.client.prepared_signal(run_id, "paid")
     with pytest.raises(InvalidInput, match="signal_id"):
         world.client.signal(run_id, "paid", signal_id="a\x00")
     world.drive()
