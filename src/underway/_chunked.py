@@ -145,8 +145,14 @@ def read_str(
         raw = chunk(i)
         if raw is None:
             raise IntegrityError(f"blob {key}: chunk {i} of {n} is missing from the store")
-        if raw[:1] == SEALED:
-            sealed = True
+        # Every chunk is sealed, or none is: a plain chunk put among sealed ones would
+        # escape both the seal's check and the address's.
+        if i == 0:
+            sealed = raw[:1] == SEALED
+        elif (raw[:1] == SEALED) != sealed:
+            raise IntegrityError(f"blob {key}: chunk {i} of {n} is "
+                                 f"{'not ' if sealed else ''}sealed, unlike chunk 0")
+        if sealed:
             raw = open_chunk(raw, i, n)
         else:
             digest.update(raw)

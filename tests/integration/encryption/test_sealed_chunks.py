@@ -54,6 +54,20 @@ class Swapped(BlobReader):
         return lambda i: inner({0: 1, 1: 0}.get(i, i))
 
 
+class Planted(BlobReader):
+    """Reads plain text in place of one sealed chunk (an attacker with write access to
+    the database, who has no key)."""
+
+    def __init__(self, store: Store, tenant_id: str, index: int) -> None:
+        super().__init__(store, tenant_id)
+        self.index = index
+
+    def chunk(self, key: str) -> Callable[[int], bytes | None]:
+        inner = super().chunk(key)
+        forged = b'"FORGED' if self.index == 0 else b"FORGED"
+        return lambda i: forged if i == self.index else inner(i)
+
+
 def rows(store: Store, sql: str, *params: Any) -> list[Any]:
     db: Any = store
     if hasattr(db, "_pool"):
@@ -85,6 +99,10 @@ def test_chunks_are_sealed_under_the_subjects_key_and_erased_with_it(
                                   "default") == value
     with pytest.raises(IntegrityError):
         store.codec.read_large(key, bytes(manifest), Swapped(store, "default"), "default")
+    for planted in (0, 3):  # a plain chunk among sealed ones opens nothing
+        with pytest.raises(IntegrityError, match=f"chunk {max(planted, 1)} of 7"):
+            store.codec.read_large(key, bytes(manifest), Planted(store, "default", planted),
+                                   "default")
 
     # A rotation of the tenant's key reseals the blobs it can; a chunked one is left
     # under the key that sealed it, and still reads.
