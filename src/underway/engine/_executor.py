@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar, Unpack
@@ -257,17 +257,13 @@ class Engine(EagerStarts):
     state = _client_method(Client.state)
 
     # -- advancing runs -----------------------------------------------------------------
-    def claim(self, *, limit: int = 1, tenant_id: str | None = None,
-              run_id: str | None = None) -> list[Lease]:
-        """Lease due runs for this engine's owner identity.
-
-        Args:
-            limit: How many runs at most.
-            tenant_id: Only this tenant's runs (None: any tenant's).
-            run_id: Only this run (None: any run).
-        """
+    def claim(self, *, limit: int = 1, tenant_id: str | None = None, run_id: str | None = None,
+              expire: Sequence[tuple[str, str, str]] = ()) -> list[Lease]:
+        """Lease due runs for this engine's owner identity: at most ``limit``, of
+        ``tenant_id`` and ``run_id`` when given (:meth:`~underway.store.leases.LeaseStore.claim`,
+        whose ``expire`` ends known dead holders' leases in the claim's transaction)."""
         return self.store.claim(owner=self.owner, now=self.clock.now(), ttl=self.lease_ttl,
-                                limit=limit, tenant_id=tenant_id, run_id=run_id)
+                                limit=limit, tenant_id=tenant_id, run_id=run_id, expire=expire)
 
     def heal_rows(self, *, limit: int = SUSPECTS_PER_ROUND) -> int:
         """Heal the suspect runs rows (:mod:`underway.engine._rows`); how many."""
