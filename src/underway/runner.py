@@ -83,13 +83,16 @@ class Runner:
         return activations
 
     def _repair_and_claim(self, first: tuple[str, str] | None) -> list[Lease]:
-        """Heal suspect rows, then claim (``first`` alone when it is due), ending the dead
-        holders' leases in the claim's transaction."""
+        """Heal suspect rows, then claim (``first`` alone when it is due, its state read
+        too), ending the dead holders' leases in the claim's transaction."""
         dead = self._dead_local_leases()
         self.engine.heal_rows()
         if first is not None:
             leases = self.engine.claim(tenant_id=first[0], run_id=first[1], expire=dead)
             if leases:
+                # Its state read in the same trip; on failure its activation reads again.
+                with contextlib.suppress(Exception):
+                    self.engine.load_ahead(leases[0])
                 return leases
             dead = []
         return self.engine.claim(limit=self.batch, expire=dead)

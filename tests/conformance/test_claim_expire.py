@@ -4,6 +4,8 @@ keeps, and the fence that still holds against the dead holder."""
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 from builders import ROUNDS, T0, batch, create, lease_of, race, start
 from store_backends import Backend
@@ -74,12 +76,10 @@ def test_racing_takeovers_of_one_dead_lease_lease_it_once(backend: Backend) -> N
         run_id = f"r{i}"
         start(a, run_id)
         [dead] = a.claim(owner="dead", now=T0, ttl=30, tenant_id="t1", run_id=run_id)
-        ending = [("t1", run_id, "dead")]
-        got = race(
-            lambda: a.claim(owner="a", now=T0 + 1, ttl=30, tenant_id="t1", run_id=run_id,
-                            expire=ending),
-            lambda: b.claim(owner="b", now=T0 + 1, ttl=30, tenant_id="t1", run_id=run_id,
-                            expire=ending))
+        got = race(*(
+            functools.partial(s.claim, owner=o, now=T0 + 1, ttl=30, tenant_id="t1",
+                              run_id=run_id, expire=[("t1", run_id, "dead")])
+            for s, o in ((a, "a"), (b, "b"))))
         won = [lease for leases in got for lease in leases]
         assert len(won) == 1 and won[0].token == dead.token + 1
         held = a.get_run("t1", run_id)

@@ -129,9 +129,10 @@ class Engine(EagerStarts):
         """The tools its flows call, by name."""
         self.options = options if options.owner \
             else dataclasses.replace(options, owner=worker_identity())
-        """Its own settings, with ``owner`` filled in. Setting an attribute of the same
-        name, such as :attr:`lease_ttl`, replaces them."""
+        """Its own settings, with ``owner`` filled in; an attribute of the same name, such
+        as :attr:`lease_ttl`, set on the engine replaces them."""
         self.unhealed: set[tuple[str, str]] = set()  # suspect rows not healed, logged once
+        self._ahead: dict[Lease, _Loaded] = {}  # read by load_ahead, taken by activate
         self.redactor = Redactor()
         """The values hidden fields held in the events this engine journaled (the last
         10,000): what a worker keeps out of its log lines."""
@@ -292,10 +293,15 @@ class Engine(EagerStarts):
         finally:
             self.metrics.left(lease.tenant_id, lease.run_id)
 
+    def load_ahead(self, lease: Lease) -> None:
+        """Read the lease's starting point on this (store) thread, for :meth:`activate`."""
+        self._ahead[lease] = self._load(lease)
+
     async def _activate(
         self, lease: Lease, should_stop: Callable[[], bool] | None, start: EagerStart | None
     ) -> RunState:
-        loaded = await self.io(self._load, lease, start)
+        ahead = self._ahead.pop(lease, None)
+        loaded = ahead if ahead is not None else await self.io(self._load, lease, start)
         row, state = loaded.row, loaded.state
         if self.metrics.enabled:
             due = row.next_wake_at
@@ -308,8 +314,7 @@ class Engine(EagerStarts):
         act = Activation(
             self.services, lease, state, loaded.head, state.seq, control_pending=True,
             due_at=row.next_wake_at if good_time(row.next_wake_at) else None,
-            row_status=row.status, queue=row.queue, row=row,
-        )
+            row_status=row.status, queue=row.queue, row=row)
         if loaded.refused is not None:
             # A forged checkpoint was ignored; the journal keeps the finding, since the
             # next commit's checkpoint replaces the forged row.
@@ -435,7 +440,7 @@ class Engine(EagerStarts):
             await self.io(self.store.release, lease)
             return state
         fresh = Activation(self.services, lease, state, head, state.seq, due_at=due_at,
-                            row_status=row.status if row is not None else state.status)
+                           row_status=row.status if row is not None else state.status)
         fresh.buffer(ev.RunDeadLettered(reason=self.redactor.text(reason),
                                         error_type=error_type, step=state.step))
         await fresh.commit(release=True)
@@ -582,13 +587,12 @@ class _Loaded:
     refused: ev.CheckpointRefused | None
     signals: list[OpenedSignal]
     interrupted: list[Recorded]
-    """On a takeover, when the engine reports telemetry: the events of the step attempt
-    the run's previous activation left unended."""
+    """On a takeover, with telemetry on: the events of the step attempt left unended."""
 
 
 def _taken_over(state: RunState) -> bool:
-    """Whether a step started and did not complete: its events tell if it was taken over
-    (:func:`~underway.journal.attempts.left_open`)."""
+    """Whether a step started and did not complete (:func:`~underway.journal.attempts.left_open`
+    tells from its events if it was taken over)."""
     return state.status == "ready" and state.attempt > 0
 
 
