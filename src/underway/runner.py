@@ -86,7 +86,7 @@ class Runner:
         """Heal suspect rows, then claim (``first`` alone when it is due, its state read
         too), ending the dead holders' leases in the claim's transaction."""
         dead = self._dead_local_leases()
-        self.engine.heal_rows()
+        self.engine.heal_rows(dead={owner for _, _, owner in dead})
         if first is not None:
             leases = self.engine.claim(tenant_id=first[0], run_id=first[1], expire=dead)
             if leases:

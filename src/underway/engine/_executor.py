@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar, Unpack
@@ -266,9 +266,9 @@ class Engine(EagerStarts):
         return self.store.claim(owner=self.owner, now=self.clock.now(), ttl=self.lease_ttl,
                                 limit=limit, tenant_id=tenant_id, run_id=run_id, expire=expire)
 
-    def heal_rows(self, *, limit: int = SUSPECTS_PER_ROUND) -> int:
+    def heal_rows(self, *, limit: int = SUSPECTS_PER_ROUND, dead: Collection[str] = ()) -> int:
         """Heal the suspect runs rows (:mod:`underway.engine._rows`); how many."""
-        return heal_rows(self.services, self.unhealed, limit=limit)
+        return heal_rows(self.services, self.unhealed, limit=limit, dead=dead)
 
     async def activate(
         self, lease: Lease, *, should_stop: Callable[[], bool] | None = None,
