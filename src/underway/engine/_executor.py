@@ -13,7 +13,6 @@ import asyncio
 import dataclasses
 import functools
 from collections.abc import Callable, Collection, Iterable, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar, Unpack
 
@@ -38,7 +37,7 @@ from ..identity import worker_identity
 from ..journal import Journal
 from ..journal.attempts import left_open
 from ..journal.projection import expected_update, good_time, question_expiry
-from ..journal.state import Recorded, RunState
+from ..journal.state import RunState
 from ..redaction import Redactor
 from ..store._offload import INLINE, offload_of, run_io
 from ..store.base import Lease, RunRecord
@@ -51,6 +50,8 @@ from ._eager import Driver, EagerStart, EagerStarts
 from ._finish import finish_step, judge_finish, result_taint
 from ._group import GroupCommit
 from ._inbox import OpenedSignal, pending_signals, read_inbox
+from ._loaded import Loaded as _Loaded
+from ._loaded import taken_over as _taken_over
 from ._notices import escalate, notify
 from ._operator import client_method as _client_method
 from ._options import EngineKeywords, EngineOptions, settle
@@ -260,9 +261,15 @@ class Engine(EagerStarts):
     # -- advancing runs -----------------------------------------------------------------
     def claim(self, *, limit: int = 1, tenant_id: str | None = None, run_id: str | None = None,
               expire: Sequence[tuple[str, str, str]] = ()) -> list[Lease]:
-        """Lease due runs for this engine's owner identity: at most ``limit``, of
-        ``tenant_id`` and ``run_id`` when given (:meth:`~underway.store.leases.LeaseStore.claim`,
-        whose ``expire`` ends known dead holders' leases in the claim's transaction)."""
+        """Lease due runs for this engine's owner identity.
+
+        Args:
+            limit: How many runs at most.
+            tenant_id: Only this tenant's runs (None: any tenant's).
+            run_id: Only this run (None: any run).
+            expire: (tenant, run, owner) of leases whose holders are known dead, ended in
+                the claim's transaction (:meth:`~underway.store.leases.LeaseStore.claim`).
+        """
         return self.store.claim(owner=self.owner, now=self.clock.now(), ttl=self.lease_ttl,
                                 limit=limit, tenant_id=tenant_id, run_id=run_id, expire=expire)
 
@@ -575,25 +582,6 @@ class Engine(EagerStarts):
 
     def _flow(self, name: str) -> Flow[Any, Any]:
         return self.registry.flow(name)
-
-
-@dataclass(frozen=True, slots=True)
-class _Loaded:
-    """A leased run as read from the store in one trip."""
-
-    row: RunRecord
-    state: RunState
-    head: str
-    refused: ev.CheckpointRefused | None
-    signals: list[OpenedSignal]
-    interrupted: list[Recorded]
-    """On a takeover, with telemetry on: the events of the step attempt left unended."""
-
-
-def _taken_over(state: RunState) -> bool:
-    """Whether a step started and did not complete (:func:`~underway.journal.attempts.left_open`
-    tells from its events if it was taken over)."""
-    return state.status == "ready" and state.attempt > 0
 
 
 def _iso(t: float | None) -> str:
