@@ -86,3 +86,15 @@ def test_racing_takeovers_of_one_dead_lease_lease_it_once(backend: Backend) -> N
         assert held is not None and held.lease_owner == won[0].owner
         with pytest.raises(FencedError):
             a.append(batch(dead, 1, now=T0 + 2))
+
+
+def test_a_claim_ends_the_dead_leases_of_runs_it_does_not_serve(store: Store) -> None:
+    # On a regional store, t2 lives in another region than the claimed run.
+    create(store, "r1")
+    create(store, "r9", tenant="t2")
+    lease_of(store, "r1", owner="dead", ttl=30)
+    lease_of(store, "r9", tenant="t2", owner="dead", ttl=30)
+    [taken] = store.claim(owner="w", now=T0 + 1, ttl=30, tenant_id="t1", run_id="r1",
+                          expire=[("t1", "r1", "dead"), ("t2", "r9", "dead")])
+    assert (taken.run_id, taken.token) == ("r1", 2)
+    assert store.held_leases(now=T0 + 1) == [("t1", "r1", "w")]
