@@ -51,21 +51,29 @@ class Runner:
     def reclaim_dead_local_leases(self) -> int:
         """Free leases held by processes on this host that have died (e.g. SIGKILL), so
         their runs resume now instead of after the lease expires."""
-        freed = 0
-        for tenant_id, run_id, owner in self.engine.store.held_leases(now=self.engine.clock.now()):
-            if owner != self.engine.owner and owner_is_dead(owner):
-                freed += self.engine.store.expire_lease(tenant_id, run_id, owner)
-        return freed
+        store = self.engine.store
+        return sum(store.expire_lease(*dead) for dead in self._dead_local_leases())
+
+    def _dead_local_leases(self) -> list[tuple[str, str, str]]:
+        """(tenant, run, owner) of the leases held by dead processes of this host."""
+        me, held = self.engine.owner, self.engine.store.held_leases(now=self.engine.clock.now())
+        return [lease for lease in held if lease[2] != me and owner_is_dead(lease[2])]
 
     async def run_until_idle(self) -> int:
         """Advance every run that is due now; return how many activations ran."""
+        return await self._until_idle(None)
+
+    async def _until_idle(self, first: tuple[str, str] | None) -> int:
+        """Advance every run that is due now, claiming ``first`` (tenant, run) before any
+        other when given."""
         activations = 0
         io = self.engine.io
         claim = functools.partial(self.engine.claim, limit=self.batch)
         with redacting_logs(self.engine.redactor):
             # Freeing dead leases, healing rows and the first claim make one trip to the
-            # store's thread: a fresh process taking a run over reaches it sooner.
-            leases = await io(self._repair_and_claim, claim)
+            # store's thread and one commit: a fresh process taking a run over reaches it
+            # sooner.
+            leases = await io(self._repair_and_claim, first)
             while leases:
                 for i in range(0, len(leases), self.concurrency):
                     await asyncio.gather(*(
@@ -74,10 +82,20 @@ class Runner:
                 leases = await io(claim)
         return activations
 
-    def _repair_and_claim(self, claim: functools.partial[list[Lease]]) -> list[Lease]:
-        self.reclaim_dead_local_leases()
-        self.engine.heal_rows()
-        return claim()
+    def _repair_and_claim(self, first: tuple[str, str] | None) -> list[Lease]:
+        """Heal suspect rows, then claim (``first`` alone when it is due, its state read
+        too), ending the dead holders' leases in the claim's transaction."""
+        dead = self._dead_local_leases()
+        self.engine.heal_rows(dead={owner for _, _, owner in dead})
+        if first is not None:
+            leases = self.engine.claim(tenant_id=first[0], run_id=first[1], expire=dead)
+            if leases:
+                # Its state read in the same trip; on failure its activation reads again.
+                with contextlib.suppress(Exception):
+                    self.engine.load_ahead(leases[0])
+                return leases
+            dead = []
+        return self.engine.claim(limit=self.batch, expire=dead)
 
     async def _advance(self, lease: Lease) -> None:
         try:
@@ -91,7 +109,7 @@ class Runner:
         person, waits for a person's approval or stops dead for an operator."""
         eng = self.engine
         while True:
-            await self.run_until_idle()
+            await self._until_idle((tenant_id, run_id))
             row, wake = await eng.io(self._look, tenant_id, run_id)
             if row is not None and settled(row.status, row.waiting_signal):
                 return await eng.io(functools.partial(eng.state, run_id, tenant_id=tenant_id))

@@ -12,8 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar, Unpack
 
@@ -38,7 +37,7 @@ from ..identity import worker_identity
 from ..journal import Journal
 from ..journal.attempts import left_open
 from ..journal.projection import expected_update, good_time, question_expiry
-from ..journal.state import Recorded, RunState
+from ..journal.state import RunState
 from ..redaction import Redactor
 from ..store._offload import INLINE, offload_of, run_io
 from ..store.base import Lease, RunRecord
@@ -51,6 +50,8 @@ from ._eager import Driver, EagerStart, EagerStarts
 from ._finish import finish_step, judge_finish, result_taint
 from ._group import GroupCommit
 from ._inbox import OpenedSignal, pending_signals, read_inbox
+from ._loaded import Loaded as _Loaded
+from ._loaded import taken_over as _taken_over
 from ._notices import escalate, notify
 from ._operator import client_method as _client_method
 from ._options import EngineKeywords, EngineOptions, settle
@@ -129,9 +130,10 @@ class Engine(EagerStarts):
         """The tools its flows call, by name."""
         self.options = options if options.owner \
             else dataclasses.replace(options, owner=worker_identity())
-        """Its own settings, with ``owner`` filled in. Setting an attribute of the same
-        name, such as :attr:`lease_ttl`, replaces them."""
+        """Its own settings, with ``owner`` filled in; an attribute of the same name, such
+        as :attr:`lease_ttl`, set on the engine replaces them."""
         self.unhealed: set[tuple[str, str]] = set()  # suspect rows not healed, logged once
+        self._ahead: dict[Lease, _Loaded] = {}  # read by load_ahead, taken by activate
         self.redactor = Redactor()
         """The values hidden fields held in the events this engine journaled (the last
         10,000): what a worker keeps out of its log lines."""
@@ -257,21 +259,23 @@ class Engine(EagerStarts):
     state = _client_method(Client.state)
 
     # -- advancing runs -----------------------------------------------------------------
-    def claim(self, *, limit: int = 1, tenant_id: str | None = None,
-              run_id: str | None = None) -> list[Lease]:
+    def claim(self, *, limit: int = 1, tenant_id: str | None = None, run_id: str | None = None,
+              expire: Sequence[tuple[str, str, str]] = ()) -> list[Lease]:
         """Lease due runs for this engine's owner identity.
 
         Args:
             limit: How many runs at most.
             tenant_id: Only this tenant's runs (None: any tenant's).
             run_id: Only this run (None: any run).
+            expire: (tenant, run, owner) of leases whose holders are known dead, ended in
+                the claim's transaction (:meth:`~underway.store.leases.LeaseStore.claim`).
         """
         return self.store.claim(owner=self.owner, now=self.clock.now(), ttl=self.lease_ttl,
-                                limit=limit, tenant_id=tenant_id, run_id=run_id)
+                                limit=limit, tenant_id=tenant_id, run_id=run_id, expire=expire)
 
-    def heal_rows(self, *, limit: int = SUSPECTS_PER_ROUND) -> int:
+    def heal_rows(self, *, limit: int = SUSPECTS_PER_ROUND, dead: Collection[str] = ()) -> int:
         """Heal the suspect runs rows (:mod:`underway.engine._rows`); how many."""
-        return heal_rows(self.services, self.unhealed, limit=limit)
+        return heal_rows(self.services, self.unhealed, limit=limit, dead=dead)
 
     async def activate(
         self, lease: Lease, *, should_stop: Callable[[], bool] | None = None,
@@ -296,10 +300,15 @@ class Engine(EagerStarts):
         finally:
             self.metrics.left(lease.tenant_id, lease.run_id)
 
+    def load_ahead(self, lease: Lease) -> None:
+        """Read the lease's starting point on this (store) thread, for :meth:`activate`."""
+        self._ahead[lease] = self._load(lease)
+
     async def _activate(
         self, lease: Lease, should_stop: Callable[[], bool] | None, start: EagerStart | None
     ) -> RunState:
-        loaded = await self.io(self._load, lease, start)
+        ahead = self._ahead.pop(lease, None)
+        loaded = ahead if ahead is not None else await self.io(self._load, lease, start)
         row, state = loaded.row, loaded.state
         if self.metrics.enabled:
             due = row.next_wake_at
@@ -312,8 +321,7 @@ class Engine(EagerStarts):
         act = Activation(
             self.services, lease, state, loaded.head, state.seq, control_pending=True,
             due_at=row.next_wake_at if good_time(row.next_wake_at) else None,
-            row_status=row.status, queue=row.queue, row=row,
-        )
+            row_status=row.status, queue=row.queue, row=row)
         if loaded.refused is not None:
             # A forged checkpoint was ignored; the journal keeps the finding, since the
             # next commit's checkpoint replaces the forged row.
@@ -439,7 +447,7 @@ class Engine(EagerStarts):
             await self.io(self.store.release, lease)
             return state
         fresh = Activation(self.services, lease, state, head, state.seq, due_at=due_at,
-                            row_status=row.status if row is not None else state.status)
+                           row_status=row.status if row is not None else state.status)
         fresh.buffer(ev.RunDeadLettered(reason=self.redactor.text(reason),
                                         error_type=error_type, step=state.step))
         await fresh.commit(release=True)
@@ -574,26 +582,6 @@ class Engine(EagerStarts):
 
     def _flow(self, name: str) -> Flow[Any, Any]:
         return self.registry.flow(name)
-
-
-@dataclass(frozen=True, slots=True)
-class _Loaded:
-    """A leased run as read from the store in one trip."""
-
-    row: RunRecord
-    state: RunState
-    head: str
-    refused: ev.CheckpointRefused | None
-    signals: list[OpenedSignal]
-    interrupted: list[Recorded]
-    """On a takeover, when the engine reports telemetry: the events of the step attempt
-    the run's previous activation left unended."""
-
-
-def _taken_over(state: RunState) -> bool:
-    """Whether a step started and did not complete: its events tell if it was taken over
-    (:func:`~underway.journal.attempts.left_open`)."""
-    return state.status == "ready" and state.attempt > 0
 
 
 def _iso(t: float | None) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Collection
 from typing import TYPE_CHECKING
 
 from ..codec import Codec, run_error_where
@@ -76,8 +77,11 @@ def repair_leased(act: Activation) -> bool:
     return True
 
 
-def heal_row(svc: StepServices, tenant_id: str, run_id: str) -> list[Disagreement]:
-    """Heal the row of a run no live worker holds, if the journal contradicts it.
+def heal_row(
+    svc: StepServices, tenant_id: str, run_id: str, *, dead: Collection[str] = (),
+) -> list[Disagreement]:
+    """Heal the row of a run no live worker holds, if the journal contradicts it (a lease
+    of an owner in ``dead``, known dead, is held by no live worker).
 
     Args:
         svc: The engine's store, journal and clock.
@@ -93,7 +97,8 @@ def heal_row(svc: StepServices, tenant_id: str, run_id: str) -> list[Disagreemen
         return []
     suspect_lease = lease_problem(row, now=now) is not None
     live = row.lease_owner is not None and good_time(row.lease_expires_at) \
-        and row.lease_expires_at is not None and row.lease_expires_at >= now
+        and row.lease_expires_at is not None and row.lease_expires_at >= now \
+        and row.lease_owner not in dead
     if live and not suspect_lease:
         return []
     s, head, _ = svc.journal.load_head(tenant_id, run_id)
@@ -113,6 +118,7 @@ def heal_row(svc: StepServices, tenant_id: str, run_id: str) -> list[Disagreemen
 
 def heal_rows(
     svc: StepServices, unhealed: set[tuple[str, str]], *, limit: int = SUSPECTS_PER_ROUND,
+    dead: Collection[str] = (),
 ) -> int:
     """Heal the suspect rows the store finds; how many were rewritten.
 
@@ -122,11 +128,12 @@ def heal_rows(
         svc: The engine's store, journal and clock.
         unhealed: The runs whose rows could not be healed, and were logged; grows.
         limit: How many suspect rows to check, at most.
+        dead: Lease owners known dead: their leases hold no row back from healing.
     """
     healed = 0
     for tenant_id, run_id in svc.store.suspect_runs(now=svc.clock.now(), limit=limit):
         try:
-            healed += bool(heal_row(svc, tenant_id, run_id))
+            healed += bool(heal_row(svc, tenant_id, run_id, dead=dead))
         except Exception as exc:  # one bad journal must not stop the others' healing
             if (tenant_id, run_id) in unhealed:
                 continue  # said once; the audit says it again whenever asked

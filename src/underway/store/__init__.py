@@ -83,5 +83,7 @@ def connect(url: str, *, migrate: bool = True) -> Store:
             "or memory://"
         )
     if migrate:
-        store.migrate()
+        store.migrate()  # the version read on opening serves: no second read
+    else:
+        vars(store).pop("_opened_at_newest", None)  # a later migrate() reads it again
     return store

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 from . import limits
@@ -27,6 +28,7 @@ class LeaseStore(Protocol):
         tenant_id: str | None = None,
         run_id: str | None = None,
         queues: list[str] | None = None,
+        expire: Sequence[tuple[str, str, str]] = (),
     ) -> list[Lease]:
         """Lease runs that are due and not leased by anyone else.
 
@@ -45,6 +47,10 @@ class LeaseStore(Protocol):
             tenant_id: Only runs of this tenant.
             run_id: Only this run.
             queues: Only runs of these queues (None: every queue).
+            expire: (tenant, run, owner) of leases whose holders are known dead. Each ends
+                as :meth:`expire_lease` ends it, in the claim's transaction and before runs
+                are chosen, whether or not the claim then takes the run. A takeover so
+                commits once.
         """
         ...
 

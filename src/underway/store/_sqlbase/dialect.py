@@ -61,11 +61,16 @@ class SQLBase(ABC):
         if found > known:
             close()
             raise MigrationError(queries.newer_schema_message(found, known))
+        self._opened_at_newest = found == known
 
     def _up_to_date(self, dialect: str) -> int | None:
         """The schema version when it is the newest this code knows (nothing to migrate),
-        else None; a newer one is refused. One read of the version, no lock, no file read."""
-        found, known = self.schema_version(), queries.latest_version(dialect)
+        else None; a newer one is refused. One read of the version, no lock, no file read;
+        none at all the first time after opening found the newest version."""
+        known = queries.latest_version(dialect)
+        if self.__dict__.pop("_opened_at_newest", False):
+            return known
+        found = self.schema_version()
         if found > known:
             raise MigrationError(queries.newer_schema_message(found, known))
         return found if found == known else None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections import Counter
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from .. import limits
@@ -36,9 +37,13 @@ class MemoryLeases:
         tenant_id: str | None = None,
         run_id: str | None = None,
         queues: list[str] | None = None,
+        expire: Sequence[tuple[str, str, str]] = (),
     ) -> list[Lease]:
-        """Lease due runs nobody holds, fairly across tenants, within the queues' limits."""
+        """Lease due runs nobody holds, fairly across tenants, within the queues' limits;
+        the dead holders' leases in ``expire`` end first."""
         with self._lock:
+            for dead in expire:
+                self.expire_lease(*dead)
             configs = limits.limited(
                 c for c in self._queues.values() if queues is None or c.name in queues
             )

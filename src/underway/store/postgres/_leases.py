@@ -3,6 +3,7 @@ within the queues' limits, and circuit breakers."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg
@@ -24,15 +25,37 @@ class Leases(SQLLeases, Connection):
     def claim(
         self, *, owner: str, now: float, ttl: float, limit: int = 1,
         tenant_id: str | None = None, run_id: str | None = None,
-        queues: list[str] | None = None,
+        queues: list[str] | None = None, expire: Sequence[tuple[str, str, str]] = (),
     ) -> list[Lease]:
-        """Lease due runs nobody holds, fairly across tenants, within the queues' limits.
+        """Lease due runs nobody holds, fairly across tenants, within the queues' limits;
+        the dead holders' leases in ``expire`` end first, in the same transaction.
 
         Rows other workers are locking are skipped. Claims on a limited queue take turns on its
-        ``queues`` row; claims on unlimited queues never wait for each other.
+        ``queues`` row; claims on unlimited queues never wait for each other. A claim told
+        which run to take updates that row in one statement when its queue has no limits
+        (it waits for a worker locking the row, then checks it again).
         """
         wanted = None if queues is None else list(queues)
+        if tenant_id is not None and run_id is not None:
+            # Told which run: the dead leases ended and its row leased (unless its queue
+            # has limits) in one round trip, one implicit transaction.
+            with self._pool.connection() as conn:
+                with pipelined(conn):
+                    if expire:
+                        conn.cursor().executemany(_Q["expire_lease"], [
+                            {"tenant_id": t, "run_id": r, "owner": o} for t, r, o in expire])
+                    one = conn.execute(_Q["claim_run"], {
+                        "owner": owner, "expires_at": now + ttl, "now": now,
+                        "queues": wanted, "tenant_id": tenant_id, "run_id": run_id,
+                    }, prepare=True)
+                row = one.fetchone()
+            if row is not None:
+                return [Lease(tenant_id, run_id, owner, int(row[0]), now + ttl)]
+            expire = ()
         with self._pool.connection() as conn, conn.transaction():
+            if expire:
+                conn.cursor().executemany(_Q["expire_lease"], [
+                    {"tenant_id": t, "run_id": r, "owner": o} for t, r, o in expire])
             plan = self._plan(_runner(conn), wanted, now=now, limit=limit)
             leases: list[Lease] = []
             while plan.wants_more():

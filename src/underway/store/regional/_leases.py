@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from ..base import Store
@@ -41,25 +41,39 @@ class RegionalLeases:
     def claim(
         self, *, owner: str, now: float, ttl: float, limit: int = 1,
         tenant_id: str | None = None, run_id: str | None = None,
-        queues: list[str] | None = None,
+        queues: list[str] | None = None, expire: Sequence[tuple[str, str, str]] = (),
     ) -> list[Lease]:
         """Lease due runs: of the tenant, in its region.
 
         Without a tenant, from each region in turn, starting with the next region on each call,
-        until ``limit`` are leased.
+        until ``limit`` are leased. Each dead holder's lease in ``expire`` ends in its run's
+        region: in that region's claim when it claims, else on its own.
         """
-        if tenant_id is not None:
-            return self._of(tenant_id).claim(owner=owner, now=now, ttl=ttl, limit=limit,
-                                             tenant_id=tenant_id, run_id=run_id,
-                                             queues=queues)
-        stores = list(self._all())
-        first = next(self._turn) % len(stores)
+        dead: dict[int, tuple[Store, list[tuple[str, str, str]]]] = {}
+        for lease in expire:
+            region = self._of(lease[0])
+            dead.setdefault(id(region), (region, []))[1].append(lease)
+
+        def ending(region: Store) -> list[tuple[str, str, str]]:
+            return dead.pop(id(region), (region, []))[1]
+
         leases: list[Lease] = []
-        for s in stores[first:] + stores[:first]:
-            if len(leases) >= limit:
-                break
-            leases += s.claim(owner=owner, now=now, ttl=ttl, limit=limit - len(leases),
-                              run_id=run_id, queues=queues)
+        if tenant_id is not None:
+            region = self._of(tenant_id)
+            leases = region.claim(owner=owner, now=now, ttl=ttl, limit=limit,
+                                  tenant_id=tenant_id, run_id=run_id, queues=queues,
+                                  expire=ending(region))
+        else:
+            stores = list(self._all())
+            first = next(self._turn) % len(stores)
+            for s in stores[first:] + stores[:first]:
+                if len(leases) >= limit:
+                    break
+                leases += s.claim(owner=owner, now=now, ttl=ttl, limit=limit - len(leases),
+                                  run_id=run_id, queues=queues, expire=ending(s))
+        for region, rest in dead.values():
+            for lease in rest:
+                region.expire_lease(*lease)
         return leases
 
     def renew(self, lease: Lease, *, now: float, ttl: float) -> Lease | None:

@@ -474,6 +474,22 @@ SELECT r.tenant_id, r.run_id, r.queue, r.lease_token
  LIMIT %(limit)s
    FOR UPDATE OF r SKIP LOCKED
 
+-- name: claim_run
+-- A claim told which run to take: the run's row, found by its key and leased when it is
+-- due, unfinished, held by nobody, of the queues and its queue has no limits; one statement
+-- instead of the tenant-fair search (a run of a limited queue is left to that search). A row another worker is locking is waited
+-- for, then checked again (READ COMMITTED), so a lease taken meanwhile is not taken twice.
+UPDATE runs
+   SET lease_owner = %(owner)s, lease_token = runs.lease_token + 1,
+       lease_expires_at = %(expires_at)s
+ WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s AND next_wake_at <= %(now)s
+   AND status NOT IN ('completed', 'failed', 'cancelled')
+   AND (lease_owner IS NULL OR lease_expires_at < %(now)s)
+   AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+   AND NOT EXISTS (SELECT 1 FROM queues AS q WHERE q.name = runs.queue
+                     AND (q.max_concurrency IS NOT NULL OR q.rate_limit IS NOT NULL))
+RETURNING lease_token
+
 -- name: take_leases
 UPDATE runs
    SET lease_owner = %(owner)s, lease_token = runs.lease_token + 1,

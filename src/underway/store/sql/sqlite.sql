@@ -385,6 +385,21 @@ SELECT tenant_id, run_id, queue, lease_token FROM due
  ORDER BY turn, next_wake_at, tenant_id, run_id
  LIMIT :limit
 
+-- name: claim_run
+-- A claim told which run to take: the run's row, found by its key and leased when it is
+-- due, unfinished, held by nobody, of the queues and its queue has no limits; one statement
+-- instead of the tenant-fair search (a run of a limited queue is left to that search).
+UPDATE runs SET lease_owner = :owner, lease_token = lease_token + 1,
+       lease_expires_at = :expires_at
+ WHERE tenant_id = :tenant_id AND run_id = :run_id
+   AND next_wake_at IS NOT NULL AND next_wake_at <= :now
+   AND status NOT IN ('completed', 'failed', 'cancelled')
+   AND (lease_owner IS NULL OR lease_expires_at < :now)
+   AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
+   AND NOT EXISTS (SELECT 1 FROM queues AS q WHERE q.name = runs.queue
+                     AND (q.max_concurrency IS NOT NULL OR q.rate_limit IS NOT NULL))
+RETURNING lease_token
+
 -- name: put_bucket
 INSERT INTO queue_buckets (queue, tenant_id, tokens, updated_at) VALUES (?, ?, ?, ?)
 ON CONFLICT (queue, tenant_id) DO UPDATE

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sqlite3
+from collections.abc import Sequence
 
 from .. import limits
 from .._sqlbase.leases import SQLLeases
@@ -23,11 +24,22 @@ class Leases(SQLLeases, Connection):
     def claim(
         self, *, owner: str, now: float, ttl: float, limit: int = 1,
         tenant_id: str | None = None, run_id: str | None = None,
-        queues: list[str] | None = None,
+        queues: list[str] | None = None, expire: Sequence[tuple[str, str, str]] = (),
     ) -> list[Lease]:
-        """Lease due runs nobody holds, fairly across tenants, within the queues' limits."""
+        """Lease due runs nobody holds, fairly across tenants, within the queues' limits;
+        the dead holders' leases in ``expire`` end first, in the same transaction."""
         wanted = None if queues is None else self._array(queues)
         with self._tx() as c:
+            if expire:
+                c.executemany(_Q["expire_lease"], [
+                    {"tenant_id": t, "run_id": r, "owner": o} for t, r, o in expire])
+            if tenant_id is not None and run_id is not None:
+                # Told which run: one statement on its row, unless its queue has limits.
+                row = c.execute(_Q["claim_run"], {
+                    "owner": owner, "expires_at": now + ttl, "now": now, "queues": wanted,
+                    "tenant_id": tenant_id, "run_id": run_id}).fetchone()
+                if row is not None:
+                    return [Lease(tenant_id, run_id, owner, int(row[0]), now + ttl)]
             plan = self._plan(_runner(c), wanted, now=now, limit=limit)
             leases = []
             while plan.wants_more():
