@@ -6,6 +6,7 @@ it fails its call."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from typing import Any
 
 import pytest
@@ -26,6 +27,26 @@ TRICKY = ['', 'a', 'x' * 10, 'ab"c\\d\ne\x01é€😀\x7f\u2028' * 5, 'é' * 7, 
 @pytest.mark.parametrize("chars", [1, 2, 3, 7, 100])
 def test_the_chunks_join_to_the_canonical_json(value: str, chars: int) -> None:
     assert b"".join(chunked.pieces(value, chars)) == canonical_json(value)
+
+
+@pytest.mark.parametrize("value", [*TRICKY, "plain text" * 3 + '"' + "more plain" * 3])
+@pytest.mark.parametrize("chars", [1, 4, 7, 100])
+@pytest.mark.parametrize("slice_chars", [1, 3, 64])
+def test_a_scan_by_slices_hashes_the_canonical_json_and_finds_the_escaped_chunks(
+        value: str, chars: int, slice_chars: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(chunked, "SLICE", slice_chars)
+    digest = hashlib.sha256()
+    size, escaped = chunked.scan(value, chars, 1 << 20, digest, "a value")
+    whole = canonical_json(value)
+    assert (size, digest.hexdigest()) == (len(whole), hashlib.sha256(whole).hexdigest())
+    plain = list(chunked.pieces(value, chars))
+    assert escaped == {i for i, p in enumerate(plain)
+                       if canonical_json(value[i * chars:(i + 1) * chars])[1:-1]
+                       != value[i * chars:(i + 1) * chars].encode()}
+    # The chunks made knowing which are escaped are the ones made checking each.
+    assert list(chunked.pieces(value, chars, escaped)) == plain
+    with pytest.raises(ValueTooLarge):
+        chunked.scan(value, chars, len(whole) - 1, hashlib.sha256(), "a value")
 
 
 @pytest.mark.parametrize("value", TRICKY[3:])
