@@ -22,8 +22,10 @@ between them leaves chunks that nothing refers to, never a reference to a partia
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -54,6 +56,34 @@ SLICE = 1 << 14
 """Characters checked and hashed at a time. Between two slices the hash runs without the
 interpreter's lock, so the event loop and the other runs' threads take it within a slice's
 time (tens of microseconds) rather than within the interpreter's switch interval (5 ms)."""
+
+
+PACE = 1.0
+"""Seconds the work on a chunked value rests, between two chunks, for each second it
+worked: the thread that hashes, writes or reads the value leaves the CPU and the
+interpreter's lock to the other runs at least as long as it takes them. 0: no rest. A
+thread running an event loop never rests (it would stop every run on that loop)."""
+
+MAX_REST = 0.05
+"""The longest rest between two chunks, in seconds."""
+
+
+class Pacer:
+    """Rests between the chunks of a value's work, by :data:`PACE` (see there)."""
+
+    def __init__(self) -> None:
+        self.began = time.perf_counter()
+        try:
+            asyncio.get_running_loop()
+            self.rests = False
+        except RuntimeError:
+            self.rests = PACE > 0
+
+    def rest(self) -> None:
+        """Rest for the time worked since the last rest (times :data:`PACE`)."""
+        if self.rests:
+            time.sleep(min((time.perf_counter() - self.began) * PACE, MAX_REST))
+        self.began = time.perf_counter()
 
 
 def _plain(body: bytes) -> bool:
@@ -103,7 +133,10 @@ def scan(value: str, chars: int, limit: int, digest: Any,
     """
     size = 0
     escaped: set[int] = set()
+    pacer = Pacer()
     for i, n, start, end in _bounds(value, chars):
+        if i:
+            pacer.rest()
         if i == 0:
             digest.update(b'"')
             size += 1
@@ -159,7 +192,10 @@ class LargeBlob(bytes):
 
     def chunks(self) -> Iterator[bytes]:
         """The stored bytes of each chunk, in order (sealed when the codec seals)."""
+        pacer = Pacer()
         for i, raw in enumerate(pieces(self.value, self.chars, self.escaped)):
+            if i:
+                pacer.rest()  # the chunk before is written: rest as long as that took
             yield raw if self._seal is None else self._seal(raw, i, self.n)
 
 
@@ -200,7 +236,10 @@ def read_str(
     text = ""
     total = 0
     sealed = False
+    pacer = Pacer()
     for i in range(n):
+        if i:
+            pacer.rest()
         raw = chunk(i)
         if raw is None:
             raise IntegrityError(f"blob {key}: chunk {i} of {n} is missing from the store")
