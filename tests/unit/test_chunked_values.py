@@ -116,3 +116,28 @@ def test_a_large_value_not_from_a_tool_over_the_limit_is_refused_by_the_codec() 
     with pytest.raises(ValueTooLarge, match="over the limit of 2,000 bytes"):
         codec.encode({"many": {str(i): "w" * 50 for i in range(100)}}, {},
                      blob_where("t", ""))
+
+
+def test_the_work_on_a_chunked_value_rests_between_chunks_off_the_event_loop_only(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    rests: list[float] = []
+    monkeypatch.setattr(chunked.time, "sleep", rests.append)
+    value = "abc" * 10
+    blob = Codec(chunk_bytes=4).large_blob(value, blob_where("t", ""))
+    assert len(rests) == 7, "a rest between each two chunks hashed"
+    rests.clear()
+    assert len(list(blob.chunks())) == blob.n == 8
+    assert len(rests) == 7, "a rest between each two chunks written"
+    assert all(0 <= r <= chunked.MAX_REST for r in rests)
+    stored = list(blob.chunks())
+    rests.clear()
+    chunked.read_str(blob.key, bytes(blob), lambda i: stored[i], lambda raw, i, n: raw)
+    assert len(rests) == 7, "and between each two chunks read"
+
+    async def on_the_loop() -> None:
+        rests.clear()
+        list(blob.chunks())
+        chunked.read_str(blob.key, bytes(blob), lambda i: stored[i], lambda raw, i, n: raw)
+        assert rests == [], "a thread running an event loop never rests"
+
+    asyncio.run(on_the_loop())
