@@ -22,8 +22,10 @@ between them leaves chunks that nothing refers to, never a reference to a partia
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -50,17 +52,65 @@ _ESCAPED = bytes(range(32)) + b'"\\'
 stands for itself)."""
 
 
-def pieces(value: str, chars: int) -> Iterator[bytes]:
-    """The chunks of ``value``'s canonical JSON, :data:`chars` characters each (see the
-    module's docstring)."""
+SLICE = 1 << 14
+"""Characters checked and hashed at a time. Between two slices the hash runs without the
+interpreter's lock, so the event loop and the other runs' threads take it within a slice's
+time (tens of microseconds) rather than within the interpreter's switch interval (5 ms)."""
+
+
+PACE = 1.0
+"""Seconds the work on a chunked value rests, between two chunks, for each second it
+worked: the thread that hashes, writes or reads the value leaves the CPU and the
+interpreter's lock to the other runs at least as long as it takes them. 0: no rest. A
+thread running an event loop never rests (it would stop every run on that loop)."""
+
+MAX_REST = 0.05
+"""The longest rest between two chunks, in seconds."""
+
+
+class Pacer:
+    """Rests between the chunks of a value's work, by :data:`PACE` (see there)."""
+
+    def __init__(self) -> None:
+        self.began = time.perf_counter()
+        try:
+            asyncio.get_running_loop()
+            self.rests = False
+        except RuntimeError:
+            self.rests = PACE > 0
+
+    def rest(self) -> None:
+        """Rest for the time worked since the last rest (times :data:`PACE`)."""
+        if self.rests:
+            time.sleep(min((time.perf_counter() - self.began) * PACE, MAX_REST))
+        self.began = time.perf_counter()
+
+
+def _plain(body: bytes) -> bool:
+    """Whether ``body``, the UTF-8 of some text, is its own JSON (no quote, backslash or
+    control character): a C scan, several times faster than the JSON encoder."""
+    return len(body.translate(None, _ESCAPED)) == len(body)
+
+
+def _bounds(value: str, chars: int) -> Iterator[tuple[int, int, int, int]]:
+    """(index, count, first character, end) of each chunk of ``value``."""
     n = max(1, -(-len(value) // chars))
     for i in range(n):
-        part = value[i * chars:(i + 1) * chars]
-        # Text without quotes, backslashes or control characters is its own JSON: its
-        # UTF-8 bytes, checked by a C scan (the JSON encoder is several times slower,
-        # and holds the interpreter's lock all the while).
+        yield i, n, i * chars, min(len(value), (i + 1) * chars)
+
+
+def pieces(value: str, chars: int,
+           escaped: frozenset[int] | None = None) -> Iterator[bytes]:
+    """The chunks of ``value``'s canonical JSON, :data:`chars` characters each (see the
+    module's docstring).
+
+    ``escaped``: the chunks that have characters JSON escapes, when known (from
+    :func:`scan`); the others are then taken as their UTF-8 without a check.
+    """
+    for i, n, start, end in _bounds(value, chars):
+        part = value[start:end]
         body = part.encode("utf-8")
-        if len(body.translate(None, _ESCAPED)) != len(body):
+        if (i in escaped) if escaped is not None else not _plain(body):
             body = _ENCODE(part)[1:-1].encode("utf-8")
         del part
         if i == 0:
@@ -68,6 +118,44 @@ def pieces(value: str, chars: int) -> Iterator[bytes]:
         if i == n - 1:
             body += b'"'
         yield body
+
+
+def scan(value: str, chars: int, limit: int, digest: Any,
+         what: str) -> tuple[int, frozenset[int]]:
+    """Feed ``value``'s canonical JSON to ``digest`` (a hashlib or hmac object),
+    :data:`SLICE` characters at a time: its size in bytes, and the chunks (of ``chars``
+    characters) that have characters JSON escapes.
+
+    The same bytes in the same order as :func:`pieces` gives, so the same digest.
+
+    Raises:
+        ValueTooLarge: The size is over ``limit`` (counting stops there).
+    """
+    size = 0
+    escaped: set[int] = set()
+    pacer = Pacer()
+    for i, n, start, end in _bounds(value, chars):
+        if i:
+            pacer.rest()
+        if i == 0:
+            digest.update(b'"')
+            size += 1
+        for at in range(start, end, SLICE):
+            part = value[at:min(at + SLICE, end)]
+            body = part.encode("utf-8")
+            if not _plain(body):
+                body = _ENCODE(part)[1:-1].encode("utf-8")
+                escaped.add(i)
+            size += len(body)
+            if size > limit:
+                raise ValueTooLarge(what, size, limit)
+            digest.update(body)
+        if i == n - 1:
+            digest.update(b'"')
+            size += 1
+    if size > limit:
+        raise ValueTooLarge(what, size, limit)
+    return size, frozenset(escaped)
 
 
 class LargeBlob(bytes):
@@ -85,22 +173,29 @@ class LargeBlob(bytes):
     chars: int
     n: int
     size: int
+    escaped: frozenset[int] | None
+    """The chunks with characters JSON escapes (None: not known, each is checked)."""
     written: bool
     _seal: Callable[[bytes, int, int], bytes] | None
 
     def __new__(cls, key: str, value: str, chars: int, size: int,
-                seal: Callable[[bytes, int, int], bytes] | None) -> LargeBlob:
+                seal: Callable[[bytes, int, int], bytes] | None,
+                escaped: frozenset[int] | None = None) -> LargeBlob:
         n = max(1, -(-len(value) // chars))
         self = super().__new__(cls, MANIFEST + canonical_json(
             {"kind": "str", "n": n, "size": size}))
         self.key, self.value, self.chars, self.n, self.size = key, value, chars, n, size
+        self.escaped = escaped
         self.written = False
         self._seal = seal
         return self
 
     def chunks(self) -> Iterator[bytes]:
         """The stored bytes of each chunk, in order (sealed when the codec seals)."""
-        for i, raw in enumerate(pieces(self.value, self.chars)):
+        pacer = Pacer()
+        for i, raw in enumerate(pieces(self.value, self.chars, self.escaped)):
+            if i:
+                pacer.rest()  # the chunk before is written: rest as long as that took
             yield raw if self._seal is None else self._seal(raw, i, self.n)
 
 
@@ -141,7 +236,10 @@ def read_str(
     text = ""
     total = 0
     sealed = False
+    pacer = Pacer()
     for i in range(n):
+        if i:
+            pacer.rest()
         raw = chunk(i)
         if raw is None:
             raise IntegrityError(f"blob {key}: chunk {i} of {n} is missing from the store")
@@ -174,22 +272,6 @@ def read_str(
     return text
 
 
-def measure(value: str, chars: int, limit: int, digest: Any, what: str) -> int:
-    """Feed ``value``'s canonical JSON to ``digest`` (a hashlib or hmac object) a chunk at
-    a time; its size in bytes.
-
-    Raises:
-        ValueTooLarge: The size is over ``limit`` (counting stops there).
-    """
-    size = 0
-    for piece in pieces(value, chars):
-        size += len(piece)
-        if size > limit:
-            raise ValueTooLarge(what, size, limit)
-        digest.update(piece)
-    return size
-
-
 def make(value: str, where: Any, sealer: Any, chars: int, limit: int,
          what: str | None = None) -> LargeBlob:
     """The chunked blob of ``value`` kept at ``where`` (a :class:`underway.codec.Where`),
@@ -201,9 +283,10 @@ def make(value: str, where: Any, sealer: Any, chars: int, limit: int,
     """
     hasher = getattr(sealer, "address_hasher", None)
     what = what or f"a value of {where.what()}"
+    escaped: frozenset[int] | None = None
     if sealer is None or hasher is not None:
         digest = hashlib.sha256() if hasher is None else hasher(where)
-        size = measure(value, chars, limit, digest, what)
+        size, escaped = scan(value, chars, limit, digest, what)
         key = digest.hexdigest()
     else:
         raw = b"".join(pieces(value, chars))
@@ -212,11 +295,11 @@ def make(value: str, where: Any, sealer: Any, chars: int, limit: int,
         size, key = len(raw), sealer.address(raw, where)
         del raw
     if sealer is None:
-        return LargeBlob(key, value, chars, size, None)
+        return LargeBlob(key, value, chars, size, None, escaped)
     chunk_where = where._replace(kind="blob_chunk", ident=(key,))
 
     def seal(raw: bytes, i: int, n: int) -> bytes:
         # Bound to the blob's tenant and address, the chunk's index and the chunk count.
         return bytes(sealer.seal(raw, chunk_where._replace(ident=(key, i, n))))
 
-    return LargeBlob(key, value, chars, size, seal)
+    return LargeBlob(key, value, chars, size, seal, escaped)

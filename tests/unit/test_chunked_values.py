@@ -6,6 +6,7 @@ it fails its call."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from typing import Any
 
 import pytest
@@ -26,6 +27,26 @@ TRICKY = ['', 'a', 'x' * 10, 'ab"c\\d\ne\x01é€😀\x7f\u2028' * 5, 'é' * 7, 
 @pytest.mark.parametrize("chars", [1, 2, 3, 7, 100])
 def test_the_chunks_join_to_the_canonical_json(value: str, chars: int) -> None:
     assert b"".join(chunked.pieces(value, chars)) == canonical_json(value)
+
+
+@pytest.mark.parametrize("value", [*TRICKY, "plain text" * 3 + '"' + "more plain" * 3])
+@pytest.mark.parametrize("chars", [1, 4, 7, 100])
+@pytest.mark.parametrize("slice_chars", [1, 3, 64])
+def test_a_scan_by_slices_hashes_the_canonical_json_and_finds_the_escaped_chunks(
+        value: str, chars: int, slice_chars: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(chunked, "SLICE", slice_chars)
+    digest = hashlib.sha256()
+    size, escaped = chunked.scan(value, chars, 1 << 20, digest, "a value")
+    whole = canonical_json(value)
+    assert (size, digest.hexdigest()) == (len(whole), hashlib.sha256(whole).hexdigest())
+    plain = list(chunked.pieces(value, chars))
+    assert escaped == {i for i, p in enumerate(plain)
+                       if canonical_json(value[i * chars:(i + 1) * chars])[1:-1]
+                       != value[i * chars:(i + 1) * chars].encode()}
+    # The chunks made knowing which are escaped are the ones made checking each.
+    assert list(chunked.pieces(value, chars, escaped)) == plain
+    with pytest.raises(ValueTooLarge):
+        chunked.scan(value, chars, len(whole) - 1, hashlib.sha256(), "a value")
 
 
 @pytest.mark.parametrize("value", TRICKY[3:])
@@ -95,3 +116,28 @@ def test_a_large_value_not_from_a_tool_over_the_limit_is_refused_by_the_codec() 
     with pytest.raises(ValueTooLarge, match="over the limit of 2,000 bytes"):
         codec.encode({"many": {str(i): "w" * 50 for i in range(100)}}, {},
                      blob_where("t", ""))
+
+
+def test_the_work_on_a_chunked_value_rests_between_chunks_off_the_event_loop_only(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    rests: list[float] = []
+    monkeypatch.setattr(chunked.time, "sleep", rests.append)
+    value = "abc" * 10
+    blob = Codec(chunk_bytes=4).large_blob(value, blob_where("t", ""))
+    assert len(rests) == 7, "a rest between each two chunks hashed"
+    rests.clear()
+    assert len(list(blob.chunks())) == blob.n == 8
+    assert len(rests) == 7, "a rest between each two chunks written"
+    assert all(0 <= r <= chunked.MAX_REST for r in rests)
+    stored = list(blob.chunks())
+    rests.clear()
+    chunked.read_str(blob.key, bytes(blob), lambda i: stored[i], lambda raw, i, n: raw)
+    assert len(rests) == 7, "and between each two chunks read"
+
+    async def on_the_loop() -> None:
+        rests.clear()
+        list(blob.chunks())
+        chunked.read_str(blob.key, bytes(blob), lambda i: stored[i], lambda raw, i, n: raw)
+        assert rests == [], "a thread running an event loop never rests"
+
+    asyncio.run(on_the_loop())

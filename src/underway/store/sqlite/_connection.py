@@ -52,6 +52,15 @@ class Connection(SQLBase):
         self._refuse_newer_schema("sqlite", self._conn.close)
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=FULL")
+        self._autocheckpoint = int(self._conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0])
+        """The pages the log may hold before a commit of this connection checkpoints it."""
+        self._checkpointer: sqlite3.Connection | None = None
+        """The connection that checkpoints the log while chunks are written (opened then)."""
+        self._checkpointing = threading.Lock()
+        self._chunk_writers = 0
+        """Chunked blobs being written (the connection does not checkpoint meanwhile)."""
+        self._unchecked = 0
+        """Chunk bytes written since the log was last checkpointed."""
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
@@ -142,6 +151,10 @@ class Connection(SQLBase):
         self.offload.close()
         with self._lock:
             self._conn.close()
+        with self._checkpointing:
+            if self._checkpointer is not None:
+                self._checkpointer.close()
+                self._checkpointer = None
 
     # -- companion tables (underway.knowledge) ----------------------------------------------
     @contextmanager

@@ -3,9 +3,10 @@ checkpoints, blobs and the runs table."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ... import faults
@@ -15,6 +16,10 @@ from ..journal import AppendResult
 from ..records import AppendBatch, ForkLink, NewRun, RunRecord, StoredLabel
 from ._connection import _Q, Connection, _run
 from ._inbox import _send_signal
+
+CHECKPOINT_BYTES = 4 << 20
+"""Chunk bytes written between two checkpoints of the log (about SQLite's own 1,000
+pages)."""
 
 
 class Journal(SQLJournal, Connection):
@@ -80,6 +85,31 @@ class Journal(SQLJournal, Connection):
             c.execute(_Q["advance_head"], (e.seq, e.hash, link.now, t, r))
             return forked
 
+    def write_blob_chunks(self, tenant_id: str, key: str, chunks: Iterable[bytes]) -> None:
+        """Write a chunked blob's chunks, each in a transaction of its own, so that other
+        writers' commits go between them.
+
+        Meanwhile the store's connection does not checkpoint the log: a connection of the
+        chunks' own does, outside the store's lock, every :data:`CHECKPOINT_BYTES` and at
+        the end. So no other run's commit waits while the chunks are copied from the log
+        into the database file.
+        """
+        self._chunk_writing(1)
+        try:
+            super().write_blob_chunks(tenant_id, key, chunks)
+        finally:
+            self._chunk_writing(-1)
+            self._checkpoint()
+
+    def _chunk_writing(self, delta: int) -> None:
+        """Count a chunked blob's writing in (1) or out (-1): while any is written, the
+        store's connection does not checkpoint on commit."""
+        with self._lock:
+            before, self._chunk_writers = self._chunk_writers, self._chunk_writers + delta
+            if not before or not self._chunk_writers:
+                pages = 0 if self._chunk_writers else self._autocheckpoint
+                self._conn.execute(f"PRAGMA wal_autocheckpoint={pages}")
+
     def _put_chunk(self, params: dict[str, Any]) -> None:
         """A chunk's transaction, with ``synchronous=NORMAL``: in WAL mode its commit does
         not sync the log; the next ``FULL`` commit (the event's) syncs it."""
@@ -90,6 +120,23 @@ class Journal(SQLJournal, Connection):
                     c.execute(_Q["put_blob_chunk"], params)
             finally:
                 self._conn.execute("PRAGMA synchronous=FULL")
+            self._unchecked += len(params["data"])
+            due = self._unchecked >= CHECKPOINT_BYTES
+        if due:
+            self._checkpoint()
+
+    def _checkpoint(self) -> None:
+        """Checkpoint the log (``PASSIVE``: it waits for no writer and no reader) on the
+        chunks' own connection, outside the store's lock. A checkpoint that cannot be made
+        now is left to the next one."""
+        with self._checkpointing:
+            if self._checkpointer is None:
+                self._checkpointer = sqlite3.connect(
+                    self.path, isolation_level=None, check_same_thread=False)
+            with self._lock:
+                self._unchecked = 0
+            with contextlib.suppress(sqlite3.OperationalError):
+                self._checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
 
     def journaled_runs(self, tenant_id: str | None = None) -> list[tuple[str, str]]:
         """Runs with a row or events."""
