@@ -257,6 +257,12 @@ def _figures(url: str, db: str) -> list[Figure]:
                               rps[two] / rps[name], "diagnostic (> 1: scales)",
                               note=f"--workers 2 against one worker, same run; the bare "
                               f"endpoint scaled {scaled:.2f}x"))
+        figures.append(Figure(f"{db}.api_{what}_2_workers_cpu", cpu_each[two], "ms/req",
+                              cpu_each[name], cpu_each[two] / cpu_each[name],
+                              "diagnostic (about 1: a second process adds no work)",
+                              note="server CPU per answered request with --workers 2, "
+                              f"against one worker; the bare endpoint's: "
+                              f"{cpu_each['bare_2w'] / cpu_each['bare']:.2f}x"))
         ratio = rps[two] / rps["bare_2w"]
         figures.append(Figure(f"{db}.api_{what}_throughput_2_workers", rps[two], "req/s",
                               rps["bare_2w"], ratio, f">= {RPS_TARGET:g}",
