@@ -5,7 +5,8 @@ It speaks HTTP/1.1 itself over asyncio streams (requests are pre-built bytes, re
 read by their ``Content-Length``), so it costs the CPU of a few system calls per request: far
 less than the servers it measures. ``bench/api.py`` starts several of them and drives them
 through their standard input, one JSON command a line; each answers one JSON line: the
-latencies of the requests it timed, how many it sent, and its own CPU seconds.
+latencies of the requests it timed, how many it sent, how many were answered in all
+(warm-up included), and its own CPU seconds.
 
 Command: ``{"host", "port", "method", "paths", "headers", "body", "connections",
 "warmup", "seconds"}``; a POST's ``body`` is a JSON object to which each request adds a
@@ -57,12 +58,13 @@ async def _run(cmd: dict[str, Any]) -> dict[str, Any]:
     latencies: list[float] = []
     failures: list[str] = []
     sent = 0
+    answered = 0
     start = time.perf_counter() + cmd["warmup"]
     stop = start + cmd["seconds"]
 
     async def client(n: int, reader: asyncio.StreamReader,
                      writer: asyncio.StreamWriter) -> None:
-        nonlocal sent
+        nonlocal sent, answered
         i = 0
         while True:
             path = paths[(n + i * len(conns)) % len(paths)]
@@ -74,6 +76,7 @@ async def _run(cmd: dict[str, Any]) -> dict[str, Any]:
                 return
             status = await _one(reader, writer, _request(cmd["method"], path, headers, payload))
             ended = time.perf_counter()
+            answered += 1
             if status >= 300 and len(failures) < 5:
                 failures.append(f"{cmd['method']} {path}: {status}")
             if began >= start and ended <= stop:
@@ -85,8 +88,8 @@ async def _run(cmd: dict[str, Any]) -> dict[str, Any]:
     cpu = time.process_time() - cpu
     for _, writer in conns:
         writer.close()
-    return {"latencies": latencies, "sent": sent, "cpu": cpu, "failures": failures,
-            "pid": os.getpid()}
+    return {"latencies": latencies, "sent": sent, "answered": answered, "cpu": cpu,
+            "failures": failures, "pid": os.getpid()}
 
 
 def main() -> None:

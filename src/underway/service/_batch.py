@@ -5,8 +5,10 @@ A read of run data answers only once its access-log entry is durable, and a sign
 once it is in the run's inbox: each a commit, and on one database a flush to disk. When
 no write is in progress, an item is written at once, alone; while one is, the items that
 arrive wait, and the moment it returns they go to the store together, in one
-transaction. Under load groups form by themselves, with no timer (as the engine's
-:mod:`~underway.engine._group` does for steps).
+transaction. Under load groups form by themselves, with no timer. The queue is the one
+the engine's :mod:`~underway.engine._group` uses for steps
+(:mod:`underway.store._grouped`): an item whose request went away before its group was
+written is not written (its answer was never sent).
 
 Nothing about durability changes: each request is answered only after the transaction
 holding its item has committed. A group the store refuses as a whole is written again
@@ -16,11 +18,10 @@ one item at a time, each in its own transaction, so one item's refusal is its ow
 from __future__ import annotations
 
 import asyncio
-import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
+from ..store._grouped import Grouped
 from ..store._offload import run_io
 from ..store.base import AccessRecord, SignalRecord, Store
 
@@ -31,15 +32,7 @@ _Item = TypeVar("_Item")
 _Result = TypeVar("_Result")
 
 
-@dataclass
-class _Line(Generic[_Item]):
-    """The items waiting on one event loop, and whether a group is being written."""
-
-    waiting: list[tuple[_Item, asyncio.Future[Any]]] = field(default_factory=list)
-    busy: bool = False
-
-
-class Batcher(Generic[_Item, _Result]):
+class Batcher(Grouped[_Item, _Result]):
     """Writes the items concurrent requests submit together (see the module).
 
     Args:
@@ -51,57 +44,31 @@ class Batcher(Generic[_Item, _Result]):
     def __init__(self, store: object,
                  write: Callable[[Sequence[_Item]], Sequence[_Result]], *,
                  limit: int = GROUP_LIMIT) -> None:
+        super().__init__(limit)
         self.store = store
         self.write = write
-        self.limit = limit
         self.groups = 0
         """Transactions written."""
         self.items = 0
         """Items written in them."""
-        self._lines: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Line[_Item]] = (
-            weakref.WeakKeyDictionary())
-        self._drains: set[asyncio.Task[None]] = set()
 
     async def submit(self, item: _Item) -> _Result:
         """Write ``item`` (with whatever else is waiting); its result once durable, or
         what writing it raised."""
-        loop = asyncio.get_running_loop()
-        line = self._lines.get(loop)
-        if line is None:
-            line = self._lines[loop] = _Line()
-        done: asyncio.Future[_Result] = loop.create_future()
-        line.waiting.append((item, done))
-        if not line.busy:
-            line.busy = True
-            # A task of its own: a request that goes away leaves the others their answers.
-            drain = loop.create_task(self._drain(line))
-            self._drains.add(drain)
-            drain.add_done_callback(self._drains.discard)
-        return await done
+        return await self._submit(item)
 
-    async def _drain(self, line: _Line[_Item]) -> None:
-        writing: list[tuple[_Item, asyncio.Future[Any]]] = []
-        try:
-            while line.waiting:
-                writing, line.waiting = line.waiting[:self.limit], line.waiting[self.limit:]
-                items = [item for item, _ in writing]
-                outcomes = await run_io(self.store, self._written, items)
-                self.groups += 1
-                self.items += len(items)
-                for (_, done), (ok, value) in zip(writing, outcomes, strict=True):
-                    if done.done():
-                        continue
-                    if ok:
-                        done.set_result(value)
-                    else:
-                        done.set_exception(value)
-                writing = []
-        finally:
-            # Anything left means this task was cancelled (its loop is closing): nobody
-            # will write those items, so their waiters must not wait.
-            for _, done in writing + line.waiting:
-                done.cancel()
-            line.busy, line.waiting = False, []
+    async def _write(self, group: list[tuple[_Item, asyncio.Future[Any]]]) -> None:
+        items = [item for item, _ in group]
+        outcomes = await run_io(self.store, self._written, items)
+        self.groups += 1
+        self.items += len(items)
+        for (_, done), (ok, value) in zip(group, outcomes, strict=True):
+            if done.done():
+                continue
+            if ok:
+                done.set_result(value)
+            else:
+                done.set_exception(value)
 
     def _written(self, items: list[_Item]) -> list[tuple[bool, Any]]:
         """Each item's ``(True, result)`` or ``(False, exception)``: the group in one

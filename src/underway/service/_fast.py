@@ -35,6 +35,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ..apikeys import _TOKEN, Permission
 from ..inputs import InvalidInput, parse_json
 from ..store._offload import run_io
+from ..store._reading import committed_reads
 from ._auth import ServiceState, admit, identify
 from ._inputs import MAX_PARAM, replay
 from ._models import SendSignal
@@ -44,18 +45,28 @@ from ._runs import GET_RUN, SEND_SIGNAL, run_detail, signal_answer, signal_run
 _T = TypeVar("_T")
 _RUN = re.compile(r"/v1/runs/([A-Za-z0-9._:@\-]+)(/signals)?")
 _JSON = (b"application/json", b"application/json; charset=utf-8")
+_READS = ("GET", "HEAD")
 
 
 class FastRoutes:
     """ASGI middleware: the plain ``GET /v1/runs/{run_id}`` and ``POST
     /v1/runs/{run_id}/signals`` answered here (see the module), every other request passed
-    to ``app``."""
+    to ``app``. A ``GET`` (or ``HEAD``) reads within
+    :func:`~underway.store._reading.committed_reads`: on SQLite, on read-only connections
+    that never wait for a commit."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Serve a plain request here, any other through the app."""
+        if scope["type"] == "http" and scope["method"] in _READS:
+            with committed_reads():
+                await self._serve(scope, receive, send)
+        else:
+            await self._serve(scope, receive, send)
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         found = _plain(scope)
         if found is None:
             await self.app(scope, receive, send)

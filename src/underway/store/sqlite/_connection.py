@@ -15,8 +15,10 @@ from ...codec import Codec
 from ...errors import MigrationError
 from .. import queries
 from .._offload import Offload
+from .._reading import committed_reads, reads_committed
 from .._sqlbase.dialect import Read, Run, SQLBase
 from ..records import RunRecord
+from ._readers import Readers
 
 _Q = queries.load("sqlite")
 
@@ -28,7 +30,9 @@ time, and more than one lets a long read (a tenant's usage) interleave with comm
 
 class Connection(SQLBase):
     """One SQLite connection, serialized by a lock; writes go through :meth:`_tx`
-    (``BEGIN IMMEDIATE``: the write lock is taken before anything is read).
+    (``BEGIN IMMEDIATE``: the write lock is taken before anything is read). Reads made
+    within :func:`~underway.store._reading.committed_reads` use read-only connections of
+    their own (``readers``; a file in WAL mode only), so they never wait for a commit.
 
     ``offload``: where async code runs this store's calls (:mod:`underway.store._offload`).
     """
@@ -39,18 +43,12 @@ class Connection(SQLBase):
         """How payloads are encoded, sealed and opened (``Database.codec``)."""
         self.offload = Offload(IO_THREADS, name="underway-sqlite")
         self._lock = threading.RLock()
-        self._conn = sqlite3.connect(
-            path, isolation_level=None, check_same_thread=False, timeout=busy_timeout_ms / 1000
-        )
-        self._conn.row_factory = sqlite3.Row
-        # Event hashes are stored as bytes and passed as hex (SQLite has unhex() only from
-        # 3.41 on; this one behaves alike).
-        self._conn.create_function("unhex", 1, _unhex, deterministic=True)
-        self._conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+        self._busy_timeout_ms = busy_timeout_ms
+        self._conn = self._connect()
         # Before anything that could write (even switching the journal mode): a database
         # migrated by a newer underway is refused untouched.
         self._refuse_newer_schema("sqlite", self._conn.close)
-        self._conn.execute("PRAGMA journal_mode=WAL")
+        mode = self._conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
         self._conn.execute("PRAGMA synchronous=FULL")
         self._autocheckpoint = int(self._conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0])
         """The pages the log may hold before a commit of this connection checkpoints it."""
@@ -61,10 +59,25 @@ class Connection(SQLBase):
         """Chunked blobs being written (the connection does not checkpoint meanwhile)."""
         self._unchecked = 0
         """Chunk bytes written since the log was last checkpointed."""
+        self.readers: Readers | None = Readers(self._connect) if mode == "wal" else None
+        """Read-only connections for reads of committed data (None: a database in
+        memory, which another connection would not see)."""
+
+    def _connect(self) -> sqlite3.Connection:
+        """A connection to the file, set up for the store's queries."""
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
+                               timeout=self._busy_timeout_ms / 1000)
+        conn.row_factory = sqlite3.Row
+        # Event hashes are stored as bytes and passed as hex (SQLite has unhex() only from
+        # 3.41 on; this one behaves alike).
+        conn.create_function("unhex", 1, _unhex, deterministic=True)
+        conn.execute(f"PRAGMA busy_timeout={int(self._busy_timeout_ms)}")
+        return conn
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
+        # A read within the transaction must see its rows: on this connection.
+        with self._lock, committed_reads(False):
             self._conn.execute("BEGIN IMMEDIATE")
             try:
                 yield self._conn
@@ -75,6 +88,9 @@ class Connection(SQLBase):
 
     # -- the dialect of the shared SQL bodies (store/_sqlbase) ---------------------------
     def _all(self, name: str, /, **params: Any) -> list[sqlite3.Row]:
+        if self.readers is not None and reads_committed():
+            with self.readers.connection() as conn:
+                return conn.execute(_Q[name], params).fetchall()
         with self._lock:
             return self._conn.execute(_Q[name], params).fetchall()
 
@@ -88,6 +104,10 @@ class Connection(SQLBase):
 
     @contextmanager
     def _reads(self) -> Iterator[Read]:
+        if self.readers is not None and reads_committed():
+            with self.readers.connection(snapshot=True) as conn:
+                yield lambda name, /, **params: conn.execute(_Q[name], params).fetchall()
+            return
         with self._lock:
             yield lambda name, /, **params: self._conn.execute(_Q[name], params).fetchall()
 
@@ -149,6 +169,8 @@ class Connection(SQLBase):
     def close(self) -> None:
         """Close the connection (once the calls async code made on it have ended)."""
         self.offload.close()
+        if self.readers is not None:
+            self.readers.close()
         with self._lock:
             self._conn.close()
         with self._checkpointing:
