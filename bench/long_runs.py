@@ -26,13 +26,14 @@ import sqlite3
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
-from contextlib import closing
+from contextlib import closing, contextmanager
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel
 
 import underway as uw
-from common import Figure, median, pg_schema, pg_store_missing, sqlite_dir
+from common import Figure, median, pg_base_url, pg_store_missing, sqlite_dir
 from underway import events as ev
 from underway.codec import signal_where
 from underway.events import canonical_json
@@ -185,6 +186,33 @@ def _verified(engine: uw.Engine, run_id: str, at_least: int) -> int:
     return verdict.events
 
 
+_PROBE = ("SELECT signal_id FROM signals WHERE tenant_id = %s AND run_id = %s AND NOT consumed"
+          " AND name = 'tick' ORDER BY created_at, signal_id COLLATE \"C\" LIMIT 1")
+"""The inbox probe of ``actionable_signals`` and ``settle_run``: the oldest unconsumed
+signal a run waits for, on the partial index of unconsumed signals."""
+
+
+def _probe_pages(store: Any, run_id: str) -> int:
+    """Index and heap pages the inbox probe reads for the run (PostgreSQL)."""
+    with store.pool.connection() as conn:
+        [[plan]] = conn.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + _PROBE,
+                                (TENANT, run_id)).fetchall()
+    top = plan[0]["Plan"]
+    return int(top["Shared Hit Blocks"]) + int(top["Shared Read Blocks"])
+
+
+def _vacuumed(store: Any, url: str) -> None:
+    """On PostgreSQL, VACUUM (ANALYZE) the tables a bulk build wrote, as autovacuum does
+    over the months a run takes to consume that many signals. A consumed signal's entry in
+    the partial index of unconsumed ones stays, dead, until a vacuum removes it. The inbox
+    probe of the run walks those entries: the build makes them all at once."""
+    if url.startswith("sqlite"):
+        return
+    with store.pool.connection() as conn:
+        conn.autocommit = True
+        conn.execute("VACUUM (ANALYZE) signals, events, runs, checkpoints")
+
+
 # -- measuring ------------------------------------------------------------------------------
 def _signal_block(engine: uw.Engine, run_id: str, name: str) -> Callable[[int], Awaitable[None]]:
     """Send ``name`` to the run, claim it and activate it, ``n`` times."""
@@ -265,6 +293,9 @@ def _figures(db: str, url: str, store: Any) -> list[Figure]:
     events = _verified(engine, late_run, 4 * (LONG - WINDOW - BLOCK))
     built = time.perf_counter() - began
     early_run = _started(engine, signal_flow)
+    pages = None if url.startswith("sqlite") else (
+        _probe_pages(store, early_run), _probe_pages(store, late_run))
+    _vacuumed(store, url)
     early, late = interleaved(_signal_block(engine, early_run, "tick"),
                               _signal_block(engine, late_run, "tick"), WINDOW)
     for run_id, n in ((early_run, WINDOW + BLOCK), (late_run, LONG)):
@@ -273,12 +304,21 @@ def _figures(db: str, url: str, store: Any) -> list[Figure]:
             raise RuntimeError(f"run {run_id} consumed {state.state}, expected {n}")
     out += _pair(db, "signal", early, late, "per consumed signal: send, claim, activate",
                  f"the last {WINDOW:,} of {LONG:,} signals ({events:,} events built and "
-                 f"verified in {built:.0f}s) against the first {WINDOW + BLOCK:,}")
+                 f"verified in {built:.0f}s) against the first {WINDOW + BLOCK:,}, "
+                 "after VACUUM (ANALYZE)" * (pages is not None))
+    if pages is not None:
+        after = (_probe_pages(store, early_run), _probe_pages(store, late_run))
+        for when, (few, many) in (("unvacuumed", pages), ("vacuumed", after)):
+            out.append(Figure(
+                f"{db}.long_signal_probe_pages_{LONG // 1000}k_{when}", many, "pages", few,
+                many / max(few, 1), note=f"pages the inbox probe reads, {when}, against "
+                "a young run's: dead index entries of the consumed signals until a VACUUM"))
 
     # Steps, and checkpoints written and loaded.
     began = time.perf_counter()
     young, old = build_steps(engine, 1_000), build_steps(engine, LONG)
     events = _verified(engine, old, LONG - 10)
+    _vacuumed(store, url)
     built = time.perf_counter() - began
     early, late = interleaved(_step_block(engine, young), _step_block(engine, old), WINDOW)
     out += _pair(db, "step", early, late, "per goto step, one commit each",
@@ -300,6 +340,7 @@ def _figures(db: str, url: str, store: Any) -> list[Figure]:
                     [f"note-{i:07d}" for i in range(LONG)])
     built = time.perf_counter() - began
     empty = _started(engine, signal_flow)
+    _vacuumed(store, url)
     early, late = interleaved(_signal_block(engine, empty, "tick"),
                               _signal_block(engine, unread, "tick"), WINDOW // 2)
     out += _pair(db, "inbox_activation", early, late,
@@ -324,11 +365,30 @@ def bench_sqlite() -> list[Figure]:
             store.close()
 
 
+@contextmanager
+def _own_database() -> Iterator[str]:
+    """A fresh database on the benchmark server, dropped afterwards. A VACUUM removes only
+    what no open transaction of the same database may still see: another job's long
+    transaction in a shared database would keep every dead entry this benchmark makes."""
+    import psycopg
+
+    base = pg_base_url()
+    parts = urlsplit(base)
+    name = f"bench_long_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(base, autocommit=True, connect_timeout=5) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield urlunsplit(parts._replace(path=f"/{name}"))
+    finally:
+        with psycopg.connect(base, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
 def bench_postgres() -> list[Figure]:
     """Long runs on PostgreSQL (skipped without a PostgreSQL store)."""
     if pg_store_missing():
         return []
-    with pg_schema() as (_, url):
+    with _own_database() as url:
         store = connect(url)
         try:
             return _figures("postgres", url, store)

@@ -148,3 +148,21 @@ def test_a_forged_kept_checkpoint_is_refused(
     want_before, want_after = folded(engine, run_id, seq)
     assert before.to_json() == want_before.to_json()
     assert after.to_json() == want_after.to_json()
+
+
+def test_kept_checkpoints_are_listed_oldest_first_without_the_current_one(
+    run: tuple[Store, uw.Engine, str],
+) -> None:
+    store, _, run_id = run
+    last = store.get_run("default", run_id).last_seq  # type: ignore[union-attr]
+    current = store.load_checkpoint("default", run_id)
+    assert current is not None
+    kept = store.kept_checkpoints("default", run_id)
+    assert [seq for seq, _ in kept] == sorted(
+        {c.seq for s in range(2, last + 1)
+         if (c := store.checkpoint_before("default", run_id, s)) is not None} - {current[0]})
+    assert all(state == store.checkpoint_before("default", run_id, seq + 1).state  # type: ignore[union-attr]
+               for seq, state in kept)
+    assert store.kept_checkpoints("default", "no-such-run") == []
+    store.delete_checkpoints("default", run_id)
+    assert store.kept_checkpoints("default", run_id) == []

@@ -51,6 +51,7 @@ __all__ = [
     "EngineStore",
     "PrivacyStore",
     "SchedulingStore",
+    "observation",
     "privacy",
     "require",
     "scheduling",
@@ -109,6 +110,11 @@ def require(store: object, protocol: type, feature: str) -> object:
             f"{type(store).__name__} has no {', '.join(missing[:3])}; give it a store "
             "with every feature (underway.store.connect)")
     return store
+
+
+def observation(store: object) -> ObservationStore:
+    """``store`` as an :class:`ObservationStore` (counts, kept checkpoints...), checked."""
+    return cast(ObservationStore, require(store, ObservationStore, "observation"))
 
 
 def privacy(store: object) -> PrivacyStore:

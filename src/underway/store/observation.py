@@ -64,3 +64,14 @@ class ObservationStore(Protocol):
             seq: The last event wanted; the checkpoint is older.
         """
         ...
+
+    def kept_checkpoints(self, tenant_id: str, run_id: str) -> list[tuple[int, bytes]]:
+        """The run's kept checkpoints (the ones a newer one replaced) as (seq, stored
+        bytes), oldest first. The blob collector follows what they refer to: a blob only a
+        kept checkpoint names is still needed by a state read at its place in the run.
+
+        Args:
+            tenant_id: The run's tenant.
+            run_id: The run.
+        """
+        ...

@@ -31,7 +31,7 @@ from ...codec import checkpoint_where, event_where
 from ...events import JSON, is_tombstone
 from ...journal import Journal
 from ...journal.blobs import BlobReader, broken_blob
-from ...store.features import privacy
+from ...store.features import observation, privacy
 
 PAGE = 1000
 """Blob keys listed, and deleted, at a time."""
@@ -51,7 +51,7 @@ class Marks:
 
 def mark_blobs(journal: Journal, tenant_id: str,
                stop: Callable[[], bool] | None = None) -> Marks:
-    """Every blob reachable from the tenant's events and checkpoints.
+    """Every blob reachable from the tenant's events and checkpoints, kept ones included.
 
     Sealed payloads are opened through the journal's codec. One that cannot be opened here
     stops the marking: what it refers to is unknown.
@@ -78,9 +78,13 @@ def mark_blobs(journal: Journal, tenant_id: str,
             for s in store.load_events(tenant_id, run_id) if not is_tombstone(s.payload)
         ]
         row = store.load_checkpoint(tenant_id, run_id)
-        if row is not None:
-            found.append((f"checkpoint at seq {row[0]}", partial(
-                codec.open_json, row[1], checkpoint_where(tenant_id, run_id, row[0]))))
+        # Kept checkpoints too: a state read at their place in the run needs their blobs
+        # (a large dict of the state is one blob no event names).
+        rows = [*observation(store).kept_checkpoints(tenant_id, run_id),
+                *([] if row is None else [row])]
+        found += [(f"checkpoint at seq {seq}", partial(
+            codec.open_json, state, checkpoint_where(tenant_id, run_id, seq)))
+            for seq, state in rows]
         for where, read in found:
             try:
                 value = read()

@@ -49,6 +49,11 @@ class SQLJournal(SQLBase):
         tail = [StoredEvent(r[2], r[3], self._blob(r[4]), r[5]) for r in rows]
         return CheckpointTail(int(rows[0][0]), self._blob(rows[0][1]), tail)
 
+    def kept_checkpoints(self, tenant_id: str, run_id: str) -> list[tuple[int, bytes]]:
+        """The checkpoints a newer one replaced, oldest first."""
+        return [(int(r[0]), self._blob(r[1]))
+                for r in self._all("kept_checkpoints", tenant_id=tenant_id, run_id=run_id)]
+
     def load_events(self, tenant_id: str, run_id: str, after_seq: int = 0) -> list[StoredEvent]:
         """Events after ``after_seq``."""
         rows = self._all(

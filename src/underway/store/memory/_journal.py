@@ -222,6 +222,11 @@ class MemoryJournal:
             tail = [e for e in self._events.get(key, []) if at <= e.seq <= seq]
             return CheckpointTail(at, kept[at], tail)
 
+    def kept_checkpoints(self, tenant_id: str, run_id: str) -> list[tuple[int, bytes]]:
+        """The checkpoints a newer one replaced, oldest first."""
+        with self._lock:
+            return sorted(self._checkpoint_history.get((tenant_id, run_id), {}).items())
+
     def delete_checkpoints(self, tenant_id: str, run_id: str | None = None) -> int:
         """Drop checkpoints (and the ones they replaced)."""
         with self._lock:

@@ -85,6 +85,10 @@ class RegionalJournal:
         """The newest checkpoint before ``seq``, from the tenant's region."""
         return self._of(tenant_id).checkpoint_before(tenant_id, run_id, seq)
 
+    def kept_checkpoints(self, tenant_id: str, run_id: str) -> list[tuple[int, bytes]]:
+        """The kept checkpoints, from the tenant's region."""
+        return self._of(tenant_id).kept_checkpoints(tenant_id, run_id)
+
     def delete_checkpoints(self, tenant_id: str, run_id: str | None = None) -> int:
         """Drop checkpoints in the tenant's region."""
         return self._of(tenant_id).delete_checkpoints(tenant_id, run_id)

@@ -393,6 +393,12 @@ DELETE FROM checkpoints WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s
 -- name: delete_checkpoints_of_tenant
 DELETE FROM checkpoints WHERE tenant_id = %(tenant_id)s
 
+-- name: kept_checkpoints
+-- A run's checkpoints a newer one replaced (migration 0026), oldest first: the blob
+-- collector follows what they refer to.
+SELECT seq, state FROM checkpoint_history
+ WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s ORDER BY seq
+
 -- name: load_events
 SELECT seq, type, payload, encode(hash, 'hex') AS hash FROM events
  WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s AND seq > %(after_seq)s

@@ -300,6 +300,12 @@ DELETE FROM checkpoints WHERE tenant_id = :tenant_id AND run_id = :run_id
 -- name: delete_checkpoints_of_tenant
 DELETE FROM checkpoints WHERE tenant_id = :tenant_id
 
+-- name: kept_checkpoints
+-- A run's checkpoints a newer one replaced (migration 0026), oldest first: the blob
+-- collector follows what they refer to.
+SELECT seq, state FROM checkpoint_history
+ WHERE tenant_id = :tenant_id AND run_id = :run_id ORDER BY seq
+
 -- name: load_events
 SELECT seq, type, payload, lower(hex(hash)) AS hash FROM events
  WHERE tenant_id = :tenant_id AND run_id = :run_id AND seq > :after_seq ORDER BY seq
