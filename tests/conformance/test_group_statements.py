@@ -5,6 +5,7 @@ batch appended alone."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,7 +16,7 @@ from store_backends import Backend
 from test_append_many import leased
 
 from underway.errors import ConflictError, FencedError, RunNotFound
-from underway.store import Lease, RunUpdate, Store
+from underway.store import Lease, RunUpdate, Store, StoredLabel
 
 RUNS = 16
 
@@ -96,3 +97,16 @@ def test_a_plain_group_takes_a_few_statements_not_a_few_per_batch(
     assert store.append_many(_group(leases)) == [False] * RUNS
     assert len(statements) < RUNS, statements
     assert all(seqs(store, lease.run_id) == [1, 2, 3, 4] for lease in leases)
+
+
+def test_blobs_and_labels_of_a_batch_in_a_plain_group_are_written(store: Store) -> None:
+    leases = leased(store, *(f"r{i}" for i in range(RUNS)))
+    group = _group(leases)
+    group[3] = dataclasses.replace(
+        group[3], blobs={"k3": b"blob-3"},
+        labels=(StoredLabel("team", "blue"),))
+    assert store.append_many(group) == [False] * RUNS
+    assert store.get_blobs("t1", ["k3"]) == {"k3": b"blob-3"}
+    assert store.run_labels("t1", ["r3"]) == {"r3": (StoredLabel("team", "blue"),)}
+    assert all(seqs(store, lease.run_id) == [1, 2, 3, 4] for lease in leases)
+    assert store.load_checkpoint("t1", "r3") == (4, b"state-3")

@@ -95,7 +95,7 @@ class Journal(SQLJournal, Connection):
             try:
                 with self._pool.connection() as conn:
                     with pipelined(conn):
-                        if any(_settles(batches[i]) for i in together):
+                        if not all(_plain(batches[i]) for i in together):
                             answers = [(i, _queue_append(conn, batches[i], shared=True))
                                        for i in together]
                         else:
@@ -240,7 +240,7 @@ def _queue_append(conn: psycopg.Connection[Any], batch: AppendBatch, *, shared: 
 
 def _queue_group(conn: psycopg.Connection[Any], batches: Sequence[AppendBatch]
                  ) -> psycopg.Cursor[Any]:
-    """Queue the fences and events of ``batches`` (none of which settles its run) as one
+    """Queue the fences and events of the plain ``batches`` (:func:`_plain`) as one
     statement; its rows are each batch's place (from 1) and whether control signals
     wait."""
     events = [(n, e) for n, b in enumerate(batches, 1) for e in b.events]
@@ -285,6 +285,12 @@ def _queue_shared(conn: psycopg.Connection[Any], batches: Sequence[AppendBatch])
             "seqs": [c[0] for _, c in cps],
             "states": [c[1] for _, c in cps],
         }, prepare=True)
+
+
+def _plain(batch: AppendBatch) -> bool:
+    """Whether ``batch`` is only events, a run update and a checkpoint (no blobs, labels
+    or settling), all that :func:`_queue_group` and :func:`_queue_shared` write."""
+    return not (batch.blobs or batch.labels or _settles(batch))
 
 
 def _settles(batch: AppendBatch) -> bool:
