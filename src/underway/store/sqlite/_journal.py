@@ -9,12 +9,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from ... import faults
-from ...errors import ConflictError, RunNotFound
+from ...errors import ConflictError, FencedError, RunNotFound
 from .._sqlbase.journal import SQLJournal
 from ..journal import AppendResult
 from ..records import AppendBatch, ForkLink, NewRun, RunRecord, StoredLabel
 from ._connection import _Q, Connection, _run
-from ._group import check_fence, plain, write_plain
 from ._inbox import _send_signal
 
 
@@ -40,39 +39,23 @@ class Journal(SQLJournal, Connection):
     def append_many(self, batches: Sequence[AppendBatch]) -> list[AppendResult]:
         """Append several runs' batches in one transaction (one fsync), each inside its
         own savepoint: a batch refused or failing is rolled back alone."""
-        out: list[AppendResult | None] = [None] * len(batches)
+        out: list[AppendResult] = []
         for batch in batches:
             self._write_large(batch.tenant_id, batch.blobs)
-        together = [i for i, b in enumerate(batches) if plain(b)]
-        if len({(batches[i].tenant_id, batches[i].run_id) for i in together}) < len(together):
-            together = []  # a run twice in one group: its batches are written in order
         with self._tx() as c:
-            if len(together) > 1:
-                # The plain batches first, with shared statements: a valid order, since
-                # every batch of the group was committed concurrently.
-                c.execute("SAVEPOINT plain")
-                try:
-                    write_plain(c, batches, out, together)
-                except Exception:
-                    c.execute("ROLLBACK TO plain")
-                    for i in together:
-                        out[i] = None
-                c.execute("RELEASE plain")
-            for i, batch in enumerate(batches):
-                if out[i] is not None:
-                    continue
+            for batch in batches:
                 if not batch.events:
-                    out[i] = False
+                    out.append(False)
                     continue
                 c.execute("SAVEPOINT batch")
                 try:
-                    out[i] = _append(c, batch)
+                    out.append(_append(c, batch))
                 except Exception as exc:
                     c.execute("ROLLBACK TO batch")
-                    out[i] = exc
+                    out.append(exc)
                 c.execute("RELEASE batch")
             faults.point("group.uncommitted")
-        return [r for r in out if r is not None]
+        return out
 
     def fork_run(self, new: NewRun, link: ForkLink) -> RunRecord:
         """Create the fork and append the parent's event in one transaction."""
@@ -161,7 +144,7 @@ def _append(c: sqlite3.Connection, batch: AppendBatch) -> bool:
     u = batch.update
     t, r = batch.tenant_id, batch.run_id
     row = c.execute(_Q["fence"], (t, r)).fetchone()
-    check_fence(row, batch)
+    _check_fence(row, batch)
     control_pending = bool(row["control_pending"])
     c.executemany(
         _Q["insert_event"], [(t, r, e.seq, e.type, e.payload, e.hash) for e in batch.events]
@@ -203,3 +186,17 @@ def _put_labels(c: sqlite3.Connection, tenant_id: str, run_id: str,
         c.executemany(_Q["put_label"], [(tenant_id, run_id, x.key, x.value, x.kind,
                                          int(x.sensitive)) for x in labels])
 
+
+def _check_fence(row: sqlite3.Row | None, batch: AppendBatch) -> None:
+    if row is None:
+        raise RunNotFound(batch.tenant_id, batch.run_id)
+    if row["lease_token"] != batch.fence or row["lease_owner"] is None:
+        raise FencedError(
+            f"run {batch.run_id}: lease token {batch.fence} is stale "
+            f"(current {row['lease_token']}); another worker owns this run"
+        )
+    if row["last_seq"] != batch.expected_seq:
+        raise ConflictError(
+            f"run {batch.run_id}: expected last seq {batch.expected_seq}, "
+            f"found {row['last_seq']}"
+        )
