@@ -163,16 +163,24 @@ def envelope(event: Event, *, seq: int, at: float, run_id: str | None = None
         run_id: The run whose journal holds it; its call keys are stored without it. None
             keeps them whole.
     """
+    event_type, env = stored_envelope(event, at=at, run_id=run_id)
+    env["seq"], env["type"] = seq, event_type
+    return env
+
+
+def stored_envelope(event: Event, *, at: float, run_id: str | None
+                    ) -> tuple[str, dict[str, JSON]]:
+    """``event``'s type, and its :func:`envelope` without the seq and type (the stored
+    form: its row holds those two)."""
     # model_dump(mode="json", exclude_defaults=True), without its Python wrapper.
     data = lean(event.__pydantic_serializer__.to_python(
         event, mode="json", exclude_defaults=True), run_id)
     data.pop("type", None)
     cls = type(event)
-    env: dict[str, JSON] = {"at": at, "data": data, "seq": seq,
-                            "type": _NAMES.get(cls) or cls.model_fields["type"].default}
+    env: dict[str, JSON] = {"at": at, "data": data}
     if event.VERSION != 1:
         env["v"] = event.VERSION
-    return env
+    return _NAMES.get(cls) or cls.model_fields["type"].default, env
 
 
 def from_envelope(env: dict[str, JSON], run_id: str | None = None) -> RunEvent:

@@ -17,13 +17,13 @@ from ..events import (
     PayloadPurged,
     RunEvent,
     StepStarted,
-    envelope,
     event_hash,
     from_envelope,
     is_tombstone,
     placed,
     read_tombstone,
 )
+from ..events._union import stored_envelope
 from ..store.base import CoreStore, NewRun, StoredEvent
 from ..store.observation import ObservationStore
 from . import checkpoint
@@ -129,10 +129,8 @@ class Journal(JournalChecks):
         ckpt = None
         codec = self.codec
         for seq, at, event in pending:
-            env = envelope(event, seq=seq, at=at, run_id=run_id)
             # The row holds the seq and type; the link hashes them with the bytes.
-            event_type = str(env.pop("type"))
-            del env["seq"]
+            event_type, env = stored_envelope(event, at=at, run_id=run_id)
             if state is not None and seq == pending[-1][0]:
                 if state.seq != seq:
                     raise IntegrityError(

@@ -95,8 +95,19 @@ class Journal(SQLJournal, Connection):
             try:
                 with self._pool.connection() as conn:
                     with pipelined(conn):
-                        answers = [(i, _queue_append(conn, batches[i])) for i in together]
+                        if not all(_plain(batches[i]) for i in together):
+                            answers = [(i, _queue_append(conn, batches[i], shared=True))
+                                       for i in together]
+                        else:
+                            answers = []
+                            fenced = _queue_group(conn, [batches[i] for i in together])
+                        _queue_shared(conn, [batches[i] for i in together])
                         faults.point("group.uncommitted")
+                    if not answers:
+                        # One row per batch: its place in ``together`` (from 1), and
+                        # whether control signals wait.
+                        for at, pending in fenced.fetchall():
+                            out[together[at - 1]] = bool(pending)
                     for i, answer in answers:
                         row = answer.fetchone()
                         out[i] = bool(row[0]) if row else False
@@ -164,15 +175,16 @@ class Journal(SQLJournal, Connection):
         return [(r[0], r[1], r[2], r[3]) for r in rows]
 
 
-def _queue_append(conn: psycopg.Connection[Any], batch: AppendBatch) -> psycopg.Cursor[Any]:
+def _queue_append(conn: psycopg.Connection[Any], batch: AppendBatch, *, shared: bool = False
+                  ) -> psycopg.Cursor[Any]:
     """Queue one batch's statements on ``conn``'s open pipeline; return the cursor whose
-    row says whether control signals wait in the run's inbox."""
+    row says whether control signals wait in the run's inbox. With ``shared``, its run
+    update and checkpoint are left to :func:`_queue_shared`."""
     last, u = batch.events[-1], batch.update
     key = {"tenant_id": batch.tenant_id, "run_id": batch.run_id}
-    settle = (
-        bool(batch.consumed_signals) or batch.release
-        or (u is not None and u.waiting_signal is not None)
-    )
+    settle = _settles(batch)
+    # A batch that settles its run updates the row before settle_run reads it.
+    shared = shared and not settle
     if batch.signals:
         # Every run this commit touches, locked in one order: two runs signalling each
         # other (a parent's cancel cascade, its child's end) would otherwise each hold
@@ -191,7 +203,7 @@ def _queue_append(conn: psycopg.Connection[Any], batch: AppendBatch) -> psycopg.
         "payloads": [e.payload for e in batch.events],
         "hashes": [e.hash for e in batch.events],
     }, prepare=True)
-    if u is not None:
+    if u is not None and not shared:
         conn.execute(_Q["advance_run"], {
             **key,
             "last_seq": last.seq, "last_hash": last.hash, "status": u.status,
@@ -208,7 +220,7 @@ def _queue_append(conn: psycopg.Connection[Any], batch: AppendBatch) -> psycopg.
     if batch.labels:
         conn.execute(_Q["put_labels"], {**key, **_label_params(batch.labels)},
                      prepare=True)
-    if batch.checkpoint is not None:
+    if batch.checkpoint is not None and not shared:
         seq, state = batch.checkpoint
         conn.execute(_Q["upsert_checkpoint"], {**key, "seq": seq, "state": state},
                      prepare=True)
@@ -224,6 +236,68 @@ def _queue_append(conn: psycopg.Connection[Any], batch: AppendBatch) -> psycopg.
         conn.execute(_Q["send_signal"], params, prepare=True)
         conn.execute(_Q["notify_run"], params, prepare=True)
     return settled if settled is not None else advanced
+
+
+def _queue_group(conn: psycopg.Connection[Any], batches: Sequence[AppendBatch]
+                 ) -> psycopg.Cursor[Any]:
+    """Queue the fences and events of the plain ``batches`` (:func:`_plain`) as one
+    statement; its rows are each batch's place (from 1) and whether control signals
+    wait."""
+    events = [(n, e) for n, b in enumerate(batches, 1) for e in b.events]
+    return conn.execute(_Q["append_group"], {
+        "tenant_ids": [b.tenant_id for b in batches],
+        "run_ids": [b.run_id for b in batches],
+        "expected_seqs": [b.expected_seq for b in batches],
+        "fences": [b.fence for b in batches],
+        "batch_of": [n for n, _ in events],
+        "seqs": [e.seq for _, e in events],
+        "types": [e.type for _, e in events],
+        "payloads": [e.payload for _, e in events],
+        "hashes": [e.hash for _, e in events],
+    }, prepare=True)
+
+
+def _queue_shared(conn: psycopg.Connection[Any], batches: Sequence[AppendBatch]) -> None:
+    """Queue the run updates and checkpoints of ``batches`` (queued by
+    :func:`_queue_append` with ``shared``) as one statement each: two statements for a
+    group, not two a batch. A refused batch has already aborted the transaction."""
+    batches = [b for b in batches if not _settles(b)]
+    ups = [(b, b.update, b.events[-1]) for b in batches if b.update is not None]
+    if ups:
+        conn.execute(_Q["advance_runs"], {
+            "tenant_ids": [b.tenant_id for b, _, _ in ups],
+            "run_ids": [b.run_id for b, _, _ in ups],
+            "last_seqs": [e.seq for _, _, e in ups],
+            "last_hashes": [e.hash for _, _, e in ups],
+            "statuses": [u.status for _, u, _ in ups],
+            "steps": [u.step for _, u, _ in ups],
+            "next_wake_ats": [u.next_wake_at for _, u, _ in ups],
+            "waiting_signals": [u.waiting_signal for _, u, _ in ups],
+            "errors": [u.error for _, u, _ in ups],
+            "request_kinds": [u.request_kind for _, u, _ in ups],
+            "nows": [b.now for b, _, _ in ups],
+        }, prepare=True)
+    cps = [(b, b.checkpoint) for b in batches if b.checkpoint is not None]
+    if cps:
+        conn.execute(_Q["upsert_checkpoints"], {
+            "tenant_ids": [b.tenant_id for b, _ in cps],
+            "run_ids": [b.run_id for b, _ in cps],
+            "seqs": [c[0] for _, c in cps],
+            "states": [c[1] for _, c in cps],
+        }, prepare=True)
+
+
+def _plain(batch: AppendBatch) -> bool:
+    """Whether ``batch`` is only events, a run update and a checkpoint (no blobs, labels
+    or settling), all that :func:`_queue_group` and :func:`_queue_shared` write."""
+    return not (batch.blobs or batch.labels or _settles(batch))
+
+
+def _settles(batch: AppendBatch) -> bool:
+    """Whether ``batch`` needs ``settle_run`` after its run's update."""
+    u = batch.update
+    return (bool(batch.consumed_signals) or batch.release
+            or (u is not None and u.waiting_signal is not None))
 
 
 def _accepts(row: RunRecord, last_seq: int, batch: AppendBatch) -> bool:

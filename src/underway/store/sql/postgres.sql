@@ -320,6 +320,60 @@ UPDATE runs
        request_kind = %(request_kind)s, updated_at = %(now)s
  WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s
 
+-- name: append_group
+-- append_events for the plain batches of a group commit, in one statement: every batch's
+-- fence, then all their events. The runs are locked in (tenant, run) order, as every
+-- writer locks them. When any batch is refused its events take their tenant and run from
+-- the missing fence row, violate NOT NULL and abort the whole transaction; the batches are
+-- then appended one by one.
+WITH b AS (
+    SELECT * FROM unnest(%(tenant_ids)s::text[], %(run_ids)s::text[],
+                         %(expected_seqs)s::bigint[], %(fences)s::bigint[])
+                  WITH ORDINALITY AS b(tenant_id, run_id, expected_seq, fence, i)
+), fence AS (
+    SELECT r.tenant_id, r.run_id, r.control_pending, b.i
+      FROM b JOIN runs AS r ON r.tenant_id = b.tenant_id AND r.run_id = b.run_id
+     WHERE r.lease_token = b.fence AND r.lease_owner IS NOT NULL
+       AND COALESCE((SELECT seq FROM events
+                      WHERE tenant_id = b.tenant_id AND run_id = b.run_id
+                      ORDER BY seq DESC LIMIT 1), 0) = b.expected_seq
+     ORDER BY r.tenant_id, r.run_id
+       FOR NO KEY UPDATE OF r
+), appended AS (
+    INSERT INTO events (tenant_id, run_id, seq, type, payload, hash)
+    SELECT fence.tenant_id, fence.run_id, e.seq, e.type, e.payload, decode(e.hash, 'hex')
+      FROM unnest(%(batch_of)s::bigint[], %(seqs)s::bigint[], %(types)s::text[],
+                  %(payloads)s::bytea[], %(hashes)s::text[])
+           AS e(i, seq, type, payload, hash)
+      LEFT JOIN fence ON fence.i = e.i
+)
+SELECT i, control_pending FROM fence
+
+-- name: advance_runs
+-- advance_run for the batches of a group commit, in one statement (their rows are already
+-- locked by their append_events, earlier in the same transaction).
+UPDATE runs
+   SET last_seq = u.last_seq, last_hash = u.last_hash, status = u.status, step = u.step,
+       next_wake_at = u.next_wake_at, waiting_signal = u.waiting_signal, error = u.error,
+       request_kind = u.request_kind, updated_at = u.now
+  FROM unnest(%(tenant_ids)s::text[], %(run_ids)s::text[], %(last_seqs)s::bigint[],
+              %(last_hashes)s::text[], %(statuses)s::text[], %(steps)s::text[],
+              %(next_wake_ats)s::float8[], %(waiting_signals)s::text[], %(errors)s::text[],
+              %(request_kinds)s::text[], %(nows)s::float8[])
+       AS u(tenant_id, run_id, last_seq, last_hash, status, step, next_wake_at,
+            waiting_signal, error, request_kind, now)
+ WHERE runs.tenant_id = u.tenant_id AND runs.run_id = u.run_id
+
+-- name: upsert_checkpoints
+-- upsert_checkpoint for the batches of a group commit, in one statement, in the order
+-- of their runs.
+INSERT INTO checkpoints (tenant_id, run_id, seq, state)
+SELECT c.tenant_id, c.run_id, c.seq, c.state
+  FROM unnest(%(tenant_ids)s::text[], %(run_ids)s::text[], %(seqs)s::bigint[],
+              %(states)s::bytea[]) AS c(tenant_id, run_id, seq, state)
+ ORDER BY c.tenant_id, c.run_id
+ON CONFLICT (tenant_id, run_id) DO UPDATE SET seq = excluded.seq, state = excluded.state
+
 -- name: last_seq
 SELECT COALESCE((SELECT seq FROM events
                   WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s
