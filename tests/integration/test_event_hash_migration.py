@@ -65,6 +65,17 @@ def as_before_0017(url: str) -> None:
         else:
             q("ALTER TABLE events ALTER COLUMN hash TYPE text USING encode(hash, 'hex')")
         # Later migrations are undone too, so the store runs 0017 and each after it again.
+        if url.startswith("sqlite:///"):
+            q("DROP TRIGGER runs_counted")
+            q("DROP TRIGGER runs_uncounted")
+            q("DROP TRIGGER runs_recounted")
+        else:
+            q("DROP TRIGGER runs_counted ON runs")
+            q("DROP TRIGGER runs_recounted ON runs")
+            q("DROP TRIGGER runs_truncated ON runs")
+            q("DROP FUNCTION runs_counted()")
+            q("DROP FUNCTION runs_truncated()")
+        q("DROP TABLE run_counts")
         q("DROP TABLE budget_holds")
         q("DROP TABLE budget_usage")
         q("DROP TABLE run_labels")
