@@ -41,8 +41,8 @@ def _drop_triggers(url: str) -> None:
     base, _, schema = url.partition("?schema=")
     with psycopg.connect(base, autocommit=True) as conn:
         conn.execute(f'SET search_path TO "{schema}"')
-        conn.execute("DROP TRIGGER runs_counted ON runs")
-        conn.execute("DROP TRIGGER runs_recounted ON runs")
+        for name in ("runs_counted", "runs_uncounted", "runs_recounted"):
+            conn.execute(f"DROP TRIGGER {name} ON runs")
 
 
 class _Appender:

@@ -196,11 +196,10 @@ def test_the_migration_counts_the_runs_already_there(backend: Backend) -> None:
             for trigger in ("runs_counted", "runs_uncounted", "runs_recounted"):
                 q(f"DROP TRIGGER {trigger}")
         else:
-            q("DROP TRIGGER runs_counted ON runs")
-            q("DROP TRIGGER runs_recounted ON runs")
-            q("DROP TRIGGER runs_truncated ON runs")
-            q("DROP FUNCTION runs_counted()")
-            q("DROP FUNCTION runs_truncated()")
+            for trigger in ("runs_counted", "runs_uncounted", "runs_recounted",
+                            "runs_truncated"):
+                q(f"DROP TRIGGER {trigger} ON runs")
+                q(f"DROP FUNCTION {trigger}()")
         q("DROP TABLE run_counts")
         q("DELETE FROM underway_schema_version WHERE version >= 27")
         q("UPDATE runs SET status = 'dead' WHERE run_id LIKE %s", "w0-1%")  # before counts
@@ -235,3 +234,24 @@ def test_the_rows_of_closed_connections_fold_into_one_a_key(pg_url: str) -> None
         assert left - live <= {0}  # only the open pool's connections keep rows of their own
     finally:
         backend.close()
+
+
+def test_one_statement_of_many_rows_counts_them_all(backend: Backend) -> None:
+    assert backend.url is not None
+    store = backend.open()
+    series = ("WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < 4999) "
+              "SELECT i FROM n" if backend.url.startswith("sqlite:///")
+              else "SELECT generate_series(0, 4999) AS i")
+    mod = "%" if backend.url.startswith("sqlite:///") else "%%"
+    with raw(backend.url) as q:  # as a bulk import would
+        q(f"INSERT INTO runs (tenant_id, run_id, flow, status, step, last_seq, last_hash, "
+          f"created_at, updated_at, request_kind) "
+          f"SELECT CASE WHEN i {mod} 2 = 0 THEN 'acme' ELSE 'globex' END, 'b' || i, 'f', "
+          f"CASE WHEN i {mod} 3 = 0 THEN 'waiting' ELSE 'completed' END, 's', 1, 'h', 1.0, "
+          f"1.0, CASE WHEN i {mod} 15 = 0 THEN 'approval' END FROM ({series}) AS s")
+    assert sum(n for _, _, n in store.run_counts()) == 5000
+    assert_exact(store, backend.url)
+    with raw(backend.url) as q:
+        q("UPDATE runs SET status = 'dead', request_kind = NULL WHERE tenant_id = %s", "acme")
+        q("DELETE FROM runs WHERE status = %s", "completed")
+    assert_exact(store, backend.url)

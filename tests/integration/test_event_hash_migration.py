@@ -70,11 +70,10 @@ def as_before_0017(url: str) -> None:
             q("DROP TRIGGER runs_uncounted")
             q("DROP TRIGGER runs_recounted")
         else:
-            q("DROP TRIGGER runs_counted ON runs")
-            q("DROP TRIGGER runs_recounted ON runs")
-            q("DROP TRIGGER runs_truncated ON runs")
-            q("DROP FUNCTION runs_counted()")
-            q("DROP FUNCTION runs_truncated()")
+            for trigger in ("runs_counted", "runs_uncounted", "runs_recounted",
+                            "runs_truncated"):
+                q(f"DROP TRIGGER {trigger} ON runs")
+                q(f"DROP FUNCTION {trigger}()")
         q("DROP TABLE run_counts")
         q("DROP TABLE budget_holds")
         q("DROP TABLE budget_usage")

@@ -22,33 +22,57 @@ INSERT INTO run_counts (tenant_id, status, kind, slot, n)
 SELECT tenant_id, status, coalesce(request_kind, ''), 0, COUNT(*)
   FROM runs GROUP BY 1, 2, 3;
 
-CREATE FUNCTION runs_counted() RETURNS trigger LANGUAGE plpgsql AS $$
+-- A change of one run: -1 to its old key, +1 to its new one (a row trigger, fired only
+-- when the tenant, status or request kind changes, so a step that goes on pays nothing).
+CREATE FUNCTION runs_recounted() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    IF TG_OP <> 'INSERT' THEN
-        INSERT INTO run_counts AS c (tenant_id, status, kind, slot, n)
-        VALUES (OLD.tenant_id, OLD.status, coalesce(OLD.request_kind, ''),
-                pg_backend_pid(), -1)
-        ON CONFLICT (tenant_id, status, kind, slot) DO UPDATE SET n = c.n - 1;
-    END IF;
-    IF TG_OP <> 'DELETE' THEN
-        INSERT INTO run_counts AS c (tenant_id, status, kind, slot, n)
-        VALUES (NEW.tenant_id, NEW.status, coalesce(NEW.request_kind, ''),
-                pg_backend_pid(), 1)
-        ON CONFLICT (tenant_id, status, kind, slot) DO UPDATE SET n = c.n + 1;
-    END IF;
+    INSERT INTO run_counts AS c (tenant_id, status, kind, slot, n)
+    VALUES (OLD.tenant_id, OLD.status, coalesce(OLD.request_kind, ''), pg_backend_pid(), -1)
+    ON CONFLICT (tenant_id, status, kind, slot) DO UPDATE SET n = c.n - 1;
+    INSERT INTO run_counts AS c (tenant_id, status, kind, slot, n)
+    VALUES (NEW.tenant_id, NEW.status, coalesce(NEW.request_kind, ''), pg_backend_pid(), 1)
+    ON CONFLICT (tenant_id, status, kind, slot) DO UPDATE SET n = c.n + 1;
     RETURN NULL;
 END;
 $$;
-
-CREATE TRIGGER runs_counted AFTER INSERT OR DELETE ON runs
-    FOR EACH ROW EXECUTE FUNCTION runs_counted();
 
 CREATE TRIGGER runs_recounted AFTER UPDATE OF tenant_id, status, request_kind ON runs
     FOR EACH ROW
     WHEN (OLD.tenant_id IS DISTINCT FROM NEW.tenant_id
           OR OLD.status IS DISTINCT FROM NEW.status
           OR OLD.request_kind IS DISTINCT FROM NEW.request_kind)
-    EXECUTE FUNCTION runs_counted();
+    EXECUTE FUNCTION runs_recounted();
+
+-- Runs inserted or deleted: one upsert a key for the whole statement (statement
+-- triggers over the statement's rows), so a statement that inserts or deletes a million
+-- runs updates each count once, not a million times.
+CREATE FUNCTION runs_counted() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO run_counts AS c (tenant_id, status, kind, slot, n)
+    SELECT tenant_id, status, coalesce(request_kind, ''), pg_backend_pid(), COUNT(*)
+      FROM added GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
+    ON CONFLICT (tenant_id, status, kind, slot) DO UPDATE SET n = c.n + EXCLUDED.n;
+    RETURN NULL;
+END;
+$$;
+
+CREATE TRIGGER runs_counted AFTER INSERT ON runs
+    REFERENCING NEW TABLE AS added
+    FOR EACH STATEMENT EXECUTE FUNCTION runs_counted();
+
+CREATE FUNCTION runs_uncounted() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO run_counts AS c (tenant_id, status, kind, slot, n)
+    SELECT tenant_id, status, coalesce(request_kind, ''), pg_backend_pid(), -COUNT(*)
+      FROM removed GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
+    ON CONFLICT (tenant_id, status, kind, slot) DO UPDATE SET n = c.n + EXCLUDED.n;
+    RETURN NULL;
+END;
+$$;
+
+CREATE TRIGGER runs_uncounted AFTER DELETE ON runs
+    REFERENCING OLD TABLE AS removed
+    FOR EACH STATEMENT EXECUTE FUNCTION runs_uncounted();
 
 CREATE FUNCTION runs_truncated() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
