@@ -65,6 +65,16 @@ def as_before_0017(url: str) -> None:
         else:
             q("ALTER TABLE events ALTER COLUMN hash TYPE text USING encode(hash, 'hex')")
         # Later migrations are undone too, so the store runs 0017 and each after it again.
+        if url.startswith("sqlite:///"):
+            q("DROP TRIGGER runs_counted")
+            q("DROP TRIGGER runs_uncounted")
+            q("DROP TRIGGER runs_recounted")
+        else:
+            for trigger in ("runs_counted", "runs_uncounted", "runs_recounted",
+                            "runs_truncated"):
+                q(f"DROP TRIGGER {trigger} ON runs")
+                q(f"DROP FUNCTION {trigger}()")
+        q("DROP TABLE run_counts")
         q("DROP TABLE budget_holds")
         q("DROP TABLE budget_usage")
         q("DROP TABLE run_labels")

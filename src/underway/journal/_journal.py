@@ -379,6 +379,8 @@ class Journal(JournalChecks):
             refs += blob_refs(self.codec.open_json(
                 row[1], checkpoint_where(tenant_id, run_id, row[0])))
         for s in stored:
+            if _plain_without_refs(s.payload):
+                continue  # nothing to read ahead: not parsed twice
             try:
                 refs += blob_refs(self.codec.event_data(
                     s.payload, event_where(tenant_id, run_id, s.seq, s.type)))
@@ -525,6 +527,13 @@ class Journal(JournalChecks):
         upto = [s for s in stored if s.seq <= seq]
         return states_around(RunState(tenant_id=tenant_id, run_id=run_id),
                        self.decode(tenant_id, run_id, upto), seq)
+
+
+def _plain_without_refs(payload: bytes) -> bool:
+    """Whether a stored event is unsealed canonical JSON that names no blob (a sealed one
+    is opened to be looked into)."""
+    return b"\x00" not in payload and b'"$blob"' not in payload \
+        and b'"$chain"' not in payload
 
 
 def _time_of(s: StoredEvent) -> float:

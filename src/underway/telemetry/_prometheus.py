@@ -166,9 +166,10 @@ class DatabaseCollector(Collector):
     ``underway_dead_runs{tenant}``, and ``underway_pending_requests{tenant,kind}`` (waiting
     and escalated runs that wait for a person: ``approval``, ``question``, ``resolution``).
 
-    A scrape is two grouped counts on indexes of the runs table: by status, and by the
-    request kind each row records (a projection of the journal written with the status).
-    It reads no journal, so its cost does not grow with what the runs did."""
+    A scrape sums the counts the database keeps with each change of a run (on SQLite and
+    PostgreSQL, by triggers in the run's own transaction: by status, and by the request
+    kind each row records). It reads no journal and no runs row, so its cost grows with
+    neither what the runs did nor how many there are."""
 
     def __init__(self, target: Client | Store) -> None:
         self.store = target.store if isinstance(target, Client) else target

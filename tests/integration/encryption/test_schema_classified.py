@@ -30,6 +30,8 @@ COLUMNS: dict[str, dict[str, str]] = {
                "payload": SEALED + " (its envelope's type, seq and time readable)",
                "hash": HASH},
     "checkpoints": {"tenant_id": ID, "run_id": ID, "seq": STATE, "state": SEALED},
+    "run_counts": {"tenant_id": ID, "status": STATE, "kind": STATE, "slot": STATE,
+                   "n": STATE + " (a count of runs)"},
     "checkpoint_history": {"tenant_id": ID, "run_id": ID, "seq": STATE,
                            "state": SEALED + " (a replaced checkpoint's sealed bytes)"},
     "blob_chunks": {"tenant_id": ID, "key": HASH + " (keyed per tenant when sealed)",

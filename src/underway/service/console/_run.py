@@ -325,10 +325,12 @@ def _page(state: ServiceState, row: RunRecord, page: int | None,
                                limit=PAGE), page
 
 
-def _picked(state: ServiceState, row: RunRecord, at: int,
+def _picked(state: ServiceState, row: RunRecord | tuple[str, str], at: int,
             hide: Redactor) -> tuple[StateAt | None, str]:
+    """The state at ``at`` of a run (its row, or its (tenant, run id))."""
+    tenant_id, run_id = (row.tenant_id, row.run_id) if isinstance(row, RunRecord) else row
     try:
-        before, rec, after = state.client.state_at(row.run_id, at, tenant_id=row.tenant_id)
+        before, rec, after = state.client.state_at(run_id, at, tenant_id=tenant_id)
     except ConfigurationError as exc:
         return None, str(exc)
     except KeyUnavailable:
@@ -338,12 +340,13 @@ def _picked(state: ServiceState, row: RunRecord, at: int,
 
 def _picked_read(state: ServiceState, request: Request, who: Principal, run_id: str,
                  at: int, rd: ReadAs) -> StateAt | str | None:
+    # No read of the runs row: the redactor (of a run it has not seen) and the state both
+    # find an unknown run, or one of another tenant, missing.
     try:
-        row = state.client.get_run(run_id, tenant_id=who.tenant_id)
+        hide = state.client.redactor(run_id, tenant_id=who.tenant_id, reveal=rd.reveal)
+        picked, error = _picked(state, (who.tenant_id, run_id), at, hide)
     except RunNotFound:
         return None
-    hide = state.client.redactor(run_id, tenant_id=who.tenant_id, reveal=rd.reveal)
-    picked, error = _picked(state, row, at, hide)
     if picked is None:
         return error
     state.record_reads(request, who, [run_id], purpose=rd.purpose, revealed=rd.reveal)

@@ -171,13 +171,34 @@ SELECT tenant_id, run_id, flow, status, step, idempotency_key, last_seq, last_ha
 SELECT DISTINCT tenant_id COLLATE "C" AS tenant_id FROM runs ORDER BY 1
 
 -- name: run_counts
-SELECT tenant_id COLLATE "C" AS tenant_id, status, COUNT(*) FROM runs GROUP BY 1, 2 ORDER BY 1, 2
+-- The counts the runs' triggers keep (migration 0027), summed over their slots; the last
+-- column is how many rows were summed.
+SELECT tenant_id COLLATE "C" AS tenant_id, status COLLATE "C" AS status, SUM(n), COUNT(*)
+  FROM run_counts GROUP BY 1, 2 HAVING SUM(n) <> 0 ORDER BY 1, 2
 
 -- name: request_counts
--- Entries of the partial index runs_requests (migration 0024): runs that wait for a person.
-SELECT tenant_id COLLATE "C" AS tenant_id, request_kind, COUNT(*) FROM runs
- WHERE request_kind IS NOT NULL AND status IN ('waiting', 'escalated')
- GROUP BY 1, 2 ORDER BY 1, 2
+-- Runs that wait for a person, from the counts the runs' triggers keep (migration 0027).
+SELECT tenant_id COLLATE "C" AS tenant_id, kind COLLATE "C" AS kind, SUM(n) FROM run_counts
+ WHERE kind <> '' AND status IN ('waiting', 'escalated')
+ GROUP BY 1, 2 HAVING SUM(n) <> 0 ORDER BY 1, 2
+
+-- name: run_counts_fold
+-- The count rows of backends that are gone, and that no transaction holds, added to
+-- their keys' slot 0 (one statement: a scrape that runs at the same time sees either).
+WITH gone AS (
+    DELETE FROM run_counts AS c
+     WHERE c.slot <> 0
+       AND c.slot NOT IN (SELECT pid FROM pg_stat_activity WHERE pid IS NOT NULL)
+       AND (c.tenant_id, c.status, c.kind, c.slot) IN (
+           SELECT tenant_id, status, kind, slot FROM run_counts
+            WHERE slot <> 0 FOR UPDATE SKIP LOCKED)
+    RETURNING c.tenant_id, c.status, c.kind, c.n)
+INSERT INTO run_counts AS c (tenant_id, status, kind, slot, n)
+SELECT tenant_id, status, kind, 0, SUM(n) FROM gone GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
+ON CONFLICT (tenant_id, status, kind, slot) DO UPDATE SET n = c.n + EXCLUDED.n
+
+-- name: run_counts_drop_zeros
+DELETE FROM run_counts WHERE slot = 0 AND n = 0
 
 -- name: status_counts
 -- Each status's runs counted up to the cap on the (tenant, status) index: a flat cost.
