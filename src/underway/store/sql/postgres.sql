@@ -474,6 +474,10 @@ DELETE FROM checkpoints WHERE tenant_id = %(tenant_id)s
 SELECT seq, state FROM checkpoint_history
  WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s ORDER BY seq
 
+-- name: custom_plans
+-- Set on each of the store's connections (underway.store.postgres._connection).
+SET plan_cache_mode = force_custom_plan
+
 -- name: load_events
 SELECT seq, type, payload, encode(hash, 'hex') AS hash FROM events
  WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s AND seq > %(after_seq)s
