@@ -255,3 +255,16 @@ def test_sealed_blobs_link_nowhere(store: Store) -> None:
     sealed = {k: b"\x00sealed" + v for k, v in nodes.items()}
     create(store, blobs=sealed)
     assert store.get_blob_chain("t1", keys[-1]) == {keys[-1]: sealed[keys[-1]]}
+
+
+def test_a_journal_longer_than_a_page_loads_whole_and_in_order(
+    store: Store, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("underway.store._sqlbase.journal.EVENT_PAGE", 3)
+    create(store)
+    lease = lease_of(store)
+    store.append(batch(lease, 1, count=9))  # seqs 1-10: pages of 3 end inside and at the end
+    assert seqs(store) == list(range(1, 11))
+    assert store.load_events("t1", "r1", after_seq=4) == [event(s) for s in range(5, 11)]
+    assert store.load_events("t1", "r1", after_seq=7) == [event(8), event(9), event(10)]
+    assert store.load_events("t1", "r1", after_seq=10) == []

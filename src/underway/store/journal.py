@@ -14,13 +14,16 @@ from typing import Protocol
 
 from .records import AppendBatch, CheckpointTail, ForkLink, NewRun, RunRecord, StoredEvent
 
-__all__ = ["BLOB_BATCH", "CHAIN_LIMIT", "RUN_BATCH", "AppendResult", "JournalStore"]
+__all__ = ["BLOB_BATCH", "CHAIN_LIMIT", "EVENT_PAGE", "RUN_BATCH", "AppendResult", "JournalStore"]
 
 BLOB_BATCH = 500
 """Keys per query when many blobs are read at once (a bound on a query's ``IN`` list)."""
 
 RUN_BATCH = 500
 """Runs per query when the events of many runs are read at once."""
+
+EVENT_PAGE = 2000
+"""Events a SQL store reads per query when it loads a run's journal."""
 
 AppendResult = bool | Exception
 """What :meth:`JournalStore.append_many` reports for one batch: the control-pending flag

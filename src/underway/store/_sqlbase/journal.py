@@ -8,7 +8,7 @@ from typing import Any
 
 from ... import faults
 from ..._chunked import LargeBlob
-from ..journal import BLOB_BATCH, CHAIN_LIMIT, RUN_BATCH
+from ..journal import BLOB_BATCH, CHAIN_LIMIT, EVENT_PAGE, RUN_BATCH
 from ..records import CheckpointTail, RunRecord, StoredEvent, StoredLabel
 from .dialect import SQLBase
 
@@ -60,11 +60,16 @@ class SQLJournal(SQLBase):
                 for r in self._all("kept_checkpoints", tenant_id=tenant_id, run_id=run_id)]
 
     def load_events(self, tenant_id: str, run_id: str, after_seq: int = 0) -> list[StoredEvent]:
-        """Events after ``after_seq``."""
-        rows = self._all(
-            "load_events", tenant_id=tenant_id, run_id=run_id, after_seq=after_seq
-        )
-        return [StoredEvent(r[0], r[1], self._blob(r[2]), r[3]) for r in rows]
+        """Events after ``after_seq``, read :data:`EVENT_PAGE` at a time (a page keeps
+        PostgreSQL's plan on the primary key however long the table's other journals)."""
+        found: list[StoredEvent] = []
+        while True:
+            rows = self._all("load_events", tenant_id=tenant_id, run_id=run_id,
+                             after_seq=after_seq, page=EVENT_PAGE)
+            found += [StoredEvent(r[0], r[1], self._blob(r[2]), r[3]) for r in rows]
+            if len(rows) < EVENT_PAGE:
+                return found
+            after_seq = found[-1].seq
 
     def events_by_type(
         self, tenant_id: str, run_ids: Sequence[str], types: Sequence[str]

@@ -72,10 +72,6 @@ class Connection(SQLBase):
         self._refuse_newer_schema("postgres", self._pool.close)
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
-        # Every statement is planned for its own values. A reusable (generic) plan does not
-        # know them: for a run's journal tail after a checkpoint, with statistics, it chose
-        # a parallel scan of the run's whole journal to read a few rows (78 times slower).
-        conn.execute(_Q["custom_plans"])
         if self.schema is not None:
             path = sql.Identifier(self.schema).as_string(conn)
             conn.execute(_Q["set_search_path"], {"path": path})

@@ -474,14 +474,14 @@ DELETE FROM checkpoints WHERE tenant_id = %(tenant_id)s
 SELECT seq, state FROM checkpoint_history
  WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s ORDER BY seq
 
--- name: custom_plans
--- Set on each of the store's connections (underway.store.postgres._connection).
-SET plan_cache_mode = force_custom_plan
-
 -- name: load_events
+-- A page of a run's events after a seq, read in the primary key's order. The LIMIT keeps the
+-- plan on that index: the planner takes seq and run_id to be independent, so where another
+-- run's journal is longer it guesses that half this run's events lie past a checkpoint near
+-- its head, and without a LIMIT it scanned the whole table (in parallel) for one row.
 SELECT seq, type, payload, encode(hash, 'hex') AS hash FROM events
  WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s AND seq > %(after_seq)s
- ORDER BY seq
+ ORDER BY seq LIMIT %(page)s
 
 -- name: queue_limits
 -- The limits of the queues a claim may take runs from (every queue when none are named).

@@ -319,6 +319,7 @@ SELECT seq, state FROM checkpoint_history
 -- name: load_events
 SELECT seq, type, payload, lower(hex(hash)) AS hash FROM events
  WHERE tenant_id = :tenant_id AND run_id = :run_id AND seq > :after_seq ORDER BY seq
+ LIMIT :page
 
 -- name: queue_limits
 -- The limits of the queues a claim may take runs from (every queue when :queues is NULL;

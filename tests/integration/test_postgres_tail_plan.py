@@ -1,0 +1,57 @@
+"""A run's journal tail is read on the events' primary key on PostgreSQL, whatever the
+statistics say of the table's other journals.
+
+The planner takes ``seq`` and ``run_id`` to be independent. Where another run's journal is
+longer, it guesses that a large share of this run's events lie past a checkpoint near its
+head. Without a LIMIT it then scanned the whole table, in parallel, to return one row (60
+to 78 times a young run's load in ``bench/long_runs.py``)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from underway.store import connect
+from underway.store.journal import EVENT_PAGE
+from underway.store.queries import load
+
+pytestmark = pytest.mark.postgres
+
+
+def nodes(plan: Any) -> list[str]:
+    """Every node type of an EXPLAIN (FORMAT JSON) plan."""
+    found = [plan["Node Type"]]
+    for child in plan.get("Plans", []):
+        found += nodes(child)
+    return found
+
+
+def test_the_tail_after_a_late_checkpoint_is_an_index_range(pg_url: str) -> None:
+    store: Any = connect(pg_url)
+    try:
+        with store._pool.connection() as conn:
+            # Raw rows (a plan test): a young run of 20,000 events beside one of 300,000.
+            for run, n in (("young", 20_000), ("old", 300_000)):
+                conn.execute(
+                    "INSERT INTO events (tenant_id, run_id, seq, type, payload, hash) "
+                    "SELECT 't1', %s, i, 'StepCompleted', '\\x7b7d'::bytea, "
+                    "sha256(int8send(i)) FROM generate_series(1, %s) AS i", (run, n))
+            conn.execute("ANALYZE events")
+            query = load("postgres")["load_events"]
+            params = {"tenant_id": "t1", "run_id": "young", "after_seq": 19_999,
+                      "page": EVENT_PAGE}
+            [[plan]] = conn.execute("EXPLAIN (FORMAT JSON) " + query, params).fetchall()
+            # The same query without its LIMIT: what the statistics alone lead to.
+            bare = query[:query.rindex("LIMIT")]
+            [[unbounded]] = conn.execute("EXPLAIN (FORMAT JSON) " + bare, params).fetchall()
+        used = nodes(plan[0]["Plan"])
+        assert "Index Scan" in used, json.dumps(plan)
+        assert not {"Seq Scan", "Bitmap Heap Scan", "Sort"} & set(used), json.dumps(plan)
+        # Unbounded, the guess of many rows makes a plan that gathers, then sorts them.
+        assert "Sort" in nodes(unbounded[0]["Plan"]), "the data no longer misleads"
+        assert [e.seq for e in store.load_events("t1", "young", after_seq=19_997)] == [
+            19_998, 19_999, 20_000]
+    finally:
+        store.close()
