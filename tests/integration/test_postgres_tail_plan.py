@@ -55,3 +55,40 @@ def test_the_tail_after_a_late_checkpoint_is_an_index_range(pg_url: str) -> None
             19_998, 19_999, 20_000]
     finally:
         store.close()
+
+
+def test_the_tails_of_many_runs_are_index_ranges(pg_url: str) -> None:
+    store: Any = connect(pg_url)
+    try:
+        with store._pool.connection() as conn:
+            for run, n in (("young", 20_000), ("old", 300_000)):
+                conn.execute(
+                    "INSERT INTO events (tenant_id, run_id, seq, type, payload, hash) "
+                    "SELECT 't1', %s, i, 'StepCompleted', '\\x7b7d'::bytea, "
+                    "sha256(int8send(i)) FROM generate_series(1, %s) AS i", (run, n))
+                conn.execute("INSERT INTO checkpoints (tenant_id, run_id, seq, state) "
+                             "VALUES ('t1', %s, %s, '\\x7b7d')", (run, n))
+            conn.execute("ANALYZE")
+            query = load("postgres")["checkpoints_with_tails"]
+            [[plan]] = conn.execute("EXPLAIN (FORMAT JSON) " + query,
+                                    {"tenant_id": "t1", "runs": ["young"]}).fetchall()
+        used = nodes(plan[0]["Plan"])
+        # Not a scan or hash of the tenant's whole journal: each tail an index range.
+        assert "Index Scan" in used, json.dumps(plan)
+        assert not {"Hash Join", "Gather Merge", "Gather"} & set(used), json.dumps(plan)
+        assert "Seq Scan" not in nodes(_on_events(plan[0]["Plan"])), json.dumps(plan)
+        found = store.load_checkpoints("t1", ["young"])["young"]
+        assert found.seq == 20_000 and [e.seq for e in found.tail] == [20_000]
+    finally:
+        store.close()
+
+
+def _on_events(plan: Any) -> Any:
+    """The part of the plan that reads ``events``."""
+    if plan.get("Relation Name") == "events":
+        return plan
+    for child in plan.get("Plans", []):
+        found = _on_events(child)
+        if found is not None and found.get("Relation Name") == "events":
+            return found
+    return {"Node Type": "none"}

@@ -233,9 +233,14 @@ SELECT run_id, seq, type, payload, encode(hash, 'hex') AS hash FROM events
 
 -- name: checkpoints_with_tails
 -- Each run's checkpoint with the events from its seq on, in one statement (one snapshot).
+-- LATERAL: each tail is a range of the events' primary key. As a join, the planner took seq
+-- and run_id to be independent, guessed that a third of every journal lay past its
+-- checkpoint, and hashed the tenant's whole events table to find a few rows.
 SELECT c.run_id, c.seq, c.state, e.seq, e.type, e.payload, encode(e.hash, 'hex') AS hash
-  FROM checkpoints c
-  JOIN events e ON e.tenant_id = c.tenant_id AND e.run_id = c.run_id AND e.seq >= c.seq
+  FROM checkpoints c CROSS JOIN LATERAL (
+        SELECT seq, type, payload, hash FROM events
+         WHERE tenant_id = c.tenant_id AND run_id = c.run_id AND seq >= c.seq
+         ORDER BY seq) AS e
  WHERE c.tenant_id = %(tenant_id)s AND c.run_id = ANY(%(runs)s)
  ORDER BY c.run_id COLLATE "C", e.seq
 
