@@ -28,17 +28,24 @@ def nodes(plan: Any) -> list[str]:
     return found
 
 
+def misleading(conn: Any) -> None:
+    """Raw rows (a plan test): a young run of 20,000 events beside one of 300,000, each with
+    a checkpoint at its last event, and statistics."""
+    for run, n in (("young", 20_000), ("old", 300_000)):
+        conn.execute(
+            "INSERT INTO events (tenant_id, run_id, seq, type, payload, hash) "
+            "SELECT 't1', %s, i, 'StepCompleted', '\\x7b7d'::bytea, "
+            "sha256(int8send(i)) FROM generate_series(1, %s) AS i", (run, n))
+        conn.execute("INSERT INTO checkpoints (tenant_id, run_id, seq, state) "
+                     "VALUES ('t1', %s, %s, '\\x7b7d')", (run, n))
+    conn.execute("ANALYZE")
+
+
 def test_the_tail_after_a_late_checkpoint_is_an_index_range(pg_url: str) -> None:
     store: Any = connect(pg_url)
     try:
         with store._pool.connection() as conn:
-            # Raw rows (a plan test): a young run of 20,000 events beside one of 300,000.
-            for run, n in (("young", 20_000), ("old", 300_000)):
-                conn.execute(
-                    "INSERT INTO events (tenant_id, run_id, seq, type, payload, hash) "
-                    "SELECT 't1', %s, i, 'StepCompleted', '\\x7b7d'::bytea, "
-                    "sha256(int8send(i)) FROM generate_series(1, %s) AS i", (run, n))
-            conn.execute("ANALYZE events")
+            misleading(conn)
             query = load("postgres")["load_events"]
             params = {"tenant_id": "t1", "run_id": "young", "after_seq": 19_999,
                       "page": EVENT_PAGE}
@@ -61,14 +68,7 @@ def test_the_tails_of_many_runs_are_index_ranges(pg_url: str) -> None:
     store: Any = connect(pg_url)
     try:
         with store._pool.connection() as conn:
-            for run, n in (("young", 20_000), ("old", 300_000)):
-                conn.execute(
-                    "INSERT INTO events (tenant_id, run_id, seq, type, payload, hash) "
-                    "SELECT 't1', %s, i, 'StepCompleted', '\\x7b7d'::bytea, "
-                    "sha256(int8send(i)) FROM generate_series(1, %s) AS i", (run, n))
-                conn.execute("INSERT INTO checkpoints (tenant_id, run_id, seq, state) "
-                             "VALUES ('t1', %s, %s, '\\x7b7d')", (run, n))
-            conn.execute("ANALYZE")
+            misleading(conn)
             query = load("postgres")["checkpoints_with_tails"]
             [[plan]] = conn.execute("EXPLAIN (FORMAT JSON) " + query,
                                     {"tenant_id": "t1", "runs": ["young"]}).fetchall()
