@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import weakref
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -29,7 +30,7 @@ class _Line(Generic[_Item]):
     busy: bool = False
 
 
-class Grouped(Generic[_Item, _Result]):
+class Grouped(ABC, Generic[_Item, _Result]):
     """Items written in groups of at most ``limit`` (see the module); it serves every
     event loop it is used from."""
 
@@ -73,6 +74,6 @@ class Grouped(Generic[_Item, _Result]):
                 done.cancel()
             line.busy, line.writing, line.waiting = False, [], []
 
+    @abstractmethod
     async def _write(self, group: list[tuple[_Item, asyncio.Future[Any]]]) -> None:
         """Write ``group``'s items and settle each one's future (one not yet done)."""
-        raise NotImplementedError

@@ -131,8 +131,7 @@ class Journal(SQLJournal, Connection):
         now is left to the next one."""
         with self._checkpointing:
             if self._checkpointer is None:
-                self._checkpointer = sqlite3.connect(
-                    self.path, isolation_level=None, check_same_thread=False)
+                self._checkpointer = self._connect()
             with self._lock:
                 self._unchecked = 0
             with contextlib.suppress(sqlite3.OperationalError):
