@@ -44,6 +44,7 @@ import provenance
 import pydantic_ai_overhead
 import resume
 import sandbox
+import scale_sim
 import service
 import starts
 import step_bytes
@@ -183,6 +184,8 @@ GROUPS: dict[str, list[tuple[str, Callable[[], list[Figure]]]]] = {
     "injection": [("prompt injection: utility and attacks, defence off, per context and per "
                    "value", injection.bench)],
     "provenance": [("provenance per value: what tracing costs an agent", provenance.bench)],
+    "scale": [("PostgreSQL past one cluster: claim costs measured, 10,000 workers modelled on "
+               "1 and N shards", scale_sim.bench)],
     "streaming": [
         ("SQLite first streamed token", streaming.bench_sqlite),
         ("PostgreSQL first streamed token", streaming.bench_postgres),
