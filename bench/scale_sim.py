@@ -32,7 +32,7 @@ from typing import Any
 import psycopg
 
 import scale_model
-from common import Figure, median, pg_base_url, pg_schema
+from common import Figure, median, pg_schema
 from scale_model import Load, Measured, Workload
 
 TENANTS = 20
@@ -158,10 +158,12 @@ def contention(url: str, claimers: int, claims_each: int) -> tuple[float, float]
             s.close()
 
 
-def notify_costs(listeners: int, notifies: int) -> tuple[float, float]:
+def notify_costs(url: str, listeners: int, notifies: int) -> tuple[float, float]:
     """(sender CPU per notification, each listener's CPU per notification), with
-    ``listeners`` connections listening on a channel of their own."""
-    base = pg_base_url()
+    ``listeners`` connections to ``url``'s database listening on a channel of their own."""
+    from underway.store._urls import split_url
+
+    base, _ = split_url(url)
     channel = f"scale_{uuid.uuid4().hex[:12]}"
     conns = [psycopg.connect(base, autocommit=True) for _ in range(listeners + 1)]
     try:
@@ -231,8 +233,8 @@ def measure(url: str, *, tenants: int = TENANTS, more_tenants: int = MORE_TENANT
             raise RuntimeError(f"{got0 + got_more} runs leased where none was due")
     finally:
         store.close()
-    send1, deliver1 = notify_costs(LISTENERS[0], notifies)
-    send16, deliver16 = notify_costs(LISTENERS[1], notifies)
+    send1, deliver1 = notify_costs(url, LISTENERS[0], notifies)
+    send16, deliver16 = notify_costs(url, LISTENERS[1], notifies)
     lease_s = median(one)
     base = per_claimer.get(1) or lease_s
     measured = Measured(
