@@ -49,6 +49,8 @@ class Measured:
     """Tenants with scheduled runs when the claims above were measured."""
     next_due_s: float
     """One ``next_due_at`` (the idle worker's question)."""
+    schedules_s: float
+    """One ``claim_schedules`` finding no tick due (each worker's once a second)."""
     notify_send_s: float
     """The sending backend, per notification, with one listener."""
     notify_send_per_listener_s: float
@@ -64,7 +66,7 @@ class Measured:
         """Every measured number, by name (for checks and the report)."""
         out = {k: float(getattr(self, k)) for k in (
             "claim_lease_s", "claim_per_run_s", "claim_empty_s", "claim_per_tenant_s",
-            "next_due_s",
+            "next_due_s", "schedules_s",
             "notify_send_s", "notify_send_per_listener_s", "notify_deliver_s",
             "claim_pages")}
         out.update({f"contention_{k}": v for k, v in sorted(self.contention.items())})
@@ -108,6 +110,8 @@ class Workload:
     notified_share: float = 0.5
     """Share of activations made due by a NOTIFY (new runs, signals); timers the rest."""
     poll_s: float = 1.0
+    schedules_every_s: float | None = 1.0
+    """How often each worker looks for due schedule ticks on each shard (None: never)."""
     rtt_s: float = 0.0005
     """Network round trip between a worker and a database."""
     pool_connections: int = 2
@@ -138,6 +142,8 @@ class Load:
     """Wake-ups per second of a worker with a free slot (its loop's cap included)."""
     claims: float
     """Claim statements."""
+    schedule_claims: float
+    """``claim_schedules`` statements."""
     leasing_claims: float
     empty_claims: float
     next_due: float
@@ -201,10 +207,11 @@ def load(m: Measured, w: Workload, *, shards: int, mode: Mode = "pinned") -> Loa
     notifies = w.notified_share * lam
     listeners = workers if w.woken_per_due is None else min(workers, w.woken_per_due)
     deliveries = notifies * listeners
+    ticks = 0.0 if w.schedules_every_s is None else workers / w.schedules_every_s
     # Concurrent claimers (Little's law over the claims' CPU) set the contention factor.
     concurrent = leasing * m.claim_lease_s + empty * m.claim_empty_s
     cpu = (leasing * m.claim_lease_s * m.contention_at(concurrent)
-           + empty * m.claim_empty_s + empty * m.next_due_s
+           + empty * m.claim_empty_s + empty * m.next_due_s + ticks * m.schedules_s
            + notifies * (m.notify_send_s + m.notify_send_per_listener_s * max(
                listeners - 1, 0))
            + deliveries * m.notify_deliver_s)
@@ -212,7 +219,8 @@ def load(m: Measured, w: Workload, *, shards: int, mode: Mode = "pinned") -> Loa
     connections = workers * (w.pool_connections + 1)
     return Load(
         shards=shards, mode=mode, activations=lam, workers=workers, connections=connections,
-        wakes_per_worker=wakes, claims=claims, leasing_claims=leasing, empty_claims=empty,
+        wakes_per_worker=wakes, claims=claims, schedule_claims=ticks, leasing_claims=leasing,
+        empty_claims=empty,
         next_due=empty, notifies=notifies, deliveries=deliveries,
         concurrent_claimers=concurrent, cpu_cores=cpu, core_utilisation=cpu / w.cores,
         claim_latency_s=mmc_response(w.cores, claims, per_claim),

@@ -31,6 +31,7 @@ from typing import Any
 
 import psycopg
 
+import scale_herd
 import scale_model
 from common import Figure, median, pg_schema
 from scale_model import Load, Measured, Workload
@@ -218,11 +219,15 @@ def measure(url: str, *, tenants: int = TENANTS, more_tenants: int = MORE_TENANT
                          " WHERE status = 'ready'")
         vacuum(url)
         empty, got0 = _claims(store, pid, claims, 1, "bench")
-        due_cpu = []
+        due_cpu, tick_cpu = [], []
         for _ in range(claims):
             before = backend_cpu(pid)
             store.next_due_at(now=time.time())
             due_cpu.append(backend_cpu(pid) - before)
+            before = backend_cpu(pid)
+            now = time.time()
+            store.claim_schedules(now=now, until=now + 30, flows=["bench"], limit=100)
+            tick_cpu.append(backend_cpu(pid) - before)
         # More tenants with runs scheduled (timers), none due: what each tenant adds to a
         # claim (the tenant-fair walk visits every one).
         populate(store, tenants=more_tenants - tenants, due=0, finished=0, waiting=5,
@@ -245,6 +250,7 @@ def measure(url: str, *, tenants: int = TENANTS, more_tenants: int = MORE_TENANT
                                / (more_tenants - tenants), 0.0),
         tenants=tenants,
         next_due_s=median(due_cpu),
+        schedules_s=median(tick_cpu),
         notify_send_s=send1,
         notify_send_per_listener_s=max((send16 - send1) / (LISTENERS[1] - LISTENERS[0]), 0.0),
         notify_deliver_s=median([deliver1, deliver16]),
@@ -312,6 +318,8 @@ def measured_figures(m: Measured, facts: dict[str, float]) -> list[Figure]:
                note=f"from {m.tenants} to {MORE_TENANTS} tenants with runs scheduled"),
         Figure("scale.measured.next_due_cpu", m.next_due_s * us, "µs backend CPU",
                m.claim_lease_s * us, m.next_due_s / m.claim_lease_s),
+        Figure("scale.measured.schedule_claim_cpu", m.schedules_s * us, "µs backend CPU",
+               m.claim_lease_s * us, m.schedules_s / m.claim_lease_s),
         Figure("scale.measured.claim_pages", m.claim_pages, "shared buffers per claim"),
         Figure("scale.measured.notify_send_cpu", m.notify_send_s * us, "µs backend CPU"),
         Figure("scale.measured.notify_send_per_listener_cpu",
@@ -328,11 +336,26 @@ def measured_figures(m: Measured, facts: dict[str, float]) -> list[Figure]:
     return out
 
 
+def herd_figures(seen: dict[str, float], predicted: float) -> list[Figure]:
+    """Real workers' claims against the model's prediction for them (bench/scale_herd.py)."""
+    return [
+        Figure("scale.herd_check.claims_per_s", seen["claims_per_s"],
+               f"claims/s, {scale_herd.WORKERS} real workers, {scale_herd.RATE:g} runs/s",
+               predicted, seen["claims_per_s"] / predicted, "0.5-1.5",
+               0.5 <= seen["claims_per_s"] / predicted <= 1.5,
+               note="baseline: the model's claims/s for the same fleet and load"),
+        Figure("scale.herd_check.leased_per_s", seen["leased_per_s"], "runs leased/s",
+               scale_herd.RATE, seen["leased_per_s"] / scale_herd.RATE),
+    ]
+
+
 def bench() -> list[Figure]:
-    """Measure on a fresh schema, then model: the ``scale`` group's figures."""
+    """Measure on a fresh schema, model, and check the model's herd against real workers:
+    the ``scale`` group's figures."""
     with pg_schema() as (_, url):
         m, facts = measure(url)
-    return measured_figures(m, facts) + model_figures(m)
+    seen, predicted = scale_herd.check(m)
+    return measured_figures(m, facts) + herd_figures(seen, predicted) + model_figures(m)
 
 
 if __name__ == "__main__":
