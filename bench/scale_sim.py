@@ -69,10 +69,10 @@ def _pid(store: Any) -> int:
 
 
 def populate(store: Any, *, tenants: int, due: int, finished: int, waiting: int,
-             prefix: str = "t", due_at: float | None = None) -> None:
+             prefix: str = "t", due_at: float | None = None) -> float:
     """Runs of ``tenants`` tenants named ``prefix`` + a number: ``due`` ready (due now, or
     at ``due_at``), ``waiting`` on timers an hour off, ``finished`` completed, each
-    tenant; the table analysed."""
+    tenant; the table analysed. Returns the time the runs were written at."""
     now = time.time()
     with store.pool.connection() as conn:
         conn.execute("""
@@ -90,6 +90,7 @@ def populate(store: Any, *, tenants: int, due: int, finished: int, waiting: int,
               "d": due * tenants, "w": waiting * tenants,
               "n": (due + waiting + finished) * tenants})
         conn.execute("ANALYZE runs")
+    return now
 
 
 def vacuum(url: str) -> None:
@@ -103,13 +104,16 @@ def vacuum(url: str) -> None:
         conn.execute(f'VACUUM (ANALYZE) "{schema}".runs')
 
 
-def _claims(store: Any, pid: int, n: int, limit: int, owner: str) -> tuple[list[float], int]:
-    """CPU of ``n`` claims for ``limit`` runs (each handed back after), runs leased."""
+def _claims(store: Any, pid: int, n: int, limit: int, owner: str,
+            at: float | None = None) -> tuple[list[float], int]:
+    """CPU of ``n`` claims for ``limit`` runs (each handed back after), runs leased;
+    claiming as of ``at`` (default: now)."""
     cpu: list[float] = []
     leased = 0
     for _ in range(n):
         before = backend_cpu(pid)
-        leases = store.claim(owner=owner, now=time.time(), ttl=30.0, limit=limit)
+        leases = store.claim(owner=owner, now=time.time() if at is None else at, ttl=30.0,
+                             limit=limit)
         cpu.append(backend_cpu(pid) - before)
         leased += len(leases)
         for lease in leases:
@@ -198,7 +202,8 @@ def measure(url: str, *, tenants: int = TENANTS, more_tenants: int = MORE_TENANT
     facts: dict[str, float] = {}
     try:
         store.migrate()
-        populate(store, tenants=tenants, due=due, finished=finished, waiting=waiting)
+        written = populate(store, tenants=tenants, due=due, finished=finished, waiting=waiting)
+        before_due = written - 60  # claims as of then find nothing due, with no row changed
         pid = _pid(store)
         _claims(store, pid, 20, 1, "bench-warm")
         vacuum(url)
@@ -214,15 +219,12 @@ def measure(url: str, *, tenants: int = TENANTS, more_tenants: int = MORE_TENANT
             per_run, empty_share = contention(url, k, max(claims // k, 10))
             per_claimer[k] = per_run
             facts[f"empty_share_{k}"] = empty_share
-        with store.pool.connection() as conn:  # nothing due any more
-            conn.execute("UPDATE runs SET next_wake_at = next_wake_at + 7200"
-                         " WHERE status = 'ready'")
         vacuum(url)
-        empty, got0 = _claims(store, pid, claims, 1, "bench")
+        empty, got0 = _claims(store, pid, claims, 1, "bench", before_due)
         due_cpu, tick_cpu = [], []
         for _ in range(claims):
             before = backend_cpu(pid)
-            store.next_due_at(now=time.time())
+            store.next_due_at(now=before_due)
             due_cpu.append(backend_cpu(pid) - before)
             before = backend_cpu(pid)
             now = time.time()
@@ -233,7 +235,7 @@ def measure(url: str, *, tenants: int = TENANTS, more_tenants: int = MORE_TENANT
         populate(store, tenants=more_tenants - tenants, due=0, finished=0, waiting=5,
                  prefix="u")
         vacuum(url)
-        empty_more, got_more = _claims(store, pid, claims, 1, "bench")
+        empty_more, got_more = _claims(store, pid, claims, 1, "bench", before_due)
         if got0 or got_more:
             raise RuntimeError(f"{got0 + got_more} runs leased where none was due")
     finally:
