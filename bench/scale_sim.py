@@ -21,6 +21,7 @@ Every modelled figure is printed against the one-cluster figure of the same run.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -271,7 +272,11 @@ def scenarios() -> list[tuple[str, Workload, int, scale_model.Mode]]:
     out += [(f"pinned_{n}", w, n, "pinned") for n in SHARDS]
     out += [(f"every_{n}", w, n, "every") for n in SHARDS[:2]]
     out += [("wake2_one_cluster", scale_model.damped(w, 2), 1, "pinned"),
-            ("wake2_pinned_16", scale_model.damped(w, 2), 16, "pinned")]
+            ("wake2_pinned_16", scale_model.damped(w, 2), 16, "pinned"),
+            # ...and a claim whose cost does not grow with the tenants (as measured at
+            # TENANTS): what one cluster could carry with both changes.
+            ("wake2_flat_one_cluster", dataclasses.replace(scale_model.damped(w, 2),
+                                                           tenants=TENANTS), 1, "pinned")]
     return out
 
 
