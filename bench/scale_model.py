@@ -74,14 +74,15 @@ class Measured:
 
     def contention_at(self, claimers: float) -> float:
         """The contention factor at ``claimers`` concurrent claimers: linear between the
-        measured points, the last measured one beyond them, 1 below one claimer."""
+        measured points, the last measured one beyond them, 1 below one claimer; never
+        below 1 (a measured discount is noise, not a saving)."""
         points = sorted(self.contention.items()) or [(1, 1.0)]
         if claimers <= points[0][0]:
             return max(1.0, points[0][1]) if claimers >= 1 else 1.0
         for (k0, v0), (k1, v1) in itertools.pairwise(points):
             if claimers <= k1:
-                return v0 + (v1 - v0) * (claimers - k0) / (k1 - k0)
-        return points[-1][1]
+                return max(1.0, v0 + (v1 - v0) * (claimers - k0) / (k1 - k0))
+        return max(1.0, points[-1][1])
 
     def at_tenants(self, tenants: float) -> Measured:
         """The claims' costs on a database where ``tenants`` tenants have scheduled runs:
