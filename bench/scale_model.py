@@ -12,8 +12,8 @@ worker's loop as the code has it (``underway/worker.py``):
 - each wake claims on every shard the worker serves (round robin, as the regional store
   does) and, when nothing was leased, asks each for its next due time;
 - a notification reaches every connection listening on the shard's channel;
-- a worker cannot wake faster than one empty loop takes (its statements' CPU plus a
-  round trip each).
+- a worker cannot wake faster than one empty loop takes (its statements' CPU on the
+  server and in the worker, plus a round trip each).
 
 It is a mean-field model: rates are averages, slots are busy independently with
 probability equal to the utilisation, the database's cores are an M/M/c queue. What it
@@ -51,6 +51,8 @@ class Measured:
     """One ``next_due_at`` (the idle worker's question)."""
     schedules_s: float
     """One ``claim_schedules`` finding no tick due (each worker's once a second)."""
+    loop_client_s: float
+    """The worker's own CPU for an empty claim and a ``next_due_at`` (its thread's)."""
     notify_send_s: float
     """The sending backend, per notification, with one listener."""
     notify_send_per_listener_s: float
@@ -66,7 +68,7 @@ class Measured:
         """Every measured number, by name (for checks and the report)."""
         out = {k: float(getattr(self, k)) for k in (
             "claim_lease_s", "claim_per_run_s", "claim_empty_s", "claim_per_tenant_s",
-            "next_due_s", "schedules_s",
+            "next_due_s", "schedules_s", "loop_client_s",
             "notify_send_s", "notify_send_per_listener_s", "notify_deliver_s",
             "claim_pages")}
         out.update({f"contention_{k}": v for k, v in sorted(self.contention.items())})
@@ -200,7 +202,7 @@ def load(m: Measured, w: Workload, *, shards: int, mode: Mode = "pinned") -> Loa
     # serves (each wakes every idle listener, or k of them), and the poll.
     per_due = 1.0 if w.woken_per_due is None else min(1.0, w.woken_per_due / max(idle, 1e-9))
     heard = w.activations_per_s / w.workers + served * lam * per_due + 1.0 / w.poll_s
-    loop_s = served * (m.claim_empty_s + m.next_due_s + 2 * w.rtt_s)
+    loop_s = served * (m.claim_empty_s + m.next_due_s + m.loop_client_s + 2 * w.rtt_s)
     wakes = min(heard, 1.0 / loop_s)
     claims = idle * wakes  # each wake claims once on each shard it serves
     leasing = min(lam, claims)  # every due run is leased once, one claim each

@@ -206,6 +206,26 @@ def measure(url: str, *, tenants: int = TENANTS, more_tenants: int = MORE_TENANT
         written = populate(store, tenants=tenants, due=due, finished=finished, waiting=waiting)
         before_due = written - 60  # claims as of then find nothing due, with no row changed
         pid = _pid(store)
+        # The idle worker's statements first, on a table no claim has rewritten yet.
+        _claims(store, pid, 20, 1, "bench-warm", before_due)
+        vacuum(url)
+        empty, got0 = _claims(store, pid, claims, 1, "bench", before_due)
+        due_cpu, tick_cpu, loop_cpu = [], [], []
+        for _ in range(claims):
+            before = backend_cpu(pid)
+            store.next_due_at(now=before_due)
+            due_cpu.append(backend_cpu(pid) - before)
+            # The worker's side of an idle loop: this thread's CPU for an empty claim and
+            # a next_due_at (psycopg, the pool, the store's code).
+            mine = time.thread_time()
+            store.claim(owner="bench", now=before_due, ttl=30.0, limit=1)
+            store.next_due_at(now=before_due)
+            loop_cpu.append(time.thread_time() - mine)
+            before = backend_cpu(pid)
+            now = time.time()
+            store.claim_schedules(now=now, until=now + 30, flows=["bench"], limit=100)
+            tick_cpu.append(backend_cpu(pid) - before)
+        # Claims that lease (each run handed back after).
         _claims(store, pid, 20, 1, "bench-warm")
         vacuum(url)
         pages = claim_pages(store, 1)
@@ -220,23 +240,16 @@ def measure(url: str, *, tenants: int = TENANTS, more_tenants: int = MORE_TENANT
             per_run, empty_share = contention(url, k, max(claims // k, 10))
             per_claimer[k] = per_run
             facts[f"empty_share_{k}"] = empty_share
-        vacuum(url)
-        empty, got0 = _claims(store, pid, claims, 1, "bench", before_due)
-        due_cpu, tick_cpu = [], []
-        for _ in range(claims):
-            before = backend_cpu(pid)
-            store.next_due_at(now=before_due)
-            due_cpu.append(backend_cpu(pid) - before)
-            before = backend_cpu(pid)
-            now = time.time()
-            store.claim_schedules(now=now, until=now + 30, flows=["bench"], limit=100)
-            tick_cpu.append(backend_cpu(pid) - before)
         # More tenants with runs scheduled (timers), none due: what each tenant adds to a
-        # claim (the tenant-fair walk visits every one).
+        # claim (the tenant-fair walk visits every one), against empty claims made just
+        # before, on the table as the claims above left it.
+        vacuum(url)
+        empty_less, got_less = _claims(store, pid, claims, 1, "bench", before_due)
         populate(store, tenants=more_tenants - tenants, due=0, finished=0, waiting=5,
                  prefix="u")
         vacuum(url)
         empty_more, got_more = _claims(store, pid, claims, 1, "bench", before_due)
+        got0 += got_less
         if got0 or got_more:
             raise RuntimeError(f"{got0 + got_more} runs leased where none was due")
     finally:
@@ -249,11 +262,12 @@ def measure(url: str, *, tenants: int = TENANTS, more_tenants: int = MORE_TENANT
         claim_lease_s=lease_s,
         claim_per_run_s=max((median(ten) - lease_s) / 9, 0.0),
         claim_empty_s=median(empty),
-        claim_per_tenant_s=max((median(empty_more) - median(empty))
+        claim_per_tenant_s=max((median(empty_more) - median(empty_less))
                                / (more_tenants - tenants), 0.0),
         tenants=tenants,
         next_due_s=median(due_cpu),
         schedules_s=median(tick_cpu),
+        loop_client_s=median(loop_cpu),
         notify_send_s=send1,
         notify_send_per_listener_s=max((send16 - send1) / (LISTENERS[1] - LISTENERS[0]), 0.0),
         notify_deliver_s=median([deliver1, deliver16]),
@@ -327,6 +341,9 @@ def measured_figures(m: Measured, facts: dict[str, float]) -> list[Figure]:
                m.claim_lease_s * us, m.next_due_s / m.claim_lease_s),
         Figure("scale.measured.schedule_claim_cpu", m.schedules_s * us, "µs backend CPU",
                m.claim_lease_s * us, m.schedules_s / m.claim_lease_s),
+        Figure("scale.measured.idle_loop_worker_cpu", m.loop_client_s * us,
+               "µs worker CPU per empty claim + next_due_at", m.claim_empty_s * us,
+               m.loop_client_s / m.claim_empty_s),
         Figure("scale.measured.claim_pages", m.claim_pages, "shared buffers per claim"),
         Figure("scale.measured.notify_send_cpu", m.notify_send_s * us, "µs backend CPU"),
         Figure("scale.measured.notify_send_per_listener_cpu",
