@@ -3,8 +3,10 @@ and set against what ``bench/scale_model.py`` predicts for the same fleet and lo
 
 The model's largest term is the herd: a run made due wakes every idle worker listening,
 and each claims. Here ``WORKERS`` workers (one engine, store and LISTEN connection each,
-``--concurrency 2``, ``--poll 1``) serve one schema while a client starts ``RATE`` runs a
-second (each NOTIFYs; each run's one step ends it at once). Counted: every ``claim`` the
+``--concurrency 2``, ``--poll 1``) serve one database while runs come due at ``RATE`` a
+second (each run's one step ends it at once): started then, each with its NOTIFY; or
+started beforehand with a ``start_at`` each, so that only their due times wake the
+workers (they sleep until the earliest). Counted: every ``claim`` the
 workers make, and the runs they lease. The ratio is claims counted over claims predicted
 for the same workers, rate and measured costs; 1 means the model's wake-up rule is the
 workers' own. Rates are over the wall time of the window, so a loaded machine that makes
@@ -71,9 +73,11 @@ class Counted:
 
 
 async def observe(url: str, *, workers: int = WORKERS, rate: float = RATE,
-                  seconds: float = SECONDS) -> dict[str, float]:
-    """Claims and leases per second of ``workers`` real workers while runs are started at
-    ``rate`` a second for ``seconds``."""
+                  seconds: float = SECONDS, timers: bool = False) -> dict[str, float]:
+    """Claims and leases per second of ``workers`` real workers while runs come due at
+    ``rate`` a second for ``seconds``: started then (each NOTIFYs), or, with ``timers``,
+    started beforehand with a ``start_at`` each, so only their due times wake the
+    workers."""
     flow = _flow()
     counts: Counter[str] = Counter()
     stores = [connect(url) for _ in range(workers)]
@@ -82,14 +86,21 @@ async def observe(url: str, *, workers: int = WORKERS, rate: float = RATE,
     fleet = [Worker(uw.Engine(Counted(s, counts), flows=[flow]), concurrency=2, poll=1.0,
                     eager=False) for s in stores]
     serving = [asyncio.create_task(w.run()) for w in fleet]
+    n = int(rate * seconds)
     try:
         await asyncio.wait_for(asyncio.gather(*(w.ready.wait() for w in fleet)), 60)
         starter = uw.Engine(client, flows=[flow])
+        if timers:
+            first = time.time() + 2.0
+            for i in range(n):
+                starter.start(flow, {}, tenant_id=TENANT, eager=False,
+                              start_at=first + i / rate)
+            await asyncio.sleep(max(0.0, first - time.time()))  # paced: the window opens
         counts.clear()
         began = time.perf_counter()
-        n = int(rate * seconds)
         for i in range(n):  # paced load, not a wait for a condition
-            starter.start(flow, {}, tenant_id=TENANT, eager=False)
+            if not timers:
+                starter.start(flow, {}, tenant_id=TENANT, eager=False)
             await asyncio.sleep(max(0.0, began + (i + 1) / rate - time.perf_counter()))
         elapsed = time.perf_counter() - began
         got = dict(counts)
@@ -108,12 +119,15 @@ async def observe(url: str, *, workers: int = WORKERS, rate: float = RATE,
             "leased_per_s": got.get("leased", 0) / elapsed, "seconds": elapsed}
 
 
-def predicted(m: Measured, *, workers: int = WORKERS, rate: float = RATE) -> float:
+def predicted(m: Measured, *, workers: int = WORKERS, rate: float = RATE,
+              timers: bool = False) -> float:
     """Claims per second the model predicts for this fleet: ``rate`` runs a second, all
-    announced by NOTIFY, slots nearly always free, no schedules, one tenant."""
+    announced by NOTIFY (or all by their timers), slots nearly always free, no schedules,
+    one tenant."""
     step_s = 0.005
     w = Workload(workers=workers, tenants=1, slots=2, step_s=step_s,
-                 utilisation=rate * step_s / (workers * 2), notified_share=1.0, poll_s=1.0,
+                 utilisation=rate * step_s / (workers * 2),
+                 notified_share=0.0 if timers else 1.0, poll_s=1.0,
                  rtt_s=0.0001, schedules_every_s=None)
     return scale_model.load(m, w, shards=1).claims
 
@@ -135,7 +149,7 @@ def own_database() -> Iterator[str]:
             conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
 
 
-def check(m: Measured) -> tuple[dict[str, float], float]:
+def check(m: Measured, *, timers: bool = False) -> tuple[dict[str, float], float]:
     """The observation, in a database of its own, and the model's prediction."""
     with own_database() as url:
-        return asyncio.run(observe(url)), predicted(m)
+        return asyncio.run(observe(url, timers=timers)), predicted(m, timers=timers)
