@@ -6,17 +6,23 @@ time is read from ``/proc/<pid>/schedstat``, nanoseconds the kernel counted):
 
 - the backend CPU of the store's own ``claim`` (``PostgresStore.claim``: the
   tenant-fair ``claim_candidates`` and ``take_leases``, its transaction included) leasing
-  1 and 10 runs out of 20 tenants' due runs, and finding none due; of ``next_due_at``;
+  1 and 10 runs out of 20 tenants' due runs, and finding none due (with 20 and with 500
+  tenants scheduled); of ``next_due_at`` and ``claim_schedules``; the worker's own CPU
+  for an idle loop's claim and ``next_due_at``;
 - the shared buffers one claim touches (``EXPLAIN (ANALYZE, BUFFERS)`` of the statement);
 - the CPU per leased run with K = 1, 2, 4, 8 claimers at once, each on its own connection
   (``FOR UPDATE SKIP LOCKED``: what skipping each other's rows costs);
 - NOTIFY: the sender's CPU per notification with 1 and 16 listeners, and each listening
   backend's CPU per notification it passes on.
 
+Checked (``bench/scale_herd.py``): real workers' claims against the model's prediction
+for them, runs made due by NOTIFY and by timers.
+
 Modelled (``bench/scale_model.py``, mean field and M/M/c): 10,000 workers of 10 slots,
-activations of 10 s at 60 % of the slots, half of them made due by NOTIFY; the claims,
-CPU cores, connections and notifications one cluster and each of N shards would see.
-Every modelled figure is printed against the one-cluster figure of the same run.
+activations of 10 s at 60 % of the slots, half of them made due by NOTIFY, 2,000 tenants;
+the claims, CPU cores, connections and notifications one cluster and each of N shards
+would see. Every modelled figure is printed against the one-cluster figure of the same
+run.
 """
 
 from __future__ import annotations
