@@ -571,6 +571,34 @@ SELECT r.tenant_id, r.run_id, r.queue, r.lease_token
  ORDER BY d.turn, d.next_wake_at, d.tenant_id COLLATE "C", d.run_id COLLATE "C"
  LIMIT %(limit)s
 
+-- name: queues_limited
+-- Whether a queue a claim may take runs from has limits (every queue when none are named).
+SELECT EXISTS (SELECT 1 FROM queues
+                WHERE (%(queues)s::text[] IS NULL OR name = ANY(%(queues)s::text[]))
+                  AND (max_concurrency IS NOT NULL OR rate_limit IS NOT NULL))
+
+-- name: claim_unlimited
+-- A claim on queues without limits, in one statement: the runs claim_candidates finds,
+-- leased as take_leases leases them, numbered in the candidates' order. Nothing is taken
+-- when a queue of the claim has limits (queues_limited, sent with it, says so); the
+-- caller then claims within them. One round trip instead of a transaction of four: a
+-- claim's locks are never held while a busy worker process waits for its turn to run.
+WITH picked AS MATERIALIZED (
+    SELECT c.tenant_id, c.run_id, row_number() OVER () AS n FROM (
+-- include: claim_candidates
+    ) c
+     WHERE NOT EXISTS (
+           SELECT 1 FROM queues
+            WHERE (%(queues)s::text[] IS NULL OR name = ANY(%(queues)s::text[]))
+              AND (max_concurrency IS NOT NULL OR rate_limit IS NOT NULL))
+)
+UPDATE runs
+   SET lease_owner = %(owner)s, lease_token = runs.lease_token + 1,
+       lease_expires_at = %(expires_at)s
+  FROM picked
+ WHERE runs.tenant_id = picked.tenant_id AND runs.run_id = picked.run_id
+RETURNING runs.tenant_id, runs.run_id, runs.lease_token, picked.n
+
 -- name: claim_run
 -- A claim told which run to take: the run's row, found by its key and leased when it is
 -- due, unfinished, held by nobody, of the queues and its queue has no limits; one statement
