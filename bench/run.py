@@ -37,6 +37,7 @@ import labels
 import listing
 import long_runs
 import mcp_tools
+import million
 import observe
 import openai_agents
 import policy
@@ -52,6 +53,7 @@ import storage
 import streaming
 import tenant_usage
 import throughput
+import timers
 import tracing
 import workers
 from common import Figure, pg_base_url, pg_reachable, pg_store_missing
@@ -163,6 +165,13 @@ GROUPS: dict[str, list[tuple[str, Callable[[], list[Figure]]]]] = {
         ("PostgreSQL cheap observation: /metrics, a deep state, the runs list at 1M runs",
          observe.bench_postgres),
     ],
+    "million": [
+        ("SQLite a million runs: claims, the next timer, a worker's memory",
+         million.bench_sqlite),
+        ("PostgreSQL a million runs: claims, the next timer, a worker's memory",
+         million.bench_postgres),
+    ],
+    "timers": [("PostgreSQL timers due at 1,000 a second", timers.bench_postgres)],
     "startup": [("underway serve start-up", service.bench_startup)],
     "deploy": [
         ("SQLite deploy check of 10,000 parked runs", deploy_check.bench_sqlite),
