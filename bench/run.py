@@ -44,6 +44,7 @@ import policy
 import provenance
 import pydantic_ai_overhead
 import resume
+import retention_steady
 import sandbox
 import service
 import starts
@@ -172,6 +173,8 @@ GROUPS: dict[str, list[tuple[str, Callable[[], list[Figure]]]]] = {
          million.bench_postgres),
     ],
     "timers": [("PostgreSQL timers due at 1,000 a second", timers.bench_postgres)],
+    "retention_steady": [("PostgreSQL what retention keeps of a run, round after round",
+                          retention_steady.bench_postgres)],
     "startup": [("underway serve start-up", service.bench_startup)],
     "deploy": [
         ("SQLite deploy check of 10,000 parked runs", deploy_check.bench_sqlite),
