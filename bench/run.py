@@ -37,12 +37,14 @@ import labels
 import listing
 import long_runs
 import mcp_tools
+import million
 import observe
 import openai_agents
 import policy
 import provenance
 import pydantic_ai_overhead
 import resume
+import retention_steady
 import sandbox
 import scale_sim
 import service
@@ -53,6 +55,7 @@ import storage
 import streaming
 import tenant_usage
 import throughput
+import timers
 import tracing
 import workers
 from common import Figure, pg_base_url, pg_reachable, pg_store_missing
@@ -164,6 +167,15 @@ GROUPS: dict[str, list[tuple[str, Callable[[], list[Figure]]]]] = {
         ("PostgreSQL cheap observation: /metrics, a deep state, the runs list at 1M runs",
          observe.bench_postgres),
     ],
+    "million": [
+        ("SQLite a million runs: claims, the next timer, a worker's memory",
+         million.bench_sqlite),
+        ("PostgreSQL a million runs: claims, the next timer, a worker's memory",
+         million.bench_postgres),
+    ],
+    "timers": [("PostgreSQL timers due at 1,000 a second", timers.bench_postgres)],
+    "retention_steady": [("PostgreSQL what retention keeps of a run, round after round",
+                          retention_steady.bench_postgres)],
     "startup": [("underway serve start-up", service.bench_startup)],
     "deploy": [
         ("SQLite deploy check of 10,000 parked runs", deploy_check.bench_sqlite),

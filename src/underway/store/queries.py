@@ -1,6 +1,7 @@
 """Loads the named SQL queries of a dialect from ``store/sql/<dialect>.sql``.
 
-A query file is a sequence of blocks, each introduced by ``-- name: <query_name>``.
+A query file is a sequence of blocks, each introduced by ``-- name: <query_name>``. A line
+``-- include: <query_name>`` in a block stands for that whole query.
 """
 
 from __future__ import annotations
@@ -29,7 +30,17 @@ def load(dialect: str) -> dict[str, str]:
         queries[name] = "\n".join(lines).strip()
     for narrowed, columns in _NARROWED.items():
         queries[narrowed] = _narrow(queries["list_runs"], columns, dialect)
+    for name, query in queries.items():
+        if _INCLUDE in query:
+            queries[name] = "\n".join(
+                queries[line.removeprefix(_INCLUDE).strip()] if line.startswith(_INCLUDE)
+                else line for line in query.splitlines())
     return queries
+
+
+_INCLUDE = "-- include:"
+"""A line of a query that stands for another whole query, named after it: a statement
+built on another is written once."""
 
 
 _NARROWED = {"list_runs_by_status": ("status",), "list_runs_by_flow": ("flow",),
