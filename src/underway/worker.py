@@ -167,7 +167,8 @@ class Worker:
         self._anchored_heads: dict[tuple[str, str], tuple[int, str]] = {}
         self._anchor_lock = threading.Lock()
         self.ready = asyncio.Event()
-        """Set once the worker is serving (and, on PostgreSQL, listening)."""
+        """Set once the worker is serving (and, on PostgreSQL, listening) and its first look
+        for work has ended."""
         self.activations = 0
         """Activations that ran to their end (the run waits, finished or escalated)."""
         self.eager_starts = 0
@@ -239,7 +240,6 @@ class Worker:
                     helpers.append(asyncio.create_task(self._sweeper.run(),
                                                        name="underway-retention"))
                 helpers.append(await self._start_listener())
-                self.ready.set()
                 await self._serve()
             finally:
                 await self._drain()
@@ -258,13 +258,23 @@ class Worker:
         interval = self.min_poll
         while not self._stopping:
             self._wake.clear()
-            free = self.concurrency - len(self._tasks) - self._reserved
+            with self._slots:
+                # The slots a claim asks for stay reserved while it runs, so that an eager
+                # start on another thread cannot take one of them too.
+                free = max(0, self.concurrency - len(self._tasks) - self._reserved)
+                self._reserved += free
             claimed = 0
             if free > 0:
-                leases = await self._quietly(self._claim, free) or []
+                try:
+                    leases = await self._quietly(self._claim, free) or []
+                finally:
+                    with self._slots:
+                        self._reserved -= free
                 for lease in leases:
                     self._spawn(lease)
                 claimed = len(leases)
+            if not self.ready.is_set():
+                self.ready.set()
                 # Every slot asked for was filled: more runs may be due, and they go
                 # before any this process starts itself.
                 self._backlog = claimed == free
@@ -278,6 +288,7 @@ class Worker:
             except TimeoutError:
                 if not claimed:
                     interval = min(interval * 2, self.poll)
+        self.ready.set()  # stopped before its first look: nobody waits on it forever
 
     async def _idle_timeout(self, interval: float, *, full: bool) -> float:
         """How long to wait for a wake-up (a finished run, a notification, stop)."""

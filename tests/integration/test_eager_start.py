@@ -6,6 +6,7 @@ the same in one process. What is journaled is what a claimed run journals."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -16,7 +17,7 @@ from pydantic import BaseModel
 import underway as uw
 from underway import Engine, Flow, RunContext, Worker, connect, tool
 from underway.control import CANCEL
-from underway.store import SignalRecord, Store
+from underway.store import Lease, SignalRecord, Store
 
 PATIENCE_S = 120.0
 """A guard against hangs, never reached: what is awaited takes well under a second."""
@@ -153,6 +154,50 @@ def test_a_full_worker_or_a_run_not_yet_due_leaves_the_run_to_a_claim(store: Sto
         await until(lambda: engine.state(waiting).status == "completed", "the claimed run")
         assert engine.state(busy).status == "completed"
         assert engine.state(later).status == "ready"
+        worker.stop()
+        await task
+
+    asyncio.run(scenario())
+
+
+def test_a_start_while_a_claim_is_out_leaves_its_run_to_a_claim(
+    store: Store, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The slots a claim asks for are taken while it runs: a run started meanwhile is not
+    leased to the worker too, so the worker never drives more runs than its concurrency."""
+    global GATE
+    GATE = asyncio.Event()
+    engine = new_engine(store)
+    first, _ = engine.start(holding, {})  # due before the worker exists: its claim takes it
+    entered, may_go = threading.Event(), threading.Event()
+
+    async def scenario() -> None:
+        assert GATE is not None
+        worker = Worker(engine, poll=60, min_poll=60, listen=False, concurrency=1)
+        claim = worker._claim
+
+        def held_claim(limit: int) -> list[Lease]:
+            entered.set()
+            assert may_go.wait(PATIENCE_S), "the test never let the claim go"
+            return claim(limit)
+
+        monkeypatch.setattr(worker, "_claim", held_claim)
+        task = asyncio.create_task(worker.run())
+        await until(entered.is_set, "the worker's first claim")
+        second, _ = engine.start(holding, {})
+        assert worker.eager_starts == 0
+        row = store.get_run("default", second)
+        assert row is not None and row.lease_owner is None
+        may_go.set()
+        await worker.ready.wait()
+        await until(lambda: worker.in_flight == 1, "the claimed run")
+        leased = [run_id for run_id in (first, second)
+                  if (r := store.get_run("default", run_id)) and r.lease_owner is not None]
+        assert leased == [first]
+        GATE.set()
+        await until(lambda: engine.state(second).status == "completed", "the second run")
+        assert engine.state(first).status == "completed"
+        assert worker.eager_starts == 0
         worker.stop()
         await task
 
