@@ -3,6 +3,7 @@ shares, and the schema's migrations."""
 
 from __future__ import annotations
 
+import select
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -55,6 +56,7 @@ class Connection(SQLBase):
             max_size=max_size,
             kwargs={"autocommit": True},
             configure=self._configure,
+            check=self._check,
             open=False,
             name=f"underway:{self.schema or 'default'}",
         )
@@ -63,13 +65,30 @@ class Connection(SQLBase):
         except PoolTimeout as exc:
             self._pool.close()
             where = urlsplit(self.conninfo)
+            # The hosts as given: a multi-host URL names several (``h1:p1,h2:p2``).
+            hosts = where.netloc.rpartition("@")[2]
             raise StoreError(
-                f"cannot connect to PostgreSQL at {where.hostname}:{where.port or 5432}"
-                f"{where.path} within {connect_timeout:g}s; is the server running and the "
-                "URL right?"
+                f"cannot connect to PostgreSQL at {hosts}{where.path} within "
+                f"{connect_timeout:g}s; is the server running and the URL right?"
             ) from exc
         # A database migrated by a newer underway is refused before anything is written.
         self._refuse_newer_schema("postgres", self._pool.close)
+
+    def _check(self, conn: psycopg.Connection[Any]) -> None:
+        """Refuse a pooled connection whose server has gone; the pool then opens another,
+        on whichever host is writable now (``target_session_attrs=read-write``).
+
+        A server that stopped or failed over (Patroni) closed its end, so the idle
+        connection has something to read: one ``poll``, not a round trip, at each
+        checkout. The pool waits a second after each refused connection, so the first
+        one found sends every idle connection through the pool's own check at once. A
+        connection dropped silently (a host that vanished) is not caught here: libpq's
+        ``keepalives`` and ``tcp_user_timeout`` options are (docs/high-availability.md).
+        """
+        if _spoke(conn):
+            conn.close()
+            self._pool.check()
+            raise psycopg.OperationalError("the server closed the connection")
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
         if self.schema is not None:
@@ -174,6 +193,16 @@ class Connection(SQLBase):
     @staticmethod
     def _run(row: Any) -> RunRecord:
         return _run(row)
+
+
+def _spoke(conn: psycopg.Connection[Any]) -> bool:
+    """Whether an idle connection has something to read: its server's farewell (a FATAL
+    message, the end of the stream). An idle pooled connection has nothing to hear."""
+    if conn.closed:
+        return True
+    poller = select.poll()
+    poller.register(conn.fileno(), select.POLLIN)
+    return bool(poller.poll(0))
 
 
 def _run(row: tuple[Any, ...]) -> RunRecord:
