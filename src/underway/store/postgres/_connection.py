@@ -7,7 +7,7 @@ import select
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Self
 from urllib.parse import urlsplit
 
 import psycopg
@@ -23,6 +23,13 @@ from .._urls import split_url
 from ..records import RunRecord
 
 _Q = queries.load("postgres")
+
+RECONNECT_EVERY_S = 0.25
+RECONNECT_FOR_S = 5.0
+"""A pooled connection that cannot be opened is tried again every
+:data:`RECONNECT_EVERY_S` for this long before the pool's own backoff (1 s, doubling)
+takes over: a failover takes seconds, and its new primary is found within a quarter
+second of being up, not a long backoff later."""
 
 
 class Connection(SQLBase):
@@ -50,13 +57,14 @@ class Connection(SQLBase):
         self.codec = Codec()
         """How payloads are encoded, sealed and opened (``Database.codec``)."""
         self.offload = Offload(max_size, name="underway-postgres")
-        self._pool = ConnectionPool(
+        self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
             self.conninfo,
             min_size=min_size,
             max_size=max_size,
             kwargs={"autocommit": True},
             configure=self._configure,
             check=self._check,
+            connection_class=_Reconnecting,
             open=False,
             name=f"underway:{self.schema or 'default'}",
         )
@@ -193,6 +201,23 @@ class Connection(SQLBase):
     @staticmethod
     def _run(row: Any) -> RunRecord:
         return _run(row)
+
+
+class _Reconnecting(psycopg.Connection[Any]):
+    """A connection the pool opens: tried again at short intervals while no server
+    answers (a restart, a failover), for :data:`RECONNECT_FOR_S` at most."""
+
+    @classmethod
+    def connect(cls, conninfo: str = "", **kwargs: Any) -> Self:
+        """Connect, trying again every :data:`RECONNECT_EVERY_S` while it fails."""
+        give_up = time.monotonic() + RECONNECT_FOR_S
+        while True:
+            try:
+                return super().connect(conninfo, **kwargs)
+            except psycopg.OperationalError:
+                if time.monotonic() >= give_up:
+                    raise
+            time.sleep(RECONNECT_EVERY_S)
 
 
 def _spoke(conn: psycopg.Connection[Any]) -> bool:
