@@ -96,6 +96,16 @@ class Node:
         except OSError:
             return 0
 
+    def replicating_synchronously(self) -> bool:
+        """Whether this server has a standby it waits for at each commit (what Patroni
+        says is checked against the server itself)."""
+        with contextlib.suppress(psycopg.Error), \
+                psycopg.connect(self.url, connect_timeout=5, autocommit=True) as conn:
+            row = conn.execute("SELECT count(*) FROM pg_stat_replication "
+                               "WHERE sync_state = 'sync' AND state = 'streaming'").fetchone()
+            return row is not None and int(row[0]) > 0
+        return False
+
     def postmaster_pid(self) -> int | None:
         """The server's postmaster, from its pid file (None when it is not running)."""
         try:
@@ -153,10 +163,10 @@ class Cluster:
         for node in self.nodes:
             if node.killed:
                 continue
-            with contextlib.suppress(OSError, ValueError):
-                with urllib.request.urlopen(node.api + "/cluster", timeout=5) as resp:
-                    found: list[dict[str, Any]] = json.loads(resp.read())["members"]
-                    return found
+            with contextlib.suppress(OSError, ValueError), \
+                    urllib.request.urlopen(node.api + "/cluster", timeout=5) as resp:
+                found: list[dict[str, Any]] = json.loads(resp.read())["members"]
+                return found
         return []
 
     def leader(self) -> Node | None:
@@ -178,7 +188,7 @@ class Cluster:
                     and roles.get(n.name, (None, None))[0] == "sync_standby"
                     and roles[n.name][1] in ("streaming", "running")
                     and n.status("/sync") == 200]
-            if leader is not None and sync:
+            if leader is not None and sync and leader.replicating_synchronously():
                 return leader, sync[0]
             if time.monotonic() > deadline:
                 raise AssertionError(f"no healthy leader with a synchronous standby after "
@@ -193,11 +203,11 @@ class Cluster:
         while True:
             leader = self.leader()
             if leader is not None and leader is not not_on:
-                with contextlib.suppress(psycopg.Error):
-                    with psycopg.connect(self.url, connect_timeout=5, autocommit=True) as c:
-                        row = c.execute("SELECT inet_server_port()").fetchone()
-                        if row is not None and int(row[0]) == leader.pg_port:
-                            return leader
+                with contextlib.suppress(psycopg.Error), \
+                        psycopg.connect(self.url, connect_timeout=5, autocommit=True) as c:
+                    row = c.execute("SELECT inet_server_port()").fetchone()
+                    if row is not None and int(row[0]) == leader.pg_port:
+                        return leader
             if time.monotonic() > deadline:
                 raise AssertionError(f"no new writable primary after {timeout:.0f}s: "
                                      f"{self.members()}\n{self.logs()}")
@@ -328,10 +338,10 @@ def _start_etcd(cluster: Cluster) -> None:
         cluster.etcd = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + UP_TIMEOUT_S
     while True:
-        with contextlib.suppress(OSError):
-            with urllib.request.urlopen(client + "/health", timeout=5) as resp:
-                if json.loads(resp.read()).get("health") in ("true", True):
-                    return
+        with contextlib.suppress(OSError), \
+                urllib.request.urlopen(client + "/health", timeout=5) as resp:
+            if json.loads(resp.read()).get("health") in ("true", True):
+                return
         if cluster.etcd.poll() is not None or time.monotonic() > deadline:
             log = (cluster.root / "etcd.log").read_text(errors="replace")[-3000:]
             raise AssertionError(f"etcd did not start:\n{log}")
@@ -385,7 +395,7 @@ def patroni_cluster() -> Iterator[Cluster]:
         # The first member bootstraps the cluster; the second then clones it.
         deadline = time.monotonic() + UP_TIMEOUT_S
         while nodes[0].status("/leader") != 200:
-            if nodes[0].popen is not None and nodes[0].popen.poll() is not None or \
+            if (nodes[0].popen is not None and nodes[0].popen.poll() is not None) or \
                     time.monotonic() > deadline:
                 raise AssertionError(f"the first member did not lead:\n{cluster.logs()}\n"
                                      f"{(nodes[0].home / 'patroni.out').read_text()[-3000:]}")
