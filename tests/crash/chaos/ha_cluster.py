@@ -96,13 +96,14 @@ class Node:
         except OSError:
             return 0
 
-    def replicating_synchronously(self) -> bool:
-        """Whether this server has a standby it waits for at each commit (what Patroni
-        says is checked against the server itself)."""
+    def replicating(self, *, synchronously: bool) -> bool:
+        """Whether this server streams to a standby — one it waits for at each commit,
+        when ``synchronously`` (what Patroni says, checked against the server itself)."""
+        sync = "sync" if synchronously else "async"
         with contextlib.suppress(psycopg.Error), \
                 psycopg.connect(self.url, connect_timeout=5, autocommit=True) as conn:
-            row = conn.execute("SELECT count(*) FROM pg_stat_replication "
-                               "WHERE sync_state = 'sync' AND state = 'streaming'").fetchone()
+            row = conn.execute("SELECT count(*) FROM pg_stat_replication WHERE sync_state "
+                               "= %s AND state = 'streaming'", [sync]).fetchone()
             return row is not None and int(row[0]) > 0
         return False
 
@@ -145,6 +146,7 @@ class Cluster:
     etcd_port: int
     nodes: list[Node]
     as_postgres: bool
+    synchronous: bool = True
     etcd: subprocess.Popen[bytes] | None = None
     events: list[str] = field(default_factory=list)
 
@@ -178,17 +180,19 @@ class Cluster:
         return None
 
     def wait_healthy(self, timeout: float = CHANGE_TIMEOUT_S) -> tuple[Node, Node]:
-        """Wait until one live member leads and another is its synchronous standby,
-        streaming; (leader, standby)."""
+        """Wait until one live member leads and another is its standby — synchronous,
+        unless the cluster is not — streaming; (leader, standby)."""
         deadline = time.monotonic() + timeout
+        role = "sync_standby" if self.synchronous else "replica"
         while True:
             roles = {m.get("name"): (m.get("role"), m.get("state")) for m in self.members()}
             leader = self.leader()
             sync = [n for n in self.nodes if not n.killed and n is not leader
-                    and roles.get(n.name, (None, None))[0] == "sync_standby"
+                    and roles.get(n.name, (None, None))[0] == role
                     and roles[n.name][1] in ("streaming", "running")
-                    and n.status("/sync") == 200]
-            if leader is not None and sync and leader.replicating_synchronously():
+                    and n.status("/sync" if self.synchronous else "/replica") == 200]
+            if leader is not None and sync and \
+                    leader.replicating(synchronously=self.synchronous):
                 return leader, sync[0]
             if time.monotonic() > deadline:
                 raise AssertionError(f"no healthy leader with a synchronous standby after "
@@ -282,7 +286,7 @@ def _config(cluster: Cluster, node: Node) -> str:
             "dcs": {
                 "ttl": TTL_S, "loop_wait": LOOP_WAIT_S, "retry_timeout": RETRY_TIMEOUT_S,
                 "maximum_lag_on_failover": 1048576,
-                "synchronous_mode": True,
+                "synchronous_mode": cluster.synchronous,
                 "synchronous_mode_strict": False,
                 "postgresql": {
                     "use_pg_rewind": False,
@@ -369,10 +373,10 @@ def start_node(cluster: Cluster, node: Node) -> None:
 
 
 @contextlib.contextmanager
-def patroni_cluster() -> Iterator[Cluster]:
-    """Start etcd and two Patroni members (a primary and its synchronous standby) in a
-    temporary directory, wait until the standby streams synchronously, and stop all of
-    it afterwards. Fails (never skips) when a binary is missing."""
+def patroni_cluster(*, synchronous: bool = True) -> Iterator[Cluster]:
+    """Start etcd and two Patroni members (a primary and its standby, synchronous unless
+    ``synchronous`` is False) in a temporary directory, wait until the standby streams,
+    and stop all of it afterwards. Fails (never skips) when a binary is missing."""
     for binary in ("etcd", "patroni"):
         if shutil.which(binary) is None:
             raise AssertionError(f"{binary} is missing: run scripts/ensure-patroni")
@@ -385,7 +389,8 @@ def patroni_cluster() -> Iterator[Cluster]:
         home = root / f"node{i}"
         home.mkdir()
         nodes.append(Node(f"node{i}", home, free_port(), free_port()))
-    cluster = Cluster(f"uw-{root.name[-8:]}", root, free_port(), nodes, as_postgres)
+    cluster = Cluster(f"uw-{root.name[-8:]}", root, free_port(), nodes, as_postgres,
+                      synchronous)
     try:
         if as_postgres:
             for path in [root, *(n.home for n in nodes)]:
