@@ -57,14 +57,15 @@ class Connection(SQLBase):
         self.codec = Codec()
         """How payloads are encoded, sealed and opened (``Database.codec``)."""
         self.offload = Offload(max_size, name="underway-postgres")
-        self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
+        self._pool = ConnectionPool(
             self.conninfo,
             min_size=min_size,
             max_size=max_size,
             kwargs={"autocommit": True},
             configure=self._configure,
             check=self._check,
-            connection_class=_Reconnecting,
+            # Never past the time opening the store may take.
+            connection_class=_reconnecting(min(RECONNECT_FOR_S, connect_timeout)),
             open=False,
             name=f"underway:{self.schema or 'default'}",
         )
@@ -203,21 +204,23 @@ class Connection(SQLBase):
         return _run(row)
 
 
-class _Reconnecting(psycopg.Connection[Any]):
-    """A connection the pool opens: tried again at short intervals while no server
-    answers (a restart, a failover), for :data:`RECONNECT_FOR_S` at most."""
+def _reconnecting(window: float) -> type[psycopg.Connection[Any]]:
+    """The connections a pool opens: tried again every :data:`RECONNECT_EVERY_S` while
+    no server answers (a restart, a failover), for ``window`` seconds at most."""
 
-    @classmethod
-    def connect(cls, conninfo: str = "", **kwargs: Any) -> Self:
-        """Connect, trying again every :data:`RECONNECT_EVERY_S` while it fails."""
-        give_up = time.monotonic() + RECONNECT_FOR_S
-        while True:
-            try:
-                return super().connect(conninfo, **kwargs)
-            except psycopg.OperationalError:
-                if time.monotonic() >= give_up:
-                    raise
-            time.sleep(RECONNECT_EVERY_S)
+    class Reconnecting(psycopg.Connection[Any]):
+        @classmethod
+        def connect(cls, conninfo: str = "", **kwargs: Any) -> Self:
+            give_up = time.monotonic() + window
+            while True:
+                try:
+                    return super().connect(conninfo, **kwargs)
+                except psycopg.OperationalError:
+                    if time.monotonic() >= give_up:
+                        raise
+                time.sleep(RECONNECT_EVERY_S)
+
+    return Reconnecting
 
 
 def _spoke(conn: psycopg.Connection[Any]) -> bool:
