@@ -19,6 +19,8 @@ Then, with the same workers (none dies, none is replaced):
   result its effects imply;
 - no two workers held a lease on one run at once (:func:`harness.fencing_problems`);
 - ``underway audit verify --anchors`` proves the journals extend the anchored heads;
+- ``underway serve``, started before and never restarted, answers for every run from the
+  new primary (the CLI, too, works through the multi-host URL);
 - the time from the kill to the first step committed on the new primary, and to each
   worker's first step there, is measured and printed (docs/high-availability.md
   records it); only a generous bound is asserted, to end a hung test.
@@ -33,6 +35,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
 import psycopg
 import pytest
 from app import build
@@ -52,6 +55,7 @@ from harness import (
 
 from fakes.invariants import Journals, check_prefix
 from fakes.outside_service import OutsideService
+from fakes.serving import serve
 
 pytestmark = [pytest.mark.crash, pytest.mark.postgres, pytest.mark.timeout(1200)]
 
@@ -126,6 +130,9 @@ def test_switchover_and_primary_killed_under_load_lose_nothing(
     public = cli("audit", "keygen", "--out", str(key)).split("public key: ")[1].split()[0]
     with patroni_cluster() as cluster, OutsideService(delay=SERVICE_DELAY_S) as svc:
         url = cluster.url
+        cli("db", "migrate", "--db", url)
+        token = cli("apikeys", "new", "--tenant", "default", "--role", "operator",
+                    "--db", url).strip()
         flows, tools = build(svc.url)
         db = Db(url, flows, tools)
         workers = Workers(url, svc.url, tmp_path, concurrency=CONCURRENCY,
@@ -190,21 +197,27 @@ def test_switchover_and_primary_killed_under_load_lose_nothing(
                     time.sleep(0.02)
             return True
 
-        try:
-            for _ in range(2):
-                workers.spawn()
-            unleash(db, workers, plan, random.Random(0), tally,
-                    between=change_when_due)
-            verify(db.engine, svc, workers, plan, [], tally)
-            after = journals(db.store)
-            check_prefix(fo.before_kill, after, tally.problems, "after the failover")
-            # Commits whose answer the kill took: retried, fenced, refused, reloaded.
-            gave_up = sum(workers.log(w).count("gave up run") for w in workers.all)
-            verified = cli("audit", "verify", "--db", url, "--anchors", str(log),
-                           "--public-key", public)
-        finally:
-            workers.kill_all()
-            db.close()
+        with serve(url) as (api, _):
+            try:
+                for _ in range(2):
+                    workers.spawn()
+                unleash(db, workers, plan, random.Random(0), tally,
+                        between=change_when_due)
+                verify(db.engine, svc, workers, plan, [], tally)
+                # `underway serve`, up all along, answers from the new primary.
+                with httpx.Client(base_url=api, headers={"Authorization": f"Bearer {token}"},
+                                  timeout=60) as http:
+                    served = {http.get(f"/v1/runs/{r.run_id}").json()["status"]
+                              for r in db.store.list_runs("default", limit=1_000)}
+                after = journals(db.store)
+                check_prefix(fo.before_kill, after, tally.problems, "after the failover")
+                # Commits whose answer the kill took: retried, fenced, refused, reloaded.
+                gave_up = sum(workers.log(w).count("gave up run") for w in workers.all)
+                verified = cli("audit", "verify", "--db", url, "--anchors", str(log),
+                               "--public-key", public)
+            finally:
+                workers.kill_all()
+                db.close()
     with capsys.disabled():
         per_worker = {o: round(t, 2) for o, t in sorted(fo.recovered.items())}
         print(f"\nfailover {tally.summary()} events_at_switchover={fo.events_at_switchover} "
@@ -218,6 +231,7 @@ def test_switchover_and_primary_killed_under_load_lose_nothing(
     assert fo.events_at_kill < tally.events, "nothing was committed after the kill"
     assert sum(len(j) for j in fo.before_kill.values()) > 0
     assert tally.runs == RUNS
+    assert served == {"completed"}
     assert tally.duplicate_effects == 0
     assert tally.workers_started == 2  # the same workers carried on: none died
     assert "extends every head of 1 anchor record" in verified, verified
