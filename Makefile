@@ -35,6 +35,7 @@ lint: $(STAMP)
 test: lint
 	scripts/ensure-bwrap
 	scripts/ensure-chromium
+	scripts/ensure-patroni
 	$(PG) $(PY) scripts/tidy-postgres
 	$(PG) $(BROKERS) $(DOCKER) $(PY) -m pytest -q -rs $(PARALLEL)
 
@@ -44,6 +45,7 @@ unit: $(STAMP)
 
 crash: $(STAMP)
 	scripts/ensure-bwrap
+	scripts/ensure-patroni
 	$(PG) $(BROKERS) $(PY) -m pytest -q $(PARALLEL) tests/crash
 
 soak: $(STAMP)

@@ -165,6 +165,7 @@ class _Handler(BaseHTTPRequestHandler):
             time.sleep(self.server.delay)
 
     def do_GET(self) -> None:
+        self.server.open.wait()
         ledger = self.server.ledger
         if self.path.startswith("/customers/"):
             self._take_time()
@@ -195,6 +196,7 @@ class _Handler(BaseHTTPRequestHandler):
         if len(raw) != length:
             return
         body = json.loads(raw)
+        self.server.open.wait()
         ledger = self.server.ledger
         if self.path == "/effects":
             self._take_time()
@@ -221,6 +223,7 @@ class _Server(ThreadingHTTPServer):
     request_queue_size = 256
     ledger: Ledger
     delay: float
+    open: threading.Event
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A worker killed mid-request leaves a broken connection behind: not news."""
@@ -244,6 +247,8 @@ class OutsideService:
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.ledger = self.ledger
         self._server.delay = delay
+        self._server.open = threading.Event()
+        self._server.open.set()
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
@@ -252,6 +257,15 @@ class OutsideService:
         host, port = self._server.server_address[:2]
         return f"http://{host!s}:{port}"
 
+    def hold(self) -> None:
+        """Keep every request waiting from now on, until :meth:`release`: the runs stop
+        at their next call, and hold still while the test changes the world around them."""
+        self._server.open.clear()
+
+    def release(self) -> None:
+        """Answer the requests held since :meth:`hold`, and the next ones."""
+        self._server.open.set()
+
     def start(self) -> Self:
         """Start serving in the background."""
         self._thread.start()
@@ -259,6 +273,7 @@ class OutsideService:
 
     def stop(self) -> None:
         """Stop serving and close the socket."""
+        self.release()
         self._server.shutdown()
         self._server.server_close()
         self._thread.join()

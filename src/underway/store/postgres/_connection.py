@@ -3,10 +3,11 @@ shares, and the schema's migrations."""
 
 from __future__ import annotations
 
+import select
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Self
 from urllib.parse import urlsplit
 
 import psycopg
@@ -22,6 +23,13 @@ from .._urls import split_url
 from ..records import RunRecord
 
 _Q = queries.load("postgres")
+
+RECONNECT_EVERY_S = 0.25
+RECONNECT_FOR_S = 5.0
+"""A pooled connection that cannot be opened is tried again every
+:data:`RECONNECT_EVERY_S` for this long before the pool's own backoff (1 s, doubling)
+takes over: a failover takes seconds, and its new primary is found within a quarter
+second of being up, not a long backoff later."""
 
 
 class Connection(SQLBase):
@@ -55,6 +63,9 @@ class Connection(SQLBase):
             max_size=max_size,
             kwargs={"autocommit": True},
             configure=self._configure,
+            check=self._check,
+            # Never past the time opening the store may take.
+            connection_class=_reconnecting(min(RECONNECT_FOR_S, connect_timeout)),
             open=False,
             name=f"underway:{self.schema or 'default'}",
         )
@@ -63,13 +74,30 @@ class Connection(SQLBase):
         except PoolTimeout as exc:
             self._pool.close()
             where = urlsplit(self.conninfo)
+            # The hosts as given: a multi-host URL names several (``h1:p1,h2:p2``).
+            hosts = where.netloc.rpartition("@")[2]
             raise StoreError(
-                f"cannot connect to PostgreSQL at {where.hostname}:{where.port or 5432}"
-                f"{where.path} within {connect_timeout:g}s; is the server running and the "
-                "URL right?"
+                f"cannot connect to PostgreSQL at {hosts}{where.path} within "
+                f"{connect_timeout:g}s; is the server running and the URL right?"
             ) from exc
         # A database migrated by a newer underway is refused before anything is written.
         self._refuse_newer_schema("postgres", self._pool.close)
+
+    def _check(self, conn: psycopg.Connection[Any]) -> None:
+        """Refuse a pooled connection whose server has gone; the pool then opens another,
+        on whichever host is writable now (``target_session_attrs=read-write``).
+
+        A server that stopped or failed over (Patroni) closed its end, so the idle
+        connection has something to read: one ``poll``, not a round trip, at each
+        checkout. The pool waits a second after each refused connection, so the first
+        one found sends every idle connection through the pool's own check at once. A
+        connection dropped silently (a host that vanished) is not caught here: libpq's
+        ``keepalives`` and ``tcp_user_timeout`` options are (docs/high-availability.md).
+        """
+        if _spoke(conn):
+            conn.close()
+            self._pool.check()
+            raise psycopg.OperationalError("the server closed the connection")
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
         if self.schema is not None:
@@ -174,6 +202,35 @@ class Connection(SQLBase):
     @staticmethod
     def _run(row: Any) -> RunRecord:
         return _run(row)
+
+
+def _reconnecting(window: float) -> type[psycopg.Connection[Any]]:
+    """The connections a pool opens: tried again every :data:`RECONNECT_EVERY_S` while
+    no server answers (a restart, a failover), for ``window`` seconds at most."""
+
+    class Reconnecting(psycopg.Connection[Any]):
+        @classmethod
+        def connect(cls, conninfo: str = "", **kwargs: Any) -> Self:
+            give_up = time.monotonic() + window
+            while True:
+                try:
+                    return super().connect(conninfo, **kwargs)
+                except psycopg.OperationalError:
+                    if time.monotonic() >= give_up:
+                        raise
+                time.sleep(RECONNECT_EVERY_S)
+
+    return Reconnecting
+
+
+def _spoke(conn: psycopg.Connection[Any]) -> bool:
+    """Whether an idle connection has something to read: its server's farewell (a FATAL
+    message, the end of the stream). An idle pooled connection has nothing to hear."""
+    if conn.closed:
+        return True
+    poller = select.poll()
+    poller.register(conn.fileno(), select.POLLIN)
+    return bool(poller.poll(0))
 
 
 def _run(row: tuple[Any, ...]) -> RunRecord:

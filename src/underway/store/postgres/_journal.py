@@ -112,7 +112,10 @@ class Journal(SQLJournal, Connection):
                         row = answer.fetchone()
                         out[i] = bool(row[0]) if row else False
             except psycopg.Error:
-                # Nothing of the group committed; each batch is tried on its own below.
+                # Nothing of the group committed; or, when the connection was lost at the
+                # commit (a failover), all of it may have. Each batch is tried on its own
+                # below, fenced by its journal head: one that did commit is refused, and
+                # its run is reloaded from the journal, never assumed either way.
                 out = [None] * len(batches)
         for i, batch in enumerate(batches):
             if out[i] is None:
