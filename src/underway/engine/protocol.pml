@@ -231,6 +231,8 @@ inline fence_ok(w, r, ok) {
 /* The fenced batch's rows: its events, the row's status, the signal consumed, the lease
    released when the run leaves the worker (settle_run), all in the append's transaction. */
 inline write(w, r) {
+  printf("w%d commits %d events to run %d after seq %d (token %d, the run's %d)\n", w,
+         nb[I(w, r)], r, hd[I(w, r)], tk[I(w, r)], token[r]);
   k = 0;
   do
   :: k < nb[I(w, r)] ->
@@ -272,7 +274,11 @@ inline append_one(w, r) {
      :: else -> skip
      fi;
      write(w, r); res[I(w, r)] = R_OK
-  :: else -> SEEN(reached_commit_refused); res[I(w, r)] = R_REFUSED
+  :: else ->
+     SEEN(reached_commit_refused);
+     printf("w%d: run %d's batch refused (token %d after seq %d; the run: token %d, head %d)\n",
+            w, r, tk[I(w, r)], hd[I(w, r)], token[r], H[r]);
+     res[I(w, r)] = R_REFUSED
   fi;
   gq[I(w, r)] = false;
   fb[I(w, r)] = false;
@@ -301,6 +307,7 @@ inline claim(w, r) {
     :: else -> skip
     fi;
     token[r]++; owner[r] = w + 1; expired[r] = false; holder[r] = ACT(w);
+    printf("w%d claims run %d: token %d, head %d\n", w, r, token[r], H[r]);
     tk[I(w, r)] = token[r]; hd[I(w, r)] = H[r];
     st[I(w, r)] = S_READY; cs[I(w, r)] = C_NONE;
     k = 1;
@@ -350,6 +357,7 @@ inline step(w, r) {
        ph[I(w, r)] == RUN && st[I(w, r)] == S_READY && deads < MAXDEAD && FAULT_LEFT ->
        /* fault point: step.before_run */
        deads++; faults++;
+       printf("w%d: run %d's step raises\n", w, r);
        buffer(I(w, r), RunDeadLettered);
        submit(I(w, r), A_RELEASE)
      }
@@ -382,8 +390,14 @@ inline step(w, r) {
        :: else -> skip
        fi;
        if
-       :: execd[r] > 0 -> SEEN(reached_reconciled_happened); buffer(I(w, r), ToolSucceeded)
-       :: else -> SEEN(reached_reconciled_rerun); buffer(I(w, r), ToolReconciled)
+       :: execd[r] > 0 ->
+          SEEN(reached_reconciled_happened);
+          printf("w%d asks run %d's reconcile hook (fence %d): happened\n", w, r, f);
+          buffer(I(w, r), ToolSucceeded)
+       :: else ->
+          SEEN(reached_reconciled_rerun);
+          printf("w%d asks run %d's reconcile hook (fence %d): not happened\n", w, r, f);
+          buffer(I(w, r), ToolReconciled)
        fi;
        f = 0
      }
@@ -393,6 +407,7 @@ inline step(w, r) {
        ph[I(w, r)] == RUN && st[I(w, r)] == S_READY && cs[I(w, r)] == C_STARTED &&
        HOOK(r) && hooks < MAXHOOK && FAULT_LEFT ->
        hooks++; faults++;
+       printf("w%d: run %d's reconcile hook cannot tell\n", w, r);
        SEEN(reached_hook_escalated);
        buffer(I(w, r), Escalated);
        submit(I(w, r), A_RELEASE)
@@ -401,6 +416,7 @@ inline step(w, r) {
        /* An intent without outcome and no reconcile hook: a person decides. */
        ph[I(w, r)] == RUN && st[I(w, r)] == S_READY && cs[I(w, r)] == C_STARTED &&
        !HOOK(r) ->
+       printf("w%d: run %d's outcome is unknown: escalated\n", w, r);
        buffer(I(w, r), Escalated);
        submit(I(w, r), A_RELEASE)
      }
@@ -415,6 +431,7 @@ inline execute(w, r) {
     f = tk[I(w, r)] * FS + hd[I(w, r)] + nb[I(w, r)];
     BOUND(len(wire[r]) < 4);
     wire[r]!f;
+    printf("w%d sends run %d's request, fence %d\n", w, r, f);
     waitf[I(w, r)] = f;
     ph[I(w, r)] = FLIGHT;
     f = 0
@@ -441,6 +458,7 @@ inline answered(w, r) {
           it): the outcome is unknown. */
        ph[I(w, r)] == FLIGHT && touts < MAXTO && FAULT_LEFT ->
        touts++; faults++;
+       printf("w%d: run %d's call times out\n", w, r);
        res[I(w, r)] = R_NONE; waitf[I(w, r)] = 0;
        buffer(I(w, r), ToolTimedOut);
        ph[I(w, r)] = RUN
@@ -531,6 +549,7 @@ inline group_two(w) {
        :: fok != fok2 -> SEEN(reached_group_member_fenced)
        :: else -> skip
        fi;
+       printf("w%d: group refused (a member is fenced); each batch alone next\n", w);
        fb[I(w, 0)] = true; fb[I(w, 1)] = true;
        gq[I(w, 0)] = false; gq[I(w, 1)] = false
     fi;
@@ -544,6 +563,7 @@ inline die(w) {
   d_step {
     crashes < MAXCRASH && FAULT_LEFT && BUSY(w) ->
     crashes++; faults++;
+    printf("w%d dies\n", w);
     rr = 0;
     do
     :: rr < NR ->
@@ -604,8 +624,12 @@ inline land(r) {
        :: else -> skip
        fi;
        execd[r]++;
+       printf("run %d's request with fence %d takes effect (%d times now)\n", r, f, execd[r]);
        rr = R_OK
-    :: else -> SEEN(reached_outside_refused); rr = R_REFUSED
+    :: else ->
+       SEEN(reached_outside_refused);
+       printf("run %d's request with fence %d refused (seen %d)\n", r, f, maxfence[r]);
+       rr = R_REFUSED
     fi;
     k = 0;
     do
@@ -622,11 +646,20 @@ inline land(r) {
 }
 
 #define WORLD(r) \
-  :: d_step { exps < MAXEXP && FAULT_LEFT && owner[r] != 0 && !expired[r] -> exps++; faults++; expired[r] = true } \
+  :: d_step { \
+       exps < MAXEXP && FAULT_LEFT && owner[r] != 0 && !expired[r] -> \
+       exps++; faults++; expired[r] = true; \
+       printf("run %d's lease (token %d) expires\n", r, token[r]) } \
   :: land(r) \
-  :: d_step { rstatus[r] == S_ESC && inbox[r] == SIG_NONE -> inbox[r] = SIG_OK } \
-  :: d_step { rstatus[r] == S_ESC && inbox[r] == SIG_NONE -> inbox[r] = SIG_RETRY } \
-  :: d_step { rstatus[r] == S_DEAD && inbox[r] == SIG_NONE -> inbox[r] = SIG_RESUME }
+  :: d_step { \
+       rstatus[r] == S_ESC && inbox[r] == SIG_NONE -> inbox[r] = SIG_OK; \
+       printf("a person resolves run %d: succeeded\n", r) } \
+  :: d_step { \
+       rstatus[r] == S_ESC && inbox[r] == SIG_NONE -> inbox[r] = SIG_RETRY; \
+       printf("a person resolves run %d: retry\n", r) } \
+  :: d_step { \
+       rstatus[r] == S_DEAD && inbox[r] == SIG_NONE -> inbox[r] = SIG_RESUME; \
+       printf("an operator resumes run %d\n", r) }
 
 proctype World() {
 end:
