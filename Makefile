@@ -17,7 +17,7 @@ DOCKER  = UNDERWAY_TEST_DOCKER_IMAGE="$$(scripts/ensure-docker || true)"
 TEST_PROCS ?= 3
 PARALLEL = -n $(TEST_PROCS) --dist worksteal
 
-.PHONY: demo test lint unit crash bench bench-peers soak screenshots clean
+.PHONY: demo test lint unit protocol crash bench bench-peers soak screenshots clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,12 +36,18 @@ test: lint
 	scripts/ensure-bwrap
 	scripts/ensure-chromium
 	scripts/ensure-patroni
+	scripts/ensure-spin
 	$(PG) $(PY) scripts/tidy-postgres
 	$(PG) $(BROKERS) $(DOCKER) $(PY) -m pytest -q -rs $(PARALLEL)
 
 unit: $(STAMP)
 	scripts/ensure-bwrap
 	$(PY) -m pytest -q tests/unit
+
+# The protocol's Promela model checked with Spin (docs/protocol.md).
+protocol: $(STAMP)
+	scripts/ensure-spin
+	$(PY) -m pytest -q tests/integration/test_protocol_model.py
 
 crash: $(STAMP)
 	scripts/ensure-bwrap
