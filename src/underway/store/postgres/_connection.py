@@ -14,12 +14,13 @@ from psycopg import sql
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ...codec import Codec
-from ...errors import MigrationError, StoreError
+from ...errors import ConfigurationError, MigrationError, StoreError
 from .. import queries
 from .._offload import Offload
 from .._sqlbase.dialect import Read, Run, SQLBase
-from .._urls import split_url
+from .._urls import parse_url
 from ..records import RunRecord
+from ._pooler import Pooling
 
 _Q = queries.load("postgres")
 
@@ -31,7 +32,9 @@ class Connection(SQLBase):
     (:mod:`underway.store._offload`): as many threads as the pool has connections.
 
     Args:
-        url: The PostgreSQL URL; a ``schema=`` parameter names the schema to use.
+        url: The PostgreSQL URL; a ``schema=`` parameter names the schema to use,
+            ``pooler=`` what stands between the store and the server, and
+            ``listen_url=`` a direct URL to LISTEN on (:mod:`._pooler`).
         min_size: The fewest connections the pool keeps.
         max_size: The most connections the pool opens.
         connect_timeout: How long opening the store waits for the server before giving up.
@@ -45,7 +48,13 @@ class Connection(SQLBase):
         max_size: int = 8,
         connect_timeout: float = 10.0,
     ) -> None:
-        self.conninfo, self.schema = split_url(url)
+        parsed = parse_url(url)
+        self.conninfo, self.schema = parsed.conninfo, parsed.schema
+        self.pooling = Pooling(parsed)
+        """How the connections meet a pooler in between (``pooler=``)."""
+        self.listen_conninfo = parsed.listen_conninfo or (
+            None if self.pooling.transaction else self.conninfo)
+        """Where LISTEN goes; None behind a transaction pooler with no ``listen_url``."""
         self.codec = Codec()
         """How payloads are encoded, sealed and opened (``Database.codec``)."""
         self.offload = Offload(max_size, name="underway-postgres")
@@ -53,8 +62,9 @@ class Connection(SQLBase):
             self.conninfo,
             min_size=min_size,
             max_size=max_size,
-            kwargs={"autocommit": True},
-            configure=self._configure,
+            connection_class=self.pooling.connection_class,
+            kwargs={"autocommit": True, **self.pooling.kwargs},
+            configure=self.pooling.configure,
             open=False,
             name=f"underway:{self.schema or 'default'}",
         )
@@ -68,13 +78,13 @@ class Connection(SQLBase):
                 f"{where.path} within {connect_timeout:g}s; is the server running and the "
                 "URL right?"
             ) from exc
+        try:
+            self.pooling.refuse_misrouted()
+        except ConfigurationError:
+            self._pool.close()
+            raise
         # A database migrated by a newer underway is refused before anything is written.
         self._refuse_newer_schema("postgres", self._pool.close)
-
-    def _configure(self, conn: psycopg.Connection[Any]) -> None:
-        if self.schema is not None:
-            path = sql.Identifier(self.schema).as_string(conn)
-            conn.execute(_Q["set_search_path"], {"path": path})
 
     # -- schema -------------------------------------------------------------------------
     def schema_version(self) -> int:
