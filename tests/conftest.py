@@ -113,6 +113,13 @@ def pgbouncer_url(pg_url: str, pgbouncer: PgBouncer) -> str:
 
 
 @pytest.fixture
+def pgbouncer_listen_url(pg_url: str, pgbouncer: PgBouncer) -> str:
+    """``pg_url``'s fresh schema through PgBouncer in transaction mode, with
+    ``listen_url`` naming the server directly for LISTEN."""
+    return pgbouncer.route(pg_url, listen=True)
+
+
+@pytest.fixture
 def sqlite_url(tmp_path: object) -> str:
     """A URL for a fresh SQLite file."""
     return f"sqlite:///{tmp_path}/underway.db"

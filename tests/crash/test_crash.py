@@ -67,7 +67,9 @@ by SIGKILL from outside after a seeded delay, while a second worker shares its b
 around or inside a group commit (:data:`GROUP_POINTS`)."""
 DEFAULT_KILLS = 40
 """Kills across both backends without ``UNDERWAY_CRASH_KILLS``."""
-BACKEND_PARAMS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+BACKEND_PARAMS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres),
+                  pytest.param("pgbouncer", marks=pytest.mark.postgres)]
+"""``pgbouncer``: PostgreSQL through a real PgBouncer in transaction mode, workers polling."""
 
 
 
@@ -355,7 +357,7 @@ def measure(url: str, svc: OutsideService, engine: Engine, tally: Tally) -> tupl
 
 def db_url(backend: str, request: pytest.FixtureRequest) -> str:
     """A fresh database of ``backend``."""
-    url: str = request.getfixturevalue("sqlite_url" if backend == "sqlite" else "pg_url")
+    url: str = request.getfixturevalue(f"{backend}_url" if backend != "postgres" else "pg_url")
     return url
 
 
