@@ -35,6 +35,7 @@ lint: $(STAMP)
 test: lint
 	scripts/ensure-bwrap
 	scripts/ensure-chromium
+	scripts/ensure-pgbouncer
 	$(PG) $(PY) scripts/tidy-postgres
 	$(PG) $(BROKERS) $(DOCKER) $(PY) -m pytest -q -rs $(PARALLEL)
 
@@ -44,10 +45,12 @@ unit: $(STAMP)
 
 crash: $(STAMP)
 	scripts/ensure-bwrap
+	scripts/ensure-pgbouncer
 	$(PG) $(BROKERS) $(PY) -m pytest -q $(PARALLEL) tests/crash
 
 soak: $(STAMP)
 	scripts/ensure-bwrap
+	scripts/ensure-pgbouncer
 	$(PG) $(BROKERS) UNDERWAY_CRASH_KILLS=10000 $(PY) -m pytest -q tests/crash --timeout=0
 
 bench: $(STAMP)

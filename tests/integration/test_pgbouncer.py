@@ -30,6 +30,7 @@ from fakes.pgbouncer import PgBouncer, throwaway_pgbouncer
 from underway.client import Client
 from underway.errors import ConfigurationError
 from underway.store import connect
+from underway.store._urls import parse_url
 from underway.store.base import Store, Wakeups
 from underway.store.streams import PollingBell
 
@@ -223,3 +224,35 @@ async def _hear_a_new_run(w: Wakeups, writer: Store) -> None:
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+def test_every_way_of_sending_a_statement_runs_on_the_schema(
+    single_session: PgBouncer, pg_url: str,
+) -> None:
+    """A statement alone, in a transaction, in a pipeline (before and after a transaction
+    inside it synced), and many at once: each runs on the store's schema."""
+    schema = parse_url(pg_url).schema
+    here = "SELECT current_schema()"
+    store = connect(single_session.route(pg_url))
+    try:
+        with store.pool.connection() as conn:
+            assert conn.execute(here).fetchone() == (schema,)
+            conn.execute("CREATE TABLE probe (x int)")
+            with conn.transaction():
+                assert conn.execute(here).fetchone() == (schema,)
+                with conn.transaction():  # a savepoint
+                    assert conn.execute(here).fetchone() == (schema,)
+            with conn.pipeline():
+                first = conn.execute(here)
+                with conn.transaction():
+                    inside = conn.execute(here)
+                after = conn.execute(here)
+                conn.cursor().executemany("INSERT INTO probe VALUES (%s)", [(1,), (2,)])
+            assert [c.fetchone() for c in (first, inside, after)] == [(schema,)] * 3
+            conn.cursor().executemany("INSERT INTO probe VALUES (%s)", [(3,), (4,)])
+            assert conn.execute("SELECT count(*) FROM probe").fetchone() == (4,)
+    finally:
+        store.close()
+    with psycopg.connect(pg_base_url(), autocommit=True) as direct:
+        rows = direct.execute(f'SELECT x FROM "{schema}".probe ORDER BY x').fetchall()
+    assert rows == [(1,), (2,), (3,), (4,)]
