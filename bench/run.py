@@ -39,6 +39,7 @@ import long_runs
 import mcp_tools
 import observe
 import openai_agents
+import pgbouncer
 import policy
 import provenance
 import pydantic_ai_overhead
@@ -183,6 +184,8 @@ GROUPS: dict[str, list[tuple[str, Callable[[], list[Figure]]]]] = {
     "injection": [("prompt injection: utility and attacks, defence off, per context and per "
                    "value", injection.bench)],
     "provenance": [("provenance per value: what tracing costs an agent", provenance.bench)],
+    "pgbouncer": [("PostgreSQL through PgBouncer in transaction mode: wake latency and cost",
+                   pgbouncer.bench_postgres)],
     "streaming": [
         ("SQLite first streamed token", streaming.bench_sqlite),
         ("PostgreSQL first streamed token", streaming.bench_postgres),
