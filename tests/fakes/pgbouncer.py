@@ -31,10 +31,12 @@ class PgBouncer:
     Args:
         port: Where it listens, on 127.0.0.1.
         logfile: Its log.
+        server_url: The URL of the server it stands in front of.
     """
 
     port: int
     logfile: Path
+    server_url: str
 
     def route(self, url: str, *, listen: bool = False) -> str:
         """``url`` (a direct PostgreSQL URL) reached through this PgBouncer, with
@@ -122,7 +124,7 @@ pidfile = {home / 'pgbouncer.pid'}
     proc = subprocess.Popen([binary, "-q", str(home / "pgbouncer.ini")],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
-    bouncer = PgBouncer(port, logfile)
+    bouncer = PgBouncer(port, logfile, server_url)
     try:
         deadline = time.monotonic() + START_PATIENCE_S
         while not _answers(port):

@@ -20,17 +20,17 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psycopg
 import pytest
 
-from conftest import Janitor, pg_base_url
 from fakes.pgbouncer import PgBouncer, throwaway_pgbouncer
 from underway.client import Client
 from underway.errors import ConfigurationError
 from underway.store import connect
-from underway.store._urls import parse_url
+from underway.store._urls import parse_url, split_url
 from underway.store.base import Store, Wakeups
 from underway.store.streams import PollingBell
 
@@ -131,19 +131,20 @@ def test_a_run_started_from_the_cli_is_served_and_worked_through_pgbouncer(
 
 
 @pytest.fixture
-def single_session() -> Iterator[PgBouncer]:
+def single_session(pgbouncer: PgBouncer) -> Iterator[PgBouncer]:
     """A PgBouncer of one server connection: every transaction shares one session."""
-    with throwaway_pgbouncer(pg_base_url(), pool_size=1) as bouncer:
+    with throwaway_pgbouncer(pgbouncer.server_url, pool_size=1) as bouncer:
         yield bouncer
 
 
 @pytest.fixture
-def other_pg_url(pg_janitor: Janitor) -> Iterator[str]:
+def other_pg_url(pg_url: str, pg_janitor: Any) -> Iterator[str]:
     """A second fresh schema, as ``pg_url`` is one."""
+    base, _ = split_url(pg_url)
     schema = f"t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(pg_base_url(), autocommit=True, connect_timeout=60) as conn:
+    with psycopg.connect(base, autocommit=True, connect_timeout=60) as conn:
         conn.execute(f'CREATE SCHEMA "{schema}"')
-    yield f"{pg_base_url()}?schema={schema}"
+    yield f"{base}{'&' if '?' in base else '?'}schema={schema}"
     pg_janitor.drop(f'DROP SCHEMA "{schema}" CASCADE')
 
 
@@ -167,8 +168,8 @@ def test_stores_on_two_schemas_share_one_session_and_leave_nothing_in_it(
         one.close()
         two.close()
     # The one server session, as the next client finds it.
-    with psycopg.connect(single_session.route(pg_base_url()).split("?")[0], autocommit=True,
-                         prepare_threshold=None) as raw:
+    with psycopg.connect(single_session.route(split_url(pg_url)[0]).split("?")[0],
+                         autocommit=True, prepare_threshold=None) as raw:
         path = raw.execute("SELECT current_setting('search_path')").fetchone()
         prepared = raw.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()
     assert path == ('"$user", public',)
@@ -253,6 +254,6 @@ def test_every_way_of_sending_a_statement_runs_on_the_schema(
             assert conn.execute("SELECT count(*) FROM probe").fetchone() == (4,)
     finally:
         store.close()
-    with psycopg.connect(pg_base_url(), autocommit=True) as direct:
+    with psycopg.connect(split_url(pg_url)[0], autocommit=True) as direct:
         rows = direct.execute(f'SELECT x FROM "{schema}".probe ORDER BY x').fetchall()
     assert rows == [(1,), (2,), (3,), (4,)]

@@ -33,9 +33,12 @@ from psycopg import pq, sql
 from psycopg.abc import Params, Query
 
 from ...errors import ConfigurationError
+from .. import queries
 from .._urls import PostgresURL
+from ._pipelines import pipelined
 
-_LOCAL_PATH = "SELECT set_config('search_path', %s, true)"
+_OPEN_SESSION = queries.load("postgres")["open_session"]
+_LOCAL_PATH = queries.load("postgres")["set_local_search_path"]
 
 
 class PooledConnection(psycopg.Connection[Any]):
@@ -73,8 +76,6 @@ class PooledConnection(psycopg.Connection[Any]):
             self._put_path()
             yield
             return
-        from ._connection import pipelined  # the connection module imports this one
-
         with pipelined(self):
             self._put_path()
             yield
@@ -90,7 +91,7 @@ class PooledConnection(psycopg.Connection[Any]):
 
     def _put_path(self) -> None:
         # A plain cursor: this statement must not ask for the path itself.
-        psycopg.Cursor(self).execute(_LOCAL_PATH, (self.search_path,))
+        psycopg.Cursor(self).execute(_LOCAL_PATH, {"path": self.search_path})
         self._pathed = self._depth > 0
 
 
@@ -158,9 +159,7 @@ class Pooling:
         if isinstance(conn, PooledConnection):
             conn.search_path = path
             return
-        from ._connection import _Q  # the connection module imports this one
-
-        row = conn.execute(_Q["open_session"], {
+        row = conn.execute(_OPEN_SESSION, {
             "pid": conn.info.backend_pid, "path": path,
             "checked": self.url.pooler == "none",
         }).fetchone()

@@ -12,6 +12,10 @@ SELECT pg_backend_pid(),
              AND (NOT %(checked)s OR pg_backend_pid() = %(pid)s::int)
             THEN set_config('search_path', %(path)s::text, false) END
 
+-- name: set_local_search_path
+-- Behind a transaction pooler: the schema for the rest of this transaction only.
+SELECT set_config('search_path', %(path)s, true)
+
 -- name: migration_lock
 SELECT pg_advisory_xact_lock(hashtext('underway.migrate:' || %(schema)s))
 
