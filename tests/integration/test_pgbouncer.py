@@ -231,7 +231,8 @@ def test_every_way_of_sending_a_statement_runs_on_the_schema(
     single_session: PgBouncer, pg_url: str,
 ) -> None:
     """A statement alone, in a transaction, in a pipeline (before and after a transaction
-    inside it synced), and many at once: each runs on the store's schema."""
+    inside it synced), many at once, a named cursor and COPY: each runs on the store's
+    schema, or is refused where nothing could keep it there."""
     schema = parse_url(pg_url).schema
     here = "SELECT current_schema()"
     store = connect(single_session.route(pg_url))
@@ -252,8 +253,21 @@ def test_every_way_of_sending_a_statement_runs_on_the_schema(
             assert [c.fetchone() for c in (first, inside, after)] == [(schema,)] * 3
             conn.cursor().executemany("INSERT INTO probe VALUES (%s)", [(3,), (4,)])
             assert conn.execute("SELECT count(*) FROM probe").fetchone() == (4,)
+            # Neither runs in a pipeline: in a transaction, the path goes first on its own.
+            with conn.transaction(), conn.cursor("named") as named:
+                named.execute("SELECT x FROM probe ORDER BY x")
+                assert [r[0] for r in named.fetchall()] == [1, 2, 3, 4]
+            with conn.transaction(), conn.cursor().copy("COPY probe (x) FROM STDIN") as copy:
+                copy.write_row((5,))
+            # Outside one, or held past it, nothing could keep them on the schema.
+            with pytest.raises(ConfigurationError, match="inside a transaction"), \
+                    conn.cursor().copy("COPY probe (x) FROM STDIN"):
+                pass
+            with conn.transaction(), conn.cursor("held", withhold=True) as held, \
+                    pytest.raises(ConfigurationError, match="WITH HOLD"):
+                held.execute("SELECT 1")
     finally:
         store.close()
     with psycopg.connect(split_url(pg_url)[0], autocommit=True) as direct:
         rows = direct.execute(f'SELECT x FROM "{schema}".probe ORDER BY x').fetchall()
-    assert rows == [(1,), (2,), (3,), (4,)]
+    assert rows == [(1,), (2,), (3,), (4,), (5,)]

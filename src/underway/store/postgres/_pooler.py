@@ -15,7 +15,9 @@ _urls.POOLERS`):
   prepares nothing (``prepare_threshold=None``, which also turns every ``prepare=True``
   off). It sets the schema with ``set_config('search_path', ..., true)`` at the start of
   every transaction, in the same round trip as the first statement. A statement outside
-  a transaction runs as a pipeline of the two, so one implicit transaction.
+  a transaction runs as a pipeline of the two, so one implicit transaction. COPY and
+  named cursors, which psycopg runs outside pipelines, run inside a transaction (the path
+  then costs a round trip); a cursor ``WITH HOLD`` is refused.
 
 The schema is set by :class:`PooledConnection` and its cursors, under every statement the
 store sends: no code path can forget it.
@@ -66,10 +68,20 @@ class PooledConnection(psycopg.Connection[Any]):
                 self._depth -= 1
 
     @contextmanager
-    def pathed(self) -> Iterator[None]:
+    def pathed(self, *, pipeline: bool = True) -> Iterator[None]:
         """Run the statement sent inside on the schema: with the path set before it in
-        the same round trip when the server transaction it runs in does not have it."""
+        the same round trip when the server transaction it runs in does not have it.
+        Without ``pipeline`` (COPY, a named cursor: psycopg runs neither in a pipeline)
+        the path costs a round trip of its own, and only a transaction can keep it."""
         if self.search_path is None or not self._path_due():
+            yield
+            return
+        if not pipeline:
+            if self._depth == 0 and self.pgconn.transaction_status == pq.TransactionStatus.IDLE:
+                raise ConfigurationError(
+                    "behind a transaction pooler (pooler=transaction) COPY and named cursors "
+                    "run inside a transaction: open one with connection.transaction()")
+            self._put_path()
             yield
             return
         if self.pgconn.pipeline_status != pq.PipelineStatus.OFF:
@@ -117,10 +129,39 @@ class PooledCursor(psycopg.Cursor[Any]):
             super().executemany(query, params_seq, returning=returning)
 
 
-def _pathed(cur: psycopg.Cursor[Any]) -> Any:
+    @contextmanager
+    def copy(
+        self, statement: Query, params: Params | None = None, *, writer: Any = None,
+    ) -> Iterator[psycopg.Copy]:
+        """``Cursor.copy``, on the schema, inside a transaction."""
+        with _pathed(self, pipeline=False), super().copy(statement, params,
+                                                          writer=writer) as copy:
+            yield copy
+
+
+class PooledServerCursor(psycopg.ServerCursor[Any]):
+    """A named cursor of a :class:`PooledConnection`: declared on the schema, never
+    ``WITH HOLD`` (it would outlive its transaction, on a session others then share)."""
+
+    def execute(
+        self, query: Query, params: Params | None = None, *,
+        binary: bool | None = None, **kwargs: Any,
+    ) -> Self:
+        """``ServerCursor.execute``, on the schema, inside a transaction."""
+        if self.withhold:
+            raise ConfigurationError(
+                "a cursor WITH HOLD outlives its transaction: not behind a transaction "
+                "pooler (pooler=transaction)")
+        with _pathed(self, pipeline=False):
+            send: Any = super().execute
+            send(query, params, binary=binary, **kwargs)
+        return self
+
+
+def _pathed(cur: psycopg.Cursor[Any], *, pipeline: bool = True) -> Any:
     conn = cur.connection
     assert isinstance(conn, PooledConnection)
-    return conn.pathed()
+    return conn.pathed(pipeline=pipeline)
 
 
 class Pooling:
@@ -158,6 +199,7 @@ class Pooling:
                 else sql.Identifier(self.url.schema).as_string(conn))
         if isinstance(conn, PooledConnection):
             conn.search_path = path
+            conn.server_cursor_factory = PooledServerCursor
             return
         row = conn.execute(_OPEN_SESSION, {
             "pid": conn.info.backend_pid, "path": path,
