@@ -368,7 +368,9 @@ def test_sigkill_anywhere_loses_nothing_and_repeats_no_effect(
 ) -> None:
     url = db_url(backend, request)
     tally = Tally(backend)
-    budget = kill_budget()
+    # Through PgBouncer half as many kills: the same kinds all strike (not_seen), and the
+    # store's logic is the one the postgres case kills twice as often.
+    budget = max(1, kill_budget() // 2) if backend == "pgbouncer" else kill_budget()
     store = connect(url)
     engine = Engine(store)
     with OutsideService() as svc:
