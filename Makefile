@@ -37,6 +37,7 @@ test: lint
 	scripts/ensure-chromium
 	scripts/ensure-patroni
 	scripts/ensure-spin
+	scripts/ensure-pgbouncer
 	$(PG) $(PY) scripts/tidy-postgres
 	$(PG) $(BROKERS) $(DOCKER) $(PY) -m pytest -q -rs $(PARALLEL)
 
@@ -52,10 +53,12 @@ protocol: $(STAMP)
 crash: $(STAMP)
 	scripts/ensure-bwrap
 	scripts/ensure-patroni
+	scripts/ensure-pgbouncer
 	$(PG) $(BROKERS) $(PY) -m pytest -q $(PARALLEL) tests/crash
 
 soak: $(STAMP)
 	scripts/ensure-bwrap
+	scripts/ensure-pgbouncer
 	$(PG) $(BROKERS) UNDERWAY_CRASH_KILLS=10000 $(PY) -m pytest -q tests/crash --timeout=0
 
 bench: $(STAMP)

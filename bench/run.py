@@ -40,6 +40,7 @@ import mcp_tools
 import million
 import observe
 import openai_agents
+import pgbouncer
 import policy
 import provenance
 import pydantic_ai_overhead
@@ -198,6 +199,8 @@ GROUPS: dict[str, list[tuple[str, Callable[[], list[Figure]]]]] = {
     "provenance": [("provenance per value: what tracing costs an agent", provenance.bench)],
     "scale": [("PostgreSQL past one cluster: claim costs measured, 10,000 workers modelled on "
                "1 and N shards", scale_sim.bench)],
+    "pgbouncer": [("PostgreSQL through PgBouncer in transaction mode: wake latency and cost",
+                   pgbouncer.bench_postgres)],
     "streaming": [
         ("SQLite first streamed token", streaming.bench_sqlite),
         ("PostgreSQL first streamed token", streaming.bench_postgres),

@@ -22,6 +22,8 @@ import psycopg
 import pytest
 from hypothesis import HealthCheck, settings
 
+from fakes.pgbouncer import PgBouncer, throwaway_pgbouncer
+
 # Property tests check results, never time: on a busy machine an example may take seconds.
 # They draw the same examples on every machine (Hypothesis derandomizes by itself where it
 # sees a CI environment), so a run here checks what a CI run checks.
@@ -93,6 +95,34 @@ def pg_url(pg_janitor: Janitor) -> Iterator[str]:
     sep = "&" if "?" in base else "?"
     yield f"{base}{sep}schema={schema}"
     pg_janitor.drop(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+@pytest.fixture(scope="session")
+def pgbouncer() -> Iterator[PgBouncer]:
+    """A real PgBouncer in transaction mode in front of the test PostgreSQL, one per test
+    process, stopped at the end of the session."""
+    with throwaway_pgbouncer(pg_base_url()) as bouncer:
+        yield bouncer
+
+
+@pytest.fixture
+def pgbouncer_url(pg_url: str, pgbouncer: PgBouncer) -> str:
+    """``pg_url``'s fresh schema through PgBouncer in transaction mode:
+    ``pooler=transaction``, no ``listen_url`` (workers poll). The schema is migrated
+    straight on the server first: a migration through PgBouncer takes twice as long, and
+    the suites that run on this fixture test the store, not its migrations
+    (tests/integration/test_pgbouncer.py migrates through PgBouncer)."""
+    from underway.store import connect
+
+    connect(pg_url).close()
+    return pgbouncer.route(pg_url)
+
+
+@pytest.fixture
+def pgbouncer_listen_url(pg_url: str, pgbouncer: PgBouncer) -> str:
+    """``pg_url``'s fresh schema through PgBouncer in transaction mode, with
+    ``listen_url`` naming the server directly for LISTEN."""
+    return pgbouncer.route(pg_url, listen=True)
 
 
 @pytest.fixture

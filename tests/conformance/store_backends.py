@@ -20,11 +20,16 @@ database, as the access log's tests of one table need."""
 class Backend:
     """Opens stores on one fresh database; several stores on it act as separate processes
     would (own connections). Memory has no second connection, so it hands out one store.
-    ``regional`` is a :class:`RegionalStore` over two memory regions, handed out alike."""
+    ``regional`` is a :class:`RegionalStore` over two memory regions, handed out alike.
+    ``pgbouncer`` is PostgreSQL through a real PgBouncer in transaction mode (``url``);
+    ``direct_url`` reaches the same schema around it."""
 
-    def __init__(self, name: str, url: str | None) -> None:
+    def __init__(self, name: str, url: str | None, direct_url: str | None = None) -> None:
         self.name = name
         self.url = url
+        self.direct_url = direct_url or url
+        """The database's URL on the server itself, for the tests that go around the
+        store (its triggers, its rows)."""
         self._memory: MemoryStore | None = None
         self._regional: RegionalStore | None = None
         self._opened: list[Store] = []
@@ -37,7 +42,7 @@ class Backend:
     @property
     def dialect(self) -> str:
         """The dialect the stores report (a regional store reports its regions')."""
-        return "memory" if self.name == "regional" else self.name
+        return {"regional": "memory", "pgbouncer": "postgres"}.get(self.name, self.name)
 
     def memories(self, store: Store) -> list[MemoryStore]:
         """The memory stores that hold ``store``'s rows (one per region)."""
@@ -95,9 +100,9 @@ def assert_append_only(backend: Backend, table: str, statements: Sequence[str]) 
                     conn.execute(statement)
         finally:
             conn.close()
-    elif backend.name == "postgres":
-        assert backend.url is not None
-        base, schema = backend.url.split("?schema=")
+    elif backend.dialect == "postgres":
+        assert backend.direct_url is not None
+        base, schema = backend.direct_url.split("?schema=")
         with psycopg.connect(base, autocommit=True) as conn:
             conn.execute(f'SET search_path TO "{schema}"')
             for statement in [*statements, f"TRUNCATE {table}"]:

@@ -59,7 +59,8 @@ class Raw:
             finally:
                 conn.close()
         else:
-            base, schema = self.backend.url.split("?schema=")
+            assert self.backend.direct_url is not None
+            base, schema = self.backend.direct_url.split("?schema=")
             with psycopg.connect(base, autocommit=True) as pg:
                 pg.execute(f'SET search_path TO "{schema}"')
                 yield pg

@@ -121,7 +121,8 @@ def _forge_kept(backend: Backend, run_id: str, seq: int) -> None:
     else:
         import psycopg
 
-        base, _, schema = backend.url.partition("?schema=")
+        assert backend.direct_url is not None
+        base, _, schema = backend.direct_url.partition("?schema=")
         with psycopg.connect(base, autocommit=True) as conn:
             n = conn.execute(
                 f'UPDATE "{schema}".checkpoint_history SET state = (SELECT state FROM '

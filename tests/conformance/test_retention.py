@@ -181,8 +181,8 @@ def age_blobs(backend: Backend, store: Store, seconds: float) -> None:
         with sqlite3.connect(backend.url.removeprefix("sqlite:///")) as db:
             db.execute("UPDATE blobs SET written_at = written_at - ?", (seconds,))
     else:
-        assert backend.url is not None
-        base, schema = backend.url.split("?schema=")
+        assert backend.direct_url is not None
+        base, schema = backend.direct_url.split("?schema=")
         with psycopg.connect(base, autocommit=True) as conn:
             conn.execute(f'UPDATE "{schema}".blobs SET written_at = written_at - %s',
                          (seconds,))

@@ -23,8 +23,9 @@ taken their runs over, before SIGCONTing them. Then:
 - every timer set fired exactly once, across all workers.
 
 The same holds when PostgreSQL itself is restarted mid-load, on a throwaway cluster the
-test creates. ``UNDERWAY_CRASH_KILLS`` (``make soak``: 10000) scales the load up by
-``UNDERWAY_CRASH_KILLS / 200``.
+test creates, and when the workers reach PostgreSQL through PgBouncer in transaction mode
+(LISTEN on the server itself, ``listen_url``). ``UNDERWAY_CRASH_KILLS`` (``make soak``:
+10000) scales the load up by ``UNDERWAY_CRASH_KILLS / 200``.
 """
 
 from __future__ import annotations
@@ -68,7 +69,9 @@ CONCURRENCY = 8
 
 def db_url(backend: str, request: pytest.FixtureRequest) -> str:
     """A fresh database of ``backend``."""
-    url: str = request.getfixturevalue("sqlite_url" if backend == "sqlite" else "pg_url")
+    fixture = {"sqlite": "sqlite_url", "postgres": "pg_url",
+               "pgbouncer": "pgbouncer_listen_url"}[backend]
+    url: str = request.getfixturevalue(fixture)
     return url
 
 
@@ -81,7 +84,9 @@ def report(tally: Tally, capsys: pytest.CaptureFixture[str], name: str) -> None:
 @pytest.mark.parametrize(
     ("backend", "n_workers"),
     [pytest.param("sqlite", 2, id="sqlite-2-workers"),
-     pytest.param("postgres", 4, marks=pytest.mark.postgres, id="postgres-4-workers")],
+     pytest.param("postgres", 4, marks=pytest.mark.postgres, id="postgres-4-workers"),
+     # Through PgBouncer in transaction mode, LISTEN on the server itself (listen_url).
+     pytest.param("pgbouncer", 4, marks=pytest.mark.postgres, id="pgbouncer-4-workers")],
 )
 def test_workers_killed_and_frozen_lose_nothing_and_never_share_a_run(
     backend: str, n_workers: int, request: pytest.FixtureRequest, tmp_path: Path,

@@ -10,6 +10,8 @@ announced with NOTIFY; a worker LISTENs (``wakeups``).
 
 ``postgresql://user@host:port/db?schema=name`` keeps every table in schema ``name``
 (created by :meth:`PostgresStore.migrate`); without it the server's search path applies.
+Behind PgBouncer in transaction mode add ``pooler=transaction``, and ``listen_url=`` (a
+percent-encoded direct URL) for LISTEN (:mod:`._pooler`).
 
 The store is one class made of one part per role (``journal``, ``leases``, ``inbox``,
 ``schedules``, ``access``, ``consent``, ``retention``, ``keys``, ``budgets``, span exports
@@ -51,7 +53,9 @@ class PostgresStore(
     """A :class:`~underway.store.base.Store` on a PostgreSQL database (one schema of it).
 
     Args:
-        url: The PostgreSQL URL; a ``schema=`` parameter names the schema to use.
+        url: The PostgreSQL URL; a ``schema=`` parameter names the schema to use,
+            ``pooler=transaction`` says PgBouncer in transaction mode stands in between,
+            and ``listen_url=`` names a direct URL to LISTEN on.
         min_size: The fewest connections the pool keeps.
         max_size: The most connections the pool opens.
         connect_timeout: How long opening the store waits for the server before giving up.
@@ -61,5 +65,7 @@ class PostgresStore(
 
     def wakeups(self, *, name: str) -> Wakeups:
         """Wake-ups by LISTEN on a connection of their own, named ``underway worker
-        <name>``; handed-back runs are announced with NOTIFY."""
-        return Listener(self.conninfo, self.pool, name=name)
+        <name>`` (on ``listen_url`` when the URL names one; none behind a transaction
+        pooler without it: the worker polls); handed-back runs are announced with
+        NOTIFY."""
+        return Listener(self.listen_conninfo, self.pool, name=name)

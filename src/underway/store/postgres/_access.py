@@ -9,7 +9,8 @@ from collections.abc import Sequence
 from .._sqlbase.access import SQLAccess
 from ..access import genesis, link
 from ..records import AccessHead, AccessRecord
-from ._connection import _Q, Connection, pipelined
+from ._connection import _Q, Connection
+from ._pipelines import pipelined
 
 
 class Access(SQLAccess, Connection):

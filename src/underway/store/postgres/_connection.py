@@ -15,12 +15,13 @@ from psycopg import sql
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ...codec import Codec
-from ...errors import MigrationError, StoreError
+from ...errors import ConfigurationError, MigrationError, StoreError
 from .. import queries
 from .._offload import Offload
 from .._sqlbase.dialect import Read, Run, SQLBase
-from .._urls import split_url
+from .._urls import parse_url
 from ..records import RunRecord
+from ._pooler import Pooling
 
 _Q = queries.load("postgres")
 
@@ -39,7 +40,9 @@ class Connection(SQLBase):
     (:mod:`underway.store._offload`): as many threads as the pool has connections.
 
     Args:
-        url: The PostgreSQL URL; a ``schema=`` parameter names the schema to use.
+        url: The PostgreSQL URL; a ``schema=`` parameter names the schema to use,
+            ``pooler=`` what stands between the store and the server, and
+            ``listen_url=`` a direct URL to LISTEN on (:mod:`._pooler`).
         min_size: The fewest connections the pool keeps.
         max_size: The most connections the pool opens.
         connect_timeout: How long opening the store waits for the server before giving up.
@@ -53,7 +56,13 @@ class Connection(SQLBase):
         max_size: int = 8,
         connect_timeout: float = 10.0,
     ) -> None:
-        self.conninfo, self.schema = split_url(url)
+        parsed = parse_url(url)
+        self.conninfo, self.schema = parsed.conninfo, parsed.schema
+        self.pooling = Pooling(parsed)
+        """How the connections meet a pooler in between (``pooler=``)."""
+        self.listen_conninfo = parsed.listen_conninfo or (
+            None if self.pooling.transaction else self.conninfo)
+        """Where LISTEN goes; None behind a transaction pooler with no ``listen_url``."""
         self.codec = Codec()
         """How payloads are encoded, sealed and opened (``Database.codec``)."""
         self.offload = Offload(max_size, name="underway-postgres")
@@ -61,11 +70,12 @@ class Connection(SQLBase):
             self.conninfo,
             min_size=min_size,
             max_size=max_size,
-            kwargs={"autocommit": True},
-            configure=self._configure,
-            check=self._check,
             # Never past the time opening the store may take.
-            connection_class=_reconnecting(min(RECONNECT_FOR_S, connect_timeout)),
+            connection_class=_reconnecting(min(RECONNECT_FOR_S, connect_timeout),
+                                           self.pooling.connection_class),
+            kwargs={"autocommit": True, **self.pooling.kwargs},
+            configure=self.pooling.configure,
+            check=self._check,
             open=False,
             name=f"underway:{self.schema or 'default'}",
         )
@@ -80,6 +90,11 @@ class Connection(SQLBase):
                 f"cannot connect to PostgreSQL at {hosts}{where.path} within "
                 f"{connect_timeout:g}s; is the server running and the URL right?"
             ) from exc
+        try:
+            self.pooling.refuse_misrouted()
+        except ConfigurationError:
+            self._pool.close()
+            raise
         # A database migrated by a newer underway is refused before anything is written.
         self._refuse_newer_schema("postgres", self._pool.close)
 
@@ -98,11 +113,6 @@ class Connection(SQLBase):
             conn.close()
             self._pool.check()
             raise psycopg.OperationalError("the server closed the connection")
-
-    def _configure(self, conn: psycopg.Connection[Any]) -> None:
-        if self.schema is not None:
-            path = sql.Identifier(self.schema).as_string(conn)
-            conn.execute(_Q["set_search_path"], {"path": path})
 
     # -- schema -------------------------------------------------------------------------
     def schema_version(self) -> int:
@@ -204,17 +214,21 @@ class Connection(SQLBase):
         return _run(row)
 
 
-def _reconnecting(window: float) -> type[psycopg.Connection[Any]]:
-    """The connections a pool opens: tried again every :data:`RECONNECT_EVERY_S` while
-    no server answers (a restart, a failover), for ``window`` seconds at most."""
+def _reconnecting(
+    window: float, base: type[psycopg.Connection[Any]],
+) -> type[psycopg.Connection[Any]]:
+    """The connections a pool opens, of class ``base``: tried again every
+    :data:`RECONNECT_EVERY_S` while no server answers (a restart, a failover), for
+    ``window`` seconds at most."""
 
-    class Reconnecting(psycopg.Connection[Any]):
+    class Reconnecting(base):  # type: ignore[valid-type,misc]
         @classmethod
         def connect(cls, conninfo: str = "", **kwargs: Any) -> Self:
             give_up = time.monotonic() + window
             while True:
                 try:
-                    return super().connect(conninfo, **kwargs)
+                    conn: Self = super().connect(conninfo, **kwargs)
+                    return conn
                 except psycopg.OperationalError:
                     if time.monotonic() >= give_up:
                         raise
@@ -240,30 +254,3 @@ def _run(row: tuple[Any, ...]) -> RunRecord:
 def _runner(conn: psycopg.Connection[Any]) -> Run:
     """Runs named queries on ``conn`` (in the transaction open on it, if any)."""
     return lambda name, /, **params: conn.execute(_Q[name], params)
-
-
-@contextmanager
-def pipelined(conn: psycopg.Connection[Any]) -> Iterator[None]:
-    """``conn.pipeline()``, whose first error is raised once, after the pipeline closed.
-
-    psycopg raises a statement's error where its answer arrives. On a slow or paused
-    client that is inside the block, before the last statement is queued (a fenced
-    append's refusal). Closing the pipeline then fails again ("pipeline aborted"), and
-    psycopg logs ``error ignored terminating <psycopg.Pipeline>`` at each refusal. Here
-    the pipeline closes first, its aborted rest is dropped, and the error is raised.
-
-    Args:
-        conn: The connection.
-    """
-    first: psycopg.Error | None = None
-    try:
-        with conn.pipeline():
-            try:
-                yield
-            except psycopg.Error as exc:
-                first = exc
-    except psycopg.errors.PipelineAborted:
-        if first is None:
-            raise
-    if first is not None:
-        raise first

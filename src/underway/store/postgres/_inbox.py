@@ -8,7 +8,8 @@ from typing import Any
 
 from .._sqlbase.inbox import SQLInbox
 from ..records import SignalRecord
-from ._connection import _Q, Connection, pipelined
+from ._connection import _Q, Connection
+from ._pipelines import pipelined
 
 
 class Inbox(SQLInbox, Connection):

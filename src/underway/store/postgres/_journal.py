@@ -15,8 +15,9 @@ from ...errors import ConflictError, FencedError, RunNotFound
 from .._sqlbase.journal import SQLJournal
 from ..journal import AppendResult
 from ..records import AppendBatch, ForkLink, NewRun, RunRecord, StoredLabel
-from ._connection import _Q, Connection, _run, pipelined
+from ._connection import _Q, Connection, _run
 from ._inbox import _signal_params
+from ._pipelines import pipelined
 
 
 class Journal(SQLJournal, Connection):

@@ -13,8 +13,9 @@ from .. import limits
 from .._sqlbase.leases import SQLLeases
 from ..leases import eager_candidate
 from ..records import Lease, NewRun, RunRecord, StartedRun
-from ._connection import _Q, Connection, _run, _runner, pipelined
+from ._connection import _Q, Connection, _run, _runner
 from ._journal import _run_params
+from ._pipelines import pipelined
 
 
 class Leases(SQLLeases, Connection):

@@ -16,7 +16,7 @@ import weakref
 import psycopg
 
 from .._sqlbase.streams import SQLStreams
-from ..streams import StreamBell
+from ..streams import PollingBell, StreamBell
 from ._connection import _Q
 
 log = logging.getLogger("underway.store")
@@ -122,8 +122,11 @@ class ListenBell:
 class Streams(SQLStreams):
     """:class:`~underway.store.streams.LiveStreamStore` on PostgreSQL."""
 
-    conninfo: str
+    listen_conninfo: str | None
 
     def stream_bell(self) -> StreamBell:
-        """A bell rung by NOTIFY, on a listening connection its event loop shares."""
-        return ListenBell(self.conninfo)
+        """A bell rung by NOTIFY, on a listening connection its event loop shares; one
+        that polls behind a transaction pooler given no ``listen_url`` to LISTEN on."""
+        if self.listen_conninfo is None:
+            return PollingBell()
+        return ListenBell(self.listen_conninfo)

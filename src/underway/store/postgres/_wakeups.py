@@ -1,5 +1,9 @@
 """Wake-ups on PostgreSQL: LISTEN on a connection of the worker's own.
 
+Behind a transaction pooler (``pooler=transaction``) LISTEN goes to the direct
+``listen_url``; given none, the worker polls, woken by nothing, so its ``poll`` bounds how
+long new work waits. NOTIFY is sent in transactions, so it passes the pooler either way.
+
 New runs, signals and runs handed back send ``NOTIFY underway, '<queue>'`` in the
 transaction that makes them due (see ``notify_run`` and ``notify_queues`` in
 ``store/sql/postgres.sql``), so a listening worker hears of them when they commit.
@@ -25,7 +29,8 @@ class Listener:
     """The :class:`~underway.store.wakeups.Wakeups` of a PostgreSQL store."""
 
     def __init__(
-        self, conninfo: str, pool: ConnectionPool[psycopg.Connection[Any]], *, name: str
+        self, conninfo: str | None, pool: ConnectionPool[psycopg.Connection[Any]], *,
+        name: str,
     ) -> None:
         self._conninfo = conninfo
         self._pool = pool
@@ -39,7 +44,11 @@ class Listener:
 
     async def watch(self, queues: list[str] | None, *, retry: float) -> AsyncIterator[None]:
         """Yield on every notification for ``queues`` and whenever listening (re)starts;
-        reconnect after a failure, backing off from ``retry`` to :data:`RETRY_MAX_S`."""
+        reconnect after a failure, backing off from ``retry`` to :data:`RETRY_MAX_S`.
+        With nowhere to LISTEN (a transaction pooler, no ``listen_url``) it ends at once:
+        the worker polls."""
+        if self._conninfo is None:
+            return
         backoff = retry
         while True:
             try:

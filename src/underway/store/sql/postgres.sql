@@ -3,8 +3,18 @@
 -- Placeholders are psycopg's %(name)s, so a literal percent sign is written twice.
 -- Run rows are always selected in the field order of RunRecord.
 
--- name: set_search_path
-SELECT set_config('search_path', %(path)s, false)
+-- name: open_session
+-- A new connection's first statement: the server's backend pid (a pooler in between hands
+-- the client one of its own), and the schema set for the session, unless the pid must
+-- match and does not (then nothing reaches a session other clients may share).
+SELECT pg_backend_pid(),
+       CASE WHEN %(path)s::text IS NOT NULL
+             AND (NOT %(checked)s OR pg_backend_pid() = %(pid)s::int)
+            THEN set_config('search_path', %(path)s::text, false) END
+
+-- name: set_local_search_path
+-- Behind a transaction pooler: the schema for the rest of this transaction only.
+SELECT set_config('search_path', %(path)s, true)
 
 -- name: migration_lock
 SELECT pg_advisory_xact_lock(hashtext('underway.migrate:' || %(schema)s))
