@@ -12,7 +12,8 @@ from ...codec import Codec
 from ...store._offload import run_io
 from ...store.base import Store
 from ._rules import Retention
-from ._sweep import SweepReport, sweep
+from ._report import SweepReport
+from ._sweep import sweep
 
 log = logging.getLogger("underway.retention")
 
