@@ -11,8 +11,8 @@ from ...clock import Clock, SystemClock
 from ...codec import Codec
 from ...store._offload import run_io
 from ...store.base import Store
-from ._rules import Retention
 from ._report import SweepReport
+from ._rules import Retention
 from ._sweep import sweep
 
 log = logging.getLogger("underway.retention")
