@@ -104,9 +104,18 @@ class RetentionStore(Protocol):
         self, tenant_id: str, *, ended_before: float, flow: str | None = None,
         after: tuple[float, str] | None = None, limit: int = 100,
     ) -> list[RunRecord]:
-        """The tenant's purged runs that ended before ``ended_before``, oldest first
-        (sorted by ``updated_at``, then run id; ``flow``, ``after`` and ``limit`` as for
-        :meth:`retention_candidates`)."""
+        """The tenant's purged runs that ended before a time, oldest first.
+
+        They are sorted by ``updated_at`` (when they ended), then run id.
+
+        Args:
+            tenant_id: The tenant.
+            ended_before: Only runs last written before this time.
+            flow: Only runs of this flow.
+            after: Only runs after this one: ``(updated_at, run_id)`` of the last run of the
+                previous page.
+            limit: The most runs returned.
+        """
         ...
 
     def forget_run(self, forget: Forget) -> ForgetResult:
@@ -123,8 +132,14 @@ class RetentionStore(Protocol):
         self, tenant_id: str, *, after: int = 0, sweep_id: str | None = None,
         limit: int = 1000,
     ) -> list[ForgottenRun]:
-        """The tenant's forget log from line ``after + 1`` on, in order (only the lines
-        of ``sweep_id`` when given)."""
+        """The tenant's forget log, in order.
+
+        Args:
+            tenant_id: The tenant.
+            after: Only lines after this one (their ``seq``; 0 reads from the first).
+            sweep_id: Only the lines of this sweep.
+            limit: The most lines returned.
+        """
         ...
 
     def blob_keys(self, tenant_id: str, *, after: str | None = None,
