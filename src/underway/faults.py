@@ -30,6 +30,8 @@ POINTS = (
     "retention.purge_uncommitted",
     "retention.after_purge",
     "retention.before_collect",
+    "retention.before_forget",
+    "retention.forget_uncommitted",
     "erasure.before_purge",
     "erasure.before_vault",
     "erasure.before_log",
@@ -45,6 +47,7 @@ POINTS = (
 """Every fault point the engine, the retention sweep, an erasure and the queue and mail
 consumers pass (``group.uncommitted`` inside a group commit's transaction, before it
 commits; ``retention.purge_uncommitted`` inside a purge's transaction, before it commits;
+``retention.forget_uncommitted`` likewise inside a forget's;
 ``start.eager_after_commit`` after an eager start committed a run with its lease, before
 anything activates it; ``intake.after_commit`` after a message's intake committed, before
 it is acknowledged or filed as seen; ``bulk.before_action`` and ``bulk.after_action``

@@ -203,6 +203,11 @@ class Worker:
         return 0 if self._sweeper is None else self._sweeper.purged
 
     @property
+    def forgotten(self) -> int:
+        """Purged runs this worker's retention sweeps forgot."""
+        return 0 if self._sweeper is None else self._sweeper.forgotten
+
+    @property
     def in_flight(self) -> int:
         """Runs leased and being driven right now."""
         return len(self._tasks)

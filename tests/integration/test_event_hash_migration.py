@@ -98,6 +98,14 @@ def as_before_0017(url: str) -> None:
             q("DROP FUNCTION checkpoint_replaced()")
             q("DROP FUNCTION checkpoint_dropped()")
         q("DROP TABLE checkpoint_history")
+        if url.startswith("sqlite:///"):
+            q("DROP TRIGGER forgotten_runs_no_update")
+            q("DROP TRIGGER forgotten_runs_no_delete")
+            q("DROP TABLE forgotten_runs")
+        else:
+            q("DROP TABLE forgotten_runs")
+            q("DROP FUNCTION forgotten_runs_append_only()")
+        q("ALTER TABLE retention_sweeps DROP COLUMN forgotten")
         q("DELETE FROM underway_schema_version WHERE version >= 17")
 
 

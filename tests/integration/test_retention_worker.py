@@ -59,5 +59,35 @@ def test_the_worker_sweeps_on_its_schedule(sqlite_url: str, tmp_path: Path) -> N
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=PATIENCE_S)
     assert proc.returncode == 0, err.decode(errors="replace")
-    assert "2 runs purged" in out.decode()
+    assert "2 runs purged" in out.decode() and "forgotten" not in out.decode()
+    store.close()
+
+
+def test_the_worker_forgets_purged_runs_past_forget_after(sqlite_url: str,
+                                                          tmp_path: Path) -> None:
+    assert CliRunner().invoke(cli, ["db", "migrate", "--db", sqlite_url]).exit_code == 0
+    store = connect(sqlite_url)
+    runs = make_runs(store)
+    config = tmp_path / "underway.toml"
+    config.write_text(f'database = "{sqlite_url}"\n[worker]\napp = "config_app:app"\n'
+                      'poll = 0.1\n[retention]\ncompleted = "30d"\nforget_after = "400d"\n'
+                      'every = "1h"\n')
+    proc = subprocess.Popen([str(UNDERWAY), "worker", "--config", str(config)], cwd=HERE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=dict(os.environ))
+    try:
+        until(proc, lambda: len(store.forgotten_runs("default")) == 2, "forget by the worker")
+        assert {f.run_id for f in store.forgotten_runs("default")} == {
+            runs["letter"], runs["letter_ann"]}
+        assert store.get_run("default", runs["letter"]) is None
+        assert store.get_run("default", runs["waiting"]) is not None
+        until(proc, lambda: store.list_sweeps("default")[0].finished_at is not None,
+              "the sweep's end")
+        [entry] = store.list_sweeps("default")
+        assert entry.purged == 2 and entry.forgotten == 2
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=PATIENCE_S)
+    assert proc.returncode == 0, err.decode(errors="replace")
+    assert "2 runs purged, 2 forgotten" in out.decode()
     store.close()

@@ -93,6 +93,9 @@ def _summary(report: Report, *, anchored: bool) -> None:
     if anchored:
         line += (f" and extends every head of {report.anchors} anchor "
                  f"record{'s' if report.anchors != 1 else ''}")
+    if report.forgotten:
+        line += (f"; {report.forgotten} anchored run{'s' if report.forgotten != 1 else ''} "
+                 "forgotten by retention, as the forget log says")
     typer.echo(line)
 
 

@@ -1,5 +1,6 @@
-"""``underway retention sweep|log``: purge finished runs past their retention period and read
-the sweep log; ``underway hold add|rm|ls``: legal holds, which stop every purge of a run or
+"""``underway retention sweep|log``: purge finished runs past their retention period, forget
+purged runs past their ``forget_after``, and read the sweep and forget logs;
+``underway hold add|rm|ls``: legal holds, which stop every purge (and forget) of a run or
 of every run about a data subject."""
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ RunOption = Annotated[str | None, typer.Option(
 SubjectOption = Annotated[str | None, typer.Option(
     "--subject", help="The data subject: every run about them, now and later.",
     show_default=False)]
-_VERB = {"purged": "purged", "held": "held", "skipped": "skipped"}
+_VERB = {"purged": "purged", "held": "held", "skipped": "skipped", "forgotten": "forgotten"}
 
 
 @app.command("sweep")
@@ -65,6 +66,10 @@ def sweep_command(
     still passes; their payloads, the run's checkpoints, signals and error text are gone.
     Each run is purged in one transaction: a sweep stopped at any point is finished by the
     next one. Without retention rules nothing is purged.
+
+    Purged runs past their forget_after period are then forgotten: their skeleton
+    deleted, their last head written to the forget log (`underway retention log
+    --forgotten`), so `underway audit verify --anchors` tells them from lost runs.
     """
     config = read_config(config_file, "retention sweep")
     retention = config.make_retention()
@@ -94,6 +99,12 @@ def _print_report(report: SweepReport) -> None:
             why = f"by {o.rule}" if o.action == "purged" else o.reason
             count = f", {o.events} events" if o.events else ""
             typer.echo(f"  {verb:<11} {o.run_id}  ({what}{count}) {why}")
+        for o in t.forgets:
+            verb = "would forget" if report.dry_run and o.action == "forgotten" \
+                else _VERB[o.action]
+            why = f"by {o.rule}" if o.action == "forgotten" else o.reason
+            typer.echo(f"  {verb:<12} {o.run_id}  ({o.flow}, {o.status} "
+                       f"{format_time(o.ended_at)}, purged, head at seq {o.events}) {why}")
     if not report.dry_run:
         typer.echo(f"sweep {report.sweep_id} written to the sweep log (`underway retention "
                    "log`)")
@@ -103,6 +114,9 @@ def _tenant_line(t: TenantSweep, would: str, dry: bool) -> str:
     line = (f"tenant {t.tenant_id!r}: {would} {t.count('purged')} run"
             f"{'' if t.count('purged') == 1 else 's'}, {t.count('held')} held, "
             f"{t.count('skipped')} skipped")
+    if t.forgets:
+        line += (f"; {'would forget' if dry else 'forgot'} {t.forgotten} purged run"
+                 f"{'' if t.forgotten == 1 else 's'}")
     if t.blobs_deleted is not None:
         line += f"; {t.blobs_deleted} unreferenced blobs deleted"
     elif t.collection_note:
@@ -121,21 +135,41 @@ def log(
                                                show_default=False)] = None,
     runs: Annotated[bool, typer.Option("--runs", help="List the tenant's purged runs "
                                        "instead: when, by which sweep and rule.")] = False,
-    sweep_id: Annotated[str | None, typer.Option("--sweep", help="With --runs: only the runs "
-                                                 "this sweep purged.", show_default=False)]
+    forgotten: Annotated[bool, typer.Option("--forgotten", help="List the tenant's forget "
+                                            "log instead: each forgotten run and the head "
+                                            "its journal ended at.")] = False,
+    sweep_id: Annotated[str | None, typer.Option("--sweep", help="With --runs or "
+                                                 "--forgotten: only the runs this sweep "
+                                                 "purged or forgot.", show_default=False)]
     = None,
     limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many.")] = 20,
     as_json: JsonFlag = False,
     db: DbOption = None,
 ) -> None:
-    """The sweep log, newest first (with --runs, each purged run).
+    """The sweep log, newest first (with --runs, each purged run; with --forgotten, the
+    forget log, oldest first).
 
     Each sweep of each tenant: who swept and when, how many runs it purged, held and
-    skipped, and how many blobs it deleted."""
-    if runs and tenant is None:
-        raise Problem("--runs lists one tenant's purged runs: give --tenant")
-    if sweep_id is not None and not runs:
-        raise Problem("--sweep goes with --runs")
+    skipped, how many blobs it deleted and how many purged runs it forgot."""
+    if (runs or forgotten) and tenant is None:
+        raise Problem("--runs and --forgotten list one tenant's runs: give --tenant")
+    if runs and forgotten:
+        raise Problem("give --runs or --forgotten, not both")
+    if sweep_id is not None and not (runs or forgotten):
+        raise Problem("--sweep goes with --runs or --forgotten")
+    if forgotten:
+        assert tenant is not None
+        with open_store(ctx, db) as store:
+            lines = store.forgotten_runs(tenant, sweep_id=sweep_id, limit=limit)
+        if as_json:
+            typer.echo(json.dumps([dataclasses.asdict(f) for f in lines], indent=2))
+            return
+        if not lines:
+            typer.echo(f"no forgotten runs in tenant {tenant!r}")
+        for f in lines:
+            typer.echo(f"{f.seq:>6}  {format_time(f.forgotten_at)}  {f.run_id}  head at seq "
+                       f"{f.last_seq} {f.head[:16]}  sweep {f.sweep_id}")
+        return
     with open_store(ctx, db) as store:
         if runs:
             assert tenant is not None
@@ -163,6 +197,8 @@ def log(
             blobs = ("no blobs collected" if s.blobs_deleted is None
                      else f"{s.blobs_deleted} blobs deleted")
             state = f"{s.purged} purged, {s.held} held, {s.skipped} skipped, {blobs}"
+            if s.forgotten:
+                state += f", {s.forgotten} forgotten"
         typer.echo(f"{format_time(s.started_at)}  tenant {s.tenant_id!r}  sweep {s.sweep_id} "
                    f"by {s.by}: {state}")
 

@@ -227,6 +227,8 @@ def worker(
                 tracing.shutdown()  # sends what was journaled and not yet sent
     anchored = f", {w.anchored} anchor records" if anchoring is not None else ""
     purged = f", {w.purged} runs purged" if retention is not None else ""
+    if retention is not None and retention.forgets:
+        purged += f", {w.forgotten} forgotten"
     typer.echo(f"underway worker {w.owner} stopped: {w.activations} activations, "
                f"{w.handed_back} runs handed back{anchored}{purged}")
 

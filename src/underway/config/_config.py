@@ -336,13 +336,15 @@ class Config(Sections):
                               "\"never\" (leave [retention] out to sweep nothing)")
         return Retention(
             completed=r.completed, failed=r.failed, cancelled=r.cancelled,
+            forget_after=r.forget_after,
             flows={f: Periods(**_periods(p)) for f, p in r.flows.items()},
             tenants={t: _rules(x) for t, x in r.tenants.items()}, every=r.every,
         )
 
 
 def _periods(p: PeriodsSection) -> dict[str, float | None]:
-    return {"completed": p.completed, "failed": p.failed, "cancelled": p.cancelled}
+    return {"completed": p.completed, "failed": p.failed, "cancelled": p.cancelled,
+            "forget_after": p.forget_after}
 
 
 def _rules(t: TenantRetentionSection) -> Rules:

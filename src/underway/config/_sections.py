@@ -170,6 +170,8 @@ class PeriodsSection(Section):
     completed: Period | None = None
     failed: Period | None = None
     cancelled: Period | None = None
+    forget_after: Period | None = None
+    """How long after it ended a purged run is forgotten (its skeleton deleted)."""
 
 
 class TenantRetentionSection(PeriodsSection):

@@ -159,6 +159,40 @@ class SweepRecord:
     skipped: int = 0
     blobs_deleted: int | None = None
     collected_at: float | None = None
+    forgotten: int = 0
+    """Purged runs it forgot (their skeletons deleted)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Forget:
+    """One purged run's forgetting, done in one transaction: its row, events, purge record
+    and every other row of it deleted, and a line appended to its tenant's forget log
+    naming the run and the head it ended at (``last_seq``, ``head``) — only if the run is
+    still purged, final, not held, and its row still ends at that head."""
+
+    tenant_id: str
+    run_id: str
+    last_seq: int
+    head: str
+    sweep_id: str
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class ForgottenRun:
+    """A line of a tenant's forget log: the run forgotten, the head its journal ended at
+    (``last_seq``, ``head``), when and by which sweep; ``seq`` is the line's place in the
+    tenant's log (from 1) and ``hash`` chains it to the line before
+    (:func:`underway.store.retention.forget_hash`)."""
+
+    tenant_id: str
+    seq: int
+    run_id: str
+    last_seq: int
+    head: str
+    sweep_id: str
+    forgotten_at: float
+    hash: str
 
 
 # -- encryption at rest: data keys, and rows whose payloads are sealed ----------------------

@@ -11,7 +11,14 @@ import pytest
 
 from underway.config import ConfigError, load_config
 from underway.errors import ConfigurationError
-from underway.privacy.retention import Periods, Retention, Rules, format_period, parse_period
+from underway.privacy.retention import (
+    Periods,
+    Retention,
+    Rule,
+    Rules,
+    format_period,
+    parse_period,
+)
 
 DAY = 86_400.0
 
@@ -91,6 +98,23 @@ def test_the_config_file_describes_the_rules(tmp_path: Path) -> None:
         tenants={"acme": Rules(completed=math.inf, flows={"kyc": Periods(completed=30 * DAY)})},
     )
     assert load_config(_write(tmp_path, "")).make_retention() is None
+
+
+def test_the_config_file_says_when_purged_runs_are_forgotten(tmp_path: Path) -> None:
+    made = load_config(_write(
+        tmp_path, '[retention]\ncompleted = "90d"\nforget_after = "400d"\n'
+        '[retention.flows.kyc]\nforget_after = "never"\n'
+        '[retention.tenants.acme]\nforget_after = "2y"\n'
+        '[retention.tenants.acme.flows.bill]\nforget_after = "100d"\n')).make_retention()
+    assert made is not None and made.forgets
+    assert made.forget_rule("x", "letter") == Rule(400 * DAY, "retention.forget_after")
+    assert made.forget_rule("x", "kyc") is None
+    assert made.forget_rule("acme", "kyc") == Rule(730 * DAY,
+                                                   "retention.tenants.acme.forget_after")
+    assert made.forget_rule("acme", "bill") == Rule(
+        100 * DAY, "retention.tenants.acme.flows.bill.forget_after")
+    with pytest.raises(ConfigurationError, match="positive"):
+        Periods(forget_after=-1.0)
 
 
 @pytest.mark.parametrize(("text", "key", "problem"), [

@@ -37,6 +37,8 @@ class Report:
     """Tenants whose runs were checked."""
     anchors: int = 0
     """Anchor records whose signature verified."""
+    forgotten: int = 0
+    """Anchored runs retention forgot: their anchored heads are in the forget log."""
     findings: list[Finding] = field(default_factory=list)
 
     @property

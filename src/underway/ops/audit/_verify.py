@@ -40,6 +40,7 @@ from ._anchors import (
     sorted_unique,
 )
 from ._findings import Finding, Report
+from ._forgotten import check_forgotten, read_forget_logs
 from ._merkle import merkle_root
 
 if TYPE_CHECKING:
@@ -274,7 +275,9 @@ def verify(
     """Audit the runs of a tenant, or one run.
 
     Each of ``checks`` runs on every run. With ``anchors``, :func:`check_anchored` runs on
-    every anchored run, including runs deleted since.
+    every anchored run, including runs deleted since; an anchored run that retention
+    forgot (its tenant's forget log names it) is checked against its forget log line
+    instead. Each tenant's forget log is checked as a chain.
 
     Args:
         store: The store.
@@ -301,8 +304,21 @@ def verify(
         targets = {(tenant_id, run_id)}
     else:
         targets = set(store.journaled_runs(tenant_id)) | set(heads)
+    tenants = {tenant_id} if tenant_id is not None else (
+        set(store.tenants()) | {t for t, _ in heads})
+    forgotten = read_forget_logs(store, tenants)
+    if run_id is None:
+        report.findings.extend(forgotten.findings)
+    else:
+        report.findings.extend(f for f in forgotten.findings if f.run_id == run_id)
     for t, r in sorted(targets):
         run = AuditedRun(t, r, store.load_events(t, r), store.get_run(t, r), journal)
+        line = forgotten.lines.get((t, r))
+        if line is not None and not run.events and run.row is None:
+            report.forgotten += 1
+            report.tenants.add(t)
+            report.findings.extend(check_forgotten(line, heads.get((t, r), ())))
+            continue
         report.runs += 1
         report.events += len(run.events)
         report.tenants.add(t)

@@ -9,6 +9,9 @@ holds that stop all of it.
   skeleton and its place in the hash chain, its checkpoints, signals and error text gone —
   except runs a legal hold stands on (by run, or by the data subject its row names), then
   deletes the blobs no remaining event or checkpoint refers to, and writes the sweep log.
+* Once a purged run's ``forget_after`` is over, :func:`sweep` forgets it: its skeleton
+  deleted in one transaction that appends its head to the tenant's forget log, unless a
+  hold stands on it or a related run has not finished.
 * :class:`RetentionSweeper` sweeps on a schedule beside a worker (``Worker(retention=...)``)
   or a runner, off the event loop.
 
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 from ._blobs import Marks, mark_blobs, sweep_blobs
 from ._purge import Unpurgeable, prepare
+from ._report import Outcome, SweepReport, TenantSweep
 from ._rules import (
     BLOB_GRACE,
     DEFAULT_EVERY,
@@ -31,7 +35,7 @@ from ._rules import (
     format_period,
     parse_period,
 )
-from ._sweep import Outcome, SweepReport, TenantSweep, sweep
+from ._sweep import sweep
 from ._sweeper import RetentionSweeper
 
 __all__ = [

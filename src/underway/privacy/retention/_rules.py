@@ -9,8 +9,11 @@ stops the lookup there, so a tenant can keep what the default would purge.
 
 Only ``completed``, ``failed`` and ``cancelled`` runs are ever purged: a ``dead`` run
 waits for an operator to resume it, so it is not finished (and neither is a waiting or
-escalated run). What a purge keeps of a run (its skeleton) is kept for as long as the run
-is: underway never deletes a run.
+escalated run). What a purge keeps of a run (its skeleton) is kept until a second, optional
+period, ``forget_after``, is over: then the run is forgotten (its skeleton deleted, a
+line in the forget log kept). ``forget_after`` is looked up like the periods (tenant's
+flow, tenant, flow, default), counts from when the run ended too, and only ever applies
+to runs a purge left a skeleton of. None said: skeletons are kept for good.
 """
 
 from __future__ import annotations
@@ -65,9 +68,12 @@ class Periods:
     completed: float | None = None
     failed: float | None = None
     cancelled: float | None = None
+    forget_after: float | None = None
+    """When a purged run's skeleton is deleted, in seconds from the time it ended (None:
+    not said here; ``math.inf``: kept)."""
 
     def __post_init__(self) -> None:
-        for status in STATUSES:
+        for status in (*STATUSES, "forget_after"):
             value = getattr(self, status)
             if value is not None and not value > 0:
                 raise ConfigurationError(
@@ -159,6 +165,31 @@ class Retention(Rules):
         """The flows that have rules of their own for ``tenant_id``."""
         tenant = self.tenants.get(tenant_id)
         return set(self.flows) | (set(tenant.flows) if tenant is not None else set())
+
+    def forget_rule(self, tenant_id: str, flow: str) -> Rule | None:
+        """When a purged run of ``flow`` in ``tenant_id`` is forgotten, and where that is
+        said; None when nothing says it (the skeleton is kept)."""
+        tenant = self.tenants.get(tenant_id)
+        places: list[tuple[Periods | None, str]] = []
+        if tenant is not None:
+            places.append((tenant.flows.get(flow), f"retention.tenants.{tenant_id}.flows.{flow}"))
+            places.append((tenant, f"retention.tenants.{tenant_id}"))
+        places.append((self.flows.get(flow), f"retention.flows.{flow}"))
+        places.append((self, "retention"))
+        for periods, where in places:
+            period = None if periods is None else periods.forget_after
+            if period is not None:
+                return None if math.isinf(period) else Rule(period, f"{where}.forget_after")
+        return None
+
+    @property
+    def forgets(self) -> bool:
+        """True when some rule says a ``forget_after`` period."""
+        said: list[Periods] = [self, *self.flows.values()]
+        for tenant in self.tenants.values():
+            said += [tenant, *tenant.flows.values()]
+        return any(p.forget_after is not None and not math.isinf(p.forget_after)
+                   for p in said)
 
     @property
     def empty(self) -> bool:

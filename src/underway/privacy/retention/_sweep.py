@@ -16,7 +16,6 @@ import dataclasses
 import logging
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 
 from ... import faults
 from ...clock import Clock, SystemClock
@@ -26,59 +25,15 @@ from ...journal import Journal
 from ...store.base import FINAL, RunRecord, Store, SweepRecord, whole
 from ...store.features import privacy
 from ._blobs import mark_blobs, sweep_blobs
+from ._forget import forget_candidates, forget_one
 from ._purge import Unpurgeable, prepare
+from ._report import Outcome, SweepReport, TenantSweep
 from ._rules import STATUSES, Retention, Rule
 
 log = logging.getLogger("underway.retention")
 
 PAGE = 100
 """Candidate runs read at a time."""
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """What the sweep did (or, dry, would do) with one run: ``purged``, ``held`` (a legal
-    hold stands on it or its subject) or ``skipped`` (``reason`` says why)."""
-
-    run_id: str
-    flow: str
-    status: str
-    ended_at: float
-    action: str
-    rule: str
-    events: int = 0
-    reason: str = ""
-
-
-@dataclass(slots=True)
-class TenantSweep:
-    """A sweep's work in one tenant."""
-
-    tenant_id: str
-    outcomes: list[Outcome] = field(default_factory=list)
-    blobs_deleted: int | None = None
-    """Unreferenced blobs deleted (None: no collection ran)."""
-    collection_note: str = ""
-    """Why blobs were not collected, when they were due and were not."""
-
-    def count(self, action: str) -> int:
-        """How many runs had ``action``."""
-        return sum(1 for o in self.outcomes if o.action == action)
-
-
-@dataclass(slots=True)
-class SweepReport:
-    """What one sweep did (or, with ``dry_run``, would do)."""
-
-    sweep_id: str
-    dry_run: bool
-    started_at: float
-    tenants: list[TenantSweep] = field(default_factory=list)
-
-    @property
-    def purged(self) -> int:
-        """Runs purged (or that would be) across tenants."""
-        return sum(t.count("purged") for t in self.tenants)
 
 
 def sweep(
@@ -149,11 +104,19 @@ def _sweep_tenant(journal: Journal, retention: Retention, tenant: str, report: S
         log.record = dataclasses.replace(
             log.record, blobs_deleted=done.blobs_deleted,
             collected_at=None if marks.problem else collected_at)
-    if done.outcomes or log.begun:
+    if retention.forgets:
+        for row, rule in forget_candidates(store, retention, tenant, now):
+            if stopped():
+                break
+            done.forgets.append(forget_one(journal, row, rule, held, sweep_id=report.sweep_id,
+                                           dry_run=report.dry_run, clock=clock,
+                                           begin=log.begin))
+    if done.outcomes or done.forgets or log.begun:
         log.begin()
         log.write(dataclasses.replace(
             log.record, finished_at=clock.now(), purged=done.count("purged"),
             held=done.count("held"), skipped=done.count("skipped"),
+            forgotten=done.forgotten,
         ))
     return done
 

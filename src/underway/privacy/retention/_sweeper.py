@@ -11,8 +11,9 @@ from ...clock import Clock, SystemClock
 from ...codec import Codec
 from ...store._offload import run_io
 from ...store.base import Store
+from ._report import SweepReport
 from ._rules import Retention
-from ._sweep import SweepReport, sweep
+from ._sweep import sweep
 
 log = logging.getLogger("underway.retention")
 
@@ -28,7 +29,8 @@ class RetentionSweeper:
         await asyncio.gather(runner.serve(stop), sweeper.run(stop))
 
     A sweep that fails (the database restarting, say) is logged and tried again at the next
-    interval. ``sweeps`` counts the sweeps that ended, ``purged`` the runs they purged.
+    interval. ``sweeps`` counts the sweeps that ended, ``purged`` the runs they purged,
+    ``forgotten`` the purged runs they forgot.
     ``last`` is the report of the latest.
 
     Args:
@@ -50,6 +52,7 @@ class RetentionSweeper:
         self.by = by
         self.sweeps = 0
         self.purged = 0
+        self.forgotten = 0
         self.last: SweepReport | None = None
         self._stopping = threading.Event()
 
@@ -59,6 +62,7 @@ class RetentionSweeper:
                        codec=self.codec, stop=self._stopping.is_set)
         self.sweeps += 1
         self.purged += report.purged
+        self.forgotten += report.forgotten
         self.last = report
         return report
 
@@ -78,9 +82,10 @@ class RetentionSweeper:
                               self.retention.every)
             else:
                 for t in report.tenants:
-                    if t.outcomes or t.blobs_deleted:
+                    if t.outcomes or t.forgets or t.blobs_deleted:
                         log.info("retention sweep of tenant %r: %d purged, %d held, %d "
-                                 "skipped, %s blobs deleted", t.tenant_id, t.count("purged"),
-                                 t.count("held"), t.count("skipped"), t.blobs_deleted or 0)
+                                 "skipped, %s blobs deleted, %d forgotten", t.tenant_id,
+                                 t.count("purged"), t.count("held"), t.count("skipped"),
+                                 t.blobs_deleted or 0, t.forgotten)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=self.retention.every)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..records import HoldRecord, PurgedRun, RunRecord, SweepRecord
+from ..records import ForgottenRun, HoldRecord, PurgedRun, RunRecord, SweepRecord
 from .dialect import SQLBase
 
 
@@ -57,6 +57,34 @@ class SQLRetention(SQLBase):
                 for r in self._all("purged_runs", tenant_id=tenant_id, sweep_id=sweep_id,
                                    run_id=run_id, limit=limit)]
 
+    # -- forgetting ---------------------------------------------------------------------------
+    FORGET_TABLES = ("events", "checkpoints", "checkpoint_history", "signals", "run_labels",
+                     "span_exports", "stream_deltas", "purged_runs", "runs")
+    """What forgetting a run deletes its rows from (its ``forget_<table>`` queries), the
+    runs row last."""
+
+    def forget_candidates(
+        self, tenant_id: str, *, ended_before: float, flow: str | None = None,
+        after: tuple[float, str] | None = None, limit: int = 100,
+    ) -> list[RunRecord]:
+        """Purged runs that ended before a time, oldest first."""
+        rows = self._all(
+            "forget_candidates", tenant_id=tenant_id, ended_before=ended_before, flow=flow,
+            after_at=after[0] if after else None, after_id=after[1] if after else None,
+            limit=limit,
+        )
+        return [self._run(r) for r in rows]
+
+    def forgotten_runs(
+        self, tenant_id: str, *, after: int = 0, sweep_id: str | None = None,
+        limit: int = 1000,
+    ) -> list[ForgottenRun]:
+        """The tenant's forget log after a line, in order."""
+        return [ForgottenRun(r[0], int(r[1]), r[2], int(r[3]), bytes(r[4]).hex(), r[5],
+                             float(r[6]), bytes(r[7]).hex())
+                for r in self._all("forgotten_runs", tenant_id=tenant_id, after=after,
+                                   sweep_id=sweep_id, limit=limit)]
+
     # -- blobs ------------------------------------------------------------------------------
     def blob_keys(self, tenant_id: str, *, after: str | None = None,
                   limit: int = 1000) -> list[str]:
@@ -81,6 +109,7 @@ class SQLRetention(SQLBase):
             started_at=rec.started_at, by=rec.by, finished_at=rec.finished_at,
             purged=rec.purged, held=rec.held, skipped=rec.skipped,
             blobs_deleted=rec.blobs_deleted, collected_at=rec.collected_at,
+            forgotten=rec.forgotten,
         )
 
     def list_sweeps(self, tenant_id: str | None = None, *, limit: int = 20) -> list[SweepRecord]:

@@ -13,6 +13,8 @@ from ... import faults
 from ..._chunked import LargeBlob
 from ...errors import ConflictError
 from ..records import (
+    Forget,
+    ForgottenRun,
     HoldRecord,
     Purge,
     PurgedRun,
@@ -22,7 +24,15 @@ from ..records import (
     StoredLabel,
     SweepRecord,
 )
-from ..retention import BLOB_REFRESH, PurgeResult, check_purge
+from ..retention import (
+    BLOB_REFRESH,
+    ForgetResult,
+    PurgeResult,
+    check_forget,
+    check_purge,
+    next_forgotten,
+)
+from ..streams import NewDelta
 
 
 class MemoryRetention:
@@ -38,12 +48,15 @@ class MemoryRetention:
     _chunks: dict[tuple[str, str], list[bytes]]
     _signals: dict[tuple[str, str], dict[str, tuple[SignalRecord, bool]]]
     _labels: dict[tuple[str, str], dict[str, StoredLabel]]
+    _span_cursors: dict[tuple[str, str], int]
+    _streams: dict[tuple[str, str], list[tuple[int, NewDelta]]]
 
     def __init__(self) -> None:
         self._holds: dict[tuple[str, str, str], HoldRecord] = {}
         self._purged: dict[tuple[str, str], PurgedRun] = {}
         self._sweeps: dict[tuple[str, str], SweepRecord] = {}
         self._written: dict[tuple[str, str], float] = {}
+        self._forgotten: dict[str, list[ForgottenRun]] = {}
 
     def _write_blobs(self, tenant_id: str, blobs: dict[str, bytes]) -> None:
         """Store ``blobs`` (call holding the store's lock): a new blob is written now, one
@@ -159,6 +172,61 @@ class MemoryRetention:
                      if t == tenant_id and (sweep_id is None or p.sweep_id == sweep_id)
                      and (run_id is None or r == run_id)]
         return sorted(found, key=lambda p: (-p.purged_at, p.run_id))[:limit]
+
+    # -- forgetting ---------------------------------------------------------------------------
+    def forget_candidates(
+        self, tenant_id: str, *, ended_before: float, flow: str | None = None,
+        after: tuple[float, str] | None = None, limit: int = 100,
+    ) -> list[RunRecord]:
+        """Purged runs that ended before a time, oldest first."""
+        with self._lock:
+            found = sorted(
+                (self._runs[key] for key in self._purged
+                 if key[0] == tenant_id and key in self._runs
+                 and self._runs[key].updated_at < ended_before
+                 and (flow is None or self._runs[key].flow == flow)
+                 and (after is None
+                      or (self._runs[key].updated_at, self._runs[key].run_id) > after)),
+                key=lambda r: (r.updated_at, r.run_id),
+            )
+        return found[:limit]
+
+    def forget_run(self, forget: Forget) -> ForgetResult:
+        """Delete every row of a purged run and append its forget log line: all at once,
+        or nothing."""
+        key = (forget.tenant_id, forget.run_id)
+        with self._lock:
+            row = self._runs.get(key)
+            if row is None:
+                return "gone"
+            if key not in self._purged:
+                return "unpurged"
+            check_forget(forget, (row.status, row.last_seq, row.last_hash))
+            if self._held(forget.tenant_id, forget.run_id):
+                return "held"
+            log = self._forgotten.setdefault(forget.tenant_id, [])
+            line = next_forgotten(forget, (log[-1].seq, log[-1].hash) if log else None)
+            faults.point("retention.forget_uncommitted")
+            del self._runs[key], self._purged[key]
+            self._events.pop(key, None)
+            self._checkpoints.pop(key, None)
+            self._checkpoint_history.pop(key, None)
+            self._signals.pop(key, None)
+            self._labels.pop(key, None)
+            self._span_cursors.pop(key, None)
+            self._streams.pop(key, None)
+            log.append(line)
+            return "forgotten"
+
+    def forgotten_runs(
+        self, tenant_id: str, *, after: int = 0, sweep_id: str | None = None,
+        limit: int = 1000,
+    ) -> list[ForgottenRun]:
+        """The tenant's forget log after a line, in order."""
+        with self._lock:
+            log = self._forgotten.get(tenant_id, [])
+            found = [f for f in log[after:] if sweep_id is None or f.sweep_id == sweep_id]
+        return found[:limit]
 
     # -- blobs ------------------------------------------------------------------------------
     def blob_keys(self, tenant_id: str, *, after: str | None = None,

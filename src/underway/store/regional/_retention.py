@@ -8,8 +8,8 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..base import Store
-from ..records import HoldRecord, Purge, PurgedRun, RunRecord, SweepRecord
-from ..retention import PurgeResult
+from ..records import Forget, ForgottenRun, HoldRecord, Purge, PurgedRun, RunRecord, SweepRecord
+from ..retention import ForgetResult, PurgeResult
 
 
 class RegionalRetention:
@@ -52,6 +52,18 @@ class RegionalRetention:
     def purged_runs(self, tenant_id: str, **query: Any) -> list[PurgedRun]:
         """The tenant's purges, from its region."""
         return self._of(tenant_id).purged_runs(tenant_id, **query)
+
+    def forget_candidates(self, tenant_id: str, **query: Any) -> list[RunRecord]:
+        """Purged runs to forget, from the tenant's region."""
+        return self._of(tenant_id).forget_candidates(tenant_id, **query)
+
+    def forget_run(self, forget: Forget) -> ForgetResult:
+        """Forget a run in its tenant's region."""
+        return self._of(forget.tenant_id).forget_run(forget)
+
+    def forgotten_runs(self, tenant_id: str, **query: Any) -> list[ForgottenRun]:
+        """The tenant's forget log, from its region."""
+        return self._of(tenant_id).forgotten_runs(tenant_id, **query)
 
     def blob_keys(self, tenant_id: str, *, after: str | None = None,
                   limit: int = 1000) -> list[str]:

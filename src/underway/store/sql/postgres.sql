@@ -1312,18 +1312,18 @@ DELETE FROM blob_chunks
 
 -- name: record_sweep
 INSERT INTO retention_sweeps (sweep_id, tenant_id, started_at, swept_by, finished_at, purged,
-                              held, skipped, blobs_deleted, collected_at)
+                              held, skipped, blobs_deleted, collected_at, forgotten)
 VALUES (%(sweep_id)s, %(tenant_id)s, %(started_at)s, %(by)s, %(finished_at)s, %(purged)s,
-        %(held)s, %(skipped)s, %(blobs_deleted)s, %(collected_at)s)
+        %(held)s, %(skipped)s, %(blobs_deleted)s, %(collected_at)s, %(forgotten)s)
 ON CONFLICT (sweep_id, tenant_id) DO UPDATE
    SET started_at = excluded.started_at, swept_by = excluded.swept_by,
        finished_at = excluded.finished_at, purged = excluded.purged, held = excluded.held,
        skipped = excluded.skipped, blobs_deleted = excluded.blobs_deleted,
-       collected_at = excluded.collected_at
+       collected_at = excluded.collected_at, forgotten = excluded.forgotten
 
 -- name: list_sweeps
 SELECT sweep_id, tenant_id, started_at, swept_by, finished_at, purged, held, skipped,
-       blobs_deleted, collected_at
+       blobs_deleted, collected_at, forgotten
   FROM retention_sweeps
  WHERE (%(tenant_id)s::text IS NULL OR tenant_id = %(tenant_id)s)
  ORDER BY started_at DESC, sweep_id COLLATE "C", tenant_id COLLATE "C"
@@ -1505,3 +1505,80 @@ DELETE FROM stream_deltas
 -- name: stream_listen
 -- A reader of live streams listens here; the payload of a notification is a run id.
 LISTEN underway_stream
+
+-- Forgetting purged runs (migration 0028): the candidates, what a forget checks, the rows
+-- it deletes and the forget log it appends to.
+
+-- name: forget_candidates
+SELECT r.tenant_id, r.run_id, r.flow, r.status, r.step, r.idempotency_key, r.last_seq,
+       r.last_hash, r.next_wake_at, r.waiting_signal, r.control_pending, r.lease_owner,
+       r.lease_token, r.lease_expires_at, r.created_at, r.updated_at, r.error, r.queue,
+       r.subject, r.purpose, r.request_kind
+  FROM runs AS r JOIN purged_runs AS p ON p.tenant_id = r.tenant_id AND p.run_id = r.run_id
+ WHERE r.tenant_id = %(tenant_id)s AND r.updated_at < %(ended_before)s
+   AND (%(flow)s::text IS NULL OR r.flow = %(flow)s)
+   AND (%(after_at)s::float8 IS NULL OR r.updated_at > %(after_at)s
+        OR (r.updated_at = %(after_at)s AND r.run_id COLLATE "C" > %(after_id)s))
+ ORDER BY r.updated_at, r.run_id COLLATE "C"
+ LIMIT %(limit)s
+
+-- name: forget_head
+-- What a forget checks, with the run's row locked: its status and head, whether it was
+-- purged, whether a legal hold stands on it or its subject.
+SELECT r.status, r.last_seq, r.last_hash,
+       EXISTS (SELECT 1 FROM purged_runs AS p
+                WHERE p.tenant_id = r.tenant_id AND p.run_id = r.run_id) AS purged,
+       EXISTS (SELECT 1 FROM legal_holds AS h
+                WHERE h.tenant_id = r.tenant_id AND h.released_at IS NULL
+                  AND ((h.kind = 'run' AND h.target = r.run_id)
+                       OR (h.kind = 'subject' AND h.target = r.subject))) AS held
+  FROM runs AS r WHERE r.tenant_id = %(tenant_id)s AND r.run_id = %(run_id)s
+   FOR UPDATE OF r
+
+-- name: forget_log_lock
+-- Forgets of one tenant append to its forget log one at a time.
+SELECT pg_advisory_xact_lock(hashtextextended('underway forget log ' || %(tenant_id)s, 0))
+
+-- name: forget_log_tail
+SELECT seq, hash FROM forgotten_runs WHERE tenant_id = %(tenant_id)s
+ ORDER BY seq DESC LIMIT 1
+
+-- name: forget_events
+DELETE FROM events WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s
+
+-- name: forget_checkpoints
+DELETE FROM checkpoints WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s
+
+-- name: forget_checkpoint_history
+DELETE FROM checkpoint_history WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s
+
+-- name: forget_signals
+DELETE FROM signals WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s
+
+-- name: forget_run_labels
+DELETE FROM run_labels WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s
+
+-- name: forget_span_exports
+DELETE FROM span_exports WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s
+
+-- name: forget_stream_deltas
+DELETE FROM stream_deltas WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s
+
+-- name: forget_purged_runs
+DELETE FROM purged_runs WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s
+
+-- name: forget_runs
+DELETE FROM runs WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s
+
+-- name: insert_forgotten_run
+INSERT INTO forgotten_runs (tenant_id, seq, run_id, last_seq, head, sweep_id, forgotten_at,
+                            hash)
+VALUES (%(tenant_id)s, %(seq)s, %(run_id)s, %(last_seq)s, %(head)s, %(sweep_id)s,
+        %(at)s, %(hash)s)
+
+-- name: forgotten_runs
+SELECT tenant_id, seq, run_id, last_seq, head, sweep_id, forgotten_at, hash
+  FROM forgotten_runs
+ WHERE tenant_id = %(tenant_id)s AND seq > %(after)s
+   AND (%(sweep_id)s::text IS NULL OR sweep_id = %(sweep_id)s)
+ ORDER BY seq LIMIT %(limit)s

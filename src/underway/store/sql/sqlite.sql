@@ -935,17 +935,17 @@ DELETE FROM blob_chunks
 
 -- name: record_sweep
 INSERT INTO retention_sweeps (sweep_id, tenant_id, started_at, swept_by, finished_at, purged,
-                              held, skipped, blobs_deleted, collected_at)
-VALUES (:sweep_id, :tenant_id, :started_at, :by, :finished_at, :purged, :held, :skipped, :blobs_deleted, :collected_at)
+                              held, skipped, blobs_deleted, collected_at, forgotten)
+VALUES (:sweep_id, :tenant_id, :started_at, :by, :finished_at, :purged, :held, :skipped, :blobs_deleted, :collected_at, :forgotten)
 ON CONFLICT (sweep_id, tenant_id) DO UPDATE
    SET started_at = excluded.started_at, swept_by = excluded.swept_by,
        finished_at = excluded.finished_at, purged = excluded.purged, held = excluded.held,
        skipped = excluded.skipped, blobs_deleted = excluded.blobs_deleted,
-       collected_at = excluded.collected_at
+       collected_at = excluded.collected_at, forgotten = excluded.forgotten
 
 -- name: list_sweeps
 SELECT sweep_id, tenant_id, started_at, swept_by, finished_at, purged, held, skipped,
-       blobs_deleted, collected_at
+       blobs_deleted, collected_at, forgotten
   FROM retention_sweeps
  WHERE (:tenant_id IS NULL OR tenant_id = :tenant_id)
  ORDER BY started_at DESC, sweep_id, tenant_id
@@ -1091,3 +1091,72 @@ DELETE FROM stream_deltas
    AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.tenant_id = stream_deltas.tenant_id
                                           AND r.run_id = stream_deltas.run_id
                                           AND r.lease_owner IS NOT NULL)
+
+-- Forgetting purged runs (migration 0028): the candidates, what a forget checks, the rows
+-- it deletes and the forget log it appends to.
+
+-- name: forget_candidates
+SELECT r.*
+  FROM runs AS r JOIN purged_runs AS p ON p.tenant_id = r.tenant_id AND p.run_id = r.run_id
+ WHERE r.tenant_id = :tenant_id AND r.updated_at < :ended_before
+   AND (:flow IS NULL OR r.flow = :flow)
+   AND (:after_at IS NULL OR r.updated_at > :after_at
+        OR (r.updated_at = :after_at AND r.run_id > :after_id))
+ ORDER BY r.updated_at, r.run_id
+ LIMIT :limit
+
+-- name: forget_head
+-- What a forget checks, with the run's row locked: its status and head, whether it was
+-- purged, whether a legal hold stands on it or its subject.
+SELECT r.status, r.last_seq, r.last_hash,
+       EXISTS (SELECT 1 FROM purged_runs AS p
+                WHERE p.tenant_id = r.tenant_id AND p.run_id = r.run_id) AS purged,
+       EXISTS (SELECT 1 FROM legal_holds AS h
+                WHERE h.tenant_id = r.tenant_id AND h.released_at IS NULL
+                  AND ((h.kind = 'run' AND h.target = r.run_id)
+                       OR (h.kind = 'subject' AND h.target = r.subject))) AS held
+  FROM runs AS r WHERE r.tenant_id = :tenant_id AND r.run_id = :run_id
+
+-- name: forget_log_tail
+SELECT seq, hash FROM forgotten_runs WHERE tenant_id = :tenant_id
+ ORDER BY seq DESC LIMIT 1
+
+-- name: forget_events
+DELETE FROM events WHERE tenant_id = :tenant_id AND run_id = :run_id
+
+-- name: forget_checkpoints
+DELETE FROM checkpoints WHERE tenant_id = :tenant_id AND run_id = :run_id
+
+-- name: forget_checkpoint_history
+DELETE FROM checkpoint_history WHERE tenant_id = :tenant_id AND run_id = :run_id
+
+-- name: forget_signals
+DELETE FROM signals WHERE tenant_id = :tenant_id AND run_id = :run_id
+
+-- name: forget_run_labels
+DELETE FROM run_labels WHERE tenant_id = :tenant_id AND run_id = :run_id
+
+-- name: forget_span_exports
+DELETE FROM span_exports WHERE tenant_id = :tenant_id AND run_id = :run_id
+
+-- name: forget_stream_deltas
+DELETE FROM stream_deltas WHERE tenant_id = :tenant_id AND run_id = :run_id
+
+-- name: forget_purged_runs
+DELETE FROM purged_runs WHERE tenant_id = :tenant_id AND run_id = :run_id
+
+-- name: forget_runs
+DELETE FROM runs WHERE tenant_id = :tenant_id AND run_id = :run_id
+
+-- name: insert_forgotten_run
+INSERT INTO forgotten_runs (tenant_id, seq, run_id, last_seq, head, sweep_id, forgotten_at,
+                            hash)
+VALUES (:tenant_id, :seq, :run_id, :last_seq, :head, :sweep_id,
+        :at, :hash)
+
+-- name: forgotten_runs
+SELECT tenant_id, seq, run_id, last_seq, head, sweep_id, forgotten_at, hash
+  FROM forgotten_runs
+ WHERE tenant_id = :tenant_id AND seq > :after
+   AND (:sweep_id IS NULL OR sweep_id = :sweep_id)
+ ORDER BY seq LIMIT :limit

@@ -6,8 +6,8 @@ from __future__ import annotations
 from ... import faults
 from ...errors import ConflictError
 from .._sqlbase.retention import SQLRetention
-from ..records import Purge
-from ..retention import PurgeResult, check_purge
+from ..records import Forget, Purge
+from ..retention import ForgetResult, PurgeResult, check_forget, check_purge, next_forgotten
 from ._connection import _Q, Connection
 
 
@@ -42,3 +42,28 @@ class Retention(SQLRetention, Connection):
             c.execute(_Q["insert_purged_run"], (t, r, purge.sweep_id, purge.at,
                                                 len(purge.tombstones), purge.rule))
         return "purged"
+
+    def forget_run(self, forget: Forget) -> ForgetResult:
+        """Delete every row of a purged run and append its forget log line: one
+        transaction, or nothing."""
+        key = {"tenant_id": forget.tenant_id, "run_id": forget.run_id}
+        with self._tx() as c:
+            head = c.execute(_Q["forget_head"], key).fetchone()
+            if head is None:
+                return "gone"
+            if not head["purged"]:
+                return "unpurged"
+            check_forget(forget, (head["status"], head["last_seq"], head["last_hash"]))
+            if head["held"]:
+                return "held"
+            tail = c.execute(_Q["forget_log_tail"], key).fetchone()
+            line = next_forgotten(forget, None if tail is None else (
+                int(tail[0]), bytes(tail[1]).hex()))
+            faults.point("retention.forget_uncommitted")
+            for table in self.FORGET_TABLES:
+                c.execute(_Q[f"forget_{table}"], key)
+            c.execute(_Q["insert_forgotten_run"], {
+                **key, "seq": line.seq, "last_seq": line.last_seq,
+                "head": bytes.fromhex(line.head), "sweep_id": line.sweep_id,
+                "at": line.forgotten_at, "hash": bytes.fromhex(line.hash)})
+        return "forgotten"
