@@ -47,6 +47,8 @@ OUT_OF_SCOPE = {
     "retention.purge_uncommitted": "retention of finished runs",
     "retention.after_purge": "retention of finished runs",
     "retention.before_collect": "retention of finished runs",
+    "retention.before_forget": "retention of finished runs",
+    "retention.forget_uncommitted": "retention of finished runs",
     "erasure.before_purge": "erasure of a data subject",
     "erasure.before_vault": "erasure of a data subject",
     "erasure.before_log": "erasure of a data subject",
