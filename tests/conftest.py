@@ -85,6 +85,16 @@ def pg_janitor() -> Iterator[Janitor]:
 @pytest.fixture
 def pg_url(pg_janitor: Janitor) -> Iterator[str]:
     """A URL selecting a fresh, empty schema on the real PostgreSQL; dropped afterwards."""
+    yield from _fresh_schema(pg_janitor)
+
+
+@pytest.fixture
+def other_pg_url(pg_url: str, pg_janitor: Janitor) -> Iterator[str]:
+    """A second fresh schema of the same database, as ``pg_url`` is one."""
+    yield from _fresh_schema(pg_janitor)
+
+
+def _fresh_schema(pg_janitor: Janitor) -> Iterator[str]:
     base = pg_base_url()
     schema = f"t_{uuid.uuid4().hex[:12]}"
     try:

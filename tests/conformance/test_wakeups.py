@@ -42,6 +42,39 @@ def test_postgres_wakes_a_listener_for_its_queues(pg_url: str) -> None:
     writer.close()
 
 
+@pytest.mark.postgres
+def test_postgres_wakes_only_the_listeners_of_its_schema(pg_url: str, other_pg_url: str) -> None:
+    """A NOTIFY channel is the database's: a run of another schema (another deployment in
+    the same database) must not wake this schema's workers."""
+    listener, writer, stranger = connect(pg_url), connect(pg_url), connect(other_pg_url)
+    wakeups = listener.wakeups(name="conformance")
+
+    async def hear() -> None:
+        heard: asyncio.Queue[None] = asyncio.Queue()
+
+        async def listen() -> None:
+            async for _ in wakeups.watch(["mail"], retry=0.05):
+                heard.put_nowait(None)
+
+        task = asyncio.create_task(listen())
+        try:
+            await asyncio.wait_for(heard.get(), PATIENCE)  # listening started
+            # In commit order: the other schema's run, had it woken the listener, would
+            # be heard before this schema's.
+            await asyncio.to_thread(start, stranger, "theirs", queue="mail")
+            await asyncio.to_thread(stranger.wakeups(name="other").announce, ["mail"])
+            await asyncio.to_thread(start, writer, "ours", queue="mail")
+            await asyncio.wait_for(heard.get(), PATIENCE)
+            assert heard.empty(), "woken by a run of another schema"
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(hear())
+    for store in (listener, writer, stranger):
+        store.close()
+
+
 async def _listen_and_hear(wakeups: Wakeups, writer: Store) -> None:
     heard: asyncio.Queue[None] = asyncio.Queue()
 

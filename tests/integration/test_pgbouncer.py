@@ -17,10 +17,8 @@ import socket
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import psycopg
@@ -135,17 +133,6 @@ def single_session(pgbouncer: PgBouncer) -> Iterator[PgBouncer]:
     """A PgBouncer of one server connection: every transaction shares one session."""
     with throwaway_pgbouncer(pgbouncer.server_url, pool_size=1) as bouncer:
         yield bouncer
-
-
-@pytest.fixture
-def other_pg_url(pg_url: str, pg_janitor: Any) -> Iterator[str]:
-    """A second fresh schema, as ``pg_url`` is one."""
-    base, _ = split_url(pg_url)
-    schema = f"t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(base, autocommit=True, connect_timeout=60) as conn:
-        conn.execute(f'CREATE SCHEMA "{schema}"')
-    yield f"{base}{'&' if '?' in base else '?'}schema={schema}"
-    pg_janitor.drop(f'DROP SCHEMA "{schema}" CASCADE')
 
 
 def test_stores_on_two_schemas_share_one_session_and_leave_nothing_in_it(

@@ -68,4 +68,4 @@ class PostgresStore(
         <name>`` (on ``listen_url`` when the URL names one; none behind a transaction
         pooler without it: the worker polls); handed-back runs are announced with
         NOTIFY."""
-        return Listener(self.listen_conninfo, self.pool, name=name)
+        return Listener(self.listen_conninfo, self.pool, name=name, schema=self.schema)

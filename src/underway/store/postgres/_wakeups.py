@@ -4,9 +4,11 @@ Behind a transaction pooler (``pooler=transaction``) LISTEN goes to the direct
 ``listen_url``; given none, the worker polls, woken by nothing, so its ``poll`` bounds how
 long new work waits. NOTIFY is sent in transactions, so it passes the pooler either way.
 
-New runs, signals and runs handed back send ``NOTIFY underway, '<queue>'`` in the
-transaction that makes them due (see ``notify_run`` and ``notify_queues`` in
-``store/sql/postgres.sql``), so a listening worker hears of them when they commit.
+New runs, signals and runs handed back send ``NOTIFY underway_<schema digest>, '<queue>'``
+in the transaction that makes them due (see ``wake_channel``, ``notify_run`` and
+``notify_queues`` in ``store/sql/postgres.sql``), so a listening worker hears of them when
+they commit. The channel is the schema's: a channel is the database's, and workers of one
+schema would otherwise claim at every run of every other.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import psycopg
+from psycopg import sql
 from psycopg_pool import ConnectionPool
 
 from ..wakeups import RETRY_MAX_S
@@ -30,9 +33,10 @@ class Listener:
 
     def __init__(
         self, conninfo: str | None, pool: ConnectionPool[psycopg.Connection[Any]], *,
-        name: str,
+        name: str, schema: str | None = None,
     ) -> None:
         self._conninfo = conninfo
+        self._schema = schema
         self._pool = pool
         self._name = name
         self._listening = False
@@ -56,7 +60,10 @@ class Listener:
                     self._conninfo, autocommit=True, connect_timeout=10,
                     application_name=f"underway worker {self._name}"[:63],
                 ) as conn:
-                    await conn.execute(_Q["listen"])
+                    row = await (await conn.execute(
+                        _Q["wake_channel"], {"schema": self._schema})).fetchone()
+                    assert row is not None
+                    await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(row[0])))
                     self._listening = True
                     backoff = retry
                     # Notifications sent while nobody listened are lost: look now.

@@ -715,19 +715,24 @@ SELECT name, max_concurrency, rate_limit, rate_period_s, per_tenant FROM queues
 -- name: delete_queue
 DELETE FROM queues WHERE name = %(name)s
 
--- name: listen
--- Idle workers listen here; the payload of a notification is a queue name.
-LISTEN underway
+-- name: wake_channel
+-- The channel idle workers of a schema listen on; the payload of a notification is a queue
+-- name. A channel belongs to the database, not the schema: one per schema, so workers of
+-- one schema are not woken by another's runs (named by a digest: a channel name is at
+-- most 63 bytes, a schema's name need not be).
+SELECT 'underway_' || left(md5(coalesce(%(schema)s::text, current_schema(), '')), 16)
 
 -- name: notify_run
 -- Sent in the transaction that creates a run or signals it, so workers learn of it when
 -- (and only if) it commits; a worker serving the run's queue then claims or re-plans its
 -- sleep. Spurious wake-ups cost one claim, so this does not check whether the run is due.
-SELECT pg_notify('underway', queue) FROM runs
+SELECT pg_notify('underway_' || left(md5(coalesce(current_schema(), '')), 16), queue)
+  FROM runs
  WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s
 
 -- name: notify_queues
-SELECT pg_notify('underway', q) FROM unnest(%(queues)s::text[]) AS q
+SELECT pg_notify('underway_' || left(md5(coalesce(current_schema(), '')), 16), q)
+  FROM unnest(%(queues)s::text[]) AS q
 
 -- name: renew_lease
 UPDATE runs SET lease_expires_at = %(expires_at)s
