@@ -75,6 +75,13 @@ def kept(url: str) -> list[tuple[str, str, int]]:
     return sorted((t, s, int(n)) for t, s, n in rows)
 
 
+def direct(backend: Backend) -> str:
+    """The backend's database around any pooler: raw SQL here keeps session state (a
+    search path, a backend pid to terminate) that must not reach a pooler's sessions."""
+    assert backend.direct_url is not None
+    return backend.direct_url
+
+
 def assert_exact(store: Store, url: str) -> None:
     runs, kinds = counted(url)
     assert kept(url) == runs
@@ -86,8 +93,8 @@ def test_a_scrape_reads_the_kept_counts_not_the_runs(backend: Backend) -> None:
     assert backend.url is not None
     store = backend.open()
     churn(store, 0, tenant="acme")
-    assert_exact(store, backend.url)
-    with raw(backend.url) as q:  # a count no run backs: only a read of the counts sees it
+    assert_exact(store, direct(backend))
+    with raw(direct(backend)) as q:  # a count no run backs: only a read of the counts sees it
         q("INSERT INTO run_counts (tenant_id, status, kind, slot, n) "
           "VALUES ('ghost', 'waiting', 'approval', 0, 7)")
     assert ("ghost", "waiting", 7) in store.run_counts()
@@ -123,7 +130,7 @@ def test_counts_equal_the_runs_after_many_concurrent_changes(backend: Backend) -
     for t in threads:
         t.join()
     assert not failures, failures
-    assert_exact(stores[0], backend.url)
+    assert_exact(stores[0], direct(backend))
     runs = dict(((t, s), n) for t, s, n in stores[0].run_counts())
     assert sum(runs.values()) == THREADS * RUNS
     assert runs[("acme", "completed")] == sum(
@@ -145,7 +152,7 @@ def test_a_transaction_lost_in_a_crash_counts_nothing(backend: Backend) -> None:
         db.execute("DELETE FROM runs WHERE status = 'dead' AND run_id LIKE 'w0-1%'")
         db.close()
     else:
-        base, schema = split_url(backend.url)
+        base, schema = split_url(direct(backend))
         with psycopg.connect(base, autocommit=True) as killer, psycopg.connect(base) as conn:
             conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema or "")))
             conn.execute("UPDATE runs SET status = 'dead'")
@@ -155,7 +162,7 @@ def test_a_transaction_lost_in_a_crash_counts_nothing(backend: Backend) -> None:
             with pytest.raises(psycopg.OperationalError):
                 conn.execute("COMMIT")
     assert sorted(store.run_counts()) == before
-    assert_exact(store, backend.url)
+    assert_exact(store, direct(backend))
 
 
 def test_purges_forks_erasures_and_deleted_rows_keep_the_counts(backend: Backend) -> None:
@@ -176,12 +183,12 @@ def test_purges_forks_erasures_and_deleted_rows_keep_the_counts(backend: Backend
         step="again", now=T0 + 50, next_wake_at=T0 + 50,
     ), ForkLink("t1", "r1", 3, event(4, "r1", "RunForked"), T0 + 50))
     store.erase_subject(erasure("cust-1", tenant_id="t1"))
-    assert_exact(store, backend.url)
+    assert_exact(store, direct(backend))
     assert ("t1", "ready", 1) in store.run_counts()  # the fork
-    with raw(backend.url) as q:  # rows an operator deletes by hand, a whole tenant's
+    with raw(direct(backend)) as q:  # rows an operator deletes by hand, a whole tenant's
         q("DELETE FROM runs WHERE tenant_id = %s", "t1")
     assert store.run_counts() == []
-    assert_exact(store, backend.url)
+    assert_exact(store, direct(backend))
 
 
 def test_the_migration_counts_the_runs_already_there(backend: Backend) -> None:
@@ -191,7 +198,7 @@ def test_the_migration_counts_the_runs_already_there(backend: Backend) -> None:
     churn(store, 1, tenant="globex")
     want = sorted(store.run_counts())
     store.close()
-    with raw(backend.url) as q:
+    with raw(direct(backend)) as q:
         if backend.url.startswith("sqlite:///"):
             for trigger in ("runs_counted", "runs_uncounted", "runs_recounted"):
                 q(f"DROP TRIGGER {trigger}")
@@ -215,7 +222,7 @@ def test_the_migration_counts_the_runs_already_there(backend: Backend) -> None:
     store = connect(backend.url)  # migrates
     try:
         assert sorted(store.run_counts()) != want
-        assert_exact(store, backend.url)
+        assert_exact(store, direct(backend))
     finally:
         store.close()
 
@@ -252,15 +259,15 @@ def test_one_statement_of_many_rows_counts_them_all(backend: Backend) -> None:
               "SELECT i FROM n" if backend.url.startswith("sqlite:///")
               else "SELECT generate_series(0, 4999) AS i")
     mod = "%" if backend.url.startswith("sqlite:///") else "%%"
-    with raw(backend.url) as q:  # as a bulk import would
+    with raw(direct(backend)) as q:  # as a bulk import would
         q(f"INSERT INTO runs (tenant_id, run_id, flow, status, step, last_seq, last_hash, "
           f"created_at, updated_at, request_kind) "
           f"SELECT CASE WHEN i {mod} 2 = 0 THEN 'acme' ELSE 'globex' END, 'b' || i, 'f', "
           f"CASE WHEN i {mod} 3 = 0 THEN 'waiting' ELSE 'completed' END, 's', 1, 'h', 1.0, "
           f"1.0, CASE WHEN i {mod} 15 = 0 THEN 'approval' END FROM ({series}) AS s")
     assert sum(n for _, _, n in store.run_counts()) == 5000
-    assert_exact(store, backend.url)
-    with raw(backend.url) as q:
+    assert_exact(store, direct(backend))
+    with raw(direct(backend)) as q:
         q("UPDATE runs SET status = 'dead', request_kind = NULL WHERE tenant_id = %s", "acme")
         q("DELETE FROM runs WHERE status = %s", "completed")
-    assert_exact(store, backend.url)
+    assert_exact(store, direct(backend))
