@@ -894,6 +894,28 @@ SELECT tenant_id, run_id FROM runs AS r
  ORDER BY tenant_id, run_id
  LIMIT %(limit)s
 
+-- name: suspect_runs_since
+-- The suspect rows among those written at or after since, found by runs_updated
+-- (migration 0029): a look that reads only what changed since the last look.
+SELECT tenant_id, run_id FROM runs AS r
+ WHERE updated_at >= %(since)s
+   AND (next_wake_at IN ('NaN', 'Infinity', '-Infinity')
+        OR lease_expires_at IN ('NaN', 'Infinity', '-Infinity')
+        OR (lease_owner IS NOT NULL AND (lease_expires_at IS NULL
+                                         OR lease_expires_at > %(horizon)s))
+        OR (status IN ('completed', 'failed', 'cancelled') AND NOT EXISTS (
+                SELECT 1 FROM events AS e
+                 WHERE e.tenant_id = r.tenant_id AND e.run_id = r.run_id AND e.seq = r.last_seq
+                   AND e.type IN ('RunCompleted', 'RunFailed', 'RunCancelled')))
+        OR (next_wake_at IS NULL AND status NOT IN ('completed', 'failed', 'cancelled')
+            AND (lease_owner IS NULL OR lease_expires_at < %(now)s)
+            AND (status = 'ready' OR EXISTS (
+                SELECT 1 FROM events AS e
+                 WHERE e.tenant_id = r.tenant_id AND e.run_id = r.run_id AND e.seq = r.last_seq
+                   AND e.type = 'TimerSet'))))
+ ORDER BY tenant_id, run_id
+ LIMIT %(limit)s
+
 -- name: repair_run
 -- A row rewritten from its journal, only while it is as it was read and the journal's
 -- head has not moved; with token, the lease of that token is released with it. An append
