@@ -25,6 +25,7 @@ from ..journal.projection import (
     lease_problem,
 )
 from ..journal.state import RunState
+from ..store.leases import MAX_LEASE_TTL
 from ..store.records import FINAL, RowRepair, RunRecord, RunUpdate
 
 if TYPE_CHECKING:
@@ -80,7 +81,6 @@ def repair_leased(act: Activation) -> bool:
 
 def heal_row(
     svc: StepServices, tenant_id: str, run_id: str, *, dead: Collection[str] = (),
-    held: list[float] | None = None,
 ) -> list[Disagreement]:
     """Heal the row of a run no live worker holds, if the journal contradicts it (a lease
     of an owner in ``dead``, known dead, is held by no live worker).
@@ -89,7 +89,6 @@ def heal_row(
         svc: The engine's store, journal and clock.
         tenant_id: The run's tenant.
         run_id: The run.
-        held: Gets the row's ``updated_at`` when a live lease holds it back from healing.
 
     Returns:
         What was wrong (empty: nothing, or a worker holds the run and will write the row).
@@ -103,8 +102,6 @@ def heal_row(
         and row.lease_expires_at is not None and row.lease_expires_at >= now \
         and row.lease_owner not in dead
     if live and not suspect_lease:
-        if held is not None:
-            held.append(row.updated_at)
         return []
     s, head, _ = svc.journal.load_head(tenant_id, run_id)
     found = disagreements(row, s, now=now)
@@ -142,14 +139,13 @@ def heal_rows(
 
 def heal_found(
     svc: StepServices, unhealed: set[tuple[str, str]], found: list[tuple[str, str]], *,
-    dead: Collection[str] = (), held: list[float] | None = None,
+    dead: Collection[str] = (),
 ) -> int:
-    """Heal the suspect rows ``found`` (as :func:`heal_rows`); how many were rewritten.
-    ``held`` gets the ``updated_at`` of each row a live lease held back."""
+    """Heal the suspect rows ``found`` (as :func:`heal_rows`); how many were rewritten."""
     healed = 0
     for tenant_id, run_id in found:
         try:
-            healed += bool(heal_row(svc, tenant_id, run_id, dead=dead, held=held))
+            healed += bool(heal_row(svc, tenant_id, run_id, dead=dead))
         except Exception as exc:  # one bad journal must not stop the others' healing
             if (tenant_id, run_id) in unhealed:
                 continue  # said once; the audit says it again whenever asked
@@ -166,11 +162,11 @@ class RowCheck:
 
     The first look checks every row; so does one every ``full_every`` seconds after it.
     Each look between checks the rows written since the previous look began, less
-    ``margin`` seconds (the clocks of the hosts that write rows may be that far apart).
-    A look that finds ``limit`` suspects may have left some unread: the next look starts
-    where it started. A suspect row a live lease holds is left to its holder, whose lease
-    ends within :data:`~underway.store.leases.MAX_LEASE_TTL`; the next window reaches back
-    to it, so that it is healed if the holder dies without writing it.
+    ``margin`` seconds (the clocks of the hosts that write rows may be that far apart) and
+    less :data:`~underway.store.leases.MAX_LEASE_TTL`: some rows turn suspect only when
+    the lease they were written under runs out, with no write. A look that finds
+    ``limit`` suspects may have left some unread: the next look starts where it started.
+    A row changed without its write time (by hand, say) waits for a look at every row.
 
     Args:
         margin: Seconds the window of a look reaches back before the previous look.
@@ -199,10 +195,9 @@ class RowCheck:
         full = self.since is None or self.full_due is None or now >= self.full_due
         since = None if full else self.since
         found = svc.store.suspect_runs(now=now, limit=limit, since=since)
-        held: list[float] = []
-        healed = heal_found(svc, unhealed, found, dead=dead, held=held)
+        healed = heal_found(svc, unhealed, found, dead=dead)
         if len(found) < limit:  # every suspect of the window was read
-            self.since = min([now - self.margin, *held])
+            self.since = now - self.margin - MAX_LEASE_TTL
             if full:
                 self.full_due = now + self.full_every
                 self.full_looks += 1
