@@ -120,7 +120,13 @@ class LeaseStore(Protocol):
         :data:`MAX_LEASE_TTL`), a finished status whose head event
         is no end, a ready run or a timer's run with no wake time. At most ``limit``, in
         (tenant, run) order. With ``since``, only rows written (``updated_at``) at or after
-        it are checked, found by an index: a look that reads only what changed."""
+        it are checked, found by an index: a look that reads only what changed.
+
+        Args:
+            now: The time leases and wake times are judged at.
+            limit: How many rows at most, in (tenant, run) order.
+            since: Check only the rows written at or after this time (None: every row).
+        """
         ...
 
     def repair_run(self, repair: RowRepair, *, now: float) -> bool:

@@ -45,7 +45,13 @@ class SQLLeases(SQLBase):
     def suspect_runs(
         self, *, now: float, limit: int = 100, since: float | None = None,
     ) -> list[tuple[str, str]]:
-        """Rows the journal likely contradicts (see the protocol)."""
+        """Rows the journal likely contradicts (see the protocol).
+
+        Args:
+            now: The time leases and wake times are judged at.
+            limit: How many rows at most, in (tenant, run) order.
+            since: Check only the rows written at or after this time (None: every row).
+        """
         horizon = now + MAX_LEASE_TTL
         rows = self._all("suspect_runs", now=now, horizon=horizon, limit=limit) \
             if since is None else self._all("suspect_runs_since", now=now, horizon=horizon,

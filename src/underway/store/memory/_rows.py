@@ -24,7 +24,13 @@ class MemoryRows:
     def suspect_runs(
         self, *, now: float, limit: int = 100, since: float | None = None,
     ) -> list[tuple[str, str]]:
-        """Rows the journal likely contradicts (see the protocol)."""
+        """Rows the journal likely contradicts (see the protocol).
+
+        Args:
+            now: The time leases and wake times are judged at.
+            limit: How many rows at most, in (tenant, run) order.
+            since: Check only the rows written at or after this time (None: every row).
+        """
         with self._lock:
             found = [key for key, row in sorted(self._runs.items())
                      if (since is None or row.updated_at >= since)

@@ -95,7 +95,13 @@ class RegionalLeases:
     def suspect_runs(
         self, *, now: float, limit: int = 100, since: float | None = None,
     ) -> list[tuple[str, str]]:
-        """Suspect rows of every region."""
+        """Suspect rows of every region.
+
+        Args:
+            now: The time leases and wake times are judged at.
+            limit: How many rows at most, in (tenant, run) order.
+            since: Check only the rows written at or after this time (None: every row).
+        """
         found = (r for s in self._all()
                  for r in s.suspect_runs(now=now, limit=limit, since=since))
         return sorted(found)[:limit]
