@@ -7,6 +7,8 @@
   pages a claim of 10 reads (PostgreSQL ``EXPLAIN (ANALYZE, BUFFERS)``, as the store
   prepares the statement, custom and generic plans) and the SQLite virtual machine's
   instructions; its time is a diagnostic.
+* **The row check at 1M against 10k runs**: the pages (and SQLite instructions) of a
+  worker's look at the rows written since its last look, the 1,000 newest in both.
 * **A worker's memory per waiting run**: the resident set of one ``underway worker``
   serving a database of ``WAITING_BIG`` runs asleep on timers, against one of
   ``WAITING_SMALL``. A waiting run is a row; the worker never reads it until it is due.
@@ -28,6 +30,7 @@ import many_runs
 import query_plans
 from common import Figure, median, pg_schema, sqlite_dir
 from underway.store import connect, limits
+from underway.store.leases import MAX_LEASE_TTL
 from workers import Workers
 
 BIG = int(os.environ.get("UNDERWAY_BENCH_MILLION_RUNS", "1000000"))
@@ -43,6 +46,9 @@ NOW = 1_800_000_000.0
 FLAT = 1.5
 """The big database's cost over the small one's. Its B-trees are a level deeper: a page
 more for each probe and for each index entry a lease writes (13 indexes a run)."""
+ROWS_SINCE = NOW - 61.0
+"""A worker's look at the rows written since: the 1,000 newest (written a millisecond
+apart), in both databases."""
 REPS = 15
 SETTLE_S = 3.0
 """Seconds a worker serves the waiting runs before its memory is read: a few rounds of
@@ -57,6 +63,8 @@ def _params() -> dict[str, dict[str, Any]]:
         "claim_unlimited": {**claim, "owner": "w", "expires_at": NOW + 60},
         "claim_candidates": claim,
         "next_due_at": {"now": NOW, "queues": None},
+        "suspect_runs_since": {"now": NOW, "horizon": NOW + MAX_LEASE_TTL, "limit": 100,
+                               "since": ROWS_SINCE},
     }
 
 
@@ -87,6 +95,7 @@ def _sqlite_costs(url: str) -> dict[str, tuple[int, float]]:
         calls: dict[str, Callable[[], object]] = {
             "claim": lambda: store.claim(owner="w", now=NOW, ttl=60, limit=LIMIT),
             "next_due_at": lambda: store.next_due_at(now=NOW),
+            "suspect_runs_since": lambda: store.suspect_runs(now=NOW, since=ROWS_SINCE),
         }
         conn: sqlite3.Connection = store._conn
         for name, call in calls.items():

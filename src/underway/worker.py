@@ -39,6 +39,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Protocol, TypeVar, cast
 
 from .engine import EagerStart, Engine
+from .engine._rows import RowCheck
 from .errors import ConfigurationError, ConflictError, FencedError, is_store_failure
 from .loading import App, load_app
 from .privacy.retention import Retention, RetentionSweeper
@@ -86,6 +87,8 @@ ROW_CHECK_EVERY = 300.0
 """Seconds between a worker's looks for runs rows its journal contradicts (each such row is
 healed once, from the journal: :mod:`underway.engine._rows`). Old live streams are dropped
 at the same pace."""
+ROW_FULL_CHECK_EVERY = 86400.0
+"""Seconds between a worker's looks that check every runs row (the others read less)."""
 STREAM_KEEP_S = 3600.0
 """Seconds the deltas of a run no worker holds stay in its live stream (the journal keeps
 each call's whole reply): a reader that fell behind has this long to catch up."""
@@ -116,7 +119,8 @@ class Worker:
         row_check_every: Seconds between looks for runs rows that contradict their journal.
             Such a row would stop a run for good: a finished status on a sleeping run, a
             wake time that is no time, a lease no worker holds. Each is healed from the
-            journal once.
+            journal once. A look checks the rows written since the one before.
+        row_full_check_every: Seconds between looks that check every row, as the first does.
     """
 
     def __init__(
@@ -133,6 +137,7 @@ class Worker:
         retention: Retention | None = None,
         eager: bool = True,
         row_check_every: float = ROW_CHECK_EVERY,
+        row_full_check_every: float = ROW_FULL_CHECK_EVERY,
     ) -> None:
         if concurrency < 1:
             raise ConfigurationError(f"concurrency must be at least 1, not {concurrency}")
@@ -148,6 +153,7 @@ class Worker:
         self.engine = engine
         self.eager = eager
         self.row_check_every = row_check_every
+        self.row_check = RowCheck(margin=engine.lease_ttl, full_every=row_full_check_every)
         self.rows_healed = 0
         """Runs rows this worker rewrote from their journal."""
         self.queues = None if queues is None else sorted(set(queues))
@@ -326,7 +332,8 @@ class Worker:
                 found += await self._quietly(self._reclaim_dead_local_leases) or 0
             if loop.time() >= check_at:
                 check_at = loop.time() + self.row_check_every
-                healed = await self._quietly(self._heal_rows) or 0
+                healed = await self._quietly(
+                    self.row_check.look, self.engine.services, self.engine.unhealed) or 0
                 self.rows_healed += healed
                 found += healed
                 await self._quietly(self._prune_streams)
@@ -371,9 +378,6 @@ class Worker:
 
     def _reclaim_dead_local_leases(self) -> int:
         return Runner(self.engine).reclaim_dead_local_leases()
-
-    def _heal_rows(self) -> int:
-        return self.engine.heal_rows()
 
     def _prune_streams(self) -> int:
         prune = getattr(self._store, "prune_streams", None)

@@ -217,6 +217,7 @@ def test_the_migration_counts_the_runs_already_there(backend: Backend) -> None:
             q("DROP TABLE forgotten_runs")
             q("DROP FUNCTION forgotten_runs_append_only()")
         q("ALTER TABLE retention_sweeps DROP COLUMN forgotten")
+        q("DROP INDEX runs_updated")
         q("DELETE FROM underway_schema_version WHERE version >= 27")
         q("UPDATE runs SET status = 'dead' WHERE run_id LIKE %s", "w0-1%")  # before counts
     store = connect(backend.url)  # migrates

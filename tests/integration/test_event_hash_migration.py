@@ -106,6 +106,7 @@ def as_before_0017(url: str) -> None:
             q("DROP TABLE forgotten_runs")
             q("DROP FUNCTION forgotten_runs_append_only()")
         q("ALTER TABLE retention_sweeps DROP COLUMN forgotten")
+        q("DROP INDEX runs_updated")
         q("DELETE FROM underway_schema_version WHERE version >= 17")
 
 

@@ -16,6 +16,7 @@ from collections.abc import Collection
 from typing import TYPE_CHECKING
 
 from ..codec import Codec, run_error_where
+from ..errors import ConfigurationError
 from ..journal.projection import (
     Disagreement,
     disagreements,
@@ -24,6 +25,7 @@ from ..journal.projection import (
     lease_problem,
 )
 from ..journal.state import RunState
+from ..store.leases import MAX_LEASE_TTL
 from ..store.records import FINAL, RowRepair, RunRecord, RunUpdate
 
 if TYPE_CHECKING:
@@ -118,7 +120,7 @@ def heal_row(
 
 def heal_rows(
     svc: StepServices, unhealed: set[tuple[str, str]], *, limit: int = SUSPECTS_PER_ROUND,
-    dead: Collection[str] = (),
+    dead: Collection[str] = (), since: float | None = None,
 ) -> int:
     """Heal the suspect rows the store finds; how many were rewritten.
 
@@ -129,9 +131,19 @@ def heal_rows(
         unhealed: The runs whose rows could not be healed, and were logged; grows.
         limit: How many suspect rows to check, at most.
         dead: Lease owners known dead: their leases hold no row back from healing.
+        since: Check only the rows written at or after this time (None: every row).
     """
+    return heal_found(svc, unhealed, svc.store.suspect_runs(
+        now=svc.clock.now(), limit=limit, since=since), dead=dead)
+
+
+def heal_found(
+    svc: StepServices, unhealed: set[tuple[str, str]], found: list[tuple[str, str]], *,
+    dead: Collection[str] = (),
+) -> int:
+    """Heal the suspect rows ``found`` (as :func:`heal_rows`); how many were rewritten."""
     healed = 0
-    for tenant_id, run_id in svc.store.suspect_runs(now=svc.clock.now(), limit=limit):
+    for tenant_id, run_id in found:
         try:
             healed += bool(heal_row(svc, tenant_id, run_id, dead=dead))
         except Exception as exc:  # one bad journal must not stop the others' healing
@@ -142,3 +154,51 @@ def heal_rows(
                         "cannot be folded to heal it (%s: %s); `underway audit verify` "
                         "reports it", run_id, tenant_id, type(exc).__name__, exc)
     return healed
+
+
+class RowCheck:
+    """Where a worker's looks for suspect rows stand, so that a look reads only the rows
+    written since the one before.
+
+    The first look checks every row; so does one every ``full_every`` seconds after it.
+    Each look between checks the rows written since the previous look began, less
+    ``margin`` seconds (the clocks of the hosts that write rows may be that far apart) and
+    less :data:`~underway.store.leases.MAX_LEASE_TTL`: some rows turn suspect only when
+    the lease they were written under runs out, with no write. A look that finds
+    ``limit`` suspects may have left some unread: the next look starts where it started.
+    A row changed without its write time (by hand, say) waits for a look at every row.
+
+    Args:
+        margin: Seconds the window of a look reaches back before the previous look.
+        full_every: Seconds between looks that check every row.
+    """
+
+    def __init__(self, *, margin: float, full_every: float) -> None:
+        if not full_every > 0:
+            raise ConfigurationError(
+                f"row_full_check_every must be positive seconds, not {full_every}")
+        self.margin = margin
+        self.full_every = full_every
+        self.since: float | None = None
+        """Rows written at or after this time are the next look's (None: every row)."""
+        self.full_due: float | None = None
+        """When the next look checks every row (None: the first look does)."""
+        self.full_looks = 0
+        """Looks that checked every row."""
+
+    def look(
+        self, svc: StepServices, unhealed: set[tuple[str, str]], *,
+        limit: int = SUSPECTS_PER_ROUND, dead: Collection[str] = (),
+    ) -> int:
+        """Check the rows due a look and heal the suspects; how many were rewritten."""
+        now = svc.clock.now()
+        full = self.since is None or self.full_due is None or now >= self.full_due
+        since = None if full else self.since
+        found = svc.store.suspect_runs(now=now, limit=limit, since=since)
+        healed = heal_found(svc, unhealed, found, dead=dead)
+        if len(found) < limit:  # every suspect of the window was read
+            self.since = now - self.margin - MAX_LEASE_TTL
+            if full:
+                self.full_due = now + self.full_every
+                self.full_looks += 1
+        return healed

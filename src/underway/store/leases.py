@@ -111,12 +111,22 @@ class LeaseStore(Protocol):
         """
         ...
 
-    def suspect_runs(self, *, now: float, limit: int = 100) -> list[tuple[str, str]]:
+    def suspect_runs(
+        self, *, now: float, limit: int = 100, since: float | None = None,
+    ) -> list[tuple[str, str]]:
         """(tenant, run) of rows that the journal likely contradicts and that would stop
         their run for good: a wake time or lease expiry that is no time (text on SQLite,
         NaN or infinite), a lease no worker can hold (no expiry, or further ahead than
         :data:`MAX_LEASE_TTL`), a finished status whose head event
-        is no end, a ready run or a timer's run with no wake time. At most ``limit``."""
+        is no end, a ready run or a timer's run with no wake time. At most ``limit``, in
+        (tenant, run) order. With ``since``, only rows written (``updated_at``) at or after
+        it are checked, found by an index: a look that reads only what changed.
+
+        Args:
+            now: The time leases and wake times are judged at.
+            limit: How many rows at most, in (tenant, run) order.
+            since: Check only the rows written at or after this time (None: every row).
+        """
         ...
 
     def repair_run(self, repair: RowRepair, *, now: float) -> bool:

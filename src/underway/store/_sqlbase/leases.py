@@ -42,9 +42,20 @@ class SQLLeases(SQLBase):
         """End a dead owner's lease."""
         return self._count("expire_lease", tenant_id=tenant_id, run_id=run_id, owner=owner)
 
-    def suspect_runs(self, *, now: float, limit: int = 100) -> list[tuple[str, str]]:
-        """Rows the journal likely contradicts (see the protocol)."""
-        rows = self._all("suspect_runs", now=now, horizon=now + MAX_LEASE_TTL, limit=limit)
+    def suspect_runs(
+        self, *, now: float, limit: int = 100, since: float | None = None,
+    ) -> list[tuple[str, str]]:
+        """Rows the journal likely contradicts (see the protocol).
+
+        Args:
+            now: The time leases and wake times are judged at.
+            limit: How many rows at most, in (tenant, run) order.
+            since: Check only the rows written at or after this time (None: every row).
+        """
+        horizon = now + MAX_LEASE_TTL
+        rows = self._all("suspect_runs", now=now, horizon=horizon, limit=limit) \
+            if since is None else self._all("suspect_runs_since", now=now, horizon=horizon,
+                                            limit=limit, since=since)
         return [(r[0], r[1]) for r in rows]
 
     def repair_run(self, repair: RowRepair, *, now: float) -> bool:

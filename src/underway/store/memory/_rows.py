@@ -21,11 +21,20 @@ class MemoryRows:
     _runs: dict[tuple[str, str], RunRecord]
     _events: dict[tuple[str, str], list[StoredEvent]]
 
-    def suspect_runs(self, *, now: float, limit: int = 100) -> list[tuple[str, str]]:
-        """Rows the journal likely contradicts (see the protocol)."""
+    def suspect_runs(
+        self, *, now: float, limit: int = 100, since: float | None = None,
+    ) -> list[tuple[str, str]]:
+        """Rows the journal likely contradicts (see the protocol).
+
+        Args:
+            now: The time leases and wake times are judged at.
+            limit: How many rows at most, in (tenant, run) order.
+            since: Check only the rows written at or after this time (None: every row).
+        """
         with self._lock:
             found = [key for key, row in sorted(self._runs.items())
-                     if self._suspect(row, self._events.get(key, []), now)]
+                     if (since is None or row.updated_at >= since)
+                     and self._suspect(row, self._events.get(key, []), now)]
         return found[:limit]
 
     @staticmethod

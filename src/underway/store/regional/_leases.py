@@ -92,10 +92,19 @@ class RegionalLeases:
         """End a lease in the tenant's region."""
         return self._of(tenant_id).expire_lease(tenant_id, run_id, owner)
 
-    def suspect_runs(self, *, now: float, limit: int = 100) -> list[tuple[str, str]]:
-        """Suspect rows of every region."""
-        return sorted(r for s in self._all() for r in s.suspect_runs(now=now, limit=limit))[
-            :limit]
+    def suspect_runs(
+        self, *, now: float, limit: int = 100, since: float | None = None,
+    ) -> list[tuple[str, str]]:
+        """Suspect rows of every region.
+
+        Args:
+            now: The time leases and wake times are judged at.
+            limit: How many rows at most, in (tenant, run) order.
+            since: Check only the rows written at or after this time (None: every row).
+        """
+        found = (r for s in self._all()
+                 for r in s.suspect_runs(now=now, limit=limit, since=since))
+        return sorted(found)[:limit]
 
     def repair_run(self, repair: RowRepair, *, now: float) -> bool:
         """Repair in the run's region."""

@@ -894,6 +894,34 @@ SELECT tenant_id, run_id FROM runs AS r
  ORDER BY tenant_id, run_id
  LIMIT %(limit)s
 
+-- name: suspect_runs_since
+-- The suspect rows among those written at or after since: a look that reads only what
+-- changed since the last look. The window is read first, on runs_updated (migration
+-- 0029), and each of its rows' head event is probed on its key: ordered by the primary
+-- key under a limit, the planner would walk a whole index hoping to stop early, and an
+-- EXISTS under OR may be hashed over every event.
+WITH recent AS MATERIALIZED (
+    SELECT tenant_id, run_id, status, last_seq, next_wake_at, lease_owner, lease_expires_at
+      FROM runs WHERE updated_at >= %(since)s
+)
+SELECT tenant_id, run_id FROM (
+    SELECT r.*, (SELECT e.type FROM events AS e
+                  WHERE e.tenant_id = r.tenant_id AND e.run_id = r.run_id
+                    AND e.seq = r.last_seq) AS head
+      FROM recent AS r
+) AS r
+ WHERE next_wake_at IN ('NaN', 'Infinity', '-Infinity')
+    OR lease_expires_at IN ('NaN', 'Infinity', '-Infinity')
+    OR (lease_owner IS NOT NULL AND (lease_expires_at IS NULL
+                                     OR lease_expires_at > %(horizon)s))
+    OR (status IN ('completed', 'failed', 'cancelled')
+        AND COALESCE(head, '') NOT IN ('RunCompleted', 'RunFailed', 'RunCancelled'))
+    OR (next_wake_at IS NULL AND status NOT IN ('completed', 'failed', 'cancelled')
+        AND (lease_owner IS NULL OR lease_expires_at < %(now)s)
+        AND (status = 'ready' OR head = 'TimerSet'))
+ ORDER BY tenant_id, run_id
+ LIMIT %(limit)s
+
 -- name: repair_run
 -- A row rewritten from its journal, only while it is as it was read and the journal's
 -- head has not moved; with token, the lease of that token is released with it. An append

@@ -559,6 +559,33 @@ SELECT tenant_id, run_id FROM runs AS r
  ORDER BY tenant_id, run_id
  LIMIT :limit
 
+-- name: suspect_runs_since
+-- The suspect rows among those written at or after :since: a look that reads only what
+-- changed since the last look. The window is read first, on runs_updated (migration
+-- 0029); ordered by the primary key under a limit, the whole table would be walked.
+WITH recent AS MATERIALIZED (
+    SELECT tenant_id, run_id, status, last_seq, next_wake_at, lease_owner, lease_expires_at
+      FROM runs WHERE updated_at >= :since
+)
+SELECT tenant_id, run_id FROM recent AS r
+ WHERE (next_wake_at IS NOT NULL AND (typeof(next_wake_at) NOT IN ('integer', 'real')
+                                      OR abs(next_wake_at) > 1e300))
+    OR (lease_expires_at IS NOT NULL AND (typeof(lease_expires_at) NOT IN ('integer', 'real')
+                                          OR abs(lease_expires_at) > 1e300))
+    OR (lease_owner IS NOT NULL AND (lease_expires_at IS NULL OR lease_expires_at > :horizon))
+    OR (status IN ('completed', 'failed', 'cancelled') AND NOT EXISTS (
+            SELECT 1 FROM events AS e
+             WHERE e.tenant_id = r.tenant_id AND e.run_id = r.run_id AND e.seq = r.last_seq
+               AND e.type IN ('RunCompleted', 'RunFailed', 'RunCancelled')))
+    OR (next_wake_at IS NULL AND status NOT IN ('completed', 'failed', 'cancelled')
+        AND (lease_owner IS NULL OR lease_expires_at < :now)
+        AND (status = 'ready' OR EXISTS (
+            SELECT 1 FROM events AS e
+             WHERE e.tenant_id = r.tenant_id AND e.run_id = r.run_id AND e.seq = r.last_seq
+               AND e.type = 'TimerSet')))
+ ORDER BY tenant_id, run_id
+ LIMIT :limit
+
 -- name: repair_run
 -- A row rewritten from its journal, only while it is as it was read and the journal's
 -- head has not moved; with :token, the lease of that token is released with it.
