@@ -269,21 +269,19 @@ class Worker:
         interval = self.min_poll
         while not self._stopping:
             self._wake.clear()
-            with self._slots:
-                # The slots a claim asks for stay reserved while it runs, so that an eager
-                # start on another thread cannot take one of them too.
-                free = max(0, self.concurrency - len(self._tasks) - self._reserved)
-                self._reserved += free
+            free = self.concurrency - len(self._tasks) - self._reserved
             claimed = 0
             if free > 0:
-                try:
-                    leases = await self._quietly(self._claim, free) or []
-                finally:
-                    with self._slots:
-                        self._reserved -= free
-                for lease in leases:
-                    self._spawn(lease)
-                claimed = len(leases)
+                leases = await self._quietly(self._claim, free) or []
+                with self._slots:
+                    # An eager start may have taken a slot while the claim ran: what no
+                    # slot is left for goes back at once, never past the concurrency.
+                    room = max(0, self.concurrency - len(self._tasks) - self._reserved)
+                    for lease in leases[:room]:
+                        self._spawn(lease)
+                for lease in leases[room:]:
+                    await self._quietly(self._store.release, lease)
+                claimed = len(leases[:room])
             if not self.ready.is_set():
                 self.ready.set()
                 # Every slot asked for was filled: more runs may be due, and they go

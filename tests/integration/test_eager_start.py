@@ -160,16 +160,17 @@ def test_a_full_worker_or_a_run_not_yet_due_leaves_the_run_to_a_claim(store: Sto
     asyncio.run(scenario())
 
 
-def test_a_start_while_a_claim_is_out_leaves_its_run_to_a_claim(
+def test_a_start_while_a_claim_is_out_never_takes_the_worker_past_its_concurrency(
     store: Store, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The slots a claim asks for are taken while it runs: a run started meanwhile is not
-    leased to the worker too, so the worker never drives more runs than its concurrency."""
+    """A run started while a claim is out may take the free slot eagerly; what the claim
+    then brings back finds no slot and goes back at once, so the worker never drives more
+    runs than its concurrency."""
     global GATE
     GATE = asyncio.Event()
     engine = new_engine(store)
     first, _ = engine.start(holding, {})  # due before the worker exists: its claim takes it
-    entered, may_go = threading.Event(), threading.Event()
+    entered, may_go, returned = threading.Event(), threading.Event(), threading.Event()
 
     async def scenario() -> None:
         assert GATE is not None
@@ -179,25 +180,29 @@ def test_a_start_while_a_claim_is_out_leaves_its_run_to_a_claim(
         def held_claim(limit: int) -> list[Lease]:
             entered.set()
             assert may_go.wait(PATIENCE_S), "the test never let the claim go"
-            return claim(limit)
+            leases = claim(limit)
+            returned.set()
+            return leases
 
         monkeypatch.setattr(worker, "_claim", held_claim)
         task = asyncio.create_task(worker.run())
         await until(entered.is_set, "the worker's first claim")
         second, _ = engine.start(holding, {})
-        assert worker.eager_starts == 0
-        row = store.get_run("default", second)
-        assert row is not None and row.lease_owner is None
+        await until(lambda: worker.eager_starts == 1, "the eager start")
         may_go.set()
         await worker.ready.wait()
-        await until(lambda: worker.in_flight == 1, "the claimed run")
-        leased = [run_id for run_id in (first, second)
-                  if (r := store.get_run("default", run_id)) and r.lease_owner is not None]
-        assert leased == [first]
+
+        def handed_back() -> bool:
+            row = store.get_run("default", first)
+            return returned.is_set() and row is not None and row.lease_owner is None
+
+        await until(handed_back, "the claimed run to go back")
+        assert worker.in_flight == 1
+        row = store.get_run("default", second)
+        assert row is not None and row.lease_owner is not None
         GATE.set()
-        await until(lambda: engine.state(second).status == "completed", "the second run")
-        assert engine.state(first).status == "completed"
-        assert worker.eager_starts == 0
+        await until(lambda: engine.state(first).status == "completed", "the first run")
+        assert engine.state(second).status == "completed"
         worker.stop()
         await task
 
