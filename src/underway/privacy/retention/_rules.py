@@ -148,6 +148,14 @@ class Retention(Rules):
         Returns:
             The rule, or None when nothing says one (the run is kept).
         """
+        for periods, where in self._places(tenant_id, flow):
+            period = None if periods is None else periods.of(status)
+            if period is not None:
+                return None if math.isinf(period) else Rule(period, f"{where}.{status}")
+        return None
+
+    def _places(self, tenant_id: str, flow: str) -> list[tuple[Periods | None, str]]:
+        """Where a run's periods may be said, the most specific first, with their names."""
         tenant = self.tenants.get(tenant_id)
         places: list[tuple[Periods | None, str]] = []
         if tenant is not None:
@@ -155,11 +163,7 @@ class Retention(Rules):
             places.append((tenant, f"retention.tenants.{tenant_id}"))
         places.append((self.flows.get(flow), f"retention.flows.{flow}"))
         places.append((self, "retention"))
-        for periods, where in places:
-            period = None if periods is None else periods.of(status)
-            if period is not None:
-                return None if math.isinf(period) else Rule(period, f"{where}.{status}")
-        return None
+        return places
 
     def named_flows(self, tenant_id: str) -> set[str]:
         """The flows that have rules of their own for ``tenant_id``."""
@@ -169,14 +173,7 @@ class Retention(Rules):
     def forget_rule(self, tenant_id: str, flow: str) -> Rule | None:
         """When a purged run of ``flow`` in ``tenant_id`` is forgotten, and where that is
         said; None when nothing says it (the skeleton is kept)."""
-        tenant = self.tenants.get(tenant_id)
-        places: list[tuple[Periods | None, str]] = []
-        if tenant is not None:
-            places.append((tenant.flows.get(flow), f"retention.tenants.{tenant_id}.flows.{flow}"))
-            places.append((tenant, f"retention.tenants.{tenant_id}"))
-        places.append((self.flows.get(flow), f"retention.flows.{flow}"))
-        places.append((self, "retention"))
-        for periods, where in places:
+        for periods, where in self._places(tenant_id, flow):
             period = None if periods is None else periods.forget_after
             if period is not None:
                 return None if math.isinf(period) else Rule(period, f"{where}.forget_after")
